@@ -1,0 +1,181 @@
+/*
+ * turbine.h — the public C API of Turbine, an inference compiler and runtime.
+ *
+ * Offline, `tb_build` turns a model (a Hugging Face folder or a llama2.c
+ * checkpoint) into one engine file. Online, `tb_engine_load` maps and verifies
+ * an engine, `tb_context_create` allocates everything a generation needs (the
+ * activation arena and the paged KV cache) once, and `tb_context_step` runs one
+ * flattened batch of tokens from any number of sequences, each at its own
+ * position. Nothing is allocated per token.
+ *
+ * Every fallible call returns a tb_status; on failure `tb_last_error()` holds a
+ * message for the user (per thread). Objects come in create/free pairs and
+ * every free accepts NULL.
+ */
+#ifndef TURBINE_H
+#define TURBINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- status */
+typedef enum {
+    TB_OK = 0,
+    TB_ERR_INVALID_ARG,  /* a caller passed something out of range        */
+    TB_ERR_IO,           /* a file could not be opened, read or written    */
+    TB_ERR_FORMAT,       /* a file is malformed, truncated or corrupted    */
+    TB_ERR_UNSUPPORTED,  /* an architecture, dtype, op or tokenizer type  */
+    TB_ERR_NOT_FOUND,    /* a tensor, key or file that should be there     */
+    TB_ERR_VERSION,      /* an engine written by a newer/unknown format    */
+    TB_ERR_HARDWARE,     /* the engine needs features this machine lacks  */
+    TB_ERR_CHECKSUM,     /* a section's checksum does not match            */
+    TB_ERR_OOM,          /* an allocation or a KV-cache reservation failed */
+    TB_ERR_RANGE,        /* an input outside an optimisation profile       */
+    TB_ERR_INTERNAL,
+} tb_status;
+
+const char *tb_status_str(tb_status s);
+/* The message of the last failure on this thread ("" when none). */
+const char *tb_last_error(void);
+
+/* ---------------------------------------------------------------- dtypes */
+typedef enum {
+    TB_F32 = 0,
+    TB_F16 = 1,
+    TB_BF16 = 2,
+    TB_I32 = 3,
+    TB_I8 = 4,
+    TB_I4 = 5,
+    TB_FP8_E4M3 = 6,
+    TB_DTYPE_COUNT
+} tb_dtype;
+
+const char *tb_dtype_name(tb_dtype t);
+/* Parses "f32", "f16", "bf16", ... Returns TB_ERR_UNSUPPORTED on others. */
+tb_status tb_dtype_parse(const char *s, tb_dtype *out);
+
+/* ---------------------------------------------------------------- build */
+typedef struct {
+    const char *tokenizer_path; /* NULL: the model's own tokenizer            */
+    tb_dtype weight_dtype;      /* f32, f16 or bf16                           */
+    int max_seq_len;            /* 0: the model's context length              */
+    int max_batch;              /* sequences decoded together, default 8      */
+    int progress;               /* 1: draw a progress bar on stderr           */
+} tb_build_options;
+
+void tb_build_options_default(tb_build_options *o);
+
+typedef struct {
+    double seconds;
+    uint64_t engine_bytes;
+    int max_batch;
+    int max_seq_len;
+} tb_build_report;
+
+tb_status tb_build(const char *model_path, const char *engine_path,
+                   const tb_build_options *opt, tb_build_report *report);
+
+/* ---------------------------------------------------------------- engine */
+typedef struct tb_engine tb_engine;
+
+tb_status tb_engine_load(const char *path, tb_engine **out);
+void tb_engine_free(tb_engine *e);
+
+typedef struct {
+    int vocab_size;
+    int dim;
+    int n_layers;
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;
+    int hidden_dim;
+    int max_seq_len;
+    int max_batch;
+    int bos_id;     /* -1 when none */
+    int eos_ids[4]; /* -1 padded */
+    int add_bos;    /* 1 when prompts start with BOS */
+    tb_dtype weight_dtype;
+    char arch[32];
+} tb_engine_info;
+
+void tb_engine_get_info(const tb_engine *e, tb_engine_info *out);
+/* Writes a human-readable description (what `turbine inspect` prints). */
+tb_status tb_engine_describe(const char *path, char *buf, size_t cap);
+
+/* Tokenizer carried inside the engine. */
+typedef struct tb_tokenizer tb_tokenizer;
+const tb_tokenizer *tb_engine_tokenizer(const tb_engine *e);
+
+/* ---------------------------------------------------------------- context */
+typedef struct tb_context tb_context;
+
+typedef struct {
+    int n_threads;        /* 0: one per core                                 */
+    int max_seqs;         /* 0: the engine's max_batch                       */
+    int max_step_tokens;  /* 0: max(max_seq_len, 512): tokens in one step    */
+    size_t kv_cache_bytes;/* 0: enough for max_seqs full-length sequences    */
+    int kv_block_size;    /* 0: 16 tokens per block                          */
+} tb_context_options;
+
+void tb_context_options_default(tb_context_options *o);
+tb_status tb_context_create(tb_engine *e, const tb_context_options *o,
+                            tb_context **out);
+void tb_context_free(tb_context *c);
+
+/* One sequence's share of a step: `n_tokens` new tokens starting at the
+ * sequence's current length. `logits`: 0 none, 1 the last token's row,
+ * 2 one row per token. */
+typedef struct {
+    int seq;              /* a slot in [0, max_seqs)                         */
+    int n_tokens;
+    const int32_t *tokens;
+    int logits;
+} tb_seq_chunk;
+
+/* Starts (or restarts) sequence slot `seq` as empty, releasing its blocks. */
+tb_status tb_seq_reset(tb_context *c, int seq);
+/* Current length (tokens already in the KV cache) of a sequence. */
+int tb_seq_len(const tb_context *c, int seq);
+/* Free KV blocks, and the block size in tokens. */
+int tb_kv_free_blocks(const tb_context *c);
+int tb_kv_total_blocks(const tb_context *c);
+int tb_kv_block_size(const tb_context *c);
+
+/* Runs one flattened step over all chunks. Logit rows are written in chunk
+ * order to the context's logits buffer, returned through `logits`
+ * ([rows, vocab], valid until the next step) with the row count. */
+tb_status tb_context_step(tb_context *c, const tb_seq_chunk *chunks,
+                          int n_chunks, const float **logits, int *n_rows);
+
+/* ---------------------------------------------------------------- sampling */
+typedef struct {
+    float temperature;      /* 0: greedy                         */
+    int top_k;              /* 0: off                            */
+    float top_p;            /* 1: off                            */
+    float min_p;            /* 0: off                            */
+    float repeat_penalty;   /* 1: off (llama.cpp style)           */
+    float presence_penalty; /* 0: off                            */
+    float frequency_penalty;/* 0: off                            */
+    int penalty_last_n;     /* tokens looked back; 0: all        */
+    uint64_t seed;
+} tb_sampling_params;
+
+void tb_sampling_params_default(tb_sampling_params *p);
+
+typedef struct tb_sampler tb_sampler;
+tb_status tb_sampler_create(int vocab_size, const tb_sampling_params *p,
+                            tb_sampler **out);
+void tb_sampler_free(tb_sampler *s);
+/* Picks a token from one row of logits. `history`: tokens so far (prompt and
+ * generated) for the penalties. The row may be modified. */
+int tb_sampler_sample(tb_sampler *s, float *logits, const int32_t *history,
+                      int n_history);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TURBINE_H */

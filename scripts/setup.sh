@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# setup.sh — installs the Debian packages Turbine needs (when missing) and
+# builds it in Release mode into build/. Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PKGS=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libxxhash-dev
+      libopenblas-dev python3-numpy)
+[ "${TURBINE_TEST_DEPS:-0}" = 1 ] && PKGS+=(nodejs npm)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build build -j"$(nproc)"

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# test.sh — sets up (packages, build, test references) and runs the whole
+# test suite with ctest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TURBINE_TEST_DEPS=1 bash scripts/setup.sh
+export TURBINE_SHARED="${TURBINE_SHARED:-$(cd .. && pwd)/shared}"
+if [ -f tests/tokenizer/package.json ]; then
+  (cd tests/tokenizer && { npm ci --no-audit --no-fund --silent 2>/dev/null || npm install --no-audit --no-fund --silent; })
+fi
+cd build
+ctest --output-on-failure -j1

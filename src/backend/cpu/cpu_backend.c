@@ -1,0 +1,138 @@
+/* cpu_backend.c — the CPU backend: the vtable over kernels.h. */
+#include "backend/backend.h"
+#include "backend/cpu/kernels.h"
+
+typedef struct {
+    tb_pool *pool;
+    float *scratch; /* attention scores, per thread */
+    int max_ctx;
+} cpu_ctx;
+
+static int cpu_supports_op(tb_backend *b, const tb_graph *g, const tb_node *n) {
+    (void)b;
+    if ((unsigned)n->op >= TB_OP_COUNT) return 0;
+    if (n->op == TB_OP_MATMUL || n->op == TB_OP_EMBEDDING) {
+        tb_dtype w = g->values[n->in[1]].dtype;
+        return w == TB_F32 || w == TB_F16 || w == TB_BF16;
+    }
+    return 1;
+}
+
+static void *cpu_alloc(tb_backend *b, size_t bytes) { (void)b; return tb_alloc_aligned(bytes, 64); }
+static void cpu_free(tb_backend *b, void *p) { (void)b; tb_free_aligned(p); }
+
+static int64_t rows_of(const tb_graph *g, int v, const tb_step *st) {
+    int64_t d = g->values[v].dims[0];
+    if (!TB_IS_SYM(d)) return d;
+    const char *s = g->syms[TB_SYM_INDEX(d)].name;
+    return strcmp(s, "rows") == 0 ? st->n_rows : st->n_tokens;
+}
+
+static tb_status cpu_run_node(tb_backend *b, const tb_graph *g, const tb_node *n, void *const *bufs,
+                              const tb_step *st) {
+    cpu_ctx *c = b->ctx;
+    tb_pool *p = c->pool;
+    const tb_value *v0 = &g->values[n->in[0]];
+    int T = (int)rows_of(g, n->in[0], st);
+    switch (n->op) {
+    case TB_OP_EMBEDDING: {
+        const tb_value *tab = &g->values[n->in[1]];
+        tb_cpu_embedding(p, bufs[n->in[0]], bufs[n->in[1]], tab->dtype, bufs[n->out[0]], T, (int)tab->dims[1]);
+        return TB_OK;
+    }
+    case TB_OP_RMSNORM:
+        tb_cpu_rmsnorm(p, bufs[n->in[0]], bufs[n->in[1]], bufs[n->out[0]], T, (int)v0->dims[1], n->f[0]);
+        return TB_OK;
+    case TB_OP_ADD_RMSNORM:
+        tb_cpu_add_rmsnorm(p, bufs[n->in[0]], bufs[n->in[1]], bufs[n->in[2]], bufs[n->out[0]], bufs[n->out[1]], T,
+                           (int)v0->dims[1], n->f[0]);
+        return TB_OK;
+    case TB_OP_MATMUL: {
+        const tb_value *w = &g->values[n->in[1]];
+        const float *bias = n->n_in > 2 ? bufs[n->in[2]] : NULL;
+        int tactic = T >= 16 ? (n->tactic >> 8) & 0xff : n->tactic & 0xff;
+        if (tactic && tb_cpu_matmul_tactic_available((tb_mm_tactic)tactic, w->dtype))
+            tb_cpu_matmul_tactic(p, (tb_mm_tactic)tactic, bufs[n->in[0]], bufs[n->in[1]], w->dtype, bias,
+                                 bufs[n->out[0]], T, (int)w->dims[1], (int)w->dims[0]);
+        else
+            tb_cpu_matmul(p, bufs[n->in[0]], bufs[n->in[1]], w->dtype, bias, bufs[n->out[0]], T, (int)w->dims[1],
+                          (int)w->dims[0]);
+        return TB_OK;
+    }
+    case TB_OP_ROPE: {
+        int C = (int)v0->dims[1];
+        float *y = bufs[n->out[0]];
+        memcpy(y, bufs[n->in[0]], sizeof(float) * (size_t)T * (size_t)C);
+        tb_cpu_rope(p, y, C, bufs[n->in[1]], bufs[n->in[2]], T, n->i[0], n->i[1], n->i[2]);
+        return TB_OK;
+    }
+    case TB_OP_ATTENTION: {
+        int H = n->i[1], KV = n->i[2], hd = n->i[3] & 0xffff, inter = (n->i[3] >> 16) & 1;
+        float *qkv = bufs[n->in[0]]; /* consumed only here: rotated in place */
+        tb_cpu_rope(p, qkv, (H + 2 * KV) * hd, st->pos, bufs[n->in[1]], T, H + KV, hd, inter);
+        tb_attn_args a = {
+            .T = T, .n_heads = H, .n_kv = KV, .hd = hd, .scale = n->f[0],
+            .pos = st->pos, .seq = st->seq, .block_tables = st->block_tables,
+            .max_blocks = st->max_blocks, .block_size = st->block_size,
+            .k_cache = st->k_cache[n->i[0]], .v_cache = st->v_cache[n->i[0]], .kv_dtype = st->kv_dtype,
+        };
+        tb_cpu_attention(p, &a, qkv, bufs[n->out[0]], c->scratch, c->max_ctx);
+        return TB_OK;
+    }
+    case TB_OP_SILU_MUL:
+        tb_cpu_silu_mul(p, bufs[n->in[0]], bufs[n->out[0]], T, (int)v0->dims[1] / 2);
+        return TB_OK;
+    case TB_OP_ADD:
+        tb_cpu_add(p, bufs[n->in[0]], bufs[n->in[1]], bufs[n->out[0]],
+                   (size_t)T * (size_t)(v0->rank > 1 ? v0->dims[1] : 1));
+        return TB_OK;
+    case TB_OP_GATHER_ROWS:
+        tb_cpu_gather_rows(bufs[n->in[0]], st->rows, bufs[n->out[0]], st->n_rows, (int)v0->dims[1]);
+        return TB_OK;
+    default:
+        return tb_errorf(TB_ERR_UNSUPPORTED, "cpu backend: op %s is not supported", tb_op_name(n->op));
+    }
+}
+
+static void cpu_destroy(tb_backend *b) {
+    cpu_ctx *c = b->ctx;
+    if (c) {
+        tb_pool_free(c->pool);
+        tb_free_aligned(c->scratch);
+        free(c);
+    }
+}
+
+static const tb_backend_i cpu_iface = {
+    .name = "cpu",
+    .supports_op = cpu_supports_op,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .run_node = cpu_run_node,
+    .destroy = cpu_destroy,
+};
+
+tb_status tb_backend_cpu_create(int n_threads, int max_ctx, tb_backend **out) {
+    *out = NULL;
+    tb_backend *b = calloc(1, sizeof *b);
+    cpu_ctx *c = calloc(1, sizeof *c);
+    if (!b || !c) { free(b); free(c); return tb_errorf(TB_ERR_OOM, "out of memory"); }
+    b->iface = &cpu_iface;
+    b->ctx = c;
+    tb_status s = tb_pool_create(n_threads, &c->pool);
+    if (s != TB_OK) { free(c); free(b); return s; }
+    b->n_threads = tb_pool_size(c->pool);
+    c->max_ctx = max_ctx;
+    c->scratch = tb_alloc_aligned(sizeof(float) * tb_attention_scratch_floats(b->n_threads, max_ctx), 64);
+    if (!c->scratch) { tb_backend_free(b); return tb_errorf(TB_ERR_OOM, "out of memory for attention scratch"); }
+    *out = b;
+    return TB_OK;
+}
+
+tb_pool *tb_backend_cpu_pool(tb_backend *b) { return ((cpu_ctx *)b->ctx)->pool; }
+
+void tb_backend_free(tb_backend *b) {
+    if (!b) return;
+    if (b->iface && b->iface->destroy) b->iface->destroy(b);
+    free(b);
+}

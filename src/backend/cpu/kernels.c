@@ -1,0 +1,525 @@
+/*
+ * kernels.c — the tb_cpu_* entry points: pick a SIMD path once, split the
+ * work over the thread pool, and call that path's single-threaded pieces.
+ *
+ * Small ops (a decode step runs ~150 of them) stay on the calling thread:
+ * waking the pool costs more than the op itself below ~16K elements.
+ * The portable scalar path lives here too, for CPUs without AVX2.
+ */
+#include "backend/cpu/kernels.h"
+
+#include <math.h>
+#include <stdatomic.h>
+
+#ifdef TB_HAVE_OPENBLAS
+#include <cblas.h>
+void openblas_set_num_threads(int n);
+#endif
+
+/* Elementwise work (elements) below which an op runs on one thread. */
+#define TB_PAR_MIN_ELEMS 16384
+/* Matmul work (T*K*N multiply-adds) below which it runs on one thread. */
+#define TB_PAR_MIN_MACS 65536
+
+/* ================================================================ scalar path */
+
+static float sc_load(const void *w, tb_dtype dt, size_t i) {
+    if (dt == TB_F16) return tb_f16_to_f32(((const uint16_t *)w)[i]);
+    if (dt == TB_BF16) return tb_bf16_to_f32(((const uint16_t *)w)[i]);
+    return ((const float *)w)[i];
+}
+
+static void sc_to_f32(const void *src, tb_dtype sdt, float *dst, size_t n) {
+    if (sdt == TB_F32) {
+        memcpy(dst, src, n * sizeof(float));
+        return;
+    }
+    TB_ASSERT(sdt == TB_F16 || sdt == TB_BF16);
+    for (size_t i = 0; i < n; i++) dst[i] = sc_load(src, sdt, i);
+}
+
+static void sc_from_f32(const float *src, void *dst, tb_dtype ddt, size_t n) {
+    uint16_t *h = dst;
+    switch (ddt) {
+    case TB_F32: memcpy(dst, src, n * sizeof(float)); break;
+    case TB_F16: for (size_t i = 0; i < n; i++) h[i] = tb_f32_to_f16(src[i]); break;
+    case TB_BF16: for (size_t i = 0; i < n; i++) h[i] = tb_f32_to_bf16(src[i]); break;
+    default: TB_ASSERT(!"unsupported dtype");
+    }
+}
+
+/* Four rows of w per pass so x is loaded once for four outputs. */
+static void sc_matmul(const float *x, const void *w, tb_dtype wdt, const float *bias, float *y,
+                      int T, int K, int N, int n0, int n1) {
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + (size_t)t * K;
+        float *yr = y + (size_t)t * N;
+        int n = n0;
+        for (; n + 4 <= n1; n += 4) {
+            size_t r = (size_t)n * K;
+            float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+            for (int k = 0; k < K; k++) {
+                float xv = xr[k];
+                s0 += xv * sc_load(w, wdt, r + k);
+                s1 += xv * sc_load(w, wdt, r + K + k);
+                s2 += xv * sc_load(w, wdt, r + 2 * (size_t)K + k);
+                s3 += xv * sc_load(w, wdt, r + 3 * (size_t)K + k);
+            }
+            yr[n] = s0 + (bias ? bias[n] : 0.0f);
+            yr[n + 1] = s1 + (bias ? bias[n + 1] : 0.0f);
+            yr[n + 2] = s2 + (bias ? bias[n + 2] : 0.0f);
+            yr[n + 3] = s3 + (bias ? bias[n + 3] : 0.0f);
+        }
+        for (; n < n1; n++) {
+            float s = 0;
+            for (int k = 0; k < K; k++) s += xr[k] * sc_load(w, wdt, (size_t)n * K + k);
+            yr[n] = s + (bias ? bias[n] : 0.0f);
+        }
+    }
+}
+
+static void sc_attn_head(const tb_attn_args *a, const float *q, int t, int kvh, float *out,
+                         float *scores) {
+    int hd = a->hd, bs = a->block_size, ctx = a->pos[t] + 1;
+    size_t row = (size_t)a->n_kv * hd;
+    const int32_t *bt = a->block_tables + (size_t)a->seq[t] * a->max_blocks;
+    float mx = -INFINITY;
+    for (int j = 0; j < ctx; j++) {
+        size_t o = ((size_t)bt[j / bs] * bs + (size_t)(j % bs)) * row + (size_t)kvh * hd;
+        float s = 0;
+        for (int d = 0; d < hd; d++) s += q[d] * sc_load(a->k_cache, a->kv_dtype, o + d);
+        scores[j] = a->scale * s;
+        if (scores[j] > mx) mx = scores[j];
+    }
+    float sum = 0;
+    for (int j = 0; j < ctx; j++) {
+        scores[j] = expf(scores[j] - mx);
+        sum += scores[j];
+    }
+    for (int d = 0; d < hd; d++) out[d] = 0;
+    for (int j = 0; j < ctx; j++) {
+        size_t o = ((size_t)bt[j / bs] * bs + (size_t)(j % bs)) * row + (size_t)kvh * hd;
+        for (int d = 0; d < hd; d++) out[d] += scores[j] * sc_load(a->v_cache, a->kv_dtype, o + d);
+    }
+    for (int d = 0; d < hd; d++) out[d] *= 1.0f / sum;
+}
+
+/* The elementwise references are already simple loops the compiler
+ * vectorises for the baseline ISA; the scalar path reuses them. */
+static const tb_cpu_kernel_table tb_cpu_kernels_scalar = {
+    .name = "scalar",
+    .matmul = sc_matmul,
+    .to_f32 = sc_to_f32,
+    .from_f32 = sc_from_f32,
+    .rmsnorm = tb_ref_rmsnorm,
+    .add_rmsnorm = tb_ref_add_rmsnorm,
+    .silu_mul = tb_ref_silu_mul,
+    .add = tb_ref_add,
+    .rope = tb_ref_rope,
+    .attn_head = sc_attn_head,
+};
+
+/* ================================================================ dispatch */
+
+static tb_cpu_kernel_table kt_avx512; /* AVX-512 entries, holes filled from AVX2 */
+static const tb_cpu_kernel_table *_Atomic kt_current;
+
+static int path_supported(const char *name) {
+    uint32_t f = tb_cpu_features();
+    uint32_t avx2 = TB_CPU_AVX2 | TB_CPU_FMA | TB_CPU_F16C;
+    if (!strcmp(name, "scalar")) return 1;
+    if (!strcmp(name, "avx2")) return (f & avx2) == avx2;
+    if (!strcmp(name, "avx512")) return (f & avx2) == avx2 && (f & TB_CPU_AVX512F);
+    return 0;
+}
+
+static const tb_cpu_kernel_table *path_table(const char *name) {
+    if (!strcmp(name, "avx512")) {
+        kt_avx512 = tb_cpu_kernels_avx2;
+        const tb_cpu_kernel_table *o = &tb_cpu_kernels_avx512;
+        kt_avx512.name = o->name;
+#define TB_OVERRIDE(f) if (o->f) kt_avx512.f = o->f
+        TB_OVERRIDE(matmul); TB_OVERRIDE(to_f32); TB_OVERRIDE(from_f32);
+        TB_OVERRIDE(rmsnorm); TB_OVERRIDE(add_rmsnorm); TB_OVERRIDE(silu_mul);
+        TB_OVERRIDE(add); TB_OVERRIDE(rope); TB_OVERRIDE(attn_head);
+#undef TB_OVERRIDE
+        return &kt_avx512;
+    }
+    if (!strcmp(name, "avx2")) return &tb_cpu_kernels_avx2;
+    return &tb_cpu_kernels_scalar;
+}
+
+static const tb_cpu_kernel_table *kt_auto(void) {
+    if (path_supported("avx512")) return path_table("avx512");
+    if (path_supported("avx2")) return path_table("avx2");
+    return path_table("scalar");
+}
+
+static const tb_cpu_kernel_table *kt(void) {
+    const tb_cpu_kernel_table *k = atomic_load_explicit(&kt_current, memory_order_acquire);
+    if (!k) {
+        k = kt_auto();
+        atomic_store_explicit(&kt_current, k, memory_order_release);
+    }
+    return k;
+}
+
+const char *tb_cpu_kernel_path(void) { return kt()->name; }
+
+int tb_cpu_kernel_force_path(const char *name) {
+    if (!name) {
+        atomic_store(&kt_current, kt_auto());
+        return 0;
+    }
+    if (!path_supported(name)) return -1;
+    atomic_store(&kt_current, path_table(name));
+    return 0;
+}
+
+/* [*lo, *hi) of n items for thread ith of nth, boundaries multiples of
+ * `align` (the last range takes the remainder). */
+static void split_range(int n, int ith, int nth, int align, int *lo, int *hi) {
+    int per = (n + nth - 1) / nth;
+    per = (per + align - 1) / align * align;
+    int a = per * ith, b = a + per;
+    *lo = a < n ? a : n;
+    *hi = b < n ? b : n;
+}
+
+static int pool_threads(tb_pool *p) { return tb_pool_size(p); }
+
+/* ================================================================ embedding */
+
+typedef struct {
+    const tb_cpu_kernel_table *k;
+    const int32_t *ids;
+    const void *table;
+    tb_dtype wdt;
+    float *y;
+    int T, D;
+} emb_job;
+
+static void emb_run(void *arg, int ith, int nth) {
+    emb_job *j = arg;
+    int t0, t1;
+    split_range(j->T, ith, nth, 1, &t0, &t1);
+    size_t esz = tb_dtype_size(j->wdt);
+    for (int t = t0; t < t1; t++)
+        j->k->to_f32((const uint8_t *)j->table + (size_t)j->ids[t] * j->D * esz, j->wdt,
+                     j->y + (size_t)t * j->D, (size_t)j->D);
+}
+
+void tb_cpu_embedding(tb_pool *p, const int32_t *ids, const void *table, tb_dtype wdt, float *y,
+                      int T, int D) {
+    emb_job j = {kt(), ids, table, wdt, y, T, D};
+    if ((size_t)T * D < TB_PAR_MIN_ELEMS || T < 2) emb_run(&j, 0, 1);
+    else tb_pool_run(p, emb_run, &j);
+}
+
+/* ================================================================ norms, elementwise */
+
+typedef struct {
+    const tb_cpu_kernel_table *k;
+    const float *x, *d, *w;
+    float *r, *y;
+    int T, D;
+    float eps;
+} norm_job;
+
+static void rmsnorm_run(void *arg, int ith, int nth) {
+    norm_job *j = arg;
+    int t0, t1;
+    split_range(j->T, ith, nth, 1, &t0, &t1);
+    if (t1 > t0)
+        j->k->rmsnorm(j->x + (size_t)t0 * j->D, j->w, j->y + (size_t)t0 * j->D, t1 - t0, j->D, j->eps);
+}
+
+static void add_rmsnorm_run(void *arg, int ith, int nth) {
+    norm_job *j = arg;
+    int t0, t1;
+    split_range(j->T, ith, nth, 1, &t0, &t1);
+    size_t o = (size_t)t0 * j->D;
+    if (t1 > t0)
+        j->k->add_rmsnorm(j->x + o, j->d + o, j->w, j->r + o, j->y + o, t1 - t0, j->D, j->eps);
+}
+
+void tb_cpu_rmsnorm(tb_pool *p, const float *x, const float *w, float *y, int T, int D, float eps) {
+    norm_job j = {kt(), x, NULL, w, NULL, y, T, D, eps};
+    if ((size_t)T * D < TB_PAR_MIN_ELEMS || T < 2) rmsnorm_run(&j, 0, 1);
+    else tb_pool_run(p, rmsnorm_run, &j);
+}
+
+void tb_cpu_add_rmsnorm(tb_pool *p, const float *x, const float *d, const float *w, float *r,
+                        float *y, int T, int D, float eps) {
+    norm_job j = {kt(), x, d, w, r, y, T, D, eps};
+    if ((size_t)T * D < TB_PAR_MIN_ELEMS || T < 2) add_rmsnorm_run(&j, 0, 1);
+    else tb_pool_run(p, add_rmsnorm_run, &j);
+}
+
+typedef struct {
+    const tb_cpu_kernel_table *k;
+    const float *gu;
+    float *y;
+    int T, F;
+} silu_job;
+
+static void silu_run(void *arg, int ith, int nth) {
+    silu_job *j = arg;
+    int t0, t1;
+    split_range(j->T, ith, nth, 1, &t0, &t1);
+    if (t1 > t0) j->k->silu_mul(j->gu + (size_t)t0 * 2 * j->F, j->y + (size_t)t0 * j->F, t1 - t0, j->F);
+}
+
+void tb_cpu_silu_mul(tb_pool *p, const float *gu, float *y, int T, int F) {
+    silu_job j = {kt(), gu, y, T, F};
+    if ((size_t)T * F < TB_PAR_MIN_ELEMS || T < 2) silu_run(&j, 0, 1);
+    else tb_pool_run(p, silu_run, &j);
+}
+
+typedef struct {
+    const tb_cpu_kernel_table *k;
+    const float *a, *b;
+    float *y;
+    size_t n;
+} add_job;
+
+static void add_run(void *arg, int ith, int nth) {
+    add_job *j = arg;
+    size_t per = (j->n + (size_t)nth - 1) / (size_t)nth;
+    per = (per + 15) & ~(size_t)15;
+    size_t i0 = per * (size_t)ith, i1 = i0 + per;
+    if (i0 > j->n) i0 = j->n;
+    if (i1 > j->n) i1 = j->n;
+    if (i1 > i0) j->k->add(j->a + i0, j->b + i0, j->y + i0, i1 - i0);
+}
+
+void tb_cpu_add(tb_pool *p, const float *a, const float *b, float *y, size_t n) {
+    add_job j = {kt(), a, b, y, n};
+    if (n < TB_PAR_MIN_ELEMS) add_run(&j, 0, 1);
+    else tb_pool_run(p, add_run, &j);
+}
+
+/* ================================================================ rope */
+
+typedef struct {
+    const tb_cpu_kernel_table *k;
+    float *x;
+    int row_stride;
+    const int32_t *pos;
+    const float *inv_freq;
+    int T, n_heads, hd, interleaved;
+} rope_job;
+
+static void rope_run(void *arg, int ith, int nth) {
+    rope_job *j = arg;
+    int t0, t1;
+    split_range(j->T, ith, nth, 1, &t0, &t1);
+    if (t1 > t0)
+        j->k->rope(j->x + (size_t)t0 * j->row_stride, j->row_stride, j->pos + t0, j->inv_freq,
+                   t1 - t0, j->n_heads, j->hd, j->interleaved);
+}
+
+void tb_cpu_rope(tb_pool *p, float *x, int row_stride, const int32_t *pos, const float *inv_freq,
+                 int T, int n_heads, int hd, int interleaved) {
+    rope_job j = {kt(), x, row_stride, pos, inv_freq, T, n_heads, hd, interleaved};
+    if ((size_t)T * n_heads * hd < TB_PAR_MIN_ELEMS || T < 2) rope_run(&j, 0, 1);
+    else tb_pool_run(p, rope_run, &j);
+}
+
+/* ================================================================ matmul */
+
+typedef struct {
+    const tb_cpu_kernel_table *k;
+    const float *x;
+    const void *w;
+    tb_dtype wdt;
+    const float *bias;
+    float *y;
+    int T, K, N;
+    int split_t; /* 1: threads take rows of x; 0: threads take rows of w */
+} mm_job;
+
+static void mm_run(void *arg, int ith, int nth) {
+    mm_job *j = arg;
+    int lo, hi;
+    if (j->split_t) {
+        split_range(j->T, ith, nth, 4, &lo, &hi);
+        if (hi > lo)
+            j->k->matmul(j->x + (size_t)lo * j->K, j->w, j->wdt, j->bias, j->y + (size_t)lo * j->N,
+                         hi - lo, j->K, j->N, 0, j->N);
+    } else {
+        split_range(j->N, ith, nth, 12, &lo, &hi);
+        if (hi > lo) j->k->matmul(j->x, j->w, j->wdt, j->bias, j->y, j->T, j->K, j->N, lo, hi);
+    }
+}
+
+void tb_cpu_matmul(tb_pool *p, const float *x, const void *w, tb_dtype wdt, const float *bias,
+                   float *y, int T, int K, int N) {
+    TB_ASSERT(wdt == TB_F32 || wdt == TB_F16 || wdt == TB_BF16);
+    int nth = pool_threads(p);
+    mm_job j = {kt(), x, w, wdt, bias, y, T, K, N, 0};
+    j.split_t = N < 24 * nth && T >= 4 * nth;
+    if (nth == 1 || (double)T * K * N < TB_PAR_MIN_MACS) mm_run(&j, 0, 1);
+    else tb_pool_run(p, mm_run, &j);
+}
+
+/* ---- OpenBLAS tactic: every thread runs a single-threaded sgemm on its
+ * slice of N, so it shares the pool (and its spinning workers) with the
+ * rest of the step instead of waking OpenBLAS's own threads. */
+#ifdef TB_HAVE_OPENBLAS
+static void blas_run(void *arg, int ith, int nth) {
+    mm_job *j = arg;
+    int lo, hi;
+    split_range(j->N, ith, nth, 16, &lo, &hi);
+    if (hi <= lo) return;
+    const float *w = (const float *)j->w + (size_t)lo * j->K;
+    float *y = j->y + lo;
+    if (j->T == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, hi - lo, j->K, 1.0f, w, j->K, j->x, 1, 0.0f, y, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->T, hi - lo, j->K, 1.0f, j->x, j->K,
+                    w, j->K, 0.0f, y, j->N);
+    if (j->bias)
+        for (int t = 0; t < j->T; t++)
+            for (int n = lo; n < hi; n++) j->y[(size_t)t * j->N + n] += j->bias[n];
+}
+
+static void blas_init_once(void) {
+    static atomic_int done;
+    if (!atomic_exchange(&done, 1)) openblas_set_num_threads(1);
+}
+#endif
+
+int tb_cpu_matmul_tactic_available(tb_mm_tactic t, tb_dtype wdt) {
+    if (t == TB_MM_OWN) return wdt == TB_F32 || wdt == TB_F16 || wdt == TB_BF16;
+#ifdef TB_HAVE_OPENBLAS
+    if (t == TB_MM_BLAS) return wdt == TB_F32;
+#endif
+    return 0;
+}
+
+void tb_cpu_matmul_tactic(tb_pool *p, tb_mm_tactic t, const float *x, const void *w, tb_dtype wdt,
+                          const float *bias, float *y, int T, int K, int N) {
+    TB_ASSERT(tb_cpu_matmul_tactic_available(t, wdt));
+#ifdef TB_HAVE_OPENBLAS
+    if (t == TB_MM_BLAS) {
+        blas_init_once();
+        mm_job j = {kt(), x, w, wdt, bias, y, T, K, N, 0};
+        if (pool_threads(p) == 1 || (double)T * K * N < TB_PAR_MIN_MACS) blas_run(&j, 0, 1);
+        else tb_pool_run(p, blas_run, &j);
+        return;
+    }
+#endif
+    tb_cpu_matmul(p, x, w, wdt, bias, y, T, K, N);
+}
+
+/* ================================================================ attention */
+
+typedef struct {
+    const tb_cpu_kernel_table *k;
+    const tb_attn_args *a;
+    const float *qkv;
+    float *out, *scratch;
+    size_t scratch_per_thread;
+} attn_job;
+
+static void *kv_row(const tb_attn_args *a, void *cache, int t) {
+    int p = a->pos[t];
+    int blk = a->block_tables[(size_t)a->seq[t] * a->max_blocks + p / a->block_size];
+    size_t row = (size_t)blk * a->block_size + (size_t)(p % a->block_size);
+    return (uint8_t *)cache + row * a->n_kv * a->hd * tb_dtype_size(a->kv_dtype);
+}
+
+static void attn_write_run(void *arg, int ith, int nth) {
+    attn_job *j = arg;
+    const tb_attn_args *a = j->a;
+    int t0, t1;
+    split_range(a->T, ith, nth, 1, &t0, &t1);
+    size_t stride = (size_t)(a->n_heads + 2 * a->n_kv) * a->hd, kvd = (size_t)a->n_kv * a->hd;
+    for (int t = t0; t < t1; t++) {
+        const float *row = j->qkv + (size_t)t * stride + (size_t)a->n_heads * a->hd;
+        j->k->from_f32(row, kv_row(a, a->k_cache, t), a->kv_dtype, kvd);
+        j->k->from_f32(row + kvd, kv_row(a, a->v_cache, t), a->kv_dtype, kvd);
+    }
+}
+
+/* (token, head) pairs dealt round-robin: causal prefill makes later tokens
+ * longer, and interleaving keeps the threads' totals close. */
+static void attn_run(void *arg, int ith, int nth) {
+    attn_job *j = arg;
+    const tb_attn_args *a = j->a;
+    int hd = a->hd, group = a->n_heads / a->n_kv;
+    size_t stride = (size_t)(a->n_heads + 2 * a->n_kv) * hd;
+    float *scores = j->scratch + (size_t)ith * j->scratch_per_thread;
+    int n_items = a->T * a->n_heads;
+    for (int i = ith; i < n_items; i += nth) {
+        int t = i / a->n_heads, h = i % a->n_heads;
+        j->k->attn_head(a, j->qkv + (size_t)t * stride + (size_t)h * hd, t, h / group,
+                        j->out + (size_t)t * a->n_heads * hd + (size_t)h * hd, scores);
+    }
+}
+
+void tb_cpu_attention(tb_pool *p, const tb_attn_args *a, const float *qkv, float *out,
+                      float *scratch, int max_ctx) {
+    TB_ASSERT(a->kv_dtype == TB_F32 || a->kv_dtype == TB_F16);
+    TB_ASSERT(a->n_kv > 0 && a->n_heads % a->n_kv == 0);
+    int nth = pool_threads(p);
+    attn_job j = {kt(), a, qkv, out, scratch,
+                  tb_attention_scratch_floats(1, max_ctx)};
+    for (int t = 0; t < a->T; t++) TB_ASSERT(a->pos[t] >= 0 && a->pos[t] < max_ctx);
+
+    if ((size_t)a->T * a->n_kv * a->hd * 2 < TB_PAR_MIN_ELEMS || nth == 1) attn_write_run(&j, 0, 1);
+    else tb_pool_run(p, attn_write_run, &j);
+
+    size_t work = 0; /* multiply-adds, roughly */
+    for (int t = 0; t < a->T; t++) work += (size_t)(a->pos[t] + 1) * a->n_heads * a->hd * 2;
+    if (work < TB_PAR_MIN_ELEMS || nth == 1) attn_run(&j, 0, 1);
+    else tb_pool_run(p, attn_run, &j);
+}
+
+/* ================================================================ data movement */
+
+void tb_cpu_gather_rows(const float *x, const int32_t *rows, float *y, int R, int D) {
+    for (int r = 0; r < R; r++)
+        memcpy(y + (size_t)r * D, x + (size_t)rows[r] * D, (size_t)D * sizeof(float));
+}
+
+void tb_convert(const void *src, tb_dtype sdt, void *dst, tb_dtype ddt, size_t n) {
+    const tb_cpu_kernel_table *k = kt();
+    if (sdt == ddt) {
+        memcpy(dst, src, n * tb_dtype_size(sdt));
+    } else if (ddt == TB_F32) {
+        k->to_f32(src, sdt, dst, n);
+    } else if (sdt == TB_F32) {
+        k->from_f32(src, dst, ddt, n);
+    } else { /* f16 <-> bf16, through f32 in chunks */
+        float buf[1024];
+        size_t esz = tb_dtype_size(sdt), dsz = tb_dtype_size(ddt);
+        for (size_t i = 0; i < n; i += 1024) {
+            size_t m = n - i < 1024 ? n - i : 1024;
+            k->to_f32((const uint8_t *)src + i * esz, sdt, buf, m);
+            k->from_f32(buf, (uint8_t *)dst + i * dsz, ddt, m);
+        }
+    }
+}
+
+typedef struct {
+    void *dst;
+    const void *src;
+    size_t bytes;
+} copy_job;
+
+static void copy_run(void *arg, int ith, int nth) {
+    copy_job *j = arg;
+    size_t per = (j->bytes + (size_t)nth - 1) / (size_t)nth;
+    per = (per + 4095) & ~(size_t)4095;
+    size_t a = per * (size_t)ith, b = a + per;
+    if (a > j->bytes) a = j->bytes;
+    if (b > j->bytes) b = j->bytes;
+    if (b > a) memcpy((uint8_t *)j->dst + a, (const uint8_t *)j->src + a, b - a);
+}
+
+void tb_cpu_copy(tb_pool *p, void *dst, const void *src, size_t bytes) {
+    copy_job j = {dst, src, bytes};
+    tb_pool_run(p, copy_run, &j);
+}

@@ -1,0 +1,171 @@
+/*
+ * kernels.h — the CPU kernels behind the CPU backend.
+ *
+ * Each op has two entry points:
+ *   tb_ref_*  : a plain scalar reference, written for clarity (tests compare
+ *               every fast path against it);
+ *   tb_cpu_*  : the fast version, split across the thread pool, with AVX-512,
+ *               AVX2+FMA(+F16C) and portable scalar paths chosen once at run time
+ *               from tb_cpu_features() (so TB_CPU_MASK can force a path).
+ *
+ * All activations are f32, row-major. Weights may be f32, f16 or bf16 and are
+ * converted on the fly (f32 accumulation). Nothing here allocates: scratch
+ * space, when needed, comes from the caller.
+ */
+#ifndef TB_CPU_KERNELS_H
+#define TB_CPU_KERNELS_H
+
+#include "core/core.h"
+
+/* Which SIMD path the fast kernels use: "avx512", "avx2" or "scalar". */
+const char *tb_cpu_kernel_path(void);
+
+/* ---- embedding: y[t,:] = table[ids[t],:] (converted to f32)
+ * ids (T) i32, table (V, D) wdt, y (T, D) f32. Ids are checked by the caller. */
+void tb_ref_embedding(const int32_t *ids, const void *table, tb_dtype wdt,
+                      float *y, int T, int D);
+void tb_cpu_embedding(tb_pool *p, const int32_t *ids, const void *table,
+                      tb_dtype wdt, float *y, int T, int D);
+
+/* ---- rmsnorm: y[t,:] = x[t,:] / sqrt(mean(x[t,:]^2) + eps) * w
+ * x (T, D), w (D) f32, y (T, D). */
+void tb_ref_rmsnorm(const float *x, const float *w, float *y, int T, int D,
+                    float eps);
+void tb_cpu_rmsnorm(tb_pool *p, const float *x, const float *w, float *y,
+                    int T, int D, float eps);
+
+/* ---- add + rmsnorm (fused residual): r = x + d; y = rmsnorm(r) * w
+ * x, d (T, D); r (T, D) the new residual; y (T, D). r may alias x. */
+void tb_ref_add_rmsnorm(const float *x, const float *d, const float *w,
+                        float *r, float *y, int T, int D, float eps);
+void tb_cpu_add_rmsnorm(tb_pool *p, const float *x, const float *d,
+                        const float *w, float *r, float *y, int T, int D,
+                        float eps);
+
+/* ---- matmul: y[t,n] = sum_k x[t,k] * w[n,k] + (bias ? bias[n] : 0)
+ * x (T, K) f32; w (N, K) row-major in wdt (f32, f16, bf16), the PyTorch
+ * Linear layout; bias (N) f32 or NULL; y (T, N) f32. K is a multiple of 8 in
+ * practice but the kernels must handle any K. T = 1 (decode) must run at the
+ * memory-bandwidth limit; large T (prefill) must be compute-efficient
+ * (register-blocked over several rows of x and of w). */
+void tb_ref_matmul(const float *x, const void *w, tb_dtype wdt,
+                   const float *bias, float *y, int T, int K, int N);
+void tb_cpu_matmul(tb_pool *p, const float *x, const void *w, tb_dtype wdt,
+                   const float *bias, float *y, int T, int K, int N);
+
+/* ---- silu-gated MLP activation: y[t,i] = silu(g[t,i]) * u[t,i], where
+ * gu (T, 2F) holds [gate | up] side by side in each row; y (T, F). */
+void tb_ref_silu_mul(const float *gu, float *y, int T, int F);
+void tb_cpu_silu_mul(tb_pool *p, const float *gu, float *y, int T, int F);
+
+/* ---- residual add: y = a + b, all (n) */
+void tb_ref_add(const float *a, const float *b, float *y, size_t n);
+void tb_cpu_add(tb_pool *p, const float *a, const float *b, float *y, size_t n);
+
+/* ---- rope: rotates `n_heads` heads of size hd in each row of x, in place.
+ * x (T, row_stride) with the heads starting at column 0; pos (T) i32;
+ * inv_freq (hd/2) f32 (rope_theta and any rope scaling already applied).
+ * angle = pos[t] * inv_freq[i].
+ * interleaved = 0: HF "rotate_half" pairs (i, i + hd/2);
+ * interleaved = 1: Meta/llama2.c pairs (2i, 2i + 1). */
+void tb_ref_rope(float *x, int row_stride, const int32_t *pos,
+                 const float *inv_freq, int T, int n_heads, int hd,
+                 int interleaved);
+void tb_cpu_rope(tb_pool *p, float *x, int row_stride, const int32_t *pos,
+                 const float *inv_freq, int T, int n_heads, int hd,
+                 int interleaved);
+
+/* ---- paged attention (grouped-query, causal), for one layer.
+ *
+ * The KV cache of a layer is a pool of blocks:
+ *   k_cache, v_cache (n_blocks, block_size, n_kv, hd) in kv_dtype (f32 or f16).
+ * Sequence s owns blocks block_tables[s * max_blocks + j], j = 0, 1, ...;
+ * position p of s lives in block block_tables[s*max_blocks + p/block_size],
+ * row p % block_size.
+ *
+ * qkv (T, (n_heads + 2*n_kv) * hd): per token, q heads, then k heads, then v
+ * heads, RoPE ALREADY applied to q and k. Token t belongs to sequence seq[t]
+ * at position pos[t].
+ *
+ * The kernel first writes k and v of every token into the cache at
+ * (seq[t], pos[t]), then for every token t and head h computes
+ *   out[t, h*hd:(h+1)*hd] = softmax_j(scale * q_h . k_j) v_j
+ * over positions j = 0 .. pos[t] of seq[t] (causal; positions written by this
+ * same step included), with kv head h / (n_heads / n_kv).
+ * out (T, n_heads * hd). scratch: at least tb_attention_scratch_floats(...)
+ * floats (for scores), provided by the caller. */
+typedef struct {
+    int T, n_heads, n_kv, hd;
+    float scale;
+    const int32_t *pos;          /* (T) */
+    const int32_t *seq;          /* (T) */
+    const int32_t *block_tables; /* (n_seqs, max_blocks) */
+    int max_blocks;
+    int block_size;
+    void *k_cache, *v_cache;     /* (n_blocks, block_size, n_kv, hd) */
+    tb_dtype kv_dtype;           /* TB_F32 or TB_F16 */
+} tb_attn_args;
+
+size_t tb_attention_scratch_floats(int n_threads, int max_ctx);
+void tb_ref_attention(const tb_attn_args *a, const float *qkv, float *out,
+                      float *scratch);
+void tb_cpu_attention(tb_pool *p, const tb_attn_args *a, const float *qkv,
+                      float *out, float *scratch, int max_ctx);
+
+/* ---- gather rows: y[r,:] = x[rows[r],:]; x (T, D), rows (R), y (R, D). */
+void tb_cpu_gather_rows(const float *x, const int32_t *rows, float *y, int R,
+                        int D);
+
+/* ---- weight conversion (build time): n elements from src dtype to dst. */
+void tb_convert(const void *src, tb_dtype sdt, void *dst, tb_dtype ddt,
+                size_t n);
+
+/* ---- memory copy bandwidth probe used by the benchmarks: copies `bytes`
+ * from src to dst with `nth` threads of the pool. */
+void tb_cpu_copy(tb_pool *p, void *dst, const void *src, size_t bytes);
+
+/* ---- path selection (tests and benchmarks): forces "avx512", "avx2" or
+ * "scalar" when this CPU can run it and returns 0, else returns -1 and keeps
+ * the current path. NULL goes back to the automatic choice. */
+int tb_cpu_kernel_force_path(const char *name);
+
+/* ---- matmul tactics: the build's tuner times each available one per shape
+ * and keeps the faster. TB_MM_OWN is tb_cpu_matmul; TB_MM_BLAS has every pool
+ * thread call a single-threaded cblas_sgemm on its own slice of N (f32
+ * weights only, when built with OpenBLAS). */
+typedef enum { TB_MM_OWN = 0, TB_MM_BLAS = 1 } tb_mm_tactic;
+int tb_cpu_matmul_tactic_available(tb_mm_tactic t, tb_dtype wdt);
+void tb_cpu_matmul_tactic(tb_pool *p, tb_mm_tactic t, const float *x,
+                          const void *w, tb_dtype wdt, const float *bias,
+                          float *y, int T, int K, int N);
+
+/* ---- one SIMD path: the single-threaded pieces the tb_cpu_* entry points
+ * split across the pool (internal to the CPU backend). */
+typedef struct {
+    const char *name;
+    /* y[0:T, n0:n1] of tb_cpu_matmul; y rows have stride N. */
+    void (*matmul)(const float *x, const void *w, tb_dtype wdt,
+                   const float *bias, float *y, int T, int K, int N, int n0,
+                   int n1);
+    void (*to_f32)(const void *src, tb_dtype sdt, float *dst, size_t n);
+    void (*from_f32)(const float *src, void *dst, tb_dtype ddt, size_t n);
+    void (*rmsnorm)(const float *x, const float *w, float *y, int T, int D,
+                    float eps);
+    void (*add_rmsnorm)(const float *x, const float *d, const float *w,
+                        float *r, float *y, int T, int D, float eps);
+    void (*silu_mul)(const float *gu, float *y, int T, int F);
+    void (*add)(const float *a, const float *b, float *y, size_t n);
+    void (*rope)(float *x, int row_stride, const int32_t *pos,
+                 const float *inv_freq, int T, int n_heads, int hd,
+                 int interleaved);
+    /* out (hd) = attention of q (hd) for token t against kv head kvh;
+     * scores: at least pos[t] + 1 floats. */
+    void (*attn_head)(const tb_attn_args *a, const float *q, int t, int kvh,
+                      float *out, float *scores);
+} tb_cpu_kernel_table;
+
+extern const tb_cpu_kernel_table tb_cpu_kernels_avx2;
+/* Entries left NULL are taken from the AVX2 table. */
+extern const tb_cpu_kernel_table tb_cpu_kernels_avx512;
+
+#endif /* TB_CPU_KERNELS_H */

@@ -1,0 +1,514 @@
+/*
+ * kernels_avx2.c — the AVX2 + FMA + F16C path.
+ *
+ * Every function carries a target attribute instead of a global -mavx2, so
+ * the library still runs on any x86-64; kernels.c only calls this table when
+ * tb_cpu_features() reports all three extensions.
+ *
+ * Matmul has two shapes:
+ *   T == 1 (decode): a GEMV streaming 4 rows of w at a time against x held
+ *     in L1, two accumulators per row, so it runs at memory bandwidth;
+ *   T > 1 (prefill, batched decode): a 4x3 register-blocked microkernel
+ *     (4 rows of x by 3 rows of w, 12 ymm accumulators, dot-product form
+ *     with horizontal sums at the end), blocked over K so that a 4-row slab
+ *     of x stays in L1 and a panel of w in L2. f16/bf16 panels are
+ *     converted once into a per-thread f32 scratch and reused for all T.
+ */
+#include "backend/cpu/kernels.h"
+
+#include <immintrin.h>
+#include <math.h>
+
+#define AVX2_FN __attribute__((target("avx2,fma,f16c")))
+#define AVX2_INLINE static inline __attribute__((target("avx2,fma,f16c"), always_inline))
+
+/* ---------------------------------------------------------------- helpers */
+
+/* 8 elements of a weight row from element i, as f32. */
+AVX2_INLINE __m256 ld8(const void *base, size_t i, tb_dtype dt) {
+    if (dt == TB_F16)
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + i)));
+    if (dt == TB_BF16) {
+        __m256i v = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)base + i)));
+        return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+    }
+    return _mm256_loadu_ps((const float *)base + i);
+}
+
+static inline float ld1(const void *base, size_t i, tb_dtype dt) {
+    if (dt == TB_F16) return tb_f16_to_f32(((const uint16_t *)base)[i]);
+    if (dt == TB_BF16) return tb_bf16_to_f32(((const uint16_t *)base)[i]);
+    return ((const float *)base)[i];
+}
+
+/* Lanes [0, n) set, n in [0, 8]. */
+AVX2_INLINE __m256i tail_mask(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+AVX2_INLINE float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* (sum a, sum b, sum c, sum d). */
+AVX2_INLINE __m128 hsum4(__m256 a, __m256 b, __m256 c, __m256 d) {
+    __m256 ab = _mm256_hadd_ps(a, b), cd = _mm256_hadd_ps(c, d);
+    __m256 abcd = _mm256_hadd_ps(ab, cd);
+    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+/* exp(x), Cephes-style: 2^n * p(r), r = x - n ln2, |rel err| ~ 2e-7. */
+AVX2_INLINE __m256 exp8(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+/* ---------------------------------------------------------------- conversion */
+static AVX2_FN void avx2_to_f32(const void *src, tb_dtype sdt, float *dst, size_t n) {
+    size_t i = 0;
+    switch (sdt) {
+    case TB_F32: memcpy(dst, src, n * sizeof(float)); return;
+    case TB_F16:
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, ld8(src, i, TB_F16));
+        break;
+    case TB_BF16:
+        for (; i + 8 <= n; i += 8) _mm256_storeu_ps(dst + i, ld8(src, i, TB_BF16));
+        break;
+    default: TB_ASSERT(!"unsupported dtype");
+    }
+    for (; i < n; i++) dst[i] = ld1(src, i, sdt);
+}
+
+static AVX2_FN void avx2_from_f32(const float *src, void *dst, tb_dtype ddt, size_t n) {
+    size_t i = 0;
+    uint16_t *h = dst;
+    switch (ddt) {
+    case TB_F32: memcpy(dst, src, n * sizeof(float)); return;
+    case TB_F16:
+        for (; i + 8 <= n; i += 8)
+            _mm_storeu_si128((__m128i *)(h + i),
+                             _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+        for (; i < n; i++) h[i] = tb_f32_to_f16(src[i]);
+        return;
+    case TB_BF16:
+        for (; i < n; i++) h[i] = tb_f32_to_bf16(src[i]);
+        return;
+    default: TB_ASSERT(!"unsupported dtype");
+    }
+}
+
+/* ---------------------------------------------------------------- GEMV (T = 1) */
+AVX2_INLINE float dot_row(const float *x, const void *w, size_t r, int K, tb_dtype dt) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 16 <= K; k += 16) {
+        a0 = _mm256_fmadd_ps(ld8(w, r + k, dt), _mm256_loadu_ps(x + k), a0);
+        a1 = _mm256_fmadd_ps(ld8(w, r + k + 8, dt), _mm256_loadu_ps(x + k + 8), a1);
+    }
+    for (; k + 8 <= K; k += 8) a0 = _mm256_fmadd_ps(ld8(w, r + k, dt), _mm256_loadu_ps(x + k), a0);
+    float s = hsum(_mm256_add_ps(a0, a1));
+    for (; k < K; k++) s += x[k] * ld1(w, r + k, dt);
+    return s;
+}
+
+AVX2_INLINE void gemv_dt(const float *x, const void *w, tb_dtype dt, const float *bias,
+                         float *y, int K, int n0, int n1) {
+    int n = n0;
+    for (; n + 4 <= n1; n += 4) {
+        size_t r0 = (size_t)n * K, r1 = r0 + K, r2 = r1 + K, r3 = r2 + K;
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+        __m256 b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
+        __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps();
+        __m256 d0 = _mm256_setzero_ps(), d1 = _mm256_setzero_ps();
+        int k = 0;
+        for (; k + 16 <= K; k += 16) {
+            __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + 8);
+            a0 = _mm256_fmadd_ps(ld8(w, r0 + k, dt), x0, a0);
+            a1 = _mm256_fmadd_ps(ld8(w, r0 + k + 8, dt), x1, a1);
+            b0 = _mm256_fmadd_ps(ld8(w, r1 + k, dt), x0, b0);
+            b1 = _mm256_fmadd_ps(ld8(w, r1 + k + 8, dt), x1, b1);
+            c0 = _mm256_fmadd_ps(ld8(w, r2 + k, dt), x0, c0);
+            c1 = _mm256_fmadd_ps(ld8(w, r2 + k + 8, dt), x1, c1);
+            d0 = _mm256_fmadd_ps(ld8(w, r3 + k, dt), x0, d0);
+            d1 = _mm256_fmadd_ps(ld8(w, r3 + k + 8, dt), x1, d1);
+        }
+        if (k + 8 <= K) {
+            __m256 x0 = _mm256_loadu_ps(x + k);
+            a0 = _mm256_fmadd_ps(ld8(w, r0 + k, dt), x0, a0);
+            b0 = _mm256_fmadd_ps(ld8(w, r1 + k, dt), x0, b0);
+            c0 = _mm256_fmadd_ps(ld8(w, r2 + k, dt), x0, c0);
+            d0 = _mm256_fmadd_ps(ld8(w, r3 + k, dt), x0, d0);
+            k += 8;
+        }
+        float s[4];
+        _mm_storeu_ps(s, hsum4(_mm256_add_ps(a0, a1), _mm256_add_ps(b0, b1),
+                               _mm256_add_ps(c0, c1), _mm256_add_ps(d0, d1)));
+        for (; k < K; k++) {
+            s[0] += x[k] * ld1(w, r0 + k, dt);
+            s[1] += x[k] * ld1(w, r1 + k, dt);
+            s[2] += x[k] * ld1(w, r2 + k, dt);
+            s[3] += x[k] * ld1(w, r3 + k, dt);
+        }
+        for (int j = 0; j < 4; j++) y[n + j] = s[j] + (bias ? bias[n + j] : 0.0f);
+    }
+    for (; n < n1; n++) y[n] = dot_row(x, w, (size_t)n * K, K, dt) + (bias ? bias[n] : 0.0f);
+}
+
+static AVX2_FN void gemv_f32(const float *x, const void *w, const float *bias, float *y, int K, int n0, int n1) {
+    gemv_dt(x, w, TB_F32, bias, y, K, n0, n1);
+}
+static AVX2_FN void gemv_f16(const float *x, const void *w, const float *bias, float *y, int K, int n0, int n1) {
+    gemv_dt(x, w, TB_F16, bias, y, K, n0, n1);
+}
+static AVX2_FN void gemv_bf16(const float *x, const void *w, const float *bias, float *y, int K, int n0, int n1) {
+    gemv_dt(x, w, TB_BF16, bias, y, K, n0, n1);
+}
+
+/* ---------------------------------------------------------------- GEMM (T > 1) */
+#define MM_MR 4           /* rows of x per microkernel                  */
+#define MM_NR 3           /* rows of w per microkernel                  */
+#define MM_KC 512         /* K per block: 4 rows of x = 8 KiB in L1      */
+#define MM_NC 96          /* rows of w per panel: 96 x 512 x 4 = 192 KiB */
+
+/* y[i, j] (+)= x[i, :kc] . w[j, :kc] for i < mr, j < nr. On the first K
+ * block (first != 0) y is set to the sum plus bias[j] (bias may be NULL). */
+AVX2_INLINE void micro(int mr, int nr, const float *x, size_t ldx, const float *w, size_t ldw,
+                       int kc, float *y, size_t ldy, int first, const float *bias) {
+    __m256 acc[MM_MR][MM_NR];
+#pragma GCC unroll 4
+    for (int i = 0; i < MM_MR; i++)
+#pragma GCC unroll 3
+        for (int j = 0; j < MM_NR; j++) acc[i][j] = _mm256_setzero_ps();
+    int k = 0;
+    for (; k + 8 <= kc; k += 8) {
+        __m256 wv[MM_NR];
+#pragma GCC unroll 3
+        for (int j = 0; j < nr; j++) wv[j] = _mm256_loadu_ps(w + j * ldw + k);
+#pragma GCC unroll 4
+        for (int i = 0; i < mr; i++) {
+            __m256 xv = _mm256_loadu_ps(x + i * ldx + k);
+#pragma GCC unroll 3
+            for (int j = 0; j < nr; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
+        }
+    }
+    if (k < kc) {
+        __m256i m = tail_mask(kc - k);
+        __m256 wv[MM_NR];
+#pragma GCC unroll 3
+        for (int j = 0; j < nr; j++) wv[j] = _mm256_maskload_ps(w + j * ldw + k, m);
+#pragma GCC unroll 4
+        for (int i = 0; i < mr; i++) {
+            __m256 xv = _mm256_maskload_ps(x + i * ldx + k, m);
+#pragma GCC unroll 3
+            for (int j = 0; j < nr; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
+        }
+    }
+#pragma GCC unroll 3
+    for (int j = 0; j < nr; j++) {
+        float s[4];
+        _mm_storeu_ps(s, hsum4(acc[0][j], acc[1][j], acc[2][j], acc[3][j]));
+        float b = first ? (bias ? bias[j] : 0.0f) : 0.0f;
+#pragma GCC unroll 4
+        for (int i = 0; i < mr; i++) {
+            float *o = y + i * ldy + j;
+            *o = (first ? b : *o) + s[i];
+        }
+    }
+}
+
+#define MICRO_CASE(MR, NR)                                                    \
+    case (MR) * 4 + (NR):                                                     \
+        micro(MR, NR, x, ldx, w, ldw, kc, y, ldy, first, bias);               \
+        break;
+
+static AVX2_FN void micro_any(int mr, int nr, const float *x, size_t ldx, const float *w,
+                              size_t ldw, int kc, float *y, size_t ldy, int first,
+                              const float *bias) {
+    switch (mr * 4 + nr) {
+        MICRO_CASE(1, 1) MICRO_CASE(1, 2) MICRO_CASE(1, 3)
+        MICRO_CASE(2, 1) MICRO_CASE(2, 2) MICRO_CASE(2, 3)
+        MICRO_CASE(3, 1) MICRO_CASE(3, 2) MICRO_CASE(3, 3)
+        MICRO_CASE(4, 1) MICRO_CASE(4, 2)
+    default: TB_ASSERT(!"bad microkernel shape");
+    }
+}
+
+static AVX2_FN void micro_4x3(const float *x, size_t ldx, const float *w, size_t ldw, int kc,
+                              float *y, size_t ldy, int first, const float *bias) {
+    micro(4, 3, x, ldx, w, ldw, kc, y, ldy, first, bias);
+}
+
+/* Converted w panels: (MM_NC, MM_KC) f32, one per thread. */
+static _Thread_local float mm_panel[MM_NC * MM_KC] __attribute__((aligned(64)));
+
+static AVX2_FN void avx2_matmul(const float *x, const void *w, tb_dtype wdt, const float *bias,
+                                float *y, int T, int K, int N, int n0, int n1) {
+    if (n1 <= n0 || T <= 0) return;
+    if (T == 1) {
+        switch (wdt) {
+        case TB_F32: gemv_f32(x, w, bias, y, K, n0, n1); return;
+        case TB_F16: gemv_f16(x, w, bias, y, K, n0, n1); return;
+        case TB_BF16: gemv_bf16(x, w, bias, y, K, n0, n1); return;
+        default: TB_ASSERT(!"unsupported weight dtype");
+        }
+    }
+    size_t esz = tb_dtype_size(wdt);
+    /* Equal K blocks of at most MM_KC, multiples of 8 except the last. */
+    int nkb = (K + MM_KC - 1) / MM_KC;
+    int kcb = ((K + nkb - 1) / nkb + 7) & ~7;
+    for (int k0 = 0; k0 < K; k0 += kcb) {
+        int kc = K - k0 < kcb ? K - k0 : kcb;
+        int first = k0 == 0;
+        for (int p0 = n0; p0 < n1; p0 += MM_NC) {
+            int pn = n1 - p0 < MM_NC ? n1 - p0 : MM_NC;
+            const float *wp;
+            size_t ldw;
+            if (wdt == TB_F32) {
+                wp = (const float *)w + (size_t)p0 * K + k0;
+                ldw = (size_t)K;
+            } else {
+                for (int j = 0; j < pn; j++)
+                    avx2_to_f32((const uint8_t *)w + ((size_t)(p0 + j) * K + k0) * esz, wdt,
+                                mm_panel + (size_t)j * MM_KC, (size_t)kc);
+                wp = mm_panel;
+                ldw = MM_KC;
+            }
+            const float *bp = bias ? bias + p0 : NULL;
+            for (int t0 = 0; t0 < T; t0 += MM_MR) {
+                int mr = T - t0 < MM_MR ? T - t0 : MM_MR;
+                const float *xp = x + (size_t)t0 * K + k0;
+                float *yp = y + (size_t)t0 * N + p0;
+                int j = 0;
+                if (mr == MM_MR)
+                    for (; j + MM_NR <= pn; j += MM_NR)
+                        micro_4x3(xp, (size_t)K, wp + j * ldw, ldw, kc, yp + j, (size_t)N, first,
+                                  bp ? bp + j : NULL);
+                for (; j < pn; j += MM_NR) {
+                    int nr = pn - j < MM_NR ? pn - j : MM_NR;
+                    micro_any(mr, nr, xp, (size_t)K, wp + j * ldw, ldw, kc, yp + j, (size_t)N,
+                              first, bp ? bp + j : NULL);
+                }
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- norms */
+AVX2_INLINE void rmsnorm_row(const float *x, const float *w, float *y, int D, float eps) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int d = 0;
+    for (; d + 16 <= D; d += 16) {
+        __m256 a = _mm256_loadu_ps(x + d), b = _mm256_loadu_ps(x + d + 8);
+        s0 = _mm256_fmadd_ps(a, a, s0);
+        s1 = _mm256_fmadd_ps(b, b, s1);
+    }
+    for (; d + 8 <= D; d += 8) {
+        __m256 a = _mm256_loadu_ps(x + d);
+        s0 = _mm256_fmadd_ps(a, a, s0);
+    }
+    float ss = hsum(_mm256_add_ps(s0, s1));
+    for (; d < D; d++) ss += x[d] * x[d];
+    float inv = 1.0f / sqrtf(ss / (float)D + eps);
+    __m256 vi = _mm256_set1_ps(inv);
+    d = 0;
+    for (; d + 8 <= D; d += 8)
+        _mm256_storeu_ps(y + d, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + d), vi),
+                                              _mm256_loadu_ps(w + d)));
+    for (; d < D; d++) y[d] = x[d] * inv * w[d];
+}
+
+static AVX2_FN void avx2_rmsnorm(const float *x, const float *w, float *y, int T, int D, float eps) {
+    for (int t = 0; t < T; t++) rmsnorm_row(x + (size_t)t * D, w, y + (size_t)t * D, D, eps);
+}
+
+static AVX2_FN void avx2_add(const float *a, const float *b, float *y, size_t n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)));
+    for (; i < n; i++) y[i] = a[i] + b[i];
+}
+
+static AVX2_FN void avx2_add_rmsnorm(const float *x, const float *d, const float *w, float *r,
+                                     float *y, int T, int D, float eps) {
+    for (int t = 0; t < T; t++) {
+        size_t o = (size_t)t * D;
+        avx2_add(x + o, d + o, r + o, (size_t)D);
+        rmsnorm_row(r + o, w, y + o, D, eps);
+    }
+}
+
+/* ---------------------------------------------------------------- silu */
+static AVX2_FN void avx2_silu_mul(const float *gu, float *y, int T, int F) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (int t = 0; t < T; t++) {
+        const float *g = gu + (size_t)t * 2 * F, *u = g + F;
+        float *o = y + (size_t)t * F;
+        int i = 0;
+        for (; i + 8 <= F; i += 8) {
+            __m256 gv = _mm256_loadu_ps(g + i);
+            __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), gv));
+            __m256 s = _mm256_div_ps(gv, _mm256_add_ps(one, e));
+            _mm256_storeu_ps(o + i, _mm256_mul_ps(s, _mm256_loadu_ps(u + i)));
+        }
+        for (; i < F; i++) o[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    }
+}
+
+/* ---------------------------------------------------------------- rope */
+#define ROPE_MAX_HALF 512
+
+static AVX2_FN void avx2_rope(float *x, int row_stride, const int32_t *pos, const float *inv_freq,
+                              int T, int n_heads, int hd, int interleaved) {
+    int half = hd / 2;
+    TB_ASSERT(half <= ROPE_MAX_HALF);
+    /* cos/sin per pair; for the interleaved layout each value is stored
+     * twice so that lanes line up with (x[2i], x[2i+1]). */
+    float cs[2 * ROPE_MAX_HALF] __attribute__((aligned(32)));
+    float sn[2 * ROPE_MAX_HALF] __attribute__((aligned(32)));
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < half; i++) {
+            float a = (float)pos[t] * inv_freq[i];
+            float c = cosf(a), s = sinf(a);
+            if (interleaved) {
+                cs[2 * i] = cs[2 * i + 1] = c;
+                sn[2 * i] = sn[2 * i + 1] = s;
+            } else {
+                cs[i] = c;
+                sn[i] = s;
+            }
+        }
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + (size_t)t * row_stride + (size_t)h * hd;
+            int i = 0;
+            if (interleaved) {
+                for (; i + 8 <= hd; i += 8) {
+                    __m256 xv = _mm256_loadu_ps(v + i);
+                    __m256 sw = _mm256_permute_ps(xv, 0xB1); /* (x1, x0, x3, x2, ...) */
+                    /* even lanes x0 c - x1 s, odd lanes x1 c + x0 s */
+                    __m256 r = _mm256_fmaddsub_ps(xv, _mm256_load_ps(cs + i),
+                                                  _mm256_mul_ps(sw, _mm256_load_ps(sn + i)));
+                    _mm256_storeu_ps(v + i, r);
+                }
+                for (; i + 1 < hd; i += 2) {
+                    float x0 = v[i], x1 = v[i + 1], c = cs[i], s = sn[i];
+                    v[i] = x0 * c - x1 * s;
+                    v[i + 1] = x0 * s + x1 * c;
+                }
+            } else {
+                for (; i + 8 <= half; i += 8) {
+                    __m256 x0 = _mm256_loadu_ps(v + i), x1 = _mm256_loadu_ps(v + half + i);
+                    __m256 c = _mm256_load_ps(cs + i), s = _mm256_load_ps(sn + i);
+                    _mm256_storeu_ps(v + i, _mm256_fmsub_ps(x0, c, _mm256_mul_ps(x1, s)));
+                    _mm256_storeu_ps(v + half + i, _mm256_fmadd_ps(x0, s, _mm256_mul_ps(x1, c)));
+                }
+                for (; i < half; i++) {
+                    float x0 = v[i], x1 = v[i + half], c = cs[i], s = sn[i];
+                    v[i] = x0 * c - x1 * s;
+                    v[i + half] = x0 * s + x1 * c;
+                }
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- attention */
+AVX2_INLINE float dot_kv(const float *q, const void *k, tb_dtype dt, int hd) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    int d = 0;
+    for (; d + 16 <= hd; d += 16) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), ld8(k, (size_t)d, dt), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), ld8(k, (size_t)d + 8, dt), a1);
+    }
+    for (; d + 8 <= hd; d += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), ld8(k, (size_t)d, dt), a0);
+    float s = hsum(_mm256_add_ps(a0, a1));
+    for (; d < hd; d++) s += q[d] * ld1(k, (size_t)d, dt);
+    return s;
+}
+
+/* out (hd) += p * v (hd). */
+AVX2_INLINE void axpy_kv(float *out, float p, const void *v, tb_dtype dt, int hd) {
+    __m256 pv = _mm256_set1_ps(p);
+    int d = 0;
+    for (; d + 8 <= hd; d += 8)
+        _mm256_storeu_ps(out + d, _mm256_fmadd_ps(pv, ld8(v, (size_t)d, dt), _mm256_loadu_ps(out + d)));
+    for (; d < hd; d++) out[d] += p * ld1(v, (size_t)d, dt);
+}
+
+AVX2_INLINE void attn_head_dt(const tb_attn_args *a, const float *q, int t, int kvh, float *out,
+                              float *scores, tb_dtype dt) {
+    int hd = a->hd, bs = a->block_size, ctx = a->pos[t] + 1;
+    size_t esz = dt == TB_F16 ? 2 : 4;
+    size_t row = (size_t)a->n_kv * hd; /* elements per cache row */
+    const int32_t *bt = a->block_tables + (size_t)a->seq[t] * a->max_blocks;
+    const uint8_t *kc = a->k_cache, *vc = a->v_cache;
+
+    float mx = -INFINITY;
+    for (int j0 = 0, b = 0; j0 < ctx; j0 += bs, b++) {
+        int n = ctx - j0 < bs ? ctx - j0 : bs;
+        const uint8_t *kb = kc + (((size_t)bt[b] * bs) * row + (size_t)kvh * hd) * esz;
+        for (int r = 0; r < n; r++) {
+            float s = a->scale * dot_kv(q, kb + (size_t)r * row * esz, dt, hd);
+            scores[j0 + r] = s;
+            mx = s > mx ? s : mx;
+        }
+    }
+    __m256 vmx = _mm256_set1_ps(mx), vsum = _mm256_setzero_ps();
+    int j = 0;
+    for (; j + 8 <= ctx; j += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(scores + j), vmx));
+        _mm256_storeu_ps(scores + j, e);
+        vsum = _mm256_add_ps(vsum, e);
+    }
+    float sum = hsum(vsum);
+    for (; j < ctx; j++) {
+        scores[j] = expf(scores[j] - mx);
+        sum += scores[j];
+    }
+    for (int d = 0; d < hd; d++) out[d] = 0.0f;
+    for (int j0 = 0, b = 0; j0 < ctx; j0 += bs, b++) {
+        int n = ctx - j0 < bs ? ctx - j0 : bs;
+        const uint8_t *vb = vc + (((size_t)bt[b] * bs) * row + (size_t)kvh * hd) * esz;
+        for (int r = 0; r < n; r++) axpy_kv(out, scores[j0 + r], vb + (size_t)r * row * esz, dt, hd);
+    }
+    __m256 inv = _mm256_set1_ps(1.0f / sum);
+    int d = 0;
+    for (; d + 8 <= hd; d += 8) _mm256_storeu_ps(out + d, _mm256_mul_ps(_mm256_loadu_ps(out + d), inv));
+    for (; d < hd; d++) out[d] *= 1.0f / sum;
+}
+
+static AVX2_FN void avx2_attn_head(const tb_attn_args *a, const float *q, int t, int kvh,
+                                   float *out, float *scores) {
+    if (a->kv_dtype == TB_F16)
+        attn_head_dt(a, q, t, kvh, out, scores, TB_F16);
+    else
+        attn_head_dt(a, q, t, kvh, out, scores, TB_F32);
+}
+
+/* ---------------------------------------------------------------- table */
+const tb_cpu_kernel_table tb_cpu_kernels_avx2 = {
+    .name = "avx2",
+    .matmul = avx2_matmul,
+    .to_f32 = avx2_to_f32,
+    .from_f32 = avx2_from_f32,
+    .rmsnorm = avx2_rmsnorm,
+    .add_rmsnorm = avx2_add_rmsnorm,
+    .silu_mul = avx2_silu_mul,
+    .add = avx2_add,
+    .rope = avx2_rope,
+    .attn_head = avx2_attn_head,
+};

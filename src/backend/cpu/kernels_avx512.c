@@ -1,0 +1,188 @@
+/*
+ * kernels_avx512.c — the AVX-512F path: the matmul kernels of
+ * kernels_avx2.c with 16-lane registers and mask registers for the f32 K
+ * tails. Same structure: a 4-row GEMV for T == 1, a 4x3 dot-product
+ * microkernel blocked over K with per-thread f32 panels for f16/bf16
+ * weights otherwise. The other ops are bandwidth-bound or tiny and come
+ * from the AVX2 table (entries left NULL here).
+ */
+#include "backend/cpu/kernels.h"
+
+#include <immintrin.h>
+
+#define AVX512_INLINE static inline __attribute__((target("avx512f,avx2,fma,f16c"), always_inline))
+#define AVX512_FN __attribute__((target("avx512f,avx2,fma,f16c")))
+
+/* ---------------------------------------------------------------- helpers */
+
+/* 16 elements of a weight row from element i, as f32. */
+AVX512_INLINE __m512 ld16(const void *base, size_t i, tb_dtype dt) {
+    if (dt == TB_F16)
+        return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)base + i)));
+    if (dt == TB_BF16) {
+        __m512i v = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)base + i)));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+    }
+    return _mm512_loadu_ps((const float *)base + i);
+}
+
+static inline float ld1(const void *base, size_t i, tb_dtype dt) {
+    if (dt == TB_F16) return tb_f16_to_f32(((const uint16_t *)base)[i]);
+    if (dt == TB_BF16) return tb_bf16_to_f32(((const uint16_t *)base)[i]);
+    return ((const float *)base)[i];
+}
+
+static AVX512_FN void avx512_to_f32(const void *src, tb_dtype sdt, float *dst, size_t n) {
+    size_t i = 0;
+    if (sdt == TB_F32) {
+        memcpy(dst, src, n * sizeof(float));
+        return;
+    }
+    TB_ASSERT(sdt == TB_F16 || sdt == TB_BF16);
+    if (sdt == TB_F16)
+        for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, ld16(src, i, TB_F16));
+    else
+        for (; i + 16 <= n; i += 16) _mm512_storeu_ps(dst + i, ld16(src, i, TB_BF16));
+    for (; i < n; i++) dst[i] = ld1(src, i, sdt);
+}
+
+/* ---------------------------------------------------------------- GEMV (T = 1) */
+AVX512_INLINE void gemv_dt(const float *x, const void *w, tb_dtype dt, const float *bias,
+                           float *y, int K, int n0, int n1) {
+    int K16 = K & ~15;
+    int n = n0;
+    for (; n + 4 <= n1; n += 4) {
+        size_t r0 = (size_t)n * K, r1 = r0 + K, r2 = r1 + K, r3 = r2 + K;
+        __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
+        __m512 c = _mm512_setzero_ps(), d = _mm512_setzero_ps();
+        for (int k = 0; k < K16; k += 16) {
+            __m512 xv = _mm512_loadu_ps(x + k);
+            a = _mm512_fmadd_ps(ld16(w, r0 + k, dt), xv, a);
+            b = _mm512_fmadd_ps(ld16(w, r1 + k, dt), xv, b);
+            c = _mm512_fmadd_ps(ld16(w, r2 + k, dt), xv, c);
+            d = _mm512_fmadd_ps(ld16(w, r3 + k, dt), xv, d);
+        }
+        float s[4] = {_mm512_reduce_add_ps(a), _mm512_reduce_add_ps(b), _mm512_reduce_add_ps(c),
+                      _mm512_reduce_add_ps(d)};
+        for (int k = K16; k < K; k++) {
+            s[0] += x[k] * ld1(w, r0 + k, dt);
+            s[1] += x[k] * ld1(w, r1 + k, dt);
+            s[2] += x[k] * ld1(w, r2 + k, dt);
+            s[3] += x[k] * ld1(w, r3 + k, dt);
+        }
+        for (int j = 0; j < 4; j++) y[n + j] = s[j] + (bias ? bias[n + j] : 0.0f);
+    }
+    for (; n < n1; n++) {
+        size_t r = (size_t)n * K;
+        __m512 a = _mm512_setzero_ps();
+        for (int k = 0; k < K16; k += 16) a = _mm512_fmadd_ps(ld16(w, r + k, dt), _mm512_loadu_ps(x + k), a);
+        float s = _mm512_reduce_add_ps(a);
+        for (int k = K16; k < K; k++) s += x[k] * ld1(w, r + k, dt);
+        y[n] = s + (bias ? bias[n] : 0.0f);
+    }
+}
+
+/* ---------------------------------------------------------------- GEMM (T > 1) */
+#define MM_MR 4
+#define MM_NR 3
+#define MM_KC 512
+#define MM_NC 96
+
+AVX512_INLINE void micro(int mr, int nr, const float *x, size_t ldx, const float *w, size_t ldw,
+                         int kc, float *y, size_t ldy, int first, const float *bias) {
+    __m512 acc[MM_MR][MM_NR];
+#pragma GCC unroll 4
+    for (int i = 0; i < MM_MR; i++)
+#pragma GCC unroll 3
+        for (int j = 0; j < MM_NR; j++) acc[i][j] = _mm512_setzero_ps();
+    for (int k = 0; k < kc; k += 16) {
+        __mmask16 m = kc - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (kc - k)) - 1);
+        __m512 wv[MM_NR];
+#pragma GCC unroll 3
+        for (int j = 0; j < nr; j++) wv[j] = _mm512_maskz_loadu_ps(m, w + j * ldw + k);
+#pragma GCC unroll 4
+        for (int i = 0; i < mr; i++) {
+            __m512 xv = _mm512_maskz_loadu_ps(m, x + i * ldx + k);
+#pragma GCC unroll 3
+            for (int j = 0; j < nr; j++) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
+        }
+    }
+#pragma GCC unroll 3
+    for (int j = 0; j < nr; j++) {
+        float b = first ? (bias ? bias[j] : 0.0f) : 0.0f;
+#pragma GCC unroll 4
+        for (int i = 0; i < mr; i++) {
+            float *o = y + i * ldy + j;
+            *o = (first ? b : *o) + _mm512_reduce_add_ps(acc[i][j]);
+        }
+    }
+}
+
+#define MICRO_CASE(MR, NR)                                                    \
+    case (MR) * 4 + (NR):                                                     \
+        micro(MR, NR, x, ldx, w, ldw, kc, y, ldy, first, bias);               \
+        break;
+
+static AVX512_FN void micro_any(int mr, int nr, const float *x, size_t ldx, const float *w,
+                                size_t ldw, int kc, float *y, size_t ldy, int first,
+                                const float *bias) {
+    switch (mr * 4 + nr) {
+        MICRO_CASE(1, 1) MICRO_CASE(1, 2) MICRO_CASE(1, 3)
+        MICRO_CASE(2, 1) MICRO_CASE(2, 2) MICRO_CASE(2, 3)
+        MICRO_CASE(3, 1) MICRO_CASE(3, 2) MICRO_CASE(3, 3)
+        MICRO_CASE(4, 1) MICRO_CASE(4, 2) MICRO_CASE(4, 3)
+    default: TB_ASSERT(!"bad microkernel shape");
+    }
+}
+
+static _Thread_local float mm_panel[MM_NC * MM_KC] __attribute__((aligned(64)));
+
+static AVX512_FN void avx512_matmul(const float *x, const void *w, tb_dtype wdt, const float *bias,
+                                    float *y, int T, int K, int N, int n0, int n1) {
+    if (n1 <= n0 || T <= 0) return;
+    if (T == 1) {
+        switch (wdt) {
+        case TB_F32: gemv_dt(x, w, TB_F32, bias, y, K, n0, n1); return;
+        case TB_F16: gemv_dt(x, w, TB_F16, bias, y, K, n0, n1); return;
+        case TB_BF16: gemv_dt(x, w, TB_BF16, bias, y, K, n0, n1); return;
+        default: TB_ASSERT(!"unsupported weight dtype");
+        }
+    }
+    size_t esz = tb_dtype_size(wdt);
+    int nkb = (K + MM_KC - 1) / MM_KC;
+    int kcb = ((K + nkb - 1) / nkb + 15) & ~15;
+    for (int k0 = 0; k0 < K; k0 += kcb) {
+        int kc = K - k0 < kcb ? K - k0 : kcb;
+        int first = k0 == 0;
+        for (int p0 = n0; p0 < n1; p0 += MM_NC) {
+            int pn = n1 - p0 < MM_NC ? n1 - p0 : MM_NC;
+            const float *wp;
+            size_t ldw;
+            if (wdt == TB_F32) {
+                wp = (const float *)w + (size_t)p0 * K + k0;
+                ldw = (size_t)K;
+            } else {
+                for (int j = 0; j < pn; j++)
+                    avx512_to_f32((const uint8_t *)w + ((size_t)(p0 + j) * K + k0) * esz, wdt,
+                                  mm_panel + (size_t)j * MM_KC, (size_t)kc);
+                wp = mm_panel;
+                ldw = MM_KC;
+            }
+            const float *bp = bias ? bias + p0 : NULL;
+            for (int t0 = 0; t0 < T; t0 += MM_MR) {
+                int mr = T - t0 < MM_MR ? T - t0 : MM_MR;
+                for (int j = 0; j < pn; j += MM_NR) {
+                    int nr = pn - j < MM_NR ? pn - j : MM_NR;
+                    micro_any(mr, nr, x + (size_t)t0 * K + k0, (size_t)K, wp + j * ldw, ldw, kc,
+                              y + (size_t)t0 * N + p0 + j, (size_t)N, first, bp ? bp + j : NULL);
+                }
+            }
+        }
+    }
+}
+
+const tb_cpu_kernel_table tb_cpu_kernels_avx512 = {
+    .name = "avx512",
+    .matmul = avx512_matmul,
+    .to_f32 = avx512_to_f32,
+};

@@ -1,0 +1,159 @@
+/*
+ * kernels_ref.c — scalar references for every CPU kernel.
+ *
+ * Written for clarity, not speed: one output element at a time, f32
+ * arithmetic in the obvious order. The tests compare every fast path
+ * against these.
+ */
+#include "backend/cpu/kernels.h"
+
+#include <math.h>
+
+/* Element i of a weight tensor of dtype dt, as f32. */
+static float ref_load(const void *w, tb_dtype dt, size_t i) {
+    switch (dt) {
+    case TB_F32: return ((const float *)w)[i];
+    case TB_F16: return tb_f16_to_f32(((const uint16_t *)w)[i]);
+    case TB_BF16: return tb_bf16_to_f32(((const uint16_t *)w)[i]);
+    default: TB_ASSERT(!"unsupported weight dtype"); return 0.0f;
+    }
+}
+
+static void ref_store(void *dst, tb_dtype dt, size_t i, float v) {
+    switch (dt) {
+    case TB_F32: ((float *)dst)[i] = v; break;
+    case TB_F16: ((uint16_t *)dst)[i] = tb_f32_to_f16(v); break;
+    case TB_BF16: ((uint16_t *)dst)[i] = tb_f32_to_bf16(v); break;
+    default: TB_ASSERT(!"unsupported dtype");
+    }
+}
+
+/* ---------------------------------------------------------------- embedding */
+void tb_ref_embedding(const int32_t *ids, const void *table, tb_dtype wdt,
+                      float *y, int T, int D) {
+    for (int t = 0; t < T; t++)
+        for (int d = 0; d < D; d++)
+            y[(size_t)t * D + d] = ref_load(table, wdt, (size_t)ids[t] * D + d);
+}
+
+/* ---------------------------------------------------------------- rmsnorm */
+void tb_ref_rmsnorm(const float *x, const float *w, float *y, int T, int D,
+                    float eps) {
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + (size_t)t * D;
+        float ss = 0.0f;
+        for (int d = 0; d < D; d++) ss += xr[d] * xr[d];
+        float inv = 1.0f / sqrtf(ss / (float)D + eps);
+        for (int d = 0; d < D; d++) y[(size_t)t * D + d] = xr[d] * inv * w[d];
+    }
+}
+
+void tb_ref_add_rmsnorm(const float *x, const float *d, const float *w,
+                        float *r, float *y, int T, int D, float eps) {
+    for (size_t i = 0; i < (size_t)T * D; i++) r[i] = x[i] + d[i];
+    tb_ref_rmsnorm(r, w, y, T, D, eps);
+}
+
+/* ---------------------------------------------------------------- matmul */
+void tb_ref_matmul(const float *x, const void *w, tb_dtype wdt,
+                   const float *bias, float *y, int T, int K, int N) {
+    for (int t = 0; t < T; t++)
+        for (int n = 0; n < N; n++) {
+            float s = 0.0f;
+            for (int k = 0; k < K; k++)
+                s += x[(size_t)t * K + k] * ref_load(w, wdt, (size_t)n * K + k);
+            y[(size_t)t * N + n] = s + (bias ? bias[n] : 0.0f);
+        }
+}
+
+/* ---------------------------------------------------------------- elementwise */
+void tb_ref_silu_mul(const float *gu, float *y, int T, int F) {
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < F; i++) {
+            float g = gu[(size_t)t * 2 * F + i], u = gu[(size_t)t * 2 * F + F + i];
+            y[(size_t)t * F + i] = g / (1.0f + expf(-g)) * u;
+        }
+}
+
+void tb_ref_add(const float *a, const float *b, float *y, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
+}
+
+/* ---------------------------------------------------------------- rope */
+void tb_ref_rope(float *x, int row_stride, const int32_t *pos,
+                 const float *inv_freq, int T, int n_heads, int hd,
+                 int interleaved) {
+    int half = hd / 2;
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + (size_t)t * row_stride + (size_t)h * hd;
+            for (int i = 0; i < half; i++) {
+                float a = (float)pos[t] * inv_freq[i];
+                float c = cosf(a), s = sinf(a);
+                int i0 = interleaved ? 2 * i : i;
+                int i1 = interleaved ? 2 * i + 1 : i + half;
+                float x0 = v[i0], x1 = v[i1];
+                v[i0] = x0 * c - x1 * s;
+                v[i1] = x0 * s + x1 * c;
+            }
+        }
+}
+
+/* ---------------------------------------------------------------- attention */
+size_t tb_attention_scratch_floats(int n_threads, int max_ctx) {
+    size_t per = ((size_t)max_ctx + 15) & ~(size_t)15;
+    return (size_t)(n_threads > 0 ? n_threads : 1) * per;
+}
+
+/* Offset (in elements) of position p of sequence s, kv head kvh. */
+static size_t ref_kv_offset(const tb_attn_args *a, int s, int p, int kvh) {
+    int blk = a->block_tables[(size_t)s * a->max_blocks + p / a->block_size];
+    size_t row = (size_t)blk * a->block_size + (size_t)(p % a->block_size);
+    return (row * a->n_kv + (size_t)kvh) * a->hd;
+}
+
+void tb_ref_attention(const tb_attn_args *a, const float *qkv, float *out,
+                      float *scratch) {
+    int hd = a->hd, stride = (a->n_heads + 2 * a->n_kv) * hd;
+    int group = a->n_heads / a->n_kv;
+
+    for (int t = 0; t < a->T; t++) {
+        const float *row = qkv + (size_t)t * stride;
+        for (int kvh = 0; kvh < a->n_kv; kvh++)
+            for (int d = 0; d < hd; d++) {
+                size_t o = ref_kv_offset(a, a->seq[t], a->pos[t], kvh) + d;
+                ref_store(a->k_cache, a->kv_dtype, o, row[(a->n_heads + kvh) * hd + d]);
+                ref_store(a->v_cache, a->kv_dtype, o,
+                          row[(a->n_heads + a->n_kv + kvh) * hd + d]);
+            }
+    }
+
+    for (int t = 0; t < a->T; t++) {
+        int s = a->seq[t], ctx = a->pos[t] + 1;
+        for (int h = 0; h < a->n_heads; h++) {
+            const float *q = qkv + (size_t)t * stride + (size_t)h * hd;
+            int kvh = h / group;
+            float mx = -INFINITY;
+            for (int j = 0; j < ctx; j++) {
+                size_t o = ref_kv_offset(a, s, j, kvh);
+                float dot = 0.0f;
+                for (int d = 0; d < hd; d++) dot += q[d] * ref_load(a->k_cache, a->kv_dtype, o + d);
+                scratch[j] = a->scale * dot;
+                if (scratch[j] > mx) mx = scratch[j];
+            }
+            float sum = 0.0f;
+            for (int j = 0; j < ctx; j++) {
+                scratch[j] = expf(scratch[j] - mx);
+                sum += scratch[j];
+            }
+            float *o_h = out + (size_t)t * a->n_heads * hd + (size_t)h * hd;
+            for (int d = 0; d < hd; d++) {
+                float acc = 0.0f;
+                for (int j = 0; j < ctx; j++)
+                    acc += scratch[j] * ref_load(a->v_cache, a->kv_dtype,
+                                                 ref_kv_offset(a, s, j, kvh) + d);
+                o_h[d] = acc / sum;
+            }
+        }
+    }
+}

@@ -1,0 +1,69 @@
+/* status.c — status names and the per-thread error message. */
+#include "core.h"
+
+static _Thread_local char tb_err_msg[1024];
+
+const char *tb_status_str(tb_status s) {
+    switch (s) {
+    case TB_OK: return "ok";
+    case TB_ERR_INVALID_ARG: return "invalid argument";
+    case TB_ERR_IO: return "i/o error";
+    case TB_ERR_FORMAT: return "malformed file";
+    case TB_ERR_UNSUPPORTED: return "unsupported";
+    case TB_ERR_NOT_FOUND: return "not found";
+    case TB_ERR_VERSION: return "unsupported format version";
+    case TB_ERR_HARDWARE: return "hardware mismatch";
+    case TB_ERR_CHECKSUM: return "checksum mismatch";
+    case TB_ERR_OOM: return "out of memory";
+    case TB_ERR_RANGE: return "out of range";
+    case TB_ERR_INTERNAL: return "internal error";
+    }
+    return "unknown status";
+}
+
+const char *tb_last_error(void) { return tb_err_msg; }
+void tb_error_clear(void) { tb_err_msg[0] = 0; }
+
+tb_status tb_errorf(tb_status code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(tb_err_msg, sizeof tb_err_msg, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+tb_status tb_error_prefix(tb_status code, const char *fmt, ...) {
+    char prefix[512], old[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, tb_err_msg, sizeof old);
+    snprintf(tb_err_msg, sizeof tb_err_msg, "%s: %s", prefix, old);
+    return code;
+}
+
+static const char *dtype_names[TB_DTYPE_COUNT] = {"f32", "f16", "bf16", "i32",
+                                                  "i8",  "i4",  "fp8_e4m3"};
+
+const char *tb_dtype_name(tb_dtype t) {
+    return (unsigned)t < TB_DTYPE_COUNT ? dtype_names[t] : "?";
+}
+
+tb_status tb_dtype_parse(const char *s, tb_dtype *out) {
+    for (int i = 0; i < TB_DTYPE_COUNT; i++)
+        if (strcmp(s, dtype_names[i]) == 0) { *out = (tb_dtype)i; return TB_OK; }
+    if (!strcmp(s, "fp32") || !strcmp(s, "float32")) { *out = TB_F32; return TB_OK; }
+    if (!strcmp(s, "fp16") || !strcmp(s, "float16")) { *out = TB_F16; return TB_OK; }
+    if (!strcmp(s, "bfloat16")) { *out = TB_BF16; return TB_OK; }
+    return tb_errorf(TB_ERR_UNSUPPORTED, "unknown dtype '%s'", s);
+}
+
+size_t tb_dtype_size(tb_dtype t) {
+    switch (t) {
+    case TB_F32: case TB_I32: return 4;
+    case TB_F16: case TB_BF16: return 2;
+    case TB_I8: case TB_FP8_E4M3: return 1;
+    default: return 0;
+    }
+}

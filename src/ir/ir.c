@@ -1,0 +1,399 @@
+/* ir.c — graph construction, shape rules and (de)serialization. */
+#include "ir/ir.h"
+
+static const char *op_names[TB_OP_COUNT] = {
+    "embedding", "rmsnorm", "add_rmsnorm", "matmul", "rope",
+    "attention", "silu_mul", "add", "gather_rows"};
+
+const char *tb_op_name(tb_op_kind k) {
+    return (unsigned)k < TB_OP_COUNT ? op_names[k] : "?";
+}
+
+tb_graph *tb_graph_new(void) { return calloc(1, sizeof(tb_graph)); }
+
+void tb_graph_free(tb_graph *g) {
+    if (!g) return;
+    for (int i = 0; i < g->n_values; i++)
+        if (g->values[i].owned) free((void *)g->values[i].data);
+    free(g->values);
+    free(g->nodes);
+    free(g);
+}
+
+int tb_graph_add_sym(tb_graph *g, const char *name, int64_t min, int64_t opt, int64_t max) {
+    int i = tb_graph_find_sym(g, name);
+    if (i < 0) {
+        if (g->n_syms >= TB_MAX_SYMS) return -1;
+        i = g->n_syms++;
+        snprintf(g->syms[i].name, sizeof g->syms[i].name, "%s", name);
+    }
+    g->syms[i].min = min;
+    g->syms[i].opt = opt;
+    g->syms[i].max = max;
+    return i;
+}
+
+int tb_graph_find_sym(const tb_graph *g, const char *name) {
+    for (int i = 0; i < g->n_syms; i++)
+        if (!strcmp(g->syms[i].name, name)) return i;
+    return -1;
+}
+
+int tb_graph_add_value(tb_graph *g, const char *name, tb_value_kind kind, tb_dtype dt,
+                       int rank, const int64_t *dims) {
+    if (rank < 0 || rank > TB_MAX_RANK) return -1;
+    if (g->n_values == g->cap_values) {
+        int cap = g->cap_values ? g->cap_values * 2 : 64;
+        tb_value *v = realloc(g->values, (size_t)cap * sizeof *v);
+        if (!v) return -1;
+        g->values = v;
+        g->cap_values = cap;
+    }
+    tb_value *v = &g->values[g->n_values];
+    memset(v, 0, sizeof *v);
+    snprintf(v->name, sizeof v->name, "%s", name);
+    v->kind = kind;
+    v->dtype = dt;
+    v->rank = rank;
+    for (int i = 0; i < rank; i++) v->dims[i] = dims[i];
+    return g->n_values++;
+}
+
+int tb_graph_add_weight(tb_graph *g, const char *name, tb_dtype dt, int rank,
+                        const int64_t *dims, const void *data, int owned) {
+    int id = tb_graph_add_value(g, name, TB_VAL_WEIGHT, dt, rank, dims);
+    if (id < 0) return -1;
+    tb_value *v = &g->values[id];
+    v->data = data;
+    v->owned = owned;
+    uint64_t n = 1;
+    for (int i = 0; i < rank; i++) n *= (uint64_t)dims[i];
+    v->nbytes = n * tb_dtype_size(dt);
+    return id;
+}
+
+int tb_graph_find_value(const tb_graph *g, const char *name) {
+    for (int i = 0; i < g->n_values; i++)
+        if (!strcmp(g->values[i].name, name)) return i;
+    return -1;
+}
+
+/* ---------------------------------------------------------------- shapes */
+
+static int is_float_weight(tb_dtype t) { return t == TB_F32 || t == TB_F16 || t == TB_BF16; }
+
+/* Computes the outputs' dtype/rank/dims of node n. Returns TB_OK or an error
+ * naming the op and the mismatch. out_dims[k] receives rank and dims. */
+static tb_status infer(const tb_graph *g, const tb_node *n, int *out_rank,
+                       int64_t out_dims[][TB_MAX_RANK], tb_dtype *out_dt, int *n_out) {
+    const tb_value *in[TB_MAX_INPUTS] = {0};
+    for (int i = 0; i < n->n_in; i++) {
+        if (n->in[i] < 0 || n->in[i] >= g->n_values)
+            return tb_errorf(TB_ERR_FORMAT, "%s: input %d refers to no value", tb_op_name(n->op), i);
+        in[i] = &g->values[n->in[i]];
+    }
+#define NEED(cond, ...) do { if (!(cond)) return tb_errorf(TB_ERR_FORMAT, __VA_ARGS__); } while (0)
+    const char *op = tb_op_name(n->op);
+    *n_out = 1;
+    out_dt[0] = TB_F32;
+    switch (n->op) {
+    case TB_OP_EMBEDDING:
+        NEED(n->n_in == 2 && in[0]->dtype == TB_I32 && in[0]->rank == 1, "%s: ids must be i32 (tokens)", op);
+        NEED(in[1]->rank == 2 && is_float_weight(in[1]->dtype), "%s: table must be (V, D) float", op);
+        out_rank[0] = 2; out_dims[0][0] = in[0]->dims[0]; out_dims[0][1] = in[1]->dims[1];
+        return TB_OK;
+    case TB_OP_RMSNORM:
+        NEED(n->n_in == 2 && in[0]->rank == 2 && in[1]->rank == 1 && in[1]->dims[0] == in[0]->dims[1] &&
+             in[1]->dtype == TB_F32, "%s: want x (n, D), w (D) f32", op);
+        out_rank[0] = 2; memcpy(out_dims[0], in[0]->dims, sizeof out_dims[0]);
+        return TB_OK;
+    case TB_OP_ADD_RMSNORM:
+        NEED(n->n_in == 3 && in[0]->rank == 2 && in[1]->rank == 2 && in[0]->dims[0] == in[1]->dims[0] &&
+             in[0]->dims[1] == in[1]->dims[1] && in[2]->rank == 1 && in[2]->dims[0] == in[0]->dims[1],
+             "%s: want x, d (n, D), w (D)", op);
+        *n_out = 2;
+        out_dt[1] = TB_F32;
+        out_rank[0] = out_rank[1] = 2;
+        memcpy(out_dims[0], in[0]->dims, sizeof out_dims[0]);
+        memcpy(out_dims[1], in[0]->dims, sizeof out_dims[1]);
+        return TB_OK;
+    case TB_OP_MATMUL:
+        NEED(n->n_in == 2 || n->n_in == 3, "%s: 2 or 3 inputs", op);
+        NEED(in[0]->rank == 2 && in[1]->rank == 2 && in[0]->dims[1] == in[1]->dims[1] && is_float_weight(in[1]->dtype),
+             "%s: want x (n, K), w (N, K) with equal K (%s vs %s)", op, in[0]->name, in[1]->name);
+        NEED(n->n_in == 2 || (in[2]->rank == 1 && in[2]->dims[0] == in[1]->dims[0] && in[2]->dtype == TB_F32),
+             "%s: bias must be (N) f32", op);
+        out_rank[0] = 2; out_dims[0][0] = in[0]->dims[0]; out_dims[0][1] = in[1]->dims[0];
+        return TB_OK;
+    case TB_OP_ROPE:
+        NEED(n->n_in == 3 && in[0]->rank == 2 && in[1]->dtype == TB_I32 && in[2]->rank == 1 &&
+             in[2]->dims[0] * 2 == n->i[1] && (int64_t)n->i[0] * n->i[1] <= in[0]->dims[1],
+             "%s: want x (n, C), pos (n), inv_freq (hd/2) with heads*hd <= C", op);
+        out_rank[0] = 2; memcpy(out_dims[0], in[0]->dims, sizeof out_dims[0]);
+        return TB_OK;
+    case TB_OP_ATTENTION: {
+        int H = n->i[1], KV = n->i[2], hd = n->i[3] & 0xffff;
+        NEED(n->n_in == 2 && H > 0 && KV > 0 && hd > 0 && H % KV == 0, "%s: bad head counts %d/%d", op, H, KV);
+        NEED(in[0]->rank == 2 && in[0]->dims[1] == (int64_t)(H + 2 * KV) * hd,
+             "%s: qkv must be (tokens, %d)", op, (H + 2 * KV) * hd);
+        NEED(in[1]->rank == 1 && in[1]->dims[0] * 2 == hd, "%s: inv_freq must be (%d)", op, hd / 2);
+        out_rank[0] = 2; out_dims[0][0] = in[0]->dims[0]; out_dims[0][1] = (int64_t)H * hd;
+        return TB_OK;
+    }
+    case TB_OP_SILU_MUL:
+        NEED(n->n_in == 1 && in[0]->rank == 2 && in[0]->dims[1] % 2 == 0, "%s: want gu (n, 2F)", op);
+        out_rank[0] = 2; out_dims[0][0] = in[0]->dims[0]; out_dims[0][1] = in[0]->dims[1] / 2;
+        return TB_OK;
+    case TB_OP_ADD:
+        NEED(n->n_in == 2 && in[0]->rank == in[1]->rank, "%s: want equal shapes", op);
+        for (int d = 0; d < in[0]->rank; d++) NEED(in[0]->dims[d] == in[1]->dims[d], "%s: want equal shapes", op);
+        out_rank[0] = in[0]->rank; memcpy(out_dims[0], in[0]->dims, sizeof out_dims[0]);
+        return TB_OK;
+    case TB_OP_GATHER_ROWS: {
+        NEED(n->n_in == 1 && in[0]->rank == 2, "%s: want x (tokens, D)", op);
+        int rows = tb_graph_find_sym(g, "rows");
+        NEED(rows >= 0, "%s: the graph has no 'rows' symbol", op);
+        out_rank[0] = 2; out_dims[0][0] = TB_SYM(rows); out_dims[0][1] = in[0]->dims[1];
+        return TB_OK;
+    }
+    default:
+        return tb_errorf(TB_ERR_UNSUPPORTED, "unknown op kind %d", (int)n->op);
+    }
+#undef NEED
+}
+
+int tb_graph_add_node(tb_graph *g, tb_op_kind op, const int *in, int n_in, const char *out_name,
+                      const int32_t *iattr, const float *fattr) {
+    if (n_in > TB_MAX_INPUTS) return -1;
+    tb_node nd;
+    memset(&nd, 0, sizeof nd);
+    nd.op = op;
+    nd.n_in = n_in;
+    for (int i = 0; i < n_in; i++) nd.in[i] = in[i];
+    if (iattr) memcpy(nd.i, iattr, sizeof nd.i);
+    if (fattr) memcpy(nd.f, fattr, sizeof nd.f);
+    int rank[TB_MAX_OUTPUTS], n_out;
+    int64_t dims[TB_MAX_OUTPUTS][TB_MAX_RANK];
+    tb_dtype dt[TB_MAX_OUTPUTS];
+    memset(dims, 0, sizeof dims);
+    if (infer(g, &nd, rank, dims, dt, &n_out) != TB_OK) return -1;
+    nd.n_out = n_out;
+    for (int k = 0; k < n_out; k++) {
+        char name[TB_NAME_LEN];
+        snprintf(name, sizeof name, k ? "%s.%d" : "%s", out_name, k);
+        int v = tb_graph_add_value(g, name, TB_VAL_ACT, dt[k], rank[k], dims[k]);
+        if (v < 0) return -1;
+        nd.out[k] = v;
+    }
+    if (g->n_nodes == g->cap_nodes) {
+        int cap = g->cap_nodes ? g->cap_nodes * 2 : 64;
+        tb_node *p = realloc(g->nodes, (size_t)cap * sizeof *p);
+        if (!p) return -1;
+        g->nodes = p;
+        g->cap_nodes = cap;
+    }
+    g->nodes[g->n_nodes] = nd;
+    return g->n_nodes++;
+}
+
+tb_status tb_graph_check(tb_graph *g) {
+    for (int k = 0; k < g->n_nodes; k++) {
+        tb_node *n = &g->nodes[k];
+        int rank[TB_MAX_OUTPUTS], n_out;
+        int64_t dims[TB_MAX_OUTPUTS][TB_MAX_RANK];
+        tb_dtype dt[TB_MAX_OUTPUTS];
+        memset(dims, 0, sizeof dims);
+        if ((unsigned)n->op >= TB_OP_COUNT) return tb_errorf(TB_ERR_FORMAT, "node %d: unknown op %d", k, (int)n->op);
+        if (infer(g, n, rank, dims, dt, &n_out) != TB_OK)
+            return tb_error_prefix(TB_ERR_FORMAT, "node %d", k);
+        if (n_out != n->n_out) return tb_errorf(TB_ERR_FORMAT, "node %d (%s): wrong output count", k, tb_op_name(n->op));
+        for (int o = 0; o < n_out; o++) {
+            if (n->out[o] < 0 || n->out[o] >= g->n_values)
+                return tb_errorf(TB_ERR_FORMAT, "node %d: output refers to no value", k);
+            tb_value *v = &g->values[n->out[o]];
+            if (v->rank != rank[o] || v->dtype != dt[o] || memcmp(v->dims, dims[o], sizeof(int64_t) * (size_t)rank[o]))
+                return tb_errorf(TB_ERR_FORMAT, "node %d (%s): output %s has the wrong shape", k,
+                                 tb_op_name(n->op), v->name);
+        }
+    }
+    if (g->output < 0 || g->output >= g->n_values) return tb_errorf(TB_ERR_FORMAT, "graph has no output");
+    return TB_OK;
+}
+
+int64_t tb_value_numel(const tb_graph *g, const tb_value *v, const int64_t *symval) {
+    int64_t n = 1;
+    for (int i = 0; i < v->rank; i++) {
+        int64_t d = v->dims[i];
+        if (TB_IS_SYM(d)) d = symval ? symval[TB_SYM_INDEX(d)] : g->syms[TB_SYM_INDEX(d)].max;
+        n *= d;
+    }
+    return n;
+}
+
+void tb_value_shape_str(const tb_graph *g, const tb_value *v, char *buf, size_t cap) {
+    size_t n = (size_t)snprintf(buf, cap, "(");
+    for (int i = 0; i < v->rank && n < cap; i++) {
+        int64_t d = v->dims[i];
+        if (TB_IS_SYM(d))
+            n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? ", " : "", g->syms[TB_SYM_INDEX(d)].name);
+        else
+            n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? ", " : "", (long long)d);
+    }
+    if (n < cap) snprintf(buf + n, cap - n, ")");
+}
+
+/* ---------------------------------------------------------------- serialize
+ * Layout (little-endian): u32 n_syms, syms; u32 n_values, values; u32 n_nodes,
+ * nodes; i32 output. Fixed-size records keep the reader simple and bounded. */
+
+typedef struct {
+    uint8_t *p;
+    size_t n, cap;
+    int oom;
+} wbuf;
+
+static void put(wbuf *w, const void *src, size_t n) {
+    if (w->oom) return;
+    if (w->n + n > w->cap) {
+        size_t cap = w->cap ? w->cap * 2 : 4096;
+        while (cap < w->n + n) cap *= 2;
+        uint8_t *p = realloc(w->p, cap);
+        if (!p) { w->oom = 1; return; }
+        w->p = p;
+        w->cap = cap;
+    }
+    memcpy(w->p + w->n, src, n);
+    w->n += n;
+}
+
+typedef struct {
+    char name[TB_NAME_LEN];
+    int32_t kind, dtype, rank, pad;
+    int64_t dims[TB_MAX_RANK];
+    uint64_t nbytes, offset;
+} value_rec;
+
+typedef struct {
+    int32_t op, n_in, n_out, tactic;
+    int32_t in[TB_MAX_INPUTS];
+    int32_t out[TB_MAX_OUTPUTS];
+    int32_t i[4];
+    float f[4];
+} node_rec;
+
+tb_status tb_graph_serialize(const tb_graph *g, uint8_t **buf, size_t *n) {
+    wbuf w = {0};
+    uint32_t c = (uint32_t)g->n_syms;
+    put(&w, &c, 4);
+    put(&w, g->syms, sizeof(tb_symbol) * (size_t)g->n_syms);
+    c = (uint32_t)g->n_values;
+    put(&w, &c, 4);
+    for (int i = 0; i < g->n_values; i++) {
+        const tb_value *v = &g->values[i];
+        value_rec r;
+        memset(&r, 0, sizeof r);
+        memcpy(r.name, v->name, sizeof r.name);
+        r.kind = v->kind; r.dtype = v->dtype; r.rank = v->rank;
+        memcpy(r.dims, v->dims, sizeof r.dims);
+        r.nbytes = v->nbytes; r.offset = v->offset;
+        put(&w, &r, sizeof r);
+    }
+    c = (uint32_t)g->n_nodes;
+    put(&w, &c, 4);
+    for (int i = 0; i < g->n_nodes; i++) {
+        const tb_node *nd = &g->nodes[i];
+        node_rec r;
+        memset(&r, 0, sizeof r);
+        r.op = nd->op; r.n_in = nd->n_in; r.n_out = nd->n_out; r.tactic = nd->tactic;
+        for (int k = 0; k < TB_MAX_INPUTS; k++) r.in[k] = nd->in[k];
+        for (int k = 0; k < TB_MAX_OUTPUTS; k++) r.out[k] = nd->out[k];
+        memcpy(r.i, nd->i, sizeof r.i);
+        memcpy(r.f, nd->f, sizeof r.f);
+        put(&w, &r, sizeof r);
+    }
+    int32_t o = g->output;
+    put(&w, &o, 4);
+    if (w.oom) { free(w.p); return tb_errorf(TB_ERR_OOM, "out of memory serializing the graph"); }
+    *buf = w.p;
+    *n = w.n;
+    return TB_OK;
+}
+
+tb_status tb_graph_deserialize(const uint8_t *buf, size_t n, tb_graph **out) {
+    *out = NULL;
+    size_t off = 0;
+    uint32_t c;
+#define TAKE(dst, sz) do { if ((sz) > n - off) goto truncated; memcpy((dst), buf + off, (sz)); off += (sz); } while (0)
+    tb_graph *g = tb_graph_new();
+    if (!g) return tb_errorf(TB_ERR_OOM, "out of memory");
+    TAKE(&c, 4);
+    if (c > TB_MAX_SYMS) goto bad;
+    g->n_syms = (int)c;
+    TAKE(g->syms, sizeof(tb_symbol) * c);
+    for (uint32_t i = 0; i < c; i++) g->syms[i].name[sizeof g->syms[i].name - 1] = 0;
+    TAKE(&c, 4);
+    if (c > (n - off) / sizeof(value_rec)) goto truncated;
+    g->values = calloc(c ? c : 1, sizeof(tb_value));
+    if (!g->values) goto oom;
+    g->cap_values = (int)c;
+    for (uint32_t i = 0; i < c; i++) {
+        value_rec r;
+        TAKE(&r, sizeof r);
+        tb_value *v = &g->values[i];
+        memcpy(v->name, r.name, sizeof v->name);
+        v->name[TB_NAME_LEN - 1] = 0;
+        if (r.kind < 0 || r.kind > TB_VAL_ACT || r.dtype < 0 || r.dtype >= TB_DTYPE_COUNT || r.rank < 0 ||
+            r.rank > TB_MAX_RANK)
+            goto bad;
+        v->kind = (tb_value_kind)r.kind; v->dtype = (tb_dtype)r.dtype; v->rank = r.rank;
+        memcpy(v->dims, r.dims, sizeof v->dims);
+        for (int d = 0; d < v->rank; d++)
+            if (TB_IS_SYM(v->dims[d]) && TB_SYM_INDEX(v->dims[d]) >= g->n_syms) goto bad;
+        v->nbytes = r.nbytes; v->offset = r.offset;
+        g->n_values++;
+    }
+    TAKE(&c, 4);
+    if (c > (n - off) / sizeof(node_rec)) goto truncated;
+    g->nodes = calloc(c ? c : 1, sizeof(tb_node));
+    if (!g->nodes) goto oom;
+    g->cap_nodes = (int)c;
+    for (uint32_t i = 0; i < c; i++) {
+        node_rec r;
+        TAKE(&r, sizeof r);
+        tb_node *nd = &g->nodes[i];
+        if (r.op < 0 || r.op >= TB_OP_COUNT || r.n_in < 0 || r.n_in > TB_MAX_INPUTS || r.n_out < 1 ||
+            r.n_out > TB_MAX_OUTPUTS)
+            goto bad;
+        nd->op = (tb_op_kind)r.op; nd->n_in = r.n_in; nd->n_out = r.n_out; nd->tactic = r.tactic;
+        for (int k = 0; k < r.n_in; k++) {
+            if (r.in[k] < 0 || r.in[k] >= g->n_values) goto bad;
+            nd->in[k] = r.in[k];
+        }
+        for (int k = 0; k < r.n_out; k++) {
+            if (r.out[k] < 0 || r.out[k] >= g->n_values) goto bad;
+            nd->out[k] = r.out[k];
+        }
+        memcpy(nd->i, r.i, sizeof nd->i);
+        memcpy(nd->f, r.f, sizeof nd->f);
+        g->n_nodes++;
+    }
+    int32_t o;
+    TAKE(&o, 4);
+    g->output = o;
+    if (tb_graph_check(g) != TB_OK) {
+        tb_graph_free(g);
+        return tb_error_prefix(TB_ERR_FORMAT, "engine graph is inconsistent");
+    }
+    *out = g;
+    return TB_OK;
+#undef TAKE
+truncated:
+    tb_graph_free(g);
+    return tb_errorf(TB_ERR_FORMAT, "engine graph section is truncated");
+bad:
+    tb_graph_free(g);
+    return tb_errorf(TB_ERR_FORMAT, "engine graph section is corrupted");
+oom:
+    tb_graph_free(g);
+    return tb_errorf(TB_ERR_OOM, "out of memory loading the graph");
+}

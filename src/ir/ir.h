@@ -1,0 +1,131 @@
+/*
+ * ir.h — the graph IR: typed values with (possibly symbolic) shapes, and ops.
+ *
+ * A graph is a list of values and a topologically ordered list of nodes.
+ * A value is an input (fed per step), a weight (constant data, written into
+ * the engine file), or an activation (produced by one node). A dim is either
+ * a number or a symbol such as `tokens` (the tokens of one flattened step) or
+ * `rows` (the tokens whose logits are wanted); symbols are bound per step and
+ * bounded by the optimisation profile.
+ *
+ * Every op has a shape rule (tb_graph_infer) and a CPU reference kernel
+ * (backend/cpu/kernels.h). Fused ops (add_rmsnorm, attention with its KV
+ * write, silu_mul over a fused gate|up matmul) are ordinary ops with their own
+ * references. The op set is not LLM-only: general ops are added here with a
+ * shape rule and a kernel each.
+ */
+#ifndef TB_IR_H
+#define TB_IR_H
+
+#include "core/core.h"
+
+#define TB_MAX_RANK 4
+#define TB_MAX_INPUTS 6
+#define TB_MAX_OUTPUTS 2
+#define TB_MAX_SYMS 8
+#define TB_NAME_LEN 96
+
+typedef enum {
+    TB_OP_EMBEDDING = 0, /* ids (tokens) i32, table (V, D) -> (tokens, D)            */
+    TB_OP_RMSNORM,       /* x (n, D), w (D) -> (n, D); f0 = eps                     */
+    TB_OP_ADD_RMSNORM,   /* x, d (n, D), w (D) -> r = x + d, y = norm(r); f0 = eps  */
+    TB_OP_MATMUL,        /* x (n, K), w (N, K) [, bias (N)] -> (n, N)               */
+    TB_OP_ROPE,          /* x (n, C), pos (n), inv_freq (hd/2) -> (n, C) rotated;
+                            i0 = heads rotated from column 0, i1 = hd, i2 = interleaved */
+    TB_OP_ATTENTION,     /* qkv (tokens, (H + 2 KV) hd), inv_freq -> (tokens, H hd);
+                            RoPE on q and k, KV-cache write, paged causal GQA attention;
+                            i0 = layer, i1 = H, i2 = KV, i3 = hd | interleaved << 16;
+                            f0 = scale                                               */
+    TB_OP_SILU_MUL,      /* gu (n, 2F) -> (n, F)                                    */
+    TB_OP_ADD,           /* a, b (same shape) -> a + b                              */
+    TB_OP_GATHER_ROWS,   /* x (tokens, D) -> (rows, D): rows chosen per step        */
+    TB_OP_COUNT
+} tb_op_kind;
+
+const char *tb_op_name(tb_op_kind k);
+
+typedef enum {
+    TB_VAL_INPUT = 0,  /* bound per step (token ids, positions)      */
+    TB_VAL_WEIGHT,     /* constant data                              */
+    TB_VAL_ACT,        /* produced by a node                         */
+} tb_value_kind;
+
+/* A dim >= 0 is concrete; a dim < 0 is symbol -(d + 1). */
+#define TB_SYM(i) (-(int64_t)(i)-1)
+#define TB_IS_SYM(d) ((d) < 0)
+#define TB_SYM_INDEX(d) ((int)(-(d)-1))
+
+typedef struct {
+    char name[TB_NAME_LEN];
+    tb_value_kind kind;
+    tb_dtype dtype;
+    int rank;
+    int64_t dims[TB_MAX_RANK];
+    /* weights only */
+    const void *data;   /* build: owned buffer; runtime: into the engine map */
+    uint64_t nbytes;
+    uint64_t offset;    /* in the engine's weight section                   */
+    int owned;          /* data is malloc'd and freed with the graph         */
+} tb_value;
+
+typedef struct {
+    tb_op_kind op;
+    int n_in, n_out;
+    int in[TB_MAX_INPUTS];
+    int out[TB_MAX_OUTPUTS];
+    int32_t i[4];
+    float f[4];
+    int tactic;         /* backend-specific kernel choice (tune/)            */
+} tb_node;
+
+typedef struct {
+    char name[16];
+    int64_t min, opt, max; /* the optimisation profile */
+} tb_symbol;
+
+typedef struct tb_graph {
+    tb_value *values;
+    int n_values, cap_values;
+    tb_node *nodes;
+    int n_nodes, cap_nodes;
+    tb_symbol syms[TB_MAX_SYMS];
+    int n_syms;
+    int output;         /* the value holding the logits */
+} tb_graph;
+
+tb_graph *tb_graph_new(void);
+void tb_graph_free(tb_graph *g);
+
+int tb_graph_add_sym(tb_graph *g, const char *name, int64_t min, int64_t opt,
+                     int64_t max);
+int tb_graph_find_sym(const tb_graph *g, const char *name);
+
+/* Returns the value index, or -1 on allocation failure. */
+int tb_graph_add_value(tb_graph *g, const char *name, tb_value_kind kind,
+                       tb_dtype dt, int rank, const int64_t *dims);
+/* A weight with data; `owned` = 1 hands the malloc'd buffer to the graph. */
+int tb_graph_add_weight(tb_graph *g, const char *name, tb_dtype dt, int rank,
+                        const int64_t *dims, const void *data, int owned);
+int tb_graph_find_value(const tb_graph *g, const char *name);
+/* Adds a node; outputs are created by the shape rule. Returns the node index
+ * or -1 (message in tb_last_error()). */
+int tb_graph_add_node(tb_graph *g, tb_op_kind op, const int *in, int n_in,
+                      const char *out_name, const int32_t *iattr,
+                      const float *fattr);
+
+/* Runs every shape rule again over the whole graph (after a load or a pass)
+ * and checks dtypes and dims; TB_ERR_FORMAT with the node named on mismatch. */
+tb_status tb_graph_check(tb_graph *g);
+
+/* Elements of a value with symbols bound to `symval` (NULL: each max). */
+int64_t tb_value_numel(const tb_graph *g, const tb_value *v,
+                       const int64_t *symval);
+void tb_value_shape_str(const tb_graph *g, const tb_value *v, char *buf,
+                        size_t cap);
+
+/* Serialized form for the engine file (weights excluded: their offsets are
+ * kept and resolved against the weight section at load). */
+tb_status tb_graph_serialize(const tb_graph *g, uint8_t **buf, size_t *n);
+tb_status tb_graph_deserialize(const uint8_t *buf, size_t n, tb_graph **out);
+
+#endif /* TB_IR_H */

@@ -1,0 +1,215 @@
+/* llama.c — the Llama-family builder (Llama 1/2/3, Mistral, Qwen2). */
+#include "models/models.h"
+
+#include <math.h>
+
+#include "backend/cpu/kernels.h"
+
+/* Tensor names take the layer number when they have a %d. */
+#pragma GCC diagnostic ignored "-Wformat-extra-args"
+
+#define TB_PI 3.14159265358979323846
+
+void tb_rope_inv_freq(const tb_model_config *c, float *inv_freq) {
+    int hd = c->head_dim;
+    for (int i = 0; i < hd / 2; i++) {
+        double f = 1.0 / pow((double)c->rope_theta, (2.0 * i) / hd);
+        if (c->rope_scaling == TB_ROPE_SCALING_LINEAR) {
+            f /= c->rope_factor;
+        } else if (c->rope_scaling == TB_ROPE_SCALING_LLAMA3) {
+            double lo = c->rope_low_freq_factor, hi = c->rope_high_freq_factor;
+            double old = c->rope_orig_max_pos, factor = c->rope_factor;
+            double low_wavelen = old / lo, high_wavelen = old / hi;
+            double wavelen = 2.0 * TB_PI / f;
+            if (wavelen > low_wavelen) {
+                f = f / factor;
+            } else if (wavelen >= high_wavelen) {
+                double smooth = (old / wavelen - lo) / (hi - lo);
+                f = (1.0 - smooth) * f / factor + smooth * f;
+            }
+        }
+        inv_freq[i] = (float)f;
+    }
+}
+
+/* Converts `parts` source tensors stacked along dim 0 into one new weight. */
+static int add_stacked(tb_graph *g, const char *name, tb_dtype dt, const tb_src_tensor **parts, int n_parts,
+                       int64_t cols) {
+    int64_t rows = 0;
+    for (int i = 0; i < n_parts; i++) rows += parts[i]->dims[0];
+    size_t esz = tb_dtype_size(dt);
+    uint8_t *buf = tb_alloc_aligned((size_t)(rows * cols) * esz, 64);
+    if (!buf) return -1;
+    size_t off = 0;
+    for (int i = 0; i < n_parts; i++) {
+        size_t n = (size_t)(parts[i]->dims[0] * (parts[i]->rank > 1 ? parts[i]->dims[1] : 1));
+        tb_convert(parts[i]->data, parts[i]->dtype, buf + off * esz, dt, n);
+        off += n;
+    }
+    int64_t dims[2] = {rows, cols};
+    int id = tb_graph_add_weight(g, name, dt, cols > 1 || parts[0]->rank > 1 ? 2 : 1, dims, buf, 1);
+    if (id < 0) tb_free_aligned(buf);
+    /* owned buffers are freed with free(): aligned_alloc memory is compatible */
+    return id;
+}
+
+static int add_one(tb_graph *g, const char *name, tb_dtype dt, const tb_src_tensor *t) {
+    const tb_src_tensor *parts[1] = {t};
+    return add_stacked(g, name, dt, parts, 1, t->rank > 1 ? t->dims[1] : 1);
+}
+
+#define GET(name_fmt, d0, d1, outp)                                                           \
+    do {                                                                                      \
+        char nm_[160];                                                                        \
+        snprintf(nm_, sizeof nm_, name_fmt, l);                                               \
+        if ((s = tb_source_get(src, nm_, (d0), (d1), (outp))) != TB_OK) goto fail;            \
+    } while (0)
+
+tb_status tb_model_build_graph(const tb_model_source *src, const tb_model_build_opts *o, tb_graph **out) {
+    *out = NULL;
+    const tb_model_config *c = tb_source_config(src);
+    if (strcmp(c->arch, "llama") && strcmp(c->arch, "mistral") && strcmp(c->arch, "qwen2"))
+        return tb_errorf(TB_ERR_UNSUPPORTED, "architecture '%s' has no builder (supported: llama, mistral, qwen2)",
+                         c->arch);
+    int D = c->dim, F = c->hidden_dim, H = c->n_heads, KV = c->n_kv_heads, hd = c->head_dim, V = c->vocab_size;
+    if (D <= 0 || F <= 0 || H <= 0 || KV <= 0 || hd <= 0 || V <= 0 || c->n_layers <= 0 || H % KV || hd % 2 ||
+        hd > 0xffff)
+        return tb_errorf(TB_ERR_FORMAT, "model config has invalid sizes (dim %d, hidden %d, heads %d/%d, head_dim %d)",
+                         D, F, H, KV, hd);
+    tb_dtype wdt = o->weight_dtype;
+    tb_status s = TB_OK;
+    tb_graph *g = tb_graph_new();
+    if (!g) return tb_errorf(TB_ERR_OOM, "out of memory");
+    int tok = tb_graph_add_sym(g, "tokens", 1, 1, o->max_step_tokens);
+    int rows = tb_graph_add_sym(g, "rows", 1, 1, o->max_step_tokens);
+    (void)rows;
+    int64_t tdims[1] = {TB_SYM(tok)};
+    int ids = tb_graph_add_value(g, "token_ids", TB_VAL_INPUT, TB_I32, 1, tdims);
+    int l = 0;
+    const tb_src_tensor *emb, *t0, *t1, *t2;
+    GET("model.embed_tokens.weight", V, D, &emb);
+    int w_emb = add_one(g, "embed", wdt, emb);
+    float *inv = calloc((size_t)hd / 2, sizeof(float));
+    if (!inv) { s = tb_errorf(TB_ERR_OOM, "out of memory"); goto fail; }
+    tb_rope_inv_freq(c, inv);
+    int64_t fd[1] = {hd / 2};
+    int w_freq = tb_graph_add_weight(g, "rope_inv_freq", TB_F32, 1, fd, inv, 1);
+    int x = tb_graph_add_node(g, TB_OP_EMBEDDING, (int[]){ids, w_emb}, 2, "x0", NULL, NULL);
+    if (w_emb < 0 || w_freq < 0 || x < 0) goto graph_fail;
+    int resid = g->nodes[x].out[0], delta = -1, h;
+    float eps[4] = {c->norm_eps, 0, 0, 0};
+    float scale[4] = {1.0f / sqrtf((float)hd), 0, 0, 0};
+    char nm[TB_NAME_LEN], nm2[TB_NAME_LEN];
+    for (l = 0; l < c->n_layers; l++) {
+        const tb_src_tensor *tn;
+        GET("model.layers.%d.input_layernorm.weight", D, -1, &tn);
+        snprintf(nm, sizeof nm, "l%d.attn_norm", l);
+        int w_an = add_one(g, nm, TB_F32, tn);
+        int nd;
+        snprintf(nm, sizeof nm, "l%d.h", l);
+        if (delta < 0) {
+            nd = tb_graph_add_node(g, TB_OP_RMSNORM, (int[]){resid, w_an}, 2, nm, NULL, eps);
+            if (nd < 0) goto graph_fail;
+            h = g->nodes[nd].out[0];
+        } else {
+            nd = tb_graph_add_node(g, TB_OP_ADD_RMSNORM, (int[]){resid, delta, w_an}, 3, nm, NULL, eps);
+            if (nd < 0) goto graph_fail;
+            resid = g->nodes[nd].out[0];
+            h = g->nodes[nd].out[1];
+        }
+        GET("model.layers.%d.self_attn.q_proj.weight", (int64_t)H * hd, D, &t0);
+        GET("model.layers.%d.self_attn.k_proj.weight", (int64_t)KV * hd, D, &t1);
+        GET("model.layers.%d.self_attn.v_proj.weight", (int64_t)KV * hd, D, &t2);
+        snprintf(nm, sizeof nm, "l%d.wqkv", l);
+        int w_qkv = add_stacked(g, nm, wdt, (const tb_src_tensor *[]){t0, t1, t2}, 3, D);
+        int in3[3] = {h, w_qkv, -1}, n_in = 2;
+        char bq[160];
+        snprintf(bq, sizeof bq, "model.layers.%d.self_attn.q_proj.bias", l);
+        if (c->attn_bias || tb_source_find(src, bq)) {
+            GET("model.layers.%d.self_attn.q_proj.bias", (int64_t)H * hd, -1, &t0);
+            GET("model.layers.%d.self_attn.k_proj.bias", (int64_t)KV * hd, -1, &t1);
+            GET("model.layers.%d.self_attn.v_proj.bias", (int64_t)KV * hd, -1, &t2);
+            snprintf(nm, sizeof nm, "l%d.bqkv", l);
+            in3[2] = add_stacked(g, nm, TB_F32, (const tb_src_tensor *[]){t0, t1, t2}, 3, 1);
+            if (in3[2] < 0) goto graph_fail;
+            g->values[in3[2]].rank = 1;
+            n_in = 3;
+        }
+        snprintf(nm, sizeof nm, "l%d.qkv", l);
+        nd = tb_graph_add_node(g, TB_OP_MATMUL, in3, n_in, nm, NULL, NULL);
+        if (w_qkv < 0 || nd < 0) goto graph_fail;
+        int qkv = g->nodes[nd].out[0];
+        int32_t ai[4] = {l, H, KV, hd | (c->rope_interleaved ? 1 << 16 : 0)};
+        snprintf(nm, sizeof nm, "l%d.attn", l);
+        nd = tb_graph_add_node(g, TB_OP_ATTENTION, (int[]){qkv, w_freq}, 2, nm, ai, scale);
+        if (nd < 0) goto graph_fail;
+        int att = g->nodes[nd].out[0];
+        GET("model.layers.%d.self_attn.o_proj.weight", D, (int64_t)H * hd, &t0);
+        snprintf(nm, sizeof nm, "l%d.wo", l);
+        int w_o = add_one(g, nm, wdt, t0);
+        snprintf(nm, sizeof nm, "l%d.attn_out", l);
+        nd = tb_graph_add_node(g, TB_OP_MATMUL, (int[]){att, w_o}, 2, nm, NULL, NULL);
+        if (w_o < 0 || nd < 0) goto graph_fail;
+        int ao = g->nodes[nd].out[0];
+        GET("model.layers.%d.post_attention_layernorm.weight", D, -1, &tn);
+        snprintf(nm, sizeof nm, "l%d.ffn_norm", l);
+        int w_fn = add_one(g, nm, TB_F32, tn);
+        snprintf(nm, sizeof nm, "l%d.h2", l);
+        nd = tb_graph_add_node(g, TB_OP_ADD_RMSNORM, (int[]){resid, ao, w_fn}, 3, nm, NULL, eps);
+        if (w_fn < 0 || nd < 0) goto graph_fail;
+        resid = g->nodes[nd].out[0];
+        int h2 = g->nodes[nd].out[1];
+        GET("model.layers.%d.mlp.gate_proj.weight", F, D, &t0);
+        GET("model.layers.%d.mlp.up_proj.weight", F, D, &t1);
+        snprintf(nm, sizeof nm, "l%d.wgu", l);
+        int w_gu = add_stacked(g, nm, wdt, (const tb_src_tensor *[]){t0, t1}, 2, D);
+        snprintf(nm, sizeof nm, "l%d.gu", l);
+        nd = tb_graph_add_node(g, TB_OP_MATMUL, (int[]){h2, w_gu}, 2, nm, NULL, NULL);
+        if (w_gu < 0 || nd < 0) goto graph_fail;
+        snprintf(nm, sizeof nm, "l%d.act", l);
+        nd = tb_graph_add_node(g, TB_OP_SILU_MUL, (int[]){g->nodes[nd].out[0]}, 1, nm, NULL, NULL);
+        if (nd < 0) goto graph_fail;
+        int act = g->nodes[nd].out[0];
+        GET("model.layers.%d.mlp.down_proj.weight", D, F, &t0);
+        snprintf(nm, sizeof nm, "l%d.wdown", l);
+        int w_d = add_one(g, nm, wdt, t0);
+        snprintf(nm2, sizeof nm2, "l%d.mlp_out", l);
+        nd = tb_graph_add_node(g, TB_OP_MATMUL, (int[]){act, w_d}, 2, nm2, NULL, NULL);
+        if (w_d < 0 || nd < 0) goto graph_fail;
+        delta = g->nodes[nd].out[0];
+        if (o->progress) o->progress(o->progress_arg, l + 1, c->n_layers + 1);
+    }
+    l = 0;
+    const tb_src_tensor *tn;
+    GET("model.norm.weight", D, -1, &tn);
+    int w_norm = add_one(g, "final_norm", TB_F32, tn);
+    int nd = tb_graph_add_node(g, TB_OP_ADD_RMSNORM, (int[]){resid, delta, w_norm}, 3, "final", NULL, eps);
+    if (w_norm < 0 || nd < 0) goto graph_fail;
+    int hf = g->nodes[nd].out[1];
+    nd = tb_graph_add_node(g, TB_OP_GATHER_ROWS, (int[]){hf}, 1, "selected", NULL, NULL);
+    if (nd < 0) goto graph_fail;
+    int sel = g->nodes[nd].out[0];
+    int w_head = w_emb;
+    const tb_src_tensor *head = tb_source_find(src, "lm_head.weight");
+    if (head && !c->tie_embeddings) {
+        GET("lm_head.weight", V, D, &head);
+        w_head = add_one(g, "lm_head", wdt, head);
+    } else if (!head && !c->tie_embeddings) {
+        s = tb_errorf(TB_ERR_NOT_FOUND, "tensor lm_head.weight is missing (and tie_word_embeddings is false)");
+        goto fail;
+    }
+    nd = tb_graph_add_node(g, TB_OP_MATMUL, (int[]){sel, w_head}, 2, "logits", NULL, NULL);
+    if (w_head < 0 || nd < 0) goto graph_fail;
+    g->output = g->nodes[nd].out[0];
+    if (o->progress) o->progress(o->progress_arg, c->n_layers + 1, c->n_layers + 1);
+    if ((s = tb_graph_check(g)) != TB_OK) goto fail;
+    *out = g;
+    return TB_OK;
+graph_fail:
+    if (!tb_last_error()[0]) tb_errorf(TB_ERR_OOM, "out of memory building the graph");
+    s = TB_ERR_INTERNAL;
+    tb_error_prefix(s, "building layer %d", l);
+fail:
+    tb_graph_free(g);
+    return s;
+}

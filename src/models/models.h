@@ -1,0 +1,34 @@
+/*
+ * models.h — model builders: from an imported model to a graph of the IR.
+ *
+ * A builder knows one family's wiring and emits the fused form directly:
+ * q|k|v projections concatenated into one matmul (biases too), gate|up into
+ * one matmul followed by silu_mul, each residual add fused with the next
+ * RMSNorm, RoPE and the KV-cache write inside the attention op, and the LM
+ * head applied only to the rows whose logits a step asks for. Weights are
+ * converted to the engine's dtype here (norms, biases and RoPE frequencies
+ * stay f32).
+ */
+#ifndef TB_MODELS_H
+#define TB_MODELS_H
+
+#include "import/import.h"
+#include "ir/ir.h"
+
+typedef struct {
+    tb_dtype weight_dtype;
+    int max_seq_len;      /* longest sequence (context)        */
+    int max_step_tokens;  /* the `tokens` profile maximum      */
+    void (*progress)(void *arg, int done, int total);
+    void *progress_arg;
+} tb_model_build_opts;
+
+/* Supported families: llama, mistral, qwen2 (one wiring, differing in
+ * biases and tying). */
+tb_status tb_model_build_graph(const tb_model_source *src,
+                               const tb_model_build_opts *o, tb_graph **out);
+
+/* RoPE inverse frequencies (hd/2) with the config's scaling applied. */
+void tb_rope_inv_freq(const tb_model_config *c, float *inv_freq);
+
+#endif

@@ -1,0 +1,168 @@
+/* build.c — `turbine build`: import, build the graph, tune, write the engine. */
+#include <jansson.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "import/import.h"
+#include "models/models.h"
+#include "plan/engine.h"
+#include "tune/tune.h"
+
+void tb_build_options_default(tb_build_options *o) {
+    memset(o, 0, sizeof *o);
+    o->weight_dtype = TB_F32;
+    o->max_batch = 8;
+}
+
+static void progress_bar(void *arg, int done, int total) {
+    (void)arg;
+    int width = 40, fill = total ? done * width / total : width;
+    fprintf(stderr, "\rbuilding  [");
+    for (int i = 0; i < width; i++) fputc(i < fill ? '#' : '.', stderr);
+    fprintf(stderr, "] %3d%%", total ? done * 100 / total : 100);
+    if (done >= total) fputc('\n', stderr);
+    fflush(stderr);
+}
+
+/* Lays the weights out 64-byte aligned in one buffer and records offsets. */
+static tb_status pack_weights(tb_graph *g, uint8_t **out, uint64_t *size) {
+    uint64_t off = 0;
+    for (int i = 0; i < g->n_values; i++) {
+        tb_value *v = &g->values[i];
+        if (v->kind != TB_VAL_WEIGHT) continue;
+        v->offset = off;
+        off = (off + v->nbytes + 63) / 64 * 64;
+    }
+    uint8_t *buf = tb_alloc_aligned(off ? off : 64, 4096);
+    if (!buf) return tb_errorf(TB_ERR_OOM, "out of memory packing %llu bytes of weights", (unsigned long long)off);
+    memset(buf, 0, off);
+    for (int i = 0; i < g->n_values; i++) {
+        tb_value *v = &g->values[i];
+        if (v->kind == TB_VAL_WEIGHT) memcpy(buf + v->offset, v->data, v->nbytes);
+    }
+    *out = buf;
+    *size = off;
+    return TB_OK;
+}
+
+tb_status tb_build(const char *model_path, const char *engine_path, const tb_build_options *opt,
+                   tb_build_report *report) {
+    double t0 = tb_now();
+    tb_build_options o;
+    if (opt) o = *opt; else tb_build_options_default(&o);
+    if (o.weight_dtype != TB_F32 && o.weight_dtype != TB_F16 && o.weight_dtype != TB_BF16)
+        return tb_errorf(TB_ERR_UNSUPPORTED, "engine dtype %s is not supported (use f32, f16 or bf16)",
+                         tb_dtype_name(o.weight_dtype));
+    if (o.max_batch <= 0 || o.max_batch > 1024) return tb_errorf(TB_ERR_INVALID_ARG, "--max-batch must be in [1, 1024]");
+    if (o.max_seq_len < 0) return tb_errorf(TB_ERR_INVALID_ARG, "--max-seq-len must be positive");
+    tb_model_source *src = NULL;
+    tb_tokenizer *tok = NULL;
+    tb_graph *g = NULL;
+    uint8_t *tok_buf = NULL, *graph_buf = NULL, *weights = NULL;
+    char *meta = NULL, *hw = NULL;
+    size_t tok_n = 0, graph_n = 0;
+    uint64_t weights_n = 0;
+    tb_status s;
+    if ((s = tb_source_open(model_path, &src)) != TB_OK) goto done;
+    const tb_model_config *c = tb_source_config(src);
+
+    /* tokenizer: --tokenizer wins, else the model's own */
+    const char *tpath = o.tokenizer_path && *o.tokenizer_path ? o.tokenizer_path : tb_source_tokenizer_path(src);
+    if (!tpath || !*tpath) {
+        s = tb_errorf(TB_ERR_NOT_FOUND, "%s has no tokenizer.json; pass --tokenizer FILE (a tokenizer.json or a "
+                                        "llama2.c tokenizer.bin)", model_path);
+        goto done;
+    }
+    const char *cfg_dir = tb_source_dir(src);
+    if ((s = tb_tokenizer_load(tpath, cfg_dir && *cfg_dir ? cfg_dir : NULL, &tok)) != TB_OK) goto done;
+    if (tb_tokenizer_vocab_size(tok) > c->vocab_size) {
+        s = tb_errorf(TB_ERR_FORMAT, "tokenizer %s has %d tokens but the model's vocabulary is %d", tpath,
+                      tb_tokenizer_vocab_size(tok), c->vocab_size);
+        goto done;
+    }
+    /* special tokens: the model's config wins where it says something */
+    int32_t eos[TB_MAX_EOS];
+    int n_eos = tb_tokenizer_eos(tok, eos, TB_MAX_EOS);
+    int bos = tb_tokenizer_bos(tok);
+    if (c->n_eos > 0) {
+        n_eos = c->n_eos;
+        for (int i = 0; i < n_eos; i++) eos[i] = c->eos_ids[i];
+    }
+    if (c->bos_id >= 0) bos = c->bos_id;
+    int add_bos = tb_tokenizer_add_bos(tok);
+    tb_tokenizer_set_special(tok, bos, eos, n_eos, add_bos);
+
+    int max_seq = o.max_seq_len ? o.max_seq_len : c->max_seq_len;
+    if (max_seq <= 0) max_seq = 2048;
+    if (c->max_seq_len > 0 && max_seq > c->max_seq_len)
+        tb_log(TB_LOG_WARN, "--max-seq-len %d exceeds the model's %d positions", max_seq, c->max_seq_len);
+    int max_step = max_seq < 512 ? max_seq : 512;
+    if (max_step < 16) max_step = 16;
+    tb_model_build_opts mo = {.weight_dtype = o.weight_dtype, .max_seq_len = max_seq, .max_step_tokens = max_step,
+                              .progress = o.progress ? progress_bar : NULL};
+    if ((s = tb_model_build_graph(src, &mo, &g)) != TB_OK) goto done;
+
+    tb_tune_report tr;
+    int prefill = max_step < 128 ? max_step : 128;
+    if ((s = tb_tune_graph(g, 0, prefill, &tr)) != TB_OK) goto done;
+    /* the profile's opt point: decode */
+    if ((s = tb_tokenizer_serialize(tok, &tok_buf, &tok_n)) != TB_OK) goto done;
+    if ((s = pack_weights(g, &weights, &weights_n)) != TB_OK) goto done;
+    if ((s = tb_graph_serialize(g, &graph_buf, &graph_n)) != TB_OK) goto done;
+
+    char when[64];
+    time_t now = time(NULL);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    json_t *eos_a = json_array();
+    for (int i = 0; i < n_eos; i++) json_array_append_new(eos_a, json_integer(eos[i]));
+    json_t *prof = json_array();
+    for (int i = 0; i < g->n_syms; i++)
+        json_array_append_new(prof, json_pack("{s:s, s:I, s:I, s:I}", "name", g->syms[i].name, "min",
+                                              (json_int_t)g->syms[i].min, "opt", (json_int_t)g->syms[i].opt, "max",
+                                              (json_int_t)g->syms[i].max));
+    json_t *m = json_pack(
+        "{s:i, s:{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:i, s:b, s:b, s:s},"
+        " s:{s:s, s:i, s:i, s:i, s:s, s:f, s:s},"
+        " s:{s:i, s:o, s:i},"
+        " s:o, s:{s:i, s:i, s:i, s:f}}",
+        "format_version", (int)TB_ENGINE_VERSION,
+        "model", "arch", c->arch, "vocab_size", c->vocab_size, "dim", c->dim, "hidden_dim", c->hidden_dim,
+        "n_layers", c->n_layers, "n_heads", c->n_heads, "n_kv_heads", c->n_kv_heads, "head_dim", c->head_dim,
+        "context_length", c->max_seq_len, "norm_eps", (double)c->norm_eps, "rope_theta", (double)c->rope_theta,
+        "rope_interleaved", c->rope_interleaved, "tie_embeddings", c->tie_embeddings, "attn_bias", c->attn_bias,
+        "source", model_path,
+        "build", "dtype", tb_dtype_name(o.weight_dtype), "max_seq_len", max_seq, "max_batch", o.max_batch,
+        "max_step_tokens", max_step, "tokenizer", tpath, "build_seconds", 0.0, "built_at", when,
+        "special", "bos", bos, "eos", eos_a, "add_bos", add_bos,
+        "profiles", prof,
+        "tactics", "shapes_timed", tr.n_timed, "blas_decode_nodes", tr.n_blas_small, "blas_prefill_nodes",
+        tr.n_blas_large, "tuning_seconds", tr.seconds);
+    if (!m) { s = tb_errorf(TB_ERR_INTERNAL, "cannot encode engine metadata"); goto done; }
+    json_object_set_new(json_object_get(m, "build"), "build_seconds", json_real(tb_now() - t0));
+    meta = json_dumps(m, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(m);
+    hw = tb_hw_fingerprint_json("cpu");
+    if (!meta || !hw) { s = tb_errorf(TB_ERR_OOM, "out of memory"); goto done; }
+    tb_section_src secs[5] = {
+        {"meta", meta, strlen(meta)}, {"hardware", hw, strlen(hw)}, {"tokenizer", tok_buf, tok_n},
+        {"graph", graph_buf, graph_n}, {"weights", weights, weights_n}};
+    if ((s = tb_engine_write(engine_path, secs, 5)) != TB_OK) goto done;
+    if (report) {
+        report->seconds = tb_now() - t0;
+        report->max_batch = o.max_batch;
+        report->max_seq_len = max_seq;
+        FILE *f = fopen(engine_path, "rb");
+        report->engine_bytes = 0;
+        if (f) { fseek(f, 0, SEEK_END); report->engine_bytes = (uint64_t)ftell(f); fclose(f); }
+    }
+done:
+    free(meta);
+    free(hw);
+    free(tok_buf);
+    free(graph_buf);
+    tb_free_aligned(weights);
+    tb_graph_free(g);
+    tb_tokenizer_free(tok);
+    tb_source_free(src);
+    return s;
+}

@@ -1,0 +1,405 @@
+/* engine.c — writing, verifying and mapping engine files. */
+#define _GNU_SOURCE
+#include "plan/engine.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <pthread.h>
+
+#include "backend/cpu/kernels.h"
+
+#define HDR_SIZE 64
+#define ENTRY_SIZE 48
+#define ALIGN 4096
+#define CHUNK (64ull << 20)
+#define MAX_SECTIONS 32
+
+typedef struct {
+    char name[24];
+    uint64_t offset, size, hash;
+} entry;
+
+/* ---------------------------------------------------------------- hashing */
+
+typedef struct {
+    const uint8_t *p;
+    uint64_t n;
+    uint64_t *out;
+    uint64_t first, count, step;
+} hash_job;
+
+static void *hash_worker(void *arg) {
+    hash_job *j = arg;
+    for (uint64_t c = j->first; c < j->count; c += j->step) {
+        uint64_t off = c * CHUNK, len = j->n - off < CHUNK ? j->n - off : CHUNK;
+        j->out[c] = tb_hash64(j->p + off, len);
+    }
+    return NULL;
+}
+
+uint64_t tb_section_hash(const uint8_t *p, uint64_t n) {
+    uint64_t count = (n + CHUNK - 1) / CHUNK;
+    if (count <= 1) {
+        uint64_t h = tb_hash64(p, n);
+        return tb_hash64(&h, sizeof h);
+    }
+    uint64_t *hs = calloc(count, sizeof *hs);
+    if (!hs) return 0;
+    int nth = tb_default_threads();
+    if (nth > 8) nth = 8;
+    if ((uint64_t)nth > count) nth = (int)count;
+    pthread_t th[8];
+    hash_job jobs[8];
+    for (int i = 0; i < nth; i++) {
+        jobs[i] = (hash_job){p, n, hs, (uint64_t)i, count, (uint64_t)nth};
+        if (i && pthread_create(&th[i], NULL, hash_worker, &jobs[i]) != 0) {
+            jobs[i].first = count; /* ran by nobody: do it here */
+            for (uint64_t c = (uint64_t)i; c < count; c += (uint64_t)nth) {
+                uint64_t off = c * CHUNK, len = n - off < CHUNK ? n - off : CHUNK;
+                hs[c] = tb_hash64(p + off, len);
+            }
+            th[i] = 0;
+        }
+    }
+    hash_worker(&jobs[0]);
+    for (int i = 1; i < nth; i++)
+        if (th[i]) pthread_join(th[i], NULL);
+    uint64_t h = tb_hash64(hs, count * sizeof *hs);
+    free(hs);
+    return h;
+}
+
+/* ---------------------------------------------------------------- writing */
+
+static uint64_t align_up(uint64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
+
+tb_status tb_engine_write(const char *path, const tb_section_src *sec, int n) {
+    if (n > MAX_SECTIONS) return tb_errorf(TB_ERR_INVALID_ARG, "too many sections");
+    entry tab[MAX_SECTIONS];
+    memset(tab, 0, sizeof tab);
+    uint64_t off = align_up(HDR_SIZE + (uint64_t)n * ENTRY_SIZE);
+    for (int i = 0; i < n; i++) {
+        snprintf(tab[i].name, sizeof tab[i].name, "%s", sec[i].name);
+        tab[i].offset = off;
+        tab[i].size = sec[i].size;
+        tab[i].hash = tb_section_hash(sec[i].data, sec[i].size);
+        off = align_up(off + sec[i].size);
+    }
+    uint64_t file_size = off;
+    uint8_t hdr[HDR_SIZE];
+    memset(hdr, 0, sizeof hdr);
+    memcpy(hdr, TB_ENGINE_MAGIC, 8);
+    uint32_t ver = TB_ENGINE_VERSION, cnt = (uint32_t)n;
+    memcpy(hdr + 8, &ver, 4);
+    memcpy(hdr + 12, &cnt, 4);
+    memcpy(hdr + 16, &file_size, 8);
+    uint64_t th = tb_hash64(tab, (size_t)n * ENTRY_SIZE);
+    memcpy(hdr + 24, &th, 8);
+
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return tb_errorf(TB_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+    static const uint8_t zeros[ALIGN];
+    int ok = fwrite(hdr, 1, HDR_SIZE, f) == HDR_SIZE && fwrite(tab, ENTRY_SIZE, (size_t)n, f) == (size_t)n;
+    uint64_t pos = HDR_SIZE + (uint64_t)n * ENTRY_SIZE;
+    for (int i = 0; ok && i < n; i++) {
+        if (tab[i].offset > pos) ok = fwrite(zeros, 1, tab[i].offset - pos, f) == tab[i].offset - pos;
+        pos = tab[i].offset;
+        if (ok && sec[i].size) ok = fwrite(sec[i].data, 1, sec[i].size, f) == sec[i].size;
+        pos += sec[i].size;
+    }
+    if (ok && file_size > pos) ok = fwrite(zeros, 1, file_size - pos, f) == file_size - pos;
+    if (fclose(f) != 0) ok = 0;
+    if (!ok) {
+        remove(tmp);
+        return tb_errorf(TB_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    }
+    if (rename(tmp, path) != 0) {
+        remove(tmp);
+        return tb_errorf(TB_ERR_IO, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+    }
+    return TB_OK;
+}
+
+/* ---------------------------------------------------------------- hardware */
+
+char *tb_hw_fingerprint_json(const char *backend) {
+    uint32_t f = tb_cpu_features();
+    char feats[256], model[128];
+    /* The ISA the chosen kernels need: the widest path this machine runs. */
+    uint32_t need = 0;
+    if (f & TB_CPU_AVX512F) need = TB_CPU_AVX512F | TB_CPU_AVX2 | TB_CPU_FMA | TB_CPU_F16C;
+    else if ((f & (TB_CPU_AVX2 | TB_CPU_FMA | TB_CPU_F16C)) == (TB_CPU_AVX2 | TB_CPU_FMA | TB_CPU_F16C))
+        need = TB_CPU_AVX2 | TB_CPU_FMA | TB_CPU_F16C;
+    tb_cpu_features_str(need, feats, sizeof feats);
+    tb_cpu_model_name(model, sizeof model);
+    json_t *o = json_pack("{s:s, s:s, s:s, s:s}", "backend", backend, "arch", "x86_64", "isa", need ? feats : "",
+                          "cpu", model);
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
+}
+
+tb_status tb_hw_check(const char *hw_json) {
+    json_error_t err;
+    json_t *o = json_loads(hw_json, 0, &err);
+    if (!o) return tb_errorf(TB_ERR_FORMAT, "engine hardware section is not valid JSON");
+    const char *backend = json_string_value(json_object_get(o, "backend"));
+    const char *isa = json_string_value(json_object_get(o, "isa"));
+    const char *cpu = json_string_value(json_object_get(o, "cpu"));
+    tb_status s = TB_OK;
+    if (!backend || strcmp(backend, "cpu") != 0) {
+        s = tb_errorf(TB_ERR_HARDWARE, "engine was built for backend '%s'; this build runs 'cpu'",
+                      backend ? backend : "?");
+    } else if (isa && *isa) {
+        uint32_t have = tb_cpu_features();
+        char have_s[256];
+        tb_cpu_features_str(have, have_s, sizeof have_s);
+        static const struct { const char *n; uint32_t bit; } names[] = {
+            {"avx2", TB_CPU_AVX2}, {"fma", TB_CPU_FMA}, {"f16c", TB_CPU_F16C}, {"avx512f", TB_CPU_AVX512F},
+            {"avx512bw", TB_CPU_AVX512BW}, {"avx512vl", TB_CPU_AVX512VL}, {"avx512bf16", TB_CPU_AVX512BF16},
+            {"avx512fp16", TB_CPU_AVX512FP16}};
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", isa);
+        for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " ")) {
+            int known = 0;
+            for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+                if (strcmp(tok, names[i].n)) continue;
+                known = 1;
+                if (!(have & names[i].bit)) {
+                    s = tb_errorf(TB_ERR_HARDWARE,
+                                  "engine was built for a CPU with %s (%s: %s); this CPU lacks %s (it has: %s). "
+                                  "Rebuild the engine on this machine",
+                                  isa, cpu ? cpu : "?", isa, tok, have_s);
+                    break;
+                }
+            }
+            if (!known) s = tb_errorf(TB_ERR_HARDWARE, "engine needs unknown CPU feature '%s'", tok);
+            if (s != TB_OK) break;
+        }
+    }
+    json_decref(o);
+    return s;
+}
+
+/* ---------------------------------------------------------------- loading */
+
+static const entry *find_section(const entry *tab, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strncmp(tab[i].name, name, sizeof tab[i].name)) return &tab[i];
+    return NULL;
+}
+
+static int jint(json_t *o, const char *k, int def) {
+    json_t *v = json_object_get(o, k);
+    return json_is_integer(v) ? (int)json_integer_value(v) : def;
+}
+
+static tb_status parse_meta(tb_engine *e) {
+    json_error_t err;
+    json_t *m = json_loads(e->meta_json, 0, &err);
+    if (!m) return tb_errorf(TB_ERR_FORMAT, "engine meta section is not valid JSON: %s", err.text);
+    json_t *model = json_object_get(m, "model"), *build = json_object_get(m, "build"),
+           *sp = json_object_get(m, "special");
+    if (!json_is_object(model) || !json_is_object(build) || !json_is_object(sp)) {
+        json_decref(m);
+        return tb_errorf(TB_ERR_FORMAT, "engine meta section lacks model/build/special");
+    }
+    tb_engine_info *in = &e->info;
+    memset(in, 0, sizeof *in);
+    snprintf(in->arch, sizeof in->arch, "%s", json_string_value(json_object_get(model, "arch")) ?: "?");
+    in->vocab_size = jint(model, "vocab_size", 0);
+    in->dim = jint(model, "dim", 0);
+    in->n_layers = jint(model, "n_layers", 0);
+    in->n_heads = jint(model, "n_heads", 0);
+    in->n_kv_heads = jint(model, "n_kv_heads", 0);
+    in->head_dim = jint(model, "head_dim", 0);
+    in->hidden_dim = jint(model, "hidden_dim", 0);
+    e->rope_interleaved = jint(model, "rope_interleaved", 0);
+    in->max_seq_len = jint(build, "max_seq_len", 0);
+    in->max_batch = jint(build, "max_batch", 1);
+    e->max_step_tokens = jint(build, "max_step_tokens", 512);
+    const char *dt = json_string_value(json_object_get(build, "dtype"));
+    tb_status s = dt ? tb_dtype_parse(dt, &in->weight_dtype) : TB_ERR_FORMAT;
+    in->bos_id = jint(sp, "bos", -1);
+    in->add_bos = jint(sp, "add_bos", 0);
+    for (int i = 0; i < 4; i++) in->eos_ids[i] = -1;
+    json_t *eos = json_object_get(sp, "eos");
+    for (size_t i = 0; json_is_array(eos) && i < json_array_size(eos) && i < 4; i++)
+        in->eos_ids[i] = (int)json_integer_value(json_array_get(eos, i));
+    json_decref(m);
+    if (s != TB_OK || in->vocab_size <= 0 || in->n_layers <= 0 || in->max_seq_len <= 0 || in->n_heads <= 0 ||
+        in->n_kv_heads <= 0 || in->head_dim <= 0)
+        return tb_errorf(TB_ERR_FORMAT, "engine meta section has invalid model sizes");
+    return TB_OK;
+}
+
+/* Maps and checks the header and table; verifies checksums when `verify`. */
+static tb_status open_checked(const char *path, tb_mapped_file *map, entry *tab, int *n_out, int verify) {
+    TB_TRY(tb_file_map(path, map));
+    const uint8_t *p = map->data;
+    tb_status s = TB_OK;
+    if (map->size < HDR_SIZE || memcmp(p, TB_ENGINE_MAGIC, 8) != 0) {
+        s = tb_errorf(TB_ERR_FORMAT, "%s is not a Turbine engine (bad magic)", path);
+        goto fail;
+    }
+    uint32_t ver, cnt;
+    uint64_t fsize, th;
+    memcpy(&ver, p + 8, 4);
+    memcpy(&cnt, p + 12, 4);
+    memcpy(&fsize, p + 16, 8);
+    memcpy(&th, p + 24, 8);
+    if (ver != TB_ENGINE_VERSION) {
+        s = tb_errorf(TB_ERR_VERSION, "%s has engine format version %u; this turbine reads version %u%s", path, ver,
+                      TB_ENGINE_VERSION, ver > TB_ENGINE_VERSION ? " (the engine is newer: upgrade turbine)" : "");
+        goto fail;
+    }
+    if (fsize != map->size) {
+        s = tb_errorf(TB_ERR_FORMAT, "%s is %s: header says %llu bytes, file has %zu", path,
+                      fsize > map->size ? "truncated" : "oversized", (unsigned long long)fsize, map->size);
+        goto fail;
+    }
+    if (cnt == 0 || cnt > MAX_SECTIONS || HDR_SIZE + (uint64_t)cnt * ENTRY_SIZE > map->size) {
+        s = tb_errorf(TB_ERR_FORMAT, "%s: corrupted section table (%u sections)", path, cnt);
+        goto fail;
+    }
+    memcpy(tab, p + HDR_SIZE, (size_t)cnt * ENTRY_SIZE);
+    if (tb_hash64(tab, (size_t)cnt * ENTRY_SIZE) != th) {
+        s = tb_errorf(TB_ERR_CHECKSUM, "%s: the section table's checksum does not match (corrupted file)", path);
+        goto fail;
+    }
+    for (uint32_t i = 0; i < cnt; i++) {
+        tab[i].name[sizeof tab[i].name - 1] = 0;
+        if (tab[i].offset > map->size || tab[i].size > map->size - tab[i].offset) {
+            s = tb_errorf(TB_ERR_FORMAT, "%s: section '%s' lies outside the file", path, tab[i].name);
+            goto fail;
+        }
+        if (verify && tb_section_hash(p + tab[i].offset, tab[i].size) != tab[i].hash) {
+            s = tb_errorf(TB_ERR_CHECKSUM, "%s: section '%s' is corrupted (checksum mismatch)", path, tab[i].name);
+            goto fail;
+        }
+    }
+    *n_out = (int)cnt;
+    return TB_OK;
+fail:
+    tb_file_unmap(map);
+    return s;
+}
+
+static char *dup_section(const tb_mapped_file *m, const entry *e) {
+    char *s = malloc(e->size + 1);
+    if (!s) return NULL;
+    memcpy(s, m->data + e->offset, e->size);
+    s[e->size] = 0;
+    return s;
+}
+
+tb_status tb_engine_load(const char *path, tb_engine **out) {
+    *out = NULL;
+    double t0 = tb_now();
+    tb_engine *e = calloc(1, sizeof *e);
+    if (!e) return tb_errorf(TB_ERR_OOM, "out of memory");
+    entry tab[MAX_SECTIONS];
+    int n = 0;
+    tb_status s = open_checked(path, &e->map, tab, &n, 1);
+    if (s != TB_OK) { free(e); return s; }
+    const char *need[] = {"meta", "hardware", "tokenizer", "graph", "weights"};
+    const entry *sec[5];
+    for (int i = 0; i < 5; i++) {
+        sec[i] = find_section(tab, n, need[i]);
+        if (!sec[i]) { s = tb_errorf(TB_ERR_FORMAT, "%s: section '%s' is missing", path, need[i]); goto fail; }
+    }
+    e->meta_json = dup_section(&e->map, sec[0]);
+    e->hw_json = dup_section(&e->map, sec[1]);
+    if (!e->meta_json || !e->hw_json) { s = tb_errorf(TB_ERR_OOM, "out of memory"); goto fail; }
+    if ((s = tb_hw_check(e->hw_json)) != TB_OK) goto fail;
+    if ((s = parse_meta(e)) != TB_OK) goto fail;
+    if ((s = tb_tokenizer_deserialize(e->map.data + sec[2]->offset, sec[2]->size, &e->tok)) != TB_OK) goto fail;
+    if ((s = tb_graph_deserialize(e->map.data + sec[3]->offset, sec[3]->size, &e->graph)) != TB_OK) goto fail;
+    const uint8_t *w = e->map.data + sec[4]->offset;
+    for (int i = 0; i < e->graph->n_values; i++) {
+        tb_value *v = &e->graph->values[i];
+        if (v->kind != TB_VAL_WEIGHT) continue;
+        uint64_t want = (uint64_t)tb_value_numel(e->graph, v, NULL) * tb_dtype_size(v->dtype);
+        if (v->nbytes != want || v->offset > sec[4]->size || v->nbytes > sec[4]->size - v->offset) {
+            s = tb_errorf(TB_ERR_FORMAT, "%s: weight '%s' lies outside the weight section", path, v->name);
+            goto fail;
+        }
+        v->data = w + v->offset;
+    }
+    if (tb_tokenizer_vocab_size(e->tok) > e->info.vocab_size)
+        tb_log(TB_LOG_WARN, "tokenizer has %d tokens, model %d", tb_tokenizer_vocab_size(e->tok), e->info.vocab_size);
+    e->load_seconds = tb_now() - t0;
+    *out = e;
+    return TB_OK;
+fail:
+    tb_engine_free(e);
+    return tb_error_prefix(s, "cannot load engine");
+}
+
+void tb_engine_free(tb_engine *e) {
+    if (!e) return;
+    tb_graph_free(e->graph);
+    tb_tokenizer_free(e->tok);
+    free(e->meta_json);
+    free(e->hw_json);
+    tb_file_unmap(&e->map);
+    free(e);
+}
+
+void tb_engine_get_info(const tb_engine *e, tb_engine_info *out) { *out = e->info; }
+const tb_tokenizer *tb_engine_tokenizer(const tb_engine *e) { return e->tok; }
+
+tb_status tb_engine_describe(const char *path, char *buf, size_t cap) {
+    tb_mapped_file map;
+    entry tab[MAX_SECTIONS];
+    int n = 0;
+    TB_TRY(open_checked(path, &map, tab, &n, 1));
+    size_t k = 0;
+#define OUT(...) do { if (k < cap) k += (size_t)snprintf(buf + k, cap - k, __VA_ARGS__); } while (0)
+    OUT("engine: %s\nformat version: %u\nfile size: %zu bytes\n", path, TB_ENGINE_VERSION, map.size);
+    const entry *meta = find_section(tab, n, "meta"), *hw = find_section(tab, n, "hardware"),
+                *graph = find_section(tab, n, "graph");
+    if (meta) {
+        char *m = dup_section(&map, meta);
+        json_error_t err;
+        json_t *o = m ? json_loads(m, 0, &err) : NULL;
+        if (o) {
+            char *pretty = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+            OUT("meta: %s\n", pretty ? pretty : "?");
+            free(pretty);
+            json_decref(o);
+        }
+        free(m);
+    }
+    if (hw) {
+        char *h = dup_section(&map, hw);
+        OUT("hardware fingerprint: %s\n", h ? h : "?");
+        if (h && tb_hw_check(h) != TB_OK) OUT("  (cannot run here: %s)\n", tb_last_error());
+        free(h);
+    }
+    if (graph) {
+        tb_graph *g = NULL;
+        if (tb_graph_deserialize(map.data + graph->offset, graph->size, &g) == TB_OK) {
+            int counts[TB_OP_COUNT] = {0};
+            for (int i = 0; i < g->n_nodes; i++) counts[g->nodes[i].op]++;
+            OUT("graph: %d nodes, %d values\n  ops:", g->n_nodes, g->n_values);
+            for (int i = 0; i < TB_OP_COUNT; i++)
+                if (counts[i]) OUT(" %s x%d", tb_op_name((tb_op_kind)i), counts[i]);
+            OUT("\n  profiles:");
+            for (int i = 0; i < g->n_syms; i++)
+                OUT(" %s [min %lld, opt %lld, max %lld]", g->syms[i].name, (long long)g->syms[i].min,
+                    (long long)g->syms[i].opt, (long long)g->syms[i].max);
+            OUT("\n");
+            tb_graph_free(g);
+        }
+    }
+    OUT("sections:\n");
+    for (int i = 0; i < n; i++)
+        OUT("  %-10s offset %12llu  size %12llu  xxh3 %016llx  ok\n", tab[i].name, (unsigned long long)tab[i].offset,
+            (unsigned long long)tab[i].size, (unsigned long long)tab[i].hash);
+#undef OUT
+    tb_file_unmap(&map);
+    return TB_OK;
+}

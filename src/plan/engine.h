@@ -1,0 +1,58 @@
+/*
+ * engine.h — the engine file: one binary holding everything a run needs.
+ *
+ * Layout (little-endian):
+ *   header   64 bytes: magic "TBENGINE", u32 format version, u32 section
+ *            count, u64 file size, u64 checksum of the section table
+ *   table    one 48-byte entry per section: name[24], offset, size, checksum
+ *   sections each 4096-aligned:
+ *     "meta"      JSON: model config, build options, special tokens,
+ *                 optimisation profiles, build time
+ *     "hardware"  JSON: the fingerprint (backend, CPU ISA the kernels need)
+ *     "tokenizer" the tokenizer's serialized form
+ *     "graph"     the IR with tactic choices (ir.h serialization)
+ *     "weights"   every weight, 64-byte aligned, read in place through mmap
+ * A section checksum is XXH3-64 over the XXH3-64s of its 64 MiB chunks, so
+ * big sections verify in parallel. Loading verifies every byte and every
+ * field and names what does not match; it never re-optimises.
+ */
+#ifndef TB_ENGINE_H
+#define TB_ENGINE_H
+
+#include "ir/ir.h"
+#include "tokenizer/tokenizer.h"
+
+#define TB_ENGINE_MAGIC "TBENGINE"
+#define TB_ENGINE_VERSION 1u
+
+struct tb_engine {
+    tb_mapped_file map;
+    tb_graph *graph;        /* weight data points into map */
+    tb_tokenizer *tok;
+    tb_engine_info info;
+    char *meta_json;        /* NUL-terminated copy */
+    char *hw_json;
+    int max_step_tokens;
+    int rope_interleaved;
+    double load_seconds;
+};
+
+typedef struct {
+    const char *name;
+    const void *data;
+    uint64_t size;
+} tb_section_src;
+
+/* Writes an engine file from sections given in order. */
+tb_status tb_engine_write(const char *path, const tb_section_src *sections,
+                          int n_sections);
+
+/* The fingerprint of this machine for `backend` ("cpu"), as JSON. */
+char *tb_hw_fingerprint_json(const char *backend);
+/* Checks a recorded fingerprint against this machine. */
+tb_status tb_hw_check(const char *hw_json);
+
+/* Section checksum (chunked XXH3, see above). */
+uint64_t tb_section_hash(const uint8_t *p, uint64_t n);
+
+#endif

@@ -1,0 +1,282 @@
+/* context.c — execution context: memory plan, paged KV cache, one step.
+ *
+ * Everything is sized at creation: the activation arena (planned once by
+ * liveness over the graph, at the profile's maximum sizes), the step input
+ * arrays, the logits buffer and the KV-cache pool. A step allocates nothing.
+ */
+#include "backend/backend.h"
+#include "plan/engine.h"
+#include "runtime/runtime.h"
+
+void tb_context_options_default(tb_context_options *o) { memset(o, 0, sizeof *o); }
+
+/* ---------------------------------------------------------------- planning */
+
+typedef struct {
+    uint64_t off, size;
+    int value;
+} live_block;
+
+/* Assigns arena offsets to activations so that values not live at the same
+ * time share memory (first fit over the gaps between live blocks). */
+static tb_status plan_memory(const tb_graph *g, uint64_t *offsets, uint64_t *total) {
+    int nv = g->n_values;
+    int *last = malloc(sizeof(int) * (size_t)nv);
+    live_block *live = malloc(sizeof(live_block) * (size_t)(nv + 1));
+    if (!last || !live) { free(last); free(live); return tb_errorf(TB_ERR_OOM, "out of memory"); }
+    for (int i = 0; i < nv; i++) last[i] = -1;
+    for (int k = 0; k < g->n_nodes; k++)
+        for (int j = 0; j < g->nodes[k].n_in; j++) last[g->nodes[k].in[j]] = k;
+    last[g->output] = g->n_nodes; /* kept after the step */
+    int n_live = 0;
+    uint64_t peak = 0;
+    for (int k = 0; k < g->n_nodes; k++) {
+        const tb_node *n = &g->nodes[k];
+        for (int o = 0; o < n->n_out; o++) {
+            int v = n->out[o];
+            uint64_t size = (uint64_t)tb_value_numel(g, &g->values[v], NULL) * tb_dtype_size(g->values[v].dtype);
+            size = (size + 63) / 64 * 64;
+            if (size == 0) size = 64;
+            /* live blocks are kept sorted by offset */
+            uint64_t pos = 0;
+            int at = 0;
+            for (; at < n_live; at++) {
+                if (live[at].off >= pos + size) break;
+                if (live[at].off + live[at].size > pos) pos = live[at].off + live[at].size;
+            }
+            memmove(&live[at + 1], &live[at], sizeof(live_block) * (size_t)(n_live - at));
+            live[at] = (live_block){pos, size, v};
+            n_live++;
+            offsets[v] = pos;
+            if (pos + size > peak) peak = pos + size;
+        }
+        /* release what this node used for the last time (never the outputs
+         * of this node while its inputs are still being read: done after) */
+        for (int i = 0; i < n_live;) {
+            int v = live[i].value;
+            if (last[v] <= k) {
+                memmove(&live[i], &live[i + 1], sizeof(live_block) * (size_t)(n_live - i - 1));
+                n_live--;
+            } else {
+                i++;
+            }
+        }
+    }
+    free(last);
+    free(live);
+    *total = peak;
+    return TB_OK;
+}
+
+/* ---------------------------------------------------------------- create */
+
+struct tb_context {
+    tb_engine *e;
+    tb_backend *be;
+    int max_seqs, max_step, max_ctx, vocab, n_layers;
+    void **bufs;              /* one per value */
+    uint8_t *arena;
+    uint64_t arena_bytes;
+    int32_t *ids, *pos, *seq, *rows;  /* (max_step) */
+    /* paged KV cache */
+    int block_size, n_blocks, max_blocks;
+    tb_dtype kv_dtype;
+    uint8_t *kv;              /* all layers, k then v */
+    void **k_cache, **v_cache;/* (n_layers) */
+    int32_t *block_tables;    /* (max_seqs, max_blocks) */
+    int32_t *seq_len;         /* (max_seqs) */
+    int32_t *seq_blocks;      /* (max_seqs) blocks held */
+    int32_t *free_blocks;     /* stack */
+    int n_free;
+    int ids_value;
+    double t_step;            /* seconds spent in steps */
+};
+
+tb_status tb_context_create(tb_engine *e, const tb_context_options *opt, tb_context **out) {
+    *out = NULL;
+    tb_context_options o;
+    if (opt) o = *opt; else tb_context_options_default(&o);
+    const tb_graph *g = e->graph;
+    tb_context *c = calloc(1, sizeof *c);
+    if (!c) return tb_errorf(TB_ERR_OOM, "out of memory");
+    c->e = e;
+    tb_status s;
+    c->max_seqs = o.max_seqs > 0 ? o.max_seqs : e->info.max_batch;
+    c->max_step = e->max_step_tokens;
+    if (o.max_step_tokens > 0 && o.max_step_tokens < c->max_step) c->max_step = o.max_step_tokens;
+    c->max_ctx = e->info.max_seq_len;
+    c->vocab = e->info.vocab_size;
+    c->n_layers = e->info.n_layers;
+    c->block_size = o.kv_block_size > 0 ? o.kv_block_size : 16;
+    c->max_blocks = (c->max_ctx + c->block_size - 1) / c->block_size;
+    c->kv_dtype = e->info.weight_dtype == TB_F32 ? TB_F32 : TB_F16;
+    int ids_v = tb_graph_find_value(g, "token_ids");
+    if (ids_v < 0) { free(c); return tb_errorf(TB_ERR_FORMAT, "engine graph has no token_ids input"); }
+    c->ids_value = ids_v;
+
+    if ((s = tb_backend_cpu_create(o.n_threads, c->max_ctx, &c->be)) != TB_OK) { free(c); return s; }
+    for (int k = 0; k < g->n_nodes; k++)
+        if (!c->be->iface->supports_op(c->be, g, &g->nodes[k])) {
+            s = tb_errorf(TB_ERR_UNSUPPORTED, "backend %s does not support op %s (node %d)", c->be->iface->name,
+                          tb_op_name(g->nodes[k].op), k);
+            goto fail;
+        }
+    /* symbols at their maxima, bounded by this context */
+    uint64_t *offsets = calloc((size_t)g->n_values, sizeof *offsets);
+    c->bufs = calloc((size_t)g->n_values, sizeof(void *));
+    if (!offsets || !c->bufs) { free(offsets); s = tb_errorf(TB_ERR_OOM, "out of memory"); goto fail; }
+    if ((s = plan_memory(g, offsets, &c->arena_bytes)) != TB_OK) { free(offsets); goto fail; }
+    c->arena = c->be->iface->alloc(c->be, c->arena_bytes);
+    if (!c->arena) { free(offsets); s = tb_errorf(TB_ERR_OOM, "cannot allocate %llu bytes of activations",
+                                                  (unsigned long long)c->arena_bytes); goto fail; }
+    for (int i = 0; i < g->n_values; i++) {
+        const tb_value *v = &g->values[i];
+        if (v->kind == TB_VAL_WEIGHT) c->bufs[i] = (void *)v->data;
+        else if (v->kind == TB_VAL_ACT) c->bufs[i] = c->arena + offsets[i];
+    }
+    free(offsets);
+    size_t ms = (size_t)g->syms[0].max;
+    for (int i = 0; i < g->n_syms; i++) if ((size_t)g->syms[i].max > ms) ms = (size_t)g->syms[i].max;
+    c->ids = calloc(ms, sizeof(int32_t));
+    c->pos = calloc(ms, sizeof(int32_t));
+    c->seq = calloc(ms, sizeof(int32_t));
+    c->rows = calloc(ms, sizeof(int32_t));
+    if (!c->ids || !c->pos || !c->seq || !c->rows) { s = tb_errorf(TB_ERR_OOM, "out of memory"); goto fail; }
+    c->bufs[ids_v] = c->ids;
+
+    /* KV cache */
+    int KV = e->info.n_kv_heads, hd = e->info.head_dim;
+    size_t block_bytes = (size_t)c->block_size * (size_t)KV * (size_t)hd * tb_dtype_size(c->kv_dtype);
+    size_t per_block_all_layers = block_bytes * 2 * (size_t)c->n_layers;
+    if (o.kv_cache_bytes > 0) c->n_blocks = (int)(o.kv_cache_bytes / per_block_all_layers);
+    else c->n_blocks = c->max_seqs * c->max_blocks;
+    if (c->n_blocks < 1) {
+        s = tb_errorf(TB_ERR_INVALID_ARG, "KV cache of %zu bytes holds no block (one block needs %zu bytes)",
+                      o.kv_cache_bytes, per_block_all_layers);
+        goto fail;
+    }
+    size_t layer_bytes = block_bytes * (size_t)c->n_blocks;
+    c->kv = c->be->iface->alloc(c->be, layer_bytes * 2 * (size_t)c->n_layers);
+    c->k_cache = calloc((size_t)c->n_layers, sizeof(void *));
+    c->v_cache = calloc((size_t)c->n_layers, sizeof(void *));
+    c->block_tables = calloc((size_t)c->max_seqs * (size_t)c->max_blocks, sizeof(int32_t));
+    c->seq_len = calloc((size_t)c->max_seqs, sizeof(int32_t));
+    c->seq_blocks = calloc((size_t)c->max_seqs, sizeof(int32_t));
+    c->free_blocks = calloc((size_t)c->n_blocks, sizeof(int32_t));
+    if (!c->kv || !c->k_cache || !c->v_cache || !c->block_tables || !c->seq_len || !c->seq_blocks ||
+        !c->free_blocks) {
+        s = tb_errorf(TB_ERR_OOM, "cannot allocate the KV cache (%d blocks of %zu bytes)", c->n_blocks,
+                      per_block_all_layers);
+        goto fail;
+    }
+    for (int l = 0; l < c->n_layers; l++) {
+        c->k_cache[l] = c->kv + layer_bytes * (size_t)(2 * l);
+        c->v_cache[l] = c->kv + layer_bytes * (size_t)(2 * l + 1);
+    }
+    for (int i = 0; i < c->n_blocks; i++) c->free_blocks[i] = c->n_blocks - 1 - i;
+    c->n_free = c->n_blocks;
+    *out = c;
+    return TB_OK;
+fail:
+    tb_context_free(c);
+    return s;
+}
+
+void tb_context_free(tb_context *c) {
+    if (!c) return;
+    if (c->be) {
+        if (c->arena) c->be->iface->free(c->be, c->arena);
+        if (c->kv) c->be->iface->free(c->be, c->kv);
+    }
+    tb_backend_free(c->be);
+    free(c->bufs);
+    free(c->ids); free(c->pos); free(c->seq); free(c->rows);
+    free(c->k_cache); free(c->v_cache);
+    free(c->block_tables); free(c->seq_len); free(c->seq_blocks); free(c->free_blocks);
+    free(c);
+}
+
+/* ---------------------------------------------------------------- sequences */
+
+tb_status tb_seq_reset(tb_context *c, int seq) {
+    if (seq < 0 || seq >= c->max_seqs)
+        return tb_errorf(TB_ERR_INVALID_ARG, "sequence slot %d is outside [0, %d)", seq, c->max_seqs);
+    int32_t *bt = c->block_tables + (size_t)seq * (size_t)c->max_blocks;
+    for (int j = 0; j < c->seq_blocks[seq]; j++) c->free_blocks[c->n_free++] = bt[j];
+    c->seq_blocks[seq] = 0;
+    c->seq_len[seq] = 0;
+    return TB_OK;
+}
+
+int tb_seq_len(const tb_context *c, int seq) {
+    return seq >= 0 && seq < c->max_seqs ? c->seq_len[seq] : -1;
+}
+int tb_kv_free_blocks(const tb_context *c) { return c->n_free; }
+int tb_kv_total_blocks(const tb_context *c) { return c->n_blocks; }
+int tb_kv_block_size(const tb_context *c) { return c->block_size; }
+int tb_context_max_seqs(const tb_context *c) { return c->max_seqs; }
+int tb_context_max_step(const tb_context *c) { return c->max_step; }
+int tb_context_threads(const tb_context *c) { return c->be->n_threads; }
+
+/* ---------------------------------------------------------------- step */
+
+tb_status tb_context_step(tb_context *c, const tb_seq_chunk *ch, int n_chunks, const float **logits, int *n_rows) {
+    if (logits) *logits = NULL;
+    if (n_rows) *n_rows = 0;
+    if (n_chunks <= 0) return tb_errorf(TB_ERR_INVALID_ARG, "a step needs at least one sequence");
+    int total = 0, need_blocks = 0, rows = 0;
+    for (int i = 0; i < n_chunks; i++) {
+        int s = ch[i].seq, n = ch[i].n_tokens;
+        if (s < 0 || s >= c->max_seqs)
+            return tb_errorf(TB_ERR_INVALID_ARG, "sequence slot %d is outside [0, %d)", s, c->max_seqs);
+        for (int j = 0; j < i; j++)
+            if (ch[j].seq == s) return tb_errorf(TB_ERR_INVALID_ARG, "sequence %d appears twice in one step", s);
+        if (n <= 0) return tb_errorf(TB_ERR_INVALID_ARG, "sequence %d: a chunk needs at least one token", s);
+        if (c->seq_len[s] + n > c->max_ctx)
+            return tb_errorf(TB_ERR_RANGE, "sequence %d would reach %d tokens; the engine's context is %d", s,
+                             c->seq_len[s] + n, c->max_ctx);
+        for (int j = 0; j < n; j++)
+            if (ch[i].tokens[j] < 0 || ch[i].tokens[j] >= c->vocab)
+                return tb_errorf(TB_ERR_INVALID_ARG, "token id %d is outside the vocabulary [0, %d)",
+                                 ch[i].tokens[j], c->vocab);
+        total += n;
+        rows += ch[i].logits == 2 ? n : ch[i].logits == 1 ? 1 : 0;
+        int have = c->seq_blocks[s], want = (c->seq_len[s] + n + c->block_size - 1) / c->block_size;
+        if (want > have) need_blocks += want - have;
+    }
+    if (total > c->max_step)
+        return tb_errorf(TB_ERR_RANGE, "a step of %d tokens exceeds the engine's profile (tokens <= %d)", total,
+                         c->max_step);
+    if (need_blocks > c->n_free)
+        return tb_errorf(TB_ERR_OOM, "KV cache full: the step needs %d blocks, %d are free", need_blocks, c->n_free);
+    int t = 0, r = 0;
+    for (int i = 0; i < n_chunks; i++) {
+        int s = ch[i].seq, n = ch[i].n_tokens;
+        int32_t *bt = c->block_tables + (size_t)s * (size_t)c->max_blocks;
+        int want = (c->seq_len[s] + n + c->block_size - 1) / c->block_size;
+        while (c->seq_blocks[s] < want) bt[c->seq_blocks[s]++] = c->free_blocks[--c->n_free];
+        for (int j = 0; j < n; j++, t++) {
+            c->ids[t] = ch[i].tokens[j];
+            c->pos[t] = c->seq_len[s] + j;
+            c->seq[t] = s;
+            if (ch[i].logits == 2 || (ch[i].logits == 1 && j == n - 1)) c->rows[r++] = t;
+        }
+    }
+    if (rows == 0) c->rows[r++] = t - 1; /* the graph always yields >= 1 row */
+    tb_step st = {
+        .n_tokens = total, .n_rows = r, .pos = c->pos, .seq = c->seq, .rows = c->rows,
+        .block_tables = c->block_tables, .max_blocks = c->max_blocks, .block_size = c->block_size,
+        .max_ctx = c->max_ctx, .k_cache = c->k_cache, .v_cache = c->v_cache, .kv_dtype = c->kv_dtype,
+    };
+    const tb_graph *g = c->e->graph;
+    double t0 = tb_now();
+    for (int k = 0; k < g->n_nodes; k++) {
+        tb_status s = c->be->iface->run_node(c->be, g, &g->nodes[k], c->bufs, &st);
+        if (s != TB_OK) return tb_error_prefix(s, "node %d (%s)", k, tb_op_name(g->nodes[k].op));
+    }
+    c->t_step += tb_now() - t0;
+    for (int i = 0; i < n_chunks; i++) c->seq_len[ch[i].seq] += ch[i].n_tokens;
+    if (logits) *logits = c->bufs[g->output];
+    if (n_rows) *n_rows = rows;
+    return TB_OK;
+}

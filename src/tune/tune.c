@@ -1,0 +1,84 @@
+/* tune.c — timing matmul tactics at build time. */
+#include "tune/tune.h"
+
+#include "backend/cpu/kernels.h"
+
+typedef struct {
+    int K, N, size_class;
+    tb_dtype dt;
+    int tactic;
+} cache_entry;
+
+static double time_tactic(tb_pool *p, int tactic, const float *x, const void *w, tb_dtype dt, float *y, int T, int K,
+                          int N) {
+    double best = 1e30;
+    for (int rep = 0; rep < 4; rep++) {
+        double t0 = tb_now();
+        if (tactic) tb_cpu_matmul_tactic(p, (tb_mm_tactic)tactic, x, w, dt, NULL, y, T, K, N);
+        else tb_cpu_matmul(p, x, w, dt, NULL, y, T, K, N);
+        double t = tb_now() - t0;
+        if (rep && t < best) best = t; /* the first run warms caches */
+    }
+    return best;
+}
+
+static int pick(tb_pool *p, const tb_value *w, int T, float *x, float *y) {
+    int K = (int)w->dims[1], N = (int)w->dims[0];
+    if (!tb_cpu_matmul_tactic_available(TB_MM_BLAS, w->dtype)) return TB_MM_OWN;
+    double own = time_tactic(p, TB_MM_OWN, x, w->data, w->dtype, y, T, K, N);
+    double blas = time_tactic(p, TB_MM_BLAS, x, w->data, w->dtype, y, T, K, N);
+    return blas < own * 0.97 ? TB_MM_BLAS : TB_MM_OWN;
+}
+
+tb_status tb_tune_graph(tb_graph *g, int n_threads, int prefill_tokens, tb_tune_report *rep) {
+    memset(rep, 0, sizeof *rep);
+    double t0 = tb_now();
+    int64_t maxK = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].op == TB_OP_MATMUL) {
+            const tb_value *w = &g->values[g->nodes[i].in[1]];
+            if (w->dims[1] > maxK) maxK = w->dims[1];
+            if (w->dims[0] > maxK) maxK = w->dims[0];
+        }
+    if (maxK == 0) return TB_OK;
+    tb_pool *p = NULL;
+    TB_TRY(tb_pool_create(n_threads, &p));
+    size_t n = (size_t)prefill_tokens * (size_t)maxK;
+    float *x = tb_alloc_aligned(n * sizeof(float), 64), *y = tb_alloc_aligned(n * sizeof(float), 64);
+    cache_entry *cache = calloc((size_t)g->n_nodes * 2, sizeof *cache);
+    int n_cache = 0;
+    if (!x || !y || !cache) {
+        tb_free_aligned(x); tb_free_aligned(y); free(cache); tb_pool_free(p);
+        return tb_errorf(TB_ERR_OOM, "out of memory for tuning buffers");
+    }
+    for (size_t i = 0; i < n; i++) x[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
+    for (int i = 0; i < g->n_nodes; i++) {
+        tb_node *nd = &g->nodes[i];
+        if (nd->op != TB_OP_MATMUL) continue;
+        const tb_value *w = &g->values[nd->in[1]];
+        int tactic[2];
+        for (int s = 0; s < 2; s++) {
+            int K = (int)w->dims[1], N = (int)w->dims[0], found = -1;
+            for (int c = 0; c < n_cache; c++)
+                if (cache[c].K == K && cache[c].N == N && cache[c].dt == w->dtype && cache[c].size_class == s) {
+                    found = cache[c].tactic;
+                    break;
+                }
+            if (found < 0) {
+                found = pick(p, w, s ? prefill_tokens : 1, x, y);
+                cache[n_cache++] = (cache_entry){K, N, s, w->dtype, found};
+                rep->n_timed++;
+            }
+            tactic[s] = found;
+        }
+        nd->tactic = tactic[0] | (tactic[1] << 8);
+        rep->n_blas_small += tactic[0] == TB_MM_BLAS;
+        rep->n_blas_large += tactic[1] == TB_MM_BLAS;
+    }
+    tb_free_aligned(x);
+    tb_free_aligned(y);
+    free(cache);
+    tb_pool_free(p);
+    rep->seconds = tb_now() - t0;
+    return TB_OK;
+}

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Every engine-loading error path gives exit code 1 and a message naming the
+# problem, never a crash: missing file, not an engine, truncated, corrupted,
+# newer format version, a CPU lacking the features the engine was built for;
+# and build errors: unsupported dtype, missing tokenizer, missing model.
+set -uo pipefail
+: "${TURBINE_BIN:?}" "${TURBINE_SHARED:?}" "${TURBINE_TMP:?}"
+M="$TURBINE_SHARED/models/stories260K"
+D="$TURBINE_TMP/engine_errors"
+mkdir -p "$D"
+fails=0
+"$TURBINE_BIN" build "$M/stories260K.bin" --tokenizer "$M/tok512.bin" -o "$D/good.engine" 2>/dev/null || { echo "FAIL: build"; exit 1; }
+
+# expect CODE PATTERN -- command...: the command must exit CODE and print PATTERN on stderr
+expect() {
+  local code="$1" pat="$2"; shift 3
+  local err; err=$("$@" 2>&1 >/dev/null); local rc=$?
+  if [ "$rc" != "$code" ] || ! grep -qiE "$pat" <<<"$err"; then
+    echo "FAIL: '$*' exited $rc (want $code), stderr: $err (want /$pat/)"; fails=$((fails+1))
+  else
+    echo "ok: $pat"
+  fi
+}
+run() { "$TURBINE_BIN" run "$1" -p "Once" -n 4 --temperature 0; }
+
+expect 1 "cannot open .*no-such" -- run "$D/no-such.engine"
+printf 'hello world, not an engine at all................................................' >"$D/notengine.engine"
+expect 1 "not a Turbine engine" -- run "$D/notengine.engine"
+size=$(stat -c %s "$D/good.engine")
+head -c $((size / 2)) "$D/good.engine" >"$D/trunc.engine"
+expect 1 "truncated" -- run "$D/trunc.engine"
+head -c 40 "$D/good.engine" >"$D/tiny.engine"
+expect 1 "truncated|not a Turbine engine|corrupted" -- run "$D/tiny.engine"
+cp "$D/good.engine" "$D/corrupt.engine"
+# flip one byte near the end (inside the weights)
+off=$((size - 5000))
+printf '\xAB' | dd of="$D/corrupt.engine" bs=1 seek=$off conv=notrunc status=none
+expect 1 "section 'weights' is corrupted" -- run "$D/corrupt.engine"
+cp "$D/good.engine" "$D/ver.engine"
+printf '\x63\x00\x00\x00' | dd of="$D/ver.engine" bs=1 seek=8 conv=notrunc status=none
+expect 1 "format version 99.*newer" -- run "$D/ver.engine"
+# the engine was built for this CPU's AVX2 kernels; pretend the CPU lacks them
+if grep -q avx2 /proc/cpuinfo; then
+  expect 1 "lacks avx2" -- env TB_CPU_MASK=0 "$TURBINE_BIN" run "$D/good.engine" -p Once -n 4
+fi
+expect 1 "unsupported|unknown --dtype" -- "$TURBINE_BIN" build "$M/stories260K.bin" --tokenizer "$M/tok512.bin" --dtype i8 -o "$D/x.engine"
+expect 1 "pass --tokenizer" -- "$TURBINE_BIN" build "$M/stories260K.bin" -o "$D/x.engine"
+expect 1 "cannot open|no such|not found" -- "$TURBINE_BIN" build "$D/missing-model" -o "$D/x.engine"
+expect 1 "context|too long|tokens" -- "$TURBINE_BIN" run "$D/good.engine" --prompt-ids "$(seq -s, 1 600 | sed 's/[0-9]\+/5/g')" -n 700
+expect 1 "not a token id" -- "$TURBINE_BIN" run "$D/good.engine" --prompt-ids 1,2,99999 -n 4
+# inspect names the sections and the fingerprint
+out=$("$TURBINE_BIN" inspect "$D/good.engine")
+for w in meta hardware tokenizer graph weights "format version" "profiles" "avx2"; do
+  grep -q "$w" <<<"$out" || { echo "FAIL: inspect lacks '$w'"; fails=$((fails+1)); }
+done
+[ "$fails" = 0 ] && echo "all engine error paths ok" || { echo "$fails failures"; exit 1; }
