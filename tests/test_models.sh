@@ -1,9 +1,10 @@
 #!/bin/bash
 # test_models.sh — end-to-end logits check: for each random-weight preset,
 # generate a checkpoint, build an engine with the turbine CLI, run 32 prompt
-# ids + 16 greedy tokens with --logits-out, and compare every row against
-# tests/reference.py (float64). Also checks reference.py itself against the
-# llama2.c run.c numbers for stories260K, and runs stories260K.bin end to end.
+# ids + 16 greedy tokens (-n 48: the CLI counts the prompt) with --logits-out,
+# and compare every row against tests/reference.py (float64). Also checks
+# reference.py itself against the llama2.c run.c numbers for stories260K, and
+# runs stories260K.bin end to end.
 #
 #   bash tests/test_models.sh [CASE ...]     (no CASE: all; names as printed)
 #
@@ -51,7 +52,7 @@ run_case() {
         fail "$name" "turbine build failed: $(tail -n 3 "$log" | tr '\n' ' ')"
         return
     fi
-    if ! "$BIN" run "$eng" --prompt-ids "$ids" -n 16 --temperature 0 --logits-out "$logits" >> "$log" 2>&1; then
+    if ! "$BIN" run "$eng" --prompt-ids "$ids" -n 48 --temperature 0 --logits-out "$logits" >> "$log" 2>&1; then
         fail "$name" "turbine run failed: $(tail -n 3 "$log" | tr '\n' ' ')"
         return
     fi
