@@ -14,6 +14,12 @@
 #                      median is reported
 #   --timeout S        limit for any one command (default 300 s)
 #   --max-minutes M    no new repetition starts after M minutes (default 40)
+#   --quiet-wait S     before each measurement, wait up to S seconds (default
+#                      30) for the other processes on the machine to use less
+#                      than 10% of the CPUs
+# Other processes share this machine: each run records how many cores they
+# kept busy while it ran, and the medians use only the runs where that stayed
+# under 0.2 cores when there is at least one such run.
 # Environment: TURBINE_SHARED (default ../shared from the repo root),
 #   TURBINE_BIN (default build-bench/turbine).
 # Output: progress on stderr; bench/out/results.json; on stdout the markdown
@@ -29,7 +35,7 @@ BUILD=$ROOT/build-bench
 
 ARGS="$*"
 REPS=3 QUICK=0 DO_TURBINE=1 DO_PEER=1 DO_TORCH=1 DO_PEER_PREFILL=1 DO_BUILD=1
-TIMEOUT=300 MAX_MIN=40
+TIMEOUT=300 MAX_MIN=40 QUIET_WAIT=30
 while [ $# -gt 0 ]; do
   case $1 in
     --quick) QUICK=1; REPS=1; DO_PEER_PREFILL=0 ;;
@@ -41,6 +47,7 @@ while [ $# -gt 0 ]; do
     --no-build) DO_BUILD=0 ;;
     --timeout) TIMEOUT=$2; shift ;;
     --max-minutes) MAX_MIN=$2; shift ;;
+    --quiet-wait) QUIET_WAIT=$2; shift ;;
     -h|--help) sed -n 2,20p "$0"; exit 0 ;;
     *) echo "run_cpu.sh: unknown option $1" >&2; exit 2 ;;
   esac
@@ -159,16 +166,46 @@ if [ $DO_TURBINE = 1 ]; then
 fi
 
 # ------------------------------------------------------------ measurements
+HZ=$(getconf CLK_TCK)
+# Busy jiffies of all CPUs together since boot (user..steal minus idle, iowait).
+busy_jiffies() {
+  local c
+  read -r -a c < /proc/stat
+  echo $(( c[1] + c[2] + c[3] + c[6] + c[7] + c[8] ))
+}
+# Waits (at most QUIET_WAIT seconds) until the machine is nearly idle: less
+# than 10% of all CPUs busy over half a second.
+wait_quiet() {
+  local deadline=$(( $(date +%s) + QUIET_WAIT )) a b ncpu
+  ncpu=$(nproc)
+  while :; do
+    a=$(busy_jiffies); sleep 0.5; b=$(busy_jiffies)
+    [ $(( (b - a) * 100 * 2 )) -lt $(( 10 * HZ * ncpu )) ] && return 0
+    [ "$(date +%s)" -ge $deadline ] && { log "machine still busy after ${QUIET_WAIT}s: measuring anyway"; return 0; }
+    sleep 1
+  done
+}
+
 # measure REP KIND MODEL DTYPE THREADS -- command...
-# Runs the command under the time limit, keeps its stdout in F.out and its
-# stderr in F.err, and records the run in the manifest for the summary.
+# Runs the command under the time limit once the machine is quiet, keeps its
+# stdout in F.out and its stderr in F.err, and records in the manifest the
+# run and the cores that other processes kept busy meanwhile (all busy CPU
+# time minus the command's own user+system time, over its wall time).
 measure() {
   local rep=$1 kind=$2 model=$3 dtype=$4 th=$5; shift 6
-  local f="$LOGS/r${rep}_${kind}_${model}_${dtype}_t${th}" rc
-  timeout "$TIMEOUT" "$@" > "$f.out" 2> "$f.err"
+  local f="$LOGS/r${rep}_${kind}_${model}_${dtype}_t${th}" rc j0 j1 tt others
+  wait_quiet
+  j0=$(busy_jiffies)
+  tt=$( { TIMEFORMAT='%R %U %S'; time timeout "$TIMEOUT" "$@" > "$f.out" 2> "$f.err"; } 2>&1 )
   rc=$?
-  printf 'run\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$rep" "$kind" "$model" "$dtype" "$th" "$rc" "$f" >> "$OUT/manifest.tsv"
+  j1=$(busy_jiffies)
+  others=$(echo "$tt" | tail -1 | awk -v j=$(( j1 - j0 )) -v hz="$HZ" \
+    '{ o = (j / hz - $2 - $3) / ($1 > 0 ? $1 : 1); printf "%.3f", o < 0 ? 0 : o }')
+  printf 'run\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$rep" "$kind" "$model" "$dtype" "$th" "$rc" "$f" "$others" \
+    >> "$OUT/manifest.tsv"
   [ $rc = 0 ] || log "rc=$rc: $kind $model $dtype t$th (see $f.err)"
+  awk -v o="$others" 'BEGIN { exit !(o >= 0.2) }' && log "contended ($others cores busy elsewhere): $kind $model $dtype t$th"
+  return 0
 }
 
 cat /proc/loadavg > "$OUT/loadavg_start.txt"
@@ -251,7 +288,8 @@ for line in open(os.path.join(out, "manifest.tsv")) if os.path.exists(os.path.jo
     if f[0] == "build":
         builds[f[1]] = {"build_s": float(f[2]), "engine_bytes": int(f[3])}
     elif f[0] == "run":
-        runs.append(dict(rep=int(f[1]), kind=f[2], model=f[3], dtype=f[4], threads=f[5], rc=int(f[6]), log=f[7]))
+        runs.append(dict(rep=int(f[1]), kind=f[2], model=f[3], dtype=f[4], threads=f[5], rc=int(f[6]),
+                         log=f[7], others_cores=float(f[8])))
 
 checks = []
 if os.path.exists(os.path.join(out, "checks.tsv")):
@@ -259,14 +297,15 @@ if os.path.exists(os.path.join(out, "checks.tsv")):
         n, r, d = line.rstrip("\n").split("\t", 2)
         checks.append({"name": n, "result": r, "detail": d})
 
-# samples[(kind, model, dtype, threads, metric)] = [values over repetitions]
+# samples[(kind, model, dtype, threads, metric)] = [(value, quiet)] over
+# repetitions; quiet: other processes kept under 0.2 cores busy meanwhile.
+CONTENDED = 0.2
 samples = {}
-def add(key, v):
-    samples.setdefault(key, []).append(v)
-
 for r in runs:
     if r["rc"] != 0:
         continue
+    def add(key, v, quiet=r["others_cores"] < CONTENDED):
+        samples.setdefault(key, []).append((v, quiet))
     if r["kind"] == "bandwidth":
         j = json_line(r["log"])
         if j:
@@ -294,8 +333,14 @@ for r in runs:
             add((r["kind"], r["model"], r["dtype"], th, "tok_s"), t.get("prompt_tok_s"))
         add((base + "_load", r["model"], r["dtype"], th, "load_ms"), t.get("load_ms"))
 
+def values(key):
+    """The quiet samples of key, or all of them when none was quiet."""
+    s = [(v, q) for v, q in samples.get(key, []) if v is not None]
+    quiet = [v for v, q in s if q]
+    return quiet if quiet else [v for v, q in s]
+
 def get(*key):
-    return med(samples.get(key, []))
+    return med(values(key))
 
 # Weight bytes read per decoded token: every matmul weight and the LM head.
 def shape_134m():
@@ -355,8 +400,8 @@ engines = []
 for name, model, dt in (("stories260K_f32", "stories260K", "f32"), ("llama134m_f32", "llama134m", "f32"),
                         ("llama134m_f16", "llama134m", "f16")):
     b = builds.get(name, {})
-    loads = samples.get(("turbine_load", model, dt, 1, "load_ms"), []) + \
-            samples.get(("turbine_load", model, dt, 2, "load_ms"), [])
+    loads = values(("turbine_load", model, dt, 1, "load_ms")) + \
+            values(("turbine_load", model, dt, 2, "load_ms"))
     engines.append(dict(engine=name, build_s=b.get("build_s"), engine_bytes=b.get("engine_bytes"),
                         load_ms=med(loads)))
 
@@ -369,7 +414,7 @@ machine = {"cpu": next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo"
 for th in (1, 2):
     for m in ("copy_gb_s", "read_gb_s", "fma_gflop_s"):
         machine[f"{m}_t{th}"] = get("machine", th, m)
-        machine[f"{m}_t{th}_samples"] = samples.get(("machine", th, m), [])
+        machine[f"{m}_t{th}_samples"] = [v for v, q in samples.get(("machine", th, m), [])]
 
 res = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": E["CMDLINE"].strip(),
        "reps": int(E["REPS"]), "quick": E["QUICK"] == "1",
@@ -377,7 +422,10 @@ res = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "command": E["CMDLINE"].st
        "machine": machine, "checks": checks, "decode": decode, "prefill": prefill, "engines": engines,
        "peer_load_ms": get("peer_load", "llama134m", "f32", 1, "load_ms"),
        "torch_load_ms": get("torch", "llama134m", "f32", 0, "load_ms"),
-       "samples": {"|".join(map(str, k)): v for k, v in samples.items()},
+       "samples": {"|".join(map(str, k)): [v for v, q in s] for k, s in samples.items()},
+       "contended_runs": [dict(kind=r["kind"], model=r["model"], dtype=r["dtype"], threads=r["threads"],
+                               rep=r["rep"], others_cores=r["others_cores"])
+                          for r in runs if r["others_cores"] >= CONTENDED],
        "failed_runs": [r for r in runs if r["rc"] != 0]}
 json.dump(res, open(os.path.join(out, "results.json"), "w"), indent=1)
 
@@ -389,12 +437,13 @@ def g(x, nd=1):
 
 print(f"Measured {res['date']} with `{res['command']}` ({res['reps']} repetitions, median; "
       f"load average {machine['loadavg_start']} at start).\n")
-print("| threads | copy GB/s (read+write) | read GB/s | FMA GFLOP/s measured | FMA GFLOP/s from clock |")
-print("|---|---|---|---|---|")
+print("| threads | copy GB/s (read+write) | read GB/s | FMA GFLOP/s measured | clock implied by FMA, GHz | FMA GFLOP/s at cpuinfo clock |")
+print("|---|---|---|---|---|---|")
 for th in (1, 2):
     fc = machine["fma_peak_gflop_s_per_core_from_clock"]
+    fm = machine[f"fma_gflop_s_t{th}"]
     print(f"| {th} | {g(machine[f'copy_gb_s_t{th}'])} | {g(machine[f'read_gb_s_t{th}'])} | "
-          f"{g(machine[f'fma_gflop_s_t{th}'])} | {g(fc * th if fc else None)} |")
+          f"{g(fm)} | {g(fm / 32 / th if fm else None, 2)} | {g(fc * th if fc else None)} |")
 print("\nDecode, batch 1 (tok/s; floor = copy bandwidth ÷ weight bytes per token):\n")
 print("| model | dtype | threads | Turbine tok/s | C peer tok/s | PyTorch tok/s | bandwidth floor tok/s | % of floor |")
 print("|---|---|---|---|---|---|---|---|")
@@ -416,6 +465,9 @@ print("| engine | build s | size MB | load ms |")
 print("|---|---|---|---|")
 for e in engines:
     print(f"| {e['engine']} | {f(e['build_s'], 2)} | {f(e['engine_bytes'] / 1e6 if e['engine_bytes'] else None)} | {f(e['load_ms'], 1)} |")
+nc = len(res["contended_runs"])
+print(f"\n{len(runs)} runs, {nc} of them with other processes keeping ≥ {CONTENDED} cores busy "
+      "(medians use the quiet runs where there are any).")
 if checks:
     print("\nChecks: " + "; ".join(f"{c['name']}: {c['result']}" for c in checks))
 PYEOF

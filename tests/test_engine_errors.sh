@@ -43,7 +43,7 @@ expect 1 "format version 99.*newer" -- run "$D/ver.engine"
 if grep -q avx2 /proc/cpuinfo; then
   expect 1 "lacks avx2" -- env TB_CPU_MASK=0 "$TURBINE_BIN" run "$D/good.engine" -p Once -n 4
 fi
-expect 1 "unsupported|unknown --dtype" -- "$TURBINE_BIN" build "$M/stories260K.bin" --tokenizer "$M/tok512.bin" --dtype i8 -o "$D/x.engine"
+expect 1 "dtype i8 is not supported" -- "$TURBINE_BIN" build "$M/stories260K.bin" --tokenizer "$M/tok512.bin" --dtype i8 -o "$D/x.engine"
 expect 1 "pass --tokenizer" -- "$TURBINE_BIN" build "$M/stories260K.bin" -o "$D/x.engine"
 expect 1 "cannot open|no such|not found" -- "$TURBINE_BIN" build "$D/missing-model" -o "$D/x.engine"
 expect 1 "context|too long|tokens" -- "$TURBINE_BIN" run "$D/good.engine" --prompt-ids "$(seq -s, 1 600 | sed 's/[0-9]\+/5/g')" -n 700
