@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "core/core.h"
 #include "runtime/runtime.h"
 #include "tokenizer/tokenizer.h"
@@ -345,5 +346,6 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "build")) return cmd_build(argc - 2, argv + 2);
     if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 2, argv + 2);
+    if (!strcmp(cmd, "bench")) return tb_cli_bench(argc - 2, argv + 2);
     return usage_error("unknown command '%s'", cmd);
 }

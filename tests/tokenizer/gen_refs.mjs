@@ -75,7 +75,7 @@ const enc = new TextEncoder();
 // ranks (array of string | byte array) -> { vocab, merges } in byte-level form,
 // merges extracted as HF's tiktoken converter does.
 function tiktokenToBpe(ranks) {
-  const vocab = {};
+  const vocab = Object.create(null);
   const toks = [];
   ranks.forEach((t, rank) => {
     const bytes = typeof t === 'string' ? enc.encode(t) : Uint8Array.from(t);
@@ -211,7 +211,7 @@ function compare(name, text, a, b) {
     pieces.push(s);
     scores.push(score);
   }
-  const vocab = {};
+  const vocab = Object.create(null);
   pieces.forEach((p, i) => { if (!(p in vocab)) vocab[p] = i; });
   // merges from scores, as the HF SentencePiece converter extracts them
   const merges = [];

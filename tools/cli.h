@@ -1,0 +1,9 @@
+/* cli.h — subcommands implemented outside turbine.c. Each returns the
+ * process exit code (0 ok, 1 error, 2 usage). */
+#ifndef TB_CLI_H
+#define TB_CLI_H
+
+/* `turbine bench ...` (argv[0] is the first argument after "bench"). */
+int tb_cli_bench(int argc, char **argv);
+
+#endif
