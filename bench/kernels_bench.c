@@ -7,7 +7,7 @@
  * >= 256 MiB, so they come from DRAM as in a real decode step, not from L3.
  * GEMM (T = 512, prefill) is reported as GFLOP/s, own kernels vs OpenBLAS.
  *
- * usage: kernels_bench [seconds per measurement, default 0.3]
+ * usage: kernels_bench [seconds per measurement, default 0.3] [gemv|gemm]
  */
 #include "backend/cpu/kernels.h"
 
@@ -68,6 +68,7 @@ static double time_matmul(tb_pool *p, tb_mm_tactic tac, const float *x, const ui
 
 int main(int argc, char **argv) {
     double secs = argc > 1 ? atof(argv[1]) : 0.3;
+    const char *only = argc > 2 ? argv[2] : "";
     static const int gemv_shapes[][2] = {{768, 2304}, {768, 768}, {768, 4096}, {2048, 768}, {768, 32000}};
     static const int gemm_shapes[][2] = {{768, 2304}, {768, 768}, {768, 4096}, {2048, 768}};
     static const tb_dtype dts[] = {TB_F32, TB_F16};
@@ -89,7 +90,7 @@ int main(int argc, char **argv) {
         printf("== %d thread%s: copy bandwidth %.1f GB/s (256 MiB tb_cpu_copy)\n", nth,
                nth > 1 ? "s" : "", cp);
         printf("GEMV T=1       %-6s %8s %9s %8s %7s\n", "dtype", "MB", "us/call", "GB/s", "%copy");
-        for (size_t d = 0; d < 2; d++)
+        for (size_t d = 0; d < 2 && strcmp(only, "gemm"); d++)
             for (size_t s = 0; s < sizeof gemv_shapes / sizeof gemv_shapes[0]; s++) {
                 int K = gemv_shapes[s][0], N = gemv_shapes[s][1];
                 size_t wbytes = (size_t)K * N * tb_dtype_size(dts[d]);
@@ -102,7 +103,7 @@ int main(int argc, char **argv) {
                        (double)wbytes / 1e6, t * 1e6, gbs, 100.0 * gbs / cp);
             }
         printf("GEMM T=512     %-6s %10s %10s %10s\n", "dtype", "own GF/s", "blas GF/s", "own/blas");
-        for (size_t d = 0; d < 2; d++)
+        for (size_t d = 0; d < 2 && strcmp(only, "gemv"); d++)
             for (size_t s = 0; s < sizeof gemm_shapes / sizeof gemm_shapes[0]; s++) {
                 int K = gemm_shapes[s][0], N = gemm_shapes[s][1], T = 512;
                 size_t wbytes = (size_t)K * N * tb_dtype_size(dts[d]);

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libxxhash-dev
-      libopenblas-dev python3-numpy)
+      libopenblas-dev libmicrohttpd-dev python3-numpy)
 [ "${TURBINE_TEST_DEPS:-0}" = 1 ] && PKGS+=(nodejs npm)
 
 missing=()

@@ -217,6 +217,7 @@ int tb_kv_block_size(const tb_context *c) { return c->block_size; }
 int tb_context_max_seqs(const tb_context *c) { return c->max_seqs; }
 int tb_context_max_step(const tb_context *c) { return c->max_step; }
 int tb_context_threads(const tb_context *c) { return c->be->n_threads; }
+tb_engine *tb_context_engine(const tb_context *c) { return c->e; }
 
 /* ---------------------------------------------------------------- step */
 

@@ -10,5 +10,6 @@
 int tb_context_max_seqs(const tb_context *c);
 int tb_context_max_step(const tb_context *c);
 int tb_context_threads(const tb_context *c);
+tb_engine *tb_context_engine(const tb_context *c);
 
 #endif

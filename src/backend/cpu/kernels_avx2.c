@@ -8,11 +8,13 @@
  * Matmul has two shapes:
  *   T == 1 (decode): a GEMV streaming 4 rows of w at a time against x held
  *     in L1, two accumulators per row, so it runs at memory bandwidth;
- *   T > 1 (prefill, batched decode): a 4x3 register-blocked microkernel
+ *   1 < T < 16 (batched decode): a 4x3 register-blocked microkernel
  *     (4 rows of x by 3 rows of w, 12 ymm accumulators, dot-product form
- *     with horizontal sums at the end), blocked over K so that a 4-row slab
- *     of x stays in L1 and a panel of w in L2. f16/bf16 panels are
- *     converted once into a per-thread f32 scratch and reused for all T.
+ *     with horizontal sums at the end) reading w in place, blocked over K
+ *     so that a 4-row slab of x stays in L1; f16/bf16 panels are converted
+ *     once into a per-thread f32 scratch and reused for all T;
+ *   T >= 16 (prefill): a 6x16 outer-product microkernel over packed,
+ *     transposed f32 panels of w (any weight dtype), no horizontal sums.
  */
 #include "backend/cpu/kernels.h"
 
@@ -182,7 +184,7 @@ static AVX2_FN void gemv_bf16(const float *x, const void *w, const float *bias, 
 /* ---------------------------------------------------------------- GEMM (T > 1) */
 #define MM_MR 4           /* rows of x per microkernel                  */
 #define MM_NR 3           /* rows of w per microkernel                  */
-#define MM_KC 512         /* K per block: 4 rows of x = 8 KiB in L1      */
+#define MM_KC 256         /* K per block: 4 rows of x = 4 KiB in L1      */
 #define MM_NC 96          /* rows of w per panel: 96 x 512 x 4 = 192 KiB */
 
 /* y[i, j] (+)= x[i, :kc] . w[j, :kc] for i < mr, j < nr. On the first K
@@ -256,6 +258,106 @@ static AVX2_FN void micro_4x3(const float *x, size_t ldx, const float *w, size_t
 /* Converted w panels: (MM_NC, MM_KC) f32, one per thread. */
 static _Thread_local float mm_panel[MM_NC * MM_KC] __attribute__((aligned(64)));
 
+/* ---- packed GEMM (T >= MP_MIN_T): outer-product 6x16 microkernel.
+ * A (KC, 16) panel of w, transposed and converted to f32, is loaded as two
+ * vectors per k while 6 rows of x are broadcast: 12 accumulators, no
+ * horizontal sums, any K. Panels of MP_NC rows of w (KC x MP_NC x 4 bytes
+ * = 128 KiB) stay in L2 while every 6-row slab of x passes over them. */
+#define MP_MR 6
+#define MP_NR 16
+#define MP_KC 256
+#define MP_NC 128
+#define MP_MIN_T 16
+
+static _Thread_local float mp_panel[MP_NC * MP_KC] __attribute__((aligned(64)));
+
+/* Packs w[n0 + j, k0 + k] for j < nn (<= MP_NC), k < kc into micro-panels
+ * of (kc, 16) each; columns past nn are zero. */
+static AVX2_FN void mp_pack(const void *w, tb_dtype wdt, int K, int n0, int nn, int k0, int kc) {
+    float row[MP_KC] __attribute__((aligned(32)));
+    size_t esz = tb_dtype_size(wdt);
+    int nn16 = (nn + MP_NR - 1) / MP_NR * MP_NR;
+    for (int j = 0; j < nn16; j++) {
+        float *dst = mp_panel + (size_t)(j / MP_NR) * kc * MP_NR + (j % MP_NR);
+        if (j < nn) {
+            avx2_to_f32((const uint8_t *)w + ((size_t)(n0 + j) * K + k0) * esz, wdt, row, (size_t)kc);
+            for (int k = 0; k < kc; k++) dst[(size_t)k * MP_NR] = row[k];
+        } else {
+            for (int k = 0; k < kc; k++) dst[(size_t)k * MP_NR] = 0.0f;
+        }
+    }
+}
+
+/* y[i, 0:nr] (+)= sum_k x[i, k] * pw[k, 0:nr] for i < mr. */
+AVX2_INLINE void mp_micro(int mr, const float *x, size_t ldx, const float *pw, int kc, float *y,
+                          size_t ldy, int nr, int first, const float *bias) {
+    __m256 acc[MP_MR][2];
+#pragma GCC unroll 6
+    for (int i = 0; i < MP_MR; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    for (int k = 0; k < kc; k++) {
+        __m256 b0 = _mm256_load_ps(pw + (size_t)k * MP_NR), b1 = _mm256_load_ps(pw + (size_t)k * MP_NR + 8);
+#pragma GCC unroll 6
+        for (int i = 0; i < mr; i++) {
+            __m256 a = _mm256_broadcast_ss(x + i * ldx + k);
+            acc[i][0] = _mm256_fmadd_ps(a, b0, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(a, b1, acc[i][1]);
+        }
+    }
+    float bb[MP_NR] __attribute__((aligned(32))) = {0};
+    if (first && bias)
+        for (int j = 0; j < nr; j++) bb[j] = bias[j];
+#pragma GCC unroll 6
+    for (int i = 0; i < mr; i++) {
+        float *o = y + i * ldy;
+        if (nr == MP_NR) {
+            __m256 c0 = first ? _mm256_load_ps(bb) : _mm256_loadu_ps(o);
+            __m256 c1 = first ? _mm256_load_ps(bb + 8) : _mm256_loadu_ps(o + 8);
+            _mm256_storeu_ps(o, _mm256_add_ps(c0, acc[i][0]));
+            _mm256_storeu_ps(o + 8, _mm256_add_ps(c1, acc[i][1]));
+        } else {
+            float t[MP_NR] __attribute__((aligned(32)));
+            _mm256_store_ps(t, acc[i][0]);
+            _mm256_store_ps(t + 8, acc[i][1]);
+            for (int j = 0; j < nr; j++) o[j] = (first ? bb[j] : o[j]) + t[j];
+        }
+    }
+}
+
+#define MP_CASE(MR)                                                           \
+    case MR: mp_micro(MR, x, ldx, pw, kc, y, ldy, nr, first, bias); break;
+
+static AVX2_FN void mp_micro_any(int mr, const float *x, size_t ldx, const float *pw, int kc,
+                                 float *y, size_t ldy, int nr, int first, const float *bias) {
+    switch (mr) {
+        MP_CASE(1) MP_CASE(2) MP_CASE(3) MP_CASE(4) MP_CASE(5) MP_CASE(6)
+    default: TB_ASSERT(!"bad microkernel shape");
+    }
+}
+
+static AVX2_FN void gemm_packed(const float *x, const void *w, tb_dtype wdt, const float *bias,
+                                float *y, int T, int K, int N, int n0, int n1) {
+    int nkb = (K + MP_KC - 1) / MP_KC;
+    int kcb = (K + nkb - 1) / nkb;
+    for (int k0 = 0; k0 < K; k0 += kcb) {
+        int kc = K - k0 < kcb ? K - k0 : kcb;
+        int first = k0 == 0;
+        for (int p0 = n0; p0 < n1; p0 += MP_NC) {
+            int pn = n1 - p0 < MP_NC ? n1 - p0 : MP_NC;
+            mp_pack(w, wdt, K, p0, pn, k0, kc);
+            for (int t0 = 0; t0 < T; t0 += MP_MR) {
+                int mr = T - t0 < MP_MR ? T - t0 : MP_MR;
+                for (int j = 0; j < pn; j += MP_NR) {
+                    int nr = pn - j < MP_NR ? pn - j : MP_NR;
+                    mp_micro_any(mr, x + (size_t)t0 * K + k0, (size_t)K,
+                                 mp_panel + (size_t)(j / MP_NR) * kc * MP_NR, kc,
+                                 y + (size_t)t0 * N + p0 + j, (size_t)N, nr, first,
+                                 bias ? bias + p0 + j : NULL);
+                }
+            }
+        }
+    }
+}
+
 static AVX2_FN void avx2_matmul(const float *x, const void *w, tb_dtype wdt, const float *bias,
                                 float *y, int T, int K, int N, int n0, int n1) {
     if (n1 <= n0 || T <= 0) return;
@@ -266,6 +368,10 @@ static AVX2_FN void avx2_matmul(const float *x, const void *w, tb_dtype wdt, con
         case TB_BF16: gemv_bf16(x, w, bias, y, K, n0, n1); return;
         default: TB_ASSERT(!"unsupported weight dtype");
         }
+    }
+    if (T >= MP_MIN_T) {
+        gemm_packed(x, w, wdt, bias, y, T, K, N, n0, n1);
+        return;
     }
     size_t esz = tb_dtype_size(wdt);
     /* Equal K blocks of at most MM_KC, multiples of 8 except the last. */

@@ -1,9 +1,8 @@
 /*
  * kernels_avx512.c — the AVX-512F path: the matmul kernels of
- * kernels_avx2.c with 16-lane registers and mask registers for the f32 K
- * tails. Same structure: a 4-row GEMV for T == 1, a 4x3 dot-product
- * microkernel blocked over K with per-thread f32 panels for f16/bf16
- * weights otherwise. The other ops are bandwidth-bound or tiny and come
+ * kernels_avx2.c with 16-lane registers and mask registers for the tails.
+ * Same structure: a 4-row GEMV for T == 1, a 4x3 dot-product microkernel
+ * for small T, a packed 6x32 outer-product kernel for T >= 16. The other ops are bandwidth-bound or tiny and come
  * from the AVX2 table (entries left NULL here).
  */
 #include "backend/cpu/kernels.h"
@@ -137,6 +136,99 @@ static AVX512_FN void micro_any(int mr, int nr, const float *x, size_t ldx, cons
 
 static _Thread_local float mm_panel[MM_NC * MM_KC] __attribute__((aligned(64)));
 
+/* ---- packed GEMM (T >= MP_MIN_T): the 6x32 outer-product form of the
+ * AVX2 6x16 kernel: (KC, 32) panels of w transposed to f32, two zmm loads
+ * and 6 broadcasts of x per k, 12 accumulators. */
+#define MP_MR 6
+#define MP_NR 32
+#define MP_KC 256
+#define MP_NC 128
+#define MP_MIN_T 16
+
+static _Thread_local float mp_panel[MP_NC * MP_KC] __attribute__((aligned(64)));
+
+static AVX512_FN void mp_pack(const void *w, tb_dtype wdt, int K, int n0, int nn, int k0, int kc) {
+    float row[MP_KC] __attribute__((aligned(64)));
+    size_t esz = tb_dtype_size(wdt);
+    int nnr = (nn + MP_NR - 1) / MP_NR * MP_NR;
+    for (int j = 0; j < nnr; j++) {
+        float *dst = mp_panel + (size_t)(j / MP_NR) * kc * MP_NR + (j % MP_NR);
+        if (j < nn) {
+            avx512_to_f32((const uint8_t *)w + ((size_t)(n0 + j) * K + k0) * esz, wdt, row, (size_t)kc);
+            for (int k = 0; k < kc; k++) dst[(size_t)k * MP_NR] = row[k];
+        } else {
+            for (int k = 0; k < kc; k++) dst[(size_t)k * MP_NR] = 0.0f;
+        }
+    }
+}
+
+AVX512_INLINE void mp_micro(int mr, const float *x, size_t ldx, const float *pw, int kc, float *y,
+                            size_t ldy, int nr, int first, const float *bias) {
+    __m512 acc[MP_MR][2];
+#pragma GCC unroll 6
+    for (int i = 0; i < MP_MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
+    for (int k = 0; k < kc; k++) {
+        __m512 b0 = _mm512_load_ps(pw + (size_t)k * MP_NR), b1 = _mm512_load_ps(pw + (size_t)k * MP_NR + 16);
+#pragma GCC unroll 6
+        for (int i = 0; i < mr; i++) {
+            __m512 a = _mm512_set1_ps(x[i * ldx + k]);
+            acc[i][0] = _mm512_fmadd_ps(a, b0, acc[i][0]);
+            acc[i][1] = _mm512_fmadd_ps(a, b1, acc[i][1]);
+        }
+    }
+    /* lanes [0, nr) of the two halves */
+    __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
+    __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : nr <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nr - 16)) - 1);
+    __m512 bb0 = _mm512_setzero_ps(), bb1 = _mm512_setzero_ps();
+    if (first && bias) {
+        bb0 = _mm512_maskz_loadu_ps(m0, bias);
+        bb1 = _mm512_maskz_loadu_ps(m1, bias + 16);
+    }
+#pragma GCC unroll 6
+    for (int i = 0; i < mr; i++) {
+        float *o = y + i * ldy;
+        __m512 c0 = first ? bb0 : _mm512_maskz_loadu_ps(m0, o);
+        __m512 c1 = first ? bb1 : _mm512_maskz_loadu_ps(m1, o + 16);
+        _mm512_mask_storeu_ps(o, m0, _mm512_add_ps(c0, acc[i][0]));
+        _mm512_mask_storeu_ps(o + 16, m1, _mm512_add_ps(c1, acc[i][1]));
+    }
+}
+
+#define MP_CASE(MR)                                                           \
+    case MR: mp_micro(MR, x, ldx, pw, kc, y, ldy, nr, first, bias); break;
+
+static AVX512_FN void mp_micro_any(int mr, const float *x, size_t ldx, const float *pw, int kc,
+                                   float *y, size_t ldy, int nr, int first, const float *bias) {
+    switch (mr) {
+        MP_CASE(1) MP_CASE(2) MP_CASE(3) MP_CASE(4) MP_CASE(5) MP_CASE(6)
+    default: TB_ASSERT(!"bad microkernel shape");
+    }
+}
+
+static AVX512_FN void gemm_packed(const float *x, const void *w, tb_dtype wdt, const float *bias,
+                                  float *y, int T, int K, int N, int n0, int n1) {
+    int nkb = (K + MP_KC - 1) / MP_KC;
+    int kcb = (K + nkb - 1) / nkb;
+    for (int k0 = 0; k0 < K; k0 += kcb) {
+        int kc = K - k0 < kcb ? K - k0 : kcb;
+        int first = k0 == 0;
+        for (int p0 = n0; p0 < n1; p0 += MP_NC) {
+            int pn = n1 - p0 < MP_NC ? n1 - p0 : MP_NC;
+            mp_pack(w, wdt, K, p0, pn, k0, kc);
+            for (int t0 = 0; t0 < T; t0 += MP_MR) {
+                int mr = T - t0 < MP_MR ? T - t0 : MP_MR;
+                for (int j = 0; j < pn; j += MP_NR) {
+                    int nr = pn - j < MP_NR ? pn - j : MP_NR;
+                    mp_micro_any(mr, x + (size_t)t0 * K + k0, (size_t)K,
+                                 mp_panel + (size_t)(j / MP_NR) * kc * MP_NR, kc,
+                                 y + (size_t)t0 * N + p0 + j, (size_t)N, nr, first,
+                                 bias ? bias + p0 + j : NULL);
+                }
+            }
+        }
+    }
+}
+
 static AVX512_FN void avx512_matmul(const float *x, const void *w, tb_dtype wdt, const float *bias,
                                     float *y, int T, int K, int N, int n0, int n1) {
     if (n1 <= n0 || T <= 0) return;
@@ -147,6 +239,10 @@ static AVX512_FN void avx512_matmul(const float *x, const void *w, tb_dtype wdt,
         case TB_BF16: gemv_dt(x, w, TB_BF16, bias, y, K, n0, n1); return;
         default: TB_ASSERT(!"unsupported weight dtype");
         }
+    }
+    if (T >= MP_MIN_T) {
+        gemm_packed(x, w, wdt, bias, y, T, K, N, n0, n1);
+        return;
     }
     size_t esz = tb_dtype_size(wdt);
     int nkb = (K + MM_KC - 1) / MM_KC;

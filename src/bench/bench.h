@@ -1,0 +1,224 @@
+/*
+ * bench.h — the HTTP load tester behind `turbine bench`.
+ *
+ * It knows only HTTP: it drives any OpenAI-compatible server (completions,
+ * chat), a KServe v2 infer endpoint or a plain URL, from one thread through
+ * libcurl's multi interface, in a closed loop (N clients) or an open loop
+ * (a Poisson or constant arrival rate, latency measured from each request's
+ * intended send time so that a stalled server cannot hide its queue).
+ *
+ * Pieces, in the order a run uses them:
+ *   tb_hist       log-bucketed latency histogram (relative error < 0.4%)
+ *   tb_workload   the request bodies (synthetic, JSONL, ShareGPT, a file)
+ *   tb_bench_run  one sweep point: the load loop, metrics, timelines
+ *   tb_report_*   summary table, JSON, CSV, self-contained HTML
+ *
+ * Ownership: every *_create/_load has a matching *_free that accepts NULL.
+ */
+#ifndef TB_BENCH_H
+#define TB_BENCH_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "core/core.h"
+
+/* ---------------------------------------------------------------- histogram */
+/* Values are non-negative integers (the load tester uses nanoseconds) up to
+ * 2^44 (about 4.9 hours); larger values are clamped. Buckets are exact below
+ * 256 and 1/128 of an octave wide above, so a reported value (the bucket
+ * midpoint, clamped to [min, max]) is within 1/256 of the true one. Mean,
+ * stddev, min and max are exact. */
+#define TB_HIST_SUB_BITS 8
+#define TB_HIST_MAX_BITS 44
+#define TB_HIST_BUCKETS ((TB_HIST_MAX_BITS - TB_HIST_SUB_BITS + 2) << (TB_HIST_SUB_BITS - 1))
+
+typedef struct {
+    uint64_t count;
+    uint64_t min, max;
+    double sum, sumsq;
+    uint64_t *buckets; /* [TB_HIST_BUCKETS] */
+} tb_hist;
+
+tb_status tb_hist_init(tb_hist *h);
+void tb_hist_free(tb_hist *h);
+void tb_hist_reset(tb_hist *h);
+void tb_hist_add(tb_hist *h, uint64_t v);
+void tb_hist_merge(tb_hist *dst, const tb_hist *src);
+double tb_hist_mean(const tb_hist *h);
+double tb_hist_stddev(const tb_hist *h);
+/* The value at quantile q in [0, 1] (0 when empty). */
+double tb_hist_quantile(const tb_hist *h, double q);
+/* Index <-> value range of a bucket (for CDF plots). */
+int tb_hist_index(uint64_t v);
+uint64_t tb_hist_bucket_low(int idx);
+uint64_t tb_hist_bucket_high(int idx); /* exclusive */
+
+/* ---------------------------------------------------------------- workload */
+typedef enum {
+    TB_EP_COMPLETIONS = 0,
+    TB_EP_CHAT,
+    TB_EP_KSERVE,
+    TB_EP_GET,
+} tb_endpoint;
+
+const char *tb_endpoint_name(tb_endpoint e);
+
+typedef struct {
+    char *body;      /* the request body (NULL for GET)                  */
+    size_t body_len;
+    int input_len;   /* prompt tokens as intended (estimated for files)  */
+    int output_len;  /* max_tokens asked for (0 when not an LLM request) */
+} tb_bench_request;
+
+typedef struct {
+    tb_endpoint endpoint;
+    const char *model;       /* required for completions/chat/kserve        */
+    int stream;              /* completions/chat: SSE streaming             */
+    int ignore_eos;          /* ask for exactly output_len tokens           */
+    /* synthetic prompts (used when no file is given) */
+    int input_len, output_len;
+    double input_stddev, output_stddev;
+    /* files: at most one of these */
+    const char *jsonl_path;  /* {"prompt": ..., "output_len": N} per line    */
+    const char *sharegpt_path;
+    const char *body_path;   /* kserve: the JSON body sent as is            */
+    int n_prompts;           /* distinct requests to prepare (cycled)       */
+    uint64_t seed;
+} tb_workload_options;
+
+typedef struct {
+    tb_bench_request *reqs;
+    int n;
+} tb_workload;
+
+tb_status tb_workload_load(const tb_workload_options *o, tb_workload **out);
+void tb_workload_free(tb_workload *w);
+
+/* ---------------------------------------------------------------- run */
+/* Error kinds, each counted separately. */
+typedef enum {
+    TB_BERR_CONNECT = 0, /* refused, reset, DNS                          */
+    TB_BERR_TIMEOUT,     /* --timeout passed                             */
+    TB_BERR_HTTP,        /* a status other than 2xx                      */
+    TB_BERR_STREAM,      /* malformed SSE/JSON or an error in the body   */
+    TB_BERR_OTHER,
+    TB_BERR_COUNT
+} tb_bench_error_kind;
+
+const char *tb_bench_error_name(tb_bench_error_kind k);
+
+#define TB_BENCH_MAX_HEADERS 32
+#define TB_BENCH_MAX_STATUS 16
+
+typedef struct {
+    /* target */
+    const char *url;         /* the full URL requests go to                 */
+    const char *base_url;    /* for /metrics                                */
+    const char *api_key;     /* "Authorization: Bearer ..." when set        */
+    const char *headers[TB_BENCH_MAX_HEADERS];
+    int n_headers;
+    double timeout;          /* seconds per request (0: none)              */
+    double connect_timeout;  /* seconds                                     */
+    /* load model: concurrency > 0 (closed) or rate > 0 (open) */
+    int concurrency;
+    double rate;
+    int poisson;             /* open loop: 1 Poisson arrivals, 0 constant   */
+    int max_inflight;        /* open loop: cap on requests in flight        */
+    long requests;           /* 0: bounded by duration only                 */
+    double duration;         /* 0: bounded by requests only                 */
+    long warmup;             /* requests run and discarded before timing    */
+    uint64_t seed;
+    /* SLOs for goodput (seconds; 0: not set) */
+    double slo_ttft, slo_tpot, slo_e2e;
+    /* sampling */
+    double sample_interval;  /* seconds between timeline samples          */
+    int scrape_metrics;      /* GET base_url/metrics while running          */
+    int gpu;                 /* sample NVML when present                    */
+    int progress;            /* draw a progress line on stderr              */
+    const char *label;       /* e.g. "c=16", shown in the progress line      */
+} tb_bench_config;
+
+void tb_bench_config_default(tb_bench_config *c);
+
+/* One timeline sample (per sample_interval). NaN: not available. */
+typedef struct {
+    double t;            /* seconds since the point started              */
+    double done_rate;    /* requests completed per second in the interval */
+    double tok_rate;     /* output tokens per second in the interval     */
+    int inflight;
+    double srv_running;  /* from /metrics                                */
+    double srv_waiting;
+    double srv_kv;       /* KV-cache use, 0..1                            */
+    double gpu_util;     /* percent                                       */
+    double gpu_mem_gib;
+    double gpu_power_w;
+} tb_bench_sample;
+
+typedef struct {
+    char label[64];
+    int concurrency;
+    double rate;
+    double duration;        /* seconds of the measured phase              */
+    long n_sent, n_ok, n_err;
+    long err[TB_BERR_COUNT];
+    int status_code[TB_BENCH_MAX_STATUS];
+    long status_count[TB_BENCH_MAX_STATUS];
+    int n_status;
+    char first_error[256];
+    long in_tokens, out_tokens;
+    long n_good;            /* requests meeting every SLO                  */
+    double qps, out_tps, total_tps, goodput;
+    tb_hist ttft, tpot, itl, e2e; /* nanoseconds */
+    tb_bench_sample *samples;
+    int n_samples, cap_samples;
+} tb_bench_result;
+
+tb_status tb_bench_result_init(tb_bench_result *r);
+void tb_bench_result_free(tb_bench_result *r);
+
+/* Runs one point (warmup first when asked). Takes nothing over from its
+ * arguments. Fails only on setup errors; request failures are counted. */
+tb_status tb_bench_run(const tb_bench_config *c, const tb_workload *w,
+                       tb_bench_result *out);
+
+/* GET url into a malloc'd NUL-terminated string (at most max bytes).
+ * *http_status gets the status (0 when the connection failed). */
+tb_status tb_bench_http_get(const char *url, const tb_bench_config *c, double timeout,
+                            size_t max, char **body, long *http_status);
+
+/* The first model id of a /v1/models document (malloc'd), or NULL. */
+char *tb_bench_first_model(const char *models_json);
+
+/* ---------------------------------------------------------------- monitors */
+/* Server metrics: fills running/waiting/kv from Prometheus text (NaN when
+ * none of the known names appear). Knows vLLM, llama.cpp, TGI, Turbine. */
+void tb_bench_parse_prometheus(const char *text, double *running, double *waiting,
+                               double *kv);
+
+/* NVML through dlopen; every call is a no-op returning 0 without a GPU. */
+int tb_nvml_open(void);
+/* Sums over devices: utilisation (mean %), memory used (GiB), power (W). */
+int tb_nvml_sample(double *util, double *mem_gib, double *power_w);
+void tb_nvml_close(void);
+
+/* ---------------------------------------------------------------- reports */
+typedef struct {
+    const char *command_line;
+    const char *target;       /* URL */
+    const char *endpoint;
+    const char *model;
+    const char *models_json;  /* the target's /v1/models, may be NULL */
+    const char *started_at;   /* ISO-8601 UTC */
+    const tb_bench_config *config;
+    const tb_workload_options *workload;
+    const tb_bench_result *points;
+    int n_points;
+} tb_bench_report;
+
+void tb_report_summary(FILE *f, const tb_bench_report *r);
+tb_status tb_report_json(const char *path, const tb_bench_report *r);
+tb_status tb_report_csv(const char *path, const tb_bench_report *r);
+tb_status tb_report_html(const char *path, const tb_bench_report *r);
+
+#endif /* TB_BENCH_H */

@@ -1,0 +1,262 @@
+/*
+ * workload.c — the request bodies a run cycles through.
+ *
+ * The load tester has no tokenizer (it knows only HTTP), so a synthetic
+ * prompt of N tokens is N common English words, each one token in the BPE
+ * vocabularies of current models; the server's usage.prompt_tokens, when
+ * reported, replaces the estimate. File prompts are estimated at four
+ * characters per token.
+ */
+#include <jansson.h>
+#include <math.h>
+
+#include "bench/bench.h"
+
+#define TB_WL_MAX_PROMPTS 100000
+#define TB_WL_MAX_TOKENS 1000000
+#define TB_WL_MAX_FILE ((size_t)4 << 30)
+
+static const char *const k_words[] = {
+    "the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "was", "with",
+    "be", "by", "on", "not", "he", "this", "are", "or", "his", "from", "at", "which",
+    "but", "have", "an", "had", "they", "you", "were", "their", "one", "all", "we",
+    "can", "her", "has", "there", "been", "if", "more", "when", "will", "would", "who",
+    "so", "no", "time", "people", "water", "day", "year", "world", "house", "city",
+    "light", "story", "river", "music", "book", "road", "tree", "small", "great", "good",
+};
+#define N_WORDS ((int)(sizeof k_words / sizeof k_words[0]))
+
+const char *tb_endpoint_name(tb_endpoint e) {
+    switch (e) {
+    case TB_EP_COMPLETIONS: return "completions";
+    case TB_EP_CHAT: return "chat";
+    case TB_EP_KSERVE: return "kserve";
+    case TB_EP_GET: return "get";
+    }
+    return "?";
+}
+
+/* splitmix64: small, seeded, good enough for lengths and words */
+static uint64_t rng_next(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double rng_unit(uint64_t *s) { return ((rng_next(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+static double rng_normal(uint64_t *s) {
+    double u = rng_unit(s), v = rng_unit(s);
+    return sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
+}
+
+static int draw_len(uint64_t *s, int mean, double sd) {
+    if (sd <= 0) return mean;
+    long v = lround(mean + sd * rng_normal(s));
+    if (v < 1) v = 1;
+    if (v > TB_WL_MAX_TOKENS) v = TB_WL_MAX_TOKENS;
+    return (int)v;
+}
+
+static tb_status make_body(const tb_workload_options *o, const char *prompt, int out_len,
+                           tb_bench_request *r) {
+    json_t *b = json_object();
+    if (!b) return tb_errorf(TB_ERR_OOM, "workload: out of memory");
+    json_object_set_new(b, "model", json_string(o->model ? o->model : ""));
+    if (o->endpoint == TB_EP_CHAT) {
+        json_t *msgs = json_array(), *m = json_object();
+        json_object_set_new(m, "role", json_string("user"));
+        json_object_set_new(m, "content", json_string(prompt));
+        json_array_append_new(msgs, m);
+        json_object_set_new(b, "messages", msgs);
+    } else {
+        json_object_set_new(b, "prompt", json_string(prompt));
+    }
+    json_object_set_new(b, "max_tokens", json_integer(out_len));
+    json_object_set_new(b, "temperature", json_real(0.0));
+    if (o->ignore_eos) {
+        json_object_set_new(b, "ignore_eos", json_true());
+        json_object_set_new(b, "min_tokens", json_integer(out_len));
+    }
+    json_object_set_new(b, "stream", json_boolean(o->stream));
+    if (o->stream) {
+        json_t *so = json_object();
+        json_object_set_new(so, "include_usage", json_true());
+        json_object_set_new(b, "stream_options", so);
+    }
+    char *s = json_dumps(b, JSON_COMPACT);
+    json_decref(b);
+    if (!s) return tb_errorf(TB_ERR_OOM, "workload: cannot encode a request");
+    r->body = s;
+    r->body_len = strlen(s);
+    r->output_len = out_len;
+    return TB_OK;
+}
+
+static int est_tokens(const char *s) {
+    size_t n = strlen(s);
+    return (int)(n / 4 > 0 ? n / 4 : 1);
+}
+
+static tb_status add_prompt(tb_workload *w, int cap, const tb_workload_options *o,
+                            const char *prompt, int in_len, int out_len) {
+    if (w->n >= cap) return TB_OK;
+    tb_bench_request *r = &w->reqs[w->n];
+    TB_TRY(make_body(o, prompt, out_len, r));
+    r->input_len = in_len;
+    w->n++;
+    return TB_OK;
+}
+
+static tb_status load_synthetic(const tb_workload_options *o, tb_workload *w, int cap) {
+    uint64_t s = o->seed ? o->seed : 1;
+    char *buf = NULL;
+    size_t bcap = 0;
+    for (int i = 0; i < cap; i++) {
+        int in = draw_len(&s, o->input_len, o->input_stddev);
+        int out = draw_len(&s, o->output_len, o->output_stddev);
+        size_t need = (size_t)in * 8 + 16;
+        if (need > bcap) {
+            char *nb = realloc(buf, need);
+            if (!nb) { free(buf); return tb_errorf(TB_ERR_OOM, "workload: out of memory"); }
+            buf = nb;
+            bcap = need;
+        }
+        size_t k = 0;
+        /* a different start word per prompt defeats prefix caching */
+        for (int t = 0; t < in; t++) {
+            const char *wd = k_words[(t == 0 ? (size_t)i : rng_next(&s)) % N_WORDS];
+            if (t) buf[k++] = ' ';
+            size_t l = strlen(wd);
+            memcpy(buf + k, wd, l);
+            k += l;
+        }
+        buf[k] = 0;
+        tb_status st = add_prompt(w, cap, o, buf, in, out);
+        if (st != TB_OK) { free(buf); return st; }
+    }
+    free(buf);
+    return TB_OK;
+}
+
+static tb_status load_jsonl(const tb_workload_options *o, tb_workload *w, int cap) {
+    char *text = NULL;
+    size_t size = 0;
+    TB_TRY(tb_file_read_all(o->jsonl_path, &text, &size, TB_WL_MAX_FILE));
+    char *p = text;
+    int line_no = 0;
+    tb_status st = TB_OK;
+    while (p && *p && w->n < cap) {
+        char *nl = strchr(p, '\n');
+        if (nl) *nl = 0;
+        line_no++;
+        char *q = p;
+        while (*q == ' ' || *q == '\t' || *q == '\r') q++;
+        if (*q) {
+            json_error_t err;
+            json_t *j = json_loads(q, JSON_DECODE_ANY, &err);
+            const char *prompt = NULL;
+            int out = o->output_len;
+            if (j && json_is_string(j)) prompt = json_string_value(j);
+            else if (j && json_is_object(j)) {
+                prompt = json_string_value(json_object_get(j, "prompt"));
+                json_t *ol = json_object_get(j, "output_len");
+                if (!ol) ol = json_object_get(j, "max_tokens");
+                if (json_is_integer(ol) && json_integer_value(ol) > 0 &&
+                    json_integer_value(ol) <= TB_WL_MAX_TOKENS)
+                    out = (int)json_integer_value(ol);
+            }
+            if (!prompt) {
+                json_decref(j);
+                st = tb_errorf(TB_ERR_FORMAT, "%s:%d: want a string or {\"prompt\": ...}",
+                               o->jsonl_path, line_no);
+                break;
+            }
+            st = add_prompt(w, cap, o, prompt, est_tokens(prompt), out);
+            json_decref(j);
+            if (st != TB_OK) break;
+        }
+        p = nl ? nl + 1 : NULL;
+    }
+    free(text);
+    return st;
+}
+
+static tb_status load_sharegpt(const tb_workload_options *o, tb_workload *w, int cap) {
+    json_error_t err;
+    json_t *root = json_load_file(o->sharegpt_path, 0, &err);
+    if (!root)
+        return tb_errorf(TB_ERR_FORMAT, "%s:%d: %s", o->sharegpt_path, err.line, err.text);
+    if (!json_is_array(root)) {
+        json_decref(root);
+        return tb_errorf(TB_ERR_FORMAT, "%s: a ShareGPT file is a JSON array", o->sharegpt_path);
+    }
+    size_t i;
+    json_t *conv;
+    tb_status st = TB_OK;
+    json_array_foreach(root, i, conv) {
+        if (w->n >= cap) break;
+        json_t *turns = json_object_get(conv, "conversations");
+        if (!json_is_array(turns) || json_array_size(turns) < 2) continue;
+        json_t *t0 = json_array_get(turns, 0), *t1 = json_array_get(turns, 1);
+        const char *q = json_string_value(json_object_get(t0, "value"));
+        const char *a = json_string_value(json_object_get(t1, "value"));
+        if (!q || !a || !*q) continue;
+        int out = o->output_len > 0 ? o->output_len : est_tokens(a);
+        st = add_prompt(w, cap, o, q, est_tokens(q), out);
+        if (st != TB_OK) break;
+    }
+    json_decref(root);
+    if (st == TB_OK && w->n == 0)
+        st = tb_errorf(TB_ERR_FORMAT, "%s: no conversation with a question and an answer",
+                       o->sharegpt_path);
+    return st;
+}
+
+static tb_status load_body(const tb_workload_options *o, tb_workload *w) {
+    char *text = NULL;
+    size_t size = 0;
+    TB_TRY(tb_file_read_all(o->body_path, &text, &size, (size_t)64 << 20));
+    w->reqs[0].body = text;
+    w->reqs[0].body_len = size;
+    w->n = 1;
+    return TB_OK;
+}
+
+tb_status tb_workload_load(const tb_workload_options *o, tb_workload **out) {
+    *out = NULL;
+    int cap = o->n_prompts > 0 ? o->n_prompts : 1000;
+    if (cap > TB_WL_MAX_PROMPTS) cap = TB_WL_MAX_PROMPTS;
+    tb_workload *w = calloc(1, sizeof *w);
+    if (!w) return tb_errorf(TB_ERR_OOM, "workload: out of memory");
+    w->reqs = calloc((size_t)cap, sizeof *w->reqs);
+    if (!w->reqs) { free(w); return tb_errorf(TB_ERR_OOM, "workload: out of memory"); }
+    tb_status st;
+    if (o->endpoint == TB_EP_GET) {
+        w->n = 1;
+        st = TB_OK;
+    } else if (o->endpoint == TB_EP_KSERVE) {
+        if (!o->body_path) st = tb_errorf(TB_ERR_INVALID_ARG, "kserve needs --body FILE.json");
+        else st = load_body(o, w);
+    } else if (o->jsonl_path) {
+        st = load_jsonl(o, w, cap);
+        if (st == TB_OK && w->n == 0) st = tb_errorf(TB_ERR_FORMAT, "%s: no prompts", o->jsonl_path);
+    } else if (o->sharegpt_path) {
+        st = load_sharegpt(o, w, cap);
+    } else {
+        if (o->input_len < 1 || o->input_len > TB_WL_MAX_TOKENS || o->output_len < 1 ||
+            o->output_len > TB_WL_MAX_TOKENS)
+            st = tb_errorf(TB_ERR_INVALID_ARG, "input and output lengths must be in [1, %d]",
+                           TB_WL_MAX_TOKENS);
+        else st = load_synthetic(o, w, cap);
+    }
+    if (st != TB_OK) { tb_workload_free(w); return st; }
+    *out = w;
+    return TB_OK;
+}
+
+void tb_workload_free(tb_workload *w) {
+    if (!w) return;
+    for (int i = 0; i < w->n; i++) free(w->reqs[i].body);
+    free(w->reqs);
+    free(w);
+}

@@ -1,0 +1,486 @@
+/* scheduler.c — the continuous-batching loop (see scheduler.h). */
+#define _GNU_SOURCE
+#include "serve/scheduler.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "runtime/runtime.h"
+
+const char *tb_finish_reason_str(tb_finish_reason r) {
+    switch (r) {
+    case TB_FINISH_STOP: return "stop";
+    case TB_FINISH_LENGTH: return "length";
+    case TB_FINISH_CANCELLED: return "cancelled";
+    case TB_FINISH_ERROR: return "error";
+    default: return "none";
+    }
+}
+
+/* ---------------------------------------------------------------- requests */
+
+struct tb_request {
+    _Atomic int refs;
+    _Atomic int cancel;          /* a tb_finish_reason, 0 = none */
+    tb_request_params p;
+    int vocab;
+    int32_t *tokens;             /* (n_prompt + max_tokens) prompt, then generated */
+    int n_prompt, n_gen, n_computed; /* n_computed: tokens in the KV cache */
+    int seq;                     /* context slot, -1 when not running */
+    tb_sampler *sampler;
+    tb_request *next;            /* in the scheduler's lists */
+    /* events, guarded by mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    tb_token_event *events;      /* ring of max_tokens + 1 entries: never overflows */
+    int ev_head, ev_count, ev_cap;
+    tb_finish_reason finished;
+    double t_submit, t_admit, t_first, t_last;
+    int preemptions;
+};
+
+tb_request *tb_request_new(const int32_t *prompt, int n_prompt, const tb_request_params *p, int vocab) {
+    if (n_prompt <= 0 || p->max_tokens <= 0) return NULL;
+    tb_request *r = calloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->p = *p;
+    r->vocab = vocab;
+    r->n_prompt = n_prompt;
+    r->seq = -1;
+    r->tokens = malloc(sizeof(int32_t) * (size_t)(n_prompt + p->max_tokens));
+    r->ev_cap = p->max_tokens + 1;
+    r->events = malloc(sizeof(tb_token_event) * (size_t)r->ev_cap);
+    if (!r->tokens || !r->events || tb_sampler_create(vocab, &p->sampling, &r->sampler) != TB_OK) {
+        free(r->tokens);
+        free(r->events);
+        free(r);
+        return NULL;
+    }
+    memcpy(r->tokens, prompt, sizeof(int32_t) * (size_t)n_prompt);
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    atomic_store(&r->refs, 1);
+    return r;
+}
+
+void tb_request_release(tb_request *r) {
+    if (!r || atomic_fetch_sub(&r->refs, 1) != 1) return;
+    tb_sampler_free(r->sampler);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    free(r->tokens);
+    free(r->events);
+    free(r);
+}
+
+void tb_request_cancel(tb_request *r, tb_finish_reason why) {
+    int none = 0;
+    atomic_compare_exchange_strong(&r->cancel, &none, (int)why);
+}
+
+static void push_event(tb_request *r, const tb_token_event *ev) {
+    pthread_mutex_lock(&r->mu);
+    if (r->ev_count < r->ev_cap) {
+        r->events[(r->ev_head + r->ev_count) % r->ev_cap] = *ev;
+        r->ev_count++;
+    }
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+static void finish(tb_request *r, tb_finish_reason why) {
+    pthread_mutex_lock(&r->mu);
+    if (!r->finished) r->finished = why;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+int tb_request_wait(tb_request *r, tb_token_event *out, int cap, tb_finish_reason *finished, double timeout_s) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    double t = ts.tv_sec + ts.tv_nsec * 1e-9 + timeout_s;
+    ts.tv_sec = (time_t)t;
+    ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+    pthread_mutex_lock(&r->mu);
+    while (r->ev_count == 0 && !r->finished)
+        if (pthread_cond_timedwait(&r->cv, &r->mu, &ts) != 0) break;
+    int n = 0;
+    while (n < cap && r->ev_count > 0) {
+        out[n++] = r->events[r->ev_head];
+        r->ev_head = (r->ev_head + 1) % r->ev_cap;
+        r->ev_count--;
+    }
+    *finished = r->ev_count == 0 ? r->finished : TB_FINISH_NONE;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+void tb_request_times(const tb_request *r, double *submitted, double *admitted, double *first) {
+    if (submitted) *submitted = r->t_submit;
+    if (admitted) *admitted = r->t_admit;
+    if (first) *first = r->t_first;
+}
+int tb_request_prompt_len(const tb_request *r) { return r->n_prompt; }
+int tb_request_generated(const tb_request *r) { return r->n_gen; }
+int tb_request_preemptions(const tb_request *r) { return r->preemptions; }
+
+/* ---------------------------------------------------------------- scheduler */
+
+struct tb_sched {
+    tb_context *ctx;
+    tb_engine_info info;
+    tb_sched_options o;
+    tb_sched_observer obs;
+    pthread_t thread;
+    pthread_mutex_t mu;          /* guards incoming, stopping, stats */
+    pthread_cond_t cv;
+    tb_request *in_head, *in_tail; /* submitted, not yet seen by the loop */
+    int n_incoming;
+    int stopping;                /* 1: no new requests; 2: loop exits */
+    double deadline;             /* drain deadline */
+    /* owned by the loop thread */
+    tb_request *waiting;         /* FIFO: admitted in order */
+    tb_request **running;        /* (max_num_seqs) by slot */
+    int n_running, n_waiting;
+    tb_seq_chunk *chunks;
+    tb_request **chunk_req;
+    float *row;                  /* (vocab) */
+    tb_sched_stats stats;
+    int started;
+};
+
+static void list_push_back(tb_request **head, tb_request *r) {
+    r->next = NULL;
+    while (*head) head = &(*head)->next;
+    *head = r;
+}
+
+static void list_push_front(tb_request **head, tb_request *r) {
+    r->next = *head;
+    *head = r;
+}
+
+/* Drops the request from the running set and returns its KV blocks. */
+static void release_slot(tb_sched *s, tb_request *r) {
+    if (r->seq < 0) return;
+    tb_seq_reset(s->ctx, r->seq);
+    s->running[r->seq] = NULL;
+    r->seq = -1;
+    s->n_running--;
+}
+
+static void end_request(tb_sched *s, tb_request *r, tb_finish_reason why) {
+    release_slot(s, r);
+    finish(r, why);
+    if (s->obs.on_finish)
+        s->obs.on_finish(s->obs.arg, why, r->n_prompt, r->n_gen, tb_now() - r->t_submit);
+    tb_request_release(r);
+}
+
+static int blocks_for(int tokens, int bs) { return (tokens + bs - 1) / bs; }
+
+/* Log-softmax of the chosen token and the top alternatives. */
+static void fill_logprobs(const float *logits, int V, int tok, int n_top, tb_token_event *ev) {
+    float m = logits[0];
+    for (int i = 1; i < V; i++) if (logits[i] > m) m = logits[i];
+    double sum = 0;
+    for (int i = 0; i < V; i++) sum += exp((double)(logits[i] - m));
+    float lse = m + (float)log(sum);
+    ev->logprob = logits[tok] - lse;
+    ev->n_top = 0;
+    for (int k = 0; k < n_top; k++) {
+        int best = -1;
+        for (int i = 0; i < V; i++) {
+            int taken = 0;
+            for (int j = 0; j < k; j++) taken |= ev->top_ids[j] == i;
+            if (!taken && (best < 0 || logits[i] > logits[best])) best = i;
+        }
+        ev->top_ids[k] = best;
+        ev->top_logprobs[k] = logits[best] - lse;
+        ev->n_top++;
+    }
+}
+
+static int is_eos(const tb_engine_info *in, int t) {
+    for (int k = 0; k < 4; k++)
+        if (in->eos_ids[k] >= 0 && t == in->eos_ids[k]) return 1;
+    return 0;
+}
+
+static void *loop_main(void *arg) {
+    tb_sched *s = arg;
+    int bs = tb_kv_block_size(s->ctx), V = s->info.vocab_size;
+    for (;;) {
+        /* 1. take what was submitted */
+        pthread_mutex_lock(&s->mu);
+        while (!s->in_head && s->n_running == 0 && !s->waiting && s->stopping < 2) {
+            if (s->stopping == 1) { s->stopping = 2; break; } /* drained */
+            pthread_cond_wait(&s->cv, &s->mu);
+        }
+        tb_request *in = s->in_head;
+        s->in_head = s->in_tail = NULL;
+        s->n_incoming = 0;
+        int stopping = s->stopping;
+        double deadline = s->deadline;
+        pthread_mutex_unlock(&s->mu);
+        while (in) {
+            tb_request *nx = in->next;
+            list_push_back(&s->waiting, in);
+            s->n_waiting++;
+            in = nx;
+        }
+        if (stopping == 2 && s->n_running == 0 && !s->waiting) break;
+        if (stopping && tb_now() > deadline) { /* grace period over */
+            for (int i = 0; i < s->o.max_num_seqs; i++)
+                if (s->running[i]) tb_request_cancel(s->running[i], TB_FINISH_CANCELLED);
+            for (tb_request *w = s->waiting; w; w = w->next) tb_request_cancel(w, TB_FINISH_CANCELLED);
+        }
+
+        /* 2. drop cancelled requests */
+        for (int i = 0; i < s->o.max_num_seqs; i++) {
+            tb_request *r = s->running[i];
+            if (r && atomic_load(&r->cancel)) end_request(s, r, (tb_finish_reason)atomic_load(&r->cancel));
+        }
+        for (tb_request **pp = &s->waiting; *pp;) {
+            tb_request *r = *pp;
+            if (atomic_load(&r->cancel)) {
+                *pp = r->next;
+                s->n_waiting--;
+                end_request(s, r, (tb_finish_reason)atomic_load(&r->cancel));
+            } else {
+                pp = &r->next;
+            }
+        }
+
+        /* 3. admit in FIFO order while slots and blocks allow */
+        while (s->waiting && s->n_running < s->o.max_num_seqs) {
+            tb_request *r = s->waiting;
+            int need = blocks_for(r->n_prompt + r->n_gen + 1, bs);
+            if (need > tb_kv_free_blocks(s->ctx) && s->n_running > 0) break;
+            if (need > tb_kv_total_blocks(s->ctx)) { /* can never fit */
+                s->waiting = r->next;
+                s->n_waiting--;
+                end_request(s, r, TB_FINISH_ERROR);
+                continue;
+            }
+            if (need > tb_kv_free_blocks(s->ctx)) break;
+            int slot = 0;
+            while (s->running[slot]) slot++;
+            s->waiting = r->next;
+            s->n_waiting--;
+            r->seq = slot;
+            r->n_computed = 0;
+            s->running[slot] = r;
+            s->n_running++;
+            if (r->t_admit == 0) r->t_admit = tb_now();
+        }
+        if (s->n_running == 0) continue;
+
+        /* 4. build the step: decodes first, then prefill chunks */
+        int budget = s->o.max_batched_tokens, n = 0, used = 0;
+        for (int pass = 0; pass < 2; pass++) {
+            for (int i = 0; i < s->o.max_num_seqs && used < budget; i++) {
+                tb_request *r = s->running[i];
+                if (!r) continue;
+                int total = r->n_prompt + r->n_gen, left = total - r->n_computed;
+                int decoding = left == 1 && r->n_gen > 0;
+                if ((pass == 0) != decoding || left <= 0) continue;
+                int take = left < budget - used ? left : budget - used;
+                s->chunks[n] = (tb_seq_chunk){r->seq, take, r->tokens + r->n_computed, take == left ? 1 : 0};
+                s->chunk_req[n++] = r;
+                used += take;
+            }
+        }
+        if (n == 0) continue;
+        /* KV blocks: preempt the newest running sequences until the step fits */
+        for (;;) {
+            int need = 0;
+            for (int k = 0; k < n; k++) {
+                tb_request *r = s->chunk_req[k];
+                need += blocks_for(r->n_computed + s->chunks[k].n_tokens, bs) - blocks_for(r->n_computed, bs);
+            }
+            if (need <= tb_kv_free_blocks(s->ctx) || s->n_running <= 1) break;
+            tb_request *victim = NULL;
+            for (int i = 0; i < s->o.max_num_seqs; i++) {
+                tb_request *r = s->running[i];
+                if (r && (!victim || r->t_admit > victim->t_admit)) victim = r;
+            }
+            for (int k = 0; k < n; k++)
+                if (s->chunk_req[k] == victim) {
+                    s->chunks[k] = s->chunks[n - 1];
+                    s->chunk_req[k] = s->chunk_req[n - 1];
+                    n--;
+                    break;
+                }
+            release_slot(s, victim);
+            victim->n_computed = 0;
+            victim->preemptions++;
+            list_push_front(&s->waiting, victim);
+            s->n_waiting++;
+            if (s->obs.on_preempt) s->obs.on_preempt(s->obs.arg);
+        }
+        if (n == 0) continue;
+
+        /* 5. run and sample */
+        const float *lg = NULL;
+        int rows = 0;
+        double t0 = tb_now();
+        tb_status st = tb_context_step(s->ctx, s->chunks, n, &lg, &rows);
+        double t1 = tb_now();
+        if (st != TB_OK) {
+            tb_log(TB_LOG_ERROR, "step failed: %s", tb_last_error());
+            for (int k = 0; k < n; k++) end_request(s, s->chunk_req[k], TB_FINISH_ERROR);
+            continue;
+        }
+        int tokens = 0;
+        for (int k = 0; k < n; k++) tokens += s->chunks[k].n_tokens;
+        if (s->obs.on_step) s->obs.on_step(s->obs.arg, n, tokens, t1 - t0);
+        int row = 0;
+        for (int k = 0; k < n; k++) {
+            tb_request *r = s->chunk_req[k];
+            r->n_computed += s->chunks[k].n_tokens;
+            if (!s->chunks[k].logits) continue;
+            memcpy(s->row, lg + (size_t)row++ * (size_t)V, sizeof(float) * (size_t)V);
+            int total = r->n_prompt + r->n_gen;
+            int tok = tb_sampler_sample(r->sampler, s->row, r->tokens, total);
+            tb_token_event ev = {.token = tok};
+            if (r->p.logprobs >= 0) {
+                /* log-probabilities of the distribution the model gave */
+                memcpy(s->row, lg + (size_t)(row - 1) * (size_t)V, sizeof(float) * (size_t)V);
+                int nt = r->p.logprobs > TB_MAX_TOP_LOGPROBS ? TB_MAX_TOP_LOGPROBS : r->p.logprobs;
+                fill_logprobs(s->row, V, tok, nt, &ev);
+            }
+            double now = tb_now();
+            int eos = is_eos(&s->info, tok) && !r->p.ignore_eos;
+            if (!eos) {
+                r->tokens[total] = tok;
+                r->n_gen++;
+                push_event(r, &ev);
+                if (r->t_first == 0) {
+                    r->t_first = now;
+                    if (s->obs.on_first_token) s->obs.on_first_token(s->obs.arg, now - r->t_submit, r->t_admit - r->t_submit);
+                } else if (s->obs.on_token) {
+                    s->obs.on_token(s->obs.arg, now - r->t_last);
+                }
+                r->t_last = now;
+            }
+            if (eos) end_request(s, r, TB_FINISH_STOP);
+            else if (r->n_gen >= r->p.max_tokens || r->n_prompt + r->n_gen >= s->info.max_seq_len)
+                end_request(s, r, TB_FINISH_LENGTH);
+        }
+        pthread_mutex_lock(&s->mu);
+        s->stats.running = s->n_running;
+        s->stats.waiting = s->n_waiting + s->n_incoming;
+        s->stats.batch_size = n;
+        int total_blocks = tb_kv_total_blocks(s->ctx);
+        s->stats.kv_usage = (double)(total_blocks - tb_kv_free_blocks(s->ctx)) / total_blocks;
+        pthread_mutex_unlock(&s->mu);
+    }
+    pthread_mutex_lock(&s->mu);
+    s->stats.running = s->stats.waiting = s->stats.batch_size = 0;
+    s->stats.kv_usage = 0;
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+tb_status tb_sched_start(tb_context *ctx, const tb_sched_options *o, const tb_sched_observer *obs, tb_sched **out) {
+    *out = NULL;
+    tb_sched *s = calloc(1, sizeof *s);
+    if (!s) return tb_errorf(TB_ERR_OOM, "out of memory");
+    s->ctx = ctx;
+    s->o = *o;
+    if (obs) s->obs = *obs;
+    int slots = tb_context_max_seqs(ctx);
+    if (s->o.max_num_seqs <= 0 || s->o.max_num_seqs > slots) s->o.max_num_seqs = slots;
+    int max_step = tb_context_max_step(ctx);
+    if (s->o.max_batched_tokens <= 0 || s->o.max_batched_tokens > max_step) s->o.max_batched_tokens = max_step;
+    if (s->o.max_batched_tokens < s->o.max_num_seqs) s->o.max_batched_tokens = s->o.max_num_seqs;
+    if (s->o.max_batched_tokens > max_step) {
+        free(s);
+        return tb_errorf(TB_ERR_INVALID_ARG, "max-num-seqs %d exceeds the engine's step profile (%d tokens)",
+                         o->max_num_seqs, max_step);
+    }
+    if (s->o.max_queue <= 0) s->o.max_queue = 256;
+    tb_engine_get_info(tb_context_engine(ctx), &s->info);
+    s->row = malloc(sizeof(float) * (size_t)s->info.vocab_size);
+    s->running = calloc((size_t)s->o.max_num_seqs, sizeof(tb_request *));
+    s->chunks = calloc((size_t)s->o.max_num_seqs, sizeof(tb_seq_chunk));
+    s->chunk_req = calloc((size_t)s->o.max_num_seqs, sizeof(tb_request *));
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    if (!s->row || !s->running || !s->chunks || !s->chunk_req) {
+        tb_sched_free(s);
+        return tb_errorf(TB_ERR_OOM, "out of memory");
+    }
+    if (pthread_create(&s->thread, NULL, loop_main, s) != 0) {
+        tb_sched_free(s);
+        return tb_errorf(TB_ERR_INTERNAL, "cannot start the scheduler thread");
+    }
+    s->started = 1;
+    *out = s;
+    return TB_OK;
+}
+
+tb_status tb_sched_submit(tb_sched *s, tb_request *r) {
+    if (r->n_prompt >= s->info.max_seq_len)
+        return tb_errorf(TB_ERR_INVALID_ARG, "the prompt has %d tokens; the context is %d", r->n_prompt,
+                         s->info.max_seq_len);
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->mu);
+        return tb_errorf(TB_ERR_INTERNAL, "the server is shutting down");
+    }
+    if (s->n_incoming + s->stats.waiting >= s->o.max_queue) {
+        pthread_mutex_unlock(&s->mu);
+        return tb_errorf(TB_ERR_RANGE, "the queue is full (%d waiting requests)", s->o.max_queue);
+    }
+    atomic_fetch_add(&r->refs, 1);
+    r->t_submit = tb_now();
+    r->next = NULL;
+    if (s->in_tail) s->in_tail->next = r;
+    else s->in_head = r;
+    s->in_tail = r;
+    s->n_incoming++;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return TB_OK;
+}
+
+void tb_sched_get_stats(tb_sched *s, tb_sched_stats *st) {
+    pthread_mutex_lock(&s->mu);
+    *st = s->stats;
+    st->waiting = s->stats.waiting > s->n_incoming ? s->stats.waiting : s->n_incoming;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void tb_sched_stop(tb_sched *s, int drain, double grace_s) {
+    if (!s || !s->started) return;
+    pthread_mutex_lock(&s->mu);
+    s->deadline = tb_now() + (drain ? grace_s : 0);
+    if (!s->stopping) s->stopping = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    s->started = 0;
+}
+
+void tb_sched_free(tb_sched *s) {
+    if (!s) return;
+    tb_sched_stop(s, 0, 0);
+    /* anything never picked up by the loop */
+    for (tb_request *r = s->in_head; r;) {
+        tb_request *nx = r->next;
+        finish(r, TB_FINISH_CANCELLED);
+        tb_request_release(r);
+        r = nx;
+    }
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s->row);
+    free(s->running);
+    free(s->chunks);
+    free(s->chunk_req);
+    free(s);
+}
