@@ -5,8 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libxxhash-dev
-      libopenblas-dev libmicrohttpd-dev python3-numpy)
-[ "${TURBINE_TEST_DEPS:-0}" = 1 ] && PKGS+=(nodejs npm)
+      libopenblas-dev libmicrohttpd-dev python3-numpy libcurl4-openssl-dev)
+[ "${TURBINE_TEST_DEPS:-0}" = 1 ] && PKGS+=(nodejs npm wrk chromium)
 
 missing=()
 for p in "${PKGS[@]}"; do

@@ -5,5 +5,7 @@
 
 /* `turbine bench ...` (argv[0] is the first argument after "bench"). */
 int tb_cli_bench(int argc, char **argv);
+/* `turbine serve ...` */
+int tb_cli_serve(int argc, char **argv);
 
 #endif

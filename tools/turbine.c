@@ -44,7 +44,12 @@ static void print_help(void) {
            "                [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]\n"
            "                [--stop STR ...] [--logits-out FILE] [--threads N]\n"
            "      -n N: total tokens, prompt included (llama2.c's convention; default 256)\n"
-           "  turbine inspect FILE.engine\n",
+           "  turbine inspect FILE.engine\n"
+           "  turbine serve [FILE.engine] [--host 127.0.0.1] [--port 8000] [--max-num-seqs N]\n"
+           "                [--max-batched-tokens N] [--kv-cache-mem SIZE] [--max-queue N] [--api-key KEY]\n"
+           "                [--threads N] [--model-name NAME] [--timeout S] [--grace S]\n"
+           "      with no engine: serves the bundled Shakespeare demo model\n"
+           "  turbine bench BASE_URL|--engine FILE.engine [options]   (turbine bench --help)\n",
            TB_VERSION);
 }
 
@@ -347,5 +352,6 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) return tb_cli_bench(argc - 2, argv + 2);
+    if (!strcmp(cmd, "serve")) return tb_cli_serve(argc - 2, argv + 2);
     return usage_error("unknown command '%s'", cmd);
 }

@@ -113,6 +113,8 @@ const char *tb_bench_error_name(tb_bench_error_kind k);
 
 typedef struct {
     /* target */
+    tb_endpoint endpoint;
+    int stream;              /* completions/chat: the bodies ask for SSE    */
     const char *url;         /* the full URL requests go to                 */
     const char *base_url;    /* for /metrics                                */
     const char *api_key;     /* "Authorization: Bearer ..." when set        */

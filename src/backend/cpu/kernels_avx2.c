@@ -115,6 +115,8 @@ static AVX2_FN void avx2_from_f32(const float *src, void *dst, tb_dtype ddt, siz
 }
 
 /* ---------------------------------------------------------------- GEMV (T = 1) */
+#define ESZ(dt) ((dt) == TB_F32 ? (size_t)4 : (size_t)2)
+
 AVX2_INLINE float dot_row(const float *x, const void *w, size_t r, int K, tb_dtype dt) {
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
     int k = 0;
@@ -137,8 +139,21 @@ AVX2_INLINE void gemv_dt(const float *x, const void *w, tb_dtype dt, const float
         __m256 b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
         __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps();
         __m256 d0 = _mm256_setzero_ps(), d1 = _mm256_setzero_ps();
+        /* The next 4 rows are one contiguous run of 4*K elements: prefetch
+         * it as a single stream, 4 * 16 elements per step, so short rows do
+         * not each pay the hardware prefetcher's ramp-up. */
+        const char *pf = n + 12 <= n1 ? (const char *)w + (size_t)(n + 8) * K * ESZ(dt) : NULL;
         int k = 0;
         for (; k + 16 <= K; k += 16) {
+            if (pf) {
+                const char *q = pf + (size_t)k * 4 * ESZ(dt);
+                _mm_prefetch(q, _MM_HINT_T0);
+                _mm_prefetch(q + 64, _MM_HINT_T0);
+                if (ESZ(dt) == 4) {
+                    _mm_prefetch(q + 128, _MM_HINT_T0);
+                    _mm_prefetch(q + 192, _MM_HINT_T0);
+                }
+            }
             __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + 8);
             a0 = _mm256_fmadd_ps(ld8(w, r0 + k, dt), x0, a0);
             a1 = _mm256_fmadd_ps(ld8(w, r0 + k + 8, dt), x1, a1);

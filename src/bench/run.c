@@ -1,0 +1,792 @@
+/*
+ * run.c — the load loop: one thread, libcurl's multi interface driven by
+ * epoll through curl_multi_socket_action, so thousands of transfers cost one
+ * wakeup per ready socket rather than a scan of all of them.
+ *
+ * Each transfer lives in a slot (an easy handle reused from request to
+ * request so its connection is kept alive). A streaming response is parsed as
+ * it arrives: every SSE event with text is a token, stamped on arrival, which
+ * gives TTFT and the inter-token gaps. Latencies are measured from the
+ * request's intended start: its send time in a closed loop, its scheduled
+ * arrival in an open loop, so a request that waited for a free slot or a
+ * stalled server is charged for the wait (the coordinated-omission
+ * correction of wrk2).
+ *
+ * Bounds: the issue phase stops at --requests or --duration; the drain phase
+ * then waits at most the request timeout (plus a margin) and aborts what is
+ * left as timeouts. Buffers per transfer are capped (TB_SLOT_MAX_BUF).
+ */
+#define _GNU_SOURCE
+#include <curl/curl.h>
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <sys/epoll.h>
+#include <unistd.h>
+
+#include "bench/bench.h"
+
+#define TB_SLOT_MAX_BUF ((size_t)8 << 20) /* bytes kept per response            */
+#define TB_SLOT_MAX_GAPS 1000000          /* inter-token gaps kept per request  */
+#define TB_MAX_SLOTS 100000
+#define TB_DRAIN_MARGIN 5.0               /* seconds beyond the timeout         */
+
+const char *tb_bench_error_name(tb_bench_error_kind k) {
+    static const char *const names[] = {"connect", "timeout", "http", "stream", "other"};
+    return k < TB_BERR_COUNT ? names[k] : "?";
+}
+
+void tb_bench_config_default(tb_bench_config *c) {
+    memset(c, 0, sizeof *c);
+    c->concurrency = 1;
+    c->poisson = 1;
+    c->max_inflight = 10000;
+    c->timeout = 300;
+    c->connect_timeout = 10;
+    c->sample_interval = 0.5;
+    c->scrape_metrics = 1;
+    c->gpu = 1;
+    c->seed = 1;
+}
+
+tb_status tb_bench_result_init(tb_bench_result *r) {
+    memset(r, 0, sizeof *r);
+    tb_status s;
+    if ((s = tb_hist_init(&r->ttft)) || (s = tb_hist_init(&r->tpot)) ||
+        (s = tb_hist_init(&r->itl)) || (s = tb_hist_init(&r->e2e))) {
+        tb_bench_result_free(r);
+        return s;
+    }
+    return TB_OK;
+}
+
+void tb_bench_result_free(tb_bench_result *r) {
+    if (!r) return;
+    tb_hist_free(&r->ttft);
+    tb_hist_free(&r->tpot);
+    tb_hist_free(&r->itl);
+    tb_hist_free(&r->e2e);
+    free(r->samples);
+    r->samples = NULL;
+}
+
+/* ---------------------------------------------------------------- slots */
+
+enum { SLOT_REQUEST, SLOT_METRICS };
+
+typedef struct run run;
+
+typedef struct slot {
+    int kind;
+    run *r;
+    CURL *easy;
+    struct slot *next_free;
+    int counted;
+    int busy;
+    const tb_bench_request *req;
+    double t_intended, t_first, t_last;
+    long n_tokens;   /* SSE events carrying text                          */
+    long usage_out;  /* usage.completion_tokens (-1: not reported)         */
+    long usage_in;
+    int done_marker; /* saw data: [DONE]                                   */
+    int bad;         /* malformed stream or an error object                */
+    int overflow;
+    char msg[160];
+    char *buf;       /* SSE: the unfinished line; else the body            */
+    size_t len, cap;
+    uint64_t *gaps;
+    int n_gaps, cap_gaps;
+} slot;
+
+struct run {
+    const tb_bench_config *c;
+    const tb_workload *w;
+    tb_bench_result *out;
+    tb_endpoint ep;
+    int stream;
+    CURLM *multi;
+    int epfd;
+    long curl_timer_ms; /* -1: none */
+    double curl_timer_at;
+    struct curl_slist *hdrs;
+    slot *slots;
+    int n_slots;
+    slot *free_list;
+    slot mon;           /* the /metrics scraper */
+    int mon_busy, mon_fail;
+    char *metrics_url;
+    double srv_running, srv_waiting, srv_kv;
+    int inflight;
+    long next_req;
+    /* current phase */
+    int counted;
+    long done_ok, done_all, tok_done;
+};
+
+static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud);
+
+static void slot_reset(slot *s) {
+    s->t_first = s->t_last = 0;
+    s->n_tokens = 0;
+    s->usage_out = s->usage_in = -1;
+    s->done_marker = s->bad = s->overflow = 0;
+    s->msg[0] = 0;
+    s->len = 0;
+    s->n_gaps = 0;
+}
+
+static int buf_append(slot *s, const char *p, size_t n) {
+    if (s->len + n + 1 > s->cap) {
+        if (s->len + n + 1 > TB_SLOT_MAX_BUF) { s->overflow = 1; return 0; }
+        size_t nc = s->cap ? s->cap : 4096;
+        while (nc < s->len + n + 1) nc *= 2;
+        if (nc > TB_SLOT_MAX_BUF) nc = TB_SLOT_MAX_BUF;
+        char *nb = realloc(s->buf, nc);
+        if (!nb) { s->overflow = 1; return 0; }
+        s->buf = nb;
+        s->cap = nc;
+    }
+    memcpy(s->buf + s->len, p, n);
+    s->len += n;
+    s->buf[s->len] = 0;
+    return 1;
+}
+
+static void add_gap(slot *s, double gap) {
+    if (s->n_gaps >= s->cap_gaps) {
+        if (s->cap_gaps >= TB_SLOT_MAX_GAPS) return;
+        int nc = s->cap_gaps ? s->cap_gaps * 2 : 256;
+        uint64_t *ng = realloc(s->gaps, (size_t)nc * sizeof *ng);
+        if (!ng) return;
+        s->gaps = ng;
+        s->cap_gaps = nc;
+    }
+    s->gaps[s->n_gaps++] = (uint64_t)(gap > 0 ? gap * 1e9 : 0);
+}
+
+static void set_msg(slot *s, const char *fmt, const char *a) {
+    if (!s->msg[0]) snprintf(s->msg, sizeof s->msg, fmt, a);
+}
+
+static long json_long(json_t *o, const char *key) {
+    json_t *v = json_object_get(o, key);
+    return json_is_integer(v) ? (long)json_integer_value(v) : -1;
+}
+
+/* One SSE "data:" payload of an OpenAI stream. */
+static void sse_event(slot *s, const char *data, size_t n, double now) {
+    while (n && (*data == ' ' || *data == '\t')) { data++; n--; }
+    while (n && (data[n - 1] == '\r' || data[n - 1] == ' ')) n--;
+    if (n == 6 && !memcmp(data, "[DONE]", 6)) { s->done_marker = 1; return; }
+    if (!n) return;
+    json_error_t err;
+    json_t *j = json_loadb(data, n, 0, &err);
+    if (!j || !json_is_object(j)) {
+        s->bad = 1;
+        set_msg(s, "malformed SSE event: %s", j ? "not an object" : err.text);
+        json_decref(j);
+        return;
+    }
+    json_t *e = json_object_get(j, "error");
+    if (e && !json_is_null(e)) {
+        s->bad = 1;
+        const char *m = json_string_value(json_object_get(e, "message"));
+        set_msg(s, "error event: %s", m ? m : (json_string_value(e) ? json_string_value(e) : "?"));
+    }
+    json_t *ch = json_object_get(j, "choices");
+    json_t *c0 = json_is_array(ch) ? json_array_get(ch, 0) : NULL;
+    const char *text = NULL;
+    if (c0) {
+        text = json_string_value(json_object_get(c0, "text"));
+        if (!text) text = json_string_value(json_object_get(json_object_get(c0, "delta"), "content"));
+    }
+    if (text && *text) {
+        if (s->n_tokens == 0) s->t_first = now;
+        else add_gap(s, now - s->t_last);
+        s->t_last = now;
+        s->n_tokens++;
+    }
+    json_t *u = json_object_get(j, "usage");
+    if (json_is_object(u)) {
+        long co = json_long(u, "completion_tokens"), pr = json_long(u, "prompt_tokens");
+        if (co >= 0) s->usage_out = co;
+        if (pr >= 0) s->usage_in = pr;
+    }
+    json_decref(j);
+}
+
+static void sse_feed(slot *s, const char *p, size_t n, double now) {
+    if (!buf_append(s, p, n)) { s->bad = 1; set_msg(s, "%s", "SSE line too long"); return; }
+    size_t start = 0;
+    for (;;) {
+        char *nl = memchr(s->buf + start, '\n', s->len - start);
+        if (!nl) break;
+        size_t end = (size_t)(nl - s->buf);
+        const char *line = s->buf + start;
+        size_t ll = end - start;
+        if (ll >= 5 && !memcmp(line, "data:", 5)) sse_event(s, line + 5, ll - 5, now);
+        start = end + 1;
+    }
+    if (start) {
+        memmove(s->buf, s->buf + start, s->len - start);
+        s->len -= start;
+        s->buf[s->len] = 0;
+    }
+}
+
+static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud) {
+    slot *s = ud;
+    size_t n = size * nmemb;
+    if (s->kind == SLOT_METRICS) {
+        buf_append(s, ptr, n);
+        return n;
+    }
+    if (s->r->ep == TB_EP_GET || s->r->ep == TB_EP_KSERVE) return n;
+    long code = 0;
+    curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &code);
+    if (code < 200 || code > 299) { buf_append(s, ptr, n); return n; }
+    double now = tb_now();
+    if (s->r->stream) sse_feed(s, ptr, n, now);
+    else {
+        if (!s->t_first) s->t_first = now;
+        buf_append(s, ptr, n);
+    }
+    return n;
+}
+
+/* ---------------------------------------------------------------- epoll glue */
+
+static int on_socket(CURL *e, curl_socket_t fd, int what, void *ud, void *sockp) {
+    run *r = ud;
+    (void)e;
+    if (what == CURL_POLL_REMOVE) {
+        epoll_ctl(r->epfd, EPOLL_CTL_DEL, fd, NULL);
+        curl_multi_assign(r->multi, fd, NULL);
+        return 0;
+    }
+    struct epoll_event ev = {0};
+    ev.data.fd = fd;
+    if (what & CURL_POLL_IN) ev.events |= EPOLLIN;
+    if (what & CURL_POLL_OUT) ev.events |= EPOLLOUT;
+    if (sockp) {
+        epoll_ctl(r->epfd, EPOLL_CTL_MOD, fd, &ev);
+    } else {
+        if (epoll_ctl(r->epfd, EPOLL_CTL_ADD, fd, &ev) != 0 && errno == EEXIST)
+            epoll_ctl(r->epfd, EPOLL_CTL_MOD, fd, &ev);
+        curl_multi_assign(r->multi, fd, (void *)1);
+    }
+    return 0;
+}
+
+static int on_timer(CURLM *m, long timeout_ms, void *ud) {
+    run *r = ud;
+    (void)m;
+    r->curl_timer_ms = timeout_ms;
+    r->curl_timer_at = timeout_ms < 0 ? INFINITY : tb_now() + timeout_ms / 1000.0;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- setup */
+
+static tb_status slot_setup(run *r, slot *s, int kind) {
+    const tb_bench_config *c = r->c;
+    s->kind = kind;
+    s->r = r;
+    s->easy = curl_easy_init();
+    if (!s->easy) return tb_errorf(TB_ERR_OOM, "bench: curl_easy_init failed");
+    CURL *e = s->easy;
+    curl_easy_setopt(e, CURLOPT_PRIVATE, s);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, s);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_TCP_NODELAY, 1L);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, (long)(c->connect_timeout * 1000));
+    if (kind == SLOT_METRICS) {
+        curl_easy_setopt(e, CURLOPT_URL, r->metrics_url);
+        curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, 2000L);
+        return TB_OK;
+    }
+    curl_easy_setopt(e, CURLOPT_URL, c->url);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->hdrs);
+    if (c->timeout > 0) curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(c->timeout * 1000));
+    if (r->ep == TB_EP_GET) curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+    else curl_easy_setopt(e, CURLOPT_POST, 1L);
+    return TB_OK;
+}
+
+static struct curl_slist *build_headers(const tb_bench_config *c, tb_endpoint ep, tb_status *st) {
+    struct curl_slist *h = NULL, *t;
+    char auth[1100];
+    *st = TB_OK;
+#define ADD(x) do { t = curl_slist_append(h, (x)); if (!t) goto oom; h = t; } while (0)
+    if (ep != TB_EP_GET) ADD("Content-Type: application/json");
+    ADD("Expect:");
+    if (c->api_key) {
+        if (strlen(c->api_key) > 1000) {
+            curl_slist_free_all(h);
+            *st = tb_errorf(TB_ERR_INVALID_ARG, "--api-key is too long");
+            return NULL;
+        }
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", c->api_key);
+        ADD(auth);
+    }
+    for (int i = 0; i < c->n_headers; i++) ADD(c->headers[i]);
+#undef ADD
+    return h;
+oom:
+    curl_slist_free_all(h);
+    *st = tb_errorf(TB_ERR_OOM, "bench: out of memory");
+    return NULL;
+}
+
+static void run_free(run *r) {
+    for (int i = 0; i < r->n_slots; i++) {
+        slot *s = &r->slots[i];
+        if (s->easy) {
+            curl_multi_remove_handle(r->multi, s->easy);
+            curl_easy_cleanup(s->easy);
+        }
+        free(s->buf);
+        free(s->gaps);
+    }
+    free(r->slots);
+    if (r->mon.easy) {
+        curl_multi_remove_handle(r->multi, r->mon.easy);
+        curl_easy_cleanup(r->mon.easy);
+    }
+    free(r->mon.buf);
+    free(r->metrics_url);
+    if (r->multi) curl_multi_cleanup(r->multi);
+    if (r->epfd >= 0) close(r->epfd);
+    curl_slist_free_all(r->hdrs);
+}
+
+/* ---------------------------------------------------------------- accounting */
+
+static void count_status(tb_bench_result *o, int code) {
+    for (int i = 0; i < o->n_status; i++)
+        if (o->status_code[i] == code) { o->status_count[i]++; return; }
+    if (o->n_status < TB_BENCH_MAX_STATUS) {
+        o->status_code[o->n_status] = code;
+        o->status_count[o->n_status++] = 1;
+    }
+}
+
+static void count_error(run *r, slot *s, tb_bench_error_kind k, const char *what) {
+    tb_bench_result *o = r->out;
+    if (!s->counted) return;
+    o->err[k]++;
+    o->n_err++;
+    if (!o->first_error[0]) snprintf(o->first_error, sizeof o->first_error, "%s: %s",
+                                     tb_bench_error_name(k), what);
+}
+
+static tb_bench_error_kind curl_kind(CURLcode rc) {
+    switch (rc) {
+    case CURLE_COULDNT_CONNECT: case CURLE_COULDNT_RESOLVE_HOST: case CURLE_COULDNT_RESOLVE_PROXY:
+    case CURLE_SEND_ERROR: case CURLE_RECV_ERROR: case CURLE_GOT_NOTHING: case CURLE_SSL_CONNECT_ERROR:
+        return TB_BERR_CONNECT;
+    case CURLE_OPERATION_TIMEDOUT:
+        return TB_BERR_TIMEOUT;
+    case CURLE_PARTIAL_FILE: case CURLE_WRITE_ERROR: case CURLE_BAD_CONTENT_ENCODING:
+        return TB_BERR_STREAM;
+    default:
+        return TB_BERR_OTHER;
+    }
+}
+
+/* A finished transfer: classify it, then record its figures. */
+static void finish(run *r, slot *s, CURLcode rc, double now) {
+    tb_bench_result *o = r->out;
+    const tb_bench_config *c = r->c;
+    long code = 0;
+    curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &code);
+    if (s->counted && code) count_status(o, (int)code);
+    r->done_all++;
+    if (rc != CURLE_OK) { count_error(r, s, curl_kind(rc), curl_easy_strerror(rc)); return; }
+    if (code < 200 || code > 299) {
+        char m[64];
+        snprintf(m, sizeof m, "HTTP %ld", code);
+        count_error(r, s, TB_BERR_HTTP, m);
+        return;
+    }
+    long out_tok = 0, in_tok = s->req ? s->req->input_len : 0;
+    int llm = r->ep == TB_EP_COMPLETIONS || r->ep == TB_EP_CHAT;
+    if (llm && r->stream) {
+        if (s->bad) { count_error(r, s, TB_BERR_STREAM, s->msg); return; }
+        if (!s->done_marker) { count_error(r, s, TB_BERR_STREAM, "stream ended without [DONE]"); return; }
+        if (s->n_tokens == 0 && s->usage_out <= 0) { count_error(r, s, TB_BERR_STREAM, "no tokens in the stream"); return; }
+        out_tok = s->usage_out >= 0 ? s->usage_out : s->n_tokens;
+    } else if (llm) {
+        json_error_t err;
+        json_t *j = s->overflow ? NULL : json_loadb(s->buf ? s->buf : "", s->len, 0, &err);
+        if (!j || json_object_get(j, "error") || !json_is_array(json_object_get(j, "choices"))) {
+            json_decref(j);
+            count_error(r, s, TB_BERR_STREAM, "malformed response body");
+            return;
+        }
+        json_t *u = json_object_get(j, "usage");
+        long co = json_long(u, "completion_tokens"), pr = json_long(u, "prompt_tokens");
+        if (co >= 0) s->usage_out = co;
+        if (pr >= 0) s->usage_in = pr;
+        if (co < 0) {
+            json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+            const char *t = json_string_value(json_object_get(c0, "text"));
+            if (!t) t = json_string_value(json_object_get(json_object_get(c0, "message"), "content"));
+            out_tok = t ? (long)(strlen(t) + 3) / 4 : 0;
+        } else {
+            out_tok = co;
+        }
+        json_decref(j);
+    }
+    if (s->usage_in >= 0) in_tok = s->usage_in;
+    r->done_ok++;
+    r->tok_done += out_tok;
+    if (!s->counted) return;
+    o->n_ok++;
+    o->in_tokens += in_tok;
+    o->out_tokens += out_tok;
+    double e2e = now - s->t_intended;
+    tb_hist_add(&o->e2e, (uint64_t)(e2e * 1e9));
+    int good = !(c->slo_e2e > 0 && e2e > c->slo_e2e);
+    if (llm && r->stream) {
+        double ttft = s->t_first - s->t_intended;
+        tb_hist_add(&o->ttft, (uint64_t)(ttft * 1e9));
+        if (c->slo_ttft > 0 && ttft > c->slo_ttft) good = 0;
+        if (out_tok > 1) {
+            double tpot = (e2e - ttft) / (double)(out_tok - 1);
+            tb_hist_add(&o->tpot, (uint64_t)(tpot * 1e9));
+            if (c->slo_tpot > 0 && tpot > c->slo_tpot) good = 0;
+        }
+        for (int i = 0; i < s->n_gaps; i++) tb_hist_add(&o->itl, s->gaps[i]);
+    }
+    if (good) o->n_good++;
+}
+
+/* ---------------------------------------------------------------- the loop */
+
+static void launch(run *r, double intended) {
+    slot *s = r->free_list;
+    r->free_list = s->next_free;
+    slot_reset(s);
+    s->busy = 1;
+    s->counted = r->counted;
+    s->t_intended = intended;
+    if (r->ep != TB_EP_GET) {
+        s->req = &r->w->reqs[r->next_req % r->w->n];
+        curl_easy_setopt(s->easy, CURLOPT_POSTFIELDSIZE, (long)s->req->body_len);
+        curl_easy_setopt(s->easy, CURLOPT_POSTFIELDS, s->req->body);
+    } else {
+        s->req = NULL;
+    }
+    r->next_req++;
+    r->inflight++;
+    if (s->counted) r->out->n_sent++;
+    curl_multi_add_handle(r->multi, s->easy);
+}
+
+static void drain_messages(run *r) {
+    CURLMsg *m;
+    int left;
+    while ((m = curl_multi_info_read(r->multi, &left))) {
+        if (m->msg != CURLMSG_DONE) continue;
+        CURL *e = m->easy_handle;
+        CURLcode rc = m->data.result;
+        double now = tb_now();
+        slot *s = NULL;
+        curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&s);
+        curl_multi_remove_handle(r->multi, e);
+        if (s->kind == SLOT_METRICS) {
+            long code = 0;
+            curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
+            r->mon_busy = 0;
+            if (rc == CURLE_OK && code == 200 && s->buf) {
+                tb_bench_parse_prometheus(s->buf, &r->srv_running, &r->srv_waiting, &r->srv_kv);
+                r->mon_fail = 0;
+            } else {
+                r->mon_fail++;
+            }
+            continue;
+        }
+        s->busy = 0;
+        finish(r, s, rc, now);
+        r->inflight--;
+        s->next_free = r->free_list;
+        r->free_list = s;
+    }
+}
+
+static void socket_action(run *r, curl_socket_t fd, int ev) {
+    int running = 0;
+    curl_multi_socket_action(r->multi, fd, ev, &running);
+}
+
+static void abort_all(run *r, double now) {
+    for (int i = 0; i < r->n_slots; i++) {
+        slot *s = &r->slots[i];
+        if (!s->busy) continue;
+        s->busy = 0;
+        curl_multi_remove_handle(r->multi, s->easy);
+        finish(r, s, CURLE_OPERATION_TIMEDOUT, now);
+        r->inflight--;
+        s->next_free = r->free_list;
+        r->free_list = s;
+    }
+}
+
+static void add_sample(run *r, double t, double dt, long d_done, long d_tok) {
+    tb_bench_result *o = r->out;
+    if (o->n_samples >= o->cap_samples) {
+        int nc = o->cap_samples ? o->cap_samples * 2 : 64;
+        if (nc > 1000000) return;
+        tb_bench_sample *ns = realloc(o->samples, (size_t)nc * sizeof *ns);
+        if (!ns) return;
+        o->samples = ns;
+        o->cap_samples = nc;
+    }
+    tb_bench_sample *p = &o->samples[o->n_samples++];
+    p->t = t;
+    p->done_rate = dt > 0 ? d_done / dt : 0;
+    p->tok_rate = dt > 0 ? d_tok / dt : 0;
+    p->inflight = r->inflight;
+    p->srv_running = r->srv_running;
+    p->srv_waiting = r->srv_waiting;
+    p->srv_kv = r->srv_kv;
+    p->gpu_util = p->gpu_mem_gib = p->gpu_power_w = NAN;
+    if (r->c->gpu) tb_nvml_sample(&p->gpu_util, &p->gpu_mem_gib, &p->gpu_power_w);
+}
+
+/* Runs `n` requests (0: unbounded) for at most `duration` seconds (0: no
+ * limit). `counted`: record figures into r->out. */
+static tb_status phase(run *r, long n, double duration, int counted) {
+    const tb_bench_config *c = r->c;
+    r->counted = counted;
+    r->done_ok = r->done_all = r->tok_done = 0;
+    uint64_t rng = c->seed * 0x9E3779B97F4A7C15ull + (uint64_t)counted + 1;
+    int open = c->rate > 0;
+    double t0 = tb_now();
+    double issue_end = duration > 0 ? t0 + duration : INFINITY;
+    double drain_limit = (c->timeout > 0 ? c->timeout : 600) + TB_DRAIN_MARGIN;
+    double hard_end = INFINITY; /* set once issuing stops */
+    double next_arrival = t0;
+    long issued = 0;
+    double next_tick = t0 + c->sample_interval, last_tick = t0;
+    long last_done = 0, last_tok = 0;
+    double next_progress = t0 + 0.25;
+    int cap = open ? r->n_slots : c->concurrency;
+    struct epoll_event evs[256];
+    for (long iter = 0;; iter++) {
+        double now = tb_now();
+        /* issue what is due */
+        int more = (n == 0 || issued < n) && now < issue_end;
+        while (more && r->inflight < cap && r->free_list) {
+            double intended;
+            if (open) {
+                if (next_arrival > now) break;
+                intended = next_arrival;
+                double gap = c->poisson ? -log(1.0 - ((rng = rng * 6364136223846793005ull + 1442695040888963407ull) >> 11) *
+                                                         (1.0 / 9007199254740992.0)) / c->rate
+                                        : 1.0 / c->rate;
+                next_arrival += gap;
+            } else {
+                intended = now;
+            }
+            launch(r, intended);
+            issued++;
+            more = (n == 0 || issued < n) && now < issue_end;
+        }
+        if (!more && hard_end == INFINITY) hard_end = now + drain_limit;
+        if (!more && r->inflight == 0) break;
+        if (now >= hard_end) { abort_all(r, now); break; }
+        /* samples, /metrics, progress */
+        if (now >= next_tick) {
+            if (counted) add_sample(r, now - t0, now - last_tick, r->done_ok - last_done, r->tok_done - last_tok);
+            last_done = r->done_ok;
+            last_tok = r->tok_done;
+            last_tick = now;
+            next_tick = now + c->sample_interval;
+            if (c->scrape_metrics && r->metrics_url && !r->mon_busy && r->mon_fail < 3) {
+                slot_reset(&r->mon);
+                r->mon_busy = 1;
+                curl_multi_add_handle(r->multi, r->mon.easy);
+            }
+        }
+        if (c->progress && now >= next_progress) {
+            next_progress = now + 0.25;
+            fprintf(stderr, "\r\033[K%s%s %ld/%ld done, %ld errors, %.1f req/s, %d in flight, %.1fs",
+                    counted ? "" : "warmup ", c->label ? c->label : "", r->done_all,
+                    n ? n : issued, counted ? r->out->n_err : 0,
+                    r->done_all / (now - t0 > 1e-9 ? now - t0 : 1e-9), r->inflight, now - t0);
+        }
+        /* wait */
+        double wake = fmin(next_tick, hard_end);
+        if (c->progress) wake = fmin(wake, next_progress);
+        if (more && r->inflight < cap && r->free_list) wake = fmin(wake, open ? next_arrival : now);
+        if (more) wake = fmin(wake, issue_end);
+        wake = fmin(wake, r->curl_timer_at);
+        int ms = 0;
+        if (wake > now) {
+            double d = (wake - now) * 1000.0;
+            ms = d > 1000 ? 1000 : (int)ceil(d);
+        }
+        int ne = epoll_wait(r->epfd, evs, 256, ms);
+        if (ne < 0 && errno != EINTR) return tb_errorf(TB_ERR_IO, "bench: epoll_wait: %s", strerror(errno));
+        for (int i = 0; i < ne; i++) {
+            int ev = 0;
+            if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) ev |= CURL_CSELECT_IN;
+            if (evs[i].events & EPOLLOUT) ev |= CURL_CSELECT_OUT;
+            if (evs[i].events & EPOLLERR) ev |= CURL_CSELECT_ERR;
+            socket_action(r, evs[i].data.fd, ev);
+        }
+        if (tb_now() >= r->curl_timer_at) {
+            r->curl_timer_at = INFINITY;
+            socket_action(r, CURL_SOCKET_TIMEOUT, 0);
+        }
+        drain_messages(r);
+    }
+    if (counted) {
+        double t_end = tb_now();
+        r->out->duration = t_end - t0;
+        if (r->out->n_samples == 0 || t_end - last_tick > 0.05)
+            add_sample(r, t_end - t0, t_end - last_tick, r->done_ok - last_done, r->tok_done - last_tok);
+    }
+    if (c->progress) fprintf(stderr, "\r\033[K");
+    return TB_OK;
+}
+
+tb_status tb_bench_run(const tb_bench_config *c, const tb_workload *w, tb_bench_result *out) {
+    if (!c->url) return tb_errorf(TB_ERR_INVALID_ARG, "bench: no URL");
+    if (c->rate <= 0 && (c->concurrency < 1 || c->concurrency > TB_MAX_SLOTS))
+        return tb_errorf(TB_ERR_INVALID_ARG, "concurrency must be in [1, %d]", TB_MAX_SLOTS);
+    if (c->rate > 0 && (c->max_inflight < 1 || c->max_inflight > TB_MAX_SLOTS))
+        return tb_errorf(TB_ERR_INVALID_ARG, "--max-inflight must be in [1, %d]", TB_MAX_SLOTS);
+    if (c->requests <= 0 && c->duration <= 0)
+        return tb_errorf(TB_ERR_INVALID_ARG, "a run needs --requests or --duration");
+    if (!w || w->n < 1) return tb_errorf(TB_ERR_INVALID_ARG, "bench: empty workload");
+    run r;
+    memset(&r, 0, sizeof r);
+    r.c = c;
+    r.w = w;
+    r.out = out;
+    r.epfd = -1;
+    r.curl_timer_ms = -1;
+    r.curl_timer_at = INFINITY;
+    r.srv_running = r.srv_waiting = r.srv_kv = NAN;
+    r.ep = c->endpoint;
+    r.stream = c->stream && (r.ep == TB_EP_COMPLETIONS || r.ep == TB_EP_CHAT);
+    if (r.ep != TB_EP_GET && !w->reqs[0].body) {
+        run_free(&r);
+        return tb_errorf(TB_ERR_INVALID_ARG, "bench: the workload has no request bodies");
+    }
+    out->concurrency = c->rate > 0 ? 0 : c->concurrency;
+    out->rate = c->rate;
+    snprintf(out->label, sizeof out->label, "%s", c->label ? c->label : "");
+    tb_status st = TB_OK;
+    r.hdrs = build_headers(c, r.ep, &st);
+    if (st != TB_OK) return st;
+    r.epfd = epoll_create1(EPOLL_CLOEXEC);
+    r.multi = curl_multi_init();
+    if (r.epfd < 0 || !r.multi) { run_free(&r); return tb_errorf(TB_ERR_IO, "bench: cannot set up the event loop"); }
+    curl_multi_setopt(r.multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+    curl_multi_setopt(r.multi, CURLMOPT_SOCKETDATA, &r);
+    curl_multi_setopt(r.multi, CURLMOPT_TIMERFUNCTION, on_timer);
+    curl_multi_setopt(r.multi, CURLMOPT_TIMERDATA, &r);
+    r.n_slots = c->rate > 0 ? c->max_inflight : c->concurrency;
+    curl_multi_setopt(r.multi, CURLMOPT_MAXCONNECTS, (long)r.n_slots + 4);
+    r.slots = calloc((size_t)r.n_slots, sizeof *r.slots);
+    if (!r.slots) { run_free(&r); return tb_errorf(TB_ERR_OOM, "bench: out of memory"); }
+    for (int i = 0; i < r.n_slots && st == TB_OK; i++) {
+        st = slot_setup(&r, &r.slots[i], SLOT_REQUEST);
+        r.slots[i].next_free = r.free_list;
+        r.free_list = &r.slots[i];
+    }
+    if (st == TB_OK && c->scrape_metrics && c->base_url) {
+        size_t l = strlen(c->base_url) + 16;
+        r.metrics_url = malloc(l);
+        if (r.metrics_url) {
+            snprintf(r.metrics_url, l, "%s/metrics", c->base_url);
+            st = slot_setup(&r, &r.mon, SLOT_METRICS);
+        }
+    }
+    if (st == TB_OK && c->gpu) tb_nvml_open();
+    if (st == TB_OK && c->warmup > 0) st = phase(&r, c->warmup, 0, 0);
+    if (st == TB_OK) {
+        r.next_req = 0;
+        st = phase(&r, c->requests, c->duration, 1);
+    }
+    run_free(&r);
+    if (st != TB_OK) return st;
+    double d = out->duration > 1e-9 ? out->duration : 1e-9;
+    out->qps = out->n_ok / d;
+    out->out_tps = out->out_tokens / d;
+    out->total_tps = (out->in_tokens + out->out_tokens) / d;
+    out->goodput = out->n_good / d;
+    return TB_OK;
+}
+
+/* ---------------------------------------------------------------- one GET */
+
+typedef struct { char *p; size_t n, max; int over; } getbuf;
+
+static size_t on_get(char *ptr, size_t size, size_t nmemb, void *ud) {
+    getbuf *b = ud;
+    size_t n = size * nmemb;
+    if (b->over || b->n + n > b->max) { b->over = 1; return n; }
+    char *np = realloc(b->p, b->n + n + 1);
+    if (!np) { b->over = 1; return n; }
+    b->p = np;
+    memcpy(b->p + b->n, ptr, n);
+    b->n += n;
+    b->p[b->n] = 0;
+    return n;
+}
+
+tb_status tb_bench_http_get(const char *url, const tb_bench_config *c, double timeout,
+                            size_t max, char **body, long *http_status) {
+    *body = NULL;
+    *http_status = 0;
+    CURL *e = curl_easy_init();
+    if (!e) return tb_errorf(TB_ERR_OOM, "bench: curl_easy_init failed");
+    tb_status st = TB_OK;
+    struct curl_slist *h = c ? build_headers(c, TB_EP_GET, &st) : NULL;
+    if (st != TB_OK) { curl_easy_cleanup(e); return st; }
+    getbuf b = {0};
+    b.max = max;
+    curl_easy_setopt(e, CURLOPT_URL, url);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(timeout * 1000));
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_get);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, &b);
+    if (h) curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
+    CURLcode rc = curl_easy_perform(e);
+    if (rc != CURLE_OK) {
+        st = tb_errorf(TB_ERR_IO, "GET %s: %s", url, curl_easy_strerror(rc));
+        free(b.p);
+    } else {
+        curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, http_status);
+        *body = b.p ? b.p : strdup("");
+    }
+    curl_slist_free_all(h);
+    curl_easy_cleanup(e);
+    return st;
+}
+
+char *tb_bench_first_model(const char *models_json) {
+    json_error_t err;
+    json_t *j = json_loads(models_json, 0, &err);
+    if (!j) return NULL;
+    json_t *d = json_object_get(j, "data");
+    if (!json_is_array(d)) d = json_object_get(j, "models"); /* KServe /v2 style */
+    const char *id = NULL;
+    json_t *m0 = json_is_array(d) ? json_array_get(d, 0) : NULL;
+    if (m0) {
+        id = json_string_value(json_object_get(m0, "id"));
+        if (!id) id = json_string_value(json_object_get(m0, "name"));
+        if (!id) id = json_string_value(m0);
+    }
+    char *r = id ? strdup(id) : NULL;
+    json_decref(j);
+    return r;
+}

@@ -1,0 +1,198 @@
+/* metrics.c — Prometheus text exposition of the server's metrics. */
+#define _GNU_SOURCE
+#include "serve/metrics.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+
+#define MAX_BUCKETS 20
+
+typedef struct {
+    const char *name, *help;
+    int n;
+    double le[MAX_BUCKETS];
+    uint64_t count[MAX_BUCKETS + 1]; /* last: +Inf */
+    double sum;
+    uint64_t total;
+} histo;
+
+static void histo_add(histo *h, double v) {
+    int i = 0;
+    while (i < h->n && v > h->le[i]) i++;
+    h->count[i]++;
+    h->sum += v;
+    h->total++;
+}
+
+enum { H_TTFT, H_ITL, H_E2E, H_QUEUE, H_BATCH, H_STEP, H_COUNT };
+#define N_STATUS 8
+static const int status_codes[N_STATUS] = {400, 401, 404, 405, 413, 429, 500, 503};
+
+struct tb_metrics {
+    pthread_mutex_t mu;
+    uint64_t prompt_tokens, gen_tokens, preemptions, steps;
+    uint64_t finish[5];
+    uint64_t errors[N_STATUS];
+    uint64_t req_completions, req_chat, req_other;
+    histo h[H_COUNT];
+};
+
+static const double lat_buckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
+                                     0.3, 0.5, 0.75, 1, 2.5, 5, 10, 20, 40, 80};
+static const double batch_buckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
+
+static void histo_init(histo *h, const char *name, const char *help, const double *le, int n) {
+    memset(h, 0, sizeof *h);
+    h->name = name;
+    h->help = help;
+    h->n = n;
+    memcpy(h->le, le, sizeof(double) * (size_t)n);
+}
+
+tb_metrics *tb_metrics_new(void) {
+    tb_metrics *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    pthread_mutex_init(&m->mu, NULL);
+    int nl = (int)(sizeof lat_buckets / sizeof lat_buckets[0]), nb = (int)(sizeof batch_buckets / sizeof batch_buckets[0]);
+    histo_init(&m->h[H_TTFT], "turbine_time_to_first_token_seconds", "Time from request arrival to its first token.", lat_buckets, nl);
+    histo_init(&m->h[H_ITL], "turbine_inter_token_latency_seconds", "Time between consecutive tokens of a request.", lat_buckets, nl);
+    histo_init(&m->h[H_E2E], "turbine_e2e_request_latency_seconds", "Time from request arrival to its end.", lat_buckets, nl);
+    histo_init(&m->h[H_QUEUE], "turbine_request_queue_time_seconds", "Time a request waited before it was admitted.", lat_buckets, nl);
+    histo_init(&m->h[H_BATCH], "turbine_batch_size", "Sequences per engine step.", batch_buckets, nb);
+    histo_init(&m->h[H_STEP], "turbine_step_duration_seconds", "Duration of one engine step.", lat_buckets, nl);
+    return m;
+}
+
+void tb_metrics_free(tb_metrics *m) {
+    if (!m) return;
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+static void on_step(void *arg, int n_seqs, int n_tokens, double sec) {
+    tb_metrics *m = arg;
+    (void)n_tokens;
+    pthread_mutex_lock(&m->mu);
+    m->steps++;
+    histo_add(&m->h[H_BATCH], n_seqs);
+    histo_add(&m->h[H_STEP], sec);
+    pthread_mutex_unlock(&m->mu);
+}
+static void on_first(void *arg, double ttft, double queue) {
+    tb_metrics *m = arg;
+    pthread_mutex_lock(&m->mu);
+    histo_add(&m->h[H_TTFT], ttft);
+    histo_add(&m->h[H_QUEUE], queue);
+    pthread_mutex_unlock(&m->mu);
+}
+static void on_token(void *arg, double itl) {
+    tb_metrics *m = arg;
+    pthread_mutex_lock(&m->mu);
+    histo_add(&m->h[H_ITL], itl);
+    pthread_mutex_unlock(&m->mu);
+}
+static void on_finish(void *arg, tb_finish_reason r, int prompt, int gen, double e2e) {
+    tb_metrics *m = arg;
+    pthread_mutex_lock(&m->mu);
+    if ((unsigned)r < 5) m->finish[r]++;
+    m->prompt_tokens += (uint64_t)prompt;
+    m->gen_tokens += (uint64_t)gen;
+    histo_add(&m->h[H_E2E], e2e);
+    pthread_mutex_unlock(&m->mu);
+}
+static void on_preempt(void *arg) {
+    tb_metrics *m = arg;
+    pthread_mutex_lock(&m->mu);
+    m->preemptions++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+tb_sched_observer tb_metrics_observer(tb_metrics *m) {
+    return (tb_sched_observer){m, on_step, on_first, on_token, on_finish, on_preempt};
+}
+
+void tb_metrics_http_error(tb_metrics *m, int status) {
+    pthread_mutex_lock(&m->mu);
+    for (int i = 0; i < N_STATUS; i++)
+        if (status_codes[i] == status) m->errors[i]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void tb_metrics_request(tb_metrics *m, const char *endpoint) {
+    pthread_mutex_lock(&m->mu);
+    if (!strcmp(endpoint, "completions")) m->req_completions++;
+    else if (!strcmp(endpoint, "chat")) m->req_chat++;
+    else m->req_other++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+} sbuf;
+
+static void sb(sbuf *b, const char *fmt, ...) {
+    va_list ap;
+    for (;;) {
+        va_start(ap, fmt);
+        int k = vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap);
+        va_end(ap);
+        if (k >= 0 && (size_t)k < b->cap - b->n) { b->n += (size_t)k; return; }
+        size_t cap = b->cap * 2 + (size_t)(k > 0 ? k : 256);
+        char *q = realloc(b->p, cap);
+        if (!q) return;
+        b->p = q;
+        b->cap = cap;
+    }
+}
+
+char *tb_metrics_render(tb_metrics *m, tb_sched *s, const char *model) {
+    tb_sched_stats st = {0};
+    if (s) tb_sched_get_stats(s, &st);
+    sbuf b = {malloc(8192), 0, 8192};
+    if (!b.p) return NULL;
+    b.p[0] = 0;
+    pthread_mutex_lock(&m->mu);
+    tb_metrics c = *m; /* a consistent copy */
+    pthread_mutex_unlock(&m->mu);
+    const char *lb = model ? model : "";
+    sb(&b, "# HELP turbine_requests_running Requests in the running batch.\n# TYPE turbine_requests_running gauge\n"
+           "turbine_requests_running{model=\"%s\"} %d\n", lb, st.running);
+    sb(&b, "# HELP turbine_requests_waiting Requests waiting to be admitted.\n# TYPE turbine_requests_waiting gauge\n"
+           "turbine_requests_waiting{model=\"%s\"} %d\n", lb, st.waiting);
+    sb(&b, "# HELP turbine_kv_cache_usage_ratio Fraction of KV-cache blocks in use.\n# TYPE turbine_kv_cache_usage_ratio gauge\n"
+           "turbine_kv_cache_usage_ratio{model=\"%s\"} %.6f\n", lb, st.kv_usage);
+    sb(&b, "# HELP turbine_batch_size_current Sequences in the last engine step.\n# TYPE turbine_batch_size_current gauge\n"
+           "turbine_batch_size_current{model=\"%s\"} %d\n", lb, st.batch_size);
+    sb(&b, "# HELP turbine_prompt_tokens_total Prompt tokens processed.\n# TYPE turbine_prompt_tokens_total counter\n"
+           "turbine_prompt_tokens_total{model=\"%s\"} %llu\n", lb, (unsigned long long)c.prompt_tokens);
+    sb(&b, "# HELP turbine_generation_tokens_total Tokens generated.\n# TYPE turbine_generation_tokens_total counter\n"
+           "turbine_generation_tokens_total{model=\"%s\"} %llu\n", lb, (unsigned long long)c.gen_tokens);
+    sb(&b, "# HELP turbine_preemptions_total Sequences preempted for lack of KV-cache blocks.\n"
+           "# TYPE turbine_preemptions_total counter\nturbine_preemptions_total{model=\"%s\"} %llu\n", lb,
+       (unsigned long long)c.preemptions);
+    sb(&b, "# HELP turbine_requests_finished_total Finished requests by finish reason.\n"
+           "# TYPE turbine_requests_finished_total counter\n");
+    for (int r = TB_FINISH_STOP; r <= TB_FINISH_ERROR; r++)
+        sb(&b, "turbine_requests_finished_total{model=\"%s\",finished_reason=\"%s\"} %llu\n", lb,
+           tb_finish_reason_str((tb_finish_reason)r), (unsigned long long)c.finish[r]);
+    sb(&b, "# HELP turbine_http_errors_total HTTP error responses by status.\n# TYPE turbine_http_errors_total counter\n");
+    for (int i = 0; i < N_STATUS; i++)
+        sb(&b, "turbine_http_errors_total{status=\"%d\"} %llu\n", status_codes[i], (unsigned long long)c.errors[i]);
+    sb(&b, "# HELP turbine_http_requests_total Generation requests by endpoint.\n# TYPE turbine_http_requests_total counter\n"
+           "turbine_http_requests_total{endpoint=\"completions\"} %llu\nturbine_http_requests_total{endpoint=\"chat\"} %llu\n",
+       (unsigned long long)c.req_completions, (unsigned long long)c.req_chat);
+    for (int k = 0; k < H_COUNT; k++) {
+        histo *h = &c.h[k];
+        sb(&b, "# HELP %s %s\n# TYPE %s histogram\n", h->name, h->help, h->name);
+        uint64_t cum = 0;
+        for (int i = 0; i < h->n; i++) {
+            cum += h->count[i];
+            sb(&b, "%s_bucket{model=\"%s\",le=\"%g\"} %llu\n", h->name, lb, h->le[i], (unsigned long long)cum);
+        }
+        cum += h->count[h->n];
+        sb(&b, "%s_bucket{model=\"%s\",le=\"+Inf\"} %llu\n%s_sum{model=\"%s\"} %.9g\n%s_count{model=\"%s\"} %llu\n",
+           h->name, lb, (unsigned long long)cum, h->name, lb, h->sum, h->name, lb, (unsigned long long)h->total);
+    }
+    return b.p;
+}

@@ -1,0 +1,952 @@
+/* server.c — HTTP routes, the OpenAI wire format, streaming and shutdown. */
+#define _GNU_SOURCE
+#include "serve/server.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <arpa/inet.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/core.h"
+#include "runtime/runtime.h"
+#include "serve/chat.h"
+#include "serve/metrics.h"
+#include "serve/scheduler.h"
+#include "tokenizer/tokenizer.h"
+
+#define MAX_STOPS 4
+#define MAX_STOP_LEN 256
+#define MAX_MESSAGES 256
+
+void tb_serve_options_default(tb_serve_options *o) {
+    memset(o, 0, sizeof *o);
+    o->host = "127.0.0.1";
+    o->port = 8000;
+    o->max_queue = 256;
+    o->max_body_bytes = 1 << 20;
+    o->grace_seconds = 30;
+    o->connection_timeout_s = 60;
+}
+
+/* ================================================================ state */
+
+typedef struct {
+    tb_serve_options o;
+    char model[128];
+    struct MHD_Daemon *d;
+    _Atomic int ready;
+    _Atomic int stopping;
+    _Atomic long next_id;
+    tb_engine *e;
+    tb_context *ctx;
+    tb_sched *sched;
+    tb_metrics *metrics;
+    const tb_tokenizer *tok;
+    tb_engine_info info;
+    tb_chat_format chat;
+    char bos_text[64];
+} server;
+
+typedef struct {
+    char *body;
+    size_t n, cap;
+    int too_large;
+} conn_state;
+
+/* ================================================================ replies */
+
+static enum MHD_Result reply_text(struct MHD_Connection *c, int status, const char *ctype, const char *text) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), (void *)text, MHD_RESPMEM_MUST_COPY);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, "Content-Type", ctype);
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result reply_json(struct MHD_Connection *c, int status, json_t *j) {
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (!s) return reply_text(c, 500, "application/json", "{\"error\":{\"message\":\"encoding failed\"}}");
+    enum MHD_Result r = reply_text(c, status, "application/json", s);
+    free(s);
+    return r;
+}
+
+static const char *error_type(int status) {
+    switch (status) {
+    case 401: return "authentication_error";
+    case 404: return "not_found_error";
+    case 413: return "invalid_request_error";
+    case 429: return "rate_limit_error";
+    case 503: return "service_unavailable";
+    case 500: return "internal_server_error";
+    default: return "invalid_request_error";
+    }
+}
+
+static enum MHD_Result reply_error(server *s, struct MHD_Connection *c, int status, const char *param,
+                                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static enum MHD_Result reply_error(server *s, struct MHD_Connection *c, int status, const char *param,
+                                   const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (s->metrics) tb_metrics_http_error(s->metrics, status);
+    json_t *err = json_pack("{s:{s:s, s:s, s:o, s:i}}", "error", "message", msg, "type", error_type(status), "param",
+                            param ? json_string(param) : json_null(), "code", status);
+    char *body = json_dumps(err, JSON_COMPACT);
+    json_decref(err);
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    if (status == 429) MHD_add_response_header(r, "Retry-After", "1");
+    if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* ================================================================ parsing */
+
+typedef struct {
+    int chat, stream, include_usage;
+    int max_tokens;
+    int logprobs;          /* -1 none */
+    int ignore_eos;
+    tb_sampling_params sp;
+    char stops[MAX_STOPS][MAX_STOP_LEN];
+    int n_stops;
+    int32_t *prompt;       /* malloc'd */
+    int n_prompt;
+} gen_req;
+
+typedef struct {
+    int status;
+    const char *param;
+    char msg[512];
+} parse_err;
+
+#define PERR(code, prm, ...) do { e->status = (code); e->param = (prm); snprintf(e->msg, sizeof e->msg, __VA_ARGS__); return 0; } while (0)
+
+static int get_number(json_t *root, const char *key, double lo, double hi, double *out, parse_err *e) {
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) return 1;
+    if (!json_is_number(v)) PERR(400, key, "'%s' must be a number", key);
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi)) PERR(400, key, "'%s' must be in [%g, %g], got %g", key, lo, hi, x);
+    *out = x;
+    return 1;
+}
+
+static int get_int(json_t *root, const char *key, long lo, long hi, long *out, parse_err *e) {
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) return 1;
+    if (!json_is_integer(v)) PERR(400, key, "'%s' must be an integer", key);
+    long x = (long)json_integer_value(v);
+    if (x < lo || x > hi) PERR(400, key, "'%s' must be in [%ld, %ld], got %ld", key, lo, hi, x);
+    *out = x;
+    return 1;
+}
+
+static int get_bool(json_t *root, const char *key, int *out, parse_err *e) {
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) return 1;
+    if (!json_is_boolean(v)) PERR(400, key, "'%s' must be a boolean", key);
+    *out = json_is_true(v);
+    return 1;
+}
+
+static int tokenize(server *s, const char *text, int add_bos, int32_t **out, int *n, parse_err *e) {
+    size_t len = strlen(text);
+    int cap = (int)(len + 8 < (size_t)s->info.max_seq_len * 4 ? len + 8 : (size_t)s->info.max_seq_len * 4);
+    if (cap < 16) cap = 16;
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
+    if (!ids) PERR(500, NULL, "out of memory");
+    int count = 0;
+    tb_status st = tb_tokenizer_encode(s->tok, text, len, add_bos, ids, cap, &count);
+    if (st == TB_ERR_RANGE || count > cap) {
+        free(ids);
+        PERR(400, "prompt", "This model's maximum context length is %d tokens; the prompt is longer",
+             s->info.max_seq_len);
+    }
+    if (st != TB_OK) { free(ids); PERR(400, "prompt", "cannot tokenize the prompt: %s", tb_last_error()); }
+    *out = ids;
+    *n = count;
+    return 1;
+}
+
+/* Parses the fields shared by completions and chat. */
+static int parse_gen(server *s, json_t *root, int chat, gen_req *g, parse_err *e) {
+    memset(g, 0, sizeof *g);
+    g->chat = chat;
+    g->logprobs = -1;
+    tb_sampling_params_default(&g->sp);
+    g->sp.temperature = 1.0f;
+    g->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)atomic_fetch_add(&s->next_id, 1) << 32);
+    json_t *model = json_object_get(root, "model");
+    if (model && !json_is_null(model)) {
+        if (!json_is_string(model)) PERR(400, "model", "'model' must be a string");
+        if (strcmp(json_string_value(model), s->model) != 0)
+            PERR(400, "model", "The model '%s' does not exist (this server serves '%s')", json_string_value(model),
+                 s->model);
+    }
+    if (!get_bool(root, "stream", &g->stream, e)) return 0;
+    json_t *so = json_object_get(root, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so)) PERR(400, "stream_options", "'stream_options' must be an object");
+        if (!get_bool(so, "include_usage", &g->include_usage, e)) return 0;
+    }
+    double d;
+    long l;
+    d = g->sp.temperature; if (!get_number(root, "temperature", 0, 2, &d, e)) return 0; g->sp.temperature = (float)d;
+    d = g->sp.top_p; if (!get_number(root, "top_p", 1e-9, 1, &d, e)) return 0; g->sp.top_p = (float)d;
+    d = 0; if (!get_number(root, "min_p", 0, 1, &d, e)) return 0; g->sp.min_p = (float)d;
+    d = 1; if (!get_number(root, "repetition_penalty", 1e-6, 10, &d, e)) return 0; g->sp.repeat_penalty = (float)d;
+    d = 0; if (!get_number(root, "presence_penalty", -2, 2, &d, e)) return 0; g->sp.presence_penalty = (float)d;
+    d = 0; if (!get_number(root, "frequency_penalty", -2, 2, &d, e)) return 0; g->sp.frequency_penalty = (float)d;
+    l = 0; if (!get_int(root, "top_k", -1, 1 << 30, &l, e)) return 0; g->sp.top_k = l < 0 ? 0 : (int)l;
+    l = -1; if (!get_int(root, "seed", -(1L << 62), 1L << 62, &l, e)) return 0;
+    if (json_object_get(root, "seed") && !json_is_null(json_object_get(root, "seed"))) g->sp.seed = (uint64_t)l;
+    l = 1; if (!get_int(root, "n", 1, 1, &l, e)) return 0;
+    if (!get_bool(root, "ignore_eos", &g->ignore_eos, e)) return 0;
+    if (chat) {
+        int lp = 0;
+        if (!get_bool(root, "logprobs", &lp, e)) return 0;
+        l = 0; if (!get_int(root, "top_logprobs", 0, TB_MAX_TOP_LOGPROBS, &l, e)) return 0;
+        if (lp) g->logprobs = (int)l;
+        else if (l > 0) PERR(400, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    } else {
+        l = -1; if (!get_int(root, "logprobs", 0, TB_MAX_TOP_LOGPROBS, &l, e)) return 0;
+        g->logprobs = (int)l;
+    }
+    json_t *stop = json_object_get(root, "stop");
+    if (stop && !json_is_null(stop)) {
+        if (json_is_string(stop)) {
+            if (json_string_length(stop) == 0) PERR(400, "stop", "'stop' strings must not be empty");
+            if (json_string_length(stop) >= MAX_STOP_LEN) PERR(400, "stop", "'stop' strings are limited to %d bytes", MAX_STOP_LEN - 1);
+            snprintf(g->stops[g->n_stops++], MAX_STOP_LEN, "%s", json_string_value(stop));
+        } else if (json_is_array(stop)) {
+            if (json_array_size(stop) > MAX_STOPS) PERR(400, "stop", "at most %d stop strings", MAX_STOPS);
+            size_t i;
+            json_t *v;
+            json_array_foreach(stop, i, v) {
+                if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) >= MAX_STOP_LEN)
+                    PERR(400, "stop", "'stop' must hold non-empty strings of < %d bytes", MAX_STOP_LEN);
+                snprintf(g->stops[g->n_stops++], MAX_STOP_LEN, "%s", json_string_value(v));
+            }
+        } else {
+            PERR(400, "stop", "'stop' must be a string or an array of strings");
+        }
+    }
+    /* the prompt */
+    if (!chat) {
+        json_t *p = json_object_get(root, "prompt");
+        if (!p) PERR(400, "prompt", "'prompt' is required");
+        if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
+            p = json_array_get(p, 0);
+        if (json_is_string(p)) {
+            if (json_string_length(p) == 0) PERR(400, "prompt", "the prompt is empty");
+            if (!tokenize(s, json_string_value(p), s->info.add_bos, &g->prompt, &g->n_prompt, e)) return 0;
+        } else if (json_is_array(p)) {
+            size_t n = json_array_size(p);
+            if (n == 0) PERR(400, "prompt", "the prompt is empty");
+            if (n > (size_t)s->info.max_seq_len)
+                PERR(400, "prompt", "This model's maximum context length is %d tokens; the prompt has %zu",
+                     s->info.max_seq_len, n);
+            g->prompt = malloc(sizeof(int32_t) * n);
+            if (!g->prompt) PERR(500, NULL, "out of memory");
+            for (size_t i = 0; i < n; i++) {
+                json_t *v = json_array_get(p, i);
+                if (!json_is_integer(v)) PERR(400, "prompt", "'prompt' must be a string or an array of token ids");
+                json_int_t t = json_integer_value(v);
+                if (t < 0 || t >= s->info.vocab_size)
+                    PERR(400, "prompt", "token id %lld is outside the vocabulary [0, %d)", (long long)t, s->info.vocab_size);
+                g->prompt[i] = (int32_t)t;
+            }
+            g->n_prompt = (int)n;
+        } else {
+            PERR(400, "prompt", "'prompt' must be a string or an array of token ids");
+        }
+    } else {
+        json_t *msgs = json_object_get(root, "messages");
+        if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+            PERR(400, "messages", "'messages' must be a non-empty array");
+        if (json_array_size(msgs) > MAX_MESSAGES) PERR(400, "messages", "at most %d messages", MAX_MESSAGES);
+        tb_chat_message m[MAX_MESSAGES];
+        size_t i;
+        json_t *v;
+        json_array_foreach(msgs, i, v) {
+            json_t *role = json_object_get(v, "role"), *content = json_object_get(v, "content");
+            if (!json_is_object(v) || !json_is_string(role)) PERR(400, "messages", "each message needs a string 'role'");
+            const char *r = json_string_value(role);
+            if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "developer"))
+                PERR(400, "messages", "unknown role '%s'", r);
+            if (!strcmp(r, "developer")) r = "system";
+            if (json_is_array(content)) { /* [{"type":"text","text":...}] with one text part */
+                json_t *part = json_array_size(content) == 1 ? json_array_get(content, 0) : NULL;
+                content = part ? json_object_get(part, "text") : NULL;
+            }
+            if (!json_is_string(content)) PERR(400, "messages", "each message needs a string 'content'");
+            m[i] = (tb_chat_message){r, json_string_value(content)};
+        }
+        char *text = tb_chat_render(s->chat, m, (int)json_array_size(msgs), s->bos_text);
+        if (!text) PERR(500, NULL, "out of memory");
+        /* formats that spell BOS out need none added */
+        int add_bos = s->info.add_bos && !(s->bos_text[0] && !strncmp(text, s->bos_text, strlen(s->bos_text)));
+        int ok = tokenize(s, text, add_bos, &g->prompt, &g->n_prompt, e);
+        free(text);
+        if (!ok) return 0;
+    }
+    if (g->n_prompt == 0) PERR(400, "prompt", "the prompt is empty");
+    int ctx = s->info.max_seq_len;
+    l = chat ? ctx - g->n_prompt : 16;
+    const char *mt_key = json_object_get(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    if (!get_int(root, mt_key, 1, 1L << 30, &l, e)) return 0;
+    g->max_tokens = (int)l;
+    if (g->n_prompt >= ctx || (long)g->n_prompt + g->max_tokens > ctx)
+        PERR(400, "max_tokens",
+             "This model's maximum context length is %d tokens. However, you requested %ld tokens (%d in the prompt, "
+             "%d in the completion). Please reduce the length of the prompt or the completion",
+             ctx, (long)g->n_prompt + g->max_tokens, g->n_prompt, g->max_tokens);
+    return 1;
+}
+
+/* ================================================================ generation stream */
+
+typedef struct {
+    server *s;
+    tb_request *req;
+    gen_req g;
+    char id[48];
+    long created;
+    int fd;
+    int prev;                       /* previous token (for pieces) */
+    char *pending; size_t pn, pcap; /* decoded, not yet released text */
+    char *text; size_t tn, tcap;    /* released text (non-streaming) or this chunk's delta */
+    json_t *lp_items;               /* logprob entries of this chunk / whole reply */
+    int n_gen;
+    int finished;                   /* request over, all events read */
+    tb_finish_reason reason;
+    int stop_hit;
+    /* streaming */
+    char *out; size_t on, ocap, opos;
+    int sent_role, sent_final, sent_done;
+    double last_write;
+    size_t text_offset;
+} gen_stream;
+
+static int grow(char **p, size_t *cap, size_t need) {
+    if (need <= *cap) return 1;
+    size_t c = *cap ? *cap : 256;
+    while (c < need) c *= 2;
+    char *q = realloc(*p, c);
+    if (!q) return 0;
+    *p = q;
+    *cap = c;
+    return 1;
+}
+
+static void append(char **p, size_t *n, size_t *cap, const char *src, size_t len) {
+    if (!grow(p, cap, *n + len + 1)) return;
+    memcpy(*p + *n, src, len);
+    *n += len;
+    (*p)[*n] = 0;
+}
+
+/* Length of the longest prefix of `s` (n bytes) made of whole UTF-8 characters. */
+static size_t utf8_complete(const char *s, size_t n) {
+    size_t i = n;
+    int back = 0;
+    while (i > 0 && back < 4) {
+        unsigned char c = (unsigned char)s[i - 1];
+        if ((c & 0xC0) != 0x80) { /* a lead byte or ASCII */
+            size_t need = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+            return (size_t)back + 1 >= need ? n : i - 1;
+        }
+        i--;
+        back++;
+    }
+    return n;
+}
+
+/* Replaces invalid UTF-8 with U+FFFD so the JSON encoder accepts it. */
+static json_t *json_text(const char *s, size_t n) {
+    json_t *j = json_stringn(s, n);
+    if (j) return j;
+    char *fixed = malloc(n * 3 + 1);
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+        int ok = len > 0 && i + len <= n;
+        for (size_t t = 1; ok && t < len; t++) ok = ((unsigned char)s[i + t] & 0xC0) == 0x80;
+        if (ok && json_stringn(s + i, len)) {
+            memcpy(fixed + k, s + i, len);
+            k += len;
+            i += len;
+        } else {
+            memcpy(fixed + k, "\xEF\xBF\xBD", 3);
+            k += 3;
+            i++;
+        }
+    }
+    j = json_stringn(fixed, k);
+    free(fixed);
+    return j ? j : json_string("");
+}
+
+static json_t *token_lp_json(server *s, int chat, int tok, float lp, const tb_token_event *ev, const char *piece,
+                             size_t plen) {
+    (void)tok;
+    if (chat) {
+        json_t *top = json_array();
+        for (int k = 0; k < ev->n_top; k++) {
+            char pc[256];
+            size_t n = tb_tokenizer_piece(s->tok, -2, ev->top_ids[k], pc, sizeof pc);
+            json_array_append_new(top, json_pack("{s:o, s:f}", "token", json_text(pc, n), "logprob",
+                                                 (double)ev->top_logprobs[k]));
+        }
+        json_t *bytes = json_array();
+        for (size_t i = 0; i < plen; i++) json_array_append_new(bytes, json_integer((unsigned char)piece[i]));
+        return json_pack("{s:o, s:f, s:o, s:o}", "token", json_text(piece, plen), "logprob", (double)lp, "bytes",
+                         bytes, "top_logprobs", top);
+    }
+    json_t *top = json_object();
+    for (int k = 0; k < ev->n_top; k++) {
+        char pc[256];
+        size_t n = tb_tokenizer_piece(s->tok, -2, ev->top_ids[k], pc, sizeof pc);
+        json_t *key = json_text(pc, n);
+        json_object_set_new(top, json_string_value(key), json_real(ev->top_logprobs[k]));
+        json_decref(key);
+    }
+    return json_pack("{s:o, s:f, s:o}", "token", json_text(piece, plen), "logprob", (double)lp, "top", top);
+}
+
+/* Moves releasable text from `pending` to `text`: never part of a stop string,
+ * never half a character (unless the request is over). */
+static void release_text(gen_stream *g, int final) {
+    size_t emit = g->pn;
+    for (int i = 0; i < g->g.n_stops && !g->stop_hit; i++) {
+        const char *st = g->g.stops[i];
+        char *hit = memmem(g->pending, g->pn, st, strlen(st));
+        if (hit) {
+            g->stop_hit = 1;
+            emit = (size_t)(hit - g->pending);
+        }
+    }
+    if (!g->stop_hit && !final) {
+        for (int i = 0; i < g->g.n_stops; i++) {
+            size_t sl = strlen(g->g.stops[i]);
+            for (size_t k = sl - 1; k > 0; k--)
+                if (k <= g->pn && !memcmp(g->pending + g->pn - k, g->g.stops[i], k)) {
+                    if (g->pn - k < emit) emit = g->pn - k;
+                    break;
+                }
+        }
+        emit = utf8_complete(g->pending, emit);
+    }
+    append(&g->text, &g->tn, &g->tcap, g->pending, emit);
+    if (g->stop_hit) g->pn = 0;
+    else {
+        memmove(g->pending, g->pending + emit, g->pn - emit);
+        g->pn -= emit;
+    }
+}
+
+static int client_gone(int fd) {
+    if (fd < 0) return 0;
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) return 1;
+    return 0;
+}
+
+/* Waits up to `timeout` for tokens; decodes them into g->text. */
+static void pump(gen_stream *g, double timeout) {
+    if (g->finished) return;
+    tb_token_event ev[64];
+    tb_finish_reason fr = TB_FINISH_NONE;
+    int n = tb_request_wait(g->req, ev, 64, &fr, timeout);
+    for (int i = 0; i < n && !g->stop_hit; i++) {
+        char piece[256];
+        size_t plen = tb_tokenizer_piece(g->s->tok, g->prev, ev[i].token, piece, sizeof piece);
+        g->prev = ev[i].token;
+        g->n_gen++;
+        if (g->g.logprobs >= 0) {
+            json_t *item = token_lp_json(g->s, g->g.chat, ev[i].token, ev[i].logprob, &ev[i], piece, plen);
+            json_object_set_new(item, "offset", json_integer((json_int_t)(g->text_offset + g->tn + g->pn)));
+            json_array_append_new(g->lp_items, item);
+        }
+        append(&g->pending, &g->pn, &g->pcap, piece, plen);
+        release_text(g, 0);
+    }
+    if (g->stop_hit && !g->finished) {
+        tb_request_cancel(g->req, TB_FINISH_STOP);
+        g->finished = 1;
+        g->reason = TB_FINISH_STOP;
+        return;
+    }
+    if (fr != TB_FINISH_NONE) {
+        release_text(g, 1);
+        g->finished = 1;
+        g->reason = fr;
+        return;
+    }
+    if (client_gone(g->fd)) {
+        tb_request_cancel(g->req, TB_FINISH_CANCELLED);
+        g->finished = 1;
+        g->reason = TB_FINISH_CANCELLED;
+    }
+}
+
+static json_t *usage_json(const gen_stream *g) {
+    return json_pack("{s:i, s:i, s:i}", "prompt_tokens", g->g.n_prompt, "completion_tokens", g->n_gen, "total_tokens",
+                     g->g.n_prompt + g->n_gen);
+}
+
+static const char *finish_str(tb_finish_reason r) {
+    return r == TB_FINISH_LENGTH ? "length" : r == TB_FINISH_STOP ? "stop" : r == TB_FINISH_ERROR ? "error" : "stop";
+}
+
+/* Completions' legacy logprobs object from the collected items. */
+static json_t *completion_logprobs(json_t *items) {
+    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    size_t i;
+    json_t *it;
+    json_array_foreach(items, i, it) {
+        json_array_append(tokens, json_object_get(it, "token"));
+        json_array_append(lps, json_object_get(it, "logprob"));
+        json_array_append(tops, json_object_get(it, "top"));
+        json_array_append(offs, json_object_get(it, "offset"));
+    }
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops,
+                     "text_offset", offs);
+}
+
+static json_t *chat_logprobs(json_t *items) {
+    json_t *content = json_array();
+    size_t i;
+    json_t *it;
+    json_array_foreach(items, i, it) {
+        json_t *c = json_deep_copy(it);
+        json_object_del(c, "offset");
+        json_array_append_new(content, c);
+    }
+    return json_pack("{s:o}", "content", content);
+}
+
+static json_t *chunk_json(gen_stream *g, const char *delta, size_t dn, const char *finish) {
+    json_t *choice;
+    json_t *lp = json_null();
+    if (g->g.logprobs >= 0 && json_array_size(g->lp_items) > 0)
+        lp = g->g.chat ? chat_logprobs(g->lp_items) : completion_logprobs(g->lp_items);
+    if (g->g.chat) {
+        json_t *d = json_object();
+        if (!g->sent_role) { json_object_set_new(d, "role", json_string("assistant")); g->sent_role = 1; }
+        if (!finish || dn) json_object_set_new(d, "content", json_text(delta, dn));
+        choice = json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "delta", d, "logprobs", lp, "finish_reason",
+                           finish ? json_string(finish) : json_null());
+    } else {
+        choice = json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "text", json_text(delta, dn), "logprobs", lp,
+                           "finish_reason", finish ? json_string(finish) : json_null());
+    }
+    json_array_clear(g->lp_items);
+    json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", g->id, "object",
+                          g->g.chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)g->created,
+                          "model", g->s->model, "choices", choice);
+    if (g->g.include_usage) json_object_set_new(j, "usage", json_null());
+    return j;
+}
+
+static void emit_sse(gen_stream *g, json_t *j) {
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (!s) return;
+    append(&g->out, &g->on, &g->ocap, "data: ", 6);
+    append(&g->out, &g->on, &g->ocap, s, strlen(s));
+    append(&g->out, &g->on, &g->ocap, "\n\n", 2);
+    free(s);
+}
+
+static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
+    (void)pos;
+    gen_stream *g = cls;
+    for (;;) {
+        if (g->opos < g->on) {
+            size_t n = g->on - g->opos < max ? g->on - g->opos : max;
+            memcpy(buf, g->out + g->opos, n);
+            g->opos += n;
+            g->last_write = tb_now();
+            return (ssize_t)n;
+        }
+        g->on = g->opos = 0;
+        if (g->sent_done) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (g->finished) {
+            if (g->reason == TB_FINISH_CANCELLED) return MHD_CONTENT_READER_END_WITH_ERROR;
+            if (!g->sent_final) {
+                emit_sse(g, chunk_json(g, g->text, g->tn, finish_str(g->reason)));
+                g->tn = 0;
+                g->sent_final = 1;
+                if (g->g.include_usage) {
+                    json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", g->id, "object",
+                                          g->g.chat ? "chat.completion.chunk" : "text_completion", "created",
+                                          (json_int_t)g->created, "model", g->s->model, "choices", "usage",
+                                          usage_json(g));
+                    emit_sse(g, j);
+                }
+            }
+            append(&g->out, &g->on, &g->ocap, "data: [DONE]\n\n", 14);
+            g->sent_done = 1;
+            continue;
+        }
+        if (!g->g.chat || g->sent_role) {
+            pump(g, 0.5);
+        } else { /* chat: the role comes first, at once */
+            emit_sse(g, chunk_json(g, "", 0, NULL));
+            continue;
+        }
+        if (g->tn > 0 && !g->finished) {
+            emit_sse(g, chunk_json(g, g->text, g->tn, NULL));
+            g->text_offset += g->tn;
+            g->tn = 0;
+        } else if (!g->finished && tb_now() - g->last_write > 2.0) {
+            append(&g->out, &g->on, &g->ocap, ": keep-alive\n\n", 14); /* also detects a gone client */
+        }
+    }
+}
+
+static void gen_stream_free(gen_stream *g) {
+    if (!g) return;
+    if (g->req) {
+        if (!g->finished) tb_request_cancel(g->req, TB_FINISH_CANCELLED);
+        tb_request_release(g->req);
+    }
+    free(g->g.prompt);
+    free(g->pending);
+    free(g->text);
+    free(g->out);
+    json_decref(g->lp_items);
+    free(g);
+}
+
+static void stream_free_cb(void *cls) { gen_stream_free(cls); }
+
+static int connection_fd(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return ci ? ci->connect_fd : -1;
+}
+
+static enum MHD_Result handle_generate(server *s, struct MHD_Connection *c, json_t *root, int chat) {
+    parse_err pe = {0};
+    gen_stream *g = calloc(1, sizeof *g);
+    if (!g) return reply_error(s, c, 500, NULL, "out of memory");
+    g->s = s;
+    g->lp_items = json_array();
+    g->fd = connection_fd(c);
+    tb_metrics_request(s->metrics, chat ? "chat" : "completions");
+    if (!parse_gen(s, root, chat, &g->g, &pe)) {
+        gen_stream_free(g);
+        return reply_error(s, c, pe.status, pe.param, "%s", pe.msg);
+    }
+    tb_request_params rp = {.max_tokens = g->g.max_tokens, .ignore_eos = g->g.ignore_eos, .logprobs = g->g.logprobs,
+                            .sampling = g->g.sp};
+    g->req = tb_request_new(g->g.prompt, g->g.n_prompt, &rp, s->info.vocab_size);
+    if (!g->req) { gen_stream_free(g); return reply_error(s, c, 500, NULL, "out of memory"); }
+    g->prev = g->g.prompt[g->g.n_prompt - 1];
+    snprintf(g->id, sizeof g->id, "%s-%ld", chat ? "chatcmpl" : "cmpl", atomic_fetch_add(&s->next_id, 1));
+    g->created = (long)time(NULL);
+    tb_status st = tb_sched_submit(s->sched, g->req);
+    if (st != TB_OK) {
+        g->finished = 1;
+        gen_stream_free(g);
+        if (st == TB_ERR_RANGE) return reply_error(s, c, 429, NULL, "%s; retry later", tb_last_error());
+        if (atomic_load(&s->stopping)) return reply_error(s, c, 503, NULL, "the server is shutting down");
+        return reply_error(s, c, 400, "prompt", "%s", tb_last_error());
+    }
+    if (g->g.stream) {
+        g->last_write = tb_now();
+        struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, g,
+                                                                   stream_free_cb);
+        if (!r) { gen_stream_free(g); return MHD_NO; }
+        MHD_add_response_header(r, "Content-Type", "text/event-stream");
+        MHD_add_response_header(r, "Cache-Control", "no-cache");
+        enum MHD_Result ret = MHD_queue_response(c, 200, r);
+        MHD_destroy_response(r);
+        return ret;
+    }
+    while (!g->finished) pump(g, 0.25);
+    if (g->reason == TB_FINISH_CANCELLED) { gen_stream_free(g); return MHD_NO; }
+    json_t *lp = json_null();
+    if (g->g.logprobs >= 0) lp = chat ? chat_logprobs(g->lp_items) : completion_logprobs(g->lp_items);
+    json_t *choice;
+    if (chat)
+        choice = json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", 0, "message", "role", "assistant", "content",
+                           json_text(g->text, g->tn), "logprobs", lp, "finish_reason", finish_str(g->reason));
+    else
+        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "text", json_text(g->text, g->tn), "logprobs", lp,
+                           "finish_reason", finish_str(g->reason));
+    json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", g->id, "object",
+                          chat ? "chat.completion" : "text_completion", "created", (json_int_t)g->created, "model",
+                          s->model, "choices", choice, "usage", usage_json(g));
+    int status = g->reason == TB_FINISH_ERROR ? 500 : 200;
+    gen_stream_free(g);
+    if (status == 500) { json_decref(j); return reply_error(s, c, 500, NULL, "generation failed"); }
+    return reply_json(c, 200, j);
+}
+
+/* ================================================================ other routes */
+
+static enum MHD_Result handle_tokenize(server *s, struct MHD_Connection *c, json_t *root) {
+    json_t *p = json_object_get(root, "prompt");
+    if (!p) p = json_object_get(root, "text");
+    if (!json_is_string(p)) return reply_error(s, c, 400, "prompt", "'prompt' must be a string");
+    int add = s->info.add_bos;
+    parse_err pe = {0};
+    if (!get_bool(root, "add_special_tokens", &add, &pe)) return reply_error(s, c, 400, pe.param, "%s", pe.msg);
+    int32_t *ids = NULL;
+    int n = 0;
+    if (!tokenize(s, json_string_value(p), add, &ids, &n, &pe)) return reply_error(s, c, pe.status, pe.param, "%s", pe.msg);
+    json_t *arr = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(arr, json_integer(ids[i]));
+    free(ids);
+    return reply_json(c, 200, json_pack("{s:o, s:i, s:i}", "tokens", arr, "count", n, "max_model_len",
+                                        s->info.max_seq_len));
+}
+
+static enum MHD_Result handle_detokenize(server *s, struct MHD_Connection *c, json_t *root) {
+    json_t *t = json_object_get(root, "tokens");
+    if (!json_is_array(t)) return reply_error(s, c, 400, "tokens", "'tokens' must be an array of token ids");
+    size_t n = json_array_size(t);
+    char *out = NULL;
+    size_t on = 0, cap = 0;
+    int prev = -1;
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(t, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= s->info.vocab_size) {
+            free(out);
+            return reply_error(s, c, 400, "tokens", "token %zu is not an id in [0, %d)", i, s->info.vocab_size);
+        }
+        char piece[256];
+        int tok = (int)json_integer_value(v);
+        size_t k = tb_tokenizer_piece(s->tok, prev, tok, piece, sizeof piece);
+        append(&out, &on, &cap, piece, k);
+        prev = tok;
+    }
+    json_t *j = json_pack("{s:o}", "prompt", json_text(out ? out : "", on));
+    free(out);
+    return reply_json(c, 200, j);
+}
+
+static enum MHD_Result handle_models(server *s, struct MHD_Connection *c) {
+    return reply_json(c, 200, json_pack("{s:s, s:[{s:s, s:s, s:I, s:s, s:i}]}", "object", "list", "data", "id",
+                                        s->model, "object", "model", "created", (json_int_t)time(NULL), "owned_by",
+                                        "turbine", "max_model_len", s->info.max_seq_len));
+}
+
+static int authorized(server *s, struct MHD_Connection *c) {
+    if (!s->o.api_key || !*s->o.api_key) return 1;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncasecmp(h, "Bearer ", 7) != 0) return 0;
+    const char *k = h + 7;
+    size_t a = strlen(k), b = strlen(s->o.api_key);
+    unsigned diff = (unsigned)(a ^ b);
+    for (size_t i = 0; i < a && i < b; i++) diff |= (unsigned)(k[i] ^ s->o.api_key[i]);
+    return diff == 0;
+}
+
+static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                               const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+    (void)version;
+    server *s = cls;
+    conn_state *cs = *con_cls;
+    if (!cs) {
+        cs = calloc(1, sizeof *cs);
+        if (!cs) return MHD_NO;
+        *con_cls = cs;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (cs->n + *upload_size > s->o.max_body_bytes) cs->too_large = 1;
+        else if (grow(&cs->body, &cs->cap, cs->n + *upload_size + 1)) {
+            memcpy(cs->body + cs->n, upload, *upload_size);
+            cs->n += *upload_size;
+            cs->body[cs->n] = 0;
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    int is_get = !strcmp(method, "GET"), is_post = !strcmp(method, "POST");
+    if (!strcmp(url, "/health")) {
+        if (!is_get) return reply_error(s, c, 405, NULL, "use GET");
+        if (!atomic_load(&s->ready) || atomic_load(&s->stopping))
+            return reply_text(c, 503, "application/json", "{\"status\":\"loading\"}");
+        return reply_text(c, 200, "application/json", "{\"status\":\"ok\"}");
+    }
+    if (!strcmp(url, "/metrics")) {
+        char *m = tb_metrics_render(s->metrics, atomic_load(&s->ready) ? s->sched : NULL, s->model);
+        if (!m) return reply_error(s, c, 500, NULL, "out of memory");
+        enum MHD_Result r = reply_text(c, 200, "text/plain; version=0.0.4", m);
+        free(m);
+        return r;
+    }
+    int known = !strcmp(url, "/v1/models") || !strcmp(url, "/v1/completions") || !strcmp(url, "/v1/chat/completions") ||
+                !strcmp(url, "/tokenize") || !strcmp(url, "/detokenize");
+    if (!known) return reply_error(s, c, 404, NULL, "no route for %s %s", method, url);
+    if (!authorized(s, c)) return reply_error(s, c, 401, NULL, "a valid API key is required (Authorization: Bearer KEY)");
+    if (!atomic_load(&s->ready)) return reply_error(s, c, 503, NULL, "the model is still loading");
+    if (!strcmp(url, "/v1/models")) {
+        if (!is_get) return reply_error(s, c, 405, NULL, "use GET");
+        return handle_models(s, c);
+    }
+    if (!is_post) return reply_error(s, c, 405, NULL, "use POST");
+    if (cs->too_large)
+        return reply_error(s, c, 413, NULL, "the request body exceeds %zu bytes", s->o.max_body_bytes);
+    if (atomic_load(&s->stopping)) return reply_error(s, c, 503, NULL, "the server is shutting down");
+    json_error_t je;
+    json_t *root = cs->body ? json_loadb(cs->body, cs->n, 0, &je) : NULL;
+    if (!root) return reply_error(s, c, 400, NULL, "the body is not valid JSON%s%s", cs->body ? ": " : "", cs->body ? je.text : "");
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return reply_error(s, c, 400, NULL, "the body must be a JSON object");
+    }
+    enum MHD_Result r;
+    if (!strcmp(url, "/v1/completions")) r = handle_generate(s, c, root, 0);
+    else if (!strcmp(url, "/v1/chat/completions")) r = handle_generate(s, c, root, 1);
+    else if (!strcmp(url, "/tokenize")) r = handle_tokenize(s, c, root);
+    else r = handle_detokenize(s, c, root);
+    json_decref(root);
+    return r;
+}
+
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)cls; (void)c; (void)toe;
+    conn_state *cs = *con_cls;
+    if (cs) {
+        free(cs->body);
+        free(cs);
+        *con_cls = NULL;
+    }
+}
+
+/* ================================================================ lifecycle */
+
+static tb_status load_engine(server *s) {
+    TB_TRY(tb_engine_load(s->o.engine_path, &s->e));
+    tb_engine_get_info(s->e, &s->info);
+    tb_context_options co;
+    tb_context_options_default(&co);
+    co.n_threads = s->o.threads;
+    co.max_seqs = s->o.max_num_seqs > 0 ? s->o.max_num_seqs : s->info.max_batch;
+    co.kv_cache_bytes = s->o.kv_cache_bytes;
+    TB_TRY(tb_context_create(s->e, &co, &s->ctx));
+    s->tok = tb_engine_tokenizer(s->e);
+    s->chat = tb_chat_detect(tb_tokenizer_chat_template(s->tok));
+    s->bos_text[0] = 0;
+    if (s->info.bos_id >= 0) {
+        const char *b = tb_tokenizer_token_str(s->tok, s->info.bos_id);
+        if (b) snprintf(s->bos_text, sizeof s->bos_text, "%s", b);
+    }
+    tb_sched_options so = {.max_num_seqs = co.max_seqs, .max_batched_tokens = s->o.max_batched_tokens,
+                           .max_queue = s->o.max_queue};
+    tb_sched_observer obs = tb_metrics_observer(s->metrics);
+    TB_TRY(tb_sched_start(s->ctx, &so, &obs, &s->sched));
+    return TB_OK;
+}
+
+static volatile sig_atomic_t g_signal = 0;
+static void on_signal(int sig) { g_signal = sig; }
+
+int tb_serve_run(const tb_serve_options *opt) {
+    server *s = calloc(1, sizeof *s);
+    if (!s) return 1;
+    s->o = *opt;
+    if (!s->o.host) s->o.host = "127.0.0.1";
+    if (s->o.port <= 0) s->o.port = 8000;
+    if (s->o.max_body_bytes == 0) s->o.max_body_bytes = 1 << 20;
+    if (s->o.grace_seconds <= 0) s->o.grace_seconds = 30;
+    if (s->o.connection_timeout_s <= 0) s->o.connection_timeout_s = 60;
+    if (s->o.model_name && *s->o.model_name) {
+        snprintf(s->model, sizeof s->model, "%s", s->o.model_name);
+    } else {
+        const char *b = strrchr(s->o.engine_path, '/');
+        snprintf(s->model, sizeof s->model, "%s", b ? b + 1 : s->o.engine_path);
+        char *dot = strstr(s->model, ".engine");
+        if (dot) *dot = 0;
+    }
+    s->metrics = tb_metrics_new();
+    struct sockaddr_in addr;
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)s->o.port);
+    if (inet_pton(AF_INET, s->o.host, &addr.sin_addr) != 1) {
+        fprintf(stderr, "turbine: error: --host must be an IPv4 address, got '%s'\n", s->o.host);
+        tb_metrics_free(s->metrics);
+        free(s);
+        return 1;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    s->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
+                                MHD_USE_POLL,
+                            (uint16_t)s->o.port, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, &addr,
+                            MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
+                            (unsigned)s->o.connection_timeout_s, MHD_OPTION_CONNECTION_LIMIT, 4096u,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024), MHD_OPTION_LISTEN_BACKLOG_SIZE,
+                            1024u, MHD_OPTION_END);
+    if (!s->d) {
+        fprintf(stderr, "turbine: error: cannot listen on %s:%d: %s\n", s->o.host, s->o.port, strerror(errno));
+        tb_metrics_free(s->metrics);
+        free(s);
+        return 1;
+    }
+    fprintf(stderr, "turbine: listening on http://%s:%d (loading %s)\n", s->o.host, s->o.port, s->o.engine_path);
+    double t0 = tb_now();
+    if (load_engine(s) != TB_OK) {
+        fprintf(stderr, "turbine: error: %s\n", tb_last_error());
+        MHD_stop_daemon(s->d);
+        tb_sched_free(s->sched);
+        tb_context_free(s->ctx);
+        tb_engine_free(s->e);
+        tb_metrics_free(s->metrics);
+        free(s);
+        return 1;
+    }
+    atomic_store(&s->ready, 1);
+    fprintf(stderr,
+            "turbine: serving '%s' (%s, context %d, %d sequences, %d KV blocks of %d tokens, chat format %s) "
+            "ready in %.2f s\n",
+            s->model, s->info.arch, s->info.max_seq_len, tb_context_max_seqs(s->ctx), tb_kv_total_blocks(s->ctx),
+            tb_kv_block_size(s->ctx), tb_chat_format_name(s->chat), tb_now() - t0);
+    while (!g_signal) usleep(50 * 1000);
+    fprintf(stderr, "turbine: %s received: draining (grace %.0f s)\n", g_signal == SIGINT ? "SIGINT" : "SIGTERM",
+            s->o.grace_seconds);
+    atomic_store(&s->stopping, 1);
+    MHD_quiesce_daemon(s->d); /* no new connections */
+    tb_sched_stop(s->sched, 1, s->o.grace_seconds);
+    /* let streams flush their last chunks */
+    const union MHD_DaemonInfo *di;
+    double until = tb_now() + 5;
+    while (tb_now() < until && (di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS)) &&
+           di->num_connections > 0)
+        usleep(20 * 1000);
+    MHD_stop_daemon(s->d);
+    tb_sched_free(s->sched);
+    tb_context_free(s->ctx);
+    tb_engine_free(s->e);
+    tb_metrics_free(s->metrics);
+    free(s);
+    fprintf(stderr, "turbine: stopped\n");
+    return 0;
+}

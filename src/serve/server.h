@@ -1,0 +1,38 @@
+/*
+ * server.h — `turbine serve`: the OpenAI-compatible HTTP server.
+ *
+ * HTTP threads (libmicrohttpd, one per connection) parse and validate
+ * requests, tokenize prompts, hand them to the scheduler and stream tokens
+ * back as Server-Sent Events, detokenizing on their side (UTF-8 safe, stop
+ * strings matched across token boundaries and never emitted). The scheduler
+ * thread owns the engine. Bad input gets an OpenAI-style error and the server
+ * keeps serving.
+ */
+#ifndef TB_SERVER_H
+#define TB_SERVER_H
+
+#include <stddef.h>
+
+typedef struct {
+    const char *engine_path;    /* required */
+    const char *model_name;     /* NULL: the engine file's base name */
+    const char *host;           /* default 127.0.0.1 */
+    int port;                   /* default 8000 */
+    int max_num_seqs;           /* 0: the engine's max batch */
+    int max_batched_tokens;     /* 0: the engine's step profile */
+    size_t kv_cache_bytes;      /* 0: room for max_num_seqs full contexts */
+    int max_queue;              /* default 256 */
+    const char *api_key;        /* NULL: no authentication */
+    int threads;                /* 0: one per core */
+    size_t max_body_bytes;      /* default 1 MiB */
+    double grace_seconds;       /* shutdown drain, default 30 */
+    int connection_timeout_s;   /* idle client timeout, default 60 */
+} tb_serve_options;
+
+void tb_serve_options_default(tb_serve_options *o);
+
+/* Serves until SIGINT or SIGTERM, then drains and returns 0; returns 1 when
+ * it cannot start (message on stderr). */
+int tb_serve_run(const tb_serve_options *o);
+
+#endif
