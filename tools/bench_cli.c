@@ -1,11 +1,344 @@
-/* bench_cli.c — `turbine bench`. */
+/*
+ * bench_cli.c — `turbine bench`: parses the options, runs each sweep point
+ * through src/bench (HTTP only) and writes the reports. `--engine` hands the
+ * whole command line to engine mode (bench_engine.c).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "bench/bench.h"
 #include "cli.h"
 
-int tb_cli_bench(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    fprintf(stderr, "turbine: bench is not available in this build\n");
+/* bench_engine.c */
+int tb_bench_engine_main(int argc, char **argv);
+
+#define MAX_SWEEP 64
+
+static void print_usage(FILE *f) {
+    fprintf(f,
+        "usage: turbine bench BASE_URL [options]          load-test an HTTP server\n"
+        "       turbine bench --engine FILE.engine [...]    time an engine in-process\n"
+        "\ntarget:\n"
+        "  --endpoint completions|chat|kserve|get  (default completions; get fetches BASE_URL)\n"
+        "  --model NAME          default: the first of BASE_URL/v1/models\n"
+        "  --api-key KEY         sent as 'Authorization: Bearer KEY' (or $OPENAI_API_KEY)\n"
+        "  -H, --header 'K: V'   extra header (repeatable)\n"
+        "  --timeout S           per-request timeout (default 300s); --connect-timeout S (10s)\n"
+        "load (one of; a comma list sweeps):\n"
+        "  -c, --concurrency N[,N...]  closed loop: N clients (default 1)\n"
+        "  --rate R[,R...]       open loop: R requests/s, latency from the intended send time\n"
+        "  --arrivals poisson|constant  (default poisson); --max-inflight N (default 10000)\n"
+        "  -n, --requests N      requests per point (default 100 unless --duration)\n"
+        "  -d, --duration S      seconds per point; --warmup N requests not counted\n"
+        "workload:\n"
+        "  --input-len N --output-len N [--input-len-stddev S] [--output-len-stddev S]\n"
+        "  --prompts FILE.jsonl  one {\"prompt\": ..., \"output_len\": N} or string per line\n"
+        "  --sharegpt FILE.json  ShareGPT conversations (first turn asks, second sets the length)\n"
+        "  --body FILE.json      kserve: the request body\n"
+        "  --num-prompts N       distinct prompts (default: min(requests, 1000))\n"
+        "  --no-stream           non-streaming requests (no TTFT/ITL); --no-ignore-eos; --seed N\n"
+        "  --slo ttft=200ms,tpot=50ms,e2e=2s   goodput counts requests meeting all of them\n"
+        "output:\n"
+        "  --json FILE --csv FILE --html FILE\n"
+        "  --sample-interval S (0.5)  --no-metrics (skip BASE_URL/metrics)  --no-gpu (skip NVML)\n"
+        "  --progress / --no-progress (default: when stderr is a terminal)\n"
+        "engine mode: turbine bench --engine FILE.engine [--batch 1,8,32] [--input-len N]\n"
+        "  [--output-len N] [--threads N] [--profile]\n");
+}
+
+static int usage(const char *fmt, const char *arg) {
+    fprintf(stderr, "turbine bench: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(see turbine bench --help)\n");
     return 2;
+}
+
+static int parse_long(const char *s, long lo, long hi, long *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || end == s || v < lo || v > hi) return 0;
+    *out = v;
+    return 1;
+}
+
+static int parse_double(const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || end == s || !isfinite(v) || v < lo || v > hi) return 0;
+    *out = v;
+    return 1;
+}
+
+/* "200ms", "2s", "1.5" (in `unit` seconds when bare) */
+static int parse_time(const char *s, double unit, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || !isfinite(v) || v < 0) return 0;
+    if (!strcmp(end, "ms")) v *= 1e-3;
+    else if (!strcmp(end, "us")) v *= 1e-6;
+    else if (!strcmp(end, "s")) ;
+    else if (!strcmp(end, "m") || !strcmp(end, "min")) v *= 60;
+    else if (!*end) v *= unit;
+    else return 0;
+    *out = v;
+    return 1;
+}
+
+static int parse_list(const char *s, double lo, double hi, double *vals, int *n) {
+    char tmp[512];
+    if (strlen(s) >= sizeof tmp) return 0;
+    strcpy(tmp, s);
+    *n = 0;
+    for (char *save = NULL, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (*n >= MAX_SWEEP || !parse_double(t, lo, hi, &vals[*n])) return 0;
+        (*n)++;
+    }
+    return *n > 0;
+}
+
+static int parse_slo(const char *s, tb_bench_config *c) {
+    char tmp[256];
+    if (strlen(s) >= sizeof tmp) return 0;
+    strcpy(tmp, s);
+    for (char *save = NULL, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(t, '=');
+        if (!eq) return 0;
+        *eq = 0;
+        double v;
+        if (!parse_time(eq + 1, 1e-3, &v) || v <= 0) return 0;
+        if (!strcmp(t, "ttft")) c->slo_ttft = v;
+        else if (!strcmp(t, "tpot")) c->slo_tpot = v;
+        else if (!strcmp(t, "e2e")) c->slo_e2e = v;
+        else return 0;
+    }
+    return 1;
+}
+
+static char *join_url(const char *base, const char *path) {
+    size_t n = strlen(base) + strlen(path) + 2;
+    char *u = malloc(n);
+    if (u) snprintf(u, n, "%s%s", base, path);
+    return u;
+}
+
+static char *command_line(int argc, char **argv) {
+    size_t n = 16;
+    for (int i = 0; i < argc; i++) n += strlen(argv[i]) * 2 + 3;
+    char *s = malloc(n), *p = s;
+    if (!s) return NULL;
+    p += sprintf(p, "turbine bench");
+    for (int i = 0; i < argc; i++) {
+        int q = strpbrk(argv[i], " \t'\"$") != NULL || !*argv[i];
+        *p++ = ' ';
+        if (q) *p++ = '\'';
+        for (const char *a = argv[i]; *a; a++) {
+            if (*a == '\'') { memcpy(p, "'\\''", 4); p += 4; }
+            else *p++ = *a;
+        }
+        if (q) *p++ = '\'';
+    }
+    *p = 0;
+    return s;
+}
+
+static void raise_fd_limit(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+}
+
+int tb_cli_bench(int argc, char **argv) {
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--engine")) return tb_bench_engine_main(argc, argv);
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { print_usage(stdout); return 0; }
+    }
+    tb_bench_config c;
+    tb_bench_config_default(&c);
+    tb_workload_options wo;
+    memset(&wo, 0, sizeof wo);
+    wo.input_len = 512;
+    wo.output_len = 128;
+    wo.stream = 1;
+    wo.ignore_eos = 1;
+    c.stream = 1;
+    const char *base_arg = NULL, *json_path = NULL, *csv_path = NULL, *html_path = NULL;
+    const char *endpoint = "completions";
+    double conc[MAX_SWEEP] = {1}, rates[MAX_SWEEP];
+    int n_conc = 1, n_rates = 0, progress = isatty(2);
+    long num_prompts = 0;
+    c.api_key = getenv("OPENAI_API_KEY");
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long l;
+        double d;
+#define NEED() do { if (!v) return usage("%s needs a value", a); i++; } while (0)
+        if (a[0] != '-') {
+            if (base_arg) return usage("unexpected argument '%s'", a);
+            base_arg = a;
+        } else if (!strcmp(a, "--endpoint")) { NEED(); endpoint = v; }
+        else if (!strcmp(a, "--model")) { NEED(); wo.model = v; }
+        else if (!strcmp(a, "--api-key")) { NEED(); c.api_key = v; }
+        else if (!strcmp(a, "-H") || !strcmp(a, "--header")) {
+            NEED();
+            if (c.n_headers >= TB_BENCH_MAX_HEADERS || !strchr(v, ':') || strlen(v) > 4096)
+                return usage("bad or too many headers at '%s'", v);
+            c.headers[c.n_headers++] = v;
+        } else if (!strcmp(a, "--timeout")) { NEED(); if (!parse_time(v, 1, &c.timeout)) return usage("bad --timeout '%s'", v); }
+        else if (!strcmp(a, "--connect-timeout")) { NEED(); if (!parse_time(v, 1, &c.connect_timeout) || c.connect_timeout <= 0) return usage("bad --connect-timeout '%s'", v); }
+        else if (!strcmp(a, "-c") || !strcmp(a, "--concurrency")) { NEED(); if (!parse_list(v, 1, 100000, conc, &n_conc)) return usage("bad --concurrency '%s' (N or N,N,... in [1, 100000])", v); }
+        else if (!strcmp(a, "--rate")) { NEED(); if (!parse_list(v, 1e-3, 1e6, rates, &n_rates)) return usage("bad --rate '%s'", v); }
+        else if (!strcmp(a, "--arrivals")) {
+            NEED();
+            if (!strcmp(v, "poisson")) c.poisson = 1;
+            else if (!strcmp(v, "constant")) c.poisson = 0;
+            else return usage("--arrivals is poisson or constant, not '%s'", v);
+        } else if (!strcmp(a, "--max-inflight")) { NEED(); if (!parse_long(v, 1, 100000, &l)) return usage("bad --max-inflight '%s'", v); c.max_inflight = (int)l; }
+        else if (!strcmp(a, "-n") || !strcmp(a, "--requests")) { NEED(); if (!parse_long(v, 1, 100000000, &c.requests)) return usage("bad --requests '%s'", v); }
+        else if (!strcmp(a, "-d") || !strcmp(a, "--duration")) { NEED(); if (!parse_time(v, 1, &c.duration) || c.duration <= 0 || c.duration > 7 * 86400) return usage("bad --duration '%s'", v); }
+        else if (!strcmp(a, "--warmup")) { NEED(); if (!parse_long(v, 0, 1000000, &c.warmup)) return usage("bad --warmup '%s'", v); }
+        else if (!strcmp(a, "--input-len")) { NEED(); if (!parse_long(v, 1, 1000000, &l)) return usage("bad --input-len '%s'", v); wo.input_len = (int)l; }
+        else if (!strcmp(a, "--output-len")) { NEED(); if (!parse_long(v, 1, 1000000, &l)) return usage("bad --output-len '%s'", v); wo.output_len = (int)l; }
+        else if (!strcmp(a, "--input-len-stddev")) { NEED(); if (!parse_double(v, 0, 1e6, &wo.input_stddev)) return usage("bad --input-len-stddev '%s'", v); }
+        else if (!strcmp(a, "--output-len-stddev")) { NEED(); if (!parse_double(v, 0, 1e6, &wo.output_stddev)) return usage("bad --output-len-stddev '%s'", v); }
+        else if (!strcmp(a, "--prompts")) { NEED(); wo.jsonl_path = v; }
+        else if (!strcmp(a, "--sharegpt")) { NEED(); wo.sharegpt_path = v; }
+        else if (!strcmp(a, "--body")) { NEED(); wo.body_path = v; }
+        else if (!strcmp(a, "--num-prompts")) { NEED(); if (!parse_long(v, 1, 100000, &num_prompts)) return usage("bad --num-prompts '%s'", v); }
+        else if (!strcmp(a, "--seed")) { NEED(); if (!parse_long(v, 0, 1L << 62, &l)) return usage("bad --seed '%s'", v); wo.seed = c.seed = (uint64_t)l; }
+        else if (!strcmp(a, "--stream")) { wo.stream = c.stream = 1; }
+        else if (!strcmp(a, "--no-stream")) { wo.stream = c.stream = 0; }
+        else if (!strcmp(a, "--no-ignore-eos")) { wo.ignore_eos = 0; }
+        else if (!strcmp(a, "--slo")) { NEED(); if (!parse_slo(v, &c)) return usage("bad --slo '%s' (e.g. ttft=200ms,tpot=50ms,e2e=2s)", v); }
+        else if (!strcmp(a, "--json")) { NEED(); json_path = v; }
+        else if (!strcmp(a, "--csv")) { NEED(); csv_path = v; }
+        else if (!strcmp(a, "--html")) { NEED(); html_path = v; }
+        else if (!strcmp(a, "--sample-interval")) { NEED(); if (!parse_time(v, 1, &d) || d < 0.01 || d > 3600) return usage("bad --sample-interval '%s'", v); c.sample_interval = d; }
+        else if (!strcmp(a, "--no-metrics")) { c.scrape_metrics = 0; }
+        else if (!strcmp(a, "--no-gpu")) { c.gpu = 0; }
+        else if (!strcmp(a, "--progress")) { progress = 1; }
+        else if (!strcmp(a, "--no-progress")) { progress = 0; }
+        else return usage("unknown option '%s'", a);
+#undef NEED
+    }
+    if (!base_arg) return usage("%s", "needs BASE_URL (e.g. http://127.0.0.1:8000)");
+    if (strncmp(base_arg, "http://", 7) && strncmp(base_arg, "https://", 8))
+        return usage("BASE_URL must start with http:// or https://, not '%s'", base_arg);
+    if (strlen(base_arg) > 2000) return usage("%s", "BASE_URL is too long");
+    if (!strcmp(endpoint, "completions")) wo.endpoint = TB_EP_COMPLETIONS;
+    else if (!strcmp(endpoint, "chat")) wo.endpoint = TB_EP_CHAT;
+    else if (!strcmp(endpoint, "kserve")) wo.endpoint = TB_EP_KSERVE;
+    else if (!strcmp(endpoint, "get")) wo.endpoint = TB_EP_GET;
+    else return usage("--endpoint is completions, chat, kserve or get, not '%s'", endpoint);
+    if (wo.jsonl_path && wo.sharegpt_path) return usage("%s", "--prompts and --sharegpt exclude each other");
+    if (c.requests == 0 && c.duration == 0) c.requests = 100;
+    c.endpoint = wo.endpoint;
+    if (wo.endpoint != TB_EP_COMPLETIONS && wo.endpoint != TB_EP_CHAT) c.stream = 0;
+    c.progress = progress;
+    raise_fd_limit();
+
+    char base[2048];
+    snprintf(base, sizeof base, "%s", base_arg);
+    size_t bl = strlen(base);
+    while (bl > 0 && base[bl - 1] == '/') base[--bl] = 0;
+    /* a base given as .../v1 keeps working */
+    int has_v1 = bl >= 3 && !strcmp(base + bl - 3, "/v1");
+    char root[2048];
+    snprintf(root, sizeof root, "%.*s", (int)(has_v1 ? bl - 3 : bl), base);
+    c.base_url = root;
+
+    int rc = 1;
+    char *models_json = NULL, *model_owned = NULL, *url = NULL, *cmd = command_line(argc, argv);
+    tb_workload *w = NULL;
+    tb_bench_result *points = NULL;
+    int n_points = 0;
+
+    if (wo.endpoint != TB_EP_GET) {
+        char *mu = join_url(root, "/v1/models");
+        long code = 0;
+        if (mu && tb_bench_http_get(mu, &c, 10, 1 << 20, &models_json, &code) == TB_OK && code != 200) {
+            free(models_json);
+            models_json = NULL;
+        }
+        free(mu);
+        if (!wo.model && models_json) wo.model = model_owned = tb_bench_first_model(models_json);
+        if (!wo.model) {
+            fprintf(stderr, "turbine bench: error: no --model given and %s/v1/models named none%s%s\n",
+                    root, *tb_last_error() ? ": " : "", tb_last_error());
+            goto done;
+        }
+    }
+    if (wo.endpoint == TB_EP_COMPLETIONS) url = join_url(root, "/v1/completions");
+    else if (wo.endpoint == TB_EP_CHAT) url = join_url(root, "/v1/chat/completions");
+    else if (wo.endpoint == TB_EP_KSERVE) {
+        char p[1100];
+        if (strlen(wo.model) > 1000) { fprintf(stderr, "turbine bench: error: model name too long\n"); goto done; }
+        snprintf(p, sizeof p, "/v2/models/%s/infer", wo.model);
+        url = join_url(root, p);
+    } else url = strdup(base_arg);
+    if (!url) { fprintf(stderr, "turbine bench: error: out of memory\n"); goto done; }
+    c.url = url;
+
+    long want = c.requests > 0 ? c.requests : 1000;
+    wo.n_prompts = (int)(num_prompts > 0 ? num_prompts : want < 1000 ? want : 1000);
+    if (tb_workload_load(&wo, &w) != TB_OK) {
+        fprintf(stderr, "turbine bench: error: %s\n", tb_last_error());
+        goto done;
+    }
+
+    int open = n_rates > 0;
+    int n_sweep = open ? n_rates : n_conc;
+    points = calloc((size_t)n_sweep, sizeof *points);
+    if (!points) goto done;
+    time_t now_t = time(NULL);
+    char started[32];
+    strftime(started, sizeof started, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now_t));
+    for (int i = 0; i < n_sweep; i++) {
+        char label[64];
+        if (open) { c.rate = rates[i]; snprintf(label, sizeof label, "rate=%g", rates[i]); }
+        else { c.rate = 0; c.concurrency = (int)conc[i]; snprintf(label, sizeof label, "c=%d", c.concurrency); }
+        c.label = label;
+        if (tb_bench_result_init(&points[i]) != TB_OK) { fprintf(stderr, "turbine bench: error: %s\n", tb_last_error()); goto done; }
+        n_points++;
+        if (tb_bench_run(&c, w, &points[i]) != TB_OK) {
+            fprintf(stderr, "turbine bench: error: %s\n", tb_last_error());
+            goto done;
+        }
+        const tb_bench_result *p = &points[i];
+        fprintf(stderr, "%s: %ld ok, %ld failed in %.2fs, %.2f req/s, %.1f output tok/s\n", label,
+                p->n_ok, p->n_err, p->duration, p->qps, p->out_tps);
+    }
+    tb_bench_report rep = {
+        .command_line = cmd, .target = url, .endpoint = tb_endpoint_name(wo.endpoint),
+        .model = wo.model, .models_json = models_json, .started_at = started, .config = &c,
+        .workload = &wo, .points = points, .n_points = n_points};
+    c.rate = open ? rates[0] : 0;
+    tb_report_summary(stdout, &rep);
+    rc = 0;
+    if (json_path && tb_report_json(json_path, &rep) != TB_OK) rc = 1;
+    if (rc == 0 && csv_path && tb_report_csv(csv_path, &rep) != TB_OK) rc = 1;
+    if (rc == 0 && html_path && tb_report_html(html_path, &rep) != TB_OK) rc = 1;
+    if (rc) fprintf(stderr, "turbine bench: error: %s\n", tb_last_error());
+done:
+    for (int i = 0; i < n_points; i++) tb_bench_result_free(&points[i]);
+    free(points);
+    tb_workload_free(w);
+    tb_nvml_close();
+    free(models_json);
+    free(model_owned);
+    free(url);
+    free(cmd);
+    return rc;
 }

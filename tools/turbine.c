@@ -15,6 +15,7 @@
 
 #include "cli.h"
 #include "core/core.h"
+#include "plan/engine.h"
 #include "runtime/runtime.h"
 #include "tokenizer/tokenizer.h"
 #include "turbine/turbine.h"
@@ -38,11 +39,11 @@ static void print_help(void) {
     printf("turbine %s — an inference compiler and runtime\n\n"
            "usage:\n"
            "  turbine build MODEL -o FILE.engine [--tokenizer FILE] [--dtype f32|f16|bf16]\n"
-           "                [--max-seq-len N] [--max-batch N]\n"
+           "                [--max-seq-len N] [--max-batch N] [--device cpu|cuda[:N]]\n"
            "      MODEL: a Hugging Face folder (config.json + *.safetensors) or a llama2.c .bin\n"
            "  turbine run FILE.engine (-p PROMPT | --prompt-ids 1,2,3) [-n N] [--temperature T]\n"
            "                [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]\n"
-           "                [--stop STR ...] [--logits-out FILE] [--threads N]\n"
+           "                [--stop STR ...] [--logits-out FILE] [--threads N] [--device cpu|cuda[:N]]\n"
            "      -n N: total tokens, prompt included (llama2.c's convention; default 256)\n"
            "  turbine inspect FILE.engine\n"
            "  turbine serve [FILE.engine] [--host 127.0.0.1] [--port 8000] [--max-num-seqs N]\n"
@@ -91,6 +92,10 @@ static int cmd_build(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "--max-batch")) {
             if (!v || !parse_int(v, 1, 1024, &o.max_batch)) return usage_error("--max-batch needs an integer in [1, 1024]", "");
+            i++;
+        } else if (!strcmp(a, "--device")) {
+            if (!v) return usage_error("%s needs a value", a);
+            o.device = v;
             i++;
         } else if (a[0] == '-') return usage_error("unknown option '%s' for build", a);
         else if (!model) model = a;
@@ -184,7 +189,7 @@ static void print_piece(const tb_tokenizer *tok, int prev, int t, stop_filter *s
 }
 
 static int cmd_run(int argc, char **argv) {
-    const char *engine = NULL, *prompt = NULL, *ids_arg = NULL, *logits_out = NULL;
+    const char *engine = NULL, *prompt = NULL, *ids_arg = NULL, *logits_out = NULL, *device = NULL;
     int steps = 256, threads = 0;
     tb_sampling_params sp;
     tb_sampling_params_default(&sp);
@@ -223,13 +228,14 @@ static int cmd_run(int argc, char **argv) {
 
     double t_load0 = tb_now();
     tb_engine *e = NULL;
-    if (tb_engine_load(engine, &e) != TB_OK) return fail(NULL);
+    if (tb_engine_load_for(engine, device, &e) != TB_OK) return fail(NULL);
     tb_engine_info info;
     tb_engine_get_info(e, &info);
     tb_context_options co;
     tb_context_options_default(&co);
     co.n_threads = threads;
     co.max_seqs = 1;
+    co.device = device;
     tb_context *ctx = NULL;
     if (tb_context_create(e, &co, &ctx) != TB_OK) { tb_engine_free(e); return fail("cannot create a context"); }
     double load_ms = (tb_now() - t_load0) * 1e3;

@@ -65,6 +65,7 @@ typedef struct {
     int max_seq_len;            /* 0: the model's context length              */
     int max_batch;              /* sequences decoded together, default 8      */
     int progress;               /* 1: draw a progress bar on stderr           */
+    const char *device;         /* "cpu" (NULL) or "cuda[:N]": the target     */
 } tb_build_options;
 
 void tb_build_options_default(tb_build_options *o);
@@ -119,6 +120,7 @@ typedef struct {
     int max_step_tokens;  /* 0: max(max_seq_len, 512): tokens in one step    */
     size_t kv_cache_bytes;/* 0: enough for max_seqs full-length sequences    */
     int kv_block_size;    /* 0: 16 tokens per block                          */
+    const char *device;   /* NULL: the backend the engine was built for      */
 } tb_context_options;
 
 void tb_context_options_default(tb_context_options *o);

@@ -35,11 +35,23 @@ typedef struct tb_backend tb_backend;
 typedef struct {
     const char *name;
     int (*supports_op)(tb_backend *b, const tb_graph *g, const tb_node *n);
+    /* Memory the kernels can read and write (device memory for a GPU). */
     void *(*alloc)(tb_backend *b, size_t bytes);
     void (*free)(tb_backend *b, void *p);
+    /* Makes every weight of g readable by the kernels: sets bufs[v] for each
+     * weight value (CPU: the mapped data itself; GPU: an uploaded copy). */
+    tb_status (*load_weights)(tb_backend *b, const tb_graph *g, void **bufs);
+    /* Before a step: bring the step's host bindings (token ids into
+     * bufs[ids_value], positions, block tables, ...) where the kernels read
+     * them; may rewrite the pointers in *st. */
+    tb_status (*step_begin)(tb_backend *b, const tb_graph *g, void **bufs,
+                            int ids_value, const int32_t *ids, tb_step *st);
     /* bufs: one pointer per graph value (weights, inputs, activations). */
     tb_status (*run_node)(tb_backend *b, const tb_graph *g, const tb_node *n,
                           void *const *bufs, const tb_step *st);
+    /* After a step: a host pointer to `bytes` of the output `src` (valid
+     * until the next step). */
+    const float *(*read_output)(tb_backend *b, const void *src, size_t bytes);
     void (*destroy)(tb_backend *b);
 } tb_backend_i;
 
@@ -49,9 +61,33 @@ struct tb_backend {
     int n_threads;
 };
 
-/* The CPU backend; `max_ctx` bounds attention scratch. */
-tb_status tb_backend_cpu_create(int n_threads, int max_ctx, tb_backend **out);
+/* ---- registry: backends are chosen at run time by a device string,
+ * "cpu" or "cuda[:N]"; the engine's hardware section names its backend. */
+
+/* Splits "cuda:1" into kind "cuda" and index 1 ("cpu": index 0). */
+tb_status tb_device_parse(const char *device, char kind[16], int *index);
+/* Creates the backend for `device`; `max_ctx` bounds attention scratch. */
+tb_status tb_backend_create(const char *device, int n_threads, int max_ctx,
+                            tb_backend **out);
 void tb_backend_free(tb_backend *b);
+/* This machine's fingerprint for `device`, as a malloc'd JSON object text
+ * ({"backend": kind, ...}), or NULL with an error when the device is absent. */
+char *tb_backend_fingerprint(const char *device);
+/* Checks a recorded fingerprint against this machine's `device` (NULL: the
+ * recorded backend's first device); the error names both sides. */
+tb_status tb_backend_check(const char *hw_json, const char *device);
+/* The backend kind recorded in a fingerprint ("cpu" when unreadable). */
+void tb_backend_kind_of(const char *hw_json, char kind[16]);
+
+/* Implementations (each in its own folder). */
+tb_status tb_backend_cpu_create(int n_threads, int max_ctx, tb_backend **out);
+char *tb_backend_cpu_fingerprint(void);
+tb_status tb_backend_cpu_check(const char *hw_json);
+#ifdef TB_HAVE_CUDA
+tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out);
+char *tb_backend_cuda_fingerprint(int device);
+tb_status tb_backend_cuda_check(const char *hw_json, int device);
+#endif
 
 /* A pool shared by the CPU backend and other CPU work (tuning, benchmarks). */
 tb_pool *tb_backend_cpu_pool(tb_backend *b);

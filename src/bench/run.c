@@ -282,7 +282,7 @@ static int on_timer(CURLM *m, long timeout_ms, void *ud) {
     run *r = ud;
     (void)m;
     r->curl_timer_ms = timeout_ms;
-    r->curl_timer_at = timeout_ms < 0 ? INFINITY : tb_now() + timeout_ms / 1000.0;
+    r->curl_timer_at = timeout_ms < 0 ? INFINITY : timeout_ms == 0 ? 0 : tb_now() + timeout_ms / 1000.0;
     return 0;
 }
 
@@ -626,6 +626,7 @@ static tb_status phase(run *r, long n, double duration, int counted) {
         if (more) wake = fmin(wake, issue_end);
         wake = fmin(wake, r->curl_timer_at);
         int ms = 0;
+        now = tb_now();
         if (wake > now) {
             double d = (wake - now) * 1000.0;
             ms = d > 1000 ? 1000 : (int)ceil(d);

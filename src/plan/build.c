@@ -3,6 +3,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend/backend.h"
 #include "import/import.h"
 #include "models/models.h"
 #include "plan/engine.h"
@@ -141,8 +142,9 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
     json_object_set_new(json_object_get(m, "build"), "build_seconds", json_real(tb_now() - t0));
     meta = json_dumps(m, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(m);
-    hw = tb_hw_fingerprint_json("cpu");
-    if (!meta || !hw) { s = tb_errorf(TB_ERR_OOM, "out of memory"); goto done; }
+    hw = tb_backend_fingerprint(o.device);
+    if (!hw) { s = TB_ERR_HARDWARE; goto done; }
+    if (!meta) { s = tb_errorf(TB_ERR_OOM, "out of memory"); goto done; }
     tb_section_src secs[5] = {
         {"meta", meta, strlen(meta)}, {"hardware", hw, strlen(hw)}, {"tokenizer", tok_buf, tok_n},
         {"graph", graph_buf, graph_n}, {"weights", weights, weights_n}};

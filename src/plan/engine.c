@@ -6,7 +6,7 @@
 #include <jansson.h>
 #include <pthread.h>
 
-#include "backend/cpu/kernels.h"
+#include "backend/backend.h"
 
 #define HDR_SIZE 64
 #define ENTRY_SIZE 48
@@ -122,67 +122,6 @@ tb_status tb_engine_write(const char *path, const tb_section_src *sec, int n) {
     return TB_OK;
 }
 
-/* ---------------------------------------------------------------- hardware */
-
-char *tb_hw_fingerprint_json(const char *backend) {
-    uint32_t f = tb_cpu_features();
-    char feats[256], model[128];
-    /* The ISA the chosen kernels need: the widest path this machine runs. */
-    uint32_t need = 0;
-    if (f & TB_CPU_AVX512F) need = TB_CPU_AVX512F | TB_CPU_AVX2 | TB_CPU_FMA | TB_CPU_F16C;
-    else if ((f & (TB_CPU_AVX2 | TB_CPU_FMA | TB_CPU_F16C)) == (TB_CPU_AVX2 | TB_CPU_FMA | TB_CPU_F16C))
-        need = TB_CPU_AVX2 | TB_CPU_FMA | TB_CPU_F16C;
-    tb_cpu_features_str(need, feats, sizeof feats);
-    tb_cpu_model_name(model, sizeof model);
-    json_t *o = json_pack("{s:s, s:s, s:s, s:s}", "backend", backend, "arch", "x86_64", "isa", need ? feats : "",
-                          "cpu", model);
-    char *s = json_dumps(o, JSON_COMPACT);
-    json_decref(o);
-    return s;
-}
-
-tb_status tb_hw_check(const char *hw_json) {
-    json_error_t err;
-    json_t *o = json_loads(hw_json, 0, &err);
-    if (!o) return tb_errorf(TB_ERR_FORMAT, "engine hardware section is not valid JSON");
-    const char *backend = json_string_value(json_object_get(o, "backend"));
-    const char *isa = json_string_value(json_object_get(o, "isa"));
-    const char *cpu = json_string_value(json_object_get(o, "cpu"));
-    tb_status s = TB_OK;
-    if (!backend || strcmp(backend, "cpu") != 0) {
-        s = tb_errorf(TB_ERR_HARDWARE, "engine was built for backend '%s'; this build runs 'cpu'",
-                      backend ? backend : "?");
-    } else if (isa && *isa) {
-        uint32_t have = tb_cpu_features();
-        char have_s[256];
-        tb_cpu_features_str(have, have_s, sizeof have_s);
-        static const struct { const char *n; uint32_t bit; } names[] = {
-            {"avx2", TB_CPU_AVX2}, {"fma", TB_CPU_FMA}, {"f16c", TB_CPU_F16C}, {"avx512f", TB_CPU_AVX512F},
-            {"avx512bw", TB_CPU_AVX512BW}, {"avx512vl", TB_CPU_AVX512VL}, {"avx512bf16", TB_CPU_AVX512BF16},
-            {"avx512fp16", TB_CPU_AVX512FP16}};
-        char buf[256];
-        snprintf(buf, sizeof buf, "%s", isa);
-        for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " ")) {
-            int known = 0;
-            for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-                if (strcmp(tok, names[i].n)) continue;
-                known = 1;
-                if (!(have & names[i].bit)) {
-                    s = tb_errorf(TB_ERR_HARDWARE,
-                                  "engine was built for a CPU with %s (%s: %s); this CPU lacks %s (it has: %s). "
-                                  "Rebuild the engine on this machine",
-                                  isa, cpu ? cpu : "?", isa, tok, have_s);
-                    break;
-                }
-            }
-            if (!known) s = tb_errorf(TB_ERR_HARDWARE, "engine needs unknown CPU feature '%s'", tok);
-            if (s != TB_OK) break;
-        }
-    }
-    json_decref(o);
-    return s;
-}
-
 /* ---------------------------------------------------------------- loading */
 
 static const entry *find_section(const entry *tab, int n, const char *name) {
@@ -295,7 +234,9 @@ static char *dup_section(const tb_mapped_file *m, const entry *e) {
     return s;
 }
 
-tb_status tb_engine_load(const char *path, tb_engine **out) {
+tb_status tb_engine_load(const char *path, tb_engine **out) { return tb_engine_load_for(path, NULL, out); }
+
+tb_status tb_engine_load_for(const char *path, const char *device, tb_engine **out) {
     *out = NULL;
     double t0 = tb_now();
     tb_engine *e = calloc(1, sizeof *e);
@@ -313,7 +254,8 @@ tb_status tb_engine_load(const char *path, tb_engine **out) {
     e->meta_json = dup_section(&e->map, sec[0]);
     e->hw_json = dup_section(&e->map, sec[1]);
     if (!e->meta_json || !e->hw_json) { s = tb_errorf(TB_ERR_OOM, "out of memory"); goto fail; }
-    if ((s = tb_hw_check(e->hw_json)) != TB_OK) goto fail;
+    if ((s = tb_backend_check(e->hw_json, device)) != TB_OK) goto fail;
+    tb_backend_kind_of(e->hw_json, e->backend);
     if ((s = parse_meta(e)) != TB_OK) goto fail;
     if ((s = tb_tokenizer_deserialize(e->map.data + sec[2]->offset, sec[2]->size, &e->tok)) != TB_OK) goto fail;
     if ((s = tb_graph_deserialize(e->map.data + sec[3]->offset, sec[3]->size, &e->graph)) != TB_OK) goto fail;
@@ -376,7 +318,7 @@ tb_status tb_engine_describe(const char *path, char *buf, size_t cap) {
     if (hw) {
         char *h = dup_section(&map, hw);
         OUT("hardware fingerprint: %s\n", h ? h : "?");
-        if (h && tb_hw_check(h) != TB_OK) OUT("  (cannot run here: %s)\n", tb_last_error());
+        if (h && tb_backend_check(h, NULL) != TB_OK) OUT("  (cannot run here: %s)\n", tb_last_error());
         free(h);
     }
     if (graph) {

@@ -32,6 +32,7 @@ struct tb_engine {
     tb_engine_info info;
     char *meta_json;        /* NUL-terminated copy */
     char *hw_json;
+    char backend[16];       /* the backend the engine was built for */
     int max_step_tokens;
     int rope_interleaved;
     double load_seconds;
@@ -47,10 +48,10 @@ typedef struct {
 tb_status tb_engine_write(const char *path, const tb_section_src *sections,
                           int n_sections);
 
-/* The fingerprint of this machine for `backend` ("cpu"), as JSON. */
-char *tb_hw_fingerprint_json(const char *backend);
-/* Checks a recorded fingerprint against this machine. */
-tb_status tb_hw_check(const char *hw_json);
+/* Loads an engine for `device` ("cpu", "cuda:N"; NULL: the backend the
+ * engine was built for), checking the fingerprint against that device. */
+tb_status tb_engine_load_for(const char *path, const char *device,
+                             tb_engine **out);
 
 /* Section checksum (chunked XXH3, see above). */
 uint64_t tb_section_hash(const uint8_t *p, uint64_t n);

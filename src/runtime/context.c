@@ -114,7 +114,9 @@ tb_status tb_context_create(tb_engine *e, const tb_context_options *opt, tb_cont
     if (ids_v < 0) { free(c); return tb_errorf(TB_ERR_FORMAT, "engine graph has no token_ids input"); }
     c->ids_value = ids_v;
 
-    if ((s = tb_backend_cpu_create(o.n_threads, c->max_ctx, &c->be)) != TB_OK) { free(c); return s; }
+    const char *device = o.device && *o.device ? o.device : e->backend;
+    if ((s = tb_backend_check(e->hw_json, device)) != TB_OK) { free(c); return s; }
+    if ((s = tb_backend_create(device, o.n_threads, c->max_ctx, &c->be)) != TB_OK) { free(c); return s; }
     for (int k = 0; k < g->n_nodes; k++)
         if (!c->be->iface->supports_op(c->be, g, &g->nodes[k])) {
             s = tb_errorf(TB_ERR_UNSUPPORTED, "backend %s does not support op %s (node %d)", c->be->iface->name,
@@ -129,12 +131,10 @@ tb_status tb_context_create(tb_engine *e, const tb_context_options *opt, tb_cont
     c->arena = c->be->iface->alloc(c->be, c->arena_bytes);
     if (!c->arena) { free(offsets); s = tb_errorf(TB_ERR_OOM, "cannot allocate %llu bytes of activations",
                                                   (unsigned long long)c->arena_bytes); goto fail; }
-    for (int i = 0; i < g->n_values; i++) {
-        const tb_value *v = &g->values[i];
-        if (v->kind == TB_VAL_WEIGHT) c->bufs[i] = (void *)v->data;
-        else if (v->kind == TB_VAL_ACT) c->bufs[i] = c->arena + offsets[i];
-    }
+    for (int i = 0; i < g->n_values; i++)
+        if (g->values[i].kind == TB_VAL_ACT) c->bufs[i] = c->arena + offsets[i];
     free(offsets);
+    if ((s = c->be->iface->load_weights(c->be, g, c->bufs)) != TB_OK) goto fail;
     size_t ms = (size_t)g->syms[0].max;
     for (int i = 0; i < g->n_syms; i++) if ((size_t)g->syms[i].max > ms) ms = (size_t)g->syms[i].max;
     c->ids = calloc(ms, sizeof(int32_t));
@@ -142,7 +142,6 @@ tb_status tb_context_create(tb_engine *e, const tb_context_options *opt, tb_cont
     c->seq = calloc(ms, sizeof(int32_t));
     c->rows = calloc(ms, sizeof(int32_t));
     if (!c->ids || !c->pos || !c->seq || !c->rows) { s = tb_errorf(TB_ERR_OOM, "out of memory"); goto fail; }
-    c->bufs[ids_v] = c->ids;
 
     /* KV cache */
     int KV = e->info.n_kv_heads, hd = e->info.head_dim;
@@ -271,13 +270,17 @@ tb_status tb_context_step(tb_context *c, const tb_seq_chunk *ch, int n_chunks, c
     };
     const tb_graph *g = c->e->graph;
     double t0 = tb_now();
+    tb_status bs = c->be->iface->step_begin(c->be, g, c->bufs, c->ids_value, c->ids, &st);
+    if (bs != TB_OK) return bs;
     for (int k = 0; k < g->n_nodes; k++) {
         tb_status s = c->be->iface->run_node(c->be, g, &g->nodes[k], c->bufs, &st);
         if (s != TB_OK) return tb_error_prefix(s, "node %d (%s)", k, tb_op_name(g->nodes[k].op));
     }
     c->t_step += tb_now() - t0;
     for (int i = 0; i < n_chunks; i++) c->seq_len[ch[i].seq] += ch[i].n_tokens;
-    if (logits) *logits = c->bufs[g->output];
+    if (logits)
+        *logits = c->be->iface->read_output(c->be, c->bufs[g->output],
+                                            sizeof(float) * (size_t)(rows ? rows : 1) * (size_t)c->vocab);
     if (n_rows) *n_rows = rows;
     return TB_OK;
 }

@@ -2,6 +2,8 @@
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
 
+#include <jansson.h>
+
 typedef struct {
     tb_pool *pool;
     float *scratch; /* attention scores, per thread */
@@ -20,6 +22,26 @@ static int cpu_supports_op(tb_backend *b, const tb_graph *g, const tb_node *n) {
 
 static void *cpu_alloc(tb_backend *b, size_t bytes) { (void)b; return tb_alloc_aligned(bytes, 64); }
 static void cpu_free(tb_backend *b, void *p) { (void)b; tb_free_aligned(p); }
+
+/* Weights are read in place from the mapped engine. */
+static tb_status cpu_load_weights(tb_backend *b, const tb_graph *g, void **bufs) {
+    (void)b;
+    for (int i = 0; i < g->n_values; i++)
+        if (g->values[i].kind == TB_VAL_WEIGHT) bufs[i] = (void *)g->values[i].data;
+    return TB_OK;
+}
+
+static tb_status cpu_step_begin(tb_backend *b, const tb_graph *g, void **bufs, int ids_value, const int32_t *ids,
+                                tb_step *st) {
+    (void)b; (void)g; (void)st;
+    bufs[ids_value] = (void *)ids;
+    return TB_OK;
+}
+
+static const float *cpu_read_output(tb_backend *b, const void *src, size_t bytes) {
+    (void)b; (void)bytes;
+    return src;
+}
 
 static int64_t rows_of(const tb_graph *g, int v, const tb_step *st) {
     int64_t d = g->values[v].dims[0];
@@ -108,7 +130,10 @@ static const tb_backend_i cpu_iface = {
     .supports_op = cpu_supports_op,
     .alloc = cpu_alloc,
     .free = cpu_free,
+    .load_weights = cpu_load_weights,
+    .step_begin = cpu_step_begin,
     .run_node = cpu_run_node,
+    .read_output = cpu_read_output,
     .destroy = cpu_destroy,
 };
 
@@ -131,8 +156,66 @@ tb_status tb_backend_cpu_create(int n_threads, int max_ctx, tb_backend **out) {
 
 tb_pool *tb_backend_cpu_pool(tb_backend *b) { return ((cpu_ctx *)b->ctx)->pool; }
 
-void tb_backend_free(tb_backend *b) {
-    if (!b) return;
-    if (b->iface && b->iface->destroy) b->iface->destroy(b);
-    free(b);
+
+/* ---------------------------------------------------------------- fingerprint */
+
+char *tb_backend_cpu_fingerprint(void) {
+    const char *backend = "cpu";
+    uint32_t f = tb_cpu_features();
+    char feats[256], model[128];
+    /* The ISA the chosen kernels need: the widest path this machine runs. */
+    uint32_t need = 0;
+    if (f & TB_CPU_AVX512F) need = TB_CPU_AVX512F | TB_CPU_AVX2 | TB_CPU_FMA | TB_CPU_F16C;
+    else if ((f & (TB_CPU_AVX2 | TB_CPU_FMA | TB_CPU_F16C)) == (TB_CPU_AVX2 | TB_CPU_FMA | TB_CPU_F16C))
+        need = TB_CPU_AVX2 | TB_CPU_FMA | TB_CPU_F16C;
+    tb_cpu_features_str(need, feats, sizeof feats);
+    tb_cpu_model_name(model, sizeof model);
+    json_t *o = json_pack("{s:s, s:s, s:s, s:s}", "backend", backend, "arch", "x86_64", "isa", need ? feats : "",
+                          "cpu", model);
+    char *s = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    return s;
 }
+
+tb_status tb_backend_cpu_check(const char *hw_json) {
+    json_error_t err;
+    json_t *o = json_loads(hw_json, 0, &err);
+    if (!o) return tb_errorf(TB_ERR_FORMAT, "engine hardware section is not valid JSON");
+    const char *backend = json_string_value(json_object_get(o, "backend"));
+    const char *isa = json_string_value(json_object_get(o, "isa"));
+    const char *cpu = json_string_value(json_object_get(o, "cpu"));
+    tb_status s = TB_OK;
+    if (!backend || strcmp(backend, "cpu") != 0) {
+        s = tb_errorf(TB_ERR_HARDWARE, "engine was built for backend '%s'; this build runs 'cpu'",
+                      backend ? backend : "?");
+    } else if (isa && *isa) {
+        uint32_t have = tb_cpu_features();
+        char have_s[256];
+        tb_cpu_features_str(have, have_s, sizeof have_s);
+        static const struct { const char *n; uint32_t bit; } names[] = {
+            {"avx2", TB_CPU_AVX2}, {"fma", TB_CPU_FMA}, {"f16c", TB_CPU_F16C}, {"avx512f", TB_CPU_AVX512F},
+            {"avx512bw", TB_CPU_AVX512BW}, {"avx512vl", TB_CPU_AVX512VL}, {"avx512bf16", TB_CPU_AVX512BF16},
+            {"avx512fp16", TB_CPU_AVX512FP16}};
+        char buf[256];
+        snprintf(buf, sizeof buf, "%s", isa);
+        for (char *tok = strtok(buf, " "); tok; tok = strtok(NULL, " ")) {
+            int known = 0;
+            for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+                if (strcmp(tok, names[i].n)) continue;
+                known = 1;
+                if (!(have & names[i].bit)) {
+                    s = tb_errorf(TB_ERR_HARDWARE,
+                                  "engine was built for a CPU with %s (%s: %s); this CPU lacks %s (it has: %s). "
+                                  "Rebuild the engine on this machine",
+                                  isa, cpu ? cpu : "?", isa, tok, have_s);
+                    break;
+                }
+            }
+            if (!known) s = tb_errorf(TB_ERR_HARDWARE, "engine needs unknown CPU feature '%s'", tok);
+            if (s != TB_OK) break;
+        }
+    }
+    json_decref(o);
+    return s;
+}
+

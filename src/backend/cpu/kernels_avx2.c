@@ -142,7 +142,7 @@ AVX2_INLINE void gemv_dt(const float *x, const void *w, tb_dtype dt, const float
         /* The next 4 rows are one contiguous run of 4*K elements: prefetch
          * it as a single stream, 4 * 16 elements per step, so short rows do
          * not each pay the hardware prefetcher's ramp-up. */
-        const char *pf = n + 12 <= n1 ? (const char *)w + (size_t)(n + 8) * K * ESZ(dt) : NULL;
+        const char *pf = n + 8 <= n1 ? (const char *)w + (size_t)(n + 4) * K * ESZ(dt) : NULL;
         int k = 0;
         for (; k + 16 <= K; k += 16) {
             if (pf) {
