@@ -20,7 +20,9 @@
  * Usage: bandwidth [--threads 1,2] [--mib 256] [--reps 10] [--seconds 20]
  * Prints one line per measurement and, last, one JSON object on one line.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <immintrin.h>
 #include <pthread.h>
 #include <sched.h>

@@ -53,7 +53,9 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-case $REPS in ''|*[!0-9]*) echo "run_cpu.sh: bad --reps" >&2; exit 2 ;; esac
+for v in "$REPS" "$TIMEOUT" "$MAX_MIN" "$QUIET_WAIT"; do
+  case $v in ''|*[!0-9]*) echo "run_cpu.sh: option values must be whole numbers" >&2; exit 2 ;; esac
+done
 [ "$REPS" -ge 1 ] && [ "$REPS" -le 20 ] || { echo "run_cpu.sh: --reps must be 1..20" >&2; exit 2; }
 
 log() { echo "[bench $(date +%H:%M:%S)] $*" >&2; }

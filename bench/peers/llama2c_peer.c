@@ -22,7 +22,9 @@
  * first sampled token); gen_ms covers every later forward pass, and
  * gen_tok_s is the number of those passes per second.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -451,6 +451,7 @@ def main():
     @torch.no_grad()
     def eval_loss(model, ids, use_amp=True):
         """Mean per-token cross-entropy over non-overlapping ctx windows."""
+        was = model.training
         model.eval()
         x, y = windows(ids)
         tot, n = 0.0, 0
@@ -460,7 +461,7 @@ def main():
                 lg = model(xb)
             tot += F.cross_entropy(lg.float().reshape(-1, lg.shape[-1]), yb.reshape(-1), reduction="sum").item()
             n += yb.numel()
-        model.train()
+        model.train(was)
         return tot / n, n
 
     base = dict(vocab=tok.vocab_size, dim=a.dim, layers=a.layers, heads=a.heads, kv_heads=a.kv_heads,
@@ -482,6 +483,7 @@ def main():
         g = torch.Generator().manual_seed(a.seed + ri)
         rs = time.time()
         best = (float("inf"), -1, None)
+        best_train = (float("nan"), 0)
         step, tokens, train_loss = 0, 0, float("nan")
         sm = None
         for step in range(1, a.steps + 1):
@@ -515,6 +517,7 @@ def main():
                 vl, _ = eval_loss(model, va)
                 if vl < best[0]:
                     best = (vl, step, {k: v.detach().clone() for k, v in model.state_dict().items()})
+                    best_train = (train_loss, tokens)
                 log("  step %5d  lr %.2e  train %.4f  val %.4f  best %.4f@%d  %.0f s" % (
                     step, lr, train_loss, vl, best[0], best[1], time.time() - t0))
             if last:
@@ -526,7 +529,8 @@ def main():
         log("  run done: %d steps, %d tokens, %.1f s, %.0f tokens/s%s" % (
             step, tokens, el, tokens / el, " (stopped by the time limit)" if stopped else ""))
         runs.append(dict(dropout=p, val=best[0], best_step=best[1], state=best[2], steps=step, tokens=tokens,
-                         time=el, stopped=stopped, train_loss=sm, nparam=nparam))
+                         time=el, stopped=stopped, train_loss=sm, nparam=nparam,
+                         best_train_loss=best_train[0], best_tokens=best_train[1]))
         del model, opt
 
     r = min(runs, key=lambda z: z["val"])
@@ -537,6 +541,10 @@ def main():
         for q in model.parameters():
             q.copy_(q.half().float())  # the figures below are those of the saved f16 weights
     model.eval()
+    if cuda:
+        # plain f32 matmuls from here on: TF32 can flip greedy near-ties
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
 
     # 3. figures on the test split, samples
     test_loss, ntest = eval_loss(model, te, use_amp=False)
@@ -547,6 +555,7 @@ def main():
 
     @torch.no_grad()
     def generate(prompt, n, temp, seed):
+        model.eval()
         gen = torch.Generator(device=dev).manual_seed(seed)
         ids = tok.encode(prompt)
         for _ in range(n):
@@ -627,8 +636,9 @@ def main():
 | --- | --- | --- | --- | --- | --- |
 {rows}
 
-- kept: dropout {cd:.2f} at step {cs} (validation loss {cv:.4f} nats/token,
-  recomputed in f32 with the f16 weights: {vl:.4f}).
+- kept: dropout {cd:.2f} at step {cs}, after {ktok} tokens ({kep:.1f} passes over
+  the {ntr} training tokens); train loss at that step {ktl:.4f}; validation loss
+  {cv:.4f} nats/token (recomputed in f32 with the f16 weights: {vl:.4f}).
 - **test loss: {tl2:.4f} nats/token, perplexity {ppl:.2f}** ({nt} tokens of the
   held-out last 10%, non-overlapping {ctx}-token windows, f32 with the saved f16
   weights); {bpc:.3f} bits per character.
@@ -653,7 +663,8 @@ Temperature 0.8 (seed {seed}):
            hd=a.dim // a.heads, KV=a.kv_heads, ffn=a.ffn, ctx=a.ctx, nparam=r["nparam"],
            mb=os.path.getsize(st) / 1e6, wd=a.wd, lr=a.lr, wu=a.warmup, mlf=a.min_lr_frac, B=a.batch,
            tl=a.time_limit, rows=rows, cd=r["dropout"], cs=r["best_step"], cv=r["val"], vl=val_loss,
-           tl2=test_loss, ppl=math.exp(test_loss), nt=ntest, bpc=bpc, tot=total, tt=tok_time, ns=n_sample,
+           tl2=test_loss, ktok=r["best_tokens"], kep=r["best_tokens"] / len(tr), ntr=len(tr),
+           ktl=r["best_train_loss"], ppl=math.exp(test_loss), nt=ntest, bpc=bpc, tot=total, tt=tok_time, ns=n_sample,
            greedy=greedy, warm=warm, seed=a.seed)
     mdp = a.md or os.path.join(a.out, "TRAINING.md")
     with open(mdp, "w") as f:

@@ -216,6 +216,9 @@ static void *loop_main(void *arg) {
         /* 1. take what was submitted */
         pthread_mutex_lock(&s->mu);
         while (!s->in_head && s->n_running == 0 && !s->waiting && s->stopping < 2) {
+            /* idle: publish it (cancellations end requests without a step) */
+            s->stats.running = s->stats.waiting = 0;
+            s->stats.kv_usage = (double)(tb_kv_total_blocks(s->ctx) - tb_kv_free_blocks(s->ctx)) / tb_kv_total_blocks(s->ctx);
             if (s->stopping == 1) { s->stopping = 2; break; } /* drained */
             pthread_cond_wait(&s->cv, &s->mu);
         }

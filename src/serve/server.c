@@ -438,11 +438,9 @@ static void release_text(gen_stream *g, int final) {
     for (int i = 0; i < g->g.n_stops && !g->stop_hit; i++) {
         const char *st = g->g.stops[i];
         char *hit = memmem(g->pending, g->pn, st, strlen(st));
-        if (hit) {
-            g->stop_hit = 1;
-            emit = (size_t)(hit - g->pending);
-        }
+        if (hit && (size_t)(hit - g->pending) < emit) emit = (size_t)(hit - g->pending); /* the earliest stop wins */
     }
+    if (emit < g->pn) g->stop_hit = 1;
     if (!g->stop_hit && !final) {
         for (int i = 0; i < g->g.n_stops; i++) {
             size_t sl = strlen(g->g.stops[i]);

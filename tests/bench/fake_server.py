@@ -202,6 +202,9 @@ class Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 4096
 
+    def handle_error(self, request, client_address):
+        pass  # clients that hang up (timeouts, scripted failures) are expected
+
 
 def main():
     global ARGS

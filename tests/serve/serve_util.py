@@ -4,6 +4,7 @@ Environment (set by ctest): TURBINE_BIN, TURBINE_SHARED, TURBINE_TMP.
 Every wait is bounded; every server started here is killed at exit.
 """
 import atexit
+import ctypes
 import http.client
 import json
 import os
@@ -17,9 +18,22 @@ import time
 BIN = os.environ.get("TURBINE_BIN", "")
 SHARED = os.environ.get("TURBINE_SHARED", "")
 TMP = os.environ.get("TURBINE_TMP", "/tmp")
+SRC = os.environ.get("TURBINE_SRC", os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 STORIES = os.path.join(SHARED, "models", "stories260K")
 
 _servers = []
+PR_SET_PDEATHSIG = 1
+
+try:
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # this script ends with the shell that ran it
+except (OSError, AttributeError):
+    _libc = None
+
+
+def _die_with_parent():
+    if _libc is not None:
+        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 class TestFailure(Exception):
@@ -52,6 +66,25 @@ def build_stories(d, max_batch=16):
     return out
 
 
+def build_slow(d, max_batch=8):
+    """A random-weight llama (hidden 256, 4 layers, vocab 512, context 512):
+    some milliseconds a token, so that a 400-token request lasts long enough
+    to be cancelled or drained. Its text is noise."""
+    out = os.path.join(d, "slow.engine")
+    ck = os.path.join(d, "slow_ckpt")
+    sys.path.insert(0, os.path.join(SRC, "tests"))
+    import gen_checkpoints as gc
+    gc.PRESETS["serve-slow"] = dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4,
+                                    num_attention_heads=8, num_key_value_heads=8,
+                                    max_position_embeddings=512)
+    gc.generate("serve-slow", "f32", ck, seed=1)
+    r = subprocess.run([BIN, "build", ck, "--tokenizer", os.path.join(STORIES, "tok512.bin"), "-o", out,
+                        "--max-batch", str(max_batch)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    if r.returncode != 0:
+        raise TestFailure("engine build failed:\n" + r.stdout.decode(errors="replace"))
+    return out
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
@@ -79,7 +112,8 @@ class Server:
             if self.api_key:
                 cmd += ["--api-key", self.api_key]
             self.logf = open(self.log_path, "ab")
-            self.proc = subprocess.Popen(cmd, stdout=self.logf, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(cmd, stdout=self.logf, stderr=subprocess.STDOUT,
+                                         preexec_fn=_die_with_parent)
             _servers.append(self)
             deadline = time.time() + wait_s
             while time.time() < deadline:

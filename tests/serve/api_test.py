@@ -1,0 +1,324 @@
+"""OpenAI wire format of `turbine serve`: completions and chat, streaming and
+not, usage, token-id prompts, /v1/models, /health, /tokenize + /detokenize,
+logprobs. Run by tests/test_serve_api.sh."""
+import json
+import math
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_util import (Server, build_stories, check, ok, run_tests, workdir)  # noqa: E402
+
+PROMPT = "Once upon a time"
+GREEDY_START = ", there was a little girl named Lily."
+S = None
+MODEL = None
+
+
+def check_common(j, obj, what):
+    check(isinstance(j.get("id"), str) and j["id"], "%s: 'id' missing or empty: %r" % (what, j))
+    check(j.get("object") == obj, "%s: object %r, want %r" % (what, j.get("object"), obj))
+    check(isinstance(j.get("created"), int) and abs(j["created"] - time.time()) < 600,
+          "%s: 'created' is not the current Unix time: %r" % (what, j.get("created")))
+    check(j.get("model") == MODEL, "%s: model %r, want %r" % (what, j.get("model"), MODEL))
+    check(isinstance(j.get("choices"), list), "%s: 'choices' is not a list" % what)
+
+
+def check_usage(u, n_prompt, n_completion, what):
+    check(isinstance(u, dict), "%s: usage missing: %r" % (what, u))
+    check(u.get("prompt_tokens") == n_prompt, "%s: usage.prompt_tokens %r, want %d" % (what, u.get("prompt_tokens"), n_prompt))
+    check(u.get("completion_tokens") == n_completion,
+          "%s: usage.completion_tokens %r, want %d" % (what, u.get("completion_tokens"), n_completion))
+    check(u.get("total_tokens") == n_prompt + n_completion, "%s: usage.total_tokens %r" % (what, u.get("total_tokens")))
+
+
+def n_tokens(text):
+    st, _, d = S.post("/tokenize", {"prompt": text})
+    check(st == 200, "/tokenize -> %s" % st)
+    return json.loads(d)["count"]
+
+
+def t_health_models():
+    global MODEL
+    st, hd, d = S.get("/health")
+    check(st == 200, "/health -> %s" % st)
+    st, hd, d = S.get("/v1/models")
+    check(st == 200, "/v1/models -> %s %r" % (st, d))
+    check(hd.get("content-type", "").startswith("application/json"), "/v1/models content-type %r" % hd.get("content-type"))
+    j = json.loads(d)
+    check(j.get("object") == "list" and isinstance(j.get("data"), list) and len(j["data"]) == 1,
+          "/v1/models: want a list of one model, got %r" % j)
+    m = j["data"][0]
+    check(isinstance(m.get("id"), str) and m["id"], "/v1/models: model id missing: %r" % m)
+    check(m.get("object") == "model" and isinstance(m.get("created"), int) and isinstance(m.get("owned_by"), str),
+          "/v1/models: model entry lacks object/created/owned_by: %r" % m)
+    MODEL = m["id"]
+    ok("/health 200, /v1/models lists %r" % MODEL)
+
+
+def t_completion():
+    j = S.completion({"model": MODEL, "prompt": PROMPT, "max_tokens": 40, "temperature": 0})
+    check_common(j, "text_completion", "completion")
+    check(len(j["choices"]) == 1, "completion: %d choices" % len(j["choices"]))
+    c = j["choices"][0]
+    check(c.get("index") == 0, "completion: index %r" % c.get("index"))
+    check(isinstance(c.get("text"), str), "completion: text is not a string")
+    check(c["text"].startswith(GREEDY_START), "completion: greedy text %r does not start with %r" % (c["text"], GREEDY_START))
+    check(c.get("finish_reason") == "length", "completion: finish_reason %r, want 'length'" % c.get("finish_reason"))
+    check("logprobs" in c and c["logprobs"] is None, "completion: logprobs should be null when not asked")
+    check_usage(j.get("usage"), n_tokens(PROMPT), 40, "completion")
+    ok("non-streaming completion: fields, greedy text, finish 'length', usage")
+    # without "model" too (it is optional); the same greedy text
+    j2 = S.completion({"prompt": PROMPT, "max_tokens": 40, "temperature": 0})
+    check(j2["choices"][0]["text"] == c["text"], "completion without 'model' gives other text")
+    check(j2["id"] != j["id"], "two completions share the id %r" % j["id"])
+
+
+def t_completion_stop_reason():
+    j = S.completion({"prompt": PROMPT, "max_tokens": 40, "temperature": 0, "stop": ["named"]})
+    c = j["choices"][0]
+    check(c["finish_reason"] == "stop", "completion with a stop string: finish_reason %r, want 'stop'" % c["finish_reason"])
+    check(c["text"] == ", there was a little girl ", "stop string: text %r" % c["text"])
+    ok("finish_reason 'stop' on a stop string")
+
+
+def t_chat():
+    msgs = [{"role": "system", "content": "You tell stories."}, {"role": "user", "content": "Tell me a story."}]
+    j = S.chat({"model": MODEL, "messages": msgs, "max_tokens": 30, "temperature": 0})
+    check_common(j, "chat.completion", "chat")
+    c = j["choices"][0]
+    check(c.get("index") == 0, "chat: index %r" % c.get("index"))
+    m = c.get("message") or {}
+    check(m.get("role") == "assistant", "chat: message.role %r" % m.get("role"))
+    check(isinstance(m.get("content"), str) and m["content"], "chat: message.content empty or missing: %r" % m)
+    check(c.get("finish_reason") == "length", "chat: finish_reason %r, want 'length'" % c.get("finish_reason"))
+    u = j.get("usage")
+    check(isinstance(u, dict) and u.get("completion_tokens") == 30 and u.get("prompt_tokens", 0) > 0 and
+          u.get("total_tokens") == u["prompt_tokens"] + 30, "chat: usage %r" % u)
+    # max_completion_tokens is the newer name of max_tokens
+    j2 = S.chat({"messages": msgs, "max_completion_tokens": 12, "temperature": 0})
+    check(j2["usage"]["completion_tokens"] == 12, "chat: max_completion_tokens 12 gave %r" % j2["usage"])
+    check(c["message"]["content"].startswith(j2["choices"][0]["message"]["content"]),
+          "chat: the 12-token greedy reply is not a prefix of the 30-token one")
+    # content as a list of one text part
+    j3 = S.chat({"messages": [msgs[0], {"role": "user", "content": [{"type": "text", "text": "Tell me a story."}]}],
+                 "max_tokens": 30, "temperature": 0})
+    check(j3["choices"][0]["message"]["content"] == m["content"], "chat: content parts give other text")
+    ok("non-streaming chat: fields, role, content, usage, max_completion_tokens, content parts")
+
+
+def stream_chunks(path, body):
+    st, hd, ev = S.stream(path, body)
+    check(st == 200, "stream %s -> %s %r" % (path, st, ev))
+    check(hd.get("content-type", "").startswith("text/event-stream"), "stream content-type %r" % hd.get("content-type"))
+    check(len(ev) >= 2 and ev[-1] == "[DONE]", "stream does not end with data: [DONE]: %r" % ev[-3:])
+    check(ev.count("[DONE]") == 1, "data: [DONE] appears %d times" % ev.count("[DONE]"))
+    chunks = []
+    for e in ev[:-1]:
+        try:
+            chunks.append(json.loads(e))
+        except ValueError:
+            check(False, "stream chunk is not JSON: %r" % e[:200])
+    return chunks
+
+
+def t_stream_completion():
+    ref = S.completion({"prompt": PROMPT, "max_tokens": 40, "temperature": 0})["choices"][0]["text"]
+    chunks = stream_chunks("/v1/completions", {"model": MODEL, "prompt": PROMPT, "max_tokens": 40, "temperature": 0,
+                                               "stream": True})
+    ids = {c.get("id") for c in chunks}
+    check(len(ids) == 1 and None not in ids, "stream chunks carry ids %r (want one)" % ids)
+    text = ""
+    for i, c in enumerate(chunks):
+        check_common(c, "text_completion", "completion chunk %d" % i)
+        check(len(c["choices"]) == 1, "completion chunk %d has %d choices" % (i, len(c["choices"])))
+        ch = c["choices"][0]
+        check(isinstance(ch.get("text"), str), "completion chunk %d: text not a string" % i)
+        text += ch["text"]
+        fr = ch.get("finish_reason")
+        if i < len(chunks) - 1:
+            check(fr is None, "completion chunk %d (not last) has finish_reason %r" % (i, fr))
+    check(chunks[-1]["choices"][0]["finish_reason"] == "length",
+          "last completion chunk finish_reason %r" % chunks[-1]["choices"][0].get("finish_reason"))
+    check(text == ref, "streamed text %r != non-streaming %r" % (text, ref))
+    check(len(chunks) > 3, "only %d chunks for 40 tokens: the text was not streamed" % len(chunks))
+    ok("streaming completion: %d chunks of valid JSON, one id, finish on the last, [DONE], same text" % len(chunks))
+
+
+def t_stream_chat():
+    msgs = [{"role": "user", "content": "Tell me a story."}]
+    ref = S.chat({"messages": msgs, "max_tokens": 30, "temperature": 0})["choices"][0]["message"]["content"]
+    chunks = stream_chunks("/v1/chat/completions", {"model": MODEL, "messages": msgs, "max_tokens": 30,
+                                                    "temperature": 0, "stream": True})
+    ids = {c.get("id") for c in chunks}
+    check(len(ids) == 1 and None not in ids, "chat chunks carry ids %r (want one)" % ids)
+    first = chunks[0]["choices"][0].get("delta", {})
+    check(first.get("role") == "assistant", "first chat delta has no role 'assistant': %r" % first)
+    text = ""
+    for i, c in enumerate(chunks):
+        check_common(c, "chat.completion.chunk", "chat chunk %d" % i)
+        ch = c["choices"][0]
+        d = ch.get("delta")
+        check(isinstance(d, dict), "chat chunk %d: delta missing" % i)
+        if i > 0:
+            check("role" not in d, "chat chunk %d repeats the role" % i)
+        if d.get("content") is not None:
+            check(isinstance(d["content"], str), "chat chunk %d: content not a string" % i)
+            text += d["content"]
+        if i < len(chunks) - 1:
+            check(ch.get("finish_reason") is None, "chat chunk %d (not last) has finish_reason" % i)
+    check(chunks[-1]["choices"][0]["finish_reason"] == "length",
+          "last chat chunk finish_reason %r" % chunks[-1]["choices"][0].get("finish_reason"))
+    check(text == ref, "streamed chat %r != non-streaming %r" % (text, ref))
+    ok("streaming chat: role first, content deltas, finish on the last, [DONE], same text")
+
+
+def t_include_usage():
+    for path, body in (("/v1/completions", {"prompt": PROMPT}),
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}]})):
+        body = dict(body, max_tokens=17, temperature=0, stream=True, stream_options={"include_usage": True})
+        chunks = stream_chunks(path, body)
+        last = chunks[-1]
+        check(last.get("choices") == [], "%s include_usage: the last chunk has choices %r (want [])" % (path, last.get("choices")))
+        u = last.get("usage")
+        n_prompt = n_tokens(PROMPT) if "prompt" in body else (u or {}).get("prompt_tokens", 0)
+        check_usage(u, n_prompt, 17, path + " include_usage")
+        check(n_prompt > 0, "%s: prompt_tokens is 0" % path)
+        check(chunks[-2]["choices"][0]["finish_reason"] == "length",
+              "%s include_usage: the chunk before usage has no finish_reason" % path)
+        for c in chunks[:-1]:
+            check(c.get("usage") is None, "%s include_usage: usage on a content chunk: %r" % (path, c.get("usage")))
+    # without stream_options there is no usage chunk
+    chunks = stream_chunks("/v1/completions", {"prompt": PROMPT, "max_tokens": 5, "stream": True})
+    check(all(c.get("choices") for c in chunks), "a usage chunk was sent without stream_options.include_usage")
+    ok("stream_options.include_usage: a final chunk with empty choices and usage (completions and chat)")
+
+
+def t_token_ids():
+    st, _, d = S.post("/tokenize", {"prompt": PROMPT})
+    check(st == 200, "/tokenize -> %s" % st)
+    ids = json.loads(d)["tokens"]
+    check(all(isinstance(t, int) for t in ids) and len(ids) == 5, "/tokenize %r gave %r" % (PROMPT, ids))
+    a = S.completion({"prompt": PROMPT, "max_tokens": 30, "temperature": 0})
+    b = S.completion({"prompt": ids, "max_tokens": 30, "temperature": 0})
+    check(b["choices"][0]["text"] == a["choices"][0]["text"],
+          "token-id prompt gives %r, text prompt %r" % (b["choices"][0]["text"], a["choices"][0]["text"]))
+    check(b["usage"]["prompt_tokens"] == len(ids), "token-id prompt: usage.prompt_tokens %r" % b["usage"])
+    c = S.completion({"prompt": [PROMPT], "max_tokens": 30, "temperature": 0})
+    check(c["choices"][0]["text"] == a["choices"][0]["text"], "prompt [\"text\"] gives other text")
+    ok("prompt as token ids %r gives the same text as the string" % ids)
+
+
+def t_tokenize_roundtrip():
+    texts = [PROMPT, "Lily and Tom went to the park. They saw a big dog!",
+             "Hello\n\tworld,  two  spaces and \"quotes\"", "caf\u00e9 costs 5\u20ac \U0001F600 \u65e5\u672c"]
+    for t in texts:
+        st, _, d = S.post("/tokenize", {"prompt": t})
+        check(st == 200, "/tokenize %r -> %s" % (t, st))
+        j = json.loads(d)
+        check(j.get("count") == len(j.get("tokens", [])) and j["count"] > 0, "/tokenize %r: %r" % (t, j))
+        check(isinstance(j.get("max_model_len"), int) and j["max_model_len"] == 512, "/tokenize: max_model_len %r" % j.get("max_model_len"))
+        st, _, d = S.post("/detokenize", {"tokens": j["tokens"]})
+        check(st == 200, "/detokenize -> %s" % st)
+        back = json.loads(d).get("prompt")
+        check(back == t, "round trip of %r gives %r" % (t, back))
+    st, _, d = S.post("/tokenize", {"prompt": PROMPT, "add_special_tokens": False})
+    j = json.loads(d)
+    st2, _, d2 = S.post("/tokenize", {"prompt": PROMPT})
+    check(json.loads(d2)["tokens"][1:] == j["tokens"] and json.loads(d2)["count"] == j["count"] + 1,
+          "add_special_tokens false should drop exactly the BOS: %r vs %r" % (j, d2))
+    ok("/tokenize then /detokenize gives back %d texts (ASCII, whitespace, UTF-8)" % len(texts))
+
+
+def close(a, b):
+    return abs(a - b) <= 1e-5 * max(1.0, abs(a))
+
+
+def t_logprobs_completion():
+    j = S.completion({"prompt": PROMPT, "max_tokens": 8, "temperature": 0, "logprobs": 2})
+    c = j["choices"][0]
+    lp = c.get("logprobs")
+    check(isinstance(lp, dict), "completions logprobs=2: logprobs %r" % lp)
+    toks, tlp, top = lp.get("tokens"), lp.get("token_logprobs"), lp.get("top_logprobs")
+    check(isinstance(toks, list) and len(toks) == 8, "logprobs.tokens %r (want 8)" % toks)
+    check(isinstance(tlp, list) and len(tlp) == 8, "logprobs.token_logprobs %r (want 8)" % tlp)
+    check(isinstance(top, list) and len(top) == 8, "logprobs.top_logprobs %r (want 8)" % top)
+    check("".join(toks) == c["text"], "logprobs tokens %r do not spell the text %r" % (toks, c["text"]))
+    offs = lp.get("text_offset")
+    check(isinstance(offs, list) and len(offs) == 8 and offs == sorted(offs) and offs[0] == 0,
+          "logprobs.text_offset %r" % offs)
+    for i in range(8):
+        check(isinstance(tlp[i], (int, float)) and math.isfinite(tlp[i]) and tlp[i] <= 0, "token_logprobs[%d] = %r" % (i, tlp[i]))
+        check(isinstance(top[i], dict) and len(top[i]) == 2, "top_logprobs[%d] has %r (want 2 entries)" % (i, top[i]))
+        for k, v in top[i].items():
+            check(v <= 0, "top_logprobs[%d][%r] = %r > 0" % (i, k, v))
+        best = max(top[i].values())
+        check(close(tlp[i], best), "temperature 0: token %d logprob %r is not the top one %r" % (i, tlp[i], best))
+        check(close(top[i].get(toks[i], 1.0), tlp[i]), "top_logprobs[%d] %r lacks the chosen token %r" % (i, top[i], toks[i]))
+    check(sum(math.exp(v) for v in top[0].values()) <= 1.0 + 1e-5, "top probabilities sum above 1: %r" % top[0])
+    # the same through a stream: the same tokens and values
+    chunks = stream_chunks("/v1/completions", {"prompt": PROMPT, "max_tokens": 8, "temperature": 0, "logprobs": 2,
+                                               "stream": True})
+    stoks, slp = [], []
+    for ch in chunks:
+        l = ch["choices"][0].get("logprobs")
+        if l:
+            stoks += l["tokens"]
+            slp += l["token_logprobs"]
+    check(stoks == toks and all(close(a, b) for a, b in zip(slp, tlp)) and len(slp) == 8,
+          "streamed logprobs differ: %r %r vs %r %r" % (stoks, slp, toks, tlp))
+    ok("completions logprobs=2: tokens, token_logprobs <= 0 = max of 2 top entries, text_offset, also streamed")
+
+
+def t_logprobs_chat():
+    j = S.chat({"messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 8, "temperature": 0,
+                "logprobs": True, "top_logprobs": 2})
+    c = j["choices"][0]
+    lp = c.get("logprobs")
+    check(isinstance(lp, dict) and isinstance(lp.get("content"), list), "chat logprobs %r" % lp)
+    items = lp["content"]
+    check(len(items) == 8, "chat logprobs.content has %d items (want 8)" % len(items))
+    check("".join(it["token"] for it in items) == c["message"]["content"], "chat logprob tokens do not spell the content")
+    for i, it in enumerate(items):
+        check(isinstance(it.get("token"), str) and isinstance(it.get("logprob"), (int, float)) and it["logprob"] <= 0,
+              "chat logprobs item %d: %r" % (i, it))
+        check(it.get("bytes") == list(it["token"].encode()), "chat item %d: bytes %r for %r" % (i, it.get("bytes"), it["token"]))
+        top = it.get("top_logprobs")
+        check(isinstance(top, list) and len(top) == 2, "chat item %d: top_logprobs %r (want 2)" % (i, top))
+        check(all(t["logprob"] <= 0 and isinstance(t["token"], str) for t in top), "chat item %d: top %r" % (i, top))
+        check(top[0]["logprob"] >= top[1]["logprob"], "chat item %d: top_logprobs not sorted %r" % (i, top))
+        check(close(it["logprob"], max(t["logprob"] for t in top)),
+              "temperature 0: chat token %d logprob %r is not the max of %r" % (i, it["logprob"], top))
+        check(top[0]["token"] == it["token"], "chat item %d: the chosen %r is not the top %r" % (i, it["token"], top[0]))
+    j0 = S.chat({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3, "logprobs": True})
+    items0 = j0["choices"][0]["logprobs"]["content"]
+    check(len(items0) == 3 and all(it["top_logprobs"] == [] for it in items0),
+          "chat logprobs without top_logprobs: %r" % items0)
+    ok("chat logprobs + top_logprobs 2: values <= 0, chosen = max, bytes, sorted alternatives")
+
+
+def t_sampling_seed():
+    body = {"prompt": PROMPT, "max_tokens": 30, "temperature": 1.0, "seed": 1234}
+    a = S.completion(body)["choices"][0]["text"]
+    b = S.completion(body)["choices"][0]["text"]
+    check(a == b, "the same seed gives different texts: %r vs %r" % (a, b))
+    texts = {S.completion(dict(body, seed=s))["choices"][0]["text"] for s in range(1, 6)}
+    check(len(texts) > 1, "five seeds at temperature 1 give one text: sampling ignores the seed")
+    ok("sampling: a seed repeats its text, other seeds differ")
+
+
+def main():
+    global S
+    d = workdir("api")
+    S = Server(build_stories(d)).start()
+    run_tests([("health+models", t_health_models), ("completion", t_completion),
+               ("completion finish stop", t_completion_stop_reason), ("chat", t_chat),
+               ("stream completion", t_stream_completion), ("stream chat", t_stream_chat),
+               ("include_usage", t_include_usage), ("token-id prompt", t_token_ids),
+               ("tokenize round trip", t_tokenize_roundtrip), ("logprobs completions", t_logprobs_completion),
+               ("logprobs chat", t_logprobs_chat), ("seeded sampling", t_sampling_seed)])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+#!/usr/bin/env bash
+# `turbine bench` against a scripted fake server on loopback (tests/bench/
+# fake_server.py): every metric against known delays (TTFT, ITL, TPOT, E2E
+# within 1 ms of the scripted values, percentiles within 1%), completions and
+# chat, streaming or not; open-loop timing from the intended start (a 1 s
+# stall must reach p99); error counting by kind; a sweep producing valid
+# JSON, CSV and an HTML page that headless Chromium renders without console
+# errors; GET and KServe endpoints. Every run is bounded in requests and time.
+set -uo pipefail
+: "${TURBINE_BIN:?}" "${TURBINE_SRC:?}" "${TURBINE_TMP:?}"
+D="$TURBINE_TMP/bench"
+rm -rf "$D"
+mkdir -p "$D"
+PY=/usr/bin/python3
+FAKE="$TURBINE_SRC/tests/bench/fake_server.py"
+fails=0
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; }
+trap cleanup EXIT
+
+# start NAME ARGS...: a fake server whose port ends up in $D/NAME.port
+start() {
+  local name=$1; shift
+  rm -f "$D/$name.port"
+  "$PY" "$FAKE" --port-file "$D/$name.port" --lifetime 300 "$@" &
+  pids+=($!)
+  for _ in $(seq 100); do [ -s "$D/$name.port" ] && return 0; sleep 0.1; done
+  echo "FAIL: fake server $name did not start"; exit 1
+}
+ok() { echo "ok: $1"; }
+bad() { echo "FAIL: $1"; fails=$((fails + 1)); }
+bench() { timeout 120 "$TURBINE_BIN" bench --no-progress "$@"; }
+
+start main --ttft 100 --itl 20
+P=$(cat "$D/main.port")
+URL="http://127.0.0.1:$P"
+
+# ---- scripted delays: 40 prompts, TTFT 100..195 ms, ITL 10..25 ms, 8 tokens
+"$PY" - "$D/scripted.jsonl" <<'EOF'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for i in range(40):
+        f.write(json.dumps({"prompt": "hello ttft=%d itl=%d" % (100 + 5 * (i % 20), 10 + 5 * (i % 4)),
+                            "output_len": 8}) + "\n")
+EOF
+check_metrics() { # JSON N_REQUESTS STREAM
+  "$PY" - "$@" <<'EOF'
+import json, math, sys
+path, n, stream = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+p = json.load(open(path))["points"][0]
+ttft = [100 + 5 * (i % 20) for i in range(n)]
+itl = [10 + 5 * (i % 4) for i in range(n)]
+e2e = [t + 7 * g for t, g in zip(ttft, itl)]
+gaps = [g for g in itl for _ in range(7)]
+def q(v, x):
+    v = sorted(v)
+    return v[math.ceil(x * len(v)) - 1]
+errs = []
+def near(name, got, want, tol):
+    if not abs(got - want) <= tol:
+        errs.append("%s = %.3f, want %.3f +- %.3f" % (name, got, want, tol))
+if p["requests_ok"] != n or p["requests_failed"] != 0:
+    errs.append("ok %d failed %d" % (p["requests_ok"], p["requests_failed"]))
+if p["output_tokens"] != 8 * n:
+    errs.append("output tokens %d" % p["output_tokens"])
+sets = [("e2e", e2e)]
+if stream:
+    sets += [("ttft", ttft), ("itl", gaps), ("tpot", itl)]
+    if p["itl"]["count"] != 7 * n:
+        errs.append("itl count %d" % p["itl"]["count"])
+for name, v in sets:
+    m = p[name]
+    near(name + " mean", m["mean_ms"], sum(v) / len(v), 1.0)
+    near(name + " min", m["min_ms"], min(v), 1.0)
+    if name != "itl":  # a single late chunk can stretch one gap and shrink the next
+        near(name + " max", m["max_ms"], max(v), 1.0)
+        for k, x in (("p50", .5), ("p90", .9), ("p99", .99)):
+            near(name + " " + k, m[k + "_ms"], q(v, x), 0.01 * q(v, x))
+    else:
+        near("itl p50", m["p50_ms"], q(v, .5), 0.01 * q(v, .5) + 0.2)
+print("\n".join(errs) if errs else "metrics match")
+sys.exit(1 if errs else 0)
+EOF
+}
+# Timing checks run on a shared machine: another process can delay one chunk
+# by a few ms, so each gets three attempts and must pass once.
+metrics_run() { # NAME N STREAM ARGS...
+  local name=$1 n=$2 stream=$3; shift 3
+  for attempt in 1 2 3; do
+    if bench "$URL" "$@" --prompts "$D/scripted.jsonl" --json "$D/$name.json" >"$D/$name.out" 2>&1 \
+       && check_metrics "$D/$name.json" "$n" "$stream"; then ok "$name (attempt $attempt)"; return; fi
+  done
+  bad "$name"; cat "$D/$name.out"
+}
+metrics_run completions-stream 40 1 -c 4 -n 40 --warmup 4
+metrics_run chat-stream 20 1 --endpoint chat -c 2 -n 20 --warmup 2
+metrics_run completions-nostream 20 0 -c 4 -n 20 --warmup 2 --no-stream
+grep -q '"model": "fake-model"' "$D/completions-stream.json" && ok "model from /v1/models" || bad "model from /v1/models"
+
+# ---- open loop: a 1 s stall must show in p99 (latency from the intended start)
+start stall --ttft 5 --itl 1 --stall-at 1.0 --stall-ms 1000
+PS=$(cat "$D/stall.port")
+bench "http://127.0.0.1:$PS" --rate 40 --arrivals constant --duration 4 --input-len 8 --output-len 4 \
+  --json "$D/stall.json" >"$D/stall.out" 2>&1
+"$PY" - "$D/stall.json" <<'EOF' && ok "open loop shows a 1 s stall in p99" || { bad "open-loop stall"; cat "$D/stall.out"; }
+import json, sys
+p = json.load(open(sys.argv[1]))["points"][0]
+e = p["e2e"]
+print("stall: ok %d, e2e p50 %.1f ms, p99 %.1f ms, max %.1f ms" % (p["requests_ok"], e["p50_ms"], e["p99_ms"], e["max_ms"]))
+sys.exit(0 if p["requests_ok"] >= 140 and e["p99_ms"] >= 900 and e["p50_ms"] < 200 and e["max_ms"] < 1300 else 1)
+EOF
+
+# ---- errors by kind: 100 prompts, 10 each of four failures
+"$PY" - "$D/errors.jsonl" <<'EOF'
+import json, sys
+kinds = {3: "http500", 5: "malformed", 7: "close", 9: "hang"}
+with open(sys.argv[1], "w") as f:
+    for i in range(100):
+        k = kinds.get(i % 10)
+        f.write(json.dumps({"prompt": "ttft=5 itl=1" + (" fail=" + k if k else ""), "output_len": 4}) + "\n")
+EOF
+bench "$URL" -c 4 -n 100 --timeout 1s --prompts "$D/errors.jsonl" --json "$D/err.json" >"$D/err.out" 2>&1
+"$PY" - "$D/err.json" <<'EOF' && ok "errors counted by kind" || { bad "error counting"; cat "$D/err.out"; }
+import json, sys
+p = json.load(open(sys.argv[1]))["points"][0]
+e = p["errors"]
+print("errors:", p["requests_ok"], e, p["http_status"])
+want = {"connect": 10, "timeout": 10, "http": 10, "stream": 10, "other": 0}
+sys.exit(0 if p["requests_ok"] == 60 and e == want and p["http_status"].get("500") == 10 else 1)
+EOF
+
+# ---- a sweep with every report
+bench "$URL" -c 1,2,4 -n 12 --input-len 32 --input-len-stddev 4 --output-len 6 --slo ttft=150ms,e2e=1s \
+  --sample-interval 0.2 --json "$D/sweep.json" --csv "$D/sweep.csv" --html "$D/sweep.html" >"$D/sweep.out" 2>&1 \
+  || { bad "sweep run"; cat "$D/sweep.out"; }
+"$PY" - "$D/sweep.json" "$D/sweep.csv" <<'EOF' && ok "sweep JSON and CSV" || bad "sweep JSON/CSV"
+import csv, json, math, sys
+r = json.load(open(sys.argv[1]))
+pts = r["points"]
+assert [p["label"] for p in pts] == ["c=1", "c=2", "c=4"], pts
+assert r["command_line"].startswith("turbine bench ") and r["models"]["data"][0]["id"] == "fake-model"
+assert r["config"]["slo"] == {"ttft_ms": 150.0, "e2e_ms": 1000.0}
+for p in pts:
+    assert p["requests_ok"] == 12 and p["good_requests"] == 12 and p["goodput"] > 0
+    assert p["request_throughput"] > 0 and p["output_token_throughput"] > 0
+    assert p["total_token_throughput"] > p["output_token_throughput"]
+    for m in ("ttft", "tpot", "itl", "e2e"):
+        h = p[m]
+        assert h["min_ms"] <= h["p50_ms"] <= h["p90_ms"] <= h["p99_ms"] <= h["p99.9_ms"] <= h["max_ms"], (m, h)
+    assert any(s["server_running"] is not None for s in p["timeline"]), "no /metrics samples"
+assert pts[2]["request_throughput"] > 1.5 * pts[0]["request_throughput"]
+rows = list(csv.reader(open(sys.argv[2])))
+assert len(rows) == 4 and all(len(x) == len(rows[0]) for x in rows), rows
+assert rows[0][0] == "label" and [x[0] for x in rows[1:]] == ["c=1", "c=2", "c=4"]
+i = rows[0].index("ttft_p99_ms")
+assert all(abs(float(rows[k + 1][i]) - pts[k]["ttft"]["p99_ms"]) < 1e-3 for k in range(3))
+print("sweep: %s req/s" % [round(p["request_throughput"], 2) for p in pts])
+EOF
+grep -q "http" "$D/sweep.html" && ! grep -qiE "(src|href)=\"(https?:)?//" "$D/sweep.html" \
+  && ok "HTML is self-contained" || bad "HTML references an external URL"
+
+# headless Chromium: the page renders, its script runs, the console stays clean
+CHROME=$(command -v chromium || command -v chromium-browser || true)
+if [ -n "$CHROME" ]; then
+  chrome() { timeout 60 "$CHROME" --headless --no-sandbox --disable-gpu --enable-logging=stderr --v=0 \
+      --user-data-dir="$D/chrome" --virtual-time-budget=3000 --dump-dom "file://$1"; }
+  console_errors() { grep -E "CONSOLE|Uncaught|Failed to load" "$1" | grep -viE "dbus|gcm|fontconfig" || true; }
+  chrome "$D/sweep.html" >"$D/dom.html" 2>"$D/chrome.err"
+  n=$(grep -o 'data-rendered="[0-9]*"' "$D/dom.html" | grep -o '[0-9]*')
+  errs=$(console_errors "$D/chrome.err")
+  if [ "${n:-0}" -ge 5 ] && [ -z "$errs" ]; then ok "Chromium renders $n charts, no console errors"
+  else bad "Chromium: rendered='${n:-}' console: $errs"; fi
+  # the check itself must catch a script error
+  printf '<!DOCTYPE html><html><body><script>undefinedFunction();</script></body></html>' >"$D/broken.html"
+  chrome "$D/broken.html" >/dev/null 2>"$D/broken.err"
+  [ -n "$(console_errors "$D/broken.err")" ] && ok "console check catches errors" || bad "console check is blind"
+else
+  echo "skip: chromium not installed (apt-get install chromium)"
+fi
+
+# ---- other endpoints
+bench "$URL/health" --endpoint get -c 8 -n 200 --json "$D/get.json" >"$D/get.out" 2>&1 \
+  && grep -q '"requests_ok": 200' "$D/get.json" && ok "GET endpoint" || { bad "GET endpoint"; cat "$D/get.out"; }
+echo '{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1.0]}]}' >"$D/kserve.json"
+bench "$URL" --endpoint kserve --body "$D/kserve.json" -c 2 -n 10 --json "$D/ks.json" >"$D/ks.out" 2>&1 \
+  && grep -q '"requests_ok": 10' "$D/ks.json" && grep -q '/v2/models/fake-model/infer' "$D/ks.json" \
+  && ok "KServe endpoint" || { bad "KServe endpoint"; cat "$D/ks.out"; }
+# a refused connection is counted, not fatal
+bench "http://127.0.0.1:1" --model m -n 3 --json "$D/refused.json" >"$D/refused.out" 2>&1
+grep -q '"connect": 3' "$D/refused.json" && ok "refused connections counted" || { bad "refused"; cat "$D/refused.out"; }
+# usage errors
+"$TURBINE_BIN" bench "$URL" --rate abc >/dev/null 2>&1; [ $? = 2 ] && ok "bad option exits 2" || bad "bad option"
+
+echo "test_bench: $fails failures"
+[ "$fails" = 0 ]
