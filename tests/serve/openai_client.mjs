@@ -1,0 +1,127 @@
+// The official `openai` npm client against `turbine serve`.
+// usage: node openai_client.mjs PORT API_KEY
+// Exits 1 on the first failed check (message on stderr).
+import OpenAI from "openai";
+
+const [port, apiKey] = process.argv.slice(2);
+const baseURL = `http://127.0.0.1:${port}/v1`;
+const client = new OpenAI({ baseURL, apiKey, maxRetries: 0, timeout: 60000 });
+
+function check(cond, msg) {
+  if (!cond) {
+    console.error("FAIL: " + msg);
+    process.exit(1);
+  }
+}
+const ok = (m) => console.log("ok: " + m);
+
+async function main() {
+  const models = await client.models.list();
+  const ids = [];
+  for await (const m of models) ids.push(m.id);
+  check(ids.length === 1, `models.list gave ${JSON.stringify(ids)}`);
+  const model = ids[0];
+  ok(`models.list: ${model}`);
+
+  const messages = [{ role: "user", content: "Tell me a story about a cat." }];
+
+  // chat, not streamed
+  const chat = await client.chat.completions.create({ model, messages, max_tokens: 40, temperature: 0 });
+  check(chat.object === "chat.completion", `chat object ${chat.object}`);
+  const chatText = chat.choices[0].message.content;
+  check(typeof chatText === "string" && chatText.length > 0, "chat content empty");
+  check(chat.choices[0].finish_reason === "length", `chat finish ${chat.choices[0].finish_reason}`);
+  check(chat.usage && chat.usage.completion_tokens === 40, `chat usage ${JSON.stringify(chat.usage)}`);
+
+  // chat, streamed
+  const stream = await client.chat.completions.create({
+    model, messages, max_tokens: 40, temperature: 0, stream: true, stream_options: { include_usage: true },
+  });
+  let streamed = "", n = 0, role = null, finish = null, usage = null;
+  for await (const chunk of stream) {
+    n++;
+    if (chunk.usage) usage = chunk.usage;
+    if (!chunk.choices.length) continue;
+    const c = chunk.choices[0];
+    if (n === 1) role = c.delta.role;
+    if (c.delta.content) streamed += c.delta.content;
+    if (c.finish_reason) finish = c.finish_reason;
+  }
+  check(role === "assistant", `first streamed chat delta role ${role}`);
+  check(finish === "length", `streamed chat finish ${finish}`);
+  check(usage && usage.completion_tokens === 40, `streamed chat usage ${JSON.stringify(usage)}`);
+  check(streamed === chatText, `streamed chat ${JSON.stringify(streamed)} != ${JSON.stringify(chatText)}`);
+  ok(`chat: streamed (${n} chunks) = not streamed: ${JSON.stringify(chatText.slice(0, 40))}`);
+
+  // completions, not streamed and streamed
+  const prompt = "Once upon a time";
+  const comp = await client.completions.create({ model, prompt, max_tokens: 40, temperature: 0 });
+  const compText = comp.choices[0].text;
+  check(compText.startsWith(", there was a little girl named Lily"), `completion text ${JSON.stringify(compText)}`);
+  check(comp.choices[0].finish_reason === "length", `completion finish ${comp.choices[0].finish_reason}`);
+  const cs = await client.completions.create({ model, prompt, max_tokens: 40, temperature: 0, stream: true });
+  let ctext = "", cfinish = null, cn = 0;
+  for await (const chunk of cs) {
+    cn++;
+    ctext += chunk.choices[0].text;
+    if (chunk.choices[0].finish_reason) cfinish = chunk.choices[0].finish_reason;
+  }
+  check(ctext === compText, `streamed completion ${JSON.stringify(ctext)} != ${JSON.stringify(compText)}`);
+  check(cfinish === "length", `streamed completion finish ${cfinish}`);
+  ok(`completions: streamed (${cn} chunks) = not streamed`);
+
+  // a stop string through the client
+  const st = await client.completions.create({ model, prompt, max_tokens: 40, temperature: 0, stop: ["girl named"] });
+  check(st.choices[0].text === ", there was a little " && st.choices[0].finish_reason === "stop",
+        `stop: ${JSON.stringify(st.choices[0])}`);
+  ok("completions with a stop string");
+
+  // abort a stream half way (the client's own cancellation)
+  const ac = new AbortController();
+  const long = await client.completions.create(
+    { model, prompt, max_tokens: 300, temperature: 0, stream: true }, { signal: ac.signal });
+  let got = 0, aborted = false;
+  try {
+    for await (const _chunk of long) {
+      if (++got === 3) ac.abort();
+    }
+  } catch (e) {
+    aborted = e instanceof OpenAI.APIUserAbortError || e.name === "AbortError";
+    if (!aborted) throw e;
+  }
+  check(aborted || got >= 3, "the stream could not be aborted");
+  ok("a stream aborted by the client");
+
+  // errors map to the client's error classes
+  try {
+    await client.chat.completions.create({ model, messages, max_tokens: 5, temperature: 5 });
+    check(false, "temperature 5 was accepted");
+  } catch (e) {
+    check(e instanceof OpenAI.BadRequestError && e.status === 400, `temperature 5: ${e}`);
+    check(e.error && typeof e.error.message === "string" && e.error.message.length > 0, `400 error body ${JSON.stringify(e.error)}`);
+  }
+  try {
+    await client.completions.create({ model: "no-such-model", prompt, max_tokens: 5 });
+    check(false, "an unknown model was accepted");
+  } catch (e) {
+    check(e instanceof OpenAI.BadRequestError || e instanceof OpenAI.NotFoundError, `unknown model: ${e}`);
+  }
+  const bad = new OpenAI({ baseURL, apiKey: apiKey + "x", maxRetries: 0, timeout: 30000 });
+  try {
+    await bad.completions.create({ model, prompt, max_tokens: 5 });
+    check(false, "a wrong API key was accepted");
+  } catch (e) {
+    check(e instanceof OpenAI.AuthenticationError && e.status === 401, `wrong key: ${e}`);
+  }
+  ok("errors: BadRequestError (400), AuthenticationError (401)");
+
+  // still serving
+  const again = await client.completions.create({ model, prompt, max_tokens: 40, temperature: 0 });
+  check(again.choices[0].text === compText, "after the errors the text changed");
+  ok("still serving the same text");
+}
+
+main().catch((e) => {
+  console.error("FAIL: " + (e && e.stack ? e.stack : e));
+  process.exit(1);
+});
