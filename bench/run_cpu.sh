@@ -6,7 +6,7 @@
 #
 # Usage: bench/run_cpu.sh [--quick] [--reps N] [--no-turbine] [--no-peer]
 #                         [--no-torch] [--no-peer-prefill] [--no-build]
-#                         [--timeout S] [--max-minutes M]
+#                         [--timeout S] [--max-minutes M] [--quiet-wait S]
 #   --quick            1 repetition, shorter generations, no token-by-token
 #                      prefill of the C peer
 #   --reps N           repetitions of every measurement (default 3); the
@@ -48,7 +48,7 @@ while [ $# -gt 0 ]; do
     --timeout) TIMEOUT=$2; shift ;;
     --max-minutes) MAX_MIN=$2; shift ;;
     --quiet-wait) QUIET_WAIT=$2; shift ;;
-    -h|--help) sed -n 2,20p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,26p "$0"; exit 0 ;;
     *) echo "run_cpu.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
@@ -191,11 +191,12 @@ wait_quiet() {
 # measure REP KIND MODEL DTYPE THREADS -- command...
 # Runs the command under the time limit once the machine is quiet, keeps its
 # stdout in F.out and its stderr in F.err, and records in the manifest the
-# run and the cores that other processes kept busy meanwhile (all busy CPU
-# time minus the command's own user+system time, over its wall time).
+# run, the cores the command itself used (its user+system time over its wall
+# time) and the cores that other processes kept busy meanwhile (all busy CPU
+# time minus the command's own, over its wall time).
 measure() {
   local rep=$1 kind=$2 model=$3 dtype=$4 th=$5; shift 6
-  local f="$LOGS/r${rep}_${kind}_${model}_${dtype}_t${th}" rc j0 j1 tt others
+  local f="$LOGS/r${rep}_${kind}_${model}_${dtype}_t${th}" rc j0 j1 tt others own
   wait_quiet
   j0=$(busy_jiffies)
   tt=$( { TIMEFORMAT='%R %U %S'; time timeout "$TIMEOUT" "$@" > "$f.out" 2> "$f.err"; } 2>&1 )
@@ -203,7 +204,8 @@ measure() {
   j1=$(busy_jiffies)
   others=$(echo "$tt" | tail -1 | awk -v j=$(( j1 - j0 )) -v hz="$HZ" \
     '{ o = (j / hz - $2 - $3) / ($1 > 0 ? $1 : 1); printf "%.3f", o < 0 ? 0 : o }')
-  printf 'run\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$rep" "$kind" "$model" "$dtype" "$th" "$rc" "$f" "$others" \
+  own=$(echo "$tt" | tail -1 | awk '{ printf "%.3f", ($2 + $3) / ($1 > 0 ? $1 : 1) }')
+  printf 'run\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$rep" "$kind" "$model" "$dtype" "$th" "$rc" "$f" "$others" "$own" \
     >> "$OUT/manifest.tsv"
   [ $rc = 0 ] || log "rc=$rc: $kind $model $dtype t$th (see $f.err)"
   awk -v o="$others" 'BEGIN { exit !(o >= 0.2) }' && log "contended ($others cores busy elsewhere): $kind $model $dtype t$th"
@@ -216,7 +218,7 @@ for rep in $(seq 1 "$REPS"); do
     log "time limit reached: stopping after $((rep - 1)) repetitions"; break
   fi
   log "repetition $rep/$REPS"
-  measure "$rep" bandwidth machine - 12 -- "$BANDWIDTH" --threads 1,2 --mib 256 --reps 10 --seconds 20
+  measure "$rep" bandwidth machine - 12 -- "$BANDWIDTH" --threads 1,2 --mib 256 --reps 30 --seconds 20
   for th in 1 2; do
     if [ $DO_TURBINE = 1 ]; then
       E=$OUT/stories260K_f32.engine
@@ -240,11 +242,11 @@ for rep in $(seq 1 "$REPS"); do
           "$PEER" "$CK_BIN" --prompt-ids $PREFILL_IDS -n 1 -t $th
       fi
     fi
+    if [ $DO_TORCH = 1 ]; then
+      measure "$rep" torch llama134m f32 $th -- $PY "$ROOT/bench/torch_baseline.py" "$CK" --threads $th \
+        --prompt-ids $IDS134 --decode-tokens $N134 --prefill-ids $PREFILL_IDS
+    fi
   done
-  if [ $DO_TORCH = 1 ]; then
-    measure "$rep" torch llama134m f32 12 -- $PY "$ROOT/bench/torch_baseline.py" "$CK" --threads 1,2 \
-      --prompt-ids $IDS134 --decode-tokens $N134 --prefill-ids $PREFILL_IDS
-  fi
 done
 cat /proc/loadavg > "$OUT/loadavg_end.txt"
 
@@ -291,7 +293,7 @@ for line in open(os.path.join(out, "manifest.tsv")) if os.path.exists(os.path.jo
         builds[f[1]] = {"build_s": float(f[2]), "engine_bytes": int(f[3])}
     elif f[0] == "run":
         runs.append(dict(rep=int(f[1]), kind=f[2], model=f[3], dtype=f[4], threads=f[5], rc=int(f[6]),
-                         log=f[7], others_cores=float(f[8])))
+                         log=f[7], others_cores=float(f[8]), own_cores=float(f[9])))
 
 checks = []
 if os.path.exists(os.path.join(out, "checks.tsv")):
@@ -467,9 +469,19 @@ print("| engine | build s | size MB | load ms |")
 print("|---|---|---|---|")
 for e in engines:
     print(f"| {e['engine']} | {f(e['build_s'], 2)} | {f(e['engine_bytes'] / 1e6 if e['engine_bytes'] else None)} | {f(e['load_ms'], 1)} |")
+over = [r for r in runs if r["kind"] != "bandwidth" and r["threads"].isdigit()
+        and r["own_cores"] > int(r["threads"]) + 0.3]
+res["runs_using_more_cores_than_threads"] = [
+    dict(kind=r["kind"], model=r["model"], dtype=r["dtype"], threads=r["threads"], rep=r["rep"],
+         own_cores=r["own_cores"]) for r in over]
+json.dump(res, open(os.path.join(out, "results.json"), "w"), indent=1)
 nc = len(res["contended_runs"])
 print(f"\n{len(runs)} runs, {nc} of them with other processes keeping ≥ {CONTENDED} cores busy "
       "(medians use the quiet runs where there are any).")
+if over:
+    print("\nRuns that used more cores than their thread count (CPU time ÷ wall time): " +
+          "; ".join(f"{r['kind']} {r['model']} {r['dtype']} t{r['threads']} rep {r['rep']}: "
+                    f"{r['own_cores']:.2f}" for r in over))
 if checks:
     print("\nChecks: " + "; ".join(f"{c['name']}: {c['result']}" for c in checks))
 PYEOF

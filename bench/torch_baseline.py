@@ -16,6 +16,10 @@ Modes:
                      wq/wk so both programs compute the same function.
 
 Run with Debian's interpreter: /usr/bin/python3 bench/torch_baseline.py DIR ...
+Debian's torch and numpy call OpenBLAS, which starts its own threads when it
+is loaded and ignores torch.set_num_threads; so a single --threads value also
+fixes the BLAS thread count before the import, and a list of values is only
+correct when the BLAS thread count is fixed from outside.
 """
 import argparse
 import json
@@ -25,9 +29,25 @@ import struct
 import sys
 import time
 
-import numpy as np
-import torch
-import torch.nn.functional as F
+
+def _pin_blas_threads(argv):
+    """Sets the BLAS/OpenMP thread count from a single --threads value."""
+    for i, a in enumerate(argv):
+        v = None
+        if a.startswith("--threads="):
+            v = a.split("=", 1)[1]
+        elif a == "--threads" and i + 1 < len(argv):
+            v = argv[i + 1]
+        if v is not None and v.strip().isdigit():
+            for k in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+                os.environ[k] = v.strip()
+
+
+_pin_blas_threads(sys.argv)
+
+import numpy as np  # noqa: E402  (after the thread count is fixed)
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 # ------------------------------------------------------------------ loading
 
@@ -281,7 +301,7 @@ def parse_ids(s):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("model", help="Hugging Face folder or llama2.c .bin")
-    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--threads", default="1", help="one count, or a list (see above)")
     ap.add_argument("--prompt-ids", default="1,9038,2501,263,931")
     ap.add_argument("--decode-tokens", type=int, default=64)
     ap.add_argument("--prefill-ids", default="", help="comma-separated ids for the prefill measurement")
@@ -308,6 +328,9 @@ def main():
         return
 
     prefill = parse_ids(a.prefill_ids)
+    if len(parse_ids(a.threads)) > 1 and "OPENBLAS_NUM_THREADS" not in os.environ:
+        print("warning: OpenBLAS keeps its default thread count for every --threads value",
+              file=sys.stderr)
     res = {"torch": torch.__version__, "load_ms": round(load_ms, 1), "runs": []}
     for th in parse_ids(a.threads):
         torch.set_num_threads(th)

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libxxhash-dev
       libopenblas-dev libmicrohttpd-dev python3-numpy libcurl4-openssl-dev)
-[ "${TURBINE_TEST_DEPS:-0}" = 1 ] && PKGS+=(nodejs npm wrk chromium)
+[ "${TURBINE_TEST_DEPS:-0}" = 1 ] && PKGS+=(nodejs npm wrk chromium prometheus)
 
 missing=()
 for p in "${PKGS[@]}"; do

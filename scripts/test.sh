@@ -5,8 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 TURBINE_TEST_DEPS=1 bash scripts/setup.sh
 export TURBINE_SHARED="${TURBINE_SHARED:-$(cd .. && pwd)/shared}"
-if [ -f tests/tokenizer/package.json ]; then
-  (cd tests/tokenizer && { npm ci --no-audit --no-fund --silent 2>/dev/null || npm install --no-audit --no-fund --silent; })
-fi
+# the JavaScript references and clients the tests use (pinned by package-lock.json)
+for d in tests/*/; do
+  if [ -f "$d/package-lock.json" ]; then
+    (cd "$d" && { npm ci --no-audit --no-fund --silent 2>/dev/null || npm install --no-audit --no-fund --silent; })
+  fi
+done
 cd build
 ctest --output-on-failure -j1

@@ -3,6 +3,10 @@
  * same logits as decoding each alone, including a batch that mixes one
  * sequence's prefill with the others' decode steps; and the KV cache returns
  * every block when sequences are reset.
+ *
+ * TURBINE_TEST_DEVICE (default "cpu") picks the device the engines are built
+ * for and run on, e.g. "cuda" on a GPU machine; TURBINE_PYTHON (default
+ * /usr/bin/python3) runs gen_checkpoints.py.
  */
 #include <math.h>
 
@@ -42,6 +46,7 @@ static void check_engine(const char *engine_path, float tol) {
     tb_context_options_default(&o);
     o.max_seqs = NSEQ;
     o.n_threads = 2;
+    o.device = getenv("TURBINE_TEST_DEVICE");
     tb_context *c = NULL;
     CHECK(tb_context_create(e, &o, &c) == TB_OK);
     if (!c) { tb_engine_free(e); return; }
@@ -121,14 +126,16 @@ int main(void) {
     tb_build_options bo;
     tb_build_options_default(&bo);
     bo.tokenizer_path = tok;
+    bo.device = getenv("TURBINE_TEST_DEVICE");
     CHECK_MSG(tb_build(model, engine, &bo, NULL) == TB_OK, "%s", tb_last_error());
     check_engine(engine, 1e-5f);
 
     /* a random GQA checkpoint with q/k/v biases, f32 and f16 engines */
     const char *src = getenv("TURBINE_SRC");
     snprintf(model, sizeof model, "%s/ckpt_batch_qwen2", tmp);
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s/tests/gen_checkpoints.py --preset qwen2 --dtype f32 --out %s >/dev/null",
-             src ? src : ".", model);
+    const char *py = getenv("TURBINE_PYTHON");
+    snprintf(cmd, sizeof cmd, "%s %s/tests/gen_checkpoints.py --preset qwen2 --dtype f32 --out %s >/dev/null",
+             py && *py ? py : "/usr/bin/python3", src ? src : ".", model);
     CHECK(system(cmd) == 0);
     snprintf(engine, sizeof engine, "%s/batch_qwen2.engine", tmp);
     CHECK_MSG(tb_build(model, engine, &bo, NULL) == TB_OK, "%s", tb_last_error());

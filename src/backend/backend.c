@@ -25,7 +25,7 @@ tb_status tb_device_parse(const char *device, char kind[16], int *index) {
     return TB_OK;
 }
 
-static tb_status no_cuda(void) {
+static __attribute__((unused)) tb_status no_cuda(void) {
     return tb_errorf(TB_ERR_UNSUPPORTED, "this turbine was built without CUDA (nvcc was not found at build time)");
 }
 

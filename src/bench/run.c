@@ -688,6 +688,7 @@ tb_status tb_bench_run(const tb_bench_config *c, const tb_workload *w, tb_bench_
     if (st != TB_OK) return st;
     r.epfd = epoll_create1(EPOLL_CLOEXEC);
     r.multi = curl_multi_init();
+
     if (r.epfd < 0 || !r.multi) { run_free(&r); return tb_errorf(TB_ERR_IO, "bench: cannot set up the event loop"); }
     curl_multi_setopt(r.multi, CURLMOPT_SOCKETFUNCTION, on_socket);
     curl_multi_setopt(r.multi, CURLMOPT_SOCKETDATA, &r);

@@ -1,63 +1,74 @@
 /* pool.c — a fixed pool of workers for one parallel loop at a time.
  *
- * Decode steps run hundreds of short ops per token, so workers spin on a
- * generation counter for a while before sleeping on a condition variable:
- * waking a sleeping thread costs tens of microseconds, a spin costs nothing
- * when the next op follows at once. */
+ * A job is split into as many chunks as the pool has threads; the caller and
+ * the workers claim chunk indices from one atomic word (job generation in the
+ * high half, next chunk in the low half), so whoever is running does the
+ * work: when a worker is not scheduled (more runnable threads than cores), the
+ * caller runs its chunks itself instead of waiting a time slice for it.
+ * Workers spin (yielding now and then) before sleeping on a condition
+ * variable, because a decode step runs hundreds of short jobs in a row. */
 #define _GNU_SOURCE
 #include "core.h"
 
 #include <immintrin.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 
-#define TB_POOL_SPIN 200000
+#define TB_POOL_SPIN 100000   /* pause iterations before sleeping */
+#define TB_POOL_YIELD 64      /* pause iterations between yields  */
 
 struct tb_pool {
     int n;
     pthread_t *threads;
-    tb_pool_fn fn;
+    tb_pool_fn fn;                 /* stable while the job's chunks run */
     void *arg;
-    _Atomic uint64_t gen;     /* bumped once per job            */
-    _Atomic int pending;      /* workers still running this job */
+    _Atomic uint64_t word;         /* gen << 32 | next chunk            */
+    _Atomic int done;              /* chunks finished of this job       */
     _Atomic int stop;
     _Atomic int sleepers;
     pthread_mutex_t mu;
     pthread_cond_t cv;
 };
 
-typedef struct {
-    tb_pool *p;
-    int ith;
-} tb_worker_arg;
+/* Claims and runs chunks of job `gen` until none is left. */
+static void run_chunks(tb_pool *p, uint32_t gen) {
+    for (;;) {
+        uint64_t w = atomic_load_explicit(&p->word, memory_order_acquire);
+        if ((uint32_t)(w >> 32) != gen) return;
+        uint32_t idx = (uint32_t)w;
+        if (idx >= (uint32_t)p->n) return;
+        if (!atomic_compare_exchange_weak_explicit(&p->word, &w, w + 1, memory_order_acq_rel, memory_order_relaxed))
+            continue;
+        p->fn(p->arg, (int)idx, p->n);
+        atomic_fetch_add_explicit(&p->done, 1, memory_order_release);
+    }
+}
 
 static void *worker_main(void *varg) {
-    tb_worker_arg *wa = varg;
-    tb_pool *p = wa->p;
-    int ith = wa->ith;
-    free(wa);
-    uint64_t seen = 0;
+    tb_pool *p = varg;
+    uint32_t seen = 0;
     for (;;) {
-        uint64_t g;
+        uint32_t gen;
         int spins = 0;
-        while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen &&
+        while ((gen = (uint32_t)(atomic_load_explicit(&p->word, memory_order_acquire) >> 32)) == seen &&
                !atomic_load(&p->stop)) {
             if (++spins < TB_POOL_SPIN) {
                 _mm_pause();
+                if (spins % TB_POOL_YIELD == 0) sched_yield();
                 continue;
             }
             pthread_mutex_lock(&p->mu);
             atomic_fetch_add(&p->sleepers, 1);
-            while (atomic_load(&p->gen) == seen && !atomic_load(&p->stop))
+            while ((uint32_t)(atomic_load(&p->word) >> 32) == seen && !atomic_load(&p->stop))
                 pthread_cond_wait(&p->cv, &p->mu);
             atomic_fetch_sub(&p->sleepers, 1);
             pthread_mutex_unlock(&p->mu);
             spins = 0;
         }
         if (atomic_load(&p->stop)) return NULL;
-        seen = g;
-        p->fn(p->arg, ith, p->n);
-        atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel);
+        seen = gen;
+        run_chunks(p, gen);
     }
 }
 
@@ -72,11 +83,7 @@ tb_status tb_pool_create(int n_threads, tb_pool **out) {
     pthread_cond_init(&p->cv, NULL);
     p->threads = calloc((size_t)n_threads, sizeof(pthread_t));
     for (int i = 1; i < n_threads; i++) {
-        tb_worker_arg *wa = malloc(sizeof *wa);
-        wa->p = p;
-        wa->ith = i;
-        if (pthread_create(&p->threads[i], NULL, worker_main, wa) != 0) {
-            free(wa);
+        if (pthread_create(&p->threads[i], NULL, worker_main, p) != 0) {
             p->n = i;
             tb_pool_free(p);
             return tb_errorf(TB_ERR_INTERNAL, "cannot start worker thread %d", i);
@@ -108,13 +115,18 @@ void tb_pool_run(tb_pool *p, tb_pool_fn fn, void *arg) {
     }
     p->fn = fn;
     p->arg = arg;
-    atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
-    atomic_fetch_add(&p->gen, 1); /* seq_cst: pairs with the sleepers check */
+    atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+    uint32_t gen = (uint32_t)(atomic_load(&p->word) >> 32) + 1;
+    atomic_store(&p->word, (uint64_t)gen << 32); /* seq_cst: pairs with the sleepers check */
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mu);
         pthread_cond_broadcast(&p->cv);
         pthread_mutex_unlock(&p->mu);
     }
-    fn(arg, 0, p->n);
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) _mm_pause();
+    run_chunks(p, gen);
+    int spins = 0;
+    while (atomic_load_explicit(&p->done, memory_order_acquire) < p->n) {
+        _mm_pause();
+        if (++spins % TB_POOL_YIELD == 0) sched_yield();
+    }
 }

@@ -90,7 +90,29 @@ struct tb_context {
     int n_free;
     int ids_value;
     double t_step;            /* seconds spent in steps */
+    int profiling;
+    double prof_seconds[TB_OP_COUNT];
 };
+
+tb_status tb_context_set_profiling(tb_context *c, int on) {
+    if (!c) return tb_errorf(TB_ERR_INVALID_ARG, "profiling: no context");
+    c->profiling = on != 0;
+    memset(c->prof_seconds, 0, sizeof c->prof_seconds);
+    return TB_OK;
+}
+
+int tb_context_profile(const tb_context *c, const char **names, double *seconds, int cap) {
+    int n = 0;
+    for (int k = 0; k < TB_OP_COUNT; k++) {
+        if (c->prof_seconds[k] <= 0) continue;
+        if (n < cap) {
+            names[n] = tb_op_name((tb_op_kind)k);
+            seconds[n] = c->prof_seconds[k];
+        }
+        n++;
+    }
+    return n < cap ? n : cap;
+}
 
 tb_status tb_context_create(tb_engine *e, const tb_context_options *opt, tb_context **out) {
     *out = NULL;
@@ -272,9 +294,12 @@ tb_status tb_context_step(tb_context *c, const tb_seq_chunk *ch, int n_chunks, c
     double t0 = tb_now();
     tb_status bs = c->be->iface->step_begin(c->be, g, c->bufs, c->ids_value, c->ids, &st);
     if (bs != TB_OK) return bs;
+    int prof = c->profiling;
     for (int k = 0; k < g->n_nodes; k++) {
+        double tn = prof ? tb_now() : 0;
         tb_status s = c->be->iface->run_node(c->be, g, &g->nodes[k], c->bufs, &st);
         if (s != TB_OK) return tb_error_prefix(s, "node %d (%s)", k, tb_op_name(g->nodes[k].op));
+        if (prof) c->prof_seconds[g->nodes[k].op] += tb_now() - tn;
     }
     c->t_step += tb_now() - t0;
     for (int i = 0; i < n_chunks; i++) c->seq_len[ch[i].seq] += ch[i].n_tokens;

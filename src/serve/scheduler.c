@@ -430,6 +430,12 @@ tb_status tb_sched_submit(tb_sched *s, tb_request *r) {
     if (r->n_prompt >= s->info.max_seq_len)
         return tb_errorf(TB_ERR_INVALID_ARG, "the prompt has %d tokens; the context is %d", r->n_prompt,
                          s->info.max_seq_len);
+    int bs = tb_kv_block_size(s->ctx), total = tb_kv_total_blocks(s->ctx);
+    int need = blocks_for(r->n_prompt + r->p.max_tokens, bs);
+    if (need > total)
+        return tb_errorf(TB_ERR_INVALID_ARG,
+                         "prompt (%d tokens) + max_tokens (%d) needs %d KV-cache blocks; the whole cache has %d "
+                         "(%d tokens)", r->n_prompt, r->p.max_tokens, need, total, total * bs);
     pthread_mutex_lock(&s->mu);
     if (s->stopping) {
         pthread_mutex_unlock(&s->mu);

@@ -931,7 +931,9 @@ int tb_serve_run(const tb_serve_options *opt) {
     fprintf(stderr, "turbine: %s received: draining (grace %.0f s)\n", g_signal == SIGINT ? "SIGINT" : "SIGTERM",
             s->o.grace_seconds);
     atomic_store(&s->stopping, 1);
-    MHD_quiesce_daemon(s->d); /* no new connections */
+    /* no new connections; stop listening too, else the kernel queues them unanswered */
+    MHD_socket lfd = MHD_quiesce_daemon(s->d);
+    if (lfd != MHD_INVALID_SOCKET) shutdown(lfd, SHUT_RDWR);
     tb_sched_stop(s->sched, 1, s->o.grace_seconds);
     /* let streams flush their last chunks */
     const union MHD_DaemonInfo *di;
@@ -940,6 +942,7 @@ int tb_serve_run(const tb_serve_options *opt) {
            di->num_connections > 0)
         usleep(20 * 1000);
     MHD_stop_daemon(s->d);
+    if (lfd != MHD_INVALID_SOCKET) close(lfd); /* MHD's threads are gone: now it may be closed */
     tb_sched_free(s->sched);
     tb_context_free(s->ctx);
     tb_engine_free(s->e);

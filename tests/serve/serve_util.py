@@ -9,6 +9,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -67,21 +68,23 @@ def build_stories(d, max_batch=16):
 
 
 def build_slow(d, max_batch=8):
-    """A random-weight llama (hidden 256, 4 layers, vocab 512, context 512):
-    some milliseconds a token, so that a 400-token request lasts long enough
-    to be cancelled or drained. Its text is noise."""
+    """A random-weight llama (10M parameters: hidden 384, 6 layers, vocab 512,
+    context 512): about 3 ms a token on one thread, so that a request of some
+    hundred tokens lasts long enough to be cancelled or drained. Its text is
+    noise. Serve it with --threads 1 for steady timing."""
     out = os.path.join(d, "slow.engine")
     ck = os.path.join(d, "slow_ckpt")
     sys.path.insert(0, os.path.join(SRC, "tests"))
     import gen_checkpoints as gc
-    gc.PRESETS["serve-slow"] = dict(hidden_size=256, intermediate_size=768, num_hidden_layers=4,
-                                    num_attention_heads=8, num_key_value_heads=8,
+    gc.PRESETS["serve-slow"] = dict(hidden_size=384, intermediate_size=1024, num_hidden_layers=6,
+                                    num_attention_heads=6, num_key_value_heads=6,
                                     max_position_embeddings=512)
     gc.generate("serve-slow", "f32", ck, seed=1)
     r = subprocess.run([BIN, "build", ck, "--tokenizer", os.path.join(STORIES, "tok512.bin"), "-o", out,
                         "--max-batch", str(max_batch)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
     if r.returncode != 0:
         raise TestFailure("engine build failed:\n" + r.stdout.decode(errors="replace"))
+    shutil.rmtree(ck, ignore_errors=True)
     return out
 
 
@@ -305,3 +308,22 @@ def run_tests(tests):
     print("%d/%d passed in %.1f s" % (len(tests) - len(failed), len(tests), time.time() - t0), flush=True)
     _cleanup()
     sys.exit(1 if failed else 0)
+
+
+def http_body(raw):
+    """The body of a raw HTTP/1.1 response (bytes), chunked transfer coding removed."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    if b"chunked" not in head.lower():
+        return body
+    out = b""
+    while body:
+        line, _, rest = body.partition(b"\r\n")
+        try:
+            n = int(line.split(b";")[0], 16)
+        except ValueError:
+            break
+        if n == 0:
+            break
+        out += rest[:n]
+        body = rest[n + 2:]
+    return out

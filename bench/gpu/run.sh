@@ -1,0 +1,197 @@
+#!/bin/bash
+# bench/gpu/run.sh — the CUDA backend on one GPU: build, correctness, timing.
+#
+#   bash bench/gpu/run.sh
+#
+# 1. build  : cmake Release with CUDA into build-gpu/ (or, with TB_PREBUILT=DIR,
+#             use DIR/turbine, DIR/test_batch, DIR/gpu_bench and DIR/lib/*.so)
+# 2. logits : random checkpoints (tests/gen_checkpoints.py) llama-gqa, qwen2,
+#             mistral, llama3-rope in f32 and bf16; engines f32/f16/bf16 built
+#             with --device $DEV; 32 prompt ids + 16 greedy steps compared with
+#             tests/compare_logits.py (1e-4 f32 engines, 2e-2 f16/bf16), and
+#             one long run (300 tokens) that takes the split-K decode path
+# 3. text   : stories260K f32 on the GPU, -n 200 greedy, byte for byte
+# 4. batch  : tests/test_batch.c with TURBINE_TEST_DEVICE=$DEV
+# 5. memchk : compute-sanitizer memcheck on short runs
+# 6. timing : TinyLlama-1.1B and Llama-2-7B shapes, f16 random weights:
+#             batch-1 decode ms/token, prefill 512; transformers eager FP16
+#             on the same weights; copy bandwidth
+# Env: OUT (results folder), TB_GPU_DATA (folder with models/stories260K and
+# models/llama2_tokenizer.bin; default .devdata/gpu), TB_BUDGET_S (seconds
+# after which the heavy timing steps are skipped; default 540).
+set -u
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=${OUT:-$SRC/bench/out/gpu}
+DATA=${TB_GPU_DATA:-$SRC/.devdata/gpu}
+BUDGET=${TB_BUDGET_S:-540}
+W=${TB_WORK:-/tmp/tb-gpu}
+PY=${TB_PYTHON:-python3}
+DEV=${TB_DEVICE:-cuda}   # cpu: a dry run of this script on a machine without a GPU
+T_START=$(date +%s)
+mkdir -p "$OUT" "$W"
+LOG=$OUT/log.txt
+SUM=$OUT/summary.txt
+: > "$LOG"; : > "$SUM"
+say() { echo "$*" | tee -a "$LOG"; }
+row() { printf '%-34s %s\n' "$1" "$2" | tee -a "$SUM" >> "$LOG"; }
+elapsed() { echo $(( $(date +%s) - T_START )); }
+
+say "== machine"
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader 2>&1 | tee -a "$LOG"
+
+# ---------------------------------------------------------------- 1. build
+LIBS=""
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do
+    [ -e "$d/libcublas.so.13" ] && LIBS="$d" && break
+done
+if [ -z "$LIBS" ]; then
+    f=$(find / -xdev -name 'libcublas.so.13' 2>/dev/null | head -1)
+    [ -n "$f" ] && LIBS=$(dirname "$f")
+fi
+if [ -n "${TB_PREBUILT:-}" ]; then
+    BIN=$TB_PREBUILT
+    LIBS="$TB_PREBUILT/lib:$LIBS"
+    say "== using prebuilt binaries in $BIN (libs: $LIBS)"
+else
+    say "== build (Release, CUDA)"
+    BIN=$SRC/build-gpu
+    if ! (cmake -S "$SRC" -B "$BIN" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >> "$LOG" 2>&1 &&
+          make -C "$BIN" -j"$(nproc)" turbine test_batch gpu_bench >> "$LOG" 2>&1); then
+        say "build failed"; row build FAIL; cat "$SUM"; exit 1
+    fi
+fi
+tb() { LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
+TB="$BIN/turbine"
+if ! tb "$TB" help > /dev/null 2>&1 && ! tb "$TB" --help > /dev/null 2>&1; then
+    tb "$TB" --help 2>&1 | head -5 | tee -a "$LOG"
+fi
+row build "ok ($(elapsed) s)"
+# `turbine run --device` where the CLI has it; else the engine's own backend
+RUNDEV=()
+if ! tb "$TB" run /nonexistent.engine --device $DEV -n 1 -p x 2>&1 | grep -q "unknown option"; then
+    RUNDEV=(--device "$DEV")
+fi
+say "run device flag: ${RUNDEV[*]:-(none: the backend the engine records)}"
+
+TOK512=$DATA/models/stories260K/tok512.bin
+STORIES=$DATA/models/stories260K/stories260K.bin
+LTOK=$DATA/models/llama2_tokenizer.bin
+
+# ---------------------------------------------------------------- 2. logits
+say "== logits vs reference"
+prompt_ids() {
+    "$PY" -c "import random,sys; r=random.Random(sys.argv[1]); print(','.join(str(r.randrange(3,512)) for _ in range(32)))" "$1"
+}
+pass=0; fail=0; worst_lo=0; worst_hi=0
+# case NAME MODEL EDTYPE TOL [N]
+case_run() {
+    local name=$1 model=$2 edt=$3 tol=$4 n=${5:-48}
+    local eng=$W/$name.engine lg=$W/$name.logits.bin ids out rc
+    ids=$(prompt_ids "$name")
+    if ! tb "$TB" build "$model" -o "$eng" --tokenizer "$TOK512" --dtype "$edt" --device $DEV >> "$LOG" 2>&1; then
+        say "FAIL $name: build"; fail=$((fail + 1)); return
+    fi
+    if ! tb "$TB" run "$eng" "${RUNDEV[@]}" --prompt-ids "$ids" -n "$n" --temperature 0 --logits-out "$lg" \
+         > /dev/null 2>> "$LOG"; then
+        say "FAIL $name: run"; fail=$((fail + 1)); return
+    fi
+    out=$("$PY" "$SRC/tests/compare_logits.py" --model "$model" --logits "$lg" --prompt-ids "$ids" --tol "$tol" --quiet 2>&1)
+    rc=$?
+    if [ $rc -eq 0 ]; then pass=$((pass + 1)); say "PASS $name: $(echo "$out" | tail -n 1)"
+    else fail=$((fail + 1)); say "FAIL $name: $(echo "$out" | tail -n 2 | tr '\n' ' ')"; fi
+}
+for p in llama-gqa qwen2 mistral llama3-rope; do
+    for cdt in f32 bf16; do
+        d=$W/ckpt/$p-$cdt
+        "$PY" "$SRC/tests/gen_checkpoints.py" --preset $p --dtype $cdt --out "$d" > /dev/null 2>> "$LOG" || { say "FAIL gen $p $cdt"; continue; }
+        case_run "$p-$cdt-f32" "$d" f32 1e-4
+        if [ $cdt = f32 ]; then case_run "$p-$cdt-f16" "$d" f16 2e-2
+        else case_run "$p-$cdt-bf16" "$d" bf16 2e-2; fi
+    done
+done
+# long sequences: the split-K decode path (contexts >= 128)
+case_run "llama3-rope-f32-f32-long" "$W/ckpt/llama3-rope-f32" f32 1e-4 300
+case_run "llama3-rope-f32-f16-long" "$W/ckpt/llama3-rope-f32" f16 2e-2 300
+row "logits vs reference" "$pass passed, $fail failed"
+
+# ---------------------------------------------------------------- 3. stories260K
+say "== stories260K greedy text"
+if tb "$TB" build "$STORIES" --tokenizer "$TOK512" -o "$W/s.engine" --device $DEV >> "$LOG" 2>&1 &&
+   tb "$TB" run "$W/s.engine" "${RUNDEV[@]}" -n 200 --temperature 0 -p "Once upon a time" > "$W/s.txt" 2>> "$LOG" &&
+   cmp -s "$W/s.txt" "$DATA/models/stories260K/expected_once_upon_a_time_n200.txt"; then
+    row "stories260K f32 text (n=200)" "PASS byte for byte"
+else
+    row "stories260K f32 text (n=200)" "FAIL"
+    diff "$DATA/models/stories260K/expected_once_upon_a_time_n200.txt" "$W/s.txt" 2>&1 | head -8 | tee -a "$LOG"
+fi
+# the engine records the GPU; a CPU run of it is refused with a clear error
+tb "$BIN/gpu_bench" "$W/s.engine" --device cpu --decode 1 > /dev/null 2> "$W/cpu_err.txt"
+say "cpu load of a cuda engine: $(tail -n 1 "$W/cpu_err.txt")"
+tb "$TB" inspect "$W/s.engine" 2>&1 | grep -i -m3 "cuda\|gpu\|cc" | tee -a "$LOG"
+
+# ---------------------------------------------------------------- 4. batch
+say "== batched vs unbatched (tests/test_batch.c on cuda)"
+mkdir -p "$W/tbatch"
+if tb env TURBINE_TEST_DEVICE=$DEV TURBINE_SHARED="$DATA" TURBINE_SRC="$SRC" TURBINE_TMP="$W/tbatch" \
+       TURBINE_PYTHON="$(command -v "$PY")" "$BIN/test_batch" > "$W/batch.txt" 2>&1; then
+    row "batched == unbatched" "PASS $(grep -o 'max rel err [0-9.e+-]*' "$W/batch.txt" | awk '{print $4}' | tr '\n' ' ')"
+else
+    row "batched == unbatched" "FAIL"
+fi
+cat "$W/batch.txt" >> "$LOG"
+
+# ---------------------------------------------------------------- 5. sanitizer
+say "== compute-sanitizer"
+CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+if [ -n "$CS" ]; then
+    ids=$(prompt_ids san)
+    tb "$TB" build "$W/ckpt/qwen2-f32" -o "$W/san16.engine" --tokenizer "$TOK512" --dtype f16 --device $DEV >> "$LOG" 2>&1
+    tb "$CS" --tool memcheck --error-exitcode 9 "$TB" run "$W/s.engine" "${RUNDEV[@]}" -n 150 --temperature 0 \
+        -p "Once upon a time" > "$W/san1.txt" 2>&1; r1=$?
+    tb "$CS" --tool memcheck --error-exitcode 9 "$TB" run "$W/san16.engine" "${RUNDEV[@]}" --prompt-ids "$ids" -n 48 \
+        --temperature 0 > "$W/san2.txt" 2>&1; r2=$?
+    tail -n 3 "$W/san1.txt" "$W/san2.txt" >> "$LOG"
+    row "compute-sanitizer memcheck" "rc $r1 (stories f32 n=150), $r2 (qwen2 f16 32+16): $(grep -h 'ERROR SUMMARY' "$W/san1.txt" "$W/san2.txt" | tr '\n' ' ')"
+else
+    row "compute-sanitizer memcheck" "not found"
+fi
+
+# ---------------------------------------------------------------- 6. timing
+bench_shape() {
+    local shape=$1 d=$W/$1
+    say "== timing $shape ($(elapsed) s elapsed)"
+    local extra=""
+    [ "$shape" = tinyllama ] && extra="--copy-bw"
+    "$PY" "$SRC/bench/gpu/torch_ckpt.py" --shape "$shape" --out "$d" --hf-bench $extra > "$W/$shape.torch.txt" 2>> "$LOG"
+    cat "$W/$shape.torch.txt" | tee -a "$LOG"
+    local t0=$(date +%s)
+    if ! tb "$TB" build "$d" -o "$W/$shape.engine" --tokenizer "$LTOK" --dtype f16 --device $DEV --max-seq-len 1024 \
+         >> "$LOG" 2>&1; then
+        row "$shape" "build FAIL"; return
+    fi
+    rm -f "$d/model.safetensors"
+    say "engine build: $(( $(date +%s) - t0 )) s"
+    tb "$BIN/gpu_bench" "$W/$shape.engine" --device $DEV --prefill 512 --decode 128 --ctx 16 --batch 1,8 \
+        > "$W/$shape.bench.txt" 2>> "$LOG"
+    cat "$W/$shape.bench.txt" | tee -a "$LOG"
+    local dec hf pf hfpf bw
+    dec=$(awk '/^decode b1:/{print $3}' "$W/$shape.bench.txt")
+    pf=$(awk '/^prefill/{print $3}' "$W/$shape.bench.txt")
+    hf=$(awk '/^hf_decode_ms/{print $2}' "$W/$shape.torch.txt")
+    hfpf=$(awk '/^hf_prefill512_ms/{print $2}' "$W/$shape.torch.txt")
+    row "$shape f16 decode b1 ms/token" "${dec:-?} (transformers eager ${hf:-?})"
+    row "$shape f16 decode b8 ms/step" "$(awk '/^decode b8:/{print $3}' "$W/$shape.bench.txt")"
+    row "$shape f16 prefill 512 ms" "${pf:-?} (transformers eager ${hfpf:-?})"
+    bw=$(awk '/^copy_bw_TBps/{print $2}' "$W/$shape.torch.txt")
+    [ -n "$bw" ] && row "copy bandwidth TB/s" "$bw"
+    rm -f "$W/$shape.engine"
+}
+if [ -n "${TB_SKIP_TIMING:-}" ]; then row timing skipped; else
+bench_shape tinyllama
+if [ "$(elapsed)" -lt $((BUDGET - 200)) ]; then bench_shape llama7b
+else row "llama7b" "skipped (budget: $(elapsed) s elapsed)"; fi
+fi
+
+say ""
+say "== summary ($(elapsed) s)"
+cat "$SUM"

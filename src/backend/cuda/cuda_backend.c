@@ -1,0 +1,613 @@
+/* cuda_backend.c — the CUDA backend: the vtable over cuda_kernels.h and
+ * cuBLAS, device memory, one stream per backend, the step's bindings mirrored
+ * on the device, and the GPU fingerprint.
+ *
+ * Memory: every weight is uploaded once (load_weights) into one device
+ * allocation. The runtime's activation arena and KV pool come from `alloc`
+ * (cudaMalloc). Scratch (cuBLAS inputs converted to the weight type, split-K
+ * partials), the device copies of the step bindings and a pinned buffer for
+ * the logits are sized from the graph at load_weights; only the compact block
+ * table is sized at the first step (the block size is a context option).
+ *
+ * Matmuls: T <= TBC_GEMV_MAX_T tokens run the bandwidth-bound GEMV kernel;
+ * larger steps run cuBLAS (f32 SGEMM for f32 weights; otherwise x is
+ * converted to the weight type and cublasGemmEx accumulates in f32).
+ */
+#include "backend/backend.h"
+#include "backend/cuda/cuda_kernels.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <jansson.h>
+
+#define MAX_SPLITS 32
+#define MAX_GRAPHS 64
+
+/* A captured decode step: every kernel of one step of T tokens and R rows. */
+typedef struct {
+    int T, R;
+    int failed;               /* capture failed once: run this shape eagerly  */
+    cudaGraphExec_t exec;
+} step_graph;
+
+enum { RUN_EAGER = 0, RUN_CAPTURE, RUN_REPLAY };
+
+typedef struct {
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    int n_sm, cc_major, cc_minor;
+    char name[256];
+    int max_ctx;
+    void *weights;            /* every weight of the graph, one allocation    */
+    /* step bindings: pinned host staging and its device copy, laid out as
+     * ids (max_tokens) | pos | seq | rows | block table (max_tokens, mb)    */
+    int max_tokens;
+    int bt_stride;            /* max_blocks the staging was sized for          */
+    int32_t *h_stage, *d_stage;
+    size_t stage_ints;
+    int32_t *seq_map;         /* (max_tokens) compact slot -> runtime slot     */
+    int32_t *seq_last;        /* (max_tokens) highest position per slot         */
+    int step_max_len;         /* longest sequence in this step (host side)     */
+    /* scratch */
+    void *xconv;              /* x converted for cuBLAS (max_tokens, max_K)    */
+    size_t xconv_bytes;
+    float *partial;           /* split-K partials                              */
+    size_t partial_floats;
+    float *h_out;             /* pinned logits                                 */
+    size_t out_bytes;
+    /* CUDA graphs: steps of T <= TBC_GEMV_MAX_T tokens (decode buckets, no
+     * cuBLAS) are captured once per (T, R) and replayed; TB_CUDA_GRAPHS=0
+     * turns this off */
+    int use_graphs;
+    int mode;                 /* RUN_* for the current step                    */
+    step_graph *cur;
+    step_graph graphs[MAX_GRAPHS];
+    int n_graphs;
+} cuda_ctx;
+
+static tb_status cuda_fail(cudaError_t e, const char *what) {
+    return tb_errorf(TB_ERR_INTERNAL, "cuda: %s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+#define CU_TRY(call, what)                                                   \
+    do {                                                                     \
+        cudaError_t cu_e_ = (call);                                          \
+        if (cu_e_ != cudaSuccess) return cuda_fail(cu_e_, what);             \
+    } while (0)
+
+static const char *blas_status_name(cublasStatus_t s) {
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "success";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "not initialized";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "allocation failed";
+    case CUBLAS_STATUS_INVALID_VALUE: return "invalid value";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "architecture mismatch";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "execution failed";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "internal error";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "not supported";
+    default: return "error";
+    }
+}
+
+static int tbc_of(tb_dtype d, tbc_dtype *out) {
+    switch (d) {
+    case TB_F32: *out = TBC_F32; return 1;
+    case TB_F16: *out = TBC_F16; return 1;
+    case TB_BF16: *out = TBC_BF16; return 1;
+    default: return 0;
+    }
+}
+
+/* ---------------------------------------------------------------- vtable */
+
+static int cuda_supports_op(tb_backend *b, const tb_graph *g, const tb_node *n) {
+    (void)b;
+    tbc_dtype dt;
+    switch (n->op) {
+    case TB_OP_MATMUL:
+    case TB_OP_EMBEDDING:
+        return tbc_of(g->values[n->in[1]].dtype, &dt);
+    case TB_OP_ATTENTION: {
+        int H = n->i[1], KV = n->i[2], hd = n->i[3] & 0xffff;
+        return KV > 0 && H % KV == 0 && tbc_attention_supports(hd);
+    }
+    case TB_OP_ROPE:
+        return n->i[1] % 2 == 0;
+    case TB_OP_RMSNORM:
+    case TB_OP_ADD_RMSNORM:
+    case TB_OP_SILU_MUL:
+    case TB_OP_ADD:
+    case TB_OP_GATHER_ROWS:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+static void *cuda_alloc(tb_backend *b, size_t bytes) {
+    void *p = NULL;
+    (void)b;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 256);
+    if (e != cudaSuccess) {
+        tb_errorf(TB_ERR_OOM, "cuda: cannot allocate %zu bytes of device memory: %s", bytes, cudaGetErrorString(e));
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_free(tb_backend *b, void *p) {
+    (void)b;
+    if (p) cudaFree(p);
+}
+
+static int64_t sym_max(const tb_graph *g, int64_t d) {
+    return TB_IS_SYM(d) ? g->syms[TB_SYM_INDEX(d)].max : d;
+}
+
+/* Uploads the weights and sizes every buffer whose size the graph sets. */
+static tb_status cuda_load_weights(tb_backend *b, const tb_graph *g, void **bufs) {
+    cuda_ctx *c = b->ctx;
+    CU_TRY(cudaSetDevice(c->device), "cudaSetDevice");
+    size_t total = 0;
+    for (int i = 0; i < g->n_values; i++)
+        if (g->values[i].kind == TB_VAL_WEIGHT) total += (g->values[i].nbytes + 255) / 256 * 256;
+    if (c->weights) { cudaFree(c->weights); c->weights = NULL; }
+    cudaError_t e = cudaMalloc(&c->weights, total ? total : 256);
+    if (e != cudaSuccess)
+        return tb_errorf(TB_ERR_OOM, "cuda: cannot allocate %.2f GiB of device memory for the weights on %s: %s",
+                         (double)total / (1 << 30), c->name, cudaGetErrorString(e));
+    size_t off = 0;
+    for (int i = 0; i < g->n_values; i++) {
+        const tb_value *v = &g->values[i];
+        if (v->kind != TB_VAL_WEIGHT) continue;
+        uint8_t *dst = (uint8_t *)c->weights + off;
+        if (v->nbytes) CU_TRY(cudaMemcpy(dst, v->data, v->nbytes, cudaMemcpyHostToDevice), "uploading weights");
+        bufs[i] = dst;
+        off += (v->nbytes + 255) / 256 * 256;
+    }
+
+    /* sizes at the profile's maxima */
+    int64_t max_tokens = 1;
+    for (int i = 0; i < g->n_syms; i++) if (g->syms[i].max > max_tokens) max_tokens = g->syms[i].max;
+    c->max_tokens = (int)max_tokens;
+    size_t xconv = 0, part = 0;
+    for (int k = 0; k < g->n_nodes; k++) {
+        const tb_node *n = &g->nodes[k];
+        if (n->op == TB_OP_MATMUL) {
+            const tb_value *w = &g->values[n->in[1]];
+            size_t need = (size_t)sym_max(g, g->values[n->in[0]].dims[0]) * (size_t)w->dims[1] * 2;
+            if (w->dtype != TB_F32 && need > xconv) xconv = need;
+        } else if (n->op == TB_OP_ATTENTION) {
+            int H = n->i[1], hd = n->i[3] & 0xffff;
+            /* splits are used only while H * T < 2 * n_sm */
+            size_t need = (size_t)(2 * c->n_sm) * MAX_SPLITS * (size_t)(hd + 2) + (size_t)H * (hd + 2);
+            if (need > part) part = need;
+        }
+    }
+    if (xconv && !c->xconv) {
+        CU_TRY(cudaMalloc(&c->xconv, xconv), "allocating matmul scratch");
+        c->xconv_bytes = xconv;
+    }
+    if (part && !c->partial) {
+        CU_TRY(cudaMalloc((void **)&c->partial, part * sizeof(float)), "allocating attention scratch");
+        c->partial_floats = part;
+    }
+    const tb_value *ov = &g->values[g->output];
+    size_t out_bytes = (size_t)tb_value_numel(g, ov, NULL) * sizeof(float);
+    if (!c->h_out) {
+        CU_TRY(cudaMallocHost((void **)&c->h_out, out_bytes ? out_bytes : 256), "allocating pinned logits");
+        c->out_bytes = out_bytes;
+    }
+    c->seq_map = calloc((size_t)max_tokens, sizeof(int32_t));
+    c->seq_last = calloc((size_t)max_tokens, sizeof(int32_t));
+    if (!c->seq_map || !c->seq_last) return tb_errorf(TB_ERR_OOM, "out of memory");
+    return TB_OK;
+}
+
+/* (Re)sizes the staging buffers for block tables of `mb` columns. */
+static void graphs_clear(cuda_ctx *c) {
+    for (int i = 0; i < c->n_graphs; i++)
+        if (c->graphs[i].exec) cudaGraphExecDestroy(c->graphs[i].exec);
+    c->n_graphs = 0;
+}
+
+static tb_status stage_reserve(cuda_ctx *c, int mb) {
+    if (c->h_stage && mb <= c->bt_stride) return TB_OK;
+    graphs_clear(c); /* captured kernels point into the old buffers */
+    if (c->h_stage) cudaFreeHost(c->h_stage);
+    if (c->d_stage) cudaFree(c->d_stage);
+    c->h_stage = c->d_stage = NULL;
+    size_t n = (size_t)c->max_tokens * (4 + (size_t)mb);
+    CU_TRY(cudaMallocHost((void **)&c->h_stage, n * sizeof(int32_t)), "allocating pinned step bindings");
+    CU_TRY(cudaMalloc((void **)&c->d_stage, n * sizeof(int32_t)), "allocating device step bindings");
+    c->stage_ints = n;
+    c->bt_stride = mb;
+    return TB_OK;
+}
+
+/* Copies the step's ids, positions, sequences, rows and the block-table rows
+ * of the step's sequences (renumbered 0.. in order of appearance) to the
+ * device in one transfer, and points *st at the device copies. */
+static tb_status cuda_step_begin(tb_backend *b, const tb_graph *g, void **bufs, int ids_value, const int32_t *ids,
+                                 tb_step *st) {
+    (void)g;
+    cuda_ctx *c = b->ctx;
+    int T = st->n_tokens, R = st->n_rows, mb = st->max_blocks;
+    if (T < 1 || T > c->max_tokens || R < 0 || R > c->max_tokens)
+        return tb_errorf(TB_ERR_RANGE, "cuda: a step of %d tokens (%d rows) exceeds the %d the backend was sized for",
+                         T, R, c->max_tokens);
+    /* the previous step's kernels (and its use of the staging) are done */
+    CU_TRY(cudaStreamSynchronize(c->stream), "previous step");
+    TB_TRY(stage_reserve(c, mb));
+    int32_t *h = c->h_stage, *h_ids = h, *h_pos = h + c->max_tokens, *h_seq = h_pos + c->max_tokens,
+            *h_rows = h_seq + c->max_tokens, *h_bt = h_rows + c->max_tokens;
+    memcpy(h_ids, ids, sizeof(int32_t) * (size_t)T);
+    memcpy(h_pos, st->pos, sizeof(int32_t) * (size_t)T);
+    memcpy(h_rows, st->rows, sizeof(int32_t) * (size_t)R);
+    int n_seq = 0, max_len = 0;
+    for (int t = 0; t < T; t++) {
+        int s = st->seq[t], k = (t > 0 && st->seq[t - 1] == s) ? h_seq[t - 1] : -1;
+        for (int i = n_seq - 1; k < 0 && i >= 0; i--) if (c->seq_map[i] == s) k = i;
+        if (k < 0) {
+            k = n_seq++;
+            c->seq_map[k] = s;
+            c->seq_last[k] = 0;
+        }
+        h_seq[t] = k;
+        if (st->pos[t] > c->seq_last[k]) c->seq_last[k] = st->pos[t];
+        if (st->pos[t] + 1 > max_len) max_len = st->pos[t] + 1;
+    }
+    for (int k = 0; k < n_seq; k++) {
+        int nb = c->seq_last[k] / st->block_size + 1;
+        memcpy(h_bt + (size_t)k * mb, st->block_tables + (size_t)c->seq_map[k] * mb, sizeof(int32_t) * (size_t)nb);
+    }
+    size_t n = (size_t)(h_bt - h) + (size_t)n_seq * mb;
+    CU_TRY(cudaMemcpyAsync(c->d_stage, h, n * sizeof(int32_t), cudaMemcpyHostToDevice, c->stream), "step bindings");
+    int32_t *d = c->d_stage;
+    bufs[ids_value] = d;
+    st->pos = d + c->max_tokens;
+    st->seq = d + 2 * c->max_tokens;
+    st->rows = d + 3 * c->max_tokens;
+    st->block_tables = d + 4 * c->max_tokens;
+    c->step_max_len = max_len;
+
+    /* decode buckets run as CUDA graphs */
+    c->mode = RUN_EAGER;
+    c->cur = NULL;
+    if (c->use_graphs && T <= TBC_GEMV_MAX_T) {
+        step_graph *sg = NULL;
+        for (int i = 0; i < c->n_graphs && !sg; i++)
+            if (c->graphs[i].T == T && c->graphs[i].R == R) sg = &c->graphs[i];
+        if (!sg && c->n_graphs < MAX_GRAPHS) {
+            sg = &c->graphs[c->n_graphs++];
+            memset(sg, 0, sizeof *sg);
+            sg->T = T;
+            sg->R = R;
+        }
+        if (sg && !sg->failed) {
+            c->cur = sg;
+            if (sg->exec) {
+                c->mode = RUN_REPLAY;
+            } else {
+                CU_TRY(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeRelaxed), "begin graph capture");
+                c->mode = RUN_CAPTURE;
+            }
+        }
+    }
+    return TB_OK;
+}
+
+/* Ends a capture that went wrong: the shape runs eagerly from now on. */
+static void capture_abort(cuda_ctx *c) {
+    cudaGraph_t gr = NULL;
+    cudaStreamEndCapture(c->stream, &gr);
+    if (gr) cudaGraphDestroy(gr);
+    cudaGetLastError();
+    if (c->cur) c->cur->failed = 1;
+    c->mode = RUN_EAGER;
+}
+
+/* After the last node: instantiate a new capture, then launch the graph. */
+static tb_status graph_finish(cuda_ctx *c) {
+    step_graph *sg = c->cur;
+    if (c->mode == RUN_CAPTURE) {
+        cudaGraph_t gr = NULL;
+        cudaError_t e = cudaStreamEndCapture(c->stream, &gr);
+        if (e == cudaSuccess) e = cudaGraphInstantiate(&sg->exec, gr, 0);
+        if (gr) cudaGraphDestroy(gr);
+        if (e != cudaSuccess) {
+            sg->failed = 1;
+            sg->exec = NULL;
+            c->mode = RUN_EAGER;
+            return cuda_fail(e, "capturing the decode step as a CUDA graph");
+        }
+    }
+    c->mode = RUN_EAGER;
+    CU_TRY(cudaGraphLaunch(sg->exec, c->stream), "graph launch");
+    return TB_OK;
+}
+
+static const float *cuda_read_output(tb_backend *b, const void *src, size_t bytes) {
+    cuda_ctx *c = b->ctx;
+    if (bytes > c->out_bytes) {
+        tb_errorf(TB_ERR_INTERNAL, "cuda: output of %zu bytes exceeds the %zu sized at load", bytes, c->out_bytes);
+        return NULL;
+    }
+    cudaError_t e = cudaMemcpyAsync(c->h_out, src, bytes, cudaMemcpyDeviceToHost, c->stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
+    if (e != cudaSuccess) {
+        cuda_fail(e, "reading the logits");
+        tb_log(TB_LOG_ERROR, "%s", tb_last_error());
+        return NULL;
+    }
+    return c->h_out;
+}
+
+static int64_t rows_of(const tb_graph *g, int v, const tb_step *st) {
+    int64_t d = g->values[v].dims[0];
+    if (!TB_IS_SYM(d)) return d;
+    const char *s = g->syms[TB_SYM_INDEX(d)].name;
+    return strcmp(s, "rows") == 0 ? st->n_rows : st->n_tokens;
+}
+
+static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs, int T) {
+    const tb_value *wv = &g->values[n->in[1]];
+    int K = (int)wv->dims[1], N = (int)wv->dims[0];
+    const float *x = bufs[n->in[0]], *bias = n->n_in > 2 ? bufs[n->in[2]] : NULL;
+    const void *w = bufs[n->in[1]];
+    float *y = bufs[n->out[0]];
+    tbc_dtype wdt;
+    if (!tbc_of(wv->dtype, &wdt)) return tb_errorf(TB_ERR_UNSUPPORTED, "cuda: matmul weight dtype");
+    if (T <= TBC_GEMV_MAX_T) {
+        CU_TRY(tbc_gemv(x, w, wdt, bias, y, T, K, N, c->stream), "gemv launch");
+        return TB_OK;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    cublasStatus_t bs;
+    /* row-major y (T, N) = x (T, K) w^T is column-major y^T (N, T) = w^T' x^T */
+    if (wdt == TBC_F32) {
+        bs = cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &one, w, K, x, K, &zero, y, N);
+    } else {
+        size_t need = (size_t)T * (size_t)K * 2;
+        if (need > c->xconv_bytes)
+            return tb_errorf(TB_ERR_INTERNAL, "cuda: matmul scratch of %zu bytes is short of %zu", c->xconv_bytes,
+                             need);
+        CU_TRY(tbc_convert_f32(x, c->xconv, wdt, (size_t)T * K, c->stream), "convert launch");
+        cudaDataType_t ab = wdt == TBC_F16 ? CUDA_R_16F : CUDA_R_16BF;
+        bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &one, w, ab, K, c->xconv, ab, K, &zero, y,
+                          CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    }
+    if (bs != CUBLAS_STATUS_SUCCESS)
+        return tb_errorf(TB_ERR_INTERNAL, "cublas: matmul (%d x %d x %d): %s", T, K, N, blas_status_name(bs));
+    if (bias) CU_TRY(tbc_add_bias(y, bias, T, N, c->stream), "bias launch");
+    return TB_OK;
+}
+
+static tb_status run_attention(cuda_ctx *c, const tb_node *n, void *const *bufs, const tb_step *st, int T) {
+    int H = n->i[1], KV = n->i[2], hd = n->i[3] & 0xffff;
+    tbc_attn_args a = {
+        .T = T, .n_heads = H, .n_kv = KV, .hd = hd, .interleaved = (n->i[3] >> 16) & 1, .scale = n->f[0],
+        .pos = st->pos, .seq = st->seq, .block_tables = st->block_tables, .max_blocks = st->max_blocks,
+        .block_size = st->block_size, .k_cache = st->k_cache[n->i[0]], .v_cache = st->v_cache[n->i[0]],
+        .kv_f16 = st->kv_dtype == TB_F16, .inv_freq = bufs[n->in[1]], .n_splits = 1, .partial = c->partial,
+    };
+    if (st->kv_dtype != TB_F16 && st->kv_dtype != TB_F32)
+        return tb_errorf(TB_ERR_UNSUPPORTED, "cuda: KV cache dtype %s", tb_dtype_name(st->kv_dtype));
+    /* split the keys when (heads x tokens) leaves the SMs idle */
+    int blocks = H * T, target = 2 * c->n_sm;
+    int graphed = c->mode == RUN_CAPTURE; /* the split count is baked into the graph */
+    if (blocks < target && (graphed || c->step_max_len >= 128)) {
+        int sp = (target + blocks - 1) / blocks, by_len = c->step_max_len / 64;
+        if (!graphed && sp > by_len) sp = by_len;
+        if (sp > MAX_SPLITS) sp = MAX_SPLITS;
+        if (sp > 1 && (size_t)blocks * (size_t)sp * (size_t)(hd + 2) <= c->partial_floats) a.n_splits = sp;
+    }
+    CU_TRY(tbc_attention(&a, bufs[n->in[0]], bufs[n->out[0]], c->stream), "attention launch");
+    return TB_OK;
+}
+
+static tb_status run_node_eager(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs,
+                                const tb_step *st);
+
+static tb_status cuda_run_node(tb_backend *b, const tb_graph *g, const tb_node *n, void *const *bufs,
+                               const tb_step *st) {
+    cuda_ctx *c = b->ctx;
+    int last = n == &g->nodes[g->n_nodes - 1];
+    if (c->mode == RUN_REPLAY) return last ? graph_finish(c) : TB_OK;
+    tb_status s = run_node_eager(c, g, n, bufs, st);
+    if (c->mode == RUN_CAPTURE) {
+        if (s != TB_OK) capture_abort(c);
+        else if (last) return graph_finish(c);
+    }
+    return s;
+}
+
+static tb_status run_node_eager(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs,
+                                const tb_step *st) {
+    const tb_value *v0 = &g->values[n->in[0]];
+    int T = (int)rows_of(g, n->in[0], st);
+    cudaStream_t s = c->stream;
+    switch (n->op) {
+    case TB_OP_EMBEDDING: {
+        const tb_value *tab = &g->values[n->in[1]];
+        tbc_dtype dt;
+        if (!tbc_of(tab->dtype, &dt)) return tb_errorf(TB_ERR_UNSUPPORTED, "cuda: embedding dtype");
+        CU_TRY(tbc_embedding(bufs[n->in[0]], bufs[n->in[1]], dt, bufs[n->out[0]], T, (int)tab->dims[1], s),
+               "embedding launch");
+        return TB_OK;
+    }
+    case TB_OP_RMSNORM:
+        CU_TRY(tbc_rmsnorm(bufs[n->in[0]], bufs[n->in[1]], bufs[n->out[0]], T, (int)v0->dims[1], n->f[0], s),
+               "rmsnorm launch");
+        return TB_OK;
+    case TB_OP_ADD_RMSNORM:
+        CU_TRY(tbc_add_rmsnorm(bufs[n->in[0]], bufs[n->in[1]], bufs[n->in[2]], bufs[n->out[0]], bufs[n->out[1]], T,
+                               (int)v0->dims[1], n->f[0], s),
+               "add_rmsnorm launch");
+        return TB_OK;
+    case TB_OP_MATMUL:
+        return run_matmul(c, g, n, bufs, T);
+    case TB_OP_ROPE: {
+        /* positions: the step's (the runtime binds no other position input) */
+        int C = (int)v0->dims[1];
+        CU_TRY(cudaMemcpyAsync(bufs[n->out[0]], bufs[n->in[0]], sizeof(float) * (size_t)T * (size_t)C,
+                               cudaMemcpyDeviceToDevice, s),
+               "rope copy");
+        CU_TRY(tbc_rope(bufs[n->out[0]], C, st->pos, bufs[n->in[2]], T, n->i[0], n->i[1], n->i[2], s),
+               "rope launch");
+        return TB_OK;
+    }
+    case TB_OP_ATTENTION:
+        return run_attention(c, n, bufs, st, T);
+    case TB_OP_SILU_MUL:
+        CU_TRY(tbc_silu_mul(bufs[n->in[0]], bufs[n->out[0]], T, (int)v0->dims[1] / 2, s), "silu_mul launch");
+        return TB_OK;
+    case TB_OP_ADD:
+        CU_TRY(tbc_add(bufs[n->in[0]], bufs[n->in[1]], bufs[n->out[0]],
+                       (size_t)T * (size_t)(v0->rank > 1 ? v0->dims[1] : 1), s),
+               "add launch");
+        return TB_OK;
+    case TB_OP_GATHER_ROWS:
+        CU_TRY(tbc_gather_rows(bufs[n->in[0]], st->rows, bufs[n->out[0]], st->n_rows, (int)v0->dims[1], s),
+               "gather_rows launch");
+        return TB_OK;
+    default:
+        return tb_errorf(TB_ERR_UNSUPPORTED, "cuda backend: op %s is not supported", tb_op_name(n->op));
+    }
+}
+
+static void cuda_destroy(tb_backend *b) {
+    cuda_ctx *c = b->ctx;
+    if (!c) return;
+    cudaSetDevice(c->device);
+    if (c->stream) cudaStreamSynchronize(c->stream);
+    graphs_clear(c);
+    if (c->blas) cublasDestroy(c->blas);
+    cudaFree(c->weights);
+    cudaFree(c->xconv);
+    cudaFree(c->partial);
+    cudaFree(c->d_stage);
+    if (c->h_stage) cudaFreeHost(c->h_stage);
+    if (c->h_out) cudaFreeHost(c->h_out);
+    if (c->stream) cudaStreamDestroy(c->stream);
+    free(c->seq_map);
+    free(c->seq_last);
+    free(c);
+    b->ctx = NULL;
+}
+
+static const tb_backend_i cuda_iface = {
+    .name = "cuda",
+    .supports_op = cuda_supports_op,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .load_weights = cuda_load_weights,
+    .step_begin = cuda_step_begin,
+    .run_node = cuda_run_node,
+    .read_output = cuda_read_output,
+    .destroy = cuda_destroy,
+};
+
+/* ---------------------------------------------------------------- device */
+
+/* Selects `device` and reads its properties; a clear error when there is no
+ * GPU or no such index. */
+static tb_status device_open(int device, struct cudaDeviceProp *prop) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0)
+        return tb_errorf(TB_ERR_HARDWARE, "no CUDA GPU is available on this machine (%s); device cuda:%d needs one",
+                         e != cudaSuccess ? cudaGetErrorString(e) : "0 devices", device);
+    if (device < 0 || device >= count)
+        return tb_errorf(TB_ERR_HARDWARE, "device cuda:%d does not exist (this machine has %d CUDA GPU%s: cuda:0%s)",
+                         device, count, count == 1 ? "" : "s", count > 1 ? " .. cuda:N-1" : "");
+    CU_TRY(cudaSetDevice(device), "cudaSetDevice");
+    CU_TRY(cudaGetDeviceProperties(prop, device), "cudaGetDeviceProperties");
+    return TB_OK;
+}
+
+tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
+    *out = NULL;
+    struct cudaDeviceProp prop;
+    TB_TRY(device_open(device, &prop));
+    tb_backend *b = calloc(1, sizeof *b);
+    cuda_ctx *c = calloc(1, sizeof *c);
+    if (!b || !c) { free(b); free(c); return tb_errorf(TB_ERR_OOM, "out of memory"); }
+    b->iface = &cuda_iface;
+    b->ctx = c;
+    b->n_threads = 1;
+    c->device = device;
+    c->max_ctx = max_ctx;
+    c->n_sm = prop.multiProcessorCount;
+    c->cc_major = prop.major;
+    c->cc_minor = prop.minor;
+    snprintf(c->name, sizeof c->name, "%s", prop.name);
+    cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) { tb_status s = cuda_fail(e, "cudaStreamCreate"); tb_backend_free(b); return s; }
+    cublasStatus_t bs = cublasCreate(&c->blas);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        c->blas = NULL;
+        tb_backend_free(b);
+        return tb_errorf(TB_ERR_INTERNAL, "cublas: cannot create a handle: %s", blas_status_name(bs));
+    }
+    cublasSetStream(c->blas, c->stream);
+    /* exact f32 products for f32 engines: no TF32 */
+    cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
+    const char *ge = getenv("TB_CUDA_GRAPHS");
+    c->use_graphs = !(ge && !strcmp(ge, "0"));
+    *out = b;
+    return TB_OK;
+}
+
+/* ---------------------------------------------------------------- fingerprint */
+
+static void version_str(int v, char *buf, size_t cap) { snprintf(buf, cap, "%d.%d", v / 1000, (v % 1000) / 10); }
+
+char *tb_backend_cuda_fingerprint(int device) {
+    struct cudaDeviceProp prop;
+    if (device_open(device, &prop) != TB_OK) return NULL;
+    int rt = 0, drv = 0;
+    cudaRuntimeGetVersion(&rt);
+    cudaDriverGetVersion(&drv);
+    char cc[16], rts[16], drvs[16];
+    snprintf(cc, sizeof cc, "%d.%d", prop.major, prop.minor);
+    version_str(rt, rts, sizeof rts);
+    version_str(drv, drvs, sizeof drvs);
+    json_t *o = json_pack("{s:s, s:s, s:s, s:i, s:s, s:s}", "backend", "cuda", "gpu", prop.name, "cc", cc, "sm_count",
+                          prop.multiProcessorCount, "cuda_runtime", rts, "driver", drvs);
+    char *s = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (!s) tb_errorf(TB_ERR_OOM, "out of memory");
+    return s;
+}
+
+tb_status tb_backend_cuda_check(const char *hw_json, int device) {
+    json_error_t err;
+    json_t *o = json_loads(hw_json, 0, &err);
+    if (!o) return tb_errorf(TB_ERR_FORMAT, "engine hardware section is not valid JSON");
+    const char *backend = json_string_value(json_object_get(o, "backend"));
+    const char *cc = json_string_value(json_object_get(o, "cc"));
+    const char *gpu = json_string_value(json_object_get(o, "gpu"));
+    const char *rt = json_string_value(json_object_get(o, "cuda_runtime"));
+    tb_status s = TB_OK;
+    struct cudaDeviceProp prop;
+    char have[16];
+    if (!backend || strcmp(backend, "cuda") != 0) {
+        s = tb_errorf(TB_ERR_HARDWARE, "engine was built for backend '%s'; this is the cuda backend",
+                      backend ? backend : "?");
+    } else if (!cc) {
+        s = tb_errorf(TB_ERR_FORMAT, "engine hardware section names no GPU compute capability");
+    } else if ((s = device_open(device, &prop)) != TB_OK) {
+        s = tb_error_prefix(s, "engine was built for %s (compute capability %s)", gpu ? gpu : "a CUDA GPU", cc);
+    } else {
+        snprintf(have, sizeof have, "%d.%d", prop.major, prop.minor);
+        if (strcmp(have, cc) != 0)
+            s = tb_errorf(TB_ERR_HARDWARE,
+                          "engine was built for compute capability %s (%s, CUDA %s); cuda:%d is %s with compute "
+                          "capability %s. Rebuild the engine on this GPU",
+                          cc, gpu ? gpu : "?", rt ? rt : "?", device, prop.name, have);
+    }
+    json_decref(o);
+    return s;
+}

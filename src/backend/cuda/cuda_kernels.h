@@ -1,0 +1,106 @@
+/*
+ * cuda_kernels.h — the CUDA kernels behind the CUDA backend, as C launchers.
+ *
+ * Each launcher enqueues its kernel(s) on `stream` and returns the launch
+ * status (cudaGetLastError() after the launch), so the host code can turn a
+ * failed launch into a tb_status. The semantics of every op are those of the
+ * CPU reference (backend/cpu/kernels.h); pointers are device pointers.
+ *
+ * Activations are f32. Weights are f32, f16 or bf16 (tbc_dtype), converted
+ * on load with f32 accumulation. The KV cache is f32 or f16.
+ *
+ * Included from C (cuda_backend.c) and from the .cu files; only this folder
+ * includes CUDA headers.
+ */
+#ifndef TB_CUDA_KERNELS_H
+#define TB_CUDA_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cuda_runtime.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Element types as the kernels see them (the host maps tb_dtype onto these). */
+typedef enum { TBC_F32 = 0, TBC_F16 = 1, TBC_BF16 = 2 } tbc_dtype;
+
+/* y[t,:] = table[ids[t],:]; ids (T), table (V, D) wdt, y (T, D). */
+cudaError_t tbc_embedding(const int32_t *ids, const void *table, tbc_dtype wdt,
+                          float *y, int T, int D, cudaStream_t s);
+
+/* y = rmsnorm(x) * w; x, y (T, D), w (D). */
+cudaError_t tbc_rmsnorm(const float *x, const float *w, float *y, int T,
+                        int D, float eps, cudaStream_t s);
+
+/* r = x + d; y = rmsnorm(r) * w; all (T, D) but w (D). r may alias x. */
+cudaError_t tbc_add_rmsnorm(const float *x, const float *d, const float *w,
+                            float *r, float *y, int T, int D, float eps,
+                            cudaStream_t s);
+
+/* y[t,i] = silu(gu[t,i]) * gu[t,F+i]; gu (T, 2F), y (T, F). */
+cudaError_t tbc_silu_mul(const float *gu, float *y, int T, int F,
+                         cudaStream_t s);
+
+/* y = a + b, (n). */
+cudaError_t tbc_add(const float *a, const float *b, float *y, size_t n,
+                    cudaStream_t s);
+
+/* y[r,:] = x[rows[r],:]; x (T, D), rows (R), y (R, D). */
+cudaError_t tbc_gather_rows(const float *x, const int32_t *rows, float *y,
+                            int R, int D, cudaStream_t s);
+
+/* y[t,n] += bias[n]; y (T, N). */
+cudaError_t tbc_add_bias(float *y, const float *bias, int T, int N,
+                         cudaStream_t s);
+
+/* dst (n) = src (n) rounded to dt (f16 or bf16). */
+cudaError_t tbc_convert_f32(const float *src, void *dst, tbc_dtype dt,
+                            size_t n, cudaStream_t s);
+
+/* Rotates `n_heads` heads of hd from column 0 of each row of x in place:
+ * x (T, row_stride), pos (T), inv_freq (hd/2). */
+cudaError_t tbc_rope(float *x, int row_stride, const int32_t *pos,
+                     const float *inv_freq, int T, int n_heads, int hd,
+                     int interleaved, cudaStream_t s);
+
+/* ---- decode matmul: y[t,n] = sum_k x[t,k] w[n,k] (+ bias[n]) for T <= 8.
+ * Reads w once at full bandwidth (16-byte loads, one warp per row). For f16
+ * and bf16 weights, x is rounded to the weight type first, so the result
+ * equals the cuBLAS path's (which converts x) up to summation order. */
+#define TBC_GEMV_MAX_T 8
+cudaError_t tbc_gemv(const float *x, const void *w, tbc_dtype wdt,
+                     const float *bias, float *y, int T, int K, int N,
+                     cudaStream_t s);
+
+/* ---- paged attention of one layer (see tb_attn_args in cpu/kernels.h).
+ * qkv (T, (H + 2 KV) hd) before RoPE; rotates q and k in place, writes k and
+ * v into the cache at (seq[t], pos[t]), then attends causally. */
+typedef struct {
+    int T, n_heads, n_kv, hd, interleaved;
+    float scale;
+    const int32_t *pos, *seq;      /* (T), device                         */
+    const int32_t *block_tables;   /* (n_seqs, max_blocks), device        */
+    int max_blocks, block_size;
+    void *k_cache, *v_cache;       /* (n_blocks, block_size, n_kv, hd)    */
+    int kv_f16;                    /* 1: f16 cache, 0: f32                */
+    const float *inv_freq;         /* (hd/2)                              */
+    /* split-K: each (token, head) is cut into n_splits ranges of keys whose
+     * partial results (n_splits * (hd + 2) floats per (t, h)) go to
+     * `partial` and are merged by a second kernel. n_splits = 1: direct. */
+    int n_splits;
+    float *partial;
+} tbc_attn_args;
+
+/* 1 when the attention kernel handles head size hd. */
+int tbc_attention_supports(int hd);
+cudaError_t tbc_attention(const tbc_attn_args *a, float *qkv, float *out,
+                          cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TB_CUDA_KERNELS_H */

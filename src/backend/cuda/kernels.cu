@@ -1,0 +1,155 @@
+/* kernels.cu — the small CUDA kernels: embedding, RMSNorm (with the fused
+ * residual add), SiLU-gated product, add, row gather, bias, f32 -> f16/bf16,
+ * RoPE. Each section: kernel, then its launcher (grid and stream). */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_util.cuh"
+
+/* ---------------------------------------------------------------- embedding */
+
+__global__ void embedding_kernel(const int32_t *ids, const void *table, int wdt, float *y, int D) {
+    int t = blockIdx.x;
+    size_t base = (size_t)ids[t] * (size_t)D;
+    float *yr = y + (size_t)t * D;
+    for (int d = threadIdx.x; d < D; d += blockDim.x) yr[d] = tbc_load(table, wdt, base + d);
+}
+
+extern "C" cudaError_t tbc_embedding(const int32_t *ids, const void *table, tbc_dtype wdt, float *y, int T, int D,
+                                     cudaStream_t s) {
+    embedding_kernel<<<T, 256, 0, s>>>(ids, table, (int)wdt, y, D);
+    return cudaGetLastError();
+}
+
+/* ---------------------------------------------------------------- rmsnorm */
+
+/* One block per row. With `d` set, r = x + d is written first and normed. */
+__global__ void rmsnorm_kernel(const float *x, const float *dl, const float *w, float *r, float *y, int D,
+                               float eps) {
+    __shared__ float red[32];
+    size_t off = (size_t)blockIdx.x * D;
+    const float *xr = x + off;
+    float ss = 0.0f;
+    if (dl) {
+        const float *dr = dl + off;
+        float *rr = r + off;
+        for (int i = threadIdx.x; i < D; i += blockDim.x) {
+            float v = xr[i] + dr[i];
+            rr[i] = v;
+            ss += v * v;
+        }
+        xr = rr; /* each thread re-reads only what it wrote */
+    } else {
+        for (int i = threadIdx.x; i < D; i += blockDim.x) ss += xr[i] * xr[i];
+    }
+    ss = tbc_block_sum(ss, red);
+    float inv = 1.0f / sqrtf(ss / (float)D + eps);
+    float *yr = y + off;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = xr[i] * inv * w[i];
+}
+
+static int norm_threads(int D) {
+    int t = 32;
+    while (t < D && t < 1024) t *= 2;
+    return t;
+}
+
+extern "C" cudaError_t tbc_rmsnorm(const float *x, const float *w, float *y, int T, int D, float eps,
+                                   cudaStream_t s) {
+    rmsnorm_kernel<<<T, norm_threads(D / 4 > 32 ? D / 4 : 32), 0, s>>>(x, NULL, w, NULL, y, D, eps);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t tbc_add_rmsnorm(const float *x, const float *d, const float *w, float *r, float *y, int T,
+                                       int D, float eps, cudaStream_t s) {
+    rmsnorm_kernel<<<T, norm_threads(D / 4 > 32 ? D / 4 : 32), 0, s>>>(x, d, w, r, y, D, eps);
+    return cudaGetLastError();
+}
+
+/* ---------------------------------------------------------------- elementwise */
+
+__global__ void silu_mul_kernel(const float *gu, float *y, int F, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        size_t t = i / F, k = i % F;
+        float g = gu[t * 2 * F + k], u = gu[t * 2 * F + F + k];
+        y[i] = g / (1.0f + expf(-g)) * u;
+    }
+}
+
+static int grid_for(size_t n, int threads) {
+    size_t b = (n + threads - 1) / threads;
+    if (b > 65535) b = 65535;
+    return b ? (int)b : 1;
+}
+
+extern "C" cudaError_t tbc_silu_mul(const float *gu, float *y, int T, int F, cudaStream_t s) {
+    size_t n = (size_t)T * F;
+    silu_mul_kernel<<<grid_for(n, 256), 256, 0, s>>>(gu, y, F, n);
+    return cudaGetLastError();
+}
+
+__global__ void add_kernel(const float *a, const float *b, float *y, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] = a[i] + b[i];
+}
+
+extern "C" cudaError_t tbc_add(const float *a, const float *b, float *y, size_t n, cudaStream_t s) {
+    add_kernel<<<grid_for(n, 256), 256, 0, s>>>(a, b, y, n);
+    return cudaGetLastError();
+}
+
+__global__ void gather_rows_kernel(const float *x, const int32_t *rows, float *y, int D) {
+    int r = blockIdx.x;
+    const float *xr = x + (size_t)rows[r] * D;
+    float *yr = y + (size_t)r * D;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = xr[i];
+}
+
+extern "C" cudaError_t tbc_gather_rows(const float *x, const int32_t *rows, float *y, int R, int D,
+                                       cudaStream_t s) {
+    gather_rows_kernel<<<R, 256, 0, s>>>(x, rows, y, D);
+    return cudaGetLastError();
+}
+
+__global__ void add_bias_kernel(float *y, const float *bias, int N, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] += bias[i % N];
+}
+
+extern "C" cudaError_t tbc_add_bias(float *y, const float *bias, int T, int N, cudaStream_t s) {
+    size_t n = (size_t)T * N;
+    add_bias_kernel<<<grid_for(n, 256), 256, 0, s>>>(y, bias, N, n);
+    return cudaGetLastError();
+}
+
+__global__ void convert_kernel(const float *src, void *dst, int dt, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        if (dt == TBC_F16) ((__half *)dst)[i] = __float2half_rn(src[i]);
+        else ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(src[i]);
+    }
+}
+
+extern "C" cudaError_t tbc_convert_f32(const float *src, void *dst, tbc_dtype dt, size_t n, cudaStream_t s) {
+    convert_kernel<<<grid_for(n, 256), 256, 0, s>>>(src, dst, (int)dt, n);
+    return cudaGetLastError();
+}
+
+/* ---------------------------------------------------------------- rope */
+
+__global__ void rope_kernel(float *x, int row_stride, const int32_t *pos, const float *inv_freq, int n_heads, int hd,
+                            int interleaved) {
+    int t = blockIdx.x, half = hd / 2;
+    float *row = x + (size_t)t * row_stride;
+    float p = (float)pos[t];
+    for (int i = threadIdx.x; i < n_heads * half; i += blockDim.x) {
+        int h = i / half, j = i % half;
+        tbc_rotate_pair(row + (size_t)h * hd, j, half, interleaved, p * inv_freq[j]);
+    }
+}
+
+extern "C" cudaError_t tbc_rope(float *x, int row_stride, const int32_t *pos, const float *inv_freq, int T,
+                                int n_heads, int hd, int interleaved, cudaStream_t s) {
+    rope_kernel<<<T, 128, 0, s>>>(x, row_stride, pos, inv_freq, n_heads, hd, interleaved);
+    return cudaGetLastError();
+}
