@@ -162,7 +162,9 @@ bench_shape() {
     say "== timing $shape ($(elapsed) s elapsed)"
     local extra=""
     [ "$shape" = tinyllama ] && extra="--copy-bw"
-    "$PY" "$SRC/bench/gpu/torch_ckpt.py" --shape "$shape" --out "$d" --hf-bench $extra > "$W/$shape.torch.txt" 2>> "$LOG"
+    local hfb=--hf-bench
+    [ -n "${TB_SKIP_HF:-}" ] && hfb=""
+    "$PY" "$SRC/bench/gpu/torch_ckpt.py" --shape "$shape" --out "$d" $hfb $extra > "$W/$shape.torch.txt" 2>> "$LOG"
     cat "$W/$shape.torch.txt" | tee -a "$LOG"
     local t0=$(date +%s)
     if ! tb "$TB" build "$d" -o "$W/$shape.engine" --tokenizer "$LTOK" --dtype f16 --device $DEV --max-seq-len 1024 \
@@ -174,6 +176,14 @@ bench_shape() {
     tb "$BIN/gpu_bench" "$W/$shape.engine" --device $DEV --prefill 512 --decode 128 --ctx 16 --batch 1,8 \
         > "$W/$shape.bench.txt" 2>> "$LOG"
     cat "$W/$shape.bench.txt" | tee -a "$LOG"
+    # the same without CUDA graphs, and with the SIMT GEMV instead of the tensor-core one
+    local v
+    for v in TB_CUDA_GRAPHS=0 TB_CUDA_GEMV=simt; do
+        tb env "$v" "$BIN/gpu_bench" "$W/$shape.engine" --device $DEV --prefill 0 --decode 128 --ctx 16 --batch 1,8 \
+            > "$W/$shape.bench.$v.txt" 2>> "$LOG"
+        say "-- $v"; cat "$W/$shape.bench.$v.txt" | tee -a "$LOG"
+        row "$shape decode b1/b8 ($v)" "$(awk '/^decode b1:/{a=$3} /^decode b8:/{b=$3} END{print a " / " b}' "$W/$shape.bench.$v.txt")"
+    done
     local dec hf pf hfpf bw
     dec=$(awk '/^decode b1:/{print $3}' "$W/$shape.bench.txt")
     pf=$(awk '/^prefill/{print $3}' "$W/$shape.bench.txt")

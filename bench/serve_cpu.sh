@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# serve_cpu.sh — the serving benchmark on the CPU: aggregate generated tok/s of
+# `turbine serve` at 1, 4, 16 and 64 concurrent streams (closed loop, measured
+# with `turbine bench`), beside the engine's in-process decode throughput at
+# the same batch sizes (`turbine bench --engine`), so the HTTP + tokenization
+# overhead shows as the gap between the two. Model: the 134M Llama of the CPU
+# benchmark (random weights), f32 by default.
+#
+#   bench/serve_cpu.sh [--dtype f32|f16] [--output-len N] [--requests-per-client N]
+# Writes bench/out/serve/*.json and prints a markdown table last.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DTYPE=f32 OUT_LEN=64 PER_CLIENT=3 IN_LEN=32
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dtype) DTYPE="$2"; shift 2;;
+    --output-len) OUT_LEN="$2"; shift 2;;
+    --requests-per-client) PER_CLIENT="$2"; shift 2;;
+    *) echo "unknown option $1" >&2; exit 2;;
+  esac
+done
+SHARED="${TURBINE_SHARED:-../shared}"
+O=bench/out/serve
+mkdir -p "$O"
+[ -x build/turbine ] || bash scripts/setup.sh
+CK=bench/out/ckpt/llama134m-f32
+[ -f "$CK/model.safetensors" ] || /usr/bin/python3 tests/gen_checkpoints.py --preset llama134m --dtype f32 --out "$CK"
+E="$O/llama134m-$DTYPE.engine"
+[ -f "$E" ] || ./build/turbine build "$CK" -o "$E" --tokenizer "$SHARED/models/llama2_tokenizer.bin" --dtype "$DTYPE" --max-batch 64 2>/dev/null
+
+echo "== engine in-process decode (batch 1, 4, 16, 64)" >&2
+timeout 900 ./build/turbine bench --engine "$E" --batch 1,4,16,64 --input-len "$IN_LEN" --output-len "$OUT_LEN" \
+  --json "$O/engine-$DTYPE.json" >&2
+
+PORT=$((20000 + RANDOM % 20000))
+./build/turbine serve "$E" --port "$PORT" --max-num-seqs 64 --max-queue 1024 2>"$O/serve.log" &
+SRV=$!
+trap 'kill -INT $SRV 2>/dev/null; wait $SRV 2>/dev/null || true' EXIT
+for _ in $(seq 1 200); do curl -sf "http://127.0.0.1:$PORT/health" >/dev/null && break; sleep 0.1; done
+echo "== served (closed loop, concurrency 1, 4, 16, 64)" >&2
+for c in 1 4 16 64; do
+  n=$((c * PER_CLIENT))
+  timeout 900 ./build/turbine bench "http://127.0.0.1:$PORT" -c "$c" -n "$n" --warmup "$c" \
+    --input-len "$IN_LEN" --output-len "$OUT_LEN" --json "$O/serve-$DTYPE-c$c.json" --no-progress >&2
+done
+curl -s "http://127.0.0.1:$PORT/metrics" >"$O/metrics-$DTYPE.txt"
+
+/usr/bin/python3 - "$O" "$DTYPE" <<'PY'
+import json, sys
+o, dt = sys.argv[1], sys.argv[2]
+eng = {p["batch"]: p for p in json.load(open(f"{o}/engine-{dt}.json"))["points"]}
+print(f"| streams | served gen tok/s | vs 1 stream | engine decode tok/s (batch = streams) | served / engine | TTFT p50 ms | ITL p50 ms |")
+print("|---|---|---|---|---|---|---|")
+base = None
+for c in (1, 4, 16, 64):
+    pt = json.load(open(f"{o}/serve-{dt}-c{c}.json"))["points"][0]
+    tok = pt["output_token_throughput"]
+    base = base or tok
+    etok = eng[c]["decode_tokens_per_s"]
+    print(f"| {c} | {tok:.1f} | {tok / base:.2f}x | {etok:.1f} | {tok / etok:.2f} | {pt['ttft']['p50_ms']:.1f} | {pt['itl']['p50_ms']:.2f} |")
+PY
