@@ -66,6 +66,121 @@ static double time_matmul(tb_pool *p, tb_mm_tactic tac, const float *x, const ui
     return t / (double)calls;
 }
 
+/* ---------------------------------------------------------------- GEMV experiments
+ * Variants of the single-thread decode GEMV (`kernels_bench S gemvx`), run
+ * interleaved over the same rotating weights, to find what bounds its read
+ * bandwidth: rows per block, software prefetch distance and hint, and the
+ * order in which memory is walked. Kept here, not in the library. */
+#include <immintrin.h>
+#define XFN __attribute__((target("avx2,fma,f16c")))
+#define XIN static inline __attribute__((target("avx2,fma,f16c"), always_inline))
+
+XIN __m256 xld8(const void *b, size_t i, int f16) {
+    if (f16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)b + i)));
+    return _mm256_loadu_ps((const float *)b + i);
+}
+XIN float xhsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* R rows per block walked side by side; prefetch `dist` bytes ahead of the
+ * block's own stream (0: none), hint 0 = T0, 1 = NTA. K % 32 == 0. */
+XIN void gemv_x(const float *x, const void *w, int f16, float *y, int K, int N, int R, size_t dist,
+                int nta) {
+    size_t esz = f16 ? 2 : 4;
+    for (int n = 0; n < N; n += R) {
+        __m256 acc[8][2];
+        for (int r = 0; r < R; r++) acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+        const char *base = (const char *)w + (size_t)n * K * esz;
+        for (int k = 0; k < K; k += 16) {
+            if (dist) {
+                /* the block is R*K*esz contiguous bytes; walk its prefetch
+                 * stream at R*16*esz bytes per step */
+                const char *q = base + (size_t)k * R * esz + dist;
+                for (size_t o = 0; o < (size_t)R * 16 * esz; o += 64) {
+                    if (nta) _mm_prefetch(q + o, _MM_HINT_NTA);
+                    else _mm_prefetch(q + o, _MM_HINT_T0);
+                }
+            }
+            __m256 x0 = _mm256_loadu_ps(x + k), x1 = _mm256_loadu_ps(x + k + 8);
+            for (int r = 0; r < R; r++) {
+                size_t ro = (size_t)(n + r) * K + k;
+                acc[r][0] = _mm256_fmadd_ps(xld8(w, ro, f16), x0, acc[r][0]);
+                acc[r][1] = _mm256_fmadd_ps(xld8(w, ro + 8, f16), x1, acc[r][1]);
+            }
+        }
+        for (int r = 0; r < R; r++) y[n + r] = xhsum(_mm256_add_ps(acc[r][0], acc[r][1]));
+    }
+}
+
+#define GX(NAME, R, DIST, NTA)                                                                  \
+    static XFN void NAME(const float *x, const void *w, int f16, float *y, int K, int N) {   \
+        if (f16) gemv_x(x, w, 1, y, K, N, R, DIST, NTA);                                      \
+        else gemv_x(x, w, 0, y, K, N, R, DIST, NTA);                                          \
+    }
+GX(gx_r1_nopf, 1, 0, 0)
+GX(gx_r1_pf1k, 1, 1024, 0)
+GX(gx_r1_pf2k, 1, 2048, 0)
+GX(gx_r1_pf4k, 1, 4096, 0)
+GX(gx_r1_pf8k, 1, 8192, 0)
+GX(gx_r4_nopf, 4, 0, 0)
+GX(gx_r4_pf2k, 4, 2048, 0)
+GX(gx_r4_pf4k, 4, 4096, 0)
+GX(gx_r4_pf8k, 4, 8192, 0)
+GX(gx_r4_nta4k, 4, 4096, 1)
+GX(gx_r8_pf4k, 8, 4096, 0)
+GX(gx_r2_pf4k, 2, 4096, 0)
+
+typedef void (*gx_fn)(const float *, const void *, int, float *, int, int);
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void gemv_experiments(uint8_t *wbuf, const float *x, float *y, double secs) {
+    static const struct { const char *name; gx_fn fn; } v[] = {
+        {"library", NULL},          {"r1 no pf", gx_r1_nopf}, {"r1 pf 1K", gx_r1_pf1k},
+        {"r1 pf 2K", gx_r1_pf2k},   {"r1 pf 4K", gx_r1_pf4k}, {"r1 pf 8K", gx_r1_pf8k},
+        {"r2 pf 4K", gx_r2_pf4k},   {"r4 no pf", gx_r4_nopf}, {"r4 pf 2K", gx_r4_pf2k},
+        {"r4 pf 4K", gx_r4_pf4k},   {"r4 pf 8K", gx_r4_pf8k}, {"r4 nta 4K", gx_r4_nta4k},
+        {"r8 pf 4K", gx_r8_pf4k},
+    };
+    enum { NV = sizeof v / sizeof v[0], ROUNDS = 7 };
+    static const int shapes[][2] = {{768, 2304}, {2048, 768}};
+    for (int f16 = 0; f16 < 2; f16++)
+        for (int s = 0; s < 2; s++) {
+            int K = shapes[s][0], N = shapes[s][1];
+            tb_dtype dt = f16 ? TB_F16 : TB_F32;
+            size_t wbytes = (size_t)K * N * tb_dtype_size(dt);
+            int copies = (int)(SPAN_BYTES / wbytes);
+            for (int c = 0; c < copies; c++) fill_weights(wbuf + (size_t)c * wbytes, dt, (size_t)K * N);
+            double gbs[NV][ROUNDS];
+            for (int round = 0; round < ROUNDS; round++)
+                for (int i = 0; i < NV; i++) {
+                    double t0 = tb_now(), t;
+                    long calls = 0;
+                    do {
+                        const uint8_t *w = wbuf + (size_t)(calls % copies) * wbytes;
+                        if (v[i].fn) v[i].fn(x, w, f16, y, K, N);
+                        else tb_cpu_matmul(NULL, x, w, dt, NULL, y, 1, K, N);
+                        calls++;
+                    } while ((t = tb_now() - t0) < secs / ROUNDS);
+                    gbs[i][round] = (double)wbytes * calls / t * 1e-9;
+                }
+            printf("GEMV experiments K=%d N=%d %s, 1 thread, GB/s (median of %d rounds; min, max)\n", K, N,
+                   tb_dtype_name(dt), ROUNDS);
+            for (int i = 0; i < NV; i++) {
+                qsort(gbs[i], ROUNDS, sizeof(double), cmp_d);
+                printf("  %-10s %6.1f  (%5.1f, %5.1f)\n", v[i].name, gbs[i][ROUNDS / 2], gbs[i][0],
+                       gbs[i][ROUNDS - 1]);
+            }
+        }
+}
+
 int main(int argc, char **argv) {
     double secs = argc > 1 ? atof(argv[1]) : 0.3;
     const char *only = argc > 2 ? argv[2] : "";
@@ -82,6 +197,10 @@ int main(int argc, char **argv) {
     float *x = xalloc((size_t)512 * 2048 * sizeof(float));
     float *y = xalloc((size_t)512 * 32000 * sizeof(float));
     for (size_t i = 0; i < (size_t)512 * 2048; i++) x[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
+    if (!strcmp(only, "gemvx")) {
+        gemv_experiments(wbuf, x, y, secs);
+        return 0;
+    }
 
     for (int nth = 1; nth <= 2; nth++) {
         tb_pool *p = NULL;

@@ -298,6 +298,17 @@ static void test_attention(tb_pool *p) {
         test_attention_case(p, &mixed, 6, 2, 64, kvdts[d]);
         test_attention_case(p, &mixed, 4, 1, 36, kvdts[d]);
         test_attention_case(p, &pre, 8, 2, 32, kvdts[d]);
+        /* small heads (stories260K: hd 8, groups of 2), every group size of
+         * the grouped fast path, groups split into slices (6 = 3 + 3, 8 =
+         * 4 + 4), and odd head sizes on the per-head path */
+        test_attention_case(p, &one, 8, 4, 8, kvdts[d]);
+        test_attention_case(p, &mixed, 8, 4, 8, kvdts[d]);
+        test_attention_case(p, &pre, 8, 4, 8, kvdts[d]);
+        test_attention_case(p, &mixed, 3, 1, 16, kvdts[d]);
+        test_attention_case(p, &pre, 4, 1, 24, kvdts[d]);
+        test_attention_case(p, &mixed, 6, 1, 8, kvdts[d]);
+        test_attention_case(p, &pre, 8, 1, 16, kvdts[d]);
+        test_attention_case(p, &mixed, 4, 2, 5, kvdts[d]);
     }
 }
 

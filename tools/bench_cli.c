@@ -31,6 +31,8 @@ static void print_usage(FILE *f) {
         "  --api-key KEY         sent as 'Authorization: Bearer KEY' (or $OPENAI_API_KEY)\n"
         "  -H, --header 'K: V'   extra header (repeatable)\n"
         "  --timeout S           per-request timeout (default 300s); --connect-timeout S (10s)\n"
+        "  --http-client auto|builtin|curl  auto (default): the built-in HTTP/1.1 client for\n"
+        "                        http://, libcurl for https://\n"
         "load (one of; a comma list sweeps):\n"
         "  -c, --concurrency N[,N...]  closed loop: N clients (default 1)\n"
         "  --rate R[,R...]       open loop: R requests/s, latency from the intended send time\n"
@@ -50,7 +52,7 @@ static void print_usage(FILE *f) {
         "  --sample-interval S (0.5)  --no-metrics (skip BASE_URL/metrics)  --no-gpu (skip NVML)\n"
         "  --progress / --no-progress (default: when stderr is a terminal)\n"
         "engine mode: turbine bench --engine FILE.engine [--batch 1,8,32] [--input-len N]\n"
-        "  [--output-len N] [--threads N] [--profile]\n");
+        "  [--output-len N] [--threads N] [--profile] [--device cpu|cuda[:N]]\n");
 }
 
 static int usage(const char *fmt, const char *arg) {
@@ -198,6 +200,13 @@ int tb_cli_bench(int argc, char **argv) {
             c.headers[c.n_headers++] = v;
         } else if (!strcmp(a, "--timeout")) { NEED(); if (!parse_time(v, 1, &c.timeout)) return usage("bad --timeout '%s'", v); }
         else if (!strcmp(a, "--connect-timeout")) { NEED(); if (!parse_time(v, 1, &c.connect_timeout) || c.connect_timeout <= 0) return usage("bad --connect-timeout '%s'", v); }
+        else if (!strcmp(a, "--http-client")) {
+            NEED();
+            if (!strcmp(v, "auto")) c.http_client = TB_HTTP_CLIENT_AUTO;
+            else if (!strcmp(v, "builtin")) c.http_client = TB_HTTP_CLIENT_BUILTIN;
+            else if (!strcmp(v, "curl")) c.http_client = TB_HTTP_CLIENT_CURL;
+            else return usage("--http-client is auto, builtin or curl, not '%s'", v);
+        }
         else if (!strcmp(a, "-c") || !strcmp(a, "--concurrency")) { NEED(); if (!parse_list(v, 1, 100000, conc, &n_conc)) return usage("bad --concurrency '%s' (N or N,N,... in [1, 100000])", v); }
         else if (!strcmp(a, "--rate")) { NEED(); if (!parse_list(v, 1e-3, 1e6, rates, &n_rates)) return usage("bad --rate '%s'", v); }
         else if (!strcmp(a, "--arrivals")) {
@@ -242,6 +251,8 @@ int tb_cli_bench(int argc, char **argv) {
     else if (!strcmp(endpoint, "kserve")) wo.endpoint = TB_EP_KSERVE;
     else if (!strcmp(endpoint, "get")) wo.endpoint = TB_EP_GET;
     else return usage("--endpoint is completions, chat, kserve or get, not '%s'", endpoint);
+    if (c.http_client == TB_HTTP_CLIENT_BUILTIN && !tb_h1_supports(base_arg))
+        return usage("--http-client builtin takes plain http://host[:port]/path URLs, not '%s'", base_arg);
     if (wo.jsonl_path && wo.sharegpt_path) return usage("%s", "--prompts and --sharegpt exclude each other");
     if (c.requests == 0 && c.duration == 0) c.requests = 100;
     c.endpoint = wo.endpoint;

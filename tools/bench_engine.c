@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
+#include "plan/engine.h"
 #include "runtime/runtime.h"
 #include "turbine/turbine.h"
 
@@ -116,7 +117,7 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 int tb_bench_engine_main(int argc, char **argv) {
-    const char *path = NULL, *json_path = NULL;
+    const char *path = NULL, *json_path = NULL, *device = NULL;
     int batches[MAX_BATCHES], n_batches = 0, in_len = 128, out_len = 128, threads = 0, profile = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -136,6 +137,7 @@ int tb_bench_engine_main(int argc, char **argv) {
         else if (!strcmp(a, "--threads")) { if (!v || !parse_int(v, 0, 1024, &threads)) return usage("bad --threads '%s'", v ? v : ""); i++; }
         else if (!strcmp(a, "--json")) { if (!v) return usage("%s needs a value", a); json_path = v; i++; }
         else if (!strcmp(a, "--profile")) profile = 1;
+        else if (!strcmp(a, "--device")) { if (!v) return usage("%s needs a value", a); device = v; i++; }
         else return usage("unknown option for engine mode: '%s'", a);
     }
     if (!path) return usage("%s", "--engine needs FILE.engine");
@@ -143,7 +145,7 @@ int tb_bench_engine_main(int argc, char **argv) {
     json_t *meta = engine_meta(path);
     tb_engine *e = NULL;
     double t_load = tb_now();
-    if (tb_engine_load(path, &e) != TB_OK) {
+    if (tb_engine_load_for(path, device, &e) != TB_OK) {
         fprintf(stderr, "turbine bench: error: %s\n", tb_last_error());
         json_decref(meta);
         return 1;
@@ -189,6 +191,7 @@ int tb_bench_engine_main(int argc, char **argv) {
     tb_context_options co;
     tb_context_options_default(&co);
     co.n_threads = threads;
+    co.device = device;
     co.max_seqs = max_b;
     tb_context *c = NULL;
     if (tb_context_create(e, &co, &c) != TB_OK) {

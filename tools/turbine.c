@@ -48,7 +48,7 @@ static void print_help(void) {
            "  turbine inspect FILE.engine\n"
            "  turbine serve [FILE.engine] [--host 127.0.0.1] [--port 8000] [--max-num-seqs N]\n"
            "                [--max-batched-tokens N] [--kv-cache-mem SIZE] [--max-queue N] [--api-key KEY]\n"
-           "                [--threads N] [--model-name NAME] [--timeout S] [--grace S]\n"
+           "                [--threads N] [--model-name NAME] [--timeout S] [--grace S] [--device cpu|cuda[:N]]\n"
            "      with no engine: serves the bundled Shakespeare demo model\n"
            "  turbine bench BASE_URL|--engine FILE.engine [options]   (turbine bench --help)\n",
            TB_VERSION);
@@ -219,6 +219,7 @@ static int cmd_run(int argc, char **argv) {
             if (n_stops == 16) return usage_error("at most 16 --stop strings%s", "");
             stops[n_stops++] = (char *)v; i++;
         } else if (!strcmp(a, "--logits-out")) { if (!has) return usage_error("%s needs a value", a); logits_out = v; i++; }
+        else if (!strcmp(a, "--device")) { if (!has) return usage_error("%s needs a value", a); device = v; i++; }
         else if (a[0] == '-' && a[1]) return usage_error("unknown option '%s' for run", a);
         else if (!engine) engine = a;
         else return usage_error("unexpected argument '%s'", a);

@@ -49,9 +49,10 @@ typedef struct {
     /* bufs: one pointer per graph value (weights, inputs, activations). */
     tb_status (*run_node)(tb_backend *b, const tb_graph *g, const tb_node *n,
                           void *const *bufs, const tb_step *st);
-    /* After a step: a host pointer to `bytes` of the output `src` (valid
-     * until the next step). */
-    const float *(*read_output)(tb_backend *b, const void *src, size_t bytes);
+    /* After a step: *out = a host pointer to `bytes` of the output `src`
+     * (valid until the next step). */
+    tb_status (*read_output)(tb_backend *b, const void *src, size_t bytes,
+                             const float **out);
     void (*destroy)(tb_backend *b);
 } tb_backend_i;
 

@@ -3,7 +3,8 @@
  *
  * It knows only HTTP: it drives any OpenAI-compatible server (completions,
  * chat), a KServe v2 infer endpoint or a plain URL, from one thread through
- * libcurl's multi interface, in a closed loop (N clients) or an open loop
+ * one epoll loop (its own HTTP/1.1 client for http://, libcurl's multi
+ * interface for https:// or when asked), in a closed loop (N clients) or an open loop
  * (a Poisson or constant arrival rate, latency measured from each request's
  * intended send time so that a stalled server cannot hide its queue).
  *
@@ -11,6 +12,7 @@
  *   tb_hist       log-bucketed latency histogram (relative error < 0.4%)
  *   tb_workload   the request bodies (synthetic, JSONL, ShareGPT, a file)
  *   tb_bench_run  one sweep point: the load loop, metrics, timelines
+ *   tb_h1_*       the built-in HTTP/1.1 client the load loop drives
  *   tb_report_*   summary table, JSON, CSV, self-contained HTML
  *
  * Ownership: every *_create/_load has a matching *_free that accepts NULL.
@@ -110,6 +112,16 @@ const char *tb_bench_error_name(tb_bench_error_kind k);
 
 #define TB_BENCH_MAX_HEADERS 32
 #define TB_BENCH_MAX_STATUS 16
+#define TB_BENCH_MAX_BODY ((uint64_t)1 << 30) /* bytes per response, both clients */
+
+/* Which HTTP client carries the requests. */
+typedef enum {
+    TB_HTTP_CLIENT_AUTO = 0, /* built-in for http://, libcurl for https://   */
+    TB_HTTP_CLIENT_BUILTIN,  /* built-in only (http:// URLs)                  */
+    TB_HTTP_CLIENT_CURL,     /* libcurl for everything                        */
+} tb_http_client;
+
+const char *tb_http_client_name(tb_http_client k);
 
 typedef struct {
     /* target */
@@ -122,6 +134,7 @@ typedef struct {
     int n_headers;
     double timeout;          /* seconds per request (0: none)              */
     double connect_timeout;  /* seconds                                     */
+    tb_http_client http_client;
     /* load model: concurrency > 0 (closed) or rate > 0 (open) */
     int concurrency;
     double rate;
@@ -184,6 +197,9 @@ void tb_bench_result_free(tb_bench_result *r);
 tb_status tb_bench_run(const tb_bench_config *c, const tb_workload *w,
                        tb_bench_result *out);
 
+/* The client a run with this configuration uses (AUTO resolved). */
+tb_http_client tb_bench_client_for(const tb_bench_config *c);
+
 /* GET url into a malloc'd NUL-terminated string (at most max bytes).
  * *http_status gets the status (0 when the connection failed). */
 tb_status tb_bench_http_get(const char *url, const tb_bench_config *c, double timeout,
@@ -191,6 +207,37 @@ tb_status tb_bench_http_get(const char *url, const tb_bench_config *c, double ti
 
 /* The first model id of a /v1/models document (malloc'd), or NULL. */
 char *tb_bench_first_model(const char *models_json);
+
+/* ---------------------------------------------------------------- HTTP/1.1 client */
+/* The load loop's own client for plain http:// URLs (http1.c): one
+ * connection per index in [0, max_conns), one request in flight on each,
+ * kept alive; the requests of the workload pre-formatted once. Its sockets
+ * join the caller's epoll set with data.u64 = TB_H1_TAG | index; the caller
+ * hands those events to tb_h1_event and calls tb_h1_poll once per loop
+ * iteration (timeouts, completions queued by tb_h1_start). */
+#define TB_H1_TAG (1ull << 63)
+
+typedef struct tb_h1_client tb_h1_client;
+/* Body bytes as they are read (now: the time right after the read). */
+typedef void (*tb_h1_body_fn)(void *ud, int status, const char *p, size_t n, double now);
+/* The end of a request: err < 0 success, else a tb_bench_error_kind with a
+ * message; status is the HTTP status (0 when none arrived). */
+typedef void (*tb_h1_done_fn)(void *ud, int err, const char *msg, int status, double now);
+
+/* 1 when the built-in client can take this URL (http://host[:port]/path). */
+int tb_h1_supports(const char *url);
+/* For c->url, c->endpoint, headers, api key, timeouts; requests from w. */
+tb_status tb_h1_create(const tb_bench_config *c, const tb_workload *w, int epfd, int max_conns,
+                       tb_h1_body_fn body, tb_h1_done_fn done, tb_h1_client **out);
+void tb_h1_free(tb_h1_client *cl);
+/* Sends workload request `req` on connection `idx` (which must be free). */
+void tb_h1_start(tb_h1_client *cl, int idx, long req, void *ud, double now);
+void tb_h1_event(tb_h1_client *cl, uint64_t tag, uint32_t events);
+void tb_h1_poll(tb_h1_client *cl, double now);
+/* The earliest time tb_h1_poll has work (INFINITY: none). */
+double tb_h1_next_deadline(const tb_h1_client *cl);
+/* Ends the request on `idx` now, as a timeout. */
+void tb_h1_cancel(tb_h1_client *cl, int idx, double now);
 
 /* ---------------------------------------------------------------- monitors */
 /* Server metrics: fills running/waiting/kv from Prometheus text (NaN when

@@ -147,6 +147,7 @@ tb_status tb_report_json(const char *path, const tb_bench_report *r) {
     json_object_set_new(cfg, "warmup", json_integer(c->warmup));
     json_object_set_new(cfg, "timeout_s", num(c->timeout));
     json_object_set_new(cfg, "stream", json_boolean(c->stream));
+    json_object_set_new(cfg, "http_client", json_string(tb_http_client_name(tb_bench_client_for(c))));
     if (w) {
         json_object_set_new(cfg, "input_len", json_integer(w->input_len));
         json_object_set_new(cfg, "input_len_stddev", num(w->input_stddev));

@@ -1,10 +1,16 @@
 /*
- * run.c — the load loop: one thread, libcurl's multi interface driven by
- * epoll through curl_multi_socket_action, so thousands of transfers cost one
- * wakeup per ready socket rather than a scan of all of them.
+ * run.c — the load loop: one thread, one epoll set. Requests go through one
+ * of two transports: the built-in HTTP/1.1 client (http1.c, plain http://)
+ * or libcurl's multi interface driven through curl_multi_socket_action
+ * (https://, or --http-client curl). Either way thousands of transfers cost
+ * one wakeup per ready socket rather than a scan of all of them, and both
+ * feed the same functions: body_data() with response bytes as they are
+ * read, release() when a request ends (finish() classifies and records it).
+ * The /metrics scraper always uses libcurl.
  *
- * Each transfer lives in a slot (an easy handle reused from request to
- * request so its connection is kept alive). A streaming response is parsed as
+ * Each transfer lives in a slot (with libcurl an easy handle, with the
+ * built-in client the connection of the same index, reused from request to
+ * request so the connection is kept alive). A streaming response is parsed as
  * it arrives: every SSE event with text is a token, stamped on arrival, which
  * gives TTFT and the inter-token gaps. Latencies are measured from the
  * request's intended start: its send time in a closed loop, its scheduled
@@ -105,6 +111,7 @@ struct run {
     tb_endpoint ep;
     int stream;
     CURLM *multi;
+    tb_h1_client *h1;   /* the built-in client, or NULL for libcurl */
     int epfd;
     long curl_timer_ms; /* -1: none */
     double curl_timer_at;
@@ -124,6 +131,17 @@ struct run {
 };
 
 static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud);
+static void release(run *r, slot *s, int err, const char *msg, long code, double now);
+
+const char *tb_http_client_name(tb_http_client k) {
+    return k == TB_HTTP_CLIENT_CURL ? "curl" : k == TB_HTTP_CLIENT_BUILTIN ? "builtin" : "auto";
+}
+
+tb_http_client tb_bench_client_for(const tb_bench_config *c) {
+    if (c->http_client == TB_HTTP_CLIENT_AUTO)
+        return c->url && tb_h1_supports(c->url) ? TB_HTTP_CLIENT_BUILTIN : TB_HTTP_CLIENT_CURL;
+    return c->http_client;
+}
 
 static void slot_reset(slot *s) {
     s->t_first = s->t_last = 0;
@@ -234,6 +252,18 @@ static void sse_feed(slot *s, const char *p, size_t n, double now) {
     }
 }
 
+/* Response body bytes of a request slot, from either transport. `now` is
+ * the time they were read; < 0: take it here. */
+static void body_data(slot *s, long code, const char *ptr, size_t n, double now) {
+    if (code < 200 || code > 299) { buf_append(s, ptr, n); return; }
+    if (now < 0) now = tb_now();
+    if (s->r->stream) sse_feed(s, ptr, n, now);
+    else {
+        if (!s->t_first) s->t_first = now;
+        buf_append(s, ptr, n);
+    }
+}
+
 static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud) {
     slot *s = ud;
     size_t n = size * nmemb;
@@ -244,14 +274,21 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud) {
     if (s->r->ep == TB_EP_GET || s->r->ep == TB_EP_KSERVE) return n;
     long code = 0;
     curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &code);
-    if (code < 200 || code > 299) { buf_append(s, ptr, n); return n; }
-    double now = tb_now();
-    if (s->r->stream) sse_feed(s, ptr, n, now);
-    else {
-        if (!s->t_first) s->t_first = now;
-        buf_append(s, ptr, n);
-    }
+    body_data(s, code, ptr, n, -1);
     return n;
+}
+
+/* ---------------------------------------------------------------- built-in client glue */
+
+static void h1_body(void *ud, int status, const char *p, size_t n, double now) {
+    slot *s = ud;
+    if (s->r->ep == TB_EP_GET || s->r->ep == TB_EP_KSERVE) return;
+    body_data(s, status, p, n, now);
+}
+
+static void h1_done(void *ud, int err, const char *msg, int status, double now) {
+    slot *s = ud;
+    release(s->r, s, err, msg, status, now);
 }
 
 /* ---------------------------------------------------------------- epoll glue */
@@ -310,6 +347,7 @@ static tb_status slot_setup(run *r, slot *s, int kind) {
     curl_easy_setopt(e, CURLOPT_URL, c->url);
     curl_easy_setopt(e, CURLOPT_HTTPHEADER, r->hdrs);
     if (c->timeout > 0) curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, (long)(c->timeout * 1000));
+    curl_easy_setopt(e, CURLOPT_MAXFILESIZE_LARGE, (curl_off_t)TB_BENCH_MAX_BODY);
     if (r->ep == TB_EP_GET) curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
     else curl_easy_setopt(e, CURLOPT_POST, 1L);
     return TB_OK;
@@ -351,6 +389,8 @@ static void run_free(run *r) {
         free(s->gaps);
     }
     free(r->slots);
+    tb_h1_free(r->h1);
+    r->h1 = NULL;
     if (r->mon.easy) {
         curl_multi_remove_handle(r->multi, r->mon.easy);
         curl_easy_cleanup(r->mon.easy);
@@ -396,15 +436,15 @@ static tb_bench_error_kind curl_kind(CURLcode rc) {
     }
 }
 
-/* A finished transfer: classify it, then record its figures. */
-static void finish(run *r, slot *s, CURLcode rc, double now) {
+/* A finished transfer: classify it, then record its figures. `err`: < 0 the
+ * transfer itself succeeded, else the transport's tb_bench_error_kind with
+ * its message; `code`: the HTTP status (0: none). */
+static void finish(run *r, slot *s, int err, const char *msg, long code, double now) {
     tb_bench_result *o = r->out;
     const tb_bench_config *c = r->c;
-    long code = 0;
-    curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &code);
     if (s->counted && code) count_status(o, (int)code);
     r->done_all++;
-    if (rc != CURLE_OK) { count_error(r, s, curl_kind(rc), curl_easy_strerror(rc)); return; }
+    if (err >= 0) { count_error(r, s, (tb_bench_error_kind)err, msg ? msg : "?"); return; }
     if (code < 200 || code > 299) {
         char m[64];
         snprintf(m, sizeof m, "HTTP %ld", code);
@@ -466,24 +506,40 @@ static void finish(run *r, slot *s, CURLcode rc, double now) {
 
 /* ---------------------------------------------------------------- the loop */
 
-static void launch(run *r, double intended) {
+/* A request slot's transfer ended: record it and free the slot. */
+static void release(run *r, slot *s, int err, const char *msg, long code, double now) {
+    s->busy = 0;
+    finish(r, s, err, msg, code, now);
+    r->inflight--;
+    s->next_free = r->free_list;
+    r->free_list = s;
+}
+
+/* libcurl's outcome of a transfer in the terms of release(). */
+static void curl_release(run *r, slot *s, CURLcode rc, double now) {
+    long code = 0;
+    curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &code);
+    release(r, s, rc == CURLE_OK ? -1 : (int)curl_kind(rc), curl_easy_strerror(rc), code, now);
+}
+
+static void launch(run *r, double intended, double now) {
     slot *s = r->free_list;
     r->free_list = s->next_free;
     slot_reset(s);
     s->busy = 1;
     s->counted = r->counted;
     s->t_intended = intended;
-    if (r->ep != TB_EP_GET) {
-        s->req = &r->w->reqs[r->next_req % r->w->n];
+    long idx = r->next_req % r->w->n;
+    s->req = r->ep != TB_EP_GET ? &r->w->reqs[idx] : NULL;
+    if (s->req && !r->h1) {
         curl_easy_setopt(s->easy, CURLOPT_POSTFIELDSIZE, (long)s->req->body_len);
         curl_easy_setopt(s->easy, CURLOPT_POSTFIELDS, s->req->body);
-    } else {
-        s->req = NULL;
     }
     r->next_req++;
     r->inflight++;
     if (s->counted) r->out->n_sent++;
-    curl_multi_add_handle(r->multi, s->easy);
+    if (r->h1) tb_h1_start(r->h1, (int)(s - r->slots), idx, s, now);
+    else curl_multi_add_handle(r->multi, s->easy);
 }
 
 static void drain_messages(run *r) {
@@ -509,11 +565,7 @@ static void drain_messages(run *r) {
             }
             continue;
         }
-        s->busy = 0;
-        finish(r, s, rc, now);
-        r->inflight--;
-        s->next_free = r->free_list;
-        r->free_list = s;
+        curl_release(r, s, rc, now);
     }
 }
 
@@ -526,12 +578,12 @@ static void abort_all(run *r, double now) {
     for (int i = 0; i < r->n_slots; i++) {
         slot *s = &r->slots[i];
         if (!s->busy) continue;
-        s->busy = 0;
-        curl_multi_remove_handle(r->multi, s->easy);
-        finish(r, s, CURLE_OPERATION_TIMEDOUT, now);
-        r->inflight--;
-        s->next_free = r->free_list;
-        r->free_list = s;
+        if (r->h1) {
+            tb_h1_cancel(r->h1, i, now);
+        } else {
+            curl_multi_remove_handle(r->multi, s->easy);
+            curl_release(r, s, CURLE_OPERATION_TIMEDOUT, now);
+        }
     }
 }
 
@@ -592,7 +644,7 @@ static tb_status phase(run *r, long n, double duration, int counted) {
             } else {
                 intended = now;
             }
-            launch(r, intended);
+            launch(r, intended, now);
             issued++;
             more = (n == 0 || issued < n) && now < issue_end;
         }
@@ -625,6 +677,7 @@ static tb_status phase(run *r, long n, double duration, int counted) {
         if (more && r->inflight < cap && r->free_list) wake = fmin(wake, open ? next_arrival : now);
         if (more) wake = fmin(wake, issue_end);
         wake = fmin(wake, r->curl_timer_at);
+        if (r->h1) wake = fmin(wake, tb_h1_next_deadline(r->h1));
         int ms = 0;
         now = tb_now();
         if (wake > now) {
@@ -634,12 +687,17 @@ static tb_status phase(run *r, long n, double duration, int counted) {
         int ne = epoll_wait(r->epfd, evs, 256, ms);
         if (ne < 0 && errno != EINTR) return tb_errorf(TB_ERR_IO, "bench: epoll_wait: %s", strerror(errno));
         for (int i = 0; i < ne; i++) {
+            if (evs[i].data.u64 & TB_H1_TAG) {
+                tb_h1_event(r->h1, evs[i].data.u64, evs[i].events);
+                continue;
+            }
             int ev = 0;
             if (evs[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) ev |= CURL_CSELECT_IN;
             if (evs[i].events & EPOLLOUT) ev |= CURL_CSELECT_OUT;
             if (evs[i].events & EPOLLERR) ev |= CURL_CSELECT_ERR;
             socket_action(r, evs[i].data.fd, ev);
         }
+        if (r->h1) tb_h1_poll(r->h1, tb_now());
         if (tb_now() >= r->curl_timer_at) {
             r->curl_timer_at = INFINITY;
             socket_action(r, CURL_SOCKET_TIMEOUT, 0);
@@ -698,10 +756,19 @@ tb_status tb_bench_run(const tb_bench_config *c, const tb_workload *w, tb_bench_
     curl_multi_setopt(r.multi, CURLMOPT_MAXCONNECTS, (long)r.n_slots + 4);
     r.slots = calloc((size_t)r.n_slots, sizeof *r.slots);
     if (!r.slots) { run_free(&r); return tb_errorf(TB_ERR_OOM, "bench: out of memory"); }
-    for (int i = 0; i < r.n_slots && st == TB_OK; i++) {
-        st = slot_setup(&r, &r.slots[i], SLOT_REQUEST);
-        r.slots[i].next_free = r.free_list;
-        r.free_list = &r.slots[i];
+    tb_http_client client = tb_bench_client_for(c);
+    if (client == TB_HTTP_CLIENT_BUILTIN)
+        st = tb_h1_create(c, w, r.epfd, r.n_slots, h1_body, h1_done, &r.h1);
+    for (int i = r.n_slots - 1; i >= 0 && st == TB_OK; i--) {
+        slot *s = &r.slots[i];
+        if (r.h1) {
+            s->kind = SLOT_REQUEST;
+            s->r = &r;
+        } else {
+            st = slot_setup(&r, s, SLOT_REQUEST);
+        }
+        s->next_free = r.free_list;
+        r.free_list = s;
     }
     if (st == TB_OK && c->scrape_metrics && c->base_url) {
         size_t l = strlen(c->base_url) + 16;

@@ -303,9 +303,11 @@ tb_status tb_context_step(tb_context *c, const tb_seq_chunk *ch, int n_chunks, c
     }
     c->t_step += tb_now() - t0;
     for (int i = 0; i < n_chunks; i++) c->seq_len[ch[i].seq] += ch[i].n_tokens;
-    if (logits)
-        *logits = c->be->iface->read_output(c->be, c->bufs[g->output],
-                                            sizeof(float) * (size_t)(rows ? rows : 1) * (size_t)c->vocab);
+    if (logits) {
+        tb_status rs = c->be->iface->read_output(c->be, c->bufs[g->output],
+                                                 sizeof(float) * (size_t)(rows ? rows : 1) * (size_t)c->vocab, logits);
+        if (rs != TB_OK) return rs;
+    }
     if (n_rows) *n_rows = rows;
     return TB_OK;
 }

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "plan/engine.h"
 #include "runtime/runtime.h"
 #include "serve/chat.h"
 #include "serve/metrics.h"
@@ -837,13 +838,14 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
 /* ================================================================ lifecycle */
 
 static tb_status load_engine(server *s) {
-    TB_TRY(tb_engine_load(s->o.engine_path, &s->e));
+    TB_TRY(tb_engine_load_for(s->o.engine_path, s->o.device, &s->e));
     tb_engine_get_info(s->e, &s->info);
     tb_context_options co;
     tb_context_options_default(&co);
     co.n_threads = s->o.threads;
     co.max_seqs = s->o.max_num_seqs > 0 ? s->o.max_num_seqs : s->info.max_batch;
     co.kv_cache_bytes = s->o.kv_cache_bytes;
+    co.device = s->o.device;
     TB_TRY(tb_context_create(s->e, &co, &s->ctx));
     s->tok = tb_engine_tokenizer(s->e);
     s->chat = tb_chat_detect(tb_tokenizer_chat_template(s->tok));

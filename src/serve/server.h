@@ -27,6 +27,7 @@ typedef struct {
     size_t max_body_bytes;      /* default 1 MiB */
     double grace_seconds;       /* shutdown drain, default 30 */
     int connection_timeout_s;   /* idle client timeout, default 60 */
+    const char *device;         /* NULL: the engine's backend; "cpu", "cuda:N" */
 } tb_serve_options;
 
 void tb_serve_options_default(tb_serve_options *o);

@@ -38,9 +38,10 @@ static tb_status cpu_step_begin(tb_backend *b, const tb_graph *g, void **bufs, i
     return TB_OK;
 }
 
-static const float *cpu_read_output(tb_backend *b, const void *src, size_t bytes) {
+static tb_status cpu_read_output(tb_backend *b, const void *src, size_t bytes, const float **out) {
     (void)b; (void)bytes;
-    return src;
+    *out = src;
+    return TB_OK;
 }
 
 static int64_t rows_of(const tb_graph *g, int v, const tb_step *st) {

@@ -104,6 +104,12 @@ static void sc_attn_head(const tb_attn_args *a, const float *q, int t, int kvh, 
     for (int d = 0; d < hd; d++) out[d] *= 1.0f / sum;
 }
 
+static void sc_attn_group(const tb_attn_args *a, const float *q, int t, int kvh, int ng, float *out,
+                          float *scores) {
+    for (int g = 0; g < ng; g++)
+        sc_attn_head(a, q + (size_t)g * a->hd, t, kvh, out + (size_t)g * a->hd, scores);
+}
+
 /* The elementwise references are already simple loops the compiler
  * vectorises for the baseline ISA; the scalar path reuses them. */
 static const tb_cpu_kernel_table tb_cpu_kernels_scalar = {
@@ -116,7 +122,7 @@ static const tb_cpu_kernel_table tb_cpu_kernels_scalar = {
     .silu_mul = tb_ref_silu_mul,
     .add = tb_ref_add,
     .rope = tb_ref_rope,
-    .attn_head = sc_attn_head,
+    .attn_group = sc_attn_group,
 };
 
 /* ================================================================ dispatch */
@@ -141,7 +147,7 @@ static const tb_cpu_kernel_table *path_table(const char *name) {
 #define TB_OVERRIDE(f) if (o->f) kt_avx512.f = o->f
         TB_OVERRIDE(matmul); TB_OVERRIDE(to_f32); TB_OVERRIDE(from_f32);
         TB_OVERRIDE(rmsnorm); TB_OVERRIDE(add_rmsnorm); TB_OVERRIDE(silu_mul);
-        TB_OVERRIDE(add); TB_OVERRIDE(rope); TB_OVERRIDE(attn_head);
+        TB_OVERRIDE(add); TB_OVERRIDE(rope); TB_OVERRIDE(attn_group);
 #undef TB_OVERRIDE
         return &kt_avx512;
     }
@@ -443,19 +449,23 @@ static void attn_write_run(void *arg, int ith, int nth) {
     }
 }
 
-/* (token, head) pairs dealt round-robin: causal prefill makes later tokens
- * longer, and interleaving keeps the threads' totals close. */
+/* Work items are (token, kv head, slice of its q heads), dealt round-robin:
+ * causal prefill makes later tokens longer, and interleaving keeps the
+ * threads' totals close. */
 static void attn_run(void *arg, int ith, int nth) {
     attn_job *j = arg;
     const tb_attn_args *a = j->a;
     int hd = a->hd, group = a->n_heads / a->n_kv;
+    int n_sl = (group + TB_ATTN_GROUP_MAX - 1) / TB_ATTN_GROUP_MAX;
+    int per = (group + n_sl - 1) / n_sl;
     size_t stride = (size_t)(a->n_heads + 2 * a->n_kv) * hd;
     float *scores = j->scratch + (size_t)ith * j->scratch_per_thread;
-    int n_items = a->T * a->n_heads;
+    int per_t = a->n_kv * n_sl, n_items = a->T * per_t;
     for (int i = ith; i < n_items; i += nth) {
-        int t = i / a->n_heads, h = i % a->n_heads;
-        j->k->attn_head(a, j->qkv + (size_t)t * stride + (size_t)h * hd, t, h / group,
-                        j->out + (size_t)t * a->n_heads * hd + (size_t)h * hd, scores);
+        int t = i / per_t, kvh = (i % per_t) / n_sl, sl = i % n_sl;
+        int h0 = kvh * group + sl * per, ng = group - sl * per < per ? group - sl * per : per;
+        j->k->attn_group(a, j->qkv + (size_t)t * stride + (size_t)h0 * hd, t, kvh, ng,
+                         j->out + (size_t)t * a->n_heads * hd + (size_t)h0 * hd, scores);
     }
 }
 

@@ -106,6 +106,9 @@ typedef struct {
     tb_dtype kv_dtype;           /* TB_F32 or TB_F16 */
 } tb_attn_args;
 
+/* Most q heads of one kv group that one attention call handles together
+ * (the scores of each are held in scratch at once). */
+#define TB_ATTN_GROUP_MAX 4
 size_t tb_attention_scratch_floats(int n_threads, int max_ctx);
 void tb_ref_attention(const tb_attn_args *a, const float *qkv, float *out,
                       float *scratch);
@@ -158,10 +161,12 @@ typedef struct {
     void (*rope)(float *x, int row_stride, const int32_t *pos,
                  const float *inv_freq, int T, int n_heads, int hd,
                  int interleaved);
-    /* out (hd) = attention of q (hd) for token t against kv head kvh;
-     * scores: at least pos[t] + 1 floats. */
-    void (*attn_head)(const tb_attn_args *a, const float *q, int t, int kvh,
-                      float *out, float *scores);
+    /* out (ng, hd) = attention of the ng (<= TB_ATTN_GROUP_MAX) q heads
+     * q (ng, hd) of token t, all reading kv head kvh (so each K and V row is
+     * loaded once for the group); scores: at least
+     * tb_attention_scratch_floats(1, pos[t] + 1) floats. */
+    void (*attn_group)(const tb_attn_args *a, const float *q, int t, int kvh,
+                       int ng, float *out, float *scores);
 } tb_cpu_kernel_table;
 
 extern const tb_cpu_kernel_table tb_cpu_kernels_avx2;

@@ -612,12 +612,168 @@ AVX2_INLINE void attn_head_dt(const tb_attn_args *a, const float *q, int t, int 
     for (; d < hd; d++) out[d] *= 1.0f / sum;
 }
 
-static AVX2_FN void avx2_attn_head(const tb_attn_args *a, const float *q, int t, int kvh,
-                                   float *out, float *scores) {
-    if (a->kv_dtype == TB_F16)
-        attn_head_dt(a, q, t, kvh, out, scores, TB_F16);
-    else
-        attn_head_dt(a, q, t, kvh, out, scores, TB_F32);
+/* Lane i = sum of the 8 lanes of p[i]: one 8-way transpose-sum in place of
+ * 8 horizontal sums. */
+AVX2_INLINE __m256 hsum8x8(const __m256 p[8]) {
+    __m256 t0 = _mm256_hadd_ps(p[0], p[1]), t1 = _mm256_hadd_ps(p[2], p[3]);
+    __m256 t2 = _mm256_hadd_ps(p[4], p[5]), t3 = _mm256_hadd_ps(p[6], p[7]);
+    __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+    /* u0 = (s0..s3 of lanes 0-3 | s0..s3 of lanes 4-7), u1 likewise s4..s7 */
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+/* Scores of NG q heads against positions [0, ctx) of kv head kvh, 8
+ * positions at a time: scores[g * ss + j] = scale * q_g . k_j. A chunk that
+ * runs past the end of a cache block repeats its last row; the extra lanes
+ * land in positions a later chunk overwrites, or in the padding past ctx. */
+AVX2_INLINE void attn_scores(const tb_attn_args *a, const float *q, int NG, int kvh, int ctx,
+                             const int32_t *bt, float *scores, size_t ss, tb_dtype dt) {
+    int hd = a->hd, bs = a->block_size;
+    size_t esz = dt == TB_F16 ? 2 : 4, rb = (size_t)a->n_kv * hd * esz; /* bytes per cache row */
+    const __m256 scale = _mm256_set1_ps(a->scale);
+    for (int j0 = 0, b = 0; j0 < ctx; j0 += bs, b++) {
+        int n = ctx - j0 < bs ? ctx - j0 : bs;
+        const uint8_t *kb = (const uint8_t *)a->k_cache + ((size_t)bt[b] * bs * a->n_kv + (size_t)kvh) * hd * esz;
+        for (int r = 0; r < n; r += 8) {
+            const uint8_t *kr[8];
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) kr[i] = kb + (size_t)(r + i < n ? r + i : n - 1) * rb;
+            if (hd == 8) {
+                __m256 kv[8];
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++) kv[i] = ld8(kr[i], 0, dt);
+#pragma GCC unroll 4
+                for (int g = 0; g < NG; g++) {
+                    __m256 qv = _mm256_loadu_ps(q + g * 8), p[8];
+#pragma GCC unroll 8
+                    for (int i = 0; i < 8; i++) p[i] = _mm256_mul_ps(qv, kv[i]);
+                    _mm256_storeu_ps(scores + g * ss + j0 + r, _mm256_mul_ps(hsum8x8(p), scale));
+                }
+                continue;
+            }
+#pragma GCC unroll 4
+            for (int g = 0; g < NG; g++) {
+                const float *qg = q + (size_t)g * hd;
+                __m256 p[8];
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++) p[i] = _mm256_setzero_ps();
+                for (int d = 0; d < hd; d += 8) {
+                    __m256 qv = _mm256_loadu_ps(qg + d);
+#pragma GCC unroll 8
+                    for (int i = 0; i < 8; i++) p[i] = _mm256_fmadd_ps(qv, ld8(kr[i], (size_t)d, dt), p[i]);
+                }
+                _mm256_storeu_ps(scores + g * ss + j0 + r, _mm256_mul_ps(hsum8x8(p), scale));
+            }
+        }
+    }
+}
+
+/* s[0:n) = exp(s - max s); returns the sum. */
+AVX2_INLINE float softmax_unnorm(float *s, int n) {
+    __m256 vm = _mm256_set1_ps(-INFINITY);
+    int j = 0;
+    for (; j + 8 <= n; j += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(s + j));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vm), _mm256_extractf128_ps(vm, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+    float mx = _mm_cvtss_f32(m4);
+    for (; j < n; j++) mx = s[j] > mx ? s[j] : mx;
+    __m256 vmx = _mm256_set1_ps(mx), vsum = _mm256_setzero_ps();
+    j = 0;
+    for (; j + 8 <= n; j += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), vmx));
+        _mm256_storeu_ps(s + j, e);
+        vsum = _mm256_add_ps(vsum, e);
+    }
+    float sum = hsum(vsum);
+    for (; j < n; j++) {
+        s[j] = expf(s[j] - mx);
+        sum += s[j];
+    }
+    return sum;
+}
+
+/* out[g, :] = sum_j p_g[j] v_j / sums[g] for NG heads, one 8-column slice of
+ * the rows at a time, with NS accumulators per head taking positions in
+ * turn so that the FMA latency does not bound the loop. */
+AVX2_INLINE void attn_pv(const tb_attn_args *a, int NG, int NS, int kvh, int ctx, const int32_t *bt,
+                         const float *p, size_t ss, const float *sums, float *out, tb_dtype dt) {
+    int hd = a->hd, bs = a->block_size;
+    size_t esz = dt == TB_F16 ? 2 : 4, rb = (size_t)a->n_kv * hd * esz;
+    for (int d = 0; d < hd; d += 8) {
+        __m256 acc[TB_ATTN_GROUP_MAX][4];
+#pragma GCC unroll 4
+        for (int g = 0; g < NG; g++)
+#pragma GCC unroll 4
+            for (int u = 0; u < NS; u++) acc[g][u] = _mm256_setzero_ps();
+        for (int j0 = 0, b = 0; j0 < ctx; j0 += bs, b++) {
+            int n = ctx - j0 < bs ? ctx - j0 : bs;
+            const uint8_t *vb = (const uint8_t *)a->v_cache +
+                                ((size_t)bt[b] * bs * a->n_kv + (size_t)kvh) * hd * esz + (size_t)d * esz;
+            const float *pj = p + j0;
+            int r = 0;
+            for (; r + NS <= n; r += NS) {
+#pragma GCC unroll 4
+                for (int u = 0; u < NS; u++) {
+                    __m256 v = ld8(vb + (size_t)(r + u) * rb, 0, dt);
+#pragma GCC unroll 4
+                    for (int g = 0; g < NG; g++)
+                        acc[g][u] = _mm256_fmadd_ps(_mm256_broadcast_ss(pj + g * ss + r + u), v, acc[g][u]);
+                }
+            }
+            for (; r < n; r++) {
+                __m256 v = ld8(vb + (size_t)r * rb, 0, dt);
+#pragma GCC unroll 4
+                for (int g = 0; g < NG; g++)
+                    acc[g][0] = _mm256_fmadd_ps(_mm256_broadcast_ss(pj + g * ss + r), v, acc[g][0]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int g = 0; g < NG; g++) {
+            __m256 s = acc[g][0];
+#pragma GCC unroll 4
+            for (int u = 1; u < NS; u++) s = _mm256_add_ps(s, acc[g][u]);
+            _mm256_storeu_ps(out + (size_t)g * hd + d, _mm256_mul_ps(s, _mm256_set1_ps(1.0f / sums[g])));
+        }
+    }
+}
+
+/* hd % 8 == 0: NG heads share every K and V row load. */
+AVX2_INLINE void attn_group_fast(const tb_attn_args *a, const float *q, int NG, int NS, int t, int kvh,
+                                 float *out, float *scores, tb_dtype dt) {
+    int ctx = a->pos[t] + 1;
+    size_t ss = (size_t)(ctx + 15) & ~(size_t)7; /* >= ctx + 8 */
+    const int32_t *bt = a->block_tables + (size_t)a->seq[t] * a->max_blocks;
+    float sums[TB_ATTN_GROUP_MAX];
+    attn_scores(a, q, NG, kvh, ctx, bt, scores, ss, dt);
+#pragma GCC unroll 4
+    for (int g = 0; g < NG; g++) sums[g] = softmax_unnorm(scores + g * ss, ctx);
+    attn_pv(a, NG, NS, kvh, ctx, bt, scores, ss, sums, out, dt);
+}
+
+#define ATTN_GROUP_FNS(DT, SUF)                                                                     \
+    static AVX2_FN void attn_group_##SUF(const tb_attn_args *a, const float *q, int t, int kvh,    \
+                                         int ng, float *out, float *scores) {                       \
+        if (a->hd % 8) {                                                                            \
+            for (int g = 0; g < ng; g++)                                                            \
+                attn_head_dt(a, q + (size_t)g * a->hd, t, kvh, out + (size_t)g * a->hd, scores, DT); \
+            return;                                                                                 \
+        }                                                                                           \
+        switch (ng) {                                                                               \
+        case 1: attn_group_fast(a, q, 1, 4, t, kvh, out, scores, DT); break;                        \
+        case 2: attn_group_fast(a, q, 2, 4, t, kvh, out, scores, DT); break;                        \
+        case 3: attn_group_fast(a, q, 3, 2, t, kvh, out, scores, DT); break;                        \
+        case 4: attn_group_fast(a, q, 4, 2, t, kvh, out, scores, DT); break;                        \
+        default: TB_ASSERT(!"attention group larger than TB_ATTN_GROUP_MAX");                      \
+        }                                                                                           \
+    }
+ATTN_GROUP_FNS(TB_F32, f32)
+ATTN_GROUP_FNS(TB_F16, f16)
+
+static AVX2_FN void avx2_attn_group(const tb_attn_args *a, const float *q, int t, int kvh, int ng,
+                                    float *out, float *scores) {
+    if (a->kv_dtype == TB_F16) attn_group_f16(a, q, t, kvh, ng, out, scores);
+    else attn_group_f32(a, q, t, kvh, ng, out, scores);
 }
 
 /* ---------------------------------------------------------------- table */
@@ -631,5 +787,5 @@ const tb_cpu_kernel_table tb_cpu_kernels_avx2 = {
     .silu_mul = avx2_silu_mul,
     .add = avx2_add,
     .rope = avx2_rope,
-    .attn_head = avx2_attn_head,
+    .attn_group = avx2_attn_group,
 };

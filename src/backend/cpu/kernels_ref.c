@@ -101,7 +101,10 @@ void tb_ref_rope(float *x, int row_stride, const int32_t *pos,
 
 /* ---------------------------------------------------------------- attention */
 size_t tb_attention_scratch_floats(int n_threads, int max_ctx) {
-    size_t per = ((size_t)max_ctx + 15) & ~(size_t)15;
+    /* TB_ATTN_GROUP_MAX rows of scores, each padded by 16 so that fast
+     * paths may store whole vectors past the last position. */
+    size_t per = (((size_t)max_ctx + 15) & ~(size_t)15) + 16;
+    per *= TB_ATTN_GROUP_MAX;
     return (size_t)(n_threads > 0 ? n_threads : 1) * per;
 }
 

@@ -328,20 +328,17 @@ static tb_status graph_finish(cuda_ctx *c) {
     return TB_OK;
 }
 
-static const float *cuda_read_output(tb_backend *b, const void *src, size_t bytes) {
+static tb_status cuda_read_output(tb_backend *b, const void *src, size_t bytes, const float **out) {
     cuda_ctx *c = b->ctx;
-    if (bytes > c->out_bytes) {
-        tb_errorf(TB_ERR_INTERNAL, "cuda: output of %zu bytes exceeds the %zu sized at load", bytes, c->out_bytes);
-        return NULL;
-    }
+    *out = NULL;
+    if (bytes > c->out_bytes)
+        return tb_errorf(TB_ERR_INTERNAL, "cuda: output of %zu bytes exceeds the %zu sized at load", bytes,
+                         c->out_bytes);
     cudaError_t e = cudaMemcpyAsync(c->h_out, src, bytes, cudaMemcpyDeviceToHost, c->stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize(c->stream);
-    if (e != cudaSuccess) {
-        cuda_fail(e, "reading the logits");
-        tb_log(TB_LOG_ERROR, "%s", tb_last_error());
-        return NULL;
-    }
-    return c->h_out;
+    if (e != cudaSuccess) return cuda_fail(e, "reading the logits");
+    *out = c->h_out;
+    return TB_OK;
 }
 
 static int64_t rows_of(const tb_graph *g, int v, const tb_step *st) {
