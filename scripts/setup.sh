@@ -6,7 +6,12 @@ cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libxxhash-dev
       libopenblas-dev libmicrohttpd-dev python3-numpy libcurl4-openssl-dev)
-[ "${TURBINE_TEST_DEPS:-0}" = 1 ] && PKGS+=(nodejs npm wrk chromium prometheus)
+if [ "${TURBINE_TEST_DEPS:-0}" = 1 ]; then
+  PKGS+=(wrk chromium prometheus)
+  # Node.js may come from elsewhere with its own npm: only ask Debian when absent.
+  command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
+  command -v npm >/dev/null 2>&1 || PKGS+=(npm)
+fi
 
 missing=()
 for p in "${PKGS[@]}"; do
