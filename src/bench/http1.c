@@ -57,6 +57,7 @@
 #define MSG_RECV "Failure when receiving data from the peer"
 #define MSG_PARTIAL "Transferred a partial file"
 #define MSG_WEIRD "Weird server reply"
+#define MSG_NOT_HTTP "Unsupported protocol"
 #define MSG_TOO_BIG "Maximum file size exceeded"
 #define MSG_OOM "Out of memory"
 
@@ -419,11 +420,21 @@ static void parser_reset(h1_conn *c) {
     c->hlen = 0;
 }
 
+/* The status of a status line at h (0: none there), as far as it came. */
+static int peek_status(const char *h, size_t n) {
+    if (n < 12 || memcmp(h, "HTTP/1.", 7) || (h[7] != '0' && h[7] != '1') || h[8] != ' ') return 0;
+    for (int i = 9; i < 12; i++)
+        if (h[i] < '0' || h[i] > '9') return 0;
+    return (h[9] - '0') * 100 + (h[10] - '0') * 10 + (h[11] - '0');
+}
+
 /* Ends the current request: err < 0 is success. The connection stays open
  * only after a complete response the server let us keep. */
 static void complete(tb_h1_client *cl, h1_conn *c, int err, const char *msg, double now) {
     list_del(cl, c, L_REQ);
     list_del(cl, c, L_CONN);
+    /* a failure amid the headers still reports a status line that arrived */
+    if (c->ps == P_HEAD && !c->status && c->hlen) c->status = peek_status(c->hbuf, c->hlen);
     if (err >= 0 || !c->keep || c->state != C_READING || c->ps != P_DONE) conn_close(c);
     else {
         c->state = C_IDLE;
@@ -559,17 +570,14 @@ static int value_has(const char *v, size_t n, const char *word) {
     return 0;
 }
 
-/* Parses one header block. 0: fine; -1: malformed. */
+/* Parses one header block. 0: fine; -1: malformed; -2: not HTTP/1.x. */
 static int parse_head(h1_conn *c, const char *h, size_t n) {
     const char *end = h + n, *p = h;
     const char *eol = memchr(p, '\n', (size_t)(end - p));
-    if (!eol || eol - p < 12 || memcmp(p, "HTTP/1.", 7) || (p[7] != '0' && p[7] != '1') || p[8] != ' ')
-        return -1;
+    if (!eol || !peek_status(p, (size_t)(eol - p))) return -2;
     int http10 = p[7] == '0';
-    for (int i = 9; i < 12; i++)
-        if (p[i] < '0' || p[i] > '9') return -1;
     if (eol - p > 12 && p[12] != ' ' && p[12] != '\r') return -1;
-    c->status = (p[9] - '0') * 100 + (p[10] - '0') * 10 + (p[11] - '0');
+    c->status = peek_status(p, (size_t)(eol - p));
     int chunked = 0, has_len = 0, conn_close_hdr = 0, conn_keep = 0;
     uint64_t len = 0;
     for (p = eol + 1; p < end;) {
@@ -669,7 +677,8 @@ static int parse(tb_h1_client *cl, h1_conn *c, const char *p, size_t n, double n
                 h = c->hbuf;
                 used = e - old;
             }
-            if (parse_head(c, h, e) != 0) { *err = TB_BERR_OTHER; *msg = MSG_WEIRD; return PARSE_ERROR; }
+            int hr = parse_head(c, h, e);
+            if (hr != 0) { *err = TB_BERR_OTHER; *msg = hr == -2 ? MSG_NOT_HTTP : MSG_WEIRD; return PARSE_ERROR; }
             c->hlen = 0;
             p += used;
             n -= used;
