@@ -405,14 +405,15 @@ static json_t *json_text(const char *s, size_t n) {
     return j ? j : json_string("");
 }
 
-static json_t *token_lp_json(server *s, int chat, int tok, float lp, const tb_token_event *ev, const char *piece,
+/* `prev`: the token before this position, so alternatives decode as they
+ * would have appeared in the text. */
+static json_t *token_lp_json(server *s, int chat, int prev, float lp, const tb_token_event *ev, const char *piece,
                              size_t plen) {
-    (void)tok;
     if (chat) {
         json_t *top = json_array();
         for (int k = 0; k < ev->n_top; k++) {
             char pc[256];
-            size_t n = tb_tokenizer_piece(s->tok, -2, ev->top_ids[k], pc, sizeof pc);
+            size_t n = tb_tokenizer_piece(s->tok, prev, ev->top_ids[k], pc, sizeof pc);
             json_array_append_new(top, json_pack("{s:o, s:f}", "token", json_text(pc, n), "logprob",
                                                  (double)ev->top_logprobs[k]));
         }
@@ -424,7 +425,7 @@ static json_t *token_lp_json(server *s, int chat, int tok, float lp, const tb_to
     json_t *top = json_object();
     for (int k = 0; k < ev->n_top; k++) {
         char pc[256];
-        size_t n = tb_tokenizer_piece(s->tok, -2, ev->top_ids[k], pc, sizeof pc);
+        size_t n = tb_tokenizer_piece(s->tok, prev, ev->top_ids[k], pc, sizeof pc);
         json_t *key = json_text(pc, n);
         json_object_set_new(top, json_string_value(key), json_real(ev->top_logprobs[k]));
         json_decref(key);
@@ -476,11 +477,12 @@ static void pump(gen_stream *g, double timeout) {
     int n = tb_request_wait(g->req, ev, 64, &fr, timeout);
     for (int i = 0; i < n && !g->stop_hit; i++) {
         char piece[256];
-        size_t plen = tb_tokenizer_piece(g->s->tok, g->prev, ev[i].token, piece, sizeof piece);
+        int prev = g->prev;
+        size_t plen = tb_tokenizer_piece(g->s->tok, prev, ev[i].token, piece, sizeof piece);
         g->prev = ev[i].token;
         g->n_gen++;
         if (g->g.logprobs >= 0) {
-            json_t *item = token_lp_json(g->s, g->g.chat, ev[i].token, ev[i].logprob, &ev[i], piece, plen);
+            json_t *item = token_lp_json(g->s, g->g.chat, prev, ev[i].logprob, &ev[i], piece, plen);
             json_object_set_new(item, "offset", json_integer((json_int_t)(g->text_offset + g->tn + g->pn)));
             json_array_append_new(g->lp_items, item);
         }
