@@ -4,10 +4,14 @@
  * host, as a generation loop would).
  *
  *   gpu_bench ENGINE [--device cuda] [--prefill 512] [--decode 128]
- *             [--ctx 16] [--batch 1,8]
+ *             [--ctx 16] [--batch 1,8] [--variants "base;A=1 B=0;..."]
  *
  * Prints one line per measurement: "prefill P: X ms" (median of 5) and
  * "decode bB: X ms/step (median), Y ms mean" after a prompt of --ctx tokens.
+ * --variants: after the first ("base": the environment as given), each
+ * ';'-separated entry sets its space-separated VAR=VALUE pairs, creates a
+ * fresh context (the backend reads its switches at create), repeats the
+ * decode timings with lines prefixed "[entry] ", and unsets them again.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +48,7 @@ static int step(tb_context *c, const tb_seq_chunk *ch, int n) {
 }
 
 int main(int argc, char **argv) {
-    const char *engine = NULL, *device = NULL, *batches = "1";
+    const char *engine = NULL, *device = NULL, *batches = "1", *variants = "base";
     int prefill = 512, decode = 128, ctx_len = 16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -53,6 +57,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--decode") && v) { decode = atoi(v); i++; }
         else if (!strcmp(a, "--ctx") && v) { ctx_len = atoi(v); i++; }
         else if (!strcmp(a, "--batch") && v) { batches = v; i++; }
+        else if (!strcmp(a, "--variants") && v) { variants = v; i++; }
         else if (!engine) engine = a;
         else { fprintf(stderr, "usage: gpu_bench ENGINE [--device D] [--prefill N] [--decode N] [--ctx N] [--batch 1,8]\n"); return 2; }
     }
@@ -69,64 +74,88 @@ int main(int argc, char **argv) {
         if (!p) break;
         p++;
     }
-    tb_context_options o;
-    tb_context_options_default(&o);
-    o.max_seqs = max_b;
-    o.device = device;
-    tb_context *c = NULL;
-    if (tb_context_create(e, &o, &c) != TB_OK) { fprintf(stderr, "gpu_bench: %s\n", tb_last_error()); return 1; }
-    int max_step = 512;
-    if (prefill > info.max_seq_len - 1) prefill = info.max_seq_len - 1;
-    int need = prefill > ctx_len + decode ? prefill : ctx_len + decode;
-    int32_t *toks = malloc(sizeof(int32_t) * (size_t)(need + 1) * (size_t)max_b);
-    if (!toks) return 1;
-    srand(1);
-    for (int i = 0; i < (need + 1) * max_b; i++) toks[i] = 3 + rand() % (info.vocab_size - 3);
+    char vbuf[1024];
+    snprintf(vbuf, sizeof vbuf, "%s", variants);
+    char *vsave = NULL;
+    int vi = 0;
+    for (char *var = strtok_r(vbuf, ";", &vsave); var; var = strtok_r(NULL, ";", &vsave), vi++) {
+        char tag[256] = "", names[16][64];
+        int n_names = 0;
+        if (vi > 0) {
+            snprintf(tag, sizeof tag, "[%s]", var);
+            char sets[256], *ssave = NULL;
+            snprintf(sets, sizeof sets, "%s", var);
+            for (char *kv = strtok_r(sets, " ", &ssave); kv && n_names < 16; kv = strtok_r(NULL, " ", &ssave)) {
+                char *eq = strchr(kv, '=');
+                if (!eq) continue;
+                *eq = 0;
+                snprintf(names[n_names++], 64, "%s", kv);
+                setenv(kv, eq + 1, 1);
+            }
+        }
+        tb_context_options o;
+        tb_context_options_default(&o);
+        o.max_seqs = max_b;
+        o.device = device;
+        tb_context *c = NULL;
+        if (tb_context_create(e, &o, &c) != TB_OK) { fprintf(stderr, "gpu_bench: %s\n", tb_last_error()); return 1; }
+        if (vi > 0) prefill = 0;
+        int max_step = 512;
+        if (prefill > info.max_seq_len - 1) prefill = info.max_seq_len - 1;
+        int need = prefill > ctx_len + decode ? prefill : ctx_len + decode;
+        int32_t *toks = malloc(sizeof(int32_t) * (size_t)(need + 1) * (size_t)max_b);
+        if (!toks) return 1;
+        srand(1);
+        for (int i = 0; i < (need + 1) * max_b; i++) toks[i] = 3 + rand() % (info.vocab_size - 3);
 
-    /* prefill: one step of `prefill` tokens, logits of the last */
-    if (prefill > 0 && prefill <= max_step) {
-        double t[6];
-        for (int r = 0; r < 6; r++) {
+        /* prefill: one step of `prefill` tokens, logits of the last */
+        if (prefill > 0 && prefill <= max_step) {
+            double t[6];
+            for (int r = 0; r < 6; r++) {
+                tb_seq_reset(c, 0);
+                tb_seq_chunk ch = {0, prefill, toks, 1};
+                double t0 = now_ms();
+                if (!step(c, &ch, 1)) return 1;
+                t[r] = now_ms() - t0;
+            }
+            double m = median(t + 1, 5);
+            printf("prefill %d: %.3f ms (%.0f tok/s)\n", prefill, m, prefill / m * 1e3);
+            fflush(stdout);
             tb_seq_reset(c, 0);
-            tb_seq_chunk ch = {0, prefill, toks, 1};
-            double t0 = now_ms();
-            if (!step(c, &ch, 1)) return 1;
-            t[r] = now_ms() - t0;
         }
-        double m = median(t + 1, 5);
-        printf("prefill %d: %.3f ms (%.0f tok/s)\n", prefill, m, prefill / m * 1e3);
-        tb_seq_reset(c, 0);
-    }
 
-    /* decode: B sequences, each with a ctx_len prompt, then `decode` steps */
-    for (const char *p = batches; p && *p;) {
-        int B = atoi(p);
-        p = strchr(p, ',');
-        if (p) p++;
-        if (B < 1 || B > max_b) continue;
-        tb_seq_chunk ch[256];
-        if (B > 256) continue;
-        for (int s = 0; s < B; s++) {
-            tb_seq_reset(c, s);
-            ch[s] = (tb_seq_chunk){s, ctx_len, toks + (size_t)s * (need + 1), 1};
-        }
-        if (!step(c, ch, B)) return 1;
-        double *t = malloc(sizeof(double) * (size_t)decode), sum = 0;
-        for (int k = 0; k < decode; k++) {
-            for (int s = 0; s < B; s++) ch[s] = (tb_seq_chunk){s, 1, toks + (size_t)s * (need + 1) + ctx_len + k, 1};
-            double t0 = now_ms();
+        /* decode: B sequences, each with a ctx_len prompt, then `decode` steps */
+        for (const char *p = batches; p && *p;) {
+            int B = atoi(p);
+            p = strchr(p, ',');
+            if (p) p++;
+            if (B < 1 || B > max_b) continue;
+            tb_seq_chunk ch[256];
+            if (B > 256) continue;
+            for (int s = 0; s < B; s++) {
+                tb_seq_reset(c, s);
+                ch[s] = (tb_seq_chunk){s, ctx_len, toks + (size_t)s * (need + 1), 1};
+            }
             if (!step(c, ch, B)) return 1;
-            t[k] = now_ms() - t0;
-            sum += t[k];
+            double *t = malloc(sizeof(double) * (size_t)decode), sum = 0;
+            for (int k = 0; k < decode; k++) {
+                for (int s = 0; s < B; s++) ch[s] = (tb_seq_chunk){s, 1, toks + (size_t)s * (need + 1) + ctx_len + k, 1};
+                double t0 = now_ms();
+                if (!step(c, ch, B)) return 1;
+                t[k] = now_ms() - t0;
+                sum += t[k];
+            }
+            double mean = sum / decode, med = median(t, decode);
+            printf("%s%sdecode b%d: %.3f ms/step median, %.3f mean (%.1f tok/s) ctx %d..%d\n", tag,
+                   *tag ? " " : "", B, med, mean, B / med * 1e3, ctx_len, ctx_len + decode);
+            fflush(stdout);
+            free(t);
+            for (int s = 0; s < B; s++) tb_seq_reset(c, s);
         }
-        double mean = sum / decode, med = median(t, decode);
-        printf("decode b%d: %.3f ms/step median, %.3f mean (%.1f tok/s) ctx %d..%d\n", B, med, mean,
-               B / med * 1e3, ctx_len, ctx_len + decode);
-        free(t);
-        for (int s = 0; s < B; s++) tb_seq_reset(c, s);
+        tb_context_free(c);
+        free(toks);
+        for (int k = 0; k < n_names; k++) unsetenv(names[k]);
     }
-    tb_context_free(c);
     tb_engine_free(e);
-    free(toks);
     return 0;
 }

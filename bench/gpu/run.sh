@@ -12,18 +12,24 @@
 #             one long run (300 tokens) that takes the split-K decode path
 # 3. text   : stories260K f32 on the GPU, -n 200 greedy, byte for byte
 # 4. batch  : tests/test_batch.c with TURBINE_TEST_DEVICE=$DEV
-# 5. memchk : compute-sanitizer memcheck on short runs
-# 6. timing : TinyLlama-1.1B and Llama-2-7B shapes, f16 random weights:
-#             batch-1 decode ms/token, prefill 512; transformers eager FP16
-#             on the same weights; copy bandwidth
+# 5. timing : Llama-2-7B and TinyLlama-1.1B shapes, f16 random weights:
+#             decode b1/b8 ms/step and prefill 512, then the decode again
+#             with each tuning switch turned off (one process, one engine
+#             load: gpu_bench --variants); transformers eager FP16 on the
+#             same weights (unless TB_SKIP_HF); copy bandwidth
+# 6. memchk : compute-sanitizer memcheck on short runs
+# The logits check also re-runs a few engines with each switch flipped
+# (TB_CUDA_PDL=1, TB_CUDA_FUSE=0, TB_CUDA_GEMV=mma).
+# Steps run in this order so that a run cut short by a time limit still has
+# the correctness and the 7B figures; every result is appended to $OUT as it
+# comes.
 # Env: OUT (results folder), TB_GPU_DATA (folder with models/stories260K and
-# models/llama2_tokenizer.bin; default .devdata/gpu), TB_BUDGET_S (seconds
-# after which the heavy timing steps are skipped; default 540).
+# models/llama2_tokenizer.bin; default .devdata/gpu), TB_SKIP_HF (no
+# transformers baseline), TB_SHAPES (default "llama7b tinyllama").
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$SRC/bench/out/gpu}
 DATA=${TB_GPU_DATA:-$SRC/.devdata/gpu}
-BUDGET=${TB_BUDGET_S:-540}
 W=${TB_WORK:-/tmp/tb-gpu}
 PY=${TB_PYTHON:-python3}
 DEV=${TB_DEVICE:-cuda}   # cpu: a dry run of this script on a machine without a GPU
@@ -88,6 +94,7 @@ case_run() {
     local name=$1 model=$2 edt=$3 tol=$4 n=${5:-48}
     local eng=$W/$name.engine lg=$W/$name.logits.bin ids out rc
     ids=$(prompt_ids "$name")
+    echo "$model" > "$W/$name.model"
     if ! tb "$TB" build "$model" -o "$eng" --tokenizer "$TOK512" --dtype "$edt" --device $DEV >> "$LOG" 2>&1; then
         say "FAIL $name: build"; fail=$((fail + 1)); return
     fi
@@ -99,6 +106,25 @@ case_run() {
     rc=$?
     if [ $rc -eq 0 ]; then pass=$((pass + 1)); say "PASS $name: $(echo "$out" | tail -n 1)"
     else fail=$((fail + 1)); say "FAIL $name: $(echo "$out" | tail -n 2 | tr '\n' ' ')"; fi
+}
+# rerun NAME ENV...: the engine of case NAME again, with the switches ENV
+case_rerun() {
+    local name=$1; shift
+    local eng=$W/$name.engine lg=$W/$name.rerun.logits.bin ids out rc tol=2e-2
+    case $name in *-f32) tol=1e-4 ;; *-f32-long) tol=1e-4 ;; esac
+    [ -f "$eng" ] || { say "SKIP $name ($*): no engine"; return; }
+    ids=$(prompt_ids "$name")
+    local n=48; case $name in *-long) n=300 ;; esac
+    if ! tb env "$@" "$TB" run "$eng" "${RUNDEV[@]}" --prompt-ids "$ids" -n "$n" --temperature 0 --logits-out "$lg" \
+         > /dev/null 2>> "$LOG"; then
+        say "FAIL $name ($*): run"; fail=$((fail + 1)); return
+    fi
+    local model
+    model=$(cat "$W/$name.model")
+    out=$("$PY" "$SRC/tests/compare_logits.py" --model "$model" --logits "$lg" --prompt-ids "$ids" --tol "$tol" --quiet 2>&1)
+    rc=$?
+    if [ $rc -eq 0 ]; then pass=$((pass + 1)); say "PASS $name ($*): $(echo "$out" | tail -n 1)"
+    else fail=$((fail + 1)); say "FAIL $name ($*): $(echo "$out" | tail -n 2 | tr '\n' ' ')"; fi
 }
 for p in llama-gqa qwen2 mistral llama3-rope; do
     for cdt in f32 bf16; do
@@ -113,6 +139,13 @@ done
 case_run "llama3-rope-f32-f32-long" "$W/ckpt/llama3-rope-f32" f32 1e-4 300
 case_run "llama3-rope-f32-f16-long" "$W/ckpt/llama3-rope-f32" f16 2e-2 300
 row "logits vs reference" "$pass passed, $fail failed"
+pass=0; fail=0
+for v in "TB_CUDA_PDL=1" "TB_CUDA_FUSE=0" "TB_CUDA_GEMV=mma"; do
+    case_rerun qwen2-f32-f16 $v
+    case_rerun llama-gqa-bf16-bf16 $v
+    case_rerun llama3-rope-f32-f16-long $v
+done
+row "logits, switches off" "$pass passed, $fail failed"
 
 # ---------------------------------------------------------------- 3. stories260K
 say "== stories260K greedy text"
@@ -140,22 +173,6 @@ else
 fi
 cat "$W/batch.txt" >> "$LOG"
 
-# ---------------------------------------------------------------- 5. sanitizer
-say "== compute-sanitizer"
-CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-if [ -n "$CS" ]; then
-    ids=$(prompt_ids san)
-    tb "$TB" build "$W/ckpt/qwen2-f32" -o "$W/san16.engine" --tokenizer "$TOK512" --dtype f16 --device $DEV >> "$LOG" 2>&1
-    tb "$CS" --tool memcheck --error-exitcode 9 "$TB" run "$W/s.engine" "${RUNDEV[@]}" -n 150 --temperature 0 \
-        -p "Once upon a time" > "$W/san1.txt" 2>&1; r1=$?
-    tb "$CS" --tool memcheck --error-exitcode 9 "$TB" run "$W/san16.engine" "${RUNDEV[@]}" --prompt-ids "$ids" -n 48 \
-        --temperature 0 > "$W/san2.txt" 2>&1; r2=$?
-    tail -n 3 "$W/san1.txt" "$W/san2.txt" >> "$LOG"
-    row "compute-sanitizer memcheck" "rc $r1 (stories f32 n=150), $r2 (qwen2 f16 32+16): $(grep -h 'ERROR SUMMARY' "$W/san1.txt" "$W/san2.txt" | tr '\n' ' ')"
-else
-    row "compute-sanitizer memcheck" "not found"
-fi
-
 # ---------------------------------------------------------------- 6. timing
 bench_shape() {
     local shape=$1 d=$W/$1
@@ -173,16 +190,14 @@ bench_shape() {
     fi
     rm -f "$d/model.safetensors"
     say "engine build: $(( $(date +%s) - t0 )) s"
+    local vs="base" v
+    for v in "${VARIANTS[@]}"; do vs="$vs;$v"; done
     tb "$BIN/gpu_bench" "$W/$shape.engine" --device $DEV --prefill 512 --decode 128 --ctx 16 --batch 1,8 \
-        > "$W/$shape.bench.txt" 2>> "$LOG"
+        --variants "$vs" > "$W/$shape.bench.txt" 2>> "$LOG"
     cat "$W/$shape.bench.txt" | tee -a "$LOG"
-    # the same without CUDA graphs, and with the SIMT GEMV instead of the tensor-core one
     local v
-    for v in TB_CUDA_GRAPHS=0 TB_CUDA_GEMV=simt; do
-        tb env "$v" "$BIN/gpu_bench" "$W/$shape.engine" --device $DEV --prefill 0 --decode 128 --ctx 16 --batch 1,8 \
-            > "$W/$shape.bench.$v.txt" 2>> "$LOG"
-        say "-- $v"; cat "$W/$shape.bench.$v.txt" | tee -a "$LOG"
-        row "$shape decode b1/b8 ($v)" "$(awk '/^decode b1:/{a=$3} /^decode b8:/{b=$3} END{print a " / " b}' "$W/$shape.bench.$v.txt")"
+    for v in "${VARIANTS[@]}"; do
+        row "$shape decode b1/b8 ($v)" "$(awk -v t="[$v]" 'index($0, t " decode b1:") == 1 {a=$(NF-8)} index($0, t " decode b8:") == 1 {b=$(NF-8)} END{print a " / " b}' "$W/$shape.bench.txt")"
     done
     local dec hf pf hfpf bw
     dec=$(awk '/^decode b1:/{print $3}' "$W/$shape.bench.txt")
@@ -196,11 +211,30 @@ bench_shape() {
     [ -n "$bw" ] && row "copy bandwidth TB/s" "$bw"
     rm -f "$W/$shape.engine"
 }
+# each switch flipped alone (programmatic dependent launch on, fusion off),
+# the older configuration (no fusion, tensor-core GEMV at batch 1), no CUDA
+# graphs
+VARIANTS=("TB_CUDA_PDL=1" "TB_CUDA_FUSE=0" "TB_CUDA_GEMV=mma TB_CUDA_FUSE=0" "TB_CUDA_GRAPHS=0")
 if [ -n "${TB_SKIP_TIMING:-}" ]; then row timing skipped; else
-bench_shape tinyllama
-if [ "$(elapsed)" -lt $((BUDGET - 200)) ]; then bench_shape llama7b
-else row "llama7b" "skipped (budget: $(elapsed) s elapsed)"; fi
+for shape in ${TB_SHAPES:-llama7b tinyllama}; do bench_shape "$shape"; done
 fi
+
+# ---------------------------------------------------------------- 5. sanitizer
+say "== compute-sanitizer"
+CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+if [ -n "$CS" ]; then
+    ids=$(prompt_ids san)
+    tb "$TB" build "$W/ckpt/qwen2-f32" -o "$W/san16.engine" --tokenizer "$TOK512" --dtype f16 --device $DEV >> "$LOG" 2>&1
+    tb "$CS" --tool memcheck --error-exitcode 9 "$TB" run "$W/s.engine" "${RUNDEV[@]}" -n 150 --temperature 0 \
+        -p "Once upon a time" > "$W/san1.txt" 2>&1; r1=$?
+    tb "$CS" --tool memcheck --error-exitcode 9 "$TB" run "$W/san16.engine" "${RUNDEV[@]}" --prompt-ids "$ids" -n 48 \
+        --temperature 0 > "$W/san2.txt" 2>&1; r2=$?
+    tail -n 3 "$W/san1.txt" "$W/san2.txt" >> "$LOG"
+    row "compute-sanitizer memcheck" "rc $r1 (stories f32 n=150), $r2 (qwen2 f16 32+16): $(grep -h 'ERROR SUMMARY' "$W/san1.txt" "$W/san2.txt" | tr '\n' ' ')"
+else
+    row "compute-sanitizer memcheck" "not found"
+fi
+
 
 say ""
 say "== summary ($(elapsed) s)"

@@ -11,8 +11,10 @@
  *                    per lane), so a warp scores 32 / S keys at once and tiny
  *                    heads (hd = 8) still use whole warps. Groups, then warps,
  *                    merge their (max, sum, output) triples.
- *   combine_kernel   with n_splits > 1 (decode "flash-decoding"): merges the
- *                    splits' partial triples.
+ *   combine          with n_splits > 1 (decode "flash-decoding"): the last
+ *                    block of a (token, head) to finish (an atomic counter
+ *                    per pair) merges the splits' partial triples.
+ * With rope_done the qkv GEMV's epilogue has done rope_kv's work.
  */
 #include <math.h>
 
@@ -27,6 +29,7 @@
 /* ---------------------------------------------------------------- rope + kv write */
 
 __global__ void rope_kv_kernel(tbc_attn_args a, float *qkv) {
+    tbc_pdl_wait();
     int t = blockIdx.x, hd = a.hd, half = hd / 2, H = a.n_heads, KV = a.n_kv;
     float *row = qkv + (size_t)t * (size_t)(H + 2 * KV) * hd;
     int p = a.pos[t];
@@ -101,10 +104,38 @@ __device__ __forceinline__ void merge(float &m, float &l, float *acc, float m2, 
     m = mn;
 }
 
+/* Merges the n_splits partial triples of (t, h) into out (L2 reads: other
+ * blocks wrote them). */
+__device__ void combine(const tbc_attn_args &a, int t, int h, float *out) {
+    const int hd = a.hd, H = a.n_heads, ns = a.n_splits;
+    const float *p = a.partial + ((size_t)t * H + h) * ns * (size_t)(hd + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < ns; s++) M = fmaxf(M, __ldcg(p + (size_t)s * (hd + 2) + hd));
+    float L = 0.0f;
+    for (int s = 0; s < ns; s++) {
+        const float *ps = p + (size_t)s * (hd + 2);
+        float ms = __ldcg(ps + hd);
+        if (ms != -INFINITY) L += __ldcg(ps + hd + 1) * __expf(ms - M);
+    }
+    float *o = out + ((size_t)t * H + h) * hd;
+    for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+        float acc = 0.0f;
+        for (int s = 0; s < ns; s++) {
+            const float *ps = p + (size_t)s * (hd + 2);
+            float ms = __ldcg(ps + hd);
+            if (ms != -INFINITY) acc += __ldcg(ps + e) * __expf(ms - M);
+        }
+        o[e] = acc / L;
+    }
+}
+
 template <int EPL, bool F16>
 __global__ void __launch_bounds__(ATTN_WARPS * 32) attn_kernel(tbc_attn_args a, const float *qkv, float *out) {
     __shared__ float sm_m[ATTN_WARPS], sm_l[ATTN_WARPS];
     __shared__ float sm_o[ATTN_WARPS][ATTN_MAX_HD];
+    __shared__ int sm_last;
+    tbc_pdl_wait();
+    tbc_pdl_trigger();
     const int h = blockIdx.x, t = blockIdx.y, sp = blockIdx.z;
     const int hd = a.hd, S = hd / EPL, H = a.n_heads, KV = a.n_kv;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -196,27 +227,18 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) attn_kernel(tbc_attn_args a, 
             o[hd] = M;
             o[hd + 1] = L;
         }
-    }
-}
-
-__global__ void combine_kernel(tbc_attn_args a, float *out) {
-    const int h = blockIdx.x, t = blockIdx.y, hd = a.hd, H = a.n_heads, ns = a.n_splits;
-    const float *p = a.partial + ((size_t)t * H + h) * ns * (size_t)(hd + 2);
-    float M = -INFINITY;
-    for (int s = 0; s < ns; s++) M = fmaxf(M, p[(size_t)s * (hd + 2) + hd]);
-    float L = 0.0f;
-    for (int s = 0; s < ns; s++) {
-        const float *ps = p + (size_t)s * (hd + 2);
-        if (ps[hd] != -INFINITY) L += ps[hd + 1] * __expf(ps[hd] - M);
-    }
-    float *o = out + ((size_t)t * H + h) * hd;
-    for (int e = threadIdx.x; e < hd; e += blockDim.x) {
-        float acc = 0.0f;
-        for (int s = 0; s < ns; s++) {
-            const float *ps = p + (size_t)s * (hd + 2);
-            if (ps[hd] != -INFINITY) acc += ps[e] * __expf(ps[hd] - M);
+        /* the last of the (t, h) blocks to finish merges the splits */
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int done = atomicAdd(a.counters + (size_t)t * H + h, 1);
+            sm_last = done == a.n_splits - 1;
         }
-        o[e] = acc / L;
+        __syncthreads();
+        if (!sm_last) return;
+        __threadfence();
+        if (threadIdx.x == 0) a.counters[(size_t)t * H + h] = 0;
+        combine(a, t, h, out);
     }
 }
 
@@ -234,32 +256,32 @@ extern "C" int tbc_attention_supports(int hd) {
 }
 
 template <bool F16>
-static void attn_launch(int epl, dim3 grid, const tbc_attn_args &a, const float *qkv, float *out, cudaStream_t s) {
+static cudaError_t attn_launch(int epl, dim3 grid, const tbc_attn_args &a, const float *qkv, float *out,
+                               cudaStream_t s) {
     dim3 block(ATTN_WARPS * 32);
     switch (epl) {
-    case 1: attn_kernel<1, F16><<<grid, block, 0, s>>>(a, qkv, out); break;
-    case 2: attn_kernel<2, F16><<<grid, block, 0, s>>>(a, qkv, out); break;
-    case 3: attn_kernel<3, F16><<<grid, block, 0, s>>>(a, qkv, out); break;
-    case 4: attn_kernel<4, F16><<<grid, block, 0, s>>>(a, qkv, out); break;
-    case 5: attn_kernel<5, F16><<<grid, block, 0, s>>>(a, qkv, out); break;
-    case 6: attn_kernel<6, F16><<<grid, block, 0, s>>>(a, qkv, out); break;
-    case 7: attn_kernel<7, F16><<<grid, block, 0, s>>>(a, qkv, out); break;
-    case 8: attn_kernel<8, F16><<<grid, block, 0, s>>>(a, qkv, out); break;
+    case 1: return tbc_launch(attn_kernel<1, F16>, grid, block, 0, s, a, qkv, out);
+    case 2: return tbc_launch(attn_kernel<2, F16>, grid, block, 0, s, a, qkv, out);
+    case 3: return tbc_launch(attn_kernel<3, F16>, grid, block, 0, s, a, qkv, out);
+    case 4: return tbc_launch(attn_kernel<4, F16>, grid, block, 0, s, a, qkv, out);
+    case 5: return tbc_launch(attn_kernel<5, F16>, grid, block, 0, s, a, qkv, out);
+    case 6: return tbc_launch(attn_kernel<6, F16>, grid, block, 0, s, a, qkv, out);
+    case 7: return tbc_launch(attn_kernel<7, F16>, grid, block, 0, s, a, qkv, out);
+    case 8: return tbc_launch(attn_kernel<8, F16>, grid, block, 0, s, a, qkv, out);
     }
+    return cudaErrorInvalidValue;
 }
 
 extern "C" cudaError_t tbc_attention(const tbc_attn_args *a, float *qkv, float *out, cudaStream_t s) {
-    if (!tbc_attention_supports(a->hd) || a->n_splits < 1 || a->n_kv < 1 || a->n_heads % a->n_kv)
+    if (!tbc_attention_supports(a->hd) || a->n_splits < 1 || a->n_kv < 1 || a->n_heads % a->n_kv ||
+        (a->n_splits > 1 && !a->counters))
         return cudaErrorInvalidValue;
-    rope_kv_kernel<<<a->T, 128, 0, s>>>(*a, qkv);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
+    cudaError_t e;
+    if (!a->rope_done) {
+        e = tbc_launch(rope_kv_kernel, dim3(a->T), dim3(128), 0, s, *a, qkv);
+        if (e != cudaSuccess) return e;
+    }
     int epl = a->hd / group_lanes(a->hd);
     dim3 grid(a->n_heads, a->T, a->n_splits);
-    if (a->kv_f16) attn_launch<true>(epl, grid, *a, qkv, out, s);
-    else attn_launch<false>(epl, grid, *a, qkv, out, s);
-    e = cudaGetLastError();
-    if (e != cudaSuccess || a->n_splits == 1) return e;
-    combine_kernel<<<dim3(a->n_heads, a->T), 128, 0, s>>>(*a, out);
-    return cudaGetLastError();
+    return a->kv_f16 ? attn_launch<true>(epl, grid, *a, qkv, out, s) : attn_launch<false>(epl, grid, *a, qkv, out, s);
 }

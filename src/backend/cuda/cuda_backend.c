@@ -12,6 +12,15 @@
  * Matmuls: T <= TBC_GEMV_MAX_T tokens run the bandwidth-bound GEMV kernel;
  * larger steps run cuBLAS (f32 SGEMM for f32 weights; otherwise x is
  * converted to the weight type and cublasGemmEx accumulates in f32).
+ *
+ * Fusion (GEMV steps, TB_CUDA_FUSE=0 turns it off): a matmul whose only
+ * consumer is the next node runs that node's work in its epilogue where the
+ * pattern allows: matmul -> silu_mul (the silu_mul node is then skipped) and
+ * qkv matmul -> attention (RoPE and the KV-cache write move into the GEMV;
+ * attention runs with rope_done). With TB_CUDA_PDL=1 (compute capability
+ * 9.0+), every kernel of a captured step that follows another of ours is
+ * launched with programmatic dependent launch; off by default, since on an
+ * H200 it made the 7B decode slower (docs/GPU.md).
  */
 #include "backend/backend.h"
 #include "backend/cuda/cuda_kernels.h"
@@ -64,7 +73,18 @@ typedef struct {
     step_graph *cur;
     step_graph graphs[MAX_GRAPHS];
     int n_graphs;
+    /* tuning switches, read from the environment at create */
+    int pdl;                  /* programmatic dependent launch in captures      */
+    int fuse;                 /* GEMV epilogue fusion                           */
+    int simt_max_t;           /* f16/bf16 GEMV: SIMT up to this T, then mma     */
+    int prev_kernel;          /* the stream's last operation is one of ours     */
+    int *counters;            /* attention split merge counters (zeroed)        */
+    size_t n_counters;
+    uint8_t *fuse_kind;       /* per node: FUSE_* with the node after it        */
+    int fused_node;           /* node whose work the last GEMV did (or -1)      */
 } cuda_ctx;
+
+enum { FUSE_NONE = 0, FUSE_ROPE = 1, FUSE_GLU = 2 };
 
 static tb_status cuda_fail(cudaError_t e, const char *what) {
     return tb_errorf(TB_ERR_INTERNAL, "cuda: %s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
@@ -193,6 +213,37 @@ static tb_status cuda_load_weights(tb_backend *b, const tb_graph *g, void **bufs
         CU_TRY(cudaMalloc((void **)&c->partial, part * sizeof(float)), "allocating attention scratch");
         c->partial_floats = part;
     }
+    if (part && !c->counters) {
+        /* splits are used only while H * T < 2 * n_sm */
+        size_t nc = (size_t)(2 * c->n_sm);
+        CU_TRY(cudaMalloc((void **)&c->counters, nc * sizeof(int)), "allocating attention counters");
+        CU_TRY(cudaMemset(c->counters, 0, nc * sizeof(int)), "zeroing attention counters");
+        c->n_counters = nc;
+    }
+    /* matmuls whose only consumer is the next node, in a pattern the GEMV
+     * epilogues implement */
+    free(c->fuse_kind);
+    c->fuse_kind = calloc((size_t)g->n_nodes + 1, 1);
+    int *uses = calloc((size_t)g->n_values + 1, sizeof(int));
+    if (!c->fuse_kind || !uses) { free(uses); return tb_errorf(TB_ERR_OOM, "out of memory"); }
+    for (int k = 0; k < g->n_nodes; k++)
+        for (int i = 0; i < g->nodes[k].n_in; i++)
+            if (g->nodes[k].in[i] >= 0) uses[g->nodes[k].in[i]]++;
+    for (int k = 0; k + 1 < g->n_nodes; k++) {
+        const tb_node *m = &g->nodes[k], *nx = &g->nodes[k + 1];
+        if (m->op != TB_OP_MATMUL || nx->in[0] != m->out[0] || uses[m->out[0]] != 1 || m->out[0] == g->output)
+            continue;
+        const tb_value *w = &g->values[m->in[1]];
+        int64_t N = w->dims[0];
+        if (nx->op == TB_OP_ATTENTION) {
+            int H = nx->i[1], KV = nx->i[2], hd = nx->i[3] & 0xffff;
+            if (N == (int64_t)(H + 2 * KV) * hd && hd % 2 == 0) c->fuse_kind[k] = FUSE_ROPE;
+        } else if (nx->op == TB_OP_SILU_MUL) {
+            if (N % 2 == 0) c->fuse_kind[k] = FUSE_GLU;
+        }
+    }
+    free(uses);
+    c->fused_node = -1;
     const tb_value *ov = &g->values[g->output];
     size_t out_bytes = (size_t)tb_value_numel(g, ov, NULL) * sizeof(float);
     if (!c->h_out) {
@@ -271,6 +322,8 @@ static tb_status cuda_step_begin(tb_backend *b, const tb_graph *g, void **bufs, 
     st->rows = d + 3 * c->max_tokens;
     st->block_tables = d + 4 * c->max_tokens;
     c->step_max_len = max_len;
+    c->prev_kernel = 0; /* the bindings copy comes first */
+    c->fused_node = -1;
 
     /* decode buckets run as CUDA graphs */
     c->mode = RUN_EAGER;
@@ -348,7 +401,26 @@ static int64_t rows_of(const tb_graph *g, int v, const tb_step *st) {
     return strcmp(s, "rows") == 0 ? st->n_rows : st->n_tokens;
 }
 
-static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs, int T) {
+/* The attention arguments of node n for this step (no split yet). */
+static tbc_attn_args attn_args_of(cuda_ctx *c, const tb_node *n, void *const *bufs, const tb_step *st, int T) {
+    int H = n->i[1], KV = n->i[2], hd = n->i[3] & 0xffff;
+    tbc_attn_args a = {
+        .T = T, .n_heads = H, .n_kv = KV, .hd = hd, .interleaved = (n->i[3] >> 16) & 1, .scale = n->f[0],
+        .pos = st->pos, .seq = st->seq, .block_tables = st->block_tables, .max_blocks = st->max_blocks,
+        .block_size = st->block_size, .k_cache = st->k_cache[n->i[0]], .v_cache = st->v_cache[n->i[0]],
+        .kv_f16 = st->kv_dtype == TB_F16, .inv_freq = bufs[n->in[1]], .n_splits = 1, .partial = c->partial,
+        .counters = c->counters, .rope_done = 0,
+    };
+    return a;
+}
+
+static int overlaps(const void *a, size_t na, const void *b, size_t nb) {
+    const char *x = a, *y = b;
+    return x < y + nb && y < x + na;
+}
+
+static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs, const tb_step *st,
+                            int T) {
     const tb_value *wv = &g->values[n->in[1]];
     int K = (int)wv->dims[1], N = (int)wv->dims[0];
     const float *x = bufs[n->in[0]], *bias = n->n_in > 2 ? bufs[n->in[2]] : NULL;
@@ -357,7 +429,24 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
     tbc_dtype wdt;
     if (!tbc_of(wv->dtype, &wdt)) return tb_errorf(TB_ERR_UNSUPPORTED, "cuda: matmul weight dtype");
     if (T <= TBC_GEMV_MAX_T) {
-        CU_TRY(tbc_gemv(x, w, wdt, bias, y, T, K, N, c->stream), "gemv launch");
+        tbc_gemv_epi epi;
+        memset(&epi, 0, sizeof epi);
+        int k = (int)(n - g->nodes), kind = c->fuse ? c->fuse_kind[k] : FUSE_NONE;
+        const tb_node *nx = kind ? &g->nodes[k + 1] : NULL;
+        if (kind == FUSE_GLU) {
+            float *act = bufs[nx->out[0]];
+            size_t act_bytes = sizeof(float) * (size_t)T * (size_t)(N / 2);
+            if (!overlaps(act, act_bytes, x, sizeof(float) * (size_t)T * (size_t)K) &&
+                !(bias && overlaps(act, act_bytes, bias, sizeof(float) * (size_t)N))) {
+                epi.mode = TBC_EPI_GLU;
+                epi.glu = act;
+            }
+        } else if (kind == FUSE_ROPE && (st->kv_dtype == TB_F16 || st->kv_dtype == TB_F32)) {
+            epi.mode = TBC_EPI_ROPE;
+            epi.attn = attn_args_of(c, nx, bufs, st, T);
+        }
+        CU_TRY(tbc_gemv_ex(x, w, wdt, bias, y, T, K, N, &epi, c->simt_max_t, c->stream), "gemv launch");
+        if (epi.mode != TBC_EPI_PLAIN) c->fused_node = k + 1;
         return TB_OK;
     }
     const float one = 1.0f, zero = 0.0f;
@@ -381,14 +470,11 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
     return TB_OK;
 }
 
-static tb_status run_attention(cuda_ctx *c, const tb_node *n, void *const *bufs, const tb_step *st, int T) {
-    int H = n->i[1], KV = n->i[2], hd = n->i[3] & 0xffff;
-    tbc_attn_args a = {
-        .T = T, .n_heads = H, .n_kv = KV, .hd = hd, .interleaved = (n->i[3] >> 16) & 1, .scale = n->f[0],
-        .pos = st->pos, .seq = st->seq, .block_tables = st->block_tables, .max_blocks = st->max_blocks,
-        .block_size = st->block_size, .k_cache = st->k_cache[n->i[0]], .v_cache = st->v_cache[n->i[0]],
-        .kv_f16 = st->kv_dtype == TB_F16, .inv_freq = bufs[n->in[1]], .n_splits = 1, .partial = c->partial,
-    };
+static tb_status run_attention(cuda_ctx *c, const tb_node *n, void *const *bufs, const tb_step *st, int T,
+                               int rope_done) {
+    int H = n->i[1], hd = n->i[3] & 0xffff;
+    tbc_attn_args a = attn_args_of(c, n, bufs, st, T);
+    a.rope_done = rope_done;
     if (st->kv_dtype != TB_F16 && st->kv_dtype != TB_F32)
         return tb_errorf(TB_ERR_UNSUPPORTED, "cuda: KV cache dtype %s", tb_dtype_name(st->kv_dtype));
     /* split the keys when (heads x tokens) leaves the SMs idle */
@@ -398,7 +484,9 @@ static tb_status run_attention(cuda_ctx *c, const tb_node *n, void *const *bufs,
         int sp = (target + blocks - 1) / blocks, by_len = c->step_max_len / 64;
         if (!graphed && sp > by_len) sp = by_len;
         if (sp > MAX_SPLITS) sp = MAX_SPLITS;
-        if (sp > 1 && (size_t)blocks * (size_t)sp * (size_t)(hd + 2) <= c->partial_floats) a.n_splits = sp;
+        if (sp > 1 && (size_t)blocks * (size_t)sp * (size_t)(hd + 2) <= c->partial_floats &&
+            (size_t)blocks <= c->n_counters)
+            a.n_splits = sp;
     }
     CU_TRY(tbc_attention(&a, bufs[n->in[0]], bufs[n->out[0]], c->stream), "attention launch");
     return TB_OK;
@@ -420,8 +508,27 @@ static tb_status cuda_run_node(tb_backend *b, const tb_graph *g, const tb_node *
     return s;
 }
 
+static tb_status run_node_op(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs,
+                             const tb_step *st, int fused);
+
+/* Runs node n's kernels. Programmatic dependent launch only inside a capture
+ * and only after another of our kernels (not after a copy or cuBLAS). */
 static tb_status run_node_eager(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs,
                                 const tb_step *st) {
+    int k = (int)(n - g->nodes), fused = c->fused_node == k;
+    c->fused_node = -1;
+    if (fused && n->op == TB_OP_SILU_MUL) return TB_OK; /* the GEMV wrote its output */
+    int T = (int)rows_of(g, n->in[0], st);
+    int ours = n->op != TB_OP_ROPE && !(n->op == TB_OP_MATMUL && T > TBC_GEMV_MAX_T);
+    tbc_set_pdl(c->pdl && ours && c->prev_kernel && c->mode == RUN_CAPTURE);
+    tb_status r = run_node_op(c, g, n, bufs, st, fused);
+    tbc_set_pdl(0);
+    c->prev_kernel = ours;
+    return r;
+}
+
+static tb_status run_node_op(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs,
+                             const tb_step *st, int fused) {
     const tb_value *v0 = &g->values[n->in[0]];
     int T = (int)rows_of(g, n->in[0], st);
     cudaStream_t s = c->stream;
@@ -444,7 +551,7 @@ static tb_status run_node_eager(cuda_ctx *c, const tb_graph *g, const tb_node *n
                "add_rmsnorm launch");
         return TB_OK;
     case TB_OP_MATMUL:
-        return run_matmul(c, g, n, bufs, T);
+        return run_matmul(c, g, n, bufs, st, T);
     case TB_OP_ROPE: {
         /* positions: the step's (the runtime binds no other position input) */
         int C = (int)v0->dims[1];
@@ -456,7 +563,7 @@ static tb_status run_node_eager(cuda_ctx *c, const tb_graph *g, const tb_node *n
         return TB_OK;
     }
     case TB_OP_ATTENTION:
-        return run_attention(c, n, bufs, st, T);
+        return run_attention(c, n, bufs, st, T, fused);
     case TB_OP_SILU_MUL:
         CU_TRY(tbc_silu_mul(bufs[n->in[0]], bufs[n->out[0]], T, (int)v0->dims[1] / 2, s), "silu_mul launch");
         return TB_OK;
@@ -484,6 +591,8 @@ static void cuda_destroy(tb_backend *b) {
     cudaFree(c->weights);
     cudaFree(c->xconv);
     cudaFree(c->partial);
+    cudaFree(c->counters);
+    free(c->fuse_kind);
     cudaFree(c->d_stage);
     if (c->h_stage) cudaFreeHost(c->h_stage);
     if (c->h_out) cudaFreeHost(c->h_out);
@@ -553,6 +662,15 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
     const char *ge = getenv("TB_CUDA_GRAPHS");
     c->use_graphs = !(ge && !strcmp(ge, "0"));
+    const char *pe = getenv("TB_CUDA_PDL"), *fe = getenv("TB_CUDA_FUSE"), *me = getenv("TB_CUDA_GEMV"),
+               *te = getenv("TB_CUDA_SIMT_T");
+    c->pdl = c->cc_major >= 9 && pe && !strcmp(pe, "1");
+    c->fuse = !(fe && !strcmp(fe, "0"));
+    c->simt_max_t = TBC_GEMV_SIMT_MAX_T;
+    if (me && !strcmp(me, "simt")) c->simt_max_t = TBC_GEMV_MAX_T;
+    if (me && !strcmp(me, "mma")) c->simt_max_t = 0;
+    if (te && *te) c->simt_max_t = atoi(te);
+    c->fused_node = -1;
     *out = b;
     return TB_OK;
 }

@@ -66,15 +66,6 @@ cudaError_t tbc_rope(float *x, int row_stride, const int32_t *pos,
                      const float *inv_freq, int T, int n_heads, int hd,
                      int interleaved, cudaStream_t s);
 
-/* ---- decode matmul: y[t,n] = sum_k x[t,k] w[n,k] (+ bias[n]) for T <= 8.
- * Reads w once at full bandwidth (16-byte loads, one warp per row). For f16
- * and bf16 weights, x is rounded to the weight type first, so the result
- * equals the cuBLAS path's (which converts x) up to summation order. */
-#define TBC_GEMV_MAX_T 8
-cudaError_t tbc_gemv(const float *x, const void *w, tbc_dtype wdt,
-                     const float *bias, float *y, int T, int K, int N,
-                     cudaStream_t s);
-
 /* ---- paged attention of one layer (see tb_attn_args in cpu/kernels.h).
  * qkv (T, (H + 2 KV) hd) before RoPE; rotates q and k in place, writes k and
  * v into the cache at (seq[t], pos[t]), then attends causally. */
@@ -92,7 +83,50 @@ typedef struct {
      * `partial` and are merged by a second kernel. n_splits = 1: direct. */
     int n_splits;
     float *partial;
+    /* (>= n_heads * T) zeroed ints: with n_splits > 1 the last split block
+     * of each (t, h) to finish merges the partials (and re-zeroes its int) */
+    int *counters;
+    /* 1: q and k are already rotated and k, v already stored in the cache
+     * (the qkv GEMV's TBC_EPI_ROPE epilogue did it) */
+    int rope_done;
 } tbc_attn_args;
+
+/* ---- decode matmul: y[t,n] = sum_k x[t,k] w[n,k] (+ bias[n]) for T <= 8.
+ * Reads w once at full bandwidth (16-byte loads, one warp per row). For f16
+ * and bf16 weights, x is rounded to the weight type first, so the result
+ * equals the cuBLAS path's (which converts x) up to summation order. */
+#define TBC_GEMV_MAX_T 8
+cudaError_t tbc_gemv(const float *x, const void *w, tbc_dtype wdt,
+                     const float *bias, float *y, int T, int K, int N,
+                     cudaStream_t s);
+
+/* The same with an epilogue that fuses the next op, and the largest T that
+ * takes the SIMT kernel for f16/bf16 (above it: tensor cores).
+ *   TBC_EPI_PLAIN  as tbc_gemv
+ *   TBC_EPI_GLU    y is not written; glu (T, N/2) = silu(y[:, :N/2]) *
+ *                  y[:, N/2:] (tbc_silu_mul of the product); N even
+ *   TBC_EPI_ROPE   y = qkv of `attn` (N = (H + 2 KV) hd): q and k rotated,
+ *                  k and v stored in the cache, as tbc_attention's first
+ *                  kernel does; then run tbc_attention with rope_done = 1 */
+enum { TBC_EPI_PLAIN = 0, TBC_EPI_GLU = 1, TBC_EPI_ROPE = 2 };
+#define TBC_GEMV_SIMT_MAX_T 2
+typedef struct {
+    int mode;
+    float *glu;
+    tbc_attn_args attn;
+} tbc_gemv_epi;
+cudaError_t tbc_gemv_ex(const float *x, const void *w, tbc_dtype wdt,
+                        const float *bias, float *y, int T, int K, int N,
+                        const tbc_gemv_epi *epi, int simt_max_t,
+                        cudaStream_t s);
+
+/* Programmatic dependent launch (compute capability 9.0+): while on, the
+ * launchers above mark their kernels as allowed to start before the previous
+ * kernel in the stream ends; each kernel waits for it (griddepcontrol.wait)
+ * before it touches memory that kernel may write or read. Process-wide; the
+ * host turns it on only where the previous stream operation is one of these
+ * kernels. */
+void tbc_set_pdl(int on);
 
 /* 1 when the attention kernel handles head size hd. */
 int tbc_attention_supports(int hd);

@@ -1,5 +1,5 @@
-/* cuda_util.cuh — device helpers shared by the .cu files: typed loads,
- * warp and block reductions, one RoPE rotation. */
+/* cuda_util.cuh — helpers shared by the .cu files: typed loads, warp and
+ * block reductions, one RoPE rotation, programmatic dependent launch. */
 #ifndef TB_CUDA_UTIL_CUH
 #define TB_CUDA_UTIL_CUH
 
@@ -44,6 +44,51 @@ __device__ __forceinline__ void tbc_rotate_pair(float *v, int j, int half, int i
     float x0 = v[i0], x1 = v[i1];
     v[i0] = x0 * cs - x1 * sn;
     v[i1] = x0 * sn + x1 * cs;
+}
+
+/* ---- programmatic dependent launch (see tbc_set_pdl). A kernel launched
+ * with tbc_launch calls tbc_pdl_wait before it reads or writes anything the
+ * previous kernel may write or read, and may call tbc_pdl_trigger once its
+ * remaining work is short, so the next kernel's blocks start arriving. Both
+ * are no-ops below compute capability 9.0 and in kernels launched without
+ * the attribute. */
+extern int tbc_pdl_on;
+
+__device__ __forceinline__ void tbc_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void tbc_pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Starts moving the 128-byte line at p into L2 (read-only data only). */
+__device__ __forceinline__ void tbc_prefetch_l2(const void *p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+/* kern<<<grid, block, smem, s>>>(args...), with the programmatic-serialization
+ * attribute while tbc_pdl_on; returns the launch status. */
+template <typename... KArgs, typename... Args>
+static cudaError_t tbc_launch(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                              Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = tbc_pdl_on ? 1 : 0;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, kern, static_cast<KArgs>(args)...);
+    cudaError_t e2 = cudaGetLastError();
+    return e != cudaSuccess ? e : e2;
 }
 
 #endif /* TB_CUDA_UTIL_CUH */

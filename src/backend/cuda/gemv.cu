@@ -1,14 +1,18 @@
 /* gemv.cu — the decode matmul: y (T, N) = x (T, K) . w (N, K)^T (+ bias) for
  * T <= 8, reading each weight once at the memory-bandwidth limit.
  *
- * One warp per output row n; each lane streams 16-byte vectors of the row
- * (8 f16/bf16 or 4 f32 weights), four vectors in flight, and multiplies them
- * with every token's x (read through L1: x is tiny and shared by all warps).
- * f32 accumulation; for f16/bf16 weights x is rounded to the weight type
- * first (see cuda_kernels.h). Rows whose K is not a multiple of the vector
- * (or misaligned pointers) take the scalar kernel below. f16/bf16 weights
- * with K a multiple of 32 take the tensor-core kernel (gemv_mma_kernel)
- * unless TB_CUDA_GEMV=simt. */
+ * Rows are computed in pairs so that an epilogue can fuse the op that follows
+ * the matmul (see "epilogues": SiLU-gated product, RoPE + KV-cache write).
+ * SIMT kernel (gemv_pair_kernel): one warp per row pair; each lane streams
+ * 16-byte vectors of both rows (8 f16/bf16 or 4 f32 weights), four per row
+ * in flight, and multiplies them with every token's x (read through L1: x is
+ * tiny and shared by all warps). f32 accumulation; for f16/bf16 weights x is
+ * rounded to the weight type first (see cuda_kernels.h). K not a multiple of
+ * the vector (or misaligned pointers) takes the same kernel with scalar
+ * loads. f16/bf16 weights with K a multiple of 32 and more than simt_max_t
+ * tokens take the tensor-core kernel (gemv_mma_kernel). Every kernel waits
+ * for the previous one (programmatic dependent launch) only after it has
+ * started the prefetch of its first weights into L2. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,8 +22,6 @@
 
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_util.cuh"
-
-#define GEMV_WARPS 8
 
 template <int WDT>
 __device__ __forceinline__ float round_to_w(float v) {
@@ -52,11 +54,89 @@ __device__ __forceinline__ void unpack16(const uint4 &u, float *f) {
     }
 }
 
+/* ---------------------------------------------------------------- epilogues
+ * Every GEMV kernel computes rows in pairs (ra, rb), so that an epilogue can
+ * combine the two values of a pair:
+ *   TBC_EPI_PLAIN  rows (2P, 2P + 1); y = x w^T (+ bias)
+ *   TBC_EPI_GLU    rows (P, P + N/2), the gate and up rows of one unit; only
+ *                  silu(gate) * up is written, to e.glu (T, N/2)
+ *   TBC_EPI_ROPE   rows (j, j + hd/2) (or (2j, 2j + 1) interleaved) of one
+ *                  head: q and k heads are rotated by RoPE at the token's
+ *                  position, written to y, and k and v are also stored in the
+ *                  paged KV cache (what attention's rope_kv kernel does). */
+template <int MODE>
+__device__ __forceinline__ int pair_count(const tbc_gemv_epi &e, int N) {
+    (void)e;
+    return MODE == TBC_EPI_PLAIN ? (N + 1) / 2 : N / 2;
+}
+
+template <int MODE>
+__device__ __forceinline__ void pair_rows(const tbc_gemv_epi &e, int N, int P, int &ra, int &rb) {
+    if (MODE == TBC_EPI_PLAIN) {
+        ra = 2 * P;
+        rb = 2 * P + 1;
+    } else if (MODE == TBC_EPI_GLU) {
+        ra = P;
+        rb = P + N / 2;
+    } else {
+        int half = e.attn.hd / 2, h = P / half, j = P - h * half, b = h * e.attn.hd;
+        ra = e.attn.interleaved ? b + 2 * j : b + j;
+        rb = e.attn.interleaved ? ra + 1 : ra + half;
+    }
+}
+
+/* Stores the pair (va, vb) of rows (ra, rb), token t (bias included). */
+template <int MODE>
+__device__ __forceinline__ void epi_store(const tbc_gemv_epi &e, float *__restrict__ y, int N, int t, int P, int ra,
+                                          int rb, bool okb, float va, float vb) {
+    if (MODE == TBC_EPI_PLAIN) {
+        y[(size_t)t * N + ra] = va;
+        if (okb) y[(size_t)t * N + rb] = vb;
+    } else if (MODE == TBC_EPI_GLU) {
+        e.glu[(size_t)t * (N / 2) + P] = va / (1.0f + expf(-va)) * vb;
+    } else {
+        const tbc_attn_args &a = e.attn;
+        int hd = a.hd, half = hd / 2, h = P / half, j = P - h * half, H = a.n_heads, KV = a.n_kv;
+        int p = a.pos[t];
+        if (h < H + KV) {
+            float sn, cs;
+            sincosf((float)p * a.inv_freq[j], &sn, &cs);
+            float x0 = va, x1 = vb;
+            va = x0 * cs - x1 * sn;
+            vb = x0 * sn + x1 * cs;
+        }
+        y[(size_t)t * N + ra] = va;
+        y[(size_t)t * N + rb] = vb;
+        if (h >= H) {
+            int kvh = h < H + KV ? h - H : h - H - KV;
+            void *cache = h < H + KV ? a.k_cache : a.v_cache;
+            int blk = a.block_tables[(size_t)a.seq[t] * a.max_blocks + p / a.block_size];
+            size_t base = (((size_t)blk * a.block_size + (size_t)(p % a.block_size)) * KV + kvh) * (size_t)hd;
+            size_t ia = base + (size_t)(ra - h * hd), ib = base + (size_t)(rb - h * hd);
+            if (a.kv_f16) {
+                ((__half *)cache)[ia] = __float2half_rn(va);
+                ((__half *)cache)[ib] = __float2half_rn(vb);
+            } else {
+                ((float *)cache)[ia] = va;
+                ((float *)cache)[ib] = vb;
+            }
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- SIMT
+ * One warp per row pair, GEMV_WARPS pairs per block. Each lane streams
+ * 16-byte vectors of both rows, four per row in flight, and multiplies them
+ * with every token's x (read once for the two rows, through L1). */
+#define GEMV_WARPS 4
+
 template <int WDT, int TT>
-__device__ __forceinline__ void gemv_accum(const float *__restrict__ x, int K, int k0, const uint4 &u, float *acc) {
+__device__ __forceinline__ void accum2(const float *__restrict__ x, int K, int k0, const uint4 &ua, const uint4 &ub,
+                                       float *aa, float *ab) {
     constexpr int VEC = WDT == TBC_F32 ? 4 : 8;
-    float wf[VEC];
-    unpack16<WDT>(u, wf);
+    float wa[VEC], wb[VEC];
+    unpack16<WDT>(ua, wa);
+    unpack16<WDT>(ub, wb);
 #pragma unroll
     for (int t = 0; t < TT; t++) {
         const float4 *xp = reinterpret_cast<const float4 *>(x + (size_t)t * K + k0);
@@ -66,66 +146,79 @@ __device__ __forceinline__ void gemv_accum(const float *__restrict__ x, int K, i
             float4 a = __ldg(xp + q);
             xf[4 * q] = a.x; xf[4 * q + 1] = a.y; xf[4 * q + 2] = a.z; xf[4 * q + 3] = a.w;
         }
-        float s = acc[t];
+        float sa = aa[t], sb = ab[t];
 #pragma unroll
-        for (int e = 0; e < VEC; e++) s = fmaf(round_to_w<WDT>(xf[e]), wf[e], s);
-        acc[t] = s;
+        for (int e = 0; e < VEC; e++) {
+            float xr = round_to_w<WDT>(xf[e]);
+            sa = fmaf(xr, wa[e], sa);
+            sb = fmaf(xr, wb[e], sb);
+        }
+        aa[t] = sa;
+        ab[t] = sb;
     }
 }
 
-template <int WDT, int TT>
+/* VEC: 16-byte loads (K a multiple of the vector, 16-byte aligned rows);
+ * otherwise one element per lane per step. */
+template <int WDT, int TT, int MODE, bool VECLOAD>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
-gemv_vec_kernel(const float *__restrict__ x, const void *__restrict__ w, const float *__restrict__ bias,
-                float *__restrict__ y, int K, int N) {
+gemv_pair_kernel(const float *__restrict__ x, const void *__restrict__ w, const float *__restrict__ bias,
+                 float *__restrict__ y, int K, int N, tbc_gemv_epi e) {
     constexpr int VEC = WDT == TBC_F32 ? 4 : 8;
     constexpr int ES = WDT == TBC_F32 ? 4 : 2;
-    int lane = threadIdx.x & 31;
-    int n = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
-    if (n >= N) return;
-    const uint4 *wr = reinterpret_cast<const uint4 *>(static_cast<const char *>(w) + (size_t)n * K * ES);
-    int nv = K / VEC;
-    float acc[TT];
+    const int lane = threadIdx.x & 31;
+    const int P = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
+    if (P >= pair_count<MODE>(e, N)) return;
+    int ra, rb;
+    pair_rows<MODE>(e, N, P, ra, rb);
+    const bool okb = rb < N;
+    const int rbl = okb ? rb : ra;
+    float aa[TT], ab[TT];
 #pragma unroll
-    for (int t = 0; t < TT; t++) acc[t] = 0.0f;
-    int v = lane;
-    for (; v + 96 < nv; v += 128) {
-        uint4 u0 = __ldg(wr + v), u1 = __ldg(wr + v + 32), u2 = __ldg(wr + v + 64), u3 = __ldg(wr + v + 96);
-        gemv_accum<WDT, TT>(x, K, v * VEC, u0, acc);
-        gemv_accum<WDT, TT>(x, K, (v + 32) * VEC, u1, acc);
-        gemv_accum<WDT, TT>(x, K, (v + 64) * VEC, u2, acc);
-        gemv_accum<WDT, TT>(x, K, (v + 96) * VEC, u3, acc);
+    for (int t = 0; t < TT; t++) aa[t] = ab[t] = 0.0f;
+    if (VECLOAD) {
+        const uint4 *wa = reinterpret_cast<const uint4 *>(static_cast<const char *>(w) + (size_t)ra * K * ES);
+        const uint4 *wb = reinterpret_cast<const uint4 *>(static_cast<const char *>(w) + (size_t)rbl * K * ES);
+        const int nv = K / VEC;
+        /* the weights do not depend on the previous kernel: start them early */
+        if (lane < nv) {
+            tbc_prefetch_l2(wa + lane);
+            tbc_prefetch_l2(wb + lane);
+        }
+        tbc_pdl_wait();
+        int v = lane;
+        for (; v + 96 < nv; v += 128) {
+            uint4 a0 = __ldg(wa + v), a1 = __ldg(wa + v + 32), a2 = __ldg(wa + v + 64), a3 = __ldg(wa + v + 96);
+            uint4 b0 = __ldg(wb + v), b1 = __ldg(wb + v + 32), b2 = __ldg(wb + v + 64), b3 = __ldg(wb + v + 96);
+            accum2<WDT, TT>(x, K, v * VEC, a0, b0, aa, ab);
+            accum2<WDT, TT>(x, K, (v + 32) * VEC, a1, b1, aa, ab);
+            accum2<WDT, TT>(x, K, (v + 64) * VEC, a2, b2, aa, ab);
+            accum2<WDT, TT>(x, K, (v + 96) * VEC, a3, b3, aa, ab);
+        }
+        for (; v < nv; v += 32) accum2<WDT, TT>(x, K, v * VEC, __ldg(wa + v), __ldg(wb + v), aa, ab);
+    } else {
+        tbc_pdl_wait();
+        const size_t ba = (size_t)ra * K, bb = (size_t)rbl * K;
+        for (int k = lane; k < K; k += 32) {
+            float wa = tbc_load(w, WDT, ba + k), wb = tbc_load(w, WDT, bb + k);
+#pragma unroll
+            for (int t = 0; t < TT; t++) {
+                float xr = round_to_w<WDT>(x[(size_t)t * K + k]);
+                aa[t] = fmaf(xr, wa, aa[t]);
+                ab[t] = fmaf(xr, wb, ab[t]);
+            }
+        }
     }
-    for (; v < nv; v += 32) gemv_accum<WDT, TT>(x, K, v * VEC, __ldg(wr + v), acc);
+    tbc_pdl_trigger();
 #pragma unroll
     for (int t = 0; t < TT; t++) {
-        float s = tbc_warp_sum(acc[t]);
-        if (lane == 0) y[(size_t)t * N + n] = s + (bias ? bias[n] : 0.0f);
+        aa[t] = tbc_warp_sum(aa[t]);
+        ab[t] = tbc_warp_sum(ab[t]);
     }
-}
-
-/* Any K, any alignment: one element per lane per step. */
-template <int WDT>
-__global__ void __launch_bounds__(GEMV_WARPS * 32)
-gemv_scalar_kernel(const float *__restrict__ x, const void *__restrict__ w, const float *__restrict__ bias,
-                   float *__restrict__ y, int T, int K, int N) {
-    int lane = threadIdx.x & 31;
-    int n = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
-    if (n >= N) return;
-    float acc[TBC_GEMV_MAX_T];
+    if (lane == 0) {
+        float bia = bias ? bias[ra] : 0.0f, bib = bias && okb ? bias[rb] : 0.0f;
 #pragma unroll
-    for (int t = 0; t < TBC_GEMV_MAX_T; t++) acc[t] = 0.0f;
-    size_t base = (size_t)n * K;
-    for (int k = lane; k < K; k += 32) {
-        float wv = tbc_load(w, WDT, base + k);
-#pragma unroll
-        for (int t = 0; t < TBC_GEMV_MAX_T; t++)
-            if (t < T) acc[t] = fmaf(round_to_w<WDT>(x[(size_t)t * K + k]), wv, acc[t]);
-    }
-#pragma unroll
-    for (int t = 0; t < TBC_GEMV_MAX_T; t++) {
-        if (t >= T) break;
-        float s = tbc_warp_sum(acc[t]);
-        if (lane == 0) y[(size_t)t * N + n] = s + (bias ? bias[n] : 0.0f);
+        for (int t = 0; t < TT; t++) epi_store<MODE>(e, y, N, t, P, ra, rb, okb, aa[t] + bia, ab[t] + bib);
     }
 }
 
@@ -184,17 +277,33 @@ __device__ __forceinline__ void mma_step(float *c, const uint4 &wa, const uint4 
     mma16816<WDT>(c, wa.z, wb.z, wa.w, wb.w, x.z, x.w);
 }
 
-template <int WDT>
+template <int WDT, int MODE>
 __global__ void __launch_bounds__(GEMV_MMA_WARPS * 32)
 gemv_mma_kernel(const float *__restrict__ x, const void *__restrict__ w, const float *__restrict__ bias,
-                float *__restrict__ y, int T, int K, int N) {
+                float *__restrict__ y, int T, int K, int N, tbc_gemv_epi e) {
     __shared__ float red[GEMV_MMA_WARPS][32][4];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int r0 = blockIdx.x * 16, ra = r0 + g, rb = r0 + g + 8;
+    /* PLAIN: the block's 16 rows are r0 .. r0 + 15 (rows g and g + 8 per
+     * thread); other epilogues: pair P = 8 * block + g is rows (ra, rb) */
+    int ra, rb, P = blockIdx.x * 8 + g;
+    bool pair_ok = true;
+    if (MODE == TBC_EPI_PLAIN) {
+        ra = blockIdx.x * 16 + g;
+        rb = ra + 8;
+    } else {
+        pair_ok = P < pair_count<MODE>(e, N);
+        if (pair_ok) pair_rows<MODE>(e, N, P, ra, rb);
+        else ra = rb = 0;
+    }
     const uint16_t *wbase = static_cast<const uint16_t *>(w);
     /* rows past N are read from row N - 1 and never written */
     const uint4 *pa = reinterpret_cast<const uint4 *>(wbase + (size_t)min(ra, N - 1) * K) + t;
     const uint4 *pb = reinterpret_cast<const uint4 *>(wbase + (size_t)min(rb, N - 1) * K) + t;
+    if (warp < 4) {
+        tbc_prefetch_l2(pa + (size_t)warp * 4);
+        tbc_prefetch_l2(pb + (size_t)warp * 4);
+    }
+    tbc_pdl_wait();
     const bool has_x = g < T;
     const float *px = x + (size_t)(has_x ? g : 0) * K + t * 8;
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
@@ -222,6 +331,7 @@ gemv_mma_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
         uint4 x0 = has_x ? load_x8<WDT>(px + (size_t)s * 32) : zero;
         mma_step<WDT>(c, a0, b0, x0);
     }
+    tbc_pdl_trigger();
 #pragma unroll
     for (int i = 0; i < 4; i++) red[warp][lane][i] = c[i];
     __syncthreads();
@@ -233,64 +343,87 @@ gemv_mma_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
         for (int k = 0; k < GEMV_MMA_WARPS; k++) v += red[k][lane][i];
         c[i] = v;
     }
-    /* c0, c1: row g, tokens 2t, 2t + 1; c2, c3: row g + 8 */
+    /* c0, c1: row ra, tokens 2t, 2t + 1; c2, c3: row rb */
     const int t0 = 2 * t, t1 = 2 * t + 1;
-    if (ra < N) {
-        float bb = bias ? bias[ra] : 0.0f;
-        if (t0 < T) y[(size_t)t0 * N + ra] = c[0] + bb;
-        if (t1 < T) y[(size_t)t1 * N + ra] = c[1] + bb;
-    }
-    if (rb < N) {
-        float bb = bias ? bias[rb] : 0.0f;
-        if (t0 < T) y[(size_t)t0 * N + rb] = c[2] + bb;
-        if (t1 < T) y[(size_t)t1 * N + rb] = c[3] + bb;
+    if (MODE == TBC_EPI_PLAIN) {
+        if (ra < N) {
+            float bb = bias ? bias[ra] : 0.0f;
+            if (t0 < T) y[(size_t)t0 * N + ra] = c[0] + bb;
+            if (t1 < T) y[(size_t)t1 * N + ra] = c[1] + bb;
+        }
+        if (rb < N) {
+            float bb = bias ? bias[rb] : 0.0f;
+            if (t0 < T) y[(size_t)t0 * N + rb] = c[2] + bb;
+            if (t1 < T) y[(size_t)t1 * N + rb] = c[3] + bb;
+        }
+    } else if (pair_ok) {
+        float ba = bias ? bias[ra] : 0.0f, bb = bias ? bias[rb] : 0.0f;
+        if (t0 < T) epi_store<MODE>(e, y, N, t0, P, ra, rb, true, c[0] + ba, c[2] + bb);
+        if (t1 < T) epi_store<MODE>(e, y, N, t1, P, ra, rb, true, c[1] + ba, c[3] + bb);
     }
 }
 
-static int gemv_use_mma(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("TB_CUDA_GEMV");
-        v = !(e && !strcmp(e, "simt"));
+template <int WDT, int MODE, bool VECLOAD>
+static cudaError_t pair_launch(const float *x, const void *w, const float *bias, float *y, int T, int K, int N,
+                               const tbc_gemv_epi &e, cudaStream_t s) {
+    int pairs = MODE == TBC_EPI_PLAIN ? (N + 1) / 2 : N / 2;
+    dim3 grid((pairs + GEMV_WARPS - 1) / GEMV_WARPS), block(GEMV_WARPS * 32);
+    switch (T) {
+    case 1: return tbc_launch(gemv_pair_kernel<WDT, 1, MODE, VECLOAD>, grid, block, 0, s, x, w, bias, y, K, N, e);
+    case 2: return tbc_launch(gemv_pair_kernel<WDT, 2, MODE, VECLOAD>, grid, block, 0, s, x, w, bias, y, K, N, e);
+    case 3: return tbc_launch(gemv_pair_kernel<WDT, 3, MODE, VECLOAD>, grid, block, 0, s, x, w, bias, y, K, N, e);
+    case 4: return tbc_launch(gemv_pair_kernel<WDT, 4, MODE, VECLOAD>, grid, block, 0, s, x, w, bias, y, K, N, e);
+    case 5: return tbc_launch(gemv_pair_kernel<WDT, 5, MODE, VECLOAD>, grid, block, 0, s, x, w, bias, y, K, N, e);
+    case 6: return tbc_launch(gemv_pair_kernel<WDT, 6, MODE, VECLOAD>, grid, block, 0, s, x, w, bias, y, K, N, e);
+    case 7: return tbc_launch(gemv_pair_kernel<WDT, 7, MODE, VECLOAD>, grid, block, 0, s, x, w, bias, y, K, N, e);
+    case 8: return tbc_launch(gemv_pair_kernel<WDT, 8, MODE, VECLOAD>, grid, block, 0, s, x, w, bias, y, K, N, e);
+    default: return cudaErrorInvalidValue;
     }
-    return v;
+}
+
+template <int WDT, int MODE>
+static cudaError_t gemv_launch(const float *x, const void *w, const float *bias, float *y, int T, int K, int N,
+                               const tbc_gemv_epi &e, int simt_max_t, cudaStream_t s) {
+    constexpr int VEC = WDT == TBC_F32 ? 4 : 8;
+    int aligned = K % VEC == 0 && (((uintptr_t)x | (uintptr_t)w) & 15) == 0;
+    if (WDT != TBC_F32 && aligned && K % 32 == 0 && T > simt_max_t) {
+        int blocks = MODE == TBC_EPI_PLAIN ? (N + 15) / 16 : (N / 2 + 7) / 8;
+        return tbc_launch(gemv_mma_kernel<WDT, MODE>, dim3(blocks), dim3(GEMV_MMA_WARPS * 32), 0, s, x, w, bias, y,
+                          T, K, N, e);
+    }
+    if (aligned) return pair_launch<WDT, MODE, true>(x, w, bias, y, T, K, N, e, s);
+    return pair_launch<WDT, MODE, false>(x, w, bias, y, T, K, N, e, s);
 }
 
 template <int WDT>
-static cudaError_t gemv_launch(const float *x, const void *w, const float *bias, float *y, int T, int K, int N,
-                               cudaStream_t s) {
-    constexpr int VEC = WDT == TBC_F32 ? 4 : 8;
-    dim3 grid((N + GEMV_WARPS - 1) / GEMV_WARPS), block(GEMV_WARPS * 32);
-    int aligned = K % VEC == 0 && (((uintptr_t)x | (uintptr_t)w) & 15) == 0;
-    if (WDT != TBC_F32 && aligned && K % 32 == 0 && gemv_use_mma()) {
-        gemv_mma_kernel<WDT><<<(N + 15) / 16, GEMV_MMA_WARPS * 32, 0, s>>>(x, w, bias, y, T, K, N);
-        return cudaGetLastError();
+static cudaError_t gemv_dispatch(const float *x, const void *w, const float *bias, float *y, int T, int K, int N,
+                                 const tbc_gemv_epi &e, int simt_max_t, cudaStream_t s) {
+    switch (e.mode) {
+    case TBC_EPI_PLAIN: return gemv_launch<WDT, TBC_EPI_PLAIN>(x, w, bias, y, T, K, N, e, simt_max_t, s);
+    case TBC_EPI_GLU: return gemv_launch<WDT, TBC_EPI_GLU>(x, w, bias, y, T, K, N, e, simt_max_t, s);
+    case TBC_EPI_ROPE: return gemv_launch<WDT, TBC_EPI_ROPE>(x, w, bias, y, T, K, N, e, simt_max_t, s);
     }
-    if (!aligned) {
-        gemv_scalar_kernel<WDT><<<grid, block, 0, s>>>(x, w, bias, y, T, K, N);
-        return cudaGetLastError();
+    return cudaErrorInvalidValue;
+}
+
+extern "C" cudaError_t tbc_gemv_ex(const float *x, const void *w, tbc_dtype wdt, const float *bias, float *y, int T,
+                                   int K, int N, const tbc_gemv_epi *epi, int simt_max_t, cudaStream_t s) {
+    if (T < 1 || T > TBC_GEMV_MAX_T) return cudaErrorInvalidValue;
+    tbc_gemv_epi e;
+    if (epi) e = *epi;
+    else memset(&e, 0, sizeof e);
+    if (e.mode == TBC_EPI_GLU && N % 2) return cudaErrorInvalidValue;
+    if (e.mode == TBC_EPI_ROPE && (e.attn.hd < 2 || e.attn.hd % 2 || N != (e.attn.n_heads + 2 * e.attn.n_kv) * e.attn.hd))
+        return cudaErrorInvalidValue;
+    switch (wdt) {
+    case TBC_F32: return gemv_dispatch<TBC_F32>(x, w, bias, y, T, K, N, e, simt_max_t, s);
+    case TBC_F16: return gemv_dispatch<TBC_F16>(x, w, bias, y, T, K, N, e, simt_max_t, s);
+    case TBC_BF16: return gemv_dispatch<TBC_BF16>(x, w, bias, y, T, K, N, e, simt_max_t, s);
     }
-    switch (T) {
-    case 1: gemv_vec_kernel<WDT, 1><<<grid, block, 0, s>>>(x, w, bias, y, K, N); break;
-    case 2: gemv_vec_kernel<WDT, 2><<<grid, block, 0, s>>>(x, w, bias, y, K, N); break;
-    case 3: gemv_vec_kernel<WDT, 3><<<grid, block, 0, s>>>(x, w, bias, y, K, N); break;
-    case 4: gemv_vec_kernel<WDT, 4><<<grid, block, 0, s>>>(x, w, bias, y, K, N); break;
-    case 5: gemv_vec_kernel<WDT, 5><<<grid, block, 0, s>>>(x, w, bias, y, K, N); break;
-    case 6: gemv_vec_kernel<WDT, 6><<<grid, block, 0, s>>>(x, w, bias, y, K, N); break;
-    case 7: gemv_vec_kernel<WDT, 7><<<grid, block, 0, s>>>(x, w, bias, y, K, N); break;
-    case 8: gemv_vec_kernel<WDT, 8><<<grid, block, 0, s>>>(x, w, bias, y, K, N); break;
-    default: return cudaErrorInvalidValue;
-    }
-    return cudaGetLastError();
+    return cudaErrorInvalidValue;
 }
 
 extern "C" cudaError_t tbc_gemv(const float *x, const void *w, tbc_dtype wdt, const float *bias, float *y, int T,
                                 int K, int N, cudaStream_t s) {
-    if (T < 1 || T > TBC_GEMV_MAX_T) return cudaErrorInvalidValue;
-    switch (wdt) {
-    case TBC_F32: return gemv_launch<TBC_F32>(x, w, bias, y, T, K, N, s);
-    case TBC_F16: return gemv_launch<TBC_F16>(x, w, bias, y, T, K, N, s);
-    case TBC_BF16: return gemv_launch<TBC_BF16>(x, w, bias, y, T, K, N, s);
-    }
-    return cudaErrorInvalidValue;
+    return tbc_gemv_ex(x, w, wdt, bias, y, T, K, N, NULL, TBC_GEMV_SIMT_MAX_T, s);
 }

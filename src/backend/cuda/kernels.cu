@@ -7,9 +7,14 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_util.cuh"
 
+int tbc_pdl_on = 0;
+
+extern "C" void tbc_set_pdl(int on) { tbc_pdl_on = on; }
+
 /* ---------------------------------------------------------------- embedding */
 
 __global__ void embedding_kernel(const int32_t *ids, const void *table, int wdt, float *y, int D) {
+    tbc_pdl_wait();
     int t = blockIdx.x;
     size_t base = (size_t)ids[t] * (size_t)D;
     float *yr = y + (size_t)t * D;
@@ -18,8 +23,7 @@ __global__ void embedding_kernel(const int32_t *ids, const void *table, int wdt,
 
 extern "C" cudaError_t tbc_embedding(const int32_t *ids, const void *table, tbc_dtype wdt, float *y, int T, int D,
                                      cudaStream_t s) {
-    embedding_kernel<<<T, 256, 0, s>>>(ids, table, (int)wdt, y, D);
-    return cudaGetLastError();
+    return tbc_launch(embedding_kernel, dim3(T), dim3(256), 0, s, ids, table, (int)wdt, y, D);
 }
 
 /* ---------------------------------------------------------------- rmsnorm */
@@ -27,6 +31,8 @@ extern "C" cudaError_t tbc_embedding(const int32_t *ids, const void *table, tbc_
 /* One block per row. With `d` set, r = x + d is written first and normed. */
 __global__ void rmsnorm_kernel(const float *x, const float *dl, const float *w, float *r, float *y, int D,
                                float eps) {
+    tbc_pdl_wait();
+    tbc_pdl_trigger();
     __shared__ float red[32];
     size_t off = (size_t)blockIdx.x * D;
     const float *xr = x + off;
@@ -57,19 +63,20 @@ static int norm_threads(int D) {
 
 extern "C" cudaError_t tbc_rmsnorm(const float *x, const float *w, float *y, int T, int D, float eps,
                                    cudaStream_t s) {
-    rmsnorm_kernel<<<T, norm_threads(D / 4 > 32 ? D / 4 : 32), 0, s>>>(x, NULL, w, NULL, y, D, eps);
-    return cudaGetLastError();
+    return tbc_launch(rmsnorm_kernel, dim3(T), dim3(norm_threads(D / 4 > 32 ? D / 4 : 32)), 0, s, x,
+                      (const float *)NULL, w, (float *)NULL, y, D, eps);
 }
 
 extern "C" cudaError_t tbc_add_rmsnorm(const float *x, const float *d, const float *w, float *r, float *y, int T,
                                        int D, float eps, cudaStream_t s) {
-    rmsnorm_kernel<<<T, norm_threads(D / 4 > 32 ? D / 4 : 32), 0, s>>>(x, d, w, r, y, D, eps);
-    return cudaGetLastError();
+    return tbc_launch(rmsnorm_kernel, dim3(T), dim3(norm_threads(D / 4 > 32 ? D / 4 : 32)), 0, s, x, d, w, r, y, D,
+                      eps);
 }
 
 /* ---------------------------------------------------------------- elementwise */
 
 __global__ void silu_mul_kernel(const float *gu, float *y, int F, size_t n) {
+    tbc_pdl_wait();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         size_t t = i / F, k = i % F;
         float g = gu[t * 2 * F + k], u = gu[t * 2 * F + F + k];
@@ -85,21 +92,21 @@ static int grid_for(size_t n, int threads) {
 
 extern "C" cudaError_t tbc_silu_mul(const float *gu, float *y, int T, int F, cudaStream_t s) {
     size_t n = (size_t)T * F;
-    silu_mul_kernel<<<grid_for(n, 256), 256, 0, s>>>(gu, y, F, n);
-    return cudaGetLastError();
+    return tbc_launch(silu_mul_kernel, dim3(grid_for(n, 256)), dim3(256), 0, s, gu, y, F, n);
 }
 
 __global__ void add_kernel(const float *a, const float *b, float *y, size_t n) {
+    tbc_pdl_wait();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         y[i] = a[i] + b[i];
 }
 
 extern "C" cudaError_t tbc_add(const float *a, const float *b, float *y, size_t n, cudaStream_t s) {
-    add_kernel<<<grid_for(n, 256), 256, 0, s>>>(a, b, y, n);
-    return cudaGetLastError();
+    return tbc_launch(add_kernel, dim3(grid_for(n, 256)), dim3(256), 0, s, a, b, y, n);
 }
 
 __global__ void gather_rows_kernel(const float *x, const int32_t *rows, float *y, int D) {
+    tbc_pdl_wait();
     int r = blockIdx.x;
     const float *xr = x + (size_t)rows[r] * D;
     float *yr = y + (size_t)r * D;
@@ -108,22 +115,22 @@ __global__ void gather_rows_kernel(const float *x, const int32_t *rows, float *y
 
 extern "C" cudaError_t tbc_gather_rows(const float *x, const int32_t *rows, float *y, int R, int D,
                                        cudaStream_t s) {
-    gather_rows_kernel<<<R, 256, 0, s>>>(x, rows, y, D);
-    return cudaGetLastError();
+    return tbc_launch(gather_rows_kernel, dim3(R), dim3(256), 0, s, x, rows, y, D);
 }
 
 __global__ void add_bias_kernel(float *y, const float *bias, int N, size_t n) {
+    tbc_pdl_wait();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         y[i] += bias[i % N];
 }
 
 extern "C" cudaError_t tbc_add_bias(float *y, const float *bias, int T, int N, cudaStream_t s) {
     size_t n = (size_t)T * N;
-    add_bias_kernel<<<grid_for(n, 256), 256, 0, s>>>(y, bias, N, n);
-    return cudaGetLastError();
+    return tbc_launch(add_bias_kernel, dim3(grid_for(n, 256)), dim3(256), 0, s, y, bias, N, n);
 }
 
 __global__ void convert_kernel(const float *src, void *dst, int dt, size_t n) {
+    tbc_pdl_wait();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         if (dt == TBC_F16) ((__half *)dst)[i] = __float2half_rn(src[i]);
         else ((__nv_bfloat16 *)dst)[i] = __float2bfloat16_rn(src[i]);
@@ -131,14 +138,14 @@ __global__ void convert_kernel(const float *src, void *dst, int dt, size_t n) {
 }
 
 extern "C" cudaError_t tbc_convert_f32(const float *src, void *dst, tbc_dtype dt, size_t n, cudaStream_t s) {
-    convert_kernel<<<grid_for(n, 256), 256, 0, s>>>(src, dst, (int)dt, n);
-    return cudaGetLastError();
+    return tbc_launch(convert_kernel, dim3(grid_for(n, 256)), dim3(256), 0, s, src, dst, (int)dt, n);
 }
 
 /* ---------------------------------------------------------------- rope */
 
 __global__ void rope_kernel(float *x, int row_stride, const int32_t *pos, const float *inv_freq, int n_heads, int hd,
                             int interleaved) {
+    tbc_pdl_wait();
     int t = blockIdx.x, half = hd / 2;
     float *row = x + (size_t)t * row_stride;
     float p = (float)pos[t];
@@ -150,6 +157,5 @@ __global__ void rope_kernel(float *x, int row_stride, const int32_t *pos, const 
 
 extern "C" cudaError_t tbc_rope(float *x, int row_stride, const int32_t *pos, const float *inv_freq, int T,
                                 int n_heads, int hd, int interleaved, cudaStream_t s) {
-    rope_kernel<<<T, 128, 0, s>>>(x, row_stride, pos, inv_freq, n_heads, hd, interleaved);
-    return cudaGetLastError();
+    return tbc_launch(rope_kernel, dim3(T), dim3(128), 0, s, x, row_stride, pos, inv_freq, n_heads, hd, interleaved);
 }
