@@ -7,11 +7,17 @@
  * >= 256 MiB, so they come from DRAM as in a real decode step, not from L3.
  * GEMM (T = 512, prefill) is reported as GFLOP/s, own kernels vs OpenBLAS.
  *
- * usage: kernels_bench [seconds per measurement, default 0.3] [gemv|gemm]
+ * Three more modes: `gemvx` (GEMV variants, below; KB_HUGE=1 backs the
+ * weights with transparent huge pages), `small` (stories260K's decode
+ * matmuls) and `attn` (stories260K's decode attention).
+ *
+ * usage: kernels_bench [seconds per measurement, default 0.3]
+ *                      [gemv|gemm|gemvx|small|attn]
  */
 #include "backend/cpu/kernels.h"
 
 #include <math.h>
+#include <sys/mman.h>
 
 #define SPAN_BYTES ((size_t)256 << 20)
 
@@ -181,6 +187,86 @@ static void gemv_experiments(uint8_t *wbuf, const float *x, float *y, double sec
         }
 }
 
+/* The decode matmuls of stories260K (dim 64, hidden 172, 5 layers, vocab
+ * 512), in model order over 1 MiB of distinct f32 weights (L3, not L2, as in
+ * a real step), against the same shapes all reading one layer's weights
+ * (L1/L2): per-token microseconds (`kernels_bench S small`). */
+static void small_model(double secs) {
+    static const int shp[][2] = {{64, 128}, {64, 64}, {64, 344}, {172, 64}};
+    size_t per_layer = 0;
+    for (int i = 0; i < 4; i++) per_layer += (size_t)shp[i][0] * shp[i][1];
+    size_t total = per_layer * 5 + 64 * 512;
+    float *w = xalloc(total * sizeof(float));
+    fill_weights(w, TB_F32, total);
+    float *x = xalloc(4096 * sizeof(float)), *y = xalloc(4096 * sizeof(float));
+    for (int i = 0; i < 4096; i++) x[i] = (float)(i % 17) * 0.01f;
+    for (int pass = 0; pass < 2; pass++) {
+        double best = 1e30;
+        for (int round = 0; round < 9; round++) {
+            double t0 = tb_now(), t;
+            long n = 0;
+            do {
+                size_t o = 0;
+                for (int l = 0; l < 5; l++) {
+                    size_t lo = pass ? 0 : o;
+                    for (int i = 0; i < 4; i++) {
+                        tb_cpu_matmul(NULL, x, w + lo, TB_F32, NULL, y, 1, shp[i][0], shp[i][1]);
+                        lo += (size_t)shp[i][0] * shp[i][1];
+                    }
+                    o += per_layer;
+                }
+                tb_cpu_matmul(NULL, x, w + (pass ? 0 : o), TB_F32, NULL, y, 1, 64, 512);
+                n++;
+            } while ((t = tb_now() - t0) < secs / 9);
+            if (t / n < best) best = t / n;
+        }
+        printf("stories260K decode matmuls, %s: %.2f us per token (best of 9)\n",
+               pass ? "one layer's weights (cache-resident)" : "all 1 MiB of weights", best * 1e6);
+    }
+    tb_free_aligned(w);
+    tb_free_aligned(x);
+    tb_free_aligned(y);
+}
+
+/* Decode attention at stories260K's shape (8 q heads, 4 kv heads, hd 8,
+ * f32 cache, 5 layers, blocks of 16) at context `ctx`: per-token
+ * microseconds with the cache resident (`kernels_bench S attn`). */
+static void attn_model(double secs) {
+    enum { L = 5, H = 8, KV = 4, HD = 8, BS = 16, MAXB = 32 };
+    int max_ctx = BS * MAXB;
+    size_t cache_elems = (size_t)MAXB * BS * KV * HD;
+    float *kc = xalloc(L * cache_elems * 4), *vc = xalloc(L * cache_elems * 4);
+    fill_weights(kc, TB_F32, L * cache_elems);
+    fill_weights(vc, TB_F32, L * cache_elems);
+    float *qkv = xalloc((H + 2 * KV) * HD * 4), *out = xalloc(H * HD * 4);
+    fill_weights(qkv, TB_F32, (H + 2 * KV) * HD);
+    float *scratch = xalloc(tb_attention_scratch_floats(1, max_ctx) * 4);
+    int32_t bt[MAXB], seq = 0;
+    for (int i = 0; i < MAXB; i++) bt[i] = i;
+    static const int ctxs[] = {32, 130, 256, 500};
+    for (size_t c = 0; c < sizeof ctxs / sizeof ctxs[0]; c++) {
+        int32_t pos = ctxs[c] - 1;
+        double best = 1e30;
+        for (int round = 0; round < 9; round++) {
+            double t0 = tb_now(), t;
+            long n = 0;
+            do {
+                for (int l = 0; l < L; l++) {
+                    tb_attn_args a = {1, H, KV, HD, 0.35f, &pos, &seq, bt, MAXB, BS,
+                                      kc + l * cache_elems, vc + l * cache_elems, TB_F32};
+                    tb_cpu_attention(NULL, &a, qkv, out, scratch, max_ctx);
+                }
+                n++;
+            } while ((t = tb_now() - t0) < secs / 9);
+            if (t / n < best) best = t / n;
+        }
+        printf("stories260K decode attention, ctx %d: %.2f us per token (5 layers, best of 9)\n", ctxs[c],
+               best * 1e6);
+    }
+    tb_free_aligned(kc); tb_free_aligned(vc); tb_free_aligned(qkv); tb_free_aligned(out);
+    tb_free_aligned(scratch);
+}
+
 int main(int argc, char **argv) {
     double secs = argc > 1 ? atof(argv[1]) : 0.3;
     const char *only = argc > 2 ? argv[2] : "";
@@ -197,7 +283,22 @@ int main(int argc, char **argv) {
     float *x = xalloc((size_t)512 * 2048 * sizeof(float));
     float *y = xalloc((size_t)512 * 32000 * sizeof(float));
     for (size_t i = 0; i < (size_t)512 * 2048; i++) x[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
+    if (!strcmp(only, "attn")) {
+        attn_model(secs);
+        return 0;
+    }
+    if (!strcmp(only, "small")) {
+        small_model(secs);
+        return 0;
+    }
     if (!strcmp(only, "gemvx")) {
+        /* KB_HUGE=1: back the weights with transparent huge pages */
+        if (getenv("KB_HUGE") && atoi(getenv("KB_HUGE")))
+        {
+            uintptr_t a = ((uintptr_t)wbuf + 4095) & ~(uintptr_t)4095;
+            printf("madvise(MADV_HUGEPAGE): %d\n",
+                   madvise((void *)a, SPAN_BYTES + ((size_t)127 << 20), MADV_HUGEPAGE));
+        }
         gemv_experiments(wbuf, x, y, secs);
         return 0;
     }

@@ -18,8 +18,11 @@ void openblas_set_num_threads(int n);
 
 /* Elementwise work (elements) below which an op runs on one thread. */
 #define TB_PAR_MIN_ELEMS 16384
-/* Matmul work (T*K*N multiply-adds) below which it runs on one thread. */
-#define TB_PAR_MIN_MACS 65536
+/* Matmul work (T*K*N multiply-adds) below which it runs on one thread.
+ * stories260K at 2 threads (turbine run -n 256, 5 interleaved runs each,
+ * median tok/s): 65536 (no matmul split) 25.5k, 8192 28.9k, 4096 25.0k;
+ * split in two, each core's L2 keeps its half of the 1 MB of weights. */
+#define TB_PAR_MIN_MACS 8192
 
 /* ================================================================ scalar path */
 
@@ -104,10 +107,8 @@ static void sc_attn_head(const tb_attn_args *a, const float *q, int t, int kvh, 
     for (int d = 0; d < hd; d++) out[d] *= 1.0f / sum;
 }
 
-static void sc_attn_group(const tb_attn_args *a, const float *q, int t, int kvh, int ng, float *out,
-                          float *scores) {
-    for (int g = 0; g < ng; g++)
-        sc_attn_head(a, q + (size_t)g * a->hd, t, kvh, out + (size_t)g * a->hd, scores);
+static void sc_attn_rows(const tb_attn_args *a, const tb_attn_item *it, float *scores) {
+    for (int g = 0; g < it->n; g++) sc_attn_head(a, it->q[g], it->t[g], it->kvh[g], it->out[g], scores);
 }
 
 /* The elementwise references are already simple loops the compiler
@@ -122,7 +123,7 @@ static const tb_cpu_kernel_table tb_cpu_kernels_scalar = {
     .silu_mul = tb_ref_silu_mul,
     .add = tb_ref_add,
     .rope = tb_ref_rope,
-    .attn_group = sc_attn_group,
+    .attn_rows = sc_attn_rows,
 };
 
 /* ================================================================ dispatch */
@@ -147,7 +148,7 @@ static const tb_cpu_kernel_table *path_table(const char *name) {
 #define TB_OVERRIDE(f) if (o->f) kt_avx512.f = o->f
         TB_OVERRIDE(matmul); TB_OVERRIDE(to_f32); TB_OVERRIDE(from_f32);
         TB_OVERRIDE(rmsnorm); TB_OVERRIDE(add_rmsnorm); TB_OVERRIDE(silu_mul);
-        TB_OVERRIDE(add); TB_OVERRIDE(rope); TB_OVERRIDE(attn_group);
+        TB_OVERRIDE(add); TB_OVERRIDE(rope); TB_OVERRIDE(attn_rows);
 #undef TB_OVERRIDE
         return &kt_avx512;
     }
@@ -449,23 +450,58 @@ static void attn_write_run(void *arg, int ith, int nth) {
     }
 }
 
-/* Work items are (token, kv head, slice of its q heads), dealt round-robin:
- * causal prefill makes later tokens longer, and interleaving keeps the
- * threads' totals close. */
+/* Work items are (block of tokens, run of consecutive q heads), dealt
+ * round-robin: causal prefill makes later tokens longer, and interleaving
+ * keeps the threads' totals close.
+ *
+ * A run of heads is about an equal part of one kv head's group when the
+ * group is larger than TB_ATTN_GROUP_MAX; otherwise whole groups of as many
+ * kv heads as fill one 64-byte cache line of a K or V row (hd 8 in f32: 2),
+ * so every line fetched is used whole. A block is up to
+ * TB_ATTN_GROUP_MAX / (heads in a run) consecutive tokens of one sequence:
+ * in a prefill their queries share every K and V row load (without this, a
+ * 512-token prefill of a 134M model read ~10 GB of K and V from L3). */
+static int attn_heads_per_run(const tb_attn_args *a) {
+    int group = a->n_heads / a->n_kv;
+    if (group > TB_ATTN_GROUP_MAX) {
+        int n_sl = (group + TB_ATTN_GROUP_MAX - 1) / TB_ATTN_GROUP_MAX;
+        return (group + n_sl - 1) / n_sl;
+    }
+    int kv_bytes = a->hd * (int)tb_dtype_size(a->kv_dtype);
+    int nk = kv_bytes >= 64 ? 1 : 64 / kv_bytes;
+    if (nk > TB_ATTN_GROUP_MAX / group) nk = TB_ATTN_GROUP_MAX / group;
+    if (nk > a->n_kv) nk = a->n_kv;
+    return nk * group;
+}
+
 static void attn_run(void *arg, int ith, int nth) {
     attn_job *j = arg;
     const tb_attn_args *a = j->a;
-    int hd = a->hd, group = a->n_heads / a->n_kv;
-    int n_sl = (group + TB_ATTN_GROUP_MAX - 1) / TB_ATTN_GROUP_MAX;
-    int per = (group + n_sl - 1) / n_sl;
+    int hd = a->hd, group = a->n_heads / a->n_kv, per = attn_heads_per_run(a);
+    int runs = (a->n_heads + per - 1) / per, qb = TB_ATTN_GROUP_MAX / per;
     size_t stride = (size_t)(a->n_heads + 2 * a->n_kv) * hd;
     float *scores = j->scratch + (size_t)ith * j->scratch_per_thread;
-    int per_t = a->n_kv * n_sl, n_items = a->T * per_t;
-    for (int i = ith; i < n_items; i += nth) {
-        int t = i / per_t, kvh = (i % per_t) / n_sl, sl = i % n_sl;
-        int h0 = kvh * group + sl * per, ng = group - sl * per < per ? group - sl * per : per;
-        j->k->attn_group(a, j->qkv + (size_t)t * stride + (size_t)h0 * hd, t, kvh, ng,
-                         j->out + (size_t)t * a->n_heads * hd + (size_t)h0 * hd, scores);
+    int item = 0;
+    for (int t0 = 0; t0 < a->T;) {
+        int nt = 1;
+        while (nt < qb && t0 + nt < a->T && a->seq[t0 + nt] == a->seq[t0]) nt++;
+        for (int r = 0; r < runs; r++, item++) {
+            if (item % nth != ith) continue;
+            int h0 = r * per, ng = a->n_heads - h0 < per ? a->n_heads - h0 : per;
+            tb_attn_item it;
+            it.n = nt * ng;
+            it.seq = a->seq[t0];
+            for (int i = 0, g = 0; i < nt; i++)
+                for (int h = h0; h < h0 + ng; h++, g++) {
+                    int t = t0 + i;
+                    it.t[g] = t;
+                    it.kvh[g] = h / group;
+                    it.q[g] = j->qkv + (size_t)t * stride + (size_t)h * hd;
+                    it.out[g] = j->out + ((size_t)t * a->n_heads + (size_t)h) * hd;
+                }
+            j->k->attn_rows(a, &it, scores);
+        }
+        t0 += nt;
     }
 }
 

@@ -106,9 +106,9 @@ typedef struct {
     tb_dtype kv_dtype;           /* TB_F32 or TB_F16 */
 } tb_attn_args;
 
-/* Most q heads of one kv group that one attention call handles together
- * (the scores of each are held in scratch at once). */
-#define TB_ATTN_GROUP_MAX 4
+/* Most q heads that one attention call handles together (the scores of
+ * each are held in scratch at once). */
+#define TB_ATTN_GROUP_MAX 8
 size_t tb_attention_scratch_floats(int n_threads, int max_ctx);
 void tb_ref_attention(const tb_attn_args *a, const float *qkv, float *out,
                       float *scratch);
@@ -142,6 +142,18 @@ void tb_cpu_matmul_tactic(tb_pool *p, tb_mm_tactic t, const float *x,
                           const void *w, tb_dtype wdt, const float *bias,
                           float *y, int T, int K, int N);
 
+/* ---- one attention work item: n (<= TB_ATTN_GROUP_MAX) rows, each one q
+ * head of one token, all tokens of sequence `seq`. The rows may be several
+ * heads of a token (decode: every K and V row is then loaded once for all of
+ * them) or one head of several tokens (prefill: the same, across queries);
+ * row g attends to positions 0 .. pos[t[g]] of kv head kvh[g]. */
+typedef struct tb_attn_item {
+    int n, seq;
+    int t[TB_ATTN_GROUP_MAX], kvh[TB_ATTN_GROUP_MAX];
+    const float *q[TB_ATTN_GROUP_MAX]; /* (hd) each */
+    float *out[TB_ATTN_GROUP_MAX];     /* (hd) each */
+} tb_attn_item;
+
 /* ---- one SIMD path: the single-threaded pieces the tb_cpu_* entry points
  * split across the pool (internal to the CPU backend). */
 typedef struct {
@@ -161,12 +173,10 @@ typedef struct {
     void (*rope)(float *x, int row_stride, const int32_t *pos,
                  const float *inv_freq, int T, int n_heads, int hd,
                  int interleaved);
-    /* out (ng, hd) = attention of the ng (<= TB_ATTN_GROUP_MAX) q heads
-     * q (ng, hd) of token t, all reading kv head kvh (so each K and V row is
-     * loaded once for the group); scores: at least
-     * tb_attention_scratch_floats(1, pos[t] + 1) floats. */
-    void (*attn_group)(const tb_attn_args *a, const float *q, int t, int kvh,
-                       int ng, float *out, float *scores);
+    /* attention of every row of one work item (below); scores: at least
+     * tb_attention_scratch_floats(1, max ctx of the rows) floats. */
+    void (*attn_rows)(const tb_attn_args *a, const struct tb_attn_item *it,
+                      float *scores);
 } tb_cpu_kernel_table;
 
 extern const tb_cpu_kernel_table tb_cpu_kernels_avx2;

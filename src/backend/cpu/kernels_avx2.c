@@ -131,7 +131,7 @@ AVX2_INLINE float dot_row(const float *x, const void *w, size_t r, int K, tb_dty
 }
 
 AVX2_INLINE void gemv_dt(const float *x, const void *w, tb_dtype dt, const float *bias,
-                         float *y, int K, int n0, int n1) {
+                         float *y, int K, int n0, int n1, int pf_bytes) {
     int n = n0;
     for (; n + 4 <= n1; n += 4) {
         size_t r0 = (size_t)n * K, r1 = r0 + K, r2 = r1 + K, r3 = r2 + K;
@@ -139,14 +139,16 @@ AVX2_INLINE void gemv_dt(const float *x, const void *w, tb_dtype dt, const float
         __m256 b0 = _mm256_setzero_ps(), b1 = _mm256_setzero_ps();
         __m256 c0 = _mm256_setzero_ps(), c1 = _mm256_setzero_ps();
         __m256 d0 = _mm256_setzero_ps(), d1 = _mm256_setzero_ps();
-        /* The next 4 rows are one contiguous run of 4*K elements: prefetch
-         * it as a single stream, 4 * 16 elements per step, so short rows do
-         * not each pay the hardware prefetcher's ramp-up. */
-        const char *pf = n + 8 <= n1 ? (const char *)w + (size_t)(n + 4) * K * ESZ(dt) : NULL;
+        /* The 4 rows are one contiguous run of 4*K elements, read at 4*16
+         * elements per step; prefetch that run pf_bytes ahead as a
+         * single stream (across blocks, so short rows do not each pay the
+         * hardware prefetcher's ramp-up), stopping at the end of w. */
+        const char *blk = (const char *)w + (size_t)n * K * ESZ(dt);
+        const char *pf_end = (const char *)w + (size_t)n1 * K * ESZ(dt);
         int k = 0;
         for (; k + 16 <= K; k += 16) {
-            if (pf) {
-                const char *q = pf + (size_t)k * 4 * ESZ(dt);
+            const char *q = blk + (size_t)k * 4 * ESZ(dt) + pf_bytes;
+            if (pf_bytes && q < pf_end) {
                 _mm_prefetch(q, _MM_HINT_T0);
                 _mm_prefetch(q + 64, _MM_HINT_T0);
                 if (ESZ(dt) == 4) {
@@ -186,14 +188,112 @@ AVX2_INLINE void gemv_dt(const float *x, const void *w, tb_dtype dt, const float
     for (; n < n1; n++) y[n] = dot_row(x, w, (size_t)n * K, K, dt) + (bias ? bias[n] : 0.0f);
 }
 
+/* One row at a time, so that w is read as a single sequential stream, with a
+ * software prefetch pf bytes ahead of it (0: none). With 4 KiB pages,
+ * kernels_bench gemvx measured (1 thread, GB/s from DRAM): f16 K=768 and
+ * K=2048: 19-20 with pf = 1 KiB against 15-16 for 4 interleaved rows with
+ * the next block prefetched; f32 K=768: 19-20 with no prefetch against
+ * 18-19; f32 K=2048: 4 interleaved rows without prefetch did best (21-22). */
+AVX2_INLINE void gemv_seq(const float *x, const void *w, tb_dtype dt, const float *bias, float *y, int K,
+                          int n0, int n1, int pf_bytes) {
+    const char *end = (const char *)w + (size_t)n1 * K * ESZ(dt);
+    for (int n = n0; n < n1; n++) {
+        size_t r = (size_t)n * K;
+        const char *pf = (const char *)w + r * ESZ(dt) + pf_bytes;
+        __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+        __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+        int k = 0;
+        for (; k + 32 <= K; k += 32) {
+            const char *q = pf + (size_t)k * ESZ(dt);
+            if (pf_bytes && q < end) {
+                _mm_prefetch(q, _MM_HINT_T0);
+                if (ESZ(dt) == 4) _mm_prefetch(q + 64, _MM_HINT_T0);
+            }
+            a0 = _mm256_fmadd_ps(ld8(w, r + k, dt), _mm256_loadu_ps(x + k), a0);
+            a1 = _mm256_fmadd_ps(ld8(w, r + k + 8, dt), _mm256_loadu_ps(x + k + 8), a1);
+            a2 = _mm256_fmadd_ps(ld8(w, r + k + 16, dt), _mm256_loadu_ps(x + k + 16), a2);
+            a3 = _mm256_fmadd_ps(ld8(w, r + k + 24, dt), _mm256_loadu_ps(x + k + 24), a3);
+        }
+        for (; k + 8 <= K; k += 8) a0 = _mm256_fmadd_ps(ld8(w, r + k, dt), _mm256_loadu_ps(x + k), a0);
+        float s = hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+        for (; k < K; k++) s += x[k] * ld1(w, r + k, dt);
+        y[n] = s + (bias ? bias[n] : 0.0f);
+    }
+}
+
+/* Lane i = sum of the 8 lanes of p[i] (used by the small-K GEMV and by
+ * attention). */
+AVX2_INLINE __m256 hsum8x8(const __m256 p[8]) {
+    /* unpack/shuffle + add rather than vhaddps: on Zen 3 the shuffles are
+     * single uops on two pipes while each vhaddps costs two cycles */
+    __m256 s01 = _mm256_add_ps(_mm256_unpacklo_ps(p[0], p[1]), _mm256_unpackhi_ps(p[0], p[1]));
+    __m256 s23 = _mm256_add_ps(_mm256_unpacklo_ps(p[2], p[3]), _mm256_unpackhi_ps(p[2], p[3]));
+    __m256 s45 = _mm256_add_ps(_mm256_unpacklo_ps(p[4], p[5]), _mm256_unpackhi_ps(p[4], p[5]));
+    __m256 s67 = _mm256_add_ps(_mm256_unpacklo_ps(p[6], p[7]), _mm256_unpackhi_ps(p[6], p[7]));
+    /* s01 = (p0 02, p1 02, p0 13, p1 13 | the same for lanes 4-7) */
+    __m256 c0 = _mm256_add_ps(_mm256_shuffle_ps(s01, s23, 0x44), _mm256_shuffle_ps(s01, s23, 0xEE));
+    __m256 c1 = _mm256_add_ps(_mm256_shuffle_ps(s45, s67, 0x44), _mm256_shuffle_ps(s45, s67, 0xEE));
+    /* c0 = (sums of p0..p3 over lanes 0-3 | over lanes 4-7), c1 for p4..p7 */
+    return _mm256_add_ps(_mm256_permute2f128_ps(c0, c1, 0x20), _mm256_permute2f128_ps(c0, c1, 0x31));
+}
+
+/* Small K (stories260K: K = 64 or 172, weights in L3): 8 rows per block,
+ * one accumulator each, so each x vector is loaded once for 8 FMAs, and one
+ * 8-way transpose-sum yields the 8 outputs as a vector. Instruction count
+ * bounded the 4-row GEMV here (kernels_bench small: 16.7 us per token with
+ * cache-resident weights, 11.6 with this); the block's stream is
+ * prefetched 4 KiB ahead, past the end of w too (a prefetch never faults,
+ * and the next weights of the step usually follow): 16 -> 14.6 us. */
+#define GEMV_SMALL_PF_BYTES 4096
+AVX2_INLINE void gemv_small(const float *x, const void *w, tb_dtype dt, const float *bias, float *y, int K,
+                            int n0, int n1) {
+    int n = n0, K8 = K & ~7;
+    for (; n + 8 <= n1; n += 8) {
+        size_t r = (size_t)n * K;
+        __m256 acc[8];
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
+        const char *pf = (const char *)w + r * ESZ(dt) + GEMV_SMALL_PF_BYTES;
+        for (int k = 0; k < K8; k += 8) {
+            {
+                const char *q = pf + (size_t)k * 8 * ESZ(dt);
+                _mm_prefetch(q, _MM_HINT_T0);
+                if (ESZ(dt) == 4) _mm_prefetch(q + 64, _MM_HINT_T0);
+                _mm_prefetch(q + 128, _MM_HINT_T0);
+                if (ESZ(dt) == 4) _mm_prefetch(q + 192, _MM_HINT_T0);
+            }
+            __m256 xv = _mm256_loadu_ps(x + k);
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) acc[i] = _mm256_fmadd_ps(ld8(w, r + (size_t)i * K + k, dt), xv, acc[i]);
+        }
+        __m256 s = hsum8x8(acc);
+        if (K8 < K) {
+            float t[8];
+            for (int i = 0; i < 8; i++) {
+                float a = 0.0f;
+                for (int k = K8; k < K; k++) a += x[k] * ld1(w, r + (size_t)i * K + k, dt);
+                t[i] = a;
+            }
+            s = _mm256_add_ps(s, _mm256_loadu_ps(t));
+        }
+        if (bias) s = _mm256_add_ps(s, _mm256_loadu_ps(bias + n));
+        _mm256_storeu_ps(y + n, s);
+    }
+    for (; n < n1; n++) y[n] = dot_row(x, w, (size_t)n * K, K, dt) + (bias ? bias[n] : 0.0f);
+}
+
 static AVX2_FN void gemv_f32(const float *x, const void *w, const float *bias, float *y, int K, int n0, int n1) {
-    gemv_dt(x, w, TB_F32, bias, y, K, n0, n1);
+    if (K < 256) gemv_small(x, w, TB_F32, bias, y, K, n0, n1);
+    else if (K < 1536) gemv_seq(x, w, TB_F32, bias, y, K, n0, n1, 0);
+    else gemv_dt(x, w, TB_F32, bias, y, K, n0, n1, 0);
 }
 static AVX2_FN void gemv_f16(const float *x, const void *w, const float *bias, float *y, int K, int n0, int n1) {
-    gemv_dt(x, w, TB_F16, bias, y, K, n0, n1);
+    if (K < 256) gemv_small(x, w, TB_F16, bias, y, K, n0, n1);
+    else gemv_seq(x, w, TB_F16, bias, y, K, n0, n1, 1024);
 }
 static AVX2_FN void gemv_bf16(const float *x, const void *w, const float *bias, float *y, int K, int n0, int n1) {
-    gemv_dt(x, w, TB_BF16, bias, y, K, n0, n1);
+    if (K < 256) gemv_small(x, w, TB_BF16, bias, y, K, n0, n1);
+    else gemv_dt(x, w, TB_BF16, bias, y, K, n0, n1, 4096);
 }
 
 /* ---------------------------------------------------------------- GEMM (T > 1) */
@@ -493,16 +593,29 @@ static AVX2_FN void avx2_silu_mul(const float *gu, float *y, int T, int F) {
 /* ---------------------------------------------------------------- rope */
 #define ROPE_MAX_HALF 512
 
+/* cos/sin of the last position rotated by this thread, and its key */
+static _Thread_local float rope_cs[2 * ROPE_MAX_HALF] __attribute__((aligned(32)));
+static _Thread_local float rope_sn[2 * ROPE_MAX_HALF] __attribute__((aligned(32)));
+static _Thread_local float rope_freq[ROPE_MAX_HALF];
+static _Thread_local int rope_pos = -1, rope_half, rope_inter;
+
 static AVX2_FN void avx2_rope(float *x, int row_stride, const int32_t *pos, const float *inv_freq,
                               int T, int n_heads, int hd, int interleaved) {
     int half = hd / 2;
     TB_ASSERT(half <= ROPE_MAX_HALF);
     /* cos/sin per pair; for the interleaved layout each value is stored
      * twice so that lanes line up with (x[2i], x[2i+1]). */
-    float cs[2 * ROPE_MAX_HALF] __attribute__((aligned(32)));
-    float sn[2 * ROPE_MAX_HALF] __attribute__((aligned(32)));
+    float *cs = rope_cs, *sn = rope_sn;
     for (int t = 0; t < T; t++) {
-        for (int i = 0; i < half; i++) {
+        /* every layer of a decode step rotates by the same angles: keep the
+         * last position's cos/sin, keyed by everything they depend on */
+        int hit = pos[t] == rope_pos && half == rope_half && interleaved == rope_inter &&
+                  !memcmp(inv_freq, rope_freq, sizeof(float) * (size_t)half);
+        rope_pos = pos[t];
+        rope_half = half;
+        rope_inter = interleaved;
+        if (!hit) memcpy(rope_freq, inv_freq, sizeof(float) * (size_t)half);
+        for (int i = 0; i < half && !hit; i++) {
             float a = (float)pos[t] * inv_freq[i];
             float c = cosf(a), s = sinf(a);
             if (interleaved) {
@@ -612,55 +725,51 @@ AVX2_INLINE void attn_head_dt(const tb_attn_args *a, const float *q, int t, int 
     for (; d < hd; d++) out[d] *= 1.0f / sum;
 }
 
-/* Lane i = sum of the 8 lanes of p[i]: one 8-way transpose-sum in place of
- * 8 horizontal sums. */
-AVX2_INLINE __m256 hsum8x8(const __m256 p[8]) {
-    __m256 t0 = _mm256_hadd_ps(p[0], p[1]), t1 = _mm256_hadd_ps(p[2], p[3]);
-    __m256 t2 = _mm256_hadd_ps(p[4], p[5]), t3 = _mm256_hadd_ps(p[6], p[7]);
-    __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
-    /* u0 = (s0..s3 of lanes 0-3 | s0..s3 of lanes 4-7), u1 likewise s4..s7 */
-    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
-}
+/* The NG rows of a work item (tb_attn_item: q heads of one or several
+ * tokens of one sequence) each read their own kv head: koff[g] is the byte
+ * offset of row g's kv head within a cache row. Each K and V row is loaded
+ * once for all NG rows. Positions run to the largest context of the rows;
+ * a row with a shorter one gets zero weights past it. */
 
-/* Scores of NG q heads against positions [0, ctx) of kv head kvh, 8
- * positions at a time: scores[g * ss + j] = scale * q_g . k_j. A chunk that
- * runs past the end of a cache block repeats its last row; the extra lanes
- * land in positions a later chunk overwrites, or in the padding past ctx. */
-AVX2_INLINE void attn_scores(const tb_attn_args *a, const float *q, int NG, int kvh, int ctx,
+/* Scores, 8 positions at a time: scores[g * ss + j] = scale * q_g . k_j. A
+ * chunk that runs past the end of a cache block repeats its last row; the
+ * extra lanes land in positions a later chunk overwrites, or in the padding
+ * past ctx. */
+AVX2_INLINE void attn_scores(const tb_attn_args *a, const float *const *q, int NG, const size_t *koff, int ctx,
                              const int32_t *bt, float *scores, size_t ss, tb_dtype dt) {
     int hd = a->hd, bs = a->block_size;
     size_t esz = dt == TB_F16 ? 2 : 4, rb = (size_t)a->n_kv * hd * esz; /* bytes per cache row */
     const __m256 scale = _mm256_set1_ps(a->scale);
     for (int j0 = 0, b = 0; j0 < ctx; j0 += bs, b++) {
         int n = ctx - j0 < bs ? ctx - j0 : bs;
-        const uint8_t *kb = (const uint8_t *)a->k_cache + ((size_t)bt[b] * bs * a->n_kv + (size_t)kvh) * hd * esz;
+        const uint8_t *kb = (const uint8_t *)a->k_cache + (size_t)bt[b] * bs * rb;
         for (int r = 0; r < n; r += 8) {
             const uint8_t *kr[8];
+            if (r + 8 <= n) {
+                const uint8_t *k0 = kb + (size_t)r * rb;
 #pragma GCC unroll 8
-            for (int i = 0; i < 8; i++) kr[i] = kb + (size_t)(r + i < n ? r + i : n - 1) * rb;
-            if (hd == 8) {
-                __m256 kv[8];
+                for (int i = 0; i < 8; i++) kr[i] = k0 + (size_t)i * rb;
+            } else {
 #pragma GCC unroll 8
-                for (int i = 0; i < 8; i++) kv[i] = ld8(kr[i], 0, dt);
-#pragma GCC unroll 4
-                for (int g = 0; g < NG; g++) {
-                    __m256 qv = _mm256_loadu_ps(q + g * 8), p[8];
-#pragma GCC unroll 8
-                    for (int i = 0; i < 8; i++) p[i] = _mm256_mul_ps(qv, kv[i]);
-                    _mm256_storeu_ps(scores + g * ss + j0 + r, _mm256_mul_ps(hsum8x8(p), scale));
-                }
-                continue;
+                for (int i = 0; i < 8; i++) kr[i] = kb + (size_t)(r + i < n ? r + i : n - 1) * rb;
             }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int g = 0; g < NG; g++) {
-                const float *qg = q + (size_t)g * hd;
+                const float *qg = q[g];
                 __m256 p[8];
+                if (hd == 8) {
+                    __m256 qv = _mm256_loadu_ps(qg);
 #pragma GCC unroll 8
-                for (int i = 0; i < 8; i++) p[i] = _mm256_setzero_ps();
-                for (int d = 0; d < hd; d += 8) {
-                    __m256 qv = _mm256_loadu_ps(qg + d);
+                    for (int i = 0; i < 8; i++) p[i] = _mm256_mul_ps(qv, ld8(kr[i] + koff[g], 0, dt));
+                } else {
 #pragma GCC unroll 8
-                    for (int i = 0; i < 8; i++) p[i] = _mm256_fmadd_ps(qv, ld8(kr[i], (size_t)d, dt), p[i]);
+                    for (int i = 0; i < 8; i++) p[i] = _mm256_setzero_ps();
+                    for (int d = 0; d < hd; d += 8) {
+                        __m256 qv = _mm256_loadu_ps(qg + d);
+#pragma GCC unroll 8
+                        for (int i = 0; i < 8; i++)
+                            p[i] = _mm256_fmadd_ps(qv, ld8(kr[i] + koff[g], (size_t)d, dt), p[i]);
+                    }
                 }
                 _mm256_storeu_ps(scores + g * ss + j0 + r, _mm256_mul_ps(hsum8x8(p), scale));
             }
@@ -693,87 +802,104 @@ AVX2_INLINE float softmax_unnorm(float *s, int n) {
     return sum;
 }
 
-/* out[g, :] = sum_j p_g[j] v_j / sums[g] for NG heads, one 8-column slice of
- * the rows at a time, with NS accumulators per head taking positions in
- * turn so that the FMA latency does not bound the loop. */
-AVX2_INLINE void attn_pv(const tb_attn_args *a, int NG, int NS, int kvh, int ctx, const int32_t *bt,
-                         const float *p, size_t ss, const float *sums, float *out, tb_dtype dt) {
+/* out[g, :] = sum_j p_g[j] v_j / sums[g], one 8-column slice of the heads
+ * at a time, positions in the outer loop so that each V row is used for all
+ * NG heads at once; NS accumulators per head take positions in turn so that
+ * the FMA latency does not bound the loop. */
+AVX2_INLINE void attn_pv(const tb_attn_args *a, int NG, int NS, const size_t *koff, int ctx,
+                         const int32_t *bt, const float *p, size_t ss, const float *sums, float *const *out,
+                         tb_dtype dt) {
     int hd = a->hd, bs = a->block_size;
     size_t esz = dt == TB_F16 ? 2 : 4, rb = (size_t)a->n_kv * hd * esz;
     for (int d = 0; d < hd; d += 8) {
         __m256 acc[TB_ATTN_GROUP_MAX][4];
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int g = 0; g < NG; g++)
 #pragma GCC unroll 4
             for (int u = 0; u < NS; u++) acc[g][u] = _mm256_setzero_ps();
         for (int j0 = 0, b = 0; j0 < ctx; j0 += bs, b++) {
             int n = ctx - j0 < bs ? ctx - j0 : bs;
-            const uint8_t *vb = (const uint8_t *)a->v_cache +
-                                ((size_t)bt[b] * bs * a->n_kv + (size_t)kvh) * hd * esz + (size_t)d * esz;
+            const uint8_t *vb = (const uint8_t *)a->v_cache + (size_t)bt[b] * bs * rb + (size_t)d * esz;
             const float *pj = p + j0;
             int r = 0;
             for (; r + NS <= n; r += NS) {
 #pragma GCC unroll 4
                 for (int u = 0; u < NS; u++) {
-                    __m256 v = ld8(vb + (size_t)(r + u) * rb, 0, dt);
-#pragma GCC unroll 4
+                    const uint8_t *vr = vb + (size_t)(r + u) * rb;
+#pragma GCC unroll 8
                     for (int g = 0; g < NG; g++)
-                        acc[g][u] = _mm256_fmadd_ps(_mm256_broadcast_ss(pj + g * ss + r + u), v, acc[g][u]);
+                        acc[g][u] = _mm256_fmadd_ps(_mm256_broadcast_ss(pj + g * ss + r + u), ld8(vr + koff[g], 0, dt),
+                                                    acc[g][u]);
                 }
             }
             for (; r < n; r++) {
-                __m256 v = ld8(vb + (size_t)r * rb, 0, dt);
-#pragma GCC unroll 4
+                const uint8_t *vr = vb + (size_t)r * rb;
+#pragma GCC unroll 8
                 for (int g = 0; g < NG; g++)
-                    acc[g][0] = _mm256_fmadd_ps(_mm256_broadcast_ss(pj + g * ss + r), v, acc[g][0]);
+                    acc[g][0] = _mm256_fmadd_ps(_mm256_broadcast_ss(pj + g * ss + r), ld8(vr + koff[g], 0, dt),
+                                                acc[g][0]);
             }
         }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int g = 0; g < NG; g++) {
             __m256 s = acc[g][0];
 #pragma GCC unroll 4
             for (int u = 1; u < NS; u++) s = _mm256_add_ps(s, acc[g][u]);
-            _mm256_storeu_ps(out + (size_t)g * hd + d, _mm256_mul_ps(s, _mm256_set1_ps(1.0f / sums[g])));
+            _mm256_storeu_ps(out[g] + d, _mm256_mul_ps(s, _mm256_set1_ps(1.0f / sums[g])));
         }
     }
 }
 
-/* hd % 8 == 0: NG heads share every K and V row load. */
-AVX2_INLINE void attn_group_fast(const tb_attn_args *a, const float *q, int NG, int NS, int t, int kvh,
-                                 float *out, float *scores, tb_dtype dt) {
-    int ctx = a->pos[t] + 1;
-    size_t ss = (size_t)(ctx + 15) & ~(size_t)7; /* >= ctx + 8 */
-    const int32_t *bt = a->block_tables + (size_t)a->seq[t] * a->max_blocks;
+/* hd % 8 == 0. */
+AVX2_INLINE void attn_rows_fast(const tb_attn_args *a, const tb_attn_item *it, int NG, int NS, float *scores,
+                                tb_dtype dt) {
+    size_t esz = dt == TB_F16 ? 2 : 4;
+    const int32_t *bt = a->block_tables + (size_t)it->seq * a->max_blocks;
     float sums[TB_ATTN_GROUP_MAX];
-    attn_scores(a, q, NG, kvh, ctx, bt, scores, ss, dt);
-#pragma GCC unroll 4
-    for (int g = 0; g < NG; g++) sums[g] = softmax_unnorm(scores + g * ss, ctx);
-    attn_pv(a, NG, NS, kvh, ctx, bt, scores, ss, sums, out, dt);
+    size_t koff[TB_ATTN_GROUP_MAX];
+    int ctx = 0;
+#pragma GCC unroll 8
+    for (int g = 0; g < NG; g++) {
+        koff[g] = (size_t)it->kvh[g] * a->hd * esz;
+        int c = a->pos[it->t[g]] + 1;
+        ctx = c > ctx ? c : ctx;
+    }
+    size_t ss = (size_t)(ctx + 15) & ~(size_t)7; /* >= ctx + 8 */
+    attn_scores(a, it->q, NG, koff, ctx, bt, scores, ss, dt);
+#pragma GCC unroll 8
+    for (int g = 0; g < NG; g++) {
+        int c = a->pos[it->t[g]] + 1;
+        sums[g] = softmax_unnorm(scores + g * ss, c);
+        for (int j = c; j < ctx; j++) scores[g * ss + j] = 0.0f; /* causal: later positions */
+    }
+    attn_pv(a, NG, NS, koff, ctx, bt, scores, ss, sums, it->out, dt);
 }
 
-#define ATTN_GROUP_FNS(DT, SUF)                                                                     \
-    static AVX2_FN void attn_group_##SUF(const tb_attn_args *a, const float *q, int t, int kvh,    \
-                                         int ng, float *out, float *scores) {                       \
+#define ATTN_ROWS_FNS(DT, SUF)                                                                      \
+    static AVX2_FN void attn_rows_##SUF(const tb_attn_args *a, const tb_attn_item *it, float *scores) { \
         if (a->hd % 8) {                                                                            \
-            for (int g = 0; g < ng; g++)                                                            \
-                attn_head_dt(a, q + (size_t)g * a->hd, t, kvh, out + (size_t)g * a->hd, scores, DT); \
+            for (int g = 0; g < it->n; g++)                                                         \
+                attn_head_dt(a, it->q[g], it->t[g], it->kvh[g], it->out[g], scores, DT);            \
             return;                                                                                 \
         }                                                                                           \
-        switch (ng) {                                                                               \
-        case 1: attn_group_fast(a, q, 1, 4, t, kvh, out, scores, DT); break;                        \
-        case 2: attn_group_fast(a, q, 2, 4, t, kvh, out, scores, DT); break;                        \
-        case 3: attn_group_fast(a, q, 3, 2, t, kvh, out, scores, DT); break;                        \
-        case 4: attn_group_fast(a, q, 4, 2, t, kvh, out, scores, DT); break;                        \
-        default: TB_ASSERT(!"attention group larger than TB_ATTN_GROUP_MAX");                      \
+        switch (it->n) {                                                                            \
+        case 1: attn_rows_fast(a, it, 1, 4, scores, DT); break;                                     \
+        case 2: attn_rows_fast(a, it, 2, 4, scores, DT); break;                                     \
+        case 3: attn_rows_fast(a, it, 3, 2, scores, DT); break;                                     \
+        case 4: attn_rows_fast(a, it, 4, 2, scores, DT); break;                                     \
+        case 5: attn_rows_fast(a, it, 5, 1, scores, DT); break;                                     \
+        case 6: attn_rows_fast(a, it, 6, 1, scores, DT); break;                                     \
+        case 7: attn_rows_fast(a, it, 7, 1, scores, DT); break;                                     \
+        case 8: attn_rows_fast(a, it, 8, 1, scores, DT); break;                                     \
+        default: TB_ASSERT(!"more rows than TB_ATTN_GROUP_MAX");                                   \
         }                                                                                           \
     }
-ATTN_GROUP_FNS(TB_F32, f32)
-ATTN_GROUP_FNS(TB_F16, f16)
+ATTN_ROWS_FNS(TB_F32, f32)
+ATTN_ROWS_FNS(TB_F16, f16)
 
-static AVX2_FN void avx2_attn_group(const tb_attn_args *a, const float *q, int t, int kvh, int ng,
-                                    float *out, float *scores) {
-    if (a->kv_dtype == TB_F16) attn_group_f16(a, q, t, kvh, ng, out, scores);
-    else attn_group_f32(a, q, t, kvh, ng, out, scores);
+static AVX2_FN void avx2_attn_rows(const tb_attn_args *a, const tb_attn_item *it, float *scores) {
+    if (a->kv_dtype == TB_F16) attn_rows_f16(a, it, scores);
+    else attn_rows_f32(a, it, scores);
 }
 
 /* ---------------------------------------------------------------- table */
@@ -787,5 +913,5 @@ const tb_cpu_kernel_table tb_cpu_kernels_avx2 = {
     .silu_mul = avx2_silu_mul,
     .add = avx2_add,
     .rope = avx2_rope,
-    .attn_group = avx2_attn_group,
+    .attn_rows = avx2_attn_rows,
 };
