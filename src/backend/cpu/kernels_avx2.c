@@ -297,83 +297,7 @@ static AVX2_FN void gemv_bf16(const float *x, const void *w, const float *bias, 
 }
 
 /* ---------------------------------------------------------------- GEMM (T > 1) */
-#define MM_MR 4           /* rows of x per microkernel                  */
-#define MM_NR 3           /* rows of w per microkernel                  */
-#define MM_KC 256         /* K per block: 4 rows of x = 4 KiB in L1      */
-#define MM_NC 96          /* rows of w per panel: 96 x 512 x 4 = 192 KiB */
-
-/* y[i, j] (+)= x[i, :kc] . w[j, :kc] for i < mr, j < nr. On the first K
- * block (first != 0) y is set to the sum plus bias[j] (bias may be NULL). */
-AVX2_INLINE void micro(int mr, int nr, const float *x, size_t ldx, const float *w, size_t ldw,
-                       int kc, float *y, size_t ldy, int first, const float *bias) {
-    __m256 acc[MM_MR][MM_NR];
-#pragma GCC unroll 4
-    for (int i = 0; i < MM_MR; i++)
-#pragma GCC unroll 3
-        for (int j = 0; j < MM_NR; j++) acc[i][j] = _mm256_setzero_ps();
-    int k = 0;
-    for (; k + 8 <= kc; k += 8) {
-        __m256 wv[MM_NR];
-#pragma GCC unroll 3
-        for (int j = 0; j < nr; j++) wv[j] = _mm256_loadu_ps(w + j * ldw + k);
-#pragma GCC unroll 4
-        for (int i = 0; i < mr; i++) {
-            __m256 xv = _mm256_loadu_ps(x + i * ldx + k);
-#pragma GCC unroll 3
-            for (int j = 0; j < nr; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
-        }
-    }
-    if (k < kc) {
-        __m256i m = tail_mask(kc - k);
-        __m256 wv[MM_NR];
-#pragma GCC unroll 3
-        for (int j = 0; j < nr; j++) wv[j] = _mm256_maskload_ps(w + j * ldw + k, m);
-#pragma GCC unroll 4
-        for (int i = 0; i < mr; i++) {
-            __m256 xv = _mm256_maskload_ps(x + i * ldx + k, m);
-#pragma GCC unroll 3
-            for (int j = 0; j < nr; j++) acc[i][j] = _mm256_fmadd_ps(xv, wv[j], acc[i][j]);
-        }
-    }
-#pragma GCC unroll 3
-    for (int j = 0; j < nr; j++) {
-        float s[4];
-        _mm_storeu_ps(s, hsum4(acc[0][j], acc[1][j], acc[2][j], acc[3][j]));
-        float b = first ? (bias ? bias[j] : 0.0f) : 0.0f;
-#pragma GCC unroll 4
-        for (int i = 0; i < mr; i++) {
-            float *o = y + i * ldy + j;
-            *o = (first ? b : *o) + s[i];
-        }
-    }
-}
-
-#define MICRO_CASE(MR, NR)                                                    \
-    case (MR) * 4 + (NR):                                                     \
-        micro(MR, NR, x, ldx, w, ldw, kc, y, ldy, first, bias);               \
-        break;
-
-static AVX2_FN void micro_any(int mr, int nr, const float *x, size_t ldx, const float *w,
-                              size_t ldw, int kc, float *y, size_t ldy, int first,
-                              const float *bias) {
-    switch (mr * 4 + nr) {
-        MICRO_CASE(1, 1) MICRO_CASE(1, 2) MICRO_CASE(1, 3)
-        MICRO_CASE(2, 1) MICRO_CASE(2, 2) MICRO_CASE(2, 3)
-        MICRO_CASE(3, 1) MICRO_CASE(3, 2) MICRO_CASE(3, 3)
-        MICRO_CASE(4, 1) MICRO_CASE(4, 2)
-    default: TB_ASSERT(!"bad microkernel shape");
-    }
-}
-
-static AVX2_FN void micro_4x3(const float *x, size_t ldx, const float *w, size_t ldw, int kc,
-                              float *y, size_t ldy, int first, const float *bias) {
-    micro(4, 3, x, ldx, w, ldw, kc, y, ldy, first, bias);
-}
-
-/* Converted w panels: (MM_NC, MM_KC) f32, one per thread. */
-static _Thread_local float mm_panel[MM_NC * MM_KC] __attribute__((aligned(64)));
-
-/* ---- packed GEMM (T >= MP_MIN_T): outer-product 6x16 microkernel.
+/* ---- packed GEMM (T >= MS_MAX_T, prefill): outer-product 6x16 microkernel.
  * A (KC, 16) panel of w, transposed and converted to f32, is loaded as two
  * vectors per k while 6 rows of x are broadcast: 12 accumulators, no
  * horizontal sums, any K. Panels of MP_NC rows of w (KC x MP_NC x 4 bytes
@@ -382,7 +306,6 @@ static _Thread_local float mm_panel[MM_NC * MM_KC] __attribute__((aligned(64)));
 #define MP_NR 16
 #define MP_KC 256
 #define MP_NC 128
-#define MP_MIN_T 16
 
 static _Thread_local float mp_panel[MP_NC * MP_KC] __attribute__((aligned(64)));
 
@@ -473,6 +396,90 @@ static AVX2_FN void gemm_packed(const float *x, const void *w, tb_dtype wdt, con
     }
 }
 
+/* ---------------------------------------------------------------- small batches (2 <= T < MS_MAX_T)
+ * Decode steps of a few sequences are memory-bound like a GEMV: weights
+ * stream once, contiguously, two rows at a time, while the few rows of x stay
+ * in L1/L2. A 4x2 tile keeps 8 accumulators over the whole of K; weights are
+ * converted on the fly, and the next pair of rows is prefetched. */
+#define MS_MAX_T 96 /* measured: below it, this beats packing w (which pays off from ~100 rows) */
+
+/* One row of x against two rows of w, accumulators named so they stay in
+ * registers (an indexed array would live on the stack at -O2). */
+#define SMALL_ROWS(MR)                                                                      \
+    AVX2_INLINE void small_tile_##MR(const float *x, int K, const void *w, tb_dtype dt,      \
+                                     size_t r0, size_t r1, float *y, int N,                  \
+                                     const float *bias, const char *pf) {                    \
+        __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00;                  \
+        __m256 a20 = a00, a21 = a00, a30 = a00, a31 = a00;                                  \
+        const float *x0 = x, *x1 = x + (MR > 1 ? K : 0), *x2 = x + (MR > 2 ? 2 * K : 0);     \
+        const float *x3 = x + (MR > 3 ? 3 * K : 0);                                         \
+        int k = 0;                                                                          \
+        for (; k + 8 <= K; k += 8) {                                                        \
+            if (pf && (k & 15) == 0) {                                                      \
+                _mm_prefetch(pf + (size_t)k * ESZ(dt) * 2, _MM_HINT_T0);                    \
+                _mm_prefetch(pf + (size_t)k * ESZ(dt) * 2 + 64, _MM_HINT_T0);               \
+            }                                                                               \
+            __m256 w0 = ld8(w, r0 + k, dt), w1 = ld8(w, r1 + k, dt), xv;                    \
+            xv = _mm256_loadu_ps(x0 + k);                                                   \
+            a00 = _mm256_fmadd_ps(xv, w0, a00); a01 = _mm256_fmadd_ps(xv, w1, a01);         \
+            if (MR > 1) { xv = _mm256_loadu_ps(x1 + k);                                     \
+                a10 = _mm256_fmadd_ps(xv, w0, a10); a11 = _mm256_fmadd_ps(xv, w1, a11); }    \
+            if (MR > 2) { xv = _mm256_loadu_ps(x2 + k);                                     \
+                a20 = _mm256_fmadd_ps(xv, w0, a20); a21 = _mm256_fmadd_ps(xv, w1, a21); }    \
+            if (MR > 3) { xv = _mm256_loadu_ps(x3 + k);                                     \
+                a30 = _mm256_fmadd_ps(xv, w0, a30); a31 = _mm256_fmadd_ps(xv, w1, a31); }    \
+        }                                                                                   \
+        __m256 acc[4][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}};                \
+        for (int i = 0; i < MR; i++) {                                                      \
+            float s0 = hsum(acc[i][0]), s1 = hsum(acc[i][1]);                               \
+            for (int kk = k; kk < K; kk++) {                                                \
+                s0 += x[(size_t)i * K + kk] * ld1(w, r0 + kk, dt);                          \
+                s1 += x[(size_t)i * K + kk] * ld1(w, r1 + kk, dt);                          \
+            }                                                                               \
+            y[(size_t)i * N] = s0 + (bias ? bias[0] : 0.0f);                                \
+            y[(size_t)i * N + 1] = s1 + (bias ? bias[1] : 0.0f);                            \
+        }                                                                                   \
+    }
+SMALL_ROWS(1)
+SMALL_ROWS(2)
+SMALL_ROWS(3)
+SMALL_ROWS(4)
+
+AVX2_INLINE void small_mm_dt(const float *x, const void *w, tb_dtype dt, const float *bias, float *y, int T,
+                             int K, int N, int n0, int n1) {
+    int n = n0;
+    for (; n + 2 <= n1; n += 2) {
+        size_t r0 = (size_t)n * K, r1 = r0 + K;
+        /* rows n+2 and n+3 are one contiguous run of 2K elements */
+        const char *pf = n + 4 <= n1 ? (const char *)w + (size_t)(n + 2) * K * ESZ(dt) : NULL;
+        for (int t = 0; t < T; t += 4) {
+            int mr = T - t < 4 ? T - t : 4;
+            const float *xt = x + (size_t)t * K;
+            float *yt = y + (size_t)t * N + n;
+            const float *bn = bias ? bias + n : NULL;
+            switch (mr) { /* constant mr lets the compiler keep acc in registers */
+            case 4: small_tile_4(xt, K, w, dt, r0, r1, yt, N, bn, t == 0 ? pf : NULL); break;
+            case 3: small_tile_3(xt, K, w, dt, r0, r1, yt, N, bn, t == 0 ? pf : NULL); break;
+            case 2: small_tile_2(xt, K, w, dt, r0, r1, yt, N, bn, t == 0 ? pf : NULL); break;
+            default: small_tile_1(xt, K, w, dt, r0, r1, yt, N, bn, t == 0 ? pf : NULL); break;
+            }
+        }
+    }
+    for (; n < n1; n++)
+        for (int t = 0; t < T; t++)
+            y[(size_t)t * N + n] = dot_row(x + (size_t)t * K, w, (size_t)n * K, K, dt) + (bias ? bias[n] : 0.0f);
+}
+
+static AVX2_FN void small_mm(const float *x, const void *w, tb_dtype dt, const float *bias, float *y, int T, int K,
+                             int N, int n0, int n1) {
+    switch (dt) {
+    case TB_F32: small_mm_dt(x, w, TB_F32, bias, y, T, K, N, n0, n1); return;
+    case TB_F16: small_mm_dt(x, w, TB_F16, bias, y, T, K, N, n0, n1); return;
+    case TB_BF16: small_mm_dt(x, w, TB_BF16, bias, y, T, K, N, n0, n1); return;
+    default: TB_ASSERT(!"unsupported weight dtype");
+    }
+}
+
 static AVX2_FN void avx2_matmul(const float *x, const void *w, tb_dtype wdt, const float *bias,
                                 float *y, int T, int K, int N, int n0, int n1) {
     if (n1 <= n0 || T <= 0) return;
@@ -484,49 +491,11 @@ static AVX2_FN void avx2_matmul(const float *x, const void *w, tb_dtype wdt, con
         default: TB_ASSERT(!"unsupported weight dtype");
         }
     }
-    if (T >= MP_MIN_T) {
-        gemm_packed(x, w, wdt, bias, y, T, K, N, n0, n1);
+    if (T < MS_MAX_T) {
+        small_mm(x, w, wdt, bias, y, T, K, N, n0, n1);
         return;
     }
-    size_t esz = tb_dtype_size(wdt);
-    /* Equal K blocks of at most MM_KC, multiples of 8 except the last. */
-    int nkb = (K + MM_KC - 1) / MM_KC;
-    int kcb = ((K + nkb - 1) / nkb + 7) & ~7;
-    for (int k0 = 0; k0 < K; k0 += kcb) {
-        int kc = K - k0 < kcb ? K - k0 : kcb;
-        int first = k0 == 0;
-        for (int p0 = n0; p0 < n1; p0 += MM_NC) {
-            int pn = n1 - p0 < MM_NC ? n1 - p0 : MM_NC;
-            const float *wp;
-            size_t ldw;
-            if (wdt == TB_F32) {
-                wp = (const float *)w + (size_t)p0 * K + k0;
-                ldw = (size_t)K;
-            } else {
-                for (int j = 0; j < pn; j++)
-                    avx2_to_f32((const uint8_t *)w + ((size_t)(p0 + j) * K + k0) * esz, wdt,
-                                mm_panel + (size_t)j * MM_KC, (size_t)kc);
-                wp = mm_panel;
-                ldw = MM_KC;
-            }
-            const float *bp = bias ? bias + p0 : NULL;
-            for (int t0 = 0; t0 < T; t0 += MM_MR) {
-                int mr = T - t0 < MM_MR ? T - t0 : MM_MR;
-                const float *xp = x + (size_t)t0 * K + k0;
-                float *yp = y + (size_t)t0 * N + p0;
-                int j = 0;
-                if (mr == MM_MR)
-                    for (; j + MM_NR <= pn; j += MM_NR)
-                        micro_4x3(xp, (size_t)K, wp + j * ldw, ldw, kc, yp + j, (size_t)N, first,
-                                  bp ? bp + j : NULL);
-                for (; j < pn; j += MM_NR) {
-                    int nr = pn - j < MM_NR ? pn - j : MM_NR;
-                    micro_any(mr, nr, xp, (size_t)K, wp + j * ldw, ldw, kc, yp + j, (size_t)N,
-                              first, bp ? bp + j : NULL);
-                }
-            }
-        }
-    }
+    gemm_packed(x, w, wdt, bias, y, T, K, N, n0, n1);
 }
 
 /* ---------------------------------------------------------------- norms */
