@@ -73,7 +73,7 @@ static tb_status cpu_run_node(tb_backend *b, const tb_graph *g, const tb_node *n
     case TB_OP_MATMUL: {
         const tb_value *w = &g->values[n->in[1]];
         const float *bias = n->n_in > 2 ? bufs[n->in[2]] : NULL;
-        int tactic = T >= 16 ? (n->tactic >> 8) & 0xff : n->tactic & 0xff;
+        int tactic = T >= TB_CPU_GEMM_MIN_T ? (n->tactic >> 8) & 0xff : n->tactic & 0xff;
         if (tactic && tb_cpu_matmul_tactic_available((tb_mm_tactic)tactic, w->dtype))
             tb_cpu_matmul_tactic(p, (tb_mm_tactic)tactic, bufs[n->in[0]], bufs[n->in[1]], w->dtype, bias,
                                  bufs[n->out[0]], T, (int)w->dims[1], (int)w->dims[0]);

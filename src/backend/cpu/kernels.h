@@ -48,6 +48,11 @@ void tb_cpu_add_rmsnorm(tb_pool *p, const float *x, const float *d,
  * practice but the kernels must handle any K. T = 1 (decode) must run at the
  * memory-bandwidth limit; large T (prefill) must be compute-efficient
  * (register-blocked over several rows of x and of w). */
+/* Steps of at least this many rows run as prefill-shaped GEMMs (packed
+ * weights, or the BLAS tactic when the tuner picked it); fewer rows stream the
+ * weights once like a GEMV. */
+#define TB_CPU_GEMM_MIN_T 96
+
 void tb_ref_matmul(const float *x, const void *w, tb_dtype wdt,
                    const float *bias, float *y, int T, int K, int N);
 void tb_cpu_matmul(tb_pool *p, const float *x, const void *w, tb_dtype wdt,

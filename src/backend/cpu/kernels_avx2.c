@@ -401,67 +401,73 @@ static AVX2_FN void gemm_packed(const float *x, const void *w, tb_dtype wdt, con
  * stream once, contiguously, two rows at a time, while the few rows of x stay
  * in L1/L2. A 4x2 tile keeps 8 accumulators over the whole of K; weights are
  * converted on the fly, and the next pair of rows is prefetched. */
-#define MS_MAX_T 96 /* measured: below it, this beats packing w (which pays off from ~100 rows) */
+#define MS_MAX_T TB_CPU_GEMM_MIN_T /* measured: packing w pays off from ~100 rows */
 
-/* One row of x against two rows of w, accumulators named so they stay in
- * registers (an indexed array would live on the stack at -O2). */
-#define SMALL_ROWS(MR)                                                                      \
-    AVX2_INLINE void small_tile_##MR(const float *x, int K, const void *w, tb_dtype dt,      \
-                                     size_t r0, size_t r1, float *y, int N,                  \
-                                     const float *bias, const char *pf) {                    \
-        __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00;                  \
-        __m256 a20 = a00, a21 = a00, a30 = a00, a31 = a00;                                  \
-        const float *x0 = x, *x1 = x + (MR > 1 ? K : 0), *x2 = x + (MR > 2 ? 2 * K : 0);     \
-        const float *x3 = x + (MR > 3 ? 3 * K : 0);                                         \
+/* Up to 4 rows of x against 3 rows of w (12 accumulators): best for the few
+ * rows of small decode batches (T < 12), where 3-row tiles leave rows over. */
+#define PAIR_FMA(i, xv)                                                                     \
+    do {                                                                                    \
+        a##i##0 = _mm256_fmadd_ps(xv, w0, a##i##0);                                         \
+        a##i##1 = _mm256_fmadd_ps(xv, w1, a##i##1);                                         \
+        a##i##2 = _mm256_fmadd_ps(xv, w2, a##i##2);                                         \
+    } while (0)
+#define PAIR_ROWS(MR)                                                                       \
+    AVX2_INLINE void pair_tile_##MR(const float *x, int K, const void *w, tb_dtype dt,       \
+                                    size_t r0, float *y, int N, const float *bias,          \
+                                    const char *pf) {                                       \
+        __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a10 = a00, a11 = a00;        \
+        __m256 a12 = a00, a20 = a00, a21 = a00, a22 = a00, a30 = a00, a31 = a00, a32 = a00;  \
+        size_t r1 = r0 + (size_t)K, r2 = r1 + (size_t)K;                                    \
         int k = 0;                                                                          \
         for (; k + 8 <= K; k += 8) {                                                        \
             if (pf && (k & 15) == 0) {                                                      \
-                _mm_prefetch(pf + (size_t)k * ESZ(dt) * 2, _MM_HINT_T0);                    \
-                _mm_prefetch(pf + (size_t)k * ESZ(dt) * 2 + 64, _MM_HINT_T0);               \
+                const char *q = pf + (size_t)k * ESZ(dt) * 3;                               \
+                _mm_prefetch(q, _MM_HINT_T0);                                               \
+                _mm_prefetch(q + 64, _MM_HINT_T0);                                          \
+                if (ESZ(dt) == 4) _mm_prefetch(q + 128, _MM_HINT_T0);                       \
             }                                                                               \
-            __m256 w0 = ld8(w, r0 + k, dt), w1 = ld8(w, r1 + k, dt), xv;                    \
-            xv = _mm256_loadu_ps(x0 + k);                                                   \
-            a00 = _mm256_fmadd_ps(xv, w0, a00); a01 = _mm256_fmadd_ps(xv, w1, a01);         \
-            if (MR > 1) { xv = _mm256_loadu_ps(x1 + k);                                     \
-                a10 = _mm256_fmadd_ps(xv, w0, a10); a11 = _mm256_fmadd_ps(xv, w1, a11); }    \
-            if (MR > 2) { xv = _mm256_loadu_ps(x2 + k);                                     \
-                a20 = _mm256_fmadd_ps(xv, w0, a20); a21 = _mm256_fmadd_ps(xv, w1, a21); }    \
-            if (MR > 3) { xv = _mm256_loadu_ps(x3 + k);                                     \
-                a30 = _mm256_fmadd_ps(xv, w0, a30); a31 = _mm256_fmadd_ps(xv, w1, a31); }    \
+            __m256 w0 = ld8(w, r0 + k, dt), w1 = ld8(w, r1 + k, dt), w2 = ld8(w, r2 + k, dt);\
+            PAIR_FMA(0, _mm256_loadu_ps(x + k));                                            \
+            if (MR > 1) PAIR_FMA(1, _mm256_loadu_ps(x + (size_t)K + k));                     \
+            if (MR > 2) PAIR_FMA(2, _mm256_loadu_ps(x + 2 * (size_t)K + k));                 \
+            if (MR > 3) PAIR_FMA(3, _mm256_loadu_ps(x + 3 * (size_t)K + k));                 \
         }                                                                                   \
-        __m256 acc[4][2] = {{a00, a01}, {a10, a11}, {a20, a21}, {a30, a31}};                \
-        for (int i = 0; i < MR; i++) {                                                      \
-            float s0 = hsum(acc[i][0]), s1 = hsum(acc[i][1]);                               \
-            for (int kk = k; kk < K; kk++) {                                                \
-                s0 += x[(size_t)i * K + kk] * ld1(w, r0 + kk, dt);                          \
-                s1 += x[(size_t)i * K + kk] * ld1(w, r1 + kk, dt);                          \
+        float s[4][4];                                                                      \
+        __m256 z = _mm256_setzero_ps();                                                     \
+        _mm_storeu_ps(s[0], hsum4(a00, a01, a02, z));                                       \
+        _mm_storeu_ps(s[1], hsum4(a10, a11, a12, z));                                       \
+        _mm_storeu_ps(s[2], hsum4(a20, a21, a22, z));                                       \
+        _mm_storeu_ps(s[3], hsum4(a30, a31, a32, z));                                       \
+        for (int i = 0; i < MR; i++)                                                        \
+            for (int j = 0; j < 3; j++) {                                                   \
+                float v = s[i][j];                                                          \
+                for (int kk = k; kk < K; kk++)                                              \
+                    v += x[(size_t)i * K + kk] * ld1(w, r0 + (size_t)j * K + kk, dt);       \
+                y[(size_t)i * N + j] = v + (bias ? bias[j] : 0.0f);                         \
             }                                                                               \
-            y[(size_t)i * N] = s0 + (bias ? bias[0] : 0.0f);                                \
-            y[(size_t)i * N + 1] = s1 + (bias ? bias[1] : 0.0f);                            \
-        }                                                                                   \
     }
-SMALL_ROWS(1)
-SMALL_ROWS(2)
-SMALL_ROWS(3)
-SMALL_ROWS(4)
+PAIR_ROWS(1)
+PAIR_ROWS(2)
+PAIR_ROWS(3)
+PAIR_ROWS(4)
 
-AVX2_INLINE void small_mm_dt(const float *x, const void *w, tb_dtype dt, const float *bias, float *y, int T,
-                             int K, int N, int n0, int n1) {
+AVX2_INLINE void pair_mm_dt(const float *x, const void *w, tb_dtype dt, const float *bias, float *y, int T,
+                            int K, int N, int n0, int n1) {
     int n = n0;
-    for (; n + 2 <= n1; n += 2) {
-        size_t r0 = (size_t)n * K, r1 = r0 + K;
-        /* rows n+2 and n+3 are one contiguous run of 2K elements */
-        const char *pf = n + 4 <= n1 ? (const char *)w + (size_t)(n + 2) * K * ESZ(dt) : NULL;
+    for (; n + 3 <= n1; n += 3) {
+        size_t r0 = (size_t)n * K;
+        /* rows n+3 .. n+5 are one contiguous run of 3K elements */
+        const char *pf = n + 6 <= n1 ? (const char *)w + (size_t)(n + 3) * K * ESZ(dt) : NULL;
+        const float *bn = bias ? bias + n : NULL;
         for (int t = 0; t < T; t += 4) {
-            int mr = T - t < 4 ? T - t : 4;
             const float *xt = x + (size_t)t * K;
             float *yt = y + (size_t)t * N + n;
-            const float *bn = bias ? bias + n : NULL;
-            switch (mr) { /* constant mr lets the compiler keep acc in registers */
-            case 4: small_tile_4(xt, K, w, dt, r0, r1, yt, N, bn, t == 0 ? pf : NULL); break;
-            case 3: small_tile_3(xt, K, w, dt, r0, r1, yt, N, bn, t == 0 ? pf : NULL); break;
-            case 2: small_tile_2(xt, K, w, dt, r0, r1, yt, N, bn, t == 0 ? pf : NULL); break;
-            default: small_tile_1(xt, K, w, dt, r0, r1, yt, N, bn, t == 0 ? pf : NULL); break;
+            const char *p = t == 0 ? pf : NULL;
+            switch (T - t < 4 ? T - t : 4) { /* a constant row count keeps acc in registers */
+            case 4: pair_tile_4(xt, K, w, dt, r0, yt, N, bn, p); break;
+            case 3: pair_tile_3(xt, K, w, dt, r0, yt, N, bn, p); break;
+            case 2: pair_tile_2(xt, K, w, dt, r0, yt, N, bn, p); break;
+            default: pair_tile_1(xt, K, w, dt, r0, yt, N, bn, p); break;
             }
         }
     }
@@ -470,12 +476,100 @@ AVX2_INLINE void small_mm_dt(const float *x, const void *w, tb_dtype dt, const f
             y[(size_t)t * N + n] = dot_row(x + (size_t)t * K, w, (size_t)n * K, K, dt) + (bias ? bias[n] : 0.0f);
 }
 
+/* Up to 3 rows of x against 4 rows of w: 12 accumulators, 3 x vectors and
+ * one w vector fill the 16 ymm registers. The accumulators are named so they
+ * stay in registers (an indexed array would live on the stack at -O2). */
+#define SMALL_FMA(i, xv)                                                                    \
+    do {                                                                                    \
+        a##i##0 = _mm256_fmadd_ps(xv, w0, a##i##0);                                         \
+        a##i##1 = _mm256_fmadd_ps(xv, w1, a##i##1);                                         \
+        a##i##2 = _mm256_fmadd_ps(xv, w2, a##i##2);                                         \
+        a##i##3 = _mm256_fmadd_ps(xv, w3, a##i##3);                                         \
+    } while (0)
+#define SMALL_ROWS(MR)                                                                      \
+    AVX2_INLINE void small_tile_##MR(const float *x, int K, const void *w, tb_dtype dt,      \
+                                     size_t r0, float *y, int N, const float *bias,         \
+                                     const char *pf) {                                      \
+        __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;                  \
+        __m256 a10 = a00, a11 = a00, a12 = a00, a13 = a00;                                  \
+        __m256 a20 = a00, a21 = a00, a22 = a00, a23 = a00;                                  \
+        const float *x0 = x, *x1 = x + (MR > 1 ? K : 0), *x2 = x + (MR > 2 ? 2 * K : 0);     \
+        size_t r1 = r0 + (size_t)K, r2 = r1 + (size_t)K, r3 = r2 + (size_t)K;               \
+        int k = 0;                                                                          \
+        for (; k + 8 <= K; k += 8) {                                                        \
+            if (pf && (k & 15) == 0) {                                                      \
+                const char *q = pf + (size_t)k * ESZ(dt) * 4;                               \
+                _mm_prefetch(q, _MM_HINT_T0);                                               \
+                _mm_prefetch(q + 64, _MM_HINT_T0);                                          \
+                if (ESZ(dt) == 4) {                                                         \
+                    _mm_prefetch(q + 128, _MM_HINT_T0);                                     \
+                    _mm_prefetch(q + 192, _MM_HINT_T0);                                     \
+                }                                                                           \
+            }                                                                               \
+            __m256 w0 = ld8(w, r0 + k, dt), w1 = ld8(w, r1 + k, dt);                        \
+            __m256 w2 = ld8(w, r2 + k, dt), w3 = ld8(w, r3 + k, dt);                        \
+            __m256 v0 = _mm256_loadu_ps(x0 + k);                                            \
+            SMALL_FMA(0, v0);                                                               \
+            if (MR > 1) { __m256 v1 = _mm256_loadu_ps(x1 + k); SMALL_FMA(1, v1); }          \
+            if (MR > 2) { __m256 v2 = _mm256_loadu_ps(x2 + k); SMALL_FMA(2, v2); }          \
+        }                                                                                   \
+        float s[3][4];                                                                      \
+        _mm_storeu_ps(s[0], hsum4(a00, a01, a02, a03));                                     \
+        _mm_storeu_ps(s[1], hsum4(a10, a11, a12, a13));                                     \
+        _mm_storeu_ps(s[2], hsum4(a20, a21, a22, a23));                                     \
+        for (int i = 0; i < MR; i++)                                                        \
+            for (int j = 0; j < 4; j++) {                                                   \
+                float v = s[i][j];                                                          \
+                for (int kk = k; kk < K; kk++)                                              \
+                    v += x[(size_t)i * K + kk] * ld1(w, r0 + (size_t)j * K + kk, dt);       \
+                y[(size_t)i * N + j] = v + (bias ? bias[j] : 0.0f);                         \
+            }                                                                               \
+    }
+SMALL_ROWS(1)
+SMALL_ROWS(2)
+SMALL_ROWS(3)
+
+AVX2_INLINE void small_mm_dt(const float *x, const void *w, tb_dtype dt, const float *bias, float *y, int T,
+                             int K, int N, int n0, int n1) {
+    int n = n0;
+    for (; n + 4 <= n1; n += 4) {
+        size_t r0 = (size_t)n * K;
+        /* rows n+4 .. n+7 are one contiguous run of 4K elements */
+        const char *pf = n + 8 <= n1 ? (const char *)w + (size_t)(n + 4) * K * ESZ(dt) : NULL;
+        const float *bn = bias ? bias + n : NULL;
+        for (int t = 0; t < T; t += 3) {
+            const float *xt = x + (size_t)t * K;
+            float *yt = y + (size_t)t * N + n;
+            const char *p = t == 0 ? pf : NULL;
+            switch (T - t < 3 ? T - t : 3) { /* a constant row count keeps acc in registers */
+            case 3: small_tile_3(xt, K, w, dt, r0, yt, N, bn, p); break;
+            case 2: small_tile_2(xt, K, w, dt, r0, yt, N, bn, p); break;
+            default: small_tile_1(xt, K, w, dt, r0, yt, N, bn, p); break;
+            }
+        }
+    }
+    for (; n < n1; n++)
+        for (int t = 0; t < T; t++)
+            y[(size_t)t * N + n] = dot_row(x + (size_t)t * K, w, (size_t)n * K, K, dt) + (bias ? bias[n] : 0.0f);
+}
+
+/* 4x2 tiles below 12 rows, 3x4 tiles above (measured crossover). */
 static AVX2_FN void small_mm(const float *x, const void *w, tb_dtype dt, const float *bias, float *y, int T, int K,
                              int N, int n0, int n1) {
+    int pair = T < 12;
     switch (dt) {
-    case TB_F32: small_mm_dt(x, w, TB_F32, bias, y, T, K, N, n0, n1); return;
-    case TB_F16: small_mm_dt(x, w, TB_F16, bias, y, T, K, N, n0, n1); return;
-    case TB_BF16: small_mm_dt(x, w, TB_BF16, bias, y, T, K, N, n0, n1); return;
+    case TB_F32:
+        if (pair) pair_mm_dt(x, w, TB_F32, bias, y, T, K, N, n0, n1);
+        else small_mm_dt(x, w, TB_F32, bias, y, T, K, N, n0, n1);
+        return;
+    case TB_F16:
+        if (pair) pair_mm_dt(x, w, TB_F16, bias, y, T, K, N, n0, n1);
+        else small_mm_dt(x, w, TB_F16, bias, y, T, K, N, n0, n1);
+        return;
+    case TB_BF16:
+        if (pair) pair_mm_dt(x, w, TB_BF16, bias, y, T, K, N, n0, n1);
+        else small_mm_dt(x, w, TB_BF16, bias, y, T, K, N, n0, n1);
+        return;
     default: TB_ASSERT(!"unsupported weight dtype");
     }
 }
