@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
+#include "cli.h"
 #include "plan/engine.h"
 #include "runtime/runtime.h"
 #include "turbine/turbine.h"
@@ -32,15 +33,6 @@ static int usage(const char *fmt, const char *arg) {
     fprintf(stderr, "\nusage: turbine bench --engine FILE.engine [--batch 1,8,32] [--input-len N]\n"
                     "           [--output-len N] [--threads N] [--profile] [--json FILE]\n");
     return 2;
-}
-
-static int parse_int(const char *s, int lo, int hi, int *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || end == s || v < lo || v > hi) return 0;
-    *out = (int)v;
-    return 1;
 }
 
 /* Peak resident memory of this process (VmHWM), in MiB; -1 when unknown. */
@@ -129,12 +121,12 @@ int tb_bench_engine_main(int argc, char **argv) {
             strcpy(tmp, v);
             n_batches = 0;
             for (char *sv = NULL, *t = strtok_r(tmp, ",", &sv); t; t = strtok_r(NULL, ",", &sv))
-                if (n_batches >= MAX_BATCHES || !parse_int(t, 1, 4096, &batches[n_batches++]))
+                if (n_batches >= MAX_BATCHES || !tb_cli_parse_int(t, 1, 4096, &batches[n_batches++]))
                     return usage("bad --batch '%s'", v);
             i++;
-        } else if (!strcmp(a, "--input-len")) { if (!v || !parse_int(v, 1, 1 << 20, &in_len)) return usage("bad --input-len '%s'", v ? v : ""); i++; }
-        else if (!strcmp(a, "--output-len")) { if (!v || !parse_int(v, 1, 1 << 20, &out_len)) return usage("bad --output-len '%s'", v ? v : ""); i++; }
-        else if (!strcmp(a, "--threads")) { if (!v || !parse_int(v, 0, 1024, &threads)) return usage("bad --threads '%s'", v ? v : ""); i++; }
+        } else if (!strcmp(a, "--input-len")) { if (!v || !tb_cli_parse_int(v, 1, 1 << 20, &in_len)) return usage("bad --input-len '%s'", v ? v : ""); i++; }
+        else if (!strcmp(a, "--output-len")) { if (!v || !tb_cli_parse_int(v, 1, 1 << 20, &out_len)) return usage("bad --output-len '%s'", v ? v : ""); i++; }
+        else if (!strcmp(a, "--threads")) { if (!v || !tb_cli_parse_int(v, 0, 1024, &threads)) return usage("bad --threads '%s'", v ? v : ""); i++; }
         else if (!strcmp(a, "--json")) { if (!v) return usage("%s needs a value", a); json_path = v; i++; }
         else if (!strcmp(a, "--profile")) profile = 1;
         else if (!strcmp(a, "--device")) { if (!v) return usage("%s needs a value", a); device = v; i++; }

@@ -31,14 +31,6 @@ static size_t parse_size(const char *s) {
     return (size_t)(v * mul);
 }
 
-static int int_arg(const char *v, int lo, int hi, int *out) {
-    char *end;
-    errno = 0;
-    long x = v ? strtol(v, &end, 10) : 0;
-    if (!v || errno || *end || x < lo || x > hi) return 0;
-    *out = (int)x;
-    return 1;
-}
 
 /* Builds the demo engine next to the CLI's cache folder when missing. */
 static const char *demo_engine(char *path, size_t cap) {
@@ -73,7 +65,7 @@ int tb_cli_serve(int argc, char **argv) {
     tb_serve_options_default(&o);
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEED_INT(lo, hi, dst) do { if (!int_arg(v, lo, hi, dst)) { fprintf(stderr, "turbine: %s needs an integer in [%d, %d]\n", a, lo, hi); return 2; } i++; } while (0)
+#define NEED_INT(lo, hi, dst) do { if (!(v && tb_cli_parse_int(v, lo, hi, dst))) { fprintf(stderr, "turbine: %s needs an integer in [%d, %d]\n", a, lo, hi); return 2; } i++; } while (0)
         if (!strcmp(a, "--host")) { if (!v) goto needs; o.host = v; i++; }
         else if (!strcmp(a, "--port")) NEED_INT(1, 65535, &o.port);
         else if (!strcmp(a, "--max-num-seqs")) NEED_INT(1, 4096, &o.max_num_seqs);

@@ -54,15 +54,6 @@ static void print_help(void) {
            TB_VERSION);
 }
 
-static int parse_int(const char *s, int lo, int hi, int *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || *end || end == s || v < lo || v > hi) return 0;
-    *out = (int)v;
-    return 1;
-}
-
 static int parse_float(const char *s, float *out) {
     char *end;
     errno = 0;
@@ -88,10 +79,10 @@ static int cmd_build(int argc, char **argv) {
             if (tb_dtype_parse(v, &o.weight_dtype) != TB_OK) return usage_error("unknown --dtype '%s' (f32, f16, bf16)", v);
             i++;
         } else if (!strcmp(a, "--max-seq-len")) {
-            if (!v || !parse_int(v, 1, 1 << 20, &o.max_seq_len)) return usage_error("--max-seq-len needs a positive integer", "");
+            if (!v || !tb_cli_parse_int(v, 1, 1 << 20, &o.max_seq_len)) return usage_error("--max-seq-len needs a positive integer", "");
             i++;
         } else if (!strcmp(a, "--max-batch")) {
-            if (!v || !parse_int(v, 1, 1024, &o.max_batch)) return usage_error("--max-batch needs an integer in [1, 1024]", "");
+            if (!v || !tb_cli_parse_int(v, 1, 1024, &o.max_batch)) return usage_error("--max-batch needs an integer in [1, 1024]", "");
             i++;
         } else if (!strcmp(a, "--device")) {
             if (!v) return usage_error("%s needs a value", a);
@@ -220,10 +211,10 @@ static int cmd_run(int argc, char **argv) {
         int has = v != NULL;
         if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { if (!has) return usage_error("%s needs a value", a); prompt = v; i++; }
         else if (!strcmp(a, "--prompt-ids")) { if (!has) return usage_error("%s needs a value", a); ids_arg = v; i++; }
-        else if (!strcmp(a, "-n")) { if (!has || !parse_int(v, 1, INT_MAX, &steps)) return usage_error("-n needs a positive integer%s", ""); i++; }
-        else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) { if (!has || !parse_int(v, 1, 256, &threads)) return usage_error("--threads needs an integer in [1, 256]%s", ""); i++; }
+        else if (!strcmp(a, "-n")) { if (!has || !tb_cli_parse_int(v, 1, INT_MAX, &steps)) return usage_error("-n needs a positive integer%s", ""); i++; }
+        else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) { if (!has || !tb_cli_parse_int(v, 1, 256, &threads)) return usage_error("--threads needs an integer in [1, 256]%s", ""); i++; }
         else if (!strcmp(a, "--temperature")) { if (!has || !parse_float(v, &sp.temperature) || sp.temperature < 0) return usage_error("--temperature needs a number >= 0%s", ""); i++; }
-        else if (!strcmp(a, "--top-k")) { if (!has || !parse_int(v, 0, INT_MAX, &sp.top_k)) return usage_error("--top-k needs an integer >= 0%s", ""); i++; }
+        else if (!strcmp(a, "--top-k")) { if (!has || !tb_cli_parse_int(v, 0, INT_MAX, &sp.top_k)) return usage_error("--top-k needs an integer >= 0%s", ""); i++; }
         else if (!strcmp(a, "--top-p")) { if (!has || !parse_float(v, &sp.top_p) || sp.top_p <= 0 || sp.top_p > 1) return usage_error("--top-p needs a number in (0, 1]%s", ""); i++; }
         else if (!strcmp(a, "--min-p")) { if (!has || !parse_float(v, &sp.min_p) || sp.min_p < 0 || sp.min_p > 1) return usage_error("--min-p needs a number in [0, 1]%s", ""); i++; }
         else if (!strcmp(a, "--repeat-penalty")) { if (!has || !parse_float(v, &sp.repeat_penalty) || sp.repeat_penalty <= 0) return usage_error("--repeat-penalty needs a number > 0%s", ""); i++; }

@@ -25,6 +25,12 @@ tb_status tb_device_parse(const char *device, char kind[16], int *index) {
     return TB_OK;
 }
 
+int64_t tb_step_rows(const tb_graph *g, int v, const tb_step *st) {
+    int64_t d = g->values[v].dims[0];
+    if (!TB_IS_SYM(d)) return d;
+    return strcmp(g->syms[TB_SYM_INDEX(d)].name, "rows") == 0 ? st->n_rows : st->n_tokens;
+}
+
 static __attribute__((unused)) tb_status no_cuda(void) {
     return tb_errorf(TB_ERR_UNSUPPORTED, "this turbine was built without CUDA (nvcc was not found at build time)");
 }

@@ -30,6 +30,9 @@ typedef struct {
     tb_dtype kv_dtype;
 } tb_step;
 
+/* The first dim of value v in this step: `tokens` or `rows` bound. */
+int64_t tb_step_rows(const tb_graph *g, int v, const tb_step *st);
+
 typedef struct tb_backend tb_backend;
 
 typedef struct {

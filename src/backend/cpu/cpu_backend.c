@@ -44,19 +44,13 @@ static tb_status cpu_read_output(tb_backend *b, const void *src, size_t bytes, c
     return TB_OK;
 }
 
-static int64_t rows_of(const tb_graph *g, int v, const tb_step *st) {
-    int64_t d = g->values[v].dims[0];
-    if (!TB_IS_SYM(d)) return d;
-    const char *s = g->syms[TB_SYM_INDEX(d)].name;
-    return strcmp(s, "rows") == 0 ? st->n_rows : st->n_tokens;
-}
 
 static tb_status cpu_run_node(tb_backend *b, const tb_graph *g, const tb_node *n, void *const *bufs,
                               const tb_step *st) {
     cpu_ctx *c = b->ctx;
     tb_pool *p = c->pool;
     const tb_value *v0 = &g->values[n->in[0]];
-    int T = (int)rows_of(g, n->in[0], st);
+    int T = (int)tb_step_rows(g, n->in[0], st);
     switch (n->op) {
     case TB_OP_EMBEDDING: {
         const tb_value *tab = &g->values[n->in[1]];

@@ -394,12 +394,6 @@ static tb_status cuda_read_output(tb_backend *b, const void *src, size_t bytes, 
     return TB_OK;
 }
 
-static int64_t rows_of(const tb_graph *g, int v, const tb_step *st) {
-    int64_t d = g->values[v].dims[0];
-    if (!TB_IS_SYM(d)) return d;
-    const char *s = g->syms[TB_SYM_INDEX(d)].name;
-    return strcmp(s, "rows") == 0 ? st->n_rows : st->n_tokens;
-}
 
 /* The attention arguments of node n for this step (no split yet). */
 static tbc_attn_args attn_args_of(cuda_ctx *c, const tb_node *n, void *const *bufs, const tb_step *st, int T) {
@@ -518,7 +512,7 @@ static tb_status run_node_eager(cuda_ctx *c, const tb_graph *g, const tb_node *n
     int k = (int)(n - g->nodes), fused = c->fused_node == k;
     c->fused_node = -1;
     if (fused && n->op == TB_OP_SILU_MUL) return TB_OK; /* the GEMV wrote its output */
-    int T = (int)rows_of(g, n->in[0], st);
+    int T = (int)tb_step_rows(g, n->in[0], st);
     int ours = n->op != TB_OP_ROPE && !(n->op == TB_OP_MATMUL && T > TBC_GEMV_MAX_T);
     tbc_set_pdl(c->pdl && ours && c->prev_kernel && c->mode == RUN_CAPTURE);
     tb_status r = run_node_op(c, g, n, bufs, st, fused);
@@ -530,7 +524,7 @@ static tb_status run_node_eager(cuda_ctx *c, const tb_graph *g, const tb_node *n
 static tb_status run_node_op(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs,
                              const tb_step *st, int fused) {
     const tb_value *v0 = &g->values[n->in[0]];
-    int T = (int)rows_of(g, n->in[0], st);
+    int T = (int)tb_step_rows(g, n->in[0], st);
     cudaStream_t s = c->stream;
     switch (n->op) {
     case TB_OP_EMBEDDING: {
