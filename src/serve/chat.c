@@ -61,18 +61,23 @@ char *tb_chat_render(tb_chat_format f, const tb_chat_message *m, int n, const ch
         break;
     case TB_CHAT_LLAMA2:
     case TB_CHAT_MISTRAL: {
-        int pending_sys = sys != NULL;
+        /* Llama-2: every turn is "<s>[INST] user [/INST] assistant </s>", the
+         * system prompt inside the first turn's <<SYS>> block. Mistral: one
+         * BOS, "[INST] user [/INST]assistant</s>", the system prompt
+         * prepended to the first user message. */
+        int llama2 = f == TB_CHAT_LLAMA2, pending_sys = sys != NULL;
+        if (!llama2) add(&b, "%s", bos);
         for (int i = first; i < n; i++) {
             if (!strcmp(m[i].role, "user")) {
-                add(&b, "%s[INST] ", bos);
+                add(&b, "%s[INST] ", llama2 ? bos : "");
                 if (pending_sys) {
-                    if (f == TB_CHAT_LLAMA2) add(&b, "<<SYS>>\n%s\n<</SYS>>\n\n", sys);
+                    if (llama2) add(&b, "<<SYS>>\n%s\n<</SYS>>\n\n", sys);
                     else add(&b, "%s\n\n", sys);
                     pending_sys = 0;
                 }
                 add(&b, "%s [/INST]", m[i].content);
             } else if (!strcmp(m[i].role, "assistant")) {
-                add(&b, " %s</s>", m[i].content);
+                add(&b, llama2 ? " %s </s>" : "%s</s>", m[i].content);
             }
         }
         break;
