@@ -139,6 +139,17 @@ tb_status tb_context_create(tb_engine *e, const tb_context_options *opt, tb_cont
     const char *device = o.device && *o.device ? o.device : e->backend;
     if ((s = tb_backend_check(e->hw_json, device)) != TB_OK) { free(c); return s; }
     if ((s = tb_backend_create(device, o.n_threads, c->max_ctx, &c->be)) != TB_OK) { free(c); return s; }
+    /* attention nodes index the KV cache: their attributes must match it */
+    for (int k = 0; k < g->n_nodes; k++) {
+        const tb_node *n = &g->nodes[k];
+        if (n->op != TB_OP_ATTENTION) continue;
+        if (n->i[0] < 0 || n->i[0] >= c->n_layers || n->i[2] != e->info.n_kv_heads ||
+            (n->i[3] & 0xffff) != e->info.head_dim) {
+            s = tb_errorf(TB_ERR_FORMAT, "engine graph: attention node %d does not match the model (layer %d of %d)", k,
+                          n->i[0], c->n_layers);
+            goto fail;
+        }
+    }
     for (int k = 0; k < g->n_nodes; k++)
         if (!c->be->iface->supports_op(c->be, g, &g->nodes[k])) {
             s = tb_errorf(TB_ERR_UNSUPPORTED, "backend %s does not support op %s (node %d)", c->be->iface->name,
