@@ -18,8 +18,9 @@
 #             load: gpu_bench --variants); transformers eager FP16 on the
 #             same weights (unless TB_SKIP_HF); copy bandwidth
 # 6. memchk : compute-sanitizer memcheck on short runs
-# The logits check also re-runs a few engines with each switch flipped
-# (TB_CUDA_PDL=1, TB_CUDA_FUSE=0, TB_CUDA_GEMV=mma).
+# The logits check also re-runs a few engines with the switches flipped
+# (TB_CUDA_SIMT kernels, TB_CUDA_FUSE_NORM=0 with TB_CUDA_GEMV=mma,
+# TB_CUDA_ATTN_SPLIT_MIN=0, TB_CUDA_PDL=1).
 # Steps run in this order so that a run cut short by a time limit still has
 # the correctness and the 7B figures; every result is appended to $OUT as it
 # comes.
@@ -140,7 +141,8 @@ case_run "llama3-rope-f32-f32-long" "$W/ckpt/llama3-rope-f32" f32 1e-4 300
 case_run "llama3-rope-f32-f16-long" "$W/ckpt/llama3-rope-f32" f16 2e-2 300
 row "logits vs reference" "$pass passed, $fail failed"
 pass=0; fail=0
-for v in "TB_CUDA_PDL=1" "TB_CUDA_FUSE=0" "TB_CUDA_GEMV=mma"; do
+for v in "TB_CUDA_SIMT=pair" "TB_CUDA_SIMT=row4" "TB_CUDA_SIMT=rowpf TB_CUDA_ATTN_SPLIT_MIN=0" \
+         "TB_CUDA_FUSE_NORM=0 TB_CUDA_GEMV=mma" "TB_CUDA_PDL=1"; do
     case_rerun qwen2-f32-f16 $v
     case_rerun llama-gqa-bf16-bf16 $v
     case_rerun llama3-rope-f32-f16-long $v
@@ -211,10 +213,12 @@ bench_shape() {
     [ -n "$bw" ] && row "copy bandwidth TB/s" "$bw"
     rm -f "$W/$shape.engine"
 }
-# each switch flipped alone (programmatic dependent launch on, fusion off),
-# the older configuration (no fusion, tensor-core GEMV at batch 1), no CUDA
-# graphs
-VARIANTS=("TB_CUDA_PDL=1" "TB_CUDA_FUSE=0" "TB_CUDA_GEMV=mma TB_CUDA_FUSE=0" "TB_CUDA_GRAPHS=0")
+# the SIMT GEMV kernels (pair, row of 4 warps, row with the L2 prefetch
+# hint), the norm/residual fusion off, attention split sizes, the previous
+# default (pair kernel, no norm fusion, splits by shape only), fusion off
+VARIANTS=("TB_CUDA_SIMT=pair" "TB_CUDA_SIMT=row4" "TB_CUDA_SIMT=rowpf" "TB_CUDA_FUSE_NORM=0"
+          "TB_CUDA_ATTN_SPLIT_MIN=0" "TB_CUDA_ATTN_SPLIT_MIN=64"
+          "TB_CUDA_SIMT=pair TB_CUDA_FUSE_NORM=0 TB_CUDA_ATTN_SPLIT_MIN=0" "TB_CUDA_SIMT=pair TB_CUDA_FUSE=0")
 if [ -n "${TB_SKIP_TIMING:-}" ]; then row timing skipped; else
 for shape in ${TB_SHAPES:-llama7b tinyllama}; do bench_shape "$shape"; done
 fi

@@ -13,7 +13,10 @@
  *                    merge their (max, sum, output) triples.
  *   combine          with n_splits > 1 (decode "flash-decoding"): the last
  *                    block of a (token, head) to finish (an atomic counter
- *                    per pair) merges the splits' partial triples.
+ *                    per pair) merges the splits' partial triples. With
+ *                    split_min, a (token, head) whose context is short uses
+ *                    fewer splits (one per split_min keys) and the blocks
+ *                    of the unused splits return at once.
  * With rope_done the qkv GEMV's epilogue has done rope_kv's work.
  */
 #include <math.h>
@@ -104,11 +107,11 @@ __device__ __forceinline__ void merge(float &m, float &l, float *acc, float m2, 
     m = mn;
 }
 
-/* Merges the n_splits partial triples of (t, h) into out (L2 reads: other
+/* Merges the ns partial triples of (t, h) into out (L2 reads: other
  * blocks wrote them). */
-__device__ void combine(const tbc_attn_args &a, int t, int h, float *out) {
-    const int hd = a.hd, H = a.n_heads, ns = a.n_splits;
-    const float *p = a.partial + ((size_t)t * H + h) * ns * (size_t)(hd + 2);
+__device__ void combine(const tbc_attn_args &a, int t, int h, int ns, float *out) {
+    const int hd = a.hd, H = a.n_heads;
+    const float *p = a.partial + ((size_t)t * H + h) * a.n_splits * (size_t)(hd + 2);
     float M = -INFINITY;
     for (int s = 0; s < ns; s++) M = fmaxf(M, __ldcg(p + (size_t)s * (hd + 2) + hd));
     float L = 0.0f;
@@ -137,6 +140,14 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) attn_kernel(tbc_attn_args a, 
     tbc_pdl_wait();
     tbc_pdl_trigger();
     const int h = blockIdx.x, t = blockIdx.y, sp = blockIdx.z;
+    const int len = a.pos[t] + 1;
+    /* splits in use for this (t, h): at most one per split_min keys */
+    int ns = a.n_splits;
+    if (a.split_min > 0) {
+        int cap = (len + a.split_min - 1) / a.split_min;
+        if (cap < ns) ns = cap < 1 ? 1 : cap;
+    }
+    if (sp >= ns) return;
     const int hd = a.hd, S = hd / EPL, H = a.n_heads, KV = a.n_kv;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int gi = lane / S, li = lane % S, gpw = 32 / S;
@@ -152,8 +163,7 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) attn_kernel(tbc_attn_args a, 
     }
     float m = -INFINITY, l = 0.0f;
 
-    const int len = a.pos[t] + 1;
-    const int chunk = (len + a.n_splits - 1) / a.n_splits;
+    const int chunk = (len + ns - 1) / ns;
     const int lo = sp * chunk, hi = min(len, lo + chunk);
     const int32_t *bt = a.block_tables + (size_t)a.seq[t] * a.max_blocks;
     const int bs = a.block_size;
@@ -207,7 +217,7 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) attn_kernel(tbc_attn_args a, 
         c[w] = M == -INFINITY ? 0.0f : __expf(sm_m[w] - M);
         L += sm_l[w] * c[w];
     }
-    if (a.n_splits == 1) {
+    if (ns == 1) {
         float *o = out + ((size_t)t * H + h) * hd;
         for (int e = threadIdx.x; e < hd; e += blockDim.x) {
             float s = 0.0f;
@@ -232,13 +242,13 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) attn_kernel(tbc_attn_args a, 
         __syncthreads();
         if (threadIdx.x == 0) {
             int done = atomicAdd(a.counters + (size_t)t * H + h, 1);
-            sm_last = done == a.n_splits - 1;
+            sm_last = done == ns - 1;
         }
         __syncthreads();
         if (!sm_last) return;
         __threadfence();
         if (threadIdx.x == 0) a.counters[(size_t)t * H + h] = 0;
-        combine(a, t, h, out);
+        combine(a, t, h, ns, out);
     }
 }
 

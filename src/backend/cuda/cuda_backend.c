@@ -17,7 +17,11 @@
  * consumer is the next node runs that node's work in its epilogue where the
  * pattern allows: matmul -> silu_mul (the silu_mul node is then skipped) and
  * qkv matmul -> attention (RoPE and the KV-cache write move into the GEMV;
- * attention runs with rope_done). With TB_CUDA_PDL=1 (compute capability
+ * attention runs with rope_done). For steps of T <= 2 on the SIMT GEMV
+ * (TB_CUDA_FUSE_NORM=0 turns it off): matmul -> add_rmsnorm -> matmul runs
+ * as two kernels, the residual add in the first GEMV's epilogue and the
+ * RMSNorm in the second GEMV's prologue (the add_rmsnorm node is skipped),
+ * and rmsnorm -> matmul runs as the GEMV alone. With TB_CUDA_PDL=1 (compute capability
  * 9.0+), every kernel of a captured step that follows another of ours is
  * launched with programmatic dependent launch; off by default, since on an
  * H200 it made the 7B decode slower (docs/GPU.md).
@@ -30,6 +34,9 @@
 #include <jansson.h>
 
 #define MAX_SPLITS 32
+/* defaults of the tuning switches TB_CUDA_SIMT and TB_CUDA_ATTN_SPLIT_MIN */
+#define TB_CUDA_DEFAULT_SIMT TBC_SIMT_ROW
+#define TB_CUDA_DEFAULT_SPLIT_MIN 0
 #define MAX_GRAPHS 64
 
 /* A captured decode step: every kernel of one step of T tokens and R rows. */
@@ -76,15 +83,25 @@ typedef struct {
     /* tuning switches, read from the environment at create */
     int pdl;                  /* programmatic dependent launch in captures      */
     int fuse;                 /* GEMV epilogue fusion                           */
-    int simt_max_t;           /* f16/bf16 GEMV: SIMT up to this T, then mma     */
+    tbc_gemv_opts gemv;       /* SIMT/mma cut and SIMT kernel (TB_CUDA_SIMT)    */
+    int fuse_norm;            /* RMSNorm / residual add into the GEMVs          */
+    int attn_split_min;       /* keys per attention split at least (0: off)     */
     int prev_kernel;          /* the stream's last operation is one of ours     */
     int *counters;            /* attention split merge counters (zeroed)        */
     size_t n_counters;
     uint8_t *fuse_kind;       /* per node: FUSE_* with the node after it        */
     int fused_node;           /* node whose work the last GEMV did (or -1)      */
+    int skip_node;            /* add_rmsnorm / rmsnorm done by the GEMVs (-1)   */
+    int norm_node;            /* matmul that norms its x in the prologue (-1)   */
+    const float *norm_x, *norm_w;
+    float norm_eps;
 } cuda_ctx;
 
 enum { FUSE_NONE = 0, FUSE_ROPE = 1, FUSE_GLU = 2 };
+/* per node, with the nodes after it: a matmul followed by add_rmsnorm and a
+ * matmul that reads only its normed output (FUSE_ADDNORM on the first
+ * matmul), or rmsnorm followed by a matmul (FUSE_NORM on the rmsnorm) */
+enum { FUSE_ADDNORM = 4, FUSE_NORM = 8 };
 
 static tb_status cuda_fail(cudaError_t e, const char *what) {
     return tb_errorf(TB_ERR_INTERNAL, "cuda: %s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
@@ -231,8 +248,18 @@ static tb_status cuda_load_weights(tb_backend *b, const tb_graph *g, void **bufs
             if (g->nodes[k].in[i] >= 0) uses[g->nodes[k].in[i]]++;
     for (int k = 0; k + 1 < g->n_nodes; k++) {
         const tb_node *m = &g->nodes[k], *nx = &g->nodes[k + 1];
-        if (m->op != TB_OP_MATMUL || nx->in[0] != m->out[0] || uses[m->out[0]] != 1 || m->out[0] == g->output)
+        if (m->op == TB_OP_RMSNORM && nx->op == TB_OP_MATMUL && nx->in[0] == m->out[0] && uses[m->out[0]] == 1 &&
+            m->out[0] != g->output)
+            c->fuse_kind[k] |= FUSE_NORM;
+        if (m->op != TB_OP_MATMUL || uses[m->out[0]] != 1 || m->out[0] == g->output) continue;
+        if (nx->op == TB_OP_ADD_RMSNORM && nx->in[1] == m->out[0] && nx->in[0] != m->out[0] && k + 2 < g->n_nodes) {
+            const tb_node *m2 = &g->nodes[k + 2];
+            if (m2->op == TB_OP_MATMUL && m2->in[0] == nx->out[1] && uses[nx->out[1]] == 1 &&
+                nx->out[1] != g->output && nx->out[0] != g->output)
+                c->fuse_kind[k] |= FUSE_ADDNORM;
             continue;
+        }
+        if (nx->in[0] != m->out[0]) continue;
         const tb_value *w = &g->values[m->in[1]];
         int64_t N = w->dims[0];
         if (nx->op == TB_OP_ATTENTION) {
@@ -324,6 +351,8 @@ static tb_status cuda_step_begin(tb_backend *b, const tb_graph *g, void **bufs, 
     c->step_max_len = max_len;
     c->prev_kernel = 0; /* the bindings copy comes first */
     c->fused_node = -1;
+    c->skip_node = -1;
+    c->norm_node = -1;
 
     /* decode buckets run as CUDA graphs */
     c->mode = RUN_EAGER;
@@ -403,7 +432,7 @@ static tbc_attn_args attn_args_of(cuda_ctx *c, const tb_node *n, void *const *bu
         .pos = st->pos, .seq = st->seq, .block_tables = st->block_tables, .max_blocks = st->max_blocks,
         .block_size = st->block_size, .k_cache = st->k_cache[n->i[0]], .v_cache = st->v_cache[n->i[0]],
         .kv_f16 = st->kv_dtype == TB_F16, .inv_freq = bufs[n->in[1]], .n_splits = 1, .partial = c->partial,
-        .counters = c->counters, .rope_done = 0,
+        .counters = c->counters, .rope_done = 0, .split_min = c->attn_split_min,
     };
     return a;
 }
@@ -411,6 +440,37 @@ static tbc_attn_args attn_args_of(cuda_ctx *c, const tb_node *n, void *const *bu
 static int overlaps(const void *a, size_t na, const void *b, size_t nb) {
     const char *x = a, *y = b;
     return x < y + nb && y < x + na;
+}
+
+/* The matmul at `mm` can norm x (T, K) = xb in its prologue (SIMT GEMV, x
+ * and the norm weight aligned, x not overlapping the matmul's output). */
+static int norm_into_ok(cuda_ctx *c, const tb_graph *g, int mm, void *const *bufs, int T, const void *xb,
+                        const void *nw) {
+    const tb_node *m = &g->nodes[mm];
+    const tb_value *wv = &g->values[m->in[1]];
+    tbc_dtype wdt;
+    int K = (int)wv->dims[1], N = (int)wv->dims[0];
+    if (!c->fuse || !c->fuse_norm || T > 2 || !tbc_of(wv->dtype, &wdt) || K % 8 ||
+        (size_t)T * (size_t)K > TBC_GEMV_NORM_MAX_TK || !tbc_gemv_is_simt(wdt, T, K, &c->gemv) ||
+        (((uintptr_t)xb | (uintptr_t)nw | (uintptr_t)bufs[m->in[1]]) & 15))
+        return 0;
+    return !overlaps(bufs[m->out[0]], sizeof(float) * (size_t)T * (size_t)N, xb, sizeof(float) * (size_t)T * K);
+}
+
+/* matmul k -> add_rmsnorm k + 1 -> matmul k + 2 can run as two GEMVs. */
+static int addnorm_ok(cuda_ctx *c, const tb_graph *g, int k, void *const *bufs, int T) {
+    const tb_node *m = &g->nodes[k], *an = &g->nodes[k + 1];
+    const tb_value *wv = &g->values[m->in[1]];
+    tbc_dtype wdt;
+    int K = (int)wv->dims[1], N = (int)wv->dims[0];
+    if (!tbc_of(wv->dtype, &wdt) || !tbc_gemv_is_simt(wdt, T, K, &c->gemv) ||
+        g->values[an->in[0]].dims[1] != N)
+        return 0;
+    size_t rb = sizeof(float) * (size_t)T * (size_t)N;
+    /* res_out is written while other blocks read x */
+    if (overlaps(bufs[an->out[0]], rb, bufs[m->in[0]], sizeof(float) * (size_t)T * (size_t)K)) return 0;
+    if (bufs[an->out[0]] != bufs[an->in[0]] && overlaps(bufs[an->out[0]], rb, bufs[an->in[0]], rb)) return 0;
+    return norm_into_ok(c, g, k + 2, bufs, T, bufs[an->out[0]], bufs[an->in[2]]);
 }
 
 static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs, const tb_step *st,
@@ -425,7 +485,14 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
     if (T <= TBC_GEMV_MAX_T) {
         tbc_gemv_epi epi;
         memset(&epi, 0, sizeof epi);
-        int k = (int)(n - g->nodes), kind = c->fuse ? c->fuse_kind[k] : FUSE_NONE;
+        int k = (int)(n - g->nodes), kind = c->fuse ? c->fuse_kind[k] & 3 : FUSE_NONE;
+        if (c->norm_node == k) {
+            /* the skipped (add_)rmsnorm: norm x in the prologue */
+            x = c->norm_x;
+            epi.norm_w = c->norm_w;
+            epi.norm_eps = c->norm_eps;
+            c->norm_node = -1;
+        }
         const tb_node *nx = kind ? &g->nodes[k + 1] : NULL;
         if (kind == FUSE_GLU) {
             float *act = bufs[nx->out[0]];
@@ -438,9 +505,19 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
         } else if (kind == FUSE_ROPE && (st->kv_dtype == TB_F16 || st->kv_dtype == TB_F32)) {
             epi.mode = TBC_EPI_ROPE;
             epi.attn = attn_args_of(c, nx, bufs, st, T);
+        } else if (c->fuse && (c->fuse_kind[k] & FUSE_ADDNORM) && addnorm_ok(c, g, k, bufs, T)) {
+            const tb_node *an = &g->nodes[k + 1];
+            epi.mode = TBC_EPI_ADD;
+            epi.res = bufs[an->in[0]];
+            epi.res_out = bufs[an->out[0]];
+            c->skip_node = k + 1;
+            c->norm_node = k + 2;
+            c->norm_x = bufs[an->out[0]];
+            c->norm_w = bufs[an->in[2]];
+            c->norm_eps = an->f[0];
         }
-        CU_TRY(tbc_gemv_ex(x, w, wdt, bias, y, T, K, N, &epi, c->simt_max_t, c->stream), "gemv launch");
-        if (epi.mode != TBC_EPI_PLAIN) c->fused_node = k + 1;
+        CU_TRY(tbc_gemv_ex(x, w, wdt, bias, y, T, K, N, &epi, &c->gemv, c->stream), "gemv launch");
+        if (epi.mode == TBC_EPI_GLU || epi.mode == TBC_EPI_ROPE) c->fused_node = k + 1;
         return TB_OK;
     }
     const float one = 1.0f, zero = 0.0f;
@@ -512,7 +589,19 @@ static tb_status run_node_eager(cuda_ctx *c, const tb_graph *g, const tb_node *n
     int k = (int)(n - g->nodes), fused = c->fused_node == k;
     c->fused_node = -1;
     if (fused && n->op == TB_OP_SILU_MUL) return TB_OK; /* the GEMV wrote its output */
+    if (c->skip_node == k) { /* add_rmsnorm: the GEMVs around it do its work */
+        c->skip_node = -1;
+        return TB_OK;
+    }
     int T = (int)tb_step_rows(g, n->in[0], st);
+    if (n->op == TB_OP_RMSNORM && (c->fuse_kind[k] & FUSE_NORM) &&
+        norm_into_ok(c, g, k + 1, bufs, T, bufs[n->in[0]], bufs[n->in[1]])) {
+        c->norm_node = k + 1;
+        c->norm_x = bufs[n->in[0]];
+        c->norm_w = bufs[n->in[1]];
+        c->norm_eps = n->f[0];
+        return TB_OK;
+    }
     int ours = n->op != TB_OP_ROPE && !(n->op == TB_OP_MATMUL && T > TBC_GEMV_MAX_T);
     tbc_set_pdl(c->pdl && ours && c->prev_kernel && c->mode == RUN_CAPTURE);
     tb_status r = run_node_op(c, g, n, bufs, st, fused);
@@ -660,11 +749,19 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
                *te = getenv("TB_CUDA_SIMT_T");
     c->pdl = c->cc_major >= 9 && pe && !strcmp(pe, "1");
     c->fuse = !(fe && !strcmp(fe, "0"));
-    c->simt_max_t = TBC_GEMV_SIMT_MAX_T;
-    if (me && !strcmp(me, "simt")) c->simt_max_t = TBC_GEMV_MAX_T;
-    if (me && !strcmp(me, "mma")) c->simt_max_t = 0;
-    if (te && *te) c->simt_max_t = atoi(te);
-    c->fused_node = -1;
+    c->gemv.simt_max_t = TBC_GEMV_SIMT_MAX_T;
+    if (me && !strcmp(me, "simt")) c->gemv.simt_max_t = TBC_GEMV_MAX_T;
+    if (me && !strcmp(me, "mma")) c->gemv.simt_max_t = 0;
+    if (te && *te) c->gemv.simt_max_t = atoi(te);
+    const char *ke = getenv("TB_CUDA_SIMT"), *ne = getenv("TB_CUDA_FUSE_NORM"), *se = getenv("TB_CUDA_ATTN_SPLIT_MIN");
+    c->gemv.simt_kind = TB_CUDA_DEFAULT_SIMT;
+    if (ke && !strcmp(ke, "pair")) c->gemv.simt_kind = TBC_SIMT_PAIR;
+    if (ke && !strcmp(ke, "row")) c->gemv.simt_kind = TBC_SIMT_ROW;
+    if (ke && !strcmp(ke, "row4")) c->gemv.simt_kind = TBC_SIMT_ROW4;
+    if (ke && !strcmp(ke, "rowpf")) c->gemv.simt_kind = TBC_SIMT_ROWPF;
+    c->fuse_norm = !(ne && !strcmp(ne, "0"));
+    c->attn_split_min = se && *se ? atoi(se) : TB_CUDA_DEFAULT_SPLIT_MIN;
+    c->fused_node = c->skip_node = c->norm_node = -1;
     *out = b;
     return TB_OK;
 }

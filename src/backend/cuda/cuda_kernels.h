@@ -89,6 +89,10 @@ typedef struct {
     /* 1: q and k are already rotated and k, v already stored in the cache
      * (the qkv GEMV's TBC_EPI_ROPE epilogue did it) */
     int rope_done;
+    /* > 0: a (token, head) uses at most ceil(len / split_min) of the
+     * n_splits splits (the others return at once), so a short context is
+     * not cut into tiny ranges; 0: always n_splits */
+    int split_min;
 } tbc_attn_args;
 
 /* ---- decode matmul: y[t,n] = sum_k x[t,k] w[n,k] (+ bias[n]) for T <= 8.
@@ -100,25 +104,51 @@ cudaError_t tbc_gemv(const float *x, const void *w, tbc_dtype wdt,
                      const float *bias, float *y, int T, int K, int N,
                      cudaStream_t s);
 
-/* The same with an epilogue that fuses the next op, and the largest T that
- * takes the SIMT kernel for f16/bf16 (above it: tensor cores).
+/* The same with an epilogue that fuses the next op, an optional RMSNorm of
+ * x in the prologue, and the kernel choice (tbc_gemv_opts).
  *   TBC_EPI_PLAIN  as tbc_gemv
  *   TBC_EPI_GLU    y is not written; glu (T, N/2) = silu(y[:, :N/2]) *
  *                  y[:, N/2:] (tbc_silu_mul of the product); N even
  *   TBC_EPI_ROPE   y = qkv of `attn` (N = (H + 2 KV) hd): q and k rotated,
  *                  k and v stored in the cache, as tbc_attention's first
- *                  kernel does; then run tbc_attention with rope_done = 1 */
-enum { TBC_EPI_PLAIN = 0, TBC_EPI_GLU = 1, TBC_EPI_ROPE = 2 };
+ *                  kernel does; then run tbc_attention with rope_done = 1
+ *   TBC_EPI_ADD    y is not written; res_out (T, N) = res + x w^T (+ bias)
+ *                  (the residual add of tbc_add_rmsnorm); res_out may alias
+ *                  res; T <= 2
+ * norm_w set (T <= 2, K % 8 == 0, 16-byte aligned x, T * K <= 10240): the
+ * GEMV multiplies rmsnorm(x) * norm_w (eps norm_eps) instead of x, as
+ * tbc_rmsnorm followed by the GEMV would, each block computing the norm. */
+enum { TBC_EPI_PLAIN = 0, TBC_EPI_GLU = 1, TBC_EPI_ROPE = 2, TBC_EPI_ADD = 3 };
 #define TBC_GEMV_SIMT_MAX_T 2
+#define TBC_GEMV_NORM_MAX_TK 10240
 typedef struct {
     int mode;
     float *glu;
     tbc_attn_args attn;
+    const float *res;
+    float *res_out;
+    const float *norm_w;
+    float norm_eps;
 } tbc_gemv_epi;
+/* SIMT kernel for f16/bf16 steps of T <= 2 tokens:
+ *   TBC_SIMT_PAIR   one warp per row pair, 4 warps per block
+ *   TBC_SIMT_ROW    one warp per row, 8 warps (4 pairs) per block
+ *   TBC_SIMT_ROW4   one warp per row, 4 warps (2 pairs) per block
+ *   TBC_SIMT_ROWPF  as ROW, weight loads with the L2 256-byte prefetch hint
+ *                   and no L1 allocation
+ * f32 weights and T > 2 always take the pair kernel. */
+enum { TBC_SIMT_PAIR = 0, TBC_SIMT_ROW = 1, TBC_SIMT_ROW4 = 2, TBC_SIMT_ROWPF = 3 };
+typedef struct {
+    int simt_max_t; /* f16/bf16: SIMT up to this T, tensor cores above */
+    int simt_kind;  /* TBC_SIMT_* */
+} tbc_gemv_opts;
 cudaError_t tbc_gemv_ex(const float *x, const void *w, tbc_dtype wdt,
                         const float *bias, float *y, int T, int K, int N,
-                        const tbc_gemv_epi *epi, int simt_max_t,
+                        const tbc_gemv_epi *epi, const tbc_gemv_opts *opts,
                         cudaStream_t s);
+/* 1 when tbc_gemv_ex with these arguments takes a SIMT kernel (the ones that
+ * implement TBC_EPI_ADD and norm_w). */
+int tbc_gemv_is_simt(tbc_dtype wdt, int T, int K, const tbc_gemv_opts *opts);
 
 /* Programmatic dependent launch (compute capability 9.0+): while on, the
  * launchers above mark their kernels as allowed to start before the previous

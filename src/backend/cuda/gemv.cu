@@ -2,8 +2,11 @@
  * T <= 8, reading each weight once at the memory-bandwidth limit.
  *
  * Rows are computed in pairs so that an epilogue can fuse the op that follows
- * the matmul (see "epilogues": SiLU-gated product, RoPE + KV-cache write).
- * SIMT kernel (gemv_pair_kernel): one warp per row pair; each lane streams
+ * the matmul (see "epilogues": SiLU-gated product, RoPE + KV-cache write,
+ * residual add), and the RMSNorm in front of it can run in the prologue
+ * (norm_stage). SIMT kernels: gemv_row_kernel (f16/bf16, T <= 2: one warp
+ * per row, the two warps of a pair meet in shared memory for the epilogue)
+ * and gemv_pair_kernel (one warp per row pair); each lane streams
  * 16-byte vectors of both rows (8 f16/bf16 or 4 f32 weights), four per row
  * in flight, and multiplies them with every token's x (read through L1: x is
  * tiny and shared by all warps). f32 accumulation; for f16/bf16 weights x is
@@ -63,16 +66,17 @@ __device__ __forceinline__ void unpack16(const uint4 &u, float *f) {
  *   TBC_EPI_ROPE   rows (j, j + hd/2) (or (2j, 2j + 1) interleaved) of one
  *                  head: q and k heads are rotated by RoPE at the token's
  *                  position, written to y, and k and v are also stored in the
- *                  paged KV cache (what attention's rope_kv kernel does). */
+ *                  paged KV cache (what attention's rope_kv kernel does)
+ *   TBC_EPI_ADD    rows (2P, 2P + 1); res_out = res + x w^T (+ bias) */
 template <int MODE>
 __device__ __forceinline__ int pair_count(const tbc_gemv_epi &e, int N) {
     (void)e;
-    return MODE == TBC_EPI_PLAIN ? (N + 1) / 2 : N / 2;
+    return MODE == TBC_EPI_PLAIN || MODE == TBC_EPI_ADD ? (N + 1) / 2 : N / 2;
 }
 
 template <int MODE>
 __device__ __forceinline__ void pair_rows(const tbc_gemv_epi &e, int N, int P, int &ra, int &rb) {
-    if (MODE == TBC_EPI_PLAIN) {
+    if (MODE == TBC_EPI_PLAIN || MODE == TBC_EPI_ADD) {
         ra = 2 * P;
         rb = 2 * P + 1;
     } else if (MODE == TBC_EPI_GLU) {
@@ -94,6 +98,10 @@ __device__ __forceinline__ void epi_store(const tbc_gemv_epi &e, float *__restri
         if (okb) y[(size_t)t * N + rb] = vb;
     } else if (MODE == TBC_EPI_GLU) {
         e.glu[(size_t)t * (N / 2) + P] = va / (1.0f + expf(-va)) * vb;
+    } else if (MODE == TBC_EPI_ADD) {
+        size_t ia = (size_t)t * N + ra, ib = (size_t)t * N + rb;
+        e.res_out[ia] = e.res[ia] + va;
+        if (okb) e.res_out[ib] = e.res[ib] + vb;
     } else {
         const tbc_attn_args &a = e.attn;
         int hd = a.hd, half = hd / 2, h = P / half, j = P - h * half, H = a.n_heads, KV = a.n_kv;
@@ -124,13 +132,86 @@ __device__ __forceinline__ void epi_store(const tbc_gemv_epi &e, float *__restri
     }
 }
 
-/* ---------------------------------------------------------------- SIMT
+/* ---------------------------------------------------------------- prologue
+ * RMSNorm of x in front of the GEMV: every block sums the squares of its
+ * tokens' rows (x is small and sits in L2), then stores
+ * round_to_w(x * inv * norm_w) for all TT tokens in shared memory xs
+ * (TT * K floats), which the main loop reads instead of x. K % 4 == 0,
+ * x 16-byte aligned. Every thread of the block must call it. */
+template <int WDT, int TT>
+__device__ __forceinline__ void norm_stage(const float *__restrict__ x, const float *__restrict__ nw, float eps, int K,
+                                           float *xs) {
+    __shared__ float red[TT][32];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+    float ss[TT];
+#pragma unroll
+    for (int t = 0; t < TT; t++) {
+        const float4 *xp = reinterpret_cast<const float4 *>(x + (size_t)t * K);
+        float acc = 0.0f;
+        for (int k = threadIdx.x; k < K / 4; k += blockDim.x) {
+            float4 v = __ldg(xp + k);
+            acc += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        }
+        ss[t] = tbc_warp_sum(acc);
+        if (lane == 0) red[t][warp] = ss[t];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int t = 0; t < TT; t++) {
+        float tot = 0.0f;
+        for (int i = 0; i < nwarps; i++) tot += red[t][i];
+        float inv = 1.0f / sqrtf(tot / (float)K + eps);
+        const float4 *xp = reinterpret_cast<const float4 *>(x + (size_t)t * K);
+        const float4 *wp = reinterpret_cast<const float4 *>(nw);
+        float4 *o = reinterpret_cast<float4 *>(xs + (size_t)t * K);
+        for (int k = threadIdx.x; k < K / 4; k += blockDim.x) {
+            float4 v = __ldg(xp + k), g = __ldg(wp + k), r;
+            r.x = round_to_w<WDT>(v.x * inv * g.x);
+            r.y = round_to_w<WDT>(v.y * inv * g.y);
+            r.z = round_to_w<WDT>(v.z * inv * g.z);
+            r.w = round_to_w<WDT>(v.w * inv * g.w);
+            o[k] = r;
+        }
+    }
+    __syncthreads();
+}
+
+/* 8 (f16/bf16) or 4 (f32) values of token t's x at k0: from shared memory
+ * already rounded (XS), or from global memory rounded here. */
+template <int WDT, bool XS>
+__device__ __forceinline__ void load_x(const float *__restrict__ x, size_t off, float *xf) {
+    constexpr int VEC = WDT == TBC_F32 ? 4 : 8;
+    const float4 *xp = reinterpret_cast<const float4 *>(x + off);
+#pragma unroll
+    for (int q = 0; q < VEC / 4; q++) {
+        float4 a = XS ? xp[q] : __ldg(xp + q);
+        xf[4 * q] = a.x; xf[4 * q + 1] = a.y; xf[4 * q + 2] = a.z; xf[4 * q + 3] = a.w;
+    }
+    if (!XS) {
+#pragma unroll
+        for (int e = 0; e < VEC; e++) xf[e] = round_to_w<WDT>(xf[e]);
+    }
+}
+
+/* 16 bytes of weights: read-only path, or (PF) no L1 allocation and a
+ * 256-byte L2 prefetch. */
+template <bool PF>
+__device__ __forceinline__ uint4 load_w(const uint4 *p) {
+    if (!PF) return __ldg(p);
+    uint4 r;
+    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+        : "l"(p));
+    return r;
+}
+
+/* ---------------------------------------------------------------- SIMT, pairs
  * One warp per row pair, GEMV_WARPS pairs per block. Each lane streams
  * 16-byte vectors of both rows, four per row in flight, and multiplies them
  * with every token's x (read once for the two rows, through L1). */
 #define GEMV_WARPS 4
 
-template <int WDT, int TT>
+template <int WDT, int TT, bool XS>
 __device__ __forceinline__ void accum2(const float *__restrict__ x, int K, int k0, const uint4 &ua, const uint4 &ub,
                                        float *aa, float *ab) {
     constexpr int VEC = WDT == TBC_F32 ? 4 : 8;
@@ -139,38 +220,35 @@ __device__ __forceinline__ void accum2(const float *__restrict__ x, int K, int k
     unpack16<WDT>(ub, wb);
 #pragma unroll
     for (int t = 0; t < TT; t++) {
-        const float4 *xp = reinterpret_cast<const float4 *>(x + (size_t)t * K + k0);
         float xf[VEC];
-#pragma unroll
-        for (int q = 0; q < VEC / 4; q++) {
-            float4 a = __ldg(xp + q);
-            xf[4 * q] = a.x; xf[4 * q + 1] = a.y; xf[4 * q + 2] = a.z; xf[4 * q + 3] = a.w;
-        }
+        load_x<WDT, XS>(x, (size_t)t * K + k0, xf);
         float sa = aa[t], sb = ab[t];
 #pragma unroll
         for (int e = 0; e < VEC; e++) {
-            float xr = round_to_w<WDT>(xf[e]);
-            sa = fmaf(xr, wa[e], sa);
-            sb = fmaf(xr, wb[e], sb);
+            sa = fmaf(xf[e], wa[e], sa);
+            sb = fmaf(xf[e], wb[e], sb);
         }
         aa[t] = sa;
         ab[t] = sb;
     }
 }
 
-/* VEC: 16-byte loads (K a multiple of the vector, 16-byte aligned rows);
- * otherwise one element per lane per step. */
-template <int WDT, int TT, int MODE, bool VECLOAD>
+/* VECLOAD: 16-byte loads (K a multiple of the vector, 16-byte aligned rows);
+ * otherwise one element per lane per step. NORM (VECLOAD only): x is
+ * normed in the prologue (norm_stage; dynamic shared memory TT * K floats). */
+template <int WDT, int TT, int MODE, bool VECLOAD, bool NORM>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
 gemv_pair_kernel(const float *__restrict__ x, const void *__restrict__ w, const float *__restrict__ bias,
                  float *__restrict__ y, int K, int N, tbc_gemv_epi e) {
+    extern __shared__ float4 xs_dyn[];
     constexpr int VEC = WDT == TBC_F32 ? 4 : 8;
     constexpr int ES = WDT == TBC_F32 ? 4 : 2;
     const int lane = threadIdx.x & 31;
     const int P = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
-    if (P >= pair_count<MODE>(e, N)) return;
-    int ra, rb;
-    pair_rows<MODE>(e, N, P, ra, rb);
+    const bool valid = P < pair_count<MODE>(e, N);
+    if (!NORM && !valid) return;
+    int ra = 0, rb = 0;
+    if (valid) pair_rows<MODE>(e, N, P, ra, rb);
     const bool okb = rb < N;
     const int rbl = okb ? rb : ra;
     float aa[TT], ab[TT];
@@ -181,21 +259,27 @@ gemv_pair_kernel(const float *__restrict__ x, const void *__restrict__ w, const 
         const uint4 *wb = reinterpret_cast<const uint4 *>(static_cast<const char *>(w) + (size_t)rbl * K * ES);
         const int nv = K / VEC;
         /* the weights do not depend on the previous kernel: start them early */
-        if (lane < nv) {
+        if (valid && lane < nv) {
             tbc_prefetch_l2(wa + lane);
             tbc_prefetch_l2(wb + lane);
         }
         tbc_pdl_wait();
+        const float *xp = x;
+        if (NORM) {
+            norm_stage<WDT, TT>(x, e.norm_w, e.norm_eps, K, reinterpret_cast<float *>(xs_dyn));
+            xp = reinterpret_cast<const float *>(xs_dyn);
+            if (!valid) return;
+        }
         int v = lane;
         for (; v + 96 < nv; v += 128) {
             uint4 a0 = __ldg(wa + v), a1 = __ldg(wa + v + 32), a2 = __ldg(wa + v + 64), a3 = __ldg(wa + v + 96);
             uint4 b0 = __ldg(wb + v), b1 = __ldg(wb + v + 32), b2 = __ldg(wb + v + 64), b3 = __ldg(wb + v + 96);
-            accum2<WDT, TT>(x, K, v * VEC, a0, b0, aa, ab);
-            accum2<WDT, TT>(x, K, (v + 32) * VEC, a1, b1, aa, ab);
-            accum2<WDT, TT>(x, K, (v + 64) * VEC, a2, b2, aa, ab);
-            accum2<WDT, TT>(x, K, (v + 96) * VEC, a3, b3, aa, ab);
+            accum2<WDT, TT, NORM>(xp, K, v * VEC, a0, b0, aa, ab);
+            accum2<WDT, TT, NORM>(xp, K, (v + 32) * VEC, a1, b1, aa, ab);
+            accum2<WDT, TT, NORM>(xp, K, (v + 64) * VEC, a2, b2, aa, ab);
+            accum2<WDT, TT, NORM>(xp, K, (v + 96) * VEC, a3, b3, aa, ab);
         }
-        for (; v < nv; v += 32) accum2<WDT, TT>(x, K, v * VEC, __ldg(wa + v), __ldg(wb + v), aa, ab);
+        for (; v < nv; v += 32) accum2<WDT, TT, NORM>(xp, K, v * VEC, __ldg(wa + v), __ldg(wb + v), aa, ab);
     } else {
         tbc_pdl_wait();
         const size_t ba = (size_t)ra * K, bb = (size_t)rbl * K;
@@ -219,6 +303,78 @@ gemv_pair_kernel(const float *__restrict__ x, const void *__restrict__ w, const 
         float bia = bias ? bias[ra] : 0.0f, bib = bias && okb ? bias[rb] : 0.0f;
 #pragma unroll
         for (int t = 0; t < TT; t++) epi_store<MODE>(e, y, N, t, P, ra, rb, okb, aa[t] + bia, ab[t] + bib);
+    }
+}
+
+/* ---------------------------------------------------------------- SIMT, rows
+ * f16/bf16, 16-byte aligned, T <= 2: one warp per row, RW warps per block
+ * (RW / 2 pairs); warp 2i streams row ra of pair i and warp 2i + 1 row rb,
+ * four 16-byte vectors per lane in flight. The two sums meet in shared
+ * memory and lane 0 of the even warp runs the epilogue. */
+template <int WDT, int TT, bool XS>
+__device__ __forceinline__ void accum1(const float *__restrict__ x, int K, int k0, const uint4 &u, float *acc) {
+    float wf[8];
+    unpack16<WDT>(u, wf);
+#pragma unroll
+    for (int t = 0; t < TT; t++) {
+        float xf[8];
+        load_x<WDT, XS>(x, (size_t)t * K + k0, xf);
+        float s = acc[t];
+#pragma unroll
+        for (int e = 0; e < 8; e++) s = fmaf(xf[e], wf[e], s);
+        acc[t] = s;
+    }
+}
+
+template <int WDT, int TT, int MODE, int RW, bool NORM, bool PF>
+__global__ void __launch_bounds__(RW * 32)
+gemv_row_kernel(const float *__restrict__ x, const void *__restrict__ w, const float *__restrict__ bias,
+                float *__restrict__ y, int K, int N, tbc_gemv_epi e) {
+    extern __shared__ float4 xs_dyn[];
+    __shared__ float sums[RW][TT];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, side = warp & 1;
+    const int P = blockIdx.x * (RW / 2) + (warp >> 1);
+    const bool valid = P < pair_count<MODE>(e, N);
+    int ra = 0, rb = 0;
+    if (valid) pair_rows<MODE>(e, N, P, ra, rb);
+    const bool okb = rb < N;
+    const bool active = valid && (side == 0 || okb);
+    const uint4 *wr = reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(w) +
+                                                      (size_t)(active && side ? rb : ra) * K);
+    const int nv = K / 8;
+    tbc_pdl_wait();
+    const float *xp = x;
+    if (NORM) {
+        norm_stage<WDT, TT>(x, e.norm_w, e.norm_eps, K, reinterpret_cast<float *>(xs_dyn));
+        xp = reinterpret_cast<const float *>(xs_dyn);
+    }
+    float acc[TT];
+#pragma unroll
+    for (int t = 0; t < TT; t++) acc[t] = 0.0f;
+    if (active) {
+        int v = lane;
+        for (; v + 96 < nv; v += 128) {
+            uint4 u0 = load_w<PF>(wr + v), u1 = load_w<PF>(wr + v + 32), u2 = load_w<PF>(wr + v + 64),
+                  u3 = load_w<PF>(wr + v + 96);
+            accum1<WDT, TT, NORM>(xp, K, v * 8, u0, acc);
+            accum1<WDT, TT, NORM>(xp, K, (v + 32) * 8, u1, acc);
+            accum1<WDT, TT, NORM>(xp, K, (v + 64) * 8, u2, acc);
+            accum1<WDT, TT, NORM>(xp, K, (v + 96) * 8, u3, acc);
+        }
+        for (; v < nv; v += 32) accum1<WDT, TT, NORM>(xp, K, v * 8, load_w<PF>(wr + v), acc);
+    }
+    tbc_pdl_trigger();
+#pragma unroll
+    for (int t = 0; t < TT; t++) {
+        float s = tbc_warp_sum(acc[t]);
+        if (lane == 0) sums[warp][t] = s;
+    }
+    __syncthreads();
+    if (valid && side == 0 && lane == 0) {
+        float bia = bias ? bias[ra] : 0.0f, bib = bias && okb ? bias[rb] : 0.0f;
+#pragma unroll
+        for (int t = 0; t < TT; t++)
+            epi_store<MODE>(e, y, N, t, P, ra, rb, okb, sums[warp][t] + bia, sums[warp + 1][t] + bib);
     }
 }
 
@@ -363,67 +519,130 @@ gemv_mma_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
     }
 }
 
-template <int WDT, int MODE, bool VECLOAD>
+/* Kernels exist for T <= 2 with the norm prologue or the residual-add
+ * epilogue; other combinations return cudaErrorInvalidValue. */
+template <int WDT, int TT, int MODE, bool VECLOAD, bool NORM>
+static cudaError_t pair_launch_t(const float *x, const void *w, const float *bias, float *y, int K, int N,
+                                 const tbc_gemv_epi &e, cudaStream_t s) {
+    if constexpr ((NORM && (!VECLOAD || TT > 2)) || (MODE == TBC_EPI_ADD && TT > 2)) {
+        return cudaErrorInvalidValue;
+    } else {
+        int pairs = MODE == TBC_EPI_PLAIN || MODE == TBC_EPI_ADD ? (N + 1) / 2 : N / 2;
+        dim3 grid((pairs + GEMV_WARPS - 1) / GEMV_WARPS), block(GEMV_WARPS * 32);
+        size_t smem = NORM ? (size_t)TT * K * sizeof(float) : 0;
+        return tbc_launch(gemv_pair_kernel<WDT, TT, MODE, VECLOAD, NORM>, grid, block, smem, s, x, w, bias, y, K, N,
+                          e);
+    }
+}
+
+template <int WDT, int MODE, bool VECLOAD, bool NORM>
 static cudaError_t pair_launch(const float *x, const void *w, const float *bias, float *y, int T, int K, int N,
                                const tbc_gemv_epi &e, cudaStream_t s) {
-    int pairs = MODE == TBC_EPI_PLAIN ? (N + 1) / 2 : N / 2;
-    dim3 grid((pairs + GEMV_WARPS - 1) / GEMV_WARPS), block(GEMV_WARPS * 32);
     switch (T) {
-    case 1: return tbc_launch(gemv_pair_kernel<WDT, 1, MODE, VECLOAD>, grid, block, 0, s, x, w, bias, y, K, N, e);
-    case 2: return tbc_launch(gemv_pair_kernel<WDT, 2, MODE, VECLOAD>, grid, block, 0, s, x, w, bias, y, K, N, e);
-    case 3: return tbc_launch(gemv_pair_kernel<WDT, 3, MODE, VECLOAD>, grid, block, 0, s, x, w, bias, y, K, N, e);
-    case 4: return tbc_launch(gemv_pair_kernel<WDT, 4, MODE, VECLOAD>, grid, block, 0, s, x, w, bias, y, K, N, e);
-    case 5: return tbc_launch(gemv_pair_kernel<WDT, 5, MODE, VECLOAD>, grid, block, 0, s, x, w, bias, y, K, N, e);
-    case 6: return tbc_launch(gemv_pair_kernel<WDT, 6, MODE, VECLOAD>, grid, block, 0, s, x, w, bias, y, K, N, e);
-    case 7: return tbc_launch(gemv_pair_kernel<WDT, 7, MODE, VECLOAD>, grid, block, 0, s, x, w, bias, y, K, N, e);
-    case 8: return tbc_launch(gemv_pair_kernel<WDT, 8, MODE, VECLOAD>, grid, block, 0, s, x, w, bias, y, K, N, e);
+    case 1: return pair_launch_t<WDT, 1, MODE, VECLOAD, NORM>(x, w, bias, y, K, N, e, s);
+    case 2: return pair_launch_t<WDT, 2, MODE, VECLOAD, NORM>(x, w, bias, y, K, N, e, s);
+    case 3: return pair_launch_t<WDT, 3, MODE, VECLOAD, NORM>(x, w, bias, y, K, N, e, s);
+    case 4: return pair_launch_t<WDT, 4, MODE, VECLOAD, NORM>(x, w, bias, y, K, N, e, s);
+    case 5: return pair_launch_t<WDT, 5, MODE, VECLOAD, NORM>(x, w, bias, y, K, N, e, s);
+    case 6: return pair_launch_t<WDT, 6, MODE, VECLOAD, NORM>(x, w, bias, y, K, N, e, s);
+    case 7: return pair_launch_t<WDT, 7, MODE, VECLOAD, NORM>(x, w, bias, y, K, N, e, s);
+    case 8: return pair_launch_t<WDT, 8, MODE, VECLOAD, NORM>(x, w, bias, y, K, N, e, s);
     default: return cudaErrorInvalidValue;
     }
 }
 
+template <int WDT, int TT, int MODE, int RW, bool PF>
+static cudaError_t row_launch_t(const float *x, const void *w, const float *bias, float *y, int K, int N,
+                                const tbc_gemv_epi &e, cudaStream_t s) {
+    int pairs = MODE == TBC_EPI_PLAIN || MODE == TBC_EPI_ADD ? (N + 1) / 2 : N / 2;
+    dim3 grid((pairs + RW / 2 - 1) / (RW / 2)), block(RW * 32);
+    if (e.norm_w)
+        return tbc_launch(gemv_row_kernel<WDT, TT, MODE, RW, true, PF>, grid, block, (size_t)TT * K * sizeof(float),
+                          s, x, w, bias, y, K, N, e);
+    return tbc_launch(gemv_row_kernel<WDT, TT, MODE, RW, false, PF>, grid, block, 0, s, x, w, bias, y, K, N, e);
+}
+
+template <int WDT, int MODE>
+static cudaError_t row_launch(const float *x, const void *w, const float *bias, float *y, int T, int K, int N,
+                              const tbc_gemv_epi &e, int kind, cudaStream_t s) {
+    if (T == 1) {
+        if (kind == TBC_SIMT_ROW4) return row_launch_t<WDT, 1, MODE, 4, false>(x, w, bias, y, K, N, e, s);
+        if (kind == TBC_SIMT_ROWPF) return row_launch_t<WDT, 1, MODE, 8, true>(x, w, bias, y, K, N, e, s);
+        return row_launch_t<WDT, 1, MODE, 8, false>(x, w, bias, y, K, N, e, s);
+    }
+    if (kind == TBC_SIMT_ROW4) return row_launch_t<WDT, 2, MODE, 4, false>(x, w, bias, y, K, N, e, s);
+    if (kind == TBC_SIMT_ROWPF) return row_launch_t<WDT, 2, MODE, 8, true>(x, w, bias, y, K, N, e, s);
+    return row_launch_t<WDT, 2, MODE, 8, false>(x, w, bias, y, K, N, e, s);
+}
+
+static int takes_mma(tbc_dtype wdt, int T, int K, int aligned, int simt_max_t) {
+    return wdt != TBC_F32 && aligned && K % 32 == 0 && T > simt_max_t;
+}
+
 template <int WDT, int MODE>
 static cudaError_t gemv_launch(const float *x, const void *w, const float *bias, float *y, int T, int K, int N,
-                               const tbc_gemv_epi &e, int simt_max_t, cudaStream_t s) {
+                               const tbc_gemv_epi &e, const tbc_gemv_opts &o, cudaStream_t s) {
     constexpr int VEC = WDT == TBC_F32 ? 4 : 8;
     int aligned = K % VEC == 0 && (((uintptr_t)x | (uintptr_t)w) & 15) == 0;
-    if (WDT != TBC_F32 && aligned && K % 32 == 0 && T > simt_max_t) {
-        int blocks = MODE == TBC_EPI_PLAIN ? (N + 15) / 16 : (N / 2 + 7) / 8;
-        return tbc_launch(gemv_mma_kernel<WDT, MODE>, dim3(blocks), dim3(GEMV_MMA_WARPS * 32), 0, s, x, w, bias, y,
-                          T, K, N, e);
+    const bool norm = e.norm_w != NULL;
+    if (norm && (!aligned || K % 8 || T > 2 || (size_t)T * K > TBC_GEMV_NORM_MAX_TK || ((uintptr_t)e.norm_w & 15)))
+        return cudaErrorInvalidValue;
+    if constexpr (MODE != TBC_EPI_ADD && WDT != TBC_F32) {
+        if (!norm && takes_mma((tbc_dtype)WDT, T, K, aligned, o.simt_max_t)) {
+            int blocks = MODE == TBC_EPI_PLAIN ? (N + 15) / 16 : (N / 2 + 7) / 8;
+            return tbc_launch(gemv_mma_kernel<WDT, MODE>, dim3(blocks), dim3(GEMV_MMA_WARPS * 32), 0, s, x, w, bias,
+                              y, T, K, N, e);
+        }
     }
-    if (aligned) return pair_launch<WDT, MODE, true>(x, w, bias, y, T, K, N, e, s);
-    return pair_launch<WDT, MODE, false>(x, w, bias, y, T, K, N, e, s);
+    if constexpr (WDT != TBC_F32) {
+        if (aligned && T <= 2 && o.simt_kind != TBC_SIMT_PAIR) return row_launch<WDT, MODE>(x, w, bias, y, T, K, N, e,
+                                                                                           o.simt_kind, s);
+    }
+    if (aligned) {
+        if (norm) return pair_launch<WDT, MODE, true, true>(x, w, bias, y, T, K, N, e, s);
+        return pair_launch<WDT, MODE, true, false>(x, w, bias, y, T, K, N, e, s);
+    }
+    return pair_launch<WDT, MODE, false, false>(x, w, bias, y, T, K, N, e, s);
 }
 
 template <int WDT>
 static cudaError_t gemv_dispatch(const float *x, const void *w, const float *bias, float *y, int T, int K, int N,
-                                 const tbc_gemv_epi &e, int simt_max_t, cudaStream_t s) {
+                                 const tbc_gemv_epi &e, const tbc_gemv_opts &o, cudaStream_t s) {
     switch (e.mode) {
-    case TBC_EPI_PLAIN: return gemv_launch<WDT, TBC_EPI_PLAIN>(x, w, bias, y, T, K, N, e, simt_max_t, s);
-    case TBC_EPI_GLU: return gemv_launch<WDT, TBC_EPI_GLU>(x, w, bias, y, T, K, N, e, simt_max_t, s);
-    case TBC_EPI_ROPE: return gemv_launch<WDT, TBC_EPI_ROPE>(x, w, bias, y, T, K, N, e, simt_max_t, s);
+    case TBC_EPI_PLAIN: return gemv_launch<WDT, TBC_EPI_PLAIN>(x, w, bias, y, T, K, N, e, o, s);
+    case TBC_EPI_GLU: return gemv_launch<WDT, TBC_EPI_GLU>(x, w, bias, y, T, K, N, e, o, s);
+    case TBC_EPI_ROPE: return gemv_launch<WDT, TBC_EPI_ROPE>(x, w, bias, y, T, K, N, e, o, s);
+    case TBC_EPI_ADD: return gemv_launch<WDT, TBC_EPI_ADD>(x, w, bias, y, T, K, N, e, o, s);
     }
     return cudaErrorInvalidValue;
 }
 
+extern "C" int tbc_gemv_is_simt(tbc_dtype wdt, int T, int K, const tbc_gemv_opts *opts) {
+    return !takes_mma(wdt, T, K, 1, opts->simt_max_t);
+}
+
 extern "C" cudaError_t tbc_gemv_ex(const float *x, const void *w, tbc_dtype wdt, const float *bias, float *y, int T,
-                                   int K, int N, const tbc_gemv_epi *epi, int simt_max_t, cudaStream_t s) {
+                                   int K, int N, const tbc_gemv_epi *epi, const tbc_gemv_opts *opts, cudaStream_t s) {
     if (T < 1 || T > TBC_GEMV_MAX_T) return cudaErrorInvalidValue;
-    tbc_gemv_epi e;
+    tbc_gemv_epi e{};
     if (epi) e = *epi;
-    else memset(&e, 0, sizeof e);
+    tbc_gemv_opts o{};
+    o.simt_max_t = TBC_GEMV_SIMT_MAX_T;
+    o.simt_kind = TBC_SIMT_ROW;
+    if (opts) o = *opts;
     if (e.mode == TBC_EPI_GLU && N % 2) return cudaErrorInvalidValue;
+    if (e.mode == TBC_EPI_ADD && (T > 2 || !e.res || !e.res_out)) return cudaErrorInvalidValue;
     if (e.mode == TBC_EPI_ROPE && (e.attn.hd < 2 || e.attn.hd % 2 || N != (e.attn.n_heads + 2 * e.attn.n_kv) * e.attn.hd))
         return cudaErrorInvalidValue;
     switch (wdt) {
-    case TBC_F32: return gemv_dispatch<TBC_F32>(x, w, bias, y, T, K, N, e, simt_max_t, s);
-    case TBC_F16: return gemv_dispatch<TBC_F16>(x, w, bias, y, T, K, N, e, simt_max_t, s);
-    case TBC_BF16: return gemv_dispatch<TBC_BF16>(x, w, bias, y, T, K, N, e, simt_max_t, s);
+    case TBC_F32: return gemv_dispatch<TBC_F32>(x, w, bias, y, T, K, N, e, o, s);
+    case TBC_F16: return gemv_dispatch<TBC_F16>(x, w, bias, y, T, K, N, e, o, s);
+    case TBC_BF16: return gemv_dispatch<TBC_BF16>(x, w, bias, y, T, K, N, e, o, s);
     }
     return cudaErrorInvalidValue;
 }
 
 extern "C" cudaError_t tbc_gemv(const float *x, const void *w, tbc_dtype wdt, const float *bias, float *y, int T,
                                 int K, int N, cudaStream_t s) {
-    return tbc_gemv_ex(x, w, wdt, bias, y, T, K, N, NULL, TBC_GEMV_SIMT_MAX_T, s);
+    return tbc_gemv_ex(x, w, wdt, bias, y, T, K, N, NULL, NULL, s);
 }
