@@ -12,6 +12,15 @@
  * ';'-separated entry sets its space-separated VAR=VALUE pairs, creates a
  * fresh context (the backend reads its switches at create), repeats the
  * decode timings with lines prefixed "[entry] ", and unsets them again.
+ *
+ * Also printed: "load: X ms" (tb_engine_load_for: map, verify, upload) and
+ * "first token: Y ms" (context create and a one-token step after the load),
+ * and with --streams N (--stream-in P, --stream-out G: default 128 / 128)
+ * "streams N: X gen tok/s": N sequences that start together, their prompts
+ * prefilled in steps of up to --step-tokens (default 512) tokens, then
+ * decoded together for G tokens each (greedy ids are not needed: the next
+ * input ids are fixed), wall time from the first prefill step to the last
+ * decode step.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,6 +59,7 @@ static int step(tb_context *c, const tb_seq_chunk *ch, int n) {
 int main(int argc, char **argv) {
     const char *engine = NULL, *device = NULL, *batches = "1", *variants = "base";
     int prefill = 512, decode = 128, ctx_len = 16;
+    int streams = 0, s_in = 128, s_out = 128, step_tokens = 512;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--device") && v) { device = v; i++; }
@@ -58,14 +68,81 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--ctx") && v) { ctx_len = atoi(v); i++; }
         else if (!strcmp(a, "--batch") && v) { batches = v; i++; }
         else if (!strcmp(a, "--variants") && v) { variants = v; i++; }
+        else if (!strcmp(a, "--streams") && v) { streams = atoi(v); i++; }
+        else if (!strcmp(a, "--stream-in") && v) { s_in = atoi(v); i++; }
+        else if (!strcmp(a, "--stream-out") && v) { s_out = atoi(v); i++; }
+        else if (!strcmp(a, "--step-tokens") && v) { step_tokens = atoi(v); i++; }
         else if (!engine) engine = a;
         else { fprintf(stderr, "usage: gpu_bench ENGINE [--device D] [--prefill N] [--decode N] [--ctx N] [--batch 1,8]\n"); return 2; }
     }
     if (!engine || ctx_len < 1 || decode < 1) { fprintf(stderr, "gpu_bench: need ENGINE\n"); return 2; }
     tb_engine *e = NULL;
+    double tl0 = now_ms();
     if (tb_engine_load_for(engine, device, &e) != TB_OK) { fprintf(stderr, "gpu_bench: %s\n", tb_last_error()); return 1; }
+    double tl1 = now_ms();
     tb_engine_info info;
     tb_engine_get_info(e, &info);
+    {
+        tb_context_options o;
+        tb_context_options_default(&o);
+        o.max_seqs = 1;
+        o.device = device;
+        tb_context *c = NULL;
+        int32_t tok = 1;
+        tb_seq_chunk ch = {0, 1, &tok, 1};
+        if (tb_context_create(e, &o, &c) != TB_OK || !step(c, &ch, 1)) {
+            fprintf(stderr, "gpu_bench: %s\n", tb_last_error());
+            return 1;
+        }
+        double tl2 = now_ms();
+        printf("load: %.1f ms\nfirst token: %.1f ms after the load, %.1f ms in all\n", tl1 - tl0, tl2 - tl1, tl2 - tl0);
+        fflush(stdout);
+        tb_context_free(c);
+    }
+    if (streams > 0 && streams <= 1024 && s_in > 0 && s_out > 0) {
+        tb_context_options o;
+        tb_context_options_default(&o);
+        o.max_seqs = streams;
+        o.device = device;
+        o.max_step_tokens = step_tokens;
+        tb_context *c = NULL;
+        tb_seq_chunk *ch = malloc(sizeof(tb_seq_chunk) * (size_t)streams);
+        int32_t *ids = malloc(sizeof(int32_t) * (size_t)(s_in + s_out));
+        if (!ch || !ids || tb_context_create(e, &o, &c) != TB_OK) {
+            fprintf(stderr, "gpu_bench: streams: %s\n", tb_last_error());
+            return 1;
+        }
+        for (int i = 0; i < s_in + s_out; i++) ids[i] = 3 + (i * 7919) % (info.vocab_size - 3);
+        for (int rep = 0; rep < 2; rep++) { /* the first run warms up (allocations, graphs) */
+            for (int q = 0; q < streams; q++) tb_seq_reset(c, q);
+            double t0 = now_ms(), tp = 0;
+            for (int q = 0; q < streams;) { /* prompts, as many per step as fit */
+                int n = 0, used = 0;
+                while (q < streams && used + s_in <= step_tokens) {
+                    ch[n++] = (tb_seq_chunk){q++, s_in, ids, 1};
+                    used += s_in;
+                }
+                if (n == 0) { fprintf(stderr, "gpu_bench: --stream-in exceeds --step-tokens\n"); goto streams_done; }
+                if (!step(c, ch, n)) goto streams_done;
+            }
+            tp = now_ms() - t0;
+            for (int k = 0; k < s_out - 1; k++) { /* the prefill step gave each stream its first token */
+                for (int q = 0; q < streams; q++) ch[q] = (tb_seq_chunk){q, 1, ids + s_in + k, 1};
+                if (!step(c, ch, streams)) goto streams_done;
+            }
+            double tt = now_ms() - t0;
+            if (rep == 1) {
+                printf("streams %d (%d in, %d out): %.0f gen tok/s; %.1f ms in all, prefill %.1f ms, decode %.3f ms/step\n",
+                       streams, s_in, s_out, (double)streams * s_out / tt * 1e3, tt, tp, (tt - tp) / (s_out - 1));
+                fflush(stdout);
+            }
+        }
+    streams_done:
+        for (int q = 0; q < streams; q++) tb_seq_reset(c, q);
+        tb_context_free(c);
+        free(ch);
+        free(ids);
+    }
     int max_b = 1;
     for (const char *p = batches; *p;) {
         int b = atoi(p);
@@ -99,7 +176,6 @@ int main(int argc, char **argv) {
         o.device = device;
         tb_context *c = NULL;
         if (tb_context_create(e, &o, &c) != TB_OK) { fprintf(stderr, "gpu_bench: %s\n", tb_last_error()); return 1; }
-        if (vi > 0) prefill = 0;
         int max_step = 512;
         if (prefill > info.max_seq_len - 1) prefill = info.max_seq_len - 1;
         int need = prefill > ctx_len + decode ? prefill : ctx_len + decode;
@@ -119,7 +195,7 @@ int main(int argc, char **argv) {
                 t[r] = now_ms() - t0;
             }
             double m = median(t + 1, 5);
-            printf("prefill %d: %.3f ms (%.0f tok/s)\n", prefill, m, prefill / m * 1e3);
+            printf("%s%sprefill %d: %.3f ms (%.0f tok/s)\n", tag, *tag ? " " : "", prefill, m, prefill / m * 1e3);
             fflush(stdout);
             tb_seq_reset(c, 0);
         }

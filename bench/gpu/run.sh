@@ -142,7 +142,7 @@ case_run "llama3-rope-f32-f16-long" "$W/ckpt/llama3-rope-f32" f16 2e-2 300
 row "logits vs reference" "$pass passed, $fail failed"
 pass=0; fail=0
 for v in "TB_CUDA_SIMT=pair" "TB_CUDA_SIMT=row4" "TB_CUDA_SIMT=rowpf TB_CUDA_ATTN_SPLIT_MIN=0" \
-         "TB_CUDA_FUSE_NORM=0 TB_CUDA_GEMV=mma" "TB_CUDA_PDL=1"; do
+         "TB_CUDA_FUSE_NORM=0 TB_CUDA_GEMV=mma" "TB_CUDA_PDL=1" "TB_CUDA_PREFILL_GEMM=0"; do
     case_rerun qwen2-f32-f16 $v
     case_rerun llama-gqa-bf16-bf16 $v
     case_rerun llama3-rope-f32-f16-long $v
@@ -186,7 +186,7 @@ bench_shape() {
     "$PY" "$SRC/bench/gpu/torch_ckpt.py" --shape "$shape" --out "$d" $hfb $extra > "$W/$shape.torch.txt" 2>> "$LOG"
     cat "$W/$shape.torch.txt" | tee -a "$LOG"
     local t0=$(date +%s)
-    if ! tb "$TB" build "$d" -o "$W/$shape.engine" --tokenizer "$LTOK" --dtype f16 --device $DEV --max-seq-len 1024 \
+    if ! tb "$TB" build "$d" -o "$W/$shape.engine" --tokenizer "$LTOK" --dtype f16 --device $DEV --max-seq-len 1024 --max-batch 64 \
          >> "$LOG" 2>&1; then
         row "$shape" "build FAIL"; return
     fi
@@ -195,8 +195,20 @@ bench_shape() {
     local vs="base" v
     for v in "${VARIANTS[@]}"; do vs="$vs;$v"; done
     tb "$BIN/gpu_bench" "$W/$shape.engine" --device $DEV --prefill 512 --decode 128 --ctx 16 --batch 1,8 \
-        --variants "$vs" > "$W/$shape.bench.txt" 2>> "$LOG"
+        --streams 64 --variants "$vs" > "$W/$shape.bench.txt" 2>> "$LOG"
     cat "$W/$shape.bench.txt" | tee -a "$LOG"
+    if [ -n "${TB_NCU:-}" ] && [ "$shape" = "${TB_NCU_SHAPE:-llama7b}" ]; then
+        # per-kernel device time of decode steps (ncu serialises kernels):
+        # the context's first steps, then 3 decode steps at batch 1
+        local NCU
+        NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
+        if [ -n "$NCU" ]; then
+            tb "$NCU" --clock-control none --cache-control none --csv --metrics gpu__time_duration.sum \
+                "$BIN/gpu_bench" "$W/$shape.engine" --device $DEV --prefill 0 --decode 3 --ctx 16 --batch 1 \
+                > "$OUT/ncu_$shape.csv" 2>> "$LOG"
+            say "ncu: $(grep -c gpu__time_duration "$OUT/ncu_$shape.csv") kernels profiled into ncu_$shape.csv"
+        fi
+    fi
     local v
     for v in "${VARIANTS[@]}"; do
         row "$shape decode b1/b8 ($v)" "$(awk -v t="[$v]" 'index($0, t " decode b1:") == 1 {a=$(NF-8)} index($0, t " decode b8:") == 1 {b=$(NF-8)} END{print a " / " b}' "$W/$shape.bench.txt")"
@@ -209,16 +221,19 @@ bench_shape() {
     row "$shape f16 decode b1 ms/token" "${dec:-?} (transformers eager ${hf:-?})"
     row "$shape f16 decode b8 ms/step" "$(awk '/^decode b8:/{print $3}' "$W/$shape.bench.txt")"
     row "$shape f16 prefill 512 ms" "${pf:-?} (transformers eager ${hfpf:-?})"
+    for v in "${VARIANTS[@]}"; do
+        case $v in *PREFILL*) row "$shape prefill 512 ($v)" "$(awk -v t="[$v]" 'index($0, t " prefill") == 1 {print $(NF-3)}' "$W/$shape.bench.txt")" ;; esac
+    done
+    row "$shape load / first token ms" "$(awk '/^load:/{a=$2} /^first token:/{b=$3; c=$(NF-3)} END{print a " / " b " (" c " in all)"}' "$W/$shape.bench.txt")"
+    row "$shape 64 streams 128/128" "$(awk '/^streams/{print $6, $7, $8}' "$W/$shape.bench.txt")"
     bw=$(awk '/^copy_bw_TBps/{print $2}' "$W/$shape.torch.txt")
     [ -n "$bw" ] && row "copy bandwidth TB/s" "$bw"
     rm -f "$W/$shape.engine"
 }
-# the SIMT GEMV kernels (pair, row of 4 warps, row with the L2 prefetch
-# hint), the norm/residual fusion off, attention split sizes, the previous
-# default (pair kernel, no norm fusion, splits by shape only), fusion off
-VARIANTS=("TB_CUDA_SIMT=pair" "TB_CUDA_SIMT=row4" "TB_CUDA_SIMT=rowpf" "TB_CUDA_FUSE_NORM=0"
-          "TB_CUDA_ATTN_SPLIT_MIN=0" "TB_CUDA_ATTN_SPLIT_MIN=64"
-          "TB_CUDA_SIMT=pair TB_CUDA_FUSE_NORM=0 TB_CUDA_ATTN_SPLIT_MIN=0" "TB_CUDA_SIMT=pair TB_CUDA_FUSE=0")
+# prefill attention by the kernel instead of GEMMs, the pair SIMT GEMV,
+# the norm/residual fusion off, all fusion off (the row kernels, split
+# sizes and PDL were measured in earlier runs: docs/GPU.md)
+VARIANTS=("TB_CUDA_PREFILL_GEMM=0" "TB_CUDA_PDL=1" "TB_CUDA_ATTN_SPLIT_MIN=32" "TB_CUDA_FUSE_NORM=0" "TB_CUDA_SIMT=pair TB_CUDA_FUSE=0")
 if [ -n "${TB_SKIP_TIMING:-}" ]; then row timing skipped; else
 for shape in ${TB_SHAPES:-llama7b tinyllama}; do bench_shape "$shape"; done
 fi

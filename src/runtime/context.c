@@ -27,6 +27,20 @@ static tb_status plan_memory(const tb_graph *g, uint64_t *offsets, uint64_t *tot
     for (int i = 0; i < nv; i++) last[i] = -1;
     for (int k = 0; k < g->n_nodes; k++)
         for (int j = 0; j < g->nodes[k].n_in; j++) last[g->nodes[k].in[j]] = k;
+    /* A node whose output the next node reads keeps its inputs until that
+     * next node is done, so a backend may fuse the pair into one kernel (the
+     * second op's work in the first's epilogue) without the fused output
+     * landing on an input other threads are still reading. Costs at most
+     * one extra live activation. */
+    for (int k = 0; k + 1 < g->n_nodes; k++) {
+        const tb_node *n = &g->nodes[k], *nx = &g->nodes[k + 1];
+        int feeds = 0;
+        for (int o = 0; o < n->n_out && !feeds; o++)
+            for (int j = 0; j < nx->n_in; j++) if (nx->in[j] == n->out[o]) feeds = 1;
+        if (!feeds) continue;
+        for (int j = 0; j < n->n_in; j++)
+            if (n->in[j] >= 0 && last[n->in[j]] < k + 1) last[n->in[j]] = k + 1;
+    }
     last[g->output] = g->n_nodes; /* kept after the step */
     int n_live = 0;
     uint64_t peak = 0;

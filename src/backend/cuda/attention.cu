@@ -295,3 +295,88 @@ extern "C" cudaError_t tbc_attention(const tbc_attn_args *a, float *qkv, float *
     dim3 grid(a->n_heads, a->T, a->n_splits);
     return a->kv_f16 ? attn_launch<true>(epl, grid, *a, qkv, out, s) : attn_launch<false>(epl, grid, *a, qkv, out, s);
 }
+
+/* ---------------------------------------------------------------- prefill through GEMMs
+ * A run of many query tokens of one sequence (a prompt or a prefill chunk)
+ * is attended with two batched GEMMs per layer (cuBLAS, on the host side):
+ * S = scale * Q K^T per head, a causal softmax of S into P, O = P V. The
+ * kernels here gather the sequence's keys and values out of the paged
+ * cache into contiguous per-query-head matrices (GQA heads repeated), round
+ * q to the cache type, and do the softmax. */
+
+__global__ void attn_gather_kv_kernel(tbc_attn_args a, int seq_slot, int L, int ld_l, void *kx, void *vx) {
+    const int j = blockIdx.x, hd = a.hd, H = a.n_heads, KV = a.n_kv, G = H / KV;
+    if (j >= L) return;
+    int blk = a.block_tables[(size_t)seq_slot * a.max_blocks + j / a.block_size];
+    size_t src = ((size_t)blk * a.block_size + (size_t)(j % a.block_size)) * (size_t)KV * hd;
+    for (int e = threadIdx.x; e < H * hd; e += blockDim.x) {
+        int h = e / hd, d = e % hd;
+        size_t s = src + (size_t)(h / G) * hd + d, dst = ((size_t)h * ld_l + j) * hd + d;
+        if (a.kv_f16) {
+            ((__half *)kx)[dst] = ((const __half *)a.k_cache)[s];
+            ((__half *)vx)[dst] = ((const __half *)a.v_cache)[s];
+        } else {
+            ((float *)kx)[dst] = ((const float *)a.k_cache)[s];
+            ((float *)vx)[dst] = ((const float *)a.v_cache)[s];
+        }
+    }
+}
+
+__global__ void attn_gather_q_kernel(tbc_attn_args a, const float *qkv, int t0, void *qx) {
+    const int i = blockIdx.x, hd = a.hd, H = a.n_heads, KV = a.n_kv;
+    const float *q = qkv + (size_t)(t0 + i) * (size_t)(H + 2 * KV) * hd;
+    for (int e = threadIdx.x; e < H * hd; e += blockDim.x) {
+        size_t dst = (size_t)i * H * hd + e;
+        if (a.kv_f16) ((__half *)qx)[dst] = __float2half_rn(q[e]);
+        else ((float *)qx)[dst] = q[e];
+    }
+}
+
+/* One block per (query row i, head h): P[h, i, j] = softmax over j <= pos[i]
+ * of S[h, i, :], zero for the keys after pos[i] (up to L). */
+__global__ void attn_softmax_kernel(const float *S, void *P, int p16, const int32_t *pos, int nq, int L) {
+    __shared__ float red[32];
+    const int i = blockIdx.x, h = blockIdx.y;
+    const size_t row = ((size_t)h * nq + i) * (size_t)L;
+    const float *s = S + row;
+    const int len = min(L, pos[i] + 1);
+    float m = -INFINITY;
+    for (int j = threadIdx.x; j < len; j += blockDim.x) m = fmaxf(m, s[j]);
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float v = threadIdx.x < (blockDim.x >> 5) ? red[threadIdx.x] : -INFINITY;
+        for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+        if (threadIdx.x == 0) red[0] = v;
+    }
+    __syncthreads();
+    m = red[0];
+    __syncthreads();
+    float sum = 0.0f;
+    for (int j = threadIdx.x; j < len; j += blockDim.x) sum += __expf(s[j] - m);
+    sum = tbc_block_sum(sum, red);
+    const float inv = 1.0f / sum;
+    for (int j = threadIdx.x; j < L; j += blockDim.x) {
+        float p = j < len ? __expf(s[j] - m) * inv : 0.0f;
+        if (p16) ((__half *)P)[row + j] = __float2half_rn(p);
+        else ((float *)P)[row + j] = p;
+    }
+}
+
+extern "C" cudaError_t tbc_rope_kv(const tbc_attn_args *a, float *qkv, cudaStream_t s) {
+    return tbc_launch(rope_kv_kernel, dim3(a->T), dim3(128), 0, s, *a, qkv);
+}
+
+extern "C" cudaError_t tbc_attn_gather(const tbc_attn_args *a, const float *qkv, int seq_slot, int t0, int n,
+                                       int L, int ld_l, void *qx, void *kx, void *vx, cudaStream_t s) {
+    if (L > ld_l || L < 1 || n < 1) return cudaErrorInvalidValue;
+    cudaError_t e = tbc_launch(attn_gather_kv_kernel, dim3(L), dim3(256), 0, s, *a, seq_slot, L, ld_l, kx, vx);
+    if (e != cudaSuccess) return e;
+    return tbc_launch(attn_gather_q_kernel, dim3(n), dim3(256), 0, s, *a, qkv, t0, qx);
+}
+
+extern "C" cudaError_t tbc_attn_softmax(const float *S, void *P, int p16, const int32_t *pos, int H, int nq, int L,
+                                        cudaStream_t s) {
+    return tbc_launch(attn_softmax_kernel, dim3(nq, H), dim3(256), 0, s, S, P, p16, pos, nq, L);
+}

@@ -38,6 +38,9 @@
 #define TB_CUDA_DEFAULT_SIMT TBC_SIMT_ROW
 #define TB_CUDA_DEFAULT_SPLIT_MIN 0
 #define MAX_GRAPHS 64
+#define TB_CUDA_DEFAULT_PREFILL_MIN 32
+/* scores of one pass of prefill attention (H x query rows x keys, f32) */
+#define PREFILL_S_BYTES ((size_t)64 << 20)
 
 /* A captured decode step: every kernel of one step of T tokens and R rows. */
 typedef struct {
@@ -95,6 +98,14 @@ typedef struct {
     int norm_node;            /* matmul that norms its x in the prologue (-1)   */
     const float *norm_x, *norm_w;
     float norm_eps;
+    /* prefill attention through GEMMs: a run of >= prefill_min tokens of one
+     * sequence in a step (TB_CUDA_PREFILL_GEMM=n; 0 turns it off). Scratch,
+     * grown when a step needs more: q (n, H, hd), k and v (H, pf_ld, hd) in
+     * the cache type, scores S (H, nq, L) f32 and probabilities P */
+    int prefill_min;
+    void *pf_q, *pf_k, *pf_v, *pf_p;
+    float *pf_s;
+    size_t pf_q_bytes, pf_kv_bytes, pf_s_bytes, pf_p_bytes;
 } cuda_ctx;
 
 enum { FUSE_NONE = 0, FUSE_ROPE = 1, FUSE_GLU = 2 };
@@ -541,25 +552,131 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
     return TB_OK;
 }
 
-static tb_status run_attention(cuda_ctx *c, const tb_node *n, void *const *bufs, const tb_step *st, int T,
-                               int rope_done) {
-    int H = n->i[1], hd = n->i[3] & 0xffff;
-    tbc_attn_args a = attn_args_of(c, n, bufs, st, T);
-    a.rope_done = rope_done;
-    if (st->kv_dtype != TB_F16 && st->kv_dtype != TB_F32)
-        return tb_errorf(TB_ERR_UNSUPPORTED, "cuda: KV cache dtype %s", tb_dtype_name(st->kv_dtype));
-    /* split the keys when (heads x tokens) leaves the SMs idle */
-    int blocks = H * T, target = 2 * c->n_sm;
+/* Splits the keys of a (token, head) when (heads x tokens) leaves the SMs
+ * idle. */
+static void attn_splits(cuda_ctx *c, tbc_attn_args *a) {
+    int blocks = a->n_heads * a->T, target = 2 * c->n_sm;
     int graphed = c->mode == RUN_CAPTURE; /* the split count is baked into the graph */
     if (blocks < target && (graphed || c->step_max_len >= 128)) {
         int sp = (target + blocks - 1) / blocks, by_len = c->step_max_len / 64;
         if (!graphed && sp > by_len) sp = by_len;
         if (sp > MAX_SPLITS) sp = MAX_SPLITS;
-        if (sp > 1 && (size_t)blocks * (size_t)sp * (size_t)(hd + 2) <= c->partial_floats &&
+        if (sp > 1 && (size_t)blocks * (size_t)sp * (size_t)(a->hd + 2) <= c->partial_floats &&
             (size_t)blocks <= c->n_counters)
-            a.n_splits = sp;
+            a->n_splits = sp;
     }
-    CU_TRY(tbc_attention(&a, bufs[n->in[0]], bufs[n->out[0]], c->stream), "attention launch");
+}
+
+/* The attention kernel for tokens t0 .. t1-1 of the step (q, k, v rotated
+ * and stored). */
+static tb_status attn_kernel_range(cuda_ctx *c, const tbc_attn_args *a, float *qkv, float *out, int t0, int t1) {
+    tbc_attn_args r = *a;
+    r.T = t1 - t0;
+    r.pos += t0;
+    r.seq += t0;
+    r.rope_done = 1;
+    r.n_splits = 1;
+    attn_splits(c, &r);
+    size_t row = (size_t)(a->n_heads + 2 * a->n_kv) * (size_t)a->hd;
+    CU_TRY(tbc_attention(&r, qkv + (size_t)t0 * row, out + (size_t)t0 * (size_t)a->n_heads * a->hd, c->stream),
+           "attention launch");
+    return TB_OK;
+}
+
+static tb_status grow(void **p, size_t *have, size_t need, const char *what) {
+    if (need <= *have) return TB_OK;
+    cudaFree(*p);
+    *p = NULL;
+    *have = 0;
+    CU_TRY(cudaMalloc(p, need), what);
+    *have = need;
+    return TB_OK;
+}
+
+/* Attention of the n tokens t0.. of one sequence (compact slot `slot`) as
+ * GEMMs: S = scale Q K^T, P = causal softmax(S), O = P V, per query head,
+ * in passes of at most PREFILL_S_BYTES of scores. */
+static tb_status attention_gemm_run(cuda_ctx *c, const tbc_attn_args *a, float *qkv, float *out, int slot, int t0,
+                                    int n) {
+    const int32_t *hp = c->h_stage + c->max_tokens;
+    int H = a->n_heads, hd = a->hd, L = 0;
+    for (int t = t0; t < t0 + n; t++) if (hp[t] + 1 > L) L = hp[t] + 1;
+    size_t esz = a->kv_f16 ? 2 : 4;
+    size_t ld = c->pf_kv_bytes / ((size_t)H * hd * esz);
+    if ((size_t)L > ld) {
+        ld = ((size_t)L + 255) / 256 * 256;
+        TB_TRY(grow(&c->pf_k, &c->pf_kv_bytes, (size_t)H * ld * hd * esz, "allocating prefill attention keys"));
+        size_t vb = 0;
+        cudaFree(c->pf_v);
+        c->pf_v = NULL;
+        TB_TRY(grow(&c->pf_v, &vb, c->pf_kv_bytes, "allocating prefill attention values"));
+    }
+    TB_TRY(grow(&c->pf_q, &c->pf_q_bytes, (size_t)n * H * hd * esz, "allocating prefill attention queries"));
+    int nq = (int)(PREFILL_S_BYTES / ((size_t)H * (size_t)L * sizeof(float)));
+    if (nq < 1) nq = 1;
+    if (nq > n) nq = n;
+    TB_TRY(grow((void **)&c->pf_s, &c->pf_s_bytes, (size_t)H * nq * L * sizeof(float),
+                "allocating prefill attention scores"));
+    TB_TRY(grow(&c->pf_p, &c->pf_p_bytes, (size_t)H * nq * L * esz, "allocating prefill attention scratch"));
+    CU_TRY(tbc_attn_gather(a, qkv, slot, t0, n, L, (int)ld, c->pf_q, c->pf_k, c->pf_v, c->stream),
+           "prefill attention gather");
+    cudaDataType_t ty = a->kv_f16 ? CUDA_R_16F : CUDA_R_32F;
+    const float one = 1.0f, zero = 0.0f, scale = a->scale;
+    for (int i0 = 0; i0 < n; i0 += nq) {
+        int ni = n - i0 < nq ? n - i0 : nq, Lc = 0;
+        for (int t = t0 + i0; t < t0 + i0 + ni; t++) if (hp[t] + 1 > Lc) Lc = hp[t] + 1;
+        /* column-major: S^T (Lc, ni) = K (hd, Lc)^T Q (hd, ni), per head */
+        const char *q = (const char *)c->pf_q + (size_t)i0 * H * hd * esz;
+        cublasStatus_t bs = cublasGemmStridedBatchedEx(
+            c->blas, CUBLAS_OP_T, CUBLAS_OP_N, Lc, ni, hd, &scale, c->pf_k, ty, hd, (long long)ld * hd, q, ty,
+            H * hd, hd, &zero, c->pf_s, CUDA_R_32F, Lc, (long long)ni * Lc, H, CUBLAS_COMPUTE_32F,
+            CUBLAS_GEMM_DEFAULT);
+        if (bs != CUBLAS_STATUS_SUCCESS)
+            return tb_errorf(TB_ERR_INTERNAL, "cublas: prefill attention scores: %s", blas_status_name(bs));
+        CU_TRY(tbc_attn_softmax(c->pf_s, c->pf_p, a->kv_f16, a->pos + t0 + i0, H, ni, Lc, c->stream),
+               "prefill attention softmax");
+        /* O^T (hd, ni) = V^T (hd, Lc) P^T (Lc, ni), written into out's rows */
+        bs = cublasGemmStridedBatchedEx(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, hd, ni, Lc, &one, c->pf_v, ty, hd,
+                                        (long long)ld * hd, c->pf_p, ty, Lc, (long long)ni * Lc, &zero,
+                                        out + (size_t)(t0 + i0) * H * hd, CUDA_R_32F, H * hd, hd, H,
+                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (bs != CUBLAS_STATUS_SUCCESS)
+            return tb_errorf(TB_ERR_INTERNAL, "cublas: prefill attention output: %s", blas_status_name(bs));
+    }
+    return TB_OK;
+}
+
+static tb_status run_attention(cuda_ctx *c, const tb_node *n, void *const *bufs, const tb_step *st, int T,
+                               int rope_done) {
+    tbc_attn_args a = attn_args_of(c, n, bufs, st, T);
+    a.rope_done = rope_done;
+    if (st->kv_dtype != TB_F16 && st->kv_dtype != TB_F32)
+        return tb_errorf(TB_ERR_UNSUPPORTED, "cuda: KV cache dtype %s", tb_dtype_name(st->kv_dtype));
+    float *qkv = bufs[n->in[0]], *out = bufs[n->out[0]];
+    if (c->prefill_min > 0 && c->mode == RUN_EAGER && T >= c->prefill_min) {
+        /* runs of one sequence long enough for GEMMs; the other tokens take
+         * the attention kernel */
+        const int32_t *hs = c->h_stage + 2 * c->max_tokens;
+        if (!a.rope_done) CU_TRY(tbc_rope_kv(&a, qkv, c->stream), "rope/kv launch");
+        a.rope_done = 1;
+        int t = 0, small = -1;
+        while (t < T) {
+            int u = t + 1;
+            while (u < T && hs[u] == hs[t]) u++;
+            if (u - t >= c->prefill_min) {
+                if (small >= 0) TB_TRY(attn_kernel_range(c, &a, qkv, out, small, t));
+                small = -1;
+                TB_TRY(attention_gemm_run(c, &a, qkv, out, hs[t], t, u - t));
+            } else if (small < 0) {
+                small = t;
+            }
+            t = u;
+        }
+        if (small >= 0) TB_TRY(attn_kernel_range(c, &a, qkv, out, small, T));
+        return TB_OK;
+    }
+    attn_splits(c, &a);
+    CU_TRY(tbc_attention(&a, qkv, out, c->stream), "attention launch");
     return TB_OK;
 }
 
@@ -675,6 +792,11 @@ static void cuda_destroy(tb_backend *b) {
     cudaFree(c->xconv);
     cudaFree(c->partial);
     cudaFree(c->counters);
+    cudaFree(c->pf_q);
+    cudaFree(c->pf_k);
+    cudaFree(c->pf_v);
+    cudaFree(c->pf_s);
+    cudaFree(c->pf_p);
     free(c->fuse_kind);
     cudaFree(c->d_stage);
     if (c->h_stage) cudaFreeHost(c->h_stage);
@@ -761,6 +883,9 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     if (ke && !strcmp(ke, "rowpf")) c->gemv.simt_kind = TBC_SIMT_ROWPF;
     c->fuse_norm = !(ne && !strcmp(ne, "0"));
     c->attn_split_min = se && *se ? atoi(se) : TB_CUDA_DEFAULT_SPLIT_MIN;
+    const char *pge = getenv("TB_CUDA_PREFILL_GEMM");
+    c->prefill_min = pge && *pge ? atoi(pge) : TB_CUDA_DEFAULT_PREFILL_MIN;
+    if (c->prefill_min > 0 && c->prefill_min <= TBC_GEMV_MAX_T) c->prefill_min = TBC_GEMV_MAX_T + 1;
     c->fused_node = c->skip_node = c->norm_node = -1;
     *out = b;
     return TB_OK;

@@ -162,6 +162,24 @@ void tbc_set_pdl(int on);
 int tbc_attention_supports(int hd);
 cudaError_t tbc_attention(const tbc_attn_args *a, float *qkv, float *out,
                           cudaStream_t s);
+/* tbc_attention's first kernel alone: rotate q, k of the T tokens of `a` and
+ * store k, v in the cache. */
+cudaError_t tbc_rope_kv(const tbc_attn_args *a, float *qkv, cudaStream_t s);
+
+/* ---- prefill attention through GEMMs, for a run of n query tokens t0.. of
+ * one sequence (compact slot seq_slot) whose k, v are already in the cache.
+ * The host runs S = scale * Q K^T and O = P V as batched GEMMs over heads.
+ * tbc_attn_gather: qx (n, H, hd) = q of the run's tokens, rounded to the
+ * cache type; kx, vx (H, ld_l, hd) = keys/values 0..L-1 of the sequence,
+ * each KV head repeated for its H / KV query heads, in the cache type.
+ * tbc_attn_softmax: S (H, nq, L) f32 -> P (H, nq, L) (f16 when p16, else
+ * f32), row (h, i) normalised over keys j <= pos[i] and zero after. */
+cudaError_t tbc_attn_gather(const tbc_attn_args *a, const float *qkv,
+                            int seq_slot, int t0, int n, int L, int ld_l,
+                            void *qx, void *kx, void *vx, cudaStream_t s);
+cudaError_t tbc_attn_softmax(const float *S, void *P, int p16,
+                             const int32_t *pos, int H, int nq, int L,
+                             cudaStream_t s);
 
 #ifdef __cplusplus
 }
