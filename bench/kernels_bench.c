@@ -7,12 +7,13 @@
  * >= 256 MiB, so they come from DRAM as in a real decode step, not from L3.
  * GEMM (T = 512, prefill) is reported as GFLOP/s, own kernels vs OpenBLAS.
  *
- * Three more modes: `gemvx` (GEMV variants, below; KB_HUGE=1 backs the
+ * Four more modes: `gemvx` (GEMV variants, below; KB_HUGE=1 backs the
  * weights with transparent huge pages), `small` (stories260K's decode
- * matmuls) and `attn` (stories260K's decode attention).
+ * matmuls), `attn` (stories260K's decode attention) and `batch` (the 134M
+ * model's decode matmuls at T = 1 and T = 8, below).
  *
  * usage: kernels_bench [seconds per measurement, default 0.3]
- *                      [gemv|gemm|gemvx|small|attn]
+ *                      [gemv|gemm|gemvx|small|attn|batch]
  */
 #include "backend/cpu/kernels.h"
 
@@ -267,6 +268,55 @@ static void attn_model(double secs) {
     tb_free_aligned(scratch);
 }
 
+/* The decode matmuls of the f32 134M Llama (12 layers of qkv 768->2304,
+ * o 768->768, gate/up 768->4096, down 2048->768, then the 768->32000 head),
+ * in model order over distinct weights (438 MB, from DRAM as in a real
+ * step), 2 threads: ms per step at T = 1 and T = 8 and the aggregate
+ * tokens/s ratio (`kernels_bench S batch`). Rounds alternate T = 1 and
+ * T = 8 so that load on this shared machine hits both. */
+static void batch_model(double secs) {
+    static const int shp[][2] = {{768, 2304}, {768, 768}, {768, 4096}, {2048, 768}};
+    enum { L = 12, ROUNDS = 7 };
+    size_t per_layer = 0;
+    for (int i = 0; i < 4; i++) per_layer += (size_t)shp[i][0] * shp[i][1];
+    size_t total = per_layer * L + (size_t)768 * 32000;
+    float *w = xalloc(total * sizeof(float));
+    fill_weights(w, TB_F32, total);
+    float *x = xalloc((size_t)8 * 2048 * sizeof(float)), *y = xalloc((size_t)8 * 32000 * sizeof(float));
+    for (int i = 0; i < 8 * 2048; i++) x[i] = (float)(i % 17) * 0.01f - 0.08f;
+    tb_pool *p = NULL;
+    if (tb_pool_create(2, &p) != TB_OK) exit(1);
+    double ms[2][ROUNDS];
+    for (int round = 0; round < ROUNDS; round++)
+        for (int b = 0; b < 2; b++) {
+            int T = b ? 8 : 1;
+            double t0 = tb_now(), t;
+            long n = 0;
+            do {
+                size_t o = 0;
+                for (int l = 0; l < L; l++)
+                    for (int i = 0; i < 4; i++) {
+                        tb_cpu_matmul(p, x, w + o, TB_F32, NULL, y, T, shp[i][0], shp[i][1]);
+                        o += (size_t)shp[i][0] * shp[i][1];
+                    }
+                tb_cpu_matmul(p, x, w + o, TB_F32, NULL, y, T, 768, 32000);
+                n++;
+            } while ((t = tb_now() - t0) < secs / ROUNDS || n < 2);
+            ms[b][round] = t / n * 1e3;
+        }
+    for (int b = 0; b < 2; b++) qsort(ms[b], ROUNDS, sizeof(double), cmp_d);
+    double m1 = ms[0][ROUNDS / 2], m8 = ms[1][ROUNDS / 2];
+    printf("134M decode matmuls, f32, 2 threads, ms per step (median of %d rounds; min, max):\n", ROUNDS);
+    printf("  T=1 %7.2f (%6.2f, %6.2f)  %6.1f GB/s\n", m1, ms[0][0], ms[0][ROUNDS - 1], total * 4.0 / m1 * 1e-6);
+    printf("  T=8 %7.2f (%6.2f, %6.2f)  %6.1f GFLOP/s\n", m8, ms[1][0], ms[1][ROUNDS - 1],
+           2.0 * 8 * total / m8 * 1e-6);
+    printf("  aggregate tokens/s, T=8 / T=1: %.2fx\n", 8.0 * m1 / m8);
+    tb_pool_free(p);
+    tb_free_aligned(w);
+    tb_free_aligned(x);
+    tb_free_aligned(y);
+}
+
 int main(int argc, char **argv) {
     double secs = argc > 1 ? atof(argv[1]) : 0.3;
     const char *only = argc > 2 ? argv[2] : "";
@@ -285,6 +335,10 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < (size_t)512 * 2048; i++) x[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
     if (!strcmp(only, "attn")) {
         attn_model(secs);
+        return 0;
+    }
+    if (!strcmp(only, "batch")) {
+        batch_model(secs);
         return 0;
     }
     if (!strcmp(only, "small")) {

@@ -5,16 +5,16 @@
  * the library still runs on any x86-64; kernels.c only calls this table when
  * tb_cpu_features() reports all three extensions.
  *
- * Matmul has two shapes:
- *   T == 1 (decode): a GEMV streaming 4 rows of w at a time against x held
- *     in L1, two accumulators per row, so it runs at memory bandwidth;
- *   1 < T < 16 (batched decode): a 4x3 register-blocked microkernel
- *     (4 rows of x by 3 rows of w, 12 ymm accumulators, dot-product form
- *     with horizontal sums at the end) reading w in place, blocked over K
- *     so that a 4-row slab of x stays in L1; f16/bf16 panels are converted
- *     once into a per-thread f32 scratch and reused for all T;
- *   T >= 16 (prefill): a 6x16 outer-product microkernel over packed,
- *     transposed f32 panels of w (any weight dtype), no horizontal sums.
+ * Matmul has three regimes:
+ *   T == 1 (decode): a GEMV streaming rows of w against x held in L1, so it
+ *     runs at memory bandwidth;
+ *   1 < T < TB_CPU_GEMM_MIN_T (batched decode): register tiles in
+ *     dot-product form reading w in place (4 rows of x by 3 rows of w below
+ *     12 rows, 3 by 4 above; f32 batches of 5..11 rows walk each 3-row block
+ *     of w in k-blocks so that every tile of x reuses it from L1 while the
+ *     next block streams in), weights converted on the fly;
+ *   T >= TB_CPU_GEMM_MIN_T (prefill): a 6x16 outer-product microkernel over
+ *     packed, transposed f32 panels of w (any weight dtype).
  */
 #include "backend/cpu/kernels.h"
 
@@ -398,9 +398,9 @@ static AVX2_FN void gemm_packed(const float *x, const void *w, tb_dtype wdt, con
 
 /* ---------------------------------------------------------------- small batches (2 <= T < MS_MAX_T)
  * Decode steps of a few sequences are memory-bound like a GEMV: weights
- * stream once, contiguously, two rows at a time, while the few rows of x stay
- * in L1/L2. A 4x2 tile keeps 8 accumulators over the whole of K; weights are
- * converted on the fly, and the next pair of rows is prefetched. */
+ * stream once, contiguously, a few rows at a time, while the few rows of x
+ * stay in L1/L2. Register tiles keep 12 accumulators; weights are converted
+ * on the fly, and the next block of rows is prefetched. */
 #define MS_MAX_T TB_CPU_GEMM_MIN_T /* measured: packing w pays off from ~100 rows */
 
 /* Up to 4 rows of x against 3 rows of w (12 accumulators): best for the few
@@ -553,13 +553,130 @@ AVX2_INLINE void small_mm_dt(const float *x, const void *w, tb_dtype dt, const f
             y[(size_t)t * N + n] = dot_row(x + (size_t)t * K, w, (size_t)n * K, K, dt) + (bias ? bias[n] : 0.0f);
 }
 
-/* 4x2 tiles below 12 rows, 3x4 tiles above (measured crossover). */
+/* f32, 5 <= T < 12: the tiles above make ceil(T/4) passes over each 3-row
+ * block, and only the first waits on DRAM; the later ones ran from L1 with
+ * memory idle, so a batch-8 step cost its memory time plus its FMA time.
+ * Here each block is walked in k-blocks of PAIR_KB_LEN: every 4-row tile of x
+ * runs over the k-block while it is in L1 (accumulators spilled to a small
+ * stack array between k-blocks), and the prefetch of the next block is
+ * spread evenly over all the passes, so DRAM streams throughout the block.
+ * kernels_bench batch (134M decode matmuls from DRAM, 2 threads, ms per
+ * step at T=8, variants in one run): 19.5 before, 15.3 with k-blocks of
+ * 256 (384: 15.4, 512: 15.5, 128: ~16.5; the whole K with only the spread
+ * prefetch: 15.3-16.6 against 14.9-16.1; a 16-k unrolled loop: 15.7).
+ * The prefetch pace matters: the next block done in half the block: 19.3
+ * against 15.5; half a block ahead: 17.9 against 14.7; two blocks: 16.9.
+ * f16/bf16 are bound by conversion at T=8 and gained nothing (f16: 13.0
+ * -> 14.0 ms), nor did T <= 4, one pass already (T=2: 14.6 -> 15.1). */
+#define PAIR_KB_LEN 256
+
+/* 3 rows of w x MR rows of x over k in [k0, k1), accumulators read from
+ * (unless first) and written back to acc (12 x 8 floats). Every 16 k,
+ * npf lines at *pq are prefetched and *pq advances by pfb bytes (NULL: no
+ * prefetch). */
+#define PAIR_KB_ROWS(MR)                                                                    \
+    AVX2_INLINE void pair_kb_tile_##MR(const float *x, int K, const float *w, size_t r0,     \
+                                       int k0, int k1, float *acc, int first,               \
+                                       const char **pq, size_t pfb, int npf) {              \
+        __m256 a00, a01, a02, a10, a11, a12, a20, a21, a22, a30, a31, a32;                  \
+        if (first) {                                                                        \
+            a00 = _mm256_setzero_ps(); a01 = a00; a02 = a00; a10 = a00; a11 = a00;          \
+            a12 = a00; a20 = a00; a21 = a00; a22 = a00; a30 = a00; a31 = a00; a32 = a00;    \
+        } else {                                                                            \
+            a00 = _mm256_load_ps(acc + 0); a01 = _mm256_load_ps(acc + 8);                   \
+            a02 = _mm256_load_ps(acc + 16); a10 = _mm256_load_ps(acc + 24);                 \
+            a11 = _mm256_load_ps(acc + 32); a12 = _mm256_load_ps(acc + 40);                 \
+            a20 = _mm256_load_ps(acc + 48); a21 = _mm256_load_ps(acc + 56);                 \
+            a22 = _mm256_load_ps(acc + 64); a30 = _mm256_load_ps(acc + 72);                 \
+            a31 = _mm256_load_ps(acc + 80); a32 = _mm256_load_ps(acc + 88);                 \
+        }                                                                                   \
+        const float *w0p = w + r0, *w1p = w0p + K, *w2p = w1p + K;                          \
+        const char *q = *pq;                                                                \
+        for (int k = k0; k < k1; k += 8) {                                                  \
+            if (q && ((k - k0) & 15) == 0) {                                                \
+                for (int i = 0; i < npf; i++) _mm_prefetch(q + 64 * i, _MM_HINT_T0);        \
+                q += pfb;                                                                   \
+            }                                                                               \
+            __m256 w0 = _mm256_loadu_ps(w0p + k), w1 = _mm256_loadu_ps(w1p + k);            \
+            __m256 w2 = _mm256_loadu_ps(w2p + k);                                           \
+            PAIR_FMA(0, _mm256_loadu_ps(x + k));                                            \
+            if (MR > 1) PAIR_FMA(1, _mm256_loadu_ps(x + (size_t)K + k));                    \
+            if (MR > 2) PAIR_FMA(2, _mm256_loadu_ps(x + 2 * (size_t)K + k));                \
+            if (MR > 3) PAIR_FMA(3, _mm256_loadu_ps(x + 3 * (size_t)K + k));                \
+        }                                                                                   \
+        *pq = q;                                                                            \
+        _mm256_store_ps(acc + 0, a00); _mm256_store_ps(acc + 8, a01);                       \
+        _mm256_store_ps(acc + 16, a02); _mm256_store_ps(acc + 24, a10);                     \
+        _mm256_store_ps(acc + 32, a11); _mm256_store_ps(acc + 40, a12);                     \
+        _mm256_store_ps(acc + 48, a20); _mm256_store_ps(acc + 56, a21);                     \
+        _mm256_store_ps(acc + 64, a22); _mm256_store_ps(acc + 72, a30);                     \
+        _mm256_store_ps(acc + 80, a31); _mm256_store_ps(acc + 88, a32);                     \
+    }
+PAIR_KB_ROWS(1)
+PAIR_KB_ROWS(2)
+PAIR_KB_ROWS(3)
+PAIR_KB_ROWS(4)
+
+/* y[t, n] = x[t] . w[n] (+ bias[n]) for t < T (<= 12), n in [n0, n1). */
+static AVX2_FN void pair_kb_f32(const float *x, const float *w, const float *bias, float *y, int T, int K, int N,
+                                int n0, int n1) {
+    float acc[3][96] __attribute__((aligned(32))); /* one 12-vector set per 4-row tile of x */
+    int K8 = K & ~7, ntile = (T + 3) / 4;
+    /* The next block (3K floats) is prefetched over the ntile passes of
+     * ceil(K8/16) 16-k steps each: pfb bytes, npf lines a step. A step's
+     * lines start at q, q+64, ...; as pfb <= 64 * npf, consecutive steps
+     * leave no line out. */
+    int nsteps = ntile * ((K8 + 15) / 16);
+    size_t pfb = nsteps ? ((size_t)3 * K * sizeof(float) + (size_t)nsteps - 1) / (size_t)nsteps : 0;
+    int npf = (int)((pfb + 63) / 64);
+    if (K8 == 0) memset(acc, 0, sizeof acc);
+    int n = n0;
+    for (; n + 3 <= n1; n += 3) {
+        size_t r0 = (size_t)n * K;
+        /* rows n+3 .. n+5 are one contiguous run of 3K floats */
+        const char *q = n + 6 <= n1 ? (const char *)(w + r0 + 3 * (size_t)K) : NULL;
+        for (int k0 = 0; k0 < K8; k0 += PAIR_KB_LEN) {
+            int k1 = K8 - k0 < PAIR_KB_LEN ? K8 : k0 + PAIR_KB_LEN;
+            for (int t = 0, i = 0; t < T; t += 4, i++) {
+                const float *xt = x + (size_t)t * K;
+                switch (T - t < 4 ? T - t : 4) { /* a constant row count keeps acc in registers */
+                case 4: pair_kb_tile_4(xt, K, w, r0, k0, k1, acc[i], k0 == 0, &q, pfb, npf); break;
+                case 3: pair_kb_tile_3(xt, K, w, r0, k0, k1, acc[i], k0 == 0, &q, pfb, npf); break;
+                case 2: pair_kb_tile_2(xt, K, w, r0, k0, k1, acc[i], k0 == 0, &q, pfb, npf); break;
+                default: pair_kb_tile_1(xt, K, w, r0, k0, k1, acc[i], k0 == 0, &q, pfb, npf); break;
+                }
+            }
+        }
+        for (int t = 0, i = 0; t < T; t += 4, i++) {
+            const float *a = acc[i];
+            float s[4][4];
+            __m256 z = _mm256_setzero_ps();
+            for (int r = 0; r < 4; r++)
+                _mm_storeu_ps(s[r], hsum4(_mm256_load_ps(a + 24 * r), _mm256_load_ps(a + 24 * r + 8),
+                                          _mm256_load_ps(a + 24 * r + 16), z));
+            for (int r = 0; r < 4 && t + r < T; r++)
+                for (int j = 0; j < 3; j++) {
+                    float v = s[r][j];
+                    for (int kk = K8; kk < K; kk++)
+                        v += x[(size_t)(t + r) * K + kk] * w[r0 + (size_t)j * K + kk];
+                    y[(size_t)(t + r) * N + n + j] = v + (bias ? bias[n + j] : 0.0f);
+                }
+        }
+    }
+    for (; n < n1; n++)
+        for (int t = 0; t < T; t++)
+            y[(size_t)t * N + n] = dot_row(x + (size_t)t * K, w, (size_t)n * K, K, TB_F32) + (bias ? bias[n] : 0.0f);
+}
+
+/* 4x2 tiles below 12 rows, 3x4 tiles above (measured crossover); f32 from
+ * 5 rows on k-blocks (pair_kb_f32). */
 static AVX2_FN void small_mm(const float *x, const void *w, tb_dtype dt, const float *bias, float *y, int T, int K,
                              int N, int n0, int n1) {
     int pair = T < 12;
     switch (dt) {
     case TB_F32:
-        if (pair) pair_mm_dt(x, w, TB_F32, bias, y, T, K, N, n0, n1);
+        if (pair && T >= 5) pair_kb_f32(x, w, bias, y, T, K, N, n0, n1);
+        else if (pair) pair_mm_dt(x, w, TB_F32, bias, y, T, K, N, n0, n1);
         else small_mm_dt(x, w, TB_F32, bias, y, T, K, N, n0, n1);
         return;
     case TB_F16:

@@ -278,6 +278,7 @@ static cudaError_t attn_launch(int epl, dim3 grid, const tbc_attn_args &a, const
     case 6: return tbc_launch(attn_kernel<6, F16>, grid, block, 0, s, a, qkv, out);
     case 7: return tbc_launch(attn_kernel<7, F16>, grid, block, 0, s, a, qkv, out);
     case 8: return tbc_launch(attn_kernel<8, F16>, grid, block, 0, s, a, qkv, out);
+    case 16: return tbc_launch(attn_kernel<16, F16>, grid, block, 0, s, a, qkv, out);
     }
     return cudaErrorInvalidValue;
 }
@@ -291,7 +292,10 @@ extern "C" cudaError_t tbc_attention(const tbc_attn_args *a, float *qkv, float *
         e = tbc_launch(rope_kv_kernel, dim3(a->T), dim3(128), 0, s, *a, qkv);
         if (e != cudaSuccess) return e;
     }
-    int epl = a->hd / group_lanes(a->hd);
+    int S = group_lanes(a->hd);
+    /* fewer lanes per key (more keys in flight per warp) on request */
+    if (a->lanes > 0 && a->lanes < S && S % a->lanes == 0 && a->hd / a->lanes == 16) S = a->lanes;
+    int epl = a->hd / S;
     dim3 grid(a->n_heads, a->T, a->n_splits);
     return a->kv_f16 ? attn_launch<true>(epl, grid, *a, qkv, out, s) : attn_launch<false>(epl, grid, *a, qkv, out, s);
 }

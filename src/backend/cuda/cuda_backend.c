@@ -20,8 +20,11 @@
  * attention runs with rope_done). For steps of T <= 2 on the SIMT GEMV
  * (TB_CUDA_FUSE_NORM=0 turns it off): matmul -> add_rmsnorm -> matmul runs
  * as two kernels, the residual add in the first GEMV's epilogue and the
- * RMSNorm in the second GEMV's prologue (the add_rmsnorm node is skipped),
- * and rmsnorm -> matmul runs as the GEMV alone. With TB_CUDA_PDL=1 (compute capability
+ * RMSNorm in the second GEMV (the add_rmsnorm node is skipped), and
+ * rmsnorm -> matmul runs as the GEMV alone: at load the norm weight is
+ * folded into the matmul's weights (and set to ones), so the GEMV only
+ * scales its dot products by 1 / rms(x), which each warp sums while it
+ * reads x. With TB_CUDA_PDL=1 (compute capability
  * 9.0+), every kernel of a captured step that follows another of ours is
  * launched with programmatic dependent launch; off by default, since on an
  * H200 it made the 7B decode slower (docs/GPU.md).
@@ -39,6 +42,9 @@
 #define TB_CUDA_DEFAULT_SPLIT_MIN 0
 #define MAX_GRAPHS 64
 #define TB_CUDA_DEFAULT_PREFILL_MIN 32
+/* 8 lanes per key (4 keys per warp at once) where hd = 128: measured faster
+ * than one key per warp on the 7B decode (docs/GPU.md) */
+#define TB_CUDA_DEFAULT_ATTN_LANES 8
 /* scores of one pass of prefill attention (H x query rows x keys, f32) */
 #define PREFILL_S_BYTES ((size_t)64 << 20)
 
@@ -89,6 +95,7 @@ typedef struct {
     tbc_gemv_opts gemv;       /* SIMT/mma cut and SIMT kernel (TB_CUDA_SIMT)    */
     int fuse_norm;            /* RMSNorm / residual add into the GEMVs          */
     int attn_split_min;       /* keys per attention split at least (0: off)     */
+    int attn_lanes;           /* lanes per key in decode attention (0: default) */
     int prev_kernel;          /* the stream's last operation is one of ours     */
     int *counters;            /* attention split merge counters (zeroed)        */
     size_t n_counters;
@@ -96,7 +103,7 @@ typedef struct {
     int fused_node;           /* node whose work the last GEMV did (or -1)      */
     int skip_node;            /* add_rmsnorm / rmsnorm done by the GEMVs (-1)   */
     int norm_node;            /* matmul that norms its x in the prologue (-1)   */
-    const float *norm_x, *norm_w;
+    const float *norm_x;
     float norm_eps;
     /* prefill attention through GEMMs: a run of >= prefill_min tokens of one
      * sequence in a step (TB_CUDA_PREFILL_GEMM=n; 0 turns it off). Scratch,
@@ -280,6 +287,29 @@ static tb_status cuda_load_weights(tb_backend *b, const tb_graph *g, void **bufs
             if (N % 2 == 0) c->fuse_kind[k] = FUSE_GLU;
         }
     }
+    /* RMSNorm -> matmul pairs fused above: fold the norm weight into the
+     * matmul's weights (each weight read by that node alone), so the GEMV
+     * only scales by 1 / rms(x); pairs that cannot be folded are not fused */
+    for (int k = 0; k + 1 < g->n_nodes; k++) {
+        int nk = -1, mk = -1, wi = -1;
+        if (c->fuse_kind[k] & FUSE_NORM) { nk = k; mk = k + 1; wi = 1; }
+        else if (c->fuse_kind[k] & FUSE_ADDNORM) { nk = k + 1; mk = k + 2; wi = 2; }
+        if (nk < 0) continue;
+        const tb_node *nn = &g->nodes[nk], *mm = &g->nodes[mk];
+        const tb_value *nwv = &g->values[nn->in[wi]], *wv = &g->values[mm->in[1]];
+        tbc_dtype wdt;
+        int ok = c->fuse && c->fuse_norm && nwv->kind == TB_VAL_WEIGHT && wv->kind == TB_VAL_WEIGHT &&
+                 nwv->dtype == TB_F32 && uses[nn->in[wi]] == 1 && uses[mm->in[1]] == 1 && tbc_of(wv->dtype, &wdt) &&
+                 wv->rank == 2 && nwv->dims[0] == wv->dims[1];
+        if (ok) {
+            CU_TRY(tbc_fold_norm(bufs[mm->in[1]], wdt, (int)wv->dims[0], (int)wv->dims[1], bufs[nn->in[wi]],
+                                 c->stream),
+                   "folding an RMSNorm weight");
+        } else {
+            c->fuse_kind[k] &= (uint8_t) ~(FUSE_NORM | FUSE_ADDNORM);
+        }
+    }
+    CU_TRY(cudaStreamSynchronize(c->stream), "folding RMSNorm weights");
     free(uses);
     c->fused_node = -1;
     const tb_value *ov = &g->values[g->output];
@@ -443,7 +473,7 @@ static tbc_attn_args attn_args_of(cuda_ctx *c, const tb_node *n, void *const *bu
         .pos = st->pos, .seq = st->seq, .block_tables = st->block_tables, .max_blocks = st->max_blocks,
         .block_size = st->block_size, .k_cache = st->k_cache[n->i[0]], .v_cache = st->v_cache[n->i[0]],
         .kv_f16 = st->kv_dtype == TB_F16, .inv_freq = bufs[n->in[1]], .n_splits = 1, .partial = c->partial,
-        .counters = c->counters, .rope_done = 0, .split_min = c->attn_split_min,
+        .counters = c->counters, .rope_done = 0, .split_min = c->attn_split_min, .lanes = c->attn_lanes,
     };
     return a;
 }
@@ -461,9 +491,9 @@ static int norm_into_ok(cuda_ctx *c, const tb_graph *g, int mm, void *const *buf
     const tb_value *wv = &g->values[m->in[1]];
     tbc_dtype wdt;
     int K = (int)wv->dims[1], N = (int)wv->dims[0];
+    (void)nw; /* folded into the matmul's weights at load */
     if (!c->fuse || !c->fuse_norm || T > 2 || !tbc_of(wv->dtype, &wdt) || K % 8 ||
-        (size_t)T * (size_t)K > TBC_GEMV_NORM_MAX_TK || !tbc_gemv_is_simt(wdt, T, K, &c->gemv) ||
-        (((uintptr_t)xb | (uintptr_t)nw | (uintptr_t)bufs[m->in[1]]) & 15))
+        !tbc_gemv_is_simt(wdt, T, K, &c->gemv) || (((uintptr_t)xb | (uintptr_t)bufs[m->in[1]]) & 15))
         return 0;
     return !overlaps(bufs[m->out[0]], sizeof(float) * (size_t)T * (size_t)N, xb, sizeof(float) * (size_t)T * K);
 }
@@ -500,7 +530,7 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
         if (c->norm_node == k) {
             /* the skipped (add_)rmsnorm: norm x in the prologue */
             x = c->norm_x;
-            epi.norm_w = c->norm_w;
+            epi.norm = 1;
             epi.norm_eps = c->norm_eps;
             c->norm_node = -1;
         }
@@ -524,7 +554,6 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
             c->skip_node = k + 1;
             c->norm_node = k + 2;
             c->norm_x = bufs[an->out[0]];
-            c->norm_w = bufs[an->in[2]];
             c->norm_eps = an->f[0];
         }
         CU_TRY(tbc_gemv_ex(x, w, wdt, bias, y, T, K, N, &epi, &c->gemv, c->stream), "gemv launch");
@@ -715,7 +744,6 @@ static tb_status run_node_eager(cuda_ctx *c, const tb_graph *g, const tb_node *n
         norm_into_ok(c, g, k + 1, bufs, T, bufs[n->in[0]], bufs[n->in[1]])) {
         c->norm_node = k + 1;
         c->norm_x = bufs[n->in[0]];
-        c->norm_w = bufs[n->in[1]];
         c->norm_eps = n->f[0];
         return TB_OK;
     }
@@ -881,8 +909,11 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     if (ke && !strcmp(ke, "row")) c->gemv.simt_kind = TBC_SIMT_ROW;
     if (ke && !strcmp(ke, "row4")) c->gemv.simt_kind = TBC_SIMT_ROW4;
     if (ke && !strcmp(ke, "rowpf")) c->gemv.simt_kind = TBC_SIMT_ROWPF;
+    if (ke && !strcmp(ke, "row8")) c->gemv.simt_kind = TBC_SIMT_ROW8;
     c->fuse_norm = !(ne && !strcmp(ne, "0"));
     c->attn_split_min = se && *se ? atoi(se) : TB_CUDA_DEFAULT_SPLIT_MIN;
+    const char *ale = getenv("TB_CUDA_ATTN_LANES");
+    c->attn_lanes = ale && *ale ? atoi(ale) : TB_CUDA_DEFAULT_ATTN_LANES;
     const char *pge = getenv("TB_CUDA_PREFILL_GEMM");
     c->prefill_min = pge && *pge ? atoi(pge) : TB_CUDA_DEFAULT_PREFILL_MIN;
     if (c->prefill_min > 0 && c->prefill_min <= TBC_GEMV_MAX_T) c->prefill_min = TBC_GEMV_MAX_T + 1;

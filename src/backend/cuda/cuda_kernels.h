@@ -93,6 +93,10 @@ typedef struct {
      * n_splits splits (the others return at once), so a short context is
      * not cut into tiny ranges; 0: always n_splits */
     int split_min;
+    /* lanes that share one key: 0 = the largest power of two dividing hd,
+     * at most 32 (one key per warp for hd >= 32); a smaller power of two
+     * with hd / lanes == 16 makes each warp score 32 / lanes keys at once */
+    int lanes;
 } tbc_attn_args;
 
 /* ---- decode matmul: y[t,n] = sum_k x[t,k] w[n,k] (+ bias[n]) for T <= 8.
@@ -115,29 +119,37 @@ cudaError_t tbc_gemv(const float *x, const void *w, tbc_dtype wdt,
  *   TBC_EPI_ADD    y is not written; res_out (T, N) = res + x w^T (+ bias)
  *                  (the residual add of tbc_add_rmsnorm); res_out may alias
  *                  res; T <= 2
- * norm_w set (T <= 2, K % 8 == 0, 16-byte aligned x, T * K <= 10240): the
- * GEMV multiplies rmsnorm(x) * norm_w (eps norm_eps) instead of x, as
- * tbc_rmsnorm followed by the GEMV would, each block computing the norm. */
+ * norm set (T <= 2, K % 8 == 0, 16-byte aligned x): y = (x w^T) / rms(x),
+ * rms(x) = sqrt(mean(x^2) + norm_eps) per token, bias added after: with the
+ * RMSNorm weight folded into w (tbc_fold_norm), what tbc_rmsnorm followed by
+ * the GEMV computes, with no extra pass over x. */
 enum { TBC_EPI_PLAIN = 0, TBC_EPI_GLU = 1, TBC_EPI_ROPE = 2, TBC_EPI_ADD = 3 };
 #define TBC_GEMV_SIMT_MAX_T 2
-#define TBC_GEMV_NORM_MAX_TK 10240
 typedef struct {
     int mode;
     float *glu;
     tbc_attn_args attn;
     const float *res;
     float *res_out;
-    const float *norm_w;
+    int norm;
     float norm_eps;
 } tbc_gemv_epi;
+
+/* Folds an RMSNorm weight into the matmul that reads the norm's output:
+ * w (N, K) of type wdt <- w[n, k] * nw[k], then nw (K) <- 1, so the norm
+ * node and any matmul path give the same result as before. */
+cudaError_t tbc_fold_norm(void *w, tbc_dtype wdt, int N, int K, float *nw,
+                          cudaStream_t s);
 /* SIMT kernel for f16/bf16 steps of T <= 2 tokens:
  *   TBC_SIMT_PAIR   one warp per row pair, 4 warps per block
  *   TBC_SIMT_ROW    one warp per row, 8 warps (4 pairs) per block
  *   TBC_SIMT_ROW4   one warp per row, 4 warps (2 pairs) per block
  *   TBC_SIMT_ROWPF  as ROW, weight loads with the L2 256-byte prefetch hint
  *                   and no L1 allocation
+ *   TBC_SIMT_ROW8   as ROW with eight 16-byte loads per lane in flight
+ *                   (ROW: four)
  * f32 weights and T > 2 always take the pair kernel. */
-enum { TBC_SIMT_PAIR = 0, TBC_SIMT_ROW = 1, TBC_SIMT_ROW4 = 2, TBC_SIMT_ROWPF = 3 };
+enum { TBC_SIMT_PAIR = 0, TBC_SIMT_ROW = 1, TBC_SIMT_ROW4 = 2, TBC_SIMT_ROWPF = 3, TBC_SIMT_ROW8 = 4 };
 typedef struct {
     int simt_max_t; /* f16/bf16: SIMT up to this T, tensor cores above */
     int simt_kind;  /* TBC_SIMT_* */
@@ -147,7 +159,7 @@ cudaError_t tbc_gemv_ex(const float *x, const void *w, tbc_dtype wdt,
                         const tbc_gemv_epi *epi, const tbc_gemv_opts *opts,
                         cudaStream_t s);
 /* 1 when tbc_gemv_ex with these arguments takes a SIMT kernel (the ones that
- * implement TBC_EPI_ADD and norm_w). */
+ * implement TBC_EPI_ADD and norm). */
 int tbc_gemv_is_simt(tbc_dtype wdt, int T, int K, const tbc_gemv_opts *opts);
 
 /* Programmatic dependent launch (compute capability 9.0+): while on, the

@@ -4,7 +4,7 @@
  * Rows are computed in pairs so that an epilogue can fuse the op that follows
  * the matmul (see "epilogues": SiLU-gated product, RoPE + KV-cache write,
  * residual add), and the RMSNorm in front of it can run in the prologue
- * (norm_stage). SIMT kernels: gemv_row_kernel (f16/bf16, T <= 2: one warp
+ * (inline RMSNorm). SIMT kernels: gemv_row_kernel (f16/bf16, T <= 2: one warp
  * per row, the two warps of a pair meet in shared memory for the epilogue)
  * and gemv_pair_kernel (one warp per row pair); each lane streams
  * 16-byte vectors of both rows (8 f16/bf16 or 4 f32 weights), four per row
@@ -132,65 +132,34 @@ __device__ __forceinline__ void epi_store(const tbc_gemv_epi &e, float *__restri
     }
 }
 
-/* ---------------------------------------------------------------- prologue
- * RMSNorm of x in front of the GEMV: every block sums the squares of its
- * tokens' rows (x is small and sits in L2), then stores
- * round_to_w(x * inv * norm_w) for all TT tokens in shared memory xs
- * (TT * K floats), which the main loop reads instead of x. K % 4 == 0,
- * x 16-byte aligned. Every thread of the block must call it. */
-template <int WDT, int TT>
-__device__ __forceinline__ void norm_stage(const float *__restrict__ x, const float *__restrict__ nw, float eps, int K,
-                                           float *xs) {
-    __shared__ float red[TT][32];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
-    float ss[TT];
-#pragma unroll
-    for (int t = 0; t < TT; t++) {
-        const float4 *xp = reinterpret_cast<const float4 *>(x + (size_t)t * K);
-        float acc = 0.0f;
-        for (int k = threadIdx.x; k < K / 4; k += blockDim.x) {
-            float4 v = __ldg(xp + k);
-            acc += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-        }
-        ss[t] = tbc_warp_sum(acc);
-        if (lane == 0) red[t][warp] = ss[t];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int t = 0; t < TT; t++) {
-        float tot = 0.0f;
-        for (int i = 0; i < nwarps; i++) tot += red[t][i];
-        float inv = 1.0f / sqrtf(tot / (float)K + eps);
-        const float4 *xp = reinterpret_cast<const float4 *>(x + (size_t)t * K);
-        const float4 *wp = reinterpret_cast<const float4 *>(nw);
-        float4 *o = reinterpret_cast<float4 *>(xs + (size_t)t * K);
-        for (int k = threadIdx.x; k < K / 4; k += blockDim.x) {
-            float4 v = __ldg(xp + k), g = __ldg(wp + k), r;
-            r.x = round_to_w<WDT>(v.x * inv * g.x);
-            r.y = round_to_w<WDT>(v.y * inv * g.y);
-            r.z = round_to_w<WDT>(v.z * inv * g.z);
-            r.w = round_to_w<WDT>(v.w * inv * g.w);
-            o[k] = r;
-        }
-    }
-    __syncthreads();
-}
+/* ---------------------------------------------------------------- inline RMSNorm
+ * RMSNorm of x in front of the GEMV (NORM): the norm weight has been folded
+ * into w at load (w[n, k] * norm_w[k]), so y = x w^T / rms(x) with
+ * rms(x) = sqrt(mean(x^2) + eps): every warp reads all of x for its dot
+ * product anyway, so it also sums x^2 and scales its result at the end. x
+ * is used unrounded there (the raw residual may exceed the f16 range). */
 
-/* 8 (f16/bf16) or 4 (f32) values of token t's x at k0: from shared memory
- * already rounded (XS), or from global memory rounded here. */
-template <int WDT, bool XS>
-__device__ __forceinline__ void load_x(const float *__restrict__ x, size_t off, float *xf) {
+/* 8 (f16/bf16) or 4 (f32) values of token t's x at k0, rounded to the
+ * weight type (or raw, and their squares summed into ss, with NORM). */
+template <int WDT, bool NORM>
+__device__ __forceinline__ void load_x(const float *__restrict__ x, size_t off, float *xf, float &ss) {
     constexpr int VEC = WDT == TBC_F32 ? 4 : 8;
     const float4 *xp = reinterpret_cast<const float4 *>(x + off);
 #pragma unroll
     for (int q = 0; q < VEC / 4; q++) {
-        float4 a = XS ? xp[q] : __ldg(xp + q);
+        float4 a = __ldg(xp + q);
         xf[4 * q] = a.x; xf[4 * q + 1] = a.y; xf[4 * q + 2] = a.z; xf[4 * q + 3] = a.w;
     }
-    if (!XS) {
 #pragma unroll
-        for (int e = 0; e < VEC; e++) xf[e] = round_to_w<WDT>(xf[e]);
+    for (int e = 0; e < VEC; e++) {
+        if (NORM) ss = fmaf(xf[e], xf[e], ss);
+        else xf[e] = round_to_w<WDT>(xf[e]);
     }
+}
+
+/* The warp's sums of x^2 (per token) -> the factor 1 / rms(x). */
+__device__ __forceinline__ float inv_rms(float ss, int K, float eps) {
+    return rsqrtf(tbc_warp_sum(ss) / (float)K + eps);
 }
 
 /* 16 bytes of weights: read-only path, or (PF) no L1 allocation and a
@@ -211,9 +180,9 @@ __device__ __forceinline__ uint4 load_w(const uint4 *p) {
  * with every token's x (read once for the two rows, through L1). */
 #define GEMV_WARPS 4
 
-template <int WDT, int TT, bool XS>
+template <int WDT, int TT, bool NORM>
 __device__ __forceinline__ void accum2(const float *__restrict__ x, int K, int k0, const uint4 &ua, const uint4 &ub,
-                                       float *aa, float *ab) {
+                                       float *aa, float *ab, float *ss) {
     constexpr int VEC = WDT == TBC_F32 ? 4 : 8;
     float wa[VEC], wb[VEC];
     unpack16<WDT>(ua, wa);
@@ -221,7 +190,7 @@ __device__ __forceinline__ void accum2(const float *__restrict__ x, int K, int k
 #pragma unroll
     for (int t = 0; t < TT; t++) {
         float xf[VEC];
-        load_x<WDT, XS>(x, (size_t)t * K + k0, xf);
+        load_x<WDT, NORM>(x, (size_t)t * K + k0, xf, ss[t]);
         float sa = aa[t], sb = ab[t];
 #pragma unroll
         for (int e = 0; e < VEC; e++) {
@@ -234,26 +203,25 @@ __device__ __forceinline__ void accum2(const float *__restrict__ x, int K, int k
 }
 
 /* VECLOAD: 16-byte loads (K a multiple of the vector, 16-byte aligned rows);
- * otherwise one element per lane per step. NORM (VECLOAD only): x is
- * normed in the prologue (norm_stage; dynamic shared memory TT * K floats). */
+ * otherwise one element per lane per step. NORM (VECLOAD only): the
+ * inline RMSNorm above. */
 template <int WDT, int TT, int MODE, bool VECLOAD, bool NORM>
 __global__ void __launch_bounds__(GEMV_WARPS * 32)
 gemv_pair_kernel(const float *__restrict__ x, const void *__restrict__ w, const float *__restrict__ bias,
                  float *__restrict__ y, int K, int N, tbc_gemv_epi e) {
-    extern __shared__ float4 xs_dyn[];
     constexpr int VEC = WDT == TBC_F32 ? 4 : 8;
     constexpr int ES = WDT == TBC_F32 ? 4 : 2;
     const int lane = threadIdx.x & 31;
     const int P = blockIdx.x * GEMV_WARPS + (threadIdx.x >> 5);
     const bool valid = P < pair_count<MODE>(e, N);
-    if (!NORM && !valid) return;
+    if (!valid) return;
     int ra = 0, rb = 0;
     if (valid) pair_rows<MODE>(e, N, P, ra, rb);
     const bool okb = rb < N;
     const int rbl = okb ? rb : ra;
-    float aa[TT], ab[TT];
+    float aa[TT], ab[TT], ss[TT];
 #pragma unroll
-    for (int t = 0; t < TT; t++) aa[t] = ab[t] = 0.0f;
+    for (int t = 0; t < TT; t++) aa[t] = ab[t] = ss[t] = 0.0f;
     if (VECLOAD) {
         const uint4 *wa = reinterpret_cast<const uint4 *>(static_cast<const char *>(w) + (size_t)ra * K * ES);
         const uint4 *wb = reinterpret_cast<const uint4 *>(static_cast<const char *>(w) + (size_t)rbl * K * ES);
@@ -265,21 +233,16 @@ gemv_pair_kernel(const float *__restrict__ x, const void *__restrict__ w, const 
         }
         tbc_pdl_wait();
         const float *xp = x;
-        if (NORM) {
-            norm_stage<WDT, TT>(x, e.norm_w, e.norm_eps, K, reinterpret_cast<float *>(xs_dyn));
-            xp = reinterpret_cast<const float *>(xs_dyn);
-            if (!valid) return;
-        }
         int v = lane;
         for (; v + 96 < nv; v += 128) {
             uint4 a0 = __ldg(wa + v), a1 = __ldg(wa + v + 32), a2 = __ldg(wa + v + 64), a3 = __ldg(wa + v + 96);
             uint4 b0 = __ldg(wb + v), b1 = __ldg(wb + v + 32), b2 = __ldg(wb + v + 64), b3 = __ldg(wb + v + 96);
-            accum2<WDT, TT, NORM>(xp, K, v * VEC, a0, b0, aa, ab);
-            accum2<WDT, TT, NORM>(xp, K, (v + 32) * VEC, a1, b1, aa, ab);
-            accum2<WDT, TT, NORM>(xp, K, (v + 64) * VEC, a2, b2, aa, ab);
-            accum2<WDT, TT, NORM>(xp, K, (v + 96) * VEC, a3, b3, aa, ab);
+            accum2<WDT, TT, NORM>(xp, K, v * VEC, a0, b0, aa, ab, ss);
+            accum2<WDT, TT, NORM>(xp, K, (v + 32) * VEC, a1, b1, aa, ab, ss);
+            accum2<WDT, TT, NORM>(xp, K, (v + 64) * VEC, a2, b2, aa, ab, ss);
+            accum2<WDT, TT, NORM>(xp, K, (v + 96) * VEC, a3, b3, aa, ab, ss);
         }
-        for (; v < nv; v += 32) accum2<WDT, TT, NORM>(xp, K, v * VEC, __ldg(wa + v), __ldg(wb + v), aa, ab);
+        for (; v < nv; v += 32) accum2<WDT, TT, NORM>(xp, K, v * VEC, __ldg(wa + v), __ldg(wb + v), aa, ab, ss);
     } else {
         tbc_pdl_wait();
         const size_t ba = (size_t)ra * K, bb = (size_t)rbl * K;
@@ -296,8 +259,9 @@ gemv_pair_kernel(const float *__restrict__ x, const void *__restrict__ w, const 
     tbc_pdl_trigger();
 #pragma unroll
     for (int t = 0; t < TT; t++) {
-        aa[t] = tbc_warp_sum(aa[t]);
-        ab[t] = tbc_warp_sum(ab[t]);
+        float f = NORM ? inv_rms(ss[t], K, e.norm_eps) : 1.0f;
+        aa[t] = tbc_warp_sum(aa[t]) * f;
+        ab[t] = tbc_warp_sum(ab[t]) * f;
     }
     if (lane == 0) {
         float bia = bias ? bias[ra] : 0.0f, bib = bias && okb ? bias[rb] : 0.0f;
@@ -311,14 +275,15 @@ gemv_pair_kernel(const float *__restrict__ x, const void *__restrict__ w, const 
  * (RW / 2 pairs); warp 2i streams row ra of pair i and warp 2i + 1 row rb,
  * four 16-byte vectors per lane in flight. The two sums meet in shared
  * memory and lane 0 of the even warp runs the epilogue. */
-template <int WDT, int TT, bool XS>
-__device__ __forceinline__ void accum1(const float *__restrict__ x, int K, int k0, const uint4 &u, float *acc) {
+template <int WDT, int TT, bool NORM>
+__device__ __forceinline__ void accum1(const float *__restrict__ x, int K, int k0, const uint4 &u, float *acc,
+                                       float *ss) {
     float wf[8];
     unpack16<WDT>(u, wf);
 #pragma unroll
     for (int t = 0; t < TT; t++) {
         float xf[8];
-        load_x<WDT, XS>(x, (size_t)t * K + k0, xf);
+        load_x<WDT, NORM>(x, (size_t)t * K + k0, xf, ss[t]);
         float s = acc[t];
 #pragma unroll
         for (int e = 0; e < 8; e++) s = fmaf(xf[e], wf[e], s);
@@ -326,11 +291,10 @@ __device__ __forceinline__ void accum1(const float *__restrict__ x, int K, int k
     }
 }
 
-template <int WDT, int TT, int MODE, int RW, bool NORM, bool PF>
+template <int WDT, int TT, int MODE, int RW, bool NORM, bool PF, int U>
 __global__ void __launch_bounds__(RW * 32)
 gemv_row_kernel(const float *__restrict__ x, const void *__restrict__ w, const float *__restrict__ bias,
                 float *__restrict__ y, int K, int N, tbc_gemv_epi e) {
-    extern __shared__ float4 xs_dyn[];
     __shared__ float sums[RW][TT];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, side = warp & 1;
     const int P = blockIdx.x * (RW / 2) + (warp >> 1);
@@ -344,29 +308,26 @@ gemv_row_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
     const int nv = K / 8;
     tbc_pdl_wait();
     const float *xp = x;
-    if (NORM) {
-        norm_stage<WDT, TT>(x, e.norm_w, e.norm_eps, K, reinterpret_cast<float *>(xs_dyn));
-        xp = reinterpret_cast<const float *>(xs_dyn);
-    }
-    float acc[TT];
+    float acc[TT], ss[TT];
 #pragma unroll
-    for (int t = 0; t < TT; t++) acc[t] = 0.0f;
+    for (int t = 0; t < TT; t++) acc[t] = ss[t] = 0.0f;
     if (active) {
-        int v = lane;
-        for (; v + 96 < nv; v += 128) {
-            uint4 u0 = load_w<PF>(wr + v), u1 = load_w<PF>(wr + v + 32), u2 = load_w<PF>(wr + v + 64),
-                  u3 = load_w<PF>(wr + v + 96);
-            accum1<WDT, TT, NORM>(xp, K, v * 8, u0, acc);
-            accum1<WDT, TT, NORM>(xp, K, (v + 32) * 8, u1, acc);
-            accum1<WDT, TT, NORM>(xp, K, (v + 64) * 8, u2, acc);
-            accum1<WDT, TT, NORM>(xp, K, (v + 96) * 8, u3, acc);
+        /* U vectors per lane in flight; the last round is predicated rather
+         * than a loop of single loads (K = 11008 leaves 96 vectors over) */
+        for (int v0 = lane; v0 < nv; v0 += 32 * U) {
+            uint4 u[U];
+#pragma unroll
+            for (int i = 0; i < U; i++) u[i] = v0 + 32 * i < nv ? load_w<PF>(wr + v0 + 32 * i) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int i = 0; i < U; i++)
+                if (v0 + 32 * i < nv) accum1<WDT, TT, NORM>(xp, K, (v0 + 32 * i) * 8, u[i], acc, ss);
         }
-        for (; v < nv; v += 32) accum1<WDT, TT, NORM>(xp, K, v * 8, load_w<PF>(wr + v), acc);
     }
     tbc_pdl_trigger();
 #pragma unroll
     for (int t = 0; t < TT; t++) {
         float s = tbc_warp_sum(acc[t]);
+        if (NORM) s *= inv_rms(ss[t], K, e.norm_eps);
         if (lane == 0) sums[warp][t] = s;
     }
     __syncthreads();
@@ -529,9 +490,7 @@ static cudaError_t pair_launch_t(const float *x, const void *w, const float *bia
     } else {
         int pairs = MODE == TBC_EPI_PLAIN || MODE == TBC_EPI_ADD ? (N + 1) / 2 : N / 2;
         dim3 grid((pairs + GEMV_WARPS - 1) / GEMV_WARPS), block(GEMV_WARPS * 32);
-        size_t smem = NORM ? (size_t)TT * K * sizeof(float) : 0;
-        return tbc_launch(gemv_pair_kernel<WDT, TT, MODE, VECLOAD, NORM>, grid, block, smem, s, x, w, bias, y, K, N,
-                          e);
+        return tbc_launch(gemv_pair_kernel<WDT, TT, MODE, VECLOAD, NORM>, grid, block, 0, s, x, w, bias, y, K, N, e);
     }
 }
 
@@ -551,15 +510,14 @@ static cudaError_t pair_launch(const float *x, const void *w, const float *bias,
     }
 }
 
-template <int WDT, int TT, int MODE, int RW, bool PF>
+template <int WDT, int TT, int MODE, int RW, bool PF, int U = 4>
 static cudaError_t row_launch_t(const float *x, const void *w, const float *bias, float *y, int K, int N,
                                 const tbc_gemv_epi &e, cudaStream_t s) {
     int pairs = MODE == TBC_EPI_PLAIN || MODE == TBC_EPI_ADD ? (N + 1) / 2 : N / 2;
     dim3 grid((pairs + RW / 2 - 1) / (RW / 2)), block(RW * 32);
-    if (e.norm_w)
-        return tbc_launch(gemv_row_kernel<WDT, TT, MODE, RW, true, PF>, grid, block, (size_t)TT * K * sizeof(float),
-                          s, x, w, bias, y, K, N, e);
-    return tbc_launch(gemv_row_kernel<WDT, TT, MODE, RW, false, PF>, grid, block, 0, s, x, w, bias, y, K, N, e);
+    if (e.norm)
+        return tbc_launch(gemv_row_kernel<WDT, TT, MODE, RW, true, PF, U>, grid, block, 0, s, x, w, bias, y, K, N, e);
+    return tbc_launch(gemv_row_kernel<WDT, TT, MODE, RW, false, PF, U>, grid, block, 0, s, x, w, bias, y, K, N, e);
 }
 
 template <int WDT, int MODE>
@@ -568,10 +526,12 @@ static cudaError_t row_launch(const float *x, const void *w, const float *bias, 
     if (T == 1) {
         if (kind == TBC_SIMT_ROW4) return row_launch_t<WDT, 1, MODE, 4, false>(x, w, bias, y, K, N, e, s);
         if (kind == TBC_SIMT_ROWPF) return row_launch_t<WDT, 1, MODE, 8, true>(x, w, bias, y, K, N, e, s);
+        if (kind == TBC_SIMT_ROW8) return row_launch_t<WDT, 1, MODE, 8, false, 8>(x, w, bias, y, K, N, e, s);
         return row_launch_t<WDT, 1, MODE, 8, false>(x, w, bias, y, K, N, e, s);
     }
     if (kind == TBC_SIMT_ROW4) return row_launch_t<WDT, 2, MODE, 4, false>(x, w, bias, y, K, N, e, s);
     if (kind == TBC_SIMT_ROWPF) return row_launch_t<WDT, 2, MODE, 8, true>(x, w, bias, y, K, N, e, s);
+    if (kind == TBC_SIMT_ROW8) return row_launch_t<WDT, 2, MODE, 8, false, 8>(x, w, bias, y, K, N, e, s);
     return row_launch_t<WDT, 2, MODE, 8, false>(x, w, bias, y, K, N, e, s);
 }
 
@@ -584,9 +544,8 @@ static cudaError_t gemv_launch(const float *x, const void *w, const float *bias,
                                const tbc_gemv_epi &e, const tbc_gemv_opts &o, cudaStream_t s) {
     constexpr int VEC = WDT == TBC_F32 ? 4 : 8;
     int aligned = K % VEC == 0 && (((uintptr_t)x | (uintptr_t)w) & 15) == 0;
-    const bool norm = e.norm_w != NULL;
-    if (norm && (!aligned || K % 8 || T > 2 || (size_t)T * K > TBC_GEMV_NORM_MAX_TK || ((uintptr_t)e.norm_w & 15)))
-        return cudaErrorInvalidValue;
+    const bool norm = e.norm != 0;
+    if (norm && (!aligned || K % 8 || T > 2)) return cudaErrorInvalidValue;
     if constexpr (MODE != TBC_EPI_ADD && WDT != TBC_F32) {
         if (!norm && takes_mma((tbc_dtype)WDT, T, K, aligned, o.simt_max_t)) {
             int blocks = MODE == TBC_EPI_PLAIN ? (N + 15) / 16 : (N / 2 + 7) / 8;
