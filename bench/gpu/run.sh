@@ -142,7 +142,7 @@ case_run "llama3-rope-f32-f16-long" "$W/ckpt/llama3-rope-f32" f16 2e-2 300
 row "logits vs reference" "$pass passed, $fail failed"
 pass=0; fail=0
 for v in "TB_CUDA_SIMT=pair" "TB_CUDA_SIMT=row4" "TB_CUDA_SIMT=rowpf TB_CUDA_ATTN_SPLIT_MIN=0" \
-         "TB_CUDA_FUSE_NORM=0 TB_CUDA_GEMV=mma" "TB_CUDA_PDL=1" "TB_CUDA_PREFILL_GEMM=0" "TB_CUDA_ATTN_LANES=0" "TB_CUDA_SIMT=row8"; do
+         "TB_CUDA_FUSE_NORM=0 TB_CUDA_GEMV=mma" "TB_CUDA_PDL=1" "TB_CUDA_PREFILL_GEMM=0" "TB_CUDA_ATTN_LANES=0" "TB_CUDA_GEMV=mma" "TB_CUDA_PDL=0"; do
     case_rerun qwen2-f32-f16 $v
     case_rerun llama-gqa-bf16-bf16 $v
     case_rerun llama3-rope-f32-f16-long $v
@@ -233,7 +233,7 @@ bench_shape() {
 # prefill attention by the kernel instead of GEMMs, the pair SIMT GEMV,
 # the norm/residual fusion off, all fusion off (the row kernels, split
 # sizes and PDL were measured in earlier runs: docs/GPU.md)
-VARIANTS=("TB_CUDA_PREFILL_GEMM=0" "TB_CUDA_FUSE_NORM=0" "TB_CUDA_ATTN_LANES=0" "TB_CUDA_SIMT=row8" "TB_CUDA_PDL=1" "TB_CUDA_SIMT=pair TB_CUDA_FUSE=0")
+VARIANTS=("TB_CUDA_PREFILL_GEMM=0" "TB_CUDA_FUSE_NORM=0" "TB_CUDA_PDL=0" "TB_CUDA_PDL=1" "TB_CUDA_SIMT=pair TB_CUDA_FUSE=0 TB_CUDA_PDL=0")
 if [ -n "${TB_SKIP_TIMING:-}" ]; then row timing skipped; else
 for shape in ${TB_SHAPES:-llama7b tinyllama}; do bench_shape "$shape"; done
 fi

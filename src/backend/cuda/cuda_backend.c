@@ -17,17 +17,18 @@
  * consumer is the next node runs that node's work in its epilogue where the
  * pattern allows: matmul -> silu_mul (the silu_mul node is then skipped) and
  * qkv matmul -> attention (RoPE and the KV-cache write move into the GEMV;
- * attention runs with rope_done). For steps of T <= 2 on the SIMT GEMV
- * (TB_CUDA_FUSE_NORM=0 turns it off): matmul -> add_rmsnorm -> matmul runs
- * as two kernels, the residual add in the first GEMV's epilogue and the
- * RMSNorm in the second GEMV (the add_rmsnorm node is skipped), and
- * rmsnorm -> matmul runs as the GEMV alone: at load the norm weight is
- * folded into the matmul's weights (and set to ones), so the GEMV only
- * scales its dot products by 1 / rms(x), which each warp sums while it
- * reads x. With TB_CUDA_PDL=1 (compute capability
- * 9.0+), every kernel of a captured step that follows another of ours is
- * launched with programmatic dependent launch; off by default, since on an
- * H200 it made the 7B decode slower (docs/GPU.md).
+ * attention runs with rope_done). For decode steps (SIMT GEMV at T <= 2,
+ * the tensor-core GEMV up to T = 8; TB_CUDA_FUSE_NORM=0 turns it off):
+ * matmul -> add_rmsnorm -> matmul runs as two kernels, the residual add in
+ * the first GEMV's epilogue and the RMSNorm in the second GEMV (the
+ * add_rmsnorm node is skipped), and rmsnorm -> matmul runs as the GEMV
+ * alone: at load the norm weight is folded into the matmul's weights (and
+ * set to ones), so the GEMV only scales its dot products by 1 / rms(x),
+ * which it sums while it reads x. Programmatic dependent launch (compute
+ * capability 9.0+): inside a captured step every kernel that follows
+ * another of ours may start early; on by default for steps of T <= 2
+ * (measured faster there on an H200, slower at batch 8 on TinyLlama:
+ * docs/GPU.md), TB_CUDA_PDL=1 for every step, 0 for none.
  */
 #include "backend/backend.h"
 #include "backend/cuda/cuda_kernels.h"
@@ -90,7 +91,9 @@ typedef struct {
     step_graph graphs[MAX_GRAPHS];
     int n_graphs;
     /* tuning switches, read from the environment at create */
-    int pdl;                  /* programmatic dependent launch in captures      */
+    int pdl;                  /* programmatic dependent launch in captures:
+                               * -1 steps of T <= 2 (default), 0 off, 1 all   */
+    int pdl_step;             /* ... for the current step                       */
     int fuse;                 /* GEMV epilogue fusion                           */
     tbc_gemv_opts gemv;       /* SIMT/mma cut and SIMT kernel (TB_CUDA_SIMT)    */
     int fuse_norm;            /* RMSNorm / residual add into the GEMVs          */
@@ -390,6 +393,7 @@ static tb_status cuda_step_begin(tb_backend *b, const tb_graph *g, void **bufs, 
     st->rows = d + 3 * c->max_tokens;
     st->block_tables = d + 4 * c->max_tokens;
     c->step_max_len = max_len;
+    c->pdl_step = c->pdl == 1 || (c->pdl < 0 && T <= TBC_GEMV_SIMT_MAX_T);
     c->prev_kernel = 0; /* the bindings copy comes first */
     c->fused_node = -1;
     c->skip_node = -1;
@@ -492,8 +496,8 @@ static int norm_into_ok(cuda_ctx *c, const tb_graph *g, int mm, void *const *buf
     tbc_dtype wdt;
     int K = (int)wv->dims[1], N = (int)wv->dims[0];
     (void)nw; /* folded into the matmul's weights at load */
-    if (!c->fuse || !c->fuse_norm || T > 2 || !tbc_of(wv->dtype, &wdt) || K % 8 ||
-        !tbc_gemv_is_simt(wdt, T, K, &c->gemv) || (((uintptr_t)xb | (uintptr_t)bufs[m->in[1]]) & 15))
+    if (!c->fuse || !c->fuse_norm || !tbc_of(wv->dtype, &wdt) || K % 8 ||
+        !tbc_gemv_fuses_norm(wdt, T, K, &c->gemv) || (((uintptr_t)xb | (uintptr_t)bufs[m->in[1]]) & 15))
         return 0;
     return !overlaps(bufs[m->out[0]], sizeof(float) * (size_t)T * (size_t)N, xb, sizeof(float) * (size_t)T * K);
 }
@@ -504,8 +508,8 @@ static int addnorm_ok(cuda_ctx *c, const tb_graph *g, int k, void *const *bufs, 
     const tb_value *wv = &g->values[m->in[1]];
     tbc_dtype wdt;
     int K = (int)wv->dims[1], N = (int)wv->dims[0];
-    if (!tbc_of(wv->dtype, &wdt) || !tbc_gemv_is_simt(wdt, T, K, &c->gemv) ||
-        g->values[an->in[0]].dims[1] != N)
+    if (!tbc_of(wv->dtype, &wdt) || !tbc_gemv_fuses_norm(wdt, T, K, &c->gemv) ||
+        g->values[an->in[0]].dims[1] != N || (((uintptr_t)bufs[m->in[0]] | (uintptr_t)bufs[m->in[1]]) & 15))
         return 0;
     size_t rb = sizeof(float) * (size_t)T * (size_t)N;
     /* res_out is written while other blocks read x */
@@ -748,7 +752,7 @@ static tb_status run_node_eager(cuda_ctx *c, const tb_graph *g, const tb_node *n
         return TB_OK;
     }
     int ours = n->op != TB_OP_ROPE && !(n->op == TB_OP_MATMUL && T > TBC_GEMV_MAX_T);
-    tbc_set_pdl(c->pdl && ours && c->prev_kernel && c->mode == RUN_CAPTURE);
+    tbc_set_pdl(c->pdl_step && ours && c->prev_kernel && c->mode == RUN_CAPTURE);
     tb_status r = run_node_op(c, g, n, bufs, st, fused);
     tbc_set_pdl(0);
     c->prev_kernel = ours;
@@ -897,7 +901,7 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     c->use_graphs = !(ge && !strcmp(ge, "0"));
     const char *pe = getenv("TB_CUDA_PDL"), *fe = getenv("TB_CUDA_FUSE"), *me = getenv("TB_CUDA_GEMV"),
                *te = getenv("TB_CUDA_SIMT_T");
-    c->pdl = c->cc_major >= 9 && pe && !strcmp(pe, "1");
+    c->pdl = c->cc_major < 9 ? 0 : pe && *pe ? (atoi(pe) != 0) : -1;
     c->fuse = !(fe && !strcmp(fe, "0"));
     c->gemv.simt_max_t = TBC_GEMV_SIMT_MAX_T;
     if (me && !strcmp(me, "simt")) c->gemv.simt_max_t = TBC_GEMV_MAX_T;

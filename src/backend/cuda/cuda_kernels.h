@@ -118,8 +118,9 @@ cudaError_t tbc_gemv(const float *x, const void *w, tbc_dtype wdt,
  *                  kernel does; then run tbc_attention with rope_done = 1
  *   TBC_EPI_ADD    y is not written; res_out (T, N) = res + x w^T (+ bias)
  *                  (the residual add of tbc_add_rmsnorm); res_out may alias
- *                  res; T <= 2
- * norm set (T <= 2, K % 8 == 0, 16-byte aligned x): y = (x w^T) / rms(x),
+ *                  res; T <= 2, or a step on the tensor-core kernel
+ * norm set (as TBC_EPI_ADD for T; K % 8 == 0, 16-byte aligned x):
+ * y = (x w^T) / rms(x),
  * rms(x) = sqrt(mean(x^2) + norm_eps) per token, bias added after: with the
  * RMSNorm weight folded into w (tbc_fold_norm), what tbc_rmsnorm followed by
  * the GEMV computes, with no extra pass over x. */
@@ -161,6 +162,9 @@ cudaError_t tbc_gemv_ex(const float *x, const void *w, tbc_dtype wdt,
 /* 1 when tbc_gemv_ex with these arguments takes a SIMT kernel (the ones that
  * implement TBC_EPI_ADD and norm). */
 int tbc_gemv_is_simt(tbc_dtype wdt, int T, int K, const tbc_gemv_opts *opts);
+/* 1 when tbc_gemv_ex with these arguments implements TBC_EPI_ADD and norm
+ * (SIMT steps of T <= 2, tensor-core steps up to TBC_GEMV_MAX_T). */
+int tbc_gemv_fuses_norm(tbc_dtype wdt, int T, int K, const tbc_gemv_opts *opts);
 
 /* Programmatic dependent launch (compute capability 9.0+): while on, the
  * launchers above mark their kernels as allowed to start before the previous

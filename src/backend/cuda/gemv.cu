@@ -376,10 +376,15 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
     return *reinterpret_cast<uint32_t *>(&h);
 }
 
-/* 8 f32 of x (16-byte aligned) as 4 packed registers. */
-template <int WDT>
-__device__ __forceinline__ uint4 load_x8(const float *p) {
+/* 8 f32 of x (16-byte aligned) as 4 packed registers; with NORM their
+ * squares are added to ss. */
+template <int WDT, bool NORM = false>
+__device__ __forceinline__ uint4 load_x8(const float *p, float &ss) {
     float4 a = __ldg(reinterpret_cast<const float4 *>(p)), b = __ldg(reinterpret_cast<const float4 *>(p) + 1);
+    if (NORM) {
+        ss = fmaf(a.x, a.x, ss); ss = fmaf(a.y, a.y, ss); ss = fmaf(a.z, a.z, ss); ss = fmaf(a.w, a.w, ss);
+        ss = fmaf(b.x, b.x, ss); ss = fmaf(b.y, b.y, ss); ss = fmaf(b.z, b.z, ss); ss = fmaf(b.w, b.w, ss);
+    }
     uint4 r;
     r.x = pack2<WDT>(a.x, a.y);
     r.y = pack2<WDT>(a.z, a.w);
@@ -394,11 +399,14 @@ __device__ __forceinline__ void mma_step(float *c, const uint4 &wa, const uint4 
     mma16816<WDT>(c, wa.z, wb.z, wa.w, wb.w, x.z, x.w);
 }
 
-template <int WDT, int MODE>
+/* NORM: the inline RMSNorm (each thread sums the squares of the x it
+ * loads for its token g; quads and then warps add them up). */
+template <int WDT, int MODE, bool NORM>
 __global__ void __launch_bounds__(GEMV_MMA_WARPS * 32)
 gemv_mma_kernel(const float *__restrict__ x, const void *__restrict__ w, const float *__restrict__ bias,
                 float *__restrict__ y, int T, int K, int N, tbc_gemv_epi e) {
     __shared__ float red[GEMV_MMA_WARPS][32][4];
+    __shared__ float red_ss[GEMV_MMA_WARPS][8];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     /* PLAIN: the block's 16 rows are r0 .. r0 + 15 (rows g and g + 8 per
      * thread); other epilogues: pair P = 8 * block + g is rows (ra, rb) */
@@ -425,6 +433,7 @@ gemv_mma_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
     const float *px = x + (size_t)(has_x ? g : 0) * K + t * 8;
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float ss = 0.0f;
     const int steps = K / 32;
     int s = warp;
     for (; s + 3 * GEMV_MMA_WARPS < steps; s += 4 * GEMV_MMA_WARPS) {
@@ -434,10 +443,10 @@ gemv_mma_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
               b2 = __ldg(pb + (size_t)(s + 2 * GEMV_MMA_WARPS) * 4);
         uint4 a3 = __ldg(pa + (size_t)(s + 3 * GEMV_MMA_WARPS) * 4),
               b3 = __ldg(pb + (size_t)(s + 3 * GEMV_MMA_WARPS) * 4);
-        uint4 x0 = has_x ? load_x8<WDT>(px + (size_t)s * 32) : zero;
-        uint4 x1 = has_x ? load_x8<WDT>(px + (size_t)(s + GEMV_MMA_WARPS) * 32) : zero;
-        uint4 x2 = has_x ? load_x8<WDT>(px + (size_t)(s + 2 * GEMV_MMA_WARPS) * 32) : zero;
-        uint4 x3 = has_x ? load_x8<WDT>(px + (size_t)(s + 3 * GEMV_MMA_WARPS) * 32) : zero;
+        uint4 x0 = has_x ? load_x8<WDT, NORM>(px + (size_t)s * 32, ss) : zero;
+        uint4 x1 = has_x ? load_x8<WDT, NORM>(px + (size_t)(s + GEMV_MMA_WARPS) * 32, ss) : zero;
+        uint4 x2 = has_x ? load_x8<WDT, NORM>(px + (size_t)(s + 2 * GEMV_MMA_WARPS) * 32, ss) : zero;
+        uint4 x3 = has_x ? load_x8<WDT, NORM>(px + (size_t)(s + 3 * GEMV_MMA_WARPS) * 32, ss) : zero;
         mma_step<WDT>(c, a0, b0, x0);
         mma_step<WDT>(c, a1, b1, x1);
         mma_step<WDT>(c, a2, b2, x2);
@@ -445,12 +454,17 @@ gemv_mma_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
     }
     for (; s < steps; s += GEMV_MMA_WARPS) {
         uint4 a0 = __ldg(pa + (size_t)s * 4), b0 = __ldg(pb + (size_t)s * 4);
-        uint4 x0 = has_x ? load_x8<WDT>(px + (size_t)s * 32) : zero;
+        uint4 x0 = has_x ? load_x8<WDT, NORM>(px + (size_t)s * 32, ss) : zero;
         mma_step<WDT>(c, a0, b0, x0);
     }
     tbc_pdl_trigger();
 #pragma unroll
     for (int i = 0; i < 4; i++) red[warp][lane][i] = c[i];
+    if (NORM) {
+        ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+        ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+        if (t == 0) red_ss[warp][g] = ss;
+    }
     __syncthreads();
     if (warp != 0) return;
 #pragma unroll
@@ -462,6 +476,19 @@ gemv_mma_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
     }
     /* c0, c1: row ra, tokens 2t, 2t + 1; c2, c3: row rb */
     const int t0 = 2 * t, t1 = 2 * t + 1;
+    if (NORM) {
+        float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+        for (int k = 0; k < GEMV_MMA_WARPS; k++) {
+            s0 += red_ss[k][t0];
+            s1 += red_ss[k][t1];
+        }
+        float f0 = rsqrtf(s0 / (float)K + e.norm_eps), f1 = rsqrtf(s1 / (float)K + e.norm_eps);
+        c[0] *= f0;
+        c[1] *= f1;
+        c[2] *= f0;
+        c[3] *= f1;
+    }
     if (MODE == TBC_EPI_PLAIN) {
         if (ra < N) {
             float bb = bias ? bias[ra] : 0.0f;
@@ -474,14 +501,15 @@ gemv_mma_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
             if (t1 < T) y[(size_t)t1 * N + rb] = c[3] + bb;
         }
     } else if (pair_ok) {
-        float ba = bias ? bias[ra] : 0.0f, bb = bias ? bias[rb] : 0.0f;
-        if (t0 < T) epi_store<MODE>(e, y, N, t0, P, ra, rb, true, c[0] + ba, c[2] + bb);
-        if (t1 < T) epi_store<MODE>(e, y, N, t1, P, ra, rb, true, c[1] + ba, c[3] + bb);
+        float ba = bias ? bias[ra] : 0.0f, bb = bias && rb < N ? bias[rb] : 0.0f;
+        if (t0 < T) epi_store<MODE>(e, y, N, t0, P, ra, rb, rb < N, c[0] + ba, c[2] + bb);
+        if (t1 < T) epi_store<MODE>(e, y, N, t1, P, ra, rb, rb < N, c[1] + ba, c[3] + bb);
     }
 }
 
-/* Kernels exist for T <= 2 with the norm prologue or the residual-add
- * epilogue; other combinations return cudaErrorInvalidValue. */
+/* SIMT kernels exist for T <= 2 with the inline norm or the residual-add
+ * epilogue (larger T take the tensor-core kernel for those); other
+ * combinations return cudaErrorInvalidValue. */
 template <int WDT, int TT, int MODE, bool VECLOAD, bool NORM>
 static cudaError_t pair_launch_t(const float *x, const void *w, const float *bias, float *y, int K, int N,
                                  const tbc_gemv_epi &e, cudaStream_t s) {
@@ -545,12 +573,18 @@ static cudaError_t gemv_launch(const float *x, const void *w, const float *bias,
     constexpr int VEC = WDT == TBC_F32 ? 4 : 8;
     int aligned = K % VEC == 0 && (((uintptr_t)x | (uintptr_t)w) & 15) == 0;
     const bool norm = e.norm != 0;
-    if (norm && (!aligned || K % 8 || T > 2)) return cudaErrorInvalidValue;
-    if constexpr (MODE != TBC_EPI_ADD && WDT != TBC_F32) {
-        if (!norm && takes_mma((tbc_dtype)WDT, T, K, aligned, o.simt_max_t)) {
-            int blocks = MODE == TBC_EPI_PLAIN ? (N + 15) / 16 : (N / 2 + 7) / 8;
-            return tbc_launch(gemv_mma_kernel<WDT, MODE>, dim3(blocks), dim3(GEMV_MMA_WARPS * 32), 0, s, x, w, bias,
-                              y, T, K, N, e);
+    const bool mma = takes_mma((tbc_dtype)WDT, T, K, aligned, o.simt_max_t);
+    if (norm && (!aligned || K % 8 || (T > 2 && !mma))) return cudaErrorInvalidValue;
+    if (MODE == TBC_EPI_ADD && T > 2 && !mma) return cudaErrorInvalidValue;
+    if constexpr (WDT != TBC_F32) {
+        if (mma) {
+            int pairs = MODE == TBC_EPI_PLAIN ? 0 : MODE == TBC_EPI_ADD ? (N + 1) / 2 : N / 2;
+            int blocks = MODE == TBC_EPI_PLAIN ? (N + 15) / 16 : (pairs + 7) / 8;
+            if (norm)
+                return tbc_launch(gemv_mma_kernel<WDT, MODE, true>, dim3(blocks), dim3(GEMV_MMA_WARPS * 32), 0, s, x,
+                                  w, bias, y, T, K, N, e);
+            return tbc_launch(gemv_mma_kernel<WDT, MODE, false>, dim3(blocks), dim3(GEMV_MMA_WARPS * 32), 0, s, x, w,
+                              bias, y, T, K, N, e);
         }
     }
     if constexpr (WDT != TBC_F32) {
@@ -580,6 +614,10 @@ extern "C" int tbc_gemv_is_simt(tbc_dtype wdt, int T, int K, const tbc_gemv_opts
     return !takes_mma(wdt, T, K, 1, opts->simt_max_t);
 }
 
+extern "C" int tbc_gemv_fuses_norm(tbc_dtype wdt, int T, int K, const tbc_gemv_opts *opts) {
+    return T >= 1 && T <= TBC_GEMV_MAX_T && (T <= 2 || takes_mma(wdt, T, K, 1, opts->simt_max_t));
+}
+
 extern "C" cudaError_t tbc_gemv_ex(const float *x, const void *w, tbc_dtype wdt, const float *bias, float *y, int T,
                                    int K, int N, const tbc_gemv_epi *epi, const tbc_gemv_opts *opts, cudaStream_t s) {
     if (T < 1 || T > TBC_GEMV_MAX_T) return cudaErrorInvalidValue;
@@ -590,7 +628,7 @@ extern "C" cudaError_t tbc_gemv_ex(const float *x, const void *w, tbc_dtype wdt,
     o.simt_kind = TBC_SIMT_ROW;
     if (opts) o = *opts;
     if (e.mode == TBC_EPI_GLU && N % 2) return cudaErrorInvalidValue;
-    if (e.mode == TBC_EPI_ADD && (T > 2 || !e.res || !e.res_out)) return cudaErrorInvalidValue;
+    if (e.mode == TBC_EPI_ADD && (!e.res || !e.res_out)) return cudaErrorInvalidValue;
     if (e.mode == TBC_EPI_ROPE && (e.attn.hd < 2 || e.attn.hd % 2 || N != (e.attn.n_heads + 2 * e.attn.n_kv) * e.attn.hd))
         return cudaErrorInvalidValue;
     switch (wdt) {
