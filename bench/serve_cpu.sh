@@ -13,7 +13,8 @@
 # reported as a fraction of the 134M model's decode step.
 #
 #   bench/serve_cpu.sh [--dtype f32|f16] [--output-len N] [--requests-per-client N]
-# Writes bench/out/serve/*.json and prints a markdown table last.
+# Writes bench/out/serve/*.json and prints a markdown table last, then the
+# batch-8 / batch-1 ratio of three interleaved rounds (served and in-process).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DTYPE=f32 OUT_LEN=64 PER_CLIENT=3 IN_LEN=32
@@ -49,8 +50,22 @@ for c in 1 4 8 16 64; do
   timeout 900 ./build/turbine bench "http://127.0.0.1:$PORT" -c "$c" -n "$n" --warmup "$c" \
     --input-len "$IN_LEN" --output-len "$OUT_LEN" --json "$O/serve-$DTYPE-c$c.json" --no-progress >&2
 done
+# batch 8 against batch 1: this machine's memory bandwidth switches between
+# modes over minutes, so one stream and eight streams are measured in turn,
+# three rounds, served and in-process, and the ratio is taken per round
+echo "== batch 8 vs batch 1, interleaved (3 rounds)" >&2
+for r in 1 2 3; do
+  for c in 1 8; do
+    timeout 900 ./build/turbine bench "http://127.0.0.1:$PORT" -c "$c" -n $((c * 2)) --warmup "$c" \
+      --input-len "$IN_LEN" --output-len "$OUT_LEN" --json "$O/serve-$DTYPE-r$r-c$c.json" --no-progress >&2
+  done
+done
 curl -s "http://127.0.0.1:$PORT/metrics" >"$O/metrics-$DTYPE.txt"
 kill -INT $SRV; wait $SRV 2>/dev/null || true
+for r in 1 2 3; do
+  timeout 900 ./build/turbine bench --engine "$E" --batch 1,8 --input-len "$IN_LEN" --output-len "$OUT_LEN" \
+    --json "$O/engine-$DTYPE-r$r.json" >&2
+done
 
 echo "== per-token serving overhead (stories260K, one stream)" >&2
 SE="$O/stories260K.engine"
@@ -76,6 +91,18 @@ for c in (1, 4, 8, 16, 64):
     base = base or tok
     etok = eng[c]["decode_tokens_per_s"]
     print(f"| {c} | {tok:.1f} | {tok / base:.2f}x | {etok:.1f} | {tok / etok:.2f} | {pt['ttft']['p50_ms']:.1f} | {pt['itl']['p50_ms']:.2f} |")
+served, inproc = [], []
+for r in (1, 2, 3):
+    one = json.load(open(f"{o}/serve-{dt}-r{r}-c1.json"))["points"][0]["output_token_throughput"]
+    eight = json.load(open(f"{o}/serve-{dt}-r{r}-c8.json"))["points"][0]["output_token_throughput"]
+    served.append((eight / one, one, eight))
+    e = {p["batch"]: p["decode_tokens_per_s"] for p in json.load(open(f"{o}/engine-{dt}-r{r}.json"))["points"]}
+    inproc.append((e[8] / e[1], e[1], e[8]))
+med = lambda v: sorted(x[0] for x in v)[1]
+print()
+print("batch 8 / batch 1, three interleaved rounds (gen tok/s 1 stream -> 8 streams):")
+print("  served:     " + "; ".join(f"{a:.1f} -> {b:.1f} = {x:.2f}x" for x, a, b in served) + f"; median {med(served):.2f}x")
+print("  in-process: " + "; ".join(f"{a:.1f} -> {b:.1f} = {x:.2f}x" for x, a, b in inproc) + f"; median {med(inproc):.2f}x")
 step = eng[1]["decode_step_p50_ms"]
 es = json.load(open(f"{o}/engine-stories.json"))["points"][0]
 ss = json.load(open(f"{o}/serve-stories.json"))["points"][0]
