@@ -7,13 +7,14 @@
  * >= 256 MiB, so they come from DRAM as in a real decode step, not from L3.
  * GEMM (T = 512, prefill) is reported as GFLOP/s, own kernels vs OpenBLAS.
  *
- * Four more modes: `gemvx` (GEMV variants, below; KB_HUGE=1 backs the
+ * Five more modes: `gemvx` (GEMV variants, below; KB_HUGE=1 backs the
  * weights with transparent huge pages), `small` (stories260K's decode
- * matmuls), `attn` (stories260K's decode attention) and `batch` (the 134M
- * model's decode matmuls at T = 1 and T = 8, below).
+ * matmuls), `attn` (stories260K's decode attention), `attn8` (the 134M
+ * model's batch-8 decode attention from DRAM) and `batch` (the 134M model's
+ * decode matmuls at T = 1 and T = 8, below).
  *
  * usage: kernels_bench [seconds per measurement, default 0.3]
- *                      [gemv|gemm|gemvx|small|attn|batch]
+ *                      [gemv|gemm|gemvx|small|attn|attn8|batch]
  */
 #include "backend/cpu/kernels.h"
 
@@ -268,6 +269,61 @@ static void attn_model(double secs) {
     tb_free_aligned(scratch);
 }
 
+/* Decode attention of the f32 134M Llama at batch 8 (12 layers, 12 heads,
+ * hd 64, f32 paged cache in blocks of 16, the 8 sequences' blocks
+ * interleaved as a decode allocates them), 2 threads, every sequence at
+ * context ctx: ms per step, the cache evicted from L3 before each step as
+ * the weight stream does in a real one (`kernels_bench S attn8`). */
+static void attn8_model(double secs) {
+    enum { L = 12, H = 12, KV = 12, HD = 64, BS = 16, S = 8, MAXB = 16 };
+    int max_ctx = BS * MAXB;
+    size_t layer_elems = (size_t)S * MAXB * BS * KV * HD;
+    float *kc = xalloc(L * layer_elems * 4), *vc = xalloc(L * layer_elems * 4);
+    fill_weights(kc, TB_F32, L * layer_elems);
+    fill_weights(vc, TB_F32, L * layer_elems);
+    size_t qkv_row = (H + 2 * KV) * HD;
+    float *qkv = xalloc(S * qkv_row * 4), *out = xalloc(S * H * HD * 4);
+    fill_weights(qkv, TB_F32, S * qkv_row);
+    float *scratch = xalloc(tb_attention_scratch_floats(2, max_ctx) * 4);
+    size_t flush_n = (size_t)64 << 20;
+    uint8_t *flush = xalloc(flush_n);
+    memset(flush, 1, flush_n);
+    int32_t bt[S * MAXB], seq[S], pos[S];
+    for (int s = 0; s < S; s++) {
+        seq[s] = s;
+        for (int b = 0; b < MAXB; b++) bt[s * MAXB + b] = b * S + s;
+    }
+    tb_pool *p = NULL;
+    if (tb_pool_create(2, &p) != TB_OK) exit(1);
+    static const int ctxs[] = {32, 96, 160};
+    for (size_t c = 0; c < sizeof ctxs / sizeof ctxs[0]; c++) {
+        for (int s = 0; s < S; s++) pos[s] = ctxs[c] - 1;
+        enum { N = 41 };
+        double ms[N];
+        volatile uint32_t sink = 0;
+        for (int it = 0; it < N; it++) {
+            uint32_t acc = 0;
+            for (size_t i = 0; i < flush_n; i += 64) acc += flush[i];
+            sink += acc;
+            double t0 = tb_now();
+            for (int l = 0; l < L; l++) {
+                tb_attn_args a = {S, H, KV, HD, 0.125f, pos, seq, bt, MAXB, BS,
+                                  kc + l * layer_elems, vc + l * layer_elems, TB_F32};
+                tb_cpu_attention(p, &a, qkv, out, scratch, max_ctx);
+            }
+            ms[it] = (tb_now() - t0) * 1e3;
+        }
+        qsort(ms, N, sizeof(double), cmp_d);
+        double mb = 2.0 * L * S * ctxs[c] * KV * HD * 4 * 1e-6;
+        printf("134M batch-8 decode attention, ctx %3d: %.3f ms per step (min %.3f; %.1f MB, %.1f GB/s)\n",
+               ctxs[c], ms[N / 2], ms[0], mb, mb / ms[N / 2]);
+    }
+    (void)secs;
+    tb_pool_free(p);
+    tb_free_aligned(kc); tb_free_aligned(vc); tb_free_aligned(qkv); tb_free_aligned(out);
+    tb_free_aligned(scratch); tb_free_aligned(flush);
+}
+
 /* The decode matmuls of the f32 134M Llama (12 layers of qkv 768->2304,
  * o 768->768, gate/up 768->4096, down 2048->768, then the 768->32000 head),
  * in model order over distinct weights (438 MB, from DRAM as in a real
@@ -335,6 +391,10 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < (size_t)512 * 2048; i++) x[i] = (float)((i * 7919) % 1000) * 1e-3f - 0.5f;
     if (!strcmp(only, "attn")) {
         attn_model(secs);
+        return 0;
+    }
+    if (!strcmp(only, "attn8")) {
+        attn8_model(secs);
         return 0;
     }
     if (!strcmp(only, "batch")) {

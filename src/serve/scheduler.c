@@ -171,11 +171,20 @@ static void release_slot(tb_sched *s, tb_request *r) {
     s->n_running--;
 }
 
+/* Ends a request. The gauges and the finish counters are updated before
+ * the client is told, so a client that reads /metrics right after its
+ * response sees its own request gone. */
 static void end_request(tb_sched *s, tb_request *r, tb_finish_reason why) {
     release_slot(s, r);
-    finish(r, why);
+    pthread_mutex_lock(&s->mu);
+    s->stats.running = s->n_running;
+    s->stats.waiting = s->n_waiting + s->n_incoming;
+    int total_blocks = tb_kv_total_blocks(s->ctx);
+    s->stats.kv_usage = (double)(total_blocks - tb_kv_free_blocks(s->ctx)) / total_blocks;
+    pthread_mutex_unlock(&s->mu);
     if (s->obs.on_finish)
         s->obs.on_finish(s->obs.arg, why, r->n_prompt, r->n_gen, tb_now() - r->t_submit);
+    finish(r, why);
     tb_request_release(r);
 }
 
