@@ -472,7 +472,7 @@ static void attn_write_run(void *arg, int ith, int nth) {
  * Software prefetch of the next chunks' K rows and of the V rows in
  * attn_scores was slower at every distance tried (16, 32, 64 positions). */
 #define ATTN_DECODE_RUN_BYTES 1024
-static int attn_heads_per_run(const tb_attn_args *a) {
+static int attn_heads_per_run(const tb_attn_args *a, int nth) {
     int group = a->n_heads / a->n_kv;
     if (group > TB_ATTN_GROUP_MAX) {
         int n_sl = (group + TB_ATTN_GROUP_MAX - 1) / TB_ATTN_GROUP_MAX;
@@ -486,6 +486,10 @@ static int attn_heads_per_run(const tb_attn_args *a) {
     if (nk > a->n_kv) nk = a->n_kv;
     if (decode) { /* runs of equal size (f16 at 134M: 6 + 6 heads, not 8 + 4) */
         int n_runs = (a->n_kv + nk - 1) / nk;
+        /* and at least one item per thread (stories260K, batch 1: all 4 kv
+         * heads fit in 1 KB, but one item would leave a thread idle) */
+        int want = (nth + a->T - 1) / a->T;
+        if (n_runs < want) n_runs = want < a->n_kv ? want : a->n_kv;
         nk = (a->n_kv + n_runs - 1) / n_runs;
     }
     return nk * group;
@@ -494,7 +498,7 @@ static int attn_heads_per_run(const tb_attn_args *a) {
 static void attn_run(void *arg, int ith, int nth) {
     attn_job *j = arg;
     const tb_attn_args *a = j->a;
-    int hd = a->hd, group = a->n_heads / a->n_kv, per = attn_heads_per_run(a);
+    int hd = a->hd, group = a->n_heads / a->n_kv, per = attn_heads_per_run(a, nth);
     int runs = (a->n_heads + per - 1) / per, qb = TB_ATTN_GROUP_MAX / per;
     size_t stride = (size_t)(a->n_heads + 2 * a->n_kv) * hd;
     float *scores = j->scratch + (size_t)ith * j->scratch_per_thread;
