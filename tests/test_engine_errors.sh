@@ -2,7 +2,8 @@
 # Every engine-loading error path gives exit code 1 and a message naming the
 # problem, never a crash: missing file, not an engine, truncated, corrupted,
 # newer format version, a CPU lacking the features the engine was built for;
-# and build errors: unsupported dtype, missing tokenizer, missing model.
+# and build errors: unsupported dtype, missing tokenizer, missing model; and
+# serve/bench with a --device the engine was not built for.
 set -uo pipefail
 : "${TURBINE_BIN:?}" "${TURBINE_SHARED:?}" "${TURBINE_TMP:?}"
 M="$TURBINE_SHARED/models/stories260K"
@@ -48,6 +49,9 @@ expect 1 "pass --tokenizer" -- "$TURBINE_BIN" build "$M/stories260K.bin" -o "$D/
 expect 1 "cannot open|no such|not found" -- "$TURBINE_BIN" build "$D/missing-model" -o "$D/x.engine"
 expect 1 "context|too long|tokens" -- "$TURBINE_BIN" run "$D/good.engine" --prompt-ids "$(seq -s, 1 600 | sed 's/[0-9]\+/5/g')" -n 700
 expect 1 "not a token id" -- "$TURBINE_BIN" run "$D/good.engine" --prompt-ids 1,2,99999 -n 4
+# serve and bench take --device too: a CPU engine asked to run on the GPU is refused by name
+expect 1 "built for the cpu backend.*cuda" -- timeout 30 "$TURBINE_BIN" serve "$D/good.engine" --device cuda --port $((20000 + RANDOM % 20000))
+expect 1 "built for the cpu backend.*cuda" -- "$TURBINE_BIN" bench --engine "$D/good.engine" --device cuda --batch 1 --output-len 4
 # inspect names the sections and the fingerprint
 out=$("$TURBINE_BIN" inspect "$D/good.engine")
 for w in meta hardware tokenizer graph weights "format version" "profiles" "avx2"; do

@@ -83,6 +83,7 @@ int tb_cli_serve(int argc, char **argv) {
             int g; NEED_INT(1, 3600, &g); o.grace_seconds = g;
         } else if (!strcmp(a, "--api-key")) { if (!v) goto needs; o.api_key = v; i++; }
         else if (!strcmp(a, "--model-name") || !strcmp(a, "--served-model-name")) { if (!v) goto needs; o.model_name = v; i++; }
+        else if (!strcmp(a, "--device")) { if (!v) goto needs; o.device = v; i++; }
         else if (a[0] == '-') { fprintf(stderr, "turbine: unknown option '%s' for serve\n", a); return 2; }
         else if (!o.engine_path) o.engine_path = a;
         else { fprintf(stderr, "turbine: unexpected argument '%s'\n", a); return 2; }

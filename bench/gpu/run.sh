@@ -175,6 +175,26 @@ else
 fi
 cat "$W/batch.txt" >> "$LOG"
 
+# ---------------------------------------------------------------- 4b. serve
+# `turbine serve` on the GPU engine: a greedy completion gives the expected
+# text, `turbine bench` drives 4 streams, /metrics carries the NVML gauges
+say "== serve on the GPU"
+SPORT=$((20000 + RANDOM % 20000))
+tb "$TB" serve "$W/s.engine" ${RUNDEV[@]+"${RUNDEV[@]}"} --port $SPORT > "$W/serve.log" 2>&1 &
+SPID=$!
+for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$SPORT/health" > /dev/null && break; sleep 0.2; done
+stext=$(curl -s "http://127.0.0.1:$SPORT/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"prompt":"Once upon a time","max_tokens":20,"temperature":0}' | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])' 2>/dev/null)
+sbench=$(tb "$TB" bench "http://127.0.0.1:$SPORT" -c 4 -n 8 --input-len 16 --output-len 32 --no-progress 2>&1 | tail -n 1)
+sgpu=$(curl -s "http://127.0.0.1:$SPORT/metrics" | grep -c '^turbine_gpu_')
+kill -INT $SPID 2> /dev/null; wait $SPID 2> /dev/null
+say "serve: text ${stext:0:40}... | $sbench | $sgpu turbine_gpu_* gauges"
+if head -c 60 "$DATA/models/stories260K/expected_once_upon_a_time_n200.txt" | grep -qF "${stext:0:30}" && [ "$sgpu" -ge 2 ]; then
+    row "serve on the GPU" "PASS (greedy text, 4-stream bench, $sgpu GPU gauges)"
+else
+    row "serve on the GPU" "FAIL"
+fi
+
 # ---------------------------------------------------------------- 6. timing
 bench_shape() {
     local shape=$1 d=$W/$1

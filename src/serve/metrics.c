@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "serve/metrics.h"
 
+#include "bench/bench.h" /* tb_nvml_* */
+
 #include <pthread.h>
 #include <stdarg.h>
 
@@ -146,6 +148,10 @@ static void sb(sbuf *b, const char *fmt, ...) {
     }
 }
 
+static pthread_once_t nvml_once = PTHREAD_ONCE_INIT;
+static int nvml_gpus;
+static void nvml_init(void) { nvml_gpus = tb_nvml_open(); }
+
 char *tb_metrics_render(tb_metrics *m, tb_sched *s, const char *model) {
     tb_sched_stats st = {0};
     if (s) tb_sched_get_stats(s, &st);
@@ -162,6 +168,23 @@ char *tb_metrics_render(tb_metrics *m, tb_sched *s, const char *model) {
            "turbine_requests_waiting{model=\"%s\"} %d\n", lb, st.waiting);
     sb(&b, "# HELP turbine_kv_cache_usage_ratio Fraction of KV-cache blocks in use.\n# TYPE turbine_kv_cache_usage_ratio gauge\n"
            "turbine_kv_cache_usage_ratio{model=\"%s\"} %.6f\n", lb, st.kv_usage);
+    /* GPUs of this machine, through NVML when the driver has it (nothing on
+     * a machine without NVIDIA GPUs) */
+    pthread_once(&nvml_once, nvml_init);
+    double gu, gm, gp;
+    if (nvml_gpus > 0 && tb_nvml_sample(&gu, &gm, &gp) > 0) {
+        if (gu == gu)
+            sb(&b, "# HELP turbine_gpu_utilization_ratio GPU busy time fraction (NVML, mean over the machine's GPUs).\n"
+                   "# TYPE turbine_gpu_utilization_ratio gauge\nturbine_gpu_utilization_ratio{model=\"%s\"} %.4f\n",
+                   lb, gu / 100.0);
+        if (gm == gm)
+            sb(&b, "# HELP turbine_gpu_memory_used_bytes GPU memory in use (NVML, all the machine's GPUs).\n"
+                   "# TYPE turbine_gpu_memory_used_bytes gauge\nturbine_gpu_memory_used_bytes{model=\"%s\"} %.0f\n",
+                   lb, gm * 1073741824.0);
+        if (gp == gp)
+            sb(&b, "# HELP turbine_gpu_power_watts GPU power draw (NVML, all the machine's GPUs).\n"
+                   "# TYPE turbine_gpu_power_watts gauge\nturbine_gpu_power_watts{model=\"%s\"} %.1f\n", lb, gp);
+    }
     sb(&b, "# HELP turbine_batch_size_current Sequences in the last engine step.\n# TYPE turbine_batch_size_current gauge\n"
            "turbine_batch_size_current{model=\"%s\"} %d\n", lb, st.batch_size);
     sb(&b, "# HELP turbine_prompt_tokens_total Prompt tokens processed.\n# TYPE turbine_prompt_tokens_total counter\n"
