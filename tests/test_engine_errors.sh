@@ -51,6 +51,8 @@ expect 1 "context|too long|tokens" -- "$TURBINE_BIN" run "$D/good.engine" --prom
 expect 1 "not a token id" -- "$TURBINE_BIN" run "$D/good.engine" --prompt-ids 1,2,99999 -n 4
 # serve and bench take --device too: a CPU engine asked to run on the GPU is refused by name
 expect 1 "built for the cpu backend.*cuda" -- timeout 30 "$TURBINE_BIN" serve "$D/good.engine" --device cuda --port $((20000 + RANDOM % 20000))
+expect 1 "has no GPU memory" -- timeout 30 "$TURBINE_BIN" serve "$D/good.engine" --gpu-memory-fraction 0.9 --port $((20000 + RANDOM % 20000))
+expect 2 "gpu-memory-fraction needs a number" -- "$TURBINE_BIN" serve "$D/good.engine" --gpu-memory-fraction 1.5
 expect 1 "built for the cpu backend.*cuda" -- "$TURBINE_BIN" bench --engine "$D/good.engine" --device cuda --batch 1 --output-len 4
 # inspect names the sections and the fingerprint
 out=$("$TURBINE_BIN" inspect "$D/good.engine")

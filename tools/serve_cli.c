@@ -84,6 +84,13 @@ int tb_cli_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--api-key")) { if (!v) goto needs; o.api_key = v; i++; }
         else if (!strcmp(a, "--model-name") || !strcmp(a, "--served-model-name")) { if (!v) goto needs; o.model_name = v; i++; }
         else if (!strcmp(a, "--device")) { if (!v) goto needs; o.device = v; i++; }
+        else if (!strcmp(a, "--gpu-memory-fraction")) {
+            char *end = NULL;
+            double f = v ? strtod(v, &end) : 0;
+            if (!v || end == v || *end || !(f > 0 && f <= 1)) { fprintf(stderr, "turbine: --gpu-memory-fraction needs a number in (0, 1]\n"); return 2; }
+            o.gpu_memory_fraction = f;
+            i++;
+        }
         else if (a[0] == '-') { fprintf(stderr, "turbine: unknown option '%s' for serve\n", a); return 2; }
         else if (!o.engine_path) o.engine_path = a;
         else { fprintf(stderr, "turbine: unexpected argument '%s'\n", a); return 2; }

@@ -68,6 +68,19 @@ char *tb_backend_fingerprint(const char *device) {
 #endif
 }
 
+tb_status tb_backend_memory(const char *device, uint64_t *total, uint64_t *free_bytes) {
+    char kind[16];
+    int idx;
+    *total = *free_bytes = 0;
+    TB_TRY(tb_device_parse(device, kind, &idx));
+    if (!strcmp(kind, "cpu")) return tb_errorf(TB_ERR_INVALID_ARG, "device '%s' has no GPU memory", device);
+#ifdef TB_HAVE_CUDA
+    return tb_backend_cuda_memory(idx, total, free_bytes);
+#else
+    return no_cuda();
+#endif
+}
+
 void tb_backend_kind_of(const char *hw_json, char kind[16]) {
     snprintf(kind, 16, "cpu");
     json_error_t err;

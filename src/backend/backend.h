@@ -80,6 +80,9 @@ char *tb_backend_fingerprint(const char *device);
 /* Checks a recorded fingerprint against this machine's `device` (NULL: the
  * recorded backend's first device); the error names both sides. */
 tb_status tb_backend_check(const char *hw_json, const char *device);
+/* Total and free memory of a GPU `device` ("cuda[:N]"), in bytes; an error
+ * naming the problem for "cpu" or a build without CUDA. */
+tb_status tb_backend_memory(const char *device, uint64_t *total, uint64_t *free_bytes);
 /* The backend kind recorded in a fingerprint ("cpu" when unreadable). */
 void tb_backend_kind_of(const char *hw_json, char kind[16]);
 
@@ -90,6 +93,7 @@ tb_status tb_backend_cpu_check(const char *hw_json);
 #ifdef TB_HAVE_CUDA
 tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out);
 char *tb_backend_cuda_fingerprint(int device);
+tb_status tb_backend_cuda_memory(int device, uint64_t *total, uint64_t *free_bytes);
 tb_status tb_backend_cuda_check(const char *hw_json, int device);
 #endif
 

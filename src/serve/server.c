@@ -9,12 +9,14 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "core/core.h"
+#include "backend/backend.h"
 #include "plan/engine.h"
 #include "runtime/runtime.h"
 #include "serve/chat.h"
@@ -848,6 +850,23 @@ static tb_status load_engine(server *s) {
     co.max_seqs = s->o.max_num_seqs > 0 ? s->o.max_num_seqs : s->info.max_batch;
     co.kv_cache_bytes = s->o.kv_cache_bytes;
     co.device = s->o.device;
+    if (s->o.gpu_memory_fraction > 0 && !s->o.kv_cache_bytes) {
+        const char *dev = s->o.device ? s->o.device : s->e->backend;
+        uint64_t total = 0, avail = 0;
+        TB_TRY(tb_backend_memory(dev, &total, &avail));
+        struct stat est;
+        uint64_t weights = stat(s->o.engine_path, &est) == 0 ? (uint64_t)est.st_size : 0;
+        /* activations, cuBLAS and graphs: a fixed allowance */
+        double budget = s->o.gpu_memory_fraction * (double)total - (double)(total - avail) - (double)weights -
+                        (double)(1ull << 30);
+        if (budget < (double)(16ull << 20))
+            return tb_errorf(TB_ERR_INVALID_ARG,
+                             "--gpu-memory-fraction %.2f leaves no room for the KV cache on %s (%.1f GiB total, %.1f "
+                             "GiB in use, %.1f GiB of weights)",
+                             s->o.gpu_memory_fraction, dev, total / 1073741824.0, (total - avail) / 1073741824.0,
+                             weights / 1073741824.0);
+        co.kv_cache_bytes = (size_t)budget;
+    }
     TB_TRY(tb_context_create(s->e, &co, &s->ctx));
     s->tok = tb_engine_tokenizer(s->e);
     s->chat = tb_chat_detect(tb_tokenizer_chat_template(s->tok));

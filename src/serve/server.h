@@ -21,6 +21,9 @@ typedef struct {
     int max_num_seqs;           /* 0: the engine's max batch */
     int max_batched_tokens;     /* 0: the engine's step profile */
     size_t kv_cache_bytes;      /* 0: room for max_num_seqs full contexts */
+    double gpu_memory_fraction; /* > 0 (GPU engines): the KV pool is what is left
+                                 * of this fraction of the GPU's memory after
+                                 * what is in use and the engine's weights */
     int max_queue;              /* default 256 */
     const char *api_key;        /* NULL: no authentication */
     int threads;                /* 0: one per core */

@@ -870,6 +870,16 @@ static tb_status device_open(int device, struct cudaDeviceProp *prop) {
     return TB_OK;
 }
 
+tb_status tb_backend_cuda_memory(int device, uint64_t *total, uint64_t *free_bytes) {
+    struct cudaDeviceProp prop;
+    TB_TRY(device_open(device, &prop));
+    size_t f = 0, t = 0;
+    CU_TRY(cudaMemGetInfo(&f, &t), "cudaMemGetInfo");
+    *total = t;
+    *free_bytes = f;
+    return TB_OK;
+}
+
 tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     *out = NULL;
     struct cudaDeviceProp prop;
