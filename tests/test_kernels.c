@@ -84,7 +84,7 @@ static double worst_mm, worst_attn;
 
 /* ---------------------------------------------------------------- matmul */
 static void test_matmul(tb_pool *p) {
-    static const int Ts[] = {1, 2, 3, 5, 8, 11, 12, 17, 64, 100}; /* 5..11: f32 k-sliced tiles */
+    static const int Ts[] = {1, 2, 3, 5, 8, 11, 12, 17, 47, 64, 100}; /* 5..47: f32 k-sliced tiles */
     static const int KN[][2] = {{13, 100}, {100, 13}, {768, 131}, {64, 768}, {1100, 200}, {7, 5}};
     static const tb_dtype dts[] = {TB_F32, TB_F16, TB_BF16};
     for (size_t s = 0; s < sizeof KN / sizeof KN[0]; s++)

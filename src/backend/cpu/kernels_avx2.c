@@ -10,7 +10,7 @@
  *     runs at memory bandwidth;
  *   1 < T < TB_CPU_GEMM_MIN_T (batched decode): register tiles in
  *     dot-product form reading w in place (4 rows of x by 3 rows of w below
- *     12 rows, 3 by 4 above; f32 batches of 5..11 rows walk each 3-row block
+ *     12 rows, 3 by 4 above; f32 batches of 5..47 rows walk each 3-row block
  *     of w in k-blocks so that every tile of x reuses it from L1 while the
  *     next block streams in), weights converted on the fly;
  *   T >= TB_CPU_GEMM_MIN_T (prefill): a 6x16 outer-product microkernel over
@@ -633,10 +633,15 @@ PAIR_KB_ROWS(2)
 PAIR_KB_ROWS(3)
 PAIR_KB_ROWS(4)
 
-/* y[t, n] = x[t] . w[n] (+ bias[n]) for t < T (<= 12), n in [n0, n1). */
+/* y[t, n] = x[t] . w[n] (+ bias[n]) for t < T (< PAIR_KB_MAX_T), n in [n0, n1).
+ * Up to 47 rows: `turbine bench --engine` on the 134M f32 model, ms per
+ * decode step against the 3x4 tiles, alternating runs: batch 16 27.4-28.4
+ * vs 34.5-35.3, batch 24 41.4-42.6 vs 45.3-46.5, batch 32 54.2-54.4 vs
+ * 58.0-58.8, batch 48 a tie, batch 64 110.5-111.4 vs 107.5-107.8. */
+#define PAIR_KB_MAX_T 48
 static AVX2_FN void pair_kb_f32(const float *x, const float *w, const float *bias, float *y, int T, int K, int N,
                                 int n0, int n1) {
-    float acc[3][96] __attribute__((aligned(32))); /* one 12-vector set per 4-row tile of x */
+    float acc[PAIR_KB_MAX_T / 4][96] __attribute__((aligned(32))); /* 12 vectors per 4-row tile of x */
     int K8 = K & ~7, ntile = (T + 3) / 4;
     /* The next block (3K floats) is prefetched over the ntile passes of
      * ceil(K8/16) 16-k steps each: pfb bytes, npf lines a step. A step's
@@ -691,13 +696,13 @@ static AVX2_FN void pair_kb_f32(const float *x, const float *w, const float *bia
 #pragma GCC pop_options
 
 /* 4x2 tiles below 12 rows, 3x4 tiles above (measured crossover); f32 from
- * 5 rows on k-blocks (pair_kb_f32). */
+ * 5 to 47 rows on k-blocks (pair_kb_f32). */
 static AVX2_FN void small_mm(const float *x, const void *w, tb_dtype dt, const float *bias, float *y, int T, int K,
                              int N, int n0, int n1) {
     int pair = T < 12;
     switch (dt) {
     case TB_F32:
-        if (pair && T >= 5) pair_kb_f32(x, w, bias, y, T, K, N, n0, n1);
+        if (T >= 5 && T < PAIR_KB_MAX_T) pair_kb_f32(x, w, bias, y, T, K, N, n0, n1);
         else if (pair) pair_mm_dt(x, w, TB_F32, bias, y, T, K, N, n0, n1);
         else small_mm_dt(x, w, TB_F32, bias, y, T, K, N, n0, n1);
         return;
