@@ -171,17 +171,25 @@ static void release_slot(tb_sched *s, tb_request *r) {
     s->n_running--;
 }
 
+/* Publishes the gauges (running, waiting, KV use; and the step's batch
+ * size when batch >= 0) under the lock that /metrics reads them with. */
+static void publish_stats(tb_sched *s, int batch) {
+    int total_blocks = tb_kv_total_blocks(s->ctx);
+    double kv = (double)(total_blocks - tb_kv_free_blocks(s->ctx)) / total_blocks;
+    pthread_mutex_lock(&s->mu);
+    s->stats.running = s->n_running;
+    s->stats.waiting = s->n_waiting + s->n_incoming;
+    if (batch >= 0) s->stats.batch_size = batch;
+    s->stats.kv_usage = kv;
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* Ends a request. The gauges and the finish counters are updated before
  * the client is told, so a client that reads /metrics right after its
  * response sees its own request gone. */
 static void end_request(tb_sched *s, tb_request *r, tb_finish_reason why) {
     release_slot(s, r);
-    pthread_mutex_lock(&s->mu);
-    s->stats.running = s->n_running;
-    s->stats.waiting = s->n_waiting + s->n_incoming;
-    int total_blocks = tb_kv_total_blocks(s->ctx);
-    s->stats.kv_usage = (double)(total_blocks - tb_kv_free_blocks(s->ctx)) / total_blocks;
-    pthread_mutex_unlock(&s->mu);
+    publish_stats(s, -1);
     if (s->obs.on_finish)
         s->obs.on_finish(s->obs.arg, why, r->n_prompt, r->n_gen, tb_now() - r->t_submit);
     finish(r, why);
@@ -382,13 +390,7 @@ static void *loop_main(void *arg) {
             else if (r->n_gen >= r->p.max_tokens || r->n_prompt + r->n_gen >= s->info.max_seq_len)
                 end_request(s, r, TB_FINISH_LENGTH);
         }
-        pthread_mutex_lock(&s->mu);
-        s->stats.running = s->n_running;
-        s->stats.waiting = s->n_waiting + s->n_incoming;
-        s->stats.batch_size = n;
-        int total_blocks = tb_kv_total_blocks(s->ctx);
-        s->stats.kv_usage = (double)(total_blocks - tb_kv_free_blocks(s->ctx)) / total_blocks;
-        pthread_mutex_unlock(&s->mu);
+        publish_stats(s, n);
     }
     pthread_mutex_lock(&s->mu);
     s->stats.running = s->stats.waiting = s->stats.batch_size = 0;

@@ -115,7 +115,7 @@ typedef struct {
     int prefill_min;
     void *pf_q, *pf_k, *pf_v, *pf_p;
     float *pf_s;
-    size_t pf_q_bytes, pf_kv_bytes, pf_s_bytes, pf_p_bytes;
+    size_t pf_q_bytes, pf_k_bytes, pf_v_bytes, pf_s_bytes, pf_p_bytes;
 } cuda_ctx;
 
 enum { FUSE_NONE = 0, FUSE_ROPE = 1, FUSE_GLU = 2 };
@@ -635,14 +635,12 @@ static tb_status attention_gemm_run(cuda_ctx *c, const tbc_attn_args *a, float *
     int H = a->n_heads, hd = a->hd, L = 0;
     for (int t = t0; t < t0 + n; t++) if (hp[t] + 1 > L) L = hp[t] + 1;
     size_t esz = a->kv_f16 ? 2 : 4;
-    size_t ld = c->pf_kv_bytes / ((size_t)H * hd * esz);
+    size_t ld = c->pf_k_bytes / ((size_t)H * hd * esz); /* keys the scratch has room for */
     if ((size_t)L > ld) {
         ld = ((size_t)L + 255) / 256 * 256;
-        TB_TRY(grow(&c->pf_k, &c->pf_kv_bytes, (size_t)H * ld * hd * esz, "allocating prefill attention keys"));
-        size_t vb = 0;
-        cudaFree(c->pf_v);
-        c->pf_v = NULL;
-        TB_TRY(grow(&c->pf_v, &vb, c->pf_kv_bytes, "allocating prefill attention values"));
+        size_t kvb = (size_t)H * ld * hd * esz;
+        TB_TRY(grow(&c->pf_k, &c->pf_k_bytes, kvb, "allocating prefill attention keys"));
+        TB_TRY(grow(&c->pf_v, &c->pf_v_bytes, kvb, "allocating prefill attention values"));
     }
     TB_TRY(grow(&c->pf_q, &c->pf_q_bytes, (size_t)n * H * hd * esz, "allocating prefill attention queries"));
     int nq = (int)(PREFILL_S_BYTES / ((size_t)H * (size_t)L * sizeof(float)));

@@ -159,9 +159,6 @@ cudaError_t tbc_gemv_ex(const float *x, const void *w, tbc_dtype wdt,
                         const float *bias, float *y, int T, int K, int N,
                         const tbc_gemv_epi *epi, const tbc_gemv_opts *opts,
                         cudaStream_t s);
-/* 1 when tbc_gemv_ex with these arguments takes a SIMT kernel (the ones that
- * implement TBC_EPI_ADD and norm). */
-int tbc_gemv_is_simt(tbc_dtype wdt, int T, int K, const tbc_gemv_opts *opts);
 /* 1 when tbc_gemv_ex with these arguments implements TBC_EPI_ADD and norm
  * (SIMT steps of T <= 2, tensor-core steps up to TBC_GEMV_MAX_T). */
 int tbc_gemv_fuses_norm(tbc_dtype wdt, int T, int K, const tbc_gemv_opts *opts);

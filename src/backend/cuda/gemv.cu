@@ -610,10 +610,6 @@ static cudaError_t gemv_dispatch(const float *x, const void *w, const float *bia
     return cudaErrorInvalidValue;
 }
 
-extern "C" int tbc_gemv_is_simt(tbc_dtype wdt, int T, int K, const tbc_gemv_opts *opts) {
-    return !takes_mma(wdt, T, K, 1, opts->simt_max_t);
-}
-
 extern "C" int tbc_gemv_fuses_norm(tbc_dtype wdt, int T, int K, const tbc_gemv_opts *opts) {
     return T >= 1 && T <= TBC_GEMV_MAX_T && (T <= 2 || takes_mma(wdt, T, K, 1, opts->simt_max_t));
 }
