@@ -52,6 +52,8 @@ PRESETS = {
         architectures=["MistralForCausalLM"], model_type="mistral",
         num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=4,
         max_position_embeddings=512, sliding_window=None, attention_bias=None),
+    "llama-wide": dict(  # a vocabulary wider than a GPU block's threads
+        num_hidden_layers=1, vocab_size=40000),
     "llama134m": dict(
         hidden_size=768, intermediate_size=2048, num_hidden_layers=12,
         num_attention_heads=12, num_key_value_heads=12, vocab_size=32000,

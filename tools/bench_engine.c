@@ -65,17 +65,27 @@ static json_t *engine_meta(const char *path) {
     return meta;
 }
 
-static int argmax(const float *row, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (row[i] > row[b]) b = i;
-    return b;
+/* Greedy picks made by the step itself (on the GPU for a GPU engine, as the
+ * server does): rows (n_seqs) of one shared greedy sampler, results. */
+typedef struct {
+    tb_row_sampling *rows;
+    tb_sample_result *res;
+} picks;
+
+/* One step; next[owner[i]] gets chunk i's pick where it asks for one. */
+static tb_status step_pick(tb_context *c, const tb_seq_chunk *ch, int n, const int *owner, int32_t *next,
+                           const picks *pk) {
+    int rows = 0;
+    TB_TRY(tb_context_step_sample(c, ch, n, pk->rows, pk->res, &rows));
+    for (int i = 0, r = 0; i < n && r < rows; i++)
+        if (ch[i].logits) next[owner ? owner[i] : i] = pk->res[r++].token;
+    return TB_OK;
 }
 
 /* Prefills `n_seqs` prompts of `len` tokens, in steps of at most max_step
  * tokens; the last piece of each prompt asks for its logits row. */
 static tb_status prefill(tb_context *c, int n_seqs, int len, const int32_t *prompt, int max_step,
-                         tb_seq_chunk *chunks, int32_t *next, int vocab) {
+                         tb_seq_chunk *chunks, int32_t *next, const picks *pk) {
     int *done = calloc((size_t)n_seqs, sizeof *done);
     if (!done) return tb_errorf(TB_ERR_OOM, "out of memory");
     tb_status st = TB_OK;
@@ -93,11 +103,7 @@ static tb_status prefill(tb_context *c, int n_seqs, int len, const int32_t *prom
             budget -= take;
         }
         if (!n) break;
-        const float *logits = NULL;
-        int rows = 0;
-        st = tb_context_step(c, chunks, n, &logits, &rows);
-        for (int i = 0, r = 0; st == TB_OK && i < n; i++)
-            if (chunks[i].logits) next[owner[i]] = argmax(logits + (size_t)r++ * vocab, vocab);
+        st = step_pick(c, chunks, n, owner, next, pk);
     }
     free(done);
     return st;
@@ -197,9 +203,15 @@ int tb_bench_engine_main(int argc, char **argv) {
     int32_t *next = calloc((size_t)max_b, sizeof *next);
     tb_seq_chunk *chunks = calloc((size_t)max_b * 64 + 64, sizeof *chunks);
     double *steps = malloc(sizeof(double) * (size_t)out_len);
+    tb_sampling_params gp;
+    tb_sampling_params_default(&gp);
+    tb_sampler *greedy = NULL;
+    picks pk = {calloc((size_t)max_b, sizeof(tb_row_sampling)), calloc((size_t)max_b, sizeof(tb_sample_result))};
+    if (tb_sampler_create(info.vocab_size, &gp, &greedy) != TB_OK) greedy = NULL;
+    for (int q = 0; pk.rows && q < max_b; q++) pk.rows[q] = (tb_row_sampling){greedy, NULL, 0, -1};
     json_t *out = json_object(), *jpts = json_array();
     int rc = 1;
-    if (!prompt || !next || !chunks || !steps || !out || !jpts) { fprintf(stderr, "turbine bench: error: out of memory\n"); goto done; }
+    if (!prompt || !next || !chunks || !steps || !out || !jpts || !greedy || !pk.rows || !pk.res) { fprintf(stderr, "turbine bench: error: out of memory\n"); goto done; }
     uint64_t s = 12345;
     for (int i = 0; i < in_len; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
@@ -207,7 +219,7 @@ int tb_bench_engine_main(int argc, char **argv) {
     }
     if (info.bos_id >= 0 && info.add_bos) prompt[0] = info.bos_id;
     /* warm up: one short prefill and a few decode steps */
-    if (tb_seq_reset(c, 0) != TB_OK || prefill(c, 1, in_len < 16 ? in_len : 16, prompt, max_step, chunks, next, info.vocab_size) != TB_OK) {
+    if (tb_seq_reset(c, 0) != TB_OK || prefill(c, 1, in_len < 16 ? in_len : 16, prompt, max_step, chunks, next, &pk) != TB_OK) {
         fprintf(stderr, "turbine bench: error: %s\n", tb_last_error());
         goto done;
     }
@@ -218,7 +230,7 @@ int tb_bench_engine_main(int argc, char **argv) {
         for (int q = 0; q < max_b; q++) tb_seq_reset(c, q);
         if (profile && tb_context_set_profiling(c, 1) != TB_OK) profile = 0;
         double t0 = tb_now();
-        if (prefill(c, B, in_len, prompt, max_step, chunks, next, info.vocab_size) != TB_OK) {
+        if (prefill(c, B, in_len, prompt, max_step, chunks, next, &pk) != TB_OK) {
             fprintf(stderr, "turbine bench: error: batch %d prefill: %s\n", B, tb_last_error());
             goto done;
         }
@@ -230,16 +242,13 @@ int tb_bench_engine_main(int argc, char **argv) {
                 tok[q] = next[q];
                 chunks[q] = (tb_seq_chunk){.seq = q, .n_tokens = 1, .tokens = &tok[q], .logits = 1};
             }
-            const float *logits = NULL;
-            int rows = 0;
             double ts = tb_now();
-            if (tb_context_step(c, chunks, B, &logits, &rows) != TB_OK) {
+            if (step_pick(c, chunks, B, NULL, next, &pk) != TB_OK) {
                 fprintf(stderr, "turbine bench: error: batch %d decode step %d: %s\n", B, k, tb_last_error());
                 goto done;
             }
             steps[k] = tb_now() - ts;
             t_decode += steps[k];
-            for (int q = 0; q < B && q < rows; q++) next[q] = argmax(logits + (size_t)q * info.vocab_size, info.vocab_size);
         }
         qsort(steps, (size_t)out_len, sizeof *steps, cmp_double);
         double p50 = steps[(out_len - 1) / 2], p99 = steps[(int)ceil(0.99 * out_len) - 1];
@@ -298,6 +307,9 @@ done:
     free(next);
     free(chunks);
     free(steps);
+    free(pk.rows);
+    free(pk.res);
+    tb_sampler_free(greedy);
     tb_context_free(c);
     tb_engine_free(e);
     return rc;

@@ -307,13 +307,24 @@ static int cmd_run(int argc, char **argv) {
 
     /* prefill in chunks of the step profile */
     double t0 = tb_now();
+    /* without --logits-out the step picks the token itself (on the GPU for
+     * a GPU engine: no logits cross to the host) */
     const float *lg = NULL;
-    int n_rows = 0, max_step = tb_context_max_step(ctx);
+    int n_rows = 0, max_step = tb_context_max_step(ctx), next = 0;
+    tb_row_sampling rsm = {smp, toks, 0, -1};
+    tb_sample_result res;
     for (int at = 0; at < n_prompt; at += max_step) {
         int n = n_prompt - at < max_step ? n_prompt - at : max_step;
         tb_seq_chunk chn = {0, n, toks + at, lf ? 2 : 1};
+        if (!lf) {
+            chn.logits = at + n == n_prompt;
+            rsm.n_history = at + n;
+            if (tb_context_step_sample(ctx, &chn, 1, &rsm, &res, &n_rows) != TB_OK) { fail("prefill failed"); goto done; }
+            next = res.token;
+            continue;
+        }
         if (tb_context_step(ctx, &chn, 1, &lg, &n_rows) != TB_OK) { fail("prefill failed"); goto done; }
-        if (lf && fwrite(lg, sizeof(float) * (size_t)info.vocab_size, (size_t)n_rows, lf) != (size_t)n_rows) {
+        if (fwrite(lg, sizeof(float) * (size_t)info.vocab_size, (size_t)n_rows, lf) != (size_t)n_rows) {
             fprintf(stderr, "turbine: error: cannot write %s\n", logits_out);
             goto done;
         }
@@ -322,8 +333,10 @@ static int cmd_run(int argc, char **argv) {
     int n_gen_max = steps - n_prompt + 1, n_gen = 0, len = n_prompt;
     double t1 = tb_now();
     while (n_gen < n_gen_max) {
-        memcpy(row, lg + (size_t)(n_rows - 1) * (size_t)info.vocab_size, sizeof(float) * (size_t)info.vocab_size);
-        int next = tb_sampler_sample(smp, row, toks, len);
+        if (lf) {
+            memcpy(row, lg + (size_t)(n_rows - 1) * (size_t)info.vocab_size, sizeof(float) * (size_t)info.vocab_size);
+            next = tb_sampler_sample(smp, row, toks, len);
+        }
         int end = next == info.bos_id;
         for (int k = 0; k < 4; k++) end |= info.eos_ids[k] >= 0 && next == info.eos_ids[k];
         if (end) break;
@@ -332,8 +345,14 @@ static int cmd_run(int argc, char **argv) {
         n_gen++;
         if (sf.stopped || n_gen >= n_gen_max || len >= info.max_seq_len) break;
         tb_seq_chunk chn = {0, 1, &toks[len - 1], 1};
+        if (!lf) {
+            rsm.n_history = len;
+            if (tb_context_step_sample(ctx, &chn, 1, &rsm, &res, &n_rows) != TB_OK) { fail("decode failed"); goto done; }
+            next = res.token;
+            continue;
+        }
         if (tb_context_step(ctx, &chn, 1, &lg, &n_rows) != TB_OK) { fail("decode failed"); goto done; }
-        if (lf && fwrite(lg, sizeof(float) * (size_t)info.vocab_size, 1, lf) != 1) {
+        if (fwrite(lg, sizeof(float) * (size_t)info.vocab_size, 1, lf) != 1) {
             fprintf(stderr, "turbine: error: cannot write %s\n", logits_out);
             goto done;
         }

@@ -46,10 +46,32 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* A step and its greedy picks, made on the device as the server does
+ * (tb_context_step_sample); with TB_BENCH_LOGITS=1 the step copies its
+ * logits to the host instead (the path before sampling on the device). */
+#define MAX_ROWS 1024
+static tb_sampler *greedy;
+static tb_row_sampling g_rows[MAX_ROWS];
+static tb_sample_result g_res[MAX_ROWS];
+
 static int step(tb_context *c, const tb_seq_chunk *ch, int n) {
+    static int host_logits = -1;
+    if (host_logits < 0) {
+        const char *e = getenv("TB_BENCH_LOGITS");
+        host_logits = e && *e == '1';
+    }
     const float *lg = NULL;
-    int rows = 0;
-    if (tb_context_step(c, ch, n, &lg, &rows) != TB_OK || !lg) {
+    int rows = 0, want = 0;
+    for (int i = 0; i < n; i++) want += ch[i].logits == 2 ? ch[i].n_tokens : ch[i].logits != 0;
+    if (host_logits || want > MAX_ROWS) {
+        if (tb_context_step(c, ch, n, &lg, &rows) != TB_OK || !lg) {
+            fprintf(stderr, "gpu_bench: step failed: %s\n", tb_last_error());
+            return 0;
+        }
+        return 1;
+    }
+    for (int r = 0; r < want; r++) g_rows[r] = (tb_row_sampling){greedy, NULL, 0, -1};
+    if (tb_context_step_sample(c, ch, n, g_rows, g_res, &rows) != TB_OK) {
         fprintf(stderr, "gpu_bench: step failed: %s\n", tb_last_error());
         return 0;
     }
@@ -82,6 +104,9 @@ int main(int argc, char **argv) {
     double tl1 = now_ms();
     tb_engine_info info;
     tb_engine_get_info(e, &info);
+    tb_sampling_params gp;
+    tb_sampling_params_default(&gp);
+    if (tb_sampler_create(info.vocab_size, &gp, &greedy) != TB_OK) { fprintf(stderr, "gpu_bench: %s\n", tb_last_error()); return 1; }
     {
         tb_context_options o;
         tb_context_options_default(&o);

@@ -177,6 +177,36 @@ void tb_sampler_free(tb_sampler *s);
 int tb_sampler_sample(tb_sampler *s, float *logits, const int32_t *history,
                       int n_history);
 
+/* ---------------------------------------------------------------- sampled steps */
+#define TB_TOP_LOGPROBS_MAX 20
+
+/* How to pick the next token of one logits row of a step. */
+typedef struct {
+    tb_sampler *sampler;      /* parameters and the seeded generator         */
+    const int32_t *history;   /* the sequence's tokens so far (penalties)    */
+    int n_history;
+    int top_logprobs;         /* -1: no log-probabilities; else the pick's
+                               * and this many alternatives (<= 20)        */
+} tb_row_sampling;
+
+typedef struct {
+    int32_t token;
+    float logprob;            /* of `token` under the model's distribution
+                               * (log-softmax of the raw logits)           */
+    int32_t n_top;
+    int32_t top_ids[TB_TOP_LOGPROBS_MAX];     /* most likely first          */
+    float top_logprobs[TB_TOP_LOGPROBS_MAX];
+} tb_sample_result;
+
+/* Runs one step as tb_context_step and picks the next token of every logits
+ * row (chunk order) with rows[r]. On a GPU the picking runs there and only
+ * the results cross to the host; greedy picks equal the CPU's; a seeded
+ * draw is reproducible on its device but picks its token by another walk
+ * of the same distribution. *n_rows gets the number of rows (results). */
+tb_status tb_context_step_sample(tb_context *c, const tb_seq_chunk *chunks,
+                                 int n_chunks, const tb_row_sampling *rows,
+                                 tb_sample_result *out, int *n_rows);
+
 #ifdef __cplusplus
 }
 #endif

@@ -35,6 +35,19 @@ int64_t tb_step_rows(const tb_graph *g, int v, const tb_step *st);
 
 typedef struct tb_backend tb_backend;
 
+/* One logits row to sample on the device (see `sample`): the row's
+ * parameters, the uniform draw from its sampler's generator, and its
+ * penalty window as (token, count) pairs [pen_off, pen_off + pen_n) of the
+ * step's pair arrays. */
+typedef struct {
+    float temperature, top_p, min_p;
+    float repeat_penalty, presence_penalty, frequency_penalty;
+    float u;
+    int top_k;
+    int n_top;              /* alternatives wanted, 0..TB_TOP_LOGPROBS_MAX */
+    int pen_off, pen_n;
+} tb_sample_row;
+
 typedef struct {
     const char *name;
     int (*supports_op)(tb_backend *b, const tb_graph *g, const tb_node *n);
@@ -56,6 +69,14 @@ typedef struct {
      * (valid until the next step). */
     tb_status (*read_output)(tb_backend *b, const void *src, size_t bytes,
                              const float **out);
+    /* Optional (NULL: the runtime reads the logits and samples on the host).
+     * After a step: picks one token per row of `logits` (n_rows, vocab), the
+     * output of the step, on the device; only `out` crosses to the host.
+     * The rows may be modified. pen_tok / pen_cnt: n_pen pairs (host). */
+    tb_status (*sample)(tb_backend *b, void *logits, int n_rows, int vocab,
+                        const tb_sample_row *rows, const int32_t *pen_tok,
+                        const int32_t *pen_cnt, int n_pen,
+                        tb_sample_result *out);
     void (*destroy)(tb_backend *b);
 } tb_backend_i;
 

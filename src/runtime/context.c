@@ -106,6 +106,12 @@ struct tb_context {
     double t_step;            /* seconds spent in steps */
     int profiling;
     double prof_seconds[TB_OP_COUNT];
+    /* sampled steps: a host copy of one row, the rows' device parameters and
+     * their penalty pairs (grown when a step needs more) */
+    float *srow;              /* (vocab) */
+    tb_sample_row *srows;     /* (max rows of a step) */
+    int32_t *pen_tok, *pen_cnt;
+    size_t pen_cap;
 };
 
 tb_status tb_context_set_profiling(tb_context *c, int on) {
@@ -188,7 +194,12 @@ tb_status tb_context_create(tb_engine *e, const tb_context_options *opt, tb_cont
     c->pos = calloc(ms, sizeof(int32_t));
     c->seq = calloc(ms, sizeof(int32_t));
     c->rows = calloc(ms, sizeof(int32_t));
-    if (!c->ids || !c->pos || !c->seq || !c->rows) { s = tb_errorf(TB_ERR_OOM, "out of memory"); goto fail; }
+    c->srow = malloc(sizeof(float) * (size_t)c->vocab);
+    c->srows = calloc(ms, sizeof(tb_sample_row));
+    if (!c->ids || !c->pos || !c->seq || !c->rows || !c->srow || !c->srows) {
+        s = tb_errorf(TB_ERR_OOM, "out of memory");
+        goto fail;
+    }
 
     /* KV cache */
     int KV = e->info.n_kv_heads, hd = e->info.head_dim;
@@ -237,6 +248,7 @@ void tb_context_free(tb_context *c) {
     tb_backend_free(c->be);
     free(c->bufs);
     free(c->ids); free(c->pos); free(c->seq); free(c->rows);
+    free(c->srow); free(c->srows); free(c->pen_tok); free(c->pen_cnt);
     free(c->k_cache); free(c->v_cache);
     free(c->block_tables); free(c->seq_len); free(c->seq_blocks); free(c->free_blocks);
     free(c);
@@ -334,5 +346,63 @@ tb_status tb_context_step(tb_context *c, const tb_seq_chunk *ch, int n_chunks, c
         if (rs != TB_OK) return rs;
     }
     if (n_rows) *n_rows = rows;
+    return TB_OK;
+}
+
+/* ---------------------------------------------------------------- sampled step */
+
+tb_status tb_context_step_sample(tb_context *c, const tb_seq_chunk *ch, int n_chunks, const tb_row_sampling *rs,
+                                 tb_sample_result *out, int *n_rows) {
+    if (n_rows) *n_rows = 0;
+    int want = 0;
+    for (int i = 0; i < n_chunks; i++) want += ch[i].logits == 2 ? ch[i].n_tokens : ch[i].logits == 1 ? 1 : 0;
+    for (int r = 0; r < want; r++) {
+        if (!rs || !rs[r].sampler) return tb_errorf(TB_ERR_INVALID_ARG, "sampled step: row %d has no sampler", r);
+        if (rs[r].top_logprobs > TB_TOP_LOGPROBS_MAX)
+            return tb_errorf(TB_ERR_INVALID_ARG, "sampled step: %d alternatives asked, at most %d", rs[r].top_logprobs,
+                             TB_TOP_LOGPROBS_MAX);
+    }
+    const tb_graph *g = c->e->graph;
+    int V = c->vocab;
+    if (!c->be->iface->sample) {
+        const float *lg = NULL;
+        int rows = 0;
+        TB_TRY(tb_context_step(c, ch, n_chunks, &lg, &rows));
+        for (int r = 0; r < rows; r++) {
+            const float *row = lg + (size_t)r * (size_t)V;
+            memcpy(c->srow, row, sizeof(float) * (size_t)V);
+            tb_sample_result *o = &out[r];
+            o->token = tb_sampler_sample(rs[r].sampler, c->srow, rs[r].history, rs[r].n_history);
+            o->logprob = 0;
+            o->n_top = 0;
+            if (rs[r].top_logprobs >= 0) tb_sample_logprobs(row, V, o->token, rs[r].top_logprobs, o);
+        }
+        if (n_rows) *n_rows = rows;
+        return TB_OK;
+    }
+    TB_TRY(tb_context_step(c, ch, n_chunks, NULL, NULL));
+    if (want == 0) return TB_OK;
+    size_t need = 0;
+    for (int r = 0; r < want; r++) need += (size_t)tb_sampler_window(rs[r].sampler, rs[r].n_history);
+    if (need > c->pen_cap) {
+        size_t cap = need + need / 2 + 1024;
+        int32_t *t = realloc(c->pen_tok, cap * sizeof(int32_t));
+        if (t) c->pen_tok = t;
+        int32_t *n = realloc(c->pen_cnt, cap * sizeof(int32_t));
+        if (n) c->pen_cnt = n;
+        if (!t || !n) return tb_errorf(TB_ERR_OOM, "out of memory (penalty windows of %zu tokens)", need);
+        c->pen_cap = cap;
+    }
+    int n_pen = 0;
+    for (int r = 0; r < want; r++) {
+        tb_sample_row *sr = &c->srows[r];
+        tb_sampler_prepare(rs[r].sampler, rs[r].history, rs[r].n_history, sr, c->pen_tok + n_pen, c->pen_cnt + n_pen,
+                           (int)(c->pen_cap - (size_t)n_pen));
+        sr->pen_off = n_pen;
+        sr->n_top = rs[r].top_logprobs > 0 ? rs[r].top_logprobs : 0;
+        n_pen += sr->pen_n;
+    }
+    TB_TRY(c->be->iface->sample(c->be, c->bufs[g->output], want, V, c->srows, c->pen_tok, c->pen_cnt, n_pen, out));
+    if (n_rows) *n_rows = want;
     return TB_OK;
 }

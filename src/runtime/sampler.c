@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "core/core.h"
+#include "runtime/runtime.h"
 
 struct tb_sampler {
     int vocab;
@@ -142,4 +143,75 @@ int tb_sampler_sample(tb_sampler *s, float *logits, const int32_t *hist, int n_h
         if (r < acc) return s->idx[i];
     }
     return s->idx[n - 1];
+}
+
+/* ---------------------------------------------------------------- device rows */
+
+int tb_sampler_prepare(tb_sampler *s, const int32_t *hist, int n_hist, tb_sample_row *row, int32_t *tok,
+                       int32_t *cnt, int cap) {
+    const tb_sampling_params *p = &s->p;
+    row->temperature = p->temperature;
+    row->top_p = p->top_p;
+    row->min_p = p->min_p;
+    row->repeat_penalty = p->repeat_penalty;
+    row->presence_penalty = p->presence_penalty;
+    row->frequency_penalty = p->frequency_penalty;
+    row->top_k = p->top_k;
+    row->n_top = 0;
+    row->pen_n = 0;
+    int n = 0, V = s->vocab;
+    int use_pen = p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0;
+    if (use_pen && n_hist > 0) {
+        int from = p->penalty_last_n > 0 && n_hist > p->penalty_last_n ? n_hist - p->penalty_last_n : 0;
+        for (int i = from; i < n_hist; i++)
+            if (hist[i] >= 0 && hist[i] < V) s->count[hist[i]]++;
+        for (int i = from; i < n_hist; i++) {
+            int t = hist[i];
+            if (t < 0 || t >= V || s->count[t] == 0) continue;
+            if (n < cap) {
+                tok[n] = t;
+                cnt[n] = s->count[t];
+                n++;
+            }
+            s->count[t] = 0;
+        }
+    }
+    row->pen_n = n;
+    /* the generator moves as in tb_sampler_sample: one draw per sampled pick */
+    row->u = p->temperature == 0.0f ? 0.0f : next_f32(s);
+    return n;
+}
+
+int tb_sampler_window(const tb_sampler *s, int n_hist) {
+    const tb_sampling_params *p = &s->p;
+    if (p->repeat_penalty == 1.0f && p->presence_penalty == 0 && p->frequency_penalty == 0) return 0;
+    return p->penalty_last_n > 0 && n_hist > p->penalty_last_n ? p->penalty_last_n : n_hist;
+}
+
+void tb_sample_logprobs(const float *logits, int V, int tok, int n_top, tb_sample_result *out) {
+    float m = logits[0];
+    for (int i = 1; i < V; i++) if (logits[i] > m) m = logits[i];
+    double sum = 0;
+    for (int i = 0; i < V; i++) sum += exp((double)(logits[i] - m));
+    float lse = m + (float)log(sum);
+    out->logprob = logits[tok] - lse;
+    out->n_top = 0;
+    if (n_top > TB_TOP_LOGPROBS_MAX) n_top = TB_TOP_LOGPROBS_MAX;
+    /* the next best after (pv, pi): larger value first, then lower index */
+    float pv = INFINITY;
+    int pi = -1;
+    for (int k = 0; k < n_top; k++) {
+        int best = -1;
+        for (int i = 0; i < V; i++) {
+            float v = logits[i];
+            if (!(v < pv || (v == pv && i > pi))) continue;
+            if (best < 0 || v > logits[best]) best = i;
+        }
+        if (best < 0) break;
+        out->top_ids[k] = best;
+        out->top_logprobs[k] = logits[best] - lse;
+        out->n_top++;
+        pv = logits[best];
+        pi = best;
+    }
 }

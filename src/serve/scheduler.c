@@ -146,7 +146,8 @@ struct tb_sched {
     int n_running, n_waiting;
     tb_seq_chunk *chunks;
     tb_request **chunk_req;
-    float *row;                  /* (vocab) */
+    tb_row_sampling *rsamp;      /* (max_num_seqs) how each row is sampled */
+    tb_sample_result *sres;      /* (max_num_seqs) */
     tb_sched_stats stats;
     int started;
 };
@@ -198,28 +199,6 @@ static void end_request(tb_sched *s, tb_request *r, tb_finish_reason why) {
 
 static int blocks_for(int tokens, int bs) { return (tokens + bs - 1) / bs; }
 
-/* Log-softmax of the chosen token and the top alternatives. */
-static void fill_logprobs(const float *logits, int V, int tok, int n_top, tb_token_event *ev) {
-    float m = logits[0];
-    for (int i = 1; i < V; i++) if (logits[i] > m) m = logits[i];
-    double sum = 0;
-    for (int i = 0; i < V; i++) sum += exp((double)(logits[i] - m));
-    float lse = m + (float)log(sum);
-    ev->logprob = logits[tok] - lse;
-    ev->n_top = 0;
-    for (int k = 0; k < n_top; k++) {
-        int best = -1;
-        for (int i = 0; i < V; i++) {
-            int taken = 0;
-            for (int j = 0; j < k; j++) taken |= ev->top_ids[j] == i;
-            if (!taken && (best < 0 || logits[i] > logits[best])) best = i;
-        }
-        ev->top_ids[k] = best;
-        ev->top_logprobs[k] = logits[best] - lse;
-        ev->n_top++;
-    }
-}
-
 static int is_eos(const tb_engine_info *in, int t) {
     for (int k = 0; k < 4; k++)
         if (in->eos_ids[k] >= 0 && t == in->eos_ids[k]) return 1;
@@ -228,7 +207,7 @@ static int is_eos(const tb_engine_info *in, int t) {
 
 static void *loop_main(void *arg) {
     tb_sched *s = arg;
-    int bs = tb_kv_block_size(s->ctx), V = s->info.vocab_size;
+    int bs = tb_kv_block_size(s->ctx);
     for (;;) {
         /* 1. take what was submitted */
         pthread_mutex_lock(&s->mu);
@@ -343,11 +322,18 @@ static void *loop_main(void *arg) {
         }
         if (n == 0) continue;
 
-        /* 5. run and sample */
-        const float *lg = NULL;
+        /* 5. run and sample (on the device where the backend can) */
         int rows = 0;
+        for (int k = 0; k < n; k++) {
+            tb_request *r = s->chunk_req[k];
+            if (!s->chunks[k].logits) continue;
+            s->rsamp[rows++] = (tb_row_sampling){r->sampler, r->tokens, r->n_prompt + r->n_gen,
+                                                 r->p.logprobs < 0                     ? -1
+                                                 : r->p.logprobs > TB_MAX_TOP_LOGPROBS ? TB_MAX_TOP_LOGPROBS
+                                                                                       : r->p.logprobs};
+        }
         double t0 = tb_now();
-        tb_status st = tb_context_step(s->ctx, s->chunks, n, &lg, &rows);
+        tb_status st = tb_context_step_sample(s->ctx, s->chunks, n, s->rsamp, s->sres, &rows);
         double t1 = tb_now();
         if (st != TB_OK) {
             tb_log(TB_LOG_ERROR, "step failed: %s", tb_last_error());
@@ -362,15 +348,14 @@ static void *loop_main(void *arg) {
             tb_request *r = s->chunk_req[k];
             r->n_computed += s->chunks[k].n_tokens;
             if (!s->chunks[k].logits) continue;
-            memcpy(s->row, lg + (size_t)row++ * (size_t)V, sizeof(float) * (size_t)V);
-            int total = r->n_prompt + r->n_gen;
-            int tok = tb_sampler_sample(r->sampler, s->row, r->tokens, total);
+            const tb_sample_result *res = &s->sres[row++];
+            int total = r->n_prompt + r->n_gen, tok = res->token;
             tb_token_event ev = {.token = tok};
-            if (r->p.logprobs >= 0) {
-                /* log-probabilities of the distribution the model gave */
-                memcpy(s->row, lg + (size_t)(row - 1) * (size_t)V, sizeof(float) * (size_t)V);
-                int nt = r->p.logprobs > TB_MAX_TOP_LOGPROBS ? TB_MAX_TOP_LOGPROBS : r->p.logprobs;
-                fill_logprobs(s->row, V, tok, nt, &ev);
+            if (r->p.logprobs >= 0) { /* log-probabilities of the distribution the model gave */
+                ev.logprob = res->logprob;
+                ev.n_top = res->n_top;
+                memcpy(ev.top_ids, res->top_ids, sizeof(int32_t) * (size_t)res->n_top);
+                memcpy(ev.top_logprobs, res->top_logprobs, sizeof(float) * (size_t)res->n_top);
             }
             double now = tb_now();
             int eos = is_eos(&s->info, tok) && !r->p.ignore_eos;
@@ -418,13 +403,14 @@ tb_status tb_sched_start(tb_context *ctx, const tb_sched_options *o, const tb_sc
     }
     if (s->o.max_queue <= 0) s->o.max_queue = 256;
     tb_engine_get_info(tb_context_engine(ctx), &s->info);
-    s->row = malloc(sizeof(float) * (size_t)s->info.vocab_size);
+    s->rsamp = calloc((size_t)s->o.max_num_seqs, sizeof(tb_row_sampling));
+    s->sres = calloc((size_t)s->o.max_num_seqs, sizeof(tb_sample_result));
     s->running = calloc((size_t)s->o.max_num_seqs, sizeof(tb_request *));
     s->chunks = calloc((size_t)s->o.max_num_seqs, sizeof(tb_seq_chunk));
     s->chunk_req = calloc((size_t)s->o.max_num_seqs, sizeof(tb_request *));
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
-    if (!s->row || !s->running || !s->chunks || !s->chunk_req) {
+    if (!s->rsamp || !s->sres || !s->running || !s->chunks || !s->chunk_req) {
         tb_sched_free(s);
         return tb_errorf(TB_ERR_OOM, "out of memory");
     }
@@ -498,7 +484,8 @@ void tb_sched_free(tb_sched *s) {
     }
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
-    free(s->row);
+    free(s->rsamp);
+    free(s->sres);
     free(s->running);
     free(s->chunks);
     free(s->chunk_req);

@@ -20,7 +20,7 @@
 
 #include "core/core.h"
 
-#define TB_MAX_TOP_LOGPROBS 20
+#define TB_MAX_TOP_LOGPROBS TB_TOP_LOGPROBS_MAX
 
 typedef enum {
     TB_FINISH_NONE = 0,

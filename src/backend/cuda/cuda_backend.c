@@ -82,6 +82,14 @@ typedef struct {
     size_t partial_floats;
     float *h_out;             /* pinned logits                                 */
     size_t out_bytes;
+    /* sampling on the device: pinned staging of the rows' parameters and
+     * penalty pairs, laid out rows (max_tokens) | tok (pen_cap) | cnt
+     * (pen_cap), its device copy, the raw logits of penalised tokens, and the
+     * results (max_tokens), pinned and on the device */
+    void *h_samp, *d_samp;
+    float *d_pen_raw;
+    size_t pen_cap;
+    tbc_sample_out *h_sout, *d_sout;
     /* CUDA graphs: steps of T <= TBC_GEMV_MAX_T tokens (decode buckets, no
      * cuBLAS) are captured once per (T, R) and replayed; TB_CUDA_GRAPHS=0
      * turns this off */
@@ -831,11 +839,81 @@ static void cuda_destroy(tb_backend *b) {
     cudaFree(c->d_stage);
     if (c->h_stage) cudaFreeHost(c->h_stage);
     if (c->h_out) cudaFreeHost(c->h_out);
+    if (c->h_samp) cudaFreeHost(c->h_samp);
+    if (c->h_sout) cudaFreeHost(c->h_sout);
+    cudaFree(c->d_samp);
+    cudaFree(c->d_pen_raw);
+    cudaFree(c->d_sout);
     if (c->stream) cudaStreamDestroy(c->stream);
     free(c->seq_map);
     free(c->seq_last);
     free(c);
     b->ctx = NULL;
+}
+
+/* tb_sample_row / tb_sample_result and the kernels' views of them */
+_Static_assert(sizeof(tb_sample_row) == sizeof(tbc_sample_row), "sample row layout");
+_Static_assert(offsetof(tb_sample_row, u) == offsetof(tbc_sample_row, u), "sample row layout");
+_Static_assert(offsetof(tb_sample_row, pen_n) == offsetof(tbc_sample_row, pen_n), "sample row layout");
+_Static_assert(offsetof(tb_sample_row, top_p) == offsetof(tbc_sample_row, top_p), "sample row layout");
+_Static_assert(offsetof(tb_sample_row, top_k) == offsetof(tbc_sample_row, top_k), "sample row layout");
+_Static_assert(sizeof(tb_sample_result) == sizeof(tbc_sample_out), "sample result layout");
+_Static_assert(offsetof(tb_sample_result, top_logprobs) == offsetof(tbc_sample_out, top_logprobs),
+               "sample result layout");
+_Static_assert(TB_TOP_LOGPROBS_MAX == TBC_TOP_MAX, "top logprobs");
+
+static tb_status samp_reserve(cuda_ctx *c, size_t pairs) {
+    if (c->h_samp && pairs <= c->pen_cap) return TB_OK;
+    size_t cap = pairs > c->pen_cap ? pairs + pairs / 2 : c->pen_cap;
+    if (cap < 4096) cap = 4096;
+    if (c->h_samp) cudaFreeHost(c->h_samp);
+    cudaFree(c->d_samp);
+    cudaFree(c->d_pen_raw);
+    c->h_samp = c->d_samp = NULL;
+    c->d_pen_raw = NULL;
+    c->pen_cap = 0;
+    size_t bytes = sizeof(tbc_sample_row) * (size_t)c->max_tokens + 2 * sizeof(int32_t) * cap;
+    CU_TRY(cudaMallocHost(&c->h_samp, bytes), "allocating pinned sampling parameters");
+    CU_TRY(cudaMalloc(&c->d_samp, bytes), "allocating sampling parameters");
+    CU_TRY(cudaMalloc((void **)&c->d_pen_raw, sizeof(float) * cap), "allocating sampling scratch");
+    if (!c->h_sout) {
+        CU_TRY(cudaMallocHost((void **)&c->h_sout, sizeof(tbc_sample_out) * (size_t)c->max_tokens),
+               "allocating pinned sampling results");
+        CU_TRY(cudaMalloc((void **)&c->d_sout, sizeof(tbc_sample_out) * (size_t)c->max_tokens),
+               "allocating sampling results");
+    }
+    c->pen_cap = cap;
+    return TB_OK;
+}
+
+/* One transfer of parameters and pairs, the kernel, one transfer back. */
+static tb_status cuda_sample(tb_backend *b, void *logits, int n_rows, int vocab, const tb_sample_row *rows,
+                             const int32_t *pen_tok, const int32_t *pen_cnt, int n_pen, tb_sample_result *out) {
+    cuda_ctx *c = b->ctx;
+    if (n_rows < 1 || n_rows > c->max_tokens)
+        return tb_errorf(TB_ERR_RANGE, "cuda: sampling %d rows (at most %d)", n_rows, c->max_tokens);
+    TB_TRY(samp_reserve(c, (size_t)(n_pen > 0 ? n_pen : 0)));
+    size_t rb = sizeof(tbc_sample_row) * (size_t)c->max_tokens;
+    uint8_t *h = c->h_samp, *d = c->d_samp;
+    int32_t *h_tok = (int32_t *)(h + rb), *h_cnt = h_tok + c->pen_cap;
+    memcpy(h, rows, sizeof(tbc_sample_row) * (size_t)n_rows);
+    if (n_pen > 0) {
+        memcpy(h_tok, pen_tok, sizeof(int32_t) * (size_t)n_pen);
+        memcpy(h_cnt, pen_cnt, sizeof(int32_t) * (size_t)n_pen);
+    }
+    /* rows, and the pairs when there are any (one copy covers both) */
+    size_t bytes = n_pen > 0 ? (size_t)((uint8_t *)(h_cnt + n_pen) - h) : sizeof(tbc_sample_row) * (size_t)n_rows;
+    CU_TRY(cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, c->stream), "sampling parameters");
+    int32_t *d_tok = (int32_t *)(d + rb), *d_cnt = d_tok + c->pen_cap;
+    CU_TRY(tbc_sample(logits, n_rows, vocab, (const tbc_sample_row *)d, d_tok, d_cnt, c->d_pen_raw, c->d_sout,
+                      c->stream),
+           "sampling launch");
+    CU_TRY(cudaMemcpyAsync(c->h_sout, c->d_sout, sizeof(tbc_sample_out) * (size_t)n_rows, cudaMemcpyDeviceToHost,
+                           c->stream),
+           "sampling results");
+    CU_TRY(cudaStreamSynchronize(c->stream), "sampling");
+    memcpy(out, c->h_sout, sizeof(tbc_sample_out) * (size_t)n_rows);
+    return TB_OK;
 }
 
 static const tb_backend_i cuda_iface = {
@@ -847,6 +925,7 @@ static const tb_backend_i cuda_iface = {
     .step_begin = cuda_step_begin,
     .run_node = cuda_run_node,
     .read_output = cuda_read_output,
+    .sample = cuda_sample,
     .destroy = cuda_destroy,
 };
 

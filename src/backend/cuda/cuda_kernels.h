@@ -194,6 +194,35 @@ cudaError_t tbc_attn_softmax(const float *S, void *P, int p16,
                              const int32_t *pos, int H, int nq, int L,
                              cudaStream_t s);
 
+/* ---- sampling (sample.cu): one block per logits row picks the row's next
+ * token, as the CPU sampler does (runtime/sampler.c): penalties, greedy at
+ * temperature 0, else top-k, min-p, top-p and a draw with the host's
+ * uniform u; the log-probability of the pick and up to n_top alternatives
+ * under the raw logits (log-softmax). The logits rows are modified (the
+ * penalties). pen_tok / pen_cnt: (token, occurrences) pairs of the rows'
+ * penalty windows, each token once; row r's are [pen_off, pen_off + pen_n);
+ * pen_raw (as many floats) receives the penalised tokens' raw logits. */
+#define TBC_TOP_MAX 20
+typedef struct {
+    float temperature;       /* 0: greedy                                   */
+    float top_p, min_p;      /* 1, 0: off                                   */
+    float repeat_penalty, presence_penalty, frequency_penalty;
+    float u;                 /* uniform in [0, 1): the draw                 */
+    int top_k;               /* 0: off                                      */
+    int n_top;               /* alternatives wanted, 0..TBC_TOP_MAX         */
+    int pen_off, pen_n;
+} tbc_sample_row;
+typedef struct {
+    int32_t token;
+    float logprob;
+    int32_t n_top;
+    int32_t top_ids[TBC_TOP_MAX];
+    float top_logprobs[TBC_TOP_MAX];
+} tbc_sample_out;
+cudaError_t tbc_sample(float *logits, int R, int V, const tbc_sample_row *rows,
+                       const int32_t *pen_tok, const int32_t *pen_cnt,
+                       float *pen_raw, tbc_sample_out *out, cudaStream_t s);
+
 #ifdef __cplusplus
 }
 #endif
