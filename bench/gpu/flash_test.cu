@@ -1,7 +1,7 @@
 /*
  * flash_test.cu — checks and times tbc_flash_prefill (src/backend/cuda/flash.cu).
  *
- *   flash_test [--quick] [--no-bench] [--reps N]
+ *   flash_test [--quick] [--no-bench] [--no-check] [--only NAME] [--reps N]
  *
  * Correctness: for every case of (H, KV, hd) x n x pos0 x block_size it
  * builds a random paged f16 KV cache (3 sequences' block tables, the tested
@@ -14,9 +14,13 @@
  * reference row (token, head)); a case fails above 2e-2 relative, on any
  * non-finite value, if a row outside the run was touched (out is poisoned
  * first), or if a second launch does not give bit-identical output.
- * --quick: block size 16 only, pos0 in {0, 200}.
+ * Every case runs both kernel variants (warps of 16 and of 32 query rows,
+ * tbc_flash_force_rows), whichever the launcher would choose.
+ * --quick: block size 16 only, pos0 in {0, 200}. --no-check: timing only;
+ * --only NAME: only the timing cases whose name contains NAME.
  *
- * Timing (cudaEvent, warm-up, then --reps launches, 50 by default): the
+ * Timing (cudaEvent; a warm-up of 30 ms, then --reps launches, 50 by default,
+ * on the stream and as one CUDA graph, median of 5 replays): the
  * Llama-2-7B (H 32, KV 32, hd 128) and TinyLlama (H 32, KV 4, hd 64) prefill
  * of 512 tokens from position 0, plus longer and chunked runs; microseconds
  * per launch and TFLOP/s of causal FLOPs, 4 hd H sum_rows (pos + 1). The same
@@ -324,6 +328,74 @@ static void gemm_run(GemmPath &g, const Problem &p, cudaStream_t s) {
     }
 }
 
+/* ---------------------------------------------------------------- timing */
+
+/* Microseconds per fn() over reps calls on stream s, after a warm-up of at
+ * least 30 ms of the same work (clocks up, caches warm). */
+template <typename F>
+static double time_stream(F fn, int reps, cudaStream_t s) {
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    float ms = 0;
+    for (int round = 0; round < 100 && ms < 30.0f; round++) {
+        CK(cudaEventRecord(e0, s));
+        for (int i = 0; i < reps; i++) fn();
+        CK(cudaEventRecord(e1, s));
+        CK(cudaEventSynchronize(e1));
+        float r = 0;
+        CK(cudaEventElapsedTime(&r, e0, e1));
+        ms += r;
+    }
+    CK(cudaEventRecord(e0, s));
+    for (int i = 0; i < reps; i++) fn();
+    CK(cudaEventRecord(e1, s));
+    CK(cudaEventSynchronize(e1));
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return ms * 1e3 / reps;
+}
+
+/* The same with the reps calls captured in one CUDA graph (no host launch
+ * cost between them); the median of 5 replays. */
+template <typename F>
+static double time_graph(F fn, int reps, cudaStream_t s) {
+    cudaGraph_t gr;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < reps; i++) fn();
+    CK(cudaStreamEndCapture(s, &gr));
+    CK(cudaGraphInstantiate(&ge, gr, 0));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    float ms = 0;
+    for (int round = 0; round < 200 && ms < 30.0f; round++) {
+        CK(cudaEventRecord(e0, s));
+        CK(cudaGraphLaunch(ge, s));
+        CK(cudaEventRecord(e1, s));
+        CK(cudaEventSynchronize(e1));
+        float r = 0;
+        CK(cudaEventElapsedTime(&r, e0, e1));
+        ms += r;
+    }
+    float t[5];
+    for (int k = 0; k < 5; k++) {
+        CK(cudaEventRecord(e0, s));
+        CK(cudaGraphLaunch(ge, s));
+        CK(cudaEventRecord(e1, s));
+        CK(cudaEventSynchronize(e1));
+        CK(cudaEventElapsedTime(&t[k], e0, e1));
+    }
+    std::sort(t, t + 5);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(gr));
+    return t[2] * 1e3 / reps;
+}
+
 /* ---------------------------------------------------------------- main */
 
 static double causal_flops(const Problem &p) {
@@ -333,14 +405,17 @@ static double causal_flops(const Problem &p) {
 }
 
 int main(int argc, char **argv) {
-    bool quick = false, bench = true;
+    bool quick = false, bench = true, check = true;
+    const char *only = nullptr;
     int reps = 50;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick")) quick = true;
         else if (!strcmp(argv[i], "--no-bench")) bench = false;
+        else if (!strcmp(argv[i], "--no-check")) check = false;
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = std::max(1, atoi(argv[++i]));
         else {
-            fprintf(stderr, "usage: flash_test [--quick] [--no-bench] [--reps N]\n");
+            fprintf(stderr, "usage: flash_test [--quick] [--no-bench] [--no-check] [--only NAME] [--reps N]\n");
             return 2;
         }
     }
@@ -373,45 +448,53 @@ int main(int argc, char **argv) {
     const int ns[] = {1, 17, 64, 100, 512};
     std::vector<int> pos0s = quick ? std::vector<int>{0, 200} : std::vector<int>{0, 37, 200};
     std::vector<int> bss = quick ? std::vector<int>{16} : std::vector<int>{16, 32};
-    printf("%-14s %5s %5s %3s %3s %11s %11s  %s\n", "H/KV/hd", "n", "pos0", "bs", "t0", "max_abs", "max_rel",
-           "result");
+    printf("%-14s %5s %5s %3s %3s %4s %11s %11s  %s\n", "H/KV/hd", "n", "pos0", "bs", "t0", "rows", "max_abs",
+           "max_rel", "result");
     int n_cases = 0, n_fail = 0;
     double worst_rel = 0;
-    for (const Shape &sh : shapes)
+    const int n_shapes = check ? (int)(sizeof shapes / sizeof shapes[0]) : 0;
+    for (int si = 0; si < n_shapes; si++)
         for (int n : ns)
             for (int pos0 : pos0s)
                 for (int bs : bss) {
+                    const Shape &sh = shapes[si];
                     Problem p;
                     const int t0 = 1 + rng_int(5), after = rng_int(3);
                     const float amp = (n_cases % 3 == 2) ? 8.0f : 2.0f; /* some peaked softmaxes */
                     problem_build(p, sh.H, sh.KV, sh.hd, n, pos0, bs, t0, after, amp);
-                    poison_out(p);
-                    CK(tbc_flash_prefill(&p.args, p.d_qkv, p.d_out, p.slot, p.t0, p.n, s));
-                    CK(cudaStreamSynchronize(s));
-                    std::vector<float> out((size_t)p.T * p.H * p.hd), out2(out.size());
-                    CK(cudaMemcpy(out.data(), p.d_out, out.size() * sizeof(float), cudaMemcpyDeviceToHost));
-                    /* a second launch must give the same bits */
-                    poison_out(p);
-                    CK(tbc_flash_prefill(&p.args, p.d_qkv, p.d_out, p.slot, p.t0, p.n, s));
-                    CK(cudaStreamSynchronize(s));
-                    CK(cudaMemcpy(out2.data(), p.d_out, out2.size() * sizeof(float), cudaMemcpyDeviceToHost));
-                    const bool same = memcmp(out.data(), out2.data(), out.size() * sizeof(float)) == 0;
                     std::vector<double> ref;
                     reference(p, ref);
-                    Errs e = compare(p, out, ref);
-                    const bool pass = same && e.bad_nonfinite == 0 && e.bad_untouched == 0 && e.max_rel <= TOL_REL;
                     char tag[32];
                     snprintf(tag, sizeof tag, "%d/%d/%d", sh.H, sh.KV, sh.hd);
-                    printf("%-14s %5d %5d %3d %3d %11.3e %11.3e  %s", tag, n, pos0, bs, t0, e.max_abs, e.max_rel,
-                           pass ? "ok" : "FAIL");
-                    if (!pass)
-                        printf(" (nonfinite %ld, touched outside run %ld, repeatable %s, worst row i=%d h=%d)",
-                               e.bad_nonfinite, e.bad_untouched, same ? "yes" : "NO", e.worst_i, e.worst_h);
-                    printf("\n");
-                    fflush(stdout);
-                    n_cases++;
-                    if (!pass) n_fail++;
-                    worst_rel = std::max(worst_rel, e.max_rel);
+                    /* both kernel variants: warps of 16 and of 32 query rows */
+                    for (int rows : {16, 32}) {
+                        tbc_flash_force_rows(rows);
+                        std::vector<float> out((size_t)p.T * p.H * p.hd), out2(out.size());
+                        poison_out(p);
+                        CK(tbc_flash_prefill(&p.args, p.d_qkv, p.d_out, p.slot, p.t0, p.n, s));
+                        CK(cudaStreamSynchronize(s));
+                        CK(cudaMemcpy(out.data(), p.d_out, out.size() * sizeof(float), cudaMemcpyDeviceToHost));
+                        /* a second launch must give the same bits */
+                        poison_out(p);
+                        CK(tbc_flash_prefill(&p.args, p.d_qkv, p.d_out, p.slot, p.t0, p.n, s));
+                        CK(cudaStreamSynchronize(s));
+                        CK(cudaMemcpy(out2.data(), p.d_out, out2.size() * sizeof(float), cudaMemcpyDeviceToHost));
+                        const bool same = memcmp(out.data(), out2.data(), out.size() * sizeof(float)) == 0;
+                        Errs e = compare(p, out, ref);
+                        const bool pass =
+                            same && e.bad_nonfinite == 0 && e.bad_untouched == 0 && e.max_rel <= TOL_REL;
+                        printf("%-14s %5d %5d %3d %3d %4d %11.3e %11.3e  %s", tag, n, pos0, bs, t0, rows, e.max_abs,
+                               e.max_rel, pass ? "ok" : "FAIL");
+                        if (!pass)
+                            printf(" (nonfinite %ld, touched outside run %ld, repeatable %s, worst row i=%d h=%d)",
+                                   e.bad_nonfinite, e.bad_untouched, same ? "yes" : "NO", e.worst_i, e.worst_h);
+                        printf("\n");
+                        fflush(stdout);
+                        n_cases++;
+                        if (!pass) n_fail++;
+                        worst_rel = std::max(worst_rel, e.max_rel);
+                    }
+                    tbc_flash_force_rows(0);
                     problem_free(p);
                 }
     printf("correctness: %d cases, %d failed, worst relative error %.3e (tolerance %.0e)\n", n_cases, n_fail,
@@ -430,37 +513,38 @@ int main(int argc, char **argv) {
             {"TinyLlama n=512 pos0=1536", 32, 4, 64, 512, 1536, false},
             {"7B n=128 pos0=0", 32, 32, 128, 128, 0, false},
         };
-        printf("\n%-28s %10s %9s %10s %9s %8s %10s\n", "timing (bs 16)", "flash_us", "TFLOP/s", "gemm_us",
-               "TFLOP/s", "speedup", "max|diff|");
-        cudaEvent_t e0, e1;
-        CK(cudaEventCreate(&e0));
-        CK(cudaEventCreate(&e1));
+        printf("\ntiming, block size 16, microseconds per call, TFLOP/s of causal FLOPs:\n"
+               "  flash    tbc_flash_prefill as chosen per launch, in a graph of %d launches (median of 5)\n"
+               "  rows16, rows32   the same with warps of 16 / 32 query rows forced\n"
+               "  heavy1st the same with the blocks in heaviest-first order (tbc_flash_pair_order(0))\n"
+               "  stream   as flash, %d launches straight on a stream (host launch cost included)\n"
+               "  gemm     the GEMM path it replaces (gather, cuBLAS, softmax, cuBLAS), graph\n",
+               reps, reps);
+        printf("%-26s %8s %8s %8s %8s %8s %8s %8s %8s %8s %9s\n", "case", "flash", "TFLOP/s", "rows16", "rows32",
+               "heavy1st", "stream", "gemm", "TFLOP/s", "speedup", "max|diff|");
         for (const Bench &b : benches) {
+            if (only && !strstr(b.name, only)) continue;
             Problem p;
             problem_build(p, b.H, b.KV, b.hd, b.n, b.pos0, 16, 0, 0, 2.0f);
             const double fl = causal_flops(p);
-            /* flash */
-            for (int i = 0; i < 5; i++) CK(tbc_flash_prefill(&p.args, p.d_qkv, p.d_out, p.slot, p.t0, p.n, s));
-            CK(cudaEventRecord(e0, s));
-            for (int i = 0; i < reps; i++) CK(tbc_flash_prefill(&p.args, p.d_qkv, p.d_out, p.slot, p.t0, p.n, s));
-            CK(cudaEventRecord(e1, s));
-            CK(cudaEventSynchronize(e1));
-            float ms_f = 0;
-            CK(cudaEventElapsedTime(&ms_f, e0, e1));
-            const double us_f = ms_f * 1e3 / reps;
+            /* flash: plain launches on the stream, then a graph of `reps` launches */
+            auto flash = [&]() { CK(tbc_flash_prefill(&p.args, p.d_qkv, p.d_out, p.slot, p.t0, p.n, s)); };
+            tbc_flash_force_rows(16);
+            const double us_16 = time_graph(flash, reps, s);
+            tbc_flash_force_rows(32);
+            const double us_32 = time_graph(flash, reps, s);
+            tbc_flash_force_rows(0);
+            tbc_flash_pair_order(0);
+            const double us_heavy = time_graph(flash, reps, s);
+            tbc_flash_pair_order(1);
+            const double us_s = time_stream(flash, reps, s);
+            const double us_f = time_graph(flash, reps, s);
             std::vector<float> of((size_t)p.T * p.H * p.hd), og(of.size());
             CK(cudaMemcpy(of.data(), p.d_out, of.size() * sizeof(float), cudaMemcpyDeviceToHost));
             /* GEMM path */
             GemmPath g;
             gemm_setup(g, p, s);
-            for (int i = 0; i < 3; i++) gemm_run(g, p, s);
-            CK(cudaEventRecord(e0, s));
-            for (int i = 0; i < reps; i++) gemm_run(g, p, s);
-            CK(cudaEventRecord(e1, s));
-            CK(cudaEventSynchronize(e1));
-            float ms_g = 0;
-            CK(cudaEventElapsedTime(&ms_g, e0, e1));
-            const double us_g = ms_g * 1e3 / reps;
+            const double us_g = time_graph([&]() { gemm_run(g, p, s); }, reps, s);
             CK(cudaMemcpy(og.data(), p.d_out, og.size() * sizeof(float), cudaMemcpyDeviceToHost));
             double diff = 0;
             for (size_t i = 0; i < of.size(); i++) diff = std::max(diff, (double)fabsf(of[i] - og[i]));
@@ -468,14 +552,13 @@ int main(int argc, char **argv) {
                 printf("  (flash and GEMM paths differ by %.3e)\n", diff);
                 ok = false;
             }
-            printf("%-28s %10.1f %9.1f %10.1f %9.1f %7.2fx %10.2e%s\n", b.name, us_f, fl / (us_f * 1e-6) / 1e12, us_g,
-                   fl / (us_g * 1e-6) / 1e12, us_g / us_f, diff, b.main ? "" : "   (extra)");
+            printf("%-26s %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %8.1f %7.2fx %9.2e%s\n", b.name, us_f,
+                   fl / (us_f * 1e-6) / 1e12, us_16, us_32, us_heavy, us_s, us_g, fl / (us_g * 1e-6) / 1e12,
+                   us_g / us_f, diff, b.main ? "" : "  (extra)");
             fflush(stdout);
             gemm_free(g);
             problem_free(p);
         }
-        cudaEventDestroy(e0);
-        cudaEventDestroy(e1);
     }
     CK(cudaStreamDestroy(s));
     printf("flash_test: %s\n", ok ? "PASS" : "FAIL");

@@ -55,11 +55,8 @@ static tb_row_sampling g_rows[MAX_ROWS];
 static tb_sample_result g_res[MAX_ROWS];
 
 static int step(tb_context *c, const tb_seq_chunk *ch, int n) {
-    static int host_logits = -1;
-    if (host_logits < 0) {
-        const char *e = getenv("TB_BENCH_LOGITS");
-        host_logits = e && *e == '1';
-    }
+    const char *hl = getenv("TB_BENCH_LOGITS"); /* per step: --variants sets it */
+    int host_logits = hl && *hl == '1';
     const float *lg = NULL;
     int rows = 0, want = 0;
     for (int i = 0; i < n; i++) want += ch[i].logits == 2 ? ch[i].n_tokens : ch[i].logits != 0;
@@ -76,6 +73,57 @@ static int step(tb_context *c, const tb_seq_chunk *ch, int n) {
         return 0;
     }
     return 1;
+}
+
+/* 64 streams (say) of s_in prompt and s_out generated tokens: prompts as
+ * many per step as fit in step_tokens, then every stream decodes together. */
+static void run_streams(tb_engine *e, const char *device, const tb_engine_info *in, int streams, int s_in, int s_out,
+                        int step_tokens, const char *tag) {
+    tb_engine_info info = *in;
+    tb_context_options o;
+    tb_context_options_default(&o);
+    o.max_seqs = streams;
+    o.device = device;
+    o.max_step_tokens = step_tokens;
+    tb_context *c = NULL;
+    tb_seq_chunk *ch = malloc(sizeof(tb_seq_chunk) * (size_t)streams);
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(s_in + s_out));
+    if (!ch || !ids || tb_context_create(e, &o, &c) != TB_OK) {
+        fprintf(stderr, "gpu_bench: streams: %s\n", tb_last_error());
+        free(ch);
+        free(ids);
+        return;
+    }
+    for (int i = 0; i < s_in + s_out; i++) ids[i] = 3 + (i * 7919) % (info.vocab_size - 3);
+    for (int rep = 0; rep < 2; rep++) { /* the first run warms up (allocations, graphs) */
+        for (int q = 0; q < streams; q++) tb_seq_reset(c, q);
+        double t0 = now_ms(), tp = 0;
+        for (int q = 0; q < streams;) { /* prompts, as many per step as fit */
+            int n = 0, used = 0;
+            while (q < streams && used + s_in <= step_tokens) {
+                ch[n++] = (tb_seq_chunk){q++, s_in, ids, 1};
+                used += s_in;
+            }
+            if (n == 0) { fprintf(stderr, "gpu_bench: --stream-in exceeds --step-tokens\n"); goto streams_done; }
+            if (!step(c, ch, n)) goto streams_done;
+        }
+        tp = now_ms() - t0;
+        for (int k = 0; k < s_out - 1; k++) { /* the prefill step gave each stream its first token */
+            for (int q = 0; q < streams; q++) ch[q] = (tb_seq_chunk){q, 1, ids + s_in + k, 1};
+            if (!step(c, ch, streams)) goto streams_done;
+        }
+        double tt = now_ms() - t0;
+        if (rep == 1) {
+            printf("%s%sstreams %d (%d in, %d out): %.0f gen tok/s; %.1f ms in all, prefill %.1f ms, decode %.3f ms/step\n",
+                   tag, *tag ? " " : "", streams, s_in, s_out, (double)streams * s_out / tt * 1e3, tt, tp, (tt - tp) / (s_out - 1));
+            fflush(stdout);
+        }
+    }
+streams_done:
+    for (int q = 0; q < streams; q++) tb_seq_reset(c, q);
+    tb_context_free(c);
+    free(ch);
+    free(ids);
 }
 
 int main(int argc, char **argv) {
@@ -124,50 +172,6 @@ int main(int argc, char **argv) {
         fflush(stdout);
         tb_context_free(c);
     }
-    if (streams > 0 && streams <= 1024 && s_in > 0 && s_out > 0) {
-        tb_context_options o;
-        tb_context_options_default(&o);
-        o.max_seqs = streams;
-        o.device = device;
-        o.max_step_tokens = step_tokens;
-        tb_context *c = NULL;
-        tb_seq_chunk *ch = malloc(sizeof(tb_seq_chunk) * (size_t)streams);
-        int32_t *ids = malloc(sizeof(int32_t) * (size_t)(s_in + s_out));
-        if (!ch || !ids || tb_context_create(e, &o, &c) != TB_OK) {
-            fprintf(stderr, "gpu_bench: streams: %s\n", tb_last_error());
-            return 1;
-        }
-        for (int i = 0; i < s_in + s_out; i++) ids[i] = 3 + (i * 7919) % (info.vocab_size - 3);
-        for (int rep = 0; rep < 2; rep++) { /* the first run warms up (allocations, graphs) */
-            for (int q = 0; q < streams; q++) tb_seq_reset(c, q);
-            double t0 = now_ms(), tp = 0;
-            for (int q = 0; q < streams;) { /* prompts, as many per step as fit */
-                int n = 0, used = 0;
-                while (q < streams && used + s_in <= step_tokens) {
-                    ch[n++] = (tb_seq_chunk){q++, s_in, ids, 1};
-                    used += s_in;
-                }
-                if (n == 0) { fprintf(stderr, "gpu_bench: --stream-in exceeds --step-tokens\n"); goto streams_done; }
-                if (!step(c, ch, n)) goto streams_done;
-            }
-            tp = now_ms() - t0;
-            for (int k = 0; k < s_out - 1; k++) { /* the prefill step gave each stream its first token */
-                for (int q = 0; q < streams; q++) ch[q] = (tb_seq_chunk){q, 1, ids + s_in + k, 1};
-                if (!step(c, ch, streams)) goto streams_done;
-            }
-            double tt = now_ms() - t0;
-            if (rep == 1) {
-                printf("streams %d (%d in, %d out): %.0f gen tok/s; %.1f ms in all, prefill %.1f ms, decode %.3f ms/step\n",
-                       streams, s_in, s_out, (double)streams * s_out / tt * 1e3, tt, tp, (tt - tp) / (s_out - 1));
-                fflush(stdout);
-            }
-        }
-    streams_done:
-        for (int q = 0; q < streams; q++) tb_seq_reset(c, q);
-        tb_context_free(c);
-        free(ch);
-        free(ids);
-    }
     int max_b = 1;
     for (const char *p = batches; *p;) {
         int b = atoi(p);
@@ -195,6 +199,8 @@ int main(int argc, char **argv) {
                 setenv(kv, eq + 1, 1);
             }
         }
+        if (streams > 0 && streams <= 1024 && s_in > 0 && s_out > 0)
+            run_streams(e, device, &info, streams, s_in, s_out, step_tokens, tag);
         tb_context_options o;
         tb_context_options_default(&o);
         o.max_seqs = max_b;

@@ -63,7 +63,7 @@ else
     say "== build (Release, CUDA)"
     BIN=$SRC/build-gpu
     if ! (cmake -S "$SRC" -B "$BIN" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >> "$LOG" 2>&1 &&
-          make -C "$BIN" -j"$(nproc)" turbine test_batch gpu_bench >> "$LOG" 2>&1); then
+          make -C "$BIN" -j"$(nproc)" turbine test_batch test_sample_step gpu_bench >> "$LOG" 2>&1); then
         say "build failed"; row build FAIL; cat "$SUM"; exit 1
     fi
 fi
@@ -174,26 +174,15 @@ else
     row "batched == unbatched" "FAIL"
 fi
 cat "$W/batch.txt" >> "$LOG"
-
-# ---------------------------------------------------------------- 4b. serve
-# `turbine serve` on the GPU engine: a greedy completion gives the expected
-# text, `turbine bench` drives 4 streams, /metrics carries the NVML gauges
-say "== serve on the GPU"
-SPORT=$((20000 + RANDOM % 20000))
-tb "$TB" serve "$W/s.engine" ${RUNDEV[@]+"${RUNDEV[@]}"} --port $SPORT > "$W/serve.log" 2>&1 &
-SPID=$!
-for _ in $(seq 1 100); do curl -sf "http://127.0.0.1:$SPORT/health" > /dev/null && break; sleep 0.2; done
-stext=$(curl -s "http://127.0.0.1:$SPORT/v1/completions" -H 'Content-Type: application/json' \
-    -d '{"prompt":"Once upon a time","max_tokens":20,"temperature":0}' | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])' 2>/dev/null)
-sbench=$(tb "$TB" bench "http://127.0.0.1:$SPORT" -c 4 -n 8 --input-len 16 --output-len 32 --no-progress 2>&1 | tail -n 1)
-sgpu=$(curl -s "http://127.0.0.1:$SPORT/metrics" | grep -c '^turbine_gpu_')
-kill -INT $SPID 2> /dev/null; wait $SPID 2> /dev/null
-say "serve: text ${stext:0:40}... | $sbench | $sgpu turbine_gpu_* gauges"
-if head -c 60 "$DATA/models/stories260K/expected_once_upon_a_time_n200.txt" | grep -qF "${stext:0:30}" && [ "$sgpu" -ge 2 ]; then
-    row "serve on the GPU" "PASS (greedy text, 4-stream bench, $sgpu GPU gauges)"
+say "== sampling in the step (tests/test_sample_step.c on cuda)"
+mkdir -p "$W/tsample"
+if tb env TURBINE_TEST_DEVICE=$DEV TURBINE_SHARED="$DATA" TURBINE_SRC="$SRC" TURBINE_TMP="$W/tsample" \
+       TURBINE_PYTHON="$(command -v "$PY")" "$BIN/test_sample_step" > "$W/sample.txt" 2>&1; then
+    row "sampling on the device" "PASS ($(tail -n 1 "$W/sample.txt"))"
 else
-    row "serve on the GPU" "FAIL"
+    row "sampling on the device" "FAIL ($(tail -n 1 "$W/sample.txt"))"
 fi
+cat "$W/sample.txt" >> "$LOG"
 
 # ---------------------------------------------------------------- 6. timing
 bench_shape() {
@@ -231,7 +220,7 @@ bench_shape() {
     fi
     local v
     for v in "${VARIANTS[@]}"; do
-        row "$shape decode b1/b8 ($v)" "$(awk -v t="[$v]" 'index($0, t " decode b1:") == 1 {a=$(NF-8)} index($0, t " decode b8:") == 1 {b=$(NF-8)} END{print a " / " b}' "$W/$shape.bench.txt")"
+        row "$shape b1/b8 ms, streams ($v)" "$(awk -v t="[$v]" 'index($0, t " decode b1:") == 1 {a=$(NF-8)} index($0, t " decode b8:") == 1 {b=$(NF-8)} index($0, t " streams") == 1 {for (i = 1; i <= NF; i++) if ($i == "gen") c = $(i - 1)} END{print a " / " b " / " c " tok/s"}' "$W/$shape.bench.txt")"
     done
     local dec hf pf hfpf bw
     dec=$(awk '/^decode b1:/{print $3}' "$W/$shape.bench.txt")
@@ -250,10 +239,13 @@ bench_shape() {
     [ -n "$bw" ] && row "copy bandwidth TB/s" "$bw"
     rm -f "$W/$shape.engine"
 }
-# prefill attention by the kernel instead of GEMMs, the pair SIMT GEMV,
-# the norm/residual fusion off, all fusion off (the row kernels, split
-# sizes and PDL were measured in earlier runs: docs/GPU.md)
-VARIANTS=("TB_CUDA_PREFILL_GEMM=0" "TB_CUDA_FUSE_NORM=0" "TB_CUDA_PDL=0" "TB_CUDA_PDL=1" "TB_CUDA_SIMT=pair TB_CUDA_FUSE=0 TB_CUDA_PDL=0")
+# Variants (the SIMT kernels, fusion, split sizes and PDL were measured in
+# earlier runs: docs/GPU.md):
+# TB_BENCH_LOGITS=1: logits copied to the host each step (no sampling on
+# the device), as before the sampling kernel; TB_CUDA_PREFILL=gemm: prefill
+# attention as GEMMs instead of the flash kernel; TB_CUDA_PREFILL_GEMM=0:
+# the decode attention kernel for prefill too
+VARIANTS=("TB_BENCH_LOGITS=1" "TB_CUDA_PREFILL=gemm" "TB_CUDA_PREFILL_GEMM=0")
 if [ -n "${TB_SKIP_TIMING:-}" ]; then row timing skipped; else
 for shape in ${TB_SHAPES:-llama7b tinyllama}; do bench_shape "$shape"; done
 fi
@@ -267,13 +259,54 @@ if [ -n "$CS" ]; then
     tb "$CS" --tool memcheck --error-exitcode 9 "$TB" run "$W/s.engine" "${RUNDEV[@]}" -n 150 --temperature 0 \
         -p "Once upon a time" > "$W/san1.txt" 2>&1; r1=$?
     tb "$CS" --tool memcheck --error-exitcode 9 "$TB" run "$W/san16.engine" "${RUNDEV[@]}" --prompt-ids "$ids" -n 48 \
-        --temperature 0 > "$W/san2.txt" 2>&1; r2=$?
+        --temperature 0.8 --top-k 50 --top-p 0.9 --min-p 0.01 --repeat-penalty 1.1 > "$W/san2.txt" 2>&1; r2=$?
     tail -n 3 "$W/san1.txt" "$W/san2.txt" >> "$LOG"
-    row "compute-sanitizer memcheck" "rc $r1 (stories f32 n=150), $r2 (qwen2 f16 32+16): $(grep -h 'ERROR SUMMARY' "$W/san1.txt" "$W/san2.txt" | tr '\n' ' ')"
+    row "compute-sanitizer memcheck" "rc $r1 (stories f32 n=150), $r2 (qwen2 f16 32+16 sampled): $(grep -h 'ERROR SUMMARY' "$W/san1.txt" "$W/san2.txt" | tr '\n' ' ')"
 else
     row "compute-sanitizer memcheck" "not found"
 fi
 
+
+# ---------------------------------------------------------------- 7. serve
+# `turbine serve` on the GPU engine: a greedy completion gives the expected
+# text, `turbine bench` drives 4 streams, /metrics carries the NVML gauges.
+# Every stage is bounded; a stage that times out leaves the server's log and
+# its threads' stacks (gdb, where there is one) in the log.
+say "== serve on the GPU"
+SPORT=$((20000 + RANDOM % 20000))
+# env execs the server, so $! is its pid (a shell function in the background
+# would be a subshell that keeps SIGINT from it)
+env LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$TB" serve "$W/s.engine" ${RUNDEV[@]+"${RUNDEV[@]}"} \
+    --port $SPORT > "$W/serve.log" 2>&1 &
+SPID=$!
+for _ in $(seq 1 100); do curl -sf --max-time 2 "http://127.0.0.1:$SPORT/health" > /dev/null && break; sleep 0.2; done
+stall=""
+stext=$(curl -s --max-time 30 "http://127.0.0.1:$SPORT/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"prompt":"Once upon a time","max_tokens":20,"temperature":0}' | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"])' 2>/dev/null)
+[ -z "$stext" ] && stall="completion"
+ssamp=$(curl -s --max-time 30 "http://127.0.0.1:$SPORT/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"prompt":"Once upon a time","max_tokens":24,"temperature":0.9,"top_p":0.9,"seed":5,"logprobs":3}' | "$PY" -c 'import json,sys; c=json.load(sys.stdin)["choices"][0]; print(len(c["logprobs"]["tokens"]), "tokens, logprobs", max(c["logprobs"]["token_logprobs"]) <= 0)' 2>/dev/null)
+[ -z "$ssamp" ] && stall="$stall sampled-completion"
+sbench=$(tb timeout 90 "$TB" bench "http://127.0.0.1:$SPORT" -c 4 -n 8 --input-len 16 --output-len 32 --timeout 30 --no-progress 2>&1 | tail -n 1)
+[ -z "$sbench" ] && stall="$stall bench"
+sgpu=$(curl -s --max-time 10 "http://127.0.0.1:$SPORT/metrics" | grep -c '^turbine_gpu_')
+if [ -n "$stall" ]; then
+    say "serve: no answer from: $stall"
+    GDB=$(command -v gdb)
+    [ -n "$GDB" ] && timeout 30 "$GDB" -p $SPID -batch -ex "thread apply all bt" >> "$LOG" 2>&1
+    for t in /proc/$SPID/task/*; do echo "task $t: $(cat $t/comm) $(cat $t/wchan 2>/dev/null)" >> "$LOG"; done
+fi
+kill -INT $SPID 2> /dev/null
+for _ in $(seq 1 100); do kill -0 $SPID 2> /dev/null || break; sleep 0.2; done
+if kill -0 $SPID 2> /dev/null; then say "serve: still running 20 s after SIGINT; killed"; kill -9 $SPID; stall="$stall shutdown"; fi
+wait $SPID 2> /dev/null
+tail -n 20 "$W/serve.log" >> "$LOG"
+say "serve: text ${stext:0:40}... | sampled: $ssamp | $sbench | $sgpu turbine_gpu_* gauges"
+if [ -z "$stall" ] && head -c 60 "$DATA/models/stories260K/expected_once_upon_a_time_n200.txt" | grep -qF "${stext:0:30}" && [ "$sgpu" -ge 2 ]; then
+    row "serve on the GPU" "PASS (greedy text, sampled with logprobs, 4-stream bench, $sgpu GPU gauges)"
+else
+    row "serve on the GPU" "FAIL ${stall:+(no answer: $stall)}"
+fi
 
 say ""
 say "== summary ($(elapsed) s)"

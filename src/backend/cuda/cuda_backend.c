@@ -32,6 +32,7 @@
  */
 #include "backend/backend.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/flash_kernels.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -116,11 +117,15 @@ typedef struct {
     int norm_node;            /* matmul that norms its x in the prologue (-1)   */
     const float *norm_x;
     float norm_eps;
-    /* prefill attention through GEMMs: a run of >= prefill_min tokens of one
-     * sequence in a step (TB_CUDA_PREFILL_GEMM=n; 0 turns it off). Scratch,
+    /* prefill attention: a run of >= prefill_min tokens of one sequence in
+     * a step (TB_CUDA_PREFILL_GEMM=n; 0 turns it off) takes the flash kernel
+     * (flash.cu) or, where it does not apply, GEMMs. Scratch of the GEMMs,
      * grown when a step needs more: q (n, H, hd), k and v (H, pf_ld, hd) in
      * the cache type, scores S (H, nq, L) f32 and probabilities P */
     int prefill_min;
+    int prefill_flash;        /* 1: such runs take the flash kernel where it
+                               * handles the shape (f16 cache, hd 64 / 128);
+                               * TB_CUDA_PREFILL=gemm: the GEMMs always     */
     void *pf_q, *pf_k, *pf_v, *pf_p;
     float *pf_s;
     size_t pf_q_bytes, pf_k_bytes, pf_v_bytes, pf_s_bytes, pf_p_bytes;
@@ -705,7 +710,10 @@ static tb_status run_attention(cuda_ctx *c, const tb_node *n, void *const *bufs,
             if (u - t >= c->prefill_min) {
                 if (small >= 0) TB_TRY(attn_kernel_range(c, &a, qkv, out, small, t));
                 small = -1;
-                TB_TRY(attention_gemm_run(c, &a, qkv, out, hs[t], t, u - t));
+                if (c->prefill_flash && tbc_flash_supports(a.hd, a.kv_f16))
+                    CU_TRY(tbc_flash_prefill(&a, qkv, out, hs[t], t, u - t, c->stream), "flash prefill launch");
+                else
+                    TB_TRY(attention_gemm_run(c, &a, qkv, out, hs[t], t, u - t));
             } else if (small < 0) {
                 small = t;
             }
@@ -1007,6 +1015,8 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     c->attn_lanes = ale && *ale ? atoi(ale) : TB_CUDA_DEFAULT_ATTN_LANES;
     const char *pge = getenv("TB_CUDA_PREFILL_GEMM");
     c->prefill_min = pge && *pge ? atoi(pge) : TB_CUDA_DEFAULT_PREFILL_MIN;
+    const char *pfe = getenv("TB_CUDA_PREFILL");
+    c->prefill_flash = !(pfe && !strcmp(pfe, "gemm"));
     if (c->prefill_min > 0 && c->prefill_min <= TBC_GEMV_MAX_T) c->prefill_min = TBC_GEMV_MAX_T + 1;
     c->fused_node = c->skip_node = c->norm_node = -1;
     *out = b;

@@ -6,32 +6,47 @@
  * Work split. The query rows of a kv head's group are (token, q head) pairs,
  * token-major with the G = H / KV heads of the group innermost:
  *   row r = i G + g  ->  token t0 + i, q head kvh G + g      (R = n G rows)
- * A block (4 warps, 128 threads) takes FL_BM = 64 consecutive rows of one
- * kv head (grid (KV, ceil(R / 64)), heaviest row tiles first), so every K/V
- * tile it stages in shared memory serves all query heads that read it: with
- * GQA (TinyLlama: G = 8) a block is 8 tokens x 8 heads, without it (G = 1)
- * 64 tokens of one head. Each warp owns 16 rows.
+ * A block (4 warps, 128 threads) takes BM consecutive rows of one kv head
+ * (grid (KV, ceil(R / BM))), so every K/V tile it stages in shared memory
+ * serves all the query heads that read it: with GQA (TinyLlama, G = 8) a
+ * block of 64 rows is 8 tokens x 8 heads, without it (G = 1) 64 tokens of
+ * one head. Two variants (template MT, m16 tiles per warp):
+ *   MT = 1  warps of 16 rows, BM = 64; q fragments held in registers
+ *   MT = 2  warps of 32 rows, BM = 128: every K or V fragment a warp loads
+ *           from shared memory feeds two mma's (shared-memory bandwidth,
+ *           not the tensor cores, bounds a 16-row warp); q fragments from
+ *           shared memory for hd 128 (registers), in registers for hd 64;
+ *           hd 128 runs the softmax in steps of 32 keys (registers)
+ * The launcher takes MT = 2 once its grid has at least two blocks per
+ * multiprocessor (long runs: throughput), else MT = 1 (twice the blocks:
+ * parallelism, the critical path of the heaviest row tile).
+ * Block order: heaviest (last) row tiles first; for a grid of at most two
+ * blocks per multiprocessor, the second residents lightest first, so that a
+ * multiprocessor pairs a heavy row tile with a light one.
+ *
+ * Shared memory (f16, rows of hd, 16-byte chunks XOR-swizzled by row & 7 so
+ * that ldmatrix and the stores are free of bank conflicts):
+ *   Q  (BM, hd)         the block's q rows, rounded to f16 once
+ *   K, V (2, 64, hd)    two stages of key tiles
+ * hd 128: 96 KB (MT 2) / 80 KB (MT 1); hd 64: 48 / 40 KB (all fit sm_89's 99 KB).
  *
  * Per block: keys 0 .. (largest position of its rows) in tiles of FL_BN = 64,
- * lowest first. K and V tiles ((64, hd) f16 each, rows padded by 16 bytes so
- * ldmatrix is free of bank conflicts) are gathered from the paged cache with
- * cp.async, one cache row (key) at a time through the block table, into a
- * two-stage ring: tile j + 1 loads while tile j is computed. Keys past the
- * block's last position are zero-filled, never read.
+ * lowest first; K and V tiles are gathered from the paged cache with
+ * cp.async, one cache row (key) at a time through the block table, tile
+ * j + 1 in flight while tile j is computed. Keys past the block's last
+ * position are zero-filled, never read.
  *
- * Per warp and key tile (mma.sync m16n8k16, f16 in, f32 accumulate):
- *   S (16, 64)  = q (16, hd) k^T: q is held in registers as A fragments
- *                 (rounded to f16 once, read from qkv f32), k^T fragments
- *                 come from shared memory by ldmatrix;
- *   mask        keys after the row's position -> -inf (only on tiles that
+ * Per warp and softmax step (mma.sync m16n8k16, f16 in, f32 accumulate):
+ *   S (16 MT, 64)  = q k^T, k^T fragments by ldmatrix from K;
+ *   mask        keys after the row's position -> -inf (only on steps that
  *                 reach past the warp's first position);
- *   softmax     running max m and sum l per row in f32, scores scaled by
- *                 scale * log2(e) and exponentiated with exp2;
- *   O (16, hd) += P (16, 64) v: P rounded to f16 straight from the S
- *                 accumulators into A fragments, v fragments by
- *                 ldmatrix.trans.
- * Causal skipping: a warp skips key tiles that start after its last row's
- * position and, in the diagonal tile, the 16-key steps past it.
+ *   softmax     running max m and sum l per row in f32, exp2 of
+ *                 scale log2(e) (s - m);
+ *   O (16 MT, hd) += P v: P rounded to f16 straight from the S accumulators
+ *                 into A fragments, v fragments by ldmatrix.trans.
+ * Causal skipping: a warp skips key steps that start after its last row's
+ * position and, on the diagonal, the 16-key steps past it; warps whose rows
+ * are all past the run do nothing.
  * At the end O / l is written to out (f32), for the rows of the run only. */
 #include <math.h>
 #include <stdint.h>
@@ -42,16 +57,20 @@
 #include "backend/cuda/cuda_util.cuh"
 #include "backend/cuda/flash_kernels.h"
 
-#define FL_BM 64      /* query rows per block (4 warps x 16) */
-#define FL_BN 64      /* keys per tile */
 #define FL_WARPS 4
 #define FL_THREADS (FL_WARPS * 32)
+#define FL_BN 64                       /* keys per tile */
 
-template <int HD>
+template <int HD, int MT>
 struct flash_cfg {
-    static constexpr int SROW = HD + 8;          /* halves per shared row: 16-byte pad */
-    static constexpr int TILE = FL_BN * SROW;    /* halves per K or V tile */
-    static constexpr size_t SMEM = 4 * (size_t)TILE * sizeof(__half); /* K, V x 2 stages */
+    static constexpr int BM = FL_WARPS * MT * 16;                     /* query rows per block */
+    static constexpr int ROWB = HD * 2;                               /* bytes per shared row */
+    static constexpr int TILEB = FL_BN * ROWB;                        /* bytes per K or V tile */
+    static constexpr int QB = BM * ROWB;                              /* bytes of Q */
+    static constexpr size_t SMEM = (size_t)QB + 4 * (size_t)TILEB;    /* Q, K x 2, V x 2 */
+    static constexpr bool QREG = MT == 1 || HD <= 64;                 /* q fragments in registers */
+    static constexpr int KSUB = MT == 2 && HD > 64 ? 32 : FL_BN;      /* keys per softmax step */
+    static constexpr int SN = KSUB / 8;                               /* n8 tiles of S per m16 tile */
 };
 
 /* ---------------------------------------------------------------- PTX helpers */
@@ -72,26 +91,31 @@ static __device__ __forceinline__ void flash_cp_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-static __device__ __forceinline__ void flash_ldsm4(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2,
-                                                   uint32_t &r3) {
+static __device__ __forceinline__ void flash_ldsm4(uint32_t addr, uint32_t (&r)[4]) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr));
 }
 
-static __device__ __forceinline__ void flash_ldsm4_t(uint32_t addr, uint32_t &r0, uint32_t &r1, uint32_t &r2,
-                                                     uint32_t &r3) {
+static __device__ __forceinline__ void flash_ldsm4_t(uint32_t addr, uint32_t (&r)[4]) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(addr));
 }
 
 /* c (16x8 f32) += a (16x16 f16, row) b (16x8 f16, col) */
-static __device__ __forceinline__ void flash_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+static __device__ __forceinline__ void flash_mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                  "{%0,%1,%2,%3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* 2^x (results below 2^-126 flush to 0) */
+static __device__ __forceinline__ float flash_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
 }
 
 /* (x, y) rounded to f16, x in the low half (the lower column). */
@@ -100,18 +124,23 @@ static __device__ __forceinline__ uint32_t flash_pack(float x, float y) {
     return *reinterpret_cast<uint32_t *>(&h);
 }
 
+/* Byte offset of 16-byte chunk ch of row r in a swizzled (rows, hd) array. */
+template <int HD>
+static __device__ __forceinline__ uint32_t flash_swz(int r, int ch) {
+    return (uint32_t)(r * (HD * 2) + ((ch ^ (r & 7)) << 4));
+}
+
 /* ---------------------------------------------------------------- K/V tile load
- * Keys kbase .. kbase + FL_BN - 1 of kv head kvh into sk, sv (FL_BN, SROW):
+ * Keys kbase .. kbase + FL_BN - 1 of kv head kvh into sk, sv (FL_BN, hd):
  * each 16-byte chunk of a cache row by one cp.async; key j lives in block
  * bt[j >> bs_log2], row j & (bs - 1). Keys >= kmax are zero-filled. */
 template <int HD>
 static __device__ __forceinline__ void flash_load_tile(uint32_t sk, uint32_t sv, const __half *kc, const __half *vc,
                                                        const int32_t *bt, int kbase, int kmax, int bs_log2, int KV,
                                                        int kvh, int tid) {
-    constexpr int CPR = HD / 8;                         /* 16-byte chunks per row */
-    constexpr int RSTEP = FL_THREADS / CPR;             /* rows per pass */
+    constexpr int CPR = HD / 8;             /* 16-byte chunks per row */
+    constexpr int RSTEP = FL_THREADS / CPR; /* rows per pass */
     constexpr int ITER = FL_BN / RSTEP;
-    constexpr int SROW = flash_cfg<HD>::SROW;
     const int ch = tid % CPR, r0 = tid / CPR;
     const int bmask = (1 << bs_log2) - 1;
 #pragma unroll
@@ -127,24 +156,185 @@ static __device__ __forceinline__ void flash_load_tile(uint32_t sk, uint32_t sv,
             vs = vc + off;
             sz = 16;
         }
-        const uint32_t d = (uint32_t)(r * SROW + ch * 8) * 2u;
+        const uint32_t d = flash_swz<HD>(r, ch);
         flash_cp16(sk + d, ks, sz);
         flash_cp16(sv + d, vs, sz);
     }
 }
 
+/* ---------------------------------------------------------------- one softmax step of one warp
+ * The warp's rows: m16 tile m (< MT), row g or g + 8 (h = 0, 1). S and O
+ * accumulators: s[m][t] / o[m][t] hold rows g ([0], [1]) and g + 8 ([2], [3])
+ * at columns 8t + 2c (+1).
+ * NP: the 16-key steps of the KSUB keys that some row of the warp reaches
+ * (KSUB / 16 but on the diagonal); the steps past them are neither
+ * multiplied nor read.
+ * Inner loops run over independent accumulators (mma chains interleave).
+ *
+ * ldmatrix lane addresses (x4: lanes 8i..8i+7 address the rows of matrix i):
+ *   q (A, row-major) at (row 16m, k-chunk 2k): matrices (rows +0..7, chunk +0),
+ *     (+8..15, +0), (+0..7, +1), (+8..15, +1) = a0..a3: row (l & 7) + 8 ((l >> 3) & 1),
+ *     chunk + (l >> 4)
+ *   k^T (B, col) at (key 16p, k-chunk 2k): (keys +0..7, chunk +0), (+0..7, +1),
+ *     (+8..15, +0), (+8..15, +1) = b0, b1 of n-tile 2p, b0, b1 of n-tile 2p + 1:
+ *     row (l & 7) + 8 (l >> 4), chunk + ((l >> 3) & 1)
+ *   v (B, row-major, .trans) at (key 16k, d-chunk 2q): (keys +0..7, chunk +0),
+ *     (+8..15, +0), (+0..7, +1), (+8..15, +1) = b0, b1 of n-tile 2q, b0, b1 of
+ *     n-tile 2q + 1: row (l & 7) + 8 ((l >> 3) & 1), chunk + (l >> 4)
+ * Every lane's row is = l (mod 8), so its swizzled chunk for a logical even
+ * chunk 2k is 2k ^ y = 8 (k >> 2) + (2 (k & 3) ^ y) with y = (chunk bit) ^
+ * (l & 7) < 8, a per-lane constant: four addresses per array and lane, the
+ * rest immediate offsets. */
+
+template <int HD, int MT>
+struct flash_lane {
+    /* [i]: the lane's address of logical chunk 2i (i < 4) in its row of Q
+     * (m16 tile 0), K and V (stage 0); chunk 2k is at [k & 3] + 128 (k >> 2) */
+    uint32_t q[4], k[4], v[4];
+};
+
+/* s (16 MT, 16 NP) = q k^T */
+template <int HD, int MT, int NP>
+static __device__ __forceinline__ void flash_qk(float (&s)[MT][flash_cfg<HD, MT>::SN][4], const flash_lane<HD, MT> &ln,
+                                                uint32_t koff,
+                                                const uint32_t (&qreg)[MT][flash_cfg<HD, MT>::QREG ? HD / 16 : 1][4]) {
+#pragma unroll
+    for (int k = 0; k < HD / 16; k++) {
+        uint32_t qa[MT][4];
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            if constexpr (flash_cfg<HD, MT>::QREG) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) qa[m][i] = qreg[m][k][i];
+            } else {
+                flash_ldsm4(ln.q[k & 3] + (uint32_t)(m * 16 * HD * 2 + 128 * (k >> 2)), qa[m]);
+            }
+        }
+#pragma unroll
+        for (int p = 0; p < NP; p++) {
+            uint32_t b[4];
+            flash_ldsm4(ln.k[k & 3] + koff + (uint32_t)(16 * p * HD * 2 + 128 * (k >> 2)), b);
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                flash_mma(s[m][2 * p], qa[m], b[0], b[1]);
+                flash_mma(s[m][2 * p + 1], qa[m], b[2], b[3]);
+            }
+        }
+    }
+}
+
+/* o (16 MT, hd) += P (16 MT, 16 NP) v; the S accumulators of n-tiles 2k, 2k + 1
+ * (probabilities now) are the A fragment of k-step k */
+template <int HD, int MT, int NP>
+static __device__ __forceinline__ void flash_pv(float (&o)[MT][HD / 8][4],
+                                                const float (&s)[MT][flash_cfg<HD, MT>::SN][4],
+                                                const flash_lane<HD, MT> &ln, uint32_t voff) {
+#pragma unroll
+    for (int k = 0; k < NP; k++) {
+        uint32_t pa[MT][4];
+#pragma unroll
+        for (int m = 0; m < MT; m++) {
+            pa[m][0] = flash_pack(s[m][2 * k][0], s[m][2 * k][1]);
+            pa[m][1] = flash_pack(s[m][2 * k][2], s[m][2 * k][3]);
+            pa[m][2] = flash_pack(s[m][2 * k + 1][0], s[m][2 * k + 1][1]);
+            pa[m][3] = flash_pack(s[m][2 * k + 1][2], s[m][2 * k + 1][3]);
+        }
+#pragma unroll
+        for (int q = 0; q < HD / 16; q++) {
+            uint32_t b[4];
+            flash_ldsm4_t(ln.v[q & 3] + voff + (uint32_t)(16 * k * HD * 2 + 128 * (q >> 2)), b);
+#pragma unroll
+            for (int m = 0; m < MT; m++) {
+                flash_mma(o[m][2 * q], pa[m], b[0], b[1]);
+                flash_mma(o[m][2 * q + 1], pa[m], b[2], b[3]);
+            }
+        }
+    }
+}
+
+/* Keys kbase .. kbase + KSUB - 1 (at koff / voff in K / V) into the warp's
+ * running (m, l, o). prow: the positions of the thread's rows (-1: a row
+ * past the run, which sees no key). m is the running max of the raw scores
+ * q.k (scale > 0), l the running sum of this thread's probabilities (the
+ * quad's are added at the end). */
+template <int HD, int MT>
+static __device__ __forceinline__ void flash_tile(const flash_lane<HD, MT> &ln, uint32_t koff, uint32_t voff,
+                                                  const uint32_t (&qreg)[MT][flash_cfg<HD, MT>::QREG ? HD / 16 : 1][4],
+                                                  float (&o)[MT][HD / 8][4], float (&mr)[MT][2],
+                                                  float (&lr)[MT][2], const int (&prow)[MT][2], int kbase,
+                                                  int wmin, int wmax, int c, float sl2) {
+    constexpr int KSUB = flash_cfg<HD, MT>::KSUB;
+    const int np = min(KSUB / 16, (wmax - kbase) / 16 + 1);
+    float s[MT][flash_cfg<HD, MT>::SN][4];
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int t = 0; t < flash_cfg<HD, MT>::SN; t++) s[m][t][0] = s[m][t][1] = s[m][t][2] = s[m][t][3] = 0.0f;
+    switch (np) {
+    case 1: flash_qk<HD, MT, 1>(s, ln, koff, qreg); break;
+    case 2: flash_qk<HD, MT, 2>(s, ln, koff, qreg); break;
+    case 3: flash_qk<HD, MT, KSUB / 16 >= 3 ? 3 : 1>(s, ln, koff, qreg); break;
+    default: flash_qk<HD, MT, KSUB / 16>(s, ln, koff, qreg); break;
+    }
+    /* causal mask, on steps that reach past the warp's first position (np < KSUB / 16 implies it) */
+    if (kbase + KSUB - 1 > wmin) {
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int t = 0; t < flash_cfg<HD, MT>::SN; t++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    if (kbase + 8 * t + 2 * c + (e & 1) > prow[m][e >> 1]) s[m][t][e] = -INFINITY;
+    }
+#pragma unroll
+    for (int m = 0; m < MT; m++) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int t = 0; t < flash_cfg<HD, MT>::SN; t++) mx = fmaxf(mx, fmaxf(s[m][t][2 * h], s[m][t][2 * h + 1]));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+            /* online softmax in the log2 domain: p = 2^(s sl2 - m sl2); a row
+             * with no key yet keeps zeros, not NaNs */
+            const float nm = fmaxf(mr[m][h], mx);
+            const float z = nm == -INFINITY ? 0.0f : nm * sl2;
+            const float corr = flash_exp2(mr[m][h] * sl2 - z);
+            mr[m][h] = nm;
+            float rs = 0.0f;
+#pragma unroll
+            for (int t = 0; t < flash_cfg<HD, MT>::SN; t++) {
+                s[m][t][2 * h] = flash_exp2(fmaf(s[m][t][2 * h], sl2, -z));
+                s[m][t][2 * h + 1] = flash_exp2(fmaf(s[m][t][2 * h + 1], sl2, -z));
+                rs += s[m][t][2 * h] + s[m][t][2 * h + 1];
+            }
+            lr[m][h] = lr[m][h] * corr + rs;
+#pragma unroll
+            for (int t = 0; t < HD / 8; t++) {
+                o[m][t][2 * h] *= corr;
+                o[m][t][2 * h + 1] *= corr;
+            }
+        }
+    }
+    switch (np) {
+    case 1: flash_pv<HD, MT, 1>(o, s, ln, voff); break;
+    case 2: flash_pv<HD, MT, 2>(o, s, ln, voff); break;
+    case 3: flash_pv<HD, MT, KSUB / 16 >= 3 ? 3 : 1>(o, s, ln, voff); break;
+    default: flash_pv<HD, MT, KSUB / 16>(o, s, ln, voff); break;
+    }
+}
+
 /* ---------------------------------------------------------------- kernel */
 
-template <int HD>
+template <int HD, int MT>
 __global__ void __launch_bounds__(FL_THREADS, 2)
     flash_prefill_kernel(tbc_attn_args a, const float *__restrict__ qkv, float *__restrict__ out, int seq_slot,
-                         int t0, int n, int bs_log2) {
-    constexpr int SROW = flash_cfg<HD>::SROW, TILE = flash_cfg<HD>::TILE;
-    constexpr int KS = HD / 16;    /* k-steps of q k^T */
-    constexpr int ON = HD / 8;     /* n-tiles of O */
-    constexpr int SN = FL_BN / 8;  /* n-tiles of S */
-    extern __shared__ __align__(16) unsigned char flash_smem[];
-    __shared__ int spos[FL_BM];
+                         int t0, int n, int bs_log2, int pair_sms) {
+    using cfg = flash_cfg<HD, MT>;
+    constexpr int CPR = HD / 8; /* 16-byte chunks per row */
+    extern __shared__ __align__(128) unsigned char flash_smem[];
+    __shared__ int spos[cfg::BM];
+    constexpr int WR = MT * 16; /* rows per warp */
 
     tbc_pdl_wait();
     tbc_pdl_trigger();
@@ -152,176 +342,134 @@ __global__ void __launch_bounds__(FL_THREADS, 2)
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, c = lane & 3; /* mma fragment row group, column pair */
     const int H = a.n_heads, KV = a.n_kv, G = H / KV;
-    const int kvh = blockIdx.x;
-    const int row0 = (gridDim.y - 1 - blockIdx.y) * FL_BM; /* heaviest (last) rows first */
+    /* block order: heaviest (last) row tiles first; with pair_sms > 0 (a grid of at
+     * most two blocks per multiprocessor) the blocks after the first pair_sms, which
+     * become the second residents, lightest first, so heavy and light tiles pair up */
+    int rank = blockIdx.y * gridDim.x + blockIdx.x;
+    if (pair_sms > 0 && rank >= pair_sms) rank = pair_sms + (int)(gridDim.x * gridDim.y) - 1 - rank;
+    const int kvh = rank % gridDim.x;
+    const int row0 = (gridDim.y - 1 - rank / gridDim.x) * cfg::BM;
     const int R = n * G;
 
-    /* positions of the block's rows; rows past R repeat the last row's */
-    if (tid < FL_BM) {
-        const int r = min(row0 + tid, R - 1);
-        spos[tid] = a.pos[t0 + r / G];
+    /* positions of the block's rows; -1 past the run */
+    if (tid < cfg::BM) {
+        const int r = row0 + tid;
+        spos[tid] = r < R ? a.pos[t0 + r / G] : -1;
     }
     __syncthreads();
-    const int bmax = __reduce_max_sync(0xffffffffu, max(spos[lane], spos[lane + 32]));
-    const int wpos = spos[warp * 16 + (lane & 15)];
+
+    /* the block's last key, the warp's first and last positions, the thread's rows' */
+    int bm = spos[lane];
+#pragma unroll
+    for (int i = 1; i < cfg::BM / 32; i++) bm = max(bm, spos[lane + 32 * i]);
+    const int bmax = __reduce_max_sync(0xffffffffu, bm);
+    const int wpos = spos[warp * WR + lane % WR];
     const int wmax = __reduce_max_sync(0xffffffffu, wpos), wmin = __reduce_min_sync(0xffffffffu, wpos);
-    const int p0 = spos[warp * 16 + g], p1 = spos[warp * 16 + g + 8]; /* this thread's rows g, g + 8 */
-    const int kmax = bmax + 1;                                          /* keys the block reads */
+    int prow[MT][2];
+#pragma unroll
+    for (int m = 0; m < MT; m++) {
+        prow[m][0] = spos[warp * WR + 16 * m + g];
+        prow[m][1] = spos[warp * WR + 16 * m + g + 8];
+    }
+    const int kmax = bmax + 1; /* keys the block reads */
     const int ntiles = (kmax + FL_BN - 1) / FL_BN;
 
     const __half *kc = (const __half *)a.k_cache, *vc = (const __half *)a.v_cache;
     const int32_t *bt = a.block_tables + (size_t)seq_slot * a.max_blocks;
-    const uint32_t sk = flash_smem_u32(flash_smem);  /* K (2, FL_BN, SROW) f16 */
-    const uint32_t sv = sk + 2u * TILE * 2u;         /* V (2, FL_BN, SROW) f16 */
+    const uint32_t sq = flash_smem_u32(flash_smem); /* Q (BM, hd) */
+    const uint32_t sk = sq + cfg::QB;               /* K (2, 64, hd) */
+    const uint32_t sv = sk + 2 * cfg::TILEB;        /* V (2, 64, hd) */
 
-    /* first K/V tile in flight while q is read */
-    flash_load_tile<HD>(sk, sv, kc, vc, bt, 0, kmax, bs_log2, KV, kvh, tid);
+    /* first K/V tile in flight while q is staged */
+    if (ntiles > 0) flash_load_tile<HD>(sk, sv, kc, vc, bt, 0, kmax, bs_log2, KV, kvh, tid);
     flash_cp_commit();
 
-    /* q (16, hd) of the warp as A fragments, f16: qf[k][0] (row g, cols 16k + 2c, +1),
-     * [1] (row g + 8, same), [2] (row g, cols 16k + 8 + 2c, +1), [3] (row g + 8, same) */
-    uint32_t qf[KS][4];
+    /* q of the block's rows -> Q, f16 (zeros past the run) */
     {
         const size_t qstride = (size_t)(H + 2 * KV) * HD;
-        const float *qr[2];
-#pragma unroll
-        for (int hf = 0; hf < 2; hf++) {
-            const int r = min(row0 + warp * 16 + g + 8 * hf, R - 1);
-            qr[hf] = qkv + (size_t)(t0 + r / G) * qstride + (size_t)(kvh * G + r % G) * HD + 2 * c;
-        }
-#pragma unroll
-        for (int k = 0; k < KS; k++) {
-            const float2 x00 = *(const float2 *)(qr[0] + 16 * k), x10 = *(const float2 *)(qr[1] + 16 * k);
-            const float2 x01 = *(const float2 *)(qr[0] + 16 * k + 8), x11 = *(const float2 *)(qr[1] + 16 * k + 8);
-            qf[k][0] = flash_pack(x00.x, x00.y);
-            qf[k][1] = flash_pack(x10.x, x10.y);
-            qf[k][2] = flash_pack(x01.x, x01.y);
-            qf[k][3] = flash_pack(x11.x, x11.y);
+        for (int i = tid; i < cfg::BM * CPR; i += FL_THREADS) {
+            const int r = i / CPR, ch = i % CPR, rg = row0 + r;
+            uint4 u = make_uint4(0u, 0u, 0u, 0u);
+            if (rg < R) {
+                const float4 *src =
+                    (const float4 *)(qkv + (size_t)(t0 + rg / G) * qstride + (size_t)(kvh * G + rg % G) * HD + ch * 8);
+                const float4 x0 = src[0], x1 = src[1];
+                u = make_uint4(flash_pack(x0.x, x0.y), flash_pack(x0.z, x0.w), flash_pack(x1.x, x1.y),
+                               flash_pack(x1.z, x1.w));
+            }
+            *(uint4 *)(flash_smem + flash_swz<HD>(r, ch)) = u;
         }
     }
+    __syncthreads();
 
-    float o[ON][4];
+    flash_lane<HD, MT> ln;
+    {
+        const int qr = (lane & 7) + 8 * ((lane >> 3) & 1);
+        const uint32_t q0 = sq + (uint32_t)((warp * WR + qr) * HD * 2);
+        const uint32_t k0 = sk + (uint32_t)(((lane & 7) + 8 * (lane >> 4)) * HD * 2), v0 = sv + (uint32_t)(qr * HD * 2);
+        const int yq = (lane >> 4) ^ (lane & 7), yk = ((lane >> 3) & 1) ^ (lane & 7);
 #pragma unroll
-    for (int t = 0; t < ON; t++) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; /* rows g, g + 8 (log2 domain) */
+        for (int i = 0; i < 4; i++) {
+            ln.q[i] = q0 + (uint32_t)(((2 * i) ^ yq) << 4);
+            ln.k[i] = k0 + (uint32_t)(((2 * i) ^ yk) << 4);
+            ln.v[i] = v0 + (uint32_t)(((2 * i) ^ yq) << 4);
+        }
+    }
+    uint32_t qreg[MT][cfg::QREG ? HD / 16 : 1][4];
+    if constexpr (cfg::QREG) {
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int k = 0; k < HD / 16; k++)
+                flash_ldsm4(ln.q[k & 3] + (uint32_t)(m * 16 * HD * 2 + 128 * (k >> 2)), qreg[m][k]);
+    } else {
+        qreg[0][0][0] = 0u; /* unused */
+    }
+
+    float o[MT][HD / 8][4];
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int t = 0; t < HD / 8; t++) o[m][t][0] = o[m][t][1] = o[m][t][2] = o[m][t][3] = 0.0f;
+    float mr[MT][2], lr[MT][2];
+#pragma unroll
+    for (int m = 0; m < MT; m++) mr[m][0] = mr[m][1] = -INFINITY, lr[m][0] = lr[m][1] = 0.0f;
     const float sl2 = a.scale * 1.4426950408889634f;
 
-    /* ldmatrix lane addresses (bytes into a tile).
-     * K, x4 at (key 16p, col 16k): matrices (keys +0..7, cols +0..7), (+0..7, +8..15),
-     *   (+8..15, +0..7), (+8..15, +8..15) = b0, b1 of n-tile 2p, b0, b1 of n-tile 2p + 1.
-     * V, x4.trans at (key 16k, col 16q): matrices (keys +0..7, cols +0..7), (+8..15, +0..7),
-     *   (+0..7, +8..15), (+8..15, +8..15) = b0, b1 of n-tile 2q, b0, b1 of n-tile 2q + 1. */
-    const uint32_t klane = (uint32_t)(((lane & 7) + ((lane >> 4) << 3)) * SROW + ((lane >> 3) & 1) * 8) * 2u;
-    const uint32_t vlane = (uint32_t)(((lane & 7) + (((lane >> 3) & 1) << 3)) * SROW + (lane >> 4) * 8) * 2u;
-
     for (int j = 0; j < ntiles; j++) {
-        const int st = j & 1;
+        const uint32_t cur = (uint32_t)(j & 1) * cfg::TILEB, nxt = (uint32_t)((j + 1) & 1) * cfg::TILEB;
         if (j + 1 < ntiles)
-            flash_load_tile<HD>(sk + (st ^ 1) * TILE * 2u, sv + (st ^ 1) * TILE * 2u, kc, vc, bt, (j + 1) * FL_BN,
-                                kmax, bs_log2, KV, kvh, tid);
+            flash_load_tile<HD>(sk + nxt, sv + nxt, kc, vc, bt, (j + 1) * FL_BN, kmax, bs_log2, KV, kvh, tid);
         flash_cp_commit();
         flash_cp_wait<1>(); /* tile j has landed (this thread's part) */
         __syncthreads();    /* ... and everyone's */
-
-        const int kbase = j * FL_BN;
-        if (kbase <= wmax) { /* warp-uniform: some row of the warp sees a key of this tile */
-            /* ---- S = q k^T */
-            float s[SN][4];
+        /* softmax steps of KSUB keys; warp-uniform: some row of the warp sees a key of the step */
 #pragma unroll
-            for (int t = 0; t < SN; t++) s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.0f;
-            const uint32_t kt = sk + st * TILE * 2u + klane;
-#pragma unroll
-            for (int p = 0; p < FL_BN / 16; p++) {
-                if (kbase + 16 * p <= wmax) {
-#pragma unroll
-                    for (int k = 0; k < KS; k++) {
-                        uint32_t b0, b1, b2, b3;
-                        flash_ldsm4(kt + (uint32_t)(16 * p * SROW + 16 * k) * 2u, b0, b1, b2, b3);
-                        flash_mma(s[2 * p], qf[k], b0, b1);
-                        flash_mma(s[2 * p + 1], qf[k], b2, b3);
-                    }
-                }
-            }
-            /* ---- scale, causal mask (s[t]: rows g (0, 1), g + 8 (2, 3); key kbase + 8t + 2c (+1)) */
-            const bool mask = kbase + FL_BN - 1 > wmin;
-            float mx0 = -INFINITY, mx1 = -INFINITY;
-#pragma unroll
-            for (int t = 0; t < SN; t++) {
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    float v = s[t][e] * sl2;
-                    if (mask && kbase + 8 * t + 2 * c + (e & 1) > (e < 2 ? p0 : p1)) v = -INFINITY;
-                    s[t][e] = v;
-                }
-                mx0 = fmaxf(mx0, fmaxf(s[t][0], s[t][1]));
-                mx1 = fmaxf(mx1, fmaxf(s[t][2], s[t][3]));
-            }
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-            mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-            mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-            /* ---- online softmax: new max, rescale of l and O */
-            const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
-            /* a row with no key yet (cannot happen for valid positions) keeps 0s, not NaNs */
-            const float z0 = n0 == -INFINITY ? 0.0f : n0, z1 = n1 == -INFINITY ? 0.0f : n1;
-            const float c0 = exp2f(m0 - z0), c1 = exp2f(m1 - z1);
-            m0 = n0;
-            m1 = n1;
-            float r0 = 0.0f, r1 = 0.0f;
-#pragma unroll
-            for (int t = 0; t < SN; t++) {
-                s[t][0] = exp2f(s[t][0] - z0);
-                s[t][1] = exp2f(s[t][1] - z0);
-                s[t][2] = exp2f(s[t][2] - z1);
-                s[t][3] = exp2f(s[t][3] - z1);
-                r0 += s[t][0] + s[t][1];
-                r1 += s[t][2] + s[t][3];
-            }
-            l0 = l0 * c0 + r0;
-            l1 = l1 * c1 + r1;
-#pragma unroll
-            for (int t = 0; t < ON; t++) {
-                o[t][0] *= c0;
-                o[t][1] *= c0;
-                o[t][2] *= c1;
-                o[t][3] *= c1;
-            }
-            /* ---- O += P v; the S accumulators of n-tiles 2k, 2k + 1 are the A fragment of k-step k */
-            const uint32_t vt = sv + st * TILE * 2u + vlane;
-#pragma unroll
-            for (int k = 0; k < FL_BN / 16; k++) {
-                if (kbase + 16 * k <= wmax) {
-                    const uint32_t pa[4] = {flash_pack(s[2 * k][0], s[2 * k][1]), flash_pack(s[2 * k][2], s[2 * k][3]),
-                                            flash_pack(s[2 * k + 1][0], s[2 * k + 1][1]),
-                                            flash_pack(s[2 * k + 1][2], s[2 * k + 1][3])};
-#pragma unroll
-                    for (int q = 0; q < HD / 16; q++) {
-                        uint32_t v0, v1, v2, v3;
-                        flash_ldsm4_t(vt + (uint32_t)(16 * k * SROW + 16 * q) * 2u, v0, v1, v2, v3);
-                        flash_mma(o[2 * q], pa, v0, v1);
-                        flash_mma(o[2 * q + 1], pa, v2, v3);
-                    }
-                }
-            }
+        for (int sub = 0; sub < FL_BN / cfg::KSUB; sub++) {
+            const int kbase = j * FL_BN + sub * cfg::KSUB;
+            const uint32_t off = cur + (uint32_t)(sub * cfg::KSUB * HD * 2);
+            if (kbase <= wmax) flash_tile<HD, MT>(ln, off, off, qreg, o, mr, lr, prow, kbase, wmin, wmax, c, sl2);
         }
-        __syncthreads(); /* stage st is refilled by the next iteration */
+        __syncthreads(); /* this stage is refilled by the next iteration */
     }
     flash_cp_wait<0>();
 
     /* ---- out = O / l for the rows of the run */
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
-    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
-    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
-    const float inv[2] = {1.0f / l0, 1.0f / l1};
 #pragma unroll
-    for (int hf = 0; hf < 2; hf++) {
-        const int r = row0 + warp * 16 + g + 8 * hf;
-        if (r < R) {
-            float *op = out + (size_t)(t0 + r / G) * (size_t)H * HD + (size_t)(kvh * G + r % G) * HD + 2 * c;
+    for (int m = 0; m < MT; m++) {
 #pragma unroll
-            for (int t = 0; t < ON; t++)
-                *(float2 *)(op + 8 * t) = make_float2(o[t][2 * hf] * inv[hf], o[t][2 * hf + 1] * inv[hf]);
+        for (int h = 0; h < 2; h++) {
+            float l = lr[m][h];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const float inv = 1.0f / l;
+            const int r = row0 + warp * WR + 16 * m + g + 8 * h;
+            if (r < R) {
+                float *op = out + (size_t)(t0 + r / G) * (size_t)H * HD + (size_t)(kvh * G + r % G) * HD + 2 * c;
+#pragma unroll
+                for (int t = 0; t < HD / 8; t++)
+                    *(float2 *)(op + 8 * t) = make_float2(o[m][t][2 * h] * inv, o[m][t][2 * h + 1] * inv);
+            }
         }
     }
 }
@@ -330,37 +478,71 @@ __global__ void __launch_bounds__(FL_THREADS, 2)
 
 extern "C" int tbc_flash_supports(int hd, int kv_f16) { return kv_f16 && (hd == 64 || hd == 128); }
 
-template <int HD>
+static int flash_force_rows = 0; /* tbc_flash_force_rows */
+static int flash_pair_order = 1; /* tbc_flash_pair_order */
+
+extern "C" void tbc_flash_pair_order(int on) { flash_pair_order = on != 0; }
+
+extern "C" void tbc_flash_force_rows(int rows_per_warp) {
+    flash_force_rows = rows_per_warp == 16 || rows_per_warp == 32 ? rows_per_warp : 0;
+}
+
+/* Raises the kernel's dynamic shared-memory limit once per device (a
+ * benign race: two threads may both set it). */
+template <int HD, int MT>
+static cudaError_t flash_smem_attr(int dev) {
+    static unsigned done = 0;
+    if (dev < 32 && (done >> dev & 1u)) return cudaSuccess;
+    cudaError_t e = cudaFuncSetAttribute(flash_prefill_kernel<HD, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)flash_cfg<HD, MT>::SMEM);
+    if (e == cudaSuccess && dev < 32) done |= 1u << dev;
+    return e;
+}
+
+template <int HD, int MT>
 static cudaError_t flash_launch(const tbc_attn_args *a, const float *qkv, float *out, int seq_slot, int t0, int n,
-                                int bs_log2, cudaStream_t s) {
-    const size_t smem = flash_cfg<HD>::SMEM;
-    /* the dynamic shared-memory limit, raised once per device (benign race:
-     * two threads may both set it) */
-    static unsigned attr_done = 0;
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
+                                int bs_log2, int dev, int nsm, cudaStream_t s) {
+    cudaError_t e = flash_smem_attr<HD, MT>(dev);
     if (e != cudaSuccess) return e;
-    if (dev >= 32 || !(attr_done >> dev & 1u)) {
-        e = cudaFuncSetAttribute(flash_prefill_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-        if (e != cudaSuccess) return e;
-        if (dev < 32) attr_done |= 1u << dev;
-    }
-    const int G = a->n_heads / a->n_kv;
-    const long long rows = (long long)n * G, tiles = (rows + FL_BM - 1) / FL_BM;
-    if (tiles > 65535) return cudaErrorInvalidValue;
+    const long long rows = (long long)n * (a->n_heads / a->n_kv);
+    const long long tiles = (rows + flash_cfg<HD, MT>::BM - 1) / flash_cfg<HD, MT>::BM;
+    if (tiles > 65535 || a->n_kv > 65535) return cudaErrorInvalidValue;
     dim3 grid(a->n_kv, (unsigned)tiles);
-    return tbc_launch(flash_prefill_kernel<HD>, grid, dim3(FL_THREADS), smem, s, *a, qkv, out, seq_slot, t0, n,
-                      bs_log2);
+    const int pair = flash_pair_order && a->n_kv * tiles <= 2LL * nsm ? nsm : 0;
+    return tbc_launch(flash_prefill_kernel<HD, MT>, grid, dim3(FL_THREADS), flash_cfg<HD, MT>::SMEM, s, *a, qkv, out,
+                      seq_slot, t0, n, bs_log2, pair);
+}
+
+/* Multiprocessors of device dev (cached). */
+static int flash_sm_count(int dev) {
+    static int count[32];
+    if (dev < 32 && count[dev] > 0) return count[dev];
+    int v = 0;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || v < 1) v = 1;
+    if (dev < 32) count[dev] = v;
+    return v;
 }
 
 extern "C" cudaError_t tbc_flash_prefill(const tbc_attn_args *a, const float *qkv, float *out, int seq_slot, int t0,
                                          int n, cudaStream_t s) {
     if (!tbc_flash_supports(a->hd, a->kv_f16) || a->n_kv < 1 || a->n_heads < a->n_kv || a->n_heads % a->n_kv ||
-        a->block_size < 1 || (a->block_size & (a->block_size - 1)) || n < 0 || t0 < 0 || seq_slot < 0)
+        a->block_size < 1 || (a->block_size & (a->block_size - 1)) || !(a->scale > 0.0f) || n < 0 || t0 < 0 ||
+        seq_slot < 0)
         return cudaErrorInvalidValue;
     if (n == 0) return cudaSuccess;
     int bs_log2 = 0;
     while ((1 << bs_log2) < a->block_size) bs_log2++;
-    if (a->hd == 64) return flash_launch<64>(a, qkv, out, seq_slot, t0, n, bs_log2, s);
-    return flash_launch<128>(a, qkv, out, seq_slot, t0, n, bs_log2, s);
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    /* 32 rows per warp (less shared-memory traffic per mma) once its blocks
+     * fill two per multiprocessor; else 16 (twice the blocks and warps) */
+    const long long rows = (long long)n * (a->n_heads / a->n_kv);
+    const int nsm = flash_sm_count(dev);
+    const bool wide = flash_force_rows ? flash_force_rows == 32 : a->n_kv * ((rows + 127) / 128) >= 2LL * nsm;
+    if (a->hd == 64)
+        return wide ? flash_launch<64, 2>(a, qkv, out, seq_slot, t0, n, bs_log2, dev, nsm, s)
+                    : flash_launch<64, 1>(a, qkv, out, seq_slot, t0, n, bs_log2, dev, nsm, s);
+    return wide ? flash_launch<128, 2>(a, qkv, out, seq_slot, t0, n, bs_log2, dev, nsm, s)
+                : flash_launch<128, 1>(a, qkv, out, seq_slot, t0, n, bs_log2, dev, nsm, s);
 }

@@ -38,10 +38,21 @@ int tbc_flash_supports(int hd, int kv_f16);
  * (pos[t0 + i] = pos[t0] + i for a run; pos[t0] > 0 is a chunk whose
  * earlier keys are already in the cache). No host synchronisation; with
  * tbc_set_pdl on, the kernel is launched as a programmatic dependent.
- * Returns cudaErrorInvalidValue for arguments it does not handle
- * (see tbc_flash_supports), else the launch status. n = 0 does nothing. */
+ * Returns cudaErrorInvalidValue for arguments it does not handle (see
+ * tbc_flash_supports; also scale <= 0, a block size that is not a power of
+ * two, n_heads not a multiple of n_kv), else the launch status. n = 0 does
+ * nothing. */
 cudaError_t tbc_flash_prefill(const tbc_attn_args *a, const float *qkv, float *out, int seq_slot, int t0, int n,
                               cudaStream_t s);
+
+/* Tests and tuning: every later tbc_flash_prefill uses warps of 16 or 32
+ * query rows (blocks of 64 or 128 rows); 0, the default, chooses per launch
+ * (32 once that gives at least two blocks per multiprocessor). Process-wide. */
+void tbc_flash_force_rows(int rows_per_warp);
+/* Tuning: 1 (the default) pairs heavy and light row tiles on a
+ * multiprocessor when the grid is at most two blocks per multiprocessor;
+ * 0: heaviest first always. Process-wide. */
+void tbc_flash_pair_order(int on);
 
 #ifdef __cplusplus
 }
