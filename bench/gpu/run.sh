@@ -244,8 +244,10 @@ bench_shape() {
 # TB_BENCH_LOGITS=1: logits copied to the host each step (no sampling on
 # the device), as before the sampling kernel; TB_CUDA_PREFILL=gemm: prefill
 # attention as GEMMs instead of the flash kernel; TB_CUDA_PREFILL_GEMM=0:
-# the decode attention kernel for prefill too
-VARIANTS=("TB_BENCH_LOGITS=1" "TB_CUDA_PREFILL=gemm" "TB_CUDA_PREFILL_GEMM=0")
+# the decode attention kernel for prefill too; TB_CUDA_GRAPH_MAX_T=64:
+# steps of up to 64 tokens (cuBLAS included) captured as graphs (last: a
+# failed capture ends the run of gpu_bench)
+VARIANTS=("TB_BENCH_LOGITS=1" "TB_CUDA_PREFILL=gemm" "TB_CUDA_PREFILL_GEMM=0" "TB_CUDA_GRAPH_MAX_T=64")
 if [ -n "${TB_SKIP_TIMING:-}" ]; then row timing skipped; else
 for shape in ${TB_SHAPES:-llama7b tinyllama}; do bench_shape "$shape"; done
 fi

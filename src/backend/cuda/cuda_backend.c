@@ -95,6 +95,9 @@ typedef struct {
      * cuBLAS) are captured once per (T, R) and replayed; TB_CUDA_GRAPHS=0
      * turns this off */
     int use_graphs;
+    int graph_max_t;          /* steps of up to this many tokens are captured
+                               * (TB_CUDA_GRAPH_MAX_T; default the GEMV's 8:
+                               * larger ones include cuBLAS GEMMs)          */
     int mode;                 /* RUN_* for the current step                    */
     step_graph *cur;
     step_graph graphs[MAX_GRAPHS];
@@ -415,7 +418,7 @@ static tb_status cuda_step_begin(tb_backend *b, const tb_graph *g, void **bufs, 
     /* decode buckets run as CUDA graphs */
     c->mode = RUN_EAGER;
     c->cur = NULL;
-    if (c->use_graphs && T <= TBC_GEMV_MAX_T) {
+    if (c->use_graphs && T <= c->graph_max_t) {
         step_graph *sg = NULL;
         for (int i = 0; i < c->n_graphs && !sg; i++)
             if (c->graphs[i].T == T && c->graphs[i].R == R) sg = &c->graphs[i];
@@ -994,6 +997,8 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
     const char *ge = getenv("TB_CUDA_GRAPHS");
     c->use_graphs = !(ge && !strcmp(ge, "0"));
+    const char *gte = getenv("TB_CUDA_GRAPH_MAX_T");
+    c->graph_max_t = gte && *gte ? atoi(gte) : TBC_GEMV_MAX_T;
     const char *pe = getenv("TB_CUDA_PDL"), *fe = getenv("TB_CUDA_FUSE"), *me = getenv("TB_CUDA_GEMV"),
                *te = getenv("TB_CUDA_SIMT_T");
     c->pdl = c->cc_major < 9 ? 0 : pe && *pe ? (atoi(pe) != 0) : -1;
