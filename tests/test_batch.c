@@ -14,7 +14,9 @@
 #include "tb_test.h"
 #include "turbine/turbine.h"
 
-#define NSEQ 4
+/* 12 sequences: the batched decode steps have more tokens than the GEMV
+ * path's 8 (the matmul GEMMs, and on a GPU steps captured with them) */
+#define NSEQ 12
 #define NGEN 16
 
 static float max_rel(const float *a, const float *b, int n) {
@@ -51,7 +53,7 @@ static void check_engine(const char *engine_path, float tol) {
     CHECK(tb_context_create(e, &o, &c) == TB_OK);
     if (!c) { tb_engine_free(e); return; }
     int total_blocks = tb_kv_total_blocks(c);
-    int plen[NSEQ] = {7, 32, 1, 19};
+    int plen[NSEQ] = {7, 32, 1, 19, 5, 9, 3, 11, 2, 8, 4, 6};
     int32_t toks[NSEQ][64];
     for (int s = 0; s < NSEQ; s++)
         for (int j = 0; j < plen[s]; j++) toks[s][j] = 3 + (s * 37 + j * 11) % (V - 3);
@@ -127,6 +129,7 @@ int main(void) {
     tb_build_options_default(&bo);
     bo.tokenizer_path = tok;
     bo.device = getenv("TURBINE_TEST_DEVICE");
+    bo.max_batch = NSEQ;
     CHECK_MSG(tb_build(model, engine, &bo, NULL) == TB_OK, "%s", tb_last_error());
     check_engine(engine, 1e-5f);
 

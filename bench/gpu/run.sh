@@ -234,20 +234,18 @@ bench_shape() {
         case $v in *PREFILL*) row "$shape prefill 512 ($v)" "$(awk -v t="[$v]" 'index($0, t " prefill") == 1 {print $(NF-3)}' "$W/$shape.bench.txt")" ;; esac
     done
     row "$shape load / first token ms" "$(awk '/^load:/{a=$2} /^first token:/{b=$3; c=$(NF-3)} END{print a " / " b " (" c " in all)"}' "$W/$shape.bench.txt")"
-    row "$shape 64 streams 128/128" "$(awk '/^streams/{print $6, $7, $8}' "$W/$shape.bench.txt")"
+    row "$shape 64 streams 128/128" "$(awk '/^streams/{for (i = 1; i <= NF; i++) if ($i == "gen") print $(i - 1), "gen tok/s; decode", $(NF - 1), "ms/step"}' "$W/$shape.bench.txt")"
     bw=$(awk '/^copy_bw_TBps/{print $2}' "$W/$shape.torch.txt")
     [ -n "$bw" ] && row "copy bandwidth TB/s" "$bw"
     rm -f "$W/$shape.engine"
 }
-# Variants (the SIMT kernels, fusion, split sizes and PDL were measured in
-# earlier runs: docs/GPU.md):
-# TB_BENCH_LOGITS=1: logits copied to the host each step (no sampling on
-# the device), as before the sampling kernel; TB_CUDA_PREFILL=gemm: prefill
-# attention as GEMMs instead of the flash kernel; TB_CUDA_PREFILL_GEMM=0:
-# the decode attention kernel for prefill too; TB_CUDA_GRAPH_MAX_T=64:
-# steps of up to 64 tokens (cuBLAS included) captured as graphs (last: a
-# failed capture ends the run of gpu_bench)
-VARIANTS=("TB_BENCH_LOGITS=1" "TB_CUDA_PREFILL=gemm" "TB_CUDA_PREFILL_GEMM=0" "TB_CUDA_GRAPH_MAX_T=64")
+# Variants (the SIMT kernels, fusion, split sizes, PDL, TB_BENCH_LOGITS=1
+# (logits to the host instead of sampling on the device) and
+# TB_CUDA_PREFILL_GEMM=0 were measured in earlier runs: docs/GPU.md):
+# TB_CUDA_X16=0: cuBLAS inputs converted by a separate pass;
+# TB_CUDA_GRAPH_MAX_T=8: only steps of up to 8 tokens captured as graphs;
+# TB_CUDA_PREFILL=gemm: prefill attention as GEMMs, not the flash kernel
+VARIANTS=("TB_CUDA_X16=0" "TB_CUDA_GRAPH_MAX_T=8" "TB_CUDA_PREFILL=gemm")
 if [ -n "${TB_SKIP_TIMING:-}" ]; then row timing skipped; else
 for shape in ${TB_SHAPES:-llama7b tinyllama}; do bench_shape "$shape"; done
 fi

@@ -44,6 +44,9 @@
 #define TB_CUDA_DEFAULT_SPLIT_MIN 0
 #define MAX_GRAPHS 64
 #define TB_CUDA_DEFAULT_PREFILL_MIN 32
+/* steps of up to 64 tokens run as graphs (cuBLAS included): 64 streams of
+ * 7B decode 6160 -> 6527 tok/s on an H200 (docs/GPU.md) */
+#define TB_CUDA_DEFAULT_GRAPH_MAX_T 64
 /* 8 lanes per key (4 keys per warp at once) where hd = 128: measured faster
  * than one key per warp on the 7B decode (docs/GPU.md) */
 #define TB_CUDA_DEFAULT_ATTN_LANES 8
@@ -91,13 +94,14 @@ typedef struct {
     float *d_pen_raw;
     size_t pen_cap;
     tbc_sample_out *h_sout, *d_sout;
-    /* CUDA graphs: steps of T <= TBC_GEMV_MAX_T tokens (decode buckets, no
-     * cuBLAS) are captured once per (T, R) and replayed; TB_CUDA_GRAPHS=0
+    /* CUDA graphs: steps of T <= graph_max_t tokens are captured once per
+     * (T, R) and replayed, except steps above TBC_GEMV_MAX_T with a prefill
+     * run (they take the flash / GEMM attention eagerly); TB_CUDA_GRAPHS=0
      * turns this off */
     int use_graphs;
     int graph_max_t;          /* steps of up to this many tokens are captured
-                               * (TB_CUDA_GRAPH_MAX_T; default the GEMV's 8:
-                               * larger ones include cuBLAS GEMMs)          */
+                               * (TB_CUDA_GRAPH_MAX_T; above the GEMV's 8
+                               * they include cuBLAS GEMMs)                 */
     int mode;                 /* RUN_* for the current step                    */
     step_graph *cur;
     step_graph graphs[MAX_GRAPHS];
@@ -118,6 +122,8 @@ typedef struct {
     int fused_node;           /* node whose work the last GEMV did (or -1)      */
     int skip_node;            /* add_rmsnorm / rmsnorm done by the GEMVs (-1)   */
     int norm_node;            /* matmul that norms its x in the prologue (-1)   */
+    int x16;                  /* FUSE_X16 on (TB_CUDA_X16)                     */
+    int x16_node;             /* matmul whose x the last node wrote to xconv   */
     const float *norm_x;
     float norm_eps;
     /* prefill attention: a run of >= prefill_min tokens of one sequence in
@@ -139,6 +145,10 @@ enum { FUSE_NONE = 0, FUSE_ROPE = 1, FUSE_GLU = 2 };
  * matmul that reads only its normed output (FUSE_ADDNORM on the first
  * matmul), or rmsnorm followed by a matmul (FUSE_NORM on the rmsnorm) */
 enum { FUSE_ADDNORM = 4, FUSE_NORM = 8 };
+/* an rmsnorm / add_rmsnorm / silu_mul whose output only the next node, a
+ * matmul with f16/bf16 weights, reads: on the cuBLAS path it writes that
+ * matmul's converted input itself (TB_CUDA_X16=0 turns it off) */
+enum { FUSE_X16 = 16 };
 
 static tb_status cuda_fail(cudaError_t e, const char *what) {
     return tb_errorf(TB_ERR_INTERNAL, "cuda: %s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
@@ -285,6 +295,12 @@ static tb_status cuda_load_weights(tb_backend *b, const tb_graph *g, void **bufs
             if (g->nodes[k].in[i] >= 0) uses[g->nodes[k].in[i]]++;
     for (int k = 0; k + 1 < g->n_nodes; k++) {
         const tb_node *m = &g->nodes[k], *nx = &g->nodes[k + 1];
+        int act = m->op == TB_OP_RMSNORM || m->op == TB_OP_SILU_MUL ? m->out[0]
+                  : m->op == TB_OP_ADD_RMSNORM                       ? m->out[1]
+                                                                     : -1;
+        if (act >= 0 && nx->op == TB_OP_MATMUL && nx->in[0] == act && uses[act] == 1 && act != g->output &&
+            (g->values[nx->in[1]].dtype == TB_F16 || g->values[nx->in[1]].dtype == TB_BF16))
+            c->fuse_kind[k] |= FUSE_X16;
         if (m->op == TB_OP_RMSNORM && nx->op == TB_OP_MATMUL && nx->in[0] == m->out[0] && uses[m->out[0]] == 1 &&
             m->out[0] != g->output)
             c->fuse_kind[k] |= FUSE_NORM;
@@ -383,8 +399,10 @@ static tb_status cuda_step_begin(tb_backend *b, const tb_graph *g, void **bufs, 
     memcpy(h_ids, ids, sizeof(int32_t) * (size_t)T);
     memcpy(h_pos, st->pos, sizeof(int32_t) * (size_t)T);
     memcpy(h_rows, st->rows, sizeof(int32_t) * (size_t)R);
-    int n_seq = 0, max_len = 0;
+    int n_seq = 0, max_len = 0, run = 0, longest = 0;
     for (int t = 0; t < T; t++) {
+        run = t > 0 && st->seq[t] == st->seq[t - 1] ? run + 1 : 1;
+        if (run > longest) longest = run;
         int s = st->seq[t], k = (t > 0 && st->seq[t - 1] == s) ? h_seq[t - 1] : -1;
         for (int i = n_seq - 1; k < 0 && i >= 0; i--) if (c->seq_map[i] == s) k = i;
         if (k < 0) {
@@ -414,11 +432,15 @@ static tb_status cuda_step_begin(tb_backend *b, const tb_graph *g, void **bufs, 
     c->fused_node = -1;
     c->skip_node = -1;
     c->norm_node = -1;
+    c->x16_node = -1;
 
-    /* decode buckets run as CUDA graphs */
+    /* decode buckets (and steps without a long prefill run) run as graphs */
     c->mode = RUN_EAGER;
     c->cur = NULL;
-    if (c->use_graphs && T <= c->graph_max_t) {
+    /* steps with a run long enough for the prefill attention kernels stay
+     * eager (a capture takes the decode attention kernel for every token) */
+    int prefill_run = c->prefill_min > 0 && longest >= c->prefill_min;
+    if (c->use_graphs && T <= c->graph_max_t && (T <= TBC_GEMV_MAX_T || !prefill_run)) {
         step_graph *sg = NULL;
         for (int i = 0; i < c->n_graphs && !sg; i++)
             if (c->graphs[i].T == T && c->graphs[i].R == R) sg = &c->graphs[i];
@@ -590,7 +612,9 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
         if (need > c->xconv_bytes)
             return tb_errorf(TB_ERR_INTERNAL, "cuda: matmul scratch of %zu bytes is short of %zu", c->xconv_bytes,
                              need);
-        CU_TRY(tbc_convert_f32(x, c->xconv, wdt, (size_t)T * K, c->stream), "convert launch");
+        if (c->x16_node != (int)(n - g->nodes))
+            CU_TRY(tbc_convert_f32(x, c->xconv, wdt, (size_t)T * K, c->stream), "convert launch");
+        c->x16_node = -1;
         cudaDataType_t ab = wdt == TBC_F16 ? CUDA_R_16F : CUDA_R_16BF;
         bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &one, w, ab, K, c->xconv, ab, K, &zero, y,
                           CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
@@ -776,6 +800,17 @@ static tb_status run_node_eager(cuda_ctx *c, const tb_graph *g, const tb_node *n
     return r;
 }
 
+/* Where node n writes its output for the next node, a cuBLAS matmul, in the
+ * matmul's weight type (FUSE_X16); NULL: in f32 as usual. */
+static void *x16_target(cuda_ctx *c, const tb_graph *g, const tb_node *n, int T, tbc_dtype *dt) {
+    int k = (int)(n - g->nodes);
+    if (!c->x16 || !(c->fuse_kind[k] & FUSE_X16) || T <= TBC_GEMV_MAX_T) return NULL;
+    const tb_value *wv = &g->values[g->nodes[k + 1].in[1]];
+    if (!tbc_of(wv->dtype, dt) || *dt == TBC_F32 || (size_t)T * (size_t)wv->dims[1] * 2 > c->xconv_bytes) return NULL;
+    c->x16_node = k + 1;
+    return c->xconv;
+}
+
 static tb_status run_node_op(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs,
                              const tb_step *st, int fused) {
     const tb_value *v0 = &g->values[n->in[0]];
@@ -790,15 +825,22 @@ static tb_status run_node_op(cuda_ctx *c, const tb_graph *g, const tb_node *n, v
                "embedding launch");
         return TB_OK;
     }
-    case TB_OP_RMSNORM:
-        CU_TRY(tbc_rmsnorm(bufs[n->in[0]], bufs[n->in[1]], bufs[n->out[0]], T, (int)v0->dims[1], n->f[0], s),
+    case TB_OP_RMSNORM: {
+        tbc_dtype dt16 = TBC_F16;
+        void *y16 = x16_target(c, g, n, T, &dt16);
+        CU_TRY(tbc_rmsnorm(bufs[n->in[0]], bufs[n->in[1]], bufs[n->out[0]], T, (int)v0->dims[1], n->f[0], y16, dt16,
+                           s),
                "rmsnorm launch");
         return TB_OK;
-    case TB_OP_ADD_RMSNORM:
+    }
+    case TB_OP_ADD_RMSNORM: {
+        tbc_dtype dt16 = TBC_F16;
+        void *y16 = x16_target(c, g, n, T, &dt16);
         CU_TRY(tbc_add_rmsnorm(bufs[n->in[0]], bufs[n->in[1]], bufs[n->in[2]], bufs[n->out[0]], bufs[n->out[1]], T,
-                               (int)v0->dims[1], n->f[0], s),
+                               (int)v0->dims[1], n->f[0], y16, dt16, s),
                "add_rmsnorm launch");
         return TB_OK;
+    }
     case TB_OP_MATMUL:
         return run_matmul(c, g, n, bufs, st, T);
     case TB_OP_ROPE: {
@@ -813,9 +855,13 @@ static tb_status run_node_op(cuda_ctx *c, const tb_graph *g, const tb_node *n, v
     }
     case TB_OP_ATTENTION:
         return run_attention(c, n, bufs, st, T, fused);
-    case TB_OP_SILU_MUL:
-        CU_TRY(tbc_silu_mul(bufs[n->in[0]], bufs[n->out[0]], T, (int)v0->dims[1] / 2, s), "silu_mul launch");
+    case TB_OP_SILU_MUL: {
+        tbc_dtype dt16 = TBC_F16;
+        void *y16 = x16_target(c, g, n, T, &dt16);
+        CU_TRY(tbc_silu_mul(bufs[n->in[0]], bufs[n->out[0]], T, (int)v0->dims[1] / 2, y16, dt16, s),
+               "silu_mul launch");
         return TB_OK;
+    }
     case TB_OP_ADD:
         CU_TRY(tbc_add(bufs[n->in[0]], bufs[n->in[1]], bufs[n->out[0]],
                        (size_t)T * (size_t)(v0->rank > 1 ? v0->dims[1] : 1), s),
@@ -997,8 +1043,10 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
     const char *ge = getenv("TB_CUDA_GRAPHS");
     c->use_graphs = !(ge && !strcmp(ge, "0"));
+    const char *xe = getenv("TB_CUDA_X16");
+    c->x16 = !(xe && !strcmp(xe, "0"));
     const char *gte = getenv("TB_CUDA_GRAPH_MAX_T");
-    c->graph_max_t = gte && *gte ? atoi(gte) : TBC_GEMV_MAX_T;
+    c->graph_max_t = gte && *gte ? atoi(gte) : TB_CUDA_DEFAULT_GRAPH_MAX_T;
     const char *pe = getenv("TB_CUDA_PDL"), *fe = getenv("TB_CUDA_FUSE"), *me = getenv("TB_CUDA_GEMV"),
                *te = getenv("TB_CUDA_SIMT_T");
     c->pdl = c->cc_major < 9 ? 0 : pe && *pe ? (atoi(pe) != 0) : -1;

@@ -31,18 +31,24 @@ typedef enum { TBC_F32 = 0, TBC_F16 = 1, TBC_BF16 = 2 } tbc_dtype;
 cudaError_t tbc_embedding(const int32_t *ids, const void *table, tbc_dtype wdt,
                           float *y, int T, int D, cudaStream_t s);
 
+/* Activations that feed a cuBLAS matmul may be written for it directly: with
+ * y16 set, the kernels below write their output rounded to dt16 (f16 or
+ * bf16) into y16 instead of y (y is not written), so the matmul needs no
+ * conversion pass. y16 = NULL: y in f32. */
+
 /* y = rmsnorm(x) * w; x, y (T, D), w (D). */
 cudaError_t tbc_rmsnorm(const float *x, const float *w, float *y, int T,
-                        int D, float eps, cudaStream_t s);
+                        int D, float eps, void *y16, tbc_dtype dt16,
+                        cudaStream_t s);
 
 /* r = x + d; y = rmsnorm(r) * w; all (T, D) but w (D). r may alias x. */
 cudaError_t tbc_add_rmsnorm(const float *x, const float *d, const float *w,
                             float *r, float *y, int T, int D, float eps,
-                            cudaStream_t s);
+                            void *y16, tbc_dtype dt16, cudaStream_t s);
 
 /* y[t,i] = silu(gu[t,i]) * gu[t,F+i]; gu (T, 2F), y (T, F). */
 cudaError_t tbc_silu_mul(const float *gu, float *y, int T, int F,
-                         cudaStream_t s);
+                         void *y16, tbc_dtype dt16, cudaStream_t s);
 
 /* y = a + b, (n). */
 cudaError_t tbc_add(const float *a, const float *b, float *y, size_t n,

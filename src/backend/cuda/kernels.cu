@@ -28,9 +28,17 @@ extern "C" cudaError_t tbc_embedding(const int32_t *ids, const void *table, tbc_
 
 /* ---------------------------------------------------------------- rmsnorm */
 
+/* y[i] = v, or with y16 set (the next matmul's input) v rounded to dt16
+ * into y16[i] instead. */
+__device__ __forceinline__ void store_act(float *y, void *y16, int dt16, size_t i, float v) {
+    if (!y16) y[i] = v;
+    else if (dt16 == TBC_BF16) ((__nv_bfloat16 *)y16)[i] = __float2bfloat16(v);
+    else ((__half *)y16)[i] = __float2half(v);
+}
+
 /* One block per row. With `d` set, r = x + d is written first and normed. */
 __global__ void rmsnorm_kernel(const float *x, const float *dl, const float *w, float *r, float *y, int D,
-                               float eps) {
+                               float eps, void *y16, int dt16) {
     tbc_pdl_wait();
     tbc_pdl_trigger();
     __shared__ float red[32];
@@ -51,8 +59,7 @@ __global__ void rmsnorm_kernel(const float *x, const float *dl, const float *w, 
     }
     ss = tbc_block_sum(ss, red);
     float inv = 1.0f / sqrtf(ss / (float)D + eps);
-    float *yr = y + off;
-    for (int i = threadIdx.x; i < D; i += blockDim.x) yr[i] = xr[i] * inv * w[i];
+    for (int i = threadIdx.x; i < D; i += blockDim.x) store_act(y, y16, dt16, off + i, xr[i] * inv * w[i]);
 }
 
 static int norm_threads(int D) {
@@ -61,26 +68,26 @@ static int norm_threads(int D) {
     return t;
 }
 
-extern "C" cudaError_t tbc_rmsnorm(const float *x, const float *w, float *y, int T, int D, float eps,
-                                   cudaStream_t s) {
+extern "C" cudaError_t tbc_rmsnorm(const float *x, const float *w, float *y, int T, int D, float eps, void *y16,
+                                   tbc_dtype dt16, cudaStream_t s) {
     return tbc_launch(rmsnorm_kernel, dim3(T), dim3(norm_threads(D / 4 > 32 ? D / 4 : 32)), 0, s, x,
-                      (const float *)NULL, w, (float *)NULL, y, D, eps);
+                      (const float *)NULL, w, (float *)NULL, y, D, eps, y16, (int)dt16);
 }
 
 extern "C" cudaError_t tbc_add_rmsnorm(const float *x, const float *d, const float *w, float *r, float *y, int T,
-                                       int D, float eps, cudaStream_t s) {
+                                       int D, float eps, void *y16, tbc_dtype dt16, cudaStream_t s) {
     return tbc_launch(rmsnorm_kernel, dim3(T), dim3(norm_threads(D / 4 > 32 ? D / 4 : 32)), 0, s, x, d, w, r, y, D,
-                      eps);
+                      eps, y16, (int)dt16);
 }
 
 /* ---------------------------------------------------------------- elementwise */
 
-__global__ void silu_mul_kernel(const float *gu, float *y, int F, size_t n) {
+__global__ void silu_mul_kernel(const float *gu, float *y, int F, size_t n, void *y16, int dt16) {
     tbc_pdl_wait();
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         size_t t = i / F, k = i % F;
         float g = gu[t * 2 * F + k], u = gu[t * 2 * F + F + k];
-        y[i] = g / (1.0f + expf(-g)) * u;
+        store_act(y, y16, dt16, i, g / (1.0f + expf(-g)) * u);
     }
 }
 
@@ -90,9 +97,10 @@ static int grid_for(size_t n, int threads) {
     return b ? (int)b : 1;
 }
 
-extern "C" cudaError_t tbc_silu_mul(const float *gu, float *y, int T, int F, cudaStream_t s) {
+extern "C" cudaError_t tbc_silu_mul(const float *gu, float *y, int T, int F, void *y16, tbc_dtype dt16,
+                                    cudaStream_t s) {
     size_t n = (size_t)T * F;
-    return tbc_launch(silu_mul_kernel, dim3(grid_for(n, 256)), dim3(256), 0, s, gu, y, F, n);
+    return tbc_launch(silu_mul_kernel, dim3(grid_for(n, 256)), dim3(256), 0, s, gu, y, F, n, y16, (int)dt16);
 }
 
 __global__ void add_kernel(const float *a, const float *b, float *y, size_t n) {
