@@ -7,7 +7,8 @@
  *   a seeded draw repeats with the same seed and stays inside the top-k /
  *   min-p / top-p set the host computes; 600 draws at top-k 4 follow the
  *   softmax of those 4 logits; a batch of prefill and decode chunks picks
- *   each row's argmax; bad rows are refused.
+ *   each row's argmax; bad rows are refused. And the host half of device
+ *   sampling (tb_sampler_prepare): penalty pairs and the generator.
  *
  * TURBINE_TEST_DEVICE (default "cpu") picks the device, e.g. "cuda".
  */
@@ -237,7 +238,38 @@ static void check_engine(const char *path) {
     tb_engine_free(e);
 }
 
+/* The host half of device sampling: the penalty window as distinct
+ * (token, count) pairs, and the generator moving as tb_sampler_sample's. */
+static void check_prepare(void) {
+    tb_sampling_params p;
+    tb_sampling_params_default(&p);
+    p.temperature = 0.7f;
+    p.repeat_penalty = 1.2f;
+    p.penalty_last_n = 4;
+    p.seed = 3;
+    tb_sampler *a = NULL, *b = NULL;
+    TB_ASSERT(tb_sampler_create(16, &p, &a) == TB_OK && tb_sampler_create(16, &p, &b) == TB_OK);
+    int32_t hist[] = {5, 7, 5, 9, 5}, tok[8], cnt[8];
+    tb_sample_row row;
+    int n = tb_sampler_prepare(a, hist, 5, &row, tok, cnt, 8);
+    CHECK(n == 3 && row.pen_n == 3);
+    CHECK(tok[0] == 7 && cnt[0] == 1 && tok[1] == 5 && cnt[1] == 2 && tok[2] == 9 && cnt[2] == 1);
+    CHECK(row.temperature == 0.7f && row.repeat_penalty == 1.2f && row.u >= 0 && row.u < 1);
+    CHECK(tb_sampler_window(a, 5) == 4 && tb_sampler_window(a, 3) == 3);
+    float lg[16];
+    for (int i = 0; i < 16; i++) lg[i] = (float)(i % 5);
+    tb_sampler_sample(b, lg, hist, 5); /* one draw, as prepare took one */
+    tb_sample_row ra, rb;
+    tb_sampler_prepare(a, hist, 0, &ra, tok, cnt, 8);
+    tb_sampler_prepare(b, hist, 0, &rb, tok, cnt, 8);
+    CHECK_MSG(ra.u == rb.u, "prepare and sample move the generator differently");
+    CHECK(ra.pen_n == 0);
+    tb_sampler_free(a);
+    tb_sampler_free(b);
+}
+
 int main(void) {
+    check_prepare();
     char model[1024], engine[1024], cmd[4096];
     const char *tmp = tb_test_tmp(), *src = getenv("TURBINE_SRC"), *py = getenv("TURBINE_PYTHON");
     tb_build_options bo;
