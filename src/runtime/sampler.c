@@ -17,6 +17,7 @@ struct tb_sampler {
     int32_t *idx;    /* (vocab) candidate ids */
     float *prob;     /* (vocab) */
     int32_t *count;  /* (vocab) occurrences in the penalty window */
+    int32_t *pcnt;   /* (vocab) counts of the window's distinct tokens */
 };
 
 void tb_sampling_params_default(tb_sampling_params *p) {
@@ -43,7 +44,8 @@ tb_status tb_sampler_create(int vocab, const tb_sampling_params *p, tb_sampler *
     s->idx = malloc(sizeof(int32_t) * (size_t)vocab);
     s->prob = malloc(sizeof(float) * (size_t)vocab);
     s->count = calloc((size_t)vocab, sizeof(int32_t));
-    if (!s->idx || !s->prob || !s->count) {
+    s->pcnt = malloc(sizeof(int32_t) * (size_t)vocab);
+    if (!s->idx || !s->prob || !s->count || !s->pcnt) {
         tb_sampler_free(s);
         return tb_errorf(TB_ERR_OOM, "out of memory");
     }
@@ -56,6 +58,7 @@ void tb_sampler_free(tb_sampler *s) {
     free(s->idx);
     free(s->prob);
     free(s->count);
+    free(s->pcnt);
     free(s);
 }
 
@@ -82,23 +85,39 @@ static int by_logit_desc(const void *a, const void *b, void *arg) {
     return *(const int32_t *)a - *(const int32_t *)b;
 }
 
+/* The penalty window's distinct tokens with their counts, in order of first
+ * appearance (at most cap); returns how many. */
+static int window_pairs(tb_sampler *s, const int32_t *hist, int n_hist, int32_t *tok, int32_t *cnt, int cap) {
+    const tb_sampling_params *p = &s->p;
+    int V = s->vocab, n = 0;
+    int use_pen = p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0;
+    if (!use_pen || n_hist <= 0) return 0;
+    int from = p->penalty_last_n > 0 && n_hist > p->penalty_last_n ? n_hist - p->penalty_last_n : 0;
+    for (int i = from; i < n_hist; i++)
+        if (hist[i] >= 0 && hist[i] < V) s->count[hist[i]]++;
+    for (int i = from; i < n_hist; i++) {
+        int t = hist[i];
+        if (t < 0 || t >= V || s->count[t] == 0) continue;
+        if (n < cap) {
+            tok[n] = t;
+            cnt[n] = s->count[t];
+            n++;
+        }
+        s->count[t] = 0; /* each distinct token once */
+    }
+    return n;
+}
+
 int tb_sampler_sample(tb_sampler *s, float *logits, const int32_t *hist, int n_hist) {
     const tb_sampling_params *p = &s->p;
     int V = s->vocab;
-    int use_pen = p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0;
-    if (use_pen && n_hist > 0) {
-        int from = p->penalty_last_n > 0 && n_hist > p->penalty_last_n ? n_hist - p->penalty_last_n : 0;
-        for (int i = from; i < n_hist; i++)
-            if (hist[i] >= 0 && hist[i] < V) s->count[hist[i]]++;
-        for (int i = from; i < n_hist; i++) {
-            int t = hist[i];
-            if (t < 0 || t >= V || s->count[t] == 0) continue;
-            float l = logits[t];
-            if (p->repeat_penalty != 1.0f) l = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
-            l -= p->presence_penalty + p->frequency_penalty * (float)s->count[t];
-            logits[t] = l;
-            s->count[t] = 0; /* applied once per distinct token */
-        }
+    int n_pen = window_pairs(s, hist, n_hist, s->idx, s->pcnt, V);
+    for (int j = 0; j < n_pen; j++) {
+        int t = s->idx[j];
+        float l = logits[t];
+        if (p->repeat_penalty != 1.0f) l = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
+        l -= p->presence_penalty + p->frequency_penalty * (float)s->pcnt[j];
+        logits[t] = l;
     }
     if (p->temperature == 0.0f) return argmax(logits, V);
 
@@ -158,24 +177,7 @@ int tb_sampler_prepare(tb_sampler *s, const int32_t *hist, int n_hist, tb_sample
     row->frequency_penalty = p->frequency_penalty;
     row->top_k = p->top_k;
     row->n_top = 0;
-    row->pen_n = 0;
-    int n = 0, V = s->vocab;
-    int use_pen = p->repeat_penalty != 1.0f || p->presence_penalty != 0 || p->frequency_penalty != 0;
-    if (use_pen && n_hist > 0) {
-        int from = p->penalty_last_n > 0 && n_hist > p->penalty_last_n ? n_hist - p->penalty_last_n : 0;
-        for (int i = from; i < n_hist; i++)
-            if (hist[i] >= 0 && hist[i] < V) s->count[hist[i]]++;
-        for (int i = from; i < n_hist; i++) {
-            int t = hist[i];
-            if (t < 0 || t >= V || s->count[t] == 0) continue;
-            if (n < cap) {
-                tok[n] = t;
-                cnt[n] = s->count[t];
-                n++;
-            }
-            s->count[t] = 0;
-        }
-    }
+    int n = window_pairs(s, hist, n_hist, tok, cnt, cap);
     row->pen_n = n;
     /* the generator moves as in tb_sampler_sample: one draw per sampled pick */
     row->u = p->temperature == 0.0f ? 0.0f : next_f32(s);
