@@ -103,6 +103,7 @@ case_run() {
          > /dev/null 2>> "$LOG"; then
         say "FAIL $name: run"; fail=$((fail + 1)); return
     fi
+    echo "$name $model $lg $ids $tol" >> "$W/hf_cases.txt"
     out=$("$PY" "$SRC/tests/compare_logits.py" --model "$model" --logits "$lg" --prompt-ids "$ids" --tol "$tol" --quiet 2>&1)
     rc=$?
     if [ $rc -eq 0 ]; then pass=$((pass + 1)); say "PASS $name: $(echo "$out" | tail -n 1)"
@@ -127,8 +128,11 @@ case_rerun() {
     if [ $rc -eq 0 ]; then pass=$((pass + 1)); say "PASS $name ($*): $(echo "$out" | tail -n 1)"
     else fail=$((fail + 1)); say "FAIL $name ($*): $(echo "$out" | tail -n 2 | tr '\n' ' ')"; fi
 }
+: > "$W/hf_cases.txt"
+CDTS="f32 bf16"
+[ -n "${TB_QUICK:-}" ] && CDTS=f32   # TB_QUICK: f32 checkpoints only, no long runs, reruns, timing, sanitizer
 for p in llama-gqa qwen2 mistral llama3-rope; do
-    for cdt in f32 bf16; do
+    for cdt in $CDTS; do
         d=$W/ckpt/$p-$cdt
         "$PY" "$SRC/tests/gen_checkpoints.py" --preset $p --dtype $cdt --out "$d" > /dev/null 2>> "$LOG" || { say "FAIL gen $p $cdt"; continue; }
         case_run "$p-$cdt-f32" "$d" f32 1e-4
@@ -137,11 +141,17 @@ for p in llama-gqa qwen2 mistral llama3-rope; do
     done
 done
 # long sequences: the split-K decode path (contexts >= 128)
+if [ -z "${TB_QUICK:-}" ]; then
 case_run "llama3-rope-f32-f32-long" "$W/ckpt/llama3-rope-f32" f32 1e-4 300
 case_run "llama3-rope-f32-f16-long" "$W/ckpt/llama3-rope-f32" f16 2e-2 300
+fi
 row "logits vs reference" "$pass passed, $fail failed"
+# the same logits against transformers' own model of each checkpoint
+"$PY" "$SRC/bench/gpu/hf_logits.py" --cases "$W/hf_cases.txt" > "$W/hf_logits.txt" 2>> "$LOG"
+cat "$W/hf_logits.txt" >> "$LOG"
+row "logits vs transformers" "$(tail -n 1 "$W/hf_logits.txt")"
 pass=0; fail=0
-for v in "TB_CUDA_SIMT=pair" "TB_CUDA_SIMT=row4" "TB_CUDA_SIMT=rowpf TB_CUDA_ATTN_SPLIT_MIN=0" \
+[ -n "${TB_QUICK:-}" ] || for v in "TB_CUDA_SIMT=pair" "TB_CUDA_SIMT=row4" "TB_CUDA_SIMT=rowpf TB_CUDA_ATTN_SPLIT_MIN=0" \
          "TB_CUDA_FUSE_NORM=0 TB_CUDA_GEMV=mma" "TB_CUDA_PDL=1" "TB_CUDA_PREFILL_GEMM=0" "TB_CUDA_ATTN_LANES=0" "TB_CUDA_GEMV=mma" "TB_CUDA_PDL=0"; do
     case_rerun qwen2-f32-f16 $v
     case_rerun llama-gqa-bf16-bf16 $v
@@ -246,14 +256,16 @@ bench_shape() {
 # TB_CUDA_GRAPH_MAX_T=8: only steps of up to 8 tokens captured as graphs;
 # TB_CUDA_PREFILL=gemm: prefill attention as GEMMs, not the flash kernel
 VARIANTS=("TB_CUDA_X16=0" "TB_CUDA_GRAPH_MAX_T=8" "TB_CUDA_PREFILL=gemm")
-if [ -n "${TB_SKIP_TIMING:-}" ]; then row timing skipped; else
+if [ -n "${TB_SKIP_TIMING:-}${TB_QUICK:-}" ]; then row timing skipped; else
 for shape in ${TB_SHAPES:-llama7b tinyllama}; do bench_shape "$shape"; done
 fi
 
 # ---------------------------------------------------------------- 5. sanitizer
 say "== compute-sanitizer"
 CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-if [ -n "$CS" ]; then
+if [ -n "${TB_QUICK:-}" ]; then
+    row "compute-sanitizer memcheck" "skipped (TB_QUICK)"
+elif [ -n "$CS" ]; then
     ids=$(prompt_ids san)
     tb "$TB" build "$W/ckpt/qwen2-f32" -o "$W/san16.engine" --tokenizer "$TOK512" --dtype f16 --device $DEV >> "$LOG" 2>&1
     tb "$CS" --tool memcheck --error-exitcode 9 "$TB" run "$W/s.engine" "${RUNDEV[@]}" -n 150 --temperature 0 \
