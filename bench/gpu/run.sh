@@ -4,29 +4,36 @@
 #   bash bench/gpu/run.sh
 #
 # 1. build  : cmake Release with CUDA into build-gpu/ (or, with TB_PREBUILT=DIR,
-#             use DIR/turbine, DIR/test_batch, DIR/gpu_bench and DIR/lib/*.so)
+#             use DIR/turbine, DIR/test_batch, DIR/test_sample_step,
+#             DIR/gpu_bench and DIR/lib/*.so)
 # 2. logits : random checkpoints (tests/gen_checkpoints.py) llama-gqa, qwen2,
 #             mistral, llama3-rope in f32 and bf16; engines f32/f16/bf16 built
 #             with --device $DEV; 32 prompt ids + 16 greedy steps compared with
-#             tests/compare_logits.py (1e-4 f32 engines, 2e-2 f16/bf16), and
-#             one long run (300 tokens) that takes the split-K decode path
+#             tests/compare_logits.py (1e-4 f32 engines, 2e-2 f16/bf16), one
+#             long run (300 tokens) that takes the split-K decode path; the
+#             same logits against transformers' own model of each checkpoint
+#             (bench/gpu/hf_logits.py); then re-runs of a few engines with
+#             tuning switches flipped
 # 3. text   : stories260K f32 on the GPU, -n 200 greedy, byte for byte
-# 4. batch  : tests/test_batch.c with TURBINE_TEST_DEVICE=$DEV
+# 4. batch  : tests/test_batch.c and tests/test_sample_step.c with
+#             TURBINE_TEST_DEVICE=$DEV (batched == unbatched; sampling on the
+#             device)
 # 5. timing : Llama-2-7B and TinyLlama-1.1B shapes, f16 random weights:
-#             decode b1/b8 ms/step and prefill 512, then the decode again
-#             with each tuning switch turned off (one process, one engine
-#             load: gpu_bench --variants); transformers eager FP16 on the
-#             same weights (unless TB_SKIP_HF); copy bandwidth
-# 6. memchk : compute-sanitizer memcheck on short runs
-# The logits check also re-runs a few engines with the switches flipped
-# (TB_CUDA_SIMT kernels, TB_CUDA_FUSE_NORM=0 with TB_CUDA_GEMV=mma,
-# TB_CUDA_ATTN_SPLIT_MIN=0, TB_CUDA_PDL=1).
+#             64 streams, prefill 512, decode b1/b8 ms/step, then the same
+#             with each variant's switches (one process, one engine load:
+#             gpu_bench --variants); transformers eager FP16 on the same
+#             weights (unless TB_SKIP_HF); copy bandwidth
+# 6. memchk : compute-sanitizer memcheck on short runs (greedy and sampled)
+# 7. serve  : turbine serve on the GPU: greedy and sampled completions, a
+#             4-stream turbine bench, the NVML gauges (every stage bounded)
 # Steps run in this order so that a run cut short by a time limit still has
 # the correctness and the 7B figures; every result is appended to $OUT as it
 # comes.
 # Env: OUT (results folder), TB_GPU_DATA (folder with models/stories260K and
 # models/llama2_tokenizer.bin; default .devdata/gpu), TB_SKIP_HF (no
-# transformers baseline), TB_SHAPES (default "llama7b tinyllama").
+# transformers baseline), TB_SHAPES (default "llama7b tinyllama"),
+# TB_SKIP_TIMING, TB_QUICK (f32 checkpoints only, no long runs, re-runs,
+# timing or sanitizer: ~40 s).
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$SRC/bench/out/gpu}
