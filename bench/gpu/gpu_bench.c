@@ -51,12 +51,11 @@ static double median(double *v, int n) {
  * logits to the host instead (the path before sampling on the device). */
 #define MAX_ROWS 1024
 static tb_sampler *greedy;
+static int host_logits; /* TB_BENCH_LOGITS=1, read when each variant starts */
 static tb_row_sampling g_rows[MAX_ROWS];
 static tb_sample_result g_res[MAX_ROWS];
 
 static int step(tb_context *c, const tb_seq_chunk *ch, int n) {
-    const char *hl = getenv("TB_BENCH_LOGITS"); /* per step: --variants sets it */
-    int host_logits = hl && *hl == '1';
     const float *lg = NULL;
     int rows = 0, want = 0;
     for (int i = 0; i < n; i++) want += ch[i].logits == 2 ? ch[i].n_tokens : ch[i].logits != 0;
@@ -199,6 +198,8 @@ int main(int argc, char **argv) {
                 setenv(kv, eq + 1, 1);
             }
         }
+        const char *hl = getenv("TB_BENCH_LOGITS");
+        host_logits = hl && *hl == '1';
         if (streams > 0 && streams <= 1024 && s_in > 0 && s_out > 0)
             run_streams(e, device, &info, streams, s_in, s_out, step_tokens, tag);
         tb_context_options o;

@@ -182,24 +182,27 @@ say "cpu load of a cuda engine: $(tail -n 1 "$W/cpu_err.txt")"
 tb "$TB" inspect "$W/s.engine" 2>&1 | grep -i -m3 "cuda\|gpu\|cc" | tee -a "$LOG"
 
 # ---------------------------------------------------------------- 4. batch
+# device_test PROGRAM NAME: tests/PROGRAM.c on $DEV, its output in $W/NAME.txt
+device_test() {
+    mkdir -p "$W/t$2"
+    tb env TURBINE_TEST_DEVICE=$DEV TURBINE_SHARED="$DATA" TURBINE_SRC="$SRC" TURBINE_TMP="$W/t$2" \
+        TURBINE_PYTHON="$(command -v "$PY")" "$BIN/$1" > "$W/$2.txt" 2>&1
+    local rc=$?
+    cat "$W/$2.txt" >> "$LOG"
+    return $rc
+}
 say "== batched vs unbatched (tests/test_batch.c on cuda)"
-mkdir -p "$W/tbatch"
-if tb env TURBINE_TEST_DEVICE=$DEV TURBINE_SHARED="$DATA" TURBINE_SRC="$SRC" TURBINE_TMP="$W/tbatch" \
-       TURBINE_PYTHON="$(command -v "$PY")" "$BIN/test_batch" > "$W/batch.txt" 2>&1; then
+if device_test test_batch batch; then
     row "batched == unbatched" "PASS $(grep -o 'max rel err [0-9.e+-]*' "$W/batch.txt" | awk '{print $4}' | tr '\n' ' ')"
 else
     row "batched == unbatched" "FAIL"
 fi
-cat "$W/batch.txt" >> "$LOG"
 say "== sampling in the step (tests/test_sample_step.c on cuda)"
-mkdir -p "$W/tsample"
-if tb env TURBINE_TEST_DEVICE=$DEV TURBINE_SHARED="$DATA" TURBINE_SRC="$SRC" TURBINE_TMP="$W/tsample" \
-       TURBINE_PYTHON="$(command -v "$PY")" "$BIN/test_sample_step" > "$W/sample.txt" 2>&1; then
+if device_test test_sample_step sample; then
     row "sampling on the device" "PASS ($(tail -n 1 "$W/sample.txt"))"
 else
     row "sampling on the device" "FAIL ($(tail -n 1 "$W/sample.txt"))"
 fi
-cat "$W/sample.txt" >> "$LOG"
 
 # ---------------------------------------------------------------- 6. timing
 bench_shape() {
