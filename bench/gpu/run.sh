@@ -32,7 +32,8 @@
 # Env: OUT (results folder), TB_GPU_DATA (folder with models/stories260K and
 # models/llama2_tokenizer.bin; default .devdata/gpu), TB_SKIP_HF (no
 # transformers baseline), TB_SHAPES (default "llama7b tinyllama"),
-# TB_SKIP_TIMING, TB_QUICK (f32 checkpoints only, no long runs, re-runs,
+# TB_SKIP_TIMING, TB_VARIANTS (";"-separated switch sets timed after the
+# default), TB_BENCH_ARGS (gpu_bench's workload flags), TB_TIMING_ONLY, TB_QUICK (f32 checkpoints only, no long runs, re-runs,
 # timing or sanitizer: ~40 s).
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -91,6 +92,8 @@ TOK512=$DATA/models/stories260K/tok512.bin
 STORIES=$DATA/models/stories260K/stories260K.bin
 LTOK=$DATA/models/llama2_tokenizer.bin
 
+# TB_TIMING_ONLY=1: the timing step alone (steps 2-4, 6 and 7 skipped)
+if [ -z "${TB_TIMING_ONLY:-}" ]; then
 # ---------------------------------------------------------------- 2. logits
 say "== logits vs reference"
 prompt_ids() {
@@ -204,6 +207,8 @@ else
     row "sampling on the device" "FAIL ($(tail -n 1 "$W/sample.txt"))"
 fi
 
+fi # TB_TIMING_ONLY
+
 # ---------------------------------------------------------------- 6. timing
 bench_shape() {
     local shape=$1 d=$W/$1
@@ -223,8 +228,8 @@ bench_shape() {
     say "engine build: $(( $(date +%s) - t0 )) s"
     local vs="base" v
     for v in "${VARIANTS[@]}"; do vs="$vs;$v"; done
-    tb "$BIN/gpu_bench" "$W/$shape.engine" --device $DEV --prefill 512 --decode 128 --ctx 16 --batch 1,8 \
-        --streams 64 --variants "$vs" > "$W/$shape.bench.txt" 2>> "$LOG"
+    tb "$BIN/gpu_bench" "$W/$shape.engine" --device $DEV ${TB_BENCH_ARGS:---prefill 512 --decode 128 --ctx 16 --batch 1,8 --streams 64} \
+        --variants "$vs" > "$W/$shape.bench.txt" 2>> "$LOG"
     cat "$W/$shape.bench.txt" | tee -a "$LOG"
     if [ -n "${TB_NCU:-}" ] && [ "$shape" = "${TB_NCU_SHAPE:-llama7b}" ]; then
         # per-kernel device time of decode steps (ncu serialises kernels):
@@ -266,10 +271,13 @@ bench_shape() {
 # TB_CUDA_GRAPH_MAX_T=8: only steps of up to 8 tokens captured as graphs;
 # TB_CUDA_PREFILL=gemm: prefill attention as GEMMs, not the flash kernel
 VARIANTS=("TB_CUDA_X16=0" "TB_CUDA_GRAPH_MAX_T=8" "TB_CUDA_PREFILL=gemm")
+# TB_VARIANTS="A=1;B=2 C=3": these variants instead
+if [ -n "${TB_VARIANTS:-}" ]; then IFS=';' read -r -a VARIANTS <<< "$TB_VARIANTS"; fi
 if [ -n "${TB_SKIP_TIMING:-}${TB_QUICK:-}" ]; then row timing skipped; else
 for shape in ${TB_SHAPES:-llama7b tinyllama}; do bench_shape "$shape"; done
 fi
 
+if [ -z "${TB_TIMING_ONLY:-}" ]; then
 # ---------------------------------------------------------------- 5. sanitizer
 say "== compute-sanitizer"
 CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
@@ -329,6 +337,8 @@ if [ -z "$stall" ] && head -c 60 "$DATA/models/stories260K/expected_once_upon_a_
 else
     row "serve on the GPU" "FAIL ${stall:+(no answer: $stall)}"
 fi
+
+fi # TB_TIMING_ONLY
 
 say ""
 say "== summary ($(elapsed) s)"
