@@ -1057,8 +1057,6 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     if (te && *te) c->gemv.simt_max_t = atoi(te);
     const char *ke = getenv("TB_CUDA_SIMT"), *ne = getenv("TB_CUDA_FUSE_NORM"), *se = getenv("TB_CUDA_ATTN_SPLIT_MIN");
     c->gemv.simt_kind = TB_CUDA_DEFAULT_SIMT;
-    const char *pfb = getenv("TB_CUDA_GEMV_PF");
-    c->gemv.pf_bytes = pfb && *pfb ? atoi(pfb) : TBC_GEMV_PF_BYTES;
     if (ke && !strcmp(ke, "pair")) c->gemv.simt_kind = TBC_SIMT_PAIR;
     if (ke && !strcmp(ke, "row")) c->gemv.simt_kind = TBC_SIMT_ROW;
     if (ke && !strcmp(ke, "row4")) c->gemv.simt_kind = TBC_SIMT_ROW4;

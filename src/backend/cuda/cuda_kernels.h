@@ -140,7 +140,6 @@ typedef struct {
     float *res_out;
     int norm;
     float norm_eps;
-    int pf_bytes;  /* set from tbc_gemv_opts.pf_bytes */
 } tbc_gemv_epi;
 
 /* Folds an RMSNorm weight into the matmul that reads the norm's output:
@@ -161,13 +160,7 @@ enum { TBC_SIMT_PAIR = 0, TBC_SIMT_ROW = 1, TBC_SIMT_ROW4 = 2, TBC_SIMT_ROWPF = 
 typedef struct {
     int simt_max_t; /* f16/bf16: SIMT up to this T, tensor cores above */
     int simt_kind;  /* TBC_SIMT_* */
-    /* bytes at the start of each weight row that a block requests into L2
-     * before it waits for the previous kernel (programmatic dependent
-     * launch); 0: none */
-    int pf_bytes;
 } tbc_gemv_opts;
-/* pf_bytes by default: whole rows (every row of our models is shorter) */
-#define TBC_GEMV_PF_BYTES (1 << 20)
 cudaError_t tbc_gemv_ex(const float *x, const void *w, tbc_dtype wdt,
                         const float *bias, float *y, int T, int K, int N,
                         const tbc_gemv_epi *epi, const tbc_gemv_opts *opts,

@@ -174,16 +174,6 @@ __device__ __forceinline__ uint4 load_w(const uint4 *p) {
     return r;
 }
 
-/* Before the kernel waits for the previous one (programmatic dependent
- * launch), the first `bytes` of a weight row are requested into L2: the
- * weights do not depend on that kernel, so a GEMV launched while attention or
- * the previous GEMV's tail still runs keeps the memory busy meanwhile.
- * Lines i0, i0 + step, ... of the row's 128-byte lines. */
-__device__ __forceinline__ void prefetch_row(const void *row, int row_bytes, int bytes, int i0, int step) {
-    int nb = bytes < row_bytes ? bytes : row_bytes;
-    for (int o = i0 * 128; o < nb; o += step * 128) tbc_prefetch_l2(static_cast<const char *>(row) + o);
-}
-
 /* ---------------------------------------------------------------- SIMT, pairs
  * One warp per row pair, GEMV_WARPS pairs per block. Each lane streams
  * 16-byte vectors of both rows, four per row in flight, and multiplies them
@@ -237,9 +227,9 @@ gemv_pair_kernel(const float *__restrict__ x, const void *__restrict__ w, const 
         const uint4 *wb = reinterpret_cast<const uint4 *>(static_cast<const char *>(w) + (size_t)rbl * K * ES);
         const int nv = K / VEC;
         /* the weights do not depend on the previous kernel: start them early */
-        if (valid && e.pf_bytes > 0) {
-            prefetch_row(wa, K * ES, e.pf_bytes, lane, 32);
-            if (okb) prefetch_row(wb, K * ES, e.pf_bytes, lane, 32);
+        if (valid && lane < nv) {
+            tbc_prefetch_l2(wa + lane);
+            tbc_prefetch_l2(wb + lane);
         }
         tbc_pdl_wait();
         const float *xp = x;
@@ -316,7 +306,6 @@ gemv_row_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
     const uint4 *wr = reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(w) +
                                                       (size_t)(active && side ? rb : ra) * K);
     const int nv = K / 8;
-    if (active && e.pf_bytes > 0) prefetch_row(wr, K * 2, e.pf_bytes, lane, 32);
     tbc_pdl_wait();
     const float *xp = x;
     float acc[TT], ss[TT];
@@ -435,10 +424,9 @@ gemv_mma_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
     /* rows past N are read from row N - 1 and never written */
     const uint4 *pa = reinterpret_cast<const uint4 *>(wbase + (size_t)min(ra, N - 1) * K) + t;
     const uint4 *pb = reinterpret_cast<const uint4 *>(wbase + (size_t)min(rb, N - 1) * K) + t;
-    if (e.pf_bytes > 0) {
-        /* the 32 threads of rows (ra, rb) (4 per warp) split their lines */
-        prefetch_row(pa - t, K * 2, e.pf_bytes, warp * 4 + t, 32);
-        prefetch_row(pb - t, K * 2, e.pf_bytes, warp * 4 + t, 32);
+    if (warp < 4) {
+        tbc_prefetch_l2(pa + (size_t)warp * 4);
+        tbc_prefetch_l2(pb + (size_t)warp * 4);
     }
     tbc_pdl_wait();
     const bool has_x = g < T;
@@ -634,9 +622,7 @@ extern "C" cudaError_t tbc_gemv_ex(const float *x, const void *w, tbc_dtype wdt,
     tbc_gemv_opts o{};
     o.simt_max_t = TBC_GEMV_SIMT_MAX_T;
     o.simt_kind = TBC_SIMT_ROW;
-    o.pf_bytes = TBC_GEMV_PF_BYTES;
     if (opts) o = *opts;
-    e.pf_bytes = o.pf_bytes;
     if (e.mode == TBC_EPI_GLU && N % 2) return cudaErrorInvalidValue;
     if (e.mode == TBC_EPI_ADD && (!e.res || !e.res_out)) return cudaErrorInvalidValue;
     if (e.mode == TBC_EPI_ROPE && (e.attn.hd < 2 || e.attn.hd % 2 || N != (e.attn.n_heads + 2 * e.attn.n_kv) * e.attn.hd))
