@@ -1028,6 +1028,8 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     c->max_ctx = max_ctx;
     c->n_sm = prop.multiProcessorCount;
     c->cc_major = prop.major;
+    c->gemv.n_sm = c->n_sm;
+    c->gemv.cc_major = c->cc_major;
     c->cc_minor = prop.minor;
     snprintf(c->name, sizeof c->name, "%s", prop.name);
     cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
@@ -1062,6 +1064,11 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     if (ke && !strcmp(ke, "row4")) c->gemv.simt_kind = TBC_SIMT_ROW4;
     if (ke && !strcmp(ke, "rowpf")) c->gemv.simt_kind = TBC_SIMT_ROWPF;
     if (ke && !strcmp(ke, "row8")) c->gemv.simt_kind = TBC_SIMT_ROW8;
+    if (ke && !strcmp(ke, "stream")) c->gemv.simt_kind = TBC_SIMT_STREAM;
+    const char *sge = getenv("TB_CUDA_STREAM_EARLY");
+    c->gemv.stream_early = sge && *sge ? atoi(sge) : 0;
+    const char *sse = getenv("TB_CUDA_STREAM_STAGES");
+    c->gemv.stream_stages = sse && *sse ? atoi(sse) : 8;
     c->fuse_norm = !(ne && !strcmp(ne, "0"));
     c->attn_split_min = se && *se ? atoi(se) : TB_CUDA_DEFAULT_SPLIT_MIN;
     const char *ale = getenv("TB_CUDA_ATTN_LANES");

@@ -339,6 +339,187 @@ gemv_row_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
     }
 }
 
+/* ---------------------------------------------------------------- SIMT, streamed (sm_90)
+ * f16/bf16, T <= 2, compute capability 9.0: a persistent grid (one block
+ * per SM) where each block owns a contiguous range of row groups (GP pairs
+ * = 2 GP rows) and streams them through shared memory with bulk copies
+ * (cp.async.bulk, completion counted on an mbarrier): one producer warp
+ * issues a copy per row segment (16 KB per tile of 2 GP rows x KC columns,
+ * opts.stream_stages tiles in flight), SG_CWARPS consumer warps multiply the tiles
+ * with x (warp w: pair w / WPP of the group, part w % WPP of each tile's
+ * columns) and run the epilogue at the end of each group. The weights do
+ * not depend on the previous kernel, so the producer never waits for it
+ * (programmatic dependent launch): only the consumers do, before reading x.
+ * Few, large memory requests and no per-block ramp: the loads of the next
+ * group are in flight while the current one is reduced. */
+#define SG_MAX_STAGES 16
+#define SG_TILE 16384
+#define SG_CWARPS 4
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(uint64_t *b, int count) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(b)), "r"(count) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void mbar_arrive_expect(uint64_t *b, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(b)), "r"(bytes) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t *b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(b)) : "memory");
+#endif
+}
+
+/* Waits until the phase of parity `parity` of barrier b has completed. */
+__device__ __forceinline__ void mbar_wait(uint64_t *b, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("{\n\t.reg .pred p;\n"
+                 "SG_WAIT_%=:\n\t"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n\t"
+                 "@!p bra SG_WAIT_%=;\n}" ::"r"(smem_addr(b)),
+                 "r"(parity)
+                 : "memory");
+#endif
+}
+
+/* bytes (a multiple of 16, both addresses 16-byte aligned) from global src
+ * to shared dst, counted on barrier b. */
+__device__ __forceinline__ void bulk_copy(void *dst, const void *src, uint32_t bytes, uint64_t *b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_addr(b))
+                 : "memory");
+#endif
+}
+
+template <int WDT, int TT, int MODE, bool NORM, int GP>
+__global__ void __launch_bounds__((SG_CWARPS + 1) * 32)
+gemv_stream_kernel(const float *__restrict__ x, const void *__restrict__ w, const float *__restrict__ bias,
+                   float *__restrict__ y, int K, int N, tbc_gemv_epi e, int early_trigger, int stages) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    constexpr int ROWS = 2 * GP;             /* rows of a tile: ra of each pair, then rb */
+    constexpr int KC = SG_TILE / (ROWS * 2); /* columns of a tile */
+    constexpr int WPP = SG_CWARPS / GP;      /* consumer warps per pair */
+    extern __shared__ __align__(128) unsigned char sg_tiles[];
+    __shared__ uint64_t full[SG_MAX_STAGES], empty[SG_MAX_STAGES];
+    __shared__ float xch[2][SG_CWARPS][3][TT];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int pairs = pair_count<MODE>(e, N);
+    const int groups = (pairs + GP - 1) / GP;
+    const int g0 = (int)((long long)groups * blockIdx.x / gridDim.x);
+    const int g1 = (int)((long long)groups * (blockIdx.x + 1) / gridDim.x);
+    const int nseg = (K + KC - 1) / KC;
+    const int ntiles = (g1 - g0) * nseg;
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < stages; i++) {
+            mbar_init(&full[i], 1);
+            mbar_init(&empty[i], SG_CWARPS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (early_trigger) tbc_pdl_trigger();
+    if (warp == SG_CWARPS) {
+        /* producer: lane j < ROWS copies row j of every tile */
+        int pj = lane % GP;
+        for (int i = 0; i < ntiles; i++) {
+            const int st = i % stages, round = i / stages;
+            const int g = g0 + i / nseg, k0 = (i % nseg) * KC, len = min(KC, K - k0);
+            const int P = g * GP + pj;
+            bool ok = lane < ROWS && P < pairs;
+            int row = 0;
+            if (ok) {
+                int ra, rb;
+                pair_rows<MODE>(e, N, P, ra, rb);
+                row = lane < GP ? ra : rb;
+                ok = row < N;
+            }
+            const uint32_t nrows = __popc(__ballot_sync(0xffffffffu, ok));
+            if (round > 0) mbar_wait(&empty[st], (round - 1) & 1);
+            if (lane == 0) mbar_arrive_expect(&full[st], nrows * (uint32_t)len * 2u);
+            __syncwarp();
+            if (ok)
+                bulk_copy(sg_tiles + (size_t)st * SG_TILE + (size_t)lane * KC * 2,
+                          static_cast<const char *>(w) + ((size_t)row * K + k0) * 2, (uint32_t)len * 2u, &full[st]);
+        }
+        return;
+    }
+    tbc_pdl_wait();
+    const int pi = warp / WPP, part = warp % WPP;
+    float aa[TT], ab[TT], ss[TT];
+#pragma unroll
+    for (int t = 0; t < TT; t++) aa[t] = ab[t] = ss[t] = 0.0f;
+    for (int i = 0; i < ntiles; i++) {
+        const int st = i % stages, round = i / stages, seg = i % nseg;
+        const int g = g0 + i / nseg, k0 = seg * KC, nv = min(KC, K - k0) / 8;
+        const int P = g * GP + pi;
+        int ra = 0, rb = 0;
+        const bool valid = P < pairs;
+        if (valid) pair_rows<MODE>(e, N, P, ra, rb);
+        const bool okb = rb < N;
+        mbar_wait(&full[st], round & 1);
+        if (valid) {
+            const uint4 *ta = reinterpret_cast<const uint4 *>(sg_tiles + (size_t)st * SG_TILE + (size_t)pi * KC * 2);
+            const uint4 *tb = okb ? reinterpret_cast<const uint4 *>(sg_tiles + (size_t)st * SG_TILE +
+                                                                   (size_t)(GP + pi) * KC * 2)
+                                  : ta;
+#pragma unroll 4
+            for (int v = part * 32 + lane; v < nv; v += 32 * WPP)
+                accum2<WDT, TT, NORM>(x, K, k0 + v * 8, ta[v], tb[v], aa, ab, ss);
+        }
+        __syncwarp();
+        if (lane == 0) mbar_arrive(&empty[st]);
+        if (seg != nseg - 1) continue;
+        /* the group's last tile: reduce, merge the parts, epilogue */
+#pragma unroll
+        for (int t = 0; t < TT; t++) {
+            aa[t] = tbc_warp_sum(aa[t]);
+            ab[t] = tbc_warp_sum(ab[t]);
+            if (NORM) ss[t] = tbc_warp_sum(ss[t]);
+        }
+        if (WPP == 2) {
+            const int buf = (i / nseg) & 1;
+            if (part == 1 && lane == 0) {
+#pragma unroll
+                for (int t = 0; t < TT; t++) {
+                    xch[buf][pi][0][t] = aa[t];
+                    xch[buf][pi][1][t] = ab[t];
+                    xch[buf][pi][2][t] = ss[t];
+                }
+            }
+            asm volatile("bar.sync %0, 64;" ::"r"(1 + pi) : "memory");
+            if (part == 0) {
+#pragma unroll
+                for (int t = 0; t < TT; t++) {
+                    aa[t] += xch[buf][pi][0][t];
+                    ab[t] += xch[buf][pi][1][t];
+                    ss[t] += xch[buf][pi][2][t];
+                }
+            }
+        }
+        if (i == ntiles - 1 && !early_trigger) tbc_pdl_trigger();
+        if (part == 0 && lane == 0 && valid) {
+            const float bia = bias ? bias[ra] : 0.0f, bib = bias && okb ? bias[rb] : 0.0f;
+#pragma unroll
+            for (int t = 0; t < TT; t++) {
+                const float f = NORM ? rsqrtf(ss[t] / (float)K + e.norm_eps) : 1.0f;
+                epi_store<MODE>(e, y, N, t, P, ra, rb, okb, aa[t] * f + bia, ab[t] * f + bib);
+            }
+        }
+#pragma unroll
+        for (int t = 0; t < TT; t++) aa[t] = ab[t] = ss[t] = 0.0f;
+    }
+    if (ntiles == 0 && !early_trigger) tbc_pdl_trigger();
+#endif
+}
+
 /* ---------------------------------------------------------------- tensor cores
  * f16/bf16 weights, K a multiple of 32: mma.sync m16n8k16 (f32 accumulate)
  * with the weights as A (16 rows) and the tokens as B (n = 8 columns, tokens
@@ -563,6 +744,47 @@ static cudaError_t row_launch(const float *x, const void *w, const float *bias, 
     return row_launch_t<WDT, 2, MODE, 8, false>(x, w, bias, y, K, N, e, s);
 }
 
+/* The streamed kernel: GP = 4 pairs per group (one consumer warp per
+ * pair) unless 2 pairs per group (two warps per pair) leave fewer pairs on
+ * the busiest block. */
+template <int WDT, int TT, int MODE, bool NORM, int GP>
+static cudaError_t stream_launch_gp(const float *x, const void *w, const float *bias, float *y, int K, int N,
+                                    const tbc_gemv_epi &e, int grid, const tbc_gemv_opts &o, cudaStream_t s) {
+    static int smem_set = 0;
+    auto kern = gemv_stream_kernel<WDT, TT, MODE, NORM, GP>;
+    int stages = o.stream_stages < 2 ? 2 : o.stream_stages > SG_MAX_STAGES ? SG_MAX_STAGES : o.stream_stages;
+    if (smem_set < stages) {
+        cudaError_t r = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, stages * SG_TILE);
+        if (r != cudaSuccess) return r;
+        smem_set = stages;
+    }
+    return tbc_launch(kern, dim3(grid), dim3((SG_CWARPS + 1) * 32), (size_t)stages * SG_TILE, s, x, w, bias, y, K,
+                      N, e, o.stream_early, stages);
+}
+
+template <int WDT, int TT, int MODE, bool NORM>
+static cudaError_t stream_launch_t(const float *x, const void *w, const float *bias, float *y, int K, int N,
+                                   const tbc_gemv_epi &e, const tbc_gemv_opts &o, cudaStream_t s) {
+    int pairs = MODE == TBC_EPI_PLAIN || MODE == TBC_EPI_ADD ? (N + 1) / 2 : N / 2;
+    int nsm = o.n_sm > 0 ? o.n_sm : 132;
+    int g4 = (pairs + 3) / 4, g2 = (pairs + 1) / 2;
+    int grid4 = g4 < nsm ? g4 : nsm, grid2 = g2 < nsm ? g2 : nsm;
+    int max4 = (g4 + grid4 - 1) / grid4 * 4, max2 = (g2 + grid2 - 1) / grid2 * 2;
+    if (max2 < max4)
+        return stream_launch_gp<WDT, TT, MODE, NORM, 2>(x, w, bias, y, K, N, e, grid2, o, s);
+    return stream_launch_gp<WDT, TT, MODE, NORM, 4>(x, w, bias, y, K, N, e, grid4, o, s);
+}
+
+template <int WDT, int MODE>
+static cudaError_t stream_launch(const float *x, const void *w, const float *bias, float *y, int T, int K, int N,
+                                 const tbc_gemv_epi &e, const tbc_gemv_opts &o, cudaStream_t s) {
+    if (T == 1)
+        return e.norm ? stream_launch_t<WDT, 1, MODE, true>(x, w, bias, y, K, N, e, o, s)
+                      : stream_launch_t<WDT, 1, MODE, false>(x, w, bias, y, K, N, e, o, s);
+    return e.norm ? stream_launch_t<WDT, 2, MODE, true>(x, w, bias, y, K, N, e, o, s)
+                  : stream_launch_t<WDT, 2, MODE, false>(x, w, bias, y, K, N, e, o, s);
+}
+
 static int takes_mma(tbc_dtype wdt, int T, int K, int aligned, int simt_max_t) {
     return wdt != TBC_F32 && aligned && K % 32 == 0 && T > simt_max_t;
 }
@@ -588,6 +810,8 @@ static cudaError_t gemv_launch(const float *x, const void *w, const float *bias,
         }
     }
     if constexpr (WDT != TBC_F32) {
+        if (aligned && T <= 2 && o.simt_kind == TBC_SIMT_STREAM && o.cc_major >= 9)
+            return stream_launch<WDT, MODE>(x, w, bias, y, T, K, N, e, o, s);
         if (aligned && T <= 2 && o.simt_kind != TBC_SIMT_PAIR) return row_launch<WDT, MODE>(x, w, bias, y, T, K, N, e,
                                                                                            o.simt_kind, s);
     }
