@@ -115,6 +115,12 @@ typedef struct {
     int fuse_norm;            /* RMSNorm / residual add into the GEMVs          */
     int attn_split_min;       /* keys per attention split at least (0: off)     */
     int attn_lanes;           /* lanes per key in decode attention (0: default) */
+    int attn_blocks;          /* decode attention: split (token, head)s until
+                               * about this many blocks per SM
+                               * (TB_CUDA_ATTN_BLOCKS, default 2)            */
+    int pf_after_attn;        /* the matmul after attention requests its rows
+                               * into L2 while attention runs (PDL steps;
+                               * TB_CUDA_PF_ATTN)                            */
     int prev_kernel;          /* the stream's last operation is one of ours     */
     int *counters;            /* attention split merge counters (zeroed)        */
     size_t n_counters;
@@ -256,6 +262,7 @@ static tb_status cuda_load_weights(tb_backend *b, const tb_graph *g, void **bufs
     for (int i = 0; i < g->n_syms; i++) if (g->syms[i].max > max_tokens) max_tokens = g->syms[i].max;
     c->max_tokens = (int)max_tokens;
     size_t xconv = 0, part = 0;
+    int attn_sm = c->attn_blocks > 2 ? c->attn_blocks : 2;
     for (int k = 0; k < g->n_nodes; k++) {
         const tb_node *n = &g->nodes[k];
         if (n->op == TB_OP_MATMUL) {
@@ -264,8 +271,8 @@ static tb_status cuda_load_weights(tb_backend *b, const tb_graph *g, void **bufs
             if (w->dtype != TB_F32 && need > xconv) xconv = need;
         } else if (n->op == TB_OP_ATTENTION) {
             int H = n->i[1], hd = n->i[3] & 0xffff;
-            /* splits are used only while H * T < 2 * n_sm */
-            size_t need = (size_t)(2 * c->n_sm) * MAX_SPLITS * (size_t)(hd + 2) + (size_t)H * (hd + 2);
+            /* splits are used only while H * T < attn_blocks * n_sm */
+            size_t need = (size_t)(attn_sm * c->n_sm) * MAX_SPLITS * (size_t)(hd + 2) + (size_t)H * (hd + 2);
             if (need > part) part = need;
         }
     }
@@ -278,8 +285,8 @@ static tb_status cuda_load_weights(tb_backend *b, const tb_graph *g, void **bufs
         c->partial_floats = part;
     }
     if (part && !c->counters) {
-        /* splits are used only while H * T < 2 * n_sm */
-        size_t nc = (size_t)(2 * c->n_sm);
+        /* splits are used only while H * T < attn_blocks * n_sm */
+        size_t nc = (size_t)(attn_sm * c->n_sm);
         CU_TRY(cudaMalloc((void **)&c->counters, nc * sizeof(int)), "allocating attention counters");
         CU_TRY(cudaMemset(c->counters, 0, nc * sizeof(int)), "zeroing attention counters");
         c->n_counters = nc;
@@ -577,6 +584,8 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
             c->norm_node = -1;
         }
         const tb_node *nx = kind ? &g->nodes[k + 1] : NULL;
+        epi.pf_row = c->pf_after_attn && c->pdl_step && c->mode == RUN_CAPTURE && k > 0 &&
+                     g->nodes[k - 1].op == TB_OP_ATTENTION;
         if (kind == FUSE_GLU) {
             float *act = bufs[nx->out[0]];
             size_t act_bytes = sizeof(float) * (size_t)T * (size_t)(N / 2);
@@ -628,7 +637,7 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
 /* Splits the keys of a (token, head) when (heads x tokens) leaves the SMs
  * idle. */
 static void attn_splits(cuda_ctx *c, tbc_attn_args *a) {
-    int blocks = a->n_heads * a->T, target = 2 * c->n_sm;
+    int blocks = a->n_heads * a->T, target = c->attn_blocks * c->n_sm;
     int graphed = c->mode == RUN_CAPTURE; /* the split count is baked into the graph */
     if (blocks < target && (graphed || c->step_max_len >= 128)) {
         int sp = (target + blocks - 1) / blocks, by_len = c->step_max_len / 64;
@@ -1065,8 +1074,13 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     if (ke && !strcmp(ke, "rowpf")) c->gemv.simt_kind = TBC_SIMT_ROWPF;
     if (ke && !strcmp(ke, "row8")) c->gemv.simt_kind = TBC_SIMT_ROW8;
     if (ke && !strcmp(ke, "stream")) c->gemv.simt_kind = TBC_SIMT_STREAM;
+    if (ke && !strcmp(ke, "row2")) c->gemv.simt_kind = TBC_SIMT_ROW2;
+    const char *ate = getenv("TB_CUDA_ATTN_BLOCKS");
+    c->attn_blocks = ate && *ate ? atoi(ate) : 2;
     const char *sge = getenv("TB_CUDA_STREAM_EARLY");
     c->gemv.stream_early = sge && *sge ? atoi(sge) : 0;
+    const char *pae = getenv("TB_CUDA_PF_ATTN");
+    c->pf_after_attn = pae && *pae ? atoi(pae) : 1;
     const char *sse = getenv("TB_CUDA_STREAM_STAGES");
     c->gemv.stream_stages = sse && *sse ? atoi(sse) : 8;
     c->fuse_norm = !(ne && !strcmp(ne, "0"));

@@ -140,6 +140,10 @@ typedef struct {
     float *res_out;
     int norm;
     float norm_eps;
+    /* 1: (SIMT row kernel) each warp requests its whole weight row into L2
+     * before it waits for the previous kernel; for the matmul after
+     * attention, whose blocks start while attention still runs */
+    int pf_row;
 } tbc_gemv_epi;
 
 /* Folds an RMSNorm weight into the matmul that reads the norm's output:
@@ -155,12 +159,13 @@ cudaError_t tbc_fold_norm(void *w, tbc_dtype wdt, int N, int K, float *nw,
  *                   and no L1 allocation
  *   TBC_SIMT_ROW8   as ROW with eight 16-byte loads per lane in flight
  *                   (ROW: four)
+ *   TBC_SIMT_ROW2   as ROW with two
  *   TBC_SIMT_STREAM a persistent grid (n_sm blocks) streaming row groups
  *                   through shared memory with bulk copies (compute
  *                   capability 9.0; elsewhere ROW)
  * f32 weights and T > 2 always take the pair kernel. */
 enum { TBC_SIMT_PAIR = 0, TBC_SIMT_ROW = 1, TBC_SIMT_ROW4 = 2, TBC_SIMT_ROWPF = 3, TBC_SIMT_ROW8 = 4,
-       TBC_SIMT_STREAM = 5 };
+       TBC_SIMT_STREAM = 5, TBC_SIMT_ROW2 = 6 };
 typedef struct {
     int simt_max_t; /* f16/bf16: SIMT up to this T, tensor cores above */
     int simt_kind;  /* TBC_SIMT_* */

@@ -306,6 +306,11 @@ gemv_row_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
     const uint4 *wr = reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(w) +
                                                       (size_t)(active && side ? rb : ra) * K);
     const int nv = K / 8;
+    if (e.pf_row && active) {
+        /* launched while attention runs (it lets its dependents start at
+         * once): the memory is idle, so the row moves into L2 meanwhile */
+        for (int o = lane * 128; o < K * 2; o += 32 * 128) tbc_prefetch_l2(reinterpret_cast<const char *>(wr) + o);
+    }
     tbc_pdl_wait();
     const float *xp = x;
     float acc[TT], ss[TT];
@@ -736,11 +741,13 @@ static cudaError_t row_launch(const float *x, const void *w, const float *bias, 
         if (kind == TBC_SIMT_ROW4) return row_launch_t<WDT, 1, MODE, 4, false>(x, w, bias, y, K, N, e, s);
         if (kind == TBC_SIMT_ROWPF) return row_launch_t<WDT, 1, MODE, 8, true>(x, w, bias, y, K, N, e, s);
         if (kind == TBC_SIMT_ROW8) return row_launch_t<WDT, 1, MODE, 8, false, 8>(x, w, bias, y, K, N, e, s);
+        if (kind == TBC_SIMT_ROW2) return row_launch_t<WDT, 1, MODE, 8, false, 2>(x, w, bias, y, K, N, e, s);
         return row_launch_t<WDT, 1, MODE, 8, false>(x, w, bias, y, K, N, e, s);
     }
     if (kind == TBC_SIMT_ROW4) return row_launch_t<WDT, 2, MODE, 4, false>(x, w, bias, y, K, N, e, s);
     if (kind == TBC_SIMT_ROWPF) return row_launch_t<WDT, 2, MODE, 8, true>(x, w, bias, y, K, N, e, s);
     if (kind == TBC_SIMT_ROW8) return row_launch_t<WDT, 2, MODE, 8, false, 8>(x, w, bias, y, K, N, e, s);
+    if (kind == TBC_SIMT_ROW2) return row_launch_t<WDT, 2, MODE, 8, false, 2>(x, w, bias, y, K, N, e, s);
     return row_launch_t<WDT, 2, MODE, 8, false>(x, w, bias, y, K, N, e, s);
 }
 
