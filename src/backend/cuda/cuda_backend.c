@@ -118,9 +118,6 @@ typedef struct {
     int attn_blocks;          /* decode attention: split (token, head)s until
                                * about this many blocks per SM
                                * (TB_CUDA_ATTN_BLOCKS, default 2)            */
-    int pf_after_attn;        /* the matmul after attention requests its rows
-                               * into L2 while attention runs (PDL steps;
-                               * TB_CUDA_PF_ATTN)                            */
     int prev_kernel;          /* the stream's last operation is one of ours     */
     int *counters;            /* attention split merge counters (zeroed)        */
     size_t n_counters;
@@ -584,8 +581,6 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
             c->norm_node = -1;
         }
         const tb_node *nx = kind ? &g->nodes[k + 1] : NULL;
-        epi.pf_row = c->pf_after_attn && c->pdl_step && c->mode == RUN_CAPTURE && k > 0 &&
-                     g->nodes[k - 1].op == TB_OP_ATTENTION;
         if (kind == FUSE_GLU) {
             float *act = bufs[nx->out[0]];
             size_t act_bytes = sizeof(float) * (size_t)T * (size_t)(N / 2);
@@ -1075,12 +1070,14 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     if (ke && !strcmp(ke, "row8")) c->gemv.simt_kind = TBC_SIMT_ROW8;
     if (ke && !strcmp(ke, "stream")) c->gemv.simt_kind = TBC_SIMT_STREAM;
     if (ke && !strcmp(ke, "row2")) c->gemv.simt_kind = TBC_SIMT_ROW2;
+    if (ke && !strcmp(ke, "row1")) c->gemv.simt_kind = TBC_SIMT_ROW1;
     const char *ate = getenv("TB_CUDA_ATTN_BLOCKS");
     c->attn_blocks = ate && *ate ? atoi(ate) : 2;
     const char *sge = getenv("TB_CUDA_STREAM_EARLY");
     c->gemv.stream_early = sge && *sge ? atoi(sge) : 0;
-    const char *pae = getenv("TB_CUDA_PF_ATTN");
-    c->pf_after_attn = pae && *pae ? atoi(pae) : 1;
+    const char *u2e = getenv("TB_CUDA_ROW_U2_K"), *mue = getenv("TB_CUDA_MMA_U");
+    c->gemv.row_u2_k = u2e && *u2e ? atoi(u2e) : TBC_ROW_U2_K;
+    c->gemv.mma_u = mue && *mue ? atoi(mue) : 4;
     const char *sse = getenv("TB_CUDA_STREAM_STAGES");
     c->gemv.stream_stages = sse && *sse ? atoi(sse) : 8;
     c->fuse_norm = !(ne && !strcmp(ne, "0"));

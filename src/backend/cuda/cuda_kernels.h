@@ -132,6 +132,8 @@ cudaError_t tbc_gemv(const float *x, const void *w, tbc_dtype wdt,
  * the GEMV computes, with no extra pass over x. */
 enum { TBC_EPI_PLAIN = 0, TBC_EPI_GLU = 1, TBC_EPI_ROPE = 2, TBC_EPI_ADD = 3 };
 #define TBC_GEMV_SIMT_MAX_T 2
+/* default of tbc_gemv_opts.row_u2_k */
+#define TBC_ROW_U2_K 4096
 typedef struct {
     int mode;
     float *glu;
@@ -140,10 +142,6 @@ typedef struct {
     float *res_out;
     int norm;
     float norm_eps;
-    /* 1: (SIMT row kernel) each warp requests its whole weight row into L2
-     * before it waits for the previous kernel; for the matmul after
-     * attention, whose blocks start while attention still runs */
-    int pf_row;
 } tbc_gemv_epi;
 
 /* Folds an RMSNorm weight into the matmul that reads the norm's output:
@@ -159,13 +157,13 @@ cudaError_t tbc_fold_norm(void *w, tbc_dtype wdt, int N, int K, float *nw,
  *                   and no L1 allocation
  *   TBC_SIMT_ROW8   as ROW with eight 16-byte loads per lane in flight
  *                   (ROW: four)
- *   TBC_SIMT_ROW2   as ROW with two
+ *   TBC_SIMT_ROW2   as ROW with two (ROW1: one)
  *   TBC_SIMT_STREAM a persistent grid (n_sm blocks) streaming row groups
  *                   through shared memory with bulk copies (compute
  *                   capability 9.0; elsewhere ROW)
  * f32 weights and T > 2 always take the pair kernel. */
 enum { TBC_SIMT_PAIR = 0, TBC_SIMT_ROW = 1, TBC_SIMT_ROW4 = 2, TBC_SIMT_ROWPF = 3, TBC_SIMT_ROW8 = 4,
-       TBC_SIMT_STREAM = 5, TBC_SIMT_ROW2 = 6 };
+       TBC_SIMT_STREAM = 5, TBC_SIMT_ROW2 = 6, TBC_SIMT_ROW1 = 7 };
 typedef struct {
     int simt_max_t; /* f16/bf16: SIMT up to this T, tensor cores above */
     int simt_kind;  /* TBC_SIMT_* */
@@ -173,6 +171,9 @@ typedef struct {
     int stream_early;   /* TBC_SIMT_STREAM: let the next kernel launch as
                          * soon as every block has started (1) or once
                          * each has reached its last group (0)          */
+    int row_u2_k;       /* TBC_SIMT_ROW: rows of K >= this take ROW2     */
+    int mma_u;          /* tensor-core kernel: 16-byte loads per thread
+                         * and row in flight (2 or 4)                    */
     int stream_stages;  /* TBC_SIMT_STREAM: 16 KB tiles in flight per SM
                          * (2..16)                                       */
 } tbc_gemv_opts;

@@ -306,11 +306,6 @@ gemv_row_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
     const uint4 *wr = reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(w) +
                                                       (size_t)(active && side ? rb : ra) * K);
     const int nv = K / 8;
-    if (e.pf_row && active) {
-        /* launched while attention runs (it lets its dependents start at
-         * once): the memory is idle, so the row moves into L2 meanwhile */
-        for (int o = lane * 128; o < K * 2; o += 32 * 128) tbc_prefetch_l2(reinterpret_cast<const char *>(wr) + o);
-    }
     tbc_pdl_wait();
     const float *xp = x;
     float acc[TT], ss[TT];
@@ -587,7 +582,7 @@ __device__ __forceinline__ void mma_step(float *c, const uint4 &wa, const uint4 
 
 /* NORM: the inline RMSNorm (each thread sums the squares of the x it
  * loads for its token g; quads and then warps add them up). */
-template <int WDT, int MODE, bool NORM>
+template <int WDT, int MODE, bool NORM, int MU>
 __global__ void __launch_bounds__(GEMV_MMA_WARPS * 32)
 gemv_mma_kernel(const float *__restrict__ x, const void *__restrict__ w, const float *__restrict__ bias,
                 float *__restrict__ y, int T, int K, int N, tbc_gemv_epi e) {
@@ -622,7 +617,17 @@ gemv_mma_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
     float ss = 0.0f;
     const int steps = K / 32;
     int s = warp;
-    for (; s + 3 * GEMV_MMA_WARPS < steps; s += 4 * GEMV_MMA_WARPS) {
+    if (MU == 2) {
+        for (; s + GEMV_MMA_WARPS < steps; s += 2 * GEMV_MMA_WARPS) {
+            uint4 a0 = __ldg(pa + (size_t)s * 4), b0 = __ldg(pb + (size_t)s * 4);
+            uint4 a1 = __ldg(pa + (size_t)(s + GEMV_MMA_WARPS) * 4), b1 = __ldg(pb + (size_t)(s + GEMV_MMA_WARPS) * 4);
+            uint4 x0 = has_x ? load_x8<WDT, NORM>(px + (size_t)s * 32, ss) : zero;
+            uint4 x1 = has_x ? load_x8<WDT, NORM>(px + (size_t)(s + GEMV_MMA_WARPS) * 32, ss) : zero;
+            mma_step<WDT>(c, a0, b0, x0);
+            mma_step<WDT>(c, a1, b1, x1);
+        }
+    }
+    for (; MU == 4 && s + 3 * GEMV_MMA_WARPS < steps; s += 4 * GEMV_MMA_WARPS) {
         uint4 a0 = __ldg(pa + (size_t)s * 4), b0 = __ldg(pb + (size_t)s * 4);
         uint4 a1 = __ldg(pa + (size_t)(s + GEMV_MMA_WARPS) * 4), b1 = __ldg(pb + (size_t)(s + GEMV_MMA_WARPS) * 4);
         uint4 a2 = __ldg(pa + (size_t)(s + 2 * GEMV_MMA_WARPS) * 4),
@@ -736,14 +741,17 @@ static cudaError_t row_launch_t(const float *x, const void *w, const float *bias
 
 template <int WDT, int MODE>
 static cudaError_t row_launch(const float *x, const void *w, const float *bias, float *y, int T, int K, int N,
-                              const tbc_gemv_epi &e, int kind, cudaStream_t s) {
+                              const tbc_gemv_epi &e, int kind, int u2_k, cudaStream_t s) {
+    if (kind == TBC_SIMT_ROW && K >= u2_k) kind = TBC_SIMT_ROW2;
     if (T == 1) {
+        if (kind == TBC_SIMT_ROW1) return row_launch_t<WDT, 1, MODE, 8, false, 1>(x, w, bias, y, K, N, e, s);
         if (kind == TBC_SIMT_ROW4) return row_launch_t<WDT, 1, MODE, 4, false>(x, w, bias, y, K, N, e, s);
         if (kind == TBC_SIMT_ROWPF) return row_launch_t<WDT, 1, MODE, 8, true>(x, w, bias, y, K, N, e, s);
         if (kind == TBC_SIMT_ROW8) return row_launch_t<WDT, 1, MODE, 8, false, 8>(x, w, bias, y, K, N, e, s);
         if (kind == TBC_SIMT_ROW2) return row_launch_t<WDT, 1, MODE, 8, false, 2>(x, w, bias, y, K, N, e, s);
         return row_launch_t<WDT, 1, MODE, 8, false>(x, w, bias, y, K, N, e, s);
     }
+    if (kind == TBC_SIMT_ROW1) return row_launch_t<WDT, 2, MODE, 8, false, 1>(x, w, bias, y, K, N, e, s);
     if (kind == TBC_SIMT_ROW4) return row_launch_t<WDT, 2, MODE, 4, false>(x, w, bias, y, K, N, e, s);
     if (kind == TBC_SIMT_ROWPF) return row_launch_t<WDT, 2, MODE, 8, true>(x, w, bias, y, K, N, e, s);
     if (kind == TBC_SIMT_ROW8) return row_launch_t<WDT, 2, MODE, 8, false, 8>(x, w, bias, y, K, N, e, s);
@@ -809,18 +817,16 @@ static cudaError_t gemv_launch(const float *x, const void *w, const float *bias,
         if (mma) {
             int pairs = MODE == TBC_EPI_PLAIN ? 0 : MODE == TBC_EPI_ADD ? (N + 1) / 2 : N / 2;
             int blocks = MODE == TBC_EPI_PLAIN ? (N + 15) / 16 : (pairs + 7) / 8;
-            if (norm)
-                return tbc_launch(gemv_mma_kernel<WDT, MODE, true>, dim3(blocks), dim3(GEMV_MMA_WARPS * 32), 0, s, x,
-                                  w, bias, y, T, K, N, e);
-            return tbc_launch(gemv_mma_kernel<WDT, MODE, false>, dim3(blocks), dim3(GEMV_MMA_WARPS * 32), 0, s, x, w,
-                              bias, y, T, K, N, e);
+            auto kern = norm ? (o.mma_u == 2 ? gemv_mma_kernel<WDT, MODE, true, 2> : gemv_mma_kernel<WDT, MODE, true, 4>)
+                             : (o.mma_u == 2 ? gemv_mma_kernel<WDT, MODE, false, 2> : gemv_mma_kernel<WDT, MODE, false, 4>);
+            return tbc_launch(kern, dim3(blocks), dim3(GEMV_MMA_WARPS * 32), 0, s, x, w, bias, y, T, K, N, e);
         }
     }
     if constexpr (WDT != TBC_F32) {
         if (aligned && T <= 2 && o.simt_kind == TBC_SIMT_STREAM && o.cc_major >= 9)
             return stream_launch<WDT, MODE>(x, w, bias, y, T, K, N, e, o, s);
-        if (aligned && T <= 2 && o.simt_kind != TBC_SIMT_PAIR) return row_launch<WDT, MODE>(x, w, bias, y, T, K, N, e,
-                                                                                           o.simt_kind, s);
+        if (aligned && T <= 2 && o.simt_kind != TBC_SIMT_PAIR)
+            return row_launch<WDT, MODE>(x, w, bias, y, T, K, N, e, o.simt_kind, o.row_u2_k, s);
     }
     if (aligned) {
         if (norm) return pair_launch<WDT, MODE, true, true>(x, w, bias, y, T, K, N, e, s);
@@ -853,6 +859,8 @@ extern "C" cudaError_t tbc_gemv_ex(const float *x, const void *w, tbc_dtype wdt,
     tbc_gemv_opts o{};
     o.simt_max_t = TBC_GEMV_SIMT_MAX_T;
     o.simt_kind = TBC_SIMT_ROW;
+    o.row_u2_k = TBC_ROW_U2_K;
+    o.mma_u = 4;
     if (opts) o = *opts;
     if (e.mode == TBC_EPI_GLU && N % 2) return cudaErrorInvalidValue;
     if (e.mode == TBC_EPI_ADD && (!e.res || !e.res_out)) return cudaErrorInvalidValue;
