@@ -115,6 +115,10 @@ typedef struct {
     int fuse_norm;            /* RMSNorm / residual add into the GEMVs          */
     int attn_split_min;       /* keys per attention split at least (0: off)     */
     int attn_lanes;           /* lanes per key in decode attention (0: default) */
+    int tune;                 /* time the GEMV tactics at load (TB_CUDA_TUNE:
+                               * 0 off, 1 on, 2 on and print the timings)    */
+    uint8_t *row_kind;        /* per node: the TBC_SIMT_* kind chosen for it by
+                               * timing (0: the default)                     */
     int attn_blocks;          /* decode attention: split (token, head)s until
                                * about this many blocks per SM
                                * (TB_CUDA_ATTN_BLOCKS, default 2)            */
@@ -230,6 +234,98 @@ static void cuda_free(tb_backend *b, void *p) {
 
 static int64_t sym_max(const tb_graph *g, int64_t d) {
     return TB_IS_SYM(d) ? g->syms[TB_SYM_INDEX(d)].max : d;
+}
+
+/* The decode GEMV's tactic per matmul, chosen by timing (TB_CUDA_TUNE=0:
+ * not; the default kernel then). Batch-1 decode is bound by how the weight
+ * reads share the memory system, and the best number of 16-byte loads each
+ * lane keeps in flight (1, 2 or 4: TBC_SIMT_ROW1 / ROW2 / ROW) depends on the
+ * matrix: on an H200 the 7B's matrices run fastest with one, TinyLlama's
+ * small ones with four (docs/GPU.md). Each distinct (dtype, K, N) is timed at
+ * T = 1 over all the matmuls of that shape in turn (their own weights, so
+ * the reads come from memory, not from L2), best of 3 rounds; every matmul of
+ * the shape takes the fastest. A few milliseconds at load. */
+static tb_status tune_gemv(cuda_ctx *c, const tb_graph *g, void *const *bufs) {
+    free(c->row_kind);
+    c->row_kind = NULL;
+    if (!c->tune || c->gemv.simt_kind != TBC_SIMT_ROW) return TB_OK;
+    int maxK = 0, maxN = 0, any = 0;
+    for (int k = 0; k < g->n_nodes; k++) {
+        const tb_node *n = &g->nodes[k];
+        if (n->op != TB_OP_MATMUL) continue;
+        const tb_value *w = &g->values[n->in[1]];
+        if ((w->dtype != TB_F16 && w->dtype != TB_BF16) || w->dims[1] % 8) continue;
+        if (w->dims[1] > maxK) maxK = (int)w->dims[1];
+        if (w->dims[0] > maxN) maxN = (int)w->dims[0];
+        any = 1;
+    }
+    if (!any) return TB_OK;
+    c->row_kind = calloc((size_t)g->n_nodes, 1);
+    int *list = malloc(sizeof(int) * (size_t)g->n_nodes);
+    if (!c->row_kind || !list) { free(list); return tb_errorf(TB_ERR_OOM, "out of memory"); }
+    float *x = NULL, *y = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    tb_status st = TB_OK;
+    static const int kinds[3] = {TBC_SIMT_ROW1, TBC_SIMT_ROW2, TBC_SIMT_ROW};
+    static const char *names[3] = {"row1", "row2", "row"};
+    if (cudaMalloc((void **)&x, sizeof(float) * (size_t)maxK) != cudaSuccess ||
+        cudaMalloc((void **)&y, sizeof(float) * (size_t)maxN) != cudaSuccess ||
+        cudaMemsetAsync(x, 0, sizeof(float) * (size_t)maxK, c->stream) != cudaSuccess ||
+        cudaEventCreate(&e0) != cudaSuccess || cudaEventCreate(&e1) != cudaSuccess) {
+        st = cuda_fail(cudaGetLastError(), "GEMV tuning scratch");
+        goto done;
+    }
+    for (int k = 0; k < g->n_nodes; k++) {
+        const tb_node *n = &g->nodes[k];
+        if (n->op != TB_OP_MATMUL || c->row_kind[k]) continue;
+        const tb_value *w = &g->values[n->in[1]];
+        if ((w->dtype != TB_F16 && w->dtype != TB_BF16) || w->dims[1] % 8) continue;
+        int K = (int)w->dims[1], N = (int)w->dims[0], nl = 0;
+        for (int j = k; j < g->n_nodes; j++) {
+            const tb_node *m = &g->nodes[j];
+            if (m->op != TB_OP_MATMUL) continue;
+            const tb_value *v = &g->values[m->in[1]];
+            if (v->dtype == w->dtype && v->dims[0] == N && v->dims[1] == K) list[nl++] = j;
+        }
+        tbc_dtype wdt = w->dtype == TB_F16 ? TBC_F16 : TBC_BF16;
+        int reps = nl >= 8 ? 1 : (8 + nl - 1) / nl;
+        float best[3] = {1e30f, 1e30f, 1e30f};
+        for (int round = -1; round < 3; round++) {
+            for (int ki = 0; ki < 3; ki++) {
+                tbc_gemv_opts o = c->gemv;
+                o.simt_kind = kinds[ki];
+                cudaEventRecord(e0, c->stream);
+                for (int r = 0; r < reps; r++)
+                    for (int i = 0; i < nl; i++)
+                        if (tbc_gemv_ex(x, bufs[g->nodes[list[i]].in[1]], wdt, NULL, y, 1, K, N, NULL, &o,
+                                        c->stream) != cudaSuccess) {
+                            st = cuda_fail(cudaGetLastError(), "GEMV tuning");
+                            goto done;
+                        }
+                cudaEventRecord(e1, c->stream);
+                float ms = 0.0f;
+                if (cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) {
+                    st = cuda_fail(cudaGetLastError(), "GEMV tuning");
+                    goto done;
+                }
+                ms /= (float)(reps * nl);
+                if (round >= 0 && ms < best[ki]) best[ki] = ms;
+            }
+        }
+        int bi = 2;
+        for (int ki = 0; ki < 3; ki++) if (best[ki] < best[bi]) bi = ki;
+        for (int i = 0; i < nl; i++) c->row_kind[list[i]] = (uint8_t)kinds[bi];
+        if (c->tune > 1)
+            fprintf(stderr, "cuda: gemv %d x %d (%d matmuls): row1 %.1f us, row2 %.1f us, row %.1f us -> %s\n", N, K,
+                    nl, best[0] * 1e3, best[1] * 1e3, best[2] * 1e3, names[bi]);
+    }
+done:
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    cudaFree(x);
+    cudaFree(y);
+    free(list);
+    return st;
 }
 
 /* Uploads the weights and sizes every buffer whose size the graph sets. */
@@ -350,6 +446,7 @@ static tb_status cuda_load_weights(tb_backend *b, const tb_graph *g, void **bufs
     }
     CU_TRY(cudaStreamSynchronize(c->stream), "folding RMSNorm weights");
     free(uses);
+    TB_TRY(tune_gemv(c, g, bufs));
     c->fused_node = -1;
     const tb_value *ov = &g->values[g->output];
     size_t out_bytes = (size_t)tb_value_numel(g, ov, NULL) * sizeof(float);
@@ -602,7 +699,9 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
             c->norm_x = bufs[an->out[0]];
             c->norm_eps = an->f[0];
         }
-        CU_TRY(tbc_gemv_ex(x, w, wdt, bias, y, T, K, N, &epi, &c->gemv, c->stream), "gemv launch");
+        tbc_gemv_opts o = c->gemv;
+        if (c->row_kind && c->row_kind[k]) o.simt_kind = c->row_kind[k];
+        CU_TRY(tbc_gemv_ex(x, w, wdt, bias, y, T, K, N, &epi, &o, c->stream), "gemv launch");
         if (epi.mode == TBC_EPI_GLU || epi.mode == TBC_EPI_ROPE) c->fused_node = k + 1;
         return TB_OK;
     }
@@ -897,6 +996,7 @@ static void cuda_destroy(tb_backend *b) {
     cudaFree(c->pf_s);
     cudaFree(c->pf_p);
     free(c->fuse_kind);
+    free(c->row_kind);
     cudaFree(c->d_stage);
     if (c->h_stage) cudaFreeHost(c->h_stage);
     if (c->h_out) cudaFreeHost(c->h_out);
@@ -1075,9 +1175,9 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     c->attn_blocks = ate && *ate ? atoi(ate) : 2;
     const char *sge = getenv("TB_CUDA_STREAM_EARLY");
     c->gemv.stream_early = sge && *sge ? atoi(sge) : 0;
-    const char *u2e = getenv("TB_CUDA_ROW_U2_K"), *mue = getenv("TB_CUDA_MMA_U");
-    c->gemv.row_u2_k = u2e && *u2e ? atoi(u2e) : TBC_ROW_U2_K;
+    const char *mue = getenv("TB_CUDA_MMA_U"), *tue = getenv("TB_CUDA_TUNE");
     c->gemv.mma_u = mue && *mue ? atoi(mue) : 4;
+    c->tune = tue && *tue ? atoi(tue) : 1;
     const char *sse = getenv("TB_CUDA_STREAM_STAGES");
     c->gemv.stream_stages = sse && *sse ? atoi(sse) : 8;
     c->fuse_norm = !(ne && !strcmp(ne, "0"));

@@ -132,8 +132,6 @@ cudaError_t tbc_gemv(const float *x, const void *w, tbc_dtype wdt,
  * the GEMV computes, with no extra pass over x. */
 enum { TBC_EPI_PLAIN = 0, TBC_EPI_GLU = 1, TBC_EPI_ROPE = 2, TBC_EPI_ADD = 3 };
 #define TBC_GEMV_SIMT_MAX_T 2
-/* default of tbc_gemv_opts.row_u2_k */
-#define TBC_ROW_U2_K 4096
 typedef struct {
     int mode;
     float *glu;
@@ -171,7 +169,6 @@ typedef struct {
     int stream_early;   /* TBC_SIMT_STREAM: let the next kernel launch as
                          * soon as every block has started (1) or once
                          * each has reached its last group (0)          */
-    int row_u2_k;       /* TBC_SIMT_ROW: rows of K >= this take ROW2     */
     int mma_u;          /* tensor-core kernel: 16-byte loads per thread
                          * and row in flight (2 or 4)                    */
     int stream_stages;  /* TBC_SIMT_STREAM: 16 KB tiles in flight per SM

@@ -741,8 +741,7 @@ static cudaError_t row_launch_t(const float *x, const void *w, const float *bias
 
 template <int WDT, int MODE>
 static cudaError_t row_launch(const float *x, const void *w, const float *bias, float *y, int T, int K, int N,
-                              const tbc_gemv_epi &e, int kind, int u2_k, cudaStream_t s) {
-    if (kind == TBC_SIMT_ROW && K >= u2_k) kind = TBC_SIMT_ROW2;
+                              const tbc_gemv_epi &e, int kind, cudaStream_t s) {
     if (T == 1) {
         if (kind == TBC_SIMT_ROW1) return row_launch_t<WDT, 1, MODE, 8, false, 1>(x, w, bias, y, K, N, e, s);
         if (kind == TBC_SIMT_ROW4) return row_launch_t<WDT, 1, MODE, 4, false>(x, w, bias, y, K, N, e, s);
@@ -826,7 +825,7 @@ static cudaError_t gemv_launch(const float *x, const void *w, const float *bias,
         if (aligned && T <= 2 && o.simt_kind == TBC_SIMT_STREAM && o.cc_major >= 9)
             return stream_launch<WDT, MODE>(x, w, bias, y, T, K, N, e, o, s);
         if (aligned && T <= 2 && o.simt_kind != TBC_SIMT_PAIR)
-            return row_launch<WDT, MODE>(x, w, bias, y, T, K, N, e, o.simt_kind, o.row_u2_k, s);
+            return row_launch<WDT, MODE>(x, w, bias, y, T, K, N, e, o.simt_kind, s);
     }
     if (aligned) {
         if (norm) return pair_launch<WDT, MODE, true, true>(x, w, bias, y, T, K, N, e, s);
@@ -859,7 +858,6 @@ extern "C" cudaError_t tbc_gemv_ex(const float *x, const void *w, tbc_dtype wdt,
     tbc_gemv_opts o{};
     o.simt_max_t = TBC_GEMV_SIMT_MAX_T;
     o.simt_kind = TBC_SIMT_ROW;
-    o.row_u2_k = TBC_ROW_U2_K;
     o.mma_u = 4;
     if (opts) o = *opts;
     if (e.mode == TBC_EPI_GLU && N % 2) return cudaErrorInvalidValue;
