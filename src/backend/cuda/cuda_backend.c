@@ -117,6 +117,10 @@ typedef struct {
     int attn_lanes;           /* lanes per key in decode attention (0: default) */
     int tune;                 /* time the GEMV tactics at load (TB_CUDA_TUNE:
                                * 0 off, 1 on, 2 on and print the timings)    */
+    float tune_gain;          /* a tactic replaces the default when it is faster
+                               * by this fraction (TB_CUDA_TUNE_GAIN)        */
+    int tune_pdl;             /* time with programmatic dependent launch
+                               * (TB_CUDA_TUNE_PDL, default 1)               */
     uint8_t *row_kind;        /* per node: the TBC_SIMT_* kind chosen for it by
                                * timing (0: the default)                     */
     int attn_blocks;          /* decode attention: split (token, head)s until
@@ -295,6 +299,8 @@ static tb_status tune_gemv(cuda_ctx *c, const tb_graph *g, void *const *bufs) {
                 tbc_gemv_opts o = c->gemv;
                 o.simt_kind = kinds[ki];
                 cudaEventRecord(e0, c->stream);
+                /* with programmatic dependent launch, as in a captured step */
+                tbc_set_pdl(c->tune_pdl && c->pdl != 0);
                 for (int r = 0; r < reps; r++)
                     for (int i = 0; i < nl; i++)
                         if (tbc_gemv_ex(x, bufs[g->nodes[list[i]].in[1]], wdt, NULL, y, 1, K, N, NULL, &o,
@@ -302,6 +308,7 @@ static tb_status tune_gemv(cuda_ctx *c, const tb_graph *g, void *const *bufs) {
                             st = cuda_fail(cudaGetLastError(), "GEMV tuning");
                             goto done;
                         }
+                tbc_set_pdl(0);
                 cudaEventRecord(e1, c->stream);
                 float ms = 0.0f;
                 if (cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess) {
@@ -312,14 +319,18 @@ static tb_status tune_gemv(cuda_ctx *c, const tb_graph *g, void *const *bufs) {
                 if (round >= 0 && ms < best[ki]) best[ki] = ms;
             }
         }
+        /* the default (four in flight) unless another is faster by the
+         * margin c->tune_gain */
         int bi = 2;
-        for (int ki = 0; ki < 3; ki++) if (best[ki] < best[bi]) bi = ki;
+        for (int ki = 0; ki < 2; ki++)
+            if (best[ki] * (1.0f + c->tune_gain) < best[2] && best[ki] < best[bi]) bi = ki;
         for (int i = 0; i < nl; i++) c->row_kind[list[i]] = (uint8_t)kinds[bi];
         if (c->tune > 1)
             fprintf(stderr, "cuda: gemv %d x %d (%d matmuls): row1 %.1f us, row2 %.1f us, row %.1f us -> %s\n", N, K,
                     nl, best[0] * 1e3, best[1] * 1e3, best[2] * 1e3, names[bi]);
     }
 done:
+    tbc_set_pdl(0);
     if (e0) cudaEventDestroy(e0);
     if (e1) cudaEventDestroy(e1);
     cudaFree(x);
@@ -1178,6 +1189,9 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     const char *mue = getenv("TB_CUDA_MMA_U"), *tue = getenv("TB_CUDA_TUNE");
     c->gemv.mma_u = mue && *mue ? atoi(mue) : 4;
     c->tune = tue && *tue ? atoi(tue) : 1;
+    const char *tge = getenv("TB_CUDA_TUNE_GAIN"), *tpe = getenv("TB_CUDA_TUNE_PDL");
+    c->tune_gain = tge && *tge ? (float)atof(tge) : 0.0f;
+    c->tune_pdl = tpe && *tpe ? atoi(tpe) : 1;
     const char *sse = getenv("TB_CUDA_STREAM_STAGES");
     c->gemv.stream_stages = sse && *sse ? atoi(sse) : 8;
     c->fuse_norm = !(ne && !strcmp(ne, "0"));
