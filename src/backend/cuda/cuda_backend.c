@@ -119,6 +119,8 @@ typedef struct {
                                * 0 off, 1 on, 2 on and print the timings)    */
     float tune_gain;          /* a tactic replaces the default when it is faster
                                * by this fraction (TB_CUDA_TUNE_GAIN)        */
+    double tune_min_bytes;    /* matrices smaller than this keep the default
+                               * (TB_CUDA_TUNE_MIN_MB, default 20)           */
     int tune_pdl;             /* time with programmatic dependent launch
                                * (TB_CUDA_TUNE_PDL, default 1)               */
     uint8_t *row_kind;        /* per node: the TBC_SIMT_* kind chosen for it by
@@ -292,6 +294,14 @@ static tb_status tune_gemv(cuda_ctx *c, const tb_graph *g, void *const *bufs) {
             if (v->dtype == w->dtype && v->dims[0] == N && v->dims[1] == K) list[nl++] = j;
         }
         tbc_dtype wdt = w->dtype == TB_F16 ? TBC_F16 : TBC_BF16;
+        if ((double)K * N * 2 < c->tune_min_bytes) {
+            /* small matrices: the kernel's ramp and tail overlap its
+             * neighbours in a captured step, which a timing in isolation
+             * misjudges (TinyLlama's 8-10 MB matrices ran slower with the
+             * tactics that timed faster alone): the default */
+            for (int i = 0; i < nl; i++) c->row_kind[list[i]] = TBC_SIMT_ROW;
+            continue;
+        }
         int reps = nl >= 8 ? 1 : (8 + nl - 1) / nl;
         float best[3] = {1e30f, 1e30f, 1e30f};
         for (int round = -1; round < 3; round++) {
@@ -1192,6 +1202,8 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     const char *tge = getenv("TB_CUDA_TUNE_GAIN"), *tpe = getenv("TB_CUDA_TUNE_PDL");
     c->tune_gain = tge && *tge ? (float)atof(tge) : 0.0f;
     c->tune_pdl = tpe && *tpe ? atoi(tpe) : 1;
+    const char *tme = getenv("TB_CUDA_TUNE_MIN_MB");
+    c->tune_min_bytes = (tme && *tme ? atof(tme) : 20.0) * 1e6;
     const char *sse = getenv("TB_CUDA_STREAM_STAGES");
     c->gemv.stream_stages = sse && *sse ? atoi(sse) : 8;
     c->fuse_norm = !(ne && !strcmp(ne, "0"));
