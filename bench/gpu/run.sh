@@ -163,7 +163,7 @@ row "logits vs transformers" "$(tail -n 1 "$W/hf_logits.txt")"
 pass=0; fail=0
 [ -n "${TB_QUICK:-}" ] || for v in "TB_CUDA_SIMT=pair" "TB_CUDA_SIMT=row4" "TB_CUDA_SIMT=rowpf TB_CUDA_ATTN_SPLIT_MIN=0" \
          "TB_CUDA_FUSE_NORM=0 TB_CUDA_GEMV=mma" "TB_CUDA_PDL=1" "TB_CUDA_PREFILL_GEMM=0" "TB_CUDA_ATTN_LANES=0" "TB_CUDA_GEMV=mma" "TB_CUDA_PDL=0" \
-         "TB_CUDA_SIMT=stream" "TB_CUDA_SIMT=stream TB_CUDA_STREAM_EARLY=1"; do
+         "TB_CUDA_TUNE=0" "TB_CUDA_SIMT=row1" "TB_CUDA_SIMT=row2"; do
     case_rerun qwen2-f32-f16 $v
     case_rerun llama-gqa-bf16-bf16 $v
     case_rerun llama3-rope-f32-f16-long $v
@@ -267,11 +267,11 @@ bench_shape() {
 }
 # Variants (the SIMT kernels, fusion, split sizes, PDL, TB_BENCH_LOGITS=1
 # (logits to the host instead of sampling on the device) and
-# TB_CUDA_PREFILL_GEMM=0 were measured in earlier runs: docs/GPU.md):
-# TB_CUDA_X16=0: cuBLAS inputs converted by a separate pass;
-# TB_CUDA_GRAPH_MAX_T=8: only steps of up to 8 tokens captured as graphs;
+# TB_CUDA_PREFILL_GEMM=0, TB_CUDA_X16=0 and TB_CUDA_GRAPH_MAX_T=8 were
+# measured in earlier runs: docs/GPU.md):
+# TB_CUDA_TUNE=0: the decode GEMV's default tactic for every matmul;
 # TB_CUDA_PREFILL=gemm: prefill attention as GEMMs, not the flash kernel
-VARIANTS=("TB_CUDA_X16=0" "TB_CUDA_GRAPH_MAX_T=8" "TB_CUDA_PREFILL=gemm")
+VARIANTS=("TB_CUDA_TUNE=0" "TB_CUDA_PREFILL=gemm")
 # TB_VARIANTS="A=1;B=2 C=3": these variants instead
 if [ -n "${TB_VARIANTS:-}" ]; then IFS=';' read -r -a VARIANTS <<< "$TB_VARIANTS"; fi
 if [ -n "${TB_SKIP_TIMING:-}${TB_QUICK:-}" ]; then row timing skipped; else

@@ -1153,8 +1153,6 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     c->max_ctx = max_ctx;
     c->n_sm = prop.multiProcessorCount;
     c->cc_major = prop.major;
-    c->gemv.n_sm = c->n_sm;
-    c->gemv.cc_major = c->cc_major;
     c->cc_minor = prop.minor;
     snprintf(c->name, sizeof c->name, "%s", prop.name);
     cudaError_t e = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
@@ -1189,13 +1187,10 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     if (ke && !strcmp(ke, "row4")) c->gemv.simt_kind = TBC_SIMT_ROW4;
     if (ke && !strcmp(ke, "rowpf")) c->gemv.simt_kind = TBC_SIMT_ROWPF;
     if (ke && !strcmp(ke, "row8")) c->gemv.simt_kind = TBC_SIMT_ROW8;
-    if (ke && !strcmp(ke, "stream")) c->gemv.simt_kind = TBC_SIMT_STREAM;
     if (ke && !strcmp(ke, "row2")) c->gemv.simt_kind = TBC_SIMT_ROW2;
     if (ke && !strcmp(ke, "row1")) c->gemv.simt_kind = TBC_SIMT_ROW1;
     const char *ate = getenv("TB_CUDA_ATTN_BLOCKS");
     c->attn_blocks = ate && *ate ? atoi(ate) : 2;
-    const char *sge = getenv("TB_CUDA_STREAM_EARLY");
-    c->gemv.stream_early = sge && *sge ? atoi(sge) : 0;
     const char *mue = getenv("TB_CUDA_MMA_U"), *tue = getenv("TB_CUDA_TUNE");
     c->gemv.mma_u = mue && *mue ? atoi(mue) : 4;
     c->tune = tue && *tue ? atoi(tue) : 1;
@@ -1204,8 +1199,6 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     c->tune_pdl = tpe && *tpe ? atoi(tpe) : 1;
     const char *tme = getenv("TB_CUDA_TUNE_MIN_MB");
     c->tune_min_bytes = (tme && *tme ? atof(tme) : 20.0) * 1e6;
-    const char *sse = getenv("TB_CUDA_STREAM_STAGES");
-    c->gemv.stream_stages = sse && *sse ? atoi(sse) : 8;
     c->fuse_norm = !(ne && !strcmp(ne, "0"));
     c->attn_split_min = se && *se ? atoi(se) : TB_CUDA_DEFAULT_SPLIT_MIN;
     const char *ale = getenv("TB_CUDA_ATTN_LANES");

@@ -156,23 +156,14 @@ cudaError_t tbc_fold_norm(void *w, tbc_dtype wdt, int N, int K, float *nw,
  *   TBC_SIMT_ROW8   as ROW with eight 16-byte loads per lane in flight
  *                   (ROW: four)
  *   TBC_SIMT_ROW2   as ROW with two (ROW1: one)
- *   TBC_SIMT_STREAM a persistent grid (n_sm blocks) streaming row groups
- *                   through shared memory with bulk copies (compute
- *                   capability 9.0; elsewhere ROW)
  * f32 weights and T > 2 always take the pair kernel. */
 enum { TBC_SIMT_PAIR = 0, TBC_SIMT_ROW = 1, TBC_SIMT_ROW4 = 2, TBC_SIMT_ROWPF = 3, TBC_SIMT_ROW8 = 4,
-       TBC_SIMT_STREAM = 5, TBC_SIMT_ROW2 = 6, TBC_SIMT_ROW1 = 7 };
+       TBC_SIMT_ROW2 = 6, TBC_SIMT_ROW1 = 7 };
 typedef struct {
     int simt_max_t; /* f16/bf16: SIMT up to this T, tensor cores above */
     int simt_kind;  /* TBC_SIMT_* */
-    int n_sm, cc_major; /* the device (TBC_SIMT_STREAM)                */
-    int stream_early;   /* TBC_SIMT_STREAM: let the next kernel launch as
-                         * soon as every block has started (1) or once
-                         * each has reached its last group (0)          */
     int mma_u;          /* tensor-core kernel: 16-byte loads per thread
                          * and row in flight (2 or 4)                    */
-    int stream_stages;  /* TBC_SIMT_STREAM: 16 KB tiles in flight per SM
-                         * (2..16)                                       */
 } tbc_gemv_opts;
 cudaError_t tbc_gemv_ex(const float *x, const void *w, tbc_dtype wdt,
                         const float *bias, float *y, int T, int K, int N,
