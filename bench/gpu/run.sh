@@ -161,7 +161,7 @@ row "logits vs reference" "$pass passed, $fail failed"
 cat "$W/hf_logits.txt" >> "$LOG"
 row "logits vs transformers" "$(tail -n 1 "$W/hf_logits.txt")"
 pass=0; fail=0
-[ -n "${TB_QUICK:-}" ] || for v in "TB_CUDA_SIMT=pair" "TB_CUDA_SIMT=row4" "TB_CUDA_SIMT=rowpf TB_CUDA_ATTN_SPLIT_MIN=0" \
+[ -n "${TB_QUICK:-}" ] || for v in "TB_CUDA_SIMT=pair" "TB_CUDA_SIMT=row1s" "TB_CUDA_SIMT=row2s TB_CUDA_ATTN_SPLIT_MIN=0" \
          "TB_CUDA_FUSE_NORM=0 TB_CUDA_GEMV=mma" "TB_CUDA_PDL=1" "TB_CUDA_PREFILL_GEMM=0" "TB_CUDA_ATTN_LANES=0" "TB_CUDA_GEMV=mma" "TB_CUDA_PDL=0" \
          "TB_CUDA_TUNE=0" "TB_CUDA_SIMT=row1" "TB_CUDA_SIMT=row2"; do
     case_rerun qwen2-f32-f16 $v

@@ -272,8 +272,9 @@ static tb_status tune_gemv(cuda_ctx *c, const tb_graph *g, void *const *bufs) {
     float *x = NULL, *y = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
     tb_status st = TB_OK;
-    static const int kinds[3] = {TBC_SIMT_ROW1, TBC_SIMT_ROW2, TBC_SIMT_ROW};
-    static const char *names[3] = {"row1", "row2", "row"};
+    enum { NK = 5 };
+    static const int kinds[NK] = {TBC_SIMT_ROW1, TBC_SIMT_ROW2, TBC_SIMT_ROW1S, TBC_SIMT_ROW2S, TBC_SIMT_ROW};
+    static const char *names[NK] = {"row1", "row2", "row1s", "row2s", "row"};
     if (cudaMalloc((void **)&x, sizeof(float) * (size_t)maxK) != cudaSuccess ||
         cudaMalloc((void **)&y, sizeof(float) * (size_t)maxN) != cudaSuccess ||
         cudaMemsetAsync(x, 0, sizeof(float) * (size_t)maxK, c->stream) != cudaSuccess ||
@@ -303,9 +304,10 @@ static tb_status tune_gemv(cuda_ctx *c, const tb_graph *g, void *const *bufs) {
             continue;
         }
         int reps = nl >= 8 ? 1 : (8 + nl - 1) / nl;
-        float best[3] = {1e30f, 1e30f, 1e30f};
+        float best[NK];
+        for (int ki = 0; ki < NK; ki++) best[ki] = 1e30f;
         for (int round = -1; round < 3; round++) {
-            for (int ki = 0; ki < 3; ki++) {
+            for (int ki = 0; ki < NK; ki++) {
                 tbc_gemv_opts o = c->gemv;
                 o.simt_kind = kinds[ki];
                 cudaEventRecord(e0, c->stream);
@@ -331,13 +333,15 @@ static tb_status tune_gemv(cuda_ctx *c, const tb_graph *g, void *const *bufs) {
         }
         /* the default (four in flight) unless another is faster by the
          * margin c->tune_gain */
-        int bi = 2;
-        for (int ki = 0; ki < 2; ki++)
-            if (best[ki] * (1.0f + c->tune_gain) < best[2] && best[ki] < best[bi]) bi = ki;
+        int bi = NK - 1;
+        for (int ki = 0; ki < NK - 1; ki++)
+            if (best[ki] * (1.0f + c->tune_gain) < best[NK - 1] && best[ki] < best[bi]) bi = ki;
         for (int i = 0; i < nl; i++) c->row_kind[list[i]] = (uint8_t)kinds[bi];
-        if (c->tune > 1)
-            fprintf(stderr, "cuda: gemv %d x %d (%d matmuls): row1 %.1f us, row2 %.1f us, row %.1f us -> %s\n", N, K,
-                    nl, best[0] * 1e3, best[1] * 1e3, best[2] * 1e3, names[bi]);
+        if (c->tune > 1) {
+            fprintf(stderr, "cuda: gemv %d x %d (%d matmuls):", N, K, nl);
+            for (int ki = 0; ki < NK; ki++) fprintf(stderr, " %s %.1f us%s", names[ki], best[ki] * 1e3, ki < NK - 1 ? "," : "");
+            fprintf(stderr, " -> %s\n", names[bi]);
+        }
     }
 done:
     tbc_set_pdl(0);
@@ -1184,11 +1188,10 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     c->gemv.simt_kind = TB_CUDA_DEFAULT_SIMT;
     if (ke && !strcmp(ke, "pair")) c->gemv.simt_kind = TBC_SIMT_PAIR;
     if (ke && !strcmp(ke, "row")) c->gemv.simt_kind = TBC_SIMT_ROW;
-    if (ke && !strcmp(ke, "row4")) c->gemv.simt_kind = TBC_SIMT_ROW4;
-    if (ke && !strcmp(ke, "rowpf")) c->gemv.simt_kind = TBC_SIMT_ROWPF;
-    if (ke && !strcmp(ke, "row8")) c->gemv.simt_kind = TBC_SIMT_ROW8;
     if (ke && !strcmp(ke, "row2")) c->gemv.simt_kind = TBC_SIMT_ROW2;
     if (ke && !strcmp(ke, "row1")) c->gemv.simt_kind = TBC_SIMT_ROW1;
+    if (ke && !strcmp(ke, "row1s")) c->gemv.simt_kind = TBC_SIMT_ROW1S;
+    if (ke && !strcmp(ke, "row2s")) c->gemv.simt_kind = TBC_SIMT_ROW2S;
     const char *ate = getenv("TB_CUDA_ATTN_BLOCKS");
     c->attn_blocks = ate && *ate ? atoi(ate) : 2;
     const char *mue = getenv("TB_CUDA_MMA_U"), *tue = getenv("TB_CUDA_TUNE");

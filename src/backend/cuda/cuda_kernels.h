@@ -149,16 +149,14 @@ cudaError_t tbc_fold_norm(void *w, tbc_dtype wdt, int N, int K, float *nw,
                           cudaStream_t s);
 /* SIMT kernel for f16/bf16 steps of T <= 2 tokens:
  *   TBC_SIMT_PAIR   one warp per row pair, 4 warps per block
- *   TBC_SIMT_ROW    one warp per row, 8 warps (4 pairs) per block
- *   TBC_SIMT_ROW4   one warp per row, 4 warps (2 pairs) per block
- *   TBC_SIMT_ROWPF  as ROW, weight loads with the L2 256-byte prefetch hint
- *                   and no L1 allocation
- *   TBC_SIMT_ROW8   as ROW with eight 16-byte loads per lane in flight
- *                   (ROW: four)
- *   TBC_SIMT_ROW2   as ROW with two (ROW1: one)
+ *   TBC_SIMT_ROW    one warp per row, 8 warps (4 pairs) per block, four
+ *                   16-byte loads per lane in flight
+ *   TBC_SIMT_ROW2   as ROW with two loads in flight (ROW1: one)
+ *   TBC_SIMT_ROW2S  as ROW2 with two warps per row, taking turns over the
+ *                   row's chunks (ROW1S: as ROW1)
  * f32 weights and T > 2 always take the pair kernel. */
-enum { TBC_SIMT_PAIR = 0, TBC_SIMT_ROW = 1, TBC_SIMT_ROW4 = 2, TBC_SIMT_ROWPF = 3, TBC_SIMT_ROW8 = 4,
-       TBC_SIMT_ROW2 = 6, TBC_SIMT_ROW1 = 7 };
+enum { TBC_SIMT_PAIR = 0, TBC_SIMT_ROW = 1, TBC_SIMT_ROW2 = 6, TBC_SIMT_ROW1 = 7, TBC_SIMT_ROW1S = 8,
+       TBC_SIMT_ROW2S = 9 };
 typedef struct {
     int simt_max_t; /* f16/bf16: SIMT up to this T, tensor cores above */
     int simt_kind;  /* TBC_SIMT_* */

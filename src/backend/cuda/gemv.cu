@@ -4,11 +4,11 @@
  * Rows are computed in pairs so that an epilogue can fuse the op that follows
  * the matmul (see "epilogues": SiLU-gated product, RoPE + KV-cache write,
  * residual add), and the RMSNorm in front of it can run in the prologue
- * (inline RMSNorm). SIMT kernels: gemv_row_kernel (f16/bf16, T <= 2: one warp
- * per row, the two warps of a pair meet in shared memory for the epilogue)
- * and gemv_pair_kernel (one warp per row pair); each lane streams
- * 16-byte vectors of both rows (8 f16/bf16 or 4 f32 weights), four per row
- * in flight, and multiplies them with every token's x (read through L1: x is
+ * (inline RMSNorm). SIMT kernels: gemv_row_kernel (f16/bf16, T <= 2: one or
+ * two warps per row, the warps of a pair meet in shared memory for the
+ * epilogue; one, two or four loads per lane in flight, chosen per matrix
+ * by timing) and gemv_pair_kernel (one warp per row pair); each lane streams
+ * 16-byte vectors (8 f16/bf16 or 4 f32 weights) and multiplies them with every token's x (read through L1: x is
  * tiny and shared by all warps). f32 accumulation; for f16/bf16 weights x is
  * rounded to the weight type first (see cuda_kernels.h). K not a multiple of
  * the vector (or misaligned pointers) takes the same kernel with scalar
@@ -162,18 +162,6 @@ __device__ __forceinline__ float inv_rms(float ss, int K, float eps) {
     return rsqrtf(tbc_warp_sum(ss) / (float)K + eps);
 }
 
-/* 16 bytes of weights: read-only path, or (PF) no L1 allocation and a
- * 256-byte L2 prefetch. */
-template <bool PF>
-__device__ __forceinline__ uint4 load_w(const uint4 *p) {
-    if (!PF) return __ldg(p);
-    uint4 r;
-    asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-        : "l"(p));
-    return r;
-}
-
 /* ---------------------------------------------------------------- SIMT, pairs
  * One warp per row pair, GEMV_WARPS pairs per block. Each lane streams
  * 16-byte vectors of both rows, four per row in flight, and multiplies them
@@ -271,10 +259,11 @@ gemv_pair_kernel(const float *__restrict__ x, const void *__restrict__ w, const 
 }
 
 /* ---------------------------------------------------------------- SIMT, rows
- * f16/bf16, 16-byte aligned, T <= 2: one warp per row, RW warps per block
- * (RW / 2 pairs); warp 2i streams row ra of pair i and warp 2i + 1 row rb,
- * four 16-byte vectors per lane in flight. The two sums meet in shared
- * memory and lane 0 of the even warp runs the epilogue. */
+ * f16/bf16, 16-byte aligned, T <= 2: KS warps per row (1 or 2), RW warps
+ * per block (RW / (2 KS) pairs); the warps of row ra of a pair, then those of
+ * row rb, U 16-byte vectors per lane in flight (4, 2 or 1: the tactics are
+ * timed at load, see tune_gemv in cuda_backend.c). The sums meet in shared
+ * memory and lane 0 of the pair's first warp runs the epilogue. */
 template <int WDT, int TT, bool NORM>
 __device__ __forceinline__ void accum1(const float *__restrict__ x, int K, int k0, const uint4 &u, float *acc,
                                        float *ss) {
@@ -291,13 +280,15 @@ __device__ __forceinline__ void accum1(const float *__restrict__ x, int K, int k
     }
 }
 
-template <int WDT, int TT, int MODE, int RW, bool NORM, bool PF, int U>
+template <int WDT, int TT, int MODE, int RW, bool NORM, int U, int KS>
 __global__ void __launch_bounds__(RW * 32)
 gemv_row_kernel(const float *__restrict__ x, const void *__restrict__ w, const float *__restrict__ bias,
                 float *__restrict__ y, int K, int N, tbc_gemv_epi e) {
-    __shared__ float sums[RW][TT];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, side = warp & 1;
-    const int P = blockIdx.x * (RW / 2) + (warp >> 1);
+    /* KS warps per row: warp w is part w % KS of row-warp w / KS; the
+     * parts take turns over the row in chunks of 32 U vectors */
+    __shared__ float sums[RW][TT], ssum[RW][TT];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = warp % KS, rw = warp / KS, side = rw & 1;
+    const int P = blockIdx.x * (RW / (2 * KS)) + (rw >> 1);
     const bool valid = P < pair_count<MODE>(e, N);
     int ra = 0, rb = 0;
     if (valid) pair_rows<MODE>(e, N, P, ra, rb);
@@ -314,10 +305,10 @@ gemv_row_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
     if (active) {
         /* U vectors per lane in flight; the last round is predicated rather
          * than a loop of single loads (K = 11008 leaves 96 vectors over) */
-        for (int v0 = lane; v0 < nv; v0 += 32 * U) {
+        for (int v0 = part * 32 * U + lane; v0 < nv; v0 += 32 * U * KS) {
             uint4 u[U];
 #pragma unroll
-            for (int i = 0; i < U; i++) u[i] = v0 + 32 * i < nv ? load_w<PF>(wr + v0 + 32 * i) : make_uint4(0, 0, 0, 0);
+            for (int i = 0; i < U; i++) u[i] = v0 + 32 * i < nv ? __ldg(wr + v0 + 32 * i) : make_uint4(0, 0, 0, 0);
 #pragma unroll
             for (int i = 0; i < U; i++)
                 if (v0 + 32 * i < nv) accum1<WDT, TT, NORM>(xp, K, (v0 + 32 * i) * 8, u[i], acc, ss);
@@ -326,16 +317,32 @@ gemv_row_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
     tbc_pdl_trigger();
 #pragma unroll
     for (int t = 0; t < TT; t++) {
-        float s = tbc_warp_sum(acc[t]);
-        if (NORM) s *= inv_rms(ss[t], K, e.norm_eps);
-        if (lane == 0) sums[warp][t] = s;
+        float sv = tbc_warp_sum(acc[t]), q = NORM ? tbc_warp_sum(ss[t]) : 0.0f;
+        if (lane == 0) {
+            sums[warp][t] = sv;
+            ssum[warp][t] = q;
+        }
     }
     __syncthreads();
-    if (valid && side == 0 && lane == 0) {
+    if (valid && side == 0 && part == 0 && lane == 0) {
         float bia = bias ? bias[ra] : 0.0f, bib = bias && okb ? bias[rb] : 0.0f;
 #pragma unroll
-        for (int t = 0; t < TT; t++)
-            epi_store<MODE>(e, y, N, t, P, ra, rb, okb, sums[warp][t] + bia, sums[warp + 1][t] + bib);
+        for (int t = 0; t < TT; t++) {
+            float va = 0.0f, vb = 0.0f, q = 0.0f;
+#pragma unroll
+            for (int p = 0; p < KS; p++) {
+                va += sums[warp + p][t];
+                vb += sums[warp + KS + p][t];
+                q += ssum[warp + p][t];
+            }
+            if (NORM) {
+                /* the sums of x^2 of row ra's parts (each x once) */
+                float f = rsqrtf(q / (float)K + e.norm_eps);
+                va *= f;
+                vb *= f;
+            }
+            epi_store<MODE>(e, y, N, t, P, ra, rb, okb, va + bia, vb + bib);
+        }
     }
 }
 
@@ -548,33 +555,34 @@ static cudaError_t pair_launch(const float *x, const void *w, const float *bias,
     }
 }
 
-template <int WDT, int TT, int MODE, int RW, bool PF, int U = 4>
+template <int WDT, int TT, int MODE, int U, int KS>
 static cudaError_t row_launch_t(const float *x, const void *w, const float *bias, float *y, int K, int N,
                                 const tbc_gemv_epi &e, cudaStream_t s) {
+    constexpr int RW = 8;
     int pairs = MODE == TBC_EPI_PLAIN || MODE == TBC_EPI_ADD ? (N + 1) / 2 : N / 2;
-    dim3 grid((pairs + RW / 2 - 1) / (RW / 2)), block(RW * 32);
+    dim3 grid((pairs + RW / (2 * KS) - 1) / (RW / (2 * KS))), block(RW * 32);
     if (e.norm)
-        return tbc_launch(gemv_row_kernel<WDT, TT, MODE, RW, true, PF, U>, grid, block, 0, s, x, w, bias, y, K, N, e);
-    return tbc_launch(gemv_row_kernel<WDT, TT, MODE, RW, false, PF, U>, grid, block, 0, s, x, w, bias, y, K, N, e);
+        return tbc_launch(gemv_row_kernel<WDT, TT, MODE, RW, true, U, KS>, grid, block, 0, s, x, w, bias, y, K, N, e);
+    return tbc_launch(gemv_row_kernel<WDT, TT, MODE, RW, false, U, KS>, grid, block, 0, s, x, w, bias, y, K, N, e);
+}
+
+template <int WDT, int TT, int MODE>
+static cudaError_t row_launch_k(const float *x, const void *w, const float *bias, float *y, int K, int N,
+                                const tbc_gemv_epi &e, int kind, cudaStream_t s) {
+    switch (kind) {
+    case TBC_SIMT_ROW1: return row_launch_t<WDT, TT, MODE, 1, 1>(x, w, bias, y, K, N, e, s);
+    case TBC_SIMT_ROW2: return row_launch_t<WDT, TT, MODE, 2, 1>(x, w, bias, y, K, N, e, s);
+    case TBC_SIMT_ROW1S: return row_launch_t<WDT, TT, MODE, 1, 2>(x, w, bias, y, K, N, e, s);
+    case TBC_SIMT_ROW2S: return row_launch_t<WDT, TT, MODE, 2, 2>(x, w, bias, y, K, N, e, s);
+    default: return row_launch_t<WDT, TT, MODE, 4, 1>(x, w, bias, y, K, N, e, s);
+    }
 }
 
 template <int WDT, int MODE>
 static cudaError_t row_launch(const float *x, const void *w, const float *bias, float *y, int T, int K, int N,
                               const tbc_gemv_epi &e, int kind, cudaStream_t s) {
-    if (T == 1) {
-        if (kind == TBC_SIMT_ROW1) return row_launch_t<WDT, 1, MODE, 8, false, 1>(x, w, bias, y, K, N, e, s);
-        if (kind == TBC_SIMT_ROW4) return row_launch_t<WDT, 1, MODE, 4, false>(x, w, bias, y, K, N, e, s);
-        if (kind == TBC_SIMT_ROWPF) return row_launch_t<WDT, 1, MODE, 8, true>(x, w, bias, y, K, N, e, s);
-        if (kind == TBC_SIMT_ROW8) return row_launch_t<WDT, 1, MODE, 8, false, 8>(x, w, bias, y, K, N, e, s);
-        if (kind == TBC_SIMT_ROW2) return row_launch_t<WDT, 1, MODE, 8, false, 2>(x, w, bias, y, K, N, e, s);
-        return row_launch_t<WDT, 1, MODE, 8, false>(x, w, bias, y, K, N, e, s);
-    }
-    if (kind == TBC_SIMT_ROW1) return row_launch_t<WDT, 2, MODE, 8, false, 1>(x, w, bias, y, K, N, e, s);
-    if (kind == TBC_SIMT_ROW4) return row_launch_t<WDT, 2, MODE, 4, false>(x, w, bias, y, K, N, e, s);
-    if (kind == TBC_SIMT_ROWPF) return row_launch_t<WDT, 2, MODE, 8, true>(x, w, bias, y, K, N, e, s);
-    if (kind == TBC_SIMT_ROW8) return row_launch_t<WDT, 2, MODE, 8, false, 8>(x, w, bias, y, K, N, e, s);
-    if (kind == TBC_SIMT_ROW2) return row_launch_t<WDT, 2, MODE, 8, false, 2>(x, w, bias, y, K, N, e, s);
-    return row_launch_t<WDT, 2, MODE, 8, false>(x, w, bias, y, K, N, e, s);
+    if (T == 1) return row_launch_k<WDT, 1, MODE>(x, w, bias, y, K, N, e, kind, s);
+    return row_launch_k<WDT, 2, MODE>(x, w, bias, y, K, N, e, kind, s);
 }
 
 static int takes_mma(tbc_dtype wdt, int T, int K, int aligned, int simt_max_t) {
