@@ -11,7 +11,9 @@
  *
  * Matmuls: T <= TBC_GEMV_MAX_T tokens run the bandwidth-bound GEMV kernel;
  * larger steps run cuBLAS (f32 SGEMM for f32 weights; otherwise x is
- * converted to the weight type and cublasGemmEx accumulates in f32).
+ * converted to the weight type and cublasGemmEx accumulates in f32). The
+ * GEMV's tactic for T <= 2 is chosen per weight shape by timing the
+ * candidates at load (tune_gemv; TB_CUDA_TUNE=0 turns it off).
  *
  * Fusion (GEMV steps, TB_CUDA_FUSE=0 turns it off): a matmul whose only
  * consumer is the next node runs that node's work in its epilogue where the
