@@ -5,7 +5,8 @@
 #
 # 1. build  : cmake Release with CUDA into build-gpu/ (or, with TB_PREBUILT=DIR,
 #             use DIR/turbine, DIR/test_batch, DIR/test_sample_step,
-#             DIR/gpu_bench and DIR/lib/*.so)
+#             DIR/gpu_bench and DIR/lib/*.so: bench/gpu/pack.sh builds and
+#             packs them on a machine without a GPU)
 # 2. logits : random checkpoints (tests/gen_checkpoints.py) llama-gqa, qwen2,
 #             mistral, llama3-rope in f32 and bf16; engines f32/f16/bf16 built
 #             with --device $DEV; 32 prompt ids + 16 greedy steps compared with

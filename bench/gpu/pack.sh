@@ -1,0 +1,45 @@
+#!/bin/bash
+# bench/gpu/pack.sh — build the GPU binaries on this machine (no GPU needed)
+# and pack them for bench/gpu/run.sh on the GPU machine:
+#
+#   bash bench/gpu/pack.sh            # -> .devdata/gpu/prebuilt.tar.xz
+#
+# then, on the GPU machine, from the repository root:
+#
+#   tar -C /tmp -xJf .devdata/gpu/prebuilt.tar.xz && TB_PREBUILT=/tmp/pb bash bench/gpu/run.sh
+#
+# Builds turbine, test_batch, test_sample_step and gpu_bench for sm_90 into
+# build-gpu90/ (Release), strips them, and adds the shared libraries they
+# load that a bare CUDA machine may lack (libcurl, jansson, libmicrohttpd,
+# ... as ldd resolves them here; glibc, the C++ runtime and the CUDA / driver
+# libraries are left to the target). Env: TB_GPU_BUILD (build folder,
+# default build-gpu90), TB_CUDA_ARCH (default 90), TB_PACK (output file).
+set -eu
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+B=${TB_GPU_BUILD:-$SRC/build-gpu90}
+ARCH=${TB_CUDA_ARCH:-90}
+PACK=${TB_PACK:-$SRC/.devdata/gpu/prebuilt.tar.xz}
+BINS="turbine test_batch test_sample_step gpu_bench"
+if [ ! -f "$B/CMakeCache.txt" ]; then
+    cmake -S "$SRC" -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCH" > /dev/null
+fi
+# shellcheck disable=SC2086
+make -C "$B" -j"$(nproc)" $BINS > /dev/null
+STAGE=$(mktemp -d)
+trap 'rm -rf "$STAGE"' EXIT
+mkdir -p "$STAGE/pb/lib"
+for f in $BINS; do
+    [ -x "$B/$f" ] || { echo "pack: $B/$f was not built (is nvcc on PATH?)" >&2; exit 1; }
+    cp "$B/$f" "$STAGE/pb/$f"
+    strip "$STAGE/pb/$f"
+done
+for f in $BINS; do ldd "$B/$f"; done | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u | while read -r lib; do
+    case $(basename "$lib") in
+        libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libgcc_s.so*|libstdc++.so*) ;;
+        libcuda.so*|libcudart*|libcublas*|libnvidia*|libnvrtc*) ;;
+        *) cp -L "$lib" "$STAGE/pb/lib/" ;;
+    esac
+done
+mkdir -p "$(dirname "$PACK")"
+tar -C "$STAGE" -cJf "$PACK" pb
+echo "pack: $PACK ($(du -h "$PACK" | cut -f1)): $BINS, $(ls "$STAGE/pb/lib" | wc -l) libraries"
