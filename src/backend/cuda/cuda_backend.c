@@ -256,7 +256,7 @@ static int64_t sym_max(const tb_graph *g, int64_t d) {
 static tb_status tune_gemv(cuda_ctx *c, const tb_graph *g, void *const *bufs) {
     free(c->row_kind);
     c->row_kind = NULL;
-    if (!c->tune || c->gemv.simt_kind != TBC_SIMT_ROW) return TB_OK;
+    if (!c->tune || c->gemv.simt_kind != TBC_SIMT_ROW || c->gemv.simt_max_t < 1) return TB_OK;
     int maxK = 0, maxN = 0, any = 0;
     for (int k = 0; k < g->n_nodes; k++) {
         const tb_node *n = &g->nodes[k];
