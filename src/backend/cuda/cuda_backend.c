@@ -247,12 +247,13 @@ static int64_t sym_max(const tb_graph *g, int64_t d) {
 /* The decode GEMV's tactic per matmul, chosen by timing (TB_CUDA_TUNE=0:
  * not; the default kernel then). Batch-1 decode is bound by how the weight
  * reads share the memory system, and the best number of 16-byte loads each
- * lane keeps in flight (1, 2 or 4: TBC_SIMT_ROW1 / ROW2 / ROW) depends on the
- * matrix: on an H200 the 7B's matrices run fastest with one, TinyLlama's
- * small ones with four (docs/GPU.md). Each distinct (dtype, K, N) is timed at
- * T = 1 over all the matmuls of that shape in turn (their own weights, so
- * the reads come from memory, not from L2), best of 3 rounds; every matmul of
- * the shape takes the fastest. A few milliseconds at load. */
+ * lane keeps in flight (1, 2 or 4), with one or two warps per row
+ * (TBC_SIMT_ROW1 / ROW2 / ROW1S / ROW2S / ROW), depends on the matrix: on an
+ * H200 the 7B's matrices run fastest with one (docs/GPU.md). Each distinct
+ * (dtype, K, N) of at least tune_min_bytes is timed at T = 1 over all the
+ * matmuls of that shape in turn (their own weights, so the reads come from
+ * memory, not from L2), best of 3 rounds; every matmul of the shape takes
+ * the fastest. About 0.1 s at a 7B context's creation. */
 static tb_status tune_gemv(cuda_ctx *c, const tb_graph *g, void *const *bufs) {
     free(c->row_kind);
     c->row_kind = NULL;
@@ -341,7 +342,8 @@ static tb_status tune_gemv(cuda_ctx *c, const tb_graph *g, void *const *bufs) {
         for (int i = 0; i < nl; i++) c->row_kind[list[i]] = (uint8_t)kinds[bi];
         if (c->tune > 1) {
             fprintf(stderr, "cuda: gemv %d x %d (%d matmuls):", N, K, nl);
-            for (int ki = 0; ki < NK; ki++) fprintf(stderr, " %s %.1f us%s", names[ki], best[ki] * 1e3, ki < NK - 1 ? "," : "");
+            for (int ki = 0; ki < NK; ki++)
+                fprintf(stderr, " %s %.1f us%s", names[ki], best[ki] * 1e3, ki < NK - 1 ? "," : "");
             fprintf(stderr, " -> %s\n", names[bi]);
         }
     }
@@ -1196,8 +1198,7 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     if (ke && !strcmp(ke, "row2s")) c->gemv.simt_kind = TBC_SIMT_ROW2S;
     const char *ate = getenv("TB_CUDA_ATTN_BLOCKS");
     c->attn_blocks = ate && *ate ? atoi(ate) : 2;
-    const char *mue = getenv("TB_CUDA_MMA_U"), *tue = getenv("TB_CUDA_TUNE");
-    c->gemv.mma_u = mue && *mue ? atoi(mue) : 4;
+    const char *tue = getenv("TB_CUDA_TUNE");
     c->tune = tue && *tue ? atoi(tue) : 1;
     const char *tge = getenv("TB_CUDA_TUNE_GAIN"), *tpe = getenv("TB_CUDA_TUNE_PDL");
     c->tune_gain = tge && *tge ? (float)atof(tge) : 0.0f;

@@ -155,13 +155,11 @@ cudaError_t tbc_fold_norm(void *w, tbc_dtype wdt, int N, int K, float *nw,
  *   TBC_SIMT_ROW2S  as ROW2 with two warps per row, taking turns over the
  *                   row's chunks (ROW1S: as ROW1)
  * f32 weights and T > 2 always take the pair kernel. */
-enum { TBC_SIMT_PAIR = 0, TBC_SIMT_ROW = 1, TBC_SIMT_ROW2 = 6, TBC_SIMT_ROW1 = 7, TBC_SIMT_ROW1S = 8,
-       TBC_SIMT_ROW2S = 9 };
+enum { TBC_SIMT_PAIR = 0, TBC_SIMT_ROW = 1, TBC_SIMT_ROW2 = 2, TBC_SIMT_ROW1 = 3, TBC_SIMT_ROW1S = 4,
+       TBC_SIMT_ROW2S = 5 };
 typedef struct {
     int simt_max_t; /* f16/bf16: SIMT up to this T, tensor cores above */
     int simt_kind;  /* TBC_SIMT_* */
-    int mma_u;          /* tensor-core kernel: 16-byte loads per thread
-                         * and row in flight (2 or 4)                    */
 } tbc_gemv_opts;
 cudaError_t tbc_gemv_ex(const float *x, const void *w, tbc_dtype wdt,
                         const float *bias, float *y, int T, int K, int N,

@@ -8,8 +8,8 @@
  * two warps per row, the warps of a pair meet in shared memory for the
  * epilogue; one, two or four loads per lane in flight, chosen per matrix
  * by timing) and gemv_pair_kernel (one warp per row pair); each lane streams
- * 16-byte vectors (8 f16/bf16 or 4 f32 weights) and multiplies them with every token's x (read through L1: x is
- * tiny and shared by all warps). f32 accumulation; for f16/bf16 weights x is
+ * 16-byte vectors (8 f16/bf16 or 4 f32 weights) and multiplies them with
+ * every token's x (read through L1: x is tiny and shared by all warps). f32 accumulation; for f16/bf16 weights x is
  * rounded to the weight type first (see cuda_kernels.h). K not a multiple of
  * the vector (or misaligned pointers) takes the same kernel with scalar
  * loads. f16/bf16 weights with K a multiple of 32 and more than simt_max_t
@@ -408,7 +408,7 @@ __device__ __forceinline__ void mma_step(float *c, const uint4 &wa, const uint4 
 
 /* NORM: the inline RMSNorm (each thread sums the squares of the x it
  * loads for its token g; quads and then warps add them up). */
-template <int WDT, int MODE, bool NORM, int MU>
+template <int WDT, int MODE, bool NORM>
 __global__ void __launch_bounds__(GEMV_MMA_WARPS * 32)
 gemv_mma_kernel(const float *__restrict__ x, const void *__restrict__ w, const float *__restrict__ bias,
                 float *__restrict__ y, int T, int K, int N, tbc_gemv_epi e) {
@@ -443,17 +443,7 @@ gemv_mma_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
     float ss = 0.0f;
     const int steps = K / 32;
     int s = warp;
-    if (MU == 2) {
-        for (; s + GEMV_MMA_WARPS < steps; s += 2 * GEMV_MMA_WARPS) {
-            uint4 a0 = __ldg(pa + (size_t)s * 4), b0 = __ldg(pb + (size_t)s * 4);
-            uint4 a1 = __ldg(pa + (size_t)(s + GEMV_MMA_WARPS) * 4), b1 = __ldg(pb + (size_t)(s + GEMV_MMA_WARPS) * 4);
-            uint4 x0 = has_x ? load_x8<WDT, NORM>(px + (size_t)s * 32, ss) : zero;
-            uint4 x1 = has_x ? load_x8<WDT, NORM>(px + (size_t)(s + GEMV_MMA_WARPS) * 32, ss) : zero;
-            mma_step<WDT>(c, a0, b0, x0);
-            mma_step<WDT>(c, a1, b1, x1);
-        }
-    }
-    for (; MU == 4 && s + 3 * GEMV_MMA_WARPS < steps; s += 4 * GEMV_MMA_WARPS) {
+    for (; s + 3 * GEMV_MMA_WARPS < steps; s += 4 * GEMV_MMA_WARPS) {
         uint4 a0 = __ldg(pa + (size_t)s * 4), b0 = __ldg(pb + (size_t)s * 4);
         uint4 a1 = __ldg(pa + (size_t)(s + GEMV_MMA_WARPS) * 4), b1 = __ldg(pb + (size_t)(s + GEMV_MMA_WARPS) * 4);
         uint4 a2 = __ldg(pa + (size_t)(s + 2 * GEMV_MMA_WARPS) * 4),
@@ -602,9 +592,11 @@ static cudaError_t gemv_launch(const float *x, const void *w, const float *bias,
         if (mma) {
             int pairs = MODE == TBC_EPI_PLAIN ? 0 : MODE == TBC_EPI_ADD ? (N + 1) / 2 : N / 2;
             int blocks = MODE == TBC_EPI_PLAIN ? (N + 15) / 16 : (pairs + 7) / 8;
-            auto kern = norm ? (o.mma_u == 2 ? gemv_mma_kernel<WDT, MODE, true, 2> : gemv_mma_kernel<WDT, MODE, true, 4>)
-                             : (o.mma_u == 2 ? gemv_mma_kernel<WDT, MODE, false, 2> : gemv_mma_kernel<WDT, MODE, false, 4>);
-            return tbc_launch(kern, dim3(blocks), dim3(GEMV_MMA_WARPS * 32), 0, s, x, w, bias, y, T, K, N, e);
+            if (norm)
+                return tbc_launch(gemv_mma_kernel<WDT, MODE, true>, dim3(blocks), dim3(GEMV_MMA_WARPS * 32), 0, s, x,
+                                  w, bias, y, T, K, N, e);
+            return tbc_launch(gemv_mma_kernel<WDT, MODE, false>, dim3(blocks), dim3(GEMV_MMA_WARPS * 32), 0, s, x, w,
+                              bias, y, T, K, N, e);
         }
     }
     if constexpr (WDT != TBC_F32) {
@@ -642,7 +634,6 @@ extern "C" cudaError_t tbc_gemv_ex(const float *x, const void *w, tbc_dtype wdt,
     tbc_gemv_opts o{};
     o.simt_max_t = TBC_GEMV_SIMT_MAX_T;
     o.simt_kind = TBC_SIMT_ROW;
-    o.mma_u = 4;
     if (opts) o = *opts;
     if (e.mode == TBC_EPI_GLU && N % 2) return cudaErrorInvalidValue;
     if (e.mode == TBC_EPI_ADD && (!e.res || !e.res_out)) return cudaErrorInvalidValue;
