@@ -23,6 +23,23 @@ expect() {
   fi
 }
 run() { "$TURBINE_BIN" run "$1" -p "Once" -n 4 --temperature 0; }
+# a port nobody listens on now (the kernel picks it)
+free_port() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# expect_serve CODE PATTERN ARGS...: `turbine serve ARGS --port P` as expect does; a port taken between
+# the probe and the bind is retried with another (the server binds before it loads the engine)
+expect_serve() {
+  local code="$1" pat="$2"; shift 2
+  local err rc attempt
+  for attempt in 1 2 3 4 5; do
+    err=$(timeout 30 "$TURBINE_BIN" serve "$@" --port "$(free_port)" 2>&1 >/dev/null); rc=$?
+    grep -q "Address already in use" <<<"$err" || break
+  done
+  if [ "$rc" != "$code" ] || ! grep -qiE "$pat" <<<"$err"; then
+    echo "FAIL: 'serve $*' exited $rc (want $code), stderr: $err (want /$pat/)"; fails=$((fails+1))
+  else
+    echo "ok: $pat"
+  fi
+}
 
 expect 1 "cannot open .*no-such" -- run "$D/no-such.engine"
 printf 'hello world, not an engine at all................................................' >"$D/notengine.engine"
@@ -50,8 +67,8 @@ expect 1 "cannot open|no such|not found" -- "$TURBINE_BIN" build "$D/missing-mod
 expect 1 "context|too long|tokens" -- "$TURBINE_BIN" run "$D/good.engine" --prompt-ids "$(seq -s, 1 600 | sed 's/[0-9]\+/5/g')" -n 700
 expect 1 "not a token id" -- "$TURBINE_BIN" run "$D/good.engine" --prompt-ids 1,2,99999 -n 4
 # serve and bench take --device too: a CPU engine asked to run on the GPU is refused by name
-expect 1 "built for the cpu backend.*cuda" -- timeout 30 "$TURBINE_BIN" serve "$D/good.engine" --device cuda --port $((20000 + RANDOM % 20000))
-expect 1 "has no GPU memory" -- timeout 30 "$TURBINE_BIN" serve "$D/good.engine" --gpu-memory-fraction 0.9 --port $((20000 + RANDOM % 20000))
+expect_serve 1 "built for the cpu backend.*cuda" "$D/good.engine" --device cuda
+expect_serve 1 "has no GPU memory" "$D/good.engine" --gpu-memory-fraction 0.9
 expect 2 "gpu-memory-fraction needs a number" -- "$TURBINE_BIN" serve "$D/good.engine" --gpu-memory-fraction 1.5
 expect 1 "built for the cpu backend.*cuda" -- "$TURBINE_BIN" bench --engine "$D/good.engine" --device cuda --batch 1 --output-len 4
 # inspect names the sections and the fingerprint
