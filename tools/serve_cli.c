@@ -84,6 +84,8 @@ int tb_cli_serve(int argc, char **argv) {
         } else if (!strcmp(a, "--api-key")) { if (!v) goto needs; o.api_key = v; i++; }
         else if (!strcmp(a, "--model-name") || !strcmp(a, "--served-model-name")) { if (!v) goto needs; o.model_name = v; i++; }
         else if (!strcmp(a, "--device")) { if (!v) goto needs; o.device = v; i++; }
+        else if (!strcmp(a, "--no-prefix-caching") || !strcmp(a, "--no-enable-prefix-caching")) o.no_prefix_cache = 1;
+        else if (!strcmp(a, "--enable-prefix-caching")) o.no_prefix_cache = 0;
         else if (!strcmp(a, "--gpu-memory-fraction")) {
             char *end = NULL;
             double f = v ? strtod(v, &end) : 0;

@@ -121,6 +121,7 @@ typedef struct {
     size_t kv_cache_bytes;/* 0: enough for max_seqs full-length sequences    */
     int kv_block_size;    /* 0: 16 tokens per block                          */
     const char *device;   /* NULL: the backend the engine was built for      */
+    int no_prefix_cache;  /* 1: full blocks are not kept for reuse            */
 } tb_context_options;
 
 void tb_context_options_default(tb_context_options *o);
@@ -142,8 +143,18 @@ typedef struct {
 tb_status tb_seq_reset(tb_context *c, int seq);
 /* Current length (tokens already in the KV cache) of a sequence. */
 int tb_seq_len(const tb_context *c, int seq);
-/* Free KV blocks, and the block size in tokens. */
+/* Prefix caching (on unless no_prefix_cache): every full KV block a step
+ * writes is kept under the tokens from its sequence's start to its end, also
+ * after the sequence is reset, until the space is needed. This attaches to
+ * the empty slot `seq` the cached blocks that begin `tokens` and returns how
+ * many tokens they cover (a multiple of the block size, below n_tokens so
+ * that the last token is still computed), or -1 on a bad slot. The sequence
+ * then goes on from there as if it had computed them. */
+int tb_seq_reuse_prefix(tb_context *c, int seq, const int32_t *tokens, int n_tokens);
+/* Free KV blocks (cached blocks no sequence holds count as free: they are
+ * taken when nothing else is left), and the block size in tokens. */
 int tb_kv_free_blocks(const tb_context *c);
+int tb_kv_cached_blocks(const tb_context *c);
 int tb_kv_total_blocks(const tb_context *c);
 int tb_kv_block_size(const tb_context *c);
 

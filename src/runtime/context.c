@@ -3,9 +3,12 @@
  * Everything is sized at creation: the activation arena (planned once by
  * liveness over the graph, at the profile's maximum sizes), the step input
  * arrays, the logits buffer and the KV-cache pool. A step allocates nothing.
+ * Blocks come from a tb_kv_pool (kv_blocks.h), which also keeps full blocks
+ * for reuse by sequences that start with the same tokens (prefix caching).
  */
 #include "backend/backend.h"
 #include "plan/engine.h"
+#include "runtime/kv_blocks.h"
 #include "runtime/runtime.h"
 
 void tb_context_options_default(tb_context_options *o) { memset(o, 0, sizeof *o); }
@@ -100,8 +103,9 @@ struct tb_context {
     int32_t *block_tables;    /* (max_seqs, max_blocks) */
     int32_t *seq_len;         /* (max_seqs) */
     int32_t *seq_blocks;      /* (max_seqs) blocks held */
-    int32_t *free_blocks;     /* stack */
-    int n_free;
+    tb_kv_pool *pool;
+    uint64_t *seq_key;        /* (max_seqs) prefix-cache key of the last full block */
+    int32_t *seq_part;        /* (max_seqs, block_size) tokens of the block being filled */
     int ids_value;
     double t_step;            /* seconds spent in steps */
     int profiling;
@@ -219,9 +223,11 @@ tb_status tb_context_create(tb_engine *e, const tb_context_options *opt, tb_cont
     c->block_tables = calloc((size_t)c->max_seqs * (size_t)c->max_blocks, sizeof(int32_t));
     c->seq_len = calloc((size_t)c->max_seqs, sizeof(int32_t));
     c->seq_blocks = calloc((size_t)c->max_seqs, sizeof(int32_t));
-    c->free_blocks = calloc((size_t)c->n_blocks, sizeof(int32_t));
-    if (!c->kv || !c->k_cache || !c->v_cache || !c->block_tables || !c->seq_len || !c->seq_blocks ||
-        !c->free_blocks) {
+    c->seq_key = calloc((size_t)c->max_seqs, sizeof(uint64_t));
+    c->seq_part = calloc((size_t)c->max_seqs * (size_t)c->block_size, sizeof(int32_t));
+    if ((s = tb_kv_pool_create(c->n_blocks, c->block_size, !o.no_prefix_cache, &c->pool)) != TB_OK) goto fail;
+    if (!c->kv || !c->k_cache || !c->v_cache || !c->block_tables || !c->seq_len || !c->seq_blocks || !c->seq_key ||
+        !c->seq_part) {
         s = tb_errorf(TB_ERR_OOM, "cannot allocate the KV cache (%d blocks of %zu bytes)", c->n_blocks,
                       per_block_all_layers);
         goto fail;
@@ -230,8 +236,6 @@ tb_status tb_context_create(tb_engine *e, const tb_context_options *opt, tb_cont
         c->k_cache[l] = c->kv + layer_bytes * (size_t)(2 * l);
         c->v_cache[l] = c->kv + layer_bytes * (size_t)(2 * l + 1);
     }
-    for (int i = 0; i < c->n_blocks; i++) c->free_blocks[i] = c->n_blocks - 1 - i;
-    c->n_free = c->n_blocks;
     *out = c;
     return TB_OK;
 fail:
@@ -250,7 +254,8 @@ void tb_context_free(tb_context *c) {
     free(c->ids); free(c->pos); free(c->seq); free(c->rows);
     free(c->srow); free(c->srows); free(c->pen_tok); free(c->pen_cnt);
     free(c->k_cache); free(c->v_cache);
-    free(c->block_tables); free(c->seq_len); free(c->seq_blocks); free(c->free_blocks);
+    free(c->block_tables); free(c->seq_len); free(c->seq_blocks); free(c->seq_key); free(c->seq_part);
+    tb_kv_pool_free(c->pool);
     free(c);
 }
 
@@ -260,16 +265,41 @@ tb_status tb_seq_reset(tb_context *c, int seq) {
     if (seq < 0 || seq >= c->max_seqs)
         return tb_errorf(TB_ERR_INVALID_ARG, "sequence slot %d is outside [0, %d)", seq, c->max_seqs);
     int32_t *bt = c->block_tables + (size_t)seq * (size_t)c->max_blocks;
-    for (int j = 0; j < c->seq_blocks[seq]; j++) c->free_blocks[c->n_free++] = bt[j];
+    for (int j = 0; j < c->seq_blocks[seq]; j++) tb_kv_pool_release(c->pool, bt[j]);
     c->seq_blocks[seq] = 0;
     c->seq_len[seq] = 0;
+    c->seq_key[seq] = 0;
     return TB_OK;
+}
+
+int tb_seq_reuse_prefix(tb_context *c, int seq, const int32_t *tokens, int n_tokens) {
+    if (seq < 0 || seq >= c->max_seqs || c->seq_len[seq] != 0 || c->seq_blocks[seq] != 0) return -1;
+    if (n_tokens > c->max_ctx) n_tokens = c->max_ctx;
+    int max = n_tokens > 0 ? (n_tokens - 1) / c->block_size : 0;
+    int32_t *bt = c->block_tables + (size_t)seq * (size_t)c->max_blocks;
+    int n = tb_kv_pool_match(c->pool, tokens, max, bt, &c->seq_key[seq]);
+    c->seq_blocks[seq] = n;
+    c->seq_len[seq] = n * c->block_size;
+    return n * c->block_size;
+}
+
+/* After a step wrote chunk `ch`: the blocks it filled go into the prefix cache. */
+static void publish_blocks(tb_context *c, const tb_seq_chunk *ch) {
+    int s = ch->seq, bs = c->block_size, len = c->seq_len[s]; /* before the chunk */
+    int32_t *part = c->seq_part + (size_t)s * (size_t)bs;
+    const int32_t *bt = c->block_tables + (size_t)s * (size_t)c->max_blocks;
+    for (int j = 0; j < ch->n_tokens; j++) {
+        int p = len + j;
+        part[p % bs] = ch->tokens[j];
+        if (p % bs == bs - 1) c->seq_key[s] = tb_kv_pool_publish(c->pool, bt[p / bs], c->seq_key[s], part);
+    }
 }
 
 int tb_seq_len(const tb_context *c, int seq) {
     return seq >= 0 && seq < c->max_seqs ? c->seq_len[seq] : -1;
 }
-int tb_kv_free_blocks(const tb_context *c) { return c->n_free; }
+int tb_kv_free_blocks(const tb_context *c) { return tb_kv_pool_available(c->pool); }
+int tb_kv_cached_blocks(const tb_context *c) { return tb_kv_pool_idle_cached(c->pool); }
 int tb_kv_total_blocks(const tb_context *c) { return c->n_blocks; }
 int tb_kv_block_size(const tb_context *c) { return c->block_size; }
 int tb_context_max_seqs(const tb_context *c) { return c->max_seqs; }
@@ -306,14 +336,15 @@ tb_status tb_context_step(tb_context *c, const tb_seq_chunk *ch, int n_chunks, c
     if (total > c->max_step)
         return tb_errorf(TB_ERR_RANGE, "a step of %d tokens exceeds the engine's profile (tokens <= %d)", total,
                          c->max_step);
-    if (need_blocks > c->n_free)
-        return tb_errorf(TB_ERR_OOM, "KV cache full: the step needs %d blocks, %d are free", need_blocks, c->n_free);
+    int avail = tb_kv_pool_available(c->pool);
+    if (need_blocks > avail)
+        return tb_errorf(TB_ERR_OOM, "KV cache full: the step needs %d blocks, %d are free", need_blocks, avail);
     int t = 0, r = 0;
     for (int i = 0; i < n_chunks; i++) {
         int s = ch[i].seq, n = ch[i].n_tokens;
         int32_t *bt = c->block_tables + (size_t)s * (size_t)c->max_blocks;
         int want = (c->seq_len[s] + n + c->block_size - 1) / c->block_size;
-        while (c->seq_blocks[s] < want) bt[c->seq_blocks[s]++] = c->free_blocks[--c->n_free];
+        while (c->seq_blocks[s] < want) bt[c->seq_blocks[s]++] = tb_kv_pool_take(c->pool);
         for (int j = 0; j < n; j++, t++) {
             c->ids[t] = ch[i].tokens[j];
             c->pos[t] = c->seq_len[s] + j;
@@ -339,7 +370,10 @@ tb_status tb_context_step(tb_context *c, const tb_seq_chunk *ch, int n_chunks, c
         if (prof) c->prof_seconds[g->nodes[k].op] += tb_now() - tn;
     }
     c->t_step += tb_now() - t0;
-    for (int i = 0; i < n_chunks; i++) c->seq_len[ch[i].seq] += ch[i].n_tokens;
+    for (int i = 0; i < n_chunks; i++) {
+        if (tb_kv_pool_caching(c->pool)) publish_blocks(c, &ch[i]);
+        c->seq_len[ch[i].seq] += ch[i].n_tokens;
+    }
     if (logits) {
         tb_status rs = c->be->iface->read_output(c->be, c->bufs[g->output],
                                                  sizeof(float) * (size_t)(rows ? rows : 1) * (size_t)c->vocab, logits);

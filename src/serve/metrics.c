@@ -33,6 +33,7 @@ static const int status_codes[N_STATUS] = {400, 401, 404, 405, 413, 429, 500, 50
 struct tb_metrics {
     pthread_mutex_t mu;
     uint64_t prompt_tokens, gen_tokens, preemptions, steps;
+    uint64_t prefix_queries, prefix_hits; /* tokens */
     uint64_t finish[5];
     uint64_t errors[N_STATUS];
     uint64_t req_completions, req_chat, req_other;
@@ -102,6 +103,14 @@ static void on_finish(void *arg, tb_finish_reason r, int prompt, int gen, double
     histo_add(&m->h[H_E2E], e2e);
     pthread_mutex_unlock(&m->mu);
 }
+static void on_prefix_lookup(void *arg, int queried, int hit) {
+    tb_metrics *m = arg;
+    pthread_mutex_lock(&m->mu);
+    m->prefix_queries += (uint64_t)queried;
+    m->prefix_hits += (uint64_t)hit;
+    pthread_mutex_unlock(&m->mu);
+}
+
 static void on_preempt(void *arg) {
     tb_metrics *m = arg;
     pthread_mutex_lock(&m->mu);
@@ -110,7 +119,7 @@ static void on_preempt(void *arg) {
 }
 
 tb_sched_observer tb_metrics_observer(tb_metrics *m) {
-    return (tb_sched_observer){m, on_step, on_first, on_token, on_finish, on_preempt};
+    return (tb_sched_observer){m, on_step, on_first, on_token, on_finish, on_preempt, on_prefix_lookup};
 }
 
 void tb_metrics_http_error(tb_metrics *m, int status) {
@@ -194,6 +203,12 @@ char *tb_metrics_render(tb_metrics *m, tb_sched *s, const char *model) {
     sb(&b, "# HELP turbine_preemptions_total Sequences preempted for lack of KV-cache blocks.\n"
            "# TYPE turbine_preemptions_total counter\nturbine_preemptions_total{model=\"%s\"} %llu\n", lb,
        (unsigned long long)c.preemptions);
+    sb(&b, "# HELP turbine_prefix_cache_queries_total Tokens looked up in the prefix cache at admission.\n"
+           "# TYPE turbine_prefix_cache_queries_total counter\nturbine_prefix_cache_queries_total{model=\"%s\"} %llu\n",
+       lb, (unsigned long long)c.prefix_queries);
+    sb(&b, "# HELP turbine_prefix_cache_hits_total Tokens whose KV came from the prefix cache.\n"
+           "# TYPE turbine_prefix_cache_hits_total counter\nturbine_prefix_cache_hits_total{model=\"%s\"} %llu\n",
+       lb, (unsigned long long)c.prefix_hits);
     sb(&b, "# HELP turbine_requests_finished_total Finished requests by finish reason.\n"
            "# TYPE turbine_requests_finished_total counter\n");
     for (int r = TB_FINISH_STOP; r <= TB_FINISH_ERROR; r++)

@@ -39,6 +39,7 @@ struct tb_request {
     tb_finish_reason finished;
     double t_submit, t_admit, t_first, t_last;
     int preemptions;
+    int cached;                  /* prompt tokens found in the prefix cache at first admission */
 };
 
 tb_request *tb_request_new(const int32_t *prompt, int n_prompt, const tb_request_params *p, int vocab) {
@@ -125,6 +126,7 @@ void tb_request_times(const tb_request *r, double *submitted, double *admitted, 
 int tb_request_prompt_len(const tb_request *r) { return r->n_prompt; }
 int tb_request_generated(const tb_request *r) { return r->n_gen; }
 int tb_request_preemptions(const tb_request *r) { return r->preemptions; }
+int tb_request_cached_tokens(const tb_request *r) { return r->cached; }
 
 /* ---------------------------------------------------------------- scheduler */
 
@@ -270,10 +272,17 @@ static void *loop_main(void *arg) {
             s->waiting = r->next;
             s->n_waiting--;
             r->seq = slot;
-            r->n_computed = 0;
             s->running[slot] = r;
             s->n_running++;
-            if (r->t_admit == 0) r->t_admit = tb_now();
+            /* blocks of the prefix cache need no computing (at least the last token is computed, for logits) */
+            int known = r->n_prompt + r->n_gen;
+            int hit = tb_seq_reuse_prefix(s->ctx, slot, r->tokens, known);
+            r->n_computed = hit > 0 ? hit : 0;
+            if (s->obs.on_prefix_lookup) s->obs.on_prefix_lookup(s->obs.arg, known, r->n_computed);
+            if (r->t_admit == 0) {
+                r->t_admit = tb_now();
+                r->cached = r->n_computed < r->n_prompt ? r->n_computed : r->n_prompt;
+            }
         }
         if (s->n_running == 0) continue;
 

@@ -11,6 +11,9 @@
  * running sequence is preempted: its blocks are freed and it is requeued at
  * the front to be recomputed from its prompt and the tokens it already
  * produced, so nothing accepted is lost and no other sequence is touched.
+ * At admission a sequence takes the KV blocks its tokens share with cached
+ * ones (the context's prefix cache: a common system prompt, an earlier turn
+ * of a chat, its own blocks before a preemption) and computes only the rest.
  *
  * Requests are reference counted: the submitter holds one reference and the
  * scheduler another while it knows the request.
@@ -68,6 +71,8 @@ void tb_request_times(const tb_request *r, double *submitted,
 int tb_request_prompt_len(const tb_request *r);
 int tb_request_generated(const tb_request *r);
 int tb_request_preemptions(const tb_request *r);
+/* Prompt tokens whose KV came from the prefix cache at first admission. */
+int tb_request_cached_tokens(const tb_request *r);
 
 typedef struct {
     int max_num_seqs;       /* sequences decoded together      */
@@ -84,6 +89,8 @@ typedef struct {
     void (*on_finish)(void *arg, tb_finish_reason r, int prompt_tokens,
                       int gen_tokens, double e2e);
     void (*on_preempt)(void *arg);
+    /* each admission: tokens looked up in the prefix cache, tokens found */
+    void (*on_prefix_lookup)(void *arg, int queried, int hit);
 } tb_sched_observer;
 
 typedef struct tb_sched tb_sched;

@@ -511,8 +511,9 @@ static void pump(gen_stream *g, double timeout) {
 }
 
 static json_t *usage_json(const gen_stream *g) {
-    return json_pack("{s:i, s:i, s:i}", "prompt_tokens", g->g.n_prompt, "completion_tokens", g->n_gen, "total_tokens",
-                     g->g.n_prompt + g->n_gen);
+    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", g->g.n_prompt, "completion_tokens", g->n_gen,
+                     "total_tokens", g->g.n_prompt + g->n_gen, "prompt_tokens_details", "cached_tokens",
+                     tb_request_cached_tokens(g->req));
 }
 
 static const char *finish_str(tb_finish_reason r) {
@@ -850,6 +851,7 @@ static tb_status load_engine(server *s) {
     co.max_seqs = s->o.max_num_seqs > 0 ? s->o.max_num_seqs : s->info.max_batch;
     co.kv_cache_bytes = s->o.kv_cache_bytes;
     co.device = s->o.device;
+    co.no_prefix_cache = s->o.no_prefix_cache;
     if (s->o.gpu_memory_fraction > 0 && !s->o.kv_cache_bytes) {
         const char *dev = s->o.device ? s->o.device : s->e->backend;
         uint64_t total = 0, avail = 0;

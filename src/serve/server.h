@@ -31,6 +31,7 @@ typedef struct {
     double grace_seconds;       /* shutdown drain, default 30 */
     int connection_timeout_s;   /* idle client timeout, default 60 */
     const char *device;         /* NULL: the engine's backend; "cpu", "cuda:N" */
+    int no_prefix_cache;        /* 1: no KV reuse across requests */
 } tb_serve_options;
 
 void tb_serve_options_default(tb_serve_options *o);
