@@ -41,6 +41,8 @@ static void print_usage(FILE *f) {
         "  -d, --duration S      seconds per point; --warmup N requests not counted\n"
         "workload:\n"
         "  --input-len N --output-len N [--input-len-stddev S] [--output-len-stddev S]\n"
+        "  --prefix-len N        every synthetic prompt starts with the same N words (a\n"
+        "                        shared system prompt; input length = N + --input-len)\n"
         "  --prompts FILE.jsonl  one {\"prompt\": ..., \"output_len\": N} or string per line\n"
         "  --sharegpt FILE.json  ShareGPT conversations (first turn asks, second sets the length)\n"
         "  --body FILE.json      kserve: the request body\n"
@@ -219,6 +221,7 @@ int tb_cli_bench(int argc, char **argv) {
         else if (!strcmp(a, "-d") || !strcmp(a, "--duration")) { NEED(); if (!parse_time(v, 1, &c.duration) || c.duration <= 0 || c.duration > 7 * 86400) return usage("bad --duration '%s'", v); }
         else if (!strcmp(a, "--warmup")) { NEED(); if (!parse_long(v, 0, 1000000, &c.warmup)) return usage("bad --warmup '%s'", v); }
         else if (!strcmp(a, "--input-len")) { NEED(); if (!parse_long(v, 1, 1000000, &l)) return usage("bad --input-len '%s'", v); wo.input_len = (int)l; }
+        else if (!strcmp(a, "--prefix-len")) { NEED(); if (!parse_long(v, 0, 1000000, &l)) return usage("bad --prefix-len '%s'", v); wo.prefix_len = (int)l; }
         else if (!strcmp(a, "--output-len")) { NEED(); if (!parse_long(v, 1, 1000000, &l)) return usage("bad --output-len '%s'", v); wo.output_len = (int)l; }
         else if (!strcmp(a, "--input-len-stddev")) { NEED(); if (!parse_double(v, 0, 1e6, &wo.input_stddev)) return usage("bad --input-len-stddev '%s'", v); }
         else if (!strcmp(a, "--output-len-stddev")) { NEED(); if (!parse_double(v, 0, 1e6, &wo.output_stddev)) return usage("bad --output-len-stddev '%s'", v); }
@@ -254,6 +257,8 @@ int tb_cli_bench(int argc, char **argv) {
     if (c.http_client == TB_HTTP_CLIENT_BUILTIN && !tb_h1_supports(base_arg))
         return usage("--http-client builtin takes plain http://host[:port]/path URLs, not '%s'", base_arg);
     if (wo.jsonl_path && wo.sharegpt_path) return usage("%s", "--prompts and --sharegpt exclude each other");
+    if (wo.prefix_len && (wo.jsonl_path || wo.sharegpt_path))
+        return usage("%s", "--prefix-len applies to synthetic prompts, not to --prompts or --sharegpt");
     if (c.requests == 0 && c.duration == 0) c.requests = 100;
     c.endpoint = wo.endpoint;
     if (wo.endpoint != TB_EP_COMPLETIONS && wo.endpoint != TB_EP_CHAT) c.stream = 0;

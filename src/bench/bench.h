@@ -81,6 +81,8 @@ typedef struct {
     /* synthetic prompts (used when no file is given) */
     int input_len, output_len;
     double input_stddev, output_stddev;
+    int prefix_len;          /* words every synthetic prompt starts with (a
+                              * shared system prompt), before its input_len */
     /* files: at most one of these */
     const char *jsonl_path;  /* {"prompt": ..., "output_len": N} per line    */
     const char *sharegpt_path;

@@ -151,6 +151,7 @@ tb_status tb_report_json(const char *path, const tb_bench_report *r) {
     if (w) {
         json_object_set_new(cfg, "input_len", json_integer(w->input_len));
         json_object_set_new(cfg, "input_len_stddev", num(w->input_stddev));
+        json_object_set_new(cfg, "prefix_len", json_integer(w->prefix_len));
         json_object_set_new(cfg, "output_len", json_integer(w->output_len));
         json_object_set_new(cfg, "output_len_stddev", num(w->output_stddev));
         json_object_set_new(cfg, "prompt_file", json_string(w->jsonl_path ? w->jsonl_path : w->sharegpt_path ? w->sharegpt_path : ""));

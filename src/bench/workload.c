@@ -107,14 +107,25 @@ static tb_status add_prompt(tb_workload *w, int cap, const tb_workload_options *
     return TB_OK;
 }
 
+/* Appends n random words (the first one `first` when >= 0) to buf at *k. */
+static void put_words(char *buf, size_t *k, int n, long first, uint64_t *s) {
+    for (int t = 0; t < n; t++) {
+        const char *wd = k_words[(t == 0 && first >= 0 ? (uint64_t)first : rng_next(s)) % N_WORDS];
+        if (*k) buf[(*k)++] = ' ';
+        size_t l = strlen(wd);
+        memcpy(buf + *k, wd, l);
+        *k += l;
+    }
+}
+
 static tb_status load_synthetic(const tb_workload_options *o, tb_workload *w, int cap) {
-    uint64_t s = o->seed ? o->seed : 1;
+    uint64_t s = o->seed ? o->seed : 1, ps = s ^ 0x5bd1e995ull; /* the shared prefix has its own stream */
     char *buf = NULL;
     size_t bcap = 0;
     for (int i = 0; i < cap; i++) {
         int in = draw_len(&s, o->input_len, o->input_stddev);
         int out = draw_len(&s, o->output_len, o->output_stddev);
-        size_t need = (size_t)in * 8 + 16;
+        size_t need = (size_t)(in + o->prefix_len) * 8 + 16;
         if (need > bcap) {
             char *nb = realloc(buf, need);
             if (!nb) { free(buf); return tb_errorf(TB_ERR_OOM, "workload: out of memory"); }
@@ -122,16 +133,12 @@ static tb_status load_synthetic(const tb_workload_options *o, tb_workload *w, in
             bcap = need;
         }
         size_t k = 0;
-        /* a different start word per prompt defeats prefix caching */
-        for (int t = 0; t < in; t++) {
-            const char *wd = k_words[(t == 0 ? (size_t)i : rng_next(&s)) % N_WORDS];
-            if (t) buf[k++] = ' ';
-            size_t l = strlen(wd);
-            memcpy(buf + k, wd, l);
-            k += l;
-        }
+        uint64_t p = ps;
+        put_words(buf, &k, o->prefix_len, -1, &p); /* the same words for every prompt */
+        /* then a different start word per prompt: nothing after the prefix is shared */
+        put_words(buf, &k, in, i, &s);
         buf[k] = 0;
-        tb_status st = add_prompt(w, cap, o, buf, in, out);
+        tb_status st = add_prompt(w, cap, o, buf, in + o->prefix_len, out);
         if (st != TB_OK) { free(buf); return st; }
     }
     free(buf);
@@ -244,7 +251,7 @@ tb_status tb_workload_load(const tb_workload_options *o, tb_workload **out) {
         st = load_sharegpt(o, w, cap);
     } else {
         if (o->input_len < 1 || o->input_len > TB_WL_MAX_TOKENS || o->output_len < 1 ||
-            o->output_len > TB_WL_MAX_TOKENS)
+            o->output_len > TB_WL_MAX_TOKENS || o->prefix_len < 0 || o->prefix_len > TB_WL_MAX_TOKENS)
             st = tb_errorf(TB_ERR_INVALID_ARG, "input and output lengths must be in [1, %d]",
                            TB_WL_MAX_TOKENS);
         else st = load_synthetic(o, w, cap);

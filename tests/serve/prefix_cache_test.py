@@ -6,10 +6,11 @@ conversation so far; /metrics counts the looked-up and reused tokens. Run by
 tests/test_serve_prefix_cache.sh."""
 import json
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_util import Server, build_stories, check, metric, ok, run_tests, workdir  # noqa: E402
+from serve_util import BIN, Server, build_stories, check, metric, ok, run_tests, workdir  # noqa: E402
 
 S = None      # prefix caching on (the default)
 OFF = None    # --no-prefix-caching
@@ -91,6 +92,26 @@ def t_chat_turns():
                                                                   u["prompt_tokens"]))
 
 
+def t_bench_prefix():
+    """turbine bench --prefix-len: prompts that share their first words hit the cache."""
+    h0 = metric(S.metrics(), "turbine_prefix_cache_hits_total")
+    out = os.path.join(workdir("prefix_cache"), "bench.json")
+    r = subprocess.run([BIN, "bench", "http://127.0.0.1:%d" % S.port, "-c", "1", "-n", "6", "--prefix-len", "40",
+                        "--input-len", "8", "--output-len", "4", "--no-progress", "--json", out],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    check(r.returncode == 0, "turbine bench failed:\n" + r.stdout.decode(errors="replace"))
+    with open(out) as f:
+        cfg = json.load(f)["config"]
+    check(cfg.get("prefix_len") == 40, "bench JSON config: %r" % cfg)
+    ms = S.metrics()
+    h = metric(ms, "turbine_prefix_cache_hits_total") - h0
+    # the first request writes the prefix (40 words, more than 2 blocks of tokens); the other 5 reuse it
+    check(h >= 5 * 2 * BLOCK, "6 bench requests with a 40-word common prefix reused %d tokens" % h)
+    SEEN["hits"] = metric(ms, "turbine_prefix_cache_hits_total")
+    SEEN["queried"] = metric(ms, "turbine_prefix_cache_queries_total")
+    ok("turbine bench --prefix-len 40: the server reused %d tokens over 6 requests" % h)
+
+
 def t_metrics():
     ms = S.metrics()
     h, q = metric(ms, "turbine_prefix_cache_hits_total"), metric(ms, "turbine_prefix_cache_queries_total")
@@ -108,7 +129,7 @@ def main():
     S = Server(eng, "--threads", "1").start()
     OFF = Server(eng, "--threads", "1", "--no-prefix-caching", log=eng + ".off.log").start()
     run_tests([("repeated prompt", t_repeat), ("shared prefix", t_shared_prefix), ("streamed usage", t_stream_usage),
-               ("chat turns", t_chat_turns), ("metrics", t_metrics)])
+               ("chat turns", t_chat_turns), ("metrics", t_metrics), ("bench --prefix-len", t_bench_prefix)])
 
 
 if __name__ == "__main__":
