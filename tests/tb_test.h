@@ -47,6 +47,23 @@ static inline const char *tb_test_tmp(void) {
     return s && *s ? s : "/tmp";
 }
 
+/* max |a - b| / max |b| over n floats: the relative error of logit rows. */
+static inline float tb_test_max_rel(const float *a, const float *b, int n) {
+    float m = 0, d = 0;
+    for (int i = 0; i < n; i++) {
+        if (fabsf(b[i]) > m) m = fabsf(b[i]);
+        if (fabsf(a[i] - b[i]) > d) d = fabsf(a[i] - b[i]);
+    }
+    return d / (m > 0 ? m : 1);
+}
+
+/* Index of the largest of n floats (the first on ties): a greedy pick. */
+static inline int tb_test_argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++) if (x[i] > x[b]) b = i;
+    return b;
+}
+
 static inline int tb_test_finish(const char *name) {
     printf("%s: %d checks, %d failed\n", name, tb_test_checks, tb_test_failures);
     return tb_test_failures ? 1 : 0;

@@ -19,21 +19,6 @@
 #define NSEQ 12
 #define NGEN 16
 
-static float max_rel(const float *a, const float *b, int n) {
-    float m = 0, d = 0;
-    for (int i = 0; i < n; i++) {
-        if (fabsf(b[i]) > m) m = fabsf(b[i]);
-        if (fabsf(a[i] - b[i]) > d) d = fabsf(a[i] - b[i]);
-    }
-    return d / (m > 0 ? m : 1);
-}
-
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++) if (x[i] > x[b]) b = i;
-    return b;
-}
-
 static void check_engine(const char *engine_path, float tol) {
     tb_engine *e = NULL;
     if (tb_engine_load(engine_path, &e) != TB_OK) {
@@ -68,7 +53,7 @@ static void check_engine(const char *engine_path, float tol) {
         CHECK(tb_context_step(c, &ch, 1, &lg, &rows) == TB_OK && rows == 1);
         memcpy(alone[s][0], lg, sizeof(float) * (size_t)V);
         for (int g = 0; g < NGEN; g++) {
-            toks[s][plen[s] + g] = argmax(alone[s][g], V);
+            toks[s][plen[s] + g] = tb_test_argmax(alone[s][g], V);
             tb_seq_chunk d = {0, 1, &toks[s][plen[s] + g], 1};
             CHECK(tb_context_step(c, &d, 1, &lg, &rows) == TB_OK);
             memcpy(alone[s][g + 1], lg, sizeof(float) * (size_t)V);
@@ -95,7 +80,7 @@ static void check_engine(const char *engine_path, float tol) {
         CHECK(tb_context_step(c, ch, n, &lg, &rows) == TB_OK && rows == n);
         for (int k = 0; k < n; k++) {
             int s = map[k];
-            float r = max_rel(lg + (size_t)k * V, alone[s][done[s]], V);
+            float r = tb_test_max_rel(lg + (size_t)k * V, alone[s][done[s]], V);
             if (r > worst) worst = r;
             done[s]++;
         }

@@ -110,21 +110,6 @@ static void test_pool(void) {
 
 /* ---------------------------------------------------------------- context */
 
-static float max_rel(const float *a, const float *b, int n) {
-    float m = 0, d = 0;
-    for (int i = 0; i < n; i++) {
-        if (fabsf(b[i]) > m) m = fabsf(b[i]);
-        if (fabsf(a[i] - b[i]) > d) d = fabsf(a[i] - b[i]);
-    }
-    return d / (m > 0 ? m : 1);
-}
-
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++) if (x[i] > x[b]) b = i;
-    return b;
-}
-
 #define NDEC 8
 #define MAXV 512
 
@@ -138,7 +123,7 @@ static int run_seq(tb_context *c, int s, const int32_t *prompt, int n, int V, fl
     if (tb_context_step(c, &ch, 1, &lg, &rows) != TB_OK || rows != 1) return 0;
     memcpy(out, lg, sizeof(float) * (size_t)V);
     for (int k = 0; k < NDEC; k++) {
-        int32_t t = argmax(out + (size_t)k * V, V);
+        int32_t t = tb_test_argmax(out + (size_t)k * V, V);
         ch = (tb_seq_chunk){s, 1, &t, 1};
         if (tb_context_step(c, &ch, 1, &lg, &rows) != TB_OK || rows != 1) return 0;
         memcpy(out + (size_t)(k + 1) * V, lg, sizeof(float) * (size_t)V);
@@ -149,9 +134,9 @@ static int run_seq(tb_context *c, int s, const int32_t *prompt, int n, int V, fl
 static float cmp_runs(const float *a, const float *b, int V) {
     float w = 0;
     for (int k = 0; k <= NDEC; k++) {
-        float r = max_rel(a + (size_t)k * V, b + (size_t)k * V, V);
+        float r = tb_test_max_rel(a + (size_t)k * V, b + (size_t)k * V, V);
         if (r > w) w = r;
-        CHECK(argmax(a + (size_t)k * V, V) == argmax(b + (size_t)k * V, V));
+        CHECK(tb_test_argmax(a + (size_t)k * V, V) == tb_test_argmax(b + (size_t)k * V, V));
     }
     return w;
 }
@@ -211,7 +196,7 @@ static void test_context(const char *engine_path) {
     if (w > worst) worst = w;
     /* and slot 2's blocks were not touched by slot 3: one more step of each, batched */
     {
-        int32_t t2 = argmax(got[NDEC], V), t3 = argmax(got2[NDEC], V);
+        int32_t t2 = tb_test_argmax(got[NDEC], V), t3 = tb_test_argmax(got2[NDEC], V);
         tb_seq_chunk ch[2] = {{2, 1, &t2, 1}, {3, 1, &t3, 1}};
         const float *lg;
         int rows;
@@ -225,16 +210,16 @@ static void test_context(const char *engine_path) {
         memcpy(h0, P, sizeof P);
         memcpy(h1, P2, sizeof P2);
         for (int k = 0; k < NDEC; k++) {
-            h0[70 + k] = argmax(got[k], V);
-            h1[70 + k] = argmax(got2[k], V);
+            h0[70 + k] = tb_test_argmax(got[k], V);
+            h1[70 + k] = tb_test_argmax(got2[k], V);
         }
         h0[78] = t2;
         h1[78] = t3;
         tb_seq_chunk f[2] = {{0, 79, h0, 1}, {1, 79, h1, 1}};
         CHECK(tb_context_step(c, f, 2, &lg, &rows) == TB_OK && rows == 2);
         if (rows == 2) {
-            w = max_rel(both[0], lg, V);
-            float w2 = max_rel(both[1], lg + V, V);
+            w = tb_test_max_rel(both[0], lg, V);
+            float w2 = tb_test_max_rel(both[1], lg + V, V);
             if (w2 > w) w = w2;
             if (w > worst) worst = w;
         }

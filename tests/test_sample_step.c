@@ -23,14 +23,8 @@
 
 static float ref[4][VMAX];
 
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++) if (x[i] > x[b]) b = i;
-    return b;
-}
-
 static double lse_of(const float *x, int n) {
-    double m = x[argmax(x, n)], s = 0;
+    double m = x[tb_test_argmax(x, n)], s = 0;
     for (int i = 0; i < n; i++) s += exp((double)x[i] - m);
     return m + log(s);
 }
@@ -136,7 +130,7 @@ static void check_engine(const char *path) {
     tb_sampler *g = sampler(V, 0, 0, 1, 0, 1);
     tb_sample_result r;
     CHECK(pick(c, prompt[0], g, prompt[0], PLEN, 5, &r) == TB_OK);
-    int am = argmax(x, V);
+    int am = tb_test_argmax(x, V);
     CHECK_MSG(r.token == am, "greedy pick %d, argmax %d", r.token, am);
     CHECK_MSG(fabs(r.logprob - (x[am] - lse)) < 1e-3, "logprob %g, want %g", r.logprob, x[am] - lse);
     static int idx[VMAX];
@@ -222,7 +216,7 @@ static void check_engine(const char *path) {
     ch[3] = (tb_seq_chunk){3, PLEN - 3, prompt[0], 0};
     for (int s = 0; s < 4; s++) rs[s] = (tb_row_sampling){g, NULL, 0, 0};
     CHECK(tb_context_step_sample(c, ch, 4, rs, res, &rows) == TB_OK && rows == 3);
-    for (int s = 0; s < 3; s++) CHECK_MSG(res[s].token == argmax(ref[s + 1], V), "batch row %d", s);
+    for (int s = 0; s < 3; s++) CHECK_MSG(res[s].token == tb_test_argmax(ref[s + 1], V), "batch row %d", s);
     tb_seq_chunk rest = {3, 3, prompt[0] + PLEN - 3, 1};
     CHECK(tb_context_step_sample(c, &rest, 1, rs, res, &rows) == TB_OK && rows == 1);
     CHECK_MSG(res[0].token == am, "a prefill in two steps picks %d, want %d", res[0].token, am);
