@@ -463,6 +463,8 @@ tb_status tb_sched_submit(tb_sched *s, tb_request *r) {
     return TB_OK;
 }
 
+int tb_sched_queue_capacity(const tb_sched *s) { return s->o.max_queue; }
+
 void tb_sched_get_stats(tb_sched *s, tb_sched_stats *st) {
     pthread_mutex_lock(&s->mu);
     *st = s->stats;

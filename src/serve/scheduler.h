@@ -112,5 +112,7 @@ typedef struct {
     double kv_usage;        /* used blocks / total */
 } tb_sched_stats;
 void tb_sched_get_stats(tb_sched *s, tb_sched_stats *st);
+/* Requests that may wait at once (max_queue after defaults). */
+int tb_sched_queue_capacity(const tb_sched *s);
 
 #endif

@@ -25,6 +25,7 @@
 #include "tokenizer/tokenizer.h"
 
 #define MAX_STOPS 4
+#define MAX_CHOICES 64 /* n: samples of one prompt */
 #define MAX_STOP_LEN 256
 #define MAX_MESSAGES 256
 
@@ -130,6 +131,7 @@ typedef struct {
     int n_stops;
     int32_t *prompt;       /* malloc'd */
     int n_prompt;
+    int n;                 /* choices: independent samples of one prompt */
 } gen_req;
 
 typedef struct {
@@ -219,7 +221,8 @@ static int parse_gen(server *s, json_t *root, int chat, gen_req *g, parse_err *e
     l = 0; if (!get_int(root, "top_k", -1, 1 << 30, &l, e)) return 0; g->sp.top_k = l < 0 ? 0 : (int)l;
     l = -1; if (!get_int(root, "seed", -(1L << 62), 1L << 62, &l, e)) return 0;
     if (json_object_get(root, "seed") && !json_is_null(json_object_get(root, "seed"))) g->sp.seed = (uint64_t)l;
-    l = 1; if (!get_int(root, "n", 1, 1, &l, e)) return 0;
+    l = 1; if (!get_int(root, "n", 1, MAX_CHOICES, &l, e)) return 0;
+    g->n = (int)l;
     if (!get_bool(root, "ignore_eos", &g->ignore_eos, e)) return 0;
     if (chat) {
         int lp = 0;
@@ -325,13 +328,9 @@ static int parse_gen(server *s, json_t *root, int chat, gen_req *g, parse_err *e
 
 /* ================================================================ generation stream */
 
+/* One choice: a scheduler request and the text decoded from it. */
 typedef struct {
-    server *s;
     tb_request *req;
-    gen_req g;
-    char id[48];
-    long created;
-    int fd;
     int prev;                       /* previous token (for pieces) */
     char *pending; size_t pn, pcap; /* decoded, not yet released text */
     char *text; size_t tn, tcap;    /* released text (non-streaming) or this chunk's delta */
@@ -340,11 +339,22 @@ typedef struct {
     int finished;                   /* request over, all events read */
     tb_finish_reason reason;
     int stop_hit;
+    int sent_role, sent_final;      /* streaming */
+    size_t text_offset;
+} gen_choice;
+
+typedef struct {
+    server *s;
+    gen_req g;
+    char id[48];
+    long created;
+    int fd;
+    int n;                          /* choices */
+    gen_choice *ch;                 /* (n) */
     /* streaming */
     char *out; size_t on, ocap, opos;
-    int sent_role, sent_final, sent_done;
+    int sent_done;
     double last_write;
-    size_t text_offset;
 } gen_stream;
 
 static int grow(char **p, size_t *cap, size_t need) {
@@ -437,19 +447,20 @@ static json_t *token_lp_json(server *s, int chat, int prev, float lp, const tb_t
 
 /* Moves releasable text from `pending` to `text`: never part of a stop string,
  * never half a character (unless the request is over). */
-static void release_text(gen_stream *g, int final) {
+static void release_text(const gen_stream *gs, gen_choice *g, int final) {
+    const gen_req *rq = &gs->g;
     size_t emit = g->pn;
-    for (int i = 0; i < g->g.n_stops && !g->stop_hit; i++) {
-        const char *st = g->g.stops[i];
+    for (int i = 0; i < rq->n_stops && !g->stop_hit; i++) {
+        const char *st = rq->stops[i];
         char *hit = memmem(g->pending, g->pn, st, strlen(st));
         if (hit && (size_t)(hit - g->pending) < emit) emit = (size_t)(hit - g->pending); /* the earliest stop wins */
     }
     if (emit < g->pn) g->stop_hit = 1;
     if (!g->stop_hit && !final) {
-        for (int i = 0; i < g->g.n_stops; i++) {
-            size_t sl = strlen(g->g.stops[i]);
+        for (int i = 0; i < rq->n_stops; i++) {
+            size_t sl = strlen(rq->stops[i]);
             for (size_t k = sl - 1; k > 0; k--)
-                if (k <= g->pn && !memcmp(g->pending + g->pn - k, g->g.stops[i], k)) {
+                if (k <= g->pn && !memcmp(g->pending + g->pn - k, rq->stops[i], k)) {
                     if (g->pn - k < emit) emit = g->pn - k;
                     break;
                 }
@@ -471,8 +482,8 @@ static int client_gone(int fd) {
     return 0;
 }
 
-/* Waits up to `timeout` for tokens; decodes them into g->text. */
-static void pump(gen_stream *g, double timeout) {
+/* Waits up to `timeout` for choice g's tokens; decodes them into g->text. */
+static void pump(gen_stream *gs, gen_choice *g, double timeout) {
     if (g->finished) return;
     tb_token_event ev[64];
     tb_finish_reason fr = TB_FINISH_NONE;
@@ -480,16 +491,16 @@ static void pump(gen_stream *g, double timeout) {
     for (int i = 0; i < n && !g->stop_hit; i++) {
         char piece[256];
         int prev = g->prev;
-        size_t plen = tb_tokenizer_piece(g->s->tok, prev, ev[i].token, piece, sizeof piece);
+        size_t plen = tb_tokenizer_piece(gs->s->tok, prev, ev[i].token, piece, sizeof piece);
         g->prev = ev[i].token;
         g->n_gen++;
-        if (g->g.logprobs >= 0) {
-            json_t *item = token_lp_json(g->s, g->g.chat, prev, ev[i].logprob, &ev[i], piece, plen);
+        if (gs->g.logprobs >= 0) {
+            json_t *item = token_lp_json(gs->s, gs->g.chat, prev, ev[i].logprob, &ev[i], piece, plen);
             json_object_set_new(item, "offset", json_integer((json_int_t)(g->text_offset + g->tn + g->pn)));
             json_array_append_new(g->lp_items, item);
         }
         append(&g->pending, &g->pn, &g->pcap, piece, plen);
-        release_text(g, 0);
+        release_text(gs, g, 0);
     }
     if (g->stop_hit && !g->finished) {
         tb_request_cancel(g->req, TB_FINISH_STOP);
@@ -498,22 +509,54 @@ static void pump(gen_stream *g, double timeout) {
         return;
     }
     if (fr != TB_FINISH_NONE) {
-        release_text(g, 1);
+        release_text(gs, g, 1);
         g->finished = 1;
         g->reason = fr;
-        return;
     }
-    if (client_gone(g->fd)) {
+}
+
+/* Ends every choice when the client has gone. Returns 1 then. */
+static int check_client(gen_stream *gs) {
+    if (!client_gone(gs->fd)) return 0;
+    for (int i = 0; i < gs->n; i++) {
+        gen_choice *g = &gs->ch[i];
+        if (g->finished) continue;
         tb_request_cancel(g->req, TB_FINISH_CANCELLED);
         g->finished = 1;
         g->reason = TB_FINISH_CANCELLED;
     }
+    return 1;
 }
 
-static json_t *usage_json(const gen_stream *g) {
-    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", g->g.n_prompt, "completion_tokens", g->n_gen,
-                     "total_tokens", g->g.n_prompt + g->n_gen, "prompt_tokens_details", "cached_tokens",
-                     tb_request_cached_tokens(g->req));
+/* Waits up to `timeout` for tokens of any choice (on the first unfinished
+ * one: the choices run in the same steps), then takes what the others have.
+ * Returns 1 when every choice is over. */
+static int pump_all(gen_stream *gs, double timeout) {
+    int waited = 0, open = 0;
+    for (int i = 0; i < gs->n; i++) {
+        gen_choice *g = &gs->ch[i];
+        if (g->finished) continue;
+        pump(gs, g, waited ? 0 : timeout);
+        waited = 1;
+        open += !g->finished;
+    }
+    if (open) check_client(gs);
+    for (int i = 0; i < gs->n; i++)
+        if (!gs->ch[i].finished) return 0;
+    return 1;
+}
+
+/* Prompt tokens once (as OpenAI counts them for n > 1), completion tokens of
+ * every choice. */
+static json_t *usage_json(const gen_stream *gs) {
+    int gen = 0, cached = 0;
+    for (int i = 0; i < gs->n; i++) {
+        gen += gs->ch[i].n_gen;
+        int c = tb_request_cached_tokens(gs->ch[i].req);
+        if (c > cached) cached = c;
+    }
+    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", gs->g.n_prompt, "completion_tokens", gen,
+                     "total_tokens", gs->g.n_prompt + gen, "prompt_tokens_details", "cached_tokens", cached);
 }
 
 static const char *finish_str(tb_finish_reason r) {
@@ -547,26 +590,28 @@ static json_t *chat_logprobs(json_t *items) {
     return json_pack("{s:o}", "content", content);
 }
 
-static json_t *chunk_json(gen_stream *g, const char *delta, size_t dn, const char *finish) {
+/* A chunk of choice `idx`: its text delta (and finish reason). */
+static json_t *chunk_json(gen_stream *gs, int idx, const char *delta, size_t dn, const char *finish) {
+    gen_choice *g = &gs->ch[idx];
     json_t *choice;
     json_t *lp = json_null();
-    if (g->g.logprobs >= 0 && json_array_size(g->lp_items) > 0)
-        lp = g->g.chat ? chat_logprobs(g->lp_items) : completion_logprobs(g->lp_items);
-    if (g->g.chat) {
+    if (gs->g.logprobs >= 0 && json_array_size(g->lp_items) > 0)
+        lp = gs->g.chat ? chat_logprobs(g->lp_items) : completion_logprobs(g->lp_items);
+    if (gs->g.chat) {
         json_t *d = json_object();
         if (!g->sent_role) { json_object_set_new(d, "role", json_string("assistant")); g->sent_role = 1; }
         if (!finish || dn) json_object_set_new(d, "content", json_text(delta, dn));
-        choice = json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "delta", d, "logprobs", lp, "finish_reason",
+        choice = json_pack("{s:i, s:o, s:o, s:o}", "index", idx, "delta", d, "logprobs", lp, "finish_reason",
                            finish ? json_string(finish) : json_null());
     } else {
-        choice = json_pack("{s:i, s:o, s:o, s:o}", "index", 0, "text", json_text(delta, dn), "logprobs", lp,
+        choice = json_pack("{s:i, s:o, s:o, s:o}", "index", idx, "text", json_text(delta, dn), "logprobs", lp,
                            "finish_reason", finish ? json_string(finish) : json_null());
     }
     json_array_clear(g->lp_items);
-    json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", g->id, "object",
-                          g->g.chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)g->created,
-                          "model", g->s->model, "choices", choice);
-    if (g->g.include_usage) json_object_set_new(j, "usage", json_null());
+    json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:[o]}", "id", gs->id, "object",
+                          gs->g.chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)gs->created,
+                          "model", gs->s->model, "choices", choice);
+    if (gs->g.include_usage) json_object_set_new(j, "usage", json_null());
     return j;
 }
 
@@ -593,51 +638,61 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         }
         g->on = g->opos = 0;
         if (g->sent_done) return MHD_CONTENT_READER_END_OF_STREAM;
-        if (g->finished) {
-            if (g->reason == TB_FINISH_CANCELLED) return MHD_CONTENT_READER_END_WITH_ERROR;
-            if (!g->sent_final) {
-                emit_sse(g, chunk_json(g, g->text, g->tn, finish_str(g->reason)));
-                g->tn = 0;
-                g->sent_final = 1;
-                if (g->g.include_usage) {
-                    json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", g->id, "object",
-                                          g->g.chat ? "chat.completion.chunk" : "text_completion", "created",
-                                          (json_int_t)g->created, "model", g->s->model, "choices", "usage",
-                                          usage_json(g));
-                    emit_sse(g, j);
-                }
+        int all_done = 1, role_sent = 0;
+        for (int i = 0; i < g->n; i++) {
+            gen_choice *c = &g->ch[i];
+            if (c->reason == TB_FINISH_CANCELLED) return MHD_CONTENT_READER_END_WITH_ERROR;
+            if (g->g.chat && !c->sent_role) { /* chat: the role comes first, at once */
+                emit_sse(g, chunk_json(g, i, "", 0, NULL));
+                role_sent = 1;
+            } else if (c->finished && !c->sent_final) {
+                emit_sse(g, chunk_json(g, i, c->text, c->tn, finish_str(c->reason)));
+                c->tn = 0;
+                c->sent_final = 1;
+            } else if (c->tn > 0) {
+                emit_sse(g, chunk_json(g, i, c->text, c->tn, NULL));
+                c->text_offset += c->tn;
+                c->tn = 0;
+            }
+            all_done &= c->sent_final;
+        }
+        if (g->on > 0 || role_sent) continue;
+        if (all_done) {
+            if (g->g.include_usage) {
+                json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", g->id, "object",
+                                      g->g.chat ? "chat.completion.chunk" : "text_completion", "created",
+                                      (json_int_t)g->created, "model", g->s->model, "choices", "usage", usage_json(g));
+                emit_sse(g, j);
             }
             append(&g->out, &g->on, &g->ocap, "data: [DONE]\n\n", 14);
             g->sent_done = 1;
             continue;
         }
-        if (!g->g.chat || g->sent_role) {
-            pump(g, 0.5);
-        } else { /* chat: the role comes first, at once */
-            emit_sse(g, chunk_json(g, "", 0, NULL));
-            continue;
-        }
-        if (g->tn > 0 && !g->finished) {
-            emit_sse(g, chunk_json(g, g->text, g->tn, NULL));
-            g->text_offset += g->tn;
-            g->tn = 0;
-        } else if (!g->finished && tb_now() - g->last_write > 2.0) {
+        int got = 0;
+        for (int i = 0; i < g->n; i++) got |= g->ch[i].finished || g->ch[i].tn > 0;
+        if (!got) pump_all(g, 0.5);
+        got = 0;
+        for (int i = 0; i < g->n; i++) got |= (g->ch[i].finished && !g->ch[i].sent_final) || g->ch[i].tn > 0;
+        if (!got && tb_now() - g->last_write > 2.0)
             append(&g->out, &g->on, &g->ocap, ": keep-alive\n\n", 14); /* also detects a gone client */
-        }
     }
 }
 
 static void gen_stream_free(gen_stream *g) {
     if (!g) return;
-    if (g->req) {
-        if (!g->finished) tb_request_cancel(g->req, TB_FINISH_CANCELLED);
-        tb_request_release(g->req);
+    for (int i = 0; g->ch && i < g->n; i++) {
+        gen_choice *c = &g->ch[i];
+        if (c->req) {
+            if (!c->finished) tb_request_cancel(c->req, TB_FINISH_CANCELLED);
+            tb_request_release(c->req);
+        }
+        free(c->pending);
+        free(c->text);
+        json_decref(c->lp_items);
     }
+    free(g->ch);
     free(g->g.prompt);
-    free(g->pending);
-    free(g->text);
     free(g->out);
-    json_decref(g->lp_items);
     free(g);
 }
 
@@ -653,23 +708,39 @@ static enum MHD_Result handle_generate(server *s, struct MHD_Connection *c, json
     gen_stream *g = calloc(1, sizeof *g);
     if (!g) return reply_error(s, c, 500, NULL, "out of memory");
     g->s = s;
-    g->lp_items = json_array();
     g->fd = connection_fd(c);
     tb_metrics_request(s->metrics, chat ? "chat" : "completions");
     if (!parse_gen(s, root, chat, &g->g, &pe)) {
         gen_stream_free(g);
         return reply_error(s, c, pe.status, pe.param, "%s", pe.msg);
     }
-    tb_request_params rp = {.max_tokens = g->g.max_tokens, .ignore_eos = g->g.ignore_eos, .logprobs = g->g.logprobs,
-                            .sampling = g->g.sp};
-    g->req = tb_request_new(g->g.prompt, g->g.n_prompt, &rp, s->info.vocab_size);
-    if (!g->req) { gen_stream_free(g); return reply_error(s, c, 500, NULL, "out of memory"); }
-    g->prev = g->g.prompt[g->g.n_prompt - 1];
+    if (g->g.n > tb_sched_queue_capacity(s->sched)) {
+        int n = g->g.n;
+        gen_stream_free(g);
+        return reply_error(s, c, 400, "n", "n = %d choices exceed the %d requests this server queues (--max-queue)", n,
+                           tb_sched_queue_capacity(s->sched));
+    }
+    g->ch = calloc((size_t)g->g.n, sizeof(gen_choice));
+    if (!g->ch) { gen_stream_free(g); return reply_error(s, c, 500, NULL, "out of memory"); }
+    g->n = g->g.n;
     snprintf(g->id, sizeof g->id, "%s-%ld", chat ? "chatcmpl" : "cmpl", atomic_fetch_add(&s->next_id, 1));
     g->created = (long)time(NULL);
-    tb_status st = tb_sched_submit(s->sched, g->req);
-    if (st != TB_OK) {
-        g->finished = 1;
+    /* each choice is a request of its own: another seed, the same prompt (the prefix cache shares it once
+     * its blocks are written) */
+    for (int i = 0; i < g->n; i++) {
+        gen_choice *ch = &g->ch[i];
+        tb_request_params rp = {.max_tokens = g->g.max_tokens, .ignore_eos = g->g.ignore_eos,
+                                .logprobs = g->g.logprobs, .sampling = g->g.sp};
+        rp.sampling.seed += (uint64_t)i * 0x9E3779B97F4A7C15ull;
+        ch->lp_items = json_array();
+        ch->prev = g->g.prompt[g->g.n_prompt - 1];
+        ch->req = tb_request_new(g->g.prompt, g->g.n_prompt, &rp, s->info.vocab_size);
+        if (!ch->req || !ch->lp_items) { gen_stream_free(g); return reply_error(s, c, 500, NULL, "out of memory"); }
+    }
+    for (int i = 0; i < g->n; i++) {
+        tb_status st = tb_sched_submit(s->sched, g->ch[i].req);
+        if (st == TB_OK) continue;
+        for (int k = i; k < g->n; k++) g->ch[k].finished = 1; /* never submitted; earlier ones are cancelled */
         gen_stream_free(g);
         if (st == TB_ERR_RANGE) return reply_error(s, c, 429, NULL, "%s; retry later", tb_last_error());
         if (atomic_load(&s->stopping)) return reply_error(s, c, 503, NULL, "the server is shutting down");
@@ -686,23 +757,29 @@ static enum MHD_Result handle_generate(server *s, struct MHD_Connection *c, json
         MHD_destroy_response(r);
         return ret;
     }
-    while (!g->finished) pump(g, 0.25);
-    if (g->reason == TB_FINISH_CANCELLED) { gen_stream_free(g); return MHD_NO; }
-    json_t *lp = json_null();
-    if (g->g.logprobs >= 0) lp = chat ? chat_logprobs(g->lp_items) : completion_logprobs(g->lp_items);
-    json_t *choice;
-    if (chat)
-        choice = json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", 0, "message", "role", "assistant", "content",
-                           json_text(g->text, g->tn), "logprobs", lp, "finish_reason", finish_str(g->reason));
-    else
-        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "text", json_text(g->text, g->tn), "logprobs", lp,
-                           "finish_reason", finish_str(g->reason));
-    json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", g->id, "object",
+    while (!pump_all(g, 0.25)) {}
+    json_t *choices = json_array();
+    int failed = 0;
+    for (int i = 0; i < g->n; i++) {
+        gen_choice *ch = &g->ch[i];
+        if (ch->reason == TB_FINISH_CANCELLED) { json_decref(choices); gen_stream_free(g); return MHD_NO; }
+        failed |= ch->reason == TB_FINISH_ERROR;
+        json_t *lp = json_null();
+        if (g->g.logprobs >= 0) lp = chat ? chat_logprobs(ch->lp_items) : completion_logprobs(ch->lp_items);
+        if (chat)
+            json_array_append_new(choices, json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", i, "message", "role",
+                                                     "assistant", "content", json_text(ch->text, ch->tn), "logprobs",
+                                                     lp, "finish_reason", finish_str(ch->reason)));
+        else
+            json_array_append_new(choices, json_pack("{s:i, s:o, s:o, s:s}", "index", i, "text",
+                                                     json_text(ch->text, ch->tn), "logprobs", lp, "finish_reason",
+                                                     finish_str(ch->reason)));
+    }
+    json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", g->id, "object",
                           chat ? "chat.completion" : "text_completion", "created", (json_int_t)g->created, "model",
-                          s->model, "choices", choice, "usage", usage_json(g));
-    int status = g->reason == TB_FINISH_ERROR ? 500 : 200;
+                          s->model, "choices", choices, "usage", usage_json(g));
     gen_stream_free(g);
-    if (status == 500) { json_decref(j); return reply_error(s, c, 500, NULL, "generation failed"); }
+    if (failed) { json_decref(j); return reply_error(s, c, 500, NULL, "generation failed"); }
     return reply_json(c, 200, j);
 }
 

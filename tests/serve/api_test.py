@@ -307,6 +307,45 @@ def t_sampling_seed():
     ok("sampling: a seed repeats its text, other seeds differ")
 
 
+def t_n_choices():
+    body = {"prompt": PROMPT, "max_tokens": 12, "temperature": 1.5, "seed": 99, "ignore_eos": True}
+    j = S.completion(dict(body, n=3))
+    check_common(j, "text_completion", "n=3")
+    ch = j["choices"]
+    check([c["index"] for c in ch] == [0, 1, 2], "n=3: choice indexes %r" % [c.get("index") for c in ch])
+    texts = [c["text"] for c in ch]
+    check(all(c["finish_reason"] == "length" for c in ch), "n=3: finish reasons %r" % [c["finish_reason"] for c in ch])
+    check(len(set(texts)) > 1, "n=3 at temperature 1.5 gave one text three times: %r" % texts)
+    n_prompt = n_tokens(PROMPT) + 0
+    check_usage(j["usage"], j["usage"]["prompt_tokens"], 3 * 12, "n=3 usage (prompt once, 3 x 12 completion)")
+    check(j["usage"]["prompt_tokens"] in (n_prompt, n_prompt + 1), "n=3: prompt_tokens %r" % j["usage"])
+    again = [c["text"] for c in S.completion(dict(body, n=3))["choices"]]
+    check(again == texts, "n=3 with a seed is not repeatable:\n%r\n%r" % (texts, again))
+    one = S.completion(body)["choices"][0]["text"]
+    check(one == texts[0], "choice 0 of n=3 differs from n=1 with the same seed: %r vs %r" % (texts[0], one))
+    g = [c["text"] for c in S.completion({"prompt": PROMPT, "max_tokens": 12, "temperature": 0, "n": 2})["choices"]]
+    check(len(g) == 2 and g[0] == g[1] and g[0].startswith(GREEDY_START[:20]), "greedy n=2: %r" % g)
+    # streamed: every index gets its own text and one finish_reason; usage at the end
+    chunks = stream_chunks("/v1/completions", dict(body, n=3, stream=True, stream_options={"include_usage": True}))
+    got, fin = {}, {}
+    for c in chunks[:-1]:
+        for x in c["choices"]:
+            got[x["index"]] = got.get(x["index"], "") + x["text"]
+            if x["finish_reason"] is not None:
+                check(x["index"] not in fin, "index %d finished twice" % x["index"])
+                fin[x["index"]] = x["finish_reason"]
+    check([got.get(i) for i in range(3)] == texts, "streamed n=3 texts differ:\n%r\n%r" % (got, texts))
+    check(fin == {0: "length", 1: "length", 2: "length"}, "streamed finish reasons %r" % fin)
+    check(chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 36,
+          "streamed n=3 usage chunk %r" % chunks[-1])
+    # chat, streamed: a role chunk per choice
+    chunks = stream_chunks("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6,
+                                                    "n": 2, "stream": True, "temperature": 1.0, "seed": 5})
+    roles = sorted(x["index"] for c in chunks for x in c["choices"] if x.get("delta", {}).get("role") == "assistant")
+    check(roles == [0, 1], "chat n=2 role chunks for indexes %r" % roles)
+    ok("n=3: three seeded samples (repeatable, choice 0 = n=1), greedy n=2 identical, streamed by index")
+
+
 def main():
     global S
     d = workdir("api")
@@ -316,7 +355,7 @@ def main():
                ("stream completion", t_stream_completion), ("stream chat", t_stream_chat),
                ("include_usage", t_include_usage), ("token-id prompt", t_token_ids),
                ("tokenize round trip", t_tokenize_roundtrip), ("logprobs completions", t_logprobs_completion),
-               ("logprobs chat", t_logprobs_chat), ("seeded sampling", t_sampling_seed)])
+               ("logprobs chat", t_logprobs_chat), ("seeded sampling", t_sampling_seed), ("n choices", t_n_choices)])
 
 
 if __name__ == "__main__":

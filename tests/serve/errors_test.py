@@ -78,7 +78,8 @@ def t_bad_params():
         ("temperature -1", COMP, dict(p, temperature=-1), "temperature"),
         ("top_p 0", COMP, dict(p, top_p=0), "top_p"),
         ("top_p 1.5", COMP, dict(p, top_p=1.5), "top_p"),
-        ("n 2", COMP, dict(p, n=2), "n"),
+        ("n 65", COMP, dict(p, n=65), "n"),
+        ("n 2 > --max-queue 1", COMP, dict(p, n=2), "n"),
         ("n 0", COMP, dict(p, n=0), "n"),
         ("max_tokens 0", COMP, dict(p, max_tokens=0), "max_tokens"),
         ("max_tokens -5", COMP, dict(p, max_tokens=-5), "max_tokens"),
@@ -89,7 +90,7 @@ def t_bad_params():
         ("chat logprobs 'yes'", CHAT, dict(c, logprobs="yes"), "logprobs"),
         ("chat top_logprobs without logprobs", CHAT, dict(c, top_logprobs=2), "top_logprobs"),
         ("chat temperature 'hot'", CHAT, dict(c, temperature="hot"), "temperature"),
-        ("chat n 2", CHAT, dict(c, n=2), "n"),
+        ("chat n 65", CHAT, dict(c, n=65), "n"),
         ("chat max_tokens 0", CHAT, dict(c, max_tokens=0), "max_tokens"),
         ("stream_options 'x'", COMP, dict(p, stream=True, stream_options="x"), "stream_options"),
     ]
