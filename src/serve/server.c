@@ -668,10 +668,8 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             g->sent_done = 1;
             continue;
         }
+        pump_all(g, 0.5); /* nothing left to send: wait for more */
         int got = 0;
-        for (int i = 0; i < g->n; i++) got |= g->ch[i].finished || g->ch[i].tn > 0;
-        if (!got) pump_all(g, 0.5);
-        got = 0;
         for (int i = 0; i < g->n; i++) got |= (g->ch[i].finished && !g->ch[i].sent_final) || g->ch[i].tn > 0;
         if (!got && tb_now() - g->last_write > 2.0)
             append(&g->out, &g->on, &g->ocap, ": keep-alive\n\n", 14); /* also detects a gone client */
