@@ -402,7 +402,10 @@ static json_t *json_text(const char *s, size_t n) {
         size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
         int ok = len > 0 && i + len <= n;
         for (size_t t = 1; ok && t < len; t++) ok = ((unsigned char)s[i + t] & 0xC0) == 0x80;
-        if (ok && json_stringn(s + i, len)) {
+        json_t *probe = ok ? json_stringn(s + i, len) : NULL; /* jansson's own test of the character */
+        ok = probe != NULL;
+        json_decref(probe);
+        if (ok) {
             memcpy(fixed + k, s + i, len);
             k += len;
             i += len;
