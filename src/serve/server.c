@@ -75,6 +75,8 @@ static enum MHD_Result reply_text(struct MHD_Connection *c, int status, const ch
     return ret;
 }
 
+static json_t *json_text(const char *s, size_t n);
+
 static enum MHD_Result reply_json(struct MHD_Connection *c, int status, json_t *j) {
     char *s = json_dumps(j, JSON_COMPACT);
     json_decref(j);
@@ -106,10 +108,13 @@ static enum MHD_Result reply_error(server *s, struct MHD_Connection *c, int stat
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (s->metrics) tb_metrics_http_error(s->metrics, status);
-    json_t *err = json_pack("{s:{s:s, s:s, s:o, s:i}}", "error", "message", msg, "type", error_type(status), "param",
-                            param ? json_string(param) : json_null(), "code", status);
-    char *body = json_dumps(err, JSON_COMPACT);
+    /* the message may quote the request (a URL, a parameter): not always valid UTF-8 */
+    json_t *err = json_pack("{s:{s:o, s:s, s:o, s:i}}", "error", "message", json_text(msg, strlen(msg)), "type",
+                            error_type(status), "param", param ? json_text(param, strlen(param)) : json_null(), "code",
+                            status);
+    char *body = err ? json_dumps(err, JSON_COMPACT) : NULL;
     json_decref(err);
+    if (!body) body = strdup("{\"error\":{\"message\":\"error\",\"type\":\"internal_error\",\"param\":null,\"code\":500}}");
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
     MHD_add_response_header(r, "Content-Type", "application/json");
     if (status == 429) MHD_add_response_header(r, "Retry-After", "1");
