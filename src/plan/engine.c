@@ -189,6 +189,11 @@ static tb_status open_checked(const char *path, tb_mapped_file *map, entry *tab,
     memcpy(&cnt, p + 12, 4);
     memcpy(&fsize, p + 16, 8);
     memcpy(&th, p + 24, 8);
+    for (int i = 32; i < HDR_SIZE; i++)
+        if (p[i] != 0) { /* reserved: written as zeros */
+            s = tb_errorf(TB_ERR_FORMAT, "%s: corrupted header (reserved byte %d is not zero)", path, i);
+            goto fail;
+        }
     if (ver != TB_ENGINE_VERSION) {
         s = tb_errorf(TB_ERR_VERSION, "%s has engine format version %u; this turbine reads version %u%s", path, ver,
                       TB_ENGINE_VERSION, ver > TB_ENGINE_VERSION ? " (the engine is newer: upgrade turbine)" : "");

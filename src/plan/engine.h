@@ -3,7 +3,8 @@
  *
  * Layout (little-endian):
  *   header   64 bytes: magic "TBENGINE", u32 format version, u32 section
- *            count, u64 file size, u64 checksum of the section table
+ *            count, u64 file size, u64 checksum of the section table,
+ *            32 reserved bytes that must be zero
  *   table    one 48-byte entry per section: name[24], offset, size, checksum
  *   sections each 4096-aligned:
  *     "meta"      JSON: model config, build options, special tokens,
