@@ -899,6 +899,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (atomic_load(&s->stopping)) return reply_error(s, c, 503, NULL, "the server is shutting down");
     json_error_t je;
     json_t *root = cs->body ? json_loadb(cs->body, cs->n, 0, &je) : NULL;
+    if (!root && cs->body && strstr(je.text, "\\u0000"))
+        return reply_error(s, c, 400, NULL, "strings with a NUL character (\\u0000) are not supported");
     if (!root) return reply_error(s, c, 400, NULL, "the body is not valid JSON%s%s", cs->body ? ": " : "", cs->body ? je.text : "");
     if (!json_is_object(root)) {
         json_decref(root);
