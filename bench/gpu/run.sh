@@ -301,11 +301,13 @@ fi
 
 # ---------------------------------------------------------------- 7. serve
 # `turbine serve` on the GPU engine: a greedy completion gives the expected
-# text, `turbine bench` drives 4 streams, /metrics carries the NVML gauges.
+# text, a repeated prompt comes from the prefix cache with the same text, n = 2
+# greedy gives two copies of it, `turbine bench` drives 4 streams, /metrics
+# carries the NVML gauges.
 # Every stage is bounded; a stage that times out leaves the server's log and
 # its threads' stacks (gdb, where there is one) in the log.
 say "== serve on the GPU"
-SPORT=$((20000 + RANDOM % 20000))
+SPORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 # env execs the server, so $! is its pid (a shell function in the background
 # would be a subshell that keeps SIGINT from it)
 env LD_LIBRARY_PATH="$LIBS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$TB" serve "$W/s.engine" ${RUNDEV[@]+"${RUNDEV[@]}"} \
@@ -319,6 +321,22 @@ stext=$(curl -s --max-time 30 "http://127.0.0.1:$SPORT/v1/completions" -H 'Conte
 ssamp=$(curl -s --max-time 30 "http://127.0.0.1:$SPORT/v1/completions" -H 'Content-Type: application/json' \
     -d '{"prompt":"Once upon a time","max_tokens":24,"temperature":0.9,"top_p":0.9,"seed":5,"logprobs":3}' | "$PY" -c 'import json,sys; c=json.load(sys.stdin)["choices"][0]; print(len(c["logprobs"]["tokens"]), "tokens, logprobs", max(c["logprobs"]["token_logprobs"]) <= 0)' 2>/dev/null)
 [ -z "$ssamp" ] && stall="$stall sampled-completion"
+# prefix caching and n > 1 on the GPU: a repeated prompt reuses more blocks the second time (the first
+# already finds the greedy completion above, which begins like it) and writes the same text;
+# greedy n = 2 gives two copies of the greedy text
+LONGP="Once upon a time, there was a little girl named Lily. She liked to play in the park with her friends. One day"
+sprefix=""
+for k in 1 2; do
+    sprefix="$sprefix $(curl -s --max-time 30 "http://127.0.0.1:$SPORT/v1/completions" -H 'Content-Type: application/json' \
+        -d "{\"prompt\":\"$LONGP\",\"max_tokens\":16,\"temperature\":0}" | "$PY" -c 'import json,sys; j=json.load(sys.stdin); import hashlib; print(j["usage"]["prompt_tokens_details"]["cached_tokens"], hashlib.md5(j["choices"][0]["text"].encode()).hexdigest()[:8])' 2>/dev/null | tr ' ' '/')"
+done
+read -r p1 p2 <<<"$sprefix"
+sprefix_ok=$([ -n "$p2" ] && [ "${p2%%/*}" -gt "${p1%%/*}" ] && [ "${p1#*/}" = "${p2#*/}" ] && echo yes || echo no)
+[ -z "$p2" ] && stall="$stall prefix-cache"
+sn2=$(curl -s --max-time 30 "http://127.0.0.1:$SPORT/v1/completions" -H 'Content-Type: application/json' \
+    -d '{"prompt":"Once upon a time","max_tokens":20,"temperature":0,"n":2}' | "$PY" -c 'import json,sys; c=json.load(sys.stdin)["choices"]; print("yes" if len(c) == 2 and c[0]["text"] == c[1]["text"] else "no", c[0]["text"])' 2>/dev/null)
+[ -z "$sn2" ] && stall="$stall n2"
+sn2_ok=$([ "${sn2%% *}" = yes ] && [ "${sn2#* }" = "$stext" ] && echo yes || echo no)
 sbench=$(tb timeout 90 "$TB" bench "http://127.0.0.1:$SPORT" -c 4 -n 8 --input-len 16 --output-len 32 --timeout 30 --no-progress 2>&1 | tail -n 1)
 [ -z "$sbench" ] && stall="$stall bench"
 sgpu=$(curl -s --max-time 10 "http://127.0.0.1:$SPORT/metrics" | grep -c '^turbine_gpu_')
@@ -333,9 +351,10 @@ for _ in $(seq 1 100); do kill -0 $SPID 2> /dev/null || break; sleep 0.2; done
 if kill -0 $SPID 2> /dev/null; then say "serve: still running 20 s after SIGINT; killed"; kill -9 $SPID; stall="$stall shutdown"; fi
 wait $SPID 2> /dev/null
 tail -n 20 "$W/serve.log" >> "$LOG"
-say "serve: text ${stext:0:40}... | sampled: $ssamp | $sbench | $sgpu turbine_gpu_* gauges"
-if [ -z "$stall" ] && head -c 60 "$DATA/models/stories260K/expected_once_upon_a_time_n200.txt" | grep -qF "${stext:0:30}" && [ "$sgpu" -ge 2 ]; then
-    row "serve on the GPU" "PASS (greedy text, sampled with logprobs, 4-stream bench, $sgpu GPU gauges)"
+say "serve: text ${stext:0:40}... | sampled: $ssamp | prefix cache (cached/text hash) $p1 $p2: $sprefix_ok | n=2 greedy: $sn2_ok | $sbench | $sgpu turbine_gpu_* gauges"
+if [ -z "$stall" ] && head -c 60 "$DATA/models/stories260K/expected_once_upon_a_time_n200.txt" | grep -qF "${stext:0:30}" && [ "$sgpu" -ge 2 ] \
+    && [ "$sprefix_ok" = yes ] && [ "$sn2_ok" = yes ]; then
+    row "serve on the GPU" "PASS (greedy text, sampled with logprobs, prefix cache reuse, n=2, 4-stream bench, $sgpu GPU gauges)"
 else
     row "serve on the GPU" "FAIL ${stall:+(no answer: $stall)}"
 fi
