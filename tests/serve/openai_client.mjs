@@ -115,6 +115,21 @@ async function main() {
   }
   ok("errors: BadRequestError (400), AuthenticationError (401)");
 
+  // n = 2 choices, streamed through the SDK's accumulating helper: it assembles each choice by index
+  const runner = client.chat.completions.stream({ model, messages, max_tokens: 12, temperature: 1.0, seed: 11, n: 2 });
+  const final = await runner.finalChatCompletion();
+  const plain = await client.chat.completions.create({ model, messages, max_tokens: 12, temperature: 1.0, seed: 11, n: 2 });
+  check(final.choices.length === 2 && plain.choices.length === 2, `n=2 gave ${final.choices.length} / ${plain.choices.length} choices`);
+  for (let i = 0; i < 2; i++) {
+    check(final.choices[i].index === i && final.choices[i].message.role === "assistant", `n=2 choice ${i}: ${JSON.stringify(final.choices[i])}`);
+    check(final.choices[i].message.content === plain.choices[i].message.content,
+      `n=2 choice ${i}: streamed ${JSON.stringify(final.choices[i].message.content)} != ${JSON.stringify(plain.choices[i].message.content)}`);
+  }
+  check(plain.usage.completion_tokens > 0 && plain.usage.completion_tokens <= 2 * 12,
+    `n=2 usage ${JSON.stringify(plain.usage)}`);
+  check(typeof plain.usage.prompt_tokens_details?.cached_tokens === "number", `usage lacks cached_tokens: ${JSON.stringify(plain.usage)}`);
+  ok(`n=2: the SDK's stream helper assembles both choices as the plain reply has them`);
+
   // still serving
   const again = await client.completions.create({ model, prompt, max_tokens: 40, temperature: 0 });
   check(again.choices[0].text === compText, "after the errors the text changed");
