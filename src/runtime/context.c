@@ -306,6 +306,7 @@ int tb_context_max_seqs(const tb_context *c) { return c->max_seqs; }
 int tb_context_max_step(const tb_context *c) { return c->max_step; }
 int tb_context_threads(const tb_context *c) { return c->be->n_threads; }
 tb_engine *tb_context_engine(const tb_context *c) { return c->e; }
+int tb_context_prefix_caching(const tb_context *c) { return tb_kv_pool_caching(c->pool); }
 
 /* ---------------------------------------------------------------- step */
 

@@ -12,6 +12,8 @@ int tb_context_max_seqs(const tb_context *c);
 int tb_context_max_step(const tb_context *c);
 int tb_context_threads(const tb_context *c);
 tb_engine *tb_context_engine(const tb_context *c);
+/* 1 when the context keeps full KV blocks for reuse (prefix caching). */
+int tb_context_prefix_caching(const tb_context *c);
 
 /* Per-op-kind timing for `turbine bench --engine --profile`: when on, every
  * step adds each node's wall time to its op kind's total. */

@@ -152,6 +152,7 @@ struct tb_sched {
     tb_sample_result *sres;      /* (max_num_seqs) */
     tb_sched_stats stats;
     int started;
+    int share_prefill;           /* the context caches prefixes: defer requests that can share a running prefill */
 };
 
 static void list_push_back(tb_request **head, tb_request *r) {
@@ -207,6 +208,25 @@ static int is_eos(const tb_engine_info *in, int t) {
     return 0;
 }
 
+/* Whether r's tokens share at least one full KV block with a running
+ * request that has not computed that block yet: admitted after it, r takes
+ * the block from the prefix cache instead of computing it alongside (n > 1
+ * choices of one prompt; clients with one system prompt arriving together). */
+static int wants_blocks_of_running(const tb_sched *s, const tb_request *r, int bs) {
+    int rn = r->n_prompt + r->n_gen - 1; /* the last token is always computed */
+    if (rn < bs) return 0;
+    for (int i = 0; i < s->o.max_num_seqs; i++) {
+        const tb_request *q = s->running[i];
+        if (!q) continue;
+        int qn = q->n_prompt + q->n_gen;
+        if (q->n_computed >= qn - 1 || memcmp(q->tokens, r->tokens, sizeof(int32_t) * (size_t)bs) != 0) continue;
+        int lim = rn < qn ? rn : qn, common = bs;
+        while (common < lim && q->tokens[common] == r->tokens[common]) common++;
+        if (common / bs * bs > q->n_computed) return 1; /* q has yet to write a block r can take */
+    }
+    return 0;
+}
+
 static void *loop_main(void *arg) {
     tb_sched *s = arg;
     int bs = tb_kv_block_size(s->ctx);
@@ -255,21 +275,26 @@ static void *loop_main(void *arg) {
             }
         }
 
-        /* 3. admit in FIFO order while slots and blocks allow */
-        while (s->waiting && s->n_running < s->o.max_num_seqs) {
-            tb_request *r = s->waiting;
+        /* 3. admit in FIFO order while slots and blocks allow; a request whose
+         * prompt begins like one still being prefilled waits for its blocks */
+        for (tb_request **pp = &s->waiting; *pp && s->n_running < s->o.max_num_seqs;) {
+            tb_request *r = *pp;
             int need = blocks_for(r->n_prompt + r->n_gen + 1, bs);
             if (need > tb_kv_free_blocks(s->ctx) && s->n_running > 0) break;
             if (need > tb_kv_total_blocks(s->ctx)) { /* can never fit */
-                s->waiting = r->next;
+                *pp = r->next;
                 s->n_waiting--;
                 end_request(s, r, TB_FINISH_ERROR);
                 continue;
             }
             if (need > tb_kv_free_blocks(s->ctx)) break;
+            if (s->share_prefill && wants_blocks_of_running(s, r, bs)) {
+                pp = &r->next;
+                continue;
+            }
             int slot = 0;
             while (s->running[slot]) slot++;
-            s->waiting = r->next;
+            *pp = r->next;
             s->n_waiting--;
             r->seq = slot;
             s->running[slot] = r;
@@ -412,6 +437,7 @@ tb_status tb_sched_start(tb_context *ctx, const tb_sched_options *o, const tb_sc
     }
     if (s->o.max_queue <= 0) s->o.max_queue = 256;
     tb_engine_get_info(tb_context_engine(ctx), &s->info);
+    s->share_prefill = tb_context_prefix_caching(ctx);
     s->rsamp = calloc((size_t)s->o.max_num_seqs, sizeof(tb_row_sampling));
     s->sres = calloc((size_t)s->o.max_num_seqs, sizeof(tb_sample_result));
     s->running = calloc((size_t)s->o.max_num_seqs, sizeof(tb_request *));

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serve_util import BIN, Server, build_stories, check, metric, ok, run_tests, workdir  # noqa: E402
@@ -112,6 +113,42 @@ def t_bench_prefix():
     ok("turbine bench --prefix-len 40: the server reused %d tokens over 6 requests" % h)
 
 
+def t_shared_prefill():
+    """Requests that arrive together with one long new prompt: the first computes it, the others wait
+    for its blocks (n = 4 choices, and 4 concurrent clients)."""
+    prompt = "Tom had a red ball and a blue kite. He went to the hill with his dog Max to fly the kite in the wind"
+    j = S.completion({"prompt": prompt, "max_tokens": 8, "temperature": 0, "n": 4})
+    u = j["usage"]
+    n = u["prompt_tokens"]
+    SEEN["hits"] += 3 * ((n - 1) // BLOCK * BLOCK)  # choices 1..3 (the metrics count each choice's lookup)
+    SEEN["queried"] += 4 * n
+    check(u["prompt_tokens_details"]["cached_tokens"] == (n - 1) // BLOCK * BLOCK,
+          "n=4 of a new %d-token prompt: cached %r, want the later choices to reuse %d" %
+          (n, u["prompt_tokens_details"], (n - 1) // BLOCK * BLOCK))
+    texts = [c["text"] for c in j["choices"]]
+    check(len(set(texts)) == 1, "greedy n=4 gave different texts: %r" % texts)
+    prompt2 = prompt.replace("Tom", "Sam").replace("red", "green")
+    out = [None] * 4
+
+    def one(i):
+        out[i] = S.completion({"prompt": prompt2, "max_tokens": 8, "temperature": 0})
+
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    cached = sorted(o["usage"]["prompt_tokens_details"]["cached_tokens"] for o in out)
+    for o in out:
+        SEEN["hits"] += o["usage"]["prompt_tokens_details"]["cached_tokens"]
+        SEEN["queried"] += o["usage"]["prompt_tokens"]
+    want = (out[0]["usage"]["prompt_tokens"] - 1) // BLOCK * BLOCK
+    check(cached == [0, want, want, want], "4 concurrent clients, one new prompt: cached tokens %r, want [0, %d x 3]" %
+          (cached, want))
+    check(len({o["choices"][0]["text"] for o in out}) == 1, "concurrent greedy texts differ")
+    ok("a new prompt sent 4 times at once (n=4, and 4 clients) is computed once: the others reuse %d tokens" % want)
+
+
 def t_metrics():
     ms = S.metrics()
     h, q = metric(ms, "turbine_prefix_cache_hits_total"), metric(ms, "turbine_prefix_cache_queries_total")
@@ -129,7 +166,7 @@ def main():
     S = Server(eng, "--threads", "1").start()
     OFF = Server(eng, "--threads", "1", "--no-prefix-caching", log=eng + ".off.log").start()
     run_tests([("repeated prompt", t_repeat), ("shared prefix", t_shared_prefix), ("streamed usage", t_stream_usage),
-               ("chat turns", t_chat_turns), ("metrics", t_metrics), ("bench --prefix-len", t_bench_prefix)])
+               ("chat turns", t_chat_turns), ("shared prefill", t_shared_prefill), ("metrics", t_metrics), ("bench --prefix-len", t_bench_prefix)])
 
 
 if __name__ == "__main__":
