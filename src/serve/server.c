@@ -375,7 +375,7 @@ static int grow(char **p, size_t *cap, size_t need) {
 
 static void append(char **p, size_t *n, size_t *cap, const char *src, size_t len) {
     if (!grow(p, cap, *n + len + 1)) return;
-    memcpy(*p + *n, src, len);
+    if (len) memcpy(*p + *n, src, len); /* src may be NULL when len is 0 */
     *n += len;
     (*p)[*n] = 0;
 }
