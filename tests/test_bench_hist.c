@@ -89,14 +89,21 @@ int main(void) {
     tb_hist_free(&c);
 
     /* Prometheus text: sums label sets, ignores comments and other names */
-    double run, wait, kv;
+    tb_server_metrics sm;
     tb_bench_parse_prometheus("# HELP x\nvllm:num_requests_running{model_name=\"a\"} 3\n"
                               "vllm:num_requests_running{model_name=\"b\"} 2\n"
                               "vllm:num_requests_waiting 7\nvllm:gpu_cache_usage_perc 0.25\n"
-                              "vllm:num_requests_running_total 99\n", &run, &wait, &kv);
-    CHECK(run == 5 && wait == 7 && kv == 0.25);
-    tb_bench_parse_prometheus("other 1\n", &run, &wait, &kv);
-    CHECK(isnan(run) && isnan(wait) && isnan(kv));
+                              "vllm:num_requests_running_total 99\nvllm:prefix_cache_hits_total 30\n"
+                              "vllm:prefix_cache_queries_total 120\n", &sm);
+    CHECK(sm.running == 5 && sm.waiting == 7 && sm.kv == 0.25 && sm.prefix_hits == 30 && sm.prefix_queries == 120);
+    tb_bench_parse_prometheus("other 1\n", &sm);
+    CHECK(isnan(sm.running) && isnan(sm.waiting) && isnan(sm.kv) && isnan(sm.prefix_hits));
+    /* Turbine's own names, as its /metrics writes them */
+    tb_bench_parse_prometheus("turbine_requests_running{model=\"m\"} 2\nturbine_requests_waiting{model=\"m\"} 1\n"
+                              "turbine_kv_cache_usage_ratio{model=\"m\"} 0.5\n"
+                              "turbine_prefix_cache_hits_total{model=\"m\"} 64\n"
+                              "turbine_prefix_cache_queries_total{model=\"m\"} 80\n", &sm);
+    CHECK(sm.running == 2 && sm.waiting == 1 && sm.kv == 0.5 && sm.prefix_hits == 64 && sm.prefix_queries == 80);
 
     char *m = tb_bench_first_model("{\"object\":\"list\",\"data\":[{\"id\":\"m1\"},{\"id\":\"m2\"}]}");
     CHECK(m && !strcmp(m, "m1"));

@@ -185,6 +185,9 @@ typedef struct {
     char first_error[256];
     long in_tokens, out_tokens;
     long n_good;            /* requests meeting every SLO                  */
+    double prefix_hit_rate; /* the server's prefix-cache hits / lookups over
+                             * the point (its /metrics before and after); NaN
+                             * when it reports none                        */
     double qps, out_tps, total_tps, goodput;
     tb_hist ttft, tpot, itl, e2e; /* nanoseconds */
     tb_bench_sample *samples;
@@ -242,10 +245,15 @@ double tb_h1_next_deadline(const tb_h1_client *cl);
 void tb_h1_cancel(tb_h1_client *cl, int idx, double now);
 
 /* ---------------------------------------------------------------- monitors */
-/* Server metrics: fills running/waiting/kv from Prometheus text (NaN when
- * none of the known names appear). Knows vLLM, llama.cpp, TGI, Turbine. */
-void tb_bench_parse_prometheus(const char *text, double *running, double *waiting,
-                               double *kv);
+/* What the load tester reads of a server's Prometheus /metrics (NaN where
+ * none of the known names appear). Knows vLLM, llama.cpp, TGI, SGLang,
+ * Turbine. */
+typedef struct {
+    double running, waiting;     /* requests                                   */
+    double kv;                   /* KV-cache use, 0..1                          */
+    double prefix_hits, prefix_queries; /* prefix-cache counters, in tokens     */
+} tb_server_metrics;
+void tb_bench_parse_prometheus(const char *text, tb_server_metrics *m);
 
 /* NVML through dlopen; every call is a no-op returning 0 without a GPU. */
 int tb_nvml_open(void);

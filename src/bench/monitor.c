@@ -19,8 +19,12 @@ static const char *const k_waiting[] = {
     "turbine_requests_waiting", "turbine_queue_length", "vllm:num_requests_waiting",
     "llamacpp:requests_deferred", "tgi_queue_size", "sglang:num_queue_reqs", NULL};
 static const char *const k_kv[] = {
-    "turbine_kv_cache_usage", "vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc",
+    "turbine_kv_cache_usage_ratio", "vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc",
     "llamacpp:kv_cache_usage_ratio", "sglang:token_usage", NULL};
+/* counters in tokens (vLLM V1 counts tokens the same way) */
+static const char *const k_prefix_hits[] = {"turbine_prefix_cache_hits_total", "vllm:prefix_cache_hits_total", NULL};
+static const char *const k_prefix_queries[] = {"turbine_prefix_cache_queries_total", "vllm:prefix_cache_queries_total",
+                                               NULL};
 
 static int name_in(const char *name, size_t len, const char *const *list) {
     for (int i = 0; list[i]; i++)
@@ -28,9 +32,8 @@ static int name_in(const char *name, size_t len, const char *const *list) {
     return 0;
 }
 
-void tb_bench_parse_prometheus(const char *text, double *running, double *waiting,
-                               double *kv) {
-    *running = *waiting = *kv = NAN;
+void tb_bench_parse_prometheus(const char *text, tb_server_metrics *m) {
+    m->running = m->waiting = m->kv = m->prefix_hits = m->prefix_queries = NAN;
     const char *p = text;
     int lines = 0;
     while (p && *p && lines++ < 200000) {
@@ -48,10 +51,12 @@ void tb_bench_parse_prometheus(const char *text, double *running, double *waitin
             char *vend;
             double val = strtod(v, &vend);
             if (vend != v && vend <= end && isfinite(val)) {
-                double *dst = name_in(p, nlen, k_running)   ? running
-                              : name_in(p, nlen, k_waiting) ? waiting
-                              : name_in(p, nlen, k_kv)      ? kv
-                                                            : NULL;
+                double *dst = name_in(p, nlen, k_running)          ? &m->running
+                              : name_in(p, nlen, k_waiting)        ? &m->waiting
+                              : name_in(p, nlen, k_kv)             ? &m->kv
+                              : name_in(p, nlen, k_prefix_hits)    ? &m->prefix_hits
+                              : name_in(p, nlen, k_prefix_queries) ? &m->prefix_queries
+                                                                   : NULL;
                 if (dst) *dst = isnan(*dst) ? val : *dst + val;
             }
         }

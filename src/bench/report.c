@@ -49,6 +49,9 @@ void tb_report_summary(FILE *f, const tb_bench_report *r) {
                 MS(tb_hist_quantile(&p->e2e, 0.5)), MS(tb_hist_quantile(&p->e2e, 0.99)),
                 MS(tb_hist_mean(&p->tpot)), MS(tb_hist_quantile(&p->tpot, 0.99)),
                 MS(tb_hist_mean(&p->itl)), MS(tb_hist_quantile(&p->itl, 0.99)));
+        if (isfinite(p->prefix_hit_rate))
+            fprintf(f, "%12s server prefix cache: %.1f%% of the prompt tokens looked up were reused\n", "",
+                    100 * p->prefix_hit_rate);
         if (p->n_err) {
             fprintf(f, "%12s errors:", "");
             for (int k = 0; k < TB_BERR_COUNT; k++)
@@ -94,6 +97,7 @@ static json_t *point_json(const tb_bench_result *p) {
     json_object_set_new(o, "total_token_throughput", num(p->total_tps));
     json_object_set_new(o, "good_requests", json_integer(p->n_good));
     json_object_set_new(o, "goodput", num(p->goodput));
+    json_object_set_new(o, "server_prefix_cache_hit_rate", num(p->prefix_hit_rate));
     json_t *e = json_object();
     for (int k = 0; k < TB_BERR_COUNT; k++) json_object_set_new(e, tb_bench_error_name(k), json_integer(p->err[k]));
     json_object_set_new(o, "errors", e);
@@ -178,7 +182,7 @@ tb_status tb_report_csv(const char *path, const tb_bench_report *r) {
     if (!f) return tb_errorf(TB_ERR_IO, "cannot write %s", path);
     fprintf(f, "label,concurrency,rate,duration_s,requests_ok,requests_failed,err_connect,err_timeout,"
                "err_http,err_stream,err_other,input_tokens,output_tokens,request_throughput,"
-               "output_token_throughput,total_token_throughput,goodput");
+               "output_token_throughput,total_token_throughput,goodput,server_prefix_cache_hit_rate");
     for (int m = 0; m < N_METRICS; m++) {
         fprintf(f, ",%s_mean_ms,%s_stddev_ms,%s_min_ms,%s_max_ms", k_metrics[m].name, k_metrics[m].name,
                 k_metrics[m].name, k_metrics[m].name);
@@ -191,8 +195,9 @@ tb_status tb_report_csv(const char *path, const tb_bench_report *r) {
         fprintf(f, "%s,%d,%g,%.6f,%ld,%ld", point_name(p, nm, sizeof nm), p->concurrency, p->rate,
                 p->duration, p->n_ok, p->n_err);
         for (int k = 0; k < TB_BERR_COUNT; k++) fprintf(f, ",%ld", p->err[k]);
-        fprintf(f, ",%ld,%ld,%.4f,%.3f,%.3f,%.4f", p->in_tokens, p->out_tokens, p->qps, p->out_tps,
+        fprintf(f, ",%ld,%ld,%.4f,%.3f,%.3f,%.4f,", p->in_tokens, p->out_tokens, p->qps, p->out_tps,
                 p->total_tps, p->goodput);
+        if (isfinite(p->prefix_hit_rate)) fprintf(f, "%.4f", p->prefix_hit_rate); /* empty: not reported */
         for (int m = 0; m < N_METRICS; m++) {
             const tb_hist *h = k_metrics[m].get(p);
             fprintf(f, ",%.4f,%.4f,%.4f,%.4f", MS(tb_hist_mean(h)), MS(tb_hist_stddev(h)),

@@ -122,7 +122,7 @@ struct run {
     slot mon;           /* the /metrics scraper */
     int mon_busy, mon_fail;
     char *metrics_url;
-    double srv_running, srv_waiting, srv_kv;
+    tb_server_metrics srv;
     int inflight;
     long next_req;
     /* current phase */
@@ -558,7 +558,7 @@ static void drain_messages(run *r) {
             curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &code);
             r->mon_busy = 0;
             if (rc == CURLE_OK && code == 200 && s->buf) {
-                tb_bench_parse_prometheus(s->buf, &r->srv_running, &r->srv_waiting, &r->srv_kv);
+                tb_bench_parse_prometheus(s->buf, &r->srv);
                 r->mon_fail = 0;
             } else {
                 r->mon_fail++;
@@ -602,9 +602,9 @@ static void add_sample(run *r, double t, double dt, long d_done, long d_tok) {
     p->done_rate = dt > 0 ? d_done / dt : 0;
     p->tok_rate = dt > 0 ? d_tok / dt : 0;
     p->inflight = r->inflight;
-    p->srv_running = r->srv_running;
-    p->srv_waiting = r->srv_waiting;
-    p->srv_kv = r->srv_kv;
+    p->srv_running = r->srv.running;
+    p->srv_waiting = r->srv.waiting;
+    p->srv_kv = r->srv.kv;
     p->gpu_util = p->gpu_mem_gib = p->gpu_power_w = NAN;
     if (r->c->gpu) tb_nvml_sample(&p->gpu_util, &p->gpu_mem_gib, &p->gpu_power_w);
 }
@@ -714,6 +714,19 @@ static tb_status phase(run *r, long n, double duration, int counted) {
     return TB_OK;
 }
 
+/* Reads the target's /metrics now (blocking, between phases). */
+static int scrape_now(run *r, tb_server_metrics *m) {
+    char *body = NULL;
+    long code = 0;
+    if (tb_bench_http_get(r->metrics_url, r->c, 5, 16 << 20, &body, &code) != TB_OK || code != 200) {
+        free(body);
+        return 0;
+    }
+    tb_bench_parse_prometheus(body, m);
+    free(body);
+    return 1;
+}
+
 tb_status tb_bench_run(const tb_bench_config *c, const tb_workload *w, tb_bench_result *out) {
     if (!c->url) return tb_errorf(TB_ERR_INVALID_ARG, "bench: no URL");
     if (c->rate <= 0 && (c->concurrency < 1 || c->concurrency > TB_MAX_SLOTS))
@@ -731,7 +744,8 @@ tb_status tb_bench_run(const tb_bench_config *c, const tb_workload *w, tb_bench_
     r.epfd = -1;
     r.curl_timer_ms = -1;
     r.curl_timer_at = INFINITY;
-    r.srv_running = r.srv_waiting = r.srv_kv = NAN;
+    r.srv.running = r.srv.waiting = r.srv.kv = r.srv.prefix_hits = r.srv.prefix_queries = NAN;
+    out->prefix_hit_rate = NAN;
     r.ep = c->endpoint;
     r.stream = c->stream && (r.ep == TB_EP_COMPLETIONS || r.ep == TB_EP_CHAT);
     if (r.ep != TB_EP_GET && !w->reqs[0].body) {
@@ -780,10 +794,14 @@ tb_status tb_bench_run(const tb_bench_config *c, const tb_workload *w, tb_bench_
     }
     if (st == TB_OK && c->gpu) tb_nvml_open();
     if (st == TB_OK && c->warmup > 0) st = phase(&r, c->warmup, 0, 0);
+    tb_server_metrics before, after;
+    int prefix = st == TB_OK && r.metrics_url && scrape_now(&r, &before) && isfinite(before.prefix_queries);
     if (st == TB_OK) {
         r.next_req = 0;
         st = phase(&r, c->requests, c->duration, 1);
     }
+    if (st == TB_OK && prefix && scrape_now(&r, &after) && after.prefix_queries > before.prefix_queries)
+        out->prefix_hit_rate = (after.prefix_hits - before.prefix_hits) / (after.prefix_queries - before.prefix_queries);
     run_free(&r);
     if (st != TB_OK) return st;
     double d = out->duration > 1e-9 ? out->duration : 1e-9;

@@ -95,17 +95,24 @@ def t_chat_turns():
 
 def t_bench_prefix():
     """turbine bench --prefix-len: prompts that share their first words hit the cache."""
-    h0 = metric(S.metrics(), "turbine_prefix_cache_hits_total")
+    m0 = S.metrics()
+    h0, q0 = metric(m0, "turbine_prefix_cache_hits_total"), metric(m0, "turbine_prefix_cache_queries_total")
     out = os.path.join(workdir("prefix_cache"), "bench.json")
     r = subprocess.run([BIN, "bench", "http://127.0.0.1:%d" % S.port, "-c", "1", "-n", "6", "--prefix-len", "40",
                         "--input-len", "8", "--output-len", "4", "--no-progress", "--json", out],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
     check(r.returncode == 0, "turbine bench failed:\n" + r.stdout.decode(errors="replace"))
     with open(out) as f:
-        cfg = json.load(f)["config"]
+        rep = json.load(f)
+    cfg = rep["config"]
     check(cfg.get("prefix_len") == 40, "bench JSON config: %r" % cfg)
     ms = S.metrics()
     h = metric(ms, "turbine_prefix_cache_hits_total") - h0
+    q = metric(ms, "turbine_prefix_cache_queries_total") - q0
+    rate = rep["points"][0].get("server_prefix_cache_hit_rate")
+    check(rate is not None and abs(rate - h / q) < 1e-9,
+          "bench's server_prefix_cache_hit_rate %r, the server's counters say %d / %d" % (rate, h, q))
+    check(b"server prefix cache:" in r.stdout, "the bench summary lacks the prefix-cache line:\n" + r.stdout.decode())
     # the first request writes the prefix (40 words, more than 2 blocks of tokens); the other 5 reuse it
     check(h >= 5 * 2 * BLOCK, "6 bench requests with a 40-word common prefix reused %d tokens" % h)
     SEEN["hits"] = metric(ms, "turbine_prefix_cache_hits_total")
