@@ -243,6 +243,21 @@ static void test_context(const char *engine_path) {
     CHECK(tb_seq_reuse_prefix(c, 0, P, 70) == -1 && tb_seq_reuse_prefix(c, 9, P, 70) == -1);
     tb_seq_reset(c, 0);
 
+    /* pressure that evicts two cached blocks takes P's tail, not its head: 32 of its 64 tokens stay */
+    {
+        CHECK(tb_kv_cached_blocks(c) == 4 && tb_kv_free_blocks(c) == total);
+        int32_t F[200];
+        for (int j = 0; j < 200; j++) F[j] = 3 + (j * 29 + 7) % (V - 3);
+        tb_seq_chunk f = {1, 14 * 16, F, 0}; /* 14 blocks: the 12 never used and 2 cached ones */
+        int32_t G[224];
+        for (int j = 0; j < 224; j++) G[j] = F[j % 200];
+        f.tokens = G;
+        CHECK(tb_context_step(c, &f, 1, NULL, NULL) == TB_OK);
+        tb_seq_reset(c, 1);
+        int kept = tb_seq_reuse_prefix(c, 2, P, 70);
+        CHECK_MSG(kept == 32, "after evicting two of P's four cached blocks, %d tokens match (want its head: 32)", kept);
+        tb_seq_reset(c, 2);
+    }
     /* Q (240 + 8 tokens) needs all 16 blocks: every cached block of P is evicted */
     CHECK(run_seq(c, 0, Q, 240, V, &ref[0][0]));
     tb_seq_reset(c, 0);

@@ -265,7 +265,9 @@ tb_status tb_seq_reset(tb_context *c, int seq) {
     if (seq < 0 || seq >= c->max_seqs)
         return tb_errorf(TB_ERR_INVALID_ARG, "sequence slot %d is outside [0, %d)", seq, c->max_seqs);
     int32_t *bt = c->block_tables + (size_t)seq * (size_t)c->max_blocks;
-    for (int j = 0; j < c->seq_blocks[seq]; j++) tb_kv_pool_release(c->pool, bt[j]);
+    /* last block first: cached blocks are evicted oldest release first, so a prefix loses its tail
+     * before its head (a head without its tail still serves shorter matches; the reverse serves none) */
+    for (int j = c->seq_blocks[seq] - 1; j >= 0; j--) tb_kv_pool_release(c->pool, bt[j]);
     c->seq_blocks[seq] = 0;
     c->seq_len[seq] = 0;
     c->seq_key[seq] = 0;
