@@ -64,6 +64,20 @@ static inline int tb_test_argmax(const float *x, int n) {
     return b;
 }
 
+#ifdef TURBINE_H
+/* Loads an engine; on failure counts a failed check, says why and returns NULL. */
+static inline tb_engine *tb_test_load_engine(const char *path) {
+    tb_engine *e = NULL;
+    tb_test_checks++;
+    if (tb_engine_load(path, &e) != TB_OK) {
+        tb_test_failures++;
+        fprintf(stderr, "load %s: %s\n", path, tb_last_error());
+        return NULL;
+    }
+    return e;
+}
+#endif
+
 static inline int tb_test_finish(const char *name) {
     printf("%s: %d checks, %d failed\n", name, tb_test_checks, tb_test_failures);
     return tb_test_failures ? 1 : 0;

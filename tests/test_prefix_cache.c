@@ -142,12 +142,8 @@ static float cmp_runs(const float *a, const float *b, int V) {
 }
 
 static void test_context(const char *engine_path) {
-    tb_engine *e = NULL;
-    if (tb_engine_load(engine_path, &e) != TB_OK) {
-        fprintf(stderr, "load %s: %s\n", engine_path, tb_last_error());
-        CHECK(0);
-        return;
-    }
+    tb_engine *e = tb_test_load_engine(engine_path);
+    if (!e) return;
     tb_engine_info info;
     tb_engine_get_info(e, &info);
     int V = info.vocab_size;
