@@ -51,7 +51,9 @@ static void print_help(void) {
            "                [--threads N] [--model-name NAME] [--timeout S] [--grace S] [--device cpu|cuda[:N]]\n"
            "                [--gpu-memory-fraction F] [--no-prefix-caching]\n"
            "      with no engine: serves the bundled Shakespeare demo model\n"
-           "  turbine bench BASE_URL|--engine FILE.engine [options]   (turbine bench --help)\n",
+           "  turbine bench BASE_URL|--engine FILE.engine [options]   (turbine bench --help)\n"
+           "  turbine perplexity FILE.engine (--text FILE | --ids 1,2,3) [--ctx N] [--threads N]\n"
+           "                [--device cpu|cuda[:N]]\n",
            TB_VERSION);
 }
 
@@ -390,5 +392,6 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 2, argv + 2);
     if (!strcmp(cmd, "bench")) return tb_cli_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "serve")) return tb_cli_serve(argc - 2, argv + 2);
+    if (!strcmp(cmd, "perplexity")) return tb_cli_perplexity(argc - 2, argv + 2);
     return usage_error("unknown command '%s'", cmd);
 }

@@ -1,0 +1,179 @@
+/*
+ * perplexity_cli.c — `turbine perplexity FILE.engine (--text FILE | --ids 1,2,3) [--ctx N]`:
+ * how well an engine predicts a text, the measure that justifies a change of
+ * precision (f32 -> f16/bf16) on real weights.
+ *
+ * The text is tokenized once (BOS first when the model adds one) and cut
+ * into non-overlapping windows of --ctx input tokens (default: the engine's
+ * context, at most 512); each window is one step with every row's logits, in
+ * a fresh sequence, and row r scores the token after it (for the last row,
+ * the first token of the next window): the usual evaluation of a language
+ * model's test loss. A remainder shorter than a window is left out when the
+ * text fills at least one window. Perplexity = exp(mean negative
+ * log-likelihood) over the scored tokens, log-softmax in double precision.
+ * Prints one line on stdout:
+ *   perplexity P nll N tokens T windows W ctx C
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "plan/engine.h"
+#include "runtime/runtime.h"
+#include "tokenizer/tokenizer.h"
+#include "turbine/turbine.h"
+
+static int usage(const char *msg, const char *arg) {
+    fprintf(stderr, "turbine perplexity: ");
+    fprintf(stderr, msg, arg);
+    fprintf(stderr, "\nusage: turbine perplexity FILE.engine (--text FILE | --ids 1,2,3) [--ctx N] [--threads N] "
+                    "[--device cpu|cuda[:N]]\n");
+    return 2;
+}
+
+static char *read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, len = 0;
+    char *buf = malloc(cap);
+    for (size_t r; buf && (r = fread(buf + len, 1, cap - len, f)) > 0;) {
+        len += r;
+        if (len == cap) {
+            char *nb = cap < ((size_t)1 << 30) ? realloc(buf, cap * 2) : NULL;
+            if (!nb) { free(buf); buf = NULL; break; }
+            buf = nb;
+            cap *= 2;
+        }
+    }
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) { free(buf); return NULL; }
+    *n = len;
+    return buf;
+}
+
+/* -log softmax(row)[target], in double. */
+static double nll_of(const float *row, int V, int target) {
+    double m = row[0];
+    for (int i = 1; i < V; i++) if (row[i] > m) m = row[i];
+    double s = 0;
+    for (int i = 0; i < V; i++) s += exp((double)row[i] - m);
+    return m + log(s) - (double)row[target];
+}
+
+int tb_cli_perplexity(int argc, char **argv) {
+    const char *engine = NULL, *text_path = NULL, *ids_arg = NULL, *device = NULL;
+    int ctx_len = 0, threads = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--text")) { if (!v) return usage("%s needs a value", a); text_path = v; i++; }
+        else if (!strcmp(a, "--ids")) { if (!v) return usage("%s needs a value", a); ids_arg = v; i++; }
+        else if (!strcmp(a, "--ctx")) { if (!v || !tb_cli_parse_int(v, 2, 1 << 20, &ctx_len)) return usage("--ctx needs an integer >= 2%s", ""); i++; }
+        else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) { if (!v || !tb_cli_parse_int(v, 1, 256, &threads)) return usage("--threads needs an integer in [1, 256]%s", ""); i++; }
+        else if (!strcmp(a, "--device")) { if (!v) return usage("%s needs a value", a); device = v; i++; }
+        else if (a[0] == '-' && a[1]) return usage("unknown option '%s'", a);
+        else if (!engine) engine = a;
+        else return usage("unexpected argument '%s'", a);
+    }
+    if (!engine) return usage("needs FILE.engine%s", "");
+    if (!text_path == !ids_arg) return usage("needs exactly one of --text FILE or --ids LIST%s", "");
+
+    tb_engine *e = NULL;
+    if (tb_engine_load_for(engine, device, &e) != TB_OK) {
+        fprintf(stderr, "turbine: error: %s\n", tb_last_error());
+        return 1;
+    }
+    tb_engine_info info;
+    tb_engine_get_info(e, &info);
+    int V = info.vocab_size, rc = 1;
+    if (ctx_len == 0) ctx_len = info.max_seq_len < 512 ? info.max_seq_len : 512;
+    if (ctx_len > info.max_seq_len) {
+        fprintf(stderr, "turbine: error: --ctx %d exceeds the engine's context (%d)\n", ctx_len, info.max_seq_len);
+        tb_engine_free(e);
+        return 1;
+    }
+    tb_context_options co;
+    tb_context_options_default(&co);
+    co.n_threads = threads;
+    co.max_seqs = 1;
+    co.device = device;
+    co.no_prefix_cache = 1; /* every window is new */
+    tb_context *ctx = NULL;
+    int32_t *toks = NULL;
+    int n = 0;
+    char *text = NULL;
+    if (tb_context_create(e, &co, &ctx) != TB_OK) {
+        fprintf(stderr, "turbine: error: %s\n", tb_last_error());
+        goto done;
+    }
+    if (ctx_len > tb_context_max_step(ctx)) {
+        fprintf(stderr, "turbine: error: --ctx %d exceeds the engine's step profile (%d tokens)\n", ctx_len,
+                tb_context_max_step(ctx));
+        goto done;
+    }
+    if (text_path) {
+        size_t len = 0;
+        text = read_file(text_path, &len);
+        if (!text) { fprintf(stderr, "turbine: error: cannot read %s: %s\n", text_path, strerror(errno)); goto done; }
+        if (len > ((size_t)1 << 28)) { fprintf(stderr, "turbine: error: %s is over 256 MiB\n", text_path); goto done; }
+        int cap = (int)len + 2;
+        toks = malloc(sizeof(int32_t) * (size_t)cap);
+        if (!toks || tb_tokenizer_encode(tb_engine_tokenizer(e), text, len, info.add_bos, toks, cap, &n) != TB_OK) {
+            fprintf(stderr, "turbine: error: cannot tokenize %s: %s\n", text_path, tb_last_error());
+            goto done;
+        }
+    } else {
+        int cap = (int)strlen(ids_arg) / 2 + 2;
+        toks = malloc(sizeof(int32_t) * (size_t)cap);
+        for (const char *p = ids_arg; toks && *p;) {
+            char *end;
+            errno = 0;
+            long v = strtol(p, &end, 10);
+            if (end == p || errno || v < 0 || v >= V || n >= cap) {
+                fprintf(stderr, "turbine: error: --ids: '%s' is not a token id in [0, %d)\n", p, V);
+                goto done;
+            }
+            toks[n++] = (int32_t)v;
+            p = *end == ',' ? end + 1 : end;
+            if (*end && *end != ',') { fprintf(stderr, "turbine: error: --ids: expected ',' at '%s'\n", end); goto done; }
+        }
+    }
+    if (n < 2) { fprintf(stderr, "turbine: error: need at least 2 tokens to score, got %d\n", n); goto done; }
+
+    double nll = 0;
+    long scored = 0;
+    int windows = 0;
+    double t0 = tb_now();
+    int full = (n - 1) / ctx_len; /* windows whose ctx_len targets all exist */
+    for (int start = 0; start + 1 < n; start += ctx_len) {
+        int len = n - 1 - start < ctx_len ? n - 1 - start : ctx_len; /* inputs with a target */
+        if (full > 0 && len < ctx_len) break;
+        tb_seq_reset(ctx, 0);
+        tb_seq_chunk ch = {0, len, toks + start, 2};
+        const float *lg = NULL;
+        int rows = 0;
+        if (tb_context_step(ctx, &ch, 1, &lg, &rows) != TB_OK || rows != len) {
+            fprintf(stderr, "turbine: error: window at token %d: %s\n", start, tb_last_error());
+            goto done;
+        }
+        for (int r = 0; r < len; r++) {
+            nll += nll_of(lg + (size_t)r * (size_t)V, V, toks[start + r + 1]);
+            scored++;
+        }
+        windows++;
+    }
+    double secs = tb_now() - t0;
+    printf("perplexity %.6f nll %.6f tokens %ld windows %d ctx %d\n", exp(nll / (double)scored), nll / (double)scored,
+           scored, windows, ctx_len);
+    fprintf(stderr, "turbine: %ld tokens scored in %.2f s (%.0f tok/s)\n", scored, secs, scored / (secs > 0 ? secs : 1));
+    rc = 0;
+done:
+    free(text);
+    free(toks);
+    tb_context_free(ctx);
+    tb_engine_free(e);
+    return rc;
+}
