@@ -15,7 +15,10 @@
 #             same logits against transformers' own model of each checkpoint
 #             (bench/gpu/hf_logits.py); then re-runs of a few engines with
 #             tuning switches flipped
-# 3. text   : stories260K f32 on the GPU, -n 200 greedy, byte for byte
+# 3. text   : stories260K f32 on the GPU, -n 200 greedy, byte for byte; the
+#            demo model's perplexity on tinyshakespeare's held-out split
+#            (f32, f16) against the PyTorch figure (needs
+#            $DATA/data/tinyshakespeare.txt)
 # 4. batch  : tests/test_batch.c and tests/test_sample_step.c with
 #             TURBINE_TEST_DEVICE=$DEV (batched == unbatched; sampling on the
 #             device)
@@ -185,6 +188,32 @@ fi
 tb "$BIN/gpu_bench" "$W/s.engine" --device cpu --decode 1 > /dev/null 2> "$W/cpu_err.txt"
 say "cpu load of a cuda engine: $(tail -n 1 "$W/cpu_err.txt")"
 tb "$TB" inspect "$W/s.engine" 2>&1 | grep -i -m3 "cuda\|gpu\|cc" | tee -a "$LOG"
+
+# ---------------------------------------------------------------- 3b. perplexity
+# The demo model on the held-out last 10% of tinyshakespeare ($DATA/data/tinyshakespeare.txt,
+# a copy of ../shared/data's): its training script measured 3.8547 nats/token in PyTorch
+# (models/demo/TRAINING.md); f32 and f16 engines on the GPU must agree within 5e-4.
+if [ -f "$DATA/data/tinyshakespeare.txt" ]; then
+    say "== perplexity of the demo model"
+    "$PY" -c "import sys; t = open(sys.argv[1]).read(); open(sys.argv[2], 'w').write(t[int(len(t) * 0.9):])" \
+        "$DATA/data/tinyshakespeare.txt" "$W/ts_test.txt"
+    ppl_res=""
+    for dt in f32 f16; do
+        out=""
+        tb "$TB" build "$SRC/models/demo/shakespeare" --dtype $dt -o "$W/demo_$dt.engine" --device $DEV >> "$LOG" 2>&1 &&
+            out=$(tb "$TB" perplexity "$W/demo_$dt.engine" "${RUNDEV[@]}" --text "$W/ts_test.txt" --ctx 512 2>> "$LOG")
+        say "demo $dt: ${out:-failed}"
+        nll=$(awk '{print $4}' <<<"$out")
+        ok=$("$PY" -c "import sys; print('yes' if abs(float('${nll:-nan}') - 3.8547) <= 5e-4 else 'no')")
+        ppl_res="$ppl_res $dt=${nll:-none}($ok)"
+    done
+    case "$ppl_res" in
+        *"(no)"*) row "demo perplexity (PyTorch 3.8547)" "FAIL$ppl_res" ;;
+        *) row "demo perplexity (PyTorch 3.8547)" "PASS$ppl_res" ;;
+    esac
+else
+    say "perplexity: $DATA/data/tinyshakespeare.txt missing (copy ../shared/data/tinyshakespeare.txt there)"
+fi
 
 # ---------------------------------------------------------------- 4. batch
 # device_test PROGRAM NAME: tests/PROGRAM.c on $DEV, its output in $W/NAME.txt
