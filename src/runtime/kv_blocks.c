@@ -26,6 +26,8 @@ static uint32_t home(const tb_kv_pool *p, uint64_t k) { return (uint32_t)(k ^ (k
 
 tb_status tb_kv_pool_create(int n_blocks, int block_size, int cache, tb_kv_pool **out) {
     *out = NULL;
+    if (n_blocks < 1 || n_blocks > (1 << 29) || block_size < 1)
+        return tb_errorf(TB_ERR_INVALID_ARG, "KV block pool: %d blocks of %d tokens", n_blocks, block_size);
     tb_kv_pool *p = calloc(1, sizeof *p);
     if (!p) return tb_errorf(TB_ERR_OOM, "out of memory");
     p->n_blocks = n_blocks;

@@ -219,7 +219,8 @@ static int wants_blocks_of_running(const tb_sched *s, const tb_request *r, int b
         const tb_request *q = s->running[i];
         if (!q) continue;
         int qn = q->n_prompt + q->n_gen;
-        if (q->n_computed >= qn - 1 || memcmp(q->tokens, r->tokens, sizeof(int32_t) * (size_t)bs) != 0) continue;
+        if (qn <= bs || q->n_computed >= qn - 1 || memcmp(q->tokens, r->tokens, sizeof(int32_t) * (size_t)bs) != 0)
+            continue;
         int lim = rn < qn ? rn : qn, common = bs;
         while (common < lim && q->tokens[common] == r->tokens[common]) common++;
         if (common / bs * bs > q->n_computed) return 1; /* q has yet to write a block r can take */

@@ -156,6 +156,31 @@ def t_shared_prefill():
     ok("a new prompt sent 4 times at once (n=4, and 4 clients) is computed once: the others reuse %d tokens" % want)
 
 
+def t_mixed_burst():
+    """Short prompts (under one block, tiny token buffers) arriving with long ones: the scheduler compares
+    waiting requests with running prefills only over tokens both have (the sanitized suite runs this too)."""
+    bodies = [{"prompt": "Hi", "max_tokens": 2, "temperature": 0}, {"prompt": "Once", "max_tokens": 1, "temperature": 0},
+              {"prompt": LONG + " and a frog.", "max_tokens": 4, "temperature": 0},
+              {"prompt": LONG + " and a hat.", "max_tokens": 4, "temperature": 0}] * 2
+    want = [OFF.completion(b)["choices"][0]["text"] for b in bodies]
+    out = [None] * len(bodies)
+
+    def one(i):
+        out[i] = S.completion(bodies[i])
+
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(len(bodies))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    for i, o in enumerate(out):
+        check(o is not None and o["choices"][0]["text"] == want[i], "burst request %d: %r, want %r" % (
+            i, o and o["choices"][0]["text"], want[i]))
+        SEEN["hits"] += o["usage"]["prompt_tokens_details"]["cached_tokens"]
+        SEEN["queried"] += o["usage"]["prompt_tokens"]
+    ok("8 short and long prompts at once: each text as without the cache")
+
+
 def t_metrics():
     ms = S.metrics()
     h, q = metric(ms, "turbine_prefix_cache_hits_total"), metric(ms, "turbine_prefix_cache_queries_total")
@@ -173,7 +198,8 @@ def main():
     S = Server(eng, "--threads", "1").start()
     OFF = Server(eng, "--threads", "1", "--no-prefix-caching", log=eng + ".off.log").start()
     run_tests([("repeated prompt", t_repeat), ("shared prefix", t_shared_prefix), ("streamed usage", t_stream_usage),
-               ("chat turns", t_chat_turns), ("shared prefill", t_shared_prefill), ("metrics", t_metrics), ("bench --prefix-len", t_bench_prefix)])
+               ("chat turns", t_chat_turns), ("shared prefill", t_shared_prefill), ("mixed burst", t_mixed_burst),
+               ("metrics", t_metrics), ("bench --prefix-len", t_bench_prefix)])
 
 
 if __name__ == "__main__":
