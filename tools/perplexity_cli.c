@@ -34,27 +34,6 @@ static int usage(const char *msg, const char *arg) {
     return 2;
 }
 
-static char *read_file(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    size_t cap = 1 << 16, len = 0;
-    char *buf = malloc(cap);
-    for (size_t r; buf && (r = fread(buf + len, 1, cap - len, f)) > 0;) {
-        len += r;
-        if (len == cap) {
-            char *nb = cap < ((size_t)1 << 30) ? realloc(buf, cap * 2) : NULL;
-            if (!nb) { free(buf); buf = NULL; break; }
-            buf = nb;
-            cap *= 2;
-        }
-    }
-    int bad = ferror(f);
-    fclose(f);
-    if (bad) { free(buf); return NULL; }
-    *n = len;
-    return buf;
-}
-
 /* -log softmax(row)[target], in double. */
 static double nll_of(const float *row, int V, int target) {
     double m = row[0];
@@ -116,9 +95,10 @@ int tb_cli_perplexity(int argc, char **argv) {
     }
     if (text_path) {
         size_t len = 0;
-        text = read_file(text_path, &len);
-        if (!text) { fprintf(stderr, "turbine: error: cannot read %s: %s\n", text_path, strerror(errno)); goto done; }
-        if (len > ((size_t)1 << 28)) { fprintf(stderr, "turbine: error: %s is over 256 MiB\n", text_path); goto done; }
+        if (tb_file_read_all(text_path, &text, &len, (size_t)1 << 28) != TB_OK) {
+            fprintf(stderr, "turbine: error: %s\n", tb_last_error());
+            goto done;
+        }
         int cap = (int)len + 2;
         toks = malloc(sizeof(int32_t) * (size_t)cap);
         if (!toks || tb_tokenizer_encode(tb_engine_tokenizer(e), text, len, info.add_bos, toks, cap, &n) != TB_OK) {
@@ -128,18 +108,7 @@ int tb_cli_perplexity(int argc, char **argv) {
     } else {
         int cap = (int)strlen(ids_arg) / 2 + 2;
         toks = malloc(sizeof(int32_t) * (size_t)cap);
-        for (const char *p = ids_arg; toks && *p;) {
-            char *end;
-            errno = 0;
-            long v = strtol(p, &end, 10);
-            if (end == p || errno || v < 0 || v >= V || n >= cap) {
-                fprintf(stderr, "turbine: error: --ids: '%s' is not a token id in [0, %d)\n", p, V);
-                goto done;
-            }
-            toks[n++] = (int32_t)v;
-            p = *end == ',' ? end + 1 : end;
-            if (*end && *end != ',') { fprintf(stderr, "turbine: error: --ids: expected ',' at '%s'\n", end); goto done; }
-        }
+        if (!toks || !tb_cli_parse_ids("--ids", ids_arg, V, toks, cap, &n)) goto done;
     }
     if (n < 2) { fprintf(stderr, "turbine: error: need at least 2 tokens to score, got %d\n", n); goto done; }
 

@@ -267,28 +267,8 @@ static int cmd_run(int argc, char **argv) {
             fail("cannot tokenize the prompt");
             goto done;
         }
-    } else {
-        const char *p = ids_arg;
-        while (*p) {
-            char *end;
-            errno = 0;
-            long v = strtol(p, &end, 10);
-            if (end == p || errno || v < 0 || v >= info.vocab_size) {
-                fprintf(stderr, "turbine: error: --prompt-ids: '%s' is not a token id in [0, %d)\n", p, info.vocab_size);
-                goto done;
-            }
-            if (n_prompt >= cap - 1) {
-                fprintf(stderr, "turbine: error: --prompt-ids: more than %d tokens (the engine's context)\n", cap - 1);
-                goto done;
-            }
-            toks[n_prompt++] = (int32_t)v;
-            p = end;
-            if (*p == ',') p++;
-            else if (*p) {
-                fprintf(stderr, "turbine: error: --prompt-ids: expected ',' at '%s'\n", p);
-                goto done;
-            }
-        }
+    } else if (!tb_cli_parse_ids("--prompt-ids", ids_arg, info.vocab_size, toks, cap - 1, &n_prompt)) {
+        goto done;
     }
     if (n_prompt == 0) { fprintf(stderr, "turbine: error: the prompt is empty\n"); goto done; }
     if (n_prompt >= info.max_seq_len) {
