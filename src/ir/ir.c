@@ -197,6 +197,39 @@ int tb_graph_add_node(tb_graph *g, tb_op_kind op, const int *in, int n_in, const
 }
 
 tb_status tb_graph_check(tb_graph *g) {
+    /* profiles: 1 <= min <= opt <= max, and a bound that keeps every size
+     * computed from them far from overflow */
+    for (int i = 0; i < g->n_syms; i++) {
+        const tb_symbol *y = &g->syms[i];
+        if (y->min < 1 || y->min > y->opt || y->opt > y->max || y->max > (1 << 24))
+            return tb_errorf(TB_ERR_FORMAT, "symbol %s has an invalid profile [min %lld, opt %lld, max %lld]", y->name,
+                             (long long)y->min, (long long)y->opt, (long long)y->max);
+    }
+    /* nodes in topological order: a node reads inputs, weights and values an
+     * earlier node wrote; every activation is written by exactly one node */
+    uint8_t *written = calloc((size_t)g->n_values + 1, 1);
+    if (!written) return tb_errorf(TB_ERR_OOM, "out of memory checking the graph");
+    for (int v = 0; v < g->n_values; v++) written[v] = g->values[v].kind != TB_VAL_ACT;
+    for (int k = 0; k < g->n_nodes; k++) {
+        const tb_node *n = &g->nodes[k];
+        for (int j = 0; j < n->n_in; j++)
+            if (n->in[j] < 0 || n->in[j] >= g->n_values || !written[n->in[j]]) {
+                free(written);
+                return tb_errorf(TB_ERR_FORMAT, "node %d (%s) reads value %d before any node writes it", k,
+                                 (unsigned)n->op < TB_OP_COUNT ? tb_op_name(n->op) : "?", n->in[j]);
+            }
+        for (int o = 0; o < n->n_out; o++) {
+            int v = n->out[o];
+            if (v < 0 || v >= g->n_values || g->values[v].kind != TB_VAL_ACT || written[v] == 2) {
+                free(written);
+                return tb_errorf(TB_ERR_FORMAT, "node %d writes value %d, which is not a fresh activation", k, v);
+            }
+            written[v] = 2;
+        }
+    }
+    int out_ok = g->output >= 0 && g->output < g->n_values && written[g->output];
+    free(written);
+    if (!out_ok) return tb_errorf(TB_ERR_FORMAT, "graph has no output");
     for (int k = 0; k < g->n_nodes; k++) {
         tb_node *n = &g->nodes[k];
         int rank[TB_MAX_OUTPUTS], n_out;

@@ -150,6 +150,19 @@ tb_status tb_context_create(tb_engine *e, const tb_context_options *opt, tb_cont
     c->max_seqs = o.max_seqs > 0 ? o.max_seqs : e->info.max_batch;
     c->max_step = e->max_step_tokens;
     if (o.max_step_tokens > 0 && o.max_step_tokens < c->max_step) c->max_step = o.max_step_tokens;
+    /* the arena is planned for the profile's maxima: a step may never carry
+     * more tokens or logits rows than that, whatever the meta section says */
+    for (int i = 0; i < g->n_syms; i++)
+        if ((!strcmp(g->syms[i].name, "tokens") || !strcmp(g->syms[i].name, "rows")) && g->syms[i].max < c->max_step) {
+            int declared = c->max_step;
+            free(c);
+            return tb_errorf(TB_ERR_FORMAT, "engine meta allows steps of %d tokens but the graph's profile plans "
+                             "%s <= %lld", declared, g->syms[i].name, (long long)g->syms[i].max);
+        }
+    if (tb_graph_find_sym(g, "tokens") < 0 || c->max_step < 1) {
+        free(c);
+        return tb_errorf(TB_ERR_FORMAT, "engine graph has no tokens profile or the step bound is not positive");
+    }
     c->max_ctx = e->info.max_seq_len;
     c->vocab = e->info.vocab_size;
     c->n_layers = e->info.n_layers;
