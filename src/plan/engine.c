@@ -37,14 +37,15 @@ static void *hash_worker(void *arg) {
     return NULL;
 }
 
-uint64_t tb_section_hash(const uint8_t *p, uint64_t n) {
+tb_status tb_section_hash(const uint8_t *p, uint64_t n, uint64_t *out) {
     uint64_t count = (n + CHUNK - 1) / CHUNK;
     if (count <= 1) {
         uint64_t h = tb_hash64(p, n);
-        return tb_hash64(&h, sizeof h);
+        *out = tb_hash64(&h, sizeof h);
+        return TB_OK;
     }
     uint64_t *hs = calloc(count, sizeof *hs);
-    if (!hs) return 0;
+    if (!hs) return tb_errorf(TB_ERR_OOM, "out of memory hashing a section of %llu bytes", (unsigned long long)n);
     int nth = tb_default_threads();
     if (nth > 8) nth = 8;
     if ((uint64_t)nth > count) nth = (int)count;
@@ -64,9 +65,9 @@ uint64_t tb_section_hash(const uint8_t *p, uint64_t n) {
     hash_worker(&jobs[0]);
     for (int i = 1; i < nth; i++)
         if (th[i]) pthread_join(th[i], NULL);
-    uint64_t h = tb_hash64(hs, count * sizeof *hs);
+    *out = tb_hash64(hs, count * sizeof *hs);
     free(hs);
-    return h;
+    return TB_OK;
 }
 
 /* ---------------------------------------------------------------- writing */
@@ -82,7 +83,7 @@ tb_status tb_engine_write(const char *path, const tb_section_src *sec, int n) {
         snprintf(tab[i].name, sizeof tab[i].name, "%s", sec[i].name);
         tab[i].offset = off;
         tab[i].size = sec[i].size;
-        tab[i].hash = tb_section_hash(sec[i].data, sec[i].size);
+        TB_TRY(tb_section_hash(sec[i].data, sec[i].size, &tab[i].hash));
         off = align_up(off + sec[i].size);
     }
     uint64_t file_size = off;
@@ -219,7 +220,9 @@ static tb_status open_checked(const char *path, tb_mapped_file *map, entry *tab,
             s = tb_errorf(TB_ERR_FORMAT, "%s: section '%s' lies outside the file", path, tab[i].name);
             goto fail;
         }
-        if (verify && tb_section_hash(p + tab[i].offset, tab[i].size) != tab[i].hash) {
+        uint64_t h = 0;
+        if (verify && (s = tb_section_hash(p + tab[i].offset, tab[i].size, &h)) != TB_OK) goto fail;
+        if (verify && h != tab[i].hash) {
             s = tb_errorf(TB_ERR_CHECKSUM, "%s: section '%s' is corrupted (checksum mismatch)", path, tab[i].name);
             goto fail;
         }

@@ -54,7 +54,8 @@ tb_status tb_engine_write(const char *path, const tb_section_src *sections,
 tb_status tb_engine_load_for(const char *path, const char *device,
                              tb_engine **out);
 
-/* Section checksum (chunked XXH3, see above). */
-uint64_t tb_section_hash(const uint8_t *p, uint64_t n);
+/* Section checksum (chunked XXH3, see above); TB_ERR_OOM when the chunk
+ * table cannot be allocated (never reported as a corrupt file). */
+tb_status tb_section_hash(const uint8_t *p, uint64_t n, uint64_t *out);
 
 #endif
