@@ -193,6 +193,14 @@ int main(void) {
         CHECK_MSG(hs == TB_ERR_OOM, "hashing an unallocatable table: status %d (%s)", (int)hs, tb_last_error());
     }
 #endif
+    /* a weight the graph cannot take is freed by it (ownership passes even on
+     * failure: LeakSanitizer reports it otherwise) and the cause is kept */
+    tb_graph *g = tb_graph_new();
+    int64_t dims[TB_MAX_RANK + 1] = {0};
+    tb_error_clear();
+    CHECK(tb_graph_add_weight(g, "w", TB_F32, TB_MAX_RANK + 1, dims, malloc(64), 1) < 0);
+    CHECK_MSG(tb_last_status() == TB_ERR_INVALID_ARG, "status %d: %s", (int)tb_last_status(), tb_last_error());
+    tb_graph_free(g);
     for (int i = 0; i < n_sec; i++) free(secs[i].data);
     return tb_test_finish("test_engine_crafted");
 }

@@ -27,6 +27,9 @@ tb_status tb_errorf(tb_status code, const char *fmt, ...)
 tb_status tb_error_prefix(tb_status code, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void tb_error_clear(void);
+/* The code of the last tb_errorf on this thread (TB_OK after a clear): lets
+ * a caller that only saw -1 from a builder pass on the real cause. */
+tb_status tb_last_status(void);
 
 #define TB_ASSERT(cond)                                                      \
     do {                                                                     \

@@ -2,6 +2,7 @@
 #include "core.h"
 
 static _Thread_local char tb_err_msg[1024];
+static _Thread_local tb_status tb_err_code;
 
 const char *tb_status_str(tb_status s) {
     switch (s) {
@@ -22,13 +23,15 @@ const char *tb_status_str(tb_status s) {
 }
 
 const char *tb_last_error(void) { return tb_err_msg; }
-void tb_error_clear(void) { tb_err_msg[0] = 0; }
+void tb_error_clear(void) { tb_err_msg[0] = 0; tb_err_code = TB_OK; }
+tb_status tb_last_status(void) { return tb_err_code; }
 
 tb_status tb_errorf(tb_status code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(tb_err_msg, sizeof tb_err_msg, fmt, ap);
     va_end(ap);
+    tb_err_code = code;
     return code;
 }
 

@@ -41,11 +41,14 @@ int tb_graph_find_sym(const tb_graph *g, const char *name) {
 
 int tb_graph_add_value(tb_graph *g, const char *name, tb_value_kind kind, tb_dtype dt,
                        int rank, const int64_t *dims) {
-    if (rank < 0 || rank > TB_MAX_RANK) return -1;
+    if (rank < 0 || rank > TB_MAX_RANK) {
+        tb_errorf(TB_ERR_INVALID_ARG, "value %s: rank %d is outside [0, %d]", name, rank, TB_MAX_RANK);
+        return -1;
+    }
     if (g->n_values == g->cap_values) {
         int cap = g->cap_values ? g->cap_values * 2 : 64;
         tb_value *v = realloc(g->values, (size_t)cap * sizeof *v);
-        if (!v) return -1;
+        if (!v) { tb_errorf(TB_ERR_OOM, "out of memory adding value %s", name); return -1; }
         g->values = v;
         g->cap_values = cap;
     }
@@ -62,7 +65,10 @@ int tb_graph_add_value(tb_graph *g, const char *name, tb_value_kind kind, tb_dty
 int tb_graph_add_weight(tb_graph *g, const char *name, tb_dtype dt, int rank,
                         const int64_t *dims, const void *data, int owned) {
     int id = tb_graph_add_value(g, name, TB_VAL_WEIGHT, dt, rank, dims);
-    if (id < 0) return -1;
+    if (id < 0) {
+        if (owned) free((void *)data); /* ownership passes even on failure */
+        return -1;
+    }
     tb_value *v = &g->values[id];
     v->data = data;
     v->owned = owned;
@@ -188,7 +194,7 @@ int tb_graph_add_node(tb_graph *g, tb_op_kind op, const int *in, int n_in, const
     if (g->n_nodes == g->cap_nodes) {
         int cap = g->cap_nodes ? g->cap_nodes * 2 : 64;
         tb_node *p = realloc(g->nodes, (size_t)cap * sizeof *p);
-        if (!p) return -1;
+        if (!p) { tb_errorf(TB_ERR_OOM, "out of memory adding node %s", out_name); return -1; }
         g->nodes = p;
         g->cap_nodes = cap;
     }

@@ -103,7 +103,8 @@ int tb_graph_find_sym(const tb_graph *g, const char *name);
 /* Returns the value index, or -1 on allocation failure. */
 int tb_graph_add_value(tb_graph *g, const char *name, tb_value_kind kind,
                        tb_dtype dt, int rank, const int64_t *dims);
-/* A weight with data; `owned` = 1 hands the malloc'd buffer to the graph. */
+/* A weight with data; `owned` = 1 hands the malloc'd buffer to the graph
+ * (freed with it, or at once when adding fails). */
 int tb_graph_add_weight(tb_graph *g, const char *name, tb_dtype dt, int rank,
                         const int64_t *dims, const void *data, int owned);
 int tb_graph_find_value(const tb_graph *g, const char *name);

@@ -80,6 +80,7 @@ tb_status tb_model_build_graph(const tb_model_source *src, const tb_model_build_
     tb_status s = TB_OK;
     tb_graph *g = tb_graph_new();
     if (!g) return tb_errorf(TB_ERR_OOM, "out of memory");
+    tb_error_clear(); /* graph_fail reads the cause the graph calls record */
     int tok = tb_graph_add_sym(g, "tokens", 1, 1, o->max_step_tokens);
     int rows = tb_graph_add_sym(g, "rows", 1, 1, o->max_step_tokens);
     (void)rows;
@@ -206,8 +207,9 @@ tb_status tb_model_build_graph(const tb_model_source *src, const tb_model_build_
     *out = g;
     return TB_OK;
 graph_fail:
-    if (!tb_last_error()[0]) tb_errorf(TB_ERR_OOM, "out of memory building the graph");
-    s = TB_ERR_INTERNAL;
+    /* the builder calls report -1: pass on the cause they recorded */
+    if (!tb_last_error()[0] || tb_last_status() == TB_OK) tb_errorf(TB_ERR_OOM, "out of memory building the graph");
+    s = tb_last_status();
     tb_error_prefix(s, "building layer %d", l);
 fail:
     tb_graph_free(g);
