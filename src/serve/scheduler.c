@@ -414,7 +414,7 @@ static void *loop_main(void *arg) {
                 memcpy(ev.top_logprobs, res->top_logprobs, sizeof(float) * (size_t)res->n_top);
             }
             double now = tb_now();
-            int eos = is_eos(&s->info, tok) && !r->p.ignore_eos;
+            int eos = is_eos(&s->info, tok) && !r->p.ignore_eos && r->n_gen >= r->p.min_tokens;
             if (!eos) {
                 r->tokens[total] = tok;
                 r->n_gen++;

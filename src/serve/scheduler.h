@@ -46,6 +46,7 @@ typedef struct {
 typedef struct {
     int max_tokens;         /* generated tokens at most                   */
     int ignore_eos;
+    int min_tokens;         /* EOS ends the request only after this many tokens */
     int logprobs;           /* -1: none; else top alternatives (0..20)    */
     tb_sampling_params sampling;
     /* Events held for a reader that has not taken them yet; when the

@@ -163,6 +163,7 @@ typedef struct {
     int max_tokens;
     int logprobs;          /* -1 none */
     int ignore_eos;
+    int min_tokens;        /* EOS does not end a choice before this many tokens */
     tb_sampling_params sp;
     char stops[MAX_STOPS][MAX_STOP_LEN]; /* may hold NULs: */
     size_t stop_len[MAX_STOPS];          /* their lengths */
@@ -274,6 +275,7 @@ static const struct {
     {"stream", F_BOTH, F_USED, NULL},
     {"stream_options", F_BOTH, F_USED, NULL},
     {"ignore_eos", F_BOTH, F_USED, NULL},
+    {"min_tokens", F_BOTH, F_USED, NULL},
     {"logprobs", F_BOTH, F_USED, NULL},
     {"top_logprobs", F_CHAT, F_USED, NULL},
     {"echo", F_COMP, F_USED, NULL},
@@ -499,6 +501,8 @@ static int parse_gen(server *s, json_t *root, int chat, gen_req *g, parse_err *e
     const char *mt_key = json_object_get(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     if (!get_int(root, mt_key, 1, 1L << 30, &l, e)) return 0;
     g->max_tokens = (int)l;
+    l = 0; if (!get_int(root, "min_tokens", 0, g->max_tokens, &l, e)) return 0;
+    g->min_tokens = (int)l;
     if (g->n_prompt >= ctx || (long)g->n_prompt + g->max_tokens > ctx)
         PERR(400, "max_tokens",
              "This model's maximum context length is %d tokens. However, you requested %ld tokens (%d in the prompt, "
@@ -960,7 +964,7 @@ static enum MHD_Result handle_generate(server *s, struct MHD_Connection *c, json
      * its blocks are written) */
     for (int i = 0; i < g->n; i++) {
         gen_choice *ch = &g->ch[i];
-        tb_request_params rp = {.max_tokens = g->g.max_tokens, .ignore_eos = g->g.ignore_eos,
+        tb_request_params rp = {.max_tokens = g->g.max_tokens, .ignore_eos = g->g.ignore_eos, .min_tokens = g->g.min_tokens,
                                 .logprobs = g->g.logprobs, .sampling = g->g.sp,
                                 /* a stream's reader is the client: bounded; otherwise this thread */
                                 .max_buffered = g->g.stream ? s->o.stream_buffer : 0};
