@@ -9,14 +9,14 @@
 #include "tb_test.h"
 
 static const tb_chat_message conv[] = {
-    {"system", "Be brief."},
-    {"user", "Hi"},
-    {"assistant", "Hello."},
-    {"user", "Who are you?"},
+    {"system", "Be brief.", 0},
+    {"user", "Hi", 0},
+    {"assistant", "Hello.", 0},
+    {"user", "Who are you?", 0},
 };
 
 static void expect(tb_chat_format f, const char *bos, const char *want) {
-    char *got = tb_chat_render(f, conv, 4, bos);
+    char *got = tb_chat_render(f, conv, 4, bos, NULL);
     CHECK_MSG(got && strcmp(got, want) == 0, "%s:\n got [%s]\nwant [%s]", tb_chat_format_name(f), got ? got : "(null)",
               want);
     free(got);
@@ -48,5 +48,18 @@ int main(void) {
     expect(TB_CHAT_MISTRAL, "<s>", "<s>[INST] Be brief.\n\nHi [/INST]Hello.</s>[INST] Who are you? [/INST]");
     expect(TB_CHAT_PLAIN, "",
            "System: Be brief.\n\nUser: Hi\n\nAssistant: Hello.\n\nUser: Who are you?\n\nAssistant:");
+    /* message text may hold NUL characters (a JSON "\u0000"): rendered with its length, not cut there */
+    {
+        const tb_chat_message nul[] = {{"user", "a\0b", 3}};
+        static const char want[] = "<|im_start|>user\na\0b<|im_end|>\n<|im_start|>assistant\n";
+        size_t len = 0;
+        char *got = tb_chat_render(TB_CHAT_CHATML, nul, 1, "", &len);
+        CHECK_MSG(got && len == sizeof want - 1 && !memcmp(got, want, len), "a NUL in a message: %zu bytes, want %zu",
+                  len, sizeof want - 1);
+        free(got);
+        got = tb_chat_render(TB_CHAT_PLAIN, nul, 1, "", &len);
+        CHECK(got && len == strlen("User: a") + 1 + strlen("b\n\nAssistant:") && got[7] == 0 && got[8] == 'b');
+        free(got);
+    }
     return tb_test_finish("test_chat");
 }

@@ -73,6 +73,8 @@ int tb_cli_serve(int argc, char **argv) {
         else if (!strcmp(a, "--max-queue")) NEED_INT(1, 1 << 20, &o.max_queue);
         else if (!strcmp(a, "--threads")) NEED_INT(1, 256, &o.threads);
         else if (!strcmp(a, "--timeout")) NEED_INT(1, 3600, &o.connection_timeout_s);
+        else if (!strcmp(a, "--stream-interval")) NEED_INT(1, 4096, &o.stream_interval);
+        else if (!strcmp(a, "--stream-buffer")) NEED_INT(1, 1 << 20, &o.stream_buffer);
         else if (!strcmp(a, "--kv-cache-mem")) {
             if (!v || !(o.kv_cache_bytes = parse_size(v))) { fprintf(stderr, "turbine: --kv-cache-mem needs a size such as 512MiB\n"); return 2; }
             i++;

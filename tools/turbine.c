@@ -49,7 +49,7 @@ static void print_help(void) {
            "  turbine serve [FILE.engine] [--host 127.0.0.1] [--port 8000] [--max-num-seqs N]\n"
            "                [--max-batched-tokens N] [--kv-cache-mem SIZE] [--max-queue N] [--api-key KEY]\n"
            "                [--threads N] [--model-name NAME] [--timeout S] [--grace S] [--device cpu|cuda[:N]]\n"
-           "                [--gpu-memory-fraction F] [--no-prefix-caching]\n"
+           "                [--gpu-memory-fraction F] [--no-prefix-caching] [--stream-interval N] [--stream-buffer N]\n"
            "      with no engine: serves the bundled Shakespeare demo model\n"
            "  turbine bench BASE_URL|--engine FILE.engine [options]   (turbine bench --help)\n"
            "  turbine perplexity FILE.engine (--text FILE | --ids 1,2,3) [--ctx N] [--threads N]\n"

@@ -1,7 +1,6 @@
 /* chat.c — native renderings of the common chat templates. */
 #include "serve/chat.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,43 +19,61 @@ const char *tb_chat_format_name(tb_chat_format f) {
     return (unsigned)f < 5 ? n[f] : "?";
 }
 
+/* Bytes appended with their lengths: message text may hold NUL characters
+ * (a JSON string may spell U+0000), which printf-style formatting would cut. */
 typedef struct {
     char *p;
     size_t n, cap;
+    int oom;
 } buf;
 
-static void add(buf *b, const char *fmt, ...) {
-    va_list ap;
-    for (;;) {
-        va_start(ap, fmt);
-        int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) return;
-        if (b->p && (size_t)k < b->cap - b->n) { b->n += (size_t)k; return; }
-        size_t cap = (b->cap + (size_t)k + 1) * 2;
+static void add_n(buf *b, const char *s, size_t len) {
+    if (b->oom) return;
+    if (b->n + len + 1 > b->cap) {
+        size_t cap = (b->cap + len + 1) * 2;
         char *q = realloc(b->p, cap);
-        if (!q) return;
+        if (!q) { b->oom = 1; return; }
         b->p = q;
         b->cap = cap;
     }
+    if (len) memcpy(b->p + b->n, s, len);
+    b->n += len;
+    b->p[b->n] = 0;
 }
 
-char *tb_chat_render(tb_chat_format f, const tb_chat_message *m, int n, const char *bos) {
+static void add(buf *b, const char *s) { add_n(b, s, strlen(s)); }
+
+static void add_content(buf *b, const tb_chat_message *m) {
+    add_n(b, m->content, m->content_len ? m->content_len : strlen(m->content));
+}
+
+char *tb_chat_render(tb_chat_format f, const tb_chat_message *m, int n, const char *bos, size_t *len) {
     buf b = {0};
-    add(&b, "%s", "");
+    add(&b, "");
     if (!bos) bos = "";
-    const char *sys = NULL;
+    const tb_chat_message *sys = NULL;
     int first = 0;
-    if (n > 0 && !strcmp(m[0].role, "system")) { sys = m[0].content; first = 1; }
+    if (n > 0 && !strcmp(m[0].role, "system")) { sys = &m[0]; first = 1; }
     switch (f) {
     case TB_CHAT_CHATML:
-        for (int i = 0; i < n; i++) add(&b, "<|im_start|>%s\n%s<|im_end|>\n", m[i].role, m[i].content);
+        for (int i = 0; i < n; i++) {
+            add(&b, "<|im_start|>");
+            add(&b, m[i].role);
+            add(&b, "\n");
+            add_content(&b, &m[i]);
+            add(&b, "<|im_end|>\n");
+        }
         add(&b, "<|im_start|>assistant\n");
         break;
     case TB_CHAT_LLAMA3:
-        add(&b, "%s", bos);
-        for (int i = 0; i < n; i++)
-            add(&b, "<|start_header_id|>%s<|end_header_id|>\n\n%s<|eot_id|>", m[i].role, m[i].content);
+        add(&b, bos);
+        for (int i = 0; i < n; i++) {
+            add(&b, "<|start_header_id|>");
+            add(&b, m[i].role);
+            add(&b, "<|end_header_id|>\n\n");
+            add_content(&b, &m[i]);
+            add(&b, "<|eot_id|>");
+        }
         add(&b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
         break;
     case TB_CHAT_LLAMA2:
@@ -66,18 +83,23 @@ char *tb_chat_render(tb_chat_format f, const tb_chat_message *m, int n, const ch
          * BOS, "[INST] user [/INST]assistant</s>", the system prompt
          * prepended to the first user message. */
         int llama2 = f == TB_CHAT_LLAMA2, pending_sys = sys != NULL;
-        if (!llama2) add(&b, "%s", bos);
+        if (!llama2) add(&b, bos);
         for (int i = first; i < n; i++) {
             if (!strcmp(m[i].role, "user")) {
-                add(&b, "%s[INST] ", llama2 ? bos : "");
+                add(&b, llama2 ? bos : "");
+                add(&b, "[INST] ");
                 if (pending_sys) {
-                    if (llama2) add(&b, "<<SYS>>\n%s\n<</SYS>>\n\n", sys);
-                    else add(&b, "%s\n\n", sys);
+                    add(&b, llama2 ? "<<SYS>>\n" : "");
+                    add_content(&b, sys);
+                    add(&b, llama2 ? "\n<</SYS>>\n\n" : "\n\n");
                     pending_sys = 0;
                 }
-                add(&b, "%s [/INST]", m[i].content);
+                add_content(&b, &m[i]);
+                add(&b, " [/INST]");
             } else if (!strcmp(m[i].role, "assistant")) {
-                add(&b, llama2 ? " %s </s>" : "%s</s>", m[i].content);
+                add(&b, llama2 ? " " : "");
+                add_content(&b, &m[i]);
+                add(&b, llama2 ? " </s>" : "</s>");
             }
         }
         break;
@@ -85,11 +107,17 @@ char *tb_chat_render(tb_chat_format f, const tb_chat_message *m, int n, const ch
     default:
         for (int i = 0; i < n; i++) {
             const char *r = m[i].role;
-            const char *name = !strcmp(r, "system") ? "System" : !strcmp(r, "assistant") ? "Assistant" : "User";
-            add(&b, "%s: %s\n\n", name, m[i].content);
+            add(&b, !strcmp(r, "system") ? "System: " : !strcmp(r, "assistant") ? "Assistant: " : "User: ");
+            add_content(&b, &m[i]);
+            add(&b, "\n\n");
         }
         add(&b, "Assistant:");
         break;
     }
+    if (b.oom) {
+        free(b.p);
+        return NULL;
+    }
+    if (len) *len = b.n;
     return b.p;
 }

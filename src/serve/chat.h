@@ -24,14 +24,17 @@ typedef enum {
 typedef struct {
     const char *role;    /* system, user, assistant */
     const char *content;
+    size_t content_len;  /* bytes of content (it may hold NULs); 0: strlen */
 } tb_chat_message;
 
 tb_chat_format tb_chat_detect(const char *jinja_template);
 const char *tb_chat_format_name(tb_chat_format f);
 
 /* Renders messages plus the assistant prompt. `bos` is the BOS token text
- * ("" when none) for formats that spell it. Returns a malloc'd string. */
+ * ("" when none) for formats that spell it. Returns a malloc'd string
+ * (NUL-terminated; its length in *len when len is not NULL: the text holds
+ * any NULs the messages did), NULL when out of memory. */
 char *tb_chat_render(tb_chat_format f, const tb_chat_message *m, int n,
-                     const char *bos);
+                     const char *bos, size_t *len);
 
 #endif

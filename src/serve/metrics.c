@@ -32,7 +32,7 @@ static const int status_codes[N_STATUS] = {400, 401, 404, 405, 413, 429, 500, 50
 
 struct tb_metrics {
     pthread_mutex_t mu;
-    uint64_t prompt_tokens, gen_tokens, preemptions, steps;
+    uint64_t prompt_tokens, gen_tokens, preemptions, steps, overflows;
     uint64_t prefix_queries, prefix_hits; /* tokens */
     uint64_t finish[5];
     uint64_t errors[N_STATUS];
@@ -111,6 +111,13 @@ static void on_prefix_lookup(void *arg, int queried, int hit) {
     pthread_mutex_unlock(&m->mu);
 }
 
+static void on_overflow(void *arg) {
+    tb_metrics *m = arg;
+    pthread_mutex_lock(&m->mu);
+    m->overflows++;
+    pthread_mutex_unlock(&m->mu);
+}
+
 static void on_preempt(void *arg) {
     tb_metrics *m = arg;
     pthread_mutex_lock(&m->mu);
@@ -119,7 +126,9 @@ static void on_preempt(void *arg) {
 }
 
 tb_sched_observer tb_metrics_observer(tb_metrics *m) {
-    return (tb_sched_observer){m, on_step, on_first, on_token, on_finish, on_preempt, on_prefix_lookup};
+    return (tb_sched_observer){.arg = m, .on_step = on_step, .on_first_token = on_first, .on_token = on_token,
+                               .on_finish = on_finish, .on_preempt = on_preempt, .on_overflow = on_overflow,
+                               .on_prefix_lookup = on_prefix_lookup};
 }
 
 void tb_metrics_http_error(tb_metrics *m, int status) {
@@ -209,6 +218,9 @@ char *tb_metrics_render(tb_metrics *m, tb_sched *s, const char *model) {
     sb(&b, "# HELP turbine_prefix_cache_hits_total Tokens whose KV came from the prefix cache.\n"
            "# TYPE turbine_prefix_cache_hits_total counter\nturbine_prefix_cache_hits_total{model=\"%s\"} %llu\n",
        lb, (unsigned long long)c.prefix_hits);
+    sb(&b, "# HELP turbine_stream_overflows_total Streams cancelled because their client left --stream-buffer tokens "
+           "unread.\n# TYPE turbine_stream_overflows_total counter\nturbine_stream_overflows_total{model=\"%s\"} %llu\n",
+       lb, (unsigned long long)c.overflows);
     sb(&b, "# HELP turbine_requests_finished_total Finished requests by finish reason.\n"
            "# TYPE turbine_requests_finished_total counter\n");
     for (int r = TB_FINISH_STOP; r <= TB_FINISH_ERROR; r++)

@@ -21,6 +21,8 @@ const char *tb_finish_reason_str(tb_finish_reason r) {
 
 /* ---------------------------------------------------------------- requests */
 
+#define TB_EVENTS_INITIAL 16 /* events a request's ring holds before it grows */
+
 struct tb_request {
     _Atomic int refs;
     _Atomic int cancel;          /* a tb_finish_reason, 0 = none */
@@ -34,8 +36,8 @@ struct tb_request {
     /* events, guarded by mu */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    tb_token_event *events;      /* ring of max_tokens + 1 entries: never overflows */
-    int ev_head, ev_count, ev_cap;
+    tb_token_event *events;      /* ring of ev_cap entries, grown up to ev_limit */
+    int ev_head, ev_count, ev_cap, ev_limit;
     tb_finish_reason finished;
     double t_submit, t_admit, t_first, t_last;
     int preemptions;
@@ -51,7 +53,11 @@ tb_request *tb_request_new(const int32_t *prompt, int n_prompt, const tb_request
     r->n_prompt = n_prompt;
     r->seq = -1;
     r->tokens = malloc(sizeof(int32_t) * (size_t)(n_prompt + p->max_tokens));
-    r->ev_cap = p->max_tokens + 1;
+    /* what a reader keeps up with fits the first allocation; the ring grows
+     * (doubling) only while one falls behind */
+    r->ev_limit = p->max_buffered > 0 && p->max_buffered <= p->max_tokens ? p->max_buffered : p->max_tokens + 1;
+    r->ev_cap = r->ev_limit < TB_EVENTS_INITIAL ? r->ev_limit : TB_EVENTS_INITIAL;
+    r->p.label[sizeof r->p.label - 1] = 0;
     r->events = malloc(sizeof(tb_token_event) * (size_t)r->ev_cap);
     if (!r->tokens || !r->events || tb_sampler_create(vocab, &p->sampling, &r->sampler) != TB_OK) {
         free(r->tokens);
@@ -81,14 +87,29 @@ void tb_request_cancel(tb_request *r, tb_finish_reason why) {
     atomic_compare_exchange_strong(&r->cancel, &none, (int)why);
 }
 
-static void push_event(tb_request *r, const tb_token_event *ev) {
+/* Queues an event for the reader. Returns 0 when the reader has left
+ * ev_limit events unread (or the ring cannot grow): the caller ends it. */
+static int push_event(tb_request *r, const tb_token_event *ev) {
     pthread_mutex_lock(&r->mu);
-    if (r->ev_count < r->ev_cap) {
+    if (r->ev_count == r->ev_cap && r->ev_cap < r->ev_limit) {
+        int cap = r->ev_cap * 2 < r->ev_limit ? r->ev_cap * 2 : r->ev_limit;
+        tb_token_event *e = malloc(sizeof(tb_token_event) * (size_t)cap);
+        if (e) { /* unrolled so the ring starts at 0 */
+            for (int i = 0; i < r->ev_count; i++) e[i] = r->events[(r->ev_head + i) % r->ev_cap];
+            free(r->events);
+            r->events = e;
+            r->ev_head = 0;
+            r->ev_cap = cap;
+        }
+    }
+    int ok = r->ev_count < r->ev_cap;
+    if (ok) {
         r->events[(r->ev_head + r->ev_count) % r->ev_cap] = *ev;
         r->ev_count++;
     }
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
+    return ok;
 }
 
 static void finish(tb_request *r, tb_finish_reason why) {
@@ -393,11 +414,17 @@ static void *loop_main(void *arg) {
                 memcpy(ev.top_logprobs, res->top_logprobs, sizeof(float) * (size_t)res->n_top);
             }
             double now = tb_now();
-            int eos = is_eos(&s->info, tok) && !r->p.ignore_eos;
+            int eos = is_eos(&s->info, tok) && !r->p.ignore_eos && r->n_gen >= r->p.min_tokens;
             if (!eos) {
                 r->tokens[total] = tok;
                 r->n_gen++;
-                push_event(r, &ev);
+                if (!push_event(r, &ev)) { /* its client stopped reading: free the slot for others */
+                    tb_log(TB_LOG_WARN, "%s: cancelled: its client left %d generated tokens unread (--stream-buffer)",
+                           r->p.label[0] ? r->p.label : "a request", r->ev_limit);
+                    if (s->obs.on_overflow) s->obs.on_overflow(s->obs.arg);
+                    end_request(s, r, TB_FINISH_CANCELLED);
+                    continue;
+                }
                 if (r->t_first == 0) {
                     r->t_first = now;
                     if (s->obs.on_first_token) s->obs.on_first_token(s->obs.arg, now - r->t_submit, r->t_admit - r->t_submit);

@@ -46,8 +46,16 @@ typedef struct {
 typedef struct {
     int max_tokens;         /* generated tokens at most                   */
     int ignore_eos;
+    int min_tokens;         /* EOS ends the request only after this many tokens */
     int logprobs;           /* -1: none; else top alternatives (0..20)    */
     tb_sampling_params sampling;
+    /* Events held for a reader that has not taken them yet; when the
+     * reader falls this far behind (a streaming client that stopped
+     * reading), the request is cancelled rather than holding its slot.
+     * 0: max_tokens + 1, i.e. never (a reader inside the server). The
+     * buffer grows with what is in flight, up to this bound. */
+    int max_buffered;
+    char label[48];         /* names the request in log lines */
 } tb_request_params;
 
 typedef struct tb_request tb_request;
@@ -59,7 +67,8 @@ void tb_request_release(tb_request *r);  /* drops one reference */
 /* Asks the scheduler to stop the request at its next step. */
 void tb_request_cancel(tb_request *r, tb_finish_reason why);
 
-/* Waits up to `timeout_s` for events; copies at most `cap` of them.
+/* Waits up to `timeout_s` for events; copies at most `cap` of them (cap 0:
+ * only waits until there is one, or the request is over).
  * *finished is set to the finish reason once the request is over and every
  * event has been read. Returns the number of events copied. */
 int tb_request_wait(tb_request *r, tb_token_event *out, int cap,
@@ -89,6 +98,8 @@ typedef struct {
     void (*on_finish)(void *arg, tb_finish_reason r, int prompt_tokens,
                       int gen_tokens, double e2e);
     void (*on_preempt)(void *arg);
+    /* a request cancelled because its reader left max_buffered events unread */
+    void (*on_overflow)(void *arg);
     /* each admission: tokens looked up in the prefix cache, tokens found */
     void (*on_prefix_lookup)(void *arg, int queried, int hit);
 } tb_sched_observer;

@@ -6,6 +6,8 @@
 #include <jansson.h>
 #include <microhttpd.h>
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -28,6 +30,7 @@
 #define MAX_CHOICES 64 /* n: samples of one prompt */
 #define MAX_STOP_LEN 256
 #define MAX_MESSAGES 256
+#define STREAM_SNDBUF (64 * 1024) /* kernel send buffer of a streaming response (Linux doubles it) */
 
 void tb_serve_options_default(tb_serve_options *o) {
     memset(o, 0, sizeof *o);
@@ -37,6 +40,8 @@ void tb_serve_options_default(tb_serve_options *o) {
     o->max_body_bytes = 1 << 20;
     o->grace_seconds = 30;
     o->connection_timeout_s = 60;
+    o->stream_interval = 1;
+    o->stream_buffer = 1024;
 }
 
 /* ================================================================ state */
@@ -98,20 +103,16 @@ static const char *error_type(int status) {
     }
 }
 
-static enum MHD_Result reply_error(server *s, struct MHD_Connection *c, int status, const char *param,
-                                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static enum MHD_Result reply_error(server *s, struct MHD_Connection *c, int status, const char *param,
-                                   const char *fmt, ...) {
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
+/* OpenAI's error shape. `type` and `code` default to the status's class
+ * and number (an unknown model has its own: NotFoundError, model_not_found). */
+static enum MHD_Result reply_error_as(server *s, struct MHD_Connection *c, int status, const char *type,
+                                      const char *code, const char *param, const char *msg) {
     if (s->metrics) tb_metrics_http_error(s->metrics, status);
     /* the message may quote the request (a URL, a parameter): not always valid UTF-8 */
-    json_t *err = json_pack("{s:{s:o, s:s, s:o, s:i}}", "error", "message", json_text(msg, strlen(msg)), "type",
-                            error_type(status), "param", param ? json_text(param, strlen(param)) : json_null(), "code",
-                            status);
+    json_t *err = json_pack("{s:{s:o, s:s, s:o, s:o}}", "error", "message", json_text(msg, strlen(msg)), "type",
+                            type ? type : error_type(status), "param",
+                            param ? json_text(param, strlen(param)) : json_null(), "code",
+                            code ? json_string(code) : json_integer(status));
     char *body = err ? json_dumps(err, JSON_COMPACT) : NULL;
     json_decref(err);
     if (!body) body = strdup("{\"error\":{\"message\":\"error\",\"type\":\"internal_error\",\"param\":null,\"code\":500}}");
@@ -124,24 +125,61 @@ static enum MHD_Result reply_error(server *s, struct MHD_Connection *c, int stat
     return ret;
 }
 
+static enum MHD_Result reply_error(server *s, struct MHD_Connection *c, int status, const char *param,
+                                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static enum MHD_Result reply_error(server *s, struct MHD_Connection *c, int status, const char *param,
+                                   const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return reply_error_as(s, c, status, NULL, NULL, param, msg);
+}
+
 /* ================================================================ parsing */
+
+static int grow(char **p, size_t *cap, size_t need) {
+    if (need <= *cap) return 1;
+    size_t c = *cap ? *cap : 256;
+    while (c < need) c *= 2;
+    char *q = realloc(*p, c);
+    if (!q) return 0;
+    *p = q;
+    *cap = c;
+    return 1;
+}
+
+static void append(char **p, size_t *n, size_t *cap, const char *src, size_t len) {
+    if (!grow(p, cap, *n + len + 1)) return;
+    if (len) memcpy(*p + *n, src, len); /* src may be NULL when len is 0 */
+    *n += len;
+    (*p)[*n] = 0;
+}
+
 
 typedef struct {
     int chat, stream, include_usage;
     int max_tokens;
     int logprobs;          /* -1 none */
     int ignore_eos;
+    int min_tokens;        /* EOS does not end a choice before this many tokens */
     tb_sampling_params sp;
-    char stops[MAX_STOPS][MAX_STOP_LEN];
+    char stops[MAX_STOPS][MAX_STOP_LEN]; /* may hold NULs: */
+    size_t stop_len[MAX_STOPS];          /* their lengths */
     int n_stops;
     int32_t *prompt;       /* malloc'd */
     int n_prompt;
     int n;                 /* choices: independent samples of one prompt */
+    int echo;              /* completions: the prompt text before each choice's */
+    char *echo_text;       /* malloc'd, echo_len bytes (and a NUL) */
+    size_t echo_len;
 } gen_req;
 
 typedef struct {
     int status;
     const char *param;
+    const char *type, *code; /* NULL: the status's */
     char msg[512];
 } parse_err;
 
@@ -175,8 +213,9 @@ static int get_bool(json_t *root, const char *key, int *out, parse_err *e) {
     return 1;
 }
 
-static int tokenize(server *s, const char *text, int add_bos, int32_t **out, int *n, parse_err *e) {
-    size_t len = strlen(text);
+/* `len` bytes of `text`: a request's string may hold NULs (\u0000), which
+ * are text like any other character. */
+static int tokenize(server *s, const char *text, size_t len, int add_bos, int32_t **out, int *n, parse_err *e) {
     int cap = (int)(len + 8 < (size_t)s->info.max_seq_len * 4 ? len + 8 : (size_t)s->info.max_seq_len * 4);
     if (cap < 16) cap = 16;
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)cap);
@@ -194,6 +233,107 @@ static int tokenize(server *s, const char *text, int add_bos, int32_t **out, int
     return 1;
 }
 
+/* Whether JSON string v is exactly `lit` (length included: "user\u0000x" is not "user"). */
+static int json_str_is(json_t *v, const char *lit) {
+    size_t n = strlen(lit);
+    return json_is_string(v) && json_string_length(v) == n && !memcmp(json_string_value(v), lit, n);
+}
+
+/* ---------------------------------------------------------------- request fields
+ * Every top-level field a generation request may hold, and what the server
+ * does with it. Anything else is a 400 naming the field, so that a client
+ * never believes a parameter took effect when it did not. */
+enum { F_COMP = 1, F_CHAT = 2, F_BOTH = 3 };
+typedef enum {
+    F_USED,        /* parsed and honoured                                     */
+    F_IGNORED,     /* accepted, no effect here: it labels or routes the request
+                    * on OpenAI's side (or only matters with tools)           */
+    F_UNSUPPORTED, /* a feature this server lacks: 400 unless null or neutral */
+} field_use;
+
+static const struct {
+    const char *name;
+    int where;     /* F_COMP, F_CHAT */
+    field_use use;
+    const char *what; /* F_UNSUPPORTED: the feature, for the message */
+} k_fields[] = {
+    {"model", F_BOTH, F_USED, NULL},
+    {"prompt", F_COMP, F_USED, NULL},
+    {"messages", F_CHAT, F_USED, NULL},
+    {"max_tokens", F_BOTH, F_USED, NULL},
+    {"max_completion_tokens", F_BOTH, F_USED, NULL},
+    {"temperature", F_BOTH, F_USED, NULL},
+    {"top_p", F_BOTH, F_USED, NULL},
+    {"top_k", F_BOTH, F_USED, NULL},
+    {"min_p", F_BOTH, F_USED, NULL},
+    {"repetition_penalty", F_BOTH, F_USED, NULL},
+    {"presence_penalty", F_BOTH, F_USED, NULL},
+    {"frequency_penalty", F_BOTH, F_USED, NULL},
+    {"seed", F_BOTH, F_USED, NULL},
+    {"n", F_BOTH, F_USED, NULL},
+    {"stop", F_BOTH, F_USED, NULL},
+    {"stream", F_BOTH, F_USED, NULL},
+    {"stream_options", F_BOTH, F_USED, NULL},
+    {"ignore_eos", F_BOTH, F_USED, NULL},
+    {"min_tokens", F_BOTH, F_USED, NULL},
+    {"logprobs", F_BOTH, F_USED, NULL},
+    {"top_logprobs", F_CHAT, F_USED, NULL},
+    {"echo", F_COMP, F_USED, NULL},
+    {"user", F_BOTH, F_IGNORED, NULL},
+    {"safety_identifier", F_BOTH, F_IGNORED, NULL},
+    {"prompt_cache_key", F_BOTH, F_IGNORED, NULL},
+    {"service_tier", F_BOTH, F_IGNORED, NULL},
+    {"store", F_CHAT, F_IGNORED, NULL},
+    {"metadata", F_CHAT, F_IGNORED, NULL},
+    {"parallel_tool_calls", F_CHAT, F_IGNORED, NULL},
+    {"tools", F_CHAT, F_UNSUPPORTED, "tool calling"},
+    {"tool_choice", F_CHAT, F_UNSUPPORTED, "tool calling"},
+    {"functions", F_CHAT, F_UNSUPPORTED, "function calling"},
+    {"function_call", F_CHAT, F_UNSUPPORTED, "function calling"},
+    {"response_format", F_CHAT, F_UNSUPPORTED, "structured output (only {\"type\": \"text\"})"},
+    {"logit_bias", F_BOTH, F_UNSUPPORTED, "logit bias"},
+    {"best_of", F_COMP, F_UNSUPPORTED, "best_of sampling"},
+    {"suffix", F_COMP, F_UNSUPPORTED, "insertion (suffix)"},
+    {"prediction", F_CHAT, F_UNSUPPORTED, "predicted outputs"},
+    {"audio", F_CHAT, F_UNSUPPORTED, "audio output"},
+    {"modalities", F_CHAT, F_UNSUPPORTED, "output modalities other than text"},
+    {"web_search_options", F_CHAT, F_UNSUPPORTED, "web search"},
+    {"reasoning_effort", F_CHAT, F_UNSUPPORTED, "reasoning effort"},
+    {"verbosity", F_CHAT, F_UNSUPPORTED, "verbosity"},
+};
+
+/* A value that asks for nothing: null, or the feature's off position. */
+static int neutral_value(const char *name, json_t *v) {
+    if (json_is_null(v)) return 1;
+    if (!strcmp(name, "response_format"))
+        return json_is_object(v) && json_object_size(v) == 1 && json_str_is(json_object_get(v, "type"), "text");
+    if (!strcmp(name, "logit_bias")) return json_is_object(v) && json_object_size(v) == 0;
+    if (!strcmp(name, "best_of")) return json_is_integer(v) && json_integer_value(v) == 1;
+    if (!strcmp(name, "modalities"))
+        return json_is_array(v) && json_array_size(v) == 1 && json_str_is(json_array_get(v, 0), "text");
+    return 0;
+}
+
+static int check_fields(json_t *root, int chat, parse_err *e) {
+    const char *key;
+    size_t klen;
+    json_t *v;
+    json_object_keylen_foreach(root, key, klen, v) {
+        int k = 0, nk = (int)(sizeof k_fields / sizeof k_fields[0]);
+        while (k < nk && !(strlen(k_fields[k].name) == klen && !memcmp(k_fields[k].name, key, klen))) k++;
+        if (k == nk || !(k_fields[k].where & (chat ? F_CHAT : F_COMP))) {
+            e->status = 400;
+            e->param = k < nk ? k_fields[k].name : NULL;
+            snprintf(e->msg, sizeof e->msg, "Unrecognized request argument supplied: %s%s", key,
+                     k < nk ? (chat ? " (a parameter of /v1/completions)" : " (a parameter of /v1/chat/completions)") : "");
+            return 0;
+        }
+        if (k_fields[k].use == F_UNSUPPORTED && !neutral_value(k_fields[k].name, v))
+            PERR(400, k_fields[k].name, "'%s' is not supported by this server (%s)", k_fields[k].name, k_fields[k].what);
+    }
+    return 1;
+}
+
 /* Parses the fields shared by completions and chat. */
 static int parse_gen(server *s, json_t *root, int chat, gen_req *g, parse_err *e) {
     memset(g, 0, sizeof *g);
@@ -202,12 +342,17 @@ static int parse_gen(server *s, json_t *root, int chat, gen_req *g, parse_err *e
     tb_sampling_params_default(&g->sp);
     g->sp.temperature = 1.0f;
     g->sp.seed = (uint64_t)time(NULL) ^ ((uint64_t)atomic_fetch_add(&s->next_id, 1) << 32);
+    if (!check_fields(root, chat, e)) return 0;
     json_t *model = json_object_get(root, "model");
     if (model && !json_is_null(model)) {
         if (!json_is_string(model)) PERR(400, "model", "'model' must be a string");
-        if (strcmp(json_string_value(model), s->model) != 0)
-            PERR(400, "model", "The model '%s' does not exist (this server serves '%s')", json_string_value(model),
+        if (!json_str_is(model, s->model)) {
+            /* as OpenAI answers it: the official clients raise NotFoundError */
+            e->type = "NotFoundError";
+            e->code = "model_not_found";
+            PERR(404, "model", "The model '%s' does not exist (this server serves '%s')", json_string_value(model),
                  s->model);
+        }
     }
     if (!get_bool(root, "stream", &g->stream, e)) return 0;
     json_t *so = json_object_get(root, "stream_options");
@@ -244,7 +389,8 @@ static int parse_gen(server *s, json_t *root, int chat, gen_req *g, parse_err *e
         if (json_is_string(stop)) {
             if (json_string_length(stop) == 0) PERR(400, "stop", "'stop' strings must not be empty");
             if (json_string_length(stop) >= MAX_STOP_LEN) PERR(400, "stop", "'stop' strings are limited to %d bytes", MAX_STOP_LEN - 1);
-            snprintf(g->stops[g->n_stops++], MAX_STOP_LEN, "%s", json_string_value(stop));
+            g->stop_len[g->n_stops] = json_string_length(stop);
+            memcpy(g->stops[g->n_stops++], json_string_value(stop), json_string_length(stop));
         } else if (json_is_array(stop)) {
             if (json_array_size(stop) > MAX_STOPS) PERR(400, "stop", "at most %d stop strings", MAX_STOPS);
             size_t i;
@@ -252,7 +398,8 @@ static int parse_gen(server *s, json_t *root, int chat, gen_req *g, parse_err *e
             json_array_foreach(stop, i, v) {
                 if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) >= MAX_STOP_LEN)
                     PERR(400, "stop", "'stop' must hold non-empty strings of < %d bytes", MAX_STOP_LEN);
-                snprintf(g->stops[g->n_stops++], MAX_STOP_LEN, "%s", json_string_value(v));
+                g->stop_len[g->n_stops] = json_string_length(v);
+                memcpy(g->stops[g->n_stops++], json_string_value(v), json_string_length(v));
             }
         } else {
             PERR(400, "stop", "'stop' must be a string or an array of strings");
@@ -266,7 +413,8 @@ static int parse_gen(server *s, json_t *root, int chat, gen_req *g, parse_err *e
             p = json_array_get(p, 0);
         if (json_is_string(p)) {
             if (json_string_length(p) == 0) PERR(400, "prompt", "the prompt is empty");
-            if (!tokenize(s, json_string_value(p), s->info.add_bos, &g->prompt, &g->n_prompt, e)) return 0;
+            if (!tokenize(s, json_string_value(p), json_string_length(p), s->info.add_bos, &g->prompt, &g->n_prompt, e))
+                return 0;
         } else if (json_is_array(p)) {
             size_t n = json_array_size(p);
             if (n == 0) PERR(400, "prompt", "the prompt is empty");
@@ -298,31 +446,63 @@ static int parse_gen(server *s, json_t *root, int chat, gen_req *g, parse_err *e
         json_array_foreach(msgs, i, v) {
             json_t *role = json_object_get(v, "role"), *content = json_object_get(v, "content");
             if (!json_is_object(v) || !json_is_string(role)) PERR(400, "messages", "each message needs a string 'role'");
-            const char *r = json_string_value(role);
-            if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "developer"))
-                PERR(400, "messages", "unknown role '%s'", r);
+            static const char *const roles[] = {"system", "user", "assistant", "developer"};
+            const char *r = NULL;
+            for (int k = 0; k < 4 && !r; k++)
+                if (json_str_is(role, roles[k])) r = roles[k];
+            if (!r) PERR(400, "messages", "unknown role '%s'", json_string_value(role));
             if (!strcmp(r, "developer")) r = "system";
             if (json_is_array(content)) { /* [{"type":"text","text":...}] with one text part */
                 json_t *part = json_array_size(content) == 1 ? json_array_get(content, 0) : NULL;
                 content = part ? json_object_get(part, "text") : NULL;
             }
             if (!json_is_string(content)) PERR(400, "messages", "each message needs a string 'content'");
-            m[i] = (tb_chat_message){r, json_string_value(content)};
+            m[i] = (tb_chat_message){r, json_string_value(content), json_string_length(content)};
         }
-        char *text = tb_chat_render(s->chat, m, (int)json_array_size(msgs), s->bos_text);
+        size_t tlen = 0;
+        char *text = tb_chat_render(s->chat, m, (int)json_array_size(msgs), s->bos_text, &tlen);
         if (!text) PERR(500, NULL, "out of memory");
         /* formats that spell BOS out need none added */
         int add_bos = s->info.add_bos && !(s->bos_text[0] && !strncmp(text, s->bos_text, strlen(s->bos_text)));
-        int ok = tokenize(s, text, add_bos, &g->prompt, &g->n_prompt, e);
+        int ok = tokenize(s, text, tlen, add_bos, &g->prompt, &g->n_prompt, e);
         free(text);
         if (!ok) return 0;
     }
     if (g->n_prompt == 0) PERR(400, "prompt", "the prompt is empty");
+    if (!chat) {
+        if (!get_bool(root, "echo", &g->echo, e)) return 0;
+        if (g->echo && g->logprobs >= 0) /* would need the prompt tokens' log-probabilities */
+            PERR(400, "echo", "'echo' with 'logprobs' (log-probabilities of the prompt) is not supported");
+        if (g->echo) { /* the prompt as given, or its token ids decoded */
+            json_t *p = json_object_get(root, "prompt");
+            if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
+                p = json_array_get(p, 0);
+            if (json_is_string(p)) {
+                g->echo_len = json_string_length(p);
+                g->echo_text = malloc(g->echo_len + 1);
+                if (!g->echo_text) PERR(500, NULL, "out of memory");
+                memcpy(g->echo_text, json_string_value(p), g->echo_len + 1);
+            } else {
+                size_t cap = 0;
+                int prev = -1;
+                for (int i = 0; i < g->n_prompt; i++) {
+                    char piece[256];
+                    size_t k = tb_tokenizer_piece(s->tok, prev, g->prompt[i], piece, sizeof piece);
+                    append(&g->echo_text, &g->echo_len, &cap, piece, k);
+                    prev = g->prompt[i];
+                }
+                if (!g->echo_text) append(&g->echo_text, &g->echo_len, &cap, "", 0);
+                if (!g->echo_text) PERR(500, NULL, "out of memory");
+            }
+        }
+    }
     int ctx = s->info.max_seq_len;
     l = chat ? ctx - g->n_prompt : 16;
     const char *mt_key = json_object_get(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     if (!get_int(root, mt_key, 1, 1L << 30, &l, e)) return 0;
     g->max_tokens = (int)l;
+    l = 0; if (!get_int(root, "min_tokens", 0, g->max_tokens, &l, e)) return 0;
+    g->min_tokens = (int)l;
     if (g->n_prompt >= ctx || (long)g->n_prompt + g->max_tokens > ctx)
         PERR(400, "max_tokens",
              "This model's maximum context length is %d tokens. However, you requested %ld tokens (%d in the prompt, "
@@ -344,7 +524,8 @@ typedef struct {
     int finished;                   /* request over, all events read */
     tb_finish_reason reason;
     int stop_hit;
-    int sent_role, sent_final;      /* streaming */
+    int sent_role, sent_echo, sent_final; /* streaming */
+    int in_chunk;                   /* tokens taken since the last event sent */
     size_t text_offset;
 } gen_choice;
 
@@ -356,29 +537,12 @@ typedef struct {
     int fd;
     int n;                          /* choices */
     gen_choice *ch;                 /* (n) */
+    int interval;                   /* tokens per streamed event */
     /* streaming */
     char *out; size_t on, ocap, opos;
     int sent_done;
     double last_write;
 } gen_stream;
-
-static int grow(char **p, size_t *cap, size_t need) {
-    if (need <= *cap) return 1;
-    size_t c = *cap ? *cap : 256;
-    while (c < need) c *= 2;
-    char *q = realloc(*p, c);
-    if (!q) return 0;
-    *p = q;
-    *cap = c;
-    return 1;
-}
-
-static void append(char **p, size_t *n, size_t *cap, const char *src, size_t len) {
-    if (!grow(p, cap, *n + len + 1)) return;
-    if (len) memcpy(*p + *n, src, len); /* src may be NULL when len is 0 */
-    *n += len;
-    (*p)[*n] = 0;
-}
 
 /* Length of the longest prefix of `s` (n bytes) made of whole UTF-8 characters. */
 static size_t utf8_complete(const char *s, size_t n) {
@@ -460,13 +624,13 @@ static void release_text(const gen_stream *gs, gen_choice *g, int final) {
     size_t emit = g->pn;
     for (int i = 0; i < rq->n_stops && !g->stop_hit; i++) {
         const char *st = rq->stops[i];
-        char *hit = memmem(g->pending, g->pn, st, strlen(st));
+        char *hit = memmem(g->pending, g->pn, st, rq->stop_len[i]);
         if (hit && (size_t)(hit - g->pending) < emit) emit = (size_t)(hit - g->pending); /* the earliest stop wins */
     }
     if (emit < g->pn) g->stop_hit = 1;
     if (!g->stop_hit && !final) {
         for (int i = 0; i < rq->n_stops; i++) {
-            size_t sl = strlen(rq->stops[i]);
+            size_t sl = rq->stop_len[i];
             for (size_t k = sl - 1; k > 0; k--)
                 if (k <= g->pn && !memcmp(g->pending + g->pn - k, rq->stops[i], k)) {
                     if (g->pn - k < emit) emit = g->pn - k;
@@ -490,37 +654,46 @@ static int client_gone(int fd) {
     return 0;
 }
 
+/* Decodes one generated token of choice g: its text into g->pending (and
+ * what may be released into g->text), its log-probabilities into g->lp_items. */
+static void consume_event(gen_stream *gs, gen_choice *g, const tb_token_event *ev) {
+    char piece[256];
+    int prev = g->prev;
+    size_t plen = tb_tokenizer_piece(gs->s->tok, prev, ev->token, piece, sizeof piece);
+    g->prev = ev->token;
+    g->n_gen++;
+    if (gs->g.logprobs >= 0) {
+        json_t *item = token_lp_json(gs->s, gs->g.chat, prev, ev->logprob, ev, piece, plen);
+        json_object_set_new(item, "offset", json_integer((json_int_t)(g->text_offset + g->tn + g->pn)));
+        json_array_append_new(g->lp_items, item);
+    }
+    append(&g->pending, &g->pn, &g->pcap, piece, plen);
+    release_text(gs, g, 0);
+}
+
+/* After taking events: a stop string ends the choice (and its request);
+ * so does the request's end (`fr`), which releases the rest of the text. */
+static void settle(gen_stream *gs, gen_choice *g, tb_finish_reason fr) {
+    if (g->finished) return;
+    if (g->stop_hit) {
+        tb_request_cancel(g->req, TB_FINISH_STOP);
+        g->finished = 1;
+        g->reason = TB_FINISH_STOP;
+    } else if (fr != TB_FINISH_NONE) {
+        release_text(gs, g, 1);
+        g->finished = 1;
+        g->reason = fr;
+    }
+}
+
 /* Waits up to `timeout` for choice g's tokens; decodes them into g->text. */
 static void pump(gen_stream *gs, gen_choice *g, double timeout) {
     if (g->finished) return;
     tb_token_event ev[64];
     tb_finish_reason fr = TB_FINISH_NONE;
     int n = tb_request_wait(g->req, ev, 64, &fr, timeout);
-    for (int i = 0; i < n && !g->stop_hit; i++) {
-        char piece[256];
-        int prev = g->prev;
-        size_t plen = tb_tokenizer_piece(gs->s->tok, prev, ev[i].token, piece, sizeof piece);
-        g->prev = ev[i].token;
-        g->n_gen++;
-        if (gs->g.logprobs >= 0) {
-            json_t *item = token_lp_json(gs->s, gs->g.chat, prev, ev[i].logprob, &ev[i], piece, plen);
-            json_object_set_new(item, "offset", json_integer((json_int_t)(g->text_offset + g->tn + g->pn)));
-            json_array_append_new(g->lp_items, item);
-        }
-        append(&g->pending, &g->pn, &g->pcap, piece, plen);
-        release_text(gs, g, 0);
-    }
-    if (g->stop_hit && !g->finished) {
-        tb_request_cancel(g->req, TB_FINISH_STOP);
-        g->finished = 1;
-        g->reason = TB_FINISH_STOP;
-        return;
-    }
-    if (fr != TB_FINISH_NONE) {
-        release_text(gs, g, 1);
-        g->finished = 1;
-        g->reason = fr;
-    }
+    for (int i = 0; i < n && !g->stop_hit; i++) consume_event(gs, g, &ev[i]);
+    settle(gs, g, fr);
 }
 
 /* Ends every choice when the client has gone. Returns 1 then. */
@@ -633,6 +806,53 @@ static void emit_sse(gen_stream *g, json_t *j) {
     free(s);
 }
 
+/* The event of the tokens choice i took since its last one: their text
+ * (what is releasable of it) and their log-probabilities. */
+static void emit_tokens(gen_stream *gs, int i) {
+    gen_choice *c = &gs->ch[i];
+    emit_sse(gs, chunk_json(gs, i, c->text, c->tn, NULL));
+    c->text_offset += c->tn;
+    c->tn = 0;
+    c->in_chunk = 0;
+}
+
+/* Takes up to `budget` of choice i's ready tokens and emits one event per
+ * `interval` of them, in order. A token whose text is held back (half a
+ * character, a possible stop string) still gets its event, with empty text:
+ * clients count tokens and read per-token log-probabilities from the events. */
+static int stream_tokens(gen_stream *gs, int i, int budget) {
+    gen_choice *c = &gs->ch[i];
+    int emitted = 0;
+    tb_token_event ev[16];
+    while (!c->finished && budget > 0) {
+        tb_finish_reason fr = TB_FINISH_NONE;
+        int n = tb_request_wait(c->req, ev, budget < 16 ? budget : 16, &fr, 0);
+        budget -= n;
+        for (int k = 0; k < n && !c->stop_hit; k++) {
+            consume_event(gs, c, &ev[k]);
+            if (++c->in_chunk >= gs->interval) {
+                emit_tokens(gs, i);
+                emitted++;
+            }
+        }
+        settle(gs, c, fr);
+        if (n == 0) break;
+    }
+    return emitted;
+}
+
+/* Waits up to `timeout` until some choice has a token or has ended (on the
+ * first unfinished one: the choices run in the same steps). */
+static void wait_any(gen_stream *gs, double timeout) {
+    for (int i = 0; i < gs->n; i++) {
+        gen_choice *c = &gs->ch[i];
+        if (c->finished) continue;
+        tb_finish_reason fr;
+        tb_request_wait(c->req, NULL, 0, &fr, timeout);
+        return;
+    }
+}
+
 static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     gen_stream *g = cls;
@@ -646,25 +866,31 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
         }
         g->on = g->opos = 0;
         if (g->sent_done) return MHD_CONTENT_READER_END_OF_STREAM;
-        int all_done = 1, role_sent = 0;
+        int all_done = 1, progressed = 0;
         for (int i = 0; i < g->n; i++) {
             gen_choice *c = &g->ch[i];
-            if (c->reason == TB_FINISH_CANCELLED) return MHD_CONTENT_READER_END_WITH_ERROR;
             if (g->g.chat && !c->sent_role) { /* chat: the role comes first, at once */
                 emit_sse(g, chunk_json(g, i, "", 0, NULL));
-                role_sent = 1;
-            } else if (c->finished && !c->sent_final) {
+                progressed = 1;
+            }
+            if (g->g.echo && !c->sent_echo) { /* completions: the prompt, as its own event */
+                emit_sse(g, chunk_json(g, i, g->g.echo_text, g->g.echo_len, NULL));
+                c->sent_echo = 1;
+                progressed = 1;
+            }
+            progressed |= stream_tokens(g, i, 16) > 0;
+            /* the client went away, or stopped reading until its buffer filled */
+            if (c->reason == TB_FINISH_CANCELLED) return MHD_CONTENT_READER_END_WITH_ERROR;
+            if (c->finished && !c->sent_final) {
+                if (c->in_chunk > 0) emit_tokens(g, i); /* the last tokens, fewer than --stream-interval */
                 emit_sse(g, chunk_json(g, i, c->text, c->tn, finish_str(c->reason)));
                 c->tn = 0;
                 c->sent_final = 1;
-            } else if (c->tn > 0) {
-                emit_sse(g, chunk_json(g, i, c->text, c->tn, NULL));
-                c->text_offset += c->tn;
-                c->tn = 0;
+                progressed = 1;
             }
             all_done &= c->sent_final;
         }
-        if (g->on > 0 || role_sent) continue;
+        if (progressed) continue;
         if (all_done) {
             if (g->g.include_usage) {
                 json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:[], s:o}", "id", g->id, "object",
@@ -676,11 +902,12 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             g->sent_done = 1;
             continue;
         }
-        pump_all(g, 0.5); /* nothing left to send: wait for more */
-        int got = 0;
-        for (int i = 0; i < g->n; i++) got |= (g->ch[i].finished && !g->ch[i].sent_final) || g->ch[i].tn > 0;
-        if (!got && tb_now() - g->last_write > 2.0)
+        if (check_client(g)) continue; /* ends the choices: answered above */
+        if (tb_now() - g->last_write > 2.0) {
             append(&g->out, &g->on, &g->ocap, ": keep-alive\n\n", 14); /* also detects a gone client */
+            continue;
+        }
+        wait_any(g, 0.5); /* nothing to send: wait for more */
     }
 }
 
@@ -698,6 +925,7 @@ static void gen_stream_free(gen_stream *g) {
     }
     free(g->ch);
     free(g->g.prompt);
+    free(g->g.echo_text);
     free(g->out);
     free(g);
 }
@@ -718,7 +946,7 @@ static enum MHD_Result handle_generate(server *s, struct MHD_Connection *c, json
     tb_metrics_request(s->metrics, chat ? "chat" : "completions");
     if (!parse_gen(s, root, chat, &g->g, &pe)) {
         gen_stream_free(g);
-        return reply_error(s, c, pe.status, pe.param, "%s", pe.msg);
+        return reply_error_as(s, c, pe.status, pe.type, pe.code, pe.param, pe.msg);
     }
     if (g->g.n > tb_sched_queue_capacity(s->sched)) {
         int n = g->g.n;
@@ -729,14 +957,19 @@ static enum MHD_Result handle_generate(server *s, struct MHD_Connection *c, json
     g->ch = calloc((size_t)g->g.n, sizeof(gen_choice));
     if (!g->ch) { gen_stream_free(g); return reply_error(s, c, 500, NULL, "out of memory"); }
     g->n = g->g.n;
+    g->interval = s->o.stream_interval > 0 ? s->o.stream_interval : 1;
     snprintf(g->id, sizeof g->id, "%s-%ld", chat ? "chatcmpl" : "cmpl", atomic_fetch_add(&s->next_id, 1));
     g->created = (long)time(NULL);
     /* each choice is a request of its own: another seed, the same prompt (the prefix cache shares it once
      * its blocks are written) */
     for (int i = 0; i < g->n; i++) {
         gen_choice *ch = &g->ch[i];
-        tb_request_params rp = {.max_tokens = g->g.max_tokens, .ignore_eos = g->g.ignore_eos,
-                                .logprobs = g->g.logprobs, .sampling = g->g.sp};
+        tb_request_params rp = {.max_tokens = g->g.max_tokens, .ignore_eos = g->g.ignore_eos, .min_tokens = g->g.min_tokens,
+                                .logprobs = g->g.logprobs, .sampling = g->g.sp,
+                                /* a stream's reader is the client: bounded; otherwise this thread */
+                                .max_buffered = g->g.stream ? s->o.stream_buffer : 0};
+        if (g->n > 1) snprintf(rp.label, sizeof rp.label, "%s choice %d", g->id, i);
+        else snprintf(rp.label, sizeof rp.label, "%s", g->id);
         rp.sampling.seed += (uint64_t)i * 0x9E3779B97F4A7C15ull;
         ch->lp_items = json_array();
         ch->prev = g->g.prompt[g->g.n_prompt - 1];
@@ -754,6 +987,10 @@ static enum MHD_Result handle_generate(server *s, struct MHD_Connection *c, json
     }
     if (g->g.stream) {
         g->last_write = tb_now();
+        /* a client that stops reading is held to --stream-buffer tokens, not to
+         * what the kernel's autotuned send buffer (megabytes) would swallow first */
+        int sndbuf = STREAM_SNDBUF;
+        if (g->fd >= 0) setsockopt(g->fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
         struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_reader, g,
                                                                    stream_free_cb);
         if (!r) { gen_stream_free(g); return MHD_NO; }
@@ -776,10 +1013,21 @@ static enum MHD_Result handle_generate(server *s, struct MHD_Connection *c, json
             json_array_append_new(choices, json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", i, "message", "role",
                                                      "assistant", "content", json_text(ch->text, ch->tn), "logprobs",
                                                      lp, "finish_reason", finish_str(ch->reason)));
-        else
-            json_array_append_new(choices, json_pack("{s:i, s:o, s:o, s:s}", "index", i, "text",
-                                                     json_text(ch->text, ch->tn), "logprobs", lp, "finish_reason",
-                                                     finish_str(ch->reason)));
+        else {
+            json_t *text = json_text(ch->text, ch->tn);
+            if (g->g.echo) { /* the prompt, then the completion */
+                char *both = malloc(g->g.echo_len + ch->tn + 1);
+                if (both) {
+                    memcpy(both, g->g.echo_text, g->g.echo_len);
+                    if (ch->tn) memcpy(both + g->g.echo_len, ch->text, ch->tn);
+                    json_decref(text);
+                    text = json_text(both, g->g.echo_len + ch->tn);
+                    free(both);
+                }
+            }
+            json_array_append_new(choices, json_pack("{s:i, s:o, s:o, s:s}", "index", i, "text", text, "logprobs", lp,
+                                                     "finish_reason", finish_str(ch->reason)));
+        }
     }
     json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", g->id, "object",
                           chat ? "chat.completion" : "text_completion", "created", (json_int_t)g->created, "model",
@@ -800,7 +1048,8 @@ static enum MHD_Result handle_tokenize(server *s, struct MHD_Connection *c, json
     if (!get_bool(root, "add_special_tokens", &add, &pe)) return reply_error(s, c, 400, pe.param, "%s", pe.msg);
     int32_t *ids = NULL;
     int n = 0;
-    if (!tokenize(s, json_string_value(p), add, &ids, &n, &pe)) return reply_error(s, c, pe.status, pe.param, "%s", pe.msg);
+    if (!tokenize(s, json_string_value(p), json_string_length(p), add, &ids, &n, &pe))
+        return reply_error(s, c, pe.status, pe.param, "%s", pe.msg);
     json_t *arr = json_array();
     for (int i = 0; i < n; i++) json_array_append_new(arr, json_integer(ids[i]));
     free(ids);
@@ -898,9 +1147,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return reply_error(s, c, 413, NULL, "the request body exceeds %zu bytes", s->o.max_body_bytes);
     if (atomic_load(&s->stopping)) return reply_error(s, c, 503, NULL, "the server is shutting down");
     json_error_t je;
-    json_t *root = cs->body ? json_loadb(cs->body, cs->n, 0, &je) : NULL;
-    if (!root && cs->body && strstr(je.text, "\\u0000"))
-        return reply_error(s, c, 400, NULL, "strings with a NUL character (\\u0000) are not supported");
+    /* "\u0000" is valid JSON: strings keep their lengths from here on */
+    json_t *root = cs->body ? json_loadb(cs->body, cs->n, JSON_ALLOW_NUL, &je) : NULL;
     if (!root) return reply_error(s, c, 400, NULL, "the body is not valid JSON%s%s", cs->body ? ": " : "", cs->body ? je.text : "");
     if (!json_is_object(root)) {
         json_decref(root);
@@ -969,6 +1217,46 @@ static tb_status load_engine(server *s) {
     return TB_OK;
 }
 
+/* Resolves --host (a name such as localhost, an IPv4 or an IPv6 address)
+ * and listens on the first of its addresses that binds. Returns the
+ * socket, or -1 with a message in `err`; `shown` gets the host as a URL
+ * spells it ([::1]) and `addr` the numeric address bound. */
+static int listen_on(const char *host, int port, char *shown, size_t shown_cap, char *addr, size_t addr_cap,
+                     char *err, size_t err_cap) {
+    snprintf(shown, shown_cap, strchr(host, ':') ? "[%s]" : "%s", host);
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", port);
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    int rc = getaddrinfo(host, ps, &hints, &res);
+    if (rc != 0) {
+        snprintf(err, err_cap, "cannot listen on %s:%d: --host does not resolve: %s", shown, port, gai_strerror(rc));
+        return -1;
+    }
+    int fd = -1, last_errno = 0;
+    for (struct addrinfo *a = res; a && fd < 0; a = a->ai_next) {
+        fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (fd < 0) { last_errno = errno; continue; }
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, a->ai_addr, a->ai_addrlen) != 0 || listen(fd, 1024) != 0 ||
+            fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) != 0) {
+            last_errno = errno;
+            close(fd);
+            fd = -1;
+            continue;
+        }
+        if (getnameinfo(a->ai_addr, a->ai_addrlen, addr, (socklen_t)addr_cap, NULL, 0, NI_NUMERICHOST) != 0)
+            snprintf(addr, addr_cap, "?");
+    }
+    freeaddrinfo(res);
+    if (fd < 0) snprintf(err, err_cap, "cannot listen on %s:%d: %s", shown, port, strerror(last_errno));
+    return fd;
+}
+
 static volatile sig_atomic_t g_signal = 0;
 static void on_signal(int sig) { g_signal = sig; }
 
@@ -981,6 +1269,8 @@ int tb_serve_run(const tb_serve_options *opt) {
     if (s->o.max_body_bytes == 0) s->o.max_body_bytes = 1 << 20;
     if (s->o.grace_seconds <= 0) s->o.grace_seconds = 30;
     if (s->o.connection_timeout_s <= 0) s->o.connection_timeout_s = 60;
+    if (s->o.stream_interval <= 0) s->o.stream_interval = 1;
+    if (s->o.stream_buffer <= 0) s->o.stream_buffer = 1024;
     if (s->o.model_name && *s->o.model_name) {
         snprintf(s->model, sizeof s->model, "%s", s->o.model_name);
     } else {
@@ -990,12 +1280,10 @@ int tb_serve_run(const tb_serve_options *opt) {
         if (dot) *dot = 0;
     }
     s->metrics = tb_metrics_new();
-    struct sockaddr_in addr;
-    memset(&addr, 0, sizeof addr);
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons((uint16_t)s->o.port);
-    if (inet_pton(AF_INET, s->o.host, &addr.sin_addr) != 1) {
-        fprintf(stderr, "turbine: error: --host must be an IPv4 address, got '%s'\n", s->o.host);
+    char shown[300], bound[INET6_ADDRSTRLEN + 8], err[512];
+    int lfd0 = listen_on(s->o.host, s->o.port, shown, sizeof shown, bound, sizeof bound, err, sizeof err);
+    if (lfd0 < 0) {
+        fprintf(stderr, "turbine: error: %s\n", err);
         tb_metrics_free(s->metrics);
         free(s);
         return 1;
@@ -1008,18 +1296,23 @@ int tb_serve_run(const tb_serve_options *opt) {
     signal(SIGPIPE, SIG_IGN);
     s->d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG |
                                 MHD_USE_POLL,
-                            (uint16_t)s->o.port, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, &addr,
+                            0, NULL, NULL, handler, s, MHD_OPTION_LISTEN_SOCKET, (MHD_socket)lfd0,
                             MHD_OPTION_NOTIFY_COMPLETED, completed, s, MHD_OPTION_CONNECTION_TIMEOUT,
                             (unsigned)s->o.connection_timeout_s, MHD_OPTION_CONNECTION_LIMIT, 4096u,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(256 * 1024), MHD_OPTION_LISTEN_BACKLOG_SIZE,
                             1024u, MHD_OPTION_END);
     if (!s->d) {
-        fprintf(stderr, "turbine: error: cannot listen on %s:%d: %s\n", s->o.host, s->o.port, strerror(errno));
+        fprintf(stderr, "turbine: error: cannot listen on %s:%d: %s\n", shown, s->o.port, strerror(errno));
+        close(lfd0);
         tb_metrics_free(s->metrics);
         free(s);
         return 1;
     }
-    fprintf(stderr, "turbine: listening on http://%s:%d (loading %s)\n", s->o.host, s->o.port, s->o.engine_path);
+    if (!strcmp(s->o.host, bound))
+        fprintf(stderr, "turbine: listening on http://%s:%d (loading %s)\n", shown, s->o.port, s->o.engine_path);
+    else
+        fprintf(stderr, "turbine: listening on http://%s:%d (%s; loading %s)\n", shown, s->o.port, bound,
+                s->o.engine_path);
     double t0 = tb_now();
     if (load_engine(s) != TB_OK) {
         fprintf(stderr, "turbine: error: %s\n", tb_last_error());

@@ -230,6 +230,52 @@ def t_tokenize_roundtrip():
     ok("/tokenize then /detokenize gives back %d texts (ASCII, whitespace, UTF-8)" % len(texts))
 
 
+def t_nul_characters():
+    # "\u0000" is valid JSON: a prompt holding it is text like any other (a byte-fallback token)
+    text = "Once upon\u0000 a time"
+    st, _, d = S.post("/tokenize", {"prompt": text})
+    check(st == 200, "/tokenize of a prompt with U+0000 -> %s %r" % (st, d[:200]))
+    ids = json.loads(d)["tokens"]
+    st, _, d = S.post("/tokenize", {"prompt": text.replace("\u0000", "")})
+    check(len(ids) == len(json.loads(d)["tokens"]) + 1, "the NUL has no token of its own: %r vs %s" % (ids, d))
+    pieces = []
+    for t in ids:
+        st, _, d = S.post("/detokenize", {"tokens": [t]})
+        pieces.append(json.loads(d)["prompt"])
+    nul_id = [t for t, p in zip(ids, pieces) if p == "\u0000"]
+    check(len(nul_id) == 1, "no token of %r decodes to U+0000 alone: %r" % (ids, pieces))
+    st, _, d = S.post("/detokenize", {"tokens": ids})
+    check(st == 200 and json.loads(d)["prompt"] == text, "round trip of %r: %s %r" % (text, st, d[:200]))
+    j = S.completion({"prompt": text, "max_tokens": 5, "temperature": 0})
+    check(j["usage"]["prompt_tokens"] == len(ids), "completion of a prompt with U+0000: prompt_tokens %r, tokens %r"
+          % (j["usage"], ids))
+    b = S.completion({"prompt": ids, "max_tokens": 5, "temperature": 0})
+    check(b["choices"][0]["text"] == j["choices"][0]["text"], "the text prompt and its ids give different completions")
+    j = S.chat({"messages": [{"role": "user", "content": "a\u0000b"}], "max_tokens": 3})
+    check(j["usage"]["completion_tokens"] == 3, "chat with U+0000 in a message: %r" % j)
+    # a stop string with a NUL: matched with its length (not cut at the NUL, which would stop at once)
+    j = S.completion({"prompt": PROMPT, "max_tokens": 20, "temperature": 0, "stop": [",\u0000"]})
+    check(j["choices"][0]["finish_reason"] == "length", "the stop string ',\\u0000' matched %r" % j["choices"][0])
+    ok("U+0000 in prompts, messages and stop strings: 200, its own token (%d), round trip" % nul_id[0])
+
+
+def t_echo():
+    plain = S.completion({"prompt": PROMPT, "max_tokens": 12, "temperature": 0})["choices"][0]["text"]
+    j = S.completion({"prompt": PROMPT, "max_tokens": 12, "temperature": 0, "echo": True})
+    check(j["choices"][0]["text"] == PROMPT + plain, "echo: %r, want %r" % (j["choices"][0]["text"], PROMPT + plain))
+    check(j["usage"]["completion_tokens"] == 12, "echo: usage %r" % j["usage"])
+    st, _, d = S.post("/tokenize", {"prompt": PROMPT})
+    ids = json.loads(d)["tokens"]
+    j = S.completion({"prompt": ids, "max_tokens": 12, "temperature": 0, "echo": True, "n": 2})
+    check([c["text"] for c in j["choices"]] == [PROMPT + plain] * 2, "echo of token ids, n=2: %r" % j["choices"])
+    chunks = stream_chunks("/v1/completions", {"prompt": PROMPT, "max_tokens": 12, "temperature": 0, "echo": True,
+                                               "stream": True})
+    check("".join(c["choices"][0]["text"] for c in chunks) == PROMPT + plain, "streamed echo: %r" % chunks)
+    j = S.completion({"prompt": PROMPT, "max_tokens": 12, "temperature": 0, "echo": False})
+    check(j["choices"][0]["text"] == plain, "echo false: %r" % j["choices"][0]["text"])
+    ok("echo: the prompt (text or token ids) before the completion, streamed and not")
+
+
 def close(a, b):
     return abs(a - b) <= 1e-5 * max(1.0, abs(a))
 
@@ -350,7 +396,8 @@ def main():
     global S
     d = workdir("api")
     S = Server(build_stories(d)).start()
-    run_tests([("health+models", t_health_models), ("completion", t_completion),
+    run_tests([("health+models", t_health_models), ("completion", t_completion), ("NUL characters", t_nul_characters),
+               ("echo", t_echo),
                ("completion finish stop", t_completion_stop_reason), ("chat", t_chat),
                ("stream completion", t_stream_completion), ("stream chat", t_stream_chat),
                ("include_usage", t_include_usage), ("token-id prompt", t_token_ids),

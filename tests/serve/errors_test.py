@@ -14,6 +14,7 @@ KEY = "sk-test-0123456789"
 A = None  # --api-key KEY --max-num-seqs 1 --max-queue 1
 B = None  # --max-body 1KiB
 ENGINE = None
+MODEL = "s"  # the engine file's base name
 COMP, CHAT = "/v1/completions", "/v1/chat/completions"
 MSGS = [{"role": "user", "content": "Hi"}]
 
@@ -72,8 +73,6 @@ def t_bad_params():
         ("stop with 5 strings", COMP, dict(p, stop=["a", "b", "c", "d", "e"]), "stop"),
         ("empty stop string", COMP, dict(p, stop=""), "stop"),
         ("model 42", COMP, dict(p, model=42), "model"),
-        ("unknown model", COMP, dict(p, model="gpt-17-ultra"), "model"),
-        ("unknown model (chat)", CHAT, dict(c, model="gpt-17-ultra"), "model"),
         ("temperature 5", COMP, dict(p, temperature=5), "temperature"),
         ("temperature -1", COMP, dict(p, temperature=-1), "temperature"),
         ("top_p 0", COMP, dict(p, top_p=0), "top_p"),
@@ -98,6 +97,59 @@ def t_bad_params():
         st, hd, d = post_a(path, body)
         check_error(st, hd, d, 400, param, what)
     ok("%d wrong types / out-of-range parameters -> 400 with error.param naming the field" % len(cases))
+
+
+def t_unknown_model():
+    # OpenAI's answer (the official clients raise NotFoundError): 404, code model_not_found
+    for what, path, body in (("completions", COMP, {"prompt": "Once upon a time", "max_tokens": 5, "model": "gpt-17-ultra"}),
+                             ("chat", CHAT, {"messages": MSGS, "max_tokens": 5, "model": "gpt-17-ultra"}),
+                             ("a NUL after the served name", COMP, {"prompt": "x", "max_tokens": 5, "model": MODEL + "\u0000x"})):
+        st, hd, d = post_a(path, body)
+        e = check_error(st, hd, d, 404, "model", "unknown model (%s)" % what)
+        check(e["type"] == "NotFoundError" and e["code"] == "model_not_found", "unknown model (%s): %r" % (what, e))
+    ok("an unknown model -> 404 NotFoundError / model_not_found")
+
+
+def t_unsupported_fields():
+    p = {"prompt": "Once upon a time", "max_tokens": 5}
+    c = {"messages": MSGS, "max_tokens": 5}
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+    cases = [
+        ("tools", CHAT, dict(c, tools=[tool]), "tools"),
+        ("tool_choice", CHAT, dict(c, tool_choice="auto"), "tool_choice"),
+        ("functions", CHAT, dict(c, functions=[tool["function"]]), "functions"),
+        ("function_call", CHAT, dict(c, function_call="auto"), "function_call"),
+        ("response_format json_object", CHAT, dict(c, response_format={"type": "json_object"}), "response_format"),
+        ("response_format json_schema", CHAT, dict(c, response_format={"type": "json_schema", "json_schema": {}}),
+         "response_format"),
+        ("logit_bias", COMP, dict(p, logit_bias={"403": 5}), "logit_bias"),
+        ("best_of 2", COMP, dict(p, best_of=2), "best_of"),
+        ("suffix", COMP, dict(p, suffix="The end."), "suffix"),
+        ("an unknown field", COMP, dict(p, frobnicate=1), None),
+        ("an unknown field (chat)", CHAT, dict(c, temprature=0.5), None),
+        ("messages in completions", COMP, dict(p, messages=MSGS), "messages"),
+        ("prompt in chat", CHAT, dict(c, prompt="x"), "prompt"),
+        ("echo in chat", CHAT, dict(c, echo=True), "echo"),
+        ("echo 'yes'", COMP, dict(p, echo="yes"), "echo"),
+        ("echo with logprobs", COMP, dict(p, echo=True, logprobs=1), "echo"),
+    ]
+    for what, path, body, param in cases:
+        st, hd, d = post_a(path, body)
+        e = check_error(st, hd, d, 400, param, what)
+        name = param or next(k for k in body if k not in p and k not in c)
+        check(name in e["message"], "%s: the message does not name %r: %r" % (what, name, e["message"]))
+    # what clients send that asks for nothing this server lacks is accepted
+    fine = [
+        (COMP, dict(p, user="u-1", seed=3, stream_options=None, logit_bias={}, best_of=1, suffix=None)),
+        (CHAT, dict(c, user="u-1", seed=3, response_format={"type": "text"}, tools=None, tool_choice=None,
+                    parallel_tool_calls=True, store=False, metadata={"k": "v"}, max_completion_tokens=5)),
+        (CHAT, dict(c, stream=True, stream_options={"include_usage": True})),
+    ]
+    for path, body in fine:
+        st, hd, d = post_a(path, body)
+        check(st == 200, "%s %r -> %s %r" % (path, body, st, d[:300]))
+    ok("%d unsupported or unknown fields -> 400 naming them; %d requests with harmless ones -> 200"
+       % (len(cases), len(fine)))
 
 
 def t_bad_prompts():
@@ -238,7 +290,8 @@ def main():
     ENGINE = build_stories(d)
     A = Server(ENGINE, "--max-num-seqs", "1", "--max-queue", "1", "--threads", "1", api_key=KEY, log=os.path.join(d, "a.log")).start()
     B = Server(ENGINE, "--max-body", "1KiB", log=os.path.join(d, "b.log")).start()
-    run_tests([("malformed bodies", t_malformed), ("bad parameters", t_bad_params), ("bad prompts", t_bad_prompts),
+    run_tests([("malformed bodies", t_malformed), ("bad parameters", t_bad_params), ("unknown model", t_unknown_model),
+               ("unsupported fields", t_unsupported_fields), ("bad prompts", t_bad_prompts),
                ("API key", t_auth), ("routes", t_routes), ("body limit", t_body_limit),
                ("queue full", t_queue_full), ("still serving", t_still_serving)])
 

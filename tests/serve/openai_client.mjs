@@ -37,7 +37,7 @@ async function main() {
   const stream = await client.chat.completions.create({
     model, messages, max_tokens: 40, temperature: 0, stream: true, stream_options: { include_usage: true },
   });
-  let streamed = "", n = 0, role = null, finish = null, usage = null;
+  let streamed = "", n = 0, role = null, finish = null, usage = null, tokenChunks = 0;
   for await (const chunk of stream) {
     n++;
     if (chunk.usage) usage = chunk.usage;
@@ -46,12 +46,30 @@ async function main() {
     if (n === 1) role = c.delta.role;
     if (c.delta.content) streamed += c.delta.content;
     if (c.finish_reason) finish = c.finish_reason;
+    else if (!c.delta.role) tokenChunks++;
   }
   check(role === "assistant", `first streamed chat delta role ${role}`);
   check(finish === "length", `streamed chat finish ${finish}`);
   check(usage && usage.completion_tokens === 40, `streamed chat usage ${JSON.stringify(usage)}`);
   check(streamed === chatText, `streamed chat ${JSON.stringify(streamed)} != ${JSON.stringify(chatText)}`);
-  ok(`chat: streamed (${n} chunks) = not streamed: ${JSON.stringify(chatText.slice(0, 40))}`);
+  // one event per generated token, as OpenAI sends them
+  check(tokenChunks === 40, `40 chat tokens arrived in ${tokenChunks} chunks`);
+  ok(`chat: streamed (${n} chunks: role, 40 tokens, finish, usage) = not streamed: ${JSON.stringify(chatText.slice(0, 40))}`);
+
+  // with log-probabilities: each chunk carries its own token's
+  const lpStream = await client.chat.completions.create({
+    model, messages, max_tokens: 40, temperature: 0, stream: true, logprobs: true, top_logprobs: 2,
+  });
+  let lpChunks = 0;
+  for await (const chunk of lpStream) {
+    const c = chunk.choices[0];
+    if (!c || c.finish_reason || c.delta.role) continue;
+    lpChunks++;
+    check(c.logprobs && c.logprobs.content.length === 1 && c.logprobs.content[0].token === c.delta.content,
+          `a chat chunk's logprobs: ${JSON.stringify(c.logprobs)} for ${JSON.stringify(c.delta.content)}`);
+  }
+  check(lpChunks === 40, `40 chat tokens with logprobs arrived in ${lpChunks} chunks`);
+  ok("chat with logprobs: 40 chunks, each with its own token's log-probabilities");
 
   // completions, not streamed and streamed
   const prompt = "Once upon a time";
@@ -60,15 +78,22 @@ async function main() {
   check(compText.startsWith(", there was a little girl named Lily"), `completion text ${JSON.stringify(compText)}`);
   check(comp.choices[0].finish_reason === "length", `completion finish ${comp.choices[0].finish_reason}`);
   const cs = await client.completions.create({ model, prompt, max_tokens: 40, temperature: 0, stream: true });
-  let ctext = "", cfinish = null, cn = 0;
+  let ctext = "", cfinish = null, cn = 0, ctok = 0;
   for await (const chunk of cs) {
     cn++;
     ctext += chunk.choices[0].text;
     if (chunk.choices[0].finish_reason) cfinish = chunk.choices[0].finish_reason;
+    else ctok++;
   }
   check(ctext === compText, `streamed completion ${JSON.stringify(ctext)} != ${JSON.stringify(compText)}`);
   check(cfinish === "length", `streamed completion finish ${cfinish}`);
-  ok(`completions: streamed (${cn} chunks) = not streamed`);
+  check(ctok === 40, `40 completion tokens arrived in ${ctok} chunks`);
+  ok(`completions: streamed (${cn} chunks: 40 tokens, finish) = not streamed`);
+
+  // echo: the prompt before the completion
+  const echoed = await client.completions.create({ model, prompt, max_tokens: 40, temperature: 0, echo: true });
+  check(echoed.choices[0].text === prompt + compText, `echo: ${JSON.stringify(echoed.choices[0].text)}`);
+  ok("completions with echo");
 
   // a stop string through the client
   const st = await client.completions.create({ model, prompt, max_tokens: 40, temperature: 0, stop: ["girl named"] });
@@ -104,7 +129,14 @@ async function main() {
     await client.completions.create({ model: "no-such-model", prompt, max_tokens: 5 });
     check(false, "an unknown model was accepted");
   } catch (e) {
-    check(e instanceof OpenAI.BadRequestError || e instanceof OpenAI.NotFoundError, `unknown model: ${e}`);
+    check(e instanceof OpenAI.NotFoundError && e.status === 404 && e.code === "model_not_found", `unknown model: ${e}`);
+  }
+  try {
+    const tools = [{ type: "function", function: { name: "weather", parameters: { type: "object", properties: {} } } }];
+    await client.chat.completions.create({ model, messages, max_tokens: 5, tools });
+    check(false, "tools were accepted");
+  } catch (e) {
+    check(e instanceof OpenAI.BadRequestError && e.param === "tools", `tools: ${e}`);
   }
   const bad = new OpenAI({ baseURL, apiKey: apiKey + "x", maxRetries: 0, timeout: 30000 });
   try {
@@ -113,7 +145,7 @@ async function main() {
   } catch (e) {
     check(e instanceof OpenAI.AuthenticationError && e.status === 401, `wrong key: ${e}`);
   }
-  ok("errors: BadRequestError (400), AuthenticationError (401)");
+  ok("errors: BadRequestError (400, also for tools), NotFoundError (unknown model), AuthenticationError (401)");
 
   // n = 2 choices, streamed through the SDK's accumulating helper: it assembles each choice by index
   const runner = client.chat.completions.stream({ model, messages, max_tokens: 12, temperature: 1.0, seed: 11, n: 2 });

@@ -1,6 +1,8 @@
 """Slow and stalled clients: a connection that sends half a request and stalls
 holds no engine slot, does not delay other requests, and is dropped after
---timeout. Run by tests/test_serve_slow_client.sh."""
+--timeout. A streaming client that stops reading has its tokens buffered up
+to --stream-buffer, then its request is cancelled (logged, counted) while
+the rest of the batch goes on. Run by tests/test_serve_slow_client.sh."""
 import json
 import os
 import socket
@@ -8,10 +10,12 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_util import Server, build_stories, check, metric, ok, run_tests, workdir  # noqa: E402
+from serve_util import Server, build_slow, build_stories, check, metric, ok, run_tests, wait_until, workdir  # noqa: E402
 
 TIMEOUT = 2  # --timeout seconds
 S = None
+R = None  # the slow model, --stream-buffer STREAM_BUFFER
+STREAM_BUFFER = 64
 
 
 def stall(kind):
@@ -99,6 +103,54 @@ def t_slow_sender():
     ok("a client sending its body over %.1f s (gaps below --timeout) is served" % (TIMEOUT * 0.3 * 4))
 
 
+def t_non_reading_stream():
+    # a client that asks for a long stream (4 choices, 20 log-probabilities a token: some MB) and reads
+    # nothing; its receive window is small so that what it does not read stays on the server
+    stalled = socket.socket()
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stalled.settimeout(30)
+    stalled.connect(("127.0.0.1", R.port))
+    body = json.dumps({"prompt": "Once upon a time", "max_tokens": 480, "ignore_eos": True, "stream": True, "n": 4,
+                       "logprobs": 20}).encode()
+    stalled.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    # meanwhile others are served in full: a stream that reads, and a plain request
+    st, _, ev = R.stream("/v1/completions", {"prompt": "Once upon a time", "max_tokens": 120, "ignore_eos": True,
+                                             "stream": True, "stream_options": {"include_usage": True}})
+    check(st == 200 and ev[-1] == "[DONE]", "a reading stream beside the stalled one: %s %r" % (st, ev[-2:]))
+    chunks = [json.loads(e) for e in ev[:-1]]
+    n_tok = sum(1 for c in chunks if c["choices"] and c["choices"][0]["finish_reason"] is None)
+    check(n_tok == 120 and chunks[-1]["usage"]["completion_tokens"] == 120,
+          "the reading stream got %d token events (want 120)" % n_tok)
+    j = R.completion({"prompt": "Once upon a time", "max_tokens": 100, "ignore_eos": True}, timeout=60)
+    check(j["usage"]["completion_tokens"] == 100, "a plain request beside the stalled stream: %r" % j["usage"])
+    # the stalled stream's 4 requests are cancelled once each has --stream-buffer tokens unread
+    ms = wait_until(lambda: (lambda m: m if metric(m, "turbine_stream_overflows_total") >= 4 else None)(R.metrics()), 90)
+    check(ms is not None, "the non-reading stream was not cancelled: overflows %s, log:\n%s"
+          % (metric(R.metrics(), "turbine_stream_overflows_total"), R.log()))
+    check(metric(ms, "turbine_requests_finished_total", finished_reason="cancelled") >= 4, "not counted as cancelled")
+    check(wait_until(lambda: metric(R.metrics(), "turbine_requests_running") == 0, 10),
+          "the stalled stream's requests still hold their slots")
+    check("left %d generated tokens unread" % STREAM_BUFFER in R.log(), "no logged reason:\n" + R.log())
+    # what was sent before the cancellation can still be read; the stream then ends without [DONE]
+    got = b""
+    try:
+        while len(got) < 64 << 20:
+            b = stalled.recv(65536)
+            if not b:
+                break
+            got += b
+    except (ConnectionResetError, socket.timeout):
+        pass
+    stalled.close()
+    check(got.startswith(b"HTTP/1.1 200") and b"data: [DONE]" not in got,
+          "the cancelled stream: %d bytes ending %r" % (len(got), got[-120:]))
+    n_sent = got.count(b"data: {")
+    check(0 < n_sent < 4 * 480, "the cancelled stream delivered %d events" % n_sent)
+    ok("a stream nobody reads: cancelled after %d unread tokens (logged, counted; %d events had been sent) while "
+       "a reading stream and a plain request beside it completed" % (STREAM_BUFFER, n_sent))
+
+
 def t_still_serving():
     j = S.completion({"prompt": "Once upon a time", "max_tokens": 10, "ignore_eos": True})
     check(j["usage"]["completion_tokens"] == 10, "after the stalls: %r" % j)
@@ -107,9 +159,13 @@ def t_still_serving():
 
 
 def main():
-    global S
-    S = Server(build_stories(workdir("slow_client")), "--timeout", TIMEOUT, "--max-num-seqs", "2", "--threads", "1").start()
-    run_tests([("stalled clients", t_stalled_clients), ("slow sender", t_slow_sender), ("still serving", t_still_serving)])
+    global S, R
+    d = workdir("slow_client")
+    S = Server(build_stories(d), "--timeout", TIMEOUT, "--max-num-seqs", "2", "--threads", "1").start()
+    R = Server(build_slow(d), "--stream-buffer", STREAM_BUFFER, "--threads", "1", "--timeout", "60",
+               log=os.path.join(d, "r.log")).start()
+    run_tests([("stalled clients", t_stalled_clients), ("slow sender", t_slow_sender),
+               ("non-reading stream", t_non_reading_stream), ("still serving", t_still_serving)])
 
 
 if __name__ == "__main__":

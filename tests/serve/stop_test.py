@@ -1,12 +1,14 @@
 """Stop strings across token boundaries, streaming and not: the text ends
 right before the first stop string, which is never sent, and finish_reason is
-"stop". Run by tests/test_serve_stop.sh."""
+"stop". min_tokens keeps EOS from ending a choice before that many tokens
+(checked on a random-weight model, which draws EOS early and often). Run by
+tests/test_serve_stop.sh."""
 import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_util import Server, build_stories, check, ok, run_tests, workdir  # noqa: E402
+from serve_util import Server, build_slow, build_stories, check, ok, run_tests, workdir  # noqa: E402
 
 PROMPT = "Once upon a time"
 S = None
@@ -99,12 +101,29 @@ def t_stop_chat():
     ok("chat: stop %r cuts the reply at %d chars, streaming and not" % (stop, len(want)))
 
 
+def t_min_tokens():
+    d = workdir("stop")
+    R = Server(build_slow(d), "--threads", "1", log=os.path.join(d, "r.log")).start()
+    body = {"prompt": PROMPT, "max_tokens": 120, "temperature": 1.0, "seed": 1, "n": 16, "logprobs": 0}
+    j = R.completion(body, timeout=120)
+    early = [len(c["logprobs"]["tokens"]) for c in j["choices"] if c["finish_reason"] == "stop"]
+    check(len(early) >= 2 and min(early) < 100, "the random model drew EOS in no choice before 100 tokens: %r" % early)
+    k = min(early)
+    j = R.completion(dict(body, min_tokens=k + 10), timeout=120)
+    got = [len(c["logprobs"]["tokens"]) for c in j["choices"]]
+    check(min(got) >= k + 10, "min_tokens %d: choices of %r tokens" % (k + 10, got))
+    st, _, d = R.post("/v1/completions", dict(body, min_tokens=121))
+    check(st == 400 and b"min_tokens" in d, "min_tokens above max_tokens: %s %r" % (st, d[:200]))
+    R.kill()
+    ok("min_tokens %d: no choice ends before it (without it EOS ended one after %d tokens)" % (k + 10, k))
+
+
 def main():
     global S
     S = Server(build_stories(workdir("stop"))).start()
     run_tests([("greedy text", t_greedy), ("stop across tokens", t_stop_words), ("stop inside tokens", t_stop_mid_token),
                ("earliest of several stops", t_stop_first_of_many), ("held-back prefix released", t_stop_prefix_released),
-               ("chat stop", t_stop_chat)])
+               ("chat stop", t_stop_chat), ("min_tokens", t_min_tokens)])
 
 
 if __name__ == "__main__":
