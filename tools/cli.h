@@ -109,8 +109,8 @@ int tb_cli_perplexity(int argc, char **argv);
 int tb_cli_parse_int(const char *s, int lo, int hi, int *out);
 /* Parses a size: a decimal number (a fraction allowed) with an optional
  * unit K, M, G or T, each also written KB/KiB, MB/MiB, GB/GiB, TB/TiB (any
- * case); every unit is binary (K = KB = KiB = 1024). 0 on a malformed size
- * or one that does not fit in size_t. */
+ * case); every unit is binary (K = KB = KiB = 1024). Returns 1, 0 for a
+ * malformed size, -1 for one that does not fit in size_t. */
 int tb_cli_parse_size(const char *s, size_t *out);
 /* Parses a comma list of token ids in [0, vocab), at most `max` of them, into
  * ids; on a bad list prints "turbine: error: OPT: ..." and returns 0. */

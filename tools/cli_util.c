@@ -52,7 +52,8 @@ int tb_cli_parse_size(const char *s, size_t *out) {
     long double bytes = ldexpl(v, shift);
     /* long double holds every integer below 2^64 exactly on the hosts we
      * build for; a size must fit size_t, not wrap */
-    if (!(bytes >= 0) || bytes >= ldexpl(1.0L, (int)(sizeof(size_t) * 8))) return 0;
+    if (!(bytes >= 0)) return 0;
+    if (bytes >= ldexpl(1.0L, (int)(sizeof(size_t) * 8))) return -1;
     *out = (size_t)bytes;
     return 1;
 }
@@ -225,13 +226,12 @@ static int set_value(const tb_cli_cmd *cmd, const tb_cli_opt *o, const char *use
     }
     case TB_OPT_SIZE: {
         size_t x;
-        if (!tb_cli_parse_size(v, &x)) {
-            /* a well-formed number too large for size_t is a range error */
-            char *end;
-            if (*v >= '0' && *v <= '9' && (strtold(v, &end), end != v)) {
-                tb_cli_usage_error(cmd->name, "%s must be %s, got %s", used, range_words(o, r, sizeof r), v);
-                return 0;
-            }
+        int got = tb_cli_parse_size(v, &x);
+        if (got < 0) {
+            tb_cli_usage_error(cmd->name, "%s must be %s, got %s", used, range_words(o, r, sizeof r), v);
+            return 0;
+        }
+        if (got == 0) {
             tb_cli_usage_error(cmd->name,
                                "%s needs a size such as 512MiB (a number with an optional unit K, M, G, T, "
                                "KiB, MiB, GiB, TiB), got '%s'", used, v);

@@ -452,10 +452,8 @@ static void print_bench_help(FILE *f) {
 
 /* The README's command list (between its commands:begin/end markers). */
 static void print_synopses(FILE *f) {
-    for (int i = 0; i < N_COMMANDS; i++) {
-        tb_cli_print_synopsis(commands[i], f, 100);
-        if (!strcmp(commands[i]->name, "inspect")) fputs(BENCH_SYNOPSIS, f);
-    }
+    for (int i = 0; i < N_COMMANDS; i++) tb_cli_print_synopsis(commands[i], f, 100);
+    fputs(BENCH_SYNOPSIS, f);
 }
 
 static void print_help(FILE *f) {
@@ -492,16 +490,12 @@ static const char *COMMANDS_INTRO =
 
 static void print_markdown(FILE *f) {
     fputs(COMMANDS_INTRO, f);
-    for (int i = 0; i < N_COMMANDS; i++) {
-        tb_cli_print_markdown(commands[i], f);
-        if (!strcmp(commands[i]->name, "inspect")) {
-            fputs("## turbine bench\n\n```\n" BENCH_SYNOPSIS "```\n\n"
-                  "Load-tests an HTTP server, or times an engine in-process (`--engine`); docs/BENCH.md explains "
-                  "the figures. Its options, as `turbine bench --help` prints them:\n\n```\n", f);
-            print_bench_help(f);
-            fputs("```\n\n", f);
-        }
-    }
+    for (int i = 0; i < N_COMMANDS; i++) tb_cli_print_markdown(commands[i], f);
+    fputs("## turbine bench\n\n```\n" BENCH_SYNOPSIS "```\n\n"
+          "Load-tests an HTTP server, or times an engine in-process (`--engine`); docs/BENCH.md explains "
+          "the figures. Its options, as `turbine bench --help` prints them:\n\n```\n", f);
+    print_bench_help(f);
+    fputs("```\n", f);
 }
 
 /* `turbine help [CMD | --markdown | --synopsis | --options | --parse CMD ARGS...]`.
