@@ -2,6 +2,7 @@
  * synopsis and Markdown printers that read the same tables, and the value
  * parsers (integers, sizes, token-id lists) every command shares. */
 #define _GNU_SOURCE
+#include <assert.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -295,6 +296,7 @@ static int pos_slot(const tb_cli_cmd *cmd, const tb_cli_opt *o) {
 int tb_cli_parse(const tb_cli_cmd *cmd, int argc, char **argv, void *args_) {
     char *args = args_;
     unsigned char seen[TB_CLI_MAX_OPTS] = {0};
+    assert(cmd->n_opts <= TB_CLI_MAX_OPTS && cmd->n_pos <= TB_CLI_MAX_POS); /* a table too long: raise the limit */
     int n_pos = 0, only_pos = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
