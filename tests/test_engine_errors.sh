@@ -69,7 +69,7 @@ expect 1 "not a token id" -- "$TURBINE_BIN" run "$D/good.engine" --prompt-ids 1,
 # serve and bench take --device too: a CPU engine asked to run on the GPU is refused by name
 expect_serve 1 "built for the cpu backend.*cuda" "$D/good.engine" --device cuda
 expect_serve 1 "has no GPU memory" "$D/good.engine" --gpu-memory-fraction 0.9
-expect 2 "gpu-memory-fraction needs a number" -- "$TURBINE_BIN" serve "$D/good.engine" --gpu-memory-fraction 1.5
+expect 2 "gpu-memory-fraction must be in \(0, 1\], got 1.5" -- "$TURBINE_BIN" serve "$D/good.engine" --gpu-memory-fraction 1.5
 expect 1 "built for the cpu backend.*cuda" -- "$TURBINE_BIN" bench --engine "$D/good.engine" --device cuda --batch 1 --output-len 4
 # inspect names the sections and the fingerprint
 out=$("$TURBINE_BIN" inspect "$D/good.engine")

@@ -15,6 +15,7 @@
  *   perplexity P nll N tokens T windows W ctx C
  */
 #include <errno.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,13 +27,37 @@
 #include "tokenizer/tokenizer.h"
 #include "turbine/turbine.h"
 
-static int usage(const char *msg, const char *arg) {
-    fprintf(stderr, "turbine perplexity: ");
-    fprintf(stderr, msg, arg);
-    fprintf(stderr, "\nusage: turbine perplexity FILE.engine (--text FILE | --ids 1,2,3) [--ctx N] [--threads N] "
-                    "[--device cpu|cuda[:N]]\n");
-    return 2;
-}
+typedef struct {
+    const char *engine, *text, *ids, *device;
+    int ctx, threads;
+} ppl_args;
+
+static void ppl_defaults(void *p) { memset(p, 0, sizeof(ppl_args)); }
+
+#define P(f) offsetof(ppl_args, f)
+static const tb_cli_opt ppl_opts[] = {
+    {"--engine", NULL, TB_OPT_STR, "FILE.engine", 0, 0, TB_OPT_SEE_ALSO, 0, 0, P(engine), NULL,
+     "the engine, as an option (same as the positional FILE.engine)"},
+    {"--text", NULL, TB_OPT_STR, "FILE", 0, 0, 0, 1, 0, P(text), NULL, "the text to score (at most 256 MiB)"},
+    {"--ids", NULL, TB_OPT_STR, "1,2,3", 0, 0, 0, 1, 0, P(ids), NULL, "the token ids to score"},
+    {"--ctx", NULL, TB_OPT_INT, "N", 2, 1 << 20, 0, 0, 0, P(ctx), "the engine's context, at most 512",
+     "tokens per window; at most the engine's context and step profile"},
+    {"--threads", "-t", TB_OPT_INT, "N", 1, 256, 0, 0, 0, P(threads), "one per core", "CPU threads"},
+    {"--device", NULL, TB_OPT_STR, "cpu|cuda[:N]", 0, 0, 0, 0, 0, P(device), "the engine's backend",
+     "where to run; must match what the engine was built for"},
+};
+#undef P
+
+const tb_cli_cmd tb_cmd_perplexity = {
+    "perplexity",
+    "Scores a text with an engine in non-overlapping windows of --ctx tokens (each row predicting the next "
+    "token) and prints one line on stdout: perplexity P nll N tokens T windows W ctx C.",
+    {"FILE.engine"}, {offsetof(ppl_args, engine)}, 1, 1,
+    ppl_opts, sizeof ppl_opts / sizeof ppl_opts[0],
+    "A remainder shorter than a window is left out when the text fills at least one window. The measure "
+    "that justifies a precision: compare an f16 or bf16 engine's perplexity with the f32 one's.",
+    sizeof(ppl_args), ppl_defaults,
+};
 
 /* -log softmax(row)[target], in double. */
 static double nll_of(const float *row, int V, int target) {
@@ -44,21 +69,12 @@ static double nll_of(const float *row, int V, int target) {
 }
 
 int tb_cli_perplexity(int argc, char **argv) {
-    const char *engine = NULL, *text_path = NULL, *ids_arg = NULL, *device = NULL;
-    int ctx_len = 0, threads = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--text")) { if (!v) return usage("%s needs a value", a); text_path = v; i++; }
-        else if (!strcmp(a, "--ids")) { if (!v) return usage("%s needs a value", a); ids_arg = v; i++; }
-        else if (!strcmp(a, "--ctx")) { if (!v || !tb_cli_parse_int(v, 2, 1 << 20, &ctx_len)) return usage("--ctx needs an integer >= 2%s", ""); i++; }
-        else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) { if (!v || !tb_cli_parse_int(v, 1, 256, &threads)) return usage("--threads needs an integer in [1, 256]%s", ""); i++; }
-        else if (!strcmp(a, "--device")) { if (!v) return usage("%s needs a value", a); device = v; i++; }
-        else if (a[0] == '-' && a[1]) return usage("unknown option '%s'", a);
-        else if (!engine) engine = a;
-        else return usage("unexpected argument '%s'", a);
-    }
-    if (!engine) return usage("needs FILE.engine%s", "");
-    if (!text_path == !ids_arg) return usage("needs exactly one of --text FILE or --ids LIST%s", "");
+    ppl_args a;
+    ppl_defaults(&a);
+    int prc = tb_cli_parse(&tb_cmd_perplexity, argc, argv, &a);
+    if (prc >= 0) return prc;
+    const char *engine = a.engine, *text_path = a.text, *ids_arg = a.ids, *device = a.device;
+    int ctx_len = a.ctx, threads = a.threads;
 
     tb_engine *e = NULL;
     if (tb_engine_load_for(engine, device, &e) != TB_OK) {

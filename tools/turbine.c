@@ -1,11 +1,13 @@
 /*
- * turbine.c — the command-line interface: build, run, inspect.
+ * turbine.c — the command-line interface: build, run, inspect, help and the
+ * dispatch to serve, bench and perplexity.
  *
  * Only this file prints to the user and exits; everything else returns a
  * tb_status with a message.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stddef.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -22,12 +24,6 @@
 
 #define TB_VERSION "0.1.0"
 
-static int fail(const char *what) {
-    fprintf(stderr, "turbine: error: %s%s%s\n", what ? what : "", what && *tb_last_error() ? ": " : "",
-            tb_last_error());
-    return 1;
-}
-
 static int usage_error(const char *fmt, const char *arg) {
     fprintf(stderr, "turbine: ");
     fprintf(stderr, fmt, arg);
@@ -35,87 +31,114 @@ static int usage_error(const char *fmt, const char *arg) {
     return 2;
 }
 
-static void print_help(void) {
-    printf("turbine %s — an inference compiler and runtime\n\n"
-           "usage:\n"
-           "  turbine build MODEL -o FILE.engine [--tokenizer FILE] [--dtype f32|f16|bf16]\n"
-           "                [--max-seq-len N] [--max-batch N] [--device cpu|cuda[:N]]\n"
-           "      MODEL: a Hugging Face folder (config.json + *.safetensors) or a llama2.c .bin\n"
-           "  turbine run FILE.engine (-p PROMPT | --prompt-ids 1,2,3) [-n N] [--temperature T]\n"
-           "                [--top-k K] [--top-p P] [--min-p P] [--repeat-penalty R] [--seed S]\n"
-           "                [--stop STR ...] [--logits-out FILE] [--threads N] [--device cpu|cuda[:N]]\n"
-           "      -n N: total tokens, prompt included (llama2.c's convention; default 256)\n"
-           "  turbine inspect FILE.engine\n"
-           "  turbine serve [FILE.engine] [--host 127.0.0.1] [--port 8000] [--max-num-seqs N]\n"
-           "                [--max-batched-tokens N] [--kv-cache-mem SIZE] [--max-queue N] [--api-key KEY]\n"
-           "                [--threads N] [--model-name NAME] [--timeout S] [--grace S] [--device cpu|cuda[:N]]\n"
-           "                [--gpu-memory-fraction F] [--no-prefix-caching] [--stream-interval N] [--stream-buffer N]\n"
-           "      with no engine: serves the bundled Shakespeare demo model\n"
-           "  turbine bench BASE_URL|--engine FILE.engine [options]   (turbine bench --help)\n"
-           "  turbine perplexity FILE.engine (--text FILE | --ids 1,2,3) [--ctx N] [--threads N]\n"
-           "                [--device cpu|cuda[:N]]\n",
-           TB_VERSION);
-}
-
-static int parse_float(const char *s, float *out) {
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (errno || *end || end == s || !isfinite(v)) return 0;
-    *out = v;
+static int fail(const char *what) {
+    fprintf(stderr, "turbine: error: %s%s%s\n", what ? what : "", what && *tb_last_error() ? ": " : "",
+            tb_last_error());
     return 1;
 }
 
 /* ---------------------------------------------------------------- build */
 
+typedef struct {
+    const char *model, *out, *tokenizer, *dtype, *device;
+    int max_seq_len, max_batch;
+} build_args;
+
+static void build_defaults(void *p) {
+    build_args *a = p;
+    memset(a, 0, sizeof *a);
+    a->dtype = "f32";
+    a->max_batch = 8;
+}
+
+#define B(f) offsetof(build_args, f)
+static const tb_cli_opt build_opts[] = {
+    {"-o", "--output", TB_OPT_STR, "FILE.engine", 0, 0, TB_OPT_REQUIRED, 0, 0, B(out), NULL,
+     "the engine file to write"},
+    {"--tokenizer", NULL, TB_OPT_STR, "FILE", 0, 0, 0, 0, 0, B(tokenizer), "MODEL's tokenizer.json",
+     "a tokenizer.json (byte-level or SentencePiece-style BPE) or a llama2.c tokenizer.bin; needed for a "
+     "llama2.c .bin checkpoint"},
+    {"--dtype", NULL, TB_OPT_STR, "f32|f16|bf16", 0, 0, 0, 0, 0, B(dtype), "f32",
+     "the weights' precision in the engine"},
+    {"--max-seq-len", NULL, TB_OPT_INT, "N", 1, 1 << 20, 0, 0, 0, B(max_seq_len), "the model's context length",
+     "the engine's context length in tokens"},
+    {"--max-batch", NULL, TB_OPT_INT, "N", 1, 1024, 0, 0, 0, B(max_batch), "8",
+     "sequences decoded together (serve's --max-num-seqs is at most this)"},
+    {"--device", NULL, TB_OPT_STR, "cpu|cuda[:N]", 0, 0, 0, 0, 0, B(device), "cpu",
+     "the backend the engine is built and tuned for"},
+};
+#undef B
+
+static const tb_cli_cmd cmd_build_spec = {
+    "build",
+    "Compiles a model into an engine file: imports the weights, converts them to --dtype, tunes the kernels "
+    "on this machine and writes one file that run, serve, bench and perplexity load.",
+    {"MODEL"}, {offsetof(build_args, model)}, 1, 1,
+    build_opts, sizeof build_opts / sizeof build_opts[0],
+    "MODEL is a folder with config.json and model.safetensors (or a sharded model.safetensors.index.json) of "
+    "a LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM with f32, f16 or bf16 tensors, or a llama2.c "
+    ".bin checkpoint. A tokenizer with more tokens than the model's vocabulary is refused; one with fewer "
+    "(models that pad their vocabulary, such as Qwen2) is accepted with a warning, and an id beyond it "
+    "prints as U+FFFD.",
+    sizeof(build_args), build_defaults,
+};
+
 static int cmd_build(int argc, char **argv) {
+    build_args a;
+    build_defaults(&a);
+    int rc = tb_cli_parse(&cmd_build_spec, argc, argv, &a);
+    if (rc >= 0) return rc;
     tb_build_options o;
     tb_build_options_default(&o);
-    const char *model = NULL, *out = NULL;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "-o") || !strcmp(a, "--output")) { if (!v) return usage_error("%s needs a value", a); out = v; i++; }
-        else if (!strcmp(a, "--tokenizer")) { if (!v) return usage_error("%s needs a value", a); o.tokenizer_path = v; i++; }
-        else if (!strcmp(a, "--dtype")) {
-            if (!v) return usage_error("%s needs a value", a);
-            if (tb_dtype_parse(v, &o.weight_dtype) != TB_OK) return usage_error("unknown --dtype '%s' (f32, f16, bf16)", v);
-            i++;
-        } else if (!strcmp(a, "--max-seq-len")) {
-            if (!v || !tb_cli_parse_int(v, 1, 1 << 20, &o.max_seq_len)) return usage_error("--max-seq-len needs a positive integer", "");
-            i++;
-        } else if (!strcmp(a, "--max-batch")) {
-            if (!v || !tb_cli_parse_int(v, 1, 1024, &o.max_batch)) return usage_error("--max-batch needs an integer in [1, 1024]", "");
-            i++;
-        } else if (!strcmp(a, "--device")) {
-            if (!v) return usage_error("%s needs a value", a);
-            o.device = v;
-            i++;
-        } else if (a[0] == '-') return usage_error("unknown option '%s' for build", a);
-        else if (!model) model = a;
-        else return usage_error("unexpected argument '%s'", a);
-    }
-    if (!model) return usage_error("build needs a MODEL%s", "");
-    if (!out) return usage_error("build needs -o FILE.engine%s", "");
+    o.tokenizer_path = a.tokenizer;
+    /* a dtype name the builder does not support (i8...) is its error, exit 1 */
+    if (tb_dtype_parse(a.dtype, &o.weight_dtype) != TB_OK)
+        return tb_cli_usage_error("build", "unknown --dtype '%s' (f32, f16, bf16)", a.dtype);
+    o.max_seq_len = a.max_seq_len;
+    o.max_batch = a.max_batch;
+    o.device = a.device;
     o.progress = isatty(2);
     tb_build_report r;
-    if (tb_build(model, out, &o, &r) != TB_OK) return fail("build failed");
+    if (tb_build(a.model, a.out, &o, &r) != TB_OK) return fail("build failed");
     fprintf(stderr,
             "built %s\n  build time    %.2f s\n  engine size   %.1f MB (%llu bytes)\n  dtype         %s\n"
             "  max batch     %d\n  max seq len   %d\n",
-            out, r.seconds, (double)r.engine_bytes / 1e6, (unsigned long long)r.engine_bytes,
+            a.out, r.seconds, (double)r.engine_bytes / 1e6, (unsigned long long)r.engine_bytes,
             tb_dtype_name(o.weight_dtype), r.max_batch, r.max_seq_len);
     return 0;
 }
 
 /* ---------------------------------------------------------------- inspect */
 
+typedef struct {
+    const char *engine;
+} inspect_args;
+
+static void inspect_defaults(void *p) { memset(p, 0, sizeof(inspect_args)); }
+
+static const tb_cli_opt inspect_opts[] = {
+    {"--engine", NULL, TB_OPT_STR, "FILE.engine", 0, 0, TB_OPT_SEE_ALSO, 0, 0, offsetof(inspect_args, engine), NULL,
+     "the engine, as an option (same as the positional FILE.engine)"},
+};
+
+static const tb_cli_cmd cmd_inspect_spec = {
+    "inspect",
+    "Describes an engine file: format version, sections and their checksums, the model, the tokenizer, the "
+    "build options, the hardware it was tuned for and the kernels chosen.",
+    {"FILE.engine"}, {offsetof(inspect_args, engine)}, 1, 1,
+    inspect_opts, sizeof inspect_opts / sizeof inspect_opts[0], NULL,
+    sizeof(inspect_args), inspect_defaults,
+};
+
 static int cmd_inspect(int argc, char **argv) {
-    if (argc != 1) return usage_error("inspect needs exactly one FILE.engine%s", "");
+    inspect_args a;
+    inspect_defaults(&a);
+    int rc = tb_cli_parse(&cmd_inspect_spec, argc, argv, &a);
+    if (rc >= 0) return rc;
     size_t cap = 1 << 16;
     char *buf = malloc(cap);
     if (!buf) return 1;
-    if (tb_engine_describe(argv[0], buf, cap) != TB_OK) { free(buf); return fail("cannot inspect"); }
+    if (tb_engine_describe(a.engine, buf, cap) != TB_OK) { free(buf); return fail("cannot inspect"); }
     fputs(buf, stdout);
     free(buf);
     return 0;
@@ -201,44 +224,89 @@ static void print_piece(const tb_tokenizer *tok, int prev, int t, stop_filter *s
     else fwrite(piece, 1, n, stdout);
 }
 
-static int cmd_run(int argc, char **argv) {
-    const char *engine = NULL, *prompt = NULL, *ids_arg = NULL, *logits_out = NULL, *device = NULL;
-    int steps = 256, threads = 0;
+typedef struct {
+    const char *engine, *prompt, *prompt_ids, *logits_out, *device;
+    int steps, threads, top_k;
+    double temperature, top_p, min_p, repeat_penalty;
+    uint64_t seed;
+    tb_cli_strs stop;
+} run_args;
+
+static void run_defaults(void *p) {
+    run_args *a = p;
+    memset(a, 0, sizeof *a);
     tb_sampling_params sp;
     tb_sampling_params_default(&sp);
-    sp.temperature = 1.0f;
-    char *stops[16];
-    int n_stops = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        int has = v != NULL;
-        if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { if (!has) return usage_error("%s needs a value", a); prompt = v; i++; }
-        else if (!strcmp(a, "--prompt-ids")) { if (!has) return usage_error("%s needs a value", a); ids_arg = v; i++; }
-        else if (!strcmp(a, "-n")) { if (!has || !tb_cli_parse_int(v, 1, INT_MAX, &steps)) return usage_error("-n needs a positive integer%s", ""); i++; }
-        else if (!strcmp(a, "--threads") || !strcmp(a, "-t")) { if (!has || !tb_cli_parse_int(v, 1, 256, &threads)) return usage_error("--threads needs an integer in [1, 256]%s", ""); i++; }
-        else if (!strcmp(a, "--temperature")) { if (!has || !parse_float(v, &sp.temperature) || sp.temperature < 0) return usage_error("--temperature needs a number >= 0%s", ""); i++; }
-        else if (!strcmp(a, "--top-k")) { if (!has || !tb_cli_parse_int(v, 0, INT_MAX, &sp.top_k)) return usage_error("--top-k needs an integer >= 0%s", ""); i++; }
-        else if (!strcmp(a, "--top-p")) { if (!has || !parse_float(v, &sp.top_p) || sp.top_p <= 0 || sp.top_p > 1) return usage_error("--top-p needs a number in (0, 1]%s", ""); i++; }
-        else if (!strcmp(a, "--min-p")) { if (!has || !parse_float(v, &sp.min_p) || sp.min_p < 0 || sp.min_p > 1) return usage_error("--min-p needs a number in [0, 1]%s", ""); i++; }
-        else if (!strcmp(a, "--repeat-penalty")) { if (!has || !parse_float(v, &sp.repeat_penalty) || sp.repeat_penalty <= 0) return usage_error("--repeat-penalty needs a number > 0%s", ""); i++; }
-        else if (!strcmp(a, "--seed")) {
-            if (!has) return usage_error("--seed needs a value%s", "");
-            char *end; errno = 0;
-            sp.seed = strtoull(v, &end, 10);
-            if (errno || *end) return usage_error("--seed needs an unsigned integer%s", "");
-            i++;
-        } else if (!strcmp(a, "--stop")) {
-            if (!has || !*v) return usage_error("--stop needs a non-empty string%s", "");
-            if (n_stops == 16) return usage_error("at most 16 --stop strings%s", "");
-            stops[n_stops++] = (char *)v; i++;
-        } else if (!strcmp(a, "--logits-out")) { if (!has) return usage_error("%s needs a value", a); logits_out = v; i++; }
-        else if (!strcmp(a, "--device")) { if (!has) return usage_error("%s needs a value", a); device = v; i++; }
-        else if (a[0] == '-' && a[1]) return usage_error("unknown option '%s' for run", a);
-        else if (!engine) engine = a;
-        else return usage_error("unexpected argument '%s'", a);
-    }
-    if (!engine) return usage_error("run needs FILE.engine%s", "");
-    if (!prompt == !ids_arg) return usage_error("run needs exactly one of -p PROMPT or --prompt-ids LIST%s", "");
+    a->steps = 256;
+    a->temperature = 1.0; /* llama2.c's default: sampling, not greedy */
+    a->top_k = sp.top_k;
+    a->top_p = sp.top_p;
+    a->min_p = sp.min_p;
+    a->repeat_penalty = sp.repeat_penalty;
+    a->seed = sp.seed;
+}
+
+#define R(f) offsetof(run_args, f)
+static const tb_cli_opt run_opts[] = {
+    {"--engine", NULL, TB_OPT_STR, "FILE.engine", 0, 0, TB_OPT_SEE_ALSO, 0, 0, R(engine), NULL,
+     "the engine, as an option (same as the positional FILE.engine)"},
+    {"-p", "--prompt", TB_OPT_STR, "PROMPT", 0, 0, 0, 1, 0, R(prompt), NULL,
+     "the prompt text (tokenized, BOS added when the model adds one)"},
+    {"--prompt-ids", NULL, TB_OPT_STR, "1,2,3", 0, 0, 0, 1, 0, R(prompt_ids), NULL,
+     "the prompt as token ids (no tokenization, no BOS added)"},
+    {"-n", "--steps", TB_OPT_INT, "N", 1, INT_MAX, 0, 0, 0, R(steps), "256",
+     "tokens in all, prompt included (llama2.c's convention), at most the engine's context"},
+    {"--temperature", NULL, TB_OPT_FLOAT, "T", 0, INFINITY, 0, 0, 0, R(temperature), "1", "0 is greedy"},
+    {"--top-k", NULL, TB_OPT_INT, "K", 0, INT_MAX, 0, 0, 0, R(top_k), "0, off",
+     "sample among the K likeliest tokens"},
+    {"--top-p", NULL, TB_OPT_FLOAT, "P", 0, 1, TB_OPT_LO_OPEN, 0, 0, R(top_p), "1, off",
+     "nucleus sampling: the likeliest tokens holding P of the probability"},
+    {"--min-p", NULL, TB_OPT_FLOAT, "P", 0, 1, 0, 0, 0, R(min_p), "0, off",
+     "drop tokens less likely than P times the likeliest"},
+    {"--repeat-penalty", NULL, TB_OPT_FLOAT, "R", 0, INFINITY, TB_OPT_LO_OPEN, 0, 0, R(repeat_penalty), "1, off",
+     "divide the logits of tokens already seen by R (llama.cpp's rule)"},
+    {"--seed", NULL, TB_OPT_U64, "S", 0, 0, 0, 0, 0, R(seed), "a fixed seed",
+     "the sampler's seed: the same seed gives the same text; without --seed every run uses the same fixed "
+     "seed (0 means that seed too), so runs repeat"},
+    {"--stop", NULL, TB_OPT_STRS, "STR", 0, 0, 0, 0, 0, R(stop), NULL,
+     "end the text before the first of these strings (up to 16; values run to the next argument that starts "
+     "with '-'; write --stop=-x for one that starts with '-')"},
+    {"--logits-out", NULL, TB_OPT_STR, "FILE", 0, 0, 0, 0, 0, R(logits_out), NULL,
+     "write the f32 logits of every evaluated position as raw little-endian rows of vocab floats"},
+    {"--threads", "-t", TB_OPT_INT, "N", 1, 256, 0, 0, 0, R(threads), "one per core", "CPU threads"},
+    {"--device", NULL, TB_OPT_STR, "cpu|cuda[:N]", 0, 0, 0, 0, 0, R(device), "the engine's backend",
+     "where to run; must match what the engine was built for"},
+};
+#undef R
+
+static const tb_cli_cmd cmd_run_spec = {
+    "run",
+    "Generates text from a prompt: prints the prompt and then the generated text on stdout as it is produced, "
+    "followed by a newline (llama2.c's convention); timings go to stderr.",
+    {"FILE.engine"}, {offsetof(run_args, engine)}, 1, 1,
+    run_opts, sizeof run_opts / sizeof run_opts[0],
+    "Generation ends at -n tokens, at the engine's context, at an end-of-sequence token or at a --stop string.",
+    sizeof(run_args), run_defaults,
+};
+
+static int cmd_run(int argc, char **argv) {
+    run_args a;
+    run_defaults(&a);
+    int prc = tb_cli_parse(&cmd_run_spec, argc, argv, &a);
+    if (prc >= 0) return prc;
+    const char *engine = a.engine, *prompt = a.prompt, *ids_arg = a.prompt_ids, *logits_out = a.logits_out,
+               *device = a.device;
+    int steps = a.steps, threads = a.threads;
+    tb_sampling_params sp;
+    tb_sampling_params_default(&sp);
+    sp.temperature = (float)a.temperature;
+    sp.top_k = a.top_k;
+    sp.top_p = (float)a.top_p;
+    sp.min_p = (float)a.min_p;
+    sp.repeat_penalty = (float)a.repeat_penalty;
+    sp.seed = a.seed;
+    char **stops = (char **)a.stop.v;
+    int n_stops = a.stop.n;
 
     double t_load0 = tb_now();
     tb_engine *e = NULL;
@@ -360,13 +428,122 @@ done:
     return rc;
 }
 
-int main(int argc, char **argv) {
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
-        print_help();
-        return argc < 2 ? 2 : 0;
+/* ---------------------------------------------------------------- help */
+
+static const tb_cli_cmd *const commands[] = {&cmd_build_spec, &cmd_run_spec, &cmd_inspect_spec, &tb_cmd_serve,
+                                             &tb_cmd_perplexity};
+#define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
+
+static const tb_cli_cmd *find_command(const char *name) {
+    for (int i = 0; i < N_COMMANDS; i++)
+        if (!strcmp(commands[i]->name, name)) return commands[i];
+    return NULL;
+}
+
+/* bench keeps its own parser: its usage is what `bench --help` prints. */
+static void print_bench_help(FILE *f) {
+    fflush(f);
+    char *argv[] = {"--help", NULL};
+    tb_cli_bench(1, argv);
+    fflush(stdout);
+}
+
+#define BENCH_SYNOPSIS "turbine bench BASE_URL [options] | turbine bench --engine FILE.engine [options]\n"
+
+/* The README's command list (between its commands:begin/end markers). */
+static void print_synopses(FILE *f) {
+    for (int i = 0; i < N_COMMANDS; i++) tb_cli_print_synopsis(commands[i], f, 100);
+    fputs(BENCH_SYNOPSIS, f);
+}
+
+static void print_help(FILE *f) {
+    fprintf(f, "turbine %s — an inference compiler and runtime\n\nusage:\n", TB_VERSION);
+    print_synopses(f);
+    fputs("\n`turbine COMMAND --help` prints a command's options with their ranges and defaults;\n"
+          "docs/COMMANDS.md has them all.\n\n"
+          "exit status: 0 ok, 1 runtime or input error, 2 usage error\n", f);
+}
+
+static const char *COMMANDS_INTRO =
+    "# Command reference\n\n"
+    "<!-- Generated by `turbine help --markdown > docs/COMMANDS.md` from the option tables the parser\n"
+    "     reads (tools/turbine.c, tools/serve_cli.c, tools/perplexity_cli.c); tests/test_cli_docs.sh\n"
+    "     fails when this file or the README's command list differs from what the binary prints. -->\n\n"
+    "`turbine CMD --help` (or `-h`) prints a command's usage on stdout and exits 0; `turbine help CMD` does the\n"
+    "same. `turbine help --markdown` prints this file.\n\n"
+    "## Conventions\n\n"
+    "- **Options**: `--name VALUE` or `--name=VALUE` (every long option); a flag takes no value. `--` ends\n"
+    "  the options: what follows is positional. An option given twice keeps the last value; `--stop` adds.\n"
+    "- **Engine file**: `run`, `inspect`, `serve` and `perplexity` take the engine as a positional\n"
+    "  `FILE.engine` or as `--engine FILE.engine`, as `bench --engine` does.\n"
+    "- **Lists**: `--stop A B C` takes the values up to the next argument that starts with `-`;\n"
+    "  `--stop=-x` passes one value that starts with `-`.\n"
+    "- **Numbers** are checked against the range the tables below give; an error names it\n"
+    "  (`--max-seq-len must be between 1 and 1048576, got 100000000`).\n"
+    "- **Sizes** (`SIZE`): a number, a fraction allowed, with an optional unit `K`, `M`, `G` or `T`, also\n"
+    "  written `KB`/`KiB`, `MB`/`MiB`, `GB`/`GiB`, `TB`/`TiB`, in any case. Every unit is binary:\n"
+    "  `K` = `KB` = `KiB` = 1024 bytes, `M` = 1024², `G` = 1024³, `T` = 1024⁴ (as `free` and Docker\n"
+    "  read them). No unit, or `B`: bytes. A size that does not fit in 64 bits is refused.\n"
+    "- **Exit status** of every command: 0 ok; 1 a runtime or input error (a missing, corrupt or\n"
+    "  incompatible engine or model, a prompt longer than the context, a server that cannot start);\n"
+    "  2 a usage error (an unknown option, a missing or malformed value, a value out of range).\n\n";
+
+static void print_markdown(FILE *f) {
+    fputs(COMMANDS_INTRO, f);
+    for (int i = 0; i < N_COMMANDS; i++) tb_cli_print_markdown(commands[i], f);
+    fputs("## turbine bench\n\n```\n" BENCH_SYNOPSIS "```\n\n"
+          "Load-tests an HTTP server, or times an engine in-process (`--engine`); docs/BENCH.md explains "
+          "the figures. Its options, as `turbine bench --help` prints them:\n\n```\n", f);
+    print_bench_help(f);
+    fputs("```\n", f);
+}
+
+/* `turbine help [CMD | --markdown | --synopsis | --options | --parse CMD ARGS...]`.
+ * --options and --parse serve tests/test_cli_docs.sh: the first lists every
+ * table row with a value it must accept, the second runs a command's parser
+ * alone and prints what it parsed. */
+static int cmd_help(int argc, char **argv) {
+    if (argc == 0) { print_help(stdout); return 0; }
+    const char *w = argv[0];
+    if (!strcmp(w, "--markdown")) { print_markdown(stdout); return 0; }
+    if (!strcmp(w, "--synopsis")) { print_synopses(stdout); return 0; }
+    if (!strcmp(w, "--options")) {
+        char buf[64];
+        for (int i = 0; i < N_COMMANDS; i++)
+            for (int k = 0; k < commands[i]->n_opts; k++) {
+                const tb_cli_opt *o = &commands[i]->opts[k];
+                const char *v = tb_cli_example_value(o, buf, sizeof buf);
+                printf("%s\t%s\t%s\t%s\n", commands[i]->name, o->name, o->alias ? o->alias : "-", v ? v : "-");
+            }
+        return 0;
     }
+    if (!strcmp(w, "--parse")) {
+        const tb_cli_cmd *c = argc > 1 ? find_command(argv[1]) : NULL;
+        if (!c) return usage_error("help --parse needs a command%s", "");
+        void *args = calloc(1, c->args_size);
+        if (!args) return 1;
+        c->args_default(args);
+        int rc = tb_cli_parse(c, argc - 2, argv + 2, args);
+        if (rc < 0) { tb_cli_print_values(c, args, stdout); rc = 0; }
+        free(args);
+        return rc;
+    }
+    if (!strcmp(w, "bench")) { print_bench_help(stdout); return 0; }
+    const tb_cli_cmd *c = find_command(w);
+    if (!c) return usage_error("unknown command '%s'", w);
+    tb_cli_print_help(c, stdout);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        print_help(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) { print_help(stdout); return 0; }
     if (!strcmp(argv[1], "--version")) { printf("turbine %s\n", TB_VERSION); return 0; }
     const char *cmd = argv[1];
+    if (!strcmp(cmd, "help")) return cmd_help(argc - 2, argv + 2);
     if (!strcmp(cmd, "build")) return cmd_build(argc - 2, argv + 2);
     if (!strcmp(cmd, "run")) return cmd_run(argc - 2, argv + 2);
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 2, argv + 2);

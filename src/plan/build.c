@@ -81,6 +81,14 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
                       tb_tokenizer_vocab_size(tok), c->vocab_size);
         goto done;
     }
+    /* Fewer is how models pad their vocabulary (Qwen2: 151936 rows for 151665
+     * tokens), so it builds; the ids past the tokenizer print as U+FFFD
+     * (tb_tokenizer_piece), and the warning says so. */
+    if (tb_tokenizer_vocab_size(tok) < c->vocab_size)
+        tb_log(TB_LOG_WARN,
+               "tokenizer %s has %d tokens but the model's vocabulary is %d: ids %d to %d have no text and print "
+               "as U+FFFD",
+               tpath, tb_tokenizer_vocab_size(tok), c->vocab_size, tb_tokenizer_vocab_size(tok), c->vocab_size - 1);
     /* special tokens: the model's config wins where it says something */
     int32_t eos[TB_MAX_EOS];
     int n_eos = tb_tokenizer_eos(tok, eos, TB_MAX_EOS);

@@ -373,7 +373,16 @@ const char *tb_tokenizer_token_str(const tb_tokenizer *t, int tok) {
 /* ================================================================ decoding */
 
 size_t tb_tokenizer_piece(const tb_tokenizer *t, int prev, int tok, char *out, size_t cap) {
-    if (tok < 0 || tok >= t->n_vocab) return 0;
+    if (tok < 0) return 0;
+    if (tok >= t->n_vocab) {
+        /* An id of a model whose vocabulary is larger than its tokenizer's
+         * (padded, as Qwen2's; the build warns): U+FFFD, the Unicode
+         * replacement character, so that a generated id with no text shows
+         * instead of vanishing. */
+        if (cap < 3) return 0;
+        memcpy(out, "\xEF\xBF\xBD", 3);
+        return 3;
+    }
     if (tok == t->bos) return 0;
     for (int i = 0; i < t->n_eos; i++)
         if (tok == t->eos[i]) return 0;

@@ -69,7 +69,9 @@ tb_status tb_tokenizer_encode(const tb_tokenizer *t, const char *text,
  * (-1 at the start): byte-fallback tokens give their byte, "▁" becomes a
  * space, byte-level tokens are mapped back to bytes, and the leading space of
  * the first piece after BOS is dropped (SentencePiece / llama2.c rule).
- * Special tokens (BOS/EOS/control) give "". Returns the byte count (may be 0);
+ * Special tokens (BOS/EOS/control) give "". An id past the tokenizer's
+ * vocabulary (a model that pads its vocabulary) gives U+FFFD, the
+ * replacement character; a negative id gives "". Returns the byte count (may be 0);
  * out is not NUL-terminated. Bytes of one UTF-8 character may be split across
  * tokens: streaming callers buffer incomplete characters themselves. */
 size_t tb_tokenizer_piece(const tb_tokenizer *t, int prev, int tok,
