@@ -44,13 +44,16 @@ URL="http://127.0.0.1:$P"
 # due (tests/bench/fake_server.py --log). Bounds, in ms:
 #  - TTFT and E2E can only be longer at the client (it sends before the server
 #    reads, and reads after the server writes): bench >= server - 0.02;
-#  - every figure is at most TOL_MEAN above (means) or TOL_Q off (min, max,
-#    percentiles; these also 0.5% for the histogram's buckets) the server's, where the server's
-#    lateness (send - due) over the same requests measures how much the
-#    machine delayed a woken process during this run: TOL_MEAN = 0.5 + 3 x the
-#    mean lateness, TOL_Q = 1 + 2 x its p99. A client delayed on reading a
-#    chunk is delayed like the server is on writing one, so these hold on a
-#    busy machine, while a client that mis-measures by more fails.
+#  - the server's lateness (send - due) over the same requests measures how
+#    much the machine delayed a woken process during this run. A client
+#    delayed on reading a chunk is delayed like the server on writing one, so:
+#    TTFT and E2E means at most TOL_MEAN = 1 + 3 x the mean lateness above the
+#    server's; ITL and TPOT means within TOL_GAP = 0.25 + 2 x the mean
+#    lateness / (tokens - 1) (a request's chunk delays cancel over its gaps
+#    but for the first and the last); min, max and percentiles within TOL_Q =
+#    1 + 2 x the p99 lateness (percentiles also 0.5% for the histogram).
+#    These hold on a busy machine, while a client that mis-measures by more
+#    fails (ITL off by 5 ms fails even with both cores kept busy).
 "$PY" - "$D/scripted.jsonl" <<'EOF'
 import json, sys
 with open(sys.argv[1], "w") as f:
@@ -76,10 +79,11 @@ def q(v, x):
     v = sorted(v)
     return v[max(0, math.ceil(x * len(v)) - 1)]
 late = [max(0.0, (s - d) * MS) for r in recs for s, d in zip(r["sends"], r["dues"])]
-tol_mean = 0.5 + 3 * mean(late)
+tol_mean = 1.0 + 3 * mean(late)
 tol_q = 1.0 + 2 * q(late, 0.99)
-print("server lateness: mean %.3f ms, p99 %.3f ms, max %.3f ms -> TOL_MEAN %.2f ms, TOL_Q %.2f ms"
-      % (mean(late), q(late, 0.99), max(late), tol_mean, tol_q))
+tol_gap = 0.25 + 2 * mean(late) / max(1.0, mean([len(r["sends"]) for r in recs]) - 1)
+print("server lateness: mean %.3f ms, p99 %.3f ms, max %.3f ms -> TOL_MEAN %.2f, TOL_GAP %.2f, TOL_Q %.2f ms"
+      % (mean(late), q(late, 0.99), max(late), tol_mean, tol_gap, tol_q))
 if p["requests_ok"] != n or p["requests_failed"] != 0:
     errs.append("ok %d failed %d" % (p["requests_ok"], p["requests_failed"]))
 if p["output_tokens"] != 8 * n:
@@ -101,7 +105,7 @@ def check(name, got, want, tol, client_later, bucket=0.0):
         errs.append(name)
 for name, v, client_later in sets:
     m = p[name]
-    check(name + " mean", m["mean_ms"], mean(v), tol_mean, client_later)
+    check(name + " mean", m["mean_ms"], mean(v), tol_mean if client_later else tol_gap, client_later)
     check(name + " min", m["min_ms"], min(v), tol_q, client_later)
     # ITL: mean and min only. A client delayed on one chunk stretches one gap
     # and shrinks the next, and the scripted gaps come in clusters (40, 50,
