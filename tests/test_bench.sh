@@ -187,6 +187,69 @@ want = {"connect": 10, "timeout": 10, "http": 10, "stream": 10, "other": 0}
 sys.exit(0 if p["requests_ok"] == 60 and e == want and p["http_status"].get("500") == 10 else 1)
 EOF
 
+# the same run exits 0 under the default --max-error-rate 0.5 (40% failed)
+# and 1 under --max-error-rate 0.3
+bench "$URL" -c 4 -n 100 --timeout 1s --prompts "$D/errors.jsonl" --max-error-rate 0.3 >"$D/err03.out" 2>&1
+rc=$?
+bench "$URL" -c 4 -n 30 --timeout 1s --prompts "$D/errors.jsonl" --max-error-rate 0.5 --json "$D/err05.json" >"$D/err05.out" 2>&1
+rc5=$?
+[ "$rc" = 1 ] && grep -q "above --max-error-rate" "$D/err03.out" && [ "$rc5" = 0 ] \
+  && ok "--max-error-rate: 40% failed exits 1 above 0.3, 0 under 0.5" \
+  || { bad "--max-error-rate (exit $rc and $rc5)"; cat "$D/err03.out"; }
+
+# ---- every request rejected (HTTP 400): the server's message in the terminal
+# summary, JSON, CSV and HTML; "–" for the latencies nothing measured; exit 1
+"$PY" -c 'import json; print(json.dumps({"prompt": "fail=http400", "output_len": 7}))' >"$D/e400.jsonl"
+bench "$URL" -c 2 -n 6 --prompts "$D/e400.jsonl" --json "$D/e400.json" --csv "$D/e400.csv" --html "$D/e400.html" \
+  >"$D/e400.out" 2>"$D/e400.err"
+rc=$?
+"$PY" - "$D/e400" "$rc" <<'EOF' && ok "all 400s: server message in every report, no 0.00 latencies, exit 1" || { bad "all 400s"; cat "$D/e400.out" "$D/e400.err"; }
+import csv, html, json, re, sys
+base, rc = sys.argv[1], int(sys.argv[2])
+# what the server said, as the fake server words it (tests/bench/fake_server.py)
+msg = "scripted 400: the fake server rejects this prompt \u2013 reason #7"
+out = open(base + ".out", encoding="utf-8").read()
+err = open(base + ".err", encoding="utf-8").read()
+p = json.load(open(base + ".json"))["points"][0]
+row = list(csv.DictReader(open(base + ".csv", encoding="utf-8")))[0]
+page = open(base + ".html", encoding="utf-8").read()
+assert rc == 1, "exit %d" % rc
+assert p["requests_ok"] == 0 and p["errors"]["http"] == 6, p["errors"]
+assert msg in out, "terminal summary: " + out
+assert "HTTP 400: " + msg == p["first_error_by_kind"]["http"], p["first_error_by_kind"]
+assert row["first_error_http"] == "HTTP 400: " + msg, row
+assert msg in html.unescape(page), "HTML"
+assert msg in err and "6 of 6 requests failed" in err, err
+assert p["e2e"]["mean_ms"] is None and p["ttft"]["p99_ms"] is None, p["e2e"]
+assert row["e2e_mean_ms"] == "" and row["ttft_p50_ms"] == "", row
+summary = re.search(r"<h2>Summary</h2>(.*?)</table>", page, re.S).group(1)
+cells = re.findall(r"<td>([^<]*)</td>", summary)
+assert "0.00" not in cells[7:] and cells.count("\u2013") == 12, cells
+EOF
+
+# ---- a refused connection fails the run (exit 1), its error in the report
+bench "http://127.0.0.1:1" --model m -n 3 --json "$D/refused.json" >"$D/refused.out" 2>&1
+rc=$?
+grep -q '"connect": 3' "$D/refused.json" && [ "$rc" = 1 ] && ok "refused connections counted, exit 1" \
+  || { bad "refused (exit $rc)"; cat "$D/refused.out"; }
+
+# ---- ShareGPT: each answer's length (chars/4) is max_tokens unless --output-len
+"$PY" - "$D/sharegpt.json" <<'EOF'
+import json, sys
+conv = [{"conversations": [{"from": "human", "value": "ttft=5 itl=1 question %d" % i},
+                           {"from": "gpt", "value": "x" * (4 * (3 + 2 * i))}]} for i in range(5)]
+json.dump(conv, open(sys.argv[1], "w"))
+EOF
+bench "$URL" -c 1 -n 5 --sharegpt "$D/sharegpt.json" --json "$D/sg.json" >"$D/sg.out" 2>&1
+bench "$URL" -c 1 -n 5 --sharegpt "$D/sharegpt.json" --output-len 2 --json "$D/sg2.json" >"$D/sg2.out" 2>&1
+"$PY" - "$D/sg.json" "$D/sg2.json" <<'EOF' && ok "--sharegpt: answer lengths as max_tokens" || { bad "--sharegpt answer lengths"; cat "$D/sg.out"; }
+import json, sys
+a, b = (json.load(open(f))["points"][0] for f in sys.argv[1:])
+print("sharegpt: %d output tokens (answers: %d), with --output-len 2: %d" % (a["output_tokens"], sum(3 + 2 * i for i in range(5)), b["output_tokens"]))
+assert a["requests_ok"] == 5 and a["output_tokens"] == sum(3 + 2 * i for i in range(5))
+assert b["requests_ok"] == 5 and b["output_tokens"] == 10
+EOF
+
 # ---- a sweep with every report
 bench "$URL" -c 1,2,4 -n 12 --input-len 32 --input-len-stddev 4 --output-len 6 --slo ttft=150ms,e2e=1s \
   --sample-interval 0.2 --json "$D/sweep.json" --csv "$D/sweep.csv" --html "$D/sweep.html" >"$D/sweep.out" 2>&1 \
@@ -243,9 +306,6 @@ echo '{"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1.0]}
 bench "$URL" --endpoint kserve --body "$D/kserve.json" -c 2 -n 10 --json "$D/ks.json" >"$D/ks.out" 2>&1 \
   && grep -q '"requests_ok": 10' "$D/ks.json" && grep -q '/v2/models/fake-model/infer' "$D/ks.json" \
   && ok "KServe endpoint" || { bad "KServe endpoint"; cat "$D/ks.out"; }
-# a refused connection is counted, not fatal
-bench "http://127.0.0.1:1" --model m -n 3 --json "$D/refused.json" >"$D/refused.out" 2>&1
-grep -q '"connect": 3' "$D/refused.json" && ok "refused connections counted" || { bad "refused"; cat "$D/refused.out"; }
 # usage errors
 "$TURBINE_BIN" bench "$URL" --rate abc >/dev/null 2>&1; [ $? = 2 ] && ok "bad option exits 2" || bad "bad option"
 
