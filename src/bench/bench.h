@@ -207,7 +207,8 @@ typedef struct {
 tb_status tb_bench_result_init(tb_bench_result *r);
 void tb_bench_result_free(tb_bench_result *r);
 
-/* Runs one point (warmup first when asked). Takes nothing over from its
+/* Runs one point: c->warmup requests over w's first n_warmup requests (not
+ * counted), then the measured phase over the rest. Takes nothing over from its
  * arguments. Fails only on setup errors; request failures are counted. */
 tb_status tb_bench_run(const tb_bench_config *c, const tb_workload *w,
                        tb_bench_result *out);
