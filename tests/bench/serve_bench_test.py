@@ -72,10 +72,12 @@ def main():
     su.ok("explicit lengths beyond max_model_len: warned, exit 1, server's message: %s" % got[:80])
 
     # 3. sweep points on fresh prompts
-    def sweep(name, *extra):
+    def sweep(name, seed, *extra):
+        # a --seed of its own: the same seed sends the same prompts again (runs
+        # 1 and 2 above left theirs in the server's cache)
         out = os.path.join(d, name + ".json")
         rc, so, se = bench(url, "-c", "1,2", "-n", 6, "--warmup", 2, "--input-len", 64, "--output-len", 4,
-                           "--json", out, *extra)
+                           "--seed", seed, "--json", out, *extra)
         su.check(rc == 0, "%s exit %d:\n%s\n%s" % (name, rc, so, se))
         pts = json.load(open(out))["points"]
         rates = [pt["server_prefix_cache_hit_rate"] for pt in pts]
@@ -83,9 +85,9 @@ def main():
         print("%s: prefix-cache reuse per point %s" % (name, ["%.1f%%" % (100 * x) for x in rates]))
         return rates
 
-    rates = sweep("sweep")
+    rates = sweep("sweep", 11)
     su.check(rates[0] < 0.05 and rates[1] < 0.05, "sweep points reuse earlier prompts: %r" % rates)
-    shared = sweep("sweep-prefix", "--prefix-len", 64)
+    shared = sweep("sweep-prefix", 12, "--prefix-len", 64)
     su.check(shared[1] > 0.3, "with --prefix-len the cache shows no reuse (the check would be blind): %r" % shared)
     su.ok("sweep c=1,2: %.1f%% and %.1f%% prefix-cache reuse (with --prefix-len 64: %.1f%%)"
           % (100 * rates[0], 100 * rates[1], 100 * shared[1]))
