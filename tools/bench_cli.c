@@ -417,6 +417,11 @@ int tb_cli_bench(int argc, char **argv) {
         fprintf(stderr, "turbine bench: error: %s\n", tb_last_error());
         goto done;
     }
+    if (sliced && (long)w->n < (long)n_sweep * (warm + per)) { /* tb_workload_load fills what it is asked */
+        fprintf(stderr, "turbine bench: error: the workload has %d requests, the run needs %ld\n", w->n,
+                (long)n_sweep * (warm + per));
+        goto done;
+    }
     if (sliced && w->n_source < w->n)
         fprintf(stderr, "turbine bench: note: %s holds %d prompts and the run sends %d different ones (%ld per "
                         "point%s): prompts repeat, so a server's prefix cache may reuse earlier ones\n",
