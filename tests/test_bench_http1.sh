@@ -14,7 +14,7 @@ rm -rf "$D"
 mkdir -p "$D"
 PY=/usr/bin/python3
 rm -f "$D/port"
-"$PY" "$TURBINE_SRC/tests/bench/raw_server.py" --port-file "$D/port" --lifetime 200 &
+"$PY" "$TURBINE_SRC/tests/bench/raw_server.py" --port-file "$D/port" --lifetime 200 --log "$D/sse.log" &
 spid=$!
 trap 'kill $spid 2>/dev/null' EXIT
 for _ in $(seq 100); do [ -s "$D/port" ] && break; sleep 0.1; done
@@ -57,21 +57,29 @@ check_case /weird 4 '{"ok": 0, "errors": {"other": 4}, "status": {}}'
 check_case /bigheader 2 '{"ok": 0, "errors": {"other": 2}, "status": {"200": 2}}'
 check_case /slow 2 '{"ok": 0, "errors": {"timeout": 2}, "status": {}}'
 
-# SSE over awkward chunking: 6 tokens 20 ms apart, usage in the stream
+# SSE over awkward chunking: 6 tokens 20 ms apart, usage in the stream. Each
+# client's mean inter-token gap must match the gaps the server logged it sent
+# (raw_server.py --log) within 0.5 ms + 2 x the server's mean oversleep
+# (its own scheduling delay in the same run) / 5 gaps per request.
 for c in builtin curl; do
+  : >"$D/sse.log"
   timeout 60 "$TURBINE_BIN" bench "$URL" -c 2 -n 8 --input-len 4 --output-len 6 --http-client $c \
     --no-metrics --no-progress --no-gpu --json "$D/sse-$c.json" >"$D/sse-$c.out" 2>&1
+  cp "$D/sse.log" "$D/sse-$c.log"
 done
 "$PY" - "$D/sse-builtin.json" "$D/sse-curl.json" <<'EOF' && echo "ok: SSE stream, same figures from both clients" || { echo "FAIL: SSE stream"; cat "$D/sse-builtin.out"; fails=$((fails+1)); }
 import json, sys
-ps = [json.load(open(f))["points"][0] for f in sys.argv[1:]]
-for name, p in zip(("builtin", "curl"), ps):
-    print("%s: ok %d, tokens %d, itl count %d mean %.2f ms, ttft mean %.2f ms" % (
-        name, p["requests_ok"], p["output_tokens"], p["itl"]["count"], p["itl"]["mean_ms"], p["ttft"]["mean_ms"]))
-for p in ps:
+for f in sys.argv[1:]:
+    p = json.load(open(f))["points"][0]
+    recs = [json.loads(l) for l in open(f.replace(".json", ".log")) if l.strip()]
+    gaps = [(b - a) * 1000 for r in recs for a, b in zip(r["sends"], r["sends"][1:])]
+    sent = sum(gaps) / len(gaps)
+    tol = 0.5 + 2 * max(0.0, sent - 20) / 5
+    print("%s: ok %d, tokens %d, itl count %d mean %.2f ms (server sent %.2f +- %.2f), ttft mean %.2f ms" % (
+        f, p["requests_ok"], p["output_tokens"], p["itl"]["count"], p["itl"]["mean_ms"], sent, tol, p["ttft"]["mean_ms"]))
     assert p["requests_ok"] == 8 and p["requests_failed"] == 0 and p["output_tokens"] == 48, p
-    assert p["input_tokens"] == 24 and p["itl"]["count"] == 40, p
-    assert abs(p["itl"]["mean_ms"] - 20) < 5 and p["ttft"]["mean_ms"] >= 15, p
+    assert p["input_tokens"] == 24 and p["itl"]["count"] == 40 and len(gaps) == 40, p
+    assert abs(p["itl"]["mean_ms"] - sent) <= tol and p["ttft"]["mean_ms"] >= 15, p
 EOF
 grep -q '"http_client": "builtin"' "$D/sse-builtin.json" && grep -q '"http_client": "curl"' "$D/sse-curl.json" \
   && echo "ok: the report names the client" || { echo "FAIL: http_client in the report"; fails=$((fails+1)); }

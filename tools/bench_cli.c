@@ -2,9 +2,18 @@
  * bench_cli.c — `turbine bench`: parses the options, runs each sweep point
  * through src/bench (HTTP only) and writes the reports. `--engine` hands the
  * whole command line to engine mode (bench_engine.c).
+ *
+ * Before running it fits the default synthetic lengths into the model's
+ * context (max_model_len of /v1/models, tokens per word from /tokenize when
+ * the server has it), loads every prompt of the run at once and gives each
+ * sweep point (and its warm-up) its own slice, so no point reuses a prompt
+ * an earlier one sent. Exit status: 0, 1 when the run failed (setup, a
+ * report not written, or a point whose failed share of requests is above
+ * --max-error-rate or that completed none), 2 for a usage error.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,14 +48,19 @@ static void print_usage(FILE *f) {
         "  --arrivals poisson|constant  (default poisson); --max-inflight N (default 10000)\n"
         "  -n, --requests N      requests per point (default 100 unless --duration)\n"
         "  -d, --duration S      seconds per point; --warmup N requests not counted\n"
+        "  --max-error-rate F    exit 1 when a point's failed share exceeds F (default 0.5);\n"
+        "                        a point with no successful request always exits 1\n"
         "workload:\n"
         "  --input-len N --output-len N [--input-len-stddev S] [--output-len-stddev S]\n"
+        "                        (default 512 and 128, made to fit the model's max_model_len)\n"
         "  --prefix-len N        every synthetic prompt starts with the same N words (a\n"
         "                        shared system prompt; input length = N + --input-len)\n"
         "  --prompts FILE.jsonl  one {\"prompt\": ..., \"output_len\": N} or string per line\n"
-        "  --sharegpt FILE.json  ShareGPT conversations (first turn asks, second sets the length)\n"
+        "  --sharegpt FILE.json  ShareGPT conversations (first turn asks, the second's length,\n"
+        "                        chars/4, is max_tokens unless --output-len is given)\n"
         "  --body FILE.json      kserve: the request body\n"
-        "  --num-prompts N       distinct prompts (default: min(requests, 1000))\n"
+        "  --num-prompts N       distinct prompts per point (default: min(requests, 1000));\n"
+        "                        each point and warm-up gets prompts no earlier one sent\n"
         "  --no-stream           non-streaming requests (no TTFT/ITL); --no-ignore-eos; --seed N\n"
         "  --slo ttft=200ms,tpot=50ms,e2e=2s   goodput counts requests meeting all of them\n"
         "output:\n"
@@ -54,7 +68,9 @@ static void print_usage(FILE *f) {
         "  --sample-interval S (0.5)  --no-metrics (skip BASE_URL/metrics)  --no-gpu (skip NVML)\n"
         "  --progress / --no-progress (default: when stderr is a terminal)\n"
         "engine mode: turbine bench --engine FILE.engine [--batch 1,8,32] [--input-len N]\n"
-        "  [--output-len N] [--threads N] [--profile] [--device cpu|cuda[:N]]\n");
+        "  [--output-len N] [--threads N] [--profile] [--device cpu|cuda[:N]]\n"
+        "  (batches above the engine's max batch are skipped with a message)\n"
+        "exit status: 0 ok, 1 the run failed (see --max-error-rate), 2 usage error\n");
 }
 
 static int usage(const char *fmt, const char *arg) {
@@ -155,6 +171,71 @@ static char *command_line(int argc, char **argv) {
     return s;
 }
 
+/* Tokens per synthetic word on this server: POST /tokenize (vLLM's and
+ * Turbine's route) with a long synthetic text; 0 when the server has no
+ * such route. */
+static double tokens_per_word(const char *root, const tb_bench_config *c, const char *model) {
+    enum { N_WORDS = 1000 };
+    double t = 0;
+    char *text = tb_workload_sample_text(N_WORDS, 7), *u = join_url(root, "/tokenize"), *resp = NULL, *body = NULL;
+    json_t *b = text ? json_pack("{s:s, s:s, s:b}", "model", model, "prompt", text, "add_special_tokens", 0) : NULL;
+    if (b) body = json_dumps(b, JSON_COMPACT);
+    long code = 0;
+    if (body && u && tb_bench_http_post(u, c, body, 10, 4 << 20, &resp, &code) == TB_OK && code == 200) {
+        json_error_t err;
+        json_t *j = json_loads(resp, 0, &err);
+        json_t *n = json_object_get(j, "count");
+        if (json_is_integer(n) && json_integer_value(n) > 0) t = (double)json_integer_value(n) / N_WORDS;
+        else if (json_is_array(json_object_get(j, "tokens")) && json_array_size(json_object_get(j, "tokens")))
+            t = (double)json_array_size(json_object_get(j, "tokens")) / N_WORDS;
+        json_decref(j);
+    }
+    json_decref(b);
+    free(body);
+    free(resp);
+    free(text);
+    free(u);
+    return t;
+}
+
+/* Fits synthetic lengths the user did not give into the model's context
+ * (max_len tokens) and says so on stderr; warns when the lengths given
+ * cannot fit. Lengths are words; tpw tokens per word (0: unknown, taken as
+ * 1, the estimate the workload documents). The margin covers BOS, a chat
+ * template, and prompts whose words happen to be longer than the average. */
+static void fit_lengths(tb_workload_options *wo, int max_len, double tpw, int in_explicit, int out_explicit) {
+    double t = tpw > 0 ? tpw : 1.0;
+    long margin = 8 + max_len / 16 + (wo->endpoint == TB_EP_CHAT ? 32 : 0);
+    double sd_in = 3 * wo->input_stddev, sd_out = 3 * wo->output_stddev;
+#define TB_NEED(in, out) ((long)ceil((wo->prefix_len + (in) + sd_in) * t) + (out) + (long)ceil(sd_out) + margin)
+    int in = wo->input_len, out = wo->output_len;
+    long before = TB_NEED(in, out);
+    if (before <= max_len) return;
+    if (!out_explicit && out > max_len / 4) out = max_len / 4 > 0 ? max_len / 4 : 1;
+    if (!in_explicit) {
+        double room = (double)(max_len - margin - out) - ceil(sd_out);
+        long words = (long)floor(room / t - wo->prefix_len - sd_in);
+        in = words < 1 ? 1 : words > in ? in : (int)words;
+    }
+    if (!out_explicit && TB_NEED(in, out) > max_len) {
+        long o = max_len - margin - (long)ceil((wo->prefix_len + in + sd_in) * t) - (long)ceil(sd_out);
+        out = o < 1 ? 1 : (int)o;
+    }
+    long after = TB_NEED(in, out);
+    if (in != wo->input_len || out != wo->output_len)
+        fprintf(stderr, "turbine bench: note: the model's max_model_len is %d; --input-len %d --output-len %d "
+                        "would need about %ld tokens (%.2f tokens per word%s), so this run uses --input-len %d "
+                        "--output-len %d (give them to override)\n", max_len, wo->input_len, wo->output_len, before,
+                t, tpw > 0 ? " from /tokenize" : ", assumed", in, out);
+    if (after > max_len)
+        fprintf(stderr, "turbine bench: warning: --prefix-len %d --input-len %d --output-len %d need about %ld "
+                        "tokens, more than the model's max_model_len %d: requests will likely fail\n",
+                wo->prefix_len, in, out, after, max_len);
+#undef TB_NEED
+    wo->input_len = in;
+    wo->output_len = out;
+}
+
 static void raise_fd_limit(void) {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
@@ -182,6 +263,8 @@ int tb_cli_bench(int argc, char **argv) {
     double conc[MAX_SWEEP] = {1}, rates[MAX_SWEEP];
     int n_conc = 1, n_rates = 0, progress = isatty(2);
     long num_prompts = 0;
+    int in_explicit = 0, out_explicit = 0;
+    double max_err_rate = 0.5;
     c.api_key = getenv("OPENAI_API_KEY");
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -219,10 +302,11 @@ int tb_cli_bench(int argc, char **argv) {
         } else if (!strcmp(a, "--max-inflight")) { NEED(); if (!parse_long(v, 1, 100000, &l)) return usage("bad --max-inflight '%s'", v); c.max_inflight = (int)l; }
         else if (!strcmp(a, "-n") || !strcmp(a, "--requests")) { NEED(); if (!parse_long(v, 1, 100000000, &c.requests)) return usage("bad --requests '%s'", v); }
         else if (!strcmp(a, "-d") || !strcmp(a, "--duration")) { NEED(); if (!parse_time(v, 1, &c.duration) || c.duration <= 0 || c.duration > 7 * 86400) return usage("bad --duration '%s'", v); }
+        else if (!strcmp(a, "--max-error-rate")) { NEED(); if (!parse_double(v, 0, 1, &max_err_rate)) return usage("bad --max-error-rate '%s' (a fraction in [0, 1])", v); }
         else if (!strcmp(a, "--warmup")) { NEED(); if (!parse_long(v, 0, 1000000, &c.warmup)) return usage("bad --warmup '%s'", v); }
-        else if (!strcmp(a, "--input-len")) { NEED(); if (!parse_long(v, 1, 1000000, &l)) return usage("bad --input-len '%s'", v); wo.input_len = (int)l; }
+        else if (!strcmp(a, "--input-len")) { NEED(); if (!parse_long(v, 1, 1000000, &l)) return usage("bad --input-len '%s'", v); wo.input_len = (int)l; in_explicit = 1; }
         else if (!strcmp(a, "--prefix-len")) { NEED(); if (!parse_long(v, 0, 1000000, &l)) return usage("bad --prefix-len '%s'", v); wo.prefix_len = (int)l; }
-        else if (!strcmp(a, "--output-len")) { NEED(); if (!parse_long(v, 1, 1000000, &l)) return usage("bad --output-len '%s'", v); wo.output_len = (int)l; }
+        else if (!strcmp(a, "--output-len")) { NEED(); if (!parse_long(v, 1, 1000000, &l)) return usage("bad --output-len '%s'", v); wo.output_len = (int)l; out_explicit = 1; }
         else if (!strcmp(a, "--input-len-stddev")) { NEED(); if (!parse_double(v, 0, 1e6, &wo.input_stddev)) return usage("bad --input-len-stddev '%s'", v); }
         else if (!strcmp(a, "--output-len-stddev")) { NEED(); if (!parse_double(v, 0, 1e6, &wo.output_stddev)) return usage("bad --output-len-stddev '%s'", v); }
         else if (!strcmp(a, "--prompts")) { NEED(); wo.jsonl_path = v; }
@@ -260,6 +344,8 @@ int tb_cli_bench(int argc, char **argv) {
     if (wo.prefix_len && (wo.jsonl_path || wo.sharegpt_path))
         return usage("%s", "--prefix-len applies to synthetic prompts, not to --prompts or --sharegpt");
     if (c.requests == 0 && c.duration == 0) c.requests = 100;
+    /* ShareGPT: each answer's own length, unless --output-len is given */
+    if (wo.sharegpt_path && !out_explicit) wo.output_len = 0;
     c.endpoint = wo.endpoint;
     if (wo.endpoint != TB_EP_COMPLETIONS && wo.endpoint != TB_EP_CHAT) c.stream = 0;
     c.progress = progress;
@@ -295,6 +381,11 @@ int tb_cli_bench(int argc, char **argv) {
                     root, *tb_last_error() ? ": " : "", tb_last_error());
             goto done;
         }
+        int max_len = tb_bench_max_model_len(models_json, wo.model);
+        int synthetic = !wo.jsonl_path && !wo.sharegpt_path &&
+                        (wo.endpoint == TB_EP_COMPLETIONS || wo.endpoint == TB_EP_CHAT);
+        if (max_len > 0 && synthetic)
+            fit_lengths(&wo, max_len, tokens_per_word(root, &c, wo.model), in_explicit, out_explicit);
     }
     if (wo.endpoint == TB_EP_COMPLETIONS) url = join_url(root, "/v1/completions");
     else if (wo.endpoint == TB_EP_CHAT) url = join_url(root, "/v1/chat/completions");
@@ -307,15 +398,35 @@ int tb_cli_bench(int argc, char **argv) {
     if (!url) { fprintf(stderr, "turbine bench: error: out of memory\n"); goto done; }
     c.url = url;
 
+    int open = n_rates > 0;
+    int n_sweep = open ? n_rates : n_conc;
+    /* every point gets warm + per prompts of its own (warm-up first) */
     long want = c.requests > 0 ? c.requests : 1000;
-    wo.n_prompts = (int)(num_prompts > 0 ? num_prompts : want < 1000 ? want : 1000);
+    long per = num_prompts > 0 ? num_prompts : want < 1000 ? want : 1000;
+    long warm = c.warmup < per ? c.warmup : per;
+    int sliced = wo.endpoint == TB_EP_COMPLETIONS || wo.endpoint == TB_EP_CHAT;
+    if (sliced && (long)n_sweep * (warm + per) > 100000) {
+        long p2 = 100000 / n_sweep - warm;
+        if (p2 < 1) { warm = 100000 / n_sweep / 2; p2 = 100000 / n_sweep - warm; }
+        fprintf(stderr, "turbine bench: note: %ld distinct prompts per point instead of %ld (at most 100000 in a run)\n",
+                p2, per);
+        per = p2;
+    }
+    wo.n_prompts = (int)(sliced ? n_sweep * (warm + per) : per);
     if (tb_workload_load(&wo, &w) != TB_OK) {
         fprintf(stderr, "turbine bench: error: %s\n", tb_last_error());
         goto done;
     }
-
-    int open = n_rates > 0;
-    int n_sweep = open ? n_rates : n_conc;
+    if (sliced && (long)w->n < (long)n_sweep * (warm + per)) { /* tb_workload_load fills what it is asked */
+        fprintf(stderr, "turbine bench: error: the workload has %d requests, the run needs %ld\n", w->n,
+                (long)n_sweep * (warm + per));
+        goto done;
+    }
+    if (sliced && w->n_source < w->n)
+        fprintf(stderr, "turbine bench: note: %s holds %d prompts and the run sends %d different ones (%ld per "
+                        "point%s): prompts repeat, so a server's prefix cache may reuse earlier ones\n",
+                wo.jsonl_path ? wo.jsonl_path : wo.sharegpt_path, w->n_source, w->n, warm + per,
+                warm ? " with the warm-up" : "");
     points = calloc((size_t)n_sweep, sizeof *points);
     if (!points) goto done;
     time_t now_t = time(NULL);
@@ -328,7 +439,13 @@ int tb_cli_bench(int argc, char **argv) {
         c.label = label;
         if (tb_bench_result_init(&points[i]) != TB_OK) { fprintf(stderr, "turbine bench: error: %s\n", tb_last_error()); goto done; }
         n_points++;
-        if (tb_bench_run(&c, w, &points[i]) != TB_OK) {
+        tb_workload view = *w;
+        if (sliced) {
+            view.reqs = w->reqs + (size_t)i * (size_t)(warm + per);
+            view.n = (int)(warm + per);
+            view.n_warmup = (int)warm;
+        }
+        if (tb_bench_run(&c, &view, &points[i]) != TB_OK) {
             fprintf(stderr, "turbine bench: error: %s\n", tb_last_error());
             goto done;
         }
@@ -347,6 +464,18 @@ int tb_cli_bench(int argc, char **argv) {
     if (rc == 0 && csv_path && tb_report_csv(csv_path, &rep) != TB_OK) rc = 1;
     if (rc == 0 && html_path && tb_report_html(html_path, &rep) != TB_OK) rc = 1;
     if (rc) fprintf(stderr, "turbine bench: error: %s\n", tb_last_error());
+    /* a run whose requests failed is a failed run, for scripts and CI */
+    for (int i = 0; i < n_points; i++) {
+        const tb_bench_result *p = &points[i];
+        long done_n = p->n_ok + p->n_err;
+        double er = done_n ? (double)p->n_err / (double)done_n : 1.0;
+        if (p->n_ok > 0 && er <= max_err_rate) continue;
+        if (!done_n) fprintf(stderr, "turbine bench: error: %s: no request completed\n", points[i].label);
+        else fprintf(stderr, "turbine bench: error: %s: %ld of %ld requests failed (%.0f%%%s)%s%s\n", p->label,
+                     p->n_err, done_n, 100 * er, p->n_ok ? ", above --max-error-rate" : "",
+                     p->first_error[0] ? "; first: " : "", p->first_error);
+        rc = 1;
+    }
 done:
     for (int i = 0; i < n_points; i++) tb_bench_result_free(&points[i]);
     free(points);

@@ -3,7 +3,9 @@
  * the load tester. Runs the engine in-process (no HTTP) and prints, per
  * batch size, the prefill latency, the per-step decode latency, tokens per
  * second and the process's peak memory, after the engine's build metadata.
- * `--profile` adds the time spent in each op kind.
+ * `--profile` adds the time spent in each op kind. Batch sizes above the
+ * engine's max batch are skipped with a message (listed in the JSON); only a
+ * list of which none fits is an error.
  *
  * Uses only the public API and runtime.h; the build metadata comes from the
  * engine's meta section through tb_engine_describe.
@@ -175,16 +177,26 @@ int tb_bench_engine_main(int argc, char **argv) {
         json_decref(meta);
         return 1;
     }
-    int max_b = 0;
+    int max_b = 0, n_fit = 0, skipped[MAX_BATCHES], n_skipped = 0;
     for (int i = 0; i < n_batches; i++) {
         if (batches[i] > info.max_batch) {
-            fprintf(stderr, "turbine bench: error: batch %d exceeds the engine's max batch %d\n",
-                    batches[i], info.max_batch);
-            tb_engine_free(e);
-            json_decref(meta);
-            return 1;
+            fprintf(stderr, "turbine bench: %s: batch %d exceeds the engine's max batch %d%s "
+                            "(build the engine with --max-batch %d to run it)\n",
+                    n_batches > 1 ? "note" : "error", batches[i], info.max_batch,
+                    n_batches > 1 ? ", skipped" : "", batches[i]);
+            skipped[n_skipped++] = batches[i];
+            continue;
         }
+        batches[n_fit++] = batches[i];
         if (batches[i] > max_b) max_b = batches[i];
+    }
+    n_batches = n_fit;
+    if (!n_batches) {
+        if (n_skipped > 1)
+            fprintf(stderr, "turbine bench: error: no batch size fits the engine's max batch %d\n", info.max_batch);
+        tb_engine_free(e);
+        json_decref(meta);
+        return 1;
     }
     tb_context_options co;
     tb_context_options_default(&co);
@@ -293,6 +305,9 @@ int tb_bench_engine_main(int argc, char **argv) {
     json_object_set_new(out, "threads", json_integer(tb_context_threads(c)));
     json_object_set_new(out, "build", build ? json_incref(build) : json_null());
     json_object_set_new(out, "points", jpts);
+    json_t *js = json_array();
+    for (int i = 0; i < n_skipped; i++) json_array_append_new(js, json_integer(skipped[i]));
+    json_object_set_new(out, "skipped_batches", js);
     jpts = NULL;
     rc = 0;
     if (json_path && json_dump_file(out, json_path, JSON_INDENT(2) | JSON_PRESERVE_ORDER)) {

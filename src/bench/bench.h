@@ -87,16 +87,24 @@ typedef struct {
     const char *jsonl_path;  /* {"prompt": ..., "output_len": N} per line    */
     const char *sharegpt_path;
     const char *body_path;   /* kserve: the JSON body sent as is            */
-    int n_prompts;           /* distinct requests to prepare (cycled)       */
+    int n_prompts;           /* distinct requests to prepare, all of them
+                              * different (a file too short is cycled)       */
     uint64_t seed;
 } tb_workload_options;
 
 typedef struct {
     tb_bench_request *reqs;
     int n;
+    int n_warmup;   /* tb_bench_run: the warm-up cycles over reqs[0, n_warmup),
+                     * the measured phase over the rest (0: both over all)  */
+    int n_source;   /* distinct prompts the file held (synthetic: n); fewer
+                     * than n means prompts repeat                          */
 } tb_workload;
 
 tb_status tb_workload_load(const tb_workload_options *o, tb_workload **out);
+/* A synthetic prompt of n_words words as the workload makes them (to ask a
+ * server how many tokens they are); malloc'd. */
+char *tb_workload_sample_text(int n_words, uint64_t seed);
 void tb_workload_free(tb_workload *w);
 
 /* ---------------------------------------------------------------- run */
@@ -182,7 +190,9 @@ typedef struct {
     int status_code[TB_BENCH_MAX_STATUS];
     long status_count[TB_BENCH_MAX_STATUS];
     int n_status;
-    char first_error[256];
+    char first_error[256];  /* the first error of the point, "kind: message" */
+    char first_msg[TB_BERR_COUNT][512]; /* the first message of each kind (for
+                             * http: "HTTP 400: " and the server's message)  */
     long in_tokens, out_tokens;
     long n_good;            /* requests meeting every SLO                  */
     double prefix_hit_rate; /* the server's prefix-cache hits / lookups over
@@ -197,7 +207,8 @@ typedef struct {
 tb_status tb_bench_result_init(tb_bench_result *r);
 void tb_bench_result_free(tb_bench_result *r);
 
-/* Runs one point (warmup first when asked). Takes nothing over from its
+/* Runs one point: c->warmup requests over w's first n_warmup requests (not
+ * counted), then the measured phase over the rest. Takes nothing over from its
  * arguments. Fails only on setup errors; request failures are counted. */
 tb_status tb_bench_run(const tb_bench_config *c, const tb_workload *w,
                        tb_bench_result *out);
@@ -209,6 +220,14 @@ tb_http_client tb_bench_client_for(const tb_bench_config *c);
  * *http_status gets the status (0 when the connection failed). */
 tb_status tb_bench_http_get(const char *url, const tb_bench_config *c, double timeout,
                             size_t max, char **body, long *http_status);
+
+/* POST a JSON body to url, otherwise as tb_bench_http_get. */
+tb_status tb_bench_http_post(const char *url, const tb_bench_config *c, const char *json, double timeout,
+                             size_t max, char **body, long *http_status);
+
+/* The max_model_len a /v1/models document gives for `model` (the first
+ * entry's when none is named or none matches); 0 when it gives none. */
+int tb_bench_max_model_len(const char *models_json, const char *model);
 
 /* The first model id of a /v1/models document (malloc'd), or NULL. */
 char *tb_bench_first_model(const char *models_json);

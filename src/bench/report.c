@@ -2,7 +2,10 @@
  * report.c — what a run leaves behind: a summary table on the terminal, a
  * JSON document with every figure, a CSV with one row per sweep point, and
  * one self-contained HTML page (inline SVG charts, a few lines of inline
- * script, no external URL).
+ * script, no external URL). A figure nothing was measured for (no request
+ * succeeded, or no stream) is "-" on the terminal, null in JSON, empty in
+ * CSV and "–" in HTML, never a 0 that reads like a latency. Each error kind
+ * comes with its first message (for HTTP errors, the server's).
  */
 #include <jansson.h>
 #include <math.h>
@@ -33,6 +36,12 @@ static const char *point_name(const tb_bench_result *p, char *buf, size_t cap) {
 
 /* ---------------------------------------------------------------- summary */
 
+/* One latency column of the summary: width w, "-" when nothing measured. */
+static void ms_col(FILE *f, int w, int prec, const tb_hist *h, double v) {
+    if (h->count) fprintf(f, " %*.*f", w, prec, MS(v));
+    else fprintf(f, " %*s", w, "-");
+}
+
 void tb_report_summary(FILE *f, const tb_bench_report *r) {
     fprintf(f, "\nturbine bench: %s (%s%s%s)\n", r->target, r->endpoint,
             r->model && *r->model ? ", model " : "", r->model ? r->model : "");
@@ -42,13 +51,22 @@ void tb_report_summary(FILE *f, const tb_bench_report *r) {
     for (int i = 0; i < r->n_points; i++) {
         const tb_bench_result *p = &r->points[i];
         char nm[64];
-        fprintf(f, "%-12s %7ld %6ld %9.2f %9.1f %9.2f | %7.1f %7.1f %7.1f | %7.1f %7.1f %7.1f | %8.2f %8.2f | %8.2f %8.2f\n",
-                point_name(p, nm, sizeof nm), p->n_ok, p->n_err, p->qps, p->out_tps, p->goodput,
-                MS(tb_hist_mean(&p->ttft)), MS(tb_hist_quantile(&p->ttft, 0.5)),
-                MS(tb_hist_quantile(&p->ttft, 0.99)), MS(tb_hist_mean(&p->e2e)),
-                MS(tb_hist_quantile(&p->e2e, 0.5)), MS(tb_hist_quantile(&p->e2e, 0.99)),
-                MS(tb_hist_mean(&p->tpot)), MS(tb_hist_quantile(&p->tpot, 0.99)),
-                MS(tb_hist_mean(&p->itl)), MS(tb_hist_quantile(&p->itl, 0.99)));
+        fprintf(f, "%-12s %7ld %6ld %9.2f %9.1f %9.2f |", point_name(p, nm, sizeof nm), p->n_ok, p->n_err,
+                p->qps, p->out_tps, p->goodput);
+        ms_col(f, 7, 1, &p->ttft, tb_hist_mean(&p->ttft));
+        ms_col(f, 7, 1, &p->ttft, tb_hist_quantile(&p->ttft, 0.5));
+        ms_col(f, 7, 1, &p->ttft, tb_hist_quantile(&p->ttft, 0.99));
+        fprintf(f, " |");
+        ms_col(f, 7, 1, &p->e2e, tb_hist_mean(&p->e2e));
+        ms_col(f, 7, 1, &p->e2e, tb_hist_quantile(&p->e2e, 0.5));
+        ms_col(f, 7, 1, &p->e2e, tb_hist_quantile(&p->e2e, 0.99));
+        fprintf(f, " |");
+        ms_col(f, 8, 2, &p->tpot, tb_hist_mean(&p->tpot));
+        ms_col(f, 8, 2, &p->tpot, tb_hist_quantile(&p->tpot, 0.99));
+        fprintf(f, " |");
+        ms_col(f, 8, 2, &p->itl, tb_hist_mean(&p->itl));
+        ms_col(f, 8, 2, &p->itl, tb_hist_quantile(&p->itl, 0.99));
+        fprintf(f, "\n");
         if (isfinite(p->prefix_hit_rate))
             fprintf(f, "%12s server prefix cache: %.1f%% of the prompt tokens looked up were reused\n", "",
                     100 * p->prefix_hit_rate);
@@ -56,7 +74,9 @@ void tb_report_summary(FILE *f, const tb_bench_report *r) {
             fprintf(f, "%12s errors:", "");
             for (int k = 0; k < TB_BERR_COUNT; k++)
                 if (p->err[k]) fprintf(f, " %s %ld", tb_bench_error_name(k), p->err[k]);
-            fprintf(f, " (first: %s)\n", p->first_error);
+            fprintf(f, "\n");
+            for (int k = 0; k < TB_BERR_COUNT; k++)
+                if (p->err[k]) fprintf(f, "%14s%-8s first: %s\n", "", tb_bench_error_name(k), p->first_msg[k]);
         }
     }
 }
@@ -65,17 +85,19 @@ void tb_report_summary(FILE *f, const tb_bench_report *r) {
 
 static json_t *num(double v) { return isfinite(v) ? json_real(v) : json_null(); }
 
+/* A histogram's figures in ms; null when it holds nothing. */
 static json_t *hist_json(const tb_hist *h) {
     json_t *o = json_object();
+    double none = h->count ? 0 : NAN;
     json_object_set_new(o, "count", json_integer((json_int_t)h->count));
-    json_object_set_new(o, "mean_ms", num(MS(tb_hist_mean(h))));
-    json_object_set_new(o, "stddev_ms", num(MS(tb_hist_stddev(h))));
-    json_object_set_new(o, "min_ms", num(h->count ? MS((double)h->min) : 0));
-    json_object_set_new(o, "max_ms", num(MS((double)h->max)));
+    json_object_set_new(o, "mean_ms", num(none + MS(tb_hist_mean(h))));
+    json_object_set_new(o, "stddev_ms", num(none + MS(tb_hist_stddev(h))));
+    json_object_set_new(o, "min_ms", num(none + MS((double)h->min)));
+    json_object_set_new(o, "max_ms", num(none + MS((double)h->max)));
     for (int q = 0; q < N_QUANT; q++) {
         char k[32];
         snprintf(k, sizeof k, "%s_ms", k_qname[q]);
-        json_object_set_new(o, k, num(MS(tb_hist_quantile(h, k_quant[q]))));
+        json_object_set_new(o, k, num(none + MS(tb_hist_quantile(h, k_quant[q]))));
     }
     return o;
 }
@@ -102,6 +124,10 @@ static json_t *point_json(const tb_bench_result *p) {
     for (int k = 0; k < TB_BERR_COUNT; k++) json_object_set_new(e, tb_bench_error_name(k), json_integer(p->err[k]));
     json_object_set_new(o, "errors", e);
     if (p->first_error[0]) json_object_set_new(o, "first_error", json_string(p->first_error));
+    json_t *fe = json_object();
+    for (int k = 0; k < TB_BERR_COUNT; k++)
+        if (p->err[k]) json_object_set_new(fe, tb_bench_error_name(k), json_string(p->first_msg[k]));
+    json_object_set_new(o, "first_error_by_kind", fe);
     json_t *sc = json_object();
     for (int i = 0; i < p->n_status; i++) {
         char k[16];
@@ -177,12 +203,23 @@ tb_status tb_report_json(const char *path, const tb_bench_report *r) {
 
 /* ---------------------------------------------------------------- CSV */
 
+/* A CSV field in double quotes (RFC 4180: quotes doubled). */
+static void csv_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"') fputc('"', f);
+        fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
 tb_status tb_report_csv(const char *path, const tb_bench_report *r) {
     FILE *f = fopen(path, "w");
     if (!f) return tb_errorf(TB_ERR_IO, "cannot write %s", path);
     fprintf(f, "label,concurrency,rate,duration_s,requests_ok,requests_failed,err_connect,err_timeout,"
                "err_http,err_stream,err_other,input_tokens,output_tokens,request_throughput,"
                "output_token_throughput,total_token_throughput,goodput,server_prefix_cache_hit_rate");
+    for (int k = 0; k < TB_BERR_COUNT; k++) fprintf(f, ",first_error_%s", tb_bench_error_name(k));
     for (int m = 0; m < N_METRICS; m++) {
         fprintf(f, ",%s_mean_ms,%s_stddev_ms,%s_min_ms,%s_max_ms", k_metrics[m].name, k_metrics[m].name,
                 k_metrics[m].name, k_metrics[m].name);
@@ -198,10 +235,19 @@ tb_status tb_report_csv(const char *path, const tb_bench_report *r) {
         fprintf(f, ",%ld,%ld,%.4f,%.3f,%.3f,%.4f,", p->in_tokens, p->out_tokens, p->qps, p->out_tps,
                 p->total_tps, p->goodput);
         if (isfinite(p->prefix_hit_rate)) fprintf(f, "%.4f", p->prefix_hit_rate); /* empty: not reported */
+        for (int k = 0; k < TB_BERR_COUNT; k++) {
+            fputc(',', f);
+            if (p->err[k]) csv_string(f, p->first_msg[k]);
+        }
         for (int m = 0; m < N_METRICS; m++) {
             const tb_hist *h = k_metrics[m].get(p);
+            if (!h->count) { /* empty: nothing measured */
+                fprintf(f, ",,,,");
+                for (int q = 0; q < N_QUANT; q++) fputc(',', f);
+                continue;
+            }
             fprintf(f, ",%.4f,%.4f,%.4f,%.4f", MS(tb_hist_mean(h)), MS(tb_hist_stddev(h)),
-                    h->count ? MS((double)h->min) : 0.0, MS((double)h->max));
+                    MS((double)h->min), MS((double)h->max));
             for (int q = 0; q < N_QUANT; q++) fprintf(f, ",%.4f", MS(tb_hist_quantile(h, k_quant[q])));
         }
         fprintf(f, "\n");
@@ -331,7 +377,7 @@ static const char k_css[] =
     "body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;max-width:1400px}"
     "h1{font-size:20px}h2{font-size:16px;margin-top:28px}table{border-collapse:collapse;font-size:13px}"
     "td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}th{background:#f3f3f3}"
-    "td:first-child{text-align:left}.charts{display:flex;flex-wrap:wrap;gap:12px}"
+    "td:first-child,td.errs{text-align:left}.charts{display:flex;flex-wrap:wrap;gap:12px}"
     ".chart{margin:0;border:1px solid #ddd;padding:4px}.plot{fill:#fcfcfc;stroke:#999}"
     ".grid{stroke:#e4e4e4}.title{text-anchor:middle;font-weight:600;font-size:14px}"
     ".xt{text-anchor:middle;font-size:11px}.yt{text-anchor:end;font-size:11px}"
@@ -382,12 +428,17 @@ tb_status tb_report_html(const char *path, const tb_bench_report *r) {
                 point_name(p, nm, sizeof nm), p->n_ok, p->n_err, p->qps, p->out_tps, p->total_tps, p->goodput);
         for (int m = 0; m < N_METRICS; m++) {
             const tb_hist *h = k_metrics[m].get(p);
-            fprintf(f, "<td>%.2f</td><td>%.2f</td><td>%.2f</td>", MS(tb_hist_mean(h)),
-                    MS(tb_hist_quantile(h, 0.5)), MS(tb_hist_quantile(h, 0.99)));
+            if (!h->count) fprintf(f, "<td>\xe2\x80\x93</td><td>\xe2\x80\x93</td><td>\xe2\x80\x93</td>" /* U+2013 */);
+            else fprintf(f, "<td>%.2f</td><td>%.2f</td><td>%.2f</td>", MS(tb_hist_mean(h)),
+                         MS(tb_hist_quantile(h, 0.5)), MS(tb_hist_quantile(h, 0.99)));
         }
-        fprintf(f, "<td>");
-        for (int k = 0; k < TB_BERR_COUNT; k++)
-            if (p->err[k]) fprintf(f, "%s %ld ", tb_bench_error_name(k), p->err[k]);
+        fprintf(f, "<td class=\"errs\">");
+        for (int k = 0; k < TB_BERR_COUNT; k++) {
+            if (!p->err[k]) continue;
+            fprintf(f, "<div>%s %ld: ", tb_bench_error_name(k), p->err[k]);
+            html_escape(f, p->first_msg[k]);
+            fprintf(f, "</div>");
+        }
         fprintf(f, "</td></tr>\n");
     }
     fprintf(f, "</table>\n");
@@ -399,8 +450,8 @@ tb_status tb_report_html(const char *path, const tb_bench_report *r) {
     for (int i = 0; i < np; i++) {
         const tb_bench_result *p = &r->points[i];
         qx[i] = p->qps;
-        e50[i] = MS(tb_hist_quantile(&p->e2e, 0.5));
-        e99[i] = MS(tb_hist_quantile(&p->e2e, 0.99));
+        e50[i] = p->e2e.count ? MS(tb_hist_quantile(&p->e2e, 0.5)) : NAN;
+        e99[i] = p->e2e.count ? MS(tb_hist_quantile(&p->e2e, 0.99)) : NAN;
         t50[i] = p->ttft.count ? MS(tb_hist_quantile(&p->ttft, 0.5)) : NAN;
         t99[i] = p->ttft.count ? MS(tb_hist_quantile(&p->ttft, 0.99)) : NAN;
     }

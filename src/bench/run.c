@@ -36,6 +36,7 @@
 #define TB_SLOT_MAX_GAPS 1000000          /* inter-token gaps kept per request  */
 #define TB_MAX_SLOTS 100000
 #define TB_DRAIN_MARGIN 5.0               /* seconds beyond the timeout         */
+#define TB_SLOT_ERR_BODY ((size_t)64 << 10) /* bytes of an error reply kept for its message */
 
 const char *tb_bench_error_name(tb_bench_error_kind k) {
     static const char *const names[] = {"connect", "timeout", "http", "stream", "other"};
@@ -125,6 +126,7 @@ struct run {
     tb_server_metrics srv;
     int inflight;
     long next_req;
+    int slice0, slice_n; /* the phase's requests: w->reqs[slice0, slice0 + slice_n) */
     /* current phase */
     int counted;
     long done_ok, done_all, tok_done;
@@ -198,7 +200,9 @@ static void sse_event(slot *s, const char *data, size_t n, double now) {
     if (n == 6 && !memcmp(data, "[DONE]", 6)) { s->done_marker = 1; return; }
     if (!n) return;
     json_error_t err;
-    json_t *j = json_loadb(data, n, 0, &err);
+    /* a token whose text is U+0000 arrives as "\u0000": valid JSON, so
+     * decoded with JSON_ALLOW_NUL and measured by length, not strlen */
+    json_t *j = json_loadb(data, n, JSON_ALLOW_NUL, &err);
     if (!j || !json_is_object(j)) {
         s->bad = 1;
         set_msg(s, "malformed SSE event: %s", j ? "not an object" : err.text);
@@ -213,12 +217,12 @@ static void sse_event(slot *s, const char *data, size_t n, double now) {
     }
     json_t *ch = json_object_get(j, "choices");
     json_t *c0 = json_is_array(ch) ? json_array_get(ch, 0) : NULL;
-    const char *text = NULL;
+    json_t *text = NULL;
     if (c0) {
-        text = json_string_value(json_object_get(c0, "text"));
-        if (!text) text = json_string_value(json_object_get(json_object_get(c0, "delta"), "content"));
+        text = json_object_get(c0, "text");
+        if (!json_is_string(text)) text = json_object_get(json_object_get(c0, "delta"), "content");
     }
-    if (text && *text) {
+    if (json_is_string(text) && json_string_length(text) > 0) {
         if (s->n_tokens == 0) s->t_first = now;
         else add_gap(s, now - s->t_last);
         s->t_last = now;
@@ -255,7 +259,13 @@ static void sse_feed(slot *s, const char *p, size_t n, double now) {
 /* Response body bytes of a request slot, from either transport. `now` is
  * the time they were read; < 0: take it here. */
 static void body_data(slot *s, long code, const char *ptr, size_t n, double now) {
-    if (code < 200 || code > 299) { buf_append(s, ptr, n); return; }
+    if (code < 200 || code > 299) {
+        /* the start of an error reply, for the server's message */
+        if (s->len < TB_SLOT_ERR_BODY)
+            buf_append(s, ptr, n < TB_SLOT_ERR_BODY - s->len ? n : TB_SLOT_ERR_BODY - s->len);
+        return;
+    }
+    if (s->r->ep == TB_EP_GET || s->r->ep == TB_EP_KSERVE) return;
     if (now < 0) now = tb_now();
     if (s->r->stream) sse_feed(s, ptr, n, now);
     else {
@@ -271,7 +281,6 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud) {
         buf_append(s, ptr, n);
         return n;
     }
-    if (s->r->ep == TB_EP_GET || s->r->ep == TB_EP_KSERVE) return n;
     long code = 0;
     curl_easy_getinfo(s->easy, CURLINFO_RESPONSE_CODE, &code);
     body_data(s, code, ptr, n, -1);
@@ -282,7 +291,6 @@ static size_t on_data(char *ptr, size_t size, size_t nmemb, void *ud) {
 
 static void h1_body(void *ud, int status, const char *p, size_t n, double now) {
     slot *s = ud;
-    if (s->r->ep == TB_EP_GET || s->r->ep == TB_EP_KSERVE) return;
     body_data(s, status, p, n, now);
 }
 
@@ -413,13 +421,76 @@ static void count_status(tb_bench_result *o, int code) {
     }
 }
 
+/* Copies src into dst as valid UTF-8 (the reports are JSON and HTML): an
+ * invalid byte becomes '?', and a sequence that does not fit is left out. */
+static void copy_utf8(char *dst, size_t cap, const char *src) {
+    size_t w = 0;
+    const unsigned char *p = (const unsigned char *)src;
+    while (*p && w + 1 < cap) {
+        int n = *p < 0x80 ? 1 : (*p & 0xE0) == 0xC0 && *p >= 0xC2 ? 2 : (*p & 0xF0) == 0xE0 ? 3
+                : (*p & 0xF8) == 0xF0 && *p <= 0xF4 ? 4 : 0;
+        for (int i = 1; i < n; i++)
+            if ((p[i] & 0xC0) != 0x80) { n = 0; break; }
+        if (n == 3 && ((p[0] == 0xE0 && p[1] < 0xA0) || (p[0] == 0xED && p[1] >= 0xA0))) n = 0;
+        if (n == 4 && ((p[0] == 0xF0 && p[1] < 0x90) || (p[0] == 0xF4 && p[1] >= 0x90))) n = 0;
+        if (!n) { dst[w++] = '?'; p++; continue; }
+        if (w + (size_t)n >= cap) break;
+        memcpy(dst + w, p, (size_t)n);
+        w += (size_t)n;
+        p += n;
+    }
+    dst[w] = 0;
+}
+
 static void count_error(run *r, slot *s, tb_bench_error_kind k, const char *what) {
     tb_bench_result *o = r->out;
     if (!s->counted) return;
     o->err[k]++;
     o->n_err++;
-    if (!o->first_error[0]) snprintf(o->first_error, sizeof o->first_error, "%s: %s",
-                                     tb_bench_error_name(k), what);
+    if (!o->first_error[0]) {
+        int n = snprintf(o->first_error, sizeof o->first_error, "%s: ", tb_bench_error_name(k));
+        copy_utf8(o->first_error + n, sizeof o->first_error - (size_t)n, what);
+    }
+    if (!o->first_msg[k][0]) copy_utf8(o->first_msg[k], sizeof o->first_msg[k], what);
+}
+
+/* "HTTP 400: <the server's message>" from an error reply kept in s->buf:
+ * OpenAI's {"error": {"message": ...}}, {"error": "..."}, {"message": ...},
+ * {"detail": ...}, else the start of the body as text. */
+static void http_error_message(const slot *s, long code, char *m, size_t cap) {
+    int k = snprintf(m, cap, "HTTP %ld", code);
+    if (!s->len || k < 0 || (size_t)k + 3 >= cap) return;
+    json_error_t jerr;
+    json_t *j = json_loadb(s->buf, s->len, JSON_ALLOW_NUL, &jerr);
+    const char *txt = NULL;
+    if (json_is_object(j)) {
+        json_t *e = json_object_get(j, "error");
+        if (json_is_object(e)) txt = json_string_value(json_object_get(e, "message"));
+        else if (json_is_string(e)) txt = json_string_value(e);
+        if (!txt) txt = json_string_value(json_object_get(j, "message"));
+        if (!txt) txt = json_string_value(json_object_get(j, "detail"));
+    }
+    size_t n = txt ? strlen(txt) : s->len;
+    if (!txt) txt = s->buf;
+    char *p = m + k;
+    size_t room = cap - (size_t)k - 1;
+    memcpy(p, ": ", 2);
+    p += 2;
+    room -= 2;
+    /* one line: control characters (newlines of a text body) become spaces */
+    size_t w = 0;
+    for (size_t i = 0; i < n && w < room; i++) {
+        unsigned char ch = (unsigned char)txt[i];
+        if (ch < 0x20 || ch == 0x7f) {
+            if (w && p[w - 1] == ' ') continue;
+            ch = ' ';
+        }
+        p[w++] = (char)ch;
+    }
+    while (w && p[w - 1] == ' ') w--;
+    p[w] = 0;
+    if (!w) m[k] = 0;
+    json_decref(j);
 }
 
 static tb_bench_error_kind curl_kind(CURLcode rc) {
@@ -446,8 +517,8 @@ static void finish(run *r, slot *s, int err, const char *msg, long code, double 
     r->done_all++;
     if (err >= 0) { count_error(r, s, (tb_bench_error_kind)err, msg ? msg : "?"); return; }
     if (code < 200 || code > 299) {
-        char m[64];
-        snprintf(m, sizeof m, "HTTP %ld", code);
+        char m[512] = "";
+        if (s->counted) http_error_message(s, code, m, sizeof m);
         count_error(r, s, TB_BERR_HTTP, m);
         return;
     }
@@ -460,7 +531,7 @@ static void finish(run *r, slot *s, int err, const char *msg, long code, double 
         out_tok = s->usage_out >= 0 ? s->usage_out : s->n_tokens;
     } else if (llm) {
         json_error_t err;
-        json_t *j = s->overflow ? NULL : json_loadb(s->buf ? s->buf : "", s->len, 0, &err);
+        json_t *j = s->overflow ? NULL : json_loadb(s->buf ? s->buf : "", s->len, JSON_ALLOW_NUL, &err);
         if (!j || json_object_get(j, "error") || !json_is_array(json_object_get(j, "choices"))) {
             json_decref(j);
             count_error(r, s, TB_BERR_STREAM, "malformed response body");
@@ -472,9 +543,9 @@ static void finish(run *r, slot *s, int err, const char *msg, long code, double 
         if (pr >= 0) s->usage_in = pr;
         if (co < 0) {
             json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
-            const char *t = json_string_value(json_object_get(c0, "text"));
-            if (!t) t = json_string_value(json_object_get(json_object_get(c0, "message"), "content"));
-            out_tok = t ? (long)(strlen(t) + 3) / 4 : 0;
+            json_t *t = json_object_get(c0, "text");
+            if (!json_is_string(t)) t = json_object_get(json_object_get(c0, "message"), "content");
+            out_tok = json_is_string(t) ? (long)(json_string_length(t) + 3) / 4 : 0;
         } else {
             out_tok = co;
         }
@@ -529,7 +600,7 @@ static void launch(run *r, double intended, double now) {
     s->busy = 1;
     s->counted = r->counted;
     s->t_intended = intended;
-    long idx = r->next_req % r->w->n;
+    long idx = r->slice0 + r->next_req % r->slice_n;
     s->req = r->ep != TB_EP_GET ? &r->w->reqs[idx] : NULL;
     if (s->req && !r->h1) {
         curl_easy_setopt(s->easy, CURLOPT_POSTFIELDSIZE, (long)s->req->body_len);
@@ -793,11 +864,19 @@ tb_status tb_bench_run(const tb_bench_config *c, const tb_workload *w, tb_bench_
         }
     }
     if (st == TB_OK && c->gpu) tb_nvml_open();
+    /* the warm-up sends w's first n_warmup requests, the measured phase the
+     * rest, so no measured prompt was seen before (a prefix cache starts
+     * cold); a workload without a warm-up part shares its requests */
+    int nw = w->n_warmup > 0 && w->n_warmup < w->n ? w->n_warmup : 0;
+    r.slice0 = 0;
+    r.slice_n = nw ? nw : w->n;
     if (st == TB_OK && c->warmup > 0) st = phase(&r, c->warmup, 0, 0);
     tb_server_metrics before, after;
     int prefix = st == TB_OK && r.metrics_url && scrape_now(&r, &before) && isfinite(before.prefix_queries);
     if (st == TB_OK) {
         r.next_req = 0;
+        r.slice0 = nw;
+        r.slice_n = w->n - nw;
         st = phase(&r, c->requests, c->duration, 1);
     }
     if (st == TB_OK && prefix && scrape_now(&r, &after) && after.prefix_queries > before.prefix_queries)
@@ -829,14 +908,15 @@ static size_t on_get(char *ptr, size_t size, size_t nmemb, void *ud) {
     return n;
 }
 
-tb_status tb_bench_http_get(const char *url, const tb_bench_config *c, double timeout,
+/* One GET (post == NULL) or POST of a JSON body. */
+static tb_status http_fetch(const char *url, const tb_bench_config *c, const char *post, double timeout,
                             size_t max, char **body, long *http_status) {
     *body = NULL;
     *http_status = 0;
     CURL *e = curl_easy_init();
     if (!e) return tb_errorf(TB_ERR_OOM, "bench: curl_easy_init failed");
     tb_status st = TB_OK;
-    struct curl_slist *h = c ? build_headers(c, TB_EP_GET, &st) : NULL;
+    struct curl_slist *h = c ? build_headers(c, post ? TB_EP_COMPLETIONS : TB_EP_GET, &st) : NULL;
     if (st != TB_OK) { curl_easy_cleanup(e); return st; }
     getbuf b = {0};
     b.max = max;
@@ -847,9 +927,10 @@ tb_status tb_bench_http_get(const char *url, const tb_bench_config *c, double ti
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_get);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, &b);
     if (h) curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
+    if (post) curl_easy_setopt(e, CURLOPT_POSTFIELDS, post);
     CURLcode rc = curl_easy_perform(e);
     if (rc != CURLE_OK) {
-        st = tb_errorf(TB_ERR_IO, "GET %s: %s", url, curl_easy_strerror(rc));
+        st = tb_errorf(TB_ERR_IO, "%s %s: %s", post ? "POST" : "GET", url, curl_easy_strerror(rc));
         free(b.p);
     } else {
         curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, http_status);
@@ -860,9 +941,36 @@ tb_status tb_bench_http_get(const char *url, const tb_bench_config *c, double ti
     return st;
 }
 
+tb_status tb_bench_http_get(const char *url, const tb_bench_config *c, double timeout,
+                            size_t max, char **body, long *http_status) {
+    return http_fetch(url, c, NULL, timeout, max, body, http_status);
+}
+
+tb_status tb_bench_http_post(const char *url, const tb_bench_config *c, const char *json, double timeout,
+                             size_t max, char **body, long *http_status) {
+    return http_fetch(url, c, json, timeout, max, body, http_status);
+}
+
+int tb_bench_max_model_len(const char *models_json, const char *model) {
+    json_error_t err;
+    json_t *j = models_json ? json_loads(models_json, JSON_ALLOW_NUL, &err) : NULL;
+    json_t *d = json_object_get(j, "data"), *m;
+    size_t i;
+    long best = 0;
+    json_array_foreach(d, i, m) {
+        json_t *v = json_object_get(m, "max_model_len");
+        const char *id = json_string_value(json_object_get(m, "id"));
+        if (!json_is_integer(v) || json_integer_value(v) <= 0 || json_integer_value(v) > INT32_MAX) continue;
+        if (model && id && !strcmp(id, model)) { best = (long)json_integer_value(v); break; }
+        if (!best) best = (long)json_integer_value(v); /* the first, unless a later one matches */
+    }
+    json_decref(j);
+    return (int)best;
+}
+
 char *tb_bench_first_model(const char *models_json) {
     json_error_t err;
-    json_t *j = json_loads(models_json, 0, &err);
+    json_t *j = json_loads(models_json, JSON_ALLOW_NUL, &err);
     if (!j) return NULL;
     json_t *d = json_object_get(j, "data");
     if (!json_is_array(d)) d = json_object_get(j, "models"); /* KServe /v2 style */

@@ -6,6 +6,12 @@
  * vocabularies of current models; the server's usage.prompt_tokens, when
  * reported, replaces the estimate. File prompts are estimated at four
  * characters per token.
+ *
+ * Every request of a workload is a different prompt, so that a sweep can
+ * give each point (and its warm-up) prompts no earlier point sent: the CLI
+ * loads the whole run at once and hands each point its own slice. A file
+ * with fewer prompts than that is cycled (n_source says so). Strings keep
+ * their lengths: a prompt may hold U+0000.
  */
 #include <jansson.h>
 #include <math.h>
@@ -57,19 +63,19 @@ static int draw_len(uint64_t *s, int mean, double sd) {
     return (int)v;
 }
 
-static tb_status make_body(const tb_workload_options *o, const char *prompt, int out_len,
-                           tb_bench_request *r) {
+static tb_status make_body(const tb_workload_options *o, const char *prompt, size_t prompt_len,
+                           int out_len, tb_bench_request *r) {
     json_t *b = json_object();
     if (!b) return tb_errorf(TB_ERR_OOM, "workload: out of memory");
     json_object_set_new(b, "model", json_string(o->model ? o->model : ""));
     if (o->endpoint == TB_EP_CHAT) {
         json_t *msgs = json_array(), *m = json_object();
         json_object_set_new(m, "role", json_string("user"));
-        json_object_set_new(m, "content", json_string(prompt));
+        json_object_set_new(m, "content", json_stringn(prompt, prompt_len));
         json_array_append_new(msgs, m);
         json_object_set_new(b, "messages", msgs);
     } else {
-        json_object_set_new(b, "prompt", json_string(prompt));
+        json_object_set_new(b, "prompt", json_stringn(prompt, prompt_len));
     }
     json_object_set_new(b, "max_tokens", json_integer(out_len));
     json_object_set_new(b, "temperature", json_real(0.0));
@@ -92,16 +98,17 @@ static tb_status make_body(const tb_workload_options *o, const char *prompt, int
     return TB_OK;
 }
 
-static int est_tokens(const char *s) {
-    size_t n = strlen(s);
+/* Four characters per token, at least one; saturates for absurd lengths. */
+static int est_tokens(size_t n) {
+    if (n / 4 > TB_WL_MAX_TOKENS) return TB_WL_MAX_TOKENS;
     return (int)(n / 4 > 0 ? n / 4 : 1);
 }
 
 static tb_status add_prompt(tb_workload *w, int cap, const tb_workload_options *o,
-                            const char *prompt, int in_len, int out_len) {
+                            const char *prompt, size_t prompt_len, int in_len, int out_len) {
     if (w->n >= cap) return TB_OK;
     tb_bench_request *r = &w->reqs[w->n];
-    TB_TRY(make_body(o, prompt, out_len, r));
+    TB_TRY(make_body(o, prompt, prompt_len, out_len, r));
     r->input_len = in_len;
     w->n++;
     return TB_OK;
@@ -138,7 +145,7 @@ static tb_status load_synthetic(const tb_workload_options *o, tb_workload *w, in
         /* then a different start word per prompt: nothing after the prefix is shared */
         put_words(buf, &k, in, i, &s);
         buf[k] = 0;
-        tb_status st = add_prompt(w, cap, o, buf, in + o->prefix_len, out);
+        tb_status st = add_prompt(w, cap, o, buf, k, in + o->prefix_len, out);
         if (st != TB_OK) { free(buf); return st; }
     }
     free(buf);
@@ -160,25 +167,26 @@ static tb_status load_jsonl(const tb_workload_options *o, tb_workload *w, int ca
         while (*q == ' ' || *q == '\t' || *q == '\r') q++;
         if (*q) {
             json_error_t err;
-            json_t *j = json_loads(q, JSON_DECODE_ANY, &err);
-            const char *prompt = NULL;
+            json_t *j = json_loads(q, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
+            json_t *prompt = NULL;
             int out = o->output_len;
-            if (j && json_is_string(j)) prompt = json_string_value(j);
+            if (j && json_is_string(j)) prompt = j;
             else if (j && json_is_object(j)) {
-                prompt = json_string_value(json_object_get(j, "prompt"));
+                prompt = json_object_get(j, "prompt");
                 json_t *ol = json_object_get(j, "output_len");
                 if (!ol) ol = json_object_get(j, "max_tokens");
                 if (json_is_integer(ol) && json_integer_value(ol) > 0 &&
                     json_integer_value(ol) <= TB_WL_MAX_TOKENS)
                     out = (int)json_integer_value(ol);
             }
-            if (!prompt) {
+            if (!json_is_string(prompt)) {
                 json_decref(j);
                 st = tb_errorf(TB_ERR_FORMAT, "%s:%d: want a string or {\"prompt\": ...}",
                                o->jsonl_path, line_no);
                 break;
             }
-            st = add_prompt(w, cap, o, prompt, est_tokens(prompt), out);
+            size_t pl = json_string_length(prompt);
+            st = add_prompt(w, cap, o, json_string_value(prompt), pl, est_tokens(pl), out);
             json_decref(j);
             if (st != TB_OK) break;
         }
@@ -190,7 +198,7 @@ static tb_status load_jsonl(const tb_workload_options *o, tb_workload *w, int ca
 
 static tb_status load_sharegpt(const tb_workload_options *o, tb_workload *w, int cap) {
     json_error_t err;
-    json_t *root = json_load_file(o->sharegpt_path, 0, &err);
+    json_t *root = json_load_file(o->sharegpt_path, JSON_ALLOW_NUL, &err);
     if (!root)
         return tb_errorf(TB_ERR_FORMAT, "%s:%d: %s", o->sharegpt_path, err.line, err.text);
     if (!json_is_array(root)) {
@@ -205,11 +213,12 @@ static tb_status load_sharegpt(const tb_workload_options *o, tb_workload *w, int
         json_t *turns = json_object_get(conv, "conversations");
         if (!json_is_array(turns) || json_array_size(turns) < 2) continue;
         json_t *t0 = json_array_get(turns, 0), *t1 = json_array_get(turns, 1);
-        const char *q = json_string_value(json_object_get(t0, "value"));
-        const char *a = json_string_value(json_object_get(t1, "value"));
-        if (!q || !a || !*q) continue;
-        int out = o->output_len > 0 ? o->output_len : est_tokens(a);
-        st = add_prompt(w, cap, o, q, est_tokens(q), out);
+        json_t *q = json_object_get(t0, "value"), *a = json_object_get(t1, "value");
+        if (!json_is_string(q) || !json_is_string(a) || !json_string_length(q)) continue;
+        /* the answer's length in the dataset, unless --output-len is given */
+        int out = o->output_len > 0 ? o->output_len : est_tokens(json_string_length(a));
+        size_t ql = json_string_length(q);
+        st = add_prompt(w, cap, o, json_string_value(q), ql, est_tokens(ql), out);
         if (st != TB_OK) break;
     }
     json_decref(root);
@@ -217,6 +226,21 @@ static tb_status load_sharegpt(const tb_workload_options *o, tb_workload *w, int
         st = tb_errorf(TB_ERR_FORMAT, "%s: no conversation with a question and an answer",
                        o->sharegpt_path);
     return st;
+}
+
+/* A file with fewer prompts than asked for: repeat them up to cap. */
+static tb_status cycle_to(tb_workload *w, int cap) {
+    int m = w->n;
+    for (int i = m; i < cap && m > 0; i++) {
+        const tb_bench_request *src = &w->reqs[i % m];
+        tb_bench_request *r = &w->reqs[i];
+        *r = *src;
+        r->body = malloc(src->body_len + 1);
+        if (!r->body) return tb_errorf(TB_ERR_OOM, "workload: out of memory");
+        memcpy(r->body, src->body, src->body_len + 1);
+        w->n = i + 1;
+    }
+    return TB_OK;
 }
 
 static tb_status load_body(const tb_workload_options *o, tb_workload *w) {
@@ -257,8 +281,22 @@ tb_status tb_workload_load(const tb_workload_options *o, tb_workload **out) {
         else st = load_synthetic(o, w, cap);
     }
     if (st != TB_OK) { tb_workload_free(w); return st; }
+    w->n_source = w->n;
+    if (st == TB_OK && (o->jsonl_path || o->sharegpt_path)) st = cycle_to(w, cap);
+    if (st != TB_OK) { tb_workload_free(w); return st; }
     *out = w;
     return TB_OK;
+}
+
+char *tb_workload_sample_text(int n_words, uint64_t seed) {
+    if (n_words < 1 || n_words > TB_WL_MAX_TOKENS) return NULL;
+    char *buf = malloc((size_t)n_words * 8 + 16);
+    if (!buf) return NULL;
+    size_t k = 0;
+    uint64_t s = seed ? seed : 1;
+    put_words(buf, &k, n_words, -1, &s);
+    buf[k] = 0;
+    return buf;
 }
 
 void tb_workload_free(tb_workload *w) {

@@ -5,8 +5,18 @@ Listens on 127.0.0.1 with an ephemeral port, written to --port-file. Each
 completion streams max_tokens chunks: the first after TTFT, the rest ITL apart
 (defaults from the command line; a prompt containing `ttft=N` / `itl=N`
 overrides them for that request, in ms). A prompt containing `fail=KIND`
-fails that request: http500, malformed (a broken SSE event), close (drop the
-connection with no response), hang (sleep --hang-ms before answering).
+fails that request: http500, http400 (a 400 with a scripted message: the
+load tester must show it), malformed (a broken SSE event), close (drop the
+connection with no response), hang (sleep --hang-ms before answering). A
+prompt containing `nul=1` makes every token's text the byte 0x00, sent as
+"\u0000" (valid JSON).
+--log FILE: one JSON line per completion request with what the server did,
+in time.monotonic() seconds (the clock the load tester's CLOCK_MONOTONIC
+reads too): "arrival" (the request read), "sends" (taken just before each
+token chunk was written), "dues" (when each was scripted to go), "end" (just
+before the last bytes were written), so a test can compare the load
+tester's figures with what was actually sent, and the lateness sends - dues
+measures the scheduling jitter of the machine during the same run.
 --stall-at S --stall-ms M: S seconds after the first request, every request
 in progress or arriving waits until the stall is over (a frozen server).
 The process exits by itself after --lifetime seconds.
@@ -23,6 +33,20 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 ARGS = None
 STATE = {"first": None, "running": 0, "served": 0}
 LOCK = threading.Lock()
+LOG = None
+
+
+def log_request(rec):
+    if LOG is None:
+        return
+    line = json.dumps(rec) + "\n"
+    with LOCK:
+        LOG.write(line)
+        LOG.flush()
+
+
+def chunk_bytes(data):
+    return b"%x\r\n%s\r\n" % (len(data), data)
 
 
 def stall_wait():
@@ -93,7 +117,7 @@ class Handler(BaseHTTPRequestHandler):
             self.send_plain(404, json.dumps({"error": {"message": "not found"}}))
 
     def chunk(self, data):
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.write(chunk_bytes(data))
 
     def do_POST(self):
         self.t_arrival = time.monotonic()
@@ -133,6 +157,11 @@ class Handler(BaseHTTPRequestHandler):
         if fail == "http500":
             self.send_plain(500, json.dumps({"error": {"message": "scripted failure"}}))
             return
+        if fail == "http400":
+            self.send_plain(400, json.dumps({"error": {
+                "message": "scripted 400: the fake server rejects this prompt \u2013 reason #%d" % ntok,
+                "type": "BadRequestError", "param": None, "code": 400}}))
+            return
         if fail == "close":
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
@@ -141,13 +170,19 @@ class Handler(BaseHTTPRequestHandler):
             time.sleep(ARGS.hang_ms / 1000.0)
         created = int(time.time())
         obj = "chat.completion.chunk" if chat else "text_completion"
+        nul = directive(prompt, "nul", 0) == 1
+        rec = {"path": self.path, "stream": bool(req.get("stream")), "max_tokens": ntok,
+               "arrival": self.t_arrival, "sends": [], "dues": []}
+
+        def tok(i):
+            return "\x00" if nul else " tok%d" % i
 
         def event(i, final=False):
             if chat:
-                choice = {"index": 0, "delta": {"content": " tok%d" % i} if not final else {},
+                choice = {"index": 0, "delta": {"content": tok(i)} if not final else {},
                           "finish_reason": "length" if final else None}
             else:
-                choice = {"index": 0, "text": " tok%d" % i if not final else "",
+                choice = {"index": 0, "text": tok(i) if not final else "",
                           "finish_reason": "length" if final else None}
             return {"id": "cmpl-fake", "object": obj, "created": created,
                     "model": ARGS.model, "choices": [choice]}
@@ -155,19 +190,25 @@ class Handler(BaseHTTPRequestHandler):
         if not req.get("stream"):
             d = self.t_arrival + (ttft + itl * max(0, ntok - 1)) / 1000.0 - time.monotonic()
             sleep_ms(d * 1000.0)
-            text = "".join(" tok%d" % i for i in range(ntok))
+            text = "".join(tok(i) for i in range(ntok))
             choice = ({"index": 0, "message": {"role": "assistant", "content": text},
                        "finish_reason": "length"} if chat else
                       {"index": 0, "text": text, "finish_reason": "length"})
-            self.send_plain(200, json.dumps({
+            body = json.dumps({
                 "id": "cmpl-fake", "object": "chat.completion" if chat else "text_completion",
                 "created": created, "model": ARGS.model, "choices": [choice],
                 "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": ntok,
-                          "total_tokens": len(prompt.split()) + ntok}}))
+                          "total_tokens": len(prompt.split()) + ntok}})
+            rec["dues"].append(self.t_arrival + (ttft + itl * max(0, ntok - 1)) / 1000.0)
+            rec["end"] = time.monotonic()
+            rec["sends"].append(rec["end"])
+            self.send_plain(200, body)
+            log_request(rec)
             return
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
+        rec["head"] = time.monotonic()  # the response's first byte
         self.end_headers()
         if chat:
             first = {"id": "cmpl-fake", "object": obj, "created": created, "model": ARGS.model,
@@ -185,7 +226,10 @@ class Handler(BaseHTTPRequestHandler):
             if fail == "malformed" and i == 1:
                 self.chunk(b"data: {\"choices\": [{\"text\": \"oops\"\n\n")
                 continue
-            self.chunk(b"data: " + json.dumps(event(i)).encode() + b"\n\n")
+            data = b"data: " + json.dumps(event(i)).encode() + b"\n\n"
+            rec["dues"].append(due)
+            rec["sends"].append(time.monotonic())
+            self.chunk(data)
         last = event(ntok, final=True)
         self.chunk(b"data: " + json.dumps(last).encode() + b"\n\n")
         if (req.get("stream_options") or {}).get("include_usage"):
@@ -194,8 +238,9 @@ class Handler(BaseHTTPRequestHandler):
                                               "completion_tokens": ntok,
                                               "total_tokens": len(prompt.split()) + ntok}}
             self.chunk(b"data: " + json.dumps(usage).encode() + b"\n\n")
-        self.chunk(b"data: [DONE]\n\n")
-        self.wfile.write(b"0\r\n\r\n")
+        rec["end"] = time.monotonic()
+        self.wfile.write(chunk_bytes(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        log_request(rec)
 
 
 class Server(ThreadingHTTPServer):
@@ -217,7 +262,11 @@ def main():
     ap.add_argument("--stall-at", type=float, default=1.0)
     ap.add_argument("--stall-ms", type=float, default=0.0)
     ap.add_argument("--lifetime", type=float, default=300.0)
+    ap.add_argument("--log", default="")
     ARGS = ap.parse_args()
+    global LOG
+    if ARGS.log:
+        LOG = open(ARGS.log, "a")
     srv = Server(("127.0.0.1", 0), Handler)
     with open(ARGS.port_file + ".tmp", "w") as f:
         f.write(str(srv.server_address[1]))

@@ -22,12 +22,18 @@ client sees responses split at awkward places:
   POST /v1/completions   an OpenAI SSE stream of 6 tokens, 20 ms apart,
                chunked with chunk boundaries inside events and lines
   GET /v1/models         one model
+--log FILE: for each SSE stream one JSON line {"sends": [...]}, the
+time.monotonic() just before each token event's first byte was written, so a
+test compares the clients' inter-token gaps with the gaps actually sent.
 """
 import argparse
 import json
 import socket
 import threading
 import time
+
+LOG = None
+LOG_LOCK = threading.Lock()
 
 
 def pieces(data, cuts):
@@ -89,13 +95,20 @@ def handle(conn):
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(b), b))
         elif path == "/v1/completions":
             conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
+            sends = []
             for i, ev in enumerate(sse_body()):
                 time.sleep(0.02)
+                if i < 6:
+                    sends.append(time.monotonic())
                 # one event over two chunks, the cut inside the JSON, each chunk split mid size line
                 half = len(ev) // 2
                 data = chunk(ev[:half]) + chunk(ev[half:])
                 send_split(conn, data, [1, 3 + half // 3, len(chunk(ev[:half])) + 1], pause=0)
             conn.sendall(b"0\r\n\r\n")
+            if LOG is not None:
+                with LOG_LOCK:
+                    LOG.write(json.dumps({"sends": sends}) + "\n")
+                    LOG.flush()
         elif path == "/cl":
             send_split(conn, b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok", [5, 17, 40])
         elif path == "/chunked":
@@ -165,7 +178,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--port-file", required=True)
     ap.add_argument("--lifetime", type=float, default=120.0)
+    ap.add_argument("--log", default="")
     a = ap.parse_args()
+    global LOG
+    if a.log:
+        LOG = open(a.log, "a")
     ls = socket.socket()
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     ls.bind(("127.0.0.1", 0))
