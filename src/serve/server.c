@@ -11,6 +11,8 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
@@ -535,6 +537,9 @@ typedef struct {
     char id[48];
     long created;
     int fd;
+    int http11;                     /* the client speaks HTTP/1.1: it must accept 1xx interim responses */
+    int half_closed;                /* the client has sent all it will (it may still read) */
+    int probed;                     /* non-streaming: the interim response that tests the client was sent */
     int n;                          /* choices */
     gen_choice *ch;                 /* (n) */
     int interval;                   /* tokens per streamed event */
@@ -647,11 +652,37 @@ static void release_text(const gen_stream *gs, gen_choice *g, int final) {
     }
 }
 
-static int client_gone(int fd) {
-    if (fd < 0) return 0;
+typedef enum { PEER_OPEN, PEER_HALF_CLOSED, PEER_GONE } peer_state;
+
+/* What the socket says of the client, without reading from it. A reset or an
+ * error (POLLERR, POLLHUP: also what a write to a peer that had closed brings
+ * back) means it is gone. The end of its input (POLLRDHUP) does not: a client
+ * may shut down its write side after its request (shutdown(SHUT_WR)) and
+ * still read the reply; whether it closed instead, only a write tells. */
+static peer_state peer_check(int fd) {
+    if (fd < 0) return PEER_OPEN;
     struct pollfd p = {.fd = fd, .events = POLLRDHUP};
-    if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) return 1;
-    return 0;
+    if (poll(&p, 1, 0) <= 0) return PEER_OPEN;
+    if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return PEER_GONE;
+    return p.revents & POLLRDHUP ? PEER_HALF_CLOSED : PEER_OPEN;
+}
+
+/* A non-streaming reply writes nothing until it is complete, so a client that
+ * ended its input is asked by a write: an interim "100 Continue", which an
+ * HTTP/1.1 client accepts before any final response (RFC 9110, 15.2). A
+ * client that closed answers it with a reset (seen by peer_check); one that
+ * only half-closed reads past it. Sent once, on this connection's thread while
+ * the library writes nothing (the reply is not queued yet), and only when
+ * nothing is left unsent, so it never lands inside other bytes. Returns 1 when
+ * the write failed: the client is gone. */
+static int probe_client(gen_stream *gs) {
+    static const char k_continue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    if (gs->probed || !gs->http11) return 0;
+    int unsent = 0;
+    if (ioctl(gs->fd, SIOCOUTQ, &unsent) != 0 || unsent != 0) return 0; /* try again at the next check */
+    gs->probed = 1;
+    ssize_t k = send(gs->fd, k_continue, sizeof k_continue - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    return k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
 }
 
 /* Decodes one generated token of choice g: its text into g->pending (and
@@ -698,7 +729,12 @@ static void pump(gen_stream *gs, gen_choice *g, double timeout) {
 
 /* Ends every choice when the client has gone. Returns 1 then. */
 static int check_client(gen_stream *gs) {
-    if (!client_gone(gs->fd)) return 0;
+    peer_state ps = peer_check(gs->fd);
+    if (ps == PEER_HALF_CLOSED) {
+        gs->half_closed = 1;
+        if (!gs->g.stream && probe_client(gs)) ps = PEER_GONE;
+    }
+    if (ps != PEER_GONE) return 0;
     for (int i = 0; i < gs->n; i++) {
         gen_choice *g = &gs->ch[i];
         if (g->finished) continue;
@@ -903,7 +939,8 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             continue;
         }
         if (check_client(g)) continue; /* ends the choices: answered above */
-        if (tb_now() - g->last_write > 2.0) {
+        /* a client that ended its input is asked sooner whether it still reads */
+        if (tb_now() - g->last_write > (g->half_closed ? 0.25 : 2.0)) {
             append(&g->out, &g->on, &g->ocap, ": keep-alive\n\n", 14); /* also detects a gone client */
             continue;
         }
@@ -937,12 +974,13 @@ static int connection_fd(struct MHD_Connection *c) {
     return ci ? ci->connect_fd : -1;
 }
 
-static enum MHD_Result handle_generate(server *s, struct MHD_Connection *c, json_t *root, int chat) {
+static enum MHD_Result handle_generate(server *s, struct MHD_Connection *c, json_t *root, int chat, int http11) {
     parse_err pe = {0};
     gen_stream *g = calloc(1, sizeof *g);
     if (!g) return reply_error(s, c, 500, NULL, "out of memory");
     g->s = s;
     g->fd = connection_fd(c);
+    g->http11 = http11;
     tb_metrics_request(s->metrics, chat ? "chat" : "completions");
     if (!parse_gen(s, root, chat, &g->g, &pe)) {
         gen_stream_free(g);
@@ -1100,7 +1138,6 @@ static int authorized(server *s, struct MHD_Connection *c) {
 
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                const char *version, const char *upload, size_t *upload_size, void **con_cls) {
-    (void)version;
     server *s = cls;
     conn_state *cs = *con_cls;
     if (!cs) {
@@ -1155,8 +1192,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return reply_error(s, c, 400, NULL, "the body must be a JSON object");
     }
     enum MHD_Result r;
-    if (!strcmp(url, "/v1/completions")) r = handle_generate(s, c, root, 0);
-    else if (!strcmp(url, "/v1/chat/completions")) r = handle_generate(s, c, root, 1);
+    int http11 = !strcmp(version, MHD_HTTP_VERSION_1_1);
+    if (!strcmp(url, "/v1/completions")) r = handle_generate(s, c, root, 0, http11);
+    else if (!strcmp(url, "/v1/chat/completions")) r = handle_generate(s, c, root, 1, http11);
     else if (!strcmp(url, "/tokenize")) r = handle_tokenize(s, c, root);
     else r = handle_detokenize(s, c, root);
     json_decref(root);
