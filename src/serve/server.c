@@ -7,6 +7,7 @@
 #include <microhttpd.h>
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
@@ -117,8 +118,14 @@ static enum MHD_Result reply_error_as(server *s, struct MHD_Connection *c, int s
                             code ? json_string(code) : json_integer(status));
     char *body = err ? json_dumps(err, JSON_COMPACT) : NULL;
     json_decref(err);
-    if (!body) body = strdup("{\"error\":{\"message\":\"error\",\"type\":\"internal_error\",\"param\":null,\"code\":500}}");
+    if (!body) /* out of memory: a fixed body, copied by the library (which may fail too) */
+        return reply_text(c, status, "application/json",
+                          "{\"error\":{\"message\":\"error\",\"type\":\"internal_error\",\"param\":null,\"code\":500}}");
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!r) { /* out of memory: the body is still ours; closing the connection is all that is left */
+        free(body);
+        return MHD_NO;
+    }
     MHD_add_response_header(r, "Content-Type", "application/json");
     if (status == 429) MHD_add_response_header(r, "Retry-After", "1");
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
@@ -570,6 +577,7 @@ static json_t *json_text(const char *s, size_t n) {
     json_t *j = json_stringn(s, n);
     if (j) return j;
     char *fixed = malloc(n * 3 + 1);
+    if (!fixed) return json_string(""); /* out of memory: NULL only if that fails too (callers' json_pack then fails) */
     size_t k = 0;
     for (size_t i = 0; i < n;) {
         unsigned char c = (unsigned char)s[i];
@@ -1136,6 +1144,20 @@ static int authorized(server *s, struct MHD_Connection *c) {
     return diff == 0;
 }
 
+/* Whether the request's Content-Length exceeds `limit` bytes. */
+static int body_declared_too_large(struct MHD_Connection *c, size_t limit) {
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (!cl) return 0;
+    while (*cl == ' ' || *cl == '\t') cl++;
+    if (*cl < '0' || *cl > '9') return 0; /* malformed: the library answers it */
+    unsigned long long v = 0;
+    for (; *cl >= '0' && *cl <= '9'; cl++) {
+        if (v > (ULLONG_MAX - 9) / 10) return 1; /* beyond any limit */
+        v = v * 10 + (unsigned)(*cl - '0');
+    }
+    return v > (unsigned long long)limit;
+}
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     server *s = cls;
@@ -1144,7 +1166,12 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         cs = calloc(1, sizeof *cs);
         if (!cs) return MHD_NO;
         *con_cls = cs;
-        return MHD_YES;
+        /* A body declared larger than --max-body is answered now, from the
+         * headers, as nginx's client_max_body_size: nothing of it is read and
+         * the connection closes after the reply. (A chunked body, whose size
+         * is not declared, is counted as it arrives and its rest discarded.) */
+        if (!body_declared_too_large(c, s->o.max_body_bytes)) return MHD_YES;
+        cs->too_large = 1; /* on to the routes: the reply the request gets without its body */
     }
     if (*upload_size) {
         if (cs->n + *upload_size > s->o.max_body_bytes) cs->too_large = 1;
@@ -1318,6 +1345,11 @@ int tb_serve_run(const tb_serve_options *opt) {
         if (dot) *dot = 0;
     }
     s->metrics = tb_metrics_new();
+    if (!s->metrics) {
+        fprintf(stderr, "turbine: error: out of memory\n");
+        free(s);
+        return 1;
+    }
     char shown[300], bound[INET6_ADDRSTRLEN + 8], err[512];
     int lfd0 = listen_on(s->o.host, s->o.port, shown, sizeof shown, bound, sizeof bound, err, sizeof err);
     if (lfd0 < 0) {
