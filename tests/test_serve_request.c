@@ -63,6 +63,11 @@ static void test_memory(void) {
             CHECK(r[i] != NULL);
         }
         size_t used = heap_in_use() - before;
+        if (used == 0) { /* 64 requests take something: this allocator is not the one mallinfo2 reports on */
+            printf("memory: not measured (malloc is replaced, as under AddressSanitizer)\n");
+            for (int i = 0; i < CHOICES; i++) tb_request_release(r[i]);
+            return;
+        }
         CHECK_MSG(used <= (size_t)CHOICES * PER_REQUEST_BOUND,
                   "%s: %d requests with max_tokens %d took %zu bytes (%zu each; bound %d): sized by max_tokens",
                   streaming ? "streaming" : "non-streaming", CHOICES, p.max_tokens, used, used / CHOICES,
