@@ -30,14 +30,20 @@ enum { H_TTFT, H_ITL, H_E2E, H_QUEUE, H_BATCH, H_STEP, H_COUNT };
 #define N_STATUS 8
 static const int status_codes[N_STATUS] = {400, 401, 404, 405, 413, 429, 500, 503};
 
-struct tb_metrics {
-    pthread_mutex_t mu;
+/* Everything that is counted, apart from the lock that guards it, so that
+ * rendering copies the values and never a mutex. */
+typedef struct {
     uint64_t prompt_tokens, gen_tokens, preemptions, steps, overflows;
     uint64_t prefix_queries, prefix_hits; /* tokens */
     uint64_t finish[5];
     uint64_t errors[N_STATUS];
     uint64_t req_completions, req_chat, req_other;
     histo h[H_COUNT];
+} metrics_values;
+
+struct tb_metrics {
+    pthread_mutex_t mu; /* guards v */
+    metrics_values v;
 };
 
 static const double lat_buckets[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,
@@ -57,12 +63,12 @@ tb_metrics *tb_metrics_new(void) {
     if (!m) return NULL;
     pthread_mutex_init(&m->mu, NULL);
     int nl = (int)(sizeof lat_buckets / sizeof lat_buckets[0]), nb = (int)(sizeof batch_buckets / sizeof batch_buckets[0]);
-    histo_init(&m->h[H_TTFT], "turbine_time_to_first_token_seconds", "Time from request arrival to its first token.", lat_buckets, nl);
-    histo_init(&m->h[H_ITL], "turbine_inter_token_latency_seconds", "Time between consecutive tokens of a request.", lat_buckets, nl);
-    histo_init(&m->h[H_E2E], "turbine_e2e_request_latency_seconds", "Time from request arrival to its end.", lat_buckets, nl);
-    histo_init(&m->h[H_QUEUE], "turbine_request_queue_time_seconds", "Time a request waited before it was admitted.", lat_buckets, nl);
-    histo_init(&m->h[H_BATCH], "turbine_batch_size", "Sequences per engine step.", batch_buckets, nb);
-    histo_init(&m->h[H_STEP], "turbine_step_duration_seconds", "Duration of one engine step.", lat_buckets, nl);
+    histo_init(&m->v.h[H_TTFT], "turbine_time_to_first_token_seconds", "Time from request arrival to its first token.", lat_buckets, nl);
+    histo_init(&m->v.h[H_ITL], "turbine_inter_token_latency_seconds", "Time between consecutive tokens of a request.", lat_buckets, nl);
+    histo_init(&m->v.h[H_E2E], "turbine_e2e_request_latency_seconds", "Time from request arrival to its end.", lat_buckets, nl);
+    histo_init(&m->v.h[H_QUEUE], "turbine_request_queue_time_seconds", "Time a request waited before it was admitted.", lat_buckets, nl);
+    histo_init(&m->v.h[H_BATCH], "turbine_batch_size", "Sequences per engine step.", batch_buckets, nb);
+    histo_init(&m->v.h[H_STEP], "turbine_step_duration_seconds", "Duration of one engine step.", lat_buckets, nl);
     return m;
 }
 
@@ -76,52 +82,52 @@ static void on_step(void *arg, int n_seqs, int n_tokens, double sec) {
     tb_metrics *m = arg;
     (void)n_tokens;
     pthread_mutex_lock(&m->mu);
-    m->steps++;
-    histo_add(&m->h[H_BATCH], n_seqs);
-    histo_add(&m->h[H_STEP], sec);
+    m->v.steps++;
+    histo_add(&m->v.h[H_BATCH], n_seqs);
+    histo_add(&m->v.h[H_STEP], sec);
     pthread_mutex_unlock(&m->mu);
 }
 static void on_first(void *arg, double ttft, double queue) {
     tb_metrics *m = arg;
     pthread_mutex_lock(&m->mu);
-    histo_add(&m->h[H_TTFT], ttft);
-    histo_add(&m->h[H_QUEUE], queue);
+    histo_add(&m->v.h[H_TTFT], ttft);
+    histo_add(&m->v.h[H_QUEUE], queue);
     pthread_mutex_unlock(&m->mu);
 }
 static void on_token(void *arg, double itl) {
     tb_metrics *m = arg;
     pthread_mutex_lock(&m->mu);
-    histo_add(&m->h[H_ITL], itl);
+    histo_add(&m->v.h[H_ITL], itl);
     pthread_mutex_unlock(&m->mu);
 }
 static void on_finish(void *arg, tb_finish_reason r, int prompt, int gen, double e2e) {
     tb_metrics *m = arg;
     pthread_mutex_lock(&m->mu);
-    if ((unsigned)r < 5) m->finish[r]++;
-    m->prompt_tokens += (uint64_t)prompt;
-    m->gen_tokens += (uint64_t)gen;
-    histo_add(&m->h[H_E2E], e2e);
+    if ((unsigned)r < 5) m->v.finish[r]++;
+    m->v.prompt_tokens += (uint64_t)prompt;
+    m->v.gen_tokens += (uint64_t)gen;
+    histo_add(&m->v.h[H_E2E], e2e);
     pthread_mutex_unlock(&m->mu);
 }
 static void on_prefix_lookup(void *arg, int queried, int hit) {
     tb_metrics *m = arg;
     pthread_mutex_lock(&m->mu);
-    m->prefix_queries += (uint64_t)queried;
-    m->prefix_hits += (uint64_t)hit;
+    m->v.prefix_queries += (uint64_t)queried;
+    m->v.prefix_hits += (uint64_t)hit;
     pthread_mutex_unlock(&m->mu);
 }
 
 static void on_overflow(void *arg) {
     tb_metrics *m = arg;
     pthread_mutex_lock(&m->mu);
-    m->overflows++;
+    m->v.overflows++;
     pthread_mutex_unlock(&m->mu);
 }
 
 static void on_preempt(void *arg) {
     tb_metrics *m = arg;
     pthread_mutex_lock(&m->mu);
-    m->preemptions++;
+    m->v.preemptions++;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -134,15 +140,15 @@ tb_sched_observer tb_metrics_observer(tb_metrics *m) {
 void tb_metrics_http_error(tb_metrics *m, int status) {
     pthread_mutex_lock(&m->mu);
     for (int i = 0; i < N_STATUS; i++)
-        if (status_codes[i] == status) m->errors[i]++;
+        if (status_codes[i] == status) m->v.errors[i]++;
     pthread_mutex_unlock(&m->mu);
 }
 
 void tb_metrics_request(tb_metrics *m, const char *endpoint) {
     pthread_mutex_lock(&m->mu);
-    if (!strcmp(endpoint, "completions")) m->req_completions++;
-    else if (!strcmp(endpoint, "chat")) m->req_chat++;
-    else m->req_other++;
+    if (!strcmp(endpoint, "completions")) m->v.req_completions++;
+    else if (!strcmp(endpoint, "chat")) m->v.req_chat++;
+    else m->v.req_other++;
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -177,7 +183,7 @@ char *tb_metrics_render(tb_metrics *m, tb_sched *s, const char *model) {
     if (!b.p) return NULL;
     b.p[0] = 0;
     pthread_mutex_lock(&m->mu);
-    tb_metrics c = *m; /* a consistent copy */
+    metrics_values c = m->v; /* a consistent copy */
     pthread_mutex_unlock(&m->mu);
     const char *lb = model ? model : "";
     sb(&b, "# HELP turbine_requests_running Requests in the running batch.\n# TYPE turbine_requests_running gauge\n"

@@ -21,14 +21,21 @@ const char *tb_finish_reason_str(tb_finish_reason r) {
 
 /* ---------------------------------------------------------------- requests */
 
+/* What a request holds before it generates: its buffers grow (doubling) with
+ * what is in flight, up to what max_tokens allows, so that a request that may
+ * run to a long context (a chat request without max_tokens, times n choices)
+ * takes memory only for the tokens it makes and the events its reader has
+ * not taken yet. */
 #define TB_EVENTS_INITIAL 16 /* events a request's ring holds before it grows */
+#define TB_TOKENS_INITIAL 64 /* generated tokens room is made for at first */
 
 struct tb_request {
     _Atomic int refs;
     _Atomic int cancel;          /* a tb_finish_reason, 0 = none */
     tb_request_params p;
     int vocab;
-    int32_t *tokens;             /* (n_prompt + max_tokens) prompt, then generated */
+    int32_t *tokens;             /* (tok_cap) prompt, then generated; grown up to n_prompt + max_tokens */
+    int tok_cap;
     int n_prompt, n_gen, n_computed; /* n_computed: tokens in the KV cache */
     int seq;                     /* context slot, -1 when not running */
     tb_sampler *sampler;
@@ -52,7 +59,8 @@ tb_request *tb_request_new(const int32_t *prompt, int n_prompt, const tb_request
     r->vocab = vocab;
     r->n_prompt = n_prompt;
     r->seq = -1;
-    r->tokens = malloc(sizeof(int32_t) * (size_t)(n_prompt + p->max_tokens));
+    r->tok_cap = n_prompt + (p->max_tokens < TB_TOKENS_INITIAL ? p->max_tokens : TB_TOKENS_INITIAL);
+    r->tokens = malloc(sizeof(int32_t) * (size_t)r->tok_cap);
     /* what a reader keeps up with fits the first allocation; the ring grows
      * (doubling) only while one falls behind */
     r->ev_limit = p->max_buffered > 0 && p->max_buffered <= p->max_tokens ? p->max_buffered : p->max_tokens + 1;
@@ -67,7 +75,13 @@ tb_request *tb_request_new(const int32_t *prompt, int n_prompt, const tb_request
     }
     memcpy(r->tokens, prompt, sizeof(int32_t) * (size_t)n_prompt);
     pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cv, NULL);
+    /* timed waits count on the monotonic clock: a step of the wall clock
+     * (NTP, an operator) must neither end them early nor stretch them */
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&r->cv, &ca);
+    pthread_condattr_destroy(&ca);
     atomic_store(&r->refs, 1);
     return r;
 }
@@ -112,6 +126,21 @@ static int push_event(tb_request *r, const tb_token_event *ev) {
     return ok;
 }
 
+/* Makes room for one more token of r (scheduler thread). Returns 0 when the
+ * buffer cannot grow: the caller ends the request. */
+static int reserve_token(tb_request *r) {
+    int need = r->n_prompt + r->n_gen + 1;
+    if (need <= r->tok_cap) return 1;
+    int limit = r->n_prompt + r->p.max_tokens;
+    int cap = r->tok_cap * 2 < limit ? r->tok_cap * 2 : limit;
+    if (cap < need) return 0; /* past max_tokens: never asked for */
+    int32_t *t = realloc(r->tokens, sizeof(int32_t) * (size_t)cap);
+    if (!t) return 0;
+    r->tokens = t;
+    r->tok_cap = cap;
+    return 1;
+}
+
 static void finish(tb_request *r, tb_finish_reason why) {
     pthread_mutex_lock(&r->mu);
     if (!r->finished) r->finished = why;
@@ -121,7 +150,7 @@ static void finish(tb_request *r, tb_finish_reason why) {
 
 int tb_request_wait(tb_request *r, tb_token_event *out, int cap, tb_finish_reason *finished, double timeout_s) {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    clock_gettime(CLOCK_MONOTONIC, &ts); /* the clock r->cv waits on */
     double t = ts.tv_sec + ts.tv_nsec * 1e-9 + timeout_s;
     ts.tv_sec = (time_t)t;
     ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
@@ -415,6 +444,12 @@ static void *loop_main(void *arg) {
             }
             double now = tb_now();
             int eos = is_eos(&s->info, tok) && !r->p.ignore_eos && r->n_gen >= r->p.min_tokens;
+            if (!eos && !reserve_token(r)) {
+                tb_log(TB_LOG_ERROR, "%s: out of memory for its generated tokens",
+                       r->p.label[0] ? r->p.label : "a request");
+                end_request(s, r, TB_FINISH_ERROR);
+                continue;
+            }
             if (!eos) {
                 r->tokens[total] = tok;
                 r->n_gen++;

@@ -7,10 +7,13 @@
 #include <microhttpd.h>
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <stdatomic.h>
 #include <sys/socket.h>
@@ -115,8 +118,14 @@ static enum MHD_Result reply_error_as(server *s, struct MHD_Connection *c, int s
                             code ? json_string(code) : json_integer(status));
     char *body = err ? json_dumps(err, JSON_COMPACT) : NULL;
     json_decref(err);
-    if (!body) body = strdup("{\"error\":{\"message\":\"error\",\"type\":\"internal_error\",\"param\":null,\"code\":500}}");
+    if (!body) /* out of memory: a fixed body, copied by the library (which may fail too) */
+        return reply_text(c, status, "application/json",
+                          "{\"error\":{\"message\":\"error\",\"type\":\"internal_error\",\"param\":null,\"code\":500}}");
     struct MHD_Response *r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (!r) { /* out of memory: the body is still ours; closing the connection is all that is left */
+        free(body);
+        return MHD_NO;
+    }
     MHD_add_response_header(r, "Content-Type", "application/json");
     if (status == 429) MHD_add_response_header(r, "Retry-After", "1");
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
@@ -535,6 +544,9 @@ typedef struct {
     char id[48];
     long created;
     int fd;
+    int http11;                     /* the client speaks HTTP/1.1: it must accept 1xx interim responses */
+    int half_closed;                /* the client has sent all it will (it may still read) */
+    int probed;                     /* non-streaming: the interim response that tests the client was sent */
     int n;                          /* choices */
     gen_choice *ch;                 /* (n) */
     int interval;                   /* tokens per streamed event */
@@ -565,6 +577,7 @@ static json_t *json_text(const char *s, size_t n) {
     json_t *j = json_stringn(s, n);
     if (j) return j;
     char *fixed = malloc(n * 3 + 1);
+    if (!fixed) return json_string(""); /* out of memory: NULL only if that fails too (callers' json_pack then fails) */
     size_t k = 0;
     for (size_t i = 0; i < n;) {
         unsigned char c = (unsigned char)s[i];
@@ -647,11 +660,37 @@ static void release_text(const gen_stream *gs, gen_choice *g, int final) {
     }
 }
 
-static int client_gone(int fd) {
-    if (fd < 0) return 0;
+typedef enum { PEER_OPEN, PEER_HALF_CLOSED, PEER_GONE } peer_state;
+
+/* What the socket says of the client, without reading from it. A reset or an
+ * error (POLLERR, POLLHUP: also what a write to a peer that had closed brings
+ * back) means it is gone. The end of its input (POLLRDHUP) does not: a client
+ * may shut down its write side after its request (shutdown(SHUT_WR)) and
+ * still read the reply; whether it closed instead, only a write tells. */
+static peer_state peer_check(int fd) {
+    if (fd < 0) return PEER_OPEN;
     struct pollfd p = {.fd = fd, .events = POLLRDHUP};
-    if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) return 1;
-    return 0;
+    if (poll(&p, 1, 0) <= 0) return PEER_OPEN;
+    if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return PEER_GONE;
+    return p.revents & POLLRDHUP ? PEER_HALF_CLOSED : PEER_OPEN;
+}
+
+/* A non-streaming reply writes nothing until it is complete, so a client that
+ * ended its input is asked by a write: an interim "100 Continue", which an
+ * HTTP/1.1 client accepts before any final response (RFC 9110, 15.2). A
+ * client that closed answers it with a reset (seen by peer_check); one that
+ * only half-closed reads past it. Sent once, on this connection's thread while
+ * the library writes nothing (the reply is not queued yet), and only when
+ * nothing is left unsent, so it never lands inside other bytes. Returns 1 when
+ * the write failed: the client is gone. */
+static int probe_client(gen_stream *gs) {
+    static const char k_continue[] = "HTTP/1.1 100 Continue\r\n\r\n";
+    if (gs->probed || !gs->http11) return 0;
+    int unsent = 0;
+    if (ioctl(gs->fd, SIOCOUTQ, &unsent) != 0 || unsent != 0) return 0; /* try again at the next check */
+    gs->probed = 1;
+    ssize_t k = send(gs->fd, k_continue, sizeof k_continue - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    return k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
 }
 
 /* Decodes one generated token of choice g: its text into g->pending (and
@@ -698,7 +737,12 @@ static void pump(gen_stream *gs, gen_choice *g, double timeout) {
 
 /* Ends every choice when the client has gone. Returns 1 then. */
 static int check_client(gen_stream *gs) {
-    if (!client_gone(gs->fd)) return 0;
+    peer_state ps = peer_check(gs->fd);
+    if (ps == PEER_HALF_CLOSED) {
+        gs->half_closed = 1;
+        if (!gs->g.stream && probe_client(gs)) ps = PEER_GONE;
+    }
+    if (ps != PEER_GONE) return 0;
     for (int i = 0; i < gs->n; i++) {
         gen_choice *g = &gs->ch[i];
         if (g->finished) continue;
@@ -903,7 +947,8 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
             continue;
         }
         if (check_client(g)) continue; /* ends the choices: answered above */
-        if (tb_now() - g->last_write > 2.0) {
+        /* a client that ended its input is asked sooner whether it still reads */
+        if (tb_now() - g->last_write > (g->half_closed ? 0.25 : 2.0)) {
             append(&g->out, &g->on, &g->ocap, ": keep-alive\n\n", 14); /* also detects a gone client */
             continue;
         }
@@ -937,12 +982,13 @@ static int connection_fd(struct MHD_Connection *c) {
     return ci ? ci->connect_fd : -1;
 }
 
-static enum MHD_Result handle_generate(server *s, struct MHD_Connection *c, json_t *root, int chat) {
+static enum MHD_Result handle_generate(server *s, struct MHD_Connection *c, json_t *root, int chat, int http11) {
     parse_err pe = {0};
     gen_stream *g = calloc(1, sizeof *g);
     if (!g) return reply_error(s, c, 500, NULL, "out of memory");
     g->s = s;
     g->fd = connection_fd(c);
+    g->http11 = http11;
     tb_metrics_request(s->metrics, chat ? "chat" : "completions");
     if (!parse_gen(s, root, chat, &g->g, &pe)) {
         gen_stream_free(g);
@@ -1098,16 +1144,34 @@ static int authorized(server *s, struct MHD_Connection *c) {
     return diff == 0;
 }
 
+/* Whether the request's Content-Length exceeds `limit` bytes. */
+static int body_declared_too_large(struct MHD_Connection *c, size_t limit) {
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (!cl) return 0;
+    while (*cl == ' ' || *cl == '\t') cl++;
+    if (*cl < '0' || *cl > '9') return 0; /* malformed: the library answers it */
+    unsigned long long v = 0;
+    for (; *cl >= '0' && *cl <= '9'; cl++) {
+        if (v > (ULLONG_MAX - 9) / 10) return 1; /* beyond any limit */
+        v = v * 10 + (unsigned)(*cl - '0');
+    }
+    return v > (unsigned long long)limit;
+}
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                const char *version, const char *upload, size_t *upload_size, void **con_cls) {
-    (void)version;
     server *s = cls;
     conn_state *cs = *con_cls;
     if (!cs) {
         cs = calloc(1, sizeof *cs);
         if (!cs) return MHD_NO;
         *con_cls = cs;
-        return MHD_YES;
+        /* A body declared larger than --max-body is answered now, from the
+         * headers, as nginx's client_max_body_size: nothing of it is read and
+         * the connection closes after the reply. (A chunked body, whose size
+         * is not declared, is counted as it arrives and its rest discarded.) */
+        if (!body_declared_too_large(c, s->o.max_body_bytes)) return MHD_YES;
+        cs->too_large = 1; /* on to the routes: the reply the request gets without its body */
     }
     if (*upload_size) {
         if (cs->n + *upload_size > s->o.max_body_bytes) cs->too_large = 1;
@@ -1155,8 +1219,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return reply_error(s, c, 400, NULL, "the body must be a JSON object");
     }
     enum MHD_Result r;
-    if (!strcmp(url, "/v1/completions")) r = handle_generate(s, c, root, 0);
-    else if (!strcmp(url, "/v1/chat/completions")) r = handle_generate(s, c, root, 1);
+    int http11 = !strcmp(version, MHD_HTTP_VERSION_1_1);
+    if (!strcmp(url, "/v1/completions")) r = handle_generate(s, c, root, 0, http11);
+    else if (!strcmp(url, "/v1/chat/completions")) r = handle_generate(s, c, root, 1, http11);
     else if (!strcmp(url, "/tokenize")) r = handle_tokenize(s, c, root);
     else r = handle_detokenize(s, c, root);
     json_decref(root);
@@ -1280,6 +1345,11 @@ int tb_serve_run(const tb_serve_options *opt) {
         if (dot) *dot = 0;
     }
     s->metrics = tb_metrics_new();
+    if (!s->metrics) {
+        fprintf(stderr, "turbine: error: out of memory\n");
+        free(s);
+        return 1;
+    }
     char shown[300], bound[INET6_ADDRSTRLEN + 8], err[512];
     int lfd0 = listen_on(s->o.host, s->o.port, shown, sizeof shown, bound, sizeof bound, err, sizeof err);
     if (lfd0 < 0) {

@@ -3,6 +3,7 @@
 Run by tests/test_serve_errors.sh."""
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -232,6 +233,43 @@ def t_body_limit():
     ok("bodies over --max-body -> 413; small ones still served")
 
 
+def t_body_limit_early():
+    # a Content-Length over --max-body is answered at once, before the body is
+    # sent (as nginx's client_max_body_size): the client need not upload it
+    declared = 10 * 1024 * 1024
+    for path, auth in ((COMP, None), (CHAT, None), (COMP, "wrong key")):
+        srv = B if auth is None else A
+        s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+        try:
+            head = (b"POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                    b"Content-Length: %d\r\n" % (path.encode(), declared))
+            if auth:
+                head += b"Authorization: Bearer %s\r\n" % auth.encode()
+            t0 = time.time()
+            s.sendall(head + b"\r\n" + b'{"prompt": "')  # a few bytes of the body, then nothing
+            got = b""
+            s.settimeout(5)
+            while b"\r\n\r\n" not in got or len(got) < got.find(b"\r\n\r\n") + 4 + 20:
+                try:
+                    b = s.recv(65536)
+                except (socket.timeout, ConnectionResetError):
+                    break
+                if not b:
+                    break
+                got += b
+            dt = time.time() - t0
+        finally:
+            s.close()
+        want = 413 if auth is None else 401
+        check(got.startswith(b"HTTP/1.1 %d" % want),
+              "%s with Content-Length %d and a 12-byte body%s: %r after %.1f s (want %d at once)" % (
+                  path, declared, " and a wrong key" if auth else "", got[:100], dt, want))
+        check(dt < 3, "%s: the %d came after %.1f s" % (path, want, dt))
+    j = B.completion({"prompt": "Once upon a time", "max_tokens": 5, "ignore_eos": True})
+    check(j["usage"]["completion_tokens"] == 5, "a small body after the early 413: %r" % j)
+    ok("Content-Length over --max-body -> 413 before the body is sent (401 first without the key); still serving")
+
+
 def t_queue_full():
     n = 10
     res, errs = [None] * n, []
@@ -293,6 +331,7 @@ def main():
     run_tests([("malformed bodies", t_malformed), ("bad parameters", t_bad_params), ("unknown model", t_unknown_model),
                ("unsupported fields", t_unsupported_fields), ("bad prompts", t_bad_prompts),
                ("API key", t_auth), ("routes", t_routes), ("body limit", t_body_limit),
+               ("body limit before the body", t_body_limit_early),
                ("queue full", t_queue_full), ("still serving", t_still_serving)])
 
 
