@@ -9,6 +9,7 @@
 #include "backend/cpu/kernels.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 
 
@@ -364,6 +365,22 @@ void tb_cpu_matmul(tb_pool *p, const float *x, const void *w, tb_dtype wdt, cons
     j.split_t = N < 24 * nth && T >= 4 * nth;
     if (nth == 1 || (double)T * K * N < TB_PAR_MIN_MACS) mm_run(&j, 0, 1);
     else tb_pool_run(p, mm_run, &j);
+}
+
+/* ---- per-thread panel (kernels.h): a pthread key frees it at thread exit */
+static pthread_key_t panel_key;
+static pthread_once_t panel_once = PTHREAD_ONCE_INIT;
+static void panel_key_create(void) { TB_ASSERT(pthread_key_create(&panel_key, tb_free_aligned) == 0); }
+
+float *tb_cpu_thread_panel(void) {
+    static _Thread_local float *panel;
+    if (!panel) {
+        pthread_once(&panel_once, panel_key_create);
+        panel = tb_alloc_aligned(TB_CPU_PANEL_BYTES, 64);
+        TB_ASSERT(panel && "out of memory for a thread's GEMM panel");
+        pthread_setspecific(panel_key, panel);
+    }
+    return panel;
 }
 
 /* ---- OpenBLAS tactic: every thread runs a single-threaded sgemm on its

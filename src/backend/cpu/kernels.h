@@ -137,6 +137,15 @@ void tb_cpu_copy(tb_pool *p, void *dst, const void *src, size_t bytes);
  * the current path. NULL goes back to the automatic choice. */
 int tb_cpu_kernel_force_path(const char *name);
 
+/* ---- per-thread scratch of the packed GEMMs (TB_CPU_PANEL_BYTES, 64-byte
+ * aligned), allocated by a thread's first call and freed when the thread
+ * exits. (A static _Thread_local array put 256 KiB of zeroed TLS into every
+ * thread, which glibc clears at each process and thread start: some 70 page
+ * faults of every command, `turbine --help` included, and of every server
+ * connection thread.) Aborts when 128 KiB cannot be allocated. */
+#define TB_CPU_PANEL_BYTES ((size_t)128 * 1024)
+float *tb_cpu_thread_panel(void);
+
 /* ---- matmul tactics: the build's tuner times each available one per shape
  * and keeps the faster. TB_MM_OWN is tb_cpu_matmul; TB_MM_BLAS has every pool
  * thread call a single-threaded cblas_sgemm on its own slice of N (f32
