@@ -6,9 +6,13 @@
 # (interleaved, so a burst of load on this shared machine hits all of them);
 # the median wall time and the median peak RSS are reported.
 #
-# Usage: bench/startup.sh [--reps N] [--threads T]
-#   --reps N      starts of each command (default 20)
-#   --threads T   threads of both runs (default 2)
+# Usage: bench/startup.sh [--reps N] [--threads T] [--quiet-wait S]
+#   --reps N        starts of each command (default 20)
+#   --threads T     threads of both runs (default 2)
+#   --quiet-wait S  before each round, wait up to S seconds in all (default
+#                   120) for the other processes on this shared machine to use
+#                   less than 10% of the CPUs; the medians use the quiet
+#                   rounds when there are at least 3 (the count is printed)
 # Environment: TURBINE_BIN (default build/turbine), TURBINE_SHARED (default
 #   ../shared from the repository root), TURBINE_BASELINE_BIN (another turbine
 #   binary, e.g. an older build, timed on the same commands for comparison).
@@ -21,17 +25,18 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SHARED=${TURBINE_SHARED:-$ROOT/../shared}
 BIN=${TURBINE_BIN:-$ROOT/build/turbine}
 OUT=$ROOT/bench/out/startup
-REPS=20 THREADS=2
+REPS=20 THREADS=2 QUIET_WAIT=120
 while [ $# -gt 0 ]; do
   case $1 in
     --reps) REPS=$2; shift ;;
     --threads) THREADS=$2; shift ;;
-    -h|--help) sed -n 2,19p "$0"; exit 0 ;;
+    --quiet-wait) QUIET_WAIT=$2; shift ;;
+    -h|--help) sed -n 2,24p "$0"; exit 0 ;;
     *) echo "startup.sh: unknown option $1" >&2; exit 2 ;;
   esac
   shift
 done
-for v in "$REPS" "$THREADS"; do
+for v in "$REPS" "$THREADS" "$QUIET_WAIT"; do
   case $v in ''|*[!0-9]*) echo "startup.sh: option values must be whole numbers" >&2; exit 2 ;; esac
 done
 [ "$REPS" -ge 3 ] && [ "$REPS" -le 1000 ] || { echo "startup.sh: --reps must be 3..1000" >&2; exit 2; }
@@ -83,11 +88,11 @@ C
 gcc -O2 "$OUT/launch.c" -o "$LAUNCH"
 
 PROMPT="Once upon a time"
-exec /usr/bin/python3 - "$BIN" "$PEER" "$OUT" "$M" "$REPS" "$THREADS" "$PROMPT" "$LAUNCH" <<'PY'
+exec /usr/bin/python3 - "$BIN" "$PEER" "$OUT" "$M" "$REPS" "$THREADS" "$PROMPT" "$LAUNCH" "$QUIET_WAIT" <<'PY'
 import json, os, platform, statistics, subprocess, sys, time
 
-BIN, PEER, OUT, M, REPS, THREADS, PROMPT, LAUNCH = sys.argv[1:9]
-REPS, THREADS = int(REPS), int(THREADS)
+BIN, PEER, OUT, M, REPS, THREADS, PROMPT, LAUNCH, QUIET_WAIT = sys.argv[1:10]
+REPS, THREADS, QUIET_WAIT = int(REPS), int(THREADS), float(QUIET_WAIT)
 engine = os.path.join(OUT, "s.engine")
 def run_cmd(threads):
     return [BIN, "run", engine, "-n", "256", "--temperature", "0", "-p", PROMPT, "--threads", str(threads)]
@@ -119,16 +124,34 @@ once(cmds[RUN], os.path.join(OUT, "turbine.txt"))
 once(cmds[PEERK], os.path.join(OUT, "peer.txt"))
 same = open(os.path.join(OUT, "turbine.txt"), "rb").read() == open(os.path.join(OUT, "peer.txt"), "rb").read()
 
+def busy(dt=0.3):
+    """Fraction of all CPUs busy over dt seconds (this script sleeps meanwhile)."""
+    def snap():
+        f = open("/proc/stat").readline().split()[1:]
+        v = [int(x) for x in f]
+        return sum(v), v[3] + v[4]
+    t0, i0 = snap(); time.sleep(dt); t1, i1 = snap()
+    return 1 - (i1 - i0) / max(1, t1 - t0)
+
 load0 = os.getloadavg()[0]
 res = {k: ([], []) for k in cmds}
+quiet_rounds, waited = [], 0.0
 for _ in range(REPS):
+    b = busy()
+    while b > 0.10 and waited < QUIET_WAIT:
+        time.sleep(0.5); waited += 0.8
+        b = busy()
+    quiet_rounds.append(b <= 0.10)
     for k, argv in cmds.items():
         ms, kb = once(argv)
         res[k][0].append(ms)
         res[k][1].append(kb)
 load1 = os.getloadavg()[0]
 
-med = {k: (statistics.median(v[0]), min(v[0]), statistics.median(v[1])) for k, v in res.items()}
+n_quiet = sum(quiet_rounds)
+use = [i for i in range(REPS) if quiet_rounds[i]] if n_quiet >= 3 else list(range(REPS))
+med = {k: (statistics.median([v[0][i] for i in use]), min(v[0][i] for i in use), statistics.median(v[1]))
+       for k, v in res.items()}
 eng_mb = os.path.getsize(engine) / 2**20
 help_ms, run_ms = med[HELP][0], med[RUN][0]
 peer_ms = min(v[0] for k, v in med.items() if k.startswith("llama2.c"))  # the peer's faster setting
@@ -144,15 +167,16 @@ targets = [
 libs = subprocess.run(["ldd", BIN], capture_output=True, text=True).stdout.count("=>")
 info = dict(baseline=BASE, date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), host=platform.node(),
             cpu=next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?"),
-            cores=os.cpu_count(), reps=REPS, threads=THREADS, loadavg_before=load0, loadavg_after=load1,
+            cores=os.cpu_count(), reps=REPS, quiet_rounds=n_quiet, medians_over=len(use), threads=THREADS, loadavg_before=load0, loadavg_after=load1,
             binary=BIN, linked_libraries=libs, engine_bytes=os.path.getsize(engine),
             median_ms={k: v[0] for k, v in med.items()}, min_ms={k: v[1] for k, v in med.items()},
             median_rss_kb={k: v[2] for k, v in med.items()},
             targets={name: dict(ok=okk, value=val) for name, okk, val in targets})
 json.dump(info, open(os.path.join(OUT, "..", "startup.json"), "w"), indent=1)
 
-print("%s, %s (%d cores), %d starts each, load average %.1f -> %.1f; turbine links %d libraries%s\n"
-      % (info["date"], info["cpu"], info["cores"], REPS, load0, load1, libs,
+print("%s, %s (%d cores), %d starts each (%d of %d rounds quiet, medians over %d), load average %.1f -> %.1f; "
+      "turbine links %d libraries%s\n"
+      % (info["date"], info["cpu"], info["cores"], REPS, n_quiet, REPS, len(use), load0, load1, libs,
          "; baseline " + BASE if BASE else ""))
 print("| command | median ms | min ms | median peak RSS MB |")
 print("|---|---|---|---|")
