@@ -9,10 +9,12 @@
 #   tar -C /tmp -xJf .devdata/gpu/prebuilt.tar.xz && TB_PREBUILT=/tmp/pb bash bench/gpu/run.sh
 #
 # Builds turbine, test_batch, test_sample_step and gpu_bench for sm_90 into
-# build-gpu90/ (Release), strips them, and adds the shared libraries they
-# load that a bare CUDA machine may lack (libcurl, jansson, libmicrohttpd,
-# ... as ldd resolves them here; glibc, the C++ runtime and the CUDA / driver
-# libraries are left to the target). Env: TB_GPU_BUILD (build folder,
+# build-gpu90/ (Release) with the CUDA backend module libturbine_cuda.so,
+# which goes beside them (the binaries look for it in their own folder),
+# strips them, and adds the shared libraries they load that a bare CUDA
+# machine may lack (jansson, libcurl, libmicrohttpd, ... as ldd resolves them
+# here, plus the ones loaded with dlopen; glibc, the C++ runtime and the
+# CUDA / driver libraries are left to the target). Env: TB_GPU_BUILD (build folder,
 # default build-gpu90), TB_CUDA_ARCH (default 90), TB_PACK (output file).
 set -eu
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -28,12 +30,19 @@ make -C "$B" -j"$(nproc)" $BINS > /dev/null
 STAGE=$(mktemp -d)
 trap 'rm -rf "$STAGE"' EXIT
 mkdir -p "$STAGE/pb/lib"
-for f in $BINS; do
-    [ -x "$B/$f" ] || { echo "pack: $B/$f was not built (is nvcc on PATH?)" >&2; exit 1; }
+MODULE=libturbine_cuda.so
+[ -f "$B/$MODULE" ] || { echo "pack: $B/$MODULE was not built (is nvcc on PATH?)" >&2; exit 1; }
+for f in $BINS $MODULE; do
+    [ -f "$B/$f" ] || { echo "pack: $B/$f was not built (is nvcc on PATH?)" >&2; exit 1; }
     cp "$B/$f" "$STAGE/pb/$f"
     strip "$STAGE/pb/$f"
 done
-for f in $BINS; do ldd "$B/$f"; done | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u | while read -r lib; do
+# libraries the programs open with dlopen (libcurl for bench, libmicrohttpd
+# for serve, OpenBLAS for the CPU tactic) are not in their ldd output: list them by soname
+DLOPENED=$(for so in libcurl.so.4 libmicrohttpd.so.12 libopenblas.so.0; do ldconfig -p | awk -v s="$so" '$1 == s {print $NF; exit}'; done)
+# shellcheck disable=SC2086
+{ for f in $BINS $MODULE; do ldd "$B/$f"; done; for l in $DLOPENED; do echo "$l => $l"; ldd "$l"; done; } |
+        awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u | while read -r lib; do
     case $(basename "$lib") in
         libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libgcc_s.so*|libstdc++.so*) ;;
         libcuda.so*|libcudart*|libcublas*|libnvidia*|libnvrtc*) ;;
@@ -42,4 +51,4 @@ for f in $BINS; do ldd "$B/$f"; done | awk '$2 == "=>" && $3 ~ /^\// {print $3}'
 done
 mkdir -p "$(dirname "$PACK")"
 tar -C "$STAGE" -cJf "$PACK" pb
-echo "pack: $PACK ($(du -h "$PACK" | cut -f1)): $BINS, $(ls "$STAGE/pb/lib" | wc -l) libraries"
+echo "pack: $PACK ($(du -h "$PACK" | cut -f1)): $BINS $MODULE, $(ls "$STAGE/pb/lib" | wc -l) libraries"

@@ -4,7 +4,9 @@
 #   bash bench/gpu/run.sh
 #
 # 1. build  : cmake Release with CUDA into build-gpu/ (or, with TB_PREBUILT=DIR,
-#             use DIR/turbine, DIR/test_batch, DIR/test_sample_step,
+#             use DIR/turbine, DIR/test_batch, DIR/test_sample_step, the CUDA
+#             backend module DIR/libturbine_cuda.so (loaded from the binaries'
+#             folder),
 #             DIR/gpu_bench and DIR/lib/*.so: bench/gpu/pack.sh builds and
 #             packs them on a machine without a GPU)
 # 2. logits : random checkpoints (tests/gen_checkpoints.py) llama-gqa, qwen2,

@@ -111,12 +111,7 @@ void tb_backend_kind_of(const char *hw_json, char kind[16]);
 tb_status tb_backend_cpu_create(int n_threads, int max_ctx, tb_backend **out);
 char *tb_backend_cpu_fingerprint(void);
 tb_status tb_backend_cpu_check(const char *hw_json);
-#ifdef TB_HAVE_CUDA
-tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out);
-char *tb_backend_cuda_fingerprint(int device);
-tb_status tb_backend_cuda_memory(int device, uint64_t *total, uint64_t *free_bytes);
-tb_status tb_backend_cuda_check(const char *hw_json, int device);
-#endif
+/* The CUDA backend lives in a module loaded on first use: cuda/cuda_module.h. */
 
 /* A pool shared by the CPU backend and other CPU work (tuning, benchmarks). */
 tb_pool *tb_backend_cpu_pool(tb_backend *b);

@@ -23,7 +23,7 @@
  * left as timeouts. Buffers per transfer are capped (TB_SLOT_MAX_BUF).
  */
 #define _GNU_SOURCE
-#include <curl/curl.h>
+#include "bench/curl_shim.h" /* libcurl, loaded on first use */
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -807,6 +807,7 @@ tb_status tb_bench_run(const tb_bench_config *c, const tb_workload *w, tb_bench_
     if (c->requests <= 0 && c->duration <= 0)
         return tb_errorf(TB_ERR_INVALID_ARG, "a run needs --requests or --duration");
     if (!w || w->n < 1) return tb_errorf(TB_ERR_INVALID_ARG, "bench: empty workload");
+    TB_TRY(tb_curl_load());
     run r;
     memset(&r, 0, sizeof r);
     r.c = c;
@@ -913,6 +914,7 @@ static tb_status http_fetch(const char *url, const tb_bench_config *c, const cha
                             size_t max, char **body, long *http_status) {
     *body = NULL;
     *http_status = 0;
+    TB_TRY(tb_curl_load());
     CURL *e = curl_easy_init();
     if (!e) return tb_errorf(TB_ERR_OOM, "bench: curl_easy_init failed");
     tb_status st = TB_OK;

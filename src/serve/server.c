@@ -4,7 +4,7 @@
 
 #include <errno.h>
 #include <jansson.h>
-#include <microhttpd.h>
+#include "serve/mhd_shim.h" /* libmicrohttpd, loaded on first use */
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <limits.h>

@@ -23,11 +23,21 @@ static int cpu_supports_op(tb_backend *b, const tb_graph *g, const tb_node *n) {
 static void *cpu_alloc(tb_backend *b, size_t bytes) { (void)b; return tb_alloc_aligned(bytes, 64); }
 static void cpu_free(tb_backend *b, void *p) { (void)b; tb_free_aligned(p); }
 
-/* Weights are read in place from the mapped engine. */
+/* Weights are read in place from the mapped engine. OpenBLAS is loaded here
+ * when the tuner chose it for some matmul (and only then); when it cannot
+ * be, those matmuls run the own kernels (same result) after one warning. */
 static tb_status cpu_load_weights(tb_backend *b, const tb_graph *g, void **bufs) {
     (void)b;
     for (int i = 0; i < g->n_values; i++)
         if (g->values[i].kind == TB_VAL_WEIGHT) bufs[i] = (void *)g->values[i].data;
+    int n_blas = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].op == TB_OP_MATMUL &&
+            ((g->nodes[i].tactic & 0xff) == TB_MM_BLAS || ((g->nodes[i].tactic >> 8) & 0xff) == TB_MM_BLAS))
+            n_blas++;
+    if (n_blas && !tb_cpu_blas())
+        tb_log(TB_LOG_WARN, "the engine's tuner chose OpenBLAS for %d matmuls, but it cannot be loaded (%s): "
+                            "they run with turbine's own kernels", n_blas, tb_cpu_blas_error());
     return TB_OK;
 }
 

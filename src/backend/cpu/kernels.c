@@ -9,12 +9,9 @@
 #include "backend/cpu/kernels.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 
-#ifdef TB_HAVE_OPENBLAS
-#include <cblas.h>
-void openblas_set_num_threads(int n);
-#endif
 
 /* Elementwise work (elements) below which an op runs on one thread. */
 #define TB_PAR_MIN_ELEMS 16384
@@ -370,53 +367,59 @@ void tb_cpu_matmul(tb_pool *p, const float *x, const void *w, tb_dtype wdt, cons
     else tb_pool_run(p, mm_run, &j);
 }
 
+/* ---- per-thread panel (kernels.h): a pthread key frees it at thread exit */
+static pthread_key_t panel_key;
+static pthread_once_t panel_once = PTHREAD_ONCE_INIT;
+static void panel_key_create(void) { TB_ASSERT(pthread_key_create(&panel_key, tb_free_aligned) == 0); }
+
+float *tb_cpu_thread_panel(void) {
+    static _Thread_local float *panel;
+    if (!panel) {
+        pthread_once(&panel_once, panel_key_create);
+        panel = tb_alloc_aligned(TB_CPU_PANEL_BYTES, 64);
+        TB_ASSERT(panel && "out of memory for a thread's GEMM panel");
+        pthread_setspecific(panel_key, panel);
+    }
+    return panel;
+}
+
 /* ---- OpenBLAS tactic: every thread runs a single-threaded sgemm on its
  * slice of N, so it shares the pool (and its spinning workers) with the
- * rest of the step instead of waking OpenBLAS's own threads. */
-#ifdef TB_HAVE_OPENBLAS
+ * rest of the step instead of waking OpenBLAS's own threads. OpenBLAS is
+ * loaded by the first call that asks for the tactic (blas.c). */
 static void blas_run(void *arg, int ith, int nth) {
     mm_job *j = arg;
+    const tb_blas_api *b = tb_cpu_blas();
     int lo, hi;
     split_range(j->N, ith, nth, 16, &lo, &hi);
     if (hi <= lo) return;
     const float *w = (const float *)j->w + (size_t)lo * j->K;
     float *y = j->y + lo;
     if (j->T == 1)
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, hi - lo, j->K, 1.0f, w, j->K, j->x, 1, 0.0f, y, 1);
+        b->sgemv(TB_CBLAS_ROW_MAJOR, TB_CBLAS_NO_TRANS, hi - lo, j->K, 1.0f, w, j->K, j->x, 1, 0.0f, y, 1);
     else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->T, hi - lo, j->K, 1.0f, j->x, j->K,
-                    w, j->K, 0.0f, y, j->N);
+        b->sgemm(TB_CBLAS_ROW_MAJOR, TB_CBLAS_NO_TRANS, TB_CBLAS_TRANS, j->T, hi - lo, j->K, 1.0f, j->x, j->K,
+                 w, j->K, 0.0f, y, j->N);
     if (j->bias)
         for (int t = 0; t < j->T; t++)
             for (int n = lo; n < hi; n++) j->y[(size_t)t * j->N + n] += j->bias[n];
 }
 
-static void blas_init_once(void) {
-    static atomic_int done;
-    if (!atomic_exchange(&done, 1)) openblas_set_num_threads(1);
-}
-#endif
-
 int tb_cpu_matmul_tactic_available(tb_mm_tactic t, tb_dtype wdt) {
     if (t == TB_MM_OWN) return wdt == TB_F32 || wdt == TB_F16 || wdt == TB_BF16;
-#ifdef TB_HAVE_OPENBLAS
-    if (t == TB_MM_BLAS) return wdt == TB_F32;
-#endif
+    if (t == TB_MM_BLAS) return wdt == TB_F32 && tb_cpu_blas() != NULL;
     return 0;
 }
 
 void tb_cpu_matmul_tactic(tb_pool *p, tb_mm_tactic t, const float *x, const void *w, tb_dtype wdt,
                           const float *bias, float *y, int T, int K, int N) {
     TB_ASSERT(tb_cpu_matmul_tactic_available(t, wdt));
-#ifdef TB_HAVE_OPENBLAS
     if (t == TB_MM_BLAS) {
-        blas_init_once();
         mm_job j = {kt(), x, w, wdt, bias, y, T, K, N, 0};
         if (pool_threads(p) == 1 || (double)T * K * N < TB_PAR_MIN_MACS) blas_run(&j, 0, 1);
         else tb_pool_run(p, blas_run, &j);
         return;
     }
-#endif
     tb_cpu_matmul(p, x, w, wdt, bias, y, T, K, N);
 }
 

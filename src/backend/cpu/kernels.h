@@ -137,11 +137,36 @@ void tb_cpu_copy(tb_pool *p, void *dst, const void *src, size_t bytes);
  * the current path. NULL goes back to the automatic choice. */
 int tb_cpu_kernel_force_path(const char *name);
 
+/* ---- per-thread scratch of the packed GEMMs (TB_CPU_PANEL_BYTES, 64-byte
+ * aligned), allocated by a thread's first call and freed when the thread
+ * exits. (A static _Thread_local array put 256 KiB of zeroed TLS into every
+ * thread, which glibc clears at each process and thread start: some 70 page
+ * faults of every command, `turbine --help` included, and of every server
+ * connection thread.) Aborts when 128 KiB cannot be allocated. */
+#define TB_CPU_PANEL_BYTES ((size_t)128 * 1024)
+float *tb_cpu_thread_panel(void);
+
 /* ---- matmul tactics: the build's tuner times each available one per shape
  * and keeps the faster. TB_MM_OWN is tb_cpu_matmul; TB_MM_BLAS has every pool
  * thread call a single-threaded cblas_sgemm on its own slice of N (f32
- * weights only, when built with OpenBLAS). */
+ * weights only, when OpenBLAS can be loaded: blas.c). */
 typedef enum { TB_MM_OWN = 0, TB_MM_BLAS = 1 } tb_mm_tactic;
+
+/* OpenBLAS's CBLAS entry points, loaded on first use (blas.c). The enum
+ * arguments are CBLAS's standard values. */
+enum { TB_CBLAS_ROW_MAJOR = 101, TB_CBLAS_NO_TRANS = 111, TB_CBLAS_TRANS = 112 };
+typedef void (*tb_blas_sgemm_fn)(int order, int transa, int transb, int m, int n, int k, float alpha,
+                                 const float *a, int lda, const float *b, int ldb, float beta, float *c, int ldc);
+typedef void (*tb_blas_sgemv_fn)(int order, int trans, int m, int n, float alpha, const float *a, int lda,
+                                 const float *x, int incx, float beta, float *y, int incy);
+typedef struct {
+    tb_blas_sgemm_fn sgemm;
+    tb_blas_sgemv_fn sgemv;
+} tb_blas_api;
+/* Loads OpenBLAS the first time ($TURBINE_OPENBLAS, else libopenblas.so.0);
+ * NULL when it cannot be loaded, with the reason in tb_cpu_blas_error(). */
+const tb_blas_api *tb_cpu_blas(void);
+const char *tb_cpu_blas_error(void);
 int tb_cpu_matmul_tactic_available(tb_mm_tactic t, tb_dtype wdt);
 void tb_cpu_matmul_tactic(tb_pool *p, tb_mm_tactic t, const float *x,
                           const void *w, tb_dtype wdt, const float *bias,

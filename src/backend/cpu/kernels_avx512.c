@@ -90,9 +90,11 @@ AVX512_INLINE void gemv_dt(const float *x, const void *w, tb_dtype dt, const flo
 #define MP_KC 256
 #define MP_NC 128
 
-static _Thread_local float mp_panel[MP_NC * MP_KC] __attribute__((aligned(64)));
+/* the packed panel: per-thread scratch from tb_cpu_thread_panel() */
+_Static_assert(MP_NC * MP_KC * sizeof(float) <= TB_CPU_PANEL_BYTES, "panel exceeds the per-thread scratch");
 
-static AVX512_FN void mp_pack(const void *w, tb_dtype wdt, int K, int n0, int nn, int k0, int kc) {
+static AVX512_FN void mp_pack(float *mp_panel, const void *w, tb_dtype wdt, int K, int n0, int nn, int k0,
+                               int kc) {
     float row[MP_KC] __attribute__((aligned(64)));
     size_t esz = tb_dtype_size(wdt);
     int nnr = (nn + MP_NR - 1) / MP_NR * MP_NR;
@@ -152,6 +154,7 @@ static AVX512_FN void mp_micro_any(int mr, const float *x, size_t ldx, const flo
 
 static AVX512_FN void gemm_packed(const float *x, const void *w, tb_dtype wdt, const float *bias,
                                   float *y, int T, int K, int N, int n0, int n1) {
+    float *mp_panel = tb_cpu_thread_panel();
     int nkb = (K + MP_KC - 1) / MP_KC;
     int kcb = (K + nkb - 1) / nkb;
     for (int k0 = 0; k0 < K; k0 += kcb) {
@@ -159,7 +162,7 @@ static AVX512_FN void gemm_packed(const float *x, const void *w, tb_dtype wdt, c
         int first = k0 == 0;
         for (int p0 = n0; p0 < n1; p0 += MP_NC) {
             int pn = n1 - p0 < MP_NC ? n1 - p0 : MP_NC;
-            mp_pack(w, wdt, K, p0, pn, k0, kc);
+            mp_pack(mp_panel, w, wdt, K, p0, pn, k0, kc);
             for (int t0 = 0; t0 < T; t0 += MP_MR) {
                 int mr = T - t0 < MP_MR ? T - t0 : MP_MR;
                 for (int j = 0; j < pn; j += MP_NR) {

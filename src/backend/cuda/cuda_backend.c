@@ -34,6 +34,7 @@
  */
 #include "backend/backend.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/cuda_module.h"
 #include "backend/cuda/flash_kernels.h"
 
 #include <cublas_v2.h>
