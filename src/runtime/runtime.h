@@ -7,6 +7,7 @@
 
 #include "backend/backend.h"
 #include "core/core.h"
+#include "tokenizer/tokenizer.h"
 
 int tb_context_max_seqs(const tb_context *c);
 int tb_context_max_step(const tb_context *c);
@@ -32,5 +33,93 @@ int tb_sampler_window(const tb_sampler *s, int n_hist);
 /* The log-probability of tok and the n_top most likely tokens under
  * log-softmax(logits) into out (token left alone). */
 void tb_sample_logprobs(const float *logits, int V, int tok, int n_top, tb_sample_result *out);
+
+/* ---------------------------------------------------------------- generation
+ *
+ * One generation loop for every command (src/runtime/generate.c): `turbine
+ * run`, the server (its scheduler and its reply writer) and `bench --engine`
+ * keep one tb_gen per sequence and hand it each sampled token; tb_gen_step
+ * says what text to emit and whether and why the sequence ends. The state is
+ * a plain struct (embed it; nothing is allocated per token): the stop
+ * strings are copied into it and the text not yet released is held in a
+ * fixed buffer.
+ *
+ * A token ends the sequence (TB_GEN_END_TOKEN, neither counted nor printed)
+ * when it is one of the engine's EOS ids, or its BOS id with stop_at_bos,
+ * unless ignore_eos is set or fewer than min_tokens were generated. Otherwise
+ * it is counted and its text (tb_tokenizer_piece after the previous token)
+ * joins the held text, of which the step releases what can no longer be part
+ * of a stop string nor half a UTF-8 character. A stop string ends the
+ * sequence (TB_GEN_STOP_STRING) with the text before it released and the rest
+ * dropped; max_tokens ends it after that many tokens (TB_GEN_MAX_TOKENS).
+ * Without a tokenizer the state checks tokens only and releases no text.
+ */
+#define TB_GEN_MAX_STOPS 16
+#define TB_GEN_MAX_STOP_LEN 255 /* bytes of one stop string */
+#define TB_GEN_PIECE_MAX 256    /* bytes of one token's text (as tb_tokenizer_piece is asked) */
+
+typedef enum {
+    TB_GEN_GOING = 0,
+    TB_GEN_END_TOKEN,   /* EOS, or BOS with stop_at_bos               */
+    TB_GEN_STOP_STRING, /* a stop string appeared in the text         */
+    TB_GEN_MAX_TOKENS,  /* max_tokens generated                       */
+} tb_gen_end;
+
+const char *tb_gen_end_str(tb_gen_end e);
+
+typedef struct {
+    int max_tokens;      /* generated tokens at most; <= 0: no bound (the caller's context bounds it) */
+    int min_tokens;      /* end tokens do not end the sequence before this many */
+    int ignore_eos;      /* end tokens never end it (fixed-length benchmarks, the API's ignore_eos) */
+    /* llama2.c's convention: BOS ends the text too. Its models (stories260K
+     * and the rest of the llama2.c checkpoints) emit BOS where a story ends,
+     * and their reference text (run.c) stops there; `turbine run` sets it, the
+     * server follows the OpenAI API (EOS only). */
+    int stop_at_bos;
+    /* llama2.c's safe_printf: a one-byte piece that is neither printable nor
+     * white space gives no text (`turbine run`, whose output is compared
+     * byte for byte with run.c's) */
+    int skip_unprintable;
+    int n_stops;
+    const char *stops[TB_GEN_MAX_STOPS]; /* may hold NULs: their lengths are stop_len */
+    size_t stop_len[TB_GEN_MAX_STOPS];   /* 1..TB_GEN_MAX_STOP_LEN */
+    const tb_sampling_params *sampling;  /* NULL: no sampler (the caller picks tokens itself) */
+} tb_gen_options;
+
+typedef struct {
+    tb_gen_options o;     /* stops point into stop_text */
+    char stop_text[TB_GEN_MAX_STOPS][TB_GEN_MAX_STOP_LEN];
+    const tb_tokenizer *tok;
+    int32_t end_ids[5];   /* EOS ids (and BOS with stop_at_bos), -1 padded */
+    tb_sampler *sampler;  /* owned; NULL without o.sampling */
+    int prev;             /* the token before the next one (its text depends on it) */
+    int n_gen;            /* tokens counted */
+    tb_gen_end end;       /* TB_GEN_GOING until the sequence ends */
+    /* text generated and not yet released: buf[start, len) */
+    char buf[TB_GEN_MAX_STOP_LEN + TB_GEN_PIECE_MAX + 8];
+    size_t start, len;
+} tb_gen;
+
+void tb_gen_options_default(tb_gen_options *o);
+/* Starts a sequence. `tok` may be NULL (tokens only); `prev_token` is the
+ * last prompt token (-1: none). Copies the stop strings; creates the sampler
+ * when o->sampling is set. TB_ERR_INVALID_ARG for a stop string that is
+ * empty or too long, or too many. Pair with tb_gen_free. */
+tb_status tb_gen_init(tb_gen *g, const tb_engine_info *info, const tb_tokenizer *tok, int prev_token,
+                      const tb_gen_options *o);
+/* Frees the sampler; accepts NULL. */
+void tb_gen_free(tb_gen *g);
+/* Whether `token` would end the sequence as an end token now. */
+int tb_gen_is_end(const tb_gen *g, int32_t token);
+/* Takes the sampled token. *text / *n (either may be NULL) get the text to
+ * emit now, valid until the next call. Returns why the sequence ended, or
+ * TB_GEN_GOING. After an end, further steps return that end and emit nothing. */
+tb_gen_end tb_gen_step(tb_gen *g, int32_t token, const char **text, size_t *n);
+/* At the end of a sequence that ended otherwise than at a stop string (an
+ * end token, max tokens, the caller's own limit): the held text, released
+ * whole. Returns its length; the state then holds none. */
+size_t tb_gen_flush(tb_gen *g, const char **text);
+/* Bytes of text generated and not yet released. */
+static inline size_t tb_gen_held(const tb_gen *g) { return g->len - g->start; }
 
 #endif
