@@ -47,6 +47,10 @@ static size_t heap_in_use(void) {
 #define PROMPT 8
 #define PER_REQUEST_BOUND (32 * 1024) /* bytes: what a request in flight may hold before it generates */
 
+/* an engine without end tokens, as far as the requests see it */
+static const tb_engine_info info = {.vocab_size = VOCAB, .max_seq_len = CONTEXT, .bos_id = -1,
+                                    .eos_ids = {-1, -1, -1, -1}};
+
 static void test_memory(void) {
     int32_t prompt[PROMPT];
     for (int i = 0; i < PROMPT; i++) prompt[i] = i + 1;
@@ -59,7 +63,7 @@ static void test_memory(void) {
         tb_request *r[CHOICES];
         size_t before = heap_in_use();
         for (int i = 0; i < CHOICES; i++) {
-            r[i] = tb_request_new(prompt, PROMPT, &p, VOCAB);
+            r[i] = tb_request_new(prompt, PROMPT, &p, &info);
             CHECK(r[i] != NULL);
         }
         size_t used = heap_in_use() - before;
@@ -84,7 +88,7 @@ static void test_monotonic_wait(void) {
     p.max_tokens = 4;
     p.logprobs = -1;
     tb_sampling_params_default(&p.sampling);
-    tb_request *r = tb_request_new(prompt, 2, &p, VOCAB);
+    tb_request *r = tb_request_new(prompt, 2, &p, &info);
     CHECK(r != NULL);
     if (!r) return;
     const double timeout = 0.3;

@@ -38,7 +38,10 @@ struct tb_request {
     int tok_cap;
     int n_prompt, n_gen, n_computed; /* n_computed: tokens in the KV cache */
     int seq;                     /* context slot, -1 when not running */
-    tb_sampler *sampler;
+    /* the runtime's generation loop on tokens: its sampler and the end
+     * check (EOS, min/max tokens, the context); the text side (stop
+     * strings) runs on the reader's thread (server.c) */
+    tb_gen gen;
     tb_request *next;            /* in the scheduler's lists */
     /* events, guarded by mu */
     pthread_mutex_t mu;
@@ -51,12 +54,13 @@ struct tb_request {
     int cached;                  /* prompt tokens found in the prefix cache at first admission */
 };
 
-tb_request *tb_request_new(const int32_t *prompt, int n_prompt, const tb_request_params *p, int vocab) {
+tb_request *tb_request_new(const int32_t *prompt, int n_prompt, const tb_request_params *p,
+                           const tb_engine_info *info) {
     if (n_prompt <= 0 || p->max_tokens <= 0) return NULL;
     tb_request *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     r->p = *p;
-    r->vocab = vocab;
+    r->vocab = info->vocab_size;
     r->n_prompt = n_prompt;
     r->seq = -1;
     r->tok_cap = n_prompt + (p->max_tokens < TB_TOKENS_INITIAL ? p->max_tokens : TB_TOKENS_INITIAL);
@@ -67,7 +71,16 @@ tb_request *tb_request_new(const int32_t *prompt, int n_prompt, const tb_request
     r->ev_cap = r->ev_limit < TB_EVENTS_INITIAL ? r->ev_limit : TB_EVENTS_INITIAL;
     r->p.label[sizeof r->p.label - 1] = 0;
     r->events = malloc(sizeof(tb_token_event) * (size_t)r->ev_cap);
-    if (!r->tokens || !r->events || tb_sampler_create(vocab, &p->sampling, &r->sampler) != TB_OK) {
+    tb_gen_options go;
+    tb_gen_options_default(&go);
+    go.max_tokens = p->max_tokens;
+    if (info->max_seq_len > n_prompt && info->max_seq_len - n_prompt < go.max_tokens)
+        go.max_tokens = info->max_seq_len - n_prompt; /* the context ends it too */
+    go.min_tokens = p->min_tokens;
+    go.ignore_eos = p->ignore_eos;
+    go.sampling = &p->sampling;
+    if (!r->tokens || !r->events || tb_gen_init(&r->gen, info, NULL, prompt[n_prompt - 1], &go) != TB_OK) {
+        tb_gen_free(&r->gen);
         free(r->tokens);
         free(r->events);
         free(r);
@@ -88,7 +101,7 @@ tb_request *tb_request_new(const int32_t *prompt, int n_prompt, const tb_request
 
 void tb_request_release(tb_request *r) {
     if (!r || atomic_fetch_sub(&r->refs, 1) != 1) return;
-    tb_sampler_free(r->sampler);
+    tb_gen_free(&r->gen);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     free(r->tokens);
@@ -252,12 +265,6 @@ static void end_request(tb_sched *s, tb_request *r, tb_finish_reason why) {
 
 static int blocks_for(int tokens, int bs) { return (tokens + bs - 1) / bs; }
 
-static int is_eos(const tb_engine_info *in, int t) {
-    for (int k = 0; k < 4; k++)
-        if (in->eos_ids[k] >= 0 && t == in->eos_ids[k]) return 1;
-    return 0;
-}
-
 /* Whether r's tokens share at least one full KV block with a running
  * request that has not computed that block yet: admitted after it, r takes
  * the block from the prefix cache instead of computing it alongside (n > 1
@@ -412,7 +419,7 @@ static void *loop_main(void *arg) {
         for (int k = 0; k < n; k++) {
             tb_request *r = s->chunk_req[k];
             if (!s->chunks[k].logits) continue;
-            s->rsamp[rows++] = (tb_row_sampling){r->sampler, r->tokens, r->n_prompt + r->n_gen,
+            s->rsamp[rows++] = (tb_row_sampling){r->gen.sampler, r->tokens, r->n_prompt + r->n_gen,
                                                  r->p.logprobs < 0                     ? -1
                                                  : r->p.logprobs > TB_MAX_TOP_LOGPROBS ? TB_MAX_TOP_LOGPROBS
                                                                                        : r->p.logprobs};
@@ -443,7 +450,8 @@ static void *loop_main(void *arg) {
                 memcpy(ev.top_logprobs, res->top_logprobs, sizeof(float) * (size_t)res->n_top);
             }
             double now = tb_now();
-            int eos = is_eos(&s->info, tok) && !r->p.ignore_eos && r->n_gen >= r->p.min_tokens;
+            tb_gen_end end = tb_gen_step(&r->gen, tok, NULL, NULL);
+            int eos = end == TB_GEN_END_TOKEN;
             if (!eos && !reserve_token(r)) {
                 tb_log(TB_LOG_ERROR, "%s: out of memory for its generated tokens",
                        r->p.label[0] ? r->p.label : "a request");
@@ -469,8 +477,7 @@ static void *loop_main(void *arg) {
                 r->t_last = now;
             }
             if (eos) end_request(s, r, TB_FINISH_STOP);
-            else if (r->n_gen >= r->p.max_tokens || r->n_prompt + r->n_gen >= s->info.max_seq_len)
-                end_request(s, r, TB_FINISH_LENGTH);
+            else if (end == TB_GEN_MAX_TOKENS) end_request(s, r, TB_FINISH_LENGTH);
         }
         publish_stats(s, n);
     }

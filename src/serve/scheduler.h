@@ -22,6 +22,7 @@
 #define TB_SCHEDULER_H
 
 #include "core/core.h"
+#include "runtime/runtime.h"
 
 #define TB_MAX_TOP_LOGPROBS TB_TOP_LOGPROBS_MAX
 
@@ -60,9 +61,11 @@ typedef struct {
 
 typedef struct tb_request tb_request;
 
-/* Takes a copy of the prompt. Returns NULL when out of memory. */
+/* Takes a copy of the prompt. `info`: the engine's (vocabulary, end tokens,
+ * context), for the runtime's generation loop (tb_gen) that ends the request.
+ * Returns NULL when out of memory or the sampling parameters are bad. */
 tb_request *tb_request_new(const int32_t *prompt, int n_prompt,
-                           const tb_request_params *p, int vocab_size);
+                           const tb_request_params *p, const tb_engine_info *info);
 void tb_request_release(tb_request *r);  /* drops one reference */
 /* Asks the scheduler to stop the request at its next step. */
 void tb_request_cancel(tb_request *r, tb_finish_reason why);

@@ -525,8 +525,11 @@ static int parse_gen(server *s, json_t *root, int chat, gen_req *g, parse_err *e
 /* One choice: a scheduler request and the text decoded from it. */
 typedef struct {
     tb_request *req;
-    int prev;                       /* previous token (for pieces) */
-    char *pending; size_t pn, pcap; /* decoded, not yet released text */
+    int prev;                       /* previous token (for the log-probabilities' pieces) */
+    /* the runtime's generation loop on text: stop strings and split
+     * characters held back; the scheduler's own tb_gen decides the token ends
+     * (EOS, min/max tokens), so this one only filters */
+    tb_gen gen;
     char *text; size_t tn, tcap;    /* released text (non-streaming) or this chunk's delta */
     json_t *lp_items;               /* logprob entries of this chunk / whole reply */
     int n_gen;
@@ -555,22 +558,6 @@ typedef struct {
     int sent_done;
     double last_write;
 } gen_stream;
-
-/* Length of the longest prefix of `s` (n bytes) made of whole UTF-8 characters. */
-static size_t utf8_complete(const char *s, size_t n) {
-    size_t i = n;
-    int back = 0;
-    while (i > 0 && back < 4) {
-        unsigned char c = (unsigned char)s[i - 1];
-        if ((c & 0xC0) != 0x80) { /* a lead byte or ASCII */
-            size_t need = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
-            return (size_t)back + 1 >= need ? n : i - 1;
-        }
-        i--;
-        back++;
-    }
-    return n;
-}
 
 /* Replaces invalid UTF-8 with U+FFFD so the JSON encoder accepts it. */
 static json_t *json_text(const char *s, size_t n) {
@@ -630,36 +617,6 @@ static json_t *token_lp_json(server *s, int chat, int prev, float lp, const tb_t
     return json_pack("{s:o, s:f, s:o}", "token", json_text(piece, plen), "logprob", (double)lp, "top", top);
 }
 
-/* Moves releasable text from `pending` to `text`: never part of a stop string,
- * never half a character (unless the request is over). */
-static void release_text(const gen_stream *gs, gen_choice *g, int final) {
-    const gen_req *rq = &gs->g;
-    size_t emit = g->pn;
-    for (int i = 0; i < rq->n_stops && !g->stop_hit; i++) {
-        const char *st = rq->stops[i];
-        char *hit = memmem(g->pending, g->pn, st, rq->stop_len[i]);
-        if (hit && (size_t)(hit - g->pending) < emit) emit = (size_t)(hit - g->pending); /* the earliest stop wins */
-    }
-    if (emit < g->pn) g->stop_hit = 1;
-    if (!g->stop_hit && !final) {
-        for (int i = 0; i < rq->n_stops; i++) {
-            size_t sl = rq->stop_len[i];
-            for (size_t k = sl - 1; k > 0; k--)
-                if (k <= g->pn && !memcmp(g->pending + g->pn - k, rq->stops[i], k)) {
-                    if (g->pn - k < emit) emit = g->pn - k;
-                    break;
-                }
-        }
-        emit = utf8_complete(g->pending, emit);
-    }
-    append(&g->text, &g->tn, &g->tcap, g->pending, emit);
-    if (g->stop_hit) g->pn = 0;
-    else {
-        memmove(g->pending, g->pending + emit, g->pn - emit);
-        g->pn -= emit;
-    }
-}
-
 typedef enum { PEER_OPEN, PEER_HALF_CLOSED, PEER_GONE } peer_state;
 
 /* What the socket says of the client, without reading from it. A reset or an
@@ -696,18 +653,20 @@ static int probe_client(gen_stream *gs) {
 /* Decodes one generated token of choice g: its text into g->pending (and
  * what may be released into g->text), its log-probabilities into g->lp_items. */
 static void consume_event(gen_stream *gs, gen_choice *g, const tb_token_event *ev) {
-    char piece[256];
     int prev = g->prev;
-    size_t plen = tb_tokenizer_piece(gs->s->tok, prev, ev->token, piece, sizeof piece);
     g->prev = ev->token;
     g->n_gen++;
     if (gs->g.logprobs >= 0) {
+        char piece[256];
+        size_t plen = tb_tokenizer_piece(gs->s->tok, prev, ev->token, piece, sizeof piece);
         json_t *item = token_lp_json(gs->s, gs->g.chat, prev, ev->logprob, ev, piece, plen);
-        json_object_set_new(item, "offset", json_integer((json_int_t)(g->text_offset + g->tn + g->pn)));
+        json_object_set_new(item, "offset", json_integer((json_int_t)(g->text_offset + g->tn + tb_gen_held(&g->gen))));
         json_array_append_new(g->lp_items, item);
     }
-    append(&g->pending, &g->pn, &g->pcap, piece, plen);
-    release_text(gs, g, 0);
+    const char *text;
+    size_t n;
+    if (tb_gen_step(&g->gen, ev->token, &text, &n) == TB_GEN_STOP_STRING) g->stop_hit = 1;
+    append(&g->text, &g->tn, &g->tcap, text, n);
 }
 
 /* After taking events: a stop string ends the choice (and its request);
@@ -719,7 +678,9 @@ static void settle(gen_stream *gs, gen_choice *g, tb_finish_reason fr) {
         g->finished = 1;
         g->reason = TB_FINISH_STOP;
     } else if (fr != TB_FINISH_NONE) {
-        release_text(gs, g, 1);
+        const char *text;
+        size_t n = tb_gen_flush(&g->gen, &text);
+        append(&g->text, &g->tn, &g->tcap, text, n);
         g->finished = 1;
         g->reason = fr;
     }
@@ -964,7 +925,7 @@ static void gen_stream_free(gen_stream *g) {
             if (!c->finished) tb_request_cancel(c->req, TB_FINISH_CANCELLED);
             tb_request_release(c->req);
         }
-        free(c->pending);
+        tb_gen_free(&c->gen);
         free(c->text);
         json_decref(c->lp_items);
     }
@@ -1019,7 +980,19 @@ static enum MHD_Result handle_generate(server *s, struct MHD_Connection *c, json
         rp.sampling.seed += (uint64_t)i * 0x9E3779B97F4A7C15ull;
         ch->lp_items = json_array();
         ch->prev = g->g.prompt[g->g.n_prompt - 1];
-        ch->req = tb_request_new(g->g.prompt, g->g.n_prompt, &rp, s->info.vocab_size);
+        tb_gen_options go;
+        tb_gen_options_default(&go);
+        go.ignore_eos = 1; /* every event is text: the scheduler withholds the end tokens */
+        go.n_stops = g->g.n_stops;
+        for (int k = 0; k < g->g.n_stops; k++) {
+            go.stops[k] = g->g.stops[k];
+            go.stop_len[k] = g->g.stop_len[k];
+        }
+        if (tb_gen_init(&ch->gen, &s->info, s->tok, ch->prev, &go) != TB_OK) {
+            gen_stream_free(g);
+            return reply_error(s, c, 400, "stop", "%s", tb_last_error());
+        }
+        ch->req = tb_request_new(g->g.prompt, g->g.n_prompt, &rp, &s->info);
         if (!ch->req || !ch->lp_items) { gen_stream_free(g); return reply_error(s, c, 500, NULL, "out of memory"); }
     }
     for (int i = 0; i < g->n; i++) {
