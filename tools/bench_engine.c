@@ -68,7 +68,7 @@ static json_t *engine_meta(const char *path) {
 }
 
 /* Greedy picks made by the step itself (on the GPU for a GPU engine, as the
- * server does): rows (n_seqs) of one shared greedy sampler, results. */
+ * server does): rows (n_seqs), each with its sequence's sampler, results. */
 typedef struct {
     tb_row_sampling *rows;
     tb_sample_result *res;
@@ -217,19 +217,33 @@ int tb_bench_engine_main(int argc, char **argv) {
     double *steps = malloc(sizeof(double) * (size_t)out_len);
     tb_sampling_params gp;
     tb_sampling_params_default(&gp);
-    tb_sampler *greedy = NULL;
+    /* each sequence runs the runtime's generation loop (tb_gen), as `turbine
+     * run` and the server do: greedy, and a fixed length (end tokens ignored)
+     * so every point decodes --output-len steps; it counts --output-len + 1
+     * tokens, the prefill's pick first */
+    tb_gen_options go;
+    tb_gen_options_default(&go);
+    go.max_tokens = out_len + 1;
+    go.ignore_eos = 1;
+    go.sampling = &gp;
+    tb_gen *gens = calloc((size_t)max_b, sizeof *gens);
     picks pk = {calloc((size_t)max_b, sizeof(tb_row_sampling)), calloc((size_t)max_b, sizeof(tb_sample_result))};
-    if (tb_sampler_create(info.vocab_size, &gp, &greedy) != TB_OK) greedy = NULL;
-    for (int q = 0; pk.rows && q < max_b; q++) pk.rows[q] = (tb_row_sampling){greedy, NULL, 0, -1};
     json_t *out = json_object(), *jpts = json_array();
     int rc = 1;
-    if (!prompt || !next || !chunks || !steps || !out || !jpts || !greedy || !pk.rows || !pk.res) { fprintf(stderr, "turbine bench: error: out of memory\n"); goto done; }
+    if (!prompt || !next || !chunks || !steps || !out || !jpts || !gens || !pk.rows || !pk.res) { fprintf(stderr, "turbine bench: error: out of memory\n"); goto done; }
     uint64_t s = 12345;
     for (int i = 0; i < in_len; i++) {
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         prompt[i] = (int32_t)(3 + (s >> 33) % (uint64_t)(info.vocab_size > 4 ? info.vocab_size - 3 : 1));
     }
     if (info.bos_id >= 0 && info.add_bos) prompt[0] = info.bos_id;
+    for (int q = 0; q < max_b; q++) {
+        if (tb_gen_init(&gens[q], &info, NULL, prompt[in_len - 1], &go) != TB_OK) {
+            fprintf(stderr, "turbine bench: error: %s\n", tb_last_error());
+            goto done;
+        }
+        pk.rows[q] = (tb_row_sampling){gens[q].sampler, NULL, 0, -1};
+    }
     /* warm up: one short prefill and a few decode steps */
     if (tb_seq_reset(c, 0) != TB_OK || prefill(c, 1, in_len < 16 ? in_len : 16, prompt, max_step, chunks, next, &pk) != TB_OK) {
         fprintf(stderr, "turbine bench: error: %s\n", tb_last_error());
@@ -249,7 +263,18 @@ int tb_bench_engine_main(int argc, char **argv) {
         double t_prefill = tb_now() - t0;
         int32_t tok[4096];
         double t_decode = 0;
-        for (int k = 0; k < out_len; k++) {
+        /* a new generation of each sequence: the prefill's pick is its first token */
+        tb_gen_end end = TB_GEN_GOING;
+        for (int q = 0; q < B; q++) {
+            tb_gen_free(&gens[q]);
+            if (tb_gen_init(&gens[q], &info, NULL, prompt[in_len - 1], &go) != TB_OK) {
+                fprintf(stderr, "turbine bench: error: %s\n", tb_last_error());
+                goto done;
+            }
+            pk.rows[q].sampler = gens[q].sampler;
+            end = tb_gen_step(&gens[q], next[q], NULL, NULL);
+        }
+        for (int k = 0; k < out_len && end == TB_GEN_GOING; k++) {
             for (int q = 0; q < B; q++) {
                 tok[q] = next[q];
                 chunks[q] = (tb_seq_chunk){.seq = q, .n_tokens = 1, .tokens = &tok[q], .logits = 1};
@@ -261,6 +286,7 @@ int tb_bench_engine_main(int argc, char **argv) {
             }
             steps[k] = tb_now() - ts;
             t_decode += steps[k];
+            for (int q = 0; q < B; q++) end = tb_gen_step(&gens[q], next[q], NULL, NULL);
         }
         qsort(steps, (size_t)out_len, sizeof *steps, cmp_double);
         double p50 = steps[(out_len - 1) / 2], p99 = steps[(int)ceil(0.99 * out_len) - 1];
@@ -324,7 +350,8 @@ done:
     free(steps);
     free(pk.rows);
     free(pk.res);
-    tb_sampler_free(greedy);
+    for (int q = 0; gens && q < max_b; q++) tb_gen_free(&gens[q]);
+    free(gens);
     tb_context_free(c);
     tb_engine_free(e);
     return rc;
