@@ -68,8 +68,12 @@ def t_stop_never_matches():
 
 
 def t_seeded():
-    text, _ = compare(50, ["the"], temperature=0.8, seed=5)
-    ok("seeded sampling with a stop string: the same text (%d characters)" % len(text))
+    full, _ = compare(50, temperature=0.8, seed=5)
+    check(len(full) > 40, "seeded text too short for the test: %r" % full)
+    stop = full[len(full) // 2:len(full) // 2 + 4]
+    text, finish = compare(50, [stop], temperature=0.8, seed=5)
+    check(finish == "stop" and text == full[:full.find(stop)], "seeded, stop %r: text %r" % (stop, text))
+    ok("seeded sampling, with and without a stop string: the same text (%d characters)" % len(full))
 
 
 def main():
