@@ -221,8 +221,8 @@ static const tb_cli_opt run_opts[] = {
      "the sampler's seed: the same seed gives the same text; without --seed every run uses the same fixed "
      "seed (0 means that seed too), so runs repeat"},
     {"--stop", NULL, TB_OPT_STRS, "STR", 0, 0, 0, 0, 0, R(stop), NULL,
-     "end the text before the first of these strings (up to 16; values run to the next argument that starts "
-     "with '-'; write --stop=-x for one that starts with '-')"},
+     "end the text before the first of these strings (up to 16, of up to 255 bytes each; values run to the "
+     "next argument that starts with '-'; write --stop=-x for one that starts with '-')"},
     {"--logits-out", NULL, TB_OPT_STR, "FILE", 0, 0, 0, 0, 0, R(logits_out), NULL,
      "write the f32 logits of every evaluated position as raw little-endian rows of vocab floats"},
     {"--threads", "-t", TB_OPT_INT, "N", 1, 256, 0, 0, 0, R(threads), "one per core", "CPU threads"},
@@ -237,7 +237,9 @@ static const tb_cli_cmd cmd_run_spec = {
     "followed by a newline (llama2.c's convention); timings go to stderr.",
     {"FILE.engine"}, {offsetof(run_args, engine)}, 1, 1,
     run_opts, sizeof run_opts / sizeof run_opts[0],
-    "Generation ends at -n tokens, at the engine's context, at an end-of-sequence token or at a --stop string.",
+    "Generation ends at -n tokens, at the engine's context, at an end-of-sequence token, at BOS (llama2.c's "
+    "convention, which its models' text follows) or at a --stop string. The server runs the same generation loop "
+    "and gives the same text for the same prompt, sampling and stop strings, except that BOS does not end it.",
     sizeof(run_args), run_defaults,
 };
 
