@@ -251,6 +251,9 @@ static int cmd_run(int argc, char **argv) {
     const char *engine = a.engine, *prompt = a.prompt, *ids_arg = a.prompt_ids, *logits_out = a.logits_out,
                *device = a.device;
     int steps = a.steps, threads = a.threads;
+    for (int i = 0; i < a.stop.n; i++)
+        if (!a.stop.v[i][0] || strlen(a.stop.v[i]) > TB_GEN_MAX_STOP_LEN)
+            return tb_cli_usage_error("run", "--stop strings must hold 1 to %d bytes", TB_GEN_MAX_STOP_LEN);
     tb_sampling_params sp;
     tb_sampling_params_default(&sp);
     sp.temperature = (float)a.temperature;
