@@ -70,11 +70,16 @@ int tb_graph_add_weight(tb_graph *g, const char *name, tb_dtype dt, int rank,
         return -1;
     }
     tb_value *v = &g->values[id];
+    uint64_t bytes;
+    if (tb_dtype_tensor_bytes(dt, rank, dims, &bytes) != TB_OK) {
+        tb_error_prefix(TB_ERR_INVALID_ARG, "weight %s", name);
+        if (owned) free((void *)data);
+        g->n_values--; /* the value just added */
+        return -1;
+    }
     v->data = data;
     v->owned = owned;
-    uint64_t n = 1;
-    for (int i = 0; i < rank; i++) n *= (uint64_t)dims[i];
-    v->nbytes = n * tb_dtype_size(dt);
+    v->nbytes = bytes;
     return id;
 }
 
@@ -267,6 +272,16 @@ int64_t tb_value_numel(const tb_graph *g, const tb_value *v, const int64_t *symv
         n *= d;
     }
     return n;
+}
+
+tb_status tb_value_bytes(const tb_graph *g, const tb_value *v, const int64_t *symval, uint64_t *out) {
+    int64_t dims[TB_MAX_RANK];
+    for (int i = 0; i < v->rank; i++) {
+        int64_t d = v->dims[i];
+        dims[i] = TB_IS_SYM(d) ? (symval ? symval[TB_SYM_INDEX(d)] : g->syms[TB_SYM_INDEX(d)].max) : d;
+    }
+    tb_status s = tb_dtype_tensor_bytes(v->dtype, v->rank, dims, out);
+    return s == TB_OK ? s : tb_error_prefix(s, "value %s", v->name);
 }
 
 void tb_value_shape_str(const tb_graph *g, const tb_value *v, char *buf, size_t cap) {

@@ -121,6 +121,9 @@ tb_status tb_graph_check(tb_graph *g);
 /* Elements of a value with symbols bound to `symval` (NULL: each max). */
 int64_t tb_value_numel(const tb_graph *g, const tb_value *v,
                        const int64_t *symval);
+/* Bytes of a value with symbols bound as for tb_value_numel; TB_ERR_FORMAT
+ * when its rows are not whole blocks of its dtype or the size overflows. */
+tb_status tb_value_bytes(const tb_graph *g, const tb_value *v, const int64_t *symval, uint64_t *out);
 void tb_value_shape_str(const tb_graph *g, const tb_value *v, char *buf,
                         size_t cap);
 

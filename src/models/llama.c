@@ -3,7 +3,6 @@
 
 #include <math.h>
 
-#include "backend/cpu/kernels.h"
 
 /* Tensor names take the layer number when they have a %d. */
 #pragma GCC diagnostic ignored "-Wformat-extra-args"
@@ -37,20 +36,29 @@ static int add_stacked(tb_graph *g, const char *name, tb_dtype dt, const tb_src_
                        int64_t cols) {
     int64_t rows = 0;
     for (int i = 0; i < n_parts; i++) rows += parts[i]->dims[0];
-    size_t esz = tb_dtype_size(dt);
-    uint8_t *buf = tb_alloc_aligned((size_t)(rows * cols) * esz, 64);
-    if (!buf) return -1;
-    size_t off = 0;
+    int64_t dims[2] = {rows, cols};
+    int rank = cols > 1 || parts[0]->rank > 1 ? 2 : 1;
+    uint64_t bytes;
+    /* rows of whole blocks of dt, so each part starts on a block */
+    if (tb_dtype_tensor_bytes(dt, rank, dims, &bytes) != TB_OK) {
+        tb_error_prefix(TB_ERR_FORMAT, "weight %s", name);
+        return -1;
+    }
+    uint8_t *buf = tb_alloc_aligned(bytes ? (size_t)bytes : 64, 64);
+    if (!buf) { tb_errorf(TB_ERR_OOM, "out of memory converting %s", name); return -1; }
+    size_t off = 0; /* bytes */
     for (int i = 0; i < n_parts; i++) {
         size_t n = (size_t)(parts[i]->dims[0] * (parts[i]->rank > 1 ? parts[i]->dims[1] : 1));
-        tb_convert(parts[i]->data, parts[i]->dtype, buf + off * esz, dt, n);
-        off += n;
+        if (tb_dtype_convert(parts[i]->data, parts[i]->dtype, buf + off, dt, n) != TB_OK) {
+            tb_free_aligned(buf);
+            tb_error_prefix(TB_ERR_UNSUPPORTED, "weight %s", name);
+            return -1;
+        }
+        off += (size_t)tb_dtype_row_size(dt, n);
     }
-    int64_t dims[2] = {rows, cols};
-    int id = tb_graph_add_weight(g, name, dt, cols > 1 || parts[0]->rank > 1 ? 2 : 1, dims, buf, 1);
-    if (id < 0) tb_free_aligned(buf);
-    /* owned buffers are freed with free(): aligned_alloc memory is compatible */
-    return id;
+    /* the graph owns buf from here, also when adding fails (it frees it then):
+     * owned buffers are freed with free(), which aligned_alloc memory allows */
+    return tb_graph_add_weight(g, name, dt, rank, dims, buf, 1);
 }
 
 static int add_one(tb_graph *g, const char *name, tb_dtype dt, const tb_src_tensor *t) {
