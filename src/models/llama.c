@@ -1,5 +1,6 @@
 /* llama.c — the Llama-family builder (Llama 1/2/3, Mistral, Qwen2). */
 #include "models/models.h"
+#include "ir/ops.h"
 
 #include <math.h>
 
@@ -106,8 +107,9 @@ tb_status tb_model_build_graph(const tb_model_source *src, const tb_model_build_
     int x = tb_graph_add_node(g, TB_OP_EMBEDDING, (int[]){ids, w_emb}, 2, "x0", NULL, NULL);
     if (w_emb < 0 || w_freq < 0 || x < 0) goto graph_fail;
     int resid = g->nodes[x].out[0], delta = -1, h;
-    float eps[4] = {c->norm_eps, 0, 0, 0};
-    float scale[4] = {1.0f / sqrtf((float)hd), 0, 0, 0};
+    float eps[4] = {0}, scale[4] = {0}; /* the same slot for rmsnorm and add_rmsnorm */
+    tb_attr_set_f(TB_OP_RMSNORM, TB_NORM_EPS, eps, c->norm_eps);
+    tb_attr_set_f(TB_OP_ATTENTION, TB_ATTN_SCALE, scale, 1.0f / sqrtf((float)hd));
     char nm[TB_NAME_LEN], nm2[TB_NAME_LEN];
     for (l = 0; l < c->n_layers; l++) {
         const tb_src_tensor *tn;
@@ -148,7 +150,12 @@ tb_status tb_model_build_graph(const tb_model_source *src, const tb_model_build_
         nd = tb_graph_add_node(g, TB_OP_MATMUL, in3, n_in, nm, NULL, NULL);
         if (w_qkv < 0 || nd < 0) goto graph_fail;
         int qkv = g->nodes[nd].out[0];
-        int32_t ai[4] = {l, H, KV, hd | (c->rope_interleaved ? 1 << 16 : 0)};
+        int32_t ai[4] = {0};
+        tb_attr_set_i(TB_OP_ATTENTION, TB_ATTN_LAYER, ai, l);
+        tb_attr_set_i(TB_OP_ATTENTION, TB_ATTN_HEADS, ai, H);
+        tb_attr_set_i(TB_OP_ATTENTION, TB_ATTN_KV_HEADS, ai, KV);
+        tb_attr_set_i(TB_OP_ATTENTION, TB_ATTN_HEAD_DIM, ai, hd);
+        tb_attr_set_i(TB_OP_ATTENTION, TB_ATTN_INTERLEAVED, ai, c->rope_interleaved ? 1 : 0);
         snprintf(nm, sizeof nm, "l%d.attn", l);
         nd = tb_graph_add_node(g, TB_OP_ATTENTION, (int[]){qkv, w_freq}, 2, nm, ai, scale);
         if (nd < 0) goto graph_fail;
