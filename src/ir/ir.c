@@ -1,4 +1,4 @@
-/* ir.c — graph construction, shape rules and (de)serialization. */
+/* ir.c — graph construction, shape checks (rules in ops.c) and (de)serialization. */
 #include "ir/ir.h"
 #include "ir/ops.h"
 

@@ -5,6 +5,7 @@
  */
 #include "ir/ops.h"
 
+#include <float.h>
 #include <math.h>
 
 static int is_float_weight(tb_dtype t) { return t == TB_F32 || t == TB_F16 || t == TB_BF16; }
@@ -121,7 +122,7 @@ static const tb_op_def ops[TB_OP_COUNT] = {
                           {"kv_heads", TB_ATTR_INT, 2, 0, 32, 1, DIM_MAX, "key/value heads KV (H % KV == 0)"},
                           {"head_dim", TB_ATTR_INT, 3, 0, 16, 2, DIM_MAX, "hd"},
                           {"interleaved", TB_ATTR_BOOL, 3, 16, 1, 0, 1, "RoPE pairs (2i, 2i+1)"},
-                          {"scale", TB_ATTR_FLOAT, 0, 0, 32, 0x1p-126, 1e30, "applied to q.k"}},
+                          {"scale", TB_ATTR_FLOAT, 0, 0, 32, FLT_MIN, FLT_MAX, "applied to q.k"}},
                          shape_attention},
     [TB_OP_SILU_MUL] = {"silu_mul", 1, 1, 1, "gu (n, 2F) -> silu(g) * u (n, F)", 0, {{0}}, shape_silu_mul},
     [TB_OP_ADD] = {"add", 2, 2, 1, "a, b (same shape) -> a + b", 0, {{0}}, shape_add},
