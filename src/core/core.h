@@ -1,6 +1,7 @@
 /*
  * core.h — the pieces every layer uses: error messages, logging, arenas,
- * the thread pool, fp16/bf16 conversion, read-only file mapping, the CPU
+ * the thread pool, fp16/bf16 scalars, the dtype traits (sizes of rows and
+ * tensors, row conversions: dtype.c), read-only file mapping, the CPU
  * feature probe and the hardware fingerprint, and a monotonic clock.
  *
  * Errors: library code returns tb_status and records a message with
@@ -92,7 +93,38 @@ static inline float tb_bf16_to_f32(uint16_t h) {
     return v.f;
 }
 uint16_t tb_f32_to_bf16(float f); /* round to nearest even */
-size_t tb_dtype_size(tb_dtype t); /* bytes per element (0 for sub-byte) */
+
+/* ---------------------------------------------------------------- dtypes
+ * One traits entry per dtype (dtype.c), as ggml's type traits: a dtype
+ * stores blocks of block_elems elements in block_bytes bytes (1 element for
+ * the plain types; i4 packs 2 per byte). A tensor's rows (its innermost dim)
+ * must be whole blocks. to_f32 / from_f32 convert a row of n elements (n a
+ * multiple of block_elems); NULL where the direction means nothing. */
+typedef struct {
+    const char *name;
+    int block_elems;    /* elements per block (>= 1)                        */
+    size_t block_bytes; /* bytes per block (>= 1)                           */
+    int is_quantized;   /* codes read with a scale tensor (i8, i4, fp8)     */
+    int is_float;       /* a floating-point encoding                        */
+    void (*to_f32)(const void *src, float *dst, size_t n);
+    void (*from_f32)(const float *src, void *dst, size_t n);
+} tb_dtype_traits;
+
+/* NULL for a value outside the enum. */
+const tb_dtype_traits *tb_dtype_get_traits(tb_dtype t);
+/* Bytes per block (per element for the plain types); never 0 for a dtype,
+ * 0 for a value outside the enum. Sizes of tensors use the two below. */
+size_t tb_dtype_size(tb_dtype t);
+int tb_dtype_block_elems(tb_dtype t);
+/* Bytes of n elements, rounded up to whole blocks. */
+uint64_t tb_dtype_row_size(tb_dtype t, uint64_t n);
+/* Bytes of a tensor of shape dims[rank] (rows of dims[rank-1] elements):
+ * TB_ERR_FORMAT when a row is not whole blocks, a dim is negative or the
+ * size overflows. */
+tb_status tb_dtype_tensor_bytes(tb_dtype t, int rank, const int64_t *dims, uint64_t *out);
+/* Converts n elements (whole blocks of both dtypes) through the traits'
+ * row conversions; TB_ERR_UNSUPPORTED when a direction has none. */
+tb_status tb_dtype_convert(const void *src, tb_dtype sdt, void *dst, tb_dtype ddt, size_t n);
 
 /* ---------------------------------------------------------------- files */
 typedef struct {

@@ -45,28 +45,3 @@ tb_status tb_error_prefix(tb_status code, const char *fmt, ...) {
     snprintf(tb_err_msg, sizeof tb_err_msg, "%s: %s", prefix, old);
     return code;
 }
-
-static const char *dtype_names[TB_DTYPE_COUNT] = {"f32", "f16", "bf16", "i32",
-                                                  "i8",  "i4",  "fp8_e4m3"};
-
-const char *tb_dtype_name(tb_dtype t) {
-    return (unsigned)t < TB_DTYPE_COUNT ? dtype_names[t] : "?";
-}
-
-tb_status tb_dtype_parse(const char *s, tb_dtype *out) {
-    for (int i = 0; i < TB_DTYPE_COUNT; i++)
-        if (strcmp(s, dtype_names[i]) == 0) { *out = (tb_dtype)i; return TB_OK; }
-    if (!strcmp(s, "fp32") || !strcmp(s, "float32")) { *out = TB_F32; return TB_OK; }
-    if (!strcmp(s, "fp16") || !strcmp(s, "float16")) { *out = TB_F16; return TB_OK; }
-    if (!strcmp(s, "bfloat16")) { *out = TB_BF16; return TB_OK; }
-    return tb_errorf(TB_ERR_UNSUPPORTED, "unknown dtype '%s'", s);
-}
-
-size_t tb_dtype_size(tb_dtype t) {
-    switch (t) {
-    case TB_F32: case TB_I32: return 4;
-    case TB_F16: case TB_BF16: return 2;
-    case TB_I8: case TB_FP8_E4M3: return 1;
-    default: return 0;
-    }
-}

@@ -86,7 +86,9 @@ static tb_status parse_entry(tb_model_source *s, const char *path, const char *n
                          "the end of the data (%llu bytes): the file is truncated or "
                          "corrupted", path, name, (long long)b, (long long)en,
                          (unsigned long long)data_size);
-    uint64_t want = numel * tb_dtype_size(t.dtype);
+    uint64_t want;
+    if (tb_dtype_tensor_bytes(t.dtype, t.rank, t.dims, &want) != TB_OK)
+        return tb_error_prefix(TB_ERR_FORMAT, "%s: tensor %s", path, name);
     if ((uint64_t)(en - b) != want)
         return tb_errorf(TB_ERR_FORMAT, "%s: tensor %s holds %lld bytes but its dtype and "
                          "shape need %llu", path, name, (long long)(en - b),

@@ -1,13 +1,6 @@
-/* ir.c — graph construction, shape rules and (de)serialization. */
+/* ir.c — graph construction, shape checks (rules in ops.c) and (de)serialization. */
 #include "ir/ir.h"
-
-static const char *op_names[TB_OP_COUNT] = {
-    "embedding", "rmsnorm", "add_rmsnorm", "matmul", "rope",
-    "attention", "silu_mul", "add", "gather_rows"};
-
-const char *tb_op_name(tb_op_kind k) {
-    return (unsigned)k < TB_OP_COUNT ? op_names[k] : "?";
-}
+#include "ir/ops.h"
 
 tb_graph *tb_graph_new(void) { return calloc(1, sizeof(tb_graph)); }
 
@@ -70,11 +63,16 @@ int tb_graph_add_weight(tb_graph *g, const char *name, tb_dtype dt, int rank,
         return -1;
     }
     tb_value *v = &g->values[id];
+    uint64_t bytes;
+    if (tb_dtype_tensor_bytes(dt, rank, dims, &bytes) != TB_OK) {
+        tb_error_prefix(TB_ERR_INVALID_ARG, "weight %s", name);
+        if (owned) free((void *)data);
+        g->n_values--; /* the value just added */
+        return -1;
+    }
     v->data = data;
     v->owned = owned;
-    uint64_t n = 1;
-    for (int i = 0; i < rank; i++) n *= (uint64_t)dims[i];
-    v->nbytes = n * tb_dtype_size(dt);
+    v->nbytes = bytes;
     return id;
 }
 
@@ -86,91 +84,27 @@ int tb_graph_find_value(const tb_graph *g, const char *name) {
 
 /* ---------------------------------------------------------------- shapes */
 
-static int is_float_weight(tb_dtype t) { return t == TB_F32 || t == TB_F16 || t == TB_BF16; }
-
-/* Computes the outputs' dtype/rank/dims of node n. Returns TB_OK or an error
- * naming the op and the mismatch. out_dims[k] receives rank and dims. */
+/* Computes the outputs' dtype/rank/dims of node n from its op's definition
+ * (ops.c). Returns TB_OK or an error naming the op and the mismatch. */
 static tb_status infer(const tb_graph *g, const tb_node *n, int *out_rank,
                        int64_t out_dims[][TB_MAX_RANK], tb_dtype *out_dt, int *n_out) {
-    const tb_value *in[TB_MAX_INPUTS] = {0};
-    for (int i = 0; i < n->n_in; i++) {
-        if (n->in[i] < 0 || n->in[i] >= g->n_values)
-            return tb_errorf(TB_ERR_FORMAT, "%s: input %d refers to no value", tb_op_name(n->op), i);
-        in[i] = &g->values[n->in[i]];
+    tb_op_shape sh;
+    TB_TRY(tb_op_infer(g, n, &sh));
+    *n_out = sh.n_out;
+    for (int o = 0; o < sh.n_out; o++) {
+        out_rank[o] = sh.rank[o];
+        memcpy(out_dims[o], sh.dims[o], sizeof sh.dims[o]);
+        out_dt[o] = sh.dtype[o];
     }
-#define NEED(cond, ...) do { if (!(cond)) return tb_errorf(TB_ERR_FORMAT, __VA_ARGS__); } while (0)
-    const char *op = tb_op_name(n->op);
-    *n_out = 1;
-    out_dt[0] = TB_F32;
-    switch (n->op) {
-    case TB_OP_EMBEDDING:
-        NEED(n->n_in == 2 && in[0]->dtype == TB_I32 && in[0]->rank == 1, "%s: ids must be i32 (tokens)", op);
-        NEED(in[1]->rank == 2 && is_float_weight(in[1]->dtype), "%s: table must be (V, D) float", op);
-        out_rank[0] = 2; out_dims[0][0] = in[0]->dims[0]; out_dims[0][1] = in[1]->dims[1];
-        return TB_OK;
-    case TB_OP_RMSNORM:
-        NEED(n->n_in == 2 && in[0]->rank == 2 && in[1]->rank == 1 && in[1]->dims[0] == in[0]->dims[1] &&
-             in[1]->dtype == TB_F32, "%s: want x (n, D), w (D) f32", op);
-        out_rank[0] = 2; memcpy(out_dims[0], in[0]->dims, sizeof out_dims[0]);
-        return TB_OK;
-    case TB_OP_ADD_RMSNORM:
-        NEED(n->n_in == 3 && in[0]->rank == 2 && in[1]->rank == 2 && in[0]->dims[0] == in[1]->dims[0] &&
-             in[0]->dims[1] == in[1]->dims[1] && in[2]->rank == 1 && in[2]->dims[0] == in[0]->dims[1],
-             "%s: want x, d (n, D), w (D)", op);
-        *n_out = 2;
-        out_dt[1] = TB_F32;
-        out_rank[0] = out_rank[1] = 2;
-        memcpy(out_dims[0], in[0]->dims, sizeof out_dims[0]);
-        memcpy(out_dims[1], in[0]->dims, sizeof out_dims[1]);
-        return TB_OK;
-    case TB_OP_MATMUL:
-        NEED(n->n_in == 2 || n->n_in == 3, "%s: 2 or 3 inputs", op);
-        NEED(in[0]->rank == 2 && in[1]->rank == 2 && in[0]->dims[1] == in[1]->dims[1] && is_float_weight(in[1]->dtype),
-             "%s: want x (n, K), w (N, K) with equal K (%s vs %s)", op, in[0]->name, in[1]->name);
-        NEED(n->n_in == 2 || (in[2]->rank == 1 && in[2]->dims[0] == in[1]->dims[0] && in[2]->dtype == TB_F32),
-             "%s: bias must be (N) f32", op);
-        out_rank[0] = 2; out_dims[0][0] = in[0]->dims[0]; out_dims[0][1] = in[1]->dims[0];
-        return TB_OK;
-    case TB_OP_ROPE:
-        NEED(n->n_in == 3 && in[0]->rank == 2 && in[1]->dtype == TB_I32 && in[2]->rank == 1 &&
-             in[2]->dims[0] * 2 == n->i[1] && (int64_t)n->i[0] * n->i[1] <= in[0]->dims[1],
-             "%s: want x (n, C), pos (n), inv_freq (hd/2) with heads*hd <= C", op);
-        out_rank[0] = 2; memcpy(out_dims[0], in[0]->dims, sizeof out_dims[0]);
-        return TB_OK;
-    case TB_OP_ATTENTION: {
-        int H = n->i[1], KV = n->i[2], hd = n->i[3] & 0xffff;
-        NEED(n->n_in == 2 && H > 0 && KV > 0 && hd > 0 && H % KV == 0, "%s: bad head counts %d/%d", op, H, KV);
-        NEED(in[0]->rank == 2 && in[0]->dims[1] == (int64_t)(H + 2 * KV) * hd,
-             "%s: qkv must be (tokens, %d)", op, (H + 2 * KV) * hd);
-        NEED(in[1]->rank == 1 && in[1]->dims[0] * 2 == hd, "%s: inv_freq must be (%d)", op, hd / 2);
-        out_rank[0] = 2; out_dims[0][0] = in[0]->dims[0]; out_dims[0][1] = (int64_t)H * hd;
-        return TB_OK;
-    }
-    case TB_OP_SILU_MUL:
-        NEED(n->n_in == 1 && in[0]->rank == 2 && in[0]->dims[1] % 2 == 0, "%s: want gu (n, 2F)", op);
-        out_rank[0] = 2; out_dims[0][0] = in[0]->dims[0]; out_dims[0][1] = in[0]->dims[1] / 2;
-        return TB_OK;
-    case TB_OP_ADD:
-        NEED(n->n_in == 2 && in[0]->rank == in[1]->rank, "%s: want equal shapes", op);
-        for (int d = 0; d < in[0]->rank; d++) NEED(in[0]->dims[d] == in[1]->dims[d], "%s: want equal shapes", op);
-        out_rank[0] = in[0]->rank; memcpy(out_dims[0], in[0]->dims, sizeof out_dims[0]);
-        return TB_OK;
-    case TB_OP_GATHER_ROWS: {
-        NEED(n->n_in == 1 && in[0]->rank == 2, "%s: want x (tokens, D)", op);
-        int rows = tb_graph_find_sym(g, "rows");
-        NEED(rows >= 0, "%s: the graph has no 'rows' symbol", op);
-        out_rank[0] = 2; out_dims[0][0] = TB_SYM(rows); out_dims[0][1] = in[0]->dims[1];
-        return TB_OK;
-    }
-    default:
-        return tb_errorf(TB_ERR_UNSUPPORTED, "unknown op kind %d", (int)n->op);
-    }
-#undef NEED
+    return TB_OK;
 }
 
 int tb_graph_add_node(tb_graph *g, tb_op_kind op, const int *in, int n_in, const char *out_name,
                       const int32_t *iattr, const float *fattr) {
-    if (n_in > TB_MAX_INPUTS) return -1;
+    if (n_in < 0 || n_in > TB_MAX_INPUTS) {
+        tb_errorf(TB_ERR_INVALID_ARG, "node %s: %d inputs (at most %d)", out_name, n_in, TB_MAX_INPUTS);
+        return -1;
+    }
     tb_node nd;
     memset(&nd, 0, sizeof nd);
     nd.op = op;
@@ -267,6 +201,16 @@ int64_t tb_value_numel(const tb_graph *g, const tb_value *v, const int64_t *symv
         n *= d;
     }
     return n;
+}
+
+tb_status tb_value_bytes(const tb_graph *g, const tb_value *v, const int64_t *symval, uint64_t *out) {
+    int64_t dims[TB_MAX_RANK];
+    for (int i = 0; i < v->rank; i++) {
+        int64_t d = v->dims[i];
+        dims[i] = TB_IS_SYM(d) ? (symval ? symval[TB_SYM_INDEX(d)] : g->syms[TB_SYM_INDEX(d)].max) : d;
+    }
+    tb_status s = tb_dtype_tensor_bytes(v->dtype, v->rank, dims, out);
+    return s == TB_OK ? s : tb_error_prefix(s, "value %s", v->name);
 }
 
 void tb_value_shape_str(const tb_graph *g, const tb_value *v, char *buf, size_t cap) {

@@ -8,8 +8,8 @@
  * `rows` (the tokens whose logits are wanted); symbols are bound per step and
  * bounded by the optimisation profile.
  *
- * Every op has a shape rule (tb_graph_infer) and a CPU reference kernel
- * (backend/cpu/kernels.h). Fused ops (add_rmsnorm, attention with its KV
+ * Every op has one definition in ops.c (name, arity, attribute schema,
+ * shape rule; ops.h) and a CPU reference kernel (backend/cpu/kernels.h). Fused ops (add_rmsnorm, attention with its KV
  * write, silu_mul over a fused gate|up matmul) are ordinary ops with their own
  * references. The op set is not LLM-only: general ops are added here with a
  * shape rule and a kernel each.
@@ -27,15 +27,15 @@
 
 typedef enum {
     TB_OP_EMBEDDING = 0, /* ids (tokens) i32, table (V, D) -> (tokens, D)            */
-    TB_OP_RMSNORM,       /* x (n, D), w (D) -> (n, D); f0 = eps                     */
-    TB_OP_ADD_RMSNORM,   /* x, d (n, D), w (D) -> r = x + d, y = norm(r); f0 = eps  */
+    TB_OP_RMSNORM,       /* x (n, D), w (D) -> (n, D); eps                          */
+    TB_OP_ADD_RMSNORM,   /* x, d (n, D), w (D) -> r = x + d, y = norm(r); eps       */
     TB_OP_MATMUL,        /* x (n, K), w (N, K) [, bias (N)] -> (n, N)               */
     TB_OP_ROPE,          /* x (n, C), pos (n), inv_freq (hd/2) -> (n, C) rotated;
-                            i0 = heads rotated from column 0, i1 = hd, i2 = interleaved */
+                            heads (rotated from column 0), head_dim, interleaved  */
     TB_OP_ATTENTION,     /* qkv (tokens, (H + 2 KV) hd), inv_freq -> (tokens, H hd);
                             RoPE on q and k, KV-cache write, paged causal GQA attention;
-                            i0 = layer, i1 = H, i2 = KV, i3 = hd | interleaved << 16;
-                            f0 = scale                                               */
+                            layer, heads, kv_heads, head_dim, interleaved, scale
+                            (ops.c maps them onto i[4] / f[4])                       */
     TB_OP_SILU_MUL,      /* gu (n, 2F) -> (n, F)                                    */
     TB_OP_ADD,           /* a, b (same shape) -> a + b                              */
     TB_OP_GATHER_ROWS,   /* x (tokens, D) -> (rows, D): rows chosen per step        */
@@ -73,7 +73,7 @@ typedef struct {
     int n_in, n_out;
     int in[TB_MAX_INPUTS];
     int out[TB_MAX_OUTPUTS];
-    int32_t i[4];
+    int32_t i[4];       /* attributes, packed as the op's schema says (ops.h) */
     float f[4];
     int tactic;         /* backend-specific kernel choice (tune/)            */
 } tb_node;
@@ -121,6 +121,9 @@ tb_status tb_graph_check(tb_graph *g);
 /* Elements of a value with symbols bound to `symval` (NULL: each max). */
 int64_t tb_value_numel(const tb_graph *g, const tb_value *v,
                        const int64_t *symval);
+/* Bytes of a value with symbols bound as for tb_value_numel; TB_ERR_FORMAT
+ * when its rows are not whole blocks of its dtype or the size overflows. */
+tb_status tb_value_bytes(const tb_graph *g, const tb_value *v, const int64_t *symval, uint64_t *out);
 void tb_value_shape_str(const tb_graph *g, const tb_value *v, char *buf,
                         size_t cap);
 

@@ -1,9 +1,9 @@
 /* llama.c — the Llama-family builder (Llama 1/2/3, Mistral, Qwen2). */
 #include "models/models.h"
+#include "ir/ops.h"
 
 #include <math.h>
 
-#include "backend/cpu/kernels.h"
 
 /* Tensor names take the layer number when they have a %d. */
 #pragma GCC diagnostic ignored "-Wformat-extra-args"
@@ -37,20 +37,29 @@ static int add_stacked(tb_graph *g, const char *name, tb_dtype dt, const tb_src_
                        int64_t cols) {
     int64_t rows = 0;
     for (int i = 0; i < n_parts; i++) rows += parts[i]->dims[0];
-    size_t esz = tb_dtype_size(dt);
-    uint8_t *buf = tb_alloc_aligned((size_t)(rows * cols) * esz, 64);
-    if (!buf) return -1;
-    size_t off = 0;
+    int64_t dims[2] = {rows, cols};
+    int rank = cols > 1 || parts[0]->rank > 1 ? 2 : 1;
+    uint64_t bytes;
+    /* rows of whole blocks of dt, so each part starts on a block */
+    if (tb_dtype_tensor_bytes(dt, rank, dims, &bytes) != TB_OK) {
+        tb_error_prefix(TB_ERR_FORMAT, "weight %s", name);
+        return -1;
+    }
+    uint8_t *buf = tb_alloc_aligned(bytes ? (size_t)bytes : 64, 64);
+    if (!buf) { tb_errorf(TB_ERR_OOM, "out of memory converting %s", name); return -1; }
+    size_t off = 0; /* bytes */
     for (int i = 0; i < n_parts; i++) {
         size_t n = (size_t)(parts[i]->dims[0] * (parts[i]->rank > 1 ? parts[i]->dims[1] : 1));
-        tb_convert(parts[i]->data, parts[i]->dtype, buf + off * esz, dt, n);
-        off += n;
+        if (tb_dtype_convert(parts[i]->data, parts[i]->dtype, buf + off, dt, n) != TB_OK) {
+            tb_free_aligned(buf);
+            tb_error_prefix(TB_ERR_UNSUPPORTED, "weight %s", name);
+            return -1;
+        }
+        off += (size_t)tb_dtype_row_size(dt, n);
     }
-    int64_t dims[2] = {rows, cols};
-    int id = tb_graph_add_weight(g, name, dt, cols > 1 || parts[0]->rank > 1 ? 2 : 1, dims, buf, 1);
-    if (id < 0) tb_free_aligned(buf);
-    /* owned buffers are freed with free(): aligned_alloc memory is compatible */
-    return id;
+    /* the graph owns buf from here, also when adding fails (it frees it then):
+     * owned buffers are freed with free(), which aligned_alloc memory allows */
+    return tb_graph_add_weight(g, name, dt, rank, dims, buf, 1);
 }
 
 static int add_one(tb_graph *g, const char *name, tb_dtype dt, const tb_src_tensor *t) {
@@ -98,8 +107,9 @@ tb_status tb_model_build_graph(const tb_model_source *src, const tb_model_build_
     int x = tb_graph_add_node(g, TB_OP_EMBEDDING, (int[]){ids, w_emb}, 2, "x0", NULL, NULL);
     if (w_emb < 0 || w_freq < 0 || x < 0) goto graph_fail;
     int resid = g->nodes[x].out[0], delta = -1, h;
-    float eps[4] = {c->norm_eps, 0, 0, 0};
-    float scale[4] = {1.0f / sqrtf((float)hd), 0, 0, 0};
+    float eps[4] = {0}, scale[4] = {0}; /* the same slot for rmsnorm and add_rmsnorm */
+    tb_attr_set_f(TB_OP_RMSNORM, TB_NORM_EPS, eps, c->norm_eps);
+    tb_attr_set_f(TB_OP_ATTENTION, TB_ATTN_SCALE, scale, 1.0f / sqrtf((float)hd));
     char nm[TB_NAME_LEN], nm2[TB_NAME_LEN];
     for (l = 0; l < c->n_layers; l++) {
         const tb_src_tensor *tn;
@@ -140,7 +150,12 @@ tb_status tb_model_build_graph(const tb_model_source *src, const tb_model_build_
         nd = tb_graph_add_node(g, TB_OP_MATMUL, in3, n_in, nm, NULL, NULL);
         if (w_qkv < 0 || nd < 0) goto graph_fail;
         int qkv = g->nodes[nd].out[0];
-        int32_t ai[4] = {l, H, KV, hd | (c->rope_interleaved ? 1 << 16 : 0)};
+        int32_t ai[4] = {0};
+        tb_attr_set_i(TB_OP_ATTENTION, TB_ATTN_LAYER, ai, l);
+        tb_attr_set_i(TB_OP_ATTENTION, TB_ATTN_HEADS, ai, H);
+        tb_attr_set_i(TB_OP_ATTENTION, TB_ATTN_KV_HEADS, ai, KV);
+        tb_attr_set_i(TB_OP_ATTENTION, TB_ATTN_HEAD_DIM, ai, hd);
+        tb_attr_set_i(TB_OP_ATTENTION, TB_ATTN_INTERLEAVED, ai, c->rope_interleaved ? 1 : 0);
         snprintf(nm, sizeof nm, "l%d.attn", l);
         nd = tb_graph_add_node(g, TB_OP_ATTENTION, (int[]){qkv, w_freq}, 2, nm, ai, scale);
         if (nd < 0) goto graph_fail;

@@ -271,7 +271,11 @@ tb_status tb_engine_load_for(const char *path, const char *device, tb_engine **o
     for (int i = 0; i < e->graph->n_values; i++) {
         tb_value *v = &e->graph->values[i];
         if (v->kind != TB_VAL_WEIGHT) continue;
-        uint64_t want = (uint64_t)tb_value_numel(e->graph, v, NULL) * tb_dtype_size(v->dtype);
+        uint64_t want;
+        if ((s = tb_value_bytes(e->graph, v, NULL, &want)) != TB_OK) {
+            tb_error_prefix(s, "%s", path);
+            goto fail;
+        }
         if (v->nbytes != want || v->offset > sec[4]->size || v->nbytes > sec[4]->size - v->offset) {
             s = tb_errorf(TB_ERR_FORMAT, "%s: weight '%s' lies outside the weight section", path, v->name);
             goto fail;

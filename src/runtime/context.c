@@ -51,7 +51,9 @@ static tb_status plan_memory(const tb_graph *g, uint64_t *offsets, uint64_t *tot
         const tb_node *n = &g->nodes[k];
         for (int o = 0; o < n->n_out; o++) {
             int v = n->out[o];
-            uint64_t size = (uint64_t)tb_value_numel(g, &g->values[v], NULL) * tb_dtype_size(g->values[v].dtype);
+            uint64_t size;
+            tb_status s = tb_value_bytes(g, &g->values[v], NULL, &size);
+            if (s != TB_OK) { free(last); free(live); return s; }
             size = (size + 63) / 64 * 64;
             if (size == 0) size = 64;
             /* live blocks are kept sorted by offset */
@@ -220,7 +222,7 @@ tb_status tb_context_create(tb_engine *e, const tb_context_options *opt, tb_cont
 
     /* KV cache */
     int KV = e->info.n_kv_heads, hd = e->info.head_dim;
-    size_t block_bytes = (size_t)c->block_size * (size_t)KV * (size_t)hd * tb_dtype_size(c->kv_dtype);
+    size_t block_bytes = (size_t)c->block_size * (size_t)KV * (size_t)tb_dtype_row_size(c->kv_dtype, (uint64_t)hd);
     size_t per_block_all_layers = block_bytes * 2 * (size_t)c->n_layers;
     if (o.kv_cache_bytes > 0) c->n_blocks = (int)(o.kv_cache_bytes / per_block_all_layers);
     else c->n_blocks = c->max_seqs * c->max_blocks;

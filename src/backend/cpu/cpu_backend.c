@@ -1,6 +1,7 @@
 /* cpu_backend.c — the CPU backend: the vtable over kernels.h. */
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
+#include "ir/ops.h"
 
 #include <jansson.h>
 
@@ -10,15 +11,40 @@ typedef struct {
     int max_ctx;
 } cpu_ctx;
 
+/* What cpu_run_node implements: per op, the dtypes each input may have (a
+ * bit per dtype; an op absent here is not implemented). Weights of matmul
+ * and embedding are converted on the fly from f32, f16 or bf16; every
+ * activation is f32; ids and positions are i32. */
+#define DT(t) (1u << (t))
+#define F32 DT(TB_F32)
+#define WEIGHTS (DT(TB_F32) | DT(TB_F16) | DT(TB_BF16))
+static const uint32_t cpu_in_dtypes[TB_OP_COUNT][TB_MAX_INPUTS] = {
+    [TB_OP_EMBEDDING] = {DT(TB_I32), WEIGHTS},
+    [TB_OP_RMSNORM] = {F32, F32},
+    [TB_OP_ADD_RMSNORM] = {F32, F32, F32},
+    [TB_OP_MATMUL] = {F32, WEIGHTS, F32},
+    [TB_OP_ROPE] = {F32, DT(TB_I32), F32},
+    [TB_OP_ATTENTION] = {F32, F32},
+    [TB_OP_SILU_MUL] = {F32},
+    [TB_OP_ADD] = {F32, F32},
+    [TB_OP_GATHER_ROWS] = {F32},
+};
+
 static int cpu_supports_op(tb_backend *b, const tb_graph *g, const tb_node *n) {
     (void)b;
-    if ((unsigned)n->op >= TB_OP_COUNT) return 0;
-    if (n->op == TB_OP_MATMUL || n->op == TB_OP_EMBEDDING) {
-        tb_dtype w = g->values[n->in[1]].dtype;
-        return w == TB_F32 || w == TB_F16 || w == TB_BF16;
+    const tb_op_def *d = tb_op_get_def(n->op);
+    if (!d || !cpu_in_dtypes[n->op][0] || n->n_in < d->min_in || n->n_in > d->max_in) return 0;
+    for (int k = 0; k < n->n_in; k++) {
+        if (n->in[k] < 0 || n->in[k] >= g->n_values) return 0;
+        if (!(cpu_in_dtypes[n->op][k] & DT(g->values[n->in[k]].dtype))) return 0;
     }
+    for (int k = 0; k < n->n_out; k++)
+        if (n->out[k] < 0 || n->out[k] >= g->n_values || g->values[n->out[k]].dtype != TB_F32) return 0;
+    /* add runs over (rows, D): rank 1 or 2 */
+    if (n->op == TB_OP_ADD && g->values[n->in[0]].rank > 2) return 0;
     return 1;
 }
+#undef F32
 
 static void *cpu_alloc(tb_backend *b, size_t bytes) { (void)b; return tb_alloc_aligned(bytes, 64); }
 static void cpu_free(tb_backend *b, void *p) { (void)b; tb_free_aligned(p); }
@@ -68,11 +94,12 @@ static tb_status cpu_run_node(tb_backend *b, const tb_graph *g, const tb_node *n
         return TB_OK;
     }
     case TB_OP_RMSNORM:
-        tb_cpu_rmsnorm(p, bufs[n->in[0]], bufs[n->in[1]], bufs[n->out[0]], T, (int)v0->dims[1], n->f[0]);
+        tb_cpu_rmsnorm(p, bufs[n->in[0]], bufs[n->in[1]], bufs[n->out[0]], T, (int)v0->dims[1],
+                       tb_node_attr_f(n, TB_NORM_EPS));
         return TB_OK;
     case TB_OP_ADD_RMSNORM:
         tb_cpu_add_rmsnorm(p, bufs[n->in[0]], bufs[n->in[1]], bufs[n->in[2]], bufs[n->out[0]], bufs[n->out[1]], T,
-                           (int)v0->dims[1], n->f[0]);
+                           (int)v0->dims[1], tb_node_attr_f(n, TB_NORM_EPS));
         return TB_OK;
     case TB_OP_MATMUL: {
         const tb_value *w = &g->values[n->in[1]];
@@ -90,18 +117,21 @@ static tb_status cpu_run_node(tb_backend *b, const tb_graph *g, const tb_node *n
         int C = (int)v0->dims[1];
         float *y = bufs[n->out[0]];
         memcpy(y, bufs[n->in[0]], sizeof(float) * (size_t)T * (size_t)C);
-        tb_cpu_rope(p, y, C, bufs[n->in[1]], bufs[n->in[2]], T, n->i[0], n->i[1], n->i[2]);
+        tb_cpu_rope(p, y, C, bufs[n->in[1]], bufs[n->in[2]], T, tb_node_attr_i(n, TB_ROPE_HEADS),
+                    tb_node_attr_i(n, TB_ROPE_HEAD_DIM), tb_node_attr_i(n, TB_ROPE_INTERLEAVED));
         return TB_OK;
     }
     case TB_OP_ATTENTION: {
-        int H = n->i[1], KV = n->i[2], hd = n->i[3] & 0xffff, inter = (n->i[3] >> 16) & 1;
+        int H = tb_node_attr_i(n, TB_ATTN_HEADS), KV = tb_node_attr_i(n, TB_ATTN_KV_HEADS);
+        int hd = tb_node_attr_i(n, TB_ATTN_HEAD_DIM), inter = tb_node_attr_i(n, TB_ATTN_INTERLEAVED);
+        int layer = tb_node_attr_i(n, TB_ATTN_LAYER);
         float *qkv = bufs[n->in[0]]; /* consumed only here: rotated in place */
         tb_cpu_rope(p, qkv, (H + 2 * KV) * hd, st->pos, bufs[n->in[1]], T, H + KV, hd, inter);
         tb_attn_args a = {
-            .T = T, .n_heads = H, .n_kv = KV, .hd = hd, .scale = n->f[0],
+            .T = T, .n_heads = H, .n_kv = KV, .hd = hd, .scale = tb_node_attr_f(n, TB_ATTN_SCALE),
             .pos = st->pos, .seq = st->seq, .block_tables = st->block_tables,
             .max_blocks = st->max_blocks, .block_size = st->block_size,
-            .k_cache = st->k_cache[n->i[0]], .v_cache = st->v_cache[n->i[0]], .kv_dtype = st->kv_dtype,
+            .k_cache = st->k_cache[layer], .v_cache = st->v_cache[layer], .kv_dtype = st->kv_dtype,
         };
         tb_cpu_attention(p, &a, qkv, bufs[n->out[0]], c->scratch, c->max_ctx);
         return TB_OK;

@@ -124,7 +124,9 @@ void tb_cpu_attention(tb_pool *p, const tb_attn_args *a, const float *qkv,
 void tb_cpu_gather_rows(const float *x, const int32_t *rows, float *y, int R,
                         int D);
 
-/* ---- weight conversion (build time): n elements from src dtype to dst. */
+/* ---- conversion through this path's to_f32 / from_f32 (f32, f16, bf16):
+ * n elements from src dtype to dst; the tests check each path with it. The
+ * builder converts weights with core's tb_dtype_convert (core/dtype.c). */
 void tb_convert(const void *src, tb_dtype sdt, void *dst, tb_dtype ddt,
                 size_t n);
 
