@@ -43,7 +43,7 @@
  *
  * Shapes include dims that are no multiple of 8, 16 or 32, T = 1, 3, 8, 9,
  * 17 and 100 (CPU GEMM from 96 rows, CUDA GEMV up to 8, cuBLAS above),
- * head_dim 64 and 128 (and 32), grouped-query heads, several sequences in one
+ * head_dim 64 and 128 (and 32, 20, 6), grouped-query heads, several sequences in one
  * step, non-zero start positions over a cache already holding earlier
  * positions, blocks out of order in the block tables, and a 40-token run of
  * one sequence (the CUDA prefill attention path).
@@ -564,6 +564,9 @@ static void run_all(void) {
         op_attention(kv, 4, 2, 64, 0, prefill, 1, "prefill T 17");
         op_attention(kv, 6, 3, 128, 0, mixed, 3, "chunk 9..13, 130, 0..2");
         op_attention(kv, 4, 1, 32, 1, mixed, 3, "chunk 9..13, 130, 0..2");
+        /* head_dim no multiple of 8: the CPU's scalar-tail attention */
+        op_attention(kv, 4, 2, 20, 0, mixed, 3, "chunk 9..13, 130, 0..2");
+        op_attention(kv, 2, 1, 6, 1, prefill, 1, "prefill T 17");
         op_attention(kv, 4, 2, 128, 0, longrun, 2, "run of 40 at 7, 1 at 200");
         op_attention(kv, 2, 2, 64, 1, longrun, 2, "run of 40 at 7, 1 at 200");
     }
