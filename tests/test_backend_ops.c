@@ -186,6 +186,10 @@ static int add_node(tcase *c, tb_op_kind op, const int *in, int n_in, const int3
     return k;
 }
 
+/* Output i of node k (a separate call: adding a node moves the node array,
+ * so `g->nodes[add_node(...)]` would read the old one). */
+static int node_out(const tcase *c, int k, int i) { return c->g->nodes[k].out[i]; }
+
 /* Runs c's graph on the current backend and copies the n_read values
  * read_v[i] (read_n[i] elements each, raw bytes) into out[i]. Returns 1 when
  * it ran, 0 when the backend does not support it (printed), -1 on an error
@@ -193,12 +197,12 @@ static int add_node(tcase *c, tb_op_kind op, const int *in, int n_in, const int3
 static int case_run(tcase *c, const int *read_v, const size_t *read_n, int n_read, void **out) {
     tb_graph *g = c->g;
     const backend_desc *bd = cur_bk;
-    /* the largest value read is the graph's output: the GPU sizes its
-     * read-back buffer by it */
+    /* the largest value read (the first of equal ones) is the graph's
+     * output: the GPU sizes its read-back buffer by it */
     size_t most = 0;
     for (int i = 0; i < n_read; i++) {
         size_t b = read_n[i] * tb_dtype_size(g->values[read_v[i]].dtype);
-        if (b >= most) { most = b; g->output = read_v[i]; }
+        if (b > most) { most = b; g->output = read_v[i]; }
     }
     if (bd->path) TB_ASSERT(tb_cpu_kernel_force_path(bd->path) == 0);
     tb_backend *b = NULL;
@@ -390,14 +394,20 @@ static void op_rope(int T, int heads, int hd, int C, int inter, int start) {
 /* One run of tokens of a sequence in an attention step. */
 typedef struct { int seq, start, n; } run_spec;
 
-static void op_attention(tb_dtype kvdt, int H, int KV, int hd, int inter, const run_spec *runs, int n_runs,
-                         const char *label) {
+/* qkv is a weight, or with mm_K > 0 the output of a matmul x (T, mm_K) by
+ * w ((H + 2 KV) hd, mm_K) of dtype mm_dt (the pattern the GPU fuses). */
+static void attention_case(tb_dtype kvdt, int H, int KV, int hd, int inter, const run_spec *runs, int n_runs,
+                           const char *label, int mm_K, tb_dtype mm_dt) {
     tcase c;
     int T = 0;
     for (int i = 0; i < n_runs; i++) T += runs[i].n;
     case_init(&c, T);
     c.kv_dtype = kvdt;
-    snprintf(c.desc, sizeof c.desc, "H %d KV %d hd %d %s %s", H, KV, hd, inter ? "il" : "hf", label);
+    if (mm_K)
+        snprintf(c.desc, sizeof c.desc, "%s K %d > H %d KV %d hd %d %s %s", dt_name(mm_dt), mm_K, H, KV, hd,
+                 inter ? "il" : "hf", label);
+    else
+        snprintf(c.desc, sizeof c.desc, "H %d KV %d hd %d %s %s", H, KV, hd, inter ? "il" : "hf", label);
     for (int i = 0, t = 0; i < n_runs; i++)
         for (int j = 0; j < runs[i].n; j++, t++) {
             c.seq[t] = runs[i].seq;
@@ -418,7 +428,19 @@ static void op_attention(tb_dtype kvdt, int H, int KV, int hd, int inter, const 
     float *k0 = frandn(cn, 2.0f), *v0 = frandn(cn, 1.0f); /* earlier positions */
     void *kq = to_dtype(k0, cn, kvdt), *vq = to_dtype(v0, cn, kvdt);
     int64_t qd[2] = {T, W}, fd[1] = {hd / 2}, cd[4] = {n_blocks, BLOCK_SIZE, KV, hd};
-    int in[2] = {add_w(&c, "qkv", TB_F32, 2, qd, qkv), add_w(&c, "inv_freq", TB_F32, 1, fd, f)};
+    float *mx = NULL, *mw = NULL;
+    void *mwq = NULL;
+    int in[2] = {-1, add_w(&c, "inv_freq", TB_F32, 1, fd, f)};
+    if (mm_K) {
+        mx = frandn((size_t)T * mm_K, 1.0f);
+        mw = frandn((size_t)W * mm_K, 2.0f / sqrtf((float)mm_K));
+        mwq = to_dtype(mw, (size_t)W * mm_K, mm_dt);
+        int64_t xd[2] = {T, mm_K}, wd[2] = {W, mm_K};
+        int mi[2] = {add_w(&c, "x", TB_F32, 2, xd, mx), add_w(&c, "w_qkv", mm_dt, 2, wd, mwq)};
+        in[0] = node_out(&c, add_node(&c, TB_OP_MATMUL, mi, 2, NULL, NULL), 0);
+    } else {
+        in[0] = add_w(&c, "qkv", TB_F32, 2, qd, qkv);
+    }
     c.kc = add_w(&c, "k_cache", kvdt, 4, cd, kq);
     c.vc = add_w(&c, "v_cache", kvdt, 4, cd, vq);
     int32_t ia[4] = {0, H, KV, hd | inter << 16};
@@ -432,6 +454,7 @@ static void op_attention(tb_dtype kvdt, int H, int KV, int hd, int inter, const 
     void *o[3] = {y, kg, vg};
     if (case_run(&c, rv, rn, 3, o) == 1) {
         float *q_r = dupmem(qkv, (size_t)T * W * 4), *scratch = xmalloc(sizeof(float) * MAX_CTX);
+        if (mm_K) tb_ref_matmul(mx, mwq, mm_dt, NULL, q_r, T, mm_K, W);
         tb_ref_rope(q_r, W, c.pos, f, T, H + KV, hd, inter);
         tb_attn_args a = {
             .T = T, .n_heads = H, .n_kv = KV, .hd = hd, .scale = fa[0], .pos = c.pos, .seq = c.seq,
@@ -440,9 +463,15 @@ static void op_attention(tb_dtype kvdt, int H, int KV, int hd, int inter, const 
         };
         tb_ref_attention(&a, q_r, yr, scratch);
         int f16 = kvdt == TB_F16;
-        report(&c, TB_OP_ATTENTION, kvdt, NULL, rel_err(y, yr, on), f16 ? bound_of(1e-4, 2e-3) : bound_of(5e-5, 2e-4));
-        float *got = xmalloc(cn * 4), *want = xmalloc(cn * 4);
+        double ab = f16 ? bound_of(1e-4, 2e-3) : bound_of(5e-5, 2e-4);
         double cb = f16 ? 1e-3 : bound_of(2e-5, 1e-4);
+        /* after a matmul, the keys and values differ from the reference's
+         * by its rounding: an f16 cache may hold the other neighbour (one
+         * ulp, 4.9e-4); on the GPU x is rounded to the weight type too */
+        if (mm_K && f16 && ab < 2e-3) ab = 2e-3;
+        if (mm_K && cur_bk->cuda && mm_dt != TB_F32) ab = cb = mm_dt == TB_F16 ? 5e-3 : 3e-2;
+        report(&c, TB_OP_ATTENTION, kvdt, NULL, rel_err(y, yr, on), ab);
+        float *got = xmalloc(cn * 4), *want = xmalloc(cn * 4);
         from_dtype(kg, cn, kvdt, got);
         from_dtype(kq, cn, kvdt, want);
         report(&c, TB_OP_ATTENTION, kvdt, "k", rel_err(got, want, cn), cb);
@@ -452,7 +481,13 @@ static void op_attention(tb_dtype kvdt, int H, int KV, int hd, int inter, const 
         free(got); free(want); free(q_r); free(scratch);
     }
     free(qkv); free(f); free(k0); free(v0); free(kq); free(vq); free(y); free(yr); free(kg); free(vg);
+    free(mx); free(mw); free(mwq);
     tb_graph_free(c.g);
+}
+
+static void op_attention(tb_dtype kvdt, int H, int KV, int hd, int inter, const run_spec *runs, int n_runs,
+                         const char *label) {
+    attention_case(kvdt, H, KV, hd, inter, runs, n_runs, label, 0, TB_F32);
 }
 
 static void op_silu_mul(int T, int F) {
@@ -518,6 +553,105 @@ static void op_gather_rows(int T, int D, int R) {
     tb_graph_free(c.g);
 }
 
+/* ---------------------------------------------------------------- patterns */
+/* Chains of nodes that a backend may run as one (the CUDA backend fuses
+ * them on its GEMV path, T <= 8, and on cuBLAS steps writes the next
+ * matmul's converted input from the producer, T > 8): each against the
+ * chain of references. Bounds: cpu 3e-5 (f32 ops in a row); cuda f32 1e-4,
+ * f16 5e-3, bf16 3e-2 (x, or the RMSNorm weight folded into the matmul's,
+ * rounded to the weight type). */
+typedef enum { PAT_MM_SILU, PAT_SILU_MM, PAT_NORM_MM, PAT_MM_ADDNORM_MM } pat_kind;
+
+static double pattern_bound(tb_dtype wdt) {
+    return bound_of(3e-5, wdt == TB_F32 ? 1e-4 : wdt == TB_F16 ? 5e-3 : 3e-2);
+}
+
+/* x (T, K); the first matmul's weight (N1, K) where there is one; the last
+ * output (T, N). */
+static void pattern(pat_kind pk, tb_dtype wdt, int T, int K, int N) {
+    static const char *names[] = {"matmul>silu_mul", "silu_mul>matmul", "rmsnorm>matmul",
+                                  "matmul>add_rmsnorm>matmul"};
+    tcase c;
+    case_init(&c, T);
+    snprintf(c.desc, sizeof c.desc, "%s T %d K %d N %d", names[pk], T, K, N);
+    float eps = 1e-5f, fa[4] = {eps};
+    int xw = pk == PAT_SILU_MM ? 2 * K : K; /* width of the input */
+    int N1 = pk == PAT_MM_SILU ? 2 * N : K;  /* the first matmul's outputs */
+    float *x = frandn((size_t)T * xw, 2.0f), *w1 = frandn((size_t)N1 * K, 2.0f / sqrtf((float)K));
+    float *w2 = frandn((size_t)N * K, 2.0f / sqrtf((float)K)), *wn = frandn((size_t)K, 1.5f);
+    float *res = frandn((size_t)T * K, 1.0f);
+    void *w1q = to_dtype(w1, (size_t)N1 * K, wdt), *w2q = to_dtype(w2, (size_t)N * K, wdt);
+    int64_t xd[2] = {T, xw}, w1d[2] = {N1, K}, w2d[2] = {N, K}, nd[1] = {K}, rd[2] = {T, K};
+    int xv = add_w(&c, "x", TB_F32, 2, xd, x), last = -1, rv = -1;
+    switch (pk) {
+    case PAT_MM_SILU: {
+        int a[2] = {xv, add_w(&c, "w1", wdt, 2, w1d, w1q)};
+        int gu = node_out(&c, add_node(&c, TB_OP_MATMUL, a, 2, NULL, NULL), 0);
+        last = add_node(&c, TB_OP_SILU_MUL, &gu, 1, NULL, NULL);
+        break;
+    }
+    case PAT_SILU_MM: {
+        int h = node_out(&c, add_node(&c, TB_OP_SILU_MUL, &xv, 1, NULL, NULL), 0);
+        int a[2] = {h, add_w(&c, "w2", wdt, 2, w2d, w2q)};
+        last = add_node(&c, TB_OP_MATMUL, a, 2, NULL, NULL);
+        break;
+    }
+    case PAT_NORM_MM: {
+        int a[2] = {xv, add_w(&c, "wn", TB_F32, 1, nd, wn)};
+        int h = node_out(&c, add_node(&c, TB_OP_RMSNORM, a, 2, NULL, fa), 0);
+        int b[2] = {h, add_w(&c, "w2", wdt, 2, w2d, w2q)};
+        last = add_node(&c, TB_OP_MATMUL, b, 2, NULL, NULL);
+        break;
+    }
+    case PAT_MM_ADDNORM_MM: {
+        int a[2] = {xv, add_w(&c, "w1", wdt, 2, w1d, w1q)};
+        int d = node_out(&c, add_node(&c, TB_OP_MATMUL, a, 2, NULL, NULL), 0);
+        int b[3] = {add_w(&c, "res", TB_F32, 2, rd, res), d, add_w(&c, "wn", TB_F32, 1, nd, wn)};
+        int an = add_node(&c, TB_OP_ADD_RMSNORM, b, 3, NULL, fa);
+        rv = node_out(&c, an, 0);
+        int e[2] = {node_out(&c, an, 1), add_w(&c, "w2", wdt, 2, w2d, w2q)};
+        last = add_node(&c, TB_OP_MATMUL, e, 2, NULL, NULL);
+        break;
+    }
+    }
+    size_t n = (size_t)T * N, nk = (size_t)T * K;
+    float *y = xmalloc(n * 4), *yr = xmalloc(n * 4), *r = xmalloc(nk * 4), *rr = xmalloc(nk * 4);
+    float *h = xmalloc(sizeof(float) * (size_t)T * N1), *h2 = xmalloc(nk * 4);
+    /* the residual is read only where it stays smaller than the output (the
+     * output must be the last matmul's for the fusion to form) */
+    int rvs[2] = {c.g->nodes[last].out[0], rv};
+    size_t rns[2] = {n, nk};
+    void *o[2] = {y, r};
+    int n_read = rv >= 0 && nk < n ? 2 : 1;
+    if (case_run(&c, rvs, rns, n_read, o) == 1) {
+        switch (pk) {
+        case PAT_MM_SILU:
+            tb_ref_matmul(x, w1q, wdt, NULL, h, T, K, N1);
+            tb_ref_silu_mul(h, yr, T, N);
+            break;
+        case PAT_SILU_MM:
+            tb_ref_silu_mul(x, h2, T, K);
+            tb_ref_matmul(h2, w2q, wdt, NULL, yr, T, K, N);
+            break;
+        case PAT_NORM_MM:
+            tb_ref_rmsnorm(x, wn, h2, T, K, eps);
+            tb_ref_matmul(h2, w2q, wdt, NULL, yr, T, K, N);
+            break;
+        case PAT_MM_ADDNORM_MM:
+            tb_ref_matmul(x, w1q, wdt, NULL, h, T, K, K);
+            tb_ref_add_rmsnorm(res, h, wn, rr, h2, T, K, eps);
+            tb_ref_matmul(h2, w2q, wdt, NULL, yr, T, K, N);
+            break;
+        }
+        tb_op_kind lk = c.g->nodes[last].op;
+        report(&c, lk, wdt, "chain", rel_err(y, yr, n), pattern_bound(wdt));
+        if (n_read == 2) report(&c, TB_OP_ADD_RMSNORM, wdt, "chain r", rel_err(r, rr, nk), pattern_bound(wdt));
+    }
+    free(x); free(w1); free(w2); free(wn); free(res); free(w1q); free(w2q);
+    free(y); free(yr); free(r); free(rr); free(h); free(h2);
+    tb_graph_free(c.g);
+}
+
 /* ---------------------------------------------------------------- all */
 static const int Ts[] = {1, 3, 17};
 
@@ -576,9 +710,30 @@ static void run_all(void) {
     op_gather_rows(1, 64, 1);
     op_gather_rows(17, 67, 3);
     op_gather_rows(40, 33, 40);
+
+    /* chains the GPU fuses: GEMV steps (1, 2, 8 tokens) and cuBLAS steps
+     * (17) in every weight dtype */
+    static const int pTs[] = {1, 2, 8, 17};
+    for (int di = 0; di < 3; di++)
+        for (int i = 0; i < 4; i++) {
+            int T = pTs[i];
+            pattern(PAT_MM_SILU, wdts[di], T, 64, 48);
+            pattern(PAT_SILU_MM, wdts[di], T, 72, 40);
+            pattern(PAT_NORM_MM, wdts[di], T, 128, 56);
+            pattern(PAT_MM_ADDNORM_MM, wdts[di], T, 64, 96);
+            pattern(PAT_MM_ADDNORM_MM, wdts[di], T, 40, 24); /* residual not read */
+        }
+    for (int di = 0; di < 3; di++)
+        for (int kv = 0; kv < 2; kv++) {
+            run_spec dec[] = {{2, 40, 1}, {0, 0, 1}, {1, 17, 1}};
+            run_spec pre[] = {{0, 5, 17}};
+            attention_case(kv ? TB_F16 : TB_F32, 8, 2, 64, 0, dec, 3, "3 seqs decode", 96, wdts[di]);
+            attention_case(kv ? TB_F16 : TB_F32, 4, 2, 128, 1, pre, 1, "prefill 17 at 5", 64, wdts[di]);
+        }
 }
 
 int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* the log up to a crash */
     /* the CPU, once per SIMD path it runs */
     static const char *paths[] = {"avx512", "avx2", "scalar"};
     for (int i = 0; i < 3; i++) {
