@@ -32,11 +32,22 @@
  *   rope         f32         2e-5    1e-4    sin/cos of angles up to ~250 rad
  *   attention    kv f32      5e-5    2e-4    rope, then softmax sums of up to
  *                                            ~250 terms in another order
- *   attention    kv f16      1e-4    2e-3    as f32, plus a rotated key that
+ *   attention    kv f16      1e-4    4e-3    as f32, plus a rotated key that
  *                                            rounds to the other f16 neighbour;
  *                                            cuda: f16 q and P in flash prefill
  *   (kv cache written by attention: f32 2e-5 / 1e-4, f16 1e-3 / 1e-3: rope
  *    error, plus one f16 ulp)
+ *   chains       f32         3e-5    1e-4    matmul>silu_mul, silu_mul>matmul,
+ *                f16         3e-5    5e-3    rmsnorm>matmul,
+ *                bf16        3e-5    3e-2    matmul>add_rmsnorm>matmul: the
+ *                                            GPU fuses them; x or the folded
+ *                                            norm weight in the weight type
+ *   matmul>attention: the attention bounds, at least 2e-3 with an f16 cache
+ *    (a key one f16 ulp off), the chain bound for f16/bf16 weights on cuda
+ *
+ * The cuda column is derived from the arithmetic above (rounding of x to
+ * the weight type, f16 q and P, __expf); docs/TESTING.md keeps the errors
+ * measured on a GPU.
  *   silu_mul     f32         1e-5    1e-5    exp in another form
  *   add          f32         0       0       one f32 add per element
  *   gather_rows  f32         0       0       a copy
@@ -46,7 +57,8 @@
  * head_dim 64 and 128 (and 32, 20, 6), grouped-query heads, several sequences in one
  * step, non-zero start positions over a cache already holding earlier
  * positions, blocks out of order in the block tables, and a 40-token run of
- * one sequence (the CUDA prefill attention path).
+ * one sequence (the CUDA prefill attention path). Chains of two or three
+ * nodes (the patterns the CUDA backend fuses) run at 1, 2, 8 and 17 tokens.
  */
 #include <math.h>
 
@@ -463,7 +475,7 @@ static void attention_case(tb_dtype kvdt, int H, int KV, int hd, int inter, cons
         };
         tb_ref_attention(&a, q_r, yr, scratch);
         int f16 = kvdt == TB_F16;
-        double ab = f16 ? bound_of(1e-4, 2e-3) : bound_of(5e-5, 2e-4);
+        double ab = f16 ? bound_of(1e-4, 4e-3) : bound_of(5e-5, 2e-4);
         double cb = f16 ? 1e-3 : bound_of(2e-5, 1e-4);
         /* after a matmul, the keys and values differ from the reference's
          * by its rounding: an f16 cache may hold the other neighbour (one
