@@ -27,7 +27,7 @@
  *                     y:     1e-5    1e-5    as rmsnorm
  *   matmul       f32         1e-5    1e-5    f32 sums in another order (no TF32)
  *   matmul       f16         1e-5    2e-3    cuda: x is rounded to f16 for the
- *                                            cuBLAS GEMM (T > 8)
+ *                                            tensor-core GEMV and cuBLAS (T > 2)
  *   matmul       bf16        1e-5    1.6e-2  cuda: x rounded to bf16 likewise
  *   rope         f32         2e-5    1e-4    sin/cos of angles up to ~250 rad
  *   attention    kv f32      5e-5    2e-4    rope, then softmax sums of up to
@@ -37,6 +37,9 @@
  *                                            cuda: f16 q and P in flash prefill
  *   (kv cache written by attention: f32 2e-5 / 1e-4, f16 1e-3 / 1e-3: rope
  *    error, plus one f16 ulp)
+ *   silu_mul     f32         1e-5    1e-5    exp in another form
+ *   add          f32         0       0       one f32 add per element
+ *   gather_rows  f32         0       0       a copy
  *   chains       f32         3e-5    1e-4    matmul>silu_mul, silu_mul>matmul,
  *                f16         3e-5    5e-3    rmsnorm>matmul,
  *                bf16        3e-5    3e-2    matmul>add_rmsnorm>matmul: the
@@ -47,16 +50,14 @@
  *
  * The cuda column is derived from the arithmetic above (rounding of x to
  * the weight type, f16 q and P, __expf); docs/TESTING.md keeps the errors
- * measured on a GPU.
- *   silu_mul     f32         1e-5    1e-5    exp in another form
- *   add          f32         0       0       one f32 add per element
- *   gather_rows  f32         0       0       a copy
+ * measured.
  *
  * Shapes include dims that are no multiple of 8, 16 or 32, T = 1, 3, 8, 9,
  * 17 and 100 (CPU GEMM from 96 rows, CUDA GEMV up to 8, cuBLAS above),
- * head_dim 64 and 128 (and 32, 20, 6), grouped-query heads, several sequences in one
- * step, non-zero start positions over a cache already holding earlier
- * positions, blocks out of order in the block tables, and a 40-token run of
+ * head_dim 64 and 128 (and 32, 20, 6), grouped-query heads, several
+ * sequences in one step, non-zero start positions over a cache already
+ * holding earlier positions, blocks out of order in the block tables, and a
+ * 40-token run of
  * one sequence (the CUDA prefill attention path). Chains of two or three
  * nodes (the patterns the CUDA backend fuses) run at 1, 2, 8 and 17 tokens.
  */
