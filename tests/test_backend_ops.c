@@ -57,9 +57,9 @@
  * head_dim 64 and 128 (and 32, 20, 6), grouped-query heads, several
  * sequences in one step, non-zero start positions over a cache already
  * holding earlier positions, blocks out of order in the block tables, and a
- * 40-token run of
- * one sequence (the CUDA prefill attention path). Chains of two or three
- * nodes (the patterns the CUDA backend fuses) run at 1, 2, 8 and 17 tokens.
+ * 40-token run of one sequence (the CUDA prefill attention path). Chains of
+ * two or three nodes (the patterns the CUDA backend fuses) run at 1, 2, 8
+ * and 17 tokens.
  */
 #include <math.h>
 
