@@ -151,6 +151,7 @@ static int n_backends;
 static const backend_desc *cur_bk;
 static int n_run, n_skip;
 static double worst[TB_OP_COUNT];
+static int covered[TB_OP_COUNT]; /* ops with a case run or skipped on this backend */
 
 /* ---------------------------------------------------------------- one case */
 /* The graph of one case, its step bindings and what to read back. */
@@ -229,6 +230,7 @@ static int case_run(tcase *c, const int *read_v, const size_t *read_n, int n_rea
         if (!b->iface->supports_op(b, g, &g->nodes[k])) {
             printf("  %-10s %-13s %-4s %-44s skipped (not supported)\n", bd->label, tb_op_name(g->nodes[k].op),
                    dt_name(c->kv_dtype), c->desc);
+            covered[g->nodes[k].op] = 1;
             tb_backend_free(b);
             n_skip++;
             return 0;
@@ -262,6 +264,7 @@ static int case_run(tcase *c, const int *read_v, const size_t *read_n, int n_rea
     } else if (s == TB_ERR_UNSUPPORTED) {
         printf("  %-10s %-13s %-4s %-44s skipped (%s)\n", bd->label, tb_op_name(g->nodes[0].op), dt_name(c->kv_dtype),
                c->desc, tb_last_error());
+        for (int k = 0; k < g->n_nodes; k++) covered[g->nodes[k].op] = 1;
         n_skip++;
         rc = 0;
     } else {
@@ -283,6 +286,7 @@ static void report(const tcase *c, tb_op_kind op, tb_dtype dt, const char *what,
            ok ? "ok" : "FAIL");
     CHECK_MSG(ok, "%s %s %s %s: error %.3e exceeds %.1e", cur_bk->label, name, dt_name(dt), c->desc, err, bound);
     if (err > worst[op]) worst[op] = err;
+    covered[op] = 1;
     n_run++;
 }
 
@@ -781,11 +785,15 @@ int main(void) {
         cur_bk = &backends[i];
         int fails = tb_test_failures;
         printf("== %s\n", cur_bk->label);
-        for (int k = 0; k < TB_OP_COUNT; k++) worst[k] = 0;
+        for (int k = 0; k < TB_OP_COUNT; k++) worst[k] = 0, covered[k] = 0;
         rng_state = 0x2545f4914f6cdd1dull; /* the same cases on every backend */
         run_all();
         printf("%s: worst error per op:", cur_bk->label);
         for (int k = 0; k < TB_OP_COUNT; k++) printf(" %s %.1e", tb_op_name((tb_op_kind)k), worst[k]);
+        /* an op added to the IR fails here until it has a case */
+        for (int k = 0; k < TB_OP_COUNT; k++)
+            CHECK_MSG(covered[k], "%s: op %s has no case in test_backend_ops", cur_bk->label,
+                      tb_op_name((tb_op_kind)k));
         printf(" -> %s\n", tb_test_failures == fails ? "ok" : "FAILED");
     }
     tb_cpu_kernel_force_path(NULL);
