@@ -242,8 +242,12 @@ static int case_run(tcase *c, const int *read_v, const size_t *read_n, int n_rea
     for (int v = 0; s == TB_OK && v < g->n_values; v++) {
         const tb_value *val = &g->values[v];
         if (val->kind != TB_VAL_ACT) continue;
-        bufs[v] = b->iface->alloc(b, (size_t)tb_value_numel(g, val, NULL) * tb_dtype_size(val->dtype));
+        size_t bytes = (size_t)tb_value_numel(g, val, NULL) * tb_dtype_size(val->dtype);
+        bufs[v] = b->iface->alloc(b, bytes);
         if (!bufs[v]) s = TB_ERR_OOM;
+        /* NaNs where a kernel fails to write (host memory only; on a GPU
+         * each case's fresh random inputs keep a stale buffer from passing) */
+        else if (!bd->cuda) memset(bufs[v], 0xff, bytes);
     }
     void *kp = c->kc >= 0 ? bufs[c->kc] : NULL, *vp = c->vc >= 0 ? bufs[c->vc] : NULL;
     tb_step st = {
