@@ -4,9 +4,9 @@
 #   bash bench/gpu/run.sh
 #
 # 1. build  : cmake Release with CUDA into build-gpu/ (or, with TB_PREBUILT=DIR,
-#             use DIR/turbine, DIR/test_batch, DIR/test_sample_step, the CUDA
-#             backend module DIR/libturbine_cuda.so (loaded from the binaries'
-#             folder),
+#             use DIR/turbine, DIR/test_batch, DIR/test_sample_step,
+#             DIR/test_backend_ops, the CUDA backend module
+#             DIR/libturbine_cuda.so (loaded from the binaries' folder),
 #             DIR/gpu_bench and DIR/lib/*.so: bench/gpu/pack.sh builds and
 #             packs them on a machine without a GPU)
 # 2. logits : random checkpoints (tests/gen_checkpoints.py) llama-gqa, qwen2,
@@ -21,9 +21,10 @@
 #            demo model's perplexity on tinyshakespeare's held-out split
 #            (f32, f16) against the PyTorch figure (needs
 #            $DATA/data/tinyshakespeare.txt)
-# 4. batch  : tests/test_batch.c and tests/test_sample_step.c with
-#             TURBINE_TEST_DEVICE=$DEV (batched == unbatched; sampling on the
-#             device)
+# 4. batch  : tests/test_backend_ops.c, tests/test_batch.c and
+#             tests/test_sample_step.c with TURBINE_TEST_DEVICE=$DEV (every op
+#             x dtype against its reference kernel with the bounds of
+#             docs/TESTING.md; batched == unbatched; sampling on the device)
 # 5. timing : Llama-2-7B and TinyLlama-1.1B shapes, f16 random weights:
 #             64 streams, prefill 512, decode b1/b8 ms/step, then the same
 #             with each variant's switches (one process, one engine load:
@@ -77,7 +78,7 @@ else
     say "== build (Release, CUDA)"
     BIN=$SRC/build-gpu
     if ! (cmake -S "$SRC" -B "$BIN" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >> "$LOG" 2>&1 &&
-          make -C "$BIN" -j"$(nproc)" turbine test_batch test_sample_step gpu_bench >> "$LOG" 2>&1); then
+          make -C "$BIN" -j"$(nproc)" turbine test_batch test_sample_step test_backend_ops gpu_bench >> "$LOG" 2>&1); then
         say "build failed"; row build FAIL; cat "$SUM"; exit 1
     fi
 fi
@@ -227,6 +228,13 @@ device_test() {
     cat "$W/$2.txt" >> "$LOG"
     return $rc
 }
+say "== every op against its reference kernel (tests/test_backend_ops.c on cpu and $DEV)"
+if device_test test_backend_ops ops; then
+    row "ops vs reference kernels" "PASS ($(grep -c ' bound .* ok$' "$W/ops.txt") comparisons; $(grep -o 'cuda: worst.*' "$W/ops.txt"))"
+else
+    row "ops vs reference kernels" "FAIL ($(grep -c ' FAIL$' "$W/ops.txt") failed:$(grep ' FAIL$' "$W/ops.txt" |
+        awk '{printf " %s/%s/%s", $1, $2, $3}' | head -c 300); $(tail -n 1 "$W/ops.txt"))"
+fi
 say "== batched vs unbatched (tests/test_batch.c on cuda)"
 if device_test test_batch batch; then
     row "batched == unbatched" "PASS $(grep -o 'max rel err [0-9.e+-]*' "$W/batch.txt" | awk '{print $4}' | tr '\n' ' ')"

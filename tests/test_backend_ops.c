@@ -1,0 +1,807 @@
+/*
+ * test_backend_ops.c — every op of the IR, for every weight dtype, on every
+ * backend present, against the scalar reference kernels (tb_ref_*).
+ *
+ * Each case builds a graph of one node whose inputs are weights (uploaded by
+ * the backend's own load_weights, so a GPU sees them in device memory), runs
+ * it through the backend vtable (supports_op, load_weights, step_begin,
+ * run_node, read_output) with a step's bindings (positions, sequences, block
+ * tables, the KV cache of layer 0), reads the outputs back and compares them
+ * with the reference computed here on the same inputs. The embedding case
+ * reads its ids as the step's token input, as the engine does.
+ *
+ * Backends: "cpu" once per SIMD path this CPU runs (avx512, avx2, scalar:
+ * forced one at a time), and "cuda" when TURBINE_TEST_DEVICE=cuda (then it
+ * must work) or when the CUDA module loads and finds a GPU (else skipped).
+ * A case whose op or dtype the backend does not support (supports_op, or
+ * TB_ERR_UNSUPPORTED from run_node) is printed as skipped.
+ *
+ * Error: err = max |out - ref| / max |ref| over the output (the relative
+ * error against the output's scale). Every case prints its bound and its
+ * measured error; a case fails when err > bound (a NaN fails). Bounds:
+ *
+ *   op           dtype       cpu     cuda    why
+ *   embedding    f32/f16/bf16 0      0       a copy; conversions are exact
+ *   rmsnorm      f32         1e-5    1e-5    f32 sums in another order
+ *   add_rmsnorm  f32  r:     0       0       one f32 add per element
+ *                     y:     1e-5    1e-5    as rmsnorm
+ *   matmul       f32         1e-5    1e-5    f32 sums in another order (no TF32)
+ *   matmul       f16         1e-5    2e-3    cuda: x is rounded to f16 for the
+ *                                            tensor-core GEMV and cuBLAS (T > 2)
+ *   matmul       bf16        1e-5    1.6e-2  cuda: x rounded to bf16 likewise
+ *   rope         f32         2e-5    1e-4    sin/cos of angles up to ~250 rad
+ *   attention    kv f32      5e-5    2e-4    rope, then softmax sums of up to
+ *                                            ~250 terms in another order
+ *   attention    kv f16      1e-4    4e-3    as f32, plus a rotated key that
+ *                                            rounds to the other f16 neighbour;
+ *                                            cuda: f16 q and P in flash prefill
+ *   (kv cache written by attention: f32 2e-5 / 1e-4, f16 1e-3 / 1e-3: rope
+ *    error, plus one f16 ulp)
+ *   silu_mul     f32         1e-5    1e-5    exp in another form
+ *   add          f32         0       0       one f32 add per element
+ *   gather_rows  f32         0       0       a copy
+ *   chains       f32         3e-5    1e-4    matmul>silu_mul, silu_mul>matmul,
+ *                f16         3e-5    5e-3    rmsnorm>matmul,
+ *                bf16        3e-5    3e-2    matmul>add_rmsnorm>matmul: the
+ *                                            GPU fuses them; x or the folded
+ *                                            norm weight in the weight type
+ *   matmul>attention: the attention bounds, at least 2e-3 with an f16 cache
+ *    (a key one f16 ulp off), the chain bound for f16/bf16 weights on cuda
+ *
+ * The cuda column is derived from the arithmetic above (rounding of x to
+ * the weight type, f16 q and P, __expf); docs/TESTING.md keeps the errors
+ * measured.
+ *
+ * Shapes include dims that are no multiple of 8, 16 or 32, T = 1, 3, 8, 9,
+ * 17 and 100 (CPU GEMM from 96 rows, CUDA GEMV up to 8, cuBLAS above),
+ * head_dim 64 and 128 (and 32, 20, 6), grouped-query heads, several
+ * sequences in one step, non-zero start positions over a cache already
+ * holding earlier positions, blocks out of order in the block tables, and a
+ * 40-token run of one sequence (the CUDA prefill attention path). Chains of
+ * two or three nodes (the patterns the CUDA backend fuses) run at 1, 2, 8
+ * and 17 tokens.
+ */
+#include <math.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/kernels.h"
+#include "tb_test.h"
+
+#define TMAX 128         /* the `tokens` / `rows` profile maximum            */
+#define MAX_SEQS 4
+#define MAX_BLOCKS 16
+#define BLOCK_SIZE 16
+#define MAX_CTX (MAX_BLOCKS * BLOCK_SIZE)
+
+/* ---------------------------------------------------------------- helpers */
+static uint64_t rng_state = 0x2545f4914f6cdd1dull;
+
+static float frand(void) { /* uniform in [-1, 1) */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 40) * (1.0 / 8388608.0)) * 2.0f - 1.0f;
+}
+
+static int irand(int n) { return (int)((frand() * 0.5f + 0.5f) * (float)n) % n; }
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    TB_ASSERT(p);
+    return p;
+}
+
+static float *frandn(size_t n, float scale) {
+    float *v = xmalloc(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) v[i] = frand() * scale;
+    return v;
+}
+
+static void *dupmem(const void *p, size_t n) {
+    void *q = xmalloc(n);
+    memcpy(q, p, n);
+    return q;
+}
+
+static const char *dt_name(tb_dtype t) {
+    return t == TB_F32 ? "f32" : t == TB_F16 ? "f16" : t == TB_BF16 ? "bf16" : "?";
+}
+
+/* n f32 values stored in dtype dt (malloc'd). */
+static void *to_dtype(const float *x, size_t n, tb_dtype dt) {
+    void *o = xmalloc(n * tb_dtype_size(dt));
+    for (size_t i = 0; i < n; i++) {
+        if (dt == TB_F32) ((float *)o)[i] = x[i];
+        else if (dt == TB_F16) ((uint16_t *)o)[i] = tb_f32_to_f16(x[i]);
+        else ((uint16_t *)o)[i] = tb_f32_to_bf16(x[i]);
+    }
+    return o;
+}
+
+/* n values of dtype dt as f32 (into out). */
+static void from_dtype(const void *p, size_t n, tb_dtype dt, float *out) {
+    for (size_t i = 0; i < n; i++)
+        out[i] = dt == TB_F32 ? ((const float *)p)[i]
+                 : dt == TB_F16 ? tb_f16_to_f32(((const uint16_t *)p)[i])
+                                : tb_bf16_to_f32(((const uint16_t *)p)[i]);
+}
+
+/* max |a - b| / max |b|; a NaN anywhere gives infinity. */
+static double rel_err(const float *a, const float *b, size_t n) {
+    double m = 0, d = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - (double)b[i]);
+        if (e != e || a[i] != a[i]) return INFINITY;
+        if (fabs((double)b[i]) > m) m = fabs((double)b[i]);
+        if (e > d) d = e;
+    }
+    return d / (m > 0 ? m : 1);
+}
+
+/* ---------------------------------------------------------------- backends */
+typedef struct {
+    char label[16];   /* printed: cpu/avx2, cuda, ...                     */
+    const char *device;
+    const char *path; /* the CPU SIMD path to force, or NULL              */
+    int cuda;
+} backend_desc;
+
+static backend_desc backends[4];
+static int n_backends;
+static const backend_desc *cur_bk;
+static int n_run, n_skip;
+static double worst[TB_OP_COUNT];
+static int covered[TB_OP_COUNT]; /* ops with a case run or skipped on this backend */
+
+/* ---------------------------------------------------------------- one case */
+/* The graph of one case, its step bindings and what to read back. */
+typedef struct {
+    tb_graph *g;
+    int ids;                     /* the step's token input                  */
+    int kc, vc;                  /* weights standing for layer 0's KV cache */
+    tb_dtype kv_dtype;
+    int T, R;
+    int32_t tok[TMAX], pos[TMAX], seq[TMAX], rows[TMAX];
+    int32_t bt[MAX_SEQS * MAX_BLOCKS];
+    char desc[96];
+} tcase;
+
+static void case_init(tcase *c, int T) {
+    memset(c, 0, sizeof *c);
+    c->g = tb_graph_new();
+    TB_ASSERT(c->g);
+    int tok = tb_graph_add_sym(c->g, "tokens", 1, 1, TMAX);
+    tb_graph_add_sym(c->g, "rows", 1, 1, TMAX);
+    int64_t d[1] = {TB_SYM(tok)};
+    c->ids = tb_graph_add_value(c->g, "ids", TB_VAL_INPUT, TB_I32, 1, d);
+    TB_ASSERT(c->ids >= 0 && T <= TMAX);
+    c->kc = c->vc = -1;
+    c->kv_dtype = TB_F32;
+    c->T = T;
+    c->R = 1; /* rows[0] = 0: the backends copy at least the rows they are given */
+    /* one sequence from position 0, blocks in order */
+    for (int t = 0; t < T; t++) c->pos[t] = t;
+    for (int i = 0; i < MAX_SEQS * MAX_BLOCKS; i++) c->bt[i] = i;
+}
+
+/* A weight holding a copy of n elements of dtype dt at p. */
+static int add_w(tcase *c, const char *name, tb_dtype dt, int rank, const int64_t *dims, const void *p) {
+    size_t n = 1;
+    for (int i = 0; i < rank; i++) n *= (size_t)dims[i];
+    int v = tb_graph_add_weight(c->g, name, dt, rank, dims, dupmem(p, n * tb_dtype_size(dt)), 1);
+    TB_ASSERT(v >= 0);
+    return v;
+}
+
+static int add_node(tcase *c, tb_op_kind op, const int *in, int n_in, const int32_t *ia, const float *fa) {
+    int k = tb_graph_add_node(c->g, op, in, n_in, "y", ia, fa);
+    if (k < 0) fprintf(stderr, "adding %s: %s\n", tb_op_name(op), tb_last_error());
+    TB_ASSERT(k >= 0);
+    return k;
+}
+
+/* Output i of node k (a separate call: adding a node moves the node array,
+ * so `g->nodes[add_node(...)]` would read the old one). */
+static int node_out(const tcase *c, int k, int i) { return c->g->nodes[k].out[i]; }
+
+/* Runs c's graph on the current backend and copies the n_read values
+ * read_v[i] (read_n[i] elements each, raw bytes) into out[i]. Returns 1 when
+ * it ran, 0 when the backend does not support it (printed), -1 on an error
+ * (counted as a failed check). */
+static int case_run(tcase *c, const int *read_v, const size_t *read_n, int n_read, void **out) {
+    tb_graph *g = c->g;
+    const backend_desc *bd = cur_bk;
+    /* the largest value read (the first of equal ones) is the graph's
+     * output: the GPU sizes its read-back buffer by it */
+    size_t most = 0;
+    for (int i = 0; i < n_read; i++) {
+        size_t b = read_n[i] * tb_dtype_size(g->values[read_v[i]].dtype);
+        if (b > most) { most = b; g->output = read_v[i]; }
+    }
+    if (bd->path) TB_ASSERT(tb_cpu_kernel_force_path(bd->path) == 0);
+    tb_backend *b = NULL;
+    if (tb_backend_create(bd->device, 2, MAX_CTX, &b) != TB_OK) {
+        CHECK_MSG(0, "%s: creating the backend: %s", bd->label, tb_last_error());
+        return -1;
+    }
+    if (bd->path) CHECK_MSG(strcmp(tb_cpu_kernel_path(), bd->path) == 0, "runs %s, not %s", tb_cpu_kernel_path(),
+                            bd->path);
+    for (int k = 0; k < g->n_nodes; k++)
+        if (!b->iface->supports_op(b, g, &g->nodes[k])) {
+            printf("  %-10s %-13s %-4s %-44s skipped (not supported)\n", bd->label, tb_op_name(g->nodes[k].op),
+                   dt_name(c->kv_dtype), c->desc);
+            covered[g->nodes[k].op] = 1;
+            tb_backend_free(b);
+            n_skip++;
+            return 0;
+        }
+    void **bufs = calloc((size_t)g->n_values, sizeof *bufs);
+    TB_ASSERT(bufs);
+    int rc = -1;
+    tb_status s = b->iface->load_weights(b, g, bufs);
+    for (int v = 0; s == TB_OK && v < g->n_values; v++) {
+        const tb_value *val = &g->values[v];
+        if (val->kind != TB_VAL_ACT) continue;
+        size_t bytes = (size_t)tb_value_numel(g, val, NULL) * tb_dtype_size(val->dtype);
+        bufs[v] = b->iface->alloc(b, bytes);
+        if (!bufs[v]) s = TB_ERR_OOM;
+        /* NaNs where a kernel fails to write (host memory only; on a GPU
+         * each case's fresh random inputs keep a stale buffer from passing) */
+        else if (!bd->cuda) memset(bufs[v], 0xff, bytes);
+    }
+    void *kp = c->kc >= 0 ? bufs[c->kc] : NULL, *vp = c->vc >= 0 ? bufs[c->vc] : NULL;
+    tb_step st = {
+        .n_tokens = c->T, .n_rows = c->R, .pos = c->pos, .seq = c->seq, .rows = c->rows,
+        .block_tables = c->bt, .max_blocks = MAX_BLOCKS, .block_size = BLOCK_SIZE, .max_ctx = MAX_CTX,
+        .k_cache = &kp, .v_cache = &vp, .kv_dtype = c->kv_dtype,
+    };
+    if (s == TB_OK) s = b->iface->step_begin(b, g, bufs, c->ids, c->tok, &st);
+    for (int k = 0; s == TB_OK && k < g->n_nodes; k++) s = b->iface->run_node(b, g, &g->nodes[k], bufs, &st);
+    for (int i = 0; s == TB_OK && i < n_read; i++) {
+        size_t bytes = read_n[i] * tb_dtype_size(g->values[read_v[i]].dtype);
+        const float *p = NULL;
+        s = b->iface->read_output(b, bufs[read_v[i]], bytes, &p);
+        if (s == TB_OK) memcpy(out[i], p, bytes);
+    }
+    if (s == TB_OK) {
+        rc = 1;
+    } else if (s == TB_ERR_UNSUPPORTED) {
+        printf("  %-10s %-13s %-4s %-44s skipped (%s)\n", bd->label, tb_op_name(g->nodes[0].op), dt_name(c->kv_dtype),
+               c->desc, tb_last_error());
+        for (int k = 0; k < g->n_nodes; k++) covered[g->nodes[k].op] = 1;
+        n_skip++;
+        rc = 0;
+    } else {
+        CHECK_MSG(0, "%s %s: %s", bd->label, c->desc, tb_last_error());
+    }
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].kind == TB_VAL_ACT && bufs[v]) b->iface->free(b, bufs[v]);
+    free(bufs);
+    tb_backend_free(b);
+    return rc;
+}
+
+/* Prints one comparison and checks it against its bound. */
+static void report(const tcase *c, tb_op_kind op, tb_dtype dt, const char *what, double err, double bound) {
+    int ok = err <= bound;
+    char name[24];
+    snprintf(name, sizeof name, "%s%s%s", tb_op_name(op), what ? ":" : "", what ? what : "");
+    printf("  %-10s %-13s %-4s %-44s err %.2e bound %.1e %s\n", cur_bk->label, name, dt_name(dt), c->desc, err, bound,
+           ok ? "ok" : "FAIL");
+    CHECK_MSG(ok, "%s %s %s %s: error %.3e exceeds %.1e", cur_bk->label, name, dt_name(dt), c->desc, err, bound);
+    if (err > worst[op]) worst[op] = err;
+    covered[op] = 1;
+    n_run++;
+}
+
+/* The bound of an op on the current backend (table above). */
+static double bound_of(double cpu, double cuda) { return cur_bk->cuda ? cuda : cpu; }
+
+/* ---------------------------------------------------------------- ops */
+static void op_embedding(tb_dtype wdt, int V, int D, int T) {
+    tcase c;
+    case_init(&c, T);
+    snprintf(c.desc, sizeof c.desc, "V %d D %d T %d", V, D, T);
+    float *tab = frandn((size_t)V * D, 2.0f);
+    void *tw = to_dtype(tab, (size_t)V * D, wdt);
+    for (int t = 0; t < T; t++) c.tok[t] = irand(V);
+    c.tok[T - 1] = V - 1; /* the last row of the table */
+    int64_t d[2] = {V, D};
+    int in[2] = {c.ids, add_w(&c, "table", wdt, 2, d, tw)};
+    int k = add_node(&c, TB_OP_EMBEDDING, in, 2, NULL, NULL);
+    float *y = xmalloc(sizeof(float) * (size_t)T * D), *ref = xmalloc(sizeof(float) * (size_t)T * D);
+    int rv = c.g->nodes[k].out[0];
+    size_t rn = (size_t)T * D;
+    void *o[1] = {y};
+    if (case_run(&c, &rv, &rn, 1, o) == 1) {
+        tb_ref_embedding(c.tok, tw, wdt, ref, T, D);
+        report(&c, TB_OP_EMBEDDING, wdt, NULL, rel_err(y, ref, rn), 0);
+    }
+    free(tab); free(tw); free(y); free(ref);
+    tb_graph_free(c.g);
+}
+
+static void op_rmsnorm(int fused, int T, int D) {
+    tcase c;
+    case_init(&c, T);
+    snprintf(c.desc, sizeof c.desc, "T %d D %d", T, D);
+    float *x = frandn((size_t)T * D, 3.0f), *dd = frandn((size_t)T * D, 1.0f), *w = frandn((size_t)D, 1.5f);
+    int64_t xd[2] = {T, D}, wd[1] = {D};
+    float eps = 1e-5f, fa[4] = {eps};
+    size_t n = (size_t)T * D;
+    float *y = xmalloc(n * 4), *r = xmalloc(n * 4), *yr = xmalloc(n * 4), *rr = xmalloc(n * 4);
+    if (!fused) {
+        int in[2] = {add_w(&c, "x", TB_F32, 2, xd, x), add_w(&c, "w", TB_F32, 1, wd, w)};
+        int k = add_node(&c, TB_OP_RMSNORM, in, 2, NULL, fa);
+        int rv = c.g->nodes[k].out[0];
+        void *o[1] = {y};
+        if (case_run(&c, &rv, &n, 1, o) == 1) {
+            tb_ref_rmsnorm(x, w, yr, T, D, eps);
+            report(&c, TB_OP_RMSNORM, TB_F32, NULL, rel_err(y, yr, n), bound_of(1e-5, 1e-5));
+        }
+    } else {
+        int in[3] = {add_w(&c, "x", TB_F32, 2, xd, x), add_w(&c, "d", TB_F32, 2, xd, dd),
+                     add_w(&c, "w", TB_F32, 1, wd, w)};
+        int k = add_node(&c, TB_OP_ADD_RMSNORM, in, 3, NULL, fa);
+        int rv[2] = {c.g->nodes[k].out[0], c.g->nodes[k].out[1]};
+        size_t rn[2] = {n, n};
+        void *o[2] = {r, y};
+        if (case_run(&c, rv, rn, 2, o) == 1) {
+            tb_ref_add_rmsnorm(x, dd, w, rr, yr, T, D, eps);
+            report(&c, TB_OP_ADD_RMSNORM, TB_F32, "r", rel_err(r, rr, n), 0);
+            report(&c, TB_OP_ADD_RMSNORM, TB_F32, "y", rel_err(y, yr, n), bound_of(1e-5, 1e-5));
+        }
+    }
+    free(x); free(dd); free(w); free(y); free(r); free(yr); free(rr);
+    tb_graph_free(c.g);
+}
+
+static void op_matmul(tb_dtype wdt, int T, int K, int N, int bias) {
+    tcase c;
+    case_init(&c, T);
+    snprintf(c.desc, sizeof c.desc, "T %d K %d N %d%s", T, K, N, bias ? " +bias" : "");
+    float *x = frandn((size_t)T * K, 1.0f), *w = frandn((size_t)N * K, 1.0f), *bv = frandn((size_t)N, 1.0f);
+    void *wq = to_dtype(w, (size_t)N * K, wdt);
+    int64_t xd[2] = {T, K}, wd[2] = {N, K}, bd[1] = {N};
+    int in[3] = {add_w(&c, "x", TB_F32, 2, xd, x), add_w(&c, "w", wdt, 2, wd, wq), -1};
+    if (bias) in[2] = add_w(&c, "b", TB_F32, 1, bd, bv);
+    int k = add_node(&c, TB_OP_MATMUL, in, bias ? 3 : 2, NULL, NULL);
+    size_t n = (size_t)T * N;
+    float *y = xmalloc(n * 4), *yr = xmalloc(n * 4);
+    int rv = c.g->nodes[k].out[0];
+    void *o[1] = {y};
+    if (case_run(&c, &rv, &n, 1, o) == 1) {
+        tb_ref_matmul(x, wq, wdt, bias ? bv : NULL, yr, T, K, N);
+        double cuda_b = wdt == TB_F32 ? 1e-5 : wdt == TB_F16 ? 2e-3 : 1.6e-2;
+        report(&c, TB_OP_MATMUL, wdt, NULL, rel_err(y, yr, n), bound_of(1e-5, cuda_b));
+    }
+    free(x); free(w); free(bv); free(wq); free(y); free(yr);
+    tb_graph_free(c.g);
+}
+
+static float *inv_freq_of(int hd) {
+    float *f = xmalloc(sizeof(float) * (size_t)(hd / 2));
+    for (int i = 0; i < hd / 2; i++) f[i] = powf(10000.0f, -2.0f * (float)i / (float)hd);
+    return f;
+}
+
+/* x (T, C) with `heads` heads of hd rotated from column 0 (C may be wider). */
+static void op_rope(int T, int heads, int hd, int C, int inter, int start) {
+    tcase c;
+    case_init(&c, T);
+    snprintf(c.desc, sizeof c.desc, "T %d heads %d hd %d C %d %s pos %d..", T, heads, hd, C,
+             inter ? "interleaved" : "half", start);
+    for (int t = 0; t < T; t++) c.pos[t] = start + t;
+    float *x = frandn((size_t)T * C, 2.0f), *f = inv_freq_of(hd);
+    int64_t xd[2] = {T, C}, pd[1] = {T}, fd[1] = {hd / 2};
+    /* the positions input holds the step's positions: the CPU reads the
+     * input, the GPU the step's (the runtime binds no other) */
+    int in[3] = {add_w(&c, "x", TB_F32, 2, xd, x), add_w(&c, "pos", TB_I32, 1, pd, c.pos),
+                 add_w(&c, "inv_freq", TB_F32, 1, fd, f)};
+    int32_t ia[4] = {heads, hd, inter};
+    int k = add_node(&c, TB_OP_ROPE, in, 3, ia, NULL);
+    size_t n = (size_t)T * C;
+    float *y = xmalloc(n * 4), *yr = dupmem(x, n * 4);
+    int rv = c.g->nodes[k].out[0];
+    void *o[1] = {y};
+    if (case_run(&c, &rv, &n, 1, o) == 1) {
+        tb_ref_rope(yr, C, c.pos, f, T, heads, hd, inter);
+        report(&c, TB_OP_ROPE, TB_F32, NULL, rel_err(y, yr, n), bound_of(2e-5, 1e-4));
+    }
+    free(x); free(f); free(y); free(yr);
+    tb_graph_free(c.g);
+}
+
+/* One run of tokens of a sequence in an attention step. */
+typedef struct { int seq, start, n; } run_spec;
+
+/* qkv is a weight, or with mm_K > 0 the output of a matmul x (T, mm_K) by
+ * w ((H + 2 KV) hd, mm_K) of dtype mm_dt (the pattern the GPU fuses). */
+static void attention_case(tb_dtype kvdt, int H, int KV, int hd, int inter, const run_spec *runs, int n_runs,
+                           const char *label, int mm_K, tb_dtype mm_dt) {
+    tcase c;
+    int T = 0;
+    for (int i = 0; i < n_runs; i++) T += runs[i].n;
+    case_init(&c, T);
+    c.kv_dtype = kvdt;
+    if (mm_K)
+        snprintf(c.desc, sizeof c.desc, "%s K %d > H %d KV %d hd %d %s %s", dt_name(mm_dt), mm_K, H, KV, hd,
+                 inter ? "il" : "hf", label);
+    else
+        snprintf(c.desc, sizeof c.desc, "H %d KV %d hd %d %s %s", H, KV, hd, inter ? "il" : "hf", label);
+    for (int i = 0, t = 0; i < n_runs; i++)
+        for (int j = 0; j < runs[i].n; j++, t++) {
+            c.seq[t] = runs[i].seq;
+            c.pos[t] = runs[i].start + j;
+            TB_ASSERT(c.pos[t] < MAX_CTX && c.seq[t] < MAX_SEQS);
+        }
+    /* every sequence's blocks out of order: a shuffled pool */
+    int n_blocks = MAX_SEQS * MAX_BLOCKS;
+    for (int i = n_blocks - 1; i > 0; i--) {
+        int j = irand(i + 1), tmp = c.bt[i];
+        c.bt[i] = c.bt[j];
+        c.bt[j] = tmp;
+    }
+    int W = (H + 2 * KV) * hd;
+    size_t cn = (size_t)n_blocks * BLOCK_SIZE * KV * hd;
+    /* q and k scaled so that the softmax is not flat */
+    float *qkv = frandn((size_t)T * W, 2.0f), *f = inv_freq_of(hd);
+    float *k0 = frandn(cn, 2.0f), *v0 = frandn(cn, 1.0f); /* earlier positions */
+    void *kq = to_dtype(k0, cn, kvdt), *vq = to_dtype(v0, cn, kvdt);
+    int64_t qd[2] = {T, W}, fd[1] = {hd / 2}, cd[4] = {n_blocks, BLOCK_SIZE, KV, hd};
+    float *mx = NULL, *mw = NULL;
+    void *mwq = NULL;
+    int in[2] = {-1, add_w(&c, "inv_freq", TB_F32, 1, fd, f)};
+    if (mm_K) {
+        mx = frandn((size_t)T * mm_K, 1.0f);
+        mw = frandn((size_t)W * mm_K, 2.0f / sqrtf((float)mm_K));
+        mwq = to_dtype(mw, (size_t)W * mm_K, mm_dt);
+        int64_t xd[2] = {T, mm_K}, wd[2] = {W, mm_K};
+        int mi[2] = {add_w(&c, "x", TB_F32, 2, xd, mx), add_w(&c, "w_qkv", mm_dt, 2, wd, mwq)};
+        in[0] = node_out(&c, add_node(&c, TB_OP_MATMUL, mi, 2, NULL, NULL), 0);
+    } else {
+        in[0] = add_w(&c, "qkv", TB_F32, 2, qd, qkv);
+    }
+    c.kc = add_w(&c, "k_cache", kvdt, 4, cd, kq);
+    c.vc = add_w(&c, "v_cache", kvdt, 4, cd, vq);
+    int32_t ia[4] = {0, H, KV, hd | inter << 16};
+    float fa[4] = {1.0f / sqrtf((float)hd)};
+    int k = add_node(&c, TB_OP_ATTENTION, in, 2, ia, fa);
+    size_t on = (size_t)T * H * hd, es = tb_dtype_size(kvdt);
+    float *y = xmalloc(on * 4), *yr = xmalloc(on * 4);
+    void *kg = xmalloc(cn * es), *vg = xmalloc(cn * es);
+    int rv[3] = {c.g->nodes[k].out[0], c.kc, c.vc};
+    size_t rn[3] = {on, cn, cn};
+    void *o[3] = {y, kg, vg};
+    if (case_run(&c, rv, rn, 3, o) == 1) {
+        float *q_r = dupmem(qkv, (size_t)T * W * 4), *scratch = xmalloc(sizeof(float) * MAX_CTX);
+        if (mm_K) tb_ref_matmul(mx, mwq, mm_dt, NULL, q_r, T, mm_K, W);
+        tb_ref_rope(q_r, W, c.pos, f, T, H + KV, hd, inter);
+        tb_attn_args a = {
+            .T = T, .n_heads = H, .n_kv = KV, .hd = hd, .scale = fa[0], .pos = c.pos, .seq = c.seq,
+            .block_tables = c.bt, .max_blocks = MAX_BLOCKS, .block_size = BLOCK_SIZE, .k_cache = kq,
+            .v_cache = vq, .kv_dtype = kvdt,
+        };
+        tb_ref_attention(&a, q_r, yr, scratch);
+        int f16 = kvdt == TB_F16;
+        double ab = f16 ? bound_of(1e-4, 4e-3) : bound_of(5e-5, 2e-4);
+        double cb = f16 ? 1e-3 : bound_of(2e-5, 1e-4);
+        /* after a matmul, the keys and values differ from the reference's
+         * by its rounding: an f16 cache may hold the other neighbour (one
+         * ulp, 4.9e-4); on the GPU x is rounded to the weight type too */
+        if (mm_K && f16 && ab < 2e-3) ab = 2e-3;
+        if (mm_K && cur_bk->cuda && mm_dt != TB_F32) ab = cb = mm_dt == TB_F16 ? 5e-3 : 3e-2;
+        report(&c, TB_OP_ATTENTION, kvdt, NULL, rel_err(y, yr, on), ab);
+        float *got = xmalloc(cn * 4), *want = xmalloc(cn * 4);
+        from_dtype(kg, cn, kvdt, got);
+        from_dtype(kq, cn, kvdt, want);
+        report(&c, TB_OP_ATTENTION, kvdt, "k", rel_err(got, want, cn), cb);
+        from_dtype(vg, cn, kvdt, got);
+        from_dtype(vq, cn, kvdt, want);
+        report(&c, TB_OP_ATTENTION, kvdt, "v", rel_err(got, want, cn), cb);
+        free(got); free(want); free(q_r); free(scratch);
+    }
+    free(qkv); free(f); free(k0); free(v0); free(kq); free(vq); free(y); free(yr); free(kg); free(vg);
+    free(mx); free(mw); free(mwq);
+    tb_graph_free(c.g);
+}
+
+static void op_attention(tb_dtype kvdt, int H, int KV, int hd, int inter, const run_spec *runs, int n_runs,
+                         const char *label) {
+    attention_case(kvdt, H, KV, hd, inter, runs, n_runs, label, 0, TB_F32);
+}
+
+static void op_silu_mul(int T, int F) {
+    tcase c;
+    case_init(&c, T);
+    snprintf(c.desc, sizeof c.desc, "T %d F %d", T, F);
+    float *gu = frandn((size_t)T * 2 * F, 6.0f);
+    int64_t d[2] = {T, 2 * F};
+    int in[1] = {add_w(&c, "gu", TB_F32, 2, d, gu)};
+    int k = add_node(&c, TB_OP_SILU_MUL, in, 1, NULL, NULL);
+    size_t n = (size_t)T * F;
+    float *y = xmalloc(n * 4), *yr = xmalloc(n * 4);
+    int rv = c.g->nodes[k].out[0];
+    void *o[1] = {y};
+    if (case_run(&c, &rv, &n, 1, o) == 1) {
+        tb_ref_silu_mul(gu, yr, T, F);
+        report(&c, TB_OP_SILU_MUL, TB_F32, NULL, rel_err(y, yr, n), bound_of(1e-5, 1e-5));
+    }
+    free(gu); free(y); free(yr);
+    tb_graph_free(c.g);
+}
+
+static void op_add(int T, int D) {
+    tcase c;
+    case_init(&c, T);
+    snprintf(c.desc, sizeof c.desc, "T %d D %d", T, D);
+    float *a = frandn((size_t)T * D, 3.0f), *bb = frandn((size_t)T * D, 3.0f);
+    int64_t d[2] = {T, D};
+    int in[2] = {add_w(&c, "a", TB_F32, 2, d, a), add_w(&c, "b", TB_F32, 2, d, bb)};
+    int k = add_node(&c, TB_OP_ADD, in, 2, NULL, NULL);
+    size_t n = (size_t)T * D;
+    float *y = xmalloc(n * 4), *yr = xmalloc(n * 4);
+    int rv = c.g->nodes[k].out[0];
+    void *o[1] = {y};
+    if (case_run(&c, &rv, &n, 1, o) == 1) {
+        tb_ref_add(a, bb, yr, n);
+        report(&c, TB_OP_ADD, TB_F32, NULL, rel_err(y, yr, n), 0);
+    }
+    free(a); free(bb); free(y); free(yr);
+    tb_graph_free(c.g);
+}
+
+static void op_gather_rows(int T, int D, int R) {
+    tcase c;
+    case_init(&c, T);
+    snprintf(c.desc, sizeof c.desc, "T %d D %d rows %d", T, D, R);
+    c.R = R;
+    for (int r = 0; r < R; r++) c.rows[r] = r == R - 1 ? T - 1 : irand(T);
+    float *x = frandn((size_t)T * D, 3.0f);
+    int64_t d[2] = {T, D};
+    int in[1] = {add_w(&c, "x", TB_F32, 2, d, x)};
+    int k = add_node(&c, TB_OP_GATHER_ROWS, in, 1, NULL, NULL);
+    size_t n = (size_t)R * D;
+    float *y = xmalloc(n * 4), *yr = xmalloc(n * 4);
+    int rv = c.g->nodes[k].out[0];
+    void *o[1] = {y};
+    if (case_run(&c, &rv, &n, 1, o) == 1) {
+        /* the reference: the rows themselves (there is no kernel to mirror) */
+        for (int r = 0; r < R; r++) memcpy(yr + (size_t)r * D, x + (size_t)c.rows[r] * D, sizeof(float) * (size_t)D);
+        report(&c, TB_OP_GATHER_ROWS, TB_F32, NULL, rel_err(y, yr, n), 0);
+    }
+    free(x); free(y); free(yr);
+    tb_graph_free(c.g);
+}
+
+/* ---------------------------------------------------------------- patterns */
+/* Chains of nodes that a backend may run as one (the CUDA backend fuses
+ * them on its GEMV path, T <= 8, and on cuBLAS steps writes the next
+ * matmul's converted input from the producer, T > 8): each against the
+ * chain of references. Bounds: cpu 3e-5 (f32 ops in a row); cuda f32 1e-4,
+ * f16 5e-3, bf16 3e-2 (x, or the RMSNorm weight folded into the matmul's,
+ * rounded to the weight type). */
+typedef enum { PAT_MM_SILU, PAT_SILU_MM, PAT_NORM_MM, PAT_MM_ADDNORM_MM } pat_kind;
+
+static double pattern_bound(tb_dtype wdt) {
+    return bound_of(3e-5, wdt == TB_F32 ? 1e-4 : wdt == TB_F16 ? 5e-3 : 3e-2);
+}
+
+/* x (T, K); the first matmul's weight (N1, K) where there is one; the last
+ * output (T, N). */
+static void pattern(pat_kind pk, tb_dtype wdt, int T, int K, int N) {
+    static const char *names[] = {"matmul>silu_mul", "silu_mul>matmul", "rmsnorm>matmul",
+                                  "matmul>add_rmsnorm>matmul"};
+    tcase c;
+    case_init(&c, T);
+    snprintf(c.desc, sizeof c.desc, "%s T %d K %d N %d", names[pk], T, K, N);
+    float eps = 1e-5f, fa[4] = {eps};
+    int xw = pk == PAT_SILU_MM ? 2 * K : K; /* width of the input */
+    int N1 = pk == PAT_MM_SILU ? 2 * N : K;  /* the first matmul's outputs */
+    float *x = frandn((size_t)T * xw, 2.0f), *w1 = frandn((size_t)N1 * K, 2.0f / sqrtf((float)K));
+    float *w2 = frandn((size_t)N * K, 2.0f / sqrtf((float)K)), *wn = frandn((size_t)K, 1.5f);
+    float *res = frandn((size_t)T * K, 1.0f);
+    void *w1q = to_dtype(w1, (size_t)N1 * K, wdt), *w2q = to_dtype(w2, (size_t)N * K, wdt);
+    int64_t xd[2] = {T, xw}, w1d[2] = {N1, K}, w2d[2] = {N, K}, nd[1] = {K}, rd[2] = {T, K};
+    int xv = add_w(&c, "x", TB_F32, 2, xd, x), last = -1, rv = -1;
+    switch (pk) {
+    case PAT_MM_SILU: {
+        int a[2] = {xv, add_w(&c, "w1", wdt, 2, w1d, w1q)};
+        int gu = node_out(&c, add_node(&c, TB_OP_MATMUL, a, 2, NULL, NULL), 0);
+        last = add_node(&c, TB_OP_SILU_MUL, &gu, 1, NULL, NULL);
+        break;
+    }
+    case PAT_SILU_MM: {
+        int h = node_out(&c, add_node(&c, TB_OP_SILU_MUL, &xv, 1, NULL, NULL), 0);
+        int a[2] = {h, add_w(&c, "w2", wdt, 2, w2d, w2q)};
+        last = add_node(&c, TB_OP_MATMUL, a, 2, NULL, NULL);
+        break;
+    }
+    case PAT_NORM_MM: {
+        int a[2] = {xv, add_w(&c, "wn", TB_F32, 1, nd, wn)};
+        int h = node_out(&c, add_node(&c, TB_OP_RMSNORM, a, 2, NULL, fa), 0);
+        int b[2] = {h, add_w(&c, "w2", wdt, 2, w2d, w2q)};
+        last = add_node(&c, TB_OP_MATMUL, b, 2, NULL, NULL);
+        break;
+    }
+    case PAT_MM_ADDNORM_MM: {
+        int a[2] = {xv, add_w(&c, "w1", wdt, 2, w1d, w1q)};
+        int d = node_out(&c, add_node(&c, TB_OP_MATMUL, a, 2, NULL, NULL), 0);
+        int b[3] = {add_w(&c, "res", TB_F32, 2, rd, res), d, add_w(&c, "wn", TB_F32, 1, nd, wn)};
+        int an = add_node(&c, TB_OP_ADD_RMSNORM, b, 3, NULL, fa);
+        rv = node_out(&c, an, 0);
+        int e[2] = {node_out(&c, an, 1), add_w(&c, "w2", wdt, 2, w2d, w2q)};
+        last = add_node(&c, TB_OP_MATMUL, e, 2, NULL, NULL);
+        break;
+    }
+    }
+    size_t n = (size_t)T * N, nk = (size_t)T * K;
+    float *y = xmalloc(n * 4), *yr = xmalloc(n * 4), *r = xmalloc(nk * 4), *rr = xmalloc(nk * 4);
+    float *h = xmalloc(sizeof(float) * (size_t)T * N1), *h2 = xmalloc(nk * 4);
+    /* the residual is read only where it stays smaller than the output (the
+     * output must be the last matmul's for the fusion to form) */
+    int rvs[2] = {c.g->nodes[last].out[0], rv};
+    size_t rns[2] = {n, nk};
+    void *o[2] = {y, r};
+    int n_read = rv >= 0 && nk < n ? 2 : 1;
+    if (case_run(&c, rvs, rns, n_read, o) == 1) {
+        switch (pk) {
+        case PAT_MM_SILU:
+            tb_ref_matmul(x, w1q, wdt, NULL, h, T, K, N1);
+            tb_ref_silu_mul(h, yr, T, N);
+            break;
+        case PAT_SILU_MM:
+            tb_ref_silu_mul(x, h2, T, K);
+            tb_ref_matmul(h2, w2q, wdt, NULL, yr, T, K, N);
+            break;
+        case PAT_NORM_MM:
+            tb_ref_rmsnorm(x, wn, h2, T, K, eps);
+            tb_ref_matmul(h2, w2q, wdt, NULL, yr, T, K, N);
+            break;
+        case PAT_MM_ADDNORM_MM:
+            tb_ref_matmul(x, w1q, wdt, NULL, h, T, K, K);
+            tb_ref_add_rmsnorm(res, h, wn, rr, h2, T, K, eps);
+            tb_ref_matmul(h2, w2q, wdt, NULL, yr, T, K, N);
+            break;
+        }
+        tb_op_kind lk = c.g->nodes[last].op;
+        report(&c, lk, wdt, "chain", rel_err(y, yr, n), pattern_bound(wdt));
+        if (n_read == 2) report(&c, TB_OP_ADD_RMSNORM, wdt, "chain r", rel_err(r, rr, nk), pattern_bound(wdt));
+    }
+    free(x); free(w1); free(w2); free(wn); free(res); free(w1q); free(w2q);
+    free(y); free(yr); free(r); free(rr); free(h); free(h2);
+    tb_graph_free(c.g);
+}
+
+/* ---------------------------------------------------------------- all */
+static const int Ts[] = {1, 3, 17};
+
+static void run_all(void) {
+    static const tb_dtype wdts[] = {TB_F32, TB_F16, TB_BF16};
+    for (int di = 0; di < 3; di++) {
+        op_embedding(wdts[di], 37, 67, 1);
+        op_embedding(wdts[di], 100, 256, 3);
+        op_embedding(wdts[di], 11, 5, 17);
+    }
+    for (int fused = 0; fused < 2; fused++) {
+        op_rmsnorm(fused, 1, 64);
+        op_rmsnorm(fused, 3, 67);
+        op_rmsnorm(fused, 17, 257);
+        op_rmsnorm(fused, 9, 1000);
+    }
+    for (int di = 0; di < 3; di++) {
+        tb_dtype w = wdts[di];
+        op_matmul(w, 1, 64, 32, 0);
+        op_matmul(w, 1, 67, 45, 1);
+        op_matmul(w, 3, 131, 33, 0);
+        op_matmul(w, 8, 256, 24, 0);
+        op_matmul(w, 9, 40, 70, 1);
+        op_matmul(w, 17, 256, 70, 0);
+        op_matmul(w, 100, 96, 40, 1);
+    }
+    for (int i = 0; i < 3; i++) {
+        op_rope(Ts[i], 2, 64, 2 * 64, i & 1, 0);
+        op_rope(Ts[i], 3, 128, 5 * 128, (i + 1) & 1, 200);
+    }
+    op_rope(5, 4, 6, 4 * 6 + 3, 0, 37);
+    op_rope(5, 4, 6, 4 * 6 + 3, 1, 37);
+    static const tb_dtype kvdts[] = {TB_F32, TB_F16};
+    for (int di = 0; di < 2; di++) {
+        tb_dtype kv = kvdts[di];
+        run_spec decode1[] = {{0, 0, 1}};
+        run_spec decode3[] = {{2, 40, 1}, {0, 0, 1}, {1, 17, 1}};
+        run_spec prefill[] = {{0, 0, 17}};
+        run_spec mixed[] = {{0, 9, 5}, {3, 130, 1}, {1, 0, 3}};
+        run_spec longrun[] = {{1, 7, 40}, {0, 200, 1}};
+        op_attention(kv, 4, 4, 64, 0, decode1, 1, "T 1 pos 0");
+        op_attention(kv, 8, 2, 64, 0, decode3, 3, "3 seqs decode pos 40,0,17");
+        op_attention(kv, 8, 2, 128, 1, decode3, 3, "3 seqs decode pos 40,0,17");
+        op_attention(kv, 4, 2, 64, 0, prefill, 1, "prefill T 17");
+        op_attention(kv, 6, 3, 128, 0, mixed, 3, "chunk 9..13, 130, 0..2");
+        op_attention(kv, 4, 1, 32, 1, mixed, 3, "chunk 9..13, 130, 0..2");
+        /* head_dim no multiple of 8: the CPU's scalar-tail attention */
+        op_attention(kv, 4, 2, 20, 0, mixed, 3, "chunk 9..13, 130, 0..2");
+        op_attention(kv, 2, 1, 6, 1, prefill, 1, "prefill T 17");
+        op_attention(kv, 4, 2, 128, 0, longrun, 2, "run of 40 at 7, 1 at 200");
+        op_attention(kv, 2, 2, 64, 1, longrun, 2, "run of 40 at 7, 1 at 200");
+    }
+    for (int i = 0; i < 3; i++) op_silu_mul(Ts[i], (int[]){5, 64, 300}[i]);
+    op_silu_mul(100, 35);
+    for (int i = 0; i < 3; i++) op_add(Ts[i], (int[]){7, 64, 129}[i]);
+    op_gather_rows(1, 64, 1);
+    op_gather_rows(17, 67, 3);
+    op_gather_rows(40, 33, 40);
+
+    /* chains the GPU fuses: GEMV steps (1, 2, 8 tokens) and cuBLAS steps
+     * (17) in every weight dtype */
+    static const int pTs[] = {1, 2, 8, 17};
+    for (int di = 0; di < 3; di++)
+        for (int i = 0; i < 4; i++) {
+            int T = pTs[i];
+            pattern(PAT_MM_SILU, wdts[di], T, 64, 48);
+            pattern(PAT_SILU_MM, wdts[di], T, 72, 40);
+            pattern(PAT_NORM_MM, wdts[di], T, 128, 56);
+            pattern(PAT_MM_ADDNORM_MM, wdts[di], T, 64, 96);
+            pattern(PAT_MM_ADDNORM_MM, wdts[di], T, 40, 24); /* residual not read */
+        }
+    for (int di = 0; di < 3; di++)
+        for (int kv = 0; kv < 2; kv++) {
+            run_spec dec[] = {{2, 40, 1}, {0, 0, 1}, {1, 17, 1}};
+            run_spec pre[] = {{0, 5, 17}};
+            attention_case(kv ? TB_F16 : TB_F32, 8, 2, 64, 0, dec, 3, "3 seqs decode", 96, wdts[di]);
+            attention_case(kv ? TB_F16 : TB_F32, 4, 2, 128, 1, pre, 1, "prefill 17 at 5", 64, wdts[di]);
+        }
+}
+
+int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0); /* the log up to a crash */
+    /* the CPU, once per SIMD path it runs */
+    static const char *paths[] = {"avx512", "avx2", "scalar"};
+    for (int i = 0; i < 3; i++) {
+        if (tb_cpu_kernel_force_path(paths[i]) != 0) {
+            printf("cpu/%s: not supported by this CPU, skipped\n", paths[i]);
+            continue;
+        }
+        backend_desc *d = &backends[n_backends++];
+        snprintf(d->label, sizeof d->label, "cpu/%s", paths[i]);
+        d->device = "cpu";
+        d->path = paths[i];
+    }
+    tb_cpu_kernel_force_path(NULL);
+    /* the GPU: required when asked for, else when the module finds one */
+    const char *want = getenv("TURBINE_TEST_DEVICE");
+    int need_cuda = want && !strncmp(want, "cuda", 4);
+    const char *cuda_dev = need_cuda ? want : "cuda";
+    tb_backend *probe = NULL;
+    if (tb_backend_create(cuda_dev, 1, MAX_CTX, &probe) == TB_OK) {
+        tb_backend_free(probe);
+        backend_desc *d = &backends[n_backends++];
+        snprintf(d->label, sizeof d->label, "cuda");
+        d->device = cuda_dev;
+        d->cuda = 1;
+    } else {
+        printf("%s: %s (%s)\n", cuda_dev, need_cuda ? "FAILED" : "not present, skipped", tb_last_error());
+        CHECK_MSG(!need_cuda, "TURBINE_TEST_DEVICE=%s but the backend cannot be created", want);
+    }
+
+    double t0 = tb_now();
+    for (int i = 0; i < n_backends; i++) {
+        cur_bk = &backends[i];
+        int fails = tb_test_failures;
+        printf("== %s\n", cur_bk->label);
+        for (int k = 0; k < TB_OP_COUNT; k++) worst[k] = 0, covered[k] = 0;
+        rng_state = 0x2545f4914f6cdd1dull; /* the same cases on every backend */
+        run_all();
+        printf("%s: worst error per op:", cur_bk->label);
+        for (int k = 0; k < TB_OP_COUNT; k++) printf(" %s %.1e", tb_op_name((tb_op_kind)k), worst[k]);
+        /* an op added to the IR fails here until it has a case */
+        for (int k = 0; k < TB_OP_COUNT; k++)
+            CHECK_MSG(covered[k], "%s: op %s has no case in test_backend_ops", cur_bk->label,
+                      tb_op_name((tb_op_kind)k));
+        printf(" -> %s\n", tb_test_failures == fails ? "ok" : "FAILED");
+    }
+    tb_cpu_kernel_force_path(NULL);
+    printf("%d comparisons, %d cases skipped, %.1f s\n", n_run, n_skip, tb_now() - t0);
+    CHECK(n_backends >= 1 && n_run > 0);
+    return tb_test_finish("test_backend_ops");
+}
