@@ -467,15 +467,15 @@ static tb_status cuda_load_weights(tb_backend *b, const tb_graph *g, void **bufs
                  nwv->dtype == TB_F32 && uses[nn->in[wi]] == 1 && uses[mm->in[1]] == 1 && tbc_of(wv->dtype, &wdt) &&
                  wv->rank == 2 && nwv->dims[0] == wv->dims[1];
         if (ok) {
-            CU_TRY(tbc_fold_norm(bufs[mm->in[1]], wdt, (int)wv->dims[0], (int)wv->dims[1], bufs[nn->in[wi]],
-                                 c->stream),
-                   "folding an RMSNorm weight");
+            cudaError_t fe = tbc_fold_norm(bufs[mm->in[1]], wdt, (int)wv->dims[0], (int)wv->dims[1],
+                                           bufs[nn->in[wi]], c->stream);
+            if (fe != cudaSuccess) { free(uses); return cuda_fail(fe, "folding an RMSNorm weight"); }
         } else {
             c->fuse_kind[k] &= (uint8_t) ~(FUSE_NORM | FUSE_ADDNORM);
         }
     }
+    free(uses); /* before any return below: every later failure returns at once */
     CU_TRY(cudaStreamSynchronize(c->stream), "folding RMSNorm weights");
-    free(uses);
     TB_TRY(tune_gemv(c, g, bufs));
     c->fused_node = -1;
     const tb_value *ov = &g->values[g->output];
@@ -484,6 +484,8 @@ static tb_status cuda_load_weights(tb_backend *b, const tb_graph *g, void **bufs
         CU_TRY(cudaMallocHost((void **)&c->h_out, out_bytes ? out_bytes : 256), "allocating pinned logits");
         c->out_bytes = out_bytes;
     }
+    free(c->seq_map); /* a second load replaces them */
+    free(c->seq_last);
     c->seq_map = calloc((size_t)max_tokens, sizeof(int32_t));
     c->seq_last = calloc((size_t)max_tokens, sizeof(int32_t));
     if (!c->seq_map || !c->seq_last) return tb_errorf(TB_ERR_OOM, "out of memory");
