@@ -82,7 +82,9 @@ typedef struct {
     const int32_t *block_tables;   /* (n_seqs, max_blocks), device        */
     int max_blocks, block_size;
     void *k_cache, *v_cache;       /* (n_blocks, block_size, n_kv, hd)    */
-    int kv_f16;                    /* 1: f16 cache, 0: f32                */
+    int kv_f16;                    /* 1: f16 cache                        */
+    int kv_bf16;                   /* 1: bf16 cache (decode kernel and
+                                    * rope_kv only); both 0: f32          */
     const float *inv_freq;         /* (hd/2)                              */
     /* split-K: each (token, head) is cut into n_splits ranges of keys whose
      * partial results (n_splits * (hd + 2) floats per (t, h)) go to
