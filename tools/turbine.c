@@ -389,9 +389,10 @@ static int cmd_run(int argc, char **argv) {
     fflush(stdout);
     fprintf(stderr,
             "timing: load_ms=%.2f prompt_tokens=%d prompt_ms=%.2f prompt_tok_s=%.1f gen_tokens=%d gen_ms=%.2f "
-            "gen_tok_s=%.1f threads=%d\n",
+            "gen_tok_s=%.1f threads=%d kv_dtype=%s\n",
             load_ms, n_prompt, t_prompt * 1e3, n_prompt / (t_prompt > 0 ? t_prompt : 1e-9), n_gen, t_gen * 1e3,
-            n_gen > 0 ? n_gen / (t_gen > 0 ? t_gen : 1e-9) : 0.0, tb_context_threads(ctx));
+            n_gen > 0 ? n_gen / (t_gen > 0 ? t_gen : 1e-9) : 0.0, tb_context_threads(ctx),
+            tb_dtype_name(tb_context_kv_dtype(ctx)));
     rc = 0;
 done:
     if (lf && fclose(lf) != 0 && rc == 0) { fprintf(stderr, "turbine: error: cannot write %s\n", logits_out); rc = 1; }
