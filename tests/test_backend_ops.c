@@ -35,8 +35,11 @@
  *   attention    kv f16      1e-4    4e-3    as f32, plus a rotated key that
  *                                            rounds to the other f16 neighbour;
  *                                            cuda: f16 q and P in flash prefill
- *   (kv cache written by attention: f32 2e-5 / 1e-4, f16 1e-3 / 1e-3: rope
- *    error, plus one f16 ulp)
+ *   attention    kv bf16     1e-3    1e-2    as f16 with the bf16 ulp (8x);
+ *                                            cuda: the attention kernel for all
+ *                                            T (no GEMM or flash prefill)
+ *   (kv cache written by attention: f32 2e-5 / 1e-4, f16 1e-3 / 1e-3, bf16
+ *    8e-3 / 8e-3: rope error, plus one f16 or bf16 ulp)
  *   silu_mul     f32         1e-5    1e-5    exp in another form
  *   add          f32         0       0       one f32 add per element
  *   gather_rows  f32         0       0       a copy
@@ -46,7 +49,8 @@
  *                                            GPU fuses them; x or the folded
  *                                            norm weight in the weight type
  *   matmul>attention: the attention bounds, at least 2e-3 with an f16 cache
- *    (a key one f16 ulp off), the chain bound for f16/bf16 weights on cuda
+ *    (a key one f16 ulp off), the chain bound for f16/bf16 weights on cuda,
+ *    never below the bf16 cache's bounds
  *
  * The cuda column is derived from the arithmetic above (rounding of x to
  * the weight type, f16 q and P, __expf); docs/TESTING.md keeps the errors
@@ -483,14 +487,18 @@ static void attention_case(tb_dtype kvdt, int H, int KV, int hd, int inter, cons
             .v_cache = vq, .kv_dtype = kvdt,
         };
         tb_ref_attention(&a, q_r, yr, scratch);
-        int f16 = kvdt == TB_F16;
-        double ab = f16 ? bound_of(1e-4, 4e-3) : bound_of(5e-5, 2e-4);
-        double cb = f16 ? 1e-3 : bound_of(2e-5, 1e-4);
+        int f16 = kvdt == TB_F16, bf16 = kvdt == TB_BF16;
+        double ab = bf16 ? bound_of(1e-3, 1e-2) : f16 ? bound_of(1e-4, 4e-3) : bound_of(5e-5, 2e-4);
+        double cb = bf16 ? 8e-3 : f16 ? 1e-3 : bound_of(2e-5, 1e-4);
         /* after a matmul, the keys and values differ from the reference's
          * by its rounding: an f16 cache may hold the other neighbour (one
          * ulp, 4.9e-4); on the GPU x is rounded to the weight type too */
         if (mm_K && f16 && ab < 2e-3) ab = 2e-3;
         if (mm_K && cur_bk->cuda && mm_dt != TB_F32) ab = cb = mm_dt == TB_F16 ? 5e-3 : 3e-2;
+        /* a bf16 cache: a key may hold the other bf16 neighbour (one ulp,
+         * 2^-8 to 2^-7 of the value) whatever fed it */
+        if (bf16 && cb < 8e-3) cb = 8e-3;
+        if (bf16 && ab < bound_of(1e-3, 1e-2)) ab = bound_of(1e-3, 1e-2);
         report(&c, TB_OP_ATTENTION, kvdt, NULL, rel_err(y, yr, on), ab);
         float *got = xmalloc(cn * 4), *want = xmalloc(cn * 4);
         from_dtype(kg, cn, kvdt, got);
@@ -705,8 +713,8 @@ static void run_all(void) {
     }
     op_rope(5, 4, 6, 4 * 6 + 3, 0, 37);
     op_rope(5, 4, 6, 4 * 6 + 3, 1, 37);
-    static const tb_dtype kvdts[] = {TB_F32, TB_F16};
-    for (int di = 0; di < 2; di++) {
+    static const tb_dtype kvdts[] = {TB_F32, TB_F16, TB_BF16};
+    for (int di = 0; di < 3; di++) {
         tb_dtype kv = kvdts[di];
         run_spec decode1[] = {{0, 0, 1}};
         run_spec decode3[] = {{2, 40, 1}, {0, 0, 1}, {1, 17, 1}};
@@ -745,11 +753,11 @@ static void run_all(void) {
             pattern(PAT_MM_ADDNORM_MM, wdts[di], T, 40, 24); /* residual not read */
         }
     for (int di = 0; di < 3; di++)
-        for (int kv = 0; kv < 2; kv++) {
+        for (int kv = 0; kv < 3; kv++) {
             run_spec dec[] = {{2, 40, 1}, {0, 0, 1}, {1, 17, 1}};
             run_spec pre[] = {{0, 5, 17}};
-            attention_case(kv ? TB_F16 : TB_F32, 8, 2, 64, 0, dec, 3, "3 seqs decode", 96, wdts[di]);
-            attention_case(kv ? TB_F16 : TB_F32, 4, 2, 128, 1, pre, 1, "prefill 17 at 5", 64, wdts[di]);
+            attention_case(kvdts[kv], 8, 2, 64, 0, dec, 3, "3 seqs decode", 96, wdts[di]);
+            attention_case(kvdts[kv], 4, 2, 128, 1, pre, 1, "prefill 17 at 5", 64, wdts[di]);
         }
 }
 

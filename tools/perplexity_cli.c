@@ -28,7 +28,7 @@
 #include "turbine/turbine.h"
 
 typedef struct {
-    const char *engine, *text, *ids, *device;
+    const char *engine, *text, *ids, *device, *kv_dtype;
     int ctx, threads;
 } ppl_args;
 
@@ -45,6 +45,8 @@ static const tb_cli_opt ppl_opts[] = {
     {"--threads", "-t", TB_OPT_INT, "N", 1, 256, 0, 0, 0, P(threads), "one per core", "CPU threads"},
     {"--device", NULL, TB_OPT_STR, "cpu|cuda[:N]", 0, 0, 0, 0, 0, P(device), "the engine's backend",
      "where to run; must match what the engine was built for"},
+    {"--kv-dtype", NULL, TB_OPT_CHOICE, "auto|f32|f16|bf16", 0, 0, 0, 0, 0, P(kv_dtype), "auto",
+     "the KV cache's element type; auto: the engine's activation dtype (f32, f16 or bf16)"},
 };
 #undef P
 
@@ -95,6 +97,7 @@ int tb_cli_perplexity(int argc, char **argv) {
     co.n_threads = threads;
     co.max_seqs = 1;
     co.device = device;
+    co.kv_dtype = a.kv_dtype;
     co.no_prefix_cache = 1; /* every window is new */
     tb_context *ctx = NULL;
     int32_t *toks = NULL;

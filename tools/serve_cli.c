@@ -75,6 +75,8 @@ static const tb_cli_opt serve_opts[] = {
      "the engine file's base name", "the model name /v1/models lists and requests must use"},
     {"--device", NULL, TB_OPT_STR, "cpu|cuda[:N]", 0, 0, 0, 0, 0, S(device), "the engine's backend",
      "where to run; must match what the engine was built for"},
+    {"--kv-dtype", NULL, TB_OPT_CHOICE, "auto|f32|f16|bf16", 0, 0, 0, 0, 0, S(kv_dtype), "auto",
+     "the KV cache's element type; auto: the engine's activation dtype (f32, f16 or bf16)"},
     {"--no-prefix-caching", "--no-enable-prefix-caching", TB_OPT_FLAG, NULL, 0, 0, 0, 0, 1, S(no_prefix_cache),
      NULL, "do not reuse the KV cache of a prompt prefix another request computed"},
     {"--enable-prefix-caching", NULL, TB_OPT_FLAG, NULL, 0, 0, 0, 0, 0, S(no_prefix_cache), "on",

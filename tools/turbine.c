@@ -177,7 +177,7 @@ static void print_piece(const tb_tokenizer *tok, int prev, int t) {
 }
 
 typedef struct {
-    const char *engine, *prompt, *prompt_ids, *logits_out, *device;
+    const char *engine, *prompt, *prompt_ids, *logits_out, *device, *kv_dtype;
     int steps, threads, top_k;
     double temperature, top_p, min_p, repeat_penalty;
     uint64_t seed;
@@ -228,6 +228,8 @@ static const tb_cli_opt run_opts[] = {
     {"--threads", "-t", TB_OPT_INT, "N", 1, 256, 0, 0, 0, R(threads), "one per core", "CPU threads"},
     {"--device", NULL, TB_OPT_STR, "cpu|cuda[:N]", 0, 0, 0, 0, 0, R(device), "the engine's backend",
      "where to run; must match what the engine was built for"},
+    {"--kv-dtype", NULL, TB_OPT_CHOICE, "auto|f32|f16|bf16", 0, 0, 0, 0, 0, R(kv_dtype), "auto",
+     "the KV cache's element type; auto: the engine's activation dtype (f32, f16 or bf16)"},
 };
 #undef R
 
@@ -273,6 +275,7 @@ static int cmd_run(int argc, char **argv) {
     co.n_threads = threads;
     co.max_seqs = 1;
     co.device = device;
+    co.kv_dtype = a.kv_dtype;
     tb_context *ctx = NULL;
     if (tb_context_create(e, &co, &ctx) != TB_OK) { tb_engine_free(e); return fail("cannot create a context"); }
     double load_ms = (tb_now() - t_load0) * 1e3;
@@ -386,9 +389,10 @@ static int cmd_run(int argc, char **argv) {
     fflush(stdout);
     fprintf(stderr,
             "timing: load_ms=%.2f prompt_tokens=%d prompt_ms=%.2f prompt_tok_s=%.1f gen_tokens=%d gen_ms=%.2f "
-            "gen_tok_s=%.1f threads=%d\n",
+            "gen_tok_s=%.1f threads=%d kv_dtype=%s\n",
             load_ms, n_prompt, t_prompt * 1e3, n_prompt / (t_prompt > 0 ? t_prompt : 1e-9), n_gen, t_gen * 1e3,
-            n_gen > 0 ? n_gen / (t_gen > 0 ? t_gen : 1e-9) : 0.0, tb_context_threads(ctx));
+            n_gen > 0 ? n_gen / (t_gen > 0 ? t_gen : 1e-9) : 0.0, tb_context_threads(ctx),
+            tb_dtype_name(tb_context_kv_dtype(ctx)));
     rc = 0;
 done:
     if (lf && fclose(lf) != 0 && rc == 0) { fprintf(stderr, "turbine: error: cannot write %s\n", logits_out); rc = 1; }

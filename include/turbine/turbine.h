@@ -122,6 +122,8 @@ typedef struct {
     int kv_block_size;    /* 0: 16 tokens per block                          */
     const char *device;   /* NULL: the backend the engine was built for      */
     int no_prefix_cache;  /* 1: full blocks are not kept for reuse            */
+    const char *kv_dtype; /* NULL or "auto": the engine's activation dtype
+                           * (f32, f16 or bf16); else "f32", "f16", "bf16"  */
 } tb_context_options;
 
 void tb_context_options_default(tb_context_options *o);
@@ -156,6 +158,8 @@ int tb_seq_reuse_prefix(tb_context *c, int seq, const int32_t *tokens, int n_tok
 int tb_kv_free_blocks(const tb_context *c);
 int tb_kv_cached_blocks(const tb_context *c);
 int tb_kv_total_blocks(const tb_context *c);
+/* The element type of the KV cache (see tb_context_options.kv_dtype). */
+tb_dtype tb_context_kv_dtype(const tb_context *c);
 int tb_kv_block_size(const tb_context *c);
 
 /* Runs one flattened step over all chunks. Logit rows are written in chunk

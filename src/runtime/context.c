@@ -170,7 +170,17 @@ tb_status tb_context_create(tb_engine *e, const tb_context_options *opt, tb_cont
     c->n_layers = e->info.n_layers;
     c->block_size = o.kv_block_size > 0 ? o.kv_block_size : 16;
     c->max_blocks = (c->max_ctx + c->block_size - 1) / c->block_size;
-    c->kv_dtype = e->info.weight_dtype == TB_F32 ? TB_F32 : TB_F16;
+    /* The cache holds what the engine computes in: an f16 cache under a bf16
+     * engine overflows where keys or values pass 65504, which bf16 carries. */
+    c->kv_dtype = e->info.weight_dtype == TB_F16 || e->info.weight_dtype == TB_BF16 ? e->info.weight_dtype : TB_F32;
+    if (o.kv_dtype && *o.kv_dtype && strcmp(o.kv_dtype, "auto") != 0) {
+        tb_dtype kd;
+        if (tb_dtype_parse(o.kv_dtype, &kd) != TB_OK || (kd != TB_F32 && kd != TB_F16 && kd != TB_BF16)) {
+            free(c);
+            return tb_errorf(TB_ERR_INVALID_ARG, "kv dtype '%.32s' is not auto, f32, f16 or bf16", o.kv_dtype);
+        }
+        c->kv_dtype = kd;
+    }
     int ids_v = tb_graph_find_value(g, "token_ids");
     if (ids_v < 0) { free(c); return tb_errorf(TB_ERR_FORMAT, "engine graph has no token_ids input"); }
     c->ids_value = ids_v;
@@ -321,6 +331,7 @@ int tb_kv_total_blocks(const tb_context *c) { return c->n_blocks; }
 int tb_kv_block_size(const tb_context *c) { return c->block_size; }
 int tb_context_max_seqs(const tb_context *c) { return c->max_seqs; }
 int tb_context_max_step(const tb_context *c) { return c->max_step; }
+tb_dtype tb_context_kv_dtype(const tb_context *c) { return c->kv_dtype; }
 int tb_context_threads(const tb_context *c) { return c->be->n_threads; }
 tb_engine *tb_context_engine(const tb_context *c) { return c->e; }
 int tb_context_prefix_caching(const tb_context *c) { return tb_kv_pool_caching(c->pool); }

@@ -1223,6 +1223,7 @@ static tb_status load_engine(server *s) {
     co.kv_cache_bytes = s->o.kv_cache_bytes;
     co.device = s->o.device;
     co.no_prefix_cache = s->o.no_prefix_cache;
+    co.kv_dtype = s->o.kv_dtype;
     if (s->o.gpu_memory_fraction > 0 && !s->o.kv_cache_bytes) {
         const char *dev = s->o.device ? s->o.device : s->e->backend;
         uint64_t total = 0, avail = 0;

@@ -32,6 +32,7 @@ typedef struct {
     int connection_timeout_s;   /* idle client timeout, default 60 */
     const char *device;         /* NULL: the engine's backend; "cpu", "cuda:N" */
     int no_prefix_cache;        /* 1: no KV reuse across requests */
+    const char *kv_dtype;       /* NULL/"auto": the engine's; "f32", "f16", "bf16" */
     int stream_interval;        /* generated tokens per streamed event, default 1 */
     int stream_buffer;          /* tokens a stream holds for a client that is not
                                  * reading; past it the request is cancelled.

@@ -531,7 +531,7 @@ static void attn_run(void *arg, int ith, int nth) {
 
 void tb_cpu_attention(tb_pool *p, const tb_attn_args *a, const float *qkv, float *out,
                       float *scratch, int max_ctx) {
-    TB_ASSERT(a->kv_dtype == TB_F32 || a->kv_dtype == TB_F16);
+    TB_ASSERT(a->kv_dtype == TB_F32 || a->kv_dtype == TB_F16 || a->kv_dtype == TB_BF16);
     TB_ASSERT(a->n_kv > 0 && a->n_heads % a->n_kv == 0);
     int nth = pool_threads(p);
     attn_job j = {kt(), a, qkv, out, scratch,

@@ -83,7 +83,7 @@ void tb_cpu_rope(tb_pool *p, float *x, int row_stride, const int32_t *pos,
 /* ---- paged attention (grouped-query, causal), for one layer.
  *
  * The KV cache of a layer is a pool of blocks:
- *   k_cache, v_cache (n_blocks, block_size, n_kv, hd) in kv_dtype (f32 or f16).
+ *   k_cache, v_cache (n_blocks, block_size, n_kv, hd) in kv_dtype (f32, f16 or bf16).
  * Sequence s owns blocks block_tables[s * max_blocks + j], j = 0, 1, ...;
  * position p of s lives in block block_tables[s*max_blocks + p/block_size],
  * row p % block_size.
@@ -108,7 +108,7 @@ typedef struct {
     int max_blocks;
     int block_size;
     void *k_cache, *v_cache;     /* (n_blocks, block_size, n_kv, hd) */
-    tb_dtype kv_dtype;           /* TB_F32 or TB_F16 */
+    tb_dtype kv_dtype;           /* TB_F32, TB_F16 or TB_BF16 */
 } tb_attn_args;
 
 /* Most q heads that one attention call handles together (the scores of

@@ -896,7 +896,7 @@ AVX2_INLINE void axpy_kv(float *out, float p, const void *v, tb_dtype dt, int hd
 AVX2_INLINE void attn_head_dt(const tb_attn_args *a, const float *q, int t, int kvh, float *out,
                               float *scores, tb_dtype dt) {
     int hd = a->hd, bs = a->block_size, ctx = a->pos[t] + 1;
-    size_t esz = dt == TB_F16 ? 2 : 4;
+    size_t esz = dt == TB_F32 ? 4 : 2;
     size_t row = (size_t)a->n_kv * hd; /* elements per cache row */
     const int32_t *bt = a->block_tables + (size_t)a->seq[t] * a->max_blocks;
     const uint8_t *kc = a->k_cache, *vc = a->v_cache;
@@ -948,7 +948,7 @@ AVX2_INLINE void attn_head_dt(const tb_attn_args *a, const float *q, int t, int 
 AVX2_INLINE void attn_scores(const tb_attn_args *a, const float *const *q, int NG, const size_t *koff, int ctx,
                              const int32_t *bt, float *scores, size_t ss, tb_dtype dt) {
     int hd = a->hd, bs = a->block_size;
-    size_t esz = dt == TB_F16 ? 2 : 4, rb = (size_t)a->n_kv * hd * esz; /* bytes per cache row */
+    size_t esz = dt == TB_F32 ? 4 : 2, rb = (size_t)a->n_kv * hd * esz; /* bytes per cache row */
     const __m256 scale = _mm256_set1_ps(a->scale);
     for (int j0 = 0, b = 0; j0 < ctx; j0 += bs, b++) {
         int n = ctx - j0 < bs ? ctx - j0 : bs;
@@ -1020,7 +1020,7 @@ AVX2_INLINE void attn_pv(const tb_attn_args *a, int NG, int NS, const size_t *ko
                          const int32_t *bt, const float *p, size_t ss, const float *sums, float *const *out,
                          tb_dtype dt) {
     int hd = a->hd, bs = a->block_size;
-    size_t esz = dt == TB_F16 ? 2 : 4, rb = (size_t)a->n_kv * hd * esz;
+    size_t esz = dt == TB_F32 ? 4 : 2, rb = (size_t)a->n_kv * hd * esz;
     for (int d = 0; d < hd; d += 8) {
         __m256 acc[TB_ATTN_GROUP_MAX][4];
 #pragma GCC unroll 8
@@ -1071,7 +1071,7 @@ AVX2_INLINE void attn_pv(const tb_attn_args *a, int NG, int NS, const size_t *ko
 AVX2_INLINE void attn_pv64(const tb_attn_args *a, int NG, const size_t *koff, int ctx, const int32_t *bt,
                            const float *p, size_t ss, const float *sums, float *const *out, tb_dtype dt) {
     int hd = a->hd, bs = a->block_size;
-    size_t esz = dt == TB_F16 ? 2 : 4, rb = (size_t)a->n_kv * hd * esz;
+    size_t esz = dt == TB_F32 ? 4 : 2, rb = (size_t)a->n_kv * hd * esz;
     for (int g = 0; g < NG; g++) {
         const float *pg = p + g * ss;
         for (int d = 0; d < hd; d += 64) {
@@ -1097,7 +1097,7 @@ AVX2_INLINE void attn_pv64(const tb_attn_args *a, int NG, const size_t *koff, in
 /* hd % 8 == 0. */
 AVX2_INLINE void attn_rows_fast(const tb_attn_args *a, const tb_attn_item *it, int NG, int NS, float *scores,
                                 tb_dtype dt) {
-    size_t esz = dt == TB_F16 ? 2 : 4;
+    size_t esz = dt == TB_F32 ? 4 : 2;
     const int32_t *bt = a->block_tables + (size_t)it->seq * a->max_blocks;
     float sums[TB_ATTN_GROUP_MAX];
     size_t koff[TB_ATTN_GROUP_MAX];
@@ -1144,10 +1144,14 @@ AVX2_INLINE void attn_rows_fast(const tb_attn_args *a, const tb_attn_item *it, i
     }
 ATTN_ROWS_FNS(TB_F32, f32)
 ATTN_ROWS_FNS(TB_F16, f16)
+ATTN_ROWS_FNS(TB_BF16, bf16)
 
 static AVX2_FN void avx2_attn_rows(const tb_attn_args *a, const tb_attn_item *it, float *scores) {
-    if (a->kv_dtype == TB_F16) attn_rows_f16(a, it, scores);
-    else attn_rows_f32(a, it, scores);
+    switch (a->kv_dtype) {
+    case TB_F16: attn_rows_f16(a, it, scores); break;
+    case TB_BF16: attn_rows_bf16(a, it, scores); break;
+    default: attn_rows_f32(a, it, scores); break;
+    }
 }
 
 /* ---------------------------------------------------------------- table */

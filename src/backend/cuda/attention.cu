@@ -21,6 +21,7 @@
  */
 #include <math.h>
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include "backend/cuda/cuda_kernels.h"
@@ -48,6 +49,9 @@ __global__ void rope_kv_kernel(tbc_attn_args a, float *qkv) {
         if (a.kv_f16) {
             ((__half *)a.k_cache)[base + e] = __float2half_rn(k[e]);
             ((__half *)a.v_cache)[base + e] = __float2half_rn(v[e]);
+        } else if (a.kv_bf16) {
+            ((__nv_bfloat16 *)a.k_cache)[base + e] = __float2bfloat16_rn(k[e]);
+            ((__nv_bfloat16 *)a.v_cache)[base + e] = __float2bfloat16_rn(v[e]);
         } else {
             ((float *)a.k_cache)[base + e] = k[e];
             ((float *)a.v_cache)[base + e] = v[e];
@@ -57,10 +61,28 @@ __global__ void rope_kv_kernel(tbc_attn_args a, float *qkv) {
 
 /* ---------------------------------------------------------------- attention */
 
+/* Cache element types of the attention kernel's KVT parameter. */
+#define KVT_F32 0
+#define KVT_F16 1
+#define KVT_BF16 2
+
 /* EPL consecutive cache values from element offset off, as f32. */
-template <int EPL, bool F16>
+template <int EPL, int KVT>
 __device__ __forceinline__ void load_kv(const void *base, size_t off, float *f) {
-    if (F16) {
+    if (KVT == KVT_BF16) {
+        const __nv_bfloat16 *p = (const __nv_bfloat16 *)base + off;
+        if (EPL % 2 == 0) {
+#pragma unroll
+            for (int i = 0; i < EPL / 2; i++) {
+                float2 v = __bfloat1622float2(((const __nv_bfloat162 *)p)[i]);
+                f[2 * i] = v.x;
+                f[2 * i + 1] = v.y;
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < EPL; i++) f[i] = __bfloat162float(p[i]);
+        }
+    } else if (KVT == KVT_F16) {
         const __half *p = (const __half *)base + off;
         if (EPL % 2 == 0) {
 #pragma unroll
@@ -132,7 +154,7 @@ __device__ void combine(const tbc_attn_args &a, int t, int h, int ns, float *out
     }
 }
 
-template <int EPL, bool F16>
+template <int EPL, int KVT>
 __global__ void __launch_bounds__(ATTN_WARPS * 32) attn_kernel(tbc_attn_args a, const float *qkv, float *out) {
     __shared__ float sm_m[ATTN_WARPS], sm_l[ATTN_WARPS];
     __shared__ float sm_o[ATTN_WARPS][ATTN_MAX_HD];
@@ -176,8 +198,8 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) attn_kernel(tbc_attn_args a, 
         if (valid) {
             int blk = bt[j / bs];
             size_t off = (((size_t)blk * bs + (size_t)(j % bs)) * KV + kvh) * (size_t)hd + (size_t)li * EPL;
-            load_kv<EPL, F16>(a.k_cache, off, kf);
-            load_kv<EPL, F16>(a.v_cache, off, vf);
+            load_kv<EPL, KVT>(a.k_cache, off, kf);
+            load_kv<EPL, KVT>(a.v_cache, off, vf);
 #pragma unroll
             for (int e = 0; e < EPL; e++) dot = fmaf(q[e], kf[e], dot);
         }
@@ -265,20 +287,20 @@ extern "C" int tbc_attention_supports(int hd) {
     return hd >= 2 && hd % 2 == 0 && hd <= ATTN_MAX_HD && hd / group_lanes(hd) <= 8;
 }
 
-template <bool F16>
+template <int KVT>
 static cudaError_t attn_launch(int epl, dim3 grid, const tbc_attn_args &a, const float *qkv, float *out,
                                cudaStream_t s) {
     dim3 block(ATTN_WARPS * 32);
     switch (epl) {
-    case 1: return tbc_launch(attn_kernel<1, F16>, grid, block, 0, s, a, qkv, out);
-    case 2: return tbc_launch(attn_kernel<2, F16>, grid, block, 0, s, a, qkv, out);
-    case 3: return tbc_launch(attn_kernel<3, F16>, grid, block, 0, s, a, qkv, out);
-    case 4: return tbc_launch(attn_kernel<4, F16>, grid, block, 0, s, a, qkv, out);
-    case 5: return tbc_launch(attn_kernel<5, F16>, grid, block, 0, s, a, qkv, out);
-    case 6: return tbc_launch(attn_kernel<6, F16>, grid, block, 0, s, a, qkv, out);
-    case 7: return tbc_launch(attn_kernel<7, F16>, grid, block, 0, s, a, qkv, out);
-    case 8: return tbc_launch(attn_kernel<8, F16>, grid, block, 0, s, a, qkv, out);
-    case 16: return tbc_launch(attn_kernel<16, F16>, grid, block, 0, s, a, qkv, out);
+    case 1: return tbc_launch(attn_kernel<1, KVT>, grid, block, 0, s, a, qkv, out);
+    case 2: return tbc_launch(attn_kernel<2, KVT>, grid, block, 0, s, a, qkv, out);
+    case 3: return tbc_launch(attn_kernel<3, KVT>, grid, block, 0, s, a, qkv, out);
+    case 4: return tbc_launch(attn_kernel<4, KVT>, grid, block, 0, s, a, qkv, out);
+    case 5: return tbc_launch(attn_kernel<5, KVT>, grid, block, 0, s, a, qkv, out);
+    case 6: return tbc_launch(attn_kernel<6, KVT>, grid, block, 0, s, a, qkv, out);
+    case 7: return tbc_launch(attn_kernel<7, KVT>, grid, block, 0, s, a, qkv, out);
+    case 8: return tbc_launch(attn_kernel<8, KVT>, grid, block, 0, s, a, qkv, out);
+    case 16: return tbc_launch(attn_kernel<16, KVT>, grid, block, 0, s, a, qkv, out);
     }
     return cudaErrorInvalidValue;
 }
@@ -297,7 +319,8 @@ extern "C" cudaError_t tbc_attention(const tbc_attn_args *a, float *qkv, float *
     if (a->lanes > 0 && a->lanes < S && S % a->lanes == 0 && a->hd / a->lanes == 16) S = a->lanes;
     int epl = a->hd / S;
     dim3 grid(a->n_heads, a->T, a->n_splits);
-    return a->kv_f16 ? attn_launch<true>(epl, grid, *a, qkv, out, s) : attn_launch<false>(epl, grid, *a, qkv, out, s);
+    if (a->kv_bf16) return attn_launch<KVT_BF16>(epl, grid, *a, qkv, out, s);
+    return a->kv_f16 ? attn_launch<KVT_F16>(epl, grid, *a, qkv, out, s) : attn_launch<KVT_F32>(epl, grid, *a, qkv, out, s);
 }
 
 /* ---------------------------------------------------------------- prefill through GEMMs

@@ -647,7 +647,8 @@ static tbc_attn_args attn_args_of(cuda_ctx *c, const tb_node *n, void *const *bu
         .T = T, .n_heads = H, .n_kv = KV, .hd = hd, .interleaved = (n->i[3] >> 16) & 1, .scale = n->f[0],
         .pos = st->pos, .seq = st->seq, .block_tables = st->block_tables, .max_blocks = st->max_blocks,
         .block_size = st->block_size, .k_cache = st->k_cache[n->i[0]], .v_cache = st->v_cache[n->i[0]],
-        .kv_f16 = st->kv_dtype == TB_F16, .inv_freq = bufs[n->in[1]], .n_splits = 1, .partial = c->partial,
+        .kv_f16 = st->kv_dtype == TB_F16, .kv_bf16 = st->kv_dtype == TB_BF16, .inv_freq = bufs[n->in[1]],
+        .n_splits = 1, .partial = c->partial,
         .counters = c->counters, .rope_done = 0, .split_min = c->attn_split_min, .lanes = c->attn_lanes,
     };
     return a;
@@ -718,7 +719,7 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
                 epi.mode = TBC_EPI_GLU;
                 epi.glu = act;
             }
-        } else if (kind == FUSE_ROPE && (st->kv_dtype == TB_F16 || st->kv_dtype == TB_F32)) {
+        } else if (kind == FUSE_ROPE && (st->kv_dtype == TB_F16 || st->kv_dtype == TB_BF16 || st->kv_dtype == TB_F32)) {
             epi.mode = TBC_EPI_ROPE;
             epi.attn = attn_args_of(c, nx, bufs, st, T);
         } else if (c->fuse && (c->fuse_kind[k] & FUSE_ADDNORM) && addnorm_ok(c, g, k, bufs, T)) {
@@ -856,10 +857,13 @@ static tb_status run_attention(cuda_ctx *c, const tb_node *n, void *const *bufs,
                                int rope_done) {
     tbc_attn_args a = attn_args_of(c, n, bufs, st, T);
     a.rope_done = rope_done;
-    if (st->kv_dtype != TB_F16 && st->kv_dtype != TB_F32)
+    if (st->kv_dtype != TB_F16 && st->kv_dtype != TB_BF16 && st->kv_dtype != TB_F32)
         return tb_errorf(TB_ERR_UNSUPPORTED, "cuda: KV cache dtype %s", tb_dtype_name(st->kv_dtype));
     float *qkv = bufs[n->in[0]], *out = bufs[n->out[0]];
-    if (c->prefill_min > 0 && c->mode == RUN_EAGER && T >= c->prefill_min) {
+    /* a bf16 cache takes the attention kernel also for long prefills: the
+     * GEMM path rounds q and P to the cache type for cuBLAS and the flash
+     * kernel's mma is f16 only */
+    if (c->prefill_min > 0 && c->mode == RUN_EAGER && T >= c->prefill_min && !a.kv_bf16) {
         /* runs of one sequence long enough for GEMMs; the other tokens take
          * the attention kernel */
         const int32_t *hs = c->h_stage + 2 * c->max_tokens;

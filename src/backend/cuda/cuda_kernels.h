@@ -7,7 +7,7 @@
  * CPU reference (backend/cpu/kernels.h); pointers are device pointers.
  *
  * Activations are f32. Weights are f32, f16 or bf16 (tbc_dtype), converted
- * on load with f32 accumulation. The KV cache is f32 or f16.
+ * on load with f32 accumulation. The KV cache is f32, f16 or bf16.
  *
  * Included from C (cuda_backend.c) and from the .cu files; only this folder
  * includes CUDA headers.
@@ -82,7 +82,11 @@ typedef struct {
     const int32_t *block_tables;   /* (n_seqs, max_blocks), device        */
     int max_blocks, block_size;
     void *k_cache, *v_cache;       /* (n_blocks, block_size, n_kv, hd)    */
-    int kv_f16;                    /* 1: f16 cache, 0: f32                */
+    int kv_f16;                    /* 1: f16 cache                        */
+    int kv_bf16;                   /* 1: bf16 cache (the attention and
+                                    * rope_kv kernels, the GEMV's ROPE
+                                    * epilogue; not the GEMM or flash
+                                    * prefill); both 0: f32              */
     const float *inv_freq;         /* (hd/2)                              */
     /* split-K: each (token, head) is cut into n_splits ranges of keys whose
      * partial results (n_splits * (hd + 2) floats per (t, h)) go to

@@ -124,6 +124,9 @@ __device__ __forceinline__ void epi_store(const tbc_gemv_epi &e, float *__restri
             if (a.kv_f16) {
                 ((__half *)cache)[ia] = __float2half_rn(va);
                 ((__half *)cache)[ib] = __float2half_rn(vb);
+            } else if (a.kv_bf16) {
+                ((__nv_bfloat16 *)cache)[ia] = __float2bfloat16_rn(va);
+                ((__nv_bfloat16 *)cache)[ib] = __float2bfloat16_rn(vb);
             } else {
                 ((float *)cache)[ia] = va;
                 ((float *)cache)[ib] = vb;
