@@ -6,6 +6,7 @@
 #define TB_TEST_H
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,30 @@ static inline tb_engine *tb_test_load_engine(const char *path) {
     return e;
 }
 #endif
+
+/* xorshift64: uniform in [-1, 1) from the caller's own state, so each test
+ * keeps its own reproducible sequence. */
+static inline float tb_test_frand(uint64_t *state) {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return (float)((*state >> 40) * (1.0 / 8388608.0)) * 2.0f - 1.0f;
+}
+
+/* Whether a file whose name contains `name` is mapped into this process
+ * (-1: /proc/self/maps unreadable): which libraries a code path loaded. */
+static inline int tb_test_mapped(const char *name) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f) return -1;
+    char line[4096];
+    int found = 0;
+    while (!found && fgets(line, sizeof line, f)) {
+        const char *slash = strrchr(line, '/');
+        found = slash && strstr(slash, name) != NULL;
+    }
+    fclose(f);
+    return found;
+}
 
 static inline int tb_test_finish(const char *name) {
     printf("%s: %d checks, %d failed\n", name, tb_test_checks, tb_test_failures);

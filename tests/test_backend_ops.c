@@ -80,12 +80,7 @@
 /* ---------------------------------------------------------------- helpers */
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 
-static float frand(void) { /* uniform in [-1, 1) */
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 40) * (1.0 / 8388608.0)) * 2.0f - 1.0f;
-}
+static float frand(void) { return tb_test_frand(&rng_state); }
 
 static int irand(int n) { return (int)((frand() * 0.5f + 0.5f) * (float)n) % n; }
 

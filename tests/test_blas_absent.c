@@ -10,18 +10,6 @@
 #include "backend/cpu/kernels.h"
 #include "tb_test.h"
 
-static int mapped(const char *name) {
-    FILE *f = fopen("/proc/self/maps", "r");
-    if (!f) return -1;
-    char line[4096];
-    int found = 0;
-    while (!found && fgets(line, sizeof line, f)) {
-        const char *slash = strrchr(line, '/');
-        found = slash && strstr(slash, name) != NULL;
-    }
-    fclose(f);
-    return found;
-}
 
 int main(void) {
     char missing[512];
@@ -31,7 +19,7 @@ int main(void) {
     CHECK_MSG(!tb_cpu_matmul_tactic_available(TB_MM_BLAS, TB_F32), "the BLAS tactic is offered without OpenBLAS");
     CHECK_MSG(tb_cpu_blas() == NULL, "tb_cpu_blas() returned a table");
     CHECK_MSG(strstr(tb_cpu_blas_error(), "libopenblas-absent.so.0") != NULL, "reason: '%s'", tb_cpu_blas_error());
-    CHECK(mapped("libopenblas") == 0);
+    CHECK(tb_test_mapped("libopenblas") == 0);
     CHECK(tb_cpu_matmul_tactic_available(TB_MM_OWN, TB_F32));
 
     /* the own kernels run: y = x w^T against a plain loop */
@@ -50,7 +38,7 @@ int main(void) {
                       y[t * N + n], r);
         }
     tb_backend_free(b);
-    CHECK(mapped("libopenblas") == 0);
+    CHECK(tb_test_mapped("libopenblas") == 0);
     printf("%d checks, %d failures\n", tb_test_checks, tb_test_failures);
     return tb_test_failures != 0;
 }

@@ -16,12 +16,7 @@
 
 static uint64_t rng_state = 0x243f6a8885a308d3ull;
 
-static float frand(void) { /* uniform in [-1, 1) */
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 40) * (1.0 / 8388608.0)) * 2.0f - 1.0f;
-}
+static float frand(void) { return tb_test_frand(&rng_state); }
 
 static void test_traits(void) {
     for (int i = 0; i < TB_DTYPE_COUNT; i++) {

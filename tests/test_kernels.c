@@ -16,12 +16,7 @@
 /* ---------------------------------------------------------------- helpers */
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
-static float frand(void) { /* uniform in [-1, 1) */
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 40) * (1.0 / 8388608.0)) * 2.0f - 1.0f;
-}
+static float frand(void) { return tb_test_frand(&rng_state); }
 
 static void fill(float *v, size_t n, float scale) {
     for (size_t i = 0; i < n; i++) v[i] = frand() * scale;

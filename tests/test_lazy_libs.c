@@ -16,29 +16,16 @@
 
 tb_status tb_mhd_load(void); /* src/serve/mhd_shim.h */
 
-/* Whether a file whose name contains `name` is mapped into this process. */
-static int mapped(const char *name) {
-    FILE *f = fopen("/proc/self/maps", "r");
-    if (!f) return -1;
-    char line[4096];
-    int found = 0;
-    while (!found && fgets(line, sizeof line, f)) {
-        const char *slash = strrchr(line, '/');
-        found = slash && strstr(slash, name) != NULL;
-    }
-    fclose(f);
-    return found;
-}
 
 static const char *const k_lazy[] = {"libturbine_cuda", "libcublas", "libcudart", "libopenblas", "libgfortran",
                                       "libcurl", "libmicrohttpd", "libgnutls", NULL};
 
 static void check_none(const char *when) {
-    for (int i = 0; k_lazy[i]; i++) CHECK_MSG(mapped(k_lazy[i]) == 0, "%s is mapped %s", k_lazy[i], when);
+    for (int i = 0; k_lazy[i]; i++) CHECK_MSG(tb_test_mapped(k_lazy[i]) == 0, "%s is mapped %s", k_lazy[i], when);
 }
 
 int main(void) {
-    CHECK_MSG(mapped("libc.so") == 1, "/proc/self/maps does not show the C library");
+    CHECK_MSG(tb_test_mapped("libc.so") == 1, "/proc/self/maps does not show the C library");
     check_none("at start");
 
     /* a CPU backend and a matmul of the own kernels */
@@ -53,10 +40,10 @@ int main(void) {
 
     /* the BLAS tactic loads OpenBLAS when this machine has it */
     if (tb_cpu_matmul_tactic_available(TB_MM_BLAS, TB_F32))
-        CHECK_MSG(mapped("libopenblas") == 1, "the BLAS tactic is offered but OpenBLAS is not mapped");
+        CHECK_MSG(tb_test_mapped("libopenblas") == 1, "the BLAS tactic is offered but OpenBLAS is not mapped");
     else
         printf("note: no OpenBLAS here (%s): its control is skipped\n", tb_cpu_blas_error());
-    CHECK(mapped("libcurl") == 0);
+    CHECK(tb_test_mapped("libcurl") == 0);
 
     /* the load tester's GET loads libcurl (port 1: refused, nothing listens) */
     char *body = NULL;
@@ -64,12 +51,12 @@ int main(void) {
     tb_status st = tb_bench_http_get("http://127.0.0.1:1/", NULL, 2.0, 1024, &body, &http);
     free(body);
     CHECK_MSG(st != TB_OK, "GET of a closed port succeeded");
-    CHECK_MSG(mapped("libcurl") == 1, "libcurl is not mapped after a GET (%s)", tb_last_error());
-    CHECK(mapped("libmicrohttpd") == 0);
+    CHECK_MSG(tb_test_mapped("libcurl") == 1, "libcurl is not mapped after a GET (%s)", tb_last_error());
+    CHECK(tb_test_mapped("libmicrohttpd") == 0);
 
     CHECK_MSG(tb_mhd_load() == TB_OK, "%s", tb_last_error());
-    CHECK_MSG(mapped("libmicrohttpd") == 1, "libmicrohttpd is not mapped after tb_mhd_load");
-    CHECK(mapped("libturbine_cuda") == 0 && mapped("libcublas") == 0);
+    CHECK_MSG(tb_test_mapped("libmicrohttpd") == 1, "libmicrohttpd is not mapped after tb_mhd_load");
+    CHECK(tb_test_mapped("libturbine_cuda") == 0 && tb_test_mapped("libcublas") == 0);
 
     printf("%d checks, %d failures\n", tb_test_checks, tb_test_failures);
     return tb_test_failures != 0;

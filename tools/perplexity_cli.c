@@ -37,16 +37,16 @@ static void ppl_defaults(void *p) { memset(p, 0, sizeof(ppl_args)); }
 #define P(f) offsetof(ppl_args, f)
 static const tb_cli_opt ppl_opts[] = {
     {"--engine", NULL, TB_OPT_STR, "FILE.engine", 0, 0, TB_OPT_SEE_ALSO, 0, 0, P(engine), NULL,
-     "the engine, as an option (same as the positional FILE.engine)"},
+     TB_CLI_HELP_ENGINE},
     {"--text", NULL, TB_OPT_STR, "FILE", 0, 0, 0, 1, 0, P(text), NULL, "the text to score (at most 256 MiB)"},
     {"--ids", NULL, TB_OPT_STR, "1,2,3", 0, 0, 0, 1, 0, P(ids), NULL, "the token ids to score"},
     {"--ctx", NULL, TB_OPT_INT, "N", 2, 1 << 20, 0, 0, 0, P(ctx), "the engine's context, at most 512",
      "tokens per window; at most the engine's context and step profile"},
     {"--threads", "-t", TB_OPT_INT, "N", 1, 256, 0, 0, 0, P(threads), "one per core", "CPU threads"},
     {"--device", NULL, TB_OPT_STR, "cpu|cuda[:N]", 0, 0, 0, 0, 0, P(device), "the engine's backend",
-     "where to run; must match what the engine was built for"},
+     TB_CLI_HELP_DEVICE},
     {"--kv-dtype", NULL, TB_OPT_CHOICE, "auto|f32|f16|bf16", 0, 0, 0, 0, 0, P(kv_dtype), "auto",
-     "the KV cache's element type; auto: the engine's activation dtype (f32, f16 or bf16)"},
+     TB_CLI_HELP_KV_DTYPE},
 };
 #undef P
 

@@ -42,7 +42,7 @@ static void serve_defaults(void *p) {
 #define PIB (1024.0 * 1024 * GIB)
 static const tb_cli_opt serve_opts[] = {
     {"--engine", NULL, TB_OPT_STR, "FILE.engine", 0, 0, TB_OPT_SEE_ALSO, 0, 0, S(engine_path), NULL,
-     "the engine, as an option (same as the positional FILE.engine)"},
+     TB_CLI_HELP_ENGINE},
     {"--host", NULL, TB_OPT_STR, "ADDR", 0, 0, 0, 0, 0, S(host), "127.0.0.1",
      "the address to listen on: an IPv4 or IPv6 address or a host name (0.0.0.0 or :: for all)"},
     {"--port", NULL, TB_OPT_INT, "N", 1, 65535, 0, 0, 0, S(port), "8000", "the TCP port"},
@@ -74,9 +74,9 @@ static const tb_cli_opt serve_opts[] = {
     {"--served-model-name", "--model-name", TB_OPT_STR, "NAME", 0, 0, 0, 0, 0, S(model_name),
      "the engine file's base name", "the model name /v1/models lists and requests must use"},
     {"--device", NULL, TB_OPT_STR, "cpu|cuda[:N]", 0, 0, 0, 0, 0, S(device), "the engine's backend",
-     "where to run; must match what the engine was built for"},
+     TB_CLI_HELP_DEVICE},
     {"--kv-dtype", NULL, TB_OPT_CHOICE, "auto|f32|f16|bf16", 0, 0, 0, 0, 0, S(kv_dtype), "auto",
-     "the KV cache's element type; auto: the engine's activation dtype (f32, f16 or bf16)"},
+     TB_CLI_HELP_KV_DTYPE},
     {"--no-prefix-caching", "--no-enable-prefix-caching", TB_OPT_FLAG, NULL, 0, 0, 0, 0, 1, S(no_prefix_cache),
      NULL, "do not reuse the KV cache of a prompt prefix another request computed"},
     {"--enable-prefix-caching", NULL, TB_OPT_FLAG, NULL, 0, 0, 0, 0, 0, S(no_prefix_cache), "on",

@@ -118,7 +118,7 @@ static void inspect_defaults(void *p) { memset(p, 0, sizeof(inspect_args)); }
 
 static const tb_cli_opt inspect_opts[] = {
     {"--engine", NULL, TB_OPT_STR, "FILE.engine", 0, 0, TB_OPT_SEE_ALSO, 0, 0, offsetof(inspect_args, engine), NULL,
-     "the engine, as an option (same as the positional FILE.engine)"},
+     TB_CLI_HELP_ENGINE},
 };
 
 static const tb_cli_cmd cmd_inspect_spec = {
@@ -201,7 +201,7 @@ static void run_defaults(void *p) {
 #define R(f) offsetof(run_args, f)
 static const tb_cli_opt run_opts[] = {
     {"--engine", NULL, TB_OPT_STR, "FILE.engine", 0, 0, TB_OPT_SEE_ALSO, 0, 0, R(engine), NULL,
-     "the engine, as an option (same as the positional FILE.engine)"},
+     TB_CLI_HELP_ENGINE},
     {"-p", "--prompt", TB_OPT_STR, "PROMPT", 0, 0, 0, 1, 0, R(prompt), NULL,
      "the prompt text (tokenized, BOS added when the model adds one)"},
     {"--prompt-ids", NULL, TB_OPT_STR, "1,2,3", 0, 0, 0, 1, 0, R(prompt_ids), NULL,
@@ -227,9 +227,9 @@ static const tb_cli_opt run_opts[] = {
      "write the f32 logits of every evaluated position as raw little-endian rows of vocab floats"},
     {"--threads", "-t", TB_OPT_INT, "N", 1, 256, 0, 0, 0, R(threads), "one per core", "CPU threads"},
     {"--device", NULL, TB_OPT_STR, "cpu|cuda[:N]", 0, 0, 0, 0, 0, R(device), "the engine's backend",
-     "where to run; must match what the engine was built for"},
+     TB_CLI_HELP_DEVICE},
     {"--kv-dtype", NULL, TB_OPT_CHOICE, "auto|f32|f16|bf16", 0, 0, 0, 0, 0, R(kv_dtype), "auto",
-     "the KV cache's element type; auto: the engine's activation dtype (f32, f16 or bf16)"},
+     TB_CLI_HELP_KV_DTYPE},
 };
 #undef R
 

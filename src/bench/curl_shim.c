@@ -74,16 +74,10 @@ static struct {
 
 static void curl_load(void) {
     const char *names[] = {"libcurl.so.4", "libcurl.so", NULL};
-    void *h = NULL;
-    for (int i = 0; names[i] && !h; i++) {
-        dlerror();
-        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (!h) {
-            const char *e = dlerror();
-            snprintf(lib.err, sizeof lib.err, "libcurl cannot be loaded: %s", e ? e : names[i]);
-        }
-    }
+    char why[400];
+    void *h = tb_dl_open_first(names, why, sizeof why);
     if (!h) {
+        snprintf(lib.err, sizeof lib.err, "libcurl cannot be loaded: %s", why);
         tb_log(TB_LOG_ERROR, "%s", lib.err);
         return;
     }

@@ -141,6 +141,10 @@ tb_status tb_file_read_all(const char *path, char **out, size_t *size,
                            size_t max_size);
 int tb_file_exists(const char *path);
 int tb_is_dir(const char *path);
+/* dlopen (RTLD_NOW | RTLD_LOCAL) of the first of the NULL-terminated `names`
+ * that opens; NULL when none does, with the last dlerror() text in err. For
+ * optional libraries loaded on first use (OpenBLAS, libcurl, libmicrohttpd). */
+void *tb_dl_open_first(const char *const *names, char *err, size_t cap);
 
 /* ---------------------------------------------------------------- cpu */
 enum {

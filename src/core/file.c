@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "core.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -75,4 +76,18 @@ int tb_file_exists(const char *path) {
 int tb_is_dir(const char *path) {
     struct stat st;
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+void *tb_dl_open_first(const char *const *names, char *err, size_t cap) {
+    void *h = NULL;
+    if (cap) err[0] = 0;
+    for (int i = 0; names[i] && !h; i++) {
+        dlerror();
+        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (!h) {
+            const char *e = dlerror();
+            snprintf(err, cap, "%s", e ? e : names[i]);
+        }
+    }
+    return h;
 }

@@ -31,15 +31,7 @@ static struct {
 static void blas_load(void) {
     const char *env = getenv("TURBINE_OPENBLAS");
     const char *names[] = {env && *env ? env : "libopenblas.so.0", env && *env ? NULL : "libopenblas.so", NULL};
-    void *h = NULL;
-    for (int i = 0; names[i] && !h; i++) {
-        dlerror();
-        h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
-        if (!h) {
-            const char *e = dlerror();
-            snprintf(blas.err, sizeof blas.err, "%s", e ? e : names[i]);
-        }
-    }
+    void *h = tb_dl_open_first(names, blas.err, sizeof blas.err);
     if (!h) return;
     void (*set_threads)(int) = (void (*)(int))dlsym(h, "openblas_set_num_threads");
     blas.api.sgemm = (tb_blas_sgemm_fn)dlsym(h, "cblas_sgemm");
