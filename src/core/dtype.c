@@ -164,6 +164,47 @@ static void fp8_from_f32_row(const float *src, void *dst, size_t n) {
 
 /* ---------------------------------------------------------------- table */
 
+/* The plain integer and double types of ONNX graphs: to f32 by value; from
+ * f32 rounding to nearest (ties away from zero) and saturating, as a cast. */
+static void i64_to_f32_row(const void *src, float *dst, size_t n) {
+    const int64_t *s = src;
+    for (size_t i = 0; i < n; i++) dst[i] = (float)s[i];
+}
+static void i64_from_f32_row(const float *src, void *dst, size_t n) {
+    int64_t *d = dst;
+    for (size_t i = 0; i < n; i++) {
+        float v = roundf(src[i]);
+        d[i] = isnan(v) ? 0 : v >= 9.2233720e18f ? INT64_MAX : v <= -9.2233720e18f ? INT64_MIN : (int64_t)v;
+    }
+}
+static void bool_to_f32_row(const void *src, float *dst, size_t n) {
+    const uint8_t *s = src;
+    for (size_t i = 0; i < n; i++) dst[i] = s[i] ? 1.0f : 0.0f;
+}
+static void bool_from_f32_row(const float *src, void *dst, size_t n) {
+    uint8_t *d = dst;
+    for (size_t i = 0; i < n; i++) d[i] = src[i] != 0.0f;
+}
+static void u8_to_f32_row(const void *src, float *dst, size_t n) {
+    const uint8_t *s = src;
+    for (size_t i = 0; i < n; i++) dst[i] = (float)s[i];
+}
+static void u8_from_f32_row(const float *src, void *dst, size_t n) {
+    uint8_t *d = dst;
+    for (size_t i = 0; i < n; i++) {
+        float v = roundf(src[i]);
+        d[i] = !(v > 0.0f) ? 0 : v >= 255.0f ? 255 : (uint8_t)v;
+    }
+}
+static void f64_to_f32_row(const void *src, float *dst, size_t n) {
+    const double *s = src;
+    for (size_t i = 0; i < n; i++) dst[i] = (float)s[i];
+}
+static void f64_from_f32_row(const float *src, void *dst, size_t n) {
+    double *d = dst;
+    for (size_t i = 0; i < n; i++) d[i] = src[i];
+}
+
 static const tb_dtype_traits traits[TB_DTYPE_COUNT] = {
     [TB_F32] = {"f32", 1, 4, 0, 1, f32_to_f32, f32_from_f32},
     [TB_F16] = {"f16", 1, 2, 0, 1, f16_to_f32_row, f16_from_f32_row},
@@ -172,6 +213,10 @@ static const tb_dtype_traits traits[TB_DTYPE_COUNT] = {
     [TB_I8] = {"i8", 1, 1, 1, 0, i8_to_f32_row, i8_from_f32_row},
     [TB_I4] = {"i4", 2, 1, 1, 0, i4_to_f32_row, i4_from_f32_row},
     [TB_FP8_E4M3] = {"fp8_e4m3", 1, 1, 1, 1, fp8_to_f32_row, fp8_from_f32_row},
+    [TB_I64] = {"i64", 1, 8, 0, 0, i64_to_f32_row, i64_from_f32_row},
+    [TB_BOOL] = {"bool", 1, 1, 0, 0, bool_to_f32_row, bool_from_f32_row},
+    [TB_U8] = {"u8", 1, 1, 0, 0, u8_to_f32_row, u8_from_f32_row},
+    [TB_F64] = {"f64", 1, 8, 0, 1, f64_to_f32_row, f64_from_f32_row},
 };
 
 const tb_dtype_traits *tb_dtype_get_traits(tb_dtype t) {

@@ -99,8 +99,9 @@ static tb_status infer(const tb_graph *g, const tb_node *n, int *out_rank,
     return TB_OK;
 }
 
-int tb_graph_add_node(tb_graph *g, tb_op_kind op, const int *in, int n_in, const char *out_name,
-                      const int32_t *iattr, const float *fattr) {
+int tb_graph_add_node_ex(tb_graph *g, tb_op_kind op, const int *in, int n_in, const char *const *out_names,
+                         int n_names, const int32_t *iattr, const float *fattr) {
+    const char *out_name = n_names > 0 && out_names[0] ? out_names[0] : "?";
     if (n_in < 0 || n_in > TB_MAX_INPUTS) {
         tb_errorf(TB_ERR_INVALID_ARG, "node %s: %d inputs (at most %d)", out_name, n_in, TB_MAX_INPUTS);
         return -1;
@@ -116,24 +117,38 @@ int tb_graph_add_node(tb_graph *g, tb_op_kind op, const int *in, int n_in, const
     int64_t dims[TB_MAX_OUTPUTS][TB_MAX_RANK];
     tb_dtype dt[TB_MAX_OUTPUTS];
     memset(dims, 0, sizeof dims);
-    if (infer(g, &nd, rank, dims, dt, &n_out) != TB_OK) return -1;
+    if (infer(g, &nd, rank, dims, dt, &n_out) != TB_OK) {
+        tb_error_prefix(tb_last_status(), "node %s", out_name);
+        return -1;
+    }
     nd.n_out = n_out;
+    int first_value = g->n_values;
     for (int k = 0; k < n_out; k++) {
         char name[TB_NAME_LEN];
-        snprintf(name, sizeof name, k ? "%s.%d" : "%s", out_name, k);
+        if (k < n_names && out_names[k]) snprintf(name, sizeof name, "%s", out_names[k]);
+        else snprintf(name, sizeof name, k ? "%s.%d" : "%s", out_name, k);
         int v = tb_graph_add_value(g, name, TB_VAL_ACT, dt[k], rank[k], dims[k]);
-        if (v < 0) return -1;
+        if (v < 0) { g->n_values = first_value; return -1; }
         nd.out[k] = v;
     }
     if (g->n_nodes == g->cap_nodes) {
         int cap = g->cap_nodes ? g->cap_nodes * 2 : 64;
         tb_node *p = realloc(g->nodes, (size_t)cap * sizeof *p);
-        if (!p) { tb_errorf(TB_ERR_OOM, "out of memory adding node %s", out_name); return -1; }
+        if (!p) { g->n_values = first_value; tb_errorf(TB_ERR_OOM, "out of memory adding node %s", out_name); return -1; }
         g->nodes = p;
         g->cap_nodes = cap;
     }
     g->nodes[g->n_nodes] = nd;
     return g->n_nodes++;
+}
+
+int tb_graph_add_node(tb_graph *g, tb_op_kind op, const int *in, int n_in, const char *out_name,
+                      const int32_t *iattr, const float *fattr) {
+    int32_t ia[TB_NODE_INTS] = {0};
+    float fa[TB_NODE_FLOATS] = {0};
+    if (iattr) memcpy(ia, iattr, 4 * sizeof *ia);
+    if (fattr) memcpy(fa, fattr, 4 * sizeof *fa);
+    return tb_graph_add_node_ex(g, op, in, n_in, &out_name, 1, ia, fa);
 }
 
 tb_status tb_graph_check(tb_graph *g) {
@@ -168,6 +183,13 @@ tb_status tb_graph_check(tb_graph *g) {
         }
     }
     int out_ok = g->output >= 0 && g->output < g->n_values && written[g->output];
+    if (g->n_outputs > 0) { /* a general graph: its listed inputs and outputs */
+        out_ok = g->n_outputs <= TB_MAX_IO && g->n_inputs >= 0 && g->n_inputs <= TB_MAX_IO;
+        for (int i = 0; out_ok && i < g->n_outputs; i++)
+            out_ok = g->outputs[i] >= 0 && g->outputs[i] < g->n_values && written[g->outputs[i]];
+        for (int i = 0; out_ok && i < g->n_inputs; i++)
+            out_ok = g->inputs[i] >= 0 && g->inputs[i] < g->n_values && g->values[g->inputs[i]].kind == TB_VAL_INPUT;
+    }
     free(written);
     if (!out_ok) return tb_errorf(TB_ERR_FORMAT, "graph has no output");
     for (int k = 0; k < g->n_nodes; k++) {
@@ -189,7 +211,8 @@ tb_status tb_graph_check(tb_graph *g) {
                                  tb_op_name(n->op), v->name);
         }
     }
-    if (g->output < 0 || g->output >= g->n_values) return tb_errorf(TB_ERR_FORMAT, "graph has no output");
+    if (g->n_outputs == 0 && (g->output < 0 || g->output >= g->n_values))
+        return tb_errorf(TB_ERR_FORMAT, "graph has no output");
     return TB_OK;
 }
 
@@ -260,8 +283,8 @@ typedef struct {
     int32_t op, n_in, n_out, tactic;
     int32_t in[TB_MAX_INPUTS];
     int32_t out[TB_MAX_OUTPUTS];
-    int32_t i[4];
-    float f[4];
+    int32_t i[TB_NODE_INTS];
+    float f[TB_NODE_FLOATS];
 } node_rec;
 
 tb_status tb_graph_serialize(const tb_graph *g, uint8_t **buf, size_t *n) {
@@ -296,6 +319,9 @@ tb_status tb_graph_serialize(const tb_graph *g, uint8_t **buf, size_t *n) {
     }
     int32_t o = g->output;
     put(&w, &o, 4);
+    int32_t io[2 + 2 * TB_MAX_IO] = {g->n_inputs, g->n_outputs};
+    for (int i = 0; i < TB_MAX_IO; i++) { io[2 + i] = g->inputs[i]; io[2 + TB_MAX_IO + i] = g->outputs[i]; }
+    put(&w, io, sizeof io);
     if (w.oom) { free(w.p); return tb_errorf(TB_ERR_OOM, "out of memory serializing the graph"); }
     *buf = w.p;
     *n = w.n;
@@ -331,7 +357,9 @@ tb_status tb_graph_deserialize(const uint8_t *buf, size_t n, tb_graph **out) {
         v->kind = (tb_value_kind)r.kind; v->dtype = (tb_dtype)r.dtype; v->rank = r.rank;
         memcpy(v->dims, r.dims, sizeof v->dims);
         for (int d = 0; d < v->rank; d++)
-            if (TB_IS_SYM(v->dims[d]) && TB_SYM_INDEX(v->dims[d]) >= g->n_syms) goto bad;
+            if ((TB_IS_SYM(v->dims[d]) && TB_SYM_INDEX(v->dims[d]) >= g->n_syms) ||
+                (v->dims[d] < 0 && v->dims[d] != TB_DIM_DYN && !TB_IS_SYM(v->dims[d])))
+                goto bad;
         v->nbytes = r.nbytes; v->offset = r.offset;
         g->n_values++;
     }
@@ -363,6 +391,12 @@ tb_status tb_graph_deserialize(const uint8_t *buf, size_t n, tb_graph **out) {
     int32_t o;
     TAKE(&o, 4);
     g->output = o;
+    int32_t io[2 + 2 * TB_MAX_IO];
+    TAKE(io, sizeof io);
+    if (io[0] < 0 || io[0] > TB_MAX_IO || io[1] < 0 || io[1] > TB_MAX_IO) goto bad;
+    g->n_inputs = io[0];
+    g->n_outputs = io[1];
+    for (int i = 0; i < TB_MAX_IO; i++) { g->inputs[i] = io[2 + i]; g->outputs[i] = io[2 + TB_MAX_IO + i]; }
     if (tb_graph_check(g) != TB_OK) {
         tb_graph_free(g);
         return tb_error_prefix(TB_ERR_FORMAT, "engine graph is inconsistent");

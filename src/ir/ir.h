@@ -19,10 +19,13 @@
 
 #include "core/core.h"
 
-#define TB_MAX_RANK 4
-#define TB_MAX_INPUTS 6
-#define TB_MAX_OUTPUTS 2
+#define TB_MAX_RANK 8
+#define TB_MAX_INPUTS 8
+#define TB_MAX_OUTPUTS 4
 #define TB_MAX_SYMS 8
+#define TB_MAX_IO 16      /* graph inputs and outputs (general graphs)       */
+#define TB_NODE_INTS 16   /* int attribute slots of a node                   */
+#define TB_NODE_FLOATS 4  /* float attribute slots of a node                 */
 #define TB_NAME_LEN 96
 
 typedef enum {
@@ -39,8 +42,16 @@ typedef enum {
     TB_OP_SILU_MUL,      /* gu (n, 2F) -> (n, F)                                    */
     TB_OP_ADD,           /* a, b (same shape) -> a + b                              */
     TB_OP_GATHER_ROWS,   /* x (tokens, D) -> (rows, D): rows chosen per step        */
+    /* General ops (ONNX semantics, any rank up to TB_MAX_RANK, broadcasting
+     * where ONNX broadcasts). Their definitions, attribute layouts, shape
+     * rules and reference kernels are in ops_nn.h / nn_*.c.               */
+#define TB_NN_OP(e, onnx) e,
+#include "ir/ops_nn.def"
+#undef TB_NN_OP
     TB_OP_COUNT
 } tb_op_kind;
+
+#define TB_OP_NN_FIRST TB_OP_RELU /* the first general op (ops_nn.def)  */
 
 const char *tb_op_name(tb_op_kind k);
 
@@ -50,9 +61,13 @@ typedef enum {
     TB_VAL_ACT,        /* produced by a node                         */
 } tb_value_kind;
 
-/* A dim >= 0 is concrete; a dim < 0 is symbol -(d + 1). */
+/* A dim >= 0 is concrete; a dim in [-TB_MAX_SYMS, -1] is symbol -(d + 1);
+ * TB_DIM_DYN (general graphs only) is a dim known only when the graph runs
+ * (the output of Reshape with a computed shape, of Range, ...): shape rules
+ * see concrete dims at run time and compute it then. */
 #define TB_SYM(i) (-(int64_t)(i)-1)
-#define TB_IS_SYM(d) ((d) < 0)
+#define TB_DIM_DYN ((int64_t)-1000)
+#define TB_IS_SYM(d) ((d) < 0 && (d) != TB_DIM_DYN)
 #define TB_SYM_INDEX(d) ((int)(-(d)-1))
 
 typedef struct {
@@ -73,8 +88,8 @@ typedef struct {
     int n_in, n_out;
     int in[TB_MAX_INPUTS];
     int out[TB_MAX_OUTPUTS];
-    int32_t i[4];       /* attributes, packed as the op's schema says (ops.h) */
-    float f[4];
+    int32_t i[TB_NODE_INTS];  /* attributes, as the op's schema says (ops.h) */
+    float f[TB_NODE_FLOATS];
     int tactic;         /* backend-specific kernel choice (tune/)            */
 } tb_node;
 
@@ -90,7 +105,11 @@ typedef struct tb_graph {
     int n_nodes, cap_nodes;
     tb_symbol syms[TB_MAX_SYMS];
     int n_syms;
-    int output;         /* the value holding the logits */
+    int output;         /* the value holding the logits (LLM graphs)       */
+    /* General graphs: inputs fed and outputs returned per run, in order
+     * (an LLM graph leaves these empty). */
+    int inputs[TB_MAX_IO], n_inputs;
+    int outputs[TB_MAX_IO], n_outputs;
 } tb_graph;
 
 tb_graph *tb_graph_new(void);
@@ -109,10 +128,18 @@ int tb_graph_add_weight(tb_graph *g, const char *name, tb_dtype dt, int rank,
                         const int64_t *dims, const void *data, int owned);
 int tb_graph_find_value(const tb_graph *g, const char *name);
 /* Adds a node; outputs are created by the shape rule. Returns the node index
- * or -1 (message in tb_last_error()). */
+ * or -1 (message in tb_last_error()). iattr / fattr: NULL or the first 4
+ * slots (the LLM ops use no more). Outputs are named out_name, out_name.1,
+ * ... */
 int tb_graph_add_node(tb_graph *g, tb_op_kind op, const int *in, int n_in,
                       const char *out_name, const int32_t *iattr,
                       const float *fattr);
+/* The general form: all TB_NODE_INTS / TB_NODE_FLOATS slots (NULL: zeros)
+ * and one name per output (n_names of them; outputs past n_names are named
+ * after the first as above). */
+int tb_graph_add_node_ex(tb_graph *g, tb_op_kind op, const int *in, int n_in,
+                         const char *const *out_names, int n_names,
+                         const int32_t *iattr, const float *fattr);
 
 /* Runs every shape rule again over the whole graph (after a load or a pass)
  * and checks dtypes and dims; TB_ERR_FORMAT with the node named on mismatch. */

@@ -4,6 +4,7 @@
  * i[4] / f[4]). ir.c asks this table for everything op-specific.
  */
 #include "ir/ops.h"
+#include "ir/ops_nn.h"
 
 #include <float.h>
 #include <math.h>
@@ -131,12 +132,33 @@ static const tb_op_def ops[TB_OP_COUNT] = {
 };
 
 const tb_op_def *tb_op_get_def(tb_op_kind k) {
-    return (unsigned)k < TB_OP_COUNT && ops[k].name ? &ops[k] : NULL;
+    if ((unsigned)k >= TB_OP_COUNT) return NULL;
+    if (k < TB_OP_NN_FIRST) return ops[k].name ? &ops[k] : NULL;
+    const tb_op_def *d = tb_nn_elem_def(k);
+    if (!d) d = tb_nn_shape_def(k);
+    if (!d) d = tb_nn_conv_def(k);
+    return d && d->name ? d : NULL;
+}
+
+static const char *const onnx_names[TB_OP_COUNT] = {
+#define TB_NN_OP(e, onnx) [e] = onnx,
+#include "ir/ops_nn.def"
+#undef TB_NN_OP
+};
+
+const char *tb_nn_onnx_name(tb_op_kind k) { return (unsigned)k < TB_OP_COUNT ? onnx_names[k] : NULL; }
+
+int tb_nn_from_onnx(const char *op_type) {
+    for (int k = TB_OP_NN_FIRST; k < TB_OP_COUNT; k++)
+        if (onnx_names[k] && !strcmp(onnx_names[k], op_type)) return k;
+    return -1;
 }
 
 const char *tb_op_name(tb_op_kind k) {
     const tb_op_def *d = tb_op_get_def(k);
-    return d ? d->name : "?";
+    if (d) return d->name;
+    const char *o = tb_nn_onnx_name(k);
+    return o ? o : "?";
 }
 
 /* ---------------------------------------------------------------- attributes */
@@ -152,34 +174,35 @@ static uint32_t field_mask(const tb_attr_def *at) {
     return at->bits >= 32 ? 0xffffffffu : ((1u << at->bits) - 1u) << at->shift;
 }
 
-int32_t tb_attr_get_i(tb_op_kind op, int a, const int32_t i[4]) {
+int32_t tb_attr_get_i(tb_op_kind op, int a, const int32_t *i) {
     const tb_attr_def *at = attr_def(op, a, 0);
     if (at->bits >= 32) return i[at->slot];
     return (int32_t)(((uint32_t)i[at->slot] & field_mask(at)) >> at->shift); /* fields are unsigned */
 }
 
-float tb_attr_get_f(tb_op_kind op, int a, const float f[4]) { return f[attr_def(op, a, 1)->slot]; }
+float tb_attr_get_f(tb_op_kind op, int a, const float *f) { return f[attr_def(op, a, 1)->slot]; }
 
-void tb_attr_set_i(tb_op_kind op, int a, int32_t i[4], int32_t v) {
+void tb_attr_set_i(tb_op_kind op, int a, int32_t *i, int32_t v) {
     const tb_attr_def *at = attr_def(op, a, 0);
     if (at->bits >= 32) { i[at->slot] = v; return; }
     uint32_t m = field_mask(at), w = (uint32_t)i[at->slot];
     i[at->slot] = (int32_t)((w & ~m) | (((uint32_t)v << at->shift) & m));
 }
 
-void tb_attr_set_f(tb_op_kind op, int a, float f[4], float v) { f[attr_def(op, a, 1)->slot] = v; }
+void tb_attr_set_f(tb_op_kind op, int a, float *f, float v) { f[attr_def(op, a, 1)->slot] = v; }
 
 tb_status tb_op_check_attrs(const tb_node *n) {
     const tb_op_def *d = tb_op_get_def(n->op);
     if (!d) return tb_errorf(TB_ERR_UNSUPPORTED, "unknown op kind %d", (int)n->op);
-    uint32_t used_i[4] = {0};
-    int used_f[4] = {0};
+    uint32_t used_i[TB_NODE_INTS] = {0};
+    int used_f[TB_NODE_FLOATS] = {0};
     for (int a = 0; a < d->n_attrs; a++) {
         const tb_attr_def *at = &d->attrs[a];
         if (at->type == TB_ATTR_FLOAT) {
             used_f[at->slot] = 1;
             float v = n->f[at->slot];
-            if (!isfinite(v) || v < at->lo || v > at->hi)
+            if (isnan(v) || (!isfinite(v) && !(at->lo == -INFINITY && at->hi == INFINITY)) || v < at->lo ||
+                v > at->hi)
                 return tb_errorf(TB_ERR_FORMAT, "%s: attribute %s = %g is outside [%g, %g]", d->name, at->name, v,
                                  at->lo, at->hi);
             continue;
@@ -191,11 +214,14 @@ tb_status tb_op_check_attrs(const tb_node *n) {
                              at->lo, at->hi);
     }
     /* slots and bits no attribute uses stay zero (room for later attributes) */
-    for (int s = 0; s < 4; s++) {
+    for (int s = 0; s < TB_NODE_INTS; s++)
+        if ((uint32_t)n->i[s] & ~used_i[s])
+            return tb_errorf(TB_ERR_FORMAT, "%s: int attribute slot %d holds bits no attribute defines", d->name, s);
+    for (int s = 0; s < TB_NODE_FLOATS; s++) {
         uint32_t w;
         memcpy(&w, &n->f[s], 4);
-        if (((uint32_t)n->i[s] & ~used_i[s]) || (!used_f[s] && w))
-            return tb_errorf(TB_ERR_FORMAT, "%s: attribute slot %d holds bits no attribute defines", d->name, s);
+        if (!used_f[s] && w)
+            return tb_errorf(TB_ERR_FORMAT, "%s: float attribute slot %d holds bits no attribute defines", d->name, s);
     }
     return TB_OK;
 }
@@ -220,5 +246,94 @@ tb_status tb_op_infer(const tb_graph *g, const tb_node *n, tb_op_shape *out) {
     memset(out, 0, sizeof *out);
     out->n_out = d->n_out;
     for (int o = 0; o < d->n_out; o++) out->dtype[o] = TB_F32; /* activations are f32 */
-    return d->shape(g, n, in, out);
+    if (d->shape) return d->shape(g, n, in, out);
+    tb_view v[TB_MAX_INPUTS];
+    for (int i = 0; i < n->n_in; i++) tb_value_view(g, n->in[i], &v[i]);
+    return tb_op_infer_views(n, v, n->n_in, out);
+}
+
+void tb_value_view(const tb_graph *g, int v, tb_view *out) {
+    const tb_value *x = &g->values[v];
+    memset(out, 0, sizeof *out);
+    out->dtype = x->dtype;
+    out->rank = x->rank;
+    memcpy(out->dims, x->dims, sizeof out->dims);
+    out->data = x->kind == TB_VAL_WEIGHT ? (void *)x->data : NULL;
+}
+
+tb_status tb_op_infer_views(const tb_node *n, const tb_view *in, int n_in, tb_op_shape *out) {
+    const tb_op_def *d = tb_op_get_def(n->op);
+    if (!d || !d->infer) return tb_errorf(TB_ERR_UNSUPPORTED, "op %s has no general shape rule", tb_op_name(n->op));
+    if (n_in < d->min_in || n_in > d->max_in)
+        return tb_errorf(TB_ERR_FORMAT, "%s: takes %d to %d inputs, got %d", d->name, d->min_in, d->max_in, n_in);
+    memset(out, 0, sizeof *out);
+    out->n_out = d->n_out;
+    for (int o = 0; o < TB_MAX_OUTPUTS; o++) out->dtype[o] = in[0].dtype;
+    TB_TRY(d->infer(n, in, n_in, out));
+    int most = d->max_out ? d->max_out : d->n_out;
+    if (out->n_out < 1 || out->n_out > most || out->n_out > TB_MAX_OUTPUTS)
+        return tb_errorf(TB_ERR_FORMAT, "%s: %d outputs (1 to %d)", d->name, out->n_out, most);
+    return TB_OK;
+}
+
+/* ---------------------------------------------------------------- dims */
+
+int64_t tb_dim_mul(int64_t a, int64_t b) {
+    if (a == 0 || b == 0) return 0;
+    if (a == 1) return b;
+    if (b == 1) return a;
+    if (a < 0 || b < 0) return TB_DIM_DYN;
+    if (a > INT64_MAX / b) return TB_DIM_DYN;
+    return a * b;
+}
+
+tb_status tb_dim_broadcast(int64_t a, int64_t b, int64_t *out) {
+    if (a == b) { *out = a; return TB_OK; }
+    if (a == 1) { *out = b; return TB_OK; }
+    if (b == 1) { *out = a; return TB_OK; }
+    if (a >= 0 && b >= 0)
+        return tb_errorf(TB_ERR_FORMAT, "dims %lld and %lld do not broadcast", (long long)a, (long long)b);
+    /* a symbol or unknown against a number: the number (the other must be 1
+     * or equal at run time, checked then); two different symbols: unknown */
+    *out = a >= 0 ? a : b >= 0 ? b : TB_DIM_DYN;
+    return TB_OK;
+}
+
+tb_status tb_shape_broadcast(int ra, const int64_t *a, int rb, const int64_t *b, int *rank, int64_t *out) {
+    int r = ra > rb ? ra : rb;
+    for (int i = 0; i < r; i++) {
+        int ia = i - (r - ra), ib = i - (r - rb);
+        int64_t da = ia >= 0 ? a[ia] : 1, db = ib >= 0 ? b[ib] : 1;
+        TB_TRY(tb_dim_broadcast(da, db, &out[i]));
+    }
+    *rank = r;
+    return TB_OK;
+}
+
+int64_t tb_view_numel(const tb_view *v) {
+    int64_t n = 1;
+    for (int i = 0; i < v->rank; i++) n *= v->dims[i];
+    return n;
+}
+
+int64_t tb_view_get_i(const tb_view *v, int64_t i) {
+    switch (v->dtype) {
+    case TB_I64: return ((const int64_t *)v->data)[i];
+    case TB_I32: return ((const int32_t *)v->data)[i];
+    case TB_I8: return ((const int8_t *)v->data)[i];
+    case TB_U8: case TB_BOOL: return ((const uint8_t *)v->data)[i];
+    case TB_F32: return (int64_t)((const float *)v->data)[i];
+    case TB_F64: return (int64_t)((const double *)v->data)[i];
+    default: return 0;
+    }
+}
+
+double tb_view_get_f(const tb_view *v, int64_t i) {
+    switch (v->dtype) {
+    case TB_F32: return ((const float *)v->data)[i];
+    case TB_F64: return ((const double *)v->data)[i];
+    case TB_F16: return tb_f16_to_f32(((const uint16_t *)v->data)[i]);
+    case TB_BF16: return tb_bf16_to_f32(((const uint16_t *)v->data)[i]);
+    default: return (double)tb_view_get_i(v, i);
+    }
 }

@@ -19,7 +19,7 @@
 #define TB_IR_OPS_H
 #include "ir/ir.h"
 
-#define TB_MAX_ATTRS 6
+#define TB_MAX_ATTRS 16
 
 typedef enum {
     TB_ATTR_INT = 0, /* an integer in [lo, hi]     */
@@ -49,6 +49,21 @@ typedef struct {
 typedef tb_status (*tb_op_shape_fn)(const tb_graph *g, const tb_node *n, const tb_value *const *in,
                                     tb_op_shape *out);
 
+/* A tensor as general shape rules and kernels see it (ops_nn.h). */
+typedef struct {
+    tb_dtype dtype;
+    int rank;
+    int64_t dims[TB_MAX_RANK];
+    void *data;           /* kernel: the buffer; rule: known contents or NULL */
+} tb_view;
+
+/* A general shape rule: sets n_out, and dtype/rank/dims of each output
+ * (ops_nn.h says when dims may be symbols or TB_DIM_DYN). */
+typedef tb_status (*tb_op_infer_fn)(const tb_node *n, const tb_view *in, int n_in, tb_op_shape *out);
+/* A kernel over concrete views: out[k] sized by the rule, data set. */
+typedef tb_status (*tb_op_kernel_fn)(const tb_node *n, const tb_view *in, int n_in, const tb_view *out,
+                                     int n_out);
+
 typedef struct {
     const char *name;
     int min_in, max_in;   /* arity                                         */
@@ -56,7 +71,12 @@ typedef struct {
     const char *signature;/* inputs and outputs with shapes, for messages  */
     int n_attrs;
     tb_attr_def attrs[TB_MAX_ATTRS];
-    tb_op_shape_fn shape;
+    tb_op_shape_fn shape; /* LLM ops: the rule over graph values           */
+    /* general ops (ops_nn.h) */
+    tb_op_infer_fn infer; /* the rule over views                           */
+    tb_op_kernel_fn ref;  /* the scalar reference kernel                   */
+    uint32_t host_inputs; /* bit k: input k is read on the host by infer   */
+    int max_out;          /* outputs up to (variadic: Split); 0: n_out     */
 } tb_op_def;
 
 /* Attribute indices into each op's schema. */
@@ -76,10 +96,10 @@ const tb_op_def *tb_op_get_def(tb_op_kind k);
 
 /* Attribute a of op's schema read from / written into the packed slots.
  * Programmer errors (a wrong index or type) assert. */
-int32_t tb_attr_get_i(tb_op_kind op, int a, const int32_t i[4]);
-float tb_attr_get_f(tb_op_kind op, int a, const float f[4]);
-void tb_attr_set_i(tb_op_kind op, int a, int32_t i[4], int32_t v);
-void tb_attr_set_f(tb_op_kind op, int a, float f[4], float v);
+int32_t tb_attr_get_i(tb_op_kind op, int a, const int32_t *i);
+float tb_attr_get_f(tb_op_kind op, int a, const float *f);
+void tb_attr_set_i(tb_op_kind op, int a, int32_t *i, int32_t v);
+void tb_attr_set_f(tb_op_kind op, int a, float *f, float v);
 static inline int32_t tb_node_attr_i(const tb_node *n, int a) { return tb_attr_get_i(n->op, a, n->i); }
 static inline float tb_node_attr_f(const tb_node *n, int a) { return tb_attr_get_f(n->op, a, n->f); }
 
@@ -88,7 +108,12 @@ static inline float tb_node_attr_f(const tb_node *n, int a) { return tb_attr_get
 tb_status tb_op_check_attrs(const tb_node *n);
 
 /* Resolves n's inputs, checks its arity and attributes and runs its shape
- * rule. TB_ERR_FORMAT (or TB_ERR_UNSUPPORTED for an unknown op). */
+ * rule. TB_ERR_FORMAT (or TB_ERR_UNSUPPORTED for an unknown op). General
+ * ops see weights' data (constants) and no other. */
 tb_status tb_op_infer(const tb_graph *g, const tb_node *n, tb_op_shape *out);
+/* The same for a general op over views (run time: concrete dims). */
+tb_status tb_op_infer_views(const tb_node *n, const tb_view *in, int n_in, tb_op_shape *out);
+/* The view of graph value v at build time (data: the weight's or NULL). */
+void tb_value_view(const tb_graph *g, int v, tb_view *out);
 
 #endif /* TB_IR_OPS_H */

@@ -24,7 +24,7 @@
 #include "tokenizer/tokenizer.h"
 
 #define TB_ENGINE_MAGIC "TBENGINE"
-#define TB_ENGINE_VERSION 1u
+#define TB_ENGINE_VERSION 2u /* 2: general ops, rank 8, 16 int attribute slots */
 
 struct tb_engine {
     tb_mapped_file map;

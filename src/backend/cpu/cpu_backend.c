@@ -1,6 +1,7 @@
 /* cpu_backend.c — the CPU backend: the vtable over kernels.h. */
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/nn.h"
 #include "ir/ops.h"
 
 #include <jansson.h>
@@ -9,6 +10,7 @@ typedef struct {
     tb_pool *pool;
     float *scratch; /* attention scores, per thread */
     int max_ctx;
+    tb_cpu_nn_ctx nn; /* general ops: the pool and their scratch */
 } cpu_ctx;
 
 /* What cpu_run_node implements: per op, the dtypes each input may have (a
@@ -33,6 +35,9 @@ static const uint32_t cpu_in_dtypes[TB_OP_COUNT][TB_MAX_INPUTS] = {
 static int cpu_supports_op(tb_backend *b, const tb_graph *g, const tb_node *n) {
     (void)b;
     const tb_op_def *d = tb_op_get_def(n->op);
+    if (d && tb_op_is_nn(n->op)) /* general ops: a fast kernel or the reference (every dtype it takes) */
+        return d->ref || tb_cpu_nn_elem_kernel(n->op) || tb_cpu_nn_shape_kernel(n->op) ||
+               tb_cpu_nn_conv_kernel(n->op);
     if (!d || !cpu_in_dtypes[n->op][0] || n->n_in < d->min_in || n->n_in > d->max_in) return 0;
     for (int k = 0; k < n->n_in; k++) {
         if (n->in[k] < 0 || n->in[k] >= g->n_values) return 0;
@@ -81,10 +86,34 @@ static tb_status cpu_read_output(tb_backend *b, const void *src, size_t bytes, c
 }
 
 
+/* The view of value v in this step: the run's shapes (general graphs) or
+ * the graph's with `tokens` / `rows` bound. */
+static void step_view(const tb_graph *g, int v, void *const *bufs, const tb_step *st, tb_view *out) {
+    if (st && st->views) {
+        *out = st->views[v];
+    } else {
+        tb_value_view(g, v, out);
+        for (int d = 0; d < out->rank; d++)
+            if (TB_IS_SYM(out->dims[d]))
+                out->dims[d] = strcmp(g->syms[TB_SYM_INDEX(out->dims[d])].name, "rows") == 0 ? st->n_rows
+                                                                                            : st->n_tokens;
+    }
+    out->data = bufs[v];
+}
+
+static tb_status run_nn(cpu_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs, const tb_step *st) {
+    tb_view in[TB_MAX_INPUTS], out[TB_MAX_OUTPUTS];
+    for (int k = 0; k < n->n_in; k++) step_view(g, n->in[k], bufs, st, &in[k]);
+    for (int k = 0; k < n->n_out; k++) step_view(g, n->out[k], bufs, st, &out[k]);
+    c->nn.pool = c->pool;
+    return tb_cpu_nn_run(&c->nn, n, in, n->n_in, out, n->n_out);
+}
+
 static tb_status cpu_run_node(tb_backend *b, const tb_graph *g, const tb_node *n, void *const *bufs,
                               const tb_step *st) {
     cpu_ctx *c = b->ctx;
     tb_pool *p = c->pool;
+    if (tb_op_is_nn(n->op)) return run_nn(c, g, n, bufs, st);
     const tb_value *v0 = &g->values[n->in[0]];
     int T = (int)tb_step_rows(g, n->in[0], st);
     switch (n->op) {
@@ -156,6 +185,7 @@ static void cpu_destroy(tb_backend *b) {
     if (c) {
         tb_pool_free(c->pool);
         tb_free_aligned(c->scratch);
+        tb_cpu_nn_ctx_release(&c->nn);
         free(c);
     }
 }

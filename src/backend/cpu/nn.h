@@ -1,0 +1,40 @@
+/*
+ * nn.h — CPU kernels of the general ops (ops_nn.h): one table per group
+ * (nn_elem.c, nn_shape.c, nn_conv.c in this folder) giving a fast kernel for
+ * an op, or NULL where the op's reference kernel (src/ir/nn_*.c) is used as
+ * it is. Kernels see concrete views, may split work over the pool and take
+ * scratch memory from the context (grown on the first runs of a shape, never
+ * per call afterwards).
+ */
+#ifndef TB_CPU_NN_H
+#define TB_CPU_NN_H
+#include "ir/ops_nn.h"
+
+typedef struct {
+    tb_pool *pool;      /* NULL: the calling thread alone */
+    void *scratch;      /* tb_alloc_aligned'd, 64-byte aligned */
+    size_t scratch_cap;
+} tb_cpu_nn_ctx;
+
+/* At least `bytes` of scratch (valid until the next call); NULL on OOM. */
+void *tb_cpu_nn_scratch(tb_cpu_nn_ctx *c, size_t bytes);
+void tb_cpu_nn_ctx_release(tb_cpu_nn_ctx *c);
+
+typedef tb_status (*tb_cpu_nn_fn)(tb_cpu_nn_ctx *c, const tb_node *n, const tb_view *in, int n_in,
+                                  const tb_view *out, int n_out);
+
+tb_cpu_nn_fn tb_cpu_nn_elem_kernel(tb_op_kind k);
+tb_cpu_nn_fn tb_cpu_nn_shape_kernel(tb_op_kind k);
+tb_cpu_nn_fn tb_cpu_nn_conv_kernel(tb_op_kind k);
+
+/* Runs general op n: the fast kernel when there is one, else the reference. */
+tb_status tb_cpu_nn_run(tb_cpu_nn_ctx *c, const tb_node *n, const tb_view *in, int n_in, const tb_view *out,
+                        int n_out);
+
+/* C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C, row-major f32
+ * with leading dims (op: transposed when ta / tb); beta 0 ignores C's
+ * contents. Split over the pool when given. (sgemm.c) */
+void tb_cpu_sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                  const float *B, int64_t ldb, float beta, float *C, int64_t ldc, tb_pool *pool);
+
+#endif /* TB_CPU_NN_H */
