@@ -37,6 +37,9 @@ typedef struct {
  * with o->verbose logs "pass NAME: what" and node counts. */
 tb_status tb_opt_run(tb_graph *g, const tb_pass *passes, int n, const tb_opt_options *o);
 
+/* The pipeline for general (ONNX) graphs, in order (nn_pipeline.c). */
+const tb_pass *tb_opt_nn_pipeline(int *n);
+
 /* ---- editing helpers (graph_edit.c) */
 
 /* The node writing value v, or -1 (inputs, weights). */
