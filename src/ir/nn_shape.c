@@ -826,7 +826,12 @@ static double resize_coord(int mode, double xr, double scale, int64_t len_in, in
                            double r1) {
     switch (mode) {
     case TB_NN_COORD_ASYMMETRIC: return xr / scale;
-    case TB_NN_COORD_ALIGN_CORNERS: return len_out == 1 ? 0 : xr * (double)(len_in - 1) / (double)(len_out - 1);
+    case TB_NN_COORD_ALIGN_CORNERS: {
+        /* the resized length as the scale gives it, fractional (as ONNX's
+         * reference and its conformance data: 4 x 0.6 aligns over 2.4) */
+        double lr = scale * (double)len_in;
+        return lr == 1 ? 0 : xr * (double)(len_in - 1) / (lr - 1);
+    }
     case TB_NN_COORD_PYTORCH_HALF_PIXEL: return len_out > 1 ? (xr + 0.5) / scale - 0.5 : 0;
     case TB_NN_COORD_TF_CROP_AND_RESIZE:
         return len_out > 1 ? r0 * (double)(len_in - 1) + xr * (r1 - r0) * (double)(len_in - 1) / (double)(len_out - 1)
