@@ -406,7 +406,26 @@ AVX2_FN static float row_sum_avx2(const float *s, int64_t n) {
     for (; i < n; i++) t += s[i];
     return t;
 }
+AVX2_FN static int64_t deinterleave2_avx2(float *e, float *o, const float *s, int64_t n) {
+    int64_t t = 0;
+    for (; t + 8 <= n; t += 8) {
+        __m256 a = _mm256_loadu_ps(s + 2 * t), b = _mm256_loadu_ps(s + 2 * t + 8);
+        __m256 ev = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0)), od = _mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1));
+        _mm256_storeu_ps(e + t, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(ev), _MM_SHUFFLE(3, 1, 2, 0))));
+        _mm256_storeu_ps(o + t, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(od), _MM_SHUFFLE(3, 1, 2, 0))));
+    }
+    return t;
+}
 #endif
+
+/* e[t] = s[2t], o[t] = s[2t + 1] for t < n */
+static void deinterleave2(float *e, float *o, const float *s, int64_t n) {
+    int64_t t = 0;
+#ifdef TB_NN_X86
+    if (use_avx2()) t = deinterleave2_avx2(e, o, s, n);
+#endif
+    for (; t < n; t++) { e[t] = s[2 * t]; o[t] = s[2 * t + 1]; }
+}
 
 /* d = max(d, s) / d += s over n floats (d and s do not overlap). */
 static void row_max(float *restrict d, const float *restrict s, int64_t n) {
@@ -448,8 +467,8 @@ static void pool_plane_row(const pool_job *j, const float *xp, float *yr, int64_
     const tb_nn_conv_geom *g = &j->g;
     float pad = j->is_max ? -INFINITY : 0.0f;
     int64_t W = g->w, OW = g->ow, s = g->sw;
-    /* vertical: the valid input rows of this output row into vm[pl, pl + W) */
-    for (int64_t i = 0; i < j->lv; i++) vm[i] = pad;
+    /* vertical: the valid input rows of this output row into vm[pl, pl + W)
+     * (the borders hold the pad value from the first row on) */
     int ch = 0, first = 1;
     for (int a = 0; a < g->kh; a++) {
         int64_t ih = oh * g->sh - g->pt + (int64_t)a * g->dh;
@@ -462,9 +481,12 @@ static void pool_plane_row(const pool_job *j, const float *xp, float *yr, int64_
         else row_add(vm + g->pl, row, W);
         first = 0;
     }
+    if (first)
+        for (int64_t i = 0; i < W; i++) vm[g->pl + i] = pad;
     /* phases: ph[r * pl_len + t] = vm[s t + r] */
     int64_t L = j->pl_len;
-    if (s > 1)
+    if (s == 2) deinterleave2(ph, ph + L, vm, L);
+    else if (s > 2)
         for (int64_t r = 0; r < s; r++)
             for (int64_t t = 0; t < L; t++) ph[r * L + t] = vm[s * t + r];
     /* horizontal: tap b reads vm[s ow + b dw] = phase (b dw) % s at ow + (b dw) / s */
@@ -489,6 +511,8 @@ static void pool_range(void *a, int64_t lo, int64_t hi) {
     int64_t per = j->per_thread;
     float *vm = j->scratch + (lo / per) * (j->lv + j->pl_len * g->sw + g->ow + 16);
     float *ph = vm + j->lv, *cw = ph + j->pl_len * g->sw;
+    float pad = j->is_max ? -INFINITY : 0.0f;
+    for (int64_t i = 0; i < j->lv; i++) vm[i] = pad;
     for (int64_t ow = 0; ow < g->ow; ow++) {
         int cnt = 0;
         for (int b = 0; b < g->kw; b++) {
