@@ -29,9 +29,12 @@ typedef struct {
     void **k_cache;             /* (n_layers)                                  */
     void **v_cache;             /* (n_layers)                                  */
     tb_dtype kv_dtype;
-    /* General graphs: the concrete view of every value in this run (data
-     * unset), indexed by value; NULL for LLM graphs (dims from the graph
-     * with `tokens` / `rows` bound as above). */
+    /* General graphs: the concrete view of every value in this run,
+     * indexed by value; view.data is a HOST copy where one is known
+     * (weights, values computed on the host for shape rules: the host
+     * inputs of ops_nn.h), NULL otherwise; the kernels' buffers are bufs[].
+     * NULL for LLM graphs (dims from the graph with `tokens` / `rows` bound
+     * as above). */
     const tb_view *views;
 } tb_step;
 
@@ -82,6 +85,11 @@ typedef struct {
                         const tb_sample_row *rows, const int32_t *pen_tok,
                         const int32_t *pen_cnt, int n_pen,
                         tb_sample_result *out);
+    /* General engines: copies between host memory and memory from alloc
+     * (CPU: memcpy), finished when they return. NULL: host memory is the
+     * kernels' memory (inputs and outputs are used in place). */
+    tb_status (*upload)(tb_backend *b, void *dst, const void *src, size_t bytes);
+    tb_status (*download)(tb_backend *b, void *dst, const void *src, size_t bytes);
     void (*destroy)(tb_backend *b);
 } tb_backend_i;
 

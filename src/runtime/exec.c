@@ -27,10 +27,13 @@ struct tb_exec {
     int inputs_on_host;    /* a graph input is read by a shape rule: never cache shapes */
     tb_interp_host *host;
     void *arena;
-    uint64_t arena_cap;
+    uint64_t arena_cap, arena_used;
+    void *out_host[TB_MAX_IO]; /* device backends: outputs copied back */
+    size_t out_cap[TB_MAX_IO];
     int have_shape;
     int64_t last_dims[TB_MAX_IO][TB_MAX_RANK];
     /* profiling */
+    double h2d_seconds, d2h_seconds; /* copies, summed over runs */
     int profiling;
     double *node_seconds;  /* per node */
     int n_runs_profiled;
@@ -81,6 +84,7 @@ void tb_exec_free(tb_exec *x) {
         tb_backend_free(x->b);
     }
     tb_interp_free_host(x->host);
+    for (int i = 0; i < TB_MAX_IO; i++) free(x->out_host[i]);
     free(x->bufs);
     free(x->views);
     free(x->offset);
@@ -157,9 +161,26 @@ static tb_status check_profile(const tb_graph *g, const tb_tensor *in, int n_in)
     return TB_OK;
 }
 
-/* Shapes and the arena plan for the inputs' shapes. */
+/* Whether value v is read by some node as a kernel input (not only as a
+ * host input of a shape rule). */
+static int read_on_device(const tb_graph *g, int v) {
+    for (int i = 0; i < g->n_outputs; i++)
+        if (g->outputs[i] == v) return 1;
+    for (int k = 0; k < g->n_nodes; k++) {
+        const tb_node *n = &g->nodes[k];
+        const tb_op_def *d = tb_op_get_def(n->op);
+        for (int i = 0; i < n->n_in; i++)
+            if (n->in[i] == v && !(d && (d->host_inputs & (1u << i))) && n->op != TB_OP_SHAPE) return 1;
+    }
+    return 0;
+}
+
+/* Shapes and the arena plan for the inputs' shapes. On a backend with its
+ * own memory (upload != NULL) the inputs and the host-computed values its
+ * kernels read live in the arena too. */
 static tb_status plan(tb_exec *x, const tb_tensor *in, int n_in) {
     tb_graph *g = x->g;
+    int device = x->b->iface->upload != NULL;
     tb_interp_free_host(x->host);
     x->host = NULL;
     x->have_shape = 0;
@@ -171,33 +192,41 @@ static tb_status plan(tb_exec *x, const tb_tensor *in, int n_in) {
         iv[i].data = in[i].data;
     }
     TB_TRY(tb_interp_shapes(g, iv, n_in, x->views, &x->host));
-    /* sizes: activations not computed on the host live in the arena */
     int nv = g->n_values, nn = g->n_nodes;
+    /* when each value is defined: inputs before node 0, activations at their node */
+    int *def = malloc(((size_t)nv + 1) * sizeof *def);
+    if (!def) return tb_errorf(TB_ERR_OOM, "out of memory planning");
+    for (int v = 0; v < nv; v++) def[v] = -2;
+    for (int i = 0; i < g->n_inputs; i++) def[g->inputs[i]] = -1;
+    for (int k = 0; k < nn; k++)
+        for (int o = 0; o < g->nodes[k].n_out; o++) def[g->nodes[k].out[o]] = k;
     for (int v = 0; v < nv; v++) {
         x->offset[v] = UINT64_MAX;
         x->bytes[v] = 0;
-        if (g->values[v].kind != TB_VAL_ACT || x->views[v].data) continue;
-        TB_TRY(tb_view_bytes(&x->views[v], &x->bytes[v]));
+        int want;
+        if (g->values[v].kind == TB_VAL_ACT)
+            want = !x->views[v].data || (device && read_on_device(g, v));
+        else
+            want = device && g->values[v].kind == TB_VAL_INPUT;
+        if (!want) continue;
+        tb_status s = tb_view_bytes(&x->views[v], &x->bytes[v]);
+        if (s != TB_OK) { free(def); return tb_error_prefix(s, "value %s", g->values[v].name); }
         x->bytes[v] = (x->bytes[v] + 63) / 64 * 64;
         if (!x->bytes[v]) x->bytes[v] = 64;
     }
     /* first fit in order of definition; a block frees after its last reader */
     typedef struct { uint64_t off, len; int v; } blk;
     blk *live = malloc(((size_t)nv + 1) * sizeof *live);
-    if (!live) return tb_errorf(TB_ERR_OOM, "out of memory planning");
+    if (!live) { free(def); return tb_errorf(TB_ERR_OOM, "out of memory planning"); }
     int n_live = 0;
     uint64_t top = 0;
-    for (int k = 0; k < nn; k++) {
-        const tb_node *n = &g->nodes[k];
-        for (int o = 0; o < n->n_out; o++) {
-            int v = n->out[o];
-            if (!x->bytes[v]) continue;
-            /* drop blocks whose values are dead before node k */
+    for (int k = -1; k < nn; k++) {
+        for (int v = 0; v < nv; v++) {
+            if (def[v] != k || !x->bytes[v]) continue;
             int w = 0;
             for (int j = 0; j < n_live; j++)
                 if (x->last_use[live[j].v] >= k) live[w++] = live[j];
             n_live = w;
-            /* sorted by offset: find the first gap that fits */
             for (int a = 1; a < n_live; a++)
                 for (int b2 = a; b2 > 0 && live[b2 - 1].off > live[b2].off; b2--) {
                     blk t = live[b2]; live[b2] = live[b2 - 1]; live[b2 - 1] = t;
@@ -213,16 +242,25 @@ static tb_status plan(tb_exec *x, const tb_tensor *in, int n_in) {
         }
     }
     free(live);
+    free(def);
     if (top > x->arena_cap) {
         if (x->arena) x->b->iface->free(x->b, x->arena);
         x->arena = x->b->iface->alloc(x->b, (size_t)top);
         x->arena_cap = x->arena ? top : 0;
         if (!x->arena) return tb_errorf(TB_ERR_OOM, "out of memory for %llu bytes of activations", (unsigned long long)top);
     }
+    x->arena_used = top;
     for (int v = 0; v < nv; v++) {
         if (x->offset[v] != UINT64_MAX) x->bufs[v] = (uint8_t *)x->arena + x->offset[v];
         else if (g->values[v].kind == TB_VAL_ACT) x->bufs[v] = x->views[v].data; /* host-computed */
     }
+    /* host-computed values the device's kernels read */
+    for (int v = 0; v < nv && device; v++)
+        if (g->values[v].kind == TB_VAL_ACT && x->views[v].data && x->offset[v] != UINT64_MAX) {
+            uint64_t bytes;
+            TB_TRY(tb_view_bytes(&x->views[v], &bytes));
+            TB_TRY(x->b->iface->upload(x->b, x->bufs[v], x->views[v].data, (size_t)bytes));
+        }
     for (int i = 0; i < n_in; i++) memcpy(x->last_dims[i], in[i].dims, sizeof x->last_dims[i]);
     x->have_shape = 1;
     return TB_OK;
@@ -240,20 +278,26 @@ tb_status tb_exec_run(tb_exec *x, const tb_tensor *inputs, int n_in, tb_tensor *
         same = !memcmp(x->last_dims[i], inputs[i].dims, sizeof(int64_t) * (size_t)inputs[i].rank) &&
                x->views[g->inputs[i]].dtype == inputs[i].dtype;
     if (!same) TB_TRY(plan(x, inputs, n_in));
+    int device = x->b->iface->upload != NULL;
     for (int i = 0; i < n_in; i++) {
-        const tb_value *v = &g->values[g->inputs[i]];
-        if (inputs[i].dtype != v->dtype)
-            return tb_errorf(TB_ERR_INVALID_ARG, "input %s: want %s, got %s", v->name, tb_dtype_name(v->dtype),
-                             tb_dtype_name(inputs[i].dtype));
-        x->bufs[g->inputs[i]] = inputs[i].data;
-        x->views[g->inputs[i]].data = inputs[i].data;
+        int v = g->inputs[i];
+        if (inputs[i].dtype != g->values[v].dtype)
+            return tb_errorf(TB_ERR_INVALID_ARG, "input %s: want %s, got %s", g->values[v].name,
+                             tb_dtype_name(g->values[v].dtype), tb_dtype_name(inputs[i].dtype));
+        x->views[v].data = inputs[i].data;
+        if (!device) { x->bufs[v] = inputs[i].data; continue; }
+        uint64_t bytes;
+        TB_TRY(tb_view_bytes(&x->views[v], &bytes));
+        double t0 = tb_now();
+        TB_TRY(x->b->iface->upload(x->b, x->bufs[v], inputs[i].data, (size_t)bytes));
+        x->h2d_seconds += tb_now() - t0;
     }
     tb_step st;
     memset(&st, 0, sizeof st);
     st.views = x->views;
     for (int k = 0; k < g->n_nodes; k++) {
         const tb_node *n = &g->nodes[k];
-        if (x->offset[n->out[0]] == UINT64_MAX) continue; /* computed on the host while planning */
+        if (x->views[n->out[0]].data) continue; /* computed on the host while planning */
         double t0 = x->profiling ? tb_now() : 0;
         tb_status s = x->b->iface->run_node(x->b, g, n, x->bufs, &st);
         if (s != TB_OK)
@@ -268,6 +312,22 @@ tb_status tb_exec_run(tb_exec *x, const tb_tensor *inputs, int n_in, tb_tensor *
         outputs[i].rank = w->rank;
         memcpy(outputs[i].dims, w->dims, sizeof outputs[i].dims);
         outputs[i].data = x->bufs[v];
+        if (!device || g->values[v].kind == TB_VAL_WEIGHT) {
+            if (g->values[v].kind == TB_VAL_WEIGHT) outputs[i].data = (void *)g->values[v].data;
+            continue;
+        }
+        uint64_t bytes;
+        TB_TRY(tb_view_bytes(w, &bytes));
+        if (bytes > x->out_cap[i]) {
+            void *p = realloc(x->out_host[i], (size_t)bytes);
+            if (!p) return tb_errorf(TB_ERR_OOM, "out of memory for output %s", g->values[v].name);
+            x->out_host[i] = p;
+            x->out_cap[i] = (size_t)bytes;
+        }
+        double t0 = tb_now();
+        TB_TRY(x->b->iface->download(x->b, x->out_host[i], x->bufs[v], (size_t)bytes));
+        x->d2h_seconds += tb_now() - t0;
+        outputs[i].data = x->out_host[i];
     }
     return TB_OK;
 }
@@ -293,3 +353,10 @@ int tb_exec_profile(const tb_exec *x, tb_exec_node_time *out, int cap) {
 }
 
 const tb_graph *tb_exec_graph(const tb_exec *x) { return x->g; }
+
+void tb_exec_copy_seconds(const tb_exec *x, double *h2d, double *d2h) {
+    *h2d = x->h2d_seconds;
+    *d2h = x->d2h_seconds;
+}
+
+uint64_t tb_exec_arena_bytes(const tb_exec *x) { return x->arena_used; }

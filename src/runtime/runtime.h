@@ -33,6 +33,10 @@ typedef struct {
 tb_status tb_exec_set_profiling(tb_exec *x, int on);
 int tb_exec_profile(const tb_exec *x, tb_exec_node_time *out, int cap);
 const tb_graph *tb_exec_graph(const tb_exec *x);
+/* Seconds spent copying inputs to and outputs from a device, summed over
+ * runs (0 on the CPU), and the activation arena of the current shape. */
+void tb_exec_copy_seconds(const tb_exec *x, double *h2d, double *d2h);
+uint64_t tb_exec_arena_bytes(const tb_exec *x);
 
 /* Sampling on a device: fills *row from s's parameters (the uniform draw
  * taken from s's generator as tb_sampler_sample would) and writes the
