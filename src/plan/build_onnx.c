@@ -70,6 +70,51 @@ static tb_status compile(const char *model_path, const tb_onnx_shape_spec *specs
     return TB_OK;
 }
 
+tb_status tb_engine_write_general(tb_graph *g, const char *engine_path, const char *device, const char *source,
+                                  double build_seconds) {
+    uint8_t *graph_buf = NULL, *weights = NULL;
+    char *meta = NULL, *hw = NULL;
+    size_t graph_n = 0;
+    uint64_t weights_n = 0;
+    tb_status s;
+    if ((s = tb_pack_weights(g, &weights, &weights_n)) != TB_OK) goto done;
+    if ((s = tb_graph_serialize(g, &graph_buf, &graph_n)) != TB_OK) goto done;
+    char when[64];
+    time_t now = time(NULL);
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    json_t *prof = json_array();
+    for (int i = 0; i < g->n_syms; i++)
+        json_array_append_new(prof, json_pack("{s:s, s:I, s:I, s:I}", "name", g->syms[i].name, "min",
+                                              (json_int_t)g->syms[i].min, "opt", (json_int_t)g->syms[i].opt, "max",
+                                              (json_int_t)g->syms[i].max));
+    tb_dtype wdt = TB_F32;
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].kind == TB_VAL_WEIGHT && (g->values[v].dtype == TB_F16 || g->values[v].dtype == TB_BF16))
+            wdt = g->values[v].dtype;
+    json_t *m = json_pack("{s:i, s:s, s:{s:s, s:o, s:o, s:i}, s:{s:s, s:f, s:s}, s:o}", "format_version",
+                          (int)TB_ENGINE_VERSION, "kind", "onnx", "model", "source", source ? source : "?", "inputs",
+                          io_json(g, g->inputs, g->n_inputs), "outputs", io_json(g, g->outputs, g->n_outputs),
+                          "nodes", g->n_nodes, "build", "dtype", tb_dtype_name(wdt), "build_seconds", build_seconds,
+                          "built_at", when, "profiles", prof);
+    if (!m) { s = tb_errorf(TB_ERR_INTERNAL, "cannot encode engine metadata"); goto done; }
+    meta = json_dumps(m, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(m);
+    if (!meta) { s = tb_errorf(TB_ERR_OOM, "out of memory"); goto done; }
+    hw = tb_backend_fingerprint(device);
+    if (!hw) { s = TB_ERR_HARDWARE; goto done; }
+    tb_section_src secs[4] = {{"meta", meta, strlen(meta)},
+                              {"hardware", hw, strlen(hw)},
+                              {"graph", graph_buf, graph_n},
+                              {"weights", weights, weights_n}};
+    s = tb_engine_write(engine_path, secs, 4);
+done:
+    free(meta);
+    free(hw);
+    free(graph_buf);
+    tb_free_aligned(weights);
+    return s;
+}
+
 tb_status tb_build_onnx(const char *model_path, const char *engine_path, const tb_build_options *opt,
                         tb_build_report *report) {
     double t0 = tb_now();
@@ -82,61 +127,20 @@ tb_status tb_build_onnx(const char *model_path, const char *engine_path, const t
     int n_specs = 0;
     TB_TRY(parse_profile(&o, specs, &n_specs, TB_MAX_IO));
     tb_graph *g = NULL;
-    uint8_t *graph_buf = NULL, *weights = NULL;
-    char *meta = NULL, *hw = NULL;
-    size_t graph_n = 0;
-    uint64_t weights_n = 0;
-    tb_status s;
-    if ((s = compile(model_path, specs, n_specs, o.device, o.verbose, &g)) != TB_OK) goto done;
-    if ((s = tb_pack_weights(g, &weights, &weights_n)) != TB_OK) goto done;
-    if ((s = tb_graph_serialize(g, &graph_buf, &graph_n)) != TB_OK) goto done;
-    char when[64];
-    time_t now = time(NULL);
-    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-    json_t *prof = json_array();
-    for (int i = 0; i < g->n_syms; i++)
-        json_array_append_new(prof, json_pack("{s:s, s:I, s:I, s:I}", "name", g->syms[i].name, "min",
-                                              (json_int_t)g->syms[i].min, "opt", (json_int_t)g->syms[i].opt, "max",
-                                              (json_int_t)g->syms[i].max));
-    json_t *m = json_pack("{s:i, s:s, s:{s:s, s:o, s:o, s:i}, s:{s:s, s:f, s:s}, s:o}", "format_version",
-                          (int)TB_ENGINE_VERSION, "kind", "onnx", "model", "source", model_path, "inputs",
-                          io_json(g, g->inputs, g->n_inputs), "outputs", io_json(g, g->outputs, g->n_outputs),
-                          "nodes", g->n_nodes, "build", "dtype", tb_dtype_name(o.weight_dtype), "build_seconds",
-                          tb_now() - t0, "built_at", when, "profiles", prof);
-    if (!m) { s = tb_errorf(TB_ERR_INTERNAL, "cannot encode engine metadata"); goto done; }
-    meta = json_dumps(m, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    json_decref(m);
-    if (!meta) { s = tb_errorf(TB_ERR_OOM, "out of memory"); goto done; }
-    hw = tb_backend_fingerprint(o.device);
-    if (!hw) { s = TB_ERR_HARDWARE; goto done; }
-    tb_section_src secs[4] = {{"meta", meta, strlen(meta)},
-                              {"hardware", hw, strlen(hw)},
-                              {"graph", graph_buf, graph_n},
-                              {"weights", weights, weights_n}};
-    if ((s = tb_engine_write(engine_path, secs, 4)) != TB_OK) goto done;
-    if (report) {
+    TB_TRY(compile(model_path, specs, n_specs, o.device, o.verbose, &g));
+    tb_status s = tb_engine_write_general(g, engine_path, o.device, model_path, tb_now() - t0);
+    tb_graph_free(g);
+    if (s == TB_OK && report) {
         memset(report, 0, sizeof *report);
         report->seconds = tb_now() - t0;
         FILE *f = fopen(engine_path, "rb");
         if (f) { fseek(f, 0, SEEK_END); report->engine_bytes = (uint64_t)ftell(f); fclose(f); }
     }
-done:
-    free(meta);
-    free(hw);
-    free(graph_buf);
-    tb_free_aligned(weights);
-    tb_graph_free(g);
     return s;
 }
 
-tb_status tb_engine_from_onnx(const char *model_path, const char *shapes, const char *device, int verbose,
-                              tb_engine **out) {
+tb_status tb_engine_from_graph(tb_graph *g, const char *device, tb_engine **out) {
     *out = NULL;
-    tb_onnx_shape_spec specs[TB_MAX_IO];
-    int n_specs = 0;
-    if (shapes && *shapes) TB_TRY(tb_onnx_parse_shapes(shapes, 3, specs, &n_specs, TB_MAX_IO));
-    tb_graph *g = NULL;
-    TB_TRY(compile(model_path, specs, n_specs, device, verbose, &g));
     tb_engine *e = calloc(1, sizeof *e);
     if (!e) { tb_graph_free(g); return tb_errorf(TB_ERR_OOM, "out of memory"); }
     e->map.fd = -1;
@@ -154,4 +158,15 @@ tb_status tb_engine_from_onnx(const char *model_path, const char *shapes, const 
     }
     *out = e;
     return TB_OK;
+}
+
+tb_status tb_engine_from_onnx(const char *model_path, const char *shapes, const char *device, int verbose,
+                              tb_engine **out) {
+    *out = NULL;
+    tb_onnx_shape_spec specs[TB_MAX_IO];
+    int n_specs = 0;
+    if (shapes && *shapes) TB_TRY(tb_onnx_parse_shapes(shapes, 3, specs, &n_specs, TB_MAX_IO));
+    tb_graph *g = NULL;
+    TB_TRY(compile(model_path, specs, n_specs, device, verbose, &g));
+    return tb_engine_from_graph(g, device, out);
 }

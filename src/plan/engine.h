@@ -70,5 +70,10 @@ tb_status tb_build_onnx(const char *model_path, const char *engine_path, const t
                         tb_build_report *report);
 tb_status tb_engine_from_onnx(const char *model_path, const char *shapes, const char *device, int verbose,
                               tb_engine **out);
+/* A general graph (g->n_outputs > 0) written as an engine file; and an
+ * engine in memory that takes g (freed with it, or at once on failure). */
+tb_status tb_engine_write_general(tb_graph *g, const char *engine_path, const char *device, const char *source,
+                                  double build_seconds);
+tb_status tb_engine_from_graph(tb_graph *g, const char *device, tb_engine **out);
 
 #endif
