@@ -764,6 +764,22 @@ static void test_fast_unary(tb_cpu_nn_ctx *ctx) {
         n.i[0] = 1;
         if (ops[k] == TB_OP_GELU) vs_ref(ctx, &n, &in, 1, 1e-6, 1e-38, "special values");
     }
+    /* Clip: bit-exact, bounds absent, given, crossed */
+    float *cx = rand_buf(1000003, -10, 10);
+    cx[5] = NAN;
+    cx[6] = -0.0f;
+    for (int s = 0; s < 4; s++) {
+        tb_view cin[3] = {V(TB_F32, 1, D(sizes[s]), cx), V(TB_F32, 0, NULL, F32(0.0f)), V(TB_F32, 1, D(1), F32(6.0f))};
+        tb_node n = N(TB_OP_CLIP);
+        for (int k = 1; k <= 3; k++) vs_ref(ctx, &n, cin, k, 0, 0, "Relu6");
+        cin[1] = V(TB_F32, 1, D(0), NULL);
+        vs_ref(ctx, &n, cin, 3, 0, 0, "max only");
+        cin[1] = V(TB_F32, 0, NULL, F32(7.0f));
+        vs_ref(ctx, &n, cin, 3, 0, 0, "min > max");
+        cin[1] = V(TB_F64, 0, NULL, ((double[]){-1.5}));
+        vs_ref(ctx, &n, cin, 3, 0, 0, "f64 min");
+    }
+    free(cx);
     /* other dtypes go to the reference */
     int64_t xl[] = {-3, 4};
     tb_view lv = V(TB_I64, 1, D(2), xl);

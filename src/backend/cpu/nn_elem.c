@@ -8,7 +8,7 @@
  * Accuracy against the reference (double precision, then rounded): the
  * bounds tests/test_nn_elem.c holds them to (worst seen in dense sweeps in
  * brackets); subnormal results are compared absolutely (1e-44 .. 1e-38).
- *   Relu, Add Sub Mul Div: bit-exact (IEEE operations, one rounding).
+ *   Relu, Clip, Add Sub Mul Div: bit-exact (IEEE operations, one rounding).
  *   Exp: relative 3e-7 [2.3e-7]. Cephes' range reduction and polynomial,
  *     2^n applied in two halves so that results stay exact into the
  *     subnormals and overflow to inf where they should.
@@ -269,6 +269,43 @@ static tb_status k_unary(tb_cpu_nn_ctx *c, const tb_node *n, const tb_view *in, 
     default: return run_ref(n, in, n_in, out, n_out);
     }
     par_range(c, tb_view_numel(&in[0]), grain, 16, unary_range, &j);
+    return TB_OK;
+}
+
+/* ---------------------------------------------------------------- Clip */
+
+typedef struct {
+    const float *x;
+    float *y;
+    float lo, hi;
+} clip_job;
+
+/* min(max(x, lo), hi) with the operands ordered so that NaN passes (MAXPS /
+ * MINPS return the second operand then) and lo > hi gives hi, as numpy */
+AVX2_FN static void clip_range(void *arg, int64_t lo, int64_t hi) {
+    const clip_job *j = arg;
+    __m256 vl = _mm256_set1_ps(j->lo), vh = _mm256_set1_ps(j->hi);
+    const float *x = j->x;
+    float *y = j->y;
+    int64_t i = lo;
+    for (; i + 8 <= hi; i += 8) _mm256_storeu_ps(y + i, _mm256_min_ps(vh, _mm256_max_ps(vl, _mm256_loadu_ps(x + i))));
+    if (i < hi) {
+        __m256i m = tail_mask(hi - i);
+        _mm256_maskstore_ps(y + i, m, _mm256_min_ps(vh, _mm256_max_ps(vl, _mm256_maskload_ps(x + i, m))));
+    }
+}
+
+static tb_status k_clip(tb_cpu_nn_ctx *c, const tb_node *n, const tb_view *in, int n_in, const tb_view *out,
+                        int n_out) {
+    clip_job j = {in[0].data, out[0].data, -INFINITY, INFINITY};
+    int ok = have_avx2() && in[0].dtype == TB_F32;
+    for (int k = 1; k < n_in && ok; k++) {
+        if (tb_view_numel(&in[k]) == 0) continue; /* absent */
+        ok = in[k].dtype == TB_F32;
+        if (ok) *(k == 1 ? &j.lo : &j.hi) = ((const float *)in[k].data)[0];
+    }
+    if (!ok) return run_ref(n, in, n_in, out, n_out);
+    par_range(c, tb_view_numel(&in[0]), 1 << 16, 16, clip_range, &j);
     return TB_OK;
 }
 
@@ -658,6 +695,7 @@ tb_cpu_nn_fn tb_cpu_nn_elem_kernel(tb_op_kind k) {
     switch (k) {
     case TB_OP_RELU: case TB_OP_SIGMOID: case TB_OP_TANH: case TB_OP_EXP: case TB_OP_ERF: case TB_OP_GELU:
         return k_unary;
+    case TB_OP_CLIP: return k_clip;
     case TB_OP_NN_ADD: case TB_OP_SUB: case TB_OP_MUL: case TB_OP_DIV: return k_binary;
     case TB_OP_SOFTMAX: return k_softmax;
     case TB_OP_LAYERNORM: return k_layernorm;
