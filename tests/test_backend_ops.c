@@ -69,6 +69,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
+#include "opt/opt.h"
 #include "tb_test.h"
 
 #define TMAX 128         /* the `tokens` / `rows` profile maximum            */
@@ -218,6 +219,16 @@ static int case_run(tcase *c, const int *read_v, const size_t *read_n, int n_rea
         if (b > most) { most = b; g->output = read_v[i]; }
     }
     if (bd->path) TB_ASSERT(tb_cpu_kernel_force_path(bd->path) == 0);
+    /* the GPU fuses what a `--device cuda` build marks (the cuda_fuse pass
+     * stores its choices in the tactic words and folds norm weights) */
+    if (bd->cuda) {
+        tb_opt_options oo;
+        tb_pass_report pr;
+        memset(&oo, 0, sizeof oo);
+        memset(&pr, 0, sizeof pr);
+        snprintf(oo.device, sizeof oo.device, "cuda");
+        TB_ASSERT(tb_opt_cuda_fuse(g, &oo, &pr) == TB_OK);
+    }
     tb_backend *b = NULL;
     if (tb_backend_create(bd->device, 2, MAX_CTX, &b) != TB_OK) {
         CHECK_MSG(0, "%s: creating the backend: %s", bd->label, tb_last_error());
@@ -570,6 +581,60 @@ static void op_add(int T, int D) {
     tb_graph_free(c.g);
 }
 
+/* The Llama builder's plain ops (fused away by the passes before a backend
+ * runs them): concat_cols of n inputs, silu, emul. */
+static void op_concat_cols(int T, int n_in) {
+    tcase c;
+    case_init(&c, T);
+    snprintf(c.desc, sizeof c.desc, "T %d inputs %d", T, n_in);
+    float *x[TB_MAX_INPUTS];
+    const float *xc[TB_MAX_INPUTS];
+    int in[TB_MAX_INPUTS], cols[TB_MAX_INPUTS], C = 0;
+    for (int i = 0; i < n_in; i++) {
+        cols[i] = 1 + irand(70);
+        C += cols[i];
+        x[i] = frandn((size_t)T * cols[i], 3.0f);
+        xc[i] = x[i];
+        int64_t d[2] = {T, cols[i]};
+        char nm[16];
+        snprintf(nm, sizeof nm, "x%d", i);
+        in[i] = add_w(&c, nm, TB_F32, 2, d, x[i]);
+    }
+    int k = add_node(&c, TB_OP_CONCAT_COLS, in, n_in, NULL, NULL);
+    size_t n = (size_t)T * C;
+    float *y = xmalloc(n * 4), *yr = xmalloc(n * 4);
+    int rv = c.g->nodes[k].out[0];
+    void *o[1] = {y};
+    if (case_run(&c, &rv, &n, 1, o) == 1) {
+        tb_ref_concat_cols(xc, cols, n_in, yr, T);
+        report(&c, TB_OP_CONCAT_COLS, TB_F32, NULL, rel_err(y, yr, n), 0);
+    }
+    for (int i = 0; i < n_in; i++) free(x[i]);
+    free(y); free(yr);
+    tb_graph_free(c.g);
+}
+
+static void op_silu_emul(tb_op_kind op, int T, int D) {
+    tcase c;
+    case_init(&c, T);
+    snprintf(c.desc, sizeof c.desc, "T %d D %d", T, D);
+    float *a = frandn((size_t)T * D, 6.0f), *bb = frandn((size_t)T * D, 3.0f);
+    int64_t d[2] = {T, D};
+    int in[2] = {add_w(&c, "a", TB_F32, 2, d, a), add_w(&c, "b", TB_F32, 2, d, bb)};
+    int k = add_node(&c, op, in, op == TB_OP_SILU ? 1 : 2, NULL, NULL);
+    size_t n = (size_t)T * D;
+    float *y = xmalloc(n * 4), *yr = xmalloc(n * 4);
+    int rv = c.g->nodes[k].out[0];
+    void *o[1] = {y};
+    if (case_run(&c, &rv, &n, 1, o) == 1) {
+        if (op == TB_OP_SILU) tb_ref_silu(a, yr, n);
+        else tb_ref_mul(a, bb, yr, n);
+        report(&c, op, TB_F32, NULL, rel_err(y, yr, n), 0);
+    }
+    free(a); free(bb); free(y); free(yr);
+    tb_graph_free(c.g);
+}
+
 static void op_gather_rows(int T, int D, int R) {
     tcase c;
     case_init(&c, T);
@@ -770,6 +835,12 @@ static void run_all(void) {
             attention_case(kvdts[kv], 8, 2, 64, 0, dec, 3, "3 seqs decode", 96, wdts[di]);
             attention_case(kvdts[kv], 4, 2, 128, 1, pre, 1, "prefill 17 at 5", 64, wdts[di]);
         }
+    /* last: the random inputs of the cases above stay what they were */
+    for (int i = 0; i < 3; i++) {
+        op_concat_cols(Ts[i], 2 + i);
+        op_silu_emul(TB_OP_SILU, Ts[i], (int[]){7, 64, 129}[i]);
+        op_silu_emul(TB_OP_EMUL, Ts[i], (int[]){7, 64, 129}[i]);
+    }
 }
 
 int main(void) {

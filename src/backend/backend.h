@@ -91,6 +91,11 @@ typedef struct {
     tb_status (*upload)(tb_backend *b, void *dst, const void *src, size_t bytes);
     tb_status (*download)(tb_backend *b, void *dst, const void *src, size_t bytes);
     void (*destroy)(tb_backend *b);
+    /* Optional, at build time only (tb_tune_device): times the backend's own
+     * kernel choices for g's nodes, weights loaded by load_weights, and
+     * stores them in the nodes' tactic words (tune/tactic.h); *n_timed: the
+     * shapes timed. Loading an engine never calls it. */
+    tb_status (*tune)(tb_backend *b, tb_graph *g, void *const *bufs, int *n_timed);
 } tb_backend_i;
 
 struct tb_backend {

@@ -42,6 +42,10 @@ typedef enum {
     TB_OP_SILU_MUL,      /* gu (n, 2F) -> (n, F)                                    */
     TB_OP_ADD,           /* a, b (same shape) -> a + b                              */
     TB_OP_GATHER_ROWS,   /* x (tokens, D) -> (rows, D): rows chosen per step        */
+    /* Plain ops of the Llama-family builder, fused by the passes (opt/llm_fuse.c) */
+    TB_OP_CONCAT_COLS,   /* x1 (n, C1), ..., xk (n, Ck) -> (n, C1 + ... + Ck)      */
+    TB_OP_SILU,          /* x (n, C) -> x * sigmoid(x)                              */
+    TB_OP_EMUL,           /* a, b (n, C) -> a * b                                    */
     /* General ops (ONNX semantics, any rank up to TB_MAX_RANK, broadcasting
      * where ONNX broadcasts). Their definitions, attribute layouts, shape
      * rules and reference kernels are in ops_nn.h / nn_*.c.               */

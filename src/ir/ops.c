@@ -97,6 +97,31 @@ static tb_status shape_gather_rows(const tb_graph *g, const tb_node *n, const tb
     return TB_OK;
 }
 
+static tb_status shape_concat_cols(const tb_graph *g, const tb_node *n, const tb_value *const *in,
+                                   tb_op_shape *out) {
+    int64_t cols = 0;
+    for (int i = 0; i < n->n_in; i++) {
+        NEED(in[i]->rank == 2 && in[i]->dims[0] == in[0]->dims[0] && in[i]->dims[1] >= 0 && in[i]->dtype == TB_F32,
+             "concat_cols: want f32 inputs (n, Ci) with equal n");
+        cols += in[i]->dims[1];
+    }
+    out->rank[0] = 2; out->dims[0][0] = in[0]->dims[0]; out->dims[0][1] = cols;
+    return TB_OK;
+}
+
+static tb_status shape_silu(const tb_graph *g, const tb_node *n, const tb_value *const *in, tb_op_shape *out) {
+    NEED(in[0]->rank == 2, "silu: want x (n, C)");
+    same_2d(out, 0, in[0]);
+    return TB_OK;
+}
+
+static tb_status shape_mul(const tb_graph *g, const tb_node *n, const tb_value *const *in, tb_op_shape *out) {
+    NEED(in[0]->rank == 2 && in[1]->rank == 2 && in[0]->dims[0] == in[1]->dims[0] && in[0]->dims[1] == in[1]->dims[1],
+         "emul: want a, b (n, C)");
+    same_2d(out, 0, in[0]);
+    return TB_OK;
+}
+
 /* ---------------------------------------------------------------- the table */
 
 #define EPS_ATTR {"eps", TB_ATTR_FLOAT, 0, 0, 32, 0.0, 1.0, "added to the mean square"}
@@ -129,6 +154,10 @@ static const tb_op_def ops[TB_OP_COUNT] = {
     [TB_OP_ADD] = {"add", 2, 2, 1, "a, b (same shape) -> a + b", 0, {{0}}, shape_add},
     [TB_OP_GATHER_ROWS] = {"gather_rows", 1, 1, 1, "x (tokens, D) -> (rows, D), rows chosen per step", 0, {{0}},
                            shape_gather_rows},
+    [TB_OP_CONCAT_COLS] = {"concat_cols", 2, TB_MAX_INPUTS, 1, "x1 (n, C1), ..., xk (n, Ck) -> (n, C1 + ... + Ck)", 0,
+                           {{0}}, shape_concat_cols},
+    [TB_OP_SILU] = {"silu", 1, 1, 1, "x (n, C) -> x * sigmoid(x) (n, C)", 0, {{0}}, shape_silu},
+    [TB_OP_EMUL] = {"emul", 2, 2, 1, "a, b (n, C) -> a * b (n, C), elementwise", 0, {{0}}, shape_mul},
 };
 
 const tb_op_def *tb_op_get_def(tb_op_kind k) {

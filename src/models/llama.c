@@ -1,4 +1,10 @@
-/* llama.c — the Llama-family builder (Llama 1/2/3, Mistral, Qwen2). */
+/* llama.c — the Llama-family builder (Llama 1/2/3, Mistral, Qwen2).
+ *
+ * It emits the plain graph of the model: one matmul per projection (q, k, v,
+ * o, gate, up, down), silu and mul for the gated MLP, add for the residual
+ * stream and rmsnorm. The pass pipeline (opt/llm_fuse.c, run by the build)
+ * fuses it into the graph the backends run: the q|k|v and gate|up matmuls
+ * merged, silu_mul, add_rmsnorm. */
 #include "models/models.h"
 #include "ir/ops.h"
 
@@ -67,6 +73,12 @@ static int add_one(tb_graph *g, const char *name, tb_dtype dt, const tb_src_tens
     return add_stacked(g, name, dt, parts, 1, t->rank > 1 ? t->dims[1] : 1);
 }
 
+/* x + d: the residual stream. Returns the sum's value or -1. */
+static int add_residual(tb_graph *g, const char *name, int x, int d) {
+    int nd = tb_graph_add_node(g, TB_OP_ADD, (int[]){x, d}, 2, name, NULL, NULL);
+    return nd < 0 ? -1 : g->nodes[nd].out[0];
+}
+
 #define GET(name_fmt, d0, d1, outp)                                                           \
     do {                                                                                      \
         char nm_[160];                                                                        \
@@ -96,7 +108,7 @@ tb_status tb_model_build_graph(const tb_model_source *src, const tb_model_build_
     int64_t tdims[1] = {TB_SYM(tok)};
     int ids = tb_graph_add_value(g, "token_ids", TB_VAL_INPUT, TB_I32, 1, tdims);
     int l = 0;
-    const tb_src_tensor *emb, *t0, *t1, *t2;
+    const tb_src_tensor *emb, *t0, *t1;
     GET("model.embed_tokens.weight", V, D, &emb);
     int w_emb = add_one(g, "embed", wdt, emb);
     float *inv = calloc((size_t)hd / 2, sizeof(float));
@@ -116,39 +128,48 @@ tb_status tb_model_build_graph(const tb_model_source *src, const tb_model_build_
         GET("model.layers.%d.input_layernorm.weight", D, -1, &tn);
         snprintf(nm, sizeof nm, "l%d.attn_norm", l);
         int w_an = add_one(g, nm, TB_F32, tn);
-        int nd;
-        snprintf(nm, sizeof nm, "l%d.h", l);
-        if (delta < 0) {
-            nd = tb_graph_add_node(g, TB_OP_RMSNORM, (int[]){resid, w_an}, 2, nm, NULL, eps);
-            if (nd < 0) goto graph_fail;
-            h = g->nodes[nd].out[0];
-        } else {
-            nd = tb_graph_add_node(g, TB_OP_ADD_RMSNORM, (int[]){resid, delta, w_an}, 3, nm, NULL, eps);
-            if (nd < 0) goto graph_fail;
-            resid = g->nodes[nd].out[0];
-            h = g->nodes[nd].out[1];
+        if (w_an < 0) goto graph_fail;
+        if (delta >= 0) { /* the residual stream: x += the last layer's MLP */
+            snprintf(nm, sizeof nm, "l%d.h", l);
+            resid = add_residual(g, nm, resid, delta);
+            if (resid < 0) goto graph_fail;
         }
-        GET("model.layers.%d.self_attn.q_proj.weight", (int64_t)H * hd, D, &t0);
-        GET("model.layers.%d.self_attn.k_proj.weight", (int64_t)KV * hd, D, &t1);
-        GET("model.layers.%d.self_attn.v_proj.weight", (int64_t)KV * hd, D, &t2);
-        snprintf(nm, sizeof nm, "l%d.wqkv", l);
-        int w_qkv = add_stacked(g, nm, wdt, (const tb_src_tensor *[]){t0, t1, t2}, 3, D);
-        int in3[3] = {h, w_qkv, -1}, n_in = 2;
+        snprintf(nm, sizeof nm, delta < 0 ? "l%d.h" : "l%d.hn", l);
+        int nd = tb_graph_add_node(g, TB_OP_RMSNORM, (int[]){resid, w_an}, 2, nm, NULL, eps);
+        if (nd < 0) goto graph_fail;
+        h = g->nodes[nd].out[0];
+        /* q, k, v: one projection each (the passes merge them) */
+        static const char *const qkv_src[3] = {"q", "k", "v"};
+        int64_t rows_of[3] = {(int64_t)H * hd, (int64_t)KV * hd, (int64_t)KV * hd};
+        int w_p[3], b_p[3] = {-1, -1, -1}, proj[3];
+        for (int i = 0; i < 3; i++) {
+            char tname[160];
+            snprintf(tname, sizeof tname, "model.layers.%%d.self_attn.%s_proj.weight", qkv_src[i]);
+            GET(tname, rows_of[i], D, &t0);
+            snprintf(nm, sizeof nm, "l%d.w%s", l, qkv_src[i]);
+            if ((w_p[i] = add_one(g, nm, wdt, t0)) < 0) goto graph_fail;
+        }
         char bq[160];
         snprintf(bq, sizeof bq, "model.layers.%d.self_attn.q_proj.bias", l);
         if (c->attn_bias || tb_source_find(src, bq)) {
-            GET("model.layers.%d.self_attn.q_proj.bias", (int64_t)H * hd, -1, &t0);
-            GET("model.layers.%d.self_attn.k_proj.bias", (int64_t)KV * hd, -1, &t1);
-            GET("model.layers.%d.self_attn.v_proj.bias", (int64_t)KV * hd, -1, &t2);
-            snprintf(nm, sizeof nm, "l%d.bqkv", l);
-            in3[2] = add_stacked(g, nm, TB_F32, (const tb_src_tensor *[]){t0, t1, t2}, 3, 1);
-            if (in3[2] < 0) goto graph_fail;
-            g->values[in3[2]].rank = 1;
-            n_in = 3;
+            for (int i = 0; i < 3; i++) {
+                char tname[160];
+                snprintf(tname, sizeof tname, "model.layers.%%d.self_attn.%s_proj.bias", qkv_src[i]);
+                GET(tname, rows_of[i], -1, &t0);
+                snprintf(nm, sizeof nm, "l%d.b%s", l, qkv_src[i]);
+                if ((b_p[i] = add_one(g, nm, TB_F32, t0)) < 0) goto graph_fail;
+            }
         }
+        for (int i = 0; i < 3; i++) {
+            snprintf(nm, sizeof nm, "l%d.%s", l, qkv_src[i]);
+            nd = tb_graph_add_node(g, TB_OP_MATMUL, (int[]){h, w_p[i], b_p[i]}, b_p[i] >= 0 ? 3 : 2, nm, NULL, NULL);
+            if (nd < 0) goto graph_fail;
+            proj[i] = g->nodes[nd].out[0];
+        }
+        /* attention reads q | k | v side by side in each row */
         snprintf(nm, sizeof nm, "l%d.qkv", l);
-        nd = tb_graph_add_node(g, TB_OP_MATMUL, in3, n_in, nm, NULL, NULL);
-        if (w_qkv < 0 || nd < 0) goto graph_fail;
+        nd = tb_graph_add_node(g, TB_OP_CONCAT_COLS, proj, 3, nm, NULL, NULL);
+        if (nd < 0) goto graph_fail;
         int qkv = g->nodes[nd].out[0];
         int32_t ai[4] = {0};
         tb_attr_set_i(TB_OP_ATTENTION, TB_ATTN_LAYER, ai, l);
@@ -170,20 +191,35 @@ tb_status tb_model_build_graph(const tb_model_source *src, const tb_model_build_
         GET("model.layers.%d.post_attention_layernorm.weight", D, -1, &tn);
         snprintf(nm, sizeof nm, "l%d.ffn_norm", l);
         int w_fn = add_one(g, nm, TB_F32, tn);
+        if (w_fn < 0) goto graph_fail;
         snprintf(nm, sizeof nm, "l%d.h2", l);
-        nd = tb_graph_add_node(g, TB_OP_ADD_RMSNORM, (int[]){resid, ao, w_fn}, 3, nm, NULL, eps);
-        if (w_fn < 0 || nd < 0) goto graph_fail;
-        resid = g->nodes[nd].out[0];
-        int h2 = g->nodes[nd].out[1];
+        resid = add_residual(g, nm, resid, ao);
+        if (resid < 0) goto graph_fail;
+        snprintf(nm, sizeof nm, "l%d.h2n", l);
+        nd = tb_graph_add_node(g, TB_OP_RMSNORM, (int[]){resid, w_fn}, 2, nm, NULL, eps);
+        if (nd < 0) goto graph_fail;
+        int h2 = g->nodes[nd].out[0];
+        /* the MLP: silu(h2 Wg^T) * (h2 Wu^T), projected down */
         GET("model.layers.%d.mlp.gate_proj.weight", F, D, &t0);
         GET("model.layers.%d.mlp.up_proj.weight", F, D, &t1);
-        snprintf(nm, sizeof nm, "l%d.wgu", l);
-        int w_gu = add_stacked(g, nm, wdt, (const tb_src_tensor *[]){t0, t1}, 2, D);
-        snprintf(nm, sizeof nm, "l%d.gu", l);
-        nd = tb_graph_add_node(g, TB_OP_MATMUL, (int[]){h2, w_gu}, 2, nm, NULL, NULL);
-        if (w_gu < 0 || nd < 0) goto graph_fail;
+        snprintf(nm, sizeof nm, "l%d.wg", l);
+        int w_g = add_one(g, nm, wdt, t0);
+        snprintf(nm, sizeof nm, "l%d.wu", l);
+        int w_u = add_one(g, nm, wdt, t1);
+        if (w_g < 0 || w_u < 0) goto graph_fail;
+        snprintf(nm, sizeof nm, "l%d.g", l);
+        nd = tb_graph_add_node(g, TB_OP_MATMUL, (int[]){h2, w_g}, 2, nm, NULL, NULL);
+        if (nd < 0) goto graph_fail;
+        int gate = g->nodes[nd].out[0];
+        snprintf(nm, sizeof nm, "l%d.u", l);
+        nd = tb_graph_add_node(g, TB_OP_MATMUL, (int[]){h2, w_u}, 2, nm, NULL, NULL);
+        if (nd < 0) goto graph_fail;
+        int up = g->nodes[nd].out[0];
+        snprintf(nm, sizeof nm, "l%d.silu", l);
+        nd = tb_graph_add_node(g, TB_OP_SILU, (int[]){gate}, 1, nm, NULL, NULL);
+        if (nd < 0) goto graph_fail;
         snprintf(nm, sizeof nm, "l%d.act", l);
-        nd = tb_graph_add_node(g, TB_OP_SILU_MUL, (int[]){g->nodes[nd].out[0]}, 1, nm, NULL, NULL);
+        nd = tb_graph_add_node(g, TB_OP_EMUL, (int[]){g->nodes[nd].out[0], up}, 2, nm, NULL, NULL);
         if (nd < 0) goto graph_fail;
         int act = g->nodes[nd].out[0];
         GET("model.layers.%d.mlp.down_proj.weight", D, F, &t0);
@@ -199,9 +235,12 @@ tb_status tb_model_build_graph(const tb_model_source *src, const tb_model_build_
     const tb_src_tensor *tn;
     GET("model.norm.weight", D, -1, &tn);
     int w_norm = add_one(g, "final_norm", TB_F32, tn);
-    int nd = tb_graph_add_node(g, TB_OP_ADD_RMSNORM, (int[]){resid, delta, w_norm}, 3, "final", NULL, eps);
-    if (w_norm < 0 || nd < 0) goto graph_fail;
-    int hf = g->nodes[nd].out[1];
+    if (w_norm < 0) goto graph_fail;
+    resid = add_residual(g, "final", resid, delta);
+    if (resid < 0) goto graph_fail;
+    int nd = tb_graph_add_node(g, TB_OP_RMSNORM, (int[]){resid, w_norm}, 2, "final_normed", NULL, eps);
+    if (nd < 0) goto graph_fail;
+    int hf = g->nodes[nd].out[0];
     nd = tb_graph_add_node(g, TB_OP_GATHER_ROWS, (int[]){hf}, 1, "selected", NULL, NULL);
     if (nd < 0) goto graph_fail;
     int sel = g->nodes[nd].out[0];

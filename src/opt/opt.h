@@ -60,4 +60,18 @@ int tb_opt_insert_node(tb_graph *g, int pos, tb_op_kind op, const int *in, int n
  * nodes removed. */
 int tb_opt_compact(tb_graph *g);
 
+
+
+/* ---- the LLM pipeline (llm_fuse.c, llm_cuda.c) */
+
+/* The passes that turn the Llama-family builder's plain graph into the fused
+ * graph the backends run (add_rmsnorm, silu_mul, merged q|k|v and gate|up
+ * matmuls), then, for o->device "cuda", cuda_fuse. *n: how many. */
+const tb_pass *tb_opt_llm_pipeline(int *n);
+/* For o->device "cuda" (no change otherwise): stores in each node's tactic
+ * word (tune/tactic.h) the fusions the CUDA backend runs with the next
+ * node(s), and folds the RMSNorm weights of the norm fusions into the
+ * following matmul's weight (the norm weight becomes ones). */
+tb_status tb_opt_cuda_fuse(tb_graph *g, const tb_opt_options *o, tb_pass_report *r);
+
 #endif /* TB_OPT_H */

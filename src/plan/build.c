@@ -6,6 +6,7 @@
 #include "backend/backend.h"
 #include "import/import.h"
 #include "models/models.h"
+#include "opt/opt.h"
 #include "plan/engine.h"
 #include "tune/tune.h"
 
@@ -111,10 +112,20 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
     tb_model_build_opts mo = {.weight_dtype = o.weight_dtype, .max_seq_len = max_seq, .max_step_tokens = max_step,
                               .progress = o.progress ? progress_bar : NULL};
     if ((s = tb_model_build_graph(src, &mo, &g)) != TB_OK) goto done;
+    /* the builder's plain graph, fused by the pass pipeline for the target */
+    tb_opt_options oo;
+    memset(&oo, 0, sizeof oo);
+    int dev_index, n_passes;
+    if ((s = tb_device_parse(o.device && *o.device ? o.device : "cpu", oo.device, &dev_index)) != TB_OK) goto done;
+    oo.dtype = o.weight_dtype;
+    const tb_pass *passes = tb_opt_llm_pipeline(&n_passes);
+    if ((s = tb_opt_run(g, passes, n_passes, &oo)) != TB_OK) goto done;
 
     tb_tune_report tr;
     int prefill = max_step < 128 ? max_step : 128;
     if ((s = tb_tune_graph(g, 0, prefill, &tr)) != TB_OK) goto done;
+    /* the target's own tactics (the CUDA GEMV kernels), timed on it */
+    if ((s = tb_tune_device(g, o.device, max_seq, &tr)) != TB_OK) goto done;
     /* the profile's opt point: decode */
     if ((s = tb_tokenizer_serialize(tok, &tok_buf, &tok_n)) != TB_OK) goto done;
     if ((s = tb_pack_weights(g, &weights, &weights_n)) != TB_OK) goto done;
@@ -149,6 +160,8 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
         tr.n_blas_large, "tuning_seconds", tr.seconds);
     if (!m) { s = tb_errorf(TB_ERR_INTERNAL, "cannot encode engine metadata"); goto done; }
     json_object_set_new(json_object_get(m, "build"), "build_seconds", json_real(tb_now() - t0));
+    if (strcmp(oo.device, "cpu"))
+        json_object_set_new(json_object_get(m, "tactics"), "device_shapes_timed", json_integer(tr.n_device_timed));
     meta = json_dumps(m, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(m);
     hw = tb_backend_fingerprint(o.device);

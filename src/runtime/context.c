@@ -10,6 +10,7 @@
 #include "plan/engine.h"
 #include "runtime/kv_blocks.h"
 #include "runtime/runtime.h"
+#include "tune/tactic.h"
 
 void tb_context_options_default(tb_context_options *o) { memset(o, 0, sizeof *o); }
 
@@ -30,17 +31,14 @@ static tb_status plan_memory(const tb_graph *g, uint64_t *offsets, uint64_t *tot
     for (int i = 0; i < nv; i++) last[i] = -1;
     for (int k = 0; k < g->n_nodes; k++)
         for (int j = 0; j < g->nodes[k].n_in; j++) last[g->nodes[k].in[j]] = k;
-    /* A node whose output the next node reads keeps its inputs until that
-     * next node is done, so a backend may fuse the pair into one kernel (the
-     * second op's work in the first's epilogue) without the fused output
-     * landing on an input other threads are still reading. Costs at most
-     * one extra live activation. */
+    /* A node the build marked as running together with the next one
+     * (TB_TACTIC_WITH_NEXT: a fused epilogue writes the next node's output
+     * while other blocks still read this node's inputs) keeps its inputs
+     * until that next node is done. Nothing else is kept: the planner
+     * follows the engine's stored choices and matches no patterns. */
     for (int k = 0; k + 1 < g->n_nodes; k++) {
-        const tb_node *n = &g->nodes[k], *nx = &g->nodes[k + 1];
-        int feeds = 0;
-        for (int o = 0; o < n->n_out && !feeds; o++)
-            for (int j = 0; j < nx->n_in; j++) if (nx->in[j] == n->out[o]) feeds = 1;
-        if (!feeds) continue;
+        const tb_node *n = &g->nodes[k];
+        if (!(n->tactic & TB_TACTIC_WITH_NEXT)) continue;
         for (int j = 0; j < n->n_in; j++)
             if (n->in[j] >= 0 && last[n->in[j]] < k + 1) last[n->in[j]] = k + 1;
     }

@@ -1,6 +1,7 @@
 /* tune.c — timing matmul tactics at build time. */
 #include "tune/tune.h"
 
+#include "backend/backend.h"
 #include "backend/cpu/kernels.h"
 
 typedef struct {
@@ -91,7 +92,7 @@ tb_status tb_tune_graph(tb_graph *g, int n_threads, int prefill_tokens, tb_tune_
             }
             tactic[s] = found;
         }
-        nd->tactic = tactic[0] | (tactic[1] << 8);
+        nd->tactic = (nd->tactic & ~0xffff) | tactic[0] | (tactic[1] << 8); /* the CPU's bytes (tactic.h) */
         rep->n_blas_small += tactic[0] == TB_MM_BLAS;
         rep->n_blas_large += tactic[1] == TB_MM_BLAS;
     }
@@ -101,4 +102,24 @@ tb_status tb_tune_graph(tb_graph *g, int n_threads, int prefill_tokens, tb_tune_
     tb_pool_free(p);
     rep->seconds = tb_now() - t0;
     return TB_OK;
+}
+
+tb_status tb_tune_device(tb_graph *g, const char *device, int max_ctx, tb_tune_report *rep) {
+    char kind[16];
+    int index;
+    if (!device || !*device) return TB_OK;
+    TB_TRY(tb_device_parse(device, kind, &index));
+    if (!strcmp(kind, "cpu")) return TB_OK;
+    tb_backend *b = NULL;
+    TB_TRY(tb_backend_create(device, 0, max_ctx, &b));
+    tb_status s = TB_OK;
+    if (b->iface->tune) {
+        void **bufs = calloc((size_t)g->n_values + 1, sizeof(void *));
+        if (!bufs) s = tb_errorf(TB_ERR_OOM, "out of memory");
+        if (s == TB_OK) s = b->iface->load_weights(b, g, bufs);
+        if (s == TB_OK) s = b->iface->tune(b, g, bufs, &rep->n_device_timed);
+        free(bufs);
+    }
+    tb_backend_free(b);
+    return s == TB_OK ? s : tb_error_prefix(s, "timing the %s tactics", kind);
 }

@@ -17,9 +17,17 @@ typedef struct {
     int n_blas_small;   /* nodes choosing BLAS at tokens=1  */
     int n_blas_large;   /* nodes choosing BLAS for prefill  */
     double seconds;
+    int n_device_timed; /* shapes the target device timed (tb_tune_device) */
 } tb_tune_report;
 
 tb_status tb_tune_graph(tb_graph *g, int n_threads, int prefill_tokens,
                         tb_tune_report *rep);
+
+/* Times the target device's own tactics for g (the CUDA backend's decode
+ * GEMV kernels) on that device and stores them in the nodes' tactic words
+ * (tune/tactic.h): `turbine build --device cuda` does, so loading an engine
+ * never times. Does nothing for "cpu" (NULL) or a backend without tactics.
+ * max_ctx: the engine's context (the backend sizes its scratch by it). */
+tb_status tb_tune_device(tb_graph *g, const char *device, int max_ctx, tb_tune_report *rep);
 
 #endif

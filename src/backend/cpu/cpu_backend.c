@@ -30,6 +30,9 @@ static const uint32_t cpu_in_dtypes[TB_OP_COUNT][TB_MAX_INPUTS] = {
     [TB_OP_SILU_MUL] = {F32},
     [TB_OP_ADD] = {F32, F32},
     [TB_OP_GATHER_ROWS] = {F32},
+    [TB_OP_CONCAT_COLS] = {F32, F32, F32, F32, F32, F32, F32, F32},
+    [TB_OP_SILU] = {F32},
+    [TB_OP_EMUL] = {F32, F32},
 };
 
 static int cpu_supports_op(tb_backend *b, const tb_graph *g, const tb_node *n) {
@@ -171,6 +174,22 @@ static tb_status cpu_run_node(tb_backend *b, const tb_graph *g, const tb_node *n
     case TB_OP_ADD:
         tb_cpu_add(p, bufs[n->in[0]], bufs[n->in[1]], bufs[n->out[0]],
                    (size_t)T * (size_t)(v0->rank > 1 ? v0->dims[1] : 1));
+        return TB_OK;
+    case TB_OP_CONCAT_COLS: {
+        const float *xs[TB_MAX_INPUTS];
+        int cols[TB_MAX_INPUTS];
+        for (int i = 0; i < n->n_in; i++) {
+            xs[i] = bufs[n->in[i]];
+            cols[i] = (int)g->values[n->in[i]].dims[1];
+        }
+        tb_ref_concat_cols(xs, cols, n->n_in, bufs[n->out[0]], T);
+        return TB_OK;
+    }
+    case TB_OP_SILU:
+        tb_ref_silu(bufs[n->in[0]], bufs[n->out[0]], (size_t)T * (size_t)v0->dims[1]);
+        return TB_OK;
+    case TB_OP_EMUL:
+        tb_ref_mul(bufs[n->in[0]], bufs[n->in[1]], bufs[n->out[0]], (size_t)T * (size_t)v0->dims[1]);
         return TB_OK;
     case TB_OP_GATHER_ROWS:
         tb_cpu_gather_rows(bufs[n->in[0]], st->rows, bufs[n->out[0]], st->n_rows, (int)v0->dims[1]);

@@ -63,6 +63,14 @@ void tb_cpu_matmul(tb_pool *p, const float *x, const void *w, tb_dtype wdt,
 void tb_ref_silu_mul(const float *gu, float *y, int T, int F);
 void tb_cpu_silu_mul(tb_pool *p, const float *gu, float *y, int T, int F);
 
+/* ---- the Llama builder's plain ops (fused by the passes before they run,
+ * so one scalar kernel each serves as reference and CPU kernel):
+ * concat_cols: y (T, sum cols[i]) = [x_0 | x_1 | ...], x_i (T, cols[i]);
+ * silu: y = x * sigmoid(x); mul: y = a * b; all (n) */
+void tb_ref_concat_cols(const float *const *x, const int *cols, int n_in, float *y, int T);
+void tb_ref_silu(const float *x, float *y, size_t n);
+void tb_ref_mul(const float *a, const float *b, float *y, size_t n);
+
 /* ---- residual add: y = a + b, all (n) */
 void tb_ref_add(const float *a, const float *b, float *y, size_t n);
 void tb_cpu_add(tb_pool *p, const float *a, const float *b, float *y, size_t n);

@@ -75,6 +75,26 @@ void tb_ref_silu_mul(const float *gu, float *y, int T, int F) {
         }
 }
 
+void tb_ref_concat_cols(const float *const *x, const int *cols, int n_in, float *y, int T) {
+    int C = 0;
+    for (int i = 0; i < n_in; i++) C += cols[i];
+    for (int t = 0; t < T; t++) {
+        float *row = y + (size_t)t * (size_t)C;
+        for (int i = 0; i < n_in; i++) {
+            memcpy(row, x[i] + (size_t)t * (size_t)cols[i], sizeof(float) * (size_t)cols[i]);
+            row += cols[i];
+        }
+    }
+}
+
+void tb_ref_silu(const float *x, float *y, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = x[i] / (1.0f + expf(-x[i]));
+}
+
+void tb_ref_mul(const float *a, const float *b, float *y, size_t n) {
+    for (size_t i = 0; i < n; i++) y[i] = a[i] * b[i];
+}
+
 void tb_ref_add(const float *a, const float *b, float *y, size_t n) {
     for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
 }

@@ -13,9 +13,16 @@
  * larger steps run cuBLAS (f32 SGEMM for f32 weights; otherwise x is
  * converted to the weight type and cublasGemmEx accumulates in f32). The
  * GEMV's tactic for T <= 2 is chosen per weight shape by timing the
- * candidates at load (tune_gemv; TB_CUDA_TUNE=0 turns it off).
+ * candidates when the engine is built (`turbine build --device cuda` calls
+ * cuda_tune through the vtable's `tune`) and stored in each matmul's tactic
+ * word (tune/tactic.h); loading never times. An engine without a choice
+ * (tuning off at build, or an engine from before) runs the default kernel,
+ * TBC_SIMT_ROW; TB_CUDA_TUNE=0 at run time ignores the stored choices.
  *
- * Fusion (GEMV steps, TB_CUDA_FUSE=0 turns it off): a matmul whose only
+ * Fusion (GEMV steps, TB_CUDA_FUSE=0 turns it off) follows the choices of
+ * the build's cuda_fuse pass (opt/llm_cuda.c), stored in the tactic words
+ * and checked against the graph at load; an engine without them runs every
+ * node on its own. The pass picks: a matmul whose only
  * consumer is the next node runs that node's work in its epilogue where the
  * pattern allows: matmul -> silu_mul (the silu_mul node is then skipped) and
  * qkv matmul -> attention (RoPE and the KV-cache write move into the GEMV;
@@ -24,8 +31,8 @@
  * matmul -> add_rmsnorm -> matmul runs as two kernels, the residual add in
  * the first GEMV's epilogue and the RMSNorm in the second GEMV (the
  * add_rmsnorm node is skipped), and rmsnorm -> matmul runs as the GEMV
- * alone: at load the norm weight is folded into the matmul's weights (and
- * set to ones), so the GEMV only scales its dot products by 1 / rms(x),
+ * alone: the build folded the norm weight into the matmul's weights (and
+ * set it to ones), so the GEMV only scales its dot products by 1 / rms(x),
  * which it sums while it reads x. Programmatic dependent launch (compute
  * capability 9.0+): inside a captured step every kernel that follows
  * another of ours may start early; on by default for steps of T <= 2
@@ -36,6 +43,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_module.h"
 #include "backend/cuda/flash_kernels.h"
+#include "tune/tactic.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -118,16 +126,15 @@ typedef struct {
     int fuse_norm;            /* RMSNorm / residual add into the GEMVs          */
     int attn_split_min;       /* keys per attention split at least (0: off)     */
     int attn_lanes;           /* lanes per key in decode attention (0: default) */
-    int tune;                 /* time the GEMV tactics at load (TB_CUDA_TUNE:
-                               * 0 off, 1 on, 2 on and print the timings)    */
+    int tune;                 /* GEMV tactics (TB_CUDA_TUNE): at build, 0 does
+                               * not time them, 2 prints the timings; at run,
+                               * 0 ignores the engine's choices              */
     float tune_gain;          /* a tactic replaces the default when it is faster
                                * by this fraction (TB_CUDA_TUNE_GAIN)        */
     double tune_min_bytes;    /* matrices smaller than this keep the default
                                * (TB_CUDA_TUNE_MIN_MB, default 20)           */
     int tune_pdl;             /* time with programmatic dependent launch
                                * (TB_CUDA_TUNE_PDL, default 1)               */
-    uint8_t *row_kind;        /* per node: the TBC_SIMT_* kind chosen for it by
-                               * timing (0: the default)                     */
     int attn_blocks;          /* decode attention: split (token, head)s until
                                * about this many blocks per SM
                                * (TB_CUDA_ATTN_BLOCKS, default 2)            */
@@ -156,15 +163,17 @@ typedef struct {
     size_t pf_q_bytes, pf_k_bytes, pf_v_bytes, pf_s_bytes, pf_p_bytes;
 } cuda_ctx;
 
-enum { FUSE_NONE = 0, FUSE_ROPE = 1, FUSE_GLU = 2 };
+/* The fusions are chosen at build time (opt/llm_cuda.c) and stored in the
+ * nodes' tactic words; these are tune/tactic.h's TB_FUSE_* values. */
+enum { FUSE_NONE = 0, FUSE_ROPE = TB_FUSE_ROPE, FUSE_GLU = TB_FUSE_GLU };
 /* per node, with the nodes after it: a matmul followed by add_rmsnorm and a
  * matmul that reads only its normed output (FUSE_ADDNORM on the first
  * matmul), or rmsnorm followed by a matmul (FUSE_NORM on the rmsnorm) */
-enum { FUSE_ADDNORM = 4, FUSE_NORM = 8 };
+enum { FUSE_ADDNORM = TB_FUSE_ADDNORM, FUSE_NORM = TB_FUSE_NORM };
 /* an rmsnorm / add_rmsnorm / silu_mul whose output only the next node, a
  * matmul with f16/bf16 weights, reads: on the cuBLAS path it writes that
  * matmul's converted input itself (TB_CUDA_X16=0 turns it off) */
-enum { FUSE_X16 = 16 };
+enum { FUSE_X16 = TB_FUSE_X16 };
 
 static tb_status cuda_fail(cudaError_t e, const char *what) {
     return tb_errorf(TB_ERR_INTERNAL, "cuda: %s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
@@ -255,10 +264,12 @@ static int64_t sym_max(const tb_graph *g, int64_t d) {
  * matmuls of that shape in turn (their own weights, so the reads come from
  * memory, not from L2), best of 3 rounds; every matmul of the shape takes
  * the fastest. About 0.1 s at a 7B context's creation. */
-static tb_status tune_gemv(cuda_ctx *c, const tb_graph *g, void *const *bufs) {
-    free(c->row_kind);
-    c->row_kind = NULL;
+static tb_status cuda_tune(tb_backend *b, tb_graph *g, void *const *bufs, int *n_timed) {
+    cuda_ctx *c = b->ctx;
+    *n_timed = 0;
+    for (int k = 0; k < g->n_nodes; k++) g->nodes[k].tactic &= ~(0xff << TB_TACTIC_GEMV_SHIFT);
     if (!c->tune || c->gemv.simt_kind != TBC_SIMT_ROW || c->gemv.simt_max_t < 1) return TB_OK;
+    CU_TRY(cudaSetDevice(c->device), "cudaSetDevice");
     int maxK = 0, maxN = 0, any = 0;
     for (int k = 0; k < g->n_nodes; k++) {
         const tb_node *n = &g->nodes[k];
@@ -270,9 +281,9 @@ static tb_status tune_gemv(cuda_ctx *c, const tb_graph *g, void *const *bufs) {
         any = 1;
     }
     if (!any) return TB_OK;
-    c->row_kind = calloc((size_t)g->n_nodes, 1);
+    uint8_t *row_kind = calloc((size_t)g->n_nodes, 1); /* TBC_SIMT_* + 1 per matmul, 0: not yet */
     int *list = malloc(sizeof(int) * (size_t)g->n_nodes);
-    if (!c->row_kind || !list) { free(list); return tb_errorf(TB_ERR_OOM, "out of memory"); }
+    if (!row_kind || !list) { free(row_kind); free(list); return tb_errorf(TB_ERR_OOM, "out of memory"); }
     float *x = NULL, *y = NULL;
     cudaEvent_t e0 = NULL, e1 = NULL;
     tb_status st = TB_OK;
@@ -288,7 +299,7 @@ static tb_status tune_gemv(cuda_ctx *c, const tb_graph *g, void *const *bufs) {
     }
     for (int k = 0; k < g->n_nodes; k++) {
         const tb_node *n = &g->nodes[k];
-        if (n->op != TB_OP_MATMUL || c->row_kind[k]) continue;
+        if (n->op != TB_OP_MATMUL || row_kind[k]) continue;
         const tb_value *w = &g->values[n->in[1]];
         if ((w->dtype != TB_F16 && w->dtype != TB_BF16) || w->dims[1] % 8) continue;
         int K = (int)w->dims[1], N = (int)w->dims[0], nl = 0;
@@ -304,7 +315,7 @@ static tb_status tune_gemv(cuda_ctx *c, const tb_graph *g, void *const *bufs) {
              * neighbours in a captured step, which a timing in isolation
              * misjudges (TinyLlama's 8-10 MB matrices ran slower with the
              * tactics that timed faster alone): the default */
-            for (int i = 0; i < nl; i++) c->row_kind[list[i]] = TBC_SIMT_ROW;
+            for (int i = 0; i < nl; i++) row_kind[list[i]] = TBC_SIMT_ROW + 1;
             continue;
         }
         int reps = nl >= 8 ? 1 : (8 + nl - 1) / nl;
@@ -340,7 +351,8 @@ static tb_status tune_gemv(cuda_ctx *c, const tb_graph *g, void *const *bufs) {
         int bi = NK - 1;
         for (int ki = 0; ki < NK - 1; ki++)
             if (best[ki] * (1.0f + c->tune_gain) < best[NK - 1] && best[ki] < best[bi]) bi = ki;
-        for (int i = 0; i < nl; i++) c->row_kind[list[i]] = (uint8_t)kinds[bi];
+        for (int i = 0; i < nl; i++) row_kind[list[i]] = (uint8_t)(kinds[bi] + 1);
+        ++*n_timed;
         if (c->tune > 1) {
             fprintf(stderr, "cuda: gemv %d x %d (%d matmuls):", N, K, nl);
             for (int ki = 0; ki < NK; ki++)
@@ -350,12 +362,45 @@ static tb_status tune_gemv(cuda_ctx *c, const tb_graph *g, void *const *bufs) {
     }
 done:
     tbc_set_pdl(0);
+    if (st == TB_OK)
+        for (int k = 0; k < g->n_nodes; k++) g->nodes[k].tactic |= row_kind[k] << TB_TACTIC_GEMV_SHIFT;
+    free(row_kind);
     if (e0) cudaEventDestroy(e0);
     if (e1) cudaEventDestroy(e1);
     cudaFree(x);
     cudaFree(y);
     free(list);
     return st;
+}
+
+/* Node k's stored fusion `kind` (TB_FUSE_*) names nodes after it that do
+ * what the fused kernels assume (a stored choice is checked, not remade). */
+static int fusion_fits(const tb_graph *g, int k, int kind) {
+    const tb_node *m = &g->nodes[k], *nx = k + 1 < g->n_nodes ? &g->nodes[k + 1] : NULL;
+    if (!nx || (kind & ~TB_FUSE_MASK)) return 0;
+    if (kind & (TB_FUSE_X16 | TB_FUSE_NORM)) {
+        int act = m->op == TB_OP_RMSNORM || m->op == TB_OP_SILU_MUL ? m->out[0]
+                  : m->op == TB_OP_ADD_RMSNORM                       ? m->out[1]
+                                                                     : -1;
+        if (act < 0 || nx->op != TB_OP_MATMUL || nx->in[0] != act) return 0;
+        if ((kind & TB_FUSE_NORM) && m->op != TB_OP_RMSNORM) return 0;
+    }
+    if (kind & (TB_FUSE_ROPE | TB_FUSE_GLU | TB_FUSE_ADDNORM)) {
+        if (m->op != TB_OP_MATMUL) return 0;
+        const tb_value *w = &g->values[m->in[1]];
+        if ((kind & TB_FUSE_ROPE) &&
+            (nx->op != TB_OP_ATTENTION || nx->in[0] != m->out[0] ||
+             w->dims[0] != (int64_t)(nx->i[1] + 2 * nx->i[2]) * (nx->i[3] & 0xffff)))
+            return 0;
+        if ((kind & TB_FUSE_GLU) && (nx->op != TB_OP_SILU_MUL || nx->in[0] != m->out[0] || w->dims[0] % 2)) return 0;
+        if (kind & TB_FUSE_ADDNORM) {
+            const tb_node *m2 = k + 2 < g->n_nodes ? &g->nodes[k + 2] : NULL;
+            if (nx->op != TB_OP_ADD_RMSNORM || nx->in[1] != m->out[0] || !m2 || m2->op != TB_OP_MATMUL ||
+                m2->in[0] != nx->out[1])
+                return 0;
+        }
+    }
+    return 1;
 }
 
 /* Uploads the weights and sizes every buffer whose size the graph sets. */
@@ -414,69 +459,17 @@ static tb_status cuda_load_weights(tb_backend *b, const tb_graph *g, void **bufs
         CU_TRY(cudaMemset(c->counters, 0, nc * sizeof(int)), "zeroing attention counters");
         c->n_counters = nc;
     }
-    /* matmuls whose only consumer is the next node, in a pattern the GEMV
-     * epilogues implement */
+    /* the fusions the build chose (cuda_fuse pass, tune/tactic.h); an engine
+     * without them runs every node on its own */
     free(c->fuse_kind);
     c->fuse_kind = calloc((size_t)g->n_nodes + 1, 1);
-    int *uses = calloc((size_t)g->n_values + 1, sizeof(int));
-    if (!c->fuse_kind || !uses) { free(uses); return tb_errorf(TB_ERR_OOM, "out of memory"); }
-    for (int k = 0; k < g->n_nodes; k++)
-        for (int i = 0; i < g->nodes[k].n_in; i++)
-            if (g->nodes[k].in[i] >= 0) uses[g->nodes[k].in[i]]++;
-    for (int k = 0; k + 1 < g->n_nodes; k++) {
-        const tb_node *m = &g->nodes[k], *nx = &g->nodes[k + 1];
-        int act = m->op == TB_OP_RMSNORM || m->op == TB_OP_SILU_MUL ? m->out[0]
-                  : m->op == TB_OP_ADD_RMSNORM                       ? m->out[1]
-                                                                     : -1;
-        if (act >= 0 && nx->op == TB_OP_MATMUL && nx->in[0] == act && uses[act] == 1 && act != g->output &&
-            (g->values[nx->in[1]].dtype == TB_F16 || g->values[nx->in[1]].dtype == TB_BF16))
-            c->fuse_kind[k] |= FUSE_X16;
-        if (m->op == TB_OP_RMSNORM && nx->op == TB_OP_MATMUL && nx->in[0] == m->out[0] && uses[m->out[0]] == 1 &&
-            m->out[0] != g->output)
-            c->fuse_kind[k] |= FUSE_NORM;
-        if (m->op != TB_OP_MATMUL || uses[m->out[0]] != 1 || m->out[0] == g->output) continue;
-        if (nx->op == TB_OP_ADD_RMSNORM && nx->in[1] == m->out[0] && nx->in[0] != m->out[0] && k + 2 < g->n_nodes) {
-            const tb_node *m2 = &g->nodes[k + 2];
-            if (m2->op == TB_OP_MATMUL && m2->in[0] == nx->out[1] && uses[nx->out[1]] == 1 &&
-                nx->out[1] != g->output && nx->out[0] != g->output)
-                c->fuse_kind[k] |= FUSE_ADDNORM;
-            continue;
-        }
-        if (nx->in[0] != m->out[0]) continue;
-        const tb_value *w = &g->values[m->in[1]];
-        int64_t N = w->dims[0];
-        if (nx->op == TB_OP_ATTENTION) {
-            int H = nx->i[1], KV = nx->i[2], hd = nx->i[3] & 0xffff;
-            if (N == (int64_t)(H + 2 * KV) * hd && hd % 2 == 0) c->fuse_kind[k] = FUSE_ROPE;
-        } else if (nx->op == TB_OP_SILU_MUL) {
-            if (N % 2 == 0) c->fuse_kind[k] = FUSE_GLU;
-        }
+    if (!c->fuse_kind) return tb_errorf(TB_ERR_OOM, "out of memory");
+    for (int k = 0; k < g->n_nodes; k++) {
+        c->fuse_kind[k] = (uint8_t)tb_tactic_fuse(g->nodes[k].tactic);
+        if (c->fuse_kind[k] && !fusion_fits(g, k, c->fuse_kind[k]))
+            return tb_errorf(TB_ERR_FORMAT, "engine graph: node %d (%s) has fusion tactic %d, which does not match "
+                             "the nodes after it", k, tb_op_name(g->nodes[k].op), c->fuse_kind[k]);
     }
-    /* RMSNorm -> matmul pairs fused above: fold the norm weight into the
-     * matmul's weights (each weight read by that node alone), so the GEMV
-     * only scales by 1 / rms(x); pairs that cannot be folded are not fused */
-    for (int k = 0; k + 1 < g->n_nodes; k++) {
-        int nk = -1, mk = -1, wi = -1;
-        if (c->fuse_kind[k] & FUSE_NORM) { nk = k; mk = k + 1; wi = 1; }
-        else if (c->fuse_kind[k] & FUSE_ADDNORM) { nk = k + 1; mk = k + 2; wi = 2; }
-        if (nk < 0) continue;
-        const tb_node *nn = &g->nodes[nk], *mm = &g->nodes[mk];
-        const tb_value *nwv = &g->values[nn->in[wi]], *wv = &g->values[mm->in[1]];
-        tbc_dtype wdt;
-        int ok = c->fuse && c->fuse_norm && nwv->kind == TB_VAL_WEIGHT && wv->kind == TB_VAL_WEIGHT &&
-                 nwv->dtype == TB_F32 && uses[nn->in[wi]] == 1 && uses[mm->in[1]] == 1 && tbc_of(wv->dtype, &wdt) &&
-                 wv->rank == 2 && nwv->dims[0] == wv->dims[1];
-        if (ok) {
-            cudaError_t fe = tbc_fold_norm(bufs[mm->in[1]], wdt, (int)wv->dims[0], (int)wv->dims[1],
-                                           bufs[nn->in[wi]], c->stream);
-            if (fe != cudaSuccess) { free(uses); return cuda_fail(fe, "folding an RMSNorm weight"); }
-        } else {
-            c->fuse_kind[k] &= (uint8_t) ~(FUSE_NORM | FUSE_ADDNORM);
-        }
-    }
-    free(uses); /* before any return below: every later failure returns at once */
-    CU_TRY(cudaStreamSynchronize(c->stream), "folding RMSNorm weights");
-    TB_TRY(tune_gemv(c, g, bufs));
     c->fused_node = -1;
     const tb_value *ov = &g->values[g->output];
     size_t out_bytes = (size_t)tb_value_numel(g, ov, NULL) * sizeof(float);
@@ -733,7 +726,10 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
             c->norm_eps = an->f[0];
         }
         tbc_gemv_opts o = c->gemv;
-        if (c->row_kind && c->row_kind[k]) o.simt_kind = c->row_kind[k];
+        /* the kernel `turbine build --device cuda` timed fastest for this
+         * weight (none stored: the default) */
+        int rk = tb_tactic_gemv(n->tactic);
+        if (c->tune && c->gemv.simt_kind == TBC_SIMT_ROW && rk) o.simt_kind = rk - 1;
         CU_TRY(tbc_gemv_ex(x, w, wdt, bias, y, T, K, N, &epi, &o, c->stream), "gemv launch");
         if (epi.mode == TBC_EPI_GLU || epi.mode == TBC_EPI_ROPE) c->fused_node = k + 1;
         return TB_OK;
@@ -1032,7 +1028,6 @@ static void cuda_destroy(tb_backend *b) {
     cudaFree(c->pf_s);
     cudaFree(c->pf_p);
     free(c->fuse_kind);
-    free(c->row_kind);
     cudaFree(c->d_stage);
     if (c->h_stage) cudaFreeHost(c->h_stage);
     if (c->h_out) cudaFreeHost(c->h_out);
@@ -1124,6 +1119,7 @@ static const tb_backend_i cuda_iface = {
     .read_output = cuda_read_output,
     .sample = cuda_sample,
     .destroy = cuda_destroy,
+    .tune = cuda_tune,
 };
 
 /* ---------------------------------------------------------------- device */

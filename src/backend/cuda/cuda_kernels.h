@@ -132,7 +132,7 @@ cudaError_t tbc_gemv(const float *x, const void *w, tbc_dtype wdt,
  * norm set (as TBC_EPI_ADD for T; K % 8 == 0, 16-byte aligned x):
  * y = (x w^T) / rms(x),
  * rms(x) = sqrt(mean(x^2) + norm_eps) per token, bias added after: with the
- * RMSNorm weight folded into w (tbc_fold_norm), what tbc_rmsnorm followed by
+ * RMSNorm weight folded into w (by the build: opt/llm_cuda.c), what tbc_rmsnorm followed by
  * the GEMV computes, with no extra pass over x. */
 enum { TBC_EPI_PLAIN = 0, TBC_EPI_GLU = 1, TBC_EPI_ROPE = 2, TBC_EPI_ADD = 3 };
 #define TBC_GEMV_SIMT_MAX_T 2
@@ -146,11 +146,6 @@ typedef struct {
     float norm_eps;
 } tbc_gemv_epi;
 
-/* Folds an RMSNorm weight into the matmul that reads the norm's output:
- * w (N, K) of type wdt <- w[n, k] * nw[k], then nw (K) <- 1, so the norm
- * node and any matmul path give the same result as before. */
-cudaError_t tbc_fold_norm(void *w, tbc_dtype wdt, int N, int K, float *nw,
-                          cudaStream_t s);
 /* SIMT kernel for f16/bf16 steps of T <= 2 tokens:
  *   TBC_SIMT_PAIR   one warp per row pair, 4 warps per block
  *   TBC_SIMT_ROW    one warp per row, 8 warps (4 pairs) per block, four

@@ -167,27 +167,3 @@ extern "C" cudaError_t tbc_rope(float *x, int row_stride, const int32_t *pos, co
                                 int n_heads, int hd, int interleaved, cudaStream_t s) {
     return tbc_launch(rope_kernel, dim3(T), dim3(128), 0, s, x, row_stride, pos, inv_freq, n_heads, hd, interleaved);
 }
-
-/* ---------------------------------------------------------------- load-time folding */
-
-__global__ void fold_norm_kernel(void *w, int wdt, size_t n, int K, const float *nw) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        float g = nw[i % (size_t)K];
-        if (wdt == TBC_F32) ((float *)w)[i] *= g;
-        else if (wdt == TBC_F16) ((__half *)w)[i] = __float2half_rn(__half2float(((__half *)w)[i]) * g);
-        else ((__nv_bfloat16 *)w)[i] = __float2bfloat16_rn(__bfloat162float(((__nv_bfloat16 *)w)[i]) * g);
-    }
-}
-
-__global__ void fill_kernel(float *p, size_t n, float v) {
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) p[i] = v;
-}
-
-extern "C" cudaError_t tbc_fold_norm(void *w, tbc_dtype wdt, int N, int K, float *nw, cudaStream_t s) {
-    size_t n = (size_t)N * (size_t)K;
-    fold_norm_kernel<<<grid_for(n, 256), 256, 0, s>>>(w, (int)wdt, n, K, nw);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return e;
-    fill_kernel<<<grid_for((size_t)K, 256), 256, 0, s>>>(nw, (size_t)K, 1.0f);
-    return cudaGetLastError();
-}
