@@ -1295,12 +1295,8 @@ static tb_status translate(imp *s, const Onnx__NodeProto *n, int k, const char *
     for (int j = 0; j < TB_NODE_INTS; j++)
         if (!fits_i32(sp->i[j])) BAD("%s: %s: attribute out of range", s->label, lbl);
     (void)k;
-    if (op == TB_OP_CONCAT) { /* may exceed TB_MAX_INPUTS: the caller chains */
-        sp->n_in = n_ids;
-        return TB_OK;
-    }
     memcpy(sp->in, t, sizeof(int) * (size_t)nt);
-    sp->n_in = nt;
+    sp->n_in = op == TB_OP_CONCAT ? n_ids : nt; /* Concat past TB_MAX_INPUTS: import_node chains */
     return TB_OK;
 }
 
