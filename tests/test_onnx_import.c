@@ -190,6 +190,77 @@ static const void *wdata(const tb_graph *g, const char *name, int *v) {
     return *v >= 0 ? g->values[*v].data : NULL;
 }
 
+/* the node that writes value `name` */
+static const tb_node *writer(const tb_graph *g, const char *name) {
+    int v = find(g, name);
+    for (int i = 0; v >= 0 && i < g->n_nodes; i++)
+        for (int o = 0; o < g->nodes[i].n_out; o++)
+            if (g->nodes[i].out[o] == v) return &g->nodes[i];
+    CHECK_MSG(0, "no node writes %s", name);
+    return NULL;
+}
+
+static int ints_are(const tb_node *n, const int32_t *want, int k) {
+    for (int i = 0; i < k; i++)
+        if (n->i[i] != want[i]) return 0;
+    return 1;
+}
+
+static void test_ops_misc(void) {
+    tb_op_kind ops[] = {TB_OP_MAXPOOL, TB_OP_AVGPOOL, TB_OP_GLOBAL_AVGPOOL, TB_OP_RESIZE, TB_OP_FLATTEN,
+                        TB_OP_TRANSPOSE, TB_OP_REDUCE_MEAN, TB_OP_GEMM, TB_OP_CLIP, TB_OP_CONSTANT_OF_SHAPE,
+                        TB_OP_SPLIT, TB_OP_SHAPE, TB_OP_TRILU, TB_OP_LAYERNORM, TB_OP_BATCHNORM, TB_OP_SLICE,
+                        TB_OP_CONCAT, TB_OP_CONV};
+    if (!has_ops(ops, (int)(sizeof ops / sizeof ops[0]), "ops_misc")) return;
+    tb_graph *g = NULL;
+    tb_status s = tb_onnx_import(model("ops_misc.onnx"), NULL, &g);
+    CHECK_MSG(s == TB_OK, "ops_misc: %s", tb_last_error());
+    if (s != TB_OK) return;
+    const tb_node *n;
+    /* pools: kernel, strides, pads (t, l, b, r), dilations, ceil, count_include_pad, auto_pad */
+    if ((n = writer(g, "mp"))) CHECK(ints_are(n, (const int32_t[]){2, 2, 2, 2, 0, 0, 0, 0, 1, 1, 0, 0, 0}, 13));
+    if ((n = writer(g, "ap"))) CHECK(ints_are(n, (const int32_t[]){3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 0}, 13));
+    /* 1-d: the w entries, h = 1 */
+    if ((n = writer(g, "mp1"))) CHECK(ints_are(n, (const int32_t[]){1, 2, 1, 1, 0, 0, 0, 0, 1, 1}, 10));
+    if ((n = writer(g, "c1"))) CHECK(ints_are(n, (const int32_t[]){1, 1, 2, 0, 2, 0, 2, 1, 1, 0, 0, 0}, 12));
+    /* Resize: x and scales or sizes; mode, coordinates, nearest mode */
+    if ((n = writer(g, "rz")))
+        CHECK(n->n_in == 2 && n->in[1] == find(g, "scales") && n->i[0] == TB_NN_RESIZE_LINEAR &&
+              n->i[1] == TB_NN_COORD_ALIGN_CORNERS && n->f[0] == -0.75f);
+    if ((n = writer(g, "rs")))
+        CHECK(n->n_in == 2 && n->in[1] == find(g, "sizes") && n->i[0] == TB_NN_RESIZE_NEAREST &&
+              n->i[1] == TB_NN_COORD_HALF_PIXEL && n->i[2] == TB_NN_NEAREST_FLOOR);
+    if ((n = writer(g, "fl"))) CHECK(n->i[0] == 1);
+    if ((n = writer(g, "tr"))) CHECK(ints_are(n, (const int32_t[]){3, 2, 1, 0}, 4));
+    if ((n = writer(g, "rm"))) CHECK(n->n_in == 1 && n->i[0] == 0 && n->i[1] == 12 && n->i[2] == 0);
+    if ((n = writer(g, "gm")))
+        CHECK(n->n_in == 3 && n->i[0] == 0 && n->i[1] == 1 && n->i[3] == TB_NN_HAS_BIAS && n->f[0] == 0.5f &&
+              n->f[1] == 1.0f);
+    if ((n = writer(g, "cl"))) { /* min left out, max given: min = -inf */
+        CHECK(n->n_in == 3 && n->in[2] == find(g, "maxc"));
+        const tb_value *mn = &g->values[n->in[1]];
+        CHECK(mn->kind == TB_VAL_WEIGHT && mn->rank == 0 && isinf(*(const float *)mn->data) &&
+              *(const float *)mn->data < 0);
+    }
+    if ((n = writer(g, "co"))) {
+        const tb_value *v = &g->values[n->in[1]];
+        CHECK(n->n_in == 2 && v->dtype == TB_F32 && *(const float *)v->data == 0.0f);
+    }
+    if ((n = writer(g, "sp0"))) CHECK(n->n_out == 2 && n->n_in == 2 && n->i[0] == 1 && n->i[1] == 2);
+    if ((n = writer(g, "sh"))) CHECK(n->i[0] == 1 && n->i[1] == -1 && n->i[2] == 1);
+    if ((n = writer(g, "tl"))) CHECK(n->i[0] == 0);
+    if ((n = writer(g, "ln"))) CHECK(n->n_in == 3 && n->i[0] == 1 && fabsf(n->f[0] - 1e-3f) < 1e-9f);
+    if ((n = writer(g, "bn"))) CHECK(n->n_in == 5 && fabsf(n->f[0] - 1e-3f) < 1e-9f);
+    if ((n = writer(g, "sl"))) { /* steps without axes: axes 0 .. len(starts) - 1 filled */
+        const tb_value *ax = &g->values[n->in[3]];
+        CHECK(n->n_in == 5 && ax->dtype == TB_I64 && ax->dims[0] == 1 && ((const int64_t *)ax->data)[0] == 0);
+    }
+    /* Concat of 10: chained through TB_MAX_INPUTS */
+    const tb_value *cat = &g->values[find(g, "cat")];
+    CHECK(cat->rank == 4 && cat->dims[1] == 30 && count_op(g, TB_OP_CONCAT) == 2);
+    tb_graph_free(g);
+}
+
 static void test_typed(void) {
     tb_op_kind ops[] = {TB_OP_IDENTITY};
     if (!has_ops(ops, 1, "typed")) return;
@@ -364,6 +435,7 @@ int main(void) {
         test_matmul_add();
         test_shape_chain();
         test_typed();
+        test_ops_misc();
         test_external();
         test_refusals();
     }

@@ -87,6 +87,54 @@ save("shape_chain.onnx", helper.make_graph(
      helper.make_tensor_value_info("x", F, ["batch", "seq", 8])],
     [helper.make_tensor_value_info("y", F, ["batch", "seq", 2, 4])]), opset=13)
 
+# One node of most other ops, for their attribute translation (test_ops_misc)
+X4 = helper.make_tensor_value_info("X", F, [2, 3, 8, 8])
+X3 = helper.make_tensor_value_info("X1", F, [2, 3, 16])
+inits = [
+    numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "scales"),
+    numpy_helper.from_array(np.array([2, 3, 4, 4], np.int64), "sizes"),
+    numpy_helper.from_array(arange((10, 192), 0.001), "Wg"),
+    numpy_helper.from_array(arange((10,), 0.1), "Cg"),
+    numpy_helper.from_array(np.array(0.5, np.float32), "maxc"),
+    numpy_helper.from_array(np.array([2, 3], np.int64), "cshape"),
+    numpy_helper.from_array(np.array([4, 6], np.int64), "splits"),
+    numpy_helper.from_array(np.ones(10, np.float32), "lns"),
+    numpy_helper.from_array(np.zeros(10, np.float32), "lnb"),
+    numpy_helper.from_array(np.array([0], np.int64), "st0"),
+    numpy_helper.from_array(np.array([4], np.int64), "en4"),
+    numpy_helper.from_array(np.array([2], np.int64), "step2"),
+    numpy_helper.from_array(arange((4, 3, 5), 0.01), "W1"),
+] + [numpy_helper.from_array(np.full(3, v, np.float32), n) for n, v in
+     (("bns", 1.0), ("bnb", 0.0), ("bnm", 0.5), ("bnv", 2.0))]
+ops = [
+    helper.make_node("MaxPool", ["X"], ["mp"], name="mp", kernel_shape=[2, 2], strides=[2, 2]),
+    helper.make_node("AveragePool", ["X"], ["ap"], name="ap", kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                     count_include_pad=1),
+    helper.make_node("GlobalAveragePool", ["X"], ["gap"], name="gap"),
+    helper.make_node("Resize", ["X", "", "scales"], ["rz"], name="rz", mode="linear",
+                     coordinate_transformation_mode="align_corners"),
+    helper.make_node("Resize", ["X", "", "", "sizes"], ["rs"], name="rs", nearest_mode="floor"),
+    helper.make_node("Flatten", ["X"], ["fl"], name="fl", axis=-3),
+    helper.make_node("Transpose", ["X"], ["tr"], name="tr"),
+    helper.make_node("ReduceMean", ["X"], ["rm"], name="rm", axes=[-1, -2], keepdims=0),
+    helper.make_node("Gemm", ["fl", "Wg", "Cg"], ["gm"], name="gm", transB=1, alpha=0.5),
+    helper.make_node("Clip", ["gm", "", "maxc"], ["cl"], name="cl"),
+    helper.make_node("ConstantOfShape", ["cshape"], ["co"], name="co"),
+    helper.make_node("Split", ["gm", "splits"], ["sp0", "sp1"], name="sp", axis=-1),
+    helper.make_node("Shape", ["X"], ["sh"], name="sh", start=1, end=-1),
+    helper.make_node("Trilu", ["cl"], ["tl"], name="tl", upper=0),
+    helper.make_node("LayerNormalization", ["gm", "lns", "lnb"], ["ln"], name="ln", epsilon=1e-3),
+    helper.make_node("BatchNormalization", ["X", "bns", "bnb", "bnm", "bnv"], ["bn"], name="bn", epsilon=1e-3),
+    helper.make_node("Slice", ["X", "st0", "en4", "", "step2"], ["sl"], name="sl"),
+    helper.make_node("Concat", ["X"] * 10, ["cat"], name="cat", axis=1),
+    helper.make_node("Conv", ["X1", "W1"], ["c1"], name="c1", strides=[2], pads=[2, 2]),
+    helper.make_node("MaxPool", ["c1"], ["mp1"], name="mp1", kernel_shape=[2]),
+]
+outs = ["mp", "ap", "rz", "rs", "rm", "cl", "co", "sp0", "sp1", "sh", "tl", "ln", "bn", "sl", "cat",
+        "mp1"]
+save("ops_misc.onnx", helper.make_graph(
+    ops, "ops_misc", [X4, X3], [helper.make_tensor_value_info(o, F, None) for o in outs], inits))
+
 # Initializers in typed fields (no raw_data) of each dtype, read back by Identity
 typed = [
     helper.make_tensor("t_f32", F, [3], [1.5, -2.0, 3.25]),
