@@ -1323,6 +1323,11 @@ static tb_status import_node(imp *s, const Onnx__NodeProto *n, int k) {
         const Onnx__AttributeProto *a = n->attribute[0];
         char name[TB_NAME_LEN];
         int id = -1;
+        if (strmap_get(&s->values, n->output[0], NULL)) {
+            st = tb_errorf(TB_ERR_FORMAT, "%s: %s writes '%.200s', which is already defined", s->label, lbl,
+                           n->output[0]);
+            goto out;
+        }
         if ((st = take_name(s, n->output[0], name)) != TB_OK) goto out;
         int64_t dims[1] = {(int64_t)a->n_floats};
         if (!strcmp(a->name, "value")) {
