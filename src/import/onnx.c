@@ -359,7 +359,7 @@ static tb_status report_refused(imp *s) {
     }
     if (shown < s->n_reasons) {
         snprintf(msg + n, sizeof msg - n, "; and %d more (logged)", s->n_reasons - shown);
-        for (int i = shown; i < s->n_reasons; i++) tb_log(TB_LOG_ERROR, "%s: %s", s->label, s->reasons[i]);
+        for (int i = shown; i < s->n_reasons; i++) tb_log(TB_LOG_WARN, "%s: %s", s->label, s->reasons[i]);
     }
     return tb_errorf(TB_ERR_UNSUPPORTED, "%s: %s", s->label, msg);
 }

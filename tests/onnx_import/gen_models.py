@@ -200,6 +200,12 @@ save("unsupported.onnx", helper.make_graph(
     [helper.make_tensor_value_info("Y", F, [2, 2]), helper.make_tensor_value_info("fg", F, [2, 2])]),
     extra_opsets=[helper.make_opsetid("com.microsoft", 1)])
 
+# More refused nodes than one message holds
+save("many_unsupported.onnx", helper.make_graph(
+    [helper.make_node("Celu", ["X"], [f"c{i}"], name=f"an_unsupported_node_with_a_long_name_{i:02d}")
+     for i in range(30)], "many", [helper.make_tensor_value_info("X", F, [2])],
+    [helper.make_tensor_value_info("c0", F, [2])]))
+
 # LayerNormalization whose Mean output is used; Dropout whose mask is used
 save("layernorm_mean.onnx", helper.make_graph(
     [helper.make_node("LayerNormalization", ["X", "S"], ["Y", "M"], name="ln", axis=-1)],
