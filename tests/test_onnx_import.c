@@ -66,6 +66,9 @@ static void test_shapes_text(void) {
     CHECK(tb_onnx_parse_shapes("nocolon", 3, sp, &n, 4) == TB_ERR_INVALID_ARG);
     CHECK(tb_onnx_parse_shapes("a:-1", 3, sp, &n, 4) == TB_ERR_INVALID_ARG);
     CHECK(tb_onnx_parse_shapes("a:1,b:2,c:3", 3, sp, &n, 4) == TB_ERR_INVALID_ARG); /* past cap */
+    n = 0;
+    CHECK(tb_onnx_parse_shapes("#1:,#0:2x3", 3, sp, &n, 4) == TB_OK); /* a scalar; inputs by position */
+    CHECK(n == 2 && !strcmp(sp[0].name, "#1") && sp[0].rank == 0 && sp[1].rank == 2);
 }
 
 static void test_conv_relu(void) {
@@ -117,6 +120,18 @@ static void test_matmul_add(void) {
     CHECK(!strcmp(y->name, "Y") && y->rank == 2 && y->dims[0] == TB_SYM(0) && y->dims[1] == 5);
     tb_graph_free(g);
 
+    /* the same by position */
+    n = 0;
+    CHECK(tb_onnx_parse_shapes("#0:3x4", 3, sp, &n, 2) == TB_OK);
+    o.n_shapes = n;
+    s = tb_onnx_import(model("matmul_add.onnx"), &o, &g);
+    CHECK_MSG(s == TB_OK && g->syms[0].min == 3 && g->syms[0].max == 3, "#0: %s", tb_last_error());
+    tb_graph_free(g);
+    const char *f4[] = {"'#1', which is not an input", NULL};
+    n = 0;
+    CHECK(tb_onnx_parse_shapes("#0:3x4,#1:2", 3, sp, &n, 2) == TB_OK);
+    o.n_shapes = n;
+    expect_error("matmul_add.onnx", &o, TB_ERR_INVALID_ARG, f4);
     /* a fixed dim that the shapes contradict, and a shape for no input */
     n = 0;
     CHECK(tb_onnx_parse_shapes("X:2x3", 3, sp, &n, 2) == TB_OK);
@@ -409,6 +424,32 @@ static void test_refusals(void) {
     tb_log_set_level(TB_LOG_WARN);
 }
 
+/* TensorProto files (the input_K.pb / output_K.pb of ONNX's tests) */
+static void test_tensor_files(void) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/t.pb", dir);
+    float v[6] = {1, -2, 3.5f, 0, 1e-3f, 7};
+    tb_tensor t = {TB_F32, 2, {2, 3}, v}, r;
+    char name[96];
+    CHECK(tb_onnx_write_tensor(path, "logits", &t) == TB_OK);
+    CHECK_MSG(tb_onnx_read_tensor(path, &r, name, sizeof name) == TB_OK, "%s", tb_last_error());
+    CHECK(!strcmp(name, "logits") && r.dtype == TB_F32 && r.rank == 2 && r.dims[0] == 2 && r.dims[1] == 3);
+    CHECK(r.data && !memcmp(r.data, v, sizeof v));
+    free(r.data);
+    int64_t sc = -5;
+    tb_tensor t0 = {TB_I64, 0, {0}, &sc};
+    CHECK(tb_onnx_write_tensor(path, NULL, &t0) == TB_OK);
+    CHECK(tb_onnx_read_tensor(path, &r, name, sizeof name) == TB_OK && r.rank == 0 && r.dtype == TB_I64 &&
+          *(int64_t *)r.data == -5 && name[0] == 0);
+    free(r.data);
+    tb_tensor t4 = {TB_I4, 1, {2}, v};
+    CHECK(tb_onnx_write_tensor(path, "x", &t4) == TB_ERR_UNSUPPORTED);
+    /* the model file is not a tensor: an error, not a crash */
+    CHECK(tb_onnx_read_tensor(model("random.onnx"), &r, name, sizeof name) == TB_ERR_FORMAT && r.data == NULL);
+    snprintf(path, sizeof path, "%s/nodir/t.pb", dir);
+    CHECK(tb_onnx_write_tensor(path, "x", &t) == TB_ERR_IO);
+}
+
 static void test_supported_ops(void) {
     char *s = tb_onnx_supported_ops();
     CHECK(s != NULL);
@@ -446,6 +487,7 @@ int main(void) {
         test_ops_misc();
         test_external();
         test_refusals();
+        test_tensor_files();
     }
     test_supported_ops();
     printf("%d checks, %d failures\n", tb_test_checks, tb_test_failures);

@@ -34,7 +34,7 @@
 static tb_status parse_dims(const char *s, size_t n, int64_t *dims, int *rank, const char *name) {
     *rank = 0;
     size_t i = 0;
-    if (n == 0) return tb_errorf(TB_ERR_INVALID_ARG, "shape of '%s' has no dims (want e.g. %s:1x3x224x224)", name, name);
+    /* no dims: a scalar */
     while (i < n) {
         if (*rank >= TB_MAX_RANK)
             return tb_errorf(TB_ERR_INVALID_ARG, "shape of '%s' has more than %d dims", name, TB_MAX_RANK);
@@ -131,6 +131,14 @@ tb_status tb_onnx_import_buffer(const void *buf, size_t n, const char *base_dir,
 }
 
 char *tb_onnx_supported_ops(void) { return calloc(1, 1); }
+
+tb_status tb_onnx_read_tensor(const char *path, tb_tensor *out, char *name, size_t name_cap) {
+    memset(out, 0, sizeof *out);
+    if (name && name_cap) name[0] = 0;
+    return not_built();
+}
+
+tb_status tb_onnx_write_tensor(const char *path, const char *name, const tb_tensor *t) { return not_built(); }
 
 #else /* TB_HAVE_ONNX */
 
@@ -511,9 +519,10 @@ static tb_status read_external(imp *s, Onnx__TensorProto *t, const char *tname, 
     return TB_OK;
 }
 
-/* A TensorProto (initializer or constant) as a weight named `vname`; returns
- * the value index in *id. */
-static tb_status tensor_weight(imp *s, Onnx__TensorProto *t, const char *tname, const char *vname, int *id) {
+/* The contents of a TensorProto, checked: dtype, shape and a malloc'd copy
+ * of its data (taken from raw_data without a copy where it can). */
+static tb_status tensor_data(imp *s, Onnx__TensorProto *t, const char *tname, tb_dtype *dt_out, int *rank_out,
+                             int64_t *dims_out, void **data_out, uint64_t *nbytes_out) {
     tb_dtype dt;
     int type = t->has_data_type ? t->data_type : 0;
     if (!onnx_dtype(type, &dt))
@@ -596,6 +605,23 @@ static tb_status tensor_weight(imp *s, Onnx__TensorProto *t, const char *tname, 
     }
     if (dt == TB_BOOL) /* one byte per element, 0 or 1 */
         for (uint64_t i = 0; i < numel; i++) ((uint8_t *)data)[i] = ((uint8_t *)data)[i] != 0;
+    *dt_out = dt;
+    *rank_out = rank;
+    memcpy(dims_out, dims, sizeof(int64_t) * TB_MAX_RANK);
+    *data_out = data;
+    *nbytes_out = nbytes;
+    return TB_OK;
+}
+
+/* A TensorProto (initializer or constant) as a weight named `vname`; returns
+ * the value index in *id. */
+static tb_status tensor_weight(imp *s, Onnx__TensorProto *t, const char *tname, const char *vname, int *id) {
+    tb_dtype dt;
+    int rank;
+    int64_t dims[TB_MAX_RANK];
+    void *data;
+    uint64_t nbytes;
+    TB_TRY(tensor_data(s, t, tname, &dt, &rank, dims, &data, &nbytes));
     *id = tb_graph_add_weight(s->g, vname, dt, rank, dims, data, 1);
     if (*id < 0) return tb_error_prefix(tb_last_status(), "%s: tensor '%s'", s->label, tname);
     return TB_OK;
@@ -624,10 +650,20 @@ typedef struct {
     int dim;
 } sym_info;
 
-static const tb_onnx_shape_spec *find_spec(const imp *s, const char *name) {
+/* A spec names its input, or its position as "#K" (K-th graph input). */
+static int spec_is(const tb_onnx_shape_spec *sp, const char *name, int k) {
+    if (sp->name[0] == '#' && isdigit((unsigned char)sp->name[1])) {
+        char *end;
+        long v = strtol(sp->name + 1, &end, 10);
+        if (!*end) return v == k;
+    }
+    return !strcmp(sp->name, name);
+}
+
+static const tb_onnx_shape_spec *find_spec(const imp *s, const char *name, int k) {
     if (!s->opt || !s->opt->shapes) return NULL;
     for (int i = 0; i < s->opt->n_shapes; i++)
-        if (!strcmp(s->opt->shapes[i].name, name)) return &s->opt->shapes[i];
+        if (spec_is(&s->opt->shapes[i], name, k)) return &s->opt->shapes[i];
     return NULL;
 }
 
@@ -694,7 +730,7 @@ static tb_status import_inputs(imp *s) {
         if (!onnx_dtype(et, &x->dt))
             return tb_errorf(TB_ERR_UNSUPPORTED, "%s: input '%s' has data type %s, which is not supported (" ONNX_TYPES_SUPPORTED ")",
                              s->label, vi->name, onnx_type_name(et));
-        const tb_onnx_shape_spec *sp = find_spec(s, vi->name);
+        const tb_onnx_shape_spec *sp = find_spec(s, vi->name, n_in - 1);
         const Onnx__TensorShapeProto *sh = tp->tensor_type->shape;
         if (!sh && !sp)
             return tb_errorf(TB_ERR_INVALID_ARG, "%s: input '%s' has no shape in the model: give it with --shapes %s:NxN...",
@@ -735,7 +771,7 @@ static tb_status import_inputs(imp *s) {
     /* every shape given names an input */
     for (int i = 0; s->opt && i < s->opt->n_shapes; i++) {
         int found = 0;
-        for (int k = 0; k < n_in && !found; k++) found = !strcmp(ins[k].name, s->opt->shapes[i].name);
+        for (int k = 0; k < n_in && !found; k++) found = spec_is(&s->opt->shapes[i], ins[k].name, k);
         if (!found) {
             char list[400];
             size_t n = 0;
@@ -1538,6 +1574,87 @@ tb_status tb_onnx_import(const char *path, const tb_onnx_options *o, tb_graph **
     tb_status st = import_buf(path, f.data, f.size, dir, o, out);
     tb_file_unmap(&f);
     return st;
+}
+
+/* ---------------------------------------------------------------- tensor files */
+
+tb_status tb_onnx_read_tensor(const char *path, tb_tensor *out, char *name, size_t name_cap) {
+    memset(out, 0, sizeof *out);
+    if (name && name_cap) name[0] = 0;
+    tb_mapped_file f;
+    TB_TRY(tb_file_map(path, &f));
+    if (f.size > ONNX_MAX_FILE || !wire_ok(f.data, f.size, &onnx__tensor_proto__descriptor, 0)) {
+        tb_file_unmap(&f);
+        return tb_errorf(TB_ERR_FORMAT, "%s: not a TensorProto (the protobuf is malformed or truncated)", path);
+    }
+    Onnx__TensorProto *t = onnx__tensor_proto__unpack(&pb_allocator, f.size, f.data);
+    tb_file_unmap(&f);
+    if (!t) return tb_errorf(TB_ERR_FORMAT, "%s: not a TensorProto (the protobuf does not parse)", path);
+    /* external data of a tensor file is relative to its folder, as for a model */
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    imp s;
+    memset(&s, 0, sizeof s);
+    s.label = path;
+    s.base_dir = dir;
+    tb_dtype dt;
+    int rank;
+    int64_t dims[TB_MAX_RANK];
+    void *data;
+    uint64_t nbytes;
+    tb_status st = tensor_data(&s, t, t->name && *t->name ? t->name : "(unnamed)", &dt, &rank, dims, &data, &nbytes);
+    if (st == TB_OK) {
+        out->dtype = dt;
+        out->rank = rank;
+        memcpy(out->dims, dims, sizeof(int64_t) * (size_t)rank);
+        out->data = data;
+        if (name && name_cap) snprintf(name, name_cap, "%s", t->name ? t->name : "");
+    }
+    imp_free(&s);
+    onnx__tensor_proto__free_unpacked(t, &pb_allocator);
+    return st;
+}
+
+tb_status tb_onnx_write_tensor(const char *path, const char *name, const tb_tensor *t) {
+    static const int types[TB_DTYPE_COUNT] = {
+        [TB_F32] = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT,   [TB_F16] = ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT16,
+        [TB_BF16] = ONNX__TENSOR_PROTO__DATA_TYPE__BFLOAT16, [TB_I32] = ONNX__TENSOR_PROTO__DATA_TYPE__INT32,
+        [TB_I8] = ONNX__TENSOR_PROTO__DATA_TYPE__INT8,     [TB_I64] = ONNX__TENSOR_PROTO__DATA_TYPE__INT64,
+        [TB_BOOL] = ONNX__TENSOR_PROTO__DATA_TYPE__BOOL,   [TB_U8] = ONNX__TENSOR_PROTO__DATA_TYPE__UINT8,
+        [TB_F64] = ONNX__TENSOR_PROTO__DATA_TYPE__DOUBLE};
+    if ((unsigned)t->dtype >= TB_DTYPE_COUNT || !types[t->dtype])
+        return tb_errorf(TB_ERR_UNSUPPORTED, "%s: a %s tensor has no ONNX type", path, tb_dtype_name(t->dtype));
+    if (t->rank < 0 || t->rank > TB_MAX_RANK) return tb_errorf(TB_ERR_INVALID_ARG, "%s: rank %d", path, t->rank);
+    uint64_t nbytes;
+    TB_TRY(tb_dtype_tensor_bytes(t->dtype, t->rank, t->dims, &nbytes));
+    if (nbytes > ONNX_MAX_FILE - 4096)
+        return tb_errorf(TB_ERR_UNSUPPORTED, "%s: %llu bytes, past protobuf's 2 GiB limit", path,
+                         (unsigned long long)nbytes);
+    Onnx__TensorProto tp = ONNX__TENSOR_PROTO__INIT;
+    int64_t dims[TB_MAX_RANK];
+    memcpy(dims, t->dims, sizeof(int64_t) * (size_t)t->rank);
+    tp.n_dims = (size_t)t->rank;
+    tp.dims = dims;
+    tp.has_data_type = 1;
+    tp.data_type = types[t->dtype];
+    tp.name = (char *)(name ? name : "");
+    tp.has_raw_data = 1;
+    tp.raw_data.len = (size_t)nbytes;
+    tp.raw_data.data = t->data;
+    size_t n = onnx__tensor_proto__get_packed_size(&tp);
+    uint8_t *buf = malloc(n ? n : 1);
+    if (!buf) return tb_errorf(TB_ERR_OOM, "%s: out of memory", path);
+    onnx__tensor_proto__pack(&tp, buf);
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        free(buf);
+        return tb_errorf(TB_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    }
+    size_t w = fwrite(buf, 1, n, f);
+    int bad = w != n || fclose(f) != 0;
+    free(buf);
+    return bad ? tb_errorf(TB_ERR_IO, "cannot write %s: %s", path, strerror(errno)) : TB_OK;
 }
 
 #endif /* TB_HAVE_ONNX */
