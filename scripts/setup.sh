@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libxxhash-dev
-      libopenblas-dev libmicrohttpd-dev python3-numpy libcurl4-openssl-dev)
+      libopenblas-dev libmicrohttpd-dev python3-numpy libcurl4-openssl-dev
+      protobuf-c-compiler libprotobuf-c-dev python3-onnx)
 if [ "${TURBINE_TEST_DEPS:-0}" = 1 ]; then
   PKGS+=(wrk chromium prometheus)
   # Node.js may come from elsewhere with its own npm: only ask Debian when absent.
