@@ -1,0 +1,186 @@
+/* nn_fold.c — the clean-up passes of the general pipeline: Identity
+ * removal, dead nodes, and constant folding with the reference kernels
+ * (Shape of fixed dims included, so the Shape -> Gather -> Unsqueeze ->
+ * Concat -> Reshape arithmetic of exported graphs folds into constants). */
+#include "opt/opt.h"
+
+/* ---------------------------------------------------------------- identity */
+
+tb_status tb_opt_remove_identity(tb_graph *g, const tb_opt_options *o, tb_pass_report *r) {
+    (void)o;
+    tb_opt_index ix;
+    TB_TRY(tb_opt_index_build(g, &ix));
+    int removed = 0, kept = 0;
+    for (int k = 0; k < g->n_nodes; k++) {
+        tb_node *n = &g->nodes[k];
+        if (n->op != TB_OP_IDENTITY || n->n_in != 1 || n->n_out != 1) continue;
+        int x = n->in[0], y = n->out[0];
+        int y_is_output = g->output == y;
+        for (int i = 0; i < g->n_outputs; i++) y_is_output |= g->outputs[i] == y;
+        if (!y_is_output) {
+            tb_opt_replace_uses(g, y, x);
+        } else {
+            /* a graph output keeps its value (outputs are bound by name): the
+             * producer of x writes it instead when x has no other reader */
+            int p = ix.prod[x];
+            if (p < 0 || ix.uses[x] != 1) { kept++; continue; }
+            tb_node *pn = &g->nodes[p];
+            for (int j = 0; j < pn->n_out; j++)
+                if (pn->out[j] == x) pn->out[j] = y;
+        }
+        tb_opt_kill(g, k);
+        removed++;
+        tb_opt_index_free(&ix);
+        TB_TRY(tb_opt_index_build(g, &ix));
+    }
+    tb_opt_index_free(&ix);
+    r->changes = removed;
+    snprintf(r->what, sizeof r->what, "removed %d Identity%s", removed,
+             kept ? " (some kept: a graph input passed through as an output)" : "");
+    return TB_OK;
+}
+
+tb_status tb_opt_dead_nodes(tb_graph *g, const tb_opt_options *o, tb_pass_report *r) {
+    (void)o;
+    int before_v = g->n_values;
+    int removed = tb_opt_compact(g);
+    r->changes = removed;
+    snprintf(r->what, sizeof r->what, "removed %d nodes nothing reads, %d values", removed, before_v - g->n_values);
+    return TB_OK;
+}
+
+/* ---------------------------------------------------------------- folding */
+
+/* The dim d when it is fixed: a number, or a symbol whose profile has
+ * min == max. */
+static int fixed_dim(const tb_graph *g, int64_t d, int64_t *out) {
+    if (d >= 0) { *out = d; return 1; }
+    if (TB_IS_SYM(d) && TB_SYM_INDEX(d) < g->n_syms) {
+        const tb_symbol *s = &g->syms[TB_SYM_INDEX(d)];
+        if (s->min == s->max) { *out = s->min; return 1; }
+    }
+    return 0;
+}
+
+/* Turns activation v into a weight holding `data` (taken) with these dims. */
+static void make_weight(tb_graph *g, int v, int rank, const int64_t *dims, void *data, uint64_t nbytes) {
+    tb_value *x = &g->values[v];
+    x->kind = TB_VAL_WEIGHT;
+    x->rank = rank;
+    memcpy(x->dims, dims, sizeof(int64_t) * (size_t)rank);
+    x->data = data;
+    x->owned = 1;
+    x->nbytes = nbytes;
+    x->offset = 0;
+}
+
+/* Shape of a value whose dims are all fixed. 1: folded, 0: not. */
+static int fold_shape(tb_graph *g, int k) {
+    tb_node *n = &g->nodes[k];
+    if (n->n_in != 1 || n->n_out != 1) return 0;
+    const tb_value *x = &g->values[n->in[0]];
+    int64_t dims[TB_MAX_RANK];
+    for (int i = 0; i < x->rank; i++)
+        if (!fixed_dim(g, x->dims[i], &dims[i])) return 0;
+    int64_t rank = x->rank, start = n->i[0], end = n->i[2] ? n->i[1] : rank;
+    if (start < 0) start += rank;
+    if (end < 0) end += rank;
+    start = start < 0 ? 0 : start > rank ? rank : start;
+    end = end < 0 ? 0 : end > rank ? rank : end;
+    int64_t len = end > start ? end - start : 0;
+    const tb_value *y = &g->values[n->out[0]];
+    if (y->dtype != TB_I64 || y->rank != 1 || (y->dims[0] >= 0 && y->dims[0] != len)) return 0;
+    int64_t *data = malloc(sizeof(int64_t) * (size_t)(len ? len : 1));
+    if (!data) return 0;
+    for (int64_t i = 0; i < len; i++) data[i] = dims[start + i];
+    make_weight(g, n->out[0], 1, &len, data, (uint64_t)len * sizeof(int64_t));
+    tb_opt_kill(g, k);
+    return 1;
+}
+
+/* A node whose inputs are all constants, run with its reference kernel.
+ * 1: folded, 0: left (too large, no kernel, or the kernel failed). */
+static int fold_node(tb_graph *g, int k, int *too_big) {
+    tb_node *n = &g->nodes[k];
+    const tb_op_def *d = tb_op_get_def(n->op);
+    if (!d || !d->ref || !d->infer || n->n_in < 1) return 0;
+    tb_view in[TB_MAX_INPUTS];
+    for (int i = 0; i < n->n_in; i++) {
+        if (g->values[n->in[i]].kind != TB_VAL_WEIGHT || !g->values[n->in[i]].data) return 0;
+        tb_value_view(g, n->in[i], &in[i]);
+    }
+    tb_op_shape sh;
+    if (tb_op_infer_views(n, in, n->n_in, &sh) != TB_OK || sh.n_out != n->n_out) {
+        tb_error_clear();
+        return 0;
+    }
+    tb_view out[TB_MAX_OUTPUTS];
+    uint64_t bytes[TB_MAX_OUTPUTS], total = 0;
+    memset(out, 0, sizeof out);
+    for (int o = 0; o < sh.n_out; o++) {
+        out[o].dtype = sh.dtype[o];
+        out[o].rank = sh.rank[o];
+        memcpy(out[o].dims, sh.dims[o], sizeof out[o].dims);
+        for (int i = 0; i < sh.rank[o]; i++)
+            if (sh.dims[o][i] < 0) return 0;
+        if (tb_dtype_tensor_bytes(sh.dtype[o], sh.rank[o], sh.dims[o], &bytes[o]) != TB_OK) {
+            tb_error_clear();
+            return 0;
+        }
+        total += bytes[o];
+    }
+    if (total > TB_OPT_FOLD_MAX_BYTES) { (*too_big)++; return 0; }
+    int ok = 1;
+    for (int o = 0; o < sh.n_out && ok; o++) ok = (out[o].data = calloc(1, bytes[o] ? bytes[o] : 1)) != NULL;
+    if (ok && d->ref(n, in, n->n_in, out, sh.n_out) != TB_OK) {
+        tb_error_clear();
+        ok = 0;
+    }
+    if (!ok) {
+        for (int o = 0; o < sh.n_out; o++) free(out[o].data);
+        return 0;
+    }
+    for (int o = 0; o < sh.n_out; o++) {
+        g->values[n->out[o]].dtype = sh.dtype[o];
+        make_weight(g, n->out[o], sh.rank[o], sh.dims[o], out[o].data, bytes[o]);
+    }
+    tb_opt_kill(g, k);
+    return 1;
+}
+
+/* Graph outputs stay written by nodes (the runtime returns them from its
+ * buffers), so a node writing one is not folded. */
+static int writes_graph_output(const tb_graph *g, const tb_node *n) {
+    for (int o = 0; o < n->n_out; o++) {
+        if (g->output == n->out[o]) return 1;
+        for (int i = 0; i < g->n_outputs; i++)
+            if (g->outputs[i] == n->out[o]) return 1;
+    }
+    return 0;
+}
+
+tb_status tb_opt_fold_constants(tb_graph *g, const tb_opt_options *o, tb_pass_report *r) {
+    (void)o;
+    int folded = 0, shapes = 0, too_big = 0;
+    /* one sweep folds chains (a folded value is a weight for the nodes after
+     * it); refreshing the shapes then makes more dims known (a Reshape whose
+     * shape became constant), which may let more Shape nodes fold */
+    for (int round = 0; round < 16; round++) {
+        int changed = 0;
+        for (int k = 0; k < g->n_nodes; k++) {
+            tb_node *n = &g->nodes[k];
+            if (tb_opt_dead(n) || !tb_op_is_nn(n->op) || writes_graph_output(g, n)) continue;
+            if (n->op == TB_OP_SHAPE && g->values[n->in[0]].kind != TB_VAL_WEIGHT) {
+                if (fold_shape(g, k)) { shapes++; changed++; }
+                continue;
+            }
+            if (fold_node(g, k, &too_big)) { folded++; changed++; }
+        }
+        if (!changed) break;
+        TB_TRY(tb_opt_refresh_shapes(g));
+    }
+    r->changes = folded + shapes;
+    snprintf(r->what, sizeof r->what, "folded %d nodes into constants, %d Shape of fixed dims%s", folded, shapes,
+             too_big ? " (larger results left as nodes)" : "");
+    return TB_OK;
+}
