@@ -70,6 +70,10 @@ typedef struct {
     int max_batch;              /* sequences decoded together, default 8      */
     int progress;               /* 1: draw a progress bar on stderr           */
     const char *device;         /* "cpu" (NULL) or "cuda[:N]": the target     */
+    /* ONNX models: optimisation profile as "input:1x3x224x224,mask:1x128"
+     * (NULL: the model's fixed dims; shapes sets all three) and pass log. */
+    const char *shapes, *min_shapes, *opt_shapes, *max_shapes;
+    int verbose;                /* 1: list each pass and what it changed      */
 } tb_build_options;
 
 void tb_build_options_default(tb_build_options *o);
@@ -110,6 +114,9 @@ typedef struct {
 void tb_engine_get_info(const tb_engine *e, tb_engine_info *out);
 /* Writes a human-readable description (what `turbine inspect` prints). */
 tb_status tb_engine_describe(const char *path, char *buf, size_t cap);
+
+/* 1 for an LLM engine (tb_context), 0 for a general one (ONNX: tb_exec). */
+int tb_engine_is_llm(const tb_engine *e);
 
 /* Tokenizer carried inside the engine. */
 typedef struct tb_tokenizer tb_tokenizer;
@@ -171,6 +178,46 @@ int tb_kv_block_size(const tb_context *c);
  * ([rows, vocab], valid until the next step) with the row count. */
 tb_status tb_context_step(tb_context *c, const tb_seq_chunk *chunks,
                           int n_chunks, const float **logits, int *n_rows);
+
+/* ---------------------------------------------------------------- general engines
+ * An engine compiled from an ONNX model runs whole: inputs in, outputs out.
+ * Input shapes may vary inside the engine's optimisation profile; a shape
+ * outside it is refused (TB_ERR_RANGE, the message gives the allowed range). */
+#define TB_TENSOR_MAX_RANK 8
+
+typedef struct {
+    tb_dtype dtype;
+    int rank;
+    int64_t dims[TB_TENSOR_MAX_RANK];
+    void *data;             /* contiguous, row-major                          */
+} tb_tensor;
+
+typedef struct {
+    char name[96];
+    tb_dtype dtype;
+    int rank;
+    int64_t min[TB_TENSOR_MAX_RANK], opt[TB_TENSOR_MAX_RANK], max[TB_TENSOR_MAX_RANK];
+} tb_io_info;
+
+typedef struct tb_exec tb_exec;
+
+typedef struct {
+    int n_threads;          /* 0: one per core                                */
+    const char *device;     /* NULL: the backend the engine was built for     */
+} tb_exec_options;
+
+void tb_exec_options_default(tb_exec_options *o);
+tb_status tb_exec_create(tb_engine *e, const tb_exec_options *o, tb_exec **out);
+void tb_exec_free(tb_exec *x);
+int tb_exec_n_inputs(const tb_exec *x);
+int tb_exec_n_outputs(const tb_exec *x);
+/* Name, dtype and the profile's range of input / output i (output ranges:
+ * -1 where a dim is known only when it runs). */
+tb_status tb_exec_input_info(const tb_exec *x, int i, tb_io_info *out);
+tb_status tb_exec_output_info(const tb_exec *x, int i, tb_io_info *out);
+/* Runs once: inputs in graph order; outputs[i] get dtype, shape and data
+ * pointing into the executor's memory, valid until the next run. */
+tb_status tb_exec_run(tb_exec *x, const tb_tensor *inputs, int n_in, tb_tensor *outputs, int n_out);
 
 /* ---------------------------------------------------------------- sampling */
 typedef struct {

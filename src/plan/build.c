@@ -26,7 +26,7 @@ static void progress_bar(void *arg, int done, int total) {
 }
 
 /* Lays the weights out 64-byte aligned in one buffer and records offsets. */
-static tb_status pack_weights(tb_graph *g, uint8_t **out, uint64_t *size) {
+tb_status tb_pack_weights(tb_graph *g, uint8_t **out, uint64_t *size) {
     uint64_t off = 0;
     for (int i = 0; i < g->n_values; i++) {
         tb_value *v = &g->values[i];
@@ -48,6 +48,7 @@ static tb_status pack_weights(tb_graph *g, uint8_t **out, uint64_t *size) {
 
 tb_status tb_build(const char *model_path, const char *engine_path, const tb_build_options *opt,
                    tb_build_report *report) {
+    if (tb_is_onnx_path(model_path)) return tb_build_onnx(model_path, engine_path, opt, report);
     double t0 = tb_now();
     tb_build_options o;
     if (opt) o = *opt; else tb_build_options_default(&o);
@@ -116,7 +117,7 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
     if ((s = tb_tune_graph(g, 0, prefill, &tr)) != TB_OK) goto done;
     /* the profile's opt point: decode */
     if ((s = tb_tokenizer_serialize(tok, &tok_buf, &tok_n)) != TB_OK) goto done;
-    if ((s = pack_weights(g, &weights, &weights_n)) != TB_OK) goto done;
+    if ((s = tb_pack_weights(g, &weights, &weights_n)) != TB_OK) goto done;
     if ((s = tb_graph_serialize(g, &graph_buf, &graph_n)) != TB_OK) goto done;
 
     char when[64];

@@ -142,6 +142,18 @@ static tb_status parse_meta(tb_engine *e) {
     if (!m) return tb_errorf(TB_ERR_FORMAT, "engine meta section is not valid JSON: %s", err.text);
     json_t *model = json_object_get(m, "model"), *build = json_object_get(m, "build"),
            *sp = json_object_get(m, "special");
+    const char *kind = json_string_value(json_object_get(m, "kind"));
+    if (kind && !strcmp(kind, "onnx")) { /* a general engine: inputs and outputs are in the graph */
+        tb_engine_info *in = &e->info;
+        memset(in, 0, sizeof *in);
+        snprintf(in->arch, sizeof in->arch, "onnx");
+        in->bos_id = -1;
+        for (int i = 0; i < 4; i++) in->eos_ids[i] = -1;
+        const char *dt = json_is_object(build) ? json_string_value(json_object_get(build, "dtype")) : NULL;
+        tb_status s = dt ? tb_dtype_parse(dt, &in->weight_dtype) : TB_ERR_FORMAT;
+        json_decref(m);
+        return s == TB_OK ? TB_OK : tb_errorf(TB_ERR_FORMAT, "engine meta section lacks build.dtype");
+    }
     if (!json_is_object(model) || !json_is_object(build) || !json_is_object(sp)) {
         json_decref(m);
         return tb_errorf(TB_ERR_FORMAT, "engine meta section lacks model/build/special");
@@ -257,7 +269,7 @@ tb_status tb_engine_load_for(const char *path, const char *device, tb_engine **o
     const entry *sec[5];
     for (int i = 0; i < 5; i++) {
         sec[i] = find_section(tab, n, need[i]);
-        if (!sec[i]) { s = tb_errorf(TB_ERR_FORMAT, "%s: section '%s' is missing", path, need[i]); goto fail; }
+        if (!sec[i] && i != 2) { s = tb_errorf(TB_ERR_FORMAT, "%s: section '%s' is missing", path, need[i]); goto fail; }
     }
     e->meta_json = dup_section(&e->map, sec[0]);
     e->hw_json = dup_section(&e->map, sec[1]);
@@ -265,8 +277,15 @@ tb_status tb_engine_load_for(const char *path, const char *device, tb_engine **o
     if ((s = tb_backend_check(e->hw_json, device)) != TB_OK) goto fail;
     tb_backend_kind_of(e->hw_json, e->backend);
     if ((s = parse_meta(e)) != TB_OK) goto fail;
-    if ((s = tb_tokenizer_deserialize(e->map.data + sec[2]->offset, sec[2]->size, &e->tok)) != TB_OK) goto fail;
+    int llm = strcmp(e->info.arch, "onnx") != 0;
+    if (llm && !sec[2]) { s = tb_errorf(TB_ERR_FORMAT, "%s: section 'tokenizer' is missing", path); goto fail; }
+    if (llm && (s = tb_tokenizer_deserialize(e->map.data + sec[2]->offset, sec[2]->size, &e->tok)) != TB_OK)
+        goto fail;
     if ((s = tb_graph_deserialize(e->map.data + sec[3]->offset, sec[3]->size, &e->graph)) != TB_OK) goto fail;
+    if (llm != (e->graph->n_outputs == 0)) {
+        s = tb_errorf(TB_ERR_FORMAT, "%s: the graph does not match the engine kind", path);
+        goto fail;
+    }
     const uint8_t *w = e->map.data + sec[4]->offset;
     for (int i = 0; i < e->graph->n_values; i++) {
         tb_value *v = &e->graph->values[i];
@@ -282,7 +301,7 @@ tb_status tb_engine_load_for(const char *path, const char *device, tb_engine **o
         }
         v->data = w + v->offset;
     }
-    if (tb_tokenizer_vocab_size(e->tok) > e->info.vocab_size)
+    if (llm && tb_tokenizer_vocab_size(e->tok) > e->info.vocab_size)
         tb_log(TB_LOG_WARN, "tokenizer has %d tokens, model %d", tb_tokenizer_vocab_size(e->tok), e->info.vocab_size);
     e->load_seconds = tb_now() - t0;
     *out = e;

@@ -58,4 +58,17 @@ tb_status tb_engine_load_for(const char *path, const char *device,
  * table cannot be allocated (never reported as a corrupt file). */
 tb_status tb_section_hash(const uint8_t *p, uint64_t n, uint64_t *out);
 
+/* Lays every weight of g out 64-byte aligned in one buffer (offsets set). */
+tb_status tb_pack_weights(tb_graph *g, uint8_t **out, uint64_t *size);
+
+/* ONNX models (build_onnx.c): a path ending in .onnx; the build behind
+ * tb_build for them; and an engine made in memory (no file) from a model and
+ * fixed input shapes ("name:1x3x224x224,..."; NULL: the model's own), for
+ * `turbine exec MODEL.onnx`. */
+int tb_is_onnx_path(const char *path);
+tb_status tb_build_onnx(const char *model_path, const char *engine_path, const tb_build_options *opt,
+                        tb_build_report *report);
+tb_status tb_engine_from_onnx(const char *model_path, const char *shapes, const char *device, int verbose,
+                              tb_engine **out);
+
 #endif

@@ -142,6 +142,9 @@ int tb_context_profile(const tb_context *c, const char **names, double *seconds,
 
 tb_status tb_context_create(tb_engine *e, const tb_context_options *opt, tb_context **out) {
     *out = NULL;
+    if (!tb_engine_is_llm(e))
+        return tb_errorf(TB_ERR_INVALID_ARG, "this engine was compiled from an ONNX model: run it with turbine exec "
+                                             "or turbine bench --engine, or serve it over KServe");
     tb_context_options o;
     if (opt) o = *opt; else tb_context_options_default(&o);
     const tb_graph *g = e->graph;

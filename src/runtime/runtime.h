@@ -22,6 +22,18 @@ tb_status tb_context_set_profiling(tb_context *c, int on);
 /* Copies up to `cap` (kind name, seconds) pairs; returns how many kinds ran. */
 int tb_context_profile(const tb_context *c, const char **names, double *seconds, int cap);
 
+/* Per-node timing of a general engine (`turbine bench --engine
+ * --dump-profile`): when on, every run adds each node's wall time. */
+typedef struct {
+    int node;
+    const char *op;
+    const char *output;   /* the node's first output, names the layer */
+    double seconds;       /* mean per run                              */
+} tb_exec_node_time;
+tb_status tb_exec_set_profiling(tb_exec *x, int on);
+int tb_exec_profile(const tb_exec *x, tb_exec_node_time *out, int cap);
+const tb_graph *tb_exec_graph(const tb_exec *x);
+
 /* Sampling on a device: fills *row from s's parameters (the uniform draw
  * taken from s's generator as tb_sampler_sample would) and writes the
  * distinct tokens of the penalty window with their counts to tok / cnt (at

@@ -1,0 +1,24 @@
+/* onnx.c — placeholder until the protobuf-c reader lands: refuses every
+ * model with a message. */
+#include "import/onnx.h"
+
+tb_status tb_onnx_import(const char *path, const tb_onnx_options *o, tb_graph **out) {
+    (void)o;
+    *out = NULL;
+    return tb_errorf(TB_ERR_UNSUPPORTED, "%s: this build cannot read ONNX models", path);
+}
+
+tb_status tb_onnx_import_buffer(const void *buf, size_t n, const char *base_dir, const tb_onnx_options *o,
+                                tb_graph **out) {
+    (void)buf, (void)n, (void)base_dir, (void)o;
+    *out = NULL;
+    return tb_errorf(TB_ERR_UNSUPPORTED, "this build cannot read ONNX models");
+}
+
+tb_status tb_onnx_parse_shapes(const char *text, int which, tb_onnx_shape_spec *specs, int *n_specs, int cap) {
+    (void)text, (void)which, (void)specs, (void)cap;
+    *n_specs = 0;
+    return tb_errorf(TB_ERR_UNSUPPORTED, "this build cannot read ONNX models");
+}
+
+char *tb_onnx_supported_ops(void) { return NULL; }
