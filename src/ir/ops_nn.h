@@ -163,6 +163,11 @@ const tb_op_def *tb_nn_elem_def(tb_op_kind k);
 const tb_op_def *tb_nn_shape_def(tb_op_kind k);
 const tb_op_def *tb_nn_conv_def(tb_op_kind k);
 
+/* The axes ReduceMean / ReduceSum / ReduceMax reduce, as a mask over x's
+ * dims, from the attribute or the axes input (its data needed): every axis
+ * when none are given, none for noop_with_empty_axes. (nn_elem.c) */
+tb_status tb_nn_reduce_axes(const tb_node *n, const tb_view *in, int n_in, uint32_t *mask);
+
 /* Convolution / pooling geometry with pads resolved (auto_pad applied) for
  * concrete input dims: used by shape rules and kernels alike. */
 typedef struct {
