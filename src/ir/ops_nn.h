@@ -163,6 +163,11 @@ const tb_op_def *tb_nn_elem_def(tb_op_kind k);
 const tb_op_def *tb_nn_shape_def(tb_op_kind k);
 const tb_op_def *tb_nn_conv_def(tb_op_kind k);
 
+/* The axes ReduceMean / ReduceSum / ReduceMax reduce, as a mask over x's
+ * dims, from the attribute or the axes input (its data needed): every axis
+ * when none are given, none for noop_with_empty_axes. (nn_elem.c) */
+tb_status tb_nn_reduce_axes(const tb_node *n, const tb_view *in, int n_in, uint32_t *mask);
+
 /* Convolution / pooling geometry with pads resolved (auto_pad applied) for
  * concrete input dims: used by shape rules and kernels alike. */
 typedef struct {
@@ -172,5 +177,13 @@ typedef struct {
     int pt, pl, pb, pr;        /* pads                            */
     int group;
 } tb_nn_conv_geom;
+/* The geometry of Conv node n (ops_nn.h layout) over x and w with concrete
+ * dims; TB_ERR_FORMAT on a mismatch or an empty output (nn_conv.c). */
+tb_status tb_nn_conv_geometry(const tb_node *n, const tb_view *x, const tb_view *w, tb_nn_conv_geom *g);
+/* The activation epilogue a of Conv / Gemm / MatMul with its two parameters
+ * (nn_conv.c; the reference form, in double). */
+double tb_nn_act_apply(tb_nn_act a, double x, float p0, float p1);
+/* Element strides st[0..r) of sdpa's mask m broadcast to (lead..., S, T). */
+void tb_nn_sdpa_mask_strides(const tb_view *m, int r, int64_t *st);
 
 #endif /* TB_IR_OPS_NN_H */
