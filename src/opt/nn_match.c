@@ -82,11 +82,20 @@ const float *tb_opt_weight_f32(const tb_graph *g, int v) {
     return x->data;
 }
 
+/* A symbol whose profile is one value is that number. */
+static int64_t dim_fixed(const tb_graph *g, int64_t d) {
+    if (TB_IS_SYM(d) && TB_SYM_INDEX(d) < g->n_syms) {
+        const tb_symbol *s = &g->syms[TB_SYM_INDEX(d)];
+        if (s->min == s->max) return s->min;
+    }
+    return d;
+}
+
 int tb_opt_shape_eq(const tb_graph *g, int a, int b) {
     const tb_value *x = &g->values[a], *y = &g->values[b];
     if (x->rank != y->rank) return 0;
     for (int i = 0; i < x->rank; i++)
-        if (x->dims[i] != y->dims[i] || x->dims[i] == TB_DIM_DYN) return 0;
+        if (dim_fixed(g, x->dims[i]) != dim_fixed(g, y->dims[i]) || x->dims[i] == TB_DIM_DYN) return 0;
     return 1;
 }
 

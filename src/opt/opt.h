@@ -105,7 +105,8 @@ int tb_opt_single_reader(const tb_graph *g, const tb_opt_index *ix, int v);
 int tb_opt_const_scalar(const tb_graph *g, int v, int max_rank, double *out);
 /* The f32 data of weight v, or NULL (not a weight, or another dtype). */
 const float *tb_opt_weight_f32(const tb_graph *g, int v);
-/* Same rank and dims, no TB_DIM_DYN (symbols compare by index). */
+/* Same rank and dims, no TB_DIM_DYN (symbols compare by index; a symbol
+ * whose profile is one value equals that number). */
 int tb_opt_shape_eq(const tb_graph *g, int a, int b);
 /* A per-channel constant of a tensor of rank `rank` whose channel axis
  * `axis` has `ch` elements: rank <= rank, every dim 1 except the one
