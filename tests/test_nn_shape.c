@@ -825,6 +825,234 @@ static void test_pools(void) {
     free(x); free(y); free(big); free(want);
 }
 
+/* ---------------------------------------------------------------- fast kernels against the references */
+
+static tb_cpu_nn_ctx g_ctx;
+
+/* Runs op n through the CPU dispatch (fast kernel) and the reference and
+ * compares the bytes (tol > 0: f32 within tol relative to the largest). */
+static int fast_vs_ref(const tb_node *n, const tb_view *in, int n_in, float tol, const char *what) {
+    tb_view ref[TB_MAX_OUTPUTS], fast[TB_MAX_OUTPUTS];
+    int no = 0, ok = 1;
+    if (run_ref(n, in, n_in, ref, &no) != TB_OK) {
+        fprintf(stderr, "%s: reference failed: %s\n", what, tb_last_error());
+        free_outs(ref, no);
+        return 0;
+    }
+    for (int o = 0; o < no; o++) {
+        fast[o] = ref[o];
+        size_t bytes = (size_t)tb_view_numel(&ref[o]) * tb_dtype_size(ref[o].dtype);
+        fast[o].data = malloc(bytes + 16);
+        memset(fast[o].data, 0xab, bytes + 16);
+    }
+    tb_node m = *n;
+    m.n_in = n_in;
+    m.n_out = no;
+    if (tb_cpu_nn_run(&g_ctx, &m, in, n_in, fast, no) != TB_OK) {
+        fprintf(stderr, "%s: fast kernel failed: %s\n", what, tb_last_error());
+        ok = 0;
+    }
+    for (int o = 0; ok && o < no; o++) {
+        int64_t ne = tb_view_numel(&ref[o]);
+        size_t bytes = (size_t)ne * tb_dtype_size(ref[o].dtype);
+        if (tol > 0 && ref[o].dtype == TB_F32) {
+            float e = tb_test_max_rel(fast[o].data, ref[o].data, (int)ne);
+            if (!(e <= tol)) { fprintf(stderr, "%s: output %d differs by %g\n", what, o, e); ok = 0; }
+        } else if (memcmp(fast[o].data, ref[o].data, bytes)) {
+            fprintf(stderr, "%s: output %d differs\n", what, o);
+            ok = 0;
+        }
+        uint8_t guard[16];
+        memset(guard, 0xab, 16);
+        if (memcmp((uint8_t *)fast[o].data + bytes, guard, 16)) {
+            fprintf(stderr, "%s: output %d written past its end\n", what, o);
+            ok = 0;
+        }
+    }
+    free_outs(ref, no);
+    free_outs(fast, no);
+    return ok;
+}
+
+static void *rand_data(tb_dtype t, int64_t n, uint64_t *st) {
+    size_t es = tb_dtype_size(t);
+    uint8_t *p = malloc((size_t)n * es + 16);
+    for (int64_t i = 0; i < n; i++) {
+        if (t == TB_F32) ((float *)p)[i] = tb_test_frand(st);
+        else for (size_t b = 0; b < es; b++) p[i * es + b] = (uint8_t)(tb_test_frand(st) * 127 + 128);
+    }
+    return p;
+}
+
+static void test_fast_kernels(void) {
+    tb_pool *pool = NULL;
+    CHECK(tb_pool_create(3, &pool) == TB_OK);
+    g_ctx.pool = pool;
+    uint64_t st = 0x9e3779b97f4a7c15ull;
+    static const tb_dtype dts[4] = {TB_F32, TB_F16, TB_U8, TB_I64};
+    char what[128];
+    /* Transpose: every permutation of rank 4 on odd dims, four element sizes;
+     * BERT's shapes big enough to take the threads */
+    static const int64_t shapes[3][4] = {{3, 5, 7, 9}, {1, 37, 2, 41}, {2, 12, 67, 64}};
+    for (int si = 0; si < 3; si++)
+        for (int di = 0; di < 4; di++) {
+            if (si == 2 && di != 0) continue;
+            tb_view x = V(dts[di], 4, shapes[si], NULL);
+            x.data = rand_data(dts[di], tb_view_numel(&x), &st);
+            int perm[4] = {0, 1, 2, 3}, c[4] = {0};
+            for (int k = 0; k < 24; k++) { /* Heap's algorithm, iteratively */
+                tb_node n = NODE(TB_OP_TRANSPOSE, perm[0], perm[1], perm[2], perm[3]);
+                snprintf(what, sizeof what, "transpose %d/%s (%d %d %d %d)", si, tb_dtype_name(dts[di]), perm[0],
+                         perm[1], perm[2], perm[3]);
+                CHECK_MSG(fast_vs_ref(&n, &x, 1, 0, what), "%s", what);
+                int i = 1;
+                while (i < 4 && c[i] >= i) c[i++] = 0;
+                if (i >= 4) break;
+                int j = i % 2 ? c[i] : 0, t = perm[i];
+                perm[i] = perm[j]; perm[j] = t;
+                c[i]++;
+            }
+            free(x.data);
+        }
+    {
+        /* rank 2, 3 and 6 */
+        tb_view x = V(TB_F32, 2, D(129, 67), NULL);
+        x.data = rand_data(TB_F32, tb_view_numel(&x), &st);
+        tb_node n = NODE(TB_OP_TRANSPOSE, 1, 0);
+        CHECK(fast_vs_ref(&n, &x, 1, 0, "transpose 2-d"));
+        x = V(TB_F32, 6, D(2, 3, 1, 5, 4, 3), x.data);
+        n = NODE(TB_OP_TRANSPOSE, 5, 3, 0, 2, 4, 1);
+        CHECK(fast_vs_ref(&n, &x, 1, 0, "transpose 6-d"));
+        free(x.data);
+    }
+    /* copies: Reshape / Squeeze / Unsqueeze / Flatten, large enough to split */
+    {
+        tb_view in[2] = {V(TB_F32, 3, D(7, 300, 301), NULL), VEC(TB_I64, 2, I64(-1, 301))};
+        in[0].data = rand_data(TB_F32, tb_view_numel(&in[0]), &st);
+        tb_node n = NODE0(TB_OP_RESHAPE);
+        CHECK(fast_vs_ref(&n, in, 2, 0, "reshape"));
+        tb_node f = NODE(TB_OP_FLATTEN, 1);
+        CHECK(fast_vs_ref(&f, in, 1, 0, "flatten"));
+        in[1] = VEC(TB_I64, 1, I64(1));
+        tb_node u = NODE0(TB_OP_UNSQUEEZE);
+        CHECK(fast_vs_ref(&u, in, 2, 0, "unsqueeze"));
+        /* aliased buffers: nothing to do */
+        tb_view o = V(TB_F32, 2, D(2100, 301), in[0].data);
+        in[1] = VEC(TB_I64, 2, I64(-1, 301));
+        n.n_in = 2; n.n_out = 1;
+        CHECK(tb_cpu_nn_run(&g_ctx, &n, in, 2, &o, 1) == TB_OK);
+        free(in[0].data);
+    }
+    /* Slice: steps of both signs, clamps, on f32 and u8 */
+    for (int di = 0; di < 3; di++) {
+        tb_view in[5] = {V(dts[di], 3, D(5, 33, 70), NULL), VEC(TB_I64, 3, I64(1, -30, 65)),
+                         VEC(TB_I64, 3, I64(100, 31, 2)), VEC(TB_I64, 3, I64(0, 1, 2)), VEC(TB_I64, 3, I64(2, 3, -7))};
+        in[0].data = rand_data(dts[di], tb_view_numel(&in[0]), &st);
+        tb_node n = NODE0(TB_OP_SLICE);
+        CHECK_MSG(fast_vs_ref(&n, in, 5, 0, "slice steps"), "%s", tb_dtype_name(dts[di]));
+        in[4] = VEC(TB_I64, 3, I64(1, 1, 1));
+        in[2] = VEC(TB_I64, 3, I64(4, 20, INT64_MAX));
+        in[1] = VEC(TB_I64, 3, I64(0, 3, 5));
+        CHECK_MSG(fast_vs_ref(&n, in, 5, 0, "slice rows"), "%s", tb_dtype_name(dts[di]));
+        in[1] = VEC(TB_I64, 1, I64(-1));
+        in[2] = VEC(TB_I64, 1, I64(INT64_MIN));
+        in[3] = VEC(TB_I64, 1, I64(-1));
+        in[4] = VEC(TB_I64, 1, I64(-1));
+        CHECK_MSG(fast_vs_ref(&n, in, 5, 0, "slice reverse"), "%s", tb_dtype_name(dts[di]));
+        free(in[0].data);
+    }
+    /* Expand, Concat (3 parts, every axis), Split, Gather */
+    {
+        tb_view in[3] = {V(TB_F32, 3, D(3, 1, 5), NULL), VEC(TB_I64, 4, I64(2, 3, 77, 5))};
+        in[0].data = rand_data(TB_F32, 15, &st);
+        tb_node e = NODE0(TB_OP_EXPAND);
+        CHECK(fast_vs_ref(&e, in, 2, 0, "expand"));
+        in[0].dims[2] = 1;
+        in[1] = VEC(TB_I64, 3, I64(3, 64, 129));
+        CHECK(fast_vs_ref(&e, in, 2, 0, "expand inner"));
+        free(in[0].data);
+        for (int axis = 0; axis < 3; axis++) {
+            int64_t d0[3] = {4, 5, 6}, d1[3] = {4, 5, 6}, d2[3] = {4, 5, 6};
+            d0[axis] = 3; d1[axis] = 0; d2[axis] = 7;
+            tb_view parts[3] = {V(TB_F16, 3, d0, NULL), V(TB_F16, 3, d1, NULL), V(TB_F16, 3, d2, NULL)};
+            for (int k = 0; k < 3; k++) parts[k].data = rand_data(TB_F16, tb_view_numel(&parts[k]), &st);
+            tb_node c = NODE(TB_OP_CONCAT, axis);
+            snprintf(what, sizeof what, "concat axis %d", axis);
+            CHECK_MSG(fast_vs_ref(&c, parts, 3, 0, what), "%s", what);
+            tb_view whole = V(TB_F16, 3, D(4, 5, 6), NULL);
+            whole.dims[axis] = 10;
+            whole.data = rand_data(TB_F16, tb_view_numel(&whole), &st);
+            tb_view sp[2] = {whole, VEC(TB_I64, 3, I64(3, 0, 7))};
+            tb_node s = NODE(TB_OP_SPLIT, axis);
+            snprintf(what, sizeof what, "split axis %d", axis);
+            CHECK_MSG(fast_vs_ref(&s, sp, 2, 0, what), "%s", what);
+            tb_node s4 = NODE(TB_OP_SPLIT, axis, 4);
+            CHECK_MSG(fast_vs_ref(&s4, sp, 1, 0, what), "%s (4 parts)", what);
+            free(whole.data);
+            for (int k = 0; k < 3; k++) free(parts[k].data);
+        }
+        tb_view g[2] = {V(TB_F32, 2, D(1000, 77), NULL), V(TB_I32, 2, D(3, 129), NULL)};
+        g[0].data = rand_data(TB_F32, 77000, &st);
+        int32_t *ids = malloc(3 * 129 * sizeof *ids);
+        for (int i = 0; i < 3 * 129; i++) ids[i] = (int32_t)((i * 7919) % 2000) - 1000;
+        g[1].data = ids;
+        tb_node g0 = NODE(TB_OP_GATHER, 0);
+        CHECK(fast_vs_ref(&g0, g, 2, 0, "gather rows"));
+        tb_node g1 = NODE(TB_OP_GATHER, 1);
+        g[1] = VEC(TB_I32, 3, ((const int32_t[]){-1, 0, 5}));
+        CHECK(fast_vs_ref(&g1, g, 2, 0, "gather axis 1"));
+        g[1] = VEC(TB_I64, 2, I64(3, 1000));
+        tb_view o = V(TB_F32, 2, D(2, 77), malloc(2 * 77 * 4));
+        g0.n_in = 2; g0.n_out = 1;
+        CHECK(tb_cpu_nn_run(&g_ctx, &g0, g, 2, &o, 1) == TB_ERR_INVALID_ARG);
+        free(o.data);
+        free(g[0].data);
+        free(ids);
+    }
+    /* pools: ResNet's maxpool and global average pool, and odd geometries */
+    {
+        static const int32_t cases[][13] = {
+            {3, 3, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0, 0},  /* ResNet stem       */
+            {3, 3, 2, 2, 1, 1, 1, 1, 0, 0, 1, 1, 0},  /* ceil, incl        */
+            {2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+            {3, 2, 1, 3, 2, 0, 1, 2, 2, 1, 1, 0, 0},  /* dilated, uneven   */
+            {5, 4, 3, 1, 0, 0, 0, 0, 1, 3, 0, 1, 1},  /* SAME_UPPER        */
+            {3, 3, 3, 2, 0, 0, 0, 0, 0, 0, 1, 0, 2},  /* SAME_LOWER        */
+            {1, 7, 1, 7, 0, 3, 0, 3, 0, 0, 1, 1, 3},  /* VALID             */
+        };
+        static const int64_t xs[3][4] = {{2, 64, 112, 112}, {1, 3, 13, 17}, {3, 5, 9, 31}};
+        for (int xi = 0; xi < 3; xi++) {
+            tb_view x = V(TB_F32, 4, xs[xi], NULL);
+            x.data = rand_data(TB_F32, tb_view_numel(&x), &st);
+            for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+                if (xi == 0 && ci > 1) break;
+                for (int is_max = 0; is_max < 2; is_max++) {
+                    tb_node n = node(is_max ? TB_OP_MAXPOOL : TB_OP_AVGPOOL, cases[ci], 13, NULL, 0);
+                    snprintf(what, sizeof what, "%s case %zu on shape %d", is_max ? "maxpool" : "avgpool", ci, xi);
+                    CHECK_MSG(fast_vs_ref(&n, &x, 1, is_max ? 0 : 1e-5f, what), "%s", what);
+                }
+            }
+            /* rank 3 */
+            tb_view x3 = V(TB_F32, 3, D(xs[xi][0], xs[xi][1], xs[xi][2] * xs[xi][3]), x.data);
+            tb_node m3 = NODE(TB_OP_MAXPOOL, 0, 3, 0, 2, 0, 1, 0, 1);
+            CHECK(fast_vs_ref(&m3, &x3, 1, 0, "maxpool rank 3"));
+            tb_node gp = NODE0(TB_OP_GLOBAL_AVGPOOL);
+            CHECK(fast_vs_ref(&gp, &x, 1, 1e-5f, "global average pool"));
+            free(x.data);
+        }
+        tb_view r7 = V(TB_F32, 4, D(2, 512, 7, 7), NULL);
+        r7.data = rand_data(TB_F32, tb_view_numel(&r7), &st);
+        tb_node gp = NODE0(TB_OP_GLOBAL_AVGPOOL);
+        CHECK(fast_vs_ref(&gp, &r7, 1, 1e-5f, "global average pool (N, 512, 7, 7)"));
+        free(r7.data);
+    }
+    /* ops without a fast kernel run their reference through the dispatch */
+    CHECK(tb_cpu_nn_shape_kernel(TB_OP_RESIZE) == NULL && tb_cpu_nn_shape_kernel(TB_OP_TRANSPOSE) != NULL);
+    tb_cpu_nn_ctx_release(&g_ctx);
+    g_ctx.pool = NULL;
+    tb_pool_free(pool);
+}
+
 int main(void) {
     test_schema();
     test_bert_gpt2_chains();
@@ -837,5 +1065,6 @@ int main(void) {
     test_expand_range_cos_trilu();
     test_resize();
     test_pools();
+    test_fast_kernels();
     return tb_test_finish("test_nn_shape");
 }

@@ -116,7 +116,18 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
+int tb_bench_exec_main(int argc, char **argv); /* bench_exec.c: general engines */
+
 int tb_bench_engine_main(int argc, char **argv) {
+    /* a general (ONNX) engine has its own options and figures */
+    for (int i = 0; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--engine")) {
+            json_t *m = engine_meta(argv[i + 1]);
+            const char *kind = json_string_value(json_object_get(m, "kind"));
+            int general = kind && !strcmp(kind, "onnx");
+            json_decref(m);
+            if (general) return tb_bench_exec_main(argc, argv);
+        }
     const char *path = NULL, *json_path = NULL, *device = NULL;
     int batches[MAX_BATCHES], n_batches = 0, in_len = 128, out_len = 128, threads = 0, profile = 0;
     for (int i = 0; i < argc; i++) {

@@ -95,11 +95,14 @@ int tb_cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((for
 
 extern const tb_cli_cmd tb_cmd_serve;
 extern const tb_cli_cmd tb_cmd_perplexity;
+extern const tb_cli_cmd tb_cmd_exec;
 
 /* `turbine bench ...` (argv[0] is the first argument after "bench"). */
 int tb_cli_bench(int argc, char **argv);
 /* `turbine serve ...` */
 int tb_cli_serve(int argc, char **argv);
+/* `turbine exec ...` */
+int tb_cli_exec(int argc, char **argv);
 /* `turbine perplexity ...` */
 int tb_cli_perplexity(int argc, char **argv);
 

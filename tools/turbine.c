@@ -41,7 +41,8 @@ static int fail(const char *what) {
 
 typedef struct {
     const char *model, *out, *tokenizer, *dtype, *device;
-    int max_seq_len, max_batch;
+    const char *shapes, *min_shapes, *opt_shapes, *max_shapes;
+    int max_seq_len, max_batch, verbose;
 } build_args;
 
 static void build_defaults(void *p) {
@@ -66,6 +67,16 @@ static const tb_cli_opt build_opts[] = {
      "sequences decoded together (serve's --max-num-seqs is at most this)"},
     {"--device", NULL, TB_OPT_STR, "cpu|cuda[:N]", 0, 0, 0, 0, 0, B(device), "cpu",
      "the backend the engine is built and tuned for"},
+    {"--shapes", NULL, TB_OPT_STR, "IN:1x3x224x224,...", 0, 0, 0, 0, 0, B(shapes), "the model's fixed dims",
+     "ONNX: fixed input shapes (min = opt = max)"},
+    {"--min-shapes", NULL, TB_OPT_STR, "IN:1x3x224x224,...", 0, 0, 0, 0, 0, B(min_shapes), NULL,
+     "ONNX: the optimisation profile's smallest input shapes"},
+    {"--opt-shapes", NULL, TB_OPT_STR, "IN:8x3x224x224,...", 0, 0, 0, 0, 0, B(opt_shapes), NULL,
+     "ONNX: the shapes kernels are tuned for"},
+    {"--max-shapes", NULL, TB_OPT_STR, "IN:32x3x224x224,...", 0, 0, 0, 0, 0, B(max_shapes), NULL,
+     "ONNX: the largest input shapes the engine accepts"},
+    {"--verbose", "-v", TB_OPT_FLAG, NULL, 0, 0, 0, 0, 1, B(verbose), NULL,
+     "list every optimisation pass with what it changed"},
 };
 #undef B
 
@@ -77,9 +88,11 @@ static const tb_cli_cmd cmd_build_spec = {
     build_opts, sizeof build_opts / sizeof build_opts[0],
     "MODEL is a folder with config.json and model.safetensors (or a sharded model.safetensors.index.json) of "
     "a LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM with f32, f16 or bf16 tensors, or a llama2.c "
-    ".bin checkpoint. A tokenizer with more tokens than the model's vocabulary is refused; one with fewer "
-    "(models that pad their vocabulary, such as Qwen2) is accepted with a warning, and an id beyond it "
-    "prints as U+FFFD.",
+    ".bin checkpoint, or an .onnx model (opsets 13 to 21; `turbine exec --list-ops` lists the op types). A "
+    "tokenizer with more tokens than the model's vocabulary is refused; one with fewer (models that pad their "
+    "vocabulary, such as Qwen2) is accepted with a warning, and an id beyond it prints as U+FFFD. An ONNX "
+    "model's dynamic dims need a profile (--min-shapes, --opt-shapes, --max-shapes, or --shapes for fixed "
+    "ones); inputs outside it are refused when the engine runs.",
     sizeof(build_args), build_defaults,
 };
 
@@ -98,8 +111,19 @@ static int cmd_build(int argc, char **argv) {
     o.max_batch = a.max_batch;
     o.device = a.device;
     o.progress = isatty(2);
+    o.shapes = a.shapes;
+    o.min_shapes = a.min_shapes;
+    o.opt_shapes = a.opt_shapes;
+    o.max_shapes = a.max_shapes;
+    o.verbose = a.verbose;
+    if (a.verbose) tb_log_set_level(TB_LOG_INFO);
     tb_build_report r;
     if (tb_build(a.model, a.out, &o, &r) != TB_OK) return fail("build failed");
+    if (tb_is_onnx_path(a.model)) {
+        fprintf(stderr, "built %s\n  build time    %.2f s\n  engine size   %.1f MB (%llu bytes)\n", a.out, r.seconds,
+                (double)r.engine_bytes / 1e6, (unsigned long long)r.engine_bytes);
+        return 0;
+    }
     fprintf(stderr,
             "built %s\n  build time    %.2f s\n  engine size   %.1f MB (%llu bytes)\n  dtype         %s\n"
             "  max batch     %d\n  max seq len   %d\n",
@@ -407,7 +431,7 @@ done:
 /* ---------------------------------------------------------------- help */
 
 static const tb_cli_cmd *const commands[] = {&cmd_build_spec, &cmd_run_spec, &cmd_inspect_spec, &tb_cmd_serve,
-                                             &tb_cmd_perplexity};
+                                             &tb_cmd_perplexity, &tb_cmd_exec};
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
 
 static const tb_cli_cmd *find_command(const char *name) {
@@ -526,5 +550,6 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bench")) return tb_cli_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "serve")) return tb_cli_serve(argc - 2, argv + 2);
     if (!strcmp(cmd, "perplexity")) return tb_cli_perplexity(argc - 2, argv + 2);
+    if (!strcmp(cmd, "exec")) return tb_cli_exec(argc - 2, argv + 2);
     return usage_error("unknown command '%s'", cmd);
 }

@@ -22,3 +22,13 @@ tb_status tb_onnx_parse_shapes(const char *text, int which, tb_onnx_shape_spec *
 }
 
 char *tb_onnx_supported_ops(void) { return NULL; }
+
+tb_status tb_onnx_read_tensor(const char *path, tb_tensor *out, char *name, size_t name_cap) {
+    (void)out, (void)name, (void)name_cap;
+    return tb_errorf(TB_ERR_UNSUPPORTED, "%s: this build cannot read ONNX tensors", path);
+}
+
+tb_status tb_onnx_write_tensor(const char *path, const char *name, const tb_tensor *t) {
+    (void)name, (void)t;
+    return tb_errorf(TB_ERR_UNSUPPORTED, "%s: this build cannot write ONNX tensors", path);
+}

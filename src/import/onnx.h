@@ -19,7 +19,7 @@
 #include "ir/ir.h"
 
 /* A shape for one graph input: min/opt/max per dim (all three equal for a
- * fixed shape). */
+ * fixed shape). A name "#K" means the K-th graph input, whatever its name. */
 typedef struct {
     char name[TB_NAME_LEN];
     int rank;
@@ -40,6 +40,12 @@ tb_status tb_onnx_import_buffer(const void *buf, size_t n, const char *base_dir,
  * these) or updates the min/opt/max of existing ones (which: 0 min, 1 opt,
  * 2 max, 3 all). TB_ERR_INVALID_ARG with a message on bad text. */
 tb_status tb_onnx_parse_shapes(const char *text, int which, tb_onnx_shape_spec *specs, int *n_specs, int cap);
+/* A TensorProto file (the input_K.pb / output_K.pb files of ONNX's tests):
+ * read into *out (data malloc'd; free it), its name into name (may be "");
+ * and written. */
+tb_status tb_onnx_read_tensor(const char *path, tb_tensor *out, char *name, size_t name_cap);
+tb_status tb_onnx_write_tensor(const char *path, const char *name, const tb_tensor *t);
+
 /* The ONNX op types this build imports, one per line (malloc'd). */
 char *tb_onnx_supported_ops(void);
 

@@ -12,7 +12,7 @@
  * size; Resize (linear, cubic) and pooling compute in double over the float
  * dtypes (MaxPool and nearest Resize also over integers).
  */
-#include "ir/ops_nn.h"
+#include "ir/nn_shape.h"
 
 #include <float.h>
 #include <math.h>
@@ -236,7 +236,7 @@ static tb_status infer_reshape(const tb_node *n, const tb_view *in, int n_in, tb
 
 /* ================================================================ Transpose */
 
-static tb_status transpose_perm(const tb_node *n, int r, int *perm) {
+tb_status tb_nn_transpose_perm(const tb_node *n, int r, int *perm) {
     unsigned seen = 0;
     for (int k = 0; k < r; k++) {
         int p = n->i[k];
@@ -251,7 +251,7 @@ static tb_status transpose_perm(const tb_node *n, int r, int *perm) {
 static tb_status infer_transpose(const tb_node *n, const tb_view *in, int n_in, tb_op_shape *out) {
     int perm[TB_MAX_RANK];
     TB_TRY(need_plain("Transpose", &in[0]));
-    TB_TRY(transpose_perm(n, in[0].rank, perm));
+    TB_TRY(tb_nn_transpose_perm(n, in[0].rank, perm));
     out->rank[0] = in[0].rank;
     for (int k = 0; k < in[0].rank; k++) out->dims[0][k] = in[0].dims[perm[k]];
     return TB_OK;
@@ -259,7 +259,7 @@ static tb_status infer_transpose(const tb_node *n, const tb_view *in, int n_in, 
 
 static tb_status ref_transpose(const tb_node *n, const tb_view *in, int n_in, const tb_view *out, int n_out) {
     int perm[TB_MAX_RANK], r = in[0].rank;
-    TB_TRY(transpose_perm(n, r, perm));
+    TB_TRY(tb_nn_transpose_perm(n, r, perm));
     int64_t ist[TB_MAX_RANK], st[TB_MAX_RANK];
     strides_of(in[0].dims, r, ist);
     for (int k = 0; k < r; k++) st[k] = ist[perm[k]];
@@ -417,23 +417,35 @@ static tb_status infer_slice(const tb_node *n, const tb_view *in, int n_in, tb_o
     return TB_OK;
 }
 
-static tb_status ref_slice(const tb_node *n, const tb_view *in, int n_in, const tb_view *out, int n_out) {
+tb_status tb_nn_slice_plan(const tb_view *in, int n_in, const tb_view *out, int64_t *base, int64_t *st) {
     const tb_view *x = &in[0];
     slice_args a;
     int axes_known;
     TB_TRY(slice_read(in, n_in, x->rank, &a, &axes_known));
-    int64_t st[TB_MAX_RANK], base = 0;
+    NEED(a.known && out->rank == x->rank, "Slice: starts, ends, axes or steps unknown when run");
     strides_of(x->dims, x->rank, st);
+    *base = 0;
+    unsigned sliced = 0;
     for (int i = 0; i < a.n; i++) {
         int ax = (int)a.axis[i];
         int64_t start, len;
         slice_axis(x->dims[ax], a.s[i], a.e[i], a.st[i], &start, &len);
-        NEED(len == out[0].dims[ax], "Slice: output dim %d is %lld, want %lld", ax, (long long)out[0].dims[ax],
+        NEED(len == out->dims[ax], "Slice: output dim %d is %lld, want %lld", ax, (long long)out->dims[ax],
              (long long)len);
-        base += start * st[ax];
+        if (len) *base += start * st[ax];
         st[ax] *= a.st[i];
+        sliced |= 1u << ax;
     }
-    strided_gather(out[0].data, x->data, x->rank, out[0].dims, st, base, esize(x));
+    for (int k = 0; k < x->rank; k++)
+        NEED((sliced & (1u << k)) || out->dims[k] == x->dims[k], "Slice: output dim %d is %lld, want %lld", k,
+             (long long)out->dims[k], (long long)x->dims[k]);
+    return TB_OK;
+}
+
+static tb_status ref_slice(const tb_node *n, const tb_view *in, int n_in, const tb_view *out, int n_out) {
+    int64_t st[TB_MAX_RANK], base;
+    TB_TRY(tb_nn_slice_plan(in, n_in, &out[0], &base, st));
+    strided_gather(out[0].data, in[0].data, in[0].rank, out[0].dims, st, base, esize(&in[0]));
     return TB_OK;
 }
 
@@ -627,7 +639,7 @@ static tb_status infer_expand(const tb_node *n, const tb_view *in, int n_in, tb_
 }
 
 /* Strides that read x broadcast to out's dims (0 along broadcast dims). */
-static void broadcast_strides(const tb_view *x, const tb_view *o, int64_t *st) {
+void tb_nn_broadcast_strides(const tb_view *x, const tb_view *o, int64_t *st) {
     int64_t xs[TB_MAX_RANK];
     strides_of(x->dims, x->rank, xs);
     for (int i = 0; i < o->rank; i++) {
@@ -638,7 +650,7 @@ static void broadcast_strides(const tb_view *x, const tb_view *o, int64_t *st) {
 
 static tb_status ref_expand(const tb_node *n, const tb_view *in, int n_in, const tb_view *out, int n_out) {
     int64_t st[TB_MAX_RANK];
-    broadcast_strides(&in[0], &out[0], st);
+    tb_nn_broadcast_strides(&in[0], &out[0], st);
     strided_gather(out[0].data, in[0].data, out[0].rank, out[0].dims, st, 0, esize(&in[0]));
     return TB_OK;
 }
@@ -1017,7 +1029,7 @@ static tb_status pool_axis(int64_t len, int k, int s, int d, int autopad, int ce
 }
 
 /* The geometry of a MaxPool / AveragePool node over x (N, C, [H,] W). */
-static tb_status pool_geom(const tb_node *n, const tb_view *x, tb_nn_conv_geom *g) {
+tb_status tb_nn_pool_geom(const tb_node *n, const tb_view *x, tb_nn_conv_geom *g) {
     const char *op = n->op == TB_OP_MAXPOOL ? "MaxPool" : "AveragePool";
     NEED(x->rank == 3 || x->rank == 4, "%s: input rank %d (3 or 4)", op, x->rank);
     memset(g, 0, sizeof *g);
@@ -1050,7 +1062,7 @@ static tb_status infer_pool(const tb_node *n, const tb_view *in, int n_in, tb_op
     NEED(float_dtype(x->dtype) || (n->op == TB_OP_MAXPOOL && (x->dtype == TB_I8 || x->dtype == TB_U8)),
          "%s: dtype %s", op, tb_dtype_name(x->dtype));
     tb_nn_conv_geom g;
-    TB_TRY(pool_geom(n, x, &g));
+    TB_TRY(tb_nn_pool_geom(n, x, &g));
     copy_dims(out, 0, x);
     if (x->rank == 4) out->dims[0][2] = g.oh;
     out->dims[0][x->rank - 1] = g.ow;
@@ -1060,7 +1072,7 @@ static tb_status infer_pool(const tb_node *n, const tb_view *in, int n_in, tb_op
 static tb_status ref_pool(const tb_node *n, const tb_view *in, int n_in, const tb_view *out, int n_out) {
     const tb_view *x = &in[0];
     tb_nn_conv_geom g;
-    TB_TRY(pool_geom(n, x, &g));
+    TB_TRY(tb_nn_pool_geom(n, x, &g));
     int is_max = n->op == TB_OP_MAXPOOL, incl = n->i[11];
     int64_t planes = g.n * g.c, e = 0;
     for (int64_t p = 0; p < planes; p++)
