@@ -1,7 +1,9 @@
 /* nn_fold.c — the clean-up passes of the general pipeline: Identity
  * removal, dead nodes, and constant folding with the reference kernels
  * (Shape of fixed dims included, so the Shape -> Gather -> Unsqueeze ->
- * Concat -> Reshape arithmetic of exported graphs folds into constants). */
+ * Concat -> Reshape arithmetic of exported graphs folds into constants;
+ * with dynamic dims, such a Reshape target becomes a constant of 0s (copy
+ * the input's dim) and one -1 where it can). */
 #include "opt/opt.h"
 
 /* ---------------------------------------------------------------- identity */
@@ -148,6 +150,131 @@ static int fold_node(tb_graph *g, int k, int *too_big) {
     return 1;
 }
 
+/* ---------------------------------------------------------------- shape expressions */
+
+/* An element of a shape tensor computed from dims: a number, or dim `axis`
+ * of value `src` (a symbol or a dim known only at run time). */
+typedef struct {
+    int src, axis; /* src -1: the number c */
+    int64_t c;
+} shape_el;
+
+#define SHAPE_EL_MAX TB_MAX_RANK
+
+/* The elements of 1-d (or scalar) i64/i32 value v as Shape, Gather,
+ * Unsqueeze, Squeeze, Concat and Cast compute them: their count, or -1. */
+static int shape_expr(const tb_graph *g, const tb_opt_index *ix, int v, shape_el *out, int depth) {
+    const tb_value *x = &g->values[v];
+    if (depth > 16 || x->rank > 1 || (x->dtype != TB_I64 && x->dtype != TB_I32)) return -1;
+    if (x->kind == TB_VAL_WEIGHT) {
+        if (!x->data || (x->rank == 1 && (x->dims[0] < 0 || x->dims[0] > SHAPE_EL_MAX))) return -1;
+        int n = x->rank ? (int)x->dims[0] : 1;
+        tb_view w;
+        tb_value_view(g, v, &w);
+        for (int i = 0; i < n; i++) out[i] = (shape_el){-1, 0, tb_view_get_i(&w, i)};
+        return n;
+    }
+    int k = ix->prod[v];
+    if (k < 0) return -1;
+    const tb_node *n = &g->nodes[k];
+    shape_el a[SHAPE_EL_MAX];
+    switch (n->op) {
+    case TB_OP_SHAPE: {
+        const tb_value *s = &g->values[n->in[0]];
+        int64_t rank = s->rank, start = n->i[0], end = n->i[2] ? n->i[1] : rank;
+        if (start < 0) start += rank;
+        if (end < 0) end += rank;
+        start = start < 0 ? 0 : start > rank ? rank : start;
+        end = end < 0 ? 0 : end > rank ? rank : end;
+        int m = 0;
+        for (int64_t i = start; i < end; i++, m++) {
+            int64_t d;
+            out[m] = fixed_dim(g, s->dims[i], &d) ? (shape_el){-1, 0, d} : (shape_el){n->in[0], (int)i, 0};
+        }
+        return m;
+    }
+    case TB_OP_GATHER: {
+        int na = n->i[0] == 0 ? shape_expr(g, ix, n->in[0], a, depth + 1) : -1;
+        const tb_value *iv = &g->values[n->in[1]];
+        if (na < 0 || iv->kind != TB_VAL_WEIGHT || !iv->data || iv->rank > 1 ||
+            (iv->rank == 1 && (iv->dims[0] < 0 || iv->dims[0] > SHAPE_EL_MAX)))
+            return -1;
+        int m = iv->rank ? (int)iv->dims[0] : 1;
+        tb_view w;
+        tb_value_view(g, n->in[1], &w);
+        for (int i = 0; i < m; i++) {
+            int64_t j = tb_view_get_i(&w, i);
+            if (j < 0) j += na;
+            if (j < 0 || j >= na) return -1;
+            out[i] = a[j];
+        }
+        return m;
+    }
+    case TB_OP_UNSQUEEZE: case TB_OP_SQUEEZE: case TB_OP_CAST:
+        if (n->op == TB_OP_CAST && n->i[0] != TB_I64 && n->i[0] != TB_I32) return -1;
+        return shape_expr(g, ix, n->in[0], out, depth + 1);
+    case TB_OP_CONCAT: {
+        if (n->i[0] != 0) return -1;
+        int m = 0;
+        for (int i = 0; i < n->n_in; i++) {
+            int na = shape_expr(g, ix, n->in[i], a, depth + 1);
+            if (na < 0 || m + na > SHAPE_EL_MAX) return -1;
+            memcpy(out + m, a, sizeof(shape_el) * (size_t)na);
+            m += na;
+        }
+        return m;
+    }
+    default: return -1;
+    }
+}
+
+/* Reshape(x, target) with a target computed from dims: each element that is
+ * dim j of x itself at position j (or x's symbol there) becomes 0 (copy
+ * that dim); when one
+ * element is left unknown it becomes -1 (Reshape keeps the element count,
+ * so it is the same number). The target is then a constant, and the shape
+ * rule knows the dims it copies. 1: rewritten. */
+static int simplify_reshape(tb_graph *g, const tb_opt_index *ix, int k) {
+    const tb_node *n = &g->nodes[k];
+    if (n->n_in != 2 || n->i[0] != 0 || g->values[n->in[1]].kind == TB_VAL_WEIGHT) return 0;
+    shape_el e[SHAPE_EL_MAX];
+    int m = shape_expr(g, ix, n->in[1], e, 0), x = n->in[0], unknown = 0, minus1 = 0;
+    if (m < 0) return 0;
+    int64_t *t = malloc(sizeof(int64_t) * (size_t)(m ? m : 1));
+    if (!t) return 0;
+    const tb_value *xv = &g->values[x];
+    for (int j = 0; j < m; j++) {
+        int64_t sd = e[j].src >= 0 ? g->values[e[j].src].dims[e[j].axis] : 0;
+        if (e[j].src < 0) {
+            t[j] = e[j].c;
+            minus1 += t[j] == -1;
+        } else if (j < xv->rank && ((e[j].src == x && e[j].axis == j) || (TB_IS_SYM(sd) && xv->dims[j] == sd))) {
+            t[j] = 0; /* the same dim of x (or the same symbol) */
+        } else {
+            t[j] = -1;
+            unknown++;
+        }
+    }
+    if (unknown + minus1 > 1) { free(t); return 0; }
+    char name[TB_NAME_LEN];
+    snprintf(name, sizeof name, "%s.target", g->values[n->out[0]].name);
+    int64_t len = m;
+    int w = tb_graph_add_weight(g, name, TB_I64, 1, &len, t, 1);
+    if (w < 0) { tb_error_clear(); return 0; }
+    g->nodes[k].in[1] = w;
+    return 1;
+}
+
+static int simplify_reshapes(tb_graph *g) {
+    tb_opt_index ix;
+    if (tb_opt_index_build(g, &ix) != TB_OK) return 0;
+    int done = 0;
+    for (int k = 0; k < g->n_nodes; k++)
+        if (g->nodes[k].op == TB_OP_RESHAPE) done += simplify_reshape(g, &ix, k);
+    tb_opt_index_free(&ix);
+    return done;
+}
+
 /* Graph outputs stay written by nodes (the runtime returns them from its
  * buffers), so a node writing one is not folded. */
 static int writes_graph_output(const tb_graph *g, const tb_node *n) {
@@ -161,7 +288,7 @@ static int writes_graph_output(const tb_graph *g, const tb_node *n) {
 
 tb_status tb_opt_fold_constants(tb_graph *g, const tb_opt_options *o, tb_pass_report *r) {
     (void)o;
-    int folded = 0, shapes = 0, too_big = 0;
+    int folded = 0, shapes = 0, reshapes = 0, too_big = 0;
     /* one sweep folds chains (a folded value is a weight for the nodes after
      * it); refreshing the shapes then makes more dims known (a Reshape whose
      * shape became constant), which may let more Shape nodes fold */
@@ -176,11 +303,16 @@ tb_status tb_opt_fold_constants(tb_graph *g, const tb_opt_options *o, tb_pass_re
             }
             if (fold_node(g, k, &too_big)) { folded++; changed++; }
         }
+        int re = simplify_reshapes(g);
+        reshapes += re;
+        changed += re;
         if (!changed) break;
         TB_TRY(tb_opt_refresh_shapes(g));
     }
-    r->changes = folded + shapes;
-    snprintf(r->what, sizeof r->what, "folded %d nodes into constants, %d Shape of fixed dims%s", folded, shapes,
-             too_big ? " (larger results left as nodes)" : "");
+    r->changes = folded + shapes + reshapes;
+    snprintf(r->what, sizeof r->what,
+             "folded %d nodes into constants, %d Shape of fixed dims; %d Reshape targets computed from dims made "
+             "constant%s",
+             folded, shapes, reshapes, too_big ? " (larger results left as nodes)" : "");
     return TB_OK;
 }

@@ -162,8 +162,7 @@ tb_status tb_opt_fold_batchnorm(tb_graph *g, const tb_opt_options *o, tb_pass_re
                 if (!ch) continue;
                 float *s = malloc((size_t)ch * sizeof *s);
                 if (!s) { tb_opt_index_free(&ix); return tb_errorf(TB_ERR_OOM, "out of memory folding Mul"); }
-                if (tb_opt_const_per_channel(g, n->in[1 - side], g->values[n->in[side]].rank, axis, ch, s) &&
-                    tb_opt_shape_eq(g, n->out[0], n->in[side])) {
+                if (tb_opt_const_per_channel(g, n->in[1 - side], g->values[n->in[side]].rank, axis, ch, s)) {
                     done = epi_affine(g, p, s, NULL, k, n->out[0]);
                     mul += done;
                 }
@@ -217,7 +216,7 @@ tb_status tb_opt_fuse_epilogue(tb_graph *g, const tb_opt_options *o, tb_pass_rep
             for (int side = 0; side < 2 && !done; side++) {
                 int y = n->in[side], other = n->in[1 - side];
                 int p = epi_producer(g, &ix, y, k), axis;
-                if (p < 0 || other == y || !tb_opt_shape_eq(g, n->out[0], y)) continue;
+                if (p < 0 || other == y) continue;
                 int64_t ch = epi_channels(g, &g->nodes[p], &axis);
                 float *t = ch ? malloc((size_t)ch * sizeof *t) : NULL;
                 if (t && tb_opt_const_per_channel(g, other, g->values[y].rank, axis, ch, t)) {
@@ -231,6 +230,7 @@ tb_status tb_opt_fuse_epilogue(tb_graph *g, const tb_opt_options *o, tb_pass_rep
                 epi_layout l = {0, 0, 0};
                 epi_layout_of(c.op, &l);
                 if ((c.i[l.flags] & TB_NN_HAS_RESIDUAL) || !tb_opt_shape_eq(g, other, y) ||
+                    !tb_opt_shape_eq(g, n->out[0], y) ||
                     g->values[other].dtype != g->values[y].dtype || c.n_in >= TB_MAX_INPUTS)
                     continue;
                 c.in[c.n_in++] = other;
@@ -244,7 +244,7 @@ tb_status tb_opt_fuse_epilogue(tb_graph *g, const tb_opt_options *o, tb_pass_rep
             }
         } else if (a > 0 && n->n_in >= 1) {
             int p = epi_producer(g, &ix, n->in[0], k);
-            if (p >= 0 && tb_opt_shape_eq(g, n->out[0], n->in[0])) {
+            if (p >= 0) { /* elementwise with scalar parameters: the shape of its input */
                 tb_node c = g->nodes[p];
                 epi_layout l = {0, 0, 0};
                 epi_layout_of(c.op, &l);

@@ -130,7 +130,9 @@ static int fuse_layernorm_at(tb_graph *g, const tb_opt_index *ix, int k) {
     const tb_value *xv = &g->values[x];
     int rank = xv->rank;
     int64_t D = rank ? xv->dims[rank - 1] : 0;
-    if (!is_f32(g, x) || D <= 0 || !tb_opt_shape_eq(g, d, x) || !tb_opt_shape_eq(g, n->out[0], x)) return 0;
+    /* d = x - mean and d / sqrt(var + eps) have x's shape: the reductions
+     * keep their dims and eps is a scalar of no higher rank */
+    if (!is_f32(g, x) || D <= 0 || g->values[n->out[0]].rank != rank) return 0;
 
     /* optional scale and shift along the last axis */
     float *gamma = malloc((size_t)D * sizeof *gamma), *beta = malloc((size_t)D * sizeof *beta);
@@ -140,8 +142,7 @@ static int fuse_layernorm_at(tb_graph *g, const tb_opt_index *ix, int k) {
     int m = reader_op(g, ix, y, TB_OP_MUL);
     for (int side = 0; m >= 0 && side < 2; side++) {
         const tb_node *mn = &g->nodes[m];
-        if (mn->in[1 - side] == y && tb_opt_const_per_channel(g, mn->in[side], rank, rank - 1, D, gamma) &&
-            tb_opt_shape_eq(g, mn->out[0], x)) {
+        if (mn->in[1 - side] == y && tb_opt_const_per_channel(g, mn->in[side], rank, rank - 1, D, gamma)) {
             kl_add(&kl, last);
             last = m;
             y = mn->out[0];
@@ -151,8 +152,7 @@ static int fuse_layernorm_at(tb_graph *g, const tb_opt_index *ix, int k) {
     int a = reader_op(g, ix, y, TB_OP_NN_ADD);
     for (int side = 0; a >= 0 && side < 2; side++) {
         const tb_node *an = &g->nodes[a];
-        if (an->in[1 - side] == y && tb_opt_const_per_channel(g, an->in[side], rank, rank - 1, D, beta) &&
-            tb_opt_shape_eq(g, an->out[0], x)) {
+        if (an->in[1 - side] == y && tb_opt_const_per_channel(g, an->in[side], rank, rank - 1, D, beta)) {
             kl_add(&kl, last);
             last = a;
             y = an->out[0];
@@ -302,8 +302,7 @@ static int fuse_gelu_at(tb_graph *g, const tb_opt_index *ix, int k) {
     kl_add(&kl, one);
     int last = match_half_x(g, ix, g->nodes[one].out[0], x, &kl);
     if (last < 0) return 0;
-    int y = g->nodes[last].out[0];
-    if (!tb_opt_shape_eq(g, y, x)) return 0;
+    int y = g->nodes[last].out[0]; /* x's shape: every constant is a scalar of no higher rank */
     tb_node c;
     memset(&c, 0, sizeof c);
     c.op = TB_OP_GELU;
