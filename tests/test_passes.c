@@ -280,18 +280,30 @@ static void test_fold(void) {
     CHECK(g->values[y].rank == 2 && g->values[y].dims[0] == 2);
     tb_graph_free(g);
 
-    /* near miss: the symbol's profile is a range, so Shape stays */
+    /* a symbol with a range: Shape stays unknown, but a Reshape target built
+     * from it becomes a constant where it can: [s, 2, 2] of x (s, 4) is
+     * [0, 2, 2]; [2, s, 2] is [2, -1, 2]; [t, s] of (s, t) stays */
     g = tb_graph_new();
     tb_graph_add_sym(g, "s", 1, 3, 8);
+    tb_graph_add_sym(g, "t", 1, 2, 8);
     int64_t d2[2] = {TB_SYM(0), 4};
     x = inputf(g, 2, d2);
+    int x2 = inputf(g, 2, (int64_t[]){TB_SYM(0), TB_SYM(1)});
     sh = N1(TB_OP_SHAPE, x);
-    b0 = NI(TB_OP_GATHER, ((int[]){sh, i64scalar(g, 0)}), 2, 0);
-    cat = NI(TB_OP_CONCAT, ((int[]){N2(TB_OP_UNSQUEEZE, b0, i64s(g, 1, (int64_t[]){0})), i64s(g, 2, (int64_t[]){2, 2})}), 2, 0);
-    y = NI(TB_OP_RESHAPE, ((int[]){x, cat}), 2, 0);
-    output(g, y);
-    CHECK(check_pass(g, tb_opt_fold_constants, "fold-range") == 0);
+    b0u = N2(TB_OP_UNSQUEEZE, NI(TB_OP_GATHER, ((int[]){sh, i64scalar(g, 0)}), 2, 0), i64s(g, 1, (int64_t[]){0}));
+    cat = NI(TB_OP_CONCAT, ((int[]){b0u, i64s(g, 2, (int64_t[]){2, 2})}), 2, 0);
+    output(g, NI(TB_OP_RESHAPE, ((int[]){x, cat}), 2, 0));
+    cat = NI(TB_OP_CONCAT, ((int[]){i64s(g, 1, (int64_t[]){2}), b0u, i64s(g, 1, (int64_t[]){2})}), 3, 0);
+    output(g, NI(TB_OP_RESHAPE, ((int[]){x, cat}), 2, 0));
+    int sh2 = N1(TB_OP_SHAPE, x2);
+    int swap = NI(TB_OP_GATHER, ((int[]){sh2, i64s(g, 2, (int64_t[]){1, 0})}), 2, 0);
+    output(g, NI(TB_OP_RESHAPE, ((int[]){x2, swap}), 2, 0));
+    CHECK(check_pass(g, tb_opt_fold_constants, "fold-range") == 2);
     CHECK(count_op(g, TB_OP_SHAPE) == 1 && g->n_nodes == 5);
+    const tb_node *r0 = find_op(g, TB_OP_RESHAPE, 0), *r1 = find_op(g, TB_OP_RESHAPE, 1);
+    const int64_t *t0 = g->values[r0->in[1]].data, *t1 = g->values[r1->in[1]].data;
+    CHECK(t0 && t0[0] == 0 && t0[1] == 2 && t0[2] == 2 && g->values[r0->out[0]].dims[0] == TB_SYM(0));
+    CHECK(t1 && t1[0] == 2 && t1[1] == -1 && t1[2] == 2);
     tb_graph_free(g);
 
     /* near miss: a result over the cap stays a node (not run: 64 MiB) */
