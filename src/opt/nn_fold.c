@@ -53,17 +53,6 @@ tb_status tb_opt_dead_nodes(tb_graph *g, const tb_opt_options *o, tb_pass_report
 
 /* ---------------------------------------------------------------- folding */
 
-/* The dim d when it is fixed: a number, or a symbol whose profile has
- * min == max. */
-static int fixed_dim(const tb_graph *g, int64_t d, int64_t *out) {
-    if (d >= 0) { *out = d; return 1; }
-    if (TB_IS_SYM(d) && TB_SYM_INDEX(d) < g->n_syms) {
-        const tb_symbol *s = &g->syms[TB_SYM_INDEX(d)];
-        if (s->min == s->max) { *out = s->min; return 1; }
-    }
-    return 0;
-}
-
 /* Turns activation v into a weight holding `data` (taken) with these dims. */
 static void make_weight(tb_graph *g, int v, int rank, const int64_t *dims, void *data, uint64_t nbytes) {
     tb_value *x = &g->values[v];
@@ -83,7 +72,7 @@ static int fold_shape(tb_graph *g, int k) {
     const tb_value *x = &g->values[n->in[0]];
     int64_t dims[TB_MAX_RANK];
     for (int i = 0; i < x->rank; i++)
-        if (!fixed_dim(g, x->dims[i], &dims[i])) return 0;
+        if (!tb_opt_fixed_dim(g, x->dims[i], &dims[i])) return 0;
     int64_t rank = x->rank, start = n->i[0], end = n->i[2] ? n->i[1] : rank;
     if (start < 0) start += rank;
     if (end < 0) end += rank;
@@ -150,84 +139,6 @@ static int fold_node(tb_graph *g, int k, int *too_big) {
     return 1;
 }
 
-/* ---------------------------------------------------------------- shape expressions */
-
-/* An element of a shape tensor computed from dims: a number, or dim `axis`
- * of value `src` (a symbol or a dim known only at run time). */
-typedef struct {
-    int src, axis; /* src -1: the number c */
-    int64_t c;
-} shape_el;
-
-#define SHAPE_EL_MAX TB_MAX_RANK
-
-/* The elements of 1-d (or scalar) i64/i32 value v as Shape, Gather,
- * Unsqueeze, Squeeze, Concat and Cast compute them: their count, or -1. */
-static int shape_expr(const tb_graph *g, const tb_opt_index *ix, int v, shape_el *out, int depth) {
-    const tb_value *x = &g->values[v];
-    if (depth > 16 || x->rank > 1 || (x->dtype != TB_I64 && x->dtype != TB_I32)) return -1;
-    if (x->kind == TB_VAL_WEIGHT) {
-        if (!x->data || (x->rank == 1 && (x->dims[0] < 0 || x->dims[0] > SHAPE_EL_MAX))) return -1;
-        int n = x->rank ? (int)x->dims[0] : 1;
-        tb_view w;
-        tb_value_view(g, v, &w);
-        for (int i = 0; i < n; i++) out[i] = (shape_el){-1, 0, tb_view_get_i(&w, i)};
-        return n;
-    }
-    int k = ix->prod[v];
-    if (k < 0) return -1;
-    const tb_node *n = &g->nodes[k];
-    shape_el a[SHAPE_EL_MAX];
-    switch (n->op) {
-    case TB_OP_SHAPE: {
-        const tb_value *s = &g->values[n->in[0]];
-        int64_t rank = s->rank, start = n->i[0], end = n->i[2] ? n->i[1] : rank;
-        if (start < 0) start += rank;
-        if (end < 0) end += rank;
-        start = start < 0 ? 0 : start > rank ? rank : start;
-        end = end < 0 ? 0 : end > rank ? rank : end;
-        int m = 0;
-        for (int64_t i = start; i < end; i++, m++) {
-            int64_t d;
-            out[m] = fixed_dim(g, s->dims[i], &d) ? (shape_el){-1, 0, d} : (shape_el){n->in[0], (int)i, 0};
-        }
-        return m;
-    }
-    case TB_OP_GATHER: {
-        int na = n->i[0] == 0 ? shape_expr(g, ix, n->in[0], a, depth + 1) : -1;
-        const tb_value *iv = &g->values[n->in[1]];
-        if (na < 0 || iv->kind != TB_VAL_WEIGHT || !iv->data || iv->rank > 1 ||
-            (iv->rank == 1 && (iv->dims[0] < 0 || iv->dims[0] > SHAPE_EL_MAX)))
-            return -1;
-        int m = iv->rank ? (int)iv->dims[0] : 1;
-        tb_view w;
-        tb_value_view(g, n->in[1], &w);
-        for (int i = 0; i < m; i++) {
-            int64_t j = tb_view_get_i(&w, i);
-            if (j < 0) j += na;
-            if (j < 0 || j >= na) return -1;
-            out[i] = a[j];
-        }
-        return m;
-    }
-    case TB_OP_UNSQUEEZE: case TB_OP_SQUEEZE: case TB_OP_CAST:
-        if (n->op == TB_OP_CAST && n->i[0] != TB_I64 && n->i[0] != TB_I32) return -1;
-        return shape_expr(g, ix, n->in[0], out, depth + 1);
-    case TB_OP_CONCAT: {
-        if (n->i[0] != 0) return -1;
-        int m = 0;
-        for (int i = 0; i < n->n_in; i++) {
-            int na = shape_expr(g, ix, n->in[i], a, depth + 1);
-            if (na < 0 || m + na > SHAPE_EL_MAX) return -1;
-            memcpy(out + m, a, sizeof(shape_el) * (size_t)na);
-            m += na;
-        }
-        return m;
-    }
-    default: return -1;
-    }
-}
-
 /* Reshape(x, target) with a target computed from dims: each element that is
  * dim j of x itself at position j (or x's symbol there) becomes 0 (copy
  * that dim); when one
@@ -237,8 +148,8 @@ static int shape_expr(const tb_graph *g, const tb_opt_index *ix, int v, shape_el
 static int simplify_reshape(tb_graph *g, const tb_opt_index *ix, int k) {
     const tb_node *n = &g->nodes[k];
     if (n->n_in != 2 || n->i[0] != 0 || g->values[n->in[1]].kind == TB_VAL_WEIGHT) return 0;
-    shape_el e[SHAPE_EL_MAX];
-    int m = shape_expr(g, ix, n->in[1], e, 0), x = n->in[0], unknown = 0, minus1 = 0;
+    tb_opt_shape_el e[TB_MAX_RANK];
+    int m = tb_opt_shape_expr(g, ix, n->in[1], e), x = n->in[0], unknown = 0, minus1 = 0;
     if (m < 0) return 0;
     int64_t *t = malloc(sizeof(int64_t) * (size_t)(m ? m : 1));
     if (!t) return 0;

@@ -229,8 +229,8 @@ tb_status tb_opt_fuse_epilogue(tb_graph *g, const tb_opt_options *o, tb_pass_rep
                 tb_node c = g->nodes[p];
                 epi_layout l = {0, 0, 0};
                 epi_layout_of(c.op, &l);
-                if ((c.i[l.flags] & TB_NN_HAS_RESIDUAL) || !tb_opt_shape_eq(g, other, y) ||
-                    !tb_opt_shape_eq(g, n->out[0], y) ||
+                if ((c.i[l.flags] & TB_NN_HAS_RESIDUAL) || !tb_opt_shape_eq_ix(g, &ix, other, y) ||
+                    !tb_opt_shape_eq_ix(g, &ix, n->out[0], y) ||
                     g->values[other].dtype != g->values[y].dtype || c.n_in >= TB_MAX_INPUTS)
                     continue;
                 c.in[c.n_in++] = other;

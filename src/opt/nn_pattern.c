@@ -352,17 +352,17 @@ static int match_scores(const tb_graph *g, const tb_opt_index *ix, int v, int re
     return p;
 }
 
-/* Whether mask m broadcasts to exactly the shape of s. */
-static int broadcasts_to(const tb_graph *g, int m, int s) {
-    const tb_value *a = &g->values[m], *b = &g->values[s];
-    int r;
-    int64_t out[TB_MAX_RANK];
-    if (a->rank > b->rank || tb_shape_broadcast(a->rank, a->dims, b->rank, b->dims, &r, out) != TB_OK) {
-        tb_error_clear();
-        return 0;
+/* Whether mask m broadcasts to exactly the shape of s: each of its dims
+ * is 1 or the same as s's (dims as the index follows them). */
+static int broadcasts_to(const tb_graph *g, const tb_opt_index *ix, int m, int s) {
+    int rm = g->values[m].rank, rs = g->values[s].rank;
+    if (rm > rs) return 0;
+    for (int i = 0; i < rm; i++) {
+        int64_t md = ix->dims[m][i], sd = ix->dims[s][i + rs - rm], fm, fs;
+        if (md == 1) continue;
+        if (md == TB_DIM_DYN || sd == TB_DIM_DYN) return 0;
+        if (md != sd && !(tb_opt_fixed_dim(g, md, &fm) && tb_opt_fixed_dim(g, sd, &fs) && fm == fs)) return 0;
     }
-    for (int i = 0; i < r; i++)
-        if (out[i] != b->dims[i] || out[i] == TB_DIM_DYN) return 0;
     return 1;
 }
 
@@ -386,7 +386,7 @@ static int fuse_attention_at(tb_graph *g, const tb_opt_index *ix, int k) {
                 mm = match_scores(g, ix, g->nodes[a].in[side], a, &scale, &kl);
                 if (mm >= 0) mask = g->nodes[a].in[1 - side];
             }
-            if (mm < 0 || !is_f32(g, mask) || !broadcasts_to(g, mask, sm->in[0])) return 0;
+            if (mm < 0 || !is_f32(g, mask) || !broadcasts_to(g, ix, mask, sm->in[0])) return 0;
             kl_add(&kl, a);
             mask_kind = 1;
         } else if (w >= 0) {
@@ -402,7 +402,7 @@ static int fuse_attention_at(tb_graph *g, const tb_opt_index *ix, int k) {
                 mm = match_scores(g, ix, wn->in[side], w, &scale, &kl);
                 if (mm >= 0) { where_c = cv; where_scores_first = side == 1; }
             }
-            if (mm < 0 || g->values[wn->in[0]].dtype != TB_BOOL || !broadcasts_to(g, wn->in[0], sm->in[0])) return 0;
+            if (mm < 0 || g->values[wn->in[0]].dtype != TB_BOOL || !broadcasts_to(g, ix, wn->in[0], sm->in[0])) return 0;
             where = w;
             kl_add(&kl, w);
             mask_kind = 1;
@@ -426,8 +426,8 @@ static int fuse_attention_at(tb_graph *g, const tb_opt_index *ix, int k) {
         for (int side = 0; side < 2; side++) {
             double c;
             int other = g->nodes[qs].in[1 - side];
-            if (tb_opt_const_scalar(g, g->nodes[qs].in[side], 4, &c) && isfinite(c) && c != 0 &&
-                tb_opt_shape_eq(g, other, q) && g->values[other].rank == 4) {
+            if (g->values[other].rank == 4 && tb_opt_const_scalar(g, g->nodes[qs].in[side], 4, &c) && isfinite(c) &&
+                c != 0) {
                 scale *= c;
                 q = other;
                 kl_add(&kl, qs);

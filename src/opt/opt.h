@@ -91,6 +91,13 @@ tb_status tb_opt_plan_memory_pass(tb_graph *g, const tb_opt_options *o, tb_pass_
 typedef struct {
     int *prod;  /* prod[v]: the node writing v, -1 for inputs and weights    */
     int *uses;  /* uses[v]: as tb_opt_uses                                   */
+    /* dims[v]: v's dims where the pass can tell more than the shape rules
+     * (which answer TB_DIM_DYN after a Range or a Reshape of computed
+     * shape): followed through Range(0, dim, 1), elementwise ops, Gather,
+     * Unsqueeze, MatMul, Reshape of a constant target, Transpose and sdpa,
+     * so that e.g. a position embedding of length `seq` is seen as such.
+     * Matching only; the values keep the rules' dims. */
+    int64_t (*dims)[TB_MAX_RANK];
     int n_values;
 } tb_opt_index;
 tb_status tb_opt_index_build(const tb_graph *g, tb_opt_index *ix);
@@ -100,11 +107,26 @@ int tb_opt_producer_op(const tb_graph *g, const tb_opt_index *ix, int v, tb_op_k
 /* The only live node reading v (and v no graph output), else -1. */
 int tb_opt_single_reader(const tb_graph *g, const tb_opt_index *ix, int v);
 
+/* The dim d when it is fixed: a number, or a symbol whose profile has
+ * min == max. */
+int tb_opt_fixed_dim(const tb_graph *g, int64_t d, int64_t *out);
+/* An element of a shape tensor computed from dims: a number, or dim `axis`
+ * of value `src` (a symbol or a dim known only at run time). */
+typedef struct {
+    int src, axis; /* src -1: the number c */
+    int64_t c;
+} tb_opt_shape_el;
+/* The elements (at most TB_MAX_RANK) of 1-d or scalar i64/i32 value v as
+ * Shape, Gather, Unsqueeze, Squeeze, Concat and Cast compute them from
+ * constants and dims: their count, or -1. */
+int tb_opt_shape_expr(const tb_graph *g, const tb_opt_index *ix, int v, tb_opt_shape_el *out);
 /* A constant (weight) with one element, any integer or float dtype; its
  * rank must not exceed max_rank (so broadcasting it changes no shape). */
 int tb_opt_const_scalar(const tb_graph *g, int v, int max_rank, double *out);
 /* The f32 data of weight v, or NULL (not a weight, or another dtype). */
 const float *tb_opt_weight_f32(const tb_graph *g, int v);
+/* The same with the index's dims (equal dims proved by following them). */
+int tb_opt_shape_eq_ix(const tb_graph *g, const tb_opt_index *ix, int a, int b);
 /* Same rank and dims, no TB_DIM_DYN (symbols compare by index; a symbol
  * whose profile is one value equals that number). */
 int tb_opt_shape_eq(const tb_graph *g, int a, int b);
