@@ -53,6 +53,16 @@ static int64_t solve_minus1(const int64_t *x, int rx, const int64_t *t, int rt, 
  * knows is kept, a TB_DIM_DYN one replaced by what the inputs tell). */
 static void refine_node(const tb_graph *g, tb_opt_index *ix, int k) {
     const tb_node *n = &g->nodes[k];
+    if (n->op == TB_OP_SPLIT) { /* every part keeps the dims off the split axis */
+        int ax = n->i[0], ra = g->values[n->in[0]].rank;
+        for (int o = 0; o < n->n_out; o++) {
+            int y = n->out[o];
+            if (g->values[y].rank != ra || ax < 0 || ax >= ra) continue;
+            for (int i = 0; i < ra; i++)
+                if (i != ax && g->values[y].dims[i] == TB_DIM_DYN) ix->dims[y][i] = ix->dims[n->in[0]][i];
+        }
+        return;
+    }
     if (n->n_out != 1) return;
     int y = n->out[0], r = g->values[y].rank;
     int64_t d[TB_MAX_RANK];
