@@ -476,7 +476,10 @@ static int fuse_attention_at(tb_graph *g, const tb_opt_index *ix, int k) {
             if (kl.k[i] >= pos) kl.k[i]++;
         if (pv >= pos) pv++;
         if (!tb_opt_node_fits(g, &c, y)) {
-            tb_opt_kill(g, pos); /* the mask node is dropped with the rest of the attempt */
+            /* undo the insertion exactly: the node and its value (the last one) */
+            memmove(&g->nodes[pos], &g->nodes[pos + 1], (size_t)(g->n_nodes - pos - 1) * sizeof *g->nodes);
+            g->n_nodes--;
+            g->n_values--;
             return 0;
         }
     } else if (!tb_opt_node_fits(g, &c, y)) {
