@@ -214,9 +214,11 @@ tb_status tb_opt_fold_constants(tb_graph *g, const tb_opt_options *o, tb_pass_re
             }
             if (fold_node(g, k, &too_big)) { folded++; changed++; }
         }
-        int re = simplify_reshapes(g);
-        reshapes += re;
-        changed += re;
+        if (!changed) { /* folding is stuck: Reshape targets of dims left unknown */
+            int re = simplify_reshapes(g);
+            reshapes += re;
+            changed += re;
+        }
         if (!changed) break;
         TB_TRY(tb_opt_refresh_shapes(g));
     }
