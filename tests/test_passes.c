@@ -434,6 +434,31 @@ static void test_epilogue(void) {
     tb_graph_free(g);
 }
 
+/* Dynamic dims: a position embedding of Range(0, seq, 1) leaves seq
+ * unknown to the shape rules; the passes follow it, so the residual of a
+ * MatMul over x + pos is proved to have the output's shape. */
+static void test_epilogue_dynamic(void) {
+    tb_graph *g = tb_graph_new();
+    tb_graph_add_sym(g, "batch", 1, 2, 4);
+    tb_graph_add_sym(g, "seq", 1, 5, 16);
+    int x = inputf(g, 3, (int64_t[]){TB_SYM(0), TB_SYM(1), 8});
+    int seq = NI(TB_OP_GATHER, ((int[]){N1(TB_OP_SHAPE, x), i64scalar(g, 1)}), 2, 0);
+    int range = node(g, TB_OP_RANGE, 3, (int[]){i64scalar(g, 0), seq, i64scalar(g, 1)}, NULL, NULL);
+    int pos = NI(TB_OP_GATHER, ((int[]){weight(g, 2, (int64_t[]){16, 8}, 1, 0), N2(TB_OP_UNSQUEEZE, range, i64s(g, 1, (int64_t[]){0}))}), 2, 0);
+    int h = N2(TB_OP_NN_ADD, x, pos);
+    CHECK(g->values[h].dims[1] == TB_DIM_DYN);
+    int64_t n8 = 8;
+    int y = N2(TB_OP_NN_ADD, N2(TB_OP_NN_MATMUL, h, weight(g, 2, (int64_t[]){8, 8}, 0.3f, 0)), weight(g, 1, &n8, 0.3f, 0));
+    output(g, N2(TB_OP_NN_ADD, y, h));
+    /* near miss: (batch, 1, 8) would broadcast up to the output */
+    int y2 = N2(TB_OP_NN_MATMUL, h, weight(g, 2, (int64_t[]){8, 8}, 0.3f, 0));
+    output(g, N2(TB_OP_NN_ADD, y2, inputf(g, 3, (int64_t[]){TB_SYM(0), 1, 8})));
+    CHECK(check_pass(g, tb_opt_fuse_epilogue, "epilogue-dynamic") == 2);
+    const tb_node *m0 = find_op(g, TB_OP_NN_MATMUL, 0);
+    CHECK(m0 && m0->i[3] == (TB_NN_HAS_BIAS | TB_NN_HAS_RESIDUAL) && count_op(g, TB_OP_NN_ADD) == 2);
+    tb_graph_free(g);
+}
+
 /* ---------------------------------------------------------------- 5. layernorm */
 
 /* The exported form over the last axis of x (rank 3); variant 0: Pow and
@@ -805,6 +830,7 @@ int main(void) {
     test_fold();
     test_batchnorm();
     test_epilogue();
+    test_epilogue_dynamic();
     test_layernorm();
     test_gelu();
     test_attention();
