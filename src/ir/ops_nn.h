@@ -177,5 +177,13 @@ typedef struct {
     int pt, pl, pb, pr;        /* pads                            */
     int group;
 } tb_nn_conv_geom;
+/* The geometry of Conv node n (ops_nn.h layout) over x and w with concrete
+ * dims; TB_ERR_FORMAT on a mismatch or an empty output (nn_conv.c). */
+tb_status tb_nn_conv_geometry(const tb_node *n, const tb_view *x, const tb_view *w, tb_nn_conv_geom *g);
+/* The activation epilogue a of Conv / Gemm / MatMul with its two parameters
+ * (nn_conv.c; the reference form, in double). */
+double tb_nn_act_apply(tb_nn_act a, double x, float p0, float p1);
+/* Element strides st[0..r) of sdpa's mask m broadcast to (lead..., S, T). */
+void tb_nn_sdpa_mask_strides(const tb_view *m, int r, int64_t *st);
 
 #endif /* TB_IR_OPS_NN_H */

@@ -1,26 +1,28 @@
-/* nn_pipeline.c — the pass pipeline for general (ONNX) graphs (opt.h). */
+/* nn_pipeline.c — the ordered pass list for general (ONNX) graphs (opt.h).
+ * Clean-up first (so patterns see constants and no Identity), then the
+ * fusions that need the plain ops (LayerNorm, GELU, attention) before the
+ * ones that rewrite Conv / Gemm / MatMul (which would hide them), the
+ * epilogue last, then the memory account. */
 #include "opt/opt.h"
 
-static tb_status remove_identity(tb_graph *g, const tb_opt_options *o, tb_pass_report *r) {
-    (void)o;
-    for (int k = 0; k < g->n_nodes; k++) {
-        tb_node *n = &g->nodes[k];
-        if (tb_opt_dead(n) || n->op != TB_OP_IDENTITY) continue;
-        int in = n->in[0], out = n->out[0];
-        /* a graph output keeps its name: only bypass identities it does not end in */
-        int is_output = 0;
-        for (int i = 0; i < g->n_outputs; i++) is_output |= g->outputs[i] == out;
-        if (is_output) continue;
-        tb_opt_kill(g, k);
-        tb_opt_replace_uses(g, out, in);
-        r->changes++;
-    }
-    snprintf(r->what, sizeof r->what, "removed %d Identity", r->changes);
-    return TB_OK;
-}
-
 static const tb_pass nn_passes[] = {
-    {"identity-removal", remove_identity, "Identity (and Dropout, imported as Identity) bypassed"},
+    {"remove-identity", tb_opt_remove_identity, "Identity (and Dropout, imported as Identity) bypassed"},
+    {"fold-constants", tb_opt_fold_constants,
+     "nodes whose inputs are constants evaluated into weights (Shape of fixed dims too), up to 64 MiB each"},
+    {"dead-nodes", tb_opt_dead_nodes, "nodes whose outputs nothing reads removed"},
+    {"merge-transpose-reshape", tb_opt_merge_transpose_reshape,
+     "consecutive Transposes composed, Reshape chains merged, no-op Transpose / Reshape removed"},
+    {"fuse-layernorm", tb_opt_fuse_layernorm,
+     "ReduceMean / Sub / Pow / ReduceMean / Add eps / Sqrt / Div [* gamma + beta] as LayerNormalization"},
+    {"fuse-gelu", tb_opt_fuse_gelu, "x * 0.5 * (1 + erf(x / sqrt 2)) and the tanh form as Gelu"},
+    {"fuse-attention", tb_opt_fuse_attention,
+     "MatMul(q, k^T) [scale] [+ mask] -> Softmax -> MatMul(., v) as the fused sdpa op"},
+    {"fold-batchnorm", tb_opt_fold_batchnorm,
+     "BatchNormalization and per-channel constant Mul after Conv / Gemm / MatMul folded into weights and bias"},
+    {"fold-transpose-matmul", tb_opt_fold_transpose_matmul, "Transpose of the last two dims read through trans flags"},
+    {"fuse-epilogue", tb_opt_fuse_epilogue,
+     "constant bias Add, activation and residual Add after Conv / Gemm / MatMul fused into its epilogue"},
+    {"plan-memory", tb_opt_plan_memory_pass, "activation bytes without reuse vs. the planned arena"},
 };
 
 const tb_pass *tb_opt_nn_pipeline(int *n) {

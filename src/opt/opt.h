@@ -37,9 +37,6 @@ typedef struct {
  * with o->verbose logs "pass NAME: what" and node counts. */
 tb_status tb_opt_run(tb_graph *g, const tb_pass *passes, int n, const tb_opt_options *o);
 
-/* The pipeline for general (ONNX) graphs, in order (nn_pipeline.c). */
-const tb_pass *tb_opt_nn_pipeline(int *n);
-
 /* ---- editing helpers (graph_edit.c) */
 
 /* The node writing value v, or -1 (inputs, weights). */
@@ -73,5 +70,116 @@ const tb_pass *tb_opt_llm_pipeline(int *n);
  * node(s), and folds the RMSNorm weights of the norm fusions into the
  * following matmul's weight (the norm weight becomes ones). */
 tb_status tb_opt_cuda_fuse(tb_graph *g, const tb_opt_options *o, tb_pass_report *r);
+
+/* ---- the pipeline for general (ONNX) graphs (nn_*.c)
+ *
+ * In order: identity removal, constant folding (Shape of fixed dims
+ * included, so shape arithmetic chains fold away), dead nodes, merging of
+ * consecutive Transposes / Reshapes, LayerNorm and GELU pattern fusion,
+ * attention fusion (sdpa), BatchNormalization and per-channel Mul folding
+ * into Conv / Gemm / MatMul weights, Transpose folding into MatMul / Gemm,
+ * epilogue fusion (bias, activation, residual) and the memory plan report.
+ * Every rewrite checks shapes, dtypes, attributes and constant values first
+ * and leaves the graph alone when anything differs from the pattern. */
+const tb_pass *tb_opt_nn_pipeline(int *n);
+
+tb_status tb_opt_remove_identity(tb_graph *g, const tb_opt_options *o, tb_pass_report *r);
+tb_status tb_opt_dead_nodes(tb_graph *g, const tb_opt_options *o, tb_pass_report *r);
+tb_status tb_opt_fold_constants(tb_graph *g, const tb_opt_options *o, tb_pass_report *r);
+tb_status tb_opt_merge_transpose_reshape(tb_graph *g, const tb_opt_options *o, tb_pass_report *r);
+tb_status tb_opt_fuse_layernorm(tb_graph *g, const tb_opt_options *o, tb_pass_report *r);
+tb_status tb_opt_fuse_gelu(tb_graph *g, const tb_opt_options *o, tb_pass_report *r);
+tb_status tb_opt_fuse_attention(tb_graph *g, const tb_opt_options *o, tb_pass_report *r);
+tb_status tb_opt_fold_batchnorm(tb_graph *g, const tb_opt_options *o, tb_pass_report *r);
+tb_status tb_opt_fold_transpose_matmul(tb_graph *g, const tb_opt_options *o, tb_pass_report *r);
+tb_status tb_opt_fuse_epilogue(tb_graph *g, const tb_opt_options *o, tb_pass_report *r);
+tb_status tb_opt_plan_memory_pass(tb_graph *g, const tb_opt_options *o, tb_pass_report *r);
+
+/* Largest tensor constant folding writes (bigger results stay nodes). */
+#define TB_OPT_FOLD_MAX_BYTES ((uint64_t)64 << 20)
+
+/* ---- matching helpers for the passes (nn_match.c) */
+
+/* Producer and reader count of every value over the live nodes; rebuilt
+ * after each rewrite (the arrays are sized for the values of that moment). */
+typedef struct {
+    int *prod;  /* prod[v]: the node writing v, -1 for inputs and weights    */
+    int *uses;  /* uses[v]: as tb_opt_uses                                   */
+    /* dims[v]: v's dims where the pass can tell more than the shape rules
+     * (which answer TB_DIM_DYN after a Range or a Reshape of computed
+     * shape): followed through Range(0, dim, 1), elementwise ops, Gather,
+     * Unsqueeze, MatMul, Reshape of a constant target, Transpose and sdpa,
+     * so that e.g. a position embedding of length `seq` is seen as such.
+     * Matching only; the values keep the rules' dims. */
+    int64_t (*dims)[TB_MAX_RANK];
+    int n_values;
+} tb_opt_index;
+tb_status tb_opt_index_build(const tb_graph *g, tb_opt_index *ix);
+void tb_opt_index_free(tb_opt_index *ix);
+/* The live node writing v when op is its kind (-1 otherwise). */
+int tb_opt_producer_op(const tb_graph *g, const tb_opt_index *ix, int v, tb_op_kind op);
+/* The only live node reading v (and v no graph output), else -1. */
+int tb_opt_single_reader(const tb_graph *g, const tb_opt_index *ix, int v);
+
+/* The dim d when it is fixed: a number, or a symbol whose profile has
+ * min == max. */
+int tb_opt_fixed_dim(const tb_graph *g, int64_t d, int64_t *out);
+/* An element of a shape tensor computed from dims: a number, or dim `axis`
+ * of value `src` (a symbol or a dim known only at run time). */
+typedef struct {
+    int src, axis; /* src -1: the number c */
+    int64_t c;
+} tb_opt_shape_el;
+/* The elements (at most TB_MAX_RANK) of 1-d or scalar i64/i32 value v as
+ * Shape, Gather, Unsqueeze, Squeeze, Concat and Cast compute them from
+ * constants and dims: their count, or -1. */
+int tb_opt_shape_expr(const tb_graph *g, const tb_opt_index *ix, int v, tb_opt_shape_el *out);
+/* A constant (weight) with one element, any integer or float dtype; its
+ * rank must not exceed max_rank (so broadcasting it changes no shape). */
+int tb_opt_const_scalar(const tb_graph *g, int v, int max_rank, double *out);
+/* The f32 data of weight v, or NULL (not a weight, or another dtype). */
+const float *tb_opt_weight_f32(const tb_graph *g, int v);
+/* The same with the index's dims (equal dims proved by following them). */
+int tb_opt_shape_eq_ix(const tb_graph *g, const tb_opt_index *ix, int a, int b);
+/* Same rank and dims, no TB_DIM_DYN (symbols compare by index; a symbol
+ * whose profile is one value equals that number). */
+int tb_opt_shape_eq(const tb_graph *g, int a, int b);
+/* A per-channel constant of a tensor of rank `rank` whose channel axis
+ * `axis` has `ch` elements: rank <= rank, every dim 1 except the one
+ * aligned with axis, which is ch (or 1: one value for every channel).
+ * Writes the ch values (f32 weight) into out. */
+int tb_opt_const_per_channel(const tb_graph *g, int v, int rank, int axis, int64_t ch, float *out);
+/* Adds an f32 weight taking `data` (malloc'd; freed on failure). */
+int tb_opt_add_weight_f32(tb_graph *g, const char *name, int rank, const int64_t *dims, float *data);
+/* Whether node cand (not in the graph) is valid there and writes a value of
+ * exactly the shape and dtype of value `like` (its single output). Clears
+ * the error message it causes. */
+int tb_opt_node_fits(const tb_graph *g, const tb_node *cand, int like);
+/* Puts cand at node position k writing value out_v (the node there is
+ * replaced: a fused node takes the place of the last node of its pattern). */
+void tb_opt_place(tb_graph *g, int k, const tb_node *cand, int out_v);
+/* Runs every shape rule in order and writes the dims back into the values
+ * (after constants became known, TB_DIM_DYN dims may become numbers). */
+tb_status tb_opt_refresh_shapes(tb_graph *g);
+
+/* ---- memory plan (plan_mem.c)
+ *
+ * Values live from the node writing them (the start for values no node
+ * writes) to the last node reading them (the end for graph outputs); each
+ * value with bytes[v] > 0 gets an offset in one arena such that no two values
+ * live at the same time overlap. Greedy by size: the largest value first,
+ * each placed in the smallest gap between values it conflicts with that fits
+ * it (else above them all). Offsets and sizes are aligned to TB_PLAN_ALIGN.
+ * The executor calls this with concrete sizes at run time, setting bytes 0
+ * for what it keeps elsewhere (inputs, outputs, weights); their offsets
+ * are set to UINT64_MAX. The node order is the execution order. */
+#define TB_PLAN_ALIGN 256
+tb_status tb_plan_memory(const tb_graph *g, const uint64_t *bytes, uint64_t *offsets, uint64_t *arena_bytes);
+/* The build-time account for the profile's max shapes (symval NULL) or the
+ * symbol values given: activations other than graph outputs, summed
+ * without reuse (*unplanned) and as planned (*planned); *n_dynamic counts
+ * values left out because a dim is known only at run time. */
+tb_status tb_plan_memory_report(const tb_graph *g, const int64_t *symval, uint64_t *unplanned, uint64_t *planned,
+                                int *n_dynamic);
 
 #endif /* TB_OPT_H */
