@@ -1131,7 +1131,11 @@ static tb_status cuda_run_begin(tb_backend *b, const tb_graph *g, void *const *b
     c->nn_cur = NULL;
     if (!c->use_graphs || !st || !st->views) return TB_OK;
     if (c->nn.grew) { /* scratch moved: every capture points at freed memory */
-        nn_graphs_clear(c);
+        for (int i = 0; i < c->n_nn_graphs; i++)
+            if (c->nn_graphs[i].exec) {
+                cudaGraphExecDestroy(c->nn_graphs[i].exec);
+                c->nn_graphs[i].exec = NULL;
+            }
         c->nn.grew = 0;
     }
     uint64_t key = nn_run_key(g, bufs, st);
