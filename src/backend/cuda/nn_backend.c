@@ -132,6 +132,10 @@ static tb_status grow(tbn_ctx *x, void **p, size_t *have, size_t need, const cha
 
 void tbn_ctx_free(tbn_ctx *x) {
     if (!x) return;
+    if (x->lt) cublasLtDestroy(x->lt);
+    x->lt = NULL;
+    cudaFree(x->lt_ws);
+    x->lt_ws = NULL;
     cudaFree(x->acc);
     cudaFree(x->col);
     x->acc = x->col = NULL;
@@ -385,6 +389,111 @@ static tb_status gemm(tbn_ctx *x, int64_t M, int64_t N, int64_t K, int ta, int t
     return TB_OK;
 }
 
+/* ---- cuBLASLt: the product and its epilogue in one kernel where the
+ * epilogue is one cuBLASLt has: D = act(alpha op(A) op(B) + C + bias) with
+ * C the residual (beta 1), bias along the output's columns, act none, relu
+ * or the tanh form of gelu, everything in the output's dtype. */
+
+#define TBN_LT_WS ((size_t)32 << 20)
+
+typedef struct {
+    const void *bias;        /* (N), the output's dtype, or NULL */
+    const void *res;         /* (M, N) per batch, or NULL        */
+    int act;                 /* TB_NN_ACT_NONE / RELU / GELU_TANH */
+} lt_epi;
+
+/* 1: done; 0: not for cuBLASLt (the caller runs the plain path);
+ * an error only when the launch itself failed */
+static int gemm_lt(tbn_ctx *x, int64_t M, int64_t N, int64_t K, int ta, int tb, const void *A, int64_t sA,
+                   const void *B, int64_t sB, tb_dtype dt, void *Y, int64_t batch, float alpha, const lt_epi *e,
+                   tb_status *st) {
+    *st = TB_OK;
+    if (x->lt_off || M <= 0 || N <= 0 || K <= 0 || M > INT32_MAX || N > INT32_MAX || K > INT32_MAX) return 0;
+    if (!x->lt) {
+        const char *le = getenv("TB_CUDA_LT");
+        if (le && !strcmp(le, "0")) { x->lt_off = 1; return 0; }
+        if (cublasLtCreate(&x->lt) != CUBLAS_STATUS_SUCCESS) { x->lt = NULL; x->lt_off = 1; return 0; }
+    }
+    if (!x->lt_ws) {
+        enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        cudaStreamIsCapturing(x->stream, &cs);
+        if (cs != cudaStreamCaptureStatusNone) return 0; /* no allocation inside a capture */
+        if (cudaMalloc(&x->lt_ws, TBN_LT_WS) != cudaSuccess) { cudaGetLastError(); x->lt_ws = NULL; x->lt_off = 1; return 0; }
+    }
+    cudaDataType_t ty = dt == TB_F16 ? CUDA_R_16F : CUDA_R_32F;
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    int done = 0;
+    cublasOperation_t opa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+    if (e->act == TB_NN_ACT_RELU) epi = e->bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
+    else if (e->act == TB_NN_ACT_GELU_TANH) epi = e->bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
+    else if (e->bias) epi = CUBLASLT_EPILOGUE_BIAS;
+    /* column-major: D (N, M) = op(Bs) (N, K) op(As) (K, M), as gemm() */
+    int64_t rows_a = tb ? K : N, cols_a = tb ? N : K, rows_b = ta ? M : K, cols_b = ta ? K : M;
+    int32_t bt = (int32_t)batch;
+    int64_t sD = M * N;
+    if (cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) goto out;
+    if (cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa) ||
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb) ||
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi))
+        goto out;
+    if (e->bias) {
+        int32_t bty = ty;
+        if (cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &e->bias, sizeof e->bias) ||
+            cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bty, sizeof bty))
+            goto out;
+    }
+    if (cublasLtMatrixLayoutCreate(&la, ty, (uint64_t)rows_a, (uint64_t)cols_a, rows_a) ||
+        cublasLtMatrixLayoutCreate(&lb, ty, (uint64_t)rows_b, (uint64_t)cols_b, rows_b) ||
+        cublasLtMatrixLayoutCreate(&lc, ty, (uint64_t)N, (uint64_t)M, N))
+        goto out;
+    if (batch > 1) {
+        if (cublasLtMatrixLayoutSetAttribute(la, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bt, sizeof bt) ||
+            cublasLtMatrixLayoutSetAttribute(la, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sB, sizeof sB) ||
+            cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bt, sizeof bt) ||
+            cublasLtMatrixLayoutSetAttribute(lb, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sA, sizeof sA) ||
+            cublasLtMatrixLayoutSetAttribute(lc, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &bt, sizeof bt) ||
+            cublasLtMatrixLayoutSetAttribute(lc, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &sD, sizeof sD))
+            goto out;
+    }
+    size_t ws = TBN_LT_WS;
+    if (cublasLtMatmulPreferenceCreate(&pref) ||
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws))
+        goto out;
+    cublasLtMatmulHeuristicResult_t h;
+    int nres = 0;
+    if (cublasLtMatmulAlgoGetHeuristic(x->lt, op, la, lb, lc, lc, pref, 1, &h, &nres) != CUBLAS_STATUS_SUCCESS ||
+        nres < 1)
+        goto out;
+    float beta = e->res ? 1.0f : 0.0f;
+    cublasStatus_t bs = cublasLtMatmul(x->lt, op, &alpha, B, la, A, lb, &beta, e->res ? e->res : Y, lc, Y, lc, &h.algo,
+                                       x->lt_ws, TBN_LT_WS, x->stream);
+    if (bs != CUBLAS_STATUS_SUCCESS)
+        *st = tb_errorf(TB_ERR_INTERNAL, "cublasLt: matmul %lld x %lld x %lld failed (status %d)", (long long)M,
+                        (long long)N, (long long)K, (int)bs);
+    done = 1;
+out:
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (lc) cublasLtMatrixLayoutDestroy(lc);
+    if (op) cublasLtMatmulDescDestroy(op);
+    return done;
+}
+
+/* Whether epilogue e of an output of dtype dt is one cuBLASLt fuses. */
+static int lt_epi_of(const tbn_epi_args *e, tb_dtype dt, lt_epi *l) {
+    if (e->act != TB_NN_ACT_NONE && e->act != TB_NN_ACT_RELU && e->act != TB_NN_ACT_GELU_TANH) return 0;
+    if (e->bias && (e->bdt != (int)dt || e->beta != 1.0f || e->bs_m != 0 || e->bs_n != 1)) return 0;
+    if (e->res && (e->rdt != (int)dt || (e->act != TB_NN_ACT_NONE && !e->after_res))) return 0;
+    l->bias = e->bias;
+    l->res = e->res;
+    l->act = e->act;
+    return 1;
+}
+
 /* The f32 buffer the product goes into before the epilogue: y itself when
  * y is f32, else the scratch. */
 static tb_status acc_for(tbn_ctx *x, const tb_view *o, void *ob, float **acc) {
@@ -432,8 +541,6 @@ static tb_status run_matmul(tbn_ctx *x, const tb_node *n, const tb_view *in, int
     int rb = o->rank - (a->rank > 1) - (b->rank > 1);
     int64_t nbatch = prod(o->dims, rb);
     float alpha = n->f[0] != 0.0f ? n->f[0] : 1.0f;
-    float *acc;
-    TB_TRY(acc_for(x, o, ob, &acc));
     int bi, ri;
     epi_inputs(flags, n_in, &bi, &ri);
     tbn_epi_args e;
@@ -446,9 +553,19 @@ static tb_status run_matmul(tbn_ctx *x, const tb_node *n, const tb_view *in, int
     if (bi >= 0) { e.bias = ib[bi]; e.bdt = in[bi].dtype; e.ncols = N; e.bs_n = 1; }
     if (ri >= 0) { e.res = ib[ri]; e.rdt = in[ri].dtype; }
     int direct = !e.bias && !e.res && !e.act; /* the product is the output */
+    int64_t sA = mm_batch_stride(a, rb, o->dims, M * K), sB = mm_batch_stride(b, rb, o->dims, K * N);
+    lt_epi le;
+    if (!direct && sA >= 0 && sB >= 0 && o->dtype == a->dtype && lt_epi_of(&e, o->dtype, &le)) {
+        tb_status ls;
+        int done = sB == 0 && !ta && sA == M * K && nbatch > 1
+                       ? gemm_lt(x, M * nbatch, N, K, 0, tb, ib[0], 0, ib[1], 0, a->dtype, ob, 1, alpha, &le, &ls)
+                       : gemm_lt(x, M, N, K, ta, tb, ib[0], sA, ib[1], sB, a->dtype, ob, nbatch, alpha, &le, &ls);
+        if (done) return ls;
+    }
+    float *acc = NULL;
+    if (!direct) TB_TRY(acc_for(x, o, ob, &acc));
     void *Y = direct ? ob : acc;
     tb_dtype ydt = direct ? o->dtype : TB_F32;
-    int64_t sA = mm_batch_stride(a, rb, o->dims, M * K), sB = mm_batch_stride(b, rb, o->dims, K * N);
     if (sA >= 0 && sB >= 0) {
         if (sB == 0 && !ta && sA == M * K && nbatch > 1) /* b shared, a's rows contiguous: one tall product */
             TB_TRY(gemm(x, M * nbatch, N, K, 0, tb, ib[0], 0, ib[1], 0, a->dtype, Y, 0, ydt, 1, alpha));
@@ -486,8 +603,6 @@ static tb_status run_gemm(tbn_ctx *x, const tb_node *n, const tb_view *in, int n
                           const void *const *ib, void *ob) {
     int ta = n->i[0], tb = n->i[1], flags = n->i[3];
     int64_t M = o->dims[0], N = o->dims[1], K = in[0].dims[ta ? 0 : 1];
-    float *acc;
-    TB_TRY(acc_for(x, o, ob, &acc));
     int bi, ri;
     epi_inputs(flags, n_in, &bi, &ri);
     tbn_epi_args e;
@@ -509,6 +624,13 @@ static tb_status run_gemm(tbn_ctx *x, const tb_node *n, const tb_view *in, int n
     }
     if (ri >= 0) { e.res = ib[ri]; e.rdt = in[ri].dtype; }
     int direct = !e.bias && !e.res && !e.act;
+    lt_epi le;
+    if (!direct && o->dtype == in[0].dtype && lt_epi_of(&e, o->dtype, &le)) {
+        tb_status ls;
+        if (gemm_lt(x, M, N, K, ta, tb, ib[0], 0, ib[1], 0, in[0].dtype, ob, 1, n->f[0], &le, &ls)) return ls;
+    }
+    float *acc = NULL;
+    if (!direct) TB_TRY(acc_for(x, o, ob, &acc));
     TB_TRY(gemm(x, M, N, K, ta, tb, ib[0], 0, ib[1], 0, in[0].dtype, direct ? ob : acc, 0,
                 direct ? o->dtype : TB_F32, 1, n->f[0]));
     if (direct) return TB_OK;

@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/nn_cuda.h"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 
 typedef struct {
@@ -19,6 +20,9 @@ typedef struct {
     void *col;               /* im2col                                  */
     size_t col_bytes;
     int grew;                /* a scratch buffer moved (graphs stale)   */
+    cublasLtHandle_t lt;     /* matmuls with a fused epilogue           */
+    void *lt_ws;             /* its workspace (TBN_LT_WS bytes)         */
+    int lt_off;              /* TB_CUDA_LT=0: the epilogue kernel always */
 } tbn_ctx;
 
 /* Whether the backend runs node n (a general op) with its graph dtypes. */
