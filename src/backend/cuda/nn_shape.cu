@@ -131,8 +131,9 @@ extern "C" cudaError_t tbn_gather(const void *x, const void *idx, int idt, void 
 __global__ void range_kernel(void *out, int dt, int64_t n, double fs, double fd, int64_t is, int64_t id) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
         switch (dt) {
-        case TBN_F32: ((float *)out)[i] = (float)fs + (float)i * (float)fd; break;
-        case TBN_F64: ((double *)out)[i] = fs + (double)i * fd; break;
+        /* no fused multiply-add: the reference rounds the product first */
+        case TBN_F32: ((float *)out)[i] = __fadd_rn((float)fs, __fmul_rn((float)i, (float)fd)); break;
+        case TBN_F64: ((double *)out)[i] = __dadd_rn(fs, __dmul_rn((double)i, fd)); break;
         case TBN_I64: ((int64_t *)out)[i] = is + i * id; break;
         default: ((int32_t *)out)[i] = (int32_t)(is + i * id); break;
         }
