@@ -531,21 +531,22 @@ static void shape_cases(void) {
     tb_dtype dts[] = {TB_F32, TB_F16, TB_I64, TB_U8};
     for (int k = 0; k < 4; k++) {
         tb_dtype dt = dts[k];
+        tb_dtype cdt = dt == TB_F16 ? TB_F16 : TB_F32; /* f16 data: an f16 case */
         double lo = dt == TB_U8 ? 0 : -100, hi = 100;
         tb_node n = N(TB_OP_RESHAPE, 2, 1);
         tin in[2] = {T(dt, 2, x24, lo, hi), V(TB_I64, 1, two, shp)};
-        run_case(tb_dtype_name(dt), n, in, TB_F32, 0);
+        run_case(tb_dtype_name(dt), n, in, cdt, 0);
         n = N(TB_OP_UNSQUEEZE, 2, 1);
         tin in2[2] = {T(dt, 2, x24, lo, hi), V(TB_I64, 1, one, ax0)};
-        run_case(tb_dtype_name(dt), n, in2, TB_F32, 0);
+        run_case(tb_dtype_name(dt), n, in2, cdt, 0);
         n = N(TB_OP_FLATTEN, 1, 1);
         n.i[0] = 2;
         tin in3[1] = {T(dt, 3, x3, lo, hi)};
-        run_case(tb_dtype_name(dt), n, in3, TB_F32, 0);
+        run_case(tb_dtype_name(dt), n, in3, cdt, 0);
         static const int64_t sq[] = {1, 6, 1, 4};
         n = N(TB_OP_SQUEEZE, 1, 1);
         tin in4[1] = {T(dt, 4, sq, lo, hi)};
-        run_case(tb_dtype_name(dt), n, in4, TB_F32, 0);
+        run_case(tb_dtype_name(dt), n, in4, cdt, 0);
         /* Transpose */
         struct { int r; int64_t d[4]; int perm[4]; const char *w; } tp[] = {
             {4, {2, 3, 4, 5}, {0, 2, 1, 3}, "(0, 2, 1, 3)"},
@@ -561,7 +562,7 @@ static void shape_cases(void) {
             tin ti[1] = {T(dt, tp[t].r, tp[t].d, lo, hi)};
             char w[80];
             snprintf(w, sizeof w, "%s %s", tb_dtype_name(dt), tp[t].w);
-            run_case(w, n, ti, TB_F32, 0);
+            run_case(w, n, ti, cdt, 0);
         }
         /* Slice */
         static const int64_t x79[] = {7, 9}, st[] = {1, -8}, en[] = {6, 9}, axs[] = {0, 1}, sp[] = {2, 3};
@@ -569,56 +570,56 @@ static void shape_cases(void) {
         n = N(TB_OP_SLICE, 5, 1);
         tin si[5] = {T(dt, 2, x79, lo, hi), V(TB_I64, 1, two, st), V(TB_I64, 1, two, en), V(TB_I64, 1, two, axs),
                      V(TB_I64, 1, two, sp)};
-        run_case(tb_dtype_name(dt), n, si, TB_F32, 0);
+        run_case(tb_dtype_name(dt), n, si, cdt, 0);
         tin si2[5] = {T(dt, 2, x79, lo, hi), V(TB_I64, 1, one, st2), V(TB_I64, 1, one, en2), V(TB_I64, 1, one, ax2),
                       V(TB_I64, 1, one, sp2)};
-        run_case("negative step", n, si2, TB_F32, 0);
+        run_case("negative step", n, si2, cdt, 0);
         n.n_in = 3;
-        run_case("starts, ends only", n, si, TB_F32, 0);
+        run_case("starts, ends only", n, si, cdt, 0);
         /* Concat */
         static const int64_t c1[] = {2, 3, 4}, c2[] = {2, 5, 4}, c3[] = {2, 1, 4};
         n = N(TB_OP_CONCAT, 3, 1);
         n.i[0] = 1;
         tin ci[3] = {T(dt, 3, c1, lo, hi), T(dt, 3, c2, lo, hi), T(dt, 3, c3, lo, hi)};
-        run_case("axis 1", n, ci, TB_F32, 0);
+        run_case("axis 1", n, ci, cdt, 0);
         n.i[0] = 2;
         static const int64_t c4[] = {2, 3, 7}, c5[] = {2, 3, 1};
         tin ci2[3] = {T(dt, 3, c1, lo, hi), T(dt, 3, c4, lo, hi), T(dt, 3, c5, lo, hi)};
-        run_case("axis 2", n, ci2, TB_F32, 0);
+        run_case("axis 2", n, ci2, cdt, 0);
         /* Split */
         static const int64_t x49[] = {4, 9}, parts[] = {2, 3, 4};
         n = N(TB_OP_SPLIT, 2, 3);
         n.i[0] = 1;
         n.i[1] = 3;
         tin spi[2] = {T(dt, 2, x49, lo, hi), V(TB_I64, 1, three, parts)};
-        run_case("axis 1 [2, 3, 4]", n, spi, TB_F32, 0);
+        run_case("axis 1 [2, 3, 4]", n, spi, cdt, 0);
         n = N(TB_OP_SPLIT, 1, 2);
         n.i[0] = 0;
         n.i[1] = 2;
-        run_case("axis 0 equal", n, spi, TB_F32, 0);
+        run_case("axis 0 equal", n, spi, cdt, 0);
         /* Gather */
         static const int64_t x57[] = {5, 7}, idx1[] = {4, -1, 0}, i2[] = {2, 2};
         static const int32_t idx2[] = {6, 0, -7, 3};
         n = N(TB_OP_GATHER, 2, 1);
         tin gi[2] = {T(dt, 2, x57, lo, hi), V(TB_I64, 1, three, idx1)};
-        run_case("axis 0 i64", n, gi, TB_F32, 0);
+        run_case("axis 0 i64", n, gi, cdt, 0);
         n.i[0] = 1;
         tin gi2[2] = {T(dt, 2, x57, lo, hi), V(TB_I32, 2, i2, idx2)};
-        run_case("axis 1 i32 (2, 2)", n, gi2, TB_F32, 0);
+        run_case("axis 1 i32 (2, 2)", n, gi2, cdt, 0);
         /* Expand */
         static const int64_t x31[] = {3, 1}, es[] = {2, 3, 4};
         n = N(TB_OP_EXPAND, 2, 1);
         tin ei[2] = {T(dt, 2, x31, lo, hi), V(TB_I64, 1, three, es)};
-        run_case("(3, 1) -> (2, 3, 4)", n, ei, TB_F32, 0);
+        run_case("(3, 1) -> (2, 3, 4)", n, ei, cdt, 0);
         /* Trilu */
         static const int64_t x256[] = {2, 5, 6}, k1[] = {1}, km1[] = {-1};
         n = N(TB_OP_TRILU, 2, 1);
         n.i[0] = 1;
         tin tri[2] = {T(dt, 3, x256, lo, hi), V(TB_I64, 1, one, k1)};
-        run_case("upper k 1", n, tri, TB_F32, 0);
+        run_case("upper k 1", n, tri, cdt, 0);
         n.i[0] = 0;
         tin tri2[2] = {T(dt, 3, x256, lo, hi), V(TB_I64, 1, one, km1)};
-        run_case("lower k -1", n, tri2, TB_F32, 0);
+        run_case("lower k -1", n, tri2, cdt, 0);
         (void)four;
     }
     {
