@@ -336,7 +336,7 @@ static tb_status reduce_mask(const tb_node *n, const tb_view *in, int n_in, uint
 
 static tb_status run_reduce(tbn_ctx *x, const tb_node *n, const tb_view *in, int n_in, const tb_view *o,
                             const void *const *ib, void *ob) {
-    uint32_t m;
+    uint32_t m = 0;
     TB_TRY(reduce_mask(n, in, n_in, &m));
     const tb_view *xv = &in[0];
     tbn_reduce_args a;
@@ -470,6 +470,8 @@ static int gemm_lt(tbn_ctx *x, int64_t M, int64_t N, int64_t K, int ta, int tb, 
     float beta = e->res ? 1.0f : 0.0f;
     cublasStatus_t bs = cublasLtMatmul(x->lt, op, &alpha, B, la, A, lb, &beta, e->res ? e->res : Y, lc, Y, lc, &h.algo,
                                        x->lt_ws, TBN_LT_WS, x->stream);
+    /* a refusal (checked before anything is enqueued): the plain path */
+    if (bs == CUBLAS_STATUS_NOT_SUPPORTED || bs == CUBLAS_STATUS_INVALID_VALUE) goto out;
     if (bs != CUBLAS_STATUS_SUCCESS)
         *st = tb_errorf(TB_ERR_INTERNAL, "cublasLt: matmul %lld x %lld x %lld failed (status %d)", (long long)M,
                         (long long)N, (long long)K, (int)bs);
