@@ -5,7 +5,7 @@
 #
 # 1. build  : cmake Release with CUDA into build-gpu/ (or, with TB_PREBUILT=DIR,
 #             use DIR/turbine, DIR/test_batch, DIR/test_sample_step,
-#             DIR/test_backend_ops, the CUDA backend module
+#             DIR/test_backend_ops, DIR/test_nn_cuda, the CUDA backend module
 #             DIR/libturbine_cuda.so (loaded from the binaries' folder),
 #             DIR/gpu_bench and DIR/lib/*.so: bench/gpu/pack.sh builds and
 #             packs them on a machine without a GPU)
@@ -21,10 +21,12 @@
 #            demo model's perplexity on tinyshakespeare's held-out split
 #            (f32, f16) against the PyTorch figure (needs
 #            $DATA/data/tinyshakespeare.txt)
-# 4. batch  : tests/test_backend_ops.c, tests/test_batch.c and
-#             tests/test_sample_step.c with TURBINE_TEST_DEVICE=$DEV (every op
-#             x dtype against its reference kernel with the bounds of
-#             docs/TESTING.md; batched == unbatched; sampling on the device)
+# 4. batch  : tests/test_backend_ops.c, tests/test_nn_cuda.c, tests/test_batch.c
+#             and tests/test_sample_step.c with TURBINE_TEST_DEVICE=$DEV (every
+#             op x dtype against its reference kernel with the bounds of
+#             docs/TESTING.md; every general op (ONNX engines) f32/f16 against
+#             its reference, eager, captured and replayed as a CUDA graph;
+#             batched == unbatched; sampling on the device)
 # 5. timing : Llama-2-7B and TinyLlama-1.1B shapes, f16 random weights:
 #             64 streams, prefill 512, decode b1/b8 ms/step, then the same
 #             with each variant's switches (one process, one engine load:
@@ -78,7 +80,7 @@ else
     say "== build (Release, CUDA)"
     BIN=$SRC/build-gpu
     if ! (cmake -S "$SRC" -B "$BIN" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >> "$LOG" 2>&1 &&
-          make -C "$BIN" -j"$(nproc)" turbine test_batch test_sample_step test_backend_ops gpu_bench >> "$LOG" 2>&1); then
+          make -C "$BIN" -j"$(nproc)" turbine test_batch test_sample_step test_backend_ops test_nn_cuda gpu_bench >> "$LOG" 2>&1); then
         say "build failed"; row build FAIL; cat "$SUM"; exit 1
     fi
 fi
@@ -234,6 +236,15 @@ if device_test test_backend_ops ops; then
 else
     row "ops vs reference kernels" "FAIL ($(grep -c ' FAIL$' "$W/ops.txt") failed:$(grep ' FAIL$' "$W/ops.txt" |
         awk '{printf " %s/%s/%s", $1, $2, $3}' | head -c 300); $(tail -n 1 "$W/ops.txt"))"
+fi
+say "== general ops against their reference kernels (tests/test_nn_cuda.c on $DEV)"
+if [ ! -x "$BIN/test_nn_cuda" ]; then
+    row "general ops vs reference kernels" "SKIP (no test_nn_cuda in $BIN)"
+elif device_test test_nn_cuda nn; then
+    row "general ops vs reference kernels" "PASS ($(grep -c ' ok$' "$W/nn.txt") cases; $(tail -n 2 "$W/nn.txt" | head -n 1))"
+else
+    row "general ops vs reference kernels" "FAIL ($(grep -c 'FAIL' "$W/nn.txt") failed:$(grep 'FAIL' "$W/nn.txt" |
+        awk '{printf " %s/%s", $1, $2}' | head -c 300); $(tail -n 1 "$W/nn.txt"))"
 fi
 say "== batched vs unbatched (tests/test_batch.c on cuda)"
 if device_test test_batch batch; then

@@ -85,6 +85,10 @@ static void cuda_module_load(void) {
             .value_numel = tb_value_numel,
             .step_rows = tb_step_rows,
             .backend_free = tb_backend_free,
+            .nn_transpose_perm = tb_nn_transpose_perm,
+            .nn_slice_plan = tb_nn_slice_plan,
+            .nn_broadcast_strides = tb_nn_broadcast_strides,
+            .nn_pool_geom = tb_nn_pool_geom,
         };
         uint64_t abi = init ? init(&host, &cuda_mod.api) : 0;
         if (!init)

@@ -90,6 +90,15 @@ typedef struct {
      * kernels' memory (inputs and outputs are used in place). */
     tb_status (*upload)(tb_backend *b, void *dst, const void *src, size_t bytes);
     tb_status (*download)(tb_backend *b, void *dst, const void *src, size_t bytes);
+    /* Optional (NULL: not called). General engines: run_begin before the
+     * first run_node of a run (after the inputs' upload), run_end after the
+     * last (before the outputs' download), with the run's bufs and views. A
+     * backend may record the run between them and replay the recording on a
+     * later run of the same views, buffers and host values (the CUDA
+     * backend's graphs); run_node then enqueues nothing, and run_end
+     * launches the recording. Without these calls every run_node runs at once. */
+    tb_status (*run_begin)(tb_backend *b, const tb_graph *g, void *const *bufs, const tb_step *st);
+    tb_status (*run_end)(tb_backend *b, const tb_graph *g, void *const *bufs, const tb_step *st);
     void (*destroy)(tb_backend *b);
     /* Optional, at build time only (tb_tune_device): times the backend's own
      * kernel choices for g's nodes, weights loaded by load_weights, and

@@ -43,6 +43,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_module.h"
 #include "backend/cuda/flash_kernels.h"
+#include "backend/cuda/nn_backend.h"
 #include "tune/tactic.h"
 
 #include <cublas_v2.h>
@@ -72,6 +73,15 @@ typedef struct {
 } step_graph;
 
 enum { RUN_EAGER = 0, RUN_CAPTURE, RUN_REPLAY };
+
+/* A general engine's run recorded as a CUDA graph. */
+#define MAX_NN_GRAPHS 16
+typedef struct {
+    uint64_t key;
+    int runs;                 /* eager runs of this key so far                  */
+    int failed;               /* capture failed: this key runs eagerly          */
+    cudaGraphExec_t exec;
+} nn_graph;
 
 typedef struct {
     int device;
@@ -155,6 +165,16 @@ typedef struct {
      * grown when a step needs more: q (n, H, hd), k and v (H, pf_ld, hd) in
      * the cache type, scores S (H, nq, L) f32 and probabilities P */
     int prefill_min;
+    /* general engines (nn_backend.c): the ops' scratch, and runs captured
+     * as CUDA graphs keyed by everything a capture bakes in (buffers, dims,
+     * host values); a key runs eagerly once, is captured on its second run
+     * and replayed from the third */
+    tbn_ctx nn;
+    int general;
+    nn_graph nn_graphs[MAX_NN_GRAPHS];
+    int n_nn_graphs, nn_next;
+    nn_graph *nn_cur;
+    int nn_mode;              /* RUN_* of the current general run             */
     int prefill_flash;        /* 1: such runs take the flash kernel where it
                                * handles the shape (f16 cache, hd 64 / 128);
                                * TB_CUDA_PREFILL=gemm: the GEMMs always     */
@@ -178,6 +198,8 @@ enum { FUSE_X16 = TB_FUSE_X16 };
 static tb_status cuda_fail(cudaError_t e, const char *what) {
     return tb_errorf(TB_ERR_INTERNAL, "cuda: %s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
+
+static void nn_graphs_clear(cuda_ctx *c);
 
 #define CU_TRY(call, what)                                                   \
     do {                                                                     \
@@ -230,7 +252,7 @@ static int cuda_supports_op(tb_backend *b, const tb_graph *g, const tb_node *n) 
     case TB_OP_GATHER_ROWS:
         return 1;
     default:
-        return 0;
+        return tb_op_is_nn(n->op) ? tbn_supports(g, n) : 0;
     }
 }
 
@@ -424,6 +446,13 @@ static tb_status cuda_load_weights(tb_backend *b, const tb_graph *g, void **bufs
         bufs[i] = dst;
         off += (v->nbytes + 255) / 256 * 256;
     }
+    if (g->n_outputs > 0) { /* a general engine: no step bindings, no LLM fusions */
+        c->general = 1;
+        nn_graphs_clear(c);
+        c->nn.stream = c->stream;
+        c->nn.blas = c->blas;
+        return TB_OK;
+    }
 
     /* sizes at the profile's maxima */
     int64_t max_tokens = 1;
@@ -483,6 +512,15 @@ static tb_status cuda_load_weights(tb_backend *b, const tb_graph *g, void **bufs
     c->seq_last = calloc((size_t)max_tokens, sizeof(int32_t));
     if (!c->seq_map || !c->seq_last) return tb_errorf(TB_ERR_OOM, "out of memory");
     return TB_OK;
+}
+
+static void nn_graphs_clear(cuda_ctx *c) {
+    for (int i = 0; i < c->n_nn_graphs; i++)
+        if (c->nn_graphs[i].exec) cudaGraphExecDestroy(c->nn_graphs[i].exec);
+    c->n_nn_graphs = 0;
+    c->nn_next = 0;
+    c->nn_cur = NULL;
+    c->nn_mode = RUN_EAGER;
 }
 
 /* (Re)sizes the staging buffers for block tables of `mb` columns. */
@@ -891,10 +929,18 @@ static tb_status run_attention(cuda_ctx *c, const tb_node *n, void *const *bufs,
 
 static tb_status run_node_eager(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs,
                                 const tb_step *st);
+static void nn_capture_abort(cuda_ctx *c);
 
 static tb_status cuda_run_node(tb_backend *b, const tb_graph *g, const tb_node *n, void *const *bufs,
                                const tb_step *st) {
     cuda_ctx *c = b->ctx;
+    if (tb_op_is_nn(n->op)) {
+        if (c->nn_mode == RUN_REPLAY) return TB_OK;
+        if (!c->nn.stream) { c->nn.stream = c->stream; c->nn.blas = c->blas; }
+        tb_status s = tbn_run_node(&c->nn, g, n, bufs, st);
+        if (s != TB_OK && c->nn_mode == RUN_CAPTURE) nn_capture_abort(c);
+        return s;
+    }
     int last = n == &g->nodes[g->n_nodes - 1];
     if (c->mode == RUN_REPLAY) return last ? graph_finish(c) : TB_OK;
     tb_status s = run_node_eager(c, g, n, bufs, st);
@@ -1011,12 +1057,144 @@ static tb_status run_node_op(cuda_ctx *c, const tb_graph *g, const tb_node *n, v
     }
 }
 
+/* ---------------------------------------------------------------- general engines */
+
+static tb_status cuda_upload(tb_backend *b, void *dst, const void *src, size_t bytes) {
+    cuda_ctx *c = b->ctx;
+    if (!bytes) return TB_OK;
+    CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream), "copying to the device");
+    CU_TRY(cudaStreamSynchronize(c->stream), "copying to the device");
+    return TB_OK;
+}
+
+static tb_status cuda_download(tb_backend *b, void *dst, const void *src, size_t bytes) {
+    cuda_ctx *c = b->ctx;
+    if (!bytes) return TB_OK;
+    CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream), "copying from the device");
+    CU_TRY(cudaStreamSynchronize(c->stream), "copying from the device");
+    return TB_OK;
+}
+
+static uint64_t mix(uint64_t h, uint64_t v) {
+    h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+    return h * 0xff51afd7ed558ccdull;
+}
+
+/* Everything a captured run bakes in: every value's buffer, dtype and
+ * dims, which values the host computed and their contents (shapes, axes,
+ * starts, ... that kernels took as arguments). Inputs' host data and
+ * weights are not hashed: their device copies are what the kernels read. */
+static uint64_t nn_run_key(const tb_graph *g, void *const *bufs, const tb_step *st) {
+    uint64_t h = 0x243f6a8885a308d3ull;
+    for (int v = 0; v < g->n_values; v++) {
+        const tb_view *w = &st->views[v];
+        h = mix(h, (uint64_t)(uintptr_t)bufs[v]);
+        h = mix(h, (uint64_t)w->dtype << 8 | (uint64_t)w->rank);
+        for (int d = 0; d < w->rank; d++) h = mix(h, (uint64_t)w->dims[d]);
+        if (g->values[v].kind != TB_VAL_ACT) continue;
+        h = mix(h, w->data != NULL);
+        if (!w->data) continue;
+        int64_t n = 1;
+        for (int d = 0; d < w->rank; d++) n *= w->dims[d];
+        size_t bytes = (size_t)n * (w->dtype == TB_I64 || w->dtype == TB_F64 ? 8 : w->dtype == TB_F32 || w->dtype == TB_I32 ? 4
+                                    : w->dtype == TB_F16 || w->dtype == TB_BF16 ? 2 : 1);
+        const uint8_t *p = w->data;
+        size_t i = 0;
+        for (; i + 8 <= bytes; i += 8) {
+            uint64_t u;
+            memcpy(&u, p + i, 8);
+            h = mix(h, u);
+        }
+        for (; i < bytes; i++) h = mix(h, p[i]);
+    }
+    return h;
+}
+
+static void nn_capture_abort(cuda_ctx *c) {
+    cudaGraph_t gr = NULL;
+    cudaStreamEndCapture(c->stream, &gr);
+    if (gr) cudaGraphDestroy(gr);
+    cudaGetLastError();
+    if (c->nn_cur) c->nn_cur->failed = 1;
+    c->nn_cur = NULL;
+    c->nn_mode = RUN_EAGER;
+}
+
+static tb_status cuda_run_begin(tb_backend *b, const tb_graph *g, void *const *bufs, const tb_step *st) {
+    cuda_ctx *c = b->ctx;
+    if (c->nn_mode == RUN_CAPTURE) nn_capture_abort(c); /* a run that never ended */
+    c->nn_mode = RUN_EAGER;
+    c->nn_cur = NULL;
+    if (!c->use_graphs || !st || !st->views) return TB_OK;
+    if (c->nn.grew) { /* scratch moved: every capture points at freed memory */
+        for (int i = 0; i < c->n_nn_graphs; i++)
+            if (c->nn_graphs[i].exec) {
+                cudaGraphExecDestroy(c->nn_graphs[i].exec);
+                c->nn_graphs[i].exec = NULL;
+            }
+        c->nn.grew = 0;
+    }
+    uint64_t key = nn_run_key(g, bufs, st);
+    nn_graph *e = NULL;
+    for (int i = 0; i < c->n_nn_graphs && !e; i++)
+        if (c->nn_graphs[i].key == key) e = &c->nn_graphs[i];
+    if (!e) { /* a new key: a free slot, else round robin */
+        if (c->n_nn_graphs < MAX_NN_GRAPHS) {
+            e = &c->nn_graphs[c->n_nn_graphs++];
+        } else {
+            e = &c->nn_graphs[c->nn_next];
+            c->nn_next = (c->nn_next + 1) % MAX_NN_GRAPHS;
+            if (e->exec) cudaGraphExecDestroy(e->exec);
+        }
+        memset(e, 0, sizeof *e);
+        e->key = key;
+    }
+    if (e->failed) return TB_OK;
+    c->nn_cur = e;
+    if (e->exec) {
+        c->nn_mode = RUN_REPLAY;
+    } else if (e->runs >= 1) {
+        CU_TRY(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeRelaxed), "begin graph capture");
+        c->nn_mode = RUN_CAPTURE;
+    } else {
+        e->runs++;
+    }
+    return TB_OK;
+}
+
+static tb_status cuda_run_end(tb_backend *b, const tb_graph *g, void *const *bufs, const tb_step *st) {
+    (void)g; (void)bufs; (void)st;
+    cuda_ctx *c = b->ctx;
+    nn_graph *e = c->nn_cur;
+    int mode = c->nn_mode;
+    c->nn_mode = RUN_EAGER;
+    c->nn_cur = NULL;
+    if (mode == RUN_EAGER || !e) return TB_OK;
+    if (mode == RUN_CAPTURE) {
+        cudaGraph_t gr = NULL;
+        cudaError_t err = cudaStreamEndCapture(c->stream, &gr);
+        if (err == cudaSuccess && c->nn.grew) err = cudaErrorInvalidValue; /* scratch moved while capturing */
+        if (err == cudaSuccess) err = cudaGraphInstantiate(&e->exec, gr, 0);
+        if (gr) cudaGraphDestroy(gr);
+        if (err != cudaSuccess) {
+            cudaGetLastError();
+            e->failed = 1;
+            e->exec = NULL;
+            return cuda_fail(err, "capturing the run as a CUDA graph (it runs eagerly from now on; run it again)");
+        }
+    }
+    CU_TRY(cudaGraphLaunch(e->exec, c->stream), "graph launch");
+    return TB_OK;
+}
+
 static void cuda_destroy(tb_backend *b) {
     cuda_ctx *c = b->ctx;
     if (!c) return;
     cudaSetDevice(c->device);
     if (c->stream) cudaStreamSynchronize(c->stream);
     graphs_clear(c);
+    nn_graphs_clear(c);
+    tbn_ctx_free(&c->nn);
     if (c->blas) cublasDestroy(c->blas);
     cudaFree(c->weights);
     cudaFree(c->xconv);
@@ -1118,6 +1296,10 @@ static const tb_backend_i cuda_iface = {
     .run_node = cuda_run_node,
     .read_output = cuda_read_output,
     .sample = cuda_sample,
+    .upload = cuda_upload,
+    .download = cuda_download,
+    .run_begin = cuda_run_begin,
+    .run_end = cuda_run_end,
     .destroy = cuda_destroy,
     .tune = cuda_tune,
 };

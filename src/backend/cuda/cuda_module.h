@@ -32,11 +32,12 @@
 #include <stdarg.h>
 
 #include "backend/backend.h"
+#include "ir/nn_shape.h"
 
 #define TB_CUDA_MODULE_FILE "libturbine_cuda.so"
 #define TB_CUDA_MODULE_ENTRY "tb_cuda_module_init"
 /* bump when a function of either table changes meaning */
-#define TB_CUDA_MODULE_VERSION 1
+#define TB_CUDA_MODULE_VERSION 2
 
 /* The core functions the module calls, as the host has them. */
 typedef struct {
@@ -49,6 +50,12 @@ typedef struct {
     int64_t (*value_numel)(const tb_graph *g, const tb_value *v, const int64_t *symval);
     int64_t (*step_rows)(const tb_graph *g, int v, const tb_step *st);
     void (*backend_free)(tb_backend *b);
+    /* the general ops' geometry (ir/nn_shape.h), one definition for every
+     * backend */
+    tb_status (*nn_transpose_perm)(const tb_node *n, int rank, int *perm);
+    tb_status (*nn_slice_plan)(const tb_view *in, int n_in, const tb_view *out, int64_t *base, int64_t *strides);
+    void (*nn_broadcast_strides)(const tb_view *x, const tb_view *out, int64_t *strides);
+    tb_status (*nn_pool_geom)(const tb_node *n, const tb_view *x, tb_nn_conv_geom *g);
 } tb_cuda_host_api;
 
 /* What the module offers: backend.c's four CUDA entry points. */

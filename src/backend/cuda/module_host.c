@@ -41,6 +41,14 @@ int64_t tb_value_numel(const tb_graph *g, const tb_value *v, const int64_t *symv
 }
 int64_t tb_step_rows(const tb_graph *g, int v, const tb_step *st) { return host.step_rows(g, v, st); }
 void tb_backend_free(tb_backend *b) { host.backend_free(b); }
+tb_status tb_nn_transpose_perm(const tb_node *n, int rank, int *perm) { return host.nn_transpose_perm(n, rank, perm); }
+tb_status tb_nn_slice_plan(const tb_view *in, int n_in, const tb_view *out, int64_t *base, int64_t *strides) {
+    return host.nn_slice_plan(in, n_in, out, base, strides);
+}
+void tb_nn_broadcast_strides(const tb_view *x, const tb_view *out, int64_t *strides) {
+    host.nn_broadcast_strides(x, out, strides);
+}
+tb_status tb_nn_pool_geom(const tb_node *n, const tb_view *x, tb_nn_conv_geom *g) { return host.nn_pool_geom(n, x, g); }
 
 __attribute__((visibility("default"))) uint64_t tb_cuda_module_init(const tb_cuda_host_api *h,
                                                                     tb_cuda_module_api *out) {
