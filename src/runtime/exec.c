@@ -295,6 +295,10 @@ tb_status tb_exec_run(tb_exec *x, const tb_tensor *inputs, int n_in, tb_tensor *
     tb_step st;
     memset(&st, 0, sizeof st);
     st.views = x->views;
+    /* a backend may record the run (a CUDA graph) and replay it for a shape
+     * it has seen; not while per-node times are taken */
+    int hooks = x->b->iface->run_begin && x->b->iface->run_end && !x->profiling;
+    if (hooks) TB_TRY(x->b->iface->run_begin(x->b, g, x->bufs, &st));
     for (int k = 0; k < g->n_nodes; k++) {
         const tb_node *n = &g->nodes[k];
         if (x->views[n->out[0]].data) continue; /* computed on the host while planning */
@@ -302,8 +306,14 @@ tb_status tb_exec_run(tb_exec *x, const tb_tensor *inputs, int n_in, tb_tensor *
         tb_status s = x->b->iface->run_node(x->b, g, n, x->bufs, &st);
         if (s != TB_OK)
             return tb_error_prefix(s, "node %d (%s, output %s)", k, tb_op_name(n->op), g->values[n->out[0]].name);
-        if (x->profiling) x->node_seconds[k] += tb_now() - t0;
+        if (x->profiling) {
+            /* a device runs asynchronously: wait for the node (a copy of
+             * nothing synchronises the backend's stream) */
+            if (device && (s = x->b->iface->download(x->b, NULL, NULL, 0)) != TB_OK) return s;
+            x->node_seconds[k] += tb_now() - t0;
+        }
     }
+    if (hooks) TB_TRY(x->b->iface->run_end(x->b, g, x->bufs, &st));
     if (x->profiling) x->n_runs_profiled++;
     for (int i = 0; i < n_out; i++) {
         int v = g->outputs[i];
