@@ -3,7 +3,10 @@
  * (backend/cpu/sgemm.c, nn_conv.c) against the machine's FMA peak, measured
  * here with a register-resident FMA loop on 1 and n threads.
  *
- *   nn_bench [-t threads] [-r seconds per case] [-f filter] [-v]
+ *   nn_bench [-t threads] [-r seconds per case] [-f filter] [-c]
+ *
+ * -c times by the calling thread's CPU time instead of the wall clock
+ * (with -t 1: what the kernel costs when the core is not shared).
  *
  * Cases: sgemm shapes of BERT-base (128 x 768 x 768, x3072), a square
  * 1024^3, batch-8 versions, then ResNet-18's conv layers at 224x224, batch 1,
@@ -12,6 +15,7 @@
  */
 #include <immintrin.h>
 #include <math.h>
+#include <time.h>
 
 #include "backend/cpu/nn.h"
 
@@ -69,8 +73,10 @@ static void peak_run(void *arg, int ith, int nth) {
 /* GFLOP/s of the FMA loop on nth threads (the sum of each thread's rate) */
 static double peak_gflops(tb_pool *pool, int wide) {
     double best = 0;
-    for (int rep = 0; rep < 5; rep++) {
-        peak_job j = {wide, 20000000, {0}, 0};
+    /* many short runs (about 1 ms each): on a shared machine some of them
+     * run without being preempted, as the short GEMM cases do */
+    for (int rep = 0; rep < 400; rep++) {
+        peak_job j = {wide, 100000, {0}, 0};
         if (pool) tb_pool_run(pool, peak_run, &j);
         else peak_run(&j, 0, 1);
         int nth = pool ? tb_pool_size(pool) : 1;
@@ -84,6 +90,16 @@ static double peak_gflops(tb_pool *pool, int wide) {
 /* ---------------------------------------------------------------- timing */
 
 static double opt_seconds = 0.5;
+static int opt_cpu_time = 0;
+
+/* wall time, or with -c the calling thread's CPU time: on a shared machine
+ * that leaves out the time other processes held the core (-t 1 only) */
+static double now_s(void) {
+    if (!opt_cpu_time) return tb_now();
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 static const char *opt_filter = NULL;
 
 static void fill(float *p, size_t n, uint64_t seed) {
@@ -109,9 +125,9 @@ static void time_case(case_fn fn, void *arg, double *best, double *median) {
     fn(arg); /* warm: packing buffers, scratch, pages */
     double start = tb_now();
     while (n < 256 && (n < 3 || tb_now() - start < opt_seconds)) {
-        double t0 = tb_now();
+        double t0 = now_s();
         fn(arg);
-        t[n++] = tb_now() - t0;
+        t[n++] = now_s() - t0;
     }
     qsort(t, (size_t)n, sizeof t[0], cmp_d);
     *best = t[0];
@@ -207,15 +223,18 @@ static void op_case_run(const char *name, op_case *o, double flop) {
 
 /* a ResNet-18 conv: x (1, c, h, h), w (m, c, k, k), stride s, pad p, with
  * bias and relu (the fused form the passes make) */
-static void bench_conv(tb_pool *pool, const char *what, int64_t c, int64_t h, int64_t m, int k, int s, int p) {
+static void bench_conv1(tb_pool *pool, const char *what, int64_t c, int64_t h, int64_t m, int k, int s, int p,
+                        int tactic) {
+    static const char *tn[] = {"", " im2col", " winograd"};
     char name[96];
-    snprintf(name, sizeof name, "conv %s %lld->%lld %dx%d/%d %lldx%lld", what, (long long)c, (long long)m, k, k, s,
-             (long long)h, (long long)h);
+    snprintf(name, sizeof name, "conv %s %lld->%lld %dx%d/%d %lldx%lld%s", what, (long long)c, (long long)m, k, k, s,
+             (long long)h, (long long)h, tn[tactic]);
     if (!wanted(name)) return;
     op_case o;
     memset(&o, 0, sizeof o);
     o.ctx.pool = pool;
     o.n.op = TB_OP_CONV;
+    o.n.tactic = tactic;
     o.n.i[0] = 1;
     o.n.i[1] = o.n.i[2] = s;
     o.n.i[3] = o.n.i[4] = o.n.i[5] = o.n.i[6] = p;
@@ -228,6 +247,16 @@ static void bench_conv(tb_pool *pool, const char *what, int64_t c, int64_t h, in
     view_alloc(&o.in[2], 1, (const int64_t[]){m}, 3);
     int64_t oh = (h + 2 * p - k) / s + 1;
     op_case_run(name, &o, 2.0 * m * c * k * k * oh * oh);
+}
+
+/* 3x3 stride-1 convs by both tactics, the others by the kernel's choice */
+static void bench_conv(tb_pool *pool, const char *what, int64_t c, int64_t h, int64_t m, int k, int s, int p) {
+    if (k == 3 && s == 1) {
+        bench_conv1(pool, what, c, h, m, k, s, p, 1);
+        bench_conv1(pool, what, c, h, m, k, s, p, 2);
+    } else {
+        bench_conv1(pool, what, c, h, m, k, s, p, 0);
+    }
 }
 
 static void bench_sdpa(tb_pool *pool, int64_t B, int64_t H, int64_t S, int64_t D) {
@@ -251,13 +280,18 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-r") && i + 1 < argc) opt_seconds = atof(argv[++i]);
         else if (!strcmp(argv[i], "-f") && i + 1 < argc) opt_filter = argv[++i];
         else if (!strcmp(argv[i], "-v")) verbose = 1;
+        else if (!strcmp(argv[i], "-c")) opt_cpu_time = 1;
         else {
-            fprintf(stderr, "usage: nn_bench [-t threads] [-r seconds] [-f filter] [-v]\n");
+            fprintf(stderr, "usage: nn_bench [-t threads] [-r seconds] [-f filter] [-c]\n");
             return 2;
         }
     }
     (void)verbose;
     tb_pool *pool = NULL;
+    if (opt_cpu_time && threads > 1) {
+        fprintf(stderr, "nn_bench: -c needs -t 1\n");
+        return 2;
+    }
     if (threads > 1 && tb_pool_create(threads, &pool) != TB_OK) {
         fprintf(stderr, "nn_bench: %s\n", tb_last_error());
         return 1;

@@ -395,7 +395,7 @@ static T512 void epi_avx512(float *c, int64_t ldc, int64_t i0, int64_t j0, int m
 
 static const sgemm_isa isa_generic = {"generic", G_MR, G_NR, 256, 64, 1024, micro_generic, epi_generic};
 static const sgemm_isa isa_avx2 = {"avx2", A2_MR, A2_NR, 256, 72, 2048, micro_avx2, epi_avx2};
-static const sgemm_isa isa_avx512 = {"avx512", A5_MR, A5_NR, 256, 144, 2048, micro_avx512, epi_avx512};
+static const sgemm_isa isa_avx512 = {"avx512", A5_MR, A5_NR, 256, 144, 1024, micro_avx512, epi_avx512};
 
 static const sgemm_isa *isa_get(void) {
     uint32_t f = tb_cpu_features();
@@ -404,6 +404,35 @@ static const sgemm_isa *isa_get(void) {
 }
 
 /* ---------------------------------------------------------------- packing */
+
+/* AVX-512 packing by gathers: one (strided) column of MR rows of A, or of
+ * 16 rows of a (N, K) B, per instruction. Strides must fit the int32
+ * indices (checked by the callers). */
+static T512 void pack_a_rows512(const float *A, int64_t lda, int mr, int kc, float *d) {
+    __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0, 0, 0, 0),
+                                     _mm512_set1_epi32((int)lda));
+    __mmask16 rows = (__mmask16)((1u << mr) - 1);
+    for (int k = 0; k < kc; k++) {
+        __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), rows, idx, A + k, 4);
+        _mm512_mask_storeu_ps(d + (size_t)k * A5_MR, 0x0fff, v);
+    }
+}
+
+static T512 void pack_bt_cols512(const float *B, int64_t ldb, int nr, int kc, float *d) {
+    __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                     _mm512_set1_epi32((int)ldb));
+    __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
+    __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : nr <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nr - 16)) - 1);
+    const float *B1 = B + 16 * ldb;
+    for (int k = 0; k < kc; k++) {
+        __m512 v0 = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m0, idx, B + k, 4);
+        __m512 v1 = m1 ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m1, idx, B1 + k, 4) : _mm512_setzero_ps();
+        _mm512_store_ps(d + (size_t)k * A5_NR, v0);
+        _mm512_store_ps(d + (size_t)k * A5_NR + 16, v1);
+    }
+}
+
+static int gather_ok(int64_t ld) { return ld > 0 && ld <= (int64_t)(INT32_MAX / 4 / 16); }
 
 /* A block rows [i0, i0 + mc) x k [k0, k0 + kc) into (MR, kc) panels [k][MR],
  * rows past mc zero. */
@@ -419,6 +448,8 @@ static void pack_a(int ta, const float *A, int64_t lda, int64_t i0, int mc, int6
                 for (; r < mr; r++) dk[r] = s[r];
                 for (; r < MR; r++) dk[r] = 0.0f;
             }
+        } else if (MR == A5_MR && gather_ok(lda) && isa_get() == &isa_avx512) {
+            pack_a_rows512(A + (i0 + p) * lda + k0, lda, mr, kc, d);
         } else {
             for (int r = 0; r < mr; r++) {
                 const float *s = A + (i0 + p + r) * lda + k0;
@@ -448,6 +479,8 @@ static void pack_b(int tb, const float *B, int64_t ldb, int64_t k0, int kc, int6
                     for (; j < NR; j++) dk[j] = 0.0f;
                 }
             }
+        } else if (NR == A5_NR && gather_ok(ldb) && isa_get() == &isa_avx512) {
+            pack_bt_cols512(B + (j0 + q) * ldb + k0, ldb, nr, kc, d);
         } else {
             /* (N, K) storage: 8 columns at a time, reading rows of B */
             int j = 0;
