@@ -124,7 +124,7 @@ static void dw_run(void *arg, int ith, int nth) {
 
 /* whether Winograd F(2x2, 3x3) pays for this geometry */
 static int conv_use_winograd(const tb_nn_conv_geom *g) {
-    return g->c >= 16 && g->m >= 16 && g->oh * g->ow >= 16;
+    return g->c >= 16 && g->m >= 16 && ((g->oh + 1) / 2) * ((g->ow + 1) / 2) >= 32;
 }
 
 static tb_status conv_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view *in, int n_in, const tb_view *out,

@@ -6,7 +6,9 @@
  *   generic   4 x 8  (plain C, for CPUs without AVX2)
  * Loops, outer to inner: jc over N by NC, pc over K by KC (B block packed:
  * (KC, NR) micro-panels that stay in L1 while the kernel walks the rows),
- * ic over M by MC (A block packed: (MR, KC) micro-panels, the block in L2),
+ * ic over M by MC (A block packed: (MR, KC) micro-panels, the block in L2;
+ * the AVX-512 kernel takes them as rows, [MR][KC], so packing A is a copy:
+ * a transposing pack cost as much as the products when N is small),
  * then jr over NR and ir over MR. The threads of the pool take disjoint
  * ranges of N (or of M when N has too few tiles), each with its own packing
  * buffers (per-thread, freed at thread exit). The epilogue (bias, activation,
@@ -273,16 +275,19 @@ static T512 void micro_avx512(int64_t kc, const float *pa, const float *pb, floa
     __m512 acc0[A5_MR], acc1[A5_MR];
 #pragma GCC unroll 12
     for (int i = 0; i < A5_MR; i++) acc0[i] = acc1[i] = _mm512_setzero_ps();
+    /* A is a row panel [MR][kc] (packing is a copy of rows); three row
+     * pointers with offsets 0, kc, 2 kc, 3 kc each cover the 12 rows */
+    const float *r0 = pa, *r4 = pa + 4 * kc, *r8 = pa + 8 * kc;
     for (int64_t k = 0; k < kc; k++) {
         __m512 b0 = _mm512_load_ps(pb), b1 = _mm512_load_ps(pb + 16);
         _mm_prefetch((const char *)(pb + 8 * A5_NR), _MM_HINT_T0);
 #pragma GCC unroll 12
         for (int i = 0; i < A5_MR; i++) {
-            __m512 a = _mm512_set1_ps(pa[i]);
+            const float *r = i < 4 ? r0 : i < 8 ? r4 : r8;
+            __m512 a = _mm512_set1_ps(r[(i & 3) * kc + k]);
             acc0[i] = _mm512_fmadd_ps(a, b0, acc0[i]);
             acc1[i] = _mm512_fmadd_ps(a, b1, acc1[i]);
         }
-        pa += A5_MR;
         pb += A5_NR;
     }
     __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
@@ -396,6 +401,8 @@ static T512 void epi_avx512(float *c, int64_t ldc, int64_t i0, int64_t j0, int m
 static const sgemm_isa isa_generic = {"generic", G_MR, G_NR, 256, 64, 1024, micro_generic, epi_generic};
 static const sgemm_isa isa_avx2 = {"avx2", A2_MR, A2_NR, 256, 72, 2048, micro_avx2, epi_avx2};
 static const sgemm_isa isa_avx512 = {"avx512", A5_MR, A5_NR, 256, 144, 1024, micro_avx512, epi_avx512};
+/* the AVX-512 kernel reads A as row panels [MR][kc], the others as [kc][MR] */
+#define ROW_PANELS(isa) ((isa) == &isa_avx512)
 
 static const sgemm_isa *isa_get(void) {
     uint32_t f = tb_cpu_features();
@@ -405,19 +412,8 @@ static const sgemm_isa *isa_get(void) {
 
 /* ---------------------------------------------------------------- packing */
 
-/* AVX-512 packing by gathers: one (strided) column of MR rows of A, or of
- * 16 rows of a (N, K) B, per instruction. Strides must fit the int32
- * indices (checked by the callers). */
-static T512 void pack_a_rows512(const float *A, int64_t lda, int mr, int kc, float *d) {
-    __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 0, 0, 0, 0),
-                                     _mm512_set1_epi32((int)lda));
-    __mmask16 rows = (__mmask16)((1u << mr) - 1);
-    for (int k = 0; k < kc; k++) {
-        __m512 v = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), rows, idx, A + k, 4);
-        _mm512_mask_storeu_ps(d + (size_t)k * A5_MR, 0x0fff, v);
-    }
-}
-
+/* AVX-512 packing of a (N, K) B by gathers: one (strided) column of 16 rows
+ * per instruction. The stride must fit the int32 indices (gather_ok). */
 static T512 void pack_bt_cols512(const float *B, int64_t ldb, int nr, int kc, float *d) {
     __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                      _mm512_set1_epi32((int)ldb));
@@ -434,13 +430,22 @@ static T512 void pack_bt_cols512(const float *B, int64_t ldb, int nr, int kc, fl
 
 static int gather_ok(int64_t ld) { return ld > 0 && ld <= (int64_t)(INT32_MAX / 4 / 16); }
 
-/* A block rows [i0, i0 + mc) x k [k0, k0 + kc) into (MR, kc) panels [k][MR],
- * rows past mc zero. */
-static void pack_a(int ta, const float *A, int64_t lda, int64_t i0, int mc, int64_t k0, int kc, int MR, float *dst) {
+/* A block rows [i0, i0 + mc) x k [k0, k0 + kc) into (MR, kc) panels, [k][MR]
+ * or with `rows` [MR][kc]; rows past mc zero. */
+static void pack_a(int ta, const float *A, int64_t lda, int64_t i0, int mc, int64_t k0, int kc, int MR, int rows,
+                   float *dst) {
     for (int p = 0; p < mc; p += MR) {
         int mr = mc - p < MR ? mc - p : MR;
         float *d = dst + (size_t)p * kc;
-        if (ta) {
+        if (rows) { /* [MR][kc]: rows of A copied, or gathered when A is stored (K, M) */
+            for (int r = 0; r < mr; r++) {
+                float *dr = d + (size_t)r * kc;
+                if (!ta) memcpy(dr, A + (i0 + p + r) * lda + k0, sizeof(float) * (size_t)kc);
+                else
+                    for (int k = 0; k < kc; k++) dr[k] = A[(k0 + k) * lda + i0 + p + r];
+            }
+            if (mr < MR) memset(d + (size_t)mr * kc, 0, sizeof(float) * (size_t)(MR - mr) * (size_t)kc);
+        } else if (ta) {
             for (int k = 0; k < kc; k++) {
                 const float *s = A + (k0 + k) * lda + i0 + p;
                 float *dk = d + (size_t)k * MR;
@@ -448,8 +453,6 @@ static void pack_a(int ta, const float *A, int64_t lda, int64_t i0, int mc, int6
                 for (; r < mr; r++) dk[r] = s[r];
                 for (; r < MR; r++) dk[r] = 0.0f;
             }
-        } else if (MR == A5_MR && gather_ok(lda) && isa_get() == &isa_avx512) {
-            pack_a_rows512(A + (i0 + p) * lda + k0, lda, mr, kc, d);
         } else {
             for (int r = 0; r < mr; r++) {
                 const float *s = A + (i0 + p + r) * lda + k0;
@@ -550,7 +553,7 @@ static void sgemm_block(const sgemm_job *j, int64_t m0, int64_t m1, int64_t n0, 
             pack_b(j->tb, j->B, j->ldb, pc, kc, jc, nc, s->nr, pb);
             for (int64_t ic = m0; ic < m1; ic += mcb) {
                 int mc = (int)(m1 - ic < mcb ? m1 - ic : mcb);
-                pack_a(j->ta, j->A, j->lda, ic, mc, pc, kc, s->mr, pa);
+                pack_a(j->ta, j->A, j->lda, ic, mc, pc, kc, s->mr, ROW_PANELS(s), pa);
                 for (int jr = 0; jr < nc; jr += s->nr) {
                     int nr = nc - jr < s->nr ? nc - jr : s->nr;
                     for (int ir = 0; ir < mc; ir += s->mr) {

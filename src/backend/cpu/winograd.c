@@ -4,12 +4,15 @@
  * instead of 36, done as 16 GEMMs
  *   M[xi] (M, tiles) = U[xi] (M, C) x V[xi] (C, tiles),  xi in 4x4
  * with U = G g G^T (the weights, transformed once and cached by the weight
- * buffer's address, shape and content hash: weights are constant, but a
- * buffer may be freed and reused) and V = B^T d B (the input, per call), then
- * y = A^T M A with the fused epilogue.
+ * buffer's address, shape and a sampled content hash: weights are constant,
+ * but a buffer may be freed and reused) and V = B^T d B (the input, per
+ * call), then y = A^T M A with the fused epilogue applied per output plane
+ * while it is in cache. With AVX-512 the transforms work on 16 tiles of a
+ * tile row per vector; the scalar forms serve the other ISAs.
  */
 #include "backend/cpu/nn_conv_impl.h"
 
+#include <immintrin.h>
 #include <pthread.h>
 
 /* ---------------------------------------------------------------- weight cache */
@@ -50,12 +53,25 @@ static void weights_transform(const float *w, int64_t M, int64_t C, float *u) {
         }
 }
 
+/* A hash of the weights' ends and of 1024 samples between them: enough to
+ * tell a reused buffer holding other weights, at a cost independent of
+ * their size (hashing all of a 512x512x3x3 conv costs as much as it). */
+static uint64_t weights_hash(const float *w, size_t n) {
+    float s[1024 + 512];
+    size_t k = 0;
+    size_t ends = n < 256 ? n : 256;
+    for (size_t i = 0; i < ends; i++) s[k++] = w[i];
+    for (size_t i = 0; i < ends; i++) s[k++] = w[n - 1 - i];
+    for (size_t i = 0; i < 1024 && n > 0; i++) s[k++] = w[i * n / 1024];
+    return tb_hash64(s, sizeof(float) * k) ^ (uint64_t)n;
+}
+
 /* The transformed weights of w, from the cache or made now; NULL on OOM. The
  * entry stays valid while this call runs: entries are replaced only by the
  * least recently used rule, and one conv uses one at a time per thread of
  * the calling executor (callers do not run two convs at once on one ctx). */
 static const float *weights_get(const float *w, int64_t M, int64_t C) {
-    uint64_t h = tb_hash64(w, sizeof(float) * (size_t)(M * C * 9));
+    uint64_t h = weights_hash(w, (size_t)(M * C * 9));
     pthread_mutex_lock(&wcache_lock);
     wcache_entry *hit = NULL, *victim = &wcache[0];
     for (int i = 0; i < WCACHE_SLOTS; i++) {
@@ -86,6 +102,10 @@ typedef struct {
     const float *mx;    /* (16, M, T) */
     float *y;           /* (M, oh, ow) of one image */
     int64_t th, tw, T;
+    float *pad;         /* per thread: one zero-padded input plane (AVX-512 path) */
+    int64_t hp, wp;     /* its rows and row stride */
+    const tb_cpu_sgemm_epi *e; /* the epilogue, applied per output plane */
+    int wide;           /* AVX-512 transforms */
 } wino_job;
 
 /* V[xi][c][t] = (B^T d B)[xi], d the 4x4 input patch at (2 ty - pt, 2 tx - pl) */
@@ -151,14 +171,125 @@ static void output_transform(const wino_job *j, int64_t m0, int64_t m1) {
     }
 }
 
+
+/* ---- AVX-512 transforms: 16 tiles of a tile row per vector */
+
+#define W512 __attribute__((target("avx512f,avx2,fma")))
+
+static W512 void input_transform512(const wino_job *j, int64_t c0, int64_t c1, float *P) {
+    const tb_nn_conv_geom *g = j->g;
+    size_t plane = (size_t)(g->c * j->T);
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    for (int64_t c = c0; c < c1; c++) {
+        /* the plane with its pads, zero outside the image */
+        const float *xc = j->x + c * g->h * g->w;
+        memset(P, 0, sizeof(float) * (size_t)(j->hp * j->wp));
+        for (int64_t yy = 0; yy < g->h; yy++) {
+            int64_t py = yy + g->pt;
+            if (py >= j->hp) break;
+            int64_t n = g->w;
+            if (g->pl + n > j->wp) n = j->wp - g->pl;
+            memcpy(P + py * j->wp + g->pl, xc + yy * g->w, sizeof(float) * (size_t)n);
+        }
+        for (int64_t ty = 0; ty < j->th; ty++) {
+            const float *r0 = P + 2 * ty * j->wp;
+            for (int64_t tx = 0; tx < j->tw; tx += 16) {
+                __m512 d[4][4];
+                for (int i = 0; i < 4; i++) {
+                    const float *p = r0 + i * j->wp + 2 * tx;
+                    __m512 a0 = _mm512_loadu_ps(p), a1 = _mm512_loadu_ps(p + 16);
+                    __m512 b0 = _mm512_loadu_ps(p + 2), b1 = _mm512_loadu_ps(p + 18);
+                    d[i][0] = _mm512_permutex2var_ps(a0, ev, a1);
+                    d[i][1] = _mm512_permutex2var_ps(a0, od, a1);
+                    d[i][2] = _mm512_permutex2var_ps(b0, ev, b1);
+                    d[i][3] = _mm512_permutex2var_ps(b0, od, b1);
+                }
+                __m512 t[4][4];
+                for (int k = 0; k < 4; k++) {
+                    t[0][k] = _mm512_sub_ps(d[0][k], d[2][k]);
+                    t[1][k] = _mm512_add_ps(d[1][k], d[2][k]);
+                    t[2][k] = _mm512_sub_ps(d[2][k], d[1][k]);
+                    t[3][k] = _mm512_sub_ps(d[1][k], d[3][k]);
+                }
+                int64_t left = j->tw - tx;
+                __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+                float *v = j->v + (size_t)(c * j->T + ty * j->tw + tx);
+                for (int i = 0; i < 4; i++) {
+                    _mm512_mask_storeu_ps(v + (size_t)(i * 4 + 0) * plane, m, _mm512_sub_ps(t[i][0], t[i][2]));
+                    _mm512_mask_storeu_ps(v + (size_t)(i * 4 + 1) * plane, m, _mm512_add_ps(t[i][1], t[i][2]));
+                    _mm512_mask_storeu_ps(v + (size_t)(i * 4 + 2) * plane, m, _mm512_sub_ps(t[i][2], t[i][1]));
+                    _mm512_mask_storeu_ps(v + (size_t)(i * 4 + 3) * plane, m, _mm512_sub_ps(t[i][1], t[i][3]));
+                }
+            }
+        }
+    }
+}
+
+static W512 void output_transform512(const wino_job *j, int64_t m0, int64_t m1) {
+    const tb_nn_conv_geom *g = j->g;
+    size_t plane = (size_t)(g->m * j->T);
+    const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    for (int64_t m = m0; m < m1; m++) {
+        float *ym = j->y + m * g->oh * g->ow;
+        const float *mm = j->mx + (size_t)(m * j->T);
+        for (int64_t ty = 0; ty < j->th; ty++)
+            for (int64_t tx = 0; tx < j->tw; tx += 16) {
+                int64_t left = j->tw - tx;
+                __mmask16 tm = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+                const float *src = mm + ty * j->tw + tx;
+                __m512 a[16];
+                for (int xi = 0; xi < 16; xi++) a[xi] = _mm512_maskz_loadu_ps(tm, src + (size_t)xi * plane);
+                for (int i = 0; i < 2; i++) {
+                    int64_t oy = 2 * ty + i;
+                    if (oy >= g->oh) break;
+                    __m512 r[4];
+                    for (int k = 0; k < 4; k++)
+                        r[k] = i == 0 ? _mm512_add_ps(_mm512_add_ps(a[k], a[4 + k]), a[8 + k])
+                                      : _mm512_sub_ps(_mm512_sub_ps(a[4 + k], a[8 + k]), a[12 + k]);
+                    __m512 o0 = _mm512_add_ps(_mm512_add_ps(r[0], r[1]), r[2]);
+                    __m512 o1 = _mm512_sub_ps(_mm512_sub_ps(r[1], r[2]), r[3]);
+                    int64_t cols = g->ow - 2 * tx;
+                    if (cols > 32) cols = 32;
+                    __mmask16 k0 = cols >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << cols) - 1);
+                    __mmask16 k1 = cols >= 32 ? (__mmask16)0xffff : cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1);
+                    float *dst = ym + oy * g->ow + 2 * tx;
+                    _mm512_mask_storeu_ps(dst, k0, _mm512_permutex2var_ps(o0, lo, o1));
+                    if (k1) _mm512_mask_storeu_ps(dst + 16, k1, _mm512_permutex2var_ps(o0, hi, o1));
+                }
+            }
+        if (j->e) { /* the epilogue on the plane while it is in cache */
+            tb_cpu_sgemm_epi e = *j->e;
+            if (e.bias) e.bias += m;
+            if (e.res) e.res += m * g->oh * g->ow;
+            tb_cpu_nn_epilogue(ym, g->oh * g->ow, 1, g->oh * g->ow, &e);
+        }
+    }
+}
+
 static void input_run(void *arg, int ith, int nth) {
     wino_job *j = arg;
-    input_transform(j, j->g->c * ith / nth, j->g->c * (ith + 1) / nth);
+    int64_t c0 = j->g->c * ith / nth, c1 = j->g->c * (ith + 1) / nth;
+    if (j->wide) input_transform512(j, c0, c1, j->pad + (size_t)(j->hp * j->wp) * (size_t)ith);
+    else input_transform(j, c0, c1);
 }
 
 static void output_run(void *arg, int ith, int nth) {
     wino_job *j = arg;
-    output_transform(j, j->g->m * ith / nth, j->g->m * (ith + 1) / nth);
+    int64_t m0 = j->g->m * ith / nth, m1 = j->g->m * (ith + 1) / nth;
+    if (j->wide) {
+        output_transform512(j, m0, m1);
+        return;
+    }
+    output_transform(j, m0, m1);
+    if (j->e) {
+        int64_t ohw = j->g->oh * j->g->ow;
+        tb_cpu_sgemm_epi e = *j->e;
+        if (e.bias) e.bias += m0;
+        if (e.res) e.res += m0 * ohw;
+        tb_cpu_nn_epilogue(j->y + m0 * ohw, ohw, m1 - m0, ohw, &e);
+    }
 }
 
 tb_status tb_cpu_conv_winograd(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn_conv_geom *g, const float *x,
@@ -166,18 +297,39 @@ tb_status tb_cpu_conv_winograd(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn
     TB_ASSERT(g->kh == 3 && g->kw == 3 && g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 && g->group == 1);
     const float *u = weights_get(w, g->m, g->c);
     if (!u) return tb_errorf(TB_ERR_OOM, "Conv: out of memory for Winograd weights");
-    wino_job j = {g, NULL, NULL, NULL, NULL, (g->oh + 1) / 2, (g->ow + 1) / 2, 0};
+    wino_job j;
+    memset(&j, 0, sizeof j);
+    j.g = g;
+    j.th = (g->oh + 1) / 2;
+    j.tw = (g->ow + 1) / 2;
     j.T = j.th * j.tw;
+    j.wide = (tb_cpu_features() & TB_CPU_AVX512F) != 0;
+    /* padded plane: rows of every tile, and columns of whole 16-tile groups
+     * plus the two the last tile reads past them */
+    j.hp = 2 * j.th + 2;
+    j.wp = (j.tw + 15) / 16 * 32 + 16;
+    int nth = ctx->pool ? tb_pool_size(ctx->pool) : 1;
     size_t vn = (size_t)(16 * g->c * j.T), mn = (size_t)(16 * g->m * j.T);
-    float *buf = tb_cpu_nn_scratch(ctx, sizeof(float) * (vn + mn));
+    size_t pn = j.wide ? (size_t)(j.hp * j.wp) * (size_t)nth : 0;
+    float *buf = tb_cpu_nn_scratch(ctx, sizeof(float) * (vn + mn + pn));
     if (!buf) return tb_errorf(TB_ERR_OOM, "Conv: out of memory for Winograd tiles");
     j.v = buf;
     j.mx = buf + vn;
-    int nth = ctx->pool ? tb_pool_size(ctx->pool) : 1;
+    j.pad = buf + vn + mn;
     int64_t ohw = g->oh * g->ow;
+    tb_cpu_sgemm_epi e = {0};
+    e.bias = bias;
+    e.bias_rs = 1;
+    e.ld_res = ohw;
+    e.act = n->i[10];
+    e.p0 = n->f[0];
+    e.p1 = n->f[1];
+    e.act_after_res = (n->i[11] & TB_NN_ACT_AFTER_RESIDUAL) != 0;
     for (int64_t b = 0; b < g->n; b++) {
         j.x = x + b * g->c * g->h * g->w;
         j.y = y + b * g->m * ohw;
+        e.res = res ? res + b * g->m * ohw : NULL;
+        j.e = e.bias || e.res || e.act ? &e : NULL;
         if (nth > 1) tb_pool_run(ctx->pool, input_run, &j);
         else input_run(&j, 0, 1);
         for (int xi = 0; xi < 16; xi++)
@@ -185,16 +337,6 @@ tb_status tb_cpu_conv_winograd(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn
                          j.T, 0.0f, (float *)j.mx + (size_t)xi * g->m * j.T, j.T, ctx->pool);
         if (nth > 1) tb_pool_run(ctx->pool, output_run, &j);
         else output_run(&j, 0, 1);
-        tb_cpu_sgemm_epi e = {0};
-        e.bias = bias;
-        e.bias_rs = 1;
-        e.res = res ? res + b * g->m * ohw : NULL;
-        e.ld_res = ohw;
-        e.act = n->i[10];
-        e.p0 = n->f[0];
-        e.p1 = n->f[1];
-        e.act_after_res = (n->i[11] & TB_NN_ACT_AFTER_RESIDUAL) != 0;
-        if (e.bias || e.res || e.act) tb_cpu_nn_epilogue(j.y, ohw, g->m, ohw, &e);
     }
     return TB_OK;
 }
