@@ -14,6 +14,7 @@
 #include "backend/cpu/nn.h"
 #include "backend/cpu/nn_conv_impl.h"
 
+#include <immintrin.h>
 #include <math.h>
 
 /* ---------------------------------------------------------------- shared */
@@ -36,7 +37,18 @@ typedef struct {
     const float *x; /* (cg, h, w) */
     float *col;
     int64_t rows;   /* cg kh kw */
+    int wide;       /* AVX-512 row copies */
 } im2col_job;
+
+/* d[0, n) = s[0], s[2], s[4], ... (a stride-2 row of im2col) */
+__attribute__((target("avx512f"))) static void copy_stride2_512(float *d, const float *s, int64_t n) {
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) /* reads s[2i, 2i + 30] only */
+        _mm512_storeu_ps(d + i, _mm512_permutex2var_ps(_mm512_loadu_ps(s + 2 * i), ev,
+                                                       _mm512_maskz_loadu_ps(0x7fff, s + 2 * i + 16)));
+    for (; i < n; i++) d[i] = s[2 * i];
+}
 
 static void im2col_rows(const im2col_job *j, int64_t r0, int64_t r1) {
     const tb_nn_conv_geom *g = j->g;
@@ -62,6 +74,7 @@ static void im2col_rows(const im2col_job *j, int64_t r0, int64_t r1) {
             const float *s = xc + iy * g->w + off;
             for (int64_t ox = 0; ox < lo; ox++) d[ox] = 0.0f;
             if (g->sw == 1) memcpy(d + lo, s + lo, sizeof(float) * (size_t)(hi - lo));
+            else if (g->sw == 2 && j->wide) copy_stride2_512(d + lo, s + 2 * lo, hi - lo);
             else
                 for (int64_t ox = lo; ox < hi; ox++) d[ox] = s[ox * g->sw];
             for (int64_t ox = hi; ox < g->ow; ox++) d[ox] = 0.0f;
@@ -163,7 +176,7 @@ static tb_status conv_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view
             const float *xg = x + (b * g.c + gi * cg) * hw;
             const float *bmat = xg;
             if (!direct) {
-                im2col_job j = {&g, xg, col, krows};
+                im2col_job j = {&g, xg, col, krows, (tb_cpu_features() & TB_CPU_AVX512F) != 0};
                 if (pool_threads(ctx->pool) > 1 && krows * ohw >= 16384) tb_pool_run(ctx->pool, im2col_run, &j);
                 else im2col_rows(&j, 0, krows);
                 bmat = col;

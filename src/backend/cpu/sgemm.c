@@ -72,12 +72,17 @@ typedef void (*micro_fn)(int64_t kc, const float *pa, const float *pb, float *c,
 /* The epilogue over the tile (mr, nr) at (i0, j0) of C. */
 typedef void (*epi_fn)(float *c, int64_t ldc, int64_t i0, int64_t j0, int mr, int nr, const tb_cpu_sgemm_epi *e);
 
+/* micro_fn with the epilogue applied in registers (acts none, relu, clip) */
+typedef void (*micro_epi_fn)(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc, int mr, int nr,
+                             float alpha, float beta, const tb_cpu_sgemm_epi *e, int64_t i0, int64_t j0);
+
 typedef struct {
     const char *name;
     int mr, nr;
     int kc, mc, nc;
     micro_fn micro;
     epi_fn epi;
+    micro_epi_fn micro_epi; /* NULL: micro, then epi */
 } sgemm_isa;
 
 /* ---- generic */
@@ -270,8 +275,8 @@ static T256 void epi_avx2(float *c, int64_t ldc, int64_t i0, int64_t j0, int mr,
 #define A5_MR 12
 #define A5_NR 32
 
-static T512 void micro_avx512(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc, int mr, int nr,
-                              float alpha, float beta) {
+T512_INLINE void micro512_t(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc, int mr, int nr,
+                            float alpha, float beta, const tb_cpu_sgemm_epi *e, int64_t i0, int64_t j0) {
     __m512 acc0[A5_MR], acc1[A5_MR];
 #pragma GCC unroll 12
     for (int i = 0; i < A5_MR; i++) acc0[i] = acc1[i] = _mm512_setzero_ps();
@@ -293,18 +298,73 @@ static T512 void micro_avx512(int64_t kc, const float *pa, const float *pb, floa
     __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
     __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
     __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : nr <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nr - 16)) - 1);
+    /* the register epilogue: bias, relu / clip / none, residual */
+    __m512 bc0 = _mm512_setzero_ps(), bc1 = _mm512_setzero_ps(), lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
+    float bscale = 1.0f;
+    if (e) {
+        bscale = e->bias_scale != 0.0f ? e->bias_scale : 1.0f;
+        if (e->bias && e->bias_cs && !e->bias_rs) {
+            const float *bp = e->bias + j0;
+            bc0 = _mm512_mul_ps(_mm512_set1_ps(bscale), _mm512_maskz_loadu_ps(m0, bp));
+            bc1 = _mm512_mul_ps(_mm512_set1_ps(bscale), _mm512_maskz_loadu_ps(m1, bp + 16));
+        }
+        lo = _mm512_set1_ps(e->act == TB_NN_ACT_CLIP ? e->p0 : 0.0f);
+        hi = _mm512_set1_ps(e->act == TB_NN_ACT_CLIP ? e->p1 : INFINITY);
+    }
 #pragma GCC unroll 12
     for (int i = 0; i < A5_MR; i++) {
         if (i >= mr) break;
         float *o = c + i * ldc;
-        __m512 r0 = _mm512_mul_ps(va, acc0[i]), r1 = _mm512_mul_ps(va, acc1[i]);
+        __m512 r0v = _mm512_mul_ps(va, acc0[i]), r1v = _mm512_mul_ps(va, acc1[i]);
         if (beta != 0.0f) {
-            r0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, o), r0);
-            r1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, o + 16), r1);
+            r0v = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, o), r0v);
+            r1v = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, o + 16), r1v);
         }
-        _mm512_mask_storeu_ps(o, m0, r0);
-        _mm512_mask_storeu_ps(o + 16, m1, r1);
+        if (e) {
+            if (e->bias) {
+                if (e->bias_cs && e->bias_rs) { /* a whole matrix */
+                    const float *bp = e->bias + (i0 + i) * e->bias_rs + j0;
+                    r0v = _mm512_fmadd_ps(_mm512_set1_ps(bscale), _mm512_maskz_loadu_ps(m0, bp), r0v);
+                    r1v = _mm512_fmadd_ps(_mm512_set1_ps(bscale), _mm512_maskz_loadu_ps(m1, bp + 16), r1v);
+                } else if (e->bias_cs) {
+                    r0v = _mm512_add_ps(r0v, bc0);
+                    r1v = _mm512_add_ps(r1v, bc1);
+                } else {
+                    __m512 b = _mm512_set1_ps(bscale * e->bias[(i0 + i) * e->bias_rs]);
+                    r0v = _mm512_add_ps(r0v, b);
+                    r1v = _mm512_add_ps(r1v, b);
+                }
+            }
+            const float *rr = e->res ? e->res + (i0 + i) * e->ld_res + j0 : NULL;
+            __m512 q0 = rr ? _mm512_maskz_loadu_ps(m0, rr) : _mm512_setzero_ps();
+            __m512 q1 = rr ? _mm512_maskz_loadu_ps(m1, rr + 16) : _mm512_setzero_ps();
+            if (e->act_after_res) {
+                r0v = _mm512_add_ps(r0v, q0);
+                r1v = _mm512_add_ps(r1v, q1);
+            }
+            if (e->act != TB_NN_ACT_NONE) {
+                r0v = _mm512_min_ps(_mm512_max_ps(r0v, lo), hi);
+                r1v = _mm512_min_ps(_mm512_max_ps(r1v, lo), hi);
+            }
+            if (!e->act_after_res) {
+                r0v = _mm512_add_ps(r0v, q0);
+                r1v = _mm512_add_ps(r1v, q1);
+            }
+        }
+        _mm512_mask_storeu_ps(o, m0, r0v);
+        _mm512_mask_storeu_ps(o + 16, m1, r1v);
     }
+}
+
+static T512 void micro_avx512(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc, int mr, int nr,
+                              float alpha, float beta) {
+    micro512_t(kc, pa, pb, c, ldc, mr, nr, alpha, beta, NULL, 0, 0);
+}
+
+/* the kernel with the epilogue in registers: act none, relu or clip */
+static T512 void micro_avx512_epi(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc, int mr, int nr,
+                                  float alpha, float beta, const tb_cpu_sgemm_epi *e, int64_t i0, int64_t j0) {
+    micro512_t(kc, pa, pb, c, ldc, mr, nr, alpha, beta, e, i0, j0);
 }
 
 T512_INLINE __m512 exp512(__m512 x) {
@@ -373,34 +433,47 @@ T512_INLINE __m512 act512(__m512 v, int act, float p0, float p1) {
     }
 }
 
-static T512 void epi_avx512(float *c, int64_t ldc, int64_t i0, int64_t j0, int mr, int nr,
-                            const tb_cpu_sgemm_epi *e) {
+/* the epilogue with act a compile-time constant in each instance */
+T512_INLINE void epi512_t(float *c, int64_t ldc, int64_t i0, int64_t j0, int mr, int nr, const tb_cpu_sgemm_epi *e,
+                          const int act) {
     __m512 scale = _mm512_set1_ps(e->bias_scale != 0.0f ? e->bias_scale : 1.0f);
+    int after = e->act_after_res;
     for (int i = 0; i < mr; i++) {
         float *row = c + i * ldc;
         const float *brow = e->bias ? e->bias + (i0 + i) * e->bias_rs : NULL;
         const float *rrow = e->res ? e->res + (i0 + i) * e->ld_res + j0 : NULL;
+        __m512 bconst = brow && !e->bias_cs ? _mm512_mul_ps(_mm512_set1_ps(brow[0]), scale) : _mm512_setzero_ps();
         for (int j = 0; j < nr; j += 16) {
             __mmask16 m = nr - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nr - j)) - 1);
             __m512 v = _mm512_maskz_loadu_ps(m, row + j);
-            if (brow) {
-                __m512 b = e->bias_cs ? _mm512_maskz_loadu_ps(m, brow + j0 + j) : _mm512_set1_ps(brow[0]);
-                v = _mm512_fmadd_ps(b, scale, v);
-            }
-            __m512 r = rrow ? _mm512_maskz_loadu_ps(m, rrow + j) : _mm512_setzero_ps();
-            if (e->act_after_res) v = _mm512_add_ps(v, r);
-            v = act512(v, e->act, e->p0, e->p1);
-            if (!e->act_after_res) v = _mm512_add_ps(v, r);
+            if (brow)
+                v = e->bias_cs ? _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, brow + j0 + j), scale, v)
+                               : _mm512_add_ps(v, bconst);
+            if (rrow && after) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, rrow + j));
+            v = act512(v, act, e->p0, e->p1);
+            if (rrow && !after) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, rrow + j));
             _mm512_mask_storeu_ps(row + j, m, v);
         }
     }
 }
 
+static T512 void epi_avx512(float *c, int64_t ldc, int64_t i0, int64_t j0, int mr, int nr,
+                            const tb_cpu_sgemm_epi *e) {
+    switch (e->act) {
+    case TB_NN_ACT_NONE: epi512_t(c, ldc, i0, j0, mr, nr, e, TB_NN_ACT_NONE); break;
+    case TB_NN_ACT_RELU: epi512_t(c, ldc, i0, j0, mr, nr, e, TB_NN_ACT_RELU); break;
+    case TB_NN_ACT_CLIP: epi512_t(c, ldc, i0, j0, mr, nr, e, TB_NN_ACT_CLIP); break;
+    case TB_NN_ACT_GELU_ERF: epi512_t(c, ldc, i0, j0, mr, nr, e, TB_NN_ACT_GELU_ERF); break;
+    default: epi512_t(c, ldc, i0, j0, mr, nr, e, e->act); break;
+    }
+}
+
 /* ---------------------------------------------------------------- ISA choice */
 
-static const sgemm_isa isa_generic = {"generic", G_MR, G_NR, 256, 64, 1024, micro_generic, epi_generic};
-static const sgemm_isa isa_avx2 = {"avx2", A2_MR, A2_NR, 256, 72, 2048, micro_avx2, epi_avx2};
-static const sgemm_isa isa_avx512 = {"avx512", A5_MR, A5_NR, 256, 144, 1024, micro_avx512, epi_avx512};
+static const sgemm_isa isa_generic = {"generic", G_MR, G_NR, 256, 64, 1024, micro_generic, epi_generic, NULL};
+static const sgemm_isa isa_avx2 = {"avx2", A2_MR, A2_NR, 256, 72, 2048, micro_avx2, epi_avx2, NULL};
+static const sgemm_isa isa_avx512 = {"avx512", A5_MR, A5_NR, 256, 144, 1024, micro_avx512, epi_avx512,
+                                      micro_avx512_epi};
 /* the AVX-512 kernel reads A as row panels [MR][kc], the others as [kc][MR] */
 #define ROW_PANELS(isa) ((isa) == &isa_avx512)
 
@@ -542,6 +615,8 @@ static void sgemm_block(const sgemm_job *j, int64_t m0, int64_t m1, int64_t n0, 
     int kcb = (int)((K + nkb - 1) / nkb);
     int mcb = (int)(m1 - m0 < s->mc ? round_up(m1 - m0, s->mr) : s->mc);
     int ncb = (int)(n1 - n0 < s->nc ? round_up(n1 - n0, s->nr) : s->nc);
+    int reg_epi = s->micro_epi && j->epi &&
+                  (j->epi->act == TB_NN_ACT_NONE || j->epi->act == TB_NN_ACT_RELU || j->epi->act == TB_NN_ACT_CLIP);
     float *pb = pack_get((size_t)kcb * ncb + (size_t)kcb * mcb);
     float *pa = pb + (size_t)kcb * ncb;
     for (int64_t jc = n0; jc < n1; jc += ncb) {
@@ -559,6 +634,11 @@ static void sgemm_block(const sgemm_job *j, int64_t m0, int64_t m1, int64_t n0, 
                     for (int ir = 0; ir < mc; ir += s->mr) {
                         int mr = mc - ir < s->mr ? mc - ir : s->mr;
                         float *c = j->C + (ic + ir) * j->ldc + jc + jr;
+                        if (last && j->epi && reg_epi) {
+                            s->micro_epi(kc, pa + (size_t)ir * kc, pb + (size_t)jr * kc, c, j->ldc, mr, nr, j->alpha,
+                                         beta, j->epi, ic + ir, jc + jr);
+                            continue;
+                        }
                         s->micro(kc, pa + (size_t)ir * kc, pb + (size_t)jr * kc, c, j->ldc, mr, nr, j->alpha, beta);
                         if (last && j->epi) s->epi(c, j->ldc, ic + ir, jc + jr, mr, nr, j->epi);
                     }
