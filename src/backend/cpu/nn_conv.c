@@ -319,7 +319,7 @@ static tb_status matmul_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_vi
 
 /* ---------------------------------------------------------------- sdpa */
 
-#define SDPA_SB 64 /* query rows per block: their scores (SB, T) stay in L1/L2 */
+#define SDPA_SB 128 /* query rows per block: their scores (SB, T) stay in L1/L2 */
 
 typedef struct {
     const tb_node *n;

@@ -661,8 +661,12 @@ static void sgemm_run(void *arg, int ith, int nth) {
     }
 }
 
-/* share of the work the busiest of nth threads gets, over the ideal */
-static double split_eff(int64_t tiles, int nth) { return (double)tiles / (double)(nth * ((tiles + nth - 1) / nth)); }
+/* useful share of a split of n (tiles of r) over nth threads: the busiest
+ * thread's padded tiles set the time */
+static double split_eff(int64_t n, int64_t r, int nth) {
+    int64_t tiles = (n + r - 1) / r;
+    return (double)n / (double)(nth * ((tiles + nth - 1) / nth) * r);
+}
 
 void tb_cpu_sgemm_ex(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                      const float *B, int64_t ldb, float beta, float *C, int64_t ldc, const tb_cpu_sgemm_epi *epi,
@@ -680,7 +684,7 @@ void tb_cpu_sgemm_ex(int ta, int tb, int64_t M, int64_t N, int64_t K, float alph
     int nth = pool ? tb_pool_size(pool) : 1;
     if ((double)M * N * K < 65536.0) nth = 1;
     int64_t tm = (M + isa->mr - 1) / isa->mr, tn = (N + isa->nr - 1) / isa->nr;
-    j.split_n = split_eff(tn, nth) >= split_eff(tm, nth);
+    j.split_n = split_eff(N, isa->nr, nth) >= split_eff(M, isa->mr, nth);
     j.tiles = j.split_n ? tn : tm;
     if (nth <= 1) sgemm_block(&j, 0, M, 0, N);
     else tb_pool_run(pool, sgemm_run, &j);

@@ -25,6 +25,7 @@ typedef struct {
     uint64_t hash;
     float *u; /* (16, M, C) */
     uint64_t used;
+    int pins; /* calls using u now: not evicted while > 0 */
 } wcache_entry;
 
 static wcache_entry wcache[WCACHE_SLOTS];
@@ -66,31 +67,49 @@ static uint64_t weights_hash(const float *w, size_t n) {
     return tb_hash64(s, sizeof(float) * k) ^ (uint64_t)n;
 }
 
-/* The transformed weights of w, from the cache or made now; NULL on OOM. The
- * entry stays valid while this call runs: entries are replaced only by the
- * least recently used rule, and one conv uses one at a time per thread of
- * the calling executor (callers do not run two convs at once on one ctx). */
-static const float *weights_get(const float *w, int64_t M, int64_t C) {
+/* The transformed weights of w, from the cache or made now, pinned until
+ * weights_put(*entry); NULL on OOM. When every slot is pinned (many convs
+ * running at once) the weights are made into a buffer of the caller's
+ * (*entry = NULL, freed by weights_put). */
+static const float *weights_get(const float *w, int64_t M, int64_t C, wcache_entry **entry, float **own) {
     uint64_t h = weights_hash(w, (size_t)(M * C * 9));
+    *entry = NULL;
+    *own = NULL;
     pthread_mutex_lock(&wcache_lock);
-    wcache_entry *hit = NULL, *victim = &wcache[0];
+    wcache_entry *hit = NULL, *victim = NULL;
     for (int i = 0; i < WCACHE_SLOTS; i++) {
         wcache_entry *e = &wcache[i];
         if (e->u && e->w == w && e->m == M && e->c == C && e->hash == h) { hit = e; break; }
-        if (!e->u || (victim->u && e->used < victim->used)) victim = e;
+        if (e->pins) continue;
+        if (!victim || !e->u || (victim->u && e->used < victim->used)) victim = e;
     }
     if (!hit) {
         float *u = tb_alloc_aligned(sizeof(float) * 16 * (size_t)(M * C), 64);
         if (!u) { pthread_mutex_unlock(&wcache_lock); return NULL; }
         weights_transform(w, M, C, u);
+        if (!victim) {
+            pthread_mutex_unlock(&wcache_lock);
+            *own = u;
+            return u;
+        }
         tb_free_aligned(victim->u);
-        *victim = (wcache_entry){w, M, C, h, u, 0};
+        *victim = (wcache_entry){w, M, C, h, u, 0, 0};
         hit = victim;
     }
     hit->used = ++wcache_clock;
+    hit->pins++;
+    *entry = hit;
     const float *u = hit->u;
     pthread_mutex_unlock(&wcache_lock);
     return u;
+}
+
+static void weights_put(wcache_entry *entry, float *own) {
+    tb_free_aligned(own);
+    if (!entry) return;
+    pthread_mutex_lock(&wcache_lock);
+    entry->pins--;
+    pthread_mutex_unlock(&wcache_lock);
 }
 
 /* ---------------------------------------------------------------- transforms */
@@ -295,7 +314,9 @@ static void output_run(void *arg, int ith, int nth) {
 tb_status tb_cpu_conv_winograd(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn_conv_geom *g, const float *x,
                                const float *w, const float *bias, const float *res, float *y) {
     TB_ASSERT(g->kh == 3 && g->kw == 3 && g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 && g->group == 1);
-    const float *u = weights_get(w, g->m, g->c);
+    wcache_entry *entry;
+    float *own;
+    const float *u = weights_get(w, g->m, g->c, &entry, &own);
     if (!u) return tb_errorf(TB_ERR_OOM, "Conv: out of memory for Winograd weights");
     wino_job j;
     memset(&j, 0, sizeof j);
@@ -312,7 +333,10 @@ tb_status tb_cpu_conv_winograd(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn
     size_t vn = (size_t)(16 * g->c * j.T), mn = (size_t)(16 * g->m * j.T);
     size_t pn = j.wide ? (size_t)(j.hp * j.wp) * (size_t)nth : 0;
     float *buf = tb_cpu_nn_scratch(ctx, sizeof(float) * (vn + mn + pn));
-    if (!buf) return tb_errorf(TB_ERR_OOM, "Conv: out of memory for Winograd tiles");
+    if (!buf) {
+        weights_put(entry, own);
+        return tb_errorf(TB_ERR_OOM, "Conv: out of memory for Winograd tiles");
+    }
     j.v = buf;
     j.mx = buf + vn;
     j.pad = buf + vn + mn;
@@ -338,5 +362,6 @@ tb_status tb_cpu_conv_winograd(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn
         if (nth > 1) tb_pool_run(ctx->pool, output_run, &j);
         else output_run(&j, 0, 1);
     }
+    weights_put(entry, own);
     return TB_OK;
 }
