@@ -125,6 +125,7 @@ typedef struct {
     int64_t hp, wp;     /* its rows and row stride */
     const tb_cpu_sgemm_epi *e; /* the epilogue, applied per output plane */
     int wide;           /* AVX-512 transforms */
+    const float *u;     /* (16, M, C) transformed weights */
 } wino_job;
 
 /* V[xi][c][t] = (B^T d B)[xi], d the 4x4 input patch at (2 ty - pt, 2 tx - pl) */
@@ -287,6 +288,18 @@ static W512 void output_transform512(const wino_job *j, int64_t m0, int64_t m1) 
     }
 }
 
+/* M[xi] (M, T) = U[xi] (M, C) x V[xi] (C, T) */
+static void gemm_one(const wino_job *j, int xi, tb_pool *pool) {
+    const tb_nn_conv_geom *g = j->g;
+    tb_cpu_sgemm(0, 0, g->m, j->T, g->c, 1.0f, j->u + (size_t)xi * g->m * g->c, g->c, j->v + (size_t)xi * g->c * j->T,
+                 j->T, 0.0f, (float *)j->mx + (size_t)xi * g->m * j->T, j->T, pool);
+}
+
+static void gemm_run(void *arg, int ith, int nth) {
+    wino_job *j = arg;
+    for (int xi = 16 * ith / nth; xi < 16 * (ith + 1) / nth; xi++) gemm_one(j, xi, NULL);
+}
+
 static void input_run(void *arg, int ith, int nth) {
     wino_job *j = arg;
     int64_t c0 = j->g->c * ith / nth, c1 = j->g->c * (ith + 1) / nth;
@@ -356,9 +369,14 @@ tb_status tb_cpu_conv_winograd(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn
         j.e = e.bias || e.res || e.act ? &e : NULL;
         if (nth > 1) tb_pool_run(ctx->pool, input_run, &j);
         else input_run(&j, 0, 1);
-        for (int xi = 0; xi < 16; xi++)
-            tb_cpu_sgemm(0, 0, g->m, j.T, g->c, 1.0f, u + (size_t)xi * g->m * g->c, g->c, j.v + (size_t)xi * g->c * j.T,
-                         j.T, 0.0f, (float *)j.mx + (size_t)xi * g->m * j.T, j.T, ctx->pool);
+        j.u = u;
+        /* the 16 products: whole ones per thread (one sync, and no split of
+         * a small N between threads), unless they are big enough to split */
+        if (nth > 1 && (double)g->m * (double)j.T * (double)g->c < 4e6) {
+            tb_pool_run(ctx->pool, gemm_run, &j);
+        } else {
+            for (int xi = 0; xi < 16; xi++) gemm_one(&j, xi, ctx->pool);
+        }
         if (nth > 1) tb_pool_run(ctx->pool, output_run, &j);
         else output_run(&j, 0, 1);
     }
