@@ -249,6 +249,26 @@ static void bench_conv1(tb_pool *pool, const char *what, int64_t c, int64_t h, i
     op_case_run(name, &o, 2.0 * m * c * k * k * oh * oh);
 }
 
+/* a BERT linear layer as the passes fuse it: MatMul x (B, S, K) by w (K, N)
+ * with bias and an activation */
+static void bench_linear(tb_pool *pool, int64_t B, int64_t S, int64_t K, int64_t N, int act) {
+    char name[96];
+    snprintf(name, sizeof name, "matmul %lldx%lldx%lld x %lld%s", (long long)B, (long long)S, (long long)K,
+             (long long)N, act == TB_NN_ACT_GELU_ERF ? " +bias+gelu" : " +bias");
+    if (!wanted(name)) return;
+    op_case o;
+    memset(&o, 0, sizeof o);
+    o.ctx.pool = pool;
+    o.n.op = TB_OP_NN_MATMUL;
+    o.n.i[2] = act;
+    o.n.i[3] = TB_NN_HAS_BIAS;
+    o.n_in = 3;
+    view_alloc(&o.in[0], 3, (const int64_t[]){B, S, K}, 1);
+    view_alloc(&o.in[1], 2, (const int64_t[]){K, N}, 2);
+    view_alloc(&o.in[2], 1, (const int64_t[]){N}, 3);
+    op_case_run(name, &o, 2.0 * B * S * K * N);
+}
+
 /* 3x3 stride-1 convs by both tactics, the others by the kernel's choice */
 static void bench_conv(tb_pool *pool, const char *what, int64_t c, int64_t h, int64_t m, int k, int s, int p) {
     if (k == 3 && s == 1) {
@@ -317,6 +337,9 @@ int main(int argc, char **argv) {
         bench_gemm(pool, 128, 3072, 768, 8, 0);
         bench_gemm(pool, 128, 768, 3072, 8, 0);
     }
+    /* BERT-base FFN: 768 -> 3072 with gelu, 3072 -> 768 */
+    bench_linear(pool, 1, 128, 768, 3072, TB_NN_ACT_GELU_ERF);
+    bench_linear(pool, 1, 128, 3072, 768, TB_NN_ACT_NONE);
     /* ResNet-18 at 224x224 */
     bench_conv(pool, "stem", 3, 224, 64, 7, 2, 3);
     bench_conv(pool, "l1", 64, 56, 64, 3, 1, 1);

@@ -787,6 +787,32 @@ static void test_sdpa(tb_pool *pool) {
     }
 }
 
+/* the vector activations of the epilogue against the double forms, over
+ * [-20, 20] and at the extremes: |d| <= 4e-7 (1 + |y|) */
+static void test_activations(void) {
+    enum { N = 4099 };
+    static float x[N], y[N];
+    for (int i = 0; i < N; i++) x[i] = -20.0f + 40.0f * (float)i / (float)(N - 8);
+    x[N - 7] = 0.0f; x[N - 6] = -0.0f; x[N - 5] = 1e-30f; x[N - 4] = -1e-6f; x[N - 3] = 88.0f; x[N - 2] = -90.0f;
+    x[N - 1] = 1e30f;
+    for (int act = TB_NN_ACT_NONE; act <= TB_NN_ACT_TANH; act++) {
+        memcpy(y, x, sizeof x);
+        tb_cpu_sgemm_epi e = {0};
+        e.act = act;
+        e.p0 = -1.5f;
+        e.p1 = 2.5f;
+        tb_cpu_nn_epilogue(y, N, 1, N, &e);
+        double w = 0;
+        int at = 0;
+        for (int i = 0; i < N; i++) {
+            double want = tb_nn_act_apply((tb_nn_act)act, x[i], e.p0, e.p1);
+            double d = fabs(y[i] - want) / (1.0 + fabs(want));
+            if (!(d <= w)) { w = d; at = i; }
+        }
+        CHECK_MSG(w <= 4e-7, "activation %d: error %.3g at x = %g (%g)", act, w, x[at], y[at]);
+    }
+}
+
 int main(int argc, char **argv) {
     const char *mask = getenv("TB_CPU_MASK");
     char fs[128];
@@ -799,6 +825,7 @@ int main(int argc, char **argv) {
         test_shapes();
         test_ref_hand();
     }
+    test_activations();
     test_sgemm(NULL);
     test_sgemm(pool);
     test_conv_random(pool);
