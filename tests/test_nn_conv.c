@@ -471,6 +471,8 @@ static void test_conv_random(tb_pool *pool) {
         {4, 1, 3, 21, 75, 13, 7, 7, 1, 2, 2, 3, 3, 2, 3, 1, 1, 0, TB_NN_ACT_RELU, TB_NN_HAS_BIAS}, /* rows of 38 */
         {4, 1, 16, 7, 69, 8, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, TB_NN_ACT_GELU_TANH, TB_NN_HAS_BIAS | TB_NN_HAS_RESIDUAL}, /* 35 tiles a row */
         {4, 2, 17, 66, 9, 18, 3, 3, 1, 1, 1, 0, 1, 2, 0, 1, 1, 0, TB_NN_ACT_NONE, TB_NN_HAS_BIAS}, /* tall, uneven pads */
+        /* im2col over 16 MB: made in two chunks of output rows */
+        {4, 1, 64, 60, 128, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, TB_NN_ACT_RELU, TB_NN_HAS_BIAS | TB_NN_HAS_RESIDUAL},
         {4, 1, 7, 10, 9, 9, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 0, TB_NN_ACT_GELU_ERF, TB_NN_HAS_BIAS},
         {4, 1, 8, 11, 11, 6, 1, 1, 1, 2, 2, 0, 0, 0, 0, 1, 1, 0, TB_NN_ACT_NONE, TB_NN_HAS_RESIDUAL},
         {4, 2, 6, 9, 8, 6, 3, 3, 6, 1, 1, 1, 1, 1, 1, 1, 1, 0, TB_NN_ACT_CLIP, TB_NN_HAS_BIAS},     /* depthwise */

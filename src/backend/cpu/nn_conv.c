@@ -31,14 +31,18 @@ static int pool_threads(tb_pool *p) { return p ? tb_pool_size(p) : 1; }
 
 /* ---------------------------------------------------------------- Conv */
 
-/* im2col of one image's group: col (cg kh kw, oh ow) */
+/* im2col of one image's group, output rows [oy0, oy1): col (cg kh kw,
+ * (oy1 - oy0) ow) */
 typedef struct {
     const tb_nn_conv_geom *g;
     const float *x; /* (cg, h, w) */
     float *col;
     int64_t rows;   /* cg kh kw */
     int wide;       /* AVX-512 row copies */
+    int64_t oy0, oy1;
 } im2col_job;
+
+#define IM2COL_MAX_BYTES ((size_t)16 << 20) /* col is made in chunks of output rows up to this */
 
 /* d[0, n) = s[0], s[2], s[4], ... (a stride-2 row of im2col) */
 __attribute__((target("avx512f"))) static void copy_stride2_512(float *d, const float *s, int64_t n) {
@@ -52,7 +56,7 @@ __attribute__((target("avx512f"))) static void copy_stride2_512(float *d, const 
 
 static void im2col_rows(const im2col_job *j, int64_t r0, int64_t r1) {
     const tb_nn_conv_geom *g = j->g;
-    int64_t ohw = g->oh * g->ow;
+    int64_t ohw = (j->oy1 - j->oy0) * g->ow;
     for (int64_t r = r0; r < r1; r++) {
         int64_t c = r / (g->kh * g->kw);
         int ky = (int)(r / g->kw % g->kh), kx = (int)(r % g->kw);
@@ -64,9 +68,9 @@ static void im2col_rows(const im2col_job *j, int64_t r0, int64_t r1) {
         int64_t hi = g->w - 1 - off < 0 ? 0 : (g->w - 1 - off) / g->sw + 1;
         if (hi > g->ow) hi = g->ow;
         if (lo > hi) lo = hi;
-        for (int64_t oy = 0; oy < g->oh; oy++) {
+        for (int64_t oy = j->oy0; oy < j->oy1; oy++) {
             int64_t iy = oy * g->sh - g->pt + (int64_t)ky * g->dh;
-            float *d = dst + oy * g->ow;
+            float *d = dst + (oy - j->oy0) * g->ow;
             if (iy < 0 || iy >= g->h) {
                 memset(d, 0, sizeof(float) * (size_t)g->ow);
                 continue;
@@ -135,9 +139,12 @@ static void dw_run(void *arg, int ith, int nth) {
     for (int64_t t = total * ith / nth; t < total * (ith + 1) / nth; t++) dw_channel(j, t / j->g->m, t % j->g->m);
 }
 
-/* whether Winograd F(2x2, 3x3) pays for this geometry */
+/* whether Winograd F(2x2, 3x3) pays for this geometry: enough channels and
+ * tiles (a GEMM of N = tiles under 32 wastes most of the kernel's width),
+ * and its tile buffers (16 (C + M) tiles floats) within 256 MB */
 static int conv_use_winograd(const tb_nn_conv_geom *g) {
-    return g->c >= 16 && g->m >= 16 && ((g->oh + 1) / 2) * ((g->ow + 1) / 2) >= 32;
+    int64_t tiles = ((g->oh + 1) / 2) * ((g->ow + 1) / 2);
+    return g->c >= 16 && g->m >= 16 && tiles >= 32 && 16.0 * (double)(g->c + g->m) * (double)tiles * 4 < 256e6;
 }
 
 static tb_status conv_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view *in, int n_in, const tb_view *out,
@@ -165,36 +172,43 @@ static tb_status conv_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view
 
     int direct = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && !g.pt && !g.pl && !g.pb && !g.pr;
     int64_t krows = cg * g.kh * g.kw;
+    int64_t chunk = g.oh; /* output rows per im2col chunk */
     float *col = NULL;
     if (!direct) {
-        col = tb_cpu_nn_scratch(ctx, sizeof(float) * (size_t)(krows * ohw));
+        size_t row_bytes = sizeof(float) * (size_t)(krows * g.ow);
+        chunk = (int64_t)(IM2COL_MAX_BYTES / row_bytes);
+        chunk = chunk < 1 ? 1 : chunk > g.oh ? g.oh : chunk;
+        col = tb_cpu_nn_scratch(ctx, row_bytes * (size_t)chunk);
         if (!col) return tb_errorf(TB_ERR_OOM, "Conv: out of memory for im2col (%lld x %lld)", (long long)krows,
-                                   (long long)ohw);
+                                   (long long)(chunk * g.ow));
     }
+    tb_cpu_sgemm_epi e = {0};
+    e.bias_rs = 1;
+    e.ld_res = ohw;
+    e.act = act;
+    e.p0 = n->f[0];
+    e.p1 = n->f[1];
+    e.act_after_res = (flags & TB_NN_ACT_AFTER_RESIDUAL) != 0;
     for (int64_t b = 0; b < g.n; b++)
         for (int gi = 0; gi < g.group; gi++) {
             const float *xg = x + (b * g.c + gi * cg) * hw;
-            const float *bmat = xg;
-            if (!direct) {
-                im2col_job j = {&g, xg, col, krows, (tb_cpu_features() & TB_CPU_AVX512F) != 0};
-                if (pool_threads(ctx->pool) > 1 && krows * ohw >= 16384) tb_pool_run(ctx->pool, im2col_run, &j);
-                else im2col_rows(&j, 0, krows);
-                bmat = col;
-            }
             int64_t o0 = (b * g.m + gi * mg) * ohw;
-            tb_cpu_sgemm_epi e = {0};
-            if (bias) {
-                e.bias = bias + gi * mg;
-                e.bias_rs = 1;
+            e.bias = bias ? bias + gi * mg : NULL;
+            if (direct) {
+                e.res = res ? res + o0 : NULL;
+                tb_cpu_sgemm_ex(0, 0, mg, ohw, krows, 1.0f, w + gi * mg * krows, krows, xg, ohw, 0.0f, y + o0, ohw, &e,
+                                ctx->pool);
+                continue;
             }
-            e.res = res ? res + o0 : NULL;
-            e.ld_res = ohw;
-            e.act = act;
-            e.p0 = n->f[0];
-            e.p1 = n->f[1];
-            e.act_after_res = (flags & TB_NN_ACT_AFTER_RESIDUAL) != 0;
-            tb_cpu_sgemm_ex(0, 0, mg, ohw, krows, 1.0f, w + gi * mg * krows, krows, bmat, ohw, 0.0f, y + o0, ohw, &e,
-                            ctx->pool);
+            for (int64_t oy = 0; oy < g.oh; oy += chunk) {
+                int64_t oy1 = oy + chunk < g.oh ? oy + chunk : g.oh, cols = (oy1 - oy) * g.ow;
+                im2col_job j = {&g, xg, col, krows, (tb_cpu_features() & TB_CPU_AVX512F) != 0, oy, oy1};
+                if (pool_threads(ctx->pool) > 1 && krows * cols >= 16384) tb_pool_run(ctx->pool, im2col_run, &j);
+                else im2col_rows(&j, 0, krows);
+                e.res = res ? res + o0 + oy * g.ow : NULL;
+                tb_cpu_sgemm_ex(0, 0, mg, cols, krows, 1.0f, w + gi * mg * krows, krows, col, cols, 0.0f,
+                                y + o0 + oy * g.ow, ohw, &e, ctx->pool);
+            }
         }
     return TB_OK;
 }
