@@ -7,8 +7,10 @@
  * Loops, outer to inner: jc over N by NC, pc over K by KC (B block packed:
  * (KC, NR) micro-panels that stay in L1 while the kernel walks the rows),
  * ic over M by MC (A block packed: (MR, KC) micro-panels, the block in L2;
- * the AVX-512 kernel takes them as rows, [MR][KC], so packing A is a copy:
- * a transposing pack cost as much as the products when N is small),
+ * the AVX-512 kernel takes them as rows, [MR][KC] with any row stride, so a
+ * row-major A is read in place and only a last panel of fewer than MR rows
+ * is copied: a transposing pack cost as much as the products when N is
+ * small, as in the 7x7 convs of ResNet, and the copy still a quarter),
  * then jr over NR and ir over MR. The threads of the pool take disjoint
  * ranges of N (or of M when N has too few tiles), each with its own packing
  * buffers (per-thread, freed at thread exit). The epilogue (bias, activation,
@@ -67,14 +69,14 @@ static float *pack_get(size_t floats) {
 
 /* C (mr, nr) = alpha * Apanel (mr, kc) Bpanel (kc, nr) + beta * C; beta 0
  * does not read C. Panels: A [k][MR], B [k][NR], zero-padded. */
-typedef void (*micro_fn)(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc, int mr, int nr,
-                         float alpha, float beta);
+typedef void (*micro_fn)(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
+                         int nr, float alpha, float beta);
 /* The epilogue over the tile (mr, nr) at (i0, j0) of C. */
 typedef void (*epi_fn)(float *c, int64_t ldc, int64_t i0, int64_t j0, int mr, int nr, const tb_cpu_sgemm_epi *e);
 
 /* micro_fn with the epilogue applied in registers (acts none, relu, clip) */
-typedef void (*micro_epi_fn)(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc, int mr, int nr,
-                             float alpha, float beta, const tb_cpu_sgemm_epi *e, int64_t i0, int64_t j0);
+typedef void (*micro_epi_fn)(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
+                             int nr, float alpha, float beta, const tb_cpu_sgemm_epi *e, int64_t i0, int64_t j0);
 
 typedef struct {
     const char *name;
@@ -90,8 +92,8 @@ typedef struct {
 #define G_MR 4
 #define G_NR 8
 
-static void micro_generic(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc, int mr, int nr,
-                          float alpha, float beta) {
+static void micro_generic(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
+                          int nr, float alpha, float beta) {
     float acc[G_MR][G_NR] = {{0}};
     for (int64_t k = 0; k < kc; k++, pa += G_MR, pb += G_NR)
         for (int i = 0; i < G_MR; i++)
@@ -127,8 +129,8 @@ static void epi_generic(float *c, int64_t ldc, int64_t i0, int64_t j0, int mr, i
 #define A2_MR 6
 #define A2_NR 16
 
-static T256 void micro_avx2(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc, int mr, int nr,
-                            float alpha, float beta) {
+static T256 void micro_avx2(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
+                            int nr, float alpha, float beta) {
     __m256 acc0[A2_MR], acc1[A2_MR];
 #pragma GCC unroll 6
     for (int i = 0; i < A2_MR; i++) acc0[i] = acc1[i] = _mm256_setzero_ps();
@@ -275,21 +277,21 @@ static T256 void epi_avx2(float *c, int64_t ldc, int64_t i0, int64_t j0, int mr,
 #define A5_MR 12
 #define A5_NR 32
 
-T512_INLINE void micro512_t(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc, int mr, int nr,
-                            float alpha, float beta, const tb_cpu_sgemm_epi *e, int64_t i0, int64_t j0) {
+T512_INLINE void micro512_t(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
+                            int nr, float alpha, float beta, const tb_cpu_sgemm_epi *e, int64_t i0, int64_t j0) {
     __m512 acc0[A5_MR], acc1[A5_MR];
 #pragma GCC unroll 12
     for (int i = 0; i < A5_MR; i++) acc0[i] = acc1[i] = _mm512_setzero_ps();
-    /* A is a row panel [MR][kc] (packing is a copy of rows); three row
-     * pointers with offsets 0, kc, 2 kc, 3 kc each cover the 12 rows */
-    const float *r0 = pa, *r4 = pa + 4 * kc, *r8 = pa + 8 * kc;
+    /* A is a row panel: MR rows of kc, ars apart (a packed copy, or A itself);
+     * three row pointers with offsets 0, ars, 2 ars, 3 ars cover the 12 rows */
+    const float *r0 = pa, *r4 = pa + 4 * ars, *r8 = pa + 8 * ars;
     for (int64_t k = 0; k < kc; k++) {
         __m512 b0 = _mm512_load_ps(pb), b1 = _mm512_load_ps(pb + 16);
         _mm_prefetch((const char *)(pb + 8 * A5_NR), _MM_HINT_T0);
 #pragma GCC unroll 12
         for (int i = 0; i < A5_MR; i++) {
             const float *r = i < 4 ? r0 : i < 8 ? r4 : r8;
-            __m512 a = _mm512_set1_ps(r[(i & 3) * kc + k]);
+            __m512 a = _mm512_set1_ps(r[(i & 3) * ars + k]);
             acc0[i] = _mm512_fmadd_ps(a, b0, acc0[i]);
             acc1[i] = _mm512_fmadd_ps(a, b1, acc1[i]);
         }
@@ -356,15 +358,16 @@ T512_INLINE void micro512_t(int64_t kc, const float *pa, const float *pb, float 
     }
 }
 
-static T512 void micro_avx512(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc, int mr, int nr,
-                              float alpha, float beta) {
-    micro512_t(kc, pa, pb, c, ldc, mr, nr, alpha, beta, NULL, 0, 0);
+static T512 void micro_avx512(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
+                              int nr, float alpha, float beta) {
+    micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, NULL, 0, 0);
 }
 
 /* the kernel with the epilogue in registers: act none, relu or clip */
-static T512 void micro_avx512_epi(int64_t kc, const float *pa, const float *pb, float *c, int64_t ldc, int mr, int nr,
-                                  float alpha, float beta, const tb_cpu_sgemm_epi *e, int64_t i0, int64_t j0) {
-    micro512_t(kc, pa, pb, c, ldc, mr, nr, alpha, beta, e, i0, j0);
+static T512 void micro_avx512_epi(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc,
+                                  int mr, int nr, float alpha, float beta, const tb_cpu_sgemm_epi *e, int64_t i0,
+                                  int64_t j0) {
+    micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, e, i0, j0);
 }
 
 T512_INLINE __m512 exp512(__m512 x) {
@@ -620,6 +623,7 @@ static void sgemm_block(const sgemm_job *j, int64_t m0, int64_t m1, int64_t n0, 
     int ncb = (int)(n1 - n0 < s->nc ? round_up(n1 - n0, s->nr) : s->nc);
     int reg_epi = s->micro_epi && j->epi &&
                   (j->epi->act == TB_NN_ACT_NONE || j->epi->act == TB_NN_ACT_RELU || j->epi->act == TB_NN_ACT_CLIP);
+    int direct_a = ROW_PANELS(s) && !j->ta;
     float *pb = pack_get((size_t)kcb * ncb + (size_t)kcb * mcb);
     float *pa = pb + (size_t)kcb * ncb;
     for (int64_t jc = n0; jc < n1; jc += ncb) {
@@ -631,18 +635,28 @@ static void sgemm_block(const sgemm_job *j, int64_t m0, int64_t m1, int64_t n0, 
             pack_b(j->tb, j->B, j->ldb, pc, kc, jc, nc, s->nr, pb);
             for (int64_t ic = m0; ic < m1; ic += mcb) {
                 int mc = (int)(m1 - ic < mcb ? m1 - ic : mcb);
-                pack_a(j->ta, j->A, j->lda, ic, mc, pc, kc, s->mr, ROW_PANELS(s), pa);
+                /* row panels of a row-major A are read in place; only a
+                 * last panel of fewer than MR rows is copied (zero rows) */
+                int full = direct_a ? mc / s->mr * s->mr : 0;
+                if (mc > full)
+                    pack_a(j->ta, j->A, j->lda, ic + full, mc - full, pc, kc, s->mr, ROW_PANELS(s), pa + (size_t)full * kc);
                 for (int jr = 0; jr < nc; jr += s->nr) {
                     int nr = nc - jr < s->nr ? nc - jr : s->nr;
                     for (int ir = 0; ir < mc; ir += s->mr) {
                         int mr = mc - ir < s->mr ? mc - ir : s->mr;
                         float *c = j->C + (ic + ir) * j->ldc + jc + jr;
+                        const float *ap = pa + (size_t)ir * kc;
+                        int64_t ars = kc;
+                        if (ir < full) {
+                            ap = j->A + (ic + ir) * j->lda + pc;
+                            ars = j->lda;
+                        }
                         if (last && j->epi && reg_epi) {
-                            s->micro_epi(kc, pa + (size_t)ir * kc, pb + (size_t)jr * kc, c, j->ldc, mr, nr, j->alpha,
-                                         beta, j->epi, ic + ir, jc + jr);
+                            s->micro_epi(kc, ap, ars, pb + (size_t)jr * kc, c, j->ldc, mr, nr, j->alpha, beta, j->epi,
+                                         ic + ir, jc + jr);
                             continue;
                         }
-                        s->micro(kc, pa + (size_t)ir * kc, pb + (size_t)jr * kc, c, j->ldc, mr, nr, j->alpha, beta);
+                        s->micro(kc, ap, ars, pb + (size_t)jr * kc, c, j->ldc, mr, nr, j->alpha, beta);
                         if (last && j->epi) s->epi(c, j->ldc, ic + ir, jc + jr, mr, nr, j->epi);
                     }
                 }
