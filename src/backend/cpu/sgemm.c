@@ -478,7 +478,7 @@ static T512 void epi_avx512(float *c, int64_t ldc, int64_t i0, int64_t j0, int m
 
 static const sgemm_isa isa_generic = {"generic", G_MR, G_NR, 256, 64, 1024, micro_generic, epi_generic, NULL};
 static const sgemm_isa isa_avx2 = {"avx2", A2_MR, A2_NR, 256, 72, 2048, micro_avx2, epi_avx2, NULL};
-static const sgemm_isa isa_avx512 = {"avx512", A5_MR, A5_NR, 256, 144, 1024, micro_avx512, epi_avx512,
+static const sgemm_isa isa_avx512 = {"avx512", A5_MR, A5_NR, 256, 144, 512, micro_avx512, epi_avx512,
                                       micro_avx512_epi};
 /* the AVX-512 kernel reads A as row panels [MR][kc], the others as [kc][MR] */
 #define ROW_PANELS(isa) ((isa) == &isa_avx512)
