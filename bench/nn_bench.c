@@ -225,7 +225,7 @@ static void op_case_run(const char *name, op_case *o, double flop) {
  * bias and relu (the fused form the passes make) */
 static void bench_conv1(tb_pool *pool, const char *what, int64_t c, int64_t h, int64_t m, int k, int s, int p,
                         int tactic) {
-    static const char *tn[] = {"", " im2col", " winograd"};
+    static const char *tn[] = {"", " im2col", " winograd", " winograd4"};
     char name[96];
     snprintf(name, sizeof name, "conv %s %lld->%lld %dx%d/%d %lldx%lld%s", what, (long long)c, (long long)m, k, k, s,
              (long long)h, (long long)h, tn[tactic]);
@@ -269,11 +269,12 @@ static void bench_linear(tb_pool *pool, int64_t B, int64_t S, int64_t K, int64_t
     op_case_run(name, &o, 2.0 * B * S * K * N);
 }
 
-/* 3x3 stride-1 convs by both tactics, the others by the kernel's choice */
+/* 3x3 stride-1 convs by each tactic (im2col, F(2x2), F(4x4)), the others by the kernel's choice */
 static void bench_conv(tb_pool *pool, const char *what, int64_t c, int64_t h, int64_t m, int k, int s, int p) {
     if (k == 3 && s == 1) {
         bench_conv1(pool, what, c, h, m, k, s, p, 1);
         bench_conv1(pool, what, c, h, m, k, s, p, 2);
+        bench_conv1(pool, what, c, h, m, k, s, p, 3);
     } else {
         bench_conv1(pool, what, c, h, m, k, s, p, 0);
     }

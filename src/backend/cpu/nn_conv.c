@@ -139,12 +139,15 @@ static void dw_run(void *arg, int ith, int nth) {
     for (int64_t t = total * ith / nth; t < total * (ith + 1) / nth; t++) dw_channel(j, t / j->g->m, t % j->g->m);
 }
 
-/* whether Winograd F(2x2, 3x3) pays for this geometry: enough channels and
- * tiles (a GEMM of N = tiles under 32 wastes most of the kernel's width),
- * and its tile buffers (16 (C + M) tiles floats) within 256 MB */
-static int conv_use_winograd(const tb_nn_conv_geom *g) {
-    int64_t tiles = ((g->oh + 1) / 2) * ((g->ow + 1) / 2);
-    return g->c >= 16 && g->m >= 16 && tiles >= 32 && 16.0 * (double)(g->c + g->m) * (double)tiles * 4 < 256e6;
+/* The Winograd form that pays for a 3x3 stride-1 geometry, else AUTO
+ * (im2col): enough channels and tiles (a GEMM of N = tiles under 32 wastes
+ * most of the kernel's width), tile buffers within 256 MB; F(4x4) (a quarter
+ * of the products, AVX-512 transforms) when it has 64 tiles or more. */
+static int conv_winograd_tactic(const tb_nn_conv_geom *g) {
+    int64_t t2 = ((g->oh + 1) / 2) * ((g->ow + 1) / 2), t4 = ((g->oh + 3) / 4) * ((g->ow + 3) / 4);
+    if (g->c < 16 || g->m < 16 || 16.0 * (double)(g->c + g->m) * (double)t2 * 4 >= 256e6) return TB_CONV_TACTIC_AUTO;
+    if (t4 >= 64 && (tb_cpu_features() & TB_CPU_AVX512F)) return TB_CONV_TACTIC_WINOGRAD4;
+    return t2 >= 32 ? TB_CONV_TACTIC_WINOGRAD : TB_CONV_TACTIC_AUTO;
 }
 
 static tb_status conv_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view *in, int n_in, const tb_view *out,
@@ -167,8 +170,9 @@ static tb_status conv_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view
         return TB_OK;
     }
     int wino_ok = g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.group == 1;
-    if (wino_ok && (tactic == TB_CONV_TACTIC_WINOGRAD || (tactic == TB_CONV_TACTIC_AUTO && conv_use_winograd(&g))))
-        return tb_cpu_conv_winograd(ctx, n, &g, x, w, bias, res, y);
+    if (wino_ok && tactic == TB_CONV_TACTIC_AUTO) tactic = conv_winograd_tactic(&g);
+    if (wino_ok && (tactic == TB_CONV_TACTIC_WINOGRAD || tactic == TB_CONV_TACTIC_WINOGRAD4))
+        return tb_cpu_conv_winograd(ctx, n, &g, tactic == TB_CONV_TACTIC_WINOGRAD4, x, w, bias, res, y);
 
     int direct = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && !g.pt && !g.pl && !g.pb && !g.pr;
     int64_t krows = cg * g.kh * g.kw;

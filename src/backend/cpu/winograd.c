@@ -23,7 +23,8 @@ typedef struct {
     const float *w;
     int64_t m, c;
     uint64_t hash;
-    float *u; /* (16, M, C) */
+    int f4;   /* F(4x4, 3x3) (else F(2x2, 3x3)) */
+    float *u; /* (16 or 36, M, C) */
     uint64_t used;
     int pins; /* calls using u now: not evicted while > 0 */
 } wcache_entry;
@@ -54,6 +55,28 @@ static void weights_transform(const float *w, int64_t M, int64_t C, float *u) {
         }
 }
 
+/* F(4x4, 3x3): U[xi][m][c] = (G g G^T)[xi] (6x6), G of Lavin and Gray */
+static void weights_transform4(const float *w, int64_t M, int64_t C, float *u) {
+    static const float G[6][3] = {{1.0f / 4, 0, 0},
+                                  {-1.0f / 6, -1.0f / 6, -1.0f / 6},
+                                  {-1.0f / 6, 1.0f / 6, -1.0f / 6},
+                                  {1.0f / 24, 1.0f / 12, 1.0f / 6},
+                                  {1.0f / 24, -1.0f / 12, 1.0f / 6},
+                                  {0, 0, 1}};
+    size_t plane = (size_t)(M * C);
+    for (int64_t m = 0; m < M; m++)
+        for (int64_t c = 0; c < C; c++) {
+            const float *g = w + (m * C + c) * 9;
+            double t[6][3]; /* G g */
+            for (int i = 0; i < 6; i++)
+                for (int k = 0; k < 3; k++) t[i][k] = (double)G[i][0] * g[k] + (double)G[i][1] * g[3 + k] + (double)G[i][2] * g[6 + k];
+            for (int i = 0; i < 6; i++)
+                for (int k = 0; k < 6; k++)
+                    u[(size_t)(i * 6 + k) * plane + (size_t)(m * C + c)] =
+                        (float)(t[i][0] * G[k][0] + t[i][1] * G[k][1] + t[i][2] * G[k][2]);
+        }
+}
+
 /* A hash of the weights' ends and of 1024 samples between them: enough to
  * tell a reused buffer holding other weights, at a cost independent of
  * their size (hashing all of a 512x512x3x3 conv costs as much as it). */
@@ -71,7 +94,7 @@ static uint64_t weights_hash(const float *w, size_t n) {
  * weights_put(*entry); NULL on OOM. When every slot is pinned (many convs
  * running at once) the weights are made into a buffer of the caller's
  * (*entry = NULL, freed by weights_put). */
-static const float *weights_get(const float *w, int64_t M, int64_t C, wcache_entry **entry, float **own) {
+static const float *weights_get(const float *w, int64_t M, int64_t C, int f4, wcache_entry **entry, float **own) {
     uint64_t h = weights_hash(w, (size_t)(M * C * 9));
     *entry = NULL;
     *own = NULL;
@@ -79,21 +102,22 @@ static const float *weights_get(const float *w, int64_t M, int64_t C, wcache_ent
     wcache_entry *hit = NULL, *victim = NULL;
     for (int i = 0; i < WCACHE_SLOTS; i++) {
         wcache_entry *e = &wcache[i];
-        if (e->u && e->w == w && e->m == M && e->c == C && e->hash == h) { hit = e; break; }
+        if (e->u && e->w == w && e->m == M && e->c == C && e->f4 == f4 && e->hash == h) { hit = e; break; }
         if (e->pins) continue;
         if (!victim || !e->u || (victim->u && e->used < victim->used)) victim = e;
     }
     if (!hit) {
-        float *u = tb_alloc_aligned(sizeof(float) * 16 * (size_t)(M * C), 64);
+        float *u = tb_alloc_aligned(sizeof(float) * (f4 ? 36 : 16) * (size_t)(M * C), 64);
         if (!u) { pthread_mutex_unlock(&wcache_lock); return NULL; }
-        weights_transform(w, M, C, u);
+        if (f4) weights_transform4(w, M, C, u);
+        else weights_transform(w, M, C, u);
         if (!victim) {
             pthread_mutex_unlock(&wcache_lock);
             *own = u;
             return u;
         }
         tb_free_aligned(victim->u);
-        *victim = (wcache_entry){w, M, C, h, u, 0, 0};
+        *victim = (wcache_entry){w, M, C, h, f4, u, 0, 0};
         hit = victim;
     }
     hit->used = ++wcache_clock;
@@ -125,7 +149,8 @@ typedef struct {
     int64_t hp, wp;     /* its rows and row stride */
     const tb_cpu_sgemm_epi *e; /* the epilogue, applied per output plane */
     int wide;           /* AVX-512 transforms */
-    const float *u;     /* (16, M, C) transformed weights */
+    const float *u;     /* (nxi, M, C) transformed weights */
+    int f4, nxi;        /* F(4x4, 3x3): 36 products (else F(2x2, 3x3): 16) */
 } wino_job;
 
 /* V[xi][c][t] = (B^T d B)[xi], d the 4x4 input patch at (2 ty - pt, 2 tx - pl) */
@@ -288,6 +313,127 @@ static W512 void output_transform512(const wino_job *j, int64_t m0, int64_t m1) 
     }
 }
 
+
+/* ---- F(4x4, 3x3), AVX-512 only: 6x6 input patches at stride 4, 16 tiles of
+ * a tile row per vector */
+
+/* lanes t = 0..15 of p[4 t] (p[0, 61] read) */
+static W512 __m512 stride4_512(const float *p) {
+    const __m512i ix = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+    __m512 lo = _mm512_permutex2var_ps(_mm512_loadu_ps(p), ix, _mm512_loadu_ps(p + 16));
+    __m512 hi = _mm512_permutex2var_ps(_mm512_loadu_ps(p + 32), ix, _mm512_maskz_loadu_ps(0x3fff, p + 48));
+    return _mm512_shuffle_f32x4(lo, hi, 0x44);
+}
+
+/* B^T applied to d0..d5 (one column or row of a patch) */
+#define WINO4_BT(d, w)                                                                                     \
+    do {                                                                                                   \
+        const __m512 c4 = _mm512_set1_ps(4.0f), c5 = _mm512_set1_ps(5.0f), c2 = _mm512_set1_ps(2.0f);     \
+        __m512 t14 = _mm512_add_ps(d[1], d[2]), t23 = _mm512_sub_ps(d[1], d[2]);                           \
+        w[0] = _mm512_add_ps(_mm512_fnmadd_ps(c5, d[2], _mm512_mul_ps(c4, d[0])), d[4]);                   \
+        w[1] = _mm512_fnmadd_ps(c4, t14, _mm512_add_ps(d[3], d[4]));                                       \
+        w[2] = _mm512_fmadd_ps(c4, t23, _mm512_sub_ps(d[4], d[3]));                                        \
+        __m512 s13 = _mm512_sub_ps(d[3], d[1]), s4m2 = _mm512_sub_ps(d[4], d[2]);                          \
+        w[3] = _mm512_fmadd_ps(c2, s13, s4m2);                                                             \
+        w[4] = _mm512_fnmadd_ps(c2, s13, s4m2);                                                            \
+        w[5] = _mm512_add_ps(_mm512_fnmadd_ps(c5, d[3], _mm512_mul_ps(c4, d[1])), d[5]);                   \
+    } while (0)
+
+static W512 void input_transform4_512(const wino_job *j, int64_t c0, int64_t c1, float *P) {
+    const tb_nn_conv_geom *g = j->g;
+    size_t plane = (size_t)(g->c * j->T);
+    for (int64_t c = c0; c < c1; c++) {
+        const float *xc = j->x + c * g->h * g->w;
+        memset(P, 0, sizeof(float) * (size_t)(j->hp * j->wp));
+        for (int64_t yy = 0; yy < g->h; yy++) {
+            int64_t py = yy + g->pt;
+            if (py >= j->hp) break;
+            int64_t n = g->w;
+            if (g->pl + n > j->wp) n = j->wp - g->pl;
+            memcpy(P + py * j->wp + g->pl, xc + yy * g->w, sizeof(float) * (size_t)n);
+        }
+        for (int64_t ty = 0; ty < j->th; ty++)
+            for (int64_t tx = 0; tx < j->tw; tx += 16) {
+                __m512 t[6][6]; /* rows of B^T d, by columns k */
+                for (int k = 0; k < 6; k++) {
+                    __m512 d[6], w[6];
+                    for (int i = 0; i < 6; i++) d[i] = stride4_512(P + (4 * ty + i) * j->wp + 4 * tx + k);
+                    WINO4_BT(d, w);
+                    for (int i = 0; i < 6; i++) t[i][k] = w[i];
+                }
+                int64_t left = j->tw - tx;
+                __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+                float *v = j->v + (size_t)(c * j->T + ty * j->tw + tx);
+                for (int i = 0; i < 6; i++) {
+                    __m512 w[6];
+                    WINO4_BT(t[i], w);
+                    for (int k = 0; k < 6; k++) _mm512_mask_storeu_ps(v + (size_t)(i * 6 + k) * plane, m, w[k]);
+                }
+            }
+    }
+}
+
+/* A^T applied to m0..m5 */
+#define WINO4_AT(a, o)                                                                                     \
+    do {                                                                                                   \
+        __m512 p12 = _mm512_add_ps(a[1], a[2]), m12 = _mm512_sub_ps(a[1], a[2]);                           \
+        __m512 p34 = _mm512_add_ps(a[3], a[4]), m34 = _mm512_sub_ps(a[3], a[4]);                           \
+        o[0] = _mm512_add_ps(_mm512_add_ps(a[0], p12), p34);                                               \
+        o[1] = _mm512_fmadd_ps(_mm512_set1_ps(2.0f), m34, m12);                                            \
+        o[2] = _mm512_fmadd_ps(_mm512_set1_ps(4.0f), p34, p12);                                            \
+        o[3] = _mm512_add_ps(_mm512_fmadd_ps(_mm512_set1_ps(8.0f), m34, m12), a[5]);                       \
+    } while (0)
+
+static W512 void output_transform4_512(const wino_job *j, int64_t m0, int64_t m1) {
+    const tb_nn_conv_geom *g = j->g;
+    size_t plane = (size_t)(g->m * j->T);
+    const __m512i p01l = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    const __m512i p01h = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+    const __m512i q0 = _mm512_setr_epi32(0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23);
+    const __m512i q1 = _mm512_setr_epi32(8, 9, 24, 25, 10, 11, 26, 27, 12, 13, 28, 29, 14, 15, 30, 31);
+    for (int64_t m = m0; m < m1; m++) {
+        float *ym = j->y + m * g->oh * g->ow;
+        const float *mm = j->mx + (size_t)(m * j->T);
+        for (int64_t ty = 0; ty < j->th; ty++)
+            for (int64_t tx = 0; tx < j->tw; tx += 16) {
+                int64_t left = j->tw - tx;
+                __mmask16 tm = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+                const float *src = mm + ty * j->tw + tx;
+                __m512 r[4][6]; /* A^T a, by columns */
+                for (int k = 0; k < 6; k++) {
+                    __m512 a[6], o[4];
+                    for (int i = 0; i < 6; i++) a[i] = _mm512_maskz_loadu_ps(tm, src + (size_t)(i * 6 + k) * plane);
+                    WINO4_AT(a, o);
+                    for (int i = 0; i < 4; i++) r[i][k] = o[i];
+                }
+                for (int i = 0; i < 4; i++) {
+                    int64_t oy = 4 * ty + i;
+                    if (oy >= g->oh) break;
+                    __m512 o[4];
+                    WINO4_AT(r[i], o);
+                    /* interleave o[q][t] into out[4 t + q] */
+                    __m512 a01l = _mm512_permutex2var_ps(o[0], p01l, o[1]), a01h = _mm512_permutex2var_ps(o[0], p01h, o[1]);
+                    __m512 a23l = _mm512_permutex2var_ps(o[2], p01l, o[3]), a23h = _mm512_permutex2var_ps(o[2], p01h, o[3]);
+                    __m512 out[4] = {_mm512_permutex2var_ps(a01l, q0, a23l), _mm512_permutex2var_ps(a01l, q1, a23l),
+                                     _mm512_permutex2var_ps(a01h, q0, a23h), _mm512_permutex2var_ps(a01h, q1, a23h)};
+                    int64_t cols = g->ow - 4 * tx;
+                    float *dst = ym + oy * g->ow + 4 * tx;
+                    for (int q = 0; q < 4 && cols > 16 * q; q++) {
+                        int64_t n = cols - 16 * q;
+                        __mmask16 km = n >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+                        _mm512_mask_storeu_ps(dst + 16 * q, km, out[q]);
+                    }
+                }
+            }
+        if (j->e) {
+            tb_cpu_sgemm_epi e = *j->e;
+            if (e.bias) e.bias += m;
+            if (e.res) e.res += m * g->oh * g->ow;
+            tb_cpu_nn_epilogue(ym, g->oh * g->ow, 1, g->oh * g->ow, &e);
+        }
+    }
+}
+
 /* M[xi] (M, T) = U[xi] (M, C) x V[xi] (C, T) */
 static void gemm_one(const wino_job *j, int xi, tb_pool *pool) {
     const tb_nn_conv_geom *g = j->g;
@@ -297,19 +443,25 @@ static void gemm_one(const wino_job *j, int xi, tb_pool *pool) {
 
 static void gemm_run(void *arg, int ith, int nth) {
     wino_job *j = arg;
-    for (int xi = 16 * ith / nth; xi < 16 * (ith + 1) / nth; xi++) gemm_one(j, xi, NULL);
+    for (int xi = j->nxi * ith / nth; xi < j->nxi * (ith + 1) / nth; xi++) gemm_one(j, xi, NULL);
 }
 
 static void input_run(void *arg, int ith, int nth) {
     wino_job *j = arg;
     int64_t c0 = j->g->c * ith / nth, c1 = j->g->c * (ith + 1) / nth;
-    if (j->wide) input_transform512(j, c0, c1, j->pad + (size_t)(j->hp * j->wp) * (size_t)ith);
+    float *pad = j->pad + (size_t)(j->hp * j->wp) * (size_t)ith;
+    if (j->f4) input_transform4_512(j, c0, c1, pad);
+    else if (j->wide) input_transform512(j, c0, c1, pad);
     else input_transform(j, c0, c1);
 }
 
 static void output_run(void *arg, int ith, int nth) {
     wino_job *j = arg;
     int64_t m0 = j->g->m * ith / nth, m1 = j->g->m * (ith + 1) / nth;
+    if (j->f4) {
+        output_transform4_512(j, m0, m1);
+        return;
+    }
     if (j->wide) {
         output_transform512(j, m0, m1);
         return;
@@ -324,26 +476,29 @@ static void output_run(void *arg, int ith, int nth) {
     }
 }
 
-tb_status tb_cpu_conv_winograd(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn_conv_geom *g, const float *x,
-                               const float *w, const float *bias, const float *res, float *y) {
+tb_status tb_cpu_conv_winograd(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn_conv_geom *g, int f4,
+                               const float *x, const float *w, const float *bias, const float *res, float *y) {
     TB_ASSERT(g->kh == 3 && g->kw == 3 && g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 && g->group == 1);
-    wcache_entry *entry;
-    float *own;
-    const float *u = weights_get(w, g->m, g->c, &entry, &own);
-    if (!u) return tb_errorf(TB_ERR_OOM, "Conv: out of memory for Winograd weights");
     wino_job j;
     memset(&j, 0, sizeof j);
     j.g = g;
-    j.th = (g->oh + 1) / 2;
-    j.tw = (g->ow + 1) / 2;
-    j.T = j.th * j.tw;
     j.wide = (tb_cpu_features() & TB_CPU_AVX512F) != 0;
+    j.f4 = f4 && j.wide; /* F(4x4) has AVX-512 transforms only */
+    int tm = j.f4 ? 4 : 2;
+    j.nxi = (tm + 2) * (tm + 2);
+    j.th = (g->oh + tm - 1) / tm;
+    j.tw = (g->ow + tm - 1) / tm;
+    j.T = j.th * j.tw;
     /* padded plane: rows of every tile, and columns of whole 16-tile groups
-     * plus the two the last tile reads past them */
-    j.hp = 2 * j.th + 2;
-    j.wp = (j.tw + 15) / 16 * 32 + 16;
+     * plus those the last tile reads past them */
+    j.hp = tm * j.th + 2;
+    j.wp = (j.tw + 15) / 16 * 16 * tm + 16;
+    wcache_entry *entry;
+    float *own;
+    const float *u = weights_get(w, g->m, g->c, j.f4, &entry, &own);
+    if (!u) return tb_errorf(TB_ERR_OOM, "Conv: out of memory for Winograd weights");
     int nth = ctx->pool ? tb_pool_size(ctx->pool) : 1;
-    size_t vn = (size_t)(16 * g->c * j.T), mn = (size_t)(16 * g->m * j.T);
+    size_t vn = (size_t)(j.nxi * g->c * j.T), mn = (size_t)(j.nxi * g->m * j.T);
     size_t pn = j.wide ? (size_t)(j.hp * j.wp) * (size_t)nth : 0;
     float *buf = tb_cpu_nn_scratch(ctx, sizeof(float) * (vn + mn + pn));
     if (!buf) {
@@ -370,12 +525,12 @@ tb_status tb_cpu_conv_winograd(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn
         if (nth > 1) tb_pool_run(ctx->pool, input_run, &j);
         else input_run(&j, 0, 1);
         j.u = u;
-        /* the 16 products: whole ones per thread (one sync, and no split of
-         * a small N between threads), unless they are big enough to split */
+        /* the products: whole ones per thread (one sync, and no split of a
+         * small N between threads), unless they are big enough to split */
         if (nth > 1 && (double)g->m * (double)j.T * (double)g->c < 4e6) {
             tb_pool_run(ctx->pool, gemm_run, &j);
         } else {
-            for (int xi = 0; xi < 16; xi++) gemm_one(&j, xi, ctx->pool);
+            for (int xi = 0; xi < j.nxi; xi++) gemm_one(&j, xi, ctx->pool);
         }
         if (nth > 1) tb_pool_run(ctx->pool, output_run, &j);
         else output_run(&j, 0, 1);
