@@ -6,8 +6,10 @@
  * Conv (NCHW), per image and group, picks one tactic:
  *   - 1x1, stride 1, no pads: the GEMM w (M, C) x (C, H W) straight on x;
  *   - depthwise (one input channel per group): a direct loop per channel;
- *   - 3x3, stride 1, dilation 1, enough channels: Winograd F(2x2, 3x3)
- *     (winograd.c; the weights are transformed per call into scratch);
+ *   - 3x3, stride 1, dilation 1, enough channels and tiles: Winograd
+ *     F(4x4, 3x3) (AVX-512, 64 tiles or more) or F(2x2, 3x3) (winograd.c;
+ *     the transformed weights are cached by weight address and a sampled
+ *     content hash);
  *   - otherwise im2col into scratch, then the GEMM (C kh kw, oh ow).
  * The node's tactic field can force one (TB_CONV_TACTIC_*; 0: choose).
  */

@@ -1,14 +1,15 @@
 /*
- * winograd.c — Conv 3x3, stride 1, by Winograd F(2x2, 3x3) (Lavin and Gray):
- * each 2x2 output tile costs 16 products per (input, output) channel pair
- * instead of 36, done as 16 GEMMs
- *   M[xi] (M, tiles) = U[xi] (M, C) x V[xi] (C, tiles),  xi in 4x4
+ * winograd.c — Conv 3x3, stride 1, by Winograd F(2x2, 3x3) or F(4x4, 3x3)
+ * (Lavin and Gray): each 2x2 (4x4) output tile costs 16 (36) products per
+ * (input, output) channel pair instead of 36 (144), done as 16 (36) GEMMs
+ *   M[xi] (M, tiles) = U[xi] (M, C) x V[xi] (C, tiles)
  * with U = G g G^T (the weights, transformed once and cached by the weight
  * buffer's address, shape and a sampled content hash: weights are constant,
  * but a buffer may be freed and reused) and V = B^T d B (the input, per
  * call), then y = A^T M A with the fused epilogue applied per output plane
  * while it is in cache. With AVX-512 the transforms work on 16 tiles of a
- * tile row per vector; the scalar forms serve the other ISAs.
+ * tile row per vector (F(4x4) has only that form: without AVX-512 it runs as
+ * F(2x2), whose scalar transforms serve the other ISAs).
  */
 #include "backend/cpu/nn_conv_impl.h"
 
