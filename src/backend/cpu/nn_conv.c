@@ -7,7 +7,7 @@
  *   - 1x1, stride 1, no pads: the GEMM w (M, C) x (C, H W) straight on x;
  *   - depthwise (one input channel per group): a direct loop per channel;
  *   - 3x3, stride 1, dilation 1, enough channels and tiles: Winograd
- *     F(4x4, 3x3) (AVX-512, 64 tiles or more) or F(2x2, 3x3) (winograd.c;
+ *     F(4x4, 3x3) (AVX-512, 40 tiles or more) or F(2x2, 3x3) (winograd.c;
  *     the transformed weights are cached by weight address and a sampled
  *     content hash);
  *   - otherwise im2col into scratch, then the GEMM (C kh kw, oh ow).
@@ -144,11 +144,11 @@ static void dw_run(void *arg, int ith, int nth) {
 /* The Winograd form that pays for a 3x3 stride-1 geometry, else AUTO
  * (im2col): enough channels and tiles (a GEMM of N = tiles under 32 wastes
  * most of the kernel's width), tile buffers within 256 MB; F(4x4) (a quarter
- * of the products, AVX-512 transforms) when it has 64 tiles or more. */
+ * of the products, AVX-512 transforms) when it has 40 tiles or more. */
 static int conv_winograd_tactic(const tb_nn_conv_geom *g) {
     int64_t t2 = ((g->oh + 1) / 2) * ((g->ow + 1) / 2), t4 = ((g->oh + 3) / 4) * ((g->ow + 3) / 4);
     if (g->c < 16 || g->m < 16 || 16.0 * (double)(g->c + g->m) * (double)t2 * 4 >= 256e6) return TB_CONV_TACTIC_AUTO;
-    if (t4 >= 64 && (tb_cpu_features() & TB_CPU_AVX512F)) return TB_CONV_TACTIC_WINOGRAD4;
+    if (t4 >= 40 && (tb_cpu_features() & TB_CPU_AVX512F)) return TB_CONV_TACTIC_WINOGRAD4;
     return t2 >= 32 ? TB_CONV_TACTIC_WINOGRAD : TB_CONV_TACTIC_AUTO;
 }
 
