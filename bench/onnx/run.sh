@@ -44,6 +44,7 @@ shapes() { # MODEL BATCH -> name:dims,... (comma list)
 
 RES="$OUT/results.jsonl"
 : > "$RES"
+load_before="$(cut -d' ' -f1-3 /proc/loadavg)"
 turbine_ok=0
 if [ -n "${TURBINE:-}" ]; then
   if "$TURBINE" exec --list-ops >/dev/null 2>&1; then
@@ -125,11 +126,12 @@ EOF
   fi
 done
 
-"$PY" - "$RES" "$THREADS" <<'EOF'
+"$PY" - "$RES" "$THREADS" "$load_before" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 print(f"ONNX models, opset 17, random weights, {sys.argv[2]} threads "
       "(ResNet-18 224x224; BERT-base shape, 12 layers, 768 dim, seq 128)")
+print(f"load average before {sys.argv[3]}, after {sys.argv[4]} (figures from a busy machine mislead)")
 print(f"{'model':<9} {'batch':>5} {'runtime':<18} {'inf/s':>8} {'samples/s':>9} "
       f"{'min ms':>8} {'mean ms':>8} {'median ms':>9} {'p99 ms':>8}")
 def f(x):
