@@ -92,24 +92,22 @@ def compare(expected, actual, rtol, atol):
     if e.dtype != a.dtype:
         return f"dtype {a.dtype}, expected {e.dtype}"
     if e.dtype.kind in "fc":
-        e64 = e.astype(np.complex128 if e.dtype.kind == "c" else np.float64)
-        a64 = a.astype(e64.dtype)
+        ct = np.complex128 if e.dtype.kind == "c" else np.float64
+        e64, a64 = e.astype(ct).reshape(-1), a.astype(ct).reshape(-1)
         en, an = np.isnan(e64), np.isnan(a64)
         if not np.array_equal(en, an):
             return f"NaN positions differ ({int(np.count_nonzero(en != an))} elements)"
-        ok = en.copy()
-        fin = ~en
-        ei, ai = np.isinf(e64) & fin, np.isinf(a64) & fin
-        ok |= ei & ai & (e64 == a64)
-        both = fin & ~ei & ~ai
+        ei, ai = np.isinf(e64), np.isinf(a64)
+        ok = en | (ei & ai & (e64 == a64))
+        both = ~en & ~ei & ~ai
         ok[both] = np.abs(a64[both] - e64[both]) <= atol + rtol * np.abs(e64[both])
         if not ok.all():
-            bad = np.argwhere(~ok)
-            idx = tuple(bad[0])
-            diff = np.abs(a64 - e64)
-            diff[~both] = 0
-            return (f"{len(bad)}/{e.size} elements off, first at {list(idx)}: "
-                    f"{a64[idx]} vs {e64[idx]} (max abs diff {float(np.max(np.abs(diff))):.3g})")
+            bad = np.flatnonzero(~ok)
+            i = int(bad[0])
+            idx = [int(x) for x in np.unravel_index(i, e.shape)] if e.shape else []
+            diff = np.where(both, np.abs(a64 - e64), 0)
+            return (f"{len(bad)}/{e.size} elements off, first at {idx}: "
+                    f"{a64[i]} vs {e64[i]} (max abs diff {float(np.max(np.abs(diff))):.3g})")
         return None
     if e.dtype.kind in "OUS":
         eq = np.array_equal(e.astype(str), a.astype(str))
