@@ -4,7 +4,7 @@ through `turbine exec`.
 
     /usr/bin/python3 tests/onnx/run_node_tests.py --turbine build/turbine
         [--data DIR] [--allow-fail FILE] [--markdown FILE] [--filter REGEX]
-        [--jobs N] [--timeout S] [--rtol R] [--atol A] [-v]
+        [--opsets LO-HI] [--jobs N] [--timeout S] [--rtol R] [--atol A] [-v]
 
 A test (DIR/test_*/model.onnx with test_data_set_N/input_K.pb, output_K.pb)
 is selected only when every op type of its model (subgraphs included) is in
@@ -16,6 +16,9 @@ line). Each selected test runs as
 and TMP/output_K.pb (or TMP/OUTPUT_NAME.pb) is compared with the expected
 output: floats within |got - exp| <= atol + rtol * |exp| (defaults 1e-4 and
 1e-3) with NaN in the same places, integers, bools and strings exactly.
+
+--opsets LO-HI: only models importing a default-domain opset in that range
+(the node tests of an op are written at the opset of its latest version).
 
 --allow-fail FILE: known failures, one "test_name reason" a line (# starts a
 comment); they are reported but do not fail the run.
@@ -116,6 +119,7 @@ def main():
     ap.add_argument("--allow-fail", help="file of known failures: 'test_name reason' a line")
     ap.add_argument("--markdown", help="write a table of passes per op to this file")
     ap.add_argument("--filter", help="only tests whose name matches this regular expression")
+    ap.add_argument("--opsets", help="only models whose default-domain opset is in LO-HI (e.g. 13-21)")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--timeout", type=float, default=120, help="seconds per turbine exec (default 120)")
     ap.add_argument("--rtol", type=float, default=1e-3)
@@ -133,6 +137,13 @@ def main():
         return SKIP
     allow = load_allow(a.allow_fail) if a.allow_fail else {}
     flt = re.compile(a.filter) if a.filter else None
+    lo, hi = 0, 1 << 30
+    if a.opsets:
+        mo = re.fullmatch(r"(\d+)-(\d+)", a.opsets)
+        if not mo:
+            print("run_node_tests: --opsets wants LO-HI, e.g. 13-21", file=sys.stderr)
+            return 2
+        lo, hi = int(mo.group(1)), int(mo.group(2))
 
     tests = sorted(d for d in os.listdir(data)
                    if d.startswith("test_") and os.path.isfile(os.path.join(data, d, "model.onnx")))
@@ -142,6 +153,9 @@ def main():
             m = onnx.load(os.path.join(data, t, "model.onnx"))
         except Exception as ex:
             print(f"run_node_tests: {t}: unreadable model: {ex}", file=sys.stderr)
+            continue
+        opset = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), None)
+        if opset is not None and not lo <= opset <= hi:
             continue
         models[t] = m
         ops_of[t] = oc.op_types(m)
