@@ -20,6 +20,11 @@ output: floats within |got - exp| <= atol + rtol * |exp| (defaults 1e-4 and
 --opsets LO-HI: only models importing a default-domain opset in that range
 (the node tests of an op are written at the opset of its latest version).
 
+--upgrade-to N: models below default-domain opset N are converted to N with
+onnx.version_converter first (onnx 1.12's Conv, pooling, Range, logical and
+many other node tests are written at opsets below 13); those it cannot convert
+stay as they are.
+
 --allow-fail FILE: known failures, one "test_name reason" a line (# starts a
 comment); they are reported but do not fail the run.
 
@@ -95,12 +100,12 @@ def load_allow(path):
     return allow
 
 
-def run_test(turbine, tdir, model, tmp_root, timeout, rtol, atol):
+def run_test(turbine, tdir, mpath, model, tmp_root, timeout, rtol, atol):
     fails = []
     for ds in oc.data_sets(tdir):
         out = tempfile.mkdtemp(dir=tmp_root)
         try:
-            rc, log = oc.run_exec(turbine, os.path.join(tdir, "model.onnx"), ds, out, timeout)
+            rc, log = oc.run_exec(turbine, mpath, ds, out, timeout)
             if rc != 0:
                 last = log.strip().splitlines()[-1] if log.strip() else ""
                 fails.append(f"{os.path.basename(ds)}: exit {rc}: {last}"[:300])
@@ -120,6 +125,7 @@ def main():
     ap.add_argument("--markdown", help="write a table of passes per op to this file")
     ap.add_argument("--filter", help="only tests whose name matches this regular expression")
     ap.add_argument("--opsets", help="only models whose default-domain opset is in LO-HI (e.g. 13-21)")
+    ap.add_argument("--upgrade-to", type=int, help="convert models below this opset to it first")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1))
     ap.add_argument("--timeout", type=float, default=120, help="seconds per turbine exec (default 120)")
     ap.add_argument("--rtol", type=float, default=1e-3)
@@ -147,14 +153,29 @@ def main():
 
     tests = sorted(d for d in os.listdir(data)
                    if d.startswith("test_") and os.path.isfile(os.path.join(data, d, "model.onnx")))
-    models, ops_of = {}, {}
+    tmp_root = tempfile.mkdtemp(prefix="onnx_node_")
+    models, ops_of, paths, upgraded = {}, {}, {}, set()
     for t in tests:
         try:
             m = onnx.load(os.path.join(data, t, "model.onnx"))
         except Exception as ex:
             print(f"run_node_tests: {t}: unreadable model: {ex}", file=sys.stderr)
             continue
+        paths[t] = os.path.join(data, t, "model.onnx")
         opset = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), None)
+        if a.upgrade_to and opset is not None and opset < a.upgrade_to:
+            try:
+                from onnx import version_converter
+                cm = version_converter.convert_version(m, a.upgrade_to)
+                onnx.checker.check_model(cm)
+                d = os.path.join(tmp_root, "upgraded", t)
+                os.makedirs(d)
+                paths[t] = os.path.join(d, "model.onnx")
+                onnx.save(cm, paths[t])
+                m, opset = cm, a.upgrade_to
+                upgraded.add(t)
+            except Exception:
+                pass
         if opset is not None and not lo <= opset <= hi:
             continue
         models[t] = m
@@ -174,12 +195,11 @@ def main():
     for t in selected:
         per_op[primary[t]][1] += 1
 
-    tmp_root = tempfile.mkdtemp(prefix="onnx_node_")
     results = {}
     t0 = time.time()
     try:
         with cf.ThreadPoolExecutor(max_workers=max(1, a.jobs)) as ex:
-            futs = {ex.submit(run_test, a.turbine, os.path.join(data, t), models[t], tmp_root,
+            futs = {ex.submit(run_test, a.turbine, os.path.join(data, t), paths[t], models[t], tmp_root,
                               a.timeout, a.rtol, a.atol): t for t in selected}
             for f in cf.as_completed(futs):
                 t = futs[f]
@@ -234,6 +254,8 @@ def main():
                 tot, sel, ps, fl, kn = per_op[op]
                 if sel or op in supported:
                     f.write(f"| {op} | {tot} | {sel} | {ps} | {fl} | {kn} |\n")
+    if upgraded:
+        print(f"{len(upgraded)} models converted to opset {a.upgrade_to} ({len(set(selected) & upgraded)} of them selected)")
     print(f"{len(selected)} of {len(models)} node tests selected ({len(supported)} op types listed), "
           f"{time.time() - t0:.1f}s")
     print(f"summary: {len(passed)} passed, {len(failed)} failed, {skipped} skipped"
