@@ -2,7 +2,8 @@
 # run.sh — ResNet-18 (224x224) and a BERT-base-shape encoder (seq 128), both
 # exported from PyTorch at opset 17 with random weights: ONNX Runtime (CPU,
 # onnxruntime-node) and, when TURBINE names a binary with the ONNX front end,
-# turbine's `bench --engine`, at batch 1 and 8 with 2 threads. Prints one table.
+# turbine's `bench --engine` (or, while that has no ONNX mode, the mean of
+# `turbine exec --repeat`), at batch 1 and 8 with 2 threads. Prints one table.
 #
 #   bash bench/onnx/run.sh                       # ONNX Runtime only
 #   TURBINE=build/turbine bash bench/onnx/run.sh # and turbine
@@ -81,43 +82,17 @@ for m in resnet18 bert; do
              --warmup "$WARMUP" --iters "$ITERS" --json "$j" > "$OUT/turbine_${m}_b$b.txt" 2>&1 \
            || "$TURBINE" bench --engine "$engine" --shapes "$(shapes "$m" "$b")" --threads "$THREADS" \
              --json "$j" > "$OUT/turbine_${m}_b$b.txt" 2>&1; then
-          "$PY" - "$j" "$OUT/turbine_${m}_b$b.txt" "$m" "$b" >> "$RES" <<'EOF'
-import json, sys
-jpath, tpath, name, batch = sys.argv[1:5]
-rec = {"peer": "turbine", "name": name, "batch": int(batch)}
-try:
-    data = json.load(open(jpath))
-except (OSError, ValueError):
-    try:  # the JSON on stdout instead
-        data = json.loads(open(tpath).read().strip().splitlines()[-1])
-    except (OSError, ValueError, IndexError):
-        data = None
-def walk(o, path=()):
-    if isinstance(o, dict):
-        for k, v in o.items():
-            yield from walk(v, path + (str(k).lower(),))
-    elif isinstance(o, list):
-        for v in o:
-            yield from walk(v, path)
-    elif isinstance(o, (int, float)) and not isinstance(o, bool):
-        yield path, o
-lat = {}
-if data is not None:
-    for path, v in walk(data):
-        key = path[-1]
-        in_lat = any("lat" in p or p.endswith("_ms") for p in path)
-        for want, names in (("min", ("min", "min_ms")), ("mean", ("mean", "mean_ms", "avg")),
-                            ("median", ("median", "p50", "median_ms", "p50_ms")), ("p99", ("p99", "p99_ms"))):
-            if key in names and in_lat and want not in lat:
-                lat[want] = v
-        if ("throughput" in key or key.endswith("per_s")) and "throughput_per_s" not in rec:
-            rec["throughput_per_s"] = v
-    rec["raw"] = data
-rec["latency_ms"] = lat
-print(json.dumps(rec))
-EOF
+          "$PY" "$HERE/figures.py" bench-json "$j" "$OUT/turbine_${m}_b$b.txt" "$m" "$b" >> "$RES"
         else
-          echo "run.sh: turbine bench failed for $m batch $b (see $OUT/turbine_${m}_b$b.txt)" >&2
+          # no ONNX bench mode: the mean of `turbine exec --repeat N` (after a first run)
+          d="$OUT/inputs_${m}_b$b"
+          "$PY" "$HERE/figures.py" inputs "$model" "$d" "$(shapes "$m" "$b")"
+          if "$TURBINE" exec "$engine" --inputs "$d" --outputs "$d/out" --threads "$THREADS" \
+               --repeat "$ITERS" > "$OUT/turbine_${m}_b$b.txt" 2>&1; then
+            "$PY" "$HERE/figures.py" exec-mean "$OUT/turbine_${m}_b$b.txt" "$m" "$b" >> "$RES"
+          else
+            echo "run.sh: turbine bench and exec failed for $m batch $b (see $OUT/turbine_${m}_b$b.txt)" >&2
+          fi
         fi
       done
     else
@@ -126,21 +101,4 @@ EOF
   fi
 done
 
-"$PY" - "$RES" "$THREADS" "$load_before" "$(cut -d' ' -f1-3 /proc/loadavg)" <<'EOF'
-import json, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-print(f"ONNX models, opset 17, random weights, {sys.argv[2]} threads "
-      "(ResNet-18 224x224; BERT-base shape, 12 layers, 768 dim, seq 128)")
-print(f"load average before {sys.argv[3]}, after {sys.argv[4]} (figures from a busy machine mislead)")
-print(f"{'model':<9} {'batch':>5} {'runtime':<18} {'inf/s':>8} {'samples/s':>9} "
-      f"{'min ms':>8} {'mean ms':>8} {'median ms':>9} {'p99 ms':>8}")
-def f(x):
-    return f"{x:.2f}" if isinstance(x, (int, float)) else "-"
-for r in sorted(rows, key=lambda r: (r["name"], r["batch"], r["peer"] != "onnxruntime")):
-    lat = r.get("latency_ms", {})
-    thr = r.get("throughput_per_s")
-    sps = r.get("samples_per_s", thr * r["batch"] if isinstance(thr, (int, float)) else None)
-    label = r["peer"] + (f" {r['version']}" if r.get("version") and r["peer"] == "onnxruntime" else "")
-    print(f"{r['name']:<9} {r['batch']:>5} {label:<18} {f(thr):>8} {f(sps):>9} {f(lat.get('min')):>8} "
-          f"{f(lat.get('mean')):>8} {f(lat.get('median')):>9} {f(lat.get('p99')):>8}")
-EOF
+"$PY" "$HERE/figures.py" table "$RES" "$THREADS" "$load_before" "$(cut -d' ' -f1-3 /proc/loadavg)"
