@@ -25,6 +25,7 @@ default (the benchmark shapes):
     gpt2      GPT-2 small shape: 12 layers, dim 768, 12 heads, vocab 50257, context 1024
 """
 import argparse
+import inspect
 import json
 import math
 import os
@@ -260,9 +261,11 @@ def export_one(name, m, spec, opset, outdir, with_data, seed):
     t0 = time.time()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        # the TorchScript exporter (opsets 13 and 17); newer PyTorch defaults to dynamo
+        kw = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
         torch.onnx.export(m, tuple(example), path, opset_version=opset,
                           input_names=in_names, output_names=spec["outputs"],
-                          dynamic_axes=spec["dynamic"], do_constant_folding=True)
+                          dynamic_axes=spec["dynamic"], do_constant_folding=True, **kw)
     model = onnx.load(path)
     onnx.checker.check_model(model)
     graph_inputs = [i.name for i in model.graph.input

@@ -122,7 +122,9 @@ def compare(expected, actual, rtol, atol):
 def run_exec(turbine, model, inputs_dir, out_dir, timeout, extra=()):
     """Runs `turbine exec MODEL --inputs DIR --outputs DIR`; returns
     (returncode or None on timeout, combined stderr/stdout tail)."""
-    cmd = [turbine, "exec", model, "--inputs", inputs_dir, "--outputs", out_dir, *extra]
+    # TURBINE_EXEC_ARGS: more arguments for every exec (e.g. "--device cuda")
+    env_extra = os.environ.get("TURBINE_EXEC_ARGS", "").split()
+    cmd = [turbine, "exec", model, "--inputs", inputs_dir, "--outputs", out_dir, *extra, *env_extra]
     try:
         r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout)
     except subprocess.TimeoutExpired:
