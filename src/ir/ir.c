@@ -246,7 +246,9 @@ void tb_value_shape_str(const tb_graph *g, const tb_value *v, char *buf, size_t 
     size_t n = (size_t)snprintf(buf, cap, "(");
     for (int i = 0; i < v->rank && n < cap; i++) {
         int64_t d = v->dims[i];
-        if (TB_IS_SYM(d))
+        if (d == TB_DIM_DYN)
+            n += (size_t)snprintf(buf + n, cap - n, "%s?", i ? ", " : "");
+        else if (TB_IS_SYM(d) && TB_SYM_INDEX(d) < g->n_syms)
             n += (size_t)snprintf(buf + n, cap - n, "%s%s", i ? ", " : "", g->syms[TB_SYM_INDEX(d)].name);
         else
             n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? ", " : "", (long long)d);
