@@ -120,7 +120,6 @@ static tb_status add_pre(tb_tokenizer *t, const json_t *n, int *byte_level) {
         const char *rep = jstr(n, "replacement");
         const char *scheme = jstr(n, "prepend_scheme");
         o->type = TOK_PRE_METASPACE;
-        o->str = tok_strdup(rep ? rep : "\xE2\x96\x81");
         if (scheme) {
             if (!strcmp(scheme, "always")) o->flag1 = TOK_PREPEND_ALWAYS;
             else if (!strcmp(scheme, "first")) o->flag1 = TOK_PREPEND_FIRST;
@@ -130,6 +129,7 @@ static tb_status add_pre(tb_tokenizer *t, const json_t *n, int *byte_level) {
             o->flag1 = jbool(n, "add_prefix_space", 1) ? TOK_PREPEND_ALWAYS : TOK_PREPEND_NEVER;
         }
         o->flag2 = (uint8_t)jbool(n, "split", 1);
+        o->str = tok_strdup(rep ? rep : "\xE2\x96\x81"); /* after every check: an error leaves nothing to free */
     } else if (!strcmp(type, "Digits")) {
         o->type = TOK_PRE_SPLIT;
         o->behavior = TOK_SPLIT_ISOLATED;
