@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 PKGS=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libxxhash-dev
       libopenblas-dev libmicrohttpd-dev python3-numpy libcurl4-openssl-dev)
 if [ "${TURBINE_TEST_DEPS:-0}" = 1 ]; then
-  PKGS+=(wrk chromium prometheus)
+  PKGS+=(wrk chromium prometheus clang libclang-rt-dev) # clang: the fuzz harnesses (tests/fuzz)
   # Node.js may come from elsewhere with its own npm: only ask Debian when absent.
   command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
   command -v npm >/dev/null 2>&1 || PKGS+=(npm)

@@ -119,7 +119,7 @@ static void try_pair(tok_work *w, int32_t a, int32_t b) {
         /* llama2.c: the concatenated string, looked up in the vocab */
         size_t na = t->len[la], nb = t->len[lb];
         if (na + nb > t->max_len) return;
-        if (!grow(w, (void **)&w->cat, &w->ccat, na + nb, 1)) return;
+        if (!grow(w, (void **)&w->cat, &w->ccat, na + nb + 1, 1)) return; /* never NULL, even for two empty pieces */
         memcpy(w->cat, t->pool + t->off[la], na);
         memcpy(w->cat + na, t->pool + t->off[lb], nb);
         int id = tok_lookup(t, w->cat, na + nb);
