@@ -5,7 +5,10 @@ for each harness (fuzz_safetensors, ...). Reads the shared models through
 TURBINE_SHARED, the demo model through TURBINE_SRC and builds two tiny
 engines with TURBINE_BIN. A harness without seeds starts from nothing.
 
-Adding a harness: add a function seeds_NAME(out) below and name it in SEEDS."""
+Adding a harness: one line in SEEDS naming a function that writes its seeds:
+copy_files("GLOB", ...) for real files as they are (paths may start with
+$SHARED or $SRC), or a seeds_NAME(out, work) of its own."""
+import glob
 import json
 import os
 import random
@@ -146,6 +149,18 @@ def engines(work):
 
 
 # ---------------------------------------------------------------- per harness
+
+def copy_files(*patterns, limit=1 << 20):
+    """Seeds that are real files (each cut to `limit` bytes)."""
+    def seeds(out, work):
+        for p in patterns:
+            p = p.replace("$SHARED", SHARED).replace("$SRC", SRC)
+            for f in sorted(glob.glob(p, recursive=True)):
+                data = read(f, limit)
+                if data is not None:
+                    put(out, os.path.relpath(f, os.path.dirname(p.split("*")[0]) or ".").replace("/", "_"), data)
+    return seeds
+
 
 def seeds_fuzz_safetensors(out, work):
     put(out, "tiny_llama", safetensors(tiny_llama_tensors(16)))
