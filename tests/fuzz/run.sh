@@ -5,7 +5,7 @@
 #
 #   short (ctest's test_fuzz_short): first replays every input kept in
 #         tests/fuzz/regress/HARNESS/ (inputs that once crashed a parser),
-#         then fuzzes each harness for FUZZ_SECONDS (default: 135 s shared
+#         then fuzzes each harness for FUZZ_SECONDS (default: 110 s shared
 #         among the harnesses, at least 8 s each).
 #   long  (long_run.sh): FUZZ_RUNS executions per harness (default 10
 #         million; FUZZ_MAX_SECONDS, when set, bounds each harness's time),
@@ -40,7 +40,7 @@ export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_m
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
 common=(-rss_limit_mb=2048 -timeout=10 -print_final_stats=1)
 
-per=${FUZZ_SECONDS:-$(( 135 / ${#harnesses[@]} ))}
+per=${FUZZ_SECONDS:-$(( 110 / ${#harnesses[@]} ))}
 [ "$per" -ge 8 ] || per=8
 fails=0
 results="$work/results.md"
