@@ -1,7 +1,7 @@
 /*
  * bench_exec.c — `turbine bench --engine FILE.engine` for a general (ONNX)
  * engine, as trtexec times one: inputs of the given shapes (--shapes, else
- * the opt shapes of the first profile, or of --profile K) filled with fixed
+ * the opt shapes of the first profile, or of --profile-index K) filled with fixed
  * pseudo-random data, warm-up
  * runs, then timed runs for --iterations and at least --duration seconds;
  * prints throughput and latency min / mean / median / p90 / p99 / max and,
@@ -24,7 +24,7 @@ int tb_bench_exec_main(int argc, char **argv);
 static int usage(const char *fmt, const char *arg) {
     fprintf(stderr, "turbine bench: ");
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\nusage: turbine bench --engine FILE.engine [--shapes IN:1x3x224x224,...] [--profile K]\n"
+    fprintf(stderr, "\nusage: turbine bench --engine FILE.engine [--shapes IN:1x3x224x224,...] [--profile-index K]\n"
                     "           [--warmup N] [--iterations N] [--duration S] [--threads N] [--device D]\n"
                     "           [--dump-profile] [--json FILE]\n");
     return 2;
@@ -72,7 +72,7 @@ int tb_bench_exec_main(int argc, char **argv) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--engine")) { if (!v) return usage("%s needs a value", a); path = v; i++; }
         else if (!strcmp(a, "--shapes")) { if (!v) return usage("%s needs a value", a); shapes = v; i++; }
-        else if (!strcmp(a, "--profile")) { if (!v || !tb_cli_parse_int(v, 1, TB_MAX_PROFILES, &profile)) return usage("bad --profile '%s' (1, 2, ...)", v ? v : ""); i++; }
+        else if (!strcmp(a, "--profile-index")) { if (!v || !tb_cli_parse_int(v, 1, TB_MAX_PROFILES, &profile)) return usage("bad --profile-index '%s' (1, 2, ...)", v ? v : ""); i++; }
         else if (!strcmp(a, "--warmup")) { if (!v || !tb_cli_parse_int(v, 0, 1000000, &warmup)) return usage("bad --warmup '%s'", v ? v : ""); i++; }
         else if (!strcmp(a, "--iterations")) { if (!v || !tb_cli_parse_int(v, 1, 10000000, &iters)) return usage("bad --iterations '%s'", v ? v : ""); i++; }
         else if (!strcmp(a, "--duration")) {
@@ -116,7 +116,7 @@ int tb_bench_exec_main(int argc, char **argv) {
     const tb_profile_set *ps = tb_exec_profiles(x);
     const tb_graph *eg = tb_exec_graph(x);
     if (profile > ps->n) {
-        fprintf(stderr, "turbine bench: error: --profile %d: the engine has %d\n", profile, ps->n);
+        fprintf(stderr, "turbine bench: error: --profile-index %d: the engine has %d profiles\n", profile, ps->n);
         rc = 2;
         goto done;
     }

@@ -94,7 +94,8 @@ static void specs_text(const tb_onnx_shape_spec *sp, int n, char *buf, size_t ca
 #define PUT(...) do { if (k < cap) k += (size_t)snprintf(buf + k, cap - k, __VA_ARGS__); } while (0)
     for (int i = 0; i < n; i++) {
         PUT("%s%s:", i ? "," : "", sp[i].name);
-        int fixed = !memcmp(sp[i].min, sp[i].max, sizeof sp[i].min) && !memcmp(sp[i].min, sp[i].opt, sizeof sp[i].min);
+        int fixed = 1;
+        for (int j = 0; j < sp[i].rank; j++) fixed &= sp[i].min[j] == sp[i].max[j] && sp[i].min[j] == sp[i].opt[j];
         for (int w = 0; w < (fixed ? 1 : 3); w++) {
             const int64_t *d = w == 0 ? sp[i].min : w == 1 ? sp[i].opt : sp[i].max;
             if (w) PUT("/");
