@@ -9,6 +9,8 @@ PKGS=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libxxhash-dev
       protobuf-c-compiler libprotobuf-c-dev python3-onnx)
 if [ "${TURBINE_TEST_DEPS:-0}" = 1 ]; then
   PKGS+=(wrk chromium prometheus)
+  # the ONNX tests (tests/onnx): models exported with PyTorch, ONNX's node tests
+  PKGS+=(python3-onnx libonnx-testdata python3-torch python3-torchvision)
   # Node.js may come from elsewhere with its own npm: only ask Debian when absent.
   command -v node >/dev/null 2>&1 || PKGS+=(nodejs)
   command -v npm >/dev/null 2>&1 || PKGS+=(npm)

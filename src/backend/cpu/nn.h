@@ -37,4 +37,26 @@ tb_status tb_cpu_nn_run(tb_cpu_nn_ctx *c, const tb_node *n, const tb_view *in, i
 void tb_cpu_sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc, tb_pool *pool);
 
+/* The fused epilogue of Conv / Gemm / MatMul (ops_nn.h) applied to each
+ * tile of C while it is in cache, after alpha * op(A) op(B) + beta * C:
+ *   v += bias_scale * bias[i * bias_rs + j * bias_cs]   (bias: per row,
+ *        per column, a whole matrix or a scalar, by the strides)
+ *   C = act(v) + res, or act(v + res) with act_after_res.
+ * A zero struct (act 0, no bias, no residual) is the plain GEMM. */
+typedef struct {
+    const float *bias;
+    int64_t bias_rs, bias_cs;
+    float bias_scale;       /* 0 reads as 1 */
+    const float *res;       /* (M, N) with leading dim ld_res */
+    int64_t ld_res;
+    int act;                /* tb_nn_act */
+    float p0, p1;           /* its parameters */
+    int act_after_res;
+} tb_cpu_sgemm_epi;
+
+/* tb_cpu_sgemm with an epilogue (NULL: none). */
+void tb_cpu_sgemm_ex(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                     const float *B, int64_t ldb, float beta, float *C, int64_t ldc, const tb_cpu_sgemm_epi *epi,
+                     tb_pool *pool);
+
 #endif /* TB_CPU_NN_H */

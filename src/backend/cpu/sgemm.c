@@ -1,19 +1,785 @@
-/* sgemm.c — f32 GEMM for the general ops (nn.h): the reference loop order
- * for now; blocked and vectorised kernels replace it. */
+/*
+ * sgemm.c — f32 GEMM for the general ops (nn.h): packed and cache-blocked
+ * in the GotoBLAS way, with one register-blocked micro-kernel per ISA:
+ *   AVX-512  12 x 32 (24 zmm accumulators, A broadcast from the packed panel)
+ *   AVX2      6 x 16 (12 ymm accumulators)
+ *   generic   4 x 8  (plain C, for CPUs without AVX2)
+ * Loops, outer to inner: jc over N by NC, pc over K by KC (B block packed:
+ * (KC, NR) micro-panels that stay in L1 while the kernel walks the rows),
+ * ic over M by MC (A block packed: (MR, KC) micro-panels, the block in L2;
+ * the AVX-512 kernel takes them as rows, [MR][KC] with any row stride, so a
+ * row-major A is read in place and only a last panel of fewer than MR rows
+ * is copied: a transposing pack cost as much as the products when N is
+ * small, as in the 7x7 convs of ResNet, and the copy still a quarter),
+ * then jr over NR and ir over MR. The threads of the pool take disjoint
+ * ranges of N (or of M when N has too few tiles), each with its own packing
+ * buffers (per-thread, freed at thread exit). The epilogue (bias, activation,
+ * residual) runs on each C tile right after its last K block, while the tile
+ * is still in L1.
+ */
 #include "backend/cpu/nn.h"
+#include "backend/cpu/nn_conv_impl.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <pthread.h>
+
+#define T512 __attribute__((target("avx512f,avx512dq,avx2,fma")))
+#define T256 __attribute__((target("avx2,fma")))
+#define T512_INLINE static inline __attribute__((target("avx512f,avx512dq,avx2,fma"), always_inline))
+#define T256_INLINE static inline __attribute__((target("avx2,fma"), always_inline))
+
+/* ---------------------------------------------------------------- per-thread buffers */
+
+typedef struct {
+    float *p;
+    size_t cap; /* floats */
+} pack_buf;
+
+static pthread_key_t pack_key;
+static pthread_once_t pack_once = PTHREAD_ONCE_INIT;
+
+static void pack_buf_free(void *p) {
+    pack_buf *b = p;
+    tb_free_aligned(b->p);
+    free(b);
+}
+
+static void pack_key_create(void) { pthread_key_create(&pack_key, pack_buf_free); }
+
+/* At least `floats` floats for this thread, kept for its next calls. */
+static float *pack_get(size_t floats) {
+    pthread_once(&pack_once, pack_key_create);
+    pack_buf *b = pthread_getspecific(pack_key);
+    if (!b) {
+        b = calloc(1, sizeof *b);
+        TB_ASSERT(b && "out of memory for GEMM packing buffers");
+        pthread_setspecific(pack_key, b);
+    }
+    if (b->cap < floats) {
+        tb_free_aligned(b->p);
+        b->p = tb_alloc_aligned(floats * sizeof(float), 64);
+        TB_ASSERT(b->p && "out of memory for GEMM packing buffers");
+        b->cap = floats;
+    }
+    return b->p;
+}
+
+/* ---------------------------------------------------------------- kernels */
+
+/* C (mr, nr) = alpha * Apanel (mr, kc) Bpanel (kc, nr) + beta * C; beta 0
+ * does not read C. Panels: A [k][MR], B [k][NR], zero-padded. */
+typedef void (*micro_fn)(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
+                         int nr, float alpha, float beta);
+/* The epilogue over the tile (mr, nr) at (i0, j0) of C. */
+typedef void (*epi_fn)(float *c, int64_t ldc, int64_t i0, int64_t j0, int mr, int nr, const tb_cpu_sgemm_epi *e);
+
+/* micro_fn with the epilogue applied in registers (acts none, relu, clip) */
+typedef void (*micro_epi_fn)(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
+                             int nr, float alpha, float beta, const tb_cpu_sgemm_epi *e, int64_t i0, int64_t j0);
+
+typedef struct {
+    const char *name;
+    int mr, nr;
+    int kc, mc, nc;
+    micro_fn micro;
+    epi_fn epi;
+    micro_epi_fn micro_epi; /* NULL: micro, then epi */
+} sgemm_isa;
+
+/* ---- generic */
+
+#define G_MR 4
+#define G_NR 8
+
+static void micro_generic(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
+                          int nr, float alpha, float beta) {
+    float acc[G_MR][G_NR] = {{0}};
+    for (int64_t k = 0; k < kc; k++, pa += G_MR, pb += G_NR)
+        for (int i = 0; i < G_MR; i++)
+            for (int j = 0; j < G_NR; j++) acc[i][j] += pa[i] * pb[j];
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) {
+            float *o = &c[i * ldc + j];
+            *o = alpha * acc[i][j] + (beta != 0.0f ? beta * *o : 0.0f);
+        }
+}
+
+static inline float bias_at(const tb_cpu_sgemm_epi *e, int64_t i, int64_t j) {
+    float s = e->bias_scale != 0.0f ? e->bias_scale : 1.0f;
+    return s * e->bias[i * e->bias_rs + j * e->bias_cs];
+}
+
+static void epi_generic(float *c, int64_t ldc, int64_t i0, int64_t j0, int mr, int nr, const tb_cpu_sgemm_epi *e) {
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) {
+            float *o = &c[i * ldc + j];
+            float v = *o;
+            if (e->bias) v += bias_at(e, i0 + i, j0 + j);
+            float r = e->res ? e->res[(i0 + i) * e->ld_res + j0 + j] : 0.0f;
+            if (e->act_after_res) v += r;
+            v = (float)tb_nn_act_apply((tb_nn_act)e->act, v, e->p0, e->p1);
+            if (!e->act_after_res) v += r;
+            *o = v;
+        }
+}
+
+/* ---- AVX2 */
+
+#define A2_MR 6
+#define A2_NR 16
+
+static T256 void micro_avx2(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
+                            int nr, float alpha, float beta) {
+    __m256 acc0[A2_MR], acc1[A2_MR];
+#pragma GCC unroll 6
+    for (int i = 0; i < A2_MR; i++) acc0[i] = acc1[i] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < kc; k++) {
+        __m256 b0 = _mm256_load_ps(pb), b1 = _mm256_load_ps(pb + 8);
+#pragma GCC unroll 6
+        for (int i = 0; i < A2_MR; i++) {
+            __m256 a = _mm256_broadcast_ss(pa + i);
+            acc0[i] = _mm256_fmadd_ps(a, b0, acc0[i]);
+            acc1[i] = _mm256_fmadd_ps(a, b1, acc1[i]);
+        }
+        pa += A2_MR;
+        pb += A2_NR;
+    }
+    __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+    if (nr == A2_NR) {
+#pragma GCC unroll 6
+        for (int i = 0; i < A2_MR; i++) {
+            if (i >= mr) break;
+            float *o = c + i * ldc;
+            __m256 r0 = _mm256_mul_ps(va, acc0[i]), r1 = _mm256_mul_ps(va, acc1[i]);
+            if (beta != 0.0f) {
+                r0 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(o), r0);
+                r1 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(o + 8), r1);
+            }
+            _mm256_storeu_ps(o, r0);
+            _mm256_storeu_ps(o + 8, r1);
+        }
+        return;
+    }
+    float t[A2_MR][A2_NR] __attribute__((aligned(32)));
+#pragma GCC unroll 6
+    for (int i = 0; i < A2_MR; i++) {
+        _mm256_store_ps(t[i], _mm256_mul_ps(va, acc0[i]));
+        _mm256_store_ps(t[i] + 8, _mm256_mul_ps(va, acc1[i]));
+    }
+    for (int i = 0; i < mr; i++)
+        for (int j = 0; j < nr; j++) c[i * ldc + j] = t[i][j] + (beta != 0.0f ? beta * c[i * ldc + j] : 0.0f);
+}
+
+/* exp for x in any range (clamped to where f32 exp is finite and normal). */
+T256_INLINE __m256 exp256(__m256 x) {
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.33654f)), _mm256_set1_ps(88.37626f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500E-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507E-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073E-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894E-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459E-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201E-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    /* n in [-126, 127]: 2^n by the exponent field; 2^127 overflows to the
+     * largest finite product through two steps */
+    __m256i e = _mm256_cvtps_epi32(n);
+    __m256i e1 = _mm256_srai_epi32(e, 1), e2 = _mm256_sub_epi32(e, e1);
+    __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e1, _mm256_set1_epi32(127)), 23));
+    __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e2, _mm256_set1_epi32(127)), 23));
+    return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+}
+
+T256_INLINE __m256 tanh256(__m256 x) {
+    __m256 sign = _mm256_and_ps(x, _mm256_set1_ps(-0.0f));
+    __m256 ax = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
+    __m256 t = exp256(_mm256_mul_ps(ax, _mm256_set1_ps(-2.0f)));
+    __m256 big = _mm256_div_ps(_mm256_sub_ps(_mm256_set1_ps(1.0f), t), _mm256_add_ps(_mm256_set1_ps(1.0f), t));
+    __m256 z = _mm256_mul_ps(x, x);
+    __m256 p = _mm256_set1_ps(-5.70498872745E-3f);
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(2.06390887954E-2f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-5.37397155531E-2f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(1.33314422036E-1f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-3.33332819422E-1f));
+    __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, z), ax, ax);
+    __m256 r = _mm256_blendv_ps(big, small, _mm256_cmp_ps(ax, _mm256_set1_ps(0.625f), _CMP_LT_OQ));
+    return _mm256_or_ps(r, sign);
+}
+
+/* erf by Abramowitz and Stegun 7.1.26 (absolute error below 1.5e-7) */
+T256_INLINE __m256 erf256(__m256 x) {
+    __m256 sign = _mm256_and_ps(x, _mm256_set1_ps(-0.0f));
+    __m256 ax = _mm256_andnot_ps(_mm256_set1_ps(-0.0f), x);
+    __m256 t = _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_fmadd_ps(ax, _mm256_set1_ps(0.3275911f), _mm256_set1_ps(1.0f)));
+    __m256 p = _mm256_set1_ps(1.061405429f);
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-1.453152027f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(1.421413741f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(-0.284496736f));
+    p = _mm256_fmadd_ps(p, t, _mm256_set1_ps(0.254829592f));
+    p = _mm256_mul_ps(p, t);
+    __m256 e = exp256(_mm256_mul_ps(_mm256_mul_ps(ax, ax), _mm256_set1_ps(-1.0f)));
+    __m256 r = _mm256_fnmadd_ps(p, e, _mm256_set1_ps(1.0f));
+    return _mm256_or_ps(r, sign);
+}
+
+T256_INLINE __m256 act256(__m256 v, int act, float p0, float p1) {
+    switch (act) {
+    case TB_NN_ACT_RELU: return _mm256_max_ps(v, _mm256_setzero_ps());
+    case TB_NN_ACT_CLIP: return _mm256_min_ps(_mm256_max_ps(v, _mm256_set1_ps(p0)), _mm256_set1_ps(p1));
+    case TB_NN_ACT_SIGMOID:
+        return _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(_mm256_set1_ps(1.0f), exp256(_mm256_sub_ps(_mm256_setzero_ps(), v))));
+    case TB_NN_ACT_TANH: return tanh256(v);
+    case TB_NN_ACT_GELU_ERF:
+        return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), v),
+                             _mm256_add_ps(_mm256_set1_ps(1.0f), erf256(_mm256_mul_ps(v, _mm256_set1_ps(0.70710678118654752f)))));
+    case TB_NN_ACT_GELU_TANH: {
+        __m256 u = _mm256_mul_ps(_mm256_mul_ps(v, v), _mm256_set1_ps(0.044715f));
+        u = _mm256_mul_ps(_mm256_fmadd_ps(u, v, v), _mm256_set1_ps(0.79788456080286535588f));
+        return _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), v), _mm256_add_ps(_mm256_set1_ps(1.0f), tanh256(u)));
+    }
+    default: return v;
+    }
+}
+
+/* Masked load/store of the first n (< 8) lanes. */
+T256_INLINE __m256i mask256(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+static T256 void epi_avx2(float *c, int64_t ldc, int64_t i0, int64_t j0, int mr, int nr, const tb_cpu_sgemm_epi *e) {
+    __m256 scale = _mm256_set1_ps(e->bias_scale != 0.0f ? e->bias_scale : 1.0f);
+    for (int i = 0; i < mr; i++) {
+        float *row = c + i * ldc;
+        const float *brow = e->bias ? e->bias + (i0 + i) * e->bias_rs : NULL;
+        const float *rrow = e->res ? e->res + (i0 + i) * e->ld_res + j0 : NULL;
+        for (int j = 0; j < nr; j += 8) {
+            __m256i m = mask256(nr - j);
+            __m256 v = _mm256_maskload_ps(row + j, m);
+            if (brow) {
+                __m256 b = e->bias_cs ? _mm256_maskload_ps(brow + j0 + j, m) : _mm256_set1_ps(brow[0]);
+                v = _mm256_fmadd_ps(b, scale, v);
+            }
+            __m256 r = rrow ? _mm256_maskload_ps(rrow + j, m) : _mm256_setzero_ps();
+            if (e->act_after_res) v = _mm256_add_ps(v, r);
+            v = act256(v, e->act, e->p0, e->p1);
+            if (!e->act_after_res) v = _mm256_add_ps(v, r);
+            _mm256_maskstore_ps(row + j, m, v);
+        }
+    }
+}
+
+/* ---- AVX-512 */
+
+#define A5_MR 12
+#define A5_NR 32
+
+T512_INLINE void micro512_t(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
+                            int nr, float alpha, float beta, const tb_cpu_sgemm_epi *e, int64_t i0, int64_t j0) {
+    __m512 acc0[A5_MR], acc1[A5_MR];
+#pragma GCC unroll 12
+    for (int i = 0; i < A5_MR; i++) acc0[i] = acc1[i] = _mm512_setzero_ps();
+    /* A is a row panel: MR rows of kc, ars apart (a packed copy, or A itself);
+     * three row pointers with offsets 0, ars, 2 ars, 3 ars cover the 12 rows */
+    const float *r0 = pa, *r4 = pa + 4 * ars, *r8 = pa + 8 * ars;
+    for (int64_t k = 0; k < kc; k++) {
+        __m512 b0 = _mm512_load_ps(pb), b1 = _mm512_load_ps(pb + 16);
+        _mm_prefetch((const char *)(pb + 8 * A5_NR), _MM_HINT_T0);
+#pragma GCC unroll 12
+        for (int i = 0; i < A5_MR; i++) {
+            const float *r = i < 4 ? r0 : i < 8 ? r4 : r8;
+            __m512 a = _mm512_set1_ps(r[(i & 3) * ars + k]);
+            acc0[i] = _mm512_fmadd_ps(a, b0, acc0[i]);
+            acc1[i] = _mm512_fmadd_ps(a, b1, acc1[i]);
+        }
+        pb += A5_NR;
+    }
+    __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
+    __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : nr <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nr - 16)) - 1);
+    /* the register epilogue: bias, relu / clip / none, residual */
+    __m512 bc0 = _mm512_setzero_ps(), bc1 = _mm512_setzero_ps(), lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
+    float bscale = 1.0f;
+    if (e) {
+        bscale = e->bias_scale != 0.0f ? e->bias_scale : 1.0f;
+        if (e->bias && e->bias_cs && !e->bias_rs) {
+            const float *bp = e->bias + j0;
+            bc0 = _mm512_mul_ps(_mm512_set1_ps(bscale), _mm512_maskz_loadu_ps(m0, bp));
+            bc1 = _mm512_mul_ps(_mm512_set1_ps(bscale), _mm512_maskz_loadu_ps(m1, bp + 16));
+        }
+        lo = _mm512_set1_ps(e->act == TB_NN_ACT_CLIP ? e->p0 : 0.0f);
+        hi = _mm512_set1_ps(e->act == TB_NN_ACT_CLIP ? e->p1 : INFINITY);
+    }
+#pragma GCC unroll 12
+    for (int i = 0; i < A5_MR; i++) {
+        if (i >= mr) break;
+        float *o = c + i * ldc;
+        __m512 r0v = _mm512_mul_ps(va, acc0[i]), r1v = _mm512_mul_ps(va, acc1[i]);
+        if (beta != 0.0f) {
+            r0v = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, o), r0v);
+            r1v = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, o + 16), r1v);
+        }
+        if (e) {
+            if (e->bias) {
+                if (e->bias_cs && e->bias_rs) { /* a whole matrix */
+                    const float *bp = e->bias + (i0 + i) * e->bias_rs + j0;
+                    r0v = _mm512_fmadd_ps(_mm512_set1_ps(bscale), _mm512_maskz_loadu_ps(m0, bp), r0v);
+                    r1v = _mm512_fmadd_ps(_mm512_set1_ps(bscale), _mm512_maskz_loadu_ps(m1, bp + 16), r1v);
+                } else if (e->bias_cs) {
+                    r0v = _mm512_add_ps(r0v, bc0);
+                    r1v = _mm512_add_ps(r1v, bc1);
+                } else {
+                    __m512 b = _mm512_set1_ps(bscale * e->bias[(i0 + i) * e->bias_rs]);
+                    r0v = _mm512_add_ps(r0v, b);
+                    r1v = _mm512_add_ps(r1v, b);
+                }
+            }
+            const float *rr = e->res ? e->res + (i0 + i) * e->ld_res + j0 : NULL;
+            __m512 q0 = rr ? _mm512_maskz_loadu_ps(m0, rr) : _mm512_setzero_ps();
+            __m512 q1 = rr ? _mm512_maskz_loadu_ps(m1, rr + 16) : _mm512_setzero_ps();
+            if (e->act_after_res) {
+                r0v = _mm512_add_ps(r0v, q0);
+                r1v = _mm512_add_ps(r1v, q1);
+            }
+            if (e->act != TB_NN_ACT_NONE) {
+                r0v = _mm512_min_ps(_mm512_max_ps(r0v, lo), hi);
+                r1v = _mm512_min_ps(_mm512_max_ps(r1v, lo), hi);
+            }
+            if (!e->act_after_res) {
+                r0v = _mm512_add_ps(r0v, q0);
+                r1v = _mm512_add_ps(r1v, q1);
+            }
+        }
+        _mm512_mask_storeu_ps(o, m0, r0v);
+        _mm512_mask_storeu_ps(o + 16, m1, r1v);
+    }
+}
+
+static T512 void micro_avx512(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
+                              int nr, float alpha, float beta) {
+    micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, NULL, 0, 0);
+}
+
+/* the kernel with the epilogue in registers: act none, relu or clip */
+static T512 void micro_avx512_epi(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc,
+                                  int mr, int nr, float alpha, float beta, const tb_cpu_sgemm_epi *e, int64_t i0,
+                                  int64_t j0) {
+    micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, e, i0, j0);
+}
+
+T512_INLINE __m512 exp512(__m512 x) {
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.33654f)), _mm512_set1_ps(88.37626f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500E-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507E-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073E-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894E-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459E-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201E-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_scalef_ps(p, n);
+}
+
+T512_INLINE __m512 tanh512(__m512 x) {
+    __m512 ax = _mm512_abs_ps(x);
+    __m512 t = exp512(_mm512_mul_ps(ax, _mm512_set1_ps(-2.0f)));
+    __m512 big = _mm512_div_ps(_mm512_sub_ps(_mm512_set1_ps(1.0f), t), _mm512_add_ps(_mm512_set1_ps(1.0f), t));
+    __m512 z = _mm512_mul_ps(x, x);
+    __m512 p = _mm512_set1_ps(-5.70498872745E-3f);
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(2.06390887954E-2f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-5.37397155531E-2f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(1.33314422036E-1f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-3.33332819422E-1f));
+    __m512 small = _mm512_fmadd_ps(_mm512_mul_ps(p, z), ax, ax);
+    __m512 r = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(ax, _mm512_set1_ps(0.625f), _CMP_LT_OQ), big, small);
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r),
+                                               _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN))));
+}
+
+T512_INLINE __m512 erf512(__m512 x) {
+    __m512 ax = _mm512_abs_ps(x);
+    /* t = 1 / (1 + p |x|) by rcp14 and one Newton step (relative error ~1e-8) */
+    __m512 den = _mm512_fmadd_ps(ax, _mm512_set1_ps(0.3275911f), _mm512_set1_ps(1.0f));
+    __m512 t = _mm512_rcp14_ps(den);
+    t = _mm512_mul_ps(t, _mm512_fnmadd_ps(den, t, _mm512_set1_ps(2.0f)));
+    __m512 p = _mm512_set1_ps(1.061405429f);
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-1.453152027f));
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(1.421413741f));
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(-0.284496736f));
+    p = _mm512_fmadd_ps(p, t, _mm512_set1_ps(0.254829592f));
+    p = _mm512_mul_ps(p, t);
+    __m512 e = exp512(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(ax, ax)));
+    __m512 r = _mm512_fnmadd_ps(p, e, _mm512_set1_ps(1.0f));
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(r),
+                                               _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(INT32_MIN))));
+}
+
+T512_INLINE __m512 act512(__m512 v, int act, float p0, float p1) {
+    switch (act) {
+    case TB_NN_ACT_RELU: return _mm512_max_ps(v, _mm512_setzero_ps());
+    case TB_NN_ACT_CLIP: return _mm512_min_ps(_mm512_max_ps(v, _mm512_set1_ps(p0)), _mm512_set1_ps(p1));
+    case TB_NN_ACT_SIGMOID:
+        return _mm512_div_ps(_mm512_set1_ps(1.0f), _mm512_add_ps(_mm512_set1_ps(1.0f), exp512(_mm512_sub_ps(_mm512_setzero_ps(), v))));
+    case TB_NN_ACT_TANH: return tanh512(v);
+    case TB_NN_ACT_GELU_ERF:
+        return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), v),
+                             _mm512_add_ps(_mm512_set1_ps(1.0f), erf512(_mm512_mul_ps(v, _mm512_set1_ps(0.70710678118654752f)))));
+    case TB_NN_ACT_GELU_TANH: {
+        __m512 u = _mm512_mul_ps(_mm512_mul_ps(v, v), _mm512_set1_ps(0.044715f));
+        u = _mm512_mul_ps(_mm512_fmadd_ps(u, v, v), _mm512_set1_ps(0.79788456080286535588f));
+        return _mm512_mul_ps(_mm512_mul_ps(_mm512_set1_ps(0.5f), v), _mm512_add_ps(_mm512_set1_ps(1.0f), tanh512(u)));
+    }
+    default: return v;
+    }
+}
+
+/* the epilogue with act a compile-time constant in each instance */
+T512_INLINE void epi512_t(float *c, int64_t ldc, int64_t i0, int64_t j0, int mr, int nr, const tb_cpu_sgemm_epi *e,
+                          const int act) {
+    __m512 scale = _mm512_set1_ps(e->bias_scale != 0.0f ? e->bias_scale : 1.0f);
+    int after = e->act_after_res;
+    for (int i = 0; i < mr; i++) {
+        float *row = c + i * ldc;
+        const float *brow = e->bias ? e->bias + (i0 + i) * e->bias_rs : NULL;
+        const float *rrow = e->res ? e->res + (i0 + i) * e->ld_res + j0 : NULL;
+        __m512 bconst = brow && !e->bias_cs ? _mm512_mul_ps(_mm512_set1_ps(brow[0]), scale) : _mm512_setzero_ps();
+        for (int j = 0; j < nr; j += 16) {
+            __mmask16 m = nr - j >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (nr - j)) - 1);
+            __m512 v = _mm512_maskz_loadu_ps(m, row + j);
+            if (brow)
+                v = e->bias_cs ? _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, brow + j0 + j), scale, v)
+                               : _mm512_add_ps(v, bconst);
+            if (rrow && after) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, rrow + j));
+            v = act512(v, act, e->p0, e->p1);
+            if (rrow && !after) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, rrow + j));
+            _mm512_mask_storeu_ps(row + j, m, v);
+        }
+    }
+}
+
+static T512 void epi_avx512(float *c, int64_t ldc, int64_t i0, int64_t j0, int mr, int nr,
+                            const tb_cpu_sgemm_epi *e) {
+    switch (e->act) {
+    case TB_NN_ACT_NONE: epi512_t(c, ldc, i0, j0, mr, nr, e, TB_NN_ACT_NONE); break;
+    case TB_NN_ACT_RELU: epi512_t(c, ldc, i0, j0, mr, nr, e, TB_NN_ACT_RELU); break;
+    case TB_NN_ACT_CLIP: epi512_t(c, ldc, i0, j0, mr, nr, e, TB_NN_ACT_CLIP); break;
+    case TB_NN_ACT_GELU_ERF: epi512_t(c, ldc, i0, j0, mr, nr, e, TB_NN_ACT_GELU_ERF); break;
+    default: epi512_t(c, ldc, i0, j0, mr, nr, e, e->act); break;
+    }
+}
+
+/* ---------------------------------------------------------------- ISA choice */
+
+static const sgemm_isa isa_generic = {"generic", G_MR, G_NR, 256, 64, 1024, micro_generic, epi_generic, NULL};
+static const sgemm_isa isa_avx2 = {"avx2", A2_MR, A2_NR, 256, 72, 2048, micro_avx2, epi_avx2, NULL};
+static const sgemm_isa isa_avx512 = {"avx512", A5_MR, A5_NR, 256, 144, 512, micro_avx512, epi_avx512,
+                                      micro_avx512_epi};
+/* the AVX-512 kernel reads A as row panels [MR][kc], the others as [kc][MR] */
+#define ROW_PANELS(isa) ((isa) == &isa_avx512)
+
+static const sgemm_isa *isa_get(void) {
+    uint32_t f = tb_cpu_features();
+    if ((f & (TB_CPU_AVX2 | TB_CPU_FMA)) != (TB_CPU_AVX2 | TB_CPU_FMA)) return &isa_generic;
+    return f & TB_CPU_AVX512F ? &isa_avx512 : &isa_avx2;
+}
+
+/* ---------------------------------------------------------------- packing */
+
+/* AVX-512 packing of a (N, K) B by gathers: one (strided) column of 16 rows
+ * per instruction. The stride must fit the int32 indices (gather_ok). */
+static T512 void pack_bt_cols512(const float *B, int64_t ldb, int nr, int kc, float *d) {
+    __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                     _mm512_set1_epi32((int)ldb));
+    __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
+    __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : nr <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nr - 16)) - 1);
+    const float *B1 = B + 16 * ldb;
+    for (int k = 0; k < kc; k++) {
+        __m512 v0 = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m0, idx, B + k, 4);
+        __m512 v1 = m1 ? _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m1, idx, B1 + k, 4) : _mm512_setzero_ps();
+        _mm512_store_ps(d + (size_t)k * A5_NR, v0);
+        _mm512_store_ps(d + (size_t)k * A5_NR + 16, v1);
+    }
+}
+
+static int gather_ok(int64_t ld) { return ld > 0 && ld <= (int64_t)(INT32_MAX / 4 / 16); }
+
+/* A block rows [i0, i0 + mc) x k [k0, k0 + kc) into (MR, kc) panels, [k][MR]
+ * or with `rows` [MR][kc]; rows past mc zero. */
+static void pack_a(int ta, const float *A, int64_t lda, int64_t i0, int mc, int64_t k0, int kc, int MR, int rows,
+                   float *dst) {
+    for (int p = 0; p < mc; p += MR) {
+        int mr = mc - p < MR ? mc - p : MR;
+        float *d = dst + (size_t)p * kc;
+        if (rows) { /* [MR][kc]: rows of A copied, or gathered when A is stored (K, M) */
+            for (int r = 0; r < mr; r++) {
+                float *dr = d + (size_t)r * kc;
+                if (!ta) memcpy(dr, A + (i0 + p + r) * lda + k0, sizeof(float) * (size_t)kc);
+                else
+                    for (int k = 0; k < kc; k++) dr[k] = A[(k0 + k) * lda + i0 + p + r];
+            }
+            if (mr < MR) memset(d + (size_t)mr * kc, 0, sizeof(float) * (size_t)(MR - mr) * (size_t)kc);
+        } else if (ta) {
+            for (int k = 0; k < kc; k++) {
+                const float *s = A + (k0 + k) * lda + i0 + p;
+                float *dk = d + (size_t)k * MR;
+                int r = 0;
+                for (; r < mr; r++) dk[r] = s[r];
+                for (; r < MR; r++) dk[r] = 0.0f;
+            }
+        } else {
+            for (int r = 0; r < mr; r++) {
+                const float *s = A + (i0 + p + r) * lda + k0;
+                for (int k = 0; k < kc; k++) d[(size_t)k * MR + r] = s[k];
+            }
+            for (int r = mr; r < MR; r++)
+                for (int k = 0; k < kc; k++) d[(size_t)k * MR + r] = 0.0f;
+        }
+    }
+}
+
+/* B block k [k0, k0 + kc) x columns [j0, j0 + nc) into (kc, NR) panels
+ * [k][NR], columns past nc zero. */
+static void pack_b(int tb, const float *B, int64_t ldb, int64_t k0, int kc, int64_t j0, int nc, int NR, float *dst) {
+    for (int q = 0; q < nc; q += NR) {
+        int nr = nc - q < NR ? nc - q : NR;
+        float *d = dst + (size_t)q * kc;
+        if (!tb) {
+            for (int k = 0; k < kc; k++) {
+                const float *s = B + (k0 + k) * ldb + j0 + q;
+                float *dk = d + (size_t)k * NR;
+                if (nr == NR) {
+                    memcpy(dk, s, sizeof(float) * (size_t)NR);
+                } else {
+                    int j = 0;
+                    for (; j < nr; j++) dk[j] = s[j];
+                    for (; j < NR; j++) dk[j] = 0.0f;
+                }
+            }
+        } else if (NR == A5_NR && gather_ok(ldb) && isa_get() == &isa_avx512) {
+            pack_bt_cols512(B + (j0 + q) * ldb + k0, ldb, nr, kc, d);
+        } else {
+            /* (N, K) storage: 8 columns at a time, reading rows of B */
+            int j = 0;
+            for (; j + 8 <= nr; j += 8) {
+                const float *s = B + (j0 + q + j) * ldb + k0;
+                for (int k = 0; k < kc; k++) {
+                    float *dk = d + (size_t)k * NR + j;
+                    for (int u = 0; u < 8; u++) dk[u] = s[u * ldb + k];
+                }
+            }
+            for (; j < nr; j++) {
+                const float *s = B + (j0 + q + j) * ldb + k0;
+                for (int k = 0; k < kc; k++) d[(size_t)k * NR + j] = s[k];
+            }
+            for (; j < NR; j++)
+                for (int k = 0; k < kc; k++) d[(size_t)k * NR + j] = 0.0f;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------- driver */
+
+typedef struct {
+    const sgemm_isa *isa;
+    int ta, tb;
+    int64_t M, N, K;
+    float alpha, beta;
+    const float *A, *B;
+    int64_t lda, ldb, ldc;
+    float *C;
+    const tb_cpu_sgemm_epi *epi;
+    int split_n;            /* threads take tiles of N (else of M) */
+    int64_t tiles;          /* of the split dim */
+} sgemm_job;
+
+static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+/* C rows [m0, m1) x columns [n0, n1), one thread. */
+static void sgemm_block(const sgemm_job *j, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
+    const sgemm_isa *s = j->isa;
+    int64_t K = j->K;
+    if (K == 0) { /* no products: beta * C, then the epilogue */
+        for (int64_t i = m0; i < m1; i++)
+            for (int64_t c = n0; c < n1; c++) {
+                float *o = &j->C[i * j->ldc + c];
+                *o = j->beta != 0.0f ? j->beta * *o : 0.0f;
+            }
+        if (j->epi)
+            for (int64_t i = m0; i < m1; i += s->mr)
+                for (int64_t c = n0; c < n1; c += s->nr)
+                    s->epi(j->C + i * j->ldc + c, j->ldc, i, c, (int)(m1 - i < s->mr ? m1 - i : s->mr),
+                           (int)(n1 - c < s->nr ? n1 - c : s->nr), j->epi);
+        return;
+    }
+    int64_t nkb = (K + s->kc - 1) / s->kc;
+    int kcb = (int)((K + nkb - 1) / nkb);
+    int mcb = (int)(m1 - m0 < s->mc ? round_up(m1 - m0, s->mr) : s->mc);
+    int ncb = (int)(n1 - n0 < s->nc ? round_up(n1 - n0, s->nr) : s->nc);
+    int reg_epi = s->micro_epi && j->epi &&
+                  (j->epi->act == TB_NN_ACT_NONE || j->epi->act == TB_NN_ACT_RELU || j->epi->act == TB_NN_ACT_CLIP);
+    int direct_a = ROW_PANELS(s) && !j->ta;
+    float *pb = pack_get((size_t)kcb * ncb + (size_t)kcb * mcb);
+    float *pa = pb + (size_t)kcb * ncb;
+    for (int64_t jc = n0; jc < n1; jc += ncb) {
+        int nc = (int)(n1 - jc < ncb ? n1 - jc : ncb);
+        for (int64_t pc = 0; pc < K; pc += kcb) {
+            int kc = (int)(K - pc < kcb ? K - pc : kcb);
+            float beta = pc == 0 ? j->beta : 1.0f;
+            int last = pc + kc >= K;
+            pack_b(j->tb, j->B, j->ldb, pc, kc, jc, nc, s->nr, pb);
+            for (int64_t ic = m0; ic < m1; ic += mcb) {
+                int mc = (int)(m1 - ic < mcb ? m1 - ic : mcb);
+                /* row panels of a row-major A are read in place; only a
+                 * last panel of fewer than MR rows is copied (zero rows) */
+                int full = direct_a ? mc / s->mr * s->mr : 0;
+                if (mc > full)
+                    pack_a(j->ta, j->A, j->lda, ic + full, mc - full, pc, kc, s->mr, ROW_PANELS(s), pa + (size_t)full * kc);
+                for (int jr = 0; jr < nc; jr += s->nr) {
+                    int nr = nc - jr < s->nr ? nc - jr : s->nr;
+                    for (int ir = 0; ir < mc; ir += s->mr) {
+                        int mr = mc - ir < s->mr ? mc - ir : s->mr;
+                        float *c = j->C + (ic + ir) * j->ldc + jc + jr;
+                        const float *ap = pa + (size_t)ir * kc;
+                        int64_t ars = kc;
+                        if (ir < full) {
+                            ap = j->A + (ic + ir) * j->lda + pc;
+                            ars = j->lda;
+                        }
+                        if (last && j->epi && reg_epi) {
+                            s->micro_epi(kc, ap, ars, pb + (size_t)jr * kc, c, j->ldc, mr, nr, j->alpha, beta, j->epi,
+                                         ic + ir, jc + jr);
+                            continue;
+                        }
+                        s->micro(kc, ap, ars, pb + (size_t)jr * kc, c, j->ldc, mr, nr, j->alpha, beta);
+                        if (last && j->epi) s->epi(c, j->ldc, ic + ir, jc + jr, mr, nr, j->epi);
+                    }
+                }
+            }
+        }
+    }
+}
+
+static void sgemm_run(void *arg, int ith, int nth) {
+    const sgemm_job *j = arg;
+    int64_t t0 = j->tiles * ith / nth, t1 = j->tiles * (ith + 1) / nth;
+    if (t1 <= t0) return;
+    if (j->split_n) {
+        int64_t n0 = t0 * j->isa->nr, n1 = t1 * j->isa->nr;
+        sgemm_block(j, 0, j->M, n0, n1 < j->N ? n1 : j->N);
+    } else {
+        int64_t m0 = t0 * j->isa->mr, m1 = t1 * j->isa->mr;
+        sgemm_block(j, m0, m1 < j->M ? m1 : j->M, 0, j->N);
+    }
+}
+
+/* useful share of a split of n (tiles of r) over nth threads: the busiest
+ * thread's padded tiles set the time */
+static double split_eff(int64_t n, int64_t r, int nth) {
+    int64_t tiles = (n + r - 1) / r;
+    return (double)n / (double)(nth * ((tiles + nth - 1) / nth) * r);
+}
+
+void tb_cpu_sgemm_ex(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                     const float *B, int64_t ldb, float beta, float *C, int64_t ldc, const tb_cpu_sgemm_epi *epi,
+                     tb_pool *pool) {
+    if (M <= 0 || N <= 0) return;
+    const sgemm_isa *isa = isa_get();
+    tb_cpu_sgemm_epi e0;
+    if (epi && !epi->bias && !epi->res && epi->act == TB_NN_ACT_NONE) epi = NULL;
+    if (epi) {
+        TB_ASSERT(!epi->bias || epi->bias_cs == 0 || epi->bias_cs == 1);
+        e0 = *epi;
+        epi = &e0;
+    }
+    sgemm_job j = {isa, ta, tb, M, N, K, alpha, beta, A, B, lda, ldb, ldc, C, epi, 1, 0};
+    int nth = pool ? tb_pool_size(pool) : 1;
+    if ((double)M * N * K < 65536.0) nth = 1;
+    int64_t tm = (M + isa->mr - 1) / isa->mr, tn = (N + isa->nr - 1) / isa->nr;
+    j.split_n = split_eff(N, isa->nr, nth) >= split_eff(M, isa->mr, nth);
+    j.tiles = j.split_n ? tn : tm;
+    if (nth <= 1) sgemm_block(&j, 0, M, 0, N);
+    else tb_pool_run(pool, sgemm_run, &j);
+}
 
 void tb_cpu_sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                   const float *B, int64_t ldb, float beta, float *C, int64_t ldc, tb_pool *pool) {
-    (void)pool;
-    for (int64_t i = 0; i < M; i++)
-        for (int64_t j = 0; j < N; j++) {
-            double acc = 0.0;
-            for (int64_t k = 0; k < K; k++) {
-                float a = ta ? A[k * lda + i] : A[i * lda + k];
-                float b = tb ? B[j * ldb + k] : B[k * ldb + j];
-                acc += (double)a * b;
-            }
-            float *c = &C[i * ldc + j];
-            *c = alpha * (float)acc + (beta != 0.0f ? beta * *c : 0.0f);
+    tb_cpu_sgemm_ex(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, NULL, pool);
+}
+
+/* ---------------------------------------------------------------- helpers of nn_conv_impl.h */
+
+void tb_cpu_nn_epilogue(float *c, int64_t ldc, int64_t M, int64_t N, const tb_cpu_sgemm_epi *e) {
+    const sgemm_isa *isa = isa_get();
+    for (int64_t j = 0; j < N; j += 4096)
+        isa->epi(c + j, ldc, 0, j, (int)M, (int)(N - j < 4096 ? N - j : 4096), e);
+}
+
+static T512 float softmax_avx512(float *x, int64_t n) {
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) mx = _mm512_max_ps(mx, _mm512_loadu_ps(x + i));
+    float m = _mm512_reduce_max_ps(mx);
+    for (; i < n; i++) m = x[i] > m ? x[i] : m;
+    if (m == -INFINITY) return 0.0f;
+    __m512 vm = _mm512_set1_ps(m), sum = _mm512_setzero_ps();
+    for (i = 0; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        __m512 v = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(k, x + i), vm));
+        v = _mm512_maskz_mov_ps(k, v);
+        sum = _mm512_add_ps(sum, v);
+        _mm512_mask_storeu_ps(x + i, k, v);
+    }
+    float s = _mm512_reduce_add_ps(sum);
+    __m512 inv = _mm512_set1_ps(1.0f / s);
+    for (i = 0; i < n; i += 16) {
+        __mmask16 k = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), inv));
+    }
+    return s;
+}
+
+static T256 float softmax_avx2(float *x, int64_t n) {
+    float m = -INFINITY;
+    for (int64_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+    if (m == -INFINITY) return 0.0f;
+    __m256 vm = _mm256_set1_ps(m), sum = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+        sum = _mm256_add_ps(sum, v);
+        _mm256_storeu_ps(x + i, v);
+    }
+    float t[8], s = 0;
+    _mm256_storeu_ps(t, sum);
+    for (int u = 0; u < 8; u++) s += t[u];
+    for (; i < n; i++) {
+        x[i] = expf(x[i] - m);
+        s += x[i];
+    }
+    float inv = 1.0f / s;
+    for (i = 0; i < n; i++) x[i] *= inv;
+    return s;
+}
+
+void tb_cpu_nn_softmax_row(float *x, int64_t n) {
+    const sgemm_isa *isa = isa_get();
+    float s;
+    if (isa == &isa_avx512) s = softmax_avx512(x, n);
+    else if (isa == &isa_avx2) s = softmax_avx2(x, n);
+    else {
+        float m = -INFINITY;
+        for (int64_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
+        s = 0;
+        if (m != -INFINITY) {
+            for (int64_t i = 0; i < n; i++) s += x[i] = expf(x[i] - m);
+            for (int64_t i = 0; i < n; i++) x[i] /= s;
         }
+    }
+    if (s == 0.0f) memset(x, 0, sizeof(float) * (size_t)n);
 }

@@ -1080,12 +1080,27 @@ static uint64_t mix(uint64_t h, uint64_t v) {
     return h * 0xff51afd7ed558ccdull;
 }
 
-/* Everything a captured run bakes in: every value's buffer, dtype and
- * dims, which values the host computed and their contents (shapes, axes,
- * starts, ... that kernels took as arguments). Inputs' host data and
- * weights are not hashed: their device copies are what the kernels read. */
+/* Everything a captured run bakes in: the nodes (op, inputs, outputs,
+ * attributes: one backend may run several graphs, even at one address),
+ * every value's buffer, dtype and dims, which values the host computed and
+ * their contents (shapes, axes, starts, ... that kernels took as
+ * arguments). Inputs' host data and weights are not hashed: their device
+ * copies are what the kernels read. */
 static uint64_t nn_run_key(const tb_graph *g, void *const *bufs, const tb_step *st) {
     uint64_t h = 0x243f6a8885a308d3ull;
+    h = mix(h, (uint64_t)(uintptr_t)g);
+    for (int k = 0; k < g->n_nodes; k++) {
+        const tb_node *n = &g->nodes[k];
+        h = mix(h, (uint64_t)n->op << 32 | (uint64_t)(uint32_t)n->tactic);
+        for (int i = 0; i < n->n_in; i++) h = mix(h, (uint64_t)n->in[i]);
+        for (int o = 0; o < n->n_out; o++) h = mix(h, (uint64_t)n->out[o] << 1);
+        for (int i = 0; i < TB_NODE_INTS; i++) h = mix(h, (uint64_t)(uint32_t)n->i[i]);
+        for (int i = 0; i < TB_NODE_FLOATS; i++) {
+            uint32_t u;
+            memcpy(&u, &n->f[i], 4);
+            h = mix(h, u);
+        }
+    }
     for (int v = 0; v < g->n_values; v++) {
         const tb_view *w = &st->views[v];
         h = mix(h, (uint64_t)(uintptr_t)bufs[v]);

@@ -1,0 +1,28 @@
+/*
+ * nn_conv_impl.h — the pieces the compute kernels of this folder share
+ * (nn_conv.c, sgemm.c, winograd.c); not used outside backend/cpu.
+ */
+#ifndef TB_CPU_NN_CONV_IMPL_H
+#define TB_CPU_NN_CONV_IMPL_H
+#include "backend/cpu/nn.h"
+
+/* Conv tactics (tb_node.tactic; 0: the kernel chooses) */
+enum {
+    TB_CONV_TACTIC_AUTO = 0,
+    TB_CONV_TACTIC_IM2COL = 1,
+    TB_CONV_TACTIC_WINOGRAD = 2,  /* F(2x2, 3x3) */
+    TB_CONV_TACTIC_WINOGRAD4 = 3, /* F(4x4, 3x3) (AVX-512; F(2x2) elsewhere) */
+};
+
+/* The sgemm epilogue (bias, activation, residual) over C (M, N) with leading
+ * dim ldc, in place, with the vector code of the sgemm's ISA (sgemm.c). */
+void tb_cpu_nn_epilogue(float *c, int64_t ldc, int64_t M, int64_t N, const tb_cpu_sgemm_epi *e);
+/* x[0, n) = softmax(x) in place; a row of -inf only gives zeros (sgemm.c). */
+void tb_cpu_nn_softmax_row(float *x, int64_t n);
+
+/* Conv by Winograd F(2x2, 3x3), or F(4x4, 3x3) with f4 (AVX-512): 3x3,
+ * stride 1, dilation 1, one group (winograd.c). */
+tb_status tb_cpu_conv_winograd(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn_conv_geom *g, int f4,
+                               const float *x, const float *w, const float *bias, const float *res, float *y);
+
+#endif /* TB_CPU_NN_CONV_IMPL_H */
