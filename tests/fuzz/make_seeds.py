@@ -313,6 +313,20 @@ def seeds_fuzz_chat(out, work):
         put(out, "template_%d" % k, bytes([k | (0x80 if k % 2 else 0)]) + t.encode() + b"\0" + body)
 
 
+def seeds_fuzz_onnx(out, work):
+    """The small models tests/onnx_import/gen_models.py writes (python3-onnx)."""
+    d = os.path.join(work, "onnx")
+    try:
+        subprocess.run(["/usr/bin/python3", os.path.join(SRC, "tests", "onnx_import", "gen_models.py"), d],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return  # no python3-onnx: the harness starts from an empty corpus
+    for f in sorted(glob.glob(os.path.join(d, "*.onnx"))):
+        data = read(f, 1 << 20)
+        if data is not None:
+            put(out, os.path.basename(f), data)
+
+
 SEEDS = {
     "fuzz_safetensors": seeds_fuzz_safetensors,
     "fuzz_llama2c": seeds_fuzz_llama2c,
@@ -324,6 +338,7 @@ SEEDS = {
     "fuzz_engine": seeds_fuzz_engine,
     "fuzz_serve_request": seeds_fuzz_serve_request,
     "fuzz_chat": seeds_fuzz_chat,
+    "fuzz_onnx": seeds_fuzz_onnx,
 }
 
 
