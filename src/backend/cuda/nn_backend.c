@@ -130,8 +130,13 @@ static tb_status grow(tbn_ctx *x, void **p, size_t *have, size_t need, const cha
     return TB_OK;
 }
 
+tb_status tbn_grow(tbn_ctx *x, void **p, size_t *have, size_t need, const char *what) {
+    return grow(x, p, have, need, what);
+}
+
 void tbn_ctx_free(tbn_ctx *x) {
     if (!x) return;
+    tbn_cudnn_free(x);
     if (x->lt) cublasLtDestroy(x->lt);
     x->lt = NULL;
     cudaFree(x->lt_ws);
@@ -683,6 +688,19 @@ static tb_status run_conv(tbn_ctx *x, const tb_node *n, const tb_view *in, int n
     g.es = (int)dt_size(xv->dtype);
     NEEDR(g.oh == (r4 ? o->dims[2] : 1) && g.ow == o->dims[o->rank - 1], "Conv: output dims disagree");
     int64_t cg = g.c / group, mg = M / group, ohw = g.oh * g.ow, kk = (int64_t)g.kh * g.kw;
+    int flags = at[11], bi, ri;
+    epi_inputs(flags, n_in, &bi, &ri);
+    tbn_epi_args e;
+    memset(&e, 0, sizeof e);
+    e.act = at[10];
+    e.p0 = n->f[0];
+    e.p1 = n->f[1];
+    e.after_res = (flags & TB_NN_ACT_AFTER_RESIDUAL) != 0;
+    e.beta = 1.0f;
+    if (bi >= 0) { e.bias = ib[bi]; e.bdt = in[bi].dtype; e.ncols = ohw; e.bs_m = 1; e.bmod = M; }
+    if (ri >= 0) { e.res = ib[ri]; e.rdt = in[ri].dtype; }
+    tb_status ds;
+    if (tbn_conv_cudnn(x, in, o, ib, ob, &g, M, pb, pr, group, &e, &ds)) return ds;
     float *acc;
     TB_TRY(acc_for(x, o, ob, &acc));
     if (cg == 1 && group == g.c && M % g.c == 0) {
@@ -700,17 +718,6 @@ static tb_status run_conv(tbn_ctx *x, const tb_node *n, const tb_view *in, int n
                         (const char *)x->col + (size_t)(gi * cg * kk * ohw) * es, g.c * kk * ohw, xv->dtype,
                         acc + gi * mg * ohw, M * ohw, TB_F32, g.n, 1.0f));
     }
-    int flags = at[11], bi, ri;
-    epi_inputs(flags, n_in, &bi, &ri);
-    tbn_epi_args e;
-    memset(&e, 0, sizeof e);
-    e.act = at[10];
-    e.p0 = n->f[0];
-    e.p1 = n->f[1];
-    e.after_res = (flags & TB_NN_ACT_AFTER_RESIDUAL) != 0;
-    e.beta = 1.0f;
-    if (bi >= 0) { e.bias = ib[bi]; e.bdt = in[bi].dtype; e.ncols = ohw; e.bs_m = 1; e.bmod = M; }
-    if (ri >= 0) { e.res = ib[ri]; e.rdt = in[ri].dtype; }
     return run_epilogue(x, &e, o, acc, ob);
 }
 
