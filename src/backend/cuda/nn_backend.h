@@ -37,9 +37,12 @@ void tbn_ctx_free(tbn_ctx *x);
 tb_status tbn_grow(tbn_ctx *x, void **p, size_t *have, size_t need, const char *what);
 /* Conv on cuDNN (nn_cudnn.c): 1 when it ran there (*st its status), 0 when
  * the caller runs im2col. g: the geometry with pads top / left (pb, pr the
- * bottom / right ones); ep: the fused epilogue as the im2col path has it. */
+ * bottom / right ones); ep: the fused epilogue as the im2col path has it;
+ * im2col(arg) runs the im2col path (timed against cuDNN on a geometry's
+ * first run). */
 int tbn_conv_cudnn(tbn_ctx *x, const tb_view *in, const tb_view *o, const void *const *ib, void *ob,
-                   const tbn_conv_geom *g, int64_t M, int pb, int pr, int group, tbn_epi_args *ep, tb_status *st);
+                   const tbn_conv_geom *g, int64_t M, int pb, int pr, int group, tbn_epi_args *ep,
+                   tb_status (*im2col)(void *), void *im2col_arg, tb_status *st);
 void tbn_cudnn_free(tbn_ctx *x);
 
 #endif /* TB_CUDA_NN_BACKEND_H */

@@ -25,7 +25,12 @@
  *   cudnn        cudnnConvolutionForward into y, then the epilogue kernel
  *                in place over y (other activations, act before residual).
  *   im2col       cuDNN absent or off (TB_CUDA_CUDNN=0), asymmetric pads,
- *                an output dtype other than the input's, or cuDNN refused.
+ *                an output dtype other than the input's, cuDNN refused, or
+ *                faster: on a geometry's first run both paths are timed
+ *                (5 runs each, CUDA events) and the faster one is kept
+ *                (cuDNN's f32 FMA kernels lose to cuBLAS on small ResNet
+ *                convolutions at batch 1). TB_CUDA_CUDNN=1 takes cuDNN
+ *                wherever it can without timing.
  * Math: f16 on the tensor cores (CUDNN_TENSOR_OP_MATH, f32 accumulation);
  * f32 in plain FMA (exact f32, like the cuBLAS path) and without the FFT and
  * non-fused Winograd algorithms (their rounding is 30x the GEMM forms') unless
@@ -64,7 +69,7 @@ typedef struct {
 typedef struct {
     const tbd_api *api;
     cudnnHandle_t h;
-    int off, tf32, find;
+    int off, force, tf32, find; /* force: TB_CUDA_CUDNN=1, cuDNN without timing im2col */
     conv_entry *e;
     int n, cap;
     void *ws;
@@ -123,6 +128,7 @@ static dnn_state *state(tbn_ctx *x) {
     if (!d) return NULL;
     const char *off = getenv("TB_CUDA_CUDNN"), *tf = getenv("TB_CUDA_TF32"), *fi = getenv("TB_CUDA_CUDNN_FIND");
     d->off = off && !strcmp(off, "0");
+    d->force = off && !strcmp(off, "1");
     d->tf32 = tf && !strcmp(tf, "1");
     d->find = !(fi && !strcmp(fi, "0"));
     if (d->off) tb_log(TB_LOG_INFO, "cuda: cuDNN off (TB_CUDA_CUDNN=0): convolutions run as im2col + cuBLAS");
@@ -261,8 +267,39 @@ static tb_status launch(tbn_ctx *x, dnn_state *d, conv_entry *e, const void *xb,
     return TB_OK;
 }
 
+/* Times `reps` runs of cuDNN (which 0) or im2col (1) on the stream, in ms
+ * per run; -1 when the events fail. */
+static float time_path(tbn_ctx *x, dnn_state *d, conv_entry *e, const void *const *ib, void *ob,
+                       const tbn_epi_args *ep, const tb_view *o, int which, tb_status (*im2col)(void *), void *arg,
+                       tb_status *st) {
+    cudaEvent_t a = NULL, b = NULL;
+    float ms = -1;
+    const int reps = 5;
+    if (cudaEventCreate(&a) != cudaSuccess || cudaEventCreate(&b) != cudaSuccess) goto out;
+    for (int r = 0; r <= reps && *st == TB_OK; r++) { /* run 0 warms up (im2col's scratch, cuBLAS) */
+        if (r == 1) cudaEventRecord(a, x->stream);
+        if (which) {
+            *st = im2col(arg);
+        } else {
+            cudnnStatus_t cs;
+            *st = launch(x, d, e, ib[0], ib[1], ob, ep, o, &cs);
+            if (*st == TB_OK && cs != TBD_STATUS_SUCCESS) *st = dnn_fail(cs, "convolution forward");
+        }
+    }
+    cudaEventRecord(b, x->stream);
+    if (*st == TB_OK && cudaEventSynchronize(b) == cudaSuccess && cudaEventElapsedTime(&ms, a, b) == cudaSuccess)
+        ms /= reps;
+    else ms = -1;
+out:
+    cudaGetLastError();
+    if (a) cudaEventDestroy(a);
+    if (b) cudaEventDestroy(b);
+    return ms;
+}
+
 int tbn_conv_cudnn(tbn_ctx *x, const tb_view *in, const tb_view *o, const void *const *ib, void *ob,
-                   const tbn_conv_geom *g, int64_t M, int pb, int pr, int group, tbn_epi_args *ep, tb_status *st) {
+                   const tbn_conv_geom *g, int64_t M, int pb, int pr, int group, tbn_epi_args *ep,
+                   tb_status (*im2col)(void *), void *im2col_arg, tb_status *st) {
     *st = TB_OK;
     dnn_state *d = state(x);
     if (!d) return 0;
@@ -372,8 +409,31 @@ int tbn_conv_cudnn(tbn_ctx *x, const tb_view *in, const tb_view *o, const void *
                         snprintf(fuse, sizeof fuse, " fused (bias%s%s)", k.act == TB_NN_ACT_RELU ? "+relu" : "",
                                  k.rdt >= 0 ? "+residual" : "");
                     else if (!e->direct) snprintf(fuse, sizeof fuse, " + epilogue kernel");
-                    char tm[48] = "";
-                    if (ms >= 0) snprintf(tm, sizeof tm, ", %.4f ms timed", ms);
+                    char tm[96] = "";
+                    float tc = -1, ti = -1;
+                    if (!d->force) { /* the faster of cuDNN and im2col for this geometry */
+                        tc = time_path(x, d, e, ib, ob, ep, o, 0, im2col, im2col_arg, st);
+                        if (*st == TB_OK) ti = time_path(x, d, e, ib, ob, ep, o, 1, im2col, im2col_arg, st);
+                        if (*st != TB_OK) return 1;
+                    }
+                    if (tc >= 0 && ti >= 0) snprintf(tm, sizeof tm, ", %.4f ms against im2col's %.4f ms", tc, ti);
+                    else if (ms >= 0) snprintf(tm, sizeof tm, ", %.4f ms in the search", ms);
+                    if (tc >= 0 && ti >= 0 && ti < tc) {
+                        /* im2col ran last: the output is its */
+                        snprintf(whyb, sizeof whyb, "faster: cudnn%s algo %s%s", fuse, algo_name(e->algo), tm);
+                        why = whyb;
+                        tb_log(TB_LOG_INFO, "cuda: %s: im2col (%s)", desc, why);
+                        entry_free(d->api, e);
+                        e->k = k;
+                        e->path = P_IM2COL;
+                        return 1;
+                    }
+                    if (ti >= 0) { /* cuDNN chosen: its output last */
+                        cudnnStatus_t cs2;
+                        tb_status ls2 = launch(x, d, e, ib[0], ib[1], ob, ep, o, &cs2);
+                        if (ls2 == TB_OK && cs2 != TBD_STATUS_SUCCESS) ls2 = dnn_fail(cs2, "convolution forward");
+                        *st = ls2;
+                    }
                     tb_log(TB_LOG_INFO, "cuda: %s: cudnn%s algo %s, %s math, workspace %zu B%s", desc, fuse,
                            algo_name(e->algo), math_name(e->math), e->ws, tm);
                     return 1;
