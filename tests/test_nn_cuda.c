@@ -45,6 +45,7 @@
  * error.
  */
 #include <math.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "ir/ops_nn.h"
@@ -74,6 +75,44 @@ static tb_backend *B;
 static double worst[TB_OP_COUNT];
 static int ran[TB_OP_COUNT], skipped_ref[TB_OP_COUNT];
 static int n_cases, n_fail;
+
+/* Conv cases: the path the backend took, read from its info log (one line
+ * per convolution geometry, on its first run), and the path the case
+ * expects: 0 either, 1 cudnn, 2 im2col. */
+static int want_path, conv_paths; /* conv_paths: on a CUDA backend */
+static char conv_path[48];
+static int saved_fd = -1;
+static FILE *cap_file;
+
+static void log_capture_begin(void) {
+    fflush(stderr);
+    tb_log_set_level(TB_LOG_INFO); /* the backend's info lines name each convolution's path */
+    cap_file = tmpfile();
+    if (!cap_file) return;
+    saved_fd = dup(2);
+    dup2(fileno(cap_file), 2);
+}
+
+/* ends the capture; echoes the backend's lines (indented) and names the path */
+static void log_capture_end(void) {
+    snprintf(conv_path, sizeof conv_path, "path ?");
+    tb_log_set_level(TB_LOG_WARN);
+    if (!cap_file) return;
+    fflush(stderr);
+    dup2(saved_fd, 2);
+    close(saved_fd);
+    saved_fd = -1;
+    rewind(cap_file);
+    char line[1024];
+    while (fgets(line, sizeof line, cap_file)) {
+        const char *c = strstr(line, ": cudnn"), *i = strstr(line, ": im2col");
+        if (c) snprintf(conv_path, sizeof conv_path, "path cudnn%s", strstr(c, " fused") == c + 7 ? " fused" : "");
+        else if (i) snprintf(conv_path, sizeof conv_path, "path im2col");
+        printf("      | %s", line);
+    }
+    fclose(cap_file);
+    cap_file = NULL;
+}
 
 static int64_t nel(int rank, const int64_t *d) {
     int64_t n = 1;
@@ -231,6 +270,8 @@ static void run_case(const char *what, tb_node n, const tin *ins, tb_dtype dt, d
     memset(&st, 0, sizeof st);
     st.views = gv;
     double err = 0;
+    int is_conv = n.op == TB_OP_CONV;
+    if (is_conv && conv_paths) log_capture_begin();
     for (int run = 0; run < 3 && ok; run++) {
         for (int o = 0; o < n_out; o++) {
             int v = n_in + o;
@@ -280,6 +321,15 @@ static void run_case(const char *what, tb_node n, const tin *ins, tb_dtype dt, d
             ok = 0;
         }
     }
+    if (is_conv && !conv_paths) conv_path[0] = 0;
+    if (is_conv && conv_paths) {
+        log_capture_end();
+        int cud = !strncmp(conv_path, "path cudnn", 10), im = !strcmp(conv_path, "path im2col");
+        if (ok && ((want_path == 1 && !cud) || (want_path == 2 && !im))) {
+            snprintf(why, sizeof why, "expected the %s path", want_path == 1 ? "cudnn" : "im2col");
+            ok = 0;
+        }
+    }
     for (int v = 0; v < nv; v++) B->iface->free(B, dev[v]);
     if (ok) {
         if (err > worst[n.op]) worst[n.op] = err;
@@ -289,8 +339,8 @@ static void run_case(const char *what, tb_node n, const tin *ins, tb_dtype dt, d
         tb_test_failures++;
     }
     ran[n.op] = 1;
-    printf("  %-18s %-3s %-44s err %.2e bound %.0e %s%s%s\n", opn, dtn, what, err, bound, ok ? "ok" : "FAIL",
-           why[0] ? " " : "", why);
+    printf("  %-18s %-3s %-44s err %.2e bound %.0e %s%s%s%s%s\n", opn, dtn, what, err, bound, ok ? "ok" : "FAIL",
+           why[0] ? " " : "", why, conv_path[0] && is_conv ? " " : "", is_conv ? conv_path : "");
 done:
     for (int v = 0; v < nv; v++) {
         free(host[v]);
@@ -710,25 +760,60 @@ static void pool_resize_cases(void) {
     }
 }
 
-static void compute_cases(void) {
-    /* Conv */
-    struct { int r; int64_t x[4], w[4]; int group, s, p, dil, act, flags; const char *what; } cv[] = {
-        {4, {1, 3, 17, 19}, {8, 3, 3, 3}, 1, 2, 1, 1, TB_NN_ACT_RELU, TB_NN_HAS_BIAS, "3x3 s2 p1 bias relu"},
-        {4, {2, 16, 7, 9}, {12, 16, 1, 1}, 1, 1, 0, 1, TB_NN_ACT_RELU,
-         TB_NN_HAS_BIAS | TB_NN_HAS_RESIDUAL | TB_NN_ACT_AFTER_RESIDUAL, "1x1 bias relu(+res)"},
-        {4, {1, 8, 10, 10}, {8, 1, 3, 3}, 8, 1, 1, 1, 0, TB_NN_HAS_BIAS, "depthwise 3x3"},
-        {4, {1, 8, 9, 9}, {6, 4, 3, 3}, 2, 1, 2, 2, TB_NN_ACT_CLIP, 0, "group 2 dil 2 clip"},
-        {3, {2, 4, 20}, {5, 4, 3}, 1, 2, 0, 1, 0, TB_NN_HAS_BIAS | TB_NN_HAS_RESIDUAL, "rank 3 s2 +res"},
-        {4, {1, 3, 224, 224}, {64, 3, 7, 7}, 1, 2, 3, 1, TB_NN_ACT_RELU, TB_NN_HAS_BIAS, "ResNet stem 7x7 s2"},
-        {4, {1, 64, 56, 56}, {64, 64, 3, 3}, 1, 1, 1, 1, TB_NN_ACT_RELU,
-         TB_NN_HAS_BIAS | TB_NN_HAS_RESIDUAL | TB_NN_ACT_AFTER_RESIDUAL, "ResNet 3x3 64 +res relu"},
-        {4, {1, 128, 28, 28}, {256, 128, 1, 1}, 1, 2, 0, 1, 0, TB_NN_HAS_BIAS, "1x1 s2 downsample"},
+/* Conv, on the backend B as it is (mode 0: cuDNN when it loads; with
+ * TURBINE_TEST_CUDNN=1 forced and required), on one made with
+ * TB_CUDA_CUDNN=0 (mode 1: every case on im2col), or on one that picks the
+ * faster path per geometry (mode 2: either). */
+static int need_cudnn;
+static void conv_cases(int mode) {
+    enum { A = TB_NN_HAS_BIAS, R = TB_NN_HAS_RESIDUAL, AR = TB_NN_ACT_AFTER_RESIDUAL };
+    struct {
+        int r; int64_t x[4], w[4]; int group, s, p, dil, act, flags; const char *what;
+        int pads[4]; /* top, left, bottom, right when any is set (else p everywhere) */
+        int no_cudnn; /* cuDNN's legacy API cannot run it (asymmetric pads) */
+    } cv[] = {
+        {4, {1, 3, 17, 19}, {8, 3, 3, 3}, 1, 2, 1, 1, TB_NN_ACT_RELU, A, "3x3 s2 p1 bias relu", {0}, 0},
+        {4, {2, 16, 7, 9}, {12, 16, 1, 1}, 1, 1, 0, 1, TB_NN_ACT_RELU, A | R | AR, "1x1 bias relu(+res)", {0}, 0},
+        {4, {1, 8, 10, 10}, {8, 1, 3, 3}, 8, 1, 1, 1, 0, A, "depthwise 3x3", {0}, 0},
+        {4, {1, 8, 9, 9}, {6, 4, 3, 3}, 2, 1, 2, 2, TB_NN_ACT_CLIP, 0, "group 2 dil 2 clip", {0}, 0},
+        {3, {2, 4, 20}, {5, 4, 3}, 1, 2, 0, 1, 0, A | R, "rank 3 s2 +res", {0}, 0},
+        {3, {2, 8, 30}, {8, 8, 5}, 1, 1, 2, 1, TB_NN_ACT_RELU, A | R | AR, "rank 3 k5 p2 relu(+res)", {0}, 0},
+        {4, {1, 16, 12, 12}, {32, 16, 3, 3}, 1, 1, 1, 1, TB_NN_ACT_RELU, A | R, "3x3 relu(conv+b) then +res", {0}, 0},
+        {4, {1, 16, 12, 12}, {16, 16, 3, 3}, 1, 1, 1, 1, TB_NN_ACT_RELU, 0, "3x3 no bias relu", {0}, 0},
+        {4, {2, 16, 12, 12}, {24, 16, 3, 3}, 1, 1, 1, 1, 0, 0, "3x3 no bias no act (plain)", {0}, 0},
+        {4, {1, 16, 12, 12}, {20, 16, 3, 3}, 1, 1, 1, 1, TB_NN_ACT_SIGMOID, A, "3x3 bias sigmoid", {0}, 0},
+        {4, {1, 16, 12, 12}, {16, 16, 3, 3}, 1, 1, 1, 1, 0, A | R | AR, "3x3 bias + res, no act", {0}, 0},
+        {4, {1, 8, 15, 15}, {16, 2, 3, 3}, 4, 2, 2, 2, TB_NN_ACT_RELU, A, "group 4 s2 p2 dil 2 relu", {0}, 0},
+        {4, {1, 8, 10, 11}, {8, 8, 3, 3}, 1, 2, 0, 1, TB_NN_ACT_RELU, A, "asymmetric pads (0,0,1,1)", {0, 0, 1, 1}, 1},
+        {4, {1, 8, 10, 11}, {8, 8, 3, 2}, 1, 1, 0, 3, 0, A, "3x2 kernel pads (2,1,2,1) dil 3", {2, 1, 2, 1}, 0},
+        /* ResNet-18 (224x224): every convolution shape, batch 1, and two at batch 8 */
+        {4, {1, 3, 224, 224}, {64, 3, 7, 7}, 1, 2, 3, 1, TB_NN_ACT_RELU, A, "ResNet stem 7x7 s2", {0}, 0},
+        {4, {1, 64, 56, 56}, {64, 64, 3, 3}, 1, 1, 1, 1, TB_NN_ACT_RELU, A, "ResNet l1 3x3 64 relu", {0}, 0},
+        {4, {1, 64, 56, 56}, {64, 64, 3, 3}, 1, 1, 1, 1, TB_NN_ACT_RELU, A | R | AR, "ResNet 3x3 64 +res relu", {0}, 0},
+        {4, {1, 64, 56, 56}, {128, 64, 3, 3}, 1, 2, 1, 1, TB_NN_ACT_RELU, A, "ResNet l2 3x3 s2 128 relu", {0}, 0},
+        {4, {1, 128, 28, 28}, {128, 128, 3, 3}, 1, 1, 1, 1, TB_NN_ACT_RELU, A | R | AR, "ResNet l2 3x3 128 +res relu", {0}, 0},
+        {4, {1, 64, 56, 56}, {128, 64, 1, 1}, 1, 2, 0, 1, 0, A, "ResNet l2 1x1 s2 downsample", {0}, 0},
+        {4, {1, 128, 28, 28}, {256, 128, 3, 3}, 1, 2, 1, 1, TB_NN_ACT_RELU, A, "ResNet l3 3x3 s2 256 relu", {0}, 0},
+        {4, {1, 256, 14, 14}, {256, 256, 3, 3}, 1, 1, 1, 1, TB_NN_ACT_RELU, A | R | AR, "ResNet l3 3x3 256 +res relu", {0}, 0},
+        {4, {1, 128, 28, 28}, {256, 128, 1, 1}, 1, 2, 0, 1, 0, A, "1x1 s2 downsample", {0}, 0},
+        {4, {1, 256, 14, 14}, {512, 256, 3, 3}, 1, 2, 1, 1, TB_NN_ACT_RELU, A, "ResNet l4 3x3 s2 512 relu", {0}, 0},
+        {4, {1, 512, 7, 7}, {512, 512, 3, 3}, 1, 1, 1, 1, TB_NN_ACT_RELU, A | R | AR, "ResNet l4 3x3 512 +res relu", {0}, 0},
+        {4, {1, 256, 14, 14}, {512, 256, 1, 1}, 1, 2, 0, 1, 0, A, "ResNet l4 1x1 s2 downsample", {0}, 0},
+        {4, {8, 64, 56, 56}, {64, 64, 3, 3}, 1, 1, 1, 1, TB_NN_ACT_RELU, A | R | AR, "ResNet b8 3x3 64 +res relu", {0}, 0},
+        {4, {8, 512, 7, 7}, {512, 512, 3, 3}, 1, 1, 1, 1, TB_NN_ACT_RELU, A | R | AR, "ResNet b8 3x3 512 +res relu", {0}, 0},
     };
+    const char *env = getenv("TB_CUDA_CUDNN");
+    printf("Conv on %s:\n", mode == 1 ? "im2col + cuBLAS (TB_CUDA_CUDNN=0)"
+                             : mode == 2 ? "the faster of cuDNN and im2col per geometry (the default)"
+                             : env && !strcmp(env, "1") ? "cuDNN wherever it can run (TB_CUDA_CUDNN=1)"
+                                                        : "the default path");
     FOR_DT for (size_t k = 0; k < sizeof cv / sizeof cv[0]; k++) {
         tb_node n = N(TB_OP_CONV, 2, 1);
         n.i[0] = cv[k].group;
         n.i[1] = n.i[2] = cv[k].s;
         n.i[3] = n.i[4] = n.i[5] = n.i[6] = cv[k].p;
+        if (cv[k].pads[0] || cv[k].pads[1] || cv[k].pads[2] || cv[k].pads[3])
+            for (int q = 0; q < 4; q++) n.i[3 + q] = cv[k].pads[q];
         n.i[7] = n.i[8] = cv[k].dil;
         n.i[10] = cv[k].act;
         n.i[11] = cv[k].flags;
@@ -754,8 +839,13 @@ static void compute_cases(void) {
             in[ni++] = T(TB_F32, r, sh.dims[0], -1, 1);
         }
         n.n_in = ni;
+        want_path = !conv_paths ? 0 : mode == 1 || cv[k].no_cudnn ? 2 : mode == 0 && need_cudnn ? 1 : 0;
         run_case(cv[k].what, n, in, DT, BND(1e-5, 3e-3));
     }
+    want_path = 0;
+}
+
+static void compute_cases(void) {
     /* Gemm */
     FOR_DT {
         static const int64_t a[] = {5, 7}, b[] = {7, 9}, c[] = {9}, at[] = {7, 5}, bt[] = {9, 7}, c51[] = {5, 1},
@@ -859,6 +949,14 @@ int main(void) {
         return tb_test_finish("test_nn_cuda");
     }
     if (!strcmp(dev, "cpu")) n_dts = 1;
+    int on_cuda = strcmp(dev, "cpu") != 0;
+    conv_paths = on_cuda;
+    const char *nc = getenv("TURBINE_TEST_CUDNN");
+    const char *off = getenv("TB_CUDA_CUDNN");
+    need_cudnn = on_cuda && nc && !strcmp(nc, "1") && !(off && !strcmp(off, "0"));
+    /* TURBINE_TEST_CUDNN=1: the first pass takes cuDNN wherever it can
+     * (TB_CUDA_CUDNN=1: no timing against im2col) and must find it */
+    if (need_cudnn && !off) setenv("TB_CUDA_CUDNN", "1", 1);
     double t0 = tb_now();
     unary_cases();
     binary_cases();
@@ -866,6 +964,29 @@ int main(void) {
     shape_cases();
     pool_resize_cases();
     compute_cases();
+    conv_cases(on_cuda && off && !strcmp(off, "0") ? 1 : 0);
+    if (on_cuda && !(off && !strcmp(off, "0"))) {
+        /* the same convolutions on a backend with cuDNN off (the im2col
+         * path), then, after a forced first pass, on one that times both
+         * paths per geometry and keeps the faster (the default) */
+        tb_backend *b1 = B;
+        for (int pass = 0; pass < (need_cudnn && !off ? 2 : 1); pass++) {
+            tb_backend *b2 = NULL;
+            if (pass == 0) setenv("TB_CUDA_CUDNN", "0", 1);
+            else unsetenv("TB_CUDA_CUDNN");
+            if (tb_backend_create(dev, 1, 0, &b2) == TB_OK) {
+                B = b2;
+                conv_cases(pass == 0 ? 1 : 2);
+                tb_backend_free(b2);
+            } else {
+                printf("%s (pass %d): FAILED (%s)\n", dev, pass, tb_last_error());
+                tb_test_failures++;
+            }
+        }
+        if (off) setenv("TB_CUDA_CUDNN", off, 1);
+        else unsetenv("TB_CUDA_CUDNN");
+        B = b1;
+    }
     printf("worst error per op (%s vs reference):\n", dev);
     for (int k = TB_OP_NN_FIRST; k < TB_OP_COUNT; k++) {
         if (ran[k]) printf("  %-20s %.2e%s\n", tb_op_name((tb_op_kind)k), worst[k], isinf(worst[k]) ? " FAIL" : "");

@@ -130,8 +130,13 @@ static tb_status grow(tbn_ctx *x, void **p, size_t *have, size_t need, const cha
     return TB_OK;
 }
 
+tb_status tbn_grow(tbn_ctx *x, void **p, size_t *have, size_t need, const char *what) {
+    return grow(x, p, have, need, what);
+}
+
 void tbn_ctx_free(tbn_ctx *x) {
     if (!x) return;
+    tbn_cudnn_free(x);
     if (x->lt) cublasLtDestroy(x->lt);
     x->lt = NULL;
     cudaFree(x->lt_ws);
@@ -655,6 +660,50 @@ static int64_t conv_axis(int64_t in, int k, int s, int d, int autopad, int *pb, 
     return span < 0 ? -1 : span / s + 1;
 }
 
+typedef struct {
+    tbn_ctx *x;
+    const tb_view *in, *o;
+    const void *const *ib;
+    void *ob;
+    const tbn_conv_geom *g;
+    int64_t M;
+    int pb, pr, group;
+    const tbn_epi_args *e;
+} conv_im2col_args;
+
+/* Conv as im2col (or a 1x1 GEMM, or the depthwise kernel) + cuBLAS + the
+ * epilogue kernel */
+static tb_status conv_im2col(void *arg) {
+    const conv_im2col_args *c = arg;
+    tbn_ctx *x = c->x;
+    const tb_view *xv = &c->in[0], *o = c->o;
+    const void *const *ib = c->ib;
+    void *ob = c->ob;
+    tbn_conv_geom g = *c->g;
+    int64_t M = c->M;
+    int pb = c->pb, pr = c->pr, group = c->group;
+    int64_t cg = g.c / group, mg = M / group, ohw = g.oh * g.ow, kk = (int64_t)g.kh * g.kw;
+    tbn_epi_args e = *c->e;
+    float *acc;
+    TB_TRY(acc_for(x, o, ob, &acc));
+    if (cg == 1 && group == g.c && M % g.c == 0) {
+        CU(tbn_depthwise(&g, M, ib[0], ib[1], xv->dtype, acc, x->stream), "depthwise conv launch");
+    } else if (kk == 1 && g.sh == 1 && g.sw == 1 && !g.pt && !g.pl && !pb && !pr && group == 1) {
+        /* 1x1: Y_b (M, HW) = W (M, C) X_b (C, HW) */
+        TB_TRY(gemm(x, M, ohw, g.c, 0, 0, ib[1], 0, ib[0], g.c * ohw, xv->dtype, acc, M * ohw, TB_F32, g.n, 1.0f));
+    } else {
+        size_t es = dt_size(xv->dtype);
+        size_t colb = (size_t)(g.n * g.c * kk * ohw) * es;
+        TB_TRY(grow(x, &x->col, &x->col_bytes, colb + 256, "im2col scratch"));
+        CU(tbn_im2col(&g, ib[0], x->col, x->stream), "im2col launch");
+        for (int gi = 0; gi < group; gi++)
+            TB_TRY(gemm(x, mg, ohw, cg * kk, 0, 0, (const char *)ib[1] + (size_t)(gi * mg * cg * kk) * es, 0,
+                        (const char *)x->col + (size_t)(gi * cg * kk * ohw) * es, g.c * kk * ohw, xv->dtype,
+                        acc + gi * mg * ohw, M * ohw, TB_F32, g.n, 1.0f));
+    }
+    return run_epilogue(x, &e, o, acc, ob);
+}
+
 static tb_status run_conv(tbn_ctx *x, const tb_node *n, const tb_view *in, int n_in, const tb_view *o,
                           const void *const *ib, void *ob) {
     const tb_view *xv = &in[0], *wv = &in[1];
@@ -682,24 +731,7 @@ static tb_status run_conv(tbn_ctx *x, const tb_node *n, const tb_view *in, int n
     g.pl = pl;
     g.es = (int)dt_size(xv->dtype);
     NEEDR(g.oh == (r4 ? o->dims[2] : 1) && g.ow == o->dims[o->rank - 1], "Conv: output dims disagree");
-    int64_t cg = g.c / group, mg = M / group, ohw = g.oh * g.ow, kk = (int64_t)g.kh * g.kw;
-    float *acc;
-    TB_TRY(acc_for(x, o, ob, &acc));
-    if (cg == 1 && group == g.c && M % g.c == 0) {
-        CU(tbn_depthwise(&g, M, ib[0], ib[1], xv->dtype, acc, x->stream), "depthwise conv launch");
-    } else if (kk == 1 && g.sh == 1 && g.sw == 1 && !g.pt && !g.pl && !pb && !pr && group == 1) {
-        /* 1x1: Y_b (M, HW) = W (M, C) X_b (C, HW) */
-        TB_TRY(gemm(x, M, ohw, g.c, 0, 0, ib[1], 0, ib[0], g.c * ohw, xv->dtype, acc, M * ohw, TB_F32, g.n, 1.0f));
-    } else {
-        size_t es = dt_size(xv->dtype);
-        size_t colb = (size_t)(g.n * g.c * kk * ohw) * es;
-        TB_TRY(grow(x, &x->col, &x->col_bytes, colb + 256, "im2col scratch"));
-        CU(tbn_im2col(&g, ib[0], x->col, x->stream), "im2col launch");
-        for (int gi = 0; gi < group; gi++)
-            TB_TRY(gemm(x, mg, ohw, cg * kk, 0, 0, (const char *)ib[1] + (size_t)(gi * mg * cg * kk) * es, 0,
-                        (const char *)x->col + (size_t)(gi * cg * kk * ohw) * es, g.c * kk * ohw, xv->dtype,
-                        acc + gi * mg * ohw, M * ohw, TB_F32, g.n, 1.0f));
-    }
+    int64_t ohw = g.oh * g.ow;
     int flags = at[11], bi, ri;
     epi_inputs(flags, n_in, &bi, &ri);
     tbn_epi_args e;
@@ -711,7 +743,10 @@ static tb_status run_conv(tbn_ctx *x, const tb_node *n, const tb_view *in, int n
     e.beta = 1.0f;
     if (bi >= 0) { e.bias = ib[bi]; e.bdt = in[bi].dtype; e.ncols = ohw; e.bs_m = 1; e.bmod = M; }
     if (ri >= 0) { e.res = ib[ri]; e.rdt = in[ri].dtype; }
-    return run_epilogue(x, &e, o, acc, ob);
+    conv_im2col_args ca = {x, in, o, ib, ob, &g, M, pb, pr, group, &e};
+    tb_status ds;
+    if (tbn_conv_cudnn(x, in, o, ib, ob, &g, M, pb, pr, group, &e, conv_im2col, &ca, &ds)) return ds;
+    return conv_im2col(&ca);
 }
 
 static tb_status run_sdpa(tbn_ctx *x, const tb_node *n, const tb_view *in, int n_in, const tb_view *o,

@@ -1,7 +1,7 @@
 /*
  * nn_backend.h — the general ops inside the CUDA backend (nn_backend.c): the
- * state they keep (scratch for matmul products and im2col) and the two
- * entry points cuda_backend.c calls.
+ * state they keep (scratch for matmul products and im2col, cuDNN's handle
+ * and per-geometry plans) and the entry points cuda_backend.c calls.
  */
 #ifndef TB_CUDA_NN_BACKEND_H
 #define TB_CUDA_NN_BACKEND_H
@@ -23,6 +23,7 @@ typedef struct {
     cublasLtHandle_t lt;     /* matmuls with a fused epilogue           */
     void *lt_ws;             /* its workspace (TBN_LT_WS bytes)         */
     int lt_off;              /* TB_CUDA_LT=0: the epilogue kernel always */
+    void *dnn;               /* cuDNN convolutions (nn_cudnn.c), or NULL */
 } tbn_ctx;
 
 /* Whether the backend runs node n (a general op) with its graph dtypes. */
@@ -30,5 +31,18 @@ int tbn_supports(const tb_graph *g, const tb_node *n);
 /* Enqueues node n on x->stream; shapes and host inputs from st->views. */
 tb_status tbn_run_node(tbn_ctx *x, const tb_graph *g, const tb_node *n, void *const *bufs, const tb_step *st);
 void tbn_ctx_free(tbn_ctx *x);
+
+/* Scratch buffer *p of at least `need` bytes (grows by a quarter more; the
+ * old one is freed after the stream drains, and x->grew is set). */
+tb_status tbn_grow(tbn_ctx *x, void **p, size_t *have, size_t need, const char *what);
+/* Conv on cuDNN (nn_cudnn.c): 1 when it ran there (*st its status), 0 when
+ * the caller runs im2col. g: the geometry with pads top / left (pb, pr the
+ * bottom / right ones); ep: the fused epilogue as the im2col path has it;
+ * im2col(arg) runs the im2col path (timed against cuDNN on a geometry's
+ * first run). */
+int tbn_conv_cudnn(tbn_ctx *x, const tb_view *in, const tb_view *o, const void *const *ib, void *ob,
+                   const tbn_conv_geom *g, int64_t M, int pb, int pr, int group, tbn_epi_args *ep,
+                   tb_status (*im2col)(void *), void *im2col_arg, tb_status *st);
+void tbn_cudnn_free(tbn_ctx *x);
 
 #endif /* TB_CUDA_NN_BACKEND_H */

@@ -17,7 +17,7 @@ __device__ __forceinline__ float act_apply(int act, float x, float p0, float p1)
 
 __global__ void epilogue_kernel(tbn_epi_args a, const float *acc, void *y) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < a.n; i += (int64_t)gridDim.x * blockDim.x) {
-        float v = acc[i];
+        float v = a.adt == TBN_F32 ? acc[i] : tbn_ldf(acc, a.adt, i);
         if (a.bias) v += a.beta * tbn_ldf(a.bias, a.bdt, ((i / a.ncols) % a.bmod) * a.bs_m + (i % a.ncols) * a.bs_n);
         if (a.res && a.after_res) v += tbn_ldf(a.res, a.rdt, i);
         v = act_apply(a.act, v, a.p0, a.p1);

@@ -136,7 +136,7 @@ cudaError_t tbn_global_avgpool(const void *x, void *y, int dt, int64_t planes, i
 /* ---- compute */
 
 /* The fused epilogue of Conv / Gemm / MatMul over y (rows, cols), reading
- * the product acc (f32, may be y itself when y is f32):
+ * the product acc (f32, or y itself in y's dtype: adt):
  *   v = acc + beta * bias[(i / bdiv) % bmod or the (M, N) strides]
  *   y = act(v) + res, or act(v + res) with after_res. */
 typedef struct {
@@ -148,6 +148,7 @@ typedef struct {
     const void *res; int rdt;
     int act, after_res;
     float p0, p1;
+    int adt;                     /* acc's dtype: TBN_F32 (0), or TBN_F16 when acc is y itself */
 } tbn_epi_args;
 cudaError_t tbn_epilogue(const tbn_epi_args *a, const float *acc, void *y, cudaStream_t s);
 

@@ -1,0 +1,454 @@
+/*
+ * nn_cudnn.c — Conv on cuDNN (cudnn_shim.h), the first choice of run_conv
+ * (nn_backend.c) when the library loads; im2col + cuBLAS otherwise.
+ *
+ * Each convolution geometry (input, weight and output dims, group, strides,
+ * pads, dilations, dtypes, epilogue) gets one entry on its first run: its
+ * descriptors, the algorithm (cudnnFindConvolutionForwardAlgorithmEx timed
+ * over the real buffers into a scratch workspace; TB_CUDA_CUDNN_FIND=0: the
+ * _v7 heuristics) and the workspace it needs, which then lives in the
+ * backend's scratch. Entries are made on eager runs only: a run captured
+ * into a CUDA graph is always the second of its key (cuda_backend.c), so
+ * the capture finds the entry made and allocates nothing. A geometry first
+ * seen inside a capture (not expected) runs as im2col there.
+ *
+ * Paths, logged once per geometry at info level:
+ *   cudnn fused  cudnnConvolutionBiasActivationForward: y = act(conv(x) +
+ *                z + bias), act relu or identity, z the residual (alpha2 1)
+ *                or none (alpha2 0, z = y). Taken for act(conv + bias +
+ *                residual) (TB_NN_ACT_AFTER_RESIDUAL, ResNet's blocks),
+ *                act(conv + bias), and conv + bias + residual; bias and
+ *                residual in the output's dtype. A missing bias reads a
+ *                zero vector the entry owns. Identity needs the
+ *                IMPLICIT_PRECOMP_GEMM algorithm (cuDNN's rule): those
+ *                convolutions run it whatever is fastest otherwise.
+ *   cudnn        cudnnConvolutionForward into y, then the epilogue kernel
+ *                in place over y (other activations, act before residual).
+ *   im2col       cuDNN absent or off (TB_CUDA_CUDNN=0), asymmetric pads,
+ *                an output dtype other than the input's, cuDNN refused, or
+ *                faster: on a geometry's first run both paths are timed
+ *                (5 runs each, CUDA events) and the faster one is kept
+ *                (cuDNN's f32 FMA kernels lose to cuBLAS on small ResNet
+ *                convolutions at batch 1). TB_CUDA_CUDNN=1 takes cuDNN
+ *                wherever it can without timing.
+ * Math: f16 on the tensor cores (CUDNN_TENSOR_OP_MATH, f32 accumulation);
+ * f32 in plain FMA (exact f32, like the cuBLAS path) and without the FFT and
+ * non-fused Winograd algorithms (their rounding is 30x the GEMM forms') unless
+ * TB_CUDA_TF32=1, which allows TF32 tensor cores and every algorithm.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/cuda/cudnn_shim.h"
+#include "backend/cuda/nn_backend.h"
+#include "ir/ops_nn.h"
+
+#define FIND_WS ((size_t)256 << 20) /* workspace offered to the timed search */
+
+enum { P_IM2COL = 0, P_FUSED, P_PLAIN };
+
+typedef struct {
+    int64_t n, c, h, w, m, oh, ow;
+    int kh, kw, sh, sw, dh, dw, ph, pw, group;
+    int xdt, ydt, bdt, rdt;      /* -1: absent */
+    int act, after_res;
+    float p0, p1;
+} conv_key;
+
+typedef struct {
+    conv_key k;
+    int path, algo, math, direct;
+    size_t ws;
+    cudnnTensorDescriptor_t xd, yd, bd;
+    cudnnFilterDescriptor_t wd;
+    cudnnConvolutionDescriptor_t cd;
+    cudnnActivationDescriptor_t ad;
+    void *zero_bias;
+} conv_entry;
+
+typedef struct {
+    const tbd_api *api;
+    cudnnHandle_t h;
+    int off, force, tf32, find; /* force: TB_CUDA_CUDNN=1, cuDNN without timing im2col */
+    conv_entry *e;
+    int n, cap;
+    void *ws;
+    size_t ws_bytes;
+} dnn_state;
+
+static const char *algo_name(int a) {
+    static const char *const names[] = {"implicit_gemm", "implicit_precomp_gemm", "gemm", "direct", "fft",
+                                        "fft_tiling", "winograd", "winograd_nonfused"};
+    return a >= 0 && a < TBD_FWD_ALGO_COUNT ? names[a] : "?";
+}
+static const char *math_name(int m) {
+    return m == TBD_TENSOR_OP_MATH ? "tensor-op" : m == TBD_TENSOR_OP_MATH_ALLOW_CONVERSION ? "tensor-op-conv"
+           : m == TBD_FMA_MATH ? "fma" : "default";
+}
+static const char *act_name(int a) {
+    switch (a) {
+    case TB_NN_ACT_NONE: return "none";
+    case TB_NN_ACT_RELU: return "relu";
+    case TB_NN_ACT_GELU_ERF: return "gelu";
+    case TB_NN_ACT_GELU_TANH: return "gelu_tanh";
+    case TB_NN_ACT_SIGMOID: return "sigmoid";
+    case TB_NN_ACT_CLIP: return "clip";
+    case TB_NN_ACT_TANH: return "tanh";
+    default: return "?";
+    }
+}
+
+static void entry_free(const tbd_api *a, conv_entry *e) {
+    if (a) {
+        if (e->xd) a->DestroyTensorDescriptor(e->xd);
+        if (e->yd) a->DestroyTensorDescriptor(e->yd);
+        if (e->bd) a->DestroyTensorDescriptor(e->bd);
+        if (e->wd) a->DestroyFilterDescriptor(e->wd);
+        if (e->cd) a->DestroyConvolutionDescriptor(e->cd);
+        if (e->ad) a->DestroyActivationDescriptor(e->ad);
+    }
+    cudaFree(e->zero_bias);
+    memset(e, 0, sizeof *e);
+}
+
+void tbn_cudnn_free(tbn_ctx *x) {
+    dnn_state *d = x->dnn;
+    if (!d) return;
+    for (int i = 0; i < d->n; i++) entry_free(d->api, &d->e[i]);
+    free(d->e);
+    if (d->h && d->api) d->api->Destroy(d->h);
+    cudaFree(d->ws);
+    free(d);
+    x->dnn = NULL;
+}
+
+static dnn_state *state(tbn_ctx *x) {
+    if (x->dnn) return x->dnn;
+    dnn_state *d = calloc(1, sizeof *d);
+    if (!d) return NULL;
+    const char *off = getenv("TB_CUDA_CUDNN"), *tf = getenv("TB_CUDA_TF32"), *fi = getenv("TB_CUDA_CUDNN_FIND");
+    d->off = off && !strcmp(off, "0");
+    d->force = off && !strcmp(off, "1");
+    d->tf32 = tf && !strcmp(tf, "1");
+    d->find = !(fi && !strcmp(fi, "0"));
+    if (d->off) tb_log(TB_LOG_INFO, "cuda: cuDNN off (TB_CUDA_CUDNN=0): convolutions run as im2col + cuBLAS");
+    else d->api = tbd_get();
+    x->dnn = d;
+    return d;
+}
+
+static void describe(const conv_key *k, char *buf, size_t n) {
+    snprintf(buf, n,
+             "Conv x (%lld, %lld, %lld, %lld) w (%lld, %lld, %d, %d) -> (%lld, %lld, %lld, %lld) group %d stride "
+             "%dx%d pad %dx%d dil %dx%d %s%s%s%s act %s",
+             (long long)k->n, (long long)k->c, (long long)k->h, (long long)k->w, (long long)k->m,
+             (long long)(k->c / k->group), k->kh, k->kw, (long long)k->n, (long long)k->m, (long long)k->oh,
+             (long long)k->ow, k->group, k->sh, k->sw, k->ph, k->pw, k->dh, k->dw, k->xdt == TB_F16 ? "f16" : "f32",
+             k->bdt >= 0 ? " +bias" : "", k->rdt >= 0 ? " +residual" : "",
+             k->rdt >= 0 ? (k->after_res ? " (before act)" : " (after act)") : "", act_name(k->act));
+}
+
+static tb_status dnn_fail(cudnnStatus_t s, const char *what) {
+    return tb_errorf(TB_ERR_INTERNAL, "cudnn: %s: %s (status %d)", what, tbd_error(s), (int)s);
+}
+
+/* descriptors of entry e; 0 on success, else the failing status */
+static cudnnStatus_t make_descs(const tbd_api *a, conv_entry *e, int math) {
+    const conv_key *k = &e->k;
+    int dt = k->xdt == TB_F16 ? TBD_DATA_HALF : TBD_DATA_FLOAT;
+    cudnnStatus_t s;
+#define T(call) do { if ((s = (call)) != TBD_STATUS_SUCCESS) return s; } while (0)
+    T(a->CreateTensorDescriptor(&e->xd));
+    T(a->SetTensor4dDescriptor(e->xd, TBD_TENSOR_NCHW, dt, (int)k->n, (int)k->c, (int)k->h, (int)k->w));
+    T(a->CreateTensorDescriptor(&e->yd));
+    T(a->SetTensor4dDescriptor(e->yd, TBD_TENSOR_NCHW, dt, (int)k->n, (int)k->m, (int)k->oh, (int)k->ow));
+    T(a->CreateFilterDescriptor(&e->wd));
+    T(a->SetFilter4dDescriptor(e->wd, dt, TBD_TENSOR_NCHW, (int)k->m, (int)(k->c / k->group), k->kh, k->kw));
+    T(a->CreateConvolutionDescriptor(&e->cd));
+    T(a->SetConvolution2dDescriptor(e->cd, k->ph, k->pw, k->sh, k->sw, k->dh, k->dw, TBD_CROSS_CORRELATION,
+                                    TBD_DATA_FLOAT));
+    if (k->group > 1) T(a->SetConvolutionGroupCount(e->cd, k->group));
+    T(a->SetConvolutionMathType(e->cd, math));
+    T(a->CreateTensorDescriptor(&e->bd));
+    T(a->SetTensor4dDescriptor(e->bd, TBD_TENSOR_NCHW, dt, 1, (int)k->m, 1, 1));
+    T(a->CreateActivationDescriptor(&e->ad));
+    T(a->SetActivationDescriptor(e->ad, k->act == TB_NN_ACT_RELU ? TBD_ACTIVATION_RELU : TBD_ACTIVATION_IDENTITY,
+                                 TBD_PROPAGATE_NAN, 0.0));
+#undef T
+    return TBD_STATUS_SUCCESS;
+}
+
+/* Picks e->algo / e->math / e->ws (the path may drop from fused to plain:
+ * identity needs IMPLICIT_PRECOMP_GEMM). 0 on success. */
+static cudnnStatus_t pick_algo(tbn_ctx *x, dnn_state *d, conv_entry *e, const void *xb, const void *wb, void *yb,
+                               float *ms) {
+    const tbd_api *a = d->api;
+    tbd_fwd_perf perf[2 * TBD_FWD_ALGO_COUNT];
+    int got = 0;
+    cudnnStatus_t s;
+    *ms = -1;
+    if (d->find) {
+        void *ws = NULL;
+        size_t wsb = FIND_WS;
+        while (wsb && cudaMalloc(&ws, wsb) != cudaSuccess) {
+            cudaGetLastError();
+            ws = NULL;
+            wsb /= 4;
+            if (wsb < ((size_t)1 << 20)) wsb = 0;
+        }
+        s = a->FindConvolutionForwardAlgorithmEx(d->h, e->xd, xb, e->wd, wb, e->cd, e->yd, yb,
+                                                 (int)(sizeof perf / sizeof perf[0]), &got, perf, ws, wsb);
+        cudaFree(ws);
+    } else {
+        s = a->GetConvolutionForwardAlgorithm_v7(d->h, e->xd, e->wd, e->cd, e->yd, (int)(sizeof perf / sizeof perf[0]),
+                                                 &got, perf);
+    }
+    if (s != TBD_STATUS_SUCCESS) return s;
+    int strict = e->k.xdt == TB_F32 && !d->tf32; /* exact f32: no TF32 tensor cores */
+    int best = -1, precomp = -1;
+    for (int i = 0; i < got; i++) {
+        if (perf[i].status != TBD_STATUS_SUCCESS) continue;
+        if (strict && perf[i].mathType != TBD_FMA_MATH && perf[i].mathType != TBD_DEFAULT_MATH) continue;
+        /* exact f32: no FFT / non-fused Winograd transforms either (errors of 1e-5 of the largest output
+         * on ResNet's 512-channel 3x3, against 4e-7 for the GEMM forms) */
+        if (strict && (perf[i].algo == TBD_FWD_FFT || perf[i].algo == TBD_FWD_FFT_TILING ||
+                       perf[i].algo == TBD_FWD_WINOGRAD_NONFUSED))
+            continue;
+        if (best < 0) best = i; /* sorted fastest first */
+        if (precomp < 0 && perf[i].algo == TBD_FWD_IMPLICIT_PRECOMP_GEMM) precomp = i;
+    }
+    if (best < 0) return -1;
+    int pick = best;
+    if (e->path == P_FUSED && e->k.act != TB_NN_ACT_RELU) {
+        if (precomp >= 0) pick = precomp;
+        else e->path = P_PLAIN; /* identity without precomp: convolution, then the epilogue kernel */
+    }
+    e->algo = perf[pick].algo;
+    e->math = perf[pick].mathType;
+    if (strict && e->math == TBD_DEFAULT_MATH) e->math = TBD_FMA_MATH;
+    if ((s = a->SetConvolutionMathType(e->cd, e->math)) != TBD_STATUS_SUCCESS) return s;
+    size_t need = 0;
+    if ((s = a->GetConvolutionForwardWorkspaceSize(d->h, e->xd, e->wd, e->cd, e->yd, e->algo, &need)) !=
+        TBD_STATUS_SUCCESS)
+        return s;
+    e->ws = need > perf[pick].memory ? need : perf[pick].memory;
+    if (d->find) *ms = perf[pick].time;
+    (void)x;
+    return TBD_STATUS_SUCCESS;
+}
+
+/* Enqueues entry e's convolution (and epilogue); a cuDNN refusal returns
+ * its status in *cs with TB_OK (nothing enqueued). */
+static tb_status launch(tbn_ctx *x, dnn_state *d, conv_entry *e, const void *xb, const void *wb, void *yb,
+                        const tbn_epi_args *ep0, const tb_view *o, cudnnStatus_t *cs) {
+    tbn_epi_args epc = *ep0, *ep = &epc;
+    const tbd_api *a = d->api;
+    float one = 1.0f, zero = 0.0f;
+    void *ws = e->ws ? d->ws : NULL;
+    *cs = TBD_STATUS_SUCCESS;
+    if (e->path == P_FUSED) {
+        float alpha2 = ep->res ? 1.0f : 0.0f;
+        const void *z = ep->res ? ep->res : yb;
+        const void *bias = ep->bias ? ep->bias : e->zero_bias;
+        *cs = a->ConvolutionBiasActivationForward(d->h, &one, e->xd, xb, e->wd, wb, e->cd, e->algo, ws, e->ws, &alpha2,
+                                                  e->yd, z, e->bd, bias, e->ad, e->yd, yb);
+        return TB_OK;
+    }
+    *cs = a->ConvolutionForward(d->h, &one, e->xd, xb, e->wd, wb, e->cd, e->algo, ws, e->ws, &zero, e->yd, yb);
+    if (*cs != TBD_STATUS_SUCCESS || e->direct) return TB_OK;
+    ep->n = (int64_t)(e->k.n * e->k.m * e->k.oh * e->k.ow);
+    ep->ydt = o->dtype;
+    ep->adt = o->dtype; /* the product is y itself */
+    if (!ep->bmod) ep->bmod = INT64_MAX;
+    if (!ep->ncols) ep->ncols = 1;
+    cudaError_t ce = tbn_epilogue(ep, (const float *)yb, yb, x->stream);
+    if (ce != cudaSuccess)
+        return tb_errorf(TB_ERR_INTERNAL, "cuda: epilogue launch: %s (%s)", cudaGetErrorString(ce), cudaGetErrorName(ce));
+    return TB_OK;
+}
+
+/* Times `reps` runs of cuDNN (which 0) or im2col (1) on the stream, in ms
+ * per run; -1 when the events fail. */
+static float time_path(tbn_ctx *x, dnn_state *d, conv_entry *e, const void *const *ib, void *ob,
+                       const tbn_epi_args *ep, const tb_view *o, int which, tb_status (*im2col)(void *), void *arg,
+                       tb_status *st) {
+    cudaEvent_t a = NULL, b = NULL;
+    float ms = -1;
+    const int reps = 5;
+    if (cudaEventCreate(&a) != cudaSuccess || cudaEventCreate(&b) != cudaSuccess) goto out;
+    for (int r = 0; r <= reps && *st == TB_OK; r++) { /* run 0 warms up (im2col's scratch, cuBLAS) */
+        if (r == 1) cudaEventRecord(a, x->stream);
+        if (which) {
+            *st = im2col(arg);
+        } else {
+            cudnnStatus_t cs;
+            *st = launch(x, d, e, ib[0], ib[1], ob, ep, o, &cs);
+            if (*st == TB_OK && cs != TBD_STATUS_SUCCESS) *st = dnn_fail(cs, "convolution forward");
+        }
+    }
+    cudaEventRecord(b, x->stream);
+    if (*st == TB_OK && cudaEventSynchronize(b) == cudaSuccess && cudaEventElapsedTime(&ms, a, b) == cudaSuccess)
+        ms /= reps;
+    else ms = -1;
+out:
+    cudaGetLastError();
+    if (a) cudaEventDestroy(a);
+    if (b) cudaEventDestroy(b);
+    return ms;
+}
+
+int tbn_conv_cudnn(tbn_ctx *x, const tb_view *in, const tb_view *o, const void *const *ib, void *ob,
+                   const tbn_conv_geom *g, int64_t M, int pb, int pr, int group, tbn_epi_args *ep,
+                   tb_status (*im2col)(void *), void *im2col_arg, tb_status *st) {
+    *st = TB_OK;
+    dnn_state *d = state(x);
+    if (!d) return 0;
+    const tb_view *xv = &in[0];
+    conv_key k;
+    memset(&k, 0, sizeof k);
+    k.n = g->n; k.c = g->c; k.h = g->h; k.w = g->w; k.m = M; k.oh = g->oh; k.ow = g->ow;
+    k.kh = g->kh; k.kw = g->kw; k.sh = g->sh; k.sw = g->sw; k.dh = g->dh; k.dw = g->dw;
+    k.ph = g->pt; k.pw = g->pl; k.group = group;
+    k.xdt = xv->dtype; k.ydt = o->dtype;
+    k.bdt = ep->bias ? ep->bdt : -1;
+    k.rdt = ep->res ? ep->rdt : -1;
+    k.act = ep->act; k.after_res = ep->after_res;
+    k.p0 = ep->p0; k.p1 = ep->p1;
+    conv_entry *e = NULL;
+    for (int i = 0; i < d->n && !e; i++)
+        if (!memcmp(&d->e[i].k, &k, sizeof k)) e = &d->e[i];
+    if (!e) {
+        char desc[400];
+        describe(&k, desc, sizeof desc);
+        enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+        cudaStreamIsCapturing(x->stream, &cap);
+        if (cap != cudaStreamCaptureStatusNone) { /* no setup inside a capture */
+            tb_log(TB_LOG_INFO, "cuda: %s: im2col (first seen while capturing a CUDA graph)", desc);
+            return 0;
+        }
+        if (d->n == d->cap) {
+            int nc = d->cap ? 2 * d->cap : 16;
+            conv_entry *ne = realloc(d->e, sizeof *ne * (size_t)nc);
+            if (!ne) return 0;
+            d->e = ne;
+            d->cap = nc;
+        }
+        e = &d->e[d->n++];
+        memset(e, 0, sizeof *e);
+        e->k = k;
+        const char *why = NULL;
+        char whyb[200];
+        if (d->off) why = "cuDNN off: TB_CUDA_CUDNN=0";
+        else if (!d->api) why = "no cuDNN library";
+        else if (g->pt != pb || g->pl != pr) why = "asymmetric pads";
+        else if (o->dtype != xv->dtype || (xv->dtype != TB_F32 && xv->dtype != TB_F16)) why = "output dtype differs";
+        else if (k.n > INT32_MAX / 2 || k.c > INT32_MAX / 2 || k.m > INT32_MAX / 2) why = "dims too large";
+        if (!why && !d->h) {
+            cudnnStatus_t s = d->api->Create(&d->h);
+            if (s != TBD_STATUS_SUCCESS) {
+                d->h = NULL;
+                tb_log(TB_LOG_WARN, "cuda: cudnnCreate failed (%s): convolutions run as im2col + cuBLAS", tbd_error(s));
+                d->api = NULL;
+                e->path = P_IM2COL;
+                return 0;
+            }
+            d->api->SetStream(d->h, x->stream);
+        }
+        if (!why) {
+            int relu_or_none = k.act == TB_NN_ACT_NONE || k.act == TB_NN_ACT_RELU;
+            int bias_ok = k.bdt < 0 || k.bdt == k.ydt;
+            int res_ok = k.rdt < 0 || (k.rdt == k.ydt && (k.after_res || k.act == TB_NN_ACT_NONE));
+            e->direct = k.bdt < 0 && k.rdt < 0 && k.act == TB_NN_ACT_NONE;
+            e->path = !e->direct && relu_or_none && bias_ok && res_ok ? P_FUSED : P_PLAIN;
+            int math = xv->dtype == TB_F16 ? TBD_TENSOR_OP_MATH : d->tf32 ? TBD_DEFAULT_MATH : TBD_FMA_MATH;
+            cudnnStatus_t s = make_descs(d->api, e, math);
+            float ms = -1;
+            /* the timed search writes y: a residual that shares y's buffer would be lost */
+            void *ytmp = NULL, *yb = ob;
+            if (s == TBD_STATUS_SUCCESS && d->find && ep->res == ob) {
+                if (cudaMalloc(&ytmp, (size_t)(k.n * k.m * k.oh * k.ow) * (xv->dtype == TB_F16 ? 2 : 4)) ==
+                    cudaSuccess)
+                    yb = ytmp;
+                else cudaGetLastError();
+            }
+            if (s == TBD_STATUS_SUCCESS) s = pick_algo(x, d, e, ib[0], ib[1], yb, &ms);
+            cudaFree(ytmp);
+            if (s == TBD_STATUS_SUCCESS && e->ws) {
+                tb_status gs = tbn_grow(x, &d->ws, &d->ws_bytes, e->ws, "cudnn workspace");
+                if (gs != TB_OK) { cudaGetLastError(); s = -2; }
+            }
+            if (s == TBD_STATUS_SUCCESS && e->path == P_FUSED && k.bdt < 0) {
+                size_t bb = (size_t)k.m * (xv->dtype == TB_F16 ? 2 : 4);
+                if (cudaMalloc(&e->zero_bias, bb) != cudaSuccess || cudaMemset(e->zero_bias, 0, bb) != cudaSuccess) {
+                    cudaGetLastError();
+                    s = -2;
+                }
+            }
+            if (s != TBD_STATUS_SUCCESS) {
+                snprintf(whyb, sizeof whyb, "cuDNN refused: %s",
+                         s == -1 ? "no algorithm" : s == -2 ? "out of memory" : tbd_error(s));
+                why = whyb;
+            } else {
+                /* the first run: a refusal here demotes the entry before anything is captured */
+                cudnnStatus_t cs;
+                tb_status ls = launch(x, d, e, ib[0], ib[1], ob, ep, o, &cs);
+                if (ls != TB_OK) { *st = ls; return 1; }
+                if (cs != TBD_STATUS_SUCCESS && e->path == P_FUSED) {
+                    tb_log(TB_LOG_INFO, "cuda: %s: fused cudnnConvolutionBiasActivationForward refused (%s); "
+                           "convolution + epilogue instead", desc, tbd_error(cs));
+                    e->path = P_PLAIN;
+                    ls = launch(x, d, e, ib[0], ib[1], ob, ep, o, &cs);
+                    if (ls != TB_OK) { *st = ls; return 1; }
+                }
+                if (cs != TBD_STATUS_SUCCESS) {
+                    snprintf(whyb, sizeof whyb, "cuDNN refused the convolution: %s", tbd_error(cs));
+                    why = whyb;
+                } else {
+                    char fuse[64] = "";
+                    if (e->path == P_FUSED)
+                        snprintf(fuse, sizeof fuse, " fused (bias%s%s)", k.act == TB_NN_ACT_RELU ? "+relu" : "",
+                                 k.rdt >= 0 ? "+residual" : "");
+                    else if (!e->direct) snprintf(fuse, sizeof fuse, " + epilogue kernel");
+                    char tm[96] = "";
+                    float tc = -1, ti = -1;
+                    if (!d->force) { /* the faster of cuDNN and im2col for this geometry */
+                        tc = time_path(x, d, e, ib, ob, ep, o, 0, im2col, im2col_arg, st);
+                        if (*st == TB_OK) ti = time_path(x, d, e, ib, ob, ep, o, 1, im2col, im2col_arg, st);
+                        if (*st != TB_OK) return 1;
+                    }
+                    if (tc >= 0 && ti >= 0) snprintf(tm, sizeof tm, ", %.4f ms against im2col's %.4f ms", tc, ti);
+                    else if (ms >= 0) snprintf(tm, sizeof tm, ", %.4f ms in the search", ms);
+                    if (tc >= 0 && ti >= 0 && ti < tc) {
+                        /* im2col ran last: the output is its */
+                        snprintf(whyb, sizeof whyb, "faster: cudnn%s algo %s%s", fuse, algo_name(e->algo), tm);
+                        why = whyb;
+                        tb_log(TB_LOG_INFO, "cuda: %s: im2col (%s)", desc, why);
+                        entry_free(d->api, e);
+                        e->k = k;
+                        e->path = P_IM2COL;
+                        return 1;
+                    }
+                    if (ti >= 0) { /* cuDNN chosen: its output last */
+                        cudnnStatus_t cs2;
+                        tb_status ls2 = launch(x, d, e, ib[0], ib[1], ob, ep, o, &cs2);
+                        if (ls2 == TB_OK && cs2 != TBD_STATUS_SUCCESS) ls2 = dnn_fail(cs2, "convolution forward");
+                        *st = ls2;
+                    }
+                    tb_log(TB_LOG_INFO, "cuda: %s: cudnn%s algo %s, %s math, workspace %zu B%s", desc, fuse,
+                           algo_name(e->algo), math_name(e->math), e->ws, tm);
+                    return 1;
+                }
+            }
+        }
+        tb_log(TB_LOG_INFO, "cuda: %s: im2col (%s)", desc, why);
+        entry_free(d->api, e);
+        e->k = k;
+        e->path = P_IM2COL;
+        return 0;
+    }
+    if (e->path == P_IM2COL) return 0;
+    cudnnStatus_t cs;
+    *st = launch(x, d, e, ib[0], ib[1], ob, ep, o, &cs);
+    if (*st == TB_OK && cs != TBD_STATUS_SUCCESS) *st = dnn_fail(cs, "convolution forward");
+    return 1;
+}
