@@ -105,7 +105,7 @@ def run_test(turbine, tdir, mpath, model, tmp_root, timeout, rtol, atol):
     for ds in oc.data_sets(tdir):
         out = tempfile.mkdtemp(dir=tmp_root)
         try:
-            rc, log = oc.run_exec(turbine, mpath, ds, out, timeout)
+            rc, log = oc.run_exec(turbine, mpath, oc.fixed_inputs(model, ds, tmp_root), out, timeout)
             if rc != 0:
                 last = log.strip().splitlines()[-1] if log.strip() else ""
                 fails.append(f"{os.path.basename(ds)}: exit {rc}: {last}"[:300])
