@@ -25,6 +25,10 @@ onnx.version_converter first (onnx 1.12's Conv, pooling, Range, logical and
 many other node tests are written at opsets below 13); those it cannot convert
 stay as they are.
 
+onnx 1.12 stores BFLOAT16 test tensors as UINT16 (numpy has no bfloat16):
+where the model declares BFLOAT16, such inputs are retyped (a copy of the
+data set is fed) and so are expected outputs.
+
 --allow-fail FILE: known failures, one "test_name reason" a line (# starts a
 comment); they are reported but do not fail the run.
 
