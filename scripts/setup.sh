@@ -8,7 +8,7 @@ PKGS=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libxxhash-dev
       libopenblas-dev libmicrohttpd-dev python3-numpy libcurl4-openssl-dev
       protobuf-c-compiler libprotobuf-c-dev python3-onnx)
 if [ "${TURBINE_TEST_DEPS:-0}" = 1 ]; then
-  PKGS+=(wrk chromium prometheus)
+  PKGS+=(wrk chromium prometheus clang libclang-rt-dev) # clang: the fuzz harnesses (tests/fuzz)
   # the ONNX tests (tests/onnx): models exported with PyTorch, ONNX's node tests
   PKGS+=(python3-onnx libonnx-testdata python3-torch python3-torchvision)
   # Node.js may come from elsewhere with its own npm: only ask Debian when absent.

@@ -1,7 +1,8 @@
 /*
  * bench_exec.c — `turbine bench --engine FILE.engine` for a general (ONNX)
  * engine, as trtexec times one: inputs of the given shapes (--shapes, else
- * the profile's opt shapes) filled with fixed pseudo-random data, warm-up
+ * the opt shapes of the first profile, or of --profile-index K) filled with fixed
+ * pseudo-random data, warm-up
  * runs, then timed runs for --iterations and at least --duration seconds;
  * prints throughput and latency min / mean / median / p90 / p99 / max and,
  * with --dump-profile, each layer's mean time and share.
@@ -23,9 +24,9 @@ int tb_bench_exec_main(int argc, char **argv);
 static int usage(const char *fmt, const char *arg) {
     fprintf(stderr, "turbine bench: ");
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\nusage: turbine bench --engine FILE.engine [--shapes IN:1x3x224x224,...] [--warmup N]\n"
-                    "           [--iterations N] [--duration S] [--threads N] [--device D] [--dump-profile]\n"
-                    "           [--json FILE]\n");
+    fprintf(stderr, "\nusage: turbine bench --engine FILE.engine [--shapes IN:1x3x224x224,...] [--profile-index K]\n"
+                    "           [--warmup N] [--iterations N] [--duration S] [--threads N] [--device D]\n"
+                    "           [--dump-profile] [--json FILE]\n");
     return 2;
 }
 
@@ -65,12 +66,13 @@ static int cmp_layer(const void *a, const void *b) {
 
 int tb_bench_exec_main(int argc, char **argv) {
     const char *path = NULL, *shapes = NULL, *device = NULL, *json_path = NULL;
-    int warmup = 10, iters = 50, threads = 0, dump = 0;
+    int warmup = 10, iters = 50, threads = 0, dump = 0, profile = 1;
     double duration = 2.0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--engine")) { if (!v) return usage("%s needs a value", a); path = v; i++; }
         else if (!strcmp(a, "--shapes")) { if (!v) return usage("%s needs a value", a); shapes = v; i++; }
+        else if (!strcmp(a, "--profile-index")) { if (!v || !tb_cli_parse_int(v, 1, TB_MAX_PROFILES, &profile)) return usage("bad --profile-index '%s' (1, 2, ...)", v ? v : ""); i++; }
         else if (!strcmp(a, "--warmup")) { if (!v || !tb_cli_parse_int(v, 0, 1000000, &warmup)) return usage("bad --warmup '%s'", v ? v : ""); i++; }
         else if (!strcmp(a, "--iterations")) { if (!v || !tb_cli_parse_int(v, 1, 10000000, &iters)) return usage("bad --iterations '%s'", v ? v : ""); i++; }
         else if (!strcmp(a, "--duration")) {
@@ -111,6 +113,16 @@ int tb_bench_exec_main(int argc, char **argv) {
     }
     printf("engine: %s (general, %d inputs, %d outputs, load %.1f ms)\n", path, n_in, tb_exec_n_outputs(x),
            t_load * 1e3);
+    const tb_profile_set *ps = tb_exec_profiles(x);
+    const tb_graph *eg = tb_exec_graph(x);
+    if (profile > ps->n) {
+        fprintf(stderr, "turbine bench: error: --profile-index %d: the engine has %d profiles\n", profile, ps->n);
+        rc = 2;
+        goto done;
+    }
+    char prof_text[4096];
+    tb_profiles_describe(ps, eg, "  ", prof_text, sizeof prof_text);
+    printf("%s", prof_text);
     char shape_line[1024] = "";
     size_t sl = 0;
     for (int i = 0; i < n_in; i++) {
@@ -118,7 +130,10 @@ int tb_bench_exec_main(int argc, char **argv) {
         tb_exec_input_info(x, i, &info);
         in[i].dtype = info.dtype;
         in[i].rank = info.rank;
-        for (int d = 0; d < info.rank; d++) in[i].dims[d] = info.opt[d];
+        /* the profile's opt: its symbols' opt values */
+        const tb_value *iv = &eg->values[eg->inputs[i]];
+        for (int d = 0; d < info.rank; d++)
+            in[i].dims[d] = TB_IS_SYM(iv->dims[d]) ? ps->syms[profile - 1][TB_SYM_INDEX(iv->dims[d])].opt : info.opt[d];
         for (int k = 0; k < n_specs; k++) {
             char idx[16];
             snprintf(idx, sizeof idx, "#%d", i);
@@ -173,11 +188,18 @@ int tb_bench_exec_main(int argc, char **argv) {
     printf("  latency ms   min %.3f  mean %.3f  median %.3f  p90 %.3f  p99 %.3f  max %.3f\n", lat[0] * 1e3,
            sum / n * 1e3, pct(lat, n, 50) * 1e3, pct(lat, n, 90) * 1e3, pct(lat, n, 99) * 1e3, lat[n - 1] * 1e3);
     printf("  compute ms   mean %.3f (host memory: no transfers)\n", sum / n * 1e3);
+    printf("  activations  %.1f KiB arena, %d views sharing their input's memory, profile %d\n",
+           tb_exec_arena_bytes(x) / 1024.0, tb_exec_n_aliased(x), tb_exec_last_profile(x) + 1);
     json_t *j = json_pack("{s:s, s:s, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "engine", path, "shapes",
                           shape_line, "runs", n, "throughput_qps", n / wall, "latency_min_ms", lat[0] * 1e3,
                           "latency_mean_ms", sum / n * 1e3, "latency_median_ms", pct(lat, n, 50) * 1e3,
                           "latency_p90_ms", pct(lat, n, 90) * 1e3, "latency_p99_ms", pct(lat, n, 99) * 1e3,
                           "latency_max_ms", lat[n - 1] * 1e3, "compute_mean_ms", sum / n * 1e3);
+    if (j) {
+        json_object_set_new(j, "arena_bytes", json_integer((json_int_t)tb_exec_arena_bytes(x)));
+        json_object_set_new(j, "views", json_integer(tb_exec_n_aliased(x)));
+        json_object_set_new(j, "profile", json_integer(tb_exec_last_profile(x) + 1));
+    }
     if (dump) {
         const tb_graph *g = tb_exec_graph(x);
         tb_exec_node_time *nt = calloc((size_t)g->n_nodes + 1, sizeof *nt);

@@ -41,7 +41,8 @@ static int fail(const char *what) {
 
 typedef struct {
     const char *model, *out, *tokenizer, *dtype, *device;
-    const char *shapes, *min_shapes, *opt_shapes, *max_shapes;
+    const char *shapes, *min_shapes, *opt_shapes, *max_shapes, *calib_data;
+    tb_cli_strs profiles;
     int max_seq_len, max_batch, verbose;
 } build_args;
 
@@ -60,7 +61,7 @@ static const tb_cli_opt build_opts[] = {
      "a tokenizer.json (byte-level or SentencePiece-style BPE) or a llama2.c tokenizer.bin; needed for a "
      "llama2.c .bin checkpoint"},
     {"--dtype", NULL, TB_OPT_STR, "f32|f16|bf16", 0, 0, 0, 0, 0, B(dtype), "f32",
-     "the weights' precision in the engine"},
+     "the weights' precision in the engine (ONNX: f32 or f16, f16 computing in f16 too)"},
     {"--max-seq-len", NULL, TB_OPT_INT, "N", 1, 1 << 20, 0, 0, 0, B(max_seq_len), "the model's context length",
      "the engine's context length in tokens"},
     {"--max-batch", NULL, TB_OPT_INT, "N", 1, 1024, 0, 0, 0, B(max_batch), "8",
@@ -75,6 +76,12 @@ static const tb_cli_opt build_opts[] = {
      "ONNX: the shapes kernels are tuned for"},
     {"--max-shapes", NULL, TB_OPT_STR, "IN:32x3x224x224,...", 0, 0, 0, 0, 0, B(max_shapes), NULL,
      "ONNX: the largest input shapes the engine accepts"},
+    {"--profile", NULL, TB_OPT_STRS, "IN:MIN/OPT/MAX,...", 0, 0, 0, 0, 0, B(profiles), NULL,
+     "ONNX: one optimisation profile per value, e.g. x:1x3x224x224/8x3x224x224/32x3x224x224 (one shape: "
+     "fixed); repeatable, instead of --shapes / --min-shapes / --opt-shapes / --max-shapes"},
+    {"--calib-data", NULL, TB_OPT_STR, "DIR", 0, 0, 0, 0, 0, B(calib_data), "random inputs at the opt shapes",
+     "ONNX --dtype f16: the inputs (DIR/input_0.pb, ... or DIR/test_data_set_0/) the f16 engine is checked on "
+     "against the f32 graph"},
     {"--verbose", "-v", TB_OPT_FLAG, NULL, 0, 0, 0, 0, 1, B(verbose), NULL,
      "list every optimisation pass with what it changed"},
 };
@@ -92,7 +99,10 @@ static const tb_cli_cmd cmd_build_spec = {
     "tokenizer with more tokens than the model's vocabulary is refused; one with fewer (models that pad their "
     "vocabulary, such as Qwen2) is accepted with a warning, and an id beyond it prints as U+FFFD. An ONNX "
     "model's dynamic dims need a profile (--min-shapes, --opt-shapes, --max-shapes, or --shapes for fixed "
-    "ones); inputs outside it are refused when the engine runs.",
+    "ones, or several --profile values: the engine is compiled once for their envelope and accepts inputs "
+    "inside any of them); inputs outside are refused when the engine runs. An ONNX engine built with --dtype "
+    "f16 computes in f16 (inputs and outputs keep the model's dtypes); the build prints its error against "
+    "the f32 graph. f16 is meant for the GPU: on the CPU, f16 ops run the scalar reference kernels.",
     sizeof(build_args), build_defaults,
 };
 
@@ -115,13 +125,18 @@ static int cmd_build(int argc, char **argv) {
     o.min_shapes = a.min_shapes;
     o.opt_shapes = a.opt_shapes;
     o.max_shapes = a.max_shapes;
+    o.profiles = a.profiles.v;
+    o.n_profiles = a.profiles.n;
+    o.calib_data = a.calib_data;
     o.verbose = a.verbose;
     if (a.verbose) tb_log_set_level(TB_LOG_INFO);
     tb_build_report r;
     if (tb_build(a.model, a.out, &o, &r) != TB_OK) return fail("build failed");
     if (tb_is_onnx_path(a.model)) {
-        fprintf(stderr, "built %s\n  build time    %.2f s\n  engine size   %.1f MB (%llu bytes)\n", a.out, r.seconds,
-                (double)r.engine_bytes / 1e6, (unsigned long long)r.engine_bytes);
+        fprintf(stderr, "built %s\n  build time    %.2f s\n  engine size   %.1f MB (%llu bytes)\n  dtype         %s\n",
+                a.out, r.seconds, (double)r.engine_bytes / 1e6, (unsigned long long)r.engine_bytes,
+                tb_dtype_name(o.weight_dtype));
+        if (r.accuracy[0]) fprintf(stderr, "  %s", r.accuracy);
         return 0;
     }
     fprintf(stderr,

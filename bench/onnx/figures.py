@@ -65,10 +65,11 @@ def bench_json(jpath, tpath, name, batch):
         for path, v in walk(data):
             key = path[-1]
             in_lat = any("lat" in p or p.endswith("_ms") for p in path)
+            flat = re.sub(r"^latency_", "", key) if key.startswith("latency_") else None
             for want, ks in names.items():
-                if key in ks and in_lat and want not in lat:
+                if (flat in ks or (key in ks and in_lat)) and want not in lat:
                     lat[want] = v
-            if ("throughput" in key or key.endswith("per_s")) and "throughput_per_s" not in rec:
+            if (key.startswith("throughput") or key.endswith("per_s")) and "throughput_per_s" not in rec:
                 rec["throughput_per_s"] = v
         rec["raw"] = data
     rec["latency_ms"] = lat

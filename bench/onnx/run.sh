@@ -9,7 +9,9 @@
 #   TURBINE=build/turbine bash bench/onnx/run.sh # and turbine
 #
 # Environment: THREADS (2), BATCHES ("1 8"), WARMUP (3), ITERS (20),
-# MIN_SECONDS (5: each point runs at least ITERS iterations and this long),
+# MIN_SECONDS (5: each ONNX Runtime point runs at least ITERS iterations and
+# this long), TURBINE_WARMUP and TURBINE_ITERS (turbine bench's --warmup and
+# --iterations; default WARMUP and ITERS),
 # OUT (bench/out/onnx: the exported models, engines and JSON results).
 # Needs /usr/bin/python3 with torch, torchvision and onnx (Debian python3-torch,
 # python3-torchvision, python3-onnx) and `npm ci` in bench/onnx.
@@ -21,6 +23,8 @@ BATCHES="${BATCHES:-1 8}"
 WARMUP="${WARMUP:-3}"
 ITERS="${ITERS:-20}"
 MIN_SECONDS="${MIN_SECONDS:-5}"
+TURBINE_WARMUP="${TURBINE_WARMUP:-$WARMUP}"
+TURBINE_ITERS="${TURBINE_ITERS:-$ITERS}"
 OUT="${OUT:-$ROOT/bench/out/onnx}"
 PY=/usr/bin/python3
 mkdir -p "$OUT"
@@ -79,16 +83,15 @@ for m in resnet18 bert; do
         j="$OUT/turbine_${m}_b$b.json"
         rm -f "$j"
         if "$TURBINE" bench --engine "$engine" --shapes "$(shapes "$m" "$b")" --threads "$THREADS" \
-             --warmup "$WARMUP" --iters "$ITERS" --json "$j" > "$OUT/turbine_${m}_b$b.txt" 2>&1 \
-           || "$TURBINE" bench --engine "$engine" --shapes "$(shapes "$m" "$b")" --threads "$THREADS" \
-             --json "$j" > "$OUT/turbine_${m}_b$b.txt" 2>&1; then
+             --warmup "$TURBINE_WARMUP" --iterations "$TURBINE_ITERS" --json "$j" \
+             > "$OUT/turbine_${m}_b$b.txt" 2>&1; then
           "$PY" "$HERE/figures.py" bench-json "$j" "$OUT/turbine_${m}_b$b.txt" "$m" "$b" >> "$RES"
         else
           # no ONNX bench mode: the mean of `turbine exec --repeat N` (after a first run)
           d="$OUT/inputs_${m}_b$b"
           "$PY" "$HERE/figures.py" inputs "$model" "$d" "$(shapes "$m" "$b")"
           if "$TURBINE" exec "$engine" --inputs "$d" --outputs "$d/out" --threads "$THREADS" \
-               --repeat "$ITERS" > "$OUT/turbine_${m}_b$b.txt" 2>&1; then
+               --repeat "$TURBINE_ITERS" > "$OUT/turbine_${m}_b$b.txt" 2>&1; then
             "$PY" "$HERE/figures.py" exec-mean "$OUT/turbine_${m}_b$b.txt" "$m" "$b" >> "$RES"
           else
             echo "run.sh: turbine bench and exec failed for $m batch $b (see $OUT/turbine_${m}_b$b.txt)" >&2

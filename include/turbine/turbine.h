@@ -73,8 +73,21 @@ typedef struct {
     /* ONNX models: optimisation profile as "input:1x3x224x224,mask:1x128"
      * (NULL: the model's fixed dims; shapes sets all three) and pass log. */
     const char *shapes, *min_shapes, *opt_shapes, *max_shapes;
+    /* ONNX models: several optimisation profiles instead (not with the
+     * above), each "input:MIN/OPT/MAX,mask:MIN/OPT/MAX" with shapes as
+     * 1x3x224x224 (one shape instead of three: fixed). The graph is compiled
+     * once for the envelope of the profiles; a run's inputs must lie inside
+     * one of them. At most TB_BUILD_MAX_PROFILES. */
+    const char *const *profiles;
+    int n_profiles;
+    /* ONNX models with weight_dtype f16: a folder of input_0.pb, ... on
+     * which the f16 graph is compared with the f32 one (NULL: a few random
+     * inputs at the opt shapes). */
+    const char *calib_data;
     int verbose;                /* 1: list each pass and what it changed      */
 } tb_build_options;
+
+#define TB_BUILD_MAX_PROFILES 8
 
 void tb_build_options_default(tb_build_options *o);
 
@@ -83,6 +96,9 @@ typedef struct {
     uint64_t engine_bytes;
     int max_batch;
     int max_seq_len;
+    /* ONNX f16 builds: the f16 graph against the f32 one, one line per
+     * output (max abs / rel error, top-1 agreement), "" otherwise. */
+    char accuracy[2048];
 } tb_build_report;
 
 tb_status tb_build(const char *model_path, const char *engine_path,

@@ -333,6 +333,20 @@ static tb_status check_unsupported_tensors(const tb_model_source *s) {
 
 /* ---------------------------------------------------------------- entry */
 
+tb_status tb_hf_config_parse(tb_model_config *c, const char *text, size_t n,
+                             const char *dir, int *tie_present) {
+    *tie_present = 0;
+    json_error_t jerr;
+    json_t *root = json_loadb(text, n, 0, &jerr);
+    if (!root)
+        return tb_errorf(TB_ERR_FORMAT, "%s/config.json is not valid JSON (%s, line %d)", dir,
+                         jerr.text, jerr.line);
+    get_bool(root, "tie_word_embeddings", 0, tie_present);
+    tb_status st = parse_config(c, root);
+    json_decref(root);
+    return st == TB_OK ? st : tb_error_prefix(st, "%s", dir);
+}
+
 tb_status tb_hf_open(tb_model_source *s, const char *dir_in) {
     char dir[TB_SOURCE_PATH_MAX];
     snprintf(dir, sizeof dir, "%s", dir_in);
@@ -348,17 +362,10 @@ tb_status tb_hf_open(tb_model_source *s, const char *dir_in) {
     char *text = NULL;
     size_t n = 0;
     TB_TRY(tb_file_read_all(path, &text, &n, TB_CONFIG_MAX_BYTES));
-    json_error_t jerr;
-    json_t *root = json_loadb(text, n, 0, &jerr);
-    free(text);
-    if (!root)
-        return tb_errorf(TB_ERR_FORMAT, "%s is not valid JSON (%s, line %d)", path,
-                         jerr.text, jerr.line);
     int tie_present = 0;
-    get_bool(root, "tie_word_embeddings", 0, &tie_present);
-    tb_status st = parse_config(&s->cfg, root);
-    json_decref(root);
-    if (st != TB_OK) return tb_error_prefix(st, "%s", dir);
+    tb_status st = tb_hf_config_parse(&s->cfg, text, n, dir, &tie_present);
+    free(text);
+    if (st != TB_OK) return st;
 
     char index_path[TB_SOURCE_PATH_MAX + 64];
     snprintf(index_path, sizeof index_path, "%s/model.safetensors.index.json", dir);

@@ -31,6 +31,10 @@ static tb_status add(tb_model_source *s, const uint8_t *base, uint64_t off,
 tb_status tb_llama2c_open(tb_model_source *s, const char *path) {
     const tb_mapped_file *m;
     TB_TRY(tb_source_map_file(s, path, &m));
+    return tb_llama2c_parse(s, m, path);
+}
+
+tb_status tb_llama2c_parse(tb_model_source *s, const tb_mapped_file *m, const char *path) {
     if (m->size >= 4 && memcmp(m->data, "ak42", 4) == 0)
         return tb_errorf(TB_ERR_UNSUPPORTED, "%s is a llama2.c version-1/2 export (magic "
                          "ak42), which is not supported; export it with --version 0",

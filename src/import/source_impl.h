@@ -44,6 +44,13 @@ tb_status tb_source_index(tb_model_source *s);
 tb_status tb_safetensors_parse(tb_model_source *s, const tb_mapped_file *m,
                                const char *path);
 tb_status tb_hf_open(tb_model_source *s, const char *dir);
+/* The `n` bytes of DIR/config.json (`dir` is for messages); *tie_present:
+ * whether it sets tie_word_embeddings. */
+tb_status tb_hf_config_parse(tb_model_config *c, const char *text, size_t n,
+                             const char *dir, int *tie_present);
 tb_status tb_llama2c_open(tb_model_source *s, const char *path);
+/* The checkpoint in `m` (which must outlive `s`); `path` is for messages. */
+tb_status tb_llama2c_parse(tb_model_source *s, const tb_mapped_file *m,
+                           const char *path);
 
 #endif /* TB_IMPORT_SOURCE_IMPL_H */

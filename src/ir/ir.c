@@ -365,9 +365,9 @@ tb_status tb_graph_deserialize(const uint8_t *buf, size_t n, tb_graph **out) {
         v->kind = (tb_value_kind)r.kind; v->dtype = (tb_dtype)r.dtype; v->rank = r.rank;
         memcpy(v->dims, r.dims, sizeof v->dims);
         for (int d = 0; d < v->rank; d++)
-            if ((TB_IS_SYM(v->dims[d]) && TB_SYM_INDEX(v->dims[d]) >= g->n_syms) ||
-                (v->dims[d] < 0 && v->dims[d] != TB_DIM_DYN && !TB_IS_SYM(v->dims[d])))
-                goto bad;
+            /* a symbol is -1 - its index: one past the table (or INT64_MIN) is no
+             * symbol; TB_DIM_DYN is the one other negative dim */
+            if (v->dims[d] < 0 && v->dims[d] != TB_DIM_DYN && v->dims[d] < -(int64_t)g->n_syms) goto bad;
         v->nbytes = r.nbytes; v->offset = r.offset;
         g->n_values++;
     }

@@ -9,6 +9,9 @@
  * input; a bias is the input after the two operands when one is left (an
  * importer that sets TB_NN_HAS_BIAS or simply passes ONNX's third input gets
  * the same reading).
+ * Inputs are f32, f16 or bf16, all of one dtype (an additive sdpa mask any
+ * of them), and the output takes it; the kernels compute through f32
+ * copies of the 16-bit operands (with_f32).
  */
 #include "ir/ops_nn.h"
 
@@ -48,11 +51,57 @@ static inline float epi_apply(double v, int act, float p0, float p1, int after_r
     return (float)v;
 }
 
-static tb_status need_f32(const char *op, const tb_view *in, int n_in) {
-    for (int k = 0; k < n_in; k++)
-        NEED(in[k].dtype == TB_F32, "%s: input %d must be f32 (is %s)", op, k,
-             tb_dtype_get_traits(in[k].dtype) ? tb_dtype_get_traits(in[k].dtype)->name : "?");
+static int float_act(tb_dtype t) { return t == TB_F32 || t == TB_F16 || t == TB_BF16; }
+
+/* Every input float (f32, f16 or bf16) and of the first input's dtype, which
+ * the output takes. */
+static tb_status need_float(const char *op, const tb_view *in, int n_in) {
+    NEED(float_act(in[0].dtype), "%s: input 0 must be f32, f16 or bf16 (is %s)", op, tb_dtype_name(in[0].dtype));
+    for (int k = 1; k < n_in; k++)
+        NEED(in[k].dtype == in[0].dtype, "%s: input %d is %s, input 0 %s (one dtype for all)", op, k,
+             tb_dtype_name(in[k].dtype), tb_dtype_name(in[0].dtype));
     return TB_OK;
+}
+
+/* The kernels below read and write f32. Other float dtypes (f16, bf16) go
+ * through f32 copies: each such input widened into a temporary, the output
+ * computed in f32 and rounded to its dtype (a reference: speed is not the
+ * point, and the sums are in double either way). */
+typedef tb_status (*ref_f32_fn)(const tb_node *n, const tb_view *in, int n_in, const tb_view *out, int n_out);
+
+static tb_status with_f32(ref_f32_fn f, const tb_node *n, const tb_view *in, int n_in, const tb_view *out,
+                          int n_out) {
+    int widen = out[0].dtype != TB_F32;
+    for (int k = 0; k < n_in; k++) widen |= in[k].dtype == TB_F16 || in[k].dtype == TB_BF16;
+    if (!widen) return f(n, in, n_in, out, n_out);
+    tb_view win[TB_MAX_INPUTS], wout = out[0];
+    float *tmp[TB_MAX_INPUTS + 1] = {0};
+    tb_status s = TB_OK;
+    for (int k = 0; k < n_in; k++) {
+        win[k] = in[k];
+        if (in[k].dtype != TB_F16 && in[k].dtype != TB_BF16) continue;
+        int64_t ne = tb_view_numel(&in[k]);
+        if (!(tmp[k] = malloc((size_t)(ne > 0 ? ne : 1) * sizeof(float)))) { s = TB_ERR_OOM; goto done; }
+        for (int64_t i = 0; i < ne; i++) tmp[k][i] = (float)tb_view_get_f(&in[k], i);
+        win[k].dtype = TB_F32;
+        win[k].data = tmp[k];
+    }
+    int64_t no = tb_view_numel(&out[0]);
+    if (out[0].dtype != TB_F32) {
+        if (!(tmp[n_in] = malloc((size_t)(no > 0 ? no : 1) * sizeof(float)))) { s = TB_ERR_OOM; goto done; }
+        wout.dtype = TB_F32;
+        wout.data = tmp[n_in];
+    }
+    s = f(n, win, n_in, &wout, 1);
+    if (s == TB_OK && out[0].dtype != TB_F32)
+        for (int64_t i = 0; i < no; i++) {
+            float v = tmp[n_in][i];
+            if (out[0].dtype == TB_F16) ((uint16_t *)out[0].data)[i] = tb_f32_to_f16(v);
+            else ((uint16_t *)out[0].data)[i] = tb_f32_to_bf16(v);
+        }
+done:
+    for (int k = 0; k <= n_in; k++) free(tmp[k]);
+    return s == TB_ERR_OOM ? tb_errorf(TB_ERR_OOM, "%s: out of memory widening to f32", tb_op_name(n->op)) : s;
 }
 
 /* the residual must have the output's shape (dims known on both sides) */
@@ -123,7 +172,7 @@ tb_status tb_nn_conv_geometry(const tb_node *n, const tb_view *x, const tb_view 
 }
 
 static tb_status conv_infer(const tb_node *n, const tb_view *in, int n_in, tb_op_shape *out) {
-    TB_TRY(need_f32("Conv", in, n_in));
+    TB_TRY(need_float("Conv", in, n_in));
     const tb_view *x = &in[0], *w = &in[1];
     NEED(x->rank == 3 || x->rank == 4, "Conv: x must be (N, C, H, W) or (N, C, W), rank %d", x->rank);
     NEED(w->rank == x->rank, "Conv: w rank %d, x rank %d", w->rank, x->rank);
@@ -155,11 +204,11 @@ static tb_status conv_infer(const tb_node *n, const tb_view *in, int n_in, tb_op
                                     in[bias].dims[0] == w->dims[0]),
              "Conv: bias must be (M)");
     if (res >= 0) TB_TRY(check_residual("Conv", &in[res], out));
-    out->dtype[0] = TB_F32;
+    out->dtype[0] = in[0].dtype;
     return TB_OK;
 }
 
-static tb_status conv_ref(const tb_node *n, const tb_view *in, int n_in, const tb_view *out, int n_out) {
+static tb_status conv_ref_f32(const tb_node *n, const tb_view *in, int n_in, const tb_view *out, int n_out) {
     tb_nn_conv_geom g;
     TB_TRY(tb_nn_conv_geometry(n, &in[0], &in[1], &g));
     int bi, ri;
@@ -198,7 +247,7 @@ static tb_status conv_ref(const tb_node *n, const tb_view *in, int n_in, const t
 enum { GEMM_TRANS_A = 0, GEMM_TRANS_B, GEMM_ACT, GEMM_FLAGS };
 
 static tb_status gemm_infer(const tb_node *n, const tb_view *in, int n_in, tb_op_shape *out) {
-    TB_TRY(need_f32("Gemm", in, n_in));
+    TB_TRY(need_float("Gemm", in, n_in));
     const tb_view *a = &in[0], *b = &in[1];
     NEED(a->rank == 2 && b->rank == 2, "Gemm: a and b must be rank 2 (ranks %d, %d)", a->rank, b->rank);
     int ta = n->i[GEMM_TRANS_A], tb = n->i[GEMM_TRANS_B];
@@ -220,11 +269,11 @@ static tb_status gemm_infer(const tb_node *n, const tb_view *in, int n_in, tb_op
                  "Gemm: c does not broadcast to (M, N)");
     }
     if (res >= 0) TB_TRY(check_residual("Gemm", &in[res], out));
-    out->dtype[0] = TB_F32;
+    out->dtype[0] = in[0].dtype;
     return TB_OK;
 }
 
-static tb_status gemm_ref(const tb_node *n, const tb_view *in, int n_in, const tb_view *out, int n_out) {
+static tb_status gemm_ref_f32(const tb_node *n, const tb_view *in, int n_in, const tb_view *out, int n_out) {
     int ta = n->i[GEMM_TRANS_A], tb = n->i[GEMM_TRANS_B], flags = n->i[GEMM_FLAGS];
     int64_t M = out[0].dims[0], N = out[0].dims[1], K = in[0].dims[ta ? 0 : 1];
     int64_t lda = in[0].dims[1], ldb = in[1].dims[1];
@@ -281,7 +330,7 @@ static void mm_side_of(const tb_view *v, int trans, int is_b, mm_side *s) {
 }
 
 static tb_status mm_infer(const tb_node *n, const tb_view *in, int n_in, tb_op_shape *out) {
-    TB_TRY(need_f32("MatMul", in, n_in));
+    TB_TRY(need_float("MatMul", in, n_in));
     const tb_view *a = &in[0], *b = &in[1];
     NEED(a->rank >= 1 && b->rank >= 1, "MatMul: scalar operand");
     mm_side sa, sb;
@@ -305,7 +354,7 @@ static tb_status mm_infer(const tb_node *n, const tb_view *in, int n_in, tb_op_s
                                     in[bias].dims[0] == sb.cols),
              "MatMul: bias must be (N)");
     if (res >= 0) TB_TRY(check_residual("MatMul", &in[res], out));
-    out->dtype[0] = TB_F32;
+    out->dtype[0] = in[0].dtype;
     return TB_OK;
 }
 
@@ -323,7 +372,7 @@ static int64_t mm_batch_offset(const mm_side *s, int rb, const int64_t *obd, int
     return off;
 }
 
-static tb_status mm_ref(const tb_node *n, const tb_view *in, int n_in, const tb_view *out, int n_out) {
+static tb_status mm_ref_f32(const tb_node *n, const tb_view *in, int n_in, const tb_view *out, int n_out) {
     const tb_view *a = &in[0], *b = &in[1];
     int ta = a->rank > 1 && n->i[MM_TRANS_A], tb = b->rank > 1 && n->i[MM_TRANS_B], flags = n->i[MM_FLAGS];
     mm_side sa, sb;
@@ -363,7 +412,7 @@ enum { SDPA_CAUSAL = 0, SDPA_K_TRANSPOSED, SDPA_MASK_KIND };
 
 static tb_status sdpa_infer(const tb_node *n, const tb_view *in, int n_in, tb_op_shape *out) {
     const tb_view *q = &in[0], *k = &in[1], *v = &in[2];
-    NEED(q->dtype == TB_F32 && k->dtype == TB_F32 && v->dtype == TB_F32, "sdpa: q, k, v must be f32");
+    TB_TRY(need_float("sdpa", in, 3));
     int r = q->rank;
     NEED(r >= 3 && r <= 4 && k->rank == r && v->rank == r, "sdpa: q, k, v must be (B, H, S, D) (ranks %d %d %d)",
          q->rank, k->rank, v->rank);
@@ -382,8 +431,8 @@ static tb_status sdpa_infer(const tb_node *n, const tb_view *in, int n_in, tb_op
     NEED((mk == 0) == (n_in == 3), "sdpa: mask kind %d with %d inputs", mk, n_in);
     if (mk) {
         const tb_view *m = &in[3];
-        NEED(m->dtype == (mk == 1 ? TB_F32 : TB_BOOL), "sdpa: mask kind %d wants a %s mask", mk,
-             mk == 1 ? "f32" : "bool");
+        NEED(mk == 1 ? float_act(m->dtype) : m->dtype == TB_BOOL, "sdpa: mask kind %d wants a%s mask", mk,
+             mk == 1 ? " float" : " bool");
         NEED(m->rank <= r, "sdpa: mask rank %d", m->rank);
         int64_t want[TB_MAX_RANK], bd[TB_MAX_RANK];
         memcpy(want, q->dims, sizeof(int64_t) * r);
@@ -394,7 +443,7 @@ static tb_status sdpa_infer(const tb_node *n, const tb_view *in, int n_in, tb_op
     out->rank[0] = r;
     memcpy(out->dims[0], q->dims, sizeof(int64_t) * r);
     out->dims[0][r - 1] = v->dims[r - 1];
-    out->dtype[0] = TB_F32;
+    out->dtype[0] = in[0].dtype;
     return TB_OK;
 }
 
@@ -408,7 +457,7 @@ void tb_nn_sdpa_mask_strides(const tb_view *m, int r, int64_t *st) {
     }
 }
 
-static tb_status sdpa_ref(const tb_node *n, const tb_view *in, int n_in, const tb_view *out, int n_out) {
+static tb_status sdpa_ref_f32(const tb_node *n, const tb_view *in, int n_in, const tb_view *out, int n_out) {
     const tb_view *qv = &in[0], *kv = &in[1], *vv = &in[2];
     int r = qv->rank, kt = n->i[SDPA_K_TRANSPOSED], causal = n->i[SDPA_CAUSAL], mk = n->i[SDPA_MASK_KIND];
     int64_t B = r == 4 ? qv->dims[0] : 1, H = qv->dims[r - 3], S = qv->dims[r - 2], D = qv->dims[r - 1];
@@ -453,6 +502,19 @@ static tb_status sdpa_ref(const tb_node *n, const tb_view *in, int n_in, const t
         }
     free(sc);
     return TB_OK;
+}
+
+static tb_status conv_ref(const tb_node *n, const tb_view *in, int n_in, const tb_view *out, int n_out) {
+    return with_f32(conv_ref_f32, n, in, n_in, out, n_out);
+}
+static tb_status gemm_ref(const tb_node *n, const tb_view *in, int n_in, const tb_view *out, int n_out) {
+    return with_f32(gemm_ref_f32, n, in, n_in, out, n_out);
+}
+static tb_status mm_ref(const tb_node *n, const tb_view *in, int n_in, const tb_view *out, int n_out) {
+    return with_f32(mm_ref_f32, n, in, n_in, out, n_out);
+}
+static tb_status sdpa_ref(const tb_node *n, const tb_view *in, int n_in, const tb_view *out, int n_out) {
+    return with_f32(sdpa_ref_f32, n, in, n_in, out, n_out);
 }
 
 /* ---------------------------------------------------------------- the table */

@@ -56,7 +56,8 @@ static tb_status shape_matmul(const tb_graph *g, const tb_node *n, const tb_valu
 
 static tb_status shape_rope(const tb_graph *g, const tb_node *n, const tb_value *const *in, tb_op_shape *out) {
     int heads = tb_node_attr_i(n, TB_ROPE_HEADS), hd = tb_node_attr_i(n, TB_ROPE_HEAD_DIM);
-    NEED(in[0]->rank == 2 && in[1]->dtype == TB_I32 && in[2]->rank == 1 && in[2]->dims[0] * 2 == hd &&
+    /* dims come from files: compared, never multiplied (hd is in [2, 65535]) */
+    NEED(in[0]->rank == 2 && in[1]->dtype == TB_I32 && in[2]->rank == 1 && hd % 2 == 0 && in[2]->dims[0] == hd / 2 &&
          (int64_t)heads * hd <= in[0]->dims[1],
          "rope: want x (n, C), pos (n), inv_freq (hd/2) with heads*hd <= C");
     same_2d(out, 0, in[0]);
@@ -69,7 +70,7 @@ static tb_status shape_attention(const tb_graph *g, const tb_node *n, const tb_v
     NEED(H % KV == 0, "attention: bad head counts %d/%d", H, KV);
     NEED(in[0]->rank == 2 && in[0]->dims[1] == (int64_t)(H + 2 * KV) * hd, "attention: qkv must be (tokens, %lld)",
          (long long)(H + 2 * KV) * hd);
-    NEED(in[1]->rank == 1 && in[1]->dims[0] * 2 == hd, "attention: inv_freq must be (%d)", hd / 2);
+    NEED(in[1]->rank == 1 && hd % 2 == 0 && in[1]->dims[0] == hd / 2, "attention: inv_freq must be (%d)", hd / 2);
     out->rank[0] = 2; out->dims[0][0] = in[0]->dims[0]; out->dims[0][1] = (int64_t)H * hd;
     return TB_OK;
 }

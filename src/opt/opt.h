@@ -94,6 +94,12 @@ tb_status tb_opt_fold_batchnorm(tb_graph *g, const tb_opt_options *o, tb_pass_re
 tb_status tb_opt_fold_transpose_matmul(tb_graph *g, const tb_opt_options *o, tb_pass_report *r);
 tb_status tb_opt_fuse_epilogue(tb_graph *g, const tb_opt_options *o, tb_pass_report *r);
 tb_status tb_opt_plan_memory_pass(tb_graph *g, const tb_opt_options *o, tb_pass_report *r);
+/* The f16 pass (nn_precision.c): for o->dtype f16, f32 weights and
+ * activations become f16, graph inputs and outputs keep their dtypes
+ * through Casts, values read by shape rules stay as they are; no change for
+ * other dtypes. Not in tb_opt_nn_pipeline's list: a build asking for f16
+ * runs it after the pipeline. */
+tb_status tb_opt_precision(tb_graph *g, const tb_opt_options *o, tb_pass_report *r);
 
 /* Largest tensor constant folding writes (bigger results stay nodes). */
 #define TB_OPT_FOLD_MAX_BYTES ((uint64_t)64 << 20)

@@ -1,19 +1,39 @@
 /*
  * build_onnx.c — `turbine build MODEL.onnx`: import with the optimisation
- * profile, run the pass pipeline (opt/), write a general engine (meta kind
- * "onnx", no tokenizer section); and the same in memory for `turbine exec`.
+ * profiles (their envelope), run the pass pipeline (opt/) and for --dtype
+ * f16 the precision pass, checking the f16 graph against the f32 one with
+ * the reference interpreter; write a general engine (meta kind "onnx", the
+ * profiles in the meta, no tokenizer section); and the same in memory for
+ * `turbine exec`.
  */
 #include <jansson.h>
+#include <math.h>
 #include <time.h>
 
 #include "backend/backend.h"
 #include "import/onnx.h"
+#include "ir/interp.h"
 #include "opt/opt.h"
 #include "plan/engine.h"
+#include "runtime/runtime.h"
 
 int tb_is_onnx_path(const char *path) {
     size_t n = path ? strlen(path) : 0;
     return n >= 5 && !strcmp(path + n - 5, ".onnx");
+}
+
+/* ---------------------------------------------------------------- profiles */
+
+/* Checks min <= opt <= max in every spec. */
+static tb_status check_specs(const tb_onnx_shape_spec *specs, int n, const char *hint) {
+    for (int i = 0; i < n; i++)
+        for (int d = 0; d < specs[i].rank; d++)
+            if (specs[i].min[d] < 0 || specs[i].min[d] > specs[i].opt[d] || specs[i].opt[d] > specs[i].max[d])
+                return tb_errorf(TB_ERR_INVALID_ARG,
+                                 "input %s dim %d: the profile needs min <= opt <= max (got %lld, %lld, %lld); %s",
+                                 specs[i].name, d, (long long)specs[i].min[d], (long long)specs[i].opt[d],
+                                 (long long)specs[i].max[d], hint);
+    return TB_OK;
 }
 
 /* The specs from --shapes / --min-shapes / --opt-shapes / --max-shapes. */
@@ -23,14 +43,168 @@ static tb_status parse_profile(const tb_build_options *o, tb_onnx_shape_spec *sp
     const int which[4] = {3, 0, 1, 2};
     for (int i = 0; i < 4; i++)
         if (texts[i] && *texts[i]) TB_TRY(tb_onnx_parse_shapes(texts[i], which[i], specs, n, cap));
-    for (int i = 0; i < *n; i++)
-        for (int d = 0; d < specs[i].rank; d++)
-            if (specs[i].min[d] < 0 || specs[i].min[d] > specs[i].opt[d] || specs[i].opt[d] > specs[i].max[d])
-                return tb_errorf(TB_ERR_INVALID_ARG,
-                                 "input %s dim %d: the profile needs min <= opt <= max (got %lld, %lld, %lld); give "
-                                 "--min-shapes, --opt-shapes and --max-shapes for it",
-                                 specs[i].name, d, (long long)specs[i].min[d], (long long)specs[i].opt[d],
-                                 (long long)specs[i].max[d]);
+    return check_specs(specs, *n, "give --min-shapes, --opt-shapes and --max-shapes for it");
+}
+
+/* One --profile value: "x:MIN/OPT/MAX,y:SHAPE" (each shape NxN...). */
+static tb_status parse_profile_text(const char *text, tb_onnx_shape_spec *specs, int *n, int cap) {
+    *n = 0;
+    const char *p = text;
+    if (!p || !*p) return tb_errorf(TB_ERR_INVALID_ARG, "an empty --profile");
+    while (*p) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        const char *colon = NULL;
+        for (size_t i = 0; i < len; i++)
+            if (p[i] == ':') colon = p + i;
+        if (!colon || colon == p || len >= 1024)
+            return tb_errorf(TB_ERR_INVALID_ARG, "'%.*s' is not name:MIN/OPT/MAX (e.g. x:1x3x224x224/8x3x224x224/"
+                             "32x3x224x224) nor name:SHAPE", (int)(len < 200 ? len : 200), p);
+        size_t nl = (size_t)(colon - p);
+        const char *q = colon + 1, *qe = p + len;
+        const char *parts[3];
+        size_t plen[3];
+        int np = 0;
+        while (np < 4) {
+            const char *sl = memchr(q, '/', (size_t)(qe - q));
+            if (np == 3) { np = 4; break; }
+            parts[np] = q;
+            plen[np] = sl ? (size_t)(sl - q) : (size_t)(qe - q);
+            np++;
+            if (!sl) break;
+            q = sl + 1;
+        }
+        if (np != 1 && np != 3)
+            return tb_errorf(TB_ERR_INVALID_ARG, "'%.*s': give one shape (fixed) or three, MIN/OPT/MAX", (int)len, p);
+        for (int k = 0; k < np; k++) {
+            char one[1200];
+            snprintf(one, sizeof one, "%.*s:%.*s", (int)nl, p, (int)plen[k], parts[k]);
+            TB_TRY(tb_onnx_parse_shapes(one, np == 1 ? 3 : k, specs, n, cap));
+        }
+        p += len;
+        if (*p == ',') p++;
+    }
+    return check_specs(specs, *n, "each profile's shapes are MIN/OPT/MAX");
+}
+
+/* "x:1x3/2x3/4x3,y:1x8" from specs. */
+static void specs_text(const tb_onnx_shape_spec *sp, int n, char *buf, size_t cap) {
+    size_t k = 0;
+    buf[0] = 0;
+#define PUT(...) do { if (k < cap) k += (size_t)snprintf(buf + k, cap - k, __VA_ARGS__); } while (0)
+    for (int i = 0; i < n; i++) {
+        PUT("%s%s:", i ? "," : "", sp[i].name);
+        int fixed = 1;
+        for (int j = 0; j < sp[i].rank; j++) fixed &= sp[i].min[j] == sp[i].max[j] && sp[i].min[j] == sp[i].opt[j];
+        for (int w = 0; w < (fixed ? 1 : 3); w++) {
+            const int64_t *d = w == 0 ? sp[i].min : w == 1 ? sp[i].opt : sp[i].max;
+            if (w) PUT("/");
+            for (int j = 0; j < sp[i].rank; j++) PUT("%s%lld", j ? "x" : "", (long long)d[j]);
+        }
+    }
+#undef PUT
+}
+
+typedef struct {
+    int n;
+    tb_onnx_shape_spec specs[TB_MAX_PROFILES][TB_MAX_IO];
+    int n_specs[TB_MAX_PROFILES];
+    tb_onnx_shape_spec env[TB_MAX_IO]; /* the envelope: what the importer sees */
+    int n_env;
+} profile_specs;
+
+/* The profiles asked for (--profile, else the one of --shapes etc.) and
+ * their envelope. */
+static tb_status parse_profiles(const tb_build_options *o, profile_specs *ps) {
+    memset(ps, 0, sizeof *ps);
+    if (o->n_profiles <= 0) {
+        TB_TRY(parse_profile(o, ps->specs[0], &ps->n_specs[0], TB_MAX_IO));
+        ps->n = 1;
+    } else {
+        if ((o->shapes && *o->shapes) || (o->min_shapes && *o->min_shapes) || (o->opt_shapes && *o->opt_shapes) ||
+            (o->max_shapes && *o->max_shapes))
+            return tb_errorf(TB_ERR_INVALID_ARG, "give the profiles either with --profile or with --shapes / "
+                             "--min-shapes / --opt-shapes / --max-shapes, not both");
+        if (o->n_profiles > TB_MAX_PROFILES)
+            return tb_errorf(TB_ERR_INVALID_ARG, "%d profiles given, at most %d", o->n_profiles, TB_MAX_PROFILES);
+        for (int p = 0; p < o->n_profiles; p++) {
+            tb_status s = parse_profile_text(o->profiles[p], ps->specs[p], &ps->n_specs[p], TB_MAX_IO);
+            if (s != TB_OK) return tb_error_prefix(s, "--profile %d", p + 1);
+        }
+        ps->n = o->n_profiles;
+    }
+    /* every profile names the same inputs, with the same ranks */
+    for (int p = 0; p < ps->n; p++)
+        for (int i = 0; i < ps->n_specs[p]; i++) {
+            const tb_onnx_shape_spec *a = &ps->specs[p][i];
+            for (int q = 0; q < ps->n; q++) {
+                int found = 0;
+                for (int j = 0; j < ps->n_specs[q] && !found; j++) {
+                    const tb_onnx_shape_spec *b = &ps->specs[q][j];
+                    if (strcmp(a->name, b->name)) continue;
+                    found = 1;
+                    if (a->rank != b->rank)
+                        return tb_errorf(TB_ERR_INVALID_ARG, "input %s has %d dims in profile %d, %d in profile %d",
+                                         a->name, a->rank, p + 1, b->rank, q + 1);
+                }
+                if (!found)
+                    return tb_errorf(TB_ERR_INVALID_ARG, "profile %d gives a shape for input %s, profile %d none: "
+                                     "every profile gives every input's shapes", p + 1, a->name, q + 1);
+            }
+        }
+    /* the envelope: smallest min, largest max, the first profile's opt */
+    ps->n_env = ps->n_specs[0];
+    memcpy(ps->env, ps->specs[0], sizeof(tb_onnx_shape_spec) * (size_t)ps->n_env);
+    for (int p = 1; p < ps->n; p++)
+        for (int i = 0; i < ps->n_specs[p]; i++)
+            for (int j = 0; j < ps->n_env; j++) {
+                if (strcmp(ps->env[j].name, ps->specs[p][i].name)) continue;
+                for (int d = 0; d < ps->env[j].rank; d++) {
+                    if (ps->specs[p][i].min[d] < ps->env[j].min[d]) ps->env[j].min[d] = ps->specs[p][i].min[d];
+                    if (ps->specs[p][i].max[d] > ps->env[j].max[d]) ps->env[j].max[d] = ps->specs[p][i].max[d];
+                }
+            }
+    return TB_OK;
+}
+
+/* Each profile's range of every symbol of g (imported for the envelope):
+ * the dims of the inputs bound to it, intersected over the inputs naming
+ * it; a symbol no spec names keeps the envelope's range. */
+static tb_status profile_symbols(const tb_graph *g, const profile_specs *ps, tb_profile_set *out) {
+    memset(out, 0, sizeof *out);
+    out->n = ps->n;
+    for (int p = 0; p < ps->n; p++) {
+        int set[TB_MAX_SYMS] = {0};
+        memcpy(out->syms[p], g->syms, sizeof(tb_symbol) * (size_t)g->n_syms);
+        specs_text(ps->specs[p], ps->n_specs[p], out->text[p], sizeof out->text[p]);
+        for (int i = 0; i < g->n_inputs; i++) {
+            const tb_value *v = &g->values[g->inputs[i]];
+            char idx[16];
+            snprintf(idx, sizeof idx, "#%d", i);
+            const tb_onnx_shape_spec *sp = NULL;
+            for (int k = 0; k < ps->n_specs[p] && !sp; k++)
+                if (!strcmp(ps->specs[p][k].name, v->name) || !strcmp(ps->specs[p][k].name, idx))
+                    sp = &ps->specs[p][k];
+            if (!sp || sp->rank != v->rank) continue;
+            for (int d = 0; d < v->rank; d++) {
+                if (!TB_IS_SYM(v->dims[d])) continue;
+                int y = TB_SYM_INDEX(v->dims[d]);
+                tb_symbol *s = &out->syms[p][y];
+                if (!set[y]) {
+                    s->min = sp->min[d], s->opt = sp->opt[d], s->max = sp->max[d];
+                    set[y] = 1;
+                    continue;
+                }
+                if (sp->min[d] > s->min) s->min = sp->min[d];
+                if (sp->max[d] < s->max) s->max = sp->max[d];
+                if (s->opt < s->min) s->opt = s->min;
+                if (s->opt > s->max) s->opt = s->max;
+                if (s->min > s->max)
+                    return tb_errorf(TB_ERR_INVALID_ARG, "profile %d: the inputs bound to dim %s give it ranges "
+                                     "with nothing in common", p + 1, s->name);
+            }
+        }
+    }
     return TB_OK;
 }
 
@@ -72,6 +246,20 @@ static tb_status compile(const char *model_path, const tb_onnx_shape_spec *specs
 
 tb_status tb_engine_write_general(tb_graph *g, const char *engine_path, const char *device, const char *source,
                                   double build_seconds) {
+    return tb_engine_write_profiles(g, engine_path, device, source, build_seconds, NULL);
+}
+
+static json_t *symbols_json(const tb_symbol *syms, int n) {
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++)
+        json_array_append_new(a, json_pack("{s:s, s:I, s:I, s:I}", "name", syms[i].name, "min",
+                                           (json_int_t)syms[i].min, "opt", (json_int_t)syms[i].opt, "max",
+                                           (json_int_t)syms[i].max));
+    return a;
+}
+
+tb_status tb_engine_write_profiles(tb_graph *g, const char *engine_path, const char *device, const char *source,
+                                   double build_seconds, const tb_profile_set *ps) {
     uint8_t *graph_buf = NULL, *weights = NULL;
     char *meta = NULL, *hw = NULL;
     size_t graph_n = 0;
@@ -83,10 +271,13 @@ tb_status tb_engine_write_general(tb_graph *g, const char *engine_path, const ch
     time_t now = time(NULL);
     strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
     json_t *prof = json_array();
-    for (int i = 0; i < g->n_syms; i++)
-        json_array_append_new(prof, json_pack("{s:s, s:I, s:I, s:I}", "name", g->syms[i].name, "min",
-                                              (json_int_t)g->syms[i].min, "opt", (json_int_t)g->syms[i].opt, "max",
-                                              (json_int_t)g->syms[i].max));
+    if (!ps) {
+        json_array_append_new(prof, json_pack("{s:s, s:o}", "inputs", "", "symbols", symbols_json(g->syms, g->n_syms)));
+    } else {
+        for (int p = 0; p < ps->n; p++)
+            json_array_append_new(prof, json_pack("{s:s, s:o}", "inputs", ps->text[p], "symbols",
+                                                  symbols_json(ps->syms[p], g->n_syms)));
+    }
     tb_dtype wdt = TB_F32;
     for (int v = 0; v < g->n_values; v++)
         if (g->values[v].kind == TB_VAL_WEIGHT && (g->values[v].dtype == TB_F16 || g->values[v].dtype == TB_BF16))
@@ -115,27 +306,238 @@ done:
     return s;
 }
 
+/* ---------------------------------------------------------------- f16 */
+
+/* A deep copy of g (weights' data copied, owned). */
+static tb_graph *graph_clone(const tb_graph *g) {
+    tb_graph *c = tb_graph_new();
+    if (!c) return NULL;
+    *c = *g;
+    c->values = malloc(((size_t)g->n_values + 1) * sizeof *c->values);
+    c->nodes = malloc(((size_t)g->n_nodes + 1) * sizeof *c->nodes);
+    c->cap_values = g->n_values + 1;
+    c->cap_nodes = g->n_nodes + 1;
+    c->n_values = 0;
+    if (!c->values || !c->nodes) { tb_graph_free(c); return NULL; }
+    memcpy(c->nodes, g->nodes, (size_t)g->n_nodes * sizeof *c->nodes);
+    for (int v = 0; v < g->n_values; v++) {
+        tb_value x = g->values[v];
+        if (x.data) {
+            void *d = malloc(x.nbytes ? (size_t)x.nbytes : 1);
+            if (!d) { tb_graph_free(c); return NULL; }
+            memcpy(d, x.data, (size_t)x.nbytes);
+            x.data = d;
+            x.owned = 1;
+        } else {
+            x.owned = 0;
+        }
+        c->values[c->n_values++] = x;
+    }
+    return c;
+}
+
+/* Pseudo-random contents for an input: floats in [-1, 1), integers in
+ * [0, 10) (valid ids and indices for any table), bools 1. */
+static void fill_input(tb_view *v, uint64_t seed) {
+    int64_t n = tb_view_numel(v);
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (int64_t i = 0; i < n; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        double u = (double)(s >> 11) / 9007199254740992.0;
+        switch (v->dtype) {
+        case TB_F32: ((float *)v->data)[i] = (float)(2 * u - 1); break;
+        case TB_F16: ((uint16_t *)v->data)[i] = tb_f32_to_f16((float)(2 * u - 1)); break;
+        case TB_BF16: ((uint16_t *)v->data)[i] = tb_f32_to_bf16((float)(2 * u - 1)); break;
+        case TB_F64: ((double *)v->data)[i] = 2 * u - 1; break;
+        case TB_I64: ((int64_t *)v->data)[i] = (int64_t)(u * 10); break;
+        case TB_I32: ((int32_t *)v->data)[i] = (int32_t)(u * 10); break;
+        case TB_BOOL: ((uint8_t *)v->data)[i] = 1; break;
+        default: ((uint8_t *)v->data)[i] = (uint8_t)(u * 10); break;
+        }
+    }
+}
+
+/* The inputs of sample `k`: input_K.pb files from dir (its own or its first
+ * test_data_set_0), else random at the opt shapes. 1: filled; 0: no such
+ * sample (calibration data has one). */
+static tb_status sample_inputs(const tb_graph *g, const char *dir, int k, tb_view *in, int *got) {
+    *got = 0;
+    memset(in, 0, sizeof(tb_view) * (size_t)g->n_inputs);
+    if (dir) {
+        if (k > 0) return TB_OK;
+        char base[4096], path[4200];
+        snprintf(base, sizeof base, "%s", dir);
+        snprintf(path, sizeof path, "%s/input_0.pb", base);
+        FILE *f = fopen(path, "rb");
+        if (!f) snprintf(base, sizeof base, "%s/test_data_set_0", dir);
+        else fclose(f);
+        for (int i = 0; i < g->n_inputs; i++) {
+            snprintf(path, sizeof path, "%s/input_%d.pb", base, i);
+            tb_tensor t;
+            char name[96];
+            tb_status s = tb_onnx_read_tensor(path, &t, name, sizeof name);
+            if (s != TB_OK) {
+                for (int j = 0; j < i; j++) free(in[j].data);
+                return tb_error_prefix(s, "--calib-data");
+            }
+            in[i].dtype = t.dtype;
+            in[i].rank = t.rank;
+            memcpy(in[i].dims, t.dims, sizeof in[i].dims);
+            in[i].data = t.data;
+        }
+        *got = 1;
+        return TB_OK;
+    }
+    for (int i = 0; i < g->n_inputs; i++) {
+        const tb_value *v = &g->values[g->inputs[i]];
+        in[i].dtype = v->dtype;
+        in[i].rank = v->rank;
+        for (int d = 0; d < v->rank; d++)
+            in[i].dims[d] = TB_IS_SYM(v->dims[d]) ? g->syms[TB_SYM_INDEX(v->dims[d])].opt : v->dims[d];
+        int64_t n = tb_view_numel(&in[i]);
+        in[i].data = malloc((size_t)(n > 0 ? n : 1) * tb_dtype_size(v->dtype));
+        if (!in[i].data) {
+            for (int j = 0; j < i; j++) free(in[j].data);
+            return tb_errorf(TB_ERR_OOM, "out of memory");
+        }
+        fill_input(&in[i], 1000 + 31 * (uint64_t)k + (uint64_t)i);
+    }
+    *got = 1;
+    return TB_OK;
+}
+
+typedef struct {
+    double max_abs, max_rel, ref_max;
+    int64_t rows, agree; /* top-1 over the last dim */
+} out_err;
+
+/* Compares output y (f16 graph) with ref (f32 graph), elements as doubles. */
+static void compare_output(const tb_view *y, const tb_view *ref, out_err *e) {
+    int64_t n = tb_view_numel(ref);
+    if (tb_view_numel(y) != n) { e->max_abs = e->max_rel = INFINITY; return; }
+    double big = 0;
+    for (int64_t i = 0; i < n; i++) big = fmax(big, fabs(tb_view_get_f(ref, i)));
+    e->ref_max = fmax(e->ref_max, big);
+    /* relative to each element, small ones (under 1e-3 of the largest)
+     * against that floor */
+    double floor_ = fmax(1e-2 * big, 1e-30);
+    for (int64_t i = 0; i < n; i++) {
+        double a = tb_view_get_f(y, i), b = tb_view_get_f(ref, i), d = fabs(a - b);
+        if (d != d) d = INFINITY;
+        e->max_abs = fmax(e->max_abs, d);
+        e->max_rel = fmax(e->max_rel, d / fmax(fabs(b), floor_));
+    }
+    int64_t last = ref->rank ? ref->dims[ref->rank - 1] : 1;
+    if (last > 1 && n > 0)
+        for (int64_t r = 0; r < n / last; r++) {
+            int64_t ia = 0, ib = 0;
+            for (int64_t j = 1; j < last; j++) {
+                if (tb_view_get_f(y, r * last + j) > tb_view_get_f(y, r * last + ia)) ia = j;
+                if (tb_view_get_f(ref, r * last + j) > tb_view_get_f(ref, r * last + ib)) ib = j;
+            }
+            e->rows++;
+            e->agree += ia == ib;
+        }
+}
+
+/* Runs both graphs through the reference interpreter on a few inputs and
+ * writes one line per output into text. */
+static tb_status check_accuracy(const tb_graph *g32, const tb_graph *g16, const char *calib, char *text, size_t cap) {
+    out_err err[TB_MAX_IO];
+    memset(err, 0, sizeof err);
+    int n_samples = 0;
+    for (int k = 0; k < 3; k++) {
+        tb_view in[TB_MAX_IO], a[TB_MAX_IO], b[TB_MAX_IO];
+        int got;
+        TB_TRY(sample_inputs(g32, calib, k, in, &got));
+        if (!got) break;
+        tb_status s = tb_interp_run(g32, in, g32->n_inputs, a, g32->n_outputs);
+        if (s == TB_OK) {
+            s = tb_interp_run(g16, in, g16->n_inputs, b, g16->n_outputs);
+            if (s != TB_OK) s = tb_error_prefix(s, "the f16 graph");
+            else {
+                for (int i = 0; i < g32->n_outputs; i++)
+                    if (b[i].dtype != TB_BOOL && a[i].dtype != TB_BOOL) compare_output(&b[i], &a[i], &err[i]);
+                tb_interp_free_outputs(b, g16->n_outputs);
+            }
+            tb_interp_free_outputs(a, g32->n_outputs);
+        } else {
+            s = tb_error_prefix(s, "the f32 graph");
+        }
+        for (int i = 0; i < g32->n_inputs; i++) free(in[i].data);
+        if (s != TB_OK) return tb_error_prefix(s, "checking f16 accuracy");
+        n_samples++;
+    }
+    size_t n = 0;
+    text[0] = 0;
+#define PUT(...) do { if (n < cap) n += (size_t)snprintf(text + n, cap - n, __VA_ARGS__); } while (0)
+    PUT("f16 against f32 (reference interpreter, %d %s):\n", n_samples,
+        calib ? "calibration input set" : n_samples == 1 ? "random input at the opt shapes"
+                                                         : "random inputs at the opt shapes");
+    for (int i = 0; i < g32->n_outputs; i++) {
+        const out_err *e = &err[i];
+        PUT("    %-24s max abs err %.3g (of values up to %.3g), max rel err %.3g", g32->values[g32->outputs[i]].name,
+            e->max_abs, e->ref_max, e->max_rel);
+        if (e->rows) PUT(", top-1 agreement %.1f%% of %lld rows", 100.0 * (double)e->agree / (double)e->rows,
+                         (long long)e->rows);
+        PUT("\n");
+    }
+#undef PUT
+    return TB_OK;
+}
+
 tb_status tb_build_onnx(const char *model_path, const char *engine_path, const tb_build_options *opt,
                         tb_build_report *report) {
     double t0 = tb_now();
     tb_build_options o;
     if (opt) o = *opt; else tb_build_options_default(&o);
-    if (o.weight_dtype != TB_F32)
-        return tb_errorf(TB_ERR_UNSUPPORTED, "ONNX engines are built in f32 for now (--dtype %s asked)",
+    if (o.weight_dtype != TB_F32 && o.weight_dtype != TB_F16)
+        return tb_errorf(TB_ERR_UNSUPPORTED, "ONNX engines are built in f32 or f16 (--dtype %s asked)",
                          tb_dtype_name(o.weight_dtype));
-    tb_onnx_shape_spec specs[TB_MAX_IO];
-    int n_specs = 0;
-    TB_TRY(parse_profile(&o, specs, &n_specs, TB_MAX_IO));
-    tb_graph *g = NULL;
-    TB_TRY(compile(model_path, specs, n_specs, o.device, o.verbose, &g));
-    tb_status s = tb_engine_write_general(g, engine_path, o.device, model_path, tb_now() - t0);
-    tb_graph_free(g);
+    if (o.calib_data && o.weight_dtype != TB_F16)
+        return tb_errorf(TB_ERR_INVALID_ARG, "--calib-data is for --dtype f16 builds (their accuracy check)");
+    profile_specs *ps = calloc(1, sizeof *ps);
+    tb_profile_set *set = calloc(1, sizeof *set);
+    tb_graph *g = NULL, *g32 = NULL;
+    char accuracy[2048] = "";
+    tb_status s;
+    if (!ps || !set) { s = tb_errorf(TB_ERR_OOM, "out of memory"); goto done; }
+    if ((s = parse_profiles(&o, ps)) != TB_OK) goto done;
+    if ((s = compile(model_path, ps->env, ps->n_env, o.device, o.verbose, &g)) != TB_OK) goto done;
+    if ((s = profile_symbols(g, ps, set)) != TB_OK) goto done;
+    if (o.weight_dtype == TB_F16) {
+        if (!(g32 = graph_clone(g))) { s = tb_errorf(TB_ERR_OOM, "out of memory copying the graph"); goto done; }
+        static const tb_pass f16_passes[] = {
+            {"precision-f16", tb_opt_precision,
+             "f32 weights and activations to f16, Casts at the graph's f32 inputs and outputs"},
+            {"plan-memory", tb_opt_plan_memory_pass, "activation bytes without reuse vs. the planned arena"},
+        };
+        tb_opt_options oo;
+        memset(&oo, 0, sizeof oo);
+        char kind[16];
+        int idx;
+        if (tb_device_parse(o.device ? o.device : "cpu", kind, &idx) != TB_OK) snprintf(kind, sizeof kind, "cpu");
+        snprintf(oo.device, sizeof oo.device, "%s", kind);
+        oo.dtype = TB_F16;
+        oo.verbose = o.verbose;
+        if ((s = tb_opt_run(g, f16_passes, 2, &oo)) != TB_OK) goto done;
+        if ((s = check_accuracy(g32, g, o.calib_data, accuracy, sizeof accuracy)) != TB_OK) goto done;
+        tb_graph_free(g32);
+        g32 = NULL;
+    }
+    s = tb_engine_write_profiles(g, engine_path, o.device, model_path, tb_now() - t0, set);
     if (s == TB_OK && report) {
         memset(report, 0, sizeof *report);
         report->seconds = tb_now() - t0;
+        snprintf(report->accuracy, sizeof report->accuracy, "%s", accuracy);
         FILE *f = fopen(engine_path, "rb");
         if (f) { fseek(f, 0, SEEK_END); report->engine_bytes = (uint64_t)ftell(f); fclose(f); }
     }
+done:
+    tb_graph_free(g);
+    tb_graph_free(g32);
+    free(ps);
+    free(set);
     return s;
 }
 

@@ -187,15 +187,11 @@ static tb_status parse_meta(tb_engine *e) {
     return TB_OK;
 }
 
-/* Maps and checks the header and table; verifies checksums when `verify`. */
-static tb_status open_checked(const char *path, tb_mapped_file *map, entry *tab, int *n_out, int verify) {
-    TB_TRY(tb_file_map(path, map));
-    const uint8_t *p = map->data;
-    tb_status s = TB_OK;
-    if (map->size < HDR_SIZE || memcmp(p, TB_ENGINE_MAGIC, 8) != 0) {
-        s = tb_errorf(TB_ERR_FORMAT, "%s is not a Turbine engine (bad magic)", path);
-        goto fail;
-    }
+/* Checks the header and table of the `size` bytes at `p`; verifies checksums
+ * when `verify`. `path` is for messages. */
+static tb_status check_image(const char *path, const uint8_t *p, size_t size, entry *tab, int *n_out, int verify) {
+    if (size < HDR_SIZE || memcmp(p, TB_ENGINE_MAGIC, 8) != 0)
+        return tb_errorf(TB_ERR_FORMAT, "%s is not a Turbine engine (bad magic)", path);
     uint32_t ver, cnt;
     uint64_t fsize, th;
     memcpy(&ver, p + 8, 4);
@@ -203,46 +199,37 @@ static tb_status open_checked(const char *path, tb_mapped_file *map, entry *tab,
     memcpy(&fsize, p + 16, 8);
     memcpy(&th, p + 24, 8);
     for (int i = 32; i < HDR_SIZE; i++)
-        if (p[i] != 0) { /* reserved: written as zeros */
-            s = tb_errorf(TB_ERR_FORMAT, "%s: corrupted header (reserved byte %d is not zero)", path, i);
-            goto fail;
-        }
-    if (ver != TB_ENGINE_VERSION) {
-        s = tb_errorf(TB_ERR_VERSION, "%s has engine format version %u; this turbine reads version %u%s", path, ver,
-                      TB_ENGINE_VERSION, ver > TB_ENGINE_VERSION ? " (the engine is newer: upgrade turbine)" : "");
-        goto fail;
-    }
-    if (fsize != map->size) {
-        s = tb_errorf(TB_ERR_FORMAT, "%s is %s: header says %llu bytes, file has %zu", path,
-                      fsize > map->size ? "truncated" : "oversized", (unsigned long long)fsize, map->size);
-        goto fail;
-    }
-    if (cnt == 0 || cnt > MAX_SECTIONS || HDR_SIZE + (uint64_t)cnt * ENTRY_SIZE > map->size) {
-        s = tb_errorf(TB_ERR_FORMAT, "%s: corrupted section table (%u sections)", path, cnt);
-        goto fail;
-    }
+        if (p[i] != 0) /* reserved: written as zeros */
+            return tb_errorf(TB_ERR_FORMAT, "%s: corrupted header (reserved byte %d is not zero)", path, i);
+    if (ver != TB_ENGINE_VERSION)
+        return tb_errorf(TB_ERR_VERSION, "%s has engine format version %u; this turbine reads version %u%s", path, ver,
+                         TB_ENGINE_VERSION, ver > TB_ENGINE_VERSION ? " (the engine is newer: upgrade turbine)" : "");
+    if (fsize != size)
+        return tb_errorf(TB_ERR_FORMAT, "%s is %s: header says %llu bytes, file has %zu", path,
+                         fsize > size ? "truncated" : "oversized", (unsigned long long)fsize, size);
+    if (cnt == 0 || cnt > MAX_SECTIONS || HDR_SIZE + (uint64_t)cnt * ENTRY_SIZE > size)
+        return tb_errorf(TB_ERR_FORMAT, "%s: corrupted section table (%u sections)", path, cnt);
     memcpy(tab, p + HDR_SIZE, (size_t)cnt * ENTRY_SIZE);
-    if (tb_hash64(tab, (size_t)cnt * ENTRY_SIZE) != th) {
-        s = tb_errorf(TB_ERR_CHECKSUM, "%s: the section table's checksum does not match (corrupted file)", path);
-        goto fail;
-    }
+    if (tb_hash64(tab, (size_t)cnt * ENTRY_SIZE) != th)
+        return tb_errorf(TB_ERR_CHECKSUM, "%s: the section table's checksum does not match (corrupted file)", path);
     for (uint32_t i = 0; i < cnt; i++) {
         tab[i].name[sizeof tab[i].name - 1] = 0;
-        if (tab[i].offset > map->size || tab[i].size > map->size - tab[i].offset) {
-            s = tb_errorf(TB_ERR_FORMAT, "%s: section '%s' lies outside the file", path, tab[i].name);
-            goto fail;
-        }
+        if (tab[i].offset > size || tab[i].size > size - tab[i].offset)
+            return tb_errorf(TB_ERR_FORMAT, "%s: section '%s' lies outside the file", path, tab[i].name);
         uint64_t h = 0;
-        if (verify && (s = tb_section_hash(p + tab[i].offset, tab[i].size, &h)) != TB_OK) goto fail;
-        if (verify && h != tab[i].hash) {
-            s = tb_errorf(TB_ERR_CHECKSUM, "%s: section '%s' is corrupted (checksum mismatch)", path, tab[i].name);
-            goto fail;
-        }
+        if (verify) TB_TRY(tb_section_hash(p + tab[i].offset, tab[i].size, &h));
+        if (verify && h != tab[i].hash)
+            return tb_errorf(TB_ERR_CHECKSUM, "%s: section '%s' is corrupted (checksum mismatch)", path, tab[i].name);
     }
     *n_out = (int)cnt;
     return TB_OK;
-fail:
-    tb_file_unmap(map);
+}
+
+/* Maps and checks the header and table; verifies checksums when `verify`. */
+static tb_status open_checked(const char *path, tb_mapped_file *map, entry *tab, int *n_out, int verify) {
+    TB_TRY(tb_file_map(path, map));
+    tb_status s = check_image(path, map->data, map->size, tab, n_out, verify);
+    if (s != TB_OK) tb_file_unmap(map);
     return s;
 }
 
@@ -256,6 +243,44 @@ static char *dup_section(const tb_mapped_file *m, const entry *e) {
 
 tb_status tb_engine_load(const char *path, tb_engine **out) { return tb_engine_load_for(path, NULL, out); }
 
+/* Everything after the header and table (checked: `tab`, `n`); `e->map`
+ * holds the image. */
+static tb_status load_sections(tb_engine *e, const char *path, const char *device, const entry *tab, int n) {
+    const char *need[] = {"meta", "hardware", "tokenizer", "graph", "weights"};
+    const entry *sec[5];
+    for (int i = 0; i < 5; i++) {
+        sec[i] = find_section(tab, n, need[i]);
+        /* a general (ONNX) engine has no tokenizer: checked after the meta */
+        if (!sec[i] && i != 2) return tb_errorf(TB_ERR_FORMAT, "%s: section '%s' is missing", path, need[i]);
+    }
+    e->meta_json = dup_section(&e->map, sec[0]);
+    e->hw_json = dup_section(&e->map, sec[1]);
+    if (!e->meta_json || !e->hw_json) return tb_errorf(TB_ERR_OOM, "out of memory");
+    TB_TRY(tb_backend_check(e->hw_json, device));
+    tb_backend_kind_of(e->hw_json, e->backend);
+    TB_TRY(parse_meta(e));
+    int llm = strcmp(e->info.arch, "onnx") != 0;
+    if (llm && !sec[2]) return tb_errorf(TB_ERR_FORMAT, "%s: section 'tokenizer' is missing", path);
+    if (llm) TB_TRY(tb_tokenizer_deserialize(e->map.data + sec[2]->offset, sec[2]->size, &e->tok));
+    TB_TRY(tb_graph_deserialize(e->map.data + sec[3]->offset, sec[3]->size, &e->graph));
+    if (llm != (e->graph->n_outputs == 0))
+        return tb_errorf(TB_ERR_FORMAT, "%s: the graph does not match the engine kind", path);
+    const uint8_t *w = e->map.data + sec[4]->offset;
+    for (int i = 0; i < e->graph->n_values; i++) {
+        tb_value *v = &e->graph->values[i];
+        if (v->kind != TB_VAL_WEIGHT) continue;
+        uint64_t want;
+        tb_status s = tb_value_bytes(e->graph, v, NULL, &want);
+        if (s != TB_OK) return tb_error_prefix(s, "%s", path);
+        if (v->nbytes != want || v->offset > sec[4]->size || v->nbytes > sec[4]->size - v->offset)
+            return tb_errorf(TB_ERR_FORMAT, "%s: weight '%s' lies outside the weight section", path, v->name);
+        v->data = w + v->offset;
+    }
+    if (llm && tb_tokenizer_vocab_size(e->tok) > e->info.vocab_size)
+        tb_log(TB_LOG_WARN, "tokenizer has %d tokens, model %d", tb_tokenizer_vocab_size(e->tok), e->info.vocab_size);
+    return TB_OK;
+}
+
 tb_status tb_engine_load_for(const char *path, const char *device, tb_engine **out) {
     *out = NULL;
     double t0 = tb_now();
@@ -265,50 +290,33 @@ tb_status tb_engine_load_for(const char *path, const char *device, tb_engine **o
     int n = 0;
     tb_status s = open_checked(path, &e->map, tab, &n, 1);
     if (s != TB_OK) { free(e); return s; }
-    const char *need[] = {"meta", "hardware", "tokenizer", "graph", "weights"};
-    const entry *sec[5];
-    for (int i = 0; i < 5; i++) {
-        sec[i] = find_section(tab, n, need[i]);
-        if (!sec[i] && i != 2) { s = tb_errorf(TB_ERR_FORMAT, "%s: section '%s' is missing", path, need[i]); goto fail; }
+    if ((s = load_sections(e, path, device, tab, n)) != TB_OK) {
+        tb_engine_free(e);
+        return tb_error_prefix(s, "cannot load engine");
     }
-    e->meta_json = dup_section(&e->map, sec[0]);
-    e->hw_json = dup_section(&e->map, sec[1]);
-    if (!e->meta_json || !e->hw_json) { s = tb_errorf(TB_ERR_OOM, "out of memory"); goto fail; }
-    if ((s = tb_backend_check(e->hw_json, device)) != TB_OK) goto fail;
-    tb_backend_kind_of(e->hw_json, e->backend);
-    if ((s = parse_meta(e)) != TB_OK) goto fail;
-    int llm = strcmp(e->info.arch, "onnx") != 0;
-    if (llm && !sec[2]) { s = tb_errorf(TB_ERR_FORMAT, "%s: section 'tokenizer' is missing", path); goto fail; }
-    if (llm && (s = tb_tokenizer_deserialize(e->map.data + sec[2]->offset, sec[2]->size, &e->tok)) != TB_OK)
-        goto fail;
-    if ((s = tb_graph_deserialize(e->map.data + sec[3]->offset, sec[3]->size, &e->graph)) != TB_OK) goto fail;
-    if (llm != (e->graph->n_outputs == 0)) {
-        s = tb_errorf(TB_ERR_FORMAT, "%s: the graph does not match the engine kind", path);
-        goto fail;
-    }
-    const uint8_t *w = e->map.data + sec[4]->offset;
-    for (int i = 0; i < e->graph->n_values; i++) {
-        tb_value *v = &e->graph->values[i];
-        if (v->kind != TB_VAL_WEIGHT) continue;
-        uint64_t want;
-        if ((s = tb_value_bytes(e->graph, v, NULL, &want)) != TB_OK) {
-            tb_error_prefix(s, "%s", path);
-            goto fail;
-        }
-        if (v->nbytes != want || v->offset > sec[4]->size || v->nbytes > sec[4]->size - v->offset) {
-            s = tb_errorf(TB_ERR_FORMAT, "%s: weight '%s' lies outside the weight section", path, v->name);
-            goto fail;
-        }
-        v->data = w + v->offset;
-    }
-    if (llm && tb_tokenizer_vocab_size(e->tok) > e->info.vocab_size)
-        tb_log(TB_LOG_WARN, "tokenizer has %d tokens, model %d", tb_tokenizer_vocab_size(e->tok), e->info.vocab_size);
     e->load_seconds = tb_now() - t0;
     *out = e;
     return TB_OK;
-fail:
-    tb_engine_free(e);
-    return tb_error_prefix(s, "cannot load engine");
+}
+
+tb_status tb_engine_load_mem(const void *data, size_t size, const char *name, const char *device, tb_engine **out) {
+    *out = NULL;
+    double t0 = tb_now();
+    tb_engine *e = calloc(1, sizeof *e);
+    if (!e) return tb_errorf(TB_ERR_OOM, "out of memory");
+    e->map = (tb_mapped_file){.data = data, .size = size, .fd = -1};
+    e->borrowed = 1;
+    entry tab[MAX_SECTIONS];
+    int n = 0;
+    tb_status s = check_image(name, data, size, tab, &n, 1);
+    if (s != TB_OK) { free(e); return s; }
+    if ((s = load_sections(e, name, device, tab, n)) != TB_OK) {
+        tb_engine_free(e);
+        return tb_error_prefix(s, "cannot load engine");
+    }
+    e->load_seconds = tb_now() - t0;
+    *out = e;
+    return TB_OK;
 }
 
 void tb_engine_free(tb_engine *e) {
@@ -317,7 +325,7 @@ void tb_engine_free(tb_engine *e) {
     tb_tokenizer_free(e->tok);
     free(e->meta_json);
     free(e->hw_json);
-    tb_file_unmap(&e->map);
+    if (!e->borrowed) tb_file_unmap(&e->map);
     free(e);
 }
 

@@ -37,6 +37,7 @@ struct tb_engine {
     int max_step_tokens;
     int rope_interleaved;
     double load_seconds;
+    int borrowed;           /* map.data is the caller's (tb_engine_load_mem) */
 };
 
 typedef struct {
@@ -53,6 +54,12 @@ tb_status tb_engine_write(const char *path, const tb_section_src *sections,
  * engine was built for), checking the fingerprint against that device. */
 tb_status tb_engine_load_for(const char *path, const char *device,
                              tb_engine **out);
+
+/* The same from an engine image already in memory (tests, fuzzing): `data`
+ * must outlive the engine, which reads weights in place; `name` is for
+ * messages. */
+tb_status tb_engine_load_mem(const void *data, size_t size, const char *name,
+                             const char *device, tb_engine **out);
 
 /* Section checksum (chunked XXH3, see above); TB_ERR_OOM when the chunk
  * table cannot be allocated (never reported as a corrupt file). */

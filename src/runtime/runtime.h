@@ -38,6 +38,40 @@ const tb_graph *tb_exec_graph(const tb_exec *x);
 void tb_exec_copy_seconds(const tb_exec *x, double *h2d, double *d2h);
 uint64_t tb_exec_arena_bytes(const tb_exec *x);
 
+/* ---------------------------------------------------------------- profiles
+ *
+ * A general engine has one or more optimisation profiles (meta "profiles":
+ * [{"inputs": "x:1x3x8x8/2x3x8x8/4x3x8x8", "symbols": [{"name", "min",
+ * "opt", "max"}, ...]}, ...]). Its graph is compiled once for their
+ * envelope (each symbol from the smallest min to the largest max, opt from
+ * the first profile); a run's inputs must bind every symbol inside the
+ * ranges of at least one profile. An engine without the list (built in
+ * memory, or by an older build) has one profile: the graph's symbols. */
+#define TB_MAX_PROFILES TB_BUILD_MAX_PROFILES
+typedef struct {
+    int n;
+    tb_symbol syms[TB_MAX_PROFILES][TB_MAX_SYMS]; /* the graph's symbols, in order */
+    char text[TB_MAX_PROFILES][512];              /* the shapes as given ("" when none) */
+} tb_profile_set;
+
+/* The profiles read from an engine's meta (one from g's symbols when the
+ * meta has none). */
+tb_status tb_profiles_from_meta(const tb_graph *g, const char *meta_json, tb_profile_set *out);
+/* One line per profile: "profile 0: batch [1, 8, 32], seq [...]" (min,
+ * opt, max) after `indent`; returns the characters written as snprintf. */
+int tb_profiles_describe(const tb_profile_set *ps, const tb_graph *g, const char *indent, char *buf, size_t cap);
+/* A general engine file with these profiles (NULL: one from g's symbols). */
+tb_status tb_engine_write_profiles(tb_graph *g, const char *engine_path, const char *device, const char *source,
+                                   double build_seconds, const tb_profile_set *ps);
+/* The profiles of an executor's engine, and the one the last run used (-1
+ * before any). */
+const tb_profile_set *tb_exec_profiles(const tb_exec *x);
+int tb_exec_last_profile(const tb_exec *x);
+/* Zero-copy views: values the last plan aliased onto another's memory
+ * (Reshape, Squeeze, Unsqueeze, Flatten, Identity) and the arena bytes the
+ * plan saved by not copying them. */
+int tb_exec_n_aliased(const tb_exec *x);
+
 /* Sampling on a device: fills *row from s's parameters (the uniform draw
  * taken from s's generator as tb_sampler_sample would) and writes the
  * distinct tokens of the penalty window with their counts to tok / cnt (at

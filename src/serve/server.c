@@ -520,6 +520,61 @@ static int parse_gen(server *s, json_t *root, int chat, gen_req *g, parse_err *e
     return 1;
 }
 
+/* A request body as JSON: an object, or NULL with the 400's message in `msg`. */
+static json_t *body_json(const char *body, size_t n, char *msg, size_t cap) {
+    json_error_t je;
+    /* "\u0000" is valid JSON: strings keep their lengths from here on */
+    json_t *root = body ? json_loadb(body, n, JSON_ALLOW_NUL, &je) : NULL;
+    if (!root) {
+        snprintf(msg, cap, "the body is not valid JSON%s%s", body ? ": " : "", body ? je.text : "");
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        json_decref(root);
+        snprintf(msg, cap, "the body must be a JSON object");
+        return NULL;
+    }
+    return root;
+}
+
+/* The BOS token's text for chat formats that spell it ("" when none). */
+static void set_bos_text(server *s) {
+    s->bos_text[0] = 0;
+    if (s->info.bos_id >= 0) {
+        const char *b = tb_tokenizer_token_str(s->tok, s->info.bos_id);
+        if (b) snprintf(s->bos_text, sizeof s->bos_text, "%s", b);
+    }
+}
+
+int tb_serve_check_request(const char *body, size_t n, int chat, const char *model, const tb_tokenizer *tok,
+                           const tb_engine_info *info, tb_chat_format format, char *msg, size_t cap) {
+    server *s = calloc(1, sizeof *s);
+    if (!s) { snprintf(msg, cap, "out of memory"); return 500; }
+    snprintf(s->model, sizeof s->model, "%s", model);
+    s->tok = tok;
+    s->info = *info;
+    s->chat = format;
+    set_bos_text(s);
+    int status = 200;
+    msg[0] = 0;
+    json_t *root = body_json(body, n, msg, cap);
+    if (!root) {
+        status = 400;
+    } else {
+        gen_req g;
+        parse_err pe = {0};
+        if (!parse_gen(s, root, chat, &g, &pe)) {
+            status = pe.status;
+            snprintf(msg, cap, "%s", pe.msg);
+        }
+        free(g.prompt);
+        free(g.echo_text);
+        json_decref(root);
+    }
+    free(s);
+    return status;
+}
+
 /* ================================================================ generation stream */
 
 /* One choice: a scheduler request and the text decoded from it. */
@@ -1183,14 +1238,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (cs->too_large)
         return reply_error(s, c, 413, NULL, "the request body exceeds %zu bytes", s->o.max_body_bytes);
     if (atomic_load(&s->stopping)) return reply_error(s, c, 503, NULL, "the server is shutting down");
-    json_error_t je;
-    /* "\u0000" is valid JSON: strings keep their lengths from here on */
-    json_t *root = cs->body ? json_loadb(cs->body, cs->n, JSON_ALLOW_NUL, &je) : NULL;
-    if (!root) return reply_error(s, c, 400, NULL, "the body is not valid JSON%s%s", cs->body ? ": " : "", cs->body ? je.text : "");
-    if (!json_is_object(root)) {
-        json_decref(root);
-        return reply_error(s, c, 400, NULL, "the body must be a JSON object");
-    }
+    char jmsg[256];
+    json_t *root = body_json(cs->body, cs->n, jmsg, sizeof jmsg);
+    if (!root) return reply_error(s, c, 400, NULL, "%s", jmsg);
     enum MHD_Result r;
     int http11 = !strcmp(version, MHD_HTTP_VERSION_1_1);
     if (!strcmp(url, "/v1/completions")) r = handle_generate(s, c, root, 0, http11);
@@ -1244,11 +1294,7 @@ static tb_status load_engine(server *s) {
     TB_TRY(tb_context_create(s->e, &co, &s->ctx));
     s->tok = tb_engine_tokenizer(s->e);
     s->chat = tb_chat_detect(tb_tokenizer_chat_template(s->tok));
-    s->bos_text[0] = 0;
-    if (s->info.bos_id >= 0) {
-        const char *b = tb_tokenizer_token_str(s->tok, s->info.bos_id);
-        if (b) snprintf(s->bos_text, sizeof s->bos_text, "%s", b);
-    }
+    set_bos_text(s);
     tb_sched_options so = {.max_num_seqs = co.max_seqs, .max_batched_tokens = s->o.max_batched_tokens,
                            .max_queue = s->o.max_queue};
     tb_sched_observer obs = tb_metrics_observer(s->metrics);

@@ -13,6 +13,9 @@
 
 #include <stddef.h>
 
+#include "serve/chat.h"
+#include "turbine/turbine.h"
+
 typedef struct {
     const char *engine_path;    /* required */
     const char *model_name;     /* NULL: the engine file's base name */
@@ -44,5 +47,16 @@ void tb_serve_options_default(tb_serve_options *o);
 /* Serves until SIGINT or SIGTERM, then drains and returns 0; returns 1 when
  * it cannot start (message on stderr). */
 int tb_serve_run(const tb_serve_options *o);
+
+/* What the server does with a generation request's body before it runs it
+ * (JSON, fields, the prompt tokenized or the messages rendered and
+ * tokenized, the limits), without an engine: `chat` 0 for /v1/completions,
+ * 1 for /v1/chat/completions, for a model named `model` with tokenizer
+ * `tok`, `info` and chat format `format`. Returns the HTTP status the
+ * server would answer with (200: accepted) and its message in `msg`. For
+ * tests and fuzzing. */
+int tb_serve_check_request(const char *body, size_t n, int chat, const char *model,
+                           const tb_tokenizer *tok, const tb_engine_info *info,
+                           tb_chat_format format, char *msg, size_t cap);
 
 #endif

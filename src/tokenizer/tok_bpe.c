@@ -119,7 +119,7 @@ static void try_pair(tok_work *w, int32_t a, int32_t b) {
         /* llama2.c: the concatenated string, looked up in the vocab */
         size_t na = t->len[la], nb = t->len[lb];
         if (na + nb > t->max_len) return;
-        if (!grow(w, (void **)&w->cat, &w->ccat, na + nb, 1)) return;
+        if (!grow(w, (void **)&w->cat, &w->ccat, na + nb + 1, 1)) return; /* never NULL, even for two empty pieces */
         memcpy(w->cat, t->pool + t->off[la], na);
         memcpy(w->cat + na, t->pool + t->off[lb], nb);
         int id = tok_lookup(t, w->cat, na + nb);
@@ -425,6 +425,13 @@ static int match_added(const tb_tokenizer *t, const char *text, size_t len, size
 
 /* ================================================================ entry */
 
+/* A byte-fallback token, or <unk> (else nothing) for a vocabulary that
+ * lacks it: llama2.c's run.c assumes the 256 byte tokens are there. */
+static void push_byte_l2c(tok_work *w, int32_t id) {
+    if (id < 0) id = w->t->unk;
+    if (id >= 0) push_sym(w, id);
+}
+
 static void encode_llama2c(tok_work *w, const char *text, size_t len) {
     const tb_tokenizer *t = w->t;
     const unsigned char *s = (const unsigned char *)text;
@@ -432,13 +439,13 @@ static void encode_llama2c(tok_work *w, const char *text, size_t len) {
     if (len == 0) return;
     /* the dummy prefix */
     int sp = tok_lookup(t, " ", 1);
-    push_sym(w, sp >= 0 ? sp : t->byte_tok[' ']);
+    push_byte_l2c(w, sp >= 0 ? sp : t->byte_tok[' ']);
     for (size_t i = 0; i < len && w->err == TB_OK;) {
         size_t l = char_len(s + i, len - i);
         int id = tok_lookup(t, text + i, l);
         if (id >= 0) push_sym(w, id);
         else
-            for (size_t k = 0; k < l; k++) push_sym(w, t->byte_tok[s[i + k]]);
+            for (size_t k = 0; k < l; k++) push_byte_l2c(w, t->byte_tok[s[i + k]]);
         i += l;
     }
     if (w->err == TB_OK) merge_and_emit(w);

@@ -120,7 +120,6 @@ static tb_status add_pre(tb_tokenizer *t, const json_t *n, int *byte_level) {
         const char *rep = jstr(n, "replacement");
         const char *scheme = jstr(n, "prepend_scheme");
         o->type = TOK_PRE_METASPACE;
-        o->str = tok_strdup(rep ? rep : "\xE2\x96\x81");
         if (scheme) {
             if (!strcmp(scheme, "always")) o->flag1 = TOK_PREPEND_ALWAYS;
             else if (!strcmp(scheme, "first")) o->flag1 = TOK_PREPEND_FIRST;
@@ -130,6 +129,7 @@ static tb_status add_pre(tb_tokenizer *t, const json_t *n, int *byte_level) {
             o->flag1 = jbool(n, "add_prefix_space", 1) ? TOK_PREPEND_ALWAYS : TOK_PREPEND_NEVER;
         }
         o->flag2 = (uint8_t)jbool(n, "split", 1);
+        o->str = tok_strdup(rep ? rep : "\xE2\x96\x81"); /* after every check: an error leaves nothing to free */
     } else if (!strcmp(type, "Digits")) {
         o->type = TOK_PRE_SPLIT;
         o->behavior = TOK_SPLIT_ISOLATED;
@@ -441,32 +441,36 @@ tb_status tb_tokenizer_load(const char *path, const char *config_dir, tb_tokeniz
     *out = NULL;
     tb_mapped_file mf;
     TB_TRY(tb_file_map(path, &mf));
+    tb_status s = tb_tokenizer_load_mem(path, mf.data, mf.size, config_dir, out);
+    tb_file_unmap(&mf);
+    return s;
+}
+
+tb_status tb_tokenizer_load_mem(const char *name, const uint8_t *d, size_t n, const char *config_dir,
+                                tb_tokenizer **out) {
+    if (!name || !out || (!d && n)) return tb_errorf(TB_ERR_INVALID_ARG, "tb_tokenizer_load_mem: bad arguments");
+    *out = NULL;
     size_t k = 0;
-    while (k < mf.size && (mf.data[k] == ' ' || mf.data[k] == '\n' || mf.data[k] == '\r' || mf.data[k] == '\t')) k++;
+    while (k < n && (d[k] == ' ' || d[k] == '\n' || d[k] == '\r' || d[k] == '\t')) k++;
     tb_tokenizer *t = NULL;
     tb_status s;
-    if (k < mf.size && mf.data[k] == '{') {
-        if (mf.size > TOK_JSON_MAX) {
-            tb_file_unmap(&mf);
-            return tb_errorf(TB_ERR_FORMAT, "%s: larger than %u bytes", path, TOK_JSON_MAX);
-        }
+    if (k < n && d[k] == '{') {
+        if (n > TOK_JSON_MAX) return tb_errorf(TB_ERR_FORMAT, "%s: larger than %u bytes", name, TOK_JSON_MAX);
         json_error_t err;
-        json_t *root = json_loadb((const char *)mf.data, mf.size, 0, &err);
-        tb_file_unmap(&mf);
+        json_t *root = json_loadb((const char *)d, n, 0, &err);
         if (!root)
-            return tb_errorf(TB_ERR_FORMAT, "%s:%d:%d: malformed JSON: %s", path, err.line, err.column, err.text);
-        s = parse_tokenizer_json(path, root, &t);
+            return tb_errorf(TB_ERR_FORMAT, "%s:%d:%d: malformed JSON: %s", name, err.line, err.column, err.text);
+        s = parse_tokenizer_json(name, root, &t);
         json_decref(root);
         if (s != TB_OK) return s;
         if (config_dir) apply_configs(t, config_dir);
         s = tok_finalize(t);
         if (s != TB_OK) {
             tb_tokenizer_free(t);
-            return tb_error_prefix(s, "%s", path);
+            return tb_error_prefix(s, "%s", name);
         }
     } else {
-        s = tok_load_llama2c(path, mf.data, mf.size, &t);
-        tb_file_unmap(&mf);
+        s = tok_load_llama2c(name, d, n, &t);
         if (s != TB_OK) return s;
         if (config_dir) apply_configs(t, config_dir);
     }

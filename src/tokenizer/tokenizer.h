@@ -37,6 +37,9 @@ typedef enum {
  * generation_config.json and config.json in, or NULL. */
 tb_status tb_tokenizer_load(const char *path, const char *config_dir,
                             tb_tokenizer **out);
+/* The same from `n` bytes in memory (not kept); `name` is for messages. */
+tb_status tb_tokenizer_load_mem(const char *name, const uint8_t *data, size_t n,
+                                const char *config_dir, tb_tokenizer **out);
 void tb_tokenizer_free(tb_tokenizer *t);
 
 /* The engine-file form. The buffer is malloc'd; the caller frees it. */
