@@ -140,6 +140,12 @@ static void test_schema(void) {
     CHECK(!attr_ok(n) && strstr(tb_last_error(), "epsilon"));
     n.f[0] = 2;
     CHECK(!attr_ok(n));
+    n.f[0] = 1e-5f;
+    n.i[1] = 3; /* y, mean, inv_std_dev */
+    CHECK(attr_ok(n));
+    n.i[1] = 4;
+    CHECK(!attr_ok(n) && strstr(tb_last_error(), "outputs"));
+    CHECK(tb_op_get_def(TB_OP_LAYERNORM)->max_out == 3);
     n = N(TB_OP_BATCHNORM);
     n.f[0] = NAN;
     CHECK(!attr_ok(n));
@@ -283,6 +289,18 @@ static void test_shapes(void) {
     CHECK(infer1(ln, in, 2, &sh) == TB_OK);
     ln.i[0] = 3;
     CHECK(infer1(ln, in, 2, &sh) == TB_ERR_FORMAT);
+    /* Mean and InvStdDev: x's dims with [axis, rank) set to 1, f32 */
+    ln.i[0] = 1;
+    ln.i[1] = 3;
+    in[0] = V(TB_F16, 3, D(S0, 5, 768), NULL);
+    in[1] = V(TB_F16, 1, D(768), NULL);
+    CHECK(infer1(ln, in, 2, &sh) == TB_OK && sh.n_out == 3 && sh.dtype[0] == TB_F16 && sh.dims[0][2] == 768);
+    CHECK(sh.dtype[1] == TB_F32 && sh.rank[1] == 3 && sh.dims[1][0] == S0 && sh.dims[1][1] == 1 && sh.dims[1][2] == 1);
+    CHECK(sh.dtype[2] == TB_F32 && sh.rank[2] == 3 && sh.dims[2][0] == S0 && sh.dims[2][2] == 1);
+    ln.i[1] = 2;
+    CHECK(infer1(ln, in, 2, &sh) == TB_OK && sh.n_out == 2);
+    ln.i[1] = 0;
+    CHECK(infer1(ln, in, 2, &sh) == TB_OK && sh.n_out == 1);
     /* BatchNormalization */
     tb_node bn = N(TB_OP_BATCHNORM);
     in[0] = V(TB_F32, 4, D(S0, 16, 7, 7), NULL);
@@ -878,6 +896,25 @@ static void test_fast_norm(tb_cpu_nn_ctx *ctx) {
         free(x);
         free(sc);
         free(bi);
+    }
+    /* Mean and InvStdDev outputs: the CPU dispatch (the reference) writes all three */
+    {
+        const float x[] = {1, 2, 3, 4, 10, -2}, sc[] = {1, 1, 1}, bi[] = {0, 0, 0};
+        tb_view in[3] = {V(TB_F32, 2, D(2, 3), x), V(TB_F32, 1, D(3), sc), V(TB_F32, 1, D(3), bi)};
+        float y[6], mean[2], rstd[2];
+        tb_view out[3] = {V(TB_F32, 2, D(2, 3), y), V(TB_F32, 2, D(2, 1), mean), V(TB_F32, 2, D(2, 1), rstd)};
+        tb_node n = N(TB_OP_LAYERNORM);
+        n.i[0] = 1;
+        n.i[1] = 3;
+        n.f[0] = 1e-5f;
+        CHECK(tb_cpu_nn_run(ctx, &n, in, 3, out, 3) == TB_OK);
+        for (int r = 0; r < 2; r++) {
+            double m = (x[3 * r] + x[3 * r + 1] + x[3 * r + 2]) / 3, v = 0;
+            for (int j = 0; j < 3; j++) v += (x[3 * r + j] - m) * (x[3 * r + j] - m) / 3;
+            double rs = 1 / sqrt(v + (double)1e-5f);
+            CHECK(fabs(mean[r] - m) <= 1e-6 * fabs(m) && fabs(rstd[r] - rs) <= 1e-6 * rs);
+            for (int j = 0; j < 3; j++) CHECK(fabs(y[3 * r + j] - (x[3 * r + j] - m) * rs) <= 1e-6);
+        }
     }
     /* a broadcast scale goes to the reference */
     {

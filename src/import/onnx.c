@@ -998,16 +998,22 @@ static tb_status check_node(imp *s, const Onnx__NodeProto *n, int k) {
         for (size_t o = 1; o < n->n_output; o++)
             if (is_used(s, n->output[o])) return refuse(s, n, k, "output %zu (training statistics) is used", o);
     } else if (!strcmp(op, "LayerNormalization")) {
+        int64_t st = attr_i(n, "stash_type", 1);
         for (size_t o = 1; o < n->n_output; o++)
-            if (is_used(s, n->output[o]))
-                return refuse(s, n, k, "output %zu ('%.60s', %s) is used, which is not supported", o, n->output[o],
-                              o == 1 ? "Mean" : "InvStdDev");
+            if (is_used(s, n->output[o]) && st != ONNX__TENSOR_PROTO__DATA_TYPE__FLOAT)
+                return refuse(s, n, k, "output %zu ('%.60s', %s) is used with stash_type %s (FLOAT only)", o,
+                              n->output[o], o == 1 ? "Mean" : "InvStdDev", onnx_type_name((int)st));
+    } else if (!strcmp(op, "Dropout")) {
+        if (n->n_output > 1 && is_used(s, n->output[1]) &&
+            (!tb_op_get_def(TB_OP_SHAPE) || !tb_op_get_def(TB_OP_CONSTANT_OF_SHAPE)))
+            return refuse(s, n, k, "output 1 ('%.60s', the mask) is used, which needs Shape and ConstantOfShape, "
+                          "not in this build", n->output[1]);
     }
-    if (!strcmp(op, "Dropout") || !strcmp(op, "MaxPool")) {
+    if (!strcmp(op, "MaxPool")) {
         for (size_t o = 1; o < n->n_output; o++)
             if (is_used(s, n->output[o]))
-                return refuse(s, n, k, "output %zu ('%.60s', the %s) is used, which is not supported", o,
-                              n->output[o], op[0] == 'D' ? "mask" : "indices");
+                return refuse(s, n, k, "output %zu ('%.60s', the indices) is used, which is not supported", o,
+                              n->output[o]);
     }
     if (!strcmp(op, "Resize")) {
         if ((a = attr_find(n, "mode")) && str_in(&a->s, resize_modes) < 0)
@@ -1015,8 +1021,6 @@ static tb_status check_node(imp *s, const Onnx__NodeProto *n, int k) {
         if ((a = attr_find(n, "coordinate_transformation_mode")) && str_in(&a->s, coord_modes) < 0)
             return refuse(s, n, k, "coordinate_transformation_mode '%.*s' is not supported",
                           (int)(a->s.len > 40 ? 40 : a->s.len), a->s.data);
-        if (attr_s_is(n, "coordinate_transformation_mode", "half_pixel", "tf_crop_and_resize"))
-            return refuse(s, n, k, "coordinate_transformation_mode 'tf_crop_and_resize' (a roi) is not supported");
         if ((a = attr_find(n, "nearest_mode")) && str_in(&a->s, nearest_modes) < 0)
             return refuse(s, n, k, "nearest_mode '%.*s' is not supported", (int)(a->s.len > 40 ? 40 : a->s.len),
                           a->s.data);
@@ -1164,6 +1168,9 @@ static tb_status translate(imp *s, const Onnx__NodeProto *n, int k, const char *
     case TB_OP_LAYERNORM:
         TB_TRY(norm_axis(s, lbl, "axis", attr_i(n, "axis", -1), rank0, 0, &sp->i[0]));
         sp->f[0] = attr_f(n, "epsilon", 1e-5f);
+        /* Mean (1) and InvStdDev (2) computed up to the last one used */
+        for (size_t o = 1; o < n->n_output && o < 3; o++)
+            if (is_used(s, n->output[o])) sp->i[1] = (int32_t)o + 1;
         break;
     case TB_OP_BATCHNORM: sp->f[0] = attr_f(n, "epsilon", 1e-5f); break;
     case TB_OP_REDUCE_MEAN: case TB_OP_REDUCE_SUM: case TB_OP_REDUCE_MAX: {
@@ -1267,6 +1274,14 @@ static tb_status translate(imp *s, const Onnx__NodeProto *n, int k, const char *
         const Onnx__AttributeProto *a;
         sp->i[0] = (a = attr_find(n, "mode")) ? str_in(&a->s, resize_modes) : TB_NN_RESIZE_NEAREST;
         sp->i[1] = (a = attr_find(n, "coordinate_transformation_mode")) ? str_in(&a->s, coord_modes) : TB_NN_COORD_HALF_PIXEL;
+        if (sp->i[1] == TB_NN_COORD_TF_CROP_AND_RESIZE) { /* roi: only this mode reads it */
+            int roi = n_ids > 1 ? ids[1] : -1;
+            if (roi < 0) REFUSE("tf_crop_and_resize without a roi input");
+            const tb_value *q = val(s, roi);
+            if (q->kind == TB_VAL_WEIGHT && q->rank == 1 && q->dims[0] == 0) REFUSE("tf_crop_and_resize with an empty roi");
+            t[2] = roi;
+            nt = 3;
+        }
         sp->i[2] = (a = attr_find(n, "nearest_mode")) ? str_in(&a->s, nearest_modes) : TB_NN_NEAREST_ROUND_PREFER_FLOOR;
         sp->i[3] = attr_i(n, "exclude_outside", 0) != 0;
         sp->f[0] = attr_f(n, "cubic_coeff_a", -0.75f);
@@ -1318,8 +1333,20 @@ static tb_status translate(imp *s, const Onnx__NodeProto *n, int k, const char *
         if (!strcmp(n->op_type, "Dropout")) { /* data [, ratio [, training_mode]] */
             if (n_ids > 2 && ids[2] >= 0) {
                 const tb_value *tm = val(s, ids[2]);
-                if (tm->kind != TB_VAL_WEIGHT || !tm->data) REFUSE("training_mode is not a constant");
-                if (tm->nbytes && ((const uint8_t *)tm->data)[0]) REFUSE("training_mode is true");
+                if (tm->kind != TB_VAL_WEIGHT || !tm->data)
+                    REFUSE("training_mode is not a constant (training, a random mask, is not supported)");
+                if (tm->nbytes && ((const uint8_t *)tm->data)[0]) {
+                    /* training with ratio 0 keeps every element: still the identity */
+                    const tb_value *ra = n_ids > 1 && ids[1] >= 0 ? val(s, ids[1]) : NULL;
+                    int zero = ra && ra->kind == TB_VAL_WEIGHT && ra->data && ra->nbytes &&
+                               (ra->dtype == TB_F32 || ra->dtype == TB_F64 || ra->dtype == TB_F16 || ra->dtype == TB_BF16);
+                    if (zero) {
+                        tb_view rv;
+                        tb_value_view(s->g, ids[1], &rv);
+                        zero = tb_view_numel(&rv) == 1 && tb_view_get_f(&rv, 0) == 0;
+                    }
+                    if (!zero) REFUSE("training_mode is true (training, a random mask, is not supported)");
+                }
             }
             nt = 1;
         }
@@ -1405,6 +1432,36 @@ static tb_status import_node(imp *s, const Onnx__NodeProto *n, int k) {
         if ((st = refuse(s, n, k, "%s", r.why)) != TB_OK) goto out;
         goto refused;
     }
+    int mask = op == TB_OP_IDENTITY && n->n_output > 1 && is_used(s, n->output[1]); /* Dropout's */
+    int x_in = sp.in[0];
+    if (mask) { /* inference: every element kept, ConstantOfShape(Shape(x), true) */
+        if (strmap_get(&s->values, n->output[1], NULL)) {
+            st = tb_errorf(TB_ERR_FORMAT, "%s: %s writes '%.200s', which is already defined", s->label, lbl, n->output[1]);
+            goto out;
+        }
+        char shn[TB_NAME_LEN], mn[TB_NAME_LEN], on[TB_NAME_LEN + 16];
+        snprintf(on, sizeof on, "%.*s.shape", TB_NAME_LEN - 16, n->output[1]);
+        if ((st = take_name(s, on, shn)) != TB_OK || (st = take_name(s, n->output[1], mn)) != TB_OK) goto out;
+        const uint8_t one = 1;
+        int64_t d1[1] = {1};
+        int tv, in2[2];
+        if ((st = add_const(s, n->output[1], "true", TB_BOOL, 1, d1, &one, 1, &tv)) != TB_OK) goto out;
+        int32_t zi[TB_NODE_INTS] = {0};
+        float zf[TB_NODE_FLOATS] = {0};
+        const char *nm = shn;
+        int sh = tb_graph_add_node_ex(s->g, TB_OP_SHAPE, &x_in, 1, &nm, 1, zi, zf);
+        if (sh >= 0) {
+            in2[0] = s->g->nodes[sh].out[0];
+            in2[1] = tv;
+            nm = mn;
+            sh = tb_graph_add_node_ex(s->g, TB_OP_CONSTANT_OF_SHAPE, in2, 2, &nm, 1, zi, zf);
+        }
+        if (sh < 0) {
+            st = tb_error_prefix(tb_last_status() == TB_ERR_OOM ? TB_ERR_OOM : TB_ERR_FORMAT, "%s: %s", s->label, lbl);
+            goto out;
+        }
+        if ((st = strmap_put(&s->values, n->output[1], s->g->nodes[sh].out[0])) != TB_OK) goto out;
+    }
     /* output names: ONNX's, or made up for outputs left unnamed */
     char names[TB_MAX_OUTPUTS][TB_NAME_LEN];
     const char *np[TB_MAX_OUTPUTS];
@@ -1445,7 +1502,7 @@ static tb_status import_node(imp *s, const Onnx__NodeProto *n, int k) {
     }
     const tb_node *nd = &s->g->nodes[node];
     for (size_t o = 0; o < n->n_output; o++) {
-        if (!*n->output[o]) continue;
+        if (!*n->output[o] || (mask && o == 1)) continue;
         if (strmap_get(&s->values, n->output[o], NULL)) {
             st = tb_errorf(TB_ERR_FORMAT, "%s: %s writes '%.200s', which is already defined", s->label, lbl, n->output[o]);
             goto out;

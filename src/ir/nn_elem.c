@@ -428,7 +428,16 @@ static tb_status infer_layernorm(const tb_node *n, const tb_view *in, int n_in, 
                  axis + xd, (long long)xdim);
         }
     }
-    return infer_same_float("LayerNormalization", x, out);
+    TB_TRY(infer_same_float("LayerNormalization", x, out));
+    /* Mean and InvStdDev (ONNX outputs 1 and 2): x's dims with [axis, rank)
+     * set to 1, f32 (stash_type) */
+    out->n_out = n->i[1] > 1 ? n->i[1] : 1;
+    for (int o = 1; o < out->n_out; o++) {
+        out->rank[o] = x->rank;
+        for (int d = 0; d < x->rank; d++) out->dims[o][d] = d < axis ? x->dims[d] : 1;
+        out->dtype[o] = TB_F32;
+    }
+    return TB_OK;
 }
 
 /* Index into p (broadcast over the dims nd[0..nr)) of element j of them. */
@@ -467,6 +476,8 @@ static tb_status ref_layernorm(const tb_node *n, const tb_view *in, int n_in, co
             if (n_in > 2) y += tb_view_get_f(&in[2], bcast_index(j, nd, nr, &in[2]));
             st_f(&out[0], base + j, y);
         }
+        if (n_out > 1) st_f(&out[1], r, mean);
+        if (n_out > 2) st_f(&out[2], r, rstd);
     }
     return TB_OK;
 }
@@ -670,12 +681,15 @@ static const tb_op_def defs[TB_OP_REDUCE_MAX - TB_OP_RELU + 1] = {
                                     .infer = infer_softmax, .ref = ref_softmax},
     [TB_OP_LAYERNORM - TB_OP_RELU] = {.name = "LayerNormalization", .min_in = 2, .max_in = 3, .n_out = 1,
                                       .signature = "x, scale [, bias] (broadcast over x's dims [axis, rank)) -> "
-                                                   "(x - mean) / sqrt(var + epsilon) * scale + bias over [axis, rank)",
-                                      .n_attrs = 2,
+                                                   "(x - mean) / sqrt(var + epsilon) * scale + bias over [axis, rank) "
+                                                   "[, mean [, 1 / sqrt(var + epsilon)] (f32, [axis, rank) dims 1)]",
+                                      .n_attrs = 3,
                                       .attrs = {{"axis", TB_ATTR_INT, 0, 0, 32, 0, TB_MAX_RANK - 1,
                                                  "first normalised axis"},
-                                                EPSILON_ATTR},
-                                      .infer = infer_layernorm, .ref = ref_layernorm},
+                                                EPSILON_ATTR,
+                                                {"outputs", TB_ATTR_INT, 1, 0, 32, 0, 3,
+                                                 "outputs: 0 or 1 y; 2 also mean; 3 also inv_std_dev"}},
+                                      .infer = infer_layernorm, .ref = ref_layernorm, .max_out = 3},
     [TB_OP_BATCHNORM - TB_OP_RELU] = {.name = "BatchNormalization", .min_in = 5, .max_in = 5, .n_out = 1,
                                       .signature = "x (N, C, ...), scale, bias, mean, var (C) -> "
                                                    "scale (x - mean) / sqrt(var + epsilon) + bias",

@@ -39,7 +39,9 @@
  *   Where:    cond (bool), x, y (broadcast).
  *   Softmax:  i[0] axis.
  *   LayerNormalization: x, scale [, bias]; i[0] axis (normalised over
- *             [axis, rank)); f[0] epsilon.
+ *             [axis, rank)); i[1] outputs (0 or 1: y; 2: y, mean; 3: y,
+ *             mean, inv_std_dev; the two statistics are f32 with x's dims,
+ *             those of [axis, rank) set to 1); f[0] epsilon.
  *   BatchNormalization: x (N, C, ...), scale, bias, mean, var (C); f[0]
  *             epsilon (inference form only).
  *   ReduceMean ReduceSum ReduceMax: x [, axes (host input, i64)]; i[0]

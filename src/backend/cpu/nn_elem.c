@@ -591,7 +591,8 @@ static tb_status k_layernorm(tb_cpu_nn_ctx *c, const tb_node *n, const tb_view *
     int axis = n->i[0];
     int64_t D = 1;
     for (int d = axis; d < x->rank; d++) D *= x->dims[d];
-    int ok = have_avx2() && x->dtype == TB_F32 && in[1].dtype == TB_F32 && tb_view_numel(&in[1]) == D && D > 0;
+    int ok = have_avx2() && n_out == 1 && x->dtype == TB_F32 && in[1].dtype == TB_F32 && tb_view_numel(&in[1]) == D &&
+             D > 0; /* mean / inv_std_dev outputs: the reference */
     if (n_in > 2) ok &= in[2].dtype == TB_F32 && tb_view_numel(&in[2]) == D;
     if (!ok) return run_ref(n, in, n_in, out, n_out);
     ln_job j = {x->data, in[1].data, n_in > 2 ? in[2].data : NULL, out[0].data, D, n->f[0]};

@@ -159,7 +159,7 @@ int tbn_supports(const tb_graph *g, const tb_node *n) {
     case TB_OP_SIGMOID: case TB_OP_TANH: case TB_OP_EXP: case TB_OP_LOG: case TB_OP_SQRT: case TB_OP_RECIPROCAL:
     case TB_OP_ERF: case TB_OP_FLOOR: case TB_OP_CEIL: case TB_OP_GELU: case TB_OP_SOFTMAX:
     case TB_OP_LAYERNORM: case TB_OP_BATCHNORM: case TB_OP_GLOBAL_AVGPOOL: case TB_OP_AVGPOOL:
-        return dt_act(t0);
+        return dt_act(t0) && n->n_out == 1; /* LayerNormalization's mean / inv_std_dev: not on the GPU */
     case TB_OP_MAXPOOL:
         return dt_act(t0) || t0 == TB_I8 || t0 == TB_U8;
     case TB_OP_RELU: case TB_OP_NEG: case TB_OP_ABS: case TB_OP_CLIP:
