@@ -792,13 +792,25 @@ static tb_status import_inputs(imp *s) {
                          "or --min-shapes/--opt-shapes/--max-shapes",
                          s->label, syms[y].input, syms[y].dim, what, syms[y].input);
     }
+    /* a symbol whose profile fixes it (min == max) is that number: shapes
+     * then fold as fixed ones do, and no pass sees a symbol standing for a
+     * constant */
+    int remap[TB_MAX_SYMS], n_kept = 0;
+    for (int y = 0; y < n_syms; y++) remap[y] = syms[y].min == syms[y].max ? -1 : n_kept++;
+    for (int i = 0; i < n_in; i++)
+        for (int d = 0; d < ins[i].rank; d++)
+            if (TB_IS_SYM(ins[i].dims[d])) {
+                int y = TB_SYM_INDEX(ins[i].dims[d]);
+                ins[i].dims[d] = remap[y] < 0 ? syms[y].min : TB_SYM(remap[y]);
+            }
     /* symbols: the graph keeps 15 characters of a name */
     for (int y = 0; y < n_syms; y++) {
+        if (remap[y] < 0) continue;
         char nm[16];
         if (syms[y].param[0]) snprintf(nm, sizeof nm, "%s", syms[y].param);
         else snprintf(nm, sizeof nm, "dim%d", y);
         if (strlen(syms[y].param) > 15 || tb_graph_find_sym(s->g, nm) >= 0) snprintf(nm, sizeof nm, "%.10s~%d", syms[y].param, y);
-        if (tb_graph_add_sym(s->g, nm, syms[y].min, syms[y].opt, syms[y].max) != y)
+        if (tb_graph_add_sym(s->g, nm, syms[y].min, syms[y].opt, syms[y].max) != remap[y])
             return tb_errorf(TB_ERR_INTERNAL, "%s: symbol %s", s->label, nm);
     }
     for (int i = 0; i < n_in; i++) {
