@@ -72,7 +72,7 @@ for name in bert_opset17 resnet18_opset17; do
       --calib-data "$dir" >"$D/$name.build.log" 2>&1; then
     cat "$D/$name.build.log"; fail "$name: build"; continue
   fi
-  grep -q "f16 against f32" "$D/$name.build.log" && grep -q "top-1 agreement" "$D/$name.build.log" ||
+  grep -q "f16 on .* against f32" "$D/$name.build.log" && grep -q "top-1 agreement" "$D/$name.build.log" ||
     { cat "$D/$name.build.log"; fail "$name: no accuracy report"; }
   grep "max abs err" "$D/$name.build.log"
   for ds in test_data_set_0 test_data_set_1; do

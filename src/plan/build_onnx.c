@@ -440,50 +440,83 @@ static void compare_output(const tb_view *y, const tb_view *ref, out_err *e) {
         }
 }
 
-/* Runs both graphs through the reference interpreter on a few inputs and
- * writes one line per output into text. */
-static tb_status check_accuracy(const tb_graph *g32, const tb_graph *g16, const char *calib, char *text, size_t cap) {
+/* Runs both graphs on a few inputs and writes one line per output into
+ * text: the f32 graph on the CPU's kernels, the f16 graph on the device the
+ * engine is built for (on the CPU that is the reference kernels: past
+ * TB_F16_CHECK_CPU_MAX bytes of weights the check is skipped there, with a
+ * line saying so). Takes g32 and g16c (copies), frees both. */
+#define TB_F16_CHECK_CPU_MAX ((uint64_t)64 << 20)
+static tb_status check_accuracy(tb_graph *g32, tb_graph *g16c, const char *device, const char *calib, char *text,
+                                size_t cap) {
+    int n_in = g32->n_inputs, n_out = g32->n_outputs;
+    char kind[16];
+    int idx;
+    if (tb_device_parse(device ? device : "cpu", kind, &idx) != TB_OK) snprintf(kind, sizeof kind, "cpu");
+    uint64_t wbytes = 0;
+    for (int v = 0; v < g16c->n_values; v++)
+        if (g16c->values[v].kind == TB_VAL_WEIGHT) wbytes += g16c->values[v].nbytes;
+    if (!strcmp(kind, "cpu") && wbytes > TB_F16_CHECK_CPU_MAX) {
+        snprintf(text, cap, "f16 against f32: not checked (%.0f MB of weights: the CPU runs f16 graphs on the "
+                 "reference kernels; build with --device cuda to check on the GPU)\n", (double)wbytes / 1e6);
+        tb_graph_free(g32);
+        tb_graph_free(g16c);
+        return TB_OK;
+    }
+    tb_engine *e32 = NULL, *e16 = NULL;
+    tb_exec *x32 = NULL, *x16 = NULL;
+    tb_status s = tb_engine_from_graph(g32, "cpu", &e32);
+    tb_status s2 = tb_engine_from_graph(g16c, device ? device : "cpu", &e16);
+    if (s == TB_OK) s = s2;
+    if (s == TB_OK) s = tb_exec_create(e32, NULL, &x32);
+    if (s == TB_OK) s = tb_exec_create(e16, NULL, &x16);
     out_err err[TB_MAX_IO];
     memset(err, 0, sizeof err);
     int n_samples = 0;
-    for (int k = 0; k < 3; k++) {
-        tb_view in[TB_MAX_IO], a[TB_MAX_IO], b[TB_MAX_IO];
+    for (int k = 0; k < 3 && s == TB_OK; k++) {
+        tb_view in[TB_MAX_IO];
         int got;
-        TB_TRY(sample_inputs(g32, calib, k, in, &got));
-        if (!got) break;
-        tb_status s = tb_interp_run(g32, in, g32->n_inputs, a, g32->n_outputs);
-        if (s == TB_OK) {
-            s = tb_interp_run(g16, in, g16->n_inputs, b, g16->n_outputs);
-            if (s != TB_OK) s = tb_error_prefix(s, "the f16 graph");
-            else {
-                for (int i = 0; i < g32->n_outputs; i++)
-                    if (b[i].dtype != TB_BOOL && a[i].dtype != TB_BOOL) compare_output(&b[i], &a[i], &err[i]);
-                tb_interp_free_outputs(b, g16->n_outputs);
-            }
-            tb_interp_free_outputs(a, g32->n_outputs);
-        } else {
-            s = tb_error_prefix(s, "the f32 graph");
+        if ((s = sample_inputs(e32->graph, calib, k, in, &got)) != TB_OK || !got) break;
+        tb_tensor ti[TB_MAX_IO], a[TB_MAX_IO], b[TB_MAX_IO];
+        for (int i = 0; i < n_in; i++) {
+            ti[i].dtype = in[i].dtype;
+            ti[i].rank = in[i].rank;
+            memcpy(ti[i].dims, in[i].dims, sizeof ti[i].dims);
+            ti[i].data = in[i].data;
         }
-        for (int i = 0; i < g32->n_inputs; i++) free(in[i].data);
-        if (s != TB_OK) return tb_error_prefix(s, "checking f16 accuracy");
-        n_samples++;
+        s = tb_exec_run(x32, ti, n_in, a, n_out);
+        if (s != TB_OK) tb_error_prefix(s, "the f32 graph");
+        if (s == TB_OK && (s = tb_exec_run(x16, ti, n_in, b, n_out)) != TB_OK) tb_error_prefix(s, "the f16 graph");
+        for (int i = 0; i < n_out && s == TB_OK; i++) {
+            tb_view va = {a[i].dtype, a[i].rank, {0}, a[i].data}, vb = {b[i].dtype, b[i].rank, {0}, b[i].data};
+            memcpy(va.dims, a[i].dims, sizeof va.dims);
+            memcpy(vb.dims, b[i].dims, sizeof vb.dims);
+            if (va.dtype != TB_BOOL && vb.dtype != TB_BOOL) compare_output(&vb, &va, &err[i]);
+        }
+        for (int i = 0; i < n_in; i++) free(in[i].data);
+        if (s == TB_OK) n_samples++;
     }
     size_t n = 0;
     text[0] = 0;
 #define PUT(...) do { if (n < cap) n += (size_t)snprintf(text + n, cap - n, __VA_ARGS__); } while (0)
-    PUT("f16 against f32 (reference interpreter, %d %s):\n", n_samples,
-        calib ? "calibration input set" : n_samples == 1 ? "random input at the opt shapes"
-                                                         : "random inputs at the opt shapes");
-    for (int i = 0; i < g32->n_outputs; i++) {
-        const out_err *e = &err[i];
-        PUT("    %-24s max abs err %.3g (of values up to %.3g), max rel err %.3g", g32->values[g32->outputs[i]].name,
-            e->max_abs, e->ref_max, e->max_rel);
-        if (e->rows) PUT(", top-1 agreement %.1f%% of %lld rows", 100.0 * (double)e->agree / (double)e->rows,
-                         (long long)e->rows);
-        PUT("\n");
+    if (s == TB_OK) {
+        PUT("f16 on %s against f32 on the CPU (%d %s):\n", kind, n_samples,
+            calib ? "calibration input set" : n_samples == 1 ? "random input at the opt shapes"
+                                                             : "random inputs at the opt shapes");
+        for (int i = 0; i < n_out; i++) {
+            const out_err *e = &err[i];
+            PUT("    %-24s max abs err %.3g (of values up to %.3g), max rel err %.3g",
+                e32->graph->values[e32->graph->outputs[i]].name, e->max_abs, e->ref_max, e->max_rel);
+            if (e->rows) PUT(", top-1 agreement %.1f%% of %lld rows", 100.0 * (double)e->agree / (double)e->rows,
+                             (long long)e->rows);
+            PUT("\n");
+        }
     }
 #undef PUT
-    return TB_OK;
+    tb_exec_free(x32);
+    tb_exec_free(x16);
+    tb_engine_free(e32);
+    tb_engine_free(e16);
+    return s == TB_OK ? TB_OK : tb_error_prefix(s, "checking f16 accuracy");
 }
 
 tb_status tb_build_onnx(const char *model_path, const char *engine_path, const tb_build_options *opt,
@@ -521,9 +554,11 @@ tb_status tb_build_onnx(const char *model_path, const char *engine_path, const t
         oo.dtype = TB_F16;
         oo.verbose = o.verbose;
         if ((s = tb_opt_run(g, f16_passes, 2, &oo)) != TB_OK) goto done;
-        if ((s = check_accuracy(g32, g, o.calib_data, accuracy, sizeof accuracy)) != TB_OK) goto done;
-        tb_graph_free(g32);
+        tb_graph *g16c = graph_clone(g);
+        if (!g16c) { s = tb_errorf(TB_ERR_OOM, "out of memory copying the graph"); goto done; }
+        s = check_accuracy(g32, g16c, o.device, o.calib_data, accuracy, sizeof accuracy); /* frees both */
         g32 = NULL;
+        if (s != TB_OK) goto done;
     }
     s = tb_engine_write_profiles(g, engine_path, o.device, model_path, tb_now() - t0, set);
     if (s == TB_OK && report) {
