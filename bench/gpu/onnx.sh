@@ -15,7 +15,7 @@
 #              engines built for cuda; PyTorch eager and CUDA-graph on the same
 #              modules (bench/onnx/torch_gpu.py) in the same run
 # Env: TB_PREBUILT (folder with turbine and libturbine_cuda.so), OUT,
-# TB_SKIP_NODES, TB_SKIP_TIMING, TB_F16.
+# TB_SKIP_NODES, TB_SKIP_TIMING, TB_F16, TB_TORCH_DTYPES (PyTorch baselines, default "f32 f16").
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$SRC/bench/out/gpu-onnx}
@@ -66,7 +66,7 @@ if [ -z "${TB_SKIP_TIMING:-}" ]; then
         $T bench --engine "$W/resnet_$DT.engine" --device cuda --shapes input:1x3x224x224 \
             --dump-profile --iterations 20 --duration 0 > "$OUT/resnet_${DT}_profile.txt" 2>&1
     done
-    for DT in f32 f16; do
+    for DT in ${TB_TORCH_DTYPES:-f32 f16}; do
         $PY "$SRC/bench/onnx/torch_gpu.py" --models bert,resnet18 --batch 1,8 --dtype $DT \
             --json "$OUT/torch_$DT.json" 2>&1 | tee -a "$LOG" | grep '"model"'
     done
