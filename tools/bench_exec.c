@@ -166,6 +166,8 @@ int tb_bench_exec_main(int argc, char **argv) {
     lat = malloc((size_t)cap * sizeof *lat);
     if (!lat) goto fail;
     if (dump) tb_exec_set_profiling(x, 1);
+    double h2d0, d2h0;
+    tb_exec_copy_seconds(x, &h2d0, &d2h0);
     double start = tb_now();
     /* at least `iters` runs and `duration` seconds, at most 10M runs */
     while (n < iters || (tb_now() - start < duration && n < 10000000)) {
@@ -187,14 +189,25 @@ int tb_bench_exec_main(int argc, char **argv) {
     printf("  throughput   %.2f qps\n", n / wall);
     printf("  latency ms   min %.3f  mean %.3f  median %.3f  p90 %.3f  p99 %.3f  max %.3f\n", lat[0] * 1e3,
            sum / n * 1e3, pct(lat, n, 50) * 1e3, pct(lat, n, 90) * 1e3, pct(lat, n, 99) * 1e3, lat[n - 1] * 1e3);
-    printf("  compute ms   mean %.3f (host memory: no transfers)\n", sum / n * 1e3);
+    double h2d1, d2h1;
+    tb_exec_copy_seconds(x, &h2d1, &d2h1);
+    double h2d = (h2d1 - h2d0) / n, d2h = (d2h1 - d2h0) / n;
+    if (h2d1 > 0 || d2h1 > 0)
+        printf("  compute ms   mean %.3f, host-to-device %.3f, device-to-host %.3f (the copies are inside the latency)\n",
+               (sum / n - h2d - d2h) * 1e3, h2d * 1e3, d2h * 1e3);
+    else
+        printf("  compute ms   mean %.3f (host memory: no transfers)\n", sum / n * 1e3);
     printf("  activations  %.1f KiB arena, %d views sharing their input's memory, profile %d\n",
            tb_exec_arena_bytes(x) / 1024.0, tb_exec_n_aliased(x), tb_exec_last_profile(x) + 1);
     json_t *j = json_pack("{s:s, s:s, s:i, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "engine", path, "shapes",
                           shape_line, "runs", n, "throughput_qps", n / wall, "latency_min_ms", lat[0] * 1e3,
                           "latency_mean_ms", sum / n * 1e3, "latency_median_ms", pct(lat, n, 50) * 1e3,
                           "latency_p90_ms", pct(lat, n, 90) * 1e3, "latency_p99_ms", pct(lat, n, 99) * 1e3,
-                          "latency_max_ms", lat[n - 1] * 1e3, "compute_mean_ms", sum / n * 1e3);
+                          "latency_max_ms", lat[n - 1] * 1e3, "compute_mean_ms", (sum / n - h2d - d2h) * 1e3);
+    if (j) {
+        json_object_set_new(j, "h2d_mean_ms", json_real(h2d * 1e3));
+        json_object_set_new(j, "d2h_mean_ms", json_real(d2h * 1e3));
+    }
     if (j) {
         json_object_set_new(j, "arena_bytes", json_integer((json_int_t)tb_exec_arena_bytes(x)));
         json_object_set_new(j, "views", json_integer(tb_exec_n_aliased(x)));
