@@ -811,7 +811,11 @@ static tb_status resize_params(const tb_node *n, const tb_view *in, int n_in, do
             NEED(scale[d] > 0 && isfinite(scale[d]), "Resize: scale %g", scale[d]);
             double span = crop ? roi[r + d] - roi[d] : 1.0;
             if (tb_dim_known(in_d)) {
-                if (!crop || roi_known) size[d] = (int64_t)floor((double)in_d * span * scale[d]);
+                if (!crop || roi_known) {
+                    double sz = floor((double)in_d * span * scale[d]);
+                    NEED(sz >= 0 && sz <= (double)((int64_t)1 << 40), "Resize: output dim %d would be %g", d, sz);
+                    size[d] = (int64_t)sz;
+                }
             } else if (scale[d] == 1 && span == 1) size[d] = in_d;
         }
     }
