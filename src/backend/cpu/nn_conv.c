@@ -219,6 +219,87 @@ static tb_status conv_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view
     return TB_OK;
 }
 
+/* ---------------------------------------------------------------- packed weights */
+
+/* A GEMM's B that is a weight of the graph (constant for the context's
+ * life: weights are never written) is packed once into the kernel's panel
+ * layout and read from there on every run, found by address, shape,
+ * leading dim and trans flag. One packed copy per weight, freed with the
+ * context (tb_cpu_nn_ctx_release). Like the scratch, the table belongs to
+ * the context's one running node at a time. */
+typedef struct {
+    const float *b;
+    int64_t K, N, ldb;
+    int tb;
+    float *p;
+} wpack_entry;
+
+typedef struct {
+    wpack_entry *slots; /* open addressing; cap a power of 2, at most half full */
+    size_t cap, n;
+} wpack_table;
+
+static size_t wpack_slot(const wpack_table *t, const float *b, int64_t K, int64_t N) {
+    uint64_t h = (uint64_t)(uintptr_t)b * 0x9e3779b97f4a7c15ull ^ (uint64_t)K * 0xc2b2ae3d27d4eb4full ^ (uint64_t)N;
+    return (size_t)(h ^ h >> 29) & (t->cap - 1);
+}
+
+static int wpack_insert(wpack_table *t, wpack_entry e) {
+    if (2 * (t->n + 1) > t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 64;
+        wpack_entry *s = calloc(cap, sizeof *s);
+        if (!s) return 0;
+        wpack_table nt = {s, cap, 0};
+        for (size_t i = 0; i < t->cap; i++)
+            if (t->slots[i].p) wpack_insert(&nt, t->slots[i]);
+        free(t->slots);
+        *t = nt;
+    }
+    size_t i = wpack_slot(t, e.b, e.K, e.N);
+    while (t->slots[i].p) i = (i + 1) & (t->cap - 1);
+    t->slots[i] = e;
+    t->n++;
+    return 1;
+}
+
+/* The packed op(B) (K, N) of node n's input `input` when it is a weight,
+ * packed now on its first use; NULL when it is not a weight (or on OOM:
+ * the caller packs per call as before). */
+static const float *wpack_get(tb_cpu_nn_ctx *ctx, const tb_node *n, int input, int tb, int64_t K, int64_t N,
+                              const float *b, int64_t ldb) {
+    const tb_graph *g = ctx->graph;
+    if (!g || input >= n->n_in || n->in[input] < 0 || n->in[input] >= g->n_values ||
+        g->values[n->in[input]].kind != TB_VAL_WEIGHT || K <= 0 || N <= 0)
+        return NULL;
+    wpack_table *t = ctx->wpack;
+    if (!t) {
+        t = ctx->wpack = calloc(1, sizeof *t);
+        if (!t) return NULL;
+    }
+    if (t->cap)
+        for (size_t i = wpack_slot(t, b, K, N); t->slots[i].p; i = (i + 1) & (t->cap - 1)) {
+            const wpack_entry *e = &t->slots[i];
+            if (e->b == b && e->K == K && e->N == N && e->ldb == ldb && e->tb == tb) return e->p;
+        }
+    float *p = tb_alloc_aligned(sizeof(float) * tb_cpu_sgemm_packed_floats(K, N), 64);
+    if (!p) return NULL;
+    tb_cpu_sgemm_pack_b(tb, K, N, b, ldb, p);
+    if (!wpack_insert(t, (wpack_entry){b, K, N, ldb, tb, p})) {
+        tb_free_aligned(p);
+        return NULL;
+    }
+    return p;
+}
+
+void tb_cpu_nn_wpack_free(tb_cpu_nn_ctx *ctx) {
+    wpack_table *t = ctx->wpack;
+    if (!t) return;
+    for (size_t i = 0; i < t->cap; i++) tb_free_aligned(t->slots[i].p);
+    free(t->slots);
+    free(t);
+    ctx->wpack = NULL;
+}
+
 /* ---------------------------------------------------------------- Gemm */
 
 static tb_status gemm_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view *in, int n_in, const tb_view *out,
@@ -242,8 +323,13 @@ static tb_status gemm_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view
     e.p0 = n->f[2];
     e.p1 = n->f[3];
     e.act_after_res = (flags & TB_NN_ACT_AFTER_RESIDUAL) != 0;
-    tb_cpu_sgemm_ex(ta, tb, M, N, K, n->f[0], in[0].data, in[0].dims[1], in[1].data, in[1].dims[1], 0.0f,
-                    out[0].data, N, &e, ctx->pool);
+    const float *bp = wpack_get(ctx, n, 1, tb, K, N, in[1].data, in[1].dims[1]);
+    if (bp)
+        tb_cpu_sgemm_packed(ta, M, N, K, n->f[0], in[0].data, in[0].dims[1], bp, 0.0f, out[0].data, N, &e,
+                            ctx->pool);
+    else
+        tb_cpu_sgemm_ex(ta, tb, M, N, K, n->f[0], in[0].data, in[0].dims[1], in[1].data, in[1].dims[1], 0.0f,
+                        out[0].data, N, &e, ctx->pool);
     return TB_OK;
 }
 
@@ -270,6 +356,7 @@ typedef struct {
     int rb, nba, nbb;
     const int64_t *obd, *bda, *bdb;
     const float *A, *B;
+    const float *Bp; /* B packed (a weight shared by every batch), else NULL */
     float *Y;
     float alpha;
     const tb_cpu_sgemm_epi *e;
@@ -281,8 +368,12 @@ static void mm_batch(const mm_job *j, int64_t ob) {
     const float *B = j->B + batch_offset(j->nbb, j->bdb, j->rb, j->obd, ob) * j->K * j->N;
     tb_cpu_sgemm_epi e = *j->e;
     if (e.res) e.res += ob * j->M * j->N;
-    tb_cpu_sgemm_ex(j->ta, j->tb, j->M, j->N, j->K, j->alpha, A, j->lda, B, j->ldb, 0.0f, j->Y + ob * j->M * j->N,
-                    j->N, &e, j->pool);
+    if (j->Bp)
+        tb_cpu_sgemm_packed(j->ta, j->M, j->N, j->K, j->alpha, A, j->lda, j->Bp, 0.0f, j->Y + ob * j->M * j->N, j->N,
+                            &e, j->pool);
+    else
+        tb_cpu_sgemm_ex(j->ta, j->tb, j->M, j->N, j->K, j->alpha, A, j->lda, B, j->ldb, 0.0f,
+                        j->Y + ob * j->M * j->N, j->N, &e, j->pool);
 }
 
 static void mm_run(void *arg, int ith, int nth) {
@@ -319,13 +410,17 @@ static tb_status matmul_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_vi
     float alpha = n->f[0] != 0.0f ? n->f[0] : 1.0f;
     /* one weight-like b shared by every batch and a stored (..., M, K): one
      * GEMM over all the rows of a (the (B, S, K) x (K, N) case) */
+    const float *bp = nb_b == 1 ? wpack_get(ctx, n, 1, tb, K, N, b->data, ldb) : NULL;
     if (nb_b == 1 && !ta && nbatch * M == tb_view_numel(a) / K) {
-        tb_cpu_sgemm_ex(0, tb, nbatch * M, N, K, alpha, a->data, lda, b->data, ldb, 0.0f, out[0].data, N, &e,
-                        ctx->pool);
+        if (bp)
+            tb_cpu_sgemm_packed(0, nbatch * M, N, K, alpha, a->data, lda, bp, 0.0f, out[0].data, N, &e, ctx->pool);
+        else
+            tb_cpu_sgemm_ex(0, tb, nbatch * M, N, K, alpha, a->data, lda, b->data, ldb, 0.0f, out[0].data, N, &e,
+                            ctx->pool);
         return TB_OK;
     }
     mm_job j = {ta, tb, M, N, K, lda, ldb, nbatch, rb, nba, nbb, out[0].dims, a->dims, b->dims,
-                a->data, b->data, out[0].data, alpha, &e, ctx->pool};
+                a->data, b->data, bp, out[0].data, alpha, &e, ctx->pool};
     int nth = pool_threads(ctx->pool);
     /* many small products: the threads take whole batches */
     if (nth > 1 && nbatch >= 2 * nth && (double)M * N * K < 4e6) {
