@@ -18,6 +18,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <sys/mman.h>
 
 /* ---------------------------------------------------------------- shared */
 
@@ -237,7 +238,44 @@ typedef struct {
 typedef struct {
     wpack_entry *slots; /* open addressing; cap a power of 2, at most half full */
     size_t cap, n;
+    /* the packed copies, bump-allocated from chunks advised to take huge
+     * pages: a first touch of 4 KB pages costs about as much as the packing
+     * itself (seconds for BERT-base's 340 MB in a VM), and the streams of
+     * B miss the TLB less */
+    void **chunks;
+    size_t n_chunks, cap_chunks;
+    uint8_t *free_at;
+    size_t left;
 } wpack_table;
+
+#define WPACK_CHUNK ((size_t)64 << 20)
+#define WPACK_HUGE ((size_t)2 << 20)
+
+static float *wpack_alloc(wpack_table *t, size_t bytes) {
+    bytes = (bytes + 63) & ~(size_t)63;
+    if (bytes > t->left) {
+        size_t sz = bytes > WPACK_CHUNK ? (bytes + WPACK_HUGE - 1) / WPACK_HUGE * WPACK_HUGE : WPACK_CHUNK;
+        if (t->n_chunks == t->cap_chunks) {
+            size_t cap = t->cap_chunks ? 2 * t->cap_chunks : 8;
+            void **c = realloc(t->chunks, cap * sizeof *c);
+            if (!c) return NULL;
+            t->chunks = c;
+            t->cap_chunks = cap;
+        }
+        uint8_t *p = tb_alloc_aligned(sz, WPACK_HUGE);
+        if (!p) return NULL;
+#ifdef MADV_HUGEPAGE
+        madvise(p, sz, MADV_HUGEPAGE); /* advice only: 4 KB pages where refused */
+#endif
+        t->chunks[t->n_chunks++] = p;
+        t->free_at = p;
+        t->left = sz;
+    }
+    float *r = (float *)t->free_at;
+    t->free_at += bytes;
+    t->left -= bytes;
+    return r;
+}
 
 static size_t wpack_slot(const wpack_table *t, const float *b, int64_t K, int64_t N) {
     uint64_t h = (uint64_t)(uintptr_t)b * 0x9e3779b97f4a7c15ull ^ (uint64_t)K * 0xc2b2ae3d27d4eb4full ^ (uint64_t)N;
@@ -249,11 +287,14 @@ static int wpack_insert(wpack_table *t, wpack_entry e) {
         size_t cap = t->cap ? 2 * t->cap : 64;
         wpack_entry *s = calloc(cap, sizeof *s);
         if (!s) return 0;
-        wpack_table nt = {s, cap, 0};
-        for (size_t i = 0; i < t->cap; i++)
-            if (t->slots[i].p) wpack_insert(&nt, t->slots[i]);
-        free(t->slots);
-        *t = nt;
+        wpack_entry *old = t->slots;
+        size_t old_cap = t->cap;
+        t->slots = s;
+        t->cap = cap;
+        t->n = 0;
+        for (size_t i = 0; i < old_cap; i++)
+            if (old[i].p) wpack_insert(t, old[i]);
+        free(old);
     }
     size_t i = wpack_slot(t, e.b, e.K, e.N);
     while (t->slots[i].p) i = (i + 1) & (t->cap - 1);
@@ -281,20 +322,17 @@ static const float *wpack_get(tb_cpu_nn_ctx *ctx, const tb_node *n, int input, i
             const wpack_entry *e = &t->slots[i];
             if (e->b == b && e->K == K && e->N == N && e->ldb == ldb && e->tb == tb) return e->p;
         }
-    float *p = tb_alloc_aligned(sizeof(float) * tb_cpu_sgemm_packed_floats(K, N), 64);
-    if (!p) return NULL;
+    float *p = wpack_alloc(t, sizeof(float) * tb_cpu_sgemm_packed_floats(K, N));
+    if (!p || !wpack_insert(t, (wpack_entry){b, K, N, ldb, tb, p})) return NULL; /* a chunk's tail lost */
     tb_cpu_sgemm_pack_b(tb, K, N, b, ldb, p);
-    if (!wpack_insert(t, (wpack_entry){b, K, N, ldb, tb, p})) {
-        tb_free_aligned(p);
-        return NULL;
-    }
     return p;
 }
 
 void tb_cpu_nn_wpack_free(tb_cpu_nn_ctx *ctx) {
     wpack_table *t = ctx->wpack;
     if (!t) return;
-    for (size_t i = 0; i < t->cap; i++) tb_free_aligned(t->slots[i].p);
+    for (size_t i = 0; i < t->n_chunks; i++) tb_free_aligned(t->chunks[i]);
+    free(t->chunks);
     free(t->slots);
     free(t);
     ctx->wpack = NULL;
