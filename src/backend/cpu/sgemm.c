@@ -648,8 +648,27 @@ static void sgemm_block(const sgemm_job *j, int64_t m0, int64_t m1, int64_t n0, 
                     pack_a(j->ta, j->A, j->lda, ic + full, mc - full, pc, kc, s->mr, ROW_PANELS(s), pa + (size_t)full * kc);
                 for (int jr = 0; jr < nc; jr += s->nr) {
                     int nr = nc - jr < s->nr ? nc - jr : s->nr;
+                    /* a pre-packed B comes from memory (a model's weights do
+                     * not stay in cache, and one core's DRAM bandwidth is
+                     * below what the kernel reads): the next panel is
+                     * prefetched into L2, a share per row panel, so the
+                     * kernel does not stall on its first pass over it */
+                    const char *nxt = NULL;
+                    int64_t lines = 0, per = 0;
+                    if (j->Bp && ic == m0) {
+                        if (jr + s->nr < nc) nxt = (const char *)(pb + (size_t)(jr + s->nr) * kc);
+                        else if (pc + kc < K) nxt = (const char *)(j->Bp + (pc + kc) * j->npad + jc * kcb);
+                        else if (jc + nc < n1) nxt = (const char *)(j->Bp + (jc + nc) * kcb);
+                        lines = (int64_t)kc * s->nr * (int64_t)sizeof(float) / 64;
+                        int64_t nir = (mc + s->mr - 1) / s->mr;
+                        per = (lines + nir - 1) / nir;
+                    }
                     for (int ir = 0; ir < mc; ir += s->mr) {
                         int mr = mc - ir < s->mr ? mc - ir : s->mr;
+                        if (nxt) {
+                            int64_t l0 = ir / s->mr * per, l1 = l0 + per < lines ? l0 + per : lines;
+                            for (int64_t l = l0; l < l1; l++) _mm_prefetch(nxt + l * 64, _MM_HINT_T1);
+                        }
                         float *c = j->C + (ic + ir) * j->ldc + jc + jr;
                         const float *ap = pa + (size_t)ir * kc;
                         int64_t ars = kc;
