@@ -18,6 +18,7 @@
 #include <time.h>
 
 #include "backend/cpu/nn.h"
+#include "backend/cpu/nn_conv_impl.h"
 
 /* ---------------------------------------------------------------- peak */
 
@@ -152,32 +153,48 @@ typedef struct {
     int64_t M, N, K, batch;
     float *A, *B, *C;
     tb_pool *pool;
+    float *Bp; /* B packed once (a weight): tb_cpu_sgemm_packed */
 } gemm_case;
 
 static void gemm_call(void *arg) {
     gemm_case *g = arg;
+    if (g->Bp) {
+        tb_cpu_sgemm_packed(0, g->M * g->batch, g->N, g->K, 1.0f, g->A, g->K, g->Bp, 0.0f, g->C, g->N, NULL, g->pool);
+        return;
+    }
     for (int64_t b = 0; b < g->batch; b++)
         tb_cpu_sgemm(g->ta, g->tb, g->M, g->N, g->K, 1.0f, g->A + b * g->M * g->K, g->ta ? g->M : g->K, g->B,
                      g->tb ? g->K : g->N, 0.0f, g->C + b * g->M * g->N, g->N, g->pool);
 }
 
-static void bench_gemm(tb_pool *pool, int64_t M, int64_t N, int64_t K, int64_t batch, int tb) {
+/* packed: B packed once beforehand and the batch as one GEMM of batch M
+ * rows (a linear layer over a weight, as the MatMul / Gemm kernels run it) */
+static void bench_gemm_x(tb_pool *pool, int64_t M, int64_t N, int64_t K, int64_t batch, int tb, int packed) {
     char name[96];
-    snprintf(name, sizeof name, "sgemm %s%lldx%lldx%lld%s", batch > 1 ? "8x " : "", (long long)M, (long long)N,
-             (long long)K, tb ? " transB" : "");
+    snprintf(name, sizeof name, "sgemm %s%s%lldx%lldx%lld%s", packed ? "packed " : "", batch > 1 ? "8x " : "",
+             (long long)M, (long long)N, (long long)K, tb ? " transB" : "");
     if (!wanted(name)) return;
-    gemm_case g = {0, tb, M, N, K, batch, NULL, NULL, NULL, pool};
+    gemm_case g = {0, tb, M, N, K, batch, NULL, NULL, NULL, pool, NULL};
     g.A = tb_alloc_aligned(sizeof(float) * (size_t)(batch * M * K), 64);
     g.B = tb_alloc_aligned(sizeof(float) * (size_t)(K * N), 64);
     g.C = tb_alloc_aligned(sizeof(float) * (size_t)(batch * M * N), 64);
     fill(g.A, (size_t)(batch * M * K), 1);
     fill(g.B, (size_t)(K * N), 2);
+    if (packed) {
+        g.Bp = tb_alloc_aligned(sizeof(float) * tb_cpu_sgemm_packed_floats(K, N), 64);
+        tb_cpu_sgemm_pack_b(tb, K, N, g.B, tb ? K : N, g.Bp);
+    }
     double best, med;
     time_case(gemm_call, &g, &best, &med);
     report(name, 2.0 * M * N * K * batch, best, med);
+    tb_free_aligned(g.Bp);
     tb_free_aligned(g.A);
     tb_free_aligned(g.B);
     tb_free_aligned(g.C);
+}
+
+static void bench_gemm(tb_pool *pool, int64_t M, int64_t N, int64_t K, int64_t batch, int tb) {
+    bench_gemm_x(pool, M, N, K, batch, tb, 0);
 }
 
 /* ---------------------------------------------------------------- general ops */
@@ -337,6 +354,18 @@ int main(int argc, char **argv) {
         bench_gemm(pool, 128, 768, 768, 8, 0);
         bench_gemm(pool, 128, 3072, 768, 8, 0);
         bench_gemm(pool, 128, 768, 3072, 8, 0);
+        bench_gemm_x(pool, 128, 768, 768, 1, 0, 1);
+        bench_gemm_x(pool, 128, 3072, 768, 1, 0, 1);
+        bench_gemm_x(pool, 128, 768, 3072, 1, 0, 1);
+        bench_gemm_x(pool, 128, 768, 768, 8, 0, 1);
+        bench_gemm_x(pool, 128, 3072, 768, 8, 0, 1);
+        bench_gemm_x(pool, 128, 768, 3072, 8, 0, 1);
+        /* M = 1: the logits Gemm of ResNet-18 (transB), a batch-1 decoder's linear layers */
+        bench_gemm(pool, 1, 1000, 512, 1, 1);
+        bench_gemm_x(pool, 1, 1000, 512, 1, 1, 1);
+        bench_gemm(pool, 1, 3072, 768, 1, 0);
+        bench_gemm_x(pool, 1, 3072, 768, 1, 0, 1);
+        bench_gemm_x(pool, 4, 3072, 768, 1, 0, 1);
     }
     /* BERT-base FFN: 768 -> 3072 with gelu, 3072 -> 768 */
     bench_linear(pool, 1, 128, 768, 3072, TB_NN_ACT_GELU_ERF);

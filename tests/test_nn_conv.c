@@ -58,8 +58,30 @@ static tb_status run_node(const tb_node *n, const tb_view *in, int n_in, tb_view
     *out = mk(TB_F32, sh.rank[0], sh.dims[0]);
     for (int64_t i = 0; i < tb_view_numel(out); i++) ((float *)out->data)[i] = NAN;
     if (!fast) return tb_op_get_def(n->op)->ref(n, in, n_in, out, 1);
-    tb_cpu_nn_ctx c = {pool, NULL, 0};
-    tb_status s = tb_cpu_nn_run(&c, n, in, n_in, out, 1);
+    tb_cpu_nn_ctx c = {.pool = pool};
+    if (fast < 2) {
+        tb_status s = tb_cpu_nn_run(&c, n, in, n_in, out, 1);
+        tb_cpu_nn_ctx_release(&c);
+        return s;
+    }
+    /* fast 2: in[1] is a weight of a graph, packed on the first run and read
+     * packed on the second (whose output is the one returned) */
+    tb_value vals[TB_MAX_INPUTS];
+    memset(vals, 0, sizeof vals);
+    tb_graph g;
+    memset(&g, 0, sizeof g);
+    g.values = vals;
+    g.n_values = n_in;
+    tb_node nw = *n;
+    for (int k = 0; k < n_in; k++) {
+        nw.in[k] = k;
+        vals[k].kind = k == 1 ? TB_VAL_WEIGHT : TB_VAL_ACT;
+    }
+    c.graph = &g;
+    tb_status s = tb_cpu_nn_run(&c, &nw, in, n_in, out, 1);
+    int64_t cnt = tb_view_numel(out);
+    for (int64_t i = 0; i < cnt; i++) ((float *)out->data)[i] = NAN;
+    if (s == TB_OK) s = tb_cpu_nn_run(&c, &nw, in, n_in, out, 1);
     tb_cpu_nn_ctx_release(&c);
     return s;
 }
@@ -516,9 +538,11 @@ static void test_conv_random(tb_pool *pool) {
 }
 
 /* sgemm directly: trans flags, odd sizes, alpha / beta, leading dims, epilogues */
-static void test_sgemm(tb_pool *pool) {
-    static const int64_t sizes[][3] = {{1, 1, 1}, {7, 17, 63}, {17, 7, 65}, {63, 65, 1}, {65, 129, 17},
-                                       {129, 33, 300}, {13, 1, 129}, {1, 97, 31}, {200, 150, 520}, {31, 45, 0}};
+static void test_sgemm(tb_pool *pool, int packed) {
+    /* the small-M kernel of a packed B: M <= 4, several K blocks, N over a thread's share */
+    static const int64_t sizes[][3] = {{1, 1, 1},   {7, 17, 63},    {17, 7, 65},    {63, 65, 1},   {65, 129, 17},
+                                       {129, 33, 300}, {13, 1, 129}, {1, 97, 31},   {200, 150, 520}, {31, 45, 0},
+                                       {2, 1000, 513}, {3, 70, 300}, {4, 2049, 257}, {1, 1000, 512}, {5, 33, 260}};
     int idx = 0;
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
         for (int ta = 0; ta < 2; ta++)
@@ -546,7 +570,14 @@ static void test_sgemm(tb_pool *pool) {
                     e.bias = bias; e.bias_cs = 1; e.bias_scale = 2.0f;
                     e.act = TB_NN_ACT_GELU_ERF; e.res = res; e.ld_res = N;
                 }
-                tb_cpu_sgemm_ex(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, &e, pool);
+                if (packed) { /* B packed once beforehand (a weight), with a dense A when ta */
+                    float *Bp = tb_alloc_aligned(sizeof(float) * (tb_cpu_sgemm_packed_floats(K, N) + 1), 64);
+                    tb_cpu_sgemm_pack_b(tb, K, N, B, ldb, Bp);
+                    tb_cpu_sgemm_packed(ta, M, N, K, alpha, A, lda, Bp, beta, C, ldc, &e, pool);
+                    tb_free_aligned(Bp);
+                } else {
+                    tb_cpu_sgemm_ex(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, &e, pool);
+                }
                 double *want = malloc(sizeof(double) * (size_t)(M * N + 1)), *S = malloc(sizeof(double) * (size_t)(M * N + 1));
                 mat am = {A, ta ? 1 : lda, ta ? lda : 1}, bm = {B, tb ? 1 : ldb, tb ? ldb : 1};
                 mat bi = {e.bias, e.bias_rs, e.bias_cs};
@@ -562,8 +593,8 @@ static void test_sgemm(tb_pool *pool) {
                 int pad_ok = 1;
                 for (int64_t i = 0; i < M; i++)
                     for (int64_t j = N; j < ldc; j++) pad_ok &= C[i * ldc + j] == C0[i * ldc + j];
-                CHECK_MSG(err <= 1e-5 && pad_ok, "sgemm %lldx%lldx%lld ta %d tb %d variant %d: error %.3g%s",
-                          (long long)M, (long long)N, (long long)K, ta, tb, variant, err,
+                CHECK_MSG(err <= 1e-5 && pad_ok, "sgemm%s %lldx%lldx%lld ta %d tb %d variant %d: error %.3g%s",
+                          packed ? " packed" : "", (long long)M, (long long)N, (long long)K, ta, tb, variant, err,
                           pad_ok ? "" : ", wrote past N");
                 free(A); free(B); free(C); free(C0); free(bias); free(res); free(want); free(S); free(got);
             }
@@ -571,7 +602,7 @@ static void test_sgemm(tb_pool *pool) {
 
 static void test_gemm_matmul(tb_pool *pool) {
     /* Gemm over c shapes, trans flags, activations, residual */
-    static const int64_t gs[][3] = {{1, 1, 1}, {7, 17, 63}, {65, 33, 129}, {128, 96, 70}};
+    static const int64_t gs[][3] = {{1, 1, 1}, {7, 17, 63}, {65, 33, 129}, {128, 96, 70}, {1, 1000, 512}, {3, 64, 300}};
     int v = 0;
     for (size_t s = 0; s < sizeof gs / sizeof gs[0]; s++)
         for (int t = 0; t < 4; t++, v++) {
@@ -602,7 +633,7 @@ static void test_gemm_matmul(tb_pool *pool) {
             mat cmat = {n.f[1] != 0.0f ? in[2].data : NULL, cm == 1 ? 0 : cn, cn == 1 ? 0 : 1};
             gemm_expect(M, N, K, n.f[0], am, bm, cmat, n.f[1], k == 4 ? in[3].data : NULL, n.i[2], n.f[2], n.f[3],
                         n.i[3], want, S);
-            for (int fast = 0; fast < 2; fast++) {
+            for (int fast = 0; fast < 3; fast++) { /* fast 2: B a weight, packed once */
                 tb_view out;
                 if (run_node(&n, in, k, &out, fast, pool) != TB_OK) {
                     CHECK_MSG(0, "gemm %d: %s", v, tb_last_error());
@@ -635,6 +666,10 @@ static void test_gemm_matmul(tb_pool *pool) {
         {3, {2, 6, 17}, 1, {17}, 0, 0, TB_NN_ACT_NONE, 0},
         {3, {24, 64, 64}, 3, {24, 64, 64}, 0, 1, TB_NN_ACT_NONE, 0},
         {2, {1, 1}, 2, {1, 1}, 1, 1, TB_NN_ACT_SIGMOID, TB_NN_HAS_BIAS},
+        /* small M (the GEMV kernel over a packed weight), a transposed A over one shared B */
+        {3, {1, 1, 300}, 2, {300, 70}, 0, 0, TB_NN_ACT_NONE, TB_NN_HAS_BIAS},
+        {2, {3, 257}, 2, {100, 257}, 0, 1, TB_NN_ACT_RELU, TB_NN_HAS_BIAS | TB_NN_HAS_RESIDUAL},
+        {3, {2, 13, 9}, 2, {13, 37}, 1, 0, TB_NN_ACT_NONE, TB_NN_HAS_RESIDUAL},
     };
     for (size_t c = 0; c < sizeof ms / sizeof ms[0]; c++) {
         tb_node n;
@@ -687,7 +722,7 @@ static void test_gemm_matmul(tb_pool *pool) {
             gemm_expect(M, N, K, n.f[0] != 0.0f ? n.f[0] : 1.0, am, bm, bi, 1.0, res, n.i[2], 0, 0, n.i[3],
                         want + ob * M * N, S + ob * M * N);
         }
-        for (int fast = 0; fast < 2; fast++) {
+        for (int fast = 0; fast < 3; fast++) { /* fast 2: B a weight, packed once */
             tb_view out;
             if (run_node(&n, in, k, &out, fast, pool) != TB_OK) {
                 CHECK_MSG(0, "matmul %zu: %s", c, tb_last_error());
@@ -829,8 +864,10 @@ int main(int argc, char **argv) {
         test_ref_hand();
     }
     test_activations();
-    test_sgemm(NULL);
-    test_sgemm(pool);
+    test_sgemm(NULL, 0);
+    test_sgemm(pool, 0);
+    test_sgemm(NULL, 1);
+    test_sgemm(pool, 1);
     test_conv_random(pool);
     test_conv_random(NULL);
     test_gemm_matmul(pool);

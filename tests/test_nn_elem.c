@@ -1021,7 +1021,7 @@ __attribute__((noinline)) static void naive_gelu(const float *x, float *y, int64
 static void bench(int threads) {
     tb_pool *pool = NULL;
     if (threads > 1 && tb_pool_create(threads, &pool) != TB_OK) return;
-    tb_cpu_nn_ctx ctx = {pool, NULL, 0};
+    tb_cpu_nn_ctx ctx = {.pool = pool};
     int64_t n = 16 << 20;
     float *a = rand_buf(n, -1, 1), *b = rand_buf(n, -1, 1), *y = malloc(n * sizeof(float));
     memset(y, 0, n * sizeof(float));
@@ -1091,7 +1091,7 @@ int main(int argc, char **argv) {
     test_ref_norm();
     tb_pool *pool = NULL;
     CHECK(tb_pool_create(3, &pool) == TB_OK);
-    tb_cpu_nn_ctx ctx = {pool, NULL, 0}, solo = {NULL, NULL, 0};
+    tb_cpu_nn_ctx ctx = {.pool = pool}, solo = {.pool = NULL};
     printf("fast kernels against the reference (3 threads):\n");
     test_fast_unary(&ctx);
     test_fast_binary(&ctx);

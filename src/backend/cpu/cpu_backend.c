@@ -109,6 +109,7 @@ static tb_status run_nn(cpu_ctx *c, const tb_graph *g, const tb_node *n, void *c
     for (int k = 0; k < n->n_in; k++) step_view(g, n->in[k], bufs, st, &in[k]);
     for (int k = 0; k < n->n_out; k++) step_view(g, n->out[k], bufs, st, &out[k]);
     c->nn.pool = c->pool;
+    c->nn.graph = g;
     return tb_cpu_nn_run(&c->nn, n, in, n->n_in, out, n->n_out);
 }
 

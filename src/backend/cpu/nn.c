@@ -1,5 +1,6 @@
 /* nn.c — dispatch of the general ops on the CPU (nn.h). */
 #include "backend/cpu/nn.h"
+#include "backend/cpu/nn_conv_impl.h"
 
 void *tb_cpu_nn_scratch(tb_cpu_nn_ctx *c, size_t bytes) {
     if (bytes <= c->scratch_cap) return c->scratch;
@@ -16,6 +17,7 @@ void tb_cpu_nn_ctx_release(tb_cpu_nn_ctx *c) {
     tb_free_aligned(c->scratch);
     c->scratch = NULL;
     c->scratch_cap = 0;
+    tb_cpu_nn_wpack_free(c);
 }
 
 tb_status tb_cpu_nn_run(tb_cpu_nn_ctx *c, const tb_node *n, const tb_view *in, int n_in, const tb_view *out,

@@ -14,10 +14,13 @@ typedef struct {
     tb_pool *pool;      /* NULL: the calling thread alone */
     void *scratch;      /* tb_alloc_aligned'd, 64-byte aligned */
     size_t scratch_cap;
+    const tb_graph *graph; /* the running graph (NULL: unknown): tells which inputs are weights */
+    void *wpack;        /* weights packed for the GEMM, made on first use (nn_conv.c) */
 } tb_cpu_nn_ctx;
 
 /* At least `bytes` of scratch (valid until the next call); NULL on OOM. */
 void *tb_cpu_nn_scratch(tb_cpu_nn_ctx *c, size_t bytes);
+/* Frees the scratch and the packed weights. */
 void tb_cpu_nn_ctx_release(tb_cpu_nn_ctx *c);
 
 typedef tb_status (*tb_cpu_nn_fn)(tb_cpu_nn_ctx *c, const tb_node *n, const tb_view *in, int n_in,

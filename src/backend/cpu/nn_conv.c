@@ -18,6 +18,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <sys/mman.h>
 
 /* ---------------------------------------------------------------- shared */
 
@@ -219,6 +220,124 @@ static tb_status conv_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view
     return TB_OK;
 }
 
+/* ---------------------------------------------------------------- packed weights */
+
+/* A GEMM's B that is a weight of the graph (constant for the context's
+ * life: weights are never written) is packed once into the kernel's panel
+ * layout and read from there on every run, found by address, shape,
+ * leading dim and trans flag. One packed copy per weight, freed with the
+ * context (tb_cpu_nn_ctx_release). Like the scratch, the table belongs to
+ * the context's one running node at a time. */
+typedef struct {
+    const float *b;
+    int64_t K, N, ldb;
+    int tb;
+    float *p;
+} wpack_entry;
+
+typedef struct {
+    wpack_entry *slots; /* open addressing; cap a power of 2, at most half full */
+    size_t cap, n;
+    /* the packed copies, bump-allocated from chunks advised to take huge
+     * pages: a first touch of 4 KB pages costs about as much as the packing
+     * itself (seconds for BERT-base's 340 MB in a VM), and the streams of
+     * B miss the TLB less */
+    void **chunks;
+    size_t n_chunks, cap_chunks;
+    uint8_t *free_at;
+    size_t left;
+} wpack_table;
+
+#define WPACK_CHUNK ((size_t)64 << 20)
+#define WPACK_HUGE ((size_t)2 << 20)
+
+static float *wpack_alloc(wpack_table *t, size_t bytes) {
+    bytes = (bytes + 63) & ~(size_t)63;
+    if (bytes > t->left) {
+        size_t sz = bytes > WPACK_CHUNK ? (bytes + WPACK_HUGE - 1) / WPACK_HUGE * WPACK_HUGE : WPACK_CHUNK;
+        if (t->n_chunks == t->cap_chunks) {
+            size_t cap = t->cap_chunks ? 2 * t->cap_chunks : 8;
+            void **c = realloc(t->chunks, cap * sizeof *c);
+            if (!c) return NULL;
+            t->chunks = c;
+            t->cap_chunks = cap;
+        }
+        uint8_t *p = tb_alloc_aligned(sz, WPACK_HUGE);
+        if (!p) return NULL;
+#ifdef MADV_HUGEPAGE
+        madvise(p, sz, MADV_HUGEPAGE); /* advice only: 4 KB pages where refused */
+#endif
+        t->chunks[t->n_chunks++] = p;
+        t->free_at = p;
+        t->left = sz;
+    }
+    float *r = (float *)t->free_at;
+    t->free_at += bytes;
+    t->left -= bytes;
+    return r;
+}
+
+static size_t wpack_slot(const wpack_table *t, const float *b, int64_t K, int64_t N) {
+    uint64_t h = (uint64_t)(uintptr_t)b * 0x9e3779b97f4a7c15ull ^ (uint64_t)K * 0xc2b2ae3d27d4eb4full ^ (uint64_t)N;
+    return (size_t)(h ^ h >> 29) & (t->cap - 1);
+}
+
+static int wpack_insert(wpack_table *t, wpack_entry e) {
+    if (2 * (t->n + 1) > t->cap) {
+        size_t cap = t->cap ? 2 * t->cap : 64;
+        wpack_entry *s = calloc(cap, sizeof *s);
+        if (!s) return 0;
+        wpack_entry *old = t->slots;
+        size_t old_cap = t->cap;
+        t->slots = s;
+        t->cap = cap;
+        t->n = 0;
+        for (size_t i = 0; i < old_cap; i++)
+            if (old[i].p) wpack_insert(t, old[i]);
+        free(old);
+    }
+    size_t i = wpack_slot(t, e.b, e.K, e.N);
+    while (t->slots[i].p) i = (i + 1) & (t->cap - 1);
+    t->slots[i] = e;
+    t->n++;
+    return 1;
+}
+
+/* The packed op(B) (K, N) of node n's input `input` when it is a weight,
+ * packed now on its first use; NULL when it is not a weight (or on OOM:
+ * the caller packs per call as before). */
+static const float *wpack_get(tb_cpu_nn_ctx *ctx, const tb_node *n, int input, int tb, int64_t K, int64_t N,
+                              const float *b, int64_t ldb) {
+    const tb_graph *g = ctx->graph;
+    if (!g || input >= n->n_in || n->in[input] < 0 || n->in[input] >= g->n_values ||
+        g->values[n->in[input]].kind != TB_VAL_WEIGHT || K <= 0 || N <= 0)
+        return NULL;
+    wpack_table *t = ctx->wpack;
+    if (!t) {
+        t = ctx->wpack = calloc(1, sizeof *t);
+        if (!t) return NULL;
+    }
+    if (t->cap)
+        for (size_t i = wpack_slot(t, b, K, N); t->slots[i].p; i = (i + 1) & (t->cap - 1)) {
+            const wpack_entry *e = &t->slots[i];
+            if (e->b == b && e->K == K && e->N == N && e->ldb == ldb && e->tb == tb) return e->p;
+        }
+    float *p = wpack_alloc(t, sizeof(float) * tb_cpu_sgemm_packed_floats(K, N));
+    if (!p || !wpack_insert(t, (wpack_entry){b, K, N, ldb, tb, p})) return NULL; /* a chunk's tail lost */
+    tb_cpu_sgemm_pack_b(tb, K, N, b, ldb, p);
+    return p;
+}
+
+void tb_cpu_nn_wpack_free(tb_cpu_nn_ctx *ctx) {
+    wpack_table *t = ctx->wpack;
+    if (!t) return;
+    for (size_t i = 0; i < t->n_chunks; i++) tb_free_aligned(t->chunks[i]);
+    free(t->chunks);
+    free(t->slots);
+    free(t);
+    ctx->wpack = NULL;
+}
+
 /* ---------------------------------------------------------------- Gemm */
 
 static tb_status gemm_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view *in, int n_in, const tb_view *out,
@@ -242,8 +361,13 @@ static tb_status gemm_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view
     e.p0 = n->f[2];
     e.p1 = n->f[3];
     e.act_after_res = (flags & TB_NN_ACT_AFTER_RESIDUAL) != 0;
-    tb_cpu_sgemm_ex(ta, tb, M, N, K, n->f[0], in[0].data, in[0].dims[1], in[1].data, in[1].dims[1], 0.0f,
-                    out[0].data, N, &e, ctx->pool);
+    const float *bp = wpack_get(ctx, n, 1, tb, K, N, in[1].data, in[1].dims[1]);
+    if (bp)
+        tb_cpu_sgemm_packed(ta, M, N, K, n->f[0], in[0].data, in[0].dims[1], bp, 0.0f, out[0].data, N, &e,
+                            ctx->pool);
+    else
+        tb_cpu_sgemm_ex(ta, tb, M, N, K, n->f[0], in[0].data, in[0].dims[1], in[1].data, in[1].dims[1], 0.0f,
+                        out[0].data, N, &e, ctx->pool);
     return TB_OK;
 }
 
@@ -270,6 +394,7 @@ typedef struct {
     int rb, nba, nbb;
     const int64_t *obd, *bda, *bdb;
     const float *A, *B;
+    const float *Bp; /* B packed (a weight shared by every batch), else NULL */
     float *Y;
     float alpha;
     const tb_cpu_sgemm_epi *e;
@@ -281,8 +406,12 @@ static void mm_batch(const mm_job *j, int64_t ob) {
     const float *B = j->B + batch_offset(j->nbb, j->bdb, j->rb, j->obd, ob) * j->K * j->N;
     tb_cpu_sgemm_epi e = *j->e;
     if (e.res) e.res += ob * j->M * j->N;
-    tb_cpu_sgemm_ex(j->ta, j->tb, j->M, j->N, j->K, j->alpha, A, j->lda, B, j->ldb, 0.0f, j->Y + ob * j->M * j->N,
-                    j->N, &e, j->pool);
+    if (j->Bp)
+        tb_cpu_sgemm_packed(j->ta, j->M, j->N, j->K, j->alpha, A, j->lda, j->Bp, 0.0f, j->Y + ob * j->M * j->N, j->N,
+                            &e, j->pool);
+    else
+        tb_cpu_sgemm_ex(j->ta, j->tb, j->M, j->N, j->K, j->alpha, A, j->lda, B, j->ldb, 0.0f,
+                        j->Y + ob * j->M * j->N, j->N, &e, j->pool);
 }
 
 static void mm_run(void *arg, int ith, int nth) {
@@ -319,13 +448,17 @@ static tb_status matmul_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_vi
     float alpha = n->f[0] != 0.0f ? n->f[0] : 1.0f;
     /* one weight-like b shared by every batch and a stored (..., M, K): one
      * GEMM over all the rows of a (the (B, S, K) x (K, N) case) */
+    const float *bp = nb_b == 1 ? wpack_get(ctx, n, 1, tb, K, N, b->data, ldb) : NULL;
     if (nb_b == 1 && !ta && nbatch * M == tb_view_numel(a) / K) {
-        tb_cpu_sgemm_ex(0, tb, nbatch * M, N, K, alpha, a->data, lda, b->data, ldb, 0.0f, out[0].data, N, &e,
-                        ctx->pool);
+        if (bp)
+            tb_cpu_sgemm_packed(0, nbatch * M, N, K, alpha, a->data, lda, bp, 0.0f, out[0].data, N, &e, ctx->pool);
+        else
+            tb_cpu_sgemm_ex(0, tb, nbatch * M, N, K, alpha, a->data, lda, b->data, ldb, 0.0f, out[0].data, N, &e,
+                            ctx->pool);
         return TB_OK;
     }
     mm_job j = {ta, tb, M, N, K, lda, ldb, nbatch, rb, nba, nbb, out[0].dims, a->dims, b->dims,
-                a->data, b->data, out[0].data, alpha, &e, ctx->pool};
+                a->data, b->data, bp, out[0].data, alpha, &e, ctx->pool};
     int nth = pool_threads(ctx->pool);
     /* many small products: the threads take whole batches */
     if (nth > 1 && nbatch >= 2 * nth && (double)M * N * K < 4e6) {

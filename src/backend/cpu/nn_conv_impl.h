@@ -20,6 +20,19 @@ void tb_cpu_nn_epilogue(float *c, int64_t ldc, int64_t M, int64_t N, const tb_cp
 /* x[0, n) = softmax(x) in place; a row of -inf only gives zeros (sgemm.c). */
 void tb_cpu_nn_softmax_row(float *x, int64_t n);
 
+/* GEMM with B packed once (a weight): tb_cpu_sgemm_pack_b writes op(B)
+ * (K, N) into the kernel's panel layout, tb_cpu_sgemm_packed_floats(K, N)
+ * floats at a 64-byte aligned dst; tb_cpu_sgemm_packed is tb_cpu_sgemm_ex
+ * reading those panels in place (no packing of B per call). (sgemm.c) */
+size_t tb_cpu_sgemm_packed_floats(int64_t K, int64_t N);
+void tb_cpu_sgemm_pack_b(int tb, int64_t K, int64_t N, const float *B, int64_t ldb, float *dst);
+void tb_cpu_sgemm_packed(int ta, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                         const float *Bp, float beta, float *C, int64_t ldc, const tb_cpu_sgemm_epi *epi,
+                         tb_pool *pool);
+
+/* Frees the context's packed weights (nn_conv.c). */
+void tb_cpu_nn_wpack_free(tb_cpu_nn_ctx *c);
+
 /* Conv by Winograd F(2x2, 3x3), or F(4x4, 3x3) with f4 (AVX-512): 3x3,
  * stride 1, dilation 1, one group (winograd.c). */
 tb_status tb_cpu_conv_winograd(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn_conv_geom *g, int f4,

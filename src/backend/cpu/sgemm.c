@@ -276,6 +276,8 @@ static T256 void epi_avx2(float *c, int64_t ldc, int64_t i0, int64_t j0, int mr,
 
 #define A5_MR 12
 #define A5_NR 32
+#define A5_KC 256 /* isa_avx512's kc */
+#define SMALL_M 4  /* rows up to which a pre-packed B takes the GEMV-style kernel */
 
 T512_INLINE void micro512_t(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
                             int nr, float alpha, float beta, const tb_cpu_sgemm_epi *e, int64_t i0, int64_t j0) {
@@ -478,7 +480,7 @@ static T512 void epi_avx512(float *c, int64_t ldc, int64_t i0, int64_t j0, int m
 
 static const sgemm_isa isa_generic = {"generic", G_MR, G_NR, 256, 64, 1024, micro_generic, epi_generic, NULL};
 static const sgemm_isa isa_avx2 = {"avx2", A2_MR, A2_NR, 256, 72, 2048, micro_avx2, epi_avx2, NULL};
-static const sgemm_isa isa_avx512 = {"avx512", A5_MR, A5_NR, 256, 144, 512, micro_avx512, epi_avx512,
+static const sgemm_isa isa_avx512 = {"avx512", A5_MR, A5_NR, A5_KC, 144, 512, micro_avx512, epi_avx512,
                                       micro_avx512_epi};
 /* the AVX-512 kernel reads A as row panels [MR][kc], the others as [kc][MR] */
 #define ROW_PANELS(isa) ((isa) == &isa_avx512)
@@ -596,6 +598,8 @@ typedef struct {
     const tb_cpu_sgemm_epi *epi;
     int split_n;            /* threads take tiles of N (else of M) */
     int64_t tiles;          /* of the split dim */
+    const float *Bp;        /* B pre-packed (tb_cpu_sgemm_pack_b), else NULL */
+    int64_t npad;           /* its row length: N rounded up to NR */
 } sgemm_job;
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
@@ -624,15 +628,17 @@ static void sgemm_block(const sgemm_job *j, int64_t m0, int64_t m1, int64_t n0, 
     int reg_epi = s->micro_epi && j->epi &&
                   (j->epi->act == TB_NN_ACT_NONE || j->epi->act == TB_NN_ACT_RELU || j->epi->act == TB_NN_ACT_CLIP);
     int direct_a = ROW_PANELS(s) && !j->ta;
-    float *pb = pack_get((size_t)kcb * ncb + (size_t)kcb * mcb);
-    float *pa = pb + (size_t)kcb * ncb;
+    /* a pre-packed B needs no B buffer: its blocks are read in place */
+    float *pbuf = pack_get((size_t)kcb * (j->Bp ? 0 : ncb) + (size_t)kcb * mcb);
+    float *pa = pbuf + (size_t)kcb * (j->Bp ? 0 : ncb), *pb = pbuf;
     for (int64_t jc = n0; jc < n1; jc += ncb) {
         int nc = (int)(n1 - jc < ncb ? n1 - jc : ncb);
         for (int64_t pc = 0; pc < K; pc += kcb) {
             int kc = (int)(K - pc < kcb ? K - pc : kcb);
             float beta = pc == 0 ? j->beta : 1.0f;
             int last = pc + kc >= K;
-            pack_b(j->tb, j->B, j->ldb, pc, kc, jc, nc, s->nr, pb);
+            if (j->Bp) pb = (float *)j->Bp + pc * j->npad + jc * kc;
+            else pack_b(j->tb, j->B, j->ldb, pc, kc, jc, nc, s->nr, pb);
             for (int64_t ic = m0; ic < m1; ic += mcb) {
                 int mc = (int)(m1 - ic < mcb ? m1 - ic : mcb);
                 /* row panels of a row-major A are read in place; only a
@@ -642,8 +648,27 @@ static void sgemm_block(const sgemm_job *j, int64_t m0, int64_t m1, int64_t n0, 
                     pack_a(j->ta, j->A, j->lda, ic + full, mc - full, pc, kc, s->mr, ROW_PANELS(s), pa + (size_t)full * kc);
                 for (int jr = 0; jr < nc; jr += s->nr) {
                     int nr = nc - jr < s->nr ? nc - jr : s->nr;
+                    /* a pre-packed B comes from memory (a model's weights do
+                     * not stay in cache, and one core's DRAM bandwidth is
+                     * below what the kernel reads): the next panel is
+                     * prefetched into L2, a share per row panel, so the
+                     * kernel does not stall on its first pass over it */
+                    const char *nxt = NULL;
+                    int64_t lines = 0, per = 0;
+                    if (j->Bp && ic == m0) {
+                        if (jr + s->nr < nc) nxt = (const char *)(pb + (size_t)(jr + s->nr) * kc);
+                        else if (pc + kc < K) nxt = (const char *)(j->Bp + (pc + kc) * j->npad + jc * kcb);
+                        else if (jc + nc < n1) nxt = (const char *)(j->Bp + (jc + nc) * kcb);
+                        lines = (int64_t)kc * s->nr * (int64_t)sizeof(float) / 64;
+                        int64_t nir = (mc + s->mr - 1) / s->mr;
+                        per = (lines + nir - 1) / nir;
+                    }
                     for (int ir = 0; ir < mc; ir += s->mr) {
                         int mr = mc - ir < s->mr ? mc - ir : s->mr;
+                        if (nxt) {
+                            int64_t l0 = ir / s->mr * per, l1 = l0 + per < lines ? l0 + per : lines;
+                            for (int64_t l = l0; l < l1; l++) _mm_prefetch(nxt + l * 64, _MM_HINT_T1);
+                        }
                         float *c = j->C + (ic + ir) * j->ldc + jc + jr;
                         const float *ap = pa + (size_t)ir * kc;
                         int64_t ars = kc;
@@ -685,26 +710,159 @@ static double split_eff(int64_t n, int64_t r, int nth) {
     return (double)n / (double)(nth * ((tiles + nth - 1) / nth) * r);
 }
 
+/* ---------------------------------------------------------------- small M */
+
+/* C rows [0, M < 5) x NR-panels [q0, q1) over a pre-packed B: each panel of
+ * B streamed once, its columns' sums in registers over all of K (the GEMV of
+ * a batch-1 linear layer, where the 12-row kernel would do 12 / M times the
+ * work). Two sets of accumulators over even / odd k keep the FMA latency
+ * hidden at M = 1. */
+T512_INLINE void smallm512_t(const sgemm_job *j, int64_t q0, int64_t q1, const int M) {
+    const int64_t K = j->K, N = j->N;
+    int64_t nkb = (K + A5_KC - 1) / A5_KC;
+    int64_t kcb = (K + nkb - 1) / nkb;
+    int64_t ams = j->ta ? 1 : j->lda, aks = j->ta ? j->lda : 1;
+    for (int64_t q = q0; q < q1; q++) {
+        int64_t j0 = q * A5_NR;
+        int nr = (int)(N - j0 < A5_NR ? N - j0 : A5_NR);
+        __m512 acc[2][4][2];
+#pragma GCC unroll 4
+        for (int m = 0; m < 4; m++) acc[0][m][0] = acc[0][m][1] = acc[1][m][0] = acc[1][m][1] = _mm512_setzero_ps();
+        for (int64_t pc = 0; pc < K; pc += kcb) {
+            int64_t kc = K - pc < kcb ? K - pc : kcb;
+            const float *pb = j->Bp + pc * j->npad + j0 * kc;
+            const float *a = j->A + pc * aks;
+            int64_t k = 0;
+            for (; k + 2 <= kc; k += 2, pb += 2 * A5_NR) {
+                __m512 b0 = _mm512_load_ps(pb), b1 = _mm512_load_ps(pb + 16);
+                __m512 b2 = _mm512_load_ps(pb + 32), b3 = _mm512_load_ps(pb + 48);
+#pragma GCC unroll 4
+                for (int m = 0; m < M; m++) {
+                    __m512 x0 = _mm512_set1_ps(a[m * ams + k * aks]), x1 = _mm512_set1_ps(a[m * ams + (k + 1) * aks]);
+                    acc[0][m][0] = _mm512_fmadd_ps(x0, b0, acc[0][m][0]);
+                    acc[0][m][1] = _mm512_fmadd_ps(x0, b1, acc[0][m][1]);
+                    acc[1][m][0] = _mm512_fmadd_ps(x1, b2, acc[1][m][0]);
+                    acc[1][m][1] = _mm512_fmadd_ps(x1, b3, acc[1][m][1]);
+                }
+            }
+            if (k < kc) {
+                __m512 b0 = _mm512_load_ps(pb), b1 = _mm512_load_ps(pb + 16);
+#pragma GCC unroll 4
+                for (int m = 0; m < M; m++) {
+                    __m512 x0 = _mm512_set1_ps(a[m * ams + k * aks]);
+                    acc[0][m][0] = _mm512_fmadd_ps(x0, b0, acc[0][m][0]);
+                    acc[0][m][1] = _mm512_fmadd_ps(x0, b1, acc[0][m][1]);
+                }
+            }
+        }
+        __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
+        __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : nr <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nr - 16)) - 1);
+        __m512 va = _mm512_set1_ps(j->alpha), vb = _mm512_set1_ps(j->beta);
+        float *c = j->C + j0;
+#pragma GCC unroll 4
+        for (int m = 0; m < M; m++) {
+            float *o = c + m * j->ldc;
+            __m512 r0 = _mm512_mul_ps(va, _mm512_add_ps(acc[0][m][0], acc[1][m][0]));
+            __m512 r1 = _mm512_mul_ps(va, _mm512_add_ps(acc[0][m][1], acc[1][m][1]));
+            if (j->beta != 0.0f) {
+                r0 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, o), r0);
+                r1 = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, o + 16), r1);
+            }
+            _mm512_mask_storeu_ps(o, m0, r0);
+            _mm512_mask_storeu_ps(o + 16, m1, r1);
+        }
+        if (j->epi) epi_avx512(c, j->ldc, 0, j0, M, nr, j->epi);
+    }
+}
+
+static T512 void smallm512(const sgemm_job *j, int64_t q0, int64_t q1) {
+    switch (j->M) {
+    case 1: smallm512_t(j, q0, q1, 1); break;
+    case 2: smallm512_t(j, q0, q1, 2); break;
+    case 3: smallm512_t(j, q0, q1, 3); break;
+    default: smallm512_t(j, q0, q1, 4); break;
+    }
+}
+
+static void smallm_run(void *arg, int ith, int nth) {
+    const sgemm_job *j = arg;
+    smallm512(j, j->tiles * ith / nth, j->tiles * (ith + 1) / nth);
+}
+
+/* ---------------------------------------------------------------- entry points */
+
+static void sgemm_go(sgemm_job *j, tb_pool *pool) {
+    const sgemm_isa *isa = j->isa;
+    int64_t M = j->M, N = j->N, K = j->K;
+    int nth = pool ? tb_pool_size(pool) : 1;
+    if ((double)M * N * K < 65536.0) nth = 1;
+    if (j->Bp && isa == &isa_avx512 && M <= SMALL_M && K > 0) {
+        j->tiles = (N + A5_NR - 1) / A5_NR;
+        /* a thread per 16 K N or more of B: below, the hand-off costs more */
+        if ((double)N * K < 16.0 * 65536.0) nth = 1;
+        if (nth <= 1) smallm512(j, 0, j->tiles);
+        else tb_pool_run(pool, smallm_run, j);
+        return;
+    }
+    int64_t tm = (M + isa->mr - 1) / isa->mr, tn = (N + isa->nr - 1) / isa->nr;
+    j->split_n = split_eff(N, isa->nr, nth) >= split_eff(M, isa->mr, nth);
+    j->tiles = j->split_n ? tn : tm;
+    if (nth <= 1) sgemm_block(j, 0, M, 0, N);
+    else tb_pool_run(pool, sgemm_run, j);
+}
+
+static const tb_cpu_sgemm_epi *epi_norm(const tb_cpu_sgemm_epi *epi, tb_cpu_sgemm_epi *e0) {
+    if (epi && !epi->bias && !epi->res && epi->act == TB_NN_ACT_NONE) return NULL;
+    if (!epi) return NULL;
+    TB_ASSERT(!epi->bias || epi->bias_cs == 0 || epi->bias_cs == 1);
+    *e0 = *epi;
+    return e0;
+}
+
 void tb_cpu_sgemm_ex(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                      const float *B, int64_t ldb, float beta, float *C, int64_t ldc, const tb_cpu_sgemm_epi *epi,
                      tb_pool *pool) {
     if (M <= 0 || N <= 0) return;
-    const sgemm_isa *isa = isa_get();
     tb_cpu_sgemm_epi e0;
-    if (epi && !epi->bias && !epi->res && epi->act == TB_NN_ACT_NONE) epi = NULL;
-    if (epi) {
-        TB_ASSERT(!epi->bias || epi->bias_cs == 0 || epi->bias_cs == 1);
-        e0 = *epi;
-        epi = &e0;
+    epi = epi_norm(epi, &e0);
+    sgemm_job j = {isa_get(), ta, tb, M, N, K, alpha, beta, A, B, lda, ldb, ldc, C, epi, 1, 0, NULL, 0};
+    sgemm_go(&j, pool);
+}
+
+/* The packed form's geometry: K blocks of kcb rows, rows of npad floats. */
+static void packed_geom(const sgemm_isa *s, int64_t K, int64_t N, int64_t *kcb, int64_t *npad) {
+    int64_t nkb = K > 0 ? (K + s->kc - 1) / s->kc : 1;
+    *kcb = K > 0 ? (K + nkb - 1) / nkb : 0;
+    *npad = round_up(N, s->nr);
+}
+
+size_t tb_cpu_sgemm_packed_floats(int64_t K, int64_t N) {
+    int64_t kcb, npad;
+    packed_geom(isa_get(), K, N, &kcb, &npad);
+    return (size_t)K * (size_t)npad;
+}
+
+void tb_cpu_sgemm_pack_b(int tb, int64_t K, int64_t N, const float *B, int64_t ldb, float *dst) {
+    const sgemm_isa *s = isa_get();
+    int64_t kcb, npad;
+    packed_geom(s, K, N, &kcb, &npad);
+    for (int64_t pc = 0; pc < K; pc += kcb) {
+        int kc = (int)(K - pc < kcb ? K - pc : kcb);
+        pack_b(tb, B, ldb, pc, kc, 0, (int)N, s->nr, dst + pc * npad);
     }
-    sgemm_job j = {isa, ta, tb, M, N, K, alpha, beta, A, B, lda, ldb, ldc, C, epi, 1, 0};
-    int nth = pool ? tb_pool_size(pool) : 1;
-    if ((double)M * N * K < 65536.0) nth = 1;
-    int64_t tm = (M + isa->mr - 1) / isa->mr, tn = (N + isa->nr - 1) / isa->nr;
-    j.split_n = split_eff(N, isa->nr, nth) >= split_eff(M, isa->mr, nth);
-    j.tiles = j.split_n ? tn : tm;
-    if (nth <= 1) sgemm_block(&j, 0, M, 0, N);
-    else tb_pool_run(pool, sgemm_run, &j);
+}
+
+void tb_cpu_sgemm_packed(int ta, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
+                         const float *Bp, float beta, float *C, int64_t ldc, const tb_cpu_sgemm_epi *epi,
+                         tb_pool *pool) {
+    if (M <= 0 || N <= 0) return;
+    tb_cpu_sgemm_epi e0;
+    epi = epi_norm(epi, &e0);
+    const sgemm_isa *s = isa_get();
+    int64_t kcb, npad;
+    packed_geom(s, K, N, &kcb, &npad);
+    sgemm_job j = {s, ta, 0, M, N, K, alpha, beta, A, NULL, lda, 0, ldc, C, epi, 1, 0, K > 0 ? Bp : NULL, npad};
+    sgemm_go(&j, pool);
 }
 
 void tb_cpu_sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
