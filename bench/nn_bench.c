@@ -225,7 +225,7 @@ static void op_case_run(const char *name, op_case *o, double flop) {
  * bias and relu (the fused form the passes make) */
 static void bench_conv1(tb_pool *pool, const char *what, int64_t c, int64_t h, int64_t m, int k, int s, int p,
                         int tactic) {
-    static const char *tn[] = {"", " im2col", " winograd", " winograd4"};
+    static const char *tn[] = {"", " im2col", " winograd", " winograd4", " direct"};
     char name[96];
     snprintf(name, sizeof name, "conv %s %lld->%lld %dx%d/%d %lldx%lld%s", what, (long long)c, (long long)m, k, k, s,
              (long long)h, (long long)h, tn[tactic]);
@@ -275,8 +275,10 @@ static void bench_conv(tb_pool *pool, const char *what, int64_t c, int64_t h, in
         bench_conv1(pool, what, c, h, m, k, s, p, 1);
         bench_conv1(pool, what, c, h, m, k, s, p, 2);
         bench_conv1(pool, what, c, h, m, k, s, p, 3);
+        bench_conv1(pool, what, c, h, m, k, s, p, 4);
     } else {
-        bench_conv1(pool, what, c, h, m, k, s, p, 0);
+        bench_conv1(pool, what, c, h, m, k, s, p, 1);
+        bench_conv1(pool, what, c, h, m, k, s, p, 4);
     }
 }
 

@@ -177,6 +177,8 @@ static tb_status conv_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view
         return tb_cpu_conv_winograd(ctx, n, &g, tactic == TB_CONV_TACTIC_WINOGRAD4, x, w, bias, res, y);
 
     int direct = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && !g.pt && !g.pl && !g.pb && !g.pr;
+    if (tb_cpu_conv_direct_ok(&g) && (tactic == TB_CONV_TACTIC_DIRECT || (tactic == TB_CONV_TACTIC_AUTO && !direct)))
+        return tb_cpu_conv_direct(ctx, n, &g, x, w, bias, res, y);
     int64_t krows = cg * g.kh * g.kw;
     int64_t chunk = g.oh; /* output rows per im2col chunk */
     float *col = NULL;
