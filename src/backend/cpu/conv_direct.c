@@ -178,10 +178,12 @@ static const tile_fn tile_fns[3][RT + 1] = {
 /* r[q][l] = r[l][q]: 16 x 16 in registers */
 D512_INLINE void tr16(__m512 r[16]) {
     __m512 t[16];
+#pragma GCC unroll 8
     for (int i = 0; i < 8; i++) {
         t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
         t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
     }
+#pragma GCC unroll 4
     for (int i = 0; i < 4; i++) {
         __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
         __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
@@ -190,11 +192,14 @@ D512_INLINE void tr16(__m512 r[16]) {
         r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
         r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
     }
+#pragma GCC unroll 2
     for (int i = 0; i < 2; i++)
+#pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
             t[8 * i + k] = _mm512_shuffle_f32x4(r[8 * i + k], r[8 * i + 4 + k], 0x88);
             t[8 * i + 4 + k] = _mm512_shuffle_f32x4(r[8 * i + k], r[8 * i + 4 + k], 0xdd);
         }
+#pragma GCC unroll 8
     for (int k = 0; k < 8; k++) {
         r[k] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0x88);
         r[k + 8] = _mm512_shuffle_f32x4(t[k], t[8 + k], 0xdd);
@@ -215,10 +220,14 @@ static D512 void transpose_out(const float *buf, int64_t np, int nm, float *y, i
         __mmask16 m = (__mmask16)(n == 16 ? 0xffff : (1u << n) - 1);
         for (int j0 = 0; j0 < nm; j0 += 16) {
             __m512 r[16];
-            for (int i = 0; i < 16; i++) r[i] = i < n ? _mm512_load_ps(buf + (p + i) * PANEL + j0) : _mm512_setzero_ps();
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++)
+                r[i] = _mm512_maskz_load_ps(i < n ? (__mmask16)0xffff : 0, buf + (p + (i < n ? i : 0)) * PANEL + j0);
             tr16(r);
             int nj = nm - j0 < 16 ? nm - j0 : 16;
-            for (int jj = 0; jj < nj; jj++) {
+#pragma GCC unroll 16
+            for (int jj = 0; jj < 16; jj++) {
+                if (jj >= nj) break;
                 int64_t o = (int64_t)(j0 + jj) * ld + p;
                 __m512 v = r[jj];
                 if (fuse) {
