@@ -14,7 +14,8 @@
  * The weights are packed once into panels of 64 channels, [panel][k][64]
  * (k = (c kh + ky) kw + kx, the missing channels zero), and cached by the
  * weight buffer's address, shape and a sampled content hash as the Winograd
- * weights are. The work items are (image, panel, block of output rows):
+ * weights are. The work items are (panel, block of output rows of all the
+ * images):
  * the block's Y^T (at most a few hundred pixels by 64) stays in a per-thread
  * buffer in L1/L2 while the K loop runs in blocks of channels whose weights
  * (32 KB at most) stay in L1; then it is transposed into Y (NCHW) and the
@@ -33,7 +34,7 @@
 #define PANEL 64              /* output channels per weight panel */
 #define RT 6                  /* output pixels per register tile */
 #define KBLOCK_TAPS 128       /* K taps per block: 128 x 64 floats of weights (32 KB) */
-#define BLOCK_PIXELS 256      /* output pixels per work item (its Y^T: 64 KB) */
+#define BLOCK_PIXELS 512      /* output pixels per work item (its Y^T: 128 KB) */
 
 /* ---------------------------------------------------------------- weight cache */
 
@@ -261,19 +262,20 @@ typedef struct {
 
 static void dconv_item(const dconv_job *j, int64_t t, float *buf) {
     const tb_nn_conv_geom *g = j->g;
-    int64_t rb = t % j->nrb, pi = t / j->nrb % j->npanel, b = t / j->nrb / j->npanel;
-    int64_t r0 = rb * j->rows_blk, r1 = r0 + j->rows_blk < g->oh ? r0 + j->rows_blk : g->oh;
+    /* rows r of all the images' output rows (image r / oh, row r % oh) */
+    int64_t rb = t % j->nrb, pi = t / j->nrb, rows = g->n * g->oh;
+    int64_t r0 = rb * j->rows_blk, r1 = r0 + j->rows_blk < rows ? r0 + j->rows_blk : rows;
     int64_t K = g->c * g->kh * g->kw, cs = j->hp * j->wpd, ohw = g->oh * g->ow;
     int sw = (int)g->sw;
     const tile_fn *fns = tile_fns[sw == 1 ? 1 : sw == 2 ? 2 : 0];
-    const float *xb = j->x + b * g->c * cs;
     const float *wpanel = j->wp + pi * K * PANEL;
     for (int64_t c0 = 0; c0 < g->c; c0 += j->cb) {
         int nc = (int)(g->c - c0 < j->cb ? g->c - c0 : j->cb);
         const float *wk = wpanel + c0 * g->kh * g->kw * PANEL;
-        for (int64_t oy = r0; oy < r1; oy++) {
-            const float *xr = xb + c0 * cs + oy * g->sh * j->wpd;
-            float *orow = buf + (oy - r0) * g->ow * PANEL;
+        for (int64_t r = r0; r < r1; r++) {
+            int64_t b = r / g->oh, oy = r % g->oh;
+            const float *xr = j->x + (b * g->c + c0) * cs + oy * g->sh * j->wpd;
+            float *orow = buf + (r - r0) * g->ow * PANEL;
             for (int64_t ox = 0; ox < g->ow; ox += RT) {
                 int R = (int)(g->ow - ox < RT ? g->ow - ox : RT);
                 fns[R](xr + ox * g->sw, cs, g->dh * j->wpd, g->dw, nc, (int)g->kh, (int)g->kw, wk, orow + ox * PANEL,
@@ -281,21 +283,28 @@ static void dconv_item(const dconv_job *j, int64_t t, float *buf) {
             }
         }
     }
-    int64_t m0 = pi * PANEL, p0 = r0 * g->ow, np = (r1 - r0) * g->ow;
+    int64_t m0 = pi * PANEL;
     int nm = (int)(g->m - m0 < PANEL ? g->m - m0 : PANEL);
-    float *y = j->y + (b * g->m + m0) * ohw + p0;
     const float *bias = j->bias ? j->bias + m0 : NULL;
-    const float *res = j->res ? j->res + (b * g->m + m0) * ohw + p0 : NULL;
     int act = j->e.act;
     int fuse = act == TB_NN_ACT_NONE || act == TB_NN_ACT_RELU || act == TB_NN_ACT_CLIP;
-    transpose_out(buf, np, nm, y, ohw, bias, res, fuse, act, j->e.p0, j->e.p1, j->e.act_after_res);
-    if (!fuse) { /* the other activations by the sgemm epilogue, on the block while it is in cache */
-        tb_cpu_sgemm_epi e = j->e;
-        e.bias = bias;
-        e.bias_rs = 1;
-        e.res = res;
-        e.ld_res = ohw;
-        tb_cpu_nn_epilogue(y, ohw, nm, np, &e);
+    /* into Y by runs of rows of one image */
+    for (int64_t r = r0; r < r1;) {
+        int64_t b = r / g->oh, oy = r % g->oh, e1 = (b + 1) * g->oh < r1 ? (b + 1) * g->oh : r1;
+        int64_t np = (e1 - r) * g->ow, o = (b * g->m + m0) * ohw + oy * g->ow;
+        float *y = j->y + o;
+        const float *res = j->res ? j->res + o : NULL;
+        transpose_out(buf + (r - r0) * g->ow * PANEL, np, nm, y, ohw, bias, res, fuse, act, j->e.p0, j->e.p1,
+                      j->e.act_after_res);
+        if (!fuse) { /* the other activations by the sgemm epilogue, on the block while it is in cache */
+            tb_cpu_sgemm_epi e = j->e;
+            e.bias = bias;
+            e.bias_rs = 1;
+            e.res = res;
+            e.ld_res = ohw;
+            tb_cpu_nn_epilogue(y, ohw, nm, np, &e);
+        }
+        r = e1;
     }
 }
 
@@ -351,20 +360,20 @@ tb_status tb_cpu_conv_direct(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn_c
     j.hp = pad ? (g->pt + g->h > need_h ? g->pt + g->h : need_h) : g->h;
     j.wpd = pad ? (g->pl + g->w > need_w ? g->pl + g->w : need_w) : g->w;
     j.npanel = (g->m + PANEL - 1) / PANEL;
+    /* blocks of rows over all the images (a panel's weights serve them all) */
+    int64_t rows = g->n * g->oh;
     j.rows_blk = BLOCK_PIXELS / g->ow;
     if (j.rows_blk < 1) j.rows_blk = 1;
-    if (j.rows_blk > g->oh) j.rows_blk = g->oh;
+    if (j.rows_blk > rows) j.rows_blk = rows;
     /* enough items for the threads */
-    int64_t want = 2 * (int64_t)nth, have = g->n * j.npanel;
-    if (nth > 1 && have * ((g->oh + j.rows_blk - 1) / j.rows_blk) < want) {
-        int64_t split = (want + have - 1) / have;
-        j.rows_blk = (g->oh + split - 1) / split;
+    int64_t want = 2 * (int64_t)nth;
+    if (nth > 1 && j.npanel * ((rows + j.rows_blk - 1) / j.rows_blk) < want) {
+        int64_t split = (want + j.npanel - 1) / j.npanel;
+        j.rows_blk = (rows + split - 1) / split;
         if (j.rows_blk < 1) j.rows_blk = 1;
     }
-    j.nrb = (g->oh + j.rows_blk - 1) / j.rows_blk;
-    j.items = g->n * j.npanel * j.nrb;
-    /* K in blocks of whole channels, of KBLOCK_TAPS taps at most, or all
-     * of it when that is not much more (the stem's 3 x 7 x 7) */
+    j.nrb = (rows + j.rows_blk - 1) / j.rows_blk;
+    j.items = j.npanel * j.nrb;
     j.cb = K <= KBLOCK_TAPS * 5 / 4 ? (int)g->c : (int)(KBLOCK_TAPS / (g->kh * g->kw));
     if (j.cb < 1) j.cb = 1;
     j.buf_floats = (size_t)(j.rows_blk * g->ow * PANEL);
