@@ -123,58 +123,57 @@ static void weights_put(dcache_entry *entry, float *own) {
 
 /* ---------------------------------------------------------------- tile kernel */
 
-/* out[i][0, 64) (+)= sum over nc channels, kh kw taps of w[tap][0, 64) x[tap
- * of pixel i], i < R; x points at the tile's first tap of its first pixel,
- * pixel i at x + i sw, channel c at x + c cs, tap (ky, kx) at + ky rs + kx dw. */
-D512_INLINE void tile_t(const float *x, int64_t cs, int64_t rs, int64_t dw, int nc, int kh, int kw, const float *w,
-                        float *out, int first, const int R, const int SW, int64_t sw) {
+/* out[i][0, 64) (+)= sum over the taps of w[tap][0, 64) px[i][tap offset],
+ * i < R: the pixels' first taps px[i] (any pixels: the tile may cross rows
+ * and images), the taps by rows (nrow offsets rowoff, a channel and a ky
+ * each) of kw taps dw apart; w: the taps' weights in order, 64 a tap. */
+D512_INLINE void tile_t(const float *const *px, const int64_t *rowoff, int nrow, int kw, int64_t dw, const float *w,
+                        float *out, int first, const int R) {
     __m512 acc[RT][4];
-    const int64_t st = SW ? SW : sw;
+    const float *p[RT];
+#pragma GCC unroll 6
+    for (int i = 0; i < R; i++) p[i] = px[i];
 #pragma GCC unroll 6
     for (int i = 0; i < R; i++)
 #pragma GCC unroll 4
         for (int v = 0; v < 4; v++) acc[i][v] = first ? _mm512_setzero_ps() : _mm512_load_ps(out + i * PANEL + 16 * v);
-    for (int c = 0; c < nc; c++, x += cs)
-        for (int ky = 0; ky < kh; ky++) {
-            const float *xr = x + ky * rs;
-            for (int kx = 0; kx < kw; kx++, w += PANEL) {
-                const float *xs = xr + kx * dw;
-                __m512 w0 = _mm512_load_ps(w), w1 = _mm512_load_ps(w + 16), w2 = _mm512_load_ps(w + 32),
-                       w3 = _mm512_load_ps(w + 48);
+    for (int q = 0; q < nrow; q++) {
+        int64_t t = rowoff[q];
+        for (int kx = 0; kx < kw; kx++, t += dw, w += PANEL) {
+            __m512 w0 = _mm512_load_ps(w), w1 = _mm512_load_ps(w + 16), w2 = _mm512_load_ps(w + 32),
+                   w3 = _mm512_load_ps(w + 48);
 #pragma GCC unroll 6
-                for (int i = 0; i < R; i++) {
-                    __m512 b = _mm512_set1_ps(xs[i * st]);
-                    acc[i][0] = _mm512_fmadd_ps(w0, b, acc[i][0]);
-                    acc[i][1] = _mm512_fmadd_ps(w1, b, acc[i][1]);
-                    acc[i][2] = _mm512_fmadd_ps(w2, b, acc[i][2]);
-                    acc[i][3] = _mm512_fmadd_ps(w3, b, acc[i][3]);
-                }
+            for (int i = 0; i < R; i++) {
+                __m512 b = _mm512_set1_ps(p[i][t]);
+                acc[i][0] = _mm512_fmadd_ps(w0, b, acc[i][0]);
+                acc[i][1] = _mm512_fmadd_ps(w1, b, acc[i][1]);
+                acc[i][2] = _mm512_fmadd_ps(w2, b, acc[i][2]);
+                acc[i][3] = _mm512_fmadd_ps(w3, b, acc[i][3]);
             }
         }
+    }
 #pragma GCC unroll 6
     for (int i = 0; i < R; i++)
 #pragma GCC unroll 4
         for (int v = 0; v < 4; v++) _mm512_store_ps(out + i * PANEL + 16 * v, acc[i][v]);
 }
 
-typedef void (*tile_fn)(const float *x, int64_t cs, int64_t rs, int64_t dw, int nc, int kh, int kw, const float *w,
-                        float *out, int first, int64_t sw);
+typedef void (*tile_fn)(const float *const *px, const int64_t *rowoff, int nrow, int kw, int64_t dw, const float *w,
+                        float *out, int first);
 
-#define TILE_FN(R, SW)                                                                                              \
-    static D512 void tile_##R##_##SW(const float *x, int64_t cs, int64_t rs, int64_t dw, int nc, int kh, int kw,     \
-                                     const float *w, float *out, int first, int64_t sw) {                            \
-        tile_t(x, cs, rs, dw, nc, kh, kw, w, out, first, R, SW, sw);                                                 \
+#define TILE_FN(R)                                                                                                   \
+    static D512 void tile_##R(const float *const *px, const int64_t *rowoff, int nrow, int kw, int64_t dw,            \
+                              const float *w, float *out, int first) {                                               \
+        tile_t(px, rowoff, nrow, kw, dw, w, out, first, R);                                                          \
     }
-#define TILE_FNS(SW) TILE_FN(1, SW) TILE_FN(2, SW) TILE_FN(3, SW) TILE_FN(4, SW) TILE_FN(5, SW) TILE_FN(6, SW)
-TILE_FNS(0)
-TILE_FNS(1)
-TILE_FNS(2)
+TILE_FN(1)
+TILE_FN(2)
+TILE_FN(3)
+TILE_FN(4)
+TILE_FN(5)
+TILE_FN(6)
 
-static const tile_fn tile_fns[3][RT + 1] = {
-    {NULL, tile_1_0, tile_2_0, tile_3_0, tile_4_0, tile_5_0, tile_6_0},
-    {NULL, tile_1_1, tile_2_1, tile_3_1, tile_4_1, tile_5_1, tile_6_1},
-    {NULL, tile_1_2, tile_2_2, tile_3_2, tile_4_2, tile_5_2, tile_6_2},
-};
+static const tile_fn tile_fns[RT + 1] = {NULL, tile_1, tile_2, tile_3, tile_4, tile_5, tile_6};
 
 /* r[q][l] = r[l][q]: 16 x 16 in registers */
 D512_INLINE void tr16(__m512 r[16]) {
@@ -257,7 +256,8 @@ typedef struct {
     int64_t rows_blk, nrb, npanel, items;
     int cb; /* input channels per K block */
     float *buf;
-    size_t buf_floats; /* per thread */
+    size_t buf_floats; /* Y^T of a block */
+    size_t per_thread; /* floats of scratch a thread */
 } dconv_job;
 
 static void dconv_item(const dconv_job *j, int64_t t, float *buf) {
@@ -266,21 +266,28 @@ static void dconv_item(const dconv_job *j, int64_t t, float *buf) {
     int64_t rb = t % j->nrb, pi = t / j->nrb, rows = g->n * g->oh;
     int64_t r0 = rb * j->rows_blk, r1 = r0 + j->rows_blk < rows ? r0 + j->rows_blk : rows;
     int64_t K = g->c * g->kh * g->kw, cs = j->hp * j->wpd, ohw = g->oh * g->ow;
-    int sw = (int)g->sw;
-    const tile_fn *fns = tile_fns[sw == 1 ? 1 : sw == 2 ? 2 : 0];
     const float *wpanel = j->wp + pi * K * PANEL;
+    /* the block's pixels' first taps (channel 0), and the tap rows of a
+     * block of channels */
+    float *obuf = buf;
+    const float **px = (const float **)(buf + j->buf_floats);
+    int64_t *rowoff = (int64_t *)(px + j->rows_blk * g->ow);
+    int64_t npx = (r1 - r0) * g->ow;
+    for (int64_t r = r0, q = 0; r < r1; r++) {
+        const float *xr = j->x + r / g->oh * g->c * cs + r % g->oh * g->sh * j->wpd;
+        for (int64_t ox = 0; ox < g->ow; ox++) px[q++] = xr + ox * g->sw;
+    }
+    for (int c = 0; c < j->cb; c++)
+        for (int ky = 0; ky < g->kh; ky++) rowoff[c * g->kh + ky] = c * cs + ky * g->dh * j->wpd;
     for (int64_t c0 = 0; c0 < g->c; c0 += j->cb) {
         int nc = (int)(g->c - c0 < j->cb ? g->c - c0 : j->cb);
         const float *wk = wpanel + c0 * g->kh * g->kw * PANEL;
-        for (int64_t r = r0; r < r1; r++) {
-            int64_t b = r / g->oh, oy = r % g->oh;
-            const float *xr = j->x + (b * g->c + c0) * cs + oy * g->sh * j->wpd;
-            float *orow = buf + (r - r0) * g->ow * PANEL;
-            for (int64_t ox = 0; ox < g->ow; ox += RT) {
-                int R = (int)(g->ow - ox < RT ? g->ow - ox : RT);
-                fns[R](xr + ox * g->sw, cs, g->dh * j->wpd, g->dw, nc, (int)g->kh, (int)g->kw, wk, orow + ox * PANEL,
-                       c0 == 0, g->sw);
-            }
+        int64_t shift = c0 * cs;
+        for (int64_t q = 0; q < npx; q += RT) {
+            int R = (int)(npx - q < RT ? npx - q : RT);
+            const float *p[RT];
+            for (int i = 0; i < R; i++) p[i] = px[q + i] + shift;
+            tile_fns[R](p, rowoff, nc * (int)g->kh, (int)g->kw, g->dw, wk, obuf + q * PANEL, c0 == 0);
         }
     }
     int64_t m0 = pi * PANEL;
@@ -310,7 +317,7 @@ static void dconv_item(const dconv_job *j, int64_t t, float *buf) {
 
 static void dconv_run(void *arg, int ith, int nth) {
     dconv_job *j = arg;
-    float *buf = j->buf + j->buf_floats * (size_t)ith;
+    float *buf = j->buf + j->per_thread * (size_t)ith;
     for (int64_t t = j->items * ith / nth; t < j->items * (ith + 1) / nth; t++) dconv_item(j, t, buf);
 }
 
@@ -377,10 +384,13 @@ tb_status tb_cpu_conv_direct(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn_c
     j.cb = K <= KBLOCK_TAPS * 5 / 4 ? (int)g->c : (int)(KBLOCK_TAPS / (g->kh * g->kw));
     if (j.cb < 1) j.cb = 1;
     j.buf_floats = (size_t)(j.rows_blk * g->ow * PANEL);
-    j.buf_floats = (j.buf_floats + 15) & ~(size_t)15;
+    /* per thread: Y^T (buf_floats), then the pixel pointers and tap rows */
+    size_t per_thread = j.buf_floats + (size_t)(j.rows_blk * g->ow + j.cb * g->kh) * 2 + 16;
+    per_thread = (per_thread + 15) & ~(size_t)15;
+    j.per_thread = per_thread;
     size_t xp_floats = pad ? (size_t)(g->n * g->c * j.hp * j.wpd) : 0;
     xp_floats = (xp_floats + 15) & ~(size_t)15;
-    float *scratch = tb_cpu_nn_scratch(ctx, sizeof(float) * (xp_floats + j.buf_floats * (size_t)nth));
+    float *scratch = tb_cpu_nn_scratch(ctx, sizeof(float) * (xp_floats + per_thread * (size_t)nth));
     if (!scratch) return tb_errorf(TB_ERR_OOM, "Conv: out of memory for the direct conv buffers");
     j.buf = scratch + xp_floats;
     dcache_entry *entry;
