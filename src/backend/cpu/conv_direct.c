@@ -38,7 +38,7 @@
 
 /* ---------------------------------------------------------------- weight cache */
 
-#define DCACHE_SLOTS 64
+#define DCACHE_SLOTS 256 /* a model's direct convs: repacking on every call costs as much as the conv */
 
 typedef struct {
     const float *w;
