@@ -6,10 +6,12 @@
  *
  * with the output channels in the vector lanes and the input pixels
  * broadcast from the (zero-padded) input plane itself, so no im2col is made.
- * The register tile is RT output pixels of one row by 64 output channels
- * (28 zmm accumulators; per tap 4 weight loads and RT broadcasts for 28
- * FMAs), which fits every small map (7x7, 14x14, ...) with no waste, unlike
- * the (M, pixels) GEMM whose 32-wide kernel runs over the pixels.
+ * The register tile is RT (6) output pixels by 64 output channels (24 zmm
+ * accumulators; per tap 4 weight loads and 6 broadcasts for 24 FMAs); its
+ * pixels are any 6 of the block (from a table of their input addresses), so
+ * a tile runs across row and image ends, and a small map (7x7, 14x14) wastes
+ * nothing, unlike the (M, pixels) GEMM whose 32-wide kernel runs over the
+ * pixels.
  *
  * The weights are packed once into panels of 64 channels, [panel][k][64]
  * (k = (c kh + ky) kw + kx, the missing channels zero), and cached by the
