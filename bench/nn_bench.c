@@ -3,10 +3,11 @@
  * (backend/cpu/sgemm.c, nn_conv.c) against the machine's FMA peak, measured
  * here with a register-resident FMA loop on 1 and n threads.
  *
- *   nn_bench [-t threads] [-r seconds per case] [-f filter] [-c]
+ *   nn_bench [-t threads] [-r seconds per case] [-f filter] [-c] [-b batch]
  *
  * -c times by the calling thread's CPU time instead of the wall clock
  * (with -t 1: what the kernel costs when the core is not shared).
+ * -b sets the batch of the conv cases (1 by default).
  *
  * Cases: sgemm shapes of BERT-base (128 x 768 x 768, x3072), a square
  * 1024^3, batch-8 versions, then ResNet-18's conv layers at 224x224, batch 1,
@@ -102,6 +103,7 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 static const char *opt_filter = NULL;
+static int64_t opt_batch = 1;
 
 static void fill(float *p, size_t n, uint64_t seed) {
     for (size_t i = 0; i < n; i++) {
@@ -242,10 +244,10 @@ static void op_case_run(const char *name, op_case *o, double flop) {
  * bias and relu (the fused form the passes make) */
 static void bench_conv1(tb_pool *pool, const char *what, int64_t c, int64_t h, int64_t m, int k, int s, int p,
                         int tactic) {
-    static const char *tn[] = {"", " im2col", " winograd", " winograd4"};
+    static const char *tn[] = {"", " im2col", " winograd", " winograd4", " direct"};
     char name[96];
-    snprintf(name, sizeof name, "conv %s %lld->%lld %dx%d/%d %lldx%lld%s", what, (long long)c, (long long)m, k, k, s,
-             (long long)h, (long long)h, tn[tactic]);
+    snprintf(name, sizeof name, "conv %s %lld->%lld %dx%d/%d %lldx%lld%s%s", what, (long long)c, (long long)m, k, k, s,
+             (long long)h, (long long)h, tn[tactic], opt_batch > 1 ? " (batch)" : "");
     if (!wanted(name)) return;
     op_case o;
     memset(&o, 0, sizeof o);
@@ -259,11 +261,11 @@ static void bench_conv1(tb_pool *pool, const char *what, int64_t c, int64_t h, i
     o.n.i[10] = TB_NN_ACT_RELU;
     o.n.i[11] = TB_NN_HAS_BIAS;
     o.n_in = 3;
-    view_alloc(&o.in[0], 4, (const int64_t[]){1, c, h, h}, 1);
+    view_alloc(&o.in[0], 4, (const int64_t[]){opt_batch, c, h, h}, 1);
     view_alloc(&o.in[1], 4, (const int64_t[]){m, c, k, k}, 2);
     view_alloc(&o.in[2], 1, (const int64_t[]){m}, 3);
     int64_t oh = (h + 2 * p - k) / s + 1;
-    op_case_run(name, &o, 2.0 * m * c * k * k * oh * oh);
+    op_case_run(name, &o, 2.0 * opt_batch * m * c * k * k * oh * oh);
 }
 
 /* a BERT linear layer as the passes fuse it: MatMul x (B, S, K) by w (K, N)
@@ -292,8 +294,10 @@ static void bench_conv(tb_pool *pool, const char *what, int64_t c, int64_t h, in
         bench_conv1(pool, what, c, h, m, k, s, p, 1);
         bench_conv1(pool, what, c, h, m, k, s, p, 2);
         bench_conv1(pool, what, c, h, m, k, s, p, 3);
+        bench_conv1(pool, what, c, h, m, k, s, p, 4);
     } else {
-        bench_conv1(pool, what, c, h, m, k, s, p, 0);
+        bench_conv1(pool, what, c, h, m, k, s, p, 1);
+        bench_conv1(pool, what, c, h, m, k, s, p, 4);
     }
 }
 
@@ -319,8 +323,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "-f") && i + 1 < argc) opt_filter = argv[++i];
         else if (!strcmp(argv[i], "-v")) verbose = 1;
         else if (!strcmp(argv[i], "-c")) opt_cpu_time = 1;
+        else if (!strcmp(argv[i], "-b") && i + 1 < argc) opt_batch = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: nn_bench [-t threads] [-r seconds] [-f filter] [-c]\n");
+            fprintf(stderr, "usage: nn_bench [-t threads] [-r seconds] [-f filter] [-c] [-b batch]\n");
             return 2;
         }
     }

@@ -461,7 +461,11 @@ static void check_conv(const char *what, tb_node n, tb_view *in, int n_in, tb_po
     conv_expect(&n, in, n_in, &ref, want, S);
     double e = worst(ref.data, want, S, cnt);
     CHECK_MSG(e <= 1e-6, "%s: reference error %.3g", what, e);
-    for (int t = 0; t < 4; t++) {
+    /* Winograd only applies to 3x3 stride 1 one group */
+    int w_ok = in[1].rank == 4 && in[1].dims[2] == 3 && in[1].dims[3] == 3 && n.i[1] <= 1 && n.i[2] <= 1 &&
+               n.i[7] <= 1 && n.i[8] <= 1 && n.i[0] <= 1;
+    for (int t = 0; t <= TB_CONV_TACTIC_DIRECT; t++) {
+        if (!w_ok && (t == TB_CONV_TACTIC_WINOGRAD || t == TB_CONV_TACTIC_WINOGRAD4)) continue;
         n.tactic = t;
         if (run_node(&n, in, n_in, &fast, 1, pool) != TB_OK) {
             CHECK_MSG(0, "%s: fast: %s", what, tb_last_error());
@@ -472,10 +476,6 @@ static void check_conv(const char *what, tb_node n, tb_view *in, int n_in, tb_po
         if (getenv("TB_TEST_VERBOSE")) printf("%s tactic %d: error %.6g\n", what, t, e);
         CHECK_MSG(e <= bound, "%s tactic %d: error %.3g (bound %.0e)", what, t, e, bound);
         free(fast.data);
-        /* Winograd only applies to 3x3 stride 1 one group */
-        int w_ok = in[1].rank == 4 && in[1].dims[2] == 3 && in[1].dims[3] == 3 && n.i[1] <= 1 && n.i[2] <= 1 &&
-                   n.i[7] <= 1 && n.i[8] <= 1 && n.i[0] <= 1;
-        if (t == 1 && !w_ok) break;
     }
     free(ref.data);
     free(want);
@@ -506,6 +506,14 @@ static void test_conv_random(tb_pool *pool) {
         {4, 1, 5, 9, 10, 4, 3, 3, 1, 2, 2, 9, 9, 9, 9, 1, 1, TB_NN_PAD_VALID, 0, 0},
         {3, 2, 6, 1, 31, 10, 1, 5, 2, 1, 2, 0, 2, 0, 1, 1, 3, 0, TB_NN_ACT_RELU, TB_NN_HAS_BIAS},
         {4, 1, 64, 14, 14, 65, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, TB_NN_ACT_RELU, TB_NN_HAS_BIAS | TB_NN_HAS_RESIDUAL},
+        /* direct (channels in the lanes): a stem, a deep small map with a
+         * part panel, dilation with stride 2, 1x1 stride 2 with an
+         * activation of the sgemm epilogue, blocks of rows over 16 pixels */
+        {4, 2, 3, 30, 29, 70, 7, 7, 1, 2, 2, 3, 3, 3, 3, 1, 1, 0, TB_NN_ACT_RELU, TB_NN_HAS_BIAS | TB_NN_HAS_RESIDUAL},
+        {4, 1, 40, 9, 9, 130, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, TB_NN_ACT_RELU, TB_NN_HAS_BIAS | TB_NN_HAS_RESIDUAL | TB_NN_ACT_AFTER_RESIDUAL},
+        {4, 1, 16, 15, 17, 64, 3, 3, 1, 2, 2, 1, 2, 1, 0, 2, 2, 0, TB_NN_ACT_CLIP, TB_NN_HAS_BIAS},
+        {4, 1, 24, 14, 14, 48, 1, 1, 1, 2, 2, 0, 0, 0, 0, 1, 1, 0, TB_NN_ACT_GELU_ERF, TB_NN_HAS_BIAS | TB_NN_HAS_RESIDUAL},
+        {4, 1, 20, 40, 37, 33, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, TB_NN_ACT_NONE, TB_NN_HAS_RESIDUAL},
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         char what[64];

@@ -10,6 +10,10 @@
  *     F(4x4, 3x3) (AVX-512, 40 tiles or more) or F(2x2, 3x3) (winograd.c;
  *     the transformed weights are cached by weight address and a sampled
  *     content hash);
+ *   - otherwise, one group with AVX-512: the direct form with 64 output
+ *     channels in the vector lanes (conv_direct.c; no im2col, and no waste
+ *     on small maps such as 7x7, the stem's 7x7 stride 2 over 3 channels,
+ *     the stride-2 3x3 and 1x1 convs);
  *   - otherwise im2col into scratch, then the GEMM (C kh kw, oh ow).
  * The node's tactic field can force one (TB_CONV_TACTIC_*; 0: choose).
  */
@@ -178,6 +182,8 @@ static tb_status conv_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view
         return tb_cpu_conv_winograd(ctx, n, &g, tactic == TB_CONV_TACTIC_WINOGRAD4, x, w, bias, res, y);
 
     int direct = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && !g.pt && !g.pl && !g.pb && !g.pr;
+    if (tb_cpu_conv_direct_ok(&g) && (tactic == TB_CONV_TACTIC_DIRECT || (tactic == TB_CONV_TACTIC_AUTO && !direct)))
+        return tb_cpu_conv_direct(ctx, n, &g, x, w, bias, res, y);
     int64_t krows = cg * g.kh * g.kw;
     int64_t chunk = g.oh; /* output rows per im2col chunk */
     float *col = NULL;

@@ -12,6 +12,7 @@ enum {
     TB_CONV_TACTIC_IM2COL = 1,
     TB_CONV_TACTIC_WINOGRAD = 2,  /* F(2x2, 3x3) */
     TB_CONV_TACTIC_WINOGRAD4 = 3, /* F(4x4, 3x3) (AVX-512; F(2x2) elsewhere) */
+    TB_CONV_TACTIC_DIRECT = 4,    /* direct, channels in the lanes (AVX-512, one group; im2col elsewhere) */
 };
 
 /* The sgemm epilogue (bias, activation, residual) over C (M, N) with leading
@@ -37,5 +38,11 @@ void tb_cpu_nn_wpack_free(tb_cpu_nn_ctx *c);
  * stride 1, dilation 1, one group (winograd.c). */
 tb_status tb_cpu_conv_winograd(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn_conv_geom *g, int f4,
                                const float *x, const float *w, const float *bias, const float *res, float *y);
+
+/* Conv directly over output pixels, 64 output channels in the lanes
+ * (conv_direct.c): one group, AVX-512 (tb_cpu_conv_direct_ok). */
+int tb_cpu_conv_direct_ok(const tb_nn_conv_geom *g);
+tb_status tb_cpu_conv_direct(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn_conv_geom *g, const float *x,
+                             const float *w, const float *bias, const float *res, float *y);
 
 #endif /* TB_CPU_NN_CONV_IMPL_H */
