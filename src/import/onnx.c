@@ -515,7 +515,7 @@ static tb_status read_external(imp *s, Onnx__TensorProto *t, const char *tname, 
         return tb_errorf(TB_ERR_FORMAT,
                          "%s: tensor '%s': external data [%llu, +%llu) is past the end of %s (%zu bytes)", s->label,
                          tname, (unsigned long long)off, (unsigned long long)nbytes, loc, f->size);
-    if (nbytes) memcpy(dst, f->data + off, (size_t)nbytes);
+    if (nbytes && dst) memcpy(dst, f->data + off, (size_t)nbytes); /* dst NULL: check only */
     return TB_OK;
 }
 
@@ -563,6 +563,19 @@ static tb_status tensor_data(imp *s, Onnx__TensorProto *t, const char *tname, tb
             t->raw_data.len = 0;
         }
     }
+    /* typed fields: one entry per element, checked before anything the
+     * shape claims is allocated (a crafted shape must not reserve memory) */
+    if (!data && !external && numel) {
+        size_t have = dt == TB_F32 ? t->n_float_data : dt == TB_F64 ? t->n_double_data
+                    : dt == TB_I64 ? t->n_int64_data : t->n_int32_data;
+        if (have != numel || typed != have) {
+            if (!typed) return tb_errorf(TB_ERR_FORMAT, "%s: tensor '%s' has no data", s->label, tname);
+            return tb_errorf(TB_ERR_FORMAT, "%s: tensor '%s' (%s, %llu elements) has %zu typed entries%s", s->label,
+                             tname, onnx_type_name(type), (unsigned long long)numel, have,
+                             typed != have ? " and data in other fields" : "");
+        }
+    }
+    if (external) TB_TRY(read_external(s, t, tname, nbytes, NULL)); /* the file holds it: then allocate */
     if (!data && !(data = malloc(nbytes ? (size_t)nbytes : 1)))
         return tb_errorf(TB_ERR_OOM, "%s: out of memory reading tensor '%s'", s->label, tname);
     if (external) {
