@@ -570,12 +570,12 @@ tb_status tb_exec_run(tb_exec *x, const tb_tensor *inputs, int n_in, tb_tensor *
             x->out_cap[i] = (size_t)bytes;
         }
         if (!device) {
-            memcpy(x->out_host[i], x->bufs[v], (size_t)bytes);
+            if (bytes) memcpy(x->out_host[i], x->bufs[v], (size_t)bytes); /* an empty output has no buffer */
             outputs[i].data = x->out_host[i];
             continue;
         }
         double t0 = tb_now();
-        TB_TRY(x->b->iface->download(x->b, x->out_host[i], x->bufs[v], (size_t)bytes));
+        if (bytes) TB_TRY(x->b->iface->download(x->b, x->out_host[i], x->bufs[v], (size_t)bytes));
         x->d2h_seconds += tb_now() - t0;
         outputs[i].data = x->out_host[i];
     }
