@@ -295,3 +295,9 @@ tb_status tb_dtype_convert(const void *src, tb_dtype sdt, void *dst, tb_dtype dd
     }
     return TB_OK;
 }
+
+/* ---------------------------------------------------------------- fp8 scalars
+ * The exact conversions above, for the quantisers (core/quant.h). */
+#include "core/quant.h"
+float tb_fp8_e4m3_to_f32(uint8_t b) { return fp8_e4m3_to_f32(b); }
+uint8_t tb_f32_to_fp8_e4m3(float f) { return f32_to_fp8_e4m3(f); }

@@ -58,6 +58,23 @@ void tb_ref_matmul(const float *x, const void *w, tb_dtype wdt,
 void tb_cpu_matmul(tb_pool *p, const float *x, const void *w, tb_dtype wdt,
                    const float *bias, float *y, int T, int K, int N);
 
+/* ---- quantized matmul: y[t,n] = sum_k x[t,k] * dq(w)[n,k] + (bias ? bias[n] : 0)
+ * x (T, K) f32; w: codes (N, K) and scales (N, K/group) as core/quant.h
+ * encodes them (i8 and fp8 per output channel, group = K; i4 groups of 32,
+ * 64 or 128 with optional zeros); bias (N) f32 or NULL; y (T, N) f32.
+ * tb_cpu_qmatmul (qgemm.c) picks its path like tb_cpu_matmul; the reference
+ * dequantises one weight row at a time. */
+typedef struct {
+    tb_dtype dtype;      /* TB_I8, TB_I4 or TB_FP8_E4M3                 */
+    const void *codes;   /* (N, K) codes                                */
+    const float *scales; /* (N, K / group)                              */
+    const float *zeros;  /* (N, K / group) or NULL (i4 only)            */
+    int group;           /* elements per scale along K                  */
+} tb_qweight;
+void tb_ref_qmatmul(const float *x, const tb_qweight *w, const float *bias, float *y, int T, int K, int N);
+void tb_cpu_qmatmul(tb_pool *p, const float *x, const tb_qweight *w, const float *bias, float *y, int T, int K,
+                    int N);
+
 /* ---- silu-gated MLP activation: y[t,i] = silu(g[t,i]) * u[t,i], where
  * gu (T, 2F) holds [gate | up] side by side in each row; y (T, F). */
 void tb_ref_silu_mul(const float *gu, float *y, int T, int F);
