@@ -878,6 +878,18 @@ static int sdpa_strided(const tb_graph *g, const tb_step *st, int ks) {
     return tbn_mha_f16_ok(&a);
 }
 
+/* Transpose node t (0, 2, 3, 1) giving sdpa node ks its k as (B, H, D, T)
+ * where fold_in could not fold it: it runs as (0, 2, 1, 3) instead (the
+ * last dim kept: a copy of 16-byte runs rather than a 2-d transpose) into the
+ * same buffer, and the sdpa reads k as (B, H, T, D). The buffer has no other
+ * reader. */
+static int k_relaid(const tb_graph *g, void *const *bufs, const tb_step *st, int ks, int t) {
+    const tb_node *sn = &g->nodes[ks];
+    return sn->op == TB_OP_SDPA && sn->i[1] && sn->in[1] == g->nodes[t].out[0] &&
+           transpose_perm_is(g, &g->nodes[t], st, 0, 2, 3, 1) && !is_graph_output(g, sn->in[1]) &&
+           sole_reader(g, sn->in[1]) == ks && sdpa_strided(g, st, ks) && fold_in(g, bufs, st, ks, 1) < 0;
+}
+
 /* Transpose node n: 1 when a neighbouring sdpa reads its input or writes
  * its output itself (nothing to enqueue) */
 static int transpose_folded(const tb_graph *g, const tb_node *n, void *const *bufs, const tb_step *st) {
@@ -952,6 +964,13 @@ static tb_status run_sdpa(tbn_ctx *x, const tb_graph *g, const tb_node *n, const
             if (j == 0) a.qs[0] = S * H * D, a.qs[1] = D, a.qs[2] = H * D;
             else if (j == 1) a.ks[0] = T * H * D, a.ks[1] = D, a.ks[2] = H * D, a.ks[3] = 1;
             else a.vs[0] = T * H * Dv, a.vs[1] = Dv, a.vs[2] = H * Dv;
+        }
+        if (p[1] == ib[1]) {
+            /* k not folded: its Transpose may have written (B, H, T, D) */
+            int kt = -1;
+            for (int k = ks - 1; k >= 0 && kt < 0; k--)
+                if (g->nodes[k].n_out > 0 && g->nodes[k].out[0] == n->in[1]) kt = k;
+            if (kt >= 0 && k_relaid(g, bufs, st, ks, kt)) a.ks[0] = H * T * D, a.ks[1] = T * D, a.ks[2] = D, a.ks[3] = 1;
         }
         int t = fold_out(g, bufs, st, ks);
         if (t >= 0) {
@@ -1058,6 +1077,17 @@ tb_status tbn_run_node(tbn_ctx *x, const tb_graph *g, const tb_node *n, void *co
         if (transpose_folded(g, n, bufs, st)) return TB_OK;
         int perm[TB_MAX_RANK];
         TB_TRY(tb_nn_transpose_perm(n, in[0].rank, perm));
+        if (!fold_off() && in[0].rank == 4) {
+            int r = sole_reader(g, n->out[0]);
+            if (r > node_index(g, n) && k_relaid(g, bufs, st, r, node_index(g, n))) {
+                /* (B, T, H, D) -> (B, H, T, D) */
+                int64_t od[4] = {in[0].dims[0], in[0].dims[2], in[0].dims[1], in[0].dims[3]}, ist[4], stv[4];
+                strides_of(in[0].dims, 4, ist);
+                stv[0] = ist[0], stv[1] = ist[2], stv[2] = ist[1], stv[3] = ist[3];
+                CU(tbn_strided_copy(ob, ib[0], 4, od, stv, 0, (int)dt_size(o->dtype), x->stream), "strided copy launch");
+                return TB_OK;
+            }
+        }
         int64_t ist[TB_MAX_RANK], stv[TB_MAX_RANK];
         strides_of(in[0].dims, in[0].rank, ist);
         for (int k = 0; k < in[0].rank; k++) stv[k] = ist[perm[k]];

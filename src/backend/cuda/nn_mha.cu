@@ -18,7 +18,10 @@
  * given as (B, H, D, T). Loads are 16 bytes wide where the strides and
  * pointers allow it (the launcher checks), element by element otherwise.
  * Masks (additive, bool keep) and causal masking as the reference kernel
- * (ir/nn_conv.c sdpa_ref); a row with every key masked gets zeros. */
+ * (ir/nn_conv.c sdpa_ref); a row with every key masked gets zeros. A key
+ * tile's mask goes through shared memory (one row when it does not vary
+ * along the queries, BERT's (B, 1, 1, T)): loading it per score from
+ * global memory cost 30 us a BERT-base layer. */
 #include <stdlib.h>
 
 #include "backend/cuda/nn_common.cuh"
@@ -40,35 +43,47 @@ __device__ __forceinline__ uint32_t mha_pack(float lo, float hi) {
 }
 
 /* dst[r][c] (row pitch ld halves) = element (r, c) of the source at
- * src + r rs + c cs, for r < rv and c < cv, zero elsewhere. Either cs == 1
- * (rows contiguous along c: 8 columns per 16-byte load) or rs == 1 (8 rows
- * per load, scattered into 8 destination rows); vec: 16-byte loads allowed
- * (aligned pointer and strides). */
-template <int R, int C>
+ * src + r rs + c cs, for r < rv and c < cv, zero elsewhere, by NT threads.
+ * Either cs == 1 (rows contiguous along c: 8 columns per 16-byte load) or
+ * rs == 1 (8 rows per load, scattered into 8 destination rows); vec: 16-byte
+ * loads allowed (aligned pointer and strides). Every load of a thread is
+ * issued before its first store: through generic pointers the compiler
+ * cannot tell the shared-memory stores from the global loads, and a store
+ * between two loads serialised them (one memory latency per 16 bytes). */
+template <int R, int C, int NT>
 __device__ __forceinline__ void mha_tile(__half *dst, int ld, const __half *src, int64_t rs, int64_t cs, int rv,
-                                         int cv, bool vec, int tid, int nth) {
-    if (cs == 1) {
-        for (int i = tid; i < R * C / 8; i += nth) {
-            const int r = i / (C / 8), c = (i % (C / 8)) * 8;
-            __half *d = dst + r * ld + c;
-            if (vec && r < rv && c + 8 <= cv) {
-                *(uint4 *)d = *(const uint4 *)(src + r * rs + c);
-            } else {
+                                         int cv, bool vec, int tid) {
+    constexpr int N = R * C / 8 / NT;
+    static_assert(R * C / 8 % NT == 0, "tile not a multiple of the block");
+    uint4 buf[N];
+    const bool rows = cs == 1;
 #pragma unroll
-                for (int e = 0; e < 8; e++)
-                    d[e] = r < rv && c + e < cv ? src[r * rs + c + e] : __float2half(0.0f);
-            }
-        }
-    } else { /* rs == 1 */
-        for (int i = tid; i < R * C / 8; i += nth) {
-            const int c = i / (R / 8), r = (i % (R / 8)) * 8;
+    for (int u = 0; u < N; u++) {
+        const int i = tid + u * NT;
+        /* rows: (r, 8 columns from c); else (8 rows from r, column c) */
+        const int r = rows ? i / (C / 8) : (i % (R / 8)) * 8, c = rows ? (i % (C / 8)) * 8 : i / (R / 8);
+        const bool full = rows ? r < rv && c + 8 <= cv : c < cv && r + 8 <= rv;
+        if (vec && full) {
+            buf[u] = *(const uint4 *)(src + r * rs + c * cs);
+        } else {
             __half v[8];
-            if (vec && c < cv && r + 8 <= rv) {
-                *(uint4 *)v = *(const uint4 *)(src + c * cs + r);
-            } else {
 #pragma unroll
-                for (int e = 0; e < 8; e++) v[e] = c < cv && r + e < rv ? src[c * cs + r + e] : __float2half(0.0f);
+            for (int e = 0; e < 8; e++) {
+                const int rr = rows ? r : r + e, cc = rows ? c + e : c;
+                v[e] = rr < rv && cc < cv ? src[rr * rs + cc * cs] : __float2half(0.0f);
             }
+            memcpy(&buf[u], v, 16);
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < N; u++) {
+        const int i = tid + u * NT;
+        if (rows) {
+            *(uint4 *)(dst + (i / (C / 8)) * ld + (i % (C / 8)) * 8) = buf[u];
+        } else {
+            const int r = (i % (R / 8)) * 8, c = i / (R / 8);
+            __half v[8];
+            memcpy(v, &buf[u], 16);
 #pragma unroll
             for (int e = 0; e < 8; e++) dst[(r + e) * ld + c] = v[e];
         }
@@ -83,6 +98,8 @@ __global__ void __launch_bounds__(NW * 32) mha_kernel(tbn_sdpa_args a, const __h
     __half *Qs = (__half *)mha_sm;       /* [BQ][LQ]     */
     __half *Ks = Qs + BQ * LQ;           /* [BK][LK]     */
     __half *Vt = Ks + MHA_BK * LK;       /* [D][LV]      */
+    float *Ms = (float *)(Vt + D * LV);  /* [mr][BK]: the mask tile, log2 units (-inf: dropped) */
+    const int mr = a.ms[2] == 0 ? 1 : BQ; /* a mask that does not vary along the rows: one row */
     const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
     const int64_t q0 = (int64_t)blockIdx.x * BQ;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
@@ -90,7 +107,7 @@ __global__ void __launch_bounds__(NW * 32) mha_kernel(tbn_sdpa_args a, const __h
     const __half *kb = k + b * a.ks[0] + h * a.ks[1];
     const __half *vb = v + b * a.vs[0] + h * a.vs[1];
     const int sv = (int)(a.S - q0 < BQ ? a.S - q0 : BQ);
-    mha_tile<BQ, D>(Qs, LQ, qb, a.qs[2], 1, sv, D, vec, tid, NW * 32);
+    mha_tile<BQ, D, NW * 32>(Qs, LQ, qb, a.qs[2], 1, sv, D, vec, tid);
 
     const float l2e = 1.4426950408889634f, sl2 = a.scale * l2e;
     const int64_t r0 = q0 + warp * 16 + g, r1 = r0 + 8; /* this thread's two rows */
@@ -105,9 +122,23 @@ __global__ void __launch_bounds__(NW * 32) mha_kernel(tbn_sdpa_args a, const __h
     for (int64_t t0 = 0; t0 < t_end; t0 += MHA_BK) {
         const int tv = (int)(a.T - t0 < MHA_BK ? a.T - t0 : MHA_BK);
         __syncthreads(); /* the previous tile's readers are done */
-        if (a.ks[3] == 1) mha_tile<MHA_BK, D>(Ks, LK, kb + t0 * a.ks[2], a.ks[2], 1, tv, D, vec, tid, NW * 32);
-        else mha_tile<MHA_BK, D>(Ks, LK, kb + t0, 1, a.ks[3], tv, D, vec, tid, NW * 32);
-        mha_tile<D, MHA_BK>(Vt, LV, vb + t0 * a.vs[2], 1, a.vs[2], D, tv, vec, tid, NW * 32);
+        if (a.ks[3] == 1) mha_tile<MHA_BK, D, NW * 32>(Ks, LK, kb + t0 * a.ks[2], a.ks[2], 1, tv, D, vec, tid);
+        else mha_tile<MHA_BK, D, NW * 32>(Ks, LK, kb + t0, 1, a.ks[3], tv, D, vec, tid);
+        mha_tile<D, MHA_BK, NW * 32>(Vt, LV, vb + t0 * a.vs[2], 1, a.vs[2], D, tv, vec, tid);
+        if (a.mask_kind) {
+            /* loaded once a block (coalesced along the keys), not once per score */
+            for (int i = tid; i < mr * MHA_BK; i += NW * 32) {
+                const int rr = i / MHA_BK, j = i % MHA_BK;
+                const int64_t row = q0 + rr, tk = t0 + j;
+                float mv = 0.0f;
+                if (tk < a.T && row < a.S) {
+                    const int64_t mo = b * a.ms[0] + h * a.ms[1] + row * a.ms[2] + tk * a.ms[3];
+                    if (a.mask_kind == 1) mv = tbn_ldf(a.mask, a.mdt, mo) * l2e;
+                    else mv = ((const uint8_t *)a.mask)[mo] ? 0.0f : -INFINITY;
+                }
+                Ms[i] = mv;
+            }
+        }
         __syncthreads();
         if (t0 == 0) {
             const __half *qr = Qs + (warp * 16 + g) * LQ + 2 * t4;
@@ -135,14 +166,11 @@ __global__ void __launch_bounds__(NW * 32) mha_kernel(tbn_sdpa_args a, const __h
         for (int j = 0; j < MHA_BK / 8; j++) {
 #pragma unroll
             for (int e = 0; e < 4; e++) {
-                const int64_t tk = t0 + j * 8 + 2 * t4 + (e & 1), row = e < 2 ? r0 : r1;
+                const int jj = j * 8 + 2 * t4 + (e & 1);
+                const int64_t tk = t0 + jj, row = e < 2 ? r0 : r1;
                 float x = s[j][e] * sl2;
-                bool keep = tk < a.T && !(a.causal && tk > row);
-                if (keep && a.mask_kind && row < a.S) {
-                    const int64_t mo = b * a.ms[0] + h * a.ms[1] + row * a.ms[2] + tk * a.ms[3];
-                    if (a.mask_kind == 1) x += tbn_ldf(a.mask, a.mdt, mo) * l2e;
-                    else keep = ((const uint8_t *)a.mask)[mo] != 0;
-                }
+                if (a.mask_kind) x += Ms[(mr == 1 ? 0 : warp * 16 + g + (e < 2 ? 0 : 8)) * MHA_BK + jj];
+                const bool keep = tk < a.T && !(a.causal && tk > row);
                 x = keep ? x : -INFINITY;
                 s[j][e] = x;
                 if (e < 2) mx0 = fmaxf(mx0, x);
@@ -211,6 +239,7 @@ static cudaError_t mha_launch(const tbn_sdpa_args *a, const void *q, const void 
                               cudaStream_t s) {
     constexpr int BQ = 16 * NW;
     size_t smem = sizeof(__half) * ((size_t)BQ * (D + 8) + (size_t)MHA_BK * (D + 8) + (size_t)D * (MHA_BK + 8));
+    if (a->mask_kind) smem += sizeof(float) * (size_t)(a->ms[2] == 0 ? 1 : BQ) * MHA_BK;
     static size_t opted = 0;
     if (smem > 48 * 1024 && smem > opted) {
         cudaError_t e = cudaFuncSetAttribute(mha_kernel<D, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
@@ -252,7 +281,7 @@ extern "C" int tbn_mha_f16(const tbn_sdpa_args *a, const void *q, const void *k,
         if (st[i] != 1 && st[i] % 8) vec = 0;
     /* few (batch, head) pairs: 2 warps a block for more blocks */
     int64_t blocks4 = (a->S + 63) / 64 * a->B * a->H;
-    int nw2 = blocks4 < 132;
+    int nw2 = blocks4 < 132 && a->D <= 64; /* D 128 with 2 warps spills its tile loads */
     switch (a->D) {
     case 32: *e = nw2 ? mha_launch<32, 2>(a, q, k, v, out, vec, s) : mha_launch<32, 4>(a, q, k, v, out, vec, s); break;
     case 64: *e = nw2 ? mha_launch<64, 2>(a, q, k, v, out, vec, s) : mha_launch<64, 4>(a, q, k, v, out, vec, s); break;
