@@ -1076,7 +1076,12 @@ static tb_status cuda_upload(tb_backend *b, void *dst, const void *src, size_t b
 
 static tb_status cuda_download(tb_backend *b, void *dst, const void *src, size_t bytes) {
     cuda_ctx *c = b->ctx;
-    if (!bytes) return TB_OK;
+    /* a copy of nothing still waits for the stream: the executor's per-node
+     * profile (--dump-profile) relies on it */
+    if (!bytes) {
+        CU_TRY(cudaStreamSynchronize(c->stream), "waiting for the device");
+        return TB_OK;
+    }
     CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream), "copying from the device");
     CU_TRY(cudaStreamSynchronize(c->stream), "copying from the device");
     return TB_OK;
