@@ -39,7 +39,9 @@
  *   MatMul, Gemm, Conv           1e-5    3e-3    f32 cuBLAS (no TF32) /
  *                                                f16 tensor cores with f32
  *                                                accumulation, one rounding
- *   sdpa                         2e-5    3e-3    f32 online softmax
+ *   sdpa                         2e-5    3e-3    f32 online softmax; f16 D 32 /
+ *                                                64 / 128: tensor cores, P
+ *                                                rounded to f16
  *
  * Prints one line per case and, at the end, one line per op with its worst
  * error.
@@ -913,6 +915,11 @@ static void compute_cases(void) {
         {1, 12, 128, 128, 64, 64, 0, 0, 1, {1, 1, 1, 128}, 4, "BERT (1, 12, 128, 64) mask (1,1,1,T)"},
         {1, 2, 512, 512, 64, 64, 1, 0, 0, {0}, 0, "S 512 causal"},
         {1, 1, 8, 16, 20, 20, 0, 0, 1, {8, 16}, 2, "D 20 mask (S, T)"},
+        /* f16 D 32 / 64 / 128: the tensor-core kernel (nn_mha.cu), BERT's k layout */
+        {1, 12, 128, 128, 64, 64, 0, 1, 1, {1, 1, 1, 128}, 4, "BERT k transposed mask (1,1,1,T)"},
+        {2, 4, 70, 77, 64, 64, 0, 1, 1, {2, 1, 1, 77}, 4, "B 2 k transposed T 77 mask (B,1,1,T)"},
+        {2, 3, 100, 100, 32, 32, 1, 0, 2, {2, 1, 1, 100}, 4, "D 32 causal bool mask"},
+        {8, 12, 128, 128, 64, 64, 0, 1, 1, {8, 1, 1, 128}, 4, "BERT batch 8"},
     };
     FOR_DT for (size_t k = 0; k < sizeof at / sizeof at[0]; k++) {
         tb_node n = N(TB_OP_SDPA, 3, 1);

@@ -14,6 +14,15 @@
 #              8: `turbine bench --engine` of f32 (and, with TB_F16=1, f16)
 #              engines built for cuda; PyTorch eager and CUDA-graph on the same
 #              modules (bench/onnx/torch_gpu.py) in the same run
+#              the engines run with TB_CUDA_GRAPH_TIMES=1: besides the run's
+#              latency (input upload and output download included) the
+#              backend reports the GPU time of the replayed CUDA graph alone
+#              (CUDA events), the figure comparable with PyTorch's graph
+#              replays; with TB_F16, PyTorch f16 ResNet-18 channels-last too
+# 5. f16     : (TB_F16) the BERT-base f16 engine on 4 random sequences with the
+#              attention Transposes folded and not (TB_CUDA_FOLD_TRANSPOSE=0:
+#              outputs must be identical) and with the f32-arithmetic
+#              attention kernel (TB_CUDA_SDPA_F32=1: outputs close)
 # Env: TB_PREBUILT (folder with turbine and libturbine_cuda.so), OUT,
 # TB_SKIP_NODES, TB_SKIP_TIMING, TB_F16, TB_TORCH_DTYPES (PyTorch baselines, default "f32 f16").
 set -u
@@ -56,10 +65,11 @@ if [ -z "${TB_SKIP_TIMING:-}" ]; then
             --min-shapes input:1x3x224x224 --opt-shapes input:8x3x224x224 --max-shapes input:8x3x224x224 \
             >> "$LOG" 2>&1 || say "FAIL: build resnet18 $DT"
         for B in 1 8; do
-            $T bench --engine "$W/bert_$DT.engine" --device cuda --shapes input_ids:${B}x128,attention_mask:${B}x128 \
-                --json "$OUT/bert_${DT}_b$B.json" 2>&1 | tee -a "$LOG" | grep -E "throughput|latency|compute"
-            $T bench --engine "$W/resnet_$DT.engine" --device cuda --shapes input:${B}x3x224x224 \
-                --json "$OUT/resnet_${DT}_b$B.json" 2>&1 | tee -a "$LOG" | grep -E "throughput|latency|compute"
+            TB_CUDA_GRAPH_TIMES=1 $T bench --engine "$W/bert_$DT.engine" --device cuda \
+                --shapes input_ids:${B}x128,attention_mask:${B}x128 --json "$OUT/bert_${DT}_b$B.json" 2>&1 |
+                tee -a "$LOG" | grep -E "engine:|latency|compute|GPU time"
+            TB_CUDA_GRAPH_TIMES=1 $T bench --engine "$W/resnet_$DT.engine" --device cuda --shapes input:${B}x3x224x224 \
+                --json "$OUT/resnet_${DT}_b$B.json" 2>&1 | tee -a "$LOG" | grep -E "engine:|latency|compute|GPU time"
         done
         $T bench --engine "$W/bert_$DT.engine" --device cuda --shapes input_ids:1x128,attention_mask:1x128 \
             --dump-profile --iterations 20 --duration 0 > "$OUT/bert_${DT}_profile.txt" 2>&1
@@ -70,5 +80,52 @@ if [ -z "${TB_SKIP_TIMING:-}" ]; then
         $PY "$SRC/bench/onnx/torch_gpu.py" --models bert,resnet18 --batch 1,8 --dtype $DT \
             --json "$OUT/torch_$DT.json" 2>&1 | tee -a "$LOG" | grep '"model"'
     done
+    if [ -n "${TB_F16:-}" ]; then
+        $PY "$SRC/bench/onnx/torch_gpu.py" --models resnet18 --batch 1,8 --dtype f16 --channels-last \
+            --json "$OUT/torch_f16_cl.json" 2>&1 | tee -a "$LOG" | grep '"model"'
+    fi
+fi
+
+if [ -n "${TB_F16:-}" ] && [ -z "${TB_SKIP_TIMING:-}" ] && [ -f "$W/bert_f16.engine" ]; then
+    say "== 5. f16 attention: folded Transposes and the tensor-core kernel against the others"
+    $PY - "$W/f16in" <<'PY' >> "$LOG" 2>&1
+import os, sys
+import numpy as np
+from onnx import numpy_helper
+d = sys.argv[1]
+os.makedirs(d, exist_ok=True)
+rng = np.random.default_rng(3)
+ids = rng.integers(0, 30522, size=(4, 128)).astype(np.int64)
+m = np.zeros((4, 128), np.float32)
+m[1, 100:] = -10000.0
+m[3, 17:] = -10000.0
+for k, a in enumerate([ids, m]):
+    open(f"{d}/input_{k}.pb", "wb").write(numpy_helper.from_array(a).SerializeToString())
+PY
+    $T exec "$W/bert_f16.engine" --inputs "$W/f16in" --outputs "$W/f16_fold" >> "$LOG" 2>&1 || say "FAIL: exec f16"
+    TB_CUDA_FOLD_TRANSPOSE=0 $T exec "$W/bert_f16.engine" --inputs "$W/f16in" --outputs "$W/f16_nofold" \
+        >> "$LOG" 2>&1 || say "FAIL: exec f16 unfolded"
+    TB_CUDA_FOLD_TRANSPOSE=0 TB_CUDA_SDPA_F32=1 $T exec "$W/bert_f16.engine" --inputs "$W/f16in" \
+        --outputs "$W/f16_f32attn" >> "$LOG" 2>&1 || say "FAIL: exec f16 f32 attention"
+    $PY - "$W" <<'PY' 2>&1 | tee -a "$LOG"
+import glob, sys
+import numpy as np
+from onnx import TensorProto, numpy_helper
+w = sys.argv[1]
+def rd(p):
+    t = TensorProto()
+    t.ParseFromString(open(p, "rb").read())
+    return numpy_helper.to_array(t).astype(np.float32)
+bad = 0
+for f in sorted(glob.glob(f"{w}/f16_fold/*.pb")):
+    b = f.split("/")[-1]
+    a, n, r = rd(f), rd(f"{w}/f16_nofold/{b}"), rd(f"{w}/f16_f32attn/{b}")
+    dn, dr, top = np.abs(a - n).max(), np.abs(n - r).max(), np.abs(r).max()
+    ok = dn == 0 and dr <= 0.01 * top
+    bad += not ok
+    print(f"{'ok  ' if ok else 'FAIL'} {b}: folded vs not max|d| {dn:.3g}; tensor-core vs f32 attention max|d| {dr:.3g} "
+          f"(max|x| {top:.3g})")
+print(f"f16 attention check: {'FAIL' if bad else 'ok'}")
+PY
 fi
 say "== done"

@@ -174,6 +174,13 @@ typedef struct {
     nn_graph nn_graphs[MAX_NN_GRAPHS];
     int n_nn_graphs, nn_next;
     nn_graph *nn_cur;
+    /* TB_CUDA_GRAPH_TIMES=1: each replay of a general run timed with events
+     * (the GPU time of the graph alone, without the input / output copies
+     * the run's latency includes), reported when the backend is destroyed */
+    int gt_on, gt_pending;
+    cudaEvent_t gt0, gt1;
+    double gt_sum, gt_min;
+    long gt_n;
     int nn_mode;              /* RUN_* of the current general run             */
     int prefill_flash;        /* 1: such runs take the flash kernel where it
                                * handles the shape (f16 cache, hd 64 / 128);
@@ -1069,7 +1076,12 @@ static tb_status cuda_upload(tb_backend *b, void *dst, const void *src, size_t b
 
 static tb_status cuda_download(tb_backend *b, void *dst, const void *src, size_t bytes) {
     cuda_ctx *c = b->ctx;
-    if (!bytes) return TB_OK;
+    /* a copy of nothing still waits for the stream: the executor's per-node
+     * profile (--dump-profile) relies on it */
+    if (!bytes) {
+        CU_TRY(cudaStreamSynchronize(c->stream), "waiting for the device");
+        return TB_OK;
+    }
     CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream), "copying from the device");
     CU_TRY(cudaStreamSynchronize(c->stream), "copying from the device");
     return TB_OK;
@@ -1149,6 +1161,16 @@ static tb_status cuda_run_begin(tb_backend *b, const tb_graph *g, void *const *b
             }
         c->nn.grew = 0;
     }
+    if (c->gt_pending) { /* the previous replay: its events are done (its outputs were read) */
+        float ms = 0;
+        if (cudaEventSynchronize(c->gt1) == cudaSuccess && cudaEventElapsedTime(&ms, c->gt0, c->gt1) == cudaSuccess) {
+            c->gt_sum += ms;
+            c->gt_min = c->gt_n && c->gt_min < ms ? c->gt_min : ms;
+            c->gt_n++;
+        }
+        cudaGetLastError();
+        c->gt_pending = 0;
+    }
     uint64_t key = nn_run_key(g, bufs, st);
     nn_graph *e = NULL;
     for (int i = 0; i < c->n_nn_graphs && !e; i++)
@@ -1198,7 +1220,10 @@ static tb_status cuda_run_end(tb_backend *b, const tb_graph *g, void *const *buf
             return cuda_fail(err, "capturing the run as a CUDA graph (it runs eagerly from now on; run it again)");
         }
     }
+    int timed = c->gt_on && mode == RUN_REPLAY && c->gt0 && c->gt1;
+    if (timed) cudaEventRecord(c->gt0, c->stream);
     CU_TRY(cudaGraphLaunch(e->exec, c->stream), "graph launch");
+    if (timed) c->gt_pending = cudaEventRecord(c->gt1, c->stream) == cudaSuccess;
     return TB_OK;
 }
 
@@ -1207,6 +1232,12 @@ static void cuda_destroy(tb_backend *b) {
     if (!c) return;
     cudaSetDevice(c->device);
     if (c->stream) cudaStreamSynchronize(c->stream);
+    if (c->gt_n)
+        tb_log(TB_LOG_WARN, "cuda: %ld graph replays of general runs: GPU time mean %.4f ms, min %.4f ms "
+               "(TB_CUDA_GRAPH_TIMES, CUDA events around each replay)", c->gt_n, c->gt_sum / (double)c->gt_n,
+               c->gt_min);
+    if (c->gt0) cudaEventDestroy(c->gt0);
+    if (c->gt1) cudaEventDestroy(c->gt1);
     graphs_clear(c);
     nn_graphs_clear(c);
     tbn_ctx_free(&c->nn);
@@ -1376,6 +1407,10 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     cublasSetMathMode(c->blas, CUBLAS_DEFAULT_MATH);
     const char *ge = getenv("TB_CUDA_GRAPHS");
     c->use_graphs = !(ge && !strcmp(ge, "0"));
+    const char *gtimes = getenv("TB_CUDA_GRAPH_TIMES");
+    if (gtimes && !strcmp(gtimes, "1") && cudaEventCreate(&c->gt0) == cudaSuccess && cudaEventCreate(&c->gt1) == cudaSuccess)
+        c->gt_on = 1;
+    cudaGetLastError();
     const char *xe = getenv("TB_CUDA_X16");
     c->x16 = !(xe && !strcmp(xe, "0"));
     const char *gte = getenv("TB_CUDA_GRAPH_MAX_T");

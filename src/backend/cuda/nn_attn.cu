@@ -4,6 +4,8 @@
  * arithmetic whatever the storage type. Each of the 4 warps owns 8 query
  * rows; a lane owns one key of the tile for the scores and the output
  * columns lane, lane + 32, ... for the accumulation. */
+#include <stdlib.h>
+
 #include "backend/cuda/nn_common.cuh"
 
 #define QT 32 /* query rows per block */
@@ -103,9 +105,27 @@ __global__ void __launch_bounds__(128) sdpa_kernel(tbn_sdpa_args a, const void *
     }
 }
 
+extern "C" void tbn_sdpa_strides(tbn_sdpa_args *a) {
+    const int64_t H = a->H, S = a->S, T = a->T, D = a->D, Dv = a->Dv;
+    a->qs[0] = H * S * D, a->qs[1] = S * D, a->qs[2] = D;
+    a->ks[0] = H * T * D, a->ks[1] = T * D;
+    if (a->k_t) a->ks[2] = 1, a->ks[3] = T;
+    else a->ks[2] = D, a->ks[3] = 1;
+    a->vs[0] = H * T * Dv, a->vs[1] = T * Dv, a->vs[2] = Dv;
+    a->os[0] = H * S * Dv, a->os[1] = S * Dv, a->os[2] = Dv;
+}
+
 extern "C" cudaError_t tbn_sdpa(const tbn_sdpa_args *a, const void *q, const void *k, const void *v, void *out,
                                 cudaStream_t s) {
     if (a->B * a->H * a->S <= 0 || a->Dv <= 0) return cudaSuccess;
+    cudaError_t me;
+    if (tbn_mha_f16(a, q, k, v, out, s, &me)) return me;
+    /* this kernel reads the contiguous layouts only */
+    tbn_sdpa_args c = *a;
+    tbn_sdpa_strides(&c);
+    if (memcmp(c.qs, a->qs, sizeof c.qs) || memcmp(c.ks, a->ks, sizeof c.ks) || memcmp(c.vs, a->vs, sizeof c.vs) ||
+        memcmp(c.os, a->os, sizeof c.os))
+        return cudaErrorInvalidValue;
     if (a->D > 256 || a->Dv > 32 * MAXC) return cudaErrorInvalidValue;
     size_t smem = sizeof(float) * ((size_t)QT * a->D + (size_t)a->D * (KT + 1) + (size_t)KT * a->Dv);
     static size_t opted = 0;

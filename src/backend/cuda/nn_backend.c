@@ -749,29 +749,187 @@ static tb_status run_conv(tbn_ctx *x, const tb_node *n, const tb_view *in, int n
     return conv_im2col(&ca);
 }
 
-static tb_status run_sdpa(tbn_ctx *x, const tb_node *n, const tb_view *in, int n_in, const tb_view *o,
-                          const void *const *ib, void *ob) {
-    const tb_view *q = &in[0], *k = &in[1], *v = &in[2];
-    int r = q->rank;
-    NEEDR(r == 3 || r == 4, "sdpa: rank %d", r);
+/* ---- Transposes around sdpa, folded into its strides
+ *
+ * A model's attention reads q, k, v through Transposes of the projections'
+ * (B, S, H, D) outputs (perm (0, 2, 1, 3); k also (0, 2, 3, 1), read as
+ * k^T) and writes its (B, H, S, Dv) output through another into (B, S, H,
+ * Dv). The f16 tensor-core kernel reads and writes through strides, so those
+ * Transposes need not run: sdpa reads the Transpose's input and writes the
+ * Transpose's output directly, and the Transpose nodes enqueue nothing. The
+ * graph and its memory plan are unchanged, so this is done only where the
+ * plan allows it, decided from the run's buffers (the same decision at the
+ * Transpose and at the sdpa, and the same in a captured run): the source
+ * a folded input Transpose would have read must keep its bytes until the
+ * sdpa (no node in between writes over it), and the buffer a folded output
+ * Transpose writes must not be read or written by sdpa's inputs or any node
+ * in between. The Transpose's output must have no other reader and not be
+ * a graph output (on the input side). TB_CUDA_FOLD_TRANSPOSE=0 turns it off. */
+
+static int fold_off(void) {
+    static int off = -1;
+    if (off < 0) {
+        const char *e = getenv("TB_CUDA_FOLD_TRANSPOSE");
+        off = e && !strcmp(e, "0");
+    }
+    return off;
+}
+
+static int node_index(const tb_graph *g, const tb_node *n) { return (int)(n - g->nodes); }
+
+static int is_graph_output(const tb_graph *g, int v) {
+    for (int i = 0; i < g->n_outputs; i++)
+        if (g->outputs[i] == v) return 1;
+    return 0;
+}
+
+/* the only node reading value v (index), or -1 when none or several */
+static int sole_reader(const tb_graph *g, int v) {
+    int r = -1;
+    for (int k = 0; k < g->n_nodes; k++)
+        for (int j = 0; j < g->nodes[k].n_in; j++)
+            if (g->nodes[k].in[j] == v) {
+                if (r >= 0 && r != k) return -1;
+                r = k;
+            }
+    return r;
+}
+
+static int transpose_perm_is(const tb_graph *g, const tb_node *n, const tb_step *st, int a, int b, int c, int d) {
+    if (n->op != TB_OP_TRANSPOSE || st->views[n->in[0]].rank != 4) return 0;
+    (void)g;
+    /* i[0..rank) the permutation, zeros after (tb_nn_transpose_perm) */
+    for (int k = 4; k < TB_MAX_RANK && k < TB_NODE_INTS; k++)
+        if (n->i[k]) return 0;
+    return n->i[0] == a && n->i[1] == b && n->i[2] == c && n->i[3] == d;
+}
+
+typedef struct { uintptr_t lo, hi; } byte_range;
+
+static byte_range range_of(const tb_step *st, void *const *bufs, int v) {
+    const tb_view *w = &st->views[v];
+    byte_range r = {(uintptr_t)bufs[v], (uintptr_t)bufs[v] + (uintptr_t)((size_t)numel(w) * dt_size(w->dtype))};
+    return r;
+}
+
+static int overlap(byte_range a, byte_range b) { return a.lo < b.hi && b.lo < a.hi && a.lo < a.hi && b.lo < b.hi; }
+
+/* whether node k reads or (writes: outputs only) touches range r */
+static int node_touches(const tb_graph *g, const tb_step *st, void *const *bufs, int k, byte_range r, int reads) {
+    const tb_node *n = &g->nodes[k];
+    for (int o = 0; o < n->n_out; o++)
+        if (overlap(range_of(st, bufs, n->out[o]), r)) return 1;
+    if (reads)
+        for (int j = 0; j < n->n_in; j++)
+            if (overlap(range_of(st, bufs, n->in[j]), r)) return 1;
+    return 0;
+}
+
+/* The sdpa's arguments as its inputs give them (no folding); 0 when the
+ * node cannot run (the caller reports it). */
+static int sdpa_args(const tb_node *n, const tb_view *in, int n_in, tbn_sdpa_args *a);
+
+/* slot j (0 q, 1 k, 2 v) of sdpa node ks: the index of the Transpose whose
+ * input it reads directly, or -1 */
+static int fold_in(const tb_graph *g, void *const *bufs, const tb_step *st, int ks, int j) {
+    const tb_node *sn = &g->nodes[ks];
+    int v = sn->in[j], t = -1;
+    for (int k = ks - 1; k >= 0 && t < 0; k--)
+        for (int o = 0; o < g->nodes[k].n_out; o++)
+            if (g->nodes[k].out[o] == v) { t = k; break; }
+    if (t < 0) return -1;
+    const tb_node *tn = &g->nodes[t];
+    int kt = sn->i[1];
+    int ok = transpose_perm_is(g, tn, st, 0, 2, 1, 3) ? !(j == 1 && kt) : j == 1 && kt && transpose_perm_is(g, tn, st, 0, 2, 3, 1);
+    if (!ok || is_graph_output(g, v) || sole_reader(g, v) != ks) return -1;
+    byte_range src = range_of(st, bufs, tn->in[0]);
+    for (int k = t + 1; k < ks; k++)
+        if (node_touches(g, st, bufs, k, src, 0)) return -1;
+    return t;
+}
+
+/* the Transpose after sdpa node ks whose output it writes directly, or -1 */
+static int fold_out(const tb_graph *g, void *const *bufs, const tb_step *st, int ks) {
+    const tb_node *sn = &g->nodes[ks];
+    int y = sn->out[0];
+    if (is_graph_output(g, y)) return -1;
+    int t = sole_reader(g, y);
+    if (t <= ks || !transpose_perm_is(g, &g->nodes[t], st, 0, 2, 1, 3)) return -1;
+    byte_range z = range_of(st, bufs, g->nodes[t].out[0]);
+    for (int j = 0; j < sn->n_in; j++) {
+        int f = j < 3 ? fold_in(g, bufs, st, ks, j) : -1;
+        int src = f >= 0 ? g->nodes[f].in[0] : sn->in[j];
+        if (overlap(range_of(st, bufs, src), z)) return -1;
+    }
+    for (int k = ks + 1; k < t; k++)
+        if (node_touches(g, st, bufs, k, z, 1)) return -1;
+    return t;
+}
+
+/* whether sdpa node ks runs on the kernel that reads strides */
+static int sdpa_strided(const tb_graph *g, const tb_step *st, int ks) {
+    const tb_node *n = &g->nodes[ks];
+    if (fold_off() || n->n_in > TB_MAX_INPUTS) return 0;
+    tb_view in[TB_MAX_INPUTS];
+    for (int k = 0; k < n->n_in; k++) in[k] = st->views[n->in[k]];
+    if (in[0].rank != 4) return 0;
     tbn_sdpa_args a;
-    memset(&a, 0, sizeof a);
-    a.B = r == 4 ? q->dims[0] : 1;
-    a.H = q->dims[r - 3];
-    a.S = q->dims[r - 2];
-    a.D = (int)q->dims[r - 1];
-    a.T = v->dims[r - 2];
-    a.Dv = (int)v->dims[r - 1];
-    NEEDR(a.D <= 256 && a.Dv <= 128, "sdpa: head dims %d / %d (at most 256 / 128)", a.D, a.Dv);
-    a.dt = q->dtype;
-    a.causal = n->i[0];
-    a.k_t = n->i[1];
-    a.mask_kind = n->i[2];
-    a.scale = n->f[0] != 0.0f ? n->f[0] : (float)(1.0 / sqrt((double)a.D));
-    if (a.mask_kind && n_in > 3) {
+    if (!sdpa_args(n, in, n->n_in, &a)) return 0;
+    return tbn_mha_f16_ok(&a);
+}
+
+/* Transpose node t (0, 2, 3, 1) giving sdpa node ks its k as (B, H, D, T)
+ * where fold_in could not fold it: it runs as (0, 2, 1, 3) instead (the
+ * last dim kept: a copy of 16-byte runs rather than a 2-d transpose) into the
+ * same buffer, and the sdpa reads k as (B, H, T, D). The buffer has no other
+ * reader. */
+static int k_relaid(const tb_graph *g, void *const *bufs, const tb_step *st, int ks, int t) {
+    const tb_node *sn = &g->nodes[ks];
+    return sn->op == TB_OP_SDPA && sn->i[1] && sn->in[1] == g->nodes[t].out[0] &&
+           transpose_perm_is(g, &g->nodes[t], st, 0, 2, 3, 1) && !is_graph_output(g, sn->in[1]) &&
+           sole_reader(g, sn->in[1]) == ks && sdpa_strided(g, st, ks) && fold_in(g, bufs, st, ks, 1) < 0;
+}
+
+/* Transpose node n: 1 when a neighbouring sdpa reads its input or writes
+ * its output itself (nothing to enqueue) */
+static int transpose_folded(const tb_graph *g, const tb_node *n, void *const *bufs, const tb_step *st) {
+    if (fold_off()) return 0;
+    int t = node_index(g, n);
+    /* input side: the sole reader of the output is an sdpa */
+    int r = sole_reader(g, n->out[0]);
+    if (r > t && g->nodes[r].op == TB_OP_SDPA && sdpa_strided(g, st, r))
+        for (int j = 0; j < 3; j++)
+            if (g->nodes[r].in[j] == n->out[0] && fold_in(g, bufs, st, r, j) == t) return 1;
+    /* output side: the input is an sdpa's output */
+    int v = n->in[0];
+    for (int k = t - 1; k >= 0; k--) {
+        const tb_node *p = &g->nodes[k];
+        if (p->n_out < 1 || p->out[0] != v) continue;
+        return p->op == TB_OP_SDPA && sdpa_strided(g, st, k) && fold_out(g, bufs, st, k) == t;
+    }
+    return 0;
+}
+
+static int sdpa_args(const tb_node *n, const tb_view *in, int n_in, tbn_sdpa_args *a) {
+    const tb_view *q = &in[0], *v = &in[2];
+    int r = q->rank;
+    if (r != 3 && r != 4) return 0;
+    memset(a, 0, sizeof *a);
+    a->B = r == 4 ? q->dims[0] : 1;
+    a->H = q->dims[r - 3];
+    a->S = q->dims[r - 2];
+    a->D = (int)q->dims[r - 1];
+    a->T = v->dims[r - 2];
+    a->Dv = (int)v->dims[r - 1];
+    if (a->D > 256 || a->Dv > 128) return 0;
+    a->dt = q->dtype;
+    a->causal = n->i[0];
+    a->k_t = n->i[1];
+    a->mask_kind = n->i[2];
+    a->scale = n->f[0] != 0.0f ? n->f[0] : (float)(1.0 / sqrt((double)a->D));
+    if (a->mask_kind && n_in > 3) {
         const tb_view *m = &in[3];
-        a.mask = ib[3];
-        a.mdt = m->dtype;
+        a->mdt = m->dtype;
         int64_t st[4] = {0, 0, 0, 0}, s = 1;
         for (int d = r - 1; d >= 0; d--) {
             int md = d - (r - m->rank);
@@ -779,13 +937,50 @@ static tb_status run_sdpa(tbn_ctx *x, const tb_node *n, const tb_view *in, int n
             st[4 - r + d] = m->dims[md] == 1 ? 0 : s;
             s *= m->dims[md];
         }
-        memcpy(a.ms, st, sizeof st);
+        memcpy(a->ms, st, sizeof st);
     } else {
-        a.mask_kind = 0;
+        a->mask_kind = 0;
     }
-    (void)k;
+    tbn_sdpa_strides(a);
+    return 1;
+}
+
+static tb_status run_sdpa(tbn_ctx *x, const tb_graph *g, const tb_node *n, const tb_view *in, int n_in,
+                          const tb_view *o, const void *const *ib, void *ob, void *const *bufs, const tb_step *st) {
+    tbn_sdpa_args a;
+    NEEDR(in[0].rank == 3 || in[0].rank == 4, "sdpa: rank %d", in[0].rank);
+    NEEDR(sdpa_args(n, in, n_in, &a), "sdpa: head dims %lld / %lld (at most 256 / 128)",
+          (long long)in[0].dims[in[0].rank - 1], (long long)in[2].dims[in[2].rank - 1]);
+    const void *p[3] = {ib[0], ib[1], ib[2]};
+    void *out = ob;
+    int ks = node_index(g, n);
+    if (in[0].rank == 4 && sdpa_strided(g, st, ks)) {
+        /* read (B, S, H, D) sources, write (B, S, H, Dv): see transpose_folded */
+        const int64_t H = a.H, S = a.S, T = a.T, D = a.D, Dv = a.Dv;
+        for (int j = 0; j < 3; j++) {
+            int t = fold_in(g, bufs, st, ks, j);
+            if (t < 0) continue;
+            p[j] = bufs[g->nodes[t].in[0]];
+            if (j == 0) a.qs[0] = S * H * D, a.qs[1] = D, a.qs[2] = H * D;
+            else if (j == 1) a.ks[0] = T * H * D, a.ks[1] = D, a.ks[2] = H * D, a.ks[3] = 1;
+            else a.vs[0] = T * H * Dv, a.vs[1] = Dv, a.vs[2] = H * Dv;
+        }
+        if (p[1] == ib[1]) {
+            /* k not folded: its Transpose may have written (B, H, T, D) */
+            int kt = -1;
+            for (int k = ks - 1; k >= 0 && kt < 0; k--)
+                if (g->nodes[k].n_out > 0 && g->nodes[k].out[0] == n->in[1]) kt = k;
+            if (kt >= 0 && k_relaid(g, bufs, st, ks, kt)) a.ks[0] = H * T * D, a.ks[1] = T * D, a.ks[2] = D, a.ks[3] = 1;
+        }
+        int t = fold_out(g, bufs, st, ks);
+        if (t >= 0) {
+            out = bufs[g->nodes[t].out[0]];
+            a.os[0] = S * H * Dv, a.os[1] = Dv, a.os[2] = H * Dv;
+        }
+    }
+    if (a.mask_kind) a.mask = ib[3];
     (void)o;
-    CU(tbn_sdpa(&a, ib[0], ib[1], ib[2], ob, x->stream), "sdpa launch");
+    CU(tbn_sdpa(&a, p[0], p[1], p[2], out, x->stream), "sdpa launch");
     return TB_OK;
 }
 
@@ -833,7 +1028,6 @@ static tb_status run_resize(tbn_ctx *x, const tb_node *n, const tb_view *in, int
 /* ---------------------------------------------------------------- dispatch */
 
 tb_status tbn_run_node(tbn_ctx *x, const tb_graph *g, const tb_node *n, void *const *bufs, const tb_step *st) {
-    (void)g;
     NEEDR(st && st->views, "cuda: general op %s without the run's views", tb_op_name(n->op));
     tb_view in[TB_MAX_INPUTS];
     const void *ib[TB_MAX_INPUTS];
@@ -880,8 +1074,20 @@ tb_status tbn_run_node(tbn_ctx *x, const tb_graph *g, const tb_node *n, void *co
     case TB_OP_REDUCE_MEAN: case TB_OP_REDUCE_SUM: case TB_OP_REDUCE_MAX:
         return run_reduce(x, n, in, n_in, o, ib, ob);
     case TB_OP_TRANSPOSE: {
+        if (transpose_folded(g, n, bufs, st)) return TB_OK;
         int perm[TB_MAX_RANK];
         TB_TRY(tb_nn_transpose_perm(n, in[0].rank, perm));
+        if (!fold_off() && in[0].rank == 4) {
+            int r = sole_reader(g, n->out[0]);
+            if (r > node_index(g, n) && k_relaid(g, bufs, st, r, node_index(g, n))) {
+                /* (B, T, H, D) -> (B, H, T, D) */
+                int64_t od[4] = {in[0].dims[0], in[0].dims[2], in[0].dims[1], in[0].dims[3]}, ist[4], stv[4];
+                strides_of(in[0].dims, 4, ist);
+                stv[0] = ist[0], stv[1] = ist[2], stv[2] = ist[1], stv[3] = ist[3];
+                CU(tbn_strided_copy(ob, ib[0], 4, od, stv, 0, (int)dt_size(o->dtype), x->stream), "strided copy launch");
+                return TB_OK;
+            }
+        }
         int64_t ist[TB_MAX_RANK], stv[TB_MAX_RANK];
         strides_of(in[0].dims, in[0].rank, ist);
         for (int k = 0; k < in[0].rank; k++) stv[k] = ist[perm[k]];
@@ -995,7 +1201,7 @@ tb_status tbn_run_node(tbn_ctx *x, const tb_graph *g, const tb_node *n, void *co
     case TB_OP_NN_MATMUL:
         return run_matmul(x, n, in, n_in, o, ib, ob);
     case TB_OP_SDPA:
-        return run_sdpa(x, n, in, n_in, o, ib, ob);
+        return run_sdpa(x, g, n, in, n_in, o, ib, ob, bufs, st);
     default:
         if (ew_op(n->op) >= 0) return run_elementwise(x, n, in, o, ib, ob);
         return tb_errorf(TB_ERR_UNSUPPORTED, "cuda backend: op %s is not supported", tb_op_name(n->op));

@@ -28,8 +28,78 @@ __global__ void epilogue_kernel(tbn_epi_args a, const float *acc, void *y) {
 
 /* the common shapes: f32 or f16 output, a bias along the columns (or rows
  * of a conv's planes) without beta, vectorised by nothing but the grid */
+/* 4 consecutive values of a float tensor of dtype dt (f32 or f16) at i
+ * (a multiple of 4: 16- or 8-byte aligned) */
+__device__ __forceinline__ void epi_ld4(const void *p, int dt, int64_t i, float *v) {
+    if (dt == TBN_F32) {
+        float4 f = *(const float4 *)((const float *)p + i);
+        v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+    } else {
+        uint2 u = *(const uint2 *)((const __half *)p + i);
+        __half2 h0, h1;
+        memcpy(&h0, &u.x, 4);
+        memcpy(&h1, &u.y, 4);
+        float2 f0 = __half22float2(h0), f1 = __half22float2(h1);
+        v[0] = f0.x, v[1] = f0.y, v[2] = f1.x, v[3] = f1.y;
+    }
+}
+
+/* The epilogue over 4 elements a thread: an f32 product, a bias along the
+ * columns or one per row of ncols (or none), f32 / f16 bias, residual and output; the same
+ * arithmetic as epilogue_kernel, with one column index per 4 elements
+ * instead of two 64-bit divisions per element. */
+__global__ void epilogue4_kernel(tbn_epi_args a, const float *acc, void *y) {
+    const int64_t n4 = a.n / 4;
+    for (int64_t q = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; q < n4; q += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = q * 4;
+        float v[4], bb[4], rr[4];
+        epi_ld4(acc, TBN_F32, i, v);
+        if (a.bias && a.bs_n) { /* along the columns */
+            epi_ld4(a.bias, a.bdt, i % a.ncols, bb);
+#pragma unroll
+            for (int e = 0; e < 4; e++) v[e] += a.beta * bb[e];
+        } else if (a.bias) { /* one value a row of ncols (a conv's plane): the same for all 4 */
+            float c = a.beta * tbn_ldf(a.bias, a.bdt, (i / a.ncols) % a.bmod);
+#pragma unroll
+            for (int e = 0; e < 4; e++) v[e] += c;
+        }
+        if (a.res) epi_ld4(a.res, a.rdt, i, rr);
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            if (a.res && a.after_res) v[e] += rr[e];
+            v[e] = act_apply(a.act, v[e], a.p0, a.p1);
+            if (a.res && !a.after_res) v[e] += rr[e];
+        }
+        if (a.ydt == TBN_F32) {
+            *(float4 *)((float *)y + i) = make_float4(v[0], v[1], v[2], v[3]);
+        } else {
+            __half2 h0 = __floats2half2_rn(v[0], v[1]), h1 = __floats2half2_rn(v[2], v[3]);
+            uint2 u;
+            memcpy(&u.x, &h0, 4);
+            memcpy(&u.y, &h1, 4);
+            *(uint2 *)((__half *)y + i) = u;
+        }
+    }
+}
+
+static int epi_al(const void *p, int dt) {
+    return !p || ((uintptr_t)p & (dt == TBN_F32 ? 15 : 7)) == 0;
+}
+
 extern "C" cudaError_t tbn_epilogue(const tbn_epi_args *a, const float *acc, void *y, cudaStream_t s) {
     if (a->n <= 0) return cudaSuccess;
+    int fdt = (a->ydt == TBN_F32 || a->ydt == TBN_F16) && (!a->bias || a->bdt == TBN_F32 || a->bdt == TBN_F16) &&
+              (!a->res || a->rdt == TBN_F32 || a->rdt == TBN_F16);
+    /* bias index ((i / ncols) % bmod) bs_m + (i % ncols) bs_n with (bs_m, bs_n)
+     * (0, 1): along the columns; (1, 0): one per row, ncols a multiple of 4 so
+     * that 4 elements share it */
+    int colbias = !a->bias || (a->bs_m == 0 && a->bs_n == 1 && a->ncols % 4 == 0) ||
+                  (a->bs_m == 1 && a->bs_n == 0 && a->ncols % 4 == 0);
+    if (a->adt == TBN_F32 && fdt && colbias && a->n % 4 == 0 && epi_al(acc, TBN_F32) && epi_al(y, a->ydt) &&
+        epi_al(a->bias, a->bdt) && epi_al(a->res, a->rdt)) {
+        epilogue4_kernel<<<tbn_blocks(a->n / 4, 256), 256, 0, s>>>(*a, acc, y);
+        return cudaGetLastError();
+    }
     epilogue_kernel<<<tbn_blocks(a->n, 256), 256, 0, s>>>(*a, acc, y);
     return cudaGetLastError();
 }

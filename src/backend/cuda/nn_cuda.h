@@ -174,9 +174,22 @@ typedef struct {
     const void *mask;
     int64_t ms[4];
     float scale;
+    /* element strides (the last dim of q, v, out contiguous): q, v, out by
+     * (batch, head, row); k by (batch, head, key, d), one of the last two 1.
+     * tbn_sdpa_strides fills them for the contiguous layouts above; the f16
+     * tensor-core kernel (nn_mha.cu) reads any, the other only those. */
+    int64_t qs[3], ks[4], vs[3], os[3];
 } tbn_sdpa_args;
+/* the contiguous strides of the layouts above (a->B .. a->k_t set) */
+void tbn_sdpa_strides(tbn_sdpa_args *a);
 cudaError_t tbn_sdpa(const tbn_sdpa_args *a, const void *q, const void *k, const void *v, void *out,
                      cudaStream_t s);
+/* The f16 tensor-core attention (nn_mha.cu), which tbn_sdpa tries first:
+ * whether it takes a (any strides), and the launch (1: launched, *e its
+ * status; 0: not its case). */
+int tbn_mha_f16_ok(const tbn_sdpa_args *a);
+int tbn_mha_f16(const tbn_sdpa_args *a, const void *q, const void *k, const void *v, void *out, cudaStream_t s,
+                cudaError_t *e);
 
 #ifdef __cplusplus
 }

@@ -24,6 +24,12 @@
  *                convolutions run it whatever is fastest otherwise.
  *   cudnn        cudnnConvolutionForward into y, then the epilogue kernel
  *                in place over y (other activations, act before residual).
+ *   cudnn channels-last  f16, group 1: w copied to (M, kh, kw, C), x (and
+ *                a fused residual) to (N, H, W, C), cuDNN on the tensor cores,
+ *                y copied back to (N, C, H, W), every run; timed after the two paths here and kept when
+ *                faster (cuDNN's NCHW f16 kernels are 10x off the tensor
+ *                cores' rate on ResNet's layers at batch 8).
+ *                TB_CUDA_CUDNN_NHWC=0 never, =1 wherever it runs.
  *   im2col       cuDNN absent or off (TB_CUDA_CUDNN=0), asymmetric pads,
  *                an output dtype other than the input's, cuDNN refused, or
  *                faster: on a geometry's first run both paths are timed
@@ -58,6 +64,8 @@ typedef struct {
 typedef struct {
     conv_key k;
     int path, algo, math, direct;
+    int nhwc;                    /* channels-last: x, y, residual transposed around cuDNN */
+    void *wt;                    /* nhwc: the weights as (M, kh, kw, C), rewritten each run */
     size_t ws;
     cudnnTensorDescriptor_t xd, yd, bd;
     cudnnFilterDescriptor_t wd;
@@ -74,6 +82,9 @@ typedef struct {
     int n, cap;
     void *ws;
     size_t ws_bytes;
+    void *xs, *ys, *rs;          /* nhwc: x, y and the residual in channels-last */
+    size_t xs_bytes, ys_bytes, rs_bytes;
+    int nhwc_off, nhwc_force;    /* TB_CUDA_CUDNN_NHWC=0 / =1 (taken wherever it runs) */
 } dnn_state;
 
 static const char *algo_name(int a) {
@@ -108,6 +119,7 @@ static void entry_free(const tbd_api *a, conv_entry *e) {
         if (e->ad) a->DestroyActivationDescriptor(e->ad);
     }
     cudaFree(e->zero_bias);
+    cudaFree(e->wt);
     memset(e, 0, sizeof *e);
 }
 
@@ -118,6 +130,9 @@ void tbn_cudnn_free(tbn_ctx *x) {
     free(d->e);
     if (d->h && d->api) d->api->Destroy(d->h);
     cudaFree(d->ws);
+    cudaFree(d->xs);
+    cudaFree(d->ys);
+    cudaFree(d->rs);
     free(d);
     x->dnn = NULL;
 }
@@ -131,6 +146,9 @@ static dnn_state *state(tbn_ctx *x) {
     d->force = off && !strcmp(off, "1");
     d->tf32 = tf && !strcmp(tf, "1");
     d->find = !(fi && !strcmp(fi, "0"));
+    const char *nh = getenv("TB_CUDA_CUDNN_NHWC");
+    d->nhwc_off = nh && !strcmp(nh, "0");
+    d->nhwc_force = nh && !strcmp(nh, "1");
     if (d->off) tb_log(TB_LOG_INFO, "cuda: cuDNN off (TB_CUDA_CUDNN=0): convolutions run as im2col + cuBLAS");
     else d->api = tbd_get();
     x->dnn = d;
@@ -156,21 +174,22 @@ static tb_status dnn_fail(cudnnStatus_t s, const char *what) {
 static cudnnStatus_t make_descs(const tbd_api *a, conv_entry *e, int math) {
     const conv_key *k = &e->k;
     int dt = k->xdt == TB_F16 ? TBD_DATA_HALF : TBD_DATA_FLOAT;
+    int fmt = e->nhwc ? TBD_TENSOR_NHWC : TBD_TENSOR_NCHW;
     cudnnStatus_t s;
 #define T(call) do { if ((s = (call)) != TBD_STATUS_SUCCESS) return s; } while (0)
     T(a->CreateTensorDescriptor(&e->xd));
-    T(a->SetTensor4dDescriptor(e->xd, TBD_TENSOR_NCHW, dt, (int)k->n, (int)k->c, (int)k->h, (int)k->w));
+    T(a->SetTensor4dDescriptor(e->xd, fmt, dt, (int)k->n, (int)k->c, (int)k->h, (int)k->w));
     T(a->CreateTensorDescriptor(&e->yd));
-    T(a->SetTensor4dDescriptor(e->yd, TBD_TENSOR_NCHW, dt, (int)k->n, (int)k->m, (int)k->oh, (int)k->ow));
+    T(a->SetTensor4dDescriptor(e->yd, fmt, dt, (int)k->n, (int)k->m, (int)k->oh, (int)k->ow));
     T(a->CreateFilterDescriptor(&e->wd));
-    T(a->SetFilter4dDescriptor(e->wd, dt, TBD_TENSOR_NCHW, (int)k->m, (int)(k->c / k->group), k->kh, k->kw));
+    T(a->SetFilter4dDescriptor(e->wd, dt, fmt, (int)k->m, (int)(k->c / k->group), k->kh, k->kw));
     T(a->CreateConvolutionDescriptor(&e->cd));
     T(a->SetConvolution2dDescriptor(e->cd, k->ph, k->pw, k->sh, k->sw, k->dh, k->dw, TBD_CROSS_CORRELATION,
                                     TBD_DATA_FLOAT));
     if (k->group > 1) T(a->SetConvolutionGroupCount(e->cd, k->group));
     T(a->SetConvolutionMathType(e->cd, math));
     T(a->CreateTensorDescriptor(&e->bd));
-    T(a->SetTensor4dDescriptor(e->bd, TBD_TENSOR_NCHW, dt, 1, (int)k->m, 1, 1));
+    T(a->SetTensor4dDescriptor(e->bd, fmt, dt, 1, (int)k->m, 1, 1));
     T(a->CreateActivationDescriptor(&e->ad));
     T(a->SetActivationDescriptor(e->ad, k->act == TB_NN_ACT_RELU ? TBD_ACTIVATION_RELU : TBD_ACTIVATION_IDENTITY,
                                  TBD_PROPAGATE_NAN, 0.0));
@@ -239,6 +258,18 @@ static cudnnStatus_t pick_algo(tbn_ctx *x, dnn_state *d, conv_entry *e, const vo
 
 /* Enqueues entry e's convolution (and epilogue); a cuDNN refusal returns
  * its status in *cs with TB_OK (nothing enqueued). */
+/* (N, C, H, W) <-> (N, H, W, C) of f16 / f32 elements (es bytes) */
+static tb_status to_nhwc(tbn_ctx *x, void *out, const void *in, int64_t n, int64_t c, int64_t hw, int es) {
+    int64_t od[3] = {n, hw, c}, st[3] = {c * hw, 1, hw};
+    cudaError_t ce = tbn_strided_copy(out, in, 3, od, st, 0, es, x->stream);
+    return ce == cudaSuccess ? TB_OK : tb_errorf(TB_ERR_INTERNAL, "cuda: nhwc copy: %s", cudaGetErrorString(ce));
+}
+static tb_status to_nchw(tbn_ctx *x, void *out, const void *in, int64_t n, int64_t c, int64_t hw, int es) {
+    int64_t od[3] = {n, c, hw}, st[3] = {c * hw, 1, c};
+    cudaError_t ce = tbn_strided_copy(out, in, 3, od, st, 0, es, x->stream);
+    return ce == cudaSuccess ? TB_OK : tb_errorf(TB_ERR_INTERNAL, "cuda: nchw copy: %s", cudaGetErrorString(ce));
+}
+
 static tb_status launch(tbn_ctx *x, dnn_state *d, conv_entry *e, const void *xb, const void *wb, void *yb,
                         const tbn_epi_args *ep0, const tb_view *o, cudnnStatus_t *cs) {
     tbn_epi_args epc = *ep0, *ep = &epc;
@@ -246,15 +277,38 @@ static tb_status launch(tbn_ctx *x, dnn_state *d, conv_entry *e, const void *xb,
     float one = 1.0f, zero = 0.0f;
     void *ws = e->ws ? d->ws : NULL;
     *cs = TBD_STATUS_SUCCESS;
+    void *yout = yb; /* where cuDNN writes */
+    const void *res = ep->res;
+    const conv_key *k = &e->k;
+    int es = k->xdt == TB_F16 ? 2 : 4;
+    if (e->nhwc) {
+        /* channels-last around cuDNN: w, x and a fused residual in, y out.
+         * The weights are transposed on every run (into the entry's
+         * buffer): an entry serves every convolution of its geometry, and
+         * a copy kept per weight pointer could outlive the weights. */
+        int64_t od[3] = {k->m, (int64_t)k->kh * k->kw, k->c}, wst[3] = {k->c * k->kh * k->kw, 1, (int64_t)k->kh * k->kw};
+        cudaError_t we = tbn_strided_copy(e->wt, wb, 3, od, wst, 0, es, x->stream);
+        if (we != cudaSuccess) return tb_errorf(TB_ERR_INTERNAL, "cuda: nhwc weights: %s", cudaGetErrorString(we));
+        TB_TRY(to_nhwc(x, d->xs, xb, k->n, k->c, k->h * k->w, es));
+        xb = d->xs;
+        wb = e->wt;
+        yout = d->ys;
+        if (res && e->path == P_FUSED) {
+            TB_TRY(to_nhwc(x, d->rs, res, k->n, k->m, k->oh * k->ow, es));
+            res = d->rs;
+        }
+    }
     if (e->path == P_FUSED) {
-        float alpha2 = ep->res ? 1.0f : 0.0f;
-        const void *z = ep->res ? ep->res : yb;
+        float alpha2 = res ? 1.0f : 0.0f;
+        const void *z = res ? res : yout;
         const void *bias = ep->bias ? ep->bias : e->zero_bias;
         *cs = a->ConvolutionBiasActivationForward(d->h, &one, e->xd, xb, e->wd, wb, e->cd, e->algo, ws, e->ws, &alpha2,
-                                                  e->yd, z, e->bd, bias, e->ad, e->yd, yb);
+                                                  e->yd, z, e->bd, bias, e->ad, e->yd, yout);
+        if (*cs == TBD_STATUS_SUCCESS && e->nhwc) TB_TRY(to_nchw(x, yb, yout, k->n, k->m, k->oh * k->ow, es));
         return TB_OK;
     }
-    *cs = a->ConvolutionForward(d->h, &one, e->xd, xb, e->wd, wb, e->cd, e->algo, ws, e->ws, &zero, e->yd, yb);
+    *cs = a->ConvolutionForward(d->h, &one, e->xd, xb, e->wd, wb, e->cd, e->algo, ws, e->ws, &zero, e->yd, yout);
+    if (*cs == TBD_STATUS_SUCCESS && e->nhwc) TB_TRY(to_nchw(x, yb, yout, k->n, k->m, k->oh * k->ow, es));
     if (*cs != TBD_STATUS_SUCCESS || e->direct) return TB_OK;
     ep->n = (int64_t)(e->k.n * e->k.m * e->k.oh * e->k.ow);
     ep->ydt = o->dtype;
@@ -295,6 +349,77 @@ out:
     if (a) cudaEventDestroy(a);
     if (b) cudaEventDestroy(b);
     return ms;
+}
+
+/* Channels-last: f16 convolutions on cuDNN with x, y (and a fused
+ * residual) transposed to (N, H, W, C) around it and the weights kept as
+ * (M, kh, kw, C), where cuDNN's tensor-core kernels want them: tried on a
+ * geometry's first run after the paths above, timed the same way, and
+ * taken when faster than best_ms (the time of the path chosen so far).
+ * 1: entry e is now the channels-last one and its output is in ob (*st the
+ * status); 0: not taken (nothing changed but the output, which the caller
+ * recomputes when ran is set). */
+static int try_nhwc(tbn_ctx *x, dnn_state *d, conv_entry *e, const void *const *ib, void *ob,
+                    const tbn_epi_args *ep, const tb_view *o, float best_ms, const char *desc, int *ran,
+                    tb_status *st) {
+    *ran = 0;
+    const conv_key *k = &e->k;
+    if (d->nhwc_off || !d->api || !d->h || k->xdt != TB_F16 || k->ydt != TB_F16 || k->group != 1 || best_ms < 0)
+        return 0;
+    conv_entry ne;
+    memset(&ne, 0, sizeof ne);
+    ne.k = *k;
+    ne.nhwc = 1;
+    ne.direct = k->bdt < 0 && k->rdt < 0 && k->act == TB_NN_ACT_NONE;
+    int relu_or_none = k->act == TB_NN_ACT_NONE || k->act == TB_NN_ACT_RELU;
+    int bias_ok = k->bdt < 0 || k->bdt == k->ydt;
+    int res_ok = k->rdt < 0 || (k->rdt == k->ydt && (k->after_res || k->act == TB_NN_ACT_NONE));
+    ne.path = !ne.direct && relu_or_none && bias_ok && res_ok ? P_FUSED : P_PLAIN;
+    size_t xb = (size_t)(k->n * k->c * k->h * k->w) * 2, yb = (size_t)(k->n * k->m * k->oh * k->ow) * 2;
+    size_t wb = (size_t)(k->m * k->c * k->kh * k->kw) * 2;
+    cudnnStatus_t s = make_descs(d->api, &ne, TBD_TENSOR_OP_MATH);
+    if (s == TBD_STATUS_SUCCESS && (tbn_grow(x, &d->xs, &d->xs_bytes, xb, "nhwc scratch") != TB_OK ||
+                                    tbn_grow(x, &d->ys, &d->ys_bytes, yb, "nhwc scratch") != TB_OK ||
+                                    (k->rdt >= 0 && tbn_grow(x, &d->rs, &d->rs_bytes, yb, "nhwc scratch") != TB_OK) ||
+                                    cudaMalloc(&ne.wt, wb) != cudaSuccess))
+        s = -2;
+    if (s == TBD_STATUS_SUCCESS && ne.path == P_FUSED && k->bdt < 0) {
+        if (cudaMalloc(&ne.zero_bias, (size_t)k->m * 2) != cudaSuccess ||
+            cudaMemset(ne.zero_bias, 0, (size_t)k->m * 2) != cudaSuccess)
+            s = -2;
+    }
+    if (s == TBD_STATUS_SUCCESS) {
+        /* w (M, C, kh, kw) -> (M, kh, kw, C) and x, for the timed search */
+        int64_t od[3] = {k->m, (int64_t)k->kh * k->kw, k->c}, wst[3] = {k->c * k->kh * k->kw, 1, (int64_t)k->kh * k->kw};
+        if (tbn_strided_copy(ne.wt, ib[1], 3, od, wst, 0, 2, x->stream) != cudaSuccess) s = -2;
+        else if (to_nhwc(x, d->xs, ib[0], k->n, k->c, k->h * k->w, 2) != TB_OK) s = -2;
+    }
+    float ms = -1;
+    if (s == TBD_STATUS_SUCCESS) s = pick_algo(x, d, &ne, d->xs, ne.wt, d->ys, &ms);
+    if (s == TBD_STATUS_SUCCESS && ne.ws && tbn_grow(x, &d->ws, &d->ws_bytes, ne.ws, "cudnn workspace") != TB_OK) s = -2;
+    float tn = -1;
+    if (s == TBD_STATUS_SUCCESS) {
+        *ran = 1;
+        tn = time_path(x, d, &ne, ib, ob, ep, o, 0, NULL, NULL, st);
+        if (*st != TB_OK) { cudaGetLastError(); *st = TB_OK; tn = -1; }
+    }
+    cudaGetLastError();
+    if (tn < 0 || (tn >= best_ms && !d->nhwc_force)) {
+        if (s == TBD_STATUS_SUCCESS)
+            tb_log(TB_LOG_INFO, "cuda: %s: channels-last cudnn algo %s %.4f ms, not faster than %.4f ms", desc,
+                   algo_name(ne.algo), tn, best_ms);
+        entry_free(d->api, &ne);
+        return 0;
+    }
+    tb_log(TB_LOG_INFO, "cuda: %s: cudnn channels-last%s algo %s, %s math, workspace %zu B, %.4f ms against %.4f ms",
+           desc, ne.path == P_FUSED ? " fused" : "", algo_name(ne.algo), math_name(ne.math), ne.ws, tn, best_ms);
+    entry_free(d->api, e);
+    *e = ne;
+    /* its output last */
+    cudnnStatus_t cs;
+    *st = launch(x, d, e, ib[0], ib[1], ob, ep, o, &cs);
+    if (*st == TB_OK && cs != TBD_STATUS_SUCCESS) *st = dnn_fail(cs, "convolution forward");
+    return 1;
 }
 
 int tbn_conv_cudnn(tbn_ctx *x, const tb_view *in, const tb_view *o, const void *const *ib, void *ob,
@@ -418,6 +543,12 @@ int tbn_conv_cudnn(tbn_ctx *x, const tb_view *in, const tb_view *o, const void *
                     }
                     if (tc >= 0 && ti >= 0) snprintf(tm, sizeof tm, ", %.4f ms against im2col's %.4f ms", tc, ti);
                     else if (ms >= 0) snprintf(tm, sizeof tm, ", %.4f ms in the search", ms);
+                    int nran = 0;
+                    if (tc >= 0 && ti >= 0 &&
+                        try_nhwc(x, d, e, ib, ob, ep, o, ti < tc ? ti : tc, desc, &nran, st))
+                        return 1;
+                    if (nran && ti >= 0 && ti < tc && *st == TB_OK) *st = im2col(im2col_arg); /* its output again */
+                    if (*st != TB_OK) return 1;
                     if (tc >= 0 && ti >= 0 && ti < tc) {
                         /* im2col ran last: the output is its */
                         snprintf(whyb, sizeof whyb, "faster: cudnn%s algo %s%s", fuse, algo_name(e->algo), tm);
@@ -428,7 +559,7 @@ int tbn_conv_cudnn(tbn_ctx *x, const tb_view *in, const tb_view *o, const void *
                         e->path = P_IM2COL;
                         return 1;
                     }
-                    if (ti >= 0) { /* cuDNN chosen: its output last */
+                    if (ti >= 0 || nran) { /* cuDNN chosen: its output last */
                         cudnnStatus_t cs2;
                         tb_status ls2 = launch(x, d, e, ib[0], ib[1], ob, ep, o, &cs2);
                         if (ls2 == TB_OK && cs2 != TBD_STATUS_SUCCESS) ls2 = dnn_fail(cs2, "convolution forward");

@@ -319,9 +319,97 @@ __global__ void layernorm_kernel(tbn_ln_args a, const void *x, const void *sc, c
     }
 }
 
+/* 8 values of parameter p (f32 or f16) from element j (a multiple of 8) */
+__device__ __forceinline__ void ln_ld8(const void *p, int dt, int64_t j, float *v) {
+    if (dt == TBN_F16) {
+        uint4 u = *(const uint4 *)((const __half *)p + j);
+        const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            float2 f = __half22float2(h[e]);
+            v[2 * e] = f.x, v[2 * e + 1] = f.y;
+        }
+    } else {
+        float4 a = *(const float4 *)((const float *)p + j), b = *(const float4 *)((const float *)p + j + 4);
+        v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    }
+}
+
+/* f16 rows of D (a multiple of 8, at most 256 NC) with per-element f32 / f16
+ * scale and bias: one warp a row, the row in registers (16-byte loads), two
+ * passes over the registers for the mean and the variance as the kernel
+ * above */
+template <int NC>
+__global__ void __launch_bounds__(128) layernorm_f16_kernel(tbn_ln_args a, const __half *x, const void *sc,
+                                                             const void *bi, __half *y) {
+    const int lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
+    if (row >= a.rows) return;
+    const int nc = (int)(a.D / 8);
+    const __half *xr = x + row * a.D;
+    float v[NC][8];
+    float s = 0;
+#pragma unroll
+    for (int c = 0; c < NC; c++) {
+        const int ch = lane + 32 * c;
+        if (ch < nc) {
+            uint4 u = *(const uint4 *)(xr + ch * 8);
+            const __half2 *h = (const __half2 *)&u;
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float2 f = __half22float2(h[e]);
+                v[c][2 * e] = f.x, v[c][2 * e + 1] = f.y;
+                s += f.x + f.y;
+            }
+        }
+    }
+    const float mean = tbn_warp_sum(s) / (float)a.D;
+    float q = 0;
+#pragma unroll
+    for (int c = 0; c < NC; c++)
+        if (lane + 32 * c < nc)
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                float d = v[c][e] - mean;
+                q += d * d;
+            }
+    const float rstd = rsqrtf(tbn_warp_sum(q) / (float)a.D + a.eps);
+#pragma unroll
+    for (int c = 0; c < NC; c++) {
+        const int ch = lane + 32 * c;
+        if (ch >= nc) continue;
+        float g[8], b[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        ln_ld8(sc, a.sdt, ch * 8, g);
+        if (bi) ln_ld8(bi, a.bdt, ch * 8, b);
+        uint4 u;
+        __half2 *h = (__half2 *)&u;
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+            h[e] = __floats2half2_rn((v[c][2 * e] - mean) * rstd * g[2 * e] + b[2 * e],
+                                     (v[c][2 * e + 1] - mean) * rstd * g[2 * e + 1] + b[2 * e + 1]);
+        *(uint4 *)(y + row * a.D + ch * 8) = u;
+    }
+}
+
+static int ln_al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
 extern "C" cudaError_t tbn_layernorm(const tbn_ln_args *a, const void *x, const void *scale, const void *bias, void *y,
                                      cudaStream_t s) {
     if (a->rows <= 0 || a->D <= 0) return cudaSuccess;
+    if (a->dt == TBN_F16 && a->D % 8 == 0 && a->D <= 8 * 32 * 16 && a->smode == 0 && (!bias || a->bmode == 0) &&
+        (a->sdt == TBN_F16 || a->sdt == TBN_F32) && (!bias || a->bdt == TBN_F16 || a->bdt == TBN_F32) &&
+        ln_al16(x) && ln_al16(y) && ln_al16(scale) && (!bias || ln_al16(bias)) && a->rows <= 4ll * 0x7fffffff) {
+        const int64_t chunks = a->D / 8;
+        const unsigned nb = (unsigned)((a->rows + 3) / 4);
+        const __half *xh = (const __half *)x;
+        __half *yh = (__half *)y;
+        if (chunks <= 32) layernorm_f16_kernel<1><<<nb, 128, 0, s>>>(*a, xh, scale, bias, yh);
+        else if (chunks <= 64) layernorm_f16_kernel<2><<<nb, 128, 0, s>>>(*a, xh, scale, bias, yh);
+        else if (chunks <= 128) layernorm_f16_kernel<4><<<nb, 128, 0, s>>>(*a, xh, scale, bias, yh);
+        else if (chunks <= 256) layernorm_f16_kernel<8><<<nb, 128, 0, s>>>(*a, xh, scale, bias, yh);
+        else layernorm_f16_kernel<16><<<nb, 128, 0, s>>>(*a, xh, scale, bias, yh);
+        return cudaGetLastError();
+    }
     int threads = a->D >= 1024 ? 512 : a->D >= 256 ? 256 : 128;
     layernorm_kernel<<<(unsigned)a->rows, threads, 0, s>>>(*a, x, scale, bias, y);
     return cudaGetLastError();

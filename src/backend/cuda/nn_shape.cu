@@ -90,6 +90,22 @@ extern "C" cudaError_t tbn_strided_copy(void *out, const void *in, int r, const 
     /* one contiguous run: a plain copy */
     if (a.r == 1 && a.st[0] == 1)
         return cudaMemcpyAsync(out, (const char *)in + a.base * es, (size_t)(a.n * es), cudaMemcpyDeviceToDevice, s);
+    /* the innermost run contiguous in both (a Transpose that keeps the last
+     * dim: heads split and merged) and 16-byte aligned: copy 16-byte units */
+    if (es < 16 && a.r >= 2 && a.st[a.r - 1] == 1 && (a.od[a.r - 1] * es) % 16 == 0 && (a.base * es) % 16 == 0 &&
+        ((uintptr_t)in & 15) == 0 && ((uintptr_t)out & 15) == 0) {
+        int ok = 1;
+        for (int k = 0; k < a.r - 1; k++) ok &= (a.st[k] * es) % 16 == 0;
+        if (ok) {
+            sc_args v = a;
+            const int64_t u = 16 / es;
+            v.od[v.r - 1] /= u;
+            for (int k = 0; k < v.r - 1; k++) v.st[k] /= u;
+            v.base /= u;
+            v.n /= u;
+            return strided_copy_t<uint4>(v, out, in, s);
+        }
+    }
     switch (es) {
     case 1: return strided_copy_t<uint8_t>(a, out, in, s);
     case 2: return strided_copy_t<uint16_t>(a, out, in, s);
