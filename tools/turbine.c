@@ -20,6 +20,7 @@
 #include "plan/engine.h"
 #include "runtime/runtime.h"
 #include "tokenizer/tokenizer.h"
+#include "tune/calib.h"
 #include "turbine/turbine.h"
 
 #define TB_VERSION "0.1.0"
@@ -44,6 +45,9 @@ typedef struct {
     const char *shapes, *min_shapes, *opt_shapes, *max_shapes, *calib_data;
     tb_cli_strs profiles;
     int max_seq_len, max_batch, verbose;
+    /* calibration (quantized engines) */
+    const char *calib, *calibrator, *calib_cache;
+    int calib_tokens, calib_threads;
 } build_args;
 
 static void build_defaults(void *p) {
@@ -84,6 +88,24 @@ static const tb_cli_opt build_opts[] = {
      "against the f32 graph"},
     {"--verbose", "-v", TB_OPT_FLAG, NULL, 0, 0, 0, 0, 1, B(verbose), NULL,
      "list every optimisation pass with what it changed"},
+    /* ---- calibration (quantized engines: src/tune/calib.h, src/plan/calib_run.c) ---- */
+    {"--calib", NULL, TB_OPT_STR, "FILE", 0, 0, 0, 0, 0, B(calib), NULL,
+     "calibration data: a text (tokenized with the model's tokenizer) or a file of token ids (numbers "
+     "separated by spaces, newlines or commas); an f32 engine of the model runs over it on the CPU and "
+     "collects each matmul input's statistics (at most 256 MiB)"},
+    {"--calib-tokens", NULL, TB_OPT_INT, "N", 2, 1 << 24, 0, 0, 0, B(calib_tokens), "4096",
+     "calibration tokens taken from the start of --calib, in windows of the engine's context"},
+    {"--calibrator", NULL, TB_OPT_STR, "entropy|minmax|percentile[=P]|mse", 0, 0, 0, 0, 0, B(calibrator),
+     "entropy",
+     "how activation ranges are chosen: entropy (least KL divergence, as TensorRT's EntropyCalibrator2), minmax "
+     "(the largest |x| seen), percentile=P (the P-th percentile of |x|, default 99.99), mse (least int8 "
+     "quantisation error)"},
+    {"--calib-cache", NULL, TB_OPT_STR, "FILE", 0, 0, 0, 0, 0, B(calib_cache), NULL,
+     "the calibration cache: read when it exists (the model is not run; a cache of another model, calibrator "
+     "or format version is refused), else written after calibrating"},
+    {"--calib-threads", NULL, TB_OPT_INT, "N", 1, 256, 0, 0, 0, B(calib_threads), "one per core",
+     "CPU threads of the calibration run"},
+    /* ---- end of calibration options ---- */
 };
 #undef B
 
@@ -129,6 +151,15 @@ static int cmd_build(int argc, char **argv) {
     o.n_profiles = a.profiles.n;
     o.calib_data = a.calib_data;
     o.verbose = a.verbose;
+    /* calibration */
+    o.calib = a.calib;
+    o.calib_tokens = a.calib_tokens;
+    o.calibrator = a.calibrator;
+    o.calib_cache = a.calib_cache;
+    o.calib_threads = a.calib_threads;
+    tb_calibrator cal;
+    if (a.calibrator && tb_calibrator_parse(a.calibrator, &cal) != TB_OK)
+        return tb_cli_usage_error("build", "%s", tb_last_error());
     if (a.verbose) tb_log_set_level(TB_LOG_INFO);
     tb_build_report r;
     if (tb_build(a.model, a.out, &o, &r) != TB_OK) return fail("build failed");
@@ -446,7 +477,7 @@ done:
 /* ---------------------------------------------------------------- help */
 
 static const tb_cli_cmd *const commands[] = {&cmd_build_spec, &cmd_run_spec, &cmd_inspect_spec, &tb_cmd_serve,
-                                             &tb_cmd_perplexity, &tb_cmd_exec};
+                                             &tb_cmd_perplexity, &tb_cmd_exec, &tb_cmd_compare};
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
 
 static const tb_cli_cmd *find_command(const char *name) {
@@ -565,6 +596,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bench")) return tb_cli_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "serve")) return tb_cli_serve(argc - 2, argv + 2);
     if (!strcmp(cmd, "perplexity")) return tb_cli_perplexity(argc - 2, argv + 2);
+    if (!strcmp(cmd, "compare")) return tb_cli_compare(argc - 2, argv + 2);
     if (!strcmp(cmd, "exec")) return tb_cli_exec(argc - 2, argv + 2);
     return usage_error("unknown command '%s'", cmd);
 }
