@@ -534,9 +534,44 @@ static const char *COMMANDS_INTRO =
     "  incompatible engine or model, a prompt longer than the context, a server that cannot start);\n"
     "  2 a usage error (an unknown option, a missing or malformed value, a value out of range).\n\n";
 
+/* ---- calibration and compare: how they work (docs/COMMANDS.md) */
+static const char *CALIBRATION_DOC =
+    "## Calibration (`turbine build --calib`)\n\n"
+    "Quantized engines need the range of every matmul's input. `--calib FILE` runs an f32 engine of the\n"
+    "model, built in memory from the same checkpoint, on the CPU over the first `--calib-tokens` tokens of\n"
+    "FILE (default 4096; a text is tokenized with the model's tokenizer, BOS first when it adds one; a file of\n"
+    "numbers separated by spaces, newlines or commas is read as token ids), in windows of the engine's\n"
+    "context, each a fresh sequence. A node observer in the runtime (src/runtime/runtime.h) sees every\n"
+    "matmul's input after it runs and collects, keyed by the matmul's weight name (after fusion: `l0.wqkv`,\n"
+    "`l0.wgu`, ...): the max |x|, per input channel the mean and max |x|, up to 256 sampled input rows, and a\n"
+    "2048-bin histogram of |x| over [0, max |x|], re-binned when a later step raises the max. The build\n"
+    "prints `calibrating: DONE/TOTAL tokens` (a bar on a terminal). The calibrator turns each histogram\n"
+    "into a threshold T (|x| is clipped there); the activation scale is T / 127 for int8 and T / 448 for fp8:\n\n"
+    "| `--calibrator` | T |\n"
+    "|---|---|\n"
+    "| `entropy` (default) | TensorRT's IInt8EntropyCalibrator2: for each cut-off bin i from 128 to 2048, P = bins [0, i) with the mass beyond folded into bin i - 1, Q = the same bins before the fold merged into 128 levels of i / 128 bins (the last takes the remainder) and spread back evenly over the bins where P is non-zero; T = (i + 0.5) x bin width of the least KL(P \\|\\| Q) |\n"
+    "| `minmax` | the largest absolute value seen |\n"
+    "| `percentile[=P]` | the upper edge of the bin where the cumulative count reaches P% (default 99.99) |\n"
+    "| `mse` | the bin edge minimising the expected squared error of clipping plus int8 rounding, each bin's mass at its centre |\n\n"
+    "`--calib-cache FILE` keeps the result. When FILE exists the build reads it and does not run the model\n"
+    "(also when `--calib` is given); otherwise it calibrates and writes FILE. The cache is text:\n\n"
+    "```\n"
+    "TURBINE-CALIB-CACHE 1 calibrator=entropy fingerprint=f74ff1c0f4a40cbf tokens=4096\n"
+    "l0.wqkv: 0.00266400352\n"
+    "...\n"
+    "l0.wqkv mean_abs: 0.5768677 0.559665322 ...\n"
+    "```\n\n"
+    "The header names the format version, the calibrator (as given, `percentile=99.9`) and the model's\n"
+    "fingerprint (XXH3 over its configuration and every tensor's name, dtype, shape and bytes); then one\n"
+    "`name: scale` line per matmul input (the int8 scale T / 127, `%.9g`), then one `name mean_abs: ...`\n"
+    "line per matmul with its per-input-channel mean |x| (what `--awq` needs). A cache of another format\n"
+    "version, calibrator or model is refused with a message naming which (exit 1). The engine's meta\n"
+    "records the calibrator, the tokens and the fingerprint (`turbine inspect`).\n\n";
+
 static void print_markdown(FILE *f) {
     fputs(COMMANDS_INTRO, f);
     for (int i = 0; i < N_COMMANDS; i++) tb_cli_print_markdown(commands[i], f);
+    fputs(CALIBRATION_DOC, f);
     fputs("## turbine bench\n\n```\n" BENCH_SYNOPSIS "```\n\n"
           "Load-tests an HTTP server, or times an engine in-process (`--engine`); docs/BENCH.md explains "
           "the figures. Its options, as `turbine bench --help` prints them:\n\n```\n", f);
