@@ -5,6 +5,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "backend/backend.h"
@@ -96,11 +97,23 @@ tb_status tb_calib_read_tokens(const char *path, const tb_tokenizer *tok, int vo
             p = end;
         }
     } else {
-        int cap = (int)(len < (size_t)1 << 30 ? len : (size_t)1 << 30) + 2;
-        v = malloc(sizeof(int32_t) * (size_t)cap);
-        if (!v) { free(text); return tb_errorf(TB_ERR_OOM, "out of memory"); }
-        s = tb_tokenizer_encode(tok, text, len, tb_tokenizer_add_bos(tok), v, cap, &n);
-        if (s != TB_OK) tb_error_prefix(s, "cannot tokenize %s", path);
+        /* only a prefix is needed: a token holds at least one byte, so
+         * encode growing prefixes (cut at a character boundary) until one
+         * gives max_tokens; the tokens far from the cut are the whole
+         * text's */
+        size_t pre = (size_t)max_tokens * 16;
+        for (;;) {
+            if (pre > len) pre = len;
+            while (pre < len && pre > 0 && ((unsigned char)text[pre] & 0xc0) == 0x80) pre--;
+            int cap = (int)pre + 2;
+            free(v);
+            v = malloc(sizeof(int32_t) * (size_t)cap);
+            if (!v) { free(text); return tb_errorf(TB_ERR_OOM, "out of memory"); }
+            s = tb_tokenizer_encode(tok, text, pre, tb_tokenizer_add_bos(tok), v, cap, &n);
+            if (s != TB_OK) { tb_error_prefix(s, "cannot tokenize %s", path); break; }
+            if (n > max_tokens + 16 || pre == len) break; /* + 16: clear of the cut */
+            pre *= 2;
+        }
         if (n > max_tokens) n = max_tokens;
     }
     free(text);
@@ -180,7 +193,7 @@ static tb_status run_calibration(const tb_model_source *src, const tb_tokenizer 
     if (n < want)
         tb_log(TB_LOG_WARN, "calibration: %s holds %d tokens, fewer than the %d asked (--calib-tokens)", o->calib, n,
                want);
-    double t0 = tb_now();
+    double t0 = tb_now(), cpu0 = (double)clock() / CLOCKS_PER_SEC;
     int max_step = max_seq < 512 ? max_seq : 512;
     if (max_step < 16) max_step = 16;
     tb_model_build_opts mo = {.weight_dtype = TB_F32, .max_seq_len = max_seq, .max_step_tokens = max_step};
@@ -225,10 +238,12 @@ static tb_status run_calibration(const tb_model_source *src, const tb_tokenizer 
             if (progress) draw_progress(done_tok, n, tty, &quarter);
         }
     }
+    double t_run = tb_now() - t0, cpu_run = (double)clock() / CLOCKS_PER_SEC - cpu0;
     s = tb_calib_table_from_stats(st, cal, fp, n, out);
     if (s == TB_OK)
-        tb_log(TB_LOG_INFO, "calibration: %d tokens through %d matmuls in %.2f s (%s)", n, (*out)->n,
-               tb_now() - t0, (*out)->calibrator);
+        tb_log(TB_LOG_INFO, "calibration: %d tokens through %d matmuls: run %.2f s (%.2f s of CPU, statistics %.2f s), "
+               "%s thresholds %.2f s", n, (*out)->n, t_run, cpu_run, tb_calib_stats_seconds(st), (*out)->calibrator,
+               tb_now() - t0 - t_run);
 done:
     tb_calib_stats_free(st);
     tb_context_free(ctx);

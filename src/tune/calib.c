@@ -142,6 +142,7 @@ struct tb_calib_stats {
     int n_nodes;
     int *node_tensor;    /* (n_nodes) tensor of each matmul node, -1 otherwise */
     uint64_t rng;        /* reservoir sampling (xorshift64*) */
+    double seconds;      /* spent in tb_calib_observe */
 };
 
 tb_status tb_calib_stats_create(const tb_graph *g, int sample_rows, tb_calib_stats **out) {
@@ -272,8 +273,12 @@ void tb_calib_observe(void *user, const tb_graph *g, int node, void *const *bufs
     if (node < 0 || node >= s->n_nodes || s->node_tensor[node] < 0) return;
     const tb_node *n = &g->nodes[node];
     int rows = (int)tb_step_rows(g, n->in[0], st);
+    double t0 = tb_now();
     tb_calib_stats_add(s, s->node_tensor[node], bufs[n->in[0]], rows);
+    s->seconds += tb_now() - t0;
 }
+
+double tb_calib_stats_seconds(const tb_calib_stats *s) { return s->seconds; }
 
 /* ================================================================ the table */
 

@@ -101,6 +101,8 @@ void tb_calib_stats_add(tb_calib_stats *s, int i, const float *x, int rows);
 /* The runtime observer (tb_node_observer, runtime.h): `user` is the stats;
  * adds the input of every matmul node it knows. */
 void tb_calib_observe(void *user, const tb_graph *g, int node, void *const *bufs, const tb_step *st);
+/* Seconds spent in tb_calib_observe so far (the statistics' share of a run). */
+double tb_calib_stats_seconds(const tb_calib_stats *s);
 
 /* ---------------------------------------------------------------- the table */
 
