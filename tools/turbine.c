@@ -160,6 +160,9 @@ static int cmd_build(int argc, char **argv) {
     tb_calibrator cal;
     if (a.calibrator && tb_calibrator_parse(a.calibrator, &cal) != TB_OK)
         return tb_cli_usage_error("build", "%s", tb_last_error());
+    if ((a.calib || a.calib_cache) && tb_is_onnx_path(a.model))
+        return tb_cli_usage_error("build", "--calib and --calib-cache are for LLM checkpoints (ONNX f16 builds "
+                                           "take --calib-data DIR)");
     if (a.verbose) tb_log_set_level(TB_LOG_INFO);
     tb_build_report r;
     if (tb_build(a.model, a.out, &o, &r) != TB_OK) return fail("build failed");
