@@ -6,6 +6,7 @@
  * statistics, row sampling), the cache's round trip and each refusal, and
  * the AWQ search on a layer with a few salient input channels.
  */
+#include <float.h>
 #include <math.h>
 #include <unistd.h>
 
@@ -45,7 +46,7 @@ static int ref_entropy(const double *h, double amax, int *i, double *t) {
 
 static void test_entropy(void) {
     static double h[NB];
-    for (int c = 0; c < 6; c++) {
+    for (int c = 0; c < 8; c++) {
         memset(h, 0, sizeof h);
         double amax = 1.0 + c;
         switch (c) {
@@ -72,6 +73,13 @@ static void test_entropy(void) {
         case 5: /* Laplace-like with a heavy bump at the end (clipping costs a lot) */
             for (int b = 0; b < NB; b++) h[b] = floor(5000 * exp(-b / 150.0));
             for (int b = 2000; b < NB; b++) h[b] += 400;
+            break;
+        case 6: /* random gaps and random outliers, zero where an outlier folds */
+        case 7:
+            for (int b = 0; b < NB; b++)
+                h[b] = urand() < 0.3 ? 0 : floor(urand() * 300 * exp(-b / (100.0 + 200 * (c - 6))));
+            for (int k = 0; k < 6; k++) h[(int)(urand() * (NB - 1))] += floor(1 + urand() * 5);
+            h[NB - 1] = 0;
             break;
         }
         int ci = 0, ri = -1;
@@ -176,6 +184,19 @@ static void test_stats(void) {
     /* channel 3: |x| 4/16 three times, 4 four times */
     CHECK(fabsf(t->max_abs[3] - 4.0f) == 0);
     CHECK(fabs(t->sum_abs[3] - (3 * 0.25 + 16)) < 1e-9);
+    /* non-finite inputs saturate the histogram instead of indexing outside it */
+    tb_calib_stats *s2 = NULL;
+    CHECK(tb_calib_stats_create(g, 0, &s2) == TB_OK);
+    if (s2) {
+        float xn[16];
+        for (int k = 0; k < K; k++) xn[k] = k == 0 ? NAN : k == 1 ? -INFINITY : 0.25f;
+        tb_calib_stats_add(s2, 0, xn, 1);
+        tb_calib_tensor *tn = tb_calib_stats_at(s2, 0);
+        double totn = 0;
+        for (int b = 0; b < NB; b++) totn += tn->hist[b];
+        CHECK(tn->amax == FLT_MAX && totn == K && tn->hist[NB - 1] == 2 && tn->n_sample == 0);
+        tb_calib_stats_free(s2);
+    }
     /* the table */
     tb_calibrator c = {TB_CALIB_MINMAX, 0};
     tb_calib_table *tab = NULL;

@@ -81,46 +81,53 @@ double tb_calib_mse(const double *hist, int n_bins, double amax, int levels) {
 
 double tb_calib_entropy(const double *hist, int n_bins, double amax, int levels, int *best_i) {
     if (best_i) *best_i = n_bins;
-    if (amax <= 0 || n_bins < levels || hist_total(hist, n_bins) <= 0) return amax;
-    double *p = malloc(sizeof(double) * (size_t)n_bins * 2);
-    if (!p) return amax; /* a few KiB; failing here means the build fails elsewhere anyway */
-    double *q = p + n_bins;
-    /* suffix sums give each candidate's outliers in O(1) */
-    double outliers = 0;
-    for (int b = levels; b < n_bins; b++) outliers += hist[b];
+    double total = hist_total(hist, n_bins);
+    if (amax <= 0 || n_bins < levels || levels < 1 || total <= 0) return amax;
+    /* Prefix sums (k bins): counts, non-zero bins and sum of h log h. With
+     * them each candidate costs O(levels), not O(n_bins), since within a
+     * group Q is constant:
+     *   KL(i) = (1/S) [sum_b P_b log P_b - sum_j Pmass_j log(mass_j / nz_j)] + log(SQ / S)
+     * S = sum P = the total; SQ = sum Q = the mass of bins [0, i) (a bin
+     * with mass is non-zero in P); mass_j / nz_j the value Q takes in group j
+     * (its mass before the fold over the bins where P is non-zero); Pmass_j
+     * the group's P mass (the last group's includes the outliers). */
+    double *ch = malloc(sizeof(double) * (size_t)(n_bins + 1) * 2);
+    int *nz = malloc(sizeof(int) * (size_t)(n_bins + 1));
+    if (!ch || !nz) { free(ch); free(nz); return amax; } /* a few KiB; the build fails elsewhere first */
+    double *hl = ch + n_bins + 1;
+    ch[0] = hl[0] = 0;
+    nz[0] = 0;
+    for (int b = 0; b < n_bins; b++) {
+        ch[b + 1] = ch[b] + hist[b];
+        hl[b + 1] = hl[b] + (hist[b] > 0 ? hist[b] * log(hist[b]) : 0);
+        nz[b + 1] = nz[b] + (hist[b] != 0);
+    }
     double best = INFINITY;
     int arg = n_bins;
     for (int i = levels; i <= n_bins; i++) {
-        /* P: bins [0, i) with everything beyond folded into the last */
-        memcpy(p, hist, sizeof(double) * (size_t)i);
-        p[i - 1] += outliers;
-        if (i < n_bins) outliers -= hist[i];
-        /* Q: the same bins WITHOUT the outliers, merged into `levels` groups
-         * of i / levels bins (the last group takes the remainder), each
-         * group's mass spread evenly over the bins where P is non-zero
-         * (zero bins stay zero). Quantising P itself would make Q == P at
-         * i = levels and always pick the narrowest range: the clipping cost
-         * shows only because Q lacks the folded outliers. */
+        double out = total - ch[i];        /* folded into bin i - 1 */
+        double last = hist[i - 1] + out;   /* P's last bin */
+        double plogp = hl[i - 1] + (last > 0 ? last * log(last) : 0);
         int merged = i / levels;
-        double sp = 0, sq = 0;
-        for (int j = 0; j < levels; j++) {
+        double cross = 0;                  /* sum_j Pmass_j log q_j */
+        for (int j = 0; j < levels && cross < INFINITY; j++) {
             int start = j * merged, stop = j == levels - 1 ? i : start + merged;
-            double mass = 0;
-            int nz = 0;
-            for (int b = start; b < stop; b++) { mass += hist[b]; nz += p[b] != 0; }
-            for (int b = start; b < stop; b++) q[b] = p[b] != 0 ? mass / nz : 0;
-        }
-        for (int b = 0; b < i; b++) { sp += p[b]; sq += q[b]; }
-        double kl = sq > 0 ? 0 : INFINITY;
-        for (int b = 0; b < i && kl < INFINITY; b++)
-            if (p[b] > 0) {
-                if (q[b] <= 0) { kl = INFINITY; break; } /* P has mass where Q has none */
-                double pn = p[b] / sp, qn = q[b] / sq;
-                kl += pn * log(pn / qn);
+            double mass = ch[stop] - ch[start], pmass = mass;
+            int n_nz = nz[stop] - nz[start];
+            if (j == levels - 1 && out > 0) {
+                pmass += out;
+                if (hist[i - 1] == 0) n_nz++; /* the fold made bin i - 1 non-zero */
             }
+            if (pmass <= 0) continue;      /* P is zero over the whole group */
+            if (mass <= 0) cross = INFINITY; /* P has mass where Q has none */
+            else cross += pmass * log(mass / n_nz);
+        }
+        double sq = ch[i];
+        double kl = cross < INFINITY && sq > 0 ? (plogp - cross) / total + log(sq / total) : INFINITY;
         if (kl < best) { best = kl; arg = i; }
     }
-    free(p);
+    free(ch);
+    free(nz);
     if (best_i) *best_i = arg;
     return (arg + 0.5) * (amax / n_bins);
 }
@@ -235,9 +242,9 @@ void tb_calib_stats_add(tb_calib_stats *s, int i, const float *x, int rows) {
     float bmax = 0;
     for (size_t j = 0; j < n; j++) {
         float a = fabsf(x[j]);
+        if (!(a <= FLT_MAX)) a = FLT_MAX; /* inf / NaN inputs: the histogram saturates */
         bmax = a > bmax ? a : bmax;
     }
-    if (!(bmax <= FLT_MAX)) bmax = FLT_MAX; /* inf / NaN inputs: the histogram saturates */
     if (bmax > t->amax) {
         if (t->amax > 0) hist_rebin(t->hist, t->amax, bmax);
         t->amax = bmax;
@@ -248,8 +255,9 @@ void tb_calib_stats_add(tb_calib_stats *s, int i, const float *x, int rows) {
         const float *xr = x + (size_t)r * (size_t)K;
         for (int k = 0; k < K; k++) {
             float a = fabsf(xr[k]);
-            int b = (int)(a * inv_w);
-            h[b < TB_CALIB_BINS ? (b >= 0 ? b : 0) : TB_CALIB_BINS - 1] += 1;
+            if (!(a <= FLT_MAX)) a = FLT_MAX; /* inf and NaN count as the largest value */
+            int b = a < t->amax ? (int)(a * inv_w) : TB_CALIB_BINS - 1;
+            h[b < TB_CALIB_BINS ? b : TB_CALIB_BINS - 1] += 1;
             t->sum_abs[k] += a;
             if (a > t->max_abs[k]) t->max_abs[k] = a;
         }
@@ -517,9 +525,11 @@ done:
 /* Round-to-nearest int4 fake quantisation of rows (N, K) in place, groups of
  * `group` along K, with core/quant.h's encoding: symmetric s = max|w| / 7,
  * codes in [-7, 7]; asymmetric s = (M - m) / 15, c = round((w - m) / s) - 8,
- * zero = m + 8 s; rintf (ties to even); an all-equal group gets scale 1. The
- * same arithmetic as tb_quantize_rows + tb_dequantize_rows, kept here so the
- * search needs no code buffers (it quantises each layer 21 times). */
+ * zero = m + 8 s, c = round((w - zero) / s) in [-8, 7]; rintf (ties to even);
+ * an all-zero (symmetric) or constant (asymmetric) group gets scale 1. The
+ * same float arithmetic as core/quant.c's tb_quantize_rows followed by
+ * tb_dequantize_rows, kept here so the search needs no code buffers (it
+ * quantises each weight 21 times). */
 static void fake_quant_i4(float *w, size_t N, int K, int group, int asym) {
     for (size_t n = 0; n < N; n++) {
         float *row = w + n * (size_t)K;
@@ -528,19 +538,16 @@ static void fake_quant_i4(float *w, size_t N, int K, int group, int asym) {
             if (asym) {
                 float lo = x[0], hi = x[0];
                 for (int k = 1; k < group; k++) { lo = x[k] < lo ? x[k] : lo; hi = x[k] > hi ? x[k] : hi; }
-                float s = (hi - lo) / 15.0f;
-                if (!(s > 0)) s = 1.0f;
+                float s = hi > lo ? (hi - lo) / 15.0f : 1.0f;
                 float zero = lo + 8.0f * s;
                 for (int k = 0; k < group; k++) {
-                    float c = rintf((x[k] - lo) / s);
-                    c = c < 0 ? 0 : c > 15 ? 15 : c;
-                    x[k] = (c - 8.0f) * s + zero;
+                    float c = rintf((x[k] - zero) / s);
+                    x[k] = (c < -8 ? -8 : c > 7 ? 7 : c) * s + zero;
                 }
             } else {
                 float amax = 0;
                 for (int k = 0; k < group; k++) amax = fabsf(x[k]) > amax ? fabsf(x[k]) : amax;
-                float s = amax / 7.0f;
-                if (!(s > 0)) s = 1.0f;
+                float s = amax > 0 ? amax / 7.0f : 1.0f;
                 for (int k = 0; k < group; k++) {
                     float c = rintf(x[k] / s);
                     x[k] = (c < -7 ? -7 : c > 7 ? 7 : c) * s;
