@@ -7,7 +7,8 @@
 # another calibrator, of another model, and of another format version is
 # refused with a message naming which; (4) token ids work as calibration
 # data, and each calibrator gives its own scales (minmax the largest);
-# (5) bad arguments are refused.
+# (5) bad arguments are refused; (6) on a random checkpoint the first
+# matmul's statistics (max |x|, per-channel mean |x|) equal numpy's.
 set -uo pipefail
 : "${TURBINE_BIN:?}" "${TURBINE_SHARED:?}" "${TURBINE_TMP:?}" "${TURBINE_SRC:?}"
 PY=/usr/bin/python3
@@ -87,6 +88,32 @@ PY
 echo "1 2 99999" > "$D/bad_ids.txt"
 "${B[@]}" -o "$D/i.engine" --calib "$D/bad_ids.txt" 2>"$D/bi.err"
 [ $? = 1 ] && grep -q "outside the vocabulary" "$D/bi.err" && ok "bad ids refused" || fail "bad ids: $(cat "$D/bi.err")"
+
+# (6) the statistics are those of the right buffers: on the random llama-gqa checkpoint, the first
+# matmul's input is RMSNorm(embedding[ids]) for every token (no position dependence), so its minmax
+# threshold (scale x 127) and per-channel mean |x| equal numpy's over the 1024 calibration ids
+"$TURBINE_BIN" build "$CK" --tokenizer "$M/tok512.bin" -o "$D/g.engine" --calib "$D/ids.txt" --calibrator minmax \
+  --calib-cache "$D/g.cache" --calib-threads 2 2>"$D/g.err" || fail "llama-gqa calibration: $(cat "$D/g.err")"
+"$PY" - "$TURBINE_SRC/tests" "$CK" "$D/ids.txt" "$D/g.cache" <<'PY' && ok "layer 0 statistics match numpy" \
+  || fail "layer 0 statistics"
+import sys, numpy as np
+sys.path.insert(0, sys.argv[1])
+import reference as R
+cfg, w = R.load_model(sys.argv[2])
+ids = [int(t) for t in open(sys.argv[3]).read().split()][:1024]
+x = R.rmsnorm(w["model.embed_tokens.weight"][ids].astype(np.float64), w["model.layers.0.input_layernorm.weight"],
+              cfg["eps"])
+lines = open(sys.argv[4]).read().splitlines()
+scales = {l.split(":")[0]: float(l.split(":")[1]) for l in lines[1:] if " " not in l.split(":")[0]}
+means = {l.split(" ")[0]: np.array([float(v) for v in l.split(":")[1].split()]) for l in lines[1:]
+         if " mean_abs:" in l}
+name = lines[1].split(":")[0]          # the first matmul: layer 0's q|k|v
+amax, mean = np.abs(x).max(), np.abs(x).mean(axis=0)
+print(name, scales[name] * 127, amax)
+assert abs(scales[name] * 127 - amax) <= 1e-5 * amax
+assert means[name].shape == mean.shape and np.allclose(means[name], mean, rtol=1e-4, atol=1e-7)
+assert len(scales) == 3 * 4 + 1       # 3 layers x (qkv, o, gate|up, down) + the LM head
+PY
 
 # (5) usage errors
 "${B[@]}" -o "$D/u.engine" --calib "$D/calib.txt" --calibrator kl 2>"$D/u.err"
