@@ -8,6 +8,15 @@
 #include <math.h>
 
 #include "backend/cpu/kernels.h"
+/* The shared quantisers (core/quant.h) quantise for the search where this
+ * tree has them; fake_quant_i4 below is the same arithmetic for a tree that
+ * does not yet. */
+#if defined(__has_include)
+#if __has_include("core/quant.h")
+#include "core/quant.h"
+#define TB_CALIB_SHARED_QUANT 1
+#endif
+#endif
 
 /* ================================================================ calibrators */
 
@@ -530,6 +539,7 @@ done:
  * same float arithmetic as core/quant.c's tb_quantize_rows followed by
  * tb_dequantize_rows, kept here so the search needs no code buffers (it
  * quantises each weight 21 times). */
+#ifndef TB_CALIB_SHARED_QUANT
 static void fake_quant_i4(float *w, size_t N, int K, int group, int asym) {
     for (size_t n = 0; n < N; n++) {
         float *row = w + n * (size_t)K;
@@ -556,6 +566,7 @@ static void fake_quant_i4(float *w, size_t N, int K, int group, int asym) {
         }
     }
 }
+#endif
 
 tb_status tb_awq_search(const float *w, int N, int K, const float *mean_abs, const float *x, int m, int group,
                         int asym, float *s, tb_awq_report *rep) {
@@ -570,6 +581,15 @@ tb_status tb_awq_search(const float *w, int N, int K, const float *mean_abs, con
         free(q); free(cand); free(y);
         return tb_errorf(TB_ERR_OOM, "AWQ: out of memory for a (%d, %d) weight", N, K);
     }
+#ifdef TB_CALIB_SHARED_QUANT
+    uint8_t *codes = malloc((size_t)tb_quant_codes_bytes(TB_I4, N, K));
+    float *qs = malloc(sizeof(float) * (NK / (size_t)group) * 2), *qz = qs ? qs + NK / (size_t)group : NULL;
+    if (!codes || !qs) {
+        free(codes); free(qs); free(q); free(cand); free(y);
+        tb_pool_free(pool);
+        return tb_errorf(TB_ERR_OOM, "AWQ: out of memory for a (%d, %d) weight", N, K);
+    }
+#endif
     float *yq = y ? y + (size_t)m * (size_t)N : NULL;
     if (m) tb_cpu_matmul(pool, x, w, TB_F32, NULL, y, m, K, N); /* y (m, N) = X W^T, the target */
     double best = INFINITY, err_rtn = 0;
@@ -591,7 +611,17 @@ tb_status tb_awq_search(const float *w, int N, int K, const float *mean_abs, con
         /* Q(W diag(s)) diag(1/s) */
         for (size_t n = 0; n < (size_t)N; n++)
             for (int k = 0; k < K; k++) q[n * (size_t)K + (size_t)k] = w[n * (size_t)K + (size_t)k] * cand[k];
+#ifdef TB_CALIB_SHARED_QUANT
+        tb_status qst = tb_quantize_rows(TB_I4, q, N, K, group, asym, codes, qs, asym ? qz : NULL);
+        if (qst != TB_OK) {
+            free(codes); free(qs); free(q); free(cand); free(y);
+            tb_pool_free(pool);
+            return tb_error_prefix(qst, "AWQ");
+        }
+        tb_dequantize_rows(TB_I4, codes, qs, asym ? qz : NULL, N, K, group, q);
+#else
         fake_quant_i4(q, (size_t)N, K, group, asym);
+#endif
         for (size_t n = 0; n < (size_t)N; n++)
             for (int k = 0; k < K; k++) q[n * (size_t)K + (size_t)k] /= cand[k];
         double err = 0;
@@ -620,6 +650,10 @@ tb_status tb_awq_search(const float *w, int N, int K, const float *mean_abs, con
         rep->err_rtn = err_rtn;
         rep->err_best = best;
     }
+#ifdef TB_CALIB_SHARED_QUANT
+    free(codes);
+    free(qs);
+#endif
     tb_pool_free(pool);
     free(q);
     free(cand);
