@@ -237,5 +237,47 @@ def main():
     return 0
 
 
+# ---------------------------------------------------------------- calibration
+# TensorRT's entropy calibration (IInt8EntropyCalibrator2), written apart from
+# src/tune/calib.c to check it: for each cut-off i in [levels, n], P = the
+# first i bins with the mass beyond folded into bin i - 1; Q = the first i
+# bins before the fold, merged into `levels` groups of i // levels bins (the
+# last takes the remainder), each group's mass spread evenly over the bins
+# where P is non-zero; KL(P || Q) of the normalised pair (infinite where Q is
+# 0 and P is not); the least KL (first on ties) gives threshold (i + 0.5) * w.
+
+def calib_entropy(hist, amax, levels=128):
+    h = np.asarray(hist, dtype=np.float64)
+    n = len(h)
+    tail = np.concatenate([np.cumsum(h[::-1])[::-1], [0.0]])  # tail[i] = sum(h[i:])
+    best_kl, best_i = math.inf, n
+    for i in range(levels, n + 1):
+        p = h[:i].copy()
+        p[-1] += tail[i]
+        group = np.minimum(np.arange(i) // (i // levels), levels - 1)
+        nonzero = p != 0
+        mass = np.bincount(group, weights=h[:i], minlength=levels)
+        count = np.bincount(group, weights=nonzero.astype(np.float64), minlength=levels)
+        q = np.where(nonzero, mass[group] / np.maximum(count[group], 1.0), 0.0)
+        keep = p > 0
+        if q.sum() <= 0 or np.any(q[keep] <= 0):
+            continue  # infinite divergence
+        pn, qn = p / p.sum(), q / q.sum()
+        kl = float(np.sum(pn[keep] * np.log(pn[keep] / qn[keep])))
+        if kl < best_kl:
+            best_kl, best_i = kl, i
+    return best_i, (best_i + 0.5) * amax / n
+
+
+def calib_main(argv):
+    """reference.py calib-entropy FILE: FILE holds amax, then the bin counts
+    (white space separated); prints "i threshold" of the entropy calibrator."""
+    with open(argv[0]) as f:
+        vals = [float(t) for t in f.read().split()]
+    i, t = calib_entropy(vals[1:], vals[0])
+    print("%d %.17g" % (i, t))
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(calib_main(sys.argv[2:]) if sys.argv[1:2] == ["calib-entropy"] else main())

@@ -50,6 +50,8 @@ base() {  # the least a command needs besides the option under test
     perplexity:--text|perplexity:--ids) echo "e.engine" ;;
     perplexity:--engine) echo "--ids 1,2" ;;
     perplexity:*) echo "e.engine --ids 1,2" ;;
+    compare:--text) echo "a.engine b.engine" ;;
+    compare:*) echo "a.engine b.engine --text t.txt" ;;
     inspect:--engine|serve:*) echo "" ;;
     inspect:*) echo "e.engine" ;;
   esac

@@ -105,6 +105,21 @@ int tb_cli_serve(int argc, char **argv);
 int tb_cli_exec(int argc, char **argv);
 /* `turbine perplexity ...` */
 int tb_cli_perplexity(int argc, char **argv);
+/* `turbine compare ...` */
+extern const tb_cli_cmd tb_cmd_compare;
+int tb_cli_compare(int argc, char **argv);
+
+/* Scoring a text (perplexity_cli.c; compare uses the same): the text of
+ * `path` (at most 256 MiB) tokenized with the engine's tokenizer, BOS first
+ * when the engine adds one (prints the error and returns 0 on failure;
+ * *toks malloc'd); -log softmax(row)[target] in double; and the inputs of
+ * the window starting at `start` of n tokens cut in windows of ctx (each
+ * row predicting the next token; a remainder shorter than a window is left
+ * out when the text fills one): 0 when there is none. */
+struct tb_engine;
+int tb_cli_text_tokens(const struct tb_engine *e, const char *path, int32_t **toks, int *n);
+double tb_cli_nll(const float *row, int V, int target);
+int tb_cli_window(int n, int ctx, int start);
 
 /* ---------------------------------------------------------------- values */
 

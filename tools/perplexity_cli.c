@@ -61,13 +61,44 @@ const tb_cli_cmd tb_cmd_perplexity = {
     sizeof(ppl_args), ppl_defaults,
 };
 
-/* -log softmax(row)[target], in double. */
-static double nll_of(const float *row, int V, int target) {
+/* -log softmax(row)[target], in double (compare_cli.c scores with it too). */
+double tb_cli_nll(const float *row, int V, int target) {
     double m = row[0];
     for (int i = 1; i < V; i++) if (row[i] > m) m = row[i];
     double s = 0;
     for (int i = 0; i < V; i++) s += exp((double)row[i] - m);
     return m + log(s) - (double)row[target];
+}
+
+int tb_cli_text_tokens(const tb_engine *e, const char *path, int32_t **toks, int *n) {
+    char *text = NULL;
+    size_t len = 0;
+    *toks = NULL;
+    *n = 0;
+    if (tb_file_read_all(path, &text, &len, (size_t)1 << 28) != TB_OK) {
+        fprintf(stderr, "turbine: error: %s\n", tb_last_error());
+        return 0;
+    }
+    tb_engine_info info;
+    tb_engine_get_info(e, &info);
+    int cap = (int)len + 2;
+    *toks = malloc(sizeof(int32_t) * (size_t)cap);
+    if (!*toks || tb_tokenizer_encode(tb_engine_tokenizer(e), text, len, info.add_bos, *toks, cap, n) != TB_OK) {
+        fprintf(stderr, "turbine: error: cannot tokenize %s: %s\n", path, tb_last_error());
+        free(text);
+        free(*toks);
+        *toks = NULL;
+        return 0;
+    }
+    free(text);
+    return 1;
+}
+
+int tb_cli_window(int n, int ctx, int start) {
+    if (start + 1 >= n) return 0;
+    int full = (n - 1) / ctx; /* windows whose ctx targets all exist */
+    int len = n - 1 - start < ctx ? n - 1 - start : ctx; /* inputs with a target */
+    return full > 0 && len < ctx ? 0 : len;
 }
 
 int tb_cli_perplexity(int argc, char **argv) {
@@ -113,17 +144,7 @@ int tb_cli_perplexity(int argc, char **argv) {
         goto done;
     }
     if (text_path) {
-        size_t len = 0;
-        if (tb_file_read_all(text_path, &text, &len, (size_t)1 << 28) != TB_OK) {
-            fprintf(stderr, "turbine: error: %s\n", tb_last_error());
-            goto done;
-        }
-        int cap = (int)len + 2;
-        toks = malloc(sizeof(int32_t) * (size_t)cap);
-        if (!toks || tb_tokenizer_encode(tb_engine_tokenizer(e), text, len, info.add_bos, toks, cap, &n) != TB_OK) {
-            fprintf(stderr, "turbine: error: cannot tokenize %s: %s\n", text_path, tb_last_error());
-            goto done;
-        }
+        if (!tb_cli_text_tokens(e, text_path, &toks, &n)) goto done;
     } else {
         int cap = (int)strlen(ids_arg) / 2 + 2;
         toks = malloc(sizeof(int32_t) * (size_t)cap);
@@ -135,10 +156,7 @@ int tb_cli_perplexity(int argc, char **argv) {
     long scored = 0;
     int windows = 0;
     double t0 = tb_now();
-    int full = (n - 1) / ctx_len; /* windows whose ctx_len targets all exist */
-    for (int start = 0; start + 1 < n; start += ctx_len) {
-        int len = n - 1 - start < ctx_len ? n - 1 - start : ctx_len; /* inputs with a target */
-        if (full > 0 && len < ctx_len) break;
+    for (int start = 0, len; (len = tb_cli_window(n, ctx_len, start)) > 0; start += ctx_len) {
         tb_seq_reset(ctx, 0);
         tb_seq_chunk ch = {0, len, toks + start, 2};
         const float *lg = NULL;
@@ -148,7 +166,7 @@ int tb_cli_perplexity(int argc, char **argv) {
             goto done;
         }
         for (int r = 0; r < len; r++) {
-            nll += nll_of(lg + (size_t)r * (size_t)V, V, toks[start + r + 1]);
+            nll += tb_cli_nll(lg + (size_t)r * (size_t)V, V, toks[start + r + 1]);
             scored++;
         }
         windows++;

@@ -20,6 +20,7 @@
 #include "plan/engine.h"
 #include "runtime/runtime.h"
 #include "tokenizer/tokenizer.h"
+#include "tune/calib.h"
 #include "turbine/turbine.h"
 
 #define TB_VERSION "0.1.0"
@@ -44,6 +45,9 @@ typedef struct {
     const char *shapes, *min_shapes, *opt_shapes, *max_shapes, *calib_data;
     tb_cli_strs profiles;
     int max_seq_len, max_batch, verbose;
+    /* calibration (quantized engines) */
+    const char *calib, *calibrator, *calib_cache;
+    int calib_tokens, calib_threads;
 } build_args;
 
 static void build_defaults(void *p) {
@@ -84,6 +88,24 @@ static const tb_cli_opt build_opts[] = {
      "against the f32 graph"},
     {"--verbose", "-v", TB_OPT_FLAG, NULL, 0, 0, 0, 0, 1, B(verbose), NULL,
      "list every optimisation pass with what it changed"},
+    /* ---- calibration (quantized engines: src/tune/calib.h, src/plan/calib_run.c) ---- */
+    {"--calib", NULL, TB_OPT_STR, "FILE", 0, 0, 0, 0, 0, B(calib), NULL,
+     "calibration data: a text (tokenized with the model's tokenizer) or a file of token ids (numbers "
+     "separated by spaces, newlines or commas); an f32 engine of the model runs over it on the CPU and "
+     "collects each matmul input's statistics (at most 256 MiB)"},
+    {"--calib-tokens", NULL, TB_OPT_INT, "N", 2, 1 << 24, 0, 0, 0, B(calib_tokens), "4096",
+     "calibration tokens taken from the start of --calib, in windows of the engine's context"},
+    {"--calibrator", NULL, TB_OPT_STR, "entropy|minmax|percentile[=P]|mse", 0, 0, 0, 0, 0, B(calibrator),
+     "entropy",
+     "how activation ranges are chosen: entropy (least KL divergence, as TensorRT's EntropyCalibrator2), minmax "
+     "(the largest |x| seen), percentile=P (the P-th percentile of |x|, default 99.99), mse (least int8 "
+     "quantisation error)"},
+    {"--calib-cache", NULL, TB_OPT_STR, "FILE", 0, 0, 0, 0, 0, B(calib_cache), NULL,
+     "the calibration cache: read when it exists (the model is not run; a cache of another model, calibrator "
+     "or format version is refused), else written after calibrating"},
+    {"--calib-threads", NULL, TB_OPT_INT, "N", 1, 256, 0, 0, 0, B(calib_threads), "one per core",
+     "CPU threads of the calibration run"},
+    /* ---- end of calibration options ---- */
 };
 #undef B
 
@@ -129,6 +151,18 @@ static int cmd_build(int argc, char **argv) {
     o.n_profiles = a.profiles.n;
     o.calib_data = a.calib_data;
     o.verbose = a.verbose;
+    /* calibration */
+    o.calib = a.calib;
+    o.calib_tokens = a.calib_tokens;
+    o.calibrator = a.calibrator;
+    o.calib_cache = a.calib_cache;
+    o.calib_threads = a.calib_threads;
+    tb_calibrator cal;
+    if (a.calibrator && tb_calibrator_parse(a.calibrator, &cal) != TB_OK)
+        return tb_cli_usage_error("build", "%s", tb_last_error());
+    if ((a.calib || a.calib_cache) && tb_is_onnx_path(a.model))
+        return tb_cli_usage_error("build", "--calib and --calib-cache are for LLM checkpoints (ONNX f16 builds "
+                                           "take --calib-data DIR)");
     if (a.verbose) tb_log_set_level(TB_LOG_INFO);
     tb_build_report r;
     if (tb_build(a.model, a.out, &o, &r) != TB_OK) return fail("build failed");
@@ -446,7 +480,7 @@ done:
 /* ---------------------------------------------------------------- help */
 
 static const tb_cli_cmd *const commands[] = {&cmd_build_spec, &cmd_run_spec, &cmd_inspect_spec, &tb_cmd_serve,
-                                             &tb_cmd_perplexity, &tb_cmd_exec};
+                                             &tb_cmd_perplexity, &tb_cmd_exec, &tb_cmd_compare};
 #define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
 
 static const tb_cli_cmd *find_command(const char *name) {
@@ -503,9 +537,44 @@ static const char *COMMANDS_INTRO =
     "  incompatible engine or model, a prompt longer than the context, a server that cannot start);\n"
     "  2 a usage error (an unknown option, a missing or malformed value, a value out of range).\n\n";
 
+/* ---- calibration and compare: how they work (docs/COMMANDS.md) */
+static const char *CALIBRATION_DOC =
+    "## Calibration (`turbine build --calib`)\n\n"
+    "Quantized engines need the range of every matmul's input. `--calib FILE` runs an f32 engine of the\n"
+    "model, built in memory from the same checkpoint, on the CPU over the first `--calib-tokens` tokens of\n"
+    "FILE (default 4096; a text is tokenized with the model's tokenizer, BOS first when it adds one; a file of\n"
+    "numbers separated by spaces, newlines or commas is read as token ids), in windows of the engine's\n"
+    "context, each a fresh sequence. A node observer in the runtime (src/runtime/runtime.h) sees every\n"
+    "matmul's input after it runs and collects, keyed by the matmul's weight name (after fusion: `l0.wqkv`,\n"
+    "`l0.wgu`, ...): the max |x|, per input channel the mean and max |x|, up to 256 sampled input rows, and a\n"
+    "2048-bin histogram of |x| over [0, max |x|], re-binned when a later step raises the max. The build\n"
+    "prints `calibrating: DONE/TOTAL tokens` (a bar on a terminal). The calibrator turns each histogram\n"
+    "into a threshold T (|x| is clipped there); the activation scale is T / 127 for int8 and T / 448 for fp8:\n\n"
+    "| `--calibrator` | T |\n"
+    "|---|---|\n"
+    "| `entropy` (default) | TensorRT's IInt8EntropyCalibrator2: for each cut-off bin i from 128 to 2048, P = bins [0, i) with the mass beyond folded into bin i - 1, Q = the same bins before the fold merged into 128 levels of i / 128 bins (the last takes the remainder) and spread back evenly over the bins where P is non-zero; T = (i + 0.5) x bin width of the least KL(P \\|\\| Q) |\n"
+    "| `minmax` | the largest absolute value seen |\n"
+    "| `percentile[=P]` | the upper edge of the bin where the cumulative count reaches P% (default 99.99) |\n"
+    "| `mse` | the bin edge minimising the expected squared error of clipping plus int8 rounding, each bin's mass at its centre |\n\n"
+    "`--calib-cache FILE` keeps the result. When FILE exists the build reads it and does not run the model\n"
+    "(also when `--calib` is given); otherwise it calibrates and writes FILE. The cache is text:\n\n"
+    "```\n"
+    "TURBINE-CALIB-CACHE 1 calibrator=entropy fingerprint=f74ff1c0f4a40cbf tokens=4096\n"
+    "l0.wqkv: 0.00266400352\n"
+    "...\n"
+    "l0.wqkv mean_abs: 0.5768677 0.559665322 ...\n"
+    "```\n\n"
+    "The header names the format version, the calibrator (as given, `percentile=99.9`) and the model's\n"
+    "fingerprint (XXH3 over its configuration and every tensor's name, dtype, shape and bytes); then one\n"
+    "`name: scale` line per matmul input (the int8 scale T / 127, `%.9g`), then one `name mean_abs: ...`\n"
+    "line per matmul with its per-input-channel mean |x| (what `--awq` needs). A cache of another format\n"
+    "version, calibrator or model is refused with a message naming which (exit 1). The engine's meta\n"
+    "records the calibrator, the tokens and the fingerprint (`turbine inspect`).\n\n";
+
 static void print_markdown(FILE *f) {
     fputs(COMMANDS_INTRO, f);
     for (int i = 0; i < N_COMMANDS; i++) tb_cli_print_markdown(commands[i], f);
+    fputs(CALIBRATION_DOC, f);
     fputs("## turbine bench\n\n```\n" BENCH_SYNOPSIS "```\n\n"
           "Load-tests an HTTP server, or times an engine in-process (`--engine`); docs/BENCH.md explains "
           "the figures. Its options, as `turbine bench --help` prints them:\n\n```\n", f);
@@ -565,6 +634,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "bench")) return tb_cli_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "serve")) return tb_cli_serve(argc - 2, argv + 2);
     if (!strcmp(cmd, "perplexity")) return tb_cli_perplexity(argc - 2, argv + 2);
+    if (!strcmp(cmd, "compare")) return tb_cli_compare(argc - 2, argv + 2);
     if (!strcmp(cmd, "exec")) return tb_cli_exec(argc - 2, argv + 2);
     return usage_error("unknown command '%s'", cmd);
 }

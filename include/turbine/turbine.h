@@ -85,6 +85,18 @@ typedef struct {
      * inputs at the opt shapes). */
     const char *calib_data;
     int verbose;                /* 1: list each pass and what it changed      */
+    /* ---- calibration of quantized engines (src/tune/calib.h, docs/COMMANDS.md)
+     * An f32 engine of the same model runs in memory on the CPU over the
+     * calibration tokens and collects per-matmul activation statistics;
+     * the calibrator turns them into activation scales. */
+    const char *calib;          /* --calib FILE: text (tokenized with the
+                                 * model's tokenizer) or token ids           */
+    int calib_tokens;           /* --calib-tokens N; 0: 4096                  */
+    const char *calibrator;     /* entropy (NULL), minmax, percentile[=P], mse */
+    const char *calib_cache;    /* --calib-cache FILE: reused when it exists
+                                 * (no model run), written otherwise          */
+    int calib_threads;          /* CPU threads for calibration; 0: all cores  */
+    /* ---- end of calibration options */
 } tb_build_options;
 
 #define TB_BUILD_MAX_PROFILES 8

@@ -7,6 +7,7 @@
 #include "import/import.h"
 #include "models/models.h"
 #include "opt/opt.h"
+#include "plan/calib_run.h"
 #include "plan/engine.h"
 #include "tune/tune.h"
 
@@ -63,6 +64,7 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
     tb_graph *g = NULL;
     uint8_t *tok_buf = NULL, *graph_buf = NULL, *weights = NULL;
     char *meta = NULL, *hw = NULL;
+    tb_calib_table *calib = NULL; /* activation statistics for the quantization pass */
     size_t tok_n = 0, graph_n = 0;
     uint64_t weights_n = 0;
     tb_status s;
@@ -109,6 +111,14 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
         tb_log(TB_LOG_WARN, "--max-seq-len %d exceeds the model's %d positions", max_seq, c->max_seq_len);
     int max_step = max_seq < 512 ? max_seq : 512;
     if (max_step < 16) max_step = 16;
+    /* ---- calibration (plan/calib_run.h): an f32 engine of this model runs
+     * in memory over --calib, or the --calib-cache is read */
+    if ((o.calib && *o.calib) || (o.calib_cache && *o.calib_cache)) {
+        if ((s = tb_calibrate_for_build(src, tok, &o, max_seq, 1, &calib)) != TB_OK) {
+            tb_error_prefix(s, "calibration");
+            goto done;
+        }
+    }
     tb_model_build_opts mo = {.weight_dtype = o.weight_dtype, .max_seq_len = max_seq, .max_step_tokens = max_step,
                               .progress = o.progress ? progress_bar : NULL};
     if ((s = tb_model_build_graph(src, &mo, &g)) != TB_OK) goto done;
@@ -162,6 +172,13 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
     json_object_set_new(json_object_get(m, "build"), "build_seconds", json_real(tb_now() - t0));
     if (strcmp(oo.device, "cpu"))
         json_object_set_new(json_object_get(m, "tactics"), "device_shapes_timed", json_integer(tr.n_device_timed));
+    if (calib) {
+        char fp[24];
+        snprintf(fp, sizeof fp, "%016llx", (unsigned long long)calib->fingerprint);
+        json_object_set_new(m, "calibration", json_pack("{s:s, s:I, s:i, s:s}", "calibrator", calib->calibrator,
+                                                        "tokens", (json_int_t)calib->tokens, "tensors", calib->n,
+                                                        "model_fingerprint", fp));
+    }
     meta = json_dumps(m, JSON_COMPACT | JSON_PRESERVE_ORDER);
     json_decref(m);
     hw = tb_backend_fingerprint(o.device);
@@ -180,6 +197,7 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
         if (f) { fseek(f, 0, SEEK_END); report->engine_bytes = (uint64_t)ftell(f); fclose(f); }
     }
 done:
+    tb_calib_table_free(calib);
     free(meta);
     free(hw);
     free(tok_buf);

@@ -110,6 +110,8 @@ struct tb_context {
     double t_step;            /* seconds spent in steps */
     int profiling;
     double prof_seconds[TB_OP_COUNT];
+    tb_node_observer observer;/* NULL: none (calibration sets one) */
+    void *observer_user;
     /* sampled steps: a host copy of one row, the rows' device parameters and
      * their penalty pairs (grown when a step needs more) */
     float *srow;              /* (vocab) */
@@ -122,6 +124,16 @@ tb_status tb_context_set_profiling(tb_context *c, int on) {
     if (!c) return tb_errorf(TB_ERR_INVALID_ARG, "profiling: no context");
     c->profiling = on != 0;
     memset(c->prof_seconds, 0, sizeof c->prof_seconds);
+    return TB_OK;
+}
+
+tb_status tb_context_set_observer(tb_context *c, tb_node_observer fn, void *user) {
+    if (!c) return tb_errorf(TB_ERR_INVALID_ARG, "observer: no context");
+    if (fn && strcmp(c->be->iface->name, "cpu") != 0)
+        return tb_errorf(TB_ERR_UNSUPPORTED, "a node observer needs a CPU context (this one runs on %s)",
+                         c->be->iface->name);
+    c->observer = fn;
+    c->observer_user = user;
     return TB_OK;
 }
 
@@ -398,6 +410,7 @@ tb_status tb_context_step(tb_context *c, const tb_seq_chunk *ch, int n_chunks, c
         tb_status s = c->be->iface->run_node(c->be, g, &g->nodes[k], c->bufs, &st);
         if (s != TB_OK) return tb_error_prefix(s, "node %d (%s)", k, tb_op_name(g->nodes[k].op));
         if (prof) c->prof_seconds[g->nodes[k].op] += tb_now() - tn;
+        if (c->observer) c->observer(c->observer_user, g, k, c->bufs, &st);
     }
     c->t_step += tb_now() - t0;
     for (int i = 0; i < n_chunks; i++) {

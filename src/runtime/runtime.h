@@ -22,6 +22,15 @@ tb_status tb_context_set_profiling(tb_context *c, int on);
 /* Copies up to `cap` (kind name, seconds) pairs; returns how many kinds ran. */
 int tb_context_profile(const tb_context *c, const char **names, double *seconds, int cap);
 
+/* A per-node observer (calibration: tune/calib.h): when set, every step
+ * calls fn(user, graph, node index, bufs, step) after each node has run,
+ * with bufs[v] the host buffer of every value (inputs and outputs of the
+ * node). CPU contexts only (TB_ERR_UNSUPPORTED otherwise: a device's buffers
+ * are not host memory). NULL fn removes it; unset, a step pays one test per
+ * node. */
+typedef void (*tb_node_observer)(void *user, const tb_graph *g, int node, void *const *bufs, const tb_step *st);
+tb_status tb_context_set_observer(tb_context *c, tb_node_observer fn, void *user);
+
 /* Per-node timing of a general engine (`turbine bench --engine
  * --dump-profile`): when on, every run adds each node's wall time. */
 typedef struct {
