@@ -150,7 +150,7 @@ static void refine_node(const tb_graph *g, tb_opt_index *ix, int k) {
         break;
     }
     case TB_OP_SDPA:
-        if (ra == r && g->values[n->in[2]].rank == r) {
+        if (ra == r && g->values[n->in[2]].rank == r && n->i[3] == 0) {
             memcpy(d, a, sizeof(int64_t) * (size_t)r);
             d[r - 1] = ix->dims[n->in[2]][r - 1];
         }
