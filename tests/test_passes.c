@@ -779,6 +779,44 @@ static void test_bert_layer_cuda(void) {
     opt_device = "";
 }
 
+/* GPT-2's attention for cuda: one projection to (B, S, 3D) split in three,
+ * a causal bool mask through Where. attention-heads and then merge-qkv
+ * (the Split read packed) leave the projection, sdpa and the output
+ * projection. */
+static void test_gpt2_attention_cuda(void) {
+    int64_t B = 2, S = 6, D = 16, H = 2, hd = 8;
+    tb_graph *g = tb_graph_new();
+    tb_graph_add_sym(g, "batch", 1, B, 4);
+    int x = inputf(g, 3, (int64_t[]){TB_SYM(0), S, D});
+    int causal = input(g, TB_BOOL, 4, (int64_t[]){1, 1, S, S});
+    int qkv = linear(g, x, D, 3 * D);
+    const char *names[3] = {"split_q", "split_k", "split_v"};
+    int k = tb_graph_add_node_ex(g, TB_OP_SPLIT, (int[]){qkv, i64s(g, 3, (int64_t[]){D, D, D})}, 2, names, 3,
+                                 (int32_t[TB_NODE_INTS]){2, 3}, NULL);
+    CHECK_MSG(k >= 0, "Split: %s", tb_last_error());
+    if (k < 0) { tb_graph_free(g); return; }
+    int sq = g->nodes[k].out[0], sk = g->nodes[k].out[1], sv = g->nodes[k].out[2];
+    int q = split_heads(g, sq, H, hd), kk = split_heads(g, sk, H, hd), v = split_heads(g, sv, H, hd);
+    int sc = N2(TB_OP_DIV, N2(TB_OP_NN_MATMUL, q, perm(g, kk, 0, 1, 3, 2)), scalar(g, sqrtf((float)hd)));
+    sc = node(g, TB_OP_WHERE, 3, (int[]){causal, sc, scalar(g, -3.4e38f)}, NULL, NULL);
+    int p = NI(TB_OP_SOFTMAX, ((int[]){sc}), 1, 3);
+    int sh = N1(TB_OP_SHAPE, x);
+    int ctx = perm(g, N2(TB_OP_NN_MATMUL, p, v), 0, 2, 1, 3);
+    ctx = NI(TB_OP_RESHAPE, ((int[]){ctx, sh}), 2, 0);
+    output(g, linear(g, ctx, D, D));
+    opt_device = "cuda";
+    int n;
+    const tb_pass *passes = tb_opt_nn_pipeline(&n);
+    CHECK(check_passes(g, passes, n, "gpt2-attention-cuda") > 0);
+    opt_device = "";
+    printf("gpt2 attention for cuda: %d nodes\n", g->n_nodes);
+    const tb_node *a = find_op(g, TB_OP_SDPA, 0);
+    CHECK(a && a->i[3] == 2 && a->i[4] == 1 && a->in[0] == a->in[1] && a->in[0] == a->in[2]);
+    CHECK(count_op(g, TB_OP_SPLIT) == 0 && count_op(g, TB_OP_TRANSPOSE) == 0 && count_op(g, TB_OP_RESHAPE) == 0);
+    CHECK(count_op(g, TB_OP_NN_MATMUL) == 2);
+    tb_graph_free(g);
+}
+
 static void test_resnet_block(void) {
     tb_graph *g = tb_graph_new();
     int64_t C = 8;
@@ -891,6 +929,7 @@ int main(void) {
     test_transpose();
     test_bert_layer();
     test_bert_layer_cuda();
+    test_gpt2_attention_cuda();
     test_resnet_block();
     test_memory_plan();
     return tb_test_finish("test_passes");

@@ -13,7 +13,10 @@
  *                    become one MatMul over the concatenated weights and
  *                    biases, and the sdpa reads q | k | v as column blocks of
  *                    its (B, S, 3*H*D) output (packed): two matmul kernels a
- *                    layer fewer and one wider product.
+ *                    layer fewer and one wider product. Where q, k, v are
+ *                    already the three equal parts of a Split of one
+ *                    product (GPT-2's c_attn), the sdpa reads that product
+ *                    packed and the Split goes.
  *
  * The CUDA backend runs both layouts through strides (nn_backend.c
  * run_sdpa_heads); the CPU sdpa kernel reads the (B, H, S, D) layout only,
@@ -146,9 +149,34 @@ static int same_projection(const tb_node *a, const tb_node *b) {
     return a->in[0] == b->in[0] && a->i[1] == b->i[1] && a->i[3] == b->i[3] && a->f[0] == b->f[0] && a->n_in == b->n_in;
 }
 
+/* q, k, v already one product split in three (GPT-2's c_attn): outputs 0,
+ * 1, 2 of a Split of P (B, S, 3C) along its last axis into equal parts,
+ * read by sdpa node k alone. The sdpa reads P packed; the Split goes. */
+static int split_at(tb_graph *g, const tb_opt_index *ix, int k) {
+    const tb_node *n = &g->nodes[k];
+    int sp = tb_opt_producer_op(g, ix, n->in[0], TB_OP_SPLIT);
+    if (sp < 0) return 0;
+    const tb_node *s = &g->nodes[sp];
+    int p = s->in[0];
+    int64_t c, w;
+    if (s->n_out != 3 || g->values[p].rank != 3 || s->i[0] != 2 || !fixed(g, ix->dims[p][2], &w)) return 0;
+    for (int j = 0; j < 3; j++)
+        if (s->out[j] != n->in[j] || tb_opt_single_reader(g, ix, n->in[j]) != k ||
+            !fixed(g, ix->dims[n->in[j]][2], &c) || 3 * c != w)
+            return 0;
+    tb_node cand = *n;
+    cand.in[0] = cand.in[1] = cand.in[2] = p;
+    cand.i[4] = 1;
+    if (!fits(g, ix, &cand, n->out[0])) return 0;
+    tb_opt_place(g, k, &cand, cand.out[0]);
+    tb_opt_kill(g, sp);
+    return 1;
+}
+
 static int merge_at(tb_graph *g, const tb_opt_index *ix, int k) {
     const tb_node *n = &g->nodes[k];
     if (n->op != TB_OP_SDPA || n->i[3] <= 0 || n->i[4] || n->n_out != 1) return 0;
+    if (split_at(g, ix, k)) return 1;
     int m[3];
     int64_t N[3];
     for (int j = 0; j < 3; j++) {
@@ -271,7 +299,7 @@ tb_status tb_opt_merge_qkv(tb_graph *g, const tb_opt_options *o, tb_pass_report 
         return TB_OK;
     }
     TB_TRY(run_at(g, merge_at, &r->changes));
-    snprintf(r->what, sizeof r->what, "%d q / k / v MatMul triples merged into one each (%d matmuls fewer)",
-             r->changes, 2 * r->changes);
+    snprintf(r->what, sizeof r->what, "%d sdpa read q / k / v packed: MatMul triples merged into one, or a Split "
+             "of one product read directly", r->changes);
     return TB_OK;
 }
