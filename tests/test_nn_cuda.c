@@ -941,6 +941,33 @@ static void compute_cases(void) {
          * exact f32 values) */
         run_case(at[k].w, n, in, DT, BND(2e-5, 3e-3));
     }
+    /* sdpa in the heads layout (i[3] heads: (B, S, H*D) operands, no head
+     * Transposes), packed (i[4]: q | k | v column blocks of (B, S, 3*H*D)
+     * inputs, a merged projection's output) or not */
+    struct { int64_t B, H, S, T; int D, Dv, packed, mask; const char *w; } hl[] = {
+        {1, 12, 128, 128, 64, 64, 1, 1, "heads packed BERT (1, 128, 2304) mask"},
+        {2, 4, 70, 70, 64, 64, 1, 1, "heads packed B 2 S 70 mask (B,1,1,T)"},
+        {2, 2, 33, 33, 20, 20, 1, 0, "heads packed D 20"},
+        {2, 3, 33, 40, 32, 48, 0, 1, "heads T 40 Dv 48 mask (B,1,1,T)"},
+        {1, 2, 50, 50, 64, 64, 0, 0, "heads D 64"},
+    };
+    /* (the CPU backend's sdpa kernel reads the (B, H, S, D) layout only: the
+     * passes make this layout for cuda alone) */
+    if (conv_paths) FOR_DT for (size_t k = 0; k < sizeof hl / sizeof hl[0]; k++) {
+        tb_node n = N(TB_OP_SDPA, 3, 1);
+        n.i[2] = hl[k].mask;
+        n.i[3] = (int32_t)hl[k].H;
+        n.i[4] = hl[k].packed;
+        int64_t HD = hl[k].H * hl[k].D, W = hl[k].packed ? 3 * HD : HD;
+        int64_t q[3] = {hl[k].B, hl[k].S, W}, kk[3] = {hl[k].B, hl[k].T, W},
+                v[3] = {hl[k].B, hl[k].T, hl[k].packed ? W : hl[k].H * hl[k].Dv}, md[4] = {hl[k].B, 1, 1, hl[k].T};
+        tin in[4] = {T(TB_F32, 3, q, -1, 1), T(TB_F32, 3, kk, -1, 1), T(TB_F32, 3, v, -1, 1)};
+        if (hl[k].mask) {
+            in[3] = T(TB_F32, 4, md, -2, 2);
+            n.n_in = 4;
+        }
+        run_case(hl[k].w, n, in, DT, BND(2e-5, 3e-3));
+    }
 }
 
 int main(void) {

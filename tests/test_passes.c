@@ -11,6 +11,7 @@
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static int name_id;
+static const char *opt_device = ""; /* the passes' target backend (tb_opt_options.device) */
 
 /* ---------------------------------------------------------------- building */
 
@@ -189,6 +190,7 @@ static int check_passes(tb_graph *g, const tb_pass *passes, int n, const char *w
     if (!run(g, &f, &before)) { feed_free(&f); return -1; }
     tb_opt_options o;
     memset(&o, 0, sizeof o);
+    snprintf(o.device, sizeof o.device, "%s", opt_device);
     int changes = 0;
     for (int i = 0; i < n; i++) {
         tb_pass_report r;
@@ -678,17 +680,21 @@ static int split_heads(tb_graph *g, int x, int64_t H, int64_t hd) {
     return perm(g, NI(TB_OP_RESHAPE, ((int[]){x, t}), 2, 0), 0, 2, 1, 3);
 }
 
-static void test_bert_layer(void) {
+/* A BERT encoder layer as PyTorch exports it (B 2, S 6, D 16, 2 heads of
+ * 8, FFN 32); with `cross` v is projected from a second input (no q / k / v
+ * merge possible there). */
+static tb_graph *bert_layer(int cross) {
     int64_t B = 2, S = 6, D = 16, H = 2, hd = 8, F = 32;
     tb_graph *g = tb_graph_new();
     tb_graph_add_sym(g, "batch", B, B, B);
     int x = inputf(g, 3, (int64_t[]){TB_SYM(0), S, D});
     int am = inputf(g, 2, (int64_t[]){TB_SYM(0), S}); /* attention mask, random here */
+    int xv = cross ? inputf(g, 3, (int64_t[]){TB_SYM(0), S, D}) : x;
     int ext = N2(TB_OP_MUL, N2(TB_OP_SUB, scalar(g, 1.0f), N2(TB_OP_UNSQUEEZE, N2(TB_OP_UNSQUEEZE, am, i64s(g, 1, (int64_t[]){1})), i64s(g, 1, (int64_t[]){2}))),
                  scalar(g, -10000.0f));
     int q = split_heads(g, linear(g, x, D, D), H, hd);
     int k = split_heads(g, linear(g, x, D, D), H, hd);
-    int v = split_heads(g, linear(g, x, D, D), H, hd);
+    int v = split_heads(g, linear(g, xv, D, D), H, hd);
     int s = N2(TB_OP_NN_MATMUL, q, perm(g, k, 0, 1, 3, 2));
     s = N2(TB_OP_NN_ADD, N2(TB_OP_DIV, s, scalar(g, sqrtf((float)hd))), ext);
     int p = N1(TB_OP_IDENTITY, NI(TB_OP_SOFTMAX, ((int[]){s}), 1, 3)); /* dropout */
@@ -700,6 +706,11 @@ static void test_bert_layer(void) {
     int o = N2(TB_OP_NN_ADD, linear(g, f, F, D), h);
     o = layernorm_pattern(g, o, D, 0, 1, 1e-12f, 2);
     output(g, o);
+    return g;
+}
+
+static void test_bert_layer(void) {
+    tb_graph *g = bert_layer(0);
     int before = g->n_nodes, n;
     const tb_pass *passes = tb_opt_nn_pipeline(&n);
     CHECK(check_passes(g, passes, n, "bert-layer") > 0);
@@ -722,6 +733,87 @@ static void test_bert_layer(void) {
      * sdpa, Transpose + Reshape (merge heads), 2 LayerNorm, the mask
      * arithmetic on the input (2 Unsqueeze, Sub, Mul) */
     CHECK_MSG(g->n_nodes == 21, "%d nodes", g->n_nodes);
+    tb_graph_free(g);
+}
+
+/* The pipeline for the cuda backend: attention-heads folds the head split /
+ * merge Reshapes and Transposes into sdpa's heads layout, merge-qkv the
+ * three projections into one MatMul read packed; with v projected from
+ * another input only the first applies. Outputs compared as for every pass. */
+static void test_bert_layer_cuda(void) {
+    opt_device = "cuda";
+    int n;
+    const tb_pass *passes = tb_opt_nn_pipeline(&n);
+    for (int cross = 0; cross < 2; cross++) {
+        tb_graph *g = bert_layer(cross);
+        CHECK(check_passes(g, passes, n, cross ? "bert-layer-cuda-cross" : "bert-layer-cuda") > 0);
+        printf("bert layer for cuda%s: %d nodes\n", cross ? " (v from another input)" : "", g->n_nodes);
+        const tb_node *a = find_op(g, TB_OP_SDPA, 0);
+        CHECK(a && count_op(g, TB_OP_SDPA) == 1 && a->i[3] == 2 && a->i[1] == 0 && a->i[4] == !cross);
+        CHECK(count_op(g, TB_OP_TRANSPOSE) == 0 && count_op(g, TB_OP_RESHAPE) == 0);
+        CHECK(count_op(g, TB_OP_NN_MATMUL) == (cross ? 6 : 4));
+        if (a && !cross) {
+            CHECK(a->in[0] == a->in[1] && a->in[1] == a->in[2]);
+            const tb_value *qkv = &g->values[a->in[0]];
+            CHECK(qkv->rank == 3 && qkv->dims[2] == 48);
+        }
+        /* 21 of the cpu pipeline less 3 + 3 head split, 2 head merge
+         * nodes, and 2 of the 3 projections where they merge */
+        CHECK_MSG(g->n_nodes == (cross ? 13 : 11), "%d nodes", g->n_nodes);
+        tb_graph_free(g);
+    }
+    /* near miss: q's projection also read elsewhere (a graph output) stays
+     * unmerged; the heads layout still applies */
+    {
+        tb_graph *g = bert_layer(0);
+        int sd = -1;
+        for (int k = 0; k < g->n_nodes && sd < 0; k++)
+            if (g->nodes[k].op == TB_OP_NN_ADD && g->values[g->nodes[k].out[0]].rank == 3) sd = g->nodes[k].out[0];
+        CHECK(sd >= 0);
+        if (sd >= 0) output(g, sd); /* the first bias Add: q's projection */
+        CHECK(check_passes(g, passes, n, "bert-layer-cuda-miss") > 0);
+        const tb_node *a = find_op(g, TB_OP_SDPA, 0);
+        CHECK(a && a->i[3] == 2 && a->i[4] == 0 && count_op(g, TB_OP_NN_MATMUL) == 6);
+        tb_graph_free(g);
+    }
+    opt_device = "";
+}
+
+/* GPT-2's attention for cuda: one projection to (B, S, 3D) split in three,
+ * a causal bool mask through Where. attention-heads and then merge-qkv
+ * (the Split read packed) leave the projection, sdpa and the output
+ * projection. */
+static void test_gpt2_attention_cuda(void) {
+    int64_t B = 2, S = 6, D = 16, H = 2, hd = 8;
+    tb_graph *g = tb_graph_new();
+    tb_graph_add_sym(g, "batch", 1, B, 4);
+    int x = inputf(g, 3, (int64_t[]){TB_SYM(0), S, D});
+    int causal = input(g, TB_BOOL, 4, (int64_t[]){1, 1, S, S});
+    int qkv = linear(g, x, D, 3 * D);
+    const char *names[3] = {"split_q", "split_k", "split_v"};
+    int k = tb_graph_add_node_ex(g, TB_OP_SPLIT, (int[]){qkv, i64s(g, 3, (int64_t[]){D, D, D})}, 2, names, 3,
+                                 (int32_t[TB_NODE_INTS]){2, 3}, NULL);
+    CHECK_MSG(k >= 0, "Split: %s", tb_last_error());
+    if (k < 0) { tb_graph_free(g); return; }
+    int sq = g->nodes[k].out[0], sk = g->nodes[k].out[1], sv = g->nodes[k].out[2];
+    int q = split_heads(g, sq, H, hd), kk = split_heads(g, sk, H, hd), v = split_heads(g, sv, H, hd);
+    int sc = N2(TB_OP_DIV, N2(TB_OP_NN_MATMUL, q, perm(g, kk, 0, 1, 3, 2)), scalar(g, sqrtf((float)hd)));
+    sc = node(g, TB_OP_WHERE, 3, (int[]){causal, sc, scalar(g, -3.4e38f)}, NULL, NULL);
+    int p = NI(TB_OP_SOFTMAX, ((int[]){sc}), 1, 3);
+    int sh = N1(TB_OP_SHAPE, x);
+    int ctx = perm(g, N2(TB_OP_NN_MATMUL, p, v), 0, 2, 1, 3);
+    ctx = NI(TB_OP_RESHAPE, ((int[]){ctx, sh}), 2, 0);
+    output(g, linear(g, ctx, D, D));
+    opt_device = "cuda";
+    int n;
+    const tb_pass *passes = tb_opt_nn_pipeline(&n);
+    CHECK(check_passes(g, passes, n, "gpt2-attention-cuda") > 0);
+    opt_device = "";
+    printf("gpt2 attention for cuda: %d nodes\n", g->n_nodes);
+    const tb_node *a = find_op(g, TB_OP_SDPA, 0);
+    CHECK(a && a->i[3] == 2 && a->i[4] == 1 && a->in[0] == a->in[1] && a->in[0] == a->in[2]);
+    CHECK(count_op(g, TB_OP_SPLIT) == 0 && count_op(g, TB_OP_TRANSPOSE) == 0 && count_op(g, TB_OP_RESHAPE) == 0);
+    CHECK(count_op(g, TB_OP_NN_MATMUL) == 2);
     tb_graph_free(g);
 }
 
@@ -836,6 +928,8 @@ int main(void) {
     test_attention();
     test_transpose();
     test_bert_layer();
+    test_bert_layer_cuda();
+    test_gpt2_attention_cuda();
     test_resnet_block();
     test_memory_plan();
     return tb_test_finish("test_passes");

@@ -23,6 +23,9 @@
 #              attention Transposes folded and not (TB_CUDA_FOLD_TRANSPOSE=0:
 #              outputs must be identical) and with the f32-arithmetic
 #              attention kernel (TB_CUDA_SDPA_F32=1: outputs close)
+# 6. passes  : (TB_F16) BERT-base f16 built without attention-heads / merge-qkv
+#              (TB_OPT_SKIP), benched interleaved with the default engine (GPU
+#              time and the captured graph's node count), outputs compared
 # Env: TB_PREBUILT (folder with turbine and libturbine_cuda.so), OUT,
 # TB_SKIP_NODES, TB_SKIP_TIMING, TB_F16, TB_TORCH_DTYPES (PyTorch baselines, default "f32 f16").
 set -u
@@ -126,6 +129,39 @@ for f in sorted(glob.glob(f"{w}/f16_fold/*.pb")):
     print(f"{'ok  ' if ok else 'FAIL'} {b}: folded vs not max|d| {dn:.3g}; tensor-core vs f32 attention max|d| {dr:.3g} "
           f"(max|x| {top:.3g})")
 print(f"f16 attention check: {'FAIL' if bad else 'ok'}")
+PY
+fi
+if [ -n "${TB_F16:-}" ] && [ -z "${TB_SKIP_TIMING:-}" ] && [ -f "$W/bert_f16.engine" ] && [ -d "$W/f16in" ]; then
+    say "== 6. BERT f16 without the attention layout passes (TB_OPT_SKIP), same run, interleaved"
+    SKIP=attention-heads,merge-qkv
+    TB_OPT_SKIP=$SKIP $T build "$W/big/bert_opset17/model.onnx" -o "$W/bert_f16_nolayout.engine" --device cuda \
+        --dtype f16 --min-shapes input_ids:1x128,attention_mask:1x128 --opt-shapes input_ids:8x128,attention_mask:8x128 \
+        --max-shapes input_ids:8x128,attention_mask:8x128 >> "$LOG" 2>&1 || say "FAIL: build bert f16 without $SKIP"
+    for R in 1 2; do
+        for E in bert_f16 bert_f16_nolayout; do
+            for B in 1 8; do
+                say "-- $E batch $B (round $R)"
+                TB_CUDA_GRAPH_TIMES=1 $T bench --engine "$W/$E.engine" --device cuda --duration 2 \
+                    --shapes input_ids:${B}x128,attention_mask:${B}x128 2>&1 | tee -a "$LOG" |
+                    grep -E "latency|GPU time|graph of"
+            done
+        done
+    done
+    $T exec "$W/bert_f16_nolayout.engine" --inputs "$W/f16in" --outputs "$W/f16_nolayout" >> "$LOG" 2>&1 ||
+        say "FAIL: exec f16 without $SKIP"
+    $PY - "$W" <<'PY' 2>&1 | tee -a "$LOG"
+import glob, sys
+import numpy as np
+from onnx import TensorProto, numpy_helper
+w = sys.argv[1]
+def rd(p):
+    t = TensorProto()
+    t.ParseFromString(open(p, "rb").read())
+    return numpy_helper.to_array(t).astype(np.float32)
+for f in sorted(glob.glob(f"{w}/f16_fold/*.pb")):
+    b = f.split("/")[-1]
+    a, n = rd(f), rd(f"{w}/f16_nolayout/{b}")
+    print(f"{b}: with vs without the layout passes max|d| {np.abs(a - n).max():.3g} (max|x| {np.abs(n).max():.3g})")
 PY
 fi
 say "== done"

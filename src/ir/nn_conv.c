@@ -408,11 +408,65 @@ static tb_status mm_ref_f32(const tb_node *n, const tb_view *in, int n_in, const
 
 /* ---------------------------------------------------------------- sdpa */
 
-enum { SDPA_CAUSAL = 0, SDPA_K_TRANSPOSED, SDPA_MASK_KIND };
+enum { SDPA_CAUSAL = 0, SDPA_K_TRANSPOSED, SDPA_MASK_KIND, SDPA_HEADS, SDPA_PACKED };
+
+/* The heads layout (i[3] > 0, ops_nn.h): q (B, S, H*D), k (B, T, H*D), v (B,
+ * T, H*Dv), or one packed (B, S, 3*H*D) value; out (B, S, H*Dv). */
+static tb_status sdpa_infer_heads(const tb_node *n, const tb_view *in, int n_in, tb_op_shape *out) {
+    const tb_view *q = &in[0], *k = &in[1], *v = &in[2];
+    int64_t H = n->i[SDPA_HEADS];
+    int packed = n->i[SDPA_PACKED];
+    NEED(q->rank == 3 && k->rank == 3 && v->rank == 3, "sdpa: heads layout wants (B, S, H*D) (ranks %d %d %d)",
+         q->rank, k->rank, v->rank);
+    NEED(!n->i[SDPA_K_TRANSPOSED], "sdpa: heads layout with k transposed");
+    for (int d = 0; packed && d < 3; d++)
+        NEED(!tb_dim_known(q->dims[d]) || !tb_dim_known(k->dims[d]) || !tb_dim_known(v->dims[d]) ||
+                 (q->dims[d] == k->dims[d] && q->dims[d] == v->dims[d]),
+             "sdpa: packed q, k, v differ in dim %d", d);
+    NEED(q->dtype == k->dtype && q->dtype == v->dtype, "sdpa: q, k, v dtypes differ");
+    int64_t C = q->dims[2], Dv = TB_DIM_DYN;
+    if (packed) {
+        NEED(!tb_dim_known(C) || C % (3 * H) == 0, "sdpa: packed width %lld is not 3 x %lld heads", (long long)C,
+             (long long)H);
+        if (tb_dim_known(C)) Dv = C / (3 * H) * H;
+    } else {
+        NEED(!tb_dim_known(C) || C % H == 0, "sdpa: q width %lld is not %lld heads", (long long)C, (long long)H);
+        NEED(!tb_dim_known(C) || !tb_dim_known(k->dims[2]) || C == k->dims[2], "sdpa: q width %lld, k %lld",
+             (long long)C, (long long)k->dims[2]);
+        NEED(!tb_dim_known(v->dims[2]) || v->dims[2] % H == 0, "sdpa: v width %lld is not %lld heads",
+             (long long)v->dims[2], (long long)H);
+        NEED(!tb_dim_known(k->dims[1]) || !tb_dim_known(v->dims[1]) || k->dims[1] == v->dims[1],
+             "sdpa: k has T %lld, v %lld", (long long)k->dims[1], (long long)v->dims[1]);
+        Dv = v->dims[2];
+    }
+    for (int d = 0; d < 1; d++)
+        NEED(!tb_dim_known(q->dims[d]) || !tb_dim_known(k->dims[d]) || !tb_dim_known(v->dims[d]) ||
+                 (q->dims[d] == k->dims[d] && q->dims[d] == v->dims[d]),
+             "sdpa: q, k, v differ in dim %d", d);
+    int mk = n->i[SDPA_MASK_KIND];
+    NEED((mk == 0) == (n_in == 3), "sdpa: mask kind %d with %d inputs", mk, n_in);
+    if (mk) {
+        const tb_view *m = &in[3];
+        NEED(mk == 1 ? float_act(m->dtype) : m->dtype == TB_BOOL, "sdpa: mask kind %d wants a%s mask", mk,
+             mk == 1 ? " float" : " bool");
+        NEED(m->rank <= 4, "sdpa: mask rank %d", m->rank);
+        int64_t want[4] = {q->dims[0], H, q->dims[1], packed ? q->dims[1] : k->dims[1]}, bd[TB_MAX_RANK];
+        int rk;
+        TB_TRY(tb_shape_broadcast(m->rank, m->dims, 4, want, &rk, bd));
+    }
+    out->rank[0] = 3;
+    out->dims[0][0] = q->dims[0];
+    out->dims[0][1] = q->dims[1];
+    out->dims[0][2] = Dv;
+    out->dtype[0] = q->dtype;
+    return TB_OK;
+}
 
 static tb_status sdpa_infer(const tb_node *n, const tb_view *in, int n_in, tb_op_shape *out) {
     const tb_view *q = &in[0], *k = &in[1], *v = &in[2];
     TB_TRY(need_float("sdpa", in, 3));
+    if (n->i[SDPA_HEADS] > 0) return sdpa_infer_heads(n, in, n_in, out);
+    NEED(!n->i[SDPA_PACKED], "sdpa: packed q, k, v without heads");
     int r = q->rank;
     NEED(r >= 3 && r <= 4 && k->rank == r && v->rank == r, "sdpa: q, k, v must be (B, H, S, D) (ranks %d %d %d)",
          q->rank, k->rank, v->rank);
@@ -459,25 +513,31 @@ void tb_nn_sdpa_mask_strides(const tb_view *m, int r, int64_t *st) {
 
 static tb_status sdpa_ref_f32(const tb_node *n, const tb_view *in, int n_in, const tb_view *out, int n_out) {
     const tb_view *qv = &in[0], *kv = &in[1], *vv = &in[2];
-    int r = qv->rank, kt = n->i[SDPA_K_TRANSPOSED], causal = n->i[SDPA_CAUSAL], mk = n->i[SDPA_MASK_KIND];
-    int64_t B = r == 4 ? qv->dims[0] : 1, H = qv->dims[r - 3], S = qv->dims[r - 2], D = qv->dims[r - 1];
-    int64_t T = vv->dims[r - 2], Dv = vv->dims[r - 1];
+    int causal = n->i[SDPA_CAUSAL], mk = n->i[SDPA_MASK_KIND];
+    tb_nn_sdpa_geom g;
+    if (!tb_nn_sdpa_geometry(n, qv->rank, qv->dims, kv->dims, vv->dims, &g))
+        return tb_errorf(TB_ERR_FORMAT, "sdpa: operands do not fit the layout");
+    int64_t B = g.B, H = g.H, S = g.S, D = g.D, T = g.T, Dv = g.Dv;
     double scale = n->f[0] != 0.0f ? n->f[0] : 1.0 / sqrt((double)D);
     int64_t mst[4] = {0, 0, 0, 0};
-    if (mk) tb_nn_sdpa_mask_strides(&in[3], r, mst + (4 - r));
+    /* the mask broadcasts to the logical (B, H, S, T) in every layout */
+    int mr = n->i[SDPA_HEADS] > 0 ? 4 : qv->rank;
+    if (mk) tb_nn_sdpa_mask_strides(&in[3], mr, mst + (4 - mr));
     double *sc = malloc(sizeof(double) * (size_t)(T > 0 ? T : 1));
     if (!sc) return tb_errorf(TB_ERR_OOM, "sdpa: out of memory");
+    const int64_t(*st)[4] = g.st;
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++) {
-            int64_t bh = b * H + h;
-            const float *q = (const float *)qv->data + bh * S * D, *k = (const float *)kv->data + bh * T * D;
-            const float *v = (const float *)vv->data + bh * T * Dv;
-            float *y = (float *)out[0].data + bh * S * Dv;
+            const float *q = (const float *)qv->data + g.off[0] + b * st[0][0] + h * st[0][1];
+            const float *k = (const float *)kv->data + g.off[1] + b * st[1][0] + h * st[1][1];
+            const float *v = (const float *)vv->data + g.off[2] + b * st[2][0] + h * st[2][1];
+            float *y = (float *)out[0].data + g.off[3] + b * st[3][0] + h * st[3][1];
             for (int64_t s = 0; s < S; s++) {
                 double mx = -INFINITY;
                 for (int64_t t = 0; t < T; t++) {
                     double acc = 0;
-                    for (int64_t d = 0; d < D; d++) acc += (double)q[s * D + d] * (kt ? k[d * T + t] : k[t * D + d]);
+                    for (int64_t d = 0; d < D; d++)
+                        acc += (double)q[s * st[0][2] + d * st[0][3]] * k[t * st[1][2] + d * st[1][3]];
                     acc *= scale;
                     if (mk) {
                         int64_t mo = b * mst[0] + h * mst[1] + s * mst[2] + t * mst[3];
@@ -495,12 +555,14 @@ static tb_status sdpa_ref_f32(const tb_node *n, const tb_view *in, int n_in, con
                 }
                 for (int64_t e = 0; e < Dv; e++) {
                     double acc = 0;
-                    for (int64_t t = 0; t < T; t++) acc += sc[t] * v[t * Dv + e];
-                    y[s * Dv + e] = sum > 0 ? (float)(acc / sum) : 0.0f;
+                    for (int64_t t = 0; t < T; t++) acc += sc[t] * v[t * st[2][2] + e * st[2][3]];
+                    y[s * st[3][2] + e * st[3][3]] = sum > 0 ? (float)(acc / sum) : 0.0f;
                 }
             }
         }
     free(sc);
+    (void)n_in;
+    (void)n_out;
     return TB_OK;
 }
 
@@ -552,12 +614,15 @@ static const tb_op_def conv_defs[] = {
       FLAGS_ATTR(MM_FLAGS), F32("alpha", 0, -FLT_MAX, FLT_MAX, "scales a b (0: 1)"), ACT_PARAMS(2, 3)},
      NULL, mm_infer, mm_ref, 0, 0},
     {"sdpa", 3, 4, 1,
-     "q (B, H, S, D), k (B, H, T, D) or (B, H, D, T), v (B, H, T, Dv) [, mask (to (B, H, S, T))] -> (B, H, S, Dv)",
-     4,
+     "q (B, H, S, D), k (B, H, T, D) or (B, H, D, T), v (B, H, T, Dv) [, mask (to (B, H, S, T))] -> (B, H, S, Dv)"
+     " (heads layout: (B, S, H*D) operands and output)",
+     6,
      {BOOL_ATTR("causal", SDPA_CAUSAL, "t > s masked (upper-left aligned)"),
       BOOL_ATTR("k_transposed", SDPA_K_TRANSPOSED, "k is (B, H, D, T)"),
       I32("mask_kind", SDPA_MASK_KIND, 0, 2, "0 none, 1 additive f32, 2 bool keep-mask"),
-      F32("scale", 0, 0, FLT_MAX, "applied to q.k (0: 1/sqrt(D))")},
+      F32("scale", 0, 0, FLT_MAX, "applied to q.k (0: 1/sqrt(D))"),
+      I32("heads", SDPA_HEADS, 0, 65535, "0: (B, H, S, D) operands; H: (B, S, H*D) operands, no head Transposes"),
+      BOOL_ATTR("packed", SDPA_PACKED, "q, k, v (B, S, 3*H*D): q from columns [0, HD) of input 0, k [HD, 2HD) of 1, v the rest of 2")},
      NULL, sdpa_infer, sdpa_ref, 0, 0},
 };
 

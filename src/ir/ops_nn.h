@@ -96,7 +96,13 @@
  *             [, mask (broadcast to (B, H, S, T), additive f32 or bool
  *             keep-mask)]; i[0] causal, i[1] 1 when k is given as (B, H,
  *             D, T), i[2] mask kind (0 none, 1 additive, 2 bool); f[0]
- *             scale. out (B, H, S, Dv).
+ *             scale. out (B, H, S, Dv). i[3] heads H > 0 (a pass's layout,
+             no Transpose around it): q (B, S, H*D), k (B, T, H*D), v (B,
+             T, H*Dv) (i[1] 0), out (B, S, H*Dv); with i[4] 1 (packed) the
+             three inputs are (B, S, 3*H*D) and q is read from columns [0,
+             HD) of the first, k from [HD, 2HD) of the second, v from [2HD,
+             3HD) of the third: one value thrice for a merged q/k/v
+             projection. tb_nn_sdpa_geometry gives the strides of each.
  * Fused epilogue of Conv / Gemm / MatMul (Gemm's bias is beta * c):
  *   y = act(alpha * op(a, b) + bias) + residual, or with the flag
  *   TB_NN_ACT_AFTER_RESIDUAL y = act(alpha * op(a, b) + bias + residual)
@@ -187,5 +193,55 @@ tb_status tb_nn_conv_geometry(const tb_node *n, const tb_view *x, const tb_view 
 double tb_nn_act_apply(tb_nn_act a, double x, float p0, float p1);
 /* Element strides st[0..r) of sdpa's mask m broadcast to (lead..., S, T). */
 void tb_nn_sdpa_mask_strides(const tb_view *m, int r, int64_t *st);
+
+/* sdpa's operands as strided arrays for concrete dims: element (b, h, row,
+ * col) of operand j (0 q, 1 k with row = key and col = d, 2 v, 3 out) is at
+ * off[j] + b st[j][0] + h st[j][1] + row st[j][2] + col st[j][3]. Inline
+ * (the CUDA module uses it without linking the IR). 0 on a mismatch. */
+typedef struct {
+    int64_t B, H, S, T, D, Dv;
+    int64_t off[4], st[4][4];
+} tb_nn_sdpa_geom;
+static inline void tb_nn_sdpa_set(int64_t *st, int64_t b, int64_t h, int64_t r, int64_t c) {
+    st[0] = b, st[1] = h, st[2] = r, st[3] = c;
+}
+static inline int tb_nn_sdpa_geometry(const tb_node *n, int rq, const int64_t *qd, const int64_t *kd,
+                                      const int64_t *vd, tb_nn_sdpa_geom *g) {
+    int kt = n->i[1], heads = n->i[3], packed = n->i[4];
+    for (int j = 0; j < 4; j++) g->off[j] = 0;
+    if (heads <= 0) {
+        int r = rq;
+        if ((r != 3 && r != 4) || packed) return 0;
+        g->B = r == 4 ? qd[0] : 1, g->H = qd[r - 3], g->S = qd[r - 2], g->D = qd[r - 1];
+        g->T = vd[r - 2], g->Dv = vd[r - 1];
+        int64_t H = g->H, S = g->S, T = g->T, D = g->D, Dv = g->Dv;
+        tb_nn_sdpa_set(g->st[0], H * S * D, S * D, D, 1);
+        if (kt) tb_nn_sdpa_set(g->st[1], H * T * D, T * D, 1, T);
+        else tb_nn_sdpa_set(g->st[1], H * T * D, T * D, D, 1);
+        tb_nn_sdpa_set(g->st[2], H * T * Dv, T * Dv, Dv, 1);
+        tb_nn_sdpa_set(g->st[3], H * S * Dv, S * Dv, Dv, 1);
+        return 1;
+    }
+    if (rq != 3 || kt) return 0;
+    int64_t H = heads, C = qd[2];
+    g->B = qd[0], g->H = H, g->S = qd[1];
+    if (packed) {
+        if (C % (3 * H)) return 0;
+        int64_t D = C / (3 * H), S = g->S;
+        g->D = g->Dv = D, g->T = S;
+        g->off[1] = H * D, g->off[2] = 2 * H * D;
+        for (int j = 0; j < 3; j++) tb_nn_sdpa_set(g->st[j], S * C, D, C, 1);
+    } else {
+        if (C % H || kd[2] % H || vd[2] % H) return 0;
+        g->D = C / H, g->T = kd[1], g->Dv = vd[2] / H;
+        int64_t S = g->S, T = g->T, D = g->D;
+        if (kd[2] != C) return 0;
+        tb_nn_sdpa_set(g->st[0], S * C, D, C, 1);
+        tb_nn_sdpa_set(g->st[1], T * C, D, C, 1);
+        tb_nn_sdpa_set(g->st[2], T * vd[2], g->Dv, vd[2], 1);
+    }
+    tb_nn_sdpa_set(g->st[3], g->S * H * g->Dv, g->Dv, H * g->Dv, 1);
+    return 1;
+}
 
 #endif /* TB_IR_OPS_NN_H */

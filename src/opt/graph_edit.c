@@ -1,4 +1,7 @@
 /* graph_edit.c — the editing helpers passes share (opt.h). */
+#include <stdlib.h>
+#include <string.h>
+
 #include "opt/opt.h"
 
 int tb_opt_producer(const tb_graph *g, int v) {
@@ -97,8 +100,26 @@ int tb_opt_compact(tb_graph *g) {
     return removed;
 }
 
+/* Whether pass `name` is in TB_OPT_SKIP (comma-separated pass names): a
+ * switch for comparing engines built with and without a pass. */
+static int skipped(const char *name) {
+    const char *e = getenv("TB_OPT_SKIP");
+    size_t len = strlen(name);
+    for (const char *p = e; p && *p;) {
+        const char *c = strchr(p, ',');
+        size_t l = c ? (size_t)(c - p) : strlen(p);
+        if (l == len && !strncmp(p, name, len)) return 1;
+        p = c ? c + 1 : NULL;
+    }
+    return 0;
+}
+
 tb_status tb_opt_run(tb_graph *g, const tb_pass *passes, int n, const tb_opt_options *o) {
     for (int i = 0; i < n; i++) {
+        if (skipped(passes[i].name)) {
+            if (o && o->verbose) tb_log(TB_LOG_INFO, "pass %-22s skipped (TB_OPT_SKIP)", passes[i].name);
+            continue;
+        }
         tb_pass_report r;
         memset(&r, 0, sizeof r);
         int before = g->n_nodes;

@@ -150,9 +150,12 @@ static void refine_node(const tb_graph *g, tb_opt_index *ix, int k) {
         break;
     }
     case TB_OP_SDPA:
-        if (ra == r && g->values[n->in[2]].rank == r) {
+        if (ra == r && g->values[n->in[2]].rank == r && n->i[3] == 0) {
             memcpy(d, a, sizeof(int64_t) * (size_t)r);
             d[r - 1] = ix->dims[n->in[2]][r - 1];
+        } else if (ra == 3 && r == 3 && n->i[3] > 0) { /* heads layout: (B, S) of q, the width by the rule */
+            d[0] = a[0];
+            d[1] = a[1];
         }
         break;
     default: break;

@@ -2,7 +2,8 @@
  * Clean-up first (so patterns see constants and no Identity), then the
  * fusions that need the plain ops (LayerNorm, GELU, attention) before the
  * ones that rewrite Conv / Gemm / MatMul (which would hide them), the
- * epilogue last, then the memory account. */
+ * epilogue, then the attention layout passes (nn_merge.c: after the
+ * epilogue, so the projections carry their biases), then the memory account. */
 #include "opt/opt.h"
 
 static const tb_pass nn_passes[] = {
@@ -22,6 +23,10 @@ static const tb_pass nn_passes[] = {
     {"fold-transpose-matmul", tb_opt_fold_transpose_matmul, "Transpose of the last two dims read through trans flags"},
     {"fuse-epilogue", tb_opt_fuse_epilogue,
      "constant bias Add, activation and residual Add after Conv / Gemm / MatMul fused into its epilogue"},
+    {"attention-heads", tb_opt_attention_heads,
+     "(cuda) head split / merge Reshape + Transpose around sdpa folded: sdpa reads and writes (B, S, H*D)"},
+    {"merge-qkv", tb_opt_merge_qkv,
+     "(cuda) the q / k / v MatMuls [+ bias] of one input as one MatMul over concatenated weights, read packed by sdpa"},
     {"plan-memory", tb_opt_plan_memory_pass, "activation bytes without reuse vs. the planned arena"},
 };
 

@@ -1211,6 +1211,13 @@ static tb_status cuda_run_end(tb_backend *b, const tb_graph *g, void *const *buf
         cudaGraph_t gr = NULL;
         cudaError_t err = cudaStreamEndCapture(c->stream, &gr);
         if (err == cudaSuccess && c->nn.grew) err = cudaErrorInvalidValue; /* scratch moved while capturing */
+        if (err == cudaSuccess && c->gt_on) {
+            /* with the graph times: how many kernels (and copies) the run is */
+            size_t nodes = 0;
+            if (cudaGraphGetNodes(gr, NULL, &nodes) == cudaSuccess)
+                tb_log(TB_LOG_WARN, "cuda: general run captured as a CUDA graph of %zu nodes (kernels and copies)",
+                       nodes);
+        }
         if (err == cudaSuccess) err = cudaGraphInstantiate(&e->exec, gr, 0);
         if (gr) cudaGraphDestroy(gr);
         if (err != cudaSuccess) {

@@ -3,7 +3,9 @@
  * shared memory with an online softmax (the flash-attention recurrence), f32
  * arithmetic whatever the storage type. Each of the 4 warps owns 8 query
  * rows; a lane owns one key of the tile for the scores and the output
- * columns lane, lane + 32, ... for the accumulation. */
+ * columns lane, lane + 32, ... for the accumulation. Operands are read
+ * through the strides of tbn_sdpa_args (the last dim of q, v, out
+ * contiguous), like the tensor-core kernel of nn_mha.cu. */
 #include <stdlib.h>
 
 #include "backend/cuda/nn_common.cuh"
@@ -23,10 +25,13 @@ __global__ void __launch_bounds__(128) sdpa_kernel(tbn_sdpa_args a, const void *
     const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
     const int64_t q0 = (int64_t)blockIdx.x * QT;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int64_t qoff = bh * a.S * D, koff = bh * a.T * D, voff = bh * a.T * Dv, ooff = bh * a.S * Dv;
+    /* element offsets through the strides (nn_cuda.h): any layout whose last
+     * dim of q, v, out is contiguous, k by (key, d) strides */
+    const int64_t qoff = b * a.qs[0] + h * a.qs[1], koff = b * a.ks[0] + h * a.ks[1];
+    const int64_t voff = b * a.vs[0] + h * a.vs[1], ooff = b * a.os[0] + h * a.os[1];
     for (int i = tid; i < QT * D; i += blockDim.x) {
         int64_t r = q0 + i / D;
-        Qs[i] = r < a.S ? tbn_ldf(q, a.dt, qoff + r * D + i % D) * a.scale : 0.0f;
+        Qs[i] = r < a.S ? tbn_ldf(q, a.dt, qoff + r * a.qs[2] + i % D) * a.scale : 0.0f;
     }
     float m[ROWS], l[ROWS], acc[ROWS][MAXC];
 #pragma unroll
@@ -44,18 +49,18 @@ __global__ void __launch_bounds__(128) sdpa_kernel(tbn_sdpa_args a, const void *
             for (int i = tid; i < D * KT; i += blockDim.x) {
                 int d = i / KT, j = i % KT;
                 int64_t t = t0 + j;
-                Ks[d * (KT + 1) + j] = t < a.T ? tbn_ldf(k, a.dt, koff + (int64_t)d * a.T + t) : 0.0f;
+                Ks[d * (KT + 1) + j] = t < a.T ? tbn_ldf(k, a.dt, koff + t * a.ks[2] + (int64_t)d * a.ks[3]) : 0.0f;
             }
         } else {
             for (int i = tid; i < D * KT; i += blockDim.x) {
                 int j = i / D, d = i % D;
                 int64_t t = t0 + j;
-                Ks[d * (KT + 1) + j] = t < a.T ? tbn_ldf(k, a.dt, koff + t * D + d) : 0.0f;
+                Ks[d * (KT + 1) + j] = t < a.T ? tbn_ldf(k, a.dt, koff + t * a.ks[2] + (int64_t)d * a.ks[3]) : 0.0f;
             }
         }
         for (int i = tid; i < KT * Dv; i += blockDim.x) {
             int64_t t = t0 + i / Dv;
-            Vs[i] = t < a.T ? tbn_ldf(v, a.dt, voff + t * Dv + i % Dv) : 0.0f;
+            Vs[i] = t < a.T ? tbn_ldf(v, a.dt, voff + t * a.vs[2] + i % Dv) : 0.0f;
         }
         __syncthreads();
         const int64_t t = t0 + lane;
@@ -100,7 +105,7 @@ __global__ void __launch_bounds__(128) sdpa_kernel(tbn_sdpa_args a, const void *
 #pragma unroll
         for (int c = 0; c < MAXC; c++) {
             int e = lane + 32 * c;
-            if (e < Dv) tbn_stf(out, a.dt, ooff + s * Dv + e, acc[r][c] * inv);
+            if (e < Dv) tbn_stf(out, a.dt, ooff + s * a.os[2] + e, acc[r][c] * inv);
         }
     }
 }
@@ -120,12 +125,6 @@ extern "C" cudaError_t tbn_sdpa(const tbn_sdpa_args *a, const void *q, const voi
     if (a->B * a->H * a->S <= 0 || a->Dv <= 0) return cudaSuccess;
     cudaError_t me;
     if (tbn_mha_f16(a, q, k, v, out, s, &me)) return me;
-    /* this kernel reads the contiguous layouts only */
-    tbn_sdpa_args c = *a;
-    tbn_sdpa_strides(&c);
-    if (memcmp(c.qs, a->qs, sizeof c.qs) || memcmp(c.ks, a->ks, sizeof c.ks) || memcmp(c.vs, a->vs, sizeof c.vs) ||
-        memcmp(c.os, a->os, sizeof c.os))
-        return cudaErrorInvalidValue;
     if (a->D > 256 || a->Dv > 32 * MAXC) return cudaErrorInvalidValue;
     size_t smem = sizeof(float) * ((size_t)QT * a->D + (size_t)a->D * (KT + 1) + (size_t)KT * a->Dv);
     static size_t opted = 0;

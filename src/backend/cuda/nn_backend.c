@@ -180,6 +180,10 @@ int tbn_supports(const tb_graph *g, const tb_node *n) {
         if (n->op == TB_OP_SDPA) {
             if (val(g, n, 2)->dtype != t0) return 0;
             const tb_value *q = val(g, n, 0), *v = val(g, n, 2);
+            if (n->i[3] > 0) { /* heads layout: widths H*D (packed 3*H*D) */
+                int64_t h = n->i[3] * (n->i[4] ? 3 : 1), qw = q->dims[2], vw = n->i[4] ? qw : v->dims[2];
+                return q->rank == 3 && (qw < 0 || qw / h <= 256) && (vw < 0 || vw / h <= 128);
+            }
             if (q->rank >= 1 && q->dims[q->rank - 1] >= 0 && q->dims[q->rank - 1] > 256) return 0;
             if (v->rank >= 1 && v->dims[v->rank - 1] >= 0 && v->dims[v->rank - 1] > 128) return 0;
             return 1;
@@ -869,7 +873,7 @@ static int fold_out(const tb_graph *g, void *const *bufs, const tb_step *st, int
 /* whether sdpa node ks runs on the kernel that reads strides */
 static int sdpa_strided(const tb_graph *g, const tb_step *st, int ks) {
     const tb_node *n = &g->nodes[ks];
-    if (fold_off() || n->n_in > TB_MAX_INPUTS) return 0;
+    if (fold_off() || n->n_in > TB_MAX_INPUTS || n->i[3] > 0) return 0; /* heads layout: no Transposes */
     tb_view in[TB_MAX_INPUTS];
     for (int k = 0; k < n->n_in; k++) in[k] = st->views[n->in[k]];
     if (in[0].rank != 4) return 0;
@@ -945,9 +949,50 @@ static int sdpa_args(const tb_node *n, const tb_view *in, int n_in, tbn_sdpa_arg
     return 1;
 }
 
+/* sdpa in the heads layout (ops_nn.h; a graph pass's form): q, k, v as
+ * (B, S, H*D) or one packed (B, S, 3*H*D) q | k | v value, out (B, S, H*Dv),
+ * read and written through strides; no Transpose runs around it. */
+static tb_status run_sdpa_heads(tbn_ctx *x, const tb_node *n, const tb_view *in, int n_in, const void *const *ib,
+                                void *ob) {
+    tb_nn_sdpa_geom g;
+    NEEDR(tb_nn_sdpa_geometry(n, in[0].rank, in[0].dims, in[1].dims, in[2].dims, &g), "sdpa: heads layout mismatch");
+    NEEDR(g.D <= 256 && g.Dv <= 128, "sdpa: head dims %lld / %lld (at most 256 / 128)", (long long)g.D,
+          (long long)g.Dv);
+    tbn_sdpa_args a;
+    memset(&a, 0, sizeof a);
+    a.B = g.B, a.H = g.H, a.S = g.S, a.T = g.T, a.D = (int)g.D, a.Dv = (int)g.Dv;
+    a.dt = in[0].dtype;
+    a.causal = n->i[0];
+    a.mask_kind = n->i[2];
+    a.scale = n->f[0] != 0.0f ? n->f[0] : (float)(1.0 / sqrt((double)a.D));
+    if (a.mask_kind && n_in > 3) {
+        /* the mask broadcasts to the logical (B, H, S, T) */
+        const tb_view *m = &in[3];
+        int64_t s = 1;
+        for (int d = 3; d >= 0; d--) {
+            int md = d - (4 - m->rank);
+            if (md < 0) { a.ms[d] = 0; continue; }
+            a.ms[d] = m->dims[md] == 1 ? 0 : s;
+            s *= m->dims[md];
+        }
+        a.mdt = m->dtype;
+        a.mask = ib[3];
+    } else {
+        a.mask_kind = 0;
+    }
+    for (int d = 0; d < 3; d++) a.qs[d] = g.st[0][d], a.vs[d] = g.st[2][d], a.os[d] = g.st[3][d];
+    for (int d = 0; d < 4; d++) a.ks[d] = g.st[1][d];
+    size_t es = dt_size(in[0].dtype);
+    const char *q = (const char *)ib[0] + (size_t)g.off[0] * es, *k = (const char *)ib[1] + (size_t)g.off[1] * es;
+    const char *v = (const char *)ib[2] + (size_t)g.off[2] * es;
+    CU(tbn_sdpa(&a, q, k, v, ob, x->stream), "sdpa launch");
+    return TB_OK;
+}
+
 static tb_status run_sdpa(tbn_ctx *x, const tb_graph *g, const tb_node *n, const tb_view *in, int n_in,
                           const tb_view *o, const void *const *ib, void *ob, void *const *bufs, const tb_step *st) {
     tbn_sdpa_args a;
+    if (n->i[3] > 0) return run_sdpa_heads(x, n, in, n_in, ib, ob);
     NEEDR(in[0].rank == 3 || in[0].rank == 4, "sdpa: rank %d", in[0].rank);
     NEEDR(sdpa_args(n, in, n_in, &a), "sdpa: head dims %lld / %lld (at most 256 / 128)",
           (long long)in[0].dims[in[0].rank - 1], (long long)in[2].dims[in[2].rank - 1]);

@@ -176,8 +176,8 @@ typedef struct {
     float scale;
     /* element strides (the last dim of q, v, out contiguous): q, v, out by
      * (batch, head, row); k by (batch, head, key, d), one of the last two 1.
-     * tbn_sdpa_strides fills them for the contiguous layouts above; the f16
-     * tensor-core kernel (nn_mha.cu) reads any, the other only those. */
+     * tbn_sdpa_strides fills them for the contiguous layouts above; both
+     * kernels (nn_mha.cu, nn_attn.cu) read any. */
     int64_t qs[3], ks[4], vs[3], os[3];
 } tbn_sdpa_args;
 /* the contiguous strides of the layouts above (a->B .. a->k_t set) */
