@@ -56,6 +56,8 @@ Q2_INLINE void i4_reorder_x(const float *x, float *xp, int T, int K) {
 
 /* ---------------------------------------------------------------- small steps */
 
+enum { qpf_dist = 4096 }; /* software prefetch distance, as in qgemm_avx512.c */
+
 Q2_INLINE void tile_rowscale(tb_dtype dt, const float *x, size_t ldx, const uint8_t *w, size_t rb, int K,
                              const float *scales, const float *bias, float *y, size_t ldy, const int R, const int TT) {
     __m256 acc[4][4];
@@ -64,7 +66,10 @@ Q2_INLINE void tile_rowscale(tb_dtype dt, const float *x, size_t ldx, const uint
 #pragma GCC unroll 4
         for (int t = 0; t < TT; t++) acc[r][t] = _mm256_setzero_ps();
     int K8 = K & ~7;
+    /* prefetch as in qgemm_avx512.c: R * 8 bytes consumed and prefetched per step */
+    const char *pf = (const char *)w + qpf_dist;
     for (int k = 0; k < K8; k += 8) {
+        if (R == 4 && (k & 8)) _mm_prefetch(pf + (size_t)k * R - 32, _MM_HINT_T0);
         __m256 xv[4];
 #pragma GCC unroll 4
         for (int t = 0; t < TT; t++) xv[t] = _mm256_loadu_ps(x + t * ldx + k);
@@ -97,6 +102,7 @@ Q2_INLINE void tile_i4(const float *xp, size_t ldx, const uint8_t *w, size_t rb,
         for (int t = 0; t < TT; t++) acc[r][t] = _mm256_setzero_ps();
     const __m256i x88 = _mm256_set1_epi32(0x88), m15 = _mm256_set1_epi32(15);
     int ng = K / G;
+    const char *pf = (const char *)w + qpf_dist;
     for (int g = 0; g < ng; g++) {
         __m256 sv[4], zv[4];
 #pragma GCC unroll 4
@@ -106,6 +112,7 @@ Q2_INLINE void tile_i4(const float *xp, size_t ldx, const uint8_t *w, size_t rb,
             zv[r] = _mm256_set1_ps(z - 8.0f * s);
         }
         for (int k = g * G; k < (g + 1) * G; k += 16) {
+            if (R == 4 && (k & 16)) _mm_prefetch(pf + (size_t)k / 2 * R - 32, _MM_HINT_T0);
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
                 __m256i b = _mm256_xor_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(w + r * rb + k / 2))), x88);

@@ -68,6 +68,11 @@ Q512_INLINE void i4_reorder_x(const float *x, float *xp, int T, int K) {
 
 /* ---------------------------------------------------------------- small steps */
 
+/* Software prefetch distance (bytes ahead in W's stream): a block of 4
+ * rows of a few hundred bytes each is too short a stream for the hardware
+ * prefetcher to ramp up (the f32 GEMV measured 4 KiB best, kernels_avx2.c). */
+enum { qpf_dist = 4096 };
+
 /* y[t, r] for R rows of W (codes from w, rb bytes apart) and TT tokens
  * (x rows ldx apart), i8 or fp8 (one scale per row). */
 Q512_INLINE void tile_rowscale(tb_dtype dt, const float *x, size_t ldx, const uint8_t *w, size_t rb, int K,
@@ -79,7 +84,12 @@ Q512_INLINE void tile_rowscale(tb_dtype dt, const float *x, size_t ldx, const ui
 #pragma GCC unroll 4
         for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_ps();
     int k = 0;
+    /* the R rows are R * rb contiguous bytes; each step consumes R * 16 of
+     * them and prefetches as many, QPF bytes further on */
+    const char *pf = (const char *)w + qpf_dist;
     for (; k + 16 <= K; k += 16) {
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r += 4) _mm_prefetch(pf + (size_t)k * R + r * 16, _MM_HINT_T0);
         __m512 xv[4];
 #pragma GCC unroll 4
         for (int t = 0; t < TT; t++) xv[t] = _mm512_loadu_ps(x + t * ldx + k);
@@ -123,6 +133,7 @@ Q512_INLINE void tile_i4(const float *xp, size_t ldx, const uint8_t *w, size_t r
         for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_ps();
     const __m512 base = i4_base();
     int ng = K / G;
+    const char *pf = (const char *)w + qpf_dist; /* as in tile_rowscale */
     for (int g = 0; g < ng; g++) {
         __m512 lut[4];
 #pragma GCC unroll 4
@@ -130,6 +141,8 @@ Q512_INLINE void tile_i4(const float *xp, size_t ldx, const uint8_t *w, size_t r
             lut[r] = _mm512_fmadd_ps(base, _mm512_set1_ps(scales[(size_t)r * ng + g]),
                                      zeros ? _mm512_set1_ps(zeros[(size_t)r * ng + g]) : _mm512_setzero_ps());
         for (int k = g * G; k < (g + 1) * G; k += 32) {
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r += 4) _mm_prefetch(pf + (size_t)k / 2 * R + r * 16, _MM_HINT_T0);
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
                 __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w + r * rb + k / 2)));
