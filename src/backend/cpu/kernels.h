@@ -106,6 +106,11 @@ void tb_cpu_qmm_avx512(const float *x, const tb_qweight *w, const float *bias, f
                        int n1, int t);
 void tb_cpu_qmm_avx2(const float *x, const tb_qweight *w, const float *bias, float *y, int T, int K, int N, int n0,
                      int n1, int t);
+/* TB_QMM_Q8 on AVX-512 VNNI (qgemm_vnni.c), i8 and i4 weights, any T;
+ * tb_cpu_has_avx512vnni: whether this CPU runs it. */
+void tb_cpu_qmm_vnni(const float *x, const tb_qweight *w, const float *bias, float *y, int T, int K, int N, int n0,
+                     int n1);
+int tb_cpu_has_avx512vnni(void);
 /* Per-thread scratch of the quantized kernels (reordered or quantised
  * activations): at least `bytes`, 64-byte aligned, kept for the thread's
  * later calls and freed at its exit; grows only when a call needs more. */

@@ -144,6 +144,16 @@ static void qmm_scalar(const float *x, const tb_qweight *w, const float *bias, f
 typedef void (*qmm_fn)(const float *x, const tb_qweight *w, const float *bias, float *y, int T, int K, int N, int n0,
                        int n1, int t);
 
+static void qmm_vnni_t(const float *x, const tb_qweight *w, const float *bias, float *y, int T, int K, int N, int n0,
+                       int n1, int t) {
+    tb_cpu_qmm_vnni(x, w, bias, y, T, K, N, n0, n1);
+}
+
+static int avx512_ok(void) {
+    uint32_t f = tb_cpu_features();
+    return !strcmp(tb_cpu_kernel_path(), "avx512") && (f & TB_CPU_AVX512BW) && (f & TB_CPU_AVX512VL);
+}
+
 static void qmm_scalar_t(const float *x, const tb_qweight *w, const float *bias, float *y, int T, int K, int N,
                          int n0, int n1, int t) {
     qmm_scalar(x, w, bias, y, T, K, N, n0, n1);
@@ -153,8 +163,7 @@ static void qmm_scalar_t(const float *x, const tb_qweight *w, const float *bias,
  * applies here too); AVX-512 here also needs BW and VL. */
 static qmm_fn qmm_path(void) {
     const char *p = tb_cpu_kernel_path();
-    uint32_t f = tb_cpu_features();
-    if (!strcmp(p, "avx512") && (f & TB_CPU_AVX512BW) && (f & TB_CPU_AVX512VL)) return tb_cpu_qmm_avx512;
+    if (avx512_ok()) return tb_cpu_qmm_avx512;
     if (!strcmp(p, "avx512") || !strcmp(p, "avx2")) return tb_cpu_qmm_avx2;
     return qmm_scalar_t;
 }
@@ -183,6 +192,7 @@ int tb_cpu_qmatmul_tactic_available(tb_qmm_tactic t, const tb_qweight *w) {
     case TB_QMM_AUTO:
     case TB_QMM_DQ:
     case TB_QMM_PACKED: return 1;
+    case TB_QMM_Q8: return (w->dtype == TB_I8 || w->dtype == TB_I4) && avx512_ok() && tb_cpu_has_avx512vnni();
     default: return 0;
     }
 }
@@ -191,7 +201,7 @@ void tb_cpu_qmatmul_tactic(tb_pool *p, tb_qmm_tactic t, const float *x, const tb
                            float *y, int T, int K, int N) {
     if (T <= 0 || N <= 0) return;
     if (t == TB_QMM_AUTO || !tb_cpu_qmatmul_tactic_available(t, w)) t = T < TB_CPU_GEMM_MIN_T ? TB_QMM_DQ : TB_QMM_PACKED;
-    qmm_job j = {qmm_path(), x, w, bias, y, T, K, N, (int)t, t == TB_QMM_PACKED ? 32 : 4};
+    qmm_job j = {t == TB_QMM_Q8 ? qmm_vnni_t : qmm_path(), x, w, bias, y, T, K, N, (int)t, t == TB_QMM_PACKED ? 32 : 4};
     int nth = tb_pool_size(p);
     /* below ~8K multiply-adds waking the pool costs more than the work */
     if (nth == 1 || (double)T * K * N < 8192) qmm_run(&j, 0, 1);
