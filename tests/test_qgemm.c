@@ -19,6 +19,7 @@
 #include "backend/cpu/kernels.h"
 #include "core/quant.h"
 #include "tb_test.h"
+#include "tune/tune.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -154,6 +155,24 @@ int main(void) {
         tb_pool_free(pool);
     }
     CHECK(n_paths >= 1);
+
+    /* the build-time timing: a tactic this CPU runs, Q8 only where available */
+    {
+        tb_pool *pool = NULL;
+        CHECK(tb_pool_create(2, &pool) == TB_OK);
+        int T = 96, K = shapes[7].K, N = shapes[7].N;
+        float *x = calloc((size_t)T * K, sizeof(float)), *y = calloc((size_t)T * N, sizeof(float));
+        for (size_t j = 0; j < (size_t)T * K; j++) x[j] = frand();
+        int word = tb_tune_qmatmul(pool, &bufs[7].qw, K, N, T, x, y);
+        int small = word & 0xff, large = (word >> 8) & 0xff;
+        CHECK_MSG(word >> 16 == 0, "tactic word %#x has bits beyond the CPU's bytes", word);
+        CHECK_MSG(small == TB_QMM_AUTO || (small == TB_QMM_Q8 && tb_cpu_qmatmul_tactic_available(TB_QMM_Q8, &bufs[7].qw)),
+                  "small-step tactic %d", small);
+        CHECK_MSG(large == TB_QMM_AUTO, "prefill tactic %d (only the packed panels exist)", large);
+        printf("test_qgemm: timed tactic for i4 %dx%d: small %d, large %d\n", N, K, small, large);
+        free(x), free(y);
+        tb_pool_free(pool);
+    }
     for (int i = 0; i < n_shapes; i++) free_weight(&bufs[i]);
     printf("test_qgemm: %d paths, %d runs, %d checks, %d failures\n", n_paths, n_runs, tb_test_checks,
            tb_test_failures);

@@ -10,6 +10,7 @@
 #ifndef TB_TUNE_H
 #define TB_TUNE_H
 
+#include "backend/cpu/kernels.h"
 #include "ir/ir.h"
 
 typedef struct {
@@ -29,5 +30,13 @@ tb_status tb_tune_graph(tb_graph *g, int n_threads, int prefill_tokens,
  * never times. Does nothing for "cpu" (NULL) or a backend without tactics.
  * max_ctx: the engine's context (the backend sizes its scratch by it). */
 tb_status tb_tune_device(tb_graph *g, const char *device, int max_ctx, tb_tune_report *rep);
+
+/* The CPU bytes of a quantized matmul's tactic word (tune/tactic.h: low
+ * byte for steps of 1 token, next byte for prefill_tokens), timed with
+ * tb_cpu_qmatmul_pick on this machine: TB_QMM_Q8 where it is available and
+ * clearly faster than TB_QMM_DQ, else 0 (the default tactics). w is the
+ * node's weight (codes, scales, zeros), (N, K); x (prefill_tokens, K) and
+ * y (prefill_tokens, N) are the caller's scratch. */
+int tb_tune_qmatmul(tb_pool *p, const tb_qweight *w, int K, int N, int prefill_tokens, const float *x, float *y);
 
 #endif
