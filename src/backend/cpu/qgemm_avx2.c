@@ -56,7 +56,7 @@ Q2_INLINE void i4_reorder_x(const float *x, float *xp, int T, int K) {
 
 /* ---------------------------------------------------------------- small steps */
 
-enum { qpf_dist = 4096 }; /* software prefetch distance, as in qgemm_avx512.c */
+enum { qpf_dist = 8192 }; /* software prefetch distance, as in qgemm_avx512.c */
 
 Q2_INLINE void tile_rowscale(tb_dtype dt, const float *x, size_t ldx, const uint8_t *w, size_t rb, int K,
                              const float *scales, const float *bias, float *y, size_t ldy, const int R, const int TT) {

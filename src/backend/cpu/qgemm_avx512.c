@@ -70,8 +70,12 @@ Q512_INLINE void i4_reorder_x(const float *x, float *xp, int T, int K) {
 
 /* Software prefetch distance (bytes ahead in W's stream): a block of 4
  * rows of a few hundred bytes each is too short a stream for the hardware
- * prefetcher to ramp up (the f32 GEMV measured 4 KiB best, kernels_avx2.c). */
-enum { qpf_dist = 4096 };
+ * prefetcher to ramp up. Measured (Zen 5, 1 thread, CPU time, 768x4096
+ * weights from DRAM, medians of 9 interleaved rounds, GB/s for distances
+ * 0 / 1K / 2K / 4K / 8K / 16K / 32K): int8 10.9 / 13.9 / 17.1 / 19.5 /
+ * 21.2 / 17.7 / 15.4; int8 Q8 19.9 / .. / 27.4 / 28.5 / 26.3 / 24.1;
+ * int4 g128 Q8 14.8 / .. / 19.8 / 19.6 / 20.9 / 19.1. */
+enum { qpf_dist = 8192 };
 
 /* y[t, r] for R rows of W (codes from w, rb bytes apart) and TT tokens
  * (x rows ldx apart), i8 or fp8 (one scale per row). */

@@ -39,7 +39,7 @@ int tb_cpu_has_avx512vnni(void) {
     return v;
 }
 
-enum { qpf_dist = 4096 }; /* software prefetch, as in qgemm_avx512.c */
+enum { qpf_dist = 8192 }; /* software prefetch, as in qgemm_avx512.c */
 
 /* Per-token scratch layout: xq (Kp bytes), dv (Kp / CH * 16 floats, CH
  * codes per step), then the correction: C (i8) or XS (ngp floats, i4). */
