@@ -233,7 +233,7 @@ tb_qmm_tactic tb_cpu_qmatmul_pick(tb_pool *p, const tb_qweight *w, int T, int K,
     /* alternate the candidates (a burst of load hits all), >= 9 rounds and
      * 4 ms, median of each; the default stays unless another is >7% faster */
     enum { MAXR = 201 };
-    static _Thread_local double tm[3][MAXR];
+    double tm[3][MAXR]; /* 4.8 KB of stack (thread-local storage would be zeroed in every thread) */
     for (int c = 0; c < nc; c++) tb_cpu_qmatmul_tactic(p, cand[c], x, w, NULL, y, T, K, N);
     double total = 0;
     int r = 0;

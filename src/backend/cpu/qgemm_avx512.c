@@ -71,10 +71,11 @@ Q512_INLINE void i4_reorder_x(const float *x, float *xp, int T, int K) {
 /* Software prefetch distance (bytes ahead in W's stream): a block of 4
  * rows of a few hundred bytes each is too short a stream for the hardware
  * prefetcher to ramp up. Measured (Zen 5, 1 thread, CPU time, 768x4096
- * weights from DRAM, medians of 9 interleaved rounds, GB/s for distances
- * 0 / 1K / 2K / 4K / 8K / 16K / 32K): int8 10.9 / 13.9 / 17.1 / 19.5 /
- * 21.2 / 17.7 / 15.4; int8 Q8 19.9 / .. / 27.4 / 28.5 / 26.3 / 24.1;
- * int4 g128 Q8 14.8 / .. / 19.8 / 19.6 / 20.9 / 19.1. */
+ * weights from DRAM, medians of 9 interleaved rounds, GB/s; two runs,
+ * distances 0 / 1K / 2K / 4K / 8K, then 4K / 8K / 12K / 16K / 32K):
+ * int8     10.9 / 13.9 / 17.1 / 19.5 / 21.2,  17.5 / 21.2 / 20.9 / 17.7 / 15.4;
+ * int8 Q8  19.9 / 17.3 / 22.8 / 27.4 / 28.5,  26.2 / 26.5 / 27.5 / 26.3 / 24.1;
+ * int4 Q8  14.8 / 17.3 / 17.1 / 19.8 / 19.6,  22.6 / 23.3 / 21.4 / 20.9 / 19.1. */
 enum { qpf_dist = 8192 };
 
 /* y[t, r] for R rows of W (codes from w, rb bytes apart) and TT tokens
