@@ -192,7 +192,7 @@ int tb_cpu_qmatmul_tactic_available(tb_qmm_tactic t, const tb_qweight *w) {
     case TB_QMM_AUTO:
     case TB_QMM_DQ:
     case TB_QMM_PACKED: return 1;
-    case TB_QMM_Q8: return (w->dtype == TB_I8 || w->dtype == TB_I4) && avx512_ok() && tb_cpu_has_avx512vnni();
+    case TB_QMM_Q8: return (w->dtype == TB_I8 || w->dtype == TB_I4) && qmm_path() != qmm_scalar_t;
     default: return 0;
     }
 }
@@ -201,7 +201,9 @@ void tb_cpu_qmatmul_tactic(tb_pool *p, tb_qmm_tactic t, const float *x, const tb
                            float *y, int T, int K, int N) {
     if (T <= 0 || N <= 0) return;
     if (t == TB_QMM_AUTO || !tb_cpu_qmatmul_tactic_available(t, w)) t = T < TB_CPU_GEMM_MIN_T ? TB_QMM_DQ : TB_QMM_PACKED;
-    qmm_job j = {t == TB_QMM_Q8 ? qmm_vnni_t : qmm_path(), x, w, bias, y, T, K, N, (int)t, t == TB_QMM_PACKED ? 32 : 4};
+    /* Q8: VNNI where AVX-512 has it, else the AVX2 path's maddubs form */
+    qmm_fn fn = t == TB_QMM_Q8 && avx512_ok() && tb_cpu_has_avx512vnni() ? qmm_vnni_t : qmm_path();
+    qmm_job j = {fn, x, w, bias, y, T, K, N, (int)t, t == TB_QMM_PACKED ? 32 : 4};
     int nth = tb_pool_size(p);
     /* below ~8K multiply-adds waking the pool costs more than the work */
     if (nth == 1 || (double)T * K * N < 8192) qmm_run(&j, 0, 1);

@@ -191,6 +191,233 @@ static Q2_FN void qmm_small(const float *x, const tb_qweight *w, const float *bi
     }
 }
 
+/* ---------------------------------------------------------------- int8 activations (TB_QMM_Q8) */
+/* x quantised per block of 32 as tb_ref_qmatmul_q8 does, products with
+ * vpmaddubsw (unsigned x signed bytes -> pairs summed to int16) and
+ * vpmaddwd (pairs of int16 -> int32), as llama.cpp's AVX2 kernels do:
+ *   i8  32 codes (one block) per step: |code| times q with code's sign
+ *       (vpsignb), pairs <= 2 * 127 * 127, no saturation; one scale d per
+ *       block, the row's scale on the sum;
+ *   i4  32 bytes (64 codes, two blocks) per step: each nibble ^ 8 is
+ *       u = code + 8 in [0, 15]; low nibbles (even k) and high (odd k)
+ *       against x stored per 64-chunk as its 32 even then 32 odd elements;
+ *       the two int16 products summed (<= 4 * 15 * 127) before vpmaddwd;
+ *       lane j: block j / 4. dq = u * s + (zero - 8 s): the second term
+ *       as sum_g (zero_g - 8 s_g) * XS[g], XS[g] = sum of d_b * sum(q_b)
+ *       over g's blocks, once per token. */
+typedef struct {
+    int Kp, CH, nch, ngp;
+    size_t stride, o_dv, o_cor;
+} q8l;
+
+static q8l q8_layout(const tb_qweight *w, int K) {
+    q8l l;
+    l.CH = w->dtype == TB_I4 ? 64 : 32;
+    l.Kp = (K + l.CH - 1) / l.CH * l.CH;
+    l.nch = l.Kp / l.CH;
+    l.ngp = w->dtype == TB_I4 ? (K / w->group + 7) / 8 * 8 : 8;
+    l.o_dv = (size_t)l.Kp;
+    l.o_cor = l.o_dv + (size_t)l.nch * 8 * sizeof(float);
+    l.stride = (l.o_cor + (size_t)l.ngp * sizeof(float) + 63) / 64 * 64;
+    return l;
+}
+
+static Q2_FN void q8_quantize(const float *x, const tb_qweight *w, int T, int K, const q8l *l, uint8_t *out) {
+    int i4 = w->dtype == TB_I4, nb = (K + 31) / 32;
+    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    for (int t = 0; t < T; t++) {
+        const float *xr = x + (size_t)t * K;
+        uint8_t *base = out + (size_t)t * l->stride;
+        int8_t *xq = (int8_t *)base;
+        float *dv = (float *)(base + l->o_dv), *cor = (float *)(base + l->o_cor);
+        memset(xq, 0, (size_t)l->Kp);
+        memset(cor, 0, (size_t)l->ngp * sizeof(float));
+        float C = 0;
+        for (int b = 0; b < nb; b++) {
+            int k0 = b * 32, n = K - k0 < 32 ? K - k0 : 32;
+            float blk[32] __attribute__((aligned(32)));
+            const float *src = xr + k0;
+            if (n < 32) {
+                memset(blk, 0, sizeof blk);
+                memcpy(blk, src, (size_t)n * sizeof(float));
+                src = blk;
+            }
+            __m256 v[4], mx = _mm256_setzero_ps();
+            for (int i = 0; i < 4; i++) {
+                v[i] = _mm256_loadu_ps(src + 8 * i);
+                mx = _mm256_max_ps(mx, _mm256_and_ps(v[i], absm));
+            }
+            __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+            m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+            m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+            float amax = _mm_cvtss_f32(m4);
+            float id = amax > 0 ? 127.0f / amax : 0.0f, d = amax / 127.0f;
+            int32_t q[32] __attribute__((aligned(32)));
+            for (int i = 0; i < 4; i++)
+                _mm256_store_si256((__m256i *)(q + 8 * i), _mm256_cvtps_epi32(_mm256_mul_ps(v[i], _mm256_set1_ps(id))));
+            int qs = 0;
+            if (i4) {
+                int8_t *c = xq + (b / 2) * 64 + (b % 2) * 16;
+                for (int j = 0; j < 16; j++) {
+                    c[j] = (int8_t)q[2 * j];
+                    c[32 + j] = (int8_t)q[2 * j + 1];
+                }
+            } else {
+                for (int j = 0; j < 32; j++) xq[k0 + j] = (int8_t)q[j];
+            }
+            for (int j = 0; j < 32; j++) qs += q[j];
+            if (i4) {
+                for (int j = 0; j < 4; j++) dv[(b / 2) * 8 + (b % 2) * 4 + j] = d;
+                cor[k0 / w->group] += d * (float)qs;
+            } else {
+                for (int j = 0; j < 8; j++) dv[b * 8 + j] = d;
+                C += d * (float)qs;
+            }
+        }
+        if (i4 && nb % 2) /* a last chunk of one block: the other block's lanes */
+            for (int j = 4; j < 8; j++) dv[(nb / 2) * 8 + j] = 0;
+        if (!i4) cor[0] = C;
+    }
+}
+
+Q2_INLINE __m256i ld32_tail(const uint8_t *p, int n) {
+    if (n >= 32) return _mm256_loadu_si256((const __m256i *)p);
+    uint8_t b[32] = {0};
+    memcpy(b, p, (size_t)n);
+    return _mm256_loadu_si256((const __m256i *)b);
+}
+
+Q2_INLINE void q8_tile_i8(const uint8_t *xs, const q8l *l, const uint8_t *w, size_t rb, int K, const float *scales,
+                          const float *bias, float *y, size_t ldy, const int R, const int TT) {
+    __m256 acc[4][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int t = 0; t < TT; t++) acc[r][t] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    const char *pf = (const char *)w + qpf_dist;
+    for (int c = 0; c < l->nch; c++) {
+        int k = c * 32;
+        if (R == 4) _mm_prefetch(pf + (size_t)k * R, _MM_HINT_T0), _mm_prefetch(pf + (size_t)k * R + 64, _MM_HINT_T0);
+        __m256i xv[2];
+        __m256 dv[2];
+#pragma GCC unroll 2
+        for (int t = 0; t < TT; t++) {
+            xv[t] = _mm256_loadu_si256((const __m256i *)(xs + t * l->stride + k));
+            dv[t] = _mm256_loadu_ps((const float *)(xs + t * l->stride + l->o_dv) + c * 8);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m256i wv = ld32_tail(w + r * rb + k, K - k), ax = _mm256_abs_epi8(wv);
+#pragma GCC unroll 2
+            for (int t = 0; t < TT; t++) {
+                __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(xv[t], wv)), ones);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), dv[t], acc[r][t]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        float b = bias ? bias[r] : 0.0f;
+#pragma GCC unroll 2
+        for (int t = 0; t < TT; t++) y[t * ldy + r] = hsum8(acc[r][t]) * scales[r] + b;
+    }
+}
+
+Q2_INLINE void q8_tile_i4(const uint8_t *xs, const q8l *l, const uint8_t *w, size_t rb, int K, int G,
+                          const float *scales, const float *zeros, const float *bias, float *y, size_t ldy,
+                          const int R, const int TT) {
+    __m256 acc[4][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 2
+        for (int t = 0; t < TT; t++) acc[r][t] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1), x88 = _mm256_set1_epi8((char)0x88), m15 = _mm256_set1_epi8(15);
+    int ng = K / G, half = K / 2;
+    const char *pf = (const char *)w + qpf_dist;
+    for (int c = 0; c < l->nch; c++) {
+        int kb = c * 32, g0 = (2 * c * 32) / G, g1 = ((2 * c + 1) * 32) / G;
+        if (g1 >= ng) g1 = ng - 1;
+        if (R == 4) _mm_prefetch(pf + (size_t)kb * R, _MM_HINT_T0), _mm_prefetch(pf + (size_t)kb * R + 64, _MM_HINT_T0);
+        __m256i xe[2], xo[2];
+        __m256 dv[2];
+#pragma GCC unroll 2
+        for (int t = 0; t < TT; t++) {
+            xe[t] = _mm256_loadu_si256((const __m256i *)(xs + t * l->stride + c * 64));
+            xo[t] = _mm256_loadu_si256((const __m256i *)(xs + t * l->stride + c * 64 + 32));
+            dv[t] = _mm256_loadu_ps((const float *)(xs + t * l->stride + l->o_dv) + c * 8);
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            __m256i b = _mm256_xor_si256(ld32_tail(w + r * rb + kb, half - kb), x88);
+            __m256i lo = _mm256_and_si256(b, m15), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), m15);
+            const float *sr = scales + (size_t)r * ng;
+            __m256 sv = _mm256_setr_m128(_mm_set1_ps(sr[g0]), _mm_set1_ps(sr[g1]));
+#pragma GCC unroll 2
+            for (int t = 0; t < TT; t++) {
+                __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe[t]), _mm256_maddubs_epi16(hi, xo[t]));
+                p = _mm256_madd_epi16(p, ones);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dv[t], sv), acc[r][t]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        float b = bias ? bias[r] : 0.0f;
+        const float *sr = scales + (size_t)r * ng, *zr = zeros ? zeros + (size_t)r * ng : NULL;
+#pragma GCC unroll 2
+        for (int t = 0; t < TT; t++) {
+            const float *xsg = (const float *)(xs + t * l->stride + l->o_cor);
+            float zc = 0;
+            for (int g = 0; g < ng; g++) zc += ((zr ? zr[g] : 0.0f) - 8.0f * sr[g]) * xsg[g];
+            y[t * ldy + r] = hsum8(acc[r][t]) + zc + b;
+        }
+    }
+}
+
+#define Q8T(R, TT)                                                                                                \
+    static Q2_FN void q8i8_##R##_##TT(const uint8_t *xs, const q8l *l, const uint8_t *w, size_t rb, int K,       \
+                                      const float *s, const float *b, float *y, size_t ldy) {                    \
+        q8_tile_i8(xs, l, w, rb, K, s, b, y, ldy, R, TT);                                                         \
+    }                                                                                                             \
+    static Q2_FN void q8i4_##R##_##TT(const uint8_t *xs, const q8l *l, const uint8_t *w, size_t rb, int K, int G, \
+                                      const float *s, const float *z, const float *b, float *y, size_t ldy) {    \
+        q8_tile_i4(xs, l, w, rb, K, G, s, z, b, y, ldy, R, TT);                                                   \
+    }
+Q8T(1, 1) Q8T(1, 2) Q8T(4, 1) Q8T(4, 2)
+typedef void (*q8i8_fn)(const uint8_t *, const q8l *, const uint8_t *, size_t, int, const float *, const float *,
+                        float *, size_t);
+typedef void (*q8i4_fn)(const uint8_t *, const q8l *, const uint8_t *, size_t, int, int, const float *,
+                        const float *, const float *, float *, size_t);
+static const q8i8_fn q8i8_tiles[2][2] = {{q8i8_1_1, q8i8_1_2}, {q8i8_4_1, q8i8_4_2}};
+static const q8i4_fn q8i4_tiles[2][2] = {{q8i4_1_1, q8i4_1_2}, {q8i4_4_1, q8i4_4_2}};
+
+static Q2_FN void qmm_q8(const float *x, const tb_qweight *w, const float *bias, float *y, int T, int K, int N, int n0,
+                         int n1) {
+    TB_ASSERT(w->dtype == TB_I8 || w->dtype == TB_I4);
+    q8l l = q8_layout(w, K);
+    uint8_t *xs = tb_cpu_qscratch(l.stride * (size_t)T);
+    q8_quantize(x, w, T, K, &l, xs);
+    size_t rb = (size_t)tb_quant_codes_bytes(w->dtype, 1, K);
+    int ng = K / w->group;
+    for (int n = n0; n < n1;) {
+        int R = n1 - n >= 4 ? 4 : 1, ri = R == 4;
+        const uint8_t *wr = (const uint8_t *)w->codes + (size_t)n * rb;
+        const float *b = bias ? bias + n : NULL;
+        for (int t = 0; t < T; t += 2) {
+            int tt = T - t < 2 ? T - t : 2;
+            const uint8_t *xt = xs + (size_t)t * l.stride;
+            float *yt = y + (size_t)t * N + n;
+            if (w->dtype == TB_I4)
+                q8i4_tiles[ri][tt - 1](xt, &l, wr, rb, K, w->group, w->scales + (size_t)n * ng,
+                                       w->zeros ? w->zeros + (size_t)n * ng : NULL, b, yt, (size_t)N);
+            else
+                q8i8_tiles[ri][tt - 1](xt, &l, wr, rb, K, w->scales + n, b, yt, (size_t)N);
+        }
+        n += R;
+    }
+}
+
 /* ---------------------------------------------------------------- prefill */
 
 #define QP_MR 6
@@ -311,5 +538,6 @@ void tb_cpu_qmm_avx2(const float *x, const tb_qweight *w, const float *bias, flo
                      int n1, int tactic) {
     if (n1 <= n0 || T <= 0) return;
     if (tactic == TB_QMM_PACKED) qmm_packed(x, w, bias, y, T, K, N, n0, n1);
+    else if (tactic == TB_QMM_Q8) qmm_q8(x, w, bias, y, T, K, N, n0, n1);
     else qmm_small(x, w, bias, y, T, K, N, n0, n1);
 }

@@ -349,6 +349,7 @@ static Q512_FN void qmm_packed(const float *x, const tb_qweight *w, const float 
 void tb_cpu_qmm_avx512(const float *x, const tb_qweight *w, const float *bias, float *y, int T, int K, int N, int n0,
                        int n1, int tactic) {
     if (n1 <= n0 || T <= 0) return;
-    if (tactic == TB_QMM_PACKED) qmm_packed(x, w, bias, y, T, K, N, n0, n1);
+    if (tactic == TB_QMM_Q8) tb_cpu_qmm_avx2(x, w, bias, y, T, K, N, n0, n1, tactic); /* no VNNI: maddubs form */
+    else if (tactic == TB_QMM_PACKED) qmm_packed(x, w, bias, y, T, K, N, n0, n1);
     else qmm_small(x, w, bias, y, T, K, N, n0, n1);
 }
