@@ -368,8 +368,15 @@ Q2_INLINE void q8_tile_i4(const uint8_t *xs, const q8l *l, const uint8_t *w, siz
 #pragma GCC unroll 2
         for (int t = 0; t < TT; t++) {
             const float *xsg = (const float *)(xs + t * l->stride + l->o_cor);
-            float zc = 0;
-            for (int g = 0; g < ng; g++) zc += ((zr ? zr[g] : 0.0f) - 8.0f * sr[g]) * xsg[g];
+            __m256 zv = _mm256_setzero_ps();
+            int g = 0;
+            for (; g + 8 <= ng; g += 8) {
+                __m256 zp = _mm256_fmadd_ps(_mm256_loadu_ps(sr + g), _mm256_set1_ps(-8.0f),
+                                            zr ? _mm256_loadu_ps(zr + g) : _mm256_setzero_ps());
+                zv = _mm256_fmadd_ps(zp, _mm256_loadu_ps(xsg + g), zv);
+            }
+            float zc = hsum8(zv);
+            for (; g < ng; g++) zc += ((zr ? zr[g] : 0.0f) - 8.0f * sr[g]) * xsg[g];
             y[t * ldy + r] = hsum8(acc[r][t]) + zc + b;
         }
     }
