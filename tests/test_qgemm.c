@@ -142,10 +142,14 @@ int main(void) {
                 for (int ti = 0; ti < nT; ti++) {
                     int T = Ts[ti], bias = (ti + i) & 1;
                     check_case(pool, TB_QMM_AUTO, &shapes[i], &bufs[i], T, bias);
-                    /* the other regime's tactic at this T (tiles at prefill
-                     * sizes, panels for small steps): both must be exact */
+                    /* each exact tactic at sizes where it is not the default
+                     * (panels for small steps; tiles and panels at prefill
+                     * sizes, whichever the path defaults to) */
                     if (T <= 17 && (T % 4 == 1 || T == 16)) check_case(pool, TB_QMM_PACKED, &shapes[i], &bufs[i], T, !bias);
-                    if (T >= 96) check_case(pool, TB_QMM_DQ, &shapes[i], &bufs[i], T, !bias);
+                    if (T >= 96) {
+                        check_case(pool, TB_QMM_DQ, &shapes[i], &bufs[i], T, !bias);
+                        check_case(pool, TB_QMM_PACKED, &shapes[i], &bufs[i], T, bias);
+                    }
                     if (tb_cpu_qmatmul_tactic_available(TB_QMM_Q8, &bufs[i].qw) && (T <= 17 || T == 100))
                         check_case(pool, TB_QMM_Q8, &shapes[i], &bufs[i], T, bias);
                 }
@@ -168,7 +172,9 @@ int main(void) {
         CHECK_MSG(word >> 16 == 0, "tactic word %#x has bits beyond the CPU's bytes", word);
         CHECK_MSG(small == TB_QMM_AUTO || (small == TB_QMM_Q8 && tb_cpu_qmatmul_tactic_available(TB_QMM_Q8, &bufs[7].qw)),
                   "small-step tactic %d", small);
-        CHECK_MSG(large == TB_QMM_AUTO, "prefill tactic %d (only the packed panels exist)", large);
+        CHECK_MSG(large == TB_QMM_AUTO || large == TB_QMM_DQ || large == TB_QMM_PACKED ||
+                      (large == TB_QMM_Q8 && tb_cpu_qmatmul_tactic_available(TB_QMM_Q8, &bufs[7].qw)),
+                  "prefill tactic %d", large);
         printf("test_qgemm: timed tactic for i4 %dx%d: small %d, large %d\n", N, K, small, large);
         free(x), free(y);
         tb_pool_free(pool);

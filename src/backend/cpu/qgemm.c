@@ -187,6 +187,18 @@ static void qmm_run(void *arg, int ith, int nth) {
     if (n1 > n0) j->fn(j->x, j->w, j->bias, j->y, j->T, j->K, j->N, n0, n1, j->tactic);
 }
 
+/* The default tactic for a step of T rows. The register tiles also beat
+ * the packed panels above TB_CPU_GEMM_MIN_T on AVX-512 (1 thread, 768x2304,
+ * GFLOP/s tiles / panels: int8 T 96 123 / 83, 128 141 / 101, 192 134 /
+ * 118, 256 129 / 120, 384 118 / 141; int4 g128 T 128 143 / 98, 256 119 /
+ * 124), not on AVX2 (T 128: int8 43 / 68, int4 52 / 69). */
+#define QMM_TILES_MAX_T_AVX512 256
+static tb_qmm_tactic qmm_default(int T) {
+    if (T < TB_CPU_GEMM_MIN_T) return TB_QMM_DQ;
+    if (T < QMM_TILES_MAX_T_AVX512 && avx512_ok()) return TB_QMM_DQ;
+    return TB_QMM_PACKED;
+}
+
 int tb_cpu_qmatmul_tactic_available(tb_qmm_tactic t, const tb_qweight *w) {
     switch (t) {
     case TB_QMM_AUTO:
@@ -200,7 +212,7 @@ int tb_cpu_qmatmul_tactic_available(tb_qmm_tactic t, const tb_qweight *w) {
 void tb_cpu_qmatmul_tactic(tb_pool *p, tb_qmm_tactic t, const float *x, const tb_qweight *w, const float *bias,
                            float *y, int T, int K, int N) {
     if (T <= 0 || N <= 0) return;
-    if (t == TB_QMM_AUTO || !tb_cpu_qmatmul_tactic_available(t, w)) t = T < TB_CPU_GEMM_MIN_T ? TB_QMM_DQ : TB_QMM_PACKED;
+    if (t == TB_QMM_AUTO || !tb_cpu_qmatmul_tactic_available(t, w)) t = qmm_default(T);
     /* Q8: VNNI where AVX-512 has it, else the AVX2 path's maddubs form */
     qmm_fn fn = t == TB_QMM_Q8 && avx512_ok() && tb_cpu_has_avx512vnni() ? qmm_vnni_t : qmm_path();
     qmm_job j = {fn, x, w, bias, y, T, K, N, (int)t, t == TB_QMM_PACKED ? 32 : 4};
@@ -223,14 +235,13 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 tb_qmm_tactic tb_cpu_qmatmul_pick(tb_pool *p, const tb_qweight *w, int T, int K, int N, const float *x, float *y) {
-    tb_qmm_tactic cand[3];
+    /* the default first; the packed panels only for prefill-sized steps */
+    tb_qmm_tactic cand[3], def = qmm_default(T);
     int nc = 0;
-    if (T < TB_CPU_GEMM_MIN_T) {
-        cand[nc++] = TB_QMM_DQ;
-        if (tb_cpu_qmatmul_tactic_available(TB_QMM_Q8, w)) cand[nc++] = TB_QMM_Q8;
-    } else {
-        cand[nc++] = TB_QMM_PACKED;
-    }
+    cand[nc++] = def;
+    if (def != TB_QMM_DQ) cand[nc++] = TB_QMM_DQ;
+    if (def != TB_QMM_PACKED && T >= TB_CPU_GEMM_MIN_T) cand[nc++] = TB_QMM_PACKED;
+    if (tb_cpu_qmatmul_tactic_available(TB_QMM_Q8, w)) cand[nc++] = TB_QMM_Q8;
     if (nc == 1) return TB_QMM_AUTO;
     /* alternate the candidates (a burst of load hits all), >= 9 rounds and
      * 4 ms, median of each; the default stays unless another is >7% faster */
