@@ -49,6 +49,16 @@ Q512_INLINE __m512 f8bits(__m128i b) {
 Q512_INLINE __m512 f8x16(const uint8_t *p) { return f8bits(_mm_loadu_si128((const __m128i *)p)); }
 Q512_INLINE __m512 f8x16m(const uint8_t *p, __mmask16 m) { return f8bits(_mm_maskz_loadu_epi8(m, p)); }
 
+/* The sums of 4 accumulators, [a, b, c, d]: one shared tree instead of
+ * four reductions (they cost as much as the products when K is small). */
+Q512_INLINE __m128 hsum4x16(__m512 a, __m512 b, __m512 c, __m512 d) {
+#define TB_HALF8(v) _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)))
+    __m256 ab = _mm256_hadd_ps(TB_HALF8(a), TB_HALF8(b)), cd = _mm256_hadd_ps(TB_HALF8(c), TB_HALF8(d));
+#undef TB_HALF8
+    __m256 s = _mm256_hadd_ps(ab, cd);
+    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+}
+
 /* the signed code of each nibble value 0..15 */
 Q512_INLINE __m512 i4_base(void) {
     return _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1);
@@ -118,6 +128,14 @@ Q512_INLINE void tile_rowscale(tb_dtype dt, const float *x, size_t ldx, const ui
         }
     }
     float mul = dt == TB_I8 ? 1.0f : 256.0f;
+    if (R == 4) {
+        __m128 s4 = _mm_mul_ps(_mm_loadu_ps(scales), _mm_set1_ps(mul));
+        __m128 b4 = bias ? _mm_loadu_ps(bias) : _mm_setzero_ps();
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++)
+            _mm_storeu_ps(y + t * ldy, _mm_fmadd_ps(hsum4x16(acc[0][t], acc[1 % R][t], acc[2 % R][t], acc[3 % R][t]), s4, b4));
+        return;
+    }
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
         float s = scales[r] * mul, b = bias ? bias[r] : 0.0f;
@@ -160,6 +178,13 @@ Q512_INLINE void tile_i4(const float *xp, size_t ldx, const uint8_t *w, size_t r
                 }
             }
         }
+    }
+    if (R == 4) {
+        __m128 b4 = bias ? _mm_loadu_ps(bias) : _mm_setzero_ps();
+#pragma GCC unroll 4
+        for (int t = 0; t < TT; t++)
+            _mm_storeu_ps(y + t * ldy, _mm_add_ps(hsum4x16(acc[0][t], acc[1 % R][t], acc[2 % R][t], acc[3 % R][t]), b4));
+        return;
     }
 #pragma GCC unroll 4
     for (int r = 0; r < R; r++) {
