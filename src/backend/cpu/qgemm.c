@@ -187,17 +187,13 @@ static void qmm_run(void *arg, int ith, int nth) {
     if (n1 > n0) j->fn(j->x, j->w, j->bias, j->y, j->T, j->K, j->N, n0, n1, j->tactic);
 }
 
-/* The default tactic for a step of T rows. The register tiles also beat
- * the packed panels above TB_CPU_GEMM_MIN_T on AVX-512 (1 thread, 768x2304,
- * GFLOP/s tiles / panels: int8 T 96 123 / 83, 128 141 / 101, 192 134 /
- * 118, 256 129 / 120, 384 118 / 141; int4 g128 T 128 143 / 98, 256 119 /
- * 124), not on AVX2 (T 128: int8 43 / 68, int4 52 / 69). */
-#define QMM_TILES_MAX_T_AVX512 256
-static tb_qmm_tactic qmm_default(int T) {
-    if (T < TB_CPU_GEMM_MIN_T) return TB_QMM_DQ;
-    if (T < QMM_TILES_MAX_T_AVX512 && avx512_ok()) return TB_QMM_DQ;
-    return TB_QMM_PACKED;
-}
+/* The default tactic for a step of T rows: the packed panels from
+ * TB_CPU_GEMM_MIN_T rows, as for f32. Measured on AVX-512 (1 thread, CPU
+ * time, 768x2304, GFLOP/s panels / tiles): int8 T 96 166 / 175, 128
+ * 177 / 175, 192 171 / 136, 512 142 / 104; int4 g128 T 96 186 / 173, 128
+ * 179 / 176, 192 159 / 159, 512 137 / 99 (before the panels were filled by
+ * 16x16 transposes the tiles won up to T = 256). */
+static tb_qmm_tactic qmm_default(int T) { return T < TB_CPU_GEMM_MIN_T ? TB_QMM_DQ : TB_QMM_PACKED; }
 
 int tb_cpu_qmatmul_tactic_available(tb_qmm_tactic t, const tb_qweight *w) {
     switch (t) {

@@ -292,19 +292,61 @@ static Q512_FN void dq_row(const tb_qweight *w, int K, int n, int k0, int kc, fl
     }
 }
 
+/* r[i] (row i, 16 elements) -> r[c] (element c of rows 0..15): unpack
+ * pairs of rows, then pairs of pairs (each 128-bit block then holds one
+ * element of 4 rows), then a 4x4 transpose of the blocks. 64 shuffles for
+ * 256 elements; a scalar transposing store cost a cycle per element. */
+Q512_INLINE void tr16x16(__m512 r[16]) {
+    __m512 t[16], u[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+#pragma GCC unroll 4
+    for (int q = 0; q < 4; q++) {
+        __m512d a = _mm512_castps_pd(t[4 * q]), b = _mm512_castps_pd(t[4 * q + 1]);
+        __m512d c = _mm512_castps_pd(t[4 * q + 2]), d = _mm512_castps_pd(t[4 * q + 3]);
+        u[4 * q] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        u[4 * q + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        u[4 * q + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        u[4 * q + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    /* u[4q + c], block b: element 4b + c of rows 4q .. 4q+3 */
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; c++) {
+        __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44), v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);
+        __m512 v2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44), v3 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
+        r[c] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+        r[4 + c] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
+        r[8 + c] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
+    }
+}
+
 /* panel (nn rows of W from n0, k0 .. k0+kc) as (kc, 32) micro-panels,
- * zero-padded to whole panels */
+ * zero-padded to whole panels; 16 rows dequantised at a time, then
+ * transposed 16 x 16 into the panel */
 static Q512_FN void qp_pack(float *panel, const tb_qweight *w, int K, int n0, int nn, int k0, int kc) {
-    float row[QP_KC] __attribute__((aligned(64)));
+    float rows[16][QP_KC] __attribute__((aligned(64)));
     int nnr = (nn + QP_NR - 1) / QP_NR * QP_NR;
-    for (int j = 0; j < nnr; j++) {
-        float *dst = panel + (size_t)(j / QP_NR) * kc * QP_NR + (j % QP_NR);
-        if (j < nn) {
-            dq_row(w, K, n0 + j, k0, kc, row);
-            for (int k = 0; k < kc; k++) dst[(size_t)k * QP_NR] = row[k];
-        } else {
-            for (int k = 0; k < kc; k++) dst[(size_t)k * QP_NR] = 0.0f;
+    for (int j0 = 0; j0 < nnr; j0 += 16) {
+        for (int i = 0; i < 16; i++) {
+            if (j0 + i < nn) dq_row(w, K, n0 + j0 + i, k0, kc, rows[i]);
+            else memset(rows[i], 0, sizeof(float) * (size_t)kc);
         }
+        float *dst = panel + (size_t)(j0 / QP_NR) * kc * QP_NR + (j0 % QP_NR);
+        int k = 0;
+        for (; k + 16 <= kc; k += 16) {
+            __m512 r[16];
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) r[i] = _mm512_load_ps(rows[i] + k);
+            tr16x16(r);
+#pragma GCC unroll 16
+            for (int c = 0; c < 16; c++) _mm512_store_ps(dst + (size_t)(k + c) * QP_NR, r[c]);
+        }
+        for (; k < kc; k++)
+            for (int i = 0; i < 16; i++) dst[(size_t)k * QP_NR + i] = rows[i][k];
     }
 }
 
