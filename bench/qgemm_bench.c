@@ -15,7 +15,8 @@
  * batch:   the same step at T = 1, 2, 4, 8, 16 tokens: time per step / T = 1
  *          (weights read once per call, so it grows far less than T).
  * prefill: T = 512 tokens through one layer's four matmuls: GFLOP/s, int8 /
- *          int4 / fp8 against f32 (its packed GEMM).
+ *          int4 / fp8 (the default packed panels, and the Q8 tactic the
+ *          tuner may pick) against f32 (its packed GEMM).
  * Variants run interleaved, round after round (this machine is shared):
  * each figure is the median over rounds; the load average is printed. With
  * 1 thread every time (the read bandwidth's too) is the thread's CPU time,
@@ -302,7 +303,7 @@ int main(int argc, char **argv) {
         for (int s = 0; s < 4; s++) flops += 2.0 * T * shapes[s][0] * shapes[s][1];
         for (int r = 0; r < rounds; r++)
             for (int i = 0; i < nv; i++) {
-                if (!use[i] || vs[i].tac == TB_QMM_Q8) continue;
+                if (!use[i]) continue;
                 variant v = vs[i];
                 if (v.tac == TB_QMM_DQ) v.tac = TB_QMM_AUTO; /* the packed panels at this size */
                 ms[i][r] = TIME_CALLS(secs, for (int s = 0; s < 4; s++) mm(p, &v, s, 0, x, y, T)) * 1e3;
@@ -312,7 +313,7 @@ int main(int argc, char **argv) {
         printf("  %-13s %9s %8s %9s\n", "weights", "ms", "GFLOP/s", "vs f32");
         double f32ms = median(ms[0], rounds);
         for (int i = 0; i < nv; i++) {
-            if (!use[i] || vs[i].tac == TB_QMM_Q8) continue;
+            if (!use[i]) continue;
             double m = i ? median(ms[i], rounds) : f32ms;
             printf("  %-13s %9.2f %8.1f %8.2fx\n", vs[i].name, m, flops / (m * 1e-3) * 1e-9, f32ms / m);
         }
