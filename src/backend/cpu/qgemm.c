@@ -14,7 +14,10 @@
  * walks each row of W once for every row of x and applies each group's
  * scale once to the group's partial sum and the zero to the sum of x over
  * the group). Steps below TB_CPU_GEMM_MIN_T rows stream W once through
- * register tiles; larger ones dequantise W into packed f32 panels.
+ * register tiles; larger ones dequantise W into packed f32 panels. The
+ * TB_QMM_Q8 tactic (activations to int8, integer dot products) runs in
+ * qgemm_vnni.c on AVX-512 VNNI, else in qgemm_avx2.c; the tuner chooses
+ * it (tb_cpu_qmatmul_pick), never the default.
  */
 #include "backend/cpu/kernels.h"
 #include "core/quant.h"
