@@ -20,6 +20,24 @@
 
 #include <immintrin.h>
 
+/* Full unrolling keeps the tiles' accumulator arrays in registers. The
+ * sanitized fuzz build (clang -O1, ASan + UBSan) only needs the code to be
+ * right, and with the unrolling it spent minutes on each of these files. */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define QGEMM_SANITIZED 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define QGEMM_SANITIZED 1
+#endif
+#define QPRAGMA(x) _Pragma(#x)
+#ifdef QGEMM_SANITIZED
+#define QUNROLL(n)
+#else
+#define QUNROLL(n) QPRAGMA(GCC unroll n)
+#endif
+
 #define Q2_FN __attribute__((target("avx2,fma,f16c")))
 #define Q2_INLINE static inline __attribute__((target("avx2,fma,f16c"), always_inline))
 
@@ -61,9 +79,9 @@ enum { qpf_dist = 8192 }; /* software prefetch distance, as in qgemm_avx512.c */
 Q2_INLINE void tile_rowscale(tb_dtype dt, const float *x, size_t ldx, const uint8_t *w, size_t rb, int K,
                              const float *scales, const float *bias, float *y, size_t ldy, const int R, const int TT) {
     __m256 acc[4][4];
-#pragma GCC unroll 4
+QUNROLL(4)
     for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
+QUNROLL(4)
         for (int t = 0; t < TT; t++) acc[r][t] = _mm256_setzero_ps();
     int K8 = K & ~7;
     /* prefetch as in qgemm_avx512.c: R * 8 bytes consumed and prefetched per step */
@@ -71,20 +89,20 @@ Q2_INLINE void tile_rowscale(tb_dtype dt, const float *x, size_t ldx, const uint
     for (int k = 0; k < K8; k += 8) {
         if (R == 4 && (k & 8)) _mm_prefetch(pf + (size_t)k * R - 32, _MM_HINT_T0);
         __m256 xv[4];
-#pragma GCC unroll 4
+QUNROLL(4)
         for (int t = 0; t < TT; t++) xv[t] = _mm256_loadu_ps(x + t * ldx + k);
-#pragma GCC unroll 4
+QUNROLL(4)
         for (int r = 0; r < R; r++) {
             __m256 wv = dt == TB_I8 ? i8x8(w + r * rb + k) : f8x8(w + r * rb + k);
-#pragma GCC unroll 4
+QUNROLL(4)
             for (int t = 0; t < TT; t++) acc[r][t] = _mm256_fmadd_ps(wv, xv[t], acc[r][t]);
         }
     }
     float mul = dt == TB_I8 ? 1.0f : 256.0f;
-#pragma GCC unroll 4
+QUNROLL(4)
     for (int r = 0; r < R; r++) {
         float b = bias ? bias[r] : 0.0f;
-#pragma GCC unroll 4
+QUNROLL(4)
         for (int t = 0; t < TT; t++) {
             float tail = 0;
             for (int k = K8; k < K; k++) tail += x[t * ldx + k] * code1(dt, w + r * rb, k);
@@ -96,16 +114,16 @@ Q2_INLINE void tile_rowscale(tb_dtype dt, const float *x, size_t ldx, const uint
 Q2_INLINE void tile_i4(const float *xp, size_t ldx, const uint8_t *w, size_t rb, int K, int G, const float *scales,
                        const float *zeros, const float *bias, float *y, size_t ldy, const int R, const int TT) {
     __m256 acc[4][4];
-#pragma GCC unroll 4
+QUNROLL(4)
     for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
+QUNROLL(4)
         for (int t = 0; t < TT; t++) acc[r][t] = _mm256_setzero_ps();
     const __m256i x88 = _mm256_set1_epi32(0x88), m15 = _mm256_set1_epi32(15);
     int ng = K / G;
     const char *pf = (const char *)w + qpf_dist;
     for (int g = 0; g < ng; g++) {
         __m256 sv[4], zv[4];
-#pragma GCC unroll 4
+QUNROLL(4)
         for (int r = 0; r < R; r++) {
             float s = scales[(size_t)r * ng + g], z = zeros ? zeros[(size_t)r * ng + g] : 0.0f;
             sv[r] = _mm256_set1_ps(s);
@@ -113,12 +131,12 @@ Q2_INLINE void tile_i4(const float *xp, size_t ldx, const uint8_t *w, size_t rb,
         }
         for (int k = g * G; k < (g + 1) * G; k += 16) {
             if (R == 4 && (k & 16)) _mm_prefetch(pf + (size_t)k / 2 * R - 32, _MM_HINT_T0);
-#pragma GCC unroll 4
+QUNROLL(4)
             for (int r = 0; r < R; r++) {
                 __m256i b = _mm256_xor_si256(_mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(w + r * rb + k / 2))), x88);
                 __m256 lo = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_and_si256(b, m15)), sv[r], zv[r]);
                 __m256 hi = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4)), sv[r], zv[r]);
-#pragma GCC unroll 4
+QUNROLL(4)
                 for (int t = 0; t < TT; t++) {
                     acc[r][t] = _mm256_fmadd_ps(lo, _mm256_loadu_ps(xp + t * ldx + k), acc[r][t]);
                     acc[r][t] = _mm256_fmadd_ps(hi, _mm256_loadu_ps(xp + t * ldx + k + 8), acc[r][t]);
@@ -126,10 +144,10 @@ Q2_INLINE void tile_i4(const float *xp, size_t ldx, const uint8_t *w, size_t rb,
             }
         }
     }
-#pragma GCC unroll 4
+QUNROLL(4)
     for (int r = 0; r < R; r++) {
         float b = bias ? bias[r] : 0.0f;
-#pragma GCC unroll 4
+QUNROLL(4)
         for (int t = 0; t < TT; t++) y[t * ldy + r] = hsum8(acc[r][t]) + b;
     }
 }
@@ -290,9 +308,9 @@ Q2_INLINE __m256i ld32_tail(const uint8_t *p, int n) {
 Q2_INLINE void q8_tile_i8(const uint8_t *xs, const q8l *l, const uint8_t *w, size_t rb, int K, const float *scales,
                           const float *bias, float *y, size_t ldy, const int R, const int TT) {
     __m256 acc[4][2];
-#pragma GCC unroll 4
+QUNROLL(4)
     for (int r = 0; r < R; r++)
-#pragma GCC unroll 2
+QUNROLL(2)
         for (int t = 0; t < TT; t++) acc[r][t] = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1);
     const char *pf = (const char *)w + qpf_dist;
@@ -301,25 +319,25 @@ Q2_INLINE void q8_tile_i8(const uint8_t *xs, const q8l *l, const uint8_t *w, siz
         if (R == 4) _mm_prefetch(pf + (size_t)k * R, _MM_HINT_T0), _mm_prefetch(pf + (size_t)k * R + 64, _MM_HINT_T0);
         __m256i xv[2];
         __m256 dv[2];
-#pragma GCC unroll 2
+QUNROLL(2)
         for (int t = 0; t < TT; t++) {
             xv[t] = _mm256_loadu_si256((const __m256i *)(xs + t * l->stride + k));
             dv[t] = _mm256_loadu_ps((const float *)(xs + t * l->stride + l->o_dv) + c * 8);
         }
-#pragma GCC unroll 4
+QUNROLL(4)
         for (int r = 0; r < R; r++) {
             __m256i wv = ld32_tail(w + r * rb + k, K - k), ax = _mm256_abs_epi8(wv);
-#pragma GCC unroll 2
+QUNROLL(2)
             for (int t = 0; t < TT; t++) {
                 __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(xv[t], wv)), ones);
                 acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), dv[t], acc[r][t]);
             }
         }
     }
-#pragma GCC unroll 4
+QUNROLL(4)
     for (int r = 0; r < R; r++) {
         float b = bias ? bias[r] : 0.0f;
-#pragma GCC unroll 2
+QUNROLL(2)
         for (int t = 0; t < TT; t++) y[t * ldy + r] = hsum8(acc[r][t]) * scales[r] + b;
     }
 }
@@ -328,9 +346,9 @@ Q2_INLINE void q8_tile_i4(const uint8_t *xs, const q8l *l, const uint8_t *w, siz
                           const float *scales, const float *zeros, const float *bias, float *y, size_t ldy,
                           const int R, const int TT) {
     __m256 acc[4][2];
-#pragma GCC unroll 4
+QUNROLL(4)
     for (int r = 0; r < R; r++)
-#pragma GCC unroll 2
+QUNROLL(2)
         for (int t = 0; t < TT; t++) acc[r][t] = _mm256_setzero_ps();
     const __m256i ones = _mm256_set1_epi16(1), x88 = _mm256_set1_epi8((char)0x88), m15 = _mm256_set1_epi8(15);
     int ng = K / G, half = K / 2;
@@ -341,19 +359,19 @@ Q2_INLINE void q8_tile_i4(const uint8_t *xs, const q8l *l, const uint8_t *w, siz
         if (R == 4) _mm_prefetch(pf + (size_t)kb * R, _MM_HINT_T0), _mm_prefetch(pf + (size_t)kb * R + 64, _MM_HINT_T0);
         __m256i xe[2], xo[2];
         __m256 dv[2];
-#pragma GCC unroll 2
+QUNROLL(2)
         for (int t = 0; t < TT; t++) {
             xe[t] = _mm256_loadu_si256((const __m256i *)(xs + t * l->stride + c * 64));
             xo[t] = _mm256_loadu_si256((const __m256i *)(xs + t * l->stride + c * 64 + 32));
             dv[t] = _mm256_loadu_ps((const float *)(xs + t * l->stride + l->o_dv) + c * 8);
         }
-#pragma GCC unroll 4
+QUNROLL(4)
         for (int r = 0; r < R; r++) {
             __m256i b = _mm256_xor_si256(ld32_tail(w + r * rb + kb, half - kb), x88);
             __m256i lo = _mm256_and_si256(b, m15), hi = _mm256_and_si256(_mm256_srli_epi16(b, 4), m15);
             const float *sr = scales + (size_t)r * ng;
             __m256 sv = _mm256_setr_m128(_mm_set1_ps(sr[g0]), _mm_set1_ps(sr[g1]));
-#pragma GCC unroll 2
+QUNROLL(2)
             for (int t = 0; t < TT; t++) {
                 __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, xe[t]), _mm256_maddubs_epi16(hi, xo[t]));
                 p = _mm256_madd_epi16(p, ones);
@@ -361,11 +379,11 @@ Q2_INLINE void q8_tile_i4(const uint8_t *xs, const q8l *l, const uint8_t *w, siz
             }
         }
     }
-#pragma GCC unroll 4
+QUNROLL(4)
     for (int r = 0; r < R; r++) {
         float b = bias ? bias[r] : 0.0f;
         const float *sr = scales + (size_t)r * ng, *zr = zeros ? zeros + (size_t)r * ng : NULL;
-#pragma GCC unroll 2
+QUNROLL(2)
         for (int t = 0; t < TT; t++) {
             const float *xsg = (const float *)(xs + t * l->stride + l->o_cor);
             __m256 zv = _mm256_setzero_ps();
@@ -466,35 +484,69 @@ static Q2_FN void dq_row(const tb_qweight *w, int K, int n, int k0, int kc, floa
     for (; k < kc; k++) out[k] = code1(w->dtype, row, k0 + k) * sc;
 }
 
+/* 8x8 transpose in registers: r[i] (row i, 8 elements) -> r[c] (element
+ * c of rows 0..7) */
+Q2_INLINE void tr8x8(__m256 r[8]) {
+    __m256 t[8], u[8];
+QUNROLL(4)
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+QUNROLL(2)
+    for (int q = 0; q < 2; q++) {
+        u[4 * q] = _mm256_shuffle_ps(t[4 * q], t[4 * q + 2], 0x44);
+        u[4 * q + 1] = _mm256_shuffle_ps(t[4 * q], t[4 * q + 2], 0xEE);
+        u[4 * q + 2] = _mm256_shuffle_ps(t[4 * q + 1], t[4 * q + 3], 0x44);
+        u[4 * q + 3] = _mm256_shuffle_ps(t[4 * q + 1], t[4 * q + 3], 0xEE);
+    }
+QUNROLL(4)
+    for (int c = 0; c < 4; c++) {
+        r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+        r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+    }
+}
+
+/* panel as (kc, 16) micro-panels, zero-padded; 8 rows dequantised at a
+ * time and transposed 8 x 8 into the panel */
 static Q2_FN void qp_pack(float *panel, const tb_qweight *w, int K, int n0, int nn, int k0, int kc) {
-    float row[QP_KC] __attribute__((aligned(32)));
+    float rows[8][QP_KC] __attribute__((aligned(32)));
     int nnr = (nn + QP_NR - 1) / QP_NR * QP_NR;
-    for (int j = 0; j < nnr; j++) {
-        float *dst = panel + (size_t)(j / QP_NR) * kc * QP_NR + (j % QP_NR);
-        if (j < nn) {
-            dq_row(w, K, n0 + j, k0, kc, row);
-            for (int k = 0; k < kc; k++) dst[(size_t)k * QP_NR] = row[k];
-        } else {
-            for (int k = 0; k < kc; k++) dst[(size_t)k * QP_NR] = 0.0f;
+    for (int j0 = 0; j0 < nnr; j0 += 8) {
+        for (int i = 0; i < 8; i++) {
+            if (j0 + i < nn) dq_row(w, K, n0 + j0 + i, k0, kc, rows[i]);
+            else memset(rows[i], 0, sizeof(float) * (size_t)kc);
         }
+        float *dst = panel + (size_t)(j0 / QP_NR) * kc * QP_NR + (j0 % QP_NR);
+        int k = 0;
+        for (; k + 8 <= kc; k += 8) {
+            __m256 r[8];
+QUNROLL(8)
+            for (int i = 0; i < 8; i++) r[i] = _mm256_load_ps(rows[i] + k);
+            tr8x8(r);
+QUNROLL(8)
+            for (int c = 0; c < 8; c++) _mm256_store_ps(dst + (size_t)(k + c) * QP_NR, r[c]);
+        }
+        for (; k < kc; k++)
+            for (int i = 0; i < 8; i++) dst[(size_t)k * QP_NR + i] = rows[i][k];
     }
 }
 
 Q2_INLINE void qp_micro(const int mr, const float *x, size_t ldx, const float *pw, int kc, float *y, size_t ldy,
                         int nr, int first, const float *bias) {
     __m256 acc[QP_MR][2];
-#pragma GCC unroll 6
+QUNROLL(6)
     for (int i = 0; i < QP_MR; i++) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     for (int k = 0; k < kc; k++) {
         __m256 b0 = _mm256_load_ps(pw + (size_t)k * QP_NR), b1 = _mm256_load_ps(pw + (size_t)k * QP_NR + 8);
-#pragma GCC unroll 6
+QUNROLL(6)
         for (int i = 0; i < mr; i++) {
             __m256 a = _mm256_broadcast_ss(x + i * ldx + k);
             acc[i][0] = _mm256_fmadd_ps(a, b0, acc[i][0]);
             acc[i][1] = _mm256_fmadd_ps(a, b1, acc[i][1]);
         }
     }
-#pragma GCC unroll 6
+QUNROLL(6)
     for (int i = 0; i < mr; i++) {
         float *o = y + i * ldy;
         if (nr == QP_NR) {

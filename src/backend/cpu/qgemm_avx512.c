@@ -29,6 +29,24 @@
 
 #include <immintrin.h>
 
+/* Full unrolling keeps the tiles' accumulator arrays in registers. The
+ * sanitized fuzz build (clang -O1, ASan + UBSan) only needs the code to be
+ * right, and with the unrolling it spent minutes on each of these files. */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define QGEMM_SANITIZED 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define QGEMM_SANITIZED 1
+#endif
+#define QPRAGMA(x) _Pragma(#x)
+#ifdef QGEMM_SANITIZED
+#define QUNROLL(n)
+#else
+#define QUNROLL(n) QPRAGMA(GCC unroll n)
+#endif
+
 #define Q512_FN __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 #define Q512_INLINE static inline __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"), always_inline))
 
@@ -94,36 +112,36 @@ Q512_INLINE void tile_rowscale(tb_dtype dt, const float *x, size_t ldx, const ui
                                const float *scales, const float *bias, float *y, size_t ldy, const int R,
                                const int TT) {
     __m512 acc[4][4];
-#pragma GCC unroll 4
+QUNROLL(4)
     for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
+QUNROLL(4)
         for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_ps();
     int k = 0;
     /* the R rows are R * rb contiguous bytes; each step consumes R * 16 of
      * them and prefetches as many, QPF bytes further on */
     const char *pf = (const char *)w + qpf_dist;
     for (; k + 16 <= K; k += 16) {
-#pragma GCC unroll 4
+QUNROLL(4)
         for (int r = 0; r < R; r += 4) _mm_prefetch(pf + (size_t)k * R + r * 16, _MM_HINT_T0);
         __m512 xv[4];
-#pragma GCC unroll 4
+QUNROLL(4)
         for (int t = 0; t < TT; t++) xv[t] = _mm512_loadu_ps(x + t * ldx + k);
-#pragma GCC unroll 4
+QUNROLL(4)
         for (int r = 0; r < R; r++) {
             __m512 wv = dt == TB_I8 ? i8x16(w + r * rb + k) : f8x16(w + r * rb + k);
-#pragma GCC unroll 4
+QUNROLL(4)
             for (int t = 0; t < TT; t++) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
         }
     }
     if (k < K) {
         __mmask16 m = (__mmask16)((1u << (K - k)) - 1);
         __m512 xv[4];
-#pragma GCC unroll 4
+QUNROLL(4)
         for (int t = 0; t < TT; t++) xv[t] = _mm512_maskz_loadu_ps(m, x + t * ldx + k);
-#pragma GCC unroll 4
+QUNROLL(4)
         for (int r = 0; r < R; r++) {
             __m512 wv = dt == TB_I8 ? i8x16m(w + r * rb + k, m) : f8x16m(w + r * rb + k, m);
-#pragma GCC unroll 4
+QUNROLL(4)
             for (int t = 0; t < TT; t++) acc[r][t] = _mm512_fmadd_ps(wv, xv[t], acc[r][t]);
         }
     }
@@ -131,15 +149,15 @@ Q512_INLINE void tile_rowscale(tb_dtype dt, const float *x, size_t ldx, const ui
     if (R == 4) {
         __m128 s4 = _mm_mul_ps(_mm_loadu_ps(scales), _mm_set1_ps(mul));
         __m128 b4 = bias ? _mm_loadu_ps(bias) : _mm_setzero_ps();
-#pragma GCC unroll 4
+QUNROLL(4)
         for (int t = 0; t < TT; t++)
             _mm_storeu_ps(y + t * ldy, _mm_fmadd_ps(hsum4x16(acc[0][t], acc[1 % R][t], acc[2 % R][t], acc[3 % R][t]), s4, b4));
         return;
     }
-#pragma GCC unroll 4
+QUNROLL(4)
     for (int r = 0; r < R; r++) {
         float s = scales[r] * mul, b = bias ? bias[r] : 0.0f;
-#pragma GCC unroll 4
+QUNROLL(4)
         for (int t = 0; t < TT; t++) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]) * s + b;
     }
 }
@@ -150,28 +168,28 @@ Q512_INLINE void tile_i4(const float *xp, size_t ldx, const uint8_t *w, size_t r
                          const float *scales, const float *zeros, const float *bias, float *y, size_t ldy,
                          const int R, const int TT) {
     __m512 acc[4][4];
-#pragma GCC unroll 4
+QUNROLL(4)
     for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
+QUNROLL(4)
         for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_ps();
     const __m512 base = i4_base();
     int ng = K / G;
     const char *pf = (const char *)w + qpf_dist; /* as in tile_rowscale */
     for (int g = 0; g < ng; g++) {
         __m512 lut[4];
-#pragma GCC unroll 4
+QUNROLL(4)
         for (int r = 0; r < R; r++)
             lut[r] = _mm512_fmadd_ps(base, _mm512_set1_ps(scales[(size_t)r * ng + g]),
                                      zeros ? _mm512_set1_ps(zeros[(size_t)r * ng + g]) : _mm512_setzero_ps());
         for (int k = g * G; k < (g + 1) * G; k += 32) {
-#pragma GCC unroll 4
+QUNROLL(4)
             for (int r = 0; r < R; r += 4) _mm_prefetch(pf + (size_t)k / 2 * R + r * 16, _MM_HINT_T0);
-#pragma GCC unroll 4
+QUNROLL(4)
             for (int r = 0; r < R; r++) {
                 __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(w + r * rb + k / 2)));
                 __m512 lo = _mm512_permutexvar_ps(b, lut[r]);
                 __m512 hi = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), lut[r]);
-#pragma GCC unroll 4
+QUNROLL(4)
                 for (int t = 0; t < TT; t++) {
                     acc[r][t] = _mm512_fmadd_ps(lo, _mm512_loadu_ps(xp + t * ldx + k), acc[r][t]);
                     acc[r][t] = _mm512_fmadd_ps(hi, _mm512_loadu_ps(xp + t * ldx + k + 16), acc[r][t]);
@@ -181,15 +199,15 @@ Q512_INLINE void tile_i4(const float *xp, size_t ldx, const uint8_t *w, size_t r
     }
     if (R == 4) {
         __m128 b4 = bias ? _mm_loadu_ps(bias) : _mm_setzero_ps();
-#pragma GCC unroll 4
+QUNROLL(4)
         for (int t = 0; t < TT; t++)
             _mm_storeu_ps(y + t * ldy, _mm_add_ps(hsum4x16(acc[0][t], acc[1 % R][t], acc[2 % R][t], acc[3 % R][t]), b4));
         return;
     }
-#pragma GCC unroll 4
+QUNROLL(4)
     for (int r = 0; r < R; r++) {
         float b = bias ? bias[r] : 0.0f;
-#pragma GCC unroll 4
+QUNROLL(4)
         for (int t = 0; t < TT; t++) y[t * ldy + r] = _mm512_reduce_add_ps(acc[r][t]) + b;
     }
 }
@@ -298,12 +316,12 @@ static Q512_FN void dq_row(const tb_qweight *w, int K, int n, int k0, int kc, fl
  * 256 elements; a scalar transposing store cost a cycle per element. */
 Q512_INLINE void tr16x16(__m512 r[16]) {
     __m512 t[16], u[16];
-#pragma GCC unroll 8
+QUNROLL(8)
     for (int i = 0; i < 8; i++) {
         t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
         t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
     }
-#pragma GCC unroll 4
+QUNROLL(4)
     for (int q = 0; q < 4; q++) {
         __m512d a = _mm512_castps_pd(t[4 * q]), b = _mm512_castps_pd(t[4 * q + 1]);
         __m512d c = _mm512_castps_pd(t[4 * q + 2]), d = _mm512_castps_pd(t[4 * q + 3]);
@@ -313,7 +331,7 @@ Q512_INLINE void tr16x16(__m512 r[16]) {
         u[4 * q + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
     }
     /* u[4q + c], block b: element 4b + c of rows 4q .. 4q+3 */
-#pragma GCC unroll 4
+QUNROLL(4)
     for (int c = 0; c < 4; c++) {
         __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x44), v1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xEE);
         __m512 v2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x44), v3 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xEE);
@@ -339,10 +357,10 @@ static Q512_FN void qp_pack(float *panel, const tb_qweight *w, int K, int n0, in
         int k = 0;
         for (; k + 16 <= kc; k += 16) {
             __m512 r[16];
-#pragma GCC unroll 16
+QUNROLL(16)
             for (int i = 0; i < 16; i++) r[i] = _mm512_load_ps(rows[i] + k);
             tr16x16(r);
-#pragma GCC unroll 16
+QUNROLL(16)
             for (int c = 0; c < 16; c++) _mm512_store_ps(dst + (size_t)(k + c) * QP_NR, r[c]);
         }
         for (; k < kc; k++)
@@ -353,11 +371,11 @@ static Q512_FN void qp_pack(float *panel, const tb_qweight *w, int K, int n0, in
 Q512_INLINE void qp_micro(const int mr, const float *x, size_t ldx, const float *pw, int kc, float *y, size_t ldy,
                           int nr, int first, const float *bias) {
     __m512 acc[QP_MR][2];
-#pragma GCC unroll 6
+QUNROLL(6)
     for (int i = 0; i < QP_MR; i++) acc[i][0] = acc[i][1] = _mm512_setzero_ps();
     for (int k = 0; k < kc; k++) {
         __m512 b0 = _mm512_load_ps(pw + (size_t)k * QP_NR), b1 = _mm512_load_ps(pw + (size_t)k * QP_NR + 16);
-#pragma GCC unroll 6
+QUNROLL(6)
         for (int i = 0; i < mr; i++) {
             __m512 a = _mm512_set1_ps(x[i * ldx + k]);
             acc[i][0] = _mm512_fmadd_ps(a, b0, acc[i][0]);
@@ -371,7 +389,7 @@ Q512_INLINE void qp_micro(const int mr, const float *x, size_t ldx, const float 
         bb0 = _mm512_maskz_loadu_ps(m0, bias);
         bb1 = _mm512_maskz_loadu_ps(m1, bias + 16);
     }
-#pragma GCC unroll 6
+QUNROLL(6)
     for (int i = 0; i < mr; i++) {
         float *o = y + i * ldy;
         __m512 c0 = first ? bb0 : _mm512_maskz_loadu_ps(m0, o);

@@ -28,6 +28,24 @@
 
 #include <immintrin.h>
 
+/* Full unrolling keeps the tiles' accumulator arrays in registers. The
+ * sanitized fuzz build (clang -O1, ASan + UBSan) only needs the code to be
+ * right, and with the unrolling it spent minutes on each of these files. */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define QGEMM_SANITIZED 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define QGEMM_SANITIZED 1
+#endif
+#define QPRAGMA(x) _Pragma(#x)
+#ifdef QGEMM_SANITIZED
+#define QUNROLL(n)
+#else
+#define QUNROLL(n) QPRAGMA(GCC unroll n)
+#endif
+
 #define QV_TARGET "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c"
 #define QV_FN __attribute__((target(QV_TARGET)))
 #define QV_INLINE static inline __attribute__((target(QV_TARGET), always_inline))
@@ -122,9 +140,9 @@ static QV_FN void quantize_x(const float *x, const tb_qweight *w, int T, int K, 
 QV_INLINE void tile_i8(const uint8_t *xs, const q8_layout *l, const uint8_t *w, size_t rb, int K, const float *scales,
                        const float *bias, float *y, size_t ldy, const int R, const int TT) {
     __m512 acc[4][2];
-#pragma GCC unroll 4
+QUNROLL(4)
     for (int r = 0; r < R; r++)
-#pragma GCC unroll 2
+QUNROLL(2)
         for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_ps();
     const __m512i x80 = _mm512_set1_epi8((char)0x80);
     const char *pf = (const char *)w + qpf_dist;
@@ -136,15 +154,15 @@ QV_INLINE void tile_i8(const uint8_t *xs, const q8_layout *l, const uint8_t *w, 
             _mm_prefetch(pf + (size_t)k * R + 192, _MM_HINT_T0);
         __m512i xv[2];
         __m512 dv[2];
-#pragma GCC unroll 2
+QUNROLL(2)
         for (int t = 0; t < TT; t++) {
             xv[t] = _mm512_loadu_si512(xs + t * l->stride + k);
             dv[t] = _mm512_loadu_ps((const float *)(xs + t * l->stride + l->o_dv) + c * 16);
         }
-#pragma GCC unroll 4
+QUNROLL(4)
         for (int r = 0; r < R; r++) {
             __m512i u = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, w + r * rb + k), x80);
-#pragma GCC unroll 2
+QUNROLL(2)
             for (int t = 0; t < TT; t++) {
                 __m512i is = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, xv[t]);
                 acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(is), dv[t], acc[r][t]);
@@ -153,7 +171,7 @@ QV_INLINE void tile_i8(const uint8_t *xs, const q8_layout *l, const uint8_t *w, 
     }
     if (R == 4) {
         __m128 s4 = _mm_loadu_ps(scales), b4 = bias ? _mm_loadu_ps(bias) : _mm_setzero_ps();
-#pragma GCC unroll 2
+QUNROLL(2)
         for (int t = 0; t < TT; t++) {
             __m128 C = _mm_set1_ps(*(const float *)(xs + t * l->stride + l->o_cor));
             __m128 v = hsum4x16(acc[0][t], acc[1 % R][t], acc[2 % R][t], acc[3 % R][t]);
@@ -161,10 +179,10 @@ QV_INLINE void tile_i8(const uint8_t *xs, const q8_layout *l, const uint8_t *w, 
         }
         return;
     }
-#pragma GCC unroll 4
+QUNROLL(4)
     for (int r = 0; r < R; r++) {
         float b = bias ? bias[r] : 0.0f;
-#pragma GCC unroll 2
+QUNROLL(2)
         for (int t = 0; t < TT; t++) {
             float C = *(const float *)(xs + t * l->stride + l->o_cor);
             y[t * ldy + r] = (_mm512_reduce_add_ps(acc[r][t]) - C) * scales[r] + b;
@@ -177,9 +195,9 @@ QV_INLINE void tile_i4(const uint8_t *xs, const q8_layout *l, const uint8_t *w, 
                        const float *scales, const float *zeros, const float *bias, float *y, size_t ldy, const int R,
                        const int TT) {
     __m512 acc[4][2];
-#pragma GCC unroll 4
+QUNROLL(4)
     for (int r = 0; r < R; r++)
-#pragma GCC unroll 2
+QUNROLL(2)
         for (int t = 0; t < TT; t++) acc[r][t] = _mm512_setzero_ps();
     const __m512i x88 = _mm512_set1_epi8((char)0x88), m15 = _mm512_set1_epi8(15);
     int ng = K / G, gsh = G == 32 ? 0 : G == 64 ? 1 : 2; /* blocks of 32 per group: 1 << gsh */
@@ -192,23 +210,23 @@ QV_INLINE void tile_i4(const uint8_t *xs, const q8_layout *l, const uint8_t *w, 
         __mmask64 m = nbytes >= 64 ? ~(__mmask64)0 : (((__mmask64)1 << nbytes) - 1);
         int g0 = (c * 4) >> gsh, ngl = ng - g0 < 16 ? ng - g0 : 16;
         __mmask16 gm = (__mmask16)((1u << ngl) - 1);
-#pragma GCC unroll 4
+QUNROLL(4)
         for (int r = 0; r < R; r++) _mm_prefetch(pf + (size_t)kb * R + r * 64, _MM_HINT_T0);
         __m512i xe[2], xo[2];
         __m512 dv[2];
-#pragma GCC unroll 2
+QUNROLL(2)
         for (int t = 0; t < TT; t++) {
             xe[t] = _mm512_loadu_si512(xs + t * l->stride + c * 128);
             xo[t] = _mm512_loadu_si512(xs + t * l->stride + c * 128 + 64);
             dv[t] = _mm512_loadu_ps((const float *)(xs + t * l->stride + l->o_dv) + c * 16);
         }
-#pragma GCC unroll 4
+QUNROLL(4)
         for (int r = 0; r < R; r++) {
             __m512i b = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, w + r * rb + kb), x88);
             __m512i lo = _mm512_and_si512(b, m15), hi = _mm512_and_si512(_mm512_srli_epi16(b, 4), m15);
             __m512 sv = G >= 128 ? _mm512_set1_ps(scales[(size_t)r * ng + g0])
                                  : _mm512_permutexvar_ps(gidx, _mm512_maskz_loadu_ps(gm, scales + (size_t)r * ng + g0));
-#pragma GCC unroll 2
+QUNROLL(2)
             for (int t = 0; t < TT; t++) {
                 __m512i is = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xe[t]);
                 is = _mm512_dpbusd_epi32(is, hi, xo[t]);
@@ -217,23 +235,23 @@ QV_INLINE void tile_i4(const uint8_t *xs, const q8_layout *l, const uint8_t *w, 
         }
     }
     /* the per-group term: sum_g (zero_g - 8 s_g) * XS[g] */
-#pragma GCC unroll 4
+QUNROLL(4)
     for (int r = 0; r < R; r++) {
         float b = bias ? bias[r] : 0.0f;
         __m512 zc[2];
-#pragma GCC unroll 2
+QUNROLL(2)
         for (int t = 0; t < TT; t++) zc[t] = _mm512_setzero_ps();
         for (int g = 0; g < ng; g += 16) {
             __mmask16 gm = ng - g >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (ng - g)) - 1);
             __m512 s = _mm512_maskz_loadu_ps(gm, scales + (size_t)r * ng + g);
             __m512 z = zeros ? _mm512_maskz_loadu_ps(gm, zeros + (size_t)r * ng + g) : _mm512_setzero_ps();
             __m512 zp = _mm512_fmadd_ps(s, _mm512_set1_ps(-8.0f), z);
-#pragma GCC unroll 2
+QUNROLL(2)
             for (int t = 0; t < TT; t++)
                 zc[t] = _mm512_fmadd_ps(zp, _mm512_maskz_loadu_ps(gm, (const float *)(xs + t * l->stride + l->o_cor) + g),
                                         zc[t]);
         }
-#pragma GCC unroll 2
+QUNROLL(2)
         for (int t = 0; t < TT; t++)
             y[t * ldy + r] = _mm512_reduce_add_ps(_mm512_add_ps(acc[r][t], zc[t])) + b;
     }
