@@ -85,7 +85,8 @@ void tb_cpu_qmatmul(tb_pool *p, const float *x, const tb_qweight *w, const float
  *                  with AVX-512 VNNI, else AVX2 vpmaddubsw). Differs from the reference by the
  *                  activations' rounding (see tb_ref_qmatmul_q8).
  * TB_QMM_AUTO: TB_QMM_DQ below TB_CPU_GEMM_MIN_T rows, else TB_QMM_PACKED.
- * TB_QMM_Q8 is never a default: only the tuner picks it. */
+ * TB_QMM_Q8 is never a default: the tuner considers it for i4 weights only
+ * (for i8 it nearly doubles the error: qgemm.c). */
 /* The reference of TB_QMM_Q8: each row of x quantised per block of 32
  * along K (the last block may be shorter): d = amax / 127, q = rint(x *
  * (127 / amax)) (0 when amax is 0), then y = sum over blocks of d * sum_k
