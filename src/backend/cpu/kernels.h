@@ -82,8 +82,9 @@ void tb_cpu_qmatmul(tb_pool *p, const float *x, const tb_qweight *w, const float
  *                  microkernel (prefill; every path);
  *   TB_QMM_Q8      activations quantised to int8 per block of 32 once per
  *                  call, integer dot products (i8 and i4 weights; vpdpbusd
- *                  with AVX-512 VNNI, else AVX2 vpmaddubsw). Differs from the reference by the
- *                  activations' rounding (see tb_ref_qmatmul_q8).
+ *                  with AVX-512 VNNI, else AVX2 vpmaddubsw). Differs from
+ *                  the reference by the activations' rounding (see
+ *                  tb_ref_qmatmul_q8).
  * TB_QMM_AUTO: TB_QMM_DQ below TB_CPU_GEMM_MIN_T rows, else TB_QMM_PACKED.
  * TB_QMM_Q8 is never a default: the tuner considers it for i4 weights only
  * (for i8 it nearly doubles the error: qgemm.c). */
