@@ -51,7 +51,8 @@
 #define QV_INLINE static inline __attribute__((target(QV_TARGET), always_inline))
 
 int tb_cpu_has_avx512vnni(void) {
-    static int v = -1;
+    static int v = -1; /* racing first calls store the same value */
+    if (v < 0) __builtin_cpu_init(); /* in case this runs before the runtime's constructor */
     if (v < 0) v = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bw") &&
                    __builtin_cpu_supports("avx512vl");
     return v;
