@@ -86,7 +86,29 @@ QUNROLL(4)
     int K8 = K & ~7;
     /* prefetch as in qgemm_avx512.c: R * 8 bytes consumed and prefetched per step */
     const char *pf = (const char *)w + qpf_dist;
-    for (int k = 0; k < K8; k += 8) {
+    int k0 = 0;
+    if (dt == TB_FP8_E4M3) {
+        /* 16 codes a step: one widening to 16-bit lanes for two conversions */
+        for (; k0 + 16 <= K8; k0 += 16) {
+            if (R == 4) _mm_prefetch(pf + (size_t)k0 * R, _MM_HINT_T0);
+            __m256 x0[4], x1[4];
+QUNROLL(4)
+            for (int t = 0; t < TT; t++) {
+                x0[t] = _mm256_loadu_ps(x + t * ldx + k0);
+                x1[t] = _mm256_loadu_ps(x + t * ldx + k0 + 8);
+            }
+QUNROLL(4)
+            for (int r = 0; r < R; r++) {
+                __m256i h = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + r * rb + k0)));
+                h = _mm256_and_si256(_mm256_slli_epi16(h, 7), _mm256_set1_epi16((short)0xBF80));
+                __m256 w0 = _mm256_cvtph_ps(_mm256_castsi256_si128(h)), w1 = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+QUNROLL(4)
+                for (int t = 0; t < TT; t++)
+                    acc[r][t] = _mm256_fmadd_ps(w1, x1[t], _mm256_fmadd_ps(w0, x0[t], acc[r][t]));
+            }
+        }
+    }
+    for (int k = k0; k < K8; k += 8) {
         if (R == 4 && (k & 8)) _mm_prefetch(pf + (size_t)k * R - 32, _MM_HINT_T0);
         __m256 xv[4];
 QUNROLL(4)
