@@ -104,6 +104,12 @@ tb_status tb_tune_graph(tb_graph *g, int n_threads, int prefill_tokens, tb_tune_
     return TB_OK;
 }
 
+int tb_tune_qmatmul(tb_pool *p, const tb_qweight *w, int K, int N, int prefill_tokens, const float *x, float *y) {
+    int small = (int)tb_cpu_qmatmul_pick(p, w, 1, K, N, x, y);
+    int large = prefill_tokens >= TB_CPU_GEMM_MIN_T ? (int)tb_cpu_qmatmul_pick(p, w, prefill_tokens, K, N, x, y) : 0;
+    return small | large << 8;
+}
+
 tb_status tb_tune_device(tb_graph *g, const char *device, int max_ctx, tb_tune_report *rep) {
     char kind[16];
     int index;

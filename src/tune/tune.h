@@ -10,6 +10,7 @@
 #ifndef TB_TUNE_H
 #define TB_TUNE_H
 
+#include "backend/cpu/kernels.h"
 #include "ir/ir.h"
 
 typedef struct {
@@ -29,5 +30,14 @@ tb_status tb_tune_graph(tb_graph *g, int n_threads, int prefill_tokens,
  * never times. Does nothing for "cpu" (NULL) or a backend without tactics.
  * max_ctx: the engine's context (the backend sizes its scratch by it). */
 tb_status tb_tune_device(tb_graph *g, const char *device, int max_ctx, tb_tune_report *rep);
+
+/* The CPU bytes of a quantized matmul's tactic word (tune/tactic.h: low
+ * byte timed at 1 token, next byte at prefill_tokens), by
+ * tb_cpu_qmatmul_pick on this machine: another tactic (tb_qmm_tactic) only
+ * where it is more than 7% faster than the default, else 0. w is the node's
+ * weight (codes, scales, zeros), (N, K); x (prefill_tokens, K) and y
+ * (prefill_tokens, N) are the caller's scratch. For the qmatmul op's node
+ * in tb_tune_graph: nd->tactic = (nd->tactic & ~0xffff) | word. */
+int tb_tune_qmatmul(tb_pool *p, const tb_qweight *w, int K, int N, int prefill_tokens, const float *x, float *y);
 
 #endif

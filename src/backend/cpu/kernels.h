@@ -74,6 +74,50 @@ typedef struct {
 void tb_ref_qmatmul(const float *x, const tb_qweight *w, const float *bias, float *y, int T, int K, int N);
 void tb_cpu_qmatmul(tb_pool *p, const float *x, const tb_qweight *w, const float *bias, float *y, int T, int K,
                     int N);
+/* Its tactics (the node's tactic word, tune/tactic.h: low byte for steps
+ * below TB_CPU_GEMM_MIN_T, next byte for larger ones; 0 = TB_QMM_AUTO):
+ *   TB_QMM_DQ      register tiles of 4 weight rows x up to 4 tokens, codes
+ *                  widened to f32 in registers (every path);
+ *   TB_QMM_PACKED  dequantised f32 panels of W and an outer-product
+ *                  microkernel (prefill; every path);
+ *   TB_QMM_Q8      activations quantised to int8 per block of 32 once per
+ *                  call, integer dot products (i8 and i4 weights; vpdpbusd
+ *                  with AVX-512 VNNI, else AVX2 vpmaddubsw). Differs from
+ *                  the reference by the activations' rounding (see
+ *                  tb_ref_qmatmul_q8).
+ * TB_QMM_AUTO: TB_QMM_DQ below TB_CPU_GEMM_MIN_T rows, else TB_QMM_PACKED.
+ * TB_QMM_Q8 is never a default: the tuner considers it for i4 weights only
+ * (for i8 it nearly doubles the error: qgemm.c). */
+/* The reference of TB_QMM_Q8: each row of x quantised per block of 32
+ * along K (the last block may be shorter): d = amax / 127, q = rint(x *
+ * (127 / amax)) (0 when amax is 0), then y = sum over blocks of d * sum_k
+ * q[k] * dq(w)[n,k] (i8 and i4 weights; the i4 zero enters as zero * d *
+ * sum q). Exact integer sums within a block, f32 across blocks. */
+void tb_ref_qmatmul_q8(const float *x, const tb_qweight *w, const float *bias, float *y, int T, int K, int N);
+typedef enum { TB_QMM_AUTO = 0, TB_QMM_DQ = 1, TB_QMM_PACKED = 2, TB_QMM_Q8 = 3 } tb_qmm_tactic;
+int tb_cpu_qmatmul_tactic_available(tb_qmm_tactic t, const tb_qweight *w);
+void tb_cpu_qmatmul_tactic(tb_pool *p, tb_qmm_tactic t, const float *x, const tb_qweight *w, const float *bias,
+                           float *y, int T, int K, int N);
+/* The tactic for steps of T rows of this weight, timed here (alternating
+ * the candidates, median of each; TB_QMM_AUTO when only one applies);
+ * x (T, K) and y (T, N) are the caller's scratch. The tuner stores it in
+ * the node's tactic word. */
+tb_qmm_tactic tb_cpu_qmatmul_pick(tb_pool *p, const tb_qweight *w, int T, int K, int N, const float *x, float *y);
+/* The per-path single-threaded pieces (qgemm_avx2.c, qgemm_avx512.c):
+ * y[0:T, n0:n1] (rows of y N apart) with tactic t (never AUTO). */
+void tb_cpu_qmm_avx512(const float *x, const tb_qweight *w, const float *bias, float *y, int T, int K, int N, int n0,
+                       int n1, int t);
+void tb_cpu_qmm_avx2(const float *x, const tb_qweight *w, const float *bias, float *y, int T, int K, int N, int n0,
+                     int n1, int t);
+/* TB_QMM_Q8 on AVX-512 VNNI (qgemm_vnni.c), i8 and i4 weights, any T;
+ * tb_cpu_has_avx512vnni: whether this CPU runs it. */
+void tb_cpu_qmm_vnni(const float *x, const tb_qweight *w, const float *bias, float *y, int T, int K, int N, int n0,
+                     int n1);
+int tb_cpu_has_avx512vnni(void);
+/* Per-thread scratch of the quantized kernels (reordered or quantised
+ * activations): at least `bytes`, 64-byte aligned, kept for the thread's
+ * later calls and freed at its exit; grows only when a call needs more. */
+void *tb_cpu_qscratch(size_t bytes);
 
 /* ---- silu-gated MLP activation: y[t,i] = silu(g[t,i]) * u[t,i], where
  * gu (T, 2F) holds [gate | up] side by side in each row; y (T, F). */
