@@ -985,24 +985,17 @@ AVX2_INLINE void attn_head_dt(const tb_attn_args *a, const float *q, int t, int 
  * chunk that runs past the end of a cache block repeats its last row; the
  * extra lanes land in positions a later chunk overwrites, or in the padding
  * past ctx. */
-AVX2_INLINE void attn_scores(const tb_attn_args *a, const float *const *q, int NG, const size_t *koff,
-                             const int *kvh, int ctx, const int32_t *bt, float *scores, size_t ss, tb_dtype dt) {
-    int hd = a->hd, bs = a->block_size, quant = tb_kv_quantized(dt);
+AVX2_INLINE void attn_scores(const tb_attn_args *a, const float *const *q, int NG, const size_t *koff, int ctx,
+                             const int32_t *bt, float *scores, size_t ss, tb_dtype dt) {
+    int hd = a->hd, bs = a->block_size;
     size_t esz = tb_kv_elem_bytes(dt), rb = (size_t)a->n_kv * hd * esz; /* bytes per cache row */
-    size_t blkb = tb_kv_block_bytes(dt, bs, a->n_kv, hd), cb = tb_kv_codes_bytes(dt, bs, a->n_kv, hd);
-    const __m256 scale = _mm256_set1_ps(a->scale * kv_scale_mul(dt));
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    size_t blkb = tb_kv_block_bytes(dt, bs, a->n_kv, hd);
+    const __m256 scale = _mm256_set1_ps(a->scale); /* int8 / fp8 row scales: attn_row_scales */
     for (int j0 = 0, b = 0; j0 < ctx; j0 += bs, b++) {
         int n = ctx - j0 < bs ? ctx - j0 : bs;
         const uint8_t *kb = (const uint8_t *)a->k_cache + (size_t)bt[b] * blkb;
-        const float *ksc = (const float *)(kb + cb); /* (bs, n_kv) scales of a quantized block */
         for (int r = 0; r < n; r += 8) {
             const uint8_t *kr[8];
-            /* rows of the chunk (clamped to the block's last), times n_kv:
-             * the scales' offsets without the kv head */
-            __m256i srow = _mm256_mullo_epi32(
-                _mm256_min_epi32(_mm256_add_epi32(_mm256_set1_epi32(r), lane), _mm256_set1_epi32(n - 1)),
-                _mm256_set1_epi32(a->n_kv));
             if (r + 8 <= n) {
                 const uint8_t *k0 = kb + (size_t)r * rb;
 #pragma GCC unroll 8
@@ -1029,10 +1022,7 @@ AVX2_INLINE void attn_scores(const tb_attn_args *a, const float *const *q, int N
                             p[i] = _mm256_fmadd_ps(qv, kv8(kr[i] + koff[g], (size_t)d, dt), p[i]);
                     }
                 }
-                __m256 sv = _mm256_mul_ps(hsum8x8(p), scale);
-                if (quant)
-                    sv = _mm256_mul_ps(sv, _mm256_i32gather_ps(ksc, _mm256_add_epi32(srow, _mm256_set1_epi32(kvh[g])), 4));
-                _mm256_storeu_ps(scores + g * ss + j0 + r, sv);
+                _mm256_storeu_ps(scores + g * ss + j0 + r, _mm256_mul_ps(hsum8x8(p), scale));
             }
         }
     }
@@ -1145,6 +1135,25 @@ AVX2_INLINE void attn_pv64(const tb_attn_args *a, int NG, const size_t *koff, in
     }
 }
 
+/* scores[g * ss + j] *= the scale of row j of row g's kv head in `cache`
+ * (int8 / fp8), for j < row g's context: once per position, where applying
+ * it in attn_scores took a gather per 8 positions and head. */
+AVX2_INLINE void attn_row_scales(const tb_attn_args *a, const tb_attn_item *it, int NG, const int32_t *bt,
+                                 const void *cache, float *scores, size_t ss, tb_dtype dt) {
+    int bs = a->block_size;
+    size_t blkb = tb_kv_block_bytes(dt, bs, a->n_kv, a->hd), cb = tb_kv_codes_bytes(dt, bs, a->n_kv, a->hd);
+    float mul = kv_scale_mul(dt);
+    for (int g = 0; g < NG; g++) {
+        int c = a->pos[it->t[g]] + 1;
+        float *pg = scores + g * ss;
+        for (int j0 = 0, b = 0; j0 < c; j0 += bs, b++) {
+            const float *sc = (const float *)((const uint8_t *)cache + (size_t)bt[b] * blkb + cb) + it->kvh[g];
+            int n = c - j0 < bs ? c - j0 : bs;
+            for (int r = 0; r < n; r++) pg[j0 + r] *= sc[(size_t)r * a->n_kv] * mul;
+        }
+    }
+}
+
 /* hd % 8 == 0. */
 AVX2_INLINE void attn_rows_fast(const tb_attn_args *a, const tb_attn_item *it, int NG, int NS, float *scores,
                                 tb_dtype dt) {
@@ -1160,27 +1169,15 @@ AVX2_INLINE void attn_rows_fast(const tb_attn_args *a, const tb_attn_item *it, i
         ctx = c > ctx ? c : ctx;
     }
     size_t ss = (size_t)(ctx + 15) & ~(size_t)7; /* >= ctx + 8 */
-    attn_scores(a, it->q, NG, koff, it->kvh, ctx, bt, scores, ss, dt);
+    attn_scores(a, it->q, NG, koff, ctx, bt, scores, ss, dt);
+    if (tb_kv_quantized(dt)) attn_row_scales(a, it, NG, bt, a->k_cache, scores, ss, dt); /* K rows' scales */
 #pragma GCC unroll 8
     for (int g = 0; g < NG; g++) {
         int c = a->pos[it->t[g]] + 1;
         sums[g] = softmax_unnorm(scores + g * ss, c);
         for (int j = c; j < ctx; j++) scores[g * ss + j] = 0.0f; /* causal: later positions */
     }
-    if (tb_kv_quantized(dt)) { /* each weight times its V row's scale */
-        int bs = a->block_size;
-        size_t blkb = tb_kv_block_bytes(dt, bs, a->n_kv, a->hd), cb = tb_kv_codes_bytes(dt, bs, a->n_kv, a->hd);
-        float mul = kv_scale_mul(dt);
-        for (int g = 0; g < NG; g++) {
-            int c = a->pos[it->t[g]] + 1;
-            float *pg = scores + g * ss;
-            for (int j0 = 0, b = 0; j0 < c; j0 += bs, b++) {
-                const float *vs = (const float *)((const uint8_t *)a->v_cache + (size_t)bt[b] * blkb + cb) + it->kvh[g];
-                int n = c - j0 < bs ? c - j0 : bs;
-                for (int r = 0; r < n; r++) pg[j0 + r] *= vs[(size_t)r * a->n_kv] * mul;
-            }
-        }
-    }
+    if (tb_kv_quantized(dt)) attn_row_scales(a, it, NG, bt, a->v_cache, scores, ss, dt); /* V rows' */
     int distinct = a->hd % 64 == 0;
 #pragma GCC unroll 8
     for (int g = 1; g < NG; g++) distinct &= koff[g] != koff[g - 1];
