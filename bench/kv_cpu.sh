@@ -30,7 +30,7 @@ CK=$OUT/llama134m_f32
 [ -f "$CK/model.safetensors" ] ||
   /usr/bin/python3 "$ROOT/tests/gen_checkpoints.py" --preset llama134m --dtype f32 --out "$CK" >/dev/null
 E=$OUT/llama134m_$WDT.engine
-[ -f "$E" ] || "$TB" build "$CK" --tokenizer "$SHARED/models/llama2_tokenizer.bin" --dtype "$WDT" -o "$E" >/dev/null
+[ -f "$E" ] || "$TB" build "$CK" --tokenizer "$SHARED/models/llama2_tokenizer.bin" --dtype "$WDT" -o "$E" >/dev/null 2>&1
 
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), $(nproc) cores; $(date -u +%Y-%m-%dT%H:%MZ)"
 echo "134M Llama, $WDT weights, batch 1, $INPUT_LEN prompt tokens then $OUTPUT_LEN decode steps, $THREADS threads"
