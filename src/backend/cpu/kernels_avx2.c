@@ -902,6 +902,15 @@ static inline float kv1(const void *base, size_t i, tb_dtype dt) {
 /* What a stored scale is multiplied by to scale kv8's values. */
 static inline float kv_scale_mul(tb_dtype dt) { return dt == TB_FP8_E4M3 ? 256.0f : 1.0f; }
 
+/* Prefetches bytes [lo, hi) of each of the n rows (rb bytes apart) of a
+ * block: int8 / fp8 rows are short (hd bytes a head), so the rows of a
+ * work item's heads are a few lines strided by a whole cache row, which the
+ * hardware prefetchers follow poorly. */
+AVX2_INLINE void kv_prefetch_block(const uint8_t *blk, size_t rb, int n, size_t lo, size_t hi) {
+    for (int r = 0; r < n; r++)
+        for (size_t o = lo & ~(size_t)63; o < hi; o += 64) _mm_prefetch((const char *)(blk + (size_t)r * rb + o), _MM_HINT_T0);
+}
+
 AVX2_INLINE float dot_kv(const float *q, const void *k, tb_dtype dt, int hd) {
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
     int d = 0;
@@ -994,6 +1003,9 @@ AVX2_INLINE void attn_scores(const tb_attn_args *a, const float *const *q, int N
     for (int j0 = 0, b = 0; j0 < ctx; j0 += bs, b++) {
         int n = ctx - j0 < bs ? ctx - j0 : bs;
         const uint8_t *kb = (const uint8_t *)a->k_cache + (size_t)bt[b] * blkb;
+        if (tb_kv_quantized(dt) && j0 + bs < ctx) /* the next block's rows of these heads */
+            kv_prefetch_block((const uint8_t *)a->k_cache + (size_t)bt[b + 1] * blkb, rb, bs, koff[0],
+                              koff[NG - 1] + (size_t)hd * esz);
         for (int r = 0; r < n; r += 8) {
             const uint8_t *kr[8];
             if (r + 8 <= n) {
@@ -1122,6 +1134,9 @@ AVX2_INLINE void attn_pv64(const tb_attn_args *a, int NG, const size_t *koff, in
             for (int j0 = 0, b = 0; j0 < ctx; j0 += bs, b++) {
                 int n = ctx - j0 < bs ? ctx - j0 : bs;
                 const uint8_t *vr = (const uint8_t *)a->v_cache + (size_t)bt[b] * blkb + koff[g] + (size_t)d * esz;
+                if (tb_kv_quantized(dt) && j0 + bs < ctx)
+                    kv_prefetch_block((const uint8_t *)a->v_cache + (size_t)bt[b + 1] * blkb, rb, bs, koff[g] + (size_t)d * esz,
+                                      koff[g] + (size_t)(d + 64) * esz);
                 for (int r = 0; r < n; r++, vr += rb) {
                     __m256 pv = _mm256_broadcast_ss(pg + j0 + r);
 #pragma GCC unroll 8
