@@ -6,7 +6,10 @@
  *      takes the largest code, every element within half a step of its code
  *      (int8: scale / 2; e4m3: 2^-4 of its magnitude, or 2^-10 * scale in
  *      the subnormal range), a row of zeros gives scale 0 and codes 0;
- *   2. the fp8 table of the scalar path against core's exact conversion;
+ *   2. tb_cpu_kv_quantize (what the fast paths store) against the reference
+ *      byte for byte, over rows of wide range and every f32 on a fine grid of
+ *      e4m3's range; the fp8 table of the scalar path against e4m3's
+ *      definition;
  *   3. tb_cpu_attention (every SIMD path this CPU runs, 1 and 2 threads)
  *      against tb_ref_attention for both dtypes over odd shapes: GQA groups
  *      1..12, hd 5/8/32/36/64/128, block sizes 1/5/8/16/32, decode, prefill
@@ -99,6 +102,39 @@ static void test_quantize(void) {
                 if (rep == 1) { memset(x, 0, sizeof x); x[hd / 2] = -3.5f; }
                 test_quantize_row(x, hd, dts[di]);
             }
+    /* the fast quantiser stores the reference's bytes: rows spanning 2^-40
+     * to 2^10 within themselves (e4m3 subnormals, underflow to 0, ties),
+     * signed zeros and NaN-free values */
+    for (int di = 0; di < 2; di++)
+        for (int rep = 0; rep < 2000; rep++) {
+            int hd = hds[rep % 5];
+            for (int d = 0; d < hd; d++) x[d] = frand() * ldexpf(1.0f, (int)((frand() + 1.0f) * 25.0f) - 40);
+            if (rep % 7 == 0) x[0] = -0.0f;
+            if (rep % 11 == 0) x[hd - 1] = x[0] * 448.0f / 3.0f; /* a tie-prone ratio */
+            uint8_t cr[128], cf[128];
+            float sr, sf;
+            tb_ref_kv_quantize(x, hd, dts[di], cr, &sr);
+            tb_cpu_kv_quantize(x, hd, dts[di], cf, &sf);
+            CHECK_MSG(sr == sf && !memcmp(cr, cf, (size_t)hd), "%s: tb_cpu_kv_quantize differs from the reference "
+                      "(row %d)", tb_dtype_name(dts[di]), rep);
+        }
+    /* every f32 in e4m3's range on a grid of 2^-12 of each binade, through a
+     * row whose absmax makes the scale 1 */
+    {
+        float row[2];
+        int bad = 0;
+        for (int e = -12; e <= 8 && !bad; e++)
+            for (int m = 0; m < 4096 && !bad; m++) {
+                row[0] = 448.0f;
+                row[1] = ldexpf(1.0f + (float)m / 4096.0f, e) * (m & 1 ? -1.0f : 1.0f);
+                uint8_t cr[2], cf[2];
+                float sr, sf;
+                tb_ref_kv_quantize(row, 2, TB_FP8_E4M3, cr, &sr);
+                tb_cpu_kv_quantize(row, 2, TB_FP8_E4M3, cf, &sf);
+                bad = memcmp(cr, cf, 2) != 0;
+                CHECK_MSG(!bad, "fp8 code of %.9g: reference 0x%02x, fast 0x%02x", row[1], cr[1], cf[1]);
+            }
+    }
     const float *lut = tb_cpu_fp8_table();
     int same = 1;
     for (int b = 0; b < 256; b++) {

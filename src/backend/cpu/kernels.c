@@ -482,9 +482,56 @@ static uint8_t *kv_row(const tb_attn_args *a, void *cache, int t, float **scales
     return b + (size_t)r * a->n_kv * a->hd * tb_kv_elem_bytes(a->kv_dtype);
 }
 
-/* Quantised rows go through the reference quantiser: a decode step writes
- * n_kv rows per layer, a small part of the step next to reading the whole
- * context, and one function keeps the stored bytes the same on every path. */
+/* ---- KV row quantiser (kernels.h tb_cpu_kv_quantize): the same bytes as
+ * tb_ref_kv_quantize without a libm call per element. Rounding to nearest
+ * even by adding and subtracting 1.5 * 2^23 (exact for |v| < 2^22, and this
+ * file is not built with -ffast-math); e4m3 by rounding the f32 bits to 3
+ * mantissa bits (round half to even through the carry), saturated at 448. */
+static inline float rne_f32(float v) {
+    /* 1.5 * 2^23; this file is built for baseline x86-64, so no FMA can fuse
+     * the caller's scaling into the addition (test_kv_quant compares bytes) */
+    const float big = 12582912.0f;
+    return (v + big) - big;
+}
+
+static inline uint8_t fp8_encode(float v) {
+    uint32_t b;
+    memcpy(&b, &v, 4);
+    uint8_t sign = (uint8_t)((b >> 24) & 0x80);
+    uint32_t a = b & 0x7fffffffu;
+    if (a > 0x7f800000u) return sign | 0x7f; /* NaN */
+    if (a < 0x3c800000u) {                   /* below 2^-6: e4m3's subnormal steps of 2^-9 */
+        float f;
+        memcpy(&f, &a, 4);
+        return sign | (uint8_t)rne_f32(f * 512.0f); /* 8 is the smallest normal: same bits */
+    }
+    uint32_t r = (a + 0x7ffffu + ((a >> 20) & 1u)) >> 20; /* exponent and 3 mantissa bits, rounded */
+    uint32_t code = r - ((127u - 7u) << 3);
+    return sign | (uint8_t)(code > 0x7eu ? 0x7eu : code);
+}
+
+void tb_cpu_kv_quantize(const float *x, int hd, tb_dtype dt, void *codes, float *scale) {
+    float amax = 0.0f, qmax = tb_kv_code_max(dt);
+    for (int d = 0; d < hd; d++) {
+        float m = fabsf(x[d]);
+        amax = m > amax ? m : amax;
+    }
+    *scale = amax / qmax;
+    float inv = amax > 0.0f ? qmax / amax : 0.0f;
+    if (dt == TB_I8) {
+        int8_t *c = codes;
+        for (int d = 0; d < hd; d++) {
+            float r = rne_f32(x[d] * inv);
+            c[d] = (int8_t)(r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r);
+        }
+    } else {
+        uint8_t *c = codes;
+        for (int d = 0; d < hd; d++) c[d] = fp8_encode(x[d] * inv);
+    }
+}
+
+/* A decode step writes n_kv rows per layer; a prefill a row per token and
+ * kv head. */
 static void attn_write_run(void *arg, int ith, int nth) {
     attn_job *j = arg;
     const tb_attn_args *a = j->a;
@@ -498,8 +545,8 @@ static void attn_write_run(void *arg, int ith, int nth) {
             int8_t *kr = (int8_t *)kv_row(a, a->k_cache, t, &ks), *vr = (int8_t *)kv_row(a, a->v_cache, t, &vs);
             for (int h = 0; h < a->n_kv; h++) {
                 size_t o = (size_t)h * a->hd;
-                tb_ref_kv_quantize(row + o, a->hd, a->kv_dtype, kr + o, ks + h);
-                tb_ref_kv_quantize(row + kvd + o, a->hd, a->kv_dtype, vr + o, vs + h);
+                tb_cpu_kv_quantize(row + o, a->hd, a->kv_dtype, kr + o, ks + h);
+                tb_cpu_kv_quantize(row + kvd + o, a->hd, a->kv_dtype, vr + o, vs + h);
             }
             continue;
         }
@@ -540,6 +587,10 @@ static int attn_heads_per_run(const tb_attn_args *a, int nth) {
     for (int t = 1; t < a->T && decode; t++) decode = a->seq[t] != a->seq[t - 1];
     int kv_bytes = a->hd * (int)tb_dtype_size(a->kv_dtype), run = decode ? ATTN_DECODE_RUN_BYTES : 64;
     int nk = kv_bytes >= run ? 1 : run / kv_bytes;
+    /* int8 / fp8 prefill: one kv head per run, so that a block holds more
+     * tokens and each widened K and V row serves more q rows (widening, not
+     * the line fetched, is their cost) */
+    if (!decode && tb_kv_quantized(a->kv_dtype)) nk = 1;
     if (nk > TB_ATTN_GROUP_MAX / group) nk = TB_ATTN_GROUP_MAX / group;
     if (nk > a->n_kv) nk = a->n_kv;
     if (decode) { /* runs of equal size (f16 at 134M: 6 + 6 heads, not 8 + 4) */

@@ -104,7 +104,7 @@ void tb_cpu_rope(tb_pool *p, float *x, int row_stride, const int32_t *pos,
  *
  * The kernel first writes k and v of every token into the cache at
  * (seq[t], pos[t]) (int8 / fp8: quantised per kv head as
- * tb_ref_kv_quantize does, so that every path stores the same bytes), then for every token t and head h computes
+ * tb_ref_kv_quantize does, by tb_cpu_kv_quantize on every fast path), then for every token t and head h computes
  *   out[t, h*hd:(h+1)*hd] = softmax_j(scale * q_h . k_j) v_j
  * over positions j = 0 .. pos[t] of seq[t] (causal; positions written by this
  * same step included), with kv head h / (n_heads / n_kv).
@@ -127,6 +127,8 @@ typedef struct {
  * rounded to nearest even (int8 clamped to +-127; e4m3 by core's exact
  * conversion). All zeros: scale 0, codes 0. */
 void tb_ref_kv_quantize(const float *x, int hd, tb_dtype dt, void *codes, float *scale);
+/* The same bytes, faster (what tb_cpu_attention writes with). */
+void tb_cpu_kv_quantize(const float *x, int hd, tb_dtype dt, void *codes, float *scale);
 /* The f32 value of each fp8 e4m3 byte (core's exact conversion; NaN for
  * 0x7f and 0xff), filled on first use. */
 const float *tb_cpu_fp8_table(void);

@@ -1040,6 +1040,76 @@ AVX2_INLINE void attn_scores(const tb_attn_args *a, const float *const *q, int N
     }
 }
 
+/* attn_scores and attn_pv for int8 / fp8 rows that share kv heads (GQA
+ * groups, several tokens of a prefill): each K row chunk and V row slice is
+ * widened once per distinct kv head (nu of them at offsets ukoff; row g
+ * reads head ug[g]), not once per row. hd % 8 == 0, hd <= ATTN_SHARED_MAX_HD. */
+#define ATTN_SHARED_MAX_HD 128
+AVX2_INLINE void attn_scores_shared(const tb_attn_args *a, const float *const *q, int NG, const size_t *ukoff, int nu,
+                                    const int *ug, int ctx, const int32_t *bt, float *scores, size_t ss,
+                                    tb_dtype dt) {
+    int hd = a->hd, bs = a->block_size;
+    size_t esz = tb_kv_elem_bytes(dt), rb = (size_t)a->n_kv * hd * esz;
+    size_t blkb = tb_kv_block_bytes(dt, bs, a->n_kv, hd);
+    const __m256 scale = _mm256_set1_ps(a->scale);
+    /* (nu, 8 positions, hd) widened K rows of one chunk */
+    float kbuf[TB_ATTN_GROUP_MAX * 8 * ATTN_SHARED_MAX_HD] __attribute__((aligned(32)));
+    for (int j0 = 0, b = 0; j0 < ctx; j0 += bs, b++) {
+        int n = ctx - j0 < bs ? ctx - j0 : bs;
+        const uint8_t *kb = (const uint8_t *)a->k_cache + (size_t)bt[b] * blkb;
+        if (j0 + bs < ctx)
+            kv_prefetch_block((const uint8_t *)a->k_cache + (size_t)bt[b + 1] * blkb, rb, bs, ukoff[0],
+                              ukoff[nu - 1] + (size_t)hd * esz);
+        for (int r = 0; r < n; r += 8) {
+            for (int u = 0; u < nu; u++)
+                for (int i = 0; i < 8; i++) {
+                    const uint8_t *kr = kb + (size_t)(r + i < n ? r + i : n - 1) * rb + ukoff[u];
+                    float *dst = kbuf + ((size_t)u * 8 + (size_t)i) * hd;
+                    for (int d = 0; d < hd; d += 8) _mm256_store_ps(dst + d, kv8(kr, (size_t)d, dt));
+                }
+#pragma GCC unroll 8
+            for (int g = 0; g < NG; g++) {
+                const float *qg = q[g], *ku = kbuf + (size_t)ug[g] * 8 * hd;
+                __m256 p[8];
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++) p[i] = _mm256_setzero_ps();
+                for (int d = 0; d < hd; d += 8) {
+                    __m256 qv = _mm256_loadu_ps(qg + d);
+#pragma GCC unroll 8
+                    for (int i = 0; i < 8; i++) p[i] = _mm256_fmadd_ps(qv, _mm256_load_ps(ku + (size_t)i * hd + d), p[i]);
+                }
+                _mm256_storeu_ps(scores + g * ss + j0 + r, _mm256_mul_ps(hsum8x8(p), scale));
+            }
+        }
+    }
+}
+
+AVX2_INLINE void attn_pv_shared(const tb_attn_args *a, int NG, const size_t *ukoff, int nu, const int *ug, int ctx,
+                                const int32_t *bt, const float *p, size_t ss, const float *sums, float *const *out,
+                                tb_dtype dt) {
+    int hd = a->hd, bs = a->block_size;
+    size_t esz = tb_kv_elem_bytes(dt), rb = (size_t)a->n_kv * hd * esz, blkb = tb_kv_block_bytes(dt, bs, a->n_kv, hd);
+    for (int d = 0; d < hd; d += 8) {
+        __m256 acc[TB_ATTN_GROUP_MAX], v[TB_ATTN_GROUP_MAX];
+#pragma GCC unroll 8
+        for (int g = 0; g < NG; g++) acc[g] = _mm256_setzero_ps();
+        for (int j0 = 0, b = 0; j0 < ctx; j0 += bs, b++) {
+            int n = ctx - j0 < bs ? ctx - j0 : bs;
+            const uint8_t *vb = (const uint8_t *)a->v_cache + (size_t)bt[b] * blkb + (size_t)d * esz;
+            const float *pj = p + j0;
+            for (int r = 0; r < n; r++) {
+                const uint8_t *vr = vb + (size_t)r * rb;
+                for (int u = 0; u < nu; u++) v[u] = kv8(vr + ukoff[u], 0, dt);
+#pragma GCC unroll 8
+                for (int g = 0; g < NG; g++)
+                    acc[g] = _mm256_fmadd_ps(_mm256_broadcast_ss(pj + g * ss + r), v[ug[g]], acc[g]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int g = 0; g < NG; g++) _mm256_storeu_ps(out[g] + d, _mm256_mul_ps(acc[g], _mm256_set1_ps(1.0f / sums[g])));
+    }
+}
+
 /* s[0:n) = exp(s - max s); returns the sum. */
 AVX2_INLINE float softmax_unnorm(float *s, int n) {
     __m256 vm = _mm256_set1_ps(-INFINITY);
@@ -1184,7 +1254,27 @@ AVX2_INLINE void attn_rows_fast(const tb_attn_args *a, const tb_attn_item *it, i
         ctx = c > ctx ? c : ctx;
     }
     size_t ss = (size_t)(ctx + 15) & ~(size_t)7; /* >= ctx + 8 */
-    attn_scores(a, it->q, NG, koff, ctx, bt, scores, ss, dt);
+    /* int8 / fp8 rows that share kv heads: widen each row once (attn_*_shared) */
+    size_t ukoff[TB_ATTN_GROUP_MAX];
+    int ug[TB_ATTN_GROUP_MAX], nu = 0;
+    if (tb_kv_quantized(dt) && a->hd <= ATTN_SHARED_MAX_HD)
+        for (int g = 0; g < NG; g++) {
+            int u = 0;
+            while (u < nu && ukoff[u] != koff[g]) u++;
+            if (u == nu) ukoff[nu++] = koff[g];
+            ug[g] = u;
+        }
+    int shared = nu > 0 && nu < NG;
+    if (shared) { /* ukoff ascending, for the prefetch's range */
+        for (int i = 1; i < nu; i++)
+            for (int k = i; k > 0 && ukoff[k - 1] > ukoff[k]; k--) {
+                size_t t = ukoff[k]; ukoff[k] = ukoff[k - 1]; ukoff[k - 1] = t;
+                for (int g = 0; g < NG; g++) ug[g] = ug[g] == k ? k - 1 : ug[g] == k - 1 ? k : ug[g];
+            }
+        attn_scores_shared(a, it->q, NG, ukoff, nu, ug, ctx, bt, scores, ss, dt);
+    } else {
+        attn_scores(a, it->q, NG, koff, ctx, bt, scores, ss, dt);
+    }
     if (tb_kv_quantized(dt)) attn_row_scales(a, it, NG, bt, a->k_cache, scores, ss, dt); /* K rows' scales */
 #pragma GCC unroll 8
     for (int g = 0; g < NG; g++) {
@@ -1196,7 +1286,8 @@ AVX2_INLINE void attn_rows_fast(const tb_attn_args *a, const tb_attn_item *it, i
     int distinct = a->hd % 64 == 0;
 #pragma GCC unroll 8
     for (int g = 1; g < NG; g++) distinct &= koff[g] != koff[g - 1];
-    if (distinct) attn_pv64(a, NG, koff, ctx, bt, scores, ss, sums, it->out, dt);
+    if (shared) attn_pv_shared(a, NG, ukoff, nu, ug, ctx, bt, scores, ss, sums, it->out, dt);
+    else if (distinct) attn_pv64(a, NG, koff, ctx, bt, scores, ss, sums, it->out, dt);
     else attn_pv(a, NG, NS, koff, ctx, bt, scores, ss, sums, it->out, dt);
 }
 
