@@ -7,9 +7,11 @@
  * the dtype's block size allows: int8 and fp8 blocks of stories260K (hd 8)
  * are 8 bytes of codes and a 4-byte f32 scale per token and kv head, so
  * 1 MiB holds 4/3 the blocks of f16 and 8/3 those of f32 (hd 64: 128/68).
+ * Where a GPU is present, the CUDA backend refuses int8 and fp8 caches.
  */
 #include <stdio.h>
 
+#include "backend/backend.h"
 #include "core/kv_layout.h"
 #include "turbine/turbine.h"
 #include "tb_test.h"
@@ -100,6 +102,31 @@ int main(void) {
             continue;
         }
         check_engine(engine, dts[i]);
+    }
+    /* on a machine with a GPU: the CUDA backend refuses int8 and fp8 caches
+     * when the context is created, with TB_ERR_UNSUPPORTED and a message
+     * naming the dtype; f16 still works */
+    uint64_t total = 0, avail = 0;
+    if (tb_backend_memory("cuda", &total, &avail) == TB_OK) {
+        tb_build_options bo;
+        tb_build_options_default(&bo);
+        bo.tokenizer_path = tok;
+        bo.weight_dtype = TB_F16;
+        bo.device = "cuda";
+        snprintf(engine, sizeof engine, "%s/context_kv_cuda.engine", tmp);
+        tb_engine *e = NULL;
+        if (tb_build(model, engine, &bo, NULL) == TB_OK && (e = tb_test_load_engine(engine))) {
+            tb_status st;
+            CHECK(kv_of(e, "f16", &st) == TB_F16);
+            CHECK_MSG(kv_of(e, "int8", &st) == -1 && st == TB_ERR_UNSUPPORTED && strstr(tb_last_error(), "int8"),
+                      "cuda with an int8 cache: %d, '%s'", (int)st, tb_last_error());
+            CHECK(kv_of(e, "fp8", &st) == -1 && st == TB_ERR_UNSUPPORTED);
+            tb_engine_free(e);
+        } else {
+            CHECK_MSG(0, "build for cuda: %s", tb_last_error());
+        }
+    } else {
+        printf("no CUDA device: the cuda backend's refusal of int8/fp8 caches is not checked here\n");
     }
     return tb_test_finish("test_context_kv");
 }
