@@ -7,16 +7,18 @@
  * >= 256 MiB, so they come from DRAM as in a real decode step, not from L3.
  * GEMM (T = 512, prefill) is reported as GFLOP/s, own kernels vs OpenBLAS.
  *
- * Five more modes: `gemvx` (GEMV variants, below; KB_HUGE=1 backs the
+ * Six more modes: `gemvx` (GEMV variants, below; KB_HUGE=1 backs the
  * weights with transparent huge pages), `small` (stories260K's decode
  * matmuls), `attn` (stories260K's decode attention), `attn8` (the 134M
- * model's batch-8 decode attention from DRAM) and `batch` (the 134M model's
- * decode matmuls at T = 1 and T = 8, below).
+ * model's batch-8 decode attention from DRAM), `attnkv` (the 134M model's
+ * decode attention at context 1024 for each KV dtype, f32 to int8/fp8) and
+ * `batch` (the 134M model's decode matmuls at T = 1 and T = 8, below).
  *
  * usage: kernels_bench [seconds per measurement, default 0.3]
- *                      [gemv|gemm|gemvx|small|attn|attn8|batch]
+ *                      [gemv|gemm|gemvx|small|attn|attn8|attnkv|batch]
  */
 #include "backend/cpu/kernels.h"
+#include "core/kv_layout.h"
 
 #include <math.h>
 #include <sys/mman.h>
@@ -324,6 +326,84 @@ static void attn8_model(double secs) {
     tb_free_aligned(scratch); tb_free_aligned(flush);
 }
 
+/* Decode attention of the 134M Llama (12 layers, 12 heads = kv heads, hd
+ * 64, blocks of 16) for `batch` sequences at context 1024, 2 threads, per KV
+ * dtype: ms per step with the cache evicted from L3 before each step (as
+ * the weight stream does in a real one), and the cache bytes read per
+ * second. Rounds take the dtypes in turn so that load on this shared
+ * machine hits each alike (`kernels_bench S attnkv`; KB_BATCH, default 1;
+ * KB_NOFLUSH=1 keeps whatever of the cache stays in L3). */
+static void attnkv_model(void) {
+    enum { L = 12, H = 12, KV = 12, HD = 64, BS = 16, CTX = 1024, MAXB = CTX / BS, ND = 4, N = 15 };
+    int S = getenv("KB_BATCH") ? atoi(getenv("KB_BATCH")) : 1;
+    if (S < 1 || S > 16) S = 1;
+    static const tb_dtype dts[ND] = {TB_F32, TB_F16, TB_I8, TB_FP8_E4M3};
+    uint8_t *kc[ND], *vc[ND];
+    size_t layer_bytes[ND];
+    float *src = xalloc((size_t)BS * KV * HD * 4);
+    for (int d = 0; d < ND; d++) {
+        size_t blkb = tb_kv_block_bytes(dts[d], BS, KV, HD), cb = tb_kv_codes_bytes(dts[d], BS, KV, HD);
+        layer_bytes[d] = blkb * (size_t)S * MAXB;
+        kc[d] = xalloc(L * layer_bytes[d]);
+        vc[d] = xalloc(L * layer_bytes[d]);
+        for (size_t b = 0; b < (size_t)L * S * MAXB; b++) /* every block from the same random rows */
+            for (int c = 0; c < 2; c++) {
+                uint8_t *blk = (c ? vc[d] : kc[d]) + b * blkb;
+                fill_weights(src, TB_F32, (size_t)BS * KV * HD);
+                for (int r = 0; r < BS * KV; r++) {
+                    if (tb_kv_quantized(dts[d]))
+                        tb_ref_kv_quantize(src + (size_t)r * HD, HD, dts[d], blk + (size_t)r * HD, (float *)(blk + cb) + r);
+                    else
+                        tb_convert(src + (size_t)r * HD, TB_F32, blk + (size_t)r * HD * tb_kv_elem_bytes(dts[d]),
+                                   dts[d], HD);
+                }
+            }
+    }
+    size_t qkv_row = (H + 2 * KV) * HD;
+    float *qkv = xalloc((size_t)S * qkv_row * 4), *out = xalloc((size_t)S * H * HD * 4);
+    fill_weights(qkv, TB_F32, (size_t)S * qkv_row);
+    float *scratch = xalloc(tb_attention_scratch_floats(2, CTX) * 4);
+    size_t flush_n = (size_t)64 << 20;
+    uint8_t *flush = xalloc(flush_n);
+    memset(flush, 1, flush_n);
+    int32_t *bt = xalloc(sizeof(int32_t) * (size_t)S * MAXB), seq[16], pos[16];
+    for (int s = 0; s < S; s++) {
+        seq[s] = s;
+        pos[s] = CTX - 1;
+        for (int b = 0; b < MAXB; b++) bt[s * MAXB + b] = b * S + s;
+    }
+    tb_pool *p = NULL;
+    if (tb_pool_create(2, &p) != TB_OK) exit(1);
+    double ms[ND][N];
+    volatile uint32_t sink = 0;
+    int no_flush = getenv("KB_NOFLUSH") && atoi(getenv("KB_NOFLUSH"));
+    for (int it = 0; it < N; it++)
+        for (int d = 0; d < ND; d++) {
+            uint32_t acc = 0;
+            for (size_t i = 0; i < flush_n && !no_flush; i += 64) acc += flush[i];
+            sink += acc;
+            double t0 = tb_now();
+            for (int l = 0; l < L; l++) {
+                tb_attn_args a = {S, H, KV, HD, 0.125f, pos, seq, bt, MAXB, BS,
+                                  kc[d] + l * layer_bytes[d], vc[d] + l * layer_bytes[d], dts[d]};
+                tb_cpu_attention(p, &a, qkv, out, scratch, CTX);
+            }
+            ms[d][it] = (tb_now() - t0) * 1e3;
+        }
+    printf("134M decode attention, batch %d, ctx %d, 2 threads, path %s (median of %d interleaved rounds):\n", S, CTX,
+           tb_cpu_kernel_path(), N);
+    for (int d = 0; d < ND; d++) {
+        qsort(ms[d], N, sizeof(double), cmp_d);
+        double mb = 2.0 * L * S * CTX * tb_kv_bytes_per_token(dts[d], BS, KV, HD, 1) / 2.0 * 1e-6;
+        printf("  %-5s %7.3f ms per step (min %.3f; %6.1f MB of cache, %5.1f GB/s; %.2fx f32)\n",
+               tb_kv_dtype_label(dts[d]), ms[d][N / 2], ms[d][0], mb, mb / ms[d][N / 2], ms[0][N / 2] / ms[d][N / 2]);
+    }
+    tb_pool_free(p);
+    for (int d = 0; d < ND; d++) { tb_free_aligned(kc[d]); tb_free_aligned(vc[d]); }
+    tb_free_aligned(src); tb_free_aligned(qkv); tb_free_aligned(out); tb_free_aligned(scratch);
+    tb_free_aligned(flush); tb_free_aligned(bt);
+}
+
 /* The decode matmuls of the f32 134M Llama (12 layers of qkv 768->2304,
  * o 768->768, gate/up 768->4096, down 2048->768, then the 768->32000 head),
  * in model order over distinct weights (438 MB, from DRAM as in a real
@@ -395,6 +475,10 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(only, "attn8")) {
         attn8_model(secs);
+        return 0;
+    }
+    if (!strcmp(only, "attnkv")) {
+        attnkv_model();
         return 0;
     }
     if (!strcmp(only, "batch")) {

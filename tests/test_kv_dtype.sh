@@ -13,7 +13,7 @@
 #   2. the same with --kv-dtype f16: the logits are not (the premise: the
 #      keys do exceed f16);
 #   3. f32 and f16 engines get f32 and f16 caches, --kv-dtype overrides it;
-#   4. --kv-dtype with another word is refused.
+#   4. --kv-dtype with another word (int4) is refused.
 #
 # Env: TURBINE_SHARED, TURBINE_BIN, TURBINE_SRC, TURBINE_TMP (ctest sets them).
 set -u
@@ -103,10 +103,10 @@ if build bf16; then
         ok "an f16 cache fails the same run (keys past f16's range)"
     fi
     # 4. other words are refused
-    if "$BIN" run "$D/bf16.engine" --prompt-ids 5,6 -n 4 --kv-dtype i8 >"$D/bad.out" 2>"$D/bad.err"; then
-        bad "--kv-dtype i8 was accepted"
+    if "$BIN" run "$D/bf16.engine" --prompt-ids 5,6 -n 4 --kv-dtype int4 >"$D/bad.out" 2>"$D/bad.err"; then
+        bad "--kv-dtype int4 was accepted"
     else
-        ok "--kv-dtype i8 is refused ($(head -n 1 "$D/bad.err"))"
+        ok "--kv-dtype int4 is refused ($(head -n 1 "$D/bad.err"))"
     fi
 fi
 

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
+#include "core/kv_layout.h"
 #include "cli.h"
 #include "plan/engine.h"
 #include "runtime/runtime.h"
@@ -33,7 +34,8 @@ static int usage(const char *fmt, const char *arg) {
     fprintf(stderr, "turbine bench: ");
     fprintf(stderr, fmt, arg);
     fprintf(stderr, "\nusage: turbine bench --engine FILE.engine [--batch 1,8,32] [--input-len N]\n"
-                    "           [--output-len N] [--threads N] [--profile] [--json FILE]\n");
+                    "           [--output-len N] [--threads N] [--kv-dtype auto|f32|f16|bf16|int8|fp8]\n"
+                    "           [--profile] [--json FILE]\n");
     return 2;
 }
 
@@ -128,7 +130,7 @@ int tb_bench_engine_main(int argc, char **argv) {
             json_decref(m);
             if (general) return tb_bench_exec_main(argc, argv);
         }
-    const char *path = NULL, *json_path = NULL, *device = NULL;
+    const char *path = NULL, *json_path = NULL, *device = NULL, *kv_dtype = NULL;
     int batches[MAX_BATCHES], n_batches = 0, in_len = 128, out_len = 128, threads = 0, profile = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -149,6 +151,7 @@ int tb_bench_engine_main(int argc, char **argv) {
         else if (!strcmp(a, "--json")) { if (!v) return usage("%s needs a value", a); json_path = v; i++; }
         else if (!strcmp(a, "--profile")) profile = 1;
         else if (!strcmp(a, "--device")) { if (!v) return usage("%s needs a value", a); device = v; i++; }
+        else if (!strcmp(a, "--kv-dtype")) { if (!v) return usage("%s needs a value", a); kv_dtype = v; i++; }
         else return usage("unknown option for engine mode: '%s'", a);
     }
     if (!path) return usage("%s", "--engine needs FILE.engine");
@@ -214,6 +217,7 @@ int tb_bench_engine_main(int argc, char **argv) {
     co.n_threads = threads;
     co.device = device;
     co.max_seqs = max_b;
+    co.kv_dtype = kv_dtype;
     tb_context *c = NULL;
     if (tb_context_create(e, &co, &c) != TB_OK) {
         fprintf(stderr, "turbine bench: error: %s\n", tb_last_error());
@@ -340,6 +344,7 @@ int tb_bench_engine_main(int argc, char **argv) {
     json_object_set_new(out, "input_len", json_integer(in_len));
     json_object_set_new(out, "output_len", json_integer(out_len));
     json_object_set_new(out, "threads", json_integer(tb_context_threads(c)));
+    json_object_set_new(out, "kv_dtype", json_string(tb_kv_dtype_label(tb_context_kv_dtype(c))));
     json_object_set_new(out, "build", build ? json_incref(build) : json_null());
     json_object_set_new(out, "points", jpts);
     json_t *js = json_array();

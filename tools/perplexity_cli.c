@@ -45,7 +45,7 @@ static const tb_cli_opt ppl_opts[] = {
     {"--threads", "-t", TB_OPT_INT, "N", 1, 256, 0, 0, 0, P(threads), "one per core", "CPU threads"},
     {"--device", NULL, TB_OPT_STR, "cpu|cuda[:N]", 0, 0, 0, 0, 0, P(device), "the engine's backend",
      TB_CLI_HELP_DEVICE},
-    {"--kv-dtype", NULL, TB_OPT_CHOICE, "auto|f32|f16|bf16", 0, 0, 0, 0, 0, P(kv_dtype), "auto",
+    {"--kv-dtype", NULL, TB_OPT_CHOICE, "auto|f32|f16|bf16|int8|fp8", 0, 0, 0, 0, 0, P(kv_dtype), "auto",
      TB_CLI_HELP_KV_DTYPE},
 };
 #undef P

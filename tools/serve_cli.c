@@ -75,7 +75,7 @@ static const tb_cli_opt serve_opts[] = {
      "the engine file's base name", "the model name /v1/models lists and requests must use"},
     {"--device", NULL, TB_OPT_STR, "cpu|cuda[:N]", 0, 0, 0, 0, 0, S(device), "the engine's backend",
      TB_CLI_HELP_DEVICE},
-    {"--kv-dtype", NULL, TB_OPT_CHOICE, "auto|f32|f16|bf16", 0, 0, 0, 0, 0, S(kv_dtype), "auto",
+    {"--kv-dtype", NULL, TB_OPT_CHOICE, "auto|f32|f16|bf16|int8|fp8", 0, 0, 0, 0, 0, S(kv_dtype), "auto",
      TB_CLI_HELP_KV_DTYPE},
     {"--no-prefix-caching", "--no-enable-prefix-caching", TB_OPT_FLAG, NULL, 0, 0, 0, 0, 1, S(no_prefix_cache),
      NULL, "do not reuse the KV cache of a prompt prefix another request computed"},

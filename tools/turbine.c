@@ -17,6 +17,7 @@
 
 #include "cli.h"
 #include "core/core.h"
+#include "core/kv_layout.h"
 #include "plan/engine.h"
 #include "runtime/runtime.h"
 #include "tokenizer/tokenizer.h"
@@ -301,7 +302,7 @@ static const tb_cli_opt run_opts[] = {
     {"--threads", "-t", TB_OPT_INT, "N", 1, 256, 0, 0, 0, R(threads), "one per core", "CPU threads"},
     {"--device", NULL, TB_OPT_STR, "cpu|cuda[:N]", 0, 0, 0, 0, 0, R(device), "the engine's backend",
      TB_CLI_HELP_DEVICE},
-    {"--kv-dtype", NULL, TB_OPT_CHOICE, "auto|f32|f16|bf16", 0, 0, 0, 0, 0, R(kv_dtype), "auto",
+    {"--kv-dtype", NULL, TB_OPT_CHOICE, "auto|f32|f16|bf16|int8|fp8", 0, 0, 0, 0, 0, R(kv_dtype), "auto",
      TB_CLI_HELP_KV_DTYPE},
 };
 #undef R
@@ -465,7 +466,7 @@ static int cmd_run(int argc, char **argv) {
             "gen_tok_s=%.1f threads=%d kv_dtype=%s\n",
             load_ms, n_prompt, t_prompt * 1e3, n_prompt / (t_prompt > 0 ? t_prompt : 1e-9), n_gen, t_gen * 1e3,
             n_gen > 0 ? n_gen / (t_gen > 0 ? t_gen : 1e-9) : 0.0, tb_context_threads(ctx),
-            tb_dtype_name(tb_context_kv_dtype(ctx)));
+            tb_kv_dtype_label(tb_context_kv_dtype(ctx)));
     rc = 0;
 done:
     if (lf && fclose(lf) != 0 && rc == 0) { fprintf(stderr, "turbine: error: cannot write %s\n", logits_out); rc = 1; }

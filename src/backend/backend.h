@@ -99,6 +99,10 @@ typedef struct {
      * launches the recording. Without these calls every run_node runs at once. */
     tb_status (*run_begin)(tb_backend *b, const tb_graph *g, void *const *bufs, const tb_step *st);
     tb_status (*run_end)(tb_backend *b, const tb_graph *g, void *const *bufs, const tb_step *st);
+    /* Optional: TB_OK when the kernels read a KV cache of dtype kv (the
+     * layout of core/kv_layout.h), else an error naming why. NULL: f32,
+     * f16 and bf16 only. Asked when a context is created. */
+    tb_status (*check_kv_dtype)(tb_backend *b, tb_dtype kv);
     void (*destroy)(tb_backend *b);
     /* Optional, at build time only (tb_tune_device): times the backend's own
      * kernel choices for g's nodes, weights loaded by load_weights, and

@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "plan/engine.h"
 #include "runtime/kv_blocks.h"
+#include "core/kv_layout.h"
 #include "runtime/runtime.h"
 #include "tune/tactic.h"
 
@@ -188,9 +189,13 @@ tb_status tb_context_create(tb_engine *e, const tb_context_options *opt, tb_cont
     c->kv_dtype = e->info.weight_dtype == TB_F16 || e->info.weight_dtype == TB_BF16 ? e->info.weight_dtype : TB_F32;
     if (o.kv_dtype && *o.kv_dtype && strcmp(o.kv_dtype, "auto") != 0) {
         tb_dtype kd;
-        if (tb_dtype_parse(o.kv_dtype, &kd) != TB_OK || (kd != TB_F32 && kd != TB_F16 && kd != TB_BF16)) {
+        if (!strcmp(o.kv_dtype, "int8")) kd = TB_I8;
+        else if (!strcmp(o.kv_dtype, "fp8")) kd = TB_FP8_E4M3;
+        else if (tb_dtype_parse(o.kv_dtype, &kd) != TB_OK ||
+                 (kd != TB_F32 && kd != TB_F16 && kd != TB_BF16 && kd != TB_I8 && kd != TB_FP8_E4M3)) {
             free(c);
-            return tb_errorf(TB_ERR_INVALID_ARG, "kv dtype '%.32s' is not auto, f32, f16 or bf16", o.kv_dtype);
+            return tb_errorf(TB_ERR_INVALID_ARG, "kv dtype '%.32s' is not auto, f32, f16, bf16, int8 or fp8",
+                             o.kv_dtype);
         }
         c->kv_dtype = kd;
     }
@@ -201,6 +206,14 @@ tb_status tb_context_create(tb_engine *e, const tb_context_options *opt, tb_cont
     const char *device = o.device && *o.device ? o.device : e->backend;
     if ((s = tb_backend_check(e->hw_json, device)) != TB_OK) { free(c); return s; }
     if ((s = tb_backend_create(device, o.n_threads, c->max_ctx, &c->be)) != TB_OK) { free(c); return s; }
+    /* a backend without the hook reads f32, f16 and bf16 caches only */
+    if (c->be->iface->check_kv_dtype) {
+        if ((s = c->be->iface->check_kv_dtype(c->be, c->kv_dtype)) != TB_OK) goto fail;
+    } else if (tb_kv_quantized(c->kv_dtype)) {
+        s = tb_errorf(TB_ERR_UNSUPPORTED, "backend %s has no %s KV cache", c->be->iface->name,
+                      tb_dtype_name(c->kv_dtype));
+        goto fail;
+    }
     /* attention nodes index the KV cache: their attributes must match it */
     for (int k = 0; k < g->n_nodes; k++) {
         const tb_node *n = &g->nodes[k];
@@ -245,7 +258,9 @@ tb_status tb_context_create(tb_engine *e, const tb_context_options *opt, tb_cont
 
     /* KV cache */
     int KV = e->info.n_kv_heads, hd = e->info.head_dim;
-    size_t block_bytes = (size_t)c->block_size * (size_t)KV * (size_t)tb_dtype_row_size(c->kv_dtype, (uint64_t)hd);
+    /* int8 / fp8: one byte a code plus an f32 scale per (token, kv head), so
+     * the same bytes hold about twice the tokens of f16 (kv_layout.h) */
+    size_t block_bytes = tb_kv_block_bytes(c->kv_dtype, c->block_size, KV, hd);
     size_t per_block_all_layers = block_bytes * 2 * (size_t)c->n_layers;
     if (o.kv_cache_bytes > 0) c->n_blocks = (int)(o.kv_cache_bytes / per_block_all_layers);
     else c->n_blocks = c->max_seqs * c->max_blocks;

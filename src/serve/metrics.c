@@ -192,6 +192,16 @@ char *tb_metrics_render(tb_metrics *m, tb_sched *s, const char *model) {
            "turbine_requests_waiting{model=\"%s\"} %d\n", lb, st.waiting);
     sb(&b, "# HELP turbine_kv_cache_usage_ratio Fraction of KV-cache blocks in use.\n# TYPE turbine_kv_cache_usage_ratio gauge\n"
            "turbine_kv_cache_usage_ratio{model=\"%s\"} %.6f\n", lb, st.kv_usage);
+    if (st.kv_dtype) {
+        sb(&b, "# HELP turbine_kv_cache_capacity_tokens Tokens the KV cache holds in all (blocks x block size), by "
+               "KV dtype.\n# TYPE turbine_kv_cache_capacity_tokens gauge\n"
+               "turbine_kv_cache_capacity_tokens{model=\"%s\",kv_dtype=\"%s\"} %ld\n",
+           lb, st.kv_dtype, st.kv_capacity_tokens);
+        sb(&b, "# HELP turbine_kv_cache_bytes_per_token KV-cache bytes per token (all layers, keys and values, "
+               "int8/fp8 scales included).\n# TYPE turbine_kv_cache_bytes_per_token gauge\n"
+               "turbine_kv_cache_bytes_per_token{model=\"%s\",kv_dtype=\"%s\"} %.1f\n",
+           lb, st.kv_dtype, st.kv_bytes_per_token);
+    }
     /* GPUs of this machine, through NVML when the driver has it (nothing on
      * a machine without NVIDIA GPUs) */
     pthread_once(&nvml_once, nvml_init);

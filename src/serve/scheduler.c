@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <time.h>
 
+#include "core/kv_layout.h"
 #include "runtime/runtime.h"
 
 const char *tb_finish_reason_str(tb_finish_reason r) {
@@ -508,6 +509,11 @@ tb_status tb_sched_start(tb_context *ctx, const tb_sched_options *o, const tb_sc
     if (s->o.max_queue <= 0) s->o.max_queue = 256;
     tb_engine_get_info(tb_context_engine(ctx), &s->info);
     s->share_prefill = tb_context_prefix_caching(ctx);
+    tb_dtype kvd = tb_context_kv_dtype(ctx);
+    s->stats.kv_capacity_tokens = (long)tb_kv_total_blocks(ctx) * tb_kv_block_size(ctx);
+    s->stats.kv_dtype = tb_kv_dtype_label(kvd);
+    s->stats.kv_bytes_per_token =
+        tb_kv_bytes_per_token(kvd, tb_kv_block_size(ctx), s->info.n_kv_heads, s->info.head_dim, s->info.n_layers);
     s->rsamp = calloc((size_t)s->o.max_num_seqs, sizeof(tb_row_sampling));
     s->sres = calloc((size_t)s->o.max_num_seqs, sizeof(tb_sample_result));
     s->running = calloc((size_t)s->o.max_num_seqs, sizeof(tb_request *));

@@ -124,6 +124,11 @@ tb_status tb_sched_submit(tb_sched *s, tb_request *r);
 typedef struct {
     int running, waiting, batch_size;
     double kv_usage;        /* used blocks / total */
+    /* the KV pool, fixed at start: tokens it holds in all, its dtype's
+     * name ("f16", "int8", ...) and bytes per token (all layers, k and v) */
+    long kv_capacity_tokens;
+    const char *kv_dtype;
+    double kv_bytes_per_token;
 } tb_sched_stats;
 void tb_sched_get_stats(tb_sched *s, tb_sched_stats *st);
 /* Requests that may wait at once (max_queue after defaults). */

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "core/kv_layout.h"
 #include "backend/backend.h"
 #include "plan/engine.h"
 #include "runtime/runtime.h"
@@ -1416,10 +1417,14 @@ int tb_serve_run(const tb_serve_options *opt) {
     }
     atomic_store(&s->ready, 1);
     fprintf(stderr,
-            "turbine: serving '%s' (%s, context %d, %d sequences, %d KV blocks of %d tokens, chat format %s) "
-            "ready in %.2f s\n",
+            "turbine: serving '%s' (%s, context %d, %d sequences, %d KV blocks of %d tokens = %ld tokens of %s KV "
+            "at %.0f bytes each, chat format %s) ready in %.2f s\n",
             s->model, s->info.arch, s->info.max_seq_len, tb_context_max_seqs(s->ctx), tb_kv_total_blocks(s->ctx),
-            tb_kv_block_size(s->ctx), tb_chat_format_name(s->chat), tb_now() - t0);
+            tb_kv_block_size(s->ctx), (long)tb_kv_total_blocks(s->ctx) * tb_kv_block_size(s->ctx),
+            tb_kv_dtype_label(tb_context_kv_dtype(s->ctx)),
+            tb_kv_bytes_per_token(tb_context_kv_dtype(s->ctx), tb_kv_block_size(s->ctx), s->info.n_kv_heads,
+                                  s->info.head_dim, s->info.n_layers),
+            tb_chat_format_name(s->chat), tb_now() - t0);
     while (!g_signal) usleep(50 * 1000);
     fprintf(stderr, "turbine: %s received: draining (grace %.0f s)\n", g_signal == SIGINT ? "SIGINT" : "SIGTERM",
             s->o.grace_seconds);

@@ -134,16 +134,26 @@ def t_batching():
 # ---------------------------------------------------------------- preemption
 
 BLOCK_BYTES = 16 * 4 * 8 * 4 * 2 * 5  # 16 tokens x 4 KV heads x head_dim 8 x f32 x (k, v) x 5 layers
+# int8 KV: per layer side 16 x 4 x 8 one-byte codes (512 bytes) and 16 x 4 f32 scales (256), each padded to 64
+BLOCK_BYTES_INT8 = (512 + 256) * 2 * 5
 
 
-def t_preemption():
-    d = workdir("preemption")
+def t_preemption(kv_dtype=None):
+    d = workdir("preemption" + ("_" + kv_dtype if kv_dtype else ""))
     eng = build_stories(d)
-    kv = 20 * BLOCK_BYTES  # 20 blocks: 320 tokens for 8 requests of 200
-    srv = Server(eng, "--kv-cache-mem", str(kv), "--max-num-seqs", "8", log=os.path.join(d, "p.log")).start()
+    kv = 20 * (BLOCK_BYTES_INT8 if kv_dtype == "int8" else BLOCK_BYTES)  # 20 blocks: 320 tokens for 8 requests of 200
+    extra = ["--kv-dtype", kv_dtype] if kv_dtype else []
+    srv = Server(eng, "--kv-cache-mem", str(kv), "--max-num-seqs", "8", *extra, log=os.path.join(d, "p.log")).start()
     m = re.search(r"(\d+) KV blocks of (\d+) tokens", srv.log())
     check(m and int(m.group(1)) <= 24 and int(m.group(2)) == 16,
           "--kv-cache-mem %d: the server reports %r (want about 20 blocks of 16 tokens)" % (kv, m and m.group(0)))
+    # /metrics and the startup line give the pool in tokens and the KV dtype's bytes per token
+    kvn = kv_dtype or "f32"
+    cap = metric(srv.metrics(), "turbine_kv_cache_capacity_tokens", kv_dtype=kvn)
+    bpt = metric(srv.metrics(), "turbine_kv_cache_bytes_per_token", kv_dtype=kvn)
+    check(cap == int(m.group(1)) * 16, "turbine_kv_cache_capacity_tokens %s for %s blocks" % (cap, m.group(1)))
+    check(bpt == (BLOCK_BYTES_INT8 if kv_dtype == "int8" else BLOCK_BYTES) / 16, "%s KV: %s bytes per token" % (kvn, bpt))
+    check("%d tokens of %s KV" % (cap, kvn) in srv.log(), "the startup line does not say '%d tokens of %s KV'" % (cap, kvn))
     idx = list(range(8))
     solo = {i: run_one(srv, i, 190, False) for i in idx}
     for i, (t, n, _) in solo.items():
@@ -176,4 +186,5 @@ def t_preemption():
 
 if __name__ == "__main__":
     which = sys.argv[1] if len(sys.argv) > 1 else "batching"
-    run_tests([("batching invariance", t_batching)] if which == "batching" else [("preemption", t_preemption)])
+    run_tests([("batching invariance", t_batching)] if which == "batching" else
+              [("preemption", t_preemption), ("preemption, int8 KV cache", lambda: t_preemption("int8"))])

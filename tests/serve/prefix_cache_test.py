@@ -195,8 +195,11 @@ def t_metrics():
 def main():
     global S, OFF
     eng = build_stories(workdir("prefix_cache"))
-    S = Server(eng, "--threads", "1").start()
-    OFF = Server(eng, "--threads", "1", "--no-prefix-caching", log=eng + ".off.log").start()
+    # argv[1]: a --kv-dtype for both servers (test_serve_prefix_cache.sh runs int8 too)
+    kv = ["--kv-dtype", sys.argv[1]] if len(sys.argv) > 1 else []
+    S = Server(eng, "--threads", "1", *kv, log=eng + ".%s.log" % (sys.argv[1] if kv else "on")).start()
+    OFF = Server(eng, "--threads", "1", "--no-prefix-caching", *kv,
+                 log=eng + ".off%s.log" % ("." + sys.argv[1] if kv else "")).start()
     run_tests([("repeated prompt", t_repeat), ("shared prefix", t_shared_prefix), ("streamed usage", t_stream_usage),
                ("chat turns", t_chat_turns), ("shared prefill", t_shared_prefill), ("mixed burst", t_mixed_burst),
                ("metrics", t_metrics), ("bench --prefix-len", t_bench_prefix)])

@@ -210,6 +210,13 @@ static void cpu_destroy(tb_backend *b) {
     }
 }
 
+/* Every KV dtype of core/kv_layout.h. */
+static tb_status cpu_check_kv_dtype(tb_backend *b, tb_dtype kv) {
+    (void)b;
+    if (kv == TB_F32 || kv == TB_F16 || kv == TB_BF16 || kv == TB_I8 || kv == TB_FP8_E4M3) return TB_OK;
+    return tb_errorf(TB_ERR_UNSUPPORTED, "cpu: no %s KV cache", tb_dtype_name(kv));
+}
+
 static const tb_backend_i cpu_iface = {
     .name = "cpu",
     .supports_op = cpu_supports_op,
@@ -219,6 +226,7 @@ static const tb_backend_i cpu_iface = {
     .step_begin = cpu_step_begin,
     .run_node = cpu_run_node,
     .read_output = cpu_read_output,
+    .check_kv_dtype = cpu_check_kv_dtype,
     .destroy = cpu_destroy,
 };
 

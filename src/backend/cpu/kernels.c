@@ -7,6 +7,7 @@
  * The portable scalar path lives here too, for CPUs without AVX2.
  */
 #include "backend/cpu/kernels.h"
+#include "core/kv_layout.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -78,16 +79,48 @@ static void sc_matmul(const float *x, const void *w, tb_dtype wdt, const float *
     }
 }
 
+/* fp8 e4m3 byte -> f32, from core's exact conversion, filled once. */
+static float fp8_lut[256];
+static pthread_once_t fp8_once = PTHREAD_ONCE_INIT;
+static void fp8_lut_init(void) {
+    uint8_t b[256];
+    for (int i = 0; i < 256; i++) b[i] = (uint8_t)i;
+    tb_dtype_get_traits(TB_FP8_E4M3)->to_f32(b, fp8_lut, 256);
+}
+
+const float *tb_cpu_fp8_table(void) {
+    pthread_once(&fp8_once, fp8_lut_init);
+    return fp8_lut;
+}
+
+/* Element d of a KV row as f32; int8 and fp8 codes without their scale. */
+static inline float sc_kv(const uint8_t *row, tb_dtype dt, const float *lut, int d) {
+    if (dt == TB_I8) return (float)((const int8_t *)row)[d];
+    if (dt == TB_FP8_E4M3) return lut[row[d]];
+    return sc_load(row, dt, (size_t)d);
+}
+
+/* Rows are addressed in bytes (kv_layout.h): block bt[j / bs], row j % bs;
+ * a quantized row's scale multiplies its dot product (K) or its softmax
+ * weight (V). */
 static void sc_attn_head(const tb_attn_args *a, const float *q, int t, int kvh, float *out,
                          float *scores) {
     int hd = a->hd, bs = a->block_size, ctx = a->pos[t] + 1;
-    size_t row = (size_t)a->n_kv * hd;
+    tb_dtype dt = a->kv_dtype;
+    int quant = tb_kv_quantized(dt);
+    const float *lut = tb_cpu_fp8_table();
+    size_t esz = tb_kv_elem_bytes(dt), rowb = (size_t)a->n_kv * hd * esz;
+    size_t blkb = tb_kv_block_bytes(dt, bs, a->n_kv, hd), cb = tb_kv_codes_bytes(dt, bs, a->n_kv, hd);
     const int32_t *bt = a->block_tables + (size_t)a->seq[t] * a->max_blocks;
+    const uint8_t *kc = a->k_cache, *vc = a->v_cache;
     float mx = -INFINITY;
     for (int j = 0; j < ctx; j++) {
-        size_t o = ((size_t)bt[j / bs] * bs + (size_t)(j % bs)) * row + (size_t)kvh * hd;
+        size_t b = (size_t)bt[j / bs] * blkb;
+        int r = j % bs;
+        const uint8_t *kr = kc + b + (size_t)r * rowb + (size_t)kvh * hd * esz;
         float s = 0;
-        for (int d = 0; d < hd; d++) s += q[d] * sc_load(a->k_cache, a->kv_dtype, o + d);
+        for (int d = 0; d < hd; d++) s += q[d] * sc_kv(kr, dt, lut, d);
+        if (quant) s *= ((const float *)(kc + b + cb))[(size_t)r * a->n_kv + kvh];
         scores[j] = a->scale * s;
         if (scores[j] > mx) mx = scores[j];
     }
@@ -98,8 +131,12 @@ static void sc_attn_head(const tb_attn_args *a, const float *q, int t, int kvh, 
     }
     for (int d = 0; d < hd; d++) out[d] = 0;
     for (int j = 0; j < ctx; j++) {
-        size_t o = ((size_t)bt[j / bs] * bs + (size_t)(j % bs)) * row + (size_t)kvh * hd;
-        for (int d = 0; d < hd; d++) out[d] += scores[j] * sc_load(a->v_cache, a->kv_dtype, o + d);
+        size_t b = (size_t)bt[j / bs] * blkb;
+        int r = j % bs;
+        const uint8_t *vr = vc + b + (size_t)r * rowb + (size_t)kvh * hd * esz;
+        float p = scores[j];
+        if (quant) p *= ((const float *)(vc + b + cb))[(size_t)r * a->n_kv + kvh];
+        for (int d = 0; d < hd; d++) out[d] += p * sc_kv(vr, dt, lut, d);
     }
     for (int d = 0; d < hd; d++) out[d] *= 1.0f / sum;
 }
@@ -433,13 +470,68 @@ typedef struct {
     size_t scratch_per_thread;
 } attn_job;
 
-static void *kv_row(const tb_attn_args *a, void *cache, int t) {
+/* The cache row of token t (all kv heads), and *scales its scales (int8,
+ * fp8: kv_layout.h). */
+static uint8_t *kv_row(const tb_attn_args *a, void *cache, int t, float **scales) {
     int p = a->pos[t];
     int blk = a->block_tables[(size_t)a->seq[t] * a->max_blocks + p / a->block_size];
-    size_t row = (size_t)blk * a->block_size + (size_t)(p % a->block_size);
-    return (uint8_t *)cache + row * a->n_kv * a->hd * tb_dtype_size(a->kv_dtype);
+    int r = p % a->block_size;
+    uint8_t *b = (uint8_t *)cache + (size_t)blk * tb_kv_block_bytes(a->kv_dtype, a->block_size, a->n_kv, a->hd);
+    if (scales)
+        *scales = (float *)(b + tb_kv_codes_bytes(a->kv_dtype, a->block_size, a->n_kv, a->hd)) + (size_t)r * a->n_kv;
+    return b + (size_t)r * a->n_kv * a->hd * tb_kv_elem_bytes(a->kv_dtype);
 }
 
+/* ---- KV row quantiser (kernels.h tb_cpu_kv_quantize): the same bytes as
+ * tb_ref_kv_quantize without a libm call per element. Rounding to nearest
+ * even by adding and subtracting 1.5 * 2^23 (exact for |v| < 2^22, and this
+ * file is not built with -ffast-math); e4m3 by rounding the f32 bits to 3
+ * mantissa bits (round half to even through the carry), saturated at 448. */
+static inline float rne_f32(float v) {
+    /* 1.5 * 2^23; this file is built for baseline x86-64, so no FMA can fuse
+     * the caller's scaling into the addition (test_kv_quant compares bytes) */
+    const float big = 12582912.0f;
+    return (v + big) - big;
+}
+
+static inline uint8_t fp8_encode(float v) {
+    uint32_t b;
+    memcpy(&b, &v, 4);
+    uint8_t sign = (uint8_t)((b >> 24) & 0x80);
+    uint32_t a = b & 0x7fffffffu;
+    if (a > 0x7f800000u) return sign | 0x7f; /* NaN */
+    if (a < 0x3c800000u) {                   /* below 2^-6: e4m3's subnormal steps of 2^-9 */
+        float f;
+        memcpy(&f, &a, 4);
+        return sign | (uint8_t)rne_f32(f * 512.0f); /* 8 is the smallest normal: same bits */
+    }
+    uint32_t r = (a + 0x7ffffu + ((a >> 20) & 1u)) >> 20; /* exponent and 3 mantissa bits, rounded */
+    uint32_t code = r - ((127u - 7u) << 3);
+    return sign | (uint8_t)(code > 0x7eu ? 0x7eu : code);
+}
+
+void tb_cpu_kv_quantize(const float *x, int hd, tb_dtype dt, void *codes, float *scale) {
+    float amax = 0.0f, qmax = tb_kv_code_max(dt);
+    for (int d = 0; d < hd; d++) {
+        float m = fabsf(x[d]);
+        amax = m > amax ? m : amax;
+    }
+    *scale = amax / qmax;
+    float inv = amax > 0.0f ? qmax / amax : 0.0f;
+    if (dt == TB_I8) {
+        int8_t *c = codes;
+        for (int d = 0; d < hd; d++) {
+            float r = rne_f32(x[d] * inv);
+            c[d] = (int8_t)(r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r);
+        }
+    } else {
+        uint8_t *c = codes;
+        for (int d = 0; d < hd; d++) c[d] = fp8_encode(x[d] * inv);
+    }
+}
+
+/* A decode step writes n_kv rows per layer; a prefill a row per token and
+ * kv head. */
 static void attn_write_run(void *arg, int ith, int nth) {
     attn_job *j = arg;
     const tb_attn_args *a = j->a;
@@ -448,8 +540,18 @@ static void attn_write_run(void *arg, int ith, int nth) {
     size_t stride = (size_t)(a->n_heads + 2 * a->n_kv) * a->hd, kvd = (size_t)a->n_kv * a->hd;
     for (int t = t0; t < t1; t++) {
         const float *row = j->qkv + (size_t)t * stride + (size_t)a->n_heads * a->hd;
-        j->k->from_f32(row, kv_row(a, a->k_cache, t), a->kv_dtype, kvd);
-        j->k->from_f32(row + kvd, kv_row(a, a->v_cache, t), a->kv_dtype, kvd);
+        if (tb_kv_quantized(a->kv_dtype)) {
+            float *ks, *vs;
+            int8_t *kr = (int8_t *)kv_row(a, a->k_cache, t, &ks), *vr = (int8_t *)kv_row(a, a->v_cache, t, &vs);
+            for (int h = 0; h < a->n_kv; h++) {
+                size_t o = (size_t)h * a->hd;
+                tb_cpu_kv_quantize(row + o, a->hd, a->kv_dtype, kr + o, ks + h);
+                tb_cpu_kv_quantize(row + kvd + o, a->hd, a->kv_dtype, vr + o, vs + h);
+            }
+            continue;
+        }
+        j->k->from_f32(row, kv_row(a, a->k_cache, t, NULL), a->kv_dtype, kvd);
+        j->k->from_f32(row + kvd, kv_row(a, a->v_cache, t, NULL), a->kv_dtype, kvd);
     }
 }
 
@@ -485,6 +587,10 @@ static int attn_heads_per_run(const tb_attn_args *a, int nth) {
     for (int t = 1; t < a->T && decode; t++) decode = a->seq[t] != a->seq[t - 1];
     int kv_bytes = a->hd * (int)tb_dtype_size(a->kv_dtype), run = decode ? ATTN_DECODE_RUN_BYTES : 64;
     int nk = kv_bytes >= run ? 1 : run / kv_bytes;
+    /* int8 / fp8 prefill: one kv head per run, so that a block holds more
+     * tokens and each widened K and V row serves more q rows (widening, not
+     * the line fetched, is their cost) */
+    if (!decode && tb_kv_quantized(a->kv_dtype)) nk = 1;
     if (nk > TB_ATTN_GROUP_MAX / group) nk = TB_ATTN_GROUP_MAX / group;
     if (nk > a->n_kv) nk = a->n_kv;
     if (decode) { /* runs of equal size (f16 at 134M: 6 + 6 heads, not 8 + 4) */
@@ -531,7 +637,8 @@ static void attn_run(void *arg, int ith, int nth) {
 
 void tb_cpu_attention(tb_pool *p, const tb_attn_args *a, const float *qkv, float *out,
                       float *scratch, int max_ctx) {
-    TB_ASSERT(a->kv_dtype == TB_F32 || a->kv_dtype == TB_F16 || a->kv_dtype == TB_BF16);
+    TB_ASSERT(a->kv_dtype == TB_F32 || a->kv_dtype == TB_F16 || a->kv_dtype == TB_BF16 || a->kv_dtype == TB_I8 ||
+              a->kv_dtype == TB_FP8_E4M3);
     TB_ASSERT(a->n_kv > 0 && a->n_heads % a->n_kv == 0);
     int nth = pool_threads(p);
     attn_job j = {kt(), a, qkv, out, scratch,

@@ -152,7 +152,9 @@ void tb_cpu_rope(tb_pool *p, float *x, int row_stride, const int32_t *pos,
 /* ---- paged attention (grouped-query, causal), for one layer.
  *
  * The KV cache of a layer is a pool of blocks:
- *   k_cache, v_cache (n_blocks, block_size, n_kv, hd) in kv_dtype (f32, f16 or bf16).
+ *   k_cache, v_cache (n_blocks, block_size, n_kv, hd) in kv_dtype: f32, f16,
+ *   bf16, or int8 / fp8 e4m3 codes with an f32 scale per (row, kv head)
+ *   after each block's codes (core/kv_layout.h gives every block's bytes).
  * Sequence s owns blocks block_tables[s * max_blocks + j], j = 0, 1, ...;
  * position p of s lives in block block_tables[s*max_blocks + p/block_size],
  * row p % block_size.
@@ -162,7 +164,8 @@ void tb_cpu_rope(tb_pool *p, float *x, int row_stride, const int32_t *pos,
  * at position pos[t].
  *
  * The kernel first writes k and v of every token into the cache at
- * (seq[t], pos[t]), then for every token t and head h computes
+ * (seq[t], pos[t]) (int8 / fp8: quantised per kv head as
+ * tb_ref_kv_quantize does, by tb_cpu_kv_quantize on every fast path), then for every token t and head h computes
  *   out[t, h*hd:(h+1)*hd] = softmax_j(scale * q_h . k_j) v_j
  * over positions j = 0 .. pos[t] of seq[t] (causal; positions written by this
  * same step included), with kv head h / (n_heads / n_kv).
@@ -176,9 +179,20 @@ typedef struct {
     const int32_t *block_tables; /* (n_seqs, max_blocks) */
     int max_blocks;
     int block_size;
-    void *k_cache, *v_cache;     /* (n_blocks, block_size, n_kv, hd) */
-    tb_dtype kv_dtype;           /* TB_F32, TB_F16 or TB_BF16 */
+    void *k_cache, *v_cache;     /* (n_blocks, block_size, n_kv, hd) + scales */
+    tb_dtype kv_dtype;           /* TB_F32, TB_F16, TB_BF16, TB_I8, TB_FP8_E4M3 */
 } tb_attn_args;
+
+/* One (token, kv head) row x (hd) of an int8 / fp8 cache: *scale = absmax /
+ * 127 (int8) or / 448 (e4m3), codes (hd) = x * (127 or 448) / absmax,
+ * rounded to nearest even (int8 clamped to +-127; e4m3 by core's exact
+ * conversion). All zeros: scale 0, codes 0. */
+void tb_ref_kv_quantize(const float *x, int hd, tb_dtype dt, void *codes, float *scale);
+/* The same bytes, faster (what tb_cpu_attention writes with). */
+void tb_cpu_kv_quantize(const float *x, int hd, tb_dtype dt, void *codes, float *scale);
+/* The f32 value of each fp8 e4m3 byte (core's exact conversion; NaN for
+ * 0x7f and 0xff), filled on first use. */
+const float *tb_cpu_fp8_table(void);
 
 /* Most q heads that one attention call handles together (the scores of
  * each are held in scratch at once). */

@@ -17,6 +17,7 @@
  *     packed, transposed f32 panels of w (any weight dtype).
  */
 #include "backend/cpu/kernels.h"
+#include "core/kv_layout.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -871,16 +872,55 @@ static AVX2_FN void avx2_rope(float *x, int row_stride, const int32_t *pos, cons
 }
 
 /* ---------------------------------------------------------------- attention */
+/* KV rows in every cache dtype (core/kv_layout.h). int8 and fp8 rows load
+ * their codes, and the row's scale is applied once per dot product (K) or
+ * per softmax weight (V), not per element:
+ *   int8: sign-extend and convert;
+ *   fp8 e4m3: the byte's sign, exponent and mantissa moved into an f16
+ *     (sign to bit 15, exponent and mantissa to bits 13..7) is the e4m3 value
+ *     times 2^-8, subnormals included, and F16C widens it exactly; the 2^8
+ *     is folded into the scale (kv_scale_mul). No table, no gather. */
+AVX2_INLINE __m256 kv8(const void *base, size_t i, tb_dtype dt) {
+    if (dt == TB_I8)
+        return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)((const int8_t *)base + i))));
+    if (dt == TB_FP8_E4M3) {
+        /* sign-extended to 16 bits, << 7: the sign lands in bits 15 and 14;
+         * clearing bit 14 leaves s.0eeee.mmm0000000 */
+        __m128i h = _mm_cvtepi8_epi16(_mm_loadl_epi64((const __m128i *)((const uint8_t *)base + i)));
+        h = _mm_and_si128(_mm_slli_epi16(h, 7), _mm_set1_epi16((short)0xbfff));
+        return _mm256_cvtph_ps(h);
+    }
+    return ld8(base, i, dt);
+}
+
+static inline float kv1(const void *base, size_t i, tb_dtype dt) {
+    if (dt == TB_I8) return (float)((const int8_t *)base)[i];
+    if (dt == TB_FP8_E4M3) return tb_cpu_fp8_table()[((const uint8_t *)base)[i]] * (1.0f / 256.0f);
+    return ld1(base, i, dt);
+}
+
+/* What a stored scale is multiplied by to scale kv8's values. */
+static inline float kv_scale_mul(tb_dtype dt) { return dt == TB_FP8_E4M3 ? 256.0f : 1.0f; }
+
+/* Prefetches bytes [lo, hi) of each of the n rows (rb bytes apart) of a
+ * block: int8 / fp8 rows are short (hd bytes a head), so the rows of a
+ * work item's heads are a few lines strided by a whole cache row, which the
+ * hardware prefetchers follow poorly. */
+AVX2_INLINE void kv_prefetch_block(const uint8_t *blk, size_t rb, int n, size_t lo, size_t hi) {
+    for (int r = 0; r < n; r++)
+        for (size_t o = lo & ~(size_t)63; o < hi; o += 64) _mm_prefetch((const char *)(blk + (size_t)r * rb + o), _MM_HINT_T0);
+}
+
 AVX2_INLINE float dot_kv(const float *q, const void *k, tb_dtype dt, int hd) {
     __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
     int d = 0;
     for (; d + 16 <= hd; d += 16) {
-        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), ld8(k, (size_t)d, dt), a0);
-        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), ld8(k, (size_t)d + 8, dt), a1);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), kv8(k, (size_t)d, dt), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d + 8), kv8(k, (size_t)d + 8, dt), a1);
     }
-    for (; d + 8 <= hd; d += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), ld8(k, (size_t)d, dt), a0);
+    for (; d + 8 <= hd; d += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + d), kv8(k, (size_t)d, dt), a0);
     float s = hsum(_mm256_add_ps(a0, a1));
-    for (; d < hd; d++) s += q[d] * ld1(k, (size_t)d, dt);
+    for (; d < hd; d++) s += q[d] * kv1(k, (size_t)d, dt);
     return s;
 }
 
@@ -889,24 +929,28 @@ AVX2_INLINE void axpy_kv(float *out, float p, const void *v, tb_dtype dt, int hd
     __m256 pv = _mm256_set1_ps(p);
     int d = 0;
     for (; d + 8 <= hd; d += 8)
-        _mm256_storeu_ps(out + d, _mm256_fmadd_ps(pv, ld8(v, (size_t)d, dt), _mm256_loadu_ps(out + d)));
-    for (; d < hd; d++) out[d] += p * ld1(v, (size_t)d, dt);
+        _mm256_storeu_ps(out + d, _mm256_fmadd_ps(pv, kv8(v, (size_t)d, dt), _mm256_loadu_ps(out + d)));
+    for (; d < hd; d++) out[d] += p * kv1(v, (size_t)d, dt);
 }
 
 AVX2_INLINE void attn_head_dt(const tb_attn_args *a, const float *q, int t, int kvh, float *out,
                               float *scores, tb_dtype dt) {
-    int hd = a->hd, bs = a->block_size, ctx = a->pos[t] + 1;
-    size_t esz = dt == TB_F32 ? 4 : 2;
-    size_t row = (size_t)a->n_kv * hd; /* elements per cache row */
+    int hd = a->hd, bs = a->block_size, ctx = a->pos[t] + 1, quant = tb_kv_quantized(dt);
+    size_t esz = tb_kv_elem_bytes(dt);
+    size_t rb = (size_t)a->n_kv * hd * esz; /* bytes per cache row */
+    size_t blkb = tb_kv_block_bytes(dt, bs, a->n_kv, hd), cb = tb_kv_codes_bytes(dt, bs, a->n_kv, hd);
+    float mul = kv_scale_mul(dt);
     const int32_t *bt = a->block_tables + (size_t)a->seq[t] * a->max_blocks;
     const uint8_t *kc = a->k_cache, *vc = a->v_cache;
 
     float mx = -INFINITY;
     for (int j0 = 0, b = 0; j0 < ctx; j0 += bs, b++) {
         int n = ctx - j0 < bs ? ctx - j0 : bs;
-        const uint8_t *kb = kc + (((size_t)bt[b] * bs) * row + (size_t)kvh * hd) * esz;
+        const uint8_t *kb = kc + (size_t)bt[b] * blkb + (size_t)kvh * hd * esz;
+        const float *ks = (const float *)(kc + (size_t)bt[b] * blkb + cb) + kvh;
         for (int r = 0; r < n; r++) {
-            float s = a->scale * dot_kv(q, kb + (size_t)r * row * esz, dt, hd);
+            float s = a->scale * dot_kv(q, kb + (size_t)r * rb, dt, hd);
+            if (quant) s *= ks[(size_t)r * a->n_kv] * mul;
             scores[j0 + r] = s;
             mx = s > mx ? s : mx;
         }
@@ -926,8 +970,13 @@ AVX2_INLINE void attn_head_dt(const tb_attn_args *a, const float *q, int t, int 
     for (int d = 0; d < hd; d++) out[d] = 0.0f;
     for (int j0 = 0, b = 0; j0 < ctx; j0 += bs, b++) {
         int n = ctx - j0 < bs ? ctx - j0 : bs;
-        const uint8_t *vb = vc + (((size_t)bt[b] * bs) * row + (size_t)kvh * hd) * esz;
-        for (int r = 0; r < n; r++) axpy_kv(out, scores[j0 + r], vb + (size_t)r * row * esz, dt, hd);
+        const uint8_t *vb = vc + (size_t)bt[b] * blkb + (size_t)kvh * hd * esz;
+        const float *vs = (const float *)(vc + (size_t)bt[b] * blkb + cb) + kvh;
+        for (int r = 0; r < n; r++) {
+            float p = scores[j0 + r];
+            if (quant) p *= vs[(size_t)r * a->n_kv] * mul;
+            axpy_kv(out, p, vb + (size_t)r * rb, dt, hd);
+        }
     }
     __m256 inv = _mm256_set1_ps(1.0f / sum);
     int d = 0;
@@ -948,11 +997,15 @@ AVX2_INLINE void attn_head_dt(const tb_attn_args *a, const float *q, int t, int 
 AVX2_INLINE void attn_scores(const tb_attn_args *a, const float *const *q, int NG, const size_t *koff, int ctx,
                              const int32_t *bt, float *scores, size_t ss, tb_dtype dt) {
     int hd = a->hd, bs = a->block_size;
-    size_t esz = dt == TB_F32 ? 4 : 2, rb = (size_t)a->n_kv * hd * esz; /* bytes per cache row */
-    const __m256 scale = _mm256_set1_ps(a->scale);
+    size_t esz = tb_kv_elem_bytes(dt), rb = (size_t)a->n_kv * hd * esz; /* bytes per cache row */
+    size_t blkb = tb_kv_block_bytes(dt, bs, a->n_kv, hd);
+    const __m256 scale = _mm256_set1_ps(a->scale); /* int8 / fp8 row scales: attn_row_scales */
     for (int j0 = 0, b = 0; j0 < ctx; j0 += bs, b++) {
         int n = ctx - j0 < bs ? ctx - j0 : bs;
-        const uint8_t *kb = (const uint8_t *)a->k_cache + (size_t)bt[b] * bs * rb;
+        const uint8_t *kb = (const uint8_t *)a->k_cache + (size_t)bt[b] * blkb;
+        if (tb_kv_quantized(dt) && j0 + bs < ctx) /* the next block's rows of these heads */
+            kv_prefetch_block((const uint8_t *)a->k_cache + (size_t)bt[b + 1] * blkb, rb, bs, koff[0],
+                              koff[NG - 1] + (size_t)hd * esz);
         for (int r = 0; r < n; r += 8) {
             const uint8_t *kr[8];
             if (r + 8 <= n) {
@@ -970,7 +1023,7 @@ AVX2_INLINE void attn_scores(const tb_attn_args *a, const float *const *q, int N
                 if (hd == 8) {
                     __m256 qv = _mm256_loadu_ps(qg);
 #pragma GCC unroll 8
-                    for (int i = 0; i < 8; i++) p[i] = _mm256_mul_ps(qv, ld8(kr[i] + koff[g], 0, dt));
+                    for (int i = 0; i < 8; i++) p[i] = _mm256_mul_ps(qv, kv8(kr[i] + koff[g], 0, dt));
                 } else {
 #pragma GCC unroll 8
                     for (int i = 0; i < 8; i++) p[i] = _mm256_setzero_ps();
@@ -978,12 +1031,82 @@ AVX2_INLINE void attn_scores(const tb_attn_args *a, const float *const *q, int N
                         __m256 qv = _mm256_loadu_ps(qg + d);
 #pragma GCC unroll 8
                         for (int i = 0; i < 8; i++)
-                            p[i] = _mm256_fmadd_ps(qv, ld8(kr[i] + koff[g], (size_t)d, dt), p[i]);
+                            p[i] = _mm256_fmadd_ps(qv, kv8(kr[i] + koff[g], (size_t)d, dt), p[i]);
                     }
                 }
                 _mm256_storeu_ps(scores + g * ss + j0 + r, _mm256_mul_ps(hsum8x8(p), scale));
             }
         }
+    }
+}
+
+/* attn_scores and attn_pv for int8 / fp8 rows that share kv heads (GQA
+ * groups, several tokens of a prefill): each K row chunk and V row slice is
+ * widened once per distinct kv head (nu of them at offsets ukoff; row g
+ * reads head ug[g]), not once per row. hd % 8 == 0, hd <= ATTN_SHARED_MAX_HD. */
+#define ATTN_SHARED_MAX_HD 128
+AVX2_INLINE void attn_scores_shared(const tb_attn_args *a, const float *const *q, int NG, const size_t *ukoff, int nu,
+                                    const int *ug, int ctx, const int32_t *bt, float *scores, size_t ss,
+                                    tb_dtype dt) {
+    int hd = a->hd, bs = a->block_size;
+    size_t esz = tb_kv_elem_bytes(dt), rb = (size_t)a->n_kv * hd * esz;
+    size_t blkb = tb_kv_block_bytes(dt, bs, a->n_kv, hd);
+    const __m256 scale = _mm256_set1_ps(a->scale);
+    /* (nu, 8 positions, hd) widened K rows of one chunk */
+    float kbuf[TB_ATTN_GROUP_MAX * 8 * ATTN_SHARED_MAX_HD] __attribute__((aligned(32)));
+    for (int j0 = 0, b = 0; j0 < ctx; j0 += bs, b++) {
+        int n = ctx - j0 < bs ? ctx - j0 : bs;
+        const uint8_t *kb = (const uint8_t *)a->k_cache + (size_t)bt[b] * blkb;
+        if (j0 + bs < ctx)
+            kv_prefetch_block((const uint8_t *)a->k_cache + (size_t)bt[b + 1] * blkb, rb, bs, ukoff[0],
+                              ukoff[nu - 1] + (size_t)hd * esz);
+        for (int r = 0; r < n; r += 8) {
+            for (int u = 0; u < nu; u++)
+                for (int i = 0; i < 8; i++) {
+                    const uint8_t *kr = kb + (size_t)(r + i < n ? r + i : n - 1) * rb + ukoff[u];
+                    float *dst = kbuf + ((size_t)u * 8 + (size_t)i) * hd;
+                    for (int d = 0; d < hd; d += 8) _mm256_store_ps(dst + d, kv8(kr, (size_t)d, dt));
+                }
+#pragma GCC unroll 8
+            for (int g = 0; g < NG; g++) {
+                const float *qg = q[g], *ku = kbuf + (size_t)ug[g] * 8 * hd;
+                __m256 p[8];
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++) p[i] = _mm256_setzero_ps();
+                for (int d = 0; d < hd; d += 8) {
+                    __m256 qv = _mm256_loadu_ps(qg + d);
+#pragma GCC unroll 8
+                    for (int i = 0; i < 8; i++) p[i] = _mm256_fmadd_ps(qv, _mm256_load_ps(ku + (size_t)i * hd + d), p[i]);
+                }
+                _mm256_storeu_ps(scores + g * ss + j0 + r, _mm256_mul_ps(hsum8x8(p), scale));
+            }
+        }
+    }
+}
+
+AVX2_INLINE void attn_pv_shared(const tb_attn_args *a, int NG, const size_t *ukoff, int nu, const int *ug, int ctx,
+                                const int32_t *bt, const float *p, size_t ss, const float *sums, float *const *out,
+                                tb_dtype dt) {
+    int hd = a->hd, bs = a->block_size;
+    size_t esz = tb_kv_elem_bytes(dt), rb = (size_t)a->n_kv * hd * esz, blkb = tb_kv_block_bytes(dt, bs, a->n_kv, hd);
+    for (int d = 0; d < hd; d += 8) {
+        __m256 acc[TB_ATTN_GROUP_MAX], v[TB_ATTN_GROUP_MAX];
+#pragma GCC unroll 8
+        for (int g = 0; g < NG; g++) acc[g] = _mm256_setzero_ps();
+        for (int j0 = 0, b = 0; j0 < ctx; j0 += bs, b++) {
+            int n = ctx - j0 < bs ? ctx - j0 : bs;
+            const uint8_t *vb = (const uint8_t *)a->v_cache + (size_t)bt[b] * blkb + (size_t)d * esz;
+            const float *pj = p + j0;
+            for (int r = 0; r < n; r++) {
+                const uint8_t *vr = vb + (size_t)r * rb;
+                for (int u = 0; u < nu; u++) v[u] = kv8(vr + ukoff[u], 0, dt);
+#pragma GCC unroll 8
+                for (int g = 0; g < NG; g++)
+                    acc[g] = _mm256_fmadd_ps(_mm256_broadcast_ss(pj + g * ss + r), v[ug[g]], acc[g]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int g = 0; g < NG; g++) _mm256_storeu_ps(out[g] + d, _mm256_mul_ps(acc[g], _mm256_set1_ps(1.0f / sums[g])));
     }
 }
 
@@ -1020,7 +1143,7 @@ AVX2_INLINE void attn_pv(const tb_attn_args *a, int NG, int NS, const size_t *ko
                          const int32_t *bt, const float *p, size_t ss, const float *sums, float *const *out,
                          tb_dtype dt) {
     int hd = a->hd, bs = a->block_size;
-    size_t esz = dt == TB_F32 ? 4 : 2, rb = (size_t)a->n_kv * hd * esz;
+    size_t esz = tb_kv_elem_bytes(dt), rb = (size_t)a->n_kv * hd * esz, blkb = tb_kv_block_bytes(dt, bs, a->n_kv, hd);
     for (int d = 0; d < hd; d += 8) {
         __m256 acc[TB_ATTN_GROUP_MAX][4];
 #pragma GCC unroll 8
@@ -1029,7 +1152,7 @@ AVX2_INLINE void attn_pv(const tb_attn_args *a, int NG, int NS, const size_t *ko
             for (int u = 0; u < NS; u++) acc[g][u] = _mm256_setzero_ps();
         for (int j0 = 0, b = 0; j0 < ctx; j0 += bs, b++) {
             int n = ctx - j0 < bs ? ctx - j0 : bs;
-            const uint8_t *vb = (const uint8_t *)a->v_cache + (size_t)bt[b] * bs * rb + (size_t)d * esz;
+            const uint8_t *vb = (const uint8_t *)a->v_cache + (size_t)bt[b] * blkb + (size_t)d * esz;
             const float *pj = p + j0;
             int r = 0;
             for (; r + NS <= n; r += NS) {
@@ -1038,7 +1161,7 @@ AVX2_INLINE void attn_pv(const tb_attn_args *a, int NG, int NS, const size_t *ko
                     const uint8_t *vr = vb + (size_t)(r + u) * rb;
 #pragma GCC unroll 8
                     for (int g = 0; g < NG; g++)
-                        acc[g][u] = _mm256_fmadd_ps(_mm256_broadcast_ss(pj + g * ss + r + u), ld8(vr + koff[g], 0, dt),
+                        acc[g][u] = _mm256_fmadd_ps(_mm256_broadcast_ss(pj + g * ss + r + u), kv8(vr + koff[g], 0, dt),
                                                     acc[g][u]);
                 }
             }
@@ -1046,7 +1169,7 @@ AVX2_INLINE void attn_pv(const tb_attn_args *a, int NG, int NS, const size_t *ko
                 const uint8_t *vr = vb + (size_t)r * rb;
 #pragma GCC unroll 8
                 for (int g = 0; g < NG; g++)
-                    acc[g][0] = _mm256_fmadd_ps(_mm256_broadcast_ss(pj + g * ss + r), ld8(vr + koff[g], 0, dt),
+                    acc[g][0] = _mm256_fmadd_ps(_mm256_broadcast_ss(pj + g * ss + r), kv8(vr + koff[g], 0, dt),
                                                 acc[g][0]);
             }
         }
@@ -1071,7 +1194,7 @@ AVX2_INLINE void attn_pv(const tb_attn_args *a, int NG, int NS, const size_t *ko
 AVX2_INLINE void attn_pv64(const tb_attn_args *a, int NG, const size_t *koff, int ctx, const int32_t *bt,
                            const float *p, size_t ss, const float *sums, float *const *out, tb_dtype dt) {
     int hd = a->hd, bs = a->block_size;
-    size_t esz = dt == TB_F32 ? 4 : 2, rb = (size_t)a->n_kv * hd * esz;
+    size_t esz = tb_kv_elem_bytes(dt), rb = (size_t)a->n_kv * hd * esz, blkb = tb_kv_block_bytes(dt, bs, a->n_kv, hd);
     for (int g = 0; g < NG; g++) {
         const float *pg = p + g * ss;
         for (int d = 0; d < hd; d += 64) {
@@ -1080,11 +1203,14 @@ AVX2_INLINE void attn_pv64(const tb_attn_args *a, int NG, const size_t *koff, in
             for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
             for (int j0 = 0, b = 0; j0 < ctx; j0 += bs, b++) {
                 int n = ctx - j0 < bs ? ctx - j0 : bs;
-                const uint8_t *vr = (const uint8_t *)a->v_cache + (size_t)bt[b] * bs * rb + koff[g] + (size_t)d * esz;
+                const uint8_t *vr = (const uint8_t *)a->v_cache + (size_t)bt[b] * blkb + koff[g] + (size_t)d * esz;
+                if (tb_kv_quantized(dt) && j0 + bs < ctx)
+                    kv_prefetch_block((const uint8_t *)a->v_cache + (size_t)bt[b + 1] * blkb, rb, bs, koff[g] + (size_t)d * esz,
+                                      koff[g] + (size_t)(d + 64) * esz);
                 for (int r = 0; r < n; r++, vr += rb) {
                     __m256 pv = _mm256_broadcast_ss(pg + j0 + r);
 #pragma GCC unroll 8
-                    for (int i = 0; i < 8; i++) acc[i] = _mm256_fmadd_ps(pv, ld8(vr, (size_t)i * 8, dt), acc[i]);
+                    for (int i = 0; i < 8; i++) acc[i] = _mm256_fmadd_ps(pv, kv8(vr, (size_t)i * 8, dt), acc[i]);
                 }
             }
             __m256 inv = _mm256_set1_ps(1.0f / sums[g]);
@@ -1094,10 +1220,29 @@ AVX2_INLINE void attn_pv64(const tb_attn_args *a, int NG, const size_t *koff, in
     }
 }
 
+/* scores[g * ss + j] *= the scale of row j of row g's kv head in `cache`
+ * (int8 / fp8), for j < row g's context: once per position, where applying
+ * it in attn_scores took a gather per 8 positions and head. */
+AVX2_INLINE void attn_row_scales(const tb_attn_args *a, const tb_attn_item *it, int NG, const int32_t *bt,
+                                 const void *cache, float *scores, size_t ss, tb_dtype dt) {
+    int bs = a->block_size;
+    size_t blkb = tb_kv_block_bytes(dt, bs, a->n_kv, a->hd), cb = tb_kv_codes_bytes(dt, bs, a->n_kv, a->hd);
+    float mul = kv_scale_mul(dt);
+    for (int g = 0; g < NG; g++) {
+        int c = a->pos[it->t[g]] + 1;
+        float *pg = scores + g * ss;
+        for (int j0 = 0, b = 0; j0 < c; j0 += bs, b++) {
+            const float *sc = (const float *)((const uint8_t *)cache + (size_t)bt[b] * blkb + cb) + it->kvh[g];
+            int n = c - j0 < bs ? c - j0 : bs;
+            for (int r = 0; r < n; r++) pg[j0 + r] *= sc[(size_t)r * a->n_kv] * mul;
+        }
+    }
+}
+
 /* hd % 8 == 0. */
 AVX2_INLINE void attn_rows_fast(const tb_attn_args *a, const tb_attn_item *it, int NG, int NS, float *scores,
                                 tb_dtype dt) {
-    size_t esz = dt == TB_F32 ? 4 : 2;
+    size_t esz = tb_kv_elem_bytes(dt);
     const int32_t *bt = a->block_tables + (size_t)it->seq * a->max_blocks;
     float sums[TB_ATTN_GROUP_MAX];
     size_t koff[TB_ATTN_GROUP_MAX];
@@ -1109,17 +1254,40 @@ AVX2_INLINE void attn_rows_fast(const tb_attn_args *a, const tb_attn_item *it, i
         ctx = c > ctx ? c : ctx;
     }
     size_t ss = (size_t)(ctx + 15) & ~(size_t)7; /* >= ctx + 8 */
-    attn_scores(a, it->q, NG, koff, ctx, bt, scores, ss, dt);
+    /* int8 / fp8 rows that share kv heads: widen each row once (attn_*_shared) */
+    size_t ukoff[TB_ATTN_GROUP_MAX];
+    int ug[TB_ATTN_GROUP_MAX], nu = 0;
+    if (tb_kv_quantized(dt) && a->hd <= ATTN_SHARED_MAX_HD)
+        for (int g = 0; g < NG; g++) {
+            int u = 0;
+            while (u < nu && ukoff[u] != koff[g]) u++;
+            if (u == nu) ukoff[nu++] = koff[g];
+            ug[g] = u;
+        }
+    int shared = nu > 0 && nu < NG;
+    if (shared) { /* ukoff ascending, for the prefetch's range */
+        for (int i = 1; i < nu; i++)
+            for (int k = i; k > 0 && ukoff[k - 1] > ukoff[k]; k--) {
+                size_t t = ukoff[k]; ukoff[k] = ukoff[k - 1]; ukoff[k - 1] = t;
+                for (int g = 0; g < NG; g++) ug[g] = ug[g] == k ? k - 1 : ug[g] == k - 1 ? k : ug[g];
+            }
+        attn_scores_shared(a, it->q, NG, ukoff, nu, ug, ctx, bt, scores, ss, dt);
+    } else {
+        attn_scores(a, it->q, NG, koff, ctx, bt, scores, ss, dt);
+    }
+    if (tb_kv_quantized(dt)) attn_row_scales(a, it, NG, bt, a->k_cache, scores, ss, dt); /* K rows' scales */
 #pragma GCC unroll 8
     for (int g = 0; g < NG; g++) {
         int c = a->pos[it->t[g]] + 1;
         sums[g] = softmax_unnorm(scores + g * ss, c);
         for (int j = c; j < ctx; j++) scores[g * ss + j] = 0.0f; /* causal: later positions */
     }
+    if (tb_kv_quantized(dt)) attn_row_scales(a, it, NG, bt, a->v_cache, scores, ss, dt); /* V rows' */
     int distinct = a->hd % 64 == 0;
 #pragma GCC unroll 8
     for (int g = 1; g < NG; g++) distinct &= koff[g] != koff[g - 1];
-    if (distinct) attn_pv64(a, NG, koff, ctx, bt, scores, ss, sums, it->out, dt);
+    if (shared) attn_pv_shared(a, NG, ukoff, nu, ug, ctx, bt, scores, ss, sums, it->out, dt);
+    else if (distinct) attn_pv64(a, NG, koff, ctx, bt, scores, ss, sums, it->out, dt);
     else attn_pv(a, NG, NS, koff, ctx, bt, scores, ss, sums, it->out, dt);
 }
 
@@ -1145,11 +1313,15 @@ AVX2_INLINE void attn_rows_fast(const tb_attn_args *a, const tb_attn_item *it, i
 ATTN_ROWS_FNS(TB_F32, f32)
 ATTN_ROWS_FNS(TB_F16, f16)
 ATTN_ROWS_FNS(TB_BF16, bf16)
+ATTN_ROWS_FNS(TB_I8, i8)
+ATTN_ROWS_FNS(TB_FP8_E4M3, fp8)
 
 static AVX2_FN void avx2_attn_rows(const tb_attn_args *a, const tb_attn_item *it, float *scores) {
     switch (a->kv_dtype) {
     case TB_F16: attn_rows_f16(a, it, scores); break;
     case TB_BF16: attn_rows_bf16(a, it, scores); break;
+    case TB_I8: attn_rows_i8(a, it, scores); break;
+    case TB_FP8_E4M3: attn_rows_fp8(a, it, scores); break;
     default: attn_rows_f32(a, it, scores); break;
     }
 }

@@ -6,6 +6,7 @@
  * against these.
  */
 #include "backend/cpu/kernels.h"
+#include "core/kv_layout.h"
 
 #include <math.h>
 
@@ -128,27 +129,72 @@ size_t tb_attention_scratch_floats(int n_threads, int max_ctx) {
     return (size_t)(n_threads > 0 ? n_threads : 1) * per;
 }
 
-/* Offset (in elements) of position p of sequence s, kv head kvh. */
-static size_t ref_kv_offset(const tb_attn_args *a, int s, int p, int kvh) {
+/* The codes of position p of sequence s, kv head kvh (kv_layout.h), and
+ * through *scale_out the address of its scale (NULL for f32/f16/bf16). */
+static uint8_t *ref_kv_row(const tb_attn_args *a, void *cache, int s, int p, int kvh, float **scale_out) {
     int blk = a->block_tables[(size_t)s * a->max_blocks + p / a->block_size];
-    size_t row = (size_t)blk * a->block_size + (size_t)(p % a->block_size);
-    return (row * a->n_kv + (size_t)kvh) * a->hd;
+    int r = p % a->block_size;
+    uint8_t *b = (uint8_t *)cache + (size_t)blk * tb_kv_block_bytes(a->kv_dtype, a->block_size, a->n_kv, a->hd);
+    size_t esz = tb_kv_elem_bytes(a->kv_dtype);
+    *scale_out = NULL;
+    if (tb_kv_quantized(a->kv_dtype))
+        *scale_out = (float *)(b + tb_kv_codes_bytes(a->kv_dtype, a->block_size, a->n_kv, a->hd)) +
+                     (size_t)r * a->n_kv + kvh;
+    return b + (((size_t)r * a->n_kv + (size_t)kvh) * a->hd) * esz;
+}
+
+void tb_ref_kv_quantize(const float *x, int hd, tb_dtype dt, void *codes, float *scale) {
+    float amax = 0.0f, qmax = tb_kv_code_max(dt);
+    for (int d = 0; d < hd; d++)
+        if (fabsf(x[d]) > amax) amax = fabsf(x[d]);
+    *scale = amax / qmax;
+    float inv = amax > 0.0f ? qmax / amax : 0.0f;
+    for (int d = 0; d < hd; d++) {
+        float v = x[d] * inv;
+        if (dt == TB_I8) {
+            float r = rintf(v);
+            ((int8_t *)codes)[d] = (int8_t)(r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r);
+        } else {
+            tb_dtype_get_traits(TB_FP8_E4M3)->from_f32(&v, (uint8_t *)codes + d, 1);
+        }
+    }
+}
+
+/* Element d of a KV row (codes of kv_layout.h times the row's scale). */
+static float ref_kv_load(const uint8_t *row, const float *scale, tb_dtype dt, int d) {
+    if (dt == TB_I8) return (float)((const int8_t *)row)[d] * *scale;
+    if (dt == TB_FP8_E4M3) {
+        float v;
+        tb_dtype_get_traits(TB_FP8_E4M3)->to_f32(row + d, &v, 1);
+        return v * *scale;
+    }
+    return ref_load(row, dt, (size_t)d);
 }
 
 void tb_ref_attention(const tb_attn_args *a, const float *qkv, float *out,
                       float *scratch) {
     int hd = a->hd, stride = (a->n_heads + 2 * a->n_kv) * hd;
     int group = a->n_heads / a->n_kv;
+    tb_dtype dt = a->kv_dtype;
+    float *ks, *vs;
 
     for (int t = 0; t < a->T; t++) {
         const float *row = qkv + (size_t)t * stride;
-        for (int kvh = 0; kvh < a->n_kv; kvh++)
-            for (int d = 0; d < hd; d++) {
-                size_t o = ref_kv_offset(a, a->seq[t], a->pos[t], kvh) + d;
-                ref_store(a->k_cache, a->kv_dtype, o, row[(a->n_heads + kvh) * hd + d]);
-                ref_store(a->v_cache, a->kv_dtype, o,
-                          row[(a->n_heads + a->n_kv + kvh) * hd + d]);
+        for (int kvh = 0; kvh < a->n_kv; kvh++) {
+            uint8_t *kr = ref_kv_row(a, a->k_cache, a->seq[t], a->pos[t], kvh, &ks);
+            uint8_t *vr = ref_kv_row(a, a->v_cache, a->seq[t], a->pos[t], kvh, &vs);
+            const float *k = row + (size_t)(a->n_heads + kvh) * hd;
+            const float *v = row + (size_t)(a->n_heads + a->n_kv + kvh) * hd;
+            if (tb_kv_quantized(dt)) {
+                tb_ref_kv_quantize(k, hd, dt, kr, ks);
+                tb_ref_kv_quantize(v, hd, dt, vr, vs);
+            } else {
+                for (int d = 0; d < hd; d++) {
+                    ref_store(kr, dt, (size_t)d, k[d]);
+                    ref_store(vr, dt, (size_t)d, v[d]);
+                }
             }
+        }
     }
 
     for (int t = 0; t < a->T; t++) {
@@ -158,9 +204,9 @@ void tb_ref_attention(const tb_attn_args *a, const float *qkv, float *out,
             int kvh = h / group;
             float mx = -INFINITY;
             for (int j = 0; j < ctx; j++) {
-                size_t o = ref_kv_offset(a, s, j, kvh);
+                const uint8_t *kr = ref_kv_row(a, a->k_cache, s, j, kvh, &ks);
                 float dot = 0.0f;
-                for (int d = 0; d < hd; d++) dot += q[d] * ref_load(a->k_cache, a->kv_dtype, o + d);
+                for (int d = 0; d < hd; d++) dot += q[d] * ref_kv_load(kr, ks, dt, d);
                 scratch[j] = a->scale * dot;
                 if (scratch[j] > mx) mx = scratch[j];
             }
@@ -172,9 +218,10 @@ void tb_ref_attention(const tb_attn_args *a, const float *qkv, float *out,
             float *o_h = out + (size_t)t * a->n_heads * hd + (size_t)h * hd;
             for (int d = 0; d < hd; d++) {
                 float acc = 0.0f;
-                for (int j = 0; j < ctx; j++)
-                    acc += scratch[j] * ref_load(a->v_cache, a->kv_dtype,
-                                                 ref_kv_offset(a, s, j, kvh) + d);
+                for (int j = 0; j < ctx; j++) {
+                    const uint8_t *vr = ref_kv_row(a, a->v_cache, s, j, kvh, &vs);
+                    acc += scratch[j] * ref_kv_load(vr, vs, dt, d);
+                }
                 o_h[d] = acc / sum;
             }
         }

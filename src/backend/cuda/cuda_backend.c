@@ -1339,6 +1339,17 @@ static tb_status cuda_sample(tb_backend *b, void *logits, int n_rows, int vocab,
     return TB_OK;
 }
 
+/* The attention kernels read f32, f16 and bf16 caches; int8 and fp8 KV
+ * blocks (core/kv_layout.h) have CPU kernels only so far. */
+static tb_status cuda_check_kv_dtype(tb_backend *b, tb_dtype kv) {
+    (void)b;
+    if (kv == TB_F32 || kv == TB_F16 || kv == TB_BF16) return TB_OK;
+    return tb_errorf(TB_ERR_UNSUPPORTED,
+                     "the cuda backend has no %s KV cache kernels yet (int8 and fp8 KV run on --device cpu); use "
+                     "--kv-dtype f16, bf16 or f32",
+                     kv == TB_I8 ? "int8" : tb_dtype_name(kv));
+}
+
 static const tb_backend_i cuda_iface = {
     .name = "cuda",
     .supports_op = cuda_supports_op,
@@ -1353,6 +1364,7 @@ static const tb_backend_i cuda_iface = {
     .download = cuda_download,
     .run_begin = cuda_run_begin,
     .run_end = cuda_run_end,
+    .check_kv_dtype = cuda_check_kv_dtype,
     .destroy = cuda_destroy,
     .tune = cuda_tune,
 };
