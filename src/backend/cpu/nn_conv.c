@@ -228,16 +228,19 @@ static tb_status conv_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view
 
 /* ---------------------------------------------------------------- packed weights */
 
-/* A GEMM's B that is a weight of the graph (constant for the context's
- * life: weights are never written) is packed once into the kernel's panel
- * layout and read from there on every run, found by address, shape,
- * leading dim and trans flag. One packed copy per weight, freed with the
- * context (tb_cpu_nn_ctx_release). Like the scratch, the table belongs to
- * the context's one running node at a time. */
+/* The one cache of weights in a kernel's own layout (the GEMM's B panels,
+ * Winograd's transformed U, the direct conv's 64-channel panels): a weight
+ * of the graph is constant for the context's life (weights are never
+ * written), so each form is made once, on its first use, and read from
+ * there on every run; found by address, form and shape (no content hash:
+ * only graph weights are cached, inputs of any other kind are the caller's
+ * to transform per call). Freed with the context (tb_cpu_nn_ctx_release).
+ * Like the scratch, the table belongs to the context's one running node at
+ * a time. */
 typedef struct {
-    const float *b;
-    int64_t K, N, ldb;
-    int tb;
+    const float *w;
+    int kind;
+    int64_t d0, d1, d2;
     float *p;
 } wpack_entry;
 
@@ -283,8 +286,9 @@ static float *wpack_alloc(wpack_table *t, size_t bytes) {
     return r;
 }
 
-static size_t wpack_slot(const wpack_table *t, const float *b, int64_t K, int64_t N) {
-    uint64_t h = (uint64_t)(uintptr_t)b * 0x9e3779b97f4a7c15ull ^ (uint64_t)K * 0xc2b2ae3d27d4eb4full ^ (uint64_t)N;
+static size_t wpack_slot(const wpack_table *t, const float *w, int kind, int64_t d0, int64_t d1) {
+    uint64_t h = (uint64_t)(uintptr_t)w * 0x9e3779b97f4a7c15ull ^ (uint64_t)d0 * 0xc2b2ae3d27d4eb4full ^
+                 (uint64_t)d1 ^ (uint64_t)kind << 56;
     return (size_t)(h ^ h >> 29) & (t->cap - 1);
 }
 
@@ -302,21 +306,18 @@ static int wpack_insert(wpack_table *t, wpack_entry e) {
             if (old[i].p) wpack_insert(t, old[i]);
         free(old);
     }
-    size_t i = wpack_slot(t, e.b, e.K, e.N);
+    size_t i = wpack_slot(t, e.w, e.kind, e.d0, e.d1);
     while (t->slots[i].p) i = (i + 1) & (t->cap - 1);
     t->slots[i] = e;
     t->n++;
     return 1;
 }
 
-/* The packed op(B) (K, N) of node n's input `input` when it is a weight,
- * packed now on its first use; NULL when it is not a weight (or on OOM:
- * the caller packs per call as before). */
-static const float *wpack_get(tb_cpu_nn_ctx *ctx, const tb_node *n, int input, int tb, int64_t K, int64_t N,
-                              const float *b, int64_t ldb) {
+const float *tb_cpu_nn_wpack(tb_cpu_nn_ctx *ctx, const tb_node *n, int input, const float *w, int kind, int64_t d0,
+                             int64_t d1, int64_t d2, size_t floats, tb_cpu_wpack_make make, const void *arg) {
     const tb_graph *g = ctx->graph;
     if (!g || input >= n->n_in || n->in[input] < 0 || n->in[input] >= g->n_values ||
-        g->values[n->in[input]].kind != TB_VAL_WEIGHT || K <= 0 || N <= 0)
+        g->values[n->in[input]].kind != TB_VAL_WEIGHT || floats == 0)
         return NULL;
     wpack_table *t = ctx->wpack;
     if (!t) {
@@ -324,14 +325,35 @@ static const float *wpack_get(tb_cpu_nn_ctx *ctx, const tb_node *n, int input, i
         if (!t) return NULL;
     }
     if (t->cap)
-        for (size_t i = wpack_slot(t, b, K, N); t->slots[i].p; i = (i + 1) & (t->cap - 1)) {
+        for (size_t i = wpack_slot(t, w, kind, d0, d1); t->slots[i].p; i = (i + 1) & (t->cap - 1)) {
             const wpack_entry *e = &t->slots[i];
-            if (e->b == b && e->K == K && e->N == N && e->ldb == ldb && e->tb == tb) return e->p;
+            if (e->w == w && e->kind == kind && e->d0 == d0 && e->d1 == d1 && e->d2 == d2) return e->p;
         }
-    float *p = wpack_alloc(t, sizeof(float) * tb_cpu_sgemm_packed_floats(K, N));
-    if (!p || !wpack_insert(t, (wpack_entry){b, K, N, ldb, tb, p})) return NULL; /* a chunk's tail lost */
-    tb_cpu_sgemm_pack_b(tb, K, N, b, ldb, p);
+    float *p = wpack_alloc(t, sizeof(float) * floats);
+    if (!p || !wpack_insert(t, (wpack_entry){w, kind, d0, d1, d2, p})) return NULL; /* a chunk's tail lost */
+    make(w, p, arg);
     return p;
+}
+
+typedef struct {
+    int tb;
+    int64_t K, N, ldb;
+} gemm_pack_arg;
+
+static void gemm_pack_make(const float *w, float *dst, const void *arg) {
+    const gemm_pack_arg *a = arg;
+    tb_cpu_sgemm_pack_b(a->tb, a->K, a->N, w, a->ldb, dst);
+}
+
+/* The packed op(B) (K, N) of node n's input `input` when it is a weight,
+ * packed now on its first use; NULL when it is not a weight (or on OOM:
+ * the caller packs per call as before). */
+static const float *wpack_get(tb_cpu_nn_ctx *ctx, const tb_node *n, int input, int tb, int64_t K, int64_t N,
+                              const float *b, int64_t ldb) {
+    if (K <= 0 || N <= 0) return NULL;
+    gemm_pack_arg a = {tb, K, N, ldb};
+    return tb_cpu_nn_wpack(ctx, n, input, b, TB_WPACK_GEMM_B, K, N, 2 * ldb + tb, tb_cpu_sgemm_packed_floats(K, N),
+                           gemm_pack_make, &a);
 }
 
 void tb_cpu_nn_wpack_free(tb_cpu_nn_ctx *ctx) {

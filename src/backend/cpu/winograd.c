@@ -3,9 +3,8 @@
  * (Lavin and Gray): each 2x2 (4x4) output tile costs 16 (36) products per
  * (input, output) channel pair instead of 36 (144), done as 16 (36) GEMMs
  *   M[xi] (M, tiles) = U[xi] (M, C) x V[xi] (C, tiles)
- * with U = G g G^T (the weights, transformed once and cached by the weight
- * buffer's address, shape and a sampled content hash: weights are constant,
- * but a buffer may be freed and reused) and V = B^T d B (the input, per
+ * with U = G g G^T (the weights, transformed once per context into its
+ * packed-weight cache, nn_conv_impl.h) and V = B^T d B (the input, per
  * call), then y = A^T M A with the fused epilogue applied per output plane
  * while it is in cache. With AVX-512 the transforms work on 16 tiles of a
  * tile row per vector (F(4x4) has only that form: without AVX-512 it runs as
@@ -16,23 +15,7 @@
 #include <immintrin.h>
 #include <pthread.h>
 
-/* ---------------------------------------------------------------- weight cache */
-
-#define WCACHE_SLOTS 64
-
-typedef struct {
-    const float *w;
-    int64_t m, c;
-    uint64_t hash;
-    int f4;   /* F(4x4, 3x3) (else F(2x2, 3x3)) */
-    float *u; /* (16 or 36, M, C) */
-    uint64_t used;
-    int pins; /* calls using u now: not evicted while > 0 */
-} wcache_entry;
-
-static wcache_entry wcache[WCACHE_SLOTS];
-static uint64_t wcache_clock;
-static pthread_mutex_t wcache_lock = PTHREAD_MUTEX_INITIALIZER;
+/* ---------------------------------------------------------------- weights */
 
 /* U[xi][m][c] = (G g G^T)[xi] for g = w[m][c] (3x3) */
 static void weights_transform(const float *w, int64_t M, int64_t C, float *u) {
@@ -78,63 +61,36 @@ static void weights_transform4(const float *w, int64_t M, int64_t C, float *u) {
         }
 }
 
-/* A hash of the weights' ends and of 1024 samples between them: enough to
- * tell a reused buffer holding other weights, at a cost independent of
- * their size (hashing all of a 512x512x3x3 conv costs as much as it). */
-static uint64_t weights_hash(const float *w, size_t n) {
-    float s[1024 + 512];
-    size_t k = 0;
-    size_t ends = n < 256 ? n : 256;
-    for (size_t i = 0; i < ends; i++) s[k++] = w[i];
-    for (size_t i = 0; i < ends; i++) s[k++] = w[n - 1 - i];
-    for (size_t i = 0; i < 1024 && n > 0; i++) s[k++] = w[i * n / 1024];
-    return tb_hash64(s, sizeof(float) * k) ^ (uint64_t)n;
+typedef struct {
+    int64_t m, c;
+} wshape;
+
+static void make_u2(const float *w, float *u, const void *arg) {
+    const wshape *s = arg;
+    weights_transform(w, s->m, s->c, u);
 }
 
-/* The transformed weights of w, from the cache or made now, pinned until
- * weights_put(*entry); NULL on OOM. When every slot is pinned (many convs
- * running at once) the weights are made into a buffer of the caller's
- * (*entry = NULL, freed by weights_put). */
-static const float *weights_get(const float *w, int64_t M, int64_t C, int f4, wcache_entry **entry, float **own) {
-    uint64_t h = weights_hash(w, (size_t)(M * C * 9));
-    *entry = NULL;
+static void make_u4(const float *w, float *u, const void *arg) {
+    const wshape *s = arg;
+    weights_transform4(w, s->m, s->c, u);
+}
+
+/* U of node n's weights w (M, C, 3, 3): from the context's cache when w is
+ * a graph weight (transformed on its first use), else transformed now into
+ * *own (the caller frees it); NULL on OOM. */
+static const float *weights_get(tb_cpu_nn_ctx *ctx, const tb_node *n, const float *w, int64_t M, int64_t C, int f4,
+                                float **own) {
+    size_t floats = (f4 ? 36 : 16) * (size_t)(M * C);
+    wshape sh = {M, C};
     *own = NULL;
-    pthread_mutex_lock(&wcache_lock);
-    wcache_entry *hit = NULL, *victim = NULL;
-    for (int i = 0; i < WCACHE_SLOTS; i++) {
-        wcache_entry *e = &wcache[i];
-        if (e->u && e->w == w && e->m == M && e->c == C && e->f4 == f4 && e->hash == h) { hit = e; break; }
-        if (e->pins) continue;
-        if (!victim || !e->u || (victim->u && e->used < victim->used)) victim = e;
-    }
-    if (!hit) {
-        float *u = tb_alloc_aligned(sizeof(float) * (f4 ? 36 : 16) * (size_t)(M * C), 64);
-        if (!u) { pthread_mutex_unlock(&wcache_lock); return NULL; }
-        if (f4) weights_transform4(w, M, C, u);
-        else weights_transform(w, M, C, u);
-        if (!victim) {
-            pthread_mutex_unlock(&wcache_lock);
-            *own = u;
-            return u;
-        }
-        tb_free_aligned(victim->u);
-        *victim = (wcache_entry){w, M, C, h, f4, u, 0, 0};
-        hit = victim;
-    }
-    hit->used = ++wcache_clock;
-    hit->pins++;
-    *entry = hit;
-    const float *u = hit->u;
-    pthread_mutex_unlock(&wcache_lock);
-    return u;
-}
-
-static void weights_put(wcache_entry *entry, float *own) {
-    tb_free_aligned(own);
-    if (!entry) return;
-    pthread_mutex_lock(&wcache_lock);
-    entry->pins--;
-    pthread_mutex_unlock(&wcache_lock);
+    const float *u = tb_cpu_nn_wpack(ctx, n, 1, w, f4 ? TB_WPACK_WINO4 : TB_WPACK_WINO2, M, C, 0, floats,
+                                     f4 ? make_u4 : make_u2, &sh);
+    if (u) return u;
+    float *p = tb_alloc_aligned(sizeof(float) * floats, 64);
+    if (!p) return NULL;
+    (f4 ? make_u4 : make_u2)(w, p, &sh);
+    *own = p;
+    return p;
 }
 
 /* ---------------------------------------------------------------- transforms */
@@ -494,16 +450,15 @@ tb_status tb_cpu_conv_winograd(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn
      * plus those the last tile reads past them */
     j.hp = tm * j.th + 2;
     j.wp = (j.tw + 15) / 16 * 16 * tm + 16;
-    wcache_entry *entry;
     float *own;
-    const float *u = weights_get(w, g->m, g->c, j.f4, &entry, &own);
+    const float *u = weights_get(ctx, n, w, g->m, g->c, j.f4, &own);
     if (!u) return tb_errorf(TB_ERR_OOM, "Conv: out of memory for Winograd weights");
     int nth = ctx->pool ? tb_pool_size(ctx->pool) : 1;
     size_t vn = (size_t)(j.nxi * g->c * j.T), mn = (size_t)(j.nxi * g->m * j.T);
     size_t pn = j.wide ? (size_t)(j.hp * j.wp) * (size_t)nth : 0;
     float *buf = tb_cpu_nn_scratch(ctx, sizeof(float) * (vn + mn + pn));
     if (!buf) {
-        weights_put(entry, own);
+        tb_free_aligned(own);
         return tb_errorf(TB_ERR_OOM, "Conv: out of memory for Winograd tiles");
     }
     j.v = buf;
@@ -536,6 +491,6 @@ tb_status tb_cpu_conv_winograd(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn
         if (nth > 1) tb_pool_run(ctx->pool, output_run, &j);
         else output_run(&j, 0, 1);
     }
-    weights_put(entry, own);
+    tb_free_aligned(own);
     return TB_OK;
 }
