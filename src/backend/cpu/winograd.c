@@ -95,13 +95,17 @@ static const float *weights_get(tb_cpu_nn_ctx *ctx, const tb_node *n, const floa
 
 /* ---------------------------------------------------------------- transforms */
 
+#define WINO_CHUNK_BYTES ((size_t)24 << 20) /* V and M of the images transformed together */
+#define WINO_CHUNK_TILES 128                /* tiles (GEMM columns) worth batching images for */
+
 typedef struct {
     const tb_nn_conv_geom *g;
     const float *x;     /* (C, H, W) of one image */
-    float *v;           /* (16, C, T) */
-    const float *mx;    /* (16, M, T) */
+    float *v;           /* (16, C, ld): the image's tiles from column b T */
+    const float *mx;    /* (16, M, ld) */
     float *y;           /* (M, oh, ow) of one image */
-    int64_t th, tw, T;
+    int64_t th, tw, T;  /* tiles of an image */
+    int64_t ld, nb;     /* the rows of V and M hold the tiles of nb images (ld = nb T) */
     float *pad;         /* per thread: one zero-padded input plane (AVX-512 path) */
     int64_t hp, wp;     /* its rows and row stride */
     const tb_cpu_sgemm_epi *e; /* the epilogue, applied per output plane */
@@ -113,7 +117,7 @@ typedef struct {
 /* V[xi][c][t] = (B^T d B)[xi], d the 4x4 input patch at (2 ty - pt, 2 tx - pl) */
 static void input_transform(const wino_job *j, int64_t c0, int64_t c1) {
     const tb_nn_conv_geom *g = j->g;
-    size_t plane = (size_t)(g->c * j->T);
+    size_t plane = (size_t)(g->c * j->ld);
     for (int64_t c = c0; c < c1; c++) {
         const float *xc = j->x + c * g->h * g->w;
         for (int64_t ty = 0; ty < j->th; ty++)
@@ -133,7 +137,7 @@ static void input_transform(const wino_job *j, int64_t c0, int64_t c1) {
                     t[2][k] = d[2][k] - d[1][k];
                     t[3][k] = d[1][k] - d[3][k];
                 }
-                float *v = j->v + (size_t)(c * j->T + ty * j->tw + tx);
+                float *v = j->v + (size_t)(c * j->ld + ty * j->tw + tx);
                 for (int i = 0; i < 4; i++) {
                     v[(size_t)(i * 4 + 0) * plane] = t[i][0] - t[i][2];
                     v[(size_t)(i * 4 + 1) * plane] = t[i][1] + t[i][2];
@@ -147,10 +151,10 @@ static void input_transform(const wino_job *j, int64_t c0, int64_t c1) {
 /* y[m] tiles = A^T M A */
 static void output_transform(const wino_job *j, int64_t m0, int64_t m1) {
     const tb_nn_conv_geom *g = j->g;
-    size_t plane = (size_t)(g->m * j->T);
+    size_t plane = (size_t)(g->m * j->ld);
     for (int64_t m = m0; m < m1; m++) {
         float *ym = j->y + m * g->oh * g->ow;
-        const float *mm = j->mx + (size_t)(m * j->T);
+        const float *mm = j->mx + (size_t)(m * j->ld);
         for (int64_t ty = 0; ty < j->th; ty++)
             for (int64_t tx = 0; tx < j->tw; tx++) {
                 int64_t t = ty * j->tw + tx;
@@ -180,7 +184,7 @@ static void output_transform(const wino_job *j, int64_t m0, int64_t m1) {
 
 static W512 void input_transform512(const wino_job *j, int64_t c0, int64_t c1, float *P) {
     const tb_nn_conv_geom *g = j->g;
-    size_t plane = (size_t)(g->c * j->T);
+    size_t plane = (size_t)(g->c * j->ld);
     const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
     for (int64_t c = c0; c < c1; c++) {
@@ -216,7 +220,7 @@ static W512 void input_transform512(const wino_job *j, int64_t c0, int64_t c1, f
                 }
                 int64_t left = j->tw - tx;
                 __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
-                float *v = j->v + (size_t)(c * j->T + ty * j->tw + tx);
+                float *v = j->v + (size_t)(c * j->ld + ty * j->tw + tx);
                 for (int i = 0; i < 4; i++) {
                     _mm512_mask_storeu_ps(v + (size_t)(i * 4 + 0) * plane, m, _mm512_sub_ps(t[i][0], t[i][2]));
                     _mm512_mask_storeu_ps(v + (size_t)(i * 4 + 1) * plane, m, _mm512_add_ps(t[i][1], t[i][2]));
@@ -230,12 +234,12 @@ static W512 void input_transform512(const wino_job *j, int64_t c0, int64_t c1, f
 
 static W512 void output_transform512(const wino_job *j, int64_t m0, int64_t m1) {
     const tb_nn_conv_geom *g = j->g;
-    size_t plane = (size_t)(g->m * j->T);
+    size_t plane = (size_t)(g->m * j->ld);
     const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
     const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
     for (int64_t m = m0; m < m1; m++) {
         float *ym = j->y + m * g->oh * g->ow;
-        const float *mm = j->mx + (size_t)(m * j->T);
+        const float *mm = j->mx + (size_t)(m * j->ld);
         for (int64_t ty = 0; ty < j->th; ty++)
             for (int64_t tx = 0; tx < j->tw; tx += 16) {
                 int64_t left = j->tw - tx;
@@ -298,7 +302,7 @@ static W512 __m512 stride4_512(const float *p) {
 
 static W512 void input_transform4_512(const wino_job *j, int64_t c0, int64_t c1, float *P) {
     const tb_nn_conv_geom *g = j->g;
-    size_t plane = (size_t)(g->c * j->T);
+    size_t plane = (size_t)(g->c * j->ld);
     for (int64_t c = c0; c < c1; c++) {
         const float *xc = j->x + c * g->h * g->w;
         memset(P, 0, sizeof(float) * (size_t)(j->hp * j->wp));
@@ -320,7 +324,7 @@ static W512 void input_transform4_512(const wino_job *j, int64_t c0, int64_t c1,
                 }
                 int64_t left = j->tw - tx;
                 __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
-                float *v = j->v + (size_t)(c * j->T + ty * j->tw + tx);
+                float *v = j->v + (size_t)(c * j->ld + ty * j->tw + tx);
                 for (int i = 0; i < 6; i++) {
                     __m512 w[6];
                     WINO4_BT(t[i], w);
@@ -343,14 +347,14 @@ static W512 void input_transform4_512(const wino_job *j, int64_t c0, int64_t c1,
 
 static W512 void output_transform4_512(const wino_job *j, int64_t m0, int64_t m1) {
     const tb_nn_conv_geom *g = j->g;
-    size_t plane = (size_t)(g->m * j->T);
+    size_t plane = (size_t)(g->m * j->ld);
     const __m512i p01l = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
     const __m512i p01h = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
     const __m512i q0 = _mm512_setr_epi32(0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23);
     const __m512i q1 = _mm512_setr_epi32(8, 9, 24, 25, 10, 11, 26, 27, 12, 13, 28, 29, 14, 15, 30, 31);
     for (int64_t m = m0; m < m1; m++) {
         float *ym = j->y + m * g->oh * g->ow;
-        const float *mm = j->mx + (size_t)(m * j->T);
+        const float *mm = j->mx + (size_t)(m * j->ld);
         for (int64_t ty = 0; ty < j->th; ty++)
             for (int64_t tx = 0; tx < j->tw; tx += 16) {
                 int64_t left = j->tw - tx;
@@ -391,11 +395,12 @@ static W512 void output_transform4_512(const wino_job *j, int64_t m0, int64_t m1
     }
 }
 
-/* M[xi] (M, T) = U[xi] (M, C) x V[xi] (C, T) */
+/* M[xi] (M, nb T) = U[xi] (M, C) x V[xi] (C, nb T) */
 static void gemm_one(const wino_job *j, int xi, tb_pool *pool) {
     const tb_nn_conv_geom *g = j->g;
-    tb_cpu_sgemm(0, 0, g->m, j->T, g->c, 1.0f, j->u + (size_t)xi * g->m * g->c, g->c, j->v + (size_t)xi * g->c * j->T,
-                 j->T, 0.0f, (float *)j->mx + (size_t)xi * g->m * j->T, j->T, pool);
+    tb_cpu_sgemm(0, 0, g->m, j->nb * j->T, g->c, 1.0f, j->u + (size_t)xi * g->m * g->c, g->c,
+                 j->v + (size_t)xi * g->c * j->ld, j->ld, 0.0f, (float *)j->mx + (size_t)xi * g->m * j->ld, j->ld,
+                 pool);
 }
 
 static void gemm_run(void *arg, int ith, int nth) {
@@ -403,33 +408,58 @@ static void gemm_run(void *arg, int ith, int nth) {
     for (int xi = j->nxi * ith / nth; xi < j->nxi * (ith + 1) / nth; xi++) gemm_one(j, xi, NULL);
 }
 
+/* the job of image b of the chunk: its input, output, residual and tile columns */
+static wino_job image_job(const wino_job *j, int64_t b, tb_cpu_sgemm_epi *e) {
+    const tb_nn_conv_geom *g = j->g;
+    wino_job o = *j;
+    int64_t ohw = g->oh * g->ow;
+    o.x = j->x + b * g->c * g->h * g->w;
+    o.y = j->y + b * g->m * ohw;
+    o.v = j->v + b * j->T;
+    o.mx = j->mx + b * j->T;
+    if (j->e) {
+        *e = *j->e;
+        if (e->res) e->res += b * g->m * ohw;
+        o.e = e;
+    }
+    return o;
+}
+
 static void input_run(void *arg, int ith, int nth) {
     wino_job *j = arg;
     int64_t c0 = j->g->c * ith / nth, c1 = j->g->c * (ith + 1) / nth;
     float *pad = j->pad + (size_t)(j->hp * j->wp) * (size_t)ith;
-    if (j->f4) input_transform4_512(j, c0, c1, pad);
-    else if (j->wide) input_transform512(j, c0, c1, pad);
-    else input_transform(j, c0, c1);
+    for (int64_t b = 0; b < j->nb; b++) {
+        tb_cpu_sgemm_epi e;
+        wino_job ib = image_job(j, b, &e);
+        if (j->f4) input_transform4_512(&ib, c0, c1, pad);
+        else if (j->wide) input_transform512(&ib, c0, c1, pad);
+        else input_transform(&ib, c0, c1);
+    }
 }
 
 static void output_run(void *arg, int ith, int nth) {
     wino_job *j = arg;
     int64_t m0 = j->g->m * ith / nth, m1 = j->g->m * (ith + 1) / nth;
-    if (j->f4) {
-        output_transform4_512(j, m0, m1);
-        return;
-    }
-    if (j->wide) {
-        output_transform512(j, m0, m1);
-        return;
-    }
-    output_transform(j, m0, m1);
-    if (j->e) {
-        int64_t ohw = j->g->oh * j->g->ow;
-        tb_cpu_sgemm_epi e = *j->e;
-        if (e.bias) e.bias += m0;
-        if (e.res) e.res += m0 * ohw;
-        tb_cpu_nn_epilogue(j->y + m0 * ohw, ohw, m1 - m0, ohw, &e);
+    for (int64_t b = 0; b < j->nb; b++) {
+        tb_cpu_sgemm_epi e;
+        wino_job ib = image_job(j, b, &e);
+        if (j->f4) {
+            output_transform4_512(&ib, m0, m1);
+            continue;
+        }
+        if (j->wide) {
+            output_transform512(&ib, m0, m1);
+            continue;
+        }
+        output_transform(&ib, m0, m1);
+        if (ib.e) {
+            int64_t ohw = j->g->oh * j->g->ow;
+            tb_cpu_sgemm_epi e2 = *ib.e;
+            if (e2.bias) e2.bias += m0;
+            if (e2.res) e2.res += m0 * ohw;
+            tb_cpu_nn_epilogue(ib.y + m0 * ohw, ohw, m1 - m0, ohw, &e2);
+        }
     }
 }
 
@@ -454,7 +484,17 @@ tb_status tb_cpu_conv_winograd(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn
     const float *u = weights_get(ctx, n, w, g->m, g->c, j.f4, &own);
     if (!u) return tb_errorf(TB_ERR_OOM, "Conv: out of memory for Winograd weights");
     int nth = ctx->pool ? tb_pool_size(ctx->pool) : 1;
-    size_t vn = (size_t)(j.nxi * g->c * j.T), mn = (size_t)(j.nxi * g->m * j.T);
+    /* images per chunk: their tiles side by side in one GEMM per xi (a
+     * 14x14 or 7x7 map alone gives the GEMM an N of 16 to 49), up to about
+     * WINO_CHUNK_TILES tiles (more only makes V and M leave the caches) and
+     * tile buffers of WINO_CHUNK_BYTES */
+    size_t per_image = sizeof(float) * (size_t)(j.nxi * (g->c + g->m) * j.T);
+    int64_t chunk = (WINO_CHUNK_TILES + j.T - 1) / j.T;
+    if (per_image && chunk > (int64_t)(WINO_CHUNK_BYTES / per_image)) chunk = (int64_t)(WINO_CHUNK_BYTES / per_image);
+    if (chunk < 1) chunk = 1;
+    if (chunk > g->n) chunk = g->n;
+    j.ld = chunk * j.T;
+    size_t vn = (size_t)(j.nxi * g->c * j.ld), mn = (size_t)(j.nxi * g->m * j.ld);
     size_t pn = j.wide ? (size_t)(j.hp * j.wp) * (size_t)nth : 0;
     float *buf = tb_cpu_nn_scratch(ctx, sizeof(float) * (vn + mn + pn));
     if (!buf) {
@@ -473,7 +513,8 @@ tb_status tb_cpu_conv_winograd(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn
     e.p0 = n->f[0];
     e.p1 = n->f[1];
     e.act_after_res = (n->i[11] & TB_NN_ACT_AFTER_RESIDUAL) != 0;
-    for (int64_t b = 0; b < g->n; b++) {
+    for (int64_t b = 0; b < g->n; b += chunk) {
+        j.nb = g->n - b < chunk ? g->n - b : chunk;
         j.x = x + b * g->c * g->h * g->w;
         j.y = y + b * g->m * ohw;
         e.res = res ? res + b * g->m * ohw : NULL;
@@ -483,7 +524,7 @@ tb_status tb_cpu_conv_winograd(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn
         j.u = u;
         /* the products: whole ones per thread (one sync, and no split of a
          * small N between threads), unless they are big enough to split */
-        if (nth > 1 && (double)g->m * (double)j.T * (double)g->c < 4e6) {
+        if (nth > 1 && (double)g->m * (double)(j.nb * j.T) * (double)g->c < 4e6) {
             tb_pool_run(ctx->pool, gemm_run, &j);
         } else {
             for (int xi = 0; xi < j.nxi; xi++) gemm_one(&j, xi, ctx->pool);
