@@ -509,10 +509,21 @@ typedef struct {
     float *y, *scratch;
     int64_t B, H, S, T, D, Dv, mst[4];
     int kt, causal, mk;
+    int wide; /* AVX-512 */
     float scale;
     int64_t blocks_per_head, total;
     size_t per_thread;
 } sdpa_job;
+
+/* x[0, n) += m[0, n) */
+__attribute__((target("avx512f"))) static void add_row512(float *x, const float *m, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, _mm512_add_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(m + i)));
+    if (i < n) {
+        __mmask16 k = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(x + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, x + i), _mm512_maskz_loadu_ps(k, m + i)));
+    }
+}
 
 static void sdpa_block(const sdpa_job *j, int64_t blk, float *sc) {
     int64_t bh = blk / j->blocks_per_head, s0 = blk % j->blocks_per_head * SDPA_SB;
@@ -526,7 +537,9 @@ static void sdpa_block(const sdpa_job *j, int64_t blk, float *sc) {
         int64_t s = s0 + i;
         if (j->mk) {
             int64_t mo = b * j->mst[0] + h * j->mst[1] + s * j->mst[2];
-            if (j->mk == 1)
+            if (j->mk == 1 && j->mst[3] == 1 && j->wide) /* a contiguous mask row */
+                add_row512(row, j->mask + mo, T);
+            else if (j->mk == 1)
                 for (int64_t t = 0; t < T; t++) row[t] += j->mask[mo + t * j->mst[3]];
             else
                 for (int64_t t = 0; t < T; t++)
@@ -566,6 +579,7 @@ static tb_status sdpa_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view
     j.kt = n->i[1];
     j.causal = n->i[0];
     j.mk = n->i[2];
+    j.wide = (tb_cpu_features() & TB_CPU_AVX512F) != 0;
     j.scale = n->f[0] != 0.0f ? n->f[0] : (float)(1.0 / sqrt((double)j.D));
     if (j.mk) {
         tb_nn_sdpa_mask_strides(&in[3], r, j.mst + (4 - r));
