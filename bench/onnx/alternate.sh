@@ -12,7 +12,10 @@
 #
 # Environment: OUT (as run.sh; its models and engines are used as they are),
 # TURBINE (build/turbine), THREADS (2), BATCHES ("1 8"), MODELS ("resnet18
-# bert"), ROUNDS (4), ITERS (5 timed runs a turn), WARMUP (1).
+# bert"), ROUNDS (4), ITERS (5 timed runs a turn), WARMUP (1). BASE_TURBINE
+# and BASE_OUT: a second turbine (an older build, with its engines in
+# BASE_OUT) taking its turn after the first in every round, for a before /
+# after comparison in the same run.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
@@ -49,12 +52,22 @@ for m in $MODELS; do
         > "$OUT/alt_ort.json"
       "$TURBINE" bench --engine "$engine" --shapes "$(shapes "$m" "$b")" --threads "$THREADS" --warmup "$WARMUP" \
         --iterations "$ITERS" --duration 0 --json "$OUT/alt_tb.json" > /dev/null
-      "$PY" - "$OUT/alt_ort.json" "$OUT/alt_tb.json" "$m" "$b" >> "$RES" <<'EOF'
+      base_json=""
+      if [ -n "${BASE_TURBINE:-}" ]; then
+        base_json="$OUT/alt_base.json"
+        "$BASE_TURBINE" bench --engine "$BASE_OUT/${m}_opset17.engine" --shapes "$(shapes "$m" "$b")" \
+          --threads "$THREADS" --warmup "$WARMUP" --iterations "$ITERS" --duration 0 --json "$base_json" > /dev/null
+      fi
+      "$PY" - "$OUT/alt_ort.json" "$OUT/alt_tb.json" "$m" "$b" "$base_json" >> "$RES" <<'EOF'
 import json, sys
 o, t = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
-print(json.dumps({"model": sys.argv[3], "batch": int(sys.argv[4]),
-                  "ort_min": o["latency_ms"]["min"], "ort_median": o["latency_ms"]["median"],
-                  "tb_min": t["latency_min_ms"], "tb_median": t["latency_median_ms"]}))
+r = {"model": sys.argv[3], "batch": int(sys.argv[4]),
+     "ort_min": o["latency_ms"]["min"], "ort_median": o["latency_ms"]["median"],
+     "tb_min": t["latency_min_ms"], "tb_median": t["latency_median_ms"]}
+if sys.argv[5]:
+    b = json.load(open(sys.argv[5]))
+    r.update(base_min=b["latency_min_ms"], base_median=b["latency_median_ms"])
+print(json.dumps(r))
 EOF
     done
   done
@@ -65,8 +78,10 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 print(f"ONNX Runtime and turbine alternating, {sys.argv[3]} rounds of {sys.argv[4]} runs each, {sys.argv[2]} threads")
 print(f"load average before {sys.argv[5]}, after {sys.argv[6]}")
+base = all("base_min" in r for r in rows)
 print(f"{'model':9} {'batch':>5} {'ORT best ms':>12} {'tb best ms':>11} {'speed-up':>9} "
-      f"{'ORT med ms':>11} {'tb med ms':>10} {'speed-up':>9}")
+      f"{'ORT med ms':>11} {'tb med ms':>10} {'speed-up':>9}" +
+      (f" {'base best':>10} {'base med':>9} {'tb/base':>8}" if base else ""))
 seen = []
 for r in rows:
     k = (r["model"], r["batch"])
@@ -76,5 +91,10 @@ for k in seen:
     ob, tb = min(r["ort_min"] for r in rs), min(r["tb_min"] for r in rs)
     om = statistics.median(r["ort_median"] for r in rs)
     tm = statistics.median(r["tb_median"] for r in rs)
-    print(f"{k[0]:9} {k[1]:5d} {ob:12.2f} {tb:11.2f} {ob / tb:8.2f}x {om:11.2f} {tm:10.2f} {om / tm:8.2f}x")
+    line = f"{k[0]:9} {k[1]:5d} {ob:12.2f} {tb:11.2f} {ob / tb:8.2f}x {om:11.2f} {tm:10.2f} {om / tm:8.2f}x"
+    if base:
+        bb = min(r["base_min"] for r in rs)
+        bm = statistics.median(r["base_median"] for r in rs)
+        line += f" {bb:10.2f} {bm:9.2f} {bm / tm:7.2f}x"
+    print(line)
 EOF
