@@ -129,13 +129,12 @@ tb_status tb_cpu_nn_tune_convs(tb_graph *g, int n_threads, int verbose, int *n_t
     tb_view in[TB_MAX_IO];
     memset(in, 0, sizeof in);
     tb_view *views = calloc((size_t)g->n_values + 1, sizeof *views);
-    float **own = calloc((size_t)g->n_values + 1, sizeof *own);
     tb_interp_host *host = NULL;
     tb_pool *pool = NULL;
     tb_cpu_nn_ctx ctx;
     memset(&ctx, 0, sizeof ctx);
     tb_status s = TB_OK;
-    if (!views || !own) { s = tb_errorf(TB_ERR_OOM, "out of memory timing conv tactics"); goto done; }
+    if (!views) { s = tb_errorf(TB_ERR_OOM, "out of memory timing conv tactics"); goto done; }
     for (int i = 0; i < g->n_inputs; i++) {
         const tb_value *v = &g->values[g->inputs[i]];
         in[i].dtype = v->dtype;
@@ -155,46 +154,38 @@ tb_status tb_cpu_nn_tune_convs(tb_graph *g, int n_threads, int verbose, int *n_t
     if (n_threads > 1 && (s = tb_pool_create(n_threads, &pool)) != TB_OK) goto done;
     ctx.pool = pool;
     ctx.graph = g;
+    /* one node at a time: its activations (random) and packed weights are
+     * freed before the next, so the build's memory stays that of one conv */
     for (int i = 0; i < g->n_nodes && s == TB_OK; i++) {
         tb_node *n = &g->nodes[i];
         if (n->op != TB_OP_CONV) continue;
         tb_view iv[TB_MAX_INPUTS], ov = views[n->out[0]];
-        int ok = ov.dtype == TB_F32;
-        for (int k = 0; k < n->n_in && ok; k++) {
-            int v = n->in[k];
-            iv[k] = views[v];
-            ok = iv[k].dtype == TB_F32;
-            if (ok && !iv[k].data) { /* an activation: random contents, kept for the next nodes */
-                if (!own[v]) {
-                    size_t numel = (size_t)tb_view_numel(&iv[k]);
-                    own[v] = tb_alloc_aligned(sizeof(float) * (numel ? numel : 1), 64);
-                    if (!own[v]) { s = tb_errorf(TB_ERR_OOM, "out of memory timing conv tactics"); break; }
-                    fill_random(own[v], numel, (uint64_t)v * 2654435761u + 1);
-                }
-                iv[k].data = own[v];
-            }
+        float *bufs[TB_MAX_INPUTS + 1];
+        int nb = 0, ok = ov.dtype == TB_F32;
+        for (int k = 0; k <= n->n_in && ok && s == TB_OK; k++) {
+            tb_view *v = k < n->n_in ? &iv[k] : &ov;
+            if (k < n->n_in) *v = views[n->in[k]];
+            ok = v->dtype == TB_F32;
+            if (!ok || (k < n->n_in && v->data)) continue;
+            /* an activation or the output: a buffer of its own */
+            size_t numel = (size_t)tb_view_numel(v);
+            float *b = tb_alloc_aligned(sizeof(float) * (numel ? numel : 1), 64);
+            if (!b) { s = tb_errorf(TB_ERR_OOM, "out of memory timing conv tactics"); break; }
+            fill_random(b, numel, (uint64_t)i * 2654435761u + (uint64_t)k + 1);
+            bufs[nb++] = b;
+            v->data = b;
         }
-        if (s != TB_OK || !ok) continue;
-        int vo = n->out[0];
-        if (!own[vo]) {
-            size_t numel = (size_t)tb_view_numel(&ov);
-            own[vo] = tb_alloc_aligned(sizeof(float) * (numel ? numel : 1), 64);
-            if (!own[vo]) { s = tb_errorf(TB_ERR_OOM, "out of memory timing conv tactics"); break; }
-            memset(own[vo], 0, sizeof(float) * numel);
-        }
-        ov.data = own[vo];
         int timed = 0;
-        s = tune_conv(&ctx, n, iv, &ov, verbose, g->values[vo].name, &timed);
+        if (s == TB_OK && ok) s = tune_conv(&ctx, n, iv, &ov, verbose, g->values[n->out[0]].name, &timed);
         if (s == TB_OK && n_tuned) *n_tuned += timed;
+        for (int k = 0; k < nb; k++) tb_free_aligned(bufs[k]);
+        tb_cpu_nn_wpack_free(&ctx);
     }
 done:
     tb_cpu_nn_ctx_release(&ctx);
     if (pool) tb_pool_free(pool);
     if (host) tb_interp_free_host(host);
-    if (own)
-        for (int v = 0; v < g->n_values; v++) tb_free_aligned(own[v]);
     for (int i = 0; i < g->n_inputs; i++) free(in[i].data);
-    free(own);
     free(views);
     return s;
 }
