@@ -3,7 +3,9 @@
  * one tactic is timed and given one that applies to its geometry (no
  * Winograd on a strided or 1x1 conv), a depthwise conv keeps the rule, and
  * each node run by the CPU kernels with its chosen tactic matches the
- * reference kernel on random data. A graph without Conv is left alone. */
+ * reference kernel on random data. One context's packed-weight cache
+ * holds every tactic's form of a weight side by side. A graph without Conv
+ * is left alone. */
 #include "backend/cpu/nn.h"
 #include "backend/cpu/nn_conv_impl.h"
 #include "tb_test.h"
@@ -54,7 +56,17 @@ static tb_graph *make_cnn(void) {
 
 /* Node n on random inputs at batch 2: its fast kernel (with its tactic)
  * against the reference; returns max |err| / max |ref|. */
+static double node_err_ctx(const tb_graph *g, const tb_node *n, tb_cpu_nn_ctx *ctx);
+
 static double node_err(const tb_graph *g, const tb_node *n, tb_pool *pool) {
+    tb_cpu_nn_ctx ctx = {pool, NULL, 0, g, NULL};
+    double e = node_err_ctx(g, n, &ctx);
+    tb_cpu_nn_ctx_release(&ctx);
+    return e;
+}
+
+/* as node_err, in the given context (its packed weights kept) */
+static double node_err_ctx(const tb_graph *g, const tb_node *n, tb_cpu_nn_ctx *ctxp) {
     tb_view views[3];
     float *bufs[4] = {0};
     int64_t b = 2;
@@ -85,8 +97,7 @@ static double node_err(const tb_graph *g, const tb_node *n, tb_pool *pool) {
     float *fast = calloc((size_t)m, sizeof(float)), *ref = calloc((size_t)m, sizeof(float));
     out[0].data = fast;
     out[1].data = ref;
-    tb_cpu_nn_ctx ctx = {pool, NULL, 0, g, NULL};
-    CHECK(tb_cpu_nn_run(&ctx, n, views, n->n_in, &out[0], 1) == TB_OK);
+    CHECK(tb_cpu_nn_run(ctxp, n, views, n->n_in, &out[0], 1) == TB_OK);
     CHECK(tb_op_get_def(n->op)->ref(n, views, n->n_in, &out[1], 1) == TB_OK);
     double e = 0, s = 0;
     for (int64_t i = 0; i < m; i++) {
@@ -94,7 +105,6 @@ static double node_err(const tb_graph *g, const tb_node *n, tb_pool *pool) {
         e = d > e || d != d ? d : e;
         s = fabs(ref[i]) > s ? fabs(ref[i]) : s;
     }
-    tb_cpu_nn_ctx_release(&ctx);
     for (int k = 0; k < 4; k++) free(bufs[k]);
     free(fast);
     free(ref);
@@ -125,6 +135,26 @@ static void test_tune_cnn(tb_pool *pool) {
     tb_graph_free(g);
 }
 
+/* One context's packed-weight cache holding several forms of the same
+ * weight (GEMM panels, direct panels, Winograd F(2x2) and F(4x4) U): every
+ * tactic, run twice in turn (the second time from the cache), still
+ * matches the reference. */
+static void test_wpack_forms(tb_pool *pool) {
+    tb_graph *g = make_cnn();
+    tb_node n = g->nodes[0]; /* the 3x3 stride-1 conv: all five tactics apply */
+    tb_cpu_nn_ctx ctx = {pool, NULL, 0, g, NULL};
+    for (int rep = 0; rep < 2; rep++)
+        for (int t = TB_CONV_TACTIC_AUTO; t <= TB_CONV_TACTIC_DIRECT; t++) {
+            n.tactic = t;
+            double e = node_err_ctx(g, &n, &ctx);
+            CHECK_MSG(e < 1e-4, "tactic %d, pass %d: relative error %g", t, rep, e);
+        }
+    CHECK(ctx.wpack != NULL);
+    tb_cpu_nn_ctx_release(&ctx);
+    CHECK(ctx.wpack == NULL);
+    tb_graph_free(g);
+}
+
 /* no Conv: nothing timed, nothing changed */
 static void test_no_conv(void) {
     tb_graph *g = tb_graph_new();
@@ -145,6 +175,7 @@ int main(void) {
     tb_pool *pool = NULL;
     CHECK(tb_pool_create(2, &pool) == TB_OK);
     test_tune_cnn(pool);
+    test_wpack_forms(pool);
     test_no_conv();
     tb_pool_free(pool);
     return tb_test_finish("test_nn_tune");
