@@ -8,14 +8,16 @@
  *   - depthwise (one input channel per group): a direct loop per channel;
  *   - 3x3, stride 1, dilation 1, enough channels and tiles: Winograd
  *     F(4x4, 3x3) (AVX-512, 40 tiles or more) or F(2x2, 3x3) (winograd.c;
- *     the transformed weights are cached by weight address and a sampled
- *     content hash);
+ *     the transformed weights made once per context, below);
  *   - otherwise, one group with AVX-512: the direct form with 64 output
  *     channels in the vector lanes (conv_direct.c; no im2col, and no waste
  *     on small maps such as 7x7, the stem's 7x7 stride 2 over 3 channels,
  *     the stride-2 3x3 and 1x1 convs);
  *   - otherwise im2col into scratch, then the GEMM (C kh kw, oh ow).
- * The node's tactic field can force one (TB_CONV_TACTIC_*; 0: choose).
+ * The node's tactic field can force one (TB_CONV_TACTIC_*; 0: choose);
+ * `turbine build` sets it where timing beats the rule (nn_tune.c).
+ * Weights in a kernel's layout (GEMM panels, Winograd U, direct panels) are
+ * kept in the context's one packed-weight cache (tb_cpu_nn_wpack).
  */
 #include "backend/cpu/nn.h"
 #include "backend/cpu/nn_conv_impl.h"
