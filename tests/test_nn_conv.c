@@ -514,6 +514,9 @@ static void test_conv_random(tb_pool *pool) {
         {4, 1, 16, 15, 17, 64, 3, 3, 1, 2, 2, 1, 2, 1, 0, 2, 2, 0, TB_NN_ACT_CLIP, TB_NN_HAS_BIAS},
         {4, 1, 24, 14, 14, 48, 1, 1, 1, 2, 2, 0, 0, 0, 0, 1, 1, 0, TB_NN_ACT_GELU_ERF, TB_NN_HAS_BIAS | TB_NN_HAS_RESIDUAL},
         {4, 1, 20, 40, 37, 33, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, TB_NN_ACT_NONE, TB_NN_HAS_RESIDUAL},
+        /* Winograd over a batch: the images' tiles side by side in one GEMM,
+         * each image's residual and output in its place */
+        {4, 3, 24, 7, 9, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, TB_NN_ACT_RELU, TB_NN_HAS_BIAS | TB_NN_HAS_RESIDUAL},
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         char what[64];

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/nn.h"
 #include "import/onnx.h"
 #include "ir/interp.h"
 #include "opt/opt.h"
@@ -538,6 +539,12 @@ tb_status tb_build_onnx(const char *model_path, const char *engine_path, const t
     if ((s = parse_profiles(&o, ps)) != TB_OK) goto done;
     if ((s = compile(model_path, ps->env, ps->n_env, o.device, o.verbose, &g)) != TB_OK) goto done;
     if ((s = profile_symbols(g, ps, set)) != TB_OK) goto done;
+    if (o.weight_dtype == TB_F32 && (!o.device || !strncmp(o.device, "cpu", 3))) {
+        /* the CPU's Conv tactics, timed at the opt shapes (backend/cpu/nn_tune.c) */
+        int n_tuned = 0;
+        if ((s = tb_cpu_nn_tune_convs(g, tb_default_threads(), o.verbose, &n_tuned)) != TB_OK) goto done;
+        if (o.verbose && n_tuned) tb_log(TB_LOG_INFO, "conv tactics timed for %d Conv nodes", n_tuned);
+    }
     if (o.weight_dtype == TB_F16) {
         if (!(g32 = graph_clone(g))) { s = tb_errorf(TB_ERR_OOM, "out of memory copying the graph"); goto done; }
         static const tb_pass f16_passes[] = {

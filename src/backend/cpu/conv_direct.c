@@ -13,10 +13,10 @@
  * nothing, unlike the (M, pixels) GEMM whose 32-wide kernel runs over the
  * pixels.
  *
- * The weights are packed once into panels of 64 channels, [panel][k][64]
- * (k = (c kh + ky) kw + kx, the missing channels zero), and cached by the
- * weight buffer's address, shape and a sampled content hash as the Winograd
- * weights are. The work items are (panel, block of output rows of all the
+ * The weights are packed once per context into panels of 64 channels,
+ * [panel][k][64] (k = (c kh + ky) kw + kx, the missing channels zero), in
+ * the context's packed-weight cache (nn_conv_impl.h), as the Winograd and
+ * GEMM weights are. The work items are (panel, block of output rows of all the
  * images):
  * the block's Y^T (at most a few hundred pixels by 64) stays in a per-thread
  * buffer in L1/L2 while the K loop runs in blocks of channels whose weights
@@ -38,25 +38,15 @@
 #define KBLOCK_TAPS 128       /* K taps per block: 128 x 64 floats of weights (32 KB) */
 #define BLOCK_PIXELS 512      /* output pixels per work item (its Y^T: 128 KB) */
 
-/* ---------------------------------------------------------------- weight cache */
-
-#define DCACHE_SLOTS 256 /* a model's direct convs: repacking on every call costs as much as the conv */
+/* ---------------------------------------------------------------- weights */
 
 typedef struct {
-    const float *w;
     int64_t m, k;
-    uint64_t hash;
-    float *p; /* (panels, k, 64) */
-    uint64_t used;
-    int pins;
-} dcache_entry;
+} wshape;
 
-static dcache_entry dcache[DCACHE_SLOTS];
-static uint64_t dcache_clock;
-static pthread_mutex_t dcache_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static void weights_pack(const float *w, int64_t M, int64_t K, float *p) {
-    int64_t np = (M + PANEL - 1) / PANEL;
+static void weights_pack(const float *w, float *p, const void *arg) {
+    const wshape *s = arg;
+    int64_t M = s->m, K = s->k, np = (M + PANEL - 1) / PANEL;
     for (int64_t pi = 0; pi < np; pi++)
         for (int64_t k = 0; k < K; k++) {
             float *d = p + (pi * K + k) * PANEL;
@@ -67,60 +57,21 @@ static void weights_pack(const float *w, int64_t M, int64_t K, float *p) {
         }
 }
 
-/* a hash of the weights' ends and of 1024 samples between them (as winograd.c) */
-static uint64_t weights_hash(const float *w, size_t n) {
-    float s[1024 + 512];
-    size_t k = 0;
-    size_t ends = n < 256 ? n : 256;
-    for (size_t i = 0; i < ends; i++) s[k++] = w[i];
-    for (size_t i = 0; i < ends; i++) s[k++] = w[n - 1 - i];
-    for (size_t i = 0; i < 1024 && n > 0; i++) s[k++] = w[i * n / 1024];
-    return tb_hash64(s, sizeof(float) * k) ^ (uint64_t)n;
-}
-
-/* The packed weights of w, from the cache or made now, pinned until
- * weights_put(*entry); NULL on OOM. With every slot pinned they are made
- * into a buffer of the caller's (*own, freed by weights_put). */
-static const float *weights_get(const float *w, int64_t M, int64_t K, dcache_entry **entry, float **own) {
-    uint64_t h = weights_hash(w, (size_t)(M * K));
-    *entry = NULL;
+/* The packed weights of node n's w (M, K): from the context's cache when w
+ * is a graph weight (packed on its first use), else packed now into *own
+ * (the caller frees it); NULL on OOM. */
+static const float *weights_get(tb_cpu_nn_ctx *ctx, const tb_node *n, const float *w, int64_t M, int64_t K,
+                                float **own) {
+    size_t floats = (size_t)((M + PANEL - 1) / PANEL * K * PANEL);
+    wshape sh = {M, K};
     *own = NULL;
-    pthread_mutex_lock(&dcache_lock);
-    dcache_entry *hit = NULL, *victim = NULL;
-    for (int i = 0; i < DCACHE_SLOTS; i++) {
-        dcache_entry *e = &dcache[i];
-        if (e->p && e->w == w && e->m == M && e->k == K && e->hash == h) { hit = e; break; }
-        if (e->pins) continue;
-        if (!victim || !e->p || (victim->p && e->used < victim->used)) victim = e;
-    }
-    if (!hit) {
-        int64_t np = (M + PANEL - 1) / PANEL;
-        float *p = tb_alloc_aligned(sizeof(float) * (size_t)(np * K * PANEL), 64);
-        if (!p) { pthread_mutex_unlock(&dcache_lock); return NULL; }
-        weights_pack(w, M, K, p);
-        if (!victim) {
-            pthread_mutex_unlock(&dcache_lock);
-            *own = p;
-            return p;
-        }
-        tb_free_aligned(victim->p);
-        *victim = (dcache_entry){w, M, K, h, p, 0, 0};
-        hit = victim;
-    }
-    hit->used = ++dcache_clock;
-    hit->pins++;
-    *entry = hit;
-    const float *p = hit->p;
-    pthread_mutex_unlock(&dcache_lock);
-    return p;
-}
-
-static void weights_put(dcache_entry *entry, float *own) {
-    tb_free_aligned(own);
-    if (!entry) return;
-    pthread_mutex_lock(&dcache_lock);
-    entry->pins--;
-    pthread_mutex_unlock(&dcache_lock);
+    const float *p = tb_cpu_nn_wpack(ctx, n, 1, w, TB_WPACK_DIRECT, M, K, 0, floats, weights_pack, &sh);
+    if (p) return p;
+    float *q = tb_alloc_aligned(sizeof(float) * floats, 64);
+    if (!q) return NULL;
+    weights_pack(w, q, &sh);
+    *own = q;
+    return q;
 }
 
 /* ---------------------------------------------------------------- tile kernel */
@@ -395,9 +346,8 @@ tb_status tb_cpu_conv_direct(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn_c
     float *scratch = tb_cpu_nn_scratch(ctx, sizeof(float) * (xp_floats + per_thread * (size_t)nth));
     if (!scratch) return tb_errorf(TB_ERR_OOM, "Conv: out of memory for the direct conv buffers");
     j.buf = scratch + xp_floats;
-    dcache_entry *entry;
     float *own;
-    j.wp = weights_get(w, g->m, K, &entry, &own);
+    j.wp = weights_get(ctx, n, w, g->m, K, &own);
     if (!j.wp) return tb_errorf(TB_ERR_OOM, "Conv: out of memory for packed weights");
     if (pad) {
         pad_job pj = {g, x, scratch, j.hp, j.wpd};
@@ -416,6 +366,6 @@ tb_status tb_cpu_conv_direct(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn_c
     j.e.act_after_res = (n->i[11] & TB_NN_ACT_AFTER_RESIDUAL) != 0;
     if (nth > 1 && j.items > 1) tb_pool_run(ctx->pool, dconv_run, &j);
     else dconv_run(&j, 0, 1);
-    weights_put(entry, own);
+    tb_free_aligned(own);
     return TB_OK;
 }

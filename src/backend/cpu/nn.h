@@ -34,6 +34,12 @@ tb_cpu_nn_fn tb_cpu_nn_conv_kernel(tb_op_kind k);
 tb_status tb_cpu_nn_run(tb_cpu_nn_ctx *c, const tb_node *n, const tb_view *in, int n_in, const tb_view *out,
                         int n_out);
 
+/* Times the Conv tactics of g at its symbols' opt values on n_threads and
+ * stores the fastest in each Conv node's tactic (nn_tune.c; a graph whose
+ * shapes cannot be computed there keeps the kernels' rules). *n_tuned: the
+ * Conv nodes timed. */
+tb_status tb_cpu_nn_tune_convs(tb_graph *g, int n_threads, int verbose, int *n_tuned);
+
 /* C (M, N) = alpha * op(A) (M, K) * op(B) (K, N) + beta * C, row-major f32
  * with leading dims (op: transposed when ta / tb); beta 0 ignores C's
  * contents. Split over the pool when given. (sgemm.c) */

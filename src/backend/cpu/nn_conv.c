@@ -8,14 +8,16 @@
  *   - depthwise (one input channel per group): a direct loop per channel;
  *   - 3x3, stride 1, dilation 1, enough channels and tiles: Winograd
  *     F(4x4, 3x3) (AVX-512, 40 tiles or more) or F(2x2, 3x3) (winograd.c;
- *     the transformed weights are cached by weight address and a sampled
- *     content hash);
+ *     the transformed weights made once per context, below);
  *   - otherwise, one group with AVX-512: the direct form with 64 output
  *     channels in the vector lanes (conv_direct.c; no im2col, and no waste
  *     on small maps such as 7x7, the stem's 7x7 stride 2 over 3 channels,
  *     the stride-2 3x3 and 1x1 convs);
  *   - otherwise im2col into scratch, then the GEMM (C kh kw, oh ow).
- * The node's tactic field can force one (TB_CONV_TACTIC_*; 0: choose).
+ * The node's tactic field can force one (TB_CONV_TACTIC_*; 0: choose);
+ * `turbine build` sets it where timing beats the rule (nn_tune.c).
+ * Weights in a kernel's layout (GEMM panels, Winograd U, direct panels) are
+ * kept in the context's one packed-weight cache (tb_cpu_nn_wpack).
  */
 #include "backend/cpu/nn.h"
 #include "backend/cpu/nn_conv_impl.h"
@@ -228,16 +230,19 @@ static tb_status conv_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view
 
 /* ---------------------------------------------------------------- packed weights */
 
-/* A GEMM's B that is a weight of the graph (constant for the context's
- * life: weights are never written) is packed once into the kernel's panel
- * layout and read from there on every run, found by address, shape,
- * leading dim and trans flag. One packed copy per weight, freed with the
- * context (tb_cpu_nn_ctx_release). Like the scratch, the table belongs to
- * the context's one running node at a time. */
+/* The one cache of weights in a kernel's own layout (the GEMM's B panels,
+ * Winograd's transformed U, the direct conv's 64-channel panels): a weight
+ * of the graph is constant for the context's life (weights are never
+ * written), so each form is made once, on its first use, and read from
+ * there on every run; found by address, form and shape (no content hash:
+ * only graph weights are cached, inputs of any other kind are the caller's
+ * to transform per call). Freed with the context (tb_cpu_nn_ctx_release).
+ * Like the scratch, the table belongs to the context's one running node at
+ * a time. */
 typedef struct {
-    const float *b;
-    int64_t K, N, ldb;
-    int tb;
+    const float *w;
+    int kind;
+    int64_t d0, d1, d2;
     float *p;
 } wpack_entry;
 
@@ -283,8 +288,9 @@ static float *wpack_alloc(wpack_table *t, size_t bytes) {
     return r;
 }
 
-static size_t wpack_slot(const wpack_table *t, const float *b, int64_t K, int64_t N) {
-    uint64_t h = (uint64_t)(uintptr_t)b * 0x9e3779b97f4a7c15ull ^ (uint64_t)K * 0xc2b2ae3d27d4eb4full ^ (uint64_t)N;
+static size_t wpack_slot(const wpack_table *t, const float *w, int kind, int64_t d0, int64_t d1) {
+    uint64_t h = (uint64_t)(uintptr_t)w * 0x9e3779b97f4a7c15ull ^ (uint64_t)d0 * 0xc2b2ae3d27d4eb4full ^
+                 (uint64_t)d1 ^ (uint64_t)kind << 56;
     return (size_t)(h ^ h >> 29) & (t->cap - 1);
 }
 
@@ -302,21 +308,18 @@ static int wpack_insert(wpack_table *t, wpack_entry e) {
             if (old[i].p) wpack_insert(t, old[i]);
         free(old);
     }
-    size_t i = wpack_slot(t, e.b, e.K, e.N);
+    size_t i = wpack_slot(t, e.w, e.kind, e.d0, e.d1);
     while (t->slots[i].p) i = (i + 1) & (t->cap - 1);
     t->slots[i] = e;
     t->n++;
     return 1;
 }
 
-/* The packed op(B) (K, N) of node n's input `input` when it is a weight,
- * packed now on its first use; NULL when it is not a weight (or on OOM:
- * the caller packs per call as before). */
-static const float *wpack_get(tb_cpu_nn_ctx *ctx, const tb_node *n, int input, int tb, int64_t K, int64_t N,
-                              const float *b, int64_t ldb) {
+const float *tb_cpu_nn_wpack(tb_cpu_nn_ctx *ctx, const tb_node *n, int input, const float *w, int kind, int64_t d0,
+                             int64_t d1, int64_t d2, size_t floats, tb_cpu_wpack_make make, const void *arg) {
     const tb_graph *g = ctx->graph;
     if (!g || input >= n->n_in || n->in[input] < 0 || n->in[input] >= g->n_values ||
-        g->values[n->in[input]].kind != TB_VAL_WEIGHT || K <= 0 || N <= 0)
+        g->values[n->in[input]].kind != TB_VAL_WEIGHT || floats == 0)
         return NULL;
     wpack_table *t = ctx->wpack;
     if (!t) {
@@ -324,14 +327,35 @@ static const float *wpack_get(tb_cpu_nn_ctx *ctx, const tb_node *n, int input, i
         if (!t) return NULL;
     }
     if (t->cap)
-        for (size_t i = wpack_slot(t, b, K, N); t->slots[i].p; i = (i + 1) & (t->cap - 1)) {
+        for (size_t i = wpack_slot(t, w, kind, d0, d1); t->slots[i].p; i = (i + 1) & (t->cap - 1)) {
             const wpack_entry *e = &t->slots[i];
-            if (e->b == b && e->K == K && e->N == N && e->ldb == ldb && e->tb == tb) return e->p;
+            if (e->w == w && e->kind == kind && e->d0 == d0 && e->d1 == d1 && e->d2 == d2) return e->p;
         }
-    float *p = wpack_alloc(t, sizeof(float) * tb_cpu_sgemm_packed_floats(K, N));
-    if (!p || !wpack_insert(t, (wpack_entry){b, K, N, ldb, tb, p})) return NULL; /* a chunk's tail lost */
-    tb_cpu_sgemm_pack_b(tb, K, N, b, ldb, p);
+    float *p = wpack_alloc(t, sizeof(float) * floats);
+    if (!p || !wpack_insert(t, (wpack_entry){w, kind, d0, d1, d2, p})) return NULL; /* a chunk's tail lost */
+    make(w, p, arg);
     return p;
+}
+
+typedef struct {
+    int tb;
+    int64_t K, N, ldb;
+} gemm_pack_arg;
+
+static void gemm_pack_make(const float *w, float *dst, const void *arg) {
+    const gemm_pack_arg *a = arg;
+    tb_cpu_sgemm_pack_b(a->tb, a->K, a->N, w, a->ldb, dst);
+}
+
+/* The packed op(B) (K, N) of node n's input `input` when it is a weight,
+ * packed now on its first use; NULL when it is not a weight (or on OOM:
+ * the caller packs per call as before). */
+static const float *wpack_get(tb_cpu_nn_ctx *ctx, const tb_node *n, int input, int tb, int64_t K, int64_t N,
+                              const float *b, int64_t ldb) {
+    if (K <= 0 || N <= 0) return NULL;
+    gemm_pack_arg a = {tb, K, N, ldb};
+    return tb_cpu_nn_wpack(ctx, n, input, b, TB_WPACK_GEMM_B, K, N, 2 * ldb + tb, tb_cpu_sgemm_packed_floats(K, N),
+                           gemm_pack_make, &a);
 }
 
 void tb_cpu_nn_wpack_free(tb_cpu_nn_ctx *ctx) {
@@ -487,10 +511,21 @@ typedef struct {
     float *y, *scratch;
     int64_t B, H, S, T, D, Dv, mst[4];
     int kt, causal, mk;
+    int wide; /* AVX-512 */
     float scale;
     int64_t blocks_per_head, total;
     size_t per_thread;
 } sdpa_job;
+
+/* x[0, n) += m[0, n) */
+__attribute__((target("avx512f"))) static void add_row512(float *x, const float *m, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(x + i, _mm512_add_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(m + i)));
+    if (i < n) {
+        __mmask16 k = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(x + i, k, _mm512_add_ps(_mm512_maskz_loadu_ps(k, x + i), _mm512_maskz_loadu_ps(k, m + i)));
+    }
+}
 
 static void sdpa_block(const sdpa_job *j, int64_t blk, float *sc) {
     int64_t bh = blk / j->blocks_per_head, s0 = blk % j->blocks_per_head * SDPA_SB;
@@ -504,7 +539,9 @@ static void sdpa_block(const sdpa_job *j, int64_t blk, float *sc) {
         int64_t s = s0 + i;
         if (j->mk) {
             int64_t mo = b * j->mst[0] + h * j->mst[1] + s * j->mst[2];
-            if (j->mk == 1)
+            if (j->mk == 1 && j->mst[3] == 1 && j->wide) /* a contiguous mask row */
+                add_row512(row, j->mask + mo, T);
+            else if (j->mk == 1)
                 for (int64_t t = 0; t < T; t++) row[t] += j->mask[mo + t * j->mst[3]];
             else
                 for (int64_t t = 0; t < T; t++)
@@ -544,6 +581,7 @@ static tb_status sdpa_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view
     j.kt = n->i[1];
     j.causal = n->i[0];
     j.mk = n->i[2];
+    j.wide = (tb_cpu_features() & TB_CPU_AVX512F) != 0;
     j.scale = n->f[0] != 0.0f ? n->f[0] : (float)(1.0 / sqrt((double)j.D));
     if (j.mk) {
         tb_nn_sdpa_mask_strides(&in[3], r, j.mst + (4 - r));

@@ -31,6 +31,16 @@ void tb_cpu_sgemm_packed(int ta, int64_t M, int64_t N, int64_t K, float alpha, c
                          const float *Bp, float beta, float *C, int64_t ldc, const tb_cpu_sgemm_epi *epi,
                          tb_pool *pool);
 
+/* The context's cache of weights in a kernel's layout (nn_conv.c): the
+ * form `kind` (TB_WPACK_*) of weight w, node n's input `input`, with shape
+ * key (d0, d1, d2), `floats` floats made by make(w, dst, arg) on its first
+ * use and kept until the context is released. NULL when that input is not a
+ * weight of the context's graph (its contents may change between calls:
+ * the caller makes its own copy per call) or on OOM. */
+enum { TB_WPACK_GEMM_B = 1, TB_WPACK_WINO2, TB_WPACK_WINO4, TB_WPACK_DIRECT };
+typedef void (*tb_cpu_wpack_make)(const float *w, float *dst, const void *arg);
+const float *tb_cpu_nn_wpack(tb_cpu_nn_ctx *ctx, const tb_node *n, int input, const float *w, int kind, int64_t d0,
+                             int64_t d1, int64_t d2, size_t floats, tb_cpu_wpack_make make, const void *arg);
 /* Frees the context's packed weights (nn_conv.c). */
 void tb_cpu_nn_wpack_free(tb_cpu_nn_ctx *c);
 

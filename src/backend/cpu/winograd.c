@@ -3,9 +3,8 @@
  * (Lavin and Gray): each 2x2 (4x4) output tile costs 16 (36) products per
  * (input, output) channel pair instead of 36 (144), done as 16 (36) GEMMs
  *   M[xi] (M, tiles) = U[xi] (M, C) x V[xi] (C, tiles)
- * with U = G g G^T (the weights, transformed once and cached by the weight
- * buffer's address, shape and a sampled content hash: weights are constant,
- * but a buffer may be freed and reused) and V = B^T d B (the input, per
+ * with U = G g G^T (the weights, transformed once per context into its
+ * packed-weight cache, nn_conv_impl.h) and V = B^T d B (the input, per
  * call), then y = A^T M A with the fused epilogue applied per output plane
  * while it is in cache. With AVX-512 the transforms work on 16 tiles of a
  * tile row per vector (F(4x4) has only that form: without AVX-512 it runs as
@@ -16,23 +15,7 @@
 #include <immintrin.h>
 #include <pthread.h>
 
-/* ---------------------------------------------------------------- weight cache */
-
-#define WCACHE_SLOTS 64
-
-typedef struct {
-    const float *w;
-    int64_t m, c;
-    uint64_t hash;
-    int f4;   /* F(4x4, 3x3) (else F(2x2, 3x3)) */
-    float *u; /* (16 or 36, M, C) */
-    uint64_t used;
-    int pins; /* calls using u now: not evicted while > 0 */
-} wcache_entry;
-
-static wcache_entry wcache[WCACHE_SLOTS];
-static uint64_t wcache_clock;
-static pthread_mutex_t wcache_lock = PTHREAD_MUTEX_INITIALIZER;
+/* ---------------------------------------------------------------- weights */
 
 /* U[xi][m][c] = (G g G^T)[xi] for g = w[m][c] (3x3) */
 static void weights_transform(const float *w, int64_t M, int64_t C, float *u) {
@@ -78,74 +61,51 @@ static void weights_transform4(const float *w, int64_t M, int64_t C, float *u) {
         }
 }
 
-/* A hash of the weights' ends and of 1024 samples between them: enough to
- * tell a reused buffer holding other weights, at a cost independent of
- * their size (hashing all of a 512x512x3x3 conv costs as much as it). */
-static uint64_t weights_hash(const float *w, size_t n) {
-    float s[1024 + 512];
-    size_t k = 0;
-    size_t ends = n < 256 ? n : 256;
-    for (size_t i = 0; i < ends; i++) s[k++] = w[i];
-    for (size_t i = 0; i < ends; i++) s[k++] = w[n - 1 - i];
-    for (size_t i = 0; i < 1024 && n > 0; i++) s[k++] = w[i * n / 1024];
-    return tb_hash64(s, sizeof(float) * k) ^ (uint64_t)n;
+typedef struct {
+    int64_t m, c;
+} wshape;
+
+static void make_u2(const float *w, float *u, const void *arg) {
+    const wshape *s = arg;
+    weights_transform(w, s->m, s->c, u);
 }
 
-/* The transformed weights of w, from the cache or made now, pinned until
- * weights_put(*entry); NULL on OOM. When every slot is pinned (many convs
- * running at once) the weights are made into a buffer of the caller's
- * (*entry = NULL, freed by weights_put). */
-static const float *weights_get(const float *w, int64_t M, int64_t C, int f4, wcache_entry **entry, float **own) {
-    uint64_t h = weights_hash(w, (size_t)(M * C * 9));
-    *entry = NULL;
+static void make_u4(const float *w, float *u, const void *arg) {
+    const wshape *s = arg;
+    weights_transform4(w, s->m, s->c, u);
+}
+
+/* U of node n's weights w (M, C, 3, 3): from the context's cache when w is
+ * a graph weight (transformed on its first use), else transformed now into
+ * *own (the caller frees it); NULL on OOM. */
+static const float *weights_get(tb_cpu_nn_ctx *ctx, const tb_node *n, const float *w, int64_t M, int64_t C, int f4,
+                                float **own) {
+    size_t floats = (f4 ? 36 : 16) * (size_t)(M * C);
+    wshape sh = {M, C};
     *own = NULL;
-    pthread_mutex_lock(&wcache_lock);
-    wcache_entry *hit = NULL, *victim = NULL;
-    for (int i = 0; i < WCACHE_SLOTS; i++) {
-        wcache_entry *e = &wcache[i];
-        if (e->u && e->w == w && e->m == M && e->c == C && e->f4 == f4 && e->hash == h) { hit = e; break; }
-        if (e->pins) continue;
-        if (!victim || !e->u || (victim->u && e->used < victim->used)) victim = e;
-    }
-    if (!hit) {
-        float *u = tb_alloc_aligned(sizeof(float) * (f4 ? 36 : 16) * (size_t)(M * C), 64);
-        if (!u) { pthread_mutex_unlock(&wcache_lock); return NULL; }
-        if (f4) weights_transform4(w, M, C, u);
-        else weights_transform(w, M, C, u);
-        if (!victim) {
-            pthread_mutex_unlock(&wcache_lock);
-            *own = u;
-            return u;
-        }
-        tb_free_aligned(victim->u);
-        *victim = (wcache_entry){w, M, C, h, f4, u, 0, 0};
-        hit = victim;
-    }
-    hit->used = ++wcache_clock;
-    hit->pins++;
-    *entry = hit;
-    const float *u = hit->u;
-    pthread_mutex_unlock(&wcache_lock);
-    return u;
-}
-
-static void weights_put(wcache_entry *entry, float *own) {
-    tb_free_aligned(own);
-    if (!entry) return;
-    pthread_mutex_lock(&wcache_lock);
-    entry->pins--;
-    pthread_mutex_unlock(&wcache_lock);
+    const float *u = tb_cpu_nn_wpack(ctx, n, 1, w, f4 ? TB_WPACK_WINO4 : TB_WPACK_WINO2, M, C, 0, floats,
+                                     f4 ? make_u4 : make_u2, &sh);
+    if (u) return u;
+    float *p = tb_alloc_aligned(sizeof(float) * floats, 64);
+    if (!p) return NULL;
+    (f4 ? make_u4 : make_u2)(w, p, &sh);
+    *own = p;
+    return p;
 }
 
 /* ---------------------------------------------------------------- transforms */
 
+#define WINO_CHUNK_BYTES ((size_t)24 << 20) /* V and M of the images transformed together */
+#define WINO_CHUNK_TILES 128                /* tiles (GEMM columns) worth batching images for */
+
 typedef struct {
     const tb_nn_conv_geom *g;
     const float *x;     /* (C, H, W) of one image */
-    float *v;           /* (16, C, T) */
-    const float *mx;    /* (16, M, T) */
+    float *v;           /* (16, C, ld): the image's tiles from column b T */
+    const float *mx;    /* (16, M, ld) */
     float *y;           /* (M, oh, ow) of one image */
-    int64_t th, tw, T;
+    int64_t th, tw, T;  /* tiles of an image */
+    int64_t ld, nb;     /* the rows of V and M hold the tiles of nb images (ld = nb T) */
     float *pad;         /* per thread: one zero-padded input plane (AVX-512 path) */
     int64_t hp, wp;     /* its rows and row stride */
     const tb_cpu_sgemm_epi *e; /* the epilogue, applied per output plane */
@@ -157,7 +117,7 @@ typedef struct {
 /* V[xi][c][t] = (B^T d B)[xi], d the 4x4 input patch at (2 ty - pt, 2 tx - pl) */
 static void input_transform(const wino_job *j, int64_t c0, int64_t c1) {
     const tb_nn_conv_geom *g = j->g;
-    size_t plane = (size_t)(g->c * j->T);
+    size_t plane = (size_t)(g->c * j->ld);
     for (int64_t c = c0; c < c1; c++) {
         const float *xc = j->x + c * g->h * g->w;
         for (int64_t ty = 0; ty < j->th; ty++)
@@ -177,7 +137,7 @@ static void input_transform(const wino_job *j, int64_t c0, int64_t c1) {
                     t[2][k] = d[2][k] - d[1][k];
                     t[3][k] = d[1][k] - d[3][k];
                 }
-                float *v = j->v + (size_t)(c * j->T + ty * j->tw + tx);
+                float *v = j->v + (size_t)(c * j->ld + ty * j->tw + tx);
                 for (int i = 0; i < 4; i++) {
                     v[(size_t)(i * 4 + 0) * plane] = t[i][0] - t[i][2];
                     v[(size_t)(i * 4 + 1) * plane] = t[i][1] + t[i][2];
@@ -191,10 +151,10 @@ static void input_transform(const wino_job *j, int64_t c0, int64_t c1) {
 /* y[m] tiles = A^T M A */
 static void output_transform(const wino_job *j, int64_t m0, int64_t m1) {
     const tb_nn_conv_geom *g = j->g;
-    size_t plane = (size_t)(g->m * j->T);
+    size_t plane = (size_t)(g->m * j->ld);
     for (int64_t m = m0; m < m1; m++) {
         float *ym = j->y + m * g->oh * g->ow;
-        const float *mm = j->mx + (size_t)(m * j->T);
+        const float *mm = j->mx + (size_t)(m * j->ld);
         for (int64_t ty = 0; ty < j->th; ty++)
             for (int64_t tx = 0; tx < j->tw; tx++) {
                 int64_t t = ty * j->tw + tx;
@@ -224,7 +184,7 @@ static void output_transform(const wino_job *j, int64_t m0, int64_t m1) {
 
 static W512 void input_transform512(const wino_job *j, int64_t c0, int64_t c1, float *P) {
     const tb_nn_conv_geom *g = j->g;
-    size_t plane = (size_t)(g->c * j->T);
+    size_t plane = (size_t)(g->c * j->ld);
     const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
     for (int64_t c = c0; c < c1; c++) {
@@ -260,7 +220,7 @@ static W512 void input_transform512(const wino_job *j, int64_t c0, int64_t c1, f
                 }
                 int64_t left = j->tw - tx;
                 __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
-                float *v = j->v + (size_t)(c * j->T + ty * j->tw + tx);
+                float *v = j->v + (size_t)(c * j->ld + ty * j->tw + tx);
                 for (int i = 0; i < 4; i++) {
                     _mm512_mask_storeu_ps(v + (size_t)(i * 4 + 0) * plane, m, _mm512_sub_ps(t[i][0], t[i][2]));
                     _mm512_mask_storeu_ps(v + (size_t)(i * 4 + 1) * plane, m, _mm512_add_ps(t[i][1], t[i][2]));
@@ -274,12 +234,12 @@ static W512 void input_transform512(const wino_job *j, int64_t c0, int64_t c1, f
 
 static W512 void output_transform512(const wino_job *j, int64_t m0, int64_t m1) {
     const tb_nn_conv_geom *g = j->g;
-    size_t plane = (size_t)(g->m * j->T);
+    size_t plane = (size_t)(g->m * j->ld);
     const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
     const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
     for (int64_t m = m0; m < m1; m++) {
         float *ym = j->y + m * g->oh * g->ow;
-        const float *mm = j->mx + (size_t)(m * j->T);
+        const float *mm = j->mx + (size_t)(m * j->ld);
         for (int64_t ty = 0; ty < j->th; ty++)
             for (int64_t tx = 0; tx < j->tw; tx += 16) {
                 int64_t left = j->tw - tx;
@@ -342,7 +302,7 @@ static W512 __m512 stride4_512(const float *p) {
 
 static W512 void input_transform4_512(const wino_job *j, int64_t c0, int64_t c1, float *P) {
     const tb_nn_conv_geom *g = j->g;
-    size_t plane = (size_t)(g->c * j->T);
+    size_t plane = (size_t)(g->c * j->ld);
     for (int64_t c = c0; c < c1; c++) {
         const float *xc = j->x + c * g->h * g->w;
         memset(P, 0, sizeof(float) * (size_t)(j->hp * j->wp));
@@ -364,7 +324,7 @@ static W512 void input_transform4_512(const wino_job *j, int64_t c0, int64_t c1,
                 }
                 int64_t left = j->tw - tx;
                 __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
-                float *v = j->v + (size_t)(c * j->T + ty * j->tw + tx);
+                float *v = j->v + (size_t)(c * j->ld + ty * j->tw + tx);
                 for (int i = 0; i < 6; i++) {
                     __m512 w[6];
                     WINO4_BT(t[i], w);
@@ -387,14 +347,14 @@ static W512 void input_transform4_512(const wino_job *j, int64_t c0, int64_t c1,
 
 static W512 void output_transform4_512(const wino_job *j, int64_t m0, int64_t m1) {
     const tb_nn_conv_geom *g = j->g;
-    size_t plane = (size_t)(g->m * j->T);
+    size_t plane = (size_t)(g->m * j->ld);
     const __m512i p01l = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
     const __m512i p01h = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
     const __m512i q0 = _mm512_setr_epi32(0, 1, 16, 17, 2, 3, 18, 19, 4, 5, 20, 21, 6, 7, 22, 23);
     const __m512i q1 = _mm512_setr_epi32(8, 9, 24, 25, 10, 11, 26, 27, 12, 13, 28, 29, 14, 15, 30, 31);
     for (int64_t m = m0; m < m1; m++) {
         float *ym = j->y + m * g->oh * g->ow;
-        const float *mm = j->mx + (size_t)(m * j->T);
+        const float *mm = j->mx + (size_t)(m * j->ld);
         for (int64_t ty = 0; ty < j->th; ty++)
             for (int64_t tx = 0; tx < j->tw; tx += 16) {
                 int64_t left = j->tw - tx;
@@ -435,11 +395,12 @@ static W512 void output_transform4_512(const wino_job *j, int64_t m0, int64_t m1
     }
 }
 
-/* M[xi] (M, T) = U[xi] (M, C) x V[xi] (C, T) */
+/* M[xi] (M, nb T) = U[xi] (M, C) x V[xi] (C, nb T) */
 static void gemm_one(const wino_job *j, int xi, tb_pool *pool) {
     const tb_nn_conv_geom *g = j->g;
-    tb_cpu_sgemm(0, 0, g->m, j->T, g->c, 1.0f, j->u + (size_t)xi * g->m * g->c, g->c, j->v + (size_t)xi * g->c * j->T,
-                 j->T, 0.0f, (float *)j->mx + (size_t)xi * g->m * j->T, j->T, pool);
+    tb_cpu_sgemm(0, 0, g->m, j->nb * j->T, g->c, 1.0f, j->u + (size_t)xi * g->m * g->c, g->c,
+                 j->v + (size_t)xi * g->c * j->ld, j->ld, 0.0f, (float *)j->mx + (size_t)xi * g->m * j->ld, j->ld,
+                 pool);
 }
 
 static void gemm_run(void *arg, int ith, int nth) {
@@ -447,33 +408,58 @@ static void gemm_run(void *arg, int ith, int nth) {
     for (int xi = j->nxi * ith / nth; xi < j->nxi * (ith + 1) / nth; xi++) gemm_one(j, xi, NULL);
 }
 
+/* the job of image b of the chunk: its input, output, residual and tile columns */
+static wino_job image_job(const wino_job *j, int64_t b, tb_cpu_sgemm_epi *e) {
+    const tb_nn_conv_geom *g = j->g;
+    wino_job o = *j;
+    int64_t ohw = g->oh * g->ow;
+    o.x = j->x + b * g->c * g->h * g->w;
+    o.y = j->y + b * g->m * ohw;
+    o.v = j->v + b * j->T;
+    o.mx = j->mx + b * j->T;
+    if (j->e) {
+        *e = *j->e;
+        if (e->res) e->res += b * g->m * ohw;
+        o.e = e;
+    }
+    return o;
+}
+
 static void input_run(void *arg, int ith, int nth) {
     wino_job *j = arg;
     int64_t c0 = j->g->c * ith / nth, c1 = j->g->c * (ith + 1) / nth;
     float *pad = j->pad + (size_t)(j->hp * j->wp) * (size_t)ith;
-    if (j->f4) input_transform4_512(j, c0, c1, pad);
-    else if (j->wide) input_transform512(j, c0, c1, pad);
-    else input_transform(j, c0, c1);
+    for (int64_t b = 0; b < j->nb; b++) {
+        tb_cpu_sgemm_epi e;
+        wino_job ib = image_job(j, b, &e);
+        if (j->f4) input_transform4_512(&ib, c0, c1, pad);
+        else if (j->wide) input_transform512(&ib, c0, c1, pad);
+        else input_transform(&ib, c0, c1);
+    }
 }
 
 static void output_run(void *arg, int ith, int nth) {
     wino_job *j = arg;
     int64_t m0 = j->g->m * ith / nth, m1 = j->g->m * (ith + 1) / nth;
-    if (j->f4) {
-        output_transform4_512(j, m0, m1);
-        return;
-    }
-    if (j->wide) {
-        output_transform512(j, m0, m1);
-        return;
-    }
-    output_transform(j, m0, m1);
-    if (j->e) {
-        int64_t ohw = j->g->oh * j->g->ow;
-        tb_cpu_sgemm_epi e = *j->e;
-        if (e.bias) e.bias += m0;
-        if (e.res) e.res += m0 * ohw;
-        tb_cpu_nn_epilogue(j->y + m0 * ohw, ohw, m1 - m0, ohw, &e);
+    for (int64_t b = 0; b < j->nb; b++) {
+        tb_cpu_sgemm_epi e;
+        wino_job ib = image_job(j, b, &e);
+        if (j->f4) {
+            output_transform4_512(&ib, m0, m1);
+            continue;
+        }
+        if (j->wide) {
+            output_transform512(&ib, m0, m1);
+            continue;
+        }
+        output_transform(&ib, m0, m1);
+        if (ib.e) {
+            int64_t ohw = j->g->oh * j->g->ow;
+            tb_cpu_sgemm_epi e2 = *ib.e;
+            if (e2.bias) e2.bias += m0;
+            if (e2.res) e2.res += m0 * ohw;
+            tb_cpu_nn_epilogue(ib.y + m0 * ohw, ohw, m1 - m0, ohw, &e2);
+        }
     }
 }
 
@@ -494,16 +480,25 @@ tb_status tb_cpu_conv_winograd(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn
      * plus those the last tile reads past them */
     j.hp = tm * j.th + 2;
     j.wp = (j.tw + 15) / 16 * 16 * tm + 16;
-    wcache_entry *entry;
     float *own;
-    const float *u = weights_get(w, g->m, g->c, j.f4, &entry, &own);
+    const float *u = weights_get(ctx, n, w, g->m, g->c, j.f4, &own);
     if (!u) return tb_errorf(TB_ERR_OOM, "Conv: out of memory for Winograd weights");
     int nth = ctx->pool ? tb_pool_size(ctx->pool) : 1;
-    size_t vn = (size_t)(j.nxi * g->c * j.T), mn = (size_t)(j.nxi * g->m * j.T);
+    /* images per chunk: their tiles side by side in one GEMM per xi (a
+     * 14x14 or 7x7 map alone gives the GEMM an N of 16 to 49), up to about
+     * WINO_CHUNK_TILES tiles (more only makes V and M leave the caches) and
+     * tile buffers of WINO_CHUNK_BYTES */
+    size_t per_image = sizeof(float) * (size_t)(j.nxi * (g->c + g->m) * j.T);
+    int64_t chunk = (WINO_CHUNK_TILES + j.T - 1) / j.T;
+    if (per_image && chunk > (int64_t)(WINO_CHUNK_BYTES / per_image)) chunk = (int64_t)(WINO_CHUNK_BYTES / per_image);
+    if (chunk < 1) chunk = 1;
+    if (chunk > g->n) chunk = g->n;
+    j.ld = chunk * j.T;
+    size_t vn = (size_t)(j.nxi * g->c * j.ld), mn = (size_t)(j.nxi * g->m * j.ld);
     size_t pn = j.wide ? (size_t)(j.hp * j.wp) * (size_t)nth : 0;
     float *buf = tb_cpu_nn_scratch(ctx, sizeof(float) * (vn + mn + pn));
     if (!buf) {
-        weights_put(entry, own);
+        tb_free_aligned(own);
         return tb_errorf(TB_ERR_OOM, "Conv: out of memory for Winograd tiles");
     }
     j.v = buf;
@@ -518,7 +513,8 @@ tb_status tb_cpu_conv_winograd(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn
     e.p0 = n->f[0];
     e.p1 = n->f[1];
     e.act_after_res = (n->i[11] & TB_NN_ACT_AFTER_RESIDUAL) != 0;
-    for (int64_t b = 0; b < g->n; b++) {
+    for (int64_t b = 0; b < g->n; b += chunk) {
+        j.nb = g->n - b < chunk ? g->n - b : chunk;
         j.x = x + b * g->c * g->h * g->w;
         j.y = y + b * g->m * ohw;
         e.res = res ? res + b * g->m * ohw : NULL;
@@ -528,7 +524,7 @@ tb_status tb_cpu_conv_winograd(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn
         j.u = u;
         /* the products: whole ones per thread (one sync, and no split of a
          * small N between threads), unless they are big enough to split */
-        if (nth > 1 && (double)g->m * (double)j.T * (double)g->c < 4e6) {
+        if (nth > 1 && (double)g->m * (double)(j.nb * j.T) * (double)g->c < 4e6) {
             tb_pool_run(ctx->pool, gemm_run, &j);
         } else {
             for (int xi = 0; xi < j.nxi; xi++) gemm_one(&j, xi, ctx->pool);
@@ -536,6 +532,6 @@ tb_status tb_cpu_conv_winograd(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn
         if (nth > 1) tb_pool_run(ctx->pool, output_run, &j);
         else output_run(&j, 0, 1);
     }
-    weights_put(entry, own);
+    tb_free_aligned(own);
     return TB_OK;
 }
