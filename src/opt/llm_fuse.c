@@ -233,6 +233,8 @@ static const tb_pass llm_passes[] = {
      "concat_cols of matmuls of one input becomes one matmul over the stacked weights (q|k|v, gate|up)"},
     {"cuda_fuse", tb_opt_cuda_fuse,
      "--device cuda: marks the pairs the CUDA backend fuses and folds RMSNorm weights into the next matmul"},
+    {"quantize", tb_opt_quantize,
+     "--dtype int8|int4|fp8 (and --override): each weight gets its dtype; quantized matmuls become qmatmul"},
 };
 
 const tb_pass *tb_opt_llm_pipeline(int *n) {

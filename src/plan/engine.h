@@ -24,7 +24,8 @@
 #include "tokenizer/tokenizer.h"
 
 #define TB_ENGINE_MAGIC "TBENGINE"
-#define TB_ENGINE_VERSION 2u /* 2: general ops, rank 8, 16 int attribute slots */
+#define TB_ENGINE_VERSION 3u /* 2: general ops, rank 8, 16 int attribute slots; 3: qmatmul and
+                              * quantized weights (the general ops numbered one up) */
 
 struct tb_engine {
     tb_mapped_file map;
