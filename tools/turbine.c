@@ -200,7 +200,7 @@ static const tb_cli_cmd cmd_inspect_spec = {
     inspect_opts, sizeof inspect_opts / sizeof inspect_opts[0],
     "After the graph's ops comes one line per weight: its name (the names --override matches), dtype (f32, "
     "f16, bf16; i8, i4, fp8_e4m3 for the codes of a quantized matmul, whose NAME.scales and NAME.zeros "
-    "follow), shape and bytes. Then the bits per weight: over the matmul weights (codes, scales and zeros "
+    "follow), shape, bytes and offset in the weights section. Then the bits per weight: over the matmul weights (codes, scales and zeros "
     "divided by the elements of the matrices; f32 is 32, int8 about 8.1, int4 group 64 about 4.5) and over "
     "all weights (embedding, norms and the rest included).",
     sizeof(inspect_args), inspect_defaults,

@@ -333,7 +333,8 @@ void tb_engine_free(tb_engine *e) {
 void tb_engine_get_info(const tb_engine *e, tb_engine_info *out) { *out = e->info; }
 const tb_tokenizer *tb_engine_tokenizer(const tb_engine *e) { return e->tok; }
 
-/* The weights: one line per tensor (dtype, shape, bytes), then bits per
+/* The weights: one line per tensor (dtype, shape, bytes, offset in the
+ * weights section), then bits per
  * weight over the matmul weights (codes with their scales and zeros, per
  * element of the dequantised matrix) and over every weight. */
 static void describe_weights(const tb_graph *g, char *buf, size_t cap, size_t *kp) {
@@ -348,8 +349,8 @@ static void describe_weights(const tb_graph *g, char *buf, size_t cap, size_t *k
         if (v->kind != TB_VAL_WEIGHT) continue;
         char shape[96];
         tb_value_shape_str(g, v, shape, sizeof shape);
-        OUTW("  %-24s %-9s %-16s %12llu bytes\n", v->name, tb_dtype_name(v->dtype), shape,
-             (unsigned long long)v->nbytes);
+        OUTW("  %-24s %-9s %-16s %12llu bytes  at %llu\n", v->name, tb_dtype_name(v->dtype), shape,
+             (unsigned long long)v->nbytes, (unsigned long long)v->offset);
         all_bytes += v->nbytes;
     }
     /* elements: of the matrices the matmuls compute with (codes count as

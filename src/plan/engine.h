@@ -13,6 +13,8 @@
  *     "tokenizer" the tokenizer's serialized form
  *     "graph"     the IR with tactic choices (ir.h serialization)
  *     "weights"   every weight, 64-byte aligned, read in place through mmap
+ *                 (quantized matmul weights: codes, scales and zeros as
+ *                 separate weights; docs/ARCHITECTURE.md has the encodings)
  * A section checksum is XXH3-64 over the XXH3-64s of its 64 MiB chunks, so
  * big sections verify in parallel. Loading verifies every byte and every
  * field and names what does not match; it never re-optimises.
