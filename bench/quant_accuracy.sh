@@ -15,7 +15,7 @@ trap 'rm -rf "$D"' EXIT
 VARIANTS=(
   "--dtype f32" "--dtype f16" "--dtype bf16"
   "--dtype int8" "--dtype int8 --override lm_head=int8"
-  "--dtype fp8" "--dtype fp8 --override lm_head=fp8"
+  "--dtype fp8"
   "--dtype int4 --group-size 32" "--dtype int4 --group-size 64" "--dtype int4 --group-size 128"
   "--dtype int4 --group-size 32 --zero-point" "--dtype int4 --group-size 64 --zero-point"
   "--dtype int4 --group-size 128 --zero-point"

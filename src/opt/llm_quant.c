@@ -65,12 +65,39 @@ static tb_status parse_overrides(const tb_quant_options *q, override *ov) {
     return TB_OK;
 }
 
-/* The dtype weight `name` gets: the last matching override, else dflt. */
-static tb_dtype resolve(override *ov, int n, const char *name, tb_dtype dflt) {
+/* The dtype a weight gets: the last override matching its name or the name
+ * of the fused weight it becomes (`fused`, or NULL), else dflt. */
+static tb_dtype resolve(override *ov, int n, const char *name, const char *fused, tb_dtype dflt) {
     tb_dtype dt = dflt;
     for (int i = 0; i < n; i++)
-        if (fnmatch(ov[i].glob, name, 0) == 0) { dt = ov[i].dt; ov[i].hits++; }
+        if (fnmatch(ov[i].glob, name, 0) == 0 || (fused && fnmatch(ov[i].glob, fused, 0) == 0)) {
+            dt = ov[i].dt;
+            ov[i].hits++;
+        }
     return dt;
+}
+
+/* The name of the weight matmul k's weight becomes part of: the joined name
+ * of the matmuls of one input whose outputs one concat_cols reads (the
+ * q|k|v and gate|up merges, tb_opt_merge_concat_matmul), else its own. */
+static void group_name(const tb_graph *g, int k, char out[TB_NAME_LEN]) {
+    const tb_node *m = &g->nodes[k];
+    snprintf(out, TB_NAME_LEN, "%s", g->values[m->in[1]].name);
+    if (tb_opt_uses(g, m->out[0]) != 1) return;
+    for (int j = 0; j < g->n_nodes; j++) {
+        const tb_node *c = &g->nodes[j];
+        if (tb_opt_dead(c) || c->op != TB_OP_CONCAT_COLS) continue;
+        int mine = 0, ws[TB_MAX_INPUTS];
+        for (int i = 0; i < c->n_in; i++) {
+            int p = tb_opt_producer(g, c->in[i]);
+            if (p < 0 || (g->nodes[p].op != TB_OP_MATMUL && g->nodes[p].op != TB_OP_QMATMUL) ||
+                g->nodes[p].in[0] != m->in[0])
+                return;
+            ws[i] = g->nodes[p].in[1];
+            mine |= p == k;
+        }
+        if (mine) { tb_opt_joined_name(g, ws, c->n_in, out); return; }
+    }
 }
 
 /* ---------------------------------------------------------------- weights */
@@ -149,18 +176,29 @@ fail:
 /* AWQ: the matmul reads x * diag(1 / in_scale) from here on, folded into
  * the RMSNorm (or add_rmsnorm) weight that writes x, when that norm feeds
  * only this matmul. */
-static tb_status fold_in_scale(tb_graph *g, int x, const float *in_scale, const char *wname) {
+static tb_status fold_in_scale(tb_graph *g, int x, const float *in_scale, const char *wname, int *folded) {
     int p = tb_opt_producer(g, x);
     const tb_node *pn = p >= 0 ? &g->nodes[p] : NULL;
-    int ok = pn && tb_opt_uses(g, x) == 1 &&
-             ((pn->op == TB_OP_RMSNORM && pn->out[0] == x) || (pn->op == TB_OP_ADD_RMSNORM && pn->out[1] == x));
+    int ok = pn && ((pn->op == TB_OP_RMSNORM && pn->out[0] == x) || (pn->op == TB_OP_ADD_RMSNORM && pn->out[1] == x));
+    /* every reader of x is a matmul of this weight's group (q|k|v, gate|up) */
+    for (int k = 0; ok && k < g->n_nodes; k++) {
+        const tb_node *n = &g->nodes[k];
+        int reads = 0;
+        for (int i = 0; i < n->n_in; i++) reads |= n->in[i] == x;
+        if (!reads || tb_opt_dead(n)) continue;
+        char gn[TB_NAME_LEN] = "";
+        if (n->op == TB_OP_MATMUL || n->op == TB_OP_QMATMUL) group_name(g, k, gn);
+        ok = n->in[0] == x && !strcmp(gn, wname);
+    }
     int wv = ok ? pn->in[pn->op == TB_OP_RMSNORM ? 1 : 2] : -1;
     if (!ok || tb_opt_uses(g, wv) != 1 || g->values[wv].dtype != TB_F32 || !g->values[wv].owned)
         return tb_errorf(TB_ERR_UNSUPPORTED,
-                         "input-channel scales for %s: its input is not written by an RMSNorm of its own to fold "
-                         "them into", wname);
+                         "input-channel scales for %s: its input is not written by an RMSNorm feeding only it to "
+                         "fold them into", wname);
+    if (*folded == wv) return TB_OK; /* another part of the same group: folded once */
     float *w = (float *)g->values[wv].data;
     for (int64_t k = 0; k < g->values[wv].dims[0]; k++) w[k] /= in_scale[k];
+    *folded = wv;
     return TB_OK;
 }
 
@@ -182,18 +220,17 @@ typedef struct {
 /* Matmul node k gets weight dtype dt; `name` is what overrides matched
  * ("lm_head" for a head tied to the embedding). */
 static tb_status retype_matmul(tb_graph *g, int k, tb_dtype dt, const char *name, const tb_quant_options *q,
-                               int emb_v, tb_dtype emb_dt, tally *t) {
+                               int emb_v, tb_dtype emb_dt, int *folded, tally *t) {
     int wi = g->nodes[k].in[1];
     tb_value *v = &g->values[wi];
     int shared = tb_opt_uses(g, wi) > 1;
     int N = (int)v->dims[0], K = (int)v->dims[1];
     t->bytes_before += v->nbytes;
     if (!tb_dtype_is_quant(dt)) {
-        if (dt == v->dtype && !shared) { t->n_quant[dt]++; t->bytes_after += v->nbytes; return TB_OK; }
+        if (dt == v->dtype && !shared) { t->bytes_after += v->nbytes; return TB_OK; }
         if (shared && wi == emb_v && dt == emb_dt) { /* a tied head: the table converted once, read by both */
             uint64_t nb;
             TB_TRY(tb_dtype_tensor_bytes(dt, v->rank, v->dims, &nb));
-            t->n_quant[dt]++;
             t->bytes_after += nb;
             return TB_OK;
         }
@@ -207,7 +244,6 @@ static tb_status retype_matmul(tb_graph *g, int k, tb_dtype dt, const char *name
         } else {
             set_data(v, dt, buf, nb);
         }
-        t->n_quant[dt]++;
         t->bytes_after += nb;
         return TB_OK;
     }
@@ -228,7 +264,7 @@ static tb_status retype_matmul(tb_graph *g, int k, tb_dtype dt, const char *name
     tb_node nd = g->nodes[k];
     int x = nd.in[0], bias = nd.n_in > 2 ? nd.in[2] : -1;
     if (in_scale) {
-        tb_status s = fold_in_scale(g, x, in_scale, name);
+        tb_status s = fold_in_scale(g, x, in_scale, name, folded);
         if (s != TB_OK) { free(codes); free(scales); free(zeros); return s; }
     }
     uint64_t cb = tb_quant_codes_bytes(dt, N, K);
@@ -264,7 +300,6 @@ static tb_status retype_matmul(tb_graph *g, int k, tb_dtype dt, const char *name
     tb_attr_set_i(TB_OP_QMATMUL, TB_QMM_HAS_BIAS, n->i, bias >= 0);
     tb_attr_set_i(TB_OP_QMATMUL, TB_QMM_HAS_ZEROS, n->i, zv >= 0);
     tb_attr_set_f(TB_OP_QMATMUL, TB_QMM_ACT_SCALE, n->f, act_scale);
-    t->n_quant[dt]++;
     t->bytes_after += cb + sizeof(float) * (uint64_t)N * (uint64_t)(K / group) * (asym ? 2u : 1u);
     return TB_OK;
 }
@@ -288,25 +323,33 @@ tb_status tb_opt_quantize(tb_graph *g, const tb_opt_options *o, tb_pass_report *
     for (int k = 0; k < g->n_nodes && emb_v < 0; k++)
         if (!tb_opt_dead(&g->nodes[k]) && g->nodes[k].op == TB_OP_EMBEDDING) {
             emb_v = g->nodes[k].in[1];
-            embed_dt = resolve(ov, q->n_overrides, g->values[emb_v].name, embed_default);
+            embed_dt = resolve(ov, q->n_overrides, g->values[emb_v].name, NULL, embed_default);
         }
     tally t;
     memset(&t, 0, sizeof t);
-    int n_nodes = g->n_nodes;
+    int n_nodes = g->n_nodes, folded = -1;
     for (int k = 0; k < n_nodes; k++) {
         tb_node *n = &g->nodes[k];
         if (tb_opt_dead(n) || n->op != TB_OP_MATMUL || g->values[n->in[1]].kind != TB_VAL_WEIGHT) continue;
-        const char *name = k == head ? "lm_head" : g->values[n->in[1]].name;
-        char nm[TB_NAME_LEN];
-        snprintf(nm, sizeof nm, "%s", name);
-        tb_dtype dt = resolve(ov, q->n_overrides, nm, k == head ? embed_default : q->dtype);
-        TB_TRY(retype_matmul(g, k, dt, nm, q, emb_v, embed_dt, &t));
+        /* overrides match the part's name or the fused weight's (what inspect
+         * lists); calibration is keyed by the fused weight's */
+        char own[TB_NAME_LEN], fused[TB_NAME_LEN];
+        snprintf(own, sizeof own, "%s", k == head ? "lm_head" : g->values[n->in[1]].name);
+        if (k == head) snprintf(fused, sizeof fused, "%s", own);
+        else group_name(g, k, fused);
+        tb_dtype dt = resolve(ov, q->n_overrides, own, fused, k == head ? embed_default : q->dtype);
+        TB_TRY(retype_matmul(g, k, dt, fused, q, emb_v, embed_dt, &folded, &t));
     }
+    /* q|k|v and gate|up merged now that each part is in its final form */
+    tb_pass_report mr;
+    memset(&mr, 0, sizeof mr);
+    TB_TRY(tb_opt_merge_concat_matmul(g, &mr));
+
     for (int k = 0; k < g->n_nodes; k++) {
         tb_node *n = &g->nodes[k];
         if (tb_opt_dead(n) || n->op != TB_OP_EMBEDDING) continue;
         tb_value *v = &g->values[n->in[1]];
-        tb_dtype dt = resolve(ov, q->n_overrides, v->name, embed_default);
+        tb_dtype dt = resolve(ov, q->n_overrides, v->name, NULL, embed_default);
         if (tb_dtype_is_quant(dt))
             return tb_errorf(TB_ERR_UNSUPPORTED, "the embedding table %s stays a float dtype (f32, f16 or bf16), "
                              "not %s", v->name, tb_dtype_name(dt));
@@ -316,6 +359,11 @@ tb_status tb_opt_quantize(tb_graph *g, const tb_opt_options *o, tb_pass_report *
         uint64_t nb;
         TB_TRY(convert_copy(v, dt, &buf, &nb));
         set_data(v, dt, buf, nb);
+    }
+    for (int k = 0; k < g->n_nodes; k++) { /* the final dtypes, merged weights once */
+        const tb_node *n = &g->nodes[k];
+        if (!tb_opt_dead(n) && (n->op == TB_OP_MATMUL || n->op == TB_OP_QMATMUL))
+            t.n_quant[g->values[n->in[1]].dtype]++;
     }
     for (int i = 0; i < q->n_overrides; i++)
         if (!ov[i].hits)
@@ -334,6 +382,8 @@ tb_status tb_opt_quantize(tb_graph *g, const tb_opt_options *o, tb_pass_report *
     if (quant && q->dtype == TB_I4 && w < sizeof r->what)
         w += (size_t)snprintf(r->what + w, sizeof r->what - w, "; int4 %s, group %d",
                               q->asym ? "with zero points" : "symmetric", q->group);
+    if (mr.changes && w < sizeof r->what)
+        w += (size_t)snprintf(r->what + w, sizeof r->what - w, "; %d merged after quantizing", mr.changes);
     if (t.n_fallback && w < sizeof r->what)
         snprintf(r->what + w, sizeof r->what - w, "; %d int8 instead of int4 (K not a multiple of %d: %s%s)",
                  t.n_fallback, q->group, t.fallback, t.n_fallback > 1 ? ", ..." : "");

@@ -99,6 +99,14 @@ const tb_pass *tb_opt_llm_pipeline(int *n);
  * node(s), and folds the RMSNorm weights of the norm fusions into the
  * following matmul's weight (the norm weight becomes ones). */
 tb_status tb_opt_cuda_fuse(tb_graph *g, const tb_opt_options *o, tb_pass_report *r);
+/* concat_cols of matmuls (or of qmatmuls with equal encodings) of one input
+ * becomes one matmul (qmatmul) over the stacked weights (codes, scales,
+ * biases, zeros): the llm_concat_matmul pass, which in a quantized build
+ * (o->quant) leaves it to tb_opt_quantize, run after the quantisation. */
+tb_status tb_opt_merge_concat_matmul(tb_graph *g, tb_pass_report *r);
+/* The name of a value made of `vals`: their common prefix, then what follows
+ * it in each ("l0.wq", "l0.wk", "l0.wv" -> "l0.wqkv"). */
+void tb_opt_joined_name(const tb_graph *g, const int *vals, int n, char out[TB_NAME_LEN]);
 /* The last pass of the LLM pipeline (llm_quant.c): with o->quant, gives
  * every matmul and embedding weight its dtype; a matmul whose weight becomes
  * i8 / i4 / fp8_e4m3 becomes qmatmul over codes, scales (and zeros). Each
