@@ -98,7 +98,7 @@ typedef struct {
 } tb_build_options;
 
 /* int4's group size when tb_build_options.group_size is 0. */
-#define TB_INT4_DEFAULT_GROUP 64
+#define TB_INT4_DEFAULT_GROUP 128
 
 #define TB_BUILD_MAX_PROFILES 8
 

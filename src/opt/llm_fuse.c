@@ -225,6 +225,17 @@ tb_status tb_opt_merge_concat_matmul(tb_graph *g, tb_pass_report *r) {
         for (int j = 0; j < n_w; j++) {
             int at = stack_weights(g, parts[j], n);
             if (at < 0) return tb_last_status();
+            /* the parts are copied: free them now rather than when the pass
+             * ends (tb_opt_compact), or a model's worth of merged weights
+             * would exist twice; a part read elsewhere too stays */
+            for (int i = 0; i < n; i++) {
+                tb_value *pv = &g->values[parts[j][i] >= at ? parts[j][i] + 1 : parts[j][i]];
+                if (pv->owned && tb_opt_uses(g, (int)(pv - g->values)) == 1) {
+                    free((void *)pv->data);
+                    pv->data = NULL;
+                    pv->owned = 0;
+                }
+            }
             for (int jj = j + 1; jj < n_w; jj++)
                 for (int i = 0; i < n; i++) if (parts[jj][i] >= at) parts[jj][i]++;
             for (int jj = 0; jj < j; jj++) if (stacked[jj] >= at) stacked[jj]++;
