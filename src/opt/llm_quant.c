@@ -11,9 +11,12 @@
  *   i8, i4, fp8    the matmul becomes qmatmul(x, codes, scales[, bias][, zeros])
  *                  with the encodings of core/quant.h (round to nearest)
  *
- * It runs after the fusions, so the merged q|k|v and gate|up weights are
- * quantised as one tensor (one scale per output row either way; int4 groups
- * never straddle rows). A weight is read from its source in row chunks and
+ * It runs last. In a quantized build the q|k|v and gate|up merge
+ * (tb_opt_merge_concat_matmul) is left to it: it quantises each part in
+ * place, then merges codes, scales, zeros and biases into the fused
+ * weights. That equals quantising the merged weights (every scale belongs
+ * to one output row; int4 groups never straddle rows) without ever stacking
+ * the source weights. A weight is read from its source in row chunks and
  * the source pages are given back to the kernel as soon as it is done, so
  * the peak is the quantized model plus one chunk.
  *
