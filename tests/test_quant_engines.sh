@@ -97,6 +97,20 @@ want=$("$PY" -c "l = 6 * (512*256 + 256*256 + 1024*256 + 256*512); h = 1024*256;
 got=$(sed -n 's/^bits per weight: \([0-9.]*\) over the matmul.*/\1/p' "$D/inspect.txt")
 [ "$got" = "$want" ] && ok "inspect: $got bits per matmul weight (int4 g32 + f16 head)" || fail "bits per weight '$got', want $want"
 
+# ---- (4) overrides: by a fused weight's name (l*.wgu), by a part's (l0.wq: q apart from k|v), the head
+S=(--tokenizer "$TOK" -o "$D/ov.engine")
+if "$TURBINE_BIN" build "$M/stories260K.bin" "${S[@]}" --dtype f16 --override 'l*.wgu=int8' --override 'l0.wq=f32' >"$D/b.log" 2>&1; then
+  "$TURBINE_BIN" inspect "$D/ov.engine" >"$D/inspect_ov.txt" 2>&1
+  grep -qE "^  l3\.wgu +i8 +\(344, 64\)" "$D/inspect_ov.txt" && grep -qE "^  l0\.wq +f32 +\(64, 64\)" "$D/inspect_ov.txt" \
+    && grep -qE "^  l0\.wk +f16" "$D/inspect_ov.txt" && grep -qE "^  l1\.wqkv +f16" "$D/inspect_ov.txt" \
+    && grep -q "concat_cols x1" "$D/inspect_ov.txt" \
+    && ok "--override l*.wgu=int8, l0.wq=f32: fused gate|up int8; layer 0 q f32, k and v f16, unmerged" \
+    || fail "overrides by name: $(grep -E "^  l[013]\.w" "$D/inspect_ov.txt")"
+  out=$("$TURBINE_BIN" run "$D/ov.engine" -p "Once upon a time" -n 24 --temperature 0 2>/dev/null)
+  [ "${#out}" -gt 40 ] && ok "the mixed engine generates" || fail "mixed engine: '$out'"
+else
+  fail "override build: $(tail -1 "$D/b.log")"
+fi
 # ---- (4) an override: the head quantized too
 "$TURBINE_BIN" build "$DEMO" --dtype int8 --override 'lm_head=int8' -o "$D/d_head8.engine" >/dev/null 2>&1 || fail "override build"
 "$TURBINE_BIN" inspect "$D/d_head8.engine" >"$D/inspect8.txt" 2>&1

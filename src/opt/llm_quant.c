@@ -90,16 +90,18 @@ static void group_name(const tb_graph *g, int k, char out[TB_NAME_LEN]) {
     for (int j = 0; j < g->n_nodes; j++) {
         const tb_node *c = &g->nodes[j];
         if (tb_opt_dead(c) || c->op != TB_OP_CONCAT_COLS) continue;
-        int mine = 0, ws[TB_MAX_INPUTS];
+        int mine = 0, all = 1, ws[TB_MAX_INPUTS];
         for (int i = 0; i < c->n_in; i++) {
             int p = tb_opt_producer(g, c->in[i]);
-            if (p < 0 || (g->nodes[p].op != TB_OP_MATMUL && g->nodes[p].op != TB_OP_QMATMUL) ||
-                g->nodes[p].in[0] != m->in[0])
-                return;
+            all = all && p >= 0 && (g->nodes[p].op == TB_OP_MATMUL || g->nodes[p].op == TB_OP_QMATMUL) &&
+                  g->nodes[p].in[0] == m->in[0];
+            if (!all) break;
             ws[i] = g->nodes[p].in[1];
             mine |= p == k;
         }
-        if (mine) { tb_opt_joined_name(g, ws, c->n_in, out); return; }
+        if (!mine) continue;
+        if (all) tb_opt_joined_name(g, ws, c->n_in, out);
+        return;
     }
 }
 
