@@ -184,20 +184,103 @@ def generate(preset, dtype, out, seed=0):
     return cfg
 
 
+# ---------------------------------------------------------------- big shapes
+# A Llama-2-7B-shaped checkpoint is 13.5 GB in f16: more than a test machine
+# holds as float32 arrays. These are written tensor by tensor from a pool of
+# N(0, 0.02) values (each tensor a window of it at a random offset): right
+# shapes, sizes and magnitudes for build-size and memory measurements, not a
+# model anyone would sample from.
+BIG = {
+    "llama2-7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                      num_attention_heads=32, num_key_value_heads=32, vocab_size=32000,
+                      max_position_embeddings=4096, tie_word_embeddings=False, _shards=3),
+    "llama-1b": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
+                     num_attention_heads=32, num_key_value_heads=4, vocab_size=32000,
+                     max_position_embeddings=2048, tie_word_embeddings=False, _shards=2),
+}
+
+
+def big_shapes(cfg):
+    D, F, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
+    H, KV, V = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["vocab_size"]
+    hd = D // H
+    t = [("model.embed_tokens.weight", (V, D))]
+    for i in range(L):
+        p = "model.layers.%d." % i
+        t += [(p + "input_layernorm.weight", (D,)), (p + "self_attn.q_proj.weight", (H * hd, D)),
+              (p + "self_attn.k_proj.weight", (KV * hd, D)), (p + "self_attn.v_proj.weight", (KV * hd, D)),
+              (p + "self_attn.o_proj.weight", (D, H * hd)), (p + "post_attention_layernorm.weight", (D,)),
+              (p + "mlp.gate_proj.weight", (F, D)), (p + "mlp.up_proj.weight", (F, D)),
+              (p + "mlp.down_proj.weight", (D, F))]
+    t += [("model.norm.weight", (D,)), ("lm_head.weight", (V, D))]
+    return t
+
+
+def generate_big(preset, out, seed=0):
+    """f16 only, sharded; never more than the pool (128 MiB) in memory."""
+    cfg = dict(BASE)
+    cfg.update(BIG[preset])
+    cfg["torch_dtype"] = "float16"
+    shards = cfg.pop("_shards")
+    rng = np.random.default_rng(seed)
+    pool = (rng.standard_normal(1 << 26) * 0.02).astype("<f2")
+    ones = np.ones(1 << 16, dtype="<f2")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    shapes = big_shapes(cfg)
+    per = (len(shapes) + shards - 1) // shards
+    weight_map, total = {}, 0
+    for s in range(shards):
+        fname = "model-%05d-of-%05d.safetensors" % (s + 1, shards)
+        part = shapes[s * per:(s + 1) * per]
+        header, off = {"__metadata__": {"format": "pt", "generator": "turbine gen_checkpoints.py " + preset}}, 0
+        for name, shape in part:
+            n = int(np.prod(shape)) * 2
+            header[name] = {"dtype": "F16", "shape": list(shape), "data_offsets": [off, off + n]}
+            off += n
+            weight_map[name] = fname
+            total += n
+        h = json.dumps(header, separators=(",", ":")).encode()
+        h += b" " * ((8 - len(h) % 8) % 8)
+        with open(os.path.join(out, fname), "wb") as f:
+            f.write(struct.pack("<Q", len(h)))
+            f.write(h)
+            for name, shape in part:
+                n = int(np.prod(shape))
+                if len(shape) == 1:  # norms: ones
+                    f.write(ones[:n].tobytes())
+                    continue
+                at = int(rng.integers(len(pool)))
+                while n > 0:
+                    k = min(n, len(pool) - at)
+                    f.write(pool[at:at + k].tobytes())
+                    n -= k
+                    at = 0
+    with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+    return cfg
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--preset", choices=sorted(PRESETS))
+    ap.add_argument("--preset", choices=sorted(PRESETS) + sorted(BIG))
     ap.add_argument("--dtype", choices=sorted(DTYPES), default="f32")
     ap.add_argument("--out")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--list", action="store_true", help="print the preset names")
     a = ap.parse_args()
     if a.list:
-        print("\n".join(sorted(PRESETS)))
+        print("\n".join(sorted(PRESETS) + sorted(BIG)))
         return 0
     if not a.preset or not a.out:
         ap.error("--preset and --out are required")
-    generate(a.preset, a.dtype, a.out, a.seed)
+    if a.preset in BIG:
+        if a.dtype != "f16":
+            ap.error("%s is written in f16 only" % a.preset)
+        generate_big(a.preset, a.out, a.seed)
+    else:
+        generate(a.preset, a.dtype, a.out, a.seed)
     print("wrote %s (%s, %s)" % (a.out, a.preset, a.dtype))
     return 0
 

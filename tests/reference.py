@@ -11,6 +11,15 @@ attention, SiLU-gated MLP, final norm, lm_head (tied or not).
     reference.py --model DIR_OR_BIN --ids 1,2,3 [--out logits.npy] [--top 3]
 
 Without --out it prints the top logits of the last position.
+
+    reference.py --quant-check DIR
+
+checks the weight quantisers (core/quant.h) against the functions below:
+DIR holds cases written by test_quant_ref (case_N.json naming dtype, shape,
+group and asym; case_N.w the f32 weight; case_N.codes/.scales/.zeros what
+the C quantiser made). Codes and scales must be equal bit for bit, the
+dequantised values within half a step of the weight (float64). Prints one
+line per case and exits 1 on the first mismatch.
 """
 import argparse
 import json
@@ -216,11 +225,151 @@ def forward(cfg, w, ids):
     return linear(x, head)
 
 
+# ---------------------------------------------------------------- quantisers
+# The encodings of core/quant.h. Scales, zeros and the division by the scale
+# are f32 operations as the encoding defines them (IEEE division rounds once
+# in numpy as in C); rounding is to nearest, ties to even (np.rint);
+# dequantisation and the error bounds are float64.
+
+def _f32(x):
+    return np.float32(x)
+
+
+def fp8_e4m3_values():
+    """The 127 non-negative finite e4m3fn values, indexed by code 0..0x7e."""
+    v = []
+    for c in range(0x7f):
+        e, m = c >> 3, c & 7
+        v.append(m / 8.0 * 2.0 ** -6 if e == 0 else (1 + m / 8.0) * 2.0 ** (e - 7))
+    return np.array(v)
+
+
+def fp8_e4m3_encode(x):
+    """Nearest e4m3fn code (ties to the even code), saturating at 448."""
+    vals = fp8_e4m3_values()
+    x = np.asarray(x, dtype=np.float64)
+    a = np.minimum(np.abs(x), 448.0)
+    idx = np.searchsorted(vals, a)            # vals[idx-1] < a <= vals[idx]
+    hi = np.minimum(idx, len(vals) - 1)
+    lo = np.maximum(idx - 1, 0)
+    dlo, dhi = a - vals[lo], vals[hi] - a
+    pick = np.where(dlo < dhi, lo, np.where(dhi < dlo, hi, np.where(lo % 2 == 0, lo, hi)))
+    return (pick | np.where(np.signbit(x), 0x80, 0)).astype(np.uint8)
+
+
+def fp8_e4m3_decode(c):
+    vals = fp8_e4m3_values()
+    c = np.asarray(c, dtype=np.int64)
+    v = vals[np.minimum(c & 0x7f, 0x7e)]
+    return np.where(c & 0x80, -v, v)
+
+
+def quantize_rows(dt, w, group, asym):
+    """w (N, K) float32 -> codes (uint8 bytes as stored), scales (N, K/group)
+    float32, zeros or None, following core/quant.h."""
+    N, K = w.shape
+    G = K // group
+    wg = w.reshape(N, G, group).astype(np.float32)
+    amax = np.abs(wg).max(axis=2)
+    if dt == "i8":
+        s = np.where(amax > 0, amax / _f32(127), _f32(1)).astype(np.float32)
+        c = np.clip(np.rint(wg / s[..., None]), -127, 127).astype(np.int8)
+        return c.reshape(N, K).view(np.uint8), s, None
+    if dt == "fp8_e4m3":
+        s = np.where(amax > 0, amax / _f32(448), _f32(1)).astype(np.float32)
+        c = fp8_e4m3_encode((wg / s[..., None]).astype(np.float32))
+        return c.reshape(N, K), s, None
+    assert dt == "i4"
+    if asym:
+        mn, mx = wg.min(axis=2), wg.max(axis=2)
+        s = np.where(mx > mn, (mx - mn) / _f32(15), _f32(1)).astype(np.float32)
+        z = (mn + _f32(8) * s).astype(np.float32)
+        c = np.clip(np.rint((wg - z[..., None]) / s[..., None]), -8, 7)
+    else:
+        s = np.where(amax > 0, amax / _f32(7), _f32(1)).astype(np.float32)
+        z = None
+        c = np.clip(np.rint(wg / s[..., None]), -7, 7)
+    nib = (c.astype(np.int64).reshape(N, K) & 0xF).astype(np.uint8)
+    packed = nib[:, 0::2] | (nib[:, 1::2] << 4)
+    return packed, s, z
+
+
+def dequantize_rows(dt, codes, s, z, K, group):
+    N = s.shape[0]
+    if dt == "i8":
+        c = codes.view(np.int8).astype(np.float64).reshape(N, K)
+    elif dt == "fp8_e4m3":
+        c = fp8_e4m3_decode(codes).reshape(N, K)
+    else:
+        lo, hi = (codes & 0xF).astype(np.int64), (codes >> 4).astype(np.int64)
+        c = np.empty((N, K), dtype=np.int64)
+        c[:, 0::2], c[:, 1::2] = lo, hi
+        c = np.where(c >= 8, c - 16, c).astype(np.float64)
+    sg = np.repeat(s.astype(np.float64), group, axis=1)
+    out = c * sg
+    if z is not None:
+        out += np.repeat(z.astype(np.float64), group, axis=1)
+    return out
+
+
+def dequant_bound(dt, w, s, group):
+    """Largest error round-to-nearest allows per element (float64), with
+    slack for the f32 operations: half a step (int8/int4: s/2; fp8: half the
+    e4m3 spacing at the value, relative 2^-4, or 2^-10 s in the subnormals)."""
+    N, K = w.shape
+    sg = np.repeat(s.astype(np.float64), group, axis=1)
+    if dt == "fp8_e4m3":
+        b = np.maximum(np.abs(w.astype(np.float64)) * 2.0 ** -4, sg * 2.0 ** -10)
+    else:
+        b = sg / 2
+    return b * (1 + 1e-5) + np.abs(w.astype(np.float64)) * 1e-6
+
+
+def quant_check(d):
+    cases = sorted(f for f in os.listdir(d) if f.endswith(".json"))
+    if not cases:
+        print("no cases in %s" % d)
+        return 1
+    for f in cases:
+        meta = json.load(open(os.path.join(d, f)))
+        base = os.path.join(d, f[:-5])
+        N, K, group, asym, dt = meta["N"], meta["K"], meta["group"], meta["asym"], meta["dtype"]
+        w = np.fromfile(base + ".w", dtype="<f4").reshape(N, K)
+        codes = np.fromfile(base + ".codes", dtype=np.uint8)
+        s = np.fromfile(base + ".scales", dtype="<f4").reshape(N, K // group)
+        z = np.fromfile(base + ".zeros", dtype="<f4").reshape(N, K // group) if asym else None
+        rc, rs, rz = quantize_rows(dt, w, group, asym)
+        what = "%s %s N=%d K=%d group=%d%s" % (f[:-5], dt, N, K, group, " asym" if asym else "")
+        if not np.array_equal(rs.view(np.uint32), s.view(np.uint32)):
+            i = np.argwhere(rs.view(np.uint32) != s.view(np.uint32))[0]
+            print("FAIL %s: scale %s is %r, reference %r" % (what, tuple(i), s[tuple(i)], rs[tuple(i)]))
+            return 1
+        if asym and not np.array_equal(rz.view(np.uint32), z.view(np.uint32)):
+            print("FAIL %s: zeros differ" % what)
+            return 1
+        rc = rc.reshape(-1)
+        if not np.array_equal(rc, codes):
+            i = int(np.argwhere(rc != codes)[0][0])
+            print("FAIL %s: code byte %d is 0x%02x, reference 0x%02x" % (what, i, codes[i], rc[i]))
+            return 1
+        dq = dequantize_rows(dt, codes.reshape(N, -1), s, z, K, group)
+        err = np.abs(dq - w.astype(np.float64))
+        bound = dequant_bound(dt, w, s, group)
+        if np.any(err > bound):
+            i = tuple(np.argwhere(err > bound)[0])
+            print("FAIL %s: element %s dequantises to %r, weight %r (bound %g)" % (what, i, dq[i], w[i], bound[i]))
+            return 1
+        print("ok %s: codes and scales equal, worst error %.3g of its bound" % (what, float((err / bound).max())))
+    return 0
+
+
 def parse_ids(s):
     return [int(t) for t in s.replace(",", " ").split()]
 
 
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--quant-check":
+        return quant_check(sys.argv[2])
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="HF folder or llama2.c .bin")
     ap.add_argument("--ids", required=True, help="token ids, comma or space separated")

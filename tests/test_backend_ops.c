@@ -69,6 +69,8 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
+#include "core/quant.h"
+#include "ir/ops.h"
 #include "opt/opt.h"
 #include "tb_test.h"
 
@@ -386,6 +388,44 @@ static void op_matmul(tb_dtype wdt, int T, int K, int N, int bias) {
         report(&c, TB_OP_MATMUL, wdt, NULL, rel_err(y, yr, n), bound_of(1e-5, cuda_b));
     }
     free(x); free(w); free(bv); free(wq); free(y); free(yr);
+    tb_graph_free(c.g);
+}
+
+/* qmatmul over weights quantized by core/quant.h, against tb_ref_qmatmul
+ * (the kernels' own tests cover the kernels; this is the backend's wiring:
+ * the inputs the flags select and the group taken from the scales' shape). */
+static void op_qmatmul(tb_dtype qdt, int T, int K, int N, int group, int bias, int asym) {
+    tcase c;
+    case_init(&c, T);
+    snprintf(c.desc, sizeof c.desc, "%s T %d K %d N %d g %d%s%s", tb_dtype_name(qdt), T, K, N, group,
+             bias ? " +bias" : "", asym ? " +zeros" : "");
+    int G = K / group;
+    float *x = frandn((size_t)T * K, 1.0f), *w = frandn((size_t)N * K, 1.0f), *bv = frandn((size_t)N, 1.0f);
+    float *sc = xmalloc(sizeof(float) * (size_t)N * G), *z = xmalloc(sizeof(float) * (size_t)N * G);
+    size_t cb = (size_t)tb_quant_codes_bytes(qdt, N, K);
+    uint8_t *codes = xmalloc(cb);
+    TB_ASSERT(tb_quantize_rows(qdt, w, N, K, group, asym, codes, sc, asym ? z : NULL) == TB_OK);
+    int64_t xd[2] = {T, K}, wd[2] = {N, K}, sd[2] = {N, G}, bd[1] = {N};
+    int in[5], n_in = 0;
+    in[n_in++] = add_w(&c, "x", TB_F32, 2, xd, x);
+    in[n_in++] = tb_graph_add_weight(c.g, "codes", qdt, 2, wd, dupmem(codes, cb), 1);
+    in[n_in++] = add_w(&c, "scales", TB_F32, 2, sd, sc);
+    if (bias) in[n_in++] = add_w(&c, "b", TB_F32, 1, bd, bv);
+    if (asym) in[n_in++] = add_w(&c, "zeros", TB_F32, 2, sd, z);
+    int32_t ia[4] = {0};
+    tb_attr_set_i(TB_OP_QMATMUL, TB_QMM_HAS_BIAS, ia, bias);
+    tb_attr_set_i(TB_OP_QMATMUL, TB_QMM_HAS_ZEROS, ia, asym);
+    int k = add_node(&c, TB_OP_QMATMUL, in, n_in, ia, NULL);
+    size_t n = (size_t)T * N;
+    float *y = xmalloc(n * 4), *yr = xmalloc(n * 4);
+    int rv = c.g->nodes[k].out[0];
+    void *o[1] = {y};
+    if (case_run(&c, &rv, &n, 1, o) == 1) {
+        tb_qweight qw = {.dtype = qdt, .codes = codes, .scales = sc, .zeros = asym ? z : NULL, .group = group};
+        tb_ref_qmatmul(x, &qw, bias ? bv : NULL, yr, T, K, N);
+        report(&c, TB_OP_QMATMUL, TB_F32, NULL, rel_err(y, yr, n), bound_of(1e-5, 1e-5));
+    }
+    free(x); free(w); free(bv); free(sc); free(z); free(codes); free(y); free(yr);
     tb_graph_free(c.g);
 }
 
@@ -783,6 +823,12 @@ static void run_all(void) {
         op_matmul(w, 17, 256, 70, 0);
         op_matmul(w, 100, 96, 40, 1);
     }
+    op_qmatmul(TB_I8, 1, 67, 45, 67, 1, 0);
+    op_qmatmul(TB_I8, 17, 256, 70, 256, 0, 0);
+    op_qmatmul(TB_FP8_E4M3, 3, 131, 33, 131, 1, 0);
+    op_qmatmul(TB_I4, 1, 128, 40, 32, 0, 0);
+    op_qmatmul(TB_I4, 9, 256, 24, 64, 1, 1);
+    op_qmatmul(TB_I4, 100, 256, 40, 128, 0, 1);
     for (int i = 0; i < 3; i++) {
         op_rope(Ts[i], 2, 64, 2 * 64, i & 1, 0);
         op_rope(Ts[i], 3, 128, 5 * 128, (i + 1) & 1, 200);

@@ -61,7 +61,18 @@ expect 1 "format version 99.*newer" -- run "$D/ver.engine"
 if grep -q avx2 /proc/cpuinfo; then
   expect 1 "lacks avx2" -- env TB_CPU_MASK=0 "$TURBINE_BIN" run "$D/good.engine" -p Once -n 4
 fi
-expect 1 "dtype i8 is not supported" -- "$TURBINE_BIN" build "$M/stories260K.bin" --tokenizer "$M/tok512.bin" --dtype i8 -o "$D/x.engine"
+expect 1 "dtype i32 is not supported" -- "$TURBINE_BIN" build "$M/stories260K.bin" --tokenizer "$M/tok512.bin" --dtype i32 -o "$D/x.engine"
+# quantized builds: what they refuse, and why
+QB=("$TURBINE_BIN" build "$M/stories260K.bin" --tokenizer "$M/tok512.bin" -o "$D/x.engine")
+expect 1 "awq needs calibration data" -- "${QB[@]}" --dtype int4 --awq
+expect 2 "group-size is for --dtype int4" -- "${QB[@]}" --dtype int8 --group-size 32
+expect 2 "group.*32, 64 or 128" -- "${QB[@]}" --dtype int4 --group-size 48
+expect 1 "zero-point is for --dtype int4" -- "${QB[@]}" --dtype int8 --zero-point
+expect 1 "override 'lm_hed'.*no weight is named so" -- "${QB[@]}" --dtype int8 --override lm_hed=f16
+expect 1 "NAME_GLOB=DTYPE" -- "${QB[@]}" --dtype int8 --override lm_head
+expect 1 "unknown weight dtype 'int3'" -- "${QB[@]}" --dtype int8 --override 'l0.*=int3'
+expect 1 "embedding table embed stays a float dtype" -- "${QB[@]}" --dtype int8 --override embed=int8
+expect 1 "GPU kernels for quantized engines are not built yet" -- "${QB[@]}" --dtype int8 --device cuda
 expect 1 "pass --tokenizer" -- "$TURBINE_BIN" build "$M/stories260K.bin" -o "$D/x.engine"
 expect 1 "cannot open|no such|not found" -- "$TURBINE_BIN" build "$D/missing-model" -o "$D/x.engine"
 expect 1 "context|too long|tokens" -- "$TURBINE_BIN" run "$D/good.engine" --prompt-ids "$(seq -s, 1 600 | sed 's/[0-9]\+/5/g')" -n 700

@@ -49,6 +49,9 @@ typedef struct {
     /* calibration (quantized engines) */
     const char *calib, *calibrator, *calib_cache;
     int calib_tokens, calib_threads;
+    /* quantized engines */
+    tb_cli_strs overrides;
+    int group_size, zero_point, awq;
 } build_args;
 
 static void build_defaults(void *p) {
@@ -65,8 +68,23 @@ static const tb_cli_opt build_opts[] = {
     {"--tokenizer", NULL, TB_OPT_STR, "FILE", 0, 0, 0, 0, 0, B(tokenizer), "MODEL's tokenizer.json",
      "a tokenizer.json (byte-level or SentencePiece-style BPE) or a llama2.c tokenizer.bin; needed for a "
      "llama2.c .bin checkpoint"},
-    {"--dtype", NULL, TB_OPT_STR, "f32|f16|bf16", 0, 0, 0, 0, 0, B(dtype), "f32",
-     "the weights' precision in the engine (ONNX: f32 or f16, f16 computing in f16 too)"},
+    {"--dtype", NULL, TB_OPT_STR, "f32|f16|bf16|int8|int4|fp8", 0, 0, 0, 0, 0, B(dtype), "f32",
+     "the weights' precision in the engine (ONNX: f32 or f16, f16 computing in f16 too); int8: symmetric, a "
+     "scale per output channel; int4: a scale per --group-size weights of a row; fp8: E4M3 with a scale per "
+     "output channel. Quantized engines keep the embedding and the LM head f16, norms and biases f32 "
+     "(--override changes that); CPU only for now"},
+    {"--group-size", NULL, TB_OPT_INT, "32|64|128", 32, 128, 0, 0, 0, B(group_size), "128",
+     "--dtype int4: weights of a row sharing one scale (smaller: more accurate, larger engine; 128 measured as "
+     "accurate as 32 and 64 on the demo model, docs/PERFORMANCE.md). A matrix whose rows are not whole groups "
+     "is int8"},
+    {"--zero-point", NULL, TB_OPT_FLAG, NULL, 0, 0, 0, 0, 1, B(zero_point), NULL,
+     "--dtype int4: asymmetric groups, a zero point per group beside the scale (default symmetric)"},
+    {"--awq", NULL, TB_OPT_FLAG, NULL, 0, 0, 0, 0, 1, B(awq), NULL,
+     "--dtype int4: activation-aware scales searched on calibration data (needs --calib; not available yet)"},
+    {"--override", NULL, TB_OPT_STRS, "NAME_GLOB=DTYPE", 0, 0, 0, 0, 0, B(overrides), NULL,
+     "a weight's dtype instead of the default, by its name in the engine (`turbine inspect` lists them: embed, "
+     "l0.wqkv, l0.wo, l0.wgu, l0.wdown, ..., lm_head), e.g. 'lm_head=int8' or 'l0.*=f16'; repeatable, the "
+     "last match wins; DTYPE f32, f16, bf16, int8, int4 or fp8"},
     {"--max-seq-len", NULL, TB_OPT_INT, "N", 1, 1 << 20, 0, 0, 0, B(max_seq_len), "the model's context length",
      "the engine's context length in tokens"},
     {"--max-batch", NULL, TB_OPT_INT, "N", 1, 1024, 0, 0, 0, B(max_batch), "8",
@@ -137,9 +155,23 @@ static int cmd_build(int argc, char **argv) {
     tb_build_options o;
     tb_build_options_default(&o);
     o.tokenizer_path = a.tokenizer;
-    /* a dtype name the builder does not support (i8...) is its error, exit 1 */
-    if (tb_dtype_parse(a.dtype, &o.weight_dtype) != TB_OK)
-        return tb_cli_usage_error("build", "unknown --dtype '%s' (f32, f16, bf16)", a.dtype);
+    /* the quantized dtypes by their usual names; other dtype names the
+     * builder does not support (i32...) are its error, exit 1 */
+    static const struct { const char *cli, *dt; } qnames[] = {{"int8", "i8"}, {"int4", "i4"}, {"fp8", "fp8_e4m3"}};
+    const char *dtn = a.dtype;
+    for (size_t i = 0; i < sizeof qnames / sizeof qnames[0]; i++)
+        if (!strcmp(dtn, qnames[i].cli)) dtn = qnames[i].dt;
+    if (tb_dtype_parse(dtn, &o.weight_dtype) != TB_OK)
+        return tb_cli_usage_error("build", "unknown --dtype '%s' (f32, f16, bf16, int8, int4, fp8)", a.dtype);
+    if (a.group_size && a.group_size != 32 && a.group_size != 64 && a.group_size != 128)
+        return tb_cli_usage_error("build", "--group-size %d: int4 groups are 32, 64 or 128", a.group_size);
+    if (a.group_size && o.weight_dtype != TB_I4)
+        return tb_cli_usage_error("build", "--group-size is for --dtype int4");
+    o.group_size = a.group_size;
+    o.zero_point = a.zero_point;
+    o.awq = a.awq;
+    o.overrides = a.overrides.v;
+    o.n_overrides = a.overrides.n;
     o.max_seq_len = a.max_seq_len;
     o.max_batch = a.max_batch;
     o.device = a.device;
@@ -175,10 +207,12 @@ static int cmd_build(int argc, char **argv) {
         return 0;
     }
     fprintf(stderr,
-            "built %s\n  build time    %.2f s\n  engine size   %.1f MB (%llu bytes)\n  dtype         %s\n"
+            "built %s\n  build time    %.2f s\n  engine size   %.1f MB (%llu bytes)\n  dtype         %s%s\n"
             "  max batch     %d\n  max seq len   %d\n",
             a.out, r.seconds, (double)r.engine_bytes / 1e6, (unsigned long long)r.engine_bytes,
-            tb_dtype_name(o.weight_dtype), r.max_batch, r.max_seq_len);
+            tb_dtype_name(o.weight_dtype),
+            o.weight_dtype == TB_I4 ? (o.zero_point ? " (asymmetric groups)" : " (symmetric groups)") : "",
+            r.max_batch, r.max_seq_len);
     return 0;
 }
 
@@ -200,7 +234,12 @@ static const tb_cli_cmd cmd_inspect_spec = {
     "Describes an engine file: format version, sections and their checksums, the model, the tokenizer, the "
     "build options, the hardware it was tuned for and the kernels chosen.",
     {"FILE.engine"}, {offsetof(inspect_args, engine)}, 1, 1,
-    inspect_opts, sizeof inspect_opts / sizeof inspect_opts[0], NULL,
+    inspect_opts, sizeof inspect_opts / sizeof inspect_opts[0],
+    "After the graph's ops comes one line per weight: its name (the names --override matches), dtype (f32, "
+    "f16, bf16; i8, i4, fp8_e4m3 for the codes of a quantized matmul, whose NAME.scales and NAME.zeros "
+    "follow), shape, bytes and offset in the weights section. Then the bits per weight: over the matmul weights (codes, scales and zeros "
+    "divided by the elements of the matrices; f32 is 32, int8 about 8.1, int4 group 64 about 4.5) and over "
+    "all weights (embedding, norms and the rest included).",
     sizeof(inspect_args), inspect_defaults,
 };
 
@@ -209,7 +248,7 @@ static int cmd_inspect(int argc, char **argv) {
     inspect_defaults(&a);
     int rc = tb_cli_parse(&cmd_inspect_spec, argc, argv, &a);
     if (rc >= 0) return rc;
-    size_t cap = 1 << 16;
+    size_t cap = 4u << 20; /* a line per weight: thousands in an ONNX engine */
     char *buf = malloc(cap);
     if (!buf) return 1;
     if (tb_engine_describe(a.engine, buf, cap) != TB_OK) { free(buf); return fail("cannot inspect"); }

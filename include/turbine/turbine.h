@@ -97,7 +97,20 @@ typedef struct {
                                  * (no model run), written otherwise          */
     int calib_threads;          /* CPU threads for calibration; 0: all cores  */
     /* ---- end of calibration options */
+    /* Quantized engines (Llama-family models, CPU): weight_dtype TB_I8
+     * (per output channel), TB_I4 (groups along K) or TB_FP8_E4M3 (per
+     * output channel). */
+    int group_size;             /* int4: 32, 64 or 128; 0: the default        */
+    int zero_point;             /* int4: asymmetric, a zero per group         */
+    /* "NAME_GLOB=DTYPE" per weight (DTYPE f32, f16, bf16, int8, int4, fp8),
+     * in order, the last match winning; also with a float weight_dtype. */
+    const char *const *overrides;
+    int n_overrides;
+    int awq;                    /* int4: activation-aware scales (needs calibration) */
 } tb_build_options;
+
+/* int4's group size when tb_build_options.group_size is 0. */
+#define TB_INT4_DEFAULT_GROUP 128
 
 #define TB_BUILD_MAX_PROFILES 8
 

@@ -46,6 +46,10 @@ typedef enum {
     TB_OP_CONCAT_COLS,   /* x1 (n, C1), ..., xk (n, Ck) -> (n, C1 + ... + Ck)      */
     TB_OP_SILU,          /* x (n, C) -> x * sigmoid(x)                              */
     TB_OP_EMUL,           /* a, b (n, C) -> a * b                                    */
+    TB_OP_QMATMUL,       /* x (n, K), codes (N, K) i8|i4|fp8, scales (N, K/G) f32
+                            [, bias (N)] [, zeros (N, K/G)] -> (n, N): a matmul
+                            over quantized weights (core/quant.h encodings);
+                            has_bias, has_zeros, act_scale                        */
     /* General ops (ONNX semantics, any rank up to TB_MAX_RANK, broadcasting
      * where ONNX broadcasts). Their definitions, attribute layouts, shape
      * rules and reference kernels are in ops_nn.h / nn_*.c.               */

@@ -5,6 +5,7 @@
  */
 #include "ir/ops.h"
 #include "ir/ops_nn.h"
+#include "core/quant.h"
 
 #include <float.h>
 #include <math.h>
@@ -51,6 +52,35 @@ static tb_status shape_matmul(const tb_graph *g, const tb_node *n, const tb_valu
     NEED(n->n_in == 2 || (in[2]->rank == 1 && in[2]->dims[0] == in[1]->dims[0] && in[2]->dtype == TB_F32),
          "matmul: bias must be (N) f32");
     out->rank[0] = 2; out->dims[0][0] = in[0]->dims[0]; out->dims[0][1] = in[1]->dims[0];
+    return TB_OK;
+}
+
+/* The inputs past scales follow the flags: bias when has_bias, then zeros
+ * when has_zeros; the group size is K / scales' columns (core/quant.h). */
+static tb_status shape_qmatmul(const tb_graph *g, const tb_node *n, const tb_value *const *in, tb_op_shape *out) {
+    int has_bias = tb_node_attr_i(n, TB_QMM_HAS_BIAS), has_zeros = tb_node_attr_i(n, TB_QMM_HAS_ZEROS);
+    NEED(n->n_in == 3 + has_bias + has_zeros, "qmatmul: has_bias %d and has_zeros %d want %d inputs, got %d", has_bias,
+         has_zeros, 3 + has_bias + has_zeros, n->n_in);
+    const tb_value *x = in[0], *c = in[1], *sc = in[2];
+    NEED(c->dtype == TB_I8 || c->dtype == TB_I4 || c->dtype == TB_FP8_E4M3,
+         "qmatmul: codes %s must be i8, i4 or fp8_e4m3 (got %s)", c->name, tb_dtype_name(c->dtype));
+    NEED(x->rank == 2 && c->rank == 2 && x->dims[1] == c->dims[1] && c->dims[0] > 0 && c->dims[1] > 0,
+         "qmatmul: want x (n, K), codes (N, K) with equal K (%s vs %s)", x->name, c->name);
+    int64_t N = c->dims[0], K = c->dims[1];
+    NEED(K <= INT32_MAX && N <= INT32_MAX, "qmatmul: codes %s are too large", c->name);
+    NEED(sc->dtype == TB_F32 && sc->rank == 2 && sc->dims[0] == N && sc->dims[1] > 0 && K % sc->dims[1] == 0,
+         "qmatmul: scales %s must be (%lld, K/group) f32 with K = %lld", sc->name, (long long)N, (long long)K);
+    int group = (int)(K / sc->dims[1]);
+    if (tb_quant_check(c->dtype, (int)K, group, has_zeros) != TB_OK)
+        return tb_error_prefix(TB_ERR_FORMAT, "qmatmul %s", c->name);
+    if (has_bias)
+        NEED(in[3]->rank == 1 && in[3]->dims[0] == N && in[3]->dtype == TB_F32, "qmatmul: bias must be (N) f32");
+    if (has_zeros) {
+        const tb_value *z = in[3 + has_bias];
+        NEED(z->dtype == TB_F32 && z->rank == 2 && z->dims[0] == N && z->dims[1] == sc->dims[1],
+             "qmatmul: zeros %s must be f32 shaped like the scales", z->name);
+    }
+    out->rank[0] = 2; out->dims[0][0] = x->dims[0]; out->dims[0][1] = N;
     return TB_OK;
 }
 
@@ -159,6 +189,15 @@ static const tb_op_def ops[TB_OP_COUNT] = {
                            {{0}}, shape_concat_cols},
     [TB_OP_SILU] = {"silu", 1, 1, 1, "x (n, C) -> x * sigmoid(x) (n, C)", 0, {{0}}, shape_silu},
     [TB_OP_EMUL] = {"emul", 2, 2, 1, "a, b (n, C) -> a * b (n, C), elementwise", 0, {{0}}, shape_mul},
+    [TB_OP_QMATMUL] = {"qmatmul", 3, 5, 1,
+                       "x (n, K), codes (N, K) i8|i4|fp8_e4m3, scales (N, K/G) f32 [, bias (N)] [, zeros (N, K/G)] "
+                       "-> (n, N)",
+                       3,
+                       {{"has_bias", TB_ATTR_BOOL, 0, 0, 1, 0, 1, "input 3 is a bias (N) f32"},
+                        {"has_zeros", TB_ATTR_BOOL, 0, 1, 1, 0, 1, "the last input is zeros (N, K/G): int4 asymmetric"},
+                        {"act_scale", TB_ATTR_FLOAT, 0, 0, 32, 0.0, FLT_MAX,
+                         "static per-tensor activation scale from calibration (fp8 on the GPU); 0: none"}},
+                       shape_qmatmul},
 };
 
 const tb_op_def *tb_op_get_def(tb_op_kind k) {

@@ -91,6 +91,8 @@ enum {                                                             /* attention 
     TB_ATTN_SCALE,
 };
 
+enum { TB_QMM_HAS_BIAS = 0, TB_QMM_HAS_ZEROS, TB_QMM_ACT_SCALE }; /* qmatmul      */
+
 /* The definition of op k; NULL outside the enum. */
 const tb_op_def *tb_op_get_def(tb_op_kind k);
 

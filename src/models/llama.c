@@ -68,7 +68,15 @@ static int add_stacked(tb_graph *g, const char *name, tb_dtype dt, const tb_src_
     return tb_graph_add_weight(g, name, dt, rank, dims, buf, 1);
 }
 
+/* TB_DTYPE_COUNT as the dtype: the source tensor itself, borrowed
+ * (tb_model_build_opts.source_weights). */
+#define TB_SOURCE_DTYPE TB_DTYPE_COUNT
+
 static int add_one(tb_graph *g, const char *name, tb_dtype dt, const tb_src_tensor *t) {
+    if (dt == TB_SOURCE_DTYPE) {
+        int64_t dims[2] = {t->dims[0], t->rank > 1 ? t->dims[1] : 1};
+        return tb_graph_add_weight(g, name, t->dtype, t->rank > 1 ? 2 : 1, dims, t->data, 0);
+    }
     const tb_src_tensor *parts[1] = {t};
     return add_stacked(g, name, dt, parts, 1, t->rank > 1 ? t->dims[1] : 1);
 }
@@ -97,7 +105,7 @@ tb_status tb_model_build_graph(const tb_model_source *src, const tb_model_build_
         hd > 0xffff)
         return tb_errorf(TB_ERR_FORMAT, "model config has invalid sizes (dim %d, hidden %d, heads %d/%d, head_dim %d)",
                          D, F, H, KV, hd);
-    tb_dtype wdt = o->weight_dtype;
+    tb_dtype wdt = o->source_weights ? TB_SOURCE_DTYPE : o->weight_dtype;
     tb_status s = TB_OK;
     tb_graph *g = tb_graph_new();
     if (!g) return tb_errorf(TB_ERR_OOM, "out of memory");

@@ -21,6 +21,12 @@ typedef struct {
     int max_step_tokens;  /* the `tokens` profile maximum      */
     void (*progress)(void *arg, int done, int total);
     void *progress_arg;
+    /* 1: matmul and embedding weights are not converted but point at the
+     * source's mapped tensors, in the source's dtype (owned = 0), for a later
+     * pass (the quantize pass) to convert one at a time: a quantized build
+     * never holds the whole model converted. The source must outlive the
+     * graph. weight_dtype is then ignored. */
+    int source_weights;
 } tb_model_build_opts;
 
 /* Supported families: llama, mistral, qwen2 (one wiring, differing in

@@ -178,50 +178,107 @@ static tb_status pass_silu_mul(tb_graph *g, const tb_opt_options *o, tb_pass_rep
 
 /* ---------------------------------------------------------------- concat_matmul */
 
-static tb_status pass_concat_matmul(tb_graph *g, const tb_opt_options *o, tb_pass_report *r) {
-    (void)o;
+void tb_opt_joined_name(const tb_graph *g, const int *vals, int n, char out[TB_NAME_LEN]) {
+    joined_name(g, vals, n, out);
+}
+
+/* The weights of matmul / qmatmul node m stacked by the merge, in order:
+ * matmul: w [, bias]; qmatmul: codes, scales [, bias] [, zeros]. */
+static int merge_parts(const tb_node *m, int *w) {
+    int n = 0;
+    for (int i = 1; i < m->n_in; i++) w[n++] = m->in[i];
+    return n;
+}
+
+tb_status tb_opt_merge_concat_matmul(tb_graph *g, tb_pass_report *r) {
     for (int k = 0; k < g->n_nodes; k++) {
         const tb_node *c = &g->nodes[k];
         if (tb_opt_dead(c) || c->op != TB_OP_CONCAT_COLS) continue;
-        int n = c->n_in, mk[TB_MAX_INPUTS], ws[TB_MAX_INPUTS], bs[TB_MAX_INPUTS], ok = 1;
+        int n = c->n_in, mk[TB_MAX_INPUTS] = {0}, ok = 1;
+        /* parts[j][i]: the j-th weight input of part i */
+        int parts[TB_MAX_INPUTS][TB_MAX_INPUTS], n_w = 0;
         for (int i = 0; i < n && ok; i++) {
             int p = tb_opt_producer(g, c->in[i]);
-            ok = p >= 0 && g->nodes[p].op == TB_OP_MATMUL && tb_opt_uses(g, c->in[i]) == 1;
+            ok = p >= 0 && (g->nodes[p].op == TB_OP_MATMUL || g->nodes[p].op == TB_OP_QMATMUL) &&
+                 tb_opt_uses(g, c->in[i]) == 1;
             if (!ok) break;
-            const tb_node *m = &g->nodes[p];
             mk[i] = p;
-            ws[i] = m->in[1];
-            bs[i] = m->n_in > 2 ? m->in[2] : -1;
-            const tb_value *w = &g->values[ws[i]], *w0 = &g->values[ws[0]];
-            ok = m->in[0] == g->nodes[mk[0]].in[0] && w->kind == TB_VAL_WEIGHT && w->rank == 2 &&
-                 w->dtype == w0->dtype && w->dims[1] == w0->dims[1] && (bs[i] < 0) == (bs[0] < 0) &&
-                 (bs[i] < 0 || g->values[bs[i]].kind == TB_VAL_WEIGHT);
+            const tb_node *m = &g->nodes[p], *m0 = &g->nodes[mk[0]];
+            int w[TB_MAX_INPUTS], nw = merge_parts(m, w);
+            if (i == 0) n_w = nw;
+            /* one input, one op, the same flags and dtypes, weights with equal trailing dims */
+            ok = m->in[0] == m0->in[0] && m->op == m0->op && nw == n_w && !memcmp(m->i, m0->i, sizeof m->i) &&
+                 !memcmp(m->f, m0->f, sizeof m->f);
+            for (int j = 0; j < nw && ok; j++) {
+                parts[j][i] = w[j];
+                const tb_value *v = &g->values[w[j]], *v0 = &g->values[parts[j][0]];
+                ok = v->kind == TB_VAL_WEIGHT && v->dtype == v0->dtype && v->rank == v0->rank &&
+                     (v->rank < 2 || v->dims[1] == v0->dims[1]);
+            }
+            /* a plain matmul's first weight is rank 2 */
+            ok = ok && g->values[w[0]].rank == 2;
         }
         if (!ok) continue;
-        int W = stack_weights(g, ws, n);
-        if (W < 0) return tb_last_status();
-        int B = -1;
-        if (bs[0] >= 0) {
-            /* the parts' indices moved up by one where at or after W */
-            for (int i = 0; i < n; i++) if (bs[i] >= W) bs[i]++;
-            B = stack_weights(g, bs, n);
-            if (B < 0) return tb_last_status();
-            if (W >= B) W++;
+        /* stack each weight list; a stacked value takes the index of its
+         * first part, shifting the values from there up by one */
+        int stacked[TB_MAX_INPUTS];
+        for (int j = 0; j < n_w; j++) {
+            int at = stack_weights(g, parts[j], n);
+            if (at < 0) return tb_last_status();
+            /* the parts are copied: free them now rather than when the pass
+             * ends (tb_opt_compact), or a model's worth of merged weights
+             * would exist twice; a part read elsewhere too stays */
+            for (int i = 0; i < n; i++) {
+                tb_value *pv = &g->values[parts[j][i] >= at ? parts[j][i] + 1 : parts[j][i]];
+                if (pv->owned && tb_opt_uses(g, (int)(pv - g->values)) == 1) {
+                    free((void *)pv->data);
+                    pv->data = NULL;
+                    pv->owned = 0;
+                }
+            }
+            for (int jj = j + 1; jj < n_w; jj++)
+                for (int i = 0; i < n; i++) if (parts[jj][i] >= at) parts[jj][i]++;
+            for (int jj = 0; jj < j; jj++) if (stacked[jj] >= at) stacked[jj]++;
+            stacked[j] = at;
         }
         tb_node *cn = &g->nodes[k];
-        int x = g->nodes[mk[0]].in[0];
+        const tb_node *m0 = &g->nodes[mk[0]];
+        int x = m0->in[0];
+        tb_op_kind op = m0->op;
+        int32_t ia[TB_NODE_INTS];
+        float fa[TB_NODE_FLOATS];
+        memcpy(ia, m0->i, sizeof ia);
+        memcpy(fa, m0->f, sizeof fa);
         memset(cn->in, 0, sizeof cn->in);
-        cn->op = TB_OP_MATMUL;
-        cn->n_in = B >= 0 ? 3 : 2;
+        cn->op = op;
+        cn->n_in = 1 + n_w;
         cn->in[0] = x;
-        cn->in[1] = W;
-        if (B >= 0) cn->in[2] = B;
+        for (int j = 0; j < n_w; j++) cn->in[1 + j] = stacked[j];
+        memcpy(cn->i, ia, sizeof ia);
+        memcpy(cn->f, fa, sizeof fa);
+        if (op == TB_OP_QMATMUL) /* scales and zeros are named after the codes, as the quantize pass names them */
+            for (int j = 1; j < n_w; j++) {
+                tb_value *v = &g->values[stacked[j]];
+                const char *suffix = strrchr(v->name, '.');
+                if (!suffix || g->values[stacked[j]].rank != 2) continue; /* the bias keeps its joined name */
+                char nm[TB_NAME_LEN];
+                snprintf(nm, sizeof nm, "%.80s%s", g->values[stacked[0]].name,
+                         j == n_w - 1 && tb_node_attr_i(cn, TB_QMM_HAS_ZEROS) ? ".zeros" : ".scales");
+                snprintf(v->name, sizeof v->name, "%s", nm);
+            }
         for (int i = 0; i < n; i++) tb_opt_kill(g, mk[i]);
         TB_TRY(reshape_outputs(g, k));
         r->changes++;
     }
     report(r, "concatenated matmuls merged into one");
     return TB_OK;
+}
+
+static tb_status pass_concat_matmul(tb_graph *g, const tb_opt_options *o, tb_pass_report *r) {
+    /* a quantized build merges after quantizing (tb_opt_quantize): stacking
+     * the source weights first would hold them converted, all at once */
+    if (o && o->quant) return TB_OK;
+    return tb_opt_merge_concat_matmul(g, r);
 }
 
 /* ---------------------------------------------------------------- pipeline */
@@ -233,6 +290,8 @@ static const tb_pass llm_passes[] = {
      "concat_cols of matmuls of one input becomes one matmul over the stacked weights (q|k|v, gate|up)"},
     {"cuda_fuse", tb_opt_cuda_fuse,
      "--device cuda: marks the pairs the CUDA backend fuses and folds RMSNorm weights into the next matmul"},
+    {"quantize", tb_opt_quantize,
+     "--dtype int8|int4|fp8 (and --override): each weight gets its dtype; quantized matmuls become qmatmul"},
 };
 
 const tb_pass *tb_opt_llm_pipeline(int *n) {

@@ -14,10 +14,39 @@
 #define TB_OPT_H
 #include "ir/ops_nn.h"
 
+/* What the quantize pass (llm_quant.c) does with the weights of an LLM
+ * graph. Names are the fused graph's weight names ("embed", "l0.wqkv",
+ * "l0.wo", "l0.wgu", "l0.wdown", "lm_head"; `turbine inspect` lists them). */
+typedef struct {
+    const char *weight;    /* a matmul weight's name                            */
+    float act_scale;       /* static scale of its input activations, >= 0 (0: none) */
+    const float *in_scale; /* (K) per-input-channel multipliers (AWQ), or NULL:
+                              the weight is quantised as W * diag(in_scale) and
+                              1 / in_scale is folded into the RMSNorm weight
+                              that produces the matmul's input               */
+} tb_quant_calib;
+
+typedef struct {
+    tb_dtype dtype;        /* matmul weights: i8, i4, fp8_e4m3, or f32/f16/bf16 */
+    int group;             /* i4: elements per scale, 32, 64 or 128             */
+    int asym;              /* i4: a zero point per group                        */
+    /* "GLOB=DTYPE" (fnmatch over the names above; DTYPE f32, f16, bf16,
+     * int8, int4, fp8), applied in order: the last match wins. Without a
+     * match: the embedding and the LM head f16 when dtype is quantized,
+     * every other matmul weight dtype. */
+    const char *const *overrides;
+    int n_overrides;
+    const tb_quant_calib *calib; /* from calibration, or NULL              */
+    int n_calib;
+} tb_quant_options;
+
 typedef struct {
     char device[16];   /* the target backend kind: "cpu" or "cuda"          */
     tb_dtype dtype;    /* weight precision wanted (f32, f16, bf16)           */
     int verbose;       /* 1: log every pass and its report (info level)      */
+    /* LLM graphs built with source weights (models.h): the dtypes to give
+     * them; NULL: the quantize pass changes nothing. */
+    const tb_quant_options *quant;
 } tb_opt_options;
 
 typedef struct {
@@ -70,6 +99,24 @@ const tb_pass *tb_opt_llm_pipeline(int *n);
  * node(s), and folds the RMSNorm weights of the norm fusions into the
  * following matmul's weight (the norm weight becomes ones). */
 tb_status tb_opt_cuda_fuse(tb_graph *g, const tb_opt_options *o, tb_pass_report *r);
+/* concat_cols of matmuls (or of qmatmuls with equal encodings) of one input
+ * becomes one matmul (qmatmul) over the stacked weights (codes, scales,
+ * biases, zeros): the llm_concat_matmul pass, which in a quantized build
+ * (o->quant) leaves it to tb_opt_quantize, run after the quantisation. */
+tb_status tb_opt_merge_concat_matmul(tb_graph *g, tb_pass_report *r);
+/* The name of a value made of `vals`: their common prefix, then what follows
+ * it in each ("l0.wq", "l0.wk", "l0.wv" -> "l0.wqkv"). */
+void tb_opt_joined_name(const tb_graph *g, const int *vals, int n, char out[TB_NAME_LEN]);
+/* The last pass of the LLM pipeline (llm_quant.c): with o->quant, gives
+ * every matmul and embedding weight its dtype; a matmul whose weight becomes
+ * i8 / i4 / fp8_e4m3 becomes qmatmul over codes, scales (and zeros). Each
+ * weight is converted from its source data in row chunks and the source
+ * released right after, so the pass never holds two copies of the model. */
+tb_status tb_opt_quantize(tb_graph *g, const tb_opt_options *o, tb_pass_report *r);
+/* Parses an override's dtype: f32, f16, bf16, int8 (i8), int4 (i4), fp8
+ * (fp8_e4m3). TB_ERR_INVALID_ARG naming the choices. */
+tb_status tb_quant_parse_dtype(const char *s, tb_dtype *out);
+static inline int tb_dtype_is_quant(tb_dtype t) { return t == TB_I8 || t == TB_I4 || t == TB_FP8_E4M3; }
 
 /* ---- the pipeline for general (ONNX) graphs (nn_*.c)
  *

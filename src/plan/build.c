@@ -27,8 +27,11 @@ static void progress_bar(void *arg, int done, int total) {
     fflush(stderr);
 }
 
-/* Lays the weights out 64-byte aligned in one buffer and records offsets. */
-tb_status tb_pack_weights(tb_graph *g, uint8_t **out, uint64_t *size) {
+/* Lays the weights out 64-byte aligned in one buffer and records offsets.
+ * With `release`, each owned weight is freed as soon as it is copied (its
+ * data then NULL): the buffer's pages are touched only as they are filled,
+ * so the peak is the weights once, not twice. */
+static tb_status pack_weights(tb_graph *g, int release, uint8_t **out, uint64_t *size) {
     uint64_t off = 0;
     for (int i = 0; i < g->n_values; i++) {
         tb_value *v = &g->values[i];
@@ -38,15 +41,25 @@ tb_status tb_pack_weights(tb_graph *g, uint8_t **out, uint64_t *size) {
     }
     uint8_t *buf = tb_alloc_aligned(off ? off : 64, 4096);
     if (!buf) return tb_errorf(TB_ERR_OOM, "out of memory packing %llu bytes of weights", (unsigned long long)off);
-    memset(buf, 0, off);
     for (int i = 0; i < g->n_values; i++) {
         tb_value *v = &g->values[i];
-        if (v->kind == TB_VAL_WEIGHT) memcpy(buf + v->offset, v->data, v->nbytes);
+        if (v->kind != TB_VAL_WEIGHT) continue;
+        uint64_t end = (v->offset + v->nbytes + 63) / 64 * 64;
+        if (end > off) end = off;
+        memcpy(buf + v->offset, v->data, v->nbytes);
+        memset(buf + v->offset + v->nbytes, 0, end - v->offset - v->nbytes); /* the padding */
+        if (release && v->owned) {
+            free((void *)v->data);
+            v->data = NULL;
+            v->owned = 0;
+        }
     }
     *out = buf;
     *size = off;
     return TB_OK;
 }
+
+tb_status tb_pack_weights(tb_graph *g, uint8_t **out, uint64_t *size) { return pack_weights(g, 0, out, size); }
 
 tb_status tb_build(const char *model_path, const char *engine_path, const tb_build_options *opt,
                    tb_build_report *report) {
@@ -54,9 +67,25 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
     double t0 = tb_now();
     tb_build_options o;
     if (opt) o = *opt; else tb_build_options_default(&o);
-    if (o.weight_dtype != TB_F32 && o.weight_dtype != TB_F16 && o.weight_dtype != TB_BF16)
-        return tb_errorf(TB_ERR_UNSUPPORTED, "engine dtype %s is not supported (use f32, f16 or bf16)",
+    int quant = tb_dtype_is_quant(o.weight_dtype);
+    if (o.weight_dtype != TB_F32 && o.weight_dtype != TB_F16 && o.weight_dtype != TB_BF16 && !quant)
+        return tb_errorf(TB_ERR_UNSUPPORTED, "engine dtype %s is not supported (use f32, f16, bf16, int8, int4 or fp8)",
                          tb_dtype_name(o.weight_dtype));
+    if (!o.group_size) o.group_size = TB_INT4_DEFAULT_GROUP;
+    if (o.group_size != 32 && o.group_size != 64 && o.group_size != 128)
+        return tb_errorf(TB_ERR_INVALID_ARG, "--group-size %d: int4 groups are 32, 64 or 128 weights", o.group_size);
+    if (o.zero_point && o.weight_dtype != TB_I4)
+        return tb_errorf(TB_ERR_INVALID_ARG, "--zero-point is for --dtype int4 (int8 and fp8 are symmetric)");
+    /* AWQ searches its scales on calibration activations: without them there
+     * is nothing to search */
+    if (o.awq)
+        return tb_errorf(TB_ERR_UNSUPPORTED, "--awq needs calibration data (--calib FILE), which this build does not "
+                         "have yet; use --dtype int4 without --awq (round to nearest)");
+    int retype = quant || o.n_overrides > 0; /* the quantize pass gives the weights their dtypes */
+    if (retype && o.device && *o.device && strncmp(o.device, "cpu", 3))
+        return tb_errorf(TB_ERR_UNSUPPORTED, "--device %s with --dtype %s%s: GPU kernels for quantized engines are "
+                         "not built yet (build for the CPU)", o.device, tb_dtype_name(o.weight_dtype),
+                         o.n_overrides ? " / --override" : "");
     if (o.max_batch <= 0 || o.max_batch > 1024) return tb_errorf(TB_ERR_INVALID_ARG, "--max-batch must be in [1, 1024]");
     if (o.max_seq_len < 0) return tb_errorf(TB_ERR_INVALID_ARG, "--max-seq-len must be positive");
     tb_model_source *src = NULL;
@@ -120,7 +149,7 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
         }
     }
     tb_model_build_opts mo = {.weight_dtype = o.weight_dtype, .max_seq_len = max_seq, .max_step_tokens = max_step,
-                              .progress = o.progress ? progress_bar : NULL};
+                              .progress = o.progress ? progress_bar : NULL, .source_weights = retype};
     if ((s = tb_model_build_graph(src, &mo, &g)) != TB_OK) goto done;
     /* the builder's plain graph, fused by the pass pipeline for the target */
     tb_opt_options oo;
@@ -128,6 +157,10 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
     int dev_index, n_passes;
     if ((s = tb_device_parse(o.device && *o.device ? o.device : "cpu", oo.device, &dev_index)) != TB_OK) goto done;
     oo.dtype = o.weight_dtype;
+    oo.verbose = o.verbose;
+    tb_quant_options qo = {.dtype = o.weight_dtype, .group = o.group_size, .asym = o.zero_point,
+                           .overrides = o.overrides, .n_overrides = o.n_overrides};
+    if (retype) oo.quant = &qo;
     const tb_pass *passes = tb_opt_llm_pipeline(&n_passes);
     if ((s = tb_opt_run(g, passes, n_passes, &oo)) != TB_OK) goto done;
 
@@ -138,7 +171,9 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
     if ((s = tb_tune_device(g, o.device, max_seq, &tr)) != TB_OK) goto done;
     /* the profile's opt point: decode */
     if ((s = tb_tokenizer_serialize(tok, &tok_buf, &tok_n)) != TB_OK) goto done;
-    if ((s = tb_pack_weights(g, &weights, &weights_n)) != TB_OK) goto done;
+    /* the graph's weights are not read after packing: each is released once
+     * copied, so a build holds the model about once */
+    if ((s = pack_weights(g, 1, &weights, &weights_n)) != TB_OK) goto done;
     if ((s = tb_graph_serialize(g, &graph_buf, &graph_n)) != TB_OK) goto done;
 
     char when[64];
@@ -170,6 +205,17 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
         tr.n_blas_large, "tuning_seconds", tr.seconds);
     if (!m) { s = tb_errorf(TB_ERR_INTERNAL, "cannot encode engine metadata"); goto done; }
     json_object_set_new(json_object_get(m, "build"), "build_seconds", json_real(tb_now() - t0));
+    if (retype) { /* how the weights were quantized (inspect shows each tensor's dtype) */
+        json_t *ovs = json_array();
+        for (int i = 0; i < o.n_overrides; i++) json_array_append_new(ovs, json_string(o.overrides[i]));
+        json_t *qj = json_pack("{s:s, s:s, s:o}", "method", "round-to-nearest", "embedding_head_default",
+                               quant ? "f16" : tb_dtype_name(o.weight_dtype), "overrides", ovs);
+        if (o.weight_dtype == TB_I4) {
+            json_object_set_new(qj, "group_size", json_integer(o.group_size));
+            json_object_set_new(qj, "zero_point", json_boolean(o.zero_point));
+        }
+        json_object_set_new(json_object_get(m, "build"), "quantization", qj);
+    }
     if (strcmp(oo.device, "cpu"))
         json_object_set_new(json_object_get(m, "tactics"), "device_shapes_timed", json_integer(tr.n_device_timed));
     if (calib) {

@@ -7,6 +7,7 @@
 #include <pthread.h>
 
 #include "backend/backend.h"
+#include "ir/ops.h"
 
 #define HDR_SIZE 64
 #define ENTRY_SIZE 48
@@ -332,6 +333,64 @@ void tb_engine_free(tb_engine *e) {
 void tb_engine_get_info(const tb_engine *e, tb_engine_info *out) { *out = e->info; }
 const tb_tokenizer *tb_engine_tokenizer(const tb_engine *e) { return e->tok; }
 
+/* The weights: one line per tensor (dtype, shape, bytes, offset in the
+ * weights section), then bits per
+ * weight over the matmul weights (codes with their scales and zeros, per
+ * element of the dequantised matrix) and over every weight. */
+static void describe_weights(const tb_graph *g, char *buf, size_t cap, size_t *kp) {
+    size_t k = *kp;
+#define OUTW(...) do { if (k < cap) k += (size_t)snprintf(buf + k, cap - k, __VA_ARGS__); } while (0)
+    uint64_t all_bytes = 0, all_elems = 0, mm_bytes = 0, mm_elems = 0;
+    int n_w = 0;
+    for (int i = 0; i < g->n_values; i++) n_w += g->values[i].kind == TB_VAL_WEIGHT;
+    OUTW("weights: %d tensors\n", n_w);
+    for (int i = 0; i < g->n_values; i++) {
+        const tb_value *v = &g->values[i];
+        if (v->kind != TB_VAL_WEIGHT) continue;
+        char shape[96];
+        tb_value_shape_str(g, v, shape, sizeof shape);
+        OUTW("  %-24s %-9s %-16s %12llu bytes  at %llu\n", v->name, tb_dtype_name(v->dtype), shape,
+             (unsigned long long)v->nbytes, (unsigned long long)v->offset);
+        all_bytes += v->nbytes;
+    }
+    /* elements: of the matrices the matmuls compute with (codes count as
+     * their matrix; scales and zeros add bytes, not elements) */
+    for (int i = 0; i < g->n_nodes; i++) {
+        const tb_node *n = &g->nodes[i];
+        if (n->op != TB_OP_MATMUL && n->op != TB_OP_QMATMUL) continue;
+        const tb_value *w = &g->values[n->in[1]];
+        if (w->kind != TB_VAL_WEIGHT || w->rank != 2) continue;
+        mm_elems += (uint64_t)w->dims[0] * (uint64_t)w->dims[1];
+        mm_bytes += w->nbytes;
+        if (n->op == TB_OP_QMATMUL) {
+            mm_bytes += g->values[n->in[2]].nbytes;
+            if (tb_node_attr_i(n, TB_QMM_HAS_ZEROS)) mm_bytes += g->values[n->in[n->n_in - 1]].nbytes; /* has_zeros: the last input */
+        }
+    }
+    for (int i = 0; i < g->n_values; i++) {
+        const tb_value *v = &g->values[i];
+        if (v->kind != TB_VAL_WEIGHT) continue;
+        int is_side = 0; /* scales / zeros of a qmatmul: bytes of their matrix, no elements of their own */
+        for (int j = 0; j < g->n_nodes && !is_side; j++) {
+            const tb_node *n = &g->nodes[j];
+            if (n->op != TB_OP_QMATMUL) continue;
+            is_side = n->in[2] == i || (tb_node_attr_i(n, TB_QMM_HAS_ZEROS) && n->in[n->n_in - 1] == i);
+        }
+        if (is_side) continue;
+        uint64_t e = 1;
+        for (int d = 0; d < v->rank; d++) e *= (uint64_t)(v->dims[d] > 0 ? v->dims[d] : 0);
+        all_elems += e;
+    }
+    if (mm_elems)
+        OUTW("bits per weight: %.3f over the matmul weights (%llu weights, %llu bytes), %.3f over all weights "
+             "(%llu, %llu bytes)\n",
+             8.0 * (double)mm_bytes / (double)mm_elems, (unsigned long long)mm_elems, (unsigned long long)mm_bytes,
+             all_elems ? 8.0 * (double)all_bytes / (double)all_elems : 0.0, (unsigned long long)all_elems,
+             (unsigned long long)all_bytes);
+#undef OUTW
+    *kp = k;
+}
+
 tb_status tb_engine_describe(const char *path, char *buf, size_t cap) {
     tb_mapped_file map;
     entry tab[MAX_SECTIONS];
@@ -373,6 +432,7 @@ tb_status tb_engine_describe(const char *path, char *buf, size_t cap) {
                 OUT(" %s [min %lld, opt %lld, max %lld]", g->syms[i].name, (long long)g->syms[i].min,
                     (long long)g->syms[i].opt, (long long)g->syms[i].max);
             OUT("\n");
+            describe_weights(g, buf, cap, &k);
             tb_graph_free(g);
         }
     }

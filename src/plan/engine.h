@@ -13,6 +13,8 @@
  *     "tokenizer" the tokenizer's serialized form
  *     "graph"     the IR with tactic choices (ir.h serialization)
  *     "weights"   every weight, 64-byte aligned, read in place through mmap
+ *                 (quantized matmul weights: codes, scales and zeros as
+ *                 separate weights; docs/ARCHITECTURE.md has the encodings)
  * A section checksum is XXH3-64 over the XXH3-64s of its 64 MiB chunks, so
  * big sections verify in parallel. Loading verifies every byte and every
  * field and names what does not match; it never re-optimises.
@@ -24,7 +26,8 @@
 #include "tokenizer/tokenizer.h"
 
 #define TB_ENGINE_MAGIC "TBENGINE"
-#define TB_ENGINE_VERSION 2u /* 2: general ops, rank 8, 16 int attribute slots */
+#define TB_ENGINE_VERSION 3u /* 2: general ops, rank 8, 16 int attribute slots; 3: qmatmul and
+                              * quantized weights (the general ops numbered one up) */
 
 struct tb_engine {
     tb_mapped_file map;

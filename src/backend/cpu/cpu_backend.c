@@ -33,6 +33,8 @@ static const uint32_t cpu_in_dtypes[TB_OP_COUNT][TB_MAX_INPUTS] = {
     [TB_OP_CONCAT_COLS] = {F32, F32, F32, F32, F32, F32, F32, F32},
     [TB_OP_SILU] = {F32},
     [TB_OP_EMUL] = {F32, F32},
+    /* x, codes, scales, then bias and/or zeros (the flags say which) */
+    [TB_OP_QMATMUL] = {F32, DT(TB_I8) | DT(TB_I4) | DT(TB_FP8_E4M3), F32, F32, F32},
 };
 
 static int cpu_supports_op(tb_backend *b, const tb_graph *g, const tb_node *n) {
@@ -144,6 +146,15 @@ static tb_status cpu_run_node(tb_backend *b, const tb_graph *g, const tb_node *n
         else
             tb_cpu_matmul(p, bufs[n->in[0]], bufs[n->in[1]], w->dtype, bias, bufs[n->out[0]], T, (int)w->dims[1],
                           (int)w->dims[0]);
+        return TB_OK;
+    }
+    case TB_OP_QMATMUL: {
+        const tb_value *c = &g->values[n->in[1]], *sc = &g->values[n->in[2]];
+        int has_bias = tb_node_attr_i(n, TB_QMM_HAS_BIAS), has_zeros = tb_node_attr_i(n, TB_QMM_HAS_ZEROS);
+        int K = (int)c->dims[1], N = (int)c->dims[0];
+        tb_qweight w = {.dtype = c->dtype, .codes = bufs[n->in[1]], .scales = bufs[n->in[2]],
+                        .zeros = has_zeros ? bufs[n->in[3 + has_bias]] : NULL, .group = K / (int)sc->dims[1]};
+        tb_cpu_qmatmul(p, bufs[n->in[0]], &w, has_bias ? bufs[n->in[3]] : NULL, bufs[n->out[0]], T, K, N);
         return TB_OK;
     }
     case TB_OP_ROPE: {

@@ -258,6 +258,8 @@ static int cuda_supports_op(tb_backend *b, const tb_graph *g, const tb_node *n) 
     case TB_OP_ADD:
     case TB_OP_GATHER_ROWS:
         return 1;
+    case TB_OP_QMATMUL:
+        return 1; /* passed on so that load_weights refuses the engine with the reason */
     default:
         return tb_op_is_nn(n->op) ? tbn_supports(g, n) : 0;
     }
@@ -435,6 +437,14 @@ static int fusion_fits(const tb_graph *g, int k, int kind) {
 /* Uploads the weights and sizes every buffer whose size the graph sets. */
 static tb_status cuda_load_weights(tb_backend *b, const tb_graph *g, void **bufs) {
     cuda_ctx *c = b->ctx;
+    for (int i = 0; i < g->n_values; i++) {
+        tb_dtype d = g->values[i].dtype;
+        if (g->values[i].kind == TB_VAL_WEIGHT && (d == TB_I8 || d == TB_I4 || d == TB_FP8_E4M3))
+            return tb_errorf(TB_ERR_UNSUPPORTED,
+                             "cuda: this engine's %s weights (%s) need quantized matmul kernels; GPU kernels for "
+                             "quantized engines are not built yet (run it on the CPU, or build with --dtype f16)",
+                             tb_dtype_name(d), g->values[i].name);
+    }
     CU_TRY(cudaSetDevice(c->device), "cudaSetDevice");
     size_t total = 0;
     for (int i = 0; i < g->n_values; i++)

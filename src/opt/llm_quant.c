@@ -1,0 +1,397 @@
+/*
+ * llm_quant.c — the quantize pass: the last pass of the LLM pipeline.
+ *
+ * A build with --dtype int8|int4|fp8 (or with --override) makes the graph
+ * from the source's own tensors (models.h: source_weights), so nothing is
+ * converted twice and the whole model is never held converted. This pass
+ * then gives each matmul and embedding weight its dtype, one weight at a
+ * time:
+ *
+ *   float dtype    converted in place (f32, f16, bf16)
+ *   i8, i4, fp8    the matmul becomes qmatmul(x, codes, scales[, bias][, zeros])
+ *                  with the encodings of core/quant.h (round to nearest)
+ *
+ * It runs last. In a quantized build the q|k|v and gate|up merge
+ * (tb_opt_merge_concat_matmul) is left to it: it quantises each part in
+ * place, then merges codes, scales, zeros and biases into the fused
+ * weights. That equals quantising the merged weights (every scale belongs
+ * to one output row; int4 groups never straddle rows) without ever stacking
+ * the source weights. A weight is read from its source in row chunks and
+ * the source pages are given back to the kernel as soon as it is done, so
+ * the peak is the quantized model plus one chunk.
+ *
+ * Defaults keep accuracy: the embedding table and the LM head stay f16 when
+ * the matmuls are quantized (measured in docs/PERFORMANCE.md), norms and
+ * biases stay f32 (the builder makes them so). An int4 matmul whose K is not
+ * a whole number of groups falls back to int8 (reported).
+ *
+ * Calibration hooks (tb_quant_calib): a static activation scale per matmul
+ * input (stored in qmatmul's act_scale) and AWQ per-input-channel
+ * multipliers, folded into the RMSNorm weight that feeds the matmul.
+ */
+#include "opt/opt.h"
+#include "core/quant.h"
+#include "ir/ops.h"
+
+#include <fnmatch.h>
+#include <math.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+tb_status tb_quant_parse_dtype(const char *s, tb_dtype *out) {
+    static const struct { const char *name; tb_dtype dt; } names[] = {
+        {"f32", TB_F32}, {"f16", TB_F16}, {"bf16", TB_BF16}, {"int8", TB_I8}, {"i8", TB_I8},
+        {"int4", TB_I4}, {"i4", TB_I4}, {"fp8", TB_FP8_E4M3}, {"fp8_e4m3", TB_FP8_E4M3}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(s, names[i].name)) { *out = names[i].dt; return TB_OK; }
+    return tb_errorf(TB_ERR_INVALID_ARG, "unknown weight dtype '%.32s' (f32, f16, bf16, int8, int4, fp8)", s);
+}
+
+/* ---------------------------------------------------------------- overrides */
+
+typedef struct {
+    char glob[TB_NAME_LEN];
+    tb_dtype dt;
+    int hits;
+} override;
+
+static tb_status parse_overrides(const tb_quant_options *q, override *ov) {
+    for (int i = 0; i < q->n_overrides; i++) {
+        const char *s = q->overrides[i], *eq = strrchr(s, '=');
+        if (!eq || eq == s || (size_t)(eq - s) >= TB_NAME_LEN)
+            return tb_errorf(TB_ERR_INVALID_ARG, "--override '%.96s': want NAME_GLOB=DTYPE (e.g. 'lm_head=f16')", s);
+        memcpy(ov[i].glob, s, (size_t)(eq - s));
+        ov[i].glob[eq - s] = 0;
+        TB_TRY(tb_quant_parse_dtype(eq + 1, &ov[i].dt));
+        ov[i].hits = 0;
+    }
+    return TB_OK;
+}
+
+/* The dtype a weight gets: the last override matching its name or the name
+ * of the fused weight it becomes (`fused`, or NULL), else dflt. */
+static tb_dtype resolve(override *ov, int n, const char *name, const char *fused, tb_dtype dflt) {
+    tb_dtype dt = dflt;
+    for (int i = 0; i < n; i++)
+        if (fnmatch(ov[i].glob, name, 0) == 0 || (fused && fnmatch(ov[i].glob, fused, 0) == 0)) {
+            dt = ov[i].dt;
+            ov[i].hits++;
+        }
+    return dt;
+}
+
+/* The name of the weight matmul k's weight becomes part of: the joined name
+ * of the matmuls of one input whose outputs one concat_cols reads (the
+ * q|k|v and gate|up merges, tb_opt_merge_concat_matmul), else its own. */
+static void group_name(const tb_graph *g, int k, char out[TB_NAME_LEN]) {
+    const tb_node *m = &g->nodes[k];
+    snprintf(out, TB_NAME_LEN, "%s", g->values[m->in[1]].name);
+    if (tb_opt_uses(g, m->out[0]) != 1) return;
+    for (int j = 0; j < g->n_nodes; j++) {
+        const tb_node *c = &g->nodes[j];
+        if (tb_opt_dead(c) || c->op != TB_OP_CONCAT_COLS) continue;
+        int mine = 0, all = 1, ws[TB_MAX_INPUTS];
+        for (int i = 0; i < c->n_in; i++) {
+            int p = tb_opt_producer(g, c->in[i]);
+            all = all && p >= 0 && (g->nodes[p].op == TB_OP_MATMUL || g->nodes[p].op == TB_OP_QMATMUL) &&
+                  g->nodes[p].in[0] == m->in[0];
+            if (!all) break;
+            ws[i] = g->nodes[p].in[1];
+            mine |= p == k;
+        }
+        if (!mine) continue;
+        if (all) tb_opt_joined_name(g, ws, c->n_in, out);
+        return;
+    }
+}
+
+/* ---------------------------------------------------------------- weights */
+
+/* Gives the pages of a borrowed (mapped, read-only) source tensor back: the
+ * pass has read it for the last time. Only whole pages inside it. */
+static void release_source(const tb_value *v) {
+    if (v->owned || !v->data || !v->nbytes) return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)v->data, b = a + v->nbytes;
+    uintptr_t lo = (a + page - 1) / page * page, hi = b / page * page;
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+/* Replaces the data of weight v (same shape) by buf (owned), releasing the old. */
+static void set_data(tb_value *v, tb_dtype dt, void *buf, uint64_t nbytes) {
+    if (v->owned) free((void *)v->data);
+    else release_source(v);
+    v->dtype = dt;
+    v->data = buf;
+    v->owned = 1;
+    v->nbytes = nbytes;
+}
+
+/* Rows of weight v converted to a float dtype dt in a new buffer. */
+static tb_status convert_copy(const tb_value *v, tb_dtype dt, void **out, uint64_t *nbytes) {
+    TB_TRY(tb_dtype_tensor_bytes(dt, v->rank, v->dims, nbytes));
+    void *buf = tb_alloc_aligned(*nbytes ? (size_t)*nbytes : 64, 64);
+    if (!buf) return tb_errorf(TB_ERR_OOM, "out of memory converting %s", v->name);
+    uint64_t n = 1;
+    for (int d = 0; d < v->rank; d++) n *= (uint64_t)v->dims[d];
+    tb_status s = tb_dtype_convert(v->data, v->dtype, buf, dt, (size_t)n);
+    if (s != TB_OK) { free(buf); return tb_error_prefix(s, "weight %s", v->name); }
+    *out = buf;
+    return TB_OK;
+}
+
+/* Quantised form of weight v (N, K): codes, scales (N, K/group) and zeros
+ * (asym), read from v in chunks of rows through an f32 buffer. in_scale: AWQ
+ * multipliers (K) or NULL. */
+static tb_status quantize_value(const tb_value *v, tb_dtype dt, int group, int asym, const float *in_scale,
+                                uint8_t **codes, float **scales, float **zeros) {
+    int N = (int)v->dims[0], K = (int)v->dims[1], G = K / group;
+    uint64_t row_codes = tb_quant_codes_bytes(dt, 1, K);
+    *codes = tb_alloc_aligned((size_t)tb_quant_codes_bytes(dt, N, K), 64);
+    *scales = tb_alloc_aligned(sizeof(float) * (size_t)N * (size_t)G, 64);
+    *zeros = asym ? tb_alloc_aligned(sizeof(float) * (size_t)N * (size_t)G, 64) : NULL;
+    int chunk = (int)((4u << 20) / (sizeof(float) * (size_t)K)); /* rows per 4 MiB of f32 */
+    if (chunk < 1) chunk = 1;
+    if (chunk > N) chunk = N;
+    float *rows = malloc(sizeof(float) * (size_t)chunk * (size_t)K);
+    tb_status s = TB_OK;
+    if (!*codes || !*scales || (asym && !*zeros) || !rows) {
+        s = tb_errorf(TB_ERR_OOM, "out of memory quantizing %s", v->name);
+        goto fail;
+    }
+    uint64_t src_row = tb_dtype_row_size(v->dtype, (uint64_t)K);
+    for (int n0 = 0; n0 < N && s == TB_OK; n0 += chunk) {
+        int m = N - n0 < chunk ? N - n0 : chunk;
+        s = tb_dtype_convert((const uint8_t *)v->data + (uint64_t)n0 * src_row, v->dtype, rows, TB_F32,
+                             (size_t)m * (size_t)K);
+        if (s != TB_OK) break;
+        uint8_t *c = *codes + (uint64_t)n0 * row_codes;
+        float *sc = *scales + (size_t)n0 * (size_t)G, *z = asym ? *zeros + (size_t)n0 * (size_t)G : NULL;
+        s = in_scale ? tb_quantize_rows_scaled(dt, rows, in_scale, m, K, group, asym, c, sc, z)
+                     : tb_quantize_rows(dt, rows, m, K, group, asym, c, sc, z);
+    }
+    free(rows);
+    if (s == TB_OK) return TB_OK;
+    tb_error_prefix(s, "quantizing %s", v->name);
+fail:
+    free(*codes); free(*scales); free(*zeros);
+    *codes = NULL; *scales = NULL; *zeros = NULL;
+    return tb_last_status();
+}
+
+/* AWQ: the matmul reads x * diag(1 / in_scale) from here on, folded into
+ * the RMSNorm (or add_rmsnorm) weight that writes x, when that norm feeds
+ * only this matmul. */
+static tb_status fold_in_scale(tb_graph *g, int x, const float *in_scale, const char *wname, int *folded) {
+    int p = tb_opt_producer(g, x);
+    const tb_node *pn = p >= 0 ? &g->nodes[p] : NULL;
+    int ok = pn && ((pn->op == TB_OP_RMSNORM && pn->out[0] == x) || (pn->op == TB_OP_ADD_RMSNORM && pn->out[1] == x));
+    /* every reader of x is a matmul of this weight's group (q|k|v, gate|up) */
+    for (int k = 0; ok && k < g->n_nodes; k++) {
+        const tb_node *n = &g->nodes[k];
+        int reads = 0;
+        for (int i = 0; i < n->n_in; i++) reads |= n->in[i] == x;
+        if (!reads || tb_opt_dead(n)) continue;
+        char gn[TB_NAME_LEN] = "";
+        if (n->op == TB_OP_MATMUL || n->op == TB_OP_QMATMUL) group_name(g, k, gn);
+        ok = n->in[0] == x && !strcmp(gn, wname);
+    }
+    int wv = ok ? pn->in[pn->op == TB_OP_RMSNORM ? 1 : 2] : -1;
+    if (!ok || tb_opt_uses(g, wv) != 1 || g->values[wv].dtype != TB_F32 || !g->values[wv].owned)
+        return tb_errorf(TB_ERR_UNSUPPORTED,
+                         "input-channel scales for %s: its input is not written by an RMSNorm feeding only it to "
+                         "fold them into", wname);
+    if (*folded == wv) return TB_OK; /* another part of the same group: folded once */
+    float *w = (float *)g->values[wv].data;
+    for (int64_t k = 0; k < g->values[wv].dims[0]; k++) w[k] /= in_scale[k];
+    *folded = wv;
+    return TB_OK;
+}
+
+static const tb_quant_calib *find_calib(const tb_quant_options *q, const char *name) {
+    for (int i = 0; i < q->n_calib; i++)
+        if (q->calib[i].weight && !strcmp(q->calib[i].weight, name)) return &q->calib[i];
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- the pass */
+
+typedef struct {
+    int n_quant[TB_DTYPE_COUNT]; /* matmul weights per final dtype */
+    uint64_t bytes_before, bytes_after;
+    int n_fallback;              /* int4 weights made int8: K not whole groups */
+    char fallback[TB_NAME_LEN];  /* the first of them                          */
+} tally;
+
+/* Matmul node k gets weight dtype dt; `name` is what overrides matched
+ * ("lm_head" for a head tied to the embedding). */
+static tb_status retype_matmul(tb_graph *g, int k, tb_dtype dt, const char *name, const tb_quant_options *q,
+                               int emb_v, tb_dtype emb_dt, int *folded, tally *t) {
+    int wi = g->nodes[k].in[1];
+    tb_value *v = &g->values[wi];
+    int shared = tb_opt_uses(g, wi) > 1;
+    int N = (int)v->dims[0], K = (int)v->dims[1];
+    t->bytes_before += v->nbytes;
+    if (!tb_dtype_is_quant(dt)) {
+        if (dt == v->dtype && !shared) { t->bytes_after += v->nbytes; return TB_OK; }
+        if (shared && wi == emb_v && dt == emb_dt) { /* a tied head: the table converted once, read by both */
+            uint64_t nb;
+            TB_TRY(tb_dtype_tensor_bytes(dt, v->rank, v->dims, &nb));
+            t->bytes_after += nb;
+            return TB_OK;
+        }
+        void *buf;
+        uint64_t nb;
+        TB_TRY(convert_copy(v, dt, &buf, &nb));
+        if (shared) { /* the embedding keeps the table: the head gets its own */
+            int nv = tb_graph_add_weight(g, name, dt, 2, (int64_t[]){N, K}, buf, 1);
+            if (nv < 0) return tb_last_status();
+            g->nodes[k].in[1] = nv;
+        } else {
+            set_data(v, dt, buf, nb);
+        }
+        t->bytes_after += nb;
+        return TB_OK;
+    }
+    int group = dt == TB_I4 ? q->group : K, asym = dt == TB_I4 && q->asym;
+    if (dt == TB_I4 && K % group) {
+        if (!t->n_fallback++) snprintf(t->fallback, sizeof t->fallback, "%s", name);
+        dt = TB_I8, group = K, asym = 0;
+    }
+    TB_TRY(tb_quant_check(dt, K, group, asym));
+    const tb_quant_calib *cal = find_calib(q, name);
+    const float *in_scale = cal ? cal->in_scale : NULL;
+    float act_scale = cal ? cal->act_scale : 0.0f;
+    if (!(act_scale >= 0 && act_scale < INFINITY))
+        return tb_errorf(TB_ERR_INVALID_ARG, "activation scale %g for %s", act_scale, name);
+    uint8_t *codes;
+    float *scales, *zeros;
+    TB_TRY(quantize_value(v, dt, group, asym, in_scale, &codes, &scales, &zeros));
+    tb_node nd = g->nodes[k];
+    int x = nd.in[0], bias = nd.n_in > 2 ? nd.in[2] : -1;
+    if (in_scale) {
+        tb_status s = fold_in_scale(g, x, in_scale, name, folded);
+        if (s != TB_OK) { free(codes); free(scales); free(zeros); return s; }
+    }
+    uint64_t cb = tb_quant_codes_bytes(dt, N, K);
+    int cv = wi;
+    if (shared) {
+        cv = tb_graph_add_weight(g, name, dt, 2, (int64_t[]){N, K}, codes, 1);
+        if (cv < 0) { free(scales); free(zeros); return tb_last_status(); }
+    } else {
+        set_data(v, dt, codes, cb);
+    }
+    char sn[TB_NAME_LEN];
+    snprintf(sn, sizeof sn, "%.80s.scales", g->values[cv].name);
+    int64_t sd[2] = {N, K / group};
+    int sv = tb_graph_add_weight(g, sn, TB_F32, 2, sd, scales, 1);
+    if (sv < 0) { free(zeros); return tb_last_status(); }
+    int zv = -1;
+    if (asym) {
+        snprintf(sn, sizeof sn, "%.80s.zeros", g->values[cv].name);
+        if ((zv = tb_graph_add_weight(g, sn, TB_F32, 2, sd, zeros, 1)) < 0) return tb_last_status();
+    }
+    tb_node *n = &g->nodes[k];
+    memset(n->in, 0, sizeof n->in);
+    memset(n->i, 0, sizeof n->i);
+    memset(n->f, 0, sizeof n->f);
+    n->op = TB_OP_QMATMUL;
+    n->tactic = 0;
+    n->n_in = 0;
+    n->in[n->n_in++] = x;
+    n->in[n->n_in++] = cv;
+    n->in[n->n_in++] = sv;
+    if (bias >= 0) n->in[n->n_in++] = bias;
+    if (zv >= 0) n->in[n->n_in++] = zv;
+    tb_attr_set_i(TB_OP_QMATMUL, TB_QMM_HAS_BIAS, n->i, bias >= 0);
+    tb_attr_set_i(TB_OP_QMATMUL, TB_QMM_HAS_ZEROS, n->i, zv >= 0);
+    tb_attr_set_f(TB_OP_QMATMUL, TB_QMM_ACT_SCALE, n->f, act_scale);
+    t->bytes_after += cb + sizeof(float) * (uint64_t)N * (uint64_t)(K / group) * (asym ? 2u : 1u);
+    return TB_OK;
+}
+
+tb_status tb_opt_quantize(tb_graph *g, const tb_opt_options *o, tb_pass_report *r) {
+    const tb_quant_options *q = o ? o->quant : NULL;
+    if (!q) return TB_OK;
+    int quant = tb_dtype_is_quant(q->dtype);
+    if (!quant && q->dtype != TB_F32 && q->dtype != TB_F16 && q->dtype != TB_BF16)
+        return tb_errorf(TB_ERR_UNSUPPORTED, "engine dtype %s is not supported", tb_dtype_name(q->dtype));
+    if (q->n_overrides < 0 || q->n_overrides > 256) return tb_errorf(TB_ERR_INVALID_ARG, "too many --override");
+    override ov[256];
+    TB_TRY(parse_overrides(q, ov));
+    tb_dtype embed_default = quant ? TB_F16 : q->dtype;
+    /* the LM head: the matmul writing the logits */
+    int head = g->output >= 0 ? tb_opt_producer(g, g->output) : -1;
+    /* the embedding's dtype first: a head tied to it shares the table when
+     * it wants the same dtype */
+    int emb_v = -1;
+    tb_dtype embed_dt = embed_default;
+    for (int k = 0; k < g->n_nodes && emb_v < 0; k++)
+        if (!tb_opt_dead(&g->nodes[k]) && g->nodes[k].op == TB_OP_EMBEDDING) {
+            emb_v = g->nodes[k].in[1];
+            embed_dt = resolve(ov, q->n_overrides, g->values[emb_v].name, NULL, embed_default);
+        }
+    tally t;
+    memset(&t, 0, sizeof t);
+    int n_nodes = g->n_nodes, folded = -1;
+    for (int k = 0; k < n_nodes; k++) {
+        tb_node *n = &g->nodes[k];
+        if (tb_opt_dead(n) || n->op != TB_OP_MATMUL || g->values[n->in[1]].kind != TB_VAL_WEIGHT) continue;
+        /* overrides match the part's name or the fused weight's (what inspect
+         * lists); calibration is keyed by the fused weight's */
+        char own[TB_NAME_LEN], fused[TB_NAME_LEN];
+        snprintf(own, sizeof own, "%s", k == head ? "lm_head" : g->values[n->in[1]].name);
+        if (k == head) snprintf(fused, sizeof fused, "%s", own);
+        else group_name(g, k, fused);
+        tb_dtype dt = resolve(ov, q->n_overrides, own, fused, k == head ? embed_default : q->dtype);
+        TB_TRY(retype_matmul(g, k, dt, fused, q, emb_v, embed_dt, &folded, &t));
+    }
+    /* q|k|v and gate|up merged now that each part is in its final form */
+    tb_pass_report mr;
+    memset(&mr, 0, sizeof mr);
+    TB_TRY(tb_opt_merge_concat_matmul(g, &mr));
+
+    for (int k = 0; k < g->n_nodes; k++) {
+        tb_node *n = &g->nodes[k];
+        if (tb_opt_dead(n) || n->op != TB_OP_EMBEDDING) continue;
+        tb_value *v = &g->values[n->in[1]];
+        tb_dtype dt = resolve(ov, q->n_overrides, v->name, NULL, embed_default);
+        if (tb_dtype_is_quant(dt))
+            return tb_errorf(TB_ERR_UNSUPPORTED, "the embedding table %s stays a float dtype (f32, f16 or bf16), "
+                             "not %s", v->name, tb_dtype_name(dt));
+        embed_dt = dt;
+        if (dt == v->dtype) continue;
+        void *buf;
+        uint64_t nb;
+        TB_TRY(convert_copy(v, dt, &buf, &nb));
+        set_data(v, dt, buf, nb);
+    }
+    for (int k = 0; k < g->n_nodes; k++) { /* the final dtypes, merged weights once */
+        const tb_node *n = &g->nodes[k];
+        if (!tb_opt_dead(n) && (n->op == TB_OP_MATMUL || n->op == TB_OP_QMATMUL))
+            t.n_quant[g->values[n->in[1]].dtype]++;
+    }
+    for (int i = 0; i < q->n_overrides; i++)
+        if (!ov[i].hits)
+            return tb_errorf(TB_ERR_INVALID_ARG, "--override '%s': no weight is named so (matmul weights are named "
+                             "like l0.wqkv, l0.wo, l0.wgu, l0.wdown and lm_head; the embedding embed)", ov[i].glob);
+    int kinds[] = {TB_I8, TB_I4, TB_FP8_E4M3, TB_F16, TB_BF16, TB_F32};
+    size_t w = (size_t)snprintf(r->what, sizeof r->what, "matmul weights:");
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (t.n_quant[kinds[i]] && w < sizeof r->what)
+            w += (size_t)snprintf(r->what + w, sizeof r->what - w, " %d %s", t.n_quant[kinds[i]],
+                                  tb_dtype_name((tb_dtype)kinds[i]));
+    if (w < sizeof r->what)
+        w += (size_t)snprintf(r->what + w, sizeof r->what - w, " (%.1f -> %.1f MB); embedding %s%s",
+                              t.bytes_before / 1e6, t.bytes_after / 1e6, tb_dtype_name(embed_dt),
+                              q->calib ? "; calibrated" : "");
+    if (quant && q->dtype == TB_I4 && w < sizeof r->what)
+        w += (size_t)snprintf(r->what + w, sizeof r->what - w, "; int4 %s, group %d",
+                              q->asym ? "with zero points" : "symmetric", q->group);
+    if (mr.changes && w < sizeof r->what)
+        w += (size_t)snprintf(r->what + w, sizeof r->what - w, "; %d merged after quantizing", mr.changes);
+    if (t.n_fallback && w < sizeof r->what)
+        snprintf(r->what + w, sizeof r->what - w, "; %d int8 instead of int4 (K not a multiple of %d: %s%s)",
+                 t.n_fallback, q->group, t.fallback, t.n_fallback > 1 ? ", ..." : "");
+    for (int i = 0; i < TB_DTYPE_COUNT; i++) r->changes += t.n_quant[i];
+    return TB_OK;
+}

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The accuracy gates of quantized engines on the demo model's held-out split
+# (the last 10% of tinyshakespeare, as tests/test_perplexity.sh): int8
+# perplexity within +0.5% of the f32 engine's, fp8 within +1.5%; int4 (round
+# to nearest, the default group) is printed, not gated (its gate needs AWQ).
+# The engines are compared on the same windows (paired): by default the
+# first eighth of the split (12 windows of 512 tokens, 6144 scored) so that
+# the portable quantized matmul finishes in minutes on a loaded 2-core
+# machine; TURBINE_QUANT_FULL=1 scores the whole split (49152 tokens, the
+# figures of docs/PERFORMANCE.md, bench/quant_accuracy.sh).
+set -uo pipefail
+: "${TURBINE_BIN:?}" "${TURBINE_SHARED:?}" "${TURBINE_TMP:?}" "${TURBINE_SRC:?}"
+PY=/usr/bin/python3
+D="$TURBINE_TMP/quant_accuracy"
+rm -rf "$D"; mkdir -p "$D"
+DEMO="$TURBINE_SRC/models/demo/shakespeare"
+fails=0
+ok() { echo "ok: $*"; }
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# ---- (5) accuracy gates on the demo model's held-out split
+"$PY" -c "import sys; t = open(sys.argv[1]).read()[int(len(open(sys.argv[1]).read()) * 0.9):]
+open(sys.argv[2], 'w').write(t if sys.argv[3] == '1' else t[:len(t) // 8])" \
+  "$TURBINE_SHARED/data/tinyshakespeare.txt" "$D/test_split.txt" "${TURBINE_QUANT_FULL:-0}" || fail "test split"
+declare -A ppl
+for v in f32 int8 fp8 int4; do
+  "$TURBINE_BIN" build "$DEMO" --dtype $v -o "$D/g_$v.engine" >/dev/null 2>&1 || { fail "demo $v build"; continue; }
+  out=$("$TURBINE_BIN" perplexity "$D/g_$v.engine" --text "$D/test_split.txt" --ctx 512 --threads 2 2>/dev/null)
+  ppl[$v]=$(awk '{print $2}' <<<"$out")
+  echo "demo $v: $out"
+done
+gate() { # dtype limit_percent
+  "$PY" -c "import sys; a, b = float('${ppl[$1]:-nan}'), float('${ppl[f32]:-nan}'); d = 100 * (a / b - 1)
+print('%+.3f%%' % d); sys.exit(0 if d <= $2 else 1)"
+}
+d=$(gate int8 0.5) && ok "gate: int8 perplexity ${ppl[int8]} is $d of f32 ${ppl[f32]} (<= +0.5%)" \
+  || fail "gate: int8 perplexity ${ppl[int8]:-none} is $d of f32 ${ppl[f32]:-none} (want <= +0.5%)"
+d=$(gate fp8 1.5) && ok "gate: fp8 perplexity ${ppl[fp8]} is $d of f32 (<= +1.5%)" \
+  || fail "gate: fp8 perplexity ${ppl[fp8]:-none} is $d of f32 (want <= +1.5%)"
+d=$(gate int4 1000) && echo "recorded: int4 (round to nearest, default group) perplexity ${ppl[int4]} is $d of f32" \
+  || fail "int4 perplexity ${ppl[int4]:-none}"
+
+[ $fails = 0 ] && echo "all passed" || echo "$fails failure(s)"
+exit $((fails > 0))

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Quantized engines (--dtype int8 | int4 | fp8) end to end:
+#  (1) stories260K: each dtype builds, loads and generates; a byte flipped in
+#      a weight's codes is refused by the weights section's checksum;
+#  (2) random checkpoints (llama-gqa: untied head, K = 172 so int4 falls back
+#      to int8 for the down projection; qwen2: q/k/v biases, tied head):
+#      the logits of the quantized engine equal, within 1e-4 of their
+#      largest magnitude, those of an f32 engine built from the same
+#      checkpoint with its weights replaced by their dequantised values
+#      (tests/quant_dequant.py): the quantisation is the only difference;
+#  (3) `turbine inspect`: per-tensor dtype, shape and bytes, and the bits
+#      per weight against the figure computed from the model's shape;
+#  (4) overrides: lm_head=int8 makes the head a quantized matmul.
+# The accuracy gates are tests/test_quant_accuracy.sh.
+set -uo pipefail
+: "${TURBINE_BIN:?}" "${TURBINE_SHARED:?}" "${TURBINE_TMP:?}" "${TURBINE_SRC:?}"
+PY=/usr/bin/python3
+"$PY" -c 'import numpy' 2>/dev/null || { echo "SKIP: /usr/bin/python3 with numpy is needed"; exit 77; }
+D="$TURBINE_TMP/quant_engines"
+rm -rf "$D"; mkdir -p "$D"
+M="$TURBINE_SHARED/models/stories260K"
+TOK="$M/tok512.bin"
+fails=0
+ok() { echo "ok: $*"; }
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# ---- (1) stories260K: build, load, run; corruption
+for dt in int8 int4 fp8; do
+  if ! "$TURBINE_BIN" build "$M/stories260K.bin" --tokenizer "$TOK" --dtype $dt -o "$D/s_$dt.engine" >"$D/b.log" 2>&1; then
+    fail "stories260K $dt build: $(tail -1 "$D/b.log")"; continue
+  fi
+  out=$("$TURBINE_BIN" run "$D/s_$dt.engine" -p "Once upon a time" -n 24 --temperature 0 2>/dev/null)
+  [ "${#out}" -gt 40 ] && ok "stories260K $dt generates: ${out:0:60}..." || fail "stories260K $dt: '$out'"
+done
+# the bytes of l0.wqkv's codes: its offset in the weights section (inspect)
+# plus the section's offset; flip one in the middle
+woff=$("$TURBINE_BIN" inspect "$D/s_int8.engine" | awk '$1 == "weights" && $2 == "offset" {print $3}')
+coff=$("$TURBINE_BIN" inspect "$D/s_int8.engine" | awk '$1 == "l0.wqkv" {print $NF}')
+cbytes=$("$TURBINE_BIN" inspect "$D/s_int8.engine" | awk '$1 == "l0.wqkv" {print $5}')
+if [ -n "$woff" ] && [ -n "$coff" ] && [ -n "$cbytes" ]; then
+  cp "$D/s_int8.engine" "$D/bad.engine"
+  at=$((woff + coff + cbytes / 2))
+  b=$(od -An -tu1 -j "$at" -N1 "$D/bad.engine" | tr -d ' ')
+  printf "\\x$(printf %02x $(((b + 1) % 256)))" | dd of="$D/bad.engine" bs=1 seek="$at" conv=notrunc status=none
+  err=$("$TURBINE_BIN" run "$D/bad.engine" -p Once -n 2 2>&1 >/dev/null); rc=$?
+  [ $rc = 1 ] && grep -q "section 'weights' is corrupted" <<<"$err" && ok "a flipped codes byte is refused: $err" \
+    || fail "flipped codes byte: rc $rc, '$err'"
+else
+  fail "inspect gave no offsets for l0.wqkv (weights '$woff', l0.wqkv '$coff' '$cbytes')"
+fi
+
+# ---- (2) logits against the dequantised f32 twin
+IDS=$("$PY" -c 'print(",".join(str(3 + (i * 53) % 500) for i in range(32)))')
+rel_diff() { # A.bin B.bin -> max |a - b| / max |b|
+  "$PY" -c "import numpy as np, sys; a = np.fromfile(sys.argv[1], '<f4'); b = np.fromfile(sys.argv[2], '<f4')
+print('%.3e' % (np.abs(a - b).max() / np.abs(b).max()) if a.size == b.size and a.size > 0 else 'size %d vs %d' % (a.size, b.size))" "$1" "$2"
+}
+for preset in llama-gqa qwen2; do
+  CK="$D/ck_$preset"
+  "$PY" "$TURBINE_SRC/tests/gen_checkpoints.py" --preset $preset --dtype f32 --out "$CK" >/dev/null || { fail "gen $preset"; continue; }
+  for v in "int8" "fp8" "int4 32" "int4 32 asym" "int4 64"; do
+    read -r dt group asym <<<"$v"
+    args=(--dtype "$dt"); [ -n "${group:-}" ] && args+=(--group-size "$group"); [ -n "${asym:-}" ] && args+=(--zero-point)
+    qdt=$dt; [ $dt = int8 ] && qdt=i8; [ $dt = int4 ] && qdt=i4; [ $dt = fp8 ] && qdt=fp8_e4m3
+    tag="$preset ${v// /_}"
+    TW="$D/twin_$preset"
+    rm -rf "$TW"
+    "$PY" "$TURBINE_SRC/tests/quant_dequant.py" "$CK" "$TW" $qdt ${group:-0} ${asym:-} || { fail "$tag: dequantised twin"; continue; }
+    "$TURBINE_BIN" build "$CK" --tokenizer "$TOK" "${args[@]}" -o "$D/q.engine" >"$D/b.log" 2>&1 || { fail "$tag build: $(tail -1 "$D/b.log")"; continue; }
+    "$TURBINE_BIN" build "$TW" --tokenizer "$TOK" --dtype f32 -o "$D/t.engine" >/dev/null 2>&1 || { fail "$tag twin build"; continue; }
+    "$TURBINE_BIN" run "$D/q.engine" --prompt-ids "$IDS" -n 1 --temperature 0 --logits-out "$D/q.bin" >/dev/null 2>&1
+    "$TURBINE_BIN" run "$D/t.engine" --prompt-ids "$IDS" -n 1 --temperature 0 --logits-out "$D/t.bin" >/dev/null 2>&1
+    # and the quantisation does change the logits (the comparison can fail)
+    [ -f "$D/f_$preset.bin" ] || { "$TURBINE_BIN" build "$CK" --tokenizer "$TOK" -o "$D/f.engine" >/dev/null 2>&1;
+      "$TURBINE_BIN" run "$D/f.engine" --prompt-ids "$IDS" -n 1 --temperature 0 --logits-out "$D/f_$preset.bin" >/dev/null 2>&1; }
+    r=$(rel_diff "$D/q.bin" "$D/t.bin"); rq=$(rel_diff "$D/q.bin" "$D/f_$preset.bin")
+    if "$PY" -c "import sys; sys.exit(0 if float('$r') <= 1e-4 and float('$rq') > 1e-3 else 1)" 2>/dev/null; then
+      ok "$tag: logits = dequantised f32 twin within $r (the f32 engine differs by $rq)"
+    else
+      fail "$tag: logits vs dequantised twin $r (want <= 1e-4), vs f32 $rq (want > 1e-3)"
+    fi
+  done
+done
+
+# ---- (3) inspect
+DEMO="$TURBINE_SRC/models/demo/shakespeare"
+"$TURBINE_BIN" build "$DEMO" --dtype int4 --group-size 32 -o "$D/d_int4.engine" >/dev/null 2>&1 || fail "demo int4 build"
+"$TURBINE_BIN" inspect "$D/d_int4.engine" >"$D/inspect.txt" 2>&1 || fail "inspect"
+grep -qE "^  l0\.wqkv +i4 +\(512, 256\) +65536 bytes" "$D/inspect.txt" && ok "inspect: l0.wqkv i4 (512, 256) 65536 bytes" \
+  || fail "inspect: no 'l0.wqkv i4 (512, 256) 65536 bytes' line: $(grep wqkv "$D/inspect.txt")"
+grep -qE "^  l0\.wqkv\.scales +f32 +\(512, 8\) +16384 bytes" "$D/inspect.txt" && ok "inspect: l0.wqkv.scales f32 (512, 8)" \
+  || fail "inspect: scales line: $(grep wqkv.scales "$D/inspect.txt")"
+grep -qE "^  embed +f16 +\(1024, 256\)" "$D/inspect.txt" && ok "inspect: embed f16" || fail "inspect: embed line"
+grep -q "qmatmul x24" "$D/inspect.txt" && ok "inspect: 24 qmatmul nodes" || fail "inspect ops: $(grep ops: "$D/inspect.txt")"
+# bits per matmul weight: the 6 layers' matrices at 4 + 32/32 bits, the tied f16 head at 16
+want=$("$PY" -c "l = 6 * (512*256 + 256*256 + 1024*256 + 256*512); h = 1024*256; print('%.3f' % ((l * 5 + h * 16) / (l + h)))")
+got=$(sed -n 's/^bits per weight: \([0-9.]*\) over the matmul.*/\1/p' "$D/inspect.txt")
+[ "$got" = "$want" ] && ok "inspect: $got bits per matmul weight (int4 g32 + f16 head)" || fail "bits per weight '$got', want $want"
+
+# ---- (4) overrides: by a fused weight's name (l*.wgu), by a part's (l0.wq: q apart from k|v), the head
+S=(--tokenizer "$TOK" -o "$D/ov.engine")
+if "$TURBINE_BIN" build "$M/stories260K.bin" "${S[@]}" --dtype f16 --override 'l*.wgu=int8' --override 'l0.wq=f32' >"$D/b.log" 2>&1; then
+  "$TURBINE_BIN" inspect "$D/ov.engine" >"$D/inspect_ov.txt" 2>&1
+  grep -qE "^  l3\.wgu +i8 +\(344, 64\)" "$D/inspect_ov.txt" && grep -qE "^  l0\.wq +f32 +\(64, 64\)" "$D/inspect_ov.txt" \
+    && grep -qE "^  l0\.wk +f16" "$D/inspect_ov.txt" && grep -qE "^  l1\.wqkv +f16" "$D/inspect_ov.txt" \
+    && grep -q "concat_cols x1" "$D/inspect_ov.txt" \
+    && ok "--override l*.wgu=int8, l0.wq=f32: fused gate|up int8; layer 0 q f32, k and v f16, unmerged" \
+    || fail "overrides by name: $(grep -E "^  l[013]\.w" "$D/inspect_ov.txt")"
+  out=$("$TURBINE_BIN" run "$D/ov.engine" -p "Once upon a time" -n 24 --temperature 0 2>/dev/null)
+  [ "${#out}" -gt 40 ] && ok "the mixed engine generates" || fail "mixed engine: '$out'"
+else
+  fail "override build: $(tail -1 "$D/b.log")"
+fi
+# ---- (4) an override: the head quantized too
+"$TURBINE_BIN" build "$DEMO" --dtype int8 --override 'lm_head=int8' -o "$D/d_head8.engine" >/dev/null 2>&1 || fail "override build"
+"$TURBINE_BIN" inspect "$D/d_head8.engine" >"$D/inspect8.txt" 2>&1
+grep -qE "^  lm_head +i8 +\(1024, 256\)" "$D/inspect8.txt" && grep -qE "^  embed +f16" "$D/inspect8.txt" \
+  && grep -q "qmatmul x25" "$D/inspect8.txt" && ok "--override lm_head=int8: a quantized head beside the f16 embedding" \
+  || fail "--override lm_head=int8: $(grep -E "lm_head|embed|ops:" "$D/inspect8.txt")"
+
+[ $fails = 0 ] && echo "all passed" || echo "$fails failure(s)"
+exit $((fails > 0))
