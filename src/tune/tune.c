@@ -56,7 +56,7 @@ tb_status tb_tune_graph(tb_graph *g, int n_threads, int prefill_tokens, tb_tune_
     double t0 = tb_now();
     int64_t maxK = 0;
     for (int i = 0; i < g->n_nodes; i++)
-        if (g->nodes[i].op == TB_OP_MATMUL) {
+        if (g->nodes[i].op == TB_OP_MATMUL || g->nodes[i].op == TB_OP_QMATMUL) {
             const tb_value *w = &g->values[g->nodes[i].in[1]];
             if (w->dims[1] > maxK) maxK = w->dims[1];
             if (w->dims[0] > maxK) maxK = w->dims[0];
@@ -75,6 +75,25 @@ tb_status tb_tune_graph(tb_graph *g, int n_threads, int prefill_tokens, tb_tune_
     for (size_t i = 0; i < n; i++) x[i] = (float)((i * 2654435761u) % 1000) * 1e-3f - 0.5f;
     for (int i = 0; i < g->n_nodes; i++) {
         tb_node *nd = &g->nodes[i];
+        if (nd->op == TB_OP_QMATMUL) { /* timed on its own weights (shapes repeat, codes do not matter) */
+            const tb_value *c = &g->values[nd->in[1]], *sc = &g->values[nd->in[2]];
+            int has_bias = tb_node_attr_i(nd, TB_QMM_HAS_BIAS), has_zeros = tb_node_attr_i(nd, TB_QMM_HAS_ZEROS);
+            int K = (int)c->dims[1], N = (int)c->dims[0], group = K / (int)sc->dims[1], found = -1;
+            for (int q = 0; q < n_cache; q++)
+                if (cache[q].K == K && cache[q].N == N && cache[q].dt == c->dtype && cache[q].size_class == 2 + group * 2 + has_zeros) {
+                    found = cache[q].tactic;
+                    break;
+                }
+            if (found < 0) {
+                tb_qweight qw = {.dtype = c->dtype, .codes = c->data, .scales = g->values[nd->in[2]].data,
+                                 .zeros = has_zeros ? g->values[nd->in[3 + has_bias]].data : NULL, .group = group};
+                found = tb_tune_qmatmul(p, &qw, K, N, prefill_tokens, x, y);
+                cache[n_cache++] = (cache_entry){K, N, 2 + group * 2 + has_zeros, c->dtype, found};
+                rep->n_timed++;
+            }
+            nd->tactic = (nd->tactic & ~0xffff) | (uint32_t)found;
+            continue;
+        }
         if (nd->op != TB_OP_MATMUL) continue;
         const tb_value *w = &g->values[nd->in[1]];
         int tactic[2];

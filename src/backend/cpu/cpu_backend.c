@@ -154,7 +154,11 @@ static tb_status cpu_run_node(tb_backend *b, const tb_graph *g, const tb_node *n
         int K = (int)c->dims[1], N = (int)c->dims[0];
         tb_qweight w = {.dtype = c->dtype, .codes = bufs[n->in[1]], .scales = bufs[n->in[2]],
                         .zeros = has_zeros ? bufs[n->in[3 + has_bias]] : NULL, .group = K / (int)sc->dims[1]};
-        tb_cpu_qmatmul(p, bufs[n->in[0]], &w, has_bias ? bufs[n->in[3]] : NULL, bufs[n->out[0]], T, K, N);
+        /* the tuner's choice for this step's size (tactic.h: low byte small steps, next byte prefill) */
+        int tactic = (int)((n->tactic >> (T >= TB_CPU_GEMM_MIN_T ? 8 : 0)) & 0xff);
+        if (!tactic || !tb_cpu_qmatmul_tactic_available((tb_qmm_tactic)tactic, &w)) tactic = TB_QMM_AUTO;
+        tb_cpu_qmatmul_tactic(p, (tb_qmm_tactic)tactic, bufs[n->in[0]], &w, has_bias ? bufs[n->in[3]] : NULL,
+                              bufs[n->out[0]], T, K, N);
         return TB_OK;
     }
     case TB_OP_ROPE: {
