@@ -8,7 +8,8 @@
 # refused with a message naming which; (4) token ids work as calibration
 # data, and each calibrator gives its own scales (minmax the largest);
 # (5) bad arguments are refused; (6) on a random checkpoint the first
-# matmul's statistics (max |x|, per-channel mean |x|) equal numpy's.
+# matmul's statistics (max |x|, per-channel mean |x|) equal numpy's; (7) the
+# quantize pass gets the calibration: fp8 activation scales, --awq and its refusals.
 set -uo pipefail
 : "${TURBINE_BIN:?}" "${TURBINE_SHARED:?}" "${TURBINE_TMP:?}" "${TURBINE_SRC:?}"
 PY=/usr/bin/python3
