@@ -241,7 +241,8 @@ static const tb_cli_cmd cmd_inspect_spec = {
     "f16, bf16; i8, i4, fp8_e4m3 for the codes of a quantized matmul, whose NAME.scales and NAME.zeros "
     "follow), shape, bytes and offset in the weights section. Then the bits per weight: over the matmul weights (codes, scales and zeros "
     "divided by the elements of the matrices; f32 is 32, int8 about 8.1, int4 group 64 about 4.5) and over "
-    "all weights (embedding, norms and the rest included).",
+    "all weights (embedding, norms and the rest included). An engine built with --calib then lists the static "
+    "activation scale of each quantized matmul's input (int8 and fp8: the calibrator's threshold / 127 or / 448).",
     sizeof(inspect_args), inspect_defaults,
 };
 
