@@ -8,7 +8,8 @@
 # refused with a message naming which; (4) token ids work as calibration
 # data, and each calibrator gives its own scales (minmax the largest);
 # (5) bad arguments are refused; (6) on a random checkpoint the first
-# matmul's statistics (max |x|, per-channel mean |x|) equal numpy's.
+# matmul's statistics (max |x|, per-channel mean |x|) equal numpy's; (7) the
+# quantize pass gets the calibration: fp8 activation scales, --awq and its refusals.
 set -uo pipefail
 : "${TURBINE_BIN:?}" "${TURBINE_SHARED:?}" "${TURBINE_TMP:?}" "${TURBINE_SRC:?}"
 PY=/usr/bin/python3
@@ -32,7 +33,8 @@ n=$(grep -Ec '^[^ ]+: [0-9.e+-]+$' "$D/e.cache")
 [ "$n" = 21 ] && ok "21 scales" || fail "scales: $n"
 grep -q '^l0.wqkv: ' "$D/e.cache" && grep -q '^l4.wdown: ' "$D/e.cache" && grep -q '^l0.wqkv mean_abs: ' "$D/e.cache" \
   && ok "names are the matmul weights" || fail "names: $(cut -c1-60 "$D/e.cache")"
-"$TURBINE_BIN" inspect "$D/a.engine" | grep -q '"calibrator": "entropy"' && ok "meta records it" || fail "meta"
+"$TURBINE_BIN" inspect "$D/a.engine" > "$D/a.txt" 2>&1 # a file, not a pipe: see (7)
+grep -q '"calibrator": "entropy"' "$D/a.txt" && ok "meta records it" || fail "meta"
 
 # (2) reuse: no model run
 "${B[@]}" -o "$D/b.engine" --calib-cache "$D/e.cache" 2>"$D/b.err" || fail "cached build: $(cat "$D/b.err")"
@@ -114,6 +116,45 @@ assert abs(scales[name] * 127 - amax) <= 1e-5 * amax
 assert means[name].shape == mean.shape and np.allclose(means[name], mean, rtol=1e-4, atol=1e-7)
 assert len(scales) == 3 * 4 + 1       # 3 layers x (qkv, o, gate|up, down) + the LM head
 PY
+
+# (7) calibration reaches the quantize pass: an fp8 engine stores each matmul's static activation
+# scale (the cache's threshold / 448; inspect lists them), and an int4 --awq build from the cache
+# searches AWQ scales on q|k|v and gate|up (2 per layer) and leaves wo, wdown and the head alone
+"${B[@]}" -o "$D/f8.engine" --dtype fp8 --calib-cache "$D/e.cache" 2>"$D/f8.err" || fail "fp8 build: $(cat "$D/f8.err")"
+"$TURBINE_BIN" inspect "$D/f8.engine" > "$D/f8.txt" 2>&1
+"$PY" - "$D/e.cache" "$D/f8.txt" <<'PY' && ok "fp8 engine stores the calibrated activation scales" \
+  || fail "fp8 act scales: $(grep -A3 'activation scales' "$D/f8.txt")"
+import sys
+cache = {l.split(":")[0]: float(l.split(":")[1]) for l in open(sys.argv[1]).read().splitlines()[1:]
+         if " " not in l.split(":")[0]}
+lines = open(sys.argv[2]).read().splitlines()
+i = lines.index("activation scales (static, per tensor):")
+got = {}
+for l in lines[i + 1:]:
+    if not l.startswith("  "):
+        break
+    k, v = l.split()
+    got[k] = float(v)
+print(len(got), "scales, l0.wqkv", got.get("l0.wqkv"), "cache (int8)", cache["l0.wqkv"])
+# fp8 matmuls: every layer's (the head stays f16); the scale is the int8 one x 127 / 448
+assert len(got) == 20, got
+for k, v in got.items():
+    assert v > 0 and abs(v - cache[k] * 127 / 448) <= 1e-4 * v, (k, v, cache[k])
+PY
+"${B[@]}" -o "$D/aw.engine" --dtype int4 --group-size 32 --awq --calib-cache "$D/e.cache" --verbose 2>"$D/aw.err" \
+  || fail "awq build: $(cat "$D/aw.err")"
+n=$(grep -c "awq l[0-9]*\.w.*alpha" "$D/aw.err")
+grep -q "AWQ scales on 25 matmuls" "$D/aw.err" && [ "$n" = 10 ] && ! grep -q "awq l[0-9]*\.w\(o\|down\) " "$D/aw.err" \
+  && ok "awq: 10 groups searched (q|k|v, gate|up), wo / wdown left" || fail "awq report ($n): $(grep -i awq "$D/aw.err")"
+# (into a file: grep -q stops reading early and pipefail would count inspect's SIGPIPE)
+"$TURBINE_BIN" inspect "$D/aw.engine" > "$D/aw.txt" 2>&1
+grep -q '"method": "awq"' "$D/aw.txt" && ok "meta records awq" || fail "awq meta: $(grep -m1 method "$D/aw.txt")"
+"${B[@]}" -o "$D/u.engine" --dtype int4 --awq 2>"$D/u.err"
+[ $? = 1 ] && grep -q "needs calibration data: pass --calib FILE .* or --calib-cache FILE" "$D/u.err" \
+  && ok "--awq without calibration refused" || fail "--awq without calibration: $(cat "$D/u.err")"
+"${B[@]}" -o "$D/u.engine" --dtype int8 --awq --calib-cache "$D/e.cache" 2>"$D/u.err"
+[ $? = 1 ] && grep -q "awq is for --dtype int4" "$D/u.err" && ok "--awq with int8 refused" \
+  || fail "--awq int8: $(cat "$D/u.err")"
 
 # (5) usage errors
 "${B[@]}" -o "$D/u.engine" --calib "$D/calib.txt" --calibrator kl 2>"$D/u.err"

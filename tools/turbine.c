@@ -80,7 +80,9 @@ static const tb_cli_opt build_opts[] = {
     {"--zero-point", NULL, TB_OPT_FLAG, NULL, 0, 0, 0, 0, 1, B(zero_point), NULL,
      "--dtype int4: asymmetric groups, a zero point per group beside the scale (default symmetric)"},
     {"--awq", NULL, TB_OPT_FLAG, NULL, 0, 0, 0, 0, 1, B(awq), NULL,
-     "--dtype int4: activation-aware scales searched on calibration data (needs --calib; not available yet)"},
+     "--dtype int4: activation-aware scales (AWQ): per input channel, searched on the calibration "
+     "activations (needs --calib or --calib-cache) to minimise each matmul's output error, and folded into the "
+     "RMSNorm before q|k|v and gate|up; wo, wdown and the head stay round to nearest"},
     {"--override", NULL, TB_OPT_STRS, "NAME_GLOB=DTYPE", 0, 0, 0, 0, 0, B(overrides), NULL,
      "a weight's dtype instead of the default, by its name in the engine (`turbine inspect` lists them: embed, "
      "l0.wqkv, l0.wo, l0.wgu, l0.wdown, ..., lm_head), e.g. 'lm_head=int8' or 'l0.*=f16'; repeatable, the "
@@ -239,7 +241,8 @@ static const tb_cli_cmd cmd_inspect_spec = {
     "f16, bf16; i8, i4, fp8_e4m3 for the codes of a quantized matmul, whose NAME.scales and NAME.zeros "
     "follow), shape, bytes and offset in the weights section. Then the bits per weight: over the matmul weights (codes, scales and zeros "
     "divided by the elements of the matrices; f32 is 32, int8 about 8.1, int4 group 64 about 4.5) and over "
-    "all weights (embedding, norms and the rest included).",
+    "all weights (embedding, norms and the rest included). An engine built with --calib then lists the static "
+    "activation scale of each quantized matmul's input (int8 and fp8: the calibrator's threshold / 127 or / 448).",
     sizeof(inspect_args), inspect_defaults,
 };
 

@@ -27,7 +27,12 @@
  *
  * Calibration hooks (tb_quant_calib): a static activation scale per matmul
  * input (stored in qmatmul's act_scale) and AWQ per-input-channel
- * multipliers, folded into the RMSNorm weight that feeds the matmul.
+ * multipliers, folded into the RMSNorm weight that feeds the matmul. With
+ * tb_quant_options.awq the multipliers are searched here, once per group on
+ * the whole group's weight (q|k|v, gate|up: one RMSNorm feeds all parts, so
+ * they share one in_scale). wo and wdown have no norm to fold 1 / in_scale
+ * into (folding it into wv's rows or the SwiGLU's up rows would be possible
+ * but changes another quantised weight), so AWQ leaves them round to nearest.
  */
 #include "opt/opt.h"
 #include "core/quant.h"
@@ -178,10 +183,11 @@ fail:
     return tb_last_status();
 }
 
-/* AWQ: the matmul reads x * diag(1 / in_scale) from here on, folded into
- * the RMSNorm (or add_rmsnorm) weight that writes x, when that norm feeds
- * only this matmul. */
-static tb_status fold_in_scale(tb_graph *g, int x, const float *in_scale, const char *wname, int *folded) {
+/* The RMSNorm (or add_rmsnorm) weight that writes x when that norm feeds
+ * only the matmuls of group `wname` (q|k|v, gate|up), else -1: where AWQ's
+ * 1 / in_scale can be folded. wo reads the attention output and wdown the
+ * SwiGLU product, which no norm writes, so they get -1. */
+static int fold_target(const tb_graph *g, int x, const char *wname) {
     int p = tb_opt_producer(g, x);
     const tb_node *pn = p >= 0 ? &g->nodes[p] : NULL;
     int ok = pn && ((pn->op == TB_OP_RMSNORM && pn->out[0] == x) || (pn->op == TB_OP_ADD_RMSNORM && pn->out[1] == x));
@@ -196,7 +202,15 @@ static tb_status fold_in_scale(tb_graph *g, int x, const float *in_scale, const 
         ok = n->in[0] == x && !strcmp(gn, wname);
     }
     int wv = ok ? pn->in[pn->op == TB_OP_RMSNORM ? 1 : 2] : -1;
-    if (!ok || tb_opt_uses(g, wv) != 1 || g->values[wv].dtype != TB_F32 || !g->values[wv].owned)
+    if (!ok || tb_opt_uses(g, wv) != 1 || g->values[wv].dtype != TB_F32 || !g->values[wv].owned) return -1;
+    return wv;
+}
+
+/* AWQ: the matmul reads x * diag(1 / in_scale) from here on, folded into
+ * the norm weight fold_target finds. */
+static tb_status fold_in_scale(tb_graph *g, int x, const float *in_scale, const char *wname, int *folded) {
+    int wv = fold_target(g, x, wname);
+    if (wv < 0)
         return tb_errorf(TB_ERR_UNSUPPORTED,
                          "input-channel scales for %s: its input is not written by an RMSNorm feeding only it to "
                          "fold them into", wname);
@@ -204,6 +218,74 @@ static tb_status fold_in_scale(tb_graph *g, int x, const float *in_scale, const 
     float *w = (float *)g->values[wv].data;
     for (int64_t k = 0; k < g->values[wv].dims[0]; k++) w[k] /= in_scale[k];
     *folded = wv;
+    return TB_OK;
+}
+
+/* AWQ scales searched so far, one per weight group (the parts of a group
+ * are quantised one by one and must share one in_scale). */
+typedef struct {
+    char name[TB_NAME_LEN];
+    float *s; /* (K), NULL: searched, none (no calibration for it) */
+} awq_entry;
+
+typedef struct {
+    awq_entry *e;
+    int n, cap;
+} awq_cache;
+
+static void awq_cache_free(awq_cache *c) {
+    for (int i = 0; i < c->n; i++) free(c->e[i].s);
+    free(c->e);
+}
+
+/* The in_scale of group `name` that matmul k (input x, K channels) is part
+ * of: searched on first use over the whole group's weight (every live
+ * matmul of x in the group, rows stacked in node order), or NULL when the
+ * group has no calibration or cannot take the fold. */
+static tb_status awq_scale(tb_graph *g, int k, const char *name, const tb_quant_options *q, awq_cache *c,
+                           const float **out) {
+    *out = NULL;
+    int x = g->nodes[k].in[0], K = (int)g->values[g->nodes[k].in[1]].dims[1];
+    for (int i = 0; i < c->n; i++)
+        if (!strcmp(c->e[i].name, name)) { *out = c->e[i].s; return TB_OK; }
+    if (c->n == c->cap) {
+        int nc = c->cap ? 2 * c->cap : 16;
+        awq_entry *ne = realloc(c->e, sizeof *ne * (size_t)nc);
+        if (!ne) return tb_errorf(TB_ERR_OOM, "out of memory");
+        c->e = ne, c->cap = nc;
+    }
+    awq_entry *e = &c->e[c->n++];
+    snprintf(e->name, sizeof e->name, "%s", name);
+    e->s = NULL;
+    if (fold_target(g, x, name) < 0) return TB_OK; /* wo, wdown: round to nearest */
+    int64_t N = 0;
+    for (int j = 0; j < g->n_nodes; j++) {
+        const tb_node *n = &g->nodes[j];
+        char gn[TB_NAME_LEN];
+        if (tb_opt_dead(n) || n->op != TB_OP_MATMUL || n->in[0] != x) continue;
+        group_name(g, j, gn);
+        if (!strcmp(gn, name)) N += g->values[n->in[1]].dims[0];
+    }
+    float *w = malloc(sizeof(float) * (size_t)N * (size_t)K), *s = malloc(sizeof(float) * (size_t)K);
+    if (!w || !s) { free(w); free(s); return tb_errorf(TB_ERR_OOM, "out of memory for the AWQ search of %s", name); }
+    tb_status st = TB_OK;
+    int64_t r = 0;
+    for (int j = 0; j < g->n_nodes && st == TB_OK; j++) {
+        const tb_node *n = &g->nodes[j];
+        char gn[TB_NAME_LEN];
+        if (tb_opt_dead(n) || n->op != TB_OP_MATMUL || n->in[0] != x) continue;
+        group_name(g, j, gn);
+        if (strcmp(gn, name)) continue;
+        const tb_value *v = &g->values[n->in[1]];
+        st = tb_dtype_convert(v->data, v->dtype, w + r * K, TB_F32, (size_t)v->dims[0] * (size_t)K);
+        r += v->dims[0];
+    }
+    int found = 0;
+    if (st == TB_OK) st = q->awq(q->awq_user, name, w, (int)N, K, q->group, q->asym, s, &found);
+    free(w);
+    if (st != TB_OK || !found) { free(s); return st; }
+    e->s = s;
+    *out = s;
     return TB_OK;
 }
 
@@ -220,12 +302,13 @@ typedef struct {
     uint64_t bytes_before, bytes_after;
     int n_fallback;              /* int4 weights made int8: K not whole groups */
     char fallback[TB_NAME_LEN];  /* the first of them                          */
+    int n_awq;                   /* matmuls quantised with AWQ scales          */
 } tally;
 
 /* Matmul node k gets weight dtype dt; `name` is what overrides matched
  * ("lm_head" for a head tied to the embedding). */
 static tb_status retype_matmul(tb_graph *g, int k, tb_dtype dt, const char *name, const tb_quant_options *q,
-                               int emb_v, tb_dtype emb_dt, int *folded, tally *t) {
+                               int emb_v, tb_dtype emb_dt, int *folded, awq_cache *awq, tally *t) {
     int wi = g->nodes[k].in[1];
     tb_value *v = &g->values[wi];
     int shared = tb_opt_uses(g, wi) > 1;
@@ -260,6 +343,10 @@ static tb_status retype_matmul(tb_graph *g, int k, tb_dtype dt, const char *name
     TB_TRY(tb_quant_check(dt, K, group, asym));
     const tb_quant_calib *cal = find_calib(q, name);
     const float *in_scale = cal ? cal->in_scale : NULL;
+    if (q->awq && dt == TB_I4) {
+        TB_TRY(awq_scale(g, k, name, q, awq, &in_scale));
+        if (in_scale) t->n_awq++;
+    }
     float act_scale = cal ? cal->act_scale : 0.0f;
     if (!(act_scale >= 0 && act_scale < INFINITY))
         return tb_errorf(TB_ERR_INVALID_ARG, "activation scale %g for %s", act_scale, name);
@@ -333,7 +420,9 @@ tb_status tb_opt_quantize(tb_graph *g, const tb_opt_options *o, tb_pass_report *
     tally t;
     memset(&t, 0, sizeof t);
     int n_nodes = g->n_nodes, folded = -1;
-    for (int k = 0; k < n_nodes; k++) {
+    awq_cache awq = {0};
+    tb_status st = TB_OK;
+    for (int k = 0; k < n_nodes && st == TB_OK; k++) {
         tb_node *n = &g->nodes[k];
         if (tb_opt_dead(n) || n->op != TB_OP_MATMUL || g->values[n->in[1]].kind != TB_VAL_WEIGHT) continue;
         /* overrides match the part's name or the fused weight's (what inspect
@@ -343,8 +432,10 @@ tb_status tb_opt_quantize(tb_graph *g, const tb_opt_options *o, tb_pass_report *
         if (k == head) snprintf(fused, sizeof fused, "%s", own);
         else group_name(g, k, fused);
         tb_dtype dt = resolve(ov, q->n_overrides, own, fused, k == head ? embed_default : q->dtype);
-        TB_TRY(retype_matmul(g, k, dt, fused, q, emb_v, embed_dt, &folded, &t));
+        st = retype_matmul(g, k, dt, fused, q, emb_v, embed_dt, &folded, &awq, &t);
     }
+    awq_cache_free(&awq);
+    if (st != TB_OK) return st;
     /* q|k|v and gate|up merged now that each part is in its final form */
     tb_pass_report mr;
     memset(&mr, 0, sizeof mr);
@@ -387,6 +478,8 @@ tb_status tb_opt_quantize(tb_graph *g, const tb_opt_options *o, tb_pass_report *
     if (quant && q->dtype == TB_I4 && w < sizeof r->what)
         w += (size_t)snprintf(r->what + w, sizeof r->what - w, "; int4 %s, group %d",
                               q->asym ? "with zero points" : "symmetric", q->group);
+    if (q->awq && w < sizeof r->what)
+        w += (size_t)snprintf(r->what + w, sizeof r->what - w, "; AWQ scales on %d matmuls", t.n_awq);
     if (mr.changes && w < sizeof r->what)
         w += (size_t)snprintf(r->what + w, sizeof r->what - w, "; %d merged after quantizing", mr.changes);
     if (t.n_fallback && w < sizeof r->what)

@@ -38,6 +38,15 @@ typedef struct {
     int n_overrides;
     const tb_quant_calib *calib; /* from calibration, or NULL              */
     int n_calib;
+    /* AWQ (int4): asked once per weight group whose input an RMSNorm feeding
+     * only that group writes (q|k|v, gate|up: the 1 / in_scale fold needs
+     * it; wo, wdown and the head keep round to nearest). w (N, K) is the
+     * whole group's f32 weight, its parts' rows stacked; writes in_scale (K)
+     * and sets *found, or leaves *found 0 (no calibration for `weight`).
+     * Takes precedence over calib[].in_scale. NULL: no search. */
+    tb_status (*awq)(void *user, const char *weight, const float *w, int N, int K, int group, int asym,
+                     float *in_scale, int *found);
+    void *awq_user;
 } tb_quant_options;
 
 typedef struct {

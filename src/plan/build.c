@@ -31,6 +31,30 @@ static void progress_bar(void *arg, int done, int total) {
  * With `release`, each owned weight is freed as soon as it is copied (its
  * data then NULL): the buffer's pages are touched only as they are filled,
  * so the peak is the weights once, not twice. */
+/* The quantize pass's AWQ hook (opt.h): searches a group's in_scale on
+ * the calibration statistics of its input. */
+typedef struct {
+    const tb_calib_table *calib;
+    int verbose;
+} awq_ctx;
+
+static tb_status awq_search_hook(void *user, const char *weight, const float *w, int N, int K, int group, int asym,
+                                 float *in_scale, int *found) {
+    const awq_ctx *a = user;
+    const tb_calib_entry *e = tb_calib_find(a->calib, weight);
+    *found = 0;
+    if (!e || !e->mean_abs) return TB_OK; /* a cache without channel statistics: round to nearest */
+    if (e->K != K) return tb_errorf(TB_ERR_INVALID_ARG, "calibration of %s has %d channels, the weight %d", weight, e->K, K);
+    tb_awq_report rep;
+    TB_TRY(tb_awq_search(w, N, K, e->mean_abs, e->rows, e->rows ? e->n_rows : 0, group, asym, in_scale, &rep));
+    *found = 1;
+    if (a->verbose)
+        tb_log(TB_LOG_INFO, "awq %s (%d x %d, %d rows): alpha %.2f, output error %.4g of round to nearest's %.4g "
+               "(ratio %.3f)", weight, N, K, e->rows ? e->n_rows : 0, (double)rep.alpha, rep.err_best, rep.err_rtn,
+               rep.err_rtn > 0 ? rep.err_best / rep.err_rtn : 1.0);
+    return TB_OK;
+}
+
 static tb_status pack_weights(tb_graph *g, int release, uint8_t **out, uint64_t *size) {
     uint64_t off = 0;
     for (int i = 0; i < g->n_values; i++) {
@@ -78,9 +102,12 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
         return tb_errorf(TB_ERR_INVALID_ARG, "--zero-point is for --dtype int4 (int8 and fp8 are symmetric)");
     /* AWQ searches its scales on calibration activations: without them there
      * is nothing to search */
-    if (o.awq)
-        return tb_errorf(TB_ERR_UNSUPPORTED, "--awq needs calibration data (--calib FILE), which this build does not "
-                         "have yet; use --dtype int4 without --awq (round to nearest)");
+    if (o.awq && o.weight_dtype != TB_I4)
+        return tb_errorf(TB_ERR_INVALID_ARG, "--awq is for --dtype int4 (int8 and fp8 keep one scale per output "
+                         "channel), not %s", tb_dtype_name(o.weight_dtype));
+    if (o.awq && !(o.calib && *o.calib) && !(o.calib_cache && *o.calib_cache))
+        return tb_errorf(TB_ERR_INVALID_ARG, "--awq needs calibration data: pass --calib FILE (text the model's "
+                         "tokenizer reads) or --calib-cache FILE (a cache with channel statistics)");
     int retype = quant || o.n_overrides > 0; /* the quantize pass gives the weights their dtypes */
     if (retype && o.device && *o.device && strncmp(o.device, "cpu", 3))
         return tb_errorf(TB_ERR_UNSUPPORTED, "--device %s with --dtype %s%s: GPU kernels for quantized engines are "
@@ -160,9 +187,25 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
     oo.verbose = o.verbose;
     tb_quant_options qo = {.dtype = o.weight_dtype, .group = o.group_size, .asym = o.zero_point,
                            .overrides = o.overrides, .n_overrides = o.n_overrides};
+    /* calibration: each matmul's static activation scale (int8, fp8: 0 for
+     * other dtypes; a --override'd weight keeps the engine dtype's scale,
+     * which its kernel ignores) and, with --awq, the AWQ search hook */
+    tb_quant_calib *qc = NULL;
+    awq_ctx actx = {calib, o.verbose};
+    if (calib && calib->n > 0) {
+        if (!(qc = calloc((size_t)calib->n, sizeof *qc))) { s = tb_errorf(TB_ERR_OOM, "out of memory"); goto done; }
+        for (int i = 0; i < calib->n; i++)
+            qc[i] = (tb_quant_calib){.weight = calib->e[i].name,
+                                     .act_scale = tb_calib_act_scale(&calib->e[i], o.weight_dtype)};
+        qo.calib = qc;
+        qo.n_calib = calib->n;
+    }
+    if (o.awq && calib) { qo.awq = awq_search_hook; qo.awq_user = &actx; }
     if (retype) oo.quant = &qo;
     const tb_pass *passes = tb_opt_llm_pipeline(&n_passes);
-    if ((s = tb_opt_run(g, passes, n_passes, &oo)) != TB_OK) goto done;
+    s = tb_opt_run(g, passes, n_passes, &oo);
+    free(qc);
+    if (s != TB_OK) goto done;
 
     tb_tune_report tr;
     int prefill = max_step < 128 ? max_step : 128;
@@ -208,7 +251,7 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
     if (retype) { /* how the weights were quantized (inspect shows each tensor's dtype) */
         json_t *ovs = json_array();
         for (int i = 0; i < o.n_overrides; i++) json_array_append_new(ovs, json_string(o.overrides[i]));
-        json_t *qj = json_pack("{s:s, s:s, s:o}", "method", "round-to-nearest", "embedding_head_default",
+        json_t *qj = json_pack("{s:s, s:s, s:o}", "method", o.awq ? "awq" : "round-to-nearest", "embedding_head_default",
                                quant ? "f16" : tb_dtype_name(o.weight_dtype), "overrides", ovs);
         if (o.weight_dtype == TB_I4) {
             json_object_set_new(qj, "group_size", json_integer(o.group_size));

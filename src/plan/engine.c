@@ -387,6 +387,15 @@ static void describe_weights(const tb_graph *g, char *buf, size_t cap, size_t *k
              8.0 * (double)mm_bytes / (double)mm_elems, (unsigned long long)mm_elems, (unsigned long long)mm_bytes,
              all_elems ? 8.0 * (double)all_bytes / (double)all_elems : 0.0, (unsigned long long)all_elems,
              (unsigned long long)all_bytes);
+    /* calibrated engines: the static activation scale of each qmatmul's
+     * input (int8 / fp8 from --calib; 0, not listed, when none) */
+    int n_act = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const tb_node *n = &g->nodes[i];
+        if (n->op != TB_OP_QMATMUL || !(tb_node_attr_f(n, TB_QMM_ACT_SCALE) > 0)) continue;
+        if (!n_act++) OUTW("activation scales (static, per tensor):\n");
+        OUTW("  %-24s %.6g\n", g->values[n->in[1]].name, (double)tb_node_attr_f(n, TB_QMM_ACT_SCALE));
+    }
 #undef OUTW
     *kp = k;
 }
