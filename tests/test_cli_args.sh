@@ -80,7 +80,7 @@ parsed serve "--host=::" -- --host=::
 "$TURBINE_BIN" run --engine "$D/s.engine" -p "Once upon" -n 24 --temperature 0 >"$D/opt.txt" 2>"$D/opt.err"
 [ -s "$D/pos.txt" ] && cmp -s "$D/pos.txt" "$D/opt.txt" && ok "run --engine FILE = run FILE" \
   || fail "run --engine: $(cat "$D/opt.txt" "$D/opt.err")"
-"$TURBINE_BIN" inspect --engine "$D/s.engine" | grep -q "format version" && ok "inspect --engine FILE" || fail "inspect --engine"
+"$TURBINE_BIN" inspect --engine "$D/s.engine" >"$D/inspect.txt" 2>&1; grep -q "format version" "$D/inspect.txt" && ok "inspect --engine FILE" || fail "inspect --engine"
 "$TURBINE_BIN" perplexity --engine="$D/s.engine" --ids 1,400,20,30,40 >"$D/ppl.txt" 2>/dev/null \
   && grep -q "^perplexity " "$D/ppl.txt" && ok "perplexity --engine=FILE" || fail "perplexity --engine: $(cat "$D/ppl.txt")"
 parsed serve "FILE.engine=$D/s.engine" -- --engine "$D/s.engine"

@@ -38,7 +38,7 @@ for c in build run inspect serve perplexity; do
     || fail "$c --help does not state the exit codes"
 done
 "$TURBINE_BIN" run --help | grep -q "without --seed" || fail "run --help does not say what happens without --seed"
-"$TURBINE_BIN" build --help | grep -q "default f32" || fail "build --help does not give the default dtype"
+"$TURBINE_BIN" build --help >"$D/build_help.txt" 2>&1; grep -q "default f32" "$D/build_help.txt" || fail "build --help does not give the default dtype"
 "$TURBINE_BIN" --help >/dev/null || fail "turbine --help exited $?"
 
 # exit codes: a usage error is 2, a runtime error 1

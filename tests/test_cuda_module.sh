@@ -31,7 +31,7 @@ echo "ok: turbine links only $needed"
 # where OpenBLAS is available and must not load it for this engine.
 TURBINE_OPENBLAS="$D/no-openblas.so" "$TURBINE_BIN" build "$M/stories260K.bin" --tokenizer "$M/tok512.bin" \
     -o "$D/s.engine" > "$D/build.log" 2>&1 || { cat "$D/build.log"; fail "engine build"; }
-"$TURBINE_BIN" inspect "$D/s.engine" | grep -Eq '"blas_decode_nodes": 0,' || fail "the engine chose OpenBLAS without it"
+"$TURBINE_BIN" inspect "$D/s.engine" >"$D/inspect.txt" 2>&1; grep -Eq '"blas_decode_nodes": 0,' "$D/inspect.txt" || fail "the engine chose OpenBLAS without it"
 D="$D" /usr/bin/python3 - <<'PY'
 import json, os, sys
 sys.path.insert(0, os.path.join(os.environ["TURBINE_SRC"], "tests", "serve"))

@@ -126,6 +126,12 @@ tb_status tb_tune_graph(tb_graph *g, int n_threads, int prefill_tokens, tb_tune_
 int tb_tune_qmatmul(tb_pool *p, const tb_qweight *w, int K, int N, int prefill_tokens, const float *x, float *y) {
     int small = (int)tb_cpu_qmatmul_pick(p, w, 1, K, N, x, y);
     int large = prefill_tokens >= TB_CPU_GEMM_MIN_T ? (int)tb_cpu_qmatmul_pick(p, w, prefill_tokens, K, N, x, y) : 0;
+    /* Q8 quantises the activations: faster, but its result depends on which
+     * tactic won the timing, so an engine's logits would differ from build to
+     * build (and from the dequantised reference). Builds keep the exact
+     * tactics; Q8 stays available to tb_cpu_qmatmul_tactic callers. */
+    if (small == TB_QMM_Q8) small = TB_QMM_AUTO;
+    if (large == TB_QMM_Q8) large = TB_QMM_AUTO;
     return small | large << 8;
 }
 
