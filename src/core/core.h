@@ -136,6 +136,10 @@ typedef struct {
 /* Maps a whole file read-only. */
 tb_status tb_file_map(const char *path, tb_mapped_file *out);
 void tb_file_unmap(tb_mapped_file *m);
+/* Gives back the resident pages of [p, p + n) inside a tb_file_map'd file
+ * (whole pages only): read for the last time, they leave the process's
+ * resident set; a later read faults them in from the file again. */
+void tb_file_release_pages(const void *p, size_t n);
 /* Reads a whole (small) file into a NUL-terminated malloc'd buffer. */
 tb_status tb_file_read_all(const char *path, char **out, size_t *size,
                            size_t max_size);

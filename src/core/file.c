@@ -91,3 +91,10 @@ void *tb_dl_open_first(const char *const *names, char *err, size_t cap) {
     }
     return h;
 }
+
+void tb_file_release_pages(const void *p, size_t n) {
+    if (!p || !n) return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p, b = a + n;
+    uintptr_t lo = (a + page - 1) / page * page, hi = b / page * page;
+    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}

@@ -230,10 +230,13 @@ tb_status tb_opt_merge_concat_matmul(tb_graph *g, tb_pass_report *r) {
              * would exist twice; a part read elsewhere too stays */
             for (int i = 0; i < n; i++) {
                 tb_value *pv = &g->values[parts[j][i] >= at ? parts[j][i] + 1 : parts[j][i]];
-                if (pv->owned && tb_opt_uses(g, (int)(pv - g->values)) == 1) {
+                if (tb_opt_uses(g, (int)(pv - g->values)) != 1) continue;
+                if (pv->owned) {
                     free((void *)pv->data);
                     pv->data = NULL;
                     pv->owned = 0;
+                } else { /* borrowed from the mapped source (models.h source_weights) */
+                    tb_file_release_pages(pv->data, (size_t)pv->nbytes);
                 }
             }
             for (int jj = j + 1; jj < n_w; jj++)

@@ -115,10 +115,7 @@ static void group_name(const tb_graph *g, int k, char out[TB_NAME_LEN]) {
 /* Gives the pages of a borrowed (mapped, read-only) source tensor back: the
  * pass has read it for the last time. Only whole pages inside it. */
 static void release_source(const tb_value *v) {
-    if (v->owned || !v->data || !v->nbytes) return;
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)v->data, b = a + v->nbytes;
-    uintptr_t lo = (a + page - 1) / page * page, hi = b / page * page;
-    if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    if (!v->owned) tb_file_release_pages(v->data, (size_t)v->nbytes);
 }
 
 /* Replaces the data of weight v (same shape) by buf (owned), releasing the old. */

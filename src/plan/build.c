@@ -27,10 +27,6 @@ static void progress_bar(void *arg, int done, int total) {
     fflush(stderr);
 }
 
-/* Lays the weights out 64-byte aligned in one buffer and records offsets.
- * With `release`, each owned weight is freed as soon as it is copied (its
- * data then NULL): the buffer's pages are touched only as they are filled,
- * so the peak is the weights once, not twice. */
 /* The quantize pass's AWQ hook (opt.h): searches a group's in_scale on
  * the calibration statistics of its input. */
 typedef struct {
@@ -55,6 +51,11 @@ static tb_status awq_search_hook(void *user, const char *weight, const float *w,
     return TB_OK;
 }
 
+/* Lays the weights out 64-byte aligned in one buffer and records offsets.
+ * With `release`, each owned weight is freed as soon as it is copied (its
+ * data then NULL) and a borrowed one's mapped pages are given back: the
+ * buffer's pages are touched only as they are filled, so the peak is the
+ * weights once, not twice. */
 static tb_status pack_weights(tb_graph *g, int release, uint8_t **out, uint64_t *size) {
     uint64_t off = 0;
     for (int i = 0; i < g->n_values; i++) {
@@ -76,6 +77,8 @@ static tb_status pack_weights(tb_graph *g, int release, uint8_t **out, uint64_t 
             free((void *)v->data);
             v->data = NULL;
             v->owned = 0;
+        } else if (release) { /* borrowed from the mapped source (models.h source_weights) */
+            tb_file_release_pages(v->data, (size_t)v->nbytes);
         }
     }
     *out = buf;
@@ -109,7 +112,8 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
         return tb_errorf(TB_ERR_INVALID_ARG, "--awq needs calibration data: pass --calib FILE (text the model's "
                          "tokenizer reads) or --calib-cache FILE (a cache with channel statistics)");
     int retype = quant || o.n_overrides > 0; /* the quantize pass gives the weights their dtypes */
-    if (retype && o.device && *o.device && strncmp(o.device, "cpu", 3))
+    int cpu = !(o.device && *o.device) || !strncmp(o.device, "cpu", 3);
+    if (retype && !cpu)
         return tb_errorf(TB_ERR_UNSUPPORTED, "--device %s with --dtype %s%s: GPU kernels for quantized engines are "
                          "not built yet (build for the CPU)", o.device, tb_dtype_name(o.weight_dtype),
                          o.n_overrides ? " / --override" : "");
@@ -176,7 +180,7 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
         }
     }
     tb_model_build_opts mo = {.weight_dtype = o.weight_dtype, .max_seq_len = max_seq, .max_step_tokens = max_step,
-                              .progress = o.progress ? progress_bar : NULL, .source_weights = retype};
+                              .progress = o.progress ? progress_bar : NULL, .source_weights = retype || cpu};
     if ((s = tb_model_build_graph(src, &mo, &g)) != TB_OK) goto done;
     /* the builder's plain graph, fused by the pass pipeline for the target */
     tb_opt_options oo;
@@ -201,7 +205,13 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
         qo.n_calib = calib->n;
     }
     if (o.awq && calib) { qo.awq = awq_search_hook; qo.awq_user = &actx; }
-    if (retype) oo.quant = &qo;
+    /* A CPU build of any dtype streams: the graph borrows the source's
+     * tensors and the quantize pass converts each weight in turn (f32, f16,
+     * bf16 in place; the q|k|v and gate|up merges after it), so the model is
+     * never held converted and stacked at once (a 7B-shape f16 build peaked
+     * at ~3x its weights before). The CUDA pipeline still takes converted
+     * weights (its passes run on them). */
+    if (retype || cpu) oo.quant = &qo;
     const tb_pass *passes = tb_opt_llm_pipeline(&n_passes);
     s = tb_opt_run(g, passes, n_passes, &oo);
     free(qc);
