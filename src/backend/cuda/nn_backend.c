@@ -430,7 +430,7 @@ typedef struct {
  * that shape (lt_picks). Ties keep the heuristic's order. TB_CUDA_LT_TUNE=0:
  * the first candidate, untimed. A shape first seen while capturing takes the
  * first candidate and is not remembered. */
-#define TBN_LT_CAND 8
+#define TBN_LT_CAND 24
 
 static uint64_t lt_key(int64_t M, int64_t N, int64_t K, int ta, int tb, tb_dtype dt, int64_t batch, int64_t sA,
                        int64_t sB, int epi, int res) {
