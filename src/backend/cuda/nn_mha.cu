@@ -26,9 +26,7 @@
 
 #include "backend/cuda/nn_common.cuh"
 
-/* keys per tile: 64, or 128 where the keys fit in one such tile (BERT's T
- * 128 at D <= 64: one load / barrier / compute round instead of two, the
- * round trip being most of the kernel's time when few blocks run) */
+#define MHA_BK 64 /* keys per tile */
 
 __device__ __forceinline__ void mha_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -92,7 +90,7 @@ __device__ __forceinline__ void mha_tile(__half *dst, int ld, const __half *src,
     }
 }
 
-template <int D, int NW, int MHA_BK>
+template <int D, int NW>
 __global__ void __launch_bounds__(NW * 32) mha_kernel(tbn_sdpa_args a, const __half *q, const __half *k,
                                                      const __half *v, __half *out, int vec) {
     constexpr int BQ = 16 * NW, LQ = D + 8, LK = D + 8, LV = MHA_BK + 8;
@@ -236,7 +234,7 @@ __global__ void __launch_bounds__(NW * 32) mha_kernel(tbn_sdpa_args a, const __h
     }
 }
 
-template <int D, int NW, int MHA_BK>
+template <int D, int NW>
 static cudaError_t mha_launch(const tbn_sdpa_args *a, const void *q, const void *k, const void *v, void *out, int vec,
                               cudaStream_t s) {
     constexpr int BQ = 16 * NW;
@@ -244,13 +242,12 @@ static cudaError_t mha_launch(const tbn_sdpa_args *a, const void *q, const void 
     if (a->mask_kind) smem += sizeof(float) * (size_t)(a->ms[2] == 0 ? 1 : BQ) * MHA_BK;
     static size_t opted = 0;
     if (smem > 48 * 1024 && smem > opted) {
-        cudaError_t e =
-            cudaFuncSetAttribute(mha_kernel<D, NW, MHA_BK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        cudaError_t e = cudaFuncSetAttribute(mha_kernel<D, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
         if (e != cudaSuccess) return e;
         opted = smem;
     }
     dim3 grid((unsigned)((a->S + BQ - 1) / BQ), (unsigned)(a->B * a->H));
-    mha_kernel<D, NW, MHA_BK><<<grid, NW * 32, smem, s>>>(*a, (const __half *)q, (const __half *)k, (const __half *)v,
+    mha_kernel<D, NW><<<grid, NW * 32, smem, s>>>(*a, (const __half *)q, (const __half *)k, (const __half *)v,
                                                  (__half *)out, vec);
     return cudaGetLastError();
 }
@@ -285,25 +282,10 @@ extern "C" int tbn_mha_f16(const tbn_sdpa_args *a, const void *q, const void *k,
     /* few (batch, head) pairs: 2 warps a block for more blocks */
     int64_t blocks4 = (a->S + 63) / 64 * a->B * a->H;
     int nw2 = blocks4 < 132 && a->D <= 64; /* D 128 with 2 warps spills its tile loads */
-    /* one key tile of 128 where it holds every key (TB_CUDA_MHA_BK64=1: tiles of 64 always) */
-    static int bk64 = -1;
-    if (bk64 < 0) {
-        const char *ev = getenv("TB_CUDA_MHA_BK64");
-        bk64 = ev && !strcmp(ev, "1");
-    }
-    int one = !bk64 && a->T > 64 && a->T <= 128 && a->D <= 64 && !a->causal;
     switch (a->D) {
-    case 32:
-        *e = one ? (nw2 ? mha_launch<32, 2, 128>(a, q, k, v, out, vec, s) : mha_launch<32, 4, 128>(a, q, k, v, out, vec, s))
-                 : (nw2 ? mha_launch<32, 2, 64>(a, q, k, v, out, vec, s) : mha_launch<32, 4, 64>(a, q, k, v, out, vec, s));
-        break;
-    case 64:
-        *e = one ? (nw2 ? mha_launch<64, 2, 128>(a, q, k, v, out, vec, s) : mha_launch<64, 4, 128>(a, q, k, v, out, vec, s))
-                 : (nw2 ? mha_launch<64, 2, 64>(a, q, k, v, out, vec, s) : mha_launch<64, 4, 64>(a, q, k, v, out, vec, s));
-        break;
-    default:
-        *e = nw2 ? mha_launch<128, 2, 64>(a, q, k, v, out, vec, s) : mha_launch<128, 4, 64>(a, q, k, v, out, vec, s);
-        break;
+    case 32: *e = nw2 ? mha_launch<32, 2>(a, q, k, v, out, vec, s) : mha_launch<32, 4>(a, q, k, v, out, vec, s); break;
+    case 64: *e = nw2 ? mha_launch<64, 2>(a, q, k, v, out, vec, s) : mha_launch<64, 4>(a, q, k, v, out, vec, s); break;
+    default: *e = nw2 ? mha_launch<128, 2>(a, q, k, v, out, vec, s) : mha_launch<128, 4>(a, q, k, v, out, vec, s); break;
     }
     return 1;
 }
