@@ -422,8 +422,10 @@ typedef struct {
 
 /* ---- the algorithm of each cuBLASLt product, timed once per shape
  *
- * cuBLASLt's first heuristic pick is not its fastest at BERT's small M (128
- * rows at batch 1): of the first TBN_LT_CAND candidates, each is timed as
+ * cuBLASLt's first heuristic pick need not be its fastest for a given shape
+ * (on the H200, BERT-base f16: 1% of the engine's time at batch 8, nothing at
+ * batch 1, in 2026-12-01's runs): of the first TBN_LT_CAND candidates (a
+ * candidate must beat the earlier ones by 3%), each is timed as
  * the engine runs it, replayed from a CUDA graph of 5 products (eager timing
  * would measure the host: a product takes ~5 us on the GPU), into a scratch
  * output (the real output may be the residual), and the fastest is kept for
