@@ -887,6 +887,8 @@ static void compute_cases(void) {
         {2, {3, 7}, 1, {7}, 0, 0, 0, 0, "(3, 7) x (7)"},
         {4, {1, 12, 128, 64}, 4, {1, 12, 64, 128}, 0, 0, 0, 0, "attention scores"},
         {3, {1, 128, 768}, 2, {768, 768}, 0, 0, 1, 0, "BERT projection"},
+        /* f16: cuBLASLt's tanh-form epilogue (nn_backend.c gelu_tanh_ok), within the f16 bound of the erf form */
+        {3, {1, 128, 768}, 2, {768, 3072}, 0, 0, 1, TB_NN_ACT_GELU_ERF, "BERT FFN + bias, erf gelu"},
         {3, {2, 5, 9}, 3, {1, 9, 4}, 0, 0, 0, TB_NN_ACT_SIGMOID, "b batch 1 sigmoid"},
     };
     FOR_DT for (size_t k = 0; k < sizeof mm / sizeof mm[0]; k++) {
@@ -970,6 +972,199 @@ static void compute_cases(void) {
     }
 }
 
+/* A small f16 convolutional graph (a ResNet stem and block) run as one
+ * graph: on cuda the backend holds the activations between the
+ * convolutions, pools and adds channels-last (nn_layout.c) and transposes
+ * only at the graph's edges, so this checks that plan end to end (x
+ * channels-last into a 1x1 conv whose output is a graph output, a residual
+ * held channels-last, a binary Add tied to its inputs' layout, MaxPool and
+ * GlobalAveragePool reading channels-last), eagerly, captured and replayed,
+ * against the reference kernels chained in f32 on the f16 inputs. When
+ * cuDNN ran the convolutions, their info lines must say that x / y were
+ * held channels-last. Bound 1e-2 of the largest output: the device rounds
+ * each intermediate to f16 (five roundings deep), the reference does not. */
+static const char *test_dev = "cuda";
+enum { G_X, G_W1, G_B1, G_A, G_P, G_W2, G_B2, G_C, G_W3, G_B3, G_D, G_E, G_W4, G_B4, G_F, G_G, G_NV };
+static void layout_graph_case(void) {
+    static const int64_t dims[G_NV][4] = {
+        [G_X] = {2, 3, 12, 12}, [G_W1] = {16, 3, 3, 3}, [G_B1] = {16}, [G_A] = {2, 16, 12, 12},
+        [G_P] = {2, 16, 6, 6}, [G_W2] = {16, 16, 3, 3}, [G_B2] = {16}, [G_C] = {2, 16, 6, 6},
+        [G_W3] = {16, 16, 3, 3}, [G_B3] = {16}, [G_D] = {2, 16, 6, 6}, [G_E] = {2, 16, 6, 6},
+        [G_W4] = {32, 16, 1, 1}, [G_B4] = {32}, [G_F] = {2, 32, 3, 3}, [G_G] = {2, 16, 1, 1},
+    };
+    static const int rank[G_NV] = {4, 4, 1, 4, 4, 4, 1, 4, 4, 1, 4, 4, 4, 1, 4, 4};
+    tb_node nodes[7];
+    /* conv1 3x3 pad 1 + bias + relu; maxpool 3x3 s2 p1; conv2 + bias + relu;
+     * conv3 + bias + residual (pool), relu after; add (conv3, conv2); conv4
+     * 1x1 s2 + bias (graph output); global average pool (graph output) */
+    nodes[0] = N(TB_OP_CONV, 3, 1);
+    nodes[0].i[3] = nodes[0].i[4] = nodes[0].i[5] = nodes[0].i[6] = 1;
+    nodes[0].i[10] = TB_NN_ACT_RELU;
+    nodes[0].i[11] = TB_NN_HAS_BIAS;
+    nodes[0].in[0] = G_X, nodes[0].in[1] = G_W1, nodes[0].in[2] = G_B1, nodes[0].out[0] = G_A;
+    nodes[1] = N(TB_OP_MAXPOOL, 1, 1);
+    nodes[1].i[0] = nodes[1].i[1] = 3;
+    nodes[1].i[2] = nodes[1].i[3] = 2;
+    nodes[1].i[4] = nodes[1].i[5] = nodes[1].i[6] = nodes[1].i[7] = 1;
+    nodes[1].in[0] = G_A, nodes[1].out[0] = G_P;
+    nodes[2] = nodes[0];
+    nodes[2].in[0] = G_P, nodes[2].in[1] = G_W2, nodes[2].in[2] = G_B2, nodes[2].out[0] = G_C;
+    nodes[3] = N(TB_OP_CONV, 4, 1);
+    nodes[3].i[3] = nodes[3].i[4] = nodes[3].i[5] = nodes[3].i[6] = 1;
+    nodes[3].i[10] = TB_NN_ACT_RELU;
+    nodes[3].i[11] = TB_NN_HAS_BIAS | TB_NN_HAS_RESIDUAL | TB_NN_ACT_AFTER_RESIDUAL;
+    nodes[3].in[0] = G_C, nodes[3].in[1] = G_W3, nodes[3].in[2] = G_B3, nodes[3].in[3] = G_P, nodes[3].out[0] = G_D;
+    nodes[4] = N(TB_OP_NN_ADD, 2, 1);
+    nodes[4].in[0] = G_D, nodes[4].in[1] = G_C, nodes[4].out[0] = G_E;
+    nodes[5] = N(TB_OP_CONV, 3, 1);
+    nodes[5].i[1] = nodes[5].i[2] = 2;
+    nodes[5].i[11] = TB_NN_HAS_BIAS;
+    nodes[5].in[0] = G_E, nodes[5].in[1] = G_W4, nodes[5].in[2] = G_B4, nodes[5].out[0] = G_F;
+    nodes[6] = N(TB_OP_GLOBAL_AVGPOOL, 1, 1);
+    nodes[6].in[0] = G_E, nodes[6].out[0] = G_G;
+    const int n_nodes = 7;
+    int is_in[G_NV] = {[G_X] = 1, [G_W1] = 2, [G_B1] = 2, [G_W2] = 2, [G_B2] = 2, [G_W3] = 2, [G_B3] = 2,
+                       [G_W4] = 2, [G_B4] = 2};
+    tb_view rv[G_NV], gv[G_NV];
+    void *ref[G_NV] = {0}, *host[G_NV] = {0}, *dev[G_NV] = {0};
+    tb_value vals[G_NV];
+    memset(vals, 0, sizeof vals);
+    memset(rv, 0, sizeof rv);
+    memset(gv, 0, sizeof gv);
+    for (int v = 0; v < G_NV; v++) {
+        int64_t ne = nel(rank[v], dims[v]);
+        ref[v] = calloc((size_t)ne, 4);
+        host[v] = calloc((size_t)ne, 2);
+        rv[v] = (tb_view){TB_F32, rank[v], {0}, ref[v]};
+        gv[v] = (tb_view){TB_F16, rank[v], {0}, NULL};
+        memcpy(rv[v].dims, dims[v], sizeof(int64_t) * (size_t)rank[v]);
+        memcpy(gv[v].dims, dims[v], sizeof(int64_t) * (size_t)rank[v]);
+        if (is_in[v]) {
+            double sc = v == G_X ? 1.0 : rank[v] == 1 ? 0.2 : 0.3;
+            for (int64_t i = 0; i < ne; i++) {
+                put_d(TB_F16, host[v], i, sc * (2 * urand() - 1));
+                ((float *)ref[v])[i] = (float)get_d(TB_F16, host[v], i);
+            }
+        }
+        snprintf(vals[v].name, sizeof vals[v].name, "v%d", v);
+        vals[v].kind = is_in[v] == 1 ? TB_VAL_INPUT : is_in[v] == 2 ? TB_VAL_WEIGHT : TB_VAL_ACT;
+        vals[v].dtype = TB_F16;
+        vals[v].rank = rank[v];
+        memcpy(vals[v].dims, dims[v], sizeof(int64_t) * (size_t)rank[v]);
+    }
+    n_cases++;
+    int ok = 1;
+    char why[200] = "";
+    for (int k = 0; k < n_nodes && ok; k++) {
+        const tb_op_def *def = tb_op_get_def(nodes[k].op);
+        tb_view in[4];
+        for (int j = 0; j < nodes[k].n_in; j++) in[j] = rv[nodes[k].in[j]];
+        if (!def || !def->ref || def->ref(&nodes[k], in, nodes[k].n_in, &rv[nodes[k].out[0]], 1) != TB_OK) {
+            snprintf(why, sizeof why, "reference of node %d: %s", k, tb_last_error());
+            ok = 0;
+        }
+    }
+    tb_graph g;
+    memset(&g, 0, sizeof g);
+    g.values = vals;
+    g.n_values = g.cap_values = G_NV;
+    g.nodes = nodes;
+    g.n_nodes = g.cap_nodes = n_nodes;
+    g.output = -1;
+    g.inputs[g.n_inputs++] = G_X;
+    g.outputs[g.n_outputs++] = G_F;
+    g.outputs[g.n_outputs++] = G_G;
+    tb_backend *b = NULL, *keep = B;
+    if (ok && tb_backend_create(test_dev, 1, 0, &b) != TB_OK) {
+        snprintf(why, sizeof why, "backend: %s", tb_last_error());
+        ok = 0;
+    }
+    B = b;
+    void *bufs[G_NV];
+    for (int v = 0; ok && v < G_NV; v++) {
+        size_t bytes = (size_t)nel(rank[v], dims[v]) * 2;
+        dev[v] = b->iface->alloc(b, bytes);
+        bufs[v] = dev[v];
+        if (is_in[v]) copy_to(dev[v], host[v], bytes);
+    }
+    for (int k = 0; ok && k < n_nodes; k++)
+        if (!b->iface->supports_op(b, &g, &nodes[k])) {
+            snprintf(why, sizeof why, "node %d not supported", k);
+            ok = 0;
+        }
+    tb_step st;
+    memset(&st, 0, sizeof st);
+    st.views = gv;
+    double err = 0;
+    int held = 0, cudnn_lines = 0;
+    for (int run = 0; run < 3 && ok; run++) {
+        for (int o = 0; o < g.n_outputs; o++) {
+            int v = g.outputs[o];
+            size_t bytes = (size_t)nel(rank[v], dims[v]) * 2;
+            memset(host[v], 0xff, bytes);
+            copy_to(dev[v], host[v], bytes);
+        }
+        if (run == 0) log_capture_begin();
+        tb_status s = b->iface->run_begin(b, &g, bufs, &st);
+        for (int k = 0; s == TB_OK && k < n_nodes; k++) s = b->iface->run_node(b, &g, &nodes[k], bufs, &st);
+        if (s == TB_OK) s = b->iface->run_end(b, &g, bufs, &st);
+        if (run == 0 && cap_file) { /* the convolutions' paths */
+            fflush(stderr);
+            rewind(cap_file);
+            char line[1024];
+            while (fgets(line, sizeof line, cap_file)) {
+                cudnn_lines += strstr(line, ": cudnn") != NULL;
+                held += strstr(line, "held channels-last") != NULL && strstr(line, ": cudnn") != NULL;
+            }
+        }
+        if (run == 0) log_capture_end();
+        if (s != TB_OK) {
+            snprintf(why, sizeof why, "run %d: %s", run, tb_last_error());
+            ok = 0;
+            break;
+        }
+        for (int o = 0; o < g.n_outputs && ok; o++) {
+            int v = g.outputs[o];
+            int64_t ne = nel(rank[v], dims[v]);
+            copy_from(host[v], dev[v], (size_t)ne * 2);
+            double mx = 0, d = 0;
+            for (int64_t i = 0; i < ne; i++) {
+                double r = ((float *)ref[v])[i], x = get_d(TB_F16, host[v], i), e = fabs(x - r);
+                if (fabs(r) > mx) mx = fabs(r);
+                if (e != e) e = INFINITY;
+                if (e > d) d = e;
+            }
+            double er = d / (mx > 0 ? mx : 1);
+            if (er > err) err = er;
+        }
+        if (!(err <= 1e-2)) {
+            snprintf(why, sizeof why, "run %d (%s): error %.3g", run, run == 0 ? "eager" : run == 1 ? "captured" : "replayed",
+                     err);
+            ok = 0;
+        }
+    }
+    /* every convolution here reads or writes a held activation (conv1 y, conv2 and conv3 both, conv4 x) */
+    if (ok && held < cudnn_lines) {
+        snprintf(why, sizeof why, "cuDNN ran %d convolutions, %d of them with activations held channels-last (want all)",
+                 cudnn_lines, held);
+        ok = 0;
+    }
+    printf("  %-18s %-3s %-44s %s err %.2e, %d/%d cudnn convolutions channels-last%s%s\n", "graph", "f16",
+           "stem + block, channels-last between convs", ok ? "ok  " : "FAIL", err, held, cudnn_lines, ok ? "" : ": ",
+           why);
+    if (!ok) {
+        n_fail++;
+        tb_test_failures++;
+    }
+    for (int v = 0; v < G_NV; v++) {
+        if (dev[v]) b->iface->free(b, dev[v]);
+        free(ref[v]);
+        free(host[v]);
+    }
+    if (b) tb_backend_free(b);
+    B = keep;
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     /* TURBINE_TEST_DEVICE=cpu runs the same cases on the CPU backend (a
@@ -977,6 +1172,7 @@ int main(void) {
     const char *want = getenv("TURBINE_TEST_DEVICE");
     int need = want && (!strncmp(want, "cuda", 4) || !strcmp(want, "cpu"));
     const char *dev = need ? want : "cuda";
+    test_dev = dev;
     if (tb_backend_create(dev, 1, 0, &B) != TB_OK) {
         printf("%s: %s (%s)\n", dev, need ? "FAILED" : "not present, test_nn_cuda skipped", tb_last_error());
         CHECK_MSG(!need, "TURBINE_TEST_DEVICE=%s but the backend cannot be created", want);
@@ -999,6 +1195,7 @@ int main(void) {
     pool_resize_cases();
     compute_cases();
     conv_cases(on_cuda && off && !strcmp(off, "0") ? 1 : 0);
+    if (on_cuda) layout_graph_case();
     if (on_cuda && !(off && !strcmp(off, "0"))) {
         /* the same convolutions on a backend with cuDNN off (the im2col
          * path), then, after a forced first pass, on one that times both

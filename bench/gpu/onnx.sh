@@ -27,7 +27,8 @@
 #              (TB_OPT_SKIP), benched interleaved with the default engine (GPU
 #              time and the captured graph's node count), outputs compared
 # Env: TB_PREBUILT (folder with turbine and libturbine_cuda.so), OUT,
-# TB_SKIP_NODES, TB_SKIP_TIMING, TB_F16, TB_TORCH_DTYPES (PyTorch baselines, default "f32 f16").
+# TB_SKIP_NODES, TB_SKIP_TIMING, TB_F16, TB_TORCH_DTYPES (PyTorch baselines, default "f32 f16"),
+# TB_DTYPES (turbine engines timed in step 4, default "f32" and "f16" with TB_F16).
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$SRC/bench/out/gpu-onnx}
@@ -60,7 +61,7 @@ if [ -z "${TB_SKIP_TIMING:-}" ]; then
     say "== 4. timing"
     $PY "$SRC/tests/onnx/make_models.py" "$W/big" --models bert,resnet18 --opsets 17 --no-data >> "$LOG" 2>&1 ||
         say "FAIL: big exports"
-    for DT in f32 ${TB_F16:+f16}; do
+    for DT in ${TB_DTYPES:-f32 ${TB_F16:+f16}}; do
         $T build "$W/big/bert_opset17/model.onnx" -o "$W/bert_$DT.engine" --device cuda --dtype $DT \
             --min-shapes input_ids:1x128,attention_mask:1x128 --opt-shapes input_ids:8x128,attention_mask:8x128 \
             --max-shapes input_ids:8x128,attention_mask:8x128 >> "$LOG" 2>&1 || say "FAIL: build bert $DT"

@@ -446,6 +446,7 @@ static tb_status cuda_load_weights(tb_backend *b, const tb_graph *g, void **bufs
                              tb_dtype_name(d), g->values[i].name);
     }
     CU_TRY(cudaSetDevice(c->device), "cudaSetDevice");
+    tbn_cudnn_weights_reset(&c->nn); /* channels-last copies of the old weights */
     size_t total = 0;
     for (int i = 0; i < g->n_values; i++)
         if (g->values[i].kind == TB_VAL_WEIGHT) total += (g->values[i].nbytes + 255) / 256 * 256;
@@ -1162,6 +1163,7 @@ static tb_status cuda_run_begin(tb_backend *b, const tb_graph *g, void *const *b
     if (c->nn_mode == RUN_CAPTURE) nn_capture_abort(c); /* a run that never ended */
     c->nn_mode = RUN_EAGER;
     c->nn_cur = NULL;
+    tbn_layout_plan(&c->nn, g); /* which activations this run holds channels-last */
     if (!c->use_graphs || !st || !st->views) return TB_OK;
     if (c->nn.grew) { /* scratch moved: every capture points at freed memory */
         for (int i = 0; i < c->n_nn_graphs; i++)

@@ -137,6 +137,12 @@ tb_status tbn_grow(tbn_ctx *x, void **p, size_t *have, size_t need, const char *
 void tbn_ctx_free(tbn_ctx *x) {
     if (!x) return;
     tbn_cudnn_free(x);
+    tbn_layout_free(x);
+    cudaFree(x->lx);
+    cudaFree(x->ly);
+    cudaFree(x->lr);
+    x->lx = x->ly = x->lr = NULL;
+    x->lx_bytes = x->ly_bytes = x->lr_bytes = 0;
     if (x->lt) cublasLtDestroy(x->lt);
     x->lt = NULL;
     cudaFree(x->lt_ws);
@@ -144,6 +150,9 @@ void tbn_ctx_free(tbn_ctx *x) {
     cudaFree(x->acc);
     cudaFree(x->col);
     x->acc = x->col = NULL;
+    free(x->lt_picks);
+    x->lt_picks = NULL;
+    x->n_lt_picks = x->cap_lt_picks = 0;
     x->acc_bytes = x->col_bytes = 0;
 }
 
@@ -411,6 +420,109 @@ typedef struct {
     int act;                 /* TB_NN_ACT_NONE / RELU / GELU_TANH */
 } lt_epi;
 
+/* ---- the algorithm of each cuBLASLt product, timed once per shape
+ *
+ * cuBLASLt's first heuristic pick need not be its fastest for a given shape
+ * (on the H200, BERT-base f16: 1% of the engine's time at batch 8, nothing at
+ * batch 1, in 2026-12-01's runs): of the first TBN_LT_CAND candidates (a
+ * candidate must beat the earlier ones by 3%), each is timed as
+ * the engine runs it, replayed from a CUDA graph of 5 products (eager timing
+ * would measure the host: a product takes ~5 us on the GPU), into a scratch
+ * output (the real output may be the residual), and the fastest is kept for
+ * that shape (lt_picks). Ties keep the heuristic's order. TB_CUDA_LT_TUNE=0:
+ * the first candidate, untimed. A shape first seen while capturing takes the
+ * first candidate and is not remembered. */
+#define TBN_LT_CAND 24
+
+static uint64_t lt_key(int64_t M, int64_t N, int64_t K, int ta, int tb, tb_dtype dt, int64_t batch, int64_t sA,
+                       int64_t sB, int epi, int res) {
+    uint64_t v[11] = {(uint64_t)M, (uint64_t)N, (uint64_t)K, (uint64_t)ta, (uint64_t)tb, (uint64_t)dt,
+                      (uint64_t)batch, (uint64_t)sA, (uint64_t)sB, (uint64_t)epi, (uint64_t)res};
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (int i = 0; i < 11; i++) {
+        h ^= v[i] + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+static int lt_picks_grow(tbn_ctx *x) {
+    int nc = x->cap_lt_picks ? 2 * x->cap_lt_picks : 32;
+    void *p = realloc(x->lt_picks, sizeof *x->lt_picks * (size_t)nc);
+    if (!p) return 0;
+    x->lt_picks = p;
+    x->cap_lt_picks = nc;
+    return 1;
+}
+
+static int lt_tune_on(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *e = getenv("TB_CUDA_LT_TUNE");
+        on = !(e && !strcmp(e, "0"));
+    }
+    return on;
+}
+
+/* the index of the fastest of h[0, n) (0 when untimed or on any failure) */
+static int lt_time(tbn_ctx *x, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
+                   cublasLtMatrixLayout_t lc, const cublasLtMatmulHeuristicResult_t *h, int n, float alpha,
+                   float beta, const void *A, const void *B, const void *res, int64_t ybytes) {
+    if (n < 2 || !lt_tune_on()) return 0;
+    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    cudaStreamIsCapturing(x->stream, &cs);
+    if (cs != cudaStreamCaptureStatusNone) return 0;
+    /* the scratch output: the f32 product scratch, grown eagerly here */
+    if (grow(x, (void **)&x->acc, &x->acc_bytes, (size_t)ybytes + 256, "matmul scratch") != TB_OK) {
+        cudaGetLastError();
+        return 0;
+    }
+    void *D = x->acc;
+    const void *C = res ? res : D;
+    cudaEvent_t a = NULL, b = NULL;
+    int best = 0;
+    float best_ms = -1;
+    if (cudaEventCreate(&a) != cudaSuccess || cudaEventCreate(&b) != cudaSuccess) goto done;
+    for (int i = 0; i < n; i++) {
+        if (h[i].state != CUBLAS_STATUS_SUCCESS || h[i].workspaceSize > TBN_LT_WS) continue;
+        /* one eager product first: a candidate that refuses is skipped */
+        if (cublasLtMatmul(x->lt, op, &alpha, B, la, A, lb, &beta, C, lc, D, lc, &h[i].algo, x->lt_ws, TBN_LT_WS,
+                           x->stream) != CUBLAS_STATUS_SUCCESS)
+            continue;
+        cudaGraph_t gr = NULL;
+        cudaGraphExec_t ge = NULL;
+        float ms = -1;
+        if (cudaStreamSynchronize(x->stream) == cudaSuccess &&
+            cudaStreamBeginCapture(x->stream, cudaStreamCaptureModeRelaxed) == cudaSuccess) {
+            int okc = 1;
+            for (int r = 0; r < 5 && okc; r++)
+                okc = cublasLtMatmul(x->lt, op, &alpha, B, la, A, lb, &beta, C, lc, D, lc, &h[i].algo, x->lt_ws,
+                                     TBN_LT_WS, x->stream) == CUBLAS_STATUS_SUCCESS;
+            cudaError_t ce = cudaStreamEndCapture(x->stream, &gr);
+            if (okc && ce == cudaSuccess && gr && cudaGraphInstantiate(&ge, gr, 0) == cudaSuccess &&
+                cudaGraphLaunch(ge, x->stream) == cudaSuccess && cudaEventRecord(a, x->stream) == cudaSuccess &&
+                cudaGraphLaunch(ge, x->stream) == cudaSuccess && cudaEventRecord(b, x->stream) == cudaSuccess &&
+                cudaEventSynchronize(b) == cudaSuccess && cudaEventElapsedTime(&ms, a, b) == cudaSuccess)
+                ms /= 5;
+            else
+                ms = -1;
+        }
+        cudaGetLastError();
+        if (ge) cudaGraphExecDestroy(ge);
+        if (gr) cudaGraphDestroy(gr);
+        if (ms < 0) { /* the capture failed: keep the heuristic's choice */
+            best = 0;
+            break;
+        }
+        if (best_ms < 0 || ms < best_ms * 0.97f) { best = i; best_ms = ms; }
+    }
+done:
+    cudaGetLastError();
+    if (a) cudaEventDestroy(a);
+    if (b) cudaEventDestroy(b);
+    return best;
+}
+
 /* 1: done; 0: not for cuBLASLt (the caller runs the plain path);
  * an error only when the launch itself failed */
 static int gemm_lt(tbn_ctx *x, int64_t M, int64_t N, int64_t K, int ta, int tb, const void *A, int64_t sA,
@@ -471,13 +583,28 @@ static int gemm_lt(tbn_ctx *x, int64_t M, int64_t N, int64_t K, int ta, int tb, 
     if (cublasLtMatmulPreferenceCreate(&pref) ||
         cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws))
         goto out;
-    cublasLtMatmulHeuristicResult_t h;
-    int nres = 0;
-    if (cublasLtMatmulAlgoGetHeuristic(x->lt, op, la, lb, lc, lc, pref, 1, &h, &nres) != CUBLAS_STATUS_SUCCESS ||
-        nres < 1)
-        goto out;
     float beta = e->res ? 1.0f : 0.0f;
-    cublasStatus_t bs = cublasLtMatmul(x->lt, op, &alpha, B, la, A, lb, &beta, e->res ? e->res : Y, lc, Y, lc, &h.algo,
+    uint64_t key = lt_key(M, N, K, ta, tb, dt, batch, sA, sB, epi, e->res != NULL);
+    const cublasLtMatmulAlgo_t *algo = NULL;
+    for (int i = 0; i < x->n_lt_picks && !algo; i++)
+        if (x->lt_picks[i].key == key) algo = &x->lt_picks[i].algo;
+    cublasLtMatmulHeuristicResult_t h[TBN_LT_CAND];
+    if (!algo) {
+        int nres = 0;
+        if (cublasLtMatmulAlgoGetHeuristic(x->lt, op, la, lb, lc, lc, pref, TBN_LT_CAND, h, &nres) !=
+                CUBLAS_STATUS_SUCCESS || nres < 1)
+            goto out;
+        int best = lt_time(x, op, la, lb, lc, h, nres, alpha, beta, A, B, e->res, M * N * batch * (dt == TB_F16 ? 2 : 4));
+        algo = &h[best].algo;
+        enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+        cudaStreamIsCapturing(x->stream, &cs);
+        if (cs == cudaStreamCaptureStatusNone && (x->n_lt_picks < x->cap_lt_picks || lt_picks_grow(x))) {
+            x->lt_picks[x->n_lt_picks].key = key;
+            x->lt_picks[x->n_lt_picks].algo = h[best].algo;
+            x->n_lt_picks++;
+        }
+    }
+    cublasStatus_t bs = cublasLtMatmul(x->lt, op, &alpha, B, la, A, lb, &beta, e->res ? e->res : Y, lc, Y, lc, algo,
                                        x->lt_ws, TBN_LT_WS, x->stream);
     /* a refusal (checked before anything is enqueued): the plain path */
     if (bs == CUBLAS_STATUS_NOT_SUPPORTED || bs == CUBLAS_STATUS_INVALID_VALUE) goto out;
@@ -494,14 +621,32 @@ out:
     return done;
 }
 
+/* Whether the erf GELU of an f16 output may run as cuBLASLt's tanh form:
+ * the two differ by at most 4.8e-4 (at x = 2.70, where the output 2.69 has
+ * an f16 spacing of 2^-9 = 1.95e-3), below the output's own rounding
+ * wherever |y| >= 0.25 and a few f16 ulps of the small tail values, while it
+ * saves the f32 product, its round trip and one launch per FFN.
+ * TB_CUDA_GELU_EXACT=1 keeps the erf form (the epilogue kernel). f32
+ * outputs always keep it. */
+static int gelu_tanh_ok(void) {
+    static int ok = -1;
+    if (ok < 0) {
+        const char *e = getenv("TB_CUDA_GELU_EXACT");
+        ok = !(e && !strcmp(e, "1"));
+    }
+    return ok;
+}
+
 /* Whether epilogue e of an output of dtype dt is one cuBLASLt fuses. */
 static int lt_epi_of(const tbn_epi_args *e, tb_dtype dt, lt_epi *l) {
-    if (e->act != TB_NN_ACT_NONE && e->act != TB_NN_ACT_RELU && e->act != TB_NN_ACT_GELU_TANH) return 0;
+    int act = e->act;
+    if (act == TB_NN_ACT_GELU_ERF && dt == TB_F16 && gelu_tanh_ok()) act = TB_NN_ACT_GELU_TANH;
+    if (act != TB_NN_ACT_NONE && act != TB_NN_ACT_RELU && act != TB_NN_ACT_GELU_TANH) return 0;
     if (e->bias && (e->bdt != (int)dt || e->beta != 1.0f || e->bs_m != 0 || e->bs_n != 1)) return 0;
-    if (e->res && (e->rdt != (int)dt || (e->act != TB_NN_ACT_NONE && !e->after_res))) return 0;
+    if (e->res && (e->rdt != (int)dt || (act != TB_NN_ACT_NONE && !e->after_res))) return 0;
     l->bias = e->bias;
     l->res = e->res;
-    l->act = e->act;
+    l->act = act;
     return 1;
 }
 
@@ -708,8 +853,49 @@ static tb_status conv_im2col(void *arg) {
     return run_epilogue(x, &e, o, acc, ob);
 }
 
-static tb_status run_conv(tbn_ctx *x, const tb_node *n, const tb_view *in, int n_in, const tb_view *o,
-                          const void *const *ib, void *ob) {
+/* (N, C, HW) <-> (N, HW, C), elements of es bytes */
+static tb_status relayout(tbn_ctx *x, void *out, const void *in, int64_t n, int64_t c, int64_t hw, int es, int to_last) {
+    int64_t od[3], st[3];
+    if (to_last) { od[0] = n, od[1] = hw, od[2] = c; st[0] = c * hw, st[1] = 1, st[2] = hw; }
+    else { od[0] = n, od[1] = c, od[2] = hw; st[0] = c * hw, st[1] = 1, st[2] = c; }
+    CU(tbn_strided_copy(out, in, 3, od, st, 0, es, x->stream), "layout copy launch");
+    return TB_OK;
+}
+
+/* A convolution whose x, y or residual the graph holds channels-last
+ * (nn_layout.c) that cuDNN would not run: im2col over (N, C, H, W) copies,
+ * its output copied back channels-last. */
+static tb_status conv_held_im2col(conv_im2col_args *ca, int lay, int ri) {
+    tbn_ctx *x = ca->x;
+    const tbn_conv_geom *g = ca->g;
+    const tb_view *xv = &ca->in[0], *o = ca->o;
+    size_t es = dt_size(xv->dtype), xb = (size_t)numel(xv) * es, yb = (size_t)numel(o) * es;
+    const void *ib2[TB_MAX_INPUTS];
+    for (int k = 0; k < TB_MAX_INPUTS; k++) ib2[k] = ca->ib[k];
+    if (lay & TBN_LAY_X) {
+        TB_TRY(grow(x, &x->lx, &x->lx_bytes, xb, "layout scratch"));
+        TB_TRY(relayout(x, x->lx, ca->ib[0], g->n, g->c, g->h * g->w, (int)es, 0));
+        ib2[0] = x->lx;
+    }
+    if ((lay & TBN_LAY_R) && ri >= 0) {
+        TB_TRY(grow(x, &x->lr, &x->lr_bytes, yb, "layout scratch"));
+        TB_TRY(relayout(x, x->lr, ca->ib[ri], g->n, ca->M, g->oh * g->ow, (int)es, 0));
+        ib2[ri] = x->lr;
+    }
+    tbn_epi_args e = *ca->e;
+    if (ri >= 0) e.res = ib2[ri];
+    conv_im2col_args c2 = *ca;
+    c2.ib = ib2;
+    c2.e = &e;
+    if (!(lay & TBN_LAY_Y)) return conv_im2col(&c2);
+    TB_TRY(grow(x, &x->ly, &x->ly_bytes, yb, "layout scratch"));
+    c2.ob = x->ly;
+    TB_TRY(conv_im2col(&c2));
+    return relayout(x, ca->ob, x->ly, g->n, ca->M, g->oh * g->ow, (int)es, 1);
+}
+
+static tb_status run_conv(tbn_ctx *x, const tb_graph *gr, const tb_node *n, const tb_view *in, int n_in,
+                          const tb_view *o, const void *const *ib, void *ob) {
     const tb_view *xv = &in[0], *wv = &in[1];
     const int32_t *at = n->i;
     int r4 = xv->rank == 4;
@@ -748,8 +934,12 @@ static tb_status run_conv(tbn_ctx *x, const tb_node *n, const tb_view *in, int n
     if (bi >= 0) { e.bias = ib[bi]; e.bdt = in[bi].dtype; e.ncols = ohw; e.bs_m = 1; e.bmod = M; }
     if (ri >= 0) { e.res = ib[ri]; e.rdt = in[ri].dtype; }
     conv_im2col_args ca = {x, in, o, ib, ob, &g, M, pb, pr, group, &e};
+    int lay = (tbn_nhwc(x, gr, n->in[0]) ? TBN_LAY_X : 0) | (tbn_nhwc(x, gr, n->out[0]) ? TBN_LAY_Y : 0) |
+              (ri >= 0 && tbn_nhwc(x, gr, n->in[ri]) ? TBN_LAY_R : 0);
+    int w_const = gr->values[n->in[1]].kind == TB_VAL_WEIGHT;
     tb_status ds;
-    if (tbn_conv_cudnn(x, in, o, ib, ob, &g, M, pb, pr, group, &e, conv_im2col, &ca, &ds)) return ds;
+    if (tbn_conv_cudnn(x, in, o, ib, ob, &g, M, pb, pr, group, &e, conv_im2col, &ca, lay, w_const, &ds)) return ds;
+    if (lay) return conv_held_im2col(&ca, lay, ri);
     return conv_im2col(&ca);
 }
 
@@ -1230,17 +1420,24 @@ tb_status tbn_run_node(tbn_ctx *x, const tb_graph *g, const tb_node *n, void *co
             .is_max = n->op == TB_OP_MAXPOOL, .incl = n->i[11], .dt = in[0].dtype, .planes = gm.n * gm.c,
             .h = gm.h, .w = gm.w, .oh = gm.oh, .ow = gm.ow, .kh = gm.kh, .kw = gm.kw, .sh = gm.sh, .sw = gm.sw,
             .dh = gm.dh, .dw = gm.dw, .pt = gm.pt, .pl = gm.pl, .pb = gm.pb, .pr = gm.pr,
+            .nhwc = tbn_nhwc(x, g, n->in[0]), .c = gm.c,
         };
         CU(tbn_pool(&a, ib[0], ob, s), "pool launch");
         return TB_OK;
     }
     case TB_OP_GLOBAL_AVGPOOL:
+        if (tbn_nhwc(x, g, n->in[0])) { /* (N, HW, C) in, (N, C) out */
+            CU(tbn_global_avgpool_nhwc(ib[0], ob, o->dtype, in[0].dims[0], in[0].dims[1],
+                                       prod(in[0].dims + 2, in[0].rank - 2), s),
+               "global average pool launch");
+            return TB_OK;
+        }
         CU(tbn_global_avgpool(ib[0], ob, o->dtype, in[0].dims[0] * in[0].dims[1],
                               prod(in[0].dims + 2, in[0].rank - 2), s),
            "global average pool launch");
         return TB_OK;
     case TB_OP_CONV:
-        return run_conv(x, n, in, n_in, o, ib, ob);
+        return run_conv(x, g, n, in, n_in, o, ib, ob);
     case TB_OP_GEMM:
         return run_gemm(x, n, in, n_in, o, ib, ob);
     case TB_OP_NN_MATMUL:

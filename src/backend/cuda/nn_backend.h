@@ -12,6 +12,15 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 
+/* which activations a graph's run holds channels-last (nn_layout.c) */
+typedef struct {
+    const tb_graph *g;       /* the graph planned (with its nodes, counts) */
+    const tb_node *nodes;
+    int n_nodes, n_values;
+    uint8_t *nhwc;           /* per value: 1 held (N, H, W, C)           */
+    int cap, n_nhwc;
+} tbn_layout;
+
 typedef struct {
     cudaStream_t stream;     /* the backend's stream and cuBLAS handle */
     cublasHandle_t blas;
@@ -23,7 +32,12 @@ typedef struct {
     cublasLtHandle_t lt;     /* matmuls with a fused epilogue           */
     void *lt_ws;             /* its workspace (TBN_LT_WS bytes)         */
     int lt_off;              /* TB_CUDA_LT=0: the epilogue kernel always */
+    struct { uint64_t key; cublasLtMatmulAlgo_t algo; } *lt_picks; /* timed algorithm per shape */
+    int n_lt_picks, cap_lt_picks;
     void *dnn;               /* cuDNN convolutions (nn_cudnn.c), or NULL */
+    tbn_layout lay;          /* channels-last activations (nn_layout.c) */
+    void *lx, *ly, *lr;      /* (N, C, H, W) copies for a channels-last conv on im2col */
+    size_t lx_bytes, ly_bytes, lr_bytes;
 } tbn_ctx;
 
 /* Whether the backend runs node n (a general op) with its graph dtypes. */
@@ -40,9 +54,29 @@ tb_status tbn_grow(tbn_ctx *x, void **p, size_t *have, size_t need, const char *
  * bottom / right ones); ep: the fused epilogue as the im2col path has it;
  * im2col(arg) runs the im2col path (timed against cuDNN on a geometry's
  * first run). */
+/* lay: TBN_LAY_X / _Y / _R when x / y / the residual are held
+ * channels-last (nn_layout.c; the residual as y); then the convolution runs
+ * channels-last on cuDNN without timing the other paths, and 0 (cuDNN
+ * refused) leaves the caller to run im2col over (N, C, H, W) copies. w_const:
+ * the weights are the engine's (their channels-last copy is kept until
+ * tbn_cudnn_weights_reset). */
+#define TBN_LAY_X 1
+#define TBN_LAY_Y 2
+#define TBN_LAY_R 4
 int tbn_conv_cudnn(tbn_ctx *x, const tb_view *in, const tb_view *o, const void *const *ib, void *ob,
                    const tbn_conv_geom *g, int64_t M, int pb, int pr, int group, tbn_epi_args *ep,
-                   tb_status (*im2col)(void *), void *im2col_arg, tb_status *st);
+                   tb_status (*im2col)(void *), void *im2col_arg, int lay, int w_const, tb_status *st);
 void tbn_cudnn_free(tbn_ctx *x);
+/* the engine's weights are about to change: channels-last copies dropped */
+void tbn_cudnn_weights_reset(tbn_ctx *x);
+/* whether channels-last convolutions can run (cuDNN loaded, not turned off) */
+int tbn_cudnn_nhwc_ok(tbn_ctx *x);
+
+/* The channels-last plan of graph g (nn_layout.c): made by run_begin, and
+ * again by tbn_nhwc when another graph runs without it. */
+void tbn_layout_plan(tbn_ctx *x, const tb_graph *g);
+/* whether value v of graph g is held (N, H, W, C) */
+int tbn_nhwc(tbn_ctx *x, const tb_graph *g, int v);
+void tbn_layout_free(tbn_ctx *x);
 
 #endif /* TB_CUDA_NN_BACKEND_H */

@@ -129,9 +129,13 @@ typedef struct {
     int is_max, incl, dt;
     int64_t planes, h, w, oh, ow;
     int kh, kw, sh, sw, dh, dw, pt, pl, pb, pr;
+    int nhwc;                    /* x (N, H, W, C) and y (N, OH, OW, C): channels-last (nn_layout.c) */
+    int64_t c;                   /* C (planes = N * C), read when nhwc */
 } tbn_pool_args;
 cudaError_t tbn_pool(const tbn_pool_args *a, const void *x, void *y, cudaStream_t s);
 cudaError_t tbn_global_avgpool(const void *x, void *y, int dt, int64_t planes, int64_t sp, cudaStream_t s);
+/* x (N, sp, C) channels-last -> y (N, C) */
+cudaError_t tbn_global_avgpool_nhwc(const void *x, void *y, int dt, int64_t n, int64_t c, int64_t sp, cudaStream_t s);
 
 /* ---- compute */
 

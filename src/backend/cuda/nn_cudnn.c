@@ -59,6 +59,7 @@ typedef struct {
     int xdt, ydt, bdt, rdt;      /* -1: absent */
     int act, after_res;
     float p0, p1;
+    int lay;                     /* TBN_LAY_*: held channels-last by the graph's plan */
 } conv_key;
 
 typedef struct {
@@ -85,6 +86,9 @@ typedef struct {
     void *xs, *ys, *rs;          /* nhwc: x, y and the residual in channels-last */
     size_t xs_bytes, ys_bytes, rs_bytes;
     int nhwc_off, nhwc_force;    /* TB_CUDA_CUDNN_NHWC=0 / =1 (taken wherever it runs) */
+    struct { const void *src; void *dst; size_t bytes; } *wc; /* the engine's weights as (M, kh, kw, C) */
+    int n_wc, cap_wc;
+    int w_const;                 /* the convolution being run reads the engine's weights */
 } dnn_state;
 
 static const char *algo_name(int a) {
@@ -129,6 +133,8 @@ void tbn_cudnn_free(tbn_ctx *x) {
     for (int i = 0; i < d->n; i++) entry_free(d->api, &d->e[i]);
     free(d->e);
     if (d->h && d->api) d->api->Destroy(d->h);
+    tbn_cudnn_weights_reset(x);
+    free(d->wc);
     cudaFree(d->ws);
     cudaFree(d->xs);
     cudaFree(d->ys);
@@ -155,15 +161,29 @@ static dnn_state *state(tbn_ctx *x) {
     return d;
 }
 
+void tbn_cudnn_weights_reset(tbn_ctx *x) {
+    dnn_state *d = x->dnn;
+    if (!d) return;
+    if (d->n_wc && x->stream) cudaStreamSynchronize(x->stream);
+    for (int i = 0; i < d->n_wc; i++) cudaFree(d->wc[i].dst);
+    d->n_wc = 0;
+}
+
+int tbn_cudnn_nhwc_ok(tbn_ctx *x) {
+    dnn_state *d = state(x);
+    return d && d->api && !d->off && !d->nhwc_off;
+}
+
 static void describe(const conv_key *k, char *buf, size_t n) {
     snprintf(buf, n,
              "Conv x (%lld, %lld, %lld, %lld) w (%lld, %lld, %d, %d) -> (%lld, %lld, %lld, %lld) group %d stride "
-             "%dx%d pad %dx%d dil %dx%d %s%s%s%s act %s",
+             "%dx%d pad %dx%d dil %dx%d %s%s%s%s act %s%s%s%s",
              (long long)k->n, (long long)k->c, (long long)k->h, (long long)k->w, (long long)k->m,
              (long long)(k->c / k->group), k->kh, k->kw, (long long)k->n, (long long)k->m, (long long)k->oh,
              (long long)k->ow, k->group, k->sh, k->sw, k->ph, k->pw, k->dh, k->dw, k->xdt == TB_F16 ? "f16" : "f32",
              k->bdt >= 0 ? " +bias" : "", k->rdt >= 0 ? " +residual" : "",
-             k->rdt >= 0 ? (k->after_res ? " (before act)" : " (after act)") : "", act_name(k->act));
+             k->rdt >= 0 ? (k->after_res ? " (before act)" : " (after act)") : "", act_name(k->act),
+             k->lay ? " held channels-last:" : "", k->lay & TBN_LAY_X ? " x" : "", k->lay & TBN_LAY_Y ? " y" : "");
 }
 
 static tb_status dnn_fail(cudnnStatus_t s, const char *what) {
@@ -270,6 +290,46 @@ static tb_status to_nchw(tbn_ctx *x, void *out, const void *in, int64_t n, int64
     return ce == cudaSuccess ? TB_OK : tb_errorf(TB_ERR_INTERNAL, "cuda: nchw copy: %s", cudaGetErrorString(ce));
 }
 
+/* Entry e's weights wb as (M, kh, kw, C): the engine's weights are
+ * transposed once and kept (tbn_cudnn_weights_reset drops them when the
+ * engine's weights change); others (and a first sight inside a capture,
+ * where nothing is allocated) are transposed into the entry's buffer on
+ * every run. */
+static tb_status nhwc_weights(tbn_ctx *x, dnn_state *d, conv_entry *e, const void *wb, const void **out) {
+    const conv_key *k = &e->k;
+    int es = k->xdt == TB_F16 ? 2 : 4;
+    size_t bytes = (size_t)(k->m * k->c * k->kh * k->kw) * (size_t)es;
+    int64_t od[3] = {k->m, (int64_t)k->kh * k->kw, k->c}, wst[3] = {k->c * k->kh * k->kw, 1, (int64_t)k->kh * k->kw};
+    void *dst = e->wt;
+    if (d->w_const) {
+        for (int i = 0; i < d->n_wc; i++)
+            if (d->wc[i].src == wb && d->wc[i].bytes == bytes) { *out = d->wc[i].dst; return TB_OK; }
+        enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+        cudaStreamIsCapturing(x->stream, &cap);
+        if (cap == cudaStreamCaptureStatusNone) {
+            if (d->n_wc == d->cap_wc) {
+                int nc = d->cap_wc ? 2 * d->cap_wc : 32;
+                void *p = realloc(d->wc, sizeof *d->wc * (size_t)nc);
+                if (p) { d->wc = p; d->cap_wc = nc; }
+            }
+            void *p = NULL;
+            if (d->n_wc < d->cap_wc && cudaMalloc(&p, bytes) == cudaSuccess) {
+                d->wc[d->n_wc].src = wb;
+                d->wc[d->n_wc].dst = p;
+                d->wc[d->n_wc].bytes = bytes;
+                d->n_wc++;
+                dst = p;
+            }
+            cudaGetLastError();
+        }
+    }
+    if (!dst) return tb_errorf(TB_ERR_INTERNAL, "cuda: channels-last weights: no buffer");
+    cudaError_t we = tbn_strided_copy(dst, wb, 3, od, wst, 0, es, x->stream);
+    if (we != cudaSuccess) return tb_errorf(TB_ERR_INTERNAL, "cuda: nhwc weights: %s", cudaGetErrorString(we));
+    *out = dst;
+    return TB_OK;
+}
+
 static tb_status launch(tbn_ctx *x, dnn_state *d, conv_entry *e, const void *xb, const void *wb, void *yb,
                         const tbn_epi_args *ep0, const tb_view *o, cudnnStatus_t *cs) {
     tbn_epi_args epc = *ep0, *ep = &epc;
@@ -281,19 +341,17 @@ static tb_status launch(tbn_ctx *x, dnn_state *d, conv_entry *e, const void *xb,
     const void *res = ep->res;
     const conv_key *k = &e->k;
     int es = k->xdt == TB_F16 ? 2 : 4;
+    int ylast = e->nhwc && (k->lay & TBN_LAY_Y); /* y stays channels-last */
     if (e->nhwc) {
-        /* channels-last around cuDNN: w, x and a fused residual in, y out.
-         * The weights are transposed on every run (into the entry's
-         * buffer): an entry serves every convolution of its geometry, and
-         * a copy kept per weight pointer could outlive the weights. */
-        int64_t od[3] = {k->m, (int64_t)k->kh * k->kw, k->c}, wst[3] = {k->c * k->kh * k->kw, 1, (int64_t)k->kh * k->kw};
-        cudaError_t we = tbn_strided_copy(e->wt, wb, 3, od, wst, 0, es, x->stream);
-        if (we != cudaSuccess) return tb_errorf(TB_ERR_INTERNAL, "cuda: nhwc weights: %s", cudaGetErrorString(we));
-        TB_TRY(to_nhwc(x, d->xs, xb, k->n, k->c, k->h * k->w, es));
-        xb = d->xs;
-        wb = e->wt;
-        yout = d->ys;
-        if (res && e->path == P_FUSED) {
+        /* channels-last around cuDNN: w, and x and a fused residual where
+         * the graph holds them (N, C, H, W), in; y out where it does */
+        TB_TRY(nhwc_weights(x, d, e, wb, &wb));
+        if (!(k->lay & TBN_LAY_X)) {
+            TB_TRY(to_nhwc(x, d->xs, xb, k->n, k->c, k->h * k->w, es));
+            xb = d->xs;
+        }
+        yout = ylast ? yb : d->ys;
+        if (res && e->path == P_FUSED && !(k->lay & TBN_LAY_R)) {
             TB_TRY(to_nhwc(x, d->rs, res, k->n, k->m, k->oh * k->ow, es));
             res = d->rs;
         }
@@ -304,15 +362,21 @@ static tb_status launch(tbn_ctx *x, dnn_state *d, conv_entry *e, const void *xb,
         const void *bias = ep->bias ? ep->bias : e->zero_bias;
         *cs = a->ConvolutionBiasActivationForward(d->h, &one, e->xd, xb, e->wd, wb, e->cd, e->algo, ws, e->ws, &alpha2,
                                                   e->yd, z, e->bd, bias, e->ad, e->yd, yout);
-        if (*cs == TBD_STATUS_SUCCESS && e->nhwc) TB_TRY(to_nchw(x, yb, yout, k->n, k->m, k->oh * k->ow, es));
+        if (*cs == TBD_STATUS_SUCCESS && e->nhwc && !ylast) TB_TRY(to_nchw(x, yb, yout, k->n, k->m, k->oh * k->ow, es));
         return TB_OK;
     }
     *cs = a->ConvolutionForward(d->h, &one, e->xd, xb, e->wd, wb, e->cd, e->algo, ws, e->ws, &zero, e->yd, yout);
-    if (*cs == TBD_STATUS_SUCCESS && e->nhwc) TB_TRY(to_nchw(x, yb, yout, k->n, k->m, k->oh * k->ow, es));
+    if (*cs == TBD_STATUS_SUCCESS && e->nhwc && !ylast) TB_TRY(to_nchw(x, yb, yout, k->n, k->m, k->oh * k->ow, es));
     if (*cs != TBD_STATUS_SUCCESS || e->direct) return TB_OK;
     ep->n = (int64_t)(e->k.n * e->k.m * e->k.oh * e->k.ow);
     ep->ydt = o->dtype;
     ep->adt = o->dtype; /* the product is y itself */
+    if (ylast && ep->bias) { /* bias by channel, the fastest dim (the residual is held as y) */
+        ep->ncols = k->m;
+        ep->bs_n = 1;
+        ep->bs_m = 0;
+        ep->bmod = INT64_MAX;
+    }
     if (!ep->bmod) ep->bmod = INT64_MAX;
     if (!ep->ncols) ep->ncols = 1;
     cudaError_t ce = tbn_epilogue(ep, (const float *)yb, yb, x->stream);
@@ -321,24 +385,54 @@ static tb_status launch(tbn_ctx *x, dnn_state *d, conv_entry *e, const void *xb,
     return TB_OK;
 }
 
+/* one run of cuDNN (which 0) or im2col (1) on the stream */
+static tb_status run_path(tbn_ctx *x, dnn_state *d, conv_entry *e, const void *const *ib, void *ob,
+                          const tbn_epi_args *ep, const tb_view *o, int which, tb_status (*im2col)(void *), void *arg) {
+    if (which) return im2col(arg);
+    cudnnStatus_t cs;
+    tb_status st = launch(x, d, e, ib[0], ib[1], ob, ep, o, &cs);
+    if (st == TB_OK && cs != TBD_STATUS_SUCCESS) st = dnn_fail(cs, "convolution forward");
+    return st;
+}
+
 /* Times `reps` runs of cuDNN (which 0) or im2col (1) on the stream, in ms
- * per run; -1 when the events fail. */
+ * per run; -1 when the events fail. The runs are captured into a CUDA graph
+ * and the replay is timed, as the engine's runs are replayed: timed eagerly,
+ * a legacy cuDNN call's host time (~0.1 ms a call, more than many of
+ * ResNet's convolutions take on the GPU) starved the GPU and made cuDNN lose
+ * to im2col everywhere. Eager timing when the capture fails (or
+ * TB_CUDA_CONV_TIME_EAGER=1). */
 static float time_path(tbn_ctx *x, dnn_state *d, conv_entry *e, const void *const *ib, void *ob,
                        const tbn_epi_args *ep, const tb_view *o, int which, tb_status (*im2col)(void *), void *arg,
                        tb_status *st) {
     cudaEvent_t a = NULL, b = NULL;
+    cudaGraph_t gr = NULL;
+    cudaGraphExec_t ge = NULL;
     float ms = -1;
     const int reps = 5;
     if (cudaEventCreate(&a) != cudaSuccess || cudaEventCreate(&b) != cudaSuccess) goto out;
-    for (int r = 0; r <= reps && *st == TB_OK; r++) { /* run 0 warms up (im2col's scratch, cuBLAS) */
-        if (r == 1) cudaEventRecord(a, x->stream);
-        if (which) {
-            *st = im2col(arg);
-        } else {
-            cudnnStatus_t cs;
-            *st = launch(x, d, e, ib[0], ib[1], ob, ep, o, &cs);
-            if (*st == TB_OK && cs != TBD_STATUS_SUCCESS) *st = dnn_fail(cs, "convolution forward");
+    *st = run_path(x, d, e, ib, ob, ep, o, which, im2col, arg); /* warms up (im2col's scratch, cuBLAS) */
+    if (*st != TB_OK) goto out;
+    const char *ee = getenv("TB_CUDA_CONV_TIME_EAGER");
+    if (!(ee && !strcmp(ee, "1")) && cudaStreamSynchronize(x->stream) == cudaSuccess &&
+        cudaStreamBeginCapture(x->stream, cudaStreamCaptureModeRelaxed) == cudaSuccess) {
+        tb_status cst = TB_OK;
+        for (int r = 0; r < reps && cst == TB_OK; r++) cst = run_path(x, d, e, ib, ob, ep, o, which, im2col, arg);
+        cudaError_t ce = cudaStreamEndCapture(x->stream, &gr);
+        if (cst == TB_OK && ce == cudaSuccess && gr && cudaGraphInstantiate(&ge, gr, 0) == cudaSuccess &&
+            cudaGraphLaunch(ge, x->stream) == cudaSuccess && cudaEventRecord(a, x->stream) == cudaSuccess &&
+            cudaGraphLaunch(ge, x->stream) == cudaSuccess && cudaEventRecord(b, x->stream) == cudaSuccess &&
+            cudaEventSynchronize(b) == cudaSuccess && cudaEventElapsedTime(&ms, a, b) == cudaSuccess) {
+            ms /= reps;
+            goto out;
         }
+        ms = -1;
+        cudaGetLastError();
+        /* the stream left capture; its scratch may have grown there (x->grew): harmless eagerly */
+    }
+    for (int r = 0; r <= reps && *st == TB_OK; r++) {
+        if (r == 1) cudaEventRecord(a, x->stream);
+        *st = run_path(x, d, e, ib, ob, ep, o, which, im2col, arg);
     }
     cudaEventRecord(b, x->stream);
     if (*st == TB_OK && cudaEventSynchronize(b) == cudaSuccess && cudaEventElapsedTime(&ms, a, b) == cudaSuccess)
@@ -346,6 +440,8 @@ static float time_path(tbn_ctx *x, dnn_state *d, conv_entry *e, const void *cons
     else ms = -1;
 out:
     cudaGetLastError();
+    if (ge) cudaGraphExecDestroy(ge);
+    if (gr) cudaGraphDestroy(gr);
     if (a) cudaEventDestroy(a);
     if (b) cudaEventDestroy(b);
     return ms;
@@ -422,12 +518,76 @@ static int try_nhwc(tbn_ctx *x, dnn_state *d, conv_entry *e, const void *const *
     return 1;
 }
 
+/* Entry e (new, key set, lay != 0): the channels-last convolution for a
+ * graph that holds x, y (and the residual, as y) channels-last, chosen
+ * without timing the (N, C, H, W) paths (their transposes are what the
+ * layout saves). 1: made and run (*st its status); 0: cuDNN refused
+ * (nothing enqueued that matters: the caller runs im2col). */
+static int make_held(tbn_ctx *x, dnn_state *d, conv_entry *e, const void *const *ib, void *ob,
+                     const tbn_epi_args *ep, const tb_view *o, const char *desc, tb_status *st) {
+    const conv_key *k = &e->k;
+    e->nhwc = 1;
+    e->direct = k->bdt < 0 && k->rdt < 0 && k->act == TB_NN_ACT_NONE;
+    int relu_or_none = k->act == TB_NN_ACT_NONE || k->act == TB_NN_ACT_RELU;
+    int bias_ok = k->bdt < 0 || k->bdt == k->ydt;
+    int res_ok = k->rdt < 0 || (k->rdt == k->ydt && (k->after_res || k->act == TB_NN_ACT_NONE));
+    e->path = !e->direct && relu_or_none && bias_ok && res_ok ? P_FUSED : P_PLAIN;
+    size_t xb = (size_t)(k->n * k->c * k->h * k->w) * 2, yb = (size_t)(k->n * k->m * k->oh * k->ow) * 2;
+    size_t wb = (size_t)(k->m * k->c * k->kh * k->kw) * 2;
+    if (!d->h) {
+        if (d->api->Create(&d->h) != TBD_STATUS_SUCCESS) { d->h = NULL; return 0; }
+        d->api->SetStream(d->h, x->stream);
+    }
+    cudnnStatus_t s = make_descs(d->api, e, TBD_TENSOR_OP_MATH);
+    if (s == TBD_STATUS_SUCCESS &&
+        ((!(k->lay & TBN_LAY_X) && tbn_grow(x, &d->xs, &d->xs_bytes, xb, "nhwc scratch") != TB_OK) ||
+         tbn_grow(x, &d->ys, &d->ys_bytes, yb, "nhwc scratch") != TB_OK ||
+         (k->rdt >= 0 && !(k->lay & TBN_LAY_R) && tbn_grow(x, &d->rs, &d->rs_bytes, yb, "nhwc scratch") != TB_OK) ||
+         cudaMalloc(&e->wt, wb) != cudaSuccess))
+        s = -2;
+    if (s == TBD_STATUS_SUCCESS && e->path == P_FUSED && k->bdt < 0 &&
+        (cudaMalloc(&e->zero_bias, (size_t)k->m * 2) != cudaSuccess ||
+         cudaMemset(e->zero_bias, 0, (size_t)k->m * 2) != cudaSuccess))
+        s = -2;
+    const void *xs = ib[0], *ws = NULL;
+    if (s == TBD_STATUS_SUCCESS && nhwc_weights(x, d, e, ib[1], &ws) != TB_OK) s = -2;
+    if (s == TBD_STATUS_SUCCESS && !(k->lay & TBN_LAY_X)) {
+        if (to_nhwc(x, d->xs, ib[0], k->n, k->c, k->h * k->w, 2) != TB_OK) s = -2;
+        xs = d->xs;
+    }
+    float ms = -1;
+    /* the search writes the scratch, never y (a residual may share its buffer) */
+    if (s == TBD_STATUS_SUCCESS) s = pick_algo(x, d, e, xs, ws, d->ys, &ms);
+    if (s == TBD_STATUS_SUCCESS && e->ws && tbn_grow(x, &d->ws, &d->ws_bytes, e->ws, "cudnn workspace") != TB_OK) s = -2;
+    cudaGetLastError();
+    if (s != TBD_STATUS_SUCCESS) {
+        tb_log(TB_LOG_INFO, "cuda: %s: channels-last cudnn refused (%s)", desc,
+               s == -1 ? "no algorithm" : s == -2 ? "out of memory" : tbd_error(s));
+        return 0;
+    }
+    cudnnStatus_t cs;
+    *st = launch(x, d, e, ib[0], ib[1], ob, ep, o, &cs);
+    if (*st == TB_OK && cs != TBD_STATUS_SUCCESS && e->path == P_FUSED) {
+        e->path = P_PLAIN;
+        *st = launch(x, d, e, ib[0], ib[1], ob, ep, o, &cs);
+    }
+    if (*st != TB_OK) return 1;
+    if (cs != TBD_STATUS_SUCCESS) {
+        tb_log(TB_LOG_INFO, "cuda: %s: channels-last cudnn refused the convolution (%s)", desc, tbd_error(cs));
+        return 0;
+    }
+    tb_log(TB_LOG_INFO, "cuda: %s: cudnn channels-last%s algo %s, %s math, workspace %zu B, %.4f ms in the search", desc,
+           e->path == P_FUSED ? " fused" : "", algo_name(e->algo), math_name(e->math), e->ws, ms);
+    return 1;
+}
+
 int tbn_conv_cudnn(tbn_ctx *x, const tb_view *in, const tb_view *o, const void *const *ib, void *ob,
                    const tbn_conv_geom *g, int64_t M, int pb, int pr, int group, tbn_epi_args *ep,
-                   tb_status (*im2col)(void *), void *im2col_arg, tb_status *st) {
+                   tb_status (*im2col)(void *), void *im2col_arg, int lay, int w_const, tb_status *st) {
     *st = TB_OK;
     dnn_state *d = state(x);
     if (!d) return 0;
+    d->w_const = w_const;
     const tb_view *xv = &in[0];
     conv_key k;
     memset(&k, 0, sizeof k);
@@ -439,6 +599,7 @@ int tbn_conv_cudnn(tbn_ctx *x, const tb_view *in, const tb_view *o, const void *
     k.rdt = ep->res ? ep->rdt : -1;
     k.act = ep->act; k.after_res = ep->after_res;
     k.p0 = ep->p0; k.p1 = ep->p1;
+    k.lay = lay;
     conv_entry *e = NULL;
     for (int i = 0; i < d->n && !e; i++)
         if (!memcmp(&d->e[i].k, &k, sizeof k)) e = &d->e[i];
@@ -478,6 +639,10 @@ int tbn_conv_cudnn(tbn_ctx *x, const tb_view *in, const tb_view *o, const void *
                 return 0;
             }
             d->api->SetStream(d->h, x->stream);
+        }
+        if (!why && lay) {
+            if (make_held(x, d, e, ib, ob, ep, o, desc, st)) return 1;
+            why = "cuDNN refused the channels-last convolution";
         }
         if (!why) {
             int relu_or_none = k.act == TB_NN_ACT_NONE || k.act == TB_NN_ACT_RELU;

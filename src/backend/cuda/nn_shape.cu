@@ -330,10 +330,23 @@ extern "C" cudaError_t tbn_resize(const tbn_resize_args *a, const void *x, void 
 
 __global__ void pool_kernel(tbn_pool_args a, const void *x, void *y, int64_t n) {
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t ow = e % a.ow, oh = (e / a.ow) % a.oh, p = e / (a.ow * a.oh);
+        /* (N, C, OH, OW), or channels-last (N, OH, OW, C): element (ih, iw) of
+         * the plane at plane + (ih * w + iw) * cs */
+        int64_t ow, oh, plane, cs;
+        if (a.nhwc) {
+            int64_t c = e % a.c, r = e / a.c;
+            ow = r % a.ow;
+            oh = (r / a.ow) % a.oh;
+            plane = (r / (a.ow * a.oh)) * a.h * a.w * a.c + c;
+            cs = a.c;
+        } else {
+            ow = e % a.ow;
+            oh = (e / a.ow) % a.oh;
+            plane = (e / (a.ow * a.oh)) * a.h * a.w;
+            cs = 1;
+        }
         float acc = a.is_max ? -INFINITY : 0.0f;
         int64_t cnt = 0;
-        const int64_t plane = p * a.h * a.w;
         for (int i = 0; i < a.kh; i++) {
             int64_t ih = oh * a.sh - a.pt + (int64_t)i * a.dh;
             int in_h = ih >= 0 && ih < a.h, pad_h = ih >= -a.pt && ih < a.h + a.pb;
@@ -341,7 +354,7 @@ __global__ void pool_kernel(tbn_pool_args a, const void *x, void *y, int64_t n) 
                 int64_t iw = ow * a.sw - a.pl + (int64_t)j * a.dw;
                 int in_w = iw >= 0 && iw < a.w, pad_w = iw >= -a.pl && iw < a.w + a.pr;
                 if (in_h && in_w) {
-                    float v = tbn_ldf(x, a.dt, plane + ih * a.w + iw);
+                    float v = tbn_ldf(x, a.dt, plane + (ih * a.w + iw) * cs);
                     if (a.is_max) acc = v > acc ? v : acc;
                     else acc += v;
                 }
@@ -368,6 +381,33 @@ __global__ void gap_kernel(const void *x, void *y, int dt, int64_t planes, int64
     for (int64_t i = lane; i < sp; i += 32) acc += tbn_ldf(x, dt, p * sp + i);
     acc = tbn_warp_sum(acc);
     if (lane == 0) tbn_stf(y, dt, p, sp ? acc / (float)sp : 0.0f);
+}
+
+/* channels-last: a thread per (n, c), the threads of a warp on consecutive
+ * channels (coalesced reads); 4 partial sums per (n, c) over a quarter of the
+ * positions each when the positions are many, combined through shared memory */
+__global__ void gap_nhwc_kernel(const void *x, void *y, int dt, int64_t n, int64_t c, int64_t sp) {
+    __shared__ float part[4][64];
+    int64_t o = blockIdx.x * 64 + (threadIdx.x & 63);
+    int q = threadIdx.x >> 6; /* 0..3 */
+    float acc = 0;
+    if (o < n * c) {
+        int64_t b = o / c, ch = o % c, base = b * sp * c + ch;
+        for (int64_t i = q; i < sp; i += 4) acc += tbn_ldf(x, dt, base + i * c);
+    }
+    part[q][threadIdx.x & 63] = acc;
+    __syncthreads();
+    if (q == 0 && o < n * c) {
+        float t = part[0][threadIdx.x] + part[1][threadIdx.x] + part[2][threadIdx.x] + part[3][threadIdx.x];
+        tbn_stf(y, dt, o, sp ? t / (float)sp : 0.0f);
+    }
+}
+
+extern "C" cudaError_t tbn_global_avgpool_nhwc(const void *x, void *y, int dt, int64_t n, int64_t c, int64_t sp,
+                                               cudaStream_t s) {
+    if (n * c <= 0) return cudaSuccess;
+    gap_nhwc_kernel<<<(unsigned)((n * c + 63) / 64), 256, 0, s>>>(x, y, dt, n, c, sp);
+    return cudaGetLastError();
 }
 
 extern "C" cudaError_t tbn_global_avgpool(const void *x, void *y, int dt, int64_t planes, int64_t sp,
