@@ -517,6 +517,8 @@ static void test_conv_random(tb_pool *pool) {
         /* Winograd over a batch: the images' tiles side by side in one GEMM,
          * each image's residual and output in its place */
         {4, 3, 24, 7, 9, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, TB_NN_ACT_RELU, TB_NN_HAS_BIAS | TB_NN_HAS_RESIDUAL},
+        /* 7x7 maps at batch 8: the rule (tactic 0) takes batched F(2x2) */
+        {4, 8, 16, 7, 7, 20, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, TB_NN_ACT_RELU, TB_NN_HAS_BIAS | TB_NN_HAS_RESIDUAL},
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         char what[64];

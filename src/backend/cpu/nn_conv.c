@@ -151,12 +151,17 @@ static void dw_run(void *arg, int ith, int nth) {
 /* The Winograd form that pays for a 3x3 stride-1 geometry, else AUTO
  * (im2col): enough channels and tiles (a GEMM of N = tiles under 32 wastes
  * most of the kernel's width), tile buffers within 256 MB; F(4x4) (a quarter
- * of the products, AVX-512 transforms) when it has 40 tiles or more. */
+ * of the products, AVX-512 transforms) when it has 40 tiles or more. A map
+ * of fewer tiles (7x7: 16) takes F(2x2) when enough images share its GEMMs
+ * (winograd.c batches up to 128 tiles): 96 or more, as at batch 8 of
+ * ResNet-18's layer4, where it beat the direct kernel by ~8% on one thread
+ * (bench/nn_bench -b 8). */
 static int conv_winograd_tactic(const tb_nn_conv_geom *g) {
     int64_t t2 = ((g->oh + 1) / 2) * ((g->ow + 1) / 2), t4 = ((g->oh + 3) / 4) * ((g->ow + 3) / 4);
     if (g->c < 16 || g->m < 16 || 16.0 * (double)(g->c + g->m) * (double)t2 * 4 >= 256e6) return TB_CONV_TACTIC_AUTO;
     if (t4 >= 40 && (tb_cpu_features() & TB_CPU_AVX512F)) return TB_CONV_TACTIC_WINOGRAD4;
-    return t2 >= 32 ? TB_CONV_TACTIC_WINOGRAD : TB_CONV_TACTIC_AUTO;
+    int64_t per_gemm = t2 > 0 ? (128 + t2 - 1) / t2 : 1, imgs = g->n < per_gemm ? g->n : per_gemm;
+    return t2 >= 32 || (t2 >= 9 && t2 * imgs >= 96) ? TB_CONV_TACTIC_WINOGRAD : TB_CONV_TACTIC_AUTO;
 }
 
 static tb_status conv_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view *in, int n_in, const tb_view *out,
