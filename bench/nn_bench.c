@@ -523,12 +523,15 @@ int main(int argc, char **argv) {
     /* BERT-base attention: 12 heads, S 128, D 64 */
     bench_sdpa(pool, 1, 12, 128, 64);
     bench_sdpa(pool, 8, 12, 128, 64);
-    /* ResNet-18's layer4 and stem with their weights from memory (8 of
-     * layer4's 9.4 MB weights, 64 of the stem's) */
+    /* ResNet-18's layer4, layer3 and layer2 convs with their weights from
+     * memory (8 of layer4's 9.4 MB weights, 16 or 32 of the others'), by
+     * the rule's tactic and by the direct kernel */
     bench_conv_cold(pool, "l4", 512, 7, 512, 3, 1, 1, 4, 8);
     bench_conv_cold(pool, "l4a", 256, 14, 512, 3, 2, 1, 4, 16);
     bench_conv_cold(pool, "l3", 256, 14, 256, 3, 1, 1, 2, 16);
+    bench_conv_cold(pool, "l3", 256, 14, 256, 3, 1, 1, 4, 16);
     bench_conv_cold(pool, "l2", 128, 28, 128, 3, 1, 1, 3, 32);
+    bench_conv_cold(pool, "l2", 128, 28, 128, 3, 1, 1, 4, 32);
     tb_pool_free(pool);
     return 0;
 }
