@@ -762,6 +762,10 @@ static void test_sdpa(tb_pool *pool) {
         {1, 2, 5, 5, 8, 8, 0, 0, 0, 0},     {2, 3, 17, 17, 16, 8, 1, 0, 0, 0}, {1, 2, 70, 33, 64, 64, 0, 1, 1, 4},
         {2, 1, 9, 130, 7, 5, 0, 0, 2, 2},   {1, 4, 129, 129, 64, 64, 1, 1, 1, 2},
         {2, 2, 3, 6, 4, 4, 1, 0, 2, 4}, /* rows 0..: the bool mask may hide a whole row */
+        {1, 3, 64, 200, 32, 16, 0, 1, 1, 2}, /* k stored (D, T), T not a multiple of 16, a 2-d mask */
+        /* q, k, v over 4 MB: the next block prefetched (two query blocks a head, 130 = 128 + 2);
+         * an odd case: the default scale 1/sqrt(D) */
+        {4, 12, 130, 128, 64, 64, 0, 0, 1, 4},
     };
     for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
         tb_node n;
