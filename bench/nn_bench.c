@@ -375,6 +375,75 @@ static void bench_sdpa(tb_pool *pool, int64_t B, int64_t H, int64_t S, int64_t D
     op_case_run(name, &o, 4.0 * B * H * S * S * D);
 }
 
+/* a conv whose weights come from memory, as a model's do in its forward
+ * pass (the cases above keep one weight in L2/L3): each call takes the next
+ * of nw weights (together far larger than the caches), packed on their
+ * first use as in a model's context */
+typedef struct {
+    op_case o;
+    float **ws;
+    int nw, next;
+} conv_cold_case;
+
+static void conv_cold_call(void *arg) {
+    conv_cold_case *c = arg;
+    c->o.in[1].data = c->ws[c->next];
+    c->next = (c->next + 1) % c->nw;
+    op_call(&c->o);
+}
+
+static void bench_conv_cold(tb_pool *pool, const char *what, int64_t c, int64_t h, int64_t m, int k, int s, int p,
+                            int tactic, int nw) {
+    static const char *tn[] = {"", " im2col", " winograd", " winograd4", " direct"};
+    char name[96];
+    snprintf(name, sizeof name, "conv cold %s %lld->%lld %dx%d/%d %lldx%lld%s%s", what, (long long)c, (long long)m, k,
+             k, s, (long long)h, (long long)h, tn[tactic], opt_batch > 1 ? " (batch)" : "");
+    if (!wanted(name)) return;
+    conv_cold_case cc;
+    memset(&cc, 0, sizeof cc);
+    op_case *o = &cc.o;
+    o->ctx.pool = pool;
+    o->n.op = TB_OP_CONV;
+    o->n.tactic = tactic;
+    o->n.i[0] = 1;
+    o->n.i[1] = o->n.i[2] = s;
+    o->n.i[3] = o->n.i[4] = o->n.i[5] = o->n.i[6] = p;
+    o->n.i[7] = o->n.i[8] = 1;
+    o->n.i[10] = TB_NN_ACT_RELU;
+    o->n.i[11] = TB_NN_HAS_BIAS;
+    o->n_in = 3;
+    op_case_weights(o, 2);
+    view_alloc(&o->in[0], 4, (const int64_t[]){opt_batch, c, h, h}, 1);
+    view_alloc(&o->in[1], 4, (const int64_t[]){m, c, k, k}, 2);
+    view_alloc(&o->in[2], 1, (const int64_t[]){m}, 3);
+    cc.nw = nw;
+    cc.ws = calloc((size_t)nw, sizeof *cc.ws);
+    size_t wn = (size_t)(m * c * k * k);
+    for (int i = 0; i < nw; i++) {
+        cc.ws[i] = tb_alloc_aligned(sizeof(float) * wn, 64);
+        memcpy(cc.ws[i], o->in[1].data, sizeof(float) * wn);
+    }
+    tb_free_aligned(o->in[1].data);
+    o->in[1].data = cc.ws[0];
+    tb_op_shape sh;
+    if (tb_op_infer_views(&o->n, o->in, o->n_in, &sh) != TB_OK) {
+        printf("%-40s shape rule failed: %s\n", name, tb_last_error());
+        return;
+    }
+    view_alloc(&o->out[0], sh.rank[0], sh.dims[0], 9);
+    for (int i = 0; i < nw; i++) conv_cold_call(&cc); /* every weight packed once */
+    int64_t oh = (h + 2 * p - k) / s + 1;
+    double best, med;
+    time_case(conv_cold_call, &cc, &best, &med);
+    report(name, 2.0 * opt_batch * m * c * k * k * oh * oh, best, med);
+    o->in[1].data = cc.ws[0]; /* freed with the inputs */
+    for (int i = 1; i < nw; i++) tb_free_aligned(cc.ws[i]);
+    free(cc.ws);
+    for (int i = 0; i < o->n_in; i++) tb_free_aligned(o->in[i].data);
+    tb_free_aligned(o->out[0].data);
+    tb_cpu_nn_ctx_release(&o->ctx);
+}
+
 int main(int argc, char **argv) {
     int threads = 2, verbose = 0;
     for (int i = 1; i < argc; i++) {
@@ -454,6 +523,15 @@ int main(int argc, char **argv) {
     /* BERT-base attention: 12 heads, S 128, D 64 */
     bench_sdpa(pool, 1, 12, 128, 64);
     bench_sdpa(pool, 8, 12, 128, 64);
+    /* ResNet-18's layer4, layer3 and layer2 convs with their weights from
+     * memory (8 of layer4's 9.4 MB weights, 16 or 32 of the others'), by
+     * the rule's tactic and by the direct kernel */
+    bench_conv_cold(pool, "l4", 512, 7, 512, 3, 1, 1, 4, 8);
+    bench_conv_cold(pool, "l4a", 256, 14, 512, 3, 2, 1, 4, 16);
+    bench_conv_cold(pool, "l3", 256, 14, 256, 3, 1, 1, 2, 16);
+    bench_conv_cold(pool, "l3", 256, 14, 256, 3, 1, 1, 4, 16);
+    bench_conv_cold(pool, "l2", 128, 28, 128, 3, 1, 1, 3, 32);
+    bench_conv_cold(pool, "l2", 128, 28, 128, 3, 1, 1, 4, 32);
     tb_pool_free(pool);
     return 0;
 }

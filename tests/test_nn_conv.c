@@ -517,6 +517,8 @@ static void test_conv_random(tb_pool *pool) {
         /* Winograd over a batch: the images' tiles side by side in one GEMM,
          * each image's residual and output in its place */
         {4, 3, 24, 7, 9, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, TB_NN_ACT_RELU, TB_NN_HAS_BIAS | TB_NN_HAS_RESIDUAL},
+        /* 7x7 maps at batch 8: the rule (tactic 0) takes batched F(2x2) */
+        {4, 8, 16, 7, 7, 20, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, TB_NN_ACT_RELU, TB_NN_HAS_BIAS | TB_NN_HAS_RESIDUAL},
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         char what[64];
@@ -550,10 +552,13 @@ static void test_conv_random(tb_pool *pool) {
 
 /* sgemm directly: trans flags, odd sizes, alpha / beta, leading dims, epilogues */
 static void test_sgemm(tb_pool *pool, int packed) {
-    /* the small-M kernel of a packed B: M <= 4, several K blocks, N over a thread's share */
+    /* the small-M kernel of a packed B: M <= 4, several K blocks, N over a thread's share; the AVX-512
+     * kernel's tail instances (last row panel of 1-4, 5-8, 9-12 rows by last column panel of 1-16 or
+     * 17-32 columns): 13 x 1, 14 x 50, 65 x 129, 200 x 150, 129 x 33, 24 x 32 */
     static const int64_t sizes[][3] = {{1, 1, 1},   {7, 17, 63},    {17, 7, 65},    {63, 65, 1},   {65, 129, 17},
                                        {129, 33, 300}, {13, 1, 129}, {1, 97, 31},   {200, 150, 520}, {31, 45, 0},
-                                       {2, 1000, 513}, {3, 70, 300}, {4, 2049, 257}, {1, 1000, 512}, {5, 33, 260}};
+                                       {2, 1000, 513}, {3, 70, 300}, {4, 2049, 257}, {1, 1000, 512}, {5, 33, 260},
+                                       {14, 50, 40},   {24, 32, 70}};
     int idx = 0;
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
         for (int ta = 0; ta < 2; ta++)
@@ -757,6 +762,10 @@ static void test_sdpa(tb_pool *pool) {
         {1, 2, 5, 5, 8, 8, 0, 0, 0, 0},     {2, 3, 17, 17, 16, 8, 1, 0, 0, 0}, {1, 2, 70, 33, 64, 64, 0, 1, 1, 4},
         {2, 1, 9, 130, 7, 5, 0, 0, 2, 2},   {1, 4, 129, 129, 64, 64, 1, 1, 1, 2},
         {2, 2, 3, 6, 4, 4, 1, 0, 2, 4}, /* rows 0..: the bool mask may hide a whole row */
+        {1, 3, 64, 200, 32, 16, 0, 1, 1, 2}, /* k stored (D, T), T not a multiple of 16, a 2-d mask */
+        /* q, k, v over 4 MB: the next block prefetched (two query blocks a head, 130 = 128 + 2);
+         * an odd case: the default scale 1/sqrt(D) */
+        {4, 12, 130, 128, 64, 64, 0, 0, 1, 4},
     };
     for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
         tb_node n;

@@ -151,12 +151,17 @@ static void dw_run(void *arg, int ith, int nth) {
 /* The Winograd form that pays for a 3x3 stride-1 geometry, else AUTO
  * (im2col): enough channels and tiles (a GEMM of N = tiles under 32 wastes
  * most of the kernel's width), tile buffers within 256 MB; F(4x4) (a quarter
- * of the products, AVX-512 transforms) when it has 40 tiles or more. */
+ * of the products, AVX-512 transforms) when it has 40 tiles or more. A map
+ * of fewer tiles (7x7: 16) takes F(2x2) when enough images share its GEMMs
+ * (winograd.c batches up to 128 tiles): 96 or more, as at batch 8 of
+ * ResNet-18's layer4, where it beat the direct kernel by ~8% on one thread
+ * (bench/nn_bench -b 8). */
 static int conv_winograd_tactic(const tb_nn_conv_geom *g) {
     int64_t t2 = ((g->oh + 1) / 2) * ((g->ow + 1) / 2), t4 = ((g->oh + 3) / 4) * ((g->ow + 3) / 4);
     if (g->c < 16 || g->m < 16 || 16.0 * (double)(g->c + g->m) * (double)t2 * 4 >= 256e6) return TB_CONV_TACTIC_AUTO;
     if (t4 >= 40 && (tb_cpu_features() & TB_CPU_AVX512F)) return TB_CONV_TACTIC_WINOGRAD4;
-    return t2 >= 32 ? TB_CONV_TACTIC_WINOGRAD : TB_CONV_TACTIC_AUTO;
+    int64_t per_gemm = t2 > 0 ? (128 + t2 - 1) / t2 : 1, imgs = g->n < per_gemm ? g->n : per_gemm;
+    return t2 >= 32 || (t2 >= 9 && t2 * imgs >= 96) ? TB_CONV_TACTIC_WINOGRAD : TB_CONV_TACTIC_AUTO;
 }
 
 static tb_status conv_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view *in, int n_in, const tb_view *out,
@@ -512,6 +517,7 @@ typedef struct {
     int64_t B, H, S, T, D, Dv, mst[4];
     int kt, causal, mk;
     int wide; /* AVX-512 */
+    int prefetch; /* q, k and v too big for the caches: the next block's prefetched */
     float scale;
     int64_t blocks_per_head, total;
     size_t per_thread;
@@ -534,9 +540,33 @@ static void sdpa_block(const sdpa_job *j, int64_t blk, float *sc) {
     const float *q = j->q + (bh * j->S + s0) * j->D, *k = j->k + bh * T * j->D, *v = j->v + bh * T * j->Dv;
     /* scores (sb, T) = scale q k^T */
     tb_cpu_sgemm_ex(0, !j->kt, sb, T, j->D, j->scale, q, j->D, k, j->kt ? T : j->D, 0.0f, sc, T, NULL, NULL);
+    /* the next block's q, k and v (at batch 8 BERT-base's are 9 MB, out of
+     * the caches) are prefetched into L2 a share per score row, so its
+     * products and the gathers that pack k^T do not wait on memory: one
+     * thread's sdpa at batch 8 went from 3.40-3.44 to 2.76-2.89 ms
+     * (nn_bench -t 1 -c); at batch 1 (1.2 MB, in cache) it is not done */
+    const char *nq = NULL, *nk = NULL, *nv = NULL;
+    int64_t lq = 0, lk = 0, lv = 0;
+    if (j->prefetch && blk + 1 < j->total) {
+        int64_t bh1 = (blk + 1) / j->blocks_per_head, s1 = (blk + 1) % j->blocks_per_head * SDPA_SB;
+        int sb1 = (int)(j->S - s1 < SDPA_SB ? j->S - s1 : SDPA_SB);
+        nq = (const char *)(j->q + (bh1 * j->S + s1) * j->D);
+        lq = (int64_t)sb1 * j->D * (int64_t)sizeof(float) / 64;
+        if (bh1 != bh) {
+            nk = (const char *)(j->k + bh1 * T * j->D);
+            nv = (const char *)(j->v + bh1 * T * j->Dv);
+            lk = T * j->D * (int64_t)sizeof(float) / 64;
+            lv = T * j->Dv * (int64_t)sizeof(float) / 64;
+        }
+    }
+    int64_t lines = lq + lk + lv, per = (lines + sb - 1) / sb;
     for (int i = 0; i < sb; i++) {
         float *row = sc + (int64_t)i * T;
         int64_t s = s0 + i;
+        for (int64_t l = i * per; l < (i + 1) * per && l < lines; l++) {
+            const char *a = l < lq ? nq + l * 64 : l < lq + lk ? nk + (l - lq) * 64 : nv + (l - lq - lk) * 64;
+            _mm_prefetch(a, _MM_HINT_T1);
+        }
         if (j->mk) {
             int64_t mo = b * j->mst[0] + h * j->mst[1] + s * j->mst[2];
             if (j->mk == 1 && j->mst[3] == 1 && j->wide) /* a contiguous mask row */
@@ -599,6 +629,7 @@ static tb_status sdpa_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view
         return TB_OK;
     }
     j.blocks_per_head = (j.S + SDPA_SB - 1) / SDPA_SB;
+    j.prefetch = (double)sizeof(float) * (double)(j.B * j.H) * (double)(j.S * j.D + j.T * (j.D + j.Dv)) > 4e6;
     j.total = j.B * j.H * j.blocks_per_head;
     int nth = pool_threads(ctx->pool);
     j.per_thread = ((size_t)SDPA_SB * (size_t)j.T + 15) & ~(size_t)15;

@@ -279,29 +279,35 @@ static T256 void epi_avx2(float *c, int64_t ldc, int64_t i0, int64_t j0, int mr,
 #define A5_KC 256 /* isa_avx512's kc */
 #define SMALL_M 4  /* rows up to which a pre-packed B takes the GEMV-style kernel */
 
+/* The register tile computes R (4, 8 or 12) rows by V (1 or 2) vectors of
+ * 16 columns: a tile's last row panel (M mod 12 rows, as the 4 extra rows of
+ * M = 64, 128 or 256) or last column panel (N mod 32 columns: Winograd's
+ * 196 tiles of a 56x56 map end in 4) runs a smaller instance instead of the
+ * whole 12 x 32 over zero padding. */
 T512_INLINE void micro512_t(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
-                            int nr, float alpha, float beta, const tb_cpu_sgemm_epi *e, int64_t i0, int64_t j0) {
+                            int nr, float alpha, float beta, const tb_cpu_sgemm_epi *e, int64_t i0, int64_t j0,
+                            const int R, const int V) {
     __m512 acc0[A5_MR], acc1[A5_MR];
 #pragma GCC unroll 12
-    for (int i = 0; i < A5_MR; i++) acc0[i] = acc1[i] = _mm512_setzero_ps();
+    for (int i = 0; i < R; i++) acc0[i] = acc1[i] = _mm512_setzero_ps();
     /* A is a row panel: MR rows of kc, ars apart (a packed copy, or A itself);
      * three row pointers with offsets 0, ars, 2 ars, 3 ars cover the 12 rows */
-    const float *r0 = pa, *r4 = pa + 4 * ars, *r8 = pa + 8 * ars;
+    const float *r0 = pa, *r4 = R > 4 ? pa + 4 * ars : pa, *r8 = R > 8 ? pa + 8 * ars : pa;
     for (int64_t k = 0; k < kc; k++) {
-        __m512 b0 = _mm512_load_ps(pb), b1 = _mm512_load_ps(pb + 16);
+        __m512 b0 = _mm512_load_ps(pb), b1 = V > 1 ? _mm512_load_ps(pb + 16) : _mm512_setzero_ps();
         _mm_prefetch((const char *)(pb + 8 * A5_NR), _MM_HINT_T0);
 #pragma GCC unroll 12
-        for (int i = 0; i < A5_MR; i++) {
+        for (int i = 0; i < R; i++) {
             const float *r = i < 4 ? r0 : i < 8 ? r4 : r8;
             __m512 a = _mm512_set1_ps(r[(i & 3) * ars + k]);
             acc0[i] = _mm512_fmadd_ps(a, b0, acc0[i]);
-            acc1[i] = _mm512_fmadd_ps(a, b1, acc1[i]);
+            if (V > 1) acc1[i] = _mm512_fmadd_ps(a, b1, acc1[i]);
         }
         pb += A5_NR;
     }
     __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
     __mmask16 m0 = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
-    __mmask16 m1 = nr >= 32 ? (__mmask16)0xffff : nr <= 16 ? (__mmask16)0 : (__mmask16)((1u << (nr - 16)) - 1);
+    __mmask16 m1 = V < 2 || nr <= 16 ? (__mmask16)0 : nr >= 32 ? (__mmask16)0xffff : (__mmask16)((1u << (nr - 16)) - 1);
     /* the register epilogue: bias, relu / clip / none, residual */
     __m512 bc0 = _mm512_setzero_ps(), bc1 = _mm512_setzero_ps(), lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
     float bscale = 1.0f;
@@ -316,13 +322,13 @@ T512_INLINE void micro512_t(int64_t kc, const float *pa, int64_t ars, const floa
         hi = _mm512_set1_ps(e->act == TB_NN_ACT_CLIP ? e->p1 : INFINITY);
     }
 #pragma GCC unroll 12
-    for (int i = 0; i < A5_MR; i++) {
+    for (int i = 0; i < R; i++) {
         if (i >= mr) break;
         float *o = c + i * ldc;
         __m512 r0v = _mm512_mul_ps(va, acc0[i]), r1v = _mm512_mul_ps(va, acc1[i]);
         if (beta != 0.0f) {
             r0v = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m0, o), r0v);
-            r1v = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, o + 16), r1v);
+            if (V > 1) r1v = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(m1, o + 16), r1v);
         }
         if (e) {
             if (e->bias) {
@@ -341,7 +347,7 @@ T512_INLINE void micro512_t(int64_t kc, const float *pa, int64_t ars, const floa
             }
             const float *rr = e->res ? e->res + (i0 + i) * e->ld_res + j0 : NULL;
             __m512 q0 = rr ? _mm512_maskz_loadu_ps(m0, rr) : _mm512_setzero_ps();
-            __m512 q1 = rr ? _mm512_maskz_loadu_ps(m1, rr + 16) : _mm512_setzero_ps();
+            __m512 q1 = rr && V > 1 ? _mm512_maskz_loadu_ps(m1, rr + 16) : _mm512_setzero_ps();
             if (e->act_after_res) {
                 r0v = _mm512_add_ps(r0v, q0);
                 r1v = _mm512_add_ps(r1v, q1);
@@ -356,20 +362,31 @@ T512_INLINE void micro512_t(int64_t kc, const float *pa, int64_t ars, const floa
             }
         }
         _mm512_mask_storeu_ps(o, m0, r0v);
-        _mm512_mask_storeu_ps(o + 16, m1, r1v);
+        if (V > 1) _mm512_mask_storeu_ps(o + 16, m1, r1v);
     }
 }
 
+/* the instance for a tile of mr rows and nr columns (rows rounded up to 4) */
+#define MICRO512_PICK(E, I0, J0)                                                                                     \
+    switch (((mr + 3) >> 2) * 2 + (nr > 16)) {                                                                       \
+    case 2: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, E, I0, J0, 4, 1); break;                        \
+    case 3: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, E, I0, J0, 4, 2); break;                        \
+    case 4: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, E, I0, J0, 8, 1); break;                        \
+    case 5: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, E, I0, J0, 8, 2); break;                        \
+    case 6: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, E, I0, J0, 12, 1); break;                       \
+    default: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, E, I0, J0, 12, 2); break;                      \
+    }
+
 static T512 void micro_avx512(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
                               int nr, float alpha, float beta) {
-    micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, NULL, 0, 0);
+    MICRO512_PICK(NULL, 0, 0)
 }
 
 /* the kernel with the epilogue in registers: act none, relu or clip */
 static T512 void micro_avx512_epi(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc,
                                   int mr, int nr, float alpha, float beta, const tb_cpu_sgemm_epi *e, int64_t i0,
                                   int64_t j0) {
-    micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, e, i0, j0);
+    MICRO512_PICK(e, i0, j0)
 }
 
 T512_INLINE __m512 exp512(__m512 x) {
