@@ -7,7 +7,10 @@
  *
  *   igemm_bench [-t threads] [-r seconds per case] [-f filter] [-p path]
  *
- * -p forces the kernel path (avx512, avx2, scalar). Each case alternates
+ * -p forces the kernel path (avx512, avx2, scalar); TB_IGEMM_NO_AVXVNNI=1
+ * keeps "avx2" on the int16 kernel where the CPU has AVX-VNNI. Run with
+ * TB_CPU_MASK=7 (AVX2, FMA, F16C) to have the f32 sgemm on AVX2 as well
+ * (it follows the CPU features, not the forced path). Each case alternates
  * int8 and f32 runs (two rounds of each) and keeps each one's best: on a
  * shared machine the ratio is the figure to read. Ops: 2 * M * N * K.
  */
@@ -17,6 +20,7 @@
 #include <string.h>
 
 #include "backend/cpu/igemm.h"
+#include "backend/cpu/igemm_impl.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/nn_conv_impl.h"
 
@@ -163,10 +167,11 @@ static void bench(const char *name, int64_t M, int64_t N, int64_t K, int relu, t
         }
         int nth = p ? tb_pool_size(p) : 1;
         double gi = ops / ti / 1e9, gf = ops / tf / 1e9;
+        /* percentages of the 1-thread peaks times the threads (0: not measured, no AVX-512) */
         printf("%-34s t%d  int8 %8.3f ms %7.1f GOP/s (%4.1f%% vnni peak)  f32 %8.3f ms %7.1f GFLOP/s (%4.1f%% fma "
                "peak)  int8/f32 %.2fx\n",
-               label, nth, ti * 1e3, gi, 100.0 * gi / (g_peak_i8 * nth), tf * 1e3, gf, 100.0 * gf / (g_peak_f32 * nth),
-               tf / ti);
+               label, nth, ti * 1e3, gi, g_peak_i8 > 0 ? 100.0 * gi / (g_peak_i8 * nth) : 0.0, tf * 1e3, gf,
+               g_peak_f32 > 0 ? 100.0 * gf / (g_peak_f32 * nth) : 0.0, tf / ti);
         fflush(stdout);
     }
     tb_free_aligned(A), free(W), free(ws), free(bias), tb_free_aligned(Af), free(Wf), tb_free_aligned(Y);
@@ -201,7 +206,9 @@ int main(int argc, char **argv) {
     int have = (f & TB_CPU_AVX512F) && tb_cpu_has_avx512vnni();
     g_peak_i8 = have ? peak(NULL, 1) : 0;
     g_peak_f32 = (f & TB_CPU_AVX512F) ? peak(NULL, 0) : 0;
-    printf("cpu: %s%s; path %s; threads 1 and %d\n", fs, have ? " avx512vnni" : "", tb_cpu_kernel_path(), threads);
+    if (getenv("TB_IGEMM_NO_AVXVNNI")) tb_cpu_igemm_allow_avxvnni(0);
+    printf("cpu: %s%s; path %s, int8 kernel %s; threads 1 and %d\n", fs, have ? " avx512vnni" : "", tb_cpu_kernel_path(),
+           tb_cpu_igemm_kernel(), threads);
     printf("peaks on 1 thread: vpdpbusd loop %.1f GOP/s, f32 FMA loop %.1f GFLOP/s (ratio %.2f)\n", g_peak_i8,
            g_peak_f32, g_peak_f32 > 0 ? g_peak_i8 / g_peak_f32 : 0.0);
     /* BERT-base, seq 128: batch 1 and 8 (M = tokens) */

@@ -1,6 +1,7 @@
 /*
- * test_igemm.c — the int8 GEMM of igemm.h: every path (forced through
- * tb_cpu_kernel_force_path: AVX-512 VNNI, AVX2, scalar) against the scalar
+ * test_igemm.c — the int8 GEMM of igemm.h: every kernel (forced through
+ * tb_cpu_kernel_force_path and tb_cpu_igemm_allow_avxvnni: AVX-512 VNNI,
+ * AVX-VNNI, int16 AVX2, scalar, those this CPU runs) against the scalar
  * reference tb_ref_igemm on odd shapes (M, N, K off the tiles, K from 1 to
  * 4608, several row blocks and W chunks), zero points 0 / 128 / 255, leading
  * dims larger than the rows, with and without each epilogue part, alone and
@@ -13,6 +14,7 @@
 #include <string.h>
 
 #include "backend/cpu/igemm.h"
+#include "backend/cpu/igemm_impl.h"
 #include "backend/cpu/kernels.h"
 #include "core/core.h"
 #include "tb_test.h"
@@ -177,17 +179,29 @@ static void test_quantize(const char *path) {
 int main(void) {
     tb_pool *pool = NULL;
     CHECK(tb_pool_create(2, &pool) == TB_OK);
-    const char *paths[] = {"avx512", "avx2", "scalar"};
-    for (int p = 0; p < 3; p++) {
+    /* each kernel once: the forced path, and on "avx2" with AVX-VNNI allowed
+     * or not (the 256-bit vpdpbusd kernel and the int16 one) */
+    const char *paths[] = {"avx512", "avx2", "avx2", "scalar"};
+    const int allow[] = {1, 1, 0, 1};
+    const char *seen[4] = {0};
+    int n_seen = 0;
+    for (int p = 0; p < 4; p++) {
         if (tb_cpu_kernel_force_path(paths[p]) != 0) {
             printf("test_igemm: path %s not available here\n", paths[p]);
             continue;
         }
-        printf("test_igemm: path %s%s\n", paths[p],
-               !strcmp(paths[p], "avx512") && !tb_cpu_has_avx512vnni() ? " (no VNNI: the AVX2 kernels)" : "");
-        test_path(paths[p], pool);
+        tb_cpu_igemm_allow_avxvnni(allow[p]);
+        const char *k = tb_cpu_igemm_kernel();
+        int dup = 0;
+        for (int i = 0; i < n_seen; i++) dup |= !strcmp(seen[i], k);
+        if (dup) continue;
+        seen[n_seen++] = k;
+        printf("test_igemm: path %s, kernel %s\n", paths[p], k);
+        test_path(k, pool);
         test_quantize(paths[p]);
     }
+    CHECK(n_seen >= 1 && !strcmp(seen[n_seen - 1], "scalar"));
+    tb_cpu_igemm_allow_avxvnni(1);
     tb_cpu_kernel_force_path(NULL);
     tb_pool_free(pool);
     return tb_test_finish("test_igemm");

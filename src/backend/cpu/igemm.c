@@ -5,15 +5,18 @@
  * here), the split over the pool, and tb_cpu_quantize_u8.
  *
  * The path follows tb_cpu_kernel_path() (so tb_cpu_kernel_force_path and
- * TB_CPU_MASK apply): "avx512" with VNNI (+BW, VL) runs vpdpbusd, "avx512"
- * without VNNI and "avx2" the AVX2 path, "scalar" the portable loops.
+ * TB_CPU_MASK apply): "avx512" with VNNI (+BW, VL) runs 512-bit vpdpbusd;
+ * "avx512" without VNNI and "avx2" run 256-bit vpdpbusd where the CPU has
+ * AVX-VNNI, else the int16 AVX2 kernel; "scalar" the portable loops.
  */
 #include "backend/cpu/igemm_impl.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/nn_conv_impl.h"
 
+#include <cpuid.h>
 #include <immintrin.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +92,20 @@ __attribute__((target("avx2,fma"))) static void quantize_avx2(const float *x, ui
     }
     quantize_scalar(x + i, q + i, n - i, inv_scale, zero);
 }
+
+static int has_avxvnni(void) {
+    static int v = -1; /* racing first calls store the same value */
+    if (v < 0) {
+        unsigned a, b, c, d;
+        v = __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 4) & 1) &&
+            (tb_cpu_features() & (TB_CPU_AVX2 | TB_CPU_FMA)) == (TB_CPU_AVX2 | TB_CPU_FMA);
+    }
+    return v;
+}
+
+static _Atomic int avxvnni_allowed = 1;
+
+int tb_cpu_igemm_allow_avxvnni(int allow) { return atomic_exchange(&avxvnni_allowed, allow ? 1 : 0); }
 
 static int vnni_ok(void) {
     uint32_t f = tb_cpu_features();
@@ -244,6 +261,25 @@ static void igemm_task(void *arg, int ith, int nth) {
     if (m0 < m1 && b0 < b1) t->fn(&t->j, m0, m1, b0, b1);
 }
 
+static tb_igemm_range_fn kernel(const char **name) {
+    const char *p = tb_cpu_kernel_path(), *nm = "scalar";
+    tb_igemm_range_fn fn = range_scalar;
+    if (vnni_ok())
+        fn = tb_cpu_igemm_range_vnni512, nm = "avx512vnni";
+    else if ((!strcmp(p, "avx512") || !strcmp(p, "avx2")) && has_avxvnni() && atomic_load(&avxvnni_allowed))
+        fn = tb_cpu_igemm_range_avxvnni, nm = "avxvnni";
+    else if (!strcmp(p, "avx512") || !strcmp(p, "avx2"))
+        fn = tb_cpu_igemm_range_avx2, nm = "avx2";
+    if (name) *name = nm;
+    return fn;
+}
+
+const char *tb_cpu_igemm_kernel(void) {
+    const char *nm;
+    kernel(&nm);
+    return nm;
+}
+
 void tb_cpu_igemm(int64_t M, int64_t N, int64_t K, const uint8_t *A, int64_t lda, int a_zero, float a_scale,
                   const void *Wp, const float *w_scale, float *Y, int64_t ldy, const tb_cpu_sgemm_epi *epi,
                   tb_pool *pool) {
@@ -252,11 +288,7 @@ void tb_cpu_igemm(int64_t M, int64_t N, int64_t K, const uint8_t *A, int64_t lda
     igemm_task_arg t = {{M, N, K, Kg, nb, A, lda, ldy, a_zero, a_scale, Wp,
                          (const int32_t *)((const int8_t *)Wp + nb * Kg * 64), w_scale, Y, epi},
                         range_scalar, 0};
-    const char *p = tb_cpu_kernel_path();
-    if (vnni_ok())
-        t.fn = tb_cpu_igemm_range_vnni512;
-    else if (!strcmp(p, "avx512") || !strcmp(p, "avx2"))
-        t.fn = tb_cpu_igemm_range_avx2;
+    t.fn = kernel(NULL);
     int nth = pool ? tb_pool_size(pool) : 1;
     /* Each thread reads its rows of A and its columns of W: slicing N costs
      * M*K + N*K/nth bytes per thread, slicing M M*K/nth + N*K, so the larger

@@ -9,7 +9,8 @@
  *   (k past K zero) — one vpdpbusd operand (16 lanes of 4 bytes);
  *   then the row sums, int32 (nb16 * 16, padding 0), for the zero point.
  * A is packed per thread, per tile of mr rows: [Kg][mr][4] codes (k past K
- * zero), bytes for VNNI, uint16 for the AVX2 path (tb_cpu_igemm_pack_a).
+ * zero), uint16, for the int16 AVX2 kernel (tb_cpu_igemm_pack_a); the VNNI
+ * kernels read A in place.
  */
 #ifndef TB_CPU_IGEMM_IMPL_H
 #define TB_CPU_IGEMM_IMPL_H
@@ -33,6 +34,14 @@ typedef struct {
 typedef void (*tb_igemm_range_fn)(const tb_igemm_job *j, int64_t m0, int64_t m1, int64_t b0, int64_t b1);
 void tb_cpu_igemm_range_vnni512(const tb_igemm_job *j, int64_t m0, int64_t m1, int64_t b0, int64_t b1);
 void tb_cpu_igemm_range_avx2(const tb_igemm_job *j, int64_t m0, int64_t m1, int64_t b0, int64_t b1);
+void tb_cpu_igemm_range_avxvnni(const tb_igemm_job *j, int64_t m0, int64_t m1, int64_t b0, int64_t b1);
+/* Where the CPU has AVX-VNNI (256-bit vpdpbusd), the "avx2" path (and
+ * "avx512" without AVX-512 VNNI) runs it instead of the int16 kernel;
+ * allow 0 keeps the int16 kernel, so tests reach both on one CPU. Returns
+ * the previous setting (1 at start). */
+int tb_cpu_igemm_allow_avxvnni(int allow);
+/* The kernel tb_cpu_igemm runs now: "avx512vnni", "avxvnni", "avx2" or "scalar". */
+const char *tb_cpu_igemm_kernel(void);
 
 /* Rows [0, mr) of A into dst as [Kg][mr][4] elements of `elem` bytes (1:
  * uint8, 2: uint16), zeros past K. */
