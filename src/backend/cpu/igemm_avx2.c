@@ -187,7 +187,9 @@ VX_INLINE void vx_tile(const tb_igemm_job *j, int64_t m, int64_t b, const int mr
         __m256i w0 = _mm256_load_si256((const __m256i *)w), w1 = _mm256_load_si256((const __m256i *)(w + 32));
         const uint8_t *rows[6] = {a0, a1, a2, a3, a4, a5};
         int32_t t[6] = {0, 0, 0, 0, 0, 0};
-        for (int r = 0; r < mr; r++) memcpy(&t[r], rows[r] + 4 * Kf, (size_t)Kt);
+        for (int r = 0; r < mr; r++) /* bytes one by one: a memcpy of a run-time length became a call */
+            t[r] = (int32_t)(rows[r][4 * Kf] | (Kt > 1 ? (uint32_t)rows[r][4 * Kf + 1] << 8 : 0u) |
+                             (Kt > 2 ? (uint32_t)rows[r][4 * Kf + 2] << 16 : 0u));
         VX_ROW(0, t[0]) VX_ROW(1, t[1]) VX_ROW(2, t[2]) VX_ROW(3, t[3]) VX_ROW(4, t[4]) VX_ROW(5, t[5])
     }
     int64_t n = b * 16, left = j->N - n;

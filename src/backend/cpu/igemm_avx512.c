@@ -14,7 +14,7 @@
  * Blocking: rows in blocks of ~128 KiB of A and W in chunks of 16-blocks
  * (~384 KiB), both L2: each tile's rows (L1) are used by every 64-channel
  * panel of the chunk, each panel by every tile of the block.
- * The tile is finished in registers: minus a_zero * rowsum, to f32, times
+ * The sums start at -a_zero * rowsum; the tile is finished in registers: to f32, times
  * a_scale * w_scale[n] (the reference's formula, so the same bits), then
  * the common epilogues (bias per column or row, ReLU or none, residual)
  * with the sgemm's operations (sgemm.c epi512_t); other activations go
@@ -63,14 +63,16 @@ V_INLINE int32_t ld32(const uint8_t *p) {
 
 /* The 1-3 codes of a row's last group, zeros after them */
 V_INLINE int32_t ld_tail(const uint8_t *p, int64_t n) {
-    int32_t v = 0;
-    memcpy(&v, p, (size_t)n);
-    return v;
+    /* bytes one by one: a memcpy of a run-time length became a call */
+    uint32_t v = p[0];
+    if (n > 1) v |= (uint32_t)p[1] << 8;
+    if (n > 2) v |= (uint32_t)p[2] << 16;
+    return (int32_t)v;
 }
 
 /* Accumulators are named variables (an array of them stayed in memory with
  * GCC: a store per vpdpbusd); mr and nv are constants in each copy. */
-#define ACC_DECL(r) __m512i c##r##0 = z, c##r##1 = z, c##r##2 = z, c##r##3 = z
+#define ACC_DECL(r) __m512i c##r##0 = i0, c##r##1 = i1, c##r##2 = i2, c##r##3 = i3
 #define ACC_ROW(r, AVAL)                                     \
     if (mr > r) {                                            \
         __m512i a = _mm512_set1_epi32(AVAL);                 \
@@ -85,23 +87,21 @@ V_INLINE int32_t ld_tail(const uint8_t *p, int64_t n) {
     if (nv > 2) w2 = _mm512_load_si512((const void *)((wp) + 2 * ws));                    \
     if (nv > 3) w3 = _mm512_load_si512((const void *)((wp) + 3 * ws));
 
-/* Per 16-block v: the lane mask, a_zero * rowsum, a_scale * w_scale and,
+/* Per 16-block v: the lane mask, a_scale * w_scale and,
  * for a bias along the columns, bias_scale * bias */
 #define COL_PREP(v)                                                                                   \
     __mmask16 k##v = 0;                                                                               \
-    __m512i zs##v = z;                                                                                \
     __m512 sc##v = _mm512_setzero_ps(), bc##v = _mm512_setzero_ps();                                  \
     if (nv > v) {                                                                                     \
         int64_t n_ = n0 + 16 * v, left = j->N - n_;                                                   \
         k##v = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);                        \
-        zs##v = _mm512_mullo_epi32(vz, _mm512_loadu_si512((const void *)(j->wsum + n_)));             \
         sc##v = _mm512_mul_ps(vs, _mm512_maskz_loadu_ps(k##v, j->w_scale + n_));                      \
         if (epi && e->bias && e->bias_cs) bc##v = _mm512_maskz_loadu_ps(k##v, e->bias + n_);          \
     }
 #define ACC_STORE(r, v)                                                                       \
     if (mr > r && nv > v) {                                                                   \
         float *y_ = j->Y + (m + r) * j->ldy + n0 + 16 * v;                                    \
-        __m512 y = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(c##r##v, zs##v)), sc##v); \
+        __m512 y = _mm512_mul_ps(_mm512_cvtepi32_ps(c##r##v), sc##v); \
         if (epi) y = epi_vec(e, y, bc##v, m + r, n0 + 16 * v, k##v);                          \
         _mm512_mask_storeu_ps(y_, k##v, y);                                                   \
     }
@@ -124,6 +124,14 @@ V_INLINE __m512 epi_vec(const tb_cpu_sgemm_epi *e, __m512 v, __m512 bcol, int64_
 V_INLINE void tile(const tb_igemm_job *j, int64_t m, int64_t b, const int mr, const int nv, const int epi) {
     const tb_cpu_sgemm_epi *e = j->epi;
     const __m512i z = _mm512_setzero_si512();
+    /* the sums start at -a_zero * rowsum (the zero point's term, exact in
+     * int32 like the rest), so the finish has one operation less */
+    const __m512i nz = _mm512_set1_epi32(-j->a_zero);
+    const int32_t *ws16 = j->wsum + b * 16;
+    const __m512i i0 = _mm512_mullo_epi32(nz, _mm512_loadu_si512((const void *)ws16)),
+                  i1 = nv > 1 ? _mm512_mullo_epi32(nz, _mm512_loadu_si512((const void *)(ws16 + 16))) : z,
+                  i2 = nv > 2 ? _mm512_mullo_epi32(nz, _mm512_loadu_si512((const void *)(ws16 + 32))) : z,
+                  i3 = nv > 3 ? _mm512_mullo_epi32(nz, _mm512_loadu_si512((const void *)(ws16 + 48))) : z;
     ACC_DECL(0); ACC_DECL(1); ACC_DECL(2); ACC_DECL(3); ACC_DECL(4); ACC_DECL(5);
     const int64_t Kf = j->K / 4, Kt = j->K % 4, ws = j->Kg * 64, lda = j->lda;
     const int8_t *w = j->W + b * ws;
@@ -141,7 +149,6 @@ V_INLINE void tile(const tb_igemm_job *j, int64_t m, int64_t b, const int mr, co
         ACC_ROW(4, ld_tail(a4 + 4 * Kf, Kt)) ACC_ROW(5, ld_tail(a5 + 4 * Kf, Kt))
     }
     const int64_t n0 = b * 16;
-    const __m512i vz = _mm512_set1_epi32(j->a_zero);
     const __m512 vs = _mm512_set1_ps(j->a_scale);
     /* column by column: each 16-block's accumulators die as its scales come
      * in (all scales first made GCC spill accumulators inside the K loop) */
