@@ -53,7 +53,7 @@ enum { MR = 2 };
 #define ACC_DECL(r) __m256i c##r##0 = z, c##r##1 = z, c##r##2 = z, c##r##3 = z
 #define ACC_Q(q)                                                                      \
     {                                                                                 \
-        __m256i wq = _mm256_cvtepi8_epi16(_mm_load_si128((const __m128i *)(w + 16 * q))); \
+        __m256i wq = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(w + 16 * q))); \
         MADD_ACC(c0##q, a0, wq);                                                      \
         if (mr > 1) MADD_ACC(c1##q, a1, wq);                                          \
     }
@@ -179,12 +179,12 @@ VX_INLINE void vx_tile(const tb_igemm_job *j, int64_t m, int64_t b, const int mr
     const uint8_t *a0 = j->A + m * lda, *a1 = a0 + lda, *a2 = a1 + lda, *a3 = a2 + lda, *a4 = a3 + lda,
                   *a5 = a4 + lda;
     for (int64_t g = 0; g < Kf; g++, w += 64) {
-        __m256i w0 = _mm256_load_si256((const __m256i *)w), w1 = _mm256_load_si256((const __m256i *)(w + 32));
+        __m256i w0 = _mm256_loadu_si256((const __m256i *)w), w1 = _mm256_loadu_si256((const __m256i *)(w + 32));
         VX_ROW(0, vx_ld32(a0 + 4 * g)) VX_ROW(1, vx_ld32(a1 + 4 * g)) VX_ROW(2, vx_ld32(a2 + 4 * g))
         VX_ROW(3, vx_ld32(a3 + 4 * g)) VX_ROW(4, vx_ld32(a4 + 4 * g)) VX_ROW(5, vx_ld32(a5 + 4 * g))
     }
     if (Kt) {
-        __m256i w0 = _mm256_load_si256((const __m256i *)w), w1 = _mm256_load_si256((const __m256i *)(w + 32));
+        __m256i w0 = _mm256_loadu_si256((const __m256i *)w), w1 = _mm256_loadu_si256((const __m256i *)(w + 32));
         const uint8_t *rows[6] = {a0, a1, a2, a3, a4, a5};
         int32_t t[6] = {0, 0, 0, 0, 0, 0};
         for (int r = 0; r < mr; r++) /* bytes one by one: a memcpy of a run-time length became a call */

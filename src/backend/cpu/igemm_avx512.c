@@ -82,10 +82,10 @@ V_INLINE int32_t ld_tail(const uint8_t *p, int64_t n) {
         if (nv > 3) DPBUSD(c##r##3, a, w3);                  \
     }
 #define LOAD_W(wp)                                                                       \
-    __m512i w0 = _mm512_load_si512((const void *)(wp)), w1 = z, w2 = z, w3 = z;         \
-    if (nv > 1) w1 = _mm512_load_si512((const void *)((wp) + ws));                        \
-    if (nv > 2) w2 = _mm512_load_si512((const void *)((wp) + 2 * ws));                    \
-    if (nv > 3) w3 = _mm512_load_si512((const void *)((wp) + 3 * ws));
+    __m512i w0 = _mm512_loadu_si512((const void *)(wp)), w1 = z, w2 = z, w3 = z;         \
+    if (nv > 1) w1 = _mm512_loadu_si512((const void *)((wp) + ws));                        \
+    if (nv > 2) w2 = _mm512_loadu_si512((const void *)((wp) + 2 * ws));                    \
+    if (nv > 3) w3 = _mm512_loadu_si512((const void *)((wp) + 3 * ws));
 
 /* Per 16-block v: the lane mask, a_scale * w_scale and,
  * for a bias along the columns, bias_scale * bias */
