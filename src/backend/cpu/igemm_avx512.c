@@ -14,11 +14,11 @@
  * Blocking: rows in blocks of ~128 KiB of A and W in chunks of 16-blocks
  * (~384 KiB), both L2: each tile's rows (L1) are used by every 64-channel
  * panel of the chunk, each panel by every tile of the block.
- * The sums start at -a_zero * rowsum; the tile is finished in registers: to f32, times
- * a_scale * w_scale[n] (the reference's formula, so the same bits), then
- * the common epilogues (bias per column or row, ReLU or none, residual)
- * with the sgemm's operations (sgemm.c epi512_t); other activations go
- * through tb_cpu_nn_epilogue on the tile while it is in L1.
+ * The sums start at -a_zero * rowsum; the tile is finished in registers:
+ * to f32, times a_scale * w_scale[n] (the reference's formula, so the same
+ * bits), then the common epilogues (bias per column or row, ReLU or none,
+ * residual) with the sgemm's operations (sgemm.c epi512_t); other
+ * activations go through tb_cpu_nn_epilogue on the tile while it is in L1.
  */
 #include "backend/cpu/igemm_impl.h"
 
