@@ -3,19 +3,16 @@
 # (the last 10% of tinyshakespeare, as tests/test_perplexity.sh): int8
 # perplexity within +0.5% of the f32 engine's, fp8 within +1.5%; int4 with
 # --awq (default group), calibrated on the training part (the first 90%),
-# within +4% of f32 and no worse than round to nearest at the same group
-# plus AWQ_TOL percent (default 2). The issue asks for "better than round to
-# nearest"; on this model it is not: round to nearest is already within
-# noise of f32 (-0.25%), AWQ lowers each layer's output error on the
-# calibration rows by 0-3% yet scores +1.2% of f32, +1.5% of round to nearest
-# (docs/PERFORMANCE.md). The tolerance keeps that from getting worse; what
-# AWQ does win here is fidelity: its mean next-token KL divergence from f32
-# is below round to nearest's, gated last.
+# within +4% of f32 and below round to nearest's at the same group (the
+# issue's gate). AWQ wins it by its clipping search (a clamp bound per row
+# and group chosen on the calibration rows); its per-channel scales alone
+# do not (docs/PERFORMANCE.md has the split). Last, fidelity: AWQ's mean
+# next-token KL divergence from f32 is below round to nearest's.
 # The engines are compared on the same windows (paired): by default the
-# first eighth of the split (12 windows of 512 tokens, 6144 scored) so that
-# the portable quantized matmul finishes in minutes on a loaded 2-core
-# machine; TURBINE_QUANT_FULL=1 scores the whole split (49152 tokens, the
-# figures of docs/PERFORMANCE.md, bench/quant_accuracy.sh).
+# first eighth of the split (12 windows of 512 tokens, 6144 scored) to stay
+# within a few minutes on a loaded 2-core machine; TURBINE_QUANT_FULL=1
+# scores the whole split (49152 tokens, the figures of docs/PERFORMANCE.md;
+# the gates hold there too).
 set -uo pipefail
 : "${TURBINE_BIN:?}" "${TURBINE_SHARED:?}" "${TURBINE_TMP:?}" "${TURBINE_SRC:?}"
 PY=/usr/bin/python3
@@ -53,11 +50,11 @@ d=$(gate int4 1000) && echo "recorded: int4 (round to nearest, default group) pe
   || fail "int4 perplexity ${ppl[int4]:-none}"
 d=$(gate awq 4) && ok "gate: int4 --awq perplexity ${ppl[awq]} is $d of f32 (<= +4%)" \
   || fail "gate: int4 --awq perplexity ${ppl[awq]:-none} is $d of f32 (want <= +4%)"
-AWQ_TOL=${AWQ_TOL:-2}
-d=$(gate awq "$AWQ_TOL" int4) && ok "gate: int4 --awq perplexity is $d of round to nearest's ${ppl[int4]} (<= +$AWQ_TOL%)" \
-  || fail "gate: int4 --awq perplexity ${ppl[awq]:-none} is $d of round to nearest's ${ppl[int4]:-none} (want <= +$AWQ_TOL%)"
+"$PY" -c "import sys; sys.exit(0 if float('${ppl[awq]:-nan}') < float('${ppl[int4]:-nan}') else 1)" \
+  && ok "gate: int4 --awq perplexity ${ppl[awq]} < round to nearest's ${ppl[int4]}" \
+  || fail "gate: int4 --awq perplexity ${ppl[awq]:-none}, round to nearest's ${ppl[int4]:-none} (want lower)"
 # fidelity to f32 on the same windows: AWQ's next-token distribution is closer to f32's than round
-# to nearest's (mean KL of each from f32; perplexity alone cannot tell them apart on this model)
+# to nearest's (mean KL of each from f32)
 declare -A kl
 for v in int4 awq; do
   kl[$v]=$("$TURBINE_BIN" compare "$D/g_f32.engine" "$D/g_$v.engine" --text "$D/test_split.txt" --ctx 512 --threads 2 \
