@@ -33,10 +33,11 @@ echo "| build options | engine bytes | bits per matmul weight | nats/token | per
 echo "|---|---|---|---|---|---|"
 f32=""
 for row in "${VARIANTS[@]}"; do
-  v=${row%% | *}; score=""; [ "$v" != "$row" ] && score=${row#* | }
+  v=${row%% | *}; score=""; label="\`$v\`"
+  [ "$v" != "$row" ] && score=${row#* | } && label="\`$v\`, scored with \`$score\`"
   # shellcheck disable=SC2086
   if ! "$BIN" build "$MODEL" "$@" $v -o "$D/e.engine" >"$D/build.log" 2>&1; then
-    echo "| \`$row\` | build failed: $(tail -1 "$D/build.log") | | | | |"; continue
+    echo "| $label | build failed: $(tail -1 "$D/build.log") | | | | |"; continue
   fi
   bytes=$(stat -c %s "$D/e.engine")
   bpw=$("$BIN" inspect "$D/e.engine" | sed -n 's/^bits per weight: \([0-9.]*\) over the matmul.*/\1/p')
@@ -45,5 +46,5 @@ for row in "${VARIANTS[@]}"; do
   nll=$(awk '{print $4}' <<<"$out"); ppl=$(awk '{print $2}' <<<"$out")
   [ -z "$f32" ] && f32=$ppl
   rel=$(/usr/bin/python3 -c "print('%+.2f%%' % (100 * (float('$ppl') / float('$f32') - 1)))" 2>/dev/null)
-  echo "| \`$row\` | $bytes | $bpw | $nll | $ppl | $rel |"
+  echo "| $label | $bytes | $bpw | $nll | $ppl | $rel |"
 done
