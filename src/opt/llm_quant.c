@@ -386,6 +386,9 @@ static tb_status awq_prefold(tb_graph *g, int k, const char *name, const tb_quan
             int *tie = malloc(sizeof(int) * (size_t)K);
             if (!tie) return tb_errorf(TB_ERR_OOM, "out of memory");
             if (linear_feeder(g, ci, tie) != j || !want_i4(want_user, g, ci)) { free(tie); continue; }
+            /* a bias on the feeder scales with its rows: it must be its own */
+            int fb = g->nodes[j].n_in > 2 ? g->nodes[j].in[2] : -1;
+            if (fb >= 0 && tb_opt_uses(g, fb) != 1) { free(tie); continue; }
             char cname[TB_NAME_LEN];
             group_name(g, ci, cname);
             awq_entry *e;
@@ -399,13 +402,14 @@ static tb_status awq_prefold(tb_graph *g, int k, const char *name, const tb_quan
              * class), each row once */
             tb_value *fv = &g->values[g->nodes[j].in[1]];
             int FN = (int)fv->dims[0], FK = (int)fv->dims[1];
-            tb_value *bv = g->nodes[j].n_in > 2 ? &g->values[g->nodes[j].in[2]] : NULL;
-            if (bv && (bv->dtype != TB_F32 || !bv->owned || tb_opt_uses(g, g->nodes[j].in[2]) != 1)) {
-                free(tie);
-                return tb_errorf(TB_ERR_UNSUPPORTED, "AWQ: the bias of %s is not an own f32 tensor", fv->name);
-            }
+            tb_value *bv = fb >= 0 ? &g->values[fb] : NULL;
             void *buf;
             uint64_t nb;
+            if (bv && (bv->dtype != TB_F32 || !bv->owned)) { /* an f32 copy to divide */
+                st = convert_copy(bv, TB_F32, &buf, &nb);
+                if (st != TB_OK) { free(tie); return st; }
+                set_data(bv, TB_F32, buf, nb);
+            }
             unsigned char *seen = calloc((size_t)FN, 1);
             st = seen ? convert_copy(fv, TB_F32, &buf, &nb) : tb_errorf(TB_ERR_OOM, "out of memory");
             if (st != TB_OK) { free(seen); free(tie); return st; }
