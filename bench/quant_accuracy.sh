@@ -8,6 +8,10 @@
 # --tokenizer among the build args); TEXT the held-out text; CTX the window.
 # Each row: the build options, the engine's bytes and bits per matmul weight
 # (`turbine inspect`), nats/token, perplexity and the change against f32.
+# CALIB=FILE adds int4 --awq rows (groups 32, 64, 128) calibrated on FILE
+# (text the model's tokenizer reads: the training split, not TEXT); KV=1
+# adds the f32 engine scored with each quantized KV-cache dtype (--kv-dtype
+# f16, int8, fp8; the row's options then name the scoring option).
 set -uo pipefail
 BIN=${1:?turbine binary}; MODEL=${2:?model}; TEXT=${3:?text}; CTX=${4:?ctx}; shift 4
 D=$(mktemp -d "${TMPDIR:-/tmp}/quant_acc.XXXXXX")
@@ -20,19 +24,27 @@ VARIANTS=(
   "--dtype int4 --group-size 32 --zero-point" "--dtype int4 --group-size 64 --zero-point"
   "--dtype int4 --group-size 128 --zero-point"
 )
+if [ -n "${CALIB:-}" ]; then
+  for g in 32 64 128; do VARIANTS+=("--dtype int4 --group-size $g --awq --calib $CALIB --calib-threads 2"); done
+fi
+# a row "BUILD OPTIONS | SCORING OPTIONS": the engine built so, perplexity run with the latter
+[ "${KV:-0}" = 1 ] && VARIANTS+=("--dtype f32 | --kv-dtype f16" "--dtype f32 | --kv-dtype int8" "--dtype f32 | --kv-dtype fp8")
 echo "| build options | engine bytes | bits per matmul weight | nats/token | perplexity | vs f32 |"
 echo "|---|---|---|---|---|---|"
 f32=""
-for v in "${VARIANTS[@]}"; do
+for row in "${VARIANTS[@]}"; do
+  v=${row%% | *}; score=""; label="\`$v\`"
+  [ "$v" != "$row" ] && score=${row#* | } && label="\`$v\`, scored with \`$score\`"
   # shellcheck disable=SC2086
   if ! "$BIN" build "$MODEL" "$@" $v -o "$D/e.engine" >"$D/build.log" 2>&1; then
-    echo "| \`$v\` | build failed: $(tail -1 "$D/build.log") | | | | |"; continue
+    echo "| $label | build failed: $(tail -1 "$D/build.log") | | | | |"; continue
   fi
   bytes=$(stat -c %s "$D/e.engine")
   bpw=$("$BIN" inspect "$D/e.engine" | sed -n 's/^bits per weight: \([0-9.]*\) over the matmul.*/\1/p')
-  out=$("$BIN" perplexity "$D/e.engine" --text "$TEXT" --ctx "$CTX" --threads 2 2>/dev/null)
+  # shellcheck disable=SC2086
+  out=$("$BIN" perplexity "$D/e.engine" --text "$TEXT" --ctx "$CTX" --threads 2 $score 2>/dev/null)
   nll=$(awk '{print $4}' <<<"$out"); ppl=$(awk '{print $2}' <<<"$out")
   [ -z "$f32" ] && f32=$ppl
   rel=$(/usr/bin/python3 -c "print('%+.2f%%' % (100 * (float('$ppl') / float('$f32') - 1)))" 2>/dev/null)
-  echo "| \`$v\` | $bytes | $bpw | $nll | $ppl | $rel |"
+  echo "| $label | $bytes | $bpw | $nll | $ppl | $rel |"
 done

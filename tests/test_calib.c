@@ -4,13 +4,15 @@
  * (run by /usr/bin/python3), the other calibrators on histograms whose
  * answer is known, the statistics collector (histogram re-binning, channel
  * statistics, row sampling), the cache's round trip and each refusal, and
- * the AWQ search on a layer with a few salient input channels.
+ * the AWQ search on a layer with a few salient input channels, and AWQ's
+ * clipping search against a direct computation of each candidate's error.
  */
 #include <float.h>
 #include <math.h>
 #include <unistd.h>
 
 #include "tb_test.h"
+#include "core/quant.h"
 #include "tune/calib.h"
 
 #define NB TB_CALIB_BINS
@@ -292,10 +294,83 @@ static void test_awq(void) {
     free(x);
 }
 
+/* The output error of one row and group, directly: sum over the sampled
+ * rows of (x_g . d)^2 with d = w - Q(clamp(w, -b, b)), in double, the
+ * inputs divided by in_scale. */
+static double clip_err_direct(const float *w, const float *x, const float *in_scale, int M, int K, int g0, int group,
+                              int asym, float b) {
+    float cw[128], dq[128], sc[2];
+    uint8_t codes[64];
+    for (int i = 0; i < group; i++) cw[i] = w[g0 + i] > b ? b : w[g0 + i] < -b ? -b : w[g0 + i];
+    if (tb_quantize_rows(TB_I4, cw, 1, group, group, asym, codes, sc, asym ? sc + 1 : NULL) != TB_OK) return NAN;
+    tb_dequantize_rows(TB_I4, codes, sc, asym ? sc + 1 : NULL, 1, group, group, dq);
+    double e = 0;
+    for (int r = 0; r < M; r++) {
+        double y = 0;
+        for (int i = 0; i < group; i++)
+            y += (double)(x[(size_t)r * K + g0 + i] / in_scale[g0 + i]) * ((double)w[g0 + i] - (double)dq[i]);
+        e += y * y;
+    }
+    return e;
+}
+
+/* AWQ's clipping: heavy-tailed weights (a few large ones per group), where
+ * a smaller range wins for most groups. Each chosen bound is one of the
+ * candidates r max|w| (r = 1, 0.95, ..., 0.5) and its error, computed
+ * directly, is the least of them (within float rounding of the search's
+ * covariance form); the total never exceeds round to nearest's. */
+static void test_awq_clip(void) {
+    const int N = 24, K = 256, M = 64, G = 64, NG = K / G;
+    float *w = malloc(sizeof(float) * N * K), *x = malloc(sizeof(float) * M * K);
+    float mean[256], in_scale[256], bound[24 * 4];
+    for (int i = 0; i < N * K; i++) w[i] = (float)(nrand() * (urand() < 0.02 ? 6.0 : 1.0));
+    for (int k = 0; k < K; k++) mean[k] = 0, in_scale[k] = (float)(0.5 + urand());
+    for (int r = 0; r < M; r++)
+        for (int k = 0; k < K; k++) {
+            x[r * K + k] = (float)nrand() * (k % 40 == 3 ? 4.0f : 1.0f);
+            mean[k] += fabsf(x[r * K + k]) / M;
+        }
+    for (int asym = 0; asym <= 1; asym++)
+        for (int with_rows = 1; with_rows >= 0; with_rows--) {
+            tb_awq_clip_report rep;
+            CHECK(tb_awq_clip(w, N, K, with_rows ? x : NULL, with_rows ? M : 0, mean, in_scale, G, asym, bound,
+                              &rep) == TB_OK);
+            printf("awq clip (asym %d, rows %d): mean range %.3f, error %.4g vs unclipped %.4g\n", asym, with_rows,
+                   rep.mean_ratio, rep.err_best, rep.err_rtn);
+            CHECK_MSG(rep.err_best <= rep.err_rtn, "clip error %g above unclipped %g", rep.err_best, rep.err_rtn);
+            CHECK_MSG(rep.mean_ratio < 1.0 && rep.mean_ratio >= 0.5, "mean range %g", rep.mean_ratio);
+            if (!with_rows) continue;
+            CHECK_MSG(rep.err_best < 0.9 * rep.err_rtn, "heavy tails: clip error %g, unclipped %g", rep.err_best,
+                      rep.err_rtn);
+            int bad = 0;
+            for (int n = 0; n < N; n++)
+                for (int g = 0; g < NG; g++) {
+                    const float *row = w + (size_t)n * K;
+                    float amax = 0;
+                    for (int i = 0; i < G; i++) amax = fmaxf(amax, fabsf(row[g * G + i]));
+                    float b = bound[n * NG + g];
+                    double e = clip_err_direct(row, x, in_scale, M, K, g * G, G, asym, b), best = INFINITY;
+                    int cand = 0;
+                    for (int r = 0; r < 11; r++) {
+                        float rb = (1.0f - 0.05f * (float)r) * amax;
+                        cand |= rb == b;
+                        double er = clip_err_direct(row, x, in_scale, M, K, g * G, G, asym, rb);
+                        best = er < best ? er : best;
+                    }
+                    if (!cand || e > best * (1 + 1e-4) + 1e-9) bad++;
+                }
+            CHECK_MSG(bad == 0, "%d of %d groups: bound not a candidate or not the least error", bad, N * NG);
+        }
+    CHECK(tb_awq_clip(w, N, 100, x, M, mean, NULL, G, 0, bound, NULL) == TB_ERR_INVALID_ARG);
+    free(w);
+    free(x);
+}
+
 int main(void) {
     test_entropy();
     test_other_calibrators();
     test_stats();
     test_awq();
+    test_awq_clip();
     return tb_test_finish("test_calib");
 }

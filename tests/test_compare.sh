@@ -4,7 +4,9 @@
 # stories260K f32 against f16: a small KL, agreement near 1, and both
 # perplexities equal to `turbine perplexity`'s for each engine over the same
 # windows; (3) engines with different vocabularies and bad arguments are
-# refused.
+# refused; (4) --kv-dtype int8 runs B with an int8 KV cache: the engine
+# against itself then differs (KL > 0) and B's perplexity is `turbine
+# perplexity --kv-dtype int8`'s.
 set -uo pipefail
 : "${TURBINE_BIN:?}" "${TURBINE_SHARED:?}" "${TURBINE_TMP:?}" "${TURBINE_SRC:?}"
 PY=/usr/bin/python3
@@ -53,6 +55,17 @@ PY
 "$TURBINE_BIN" compare "$D/f32.engine" "$D/f16.engine" --text "$D/text.txt" --ctx 64 --max-tokens 200 --threads 2 \
   >"$D/mt.txt" 2>/dev/null && grep -q '^tokens 192 windows 3 ctx 64$' "$D/mt.txt" && ok "--max-tokens" \
   || fail "--max-tokens: $(tail -1 "$D/mt.txt")"
+
+# (4) B's KV-cache dtype
+"$TURBINE_BIN" compare "$D/f32.engine" "$D/f32.engine" --text "$D/text.txt" --ctx 256 --kv-dtype int8 --threads 2 \
+  >"$D/kv.txt" 2>"$D/kv.err" || fail "compare --kv-dtype int8: $(cat "$D/kv.err")"
+want=$("$TURBINE_BIN" perplexity "$D/f32.engine" --text "$D/text.txt" --ctx 256 --kv-dtype int8 --threads 2 2>/dev/null \
+  | awk '{print $2, $4}')
+got=$(awk '$1 == "B" && $2 == "perplexity" {print $3, $5}' "$D/kv.txt")
+kl=$(awk '$1 == "kl" {print $3}' "$D/kv.txt")
+[ -n "$want" ] && [ "$got" = "$want" ] && "$PY" -c "import sys; sys.exit(0 if 0 < float('${kl:-0}') < 1e-2 else 1)" \
+  && ok "--kv-dtype int8: B perplexity $got = perplexity --kv-dtype int8's, KL $kl" \
+  || fail "--kv-dtype int8: B '$got' vs perplexity '$want', KL '$kl'"
 
 # (3) refusals
 CK="$D/wide"

@@ -3,19 +3,19 @@
 # (the last 10% of tinyshakespeare, as tests/test_perplexity.sh): int8
 # perplexity within +0.5% of the f32 engine's, fp8 within +1.5%; int4 with
 # --awq (default group), calibrated on the training part (the first 90%),
-# within +4% of f32 and no worse than round to nearest at the same group
-# plus AWQ_TOL percent (default 2). The issue asks for "better than round to
-# nearest"; on this model it is not: round to nearest is already within
-# noise of f32 (-0.25%), AWQ lowers each layer's output error on the
-# calibration rows by 0-3% yet scores +1.2% of f32, +1.5% of round to nearest
-# (docs/PERFORMANCE.md). The tolerance keeps that from getting worse; what
-# AWQ does win here is fidelity: its mean next-token KL divergence from f32
-# is below round to nearest's, gated last.
+# within +4% of f32 and below round to nearest's at the same group (the
+# issue's gate). AWQ wins it by its clipping search (a clamp bound per row
+# and group chosen on the calibration rows); its per-channel scales alone
+# do not (docs/PERFORMANCE.md has the split). Last, fidelity: AWQ's mean
+# next-token KL divergence from f32 is below round to nearest's; and on a
+# random qwen2 checkpoint (grouped attention, q/k/v biases), where AWQ's
+# folds into wv's and wup's rows are hardest, AWQ is closer to f32 than
+# round to nearest too.
 # The engines are compared on the same windows (paired): by default the
-# first eighth of the split (12 windows of 512 tokens, 6144 scored) so that
-# the portable quantized matmul finishes in minutes on a loaded 2-core
-# machine; TURBINE_QUANT_FULL=1 scores the whole split (49152 tokens, the
-# figures of docs/PERFORMANCE.md, bench/quant_accuracy.sh).
+# first eighth of the split (12 windows of 512 tokens, 6144 scored) to stay
+# within a few minutes on a loaded 2-core machine; TURBINE_QUANT_FULL=1
+# scores the whole split (49152 tokens, the figures of docs/PERFORMANCE.md;
+# the gates hold there too).
 set -uo pipefail
 : "${TURBINE_BIN:?}" "${TURBINE_SHARED:?}" "${TURBINE_TMP:?}" "${TURBINE_SRC:?}"
 PY=/usr/bin/python3
@@ -53,11 +53,11 @@ d=$(gate int4 1000) && echo "recorded: int4 (round to nearest, default group) pe
   || fail "int4 perplexity ${ppl[int4]:-none}"
 d=$(gate awq 4) && ok "gate: int4 --awq perplexity ${ppl[awq]} is $d of f32 (<= +4%)" \
   || fail "gate: int4 --awq perplexity ${ppl[awq]:-none} is $d of f32 (want <= +4%)"
-AWQ_TOL=${AWQ_TOL:-2}
-d=$(gate awq "$AWQ_TOL" int4) && ok "gate: int4 --awq perplexity is $d of round to nearest's ${ppl[int4]} (<= +$AWQ_TOL%)" \
-  || fail "gate: int4 --awq perplexity ${ppl[awq]:-none} is $d of round to nearest's ${ppl[int4]:-none} (want <= +$AWQ_TOL%)"
+"$PY" -c "import sys; sys.exit(0 if float('${ppl[awq]:-nan}') < float('${ppl[int4]:-nan}') else 1)" \
+  && ok "gate: int4 --awq perplexity ${ppl[awq]} < round to nearest's ${ppl[int4]}" \
+  || fail "gate: int4 --awq perplexity ${ppl[awq]:-none}, round to nearest's ${ppl[int4]:-none} (want lower)"
 # fidelity to f32 on the same windows: AWQ's next-token distribution is closer to f32's than round
-# to nearest's (mean KL of each from f32; perplexity alone cannot tell them apart on this model)
+# to nearest's (mean KL of each from f32)
 declare -A kl
 for v in int4 awq; do
   kl[$v]=$("$TURBINE_BIN" compare "$D/g_f32.engine" "$D/g_$v.engine" --text "$D/test_split.txt" --ctx 512 --threads 2 \
@@ -66,6 +66,35 @@ done
 "$PY" -c "import sys; sys.exit(0 if float('${kl[awq]:-nan}') < float('${kl[int4]:-nan}') else 1)" \
   && ok "awq mean KL from f32 ${kl[awq]} < round to nearest's ${kl[int4]}" \
   || fail "awq mean KL from f32 ${kl[awq]:-none}, round to nearest's ${kl[int4]:-none} (want lower)"
+
+# ---- (6) AWQ's folds where they are hardest: a random qwen2 checkpoint (grouped attention, 4 query
+# heads on 2 kv heads, so wo's scales are tied per kv head when folded into wv's rows; q/k/v
+# biases, so v's bias is divided with its rows; K = 160 makes wdown int4 at group 32, folded into
+# wup's rows). Every int4 matmul gets scales (7 per layer) and the engine is closer to f32 than
+# round to nearest (mean KL): a fold on the wrong rows or a forgotten bias would raise it.
+CK="$D/ck_qwen2"
+TOK="$TURBINE_SHARED/models/stories260K/tok512.bin"
+if "$PY" "$TURBINE_SRC/tests/gen_checkpoints.py" --preset qwen2 --dtype f32 --out "$CK" >/dev/null 2>&1; then
+  head -c 20000 "$D/test_split.txt" > "$D/q_text.txt"
+  for v in f32 int4 awq; do
+    args=(--dtype $v)
+    [ $v = int4 ] && args=(--dtype int4 --group-size 32)
+    [ $v = awq ] && args=(--dtype int4 --group-size 32 --awq --calib "$D/train_split.txt" --calib-tokens 2048 --calib-threads 2)
+    "$TURBINE_BIN" build "$CK" --tokenizer "$TOK" "${args[@]}" -o "$D/q_$v.engine" --verbose >"$D/q_$v.log" 2>&1 \
+      || fail "qwen2 $v build: $(tail -1 "$D/q_$v.log")"
+  done
+  grep -q "AWQ scales on 14 matmuls, clipping on 14" "$D/q_awq.log" && ok "qwen2 --awq: scales and clipping on all 14 matmuls" \
+    || fail "qwen2 --awq report: $(grep -o 'AWQ scales[^;]*' "$D/q_awq.log")"
+  for v in int4 awq; do
+    kl[q$v]=$("$TURBINE_BIN" compare "$D/q_f32.engine" "$D/q_$v.engine" --text "$D/q_text.txt" --ctx 256 --threads 2 \
+      2>/dev/null | awk '$1 == "kl" && $2 == "mean" {print $3}')
+  done
+  "$PY" -c "import sys; sys.exit(0 if float('${kl[qawq]:-nan}') < float('${kl[qint4]:-nan}') else 1)" \
+    && ok "qwen2 awq mean KL from f32 ${kl[qawq]} < round to nearest's ${kl[qint4]}" \
+    || fail "qwen2 awq mean KL from f32 ${kl[qawq]:-none}, round to nearest's ${kl[qint4]:-none} (want lower)"
+else
+  fail "qwen2 checkpoint"
+fi
 
 [ $fails = 0 ] && echo "all passed" || echo "$fails failure(s)"
 exit $((fails > 0))

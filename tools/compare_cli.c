@@ -1,6 +1,6 @@
 /*
  * compare_cli.c — `turbine compare A.engine B.engine --text FILE [--ctx N]
- * [--max-tokens N]`: the accuracy of an engine (B: quantized, f16, ...)
+ * [--max-tokens N] [--kv-dtype D]`: the accuracy of an engine (B: quantized, f16, ...)
  * against a reference (A: usually f32) on the same text.
  *
  * The text is tokenized with A's tokenizer (B's must give the same ids and
@@ -29,7 +29,7 @@
 #include "turbine/turbine.h"
 
 typedef struct {
-    const char *a, *b, *text, *device;
+    const char *a, *b, *text, *device, *kv_dtype;
     int ctx, max_tokens, threads;
 } cmp_args;
 
@@ -43,6 +43,9 @@ static const tb_cli_opt cmp_opts[] = {
      "tokens per window; at most both engines' context and step profile"},
     {"--max-tokens", NULL, TB_OPT_INT, "N", 1, 1 << 30, 0, 0, 0, P(max_tokens), "the whole text",
      "score at most N positions (the text is cut to its first N + 1 tokens)"},
+    {"--kv-dtype", NULL, TB_OPT_CHOICE, "auto|f32|f16|bf16|int8|fp8", 0, 0, 0, 0, 0, P(kv_dtype), "auto",
+     "B's KV-cache dtype (A keeps its default): with A and B the same engine, the accuracy of a quantized KV "
+     "cache"},
     {"--threads", "-t", TB_OPT_INT, "N", 1, 256, 0, 0, 0, P(threads), "one per core", "CPU threads"},
     {"--device", NULL, TB_OPT_STR, "cpu|cuda[:N]", 0, 0, 0, 0, 0, P(device), "each engine's backend",
      TB_CLI_HELP_DEVICE},
@@ -78,7 +81,8 @@ static int cmp_double(const void *x, const void *y) {
     return a < b ? -1 : a > b;
 }
 
-static int open_engine(const char *path, const char *device, int threads, tb_engine **e, tb_context **c) {
+static int open_engine(const char *path, const char *device, const char *kv_dtype, int threads, tb_engine **e,
+                       tb_context **c) {
     if (tb_engine_load_for(path, device, e) != TB_OK) {
         fprintf(stderr, "turbine: error: %s\n", tb_last_error());
         return 0;
@@ -92,6 +96,7 @@ static int open_engine(const char *path, const char *device, int threads, tb_eng
     co.n_threads = threads;
     co.max_seqs = 1;
     co.device = device;
+    co.kv_dtype = kv_dtype;
     co.no_prefix_cache = 1; /* every window is new */
     if (tb_context_create(*e, &co, c) != TB_OK) {
         fprintf(stderr, "turbine: error: %s: %s\n", path, tb_last_error());
@@ -111,7 +116,8 @@ int tb_cli_compare(int argc, char **argv) {
     int32_t *toks = NULL, *toks_b = NULL;
     double *la = NULL, *lb = NULL, *kls = NULL;
     int n = 0, nb = 0;
-    if (!open_engine(a.a, a.device, a.threads, &ea, &ca) || !open_engine(a.b, a.device, a.threads, &eb, &cb))
+    if (!open_engine(a.a, a.device, NULL, a.threads, &ea, &ca) ||
+        !open_engine(a.b, a.device, a.kv_dtype, a.threads, &eb, &cb))
         goto done;
     tb_engine_info ia, ib;
     tb_engine_get_info(ea, &ia);

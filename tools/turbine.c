@@ -80,9 +80,10 @@ static const tb_cli_opt build_opts[] = {
     {"--zero-point", NULL, TB_OPT_FLAG, NULL, 0, 0, 0, 0, 1, B(zero_point), NULL,
      "--dtype int4: asymmetric groups, a zero point per group beside the scale (default symmetric)"},
     {"--awq", NULL, TB_OPT_FLAG, NULL, 0, 0, 0, 0, 1, B(awq), NULL,
-     "--dtype int4: activation-aware scales (AWQ): per input channel, searched on the calibration "
-     "activations (needs --calib or --calib-cache) to minimise each matmul's output error, and folded into the "
-     "RMSNorm before q|k|v and gate|up; wo, wdown and the head stay round to nearest"},
+     "--dtype int4: activation-aware quantization (AWQ), searched on the calibration activations (needs "
+     "--calib or --calib-cache) to minimise each matmul's output error: per-input-channel scales folded into "
+     "the RMSNorm before q|k|v and gate|up, into wv's rows before wo and into wup's before wdown; then a clip "
+     "range per row and group for every int4 matmul (the head stays f16)"},
     {"--override", NULL, TB_OPT_STRS, "NAME_GLOB=DTYPE", 0, 0, 0, 0, 0, B(overrides), NULL,
      "a weight's dtype instead of the default, by its name in the engine (`turbine inspect` lists them: embed, "
      "l0.wqkv, l0.wo, l0.wgu, l0.wdown, ..., lm_head), e.g. 'lm_head=int8' or 'l0.*=f16'; repeatable, the "

@@ -27,12 +27,23 @@
  *
  * Calibration hooks (tb_quant_calib): a static activation scale per matmul
  * input (stored in qmatmul's act_scale) and AWQ per-input-channel
- * multipliers, folded into the RMSNorm weight that feeds the matmul. With
- * tb_quant_options.awq the multipliers are searched here, once per group on
- * the whole group's weight (q|k|v, gate|up: one RMSNorm feeds all parts, so
- * they share one in_scale). wo and wdown have no norm to fold 1 / in_scale
- * into (folding it into wv's rows or the SwiGLU's up rows would be possible
- * but changes another quantised weight), so AWQ leaves them round to nearest.
+ * multipliers s: the weight is quantised as W diag(s) and the input divided
+ * by s, folded into what writes it. With tb_quant_options.awq the
+ * multipliers are searched here, once per group on the whole group's weight:
+ *
+ *   q|k|v, gate|up  an RMSNorm feeds them (the parts share one s): 1 / s
+ *                   folds into the norm weight
+ *   wo              reads the attention output, a per-head linear mix of v:
+ *                   1 / s folds into wv's rows (one multiplier per v channel,
+ *                   shared by the query heads of one kv head)
+ *   wdown           reads silu(gate) * up: 1 / s folds into wup's rows
+ *
+ * wo's and wdown's multipliers are searched before their feeder (wv, wup) is
+ * quantised (when the pass reaches q|k|v or gate|up): the feeder becomes an
+ * f32 copy with its rows divided, then is quantised with its own group.
+ * With tb_quant_options.awq_clip every int4 weight then gets AWQ's clipping
+ * (a clamp bound per output row and group, searched on the calibration
+ * rows) applied before rounding.
  */
 #include "opt/opt.h"
 #include "core/quant.h"
@@ -143,9 +154,10 @@ static tb_status convert_copy(const tb_value *v, tb_dtype dt, void **out, uint64
 
 /* Quantised form of weight v (N, K): codes, scales (N, K/group) and zeros
  * (asym), read from v in chunks of rows through an f32 buffer. in_scale: AWQ
- * multipliers (K) or NULL. */
+ * multipliers (K) or NULL; bound: AWQ clip bounds (N, K/group) or NULL, each
+ * group of w * in_scale clamped to +-bound first (as tb_awq_clip searched). */
 static tb_status quantize_value(const tb_value *v, tb_dtype dt, int group, int asym, const float *in_scale,
-                                uint8_t **codes, float **scales, float **zeros) {
+                                const float *bound, uint8_t **codes, float **scales, float **zeros) {
     int N = (int)v->dims[0], K = (int)v->dims[1], G = K / group;
     uint64_t row_codes = tb_quant_codes_bytes(dt, 1, K);
     *codes = tb_alloc_aligned((size_t)tb_quant_codes_bytes(dt, N, K), 64);
@@ -168,8 +180,20 @@ static tb_status quantize_value(const tb_value *v, tb_dtype dt, int group, int a
         if (s != TB_OK) break;
         uint8_t *c = *codes + (uint64_t)n0 * row_codes;
         float *sc = *scales + (size_t)n0 * (size_t)G, *z = asym ? *zeros + (size_t)n0 * (size_t)G : NULL;
-        s = in_scale ? tb_quantize_rows_scaled(dt, rows, in_scale, m, K, group, asym, c, sc, z)
-                     : tb_quantize_rows(dt, rows, m, K, group, asym, c, sc, z);
+        if (bound) { /* the product the search clipped, then the clamp */
+            for (int r = 0; r < m; r++) {
+                float *row = rows + (size_t)r * (size_t)K;
+                const float *b = bound + (size_t)(n0 + r) * (size_t)G;
+                for (int k = 0; k < K; k++) {
+                    float x = in_scale ? row[k] * in_scale[k] : row[k], lim = b[k / group];
+                    row[k] = x > lim ? lim : x < -lim ? -lim : x;
+                }
+            }
+            s = tb_quantize_rows(dt, rows, m, K, group, asym, c, sc, z);
+        } else {
+            s = in_scale ? tb_quantize_rows_scaled(dt, rows, in_scale, m, K, group, asym, c, sc, z)
+                         : tb_quantize_rows(dt, rows, m, K, group, asym, c, sc, z);
+        }
     }
     free(rows);
     if (s == TB_OK) return TB_OK;
@@ -222,7 +246,10 @@ static tb_status fold_in_scale(tb_graph *g, int x, const float *in_scale, const 
  * are quantised one by one and must share one in_scale). */
 typedef struct {
     char name[TB_NAME_LEN];
-    float *s; /* (K), NULL: searched, none (no calibration for it) */
+    float *s;      /* (K), NULL: none (not searched, no calibration, no fold) */
+    int searched;  /* the search ran (or was ruled out)                      */
+    int prefolded; /* 1 / s already folded into the feeder's rows (wo, wdown) */
+    int pre;       /* awq_prefold ran for this group                         */
 } awq_entry;
 
 typedef struct {
@@ -235,16 +262,16 @@ static void awq_cache_free(awq_cache *c) {
     free(c->e);
 }
 
-/* The in_scale of group `name` that matmul k (input x, K channels) is part
- * of: searched on first use over the whole group's weight (every live
- * matmul of x in the group, rows stacked in node order), or NULL when the
- * group has no calibration or cannot take the fold. */
-static tb_status awq_scale(tb_graph *g, int k, const char *name, const tb_quant_options *q, awq_cache *c,
-                           const float **out) {
-    *out = NULL;
-    int x = g->nodes[k].in[0], K = (int)g->values[g->nodes[k].in[1]].dims[1];
+static awq_entry *awq_find(awq_cache *c, const char *name) {
     for (int i = 0; i < c->n; i++)
-        if (!strcmp(c->e[i].name, name)) { *out = c->e[i].s; return TB_OK; }
+        if (!strcmp(c->e[i].name, name)) return &c->e[i];
+    return NULL;
+}
+
+/* The entry of `name`, added when absent. The pointer lives until the next
+ * awq_get (the array may move). */
+static tb_status awq_get(awq_cache *c, const char *name, awq_entry **out) {
+    if ((*out = awq_find(c, name))) return TB_OK;
     if (c->n == c->cap) {
         int nc = c->cap ? 2 * c->cap : 16;
         awq_entry *ne = realloc(c->e, sizeof *ne * (size_t)nc);
@@ -252,9 +279,21 @@ static tb_status awq_scale(tb_graph *g, int k, const char *name, const tb_quant_
         c->e = ne, c->cap = nc;
     }
     awq_entry *e = &c->e[c->n++];
+    memset(e, 0, sizeof *e);
     snprintf(e->name, sizeof e->name, "%s", name);
-    e->s = NULL;
-    if (fold_target(g, x, name) < 0) return TB_OK; /* wo, wdown: round to nearest */
+    *out = e;
+    return TB_OK;
+}
+
+/* Searches the in_scale of group `name` that matmul k (input x, K channels)
+ * is part of, over the whole group's weight (every live matmul of x in the
+ * group, rows stacked in node order); tie as opt.h's awq hook. Into e (the
+ * cache's entry of `name`); e->s stays NULL when the group has no
+ * calibration. */
+static tb_status awq_search_group(tb_graph *g, int k, const char *name, const tb_quant_options *q, const int *tie,
+                                  int n_tie, awq_entry *e) {
+    int x = g->nodes[k].in[0], K = (int)g->values[g->nodes[k].in[1]].dims[1];
+    e->searched = 1;
     int64_t N = 0;
     for (int j = 0; j < g->n_nodes; j++) {
         const tb_node *n = &g->nodes[j];
@@ -278,11 +317,113 @@ static tb_status awq_scale(tb_graph *g, int k, const char *name, const tb_quant_
         r += v->dims[0];
     }
     int found = 0;
-    if (st == TB_OK) st = q->awq(q->awq_user, name, w, (int)N, K, q->group, q->asym, s, &found);
+    if (st == TB_OK) st = q->awq(q->awq_user, name, w, (int)N, K, q->group, q->asym, tie, n_tie, s, &found);
     free(w);
     if (st != TB_OK || !found) { free(s); return st; }
     e->s = s;
-    *out = s;
+    return TB_OK;
+}
+
+/* The matmul whose weight's rows write matmul k's input channels linearly,
+ * or -1: wv for wo (attention mixes v's channels per head over positions,
+ * nothing else touches them) and wup for wdown (silu(gate) * up is linear
+ * in up). Both still unquantised matmuls of the merge-to-be (concat_cols)
+ * that feeds attention or silu_mul, their weight read only there. tie (K):
+ * the feeder row each of k's input channels reads (query head h, channel d
+ * reads v row (h / (H / KV)) hd + d under grouped attention). */
+static int linear_feeder(const tb_graph *g, int k, int *tie) {
+    const tb_node *m = &g->nodes[k];
+    int x = m->in[0], K = (int)g->values[m->in[1]].dims[1];
+    int p = tb_opt_producer(g, x);
+    if (p < 0 || tb_opt_uses(g, x) != 1) return -1;
+    const tb_node *pn = &g->nodes[p];
+    if (pn->op != TB_OP_ATTENTION && pn->op != TB_OP_SILU_MUL) return -1;
+    int cat = tb_opt_producer(g, pn->in[0]);
+    if (cat < 0 || g->nodes[cat].op != TB_OP_CONCAT_COLS || tb_opt_uses(g, pn->in[0]) != 1) return -1;
+    const tb_node *cn = &g->nodes[cat];
+    if (cn->n_in != (pn->op == TB_OP_ATTENTION ? 3 : 2)) return -1;
+    int part = cn->in[cn->n_in - 1], f = tb_opt_producer(g, part);
+    if (f < 0 || g->nodes[f].op != TB_OP_MATMUL || tb_opt_uses(g, part) != 1) return -1;
+    const tb_value *fw = &g->values[g->nodes[f].in[1]];
+    if (fw->kind != TB_VAL_WEIGHT || tb_opt_uses(g, g->nodes[f].in[1]) != 1 || fw->rank != 2) return -1;
+    if (pn->op == TB_OP_SILU_MUL) {
+        if (fw->dims[0] != K) return -1;
+        for (int i = 0; i < K; i++) tie[i] = i;
+        return f;
+    }
+    int H = tb_node_attr_i(pn, TB_ATTN_HEADS), KV = tb_node_attr_i(pn, TB_ATTN_KV_HEADS);
+    int hd = tb_node_attr_i(pn, TB_ATTN_HEAD_DIM);
+    if (H <= 0 || KV <= 0 || hd <= 0 || H % KV || (int64_t)H * hd != K || fw->dims[0] != (int64_t)KV * hd) return -1;
+    for (int h = 0; h < H; h++)
+        for (int d = 0; d < hd; d++) tie[h * hd + d] = (h / (H / KV)) * hd + d;
+    return f;
+}
+
+/* Before the group `name` of matmul k is quantised (AWQ on): for each part
+ * that feeds a later int4 matmul c linearly (wv -> wo, wup -> wdown), c's
+ * in_scale is searched now and 1 / in_scale folded into the part's rows
+ * (and bias), the part becoming an owned f32 copy: then c's input arrives
+ * divided by in_scale, and the part is quantised (with its group's own
+ * scales) from the folded rows. want_i4(c): whether matmul c will be int4
+ * (overrides, whole groups). */
+static tb_status awq_prefold(tb_graph *g, int k, const char *name, const tb_quant_options *q, awq_cache *c,
+                             int (*want_i4)(void *, const tb_graph *, int), void *want_user) {
+    int x = g->nodes[k].in[0];
+    for (int j = 0; j < g->n_nodes; j++) {
+        const tb_node *n = &g->nodes[j];
+        char gn[TB_NAME_LEN];
+        if (tb_opt_dead(n) || n->op != TB_OP_MATMUL || n->in[0] != x) continue;
+        group_name(g, j, gn);
+        if (strcmp(gn, name)) continue;
+        /* the matmul reading part j's output through attention / silu_mul */
+        for (int ci = 0; ci < g->n_nodes; ci++) {
+            const tb_node *cn = &g->nodes[ci];
+            if (tb_opt_dead(cn) || cn->op != TB_OP_MATMUL || g->values[cn->in[1]].kind != TB_VAL_WEIGHT) continue;
+            int K = (int)g->values[cn->in[1]].dims[1];
+            int *tie = malloc(sizeof(int) * (size_t)K);
+            if (!tie) return tb_errorf(TB_ERR_OOM, "out of memory");
+            if (linear_feeder(g, ci, tie) != j || !want_i4(want_user, g, ci)) { free(tie); continue; }
+            /* a bias on the feeder scales with its rows: it must be its own */
+            int fb = g->nodes[j].n_in > 2 ? g->nodes[j].in[2] : -1;
+            if (fb >= 0 && tb_opt_uses(g, fb) != 1) { free(tie); continue; }
+            char cname[TB_NAME_LEN];
+            group_name(g, ci, cname);
+            awq_entry *e;
+            tb_status st = awq_get(c, cname, &e);
+            if (st != TB_OK || e->searched) { free(tie); if (st != TB_OK) return st; continue; }
+            int n_tie = 0;
+            for (int i = 0; i < K; i++) n_tie = tie[i] + 1 > n_tie ? tie[i] + 1 : n_tie;
+            st = awq_search_group(g, ci, cname, q, tie, n_tie, e);
+            if (st != TB_OK || !e->s) { free(tie); if (st != TB_OK) return st; continue; }
+            /* fold: the feeder's row tie[i] divided by s[i] (equal over a
+             * class), each row once */
+            tb_value *fv = &g->values[g->nodes[j].in[1]];
+            int FN = (int)fv->dims[0], FK = (int)fv->dims[1];
+            tb_value *bv = fb >= 0 ? &g->values[fb] : NULL;
+            void *buf;
+            uint64_t nb;
+            if (bv && (bv->dtype != TB_F32 || !bv->owned)) { /* an f32 copy to divide */
+                st = convert_copy(bv, TB_F32, &buf, &nb);
+                if (st != TB_OK) { free(tie); return st; }
+                set_data(bv, TB_F32, buf, nb);
+            }
+            unsigned char *seen = calloc((size_t)FN, 1);
+            st = seen ? convert_copy(fv, TB_F32, &buf, &nb) : tb_errorf(TB_ERR_OOM, "out of memory");
+            if (st != TB_OK) { free(seen); free(tie); return st; }
+            float *fw = buf;
+            for (int i = 0; i < K; i++) {
+                int r = tie[i];
+                if (seen[r]) continue;
+                seen[r] = 1;
+                for (int kk = 0; kk < FK; kk++) fw[(size_t)r * (size_t)FK + (size_t)kk] /= e->s[i];
+                if (bv) ((float *)bv->data)[r] /= e->s[i];
+            }
+            free(seen);
+            set_data(fv, TB_F32, buf, nb);
+            e->prefolded = 1;
+            free(tie);
+        }
+    }
     return TB_OK;
 }
 
@@ -300,12 +441,48 @@ typedef struct {
     int n_fallback;              /* int4 weights made int8: K not whole groups */
     char fallback[TB_NAME_LEN];  /* the first of them                          */
     int n_awq;                   /* matmuls quantised with AWQ scales          */
+    int n_clip;                  /* matmuls quantised with AWQ clip bounds     */
 } tally;
+
+/* What decides each matmul's dtype (the pass's loop and awq_prefold). */
+typedef struct {
+    const tb_quant_options *q;
+    override *ov;
+    int head;               /* the LM head's node, or -1 */
+    tb_dtype embed_default;
+} dtype_rule;
+
+/* The dtype matmul k gets, and its override name (`own`) and fused name. */
+static tb_dtype matmul_dtype(const dtype_rule *d, const tb_graph *g, int k, char own[TB_NAME_LEN],
+                             char fused[TB_NAME_LEN]) {
+    /* overrides match the part's name or the fused weight's (what inspect
+     * lists); calibration is keyed by the fused weight's */
+    snprintf(own, TB_NAME_LEN, "%s", k == d->head ? "lm_head" : g->values[g->nodes[k].in[1]].name);
+    if (k == d->head) snprintf(fused, TB_NAME_LEN, "%s", own);
+    else group_name(g, k, fused);
+    return resolve(d->ov, d->q->n_overrides, own, fused, k == d->head ? d->embed_default : d->q->dtype);
+}
+
+/* awq_prefold's question: will matmul k be int4 (whole groups)? */
+static int will_be_i4(void *user, const tb_graph *g, int k) {
+    const dtype_rule *d = user;
+    char own[TB_NAME_LEN], fused[TB_NAME_LEN];
+    return matmul_dtype(d, g, k, own, fused) == TB_I4 && g->values[g->nodes[k].in[1]].dims[1] % d->q->group == 0;
+}
 
 /* Matmul node k gets weight dtype dt; `name` is what overrides matched
  * ("lm_head" for a head tied to the embedding). */
-static tb_status retype_matmul(tb_graph *g, int k, tb_dtype dt, const char *name, const tb_quant_options *q,
+static tb_status retype_matmul(tb_graph *g, int k, tb_dtype dt, const char *name, const dtype_rule *rule,
                                int emb_v, tb_dtype emb_dt, int *folded, awq_cache *awq, tally *t) {
+    const tb_quant_options *q = rule->q;
+    if (q->awq) { /* before anything of this group is quantised: the folds into its parts' rows */
+        awq_entry *ae;
+        TB_TRY(awq_get(awq, name, &ae));
+        if (!ae->pre) {
+            ae->pre = 1;
+            TB_TRY(awq_prefold(g, k, name, q, awq, will_be_i4, (void *)rule));
+        }
+    }
     int wi = g->nodes[k].in[1];
     tb_value *v = &g->values[wi];
     int shared = tb_opt_uses(g, wi) > 1;
@@ -340,19 +517,50 @@ static tb_status retype_matmul(tb_graph *g, int k, tb_dtype dt, const char *name
     TB_TRY(tb_quant_check(dt, K, group, asym));
     const tb_quant_calib *cal = find_calib(q, name);
     const float *in_scale = cal ? cal->in_scale : NULL;
+    int prefolded = 0;
+    float *bound = NULL; /* AWQ clip bounds (N, K / group) */
     if (q->awq && dt == TB_I4) {
-        TB_TRY(awq_scale(g, k, name, q, awq, &in_scale));
+        awq_entry *ae;
+        TB_TRY(awq_get(awq, name, &ae));
+        if (!ae->searched) {
+            ae->searched = 1;
+            /* q|k|v, gate|up: 1 / s into the norm; wo and wdown were
+             * searched by awq_prefold or keep no scales */
+            if (fold_target(g, g->nodes[k].in[0], name) >= 0) TB_TRY(awq_search_group(g, k, name, q, NULL, 0, ae));
+        }
+        in_scale = ae->s;
+        prefolded = ae->prefolded;
         if (in_scale) t->n_awq++;
+        if (q->awq_clip) {
+            int found = 0;
+            float *wf = malloc(sizeof(float) * (size_t)N * (size_t)K);
+            bound = malloc(sizeof(float) * (size_t)N * (size_t)(K / group));
+            tb_status st = wf && bound ? tb_dtype_convert(v->data, v->dtype, wf, TB_F32, (size_t)N * (size_t)K)
+                                       : tb_errorf(TB_ERR_OOM, "out of memory for the AWQ clip of %s", v->name);
+            if (st == TB_OK && in_scale) /* the product quantize_value clamps */
+                for (size_t n = 0; n < (size_t)N; n++)
+                    for (int kk = 0; kk < K; kk++) wf[n * (size_t)K + (size_t)kk] *= in_scale[kk];
+            if (st == TB_OK)
+                st = q->awq_clip(q->awq_user, name, v->name, wf, N, K, group, asym, in_scale, bound, &found);
+            free(wf);
+            if (st != TB_OK || !found) { free(bound); bound = NULL; }
+            if (st != TB_OK) return st;
+            if (found) t->n_clip++;
+        }
     }
     float act_scale = cal ? cal->act_scale : 0.0f;
-    if (!(act_scale >= 0 && act_scale < INFINITY))
+    if (!(act_scale >= 0 && act_scale < INFINITY)) {
+        free(bound);
         return tb_errorf(TB_ERR_INVALID_ARG, "activation scale %g for %s", act_scale, name);
+    }
     uint8_t *codes;
     float *scales, *zeros;
-    TB_TRY(quantize_value(v, dt, group, asym, in_scale, &codes, &scales, &zeros));
+    tb_status qs = quantize_value(v, dt, group, asym, in_scale, bound, &codes, &scales, &zeros);
+    free(bound);
+    if (qs != TB_OK) return qs;
     tb_node nd = g->nodes[k];
     int x = nd.in[0], bias = nd.n_in > 2 ? nd.in[2] : -1;
-    if (in_scale) {
+    if (in_scale && !prefolded) {
         tb_status s = fold_in_scale(g, x, in_scale, name, folded);
         if (s != TB_OK) { free(codes); free(scales); free(zeros); return s; }
     }
@@ -417,19 +625,15 @@ tb_status tb_opt_quantize(tb_graph *g, const tb_opt_options *o, tb_pass_report *
     tally t;
     memset(&t, 0, sizeof t);
     int n_nodes = g->n_nodes, folded = -1;
+    dtype_rule rule = {q, ov, head, embed_default};
     awq_cache awq = {0};
     tb_status st = TB_OK;
     for (int k = 0; k < n_nodes && st == TB_OK; k++) {
         tb_node *n = &g->nodes[k];
         if (tb_opt_dead(n) || n->op != TB_OP_MATMUL || g->values[n->in[1]].kind != TB_VAL_WEIGHT) continue;
-        /* overrides match the part's name or the fused weight's (what inspect
-         * lists); calibration is keyed by the fused weight's */
         char own[TB_NAME_LEN], fused[TB_NAME_LEN];
-        snprintf(own, sizeof own, "%s", k == head ? "lm_head" : g->values[n->in[1]].name);
-        if (k == head) snprintf(fused, sizeof fused, "%s", own);
-        else group_name(g, k, fused);
-        tb_dtype dt = resolve(ov, q->n_overrides, own, fused, k == head ? embed_default : q->dtype);
-        st = retype_matmul(g, k, dt, fused, q, emb_v, embed_dt, &folded, &awq, &t);
+        tb_dtype dt = matmul_dtype(&rule, g, k, own, fused);
+        st = retype_matmul(g, k, dt, fused, &rule, emb_v, embed_dt, &folded, &awq, &t);
     }
     awq_cache_free(&awq);
     if (st != TB_OK) return st;
@@ -476,7 +680,8 @@ tb_status tb_opt_quantize(tb_graph *g, const tb_opt_options *o, tb_pass_report *
         w += (size_t)snprintf(r->what + w, sizeof r->what - w, "; int4 %s, group %d",
                               q->asym ? "with zero points" : "symmetric", q->group);
     if (q->awq && w < sizeof r->what)
-        w += (size_t)snprintf(r->what + w, sizeof r->what - w, "; AWQ scales on %d matmuls", t.n_awq);
+        w += (size_t)snprintf(r->what + w, sizeof r->what - w, "; AWQ scales on %d matmuls, clipping on %d", t.n_awq,
+                              t.n_clip);
     if (mr.changes && w < sizeof r->what)
         w += (size_t)snprintf(r->what + w, sizeof r->what - w, "; %d merged after quantizing", mr.changes);
     if (t.n_fallback && w < sizeof r->what)

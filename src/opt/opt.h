@@ -38,14 +38,25 @@ typedef struct {
     int n_overrides;
     const tb_quant_calib *calib; /* from calibration, or NULL              */
     int n_calib;
-    /* AWQ (int4): asked once per weight group whose input an RMSNorm feeding
-     * only that group writes (q|k|v, gate|up: the 1 / in_scale fold needs
-     * it; wo, wdown and the head keep round to nearest). w (N, K) is the
-     * whole group's f32 weight, its parts' rows stacked; writes in_scale (K)
-     * and sets *found, or leaves *found 0 (no calibration for `weight`).
-     * Takes precedence over calib[].in_scale. NULL: no search. */
+    /* AWQ (int4): asked once per weight group whose input scales can be
+     * folded into what writes that input: q|k|v and gate|up (an RMSNorm
+     * feeding only the group: 1 / in_scale into the norm weight), wo (the
+     * attention output: into wv's rows) and wdown (the SwiGLU product: into
+     * the up projection's rows). w (N, K) is the whole group's f32 weight,
+     * its parts' rows stacked. tie (K) or NULL: channels of one class
+     * (tie[k] in [0, n_tie)) must share one multiplier (wo under grouped
+     * attention: the query heads of one kv head read one v row). Writes
+     * in_scale (K) and sets *found, or leaves *found 0 (no calibration for
+     * `weight`). Takes precedence over calib[].in_scale. NULL: no search. */
     tb_status (*awq)(void *user, const char *weight, const float *w, int N, int K, int group, int asym,
-                     float *in_scale, int *found);
+                     const int *tie, int n_tie, float *in_scale, int *found);
+    /* AWQ's clipping (int4), asked for every int4 matmul weight `part`
+     * (calibration keyed by `weight`, the fused name): w (N, K) f32 as it is
+     * quantised (times in_scale (K) when not NULL); writes bound (N, K /
+     * group), each group clamped to +-bound before quantising, and sets
+     * *found (0: no calibration, no clipping). NULL: no clipping. */
+    tb_status (*awq_clip)(void *user, const char *weight, const char *part, const float *w, int N, int K, int group,
+                          int asym, const float *in_scale, float *bound, int *found);
     void *awq_user;
 } tb_quant_options;
 

@@ -35,18 +35,49 @@ typedef struct {
 } awq_ctx;
 
 static tb_status awq_search_hook(void *user, const char *weight, const float *w, int N, int K, int group, int asym,
-                                 float *in_scale, int *found) {
+                                 const int *tie, int n_tie, float *in_scale, int *found) {
     const awq_ctx *a = user;
     const tb_calib_entry *e = tb_calib_find(a->calib, weight);
     *found = 0;
     if (!e || !e->mean_abs) return TB_OK; /* a cache without channel statistics: round to nearest */
     if (e->K != K) return tb_errorf(TB_ERR_INVALID_ARG, "calibration of %s has %d channels, the weight %d", weight, e->K, K);
+    const float *mean = e->mean_abs;
+    float *tied = NULL;
+    if (tie) { /* channels of one class share one multiplier: the class mean of mean |x| */
+        tied = calloc((size_t)K + (size_t)n_tie * 2, sizeof(float));
+        if (!tied) return tb_errorf(TB_ERR_OOM, "out of memory");
+        float *sum = tied + K, *cnt = sum + n_tie;
+        for (int k = 0; k < K; k++) sum[tie[k]] += e->mean_abs[k], cnt[tie[k]] += 1;
+        for (int k = 0; k < K; k++) tied[k] = sum[tie[k]] / cnt[tie[k]];
+        mean = tied;
+    }
     tb_awq_report rep;
-    TB_TRY(tb_awq_search(w, N, K, e->mean_abs, e->rows, e->rows ? e->n_rows : 0, group, asym, in_scale, &rep));
+    tb_status st = tb_awq_search(w, N, K, mean, e->rows, e->rows ? e->n_rows : 0, group, asym, in_scale, &rep);
+    free(tied);
+    TB_TRY(st);
     *found = 1;
     if (a->verbose)
         tb_log(TB_LOG_INFO, "awq %s (%d x %d, %d rows): alpha %.2f, output error %.4g of round to nearest's %.4g "
                "(ratio %.3f)", weight, N, K, e->rows ? e->n_rows : 0, (double)rep.alpha, rep.err_best, rep.err_rtn,
+               rep.err_rtn > 0 ? rep.err_best / rep.err_rtn : 1.0);
+    return TB_OK;
+}
+
+/* The quantize pass's AWQ clip hook (opt.h): bounds per row and group on
+ * the sampled input rows of `weight` (or its channel means). */
+static tb_status awq_clip_hook(void *user, const char *weight, const char *part, const float *w, int N, int K,
+                               int group, int asym, const float *in_scale, float *bound, int *found) {
+    const awq_ctx *a = user;
+    const tb_calib_entry *e = tb_calib_find(a->calib, weight);
+    *found = 0;
+    if (!e || (!e->rows && !e->mean_abs)) return TB_OK;
+    if (e->K != K) return tb_errorf(TB_ERR_INVALID_ARG, "calibration of %s has %d channels, the weight %d", weight, e->K, K);
+    tb_awq_clip_report rep;
+    TB_TRY(tb_awq_clip(w, N, K, e->rows, e->rows ? e->n_rows : 0, e->mean_abs, in_scale, group, asym, bound, &rep));
+    *found = 1;
+    if (a->verbose)
+        tb_log(TB_LOG_INFO, "awq clip %s (%d x %d): mean range %.3f, group output error %.4g of unclipped %.4g "
+               "(ratio %.3f)", part, N, K, rep.mean_ratio, rep.err_best, rep.err_rtn,
                rep.err_rtn > 0 ? rep.err_best / rep.err_rtn : 1.0);
     return TB_OK;
 }
@@ -204,7 +235,7 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
         qo.calib = qc;
         qo.n_calib = calib->n;
     }
-    if (o.awq && calib) { qo.awq = awq_search_hook; qo.awq_user = &actx; }
+    if (o.awq && calib) { qo.awq = awq_search_hook; qo.awq_clip = awq_clip_hook; qo.awq_user = &actx; }
     /* A CPU build of any dtype streams: the graph borrows the source's
      * tensors and the quantize pass converts each weight in turn (f32, f16,
      * bf16 in place; the q|k|v and gate|up merges after it), so the model is

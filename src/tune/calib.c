@@ -660,3 +660,98 @@ tb_status tb_awq_search(const float *w, int N, int K, const float *mean_abs, con
     free(y);
     return TB_OK;
 }
+
+/* ---------------------------------------------------------------- AWQ clip */
+
+#define TB_AWQ_CLIP_STEPS 11 /* r = 1.0, 0.95, ..., 0.5 (AWQ: max_shrink 0.5, steps of 1/20) */
+
+tb_status tb_awq_clip(const float *w, int N, int K, const float *x, int m, const float *mean_abs,
+                      const float *in_scale, int group, int asym, float *bound, tb_awq_clip_report *rep) {
+    if (N <= 0 || K <= 0 || group <= 0 || K % group)
+        return tb_errorf(TB_ERR_INVALID_ARG, "AWQ clip: %d inputs are not whole groups of %d", K, group);
+    if (!x) m = 0;
+    if (!m && !mean_abs) return tb_errorf(TB_ERR_INVALID_ARG, "AWQ clip: neither sampled rows nor channel means");
+    int G = K / group;
+    size_t Ng = (size_t)N * (size_t)group;
+    float *xt = m ? malloc(sizeof(float) * (size_t)group * (size_t)m) : NULL;
+    float *C = malloc(sizeof(float) * (size_t)group * (size_t)group);
+    float *wg = malloc(sizeof(float) * Ng), *d = malloc(sizeof(float) * Ng), *t = malloc(sizeof(float) * Ng);
+    float *amax = malloc(sizeof(float) * (size_t)N), *qs = malloc(sizeof(float) * 2 * (size_t)N);
+    double *best = malloc(sizeof(double) * (size_t)N);
+    uint8_t *codes = malloc((size_t)tb_quant_codes_bytes(TB_I4, N, group));
+    tb_pool *pool = NULL;
+    tb_status st = TB_OK;
+    if ((m && !xt) || !C || !wg || !d || !t || !amax || !qs || !best || !codes ||
+        tb_pool_create(tb_default_threads(), &pool) != TB_OK) {
+        st = tb_errorf(TB_ERR_OOM, "AWQ clip: out of memory for a (%d, %d) weight", N, K);
+        goto done;
+    }
+    double err_rtn = 0, err_best = 0, ratio_sum = 0;
+    for (int g = 0; g < G && st == TB_OK; g++) {
+        int k0 = g * group;
+        /* C_g (group, group) = X_g^T X_g of the inputs the quantised weight
+         * sees (x / in_scale) */
+        if (m) {
+            for (int i = 0; i < group; i++) {
+                float inv = in_scale ? 1.0f / in_scale[k0 + i] : 1.0f;
+                for (int j = 0; j < m; j++) xt[(size_t)i * (size_t)m + (size_t)j] = x[(size_t)j * (size_t)K + (size_t)(k0 + i)] * inv;
+            }
+            tb_cpu_matmul(pool, xt, xt, TB_F32, NULL, C, group, m, group);
+        } else {
+            memset(C, 0, sizeof(float) * (size_t)group * (size_t)group);
+            for (int i = 0; i < group; i++) {
+                float a = mean_abs[k0 + i] / (in_scale ? in_scale[k0 + i] : 1.0f);
+                C[(size_t)i * (size_t)group + (size_t)i] = a * a;
+            }
+        }
+        for (int n = 0; n < N; n++) {
+            float a = 0;
+            for (int i = 0; i < group; i++) {
+                float v = w[(size_t)n * (size_t)K + (size_t)(k0 + i)];
+                wg[(size_t)n * (size_t)group + (size_t)i] = v;
+                a = fabsf(v) > a ? fabsf(v) : a;
+            }
+            amax[n] = a;
+        }
+        for (int r = 0; r < TB_AWQ_CLIP_STEPS; r++) {
+            float ratio = 1.0f - 0.05f * (float)r;
+            /* d = w - Q(clamp(w, -b, b)) row by row; the same float
+             * arithmetic as the quantize pass's clamp then tb_quantize_rows */
+            for (int n = 0; n < N; n++) {
+                float b = ratio * amax[n];
+                for (int i = 0; i < group; i++) {
+                    float v = wg[(size_t)n * (size_t)group + (size_t)i];
+                    d[(size_t)n * (size_t)group + (size_t)i] = v > b ? b : v < -b ? -b : v;
+                }
+            }
+            st = tb_quantize_rows(TB_I4, d, N, group, group, asym, codes, qs, asym ? qs + N : NULL);
+            if (st != TB_OK) { tb_error_prefix(st, "AWQ clip"); break; }
+            tb_dequantize_rows(TB_I4, codes, qs, asym ? qs + N : NULL, N, group, group, d);
+            for (size_t i = 0; i < Ng; i++) d[i] = wg[i] - d[i];
+            tb_cpu_matmul(pool, d, C, TB_F32, NULL, t, N, group, group); /* t = d C (C symmetric) */
+            for (int n = 0; n < N; n++) {
+                double e = 0;
+                for (int i = 0; i < group; i++)
+                    e += (double)t[(size_t)n * (size_t)group + (size_t)i] * (double)d[(size_t)n * (size_t)group + (size_t)i];
+                if (r == 0 || e < best[n]) {
+                    best[n] = e;
+                    bound[(size_t)n * (size_t)G + (size_t)g] = ratio * amax[n];
+                }
+                if (r == 0) err_rtn += e;
+            }
+        }
+        for (int n = 0; n < N; n++) {
+            err_best += best[n];
+            ratio_sum += amax[n] > 0 ? bound[(size_t)n * (size_t)G + (size_t)g] / amax[n] : 1.0;
+        }
+    }
+    if (st == TB_OK && rep) {
+        rep->err_rtn = err_rtn;
+        rep->err_best = err_best;
+        rep->mean_ratio = ratio_sum / ((double)N * (double)G);
+    }
+done:
+    tb_pool_free(pool);
+    free(xt); free(C); free(wg); free(d); free(t); free(amax); free(qs); free(best); free(codes);
+    return st;
+}

@@ -163,4 +163,24 @@ typedef struct {
 tb_status tb_awq_search(const float *w, int N, int K, const float *mean_abs, const float *x, int m, int group,
                         int asym, float *s, tb_awq_report *rep);
 
+/* AWQ's weight clipping (auto_clip) for int4: for every output row n and
+ * group g of w (N, K), the weights as they will be quantised (W diag(s)
+ * with AWQ scales), the clip bound b = r max|w[n, g]| for r in {1.0, 0.95,
+ * ..., 0.5} whose quantisation of clamp(w[n, g], -b, b) (tb_quantize_rows,
+ * round to nearest, asym: with zero points) gives the least output error of
+ * that group, d^T C_g d with d = w[n, g] - Q(clamp(w[n, g])) and C_g =
+ * X_g^T X_g over the sampled input rows X (m, K) divided by in_scale (K, or
+ * NULL); without rows (x NULL or m 0) C_g = diag((mean_abs_k / in_scale_k)^2).
+ * r = 1 is round to nearest, so the chosen bound never loses on this
+ * objective. Writes bound (N, K/group): the caller clamps each group to
+ * +-bound before quantising. rep (may be NULL): the summed group errors. */
+typedef struct {
+    double err_rtn;     /* sum over rows and groups, r = 1                      */
+    double err_best;    /* the same with the chosen bounds                      */
+    double mean_ratio;  /* mean r chosen                                        */
+} tb_awq_clip_report;
+
+tb_status tb_awq_clip(const float *w, int N, int K, const float *x, int m, const float *mean_abs,
+                      const float *in_scale, int group, int asym, float *bound, tb_awq_clip_report *rep);
+
 #endif /* TB_TUNE_CALIB_H */
