@@ -523,62 +523,6 @@ done:
     return best;
 }
 
-/* Split-K candidates without their separate reduce kernel, appended to the
- * heuristic's list h[0, n) for lt_time: of each of the first candidates
- * that splits K (cuBLASLt's pick for BERT-base's second FFN product at
- * batch 1, M 128 x N 768 x K 3072: a product then a reduce kernel, ~14 us of
- * ~45 a layer under ncu), the same algorithm with the parts added in place
- * in the output (no reduce launch; the parts are summed in the output's
- * type) and the same algorithm unsplit. Each must pass
- * cublasLtMatmulAlgoCheck and is kept only if timed fastest.
- * TB_CUDA_LT_VARIANTS=0: the heuristic's list alone. Returns the new count. */
-#define TBN_LT_VAR 8
-
-static int lt_variants_on(void) {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("TB_CUDA_LT_VARIANTS");
-        on = !(e && !strcmp(e, "0"));
-    }
-    return on;
-}
-
-static int lt_variants(tbn_ctx *x, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
-                       cublasLtMatrixLayout_t lc, cublasLtMatmulHeuristicResult_t *h, int n) {
-    if (!lt_tune_on() || !lt_variants_on()) return n;
-    const int n0 = n;
-    for (int i = 0; i < n0 && i < 4 && n + 2 <= TBN_LT_CAND + TBN_LT_VAR; i++) {
-        if (h[i].state != CUBLAS_STATUS_SUCCESS) continue;
-        int32_t split = 1;
-        uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE, mask = 0;
-        size_t wr = 0;
-        if (cublasLtMatmulAlgoConfigGetAttribute(&h[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof split,
-                                                 &wr) != CUBLAS_STATUS_SUCCESS ||
-            cublasLtMatmulAlgoConfigGetAttribute(&h[i].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme,
-                                                 sizeof scheme, &wr) != CUBLAS_STATUS_SUCCESS ||
-            split <= 1 || scheme == CUBLASLT_REDUCTION_SCHEME_INPLACE)
-            continue;
-        if (cublasLtMatmulAlgoCapGetAttribute(&h[i].algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &mask, sizeof mask,
-                                              &wr) != CUBLAS_STATUS_SUCCESS)
-            mask = 0;
-        for (int v = 0; v < 2; v++) {
-            if (v == 0 && !(mask & CUBLASLT_REDUCTION_SCHEME_INPLACE)) continue;
-            cublasLtMatmulHeuristicResult_t c = h[i];
-            int32_t sk = v == 0 ? split : 1;
-            uint32_t sc = v == 0 ? CUBLASLT_REDUCTION_SCHEME_INPLACE : CUBLASLT_REDUCTION_SCHEME_NONE;
-            if (cublasLtMatmulAlgoConfigSetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &sk, sizeof sk) !=
-                    CUBLAS_STATUS_SUCCESS ||
-                cublasLtMatmulAlgoConfigSetAttribute(&c.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &sc,
-                                                     sizeof sc) != CUBLAS_STATUS_SUCCESS ||
-                cublasLtMatmulAlgoCheck(x->lt, op, la, lb, lc, lc, &c.algo, &c) != CUBLAS_STATUS_SUCCESS)
-                continue;
-            c.state = CUBLAS_STATUS_SUCCESS;
-            h[n++] = c;
-        }
-    }
-    return n;
-}
-
 /* 1: done; 0: not for cuBLASLt (the caller runs the plain path);
  * an error only when the launch itself failed */
 static int gemm_lt(tbn_ctx *x, int64_t M, int64_t N, int64_t K, int ta, int tb, const void *A, int64_t sA,
@@ -644,13 +588,12 @@ static int gemm_lt(tbn_ctx *x, int64_t M, int64_t N, int64_t K, int ta, int tb, 
     const cublasLtMatmulAlgo_t *algo = NULL;
     for (int i = 0; i < x->n_lt_picks && !algo; i++)
         if (x->lt_picks[i].key == key) algo = &x->lt_picks[i].algo;
-    cublasLtMatmulHeuristicResult_t h[TBN_LT_CAND + TBN_LT_VAR];
+    cublasLtMatmulHeuristicResult_t h[TBN_LT_CAND];
     if (!algo) {
         int nres = 0;
         if (cublasLtMatmulAlgoGetHeuristic(x->lt, op, la, lb, lc, lc, pref, TBN_LT_CAND, h, &nres) !=
                 CUBLAS_STATUS_SUCCESS || nres < 1)
             goto out;
-        nres = lt_variants(x, op, la, lb, lc, h, nres);
         int best = lt_time(x, op, la, lb, lc, h, nres, alpha, beta, A, B, e->res, M * N * batch * (dt == TB_F16 ? 2 : 4));
         algo = &h[best].algo;
         enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;

@@ -3,7 +3,7 @@
  * {32, 64, 128}: the flash-attention-2 recurrence with mma.sync m16n8k16
  * (f16 operands, f32 accumulation).
  *
- * One block of NW warps (1, 2 or 4: mha_warps) owns 16 * NW query rows of
+ * One block of NW warps (1, 2, 4 or 8: mha_warps) owns 16 * NW query rows of
  * one (batch, head); each
  * warp owns 16 of them and keeps its Q fragments, its scores S (16 x 64
  * keys) and its output O (16 x D) in registers. Keys go in tiles of 64
@@ -255,26 +255,25 @@ static cudaError_t mha_launch(const tbn_sdpa_args *a, const void *q, const void 
 
 static int mha_al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
-/* Warps a block (16 query rows each). Few (batch, head) pairs leave most of
- * the H200's 132 SMs idle with 4 warps (BERT-base at batch 1: 12 heads x 128
- * queries is 24 blocks), so smaller blocks where the larger ones do not fill
- * the SMs: 2 warps, then 1 (96 blocks of 16 rows there); each block then
- * loads the whole K and V of its head for fewer rows, which L2 serves. D 128
- * keeps 4 warps (fewer threads spill its tile loads). TB_CUDA_MHA_NW=1|2|4
- * forces a size for D <= 64 (for comparing them on one engine). */
+/* Warps a block (16 query rows each). Every block loads the whole K and V
+ * of its head, so fewer, larger blocks load less and split each tile load
+ * among more threads: on the H200, BERT-base f16 at batch 1 (12 heads x 128
+ * queries) ran 0.602 / 0.537 / 0.509 ms with 1 / 2 / 4 warps a block (96 /
+ * 48 / 24 blocks: idle SMs cost less than the repeated, serial tile loads),
+ * 0.765 against 0.720 ms with 2 and 4 at batch 8 (2026-12-01). 8 warps is
+ * the candidate for few (batch, head) pairs. D 128 keeps 4 warps.
+ * TB_CUDA_MHA_NW=1|2|4|8 forces a size for D <= 64 (for comparing them on one
+ * engine). */
 static int mha_warps(const tbn_sdpa_args *a) {
     static int force = -1;
     if (force < 0) {
         const char *ev = getenv("TB_CUDA_MHA_NW");
         int f = ev ? atoi(ev) : 0;
-        force = f == 1 || f == 2 || f == 4 ? f : 0;
+        force = f == 1 || f == 2 || f == 4 || f == 8 ? f : 0;
     }
     if (a->D > 64) return 4;
     if (force) return force;
-    const int64_t bh = a->B * a->H;
-    if ((a->S + 63) / 64 * bh >= 132) return 4;
-    if ((a->S + 31) / 32 * bh >= 132) return 2;
-    return 1;
+    return 4;
 }
 
 template <int D>
@@ -282,6 +281,7 @@ static cudaError_t mha_dispatch_d(const tbn_sdpa_args *a, const void *q, const v
                                   int vec, cudaStream_t s, int nw) {
     if (nw == 1) return mha_launch<D, 1>(a, q, k, v, out, vec, s);
     if (nw == 2) return mha_launch<D, 2>(a, q, k, v, out, vec, s);
+    if (nw == 8) return mha_launch<D, 8>(a, q, k, v, out, vec, s);
     return mha_launch<D, 4>(a, q, k, v, out, vec, s);
 }
 
