@@ -257,13 +257,14 @@ static int mha_al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 /* Warps a block (16 query rows each). Every block loads the whole K and V
  * of its head, so fewer, larger blocks load less and split each tile load
- * among more threads: on the H200, BERT-base f16 at batch 1 (12 heads x 128
- * queries) ran 0.602 / 0.537 / 0.509 ms with 1 / 2 / 4 warps a block (96 /
- * 48 / 24 blocks: idle SMs cost less than the repeated, serial tile loads),
- * 0.765 against 0.720 ms with 2 and 4 at batch 8 (2026-12-01). 8 warps is
- * the candidate for few (batch, head) pairs. D 128 keeps 4 warps.
- * TB_CUDA_MHA_NW=1|2|4|8 forces a size for D <= 64 (for comparing them on one
- * engine). */
+ * among more threads: on the H200, BERT-base f16 (12 heads x 128 queries)
+ * ran 0.602 / 0.537 / 0.508 / 0.505 ms with 1 / 2 / 4 / 8 warps a block at
+ * batch 1 (96 / 48 / 24 / 12 blocks: idle SMs cost less than repeated, serial
+ * tile loads) and 0.765 / 0.720 / 0.700 ms with 2 / 4 / 8 at batch 8
+ * (2026-12-01, same engine, interleaved). So 8 warps (on short sequences
+ * the warps past the last row still share the tile loads; not timed there);
+ * D 128 keeps 4 (its registers). TB_CUDA_MHA_NW=1|2|4|8 forces a size for
+ * D <= 64 (for comparing them on one engine). */
 static int mha_warps(const tbn_sdpa_args *a) {
     static int force = -1;
     if (force < 0) {
@@ -273,7 +274,7 @@ static int mha_warps(const tbn_sdpa_args *a) {
     }
     if (a->D > 64) return 4;
     if (force) return force;
-    return 4;
+    return 8;
 }
 
 template <int D>
