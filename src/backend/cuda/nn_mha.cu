@@ -3,7 +3,8 @@
  * {32, 64, 128}: the flash-attention-2 recurrence with mma.sync m16n8k16
  * (f16 operands, f32 accumulation).
  *
- * One block of NW warps owns 16 * NW query rows of one (batch, head); each
+ * One block of NW warps (1, 2, 4 or 8: mha_warps) owns 16 * NW query rows of
+ * one (batch, head); each
  * warp owns 16 of them and keeps its Q fragments, its scores S (16 x 64
  * keys) and its output O (16 x D) in registers. Keys go in tiles of 64
  * through shared memory: K as [key][d], V transposed as [d][key] (the B
@@ -254,6 +255,46 @@ static cudaError_t mha_launch(const tbn_sdpa_args *a, const void *q, const void 
 
 static int mha_al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
+/* Warps a block (16 query rows each). Every block loads the whole K and V
+ * of its head, so fewer, larger blocks load less and split each tile load
+ * among more threads: on the H200, BERT-base f16 (12 heads x 128 queries)
+ * ran 0.602 / 0.537 / 0.508 / 0.505 ms with 1 / 2 / 4 / 8 warps a block at
+ * batch 1 (96 / 48 / 24 / 12 blocks: idle SMs cost less than repeated, serial
+ * tile loads) and 0.765 / 0.720 / 0.700 ms with 2 / 4 / 8 at batch 8
+ * (2026-12-01, same engine, interleaved). So 8 warps (on short sequences
+ * the warps past the last row still share the tile loads; not timed there);
+ * D 128 keeps 4 (its registers). TB_CUDA_MHA_NW=1|2|4|8 forces a size for
+ * D <= 64 (for comparing them on one engine). */
+static int mha_warps(const tbn_sdpa_args *a) {
+    static int force = -1;
+    if (force < 0) {
+        const char *ev = getenv("TB_CUDA_MHA_NW");
+        int f = ev ? atoi(ev) : 0;
+        force = f == 1 || f == 2 || f == 4 || f == 8 ? f : 0;
+    }
+    if (a->D > 64) return 4;
+    if (force) return force;
+    return 8;
+}
+
+template <int D>
+static cudaError_t mha_dispatch_d(const tbn_sdpa_args *a, const void *q, const void *k, const void *v, void *out,
+                                  int vec, cudaStream_t s, int nw) {
+    if (nw == 1) return mha_launch<D, 1>(a, q, k, v, out, vec, s);
+    if (nw == 2) return mha_launch<D, 2>(a, q, k, v, out, vec, s);
+    if (nw == 8) return mha_launch<D, 8>(a, q, k, v, out, vec, s);
+    return mha_launch<D, 4>(a, q, k, v, out, vec, s);
+}
+
+static cudaError_t mha_dispatch(const tbn_sdpa_args *a, const void *q, const void *k, const void *v, void *out,
+                                int vec, cudaStream_t s, int nw) {
+    switch (a->D) {
+    case 32: return mha_dispatch_d<32>(a, q, k, v, out, vec, s, nw);
+    case 64: return mha_dispatch_d<64>(a, q, k, v, out, vec, s, nw);
+    default: return mha_launch<128, 4>(a, q, k, v, out, vec, s);
+    }
+}
+
 /* Whether this kernel runs sdpa a (whatever its strides, given k's last
  * two have a 1 and the output's are even); TB_CUDA_SDPA_F32=1: never (the
  * f32-arithmetic kernel of nn_attn.cu, for comparison). */
@@ -279,13 +320,6 @@ extern "C" int tbn_mha_f16(const tbn_sdpa_args *a, const void *q, const void *k,
                           a->vs[2]};
     for (size_t i = 0; i < sizeof st / sizeof st[0]; i++)
         if (st[i] != 1 && st[i] % 8) vec = 0;
-    /* few (batch, head) pairs: 2 warps a block for more blocks */
-    int64_t blocks4 = (a->S + 63) / 64 * a->B * a->H;
-    int nw2 = blocks4 < 132 && a->D <= 64; /* D 128 with 2 warps spills its tile loads */
-    switch (a->D) {
-    case 32: *e = nw2 ? mha_launch<32, 2>(a, q, k, v, out, vec, s) : mha_launch<32, 4>(a, q, k, v, out, vec, s); break;
-    case 64: *e = nw2 ? mha_launch<64, 2>(a, q, k, v, out, vec, s) : mha_launch<64, 4>(a, q, k, v, out, vec, s); break;
-    default: *e = nw2 ? mha_launch<128, 2>(a, q, k, v, out, vec, s) : mha_launch<128, 4>(a, q, k, v, out, vec, s); break;
-    }
+    *e = mha_dispatch(a, q, k, v, out, vec, s, mha_warps(a));
     return 1;
 }
