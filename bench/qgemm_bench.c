@@ -12,6 +12,11 @@
  *          a fraction of the read bandwidth measured in the same rounds
  *          (each thread sums its slice of a 256 MiB buffer, as bench/bandwidth
  *          does), and the speed-up over f32.
+ * parts:   the decode step's matmuls by shape (the 12 layers' qkv, o, gate|up
+ *          and down, and the head alone): ms and % of the read bandwidth of
+ *          each (one call after a pass over the read buffer, so from DRAM),
+ *          to see which one keeps a step from its floor (a quantized
+ *          engine keeps its head f16: the f16 row is the head it runs).
  * batch:   the same step at T = 1, 2, 4, 8, 16 tokens: time per step / T = 1
  *          (weights read once per call, so it grows far less than T).
  * prefill: T = 512 tokens through one layer's four matmuls: GFLOP/s, int8 /
@@ -24,7 +29,7 @@
  * the thread waited for a core, the CPU clock only the time it ran (memory
  * stalls included), so the ratios stay meaningful under load.
  *
- * usage: qgemm_bench [decode|batch|prefill|all] [threads, default 2]
+ * usage: qgemm_bench [decode|parts|batch|prefill|all] [threads, default 2]
  *                    [rounds, default 7] [seconds per variant and round, default 0.25]
  */
 #include "backend/cpu/kernels.h"
@@ -212,12 +217,12 @@ int main(int argc, char **argv) {
     int nth = argc > 2 ? atoi(argv[2]) : 2, rounds = argc > 3 ? atoi(argv[3]) : 7;
     double secs = argc > 4 ? atof(argv[4]) : 0.25;
     if (nth < 1 || rounds < 1 || rounds > MAX_ROUNDS || secs <= 0) {
-        fprintf(stderr, "usage: qgemm_bench [decode|batch|prefill|all] [threads] [rounds <= %d] [seconds]\n",
+        fprintf(stderr, "usage: qgemm_bench [decode|parts|batch|prefill|all] [threads] [rounds <= %d] [seconds]\n",
                 MAX_ROUNDS);
         return 2;
     }
     int do_dec = !strcmp(mode, "all") || !strcmp(mode, "decode"), do_bat = !strcmp(mode, "all") || !strcmp(mode, "batch");
-    int do_pre = !strcmp(mode, "all") || !strcmp(mode, "prefill");
+    int do_pre = !strcmp(mode, "all") || !strcmp(mode, "prefill"), do_parts = !strcmp(mode, "parts");
     tb_pool *p = NULL;
     TB_ASSERT(tb_pool_create(nth, &p) == TB_OK);
     cpu_clock = nth == 1;
@@ -272,6 +277,46 @@ int main(int argc, char **argv) {
             if (i == 0) f32ms = m;
             printf("  %-13s %8.1f %9.3f %8.1f %8.0f%% %8.2fx\n", vs[i].name, vs[i].bytes * 1e-6, m, gbs,
                    100.0 * gbs / bw, f32ms / m);
+        }
+    }
+    if (do_parts) {
+        static const char *const names[5] = {"qkv", "o", "gate|up", "down", "head"};
+        double ms[16][5][MAX_ROUNDS], rbw[MAX_ROUNDS];
+        for (int i = 0; i < nv; i++)
+            if (use[i]) step(p, &vs[i], x, y, 1);
+        for (int r = 0; r < rounds; r++) {
+            rbw[r] = read_gbs(p, &rj, secs);
+            /* one call each, after a pass over the 256 MiB read buffer: a
+             * shape's 12 layers (7-28 MB quantized) would otherwise be timed
+             * from the last-level cache they were just read into */
+            for (int i = 0; i < nv; i++)
+                for (int sh = 0; sh < 5 && use[i]; sh++) {
+                    tb_pool_run(p, read_run, &rj);
+                    double t0 = now_s();
+                    for (int l = 0; l < (sh == 4 ? 1 : L); l++) mm(p, &vs[i], sh, l, x, y, 1);
+                    ms[i][sh][r] = (now_s() - t0) * 1e3;
+                }
+        }
+        double bw = median(rbw, rounds);
+        printf("\ndecode step by matmul (T = 1; the layers' 12 of each, the head once), %d threads; read %.1f GB/s\n"
+               "  ms (%% of the read bandwidth)\n  %-13s", nth, bw, "weights");
+        for (int sh = 0; sh < 5; sh++) printf(" %15s", names[sh]);
+        printf("\n");
+        for (int i = 0; i < nv; i++) {
+            if (!use[i]) continue;
+            printf("  %-13s", vs[i].name);
+            for (int sh = 0; sh < 5; sh++) {
+                int K = shapes[sh][0], N = shapes[sh][1], nl = sh == 4 ? 1 : L;
+                double b;
+                if (vs[i].dt == TB_F32 || vs[i].dt == TB_F16) b = (double)K * N * tb_dtype_size(vs[i].dt);
+                else {
+                    int G = vs[i].dt == TB_I4 ? K / vs[i].group : 1;
+                    b = (double)tb_quant_codes_bytes(vs[i].dt, N, K) + 4.0 * N * G * (vs[i].asym ? 2 : 1);
+                }
+                double m = median(ms[i][sh], rounds);
+                printf("   %6.3f (%3.0f%%)", m, 100.0 * b * nl / (m * 1e-3) * 1e-9 / bw);
+            }
+            printf("\n");
         }
     }
     if (do_bat) {

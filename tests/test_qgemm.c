@@ -160,22 +160,32 @@ int main(void) {
     }
     CHECK(n_paths >= 1);
 
-    /* the build-time timing: a tactic this CPU runs, Q8 only where available */
-    {
+    /* the build-time timing (tb_tune_qmatmul), each mode: a tactic this CPU
+     * runs; Q8 only where available, never in EXACT builds, everywhere it
+     * applies in Q8 builds; for i8 and i4 weights */
+    for (int wi = 0; wi < 2; wi++) {
+        qweight_buf *b = &bufs[wi ? 7 : 11];
+        int T = 96, K = shapes[wi ? 7 : 11].K, N = shapes[wi ? 7 : 11].N;
+        int q8 = tb_cpu_qmatmul_tactic_available(TB_QMM_Q8, &b->qw);
         tb_pool *pool = NULL;
         CHECK(tb_pool_create(2, &pool) == TB_OK);
-        int T = 96, K = shapes[7].K, N = shapes[7].N;
         float *x = calloc((size_t)T * K, sizeof(float)), *y = calloc((size_t)T * N, sizeof(float));
         for (size_t j = 0; j < (size_t)T * K; j++) x[j] = frand();
-        int word = tb_tune_qmatmul(pool, &bufs[7].qw, K, N, T, x, y);
-        int small = word & 0xff, large = (word >> 8) & 0xff;
-        CHECK_MSG(word >> 16 == 0, "tactic word %#x has bits beyond the CPU's bytes", word);
-        CHECK_MSG(small == TB_QMM_AUTO || (small == TB_QMM_Q8 && tb_cpu_qmatmul_tactic_available(TB_QMM_Q8, &bufs[7].qw)),
-                  "small-step tactic %d", small);
-        CHECK_MSG(large == TB_QMM_AUTO || large == TB_QMM_DQ || large == TB_QMM_PACKED ||
-                      (large == TB_QMM_Q8 && tb_cpu_qmatmul_tactic_available(TB_QMM_Q8, &bufs[7].qw)),
-                  "prefill tactic %d", large);
-        printf("test_qgemm: timed tactic for i4 %dx%d: small %d, large %d\n", N, K, small, large);
+        for (int mode = TB_QMM_TACTICS_AUTO; mode <= TB_QMM_TACTICS_Q8; mode++) {
+            int word = tb_tune_qmatmul(pool, &b->qw, K, N, T, mode, x, y);
+            int small = word & 0xff, large = (word >> 8) & 0xff;
+            CHECK_MSG(word >> 16 == 0, "tactic word %#x has bits beyond the CPU's bytes", word);
+            CHECK_MSG(small == TB_QMM_AUTO || (small == TB_QMM_Q8 && q8 && mode != TB_QMM_TACTICS_EXACT),
+                      "mode %d: small-step tactic %d", mode, small);
+            CHECK_MSG(large == TB_QMM_AUTO || large == TB_QMM_DQ || large == TB_QMM_PACKED ||
+                          (large == TB_QMM_Q8 && q8 && mode != TB_QMM_TACTICS_EXACT),
+                      "mode %d: prefill tactic %d", mode, large);
+            if (mode == TB_QMM_TACTICS_Q8)
+                CHECK_MSG(!q8 || (small == TB_QMM_Q8 && large == TB_QMM_Q8), "q8 mode: small %d large %d", small,
+                          large);
+            printf("test_qgemm: timed tactic for %s %dx%d, mode %d: small %d, large %d\n",
+                   tb_dtype_name(b->qw.dtype), N, K, mode, small, large);
+        }
         free(x), free(y);
         tb_pool_free(pool);
     }

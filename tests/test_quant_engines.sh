@@ -7,7 +7,13 @@
 #      the logits of the quantized engine equal, within 1e-4 of their
 #      largest magnitude, those of an f32 engine built from the same
 #      checkpoint with its weights replaced by their dequantised values
-#      (tests/quant_dequant.py): the quantisation is the only difference;
+#      (tests/quant_dequant.py): the quantisation is the only difference
+#      (built with --qmm-tactics exact: the kernels that sum in f32); built
+#      with --qmm-tactics q8 (activations rounded to int8 per block of 32),
+#      one-token runs equal the float64 reference with that rounding
+#      (tests/quant_q8_ref.py) within 1e-5, 12 of 16 at least (an
+#      activation on a rounding half-step may flip), where the exact twin
+#      differs 10x more;
 #  (3) `turbine inspect`: per-tensor dtype, shape and bytes, and the bits
 #      per weight against the figure computed from the model's shape;
 #  (4) overrides: lm_head=int8 makes the head a quantized matmul.
@@ -66,7 +72,7 @@ for preset in llama-gqa qwen2; do
     TW="$D/twin_$preset"
     rm -rf "$TW"
     "$PY" "$TURBINE_SRC/tests/quant_dequant.py" "$CK" "$TW" $qdt ${group:-0} ${asym:-} || { fail "$tag: dequantised twin"; continue; }
-    "$TURBINE_BIN" build "$CK" --tokenizer "$TOK" "${args[@]}" -o "$D/q.engine" >"$D/b.log" 2>&1 || { fail "$tag build: $(tail -1 "$D/b.log")"; continue; }
+    "$TURBINE_BIN" build "$CK" --tokenizer "$TOK" "${args[@]}" --qmm-tactics exact -o "$D/q.engine" >"$D/b.log" 2>&1 || { fail "$tag build: $(tail -1 "$D/b.log")"; continue; }
     "$TURBINE_BIN" build "$TW" --tokenizer "$TOK" --dtype f32 -o "$D/t.engine" >/dev/null 2>&1 || { fail "$tag twin build"; continue; }
     "$TURBINE_BIN" run "$D/q.engine" --prompt-ids "$IDS" -n 1 --temperature 0 --logits-out "$D/q.bin" >/dev/null 2>&1
     "$TURBINE_BIN" run "$D/t.engine" --prompt-ids "$IDS" -n 1 --temperature 0 --logits-out "$D/t.bin" >/dev/null 2>&1
@@ -78,6 +84,43 @@ for preset in llama-gqa qwen2; do
       ok "$tag: logits = dequantised f32 twin within $r (the f32 engine differs by $rq)"
     else
       fail "$tag: logits vs dequantised twin $r (want <= 1e-4), vs f32 $rq (want > 1e-3)"
+    fi
+    [ "$dt" = fp8 ] && continue # Q8 is for int8 and int4 weights
+    # Q8: the engine against the reference that rounds each projection's
+    # input as the tactic does. Q8 is discontinuous: an activation that the
+    # f32 engine and the float64 reference put on either side of a rounding
+    # half-step (about 1 in 40,000) moves its position's logits, and through
+    # attention every later position's, by as much as the whole rounding.
+    # So each of 16 ids runs as a one-token sequence: a flip spoils one row;
+    # at least 12 rows must equal the reference within 1e-5 (with ~1,300
+    # rounded activations a row, 16 rows see about 0.5 flips), and there the
+    # exact twin must differ by over 10x more (the rounding is visible).
+    "$TURBINE_BIN" build "$CK" --tokenizer "$TOK" "${args[@]}" --qmm-tactics q8 -o "$D/q8.engine" >"$D/b.log" 2>&1 || { fail "$tag q8 build: $(tail -1 "$D/b.log")"; continue; }
+    "$TURBINE_BIN" inspect "$D/q8.engine" >"$D/q8_inspect.txt" 2>&1
+    nq8=$(sed -n 's/.*"q8_decode_nodes": \([0-9]*\).*/\1/p' "$D/q8_inspect.txt")
+    if [ "${nq8:-0}" = 0 ]; then echo "note: $tag: no Q8 kernels on this CPU (q8_decode_nodes '$nq8'): Q8 not checked"; continue; fi
+    ONE=$(seq 3 31 468 | head -16 | paste -sd,)
+    : >"$D/q8.bin"; : >"$D/t1.bin"
+    for id in ${ONE//,/ }; do
+      "$TURBINE_BIN" run "$D/q8.engine" --prompt-ids "$id" -n 1 --temperature 0 --logits-out "$D/one.bin" >/dev/null 2>&1
+      head -c $((4 * 512)) "$D/one.bin" >>"$D/q8.bin"
+      "$TURBINE_BIN" run "$D/t.engine" --prompt-ids "$id" -n 1 --temperature 0 --logits-out "$D/one.bin" >/dev/null 2>&1
+      head -c $((4 * 512)) "$D/one.bin" >>"$D/t1.bin"
+    done
+    "$PY" "$TURBINE_SRC/tests/quant_q8_ref.py" "$TW" "$ONE" "$D/q8ref.bin" --each || { fail "$tag: q8 reference"; continue; }
+    res=$("$PY" -c "import numpy as np, sys
+e, r, t = (np.fromfile(f, '<f4') for f in sys.argv[1:4])
+if not (e.size == r.size == t.size == 16 * 512): print('sizes %d %d %d' % (e.size, r.size, t.size)); sys.exit()
+e, r, t = e.reshape(16, -1), r.reshape(16, -1), t.reshape(16, -1)
+m = np.abs(r).max(axis=1)
+de, dt = np.abs(e - r).max(axis=1) / m, np.abs(t - r).max(axis=1) / m
+good = de <= 1e-5
+print(int(good.sum()), '%.1e' % de[good].max() if good.any() else '-', '%.1e' % dt[good].min() if good.any() else '-')" "$D/q8.bin" "$D/q8ref.bin" "$D/t1.bin")
+    read -r ngood re rt <<<"$res"
+    if [ "${ngood:-0}" -ge 12 ] 2>/dev/null && "$PY" -c "import sys; sys.exit(0 if float('$rt') >= 10 * float('$re') else 1)" 2>/dev/null; then
+      ok "$tag q8 ($nq8 Q8 matmuls): $ngood of 16 one-token runs = the Q8 reference within $re (the exact twin differs by >= $rt)"
+    else
+      fail "$tag q8: '$ngood' of 16 one-token runs equal the Q8 reference within 1e-5 (want >= 12; worst of them '$re', exact twin '$rt')"
     fi
   done
 done

@@ -52,6 +52,7 @@ typedef struct {
     /* quantized engines */
     tb_cli_strs overrides;
     int group_size, zero_point, awq;
+    const char *qmm_tactics;
 } build_args;
 
 static void build_defaults(void *p) {
@@ -84,6 +85,12 @@ static const tb_cli_opt build_opts[] = {
      "--calib or --calib-cache) to minimise each matmul's output error: per-input-channel scales folded into "
      "the RMSNorm before q|k|v and gate|up, into wv's rows before wo and into wup's before wdown; then a clip "
      "range per row and group for every int4 matmul (the head stays f16)"},
+    {"--qmm-tactics", NULL, TB_OPT_CHOICE, "auto|exact|q8", 0, 0, 0, 0, 0, B(qmm_tactics), "auto",
+     "quantized engines: the CPU kernels of the quantized matmuls. auto times them on this machine and keeps the "
+     "fastest, the one that rounds the activations to int8 per block of 32 (Q8, integer dot products) included; "
+     "exact only those that dequantise the weights and sum in f32 (the logits then equal an f32 engine's of the "
+     "dequantised weights); q8 takes Q8 wherever it applies (int8 and int4 weights). `turbine inspect` shows "
+     "how many matmuls run Q8 (q8_decode_nodes, q8_prefill_nodes)"},
     {"--override", NULL, TB_OPT_STRS, "NAME_GLOB=DTYPE", 0, 0, 0, 0, 0, B(overrides), NULL,
      "a weight's dtype instead of the default, by its name in the engine (`turbine inspect` lists them: embed, "
      "l0.wqkv, l0.wo, l0.wgu, l0.wdown, ..., lm_head), e.g. 'lm_head=int8' or 'l0.*=f16'; repeatable, the "
@@ -173,6 +180,9 @@ static int cmd_build(int argc, char **argv) {
     o.group_size = a.group_size;
     o.zero_point = a.zero_point;
     o.awq = a.awq;
+    o.qmm_tactics = !a.qmm_tactics || !strcmp(a.qmm_tactics, "auto") ? TB_QMM_TACTICS_AUTO
+                    : !strcmp(a.qmm_tactics, "exact")                 ? TB_QMM_TACTICS_EXACT
+                                                                       : TB_QMM_TACTICS_Q8;
     o.overrides = a.overrides.v;
     o.n_overrides = a.overrides.n;
     o.max_seq_len = a.max_seq_len;

@@ -107,7 +107,18 @@ typedef struct {
     const char *const *overrides;
     int n_overrides;
     int awq;                    /* int4: activation-aware scales (needs calibration) */
+    /* Quantized matmuls' CPU tactics (docs/PERFORMANCE.md, "Quantized
+     * kernels"): TB_QMM_TACTICS_AUTO times them all on this machine and keeps
+     * the fastest, the int8-activation one (Q8) included, whose rounding of
+     * the activations makes the logits depend on which tactic won;
+     * TB_QMM_TACTICS_EXACT times only those that dequantise the weights and
+     * sum in f32 (the logits equal an f32 engine's of the dequantised weights
+     * up to summation order); TB_QMM_TACTICS_Q8 takes Q8 wherever it
+     * applies (i8 and i4 weights on AVX2 or AVX-512). */
+    int qmm_tactics;
 } tb_build_options;
+
+enum { TB_QMM_TACTICS_AUTO = 0, TB_QMM_TACTICS_EXACT = 1, TB_QMM_TACTICS_Q8 = 2 };
 
 /* int4's group size when tb_build_options.group_size is 0. */
 #define TB_INT4_DEFAULT_GROUP 128

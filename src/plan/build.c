@@ -142,6 +142,8 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
     if (o.awq && !(o.calib && *o.calib) && !(o.calib_cache && *o.calib_cache))
         return tb_errorf(TB_ERR_INVALID_ARG, "--awq needs calibration data: pass --calib FILE (text the model's "
                          "tokenizer reads) or --calib-cache FILE (a cache with channel statistics)");
+    if (o.qmm_tactics < TB_QMM_TACTICS_AUTO || o.qmm_tactics > TB_QMM_TACTICS_Q8)
+        return tb_errorf(TB_ERR_INVALID_ARG, "qmm_tactics %d: want auto (0), exact (1) or q8 (2)", o.qmm_tactics);
     int retype = quant || o.n_overrides > 0; /* the quantize pass gives the weights their dtypes */
     int cpu = !(o.device && *o.device) || !strncmp(o.device, "cpu", 3);
     if (retype && !cpu)
@@ -250,7 +252,7 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
 
     tb_tune_report tr;
     int prefill = max_step < 128 ? max_step : 128;
-    if ((s = tb_tune_graph(g, 0, prefill, &tr)) != TB_OK) goto done;
+    if ((s = tb_tune_graph(g, 0, prefill, o.qmm_tactics, &tr)) != TB_OK) goto done;
     /* the target's own tactics (the CUDA GEMV kernels), timed on it */
     if ((s = tb_tune_device(g, o.device, max_seq, &tr)) != TB_OK) goto done;
     /* the profile's opt point: decode */
@@ -302,6 +304,13 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
     }
     if (strcmp(oo.device, "cpu"))
         json_object_set_new(json_object_get(m, "tactics"), "device_shapes_timed", json_integer(tr.n_device_timed));
+    if (retype) { /* which quantized matmuls run with int8 activations (their logits depend on it) */
+        static const char *const qmm_names[] = {"auto", "exact", "q8"};
+        json_t *tj = json_object_get(m, "tactics");
+        json_object_set_new(tj, "qmm_tactics", json_string(qmm_names[o.qmm_tactics]));
+        json_object_set_new(tj, "q8_decode_nodes", json_integer(tr.n_q8_small));
+        json_object_set_new(tj, "q8_prefill_nodes", json_integer(tr.n_q8_large));
+    }
     if (calib) {
         char fp[24];
         snprintf(fp, sizeof fp, "%016llx", (unsigned long long)calib->fingerprint);

@@ -51,7 +51,7 @@ static int pick(tb_pool *p, const tb_value *w, int T, float *x, float *y) {
     return blas[n / 2] < own[n / 2] * 0.93 ? TB_MM_BLAS : TB_MM_OWN;
 }
 
-tb_status tb_tune_graph(tb_graph *g, int n_threads, int prefill_tokens, tb_tune_report *rep) {
+tb_status tb_tune_graph(tb_graph *g, int n_threads, int prefill_tokens, int qmm_tactics, tb_tune_report *rep) {
     memset(rep, 0, sizeof *rep);
     double t0 = tb_now();
     int64_t maxK = 0;
@@ -87,11 +87,13 @@ tb_status tb_tune_graph(tb_graph *g, int n_threads, int prefill_tokens, tb_tune_
             if (found < 0) {
                 tb_qweight qw = {.dtype = c->dtype, .codes = c->data, .scales = g->values[nd->in[2]].data,
                                  .zeros = has_zeros ? g->values[nd->in[3 + has_bias]].data : NULL, .group = group};
-                found = tb_tune_qmatmul(p, &qw, K, N, prefill_tokens, x, y);
+                found = tb_tune_qmatmul(p, &qw, K, N, prefill_tokens, qmm_tactics, x, y);
                 cache[n_cache++] = (cache_entry){K, N, 2 + group * 2 + has_zeros, c->dtype, found};
                 rep->n_timed++;
             }
             nd->tactic = (nd->tactic & ~0xffff) | (uint32_t)found;
+            rep->n_q8_small += (found & 0xff) == TB_QMM_Q8;
+            rep->n_q8_large += ((found >> 8) & 0xff) == TB_QMM_Q8;
             continue;
         }
         if (nd->op != TB_OP_MATMUL) continue;
@@ -123,15 +125,17 @@ tb_status tb_tune_graph(tb_graph *g, int n_threads, int prefill_tokens, tb_tune_
     return TB_OK;
 }
 
-int tb_tune_qmatmul(tb_pool *p, const tb_qweight *w, int K, int N, int prefill_tokens, const float *x, float *y) {
-    int small = (int)tb_cpu_qmatmul_pick(p, w, 1, K, N, x, y);
-    int large = prefill_tokens >= TB_CPU_GEMM_MIN_T ? (int)tb_cpu_qmatmul_pick(p, w, prefill_tokens, K, N, x, y) : 0;
-    /* Q8 quantises the activations: faster, but its result depends on which
-     * tactic won the timing, so an engine's logits would differ from build to
-     * build (and from the dequantised reference). Builds keep the exact
-     * tactics; Q8 stays available to tb_cpu_qmatmul_tactic callers. */
-    if (small == TB_QMM_Q8) small = TB_QMM_AUTO;
-    if (large == TB_QMM_Q8) large = TB_QMM_AUTO;
+int tb_tune_qmatmul(tb_pool *p, const tb_qweight *w, int K, int N, int prefill_tokens, int qmm_tactics,
+                    const float *x, float *y) {
+    int large_ok = prefill_tokens >= TB_CPU_GEMM_MIN_T;
+    if (qmm_tactics == TB_QMM_TACTICS_Q8 && tb_cpu_qmatmul_tactic_available(TB_QMM_Q8, w))
+        return TB_QMM_Q8 | (large_ok ? TB_QMM_Q8 << 8 : 0);
+    /* Q8 rounds the activations, so with it an engine's logits depend on
+     * which tactic won the timing (within the rounding bound of
+     * tb_ref_qmatmul_q8); EXACT builds leave it out */
+    int allow_q8 = qmm_tactics == TB_QMM_TACTICS_AUTO;
+    int small = (int)tb_cpu_qmatmul_pick(p, w, 1, K, N, allow_q8, x, y);
+    int large = large_ok ? (int)tb_cpu_qmatmul_pick(p, w, prefill_tokens, K, N, allow_q8, x, y) : 0;
     return small | large << 8;
 }
 

@@ -86,8 +86,9 @@ void tb_cpu_qmatmul(tb_pool *p, const float *x, const tb_qweight *w, const float
  *                  the reference by the activations' rounding (see
  *                  tb_ref_qmatmul_q8).
  * TB_QMM_AUTO: TB_QMM_DQ below TB_CPU_GEMM_MIN_T rows, else TB_QMM_PACKED.
- * TB_QMM_Q8 is never a default: the tuner considers it for i4 weights only
- * (for i8 it nearly doubles the error: qgemm.c). */
+ * TB_QMM_Q8 is never a default: the build's timing chooses it where it is
+ * faster (unless the build keeps the exact tactics: tb_build_options
+ * qmm_tactics). */
 /* The reference of TB_QMM_Q8: each row of x quantised per block of 32
  * along K (the last block may be shorter): d = amax / 127, q = rint(x *
  * (127 / amax)) (0 when amax is 0), then y = sum over blocks of d * sum_k
@@ -100,9 +101,10 @@ void tb_cpu_qmatmul_tactic(tb_pool *p, tb_qmm_tactic t, const float *x, const tb
                            float *y, int T, int K, int N);
 /* The tactic for steps of T rows of this weight, timed here (alternating
  * the candidates, median of each; TB_QMM_AUTO when only one applies);
- * x (T, K) and y (T, N) are the caller's scratch. The tuner stores it in
- * the node's tactic word. */
-tb_qmm_tactic tb_cpu_qmatmul_pick(tb_pool *p, const tb_qweight *w, int T, int K, int N, const float *x, float *y);
+ * TB_QMM_Q8 is a candidate only with allow_q8. x (T, K) and y (T, N) are
+ * the caller's scratch. The tuner stores it in the node's tactic word. */
+tb_qmm_tactic tb_cpu_qmatmul_pick(tb_pool *p, const tb_qweight *w, int T, int K, int N, int allow_q8, const float *x,
+                                  float *y);
 /* The per-path single-threaded pieces (qgemm_avx2.c, qgemm_avx512.c):
  * y[0:T, n0:n1] (rows of y N apart) with tactic t (never AUTO). */
 void tb_cpu_qmm_avx512(const float *x, const tb_qweight *w, const float *bias, float *y, int T, int K, int N, int n0,

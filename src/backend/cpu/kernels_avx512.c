@@ -46,15 +46,31 @@ static AVX512_FN void avx512_to_f32(const void *src, tb_dtype sdt, float *dst, s
 }
 
 /* ---------------------------------------------------------------- GEMV (T = 1) */
+/* 16-bit weights (the f16 LM head of quantized engines: 49 MB of the 94 MB
+ * of weights a 134M int4 engine reads per token) are prefetched in
+ * software, 8 KiB ahead in the stream of 4-row blocks: a row of 768 f16 is
+ * 1.5 KiB and each step reads half a cache line of each row, too little for
+ * the hardware prefetcher to keep enough lines in flight (the distance of
+ * qgemm_avx512.c). Measured in docs/PERFORMANCE.md, "Quantized kernels". */
+enum { gemv_pf_dist = 8192 };
+
 AVX512_INLINE void gemv_dt(const float *x, const void *w, tb_dtype dt, const float *bias,
                            float *y, int K, int n0, int n1) {
     int K16 = K & ~15;
     int n = n0;
+    size_t esz = dt == TB_F32 ? 4 : 2;
     for (; n + 4 <= n1; n += 4) {
         size_t r0 = (size_t)n * K, r1 = r0 + K, r2 = r1 + K, r3 = r2 + K;
         __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
         __m512 c = _mm512_setzero_ps(), d = _mm512_setzero_ps();
+        /* the 4 rows are 4 * K * 2 contiguous bytes; each step consumes
+         * 4 * 16 * 2 of them and prefetches as many, further on */
+        const char *pf = (const char *)w + r0 * esz + gemv_pf_dist;
         for (int k = 0; k < K16; k += 16) {
+            if (dt != TB_F32) {
+                _mm_prefetch(pf + (size_t)k * 8, _MM_HINT_T0);
+                _mm_prefetch(pf + (size_t)k * 8 + 64, _MM_HINT_T0);
+            }
             __m512 xv = _mm512_loadu_ps(x + k);
             a = _mm512_fmadd_ps(ld16(w, r0 + k, dt), xv, a);
             b = _mm512_fmadd_ps(ld16(w, r1 + k, dt), xv, b);

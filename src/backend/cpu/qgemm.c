@@ -16,8 +16,8 @@
  * the group). Steps below TB_CPU_GEMM_MIN_T rows stream W once through
  * register tiles; larger ones dequantise W into packed f32 panels. The
  * TB_QMM_Q8 tactic (activations to int8, integer dot products) runs in
- * qgemm_vnni.c on AVX-512 VNNI, else in qgemm_avx2.c; the tuner chooses
- * it (tb_cpu_qmatmul_pick), never the default.
+ * qgemm_vnni.c on AVX-512 VNNI, else in qgemm_avx2.c; the build's timing
+ * may choose it (tb_cpu_qmatmul_pick), it is never the default.
  */
 #include "backend/cpu/kernels.h"
 #include "core/quant.h"
@@ -233,20 +233,22 @@ static int cmp_double(const void *a, const void *b) {
     return u < v ? -1 : u > v;
 }
 
-tb_qmm_tactic tb_cpu_qmatmul_pick(tb_pool *p, const tb_qweight *w, int T, int K, int N, const float *x, float *y) {
+tb_qmm_tactic tb_cpu_qmatmul_pick(tb_pool *p, const tb_qweight *w, int T, int K, int N, int allow_q8, const float *x,
+                                  float *y) {
     /* the default first; the packed panels only for prefill-sized steps */
     tb_qmm_tactic cand[3], def = qmm_default(T);
     int nc = 0;
     cand[nc++] = def;
     if (def != TB_QMM_DQ) cand[nc++] = TB_QMM_DQ;
     if (def != TB_QMM_PACKED && T >= TB_CPU_GEMM_MIN_T) cand[nc++] = TB_QMM_PACKED;
-    /* Q8 only for int4: rounding x to 8 bits per block of 32 adds little to
-     * int4's own error but nearly doubles int8's (x with a 20x outlier every
-     * 97 channels, 768x2048 Gaussian weights, relative RMS error of y
-     * against f32 weights: int8 DQ 0.81%, Q8 1.39%; int4 g128 DQ 11.3%, Q8
-     * 11.4%; g32 9.5%, 9.6%), too much for int8's +0.5% perplexity gate.
-     * An int8 engine can still ask for it explicitly. */
-    if (w->dtype == TB_I4 && tb_cpu_qmatmul_tactic_available(TB_QMM_Q8, w)) cand[nc++] = TB_QMM_Q8;
+    /* Q8 rounds x to 8 bits per block of 32, which adds little to int4's
+     * own error and about doubles int8's (x with a 20x outlier every 97
+     * channels, 768x2048 Gaussian weights, relative RMS error of y against
+     * f32 weights: int8 DQ 0.81%, Q8 1.39%; int4 g128 DQ 11.3%, Q8 11.4%;
+     * g32 9.5%, 9.6%). End to end both stay inside the perplexity gates
+     * (docs/PERFORMANCE.md: int8 with Q8 everywhere on the demo model), so
+     * the timing decides, unless the caller keeps the exact tactics. */
+    if (allow_q8 && tb_cpu_qmatmul_tactic_available(TB_QMM_Q8, w)) cand[nc++] = TB_QMM_Q8;
     if (nc == 1) return TB_QMM_AUTO;
     /* alternate the candidates (a burst of load hits all), >= 9 rounds and
      * 4 ms, median of each; the default stays unless another is >7% faster */
