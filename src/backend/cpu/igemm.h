@@ -14,6 +14,11 @@
  * per output. Integer sums are exact: every path equals tb_ref_igemm bit for
  * bit before the f32 epilogue (which rounds like the sgemm's).
  * Symmetric int8 activations are a_zero = 128 (code = int8 + 128).
+ *
+ * Paths (chosen per call from tb_cpu_kernel_path(), so a forced path
+ * applies): AVX-512 VNNI (vpdpbusd, igemm_avx512.c), AVX2 (exact int16
+ * vpmaddwd, igemm_avx2.c), portable (igemm.c). All read the same packed
+ * layout (igemm_impl.h), so a weight packed once serves every path.
  */
 #ifndef TB_CPU_IGEMM_H
 #define TB_CPU_IGEMM_H
@@ -24,7 +29,7 @@ size_t tb_cpu_igemm_packed_bytes(int64_t N, int64_t K);
 void tb_cpu_igemm_pack(const int8_t *W, int64_t ldw, int64_t N, int64_t K, void *dst);
 
 /* q[i] = clamp(round_half_even(x[i] * inv_scale) + zero, 0, 255): ONNX's
- * QuantizeLinear to uint8 (inv_scale = 1 / scale). */
+ * QuantizeLinear to uint8 (inv_scale = 1 / scale); NaN gives 0. */
 void tb_cpu_quantize_u8(const float *x, uint8_t *q, int64_t n, float inv_scale, int zero);
 
 /* Y (M, N), leading dim ldy, = the formula above; epi NULL: none. Split over
