@@ -16,6 +16,8 @@
  *       |d| <= s_x / 2 sum_k |w_k| + s_w / 2 sum_k |x_k| + s_x s_w K / 4
  *     (no clipping: the scale covers the input), and the nodes are QConv /
  *     QGemm afterwards.
+ * The program runs itself again with TB_CPU_MASK=3 (AVX2) and 0 (portable
+ * C) so each int8 GEMM path runs under the kernels.
  */
 #include <math.h>
 
@@ -340,7 +342,9 @@ static void check_pass(int conv) {
     free(x), free(sw), free(wc);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    (void)argc;
+    const char *mask = getenv("TB_CPU_MASK");
     tb_pool *pool = NULL;
     CHECK(tb_pool_create(2, &pool) == TB_OK);
     check_qdq_ref();
@@ -356,6 +360,17 @@ int main(void) {
     check_pass(1);
     check_pass(0);
     tb_pool_free(pool);
+    /* the int8 GEMM's other paths on this machine: AVX2 without AVX-512
+     * (TB_CPU_MASK=3) and the portable C (0) */
+    if (!mask) {
+        const char *masks[2] = {"3", "0"};
+        for (int i = 0; i < 2; i++) {
+            char cmd[4200];
+            snprintf(cmd, sizeof cmd, "TB_CPU_MASK=%s '%s'", masks[i], argv[0]);
+            int rc = system(cmd);
+            CHECK_MSG(rc == 0, "TB_CPU_MASK=%s run failed (%d)", masks[i], rc);
+        }
+    }
     printf("%d checks, %d failures\n", tb_test_checks, tb_test_failures);
     return tb_test_failures ? 1 : 0;
 }

@@ -231,7 +231,8 @@ static tb_status qconv_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_vie
     if (tile < 64) tile = 64;
     if (tile > P) tile = P;
     size_t qb = ((size_t)(HW * C) + 63) / 64 * 64, ab = direct ? 0 : ((size_t)(tile * K) + 63) / 64 * 64;
-    size_t yb = sizeof(float) * (size_t)(tile * M), pb = wp ? 0 : tb_cpu_igemm_packed_bytes(M, K);
+    /* each part 64-byte aligned: the packed weight is read with aligned loads */
+    size_t yb = (sizeof(float) * (size_t)(tile * M) + 63) / 64 * 64, pb = wp ? 0 : tb_cpu_igemm_packed_bytes(M, K);
     uint8_t *s = tb_cpu_nn_scratch(ctx, qb + ab + yb + pb);
     if (!s) return tb_errorf(TB_ERR_OOM, "QConv: out of memory for scratch");
     uint8_t *Q = s, *A = s + qb;
