@@ -7,7 +7,7 @@
 #     folded every Conv / Gemm / MatMul;
 #   - calibrated quantization of an f32 conv net (.npy calibration inputs):
 #     the report, the engine's outputs within 5% of the f32 numpy result, the
-#     calibration cache reused (same outputs, bit for bit);
+#     calibration cache reused (same outputs, bit for bit), --override;
 #   - each refusal with its message: no calibration data, a cache of another
 #     model / calibrator / format version, --device cuda;
 #   - ResNet-18 and the BERT-style encoder of tests/onnx/make_models.py
@@ -63,6 +63,14 @@ $PY compare "$c/out1/output_0.pb" "$c/test_data_set_0/output_0.pb" 0.05 || bad "
 grep -q "calibration from the cache" "$c/build2.txt" || bad "convnet: cache not used"
 "$TURBINE_BIN" exec "$c/i8b.engine" --inputs "$c/test_data_set_0" --outputs "$c/out2" >/dev/null
 cmp -s "$c/out1/output_0.pb" "$c/out2/output_0.pb" || bad "convnet: the cached build computes other outputs"
+
+# --override: the weight w2 kept in f32; everything but the Gemm (output y) kept
+"$TURBINE_BIN" build "$c/model.onnx" -o "$c/ov.engine" --shapes x:2x3x16x16 --dtype int8 --calib-data "$c/calib" \
+  --override 'w2=f32' >"$c/ov.txt" 2>&1 || bad "convnet: build with --override"
+grep -q "int8: 3 Conv / Gemm / MatMul quantized, 2 left in f32" "$c/ov.txt" || bad "convnet: --override w2=f32"
+"$TURBINE_BIN" build "$c/model.onnx" -o "$c/ov.engine" --shapes x:2x3x16x16 --dtype int8 --calib-data "$c/calib" \
+  --override '*=f32' --override 'y=int8' >"$c/ov.txt" 2>&1 || bad "convnet: build with --override"
+grep -q "int8: 1 Conv / Gemm / MatMul quantized, 4 left in f32" "$c/ov.txt" || bad "convnet: --override *=f32 y=int8"
 
 # ---- refusals
 refused() { # NAME PATTERN COMMAND...
