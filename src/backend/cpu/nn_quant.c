@@ -11,9 +11,10 @@
  * im2row matrix (one output pixel, K = kh kw C) is kh kw copies of C
  * contiguous codes (padding: the zero point's code, which adds nothing);
  * the weight is packed once in the same (M, kh, kw, C) order. A 1x1 stride-1
- * unpadded conv reads the (H W, C) codes directly. tb_cpu_igemm gives
- * (pixels, M) tiles, which are written back transposed into NCHW with the
- * bias, activation and residual applied there.
+ * unpadded conv reads the (H W, C) codes directly. Each thread takes a range
+ * of output pixels and runs tb_cpu_igemm on its own tiles (two pool
+ * dispatches an image in all), writing each (pixels, M) tile back
+ * transposed into NCHW with the bias, activation and residual applied.
  * Scratch comes from the context (grown on the first run of a shape); the
  * packed weights from its cache (tb_cpu_nn_wpack): nothing is allocated per
  * call once warm.
@@ -148,44 +149,24 @@ static void hwc_run(void *arg, int ith, int nth) {
     }
 }
 
-/* im2row of output pixels [r0, r1) of one image from the (H, W, C) codes:
- * A (r1 - r0, kh kw C) */
-typedef struct {
-    const tb_nn_conv_geom *g;
-    const uint8_t *q;
-    uint8_t *A;
-    int64_t r0, r1, K;
-    int zero;
-} im2row_job;
-
-static void im2row_run(void *arg, int ith, int nth) {
-    const im2row_job *j = arg;
-    const tb_nn_conv_geom *g = j->g;
-    int64_t n = j->r1 - j->r0, a = n * ith / nth, b = n * (ith + 1) / nth;
+/* im2row of output pixels [p0, p0 + np) of one image from the (H, W, C)
+ * codes: A (np, kh kw C) */
+static void im2row(const tb_nn_conv_geom *g, const uint8_t *q, uint8_t *A, int64_t p0, int64_t np, int64_t K,
+                   int zero) {
     size_t C = (size_t)g->c;
-    for (int64_t r = a; r < b; r++) {
-        int64_t p = j->r0 + r, oy = p / g->ow, ox = p % g->ow;
-        uint8_t *row = j->A + r * j->K;
+    for (int64_t r = 0; r < np; r++) {
+        int64_t p = p0 + r, oy = p / g->ow, ox = p % g->ow;
+        uint8_t *row = A + r * K;
         for (int ky = 0; ky < g->kh; ky++) {
             int64_t iy = oy * g->sh - g->pt + (int64_t)ky * g->dh;
             for (int kx = 0; kx < g->kw; kx++, row += C) {
                 int64_t ix = ox * g->sw - g->pl + (int64_t)kx * g->dw;
-                if (iy < 0 || iy >= g->h || ix < 0 || ix >= g->w) memset(row, j->zero, C);
-                else memcpy(row, j->q + (iy * g->w + ix) * (int64_t)C, C);
+                if (iy < 0 || iy >= g->h || ix < 0 || ix >= g->w) memset(row, zero, C);
+                else memcpy(row, q + (iy * g->w + ix) * (int64_t)C, C);
             }
         }
     }
 }
-
-/* Yt (np, M) -> y (M, P) columns [p0, p0 + np) with the epilogue */
-typedef struct {
-    const float *Yt;
-    float *y;
-    const float *bias, *res;
-    int64_t M, P, p0, np;
-    int act, after;
-    float a0, a1;
-} tr_job;
 
 static inline float act_f(int act, float v, float a0, float a1) {
     switch (act) {
@@ -196,25 +177,58 @@ static inline float act_f(int act, float v, float a0, float a1) {
     }
 }
 
-static void tr_run(void *arg, int ith, int nth) {
-    const tr_job *j = arg;
-    int64_t m0 = j->M * ith / nth, m1 = j->M * (ith + 1) / nth;
-    for (int64_t m = m0; m < m1; m++) {
-        float b = j->bias ? j->bias[m] : 0.0f;
-        float *y = j->y + m * j->P + j->p0;
-        const float *res = j->res ? j->res + m * j->P + j->p0 : NULL;
-        const float *src = j->Yt + m;
-        for (int64_t i = 0; i < j->np; i++) {
-            float v = src[i * j->M] + b;
-            if (res && j->after) v += res[i];
-            v = act_f(j->act, v, j->a0, j->a1);
-            if (res && !j->after) v += res[i];
-            y[i] = v;
+/* One image's conv after its codes are made: each thread takes a range of
+ * output pixels and, tile by tile, builds its im2row rows, runs the int8
+ * GEMM on them alone (one pool dispatch per image: a dispatch is a wait on
+ * every thread) and writes the (pixels, M) tile into y (M, P) with the
+ * epilogue. */
+typedef struct {
+    const tb_nn_conv_geom *g;
+    const uint8_t *Q;       /* (H W, C) codes */
+    uint8_t *A;             /* per thread: (tile, K)   */
+    float *Yt;              /* per thread: (tile, M)   */
+    size_t a_stride, y_stride; /* bytes between threads' parts */
+    int64_t K, M, P, tile;
+    int zero, direct;
+    float a_scale;
+    const void *wp;
+    const float *ws, *bias, *res; /* res: (M, P) of this image or NULL */
+    float *y;                     /* (M, P) of this image */
+    int act, after;
+    float a0, a1;
+} conv_job;
+
+static void conv_run(void *arg, int ith, int nth) {
+    const conv_job *j = arg;
+    int64_t pa = j->P * ith / nth, pb = j->P * (ith + 1) / nth;
+    uint8_t *A = j->A + (size_t)ith * j->a_stride;
+    float *Yt = (float *)((uint8_t *)j->Yt + (size_t)ith * j->y_stride);
+    int64_t C = j->g->c, M = j->M;
+    for (int64_t p0 = pa; p0 < pb; p0 += j->tile) {
+        int64_t np = pb - p0 < j->tile ? pb - p0 : j->tile;
+        const uint8_t *a = j->Q + p0 * C;
+        if (!j->direct) {
+            im2row(j->g, j->Q, A, p0, np, j->K, j->zero);
+            a = A;
+        }
+        tb_cpu_igemm(np, M, j->K, a, j->K, j->zero, j->a_scale, j->wp, j->ws, Yt, M, NULL, NULL);
+        for (int64_t m = 0; m < M; m++) {
+            float b = j->bias ? j->bias[m] : 0.0f;
+            float *y = j->y + m * j->P + p0;
+            const float *res = j->res ? j->res + m * j->P + p0 : NULL;
+            const float *src = Yt + m;
+            for (int64_t i = 0; i < np; i++) {
+                float v = src[i * M] + b;
+                if (res && j->after) v += res[i];
+                v = act_f(j->act, v, j->a0, j->a1);
+                if (res && !j->after) v += res[i];
+                y[i] = v;
+            }
         }
     }
 }
 
-#define QCONV_TILE_BYTES ((size_t)1 << 20) /* im2row rows per tile: about this many codes */
+#define QCONV_TILE_BYTES ((size_t)256 << 10) /* im2row codes per thread's tile, about */
 
 static tb_status qconv_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view *in, int n_in, const tb_view *out,
                               int n_out) {
@@ -227,39 +241,29 @@ static tb_status qconv_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_vie
     pack_arg pa = {M, K, C, g.kh, g.kw};
     const void *wp = packed_weight(ctx, n, &in[1], M, K, &pa);
     int direct = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && !g.pt && !g.pl && !g.pb && !g.pr;
-    int64_t tile = direct ? P : (int64_t)(QCONV_TILE_BYTES / (size_t)K);
-    if (tile < 64) tile = 64;
-    if (tile > P) tile = P;
-    size_t qb = ((size_t)(HW * C) + 63) / 64 * 64, ab = direct ? 0 : ((size_t)(tile * K) + 63) / 64 * 64;
+    int nth = ctx->pool ? tb_pool_size(ctx->pool) : 1;
+    int64_t tile = (int64_t)(QCONV_TILE_BYTES / (size_t)K);
+    if (tile < 16) tile = 16;
+    if (tile > (P + nth - 1) / nth) tile = (P + nth - 1) / nth;
     /* each part 64-byte aligned: the packed weight is read with aligned loads */
+    size_t qb = ((size_t)(HW * C) + 63) / 64 * 64, ab = direct ? 0 : ((size_t)(tile * K) + 63) / 64 * 64;
     size_t yb = (sizeof(float) * (size_t)(tile * M) + 63) / 64 * 64, pb = wp ? 0 : tb_cpu_igemm_packed_bytes(M, K);
-    uint8_t *s = tb_cpu_nn_scratch(ctx, qb + ab + yb + pb);
+    uint8_t *s = tb_cpu_nn_scratch(ctx, qb + (ab + yb) * (size_t)nth + pb);
     if (!s) return tb_errorf(TB_ERR_OOM, "QConv: out of memory for scratch");
-    uint8_t *Q = s, *A = s + qb;
-    float *Yt = (float *)(s + qb + ab);
     if (!wp) {
-        uint8_t *dst = s + qb + ab + yb;
+        uint8_t *dst = s + qb + (ab + yb) * (size_t)nth;
         pack_make(in[1].data, (float *)dst, &pa);
         wp = dst;
     }
     const float *x = in[0].data, *bias = bi >= 0 ? in[bi].data : NULL, *res = ri >= 0 ? in[ri].data : NULL;
     float *y = out[0].data;
     for (int64_t b = 0; b < g.n; b++) {
-        hwc_job hj = {x + b * C * HW, Q, C, HW, 1.0f / n->f[2], zero};
+        hwc_job hj = {x + b * C * HW, s, C, HW, 1.0f / n->f[2], zero};
         run_on(ctx->pool, hwc_run, &hj);
-        for (int64_t p0 = 0; p0 < P; p0 += tile) {
-            int64_t np = P - p0 < tile ? P - p0 : tile;
-            const uint8_t *a = Q + p0 * C;
-            if (!direct) {
-                im2row_job ij = {&g, Q, A, p0, p0 + np, K, zero};
-                run_on(ctx->pool, im2row_run, &ij);
-                a = A;
-            }
-            tb_cpu_igemm(np, M, K, a, K, zero, n->f[2], wp, in[2].data, Yt, M, NULL, ctx->pool);
-            tr_job tj = {Yt, y + b * M * P, bias, res ? res + b * M * P : NULL, M, P, p0, np, n->i[10],
-                         (flags & TB_NN_ACT_AFTER_RESIDUAL) != 0, n->f[0], n->f[1]};
-            run_on(ctx->pool, tr_run, &tj);
-        }
+        conv_job cj = {&g, s, s + qb, (float *)(s + qb + ab * (size_t)nth), ab, yb, K, M, P, tile, zero, direct,
+                       n->f[2], wp, in[2].data, bias, res ? res + b * M * P : NULL, y + b * M * P, n->i[10],
+                       (flags & TB_NN_ACT_AFTER_RESIDUAL) != 0, n->f[0], n->f[1]};
+        run_on(ctx->pool, conv_run, &cj);
     }
     return TB_OK;
 }
