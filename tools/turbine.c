@@ -70,7 +70,8 @@ static const tb_cli_opt build_opts[] = {
      "a tokenizer.json (byte-level or SentencePiece-style BPE) or a llama2.c tokenizer.bin; needed for a "
      "llama2.c .bin checkpoint"},
     {"--dtype", NULL, TB_OPT_STR, "f32|f16|bf16|int8|int4|fp8", 0, 0, 0, 0, 0, B(dtype), "f32",
-     "the weights' precision in the engine (ONNX: f32 or f16, f16 computing in f16 too); int8: symmetric, a "
+     "the weights' precision in the engine (ONNX: f32, f16 computing in f16 too, or int8: Conv / Gemm / MatMul "
+     "quantized, calibrated on --calib-data, CPU only); int8: symmetric, a "
      "scale per output channel; int4: a scale per --group-size weights of a row; fp8: E4M3 with a scale per "
      "output channel. Quantized engines keep the embedding and the LM head f16, norms and biases f32 "
      "(--override changes that); CPU only for now"},
@@ -94,7 +95,8 @@ static const tb_cli_opt build_opts[] = {
     {"--override", NULL, TB_OPT_STRS, "NAME_GLOB=DTYPE", 0, 0, 0, 0, 0, B(overrides), NULL,
      "a weight's dtype instead of the default, by its name in the engine (`turbine inspect` lists them: embed, "
      "l0.wqkv, l0.wo, l0.wgu, l0.wdown, ..., lm_head), e.g. 'lm_head=int8' or 'l0.*=f16'; repeatable, the "
-     "last match wins; DTYPE f32, f16, bf16, int8, int4 or fp8"},
+     "last match wins; DTYPE f32, f16, bf16, int8, int4 or fp8. ONNX --dtype int8: GLOB matches a Conv / Gemm / "
+     "MatMul's output or weight name, 'GLOB=f32' keeps it in f32"},
     {"--max-seq-len", NULL, TB_OPT_INT, "N", 1, 1 << 20, 0, 0, 0, B(max_seq_len), "the model's context length",
      "the engine's context length in tokens"},
     {"--max-batch", NULL, TB_OPT_INT, "N", 1, 1024, 0, 0, 0, B(max_batch), "8",
@@ -113,8 +115,10 @@ static const tb_cli_opt build_opts[] = {
      "ONNX: one optimisation profile per value, e.g. x:1x3x224x224/8x3x224x224/32x3x224x224 (one shape: "
      "fixed); repeatable, instead of --shapes / --min-shapes / --opt-shapes / --max-shapes"},
     {"--calib-data", NULL, TB_OPT_STR, "DIR", 0, 0, 0, 0, 0, B(calib_data), "random inputs at the opt shapes",
-     "ONNX --dtype f16: the inputs (DIR/input_0.pb, ... or DIR/test_data_set_0/) the f16 engine is checked on "
-     "against the f32 graph"},
+     "ONNX: input sets, DIR/test_data_set_N/input_K.pb (or DIR/input_K.pb) or DIR/NAME_N.npy / "
+     "DIR/input_K_N.npy (f32 or int64, C order); --dtype int8 calibrates on them (required unless the model "
+     "has Q/DQ nodes or --calib-cache exists), and int8 / f16 engines are checked on them against f32 "
+     "(top-1 agreement, max error)"},
     {"--verbose", "-v", TB_OPT_FLAG, NULL, 0, 0, 0, 0, 1, B(verbose), NULL,
      "list every optimisation pass with what it changed"},
     /* ---- calibration (quantized engines: src/tune/calib.h, src/plan/calib_run.c) ---- */
@@ -128,10 +132,10 @@ static const tb_cli_opt build_opts[] = {
      "entropy",
      "how activation ranges are chosen: entropy (least KL divergence, as TensorRT's EntropyCalibrator2), minmax "
      "(the largest |x| seen), percentile=P (the P-th percentile of |x|, default 99.99), mse (least int8 "
-     "quantisation error)"},
+     "quantisation error). ONNX --dtype int8 defaults to percentile=99.99"},
     {"--calib-cache", NULL, TB_OPT_STR, "FILE", 0, 0, 0, 0, 0, B(calib_cache), NULL,
      "the calibration cache: read when it exists (the model is not run; a cache of another model, calibrator "
-     "or format version is refused), else written after calibrating"},
+     "or format version is refused), else written after calibrating (LLM checkpoints and ONNX --dtype int8)"},
     {"--calib-threads", NULL, TB_OPT_INT, "N", 1, 256, 0, 0, 0, B(calib_threads), "one per core",
      "CPU threads of the calibration run"},
     /* ---- end of calibration options ---- */
@@ -206,9 +210,10 @@ static int cmd_build(int argc, char **argv) {
     tb_calibrator cal;
     if (a.calibrator && tb_calibrator_parse(a.calibrator, &cal) != TB_OK)
         return tb_cli_usage_error("build", "%s", tb_last_error());
-    if ((a.calib || a.calib_cache) && tb_is_onnx_path(a.model))
-        return tb_cli_usage_error("build", "--calib and --calib-cache are for LLM checkpoints (ONNX f16 builds "
-                                           "take --calib-data DIR)");
+    if (a.calib && tb_is_onnx_path(a.model))
+        return tb_cli_usage_error("build", "--calib is for LLM checkpoints (ONNX builds take --calib-data DIR)");
+    if (a.calib_cache && tb_is_onnx_path(a.model) && o.weight_dtype != TB_I8)
+        return tb_cli_usage_error("build", "--calib-cache is for quantized builds (ONNX: --dtype int8)");
     if (a.verbose) tb_log_set_level(TB_LOG_INFO);
     tb_build_report r;
     if (tb_build(a.model, a.out, &o, &r) != TB_OK) return fail("build failed");
@@ -623,7 +628,14 @@ static const char *CALIBRATION_DOC =
     "`name: scale` line per matmul input (the int8 scale T / 127, `%.9g`), then one `name mean_abs: ...`\n"
     "line per matmul with its per-input-channel mean |x| (what `--awq` needs). A cache of another format\n"
     "version, calibrator or model is refused with a message naming which (exit 1). The engine's meta\n"
-    "records the calibrator, the tokens and the fingerprint (`turbine inspect`).\n\n";
+    "records the calibrator, the tokens and the fingerprint (`turbine inspect`).\n\n"
+    "ONNX models (`--dtype int8 --calib-data DIR`) calibrate the same way over input sets instead of tokens\n"
+    "(docs/ONNX.md): the f32 graph after the pass pipeline runs on the CPU over every sample of DIR, and the\n"
+    "histogram is of each tensor that feeds a Conv / Gemm / MatMul with a constant weight, keyed by the\n"
+    "tensor's name. The default calibrator there is `percentile=99.99`. A tensor never negative (after a\n"
+    "Relu) is listed as `NAME/u8` and quantized to uint8 over [0, T] (scale T / 255, zero point 0); the\n"
+    "others over [-T, T] (T / 127, zero point 128). The fingerprint is XXH3 over the .onnx file's bytes\n"
+    "and `tokens=` counts the samples.\n\n";
 
 static void print_markdown(FILE *f) {
     fputs(COMMANDS_INTRO, f);

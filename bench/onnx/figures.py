@@ -2,7 +2,7 @@
 """figures.py — bench/onnx/run.sh's helpers.
 
   figures.py inputs MODEL.onnx DIR NAME:D0xD1,...   random input_K.pb files for those shapes
-  figures.py bench-json JSON TXT NAME BATCH         a record from turbine bench's JSON
+  figures.py bench-json JSON TXT NAME BATCH [PEER]  a record from turbine bench's JSON (PEER: turbine)
   figures.py exec-mean TXT NAME BATCH               a record from `turbine exec --repeat`'s line
   figures.py table RESULTS.jsonl THREADS LOAD_BEFORE LOAD_AFTER
 """
@@ -46,8 +46,8 @@ def walk(o, path=()):
         yield path, o
 
 
-def bench_json(jpath, tpath, name, batch):
-    rec = {"peer": "turbine", "name": name, "batch": int(batch)}
+def bench_json(jpath, tpath, name, batch, peer="turbine"):
+    rec = {"peer": peer, "name": name, "batch": int(batch)}
     data = None
     try:
         with open(jpath) as f:

@@ -7,12 +7,15 @@
 #
 #   bash bench/onnx/run.sh                       # ONNX Runtime only
 #   TURBINE=build/turbine bash bench/onnx/run.sh # and turbine
+#   INT8=1 TURBINE=build/turbine bash bench/onnx/run.sh  # and turbine's INT8 engines
 #
 # Environment: THREADS (2), BATCHES ("1 8"), WARMUP (3), ITERS (20),
 # MIN_SECONDS (5: each ONNX Runtime point runs at least ITERS iterations and
 # this long), TURBINE_WARMUP and TURBINE_ITERS (turbine bench's --warmup and
 # --iterations; default WARMUP and ITERS),
-# OUT (bench/out/onnx: the exported models, engines and JSON results).
+# OUT (bench/out/onnx: the exported models, engines and JSON results),
+# INT8 (0; 1: also INT8 engines, `--dtype int8` calibrated on CALIB_SAMPLES
+# (8) deterministic random input sets at the smallest batch, as "turbine-int8").
 # Needs /usr/bin/python3 with torch, torchvision and onnx (Debian python3-torch,
 # python3-torchvision, python3-onnx) and `npm ci` in bench/onnx.
 set -euo pipefail
@@ -100,6 +103,37 @@ for m in resnet18 bert; do
       done
     else
       echo "run.sh: turbine build failed for $m" >&2
+    fi
+    if [ "${INT8:-0}" = 1 ]; then
+      engine8="$OUT/${m}_opset17.int8.engine"
+      cal="$OUT/calib_${m}"
+      n="${CALIB_SAMPLES:-8}"
+      rm -rf "$cal"
+      case "$m" in
+        resnet18) "$PY" "$ROOT/tests/onnx/int8_models.py" npy "$cal" input "$n" "${minb}x3x224x224" normal ;;
+        bert) "$PY" "$ROOT/tests/onnx/int8_models.py" npy "$cal" input_ids "$n" "${minb}x128" ids:30522
+              "$PY" "$ROOT/tests/onnx/int8_models.py" npy "$cal" attention_mask "$n" "${minb}x128" ones ;;
+      esac
+      echo "turbine: building $engine8 (int8, $n calibration sets)" >&2
+      if "$TURBINE" build "$model" -o "$engine8" --dtype int8 --calib-data "$cal" --min-shapes "$(shapes "$m" "$minb")" \
+           --opt-shapes "$(shapes "$m" "$minb")" --max-shapes "$(shapes "$m" "$maxb")" > "$OUT/turbine_int8_${m}_build.txt" 2>&1; then
+        cat "$OUT/turbine_int8_${m}_build.txt" >&2
+        for b in $BATCHES; do
+          echo "turbine int8: $m batch $b" >&2
+          j="$OUT/turbine_int8_${m}_b$b.json"
+          rm -f "$j"
+          if "$TURBINE" bench --engine "$engine8" --shapes "$(shapes "$m" "$b")" --threads "$THREADS" \
+               --warmup "$TURBINE_WARMUP" --iterations "$TURBINE_ITERS" --json "$j" \
+               > "$OUT/turbine_int8_${m}_b$b.txt" 2>&1; then
+            "$PY" "$HERE/figures.py" bench-json "$j" "$OUT/turbine_int8_${m}_b$b.txt" "$m" "$b" turbine-int8 >> "$RES"
+          else
+            echo "run.sh: turbine bench failed for the int8 $m batch $b (see $OUT/turbine_int8_${m}_b$b.txt)" >&2
+          fi
+        done
+      else
+        cat "$OUT/turbine_int8_${m}_build.txt" >&2
+        echo "run.sh: turbine int8 build failed for $m" >&2
+      fi
     fi
   fi
 done

@@ -932,6 +932,8 @@ static const op_attrs known_attrs[] = {
     {"Gemm", "alpha:f beta:f transA:i transB:i"},
     {"Constant", "value:t value_float:f value_floats:F value_int:i value_ints:I"},
     {"Dropout", "seed:i"},
+    {"QuantizeLinear", "axis:i saturate:i block_size:i output_dtype:i"},
+    {"DequantizeLinear", "axis:i block_size:i"},
 };
 
 static int type_of_letter(char c) {
@@ -1062,6 +1064,12 @@ static tb_status check_node(imp *s, const Onnx__NodeProto *n, int k) {
         int nk = attr_ints(n, "kernel_shape", &ks);
         if (nk > 2) return refuse(s, n, k, "%d-d kernels are not supported (1-d and 2-d)", nk);
         if (strcmp(op, "Conv") && nk < 0) return tb_errorf(TB_ERR_FORMAT, "%s: node %d (%s) has no kernel_shape", s->label, k, op);
+    }
+    if (!strcmp(op, "QuantizeLinear") || !strcmp(op, "DequantizeLinear")) {
+        if (attr_i(n, "block_size", 0)) return refuse(s, n, k, "blocked quantization (block_size) is not supported");
+        int64_t od = attr_i(n, "output_dtype", 0);
+        if (od && od != ONNX__TENSOR_PROTO__DATA_TYPE__INT8 && od != ONNX__TENSOR_PROTO__DATA_TYPE__UINT8)
+            return refuse(s, n, k, "output_dtype %s is not supported (int8, uint8)", onnx_type_name((int)od));
     }
     if (!strcmp(op, "Constant")) {
         if (n->n_attribute != 1) return refuse(s, n, k, "wants exactly one value attribute, has %zu", n->n_attribute);
@@ -1345,6 +1353,15 @@ static tb_status translate(imp *s, const Onnx__NodeProto *n, int k, const char *
         sp->f[1] = attr_f(n, "beta", 1.0f);
         if (nt > 2) sp->i[3] = TB_NN_HAS_BIAS;
         break;
+    case TB_OP_QUANTIZE_LINEAR: case TB_OP_DEQUANTIZE_LINEAR: {
+        /* per axis when the scale is 1-d with more than one element */
+        const tb_value *sc = nt > 1 && t[1] >= 0 ? val(s, t[1]) : NULL;
+        if (sc && sc->rank == 1 && sc->dims[0] != 1)
+            TB_TRY(norm_axis(s, lbl, "axis", attr_i(n, "axis", 1), rank0, 0, &sp->i[0]));
+        if (op == TB_OP_QUANTIZE_LINEAR)
+            sp->i[1] = attr_i(n, "output_dtype", 0) == ONNX__TENSOR_PROTO__DATA_TYPE__INT8 ? TB_I8 : TB_U8;
+        break;
+    }
     case TB_OP_SLICE:
         if (nt == 5 && t[3] < 0) { /* steps without axes: axes 0 .. len(starts) - 1 */
             const tb_value *st = val(s, t[1]);

@@ -206,6 +206,7 @@ const tb_op_def *tb_op_get_def(tb_op_kind k) {
     const tb_op_def *d = tb_nn_elem_def(k);
     if (!d) d = tb_nn_shape_def(k);
     if (!d) d = tb_nn_conv_def(k);
+    if (!d) d = tb_nn_quant_def(k);
     return d && d->name ? d : NULL;
 }
 

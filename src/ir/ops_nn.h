@@ -103,6 +103,26 @@
              HD) of the first, k from [HD, 2HD) of the second, v from [2HD,
              3HD) of the third: one value thrice for a merged q/k/v
              projection. tb_nn_sdpa_geometry gives the strides of each.
+ *   QuantizeLinear: x (f32), scale (f32 scalar, or 1-d of x.dims[axis]) [,
+ *             zero point (int8 / uint8, the scale's shape: the output's
+ *             dtype)]; i[0] axis (normalised; 0 for a scalar scale), i[1]
+ *             the output tb_dtype without a zero point (TB_U8 or TB_I8).
+ *             y = clamp(round_half_even(x / scale) + zero).
+ *   DequantizeLinear: x (int8, uint8 or int32), scale [, zero point (x's
+ *             dtype)]; i[0] axis. y = (x - zero) * scale, f32.
+ *   (QConv, fused) x f32 (N, C, H, W) or (N, C, W), w int8 codes (M, C/group,
+ *             kh, kw), w_scale f32 (M) [, bias (M)] [, residual]; i[0..11]
+ *             as Conv, i[12] the activations' zero point (uint8 code);
+ *             f[0..1] activation parameters, f[2] the activations' scale.
+ *             x is quantized per tensor to uint8 (round half to even, as
+ *             tb_cpu_quantize_u8), the sums are exact integers, y =
+ *             epilogue(f[2] * w_scale[m] * sum (q - zero) w + bias).
+ *   (QGemm, fused) x f32 (..., K), w int8 codes (N, K), w_scale f32 (N) [,
+ *             bias (N)] [, residual (..., N)]; i[0] activation, i[1] flags,
+ *             i[2] zero point; f[0] the activations' scale, f[2..3]
+ *             activation parameters. Gemm (transA 0) and MatMul with a
+ *             constant 2-d b both become it (alpha in w_scale, beta in the
+ *             bias).
  * Fused epilogue of Conv / Gemm / MatMul (Gemm's bias is beta * c):
  *   y = act(alpha * op(a, b) + bias) + residual, or with the flag
  *   TB_NN_ACT_AFTER_RESIDUAL y = act(alpha * op(a, b) + bias + residual)
@@ -165,11 +185,12 @@ int64_t tb_view_numel(const tb_view *v);
 int64_t tb_view_get_i(const tb_view *v, int64_t i);
 double tb_view_get_f(const tb_view *v, int64_t i);
 
-/* The group tables (nn_elem.c, nn_shape.c, nn_conv.c): the definition of k
+/* The group tables (nn_elem.c, nn_shape.c, nn_conv.c, nn_quant.c): the definition of k
  * when the group owns it, else NULL. ops.c asks them in turn. */
 const tb_op_def *tb_nn_elem_def(tb_op_kind k);
 const tb_op_def *tb_nn_shape_def(tb_op_kind k);
 const tb_op_def *tb_nn_conv_def(tb_op_kind k);
+const tb_op_def *tb_nn_quant_def(tb_op_kind k);
 
 /* The axes ReduceMean / ReduceSum / ReduceMax reduce, as a mask over x's
  * dims, from the attribute or the axes input (its data needed): every axis

@@ -208,6 +208,9 @@ tb_status tb_opt_fold_constants(tb_graph *g, const tb_opt_options *o, tb_pass_re
         for (int k = 0; k < g->n_nodes; k++) {
             tb_node *n = &g->nodes[k];
             if (tb_opt_dead(n) || !tb_op_is_nn(n->op) || writes_graph_output(g, n)) continue;
+            /* int8 weights behind DequantizeLinear: the INT8 pass (nn_quant.c)
+             * keeps them as codes, or folds them itself */
+            if (n->op == TB_OP_DEQUANTIZE_LINEAR && g->values[n->in[0]].dtype == TB_I8) continue;
             if (n->op == TB_OP_SHAPE && g->values[n->in[0]].kind != TB_VAL_WEIGHT) {
                 if (fold_shape(g, k)) { shapes++; changed++; }
                 continue;

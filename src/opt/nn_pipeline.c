@@ -2,8 +2,9 @@
  * Clean-up first (so patterns see constants and no Identity), then the
  * fusions that need the plain ops (LayerNorm, GELU, attention) before the
  * ones that rewrite Conv / Gemm / MatMul (which would hide them), the
- * epilogue, then the attention layout passes (nn_merge.c: after the
- * epilogue, so the projections carry their biases), then the memory account. */
+ * epilogue, the INT8 pass (quantized ops keep the fused epilogues), then
+ * the attention layout passes (nn_merge.c: after the epilogue, so the
+ * projections carry their biases), then the memory account. */
 #include "opt/opt.h"
 
 static const tb_pass nn_passes[] = {
@@ -23,6 +24,8 @@ static const tb_pass nn_passes[] = {
     {"fold-transpose-matmul", tb_opt_fold_transpose_matmul, "Transpose of the last two dims read through trans flags"},
     {"fuse-epilogue", tb_opt_fuse_epilogue,
      "constant bias Add, activation and residual Add after Conv / Gemm / MatMul fused into its epilogue"},
+    {"quantize-int8", tb_opt_quantize_nn,
+     "Q/DQ around Conv / Gemm / MatMul folded into int8 QConv / QGemm; with --dtype int8 the calibrated ones"},
     {"attention-heads", tb_opt_attention_heads,
      "(cuda) head split / merge Reshape + Transpose around sdpa folded: sdpa reads and writes (B, S, H*D)"},
     {"merge-qkv", tb_opt_merge_qkv,

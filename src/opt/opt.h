@@ -60,6 +60,26 @@ typedef struct {
     void *awq_user;
 } tb_quant_options;
 
+/* INT8 general (ONNX) graphs (nn_quant.c): the calibrated activations. */
+typedef struct {
+    char tensor[TB_NAME_LEN]; /* a value's name: the input of a Conv / Gemm / MatMul */
+    float scale;           /* its per-tensor scale                               */
+    int zero;              /* its uint8 zero point: 128 (signed values), 0 (never negative) */
+} tb_nn_act_quant;
+
+typedef struct {
+    const tb_nn_act_quant *acts;
+    int n_acts;
+    /* "GLOB=f32" keeps the Conv / Gemm / MatMul whose output or weight name
+     * matches (fnmatch) in f32, "GLOB=int8" quantizes it; the last match
+     * wins. */
+    const char *const *overrides;
+    int n_overrides;
+} tb_nn_quant_options;
+
+/* Conv with fewer input channels per group stay f32 (the stem). */
+#define TB_NN_QUANT_MIN_CHANNELS 16
+
 typedef struct {
     char device[16];   /* the target backend kind: "cpu" or "cuda"          */
     tb_dtype dtype;    /* weight precision wanted (f32, f16, bf16)           */
@@ -67,6 +87,9 @@ typedef struct {
     /* LLM graphs built with source weights (models.h): the dtypes to give
      * them; NULL: the quantize pass changes nothing. */
     const tb_quant_options *quant;
+    /* general graphs: the calibrated INT8 quantization, or NULL (explicit
+     * Q/DQ nodes are folded either way) */
+    const tb_nn_quant_options *nn_quant;
 } tb_opt_options;
 
 typedef struct {
@@ -166,6 +189,14 @@ tb_status tb_opt_fuse_epilogue(tb_graph *g, const tb_opt_options *o, tb_pass_rep
 tb_status tb_opt_attention_heads(tb_graph *g, const tb_opt_options *o, tb_pass_report *r);
 tb_status tb_opt_merge_qkv(tb_graph *g, const tb_opt_options *o, tb_pass_report *r);
 tb_status tb_opt_plan_memory_pass(tb_graph *g, const tb_opt_options *o, tb_pass_report *r);
+/* The INT8 pass (nn_quant.c): Q/DQ around Conv / Gemm / MatMul folded into
+ * QConv / QGemm (always), and with o->nn_quant the calibrated nodes
+ * quantized. In tb_opt_nn_pipeline after the epilogue fusion; a build
+ * asking for int8 runs it again with the calibration. */
+tb_status tb_opt_quantize_nn(tb_graph *g, const tb_opt_options *o, tb_pass_report *r);
+/* The activation (a value) that calibration measures for node k, when the
+ * pass would quantize k (q: overrides, may be NULL); -1 otherwise. */
+int tb_opt_nn_quant_input(const tb_graph *g, int k, const tb_nn_quant_options *q);
 /* The f16 pass (nn_precision.c): for o->dtype f16, f32 weights and
  * activations become f16, graph inputs and outputs keep their dtypes
  * through Casts, values read by shape rules stay as they are; no change for

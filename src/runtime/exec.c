@@ -50,6 +50,9 @@ struct tb_exec {
     int profiling;
     double *node_seconds;  /* per node */
     int n_runs_profiled;
+    /* calibration of INT8 engines (plan/calib_onnx.c): called after each node */
+    tb_node_observer observer;
+    void *observer_user;
 };
 
 void tb_exec_options_default(tb_exec_options *o) { memset(o, 0, sizeof *o); }
@@ -535,6 +538,7 @@ tb_status tb_exec_run(tb_exec *x, const tb_tensor *inputs, int n_in, tb_tensor *
         tb_status s = x->b->iface->run_node(x->b, g, n, x->bufs, &st);
         if (s != TB_OK)
             return tb_error_prefix(s, "node %d (%s, output %s)", k, tb_op_name(n->op), g->values[n->out[0]].name);
+        if (x->observer) x->observer(x->observer_user, g, k, x->bufs, &st);
         if (x->profiling) {
             /* a device runs asynchronously: wait for the node (a copy of
              * nothing synchronises the backend's stream) */
@@ -579,6 +583,14 @@ tb_status tb_exec_run(tb_exec *x, const tb_tensor *inputs, int n_in, tb_tensor *
         x->d2h_seconds += tb_now() - t0;
         outputs[i].data = x->out_host[i];
     }
+    return TB_OK;
+}
+
+tb_status tb_exec_set_observer(tb_exec *x, tb_node_observer fn, void *user) {
+    if (x->b->iface->upload)
+        return tb_errorf(TB_ERR_UNSUPPORTED, "a node observer needs an executor on the CPU");
+    x->observer = fn;
+    x->observer_user = user;
     return TB_OK;
 }
 

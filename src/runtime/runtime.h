@@ -30,6 +30,9 @@ int tb_context_profile(const tb_context *c, const char **names, double *seconds,
  * node. */
 typedef void (*tb_node_observer)(void *user, const tb_graph *g, int node, void *const *bufs, const tb_step *st);
 tb_status tb_context_set_observer(tb_context *c, tb_node_observer fn, void *user);
+/* The same for a general engine's executor (exec.c; CPU only): fn sees
+ * every node that ran, its inputs in bufs with st->views' dims. */
+tb_status tb_exec_set_observer(tb_exec *x, tb_node_observer fn, void *user);
 
 /* Per-node timing of a general engine (`turbine bench --engine
  * --dump-profile`): when on, every run adds each node's wall time. */

@@ -236,6 +236,26 @@ static void hist_rebin(double *h, float old_max, float new_max) {
     }
 }
 
+void tb_calib_hist_add(double *hist, float *amax, const float *x, size_t n) {
+    float bmax = 0;
+    for (size_t j = 0; j < n; j++) {
+        float a = fabsf(x[j]);
+        if (!(a <= FLT_MAX)) a = FLT_MAX;
+        bmax = a > bmax ? a : bmax;
+    }
+    if (bmax > *amax) {
+        if (*amax > 0) hist_rebin(hist, *amax, bmax);
+        *amax = bmax;
+    }
+    double inv_w = *amax > 0 ? TB_CALIB_BINS / (double)*amax : 0;
+    for (size_t j = 0; j < n; j++) {
+        float a = fabsf(x[j]);
+        if (!(a <= FLT_MAX)) a = FLT_MAX;
+        int b = a < *amax ? (int)(a * inv_w) : TB_CALIB_BINS - 1;
+        hist[b < TB_CALIB_BINS ? b : TB_CALIB_BINS - 1] += 1;
+    }
+}
+
 static uint64_t rng_next(uint64_t *x) {
     *x ^= *x >> 12;
     *x ^= *x << 25;

@@ -98,6 +98,11 @@ tb_calib_tensor *tb_calib_stats_at(tb_calib_stats *s, int i);
 int tb_calib_stats_find(const tb_calib_stats *s, const char *name);
 /* Adds rows x (rows, K) to tensor i. */
 void tb_calib_stats_add(tb_calib_stats *s, int i, const float *x, int rows);
+/* Adds |x[0, n)| to a histogram hist (TB_CALIB_BINS) over [0, *amax],
+ * re-binned when x raises the max (as tb_calib_stats_add does): the
+ * statistics of one tensor without the per-channel parts (INT8 ONNX
+ * engines, plan/calib_onnx.c). */
+void tb_calib_hist_add(double *hist, float *amax, const float *x, size_t n);
 /* The runtime observer (tb_node_observer, runtime.h): `user` is the stats;
  * adds the input of every matmul node it knows. */
 void tb_calib_observe(void *user, const tb_graph *g, int node, void *const *bufs, const tb_step *st);

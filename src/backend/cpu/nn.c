@@ -33,6 +33,7 @@ tb_status tb_cpu_nn_run(tb_cpu_nn_ctx *c, const tb_node *n, const tb_view *in, i
             if (in[k].dtype == TB_F16 || in[k].dtype == TB_BF16) f = NULL;
         if (f && out[0].dtype != TB_F32) f = NULL;
     }
+    if (!f) f = tb_cpu_nn_quant_kernel(n->op);
     if (f) return f(c, n, in, n_in, out, n_out);
     const tb_op_def *d = tb_op_get_def(n->op);
     if (!d || !d->ref) return tb_errorf(TB_ERR_UNSUPPORTED, "cpu backend: op %s has no kernel", tb_op_name(n->op));

@@ -1,6 +1,6 @@
 /*
  * nn.h — CPU kernels of the general ops (ops_nn.h): one table per group
- * (nn_elem.c, nn_shape.c, nn_conv.c in this folder) giving a fast kernel for
+ * (nn_elem.c, nn_shape.c, nn_conv.c, nn_quant.c in this folder) giving a fast kernel for
  * an op, or NULL where the op's reference kernel (src/ir/nn_*.c) is used as
  * it is. Kernels see concrete views, may split work over the pool and take
  * scratch memory from the context (grown on the first runs of a shape, never
@@ -29,6 +29,7 @@ typedef tb_status (*tb_cpu_nn_fn)(tb_cpu_nn_ctx *c, const tb_node *n, const tb_v
 tb_cpu_nn_fn tb_cpu_nn_elem_kernel(tb_op_kind k);
 tb_cpu_nn_fn tb_cpu_nn_shape_kernel(tb_op_kind k);
 tb_cpu_nn_fn tb_cpu_nn_conv_kernel(tb_op_kind k);
+tb_cpu_nn_fn tb_cpu_nn_quant_kernel(tb_op_kind k); /* QConv, QGemm (nn_quant.c) */
 
 /* Runs general op n: the fast kernel when there is one, else the reference. */
 tb_status tb_cpu_nn_run(tb_cpu_nn_ctx *c, const tb_node *n, const tb_view *in, int n_in, const tb_view *out,
