@@ -247,7 +247,7 @@ static void test_identity(void) {
     N1(TB_OP_TANH, a);
     N1(TB_OP_EXP, a);
     output(g, N1(TB_OP_SIGMOID, a));
-    tb_opt_options o = {{0}, TB_F32, 0, NULL};
+    tb_opt_options o = {.dtype = TB_F32};
     tb_pass_report r = {0, {0}};
     CHECK(tb_opt_dead_nodes(g, &o, &r) == TB_OK && r.changes == 2 && g->n_nodes == 2);
     tb_graph_free(g);
@@ -314,7 +314,7 @@ static void test_fold(void) {
     int big = N2(TB_OP_CONSTANT_OF_SHAPE, i64s(g, 1, (int64_t[]){(int64_t)(TB_OPT_FOLD_MAX_BYTES / 4) + 1}),
                  scalar1(g, 1.0f));
     output(g, N2(TB_OP_MUL, big, x));
-    tb_opt_options o = {{0}, TB_F32, 0, NULL};
+    tb_opt_options o = {.dtype = TB_F32};
     tb_pass_report r = {0, {0}};
     CHECK(tb_opt_fold_constants(g, &o, &r) == TB_OK && r.changes == 0);
     CHECK(count_op(g, TB_OP_CONSTANT_OF_SHAPE) == 1);
