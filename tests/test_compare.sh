@@ -5,15 +5,8 @@
 # perplexities equal to `turbine perplexity`'s for each engine over the same
 # windows; (3) engines with different vocabularies and bad arguments are
 # refused.
-set -uo pipefail
-: "${TURBINE_BIN:?}" "${TURBINE_SHARED:?}" "${TURBINE_TMP:?}" "${TURBINE_SRC:?}"
-PY=/usr/bin/python3
-D="$TURBINE_TMP/compare"
-rm -rf "$D"; mkdir -p "$D"
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-ok() { echo "ok: $*"; }
-M="$TURBINE_SHARED/models/stories260K"
+. "$(dirname "$0")/tb_test.sh"
+tb_test_dir compare
 for dt in f32 f16; do
   "$TURBINE_BIN" build "$M/stories260K.bin" --tokenizer "$M/tok512.bin" --dtype $dt -o "$D/$dt.engine" >/dev/null 2>&1 \
     || fail "build $dt"
@@ -69,4 +62,4 @@ CK="$D/wide"
 [ $? = 1 ] && grep -q "exceeds the engines' context" "$D/u.err" && ok "--ctx beyond the context" \
   || fail "ctx: $(cat "$D/u.err")"
 
-[ $fails = 0 ] && echo "test_compare: all passed" || { echo "test_compare: $fails failed"; exit 1; }
+tb_test_finish test_compare
