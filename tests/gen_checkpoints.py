@@ -5,8 +5,13 @@ Writes config.json and model.safetensors (or, for llama-sharded, an index and
 two shards) with numpy only; the safetensors writer is hand-written here so
 the tests do not depend on the safetensors package.
 
-    gen_checkpoints.py --preset llama-gqa --dtype f32 --out DIR [--seed S]
+    gen_checkpoints.py --preset llama-gqa --dtype f32 --out DIR [--seed S] [--layers N]
     gen_checkpoints.py --list
+
+--layers N replaces the preset's layer count and keeps every tensor's shape:
+`--preset llama2-7b --dtype f16 --layers 2` is the 7B shape with 2 layers,
+for measuring a builder's memory per layer on a machine that could not hold
+the whole model.
 
 Small presets draw Linear weights from N(0, 1/fan_in), embeddings from
 N(0, 1) and biases from N(0, 0.25): activations stay O(1) and attention is far
@@ -151,8 +156,10 @@ def write_safetensors(path, tensors, metadata=None):
             f.write(data)
 
 
-def generate(preset, dtype, out, seed=0):
+def generate(preset, dtype, out, seed=0, layers=None):
     cfg = preset_config(preset, dtype)
+    if layers:
+        cfg["num_hidden_layers"] = layers
     rng = np.random.default_rng(seed)
     weights = make_weights(cfg, rng)
     os.makedirs(out, exist_ok=True)
@@ -216,10 +223,12 @@ def big_shapes(cfg):
     return t
 
 
-def generate_big(preset, out, seed=0):
+def generate_big(preset, out, seed=0, layers=None):
     """f16 only, sharded; never more than the pool (128 MiB) in memory."""
     cfg = dict(BASE)
     cfg.update(BIG[preset])
+    if layers:
+        cfg["num_hidden_layers"] = layers
     cfg["torch_dtype"] = "float16"
     shards = cfg.pop("_shards")
     rng = np.random.default_rng(seed)
@@ -268,6 +277,7 @@ def main():
     ap.add_argument("--dtype", choices=sorted(DTYPES), default="f32")
     ap.add_argument("--out")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--layers", type=int, help="layers instead of the preset's (tensor shapes unchanged)")
     ap.add_argument("--list", action="store_true", help="print the preset names")
     a = ap.parse_args()
     if a.list:
@@ -275,12 +285,14 @@ def main():
         return 0
     if not a.preset or not a.out:
         ap.error("--preset and --out are required")
+    if a.layers is not None and a.layers < 1:
+        ap.error("--layers must be at least 1")
     if a.preset in BIG:
         if a.dtype != "f16":
             ap.error("%s is written in f16 only" % a.preset)
-        generate_big(a.preset, a.out, a.seed)
+        generate_big(a.preset, a.out, a.seed, a.layers)
     else:
-        generate(a.preset, a.dtype, a.out, a.seed)
+        generate(a.preset, a.dtype, a.out, a.seed, a.layers)
     print("wrote %s (%s, %s)" % (a.out, a.preset, a.dtype))
     return 0
 

@@ -10,15 +10,8 @@
 # (5) bad arguments are refused; (6) on a random checkpoint the first
 # matmul's statistics (max |x|, per-channel mean |x|) equal numpy's; (7) the
 # quantize pass gets the calibration: fp8 activation scales, --awq and its refusals.
-set -uo pipefail
-: "${TURBINE_BIN:?}" "${TURBINE_SHARED:?}" "${TURBINE_TMP:?}" "${TURBINE_SRC:?}"
-PY=/usr/bin/python3
-D="$TURBINE_TMP/calib_build"
-rm -rf "$D"; mkdir -p "$D"
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-ok() { echo "ok: $*"; }
-M="$TURBINE_SHARED/models/stories260K"
+. "$(dirname "$0")/tb_test.sh"
+tb_test_dir calib_build
 B=("$TURBINE_BIN" build "$M/stories260K.bin" --tokenizer "$M/tok512.bin" --calib-threads 2)
 head -c 30000 "$TURBINE_SHARED/data/tinyshakespeare.txt" > "$D/calib.txt"
 
@@ -166,4 +159,4 @@ grep -q '"method": "awq"' "$D/aw.txt" && ok "meta records awq" || fail "awq meta
 "${B[@]}" -o "$D/u.engine" --calib "$D/calib.txt" --calib-tokens 1 2>"$D/u.err"
 [ $? = 2 ] && ok "--calib-tokens range" || fail "--calib-tokens 1: $(cat "$D/u.err")"
 
-[ $fails = 0 ] && echo "test_calib_build: all passed" || { echo "test_calib_build: $fails failed"; exit 1; }
+tb_test_finish test_calib_build

@@ -7,15 +7,8 @@
 # refused; (4) --kv-dtype int8 runs B with an int8 KV cache: the engine
 # against itself then differs (KL > 0) and B's perplexity is `turbine
 # perplexity --kv-dtype int8`'s.
-set -uo pipefail
-: "${TURBINE_BIN:?}" "${TURBINE_SHARED:?}" "${TURBINE_TMP:?}" "${TURBINE_SRC:?}"
-PY=/usr/bin/python3
-D="$TURBINE_TMP/compare"
-rm -rf "$D"; mkdir -p "$D"
-fails=0
-fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
-ok() { echo "ok: $*"; }
-M="$TURBINE_SHARED/models/stories260K"
+. "$(dirname "$0")/tb_test.sh"
+tb_test_dir compare
 for dt in f32 f16; do
   "$TURBINE_BIN" build "$M/stories260K.bin" --tokenizer "$M/tok512.bin" --dtype $dt -o "$D/$dt.engine" >/dev/null 2>&1 \
     || fail "build $dt"
@@ -82,4 +75,4 @@ CK="$D/wide"
 [ $? = 1 ] && grep -q "exceeds the engines' context" "$D/u.err" && ok "--ctx beyond the context" \
   || fail "ctx: $(cat "$D/u.err")"
 
-[ $fails = 0 ] && echo "test_compare: all passed" || { echo "test_compare: $fails failed"; exit 1; }
+tb_test_finish test_compare

@@ -22,23 +22,6 @@ static void fill(float *v, size_t n, float scale) {
     for (size_t i = 0; i < n; i++) v[i] = frand() * scale;
 }
 
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    TB_ASSERT(p);
-    return p;
-}
-
-/* max |a - b| / max(max |b|, floor). */
-static double rel_err(const float *a, const float *b, size_t n, double floor) {
-    double mx = floor, err = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (d > err || d != d) err = d != d ? INFINITY : d;
-        if (fabs(b[i]) > mx) mx = fabs(b[i]);
-    }
-    return err / mx;
-}
-
 /* max over i of |a - b| / (|b| + floor): per-element relative error. */
 static double elem_err(const float *a, const float *b, size_t n, double floor) {
     double err = 0;
@@ -52,9 +35,9 @@ static double elem_err(const float *a, const float *b, size_t n, double floor) {
 
 /* Weights (n) in dtype dt made from random f32. */
 static void *make_weights(size_t n, tb_dtype dt) {
-    float *f = xmalloc(n * sizeof(float));
+    float *f = tb_test_xmalloc(n * sizeof(float));
     fill(f, n, 1.0f);
-    void *w = xmalloc(n * tb_dtype_size(dt));
+    void *w = tb_test_xmalloc(n * tb_dtype_size(dt));
     for (size_t i = 0; i < n; i++) {
         if (dt == TB_F32) ((float *)w)[i] = f[i];
         else if (dt == TB_F16) ((uint16_t *)w)[i] = tb_f32_to_f16(f[i]);
@@ -86,20 +69,20 @@ static void test_matmul(tb_pool *p) {
         for (size_t d = 0; d < 3; d++) {
             int K = KN[s][0], N = KN[s][1];
             void *w = make_weights((size_t)N * K, dts[d]);
-            float *bias = xmalloc((size_t)N * sizeof(float));
+            float *bias = tb_test_xmalloc((size_t)N * sizeof(float));
             fill(bias, (size_t)N, 1.0f);
             for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
                 int T = Ts[ti];
-                float *x = xmalloc((size_t)T * K * sizeof(float));
-                float *y = xmalloc((size_t)T * N * sizeof(float));
-                float *yr = xmalloc((size_t)T * N * sizeof(float));
+                float *x = tb_test_xmalloc((size_t)T * K * sizeof(float));
+                float *y = tb_test_xmalloc((size_t)T * N * sizeof(float));
+                float *yr = tb_test_xmalloc((size_t)T * N * sizeof(float));
                 fill(x, (size_t)T * K, 1.0f);
                 for (int b = 0; b < 2; b++) {
                     const float *bs = b ? bias : NULL;
                     tb_ref_matmul(x, w, dts[d], bs, yr, T, K, N);
                     for (size_t i = 0; i < (size_t)T * N; i++) y[i] = NAN;
                     tb_cpu_matmul(p, x, w, dts[d], bs, y, T, K, N);
-                    double e = rel_err(y, yr, (size_t)T * N, 1e-3);
+                    double e = tb_test_rel_err(y, yr, (size_t)T * N, 1e-3);
                     if (e > worst_mm) worst_mm = e;
                     CHECK_ERR(e, 1e-5, "matmul %s T=%d K=%d N=%d bias=%d", tb_dtype_name(dts[d]),
                               T, K, N, b);
@@ -107,7 +90,7 @@ static void test_matmul(tb_pool *p) {
                         if (!tb_cpu_matmul_tactic_available((tb_mm_tactic)t, dts[d])) continue;
                         for (size_t i = 0; i < (size_t)T * N; i++) y[i] = NAN;
                         tb_cpu_matmul_tactic(p, (tb_mm_tactic)t, x, w, dts[d], bs, y, T, K, N);
-                        e = rel_err(y, yr, (size_t)T * N, 1e-3);
+                        e = tb_test_rel_err(y, yr, (size_t)T * N, 1e-3);
                         CHECK_ERR(e, 1e-5, "matmul tactic %d %s T=%d K=%d N=%d", t,
                                   tb_dtype_name(dts[d]), T, K, N);
                     }
@@ -129,9 +112,10 @@ static void test_elementwise(tb_pool *p) {
         for (size_t di = 0; di < 3; di++) {
             int T = Ts[ti], D = Ds[di];
             size_t n = (size_t)T * D;
-            float *x = xmalloc(n * 4), *d = xmalloc(n * 4), *w = xmalloc((size_t)D * 4);
-            float *y = xmalloc(n * 4), *yr = xmalloc(n * 4), *r = xmalloc(n * 4), *rr = xmalloc(n * 4);
-            float *gu = xmalloc(2 * n * 4);
+            float *x = tb_test_xmalloc(n * 4), *d = tb_test_xmalloc(n * 4), *w = tb_test_xmalloc((size_t)D * 4);
+            float *y = tb_test_xmalloc(n * 4), *yr = tb_test_xmalloc(n * 4);
+            float *r = tb_test_xmalloc(n * 4), *rr = tb_test_xmalloc(n * 4);
+            float *gu = tb_test_xmalloc(2 * n * 4);
             fill(x, n, 2.0f);
             fill(d, n, 1.0f);
             fill(w, (size_t)D, 1.5f);
@@ -162,7 +146,8 @@ static void test_elementwise(tb_pool *p) {
         }
     /* a large add and silu that take the threaded branch */
     size_t n = 3 * 65536 + 5;
-    float *a = xmalloc(n * 4), *b = xmalloc(n * 4), *y = xmalloc(n * 4), *yr = xmalloc(n * 4);
+    float *a = tb_test_xmalloc(n * 4), *b = tb_test_xmalloc(n * 4);
+    float *y = tb_test_xmalloc(n * 4), *yr = tb_test_xmalloc(n * 4);
     fill(a, n, 1.0f);
     fill(b, n, 1.0f);
     tb_ref_add(a, b, yr, n);
@@ -181,7 +166,7 @@ static void test_embedding(tb_pool *p) {
             int T = Ts[ti];
             int32_t ids[64];
             for (int t = 0; t < T; t++) ids[t] = (t * 17 + 3) % V;
-            float *y = xmalloc((size_t)T * D * 4), *yr = xmalloc((size_t)T * D * 4);
+            float *y = tb_test_xmalloc((size_t)T * D * 4), *yr = tb_test_xmalloc((size_t)T * D * 4);
             tb_ref_embedding(ids, table, dts[d], yr, T, D);
             tb_cpu_embedding(p, ids, table, dts[d], y, T, D);
             CHECK_ERR(elem_err(y, yr, (size_t)T * D, 0), 0, "embedding %s T=%d",
@@ -201,7 +186,7 @@ static void test_rope(tb_pool *p) {
             for (int il = 0; il < 2; il++) {
                 int T = Ts[ti], hd = hds[hi], nh = 5, stride = (nh + 4) * hd + 3;
                 size_t n = (size_t)T * stride;
-                float *x = xmalloc(n * 4), *xr = xmalloc(n * 4), inv[64];
+                float *x = tb_test_xmalloc(n * 4), *xr = tb_test_xmalloc(n * 4), inv[64];
                 int32_t pos[64];
                 fill(x, n, 1.0f);
                 memcpy(xr, x, n * 4);
@@ -209,40 +194,25 @@ static void test_rope(tb_pool *p) {
                 for (int t = 0; t < T; t++) pos[t] = 3 * t + 1000 * (t & 1);
                 tb_ref_rope(xr, stride, pos, inv, T, nh, hd, il);
                 tb_cpu_rope(p, x, stride, pos, inv, T, nh, hd, il);
-                CHECK_ERR(rel_err(x, xr, n, 1.0), 1e-6, "rope T=%d hd=%d interleaved=%d", T, hd, il);
+                CHECK_ERR(tb_test_rel_err(x, xr, n, 1.0), 1e-6, "rope T=%d hd=%d interleaved=%d", T, hd, il);
                 free(x);
                 free(xr);
             }
 }
 
 /* ---------------------------------------------------------------- attention */
-typedef struct {
-    int n_seqs;
-    int T;
-    int seq[80], pos[80];
-} attn_case;
-
-static void test_attention_case(tb_pool *p, const attn_case *c, int n_heads, int n_kv, int hd,
+static void test_attention_case(tb_pool *p, const tb_test_attn_batch *c, int n_heads, int n_kv, int hd,
                                 tb_dtype kvdt) {
     int bs = 16, max_blocks = 8, n_blocks = 40, max_ctx = bs * max_blocks;
     int T = c->T, stride = (n_heads + 2 * n_kv) * hd;
     size_t cache_elems = (size_t)n_blocks * bs * n_kv * hd, esz = tb_dtype_size(kvdt);
 
-    /* scattered blocks: a shuffled permutation of the pool */
-    int32_t perm[40], tables[8 * 8];
-    for (int i = 0; i < n_blocks; i++) perm[i] = i;
-    for (int i = n_blocks - 1; i > 0; i--) {
-        int j = (int)((frand() + 1.0f) * 0.5f * (float)(i + 1)) % (i + 1);
-        int t = perm[i];
-        perm[i] = perm[j];
-        perm[j] = t;
-    }
-    for (int s = 0; s < c->n_seqs; s++)
-        for (int b = 0; b < max_blocks; b++) tables[s * max_blocks + b] = perm[s * max_blocks + b];
+    int32_t tables[4 * 8]; /* scattered over the pool */
+    tb_test_block_tables(&rng_state, n_blocks, c->n_seqs, max_blocks, tables);
 
-    float *f = xmalloc(cache_elems * 4);
-    void *kc = xmalloc(cache_elems * esz), *vc = xmalloc(cache_elems * esz);
-    void *kr = xmalloc(cache_elems * esz), *vr = xmalloc(cache_elems * esz);
+    float *f = tb_test_xmalloc(cache_elems * 4);
+    void *kc = tb_test_xmalloc(cache_elems * esz), *vc = tb_test_xmalloc(cache_elems * esz);
+    void *kr = tb_test_xmalloc(cache_elems * esz), *vr = tb_test_xmalloc(cache_elems * esz);
     fill(f, cache_elems, 1.0f); /* earlier positions: random history */
     tb_convert(f, TB_F32, kc, kvdt, cache_elems);
     fill(f, cache_elems, 1.0f);
@@ -250,10 +220,10 @@ static void test_attention_case(tb_pool *p, const attn_case *c, int n_heads, int
     memcpy(kr, kc, cache_elems * esz);
     memcpy(vr, vc, cache_elems * esz);
 
-    float *qkv = xmalloc((size_t)T * stride * 4);
-    float *out = xmalloc((size_t)T * n_heads * hd * 4), *outr = xmalloc((size_t)T * n_heads * hd * 4);
+    float *qkv = tb_test_xmalloc((size_t)T * stride * 4);
+    float *out = tb_test_xmalloc((size_t)T * n_heads * hd * 4), *outr = tb_test_xmalloc((size_t)T * n_heads * hd * 4);
     fill(qkv, (size_t)T * stride, 2.0f);
-    float *scratch = xmalloc(tb_attention_scratch_floats(tb_pool_size(p), max_ctx) * 4);
+    float *scratch = tb_test_xmalloc(tb_attention_scratch_floats(tb_pool_size(p), max_ctx) * 4);
 
     tb_attn_args a = {T, n_heads, n_kv, hd, 1.0f / sqrtf((float)hd), c->pos, c->seq, tables,
                       max_blocks, bs, kr, vr, kvdt};
@@ -265,7 +235,7 @@ static void test_attention_case(tb_pool *p, const attn_case *c, int n_heads, int
     CHECK_MSG(memcmp(kc, kr, cache_elems * esz) == 0 && memcmp(vc, vr, cache_elems * esz) == 0,
               "[%s, %d threads] attention cache write differs (T=%d %s)", ctx_path, ctx_threads, T,
               tb_dtype_name(kvdt));
-    double e = rel_err(out, outr, (size_t)T * n_heads * hd, 0.1);
+    double e = tb_test_rel_err(out, outr, (size_t)T * n_heads * hd, 0.1);
     if (e > worst_attn) worst_attn = e;
     if (getenv("TB_TEST_VERBOSE")) printf("  attention T=%d heads=%d kv=%d hd=%d %s: %.2e\n", T, n_heads, n_kv, hd, tb_dtype_name(kvdt), e);
     CHECK_ERR(e, 2e-5, "attention T=%d heads=%d kv=%d hd=%d %s", T, n_heads, n_kv, hd,
@@ -274,18 +244,10 @@ static void test_attention_case(tb_pool *p, const attn_case *c, int n_heads, int
 }
 
 static void test_attention(tb_pool *p) {
-    /* a mixed batch: a 17-token prefill of seq 0 from 0, one decode token of
-     * seq 1 at 40, a 3-token chunk of seq 2 at 20, a decode of seq 3 at 100 */
-    attn_case mixed = {4, 0, {0}, {0}};
-    for (int i = 0; i < 17; i++) { mixed.seq[mixed.T] = 0; mixed.pos[mixed.T++] = i; }
-    mixed.seq[mixed.T] = 1; mixed.pos[mixed.T++] = 40;
-    for (int i = 0; i < 3; i++) { mixed.seq[mixed.T] = 2; mixed.pos[mixed.T++] = 20 + i; }
-    mixed.seq[mixed.T] = 3; mixed.pos[mixed.T++] = 100;
-    /* a single decode step */
-    attn_case one = {1, 1, {0}, {77}};
-    /* a 64-token prefill */
-    attn_case pre = {2, 64, {0}, {0}};
-    for (int i = 0; i < 64; i++) { pre.seq[i] = 1; pre.pos[i] = i + 5; }
+    /* a single decode step, a mixed batch (its last decode at 100), a
+     * 64-token prefill */
+    tb_test_attn_batch one, mixed, pre;
+    tb_test_attn_batches(100, &one, &mixed, &pre);
 
     static const tb_dtype kvdts[] = {TB_F32, TB_F16};
     for (int d = 0; d < 2; d++) {
@@ -316,8 +278,8 @@ static void test_attention(tb_pool *p) {
 /* ---------------------------------------------------------------- data movement */
 static void test_convert_copy(tb_pool *p) {
     size_t n = 1000;
-    float *f = xmalloc(n * 4), *g = xmalloc(n * 4);
-    uint16_t *h = xmalloc(n * 2), *h2 = xmalloc(n * 2);
+    float *f = tb_test_xmalloc(n * 4), *g = tb_test_xmalloc(n * 4);
+    uint16_t *h = tb_test_xmalloc(n * 2), *h2 = tb_test_xmalloc(n * 2);
     fill(f, n, 3.0f);
     f[0] = 0.0f; f[1] = -0.0f; f[2] = 1e-6f; f[3] = -3e-7f; f[4] = 65504.0f; f[5] = 1e9f;
     f[6] = 6.1e-5f; f[7] = 2.98e-8f;
@@ -349,44 +311,29 @@ static void test_convert_copy(tb_pool *p) {
     CHECK(memcmp(y, x + 35, 20) == 0 && memcmp(y + 5, x, 20) == 0 && memcmp(y + 15, x + 15, 20) == 0);
 
     size_t bytes = (1 << 20) + 12345;
-    uint8_t *s = xmalloc(bytes), *t = xmalloc(bytes);
+    uint8_t *s = tb_test_xmalloc(bytes), *t = tb_test_xmalloc(bytes);
     for (size_t i = 0; i < bytes; i++) s[i] = (uint8_t)(i * 131 + 7);
     tb_cpu_copy(p, t, s, bytes);
     CHECK(memcmp(s, t, bytes) == 0);
     free(f); free(g); free(h); free(h2); free(s); free(t);
 }
 
+static void run_path(tb_pool *p, const char *path, int threads) {
+    ctx_path = path;
+    ctx_threads = threads;
+    worst_mm = worst_attn = 0;
+    int before = tb_test_failures;
+    test_matmul(p);
+    test_elementwise(p);
+    test_embedding(p);
+    test_rope(p);
+    test_attention(p);
+    test_convert_copy(p);
+    printf("path %-6s threads %d: worst matmul err %.2e, attention err %.2e, %s\n", path, threads, worst_mm,
+           worst_attn, tb_test_failures == before ? "ok" : "FAILED");
+}
+
 int main(void) {
-    static const char *paths[] = {"scalar", "avx2", "avx512"};
-    int n_paths = 0;
-    for (int pi = 0; pi < 3; pi++) {
-        if (tb_cpu_kernel_force_path(paths[pi]) != 0) {
-            printf("path %-6s: not supported by this CPU, skipped\n", paths[pi]);
-            continue;
-        }
-        n_paths++;
-        CHECK(strcmp(tb_cpu_kernel_path(), paths[pi]) == 0);
-        for (int nth = 1; nth <= 2; nth++) {
-            tb_pool *p = NULL;
-            CHECK(tb_pool_create(nth, &p) == TB_OK);
-            if (!p) continue;
-            ctx_path = paths[pi];
-            ctx_threads = nth;
-            worst_mm = worst_attn = 0;
-            int before = tb_test_failures;
-            test_matmul(p);
-            test_elementwise(p);
-            test_embedding(p);
-            test_rope(p);
-            test_attention(p);
-            test_convert_copy(p);
-            printf("path %-6s threads %d: worst matmul err %.2e, attention err %.2e, %s\n",
-                   paths[pi], nth, worst_mm, worst_attn,
-                   tb_test_failures == before ? "ok" : "FAILED");
-            tb_pool_free(p);
-        }
-    }
-    CHECK(n_paths >= 1);
-    tb_cpu_kernel_force_path(NULL);
+    tb_test_each_kernel_path(run_path);
     return tb_test_finish("test_kernels");
 }

@@ -32,14 +32,7 @@
 #include <math.h>
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
-/* uniform in [-1, 1): tb_test_frand's 24 bits scaled by 2^-23 span [-1, 3) */
-static float frand(void) { return (tb_test_frand(&rng) + 1.0f) * 0.5f - 1.0f; }
-
-static void *xmalloc(size_t n) {
-    void *p = malloc(n ? n : 1);
-    TB_ASSERT(p);
-    return p;
-}
+static float frand(void) { return tb_test_frand(&rng); } /* uniform in [-1, 1) */
 
 static const char *cur_path = "?";
 static int cur_threads;
@@ -145,11 +138,6 @@ static void test_quantize(void) {
 }
 
 /* ---------------------------------------------------------------- 3, 4 */
-typedef struct {
-    int n_seqs, T;
-    int seq[80], pos[80];
-} kcase;
-
 /* Fills a pool of n_blocks blocks with rows of random history. */
 static void fill_cache(uint8_t *cache, tb_dtype dt, int n_blocks, int bs, int n_kv, int hd, const float *src) {
     size_t blkb = tb_kv_block_bytes(dt, bs, n_kv, hd), cb = tb_kv_codes_bytes(dt, bs, n_kv, hd);
@@ -167,37 +155,21 @@ static void fill_cache(uint8_t *cache, tb_dtype dt, int n_blocks, int bs, int n_
             }
 }
 
-static double rel_err(const float *a, const float *b, size_t n) {
-    double mx = 0.1, err = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (d > err || d != d) err = d != d ? INFINITY : d;
-        if (fabs(b[i]) > mx) mx = fabs(b[i]);
-    }
-    return err / mx;
-}
-
-static void test_case(tb_pool *p, const kcase *c, int n_heads, int n_kv, int hd, int bs, tb_dtype dt) {
+static void test_case(tb_pool *p, const tb_test_attn_batch *c, int n_heads, int n_kv, int hd, int bs, tb_dtype dt) {
     int max_ctx = 160, max_blocks = (max_ctx + bs - 1) / bs, n_blocks = c->n_seqs * max_blocks + 3;
     int T = c->T, stride = (n_heads + 2 * n_kv) * hd;
     size_t elems = (size_t)n_blocks * bs * n_kv * hd;
     size_t qbytes = tb_kv_block_bytes(dt, bs, n_kv, hd) * (size_t)n_blocks;
     size_t fbytes = tb_kv_block_bytes(TB_F32, bs, n_kv, hd) * (size_t)n_blocks;
 
-    int32_t *perm = xmalloc(sizeof(int32_t) * (size_t)n_blocks);
-    int32_t *tables = xmalloc(sizeof(int32_t) * (size_t)c->n_seqs * max_blocks);
-    for (int i = 0; i < n_blocks; i++) perm[i] = i;
-    for (int i = n_blocks - 1; i > 0; i--) {
-        int j = (int)((frand() + 1.0f) * 0.5f * (float)(i + 1)) % (i + 1);
-        int t = perm[i]; perm[i] = perm[j]; perm[j] = t;
-    }
-    for (int s = 0; s < c->n_seqs; s++)
-        for (int b = 0; b < max_blocks; b++) tables[s * max_blocks + b] = perm[s * max_blocks + b];
+    int32_t *tables = tb_test_xmalloc(sizeof(int32_t) * (size_t)c->n_seqs * max_blocks);
+    tb_test_block_tables(&rng, n_blocks, c->n_seqs, max_blocks, tables); /* scattered over the pool */
 
-    float *hk = xmalloc(elems * 4), *hv = xmalloc(elems * 4);
+    float *hk = tb_test_xmalloc(elems * 4), *hv = tb_test_xmalloc(elems * 4);
     for (size_t i = 0; i < elems; i++) { hk[i] = frand(); hv[i] = frand(); }
-    uint8_t *kq = xmalloc(qbytes), *vq = xmalloc(qbytes), *kr = xmalloc(qbytes), *vr = xmalloc(qbytes);
-    uint8_t *kf = xmalloc(fbytes), *vf = xmalloc(fbytes);
+    uint8_t *kq = tb_test_xmalloc(qbytes), *vq = tb_test_xmalloc(qbytes);
+    uint8_t *kr = tb_test_xmalloc(qbytes), *vr = tb_test_xmalloc(qbytes);
+    uint8_t *kf = tb_test_xmalloc(fbytes), *vf = tb_test_xmalloc(fbytes);
     fill_cache(kq, dt, n_blocks, bs, n_kv, hd, hk);
     fill_cache(vq, dt, n_blocks, bs, n_kv, hd, hv);
     /* the f32 cache holds the history's original values: check 4 measures
@@ -207,11 +179,11 @@ static void test_case(tb_pool *p, const kcase *c, int n_heads, int n_kv, int hd,
     memcpy(kr, kq, qbytes);
     memcpy(vr, vq, qbytes);
 
-    float *qkv = xmalloc((size_t)T * stride * 4);
+    float *qkv = tb_test_xmalloc((size_t)T * stride * 4);
     for (size_t i = 0; i < (size_t)T * stride; i++) qkv[i] = 2.0f * frand();
     size_t on = (size_t)T * n_heads * hd;
-    float *out = xmalloc(on * 4), *outr = xmalloc(on * 4), *outf = xmalloc(on * 4);
-    float *scratch = xmalloc(tb_attention_scratch_floats(tb_pool_size(p), max_ctx) * 4);
+    float *out = tb_test_xmalloc(on * 4), *outr = tb_test_xmalloc(on * 4), *outf = tb_test_xmalloc(on * 4);
+    float *scratch = tb_test_xmalloc(tb_attention_scratch_floats(tb_pool_size(p), max_ctx) * 4);
 
     tb_attn_args a = {T, n_heads, n_kv, hd, 1.0f / sqrtf((float)hd), c->pos, c->seq, tables, max_blocks, bs,
                       kr, vr, dt};
@@ -227,7 +199,7 @@ static void test_case(tb_pool *p, const kcase *c, int n_heads, int n_kv, int hd,
     CHECK_MSG(memcmp(kq, kr, qbytes) == 0 && memcmp(vq, vr, qbytes) == 0,
               "[%s, %d threads] %s cache write differs (T=%d heads=%d kv=%d hd=%d bs=%d)", cur_path, cur_threads,
               tb_dtype_name(dt), T, n_heads, n_kv, hd, bs);
-    double e = rel_err(out, outr, on), q = rel_err(outr, outf, on);
+    double e = tb_test_rel_err(out, outr, on, 0.1), q = tb_test_rel_err(outr, outf, on, 0.1);
     int di = dt == TB_I8 ? 0 : 1;
     if (e > worst[di]) worst[di] = e;
     if (getenv("TB_TEST_VERBOSE"))
@@ -237,23 +209,15 @@ static void test_case(tb_pool *p, const kcase *c, int n_heads, int n_kv, int hd,
               cur_threads, tb_dtype_name(dt), T, n_heads, n_kv, hd, bs, e);
     CHECK_MSG(q <= (dt == TB_I8 ? 2e-2 : 0.12), "%s T=%d heads=%d kv=%d hd=%d: err %.3g vs the f32 cache",
               tb_dtype_name(dt), T, n_heads, n_kv, hd, q);
-    free(perm); free(tables); free(hk); free(hv); free(kq); free(vq); free(kr); free(vr); free(kf); free(vf);
+    free(tables); free(hk); free(hv); free(kq); free(vq); free(kr); free(vr); free(kf); free(vf);
     free(qkv); free(out); free(outr); free(outf); free(scratch);
 }
 
 static void test_attention(tb_pool *p) {
-    /* mixed: a 17-token prefill of seq 0, a decode of seq 1 at 40, a 3-token
-     * chunk of seq 2 at 20, a decode of seq 3 at 150 */
-    kcase mixed = {4, 0, {0}, {0}};
-    for (int i = 0; i < 17; i++) { mixed.seq[mixed.T] = 0; mixed.pos[mixed.T++] = i; }
-    mixed.seq[mixed.T] = 1; mixed.pos[mixed.T++] = 40;
-    for (int i = 0; i < 3; i++) { mixed.seq[mixed.T] = 2; mixed.pos[mixed.T++] = 20 + i; }
-    mixed.seq[mixed.T] = 3; mixed.pos[mixed.T++] = 150;
-    kcase one = {1, 1, {0}, {77}};
-    kcase pre = {2, 64, {0}, {0}};
-    for (int i = 0; i < 64; i++) { pre.seq[i] = 1; pre.pos[i] = i + 5; }
-    /* a decode batch: one token of each of 4 sequences */
-    kcase dec = {4, 4, {0, 1, 2, 3}, {3, 64, 100, 159}};
+    /* one decode token, a mixed batch (its last decode at 150), a 64-token
+     * prefill, and a decode batch: one token of each of 4 sequences */
+    tb_test_attn_batch one, mixed, pre, dec = {4, 4, {0, 1, 2, 3}, {3, 64, 100, 159}};
+    tb_test_attn_batches(150, &one, &mixed, &pre);
 
     static const tb_dtype dts[] = {TB_I8, TB_FP8_E4M3};
     for (int d = 0; d < 2; d++) {
@@ -279,31 +243,18 @@ static void test_attention(tb_pool *p) {
     }
 }
 
+static void run_path(tb_pool *p, const char *path, int threads) {
+    cur_path = path;
+    cur_threads = threads;
+    worst[0] = worst[1] = 0;
+    int before = tb_test_failures;
+    test_attention(p);
+    printf("path %-6s threads %d: worst attention err vs reference: int8 %.2e, fp8 %.2e, %s\n", path, threads,
+           worst[0], worst[1], tb_test_failures == before ? "ok" : "FAILED");
+}
+
 int main(void) {
     test_quantize();
-    static const char *paths[] = {"scalar", "avx2", "avx512"};
-    int n_paths = 0;
-    for (int pi = 0; pi < 3; pi++) {
-        if (tb_cpu_kernel_force_path(paths[pi]) != 0) {
-            printf("path %-6s: not supported by this CPU, skipped\n", paths[pi]);
-            continue;
-        }
-        n_paths++;
-        for (int nth = 1; nth <= 2; nth++) {
-            tb_pool *p = NULL;
-            CHECK(tb_pool_create(nth, &p) == TB_OK);
-            if (!p) continue;
-            cur_path = paths[pi];
-            cur_threads = nth;
-            worst[0] = worst[1] = 0;
-            int before = tb_test_failures;
-            test_attention(p);
-            printf("path %-6s threads %d: worst attention err vs reference: int8 %.2e, fp8 %.2e, %s\n", paths[pi], nth,
-                   worst[0], worst[1], tb_test_failures == before ? "ok" : "FAILED");
-            tb_pool_free(p);
-        }
-    }
-    CHECK(n_paths >= 1);
-    tb_cpu_kernel_force_path(NULL);
+    tb_test_each_kernel_path(run_path);
     return tb_test_finish("test_kv_quant");
 }

@@ -36,9 +36,9 @@ static void fuzz_quiet(void) {
         }                                                                              \
     } while (0)
 
-/* Encodes `text`, decodes the ids, asks for every piece (of the first 4096
- * ids) and round-trips the tokenizer through its serialized form. */
-static void fuzz_use_tokenizer(const tb_tokenizer *t, const char *text, size_t len) {
+/* Encodes `text` and decodes the ids: every id within the vocabulary, the
+ * decoded text NUL-terminated within its buffer. */
+static void fuzz_encode_text(const tb_tokenizer *t, const char *text, size_t len) {
     enum { CAP = 1024 };
     static int32_t ids[CAP];
     static char out[1 << 16];
@@ -51,6 +51,15 @@ static void fuzz_use_tokenizer(const tb_tokenizer *t, const char *text, size_t l
         size_t k = tb_tokenizer_decode(t, ids, n, out, sizeof out);
         FUZZ_ASSERT(k < sizeof out && out[k] == 0);
     }
+}
+
+/* Encodes and decodes `text` (fuzz_encode_text), asks for every piece (of the
+ * first 4096 ids) and round-trips the tokenizer through its serialized form.
+ * The pieces and the round trip depend on the tokenizer only: a harness that
+ * encodes a second text calls fuzz_encode_text for it. */
+static void fuzz_use_tokenizer(const tb_tokenizer *t, const char *text, size_t len) {
+    fuzz_encode_text(t, text, len);
+    int vocab = tb_tokenizer_vocab_size(t);
     char piece[512];
     int prev = -1;
     for (int id = -1; id < vocab && id < 4096; id++) {

@@ -9,7 +9,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     tb_tokenizer *t = NULL;
     if (tb_tokenizer_load_mem("tokenizer.bin", data, size, NULL, &t) != TB_OK) return 0;
     fuzz_use_tokenizer(t, FUZZ_TEXT, sizeof FUZZ_TEXT - 1);
-    fuzz_use_tokenizer(t, (const char *)data, size < 512 ? size : 512);
+    fuzz_encode_text(t, (const char *)data, size < 512 ? size : 512);
     tb_tokenizer_free(t);
     return 0;
 }

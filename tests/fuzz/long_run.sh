@@ -4,9 +4,11 @@
 # executions (FUZZ_RUNS) in one worker process, so that other work on the
 # machine keeps a core. Build first (cmake --build build; the harnesses land
 # in build/fuzz). FUZZ_MAX_SECONDS bounds each harness's time when set;
-# FUZZ_ONLY=NAME runs one. The table of executions, time, exec/s and
-# crashes is printed at the end and kept in WORK/results.md
-# (WORK: $FUZZ_WORK, default build/fuzz/fuzz_long).
+# FUZZ_DEADLINE (seconds since the epoch) shares the time left among the
+# harnesses still to run; FUZZ_ONLY="NAME ..." runs those, in that order.
+# The table of executions, time, exec/s, corpus, coverage and crashes is
+# printed at the end and kept in WORK/results.md (WORK: $FUZZ_WORK,
+# default build/fuzz/fuzz_long).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin_dir=${1:-$here/../../build/fuzz}

@@ -8,13 +8,16 @@
 #         then fuzzes each harness for FUZZ_SECONDS (default: 110 s shared
 #         among the harnesses, at least 8 s each).
 #   long  (long_run.sh): FUZZ_RUNS executions per harness (default 10
-#         million; FUZZ_MAX_SECONDS, when set, bounds each harness's time),
-#         in one worker process (-jobs=1), and a table of what each did.
+#         million; FUZZ_MAX_SECONDS, when set, bounds each harness's time;
+#         FUZZ_DEADLINE, a time in seconds since the epoch, shares the time
+#         left among the harnesses not yet run, so that one that reaches
+#         FUZZ_RUNS early leaves its time to the next), in one worker
+#         process (-jobs=1), and a table of what each did.
 #
 # Limits: 2 GiB of RSS (-rss_limit_mb=2048), 10 s per input (-timeout=10).
 # Any crash, sanitizer report, leak, out-of-memory or timeout fails the
 # run; libFuzzer writes the input to WORK/artifacts/ and the message says
-# how to replay it. FUZZ_ONLY=NAME runs one harness.
+# how to replay it. FUZZ_ONLY="NAME ..." runs those harnesses, in that order.
 set -uo pipefail
 mode=${1:?usage: run.sh short|long FUZZ_BUILD_DIR}
 bin_dir=${2:?usage: run.sh short|long FUZZ_BUILD_DIR}
@@ -26,12 +29,13 @@ work=${FUZZ_WORK:-$tmp/fuzz_$mode}
 rm -rf "$work" && mkdir -p "$work/artifacts" "$work/corpus" "$work/logs"
 
 harnesses=()
-for b in "$bin_dir"/fuzz_*; do
-  [ -f "$b" ] && [ -x "$b" ] || continue
-  n=$(basename "$b")
-  [ -z "${FUZZ_ONLY:-}" ] || [ "$n" = "$FUZZ_ONLY" ] || continue
-  harnesses+=("$n")
-done
+if [ -n "${FUZZ_ONLY:-}" ]; then
+  for n in $FUZZ_ONLY; do [ -x "$bin_dir/$n" ] && harnesses+=("$n") || echo "no harness $bin_dir/$n"; done
+else
+  for b in "$bin_dir"/fuzz_*; do
+    [ -f "$b" ] && [ -x "$b" ] && harnesses+=("$(basename "$b")")
+  done
+fi
 if [ ${#harnesses[@]} = 0 ]; then echo "FAIL: no harnesses in $bin_dir"; exit 1; fi
 python3 "$here/make_seeds.py" "$work/seeds" >"$work/logs/seeds.log" 2>&1 || { cat "$work/logs/seeds.log"; echo "FAIL: seeds"; exit 1; }
 
@@ -44,8 +48,15 @@ per=${FUZZ_SECONDS:-$(( 110 / ${#harnesses[@]} ))}
 [ "$per" -ge 8 ] || per=8
 fails=0
 results="$work/results.md"
-printf '| harness | executions | time (s) | exec/s | corpus | crashes |\n|---|---|---|---|---|---|\n' >"$results"
+printf '| harness | executions | time (s) | exec/s | corpus | cov | ft | crashes |\n|---|---|---|---|---|---|---|---|\n' >"$results"
+left=${#harnesses[@]}
 for n in "${harnesses[@]}"; do
+  max_s=${FUZZ_MAX_SECONDS:-}
+  if [ -n "${FUZZ_DEADLINE:-}" ]; then
+    max_s=$(( (FUZZ_DEADLINE - $(date +%s)) / left ))
+    [ "$max_s" -ge 10 ] || max_s=10
+  fi
+  left=$((left - 1))
   b="$bin_dir/$n"
   seeds="$work/seeds/$n"; mkdir -p "$seeds"
   corpus="$work/corpus/$n"; mkdir -p "$corpus"
@@ -64,7 +75,7 @@ for n in "${harnesses[@]}"; do
   else
     # -jobs=1: one worker process, its output in fuzz-0.log of the current folder
     ( cd "$work/logs" && mkdir -p "$n.job" && cd "$n.job" &&
-      "$b" "${common[@]}" -runs="${FUZZ_RUNS:-10000000}" ${FUZZ_MAX_SECONDS:+-max_total_time=$FUZZ_MAX_SECONDS} \
+      "$b" "${common[@]}" -runs="${FUZZ_RUNS:-10000000}" ${max_s:+-max_total_time=$max_s} \
         -jobs=1 -workers=1 -artifact_prefix="$work/artifacts/$n-" "$corpus" "$seeds" >"$log.outer" 2>&1 )
     rc=$?
     cat "$work/logs/$n.job/fuzz-0.log" >"$log" 2>/dev/null
@@ -75,7 +86,11 @@ for n in "${harnesses[@]}"; do
   eps=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | tail -1 | grep -o '[0-9]*$')
   ncorp=$(ls "$corpus" | wc -l)
   ncrash=$(ls "$work/artifacts" | grep -c "^$n-")
-  printf '| %s | %s | %s | %s | %s | %s |\n' "$n" "${execs:-?}" "$secs" "${eps:-?}" "$ncorp" "$ncrash" >>"$results"
+  # coverage: the last status line's cov (edges) and ft (features)
+  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$')
+  ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$')
+  printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$n" "${execs:-?}" "$secs" "${eps:-?}" "$ncorp" "${cov:-?}" \
+    "${ft:-?}" "$ncrash" >>"$results"
   if [ "$rc" != 0 ] || [ "$ncrash" != 0 ]; then
     echo "FAIL: $n (exit $rc after ${secs} s); its report:"
     grep -m1 -B2 -A25 -E "ERROR:|runtime error|fuzz expectation|assertion failed|deadly signal" "$log" | head -45
