@@ -14,6 +14,7 @@
  * copies of the 16-bit operands (with_f32).
  */
 #include "ir/ops_nn.h"
+#include "ir/nn_epi.h"
 
 #include <float.h>
 #include <math.h>
@@ -36,20 +37,6 @@ double tb_nn_act_apply(tb_nn_act a, double x, float p0, float p1) {
     return x;
 }
 
-/* Where the optional inputs are: bias index (or -1), residual index (or -1). */
-static void epi_inputs(int flags, int n_in, int n_operands, int *bias, int *res) {
-    int has_res = (flags & TB_NN_HAS_RESIDUAL) != 0;
-    *res = has_res ? n_in - 1 : -1;
-    *bias = n_in - has_res > n_operands ? n_operands : -1;
-}
-
-/* y = epilogue(v) for one output element; bias already folded into v. */
-static inline float epi_apply(double v, int act, float p0, float p1, int after_res, const float *res, int64_t i) {
-    if (res && after_res) v += res[i];
-    v = tb_nn_act_apply((tb_nn_act)act, v, p0, p1);
-    if (res && !after_res) v += res[i];
-    return (float)v;
-}
 
 static int float_act(tb_dtype t) { return t == TB_F32 || t == TB_F16 || t == TB_BF16; }
 

@@ -14,6 +14,7 @@
  * layer replaces an f32 one without touching its neighbours.
  */
 #include "ir/ops_nn.h"
+#include "ir/nn_epi.h"
 
 #include <float.h>
 #include <math.h>
@@ -29,20 +30,6 @@ static inline int q_u8(float x, float inv_scale, int zero) {
     return (int)(v < 0.f ? 0.f : v > 255.f ? 255.f : v);
 }
 
-/* Where the optional inputs are, after `n_operands` fixed ones: bias index
- * (or -1), residual index (or -1). */
-static void epi_inputs(int flags, int n_in, int n_operands, int *bias, int *res) {
-    int has_res = (flags & TB_NN_HAS_RESIDUAL) != 0;
-    *res = has_res ? n_in - 1 : -1;
-    *bias = n_in - has_res > n_operands ? n_operands : -1;
-}
-
-static inline float epi_apply(double v, int act, float p0, float p1, int after_res, const float *res, int64_t i) {
-    if (res && after_res) v += res[i];
-    v = tb_nn_act_apply((tb_nn_act)act, v, p0, p1);
-    if (res && !after_res) v += res[i];
-    return (float)v;
-}
 
 /* ---------------------------------------------------------------- QuantizeLinear / DequantizeLinear */
 

@@ -15,20 +15,6 @@
 #include <immintrin.h>
 #include <string.h>
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define IGEMM_SANITIZED 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__)
-#define IGEMM_SANITIZED 1
-#endif
-#define IPRAGMA(x) _Pragma(#x)
-#ifdef IGEMM_SANITIZED
-#define IUNROLL(n)
-#else
-#define IUNROLL(n) IPRAGMA(GCC unroll n)
-#endif
 
 #define A2_TARGET "avx2,fma"
 #define A2_FN __attribute__((target(A2_TARGET)))

@@ -25,20 +25,6 @@
 #include <immintrin.h>
 #include <string.h>
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define IGEMM_SANITIZED 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__)
-#define IGEMM_SANITIZED 1
-#endif
-#define IPRAGMA(x) _Pragma(#x)
-#ifdef IGEMM_SANITIZED
-#define IUNROLL(n)
-#else
-#define IUNROLL(n) IPRAGMA(GCC unroll n)
-#endif
 
 #define V_TARGET "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma"
 #define V_FN __attribute__((target(V_TARGET)))

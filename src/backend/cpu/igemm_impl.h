@@ -56,4 +56,22 @@ void tb_cpu_igemm_tile_epi(const tb_igemm_job *j, int64_t m, int64_t n, int64_t 
  * the tiles go over them; mc a multiple of mr_tile, nb of nv_tile. */
 void tb_cpu_igemm_blocks(int64_t K, int mr_tile, int nv_tile, int elem, int64_t *mc, int64_t *nb);
 
+/* Sanitized builds get loops without forced unrolling (and the kernels one
+ * run-time-sized tile): clang with ASan spends many minutes on the
+ * unrolled register tiles otherwise. */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define IGEMM_SANITIZED 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__)
+#define IGEMM_SANITIZED 1
+#endif
+#define IPRAGMA(x) _Pragma(#x)
+#ifdef IGEMM_SANITIZED
+#define IUNROLL(n)
+#else
+#define IUNROLL(n) IPRAGMA(GCC unroll n)
+#endif
+
 #endif /* TB_CPU_IGEMM_IMPL_H */
