@@ -12,7 +12,11 @@
 #         FUZZ_DEADLINE, a time in seconds since the epoch, shares the time
 #         left among the harnesses not yet run, so that one that reaches
 #         FUZZ_RUNS early leaves its time to the next), in one worker
-#         process (-jobs=1), and a table of what each did.
+#         process (-jobs=1; FUZZ_JOBS=N shares FUZZ_RUNS among N worker
+#         processes on one corpus, for a many-core machine), and a table
+#         of what each did (executions summed over the workers).
+#   FUZZ_SEEDS=DIR uses seeds made earlier by make_seeds.py (a machine
+#         without the turbine binary or python3) instead of making them.
 #
 # Limits: 2 GiB of RSS (-rss_limit_mb=2048), 10 s per input (-timeout=10).
 # Any crash, sanitizer report, leak, out-of-memory or timeout fails the
@@ -37,7 +41,12 @@ else
   done
 fi
 if [ ${#harnesses[@]} = 0 ]; then echo "FAIL: no harnesses in $bin_dir"; exit 1; fi
-python3 "$here/make_seeds.py" "$work/seeds" >"$work/logs/seeds.log" 2>&1 || { cat "$work/logs/seeds.log"; echo "FAIL: seeds"; exit 1; }
+if [ -n "${FUZZ_SEEDS:-}" ]; then
+  # seeds made earlier (make_seeds.py needs the turbine binary and python3): copied, not regenerated
+  cp -r "$FUZZ_SEEDS" "$work/seeds" || { echo "FAIL: seeds: cannot copy $FUZZ_SEEDS"; exit 1; }
+else
+  python3 "$here/make_seeds.py" "$work/seeds" >"$work/logs/seeds.log" 2>&1 || { cat "$work/logs/seeds.log"; echo "FAIL: seeds"; exit 1; }
+fi
 
 # ASan/UBSan options: every report is fatal, leaks are checked at exit of each input
 export ASAN_OPTIONS="${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1:allocator_may_return_null=1}"
@@ -73,22 +82,31 @@ for n in "${harnesses[@]}"; do
     "$b" "${common[@]}" -max_total_time="$per" -artifact_prefix="$work/artifacts/$n-" "$corpus" "$seeds" >"$log" 2>&1
     rc=$?
   else
-    # -jobs=1: one worker process, its output in fuzz-0.log of the current folder
+    # FUZZ_JOBS worker processes (default 1, so that other work keeps a
+    # core), each running its share of FUZZ_RUNS on the one shared corpus
+    # folder (libFuzzer reloads what the others add); job J's output is
+    # fuzz-J.log of the current folder. The executions are summed.
+    jobs=${FUZZ_JOBS:-1}
+    runs=${FUZZ_RUNS:-10000000}
+    per_job=$(( (runs + jobs - 1) / jobs ))
     ( cd "$work/logs" && mkdir -p "$n.job" && cd "$n.job" &&
-      "$b" "${common[@]}" -runs="${FUZZ_RUNS:-10000000}" ${max_s:+-max_total_time=$max_s} \
-        -jobs=1 -workers=1 -artifact_prefix="$work/artifacts/$n-" "$corpus" "$seeds" >"$log.outer" 2>&1 )
+      "$b" "${common[@]}" -runs="$per_job" ${max_s:+-max_total_time=$max_s} \
+        -jobs="$jobs" -workers="$jobs" -artifact_prefix="$work/artifacts/$n-" "$corpus" "$seeds" >"$log.outer" 2>&1 )
     rc=$?
-    cat "$work/logs/$n.job/fuzz-0.log" >"$log" 2>/dev/null
-    grep -q "Job 0 exited with exit code 0" "$log.outer" || rc=${rc/#0/1}
+    cat "$work/logs/$n.job"/fuzz-*.log >"$log" 2>/dev/null
+    for j in $(seq 0 $((jobs - 1))); do
+      grep -q "Job $j exited with exit code 0" "$log.outer" || rc=${rc/#0/1}
+    done
   fi
   secs=$(( $(date +%s) - t0 ))
-  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | tail -1 | grep -o '[0-9]*$')
-  eps=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | tail -1 | grep -o '[0-9]*$')
+  # one final stats block per worker process: executions and rates add up
+  execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' | awk '{s += $1} END {if (NR) print s}')
+  eps=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | grep -o '[0-9]*$' | awk '{s += $1} END {if (NR) print s}')
   ncorp=$(ls "$corpus" | wc -l)
   ncrash=$(ls "$work/artifacts" | grep -c "^$n-")
   # coverage: the last status line's cov (edges) and ft (features)
-  cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$')
-  ft=$(grep -o 'ft: [0-9]*' "$log" | tail -1 | grep -o '[0-9]*$')
+  cov=$(grep -o 'cov: [0-9]*' "$log" | grep -o '[0-9]*$' | sort -n | tail -1)
+  ft=$(grep -o 'ft: [0-9]*' "$log" | grep -o '[0-9]*$' | sort -n | tail -1)
   printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$n" "${execs:-?}" "$secs" "${eps:-?}" "$ncorp" "${cov:-?}" \
     "${ft:-?}" "$ncrash" >>"$results"
   if [ "$rc" != 0 ] || [ "$ncrash" != 0 ]; then
