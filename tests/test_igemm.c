@@ -201,7 +201,7 @@ static void check_iconv(int64_t C, int64_t H, int64_t W, int64_t M, int kh, int 
     for (int64_t i = 0; i < M; i++) ws[i] = 0.001f + 0.01f * fabsf(frnd()), bias[i] = frnd();
     for (int64_t i = 0; i < M * P; i++) res[i] = frnd(), Y[i] = NAN, R[i] = -NAN;
     float inv = 1.0f / 0.012f;
-    tb_cpu_iconv_quantize(&g, x, inv, zero, q, st > 1 ? tmp : NULL, 0, C / 4);
+    tb_cpu_iconv_quantize(&g, x, inv, zero, q, st > 1 ? tmp : NULL, 0, g.cg);
     int bad = 0;
     /* the codes: the quantizer's in the interior, the zero point elsewhere;
      * stride 2: padded (y, x) in phase (y % 2, x % 2) at (y / 2, x / 2) */
@@ -216,6 +216,8 @@ static void check_iconv(int64_t C, int64_t H, int64_t W, int64_t M, int kh, int 
                 bad += q[at * 4 + c % 4] != want;
             }
         }
+    for (int64_t c = C; c < g.cg * 4; c++) /* the last group's channels past C */
+        for (int64_t i = 0; i < g.plane; i++) bad += q[((c / 4) * g.plane + i) * 4 + c % 4] != zero;
     for (int64_t c = 0; c < C; c++)
         for (int64_t ph = 0; ph < st * st; ph++)
             for (int64_t i = g.hq * g.wq; i < g.sub; i++)
@@ -267,6 +269,10 @@ static void test_iconv(void) {
     check_iconv(16, 14, 14, 32, 1, 1, 2, 0, 0, 0, 0, 128, 1, 0, TB_NN_ACT_NONE, 0);
     check_iconv(8, 11, 9, 13, 3, 3, 2, 1, 1, 1, 1, 5, 0, 1, TB_NN_ACT_RELU, 1);
     check_iconv(4, 10, 13, 8, 5, 4, 2, 2, 1, 0, 2, 200, 1, 1, TB_NN_ACT_NONE, 0);
+    /* C off the 4-channel groups: ResNet's stem (7x7 / 2 over 3 colours), others */
+    check_iconv(3, 32, 30, 64, 7, 7, 2, 3, 3, 3, 3, 128, 1, 0, TB_NN_ACT_RELU, 0);
+    check_iconv(5, 9, 9, 11, 3, 3, 1, 1, 1, 1, 1, 17, 1, 1, TB_NN_ACT_RELU, 1);
+    check_iconv(1, 6, 40, 8, 3, 3, 2, 1, 1, 1, 1, 128, 0, 0, TB_NN_ACT_NONE, 0);
 }
 
 int main(void) {

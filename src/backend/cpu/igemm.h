@@ -44,15 +44,15 @@ void tb_ref_igemm(int64_t M, int64_t N, int64_t K, const uint8_t *A, int64_t lda
                   const tb_cpu_sgemm_epi *epi);
 
 /* The direct int8 convolution (igemm_conv.c): stride 1 or 2 (both axes),
- * dilation 1, one group, C a multiple of 4, kh kw <= TB_ICONV_MAX_TAPS,
+ * dilation 1, one group, any C, kh kw <= TB_ICONV_MAX_TAPS,
  * activation none or ReLU, on AVX-512 VNNI (tb_cpu_iconv_supported says
- * whether it runs here). One image's codes are (C / 4, plane) uint32
- * words, each word 4 channels' codes, a plane being the input padded to
+ * whether it runs here). One image's codes are (ceil(C / 4), plane) uint32
+ * words, each word 4 channels' codes (past C: the zero point's), a plane being the input padded to
  * (hp, wp) (stride 2: split into 4 phases of (hq, wq)) plus a slack; the
  * weight (M, C, kh, kw) int8 packed by tb_cpu_iconv_pack. */
 #define TB_ICONV_MAX_TAPS 64
 typedef struct {
-    int64_t c, h, w;      /* input (one image)                          */
+    int64_t c, cg, h, w;  /* input (one image); cg = ceil(c / 4) groups */
     int kh, kw, s, pt, pl; /* kernel, stride, top and left pads         */
     int64_t hp, wp;       /* padded input                               */
     int64_t hq, wq;       /* a phase of it: (hp, wp) / s rounded up     */

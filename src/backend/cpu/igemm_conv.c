@@ -1,11 +1,12 @@
 /*
  * igemm_conv.c — the direct int8 convolution of igemm.h (tb_cpu_iconv_*):
- * stride 1 or 2, dilation 1, one group, C a multiple of 4, on AVX-512 VNNI;
+ * stride 1 or 2, dilation 1, one group, on AVX-512 VNNI;
  * QConv (nn_quant.c) runs it instead of im2row + tb_cpu_igemm there.
  *
- * The activation codes of one image are laid out (C / 4, Hp, Wp, 4): the
- * input padded by its pads (the border holds the zero point's code, which
- * adds nothing) and 4 channels interleaved per pixel, so that 16
+ * The activation codes of one image are laid out (ceil(C / 4), Hp, Wp, 4):
+ * the input padded by its pads (the border, and the channels past C of the
+ * last group, hold the zero point's code, which adds nothing) and 4
+ * channels interleaved per pixel, so that 16
  * consecutive pixels of one 4-channel group are one 64-byte vpdpbusd
  * operand. Each (Hp, Wp) plane is read flat: output position q = oy Wp + ox
  * (ox in [0, Wp), the last kw - 1 columns of each row wasted) takes tap
@@ -16,8 +17,8 @@
  * rows x even / odd columns, each (hq, wq) plus the slack): tap (ky, kx)
  * reads phase (ky % 2, kx % 2) at q + (ky / 2) wq + kx / 2, the same flat
  * walk as stride 1 with wq in place of wp.
- * The weight is packed per block of 8 output channels as [C / 4][kh][kw]
- * [8][4] codes (channels past M zero) with the row sums after the blocks.
+ * The weight is packed per block of 8 output channels as [ceil(C / 4)][kh]
+ * [kw][8][4] codes (channels past M or C zero) with the row sums after the blocks.
  * Register tile: 8 output channels x 3 vectors of 16 positions (24
  * accumulators; per tap 3 loads of A, 8 broadcasts of W). The tile is
  * finished in registers with the im2row path's operations in its order
@@ -34,7 +35,7 @@
 enum { CMR = 8, CNV = 3 }; /* the tile: 8 channels x 3 vectors of 16 positions */
 
 int tb_cpu_iconv_supported(int64_t C, int kh, int kw, int sh, int sw, int dh, int dw, int group, int act) {
-    return !strcmp(tb_cpu_igemm_kernel(), "avx512vnni") && C % 4 == 0 && C > 0 && group <= 1 && sh == sw &&
+    return !strcmp(tb_cpu_igemm_kernel(), "avx512vnni") && C > 0 && group <= 1 && sh == sw &&
            (sh == 1 || sh == 2) && dh == 1 && dw == 1 && kh >= 1 && kw >= 1 && kh * kw <= TB_ICONV_MAX_TAPS &&
            (act == TB_NN_ACT_NONE || act == TB_NN_ACT_RELU);
 }
@@ -42,7 +43,7 @@ int tb_cpu_iconv_supported(int64_t C, int kh, int kw, int sh, int sw, int dh, in
 void tb_cpu_iconv_geometry(int64_t C, int64_t H, int64_t W, int kh, int kw, int s, int pt, int pl, int pb, int pr,
                            tb_iconv_geom *g) {
     memset(g, 0, sizeof *g);
-    g->c = C, g->h = H, g->w = W, g->kh = kh, g->kw = kw, g->s = s, g->pt = pt, g->pl = pl;
+    g->c = C, g->cg = (C + 3) / 4, g->h = H, g->w = W, g->kh = kh, g->kw = kw, g->s = s, g->pt = pt, g->pl = pl;
     g->hp = H + pt + pb;
     g->wp = W + pl + pr;
     g->hq = (g->hp + s - 1) / s;
@@ -55,15 +56,15 @@ void tb_cpu_iconv_geometry(int64_t C, int64_t H, int64_t W, int kh, int kw, int 
     g->nvec = (g->oh * g->wq + 15) / 16;
 }
 
-size_t tb_cpu_iconv_codes_bytes(const tb_iconv_geom *g) { return (size_t)(g->c / 4 * g->plane * 4); }
+size_t tb_cpu_iconv_codes_bytes(const tb_iconv_geom *g) { return (size_t)(g->cg * g->plane * 4); }
 
 size_t tb_cpu_iconv_packed_bytes(int64_t M, int64_t C, int kh, int kw) {
-    int64_t nb = (M + CMR - 1) / CMR, kg = C / 4 * kh * kw;
+    int64_t nb = (M + CMR - 1) / CMR, kg = (C + 3) / 4 * kh * kw;
     return (size_t)(nb * kg * CMR * 4) + (size_t)(nb * CMR) * sizeof(int32_t);
 }
 
 void tb_cpu_iconv_pack(const int8_t *W, int64_t M, int64_t C, int kh, int kw, void *dst) {
-    int64_t nb = (M + CMR - 1) / CMR, kg = C / 4 * kh * kw, taps = (int64_t)kh * kw;
+    int64_t nb = (M + CMR - 1) / CMR, kg = (C + 3) / 4 * kh * kw, taps = (int64_t)kh * kw;
     int8_t *blk = dst;
     int32_t *sums = (int32_t *)(blk + nb * kg * CMR * 4);
     memset(dst, 0, tb_cpu_iconv_packed_bytes(M, C, kh, kw));
@@ -115,9 +116,10 @@ V_FN void tb_cpu_iconv_quantize(const tb_iconv_geom *g, const float *x, float in
             for (int64_t c = 0; c < W; c += 16) {
                 __mmask16 k = W - c >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (W - c)) - 1);
                 __m512i v = codes16(xr + c, k, vi, vz);
-                v = _mm512_or_si512(v, _mm512_slli_epi32(codes16(xr + HW + c, k, vi, vz), 8));
-                v = _mm512_or_si512(v, _mm512_slli_epi32(codes16(xr + 2 * HW + c, k, vi, vz), 16));
-                v = _mm512_or_si512(v, _mm512_slli_epi32(codes16(xr + 3 * HW + c, k, vi, vz), 24));
+                for (int i = 1; i < 4; i++) /* channels past C (the last group): the zero point's code */
+                    v = _mm512_or_si512(v, _mm512_slli_epi32(cg * 4 + i < g->c ? codes16(xr + i * HW + c, k, vi, vz)
+                                                                              : _mm512_set1_epi32(zero),
+                                                             (unsigned)(8 * i)));
                 _mm512_mask_storeu_epi32(row + g->pl + c, k, v);
             }
         }
@@ -187,7 +189,7 @@ V_INLINE void tile(const tb_iconv_job *j, int64_t mb, int64_t vec, const int nv)
     const int32_t *ws8 = j->wsum + mb * CMR;
     ACC_DECL(0); ACC_DECL(1); ACC_DECL(2); ACC_DECL(3); ACC_DECL(4); ACC_DECL(5); ACC_DECL(6); ACC_DECL(7);
     const int taps = g->kh * g->kw;
-    const int64_t cgs = g->c / 4, pstride = g->plane * 4;
+    const int64_t cgs = g->cg, pstride = g->plane * 4;
     const int8_t *wp = j->w + mb * cgs * taps * CMR * 4;
     const uint8_t *ap = j->q + vec * 64;
     const __m512i z = _mm512_setzero_si512();
@@ -235,7 +237,7 @@ void tb_cpu_iconv_job_init(tb_iconv_job *j) {
             j->toff[t++] = (int32_t)((phase * g->sub + (ky / g->s) * g->wq + kx / g->s) * 4);
         }
     int64_t nb = (j->m + CMR - 1) / CMR;
-    j->wsum = (const int32_t *)(j->w + nb * (g->c / 4) * g->kh * g->kw * CMR * 4);
+    j->wsum = (const int32_t *)(j->w + nb * g->cg * g->kh * g->kw * CMR * 4);
     j->nblocks = nb;
 }
 
@@ -256,7 +258,7 @@ V_FN void tb_cpu_iconv_run(const tb_iconv_job *j, int64_t mb0, int64_t mb1, int6
 void tb_ref_iconv(const tb_iconv_job *j) {
     const tb_iconv_geom *g = j->g;
     const int taps = g->kh * g->kw;
-    const int64_t P = g->oh * g->ow, cgs = g->c / 4;
+    const int64_t P = g->oh * g->ow, cgs = g->cg;
     for (int64_t m = 0; m < j->m; m++) {
         const int8_t *wb = j->w + (m / CMR) * cgs * taps * CMR * 4 + (m % CMR) * 4;
         for (int64_t oy = 0; oy < g->oh; oy++)

@@ -255,7 +255,7 @@ typedef struct {
 
 static void iconv_quant_run(void *arg, int ith, int nth) {
     const iconv_quant_job *j = arg;
-    int64_t cgs = j->g->c / 4, a = cgs * ith / nth, b = cgs * (ith + 1) / nth;
+    int64_t cgs = j->g->cg, a = cgs * ith / nth, b = cgs * (ith + 1) / nth;
     uint32_t *tmp = j->tmp ? (uint32_t *)(j->tmp + (size_t)ith * j->tmp_stride) : NULL;
     if (b > a) tb_cpu_iconv_quantize(j->g, j->x, j->inv, j->zero, j->q, tmp, a, b);
 }
