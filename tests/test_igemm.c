@@ -187,21 +187,25 @@ static void check_iconv(int64_t C, int64_t H, int64_t W, int64_t M, int kh, int 
                         int pr, int zero, int with_bias, int with_res, int act, int after) {
     tb_iconv_geom g;
     tb_cpu_iconv_geometry(C, H, W, kh, kw, st, pt, pl, pb, pr, &g);
-    int64_t P = g.oh * g.ow, nx = C * H * W;
-    float *x = malloc((size_t)nx * sizeof(float)), *ws = malloc((size_t)M * sizeof(float));
+    /* two images (the codes of the first checked; the conv over both) */
+    int64_t P = g.oh * g.ow * 2, nx = C * H * W;
+    size_t qs = (tb_cpu_iconv_codes_bytes(&g) + 63) / 64 * 64;
+    float *x = malloc((size_t)nx * 2 * sizeof(float)), *ws = malloc((size_t)M * sizeof(float));
     float *bias = malloc((size_t)M * sizeof(float)), *res = malloc((size_t)(M * P) * sizeof(float));
     float *Y = malloc((size_t)(M * P) * sizeof(float)), *R = malloc((size_t)(M * P) * sizeof(float));
     int8_t *w = malloc((size_t)(M * C * kh * kw));
-    uint8_t *q = tb_alloc_aligned(tb_cpu_iconv_codes_bytes(&g), 64), *row = malloc((size_t)W);
+    uint8_t *q = tb_alloc_aligned(2 * qs, 64), *row = malloc((size_t)W);
     uint32_t *tmp = malloc((size_t)(g.hp * g.wp) * 4);
     void *wp = tb_alloc_aligned(tb_cpu_iconv_packed_bytes(M, C, kh, kw), 64);
     CHECK(x && ws && bias && res && Y && R && w && q && row && wp && tmp);
-    for (int64_t i = 0; i < nx; i++) x[i] = 1.5f * frnd();
+    for (int64_t i = 0; i < 2 * nx; i++) x[i] = 1.5f * frnd();
     for (int64_t i = 0; i < M * C * kh * kw; i++) w[i] = (int8_t)((int)(rnd() % 255) - 127);
     for (int64_t i = 0; i < M; i++) ws[i] = 0.001f + 0.01f * fabsf(frnd()), bias[i] = frnd();
     for (int64_t i = 0; i < M * P; i++) res[i] = frnd(), Y[i] = NAN, R[i] = -NAN;
     float inv = 1.0f / 0.012f;
     tb_cpu_iconv_quantize(&g, x, inv, zero, q, st > 1 ? tmp : NULL, 0, g.cg);
+    tb_cpu_iconv_quantize(&g, x + nx, inv, zero, q + qs, st > 1 ? tmp : NULL, 0, 1); /* in two calls */
+    if (g.cg > 1) tb_cpu_iconv_quantize(&g, x + nx, inv, zero, q + qs, st > 1 ? tmp : NULL, 1, g.cg);
     int bad = 0;
     /* the codes: the quantizer's in the interior, the zero point elsewhere;
      * stride 2: padded (y, x) in phase (y % 2, x % 2) at (y / 2, x / 2) */
@@ -227,7 +231,7 @@ static void check_iconv(int64_t C, int64_t H, int64_t W, int64_t M, int kh, int 
     tb_cpu_iconv_pack(w, M, C, kh, kw, wp);
     tb_iconv_job j;
     memset(&j, 0, sizeof j);
-    j.g = &g, j.q = q, j.w = wp, j.m = M, j.zero = zero, j.a_scale = 0.012f, j.w_scale = ws;
+    j.g = &g, j.q = q, j.q_stride = qs, j.y_stride = M * g.oh * g.ow, j.n_img = 2, j.w = wp, j.m = M, j.zero = zero, j.a_scale = 0.012f, j.w_scale = ws;
     j.bias = with_bias ? bias : NULL, j.res = with_res ? res : NULL, j.y = R, j.act = act, j.after = after;
     tb_cpu_iconv_job_init(&j);
     tb_ref_iconv(&j);

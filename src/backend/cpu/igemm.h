@@ -63,14 +63,17 @@ typedef struct {
 } tb_iconv_geom;
 typedef struct {
     const tb_iconv_geom *g;
-    const uint8_t *q;                /* the image's codes                 */
+    int64_t n_img;                   /* images (0: 1)                     */
+    const uint8_t *q;                /* the images' codes                 */
+    size_t q_stride;                 /* bytes between images' codes      */
+    int64_t y_stride;                /* floats between images' y and res  */
     const int8_t *w;                 /* packed weight                     */
     int64_t m;                       /* output channels                   */
     int zero;
     float a_scale;
     const float *w_scale, *bias;     /* (M); bias NULL: none              */
-    const float *res;                /* (M, oh, ow) of the image or NULL  */
-    float *y;                        /* (M, oh, ow) of the image          */
+    const float *res;                /* (n_img, M, oh, ow) or NULL        */
+    float *y;                        /* (n_img, M, oh, ow)                */
     int act, after;                  /* TB_NN_ACT_NONE / RELU; act after the residual */
     /* set by tb_cpu_iconv_job_init: */
     const int32_t *wsum;

@@ -176,22 +176,22 @@ V_INLINE int32_t ld32(const int8_t *p) {
         if (j->bias) y = _mm512_add_ps(y, _mm512_set1_ps(j->bias[m_]));                                    \
         __m512 rv = _mm512_setzero_ps();                                                                   \
         if (j->res)                                                                                        \
-            rv = _mm512_maskz_expand_ps(kv[v], _mm512_maskz_loadu_ps(kc[v], j->res + m_ * P + p0[v]));     \
+            rv = _mm512_maskz_expand_ps(kv[v], _mm512_maskz_loadu_ps(kc[v], res + m_ * P + p0[v]));        \
         if (j->res && j->after) y = _mm512_add_ps(y, rv);                                                  \
         if (j->act == TB_NN_ACT_RELU) y = _mm512_max_ps(y, _mm512_setzero_ps());                           \
         if (j->res && !j->after) y = _mm512_add_ps(y, rv);                                                 \
-        _mm512_mask_storeu_ps(j->y + m_ * P + p0[v], kc[v], _mm512_maskz_compress_ps(kv[v], y));           \
+        _mm512_mask_storeu_ps(out + m_ * P + p0[v], kc[v], _mm512_maskz_compress_ps(kv[v], y));            \
     }
 
-/* Output channels [m0, m0 + mr) (block mb) x vectors [vec, vec + nv) */
-V_INLINE void tile(const tb_iconv_job *j, int64_t mb, int64_t vec, const int nv) {
+/* Image img's output channels [m0, m0 + mr) (block mb) x vectors [vec, vec + nv) */
+V_INLINE void tile(const tb_iconv_job *j, int64_t img, int64_t mb, int64_t vec, const int nv) {
     const tb_iconv_geom *g = j->g;
     const int32_t *ws8 = j->wsum + mb * CMR;
     ACC_DECL(0); ACC_DECL(1); ACC_DECL(2); ACC_DECL(3); ACC_DECL(4); ACC_DECL(5); ACC_DECL(6); ACC_DECL(7);
     const int taps = g->kh * g->kw;
     const int64_t cgs = g->cg, pstride = g->plane * 4;
     const int8_t *wp = j->w + mb * cgs * taps * CMR * 4;
-    const uint8_t *ap = j->q + vec * 64;
+    const uint8_t *ap = j->q + img * j->q_stride + vec * 64;
     const __m512i z = _mm512_setzero_si512();
     for (int64_t cg = 0; cg < cgs; cg++, ap += pstride)
         for (int t = 0; t < taps; t++, wp += CMR * 4) {
@@ -204,6 +204,8 @@ V_INLINE void tile(const tb_iconv_job *j, int64_t mb, int64_t vec, const int nv)
     /* the valid lanes of each vector (ox < ow, oy < oh) and where they go */
     const int64_t P = g->oh * g->ow, m0 = mb * CMR, Wp = g->wq, qend = g->oh * Wp;
     const int64_t mr = j->m - m0 < CMR ? j->m - m0 : CMR;
+    const float *res = j->res ? j->res + img * j->y_stride : NULL;
+    float *out = j->y + img * j->y_stride;
     __mmask16 kv[CNV] = {0}, kc[CNV] = {0};
     int64_t p0[CNV] = {0}, cnt[CNV] = {0};
     for (int v = 0; v < nv; v++) {
@@ -224,9 +226,9 @@ V_INLINE void tile(const tb_iconv_job *j, int64_t mb, int64_t vec, const int nv)
 #undef ACC_STORE_ROW
 }
 
-static V_FN void tile1(const tb_iconv_job *j, int64_t mb, int64_t vec) { tile(j, mb, vec, 1); }
-static V_FN void tile2(const tb_iconv_job *j, int64_t mb, int64_t vec) { tile(j, mb, vec, 2); }
-static V_FN void tile3(const tb_iconv_job *j, int64_t mb, int64_t vec) { tile(j, mb, vec, 3); }
+static V_FN void tile1(const tb_iconv_job *j, int64_t i, int64_t mb, int64_t vec) { tile(j, i, mb, vec, 1); }
+static V_FN void tile2(const tb_iconv_job *j, int64_t i, int64_t mb, int64_t vec) { tile(j, i, mb, vec, 2); }
+static V_FN void tile3(const tb_iconv_job *j, int64_t i, int64_t mb, int64_t vec) { tile(j, i, mb, vec, 3); }
 
 void tb_cpu_iconv_job_init(tb_iconv_job *j) {
     const tb_iconv_geom *g = j->g;
@@ -243,14 +245,17 @@ void tb_cpu_iconv_job_init(tb_iconv_job *j) {
 
 V_FN void tb_cpu_iconv_run(const tb_iconv_job *j, int64_t mb0, int64_t mb1, int64_t v0, int64_t v1) {
     /* channel blocks outside: a block's weights stay in L1 while the
-     * vectors go by; the image's codes (at most a few hundred KiB) in L2 */
+     * images' vectors go by (each image's codes, at most a few hundred KiB,
+     * from L2); the weights are read once per call for all the images */
+    int64_t n_img = j->n_img > 0 ? j->n_img : 1;
     for (int64_t mb = mb0; mb < mb1; mb++)
-        for (int64_t v = v0; v < v1; v += CNV) {
-            int64_t nv = v1 - v < CNV ? v1 - v : CNV;
-            if (nv == 3) tile3(j, mb, v);
-            else if (nv == 2) tile2(j, mb, v);
-            else tile1(j, mb, v);
-        }
+        for (int64_t i = 0; i < n_img; i++)
+            for (int64_t v = v0; v < v1; v += CNV) {
+                int64_t nv = v1 - v < CNV ? v1 - v : CNV;
+                if (nv == 3) tile3(j, i, mb, v);
+                else if (nv == 2) tile2(j, i, mb, v);
+                else tile1(j, i, mb, v);
+            }
 }
 
 /* ---------------------------------------------------------------- reference */
@@ -258,19 +263,21 @@ V_FN void tb_cpu_iconv_run(const tb_iconv_job *j, int64_t mb0, int64_t mb1, int6
 void tb_ref_iconv(const tb_iconv_job *j) {
     const tb_iconv_geom *g = j->g;
     const int taps = g->kh * g->kw;
-    const int64_t P = g->oh * g->ow, cgs = g->cg;
-    for (int64_t m = 0; m < j->m; m++) {
+    const int64_t P = g->oh * g->ow, cgs = g->cg, n_img = j->n_img > 0 ? j->n_img : 1;
+    for (int64_t im = 0; im < n_img * j->m; im++) { /* (image, output channel) */
+        const int64_t img = im / j->m, m = im % j->m;
         const int8_t *wb = j->w + (m / CMR) * cgs * taps * CMR * 4 + (m % CMR) * 4;
         for (int64_t oy = 0; oy < g->oh; oy++)
             for (int64_t ox = 0; ox < g->ow; ox++) {
                 int32_t acc = -j->zero * j->wsum[m];
                 for (int64_t cg = 0; cg < cgs; cg++)
                     for (int t = 0; t < taps; t++) {
-                        const uint8_t *a = j->q + cg * g->plane * 4 + (oy * g->wq + ox) * 4 + j->toff[t];
+                        const uint8_t *a =
+                            j->q + img * j->q_stride + cg * g->plane * 4 + (oy * g->wq + ox) * 4 + j->toff[t];
                         const int8_t *w = wb + (cg * taps + t) * CMR * 4;
                         for (int i = 0; i < 4; i++) acc += (int32_t)a[i] * w[i];
                     }
-                int64_t o = m * P + oy * g->ow + ox;
+                int64_t o = img * j->y_stride + m * P + oy * g->ow + ox;
                 float v = (float)acc * (j->a_scale * j->w_scale[m]);
                 if (j->bias) v += j->bias[m];
                 if (j->res && j->after) v += j->res[o];

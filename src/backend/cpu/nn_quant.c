@@ -230,6 +230,7 @@ static void conv_run(void *arg, int ith, int nth) {
 }
 
 #define QCONV_TILE_BYTES ((size_t)256 << 10) /* im2row codes per thread's tile, about */
+#define QCONV_CODES_BYTES ((size_t)4 << 20)  /* direct conv: codes of the images per chunk, about */
 
 /* ---------------------------------------------------------------- QConv, direct (igemm_conv.c) */
 
@@ -245,19 +246,27 @@ static void iconv_pack_make(const float *w, float *dst, const void *arg) {
 
 typedef struct {
     const tb_iconv_geom *g;
-    const float *x;
+    const float *x; /* the first image's (C, H, W) */
+    int64_t n_img, chw;
     float inv;
     int zero;
     uint8_t *q;
+    size_t q_stride;
     uint8_t *tmp; /* stride 2: per thread, tmp_stride bytes */
     size_t tmp_stride;
 } iconv_quant_job;
 
+/* the (image, 4-channel group) pairs split over the threads */
 static void iconv_quant_run(void *arg, int ith, int nth) {
     const iconv_quant_job *j = arg;
-    int64_t cgs = j->g->cg, a = cgs * ith / nth, b = cgs * (ith + 1) / nth;
+    int64_t cgs = j->g->cg, units = cgs * j->n_img, a = units * ith / nth, b = units * (ith + 1) / nth;
     uint32_t *tmp = j->tmp ? (uint32_t *)(j->tmp + (size_t)ith * j->tmp_stride) : NULL;
-    if (b > a) tb_cpu_iconv_quantize(j->g, j->x, j->inv, j->zero, j->q, tmp, a, b);
+    for (int64_t u = a; u < b;) {
+        int64_t img = u / cgs, c0 = u % cgs, c1 = cgs < c0 + (b - u) ? cgs : c0 + (b - u);
+        tb_cpu_iconv_quantize(j->g, j->x + img * j->chw, j->inv, j->zero, j->q + (size_t)img * j->q_stride, tmp, c0,
+                              c1);
+        u += c1 - c0;
+    }
 }
 
 /* Threads take blocks of 8 output channels (each reads all the codes, a
@@ -276,8 +285,8 @@ static void iconv_conv_run(void *arg, int ith, int nth) {
 }
 
 /* QConv by tb_cpu_iconv (the caller checked tb_cpu_iconv_supported): per
- * image, the codes of the padded input (one pool dispatch), then the conv
- * straight into y with the epilogue (another). */
+ * chunk of images, the codes of the padded inputs (one pool dispatch), then
+ * the conv straight into y with the epilogue (another). */
 static tb_status qconv_direct(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view *in, int n_in, const tb_view *out,
                               const tb_nn_conv_geom *cg) {
     int flags = n->i[11], zero = n->i[12], bi, ri;
@@ -293,26 +302,32 @@ static tb_status qconv_direct(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_vie
     const void *wp = tb_cpu_nn_wpack(ctx, n, 1, (const float *)in[1].data, WPACK_ICONV, M, cg->c,
                                      (int64_t)cg->kh * 256 + cg->kw, (pbytes + 3) / 4, iconv_pack_make, &pa);
     int nth = ctx->pool ? tb_pool_size(ctx->pool) : 1;
+    /* images in chunks of about QCONV_CODES_BYTES of codes: one quantize and
+     * one conv dispatch per chunk, the weights read once per chunk */
     size_t qb = (tb_cpu_iconv_codes_bytes(&g) + 63) / 64 * 64;
-    size_t tb = g.s > 1 ? ((size_t)(g.hp * g.wp) * 4 + 63) / 64 * 64 : 0;
-    uint8_t *s = tb_cpu_nn_scratch(ctx, qb + tb * (size_t)nth + (wp ? 0 : pbytes));
+    int64_t chunk = (int64_t)(QCONV_CODES_BYTES / qb);
+    chunk = chunk < 1 ? 1 : chunk > cg->n ? cg->n : chunk;
+    size_t tb = g.s > 1 ? ((size_t)(g.hp * g.wp) * 4 + 63) / 64 * 64 : 0, all = qb * (size_t)chunk;
+    uint8_t *s = tb_cpu_nn_scratch(ctx, all + tb * (size_t)nth + (wp ? 0 : pbytes));
     if (!s) return tb_errorf(TB_ERR_OOM, "QConv: out of memory for scratch");
     if (!wp) {
-        iconv_pack_make(in[1].data, (float *)(s + qb + tb * (size_t)nth), &pa);
-        wp = s + qb + tb * (size_t)nth;
+        iconv_pack_make(in[1].data, (float *)(s + all + tb * (size_t)nth), &pa);
+        wp = s + all + tb * (size_t)nth;
     }
     const float *x = in[0].data, *res = ri >= 0 ? in[ri].data : NULL;
     float *y = out[0].data;
     int64_t CHW = cg->c * cg->h * cg->w, P = cg->oh * cg->ow;
     tb_iconv_job j;
     memset(&j, 0, sizeof j);
-    j.g = &g, j.q = s, j.w = wp, j.m = M, j.zero = zero, j.a_scale = n->f[2], j.w_scale = in[2].data;
-    j.bias = bi >= 0 ? in[bi].data : NULL;
+    j.g = &g, j.q = s, j.q_stride = qb, j.y_stride = M * P, j.w = wp, j.m = M, j.zero = zero, j.a_scale = n->f[2];
+    j.w_scale = in[2].data, j.bias = bi >= 0 ? in[bi].data : NULL;
     j.act = n->i[10], j.after = (flags & TB_NN_ACT_AFTER_RESIDUAL) != 0;
     tb_cpu_iconv_job_init(&j);
-    for (int64_t b = 0; b < cg->n; b++) {
-        iconv_quant_job qj = {&g, x + b * CHW, 1.0f / n->f[2], zero, s, tb ? s + qb : NULL, tb};
+    for (int64_t b = 0; b < cg->n; b += chunk) {
+        int64_t nb = cg->n - b < chunk ? cg->n - b : chunk;
+        iconv_quant_job qj = {&g, x + b * CHW, nb, CHW, 1.0f / n->f[2], zero, s, qb, tb ? s + all : NULL, tb};
         run_on(ctx->pool, iconv_quant_run, &qj);
+        j.n_img = nb;
         j.res = res ? res + b * M * P : NULL;
         j.y = y + b * M * P;
         run_on(ctx->pool, iconv_conv_run, &j);
