@@ -170,21 +170,43 @@ V_INLINE int32_t ld32(const int8_t *p) {
 /* channel m0 + r, vector v: scale, bias, residual, activation, the valid
  * lanes compressed into the output row */
 #define ACC_STORE(r, v)                                                                                    \
-    if (nv > v && mr > r && cnt[v]) {                                                                      \
+    if (nv > v && mr > r && vm[v].kc) {                                                                    \
         int64_t m_ = m0 + r;                                                                               \
         __m512 y = _mm512_mul_ps(_mm512_cvtepi32_ps(c##r##v), _mm512_set1_ps(j->a_scale * j->w_scale[m_])); \
         if (j->bias) y = _mm512_add_ps(y, _mm512_set1_ps(j->bias[m_]));                                    \
         __m512 rv = _mm512_setzero_ps();                                                                   \
         if (j->res)                                                                                        \
-            rv = _mm512_maskz_expand_ps(kv[v], _mm512_maskz_loadu_ps(kc[v], res + m_ * P + p0[v]));        \
+            rv = _mm512_maskz_expand_ps(vm[v].kv, _mm512_maskz_loadu_ps(vm[v].kc, res + m_ * P + vm[v].p0)); \
         if (j->res && j->after) y = _mm512_add_ps(y, rv);                                                  \
         if (j->act == TB_NN_ACT_RELU) y = _mm512_max_ps(y, _mm512_setzero_ps());                           \
         if (j->res && !j->after) y = _mm512_add_ps(y, rv);                                                 \
-        _mm512_mask_storeu_ps(out + m_ * P + p0[v], kc[v], _mm512_maskz_compress_ps(kv[v], y));            \
+        _mm512_mask_storeu_ps(out + m_ * P + vm[v].p0, vm[v].kc, _mm512_maskz_compress_ps(vm[v].kv, y));   \
     }
 
-/* Image img's output channels [m0, m0 + mr) (block mb) x vectors [vec, vec + nv) */
-V_INLINE void tile(const tb_iconv_job *j, int64_t img, int64_t mb, int64_t vec, const int nv) {
+/* Where the valid lanes of a vector of 16 flat output positions go */
+typedef struct {
+    int64_t p0;        /* the output index of its first valid lane */
+    __mmask16 kv, kc;  /* the valid lanes (ox < ow, oy < oh); the first popcount(kv) lanes */
+} vmask;
+
+static void vmasks(const tb_iconv_geom *g, int64_t vec, int64_t n, vmask *vm) {
+    const int64_t Wp = g->wq, qend = g->oh * Wp;
+    for (int64_t v = 0; v < n; v++) {
+        int64_t q = (vec + v) * 16, oy = q / Wp, ox = q % Wp;
+        vm[v].p0 = oy * g->ow + (ox < g->ow ? ox : g->ow);
+        unsigned k = 0;
+        for (int i = 0; i < 16; i++, ox++) {
+            if (ox == Wp) ox = 0, oy++;
+            if (q + i < qend && ox < g->ow) k |= 1u << i;
+        }
+        vm[v].kv = (__mmask16)k;
+        vm[v].kc = (__mmask16)((1u << __builtin_popcount(k)) - 1);
+    }
+}
+
+/* Image img's output channels [m0, m0 + mr) (block mb) x vectors [vec, vec
+ * + nv) (their masks vm[0, nv)) */
+V_INLINE void tile(const tb_iconv_job *j, int64_t img, int64_t mb, int64_t vec, const vmask *vm, const int nv) {
     const tb_iconv_geom *g = j->g;
     const int32_t *ws8 = j->wsum + mb * CMR;
     ACC_DECL(0); ACC_DECL(1); ACC_DECL(2); ACC_DECL(3); ACC_DECL(4); ACC_DECL(5); ACC_DECL(6); ACC_DECL(7);
@@ -201,34 +223,24 @@ V_INLINE void tile(const tb_iconv_job *j, int64_t img, int64_t mb, int64_t vec, 
             if (nv > 2) a2 = _mm512_loadu_si512((const void *)(a + 128));
             ACC_ROW(0) ACC_ROW(1) ACC_ROW(2) ACC_ROW(3) ACC_ROW(4) ACC_ROW(5) ACC_ROW(6) ACC_ROW(7)
         }
-    /* the valid lanes of each vector (ox < ow, oy < oh) and where they go */
-    const int64_t P = g->oh * g->ow, m0 = mb * CMR, Wp = g->wq, qend = g->oh * Wp;
+    const int64_t P = g->oh * g->ow, m0 = mb * CMR;
     const int64_t mr = j->m - m0 < CMR ? j->m - m0 : CMR;
     const float *res = j->res ? j->res + img * j->y_stride : NULL;
     float *out = j->y + img * j->y_stride;
-    __mmask16 kv[CNV] = {0}, kc[CNV] = {0};
-    int64_t p0[CNV] = {0}, cnt[CNV] = {0};
-    for (int v = 0; v < nv; v++) {
-        int64_t q = (vec + v) * 16, oy = q / Wp, ox = q % Wp;
-        p0[v] = oy * g->ow + (ox < g->ow ? ox : g->ow);
-        unsigned k = 0;
-        for (int i = 0; i < 16; i++, ox++) {
-            if (ox == Wp) ox = 0, oy++;
-            if (q + i < qend && ox < g->ow) k |= 1u << i;
-        }
-        kv[v] = (__mmask16)k;
-        cnt[v] = __builtin_popcount(k);
-        kc[v] = (__mmask16)((1u << cnt[v]) - 1);
-    }
 #define ACC_STORE_ROW(r) ACC_STORE(r, 0) ACC_STORE(r, 1) ACC_STORE(r, 2)
     ACC_STORE_ROW(0) ACC_STORE_ROW(1) ACC_STORE_ROW(2) ACC_STORE_ROW(3)
     ACC_STORE_ROW(4) ACC_STORE_ROW(5) ACC_STORE_ROW(6) ACC_STORE_ROW(7)
 #undef ACC_STORE_ROW
 }
 
-static V_FN void tile1(const tb_iconv_job *j, int64_t i, int64_t mb, int64_t vec) { tile(j, i, mb, vec, 1); }
-static V_FN void tile2(const tb_iconv_job *j, int64_t i, int64_t mb, int64_t vec) { tile(j, i, mb, vec, 2); }
-static V_FN void tile3(const tb_iconv_job *j, int64_t i, int64_t mb, int64_t vec) { tile(j, i, mb, vec, 3); }
+#define TILE_FN(nv)                                                                                           \
+    static V_FN void tile##nv(const tb_iconv_job *j, int64_t i, int64_t mb, int64_t vec, const vmask *vm) { \
+        tile(j, i, mb, vec, vm, nv);                                                                          \
+    }
+TILE_FN(1)
+TILE_FN(2)
+TILE_FN(3)
+#undef TILE_FN
 
 void tb_cpu_iconv_job_init(tb_iconv_job *j) {
     const tb_iconv_geom *g = j->g;
@@ -243,19 +255,28 @@ void tb_cpu_iconv_job_init(tb_iconv_job *j) {
     j->nblocks = nb;
 }
 
+enum { VCHUNK = 255 }; /* vectors whose masks are made at once (a multiple of the tile's 3) */
+
 V_FN void tb_cpu_iconv_run(const tb_iconv_job *j, int64_t mb0, int64_t mb1, int64_t v0, int64_t v1) {
     /* channel blocks outside: a block's weights stay in L1 while the
      * images' vectors go by (each image's codes, at most a few hundred KiB,
-     * from L2); the weights are read once per call for all the images */
+     * from L2); the weights are read once per chunk of vectors for all the
+     * images. The lane masks are made once per chunk, not per tile (on the
+     * stem's short K they cost a sixth of the products). */
     int64_t n_img = j->n_img > 0 ? j->n_img : 1;
-    for (int64_t mb = mb0; mb < mb1; mb++)
-        for (int64_t i = 0; i < n_img; i++)
-            for (int64_t v = v0; v < v1; v += CNV) {
-                int64_t nv = v1 - v < CNV ? v1 - v : CNV;
-                if (nv == 3) tile3(j, i, mb, v);
-                else if (nv == 2) tile2(j, i, mb, v);
-                else tile1(j, i, mb, v);
-            }
+    vmask vm[VCHUNK];
+    for (int64_t vc = v0; vc < v1; vc += VCHUNK) {
+        int64_t ve = v1 - vc < VCHUNK ? v1 : vc + VCHUNK;
+        vmasks(j->g, vc, ve - vc, vm);
+        for (int64_t mb = mb0; mb < mb1; mb++)
+            for (int64_t i = 0; i < n_img; i++)
+                for (int64_t v = vc; v < ve; v += CNV) {
+                    int64_t nv = ve - v < CNV ? ve - v : CNV;
+                    if (nv == 3) tile3(j, i, mb, v, vm + (v - vc));
+                    else if (nv == 2) tile2(j, i, mb, v, vm + (v - vc));
+                    else tile1(j, i, mb, v, vm + (v - vc));
+                }
+    }
 }
 
 /* ---------------------------------------------------------------- reference */
