@@ -95,6 +95,36 @@ V_INLINE __m512i codes16(const float *x, __mmask16 k, __m512 vi, __m512 vz) {
     return _mm512_cvtps_epi32(v);
 }
 
+static inline __mmask16 first_lanes(int64_t n) {
+    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1);
+}
+
+/* Stride 2: the padded (hp, wp) words p into the 4 phases of dst (each
+ * (hq, wq) + slack), 16 words of each phase row from 32 of a padded row
+ * (past wp or hp: the zero point's code). */
+V_INLINE void phases2(const tb_iconv_geom *g, const uint32_t *p, uint32_t *dst, uint32_t zp) {
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i io = _mm512_add_epi32(ie, _mm512_set1_epi32(1)), vz = _mm512_set1_epi32((int)zp);
+    const int64_t Wp = g->wp, wq = g->wq;
+    for (int64_t py = 0; py < 2; py++) {
+        uint32_t *ph0 = dst + py * 2 * g->sub, *ph1 = ph0 + g->sub;
+        for (int64_t yy = 0; yy < g->hq; yy++) {
+            int64_t y = 2 * yy + py;
+            const uint32_t *r = p + y * Wp;
+            for (int64_t xx = 0; xx < wq; xx += 16) {
+                int64_t left = y < g->hp ? Wp - 2 * xx : 0; /* words of the row from column 2 xx */
+                __m512i lo = _mm512_mask_loadu_epi32(vz, first_lanes(left), r + 2 * xx);
+                __m512i hi = _mm512_mask_loadu_epi32(vz, first_lanes(left - 16), r + 2 * xx + 16);
+                __mmask16 k = first_lanes(wq - xx);
+                _mm512_mask_storeu_epi32(ph0 + yy * wq + xx, k, _mm512_permutex2var_epi32(lo, ie, hi));
+                _mm512_mask_storeu_epi32(ph1 + yy * wq + xx, k, _mm512_permutex2var_epi32(lo, io, hi));
+            }
+        }
+    }
+    for (int64_t ph = 0; ph < 4; ph++)
+        for (int64_t i = g->hq * wq; i < g->sub; i++) dst[ph * g->sub + i] = zp;
+}
+
 V_FN void tb_cpu_iconv_quantize(const tb_iconv_geom *g, const float *x, float inv_scale, int zero, uint8_t *q,
                                 uint32_t *tmp, int64_t cg0, int64_t cg1) {
     const __m512 vi = _mm512_set1_ps(inv_scale), vz = _mm512_set1_ps((float)zero);
@@ -129,18 +159,7 @@ V_FN void tb_cpu_iconv_quantize(const tb_iconv_geom *g, const float *x, float in
             continue;
         }
         for (i = end; i < g->hp * Wp; i++) p[i] = zp;
-        for (int64_t py = 0; py < s; py++)
-            for (int64_t px = 0; px < s; px++) {
-                uint32_t *ph = dst + (py * s + px) * g->sub;
-                for (int64_t yy = 0; yy < g->hq; yy++) {
-                    int64_t y = yy * s + py;
-                    for (int64_t xx = 0; xx < g->wq; xx++) {
-                        int64_t xp = xx * s + px;
-                        ph[yy * g->wq + xx] = y < g->hp && xp < Wp ? p[y * Wp + xp] : zp;
-                    }
-                }
-                for (i = g->hq * g->wq; i < g->sub; i++) ph[i] = zp;
-            }
+        phases2(g, p, dst, zp); /* s == 2: tb_cpu_iconv_supported allows 1 and 2 */
     }
 }
 
