@@ -6,10 +6,15 @@
  * then tb_cpu_igemm against the packed weight with the epilogue fused (bias
  * per column, activation, residual (M, N)).
  *
- * QConv (one group; others run the reference): per image, x (C, H, W) is
- * quantized and transposed into uint8 (H, W, C) once, so that a row of the
- * im2row matrix (one output pixel, K = kh kw C) is kh kw copies of C
- * contiguous codes (padding: the zero point's code, which adds nothing);
+ * QConv on AVX-512 VNNI with stride 1 or 2, dilation 1, one group and
+ * activation none / ReLU (tb_cpu_iconv_supported): the direct int8 conv of
+ * igemm_conv.c over padded, 4-channel-interleaved codes of each chunk of
+ * images, straight into NCHW with the epilogue (two pool dispatches a chunk).
+ *
+ * Other QConv (one group; grouped ones run the reference): per image, x
+ * (C, H, W) is quantized and transposed into uint8 (H, W, C) once, so that
+ * a row of the im2row matrix (one output pixel, K = kh kw C) is kh kw
+ * copies of C contiguous codes (padding: the zero point's code, which adds nothing);
  * the weight is packed once in the same (M, kh, kw, C) order. A 1x1 stride-1
  * unpadded conv reads the (H W, C) codes directly. Each thread takes a range
  * of output pixels and runs tb_cpu_igemm on its own tiles (two pool
@@ -288,11 +293,10 @@ static void iconv_conv_run(void *arg, int ith, int nth) {
  * chunk of images, the codes of the padded inputs (one pool dispatch), then
  * the conv straight into y with the epilogue (another). */
 static tb_status qconv_direct(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view *in, int n_in, const tb_view *out,
-                              const tb_nn_conv_geom *cg) {
+                              const tb_nn_conv_geom *cg, const tb_iconv_geom *gp) {
     int flags = n->i[11], zero = n->i[12], bi, ri;
     epi_inputs(flags, n_in, &bi, &ri);
-    tb_iconv_geom g;
-    tb_cpu_iconv_geometry(cg->c, cg->h, cg->w, cg->kh, cg->kw, cg->sh, cg->pt, cg->pl, cg->pb, cg->pr, &g);
+    tb_iconv_geom g = *gp;
     if (g.oh != cg->oh || g.ow != cg->ow)
         return tb_errorf(TB_ERR_INTERNAL, "QConv: direct geometry %lldx%lld, conv's %lldx%lld", (long long)g.oh,
                          (long long)g.ow, (long long)cg->oh, (long long)cg->ow);
@@ -340,8 +344,12 @@ static tb_status qconv_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_vie
     tb_nn_conv_geom g;
     TB_TRY(tb_nn_conv_geometry(n, &in[0], &in[1], &g));
     if (g.group != 1) return tb_op_get_def(n->op)->ref(n, in, n_in, out, n_out);
-    if (tb_cpu_iconv_supported(g.c, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.group, n->i[10]))
-        return qconv_direct(ctx, n, in, n_in, out, &g);
+    if (tb_cpu_iconv_supported(g.c, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.group, n->i[10])) {
+        tb_iconv_geom ig;
+        tb_cpu_iconv_geometry(g.c, g.h, g.w, g.kh, g.kw, g.sh, g.pt, g.pl, g.pb, g.pr, &ig);
+        if (ig.plane < INT32_MAX / 4) /* the taps' byte offsets are int32 */
+            return qconv_direct(ctx, n, in, n_in, out, &g, &ig);
+    }
     int flags = n->i[11], zero = n->i[12], bi, ri;
     epi_inputs(flags, n_in, &bi, &ri);
     int64_t M = g.m, C = g.c, HW = g.h * g.w, P = g.oh * g.ow, KK = (int64_t)g.kh * g.kw, K = C * KK;
