@@ -13,6 +13,10 @@
  * (it follows the CPU features, not the forced path). Each case alternates
  * int8 and f32 runs (two rounds of each) and keeps each one's best: on a
  * shared machine the ratio is the figure to read. Ops: 2 * M * N * K.
+ * Then the direct int8 conv (tb_cpu_iconv_*, igemm_conv.c) on ResNet-18's
+ * convs at batch 1, one thread: the codes (quantize + layout) and the conv
+ * with its bias + ReLU epilogue, each its best; ops counted on the conv's
+ * own multiply-adds (2 M oh ow C kh kw), not the padded work.
  */
 #include <immintrin.h>
 #include <stdio.h>
@@ -178,6 +182,48 @@ static void bench(const char *name, int64_t M, int64_t N, int64_t K, int relu, t
     tb_free_aligned(Wp), tb_free_aligned(Bp);
 }
 
+static void bench_iconv(const char *name, int64_t C, int64_t H, int64_t M, int k, int st) {
+    char label[96];
+    snprintf(label, sizeof label, "iconv %s C%lld H%lld M%lld k%d s%d", name, (long long)C, (long long)H, (long long)M,
+             k, st);
+    if (opt_filter && !strstr(label, opt_filter)) return;
+    if (!tb_cpu_iconv_supported(C, k, k, st, st, 1, 1, 1, TB_NN_ACT_RELU)) return;
+    tb_iconv_geom g;
+    tb_cpu_iconv_geometry(C, H, H, k, k, st, k / 2, k / 2, k / 2, k / 2, &g);
+    int64_t P = g.oh * g.ow;
+    float *x = malloc((size_t)(C * H * H) * sizeof(float)), *ws = malloc((size_t)M * sizeof(float));
+    float *bias = malloc((size_t)M * sizeof(float)), *y = tb_alloc_aligned((size_t)(M * P) * sizeof(float), 64);
+    int8_t *w = malloc((size_t)(M * C * k * k));
+    uint8_t *q = tb_alloc_aligned(tb_cpu_iconv_codes_bytes(&g), 64);
+    uint32_t *tmp = malloc((size_t)(g.hp * g.wp) * 4);
+    void *wp = tb_alloc_aligned(tb_cpu_iconv_packed_bytes(M, C, k, k), 64);
+    for (int64_t i = 0; i < C * H * H; i++) x[i] = (float)(rnd() % 2001) / 1000.0f - 1.0f;
+    for (int64_t i = 0; i < M * C * k * k; i++) w[i] = (int8_t)((int)(rnd() % 255) - 127);
+    for (int64_t i = 0; i < M; i++) ws[i] = 0.01f, bias[i] = 0.1f;
+    tb_cpu_iconv_pack(w, M, C, k, k, wp);
+    tb_iconv_job j;
+    memset(&j, 0, sizeof j);
+    j.g = &g, j.q = q, j.w = wp, j.m = M, j.zero = 128, j.a_scale = 0.02f, j.w_scale = ws, j.bias = bias, j.y = y;
+    j.act = TB_NN_ACT_RELU;
+    tb_cpu_iconv_job_init(&j);
+    double tq = 1e30, tc = 1e30, start = tb_now();
+    for (int n = 0; n < 3 || tb_now() - start < opt_seconds; n++) {
+        double t0 = tb_now();
+        tb_cpu_iconv_quantize(&g, x, 50.0f, 128, q, st > 1 ? tmp : NULL, 0, g.cg);
+        double t1 = tb_now();
+        tb_cpu_iconv_run(&j, 0, j.nblocks, 0, g.nvec);
+        double t2 = tb_now();
+        tq = t1 - t0 < tq ? t1 - t0 : tq;
+        tc = t2 - t1 < tc ? t2 - t1 : tc;
+    }
+    double ops = 2.0 * (double)M * (double)P * (double)(C * k * k), gi = ops / tc / 1e9;
+    printf("%-34s t1  codes %6.3f ms  conv %7.3f ms %7.1f GOP/s (%4.1f%% vnni peak)\n", label, tq * 1e3, tc * 1e3, gi,
+           g_peak_i8 > 0 ? 100.0 * gi / g_peak_i8 : 0.0);
+    fflush(stdout);
+    free(x), free(ws), free(bias), free(w), free(tmp);
+    tb_free_aligned(y), tb_free_aligned(q), tb_free_aligned(wp);
+}
+
 int main(int argc, char **argv) {
     int threads = 2;
     const char *path = NULL;
@@ -224,6 +270,16 @@ int main(int argc, char **argv) {
             bench(b ? "resnet-b8" : "resnet-b1", rn[i][0] * (b ? 8 : 1), rn[i][1], rn[i][2], 1, pool);
     /* a few rows: the GEMV regime */
     for (int64_t m = 1; m <= 4; m *= 2) bench("gemv", m, 3072, 768, 0, pool);
+    /* ResNet-18's convs through the direct int8 conv (QConv's kernel on AVX-512 VNNI) */
+    bench_iconv("stem", 3, 224, 64, 7, 2);
+    bench_iconv("layer1", 64, 56, 64, 3, 1);
+    bench_iconv("layer2.0", 64, 56, 128, 3, 2);
+    bench_iconv("layer2.0ds", 64, 56, 128, 1, 2);
+    bench_iconv("layer2", 128, 28, 128, 3, 1);
+    bench_iconv("layer3.0", 128, 28, 256, 3, 2);
+    bench_iconv("layer3", 256, 14, 256, 3, 1);
+    bench_iconv("layer4.0", 256, 14, 512, 3, 2);
+    bench_iconv("layer4", 512, 7, 512, 3, 1);
     if (pool) tb_pool_free(pool);
     return 0;
 }

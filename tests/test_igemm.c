@@ -9,6 +9,13 @@
  * integer sums are exact and the f32 formula is the same); with one, within
  * the float rounding of the epilogue. Also tb_cpu_quantize_u8 against a
  * round-half-to-even formula written out here (ties, saturation).
+ * The direct int8 convolution (tb_cpu_iconv_*, where it runs): its codes
+ * against tb_cpu_quantize_u8 per pixel (border and slack the zero point's
+ * code), and the kernel against tb_ref_iconv on the same codes and packed
+ * weight, every output the same bits, over odd channel counts (M off the
+ * 8-channel blocks), widths off the 16-lane vectors, kernels 1x1 to 5x5 with
+ * asymmetric pads, zero points, each epilogue part, and the work split by
+ * channel blocks and by vectors.
  */
 #include <math.h>
 #include <string.h>
@@ -176,6 +183,102 @@ static void test_quantize(const char *path) {
         }
 }
 
+static void check_iconv(int64_t C, int64_t H, int64_t W, int64_t M, int kh, int kw, int st, int pt, int pl, int pb,
+                        int pr, int zero, int with_bias, int with_res, int act, int after) {
+    tb_iconv_geom g;
+    tb_cpu_iconv_geometry(C, H, W, kh, kw, st, pt, pl, pb, pr, &g);
+    /* two images (the codes of the first checked; the conv over both) */
+    int64_t P = g.oh * g.ow * 2, nx = C * H * W;
+    size_t qs = (tb_cpu_iconv_codes_bytes(&g) + 63) / 64 * 64;
+    float *x = malloc((size_t)nx * 2 * sizeof(float)), *ws = malloc((size_t)M * sizeof(float));
+    float *bias = malloc((size_t)M * sizeof(float)), *res = malloc((size_t)(M * P) * sizeof(float));
+    float *Y = malloc((size_t)(M * P) * sizeof(float)), *R = malloc((size_t)(M * P) * sizeof(float));
+    int8_t *w = malloc((size_t)(M * C * kh * kw));
+    uint8_t *q = tb_alloc_aligned(2 * qs, 64), *row = malloc((size_t)W);
+    uint32_t *tmp = malloc((size_t)(g.hp * g.wp) * 4);
+    void *wp = tb_alloc_aligned(tb_cpu_iconv_packed_bytes(M, C, kh, kw), 64);
+    CHECK(x && ws && bias && res && Y && R && w && q && row && wp && tmp);
+    for (int64_t i = 0; i < 2 * nx; i++) x[i] = 1.5f * frnd();
+    for (int64_t i = 0; i < M * C * kh * kw; i++) w[i] = (int8_t)((int)(rnd() % 255) - 127);
+    for (int64_t i = 0; i < M; i++) ws[i] = 0.001f + 0.01f * fabsf(frnd()), bias[i] = frnd();
+    for (int64_t i = 0; i < M * P; i++) res[i] = frnd(), Y[i] = NAN, R[i] = -NAN;
+    float inv = 1.0f / 0.012f;
+    tb_cpu_iconv_quantize(&g, x, inv, zero, q, st > 1 ? tmp : NULL, 0, g.cg);
+    tb_cpu_iconv_quantize(&g, x + nx, inv, zero, q + qs, st > 1 ? tmp : NULL, 0, 1); /* in two calls */
+    if (g.cg > 1) tb_cpu_iconv_quantize(&g, x + nx, inv, zero, q + qs, st > 1 ? tmp : NULL, 1, g.cg);
+    int bad = 0;
+    /* the codes: the quantizer's in the interior, the zero point elsewhere;
+     * stride 2: padded (y, x) in phase (y % 2, x % 2) at (y / 2, x / 2) */
+    for (int64_t c = 0; c < C; c++)
+        for (int64_t y = 0; y < g.hq * st; y++) {
+            int64_t iy = y - pt;
+            if (iy >= 0 && iy < H) tb_cpu_quantize_u8(x + (c * H + iy) * W, row, W, inv, zero);
+            for (int64_t xx = 0; xx < g.wq * st; xx++) {
+                int64_t ix = xx - pl;
+                int want = y < g.hp && xx < g.wp && iy >= 0 && iy < H && ix >= 0 && ix < W ? row[ix] : zero;
+                int64_t at = (c / 4) * g.plane + ((y % st) * st + xx % st) * g.sub + (y / st) * g.wq + xx / st;
+                bad += q[at * 4 + c % 4] != want;
+            }
+        }
+    for (int64_t c = C; c < g.cg * 4; c++) /* the last group's channels past C */
+        for (int64_t i = 0; i < g.plane; i++) bad += q[((c / 4) * g.plane + i) * 4 + c % 4] != zero;
+    for (int64_t c = 0; c < C; c++)
+        for (int64_t ph = 0; ph < st * st; ph++)
+            for (int64_t i = g.hq * g.wq; i < g.sub; i++)
+                bad += q[((c / 4) * g.plane + ph * g.sub + i) * 4 + c % 4] != zero;
+    CHECK_MSG(bad == 0, "iconv codes C %lld %lldx%lld k %dx%d s %d: %d wrong", (long long)C, (long long)H,
+              (long long)W, kh, kw, st, bad);
+    tb_cpu_iconv_pack(w, M, C, kh, kw, wp);
+    tb_iconv_job j;
+    memset(&j, 0, sizeof j);
+    j.g = &g, j.q = q, j.q_stride = qs, j.y_stride = M * g.oh * g.ow, j.n_img = 2, j.w = wp, j.m = M, j.zero = zero, j.a_scale = 0.012f, j.w_scale = ws;
+    j.bias = with_bias ? bias : NULL, j.res = with_res ? res : NULL, j.y = R, j.act = act, j.after = after;
+    tb_cpu_iconv_job_init(&j);
+    tb_ref_iconv(&j);
+    j.y = Y;
+    /* split like the pool: by channel blocks, then by vectors */
+    int64_t half = j.nblocks / 2;
+    tb_cpu_iconv_run(&j, 0, half, 0, g.nvec);
+    int64_t hv = g.nvec / 2 / 3 * 3;
+    tb_cpu_iconv_run(&j, half, j.nblocks, 0, hv);
+    tb_cpu_iconv_run(&j, half, j.nblocks, hv, g.nvec);
+    bad = 0;
+    int64_t first = -1;
+    for (int64_t i = 0; i < M * P; i++)
+        if (memcmp(&Y[i], &R[i], sizeof(float))) bad++, first = first < 0 ? i : first;
+    CHECK_MSG(bad == 0, "iconv C %lld %lldx%lld M %lld k %dx%d s %d pads %d %d %d %d z %d b %d r %d a %d: %d of "
+              "%lld differ, first %lld: %.9g vs %.9g", (long long)C, (long long)H, (long long)W, (long long)M, kh, kw,
+              st, pt,
+              pl, pb, pr, zero, with_bias, with_res, act, bad, (long long)(M * P), (long long)first,
+              first >= 0 ? Y[first] : 0.0, first >= 0 ? R[first] : 0.0);
+    free(x), free(ws), free(bias), free(res), free(Y), free(R), free(w), free(row), free(tmp);
+    tb_free_aligned(q);
+    tb_free_aligned(wp);
+}
+
+static void test_iconv(void) {
+    if (!tb_cpu_iconv_supported(4, 3, 3, 1, 1, 1, 1, 1, TB_NN_ACT_RELU)) {
+        printf("test_igemm: the direct int8 conv does not run here\n");
+        return;
+    }
+    check_iconv(64, 14, 14, 64, 3, 3, 1, 1, 1, 1, 1, 128, 1, 1, TB_NN_ACT_RELU, 1);
+    check_iconv(4, 5, 3, 3, 3, 3, 1, 1, 1, 1, 1, 0, 0, 0, TB_NN_ACT_NONE, 0);
+    check_iconv(12, 7, 7, 21, 3, 3, 1, 1, 1, 1, 1, 255, 1, 0, TB_NN_ACT_RELU, 0);
+    check_iconv(8, 9, 37, 17, 5, 3, 1, 2, 0, 1, 2, 77, 1, 1, TB_NN_ACT_RELU, 0);
+    check_iconv(16, 6, 20, 40, 1, 1, 1, 0, 0, 0, 0, 3, 0, 1, TB_NN_ACT_NONE, 1);
+    check_iconv(32, 28, 28, 16, 3, 3, 1, 1, 1, 1, 1, 128, 1, 1, TB_NN_ACT_RELU, 0);
+    check_iconv(20, 3, 56, 9, 3, 3, 1, 0, 0, 0, 0, 128, 1, 0, TB_NN_ACT_NONE, 0);
+    /* stride 2: ResNet's 3x3 and 1x1 downsampling, odd sizes and pads */
+    check_iconv(64, 56, 56, 24, 3, 3, 2, 1, 1, 1, 1, 128, 1, 0, TB_NN_ACT_RELU, 0);
+    check_iconv(16, 14, 14, 32, 1, 1, 2, 0, 0, 0, 0, 128, 1, 0, TB_NN_ACT_NONE, 0);
+    check_iconv(8, 11, 9, 13, 3, 3, 2, 1, 1, 1, 1, 5, 0, 1, TB_NN_ACT_RELU, 1);
+    check_iconv(4, 10, 13, 8, 5, 4, 2, 2, 1, 0, 2, 200, 1, 1, TB_NN_ACT_NONE, 0);
+    /* C off the 4-channel groups: ResNet's stem (7x7 / 2 over 3 colours), others */
+    check_iconv(3, 32, 30, 64, 7, 7, 2, 3, 3, 3, 3, 128, 1, 0, TB_NN_ACT_RELU, 0);
+    check_iconv(5, 9, 9, 11, 3, 3, 1, 1, 1, 1, 1, 17, 1, 1, TB_NN_ACT_RELU, 1);
+    check_iconv(1, 6, 40, 8, 3, 3, 2, 1, 1, 1, 1, 128, 0, 0, TB_NN_ACT_NONE, 0);
+}
+
 int main(void) {
     tb_pool *pool = NULL;
     CHECK(tb_pool_create(2, &pool) == TB_OK);
@@ -201,6 +304,9 @@ int main(void) {
         test_quantize(paths[p]);
     }
     CHECK(n_seen >= 1 && !strcmp(seen[n_seen - 1], "scalar"));
+    tb_cpu_kernel_force_path(NULL);
+    tb_cpu_igemm_allow_avxvnni(1);
+    test_iconv();
     tb_cpu_igemm_allow_avxvnni(1);
     tb_cpu_kernel_force_path(NULL);
     tb_pool_free(pool);

@@ -4,7 +4,8 @@
  *   - QConv / QGemm reference kernels against an independent double loop
  *     over the dequantized operands (DQ(Q(x)) * DQ(w) + bias, epilogue):
  *     |d| <= 1e-6 (S + 1e-3), S = sum |terms| + |bias| + |residual|;
- *   - the CPU kernels (igemm, im2row, the (pixels, M) -> NCHW epilogue)
+ *   - the CPU kernels (the direct int8 conv on AVX-512 VNNI; igemm, im2row,
+ *     the (pixels, M) -> NCHW epilogue elsewhere and under the masks below)
  *     against the reference on odd shapes, strides, pads and zero points:
  *     the integer sums are exact, so |d| <= 1e-5 (S + 1e-3);
  *   - QuantizeLinear / DequantizeLinear references per tensor and per axis
@@ -354,6 +355,10 @@ int main(int argc, char **argv) {
     check_qconv(pool, 2, 8, 10, 10, 16, 3, 2, 1, 77, 0, 0, TB_NN_ACT_NONE);
     check_qconv(pool, 1, 5, 13, 6, 7, 5, 2, 2, 255, 1, 0, TB_NN_ACT_NONE);
     check_qconv(pool, 1, 4, 4, 4, 3, 1, 2, 0, 3, 1, 1, TB_NN_ACT_RELU);
+    /* ResNet's: the stem (3 colours, 7x7 / 2), a residual block conv over
+     * several 8-channel blocks and a map narrower than a vector */
+    check_qconv(pool, 2, 3, 20, 18, 16, 7, 2, 3, 128, 1, 0, TB_NN_ACT_RELU);
+    check_qconv(pool, 1, 64, 7, 7, 72, 3, 1, 1, 0, 1, 1, TB_NN_ACT_RELU);
     check_qgemm(pool, 2, 7, 37, 19, 128, 1, 0, TB_NN_ACT_RELU);
     check_qgemm(pool, 1, 65, 130, 70, 0, 1, 1, TB_NN_ACT_NONE);
     check_qgemm(pool, 3, 1, 64, 8, 200, 0, 1, TB_NN_ACT_RELU);

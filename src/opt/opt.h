@@ -77,9 +77,6 @@ typedef struct {
     int n_overrides;
 } tb_nn_quant_options;
 
-/* Conv with fewer input channels per group stay f32 (the stem). */
-#define TB_NN_QUANT_MIN_CHANNELS 16
-
 typedef struct {
     char device[16];   /* the target backend kind: "cpu" or "cuda"          */
     tb_dtype dtype;    /* weight precision wanted (f32, f16, bf16)           */

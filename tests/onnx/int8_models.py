@@ -3,7 +3,7 @@
 made with onnx.helper, and numpy evaluations of them in float64.
 
     /usr/bin/python3 tests/onnx/int8_models.py make OUTDIR
-        OUTDIR/convnet/model.onnx     f32: stem Conv 3->16 (stays f32), Conv +
+        OUTDIR/convnet/model.onnx     f32: stem Conv 3->16, Conv +
                                       BatchNormalization + Relu, a residual
                                       block, GlobalAveragePool, Gemm -> 10
         OUTDIR/convnet/calib/input_0_N.npy  calibration inputs (N = 0..7)

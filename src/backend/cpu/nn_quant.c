@@ -6,10 +6,15 @@
  * then tb_cpu_igemm against the packed weight with the epilogue fused (bias
  * per column, activation, residual (M, N)).
  *
- * QConv (one group; others run the reference): per image, x (C, H, W) is
- * quantized and transposed into uint8 (H, W, C) once, so that a row of the
- * im2row matrix (one output pixel, K = kh kw C) is kh kw copies of C
- * contiguous codes (padding: the zero point's code, which adds nothing);
+ * QConv on AVX-512 VNNI with stride 1 or 2, dilation 1, one group and
+ * activation none / ReLU (tb_cpu_iconv_supported): the direct int8 conv of
+ * igemm_conv.c over padded, 4-channel-interleaved codes of each chunk of
+ * images, straight into NCHW with the epilogue (two pool dispatches a chunk).
+ *
+ * Other QConv (one group; grouped ones run the reference): per image, x
+ * (C, H, W) is quantized and transposed into uint8 (H, W, C) once, so that
+ * a row of the im2row matrix (one output pixel, K = kh kw C) is kh kw
+ * copies of C contiguous codes (padding: the zero point's code, which adds nothing);
  * the weight is packed once in the same (M, kh, kw, C) order. A 1x1 stride-1
  * unpadded conv reads the (H W, C) codes directly. Each thread takes a range
  * of output pixels and runs tb_cpu_igemm on its own tiles (two pool
@@ -27,6 +32,7 @@
 
 /* A kind of the packed-weight cache beside nn_conv_impl.h's (1..4). */
 #define WPACK_IGEMM 0x51
+#define WPACK_ICONV 0x52
 
 static void epi_inputs(int flags, int n_in, int *bias, int *res) {
     int has_res = (flags & TB_NN_HAS_RESIDUAL) != 0;
@@ -229,12 +235,121 @@ static void conv_run(void *arg, int ith, int nth) {
 }
 
 #define QCONV_TILE_BYTES ((size_t)256 << 10) /* im2row codes per thread's tile, about */
+#define QCONV_CODES_BYTES ((size_t)4 << 20)  /* direct conv: codes of the images per chunk, about */
+
+/* ---------------------------------------------------------------- QConv, direct (igemm_conv.c) */
+
+typedef struct {
+    int64_t m, c;
+    int kh, kw;
+} iconv_pack_arg;
+
+static void iconv_pack_make(const float *w, float *dst, const void *arg) {
+    const iconv_pack_arg *a = arg;
+    tb_cpu_iconv_pack((const int8_t *)w, a->m, a->c, a->kh, a->kw, dst);
+}
+
+typedef struct {
+    const tb_iconv_geom *g;
+    const float *x; /* the first image's (C, H, W) */
+    int64_t n_img, chw;
+    float inv;
+    int zero;
+    uint8_t *q;
+    size_t q_stride;
+    uint8_t *tmp; /* stride 2: per thread, tmp_stride bytes */
+    size_t tmp_stride;
+} iconv_quant_job;
+
+/* the (image, 4-channel group) pairs split over the threads */
+static void iconv_quant_run(void *arg, int ith, int nth) {
+    const iconv_quant_job *j = arg;
+    int64_t cgs = j->g->cg, units = cgs * j->n_img, a = units * ith / nth, b = units * (ith + 1) / nth;
+    uint32_t *tmp = j->tmp ? (uint32_t *)(j->tmp + (size_t)ith * j->tmp_stride) : NULL;
+    for (int64_t u = a; u < b;) {
+        int64_t img = u / cgs, c0 = u % cgs, c1 = cgs < c0 + (b - u) ? cgs : c0 + (b - u);
+        tb_cpu_iconv_quantize(j->g, j->x + img * j->chw, j->inv, j->zero, j->q + (size_t)img * j->q_stride, tmp, c0,
+                              c1);
+        u += c1 - c0;
+    }
+}
+
+/* Threads take blocks of 8 output channels (each reads all the codes, a
+ * part of the weight) where there are enough, else ranges of vectors. */
+static void iconv_conv_run(void *arg, int ith, int nth) {
+    const tb_iconv_job *j = arg;
+    int64_t nb = j->nblocks, nv = j->g->nvec;
+    if (nb >= 2 * nth || nb % nth == 0) {
+        int64_t a = nb * ith / nth, b = nb * (ith + 1) / nth;
+        if (b > a) tb_cpu_iconv_run(j, a, b, 0, nv);
+    } else {
+        int64_t units = (nv + 2) / 3, a = units * ith / nth * 3, b = units * (ith + 1) / nth * 3;
+        if (b > nv) b = nv;
+        if (b > a) tb_cpu_iconv_run(j, 0, nb, a, b);
+    }
+}
+
+/* QConv by tb_cpu_iconv (the caller checked tb_cpu_iconv_supported): per
+ * chunk of images, the codes of the padded inputs (one pool dispatch), then
+ * the conv straight into y with the epilogue (another). */
+static tb_status qconv_direct(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view *in, int n_in, const tb_view *out,
+                              const tb_nn_conv_geom *cg, const tb_iconv_geom *gp) {
+    int flags = n->i[11], zero = n->i[12], bi, ri;
+    epi_inputs(flags, n_in, &bi, &ri);
+    tb_iconv_geom g = *gp;
+    if (g.oh != cg->oh || g.ow != cg->ow)
+        return tb_errorf(TB_ERR_INTERNAL, "QConv: direct geometry %lldx%lld, conv's %lldx%lld", (long long)g.oh,
+                         (long long)g.ow, (long long)cg->oh, (long long)cg->ow);
+    int64_t M = cg->m;
+    iconv_pack_arg pa = {M, cg->c, cg->kh, cg->kw};
+    size_t pbytes = tb_cpu_iconv_packed_bytes(M, cg->c, cg->kh, cg->kw);
+    const void *wp = tb_cpu_nn_wpack(ctx, n, 1, (const float *)in[1].data, WPACK_ICONV, M, cg->c,
+                                     (int64_t)cg->kh * 256 + cg->kw, (pbytes + 3) / 4, iconv_pack_make, &pa);
+    int nth = ctx->pool ? tb_pool_size(ctx->pool) : 1;
+    /* images in chunks of about QCONV_CODES_BYTES of codes: one quantize and
+     * one conv dispatch per chunk, the weights read once per chunk */
+    size_t qb = (tb_cpu_iconv_codes_bytes(&g) + 63) / 64 * 64;
+    int64_t chunk = (int64_t)(QCONV_CODES_BYTES / qb);
+    chunk = chunk < 1 ? 1 : chunk > cg->n ? cg->n : chunk;
+    size_t tb = g.s > 1 ? ((size_t)(g.hp * g.wp) * 4 + 63) / 64 * 64 : 0, all = qb * (size_t)chunk;
+    uint8_t *s = tb_cpu_nn_scratch(ctx, all + tb * (size_t)nth + (wp ? 0 : pbytes));
+    if (!s) return tb_errorf(TB_ERR_OOM, "QConv: out of memory for scratch");
+    if (!wp) {
+        iconv_pack_make(in[1].data, (float *)(s + all + tb * (size_t)nth), &pa);
+        wp = s + all + tb * (size_t)nth;
+    }
+    const float *x = in[0].data, *res = ri >= 0 ? in[ri].data : NULL;
+    float *y = out[0].data;
+    int64_t CHW = cg->c * cg->h * cg->w, P = cg->oh * cg->ow;
+    tb_iconv_job j;
+    memset(&j, 0, sizeof j);
+    j.g = &g, j.q = s, j.q_stride = qb, j.y_stride = M * P, j.w = wp, j.m = M, j.zero = zero, j.a_scale = n->f[2];
+    j.w_scale = in[2].data, j.bias = bi >= 0 ? in[bi].data : NULL;
+    j.act = n->i[10], j.after = (flags & TB_NN_ACT_AFTER_RESIDUAL) != 0;
+    tb_cpu_iconv_job_init(&j);
+    for (int64_t b = 0; b < cg->n; b += chunk) {
+        int64_t nb = cg->n - b < chunk ? cg->n - b : chunk;
+        iconv_quant_job qj = {&g, x + b * CHW, nb, CHW, 1.0f / n->f[2], zero, s, qb, tb ? s + all : NULL, tb};
+        run_on(ctx->pool, iconv_quant_run, &qj);
+        j.n_img = nb;
+        j.res = res ? res + b * M * P : NULL;
+        j.y = y + b * M * P;
+        run_on(ctx->pool, iconv_conv_run, &j);
+    }
+    return TB_OK;
+}
 
 static tb_status qconv_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view *in, int n_in, const tb_view *out,
                               int n_out) {
     tb_nn_conv_geom g;
     TB_TRY(tb_nn_conv_geometry(n, &in[0], &in[1], &g));
     if (g.group != 1) return tb_op_get_def(n->op)->ref(n, in, n_in, out, n_out);
+    if (tb_cpu_iconv_supported(g.c, g.kh, g.kw, g.sh, g.sw, g.dh, g.dw, g.group, n->i[10])) {
+        tb_iconv_geom ig;
+        tb_cpu_iconv_geometry(g.c, g.h, g.w, g.kh, g.kw, g.sh, g.pt, g.pl, g.pb, g.pr, &ig);
+        if (ig.plane < INT32_MAX / 4) /* the taps' byte offsets are int32 */
+            return qconv_direct(ctx, n, in, n_in, out, &g, &ig);
+    }
     int flags = n->i[11], zero = n->i[12], bi, ri;
     epi_inputs(flags, n_in, &bi, &ri);
     int64_t M = g.m, C = g.c, HW = g.h * g.w, P = g.oh * g.ow, KK = (int64_t)g.kh * g.kw, K = C * KK;
