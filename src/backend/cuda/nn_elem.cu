@@ -415,6 +415,112 @@ extern "C" cudaError_t tbn_layernorm(const tbn_ln_args *a, const void *x, const 
     return cudaGetLastError();
 }
 
+/* ---- split-K reduce + bias + residual + LayerNorm in one pass
+ *
+ * One warp a row, the row in registers as layernorm_f16_kernel: the sum of
+ * the f32 partial products (16-byte loads), the bias and the residual, then
+ * mean, centred variance and the affine LayerNorm, rounded once. Replaces
+ * cuBLAS's split-K reduce (or the matmul's epilogue) and the LayerNorm
+ * kernel after it (nn_backend.c run_matmul_ln). */
+
+/* 8 values of x (dt f16 or f32) from element j (a multiple of 8) */
+__device__ __forceinline__ void aln_ld8(const void *p, int dt, int64_t j, float *v) { ln_ld8(p, dt, j, v); }
+
+template <int NC>
+__global__ void __launch_bounds__(128) add_layernorm_kernel(tbn_addln_args a, const float *part, const void *bias,
+                                                             const void *res, const void *sc, const void *lb,
+                                                             void *y) {
+    const int lane = threadIdx.x & 31;
+    const int64_t row = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
+    if (row >= a.rows) return;
+    const int nc = (int)(a.N / 8);
+    const int64_t base = row * a.N, pstride = a.rows * a.N;
+    float v[NC][8];
+    float s = 0;
+#pragma unroll
+    for (int c = 0; c < NC; c++) {
+        const int ch = lane + 32 * c;
+        if (ch < nc) {
+            float r[8];
+            aln_ld8(res, a.dt, base + ch * 8, r);
+            if (bias) {
+                float b[8];
+                aln_ld8(bias, a.bdt, ch * 8, b);
+#pragma unroll
+                for (int e = 0; e < 8; e++) r[e] += b[e];
+            }
+            for (int k = 0; k < a.nsplit; k++) {
+                const float *pp = part + k * pstride + base + ch * 8;
+                const float4 p0 = *(const float4 *)pp, p1 = *(const float4 *)(pp + 4);
+                r[0] += p0.x, r[1] += p0.y, r[2] += p0.z, r[3] += p0.w;
+                r[4] += p1.x, r[5] += p1.y, r[6] += p1.z, r[7] += p1.w;
+            }
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                /* an f16 graph rounds the matmul's output (its LayerNorm input) to f16 */
+                v[c][e] = a.dt == TBN_F16 ? __half2float(__float2half_rn(r[e])) : r[e];
+                s += v[c][e];
+            }
+        }
+    }
+    const float mean = tbn_warp_sum(s) / (float)a.N;
+    float q = 0;
+#pragma unroll
+    for (int c = 0; c < NC; c++)
+        if (lane + 32 * c < nc)
+#pragma unroll
+            for (int e = 0; e < 8; e++) {
+                float d = v[c][e] - mean;
+                q += d * d;
+            }
+    const float rstd = rsqrtf(tbn_warp_sum(q) / (float)a.N + a.eps);
+#pragma unroll
+    for (int c = 0; c < NC; c++) {
+        const int ch = lane + 32 * c;
+        if (ch >= nc) continue;
+        float g[8], b[8] = {0, 0, 0, 0, 0, 0, 0, 0}, r[8];
+        ln_ld8(sc, a.sdt, ch * 8, g);
+        if (lb) ln_ld8(lb, a.lbdt, ch * 8, b);
+#pragma unroll
+        for (int e = 0; e < 8; e++) r[e] = (v[c][e] - mean) * rstd * g[e] + b[e];
+        if (a.dt == TBN_F16) {
+            uint4 u;
+            __half2 *h = (__half2 *)&u;
+#pragma unroll
+            for (int e = 0; e < 4; e++) h[e] = __floats2half2_rn(r[2 * e], r[2 * e + 1]);
+            *(uint4 *)((__half *)y + base + ch * 8) = u;
+        } else {
+            float *yo = (float *)y + base + ch * 8;
+            *(float4 *)yo = make_float4(r[0], r[1], r[2], r[3]);
+            *(float4 *)(yo + 4) = make_float4(r[4], r[5], r[6], r[7]);
+        }
+    }
+}
+
+static int aln_dt(int dt) { return dt == TBN_F16 || dt == TBN_F32; }
+
+extern "C" int tbn_add_layernorm_ok(const tbn_addln_args *a) {
+    return a->rows > 0 && a->N > 0 && a->N % 8 == 0 && a->N <= 4096 && a->nsplit >= 1 && a->nsplit <= 64 &&
+           aln_dt(a->dt) && aln_dt(a->bdt) && aln_dt(a->sdt) && aln_dt(a->lbdt) && a->rows <= 4ll * 0x7fffffff;
+}
+
+extern "C" cudaError_t tbn_add_layernorm(const tbn_addln_args *a, const float *part, const void *bias,
+                                         const void *res, const void *scale, const void *lbias, void *y,
+                                         cudaStream_t s) {
+    if (!tbn_add_layernorm_ok(a)) return cudaErrorInvalidValue;
+    const void *p[] = {part, bias, res, scale, lbias, y};
+    for (int k = 0; k < 6; k++)
+        if (!ln_al16(p[k]) && p[k]) return cudaErrorInvalidValue;
+    const int64_t chunks = a->N / 8;
+    const unsigned nb = (unsigned)((a->rows + 3) / 4);
+    if (chunks <= 32) add_layernorm_kernel<1><<<nb, 128, 0, s>>>(*a, part, bias, res, scale, lbias, y);
+    else if (chunks <= 64) add_layernorm_kernel<2><<<nb, 128, 0, s>>>(*a, part, bias, res, scale, lbias, y);
+    else if (chunks <= 128) add_layernorm_kernel<4><<<nb, 128, 0, s>>>(*a, part, bias, res, scale, lbias, y);
+    else if (chunks <= 256) add_layernorm_kernel<8><<<nb, 128, 0, s>>>(*a, part, bias, res, scale, lbias, y);
+    else add_layernorm_kernel<16><<<nb, 128, 0, s>>>(*a, part, bias, res, scale, lbias, y);
+    return cudaGetLastError();
+}
+
 /* ---------------------------------------------------------------- BatchNormalization */
 
 typedef struct {
