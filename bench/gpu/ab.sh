@@ -46,9 +46,10 @@ TB_CUDA_LN_FUSE_LOG=1 $T build "$W/big/bert_opset17/model.onnx" -o "$W/bert.engi
     --max-shapes input_ids:8x128,attention_mask:8x128 > "$OUT/build_bert.txt" 2>&1 || echo "FAIL: build bert"
 grep -iE "layernorm|top-1|max abs" "$OUT/build_bert.txt" | sort | uniq -c | head -12
 $T build "$W/big/resnet18_opset17/model.onnx" -o "$W/resnet.engine" --device cuda --dtype f16 \
-    --min-shapes input:1x3x224x224 --opt-shapes input:8x3x224x224 --max-shapes input:8x3x224x224 \
+    --min-shapes input:1x3x224x224 --opt-shapes input:8x3x224x224 --max-shapes input:8x3x224x224 --verbose \
     > "$OUT/build_resnet.txt" 2>&1 || echo "FAIL: build resnet"
 grep -iE "top-1|max abs" "$OUT/build_resnet.txt" | head -4
+grep -E "graph replays, ms" "$OUT/build_resnet.txt" | sed 's/.*Conv x //' | cut -c1-330 | head -24
 echo "== 3. BERT f16 outputs under each switch set"
 python3 - "$W/in" <<'PY'
 import os, sys
