@@ -8,7 +8,8 @@
 #    (SKIP_TESTS=1: not), with TEST_NW1=1 again with every short-sequence
 #    sdpa on 1-warp blocks (TB_CUDA_MHA_NW=1)
 # 2. BERT-base (seq 128) and ResNet-18 f16 engines built as onnx.sh builds
-#    them (TB_CUDA_LN_FUSE_LOG=1: which matmul + LayerNorm pairs run fused)
+#    them (TB_CUDA_LN_FUSE_LOG=1: which matmul + LayerNorm pairs run fused);
+#    ENGINES=DIR: onnx.sh's DIR/bert_f16.engine and resnet_f16.engine instead
 # 3. the BERT f16 engine on 4 random sequences under each switch set,
 #    against the default (max |d|) and against the f32-arithmetic attention
 # 4. GPU time of the replayed graph (TB_CUDA_GRAPH_TIMES=1) for each switch
@@ -38,6 +39,10 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     [ -n "${TEST_NW1:-}" ] && echo "TB_CUDA_MHA_NW=1: rc $?: $(grep -c ' ok' "$OUT/test_nw1.txt") ok, $(grep -c FAIL "$OUT/test_nw1.txt") FAIL"
     [ -n "${TEST_NW1:-}" ] && grep FAIL "$OUT/test_nw1.txt" | head -10
 fi
+if [ -n "${ENGINES:-}" ]; then # engines onnx.sh built: $ENGINES/bert_f16.engine, resnet_f16.engine
+    ln -sf "$ENGINES/bert_f16.engine" "$W/bert.engine"
+    ln -sf "$ENGINES/resnet_f16.engine" "$W/resnet.engine"
+else
 echo "== 2. engines"
 python3 "$SRC/tests/onnx/make_models.py" "$W/big" --models bert,resnet18 --opsets 17 --no-data > "$OUT/exports.txt" 2>&1 ||
     echo "FAIL: exports"
@@ -50,6 +55,7 @@ $T build "$W/big/resnet18_opset17/model.onnx" -o "$W/resnet.engine" --device cud
     > "$OUT/build_resnet.txt" 2>&1 || echo "FAIL: build resnet"
 grep -iE "top-1|max abs" "$OUT/build_resnet.txt" | head -4
 grep -E "graph replays, ms" "$OUT/build_resnet.txt" | sed 's/.*Conv x //' | cut -c1-330 | head -24
+fi
 echo "== 3. BERT f16 outputs under each switch set"
 python3 - "$W/in" <<'PY'
 import os, sys
