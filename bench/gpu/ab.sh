@@ -120,7 +120,7 @@ if [ -n "${PROFILE:-}" ]; then
     for spec in "resnet input:8x3x224x224 b8" "resnet input:1x3x224x224 b1" \
                 "bert input_ids:1x128,attention_mask:1x128 b1" "bert input_ids:8x128,attention_mask:8x128 b8"; do
         set -- $spec
-        TB_CUDA_GRAPH_TIMES=1 TB_CUDA_NODE_TIMES=1 $T bench --engine "$W/$1.engine" --device cuda --shapes "$2" \
+        TB_CUDA_LN_FUSE_LOG=1 TB_CUDA_GRAPH_TIMES=1 TB_CUDA_NODE_TIMES=1 $T bench --engine "$W/$1.engine" --device cuda --shapes "$2" \
             --duration 1 > "$OUT/nodes_$1_$3.txt" 2>&1
     done
 fi

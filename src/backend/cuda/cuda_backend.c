@@ -967,7 +967,7 @@ static tb_status cuda_run_node(tb_backend *b, const tb_graph *g, const tb_node *
         tb_status s = tbn_run_node(&c->nn, g, n, bufs, st);
         if (s != TB_OK && c->nn_mode == RUN_CAPTURE) nn_capture_abort(c);
         else if (c->nt_on && c->nn_mode == RUN_CAPTURE && c->nt_nodes == g->n_nodes)
-            cudaEventRecord(c->nt_ev[n - g->nodes + 1], c->stream);
+            cudaEventRecordWithFlags(c->nt_ev[n - g->nodes + 1], c->stream, cudaEventRecordExternal);
         return s;
     }
     int last = n == &g->nodes[g->n_nodes - 1];
@@ -1277,7 +1277,8 @@ static tb_status cuda_run_begin(tb_backend *b, const tb_graph *g, void *const *b
         if (c->nt_on) nt_prepare(c, g);
         CU_TRY(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeRelaxed), "begin graph capture");
         c->nn_mode = RUN_CAPTURE;
-        if (c->nt_on && c->nt_nodes == g->n_nodes) cudaEventRecord(c->nt_ev[0], c->stream);
+        /* External: an event record node in the graph (a plain record inside a capture only orders streams) */
+        if (c->nt_on && c->nt_nodes == g->n_nodes) cudaEventRecordWithFlags(c->nt_ev[0], c->stream, cudaEventRecordExternal);
     } else {
         e->runs++;
     }
