@@ -972,174 +972,6 @@ static void compute_cases(void) {
     }
 }
 
-static const char *test_dev = "cuda";
-/* A MatMul (+ bias + residual) whose output only a LayerNorm reads, as
- * one graph (BERT's projections before each residual LayerNorm): on cuda
- * the pair may run as a split-K product and one reduce-bias-residual-
- * LayerNorm kernel (nn_backend.c run_matmul_ln). Run with split forced
- * (TB_CUDA_LN_FUSE=split, and its log line checked; -1: timed against the
- * unfused pair, either kept), eagerly,
- * captured and replayed, against the reference kernels chained in f32 on the
- * same (f16-rounded) inputs; inplace: the LayerNorm's output shares the
- * residual's buffer (the memory plan may do that), so the inputs are
- * uploaded again before each run. */
-static void ln_graph_case(tb_dtype dt, int split, int inplace) {
-    enum { L_A, L_W, L_B, L_R, L_Y, L_S, L_LB, L_Z, L_NV };
-    const int64_t M = 37, K = 96, Nn = 64;
-    const int64_t dims[L_NV][3] = {[L_A] = {1, M, K}, [L_W] = {K, Nn}, [L_B] = {Nn}, [L_R] = {1, M, Nn},
-                                   [L_Y] = {1, M, Nn}, [L_S] = {Nn}, [L_LB] = {Nn}, [L_Z] = {1, M, Nn}};
-    const int rank[L_NV] = {3, 2, 1, 3, 3, 1, 1, 3};
-    const int is_in[L_NV] = {[L_A] = 1, [L_W] = 2, [L_B] = 2, [L_R] = 1, [L_S] = 2, [L_LB] = 2};
-    const double lo[L_NV] = {[L_A] = -1, [L_W] = -0.3, [L_B] = -0.5, [L_R] = -2, [L_S] = 0.5, [L_LB] = -1};
-    const double hi[L_NV] = {[L_A] = 1, [L_W] = 0.3, [L_B] = 0.5, [L_R] = 2, [L_S] = 1.5, [L_LB] = 1};
-    tb_node nodes[2];
-    nodes[0] = N(TB_OP_NN_MATMUL, 4, 1);
-    nodes[0].i[3] = TB_NN_HAS_BIAS | TB_NN_HAS_RESIDUAL;
-    nodes[0].in[0] = L_A, nodes[0].in[1] = L_W, nodes[0].in[2] = L_B, nodes[0].in[3] = L_R, nodes[0].out[0] = L_Y;
-    nodes[1] = N(TB_OP_LAYERNORM, 3, 1);
-    nodes[1].i[0] = 2;
-    nodes[1].f[0] = 1e-5f;
-    nodes[1].in[0] = L_Y, nodes[1].in[1] = L_S, nodes[1].in[2] = L_LB, nodes[1].out[0] = L_Z;
-    size_t es = dt == TB_F16 ? 2 : 4;
-    tb_view rv[L_NV], gv[L_NV];
-    void *ref[L_NV] = {0}, *host[L_NV] = {0}, *dev[L_NV] = {0}, *bufs[L_NV] = {0};
-    tb_value vals[L_NV];
-    memset(vals, 0, sizeof vals);
-    memset(rv, 0, sizeof rv);
-    memset(gv, 0, sizeof gv);
-    for (int v = 0; v < L_NV; v++) {
-        int64_t ne = nel(rank[v], dims[v]);
-        ref[v] = calloc((size_t)ne, 4);
-        host[v] = calloc((size_t)ne, es);
-        rv[v] = (tb_view){TB_F32, rank[v], {0}, ref[v]};
-        gv[v] = (tb_view){dt, rank[v], {0}, NULL};
-        memcpy(rv[v].dims, dims[v], sizeof(int64_t) * (size_t)rank[v]);
-        memcpy(gv[v].dims, dims[v], sizeof(int64_t) * (size_t)rank[v]);
-        if (is_in[v])
-            for (int64_t i = 0; i < ne; i++) {
-                put_d(dt, host[v], i, lo[v] + (hi[v] - lo[v]) * urand());
-                ((float *)ref[v])[i] = (float)get_d(dt, host[v], i);
-            }
-        snprintf(vals[v].name, sizeof vals[v].name, "v%d", v);
-        vals[v].kind = is_in[v] == 1 ? TB_VAL_INPUT : is_in[v] == 2 ? TB_VAL_WEIGHT : TB_VAL_ACT;
-        vals[v].dtype = dt;
-        vals[v].rank = rank[v];
-        memcpy(vals[v].dims, dims[v], sizeof(int64_t) * (size_t)rank[v]);
-    }
-    n_cases++;
-    int ok = 1;
-    char why[200] = "";
-    for (int k = 0; k < 2 && ok; k++) {
-        const tb_op_def *def = tb_op_get_def(nodes[k].op);
-        tb_view in[4];
-        for (int j = 0; j < nodes[k].n_in; j++) in[j] = rv[nodes[k].in[j]];
-        if (!def || !def->ref || def->ref(&nodes[k], in, nodes[k].n_in, &rv[nodes[k].out[0]], 1) != TB_OK) {
-            snprintf(why, sizeof why, "reference of node %d: %s", k, tb_last_error());
-            ok = 0;
-        }
-    }
-    tb_graph g;
-    memset(&g, 0, sizeof g);
-    g.values = vals;
-    g.n_values = g.cap_values = L_NV;
-    g.nodes = nodes;
-    g.n_nodes = g.cap_nodes = 2;
-    g.output = -1;
-    g.inputs[g.n_inputs++] = L_A;
-    g.inputs[g.n_inputs++] = L_R;
-    g.outputs[g.n_outputs++] = L_Z;
-    char sp[16];
-    snprintf(sp, sizeof sp, "%d", split);
-    if (split >= 0) setenv("TB_CUDA_LN_FUSE", sp, 1);
-    else unsetenv("TB_CUDA_LN_FUSE");
-    setenv("TB_CUDA_LN_FUSE_LOG", "1", 1);
-    int fused_lines = 0;
-    tb_backend *b = NULL, *keep = B;
-    if (ok && tb_backend_create(test_dev, 1, 0, &b) != TB_OK) {
-        snprintf(why, sizeof why, "backend: %s", tb_last_error());
-        ok = 0;
-    }
-    B = b;
-    for (int v = 0; ok && v < L_NV; v++) {
-        if (inplace && v == L_Z) { bufs[v] = bufs[L_R]; continue; }
-        dev[v] = b->iface->alloc(b, (size_t)nel(rank[v], dims[v]) * es);
-        bufs[v] = dev[v];
-        if (is_in[v] == 2) copy_to(dev[v], host[v], (size_t)nel(rank[v], dims[v]) * es);
-    }
-    for (int k = 0; ok && k < 2; k++)
-        if (!b->iface->supports_op(b, &g, &nodes[k])) {
-            snprintf(why, sizeof why, "node %d not supported", k);
-            ok = 0;
-        }
-    tb_step st;
-    memset(&st, 0, sizeof st);
-    st.views = gv;
-    double err = 0;
-    void *out = calloc((size_t)(M * Nn), es), *poison = malloc((size_t)(M * Nn) * es);
-    memset(poison, 0xff, (size_t)(M * Nn) * es);
-    for (int run = 0; run < 3 && ok; run++) {
-        copy_to(bufs[L_A], host[L_A], (size_t)(M * K) * es);
-        copy_to(bufs[L_R], host[L_R], (size_t)(M * Nn) * es);
-        if (!inplace) copy_to(bufs[L_Z], poison, (size_t)(M * Nn) * es);
-        if (run == 0) log_capture_begin();
-        tb_status s = b->iface->run_begin(b, &g, bufs, &st);
-        for (int k = 0; s == TB_OK && k < 2; k++) s = b->iface->run_node(b, &g, &nodes[k], bufs, &st);
-        if (s == TB_OK) s = b->iface->run_end(b, &g, bufs, &st);
-        if (run == 0 && cap_file) { /* the pair's log line: fused, and with how many slices */
-            fflush(stderr);
-            rewind(cap_file);
-            char line[1024];
-            while (fgets(line, sizeof line, cap_file))
-                fused_lines += strstr(line, "+ layernorm:") && strstr(line, " slices") && !strstr(line, "kept unfused");
-        }
-        if (run == 0) log_capture_end();
-        if (s != TB_OK) {
-            snprintf(why, sizeof why, "run %d: %s", run, tb_last_error());
-            ok = 0;
-            break;
-        }
-        copy_from(out, bufs[L_Z], (size_t)(M * Nn) * es);
-        double mx = 0, d = 0;
-        for (int64_t i = 0; i < M * Nn; i++) {
-            double r = ((float *)ref[L_Z])[i], x = get_d(dt, out, i), e = fabs(x - r);
-            if (fabs(r) > mx) mx = fabs(r);
-            if (e != e) e = INFINITY;
-            if (e > d) d = e;
-        }
-        double er = d / (mx > 0 ? mx : 1);
-        if (er > err) err = er;
-        if (!(err <= (dt == TB_F16 ? 1e-2 : 1e-4))) {
-            snprintf(why, sizeof why, "run %d (%s): error %.3g", run,
-                     run == 0 ? "eager" : run == 1 ? "captured" : "replayed", err);
-            ok = 0;
-        }
-    }
-    unsetenv("TB_CUDA_LN_FUSE");
-    unsetenv("TB_CUDA_LN_FUSE_LOG");
-    if (ok && split >= 1 && cap_file && fused_lines != 1) {
-        snprintf(why, sizeof why, "the pair did not run fused (%d log lines)", fused_lines);
-        ok = 0;
-    }
-    char what[64];
-    if (split >= 0) snprintf(what, sizeof what, "matmul+layernorm split %d%s", split, inplace ? " in place" : "");
-    else snprintf(what, sizeof what, "matmul+layernorm timed%s", inplace ? " in place" : "");
-    printf("  %-18s %-3s %-44s %s err %.2e%s%s\n", "graph", dt == TB_F16 ? "f16" : "f32", what, ok ? "ok  " : "FAIL",
-           err, ok ? "" : ": ", why);
-    if (!ok) {
-        n_fail++;
-        tb_test_failures++;
-    }
-    for (int v = 0; v < L_NV; v++) {
-        if (dev[v]) b->iface->free(b, dev[v]);
-        free(ref[v]);
-        free(host[v]);
-    }
-    free(out);
-    free(poison);
-    if (b) tb_backend_free(b);
-    B = keep;
-}
-
 /* A small f16 convolutional graph (a ResNet stem and block) run as one
  * graph: on cuda the backend holds the activations between the
  * convolutions, pools and adds channels-last (nn_layout.c) and transposes
@@ -1151,6 +983,7 @@ static void ln_graph_case(tb_dtype dt, int split, int inplace) {
  * cuDNN ran the convolutions, their info lines must say that x / y were
  * held channels-last. Bound 1e-2 of the largest output: the device rounds
  * each intermediate to f16 (five roundings deep), the reference does not. */
+static const char *test_dev = "cuda";
 enum { G_X, G_W1, G_B1, G_A, G_P, G_W2, G_B2, G_C, G_W3, G_B3, G_D, G_E, G_W4, G_B4, G_F, G_G, G_NV };
 static void layout_graph_case(void) {
     static const int64_t dims[G_NV][4] = {
@@ -1363,12 +1196,6 @@ int main(void) {
     compute_cases();
     conv_cases(on_cuda && off && !strcmp(off, "0") ? 1 : 0);
     if (on_cuda) layout_graph_case();
-    if (on_cuda) {
-        const int lsp[][2] = {{-1, 0}, {1, 0}, {3, 0}, {4, 1}, {2, 1}, {-1, 1}};
-        for (int dtk = 0; dtk < 2; dtk++)
-            for (size_t k = 0; k < sizeof lsp / sizeof lsp[0]; k++)
-                ln_graph_case(dtk ? TB_F16 : TB_F32, lsp[k][0], lsp[k][1]);
-    }
     if (on_cuda && !(off && !strcmp(off, "0"))) {
         /* the same convolutions on a backend with cuDNN off (the im2col
          * path), then, after a forced first pass, on one that times both

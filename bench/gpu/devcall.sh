@@ -1,6 +1,7 @@
 #!/bin/bash
-# one device call: correctness (test_nn_cuda, onnx.sh's exports and f16 checks), onnx.sh's timings against
-# PyTorch, then switches A/B and per-node times on onnx.sh's engines (bench/gpu/ab.sh)
+# bench/gpu/devcall.sh — one call on the GPU machine (run from the repository root, the packed binaries in
+# .devdata/gpu13d): correctness (test_nn_cuda, onnx.sh's exports and f16 checks), onnx.sh's timings against
+# PyTorch, then switches A/B on onnx.sh's engines (bench/gpu/ab.sh). AB_BERT / AB_RESNET as ab.sh reads them.
 set -u
 R=$OUT/r
 mkdir -p $R
@@ -20,9 +21,8 @@ grep -E "GPU time|graph of|model|FAIL|max\|d\||==|passed|ok " $R/onnx_stdout.txt
 grep -E "max abs err" $R/onnx/onnx_log.txt | head -4
 fi
 S=$(date +%s)
-SKIP_TESTS=1 ENGINES=/tmp/tb-onnx ROUNDS=${ROUNDS:-1} DUR=1 PROFILE=1 TB_PREBUILT=/tmp/pb OUT=$R/ab \
+SKIP_TESTS=1 ENGINES=/tmp/tb-onnx ROUNDS=${ROUNDS:-1} DUR=1 TB_PREBUILT=/tmp/pb OUT=$R/ab \
     timeout ${T_AB:-170} bash bench/gpu/ab.sh > $R/ab_stdout.txt 2>&1
 echo "ab.sh rc=$? ($(( $(date +%s) - S )) s)"
 tail -45 $R/ab_stdout.txt | cut -c1-220
-for f in $R/ab/nodes_*.txt; do echo "-- $f"; grep -E "node times|  node " $f | head -14 | sed 's/turbine warn: cuda: //' | cut -c1-120; done
 tar -C $OUT -czf $OUT/r.tgz r

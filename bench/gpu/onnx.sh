@@ -106,9 +106,6 @@ m[3, 17:] = -10000.0
 for k, a in enumerate([ids, m]):
     open(f"{d}/input_{k}.pb", "wb").write(numpy_helper.from_array(a).SerializeToString())
 PY
-    # (the matmul + LayerNorm fusion off in this step: whether it runs is timed per process, and these
-    # outputs must be identical; bench/gpu/ab.sh compares it against the unfused pair)
-    export TB_CUDA_LN_FUSE=0
     $T exec "$W/bert_f16.engine" --inputs "$W/f16in" --outputs "$W/f16_fold" >> "$LOG" 2>&1 || say "FAIL: exec f16"
     TB_CUDA_FOLD_TRANSPOSE=0 $T exec "$W/bert_f16.engine" --inputs "$W/f16in" --outputs "$W/f16_nofold" \
         >> "$LOG" 2>&1 || say "FAIL: exec f16 unfolded"
@@ -134,7 +131,6 @@ for f in sorted(glob.glob(f"{w}/f16_fold/*.pb")):
           f"(max|x| {top:.3g})")
 print(f"f16 attention check: {'FAIL' if bad else 'ok'}")
 PY
-    unset TB_CUDA_LN_FUSE
 fi
 if [ -n "${TB_F16:-}" ] && [ -z "${TB_SKIP_TIMING:-}" ] && [ -z "${TB_SKIP_PASSES:-}" ] && [ -f "$W/bert_f16.engine" ] &&
     [ -d "$W/f16in" ]; then

@@ -181,15 +181,6 @@ typedef struct {
     cudaEvent_t gt0, gt1;
     double gt_sum, gt_min;
     long gt_n;
-    /* TB_CUDA_NODE_TIMES=1 (with the graph times): an event after each node
-     * of a captured general run, so each replay also gives every node's GPU
-     * time (the event nodes add a little to the total); the slowest nodes
-     * are reported when the backend is destroyed */
-    int nt_on, nt_cap, nt_nodes;
-    cudaEvent_t *nt_ev;
-    double *nt_sum;
-    long nt_n;
-    struct nt_info { const char *op; char name[56]; } *nt_info;
     int nn_mode;              /* RUN_* of the current general run             */
     int prefill_flash;        /* 1: such runs take the flash kernel where it
                                * handles the shape (f16 cache, hd 64 / 128);
@@ -966,8 +957,6 @@ static tb_status cuda_run_node(tb_backend *b, const tb_graph *g, const tb_node *
         if (!c->nn.stream) { c->nn.stream = c->stream; c->nn.blas = c->blas; }
         tb_status s = tbn_run_node(&c->nn, g, n, bufs, st);
         if (s != TB_OK && c->nn_mode == RUN_CAPTURE) nn_capture_abort(c);
-        else if (c->nt_on && c->nn_mode == RUN_CAPTURE && c->nt_nodes == g->n_nodes)
-            cudaEventRecordWithFlags(c->nt_ev[n - g->nodes + 1], c->stream, cudaEventRecordExternal);
         return s;
     }
     int last = n == &g->nodes[g->n_nodes - 1];
@@ -1169,56 +1158,6 @@ static void nn_capture_abort(cuda_ctx *c) {
     c->nn_mode = RUN_EAGER;
 }
 
-/* TB_CUDA_NODE_TIMES: events and sums for graph g's nodes (a graph of
- * another size starts the sums again) */
-static void nt_prepare(cuda_ctx *c, const tb_graph *g) {
-    int n = g->n_nodes;
-    if (n != c->nt_nodes) {
-        c->nt_nodes = 0;
-        c->nt_n = 0;
-        if (n + 1 > c->nt_cap) {
-            cudaEvent_t *ev = realloc(c->nt_ev, sizeof *ev * (size_t)(n + 1));
-            if (!ev) return;
-            c->nt_ev = ev;
-            for (int k = c->nt_cap; k < n + 1; k++)
-                if (cudaEventCreate(&c->nt_ev[k]) != cudaSuccess) { c->nt_cap = k; cudaGetLastError(); return; }
-            c->nt_cap = n + 1;
-        }
-        double *sm = realloc(c->nt_sum, sizeof *sm * (size_t)n);
-        struct nt_info *in = realloc(c->nt_info, sizeof *in * (size_t)n);
-        if (sm) c->nt_sum = sm;
-        if (in) c->nt_info = in;
-        if (!sm || !in) return;
-        for (int k = 0; k < n; k++) {
-            c->nt_sum[k] = 0;
-            c->nt_info[k].op = tb_op_name(g->nodes[k].op);
-            snprintf(c->nt_info[k].name, sizeof c->nt_info[k].name, "%s",
-                     g->nodes[k].n_out > 0 ? g->values[g->nodes[k].out[0]].name : "");
-        }
-        c->nt_nodes = n;
-    }
-}
-
-static void nt_report(cuda_ctx *c) {
-    if (!c->nt_on || !c->nt_n || !c->nt_nodes) return;
-    int n = c->nt_nodes, *ord = malloc(sizeof *ord * (size_t)n);
-    if (!ord) return;
-    double tot = 0;
-    for (int k = 0; k < n; k++) { ord[k] = k; tot += c->nt_sum[k]; }
-    for (int i = 1; i < n; i++) /* slowest first */
-        for (int j = i; j > 0 && c->nt_sum[ord[j]] > c->nt_sum[ord[j - 1]]; j--) {
-            int t = ord[j]; ord[j] = ord[j - 1]; ord[j - 1] = t;
-        }
-    tb_log(TB_LOG_WARN, "cuda: node times over %ld replays (TB_CUDA_NODE_TIMES, events between nodes): %.4f ms a replay",
-           c->nt_n, tot / (double)c->nt_n);
-    for (int i = 0; i < n; i++) {
-        int k = ord[i];
-        tb_log(TB_LOG_WARN, "cuda:   node %4d %-20s %-48s %8.2f us", k, c->nt_info[k].op, c->nt_info[k].name,
-               1000.0 * c->nt_sum[k] / (double)c->nt_n);
-    }
-    free(ord);
-}
-
 static tb_status cuda_run_begin(tb_backend *b, const tb_graph *g, void *const *bufs, const tb_step *st) {
     cuda_ctx *c = b->ctx;
     if (c->nn_mode == RUN_CAPTURE) nn_capture_abort(c); /* a run that never ended */
@@ -1243,16 +1182,6 @@ static tb_status cuda_run_begin(tb_backend *b, const tb_graph *g, void *const *b
         }
         cudaGetLastError();
         c->gt_pending = 0;
-        if (c->nt_on && c->nt_nodes > 0) {
-            int ok = 1;
-            for (int k = 0; k < c->nt_nodes && ok; k++) {
-                float d = 0;
-                ok = cudaEventElapsedTime(&d, c->nt_ev[k], c->nt_ev[k + 1]) == cudaSuccess;
-                if (ok) c->nt_sum[k] += d;
-            }
-            c->nt_n += ok;
-            cudaGetLastError();
-        }
     }
     uint64_t key = nn_run_key(g, bufs, st);
     nn_graph *e = NULL;
@@ -1274,11 +1203,8 @@ static tb_status cuda_run_begin(tb_backend *b, const tb_graph *g, void *const *b
     if (e->exec) {
         c->nn_mode = RUN_REPLAY;
     } else if (e->runs >= 1) {
-        if (c->nt_on) nt_prepare(c, g);
         CU_TRY(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeRelaxed), "begin graph capture");
         c->nn_mode = RUN_CAPTURE;
-        /* External: an event record node in the graph (a plain record inside a capture only orders streams) */
-        if (c->nt_on && c->nt_nodes == g->n_nodes) cudaEventRecordWithFlags(c->nt_ev[0], c->stream, cudaEventRecordExternal);
     } else {
         e->runs++;
     }
@@ -1329,11 +1255,6 @@ static void cuda_destroy(tb_backend *b) {
         tb_log(TB_LOG_WARN, "cuda: %ld graph replays of general runs: GPU time mean %.4f ms, min %.4f ms "
                "(TB_CUDA_GRAPH_TIMES, CUDA events around each replay)", c->gt_n, c->gt_sum / (double)c->gt_n,
                c->gt_min);
-    nt_report(c);
-    for (int k = 0; k < c->nt_cap; k++) cudaEventDestroy(c->nt_ev[k]);
-    free(c->nt_ev);
-    free(c->nt_sum);
-    free(c->nt_info);
     if (c->gt0) cudaEventDestroy(c->gt0);
     if (c->gt1) cudaEventDestroy(c->gt1);
     graphs_clear(c);
@@ -1520,8 +1441,6 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     const char *gtimes = getenv("TB_CUDA_GRAPH_TIMES");
     if (gtimes && !strcmp(gtimes, "1") && cudaEventCreate(&c->gt0) == cudaSuccess && cudaEventCreate(&c->gt1) == cudaSuccess)
         c->gt_on = 1;
-    const char *ntimes = getenv("TB_CUDA_NODE_TIMES");
-    c->nt_on = c->gt_on && ntimes && !strcmp(ntimes, "1");
     cudaGetLastError();
     const char *xe = getenv("TB_CUDA_X16");
     c->x16 = !(xe && !strcmp(xe, "0"));

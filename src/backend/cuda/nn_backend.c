@@ -152,13 +152,6 @@ void tbn_ctx_free(tbn_ctx *x) {
     x->acc = x->col = NULL;
     free(x->lt_picks);
     x->lt_picks = NULL;
-    cudaFree(x->lnf_part);
-    cudaFree(x->lnf_tmp);
-    x->lnf_part = NULL;
-    x->lnf_tmp = NULL;
-    x->lnf_part_bytes = x->lnf_tmp_bytes = 0;
-    x->n_lnf_picks = 0;
-    x->lnf_g = NULL;
     x->n_lt_picks = x->cap_lt_picks = 0;
     x->acc_bytes = x->col_bytes = 0;
 }
@@ -1269,219 +1262,6 @@ static tb_status run_resize(tbn_ctx *x, const tb_node *n, const tb_view *in, int
 
 /* ---------------------------------------------------------------- dispatch */
 
-/* ---- a matmul whose output only the next node, a LayerNorm, reads
- *
- * BERT's attention output projection and second FFN product: y = a b +
- * bias + residual, then LayerNorm(y), with y read by nothing else. The pair
- * can run as a split-K product into f32 partials (one strided-batched
- * cuBLAS call, the K slices as batches) and one kernel that sums the
- * partials, the bias and the residual and normalises the row
- * (tbn_add_layernorm): two kernels instead of the product (plus cuBLAS's
- * own split-K reduce, at batch 1) and the LayerNorm, and y never goes to
- * memory. Whether, and with how many slices, is timed on the pair's first
- * eager run per shape as CUDA-graph replays against the unfused pair (the
- * same way as cuBLASLt's algorithms); the timed variants write scratch
- * outputs only (y's LayerNorm output may share the residual's buffer).
- * TB_CUDA_LN_FUSE=0: never; =S (1..8): S slices untimed where 8 S divides K. */
-static int lnf_on(void) {
-    const char *e = getenv("TB_CUDA_LN_FUSE"); /* read each time: tests switch it */
-    return !(e && !strcmp(e, "0"));
-}
-
-typedef struct {
-    int64_t M, N, K;
-    int tb;
-    tb_dtype dt;
-    const void *A, *B, *bias, *res, *scale, *lbias;
-    tbn_addln_args aa;
-    const tb_node *n, *l;     /* the matmul and its LayerNorm */
-    tb_view in[TB_MAX_INPUTS], lin[TB_MAX_INPUTS], o, lo;
-    const void *ib[TB_MAX_INPUTS], *lib[TB_MAX_INPUTS];
-    int n_in;
-} lnf_pair_args;
-
-/* The pair of matmul node k and LayerNorm k + 1 when it can run fused
- * (fills p), else 0. */
-static int lnf_pair(const tb_graph *g, void *const *bufs, const tb_step *st, int k, lnf_pair_args *p) {
-    if (!lnf_on() || k < 0 || k + 1 >= g->n_nodes) return 0;
-    const tb_node *n = &g->nodes[k], *l = &g->nodes[k + 1];
-    if (n->op != TB_OP_NN_MATMUL || n->n_out != 1 || l->op != TB_OP_LAYERNORM || l->n_out != 1 || l->n_in < 2 ||
-        l->n_in > 3 || n->n_in > TB_MAX_INPUTS)
-        return 0;
-    int y = n->out[0], flags = n->i[3];
-    if (l->in[0] != y || is_graph_output(g, y) || sole_reader(g, y) != k + 1) return 0;
-    if (!(flags & TB_NN_HAS_RESIDUAL) || n->i[2] != TB_NN_ACT_NONE || (n->f[0] != 0.0f && n->f[0] != 1.0f) ||
-        n->i[0])
-        return 0;
-    const tb_view *a = &st->views[n->in[0]], *b = &st->views[n->in[1]], *o = &st->views[y];
-    tb_dtype dt = o->dtype;
-    if ((dt != TB_F16 && dt != TB_F32) || a->dtype != dt || b->dtype != dt || a->rank < 2 || b->rank != 2) return 0;
-    int bi, ri;
-    epi_inputs(flags, n->n_in, &bi, &ri);
-    int64_t K = a->dims[a->rank - 1], N = b->dims[n->i[1] ? 0 : 1];
-    if (b->dims[n->i[1] ? 1 : 0] != K || o->rank < 1 || o->dims[o->rank - 1] != N || K <= 0) return 0;
-    int64_t M = numel(o) / N;
-    if (numel(a) != M * K || M <= 0) return 0;
-    const tb_view *r = &st->views[n->in[ri]];
-    if (r->dtype != dt || numel(r) != M * N) return 0;
-    if (bi >= 0) {
-        const tb_view *bv = &st->views[n->in[bi]];
-        if (numel(bv) != N || (bv->dtype != TB_F16 && bv->dtype != TB_F32)) return 0;
-    }
-    const tb_view *lx = &st->views[l->in[0]], *lo = &st->views[l->out[0]];
-    if (l->i[0] != lx->rank - 1 || lo->dtype != dt || numel(lo) != M * N) return 0;
-    for (int j = 1; j < l->n_in; j++) {
-        const tb_view *pv = &st->views[l->in[j]];
-        if (numel(pv) != N || (pv->dtype != TB_F16 && pv->dtype != TB_F32)) return 0;
-    }
-    memset(p, 0, sizeof *p);
-    p->M = M, p->N = N, p->K = K, p->tb = n->i[1], p->dt = dt;
-    p->n = n, p->l = l, p->n_in = n->n_in;
-    for (int j = 0; j < n->n_in; j++) { p->in[j] = st->views[n->in[j]]; p->ib[j] = bufs[n->in[j]]; }
-    for (int j = 0; j < l->n_in; j++) { p->lin[j] = st->views[l->in[j]]; p->lib[j] = bufs[l->in[j]]; }
-    p->o = *o;
-    p->lo = *lo;
-    p->A = bufs[n->in[0]], p->B = bufs[n->in[1]], p->res = bufs[n->in[ri]];
-    p->bias = bi >= 0 ? bufs[n->in[bi]] : NULL;
-    p->scale = bufs[l->in[1]];
-    p->lbias = l->n_in > 2 ? bufs[l->in[2]] : NULL;
-    p->aa.rows = M, p->aa.N = N, p->aa.dt = dt, p->aa.eps = l->f[0];
-    p->aa.bdt = bi >= 0 ? st->views[n->in[bi]].dtype : dt;
-    p->aa.sdt = st->views[l->in[1]].dtype;
-    p->aa.lbdt = l->n_in > 2 ? st->views[l->in[2]].dtype : dt;
-    p->aa.nsplit = 1;
-    const void *al[] = {p->bias, p->res, p->scale, p->lbias, bufs[l->out[0]]};
-    for (int j = 0; j < 5; j++)
-        if ((uintptr_t)al[j] & 15) return 0; /* the kernel's 16-byte loads and stores */
-    if (!tbn_add_layernorm_ok(&p->aa)) return 0;
-    return 1;
-}
-
-/* the split-K product (split slices of K / split) into x->lnf_part, then
- * the reduce-LayerNorm into out */
-static tb_status lnf_run_split(tbn_ctx *x, lnf_pair_args *p, int split, void *out) {
-    int64_t Kc = p->K / split;
-    cudaDataType_t at = p->dt == TB_F16 ? CUDA_R_16F : CUDA_R_32F;
-    float one = 1.0f, zero = 0.0f;
-    /* column-major: part_k^T (N, M) = op(B_k) (N, Kc) A_k^T (Kc, M) */
-    cublasStatus_t bs = cublasGemmStridedBatchedEx(
-        x->blas, p->tb ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, (int)p->N, (int)p->M, (int)Kc, &one, p->B, at,
-        (int)(p->tb ? p->K : p->N), (long long)(p->tb ? Kc : Kc * p->N), p->A, at, (int)p->K, (long long)Kc, &zero,
-        x->lnf_part, CUDA_R_32F, (int)p->N, (long long)(p->M * p->N), split, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    if (bs != CUBLAS_STATUS_SUCCESS)
-        return tb_errorf(TB_ERR_INTERNAL, "cublas: split-K matmul %lld x %lld x %lld / %d failed (status %d)",
-                         (long long)p->M, (long long)p->N, (long long)p->K, split, (int)bs);
-    tbn_addln_args aa = p->aa;
-    aa.nsplit = split;
-    CU(tbn_add_layernorm(&aa, x->lnf_part, p->bias, p->res, p->scale, p->lbias, out, x->stream),
-       "add-layernorm launch");
-    return TB_OK;
-}
-
-/* the unfused pair into y and out */
-static tb_status lnf_run_pair(tbn_ctx *x, lnf_pair_args *p, void *y, void *out) {
-    TB_TRY(run_matmul(x, p->n, p->in, p->n_in, &p->o, p->ib, y));
-    const void *lib[3] = {y, p->lib[1], p->l->n_in > 2 ? p->lib[2] : NULL};
-    return run_layernorm(x, p->l, p->lin, p->l->n_in, &p->lo, lib, out);
-}
-
-/* variant split (0: the unfused pair) into the scratch outputs, as
- * CUDA-graph replays of 5 runs: ms a run, or -1 */
-static float lnf_time(tbn_ctx *x, lnf_pair_args *p, int split) {
-    size_t ys = (size_t)(p->M * p->N) * dt_size(p->dt);
-    char *ty = (char *)x->lnf_tmp, *to = ty + ((ys + 255) / 256) * 256;
-    tb_status st = split ? lnf_run_split(x, p, split, to) : lnf_run_pair(x, p, ty, to);
-    if (st != TB_OK || cudaStreamSynchronize(x->stream) != cudaSuccess) { cudaGetLastError(); return -1; }
-    cudaGraph_t gr = NULL;
-    cudaGraphExec_t ge = NULL;
-    cudaEvent_t a = NULL, b = NULL;
-    float ms = -1;
-    if (cudaEventCreate(&a) == cudaSuccess && cudaEventCreate(&b) == cudaSuccess &&
-        cudaStreamBeginCapture(x->stream, cudaStreamCaptureModeRelaxed) == cudaSuccess) {
-        int ok = 1;
-        for (int r = 0; r < 5 && ok; r++)
-            ok = (split ? lnf_run_split(x, p, split, to) : lnf_run_pair(x, p, ty, to)) == TB_OK;
-        cudaError_t ce = cudaStreamEndCapture(x->stream, &gr);
-        if (ok && ce == cudaSuccess && gr && cudaGraphInstantiate(&ge, gr, 0) == cudaSuccess &&
-            cudaGraphLaunch(ge, x->stream) == cudaSuccess && cudaEventRecord(a, x->stream) == cudaSuccess &&
-            cudaGraphLaunch(ge, x->stream) == cudaSuccess && cudaEventRecord(b, x->stream) == cudaSuccess &&
-            cudaEventSynchronize(b) == cudaSuccess && cudaEventElapsedTime(&ms, a, b) == cudaSuccess)
-            ms /= 5;
-        else
-            ms = -1;
-    }
-    cudaGetLastError();
-    if (ge) cudaGraphExecDestroy(ge);
-    if (gr) cudaGraphDestroy(gr);
-    if (a) cudaEventDestroy(a);
-    if (b) cudaEventDestroy(b);
-    return ms;
-}
-
-static const int lnf_splits[] = {1, 2, 3, 4, 6, 8};
-
-/* 1: matmul node k and its LayerNorm ran fused (the LayerNorm node then
- * enqueues nothing); 0: the caller runs the matmul as usual */
-static int run_matmul_ln(tbn_ctx *x, const tb_graph *g, int k, void *const *bufs, const tb_step *st, tb_status *rs) {
-    *rs = TB_OK;
-    lnf_pair_args p;
-    if (!lnf_pair(g, bufs, st, k, &p)) return 0;
-    uint64_t key = lt_key(p.M, p.N, p.K, 0, p.tb, p.dt, 1, p.bias != NULL, p.aa.bdt, 0x4c4e, p.aa.sdt);
-    int split = -1;
-    for (int i = 0; i < x->n_lnf_picks; i++)
-        if (x->lnf_picks[i].key == key) split = x->lnf_picks[i].split;
-    enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-    cudaStreamIsCapturing(x->stream, &cs);
-    /* TB_CUDA_LN_FUSE=S (2..8): S slices wherever they divide K, untimed (tests) */
-    const char *fe = getenv("TB_CUDA_LN_FUSE");
-    int force = fe ? atoi(fe) : 0;
-    if (split < 0 && force >= 1 && force <= 8 && p.K % (8 * force) == 0 && cs == cudaStreamCaptureStatusNone &&
-        x->n_lnf_picks < (int)(sizeof x->lnf_picks / sizeof x->lnf_picks[0]) &&
-        grow(x, (void **)&x->lnf_part, &x->lnf_part_bytes, (size_t)(force * p.M * p.N) * 4, "split-K partials") == TB_OK) {
-        split = force;
-        if (getenv("TB_CUDA_LN_FUSE_LOG"))
-            fprintf(stderr, "cuda: matmul %lld x %lld x %lld + layernorm: %d slices (forced)\n", (long long)p.M,
-                    (long long)p.N, (long long)p.K, split);
-        x->lnf_picks[x->n_lnf_picks].key = key;
-        x->lnf_picks[x->n_lnf_picks].split = split;
-        x->n_lnf_picks++;
-    }
-    cudaGetLastError();
-    if (split < 0) {
-        /* a shape first seen while capturing runs unfused and is not remembered */
-        if (cs != cudaStreamCaptureStatusNone || x->n_lnf_picks >= (int)(sizeof x->lnf_picks / sizeof x->lnf_picks[0]))
-            return 0;
-        int smax = 0;
-        for (size_t i = 0; i < sizeof lnf_splits / sizeof lnf_splits[0]; i++)
-            if (p.K % (8 * lnf_splits[i]) == 0) smax = lnf_splits[i];
-        size_t ys = (size_t)(p.M * p.N) * dt_size(p.dt);
-        if (!smax || grow(x, (void **)&x->lnf_part, &x->lnf_part_bytes, (size_t)(smax * p.M * p.N) * 4, "split-K partials") != TB_OK ||
-            grow(x, &x->lnf_tmp, &x->lnf_tmp_bytes, 2 * (((ys + 255) / 256) * 256), "layernorm scratch") != TB_OK) {
-            cudaGetLastError();
-            return 0;
-        }
-        float base = lnf_time(x, &p, 0), best = -1;
-        split = 0;
-        for (size_t i = 0; i < sizeof lnf_splits / sizeof lnf_splits[0] && base >= 0; i++) {
-            int sp = lnf_splits[i];
-            if (p.K % (8 * sp)) continue;
-            float ms = lnf_time(x, &p, sp);
-            if (ms >= 0 && ms < base * 0.98f && (best < 0 || ms < best)) { best = ms; split = sp; }
-        }
-        if (getenv("TB_CUDA_LN_FUSE_LOG"))
-            fprintf(stderr, "cuda: matmul %lld x %lld x %lld + layernorm: unfused %.4f ms, fused %.4f ms with %d slices%s\n",
-                    (long long)p.M, (long long)p.N, (long long)p.K, base, best, split, split ? "" : " (kept unfused)");
-        x->lnf_picks[x->n_lnf_picks].key = key;
-        x->lnf_picks[x->n_lnf_picks].split = split;
-        x->n_lnf_picks++;
-    }
-    if (!split || (size_t)(split * p.M * p.N) * 4 > x->lnf_part_bytes) return 0;
-    *rs = lnf_run_split(x, &p, split, bufs[p.l->out[0]]);
-    x->lnf_g = g;
-    x->lnf_skip = k + 1;
-    return 1;
-}
-
 tb_status tbn_run_node(tbn_ctx *x, const tb_graph *g, const tb_node *n, void *const *bufs, const tb_step *st) {
     NEEDR(st && st->views, "cuda: general op %s without the run's views", tb_op_name(n->op));
     tb_view in[TB_MAX_INPUTS];
@@ -1515,10 +1295,6 @@ tb_status tbn_run_node(tbn_ctx *x, const tb_graph *g, const tb_node *n, void *co
         return TB_OK;
     }
     case TB_OP_LAYERNORM:
-        if (x->lnf_g == g && x->lnf_skip == node_index(g, n)) { /* its matmul ran it (run_matmul_ln) */
-            x->lnf_skip = -1;
-            return TB_OK;
-        }
         return run_layernorm(x, n, in, n_in, o, ib, ob);
     case TB_OP_BATCHNORM: {
         const void *p[4] = {ib[1], ib[2], ib[3], ib[4]};
@@ -1664,12 +1440,8 @@ tb_status tbn_run_node(tbn_ctx *x, const tb_graph *g, const tb_node *n, void *co
         return run_conv(x, g, n, in, n_in, o, ib, ob);
     case TB_OP_GEMM:
         return run_gemm(x, n, in, n_in, o, ib, ob);
-    case TB_OP_NN_MATMUL: {
-        tb_status ls;
-        x->lnf_g = NULL;
-        if (run_matmul_ln(x, g, node_index(g, n), bufs, st, &ls)) return ls;
+    case TB_OP_NN_MATMUL:
         return run_matmul(x, n, in, n_in, o, ib, ob);
-    }
     case TB_OP_SDPA:
         return run_sdpa(x, g, n, in, n_in, o, ib, ob, bufs, st);
     default:

@@ -38,16 +38,6 @@ typedef struct {
     tbn_layout lay;          /* channels-last activations (nn_layout.c) */
     void *lx, *ly, *lr;      /* (N, C, H, W) copies for a channels-last conv on im2col */
     size_t lx_bytes, ly_bytes, lr_bytes;
-    /* matmul + LayerNorm pairs run as split-K + one reduce-LayerNorm kernel
-     * (nn_backend.c run_matmul_ln) */
-    float *lnf_part;         /* the split-K partial products (f32)      */
-    size_t lnf_part_bytes;
-    void *lnf_tmp;           /* outputs of the timed variants           */
-    size_t lnf_tmp_bytes;
-    struct { uint64_t key; int split; } lnf_picks[32]; /* per shape: splits, 0 the unfused pair */
-    int n_lnf_picks;
-    const tb_graph *lnf_g;   /* the LayerNorm node the last matmul ran  */
-    int lnf_skip;            /* (index in lnf_g), or -1                 */
 } tbn_ctx;
 
 /* Whether the backend runs node n (a general op) with its graph dtypes. */

@@ -80,22 +80,6 @@ typedef struct {
 cudaError_t tbn_layernorm(const tbn_ln_args *a, const void *x, const void *scale, const void *bias, void *y,
                           cudaStream_t s);
 
-/* y = LayerNorm(sum_k part[k] + bias + res) over rows of N: the split-K
- * partial products part (nsplit x rows x N, f32) of a matmul reduced with
- * its bias (N, bdt; may be NULL) and residual (rows x N, dt), then the
- * LayerNormalization of the sum with scale / lbias (N, sdt / lbdt; lbias may
- * be NULL) into y (dt, may be res itself: each row is read before it is
- * written). dt f16 or f32, N a multiple of 8 up to 4096, pointers 16-byte
- * aligned (tbn_add_layernorm_ok). */
-typedef struct {
-    int64_t rows, N;
-    int nsplit, dt, bdt, sdt, lbdt;
-    float eps;
-} tbn_addln_args;
-int tbn_add_layernorm_ok(const tbn_addln_args *a);
-cudaError_t tbn_add_layernorm(const tbn_addln_args *a, const float *part, const void *bias, const void *res,
-                              const void *scale, const void *lbias, void *y, cudaStream_t s);
-
 /* BatchNormalization (inference): x (N, C, S); params p[0..3] = scale, bias,
  * mean, var, each of pn[k] elements (C or 1) of dtype pdt[k]. */
 cudaError_t tbn_batchnorm(const void *x, void *y, int dt, int64_t N, int64_t C, int64_t S, const void *const *p,
