@@ -1,12 +1,13 @@
 #!/bin/bash
-# bench/gpu/devcall.sh — one call on the GPU machine (run from the repository root, the packed binaries in
-# .devdata/gpu13d): correctness (test_nn_cuda, onnx.sh's exports and f16 checks), onnx.sh's timings against
+# bench/gpu/devcall.sh — one run on the GPU machine (run from the repository root, the packed binaries in
+# $TB_DEVDATA): correctness (test_nn_cuda, onnx.sh's exports and f16 checks), onnx.sh's timings against
 # PyTorch, then switches A/B on onnx.sh's engines (bench/gpu/ab.sh). AB_BERT / AB_RESNET as ab.sh reads them.
 set -u
+D=${TB_DEVDATA:-.devdata/gpu13d} # the packed binaries (bench/gpu/pack.sh), optionally newer ab.sh / onnx.sh
 R=$OUT/r
 mkdir -p $R
-tar -C /tmp -xJf .devdata/gpu13d/prebuilt.tar.xz || exit 1
-cp .devdata/gpu13d/ab.sh .devdata/gpu13d/onnx.sh bench/gpu/
+tar -C /tmp -xJf $D/prebuilt.tar.xz || exit 1
+[ -f $D/ab.sh ] && cp $D/ab.sh $D/onnx.sh bench/gpu/
 export LD_LIBRARY_PATH=/tmp/pb/lib
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
 S=$(date +%s)

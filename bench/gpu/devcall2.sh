@@ -1,12 +1,13 @@
 #!/bin/bash
-# bench/gpu/devcall2.sh — a shorter call on the GPU machine (binaries as for devcall.sh): test_nn_cuda,
+# bench/gpu/devcall2.sh — a shorter run on the GPU machine (binaries as for devcall.sh): test_nn_cuda,
 # bench/gpu/ab.sh with its own builds (switches AB_BERT / AB_RESNET, 2 rounds interleaved), PyTorch's f16
-# CUDA-graph figures (bench/onnx/torch_gpu.py, also channels-last ResNet-18) in the same call
+# CUDA-graph figures (bench/onnx/torch_gpu.py, also channels-last ResNet-18) in the same run
 set -u
+D=${TB_DEVDATA:-.devdata/gpu13d} # the packed binaries (bench/gpu/pack.sh), optionally newer ab.sh / onnx.sh
 R=$OUT/r
 mkdir -p $R
-tar -C /tmp -xJf .devdata/gpu13d/prebuilt.tar.xz || exit 1
-cp .devdata/gpu13d/ab.sh .devdata/gpu13d/onnx.sh bench/gpu/
+tar -C /tmp -xJf $D/prebuilt.tar.xz || exit 1
+[ -f $D/ab.sh ] && cp $D/ab.sh $D/onnx.sh bench/gpu/
 export LD_LIBRARY_PATH=/tmp/pb/lib
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
 S=$(date +%s)
