@@ -1,7 +1,10 @@
 /* nn_mha.cu — the f16 fused attention (sdpa) on the tensor cores, the path
  * tbn_sdpa (nn_attn.cu) takes for f16 q, k, v, out with head dims D == Dv in
  * {32, 64, 128}: the flash-attention-2 recurrence with mma.sync m16n8k16
- * (f16 operands, f32 accumulation).
+ * (f16 operands, f32 accumulation). Two kernels: mha_short_kernel for
+ * T <= MHA_TS keys (the whole K and V of a head in shared memory, loaded by
+ * cp.async at once, V read by ldmatrix.trans; below), and the tiled one
+ * described here for the rest.
  *
  * One block of NW warps (1, 2, 4 or 8: mha_warps) owns 16 * NW query rows of
  * one (batch, head); each
