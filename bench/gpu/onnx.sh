@@ -27,7 +27,7 @@
 #              (TB_OPT_SKIP), benched interleaved with the default engine (GPU
 #              time and the captured graph's node count), outputs compared
 # Env: TB_PREBUILT (folder with turbine and libturbine_cuda.so), OUT,
-# TB_SKIP_NODES, TB_SKIP_TIMING, TB_F16, TB_TORCH_DTYPES (PyTorch baselines, default "f32 f16"),
+# TB_SKIP_NODES, TB_SKIP_TIMING, TB_SKIP_PASSES (step 6), TB_F16, TB_TORCH_DTYPES (PyTorch baselines, default "f32 f16"),
 # TB_DTYPES (turbine engines timed in step 4, default "f32" and "f16" with TB_F16).
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -132,7 +132,8 @@ for f in sorted(glob.glob(f"{w}/f16_fold/*.pb")):
 print(f"f16 attention check: {'FAIL' if bad else 'ok'}")
 PY
 fi
-if [ -n "${TB_F16:-}" ] && [ -z "${TB_SKIP_TIMING:-}" ] && [ -f "$W/bert_f16.engine" ] && [ -d "$W/f16in" ]; then
+if [ -n "${TB_F16:-}" ] && [ -z "${TB_SKIP_TIMING:-}" ] && [ -z "${TB_SKIP_PASSES:-}" ] && [ -f "$W/bert_f16.engine" ] &&
+    [ -d "$W/f16in" ]; then
     say "== 6. BERT f16 without the attention layout passes (TB_OPT_SKIP), same run, interleaved"
     SKIP=attention-heads,merge-qkv
     TB_OPT_SKIP=$SKIP $T build "$W/big/bert_opset17/model.onnx" -o "$W/bert_f16_nolayout.engine" --device cuda \

@@ -1,7 +1,10 @@
 /* nn_mha.cu — the f16 fused attention (sdpa) on the tensor cores, the path
  * tbn_sdpa (nn_attn.cu) takes for f16 q, k, v, out with head dims D == Dv in
  * {32, 64, 128}: the flash-attention-2 recurrence with mma.sync m16n8k16
- * (f16 operands, f32 accumulation).
+ * (f16 operands, f32 accumulation). Two kernels: mha_short_kernel for
+ * T <= MHA_TS keys (the whole K and V of a head in shared memory, loaded by
+ * cp.async at once, V read by ldmatrix.trans; below), and the tiled one
+ * described here for the rest.
  *
  * One block of NW warps (1, 2, 4 or 8: mha_warps) owns 16 * NW query rows of
  * one (batch, head); each
@@ -28,6 +31,9 @@
 #include "backend/cuda/nn_common.cuh"
 
 #define MHA_BK 64 /* keys per tile */
+#ifndef MHA_SHORT_NW
+#define MHA_SHORT_NW 4 /* warps a block of the short kernel (mha_short_warps) */
+#endif
 
 __device__ __forceinline__ void mha_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -235,6 +241,224 @@ __global__ void __launch_bounds__(NW * 32) mha_kernel(tbn_sdpa_args a, const __h
     }
 }
 
+/* ---- short sequences: every key of the head in shared memory at once
+ *
+ * For T <= MHA_TS keys (BERT's 128) a block loads its Q rows and the head's
+ * whole K and V with cp.async in one go (one memory latency, no register
+ * staging), then runs the same recurrence over the 64-key tiles from shared
+ * memory with no barrier in between. V stays [key][d] as it is in memory:
+ * the B fragments of P V come from ldmatrix.trans, so the tile stores are
+ * 16-byte copies instead of the transposed 2-byte stores (8-way bank
+ * conflicts) of the kernel above. With the loads cheap, blocks can be
+ * small: more SMs take part at batch 1 (mha_short_warps: 4 warps). Needs K as
+ * [key][d] (ks[3] == 1), 16-byte aligned operands and strides, D 32 / 64. */
+#define MHA_TS 128
+
+__device__ __forceinline__ uint32_t mha_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mha_cp16(uint32_t dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+
+__device__ __forceinline__ void mha_ldsm4t(uint32_t addr, uint32_t *r) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+/* rows [0, rows) of dst (pitch D + 8 halves) from src (row pitch rs
+ * halves): rows < rv by cp.async, the others zero (a zero V row times a
+ * zero probability stays 0; garbage could be NaN) */
+template <int D, int NT>
+__device__ __forceinline__ void mha_rows_async(__half *dst, const __half *src, int64_t rs, int rows, int rv, int tid) {
+    constexpr int LD = D + 8, CH = D / 8;
+    for (int i = tid; i < rows * CH; i += NT) {
+        const int r = i / CH, c = (i % CH) * 8;
+        __half *d = dst + r * LD + c;
+        if (r < rv) mha_cp16(mha_smem(d), src + r * rs + c);
+        else *(uint4 *)d = make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+
+template <int D, int NW>
+__global__ void __launch_bounds__(NW * 32) mha_short_kernel(tbn_sdpa_args a, const __half *q, const __half *k,
+                                                           const __half *v, __half *out) {
+    constexpr int BQ = 16 * NW, LD = D + 8, NT = NW * 32;
+    extern __shared__ __align__(16) unsigned char mha_sm[];
+    __half *Qs = (__half *)mha_sm;           /* [BQ][LD]          */
+    __half *Ks = Qs + BQ * LD;               /* [MHA_TS][LD]      */
+    __half *Vs = Ks + MHA_TS * LD;           /* [MHA_TS][LD]      */
+    float *Ms = (float *)(Vs + MHA_TS * LD); /* [mr][MHA_TS], log2 units */
+    const int mr = a.ms[2] == 0 ? 1 : BQ;
+    const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
+    const int64_t q0 = (int64_t)blockIdx.x * BQ;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t4 = lane & 3;
+    const int sv = (int)(a.S - q0 < BQ ? a.S - q0 : BQ);
+    const int T = (int)a.T;
+    int t_end = T;
+    if (a.causal && q0 + BQ < t_end) t_end = (int)(q0 + BQ);
+    const int tp = (t_end + MHA_BK - 1) / MHA_BK * MHA_BK; /* key rows the tiles read */
+    mha_rows_async<D, NT>(Qs, q + b * a.qs[0] + h * a.qs[1] + q0 * a.qs[2], a.qs[2], BQ, sv, tid);
+    mha_rows_async<D, NT>(Ks, k + b * a.ks[0] + h * a.ks[1], a.ks[2], tp, T, tid);
+    mha_rows_async<D, NT>(Vs, v + b * a.vs[0] + h * a.vs[1], a.vs[2], tp, T, tid);
+    const float l2e = 1.4426950408889634f, sl2 = a.scale * l2e;
+    if (a.mask_kind) {
+        for (int i = tid; i < mr * tp; i += NT) {
+            const int rr = i / tp, j = i % tp;
+            const int64_t row = q0 + rr;
+            float mv = 0.0f;
+            if (j < T && row < a.S) {
+                const int64_t mo = b * a.ms[0] + h * a.ms[1] + row * a.ms[2] + j * a.ms[3];
+                if (a.mask_kind == 1) mv = tbn_ldf(a.mask, a.mdt, mo) * l2e;
+                else mv = ((const uint8_t *)a.mask)[mo] ? 0.0f : -INFINITY;
+            }
+            Ms[rr * MHA_TS + j] = mv;
+        }
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+    __syncthreads();
+
+    const int64_t r0 = q0 + warp * 16 + g, r1 = r0 + 8; /* this thread's two rows */
+    uint32_t qa[D / 16][4];
+    {
+        const __half *qr = Qs + (warp * 16 + g) * LD + 2 * t4;
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++) {
+            qa[kk][0] = *(const uint32_t *)(qr + kk * 16);
+            qa[kk][1] = *(const uint32_t *)(qr + 8 * LD + kk * 16);
+            qa[kk][2] = *(const uint32_t *)(qr + kk * 16 + 8);
+            qa[kk][3] = *(const uint32_t *)(qr + 8 * LD + kk * 16 + 8);
+        }
+    }
+    float o[D / 8][4];
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+    const float *mrow = Ms + (mr == 1 ? 0 : warp * 16 + g) * MHA_TS;
+    const int mr8 = mr == 1 ? 0 : 8 * MHA_TS;
+
+    for (int t0 = 0; t0 < t_end; t0 += MHA_BK) {
+        float s[MHA_BK / 8][4];
+#pragma unroll
+        for (int j = 0; j < MHA_BK / 8; j++) {
+            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+            const __half *kr = Ks + (t0 + j * 8 + g) * LD + 2 * t4;
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++)
+                mha_mma(s[j], qa[kk], *(const uint32_t *)(kr + kk * 16), *(const uint32_t *)(kr + kk * 16 + 8));
+        }
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < MHA_BK / 8; j++) {
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int tk = t0 + j * 8 + 2 * t4 + (e & 1);
+                const int64_t row = e < 2 ? r0 : r1;
+                float x = s[j][e] * sl2;
+                if (a.mask_kind) x += mrow[(e < 2 ? 0 : mr8) + tk];
+                const bool keep = tk < T && !(a.causal && tk > row);
+                x = keep ? x : -INFINITY;
+                s[j][e] = x;
+                if (e < 2) mx0 = fmaxf(mx0, x);
+                else mx1 = fmaxf(mx1, x);
+            }
+        }
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+        const float n0 = fmaxf(m0, mx0), n1 = fmaxf(m1, mx1);
+        const float z0 = n0 == -INFINITY ? 0.0f : n0, z1 = n1 == -INFINITY ? 0.0f : n1;
+        const float c0 = exp2f(m0 - z0), c1 = exp2f(m1 - z1);
+        m0 = n0;
+        m1 = n1;
+        float ps0 = 0.0f, ps1 = 0.0f;
+#pragma unroll
+        for (int j = 0; j < MHA_BK / 8; j++) {
+            s[j][0] = exp2f(s[j][0] - z0);
+            s[j][1] = exp2f(s[j][1] - z0);
+            s[j][2] = exp2f(s[j][2] - z1);
+            s[j][3] = exp2f(s[j][3] - z1);
+            ps0 += s[j][0] + s[j][1];
+            ps1 += s[j][2] + s[j][3];
+        }
+        l0 = l0 * c0 + ps0;
+        l1 = l1 * c1 + ps1;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++) {
+            o[n][0] *= c0;
+            o[n][1] *= c0;
+            o[n][2] *= c1;
+            o[n][3] *= c1;
+        }
+        /* O += P V; lane l addresses key 16kk + (l & 15), columns 8 (n + (l >> 4)):
+         * matrices 0 / 1 are the b0 / b1 of n8 tile n, 2 / 3 those of n + 1 */
+#pragma unroll
+        for (int kk = 0; kk < MHA_BK / 16; kk++) {
+            uint32_t pa[4] = {mha_pack(s[2 * kk][0], s[2 * kk][1]), mha_pack(s[2 * kk][2], s[2 * kk][3]),
+                              mha_pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                              mha_pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            const uint32_t va = mha_smem(Vs + (t0 + kk * 16 + (lane & 15)) * LD + (lane >> 4) * 8);
+#pragma unroll
+            for (int n = 0; n < D / 8; n += 2) {
+                uint32_t vb[4];
+                mha_ldsm4t(va + n * 8 * (int)sizeof(__half), vb);
+                mha_mma(o[n], pa, vb[0], vb[1]);
+                mha_mma(o[n + 1], pa, vb[2], vb[3]);
+            }
+        }
+    }
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+    const float i0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, i1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
+    __half *ob = out + b * a.os[0] + h * a.os[1];
+#pragma unroll
+    for (int n = 0; n < D / 8; n++) {
+        const int c = n * 8 + 2 * t4;
+        if (r0 < a.S) *(__half2 *)(ob + r0 * a.os[2] + c) = __floats2half2_rn(o[n][0] * i0, o[n][1] * i0);
+        if (r1 < a.S) *(__half2 *)(ob + r1 * a.os[2] + c) = __floats2half2_rn(o[n][2] * i1, o[n][3] * i1);
+    }
+}
+
+template <int D, int NW>
+static cudaError_t mha_short_launch(const tbn_sdpa_args *a, const void *q, const void *k, const void *v, void *out,
+                                    cudaStream_t s) {
+    constexpr int BQ = 16 * NW;
+    size_t smem = sizeof(__half) * (size_t)(BQ + 2 * MHA_TS) * (D + 8);
+    if (a->mask_kind) smem += sizeof(float) * (size_t)(a->ms[2] == 0 ? 1 : BQ) * MHA_TS;
+    static size_t opted = 0;
+    if (smem > 48 * 1024 && smem > opted) {
+        cudaError_t e =
+            cudaFuncSetAttribute(mha_short_kernel<D, NW>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+        opted = smem;
+    }
+    dim3 grid((unsigned)((a->S + BQ - 1) / BQ), (unsigned)(a->B * a->H));
+    mha_short_kernel<D, NW><<<grid, NW * 32, smem, s>>>(*a, (const __half *)q, (const __half *)k,
+                                                       (const __half *)v, (__half *)out);
+    return cudaGetLastError();
+}
+
+/* Warps a block of the short kernel: 4 (BERT-base f16 on the H200,
+ * 2026-12-02, one engine, interleaved: 1 / 2 / 4 / 8 warps 0.491 / 0.473 /
+ * 0.464 / 0.479 ms at batch 1, 0.788 / 0.685 / 0.673 / 0.679 at batch 8;
+ * the tiled kernel above 0.510 / 0.708). TB_CUDA_MHA_NW forces as for the
+ * kernel above, TB_CUDA_MHA_SHORT=0 turns the short kernel off. */
+static int mha_short_warps(const tbn_sdpa_args *a) {
+    static int force = -2;
+    if (force == -2) {
+        const char *on = getenv("TB_CUDA_MHA_SHORT");
+        const char *ev = getenv("TB_CUDA_MHA_NW");
+        int f = ev ? atoi(ev) : 0;
+        force = on && !strcmp(on, "0") ? -1 : f == 1 || f == 2 || f == 4 || f == 8 ? f : 0;
+    }
+    if (force) return force;
+    (void)a;
+    return MHA_SHORT_NW;
+}
+
 template <int D, int NW>
 static cudaError_t mha_launch(const tbn_sdpa_args *a, const void *q, const void *k, const void *v, void *out, int vec,
                               cudaStream_t s) {
@@ -320,6 +544,18 @@ extern "C" int tbn_mha_f16(const tbn_sdpa_args *a, const void *q, const void *k,
                           a->vs[2]};
     for (size_t i = 0; i < sizeof st / sizeof st[0]; i++)
         if (st[i] != 1 && st[i] % 8) vec = 0;
+    if (vec && a->ks[3] == 1 && a->T <= MHA_TS && (a->D == 32 || a->D == 64)) {
+        const int nw = mha_short_warps(a);
+        if (nw > 0) {
+            if (a->D == 32)
+                *e = nw == 1 ? mha_short_launch<32, 1>(a, q, k, v, out, s) : nw == 2 ? mha_short_launch<32, 2>(a, q, k, v, out, s)
+                     : nw == 8 ? mha_short_launch<32, 8>(a, q, k, v, out, s) : mha_short_launch<32, 4>(a, q, k, v, out, s);
+            else
+                *e = nw == 1 ? mha_short_launch<64, 1>(a, q, k, v, out, s) : nw == 2 ? mha_short_launch<64, 2>(a, q, k, v, out, s)
+                     : nw == 8 ? mha_short_launch<64, 8>(a, q, k, v, out, s) : mha_short_launch<64, 4>(a, q, k, v, out, s);
+            return 1;
+        }
+    }
     *e = mha_dispatch(a, q, k, v, out, vec, s, mha_warps(a));
     return 1;
 }
