@@ -3,7 +3,7 @@
 # $TB_DEVDATA): correctness (test_nn_cuda, onnx.sh's exports and f16 checks), onnx.sh's timings against
 # PyTorch, then switches A/B on onnx.sh's engines (bench/gpu/ab.sh). AB_BERT / AB_RESNET as ab.sh reads them.
 set -u
-D=${TB_DEVDATA:-.devdata/gpu13d} # the packed binaries (bench/gpu/pack.sh), optionally newer ab.sh / onnx.sh
+D=${TB_DEVDATA:-.devdata/gpu} # the packed binaries (bench/gpu/pack.sh), optionally newer ab.sh / onnx.sh
 R=$OUT/r
 mkdir -p $R
 tar -C /tmp -xJf $D/prebuilt.tar.xz || exit 1

@@ -3,7 +3,7 @@
 # bench/gpu/ab.sh with its own builds (switches AB_BERT / AB_RESNET, 2 rounds interleaved), PyTorch's f16
 # CUDA-graph figures (bench/onnx/torch_gpu.py, also channels-last ResNet-18) in the same run
 set -u
-D=${TB_DEVDATA:-.devdata/gpu13d} # the packed binaries (bench/gpu/pack.sh), optionally newer ab.sh / onnx.sh
+D=${TB_DEVDATA:-.devdata/gpu} # the packed binaries (bench/gpu/pack.sh), optionally newer ab.sh / onnx.sh
 R=$OUT/r
 mkdir -p $R
 tar -C /tmp -xJf $D/prebuilt.tar.xz || exit 1
