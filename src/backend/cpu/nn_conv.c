@@ -185,6 +185,8 @@ static tb_status conv_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view
     }
     int wino_ok = g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.group == 1;
     if (wino_ok && tactic == TB_CONV_TACTIC_AUTO) tactic = conv_winograd_tactic(&g);
+    if (wino_ok && tactic == TB_CONV_TACTIC_WINOGRAD4F)
+        return tb_cpu_conv_winograd4_fused(ctx, n, &g, x, w, bias, res, y);
     if (wino_ok && (tactic == TB_CONV_TACTIC_WINOGRAD || tactic == TB_CONV_TACTIC_WINOGRAD4))
         return tb_cpu_conv_winograd(ctx, n, &g, tactic == TB_CONV_TACTIC_WINOGRAD4, x, w, bias, res, y);
 

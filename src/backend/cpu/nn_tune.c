@@ -20,7 +20,7 @@
 #define TUNE_MAX_REPS 41
 #define TUNE_MIN_SECONDS 0.03 /* per candidate */
 #define TUNE_MARGIN 0.90      /* another tactic must take under 90% of the rule's time */
-#define TUNE_MAX_CAND 5
+#define TUNE_MAX_CAND 6
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -43,6 +43,7 @@ static const char *tactic_name(int t) {
     case TB_CONV_TACTIC_WINOGRAD: return "winograd2";
     case TB_CONV_TACTIC_WINOGRAD4: return "winograd4";
     case TB_CONV_TACTIC_DIRECT: return "direct";
+    case TB_CONV_TACTIC_WINOGRAD4F: return "winograd4f";
     default: return "?";
     }
 }
@@ -58,7 +59,10 @@ static int conv_candidates(const tb_nn_conv_geom *g, int *cand) {
                    g->group == 1 && g->c >= 4 && g->m >= 4;
         if (wino) {
             cand[n++] = TB_CONV_TACTIC_WINOGRAD;
-            if (tb_cpu_features() & TB_CPU_AVX512F) cand[n++] = TB_CONV_TACTIC_WINOGRAD4;
+            if (tb_cpu_features() & TB_CPU_AVX512F) {
+                cand[n++] = TB_CONV_TACTIC_WINOGRAD4;
+                cand[n++] = TB_CONV_TACTIC_WINOGRAD4F;
+            }
         }
     }
     return n;
