@@ -564,6 +564,7 @@ tb_status tb_cpu_conv_winograd(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn
  * one L1 set: the input transform ran 7x slower than its instructions */
 #define WF_VPLANE(C) ((size_t)(C) * WF_NT + 16)
 #define WF_MPLANE ((size_t)(WF_MB * WF_NT + 16))
+#define WF_STRIP 80 /* floats of a run's input row: 16 tiles read 66 */
 
 /* U packed for the fused form: [xi][m / WF_MB][c][m % WF_MB], the channels
  * past M zero */
@@ -594,8 +595,6 @@ static void make_u4f(const float *w, float *u, const void *arg) {
 typedef struct {
     const tb_nn_conv_geom *g;
     const float *x;      /* (n, c, h, w) */
-    float *xp;           /* (n c, hp, wp) zero-padded input, slack after */
-    int64_t hp, wp;
     const float *u;      /* make_u4f */
     const float *bias, *res;
     float *y;
@@ -679,18 +678,34 @@ static inline __attribute__((target("avx512f,avx2,fma"), always_inline)) void wf
 static W512 void wf_input(const wf_job *j, const wf_run *runs, int nr, float *vb) {
     const tb_nn_conv_geom *g = j->g;
     size_t plane = WF_VPLANE(g->c);
-    int64_t cs = j->hp * j->wp;
+    int64_t hw = g->h * g->w;
+    float strip[6][WF_STRIP] __attribute__((aligned(64)));
     /* by channels, then runs: the block's rows of one plane are read in
      * order (its tiles are consecutive tile rows) */
     for (int64_t c = 0; c < g->c; c++)
         for (int q = 0; q < nr; q++) {
             const wf_run *r = &runs[q];
             __mmask16 m = (__mmask16)((1u << r->n) - 1);
-            const float *P = j->xp + (r->img * g->c + c) * cs + 4 * r->ty * j->wp + 4 * r->tx;
+            /* the run's six input rows, zero outside the image (the pads):
+             * no padded copy of the input, which at batch 8 was a pass over
+             * 7 MB out to memory and back per conv */
+            const float *xc = j->x + (r->img * g->c + c) * hw;
+            int64_t x0 = 4 * r->tx - g->pl;
+            for (int i = 0; i < 6; i++) {
+                int64_t yy = 4 * r->ty + i - g->pt;
+                int inside = yy >= 0 && yy < g->h;
+                for (int v = 0; v < WF_STRIP / 16; v++) {
+                    int64_t s0 = x0 + 16 * v, lb = s0 < 0 ? -s0 : 0, ub = g->w - s0;
+                    if (ub > 16) ub = 16;
+                    __mmask16 k = 0;
+                    if (inside && ub > lb) k = (__mmask16)(((1u << ub) - 1) & ~((1u << lb) - 1));
+                    _mm512_store_ps(strip[i] + 16 * v, _mm512_maskz_loadu_ps(k, xc + yy * g->w + s0));
+                }
+            }
             __m512 t[6][6]; /* t[k][i]: row i of d B, column k */
             for (int i = 0; i < 6; i++) {
                 __m512 d[6], w[6];
-                wf_row6(P + i * j->wp, d);
+                wf_row6(strip[i], d);
                 WINO4_BT(d, w);
                 for (int k = 0; k < 6; k++) t[k][i] = w[k];
             }
@@ -807,27 +822,6 @@ static void wf_run_items(void *arg, int ith, int nth) {
     }
 }
 
-/* the zero-padded planes (n c, hp, wp) */
-static void wf_pad_run(void *arg, int ith, int nth) {
-    wf_job *j = arg;
-    const tb_nn_conv_geom *g = j->g;
-    int64_t planes = g->n * g->c;
-    const float *x = j->x;
-    float *xp = j->xp;
-    for (int64_t p = planes * ith / nth; p < planes * (ith + 1) / nth; p++) {
-        const float *s = x + p * g->h * g->w;
-        float *d = xp + p * j->hp * j->wp;
-        memset(d, 0, sizeof(float) * (size_t)(j->hp * j->wp));
-        for (int64_t r = 0; r < g->h; r++) {
-            int64_t py = r + g->pt;
-            if (py >= j->hp) break;
-            int64_t n = g->w;
-            if (g->pl + n > j->wp) n = j->wp - g->pl;
-            memcpy(d + py * j->wp + g->pl, s + r * g->w, sizeof(float) * (size_t)n);
-        }
-    }
-}
-
 tb_status tb_cpu_conv_winograd4_fused(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn_conv_geom *g, const float *x,
                                       const float *w, const float *bias, const float *res, float *y) {
     TB_ASSERT(g->kh == 3 && g->kw == 3 && g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 && g->group == 1);
@@ -840,11 +834,6 @@ tb_status tb_cpu_conv_winograd4_fused(tb_cpu_nn_ctx *ctx, const tb_node *n, cons
     j.tw = (g->ow + 3) / 4;
     j.T = j.th * j.tw;
     j.total = g->n * j.T;
-    /* every tile reads rows and columns [4 t, 4 t + 6) of the padded plane;
-     * a run's 16-lane loads read up to 68 floats past its first tile, into
-     * the next rows or the slack after the last plane */
-    j.hp = 4 * j.th + 2;
-    j.wp = 4 * j.tw + 2;
     j.nmb = (g->m + WF_MB - 1) / WF_MB;
     j.nblk = (j.total + WF_NT - 1) / WF_NT;
     int nth = ctx->pool ? tb_pool_size(ctx->pool) : 1;
@@ -853,13 +842,10 @@ tb_status tb_cpu_conv_winograd4_fused(tb_cpu_nn_ctx *ctx, const tb_node *n, cons
     if (j.msplit > j.nmb) j.msplit = j.nmb;
     if (j.msplit < 1 || nth == 1) j.msplit = 1;
     j.items = j.nblk * j.msplit;
-    size_t xp_floats = (size_t)(g->n * g->c * j.hp * j.wp) + 128;
-    xp_floats = (xp_floats + 15) & ~(size_t)15;
     j.per_thread = 36 * WF_VPLANE(g->c) + 36 * WF_MPLANE;
-    float *scratch = tb_cpu_nn_scratch(ctx, sizeof(float) * (xp_floats + j.per_thread * (size_t)nth));
+    float *scratch = tb_cpu_nn_scratch(ctx, sizeof(float) * j.per_thread * (size_t)nth);
     if (!scratch) return tb_errorf(TB_ERR_OOM, "Conv: out of memory for Winograd tiles");
-    memset(scratch + xp_floats - 128, 0, sizeof(float) * 128);
-    j.buf = scratch + xp_floats;
+    j.buf = scratch;
     wshape sh = {g->m, g->c};
     size_t ufloats = (size_t)(36 * j.nmb * WF_MB * g->c);
     float *own = NULL;
@@ -870,10 +856,7 @@ tb_status tb_cpu_conv_winograd4_fused(tb_cpu_nn_ctx *ctx, const tb_node *n, cons
         make_u4f(w, own, &sh);
         j.u = own;
     }
-    j.xp = scratch;
     j.x = x;
-    if (nth > 1) tb_pool_run(ctx->pool, wf_pad_run, &j);
-    else wf_pad_run(&j, 0, 1);
     j.y = y;
     j.bias = bias;
     j.res = res;
