@@ -1,7 +1,8 @@
 /* test_nn_tune.c — build-time timing of Conv tactics (backend/cpu/nn_tune.c):
  * on a small CNN graph with a symbolic batch, every Conv that has more than
  * one tactic is timed and given one that applies to its geometry (no
- * Winograd on a strided or 1x1 conv), a depthwise conv keeps the rule, and
+ * Winograd on a strided or 1x1 conv) and never the kernel the rule runs
+ * there, a depthwise conv keeps the rule, and
  * each node run by the CPU kernels with its chosen tactic matches the
  * reference kernel on random data. One context's packed-weight cache
  * holds every tactic's form of a weight side by side. A graph without Conv
@@ -123,9 +124,24 @@ static void test_tune_cnn(tb_pool *pool) {
         const tb_node *n = &g->nodes[i];
         if (n->op != TB_OP_CONV) continue;
         int t = n->tactic;
-        CHECK_MSG(t >= TB_CONV_TACTIC_AUTO && t <= TB_CONV_TACTIC_DIRECT, "conv %d: tactic %d", k, t);
+        CHECK_MSG(t >= TB_CONV_TACTIC_AUTO && t <= TB_CONV_TACTIC_WINOGRAD4F, "conv %d: tactic %d", k, t);
         if (k == 1 || k == 2) /* stride 2, 1x1: no Winograd */
-            CHECK_MSG(t != TB_CONV_TACTIC_WINOGRAD && t != TB_CONV_TACTIC_WINOGRAD4, "conv %d: tactic %d", k, t);
+            CHECK_MSG(t != TB_CONV_TACTIC_WINOGRAD && t != TB_CONV_TACTIC_WINOGRAD4 && t != TB_CONV_TACTIC_WINOGRAD4F,
+                      "conv %d: tactic %d", k, t);
+        if (k < 3) { /* a tactic is set only for another kernel than the rule's at the opt shape (batch 2) */
+            static const int64_t xs[3][4] = {{2, 32, 16, 16}, {2, 32, 16, 16}, {2, 64, 8, 8}};
+            tb_view xv, wv;
+            memset(&xv, 0, sizeof xv);
+            xv.dtype = TB_F32;
+            xv.rank = 4;
+            memcpy(xv.dims, xs[k], sizeof xs[k]);
+            const tb_value *wval = &g->values[n->in[1]];
+            wv = xv;
+            memcpy(wv.dims, wval->dims, sizeof(int64_t) * 4);
+            tb_nn_conv_geom geo;
+            CHECK(tb_nn_conv_geometry(n, &xv, &wv, &geo) == TB_OK);
+            CHECK_MSG(t == TB_CONV_TACTIC_AUTO || t != tb_cpu_conv_rule(&geo), "conv %d: tactic %d is the rule's", k, t);
+        }
         if (k == 3) CHECK_MSG(t == TB_CONV_TACTIC_AUTO, "depthwise conv: tactic %d", t);
         double e = node_err(g, n, pool);
         CHECK_MSG(e < 1e-4, "conv %d (tactic %d): relative error %g", k, t, e);
@@ -136,15 +152,16 @@ static void test_tune_cnn(tb_pool *pool) {
 }
 
 /* One context's packed-weight cache holding several forms of the same
- * weight (GEMM panels, direct panels, Winograd F(2x2) and F(4x4) U): every
+ * weight (GEMM panels, direct panels, Winograd F(2x2) and F(4x4) U, both
+ * layouts): every
  * tactic, run twice in turn (the second time from the cache), still
  * matches the reference. */
 static void test_wpack_forms(tb_pool *pool) {
     tb_graph *g = make_cnn();
-    tb_node n = g->nodes[0]; /* the 3x3 stride-1 conv: all five tactics apply */
+    tb_node n = g->nodes[0]; /* the 3x3 stride-1 conv: all six tactics apply */
     tb_cpu_nn_ctx ctx = {pool, NULL, 0, g, NULL};
     for (int rep = 0; rep < 2; rep++)
-        for (int t = TB_CONV_TACTIC_AUTO; t <= TB_CONV_TACTIC_DIRECT; t++) {
+        for (int t = TB_CONV_TACTIC_AUTO; t <= TB_CONV_TACTIC_WINOGRAD4F; t++) {
             n.tactic = t;
             double e = node_err_ctx(g, &n, &ctx);
             CHECK_MSG(e < 1e-4, "tactic %d, pass %d: relative error %g", t, rep, e);

@@ -171,6 +171,15 @@ static int conv_winograd_tactic(const tb_nn_conv_geom *g) {
     return t2 >= 32 || (t2 >= 9 && t2 * imgs >= 96) ? TB_CONV_TACTIC_WINOGRAD : TB_CONV_TACTIC_AUTO;
 }
 
+int tb_cpu_conv_rule(const tb_nn_conv_geom *g) {
+    if (g->group != 1 || g->c == 1) return TB_CONV_TACTIC_AUTO;
+    int wino_ok = g->kh == 3 && g->kw == 3 && g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1;
+    int t = wino_ok ? conv_winograd_tactic(g) : TB_CONV_TACTIC_AUTO;
+    if (t != TB_CONV_TACTIC_AUTO) return t;
+    int direct = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && !g->pt && !g->pl && !g->pb && !g->pr;
+    return tb_cpu_conv_direct_ok(g) && !direct ? TB_CONV_TACTIC_DIRECT : TB_CONV_TACTIC_IM2COL;
+}
+
 static tb_status conv_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view *in, int n_in, const tb_view *out,
                              int n_out) {
     tb_nn_conv_geom g;

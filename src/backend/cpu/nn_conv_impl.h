@@ -16,6 +16,11 @@ enum {
     TB_CONV_TACTIC_WINOGRAD4F = 5, /* F(4x4, 3x3) by tile blocks, one pass (AVX-512; F(2x2) elsewhere) */
 };
 
+/* The tactic the kernel's rule (TB_CONV_TACTIC_AUTO) runs for geometry g
+ * (one group; AUTO for grouped and depthwise convs, which have one kernel
+ * each) (nn_conv.c). */
+int tb_cpu_conv_rule(const tb_nn_conv_geom *g);
+
 /* The sgemm epilogue (bias, activation, residual) over C (M, N) with leading
  * dim ldc, in place, with the vector code of the sgemm's ISA (sgemm.c). */
 void tb_cpu_nn_epilogue(float *c, int64_t ldc, int64_t M, int64_t N, const tb_cpu_sgemm_epi *e);

@@ -2,15 +2,19 @@
  * nn_tune.c — Conv tactics of a general graph timed at build time on this
  * CPU, as TensorRT times its tactics per optimisation profile: at the
  * symbols' opt values, every tactic that can run a Conv node (im2col + GEMM,
- * the direct kernel, Winograd F(2x2, 3x3) and F(4x4, 3x3)) runs on the
+ * the direct kernel, Winograd F(2x2, 3x3), F(4x4, 3x3) in phases and by
+ * tile blocks) runs on the
  * node's own weights and the fastest (best of several runs) is stored in the node's
  * tactic field (TB_CONV_TACTIC_*, read by nn_conv.c). Which tactic wins
  * depends on the core, its caches and the map size (F(4x4) needs many tiles,
  * the direct kernel wins on 7x7 maps), which is why a fixed rule loses.
  * The candidates run alternately, so a burst of load on a shared machine
  * hits them all alike; a node keeps the kernel's own rule (tactic 0) unless
- * another tactic beats it by 10% (a wrong pick on a noisy machine costs
- * more than a near tie gains).
+ * another kernel beats it by 10% (a wrong pick on a noisy machine costs
+ * more than a near tie gains). The kernel the rule itself runs at the opt
+ * shape is not timed again: forcing it would only take the rule's choice
+ * away at the profile's other shapes (F(4x4) at batch 8 where batch 1
+ * takes F(2x2)), since one tactic serves the whole profile.
  */
 #include "backend/cpu/nn.h"
 #include "backend/cpu/nn_conv_impl.h"
@@ -48,22 +52,29 @@ static const char *tactic_name(int t) {
     }
 }
 
-/* The tactics that can run geometry g (the first is the kernel's rule). */
+/* The tactics that can run geometry g: the kernel's rule first, then the
+ * other kernels (not the one the rule runs here: timing the same kernel
+ * twice only lets noise pick it, and a node forced to it loses the rule's
+ * choice at the engine's other shapes, e.g. F(4x4) at batch 8 where batch
+ * 1 takes F(2x2)). */
 static int conv_candidates(const tb_nn_conv_geom *g, int *cand) {
     int n = 0;
-    if (g->group == 1) { /* grouped and depthwise convs have one kernel each */
+    if (g->group == 1 && g->c > 1) { /* grouped and depthwise convs have one kernel each */
+        int rule = tb_cpu_conv_rule(g), all[5], na = 0;
         cand[n++] = TB_CONV_TACTIC_AUTO;
-        cand[n++] = TB_CONV_TACTIC_IM2COL;
-        if (tb_cpu_conv_direct_ok(g)) cand[n++] = TB_CONV_TACTIC_DIRECT;
+        all[na++] = TB_CONV_TACTIC_IM2COL;
+        if (tb_cpu_conv_direct_ok(g)) all[na++] = TB_CONV_TACTIC_DIRECT;
         int wino = g->kh == 3 && g->kw == 3 && g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 &&
                    g->group == 1 && g->c >= 4 && g->m >= 4;
         if (wino) {
-            cand[n++] = TB_CONV_TACTIC_WINOGRAD;
+            all[na++] = TB_CONV_TACTIC_WINOGRAD;
             if (tb_cpu_features() & TB_CPU_AVX512F) {
-                cand[n++] = TB_CONV_TACTIC_WINOGRAD4;
-                cand[n++] = TB_CONV_TACTIC_WINOGRAD4F;
+                all[na++] = TB_CONV_TACTIC_WINOGRAD4;
+                all[na++] = TB_CONV_TACTIC_WINOGRAD4F;
             }
         }
+        for (int k = 0; k < na; k++)
+            if (all[k] != rule) cand[n++] = all[k];
     }
     return n;
 }
@@ -116,7 +127,8 @@ static tb_status tune_conv(tb_cpu_nn_ctx *ctx, tb_node *n, const tb_view *iv, co
         char line[256];
         size_t k = 0;
         for (int c = 0; c < nc && k < sizeof line; c++)
-            k += (size_t)snprintf(line + k, sizeof line - k, " %s %.3f", tactic_name(cand[c]), best_t[c] * 1e3);
+            k += (size_t)snprintf(line + k, sizeof line - k, " %s%s%s %.3f", tactic_name(cand[c]), c ? "" : "=",
+                                  c ? "" : tactic_name(tb_cpu_conv_rule(&g)), best_t[c] * 1e3);
         tb_log(TB_LOG_INFO, "conv tactic %s (%lldx%lldx%lldx%lld, %dx%d/%d -> %lld): best ms%s -> %s", name,
                (long long)g.n, (long long)g.c, (long long)g.h, (long long)g.w, g.kh, g.kw, g.sh, (long long)g.m,
                line, tactic_name(cand[best]));
