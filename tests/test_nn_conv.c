@@ -518,7 +518,7 @@ static void test_conv_random(tb_pool *pool) {
         /* Winograd over a batch: the images' tiles side by side in one GEMM,
          * each image's residual and output in its place */
         {4, 3, 24, 7, 9, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, TB_NN_ACT_RELU, TB_NN_HAS_BIAS | TB_NN_HAS_RESIDUAL},
-        /* 7x7 maps at batch 8: the rule (tactic 0) takes F(4x4) by tile blocks, one block of 32 over the images */
+        /* 7x7 maps at batch 8: the rule (tactic 0) takes F(4x4) by tile blocks (AVX-512), one block of 32 tiles over the images */
         {4, 8, 16, 7, 7, 20, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, TB_NN_ACT_RELU, TB_NN_HAS_BIAS | TB_NN_HAS_RESIDUAL},
         /* F(4x4) by tile blocks: two blocks (32 + 17 tiles) split by groups
          * of output channels (a part group of 8), the residual and ReLU
