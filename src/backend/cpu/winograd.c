@@ -788,6 +788,25 @@ static W512 void wf_output(const wf_job *j, const wf_run *runs, int nr, const fl
     }
 }
 
+/* The work before item it, in vectors of tiles times groups of output
+ * channels: a last block of 16 tiles or fewer costs half a full one. */
+static int64_t wf_cost_before(const wf_job *j, int64_t it) {
+    int64_t b = it / j->msplit, part = it % j->msplit, last = j->total - (j->nblk - 1) * WF_NT;
+    int64_t nv = b == j->nblk - 1 && last <= 16 ? 1 : 2;
+    return 2 * b * j->nmb + nv * (j->nmb * part / j->msplit);
+}
+
+/* the first item whose work starts at or after cost */
+static int64_t wf_item_at(const wf_job *j, int64_t cost) {
+    int64_t lo = 0, hi = j->items; /* wf_cost_before rises with it */
+    while (lo < hi) {
+        int64_t mid = (lo + hi) / 2;
+        if (wf_cost_before(j, mid) < cost) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
 static void wf_run_items(void *arg, int ith, int nth) {
     wf_job *j = arg;
     const tb_nn_conv_geom *g = j->g;
@@ -796,7 +815,12 @@ static void wf_run_items(void *arg, int ith, int nth) {
     int64_t have = -1; /* the block in vb */
     wf_run runs[WF_NT];
     int nr = 0;
-    for (int64_t it = j->items * ith / nth; it < j->items * (ith + 1) / nth; it++) {
+    /* the threads' shares split the work, not the item count: items of a
+     * short last block are cheap (56x56 at batch 1: 6 blocks and 4 tiles) */
+    int64_t last = j->total - (j->nblk - 1) * WF_NT;
+    int64_t work = 2 * (j->nblk - 1) * j->nmb + (last <= 16 ? 1 : 2) * j->nmb;
+    int64_t i0 = wf_item_at(j, work * ith / nth), i1 = ith + 1 == nth ? j->items : wf_item_at(j, work * (ith + 1) / nth);
+    for (int64_t it = i0; it < i1; it++) {
         int64_t b = it / j->msplit, part = it % j->msplit;
         int64_t t0 = b * WF_NT, t1 = t0 + WF_NT < j->total ? t0 + WF_NT : j->total;
         int nv = t1 - t0 > 16 ? 2 : 1;
