@@ -40,25 +40,30 @@ static void weights_transform(const float *w, int64_t M, int64_t C, float *u) {
         }
 }
 
-/* F(4x4, 3x3): U[xi][m][c] = (G g G^T)[xi] (6x6), G of Lavin and Gray */
+/* u[xi] = (G g G^T)[xi] (6x6) for one 3x3 g, G of Lavin and Gray, in
+ * double (U is made once, and 1/6, 1/12, 1/24 are not floats) */
+static void wino4_g(const float *g, double u[36]) {
+    static const double G[6][3] = {{1.0 / 4, 0, 0},
+                                   {-1.0 / 6, -1.0 / 6, -1.0 / 6},
+                                   {-1.0 / 6, 1.0 / 6, -1.0 / 6},
+                                   {1.0 / 24, 1.0 / 12, 1.0 / 6},
+                                   {1.0 / 24, -1.0 / 12, 1.0 / 6},
+                                   {0, 0, 1}};
+    double t[6][3]; /* G g */
+    for (int i = 0; i < 6; i++)
+        for (int k = 0; k < 3; k++) t[i][k] = G[i][0] * g[k] + G[i][1] * g[3 + k] + G[i][2] * g[6 + k];
+    for (int i = 0; i < 6; i++)
+        for (int k = 0; k < 6; k++) u[i * 6 + k] = t[i][0] * G[k][0] + t[i][1] * G[k][1] + t[i][2] * G[k][2];
+}
+
+/* F(4x4, 3x3): U[xi][m][c] = (G g G^T)[xi] */
 static void weights_transform4(const float *w, int64_t M, int64_t C, float *u) {
-    static const float G[6][3] = {{1.0f / 4, 0, 0},
-                                  {-1.0f / 6, -1.0f / 6, -1.0f / 6},
-                                  {-1.0f / 6, 1.0f / 6, -1.0f / 6},
-                                  {1.0f / 24, 1.0f / 12, 1.0f / 6},
-                                  {1.0f / 24, -1.0f / 12, 1.0f / 6},
-                                  {0, 0, 1}};
     size_t plane = (size_t)(M * C);
     for (int64_t m = 0; m < M; m++)
         for (int64_t c = 0; c < C; c++) {
-            const float *g = w + (m * C + c) * 9;
-            double t[6][3]; /* G g */
-            for (int i = 0; i < 6; i++)
-                for (int k = 0; k < 3; k++) t[i][k] = (double)G[i][0] * g[k] + (double)G[i][1] * g[3 + k] + (double)G[i][2] * g[6 + k];
-            for (int i = 0; i < 6; i++)
-                for (int k = 0; k < 6; k++)
-                    u[(size_t)(i * 6 + k) * plane + (size_t)(m * C + c)] =
-                        (float)(t[i][0] * G[k][0] + t[i][1] * G[k][1] + t[i][2] * G[k][2]);
+            double r[36];
+            wino4_g(w + (m * C + c) * 9, r);
+            for (int xi = 0; xi < 36; xi++) u[(size_t)xi * plane + (size_t)(m * C + c)] = (float)r[xi];
         }
 }
 
@@ -571,24 +576,13 @@ tb_status tb_cpu_conv_winograd(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn
 static void make_u4f(const float *w, float *u, const void *arg) {
     const wshape *s = arg;
     int64_t M = s->m, C = s->c, nmb = (M + WF_MB - 1) / WF_MB;
-    static const double G[6][3] = {{1.0 / 4, 0, 0},
-                                   {-1.0 / 6, -1.0 / 6, -1.0 / 6},
-                                   {-1.0 / 6, 1.0 / 6, -1.0 / 6},
-                                   {1.0 / 24, 1.0 / 12, 1.0 / 6},
-                                   {1.0 / 24, -1.0 / 12, 1.0 / 6},
-                                   {0, 0, 1}};
     memset(u, 0, sizeof(float) * (size_t)(36 * nmb * C * WF_MB));
     for (int64_t m = 0; m < M; m++)
         for (int64_t c = 0; c < C; c++) {
-            const float *g = w + (m * C + c) * 9;
-            double t[6][3]; /* G g, in double: U is made once */
-            for (int i = 0; i < 6; i++)
-                for (int k = 0; k < 3; k++) t[i][k] = G[i][0] * g[k] + G[i][1] * g[3 + k] + G[i][2] * g[6 + k];
-            for (int i = 0; i < 6; i++)
-                for (int k = 0; k < 6; k++) {
-                    size_t o = ((size_t)((i * 6 + k) * nmb + m / WF_MB) * (size_t)C + (size_t)c) * WF_MB + (size_t)(m % WF_MB);
-                    u[o] = (float)(t[i][0] * G[k][0] + t[i][1] * G[k][1] + t[i][2] * G[k][2]);
-                }
+            double r[36];
+            wino4_g(w + (m * C + c) * 9, r);
+            for (int xi = 0; xi < 36; xi++)
+                u[((size_t)(xi * nmb + m / WF_MB) * (size_t)C + (size_t)c) * WF_MB + (size_t)(m % WF_MB)] = (float)r[xi];
         }
 }
 
