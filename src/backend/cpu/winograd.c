@@ -9,6 +9,11 @@
  * while it is in cache. With AVX-512 the transforms work on 16 tiles of a
  * tile row per vector (F(4x4) has only that form: without AVX-512 it runs as
  * F(2x2), whose scalar transforms serve the other ISAs).
+ * This form runs in three phases over whole images (transform, 36 GEMMs,
+ * transform), each split between the threads; the second form of F(4x4),
+ * at the end of the file, runs blocks of 32 tiles start to end on one
+ * thread each (tb_cpu_conv_winograd4_fused). Build-time timing picks
+ * between them (nn_tune.c).
  */
 #include "backend/cpu/nn_conv_impl.h"
 
