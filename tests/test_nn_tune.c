@@ -2,7 +2,8 @@
  * on a small CNN graph with a symbolic batch, every Conv that has more than
  * one tactic is timed and given one that applies to its geometry (no
  * Winograd on a strided or 1x1 conv) and never the kernel the rule runs
- * there, a depthwise conv keeps the rule, and
+ * there, stored with the batch it was timed at (the rule runs at other
+ * batches), a depthwise conv keeps the rule, and
  * each node run by the CPU kernels with its chosen tactic matches the
  * reference kernel on random data. One context's packed-weight cache
  * holds every tactic's form of a weight side by side. A graph without Conv
@@ -123,8 +124,10 @@ static void test_tune_cnn(tb_pool *pool) {
     for (int i = 0; i < g->n_nodes; i++) {
         const tb_node *n = &g->nodes[i];
         if (n->op != TB_OP_CONV) continue;
-        int t = n->tactic;
+        int t = n->tactic & 0xff, tbatch = (n->tactic >> TB_CONV_TACTIC_BATCH_SHIFT) & 0xff;
         CHECK_MSG(t >= TB_CONV_TACTIC_AUTO && t <= TB_CONV_TACTIC_WINOGRAD4F, "conv %d: tactic %d", k, t);
+        /* a timed tactic carries the batch it was timed at (opt 2) */
+        CHECK_MSG(t == TB_CONV_TACTIC_AUTO ? tbatch == 0 : tbatch == 2, "conv %d: tactic %d at batch %d", k, t, tbatch);
         if (k == 1 || k == 2) /* stride 2, 1x1: no Winograd */
             CHECK_MSG(t != TB_CONV_TACTIC_WINOGRAD && t != TB_CONV_TACTIC_WINOGRAD4 && t != TB_CONV_TACTIC_WINOGRAD4F,
                       "conv %d: tactic %d", k, t);
@@ -172,6 +175,36 @@ static void test_wpack_forms(tb_pool *pool) {
     tb_graph_free(g);
 }
 
+/* A tactic stored with a batch holds at that batch only; the rule runs at
+ * the others; a tactic without one holds at every batch. */
+static void test_tactic_batch(void) {
+    tb_graph *g = make_cnn();
+    tb_node n = g->nodes[0]; /* 3x3 stride 1, 32 -> 32 channels on 16x16 */
+    tb_nn_conv_geom geo[2];
+    for (int b = 0; b < 2; b++) {
+        tb_view xv, wv;
+        memset(&xv, 0, sizeof xv);
+        xv.dtype = TB_F32;
+        xv.rank = 4;
+        xv.dims[0] = b ? 8 : 1;
+        xv.dims[1] = 32;
+        xv.dims[2] = xv.dims[3] = 16;
+        wv = xv;
+        memcpy(wv.dims, g->values[n.in[1]].dims, sizeof(int64_t) * 4);
+        CHECK(tb_nn_conv_geometry(&n, &xv, &wv, &geo[b]) == TB_OK);
+    }
+    n.tactic = TB_CONV_TACTIC_IM2COL | 1 << TB_CONV_TACTIC_BATCH_SHIFT;
+    CHECK(tb_cpu_conv_tactic(&n, &geo[0]) == TB_CONV_TACTIC_IM2COL);
+    CHECK(tb_cpu_conv_tactic(&n, &geo[1]) == tb_cpu_conv_rule(&geo[1]));
+    CHECK(tb_cpu_conv_rule(&geo[1]) != TB_CONV_TACTIC_IM2COL);
+    n.tactic = TB_CONV_TACTIC_IM2COL;
+    CHECK(tb_cpu_conv_tactic(&n, &geo[0]) == TB_CONV_TACTIC_IM2COL);
+    CHECK(tb_cpu_conv_tactic(&n, &geo[1]) == TB_CONV_TACTIC_IM2COL);
+    n.tactic = TB_CONV_TACTIC_AUTO;
+    CHECK(tb_cpu_conv_tactic(&n, &geo[1]) == tb_cpu_conv_rule(&geo[1]));
+    tb_graph_free(g);
+}
+
 /* no Conv: nothing timed, nothing changed */
 static void test_no_conv(void) {
     tb_graph *g = tb_graph_new();
@@ -193,6 +226,7 @@ int main(void) {
     CHECK(tb_pool_create(2, &pool) == TB_OK);
     test_tune_cnn(pool);
     test_wpack_forms(pool);
+    test_tactic_batch();
     test_no_conv();
     tb_pool_free(pool);
     return tb_test_finish("test_nn_tune");

@@ -187,6 +187,12 @@ int tb_cpu_conv_rule(const tb_nn_conv_geom *g) {
     return tb_cpu_conv_direct_ok(g) && !direct ? TB_CONV_TACTIC_DIRECT : TB_CONV_TACTIC_IM2COL;
 }
 
+int tb_cpu_conv_tactic(const tb_node *n, const tb_nn_conv_geom *g) {
+    int t = n->tactic & 0xff, batch = (n->tactic >> TB_CONV_TACTIC_BATCH_SHIFT) & 0xff;
+    if (t == TB_CONV_TACTIC_AUTO || (batch && g->n != batch)) return tb_cpu_conv_rule(g);
+    return t;
+}
+
 static tb_status conv_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view *in, int n_in, const tb_view *out,
                              int n_out) {
     tb_nn_conv_geom g;
@@ -198,7 +204,7 @@ static tb_status conv_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view
     const float *bias = bi >= 0 ? in[bi].data : NULL, *res = ri >= 0 ? in[ri].data : NULL;
     float *y = out[0].data;
     int64_t cg = g.c / g.group, mg = g.m / g.group, ohw = g.oh * g.ow, hw = g.h * g.w;
-    int tactic = n->tactic;
+    int tactic = tb_cpu_conv_tactic(n, &g); /* the node's, or the rule's at this batch */
 
     if (cg == 1 && tactic != TB_CONV_TACTIC_IM2COL) {
         dw_job j = {&g, x, w, bias, res, y, act, (flags & TB_NN_ACT_AFTER_RESIDUAL) != 0, n->f[0], n->f[1]};
@@ -274,6 +280,7 @@ typedef struct {
     int kind;
     int64_t d0, d1, d2;
     float *p;
+    size_t floats;
 } wpack_entry;
 
 typedef struct {
@@ -362,7 +369,7 @@ const float *tb_cpu_nn_wpack(tb_cpu_nn_ctx *ctx, const tb_node *n, int input, co
             if (e->w == w && e->kind == kind && e->d0 == d0 && e->d1 == d1 && e->d2 == d2) return e->p;
         }
     float *p = wpack_alloc(t, sizeof(float) * floats);
-    if (!p || !wpack_insert(t, (wpack_entry){w, kind, d0, d1, d2, p})) return NULL; /* a chunk's tail lost */
+    if (!p || !wpack_insert(t, (wpack_entry){w, kind, d0, d1, d2, p, floats})) return NULL; /* a chunk's tail lost */
     make(w, p, arg);
     return p;
 }
@@ -386,6 +393,19 @@ static const float *wpack_get(tb_cpu_nn_ctx *ctx, const tb_node *n, int input, i
     gemm_pack_arg a = {tb, K, N, ldb};
     return tb_cpu_nn_wpack(ctx, n, input, b, TB_WPACK_GEMM_B, K, N, 2 * ldb + tb, tb_cpu_sgemm_packed_floats(K, N),
                            gemm_pack_make, &a);
+}
+
+void tb_cpu_nn_evict(const void *p, size_t bytes) {
+    const char *c = (const char *)((uintptr_t)p & ~(uintptr_t)63), *e = (const char *)p + bytes;
+    for (; c < e; c += 64) _mm_clflush(c);
+    _mm_mfence();
+}
+
+void tb_cpu_nn_wpack_evict(tb_cpu_nn_ctx *ctx) {
+    const wpack_table *t = ctx->wpack;
+    if (!t) return;
+    for (size_t i = 0; i < t->cap; i++)
+        if (t->slots[i].p) tb_cpu_nn_evict(t->slots[i].p, sizeof(float) * t->slots[i].floats);
 }
 
 void tb_cpu_nn_wpack_free(tb_cpu_nn_ctx *ctx) {

@@ -16,6 +16,16 @@ enum {
     TB_CONV_TACTIC_WINOGRAD4F = 5, /* F(4x4, 3x3) by tile blocks, one pass (AVX-512; F(2x2) elsewhere) */
 };
 
+/* Bits 8..15 of a Conv node's tactic word: the batch its tactic was timed
+ * at (nn_tune.c); at another batch the kernel's rule runs instead (one
+ * tactic word serves every shape of the profiles, and a kernel that wins at
+ * batch 1 can lose by a third at batch 8). 0: every batch. */
+#define TB_CONV_TACTIC_BATCH_SHIFT 8
+
+/* The tactic Conv node n runs at geometry g: its own (bits 0..7) where it
+ * has one for g's batch, else the rule's (nn_conv.c). */
+int tb_cpu_conv_tactic(const tb_node *n, const tb_nn_conv_geom *g);
+
 /* The tactic the kernel's rule (TB_CONV_TACTIC_AUTO) runs for geometry g
  * (one group; AUTO for grouped and depthwise convs, which have one kernel
  * each) (nn_conv.c). */
@@ -49,6 +59,11 @@ const float *tb_cpu_nn_wpack(tb_cpu_nn_ctx *ctx, const tb_node *n, int input, co
                              int64_t d1, int64_t d2, size_t floats, tb_cpu_wpack_make make, const void *arg);
 /* Frees the context's packed weights (nn_conv.c). */
 void tb_cpu_nn_wpack_free(tb_cpu_nn_ctx *c);
+/* Writes back and drops from every cache level the lines of [p, p + bytes),
+ * and every packed weight of the context: timing a kernel as a model's
+ * forward pass runs it, with its weights coming from memory (nn_conv.c). */
+void tb_cpu_nn_evict(const void *p, size_t bytes);
+void tb_cpu_nn_wpack_evict(tb_cpu_nn_ctx *c);
 
 /* Conv by Winograd F(2x2, 3x3), or F(4x4, 3x3) with f4 (AVX-512): 3x3,
  * stride 1, dilation 1, one group (winograd.c). */

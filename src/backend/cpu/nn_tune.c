@@ -8,13 +8,21 @@
  * tactic field (TB_CONV_TACTIC_*, read by nn_conv.c). Which tactic wins
  * depends on the core, its caches and the map size (F(4x4) needs many tiles,
  * the direct kernel wins on 7x7 maps), which is why a fixed rule loses.
+ * Each timed run starts with the node's weights and all their packed forms
+ * evicted from the caches (clflush), since a model's weights stream from
+ * memory in a forward pass; the activations stay as they are (the previous
+ * layer has just written them).
  * The candidates run alternately, so a burst of load on a shared machine
  * hits them all alike; a node keeps the kernel's own rule (tactic 0) unless
  * another kernel beats it by 10% (a wrong pick on a noisy machine costs
  * more than a near tie gains). The kernel the rule itself runs at the opt
  * shape is not timed again: forcing it would only take the rule's choice
  * away at the profile's other shapes (F(4x4) at batch 8 where batch 1
- * takes F(2x2)), since one tactic serves the whole profile.
+ * takes F(2x2)), since one tactic serves the whole profile. For the same
+ * reason a timed tactic is stored with the batch it was timed at
+ * (TB_CONV_TACTIC_BATCH_SHIFT): at any other batch the rule runs (the
+ * direct kernel timed best at batch 1 on 14x14 maps, with weights from
+ * memory, but is ~35% slower than F(4x4) by blocks at batch 8).
  */
 #include "backend/cpu/nn.h"
 #include "backend/cpu/nn_conv_impl.h"
@@ -103,6 +111,12 @@ static tb_status tune_conv(tb_cpu_nn_ctx *ctx, tb_node *n, const tb_view *iv, co
         if (done) break;
         for (int c = 0; c < nc; c++) {
             tn.tactic = cand[c];
+            /* the weights from memory, as in the model's forward pass
+             * (ResNet-18 streams ~60 MB of them and their Winograd forms a
+             * pass): warm, F(4x4)'s U (4x the 3x3 weights) looked cheaper
+             * than it is */
+            tb_cpu_nn_wpack_evict(ctx);
+            tb_cpu_nn_evict(iv[1].data, sizeof(float) * (size_t)tb_view_numel(&iv[1]));
             double t0 = tb_now();
             TB_TRY(tb_cpu_nn_run(ctx, &tn, iv, n->n_in, ov, 1));
             t[c][reps] = tb_now() - t0;
@@ -121,7 +135,8 @@ static tb_status tune_conv(tb_cpu_nn_ctx *ctx, tb_node *n, const tb_view *iv, co
      * seen on a loaded 2-core machine, which moved even the medians); the
      * rule (candidate 0) stays unless clearly beaten */
     if (best != 0 && best_t[best] >= TUNE_MARGIN * best_t[0]) best = 0;
-    n->tactic = cand[best];
+    /* a tactic holds at the batch it was timed at (the rule elsewhere) */
+    n->tactic = cand[best] ? cand[best] | (int)((g.n <= 255 ? g.n : 0) << TB_CONV_TACTIC_BATCH_SHIFT) : 0;
     *timed = 1;
     if (verbose) {
         char line[256];
