@@ -280,7 +280,6 @@ typedef struct {
     int kind;
     int64_t d0, d1, d2;
     float *p;
-    size_t floats;
 } wpack_entry;
 
 typedef struct {
@@ -369,7 +368,7 @@ const float *tb_cpu_nn_wpack(tb_cpu_nn_ctx *ctx, const tb_node *n, int input, co
             if (e->w == w && e->kind == kind && e->d0 == d0 && e->d1 == d1 && e->d2 == d2) return e->p;
         }
     float *p = wpack_alloc(t, sizeof(float) * floats);
-    if (!p || !wpack_insert(t, (wpack_entry){w, kind, d0, d1, d2, p, floats})) return NULL; /* a chunk's tail lost */
+    if (!p || !wpack_insert(t, (wpack_entry){w, kind, d0, d1, d2, p})) return NULL; /* a chunk's tail lost */
     make(w, p, arg);
     return p;
 }
@@ -393,19 +392,6 @@ static const float *wpack_get(tb_cpu_nn_ctx *ctx, const tb_node *n, int input, i
     gemm_pack_arg a = {tb, K, N, ldb};
     return tb_cpu_nn_wpack(ctx, n, input, b, TB_WPACK_GEMM_B, K, N, 2 * ldb + tb, tb_cpu_sgemm_packed_floats(K, N),
                            gemm_pack_make, &a);
-}
-
-void tb_cpu_nn_evict(const void *p, size_t bytes) {
-    const char *c = (const char *)((uintptr_t)p & ~(uintptr_t)63), *e = (const char *)p + bytes;
-    for (; c < e; c += 64) _mm_clflush(c);
-    _mm_mfence();
-}
-
-void tb_cpu_nn_wpack_evict(tb_cpu_nn_ctx *ctx) {
-    const wpack_table *t = ctx->wpack;
-    if (!t) return;
-    for (size_t i = 0; i < t->cap; i++)
-        if (t->slots[i].p) tb_cpu_nn_evict(t->slots[i].p, sizeof(float) * t->slots[i].floats);
 }
 
 void tb_cpu_nn_wpack_free(tb_cpu_nn_ctx *ctx) {

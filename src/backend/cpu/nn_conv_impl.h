@@ -59,11 +59,6 @@ const float *tb_cpu_nn_wpack(tb_cpu_nn_ctx *ctx, const tb_node *n, int input, co
                              int64_t d1, int64_t d2, size_t floats, tb_cpu_wpack_make make, const void *arg);
 /* Frees the context's packed weights (nn_conv.c). */
 void tb_cpu_nn_wpack_free(tb_cpu_nn_ctx *c);
-/* Writes back and drops from every cache level the lines of [p, p + bytes),
- * and every packed weight of the context: timing a kernel as a model's
- * forward pass runs it, with its weights coming from memory (nn_conv.c). */
-void tb_cpu_nn_evict(const void *p, size_t bytes);
-void tb_cpu_nn_wpack_evict(tb_cpu_nn_ctx *c);
 
 /* Conv by Winograd F(2x2, 3x3), or F(4x4, 3x3) with f4 (AVX-512): 3x3,
  * stride 1, dilation 1, one group (winograd.c). */

@@ -8,10 +8,6 @@
  * tactic field (TB_CONV_TACTIC_*, read by nn_conv.c). Which tactic wins
  * depends on the core, its caches and the map size (F(4x4) needs many tiles,
  * the direct kernel wins on 7x7 maps), which is why a fixed rule loses.
- * Each timed run starts with the node's weights and all their packed forms
- * evicted from the caches (clflush), since a model's weights stream from
- * memory in a forward pass; the activations stay as they are (the previous
- * layer has just written them).
  * The candidates run alternately, so a burst of load on a shared machine
  * hits them all alike; a node keeps the kernel's own rule (tactic 0) unless
  * another kernel beats it by 10% (a wrong pick on a noisy machine costs
@@ -21,8 +17,8 @@
  * takes F(2x2)), since one tactic serves the whole profile. For the same
  * reason a timed tactic is stored with the batch it was timed at
  * (TB_CONV_TACTIC_BATCH_SHIFT): at any other batch the rule runs (the
- * direct kernel timed best at batch 1 on 14x14 maps, with weights from
- * memory, but is ~35% slower than F(4x4) by blocks at batch 8).
+ * direct kernel can time best at batch 1 on 14x14 maps, but is ~35%
+ * slower than F(4x4) by blocks at batch 8).
  */
 #include "backend/cpu/nn.h"
 #include "backend/cpu/nn_conv_impl.h"
@@ -111,12 +107,6 @@ static tb_status tune_conv(tb_cpu_nn_ctx *ctx, tb_node *n, const tb_view *iv, co
         if (done) break;
         for (int c = 0; c < nc; c++) {
             tn.tactic = cand[c];
-            /* the weights from memory, as in the model's forward pass
-             * (ResNet-18 streams ~60 MB of them and their Winograd forms a
-             * pass): warm, F(4x4)'s U (4x the 3x3 weights) looked cheaper
-             * than it is */
-            tb_cpu_nn_wpack_evict(ctx);
-            tb_cpu_nn_evict(iv[1].data, sizeof(float) * (size_t)tb_view_numel(&iv[1]));
             double t0 = tb_now();
             TB_TRY(tb_cpu_nn_run(ctx, &tn, iv, n->n_in, ov, 1));
             t[c][reps] = tb_now() - t0;
