@@ -302,7 +302,7 @@ static void op_case_run(const char *name, op_case *o, double flop) {
  * bias and relu (the fused form the passes make) */
 static void bench_conv1(tb_pool *pool, const char *what, int64_t c, int64_t h, int64_t m, int k, int s, int p,
                         int tactic) {
-    static const char *tn[] = {"", " im2col", " winograd", " winograd4", " direct"};
+    static const char *tn[] = {"", " im2col", " winograd", " winograd4", " direct", " winograd4f"};
     char name[96];
     snprintf(name, sizeof name, "conv %s %lld->%lld %dx%d/%d %lldx%lld%s%s", what, (long long)c, (long long)m, k, k, s,
              (long long)h, (long long)h, tn[tactic], opt_batch > 1 ? " (batch)" : "");
@@ -355,6 +355,7 @@ static void bench_conv(tb_pool *pool, const char *what, int64_t c, int64_t h, in
         bench_conv1(pool, what, c, h, m, k, s, p, 2);
         bench_conv1(pool, what, c, h, m, k, s, p, 3);
         bench_conv1(pool, what, c, h, m, k, s, p, 4);
+        bench_conv1(pool, what, c, h, m, k, s, p, 5);
     } else {
         bench_conv1(pool, what, c, h, m, k, s, p, 1);
         bench_conv1(pool, what, c, h, m, k, s, p, 4);
@@ -394,7 +395,7 @@ static void conv_cold_call(void *arg) {
 
 static void bench_conv_cold(tb_pool *pool, const char *what, int64_t c, int64_t h, int64_t m, int k, int s, int p,
                             int tactic, int nw) {
-    static const char *tn[] = {"", " im2col", " winograd", " winograd4", " direct"};
+    static const char *tn[] = {"", " im2col", " winograd", " winograd4", " direct", " winograd4f"};
     char name[96];
     snprintf(name, sizeof name, "conv cold %s %lld->%lld %dx%d/%d %lldx%lld%s%s", what, (long long)c, (long long)m, k,
              k, s, (long long)h, (long long)h, tn[tactic], opt_batch > 1 ? " (batch)" : "");
@@ -531,6 +532,8 @@ int main(int argc, char **argv) {
     bench_conv_cold(pool, "l3", 256, 14, 256, 3, 1, 1, 2, 16);
     bench_conv_cold(pool, "l3", 256, 14, 256, 3, 1, 1, 4, 16);
     bench_conv_cold(pool, "l2", 128, 28, 128, 3, 1, 1, 3, 32);
+    bench_conv_cold(pool, "l2", 128, 28, 128, 3, 1, 1, 5, 32);
+    bench_conv_cold(pool, "l3", 256, 14, 256, 3, 1, 1, 5, 16);
     bench_conv_cold(pool, "l2", 128, 28, 128, 3, 1, 1, 4, 32);
     tb_pool_free(pool);
     return 0;

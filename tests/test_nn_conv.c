@@ -464,15 +464,16 @@ static void check_conv(const char *what, tb_node n, tb_view *in, int n_in, tb_po
     /* Winograd only applies to 3x3 stride 1 one group */
     int w_ok = in[1].rank == 4 && in[1].dims[2] == 3 && in[1].dims[3] == 3 && n.i[1] <= 1 && n.i[2] <= 1 &&
                n.i[7] <= 1 && n.i[8] <= 1 && n.i[0] <= 1;
-    for (int t = 0; t <= TB_CONV_TACTIC_DIRECT; t++) {
-        if (!w_ok && (t == TB_CONV_TACTIC_WINOGRAD || t == TB_CONV_TACTIC_WINOGRAD4)) continue;
+    for (int t = 0; t <= TB_CONV_TACTIC_WINOGRAD4F; t++) {
+        if (!w_ok && (t == TB_CONV_TACTIC_WINOGRAD || t == TB_CONV_TACTIC_WINOGRAD4 || t == TB_CONV_TACTIC_WINOGRAD4F))
+            continue;
         n.tactic = t;
         if (run_node(&n, in, n_in, &fast, 1, pool) != TB_OK) {
             CHECK_MSG(0, "%s: fast: %s", what, tb_last_error());
             break;
         }
         e = worst(fast.data, want, S, cnt);
-        double bound = t == TB_CONV_TACTIC_WINOGRAD4 ? 2e-5 : 1e-5;
+        double bound = t == TB_CONV_TACTIC_WINOGRAD4 || t == TB_CONV_TACTIC_WINOGRAD4F ? 2e-5 : 1e-5;
         if (getenv("TB_TEST_VERBOSE")) printf("%s tactic %d: error %.6g\n", what, t, e);
         CHECK_MSG(e <= bound, "%s tactic %d: error %.3g (bound %.0e)", what, t, e, bound);
         free(fast.data);
@@ -517,8 +518,15 @@ static void test_conv_random(tb_pool *pool) {
         /* Winograd over a batch: the images' tiles side by side in one GEMM,
          * each image's residual and output in its place */
         {4, 3, 24, 7, 9, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, TB_NN_ACT_RELU, TB_NN_HAS_BIAS | TB_NN_HAS_RESIDUAL},
-        /* 7x7 maps at batch 8: the rule (tactic 0) takes batched F(2x2) */
+        /* 7x7 maps at batch 8: the rule (tactic 0) takes F(4x4) by tile blocks (AVX-512), one block of 32 tiles over the images */
         {4, 8, 16, 7, 7, 20, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, TB_NN_ACT_RELU, TB_NN_HAS_BIAS | TB_NN_HAS_RESIDUAL},
+        /* F(4x4) by tile blocks: two blocks (32 + 17 tiles) split by groups
+         * of output channels (a part group of 8), the residual and ReLU
+         * after it fused; four blocks with one of 16 tiles, images crossed
+         * within a block; a deep K (2304 products a sum) */
+        {4, 1, 64, 28, 28, 68, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, TB_NN_ACT_RELU, TB_NN_HAS_BIAS | TB_NN_HAS_RESIDUAL | TB_NN_ACT_AFTER_RESIDUAL},
+        {4, 2, 12, 30, 26, 13, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, TB_NN_ACT_CLIP, TB_NN_HAS_BIAS},
+        {4, 1, 256, 14, 14, 16, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, TB_NN_ACT_RELU, TB_NN_HAS_BIAS | TB_NN_HAS_RESIDUAL},
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
         char what[64];

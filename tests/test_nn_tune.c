@@ -1,7 +1,9 @@
 /* test_nn_tune.c — build-time timing of Conv tactics (backend/cpu/nn_tune.c):
  * on a small CNN graph with a symbolic batch, every Conv that has more than
  * one tactic is timed and given one that applies to its geometry (no
- * Winograd on a strided or 1x1 conv), a depthwise conv keeps the rule, and
+ * Winograd on a strided or 1x1 conv) and never the kernel the rule runs
+ * there, stored with the batch it was timed at (the rule runs at other
+ * batches), a depthwise conv keeps the rule, and
  * each node run by the CPU kernels with its chosen tactic matches the
  * reference kernel on random data. One context's packed-weight cache
  * holds every tactic's form of a weight side by side. A graph without Conv
@@ -122,10 +124,27 @@ static void test_tune_cnn(tb_pool *pool) {
     for (int i = 0; i < g->n_nodes; i++) {
         const tb_node *n = &g->nodes[i];
         if (n->op != TB_OP_CONV) continue;
-        int t = n->tactic;
-        CHECK_MSG(t >= TB_CONV_TACTIC_AUTO && t <= TB_CONV_TACTIC_DIRECT, "conv %d: tactic %d", k, t);
+        int t = n->tactic & 0xff, tbatch = (n->tactic >> TB_CONV_TACTIC_BATCH_SHIFT) & 0xff;
+        CHECK_MSG(t >= TB_CONV_TACTIC_AUTO && t <= TB_CONV_TACTIC_WINOGRAD4F, "conv %d: tactic %d", k, t);
+        /* a timed tactic carries the batch it was timed at (opt 2) */
+        CHECK_MSG(t == TB_CONV_TACTIC_AUTO ? tbatch == 0 : tbatch == 2, "conv %d: tactic %d at batch %d", k, t, tbatch);
         if (k == 1 || k == 2) /* stride 2, 1x1: no Winograd */
-            CHECK_MSG(t != TB_CONV_TACTIC_WINOGRAD && t != TB_CONV_TACTIC_WINOGRAD4, "conv %d: tactic %d", k, t);
+            CHECK_MSG(t != TB_CONV_TACTIC_WINOGRAD && t != TB_CONV_TACTIC_WINOGRAD4 && t != TB_CONV_TACTIC_WINOGRAD4F,
+                      "conv %d: tactic %d", k, t);
+        if (k < 3) { /* a tactic is set only for another kernel than the rule's at the opt shape (batch 2) */
+            static const int64_t xs[3][4] = {{2, 32, 16, 16}, {2, 32, 16, 16}, {2, 64, 8, 8}};
+            tb_view xv, wv;
+            memset(&xv, 0, sizeof xv);
+            xv.dtype = TB_F32;
+            xv.rank = 4;
+            memcpy(xv.dims, xs[k], sizeof xs[k]);
+            const tb_value *wval = &g->values[n->in[1]];
+            wv = xv;
+            memcpy(wv.dims, wval->dims, sizeof(int64_t) * 4);
+            tb_nn_conv_geom geo;
+            CHECK(tb_nn_conv_geometry(n, &xv, &wv, &geo) == TB_OK);
+            CHECK_MSG(t == TB_CONV_TACTIC_AUTO || t != tb_cpu_conv_rule(&geo), "conv %d: tactic %d is the rule's", k, t);
+        }
         if (k == 3) CHECK_MSG(t == TB_CONV_TACTIC_AUTO, "depthwise conv: tactic %d", t);
         double e = node_err(g, n, pool);
         CHECK_MSG(e < 1e-4, "conv %d (tactic %d): relative error %g", k, t, e);
@@ -136,15 +155,16 @@ static void test_tune_cnn(tb_pool *pool) {
 }
 
 /* One context's packed-weight cache holding several forms of the same
- * weight (GEMM panels, direct panels, Winograd F(2x2) and F(4x4) U): every
+ * weight (GEMM panels, direct panels, Winograd F(2x2) and F(4x4) U, both
+ * layouts): every
  * tactic, run twice in turn (the second time from the cache), still
  * matches the reference. */
 static void test_wpack_forms(tb_pool *pool) {
     tb_graph *g = make_cnn();
-    tb_node n = g->nodes[0]; /* the 3x3 stride-1 conv: all five tactics apply */
+    tb_node n = g->nodes[0]; /* the 3x3 stride-1 conv: all six tactics apply */
     tb_cpu_nn_ctx ctx = {pool, NULL, 0, g, NULL};
     for (int rep = 0; rep < 2; rep++)
-        for (int t = TB_CONV_TACTIC_AUTO; t <= TB_CONV_TACTIC_DIRECT; t++) {
+        for (int t = TB_CONV_TACTIC_AUTO; t <= TB_CONV_TACTIC_WINOGRAD4F; t++) {
             n.tactic = t;
             double e = node_err_ctx(g, &n, &ctx);
             CHECK_MSG(e < 1e-4, "tactic %d, pass %d: relative error %g", t, rep, e);
@@ -152,6 +172,36 @@ static void test_wpack_forms(tb_pool *pool) {
     CHECK(ctx.wpack != NULL);
     tb_cpu_nn_ctx_release(&ctx);
     CHECK(ctx.wpack == NULL);
+    tb_graph_free(g);
+}
+
+/* A tactic stored with a batch holds at that batch only; the rule runs at
+ * the others; a tactic without one holds at every batch. */
+static void test_tactic_batch(void) {
+    tb_graph *g = make_cnn();
+    tb_node n = g->nodes[0]; /* 3x3 stride 1, 32 -> 32 channels on 16x16 */
+    tb_nn_conv_geom geo[2];
+    for (int b = 0; b < 2; b++) {
+        tb_view xv, wv;
+        memset(&xv, 0, sizeof xv);
+        xv.dtype = TB_F32;
+        xv.rank = 4;
+        xv.dims[0] = b ? 8 : 1;
+        xv.dims[1] = 32;
+        xv.dims[2] = xv.dims[3] = 16;
+        wv = xv;
+        memcpy(wv.dims, g->values[n.in[1]].dims, sizeof(int64_t) * 4);
+        CHECK(tb_nn_conv_geometry(&n, &xv, &wv, &geo[b]) == TB_OK);
+    }
+    n.tactic = TB_CONV_TACTIC_IM2COL | 1 << TB_CONV_TACTIC_BATCH_SHIFT;
+    CHECK(tb_cpu_conv_tactic(&n, &geo[0]) == TB_CONV_TACTIC_IM2COL);
+    CHECK(tb_cpu_conv_tactic(&n, &geo[1]) == tb_cpu_conv_rule(&geo[1]));
+    CHECK(tb_cpu_conv_rule(&geo[1]) != TB_CONV_TACTIC_IM2COL);
+    n.tactic = TB_CONV_TACTIC_IM2COL;
+    CHECK(tb_cpu_conv_tactic(&n, &geo[0]) == TB_CONV_TACTIC_IM2COL);
+    CHECK(tb_cpu_conv_tactic(&n, &geo[1]) == TB_CONV_TACTIC_IM2COL);
+    n.tactic = TB_CONV_TACTIC_AUTO;
+    CHECK(tb_cpu_conv_tactic(&n, &geo[1]) == tb_cpu_conv_rule(&geo[1]));
     tb_graph_free(g);
 }
 
@@ -176,6 +226,7 @@ int main(void) {
     CHECK(tb_pool_create(2, &pool) == TB_OK);
     test_tune_cnn(pool);
     test_wpack_forms(pool);
+    test_tactic_batch();
     test_no_conv();
     tb_pool_free(pool);
     return tb_test_finish("test_nn_tune");

@@ -7,7 +7,8 @@
  *   - 1x1, stride 1, no pads: the GEMM w (M, C) x (C, H W) straight on x;
  *   - depthwise (one input channel per group): a direct loop per channel;
  *   - 3x3, stride 1, dilation 1, enough channels and tiles: Winograd
- *     F(4x4, 3x3) (AVX-512, 40 tiles or more) or F(2x2, 3x3) (winograd.c;
+ *     F(4x4, 3x3) (AVX-512: in phases at 40 tiles an image, by blocks of
+ *     32 tiles for a batch of smaller maps) or F(2x2, 3x3) (winograd.c;
  *     the transformed weights made once per context, below);
  *   - otherwise, one group with AVX-512: the direct form with 64 output
  *     channels in the vector lanes (conv_direct.c; no im2col, and no waste
@@ -151,17 +152,45 @@ static void dw_run(void *arg, int ith, int nth) {
 /* The Winograd form that pays for a 3x3 stride-1 geometry, else AUTO
  * (im2col): enough channels and tiles (a GEMM of N = tiles under 32 wastes
  * most of the kernel's width), tile buffers within 256 MB; F(4x4) (a quarter
- * of the products, AVX-512 transforms) when it has 40 tiles or more. A map
+ * of the products, AVX-512 transforms) in phases when an image has 40
+ * tiles or more, by tile blocks when a batch of smaller maps has 32. A map
  * of fewer tiles (7x7: 16) takes F(2x2) when enough images share its GEMMs
  * (winograd.c batches up to 128 tiles): 96 or more, as at batch 8 of
  * ResNet-18's layer4, where it beat the direct kernel by ~8% on one thread
  * (bench/nn_bench -b 8). */
 static int conv_winograd_tactic(const tb_nn_conv_geom *g) {
     int64_t t2 = ((g->oh + 1) / 2) * ((g->ow + 1) / 2), t4 = ((g->oh + 3) / 4) * ((g->ow + 3) / 4);
-    if (g->c < 16 || g->m < 16 || 16.0 * (double)(g->c + g->m) * (double)t2 * 4 >= 256e6) return TB_CONV_TACTIC_AUTO;
-    if (t4 >= 40 && (tb_cpu_features() & TB_CPU_AVX512F)) return TB_CONV_TACTIC_WINOGRAD4;
+    if (g->c < 16 || g->m < 16) return TB_CONV_TACTIC_AUTO;
+    /* F(4x4) by tile blocks (its buffers are per thread, a block's) where a
+     * batch of small maps fills blocks of 32 tiles: 7x7, 14x14 and 28x28
+     * maps at batch 8 (6.5-8.2, 6.8-8.5 and 5.6-7.6 ms on one thread,
+     * against 9.1-10.9 and 7.8-8.8 for F(2x2), 9.3-10.8 for the direct
+     * kernel on 7x7 and 6.6-8.9 for F(4x4) in phases on 28x28, nn_bench -b 8
+     * -c). One image's large map keeps F(4x4) in phases: every block
+     * reads all of U again, which lost on weights from memory (28x28 at
+     * batch 1, cold: 0.75 against 0.68 ms) and on 56x56 at batch 8. */
+    if (tb_cpu_features() & TB_CPU_AVX512F) {
+        if (g->n > 1 && t4 < 100 && g->n * t4 >= 32) return TB_CONV_TACTIC_WINOGRAD4F;
+        if (t4 >= 40) return TB_CONV_TACTIC_WINOGRAD4;
+    }
+    if (16.0 * (double)(g->c + g->m) * (double)t2 * 4 >= 256e6) return TB_CONV_TACTIC_AUTO;
     int64_t per_gemm = t2 > 0 ? (128 + t2 - 1) / t2 : 1, imgs = g->n < per_gemm ? g->n : per_gemm;
     return t2 >= 32 || (t2 >= 9 && t2 * imgs >= 96) ? TB_CONV_TACTIC_WINOGRAD : TB_CONV_TACTIC_AUTO;
+}
+
+int tb_cpu_conv_rule(const tb_nn_conv_geom *g) {
+    if (g->group != 1 || g->c == 1) return TB_CONV_TACTIC_AUTO;
+    int wino_ok = g->kh == 3 && g->kw == 3 && g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1;
+    int t = wino_ok ? conv_winograd_tactic(g) : TB_CONV_TACTIC_AUTO;
+    if (t != TB_CONV_TACTIC_AUTO) return t;
+    int direct = g->kh == 1 && g->kw == 1 && g->sh == 1 && g->sw == 1 && !g->pt && !g->pl && !g->pb && !g->pr;
+    return tb_cpu_conv_direct_ok(g) && !direct ? TB_CONV_TACTIC_DIRECT : TB_CONV_TACTIC_IM2COL;
+}
+
+int tb_cpu_conv_tactic(const tb_node *n, const tb_nn_conv_geom *g) {
+    int t = n->tactic & 0xff, batch = (n->tactic >> TB_CONV_TACTIC_BATCH_SHIFT) & 0xff;
+    if (t == TB_CONV_TACTIC_AUTO || (batch && g->n != batch)) return tb_cpu_conv_rule(g);
+    return t;
 }
 
 static tb_status conv_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view *in, int n_in, const tb_view *out,
@@ -175,7 +204,7 @@ static tb_status conv_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view
     const float *bias = bi >= 0 ? in[bi].data : NULL, *res = ri >= 0 ? in[ri].data : NULL;
     float *y = out[0].data;
     int64_t cg = g.c / g.group, mg = g.m / g.group, ohw = g.oh * g.ow, hw = g.h * g.w;
-    int tactic = n->tactic;
+    int tactic = tb_cpu_conv_tactic(n, &g); /* the node's, or the rule's at this batch */
 
     if (cg == 1 && tactic != TB_CONV_TACTIC_IM2COL) {
         dw_job j = {&g, x, w, bias, res, y, act, (flags & TB_NN_ACT_AFTER_RESIDUAL) != 0, n->f[0], n->f[1]};
@@ -185,6 +214,8 @@ static tb_status conv_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view
     }
     int wino_ok = g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 && g.group == 1;
     if (wino_ok && tactic == TB_CONV_TACTIC_AUTO) tactic = conv_winograd_tactic(&g);
+    if (wino_ok && tactic == TB_CONV_TACTIC_WINOGRAD4F)
+        return tb_cpu_conv_winograd4_fused(ctx, n, &g, x, w, bias, res, y);
     if (wino_ok && (tactic == TB_CONV_TACTIC_WINOGRAD || tactic == TB_CONV_TACTIC_WINOGRAD4))
         return tb_cpu_conv_winograd(ctx, n, &g, tactic == TB_CONV_TACTIC_WINOGRAD4, x, w, bias, res, y);
 

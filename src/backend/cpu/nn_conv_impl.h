@@ -13,7 +13,23 @@ enum {
     TB_CONV_TACTIC_WINOGRAD = 2,  /* F(2x2, 3x3) */
     TB_CONV_TACTIC_WINOGRAD4 = 3, /* F(4x4, 3x3) (AVX-512; F(2x2) elsewhere) */
     TB_CONV_TACTIC_DIRECT = 4,    /* direct, channels in the lanes (AVX-512, one group; im2col elsewhere) */
+    TB_CONV_TACTIC_WINOGRAD4F = 5, /* F(4x4, 3x3) by tile blocks, one pass (AVX-512; F(2x2) elsewhere) */
 };
+
+/* Bits 8..15 of a Conv node's tactic word: the batch its tactic was timed
+ * at (nn_tune.c); at another batch the kernel's rule runs instead (one
+ * tactic word serves every shape of the profiles, and a kernel that wins at
+ * batch 1 can lose by a third at batch 8). 0: every batch. */
+#define TB_CONV_TACTIC_BATCH_SHIFT 8
+
+/* The tactic Conv node n runs at geometry g: its own (bits 0..7) where it
+ * has one for g's batch, else the rule's (nn_conv.c). */
+int tb_cpu_conv_tactic(const tb_node *n, const tb_nn_conv_geom *g);
+
+/* The tactic the kernel's rule (TB_CONV_TACTIC_AUTO) runs for geometry g
+ * (one group; AUTO for grouped and depthwise convs, which have one kernel
+ * each) (nn_conv.c). */
+int tb_cpu_conv_rule(const tb_nn_conv_geom *g);
 
 /* The sgemm epilogue (bias, activation, residual) over C (M, N) with leading
  * dim ldc, in place, with the vector code of the sgemm's ISA (sgemm.c). */
@@ -37,7 +53,7 @@ void tb_cpu_sgemm_packed(int ta, int64_t M, int64_t N, int64_t K, float alpha, c
  * use and kept until the context is released. NULL when that input is not a
  * weight of the context's graph (its contents may change between calls:
  * the caller makes its own copy per call) or on OOM. */
-enum { TB_WPACK_GEMM_B = 1, TB_WPACK_WINO2, TB_WPACK_WINO4, TB_WPACK_DIRECT };
+enum { TB_WPACK_GEMM_B = 1, TB_WPACK_WINO2, TB_WPACK_WINO4, TB_WPACK_DIRECT, TB_WPACK_WINO4F };
 typedef void (*tb_cpu_wpack_make)(const float *w, float *dst, const void *arg);
 const float *tb_cpu_nn_wpack(tb_cpu_nn_ctx *ctx, const tb_node *n, int input, const float *w, int kind, int64_t d0,
                              int64_t d1, int64_t d2, size_t floats, tb_cpu_wpack_make make, const void *arg);
@@ -48,6 +64,13 @@ void tb_cpu_nn_wpack_free(tb_cpu_nn_ctx *c);
  * stride 1, dilation 1, one group (winograd.c). */
 tb_status tb_cpu_conv_winograd(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn_conv_geom *g, int f4,
                                const float *x, const float *w, const float *bias, const float *res, float *y);
+
+/* Conv by Winograd F(4x4, 3x3) in blocks of 32 tiles, each block's input
+ * transform, products, output transform and epilogue on one thread while
+ * its tiles are in L1/L2 (winograd.c; same geometry as above; without
+ * AVX-512 it runs tb_cpu_conv_winograd's F(2x2)). */
+tb_status tb_cpu_conv_winograd4_fused(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn_conv_geom *g, const float *x,
+                                      const float *w, const float *bias, const float *res, float *y);
 
 /* Conv directly over output pixels, 64 output channels in the lanes
  * (conv_direct.c): one group, AVX-512 (tb_cpu_conv_direct_ok). */

@@ -2,15 +2,23 @@
  * nn_tune.c — Conv tactics of a general graph timed at build time on this
  * CPU, as TensorRT times its tactics per optimisation profile: at the
  * symbols' opt values, every tactic that can run a Conv node (im2col + GEMM,
- * the direct kernel, Winograd F(2x2, 3x3) and F(4x4, 3x3)) runs on the
+ * the direct kernel, Winograd F(2x2, 3x3), F(4x4, 3x3) in phases and by
+ * tile blocks) runs on the
  * node's own weights and the fastest (best of several runs) is stored in the node's
  * tactic field (TB_CONV_TACTIC_*, read by nn_conv.c). Which tactic wins
  * depends on the core, its caches and the map size (F(4x4) needs many tiles,
  * the direct kernel wins on 7x7 maps), which is why a fixed rule loses.
  * The candidates run alternately, so a burst of load on a shared machine
  * hits them all alike; a node keeps the kernel's own rule (tactic 0) unless
- * another tactic beats it by 10% (a wrong pick on a noisy machine costs
- * more than a near tie gains).
+ * another kernel beats it by 10% (a wrong pick on a noisy machine costs
+ * more than a near tie gains). The kernel the rule itself runs at the opt
+ * shape is not timed again: forcing it would only take the rule's choice
+ * away at the profile's other shapes (F(4x4) at batch 8 where batch 1
+ * takes F(2x2)), since one tactic serves the whole profile. For the same
+ * reason a timed tactic is stored with the batch it was timed at
+ * (TB_CONV_TACTIC_BATCH_SHIFT): at any other batch the rule runs (the
+ * direct kernel can time best at batch 1 on 14x14 maps, but is ~35%
+ * slower than F(4x4) by blocks at batch 8).
  */
 #include "backend/cpu/nn.h"
 #include "backend/cpu/nn_conv_impl.h"
@@ -20,7 +28,7 @@
 #define TUNE_MAX_REPS 41
 #define TUNE_MIN_SECONDS 0.03 /* per candidate */
 #define TUNE_MARGIN 0.90      /* another tactic must take under 90% of the rule's time */
-#define TUNE_MAX_CAND 5
+#define TUNE_MAX_CAND 6
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -43,23 +51,34 @@ static const char *tactic_name(int t) {
     case TB_CONV_TACTIC_WINOGRAD: return "winograd2";
     case TB_CONV_TACTIC_WINOGRAD4: return "winograd4";
     case TB_CONV_TACTIC_DIRECT: return "direct";
+    case TB_CONV_TACTIC_WINOGRAD4F: return "winograd4f";
     default: return "?";
     }
 }
 
-/* The tactics that can run geometry g (the first is the kernel's rule). */
+/* The tactics that can run geometry g: the kernel's rule first, then the
+ * other kernels (not the one the rule runs here: timing the same kernel
+ * twice only lets noise pick it, and a node forced to it loses the rule's
+ * choice at the engine's other shapes, e.g. F(4x4) at batch 8 where batch
+ * 1 takes F(2x2)). */
 static int conv_candidates(const tb_nn_conv_geom *g, int *cand) {
     int n = 0;
-    if (g->group == 1) { /* grouped and depthwise convs have one kernel each */
+    if (g->group == 1 && g->c > 1) { /* grouped and depthwise convs have one kernel each */
+        int rule = tb_cpu_conv_rule(g), all[5], na = 0;
         cand[n++] = TB_CONV_TACTIC_AUTO;
-        cand[n++] = TB_CONV_TACTIC_IM2COL;
-        if (tb_cpu_conv_direct_ok(g)) cand[n++] = TB_CONV_TACTIC_DIRECT;
+        all[na++] = TB_CONV_TACTIC_IM2COL;
+        if (tb_cpu_conv_direct_ok(g)) all[na++] = TB_CONV_TACTIC_DIRECT;
         int wino = g->kh == 3 && g->kw == 3 && g->sh == 1 && g->sw == 1 && g->dh == 1 && g->dw == 1 &&
                    g->group == 1 && g->c >= 4 && g->m >= 4;
         if (wino) {
-            cand[n++] = TB_CONV_TACTIC_WINOGRAD;
-            if (tb_cpu_features() & TB_CPU_AVX512F) cand[n++] = TB_CONV_TACTIC_WINOGRAD4;
+            all[na++] = TB_CONV_TACTIC_WINOGRAD;
+            if (tb_cpu_features() & TB_CPU_AVX512F) {
+                all[na++] = TB_CONV_TACTIC_WINOGRAD4;
+                all[na++] = TB_CONV_TACTIC_WINOGRAD4F;
+            }
         }
+        for (int k = 0; k < na; k++)
+            if (all[k] != rule) cand[n++] = all[k];
     }
     return n;
 }
@@ -106,13 +125,15 @@ static tb_status tune_conv(tb_cpu_nn_ctx *ctx, tb_node *n, const tb_view *iv, co
      * seen on a loaded 2-core machine, which moved even the medians); the
      * rule (candidate 0) stays unless clearly beaten */
     if (best != 0 && best_t[best] >= TUNE_MARGIN * best_t[0]) best = 0;
-    n->tactic = cand[best];
+    /* a tactic holds at the batch it was timed at (the rule elsewhere) */
+    n->tactic = cand[best] ? cand[best] | (int)((g.n <= 255 ? g.n : 0) << TB_CONV_TACTIC_BATCH_SHIFT) : 0;
     *timed = 1;
     if (verbose) {
         char line[256];
         size_t k = 0;
         for (int c = 0; c < nc && k < sizeof line; c++)
-            k += (size_t)snprintf(line + k, sizeof line - k, " %s %.3f", tactic_name(cand[c]), best_t[c] * 1e3);
+            k += (size_t)snprintf(line + k, sizeof line - k, " %s%s%s %.3f", tactic_name(cand[c]), c ? "" : "=",
+                                  c ? "" : tactic_name(tb_cpu_conv_rule(&g)), best_t[c] * 1e3);
         tb_log(TB_LOG_INFO, "conv tactic %s (%lldx%lldx%lldx%lld, %dx%d/%d -> %lld): best ms%s -> %s", name,
                (long long)g.n, (long long)g.c, (long long)g.h, (long long)g.w, g.kh, g.kw, g.sh, (long long)g.m,
                line, tactic_name(cand[best]));
