@@ -16,7 +16,8 @@
 #      differs 10x more;
 #  (3) `turbine inspect`: per-tensor dtype, shape and bytes, and the bits
 #      per weight against the figure computed from the model's shape;
-#  (4) overrides: lm_head=int8 makes the head a quantized matmul.
+#  (4) overrides: lm_head=int8 makes the head a quantized matmul (int4
+#      engines have an int8 head by default; lm_head=f16 gives the f16 one).
 # The accuracy gates are tests/test_quant_accuracy.sh.
 set -uo pipefail
 : "${TURBINE_BIN:?}" "${TURBINE_SHARED:?}" "${TURBINE_TMP:?}" "${TURBINE_SRC:?}"
@@ -107,7 +108,8 @@ for preset in llama-gqa qwen2; do
       "$TURBINE_BIN" run "$D/t.engine" --prompt-ids "$id" -n 1 --temperature 0 --logits-out "$D/one.bin" >/dev/null 2>&1
       head -c $((4 * 512)) "$D/one.bin" >>"$D/t1.bin"
     done
-    "$PY" "$TURBINE_SRC/tests/quant_q8_ref.py" "$TW" "$ONE" "$D/q8ref.bin" --each || { fail "$tag: q8 reference"; continue; }
+    hq=(); [ "$dt" = int4 ] && hq=(--head-q8) # int4 engines: the int8 head is a qmatmul too
+    "$PY" "$TURBINE_SRC/tests/quant_q8_ref.py" "$TW" "$ONE" "$D/q8ref.bin" --each "${hq[@]}" || { fail "$tag: q8 reference"; continue; }
     res=$("$PY" -c "import numpy as np, sys
 e, r, t = (np.fromfile(f, '<f4') for f in sys.argv[1:4])
 if not (e.size == r.size == t.size == 16 * 512): print('sizes %d %d %d' % (e.size, r.size, t.size)); sys.exit()
@@ -134,11 +136,24 @@ grep -qE "^  l0\.wqkv +i4 +\(512, 256\) +65536 bytes" "$D/inspect.txt" && ok "in
 grep -qE "^  l0\.wqkv\.scales +f32 +\(512, 8\) +16384 bytes" "$D/inspect.txt" && ok "inspect: l0.wqkv.scales f32 (512, 8)" \
   || fail "inspect: scales line: $(grep wqkv.scales "$D/inspect.txt")"
 grep -qE "^  embed +f16 +\(1024, 256\)" "$D/inspect.txt" && ok "inspect: embed f16" || fail "inspect: embed line"
-grep -q "qmatmul x24" "$D/inspect.txt" && ok "inspect: 24 qmatmul nodes" || fail "inspect ops: $(grep ops: "$D/inspect.txt")"
-# bits per matmul weight: the 6 layers' matrices at 4 + 32/32 bits, the tied f16 head at 16
-want=$("$PY" -c "l = 6 * (512*256 + 256*256 + 1024*256 + 256*512); h = 1024*256; print('%.3f' % ((l * 5 + h * 16) / (l + h)))")
+grep -q "qmatmul x25" "$D/inspect.txt" && ok "inspect: 25 qmatmul nodes (the head too)" || fail "inspect ops: $(grep ops: "$D/inspect.txt")"
+grep -qE "^  lm_head +i8 +\(1024, 256\) +262144 bytes" "$D/inspect.txt" && ok "inspect: an int4 engine's head is int8 by default" \
+  || fail "inspect: int4 head: $(grep lm_head "$D/inspect.txt")"
+# bits per matmul weight: the 6 layers' matrices at 4 + 32/32 bits, the head
+# (tied to the embedding, so its own int8 copy) at 8 + 32/256
+bpw() { "$PY" -c "l = 6 * (512*256 + 256*256 + 1024*256 + 256*512); h = 1024*256; print('%.3f' % ((l * 5 + h * $1) / (l + h)))"; }
+want=$(bpw 8.125)
 got=$(sed -n 's/^bits per weight: \([0-9.]*\) over the matmul.*/\1/p' "$D/inspect.txt")
-[ "$got" = "$want" ] && ok "inspect: $got bits per matmul weight (int4 g32 + f16 head)" || fail "bits per weight '$got', want $want"
+[ "$got" = "$want" ] && ok "inspect: $got bits per matmul weight (int4 g32 + int8 head)" || fail "bits per weight '$got', want $want"
+# --override lm_head=f16 gives the former engine: the head reads the f16 table
+"$TURBINE_BIN" build "$DEMO" --dtype int4 --group-size 32 --override 'lm_head=f16' -o "$D/d_int4h16.engine" >/dev/null 2>&1 \
+  || fail "demo int4 lm_head=f16 build"
+"$TURBINE_BIN" inspect "$D/d_int4h16.engine" >"$D/inspect16.txt" 2>&1
+want=$(bpw 16)
+got=$(sed -n 's/^bits per weight: \([0-9.]*\) over the matmul.*/\1/p' "$D/inspect16.txt")
+grep -q "qmatmul x24" "$D/inspect16.txt" && ! grep -qE "^  lm_head " "$D/inspect16.txt" && [ "$got" = "$want" ] \
+  && ok "int4 --override lm_head=f16: 24 qmatmul nodes, the tied f16 head, $got bits per weight" \
+  || fail "int4 --override lm_head=f16: bits '$got' (want $want), $(grep -E "ops:|lm_head" "$D/inspect16.txt")"
 
 # ---- (4) overrides: by a fused weight's name (l*.wgu), by a part's (l0.wq: q apart from k|v), the head
 S=(--tokenizer "$TOK" -o "$D/ov.engine")
