@@ -575,7 +575,9 @@ static void attn_write_run(void *arg, int ith, int nth) {
  * from DRAM at ctx 96): 3.5 with one head (256 B) per run, 2.5-3.0 with 4
  * (1 KB), 3.0 with 6, 3.15 with 8; with the cache in L3: 1.34 -> 0.78.
  * Software prefetch of the next chunks' K rows and of the V rows in
- * attn_scores was slower at every distance tried (16, 32, 64 positions). */
+ * attn_scores was slower at every distance tried (16, 32, 64 positions)
+ * for f32 rows; the next block's rows are prefetched for f16, bf16 and the
+ * one-byte dtypes (kernels_avx2.c attn_scores). */
 #define ATTN_DECODE_RUN_BYTES 1024
 static int attn_heads_per_run(const tb_attn_args *a, int nth) {
     int group = a->n_heads / a->n_kv;
@@ -600,6 +602,18 @@ static int attn_heads_per_run(const tb_attn_args *a, int nth) {
         int want = (nth + a->T - 1) / a->T;
         if (n_runs < want) n_runs = want < a->n_kv ? want : a->n_kv;
         nk = (a->n_kv + n_runs - 1) / n_runs;
+        /* The T * runs items are dealt round-robin, so the step lasts as
+         * long as the busiest thread's kv heads: take the run length (at
+         * most nk) that makes those fewest, the longest of equals. f32 at
+         * 134M, batch 1, 2 threads: 1 KB runs are 3 runs of 4 heads, 8 + 4
+         * heads a thread; 4 runs of 3 are 6 + 6. */
+        int best = nk, best_load = 0;
+        for (int c = nk; c >= 1; c--) {
+            int runs = (a->n_kv + c - 1) / c, items = a->T * runs;
+            int load = (items + nth - 1) / nth * c;
+            if (c == nk || load < best_load) best = c, best_load = load;
+        }
+        nk = best;
     }
     return nk * group;
 }
