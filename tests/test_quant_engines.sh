@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Quantized engines (--dtype int8 | int4 | fp8) end to end:
-#  (1) stories260K: each dtype builds, loads and generates; a byte flipped in
-#      a weight's codes is refused by the weights section's checksum;
+#  (1) stories260K: each dtype builds, loads and generates; its KV cache is
+#      f16 by default; a byte flipped in a weight's codes is refused by the
+#      weights section's checksum;
 #  (2) random checkpoints (llama-gqa: untied head, K = 172 so int4 falls back
 #      to int8 for the down projection; qwen2: q/k/v biases, tied head):
 #      the logits of the quantized engine equal, within 1e-4 of their
@@ -39,6 +40,11 @@ for dt in int8 int4 fp8; do
   out=$("$TURBINE_BIN" run "$D/s_$dt.engine" -p "Once upon a time" -n 24 --temperature 0 2>/dev/null)
   [ "${#out}" -gt 40 ] && ok "stories260K $dt generates: ${out:0:60}..." || fail "stories260K $dt: '$out'"
 done
+# a quantized engine's KV cache is f16 on the CPU unless --kv-dtype says otherwise
+kvd() { "$TURBINE_BIN" run "$D/s_int8.engine" -p Once -n 4 --temperature 0 "$@" 2>&1 >/dev/null | sed -n 's/^timing:.* kv_dtype=\([a-z0-9]*\).*/\1/p'; }
+k1=$(kvd); k2=$(kvd --kv-dtype f32)
+[ "$k1" = f16 ] && [ "$k2" = f32 ] && ok "int8 engine: KV cache f16 by default, f32 with --kv-dtype f32" \
+  || fail "int8 engine KV dtype: default '$k1' (want f16), --kv-dtype f32 '$k2'"
 # the bytes of l0.wqkv's codes: its offset in the weights section (inspect)
 # plus the section's offset; flip one in the middle
 woff=$("$TURBINE_BIN" inspect "$D/s_int8.engine" | awk '$1 == "weights" && $2 == "offset" {print $3}')
@@ -75,7 +81,8 @@ for preset in llama-gqa qwen2; do
     "$PY" "$TURBINE_SRC/tests/quant_dequant.py" "$CK" "$TW" $qdt ${group:-0} ${asym:-} || { fail "$tag: dequantised twin"; continue; }
     "$TURBINE_BIN" build "$CK" --tokenizer "$TOK" "${args[@]}" --qmm-tactics exact -o "$D/q.engine" >"$D/b.log" 2>&1 || { fail "$tag build: $(tail -1 "$D/b.log")"; continue; }
     "$TURBINE_BIN" build "$TW" --tokenizer "$TOK" --dtype f32 -o "$D/t.engine" >/dev/null 2>&1 || { fail "$tag twin build"; continue; }
-    "$TURBINE_BIN" run "$D/q.engine" --prompt-ids "$IDS" -n 1 --temperature 0 --logits-out "$D/q.bin" >/dev/null 2>&1
+    # an f32 cache as the twin's (a quantized engine's own default is f16)
+    "$TURBINE_BIN" run "$D/q.engine" --prompt-ids "$IDS" -n 1 --temperature 0 --kv-dtype f32 --logits-out "$D/q.bin" >/dev/null 2>&1
     "$TURBINE_BIN" run "$D/t.engine" --prompt-ids "$IDS" -n 1 --temperature 0 --logits-out "$D/t.bin" >/dev/null 2>&1
     # and the quantisation does change the logits (the comparison can fail)
     [ -f "$D/f_$preset.bin" ] || { "$TURBINE_BIN" build "$CK" --tokenizer "$TOK" -o "$D/f.engine" >/dev/null 2>&1;
@@ -103,7 +110,7 @@ for preset in llama-gqa qwen2; do
     ONE=$(seq 3 31 468 | head -16 | paste -sd,)
     : >"$D/q8.bin"; : >"$D/t1.bin"
     for id in ${ONE//,/ }; do
-      "$TURBINE_BIN" run "$D/q8.engine" --prompt-ids "$id" -n 1 --temperature 0 --logits-out "$D/one.bin" >/dev/null 2>&1
+      "$TURBINE_BIN" run "$D/q8.engine" --prompt-ids "$id" -n 1 --temperature 0 --kv-dtype f32 --logits-out "$D/one.bin" >/dev/null 2>&1
       head -c $((4 * 512)) "$D/one.bin" >>"$D/q8.bin"
       "$TURBINE_BIN" run "$D/t.engine" --prompt-ids "$id" -n 1 --temperature 0 --logits-out "$D/one.bin" >/dev/null 2>&1
       head -c $((4 * 512)) "$D/one.bin" >>"$D/t1.bin"
