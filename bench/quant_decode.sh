@@ -12,7 +12,8 @@
 # user), from one random llama134m checkpoint (OUT/ck, made once with
 # tests/gen_checkpoints.py). Then ROUNDS rounds, each: the read figure of
 # `bandwidth --threads 2` (BANDWIDTH, default: the one beside NEW_TURBINE),
-# then every engine, NEW then BASE engine by engine, with
+# then every engine, NEW and BASE engine by engine (which goes first
+# alternates between rounds), with
 #   turbine bench --engine E --batch 1 --input-len 512 --output-len 128 --threads 2
 # One line per round and engine: decode p50 ms, the bytes a decode step reads
 # (from `turbine inspect` and the bench's KV dtype, below), the floor (bytes
@@ -87,8 +88,11 @@ R="$OUT/rounds.tsv"
 for r in $(seq 1 "$ROUNDS"); do
   bw=$("$BANDWIDTH" --threads "$THREADS" --reps 3 --seconds 3 2>&1 | sed -n 's/^threads=.* read_gb_s=\([0-9.]*\).*/\1/p')
   echo "== round $r $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg) read ${bw:-?} GB/s"
+  # odd rounds NEW first, even rounds BASE first: the first run after the
+  # bandwidth pass was slower in round after round
+  order=("${BUILDS[@]}"); [ $((r % 2)) = 0 ] && [ ${#BUILDS[@]} = 2 ] && order=(base new)
   for e in $ENGINES; do
-    for b in "${BUILDS[@]}"; do
+    for b in "${order[@]}"; do
       j="$OUT/bench.json"
       # shellcheck disable=SC2086
       "$(bin_of $b)" bench --engine "$(eng_of $b $e)" --batch 1 --input-len "$IN" --output-len "$NOUT" \
