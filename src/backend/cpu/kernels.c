@@ -602,18 +602,6 @@ static int attn_heads_per_run(const tb_attn_args *a, int nth) {
         int want = (nth + a->T - 1) / a->T;
         if (n_runs < want) n_runs = want < a->n_kv ? want : a->n_kv;
         nk = (a->n_kv + n_runs - 1) / n_runs;
-        /* The T * runs items are dealt round-robin, so the step lasts as
-         * long as the busiest thread's kv heads: take the run length (at
-         * most nk) that makes those fewest, the longest of equals. f32 at
-         * 134M, batch 1, 2 threads: 1 KB runs are 3 runs of 4 heads, 8 + 4
-         * heads a thread; 4 runs of 3 are 6 + 6. */
-        int best = nk, best_load = 0;
-        for (int c = nk; c >= 1; c--) {
-            int runs = (a->n_kv + c - 1) / c, items = a->T * runs;
-            int load = (items + nth - 1) / nth * c;
-            if (c == nk || load < best_load) best = c, best_load = load;
-        }
-        nk = best;
     }
     return nk * group;
 }
