@@ -31,6 +31,7 @@
  *
  * usage: qgemm_bench [decode|parts|batch|prefill|all] [threads, default 2]
  *                    [rounds, default 7] [seconds per variant and round, default 0.25]
+ * QB_ONLY="f32,int8 q8,int4 g128 q8" runs only the variants it names.
  */
 #include "backend/cpu/kernels.h"
 #include "core/quant.h"
@@ -250,6 +251,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < nv; i++) {
         tb_qweight q = {vs[i].dt, NULL, NULL, NULL, vs[i].group};
         use[i] = vs[i].tac != TB_QMM_Q8 || tb_cpu_qmatmul_tactic_available(TB_QMM_Q8, &q);
+        if (getenv("QB_ONLY") && !strstr(getenv("QB_ONLY"), vs[i].name)) use[i] = 0;
         if (use[i]) setup(&vs[i], src);
     }
     for (int s = 0; s < 5; s++) tb_free_aligned(src[s]);

@@ -12,6 +12,10 @@
 # (text the model's tokenizer reads: the training split, not TEXT); KV=1
 # adds the f32 engine scored with each quantized KV-cache dtype (--kv-dtype
 # f16, int8, fp8; the row's options then name the scoring option).
+# ONLY=REGEX keeps the rows whose options match (grep -E; the f32 row, the
+# baseline, always runs first). SCORE="ARGS" scores every row without a
+# scoring option of its own with ARGS (e.g. SCORE="--kv-dtype f32": the
+# cache of the f32 engine, where quantized engines default to f16).
 set -uo pipefail
 BIN=${1:?turbine binary}; MODEL=${2:?model}; TEXT=${3:?text}; CTX=${4:?ctx}; shift 4
 D=$(mktemp -d "${TMPDIR:-/tmp}/quant_acc.XXXXXX")
@@ -21,6 +25,7 @@ VARIANTS=(
   "--dtype int8" "--dtype int8 --override lm_head=int8"
   "--dtype fp8"
   "--dtype int4 --group-size 32" "--dtype int4 --group-size 64" "--dtype int4 --group-size 128"
+  "--dtype int4 --group-size 128 --override lm_head=f16"
   "--dtype int4 --group-size 32 --zero-point" "--dtype int4 --group-size 64 --zero-point"
   "--dtype int4 --group-size 128 --zero-point"
 )
@@ -29,12 +34,20 @@ if [ -n "${CALIB:-}" ]; then
 fi
 # a row "BUILD OPTIONS | SCORING OPTIONS": the engine built so, perplexity run with the latter
 [ "${KV:-0}" = 1 ] && VARIANTS+=("--dtype f32 | --kv-dtype f16" "--dtype f32 | --kv-dtype int8" "--dtype f32 | --kv-dtype fp8")
+if [ -n "${ONLY:-}" ]; then
+  kept=("--dtype f32")
+  for row in "${VARIANTS[@]}"; do
+    [ "$row" != "--dtype f32" ] && grep -qE -- "$ONLY" <<<"$row" && kept+=("$row")
+  done
+  VARIANTS=("${kept[@]}")
+fi
 echo "| build options | engine bytes | bits per matmul weight | nats/token | perplexity | vs f32 |"
 echo "|---|---|---|---|---|---|"
 f32=""
 for row in "${VARIANTS[@]}"; do
   v=${row%% | *}; score=""; label="\`$v\`"
   [ "$v" != "$row" ] && score=${row#* | } && label="\`$v\`, scored with \`$score\`"
+  [ "$v" = "$row" ] && score=${SCORE:-}
   # shellcheck disable=SC2086
   if ! "$BIN" build "$MODEL" "$@" $v -o "$D/e.engine" >"$D/build.log" 2>&1; then
     echo "| $label | build failed: $(tail -1 "$D/build.log") | | | | |"; continue

@@ -7,8 +7,9 @@ Reads a Hugging Face checkpoint (reference.py's reader), replaces every
 projection weight (q, k, v, o, gate, up, down) by dequantize(quantize(W))
 with reference.py's quantisers (the same encodings the builder uses,
 checked bit for bit against core/quant.c by test_quant_ref), rounds the
-embedding (and an untied lm_head) to f16 as a quantized build keeps them,
-and writes an f32 checkpoint to OUT_DIR (config and tokenizer copied).
+embedding to f16 as a quantized build keeps it, gives the LM head the
+dtype a quantized build gives it (f16 in int8 and fp8 engines, int8 with a
+scale per row in int4 engines; a tied head becomes an untied copy), and writes an f32 checkpoint to OUT_DIR (config and tokenizer copied).
 An engine built from it with --dtype f32 computes what the quantized engine
 computes up to the order of float operations. Quantising q, k and v (gate
 and up) apart equals quantising them stacked, as the build does: every
@@ -82,6 +83,13 @@ def main():
             res[name] = a.astype(np.float16).astype(np.float32)
         else:
             res[name] = a
+    if dt == "i4":  # the head int8 (quantised from the source), untied
+        head = w.get("lm_head.weight", w["model.embed_tokens.weight"])
+        res["lm_head.weight"] = dq(head, "i8", 0, False)
+        cfg_path = os.path.join(out, "config.json")
+        cfg = json.load(open(cfg_path))
+        cfg["tie_word_embeddings"] = False
+        json.dump(cfg, open(cfg_path, "w"), indent=2)
     write_f32(os.path.join(out, "model.safetensors"), res)
     return 0
 

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """quant_q8_ref.py — the logits a Q8 quantized engine should compute, for test_quant_engines.sh.
 
-    quant_q8_ref.py TWIN_DIR IDS OUT.bin [--each]
+    quant_q8_ref.py TWIN_DIR IDS OUT.bin [--each] [--head-q8]
 
 TWIN_DIR is the f32 twin of a quantized engine (quant_dequant.py: every
 projection weight replaced by its dequantised values). This runs
@@ -10,8 +10,9 @@ the input of every projection (q, k, v, o, gate, up, down: the engine's
 qmatmul nodes) rounded as the Q8 tactic rounds it (tb_ref_qmatmul_q8 in
 src/backend/cpu/qgemm.c): the row taken to f32, per block of 32 along K (the
 last block may be shorter) amax in f32, q = rint(f32(x * f32(127 / amax))),
-d = f32(amax / 127), x replaced by q * d. The head (f16 in a quantized
-engine, not a qmatmul) is not rounded. Writes the logits of every position,
+d = f32(amax / 127), x replaced by q * d. The head's input is rounded too
+with --head-q8 (an int4 engine's int8 head is a qmatmul); without it the
+head is f16, not a qmatmul, and is not rounded. Writes the logits of every position,
 (T, vocab) float32, to OUT.bin: what an engine built with --qmm-tactics q8
 from the quantized checkpoint computes, up to the order of float operations
 (f32 there, float64 here) and the few activations that the two land on
@@ -47,13 +48,16 @@ def q8_round(x):
 
 
 def main():
-    each = len(sys.argv) == 5 and sys.argv[4] == "--each"
-    if len(sys.argv) != 4 and not each:
+    flags = sys.argv[4:]
+    each, head_q8 = "--each" in flags, "--head-q8" in flags
+    if len(sys.argv) < 4 or any(f not in ("--each", "--head-q8") for f in flags):
         print(__doc__.split("\n\n")[1].strip(), file=sys.stderr)
         return 2
     cfg, w = R.load_model(sys.argv[1])
     ids = R.parse_ids(sys.argv[2])
     proj = {id(v) for k, v in w.items() if k.endswith(("_proj.weight",))}
+    if head_q8:
+        proj.add(id(w["model.embed_tokens.weight"] if cfg["tie"] else w["lm_head.weight"]))
     exact = R.linear
 
     def linear(x, wt, b=None):

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Quantized engines (--dtype int8 | int4 | fp8) end to end:
-#  (1) stories260K: each dtype builds, loads and generates; a byte flipped in
-#      a weight's codes is refused by the weights section's checksum;
+#  (1) stories260K: each dtype builds, loads and generates; its KV cache is
+#      f16 by default; a byte flipped in a weight's codes is refused by the
+#      weights section's checksum;
 #  (2) random checkpoints (llama-gqa: untied head, K = 172 so int4 falls back
 #      to int8 for the down projection; qwen2: q/k/v biases, tied head):
 #      the logits of the quantized engine equal, within 1e-4 of their
@@ -16,7 +17,8 @@
 #      differs 10x more;
 #  (3) `turbine inspect`: per-tensor dtype, shape and bytes, and the bits
 #      per weight against the figure computed from the model's shape;
-#  (4) overrides: lm_head=int8 makes the head a quantized matmul.
+#  (4) overrides: lm_head=int8 makes the head a quantized matmul (int4
+#      engines have an int8 head by default; lm_head=f16 gives the f16 one).
 # The accuracy gates are tests/test_quant_accuracy.sh.
 set -uo pipefail
 : "${TURBINE_BIN:?}" "${TURBINE_SHARED:?}" "${TURBINE_TMP:?}" "${TURBINE_SRC:?}"
@@ -38,6 +40,11 @@ for dt in int8 int4 fp8; do
   out=$("$TURBINE_BIN" run "$D/s_$dt.engine" -p "Once upon a time" -n 24 --temperature 0 2>/dev/null)
   [ "${#out}" -gt 40 ] && ok "stories260K $dt generates: ${out:0:60}..." || fail "stories260K $dt: '$out'"
 done
+# a quantized engine's KV cache is f16 on the CPU unless --kv-dtype says otherwise
+kvd() { "$TURBINE_BIN" run "$D/s_int8.engine" -p Once -n 4 --temperature 0 "$@" 2>&1 >/dev/null | sed -n 's/^timing:.* kv_dtype=\([a-z0-9]*\).*/\1/p'; }
+k1=$(kvd); k2=$(kvd --kv-dtype f32)
+[ "$k1" = f16 ] && [ "$k2" = f32 ] && ok "int8 engine: KV cache f16 by default, f32 with --kv-dtype f32" \
+  || fail "int8 engine KV dtype: default '$k1' (want f16), --kv-dtype f32 '$k2'"
 # the bytes of l0.wqkv's codes: its offset in the weights section (inspect)
 # plus the section's offset; flip one in the middle
 woff=$("$TURBINE_BIN" inspect "$D/s_int8.engine" | awk '$1 == "weights" && $2 == "offset" {print $3}')
@@ -74,7 +81,8 @@ for preset in llama-gqa qwen2; do
     "$PY" "$TURBINE_SRC/tests/quant_dequant.py" "$CK" "$TW" $qdt ${group:-0} ${asym:-} || { fail "$tag: dequantised twin"; continue; }
     "$TURBINE_BIN" build "$CK" --tokenizer "$TOK" "${args[@]}" --qmm-tactics exact -o "$D/q.engine" >"$D/b.log" 2>&1 || { fail "$tag build: $(tail -1 "$D/b.log")"; continue; }
     "$TURBINE_BIN" build "$TW" --tokenizer "$TOK" --dtype f32 -o "$D/t.engine" >/dev/null 2>&1 || { fail "$tag twin build"; continue; }
-    "$TURBINE_BIN" run "$D/q.engine" --prompt-ids "$IDS" -n 1 --temperature 0 --logits-out "$D/q.bin" >/dev/null 2>&1
+    # an f32 cache as the twin's (a quantized engine's own default is f16)
+    "$TURBINE_BIN" run "$D/q.engine" --prompt-ids "$IDS" -n 1 --temperature 0 --kv-dtype f32 --logits-out "$D/q.bin" >/dev/null 2>&1
     "$TURBINE_BIN" run "$D/t.engine" --prompt-ids "$IDS" -n 1 --temperature 0 --logits-out "$D/t.bin" >/dev/null 2>&1
     # and the quantisation does change the logits (the comparison can fail)
     [ -f "$D/f_$preset.bin" ] || { "$TURBINE_BIN" build "$CK" --tokenizer "$TOK" -o "$D/f.engine" >/dev/null 2>&1;
@@ -102,12 +110,13 @@ for preset in llama-gqa qwen2; do
     ONE=$(seq 3 31 468 | head -16 | paste -sd,)
     : >"$D/q8.bin"; : >"$D/t1.bin"
     for id in ${ONE//,/ }; do
-      "$TURBINE_BIN" run "$D/q8.engine" --prompt-ids "$id" -n 1 --temperature 0 --logits-out "$D/one.bin" >/dev/null 2>&1
+      "$TURBINE_BIN" run "$D/q8.engine" --prompt-ids "$id" -n 1 --temperature 0 --kv-dtype f32 --logits-out "$D/one.bin" >/dev/null 2>&1
       head -c $((4 * 512)) "$D/one.bin" >>"$D/q8.bin"
       "$TURBINE_BIN" run "$D/t.engine" --prompt-ids "$id" -n 1 --temperature 0 --logits-out "$D/one.bin" >/dev/null 2>&1
       head -c $((4 * 512)) "$D/one.bin" >>"$D/t1.bin"
     done
-    "$PY" "$TURBINE_SRC/tests/quant_q8_ref.py" "$TW" "$ONE" "$D/q8ref.bin" --each || { fail "$tag: q8 reference"; continue; }
+    hq=(); [ "$dt" = int4 ] && hq=(--head-q8) # int4 engines: the int8 head is a qmatmul too
+    "$PY" "$TURBINE_SRC/tests/quant_q8_ref.py" "$TW" "$ONE" "$D/q8ref.bin" --each "${hq[@]}" || { fail "$tag: q8 reference"; continue; }
     res=$("$PY" -c "import numpy as np, sys
 e, r, t = (np.fromfile(f, '<f4') for f in sys.argv[1:4])
 if not (e.size == r.size == t.size == 16 * 512): print('sizes %d %d %d' % (e.size, r.size, t.size)); sys.exit()
@@ -134,11 +143,24 @@ grep -qE "^  l0\.wqkv +i4 +\(512, 256\) +65536 bytes" "$D/inspect.txt" && ok "in
 grep -qE "^  l0\.wqkv\.scales +f32 +\(512, 8\) +16384 bytes" "$D/inspect.txt" && ok "inspect: l0.wqkv.scales f32 (512, 8)" \
   || fail "inspect: scales line: $(grep wqkv.scales "$D/inspect.txt")"
 grep -qE "^  embed +f16 +\(1024, 256\)" "$D/inspect.txt" && ok "inspect: embed f16" || fail "inspect: embed line"
-grep -q "qmatmul x24" "$D/inspect.txt" && ok "inspect: 24 qmatmul nodes" || fail "inspect ops: $(grep ops: "$D/inspect.txt")"
-# bits per matmul weight: the 6 layers' matrices at 4 + 32/32 bits, the tied f16 head at 16
-want=$("$PY" -c "l = 6 * (512*256 + 256*256 + 1024*256 + 256*512); h = 1024*256; print('%.3f' % ((l * 5 + h * 16) / (l + h)))")
+grep -q "qmatmul x25" "$D/inspect.txt" && ok "inspect: 25 qmatmul nodes (the head too)" || fail "inspect ops: $(grep ops: "$D/inspect.txt")"
+grep -qE "^  lm_head +i8 +\(1024, 256\) +262144 bytes" "$D/inspect.txt" && ok "inspect: an int4 engine's head is int8 by default" \
+  || fail "inspect: int4 head: $(grep lm_head "$D/inspect.txt")"
+# bits per matmul weight: the 6 layers' matrices at 4 + 32/32 bits, the head
+# (tied to the embedding, so its own int8 copy) at 8 + 32/256
+bpw() { "$PY" -c "l = 6 * (512*256 + 256*256 + 1024*256 + 256*512); h = 1024*256; print('%.3f' % ((l * 5 + h * $1) / (l + h)))"; }
+want=$(bpw 8.125)
 got=$(sed -n 's/^bits per weight: \([0-9.]*\) over the matmul.*/\1/p' "$D/inspect.txt")
-[ "$got" = "$want" ] && ok "inspect: $got bits per matmul weight (int4 g32 + f16 head)" || fail "bits per weight '$got', want $want"
+[ "$got" = "$want" ] && ok "inspect: $got bits per matmul weight (int4 g32 + int8 head)" || fail "bits per weight '$got', want $want"
+# --override lm_head=f16 gives the former engine: the head reads the f16 table
+"$TURBINE_BIN" build "$DEMO" --dtype int4 --group-size 32 --override 'lm_head=f16' -o "$D/d_int4h16.engine" >/dev/null 2>&1 \
+  || fail "demo int4 lm_head=f16 build"
+"$TURBINE_BIN" inspect "$D/d_int4h16.engine" >"$D/inspect16.txt" 2>&1
+want=$(bpw 16)
+got=$(sed -n 's/^bits per weight: \([0-9.]*\) over the matmul.*/\1/p' "$D/inspect16.txt")
+grep -q "qmatmul x24" "$D/inspect16.txt" && ! grep -qE "^  lm_head " "$D/inspect16.txt" && [ "$got" = "$want" ] \
+  && ok "int4 --override lm_head=f16: 24 qmatmul nodes, the tied f16 head, $got bits per weight" \
+  || fail "int4 --override lm_head=f16: bits '$got' (want $want), $(grep -E "ops:|lm_head" "$D/inspect16.txt")"
 
 # ---- (4) overrides: by a fused weight's name (l*.wgu), by a part's (l0.wq: q apart from k|v), the head
 S=(--tokenizer "$TOK" -o "$D/ov.engine")

@@ -73,8 +73,9 @@ static const tb_cli_opt build_opts[] = {
      "the weights' precision in the engine (ONNX: f32, f16 computing in f16 too, or int8: Conv / Gemm / MatMul "
      "quantized, calibrated on --calib-data, CPU only); int8: symmetric, a "
      "scale per output channel; int4: a scale per --group-size weights of a row; fp8: E4M3 with a scale per "
-     "output channel. Quantized engines keep the embedding and the LM head f16, norms and biases f32 "
-     "(--override changes that); CPU only for now"},
+     "output channel. Quantized engines keep the embedding f16, norms and biases f32, and the LM head f16 "
+     "(int8 in int4 engines: it is the largest matmul of a small model); --override changes that; CPU only "
+     "for now"},
     {"--group-size", NULL, TB_OPT_INT, "32|64|128", 32, 128, 0, 0, 0, B(group_size), "128",
      "--dtype int4: weights of a row sharing one scale (smaller: more accurate, larger engine; 128 measured as "
      "accurate as 32 and 64 on the demo model, docs/PERFORMANCE.md). A matrix whose rows are not whole groups "
@@ -85,7 +86,7 @@ static const tb_cli_opt build_opts[] = {
      "--dtype int4: activation-aware quantization (AWQ), searched on the calibration activations (needs "
      "--calib or --calib-cache) to minimise each matmul's output error: per-input-channel scales folded into "
      "the RMSNorm before q|k|v and gate|up, into wv's rows before wo and into wup's before wdown; then a clip "
-     "range per row and group for every int4 matmul (the head stays f16)"},
+     "range per row and group for every int4 matmul (the head is int8 by default and gets neither)"},
     {"--qmm-tactics", NULL, TB_OPT_CHOICE, "auto|exact|q8", 0, 0, 0, 0, 0, B(qmm_tactics), "auto",
      "quantized engines: the CPU kernels of the quantized matmuls. auto times them on this machine and keeps the "
      "fastest, the one that rounds the activations to int8 per block of 32 (Q8, integer dot products) included; "

@@ -20,8 +20,10 @@
  * the source pages are given back to the kernel as soon as it is done, so
  * the peak is the quantized model plus one chunk.
  *
- * Defaults keep accuracy: the embedding table and the LM head stay f16 when
- * the matmuls are quantized (measured in docs/PERFORMANCE.md), norms and
+ * Defaults keep accuracy: the embedding table stays f16 when the matmuls are
+ * quantized, the LM head f16 in int8 and fp8 engines and int8 in int4
+ * engines (measured in docs/PERFORMANCE.md; --override lm_head=f16 gives
+ * the f16 head back), norms and
  * biases stay f32 (the builder makes them so). An int4 matmul whose K is not
  * a whole number of groups falls back to int8 (reported).
  *
@@ -450,6 +452,7 @@ typedef struct {
     override *ov;
     int head;               /* the LM head's node, or -1 */
     tb_dtype embed_default;
+    tb_dtype head_default;  /* the LM head's dtype unless overridden */
 } dtype_rule;
 
 /* The dtype matmul k gets, and its override name (`own`) and fused name. */
@@ -460,7 +463,7 @@ static tb_dtype matmul_dtype(const dtype_rule *d, const tb_graph *g, int k, char
     snprintf(own, TB_NAME_LEN, "%s", k == d->head ? "lm_head" : g->values[g->nodes[k].in[1]].name);
     if (k == d->head) snprintf(fused, TB_NAME_LEN, "%s", own);
     else group_name(g, k, fused);
-    return resolve(d->ov, d->q->n_overrides, own, fused, k == d->head ? d->embed_default : d->q->dtype);
+    return resolve(d->ov, d->q->n_overrides, own, fused, k == d->head ? d->head_default : d->q->dtype);
 }
 
 /* awq_prefold's question: will matmul k be int4 (whole groups)? */
@@ -611,6 +614,12 @@ tb_status tb_opt_quantize(tb_graph *g, const tb_opt_options *o, tb_pass_report *
     override ov[256];
     TB_TRY(parse_overrides(q, ov));
     tb_dtype embed_default = quant ? TB_F16 : q->dtype;
+    /* An int4 engine's LM head is int8 by default: the head is the largest
+     * single matmul of a small model (a 32000-row vocabulary), so at f16 it
+     * reads about a quarter of an int4 step's bytes, and int8 costs ~0.04%
+     * perplexity on the demo model (docs/PERFORMANCE.md). int4 itself would
+     * cost far more there; int8 and fp8 engines keep it f16. */
+    tb_dtype head_default = q->dtype == TB_I4 ? TB_I8 : embed_default;
     /* the LM head: the matmul writing the logits */
     int head = g->output >= 0 ? tb_opt_producer(g, g->output) : -1;
     /* the embedding's dtype first: a head tied to it shares the table when
@@ -625,7 +634,7 @@ tb_status tb_opt_quantize(tb_graph *g, const tb_opt_options *o, tb_pass_report *
     tally t;
     memset(&t, 0, sizeof t);
     int n_nodes = g->n_nodes, folded = -1;
-    dtype_rule rule = {q, ov, head, embed_default};
+    dtype_rule rule = {q, ov, head, embed_default, head_default};
     awq_cache awq = {0};
     tb_status st = TB_OK;
     for (int k = 0; k < n_nodes && st == TB_OK; k++) {

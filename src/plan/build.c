@@ -296,6 +296,9 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
         for (int i = 0; i < o.n_overrides; i++) json_array_append_new(ovs, json_string(o.overrides[i]));
         json_t *qj = json_pack("{s:s, s:s, s:o}", "method", o.awq ? "awq" : "round-to-nearest", "embedding_head_default",
                                quant ? "f16" : tb_dtype_name(o.weight_dtype), "overrides", ovs);
+        /* the LM head's own default (llm_quant.c): int8 in int4 engines */
+        json_object_set_new(qj, "lm_head_default", json_string(o.weight_dtype == TB_I4 ? "i8"
+                                                               : quant ? "f16" : tb_dtype_name(o.weight_dtype)));
         if (o.weight_dtype == TB_I4) {
             json_object_set_new(qj, "group_size", json_integer(o.group_size));
             json_object_set_new(qj, "zero_point", json_boolean(o.zero_point));

@@ -575,7 +575,9 @@ static void attn_write_run(void *arg, int ith, int nth) {
  * from DRAM at ctx 96): 3.5 with one head (256 B) per run, 2.5-3.0 with 4
  * (1 KB), 3.0 with 6, 3.15 with 8; with the cache in L3: 1.34 -> 0.78.
  * Software prefetch of the next chunks' K rows and of the V rows in
- * attn_scores was slower at every distance tried (16, 32, 64 positions). */
+ * attn_scores was slower at every distance tried (16, 32, 64 positions)
+ * for f32 rows; the next block's rows are prefetched for f16, bf16 and the
+ * one-byte dtypes (kernels_avx2.c attn_scores). */
 #define ATTN_DECODE_RUN_BYTES 1024
 static int attn_heads_per_run(const tb_attn_args *a, int nth) {
     int group = a->n_heads / a->n_kv;
