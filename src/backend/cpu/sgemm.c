@@ -68,15 +68,18 @@ static float *pack_get(size_t floats) {
 /* ---------------------------------------------------------------- kernels */
 
 /* C (mr, nr) = alpha * Apanel (mr, kc) Bpanel (kc, nr) + beta * C; beta 0
- * does not read C. Panels: A [k][MR], B [k][NR], zero-padded. */
+ * does not read C. Panels: A [k][MR], B [k][NR], zero-padded. pf: pfn
+ * (<= kc) cache lines from pf to prefetch into L2 during the products (the
+ * AVX-512 kernel; the others get none). */
 typedef void (*micro_fn)(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
-                         int nr, float alpha, float beta);
+                         int nr, float alpha, float beta, const char *pf, int64_t pfn);
 /* The epilogue over the tile (mr, nr) at (i0, j0) of C. */
 typedef void (*epi_fn)(float *c, int64_t ldc, int64_t i0, int64_t j0, int mr, int nr, const tb_cpu_sgemm_epi *e);
 
 /* micro_fn with the epilogue applied in registers (acts none, relu, clip) */
 typedef void (*micro_epi_fn)(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
-                             int nr, float alpha, float beta, const tb_cpu_sgemm_epi *e, int64_t i0, int64_t j0);
+                             int nr, float alpha, float beta, const char *pf, int64_t pfn, const tb_cpu_sgemm_epi *e,
+                             int64_t i0, int64_t j0);
 
 typedef struct {
     const char *name;
@@ -93,7 +96,7 @@ typedef struct {
 #define G_NR 8
 
 static void micro_generic(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
-                          int nr, float alpha, float beta) {
+                          int nr, float alpha, float beta, const char *pf, int64_t pfn) {
     float acc[G_MR][G_NR] = {{0}};
     for (int64_t k = 0; k < kc; k++, pa += G_MR, pb += G_NR)
         for (int i = 0; i < G_MR; i++)
@@ -130,7 +133,7 @@ static void epi_generic(float *c, int64_t ldc, int64_t i0, int64_t j0, int mr, i
 #define A2_NR 16
 
 static T256 void micro_avx2(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
-                            int nr, float alpha, float beta) {
+                            int nr, float alpha, float beta, const char *pf, int64_t pfn) {
     __m256 acc0[A2_MR], acc1[A2_MR];
 #pragma GCC unroll 6
     for (int i = 0; i < A2_MR; i++) acc0[i] = acc1[i] = _mm256_setzero_ps();
@@ -285,8 +288,8 @@ static T256 void epi_avx2(float *c, int64_t ldc, int64_t i0, int64_t j0, int mr,
  * 196 tiles of a 56x56 map end in 4) runs a smaller instance instead of the
  * whole 12 x 32 over zero padding. */
 T512_INLINE void micro512_t(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
-                            int nr, float alpha, float beta, const tb_cpu_sgemm_epi *e, int64_t i0, int64_t j0,
-                            const int R, const int V) {
+                            int nr, float alpha, float beta, const char *pf, int64_t pfn, const tb_cpu_sgemm_epi *e,
+                            int64_t i0, int64_t j0, const int R, const int V) {
     __m512 acc0[A5_MR], acc1[A5_MR];
 #pragma GCC unroll 12
     for (int i = 0; i < R; i++) acc0[i] = acc1[i] = _mm512_setzero_ps();
@@ -309,6 +312,7 @@ T512_INLINE void micro512_t(int64_t kc, const float *pa, int64_t ars, const floa
     for (int64_t k = 0; k < kc; k++) {
         __m512 b0 = _mm512_load_ps(pb), b1 = V > 1 ? _mm512_load_ps(pb + 16) : _mm512_setzero_ps();
         _mm_prefetch((const char *)(pb + 8 * A5_NR), _MM_HINT_T0);
+        if (k < pfn) _mm_prefetch(pf + k * 64, _MM_HINT_T1); /* the caller's next B panel, a line a step */
 #pragma GCC unroll 12
         for (int i = 0; i < R; i++) {
             const float *r = i < 4 ? r0 : i < 8 ? r4 : r8;
@@ -382,23 +386,23 @@ T512_INLINE void micro512_t(int64_t kc, const float *pa, int64_t ars, const floa
 /* the instance for a tile of mr rows and nr columns (rows rounded up to 4) */
 #define MICRO512_PICK(E, I0, J0)                                                                                     \
     switch (((mr + 3) >> 2) * 2 + (nr > 16)) {                                                                       \
-    case 2: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, E, I0, J0, 4, 1); break;                        \
-    case 3: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, E, I0, J0, 4, 2); break;                        \
-    case 4: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, E, I0, J0, 8, 1); break;                        \
-    case 5: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, E, I0, J0, 8, 2); break;                        \
-    case 6: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, E, I0, J0, 12, 1); break;                       \
-    default: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, E, I0, J0, 12, 2); break;                      \
+    case 2: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, pf, pfn, E, I0, J0, 4, 1); break;                        \
+    case 3: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, pf, pfn, E, I0, J0, 4, 2); break;                        \
+    case 4: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, pf, pfn, E, I0, J0, 8, 1); break;                        \
+    case 5: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, pf, pfn, E, I0, J0, 8, 2); break;                        \
+    case 6: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, pf, pfn, E, I0, J0, 12, 1); break;                       \
+    default: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, pf, pfn, E, I0, J0, 12, 2); break;                      \
     }
 
 static T512 void micro_avx512(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
-                              int nr, float alpha, float beta) {
+                              int nr, float alpha, float beta, const char *pf, int64_t pfn) {
     MICRO512_PICK(NULL, 0, 0)
 }
 
 /* the kernel with the epilogue in registers: act none, relu or clip */
 static T512 void micro_avx512_epi(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc,
-                                  int mr, int nr, float alpha, float beta, const tb_cpu_sgemm_epi *e, int64_t i0,
-                                  int64_t j0) {
+                                  int mr, int nr, float alpha, float beta, const char *pf, int64_t pfn,
+                                  const tb_cpu_sgemm_epi *e, int64_t i0, int64_t j0) {
     MICRO512_PICK(e, i0, j0)
 }
 
@@ -695,8 +699,22 @@ static void sgemm_block(const sgemm_job *j, int64_t m0, int64_t m1, int64_t n0, 
                     }
                     for (int ir = 0; ir < mc; ir += s->mr) {
                         int mr = mc - ir < s->mr ? mc - ir : s->mr;
+                        const char *pf = NULL;
+                        int64_t pfn = 0;
                         if (nxt) {
                             int64_t l0 = ir / s->mr * per, l1 = l0 + per < lines ? l0 + per : lines;
+                            /* the AVX-512 kernel takes its share one line per
+                             * k step, spread over its products: issued here
+                             * as a burst of ~50 misses they waited on the
+                             * core's miss buffers (one thread's BERT-base
+                             * batch 1 at 155-165 ms of CPU time against
+                             * 163-172 ms with the burst, interleaved) */
+                            if (s == &isa_avx512) {
+                                pf = nxt + l0 * 64;
+                                pfn = l1 > l0 ? l1 - l0 : 0;
+                                if (pfn > kc) pfn = kc;
+                                l0 += pfn;
+                            }
                             for (int64_t l = l0; l < l1; l++) _mm_prefetch(nxt + l * 64, _MM_HINT_T1);
                         }
                         float *c = j->C + (ic + ir) * j->ldc + jc + jr;
@@ -707,11 +725,11 @@ static void sgemm_block(const sgemm_job *j, int64_t m0, int64_t m1, int64_t n0, 
                             ars = j->lda;
                         }
                         if (last && j->epi && reg_epi) {
-                            s->micro_epi(kc, ap, ars, pb + (size_t)jr * kc, c, j->ldc, mr, nr, j->alpha, beta, j->epi,
+                            s->micro_epi(kc, ap, ars, pb + (size_t)jr * kc, c, j->ldc, mr, nr, j->alpha, beta, pf, pfn, j->epi,
                                          ic + ir, jc + jr);
                             continue;
                         }
-                        s->micro(kc, ap, ars, pb + (size_t)jr * kc, c, j->ldc, mr, nr, j->alpha, beta);
+                        s->micro(kc, ap, ars, pb + (size_t)jr * kc, c, j->ldc, mr, nr, j->alpha, beta, pf, pfn);
                         if (last && j->epi) s->epi(c, j->ldc, ic + ir, jc + jr, mr, nr, j->epi);
                     }
                 }
