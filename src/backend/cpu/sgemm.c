@@ -72,14 +72,14 @@ static float *pack_get(size_t floats) {
  * (<= kc) cache lines from pf to prefetch into L2 during the products (the
  * AVX-512 kernel; the others get none). */
 typedef void (*micro_fn)(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
-                         int nr, float alpha, float beta, const char *pf, int64_t pfn);
+                         int nr, float alpha, float beta, const char *pf, int64_t pfn, int pfc);
 /* The epilogue over the tile (mr, nr) at (i0, j0) of C. */
 typedef void (*epi_fn)(float *c, int64_t ldc, int64_t i0, int64_t j0, int mr, int nr, const tb_cpu_sgemm_epi *e);
 
 /* micro_fn with the epilogue applied in registers (acts none, relu, clip) */
 typedef void (*micro_epi_fn)(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
-                             int nr, float alpha, float beta, const char *pf, int64_t pfn, const tb_cpu_sgemm_epi *e,
-                             int64_t i0, int64_t j0);
+                             int nr, float alpha, float beta, const char *pf, int64_t pfn, int pfc,
+                             const tb_cpu_sgemm_epi *e, int64_t i0, int64_t j0);
 
 typedef struct {
     const char *name;
@@ -96,7 +96,7 @@ typedef struct {
 #define G_NR 8
 
 static void micro_generic(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
-                          int nr, float alpha, float beta, const char *pf, int64_t pfn) {
+                          int nr, float alpha, float beta, const char *pf, int64_t pfn, int pfc) {
     float acc[G_MR][G_NR] = {{0}};
     for (int64_t k = 0; k < kc; k++, pa += G_MR, pb += G_NR)
         for (int i = 0; i < G_MR; i++)
@@ -133,7 +133,7 @@ static void epi_generic(float *c, int64_t ldc, int64_t i0, int64_t j0, int mr, i
 #define A2_NR 16
 
 static T256 void micro_avx2(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
-                            int nr, float alpha, float beta, const char *pf, int64_t pfn) {
+                            int nr, float alpha, float beta, const char *pf, int64_t pfn, int pfc) {
     __m256 acc0[A2_MR], acc1[A2_MR];
 #pragma GCC unroll 6
     for (int i = 0; i < A2_MR; i++) acc0[i] = acc1[i] = _mm256_setzero_ps();
@@ -288,8 +288,8 @@ static T256 void epi_avx2(float *c, int64_t ldc, int64_t i0, int64_t j0, int mr,
  * 196 tiles of a 56x56 map end in 4) runs a smaller instance instead of the
  * whole 12 x 32 over zero padding. */
 T512_INLINE void micro512_t(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
-                            int nr, float alpha, float beta, const char *pf, int64_t pfn, const tb_cpu_sgemm_epi *e,
-                            int64_t i0, int64_t j0, const int R, const int V) {
+                            int nr, float alpha, float beta, const char *pf, int64_t pfn, int pfc,
+                            const tb_cpu_sgemm_epi *e, int64_t i0, int64_t j0, const int R, const int V) {
     __m512 acc0[A5_MR], acc1[A5_MR];
 #pragma GCC unroll 12
     for (int i = 0; i < R; i++) acc0[i] = acc1[i] = _mm512_setzero_ps();
@@ -302,10 +302,12 @@ T512_INLINE void micro512_t(int64_t kc, const float *pa, int64_t ars, const floa
      * batch 8, those lines come from L3 or memory and the kernel stalled on
      * them at the end of every call: fetched now, they arrive during the
      * products (one thread's BERT-base batch 8 went from 1180-1213 to
-     * 1061-1065 ms of CPU time, interleaved runs) */
+     * 1061-1065 ms of CPU time, interleaved runs). pfc: the caller's C is
+     * that large; a C that stays in cache (the small products of Winograd
+     * and of sdpa) is not fetched again */
 #pragma GCC unroll 12
     for (int i = 0; i < R; i++) {
-        if (i >= mr) break;
+        if (i >= mr || !pfc) break;
         _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
         if (V > 1) _mm_prefetch((const char *)(c + i * ldc + 16), _MM_HINT_T0);
         /* and the residual the register epilogue adds (the same stall: at
@@ -393,22 +395,22 @@ T512_INLINE void micro512_t(int64_t kc, const float *pa, int64_t ars, const floa
 /* the instance for a tile of mr rows and nr columns (rows rounded up to 4) */
 #define MICRO512_PICK(E, I0, J0)                                                                                     \
     switch (((mr + 3) >> 2) * 2 + (nr > 16)) {                                                                       \
-    case 2: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, pf, pfn, E, I0, J0, 4, 1); break;                        \
-    case 3: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, pf, pfn, E, I0, J0, 4, 2); break;                        \
-    case 4: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, pf, pfn, E, I0, J0, 8, 1); break;                        \
-    case 5: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, pf, pfn, E, I0, J0, 8, 2); break;                        \
-    case 6: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, pf, pfn, E, I0, J0, 12, 1); break;                       \
-    default: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, pf, pfn, E, I0, J0, 12, 2); break;                      \
+    case 2: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, pf, pfn, pfc, E, I0, J0, 4, 1); break;                        \
+    case 3: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, pf, pfn, pfc, E, I0, J0, 4, 2); break;                        \
+    case 4: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, pf, pfn, pfc, E, I0, J0, 8, 1); break;                        \
+    case 5: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, pf, pfn, pfc, E, I0, J0, 8, 2); break;                        \
+    case 6: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, pf, pfn, pfc, E, I0, J0, 12, 1); break;                       \
+    default: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, pf, pfn, pfc, E, I0, J0, 12, 2); break;                      \
     }
 
 static T512 void micro_avx512(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
-                              int nr, float alpha, float beta, const char *pf, int64_t pfn) {
+                              int nr, float alpha, float beta, const char *pf, int64_t pfn, int pfc) {
     MICRO512_PICK(NULL, 0, 0)
 }
 
 /* the kernel with the epilogue in registers: act none, relu or clip */
 static T512 void micro_avx512_epi(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc,
-                                  int mr, int nr, float alpha, float beta, const char *pf, int64_t pfn,
+                                  int mr, int nr, float alpha, float beta, const char *pf, int64_t pfn, int pfc,
                                   const tb_cpu_sgemm_epi *e, int64_t i0, int64_t j0) {
     MICRO512_PICK(e, i0, j0)
 }
@@ -669,6 +671,8 @@ static void sgemm_block(const sgemm_job *j, int64_t m0, int64_t m1, int64_t n0, 
     int reg_epi = s->micro_epi && j->epi &&
                   (j->epi->act == TB_NN_ACT_NONE || j->epi->act == TB_NN_ACT_RELU || j->epi->act == TB_NN_ACT_CLIP);
     int direct_a = ROW_PANELS(s) && !j->ta;
+    /* this thread's C block is larger than half of L2: the kernel prefetches its tiles */
+    int pfc = (double)(m1 - m0) * (double)(n1 - n0) * sizeof(float) > 512.0 * 1024;
     /* a pre-packed B needs no B buffer: its blocks are read in place */
     float *pbuf = pack_get((size_t)kcb * (j->Bp ? 0 : ncb) + (size_t)kcb * mcb);
     float *pa = pbuf + (size_t)kcb * (j->Bp ? 0 : ncb), *pb = pbuf;
@@ -732,11 +736,11 @@ static void sgemm_block(const sgemm_job *j, int64_t m0, int64_t m1, int64_t n0, 
                             ars = j->lda;
                         }
                         if (last && j->epi && reg_epi) {
-                            s->micro_epi(kc, ap, ars, pb + (size_t)jr * kc, c, j->ldc, mr, nr, j->alpha, beta, pf, pfn, j->epi,
+                            s->micro_epi(kc, ap, ars, pb + (size_t)jr * kc, c, j->ldc, mr, nr, j->alpha, beta, pf, pfn, pfc, j->epi,
                                          ic + ir, jc + jr);
                             continue;
                         }
-                        s->micro(kc, ap, ars, pb + (size_t)jr * kc, c, j->ldc, mr, nr, j->alpha, beta, pf, pfn);
+                        s->micro(kc, ap, ars, pb + (size_t)jr * kc, c, j->ldc, mr, nr, j->alpha, beta, pf, pfn, pfc);
                         if (last && j->epi) s->epi(c, j->ldc, ic + ir, jc + jr, mr, nr, j->epi);
                     }
                 }
