@@ -15,7 +15,10 @@
  * ranges of N (or of M when N has too few tiles), each with its own packing
  * buffers (per-thread, freed at thread exit). The epilogue (bias, activation,
  * residual) runs on each C tile right after its last K block, while the tile
- * is still in L1.
+ * is still in L1. Prefetches: a pre-packed B (a weight, streamed from memory)
+ * one panel ahead into L2, issued by the AVX-512 kernel a line per k step; C
+ * and residual tiles at the start of each kernel call when the thread's C
+ * block is over half of L2.
  */
 #include "backend/cpu/nn.h"
 #include "backend/cpu/nn_conv_impl.h"
