@@ -562,11 +562,12 @@ static void test_conv_random(tb_pool *pool) {
 static void test_sgemm(tb_pool *pool, int packed) {
     /* the small-M kernel of a packed B: M <= 4, several K blocks, N over a thread's share; the AVX-512
      * kernel's tail instances (last row panel of 1-4, 5-8, 9-12 rows by last column panel of 1-16 or
-     * 17-32 columns): 13 x 1, 14 x 50, 65 x 129, 200 x 150, 129 x 33, 24 x 32 */
+     * 17-32 columns): 13 x 1, 14 x 50, 65 x 129, 200 x 150, 129 x 33, 24 x 32; a C of 520 x 700 (1.4 MB,
+     * over half of L2 per thread too), whose kernel calls prefetch the C and residual tiles */
     static const int64_t sizes[][3] = {{1, 1, 1},   {7, 17, 63},    {17, 7, 65},    {63, 65, 1},   {65, 129, 17},
                                        {129, 33, 300}, {13, 1, 129}, {1, 97, 31},   {200, 150, 520}, {31, 45, 0},
                                        {2, 1000, 513}, {3, 70, 300}, {4, 2049, 257}, {1, 1000, 512}, {5, 33, 260},
-                                       {14, 50, 40},   {24, 32, 70}};
+                                       {14, 50, 40},   {24, 32, 70},   {520, 700, 70}};
     int idx = 0;
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
         for (int ta = 0; ta < 2; ta++)
@@ -585,8 +586,9 @@ static void test_sgemm(tb_pool *pool, int packed) {
                 for (int64_t i = 0; i < (M > N ? M : N); i++) bias[i] = tb_test_frand(&rng);
                 for (int64_t i = 0; i < M * N; i++) res[i] = tb_test_frand(&rng);
                 memcpy(C, C0, sizeof(float) * (size_t)(M * ldc));
-                /* variants: plain with beta; per-row bias + relu; per-column bias + gelu + residual after */
-                int variant = idx % 3;
+                /* variants: plain with beta; per-row bias + relu; per-column bias + gelu + residual after;
+                 * per-column bias + residual (the register epilogue's residual) */
+                int variant = idx % 4;
                 float alpha = variant == 1 ? -0.75f : 1.0f, beta = variant == 0 ? 0.5f : 0.0f;
                 tb_cpu_sgemm_epi e = {0};
                 if (variant == 1) { e.bias = bias; e.bias_rs = 1; e.act = TB_NN_ACT_RELU; }
@@ -594,6 +596,7 @@ static void test_sgemm(tb_pool *pool, int packed) {
                     e.bias = bias; e.bias_cs = 1; e.bias_scale = 2.0f;
                     e.act = TB_NN_ACT_GELU_ERF; e.res = res; e.ld_res = N;
                 }
+                if (variant == 3) { e.bias = bias; e.bias_cs = 1; e.res = res; e.ld_res = N; }
                 if (packed) { /* B packed once beforehand (a weight), with a dense A when ta */
                     float *Bp = tb_alloc_aligned(sizeof(float) * (tb_cpu_sgemm_packed_floats(K, N) + 1), 64);
                     tb_cpu_sgemm_pack_b(tb, K, N, B, ldb, Bp);

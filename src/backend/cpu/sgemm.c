@@ -15,7 +15,10 @@
  * ranges of N (or of M when N has too few tiles), each with its own packing
  * buffers (per-thread, freed at thread exit). The epilogue (bias, activation,
  * residual) runs on each C tile right after its last K block, while the tile
- * is still in L1.
+ * is still in L1. Prefetches: a pre-packed B (a weight, streamed from memory)
+ * one panel ahead into L2, issued by the AVX-512 kernel a line per k step; C
+ * and residual tiles at the start of each kernel call when the thread's C
+ * block is over half of L2.
  */
 #include "backend/cpu/nn.h"
 #include "backend/cpu/nn_conv_impl.h"
@@ -68,15 +71,18 @@ static float *pack_get(size_t floats) {
 /* ---------------------------------------------------------------- kernels */
 
 /* C (mr, nr) = alpha * Apanel (mr, kc) Bpanel (kc, nr) + beta * C; beta 0
- * does not read C. Panels: A [k][MR], B [k][NR], zero-padded. */
+ * does not read C. Panels: A [k][MR], B [k][NR], zero-padded. pf: pfn
+ * (<= kc) cache lines from pf to prefetch into L2 during the products (the
+ * AVX-512 kernel; the others get none). */
 typedef void (*micro_fn)(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
-                         int nr, float alpha, float beta);
+                         int nr, float alpha, float beta, const char *pf, int64_t pfn, int pfc);
 /* The epilogue over the tile (mr, nr) at (i0, j0) of C. */
 typedef void (*epi_fn)(float *c, int64_t ldc, int64_t i0, int64_t j0, int mr, int nr, const tb_cpu_sgemm_epi *e);
 
 /* micro_fn with the epilogue applied in registers (acts none, relu, clip) */
 typedef void (*micro_epi_fn)(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
-                             int nr, float alpha, float beta, const tb_cpu_sgemm_epi *e, int64_t i0, int64_t j0);
+                             int nr, float alpha, float beta, const char *pf, int64_t pfn, int pfc,
+                             const tb_cpu_sgemm_epi *e, int64_t i0, int64_t j0);
 
 typedef struct {
     const char *name;
@@ -93,7 +99,7 @@ typedef struct {
 #define G_NR 8
 
 static void micro_generic(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
-                          int nr, float alpha, float beta) {
+                          int nr, float alpha, float beta, const char *pf, int64_t pfn, int pfc) {
     float acc[G_MR][G_NR] = {{0}};
     for (int64_t k = 0; k < kc; k++, pa += G_MR, pb += G_NR)
         for (int i = 0; i < G_MR; i++)
@@ -130,7 +136,7 @@ static void epi_generic(float *c, int64_t ldc, int64_t i0, int64_t j0, int mr, i
 #define A2_NR 16
 
 static T256 void micro_avx2(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
-                            int nr, float alpha, float beta) {
+                            int nr, float alpha, float beta, const char *pf, int64_t pfn, int pfc) {
     __m256 acc0[A2_MR], acc1[A2_MR];
 #pragma GCC unroll 6
     for (int i = 0; i < A2_MR; i++) acc0[i] = acc1[i] = _mm256_setzero_ps();
@@ -285,17 +291,40 @@ static T256 void epi_avx2(float *c, int64_t ldc, int64_t i0, int64_t j0, int mr,
  * 196 tiles of a 56x56 map end in 4) runs a smaller instance instead of the
  * whole 12 x 32 over zero padding. */
 T512_INLINE void micro512_t(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
-                            int nr, float alpha, float beta, const tb_cpu_sgemm_epi *e, int64_t i0, int64_t j0,
-                            const int R, const int V) {
+                            int nr, float alpha, float beta, const char *pf, int64_t pfn, int pfc,
+                            const tb_cpu_sgemm_epi *e, int64_t i0, int64_t j0, const int R, const int V) {
     __m512 acc0[A5_MR], acc1[A5_MR];
 #pragma GCC unroll 12
     for (int i = 0; i < R; i++) acc0[i] = acc1[i] = _mm512_setzero_ps();
     /* A is a row panel: MR rows of kc, ars apart (a packed copy, or A itself);
      * three row pointers with offsets 0, ars, 2 ars, 3 ars cover the 12 rows */
     const float *r0 = pa, *r4 = R > 4 ? pa + 4 * ars : pa, *r8 = R > 8 ? pa + 8 * ars : pa;
+    /* the C tile is read (beta 1: a K block after the first) or written
+     * (beta 0: its lines are fetched for ownership) after the K loop; when C
+     * is larger than L2, as the (1024, 3072) output of BERT-base's FFN at
+     * batch 8, those lines come from L3 or memory and the kernel stalled on
+     * them at the end of every call: fetched now, they arrive during the
+     * products (one thread's BERT-base batch 8 went from 1180-1213 to
+     * 1061-1065 ms of CPU time, interleaved runs). pfc: the caller's C is
+     * that large; a C that stays in cache (the small products of Winograd
+     * and of sdpa) is not fetched again */
+#pragma GCC unroll 12
+    for (int i = 0; i < R; i++) {
+        if (i >= mr || !pfc) break;
+        _mm_prefetch((const char *)(c + i * ldc), _MM_HINT_T0);
+        if (V > 1) _mm_prefetch((const char *)(c + i * ldc + 16), _MM_HINT_T0);
+        /* and the residual the register epilogue adds (the same stall: at
+         * batch 8 the (1024, 768) residual of BERT-base is out of L2) */
+        if (e && e->res) {
+            const float *rr = e->res + (i0 + i) * e->ld_res + j0;
+            _mm_prefetch((const char *)rr, _MM_HINT_T0);
+            if (V > 1) _mm_prefetch((const char *)(rr + 16), _MM_HINT_T0);
+        }
+    }
     for (int64_t k = 0; k < kc; k++) {
         __m512 b0 = _mm512_load_ps(pb), b1 = V > 1 ? _mm512_load_ps(pb + 16) : _mm512_setzero_ps();
         _mm_prefetch((const char *)(pb + 8 * A5_NR), _MM_HINT_T0);
+        if (k < pfn) _mm_prefetch(pf + k * 64, _MM_HINT_T1); /* the caller's next B panel, a line a step */
 #pragma GCC unroll 12
         for (int i = 0; i < R; i++) {
             const float *r = i < 4 ? r0 : i < 8 ? r4 : r8;
@@ -369,23 +398,23 @@ T512_INLINE void micro512_t(int64_t kc, const float *pa, int64_t ars, const floa
 /* the instance for a tile of mr rows and nr columns (rows rounded up to 4) */
 #define MICRO512_PICK(E, I0, J0)                                                                                     \
     switch (((mr + 3) >> 2) * 2 + (nr > 16)) {                                                                       \
-    case 2: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, E, I0, J0, 4, 1); break;                        \
-    case 3: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, E, I0, J0, 4, 2); break;                        \
-    case 4: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, E, I0, J0, 8, 1); break;                        \
-    case 5: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, E, I0, J0, 8, 2); break;                        \
-    case 6: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, E, I0, J0, 12, 1); break;                       \
-    default: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, E, I0, J0, 12, 2); break;                      \
+    case 2: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, pf, pfn, pfc, E, I0, J0, 4, 1); break;                        \
+    case 3: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, pf, pfn, pfc, E, I0, J0, 4, 2); break;                        \
+    case 4: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, pf, pfn, pfc, E, I0, J0, 8, 1); break;                        \
+    case 5: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, pf, pfn, pfc, E, I0, J0, 8, 2); break;                        \
+    case 6: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, pf, pfn, pfc, E, I0, J0, 12, 1); break;                       \
+    default: micro512_t(kc, pa, ars, pb, c, ldc, mr, nr, alpha, beta, pf, pfn, pfc, E, I0, J0, 12, 2); break;                      \
     }
 
 static T512 void micro_avx512(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc, int mr,
-                              int nr, float alpha, float beta) {
+                              int nr, float alpha, float beta, const char *pf, int64_t pfn, int pfc) {
     MICRO512_PICK(NULL, 0, 0)
 }
 
 /* the kernel with the epilogue in registers: act none, relu or clip */
 static T512 void micro_avx512_epi(int64_t kc, const float *pa, int64_t ars, const float *pb, float *c, int64_t ldc,
-                                  int mr, int nr, float alpha, float beta, const tb_cpu_sgemm_epi *e, int64_t i0,
-                                  int64_t j0) {
+                                  int mr, int nr, float alpha, float beta, const char *pf, int64_t pfn, int pfc,
+                                  const tb_cpu_sgemm_epi *e, int64_t i0, int64_t j0) {
     MICRO512_PICK(e, i0, j0)
 }
 
@@ -645,6 +674,8 @@ static void sgemm_block(const sgemm_job *j, int64_t m0, int64_t m1, int64_t n0, 
     int reg_epi = s->micro_epi && j->epi &&
                   (j->epi->act == TB_NN_ACT_NONE || j->epi->act == TB_NN_ACT_RELU || j->epi->act == TB_NN_ACT_CLIP);
     int direct_a = ROW_PANELS(s) && !j->ta;
+    /* this thread's C block is larger than half of L2: the kernel prefetches its tiles */
+    int pfc = (double)(m1 - m0) * (double)(n1 - n0) * sizeof(float) > 512.0 * 1024;
     /* a pre-packed B needs no B buffer: its blocks are read in place */
     float *pbuf = pack_get((size_t)kcb * (j->Bp ? 0 : ncb) + (size_t)kcb * mcb);
     float *pa = pbuf + (size_t)kcb * (j->Bp ? 0 : ncb), *pb = pbuf;
@@ -682,8 +713,22 @@ static void sgemm_block(const sgemm_job *j, int64_t m0, int64_t m1, int64_t n0, 
                     }
                     for (int ir = 0; ir < mc; ir += s->mr) {
                         int mr = mc - ir < s->mr ? mc - ir : s->mr;
+                        const char *pf = NULL;
+                        int64_t pfn = 0;
                         if (nxt) {
                             int64_t l0 = ir / s->mr * per, l1 = l0 + per < lines ? l0 + per : lines;
+                            /* the AVX-512 kernel takes its share one line per
+                             * k step, spread over its products: issued here
+                             * as a burst of ~50 misses they waited on the
+                             * core's miss buffers (one thread's BERT-base
+                             * batch 1 at 155-165 ms of CPU time against
+                             * 163-172 ms with the burst, interleaved) */
+                            if (s == &isa_avx512) {
+                                pf = nxt + l0 * 64;
+                                pfn = l1 > l0 ? l1 - l0 : 0;
+                                if (pfn > kc) pfn = kc;
+                                l0 += pfn;
+                            }
                             for (int64_t l = l0; l < l1; l++) _mm_prefetch(nxt + l * 64, _MM_HINT_T1);
                         }
                         float *c = j->C + (ic + ir) * j->ldc + jc + jr;
@@ -694,11 +739,11 @@ static void sgemm_block(const sgemm_job *j, int64_t m0, int64_t m1, int64_t n0, 
                             ars = j->lda;
                         }
                         if (last && j->epi && reg_epi) {
-                            s->micro_epi(kc, ap, ars, pb + (size_t)jr * kc, c, j->ldc, mr, nr, j->alpha, beta, j->epi,
+                            s->micro_epi(kc, ap, ars, pb + (size_t)jr * kc, c, j->ldc, mr, nr, j->alpha, beta, pf, pfn, pfc, j->epi,
                                          ic + ir, jc + jr);
                             continue;
                         }
-                        s->micro(kc, ap, ars, pb + (size_t)jr * kc, c, j->ldc, mr, nr, j->alpha, beta);
+                        s->micro(kc, ap, ars, pb + (size_t)jr * kc, c, j->ldc, mr, nr, j->alpha, beta, pf, pfn, pfc);
                         if (last && j->epi) s->epi(c, j->ldc, ic + ir, jc + jr, mr, nr, j->epi);
                     }
                 }
