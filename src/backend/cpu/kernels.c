@@ -742,6 +742,22 @@ static void attn_split_merge(const attn_split_job *j, int nth, float *out) {
     }
 }
 
+/* Heads per attn_rows call of the split. Without GQA, runs of at most
+ * ATTN_SPLIT_RUN_HEADS heads of equal size: a thread's range of a run's
+ * rows then stays in L2 between its K pass and its V passes (one per head,
+ * attn_pv64). kernels_bench attnkv (134M, ctx 1024, 2 threads, ms per step,
+ * two interleaved runs): 3 heads f16 1.14-1.21, int8 1.13-1.18, fp8
+ * 1.36-1.49, f32 1.74-1.91; 4 heads 1.24-1.34, 1.15-1.36, 1.42-1.89,
+ * 1.86-1.94; 6 heads (the heads split's 1 KB runs) 1.16-1.35, 1.33-1.60,
+ * 1.61-2.14, 1.78-2.14; 2 heads slower again. With GQA the heads split's
+ * runs (whole groups share each K and V row load). */
+#define ATTN_SPLIT_RUN_HEADS 3
+static int attn_split_heads_per_call(const tb_attn_args *a) {
+    if (a->n_heads != a->n_kv) return attn_heads_per_run(a, 1);
+    int runs = (a->n_heads + ATTN_SPLIT_RUN_HEADS - 1) / ATTN_SPLIT_RUN_HEADS;
+    return (a->n_heads + runs - 1) / runs;
+}
+
 /* Whether a step on nth threads with spt scratch floats per thread takes
  * the position split (see above). */
 static int attn_split_ok(const tb_attn_args *a, int nth, size_t spt) {
@@ -776,7 +792,7 @@ void tb_cpu_attention(tb_pool *p, const tb_attn_args *a, const float *qkv, float
     if (attn_split_ok(a, nth, j.scratch_per_thread)) {
         int nblk = (a->pos[0] + a->block_size) / a->block_size;
         attn_split_job sj = {j.k, a, qkv, scratch, j.scratch_per_thread, attn_part_floats(a), nblk,
-                             attn_heads_per_run(a, 1)};
+                             attn_split_heads_per_call(a)};
         tb_pool_run(p, attn_split_run, &sj);
         attn_split_merge(&sj, nth, out);
         return;
