@@ -332,11 +332,16 @@ static void attn8_model(double secs) {
  * the weight stream does in a real one), and the cache bytes read per
  * second. Rounds take the dtypes in turn so that load on this shared
  * machine hits each alike (`kernels_bench S attnkv`; KB_BATCH, default 1;
- * KB_NOFLUSH=1 keeps whatever of the cache stays in L3). */
+ * KB_CTX, default and at most 1024, the positions attended;
+ * KB_NOFLUSH=1 keeps whatever of the cache stays in L3). With KB_BATCH=1
+ * each round runs every dtype twice, positions split between the threads
+ * and heads split (tb_cpu_attention_force_split), in alternating order. */
 static void attnkv_model(void) {
     enum { L = 12, H = 12, KV = 12, HD = 64, BS = 16, CTX = 1024, MAXB = CTX / BS, ND = 4, N = 15 };
     int S = getenv("KB_BATCH") ? atoi(getenv("KB_BATCH")) : 1;
     if (S < 1 || S > 16) S = 1;
+    int ctx = getenv("KB_CTX") ? atoi(getenv("KB_CTX")) : CTX; /* positions attended, <= CTX */
+    if (ctx < 1 || ctx > CTX) ctx = CTX;
     static const tb_dtype dts[ND] = {TB_F32, TB_F16, TB_I8, TB_FP8_E4M3};
     uint8_t *kc[ND], *vc[ND];
     size_t layer_bytes[ND];
@@ -369,16 +374,20 @@ static void attnkv_model(void) {
     int32_t *bt = xalloc(sizeof(int32_t) * (size_t)S * MAXB), seq[16], pos[16];
     for (int s = 0; s < S; s++) {
         seq[s] = s;
-        pos[s] = CTX - 1;
+        pos[s] = ctx - 1;
         for (int b = 0; b < MAXB; b++) bt[s * MAXB + b] = b * S + s;
     }
     tb_pool *p = NULL;
     if (tb_pool_create(2, &p) != TB_OK) exit(1);
-    double ms[ND][N];
+    double ms[ND][N], ms_heads[ND][N];
     volatile uint32_t sink = 0;
     int no_flush = getenv("KB_NOFLUSH") && atoi(getenv("KB_NOFLUSH"));
+    int modes = S == 1 ? 2 : 1;
     for (int it = 0; it < N; it++)
-        for (int d = 0; d < ND; d++) {
+        for (int d = 0; d < ND; d++)
+            for (int mi = 0; mi < modes; mi++) {
+            int split = modes == 1 ? -1 : (mi + it) % 2; /* which goes first alternates */
+            tb_cpu_attention_force_split(split);
             uint32_t acc = 0;
             for (size_t i = 0; i < flush_n && !no_flush; i += 64) acc += flush[i];
             sink += acc;
@@ -388,15 +397,22 @@ static void attnkv_model(void) {
                                   kc[d] + l * layer_bytes[d], vc[d] + l * layer_bytes[d], dts[d]};
                 tb_cpu_attention(p, &a, qkv, out, scratch, CTX);
             }
-            ms[d][it] = (tb_now() - t0) * 1e3;
+            (split == 0 ? ms_heads : ms)[d][it] = (tb_now() - t0) * 1e3;
+            tb_cpu_attention_force_split(-1);
         }
-    printf("134M decode attention, batch %d, ctx %d, 2 threads, path %s (median of %d interleaved rounds):\n", S, CTX,
+    printf("134M decode attention, batch %d, ctx %d, 2 threads, path %s (median of %d interleaved rounds):\n", S, ctx,
            tb_cpu_kernel_path(), N);
     for (int d = 0; d < ND; d++) {
         qsort(ms[d], N, sizeof(double), cmp_d);
-        double mb = 2.0 * L * S * CTX * tb_kv_bytes_per_token(dts[d], BS, KV, HD, 1) / 2.0 * 1e-6;
+        double mb = 2.0 * L * S * ctx * tb_kv_bytes_per_token(dts[d], BS, KV, HD, 1) / 2.0 * 1e-6;
         printf("  %-5s %7.3f ms per step (min %.3f; %6.1f MB of cache, %5.1f GB/s; %.2fx f32)\n",
                tb_kv_dtype_label(dts[d]), ms[d][N / 2], ms[d][0], mb, mb / ms[d][N / 2], ms[0][N / 2] / ms[d][N / 2]);
+        if (modes == 2) {
+            qsort(ms_heads[d], N, sizeof(double), cmp_d);
+            printf("  %-5s %7.3f ms per step split by heads (min %.3f; %5.1f GB/s; positions split / heads split %.2f)\n",
+                   tb_kv_dtype_label(dts[d]), ms_heads[d][N / 2], ms_heads[d][0], mb / ms_heads[d][N / 2],
+                   ms[d][N / 2] / ms_heads[d][N / 2]);
+        }
     }
     tb_pool_free(p);
     for (int d = 0; d < ND; d++) { tb_free_aligned(kc[d]); tb_free_aligned(vc[d]); }

@@ -104,7 +104,7 @@ static inline float sc_kv(const uint8_t *row, tb_dtype dt, const float *lut, int
  * a quantized row's scale multiplies its dot product (K) or its softmax
  * weight (V). */
 static void sc_attn_head(const tb_attn_args *a, const float *q, int t, int kvh, float *out,
-                         float *scores) {
+                         float *scores, float *m_out, float *l_out) {
     int hd = a->hd, bs = a->block_size, ctx = a->pos[t] + 1;
     tb_dtype dt = a->kv_dtype;
     int quant = tb_kv_quantized(dt);
@@ -139,10 +139,16 @@ static void sc_attn_head(const tb_attn_args *a, const float *q, int t, int kvh, 
         for (int d = 0; d < hd; d++) out[d] += p * sc_kv(vr, dt, lut, d);
     }
     for (int d = 0; d < hd; d++) out[d] *= 1.0f / sum;
+    *m_out = mx;
+    *l_out = sum;
 }
 
 static void sc_attn_rows(const tb_attn_args *a, const tb_attn_item *it, float *scores) {
-    for (int g = 0; g < it->n; g++) sc_attn_head(a, it->q[g], it->t[g], it->kvh[g], it->out[g], scores);
+    for (int g = 0; g < it->n; g++) {
+        float m, l;
+        sc_attn_head(a, it->q[g], it->t[g], it->kvh[g], it->out[g], scores, &m, &l);
+        if (it->m) { it->m[g] = m; it->l[g] = l; }
+    }
 }
 
 /* The elementwise references are already simple loops the compiler
@@ -621,6 +627,7 @@ static void attn_run(void *arg, int ith, int nth) {
             if (item % nth != ith) continue;
             int h0 = r * per, ng = a->n_heads - h0 < per ? a->n_heads - h0 : per;
             tb_attn_item it;
+            it.m = it.l = NULL;
             it.n = nt * ng;
             it.seq = a->seq[t0];
             for (int i = 0, g = 0; i < nt; i++)
@@ -637,6 +644,138 @@ static void attn_run(void *arg, int ith, int nth) {
     }
 }
 
+/* ---- decode of one token: positions split between the threads
+ * (flash-decoding). Split by heads, each thread reads its heads' slices of
+ * every K and V row (128 B of a 1.5 KB f16 row at 134M) at a stride, which
+ * DRAM and the prefetchers serve at a fraction of the read bandwidth; split
+ * by positions, each thread streams whole consecutive rows of its range.
+ * Thread i runs the path's attn_rows over cache blocks [b0, b1) of the
+ * sequence (whole blocks: the kernels address positions from a block
+ * boundary) for every head, through a copy of the arguments whose block
+ * table starts at b0 and whose position is the range's last, and keeps per
+ * head its normalised output o_i, max score m_i and sum l_i; the caller then
+ * merges each head: out = sum_i w_i o_i / sum_i w_i, w_i = l_i exp(m_i - M),
+ * M = max_i m_i (a thread with no blocks has l_i = 0).
+ *
+ * Its scratch is each thread's slice of the score scratch: the partial
+ * results (n_heads * (hd + 2) floats, rounded to 16) first, then the scores
+ * of its range. The split is taken when that fits, which it does whenever
+ * the context is long enough for the split to matter (the slice holds
+ * TB_ATTN_GROUP_MAX rows of max_ctx scores); otherwise the heads split. */
+static int attn_split_mode = -1; /* tb_cpu_attention_force_split */
+
+void tb_cpu_attention_force_split(int mode) { attn_split_mode = mode < 0 ? -1 : mode > 0; }
+
+typedef struct {
+    const tb_cpu_kernel_table *k;
+    const tb_attn_args *a;
+    const float *qkv;
+    float *scratch;
+    size_t scratch_per_thread, part_floats;
+    int nblk, per; /* blocks of the context; heads per attn_rows call */
+} attn_split_job;
+
+static size_t attn_part_floats(const tb_attn_args *a) {
+    return ((size_t)a->n_heads * (size_t)(a->hd + 2) + 15) & ~(size_t)15;
+}
+
+static void attn_split_run(void *arg, int ith, int nth) {
+    attn_split_job *j = arg;
+    const tb_attn_args *a = j->a;
+    int hd = a->hd, bs = a->block_size, group = a->n_heads / a->n_kv, ctx = a->pos[0] + 1;
+    float *part = j->scratch + (size_t)ith * j->scratch_per_thread; /* (n_heads, hd) outputs */
+    float *m = part + (size_t)a->n_heads * hd, *l = m + a->n_heads; /* (n_heads) each */
+    float *scores = part + j->part_floats;
+    int b0, b1;
+    split_range(j->nblk, ith, nth, 1, &b0, &b1);
+    if (b0 >= b1) {
+        for (int h = 0; h < a->n_heads; h++) { m[h] = -INFINITY; l[h] = 0.0f; }
+        return;
+    }
+    int p1 = b1 * bs < ctx ? b1 * bs : ctx;
+    int32_t pos = p1 - 1 - b0 * bs, seq = 0;
+    tb_attn_args sa = *a;
+    sa.T = 1;
+    sa.pos = &pos;
+    sa.seq = &seq;
+    sa.block_tables = a->block_tables + (size_t)a->seq[0] * a->max_blocks + b0;
+    for (int h0 = 0; h0 < a->n_heads; h0 += j->per) {
+        int ng = a->n_heads - h0 < j->per ? a->n_heads - h0 : j->per;
+        tb_attn_item it;
+        it.n = ng;
+        it.seq = 0;
+        it.m = m + h0;
+        it.l = l + h0;
+        for (int g = 0; g < ng; g++) {
+            it.t[g] = 0;
+            it.kvh[g] = (h0 + g) / group;
+            it.q[g] = j->qkv + (size_t)(h0 + g) * hd;
+            it.out[g] = part + (size_t)(h0 + g) * hd;
+        }
+        j->k->attn_rows(&sa, &it, scores);
+    }
+}
+
+/* out (n_heads, hd) from the nth threads' partial results. */
+static void attn_split_merge(const attn_split_job *j, int nth, float *out) {
+    const tb_attn_args *a = j->a;
+    int hd = a->hd, H = a->n_heads;
+    for (int h = 0; h < H; h++) {
+        float M = -INFINITY, w[64], wsum = 0.0f;
+        for (int i = 0; i < nth; i++) {
+            const float *m = j->scratch + (size_t)i * j->scratch_per_thread + (size_t)H * hd;
+            if (m[H + h] > 0.0f && m[h] > M) M = m[h];
+        }
+        for (int i = 0; i < nth; i++) {
+            const float *m = j->scratch + (size_t)i * j->scratch_per_thread + (size_t)H * hd;
+            w[i] = m[H + h] > 0.0f ? m[H + h] * expf(m[h] - M) : 0.0f;
+            wsum += w[i];
+        }
+        float *o = out + (size_t)h * hd;
+        for (int d = 0; d < hd; d++) o[d] = 0.0f;
+        for (int i = 0; i < nth; i++) {
+            if (w[i] == 0.0f) continue;
+            const float *pi = j->scratch + (size_t)i * j->scratch_per_thread + (size_t)h * hd;
+            float c = w[i] / wsum;
+            for (int d = 0; d < hd; d++) o[d] += c * pi[d];
+        }
+    }
+}
+
+/* Heads per attn_rows call of the split. Without GQA, runs of at most
+ * ATTN_SPLIT_RUN_HEADS heads of equal size: a thread's range of a run's
+ * rows then stays in L2 between its K pass and its V passes (one per head,
+ * attn_pv64). kernels_bench attnkv (134M, ctx 1024, 2 threads, ms per step,
+ * two interleaved runs): 3 heads f16 1.14-1.21, int8 1.13-1.18, fp8
+ * 1.36-1.49, f32 1.74-1.91; 4 heads 1.24-1.34, 1.15-1.36, 1.42-1.89,
+ * 1.86-1.94; 6 heads (the heads split's 1 KB runs) 1.16-1.35, 1.33-1.60,
+ * 1.61-2.14, 1.78-2.14; 2 heads slower again. With GQA the heads split's
+ * runs (whole groups share each K and V row load). */
+#define ATTN_SPLIT_RUN_HEADS 3
+static int attn_split_heads_per_call(const tb_attn_args *a) {
+    if (a->n_heads != a->n_kv) return attn_heads_per_run(a, 1);
+    int runs = (a->n_heads + ATTN_SPLIT_RUN_HEADS - 1) / ATTN_SPLIT_RUN_HEADS;
+    return (a->n_heads + runs - 1) / runs;
+}
+
+/* Whether a step on nth threads with spt scratch floats per thread takes
+ * the position split (see above). */
+static int attn_split_ok(const tb_attn_args *a, int nth, size_t spt) {
+    if (attn_split_mode == 0 || a->T != 1 || nth < 2 || nth > 64) return 0;
+    int ctx = a->pos[0] + 1, bs = a->block_size, nblk = (ctx + bs - 1) / bs;
+    if (nblk < 2) return 0;
+    /* a short context: the heads split's single pass costs less than the
+     * merge and the second pool run's wake-up */
+    if (attn_split_mode < 0 && (size_t)ctx * a->n_heads * a->hd * 2 < TB_PAR_MIN_ELEMS * 4) return 0;
+    size_t part = attn_part_floats(a);
+    int span = (nblk + nth - 1) / nth * bs; /* positions of the longest range */
+    return part + tb_attention_scratch_floats(1, span) <= spt;
+}
+
+int tb_cpu_attention_split(const tb_attn_args *a, int n_threads, int max_ctx) {
+    return attn_split_ok(a, n_threads, tb_attention_scratch_floats(1, max_ctx));
+}
+
 void tb_cpu_attention(tb_pool *p, const tb_attn_args *a, const float *qkv, float *out,
                       float *scratch, int max_ctx) {
     TB_ASSERT(a->kv_dtype == TB_F32 || a->kv_dtype == TB_F16 || a->kv_dtype == TB_BF16 || a->kv_dtype == TB_I8 ||
@@ -649,6 +788,15 @@ void tb_cpu_attention(tb_pool *p, const tb_attn_args *a, const float *qkv, float
 
     if ((size_t)a->T * a->n_kv * a->hd * 2 < TB_PAR_MIN_ELEMS || nth == 1) attn_write_run(&j, 0, 1);
     else tb_pool_run(p, attn_write_run, &j);
+
+    if (attn_split_ok(a, nth, j.scratch_per_thread)) {
+        int nblk = (a->pos[0] + a->block_size) / a->block_size;
+        attn_split_job sj = {j.k, a, qkv, scratch, j.scratch_per_thread, attn_part_floats(a), nblk,
+                             attn_split_heads_per_call(a)};
+        tb_pool_run(p, attn_split_run, &sj);
+        attn_split_merge(&sj, nth, out);
+        return;
+    }
 
     size_t work = 0; /* multiply-adds, roughly */
     for (int t = 0; t < a->T; t++) work += (size_t)(a->pos[t] + 1) * a->n_heads * a->hd * 2;

@@ -204,6 +204,16 @@ void tb_ref_attention(const tb_attn_args *a, const float *qkv, float *out,
                       float *scratch);
 void tb_cpu_attention(tb_pool *p, const tb_attn_args *a, const float *qkv,
                       float *out, float *scratch, int max_ctx);
+/* A decode step of one token (T == 1) on more than one thread splits the
+ * context's positions between the threads (flash-decoding: partial softmax
+ * per thread, merged per head; kernels.c) when it is long enough and the
+ * scratch holds the partial results. Tests and benchmarks: mode 1 takes
+ * that split whenever it can (any context of 2 cache blocks or more), 0
+ * never, -1 goes back to the automatic choice. */
+void tb_cpu_attention_force_split(int mode);
+/* Whether tb_cpu_attention would take that split for a (on n_threads,
+ * scratch for max_ctx). */
+int tb_cpu_attention_split(const tb_attn_args *a, int n_threads, int max_ctx);
 
 /* ---- gather rows: y[r,:] = x[rows[r],:]; x (T, D), rows (R), y (R, D). */
 void tb_cpu_gather_rows(const float *x, const int32_t *rows, float *y, int R,
@@ -263,12 +273,18 @@ void tb_cpu_matmul_tactic(tb_pool *p, tb_mm_tactic t, const float *x,
  * head of one token, all tokens of sequence `seq`. The rows may be several
  * heads of a token (decode: every K and V row is then loaded once for all of
  * them) or one head of several tokens (prefill: the same, across queries);
- * row g attends to positions 0 .. pos[t[g]] of kv head kvh[g]. */
+ * row g attends to positions 0 .. pos[t[g]] of kv head kvh[g].
+ * When m and l are set (the position split of a decode step, kernels.c),
+ * the kernel also stores each row's softmax statistics: m[g] the largest
+ * scaled score and l[g] = sum_j exp(score_j - m[g]); out[g] stays the
+ * normalised result over the row's positions, so that partial results over
+ * disjoint position ranges merge exactly. */
 typedef struct tb_attn_item {
     int n, seq;
     int t[TB_ATTN_GROUP_MAX], kvh[TB_ATTN_GROUP_MAX];
     const float *q[TB_ATTN_GROUP_MAX]; /* (hd) each */
     float *out[TB_ATTN_GROUP_MAX];     /* (hd) each */
+    float *m, *l;                      /* (n) each, or NULL */
 } tb_attn_item;
 
 /* ---- one SIMD path: the single-threaded pieces the tb_cpu_* entry points

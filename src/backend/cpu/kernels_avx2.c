@@ -934,7 +934,7 @@ AVX2_INLINE void axpy_kv(float *out, float p, const void *v, tb_dtype dt, int hd
 }
 
 AVX2_INLINE void attn_head_dt(const tb_attn_args *a, const float *q, int t, int kvh, float *out,
-                              float *scores, tb_dtype dt) {
+                              float *scores, float *m_out, float *l_out, tb_dtype dt) {
     int hd = a->hd, bs = a->block_size, ctx = a->pos[t] + 1, quant = tb_kv_quantized(dt);
     size_t esz = tb_kv_elem_bytes(dt);
     size_t rb = (size_t)a->n_kv * hd * esz; /* bytes per cache row */
@@ -982,6 +982,8 @@ AVX2_INLINE void attn_head_dt(const tb_attn_args *a, const float *q, int t, int 
     int d = 0;
     for (; d + 8 <= hd; d += 8) _mm256_storeu_ps(out + d, _mm256_mul_ps(_mm256_loadu_ps(out + d), inv));
     for (; d < hd; d++) out[d] *= 1.0f / sum;
+    *m_out = mx;
+    *l_out = sum;
 }
 
 /* The NG rows of a work item (tb_attn_item: q heads of one or several
@@ -1113,8 +1115,8 @@ AVX2_INLINE void attn_pv_shared(const tb_attn_args *a, int NG, const size_t *uko
     }
 }
 
-/* s[0:n) = exp(s - max s); returns the sum. */
-AVX2_INLINE float softmax_unnorm(float *s, int n) {
+/* s[0:n) = exp(s - max s); returns the sum, and the max through *mx_out. */
+AVX2_INLINE float softmax_unnorm(float *s, int n, float *mx_out) {
     __m256 vm = _mm256_set1_ps(-INFINITY);
     int j = 0;
     for (; j + 8 <= n; j += 8) vm = _mm256_max_ps(vm, _mm256_loadu_ps(s + j));
@@ -1123,6 +1125,7 @@ AVX2_INLINE float softmax_unnorm(float *s, int n) {
     m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
     float mx = _mm_cvtss_f32(m4);
     for (; j < n; j++) mx = s[j] > mx ? s[j] : mx;
+    *mx_out = mx;
     __m256 vmx = _mm256_set1_ps(mx), vsum = _mm256_setzero_ps();
     j = 0;
     for (; j + 8 <= n; j += 8) {
@@ -1282,7 +1285,9 @@ AVX2_INLINE void attn_rows_fast(const tb_attn_args *a, const tb_attn_item *it, i
 #pragma GCC unroll 8
     for (int g = 0; g < NG; g++) {
         int c = a->pos[it->t[g]] + 1;
-        sums[g] = softmax_unnorm(scores + g * ss, c);
+        float mx;
+        sums[g] = softmax_unnorm(scores + g * ss, c, &mx);
+        if (it->m) { it->m[g] = mx; it->l[g] = sums[g]; }
         for (int j = c; j < ctx; j++) scores[g * ss + j] = 0.0f; /* causal: later positions */
     }
     if (tb_kv_quantized(dt)) attn_row_scales(a, it, NG, bt, a->v_cache, scores, ss, dt); /* V rows' */
@@ -1297,8 +1302,11 @@ AVX2_INLINE void attn_rows_fast(const tb_attn_args *a, const tb_attn_item *it, i
 #define ATTN_ROWS_FNS(DT, SUF)                                                                      \
     static AVX2_FN void attn_rows_##SUF(const tb_attn_args *a, const tb_attn_item *it, float *scores) { \
         if (a->hd % 8) {                                                                            \
-            for (int g = 0; g < it->n; g++)                                                         \
-                attn_head_dt(a, it->q[g], it->t[g], it->kvh[g], it->out[g], scores, DT);            \
+            for (int g = 0; g < it->n; g++) {                                                       \
+                float m, l;                                                                         \
+                attn_head_dt(a, it->q[g], it->t[g], it->kvh[g], it->out[g], scores, &m, &l, DT);    \
+                if (it->m) { it->m[g] = m; it->l[g] = l; }                                          \
+            }                                                                                       \
             return;                                                                                 \
         }                                                                                           \
         switch (it->n) {                                                                            \
