@@ -384,6 +384,11 @@ static void test_json_fixtures(void) {
     expect_error("tok_baddec.json",
                  "{\"decoder\":{\"type\":\"WordPiece\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
                  TB_ERR_UNSUPPORTED, "WordPiece");
+    /* an empty Metaspace replacement made every position a split point that never advanced */
+    expect_error("tok_emptymeta.json",
+                 "{\"pre_tokenizer\":{\"type\":\"Metaspace\",\"replacement\":\"\",\"split\":true},"
+                 "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}",
+                 TB_ERR_FORMAT, "Metaspace replacement is empty");
     expect_error("tok_badmerge.json",
                  "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[\"a zz\"]}}", TB_ERR_FORMAT, "merge 0");
 

@@ -340,6 +340,9 @@ static void run_pre(tok_work *w, const char *s, size_t n, int step, int at_start
     case TOK_PRE_METASPACE: {
         const char *rep = p->str;
         size_t rl = strlen(rep);
+        /* tokenizer.json refuses an empty replacement; one from an engine's tokenizer section is
+         * passed over (splitting at every empty match would never advance) */
+        if (rl == 0) { run_pre(w, s, n, step + 1, at_start); return; }
         tok_vec *b = &w->sbuf[step];
         if (!vgrow(w, b, (n + 1) * (rl > 1 ? rl : 1), 1)) return;
         char *d = b->p;

@@ -128,6 +128,9 @@ static tb_status add_pre(tb_tokenizer *t, const json_t *n, int *byte_level) {
         } else {
             o->flag1 = jbool(n, "add_prefix_space", 1) ? TOK_PREPEND_ALWAYS : TOK_PREPEND_NEVER;
         }
+        /* an empty replacement has no meaning (Hugging Face's is one character) and would make
+         * every position a split point */
+        if (rep && !rep[0]) return tb_errorf(TB_ERR_FORMAT, "tokenizer.json: Metaspace replacement is empty");
         o->flag2 = (uint8_t)jbool(n, "split", 1);
         o->str = tok_strdup(rep ? rep : "\xE2\x96\x81"); /* after every check: an error leaves nothing to free */
     } else if (!strcmp(type, "Digits")) {
