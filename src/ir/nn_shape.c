@@ -502,7 +502,8 @@ static tb_status infer_split(const tb_node *n, const tb_view *in, int n_in, tb_o
         if (known) {
             int64_t s = 0;
             for (int k = 0; k < len; k++) {
-                NEED(sz[k] >= 0, "Split: size %lld", (long long)sz[k]);
+                NEED(sz[k] >= 0 && sz[k] <= INT64_MAX - s, "Split: size %lld (negative, or the sizes overflow)",
+                     (long long)sz[k]);
                 s += sz[k];
             }
             NEED(!tb_dim_known(d) || s == d, "Split: sizes add up to %lld, the dim is %lld", (long long)s,
