@@ -36,6 +36,8 @@ typedef enum {
     TB_ERR_OOM,          /* an allocation or a KV-cache reservation failed */
     TB_ERR_RANGE,        /* an input outside an optimisation profile       */
     TB_ERR_INTERNAL,
+    TB_ERR_QUEUE_FULL,   /* a server queue is at its limit: retry later     */
+    TB_ERR_TIMEOUT,      /* a request waited past its deadline unserved     */
 } tb_status;
 
 const char *tb_status_str(tb_status s);

@@ -18,6 +18,8 @@ const char *tb_status_str(tb_status s) {
     case TB_ERR_OOM: return "out of memory";
     case TB_ERR_RANGE: return "out of range";
     case TB_ERR_INTERNAL: return "internal error";
+    case TB_ERR_QUEUE_FULL: return "queue full";
+    case TB_ERR_TIMEOUT: return "timed out";
     }
     return "unknown status";
 }
