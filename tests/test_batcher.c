@@ -19,7 +19,8 @@
  * refused at once; a deadline passed in the queue; requests of different
  * sequence lengths never merged; two instances; requests still queued when
  * the batcher is freed served (drain); an engine whose dim 0 is fixed run
- * with max_batch_size 1 and a note; bad inputs refused before queueing.
+ * with max_batch_size 1 and a note; bad inputs refused before queueing;
+ * and the whole path from a model repository (engine file + config.json).
  */
 #include <pthread.h>
 #include <time.h>
@@ -27,6 +28,7 @@
 
 #include "plan/engine.h"
 #include "serve/batcher.h"
+#include "serve/model_repo.h"
 #include "tb_test.h"
 
 #define K_IN 16
@@ -38,7 +40,7 @@ static double g_worst;                   /* largest |diff| / bound seen         
 static int g_inexact;                    /* small requests whose bits differed  */
 
 /* batch_max 0: the batch dim fixed at 2 (no batching possible). */
-static tb_engine *make_engine(int batch_max) {
+static tb_graph *make_graph(int batch_max) {
     tb_graph *g = tb_graph_new();
     int64_t b0 = 2;
     if (batch_max > 0) b0 = TB_SYM(tb_graph_add_sym(g, "batch", 1, 4, batch_max));
@@ -71,6 +73,13 @@ static tb_engine *make_engine(int batch_max) {
     g->outputs[g->n_outputs++] = y;
     g->outputs[g->n_outputs++] = g->nodes[kr].out[0];
     CHECK_MSG(tb_graph_check(g) == TB_OK, "check: %s", tb_last_error());
+    return g;
+}
+
+/* The graph above as an engine in memory (the same weights every time). */
+static tb_engine *make_engine(int batch_max) {
+    tb_graph *g = make_graph(batch_max);
+    if (!g) return NULL;
     tb_engine *e = NULL;
     CHECK_MSG(tb_engine_from_graph(g, "cpu", &e) == TB_OK, "engine: %s", tb_last_error());
     return e;
@@ -518,6 +527,64 @@ static void test_fixed_batch(void) {
     tb_engine_free(e);
 }
 
+/* The path a server takes: the graph written as DIR/mm/1/model.engine with
+ * a config.json, the repository scanned, the engine loaded from the path
+ * found and the batcher made from the config: preferred size 2 under a
+ * 1 s delay sends two requests at once, merged, equal to them alone. */
+static void test_from_repository(tb_exec *ref) {
+    char root[512], p[700];
+    snprintf(root, sizeof root, "%s/batcher_repo_%d", tb_test_tmp(), (int)getpid());
+    snprintf(p, sizeof p, "%s/mm/1", root);
+    char cmd[800];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", root, p);
+    CHECK(system(cmd) == 0);
+    tb_graph *g = make_graph(16);
+    if (!g) return;
+    snprintf(p, sizeof p, "%s/mm/1/model.engine", root);
+    CHECK_MSG(tb_engine_write_general(g, p, "cpu", "test", 0.0) == TB_OK, "write: %s", tb_last_error());
+    tb_graph_free(g);
+    snprintf(p, sizeof p, "%s/mm/config.json", root);
+    FILE *f = fopen(p, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs("{\"max_batch_size\": 4, \"dynamic_batching\": {\"preferred_batch_size\": [2],\n"
+          " \"max_queue_delay_microseconds\": 1000000, \"default_queue_policy\": {\"max_queue_size\": 8}},\n"
+          " \"instance_group\": [{\"count\": 1, \"kind\": \"KIND_CPU\", \"threads\": 1}]}\n",
+          f);
+    fclose(f);
+    tb_model_repo repo;
+    CHECK_MSG(tb_model_repo_scan(root, &repo) == TB_OK, "scan: %s", tb_last_error());
+    const tb_model_entry *m = tb_model_repo_find(&repo, "mm");
+    CHECK_MSG(m && m->status == TB_OK && m->n_versions == 1, "mm: %s", m ? m->error : "absent");
+    tb_engine *e = NULL;
+    tb_batcher *b = NULL;
+    if (m && m->status == TB_OK && m->n_versions == 1) {
+        CHECK_MSG(tb_engine_load(m->versions[0].path, &e) == TB_OK, "load: %s", tb_last_error());
+        tb_batcher_config bc;
+        tb_model_config_batcher(&m->config, &bc);
+        if (e) CHECK_MSG(tb_batcher_create(e, &bc, &b) == TB_OK, "create: %s", tb_last_error());
+    }
+    if (b) {
+        CHECK(tb_batcher_max_batch_size(b) == 4);
+        req q[2];
+        for (int i = 0; i < 2; i++) req_make(&q[i], 1, 4, 1200 + (uint64_t)i, ref);
+        submit_parallel(b, q, 2);
+        for (int i = 0; i < 2; i++) {
+            CHECK_MSG(req_matches(&q[i]), "request %d: %s", i, tb_status_str(q[i].status));
+            CHECK(q[i].res.n_requests == 2 && q[i].res.batch_size == 2 && q[i].res.queue_us < 500000);
+        }
+        tb_batcher_stats st;
+        tb_batcher_get_stats(b, &st);
+        CHECK(st.batch_hist[2] == 1 && st.executions == 1);
+        for (int i = 0; i < 2; i++) req_free(&q[i]);
+    }
+    tb_batcher_free(b);
+    tb_engine_free(e);
+    tb_model_repo_free(&repo);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    CHECK(system(cmd) == 0);
+}
+
 int main(void) {
     tb_engine *e = make_engine(16);
     if (!e) return 1;
@@ -534,6 +601,7 @@ int main(void) {
         test_queue_full_timeout_drain(e, ref);
         test_shapes_not_merged(e, ref);
         test_refusals(e, ref);
+        test_from_repository(ref);
     }
     test_fixed_batch();
     printf("merged vs alone: small requests (<= %d MatMul rows) differing in some bit: %d, largest "
