@@ -561,7 +561,7 @@ static void test_from_repository(tb_exec *ref) {
     if (m && m->status == TB_OK && m->n_versions == 1) {
         CHECK_MSG(tb_engine_load(m->versions[0].path, &e) == TB_OK, "load: %s", tb_last_error());
         tb_batcher_config bc;
-        tb_model_config_batcher(&m->config, &bc);
+        tb_repo_config_batcher(&m->config, &bc);
         if (e) CHECK_MSG(tb_batcher_create(e, &bc, &b) == TB_OK, "create: %s", tb_last_error());
     }
     if (b) {

@@ -151,7 +151,7 @@ static void test_repository(void) {
     const tb_model_entry *m = tb_model_repo_find(&r, "resnet");
     CHECK(m && m->status == TB_OK);
     if (m && m->status == TB_OK) {
-        const tb_model_config *c = &m->config;
+        const tb_repo_config *c = &m->config;
         CHECK(m->n_versions == 2 && m->versions[0].version == 2 && m->versions[1].version == 3);
         CHECK(m->versions[0].is_onnx && strstr(m->versions[0].path, "/resnet/2/model.onnx"));
         CHECK(!m->versions[1].is_onnx && strstr(m->versions[1].path, "/resnet/3/model.engine"));
@@ -162,7 +162,7 @@ static void test_repository(void) {
         CHECK(!strcmp(c->device, "cpu") && c->dtype == TB_I8 && !strcmp(c->shapes, "input:1x3x32x32"));
         CHECK_MSG(strstr(c->calib_data, "/resnet/calib") && c->calib_data[0] == '/', "calib %s", c->calib_data);
         tb_batcher_config bc;
-        tb_model_config_batcher(c, &bc);
+        tb_repo_config_batcher(c, &bc);
         CHECK(bc.max_batch_size == 8 && bc.n_preferred == 2 && bc.preferred_batch_size[1] == 8);
         CHECK(bc.max_queue_delay_us == 2000 && bc.max_queue_size == 64 && bc.default_timeout_us == 100000);
         CHECK(bc.instance_count == 2 && bc.threads_per_instance == 1 && bc.device && !strcmp(bc.device, "cpu"));
@@ -174,7 +174,7 @@ static void test_repository(void) {
         CHECK(m->config.max_batch_size == 0 && !m->config.dynamic_batching && m->config.instance_count == 1);
         CHECK(m->config.dtype == TB_F32 && m->config.device[0] == 0);
         tb_batcher_config bc;
-        tb_model_config_batcher(&m->config, &bc);
+        tb_repo_config_batcher(&m->config, &bc);
         CHECK(bc.max_batch_size == 1 && bc.device == NULL && bc.max_queue_size == 0);
     }
     m = tb_model_repo_find(&r, "every");
@@ -243,39 +243,39 @@ static void test_repository(void) {
 
 /* The parser alone: defaults, limits, text that is not NUL-terminated. */
 static void test_parse(void) {
-    tb_model_config c;
-    CHECK(tb_model_config_parse("{}", 2, NULL, &c) == TB_OK);
+    tb_repo_config c;
+    CHECK(tb_repo_config_parse("{}", 2, NULL, &c) == TB_OK);
     CHECK(c.max_batch_size == 0 && c.instance_count == 1 && c.policy == TB_VERSIONS_LATEST && c.latest_n == 1);
     const char buf[] = "{\"max_batch_size\": 4}garbage";
-    CHECK(tb_model_config_parse(buf, 21, "m", &c) == TB_OK && c.max_batch_size == 4);
-    CHECK(tb_model_config_parse(buf, sizeof buf - 1, "m", &c) == TB_ERR_FORMAT);
+    CHECK(tb_repo_config_parse(buf, 21, "m", &c) == TB_OK && c.max_batch_size == 4);
+    CHECK(tb_repo_config_parse(buf, sizeof buf - 1, "m", &c) == TB_ERR_FORMAT);
     CHECK(c.max_batch_size == 0); /* a failed parse leaves the defaults */
     /* name check only with a folder name */
-    CHECK(tb_model_config_parse("{\"name\": \"x\"}", 13, NULL, &c) == TB_OK);
+    CHECK(tb_repo_config_parse("{\"name\": \"x\"}", 13, NULL, &c) == TB_OK);
     /* the bound on the file's size */
     size_t big = TB_MODEL_CONFIG_MAX_BYTES + 1;
     char *t = malloc(big);
     memset(t, ' ', big);
     t[0] = '{';
     t[big - 1] = '}';
-    CHECK(tb_model_config_parse(t, big, NULL, &c) == TB_ERR_FORMAT && strstr(tb_last_error(), "larger"));
+    CHECK(tb_repo_config_parse(t, big, NULL, &c) == TB_ERR_FORMAT && strstr(tb_last_error(), "larger"));
     free(t);
     /* limits: 64 instances, 16 preferred sizes, 60 s delay */
     const char *d = "{\"instance_group\": [{\"count\": 65}]}";
-    CHECK(tb_model_config_parse(d, strlen(d), NULL, &c) == TB_ERR_FORMAT);
+    CHECK(tb_repo_config_parse(d, strlen(d), NULL, &c) == TB_ERR_FORMAT);
     d = "{\"max_batch_size\": 8, \"dynamic_batching\": {\"max_queue_delay_microseconds\": 60000001}}";
-    CHECK(tb_model_config_parse(d, strlen(d), NULL, &c) == TB_ERR_FORMAT);
+    CHECK(tb_repo_config_parse(d, strlen(d), NULL, &c) == TB_ERR_FORMAT);
     d = "{\"max_batch_size\": 2, \"dynamic_batching\": {\"preferred_batch_size\": "
         "[1,2,1,2,1,2,1,2,1,2,1,2,1,2,1,2,1]}}";
-    CHECK(tb_model_config_parse(d, strlen(d), NULL, &c) == TB_ERR_FORMAT && strstr(tb_last_error(), "16"));
+    CHECK(tb_repo_config_parse(d, strlen(d), NULL, &c) == TB_ERR_FORMAT && strstr(tb_last_error(), "16"));
     /* dynamic batching with max_batch_size 1: no merging */
     d = "{\"max_batch_size\": 1, \"dynamic_batching\": {}}";
-    CHECK(tb_model_config_parse(d, strlen(d), NULL, &c) == TB_OK && c.dynamic_batching);
+    CHECK(tb_repo_config_parse(d, strlen(d), NULL, &c) == TB_OK && c.dynamic_batching);
     tb_batcher_config bc;
-    tb_model_config_batcher(&c, &bc);
+    tb_repo_config_batcher(&c, &bc);
     CHECK(bc.max_batch_size == 1);
     d = "{\"build\": {\"dtype\": \"f16\", \"min_shapes\": \"x:1x8\", \"max_shapes\": \"x:8x8\"}}";
-    CHECK(tb_model_config_parse(d, strlen(d), NULL, &c) == TB_OK && c.dtype == TB_F16 &&
+    CHECK(tb_repo_config_parse(d, strlen(d), NULL, &c) == TB_OK && c.dtype == TB_F16 &&
           !strcmp(c.max_shapes, "x:8x8"));
 }
 

@@ -559,6 +559,7 @@ static tb_status check_request(const tb_batcher *b, const tb_tensor *in, int n_i
 
 tb_status tb_batcher_infer(tb_batcher *b, const tb_tensor *in, int n_in, int64_t timeout_us,
                            tb_batcher_result *r) {
+    if (!b || !r) return tb_errorf(TB_ERR_INVALID_ARG, "batcher: no batcher or result");
     memset(r, 0, sizeof *r);
     tb_breq q;
     memset(&q, 0, sizeof q);

@@ -18,7 +18,7 @@
 
 #include "core/core.h"
 
-void tb_model_config_default(tb_model_config *c) {
+void tb_repo_config_default(tb_repo_config *c) {
     memset(c, 0, sizeof *c);
     c->instance_count = 1;
     c->policy = TB_VERSIONS_LATEST;
@@ -26,7 +26,7 @@ void tb_model_config_default(tb_model_config *c) {
     c->dtype = TB_F32;
 }
 
-void tb_model_config_batcher(const tb_model_config *c, tb_batcher_config *out) {
+void tb_repo_config_batcher(const tb_repo_config *c, tb_batcher_config *out) {
     tb_batcher_config_default(out);
     out->max_batch_size = c->dynamic_batching && c->max_batch_size > 1 ? c->max_batch_size : 1;
     memcpy(out->preferred_batch_size, c->preferred_batch_size, sizeof out->preferred_batch_size);
@@ -83,7 +83,7 @@ static tb_status get_obj(json_t *obj, const char *key, json_t **out) {
     return TB_OK;
 }
 
-static tb_status parse_dynamic(json_t *d, tb_model_config *c) {
+static tb_status parse_dynamic(json_t *d, tb_repo_config *c) {
     static const char *const keys[] = {"preferred_batch_size", "max_queue_delay_microseconds",
                                        "default_queue_policy", NULL};
     tb_status s;
@@ -131,7 +131,7 @@ static tb_status parse_dynamic(json_t *d, tb_model_config *c) {
     return TB_OK;
 }
 
-static tb_status parse_instances(json_t *a, tb_model_config *c) {
+static tb_status parse_instances(json_t *a, tb_repo_config *c) {
     if (!json_is_array(a)) return tb_errorf(TB_ERR_FORMAT, "'instance_group' is not an array");
     if (json_array_size(a) > 1)
         return tb_errorf(TB_ERR_FORMAT, "'instance_group' has %zu groups; one is supported", json_array_size(a));
@@ -171,7 +171,7 @@ static tb_status parse_instances(json_t *a, tb_model_config *c) {
     return TB_OK;
 }
 
-static tb_status parse_policy(json_t *p, tb_model_config *c) {
+static tb_status parse_policy(json_t *p, tb_repo_config *c) {
     if (json_object_size(p) != 1)
         return tb_errorf(TB_ERR_FORMAT, "'version_policy' must hold exactly one of latest, all, specific");
     json_t *v;
@@ -215,7 +215,7 @@ static tb_status parse_policy(json_t *p, tb_model_config *c) {
     return TB_OK;
 }
 
-static tb_status parse_build(json_t *b, tb_model_config *c) {
+static tb_status parse_build(json_t *b, tb_repo_config *c) {
     static const char *const keys[] = {"dtype", "shapes", "min_shapes", "opt_shapes", "max_shapes", "calib_data",
                                        NULL};
     tb_status s;
@@ -235,7 +235,7 @@ static tb_status parse_build(json_t *b, tb_model_config *c) {
     return TB_OK;
 }
 
-static tb_status parse_root(json_t *root, const char *model_name, tb_model_config *c) {
+static tb_status parse_root(json_t *root, const char *model_name, tb_repo_config *c) {
     static const char *const keys[] = {"name", "max_batch_size", "dynamic_batching", "instance_group",
                                        "version_policy", "build", NULL};
     tb_status s;
@@ -259,8 +259,8 @@ static tb_status parse_root(json_t *root, const char *model_name, tb_model_confi
     return TB_OK;
 }
 
-tb_status tb_model_config_parse(const char *text, size_t len, const char *model_name, tb_model_config *out) {
-    tb_model_config_default(out);
+tb_status tb_repo_config_parse(const char *text, size_t len, const char *model_name, tb_repo_config *out) {
+    tb_repo_config_default(out);
     if (len > TB_MODEL_CONFIG_MAX_BYTES)
         return tb_errorf(TB_ERR_FORMAT, "the config is larger than %u bytes", TB_MODEL_CONFIG_MAX_BYTES);
     json_error_t err;
@@ -268,7 +268,7 @@ tb_status tb_model_config_parse(const char *text, size_t len, const char *model_
     if (!root) return tb_errorf(TB_ERR_FORMAT, "JSON error at line %d column %d: %s", err.line, err.column, err.text);
     tb_status s = parse_root(root, model_name, out);
     json_decref(root);
-    if (s != TB_OK) tb_model_config_default(out);
+    if (s != TB_OK) tb_repo_config_default(out);
     return s;
 }
 
@@ -313,7 +313,7 @@ static int cmp_i64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static tb_status read_config(const char *path, const char *name, tb_model_config *c) {
+static tb_status read_config(const char *path, const char *name, tb_repo_config *c) {
     FILE *f = fopen(path, "rb");
     if (!f) return tb_errorf(TB_ERR_IO, "config.json: %s", strerror(errno));
     char *buf = malloc(TB_MODEL_CONFIG_MAX_BYTES + 1);
@@ -328,7 +328,7 @@ static tb_status read_config(const char *path, const char *name, tb_model_config
     if (bad) s = tb_errorf(TB_ERR_IO, "config.json: read error");
     else if (n > TB_MODEL_CONFIG_MAX_BYTES)
         s = tb_errorf(TB_ERR_FORMAT, "config.json is larger than %u bytes", TB_MODEL_CONFIG_MAX_BYTES);
-    else if ((s = tb_model_config_parse(buf, n, name, c)) != TB_OK) tb_error_prefix(s, "config.json");
+    else if ((s = tb_repo_config_parse(buf, n, name, c)) != TB_OK) tb_error_prefix(s, "config.json");
     free(buf);
     return s;
 }
@@ -337,7 +337,7 @@ static tb_status read_config(const char *path, const char *name, tb_model_config
 static void scan_model(const char *dir, const char *name, tb_model_entry *m) {
     memset(m, 0, sizeof *m);
     snprintf(m->name, sizeof m->name, "%s", name);
-    tb_model_config_default(&m->config);
+    tb_repo_config_default(&m->config);
     tb_status s = TB_OK;
     char mdir[TB_MODEL_PATH_MAX], path[TB_MODEL_PATH_MAX + 64];
     int64_t found[TB_MODEL_MAX_VERSIONS];
@@ -397,7 +397,7 @@ static void scan_model(const char *dir, const char *name, tb_model_entry *m) {
 
     int64_t chosen[TB_MODEL_MAX_VERSIONS];
     int n_chosen = 0;
-    const tb_model_config *c = &m->config;
+    const tb_repo_config *c = &m->config;
     if (c->policy == TB_VERSIONS_ALL) {
         memcpy(chosen, found, (size_t)n_found * sizeof *found);
         n_chosen = n_found;

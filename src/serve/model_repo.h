@@ -56,20 +56,20 @@ typedef struct {
      * `turbine build --calib-data` takes; a relative path is resolved
      * against the model's folder by the scan ("" when unset). */
     char calib_data[TB_MODEL_PATH_MAX];
-} tb_model_config;
+} tb_repo_config;
 
 /* No dynamic batching, one instance, the latest version, f32 builds. */
-void tb_model_config_default(tb_model_config *c);
+void tb_repo_config_default(tb_repo_config *c);
 
 /* Parses a config file's text (len bytes, not NUL-terminated). model_name:
  * the folder's name, which a "name" field must equal (NULL: not checked).
  * TB_ERR_FORMAT with the field named (or the JSON error's line and
  * column) for anything malformed, unknown or out of range. */
-tb_status tb_model_config_parse(const char *text, size_t len, const char *model_name, tb_model_config *out);
+tb_status tb_repo_config_parse(const char *text, size_t len, const char *model_name, tb_repo_config *out);
 
 /* The batcher settings the config asks for: merging only with
  * dynamic_batching and max_batch_size above 1. */
-void tb_model_config_batcher(const tb_model_config *c, tb_batcher_config *out);
+void tb_repo_config_batcher(const tb_repo_config *c, tb_batcher_config *out);
 
 typedef struct {
     int64_t version;
@@ -81,7 +81,7 @@ typedef struct {
     char name[TB_MODEL_NAME_MAX];
     tb_status status;                    /* TB_OK or why it cannot be served  */
     char error[512];
-    tb_model_config config;
+    tb_repo_config config;
     int n_versions;                      /* chosen, ascending                 */
     tb_model_version *versions;          /* malloc'ed, n_versions             */
 } tb_model_entry;
