@@ -327,6 +327,22 @@ def seeds_fuzz_onnx(out, work):
             put(out, os.path.basename(f), data)
 
 
+def seeds_fuzz_repo_config(out, work):
+    put(out, "empty", "{}")
+    put(out, "full", json.dumps({
+        "name": "fuzz", "max_batch_size": 8,
+        "dynamic_batching": {"preferred_batch_size": [4, 8], "max_queue_delay_microseconds": 2000,
+                             "default_queue_policy": {"max_queue_size": 64, "default_timeout_microseconds": 100000,
+                                                      "timeout_action": "REJECT", "allow_timeout_override": True}},
+        "instance_group": [{"count": 2, "kind": "KIND_GPU", "gpus": [0], "threads": 1}],
+        "version_policy": {"latest": {"num_versions": 2}},
+        "build": {"dtype": "int8", "min_shapes": "input:1x3x224x224", "max_shapes": "input:8x3x224x224",
+                  "calib_data": "calib"}}))
+    put(out, "all", json.dumps({"version_policy": {"all": {}}, "instance_group": [{"kind": "KIND_CPU"}]}))
+    put(out, "specific", json.dumps({"version_policy": {"specific": {"versions": [1, 3]}},
+                                     "build": {"dtype": "f16", "shapes": "x:1x8"}}))
+
+
 SEEDS = {
     "fuzz_safetensors": seeds_fuzz_safetensors,
     "fuzz_llama2c": seeds_fuzz_llama2c,
@@ -339,6 +355,7 @@ SEEDS = {
     "fuzz_serve_request": seeds_fuzz_serve_request,
     "fuzz_chat": seeds_fuzz_chat,
     "fuzz_onnx": seeds_fuzz_onnx,
+    "fuzz_repo_config": seeds_fuzz_repo_config,
 }
 
 
