@@ -26,6 +26,10 @@
 #include <time.h>
 
 #include "core/core.h"
+#include "ir/ir.h"
+
+/* A graph's inputs and outputs fit the batcher's fixed arrays. */
+_Static_assert(TB_BATCHER_MAX_IO >= TB_MAX_IO, "TB_BATCHER_MAX_IO below the graph's TB_MAX_IO");
 
 const int64_t TB_BATCHER_US_BOUNDS[TB_BATCHER_US_BUCKETS - 1] = {
     50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 1000000, 5000000};
