@@ -501,8 +501,10 @@ static int write_data(wbuf *w, const tb_tensor *t, int64_t el, const char *name,
         if (!isfinite(f))
             return fail(e, 500, "output '%s' holds a non-finite value, which JSON cannot carry; ask for it with "
                                 "binary_data", name);
-        /* %.9g reads back as the same float, %.17g as the same double */
-        wb_fmt(w, t->dtype == TB_F64 ? "%.17g" : "%.9g", f);
+        /* %.9g reads back as the same float, %.17g as the same double; "-0"
+         * would read back as the integer 0 */
+        if (f == 0 && signbit(f)) wb_str(w, "-0.0");
+        else wb_fmt(w, t->dtype == TB_F64 ? "%.17g" : "%.9g", f);
     }
     wb_put(w, "]", 1);
     return 200;
