@@ -146,7 +146,7 @@ static void test_parse_binary(void) {
         tb_ks_request_free(&r);
     }
     /* refusals of the binary extension */
-    CHECK(tb_ks_parse_infer(body, n, -1, g_in, 2, g_out, 2, 0, &r, &e) == 400); /* no header: trailing bytes */
+    CHECK(tb_ks_parse_infer(body, n, -1, g_in, 2, g_out, 2, 0, &r, &e) == 400 && strstr(e.msg, "after its JSON"));
     CHECK(tb_ks_parse_infer(body, hl, -1, g_in, 2, g_out, 2, 0, &r, &e) == 400 && strstr(e.msg, "Inference-Header"));
     CHECK(tb_ks_parse_infer(body, n - 1, (long long)hl, g_in, 2, g_out, 2, 0, &r, &e) == 400 && strstr(e.msg, "ends"));
     body[n] = 0;

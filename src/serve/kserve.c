@@ -397,8 +397,19 @@ int tb_ks_parse_infer(const char *body, size_t n, long long header_len, const tb
     const char *bin = body + jn;
     size_t bin_n = n - jn;
     json_error_t je;
-    json_t *root = body ? json_loadb(body, jn, 0, &je) : NULL;
+    /* without the header, bytes after the JSON are most likely binary data
+     * sent without it: say so rather than "not valid JSON" */
+    json_t *root = body ? json_loadb(body, jn, header_len < 0 ? JSON_DISABLE_EOF_CHECK : 0, &je) : NULL;
     if (!root) return fail(e, 400, "the body is not valid JSON%s%s", body ? ": " : "", body ? je.text : "");
+    if (header_len < 0) {
+        size_t used = (size_t)je.position;
+        while (used < jn && (body[used] == ' ' || body[used] == '\t' || body[used] == '\n' || body[used] == '\r')) used++;
+        if (used < jn) {
+            json_decref(root);
+            return fail(e, 400, "the body has %zu bytes after its JSON; binary tensor data needs the "
+                                "Inference-Header-Content-Length header", jn - used);
+        }
+    }
     int st = 200;
     in_plan plan[TB_KS_MAX_IO];
     int seen[TB_KS_MAX_IO] = {0};
@@ -422,8 +433,9 @@ int tb_ks_parse_infer(const char *body, size_t n, long long header_len, const tb
     }
     json_t *ins = json_object_get(root, "inputs");
     if (!json_is_array(ins)) { st = fail(e, 400, "the request needs an 'inputs' array"); goto done; }
+    /* more inputs than the model's: one is unknown or given twice, and
+     * the loop stops there, naming it */
     size_t ni = json_array_size(ins);
-    if (ni > (size_t)n_in) { st = fail(e, 400, "the request gives %zu inputs; the model takes %d", ni, n_in); goto done; }
     size_t bin_used = 0;
     for (size_t j = 0; j < ni; j++) {
         st = plan_input(json_array_get(ins, j), j, in, n_in, header_len, max_elems, bin_n, &bin_used, r, plan, seen, e);

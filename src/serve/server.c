@@ -1377,12 +1377,19 @@ static enum MHD_Result v2_infer(server *s, struct MHD_Connection *c, model *m, c
     if (!m->exec)
         return v2_error(s, c, 400, "model '%s' is a language model: it is served by the OpenAI API (/v1/completions, "
                         "/v1/chat/completions)", m->name);
-    if (cs->too_large) return v2_error(s, c, 413, "the request body exceeds %zu bytes", s->o.max_body_bytes);
-    long long hl = header_length(c);
-    if (hl == -2) return v2_error(s, c, 400, "Inference-Header-Content-Length must be a decimal byte count");
     tb_ks_request rq;
     tb_ks_error err;
-    int st = tb_ks_parse_infer(cs->body, cs->n, hl, m->in, m->n_in, m->out, m->n_out, 0, &rq, &err);
+    int st;
+    long long hl = header_length(c);
+    if (cs->too_large) {
+        st = 413;
+        snprintf(err.msg, sizeof err.msg, "the request body exceeds %zu bytes", s->o.max_body_bytes);
+    } else if (hl == -2) {
+        st = 400;
+        snprintf(err.msg, sizeof err.msg, "Inference-Header-Content-Length must be a decimal byte count");
+    } else {
+        st = tb_ks_parse_infer(cs->body, cs->n, hl, m->in, m->n_in, m->out, m->n_out, 0, &rq, &err);
+    }
     if (st != 200) {
         atomic_fetch_add(&m->n_fail, 1);
         atomic_fetch_add(&m->ns_fail, mono_ns() - t0);
@@ -1490,11 +1497,12 @@ static void v2_metrics(server *s, char **text) {
 }
 
 /* The /v2 routes. `r` is the parsed route; name and version from the path. */
-static enum MHD_Result handle_v2(server *s, struct MHD_Connection *c, tb_ks_route r, const char *name,
-                                 const char *version, const char *method, conn_state *cs) {
+static enum MHD_Result handle_v2(server *s, struct MHD_Connection *c, const char *url, tb_ks_route r,
+                                 const char *name, const char *version, const char *method, conn_state *cs) {
     int is_get = !strcmp(method, "GET"), is_post = !strcmp(method, "POST");
     int ready = atomic_load(&s->ready) && !atomic_load(&s->stopping);
-    if (r == TB_KS_ROUTE_UNKNOWN) return v2_error(s, c, 404, "no route for %s", method);
+    /* a path under /v2 that is no route: the server's one 404 for unknown routes */
+    if (r == TB_KS_ROUTE_UNKNOWN) return reply_error(s, c, 404, NULL, "no route for %s %s", method, url);
     if (r == TB_KS_ROUTE_INFER ? !is_post : !is_get)
         return v2_error(s, c, 405, "use %s", r == TB_KS_ROUTE_INFER ? "POST" : "GET");
     if (r == TB_KS_ROUTE_LIVE) return reply_text(c, 200, "application/json", "{\"live\":true}");
@@ -1565,7 +1573,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     }
     char mname[TB_KS_MAX_NAME], mver[TB_KS_MAX_NAME];
     tb_ks_route vr = tb_ks_parse_route(url, mname, mver);
-    if (vr != TB_KS_ROUTE_NONE) return handle_v2(s, c, vr, mname, mver, method, cs);
+    if (vr != TB_KS_ROUTE_NONE) return handle_v2(s, c, url, vr, mname, mver, method, cs);
     int known = !strcmp(url, "/v1/models") || !strcmp(url, "/v1/completions") || !strcmp(url, "/v1/chat/completions") ||
                 !strcmp(url, "/tokenize") || !strcmp(url, "/detokenize");
     if (!known) return reply_error(s, c, 404, NULL, "no route for %s %s", method, url);
