@@ -12,13 +12,16 @@ same engine (bit for bit: the same kernels run). Every endpoint and error
 of the protocol is exercised; an LLM engine is checked to keep the OpenAI
 API and answer the v2 health and metadata routes.
 """
+import http.client
 import json
 import os
+import signal
 import struct
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serve_util import (BIN, Server, TestFailure, build_stories, check, metric, ok, parse_metrics,  # noqa: E402
@@ -417,6 +420,41 @@ def test_llm_engine():
     ok("an LLM engine keeps the OpenAI API and answers the v2 health and metadata routes")
 
 
+def test_not_ready_while_stopping():
+    """After SIGTERM the server stops accepting connections but answers on
+    open ones while it drains: readiness and infer are 503 then, liveness
+    still 200."""
+    T = Server(ENGINE, "--threads", "1", "--served-model-name", "mlp", "--grace", "2",
+               log=os.path.join(D, "stop.log")).start()
+    c = http.client.HTTPConnection("127.0.0.1", T.port, timeout=10)
+
+    def req(method, path, body=None):
+        c.request(method, path, body=json.dumps(body).encode() if body is not None else None,
+                  headers={"Content-Type": "application/json"})
+        r = c.getresponse()
+        return r.status, r.read()
+
+    x, z = inputs(1)
+    body = {"inputs": [tensor_json("x", x), tensor_json("z", z)]}
+    try:
+        check(req("GET", "/v2/health/ready")[0] == 200, "ready before SIGTERM")
+        check(req("POST", "/v2/models/mlp/infer", body)[0] == 200, "infer before SIGTERM")
+        T.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        st, d = req("GET", "/v2/health/ready")
+        check(st == 503, "ready while stopping -> %s %r" % (st, d))
+        st, d = req("GET", "/v2/models/mlp/ready")
+        check(st == 503, "model ready while stopping -> %s %r" % (st, d))
+        st, d = req("POST", "/v2/models/mlp/infer", body)
+        check(st == 503 and "not ready" in json.loads(d)["error"], "infer while stopping -> %s %r" % (st, d))
+        st, d = req("GET", "/v2/health/live")
+        check(st == 200, "live while stopping -> %s" % st)
+    finally:
+        c.close()
+        T.proc.wait(timeout=30)
+    ok("503 for readiness and infer while the server drains after SIGTERM; live stays 200")
+
+
 run_tests([
     ("health", test_health),
     ("server_metadata", test_server_metadata),
@@ -429,4 +467,5 @@ run_tests([
     ("metrics_and_stats", test_metrics_and_stats),
     ("openai_routes_on_general_engine", test_openai_routes_on_general_engine),
     ("llm_engine", test_llm_engine),
+    ("not_ready_while_stopping", test_not_ready_while_stopping),
 ])
