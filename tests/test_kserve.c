@@ -421,6 +421,13 @@ static void test_metadata(void) {
     CHECK(j && !strcmp(json_string_value(json_object_get(j, "error")), "bad \"x\"\n\\"));
     json_decref(j);
     free(err);
+    /* bytes that are not UTF-8 become U+FFFD; valid multi-byte text stays */
+    err = tb_ks_error_json("unknown model '\xff\xc3\xa9\xe2\x82'");
+    j = err ? json_loads(err, 0, &je) : NULL;
+    CHECK_MSG(j && !strcmp(json_string_value(json_object_get(j, "error")), "unknown model '\xef\xbf\xbd\xc3\xa9\xef\xbf\xbd\xef\xbf\xbd'"),
+              "%s", err ? err : "(null)");
+    json_decref(j);
+    free(err);
 }
 
 int main(void) {

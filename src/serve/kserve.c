@@ -152,17 +152,37 @@ static void wb_fmt(wbuf *w, const char *fmt, ...) {
     if (k > 0) wb_put(w, tmp, (size_t)k < sizeof tmp ? (size_t)k : sizeof tmp - 1);
 }
 
-/* A JSON string: quotes, backslashes and control bytes escaped. */
+/* Bytes of the valid UTF-8 sequence at s (1-4), 0 when it is not one. */
+static int utf8_len(const unsigned char *s) {
+    int n = s[0] < 0x80 ? 1 : (s[0] & 0xe0) == 0xc0 ? 2 : (s[0] & 0xf0) == 0xe0 ? 3 : (s[0] & 0xf8) == 0xf0 ? 4 : 0;
+    if (n == 0 || (n == 2 && s[0] < 0xc2) || (n == 4 && s[0] > 0xf4)) return 0;
+    for (int i = 1; i < n; i++)
+        if ((s[i] & 0xc0) != 0x80) return 0;
+    if (n == 3 && ((s[0] == 0xe0 && s[1] < 0xa0) || (s[0] == 0xed && s[1] >= 0xa0))) return 0; /* overlong, surrogate */
+    if (n == 4 && ((s[0] == 0xf0 && s[1] < 0x90) || (s[0] == 0xf4 && s[1] >= 0x90))) return 0;
+    return n;
+}
+
+/* A JSON string: quotes, backslashes and control bytes escaped; a byte
+ * that is not valid UTF-8 (a model name or a path quoted in a message may
+ * hold one) becomes U+FFFD, so the body stays valid JSON. */
 static void wb_jstr(wbuf *w, const char *s) {
     wb_put(w, "\"", 1);
-    for (const unsigned char *c = (const unsigned char *)s; *c; c++) {
-        if (*c == '"' || *c == '\\') {
+    for (const unsigned char *c = (const unsigned char *)s; *c;) {
+        int n = utf8_len(c);
+        if (n == 0) {
+            wb_str(w, "\\ufffd");
+            c++;
+        } else if (*c == '"' || *c == '\\') {
             char esc[2] = {'\\', (char)*c};
             wb_put(w, esc, 2);
+            c++;
         } else if (*c < 0x20) {
             wb_fmt(w, "\\u%04x", *c);
+            c++;
         } else {
-            wb_put(w, c, 1);
+            wb_put(w, c, (size_t)n);
+            c += n;
         }
     }
     wb_put(w, "\"", 1);
