@@ -199,7 +199,7 @@ static void test_errors(void) {
          "parameters"},
         {"{\"inputs\":[{\"name\":\"ids\",\"shape\":[1],\"datatype\":\"INT64\",\"parameters\":{\"binary_data_size\":-1}}]}",
          "non-negative"},
-        {"{\"inputs\":[{\"name\":\"x\",\"shape\":[1,3],\"datatype\":\"FP32\",\"data\":[1,2,3]},{\"name\":\"ids\",\"shape\":[2],\"datatype\":\"INT64\",\"data\":[1,2,3]}]}", "more than"},
+        {"{\"inputs\":[{\"name\":\"x\",\"shape\":[1,3],\"datatype\":\"FP32\",\"data\":[1,2,3]},{\"name\":\"ids\",\"shape\":[2],\"datatype\":\"INT64\",\"data\":[1,2,3]}]}", "has 3 values"},
         {"{\"inputs\":[{\"name\":\"x\",\"shape\":[1,3],\"datatype\":\"FP32\",\"data\":[1,2,3]},{\"name\":\"ids\",\"shape\":[2],\"datatype\":\"INT64\",\"data\":[[[1,2]]]}]}", "deeper"},
         {"{\"inputs\":[{\"name\":\"x\",\"shape\":[1,3],\"datatype\":\"FP32\",\"data\":[1,2,3]},{\"name\":\"ids\",\"shape\":[2],\"datatype\":\"INT64\",\"data\":[1.5,2]}]}", "integers"},
         {"{\"inputs\":[{\"name\":\"x\",\"shape\":[1,3],\"datatype\":\"FP32\",\"data\":[1,2,3]},{\"name\":\"ids\",\"shape\":[2],\"datatype\":\"INT64\",\"data\":[\"1\",2]}]}", "integers"},
@@ -294,6 +294,11 @@ static void test_errors(void) {
                        "\"parameters\":{\"binary_data_size\":0}}]}";
     CHECK(tb_ks_parse_infer(wide, strlen(wide), (long long)strlen(wide), small, 1, NULL, 0, 0, &r, &e) == 400 &&
           strstr(e.msg, "too many"));
+    /* a shape the profile allows but the body does not back: refused before
+     * any memory is reserved for it (400 GB here) */
+    const char *huge = "{\"inputs\":[{\"name\":\"b\",\"shape\":[1000000,1000,100],\"datatype\":\"FP32\","
+                       "\"data\":[1]}]}";
+    CHECK(tb_ks_parse_infer(huge, strlen(huge), -1, small, 1, NULL, 0, 0, &r, &e) == 400 && strstr(e.msg, "has 1 values"));
     const char *ten = "{\"inputs\":[{\"name\":\"b\",\"shape\":[1,2,5],\"datatype\":\"FP32\",\"data\":[1,2,3,4,5,6,7,8,"
                       "9,10]}]}";
     CHECK(tb_ks_parse_infer(ten, strlen(ten), -1, small, 1, NULL, 0, 9, &r, &e) == 400);

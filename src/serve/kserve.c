@@ -325,6 +325,20 @@ static int parse_outputs(json_t *outs, const tb_io_info *out, int n_out, tb_ks_r
     return 200;
 }
 
+/* The values in "data", flat or nested at most `depth` arrays deep; 0 when
+ * deeper. */
+static int count_leaves(json_t *v, int depth, int64_t *n) {
+    if (!json_is_array(v)) {
+        (*n)++;
+        return 1;
+    }
+    if (depth <= 0) return 0;
+    size_t k = json_array_size(v);
+    for (size_t j = 0; j < k; j++)
+        if (!count_leaves(json_array_get(v, j), depth - 1, n)) return 0;
+    return 1;
+}
+
 /* Pass one over one input: its name, datatype, shape and where its data is. */
 static int plan_input(json_t *it, size_t j, const tb_io_info *in, int n_in, long long header_len, size_t max_elems,
                       size_t bin_n, size_t *bin_used, tb_ks_request *r, in_plan *plan, int *seen, tb_ks_error *e) {
@@ -397,6 +411,16 @@ static int plan_input(json_t *it, size_t j, const tb_io_info *in, int n_in, long
     } else {
         if (!data) return fail(e, 400, "input '%s' has no 'data'", nm);
         if (!json_is_array(data)) return fail(e, 400, "input '%s': data must be an array", nm);
+        /* counted before anything is allocated: a shape the profile allows
+         * must not reserve memory the body's data does not back */
+        int64_t got = 0;
+        if (!count_leaves(data, io->rank > 0 ? io->rank : 1, &got))
+            return fail(e, 400, "input '%s': data is nested deeper than its shape", nm);
+        if (got != el) {
+            char s[256];
+            shape_str(s, sizeof s, x->dims, x->rank);
+            return fail(e, 400, "input '%s' has %lld values; shape %s needs %lld", nm, (long long)got, s, (long long)el);
+        }
         plan[k].data = data;
     }
     return 200;
