@@ -455,6 +455,27 @@ def test_not_ready_while_stopping():
     ok("503 for readiness and infer while the server drains after SIGTERM; live stays 200")
 
 
+def test_api_key():
+    K = Server(ENGINE, "--threads", "1", "--served-model-name", "mlp", api_key="k3y",
+               log=os.path.join(D, "key.log")).start()
+    try:
+        x, z = inputs(1)
+        body = {"inputs": [tensor_json("x", x), tensor_json("z", z)]}
+        for p in ("/v2/health/live", "/v2/health/ready"):
+            st, _, _ = request(K.port, "GET", p)
+            check(st == 200, "%s without a key -> %s" % (p, st))
+        for m, p in (("GET", "/v2"), ("GET", "/v2/models/mlp"), ("GET", "/v2/models/mlp/ready"),
+                     ("POST", "/v2/models/mlp/infer")):
+            st, _, d = request(K.port, m, p, body if m == "POST" else None,
+                               headers={"Authorization": "Bearer wrong"})
+            check(st == 401 and "error" in json.loads(d), "%s %s with a wrong key -> %s" % (m, p, st))
+        st, _, d = K.post("/v2/models/mlp/infer", body)
+        check(st == 200, "infer with the key -> %s %r" % (st, d[:200]))
+    finally:
+        K.kill()
+    ok("--api-key: v2 health probes open, every other v2 route 401 without the key, 200 with it")
+
+
 run_tests([
     ("health", test_health),
     ("server_metadata", test_server_metadata),
@@ -468,4 +489,5 @@ run_tests([
     ("openai_routes_on_general_engine", test_openai_routes_on_general_engine),
     ("llm_engine", test_llm_engine),
     ("not_ready_while_stopping", test_not_ready_while_stopping),
+    ("api_key", test_api_key),
 ])
