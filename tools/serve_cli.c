@@ -72,7 +72,7 @@ static const tb_cli_opt serve_opts[] = {
      "require 'Authorization: Bearer KEY'"},
     {"--threads", "-t", TB_OPT_INT, "N", 1, 256, 0, 0, 0, S(threads), "one per core", "CPU threads of the engine"},
     {"--served-model-name", "--model-name", TB_OPT_STR, "NAME", 0, 0, 0, 0, 0, S(model_name),
-     "the engine file's base name", "the model name /v1/models lists and requests must use"},
+     "the engine file's base name", "the model name /v1/models lists and requests must use (v2: /v2/models/NAME)"},
     {"--device", NULL, TB_OPT_STR, "cpu|cuda[:N]", 0, 0, 0, 0, 0, S(device), "the engine's backend",
      TB_CLI_HELP_DEVICE},
     {"--kv-dtype", NULL, TB_OPT_CHOICE, "auto|f32|f16|bf16|int8|fp8", 0, 0, 0, 0, 0, S(kv_dtype), "auto",
@@ -86,13 +86,15 @@ static const tb_cli_opt serve_opts[] = {
 
 const tb_cli_cmd tb_cmd_serve = {
     "serve",
-    "Serves an engine over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, /v1/models, "
-    "/health, /metrics), batching the requests continuously.",
+    "Serves an engine over HTTP: an LLM engine over an OpenAI-compatible API (/v1/completions, "
+    "/v1/chat/completions, /v1/models), batching the requests continuously; a general engine (built from ONNX) "
+    "over KServe v2, the Open Inference Protocol Triton speaks (POST /v2/models/NAME/infer with JSON or binary "
+    "tensors). Both answer /v2, /v2/health/live|ready, /v2/models/NAME[/ready], /health and /metrics.",
     {"FILE.engine"}, {offsetof(serve_args, o.engine_path)}, 1, 0,
     serve_opts, sizeof serve_opts / sizeof serve_opts[0],
     "With no engine it serves the bundled Shakespeare demo model as 'shakespeare-demo', built on first use into "
     "$XDG_CACHE_HOME/turbine (else ~/.cache/turbine) and rebuilt when the demo's files or the engine format "
-    "change.",
+    "change. The v2 API, its errors and curl examples: docs/SERVING.md.",
     sizeof(serve_args), serve_defaults,
 };
 

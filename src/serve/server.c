@@ -1,4 +1,6 @@
-/* server.c — HTTP routes, the OpenAI wire format, streaming and shutdown. */
+/* server.c — HTTP routes, the OpenAI wire format, streaming and shutdown;
+ * the KServe v2 routes over the table of models (the wire format itself is
+ * in kserve.c). */
 #define _GNU_SOURCE
 #include "serve/server.h"
 
@@ -26,6 +28,7 @@
 #include "plan/engine.h"
 #include "runtime/runtime.h"
 #include "serve/chat.h"
+#include "serve/kserve.h"
 #include "serve/metrics.h"
 #include "serve/scheduler.h"
 #include "tokenizer/tokenizer.h"
@@ -50,6 +53,26 @@ void tb_serve_options_default(tb_serve_options *o) {
 
 /* ================================================================ state */
 
+#define MAX_MODELS 16
+
+/* A model the v2 routes serve: a general engine with its executor, or the
+ * server's LLM engine (exec NULL), which answers the health and metadata
+ * routes while its requests go through the OpenAI API. */
+typedef struct {
+    char name[TB_KS_MAX_NAME], version[TB_KS_MAX_NAME];
+    tb_engine *e;          /* owned when exec is set; else the server's LLM engine */
+    tb_exec *exec;         /* NULL: an LLM engine */
+    _Atomic int ready;
+    pthread_mutex_t mu;    /* one run of exec at a time */
+    int n_in, n_out;
+    tb_io_info in[TB_KS_MAX_IO], out[TB_KS_MAX_IO];
+    int batch_dim;         /* 1: the first input's dim 0 varies: it counts inferences */
+    /* Triton's per-model statistics (nv_inference_*) */
+    _Atomic unsigned long long n_success, n_fail, n_inferences, n_execs;
+    _Atomic unsigned long long ns_success, ns_fail, ns_queue, ns_compute;
+    _Atomic unsigned long long last_ms; /* wall clock of the last inference, ms since the epoch */
+} model;
+
 typedef struct {
     tb_serve_options o;
     char model[128];
@@ -65,6 +88,8 @@ typedef struct {
     tb_engine_info info;
     tb_chat_format chat;
     char bos_text[64];
+    model *models[MAX_MODELS];
+    int n_models;
 } server;
 
 typedef struct {
@@ -1187,6 +1212,325 @@ static int body_declared_too_large(struct MHD_Connection *c, size_t limit) {
     return v > (unsigned long long)limit;
 }
 
+/* ================================================================ KServe v2 */
+
+#define TB_SERVE_VERSION "0.1.0" /* /v2's "version": as `turbine --version` */
+
+static uint64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* {"error": msg} with the status; counted with the server's HTTP errors. */
+static enum MHD_Result v2_error(server *s, struct MHD_Connection *c, int status, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static enum MHD_Result v2_error(server *s, struct MHD_Connection *c, int status, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (s->metrics) tb_metrics_http_error(s->metrics, status);
+    char *body = tb_ks_error_json(msg);
+    if (!body) return reply_text(c, status, "application/json", "{\"error\":\"error\"}");
+    enum MHD_Result r = reply_text(c, status, "application/json", body);
+    free(body);
+    return r;
+}
+
+static enum MHD_Result reply_owned(struct MHD_Connection *c, int status, const char *ctype, char *body, size_t n,
+                                   size_t header_len) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(n, body, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", ctype);
+    if (header_len) {
+        char hl[32];
+        snprintf(hl, sizeof hl, "%zu", header_len);
+        MHD_add_response_header(r, "Inference-Header-Content-Length", hl);
+    }
+    enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* The model a v2 path names: 404's message in `msg` when none (an unknown
+ * name, or a version the model does not have). */
+static model *find_model(server *s, const char *name, const char *version, char *msg, size_t cap) {
+    for (int i = 0; i < s->n_models; i++) {
+        model *m = s->models[i];
+        if (strcmp(m->name, name) != 0) continue;
+        if (version[0] && strcmp(m->version, version) != 0) {
+            snprintf(msg, cap, "model '%s' has no version '%s' (it has '%s')", name, version, m->version);
+            return NULL;
+        }
+        return m;
+    }
+    snprintf(msg, cap, "unknown model '%s'", name);
+    return NULL;
+}
+
+/* Adds a model to the table; NULL when out of memory or the table is full. */
+static model *model_add(server *s, const char *name, const char *version, tb_engine *e) {
+    if (s->n_models == MAX_MODELS) return NULL;
+    model *m = calloc(1, sizeof *m);
+    if (!m) return NULL;
+    snprintf(m->name, sizeof m->name, "%s", name);
+    snprintf(m->version, sizeof m->version, "%s", version);
+    m->e = e;
+    pthread_mutex_init(&m->mu, NULL);
+    s->models[s->n_models++] = m;
+    return m;
+}
+
+/* A general engine's executor and its inputs' and outputs' descriptions. */
+static tb_status model_load_exec(model *m, const tb_serve_options *o) {
+    tb_exec_options xo;
+    tb_exec_options_default(&xo);
+    xo.n_threads = o->threads;
+    xo.device = o->device;
+    TB_TRY(tb_exec_create(m->e, &xo, &m->exec));
+    m->n_in = tb_exec_n_inputs(m->exec);
+    m->n_out = tb_exec_n_outputs(m->exec);
+    if (m->n_in > TB_KS_MAX_IO || m->n_out > TB_KS_MAX_IO)
+        return tb_errorf(TB_ERR_UNSUPPORTED, "the engine has %d inputs and %d outputs; the server takes at most %d",
+                         m->n_in, m->n_out, TB_KS_MAX_IO);
+    for (int i = 0; i < m->n_in; i++) TB_TRY(tb_exec_input_info(m->exec, i, &m->in[i]));
+    for (int i = 0; i < m->n_out; i++) TB_TRY(tb_exec_output_info(m->exec, i, &m->out[i]));
+    m->batch_dim = m->n_in > 0 && m->in[0].rank > 0 && m->in[0].min[0] != m->in[0].max[0];
+    return TB_OK;
+}
+
+static void model_free(model *m) {
+    if (!m) return;
+    if (m->exec) {
+        tb_exec_free(m->exec);
+        tb_engine_free(m->e);
+    }
+    pthread_mutex_destroy(&m->mu);
+    free(m);
+}
+
+/* The engine call of one infer request: inputs in the model's order; the
+ * outputs are copied out of the executor (whose memory the next run
+ * reuses) into *owned, one buffer the caller frees. Waiting for the model
+ * counts as queue time, the run as compute time. This is the one place a
+ * request meets the engine. */
+static tb_status model_infer(model *m, const tb_tensor *in, int n_in, tb_tensor *out, int n_out, void **owned) {
+    *owned = NULL;
+    uint64_t t0 = mono_ns();
+    pthread_mutex_lock(&m->mu);
+    uint64_t t1 = mono_ns();
+    tb_status st = tb_exec_run(m->exec, in, n_in, out, n_out);
+    uint64_t t2 = mono_ns();
+    if (st == TB_OK) {
+        size_t total = 0, off[TB_KS_MAX_IO], bytes[TB_KS_MAX_IO];
+        for (int k = 0; k < n_out; k++) {
+            int64_t el = 1;
+            for (int d = 0; d < out[k].rank; d++) el *= out[k].dims[d];
+            bytes[k] = (size_t)el * tb_ks_dtype_size(out[k].dtype);
+            off[k] = total;
+            total += (bytes[k] + 63) / 64 * 64;
+        }
+        char *buf = aligned_alloc(64, total ? total : 64);
+        if (!buf) {
+            st = tb_errorf(TB_ERR_OOM, "out of memory for %zu bytes of outputs", total);
+        } else {
+            for (int k = 0; k < n_out; k++) {
+                if (bytes[k]) memcpy(buf + off[k], out[k].data, bytes[k]);
+                out[k].data = buf + off[k];
+            }
+            *owned = buf;
+        }
+    }
+    pthread_mutex_unlock(&m->mu);
+    atomic_fetch_add(&m->ns_queue, t1 - t0);
+    atomic_fetch_add(&m->ns_compute, t2 - t1);
+    if (st == TB_OK) {
+        atomic_fetch_add(&m->n_execs, 1);
+        atomic_fetch_add(&m->n_inferences, m->batch_dim ? (unsigned long long)in[0].dims[0] : 1ull);
+    }
+    return st;
+}
+
+/* The value of Inference-Header-Content-Length: -1 when absent, -2 when
+ * not a decimal number. */
+static long long header_length(struct MHD_Connection *c) {
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+    if (!h) return -1;
+    while (*h == ' ' || *h == '\t') h++;
+    if (*h < '0' || *h > '9') return -2;
+    long long v = 0;
+    for (; *h >= '0' && *h <= '9'; h++) {
+        if (v > (LLONG_MAX - 9) / 10) return -2;
+        v = v * 10 + (*h - '0');
+    }
+    while (*h == ' ' || *h == '\t') h++;
+    return *h ? -2 : v;
+}
+
+static enum MHD_Result v2_infer(server *s, struct MHD_Connection *c, model *m, conn_state *cs) {
+    uint64_t t0 = mono_ns();
+    if (!m->exec)
+        return v2_error(s, c, 400, "model '%s' is a language model: it is served by the OpenAI API (/v1/completions, "
+                        "/v1/chat/completions)", m->name);
+    tb_ks_request rq;
+    tb_ks_error err;
+    int st;
+    long long hl = header_length(c);
+    if (cs->too_large) {
+        st = 413;
+        snprintf(err.msg, sizeof err.msg, "the request body exceeds %zu bytes", s->o.max_body_bytes);
+    } else if (hl == -2) {
+        st = 400;
+        snprintf(err.msg, sizeof err.msg, "Inference-Header-Content-Length must be a decimal byte count");
+    } else {
+        st = tb_ks_parse_infer(cs->body, cs->n, hl, m->in, m->n_in, m->out, m->n_out, 0, &rq, &err);
+    }
+    if (st != 200) {
+        atomic_fetch_add(&m->n_fail, 1);
+        atomic_fetch_add(&m->ns_fail, mono_ns() - t0);
+        return v2_error(s, c, st, "%s", err.msg);
+    }
+    tb_tensor outs[TB_KS_MAX_IO];
+    memset(outs, 0, sizeof outs);
+    void *owned = NULL;
+    tb_status ts = model_infer(m, rq.inputs, rq.n_inputs, outs, m->n_out, &owned);
+    tb_ks_request_free(&rq);
+    if (ts != TB_OK) {
+        atomic_fetch_add(&m->n_fail, 1);
+        atomic_fetch_add(&m->ns_fail, mono_ns() - t0);
+        /* a shape outside the profile that the per-dim check could not see
+         * (dims that must agree) is the request's fault */
+        int code = ts == TB_ERR_RANGE || ts == TB_ERR_INVALID_ARG ? 400 : 500;
+        return v2_error(s, c, code, "inference failed: %s", tb_last_error());
+    }
+    char *body = NULL;
+    size_t n = 0, hlen = 0;
+    st = tb_ks_encode_response(m->name, m->version, &rq, m->out, outs, m->n_out, &body, &n, &hlen, &err);
+    free(owned);
+    if (st != 200) {
+        atomic_fetch_add(&m->n_fail, 1);
+        atomic_fetch_add(&m->ns_fail, mono_ns() - t0);
+        return v2_error(s, c, st, "%s", err.msg);
+    }
+    atomic_fetch_add(&m->n_success, 1);
+    atomic_fetch_add(&m->ns_success, mono_ns() - t0);
+    atomic_store(&m->last_ms, (unsigned long long)time(NULL) * 1000ull);
+    return reply_owned(c, 200, hlen ? "application/octet-stream" : "application/json", body, n, hlen);
+}
+
+/* Triton's statistics extension, for one model. */
+static enum MHD_Result v2_stats(struct MHD_Connection *c, model *m) {
+    json_t *j = json_pack(
+        "{s:[{s:s, s:s, s:I, s:I, s:I, s:{s:{s:I, s:I}, s:{s:I, s:I}, s:{s:I, s:I}, s:{s:I, s:I}}}]}", "model_stats",
+        "name", m->name, "version", m->version, "last_inference", (json_int_t)atomic_load(&m->last_ms),
+        "inference_count", (json_int_t)atomic_load(&m->n_inferences), "execution_count",
+        (json_int_t)atomic_load(&m->n_execs), "inference_stats", "success", "count",
+        (json_int_t)atomic_load(&m->n_success), "ns", (json_int_t)atomic_load(&m->ns_success), "fail", "count",
+        (json_int_t)atomic_load(&m->n_fail), "ns", (json_int_t)atomic_load(&m->ns_fail), "queue", "count",
+        (json_int_t)atomic_load(&m->n_execs), "ns", (json_int_t)atomic_load(&m->ns_queue), "compute_infer", "count",
+        (json_int_t)atomic_load(&m->n_execs), "ns", (json_int_t)atomic_load(&m->ns_compute));
+    if (!j) return reply_text(c, 500, "application/json", "{\"error\":\"out of memory\"}");
+    return reply_json(c, 200, j);
+}
+
+/* A Prometheus label value: backslash, quote and newline escaped. */
+static void label_escape(char *dst, size_t cap, const char *src) {
+    size_t k = 0;
+    for (; *src && k + 3 < cap; src++) {
+        if (*src == '\\' || *src == '"') { dst[k++] = '\\'; dst[k++] = *src; }
+        else if (*src == '\n') { dst[k++] = '\\'; dst[k++] = 'n'; }
+        else dst[k++] = *src;
+    }
+    dst[k] = 0;
+}
+
+/* The per-model counters in the Prometheus text format, after the rest. */
+static void v2_metrics(server *s, char **text) {
+    static const struct {
+        const char *name, *help, *type;
+    } fam[] = {
+        {"turbine_inference_request_success_total", "KServe v2 infer requests answered (nv_inference_request_success).",
+         "counter"},
+        {"turbine_inference_request_failure_total", "KServe v2 infer requests refused or failed "
+         "(nv_inference_request_failure).", "counter"},
+        {"turbine_inference_count_total", "Inferences: batch elements of the requests run (nv_inference_count).",
+         "counter"},
+        {"turbine_inference_exec_count_total", "Engine runs (nv_inference_exec_count).", "counter"},
+        {"turbine_inference_request_duration_seconds_total", "Time of successful infer requests from parse to "
+         "encoded response (nv_inference_request_duration_us).", "counter"},
+        {"turbine_inference_queue_duration_seconds_total", "Time infer requests waited for the model "
+         "(nv_inference_queue_duration_us).", "counter"},
+        {"turbine_inference_compute_duration_seconds_total", "Time of engine runs (nv_inference_compute_infer_duration_us).",
+         "counter"},
+    };
+    size_t n = strlen(*text), cap = n + 1 + 4096 + (size_t)s->n_models * 7 * 320;
+    char *p = realloc(*text, cap);
+    if (!p) return;
+    *text = p;
+    for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
+        n += (size_t)snprintf(p + n, cap - n, "# HELP %s %s\n# TYPE %s %s\n", fam[f].name, fam[f].help, fam[f].name,
+                              fam[f].type);
+        for (int i = 0; i < s->n_models; i++) {
+            model *m = s->models[i];
+            if (!m->exec) continue;
+            double v;
+            switch (f) {
+            case 0: v = (double)atomic_load(&m->n_success); break;
+            case 1: v = (double)atomic_load(&m->n_fail); break;
+            case 2: v = (double)atomic_load(&m->n_inferences); break;
+            case 3: v = (double)atomic_load(&m->n_execs); break;
+            case 4: v = (double)atomic_load(&m->ns_success) * 1e-9; break;
+            case 5: v = (double)atomic_load(&m->ns_queue) * 1e-9; break;
+            default: v = (double)atomic_load(&m->ns_compute) * 1e-9; break;
+            }
+            char ln[2 * TB_KS_MAX_NAME], lv[2 * TB_KS_MAX_NAME];
+            label_escape(ln, sizeof ln, m->name);
+            label_escape(lv, sizeof lv, m->version);
+            n += (size_t)snprintf(p + n, cap - n, "%s{model=\"%s\",version=\"%s\"} %.9g\n", fam[f].name, ln, lv, v);
+        }
+    }
+}
+
+/* The /v2 routes. `r` is the parsed route; name and version from the path. */
+static enum MHD_Result handle_v2(server *s, struct MHD_Connection *c, const char *url, tb_ks_route r,
+                                 const char *name, const char *version, const char *method, conn_state *cs) {
+    int is_get = !strcmp(method, "GET"), is_post = !strcmp(method, "POST");
+    int ready = atomic_load(&s->ready) && !atomic_load(&s->stopping);
+    /* a path under /v2 that is no route: the server's one 404 for unknown routes */
+    if (r == TB_KS_ROUTE_UNKNOWN) return reply_error(s, c, 404, NULL, "no route for %s %s", method, url);
+    if (r == TB_KS_ROUTE_INFER ? !is_post : !is_get)
+        return v2_error(s, c, 405, "use %s", r == TB_KS_ROUTE_INFER ? "POST" : "GET");
+    if (r == TB_KS_ROUTE_LIVE) return reply_text(c, 200, "application/json", "{\"live\":true}");
+    if (r == TB_KS_ROUTE_READY)
+        return reply_text(c, ready ? 200 : 503, "application/json", ready ? "{\"ready\":true}" : "{\"ready\":false}");
+    if (!authorized(s, c)) return v2_error(s, c, 401, "a valid API key is required (Authorization: Bearer KEY)");
+    if (r == TB_KS_ROUTE_SERVER)
+        return reply_json(c, 200, json_pack("{s:s, s:s, s:[s, s]}", "name", "turbine", "version", TB_SERVE_VERSION,
+                                            "extensions", "binary_tensor_data", "statistics"));
+    if (!atomic_load(&s->ready)) return v2_error(s, c, 503, "the server is still loading its models");
+    char msg[512];
+    model *m = find_model(s, name, version, msg, sizeof msg);
+    if (!m) return v2_error(s, c, 404, "%s", msg);
+    if (r == TB_KS_ROUTE_MODEL_READY) {
+        int mr = ready && atomic_load(&m->ready);
+        return reply_json(c, mr ? 200 : 503, json_pack("{s:s, s:b}", "name", m->name, "ready", mr));
+    }
+    if (r == TB_KS_ROUTE_MODEL) {
+        char *j = tb_ks_model_metadata(m->name, m->version, m->in, m->n_in, m->out, m->n_out);
+        if (!j) return v2_error(s, c, 500, "out of memory");
+        return reply_owned(c, 200, "application/json", j, strlen(j), 0);
+    }
+    if (r == TB_KS_ROUTE_STATS) return v2_stats(c, m);
+    if (!atomic_load(&m->ready) || atomic_load(&s->stopping))
+        return v2_error(s, c, 503, "model '%s' is not ready", m->name);
+    return v2_infer(s, c, m, cs);
+}
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     server *s = cls;
@@ -1222,15 +1566,28 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (!strcmp(url, "/metrics")) {
         char *m = tb_metrics_render(s->metrics, atomic_load(&s->ready) ? s->sched : NULL, s->model);
         if (!m) return reply_error(s, c, 500, NULL, "out of memory");
+        if (atomic_load(&s->ready)) v2_metrics(s, &m);
         enum MHD_Result r = reply_text(c, 200, "text/plain; version=0.0.4", m);
         free(m);
         return r;
     }
+    char mname[TB_KS_MAX_NAME], mver[TB_KS_MAX_NAME];
+    tb_ks_route vr = tb_ks_parse_route(url, mname, mver);
+    if (vr != TB_KS_ROUTE_NONE) return handle_v2(s, c, url, vr, mname, mver, method, cs);
     int known = !strcmp(url, "/v1/models") || !strcmp(url, "/v1/completions") || !strcmp(url, "/v1/chat/completions") ||
                 !strcmp(url, "/tokenize") || !strcmp(url, "/detokenize");
     if (!known) return reply_error(s, c, 404, NULL, "no route for %s %s", method, url);
     if (!authorized(s, c)) return reply_error(s, c, 401, NULL, "a valid API key is required (Authorization: Bearer KEY)");
     if (!atomic_load(&s->ready)) return reply_error(s, c, 503, NULL, "the model is still loading");
+    if (!s->sched) { /* a general engine: no language model to list or run */
+        if (!strcmp(url, "/v1/models")) {
+            if (!is_get) return reply_error(s, c, 405, NULL, "use GET");
+            return reply_json(c, 200, json_pack("{s:s, s:[]}", "object", "list", "data"));
+        }
+        return reply_error(s, c, 400, NULL,
+                           "'%s' is not a language model: it is served by the KServe v2 API (POST /v2/models/%s/infer)",
+                           s->model, s->model);
+    }
     if (!strcmp(url, "/v1/models")) {
         if (!is_get) return reply_error(s, c, 405, NULL, "use GET");
         return handle_models(s, c);
@@ -1264,8 +1621,29 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum 
 
 /* ================================================================ lifecycle */
 
+/* Loads the engine: a general one becomes a v2 model with its executor; an
+ * LLM gets its context and scheduler (the OpenAI API) and a v2 entry for
+ * the health and metadata routes. */
 static tb_status load_engine(server *s) {
-    TB_TRY(tb_engine_load_for(s->o.engine_path, s->o.device, &s->e));
+    tb_engine *e = NULL;
+    TB_TRY(tb_engine_load_for(s->o.engine_path, s->o.device, &e));
+    if (!tb_engine_is_llm(e)) {
+        model *m = model_add(s, s->model, "1", e);
+        if (!m) {
+            tb_engine_free(e);
+            return tb_errorf(TB_ERR_OOM, "out of memory");
+        }
+        m->exec = NULL;
+        tb_status st = model_load_exec(m, &s->o);
+        if (st != TB_OK && !m->exec) { /* model_free frees the engine only with its exec */
+            tb_engine_free(e);
+            m->e = NULL;
+        }
+        TB_TRY(st);
+        atomic_store(&m->ready, 1);
+        return TB_OK;
+    }
+    s->e = e;
     tb_engine_get_info(s->e, &s->info);
     tb_context_options co;
     tb_context_options_default(&co);
@@ -1300,6 +1678,9 @@ static tb_status load_engine(server *s) {
                            .max_queue = s->o.max_queue};
     tb_sched_observer obs = tb_metrics_observer(s->metrics);
     TB_TRY(tb_sched_start(s->ctx, &so, &obs, &s->sched));
+    model *m = model_add(s, s->model, "1", s->e);
+    if (!m) return tb_errorf(TB_ERR_OOM, "out of memory");
+    atomic_store(&m->ready, 1);
     return TB_OK;
 }
 
@@ -1408,6 +1789,7 @@ int tb_serve_run(const tb_serve_options *opt) {
     if (load_engine(s) != TB_OK) {
         fprintf(stderr, "turbine: error: %s\n", tb_last_error());
         MHD_stop_daemon(s->d);
+        for (int i = 0; i < s->n_models; i++) model_free(s->models[i]);
         tb_sched_free(s->sched);
         tb_context_free(s->ctx);
         tb_engine_free(s->e);
@@ -1416,6 +1798,11 @@ int tb_serve_run(const tb_serve_options *opt) {
         return 1;
     }
     atomic_store(&s->ready, 1);
+    if (!s->ctx) {
+        const model *m = s->models[0];
+        fprintf(stderr, "turbine: serving '%s' version %s over KServe v2 (%d inputs, %d outputs) ready in %.2f s\n",
+                m->name, m->version, m->n_in, m->n_out, tb_now() - t0);
+    } else
     fprintf(stderr,
             "turbine: serving '%s' (%s, context %d, %d sequences, %d KV blocks of %d tokens = %ld tokens of %s KV "
             "at %.0f bytes each, chat format %s) ready in %.2f s\n",
@@ -1441,6 +1828,7 @@ int tb_serve_run(const tb_serve_options *opt) {
         usleep(20 * 1000);
     MHD_stop_daemon(s->d);
     if (lfd != MHD_INVALID_SOCKET) close(lfd); /* MHD's threads are gone: now it may be closed */
+    for (int i = 0; i < s->n_models; i++) model_free(s->models[i]);
     tb_sched_free(s->sched);
     tb_context_free(s->ctx);
     tb_engine_free(s->e);

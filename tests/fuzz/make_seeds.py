@@ -343,6 +343,26 @@ def seeds_fuzz_repo_config(out, work):
                                      "build": {"dtype": "f16", "shapes": "x:1x8"}}))
 
 
+def seeds_fuzz_kserve(out, work):
+    """KServe v2 infer bodies: JSON tensors, output selection, the binary extension (byte 0 bit 0 and
+    bytes 1-2: Inference-Header-Content-Length), and a route."""
+    ins = [{"name": "x", "shape": [2, 3], "datatype": "FP32", "data": [[1, 2, 3], [4.5, -1e-3, 0]]},
+           {"name": "ids", "shape": [2], "datatype": "INT64", "data": [1, -2]},
+           {"name": "b", "shape": [1, 2], "datatype": "BOOL", "data": [True, False]},
+           {"name": "h", "shape": [1], "datatype": "FP16", "data": [0.5]}]
+    put(out, "json", b"\0\0\0" + json.dumps({"id": "a", "inputs": ins}).encode())
+    put(out, "json_outputs", b"\0\0\0" + json.dumps(
+        {"inputs": ins, "outputs": [{"name": "h"}, {"name": "x", "parameters": {"binary_data": True}}],
+         "parameters": {"binary_data_output": False}}).encode())
+    bx = [dict(ins[0], parameters={"binary_data_size": 24}), ins[1], dict(ins[2], shape=[0, 2], data=[]),
+          dict(ins[3], parameters={"binary_data_size": 2})]
+    del bx[0]["data"]
+    del bx[3]["data"]
+    h = json.dumps({"inputs": bx, "parameters": {"binary_data_output": True}}).encode()
+    put(out, "binary", bytes([1, len(h) & 255, len(h) >> 8]) + h + struct.pack("<6f", 1, 2, 3, 4, 5, 6) + b"\x00\x3c")
+    put(out, "route", b"\0\0\0/v2/models/m/versions/1/infer")
+
+
 SEEDS = {
     "fuzz_safetensors": seeds_fuzz_safetensors,
     "fuzz_llama2c": seeds_fuzz_llama2c,
@@ -356,6 +376,7 @@ SEEDS = {
     "fuzz_chat": seeds_fuzz_chat,
     "fuzz_onnx": seeds_fuzz_onnx,
     "fuzz_repo_config": seeds_fuzz_repo_config,
+    "fuzz_kserve": seeds_fuzz_kserve,
 }
 
 

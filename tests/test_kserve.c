@@ -1,0 +1,449 @@
+/*
+ * test_kserve.c — the KServe v2 wire format (src/serve/kserve.c) without a
+ * server: routes, infer requests parsed into tensors (JSON flat and nested,
+ * the binary extension, both mixed) with the values checked, every refusal
+ * with its status, responses encoded and read back (JSON values equal to
+ * the floats bit for bit, binary outputs byte for byte), metadata and the
+ * error body.
+ */
+#include <jansson.h>
+#include <math.h>
+
+#include "serve/kserve.h"
+#include "tb_test.h"
+
+/* a model of two inputs: x FP32 [1..8, 3] and ids INT64 [1..8] ; outputs
+ * y FP32 [-1, 2] and mask BOOL [-1] */
+static tb_io_info g_in[2], g_out[2];
+
+static void setup(void) {
+    memset(g_in, 0, sizeof g_in);
+    memset(g_out, 0, sizeof g_out);
+    snprintf(g_in[0].name, sizeof g_in[0].name, "x");
+    g_in[0].dtype = TB_F32;
+    g_in[0].rank = 2;
+    g_in[0].min[0] = 1, g_in[0].opt[0] = 4, g_in[0].max[0] = 8;
+    g_in[0].min[1] = g_in[0].opt[1] = g_in[0].max[1] = 3;
+    snprintf(g_in[1].name, sizeof g_in[1].name, "ids");
+    g_in[1].dtype = TB_I64;
+    g_in[1].rank = 1;
+    g_in[1].min[0] = 1, g_in[1].opt[0] = 4, g_in[1].max[0] = 8;
+    snprintf(g_out[0].name, sizeof g_out[0].name, "y");
+    g_out[0].dtype = TB_F32;
+    g_out[0].rank = 2;
+    g_out[0].min[0] = g_out[0].max[0] = -1;
+    g_out[0].min[1] = g_out[0].max[1] = 2;
+    snprintf(g_out[1].name, sizeof g_out[1].name, "mask");
+    g_out[1].dtype = TB_BOOL;
+    g_out[1].rank = 1;
+    g_out[1].min[0] = g_out[1].max[0] = -1;
+}
+
+static int parse(const char *body, tb_ks_request *r, tb_ks_error *e) {
+    return tb_ks_parse_infer(body, strlen(body), -1, g_in, 2, g_out, 2, 0, r, e);
+}
+
+static void test_routes(void) {
+    char n[TB_KS_MAX_NAME], v[TB_KS_MAX_NAME];
+    CHECK(tb_ks_parse_route("/v1/models", n, v) == TB_KS_ROUTE_NONE);
+    CHECK(tb_ks_parse_route("/v2x", n, v) == TB_KS_ROUTE_NONE);
+    CHECK(tb_ks_parse_route("/v2", n, v) == TB_KS_ROUTE_SERVER);
+    CHECK(tb_ks_parse_route("/v2/", n, v) == TB_KS_ROUTE_SERVER);
+    CHECK(tb_ks_parse_route("/v2/health/live", n, v) == TB_KS_ROUTE_LIVE);
+    CHECK(tb_ks_parse_route("/v2/health/ready", n, v) == TB_KS_ROUTE_READY);
+    CHECK(tb_ks_parse_route("/v2/health/other", n, v) == TB_KS_ROUTE_UNKNOWN);
+    CHECK(tb_ks_parse_route("/v2/models/mlp", n, v) == TB_KS_ROUTE_MODEL && !strcmp(n, "mlp") && !v[0]);
+    CHECK(tb_ks_parse_route("/v2/models/mlp/ready", n, v) == TB_KS_ROUTE_MODEL_READY && !strcmp(n, "mlp"));
+    CHECK(tb_ks_parse_route("/v2/models/mlp/infer", n, v) == TB_KS_ROUTE_INFER);
+    CHECK(tb_ks_parse_route("/v2/models/mlp/stats", n, v) == TB_KS_ROUTE_STATS);
+    CHECK(tb_ks_parse_route("/v2/models/mlp/versions/3", n, v) == TB_KS_ROUTE_MODEL && !strcmp(v, "3"));
+    CHECK(tb_ks_parse_route("/v2/models/mlp/versions/3/infer", n, v) == TB_KS_ROUTE_INFER && !strcmp(n, "mlp") &&
+          !strcmp(v, "3"));
+    CHECK(tb_ks_parse_route("/v2/models/mlp/versions/3/ready", n, v) == TB_KS_ROUTE_MODEL_READY);
+    /* a model called "versions" is still a model */
+    CHECK(tb_ks_parse_route("/v2/models/versions/ready", n, v) == TB_KS_ROUTE_MODEL_READY && !strcmp(n, "versions"));
+    CHECK(tb_ks_parse_route("/v2/models/mlp/versions", n, v) == TB_KS_ROUTE_UNKNOWN);
+    CHECK(tb_ks_parse_route("/v2/models/mlp/versions//infer", n, v) == TB_KS_ROUTE_UNKNOWN);
+    CHECK(tb_ks_parse_route("/v2/models/mlp/run", n, v) == TB_KS_ROUTE_UNKNOWN);
+    CHECK(tb_ks_parse_route("/v2/models/mlp/infer/x", n, v) == TB_KS_ROUTE_UNKNOWN);
+    CHECK(tb_ks_parse_route("/v2/models/mlp/versions/1/infer/x/y", n, v) == TB_KS_ROUTE_UNKNOWN);
+    CHECK(tb_ks_parse_route("/v2/models/", n, v) == TB_KS_ROUTE_UNKNOWN);
+    CHECK(tb_ks_parse_route("/v2/models", n, v) == TB_KS_ROUTE_UNKNOWN);
+    char longp[400];
+    snprintf(longp, sizeof longp, "/v2/models/%0200d/ready", 7);
+    CHECK(tb_ks_parse_route(longp, n, v) == TB_KS_ROUTE_UNKNOWN);
+}
+
+static void test_dtypes(void) {
+    static const char *names[] = {"BOOL", "UINT8", "INT8", "INT32", "INT64", "FP16", "BF16", "FP32", "FP64"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        tb_dtype t;
+        CHECK(tb_ks_dtype_parse(names[i], &t));
+        CHECK(!strcmp(tb_ks_dtype_name(t), names[i]));
+        CHECK(tb_ks_dtype_size(t) > 0);
+    }
+    tb_dtype t;
+    CHECK(!tb_ks_dtype_parse("BYTES", &t));
+    CHECK(!tb_ks_dtype_parse("fp32", &t));
+    CHECK(tb_ks_dtype_name(TB_I4) == NULL);
+    CHECK(tb_ks_dtype_size(TB_F16) == 2 && tb_ks_dtype_size(TB_I64) == 8 && tb_ks_dtype_size(TB_BOOL) == 1);
+}
+
+static void test_parse_json(void) {
+    tb_ks_request r;
+    tb_ks_error e;
+    /* nested x, flat ids, inputs in another order than the model's */
+    int st = parse("{\"id\":\"req-1\",\"inputs\":[{\"name\":\"ids\",\"shape\":[2],\"datatype\":\"INT64\",\"data\":[-5,"
+                   "9007199254740993]},{\"name\":\"x\",\"shape\":[2,3],\"datatype\":\"FP32\",\"data\":[[1,2.5,-3],[0.1,"
+                   "1e-3,7]]}],\"outputs\":[{\"name\":\"mask\"},{\"name\":\"y\",\"parameters\":{\"binary_data\":true}}]}",
+                   &r, &e);
+    CHECK_MSG(st == 200, "%d %s", st, e.msg);
+    if (st == 200) {
+        CHECK(!strcmp(r.id, "req-1"));
+        CHECK(r.n_inputs == 2);
+        CHECK(r.inputs[0].dtype == TB_F32 && r.inputs[0].rank == 2 && r.inputs[0].dims[0] == 2 && r.inputs[0].dims[1] == 3);
+        const float *x = r.inputs[0].data;
+        CHECK(x[0] == 1.f && x[1] == 2.5f && x[2] == -3.f && x[3] == 0.1f && x[4] == 1e-3f && x[5] == 7.f);
+        const int64_t *ids = r.inputs[1].data;
+        CHECK(r.inputs[1].dims[0] == 2 && ids[0] == -5 && ids[1] == 9007199254740993LL);
+        CHECK(((uintptr_t)r.inputs[0].data & 63) == 0 && ((uintptr_t)r.inputs[1].data & 63) == 0);
+        CHECK(r.n_outputs == 2 && r.outputs[0] == 1 && r.outputs[1] == 0 && r.binary[0] == 0 && r.binary[1] == 1);
+        tb_ks_request_free(&r);
+        tb_ks_request_free(&r); /* twice is fine */
+    }
+    /* binary_data_output: every output binary unless an output says otherwise */
+    st = parse("{\"parameters\":{\"binary_data_output\":true},\"inputs\":[{\"name\":\"x\",\"shape\":[1,3],\"datatype\":"
+               "\"FP32\",\"data\":[1,2,3]},{\"name\":\"ids\",\"shape\":[1],\"datatype\":\"INT64\",\"data\":[1]}],"
+               "\"outputs\":[{\"name\":\"y\",\"parameters\":{\"binary_data\":false}},{\"name\":\"mask\"}]}",
+               &r, &e);
+    CHECK_MSG(st == 200, "%s", e.msg);
+    if (st == 200) {
+        CHECK(r.binary_all == 1 && r.binary[0] == 0 && r.binary[1] == 1 && r.id[0] == 0);
+        tb_ks_request_free(&r);
+    }
+}
+
+/* A binary request: JSON header then x's 24 bytes, ids as JSON. */
+static void test_parse_binary(void) {
+    const char *hdr = "{\"inputs\":[{\"name\":\"x\",\"shape\":[2,3],\"datatype\":\"FP32\",\"parameters\":{"
+                      "\"binary_data_size\":24}},{\"name\":\"ids\",\"shape\":[3],\"datatype\":\"INT64\",\"parameters\":"
+                      "{\"binary_data_size\":24}}]}";
+    float x[6] = {1.5f, -2, NAN, 1e30f, -0.0f, 3};
+    int64_t ids[3] = {INT64_MIN, 0, INT64_MAX};
+    size_t hl = strlen(hdr);
+    char body[1024];
+    memcpy(body, hdr, hl);
+    memcpy(body + hl, x, sizeof x);
+    memcpy(body + hl + sizeof x, ids, sizeof ids);
+    size_t n = hl + sizeof x + sizeof ids;
+    tb_ks_request r;
+    tb_ks_error e;
+    int st = tb_ks_parse_infer(body, n, (long long)hl, g_in, 2, g_out, 2, 0, &r, &e);
+    CHECK_MSG(st == 200, "%s", e.msg);
+    if (st == 200) {
+        CHECK(!memcmp(r.inputs[0].data, x, sizeof x)); /* NaN and -0 kept bit for bit */
+        CHECK(!memcmp(r.inputs[1].data, ids, sizeof ids));
+        tb_ks_request_free(&r);
+    }
+    /* refusals of the binary extension */
+    CHECK(tb_ks_parse_infer(body, n, -1, g_in, 2, g_out, 2, 0, &r, &e) == 400 && strstr(e.msg, "after its JSON"));
+    CHECK(tb_ks_parse_infer(body, hl, -1, g_in, 2, g_out, 2, 0, &r, &e) == 400 && strstr(e.msg, "Inference-Header"));
+    CHECK(tb_ks_parse_infer(body, n - 1, (long long)hl, g_in, 2, g_out, 2, 0, &r, &e) == 400 && strstr(e.msg, "ends"));
+    body[n] = 0;
+    CHECK(tb_ks_parse_infer(body, n + 1, (long long)hl, g_in, 2, g_out, 2, 0, &r, &e) == 400 &&
+          strstr(e.msg, "after the JSON header"));
+    CHECK(tb_ks_parse_infer(body, n, (long long)n + 1, g_in, 2, g_out, 2, 0, &r, &e) == 400);
+    CHECK(tb_ks_parse_infer(body, n, (long long)hl - 1, g_in, 2, g_out, 2, 0, &r, &e) == 400); /* JSON cut */
+    /* a size that does not match the shape */
+    const char *bad = "{\"inputs\":[{\"name\":\"x\",\"shape\":[2,3],\"datatype\":\"FP32\",\"parameters\":{"
+                      "\"binary_data_size\":20}},{\"name\":\"ids\",\"shape\":[1],\"datatype\":\"INT64\",\"data\":[1]}]}";
+    char b2[512];
+    memcpy(b2, bad, strlen(bad));
+    memset(b2 + strlen(bad), 0, 20);
+    CHECK(tb_ks_parse_infer(b2, strlen(bad) + 20, (long long)strlen(bad), g_in, 2, g_out, 2, 0, &r, &e) == 400 &&
+          strstr(e.msg, "binary_data_size is 20"));
+}
+
+/* Every refusal of a request, with its status and a word of its message. */
+static void test_errors(void) {
+    static const struct {
+        const char *body, *word;
+    } cases[] = {
+        {"{", "not valid JSON"},
+        {"[1]", "JSON object"},
+        {"{}", "'inputs'"},
+        {"{\"inputs\":{}}", "'inputs'"},
+        {"{\"id\":5,\"inputs\":[]}", "'id'"},
+        {"{\"parameters\":[],\"inputs\":[]}", "'parameters'"},
+        {"{\"parameters\":{\"binary_data_output\":1},\"inputs\":[]}", "binary_data_output"},
+        {"{\"inputs\":[]}", "missing"},
+        {"{\"inputs\":[5]}", "object"},
+        {"{\"inputs\":[{\"shape\":[1]}]}", "'name'"},
+        {"{\"inputs\":[{\"name\":\"z\",\"shape\":[1],\"datatype\":\"FP32\",\"data\":[1]}]}", "unknown input 'z'"},
+        {"{\"inputs\":[{\"name\":\"ids\",\"shape\":[1],\"datatype\":\"INT64\",\"data\":[1]},{\"name\":\"ids\",\"shape\":"
+         "[1],\"datatype\":\"INT64\",\"data\":[1]}]}", "twice"},
+        {"{\"inputs\":[{\"name\":\"ids\",\"shape\":[1],\"datatype\":\"INT64\",\"data\":[1]}]}", "'x' is missing"},
+        {"{\"inputs\":[{\"name\":\"ids\",\"shape\":[1],\"data\":[1]}]}", "'datatype'"},
+        {"{\"inputs\":[{\"name\":\"ids\",\"shape\":[1],\"datatype\":\"BYTES\",\"data\":[1]}]}", "unsupported datatype"},
+        {"{\"inputs\":[{\"name\":\"ids\",\"shape\":[1],\"datatype\":\"INT32\",\"data\":[1]}]}", "takes INT64"},
+        {"{\"inputs\":[{\"name\":\"ids\",\"datatype\":\"INT64\",\"data\":[1]}]}", "'shape'"},
+        {"{\"inputs\":[{\"name\":\"ids\",\"shape\":[1,1],\"datatype\":\"INT64\",\"data\":[1]}]}", "rank 2"},
+        {"{\"inputs\":[{\"name\":\"ids\",\"shape\":[-1],\"datatype\":\"INT64\",\"data\":[1]}]}", "non-negative"},
+        {"{\"inputs\":[{\"name\":\"ids\",\"shape\":[1.5],\"datatype\":\"INT64\",\"data\":[1]}]}", "non-negative"},
+        {"{\"inputs\":[{\"name\":\"ids\",\"shape\":[9],\"datatype\":\"INT64\",\"data\":[1]}]}", "takes [1..8]"},
+        {"{\"inputs\":[{\"name\":\"ids\",\"shape\":[0],\"datatype\":\"INT64\",\"data\":[]}]}", "takes [1..8]"},
+        {"{\"inputs\":[{\"name\":\"x\",\"shape\":[1,4],\"datatype\":\"FP32\",\"data\":[1,2,3,4]}]}", "takes [1..8,3]"},
+        {"{\"inputs\":[{\"name\":\"ids\",\"shape\":[1],\"datatype\":\"INT64\"}]}", "no 'data'"},
+        {"{\"inputs\":[{\"name\":\"ids\",\"shape\":[1],\"datatype\":\"INT64\",\"data\":5}]}", "must be an array"},
+        {"{\"inputs\":[{\"name\":\"ids\",\"shape\":[1],\"datatype\":\"INT64\",\"parameters\":5,\"data\":[1]}]}",
+         "parameters"},
+        {"{\"inputs\":[{\"name\":\"ids\",\"shape\":[1],\"datatype\":\"INT64\",\"parameters\":{\"binary_data_size\":-1}}]}",
+         "non-negative"},
+        {"{\"inputs\":[{\"name\":\"x\",\"shape\":[1,3],\"datatype\":\"FP32\",\"data\":[1,2,3]},{\"name\":\"ids\",\"shape\":[2],\"datatype\":\"INT64\",\"data\":[1,2,3]}]}", "has 3 values"},
+        {"{\"inputs\":[{\"name\":\"x\",\"shape\":[1,3],\"datatype\":\"FP32\",\"data\":[1,2,3]},{\"name\":\"ids\",\"shape\":[2],\"datatype\":\"INT64\",\"data\":[[[1,2]]]}]}", "deeper"},
+        {"{\"inputs\":[{\"name\":\"x\",\"shape\":[1,3],\"datatype\":\"FP32\",\"data\":[1,2,3]},{\"name\":\"ids\",\"shape\":[2],\"datatype\":\"INT64\",\"data\":[1.5,2]}]}", "integers"},
+        {"{\"inputs\":[{\"name\":\"x\",\"shape\":[1,3],\"datatype\":\"FP32\",\"data\":[1,2,3]},{\"name\":\"ids\",\"shape\":[2],\"datatype\":\"INT64\",\"data\":[\"1\",2]}]}", "integers"},
+        {"{\"inputs\":[{\"name\":\"x\",\"shape\":[1,3],\"datatype\":\"FP32\",\"data\":[1,true,3]},{\"name\":\"ids\",\"shape\":[1],\"datatype\":\"INT64\",\"data\":[1]}]}", "numbers"},
+        {"{\"inputs\":[{\"name\":\"x\",\"shape\":[2,3],\"datatype\":\"FP32\",\"data\":[1,2,3]},{\"name\":\"ids\",\"shape\":[1],\"datatype\":\"INT64\",\"data\":[1]}]}", "has 3 values"},
+        {"{\"inputs\":[{\"name\":\"x\",\"shape\":[1,3],\"datatype\":\"FP32\",\"data\":[1,2,3]},{\"name\":\"ids\","
+         "\"shape\":[1],\"datatype\":\"INT64\",\"data\":[1]}],\"outputs\":[{\"name\":\"q\"}]}", "unknown output 'q'"},
+        {"{\"inputs\":[{\"name\":\"x\",\"shape\":[1,3],\"datatype\":\"FP32\",\"data\":[1,2,3]},{\"name\":\"ids\","
+         "\"shape\":[1],\"datatype\":\"INT64\",\"data\":[1]}],\"outputs\":[{\"name\":\"y\"},{\"name\":\"y\"}]}",
+         "twice"},
+        {"{\"inputs\":[{\"name\":\"x\",\"shape\":[1,3],\"datatype\":\"FP32\",\"data\":[1,2,3]},{\"name\":\"ids\","
+         "\"shape\":[1],\"datatype\":\"INT64\",\"data\":[1]}],\"outputs\":{}}", "'outputs'"},
+        {"{\"inputs\":[{\"name\":\"x\",\"shape\":[1,3],\"datatype\":\"FP32\",\"data\":[1,2,3]},{\"name\":\"ids\","
+         "\"shape\":[1],\"datatype\":\"INT64\",\"data\":[1]}],\"outputs\":[{\"name\":\"y\",\"parameters\":{"
+         "\"binary_data\":\"yes\"}}]}", "binary_data"},
+        {"{\"inputs\":[{\"name\":\"x\",\"shape\":[1,3],\"datatype\":\"FP32\",\"data\":[1,2,3],\"parameters\":{"
+         "\"binary_data_size\":12}},{\"name\":\"ids\",\"shape\":[1],\"datatype\":\"INT64\",\"data\":[1]}]}",
+         "Inference-Header-Content-Length"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        tb_ks_request r;
+        tb_ks_error e;
+        memset(&r, 0x5a, sizeof r);
+        int st = parse(cases[i].body, &r, &e);
+        CHECK_MSG(st == 400 && e.status == 400, "case %zu: status %d (%s)", i, st, e.msg);
+        CHECK_MSG(strstr(e.msg, cases[i].word) != NULL, "case %zu: '%s' not in '%s'", i, cases[i].word, e.msg);
+        CHECK(r.buf == NULL); /* nothing held on failure */
+    }
+    /* an id longer than the bound */
+    char body[1024];
+    char id[400];
+    memset(id, 'a', sizeof id - 1);
+    id[sizeof id - 1] = 0;
+    snprintf(body, sizeof body, "{\"id\":\"%s\",\"inputs\":[]}", id);
+    tb_ks_request r;
+    tb_ks_error e;
+    CHECK(parse(body, &r, &e) == 400 && strstr(e.msg, "'id'"));
+    /* values out of range for small integer types, BOOL as anything else */
+    tb_io_info small[1];
+    memset(small, 0, sizeof small);
+    snprintf(small[0].name, sizeof small[0].name, "b");
+    small[0].rank = 1;
+    small[0].min[0] = 1, small[0].max[0] = 4;
+    static const struct {
+        tb_dtype t;
+        const char *body;
+        int status;
+    } vals[] = {
+        {TB_I8, "{\"inputs\":[{\"name\":\"b\",\"shape\":[2],\"datatype\":\"INT8\",\"data\":[-128,127]}]}", 200},
+        {TB_I8, "{\"inputs\":[{\"name\":\"b\",\"shape\":[1],\"datatype\":\"INT8\",\"data\":[128]}]}", 400},
+        {TB_U8, "{\"inputs\":[{\"name\":\"b\",\"shape\":[1],\"datatype\":\"UINT8\",\"data\":[-1]}]}", 400},
+        {TB_U8, "{\"inputs\":[{\"name\":\"b\",\"shape\":[1],\"datatype\":\"UINT8\",\"data\":[255]}]}", 200},
+        {TB_I32, "{\"inputs\":[{\"name\":\"b\",\"shape\":[1],\"datatype\":\"INT32\",\"data\":[2147483648]}]}", 400},
+        {TB_BOOL, "{\"inputs\":[{\"name\":\"b\",\"shape\":[2],\"datatype\":\"BOOL\",\"data\":[true,false]}]}", 200},
+        {TB_BOOL, "{\"inputs\":[{\"name\":\"b\",\"shape\":[1],\"datatype\":\"BOOL\",\"data\":[1]}]}", 400},
+        {TB_F16, "{\"inputs\":[{\"name\":\"b\",\"shape\":[2],\"datatype\":\"FP16\",\"data\":[1.5,-2]}]}", 200},
+        {TB_BF16, "{\"inputs\":[{\"name\":\"b\",\"shape\":[1],\"datatype\":\"BF16\",\"data\":[1]}]}", 200},
+        {TB_F64, "{\"inputs\":[{\"name\":\"b\",\"shape\":[1],\"datatype\":\"FP64\",\"data\":[0.1]}]}", 200},
+    };
+    for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
+        small[0].dtype = vals[i].t;
+        int st = tb_ks_parse_infer(vals[i].body, strlen(vals[i].body), -1, small, 1, NULL, 0, 0, &r, &e);
+        CHECK_MSG(st == vals[i].status, "value case %zu: %d (%s)", i, st, e.msg);
+        if (st == 200) {
+            if (vals[i].t == TB_F16) CHECK(((uint16_t *)r.inputs[0].data)[0] == 0x3e00 && ((uint16_t *)r.inputs[0].data)[1] == 0xc000);
+            if (vals[i].t == TB_BF16) CHECK(((uint16_t *)r.inputs[0].data)[0] == 0x3f80);
+            if (vals[i].t == TB_F64) CHECK(((double *)r.inputs[0].data)[0] == 0.1);
+            if (vals[i].t == TB_I8) CHECK(((int8_t *)r.inputs[0].data)[0] == -128 && ((int8_t *)r.inputs[0].data)[1] == 127);
+            tb_ks_request_free(&r);
+        }
+    }
+    /* BOOL bytes other than 0 and 1 in binary */
+    small[0].dtype = TB_BOOL;
+    const char *bh = "{\"inputs\":[{\"name\":\"b\",\"shape\":[2],\"datatype\":\"BOOL\",\"parameters\":{\"binary_data_size\":2}}]}";
+    char bb[256];
+    size_t bl = strlen(bh);
+    memcpy(bb, bh, bl);
+    bb[bl] = 1, bb[bl + 1] = 2;
+    CHECK(tb_ks_parse_infer(bb, bl + 2, (long long)bl, small, 1, NULL, 0, 0, &r, &e) == 400 && strstr(e.msg, "0 or 1"));
+    bb[bl + 1] = 0;
+    CHECK(tb_ks_parse_infer(bb, bl + 2, (long long)bl, small, 1, NULL, 0, 0, &r, &e) == 200);
+    tb_ks_request_free(&r);
+    /* element counts: a profile without a practical bound, a shape whose
+     * product overflows int64, and the caller's max_elems */
+    small[0].dtype = TB_F32;
+    small[0].rank = 3;
+    for (int d = 0; d < 3; d++) small[0].min[d] = 0, small[0].max[d] = INT64_MAX;
+    const char *big = "{\"inputs\":[{\"name\":\"b\",\"shape\":[4294967296,4294967296,4],\"datatype\":\"FP32\","
+                      "\"data\":[]}]}";
+    CHECK(tb_ks_parse_infer(big, strlen(big), -1, small, 1, NULL, 0, 0, &r, &e) == 400 && strstr(e.msg, "too many"));
+    const char *wide = "{\"inputs\":[{\"name\":\"b\",\"shape\":[1,1,4611686018427387904],\"datatype\":\"FP32\","
+                       "\"parameters\":{\"binary_data_size\":0}}]}";
+    CHECK(tb_ks_parse_infer(wide, strlen(wide), (long long)strlen(wide), small, 1, NULL, 0, 0, &r, &e) == 400 &&
+          strstr(e.msg, "too many"));
+    /* a shape the profile allows but the body does not back: refused before
+     * any memory is reserved for it (400 GB here) */
+    const char *huge = "{\"inputs\":[{\"name\":\"b\",\"shape\":[1000000,1000,100],\"datatype\":\"FP32\","
+                       "\"data\":[1]}]}";
+    CHECK(tb_ks_parse_infer(huge, strlen(huge), -1, small, 1, NULL, 0, 0, &r, &e) == 400 && strstr(e.msg, "has 1 values"));
+    const char *ten = "{\"inputs\":[{\"name\":\"b\",\"shape\":[1,2,5],\"datatype\":\"FP32\",\"data\":[1,2,3,4,5,6,7,8,"
+                      "9,10]}]}";
+    CHECK(tb_ks_parse_infer(ten, strlen(ten), -1, small, 1, NULL, 0, 9, &r, &e) == 400);
+    CHECK(tb_ks_parse_infer(ten, strlen(ten), -1, small, 1, NULL, 0, 10, &r, &e) == 200);
+    tb_ks_request_free(&r);
+    /* an empty tensor where the profile allows it */
+    const char *empty = "{\"inputs\":[{\"name\":\"b\",\"shape\":[0,2,5],\"datatype\":\"FP32\",\"data\":[]}]}";
+    CHECK(tb_ks_parse_infer(empty, strlen(empty), -1, small, 1, NULL, 0, 0, &r, &e) == 200);
+    tb_ks_request_free(&r);
+    /* NULL body */
+    CHECK(tb_ks_parse_infer(NULL, 0, -1, small, 1, NULL, 0, 0, &r, &e) == 400);
+}
+
+/* Encodes outputs and reads them back. */
+static void test_encode(void) {
+    float y[3 * 2] = {0.1f, -1e-30f, 3.4028235e38f, 1.17549435e-38f, 123456.789f, -0.0f};
+    uint8_t mask[3] = {1, 0, 1};
+    tb_tensor outs[2] = {{.dtype = TB_F32, .rank = 2, .dims = {3, 2}, .data = y},
+                         {.dtype = TB_BOOL, .rank = 1, .dims = {3}, .data = mask}};
+    tb_ks_request r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.id, sizeof r.id, "a\"b");
+    char *body;
+    size_t n, hl;
+    tb_ks_error e;
+    /* all outputs as JSON */
+    CHECK(tb_ks_encode_response("mlp", "1", &r, g_out, outs, 2, &body, &n, &hl, &e) == 200);
+    CHECK(hl == 0 && n == strlen(body));
+    json_error_t je;
+    json_t *j = json_loadb(body, n, 0, &je);
+    CHECK_MSG(j != NULL, "%s", body);
+    if (j) {
+        CHECK(!strcmp(json_string_value(json_object_get(j, "model_name")), "mlp"));
+        CHECK(!strcmp(json_string_value(json_object_get(j, "model_version")), "1"));
+        CHECK(!strcmp(json_string_value(json_object_get(j, "id")), "a\"b"));
+        json_t *o = json_object_get(j, "outputs");
+        CHECK(json_array_size(o) == 2);
+        json_t *o0 = json_array_get(o, 0), *o1 = json_array_get(o, 1);
+        CHECK(!strcmp(json_string_value(json_object_get(o0, "name")), "y"));
+        CHECK(!strcmp(json_string_value(json_object_get(o0, "datatype")), "FP32"));
+        CHECK(json_integer_value(json_array_get(json_object_get(o0, "shape"), 0)) == 3);
+        json_t *d = json_object_get(o0, "data");
+        CHECK(json_array_size(d) == 6);
+        for (int i = 0; i < 6; i++) {
+            float v = (float)json_number_value(json_array_get(d, (size_t)i));
+            CHECK_MSG(!memcmp(&v, &y[i], 4), "y[%d] %.9g read back as %.9g", i, y[i], v);
+        }
+        json_t *d1 = json_object_get(o1, "data");
+        CHECK(!strcmp(json_string_value(json_object_get(o1, "datatype")), "BOOL"));
+        CHECK(json_is_true(json_array_get(d1, 0)) && json_is_false(json_array_get(d1, 1)) && json_is_true(json_array_get(d1, 2)));
+        json_decref(j);
+    }
+    free(body);
+    /* mask as JSON, y binary, in that order */
+    r.n_outputs = 2;
+    r.outputs[0] = 1, r.binary[0] = 0;
+    r.outputs[1] = 0, r.binary[1] = 1;
+    r.id[0] = 0;
+    CHECK(tb_ks_encode_response("mlp", "1", &r, g_out, outs, 2, &body, &n, &hl, &e) == 200);
+    CHECK(hl > 0 && n == hl + sizeof y);
+    j = json_loadb(body, hl, 0, &je);
+    CHECK(j != NULL);
+    if (j) {
+        CHECK(json_object_get(j, "id") == NULL);
+        json_t *o = json_object_get(j, "outputs");
+        CHECK(!strcmp(json_string_value(json_object_get(json_array_get(o, 0), "name")), "mask"));
+        json_t *o1 = json_array_get(o, 1);
+        CHECK(!strcmp(json_string_value(json_object_get(o1, "name")), "y"));
+        CHECK(json_object_get(o1, "data") == NULL);
+        CHECK(json_integer_value(json_object_get(json_object_get(o1, "parameters"), "binary_data_size")) == (json_int_t)sizeof y);
+        json_decref(j);
+    }
+    CHECK(!memcmp(body + hl, y, sizeof y));
+    free(body);
+    /* a non-finite value cannot be JSON; binary carries it */
+    y[2] = INFINITY;
+    r.binary[1] = 0;
+    CHECK(tb_ks_encode_response("mlp", "1", &r, g_out, outs, 2, &body, &n, &hl, &e) == 500 && strstr(e.msg, "binary_data"));
+    CHECK(body == NULL);
+    r.binary[1] = 1;
+    CHECK(tb_ks_encode_response("mlp", "1", &r, g_out, outs, 2, &body, &n, &hl, &e) == 200);
+    CHECK(!memcmp(body + hl, y, sizeof y));
+    free(body);
+    /* other dtypes as JSON */
+    int64_t i64[2] = {INT64_MIN, INT64_MAX};
+    uint16_t h[2] = {0x3e00, 0xc000}; /* 1.5, -2 */
+    tb_tensor o2[2] = {{.dtype = TB_I64, .rank = 1, .dims = {2}, .data = i64},
+                       {.dtype = TB_F16, .rank = 1, .dims = {2}, .data = h}};
+    memset(&r, 0, sizeof r);
+    CHECK(tb_ks_encode_response("m", "1", &r, g_out, o2, 2, &body, &n, &hl, &e) == 200);
+    CHECK(strstr(body, "[-9223372036854775808,9223372036854775807]") != NULL);
+    CHECK(strstr(body, "[1.5,-2]") != NULL);
+    free(body);
+    /* a dtype the protocol has no name for */
+    tb_tensor o3 = {.dtype = TB_I4, .rank = 1, .dims = {2}, .data = h};
+    CHECK(tb_ks_encode_response("m", "1", &r, g_out, &o3, 1, &body, &n, &hl, &e) == 500);
+}
+
+static void test_metadata(void) {
+    char *m = tb_ks_model_metadata("mlp", "1", g_in, 2, g_out, 2);
+    CHECK(m != NULL);
+    json_error_t je;
+    json_t *j = m ? json_loads(m, 0, &je) : NULL;
+    CHECK(j != NULL);
+    if (j) {
+        CHECK(!strcmp(json_string_value(json_object_get(j, "name")), "mlp"));
+        CHECK(!strcmp(json_string_value(json_object_get(j, "platform")), "turbine"));
+        CHECK(!strcmp(json_string_value(json_array_get(json_object_get(j, "versions"), 0)), "1"));
+        json_t *x = json_array_get(json_object_get(j, "inputs"), 0);
+        CHECK(!strcmp(json_string_value(json_object_get(x, "name")), "x"));
+        CHECK(!strcmp(json_string_value(json_object_get(x, "datatype")), "FP32"));
+        json_t *sh = json_object_get(x, "shape");
+        CHECK(json_array_size(sh) == 2 && json_integer_value(json_array_get(sh, 0)) == -1 &&
+              json_integer_value(json_array_get(sh, 1)) == 3);
+        json_t *y = json_array_get(json_object_get(j, "outputs"), 0);
+        sh = json_object_get(y, "shape");
+        CHECK(json_integer_value(json_array_get(sh, 0)) == -1 && json_integer_value(json_array_get(sh, 1)) == 2);
+        CHECK(!strcmp(json_string_value(json_object_get(json_array_get(json_object_get(j, "outputs"), 1), "datatype")),
+                      "BOOL"));
+        json_decref(j);
+    }
+    free(m);
+    char *err = tb_ks_error_json("bad \"x\"\n\\");
+    j = err ? json_loads(err, 0, &je) : NULL;
+    CHECK(j && !strcmp(json_string_value(json_object_get(j, "error")), "bad \"x\"\n\\"));
+    json_decref(j);
+    free(err);
+    /* bytes that are not UTF-8 become U+FFFD; valid multi-byte text stays */
+    err = tb_ks_error_json("unknown model '\xff\xc3\xa9\xe2\x82'");
+    j = err ? json_loads(err, 0, &je) : NULL;
+    CHECK_MSG(j && !strcmp(json_string_value(json_object_get(j, "error")), "unknown model '\xef\xbf\xbd\xc3\xa9\xef\xbf\xbd\xef\xbf\xbd'"),
+              "%s", err ? err : "(null)");
+    json_decref(j);
+    free(err);
+}
+
+int main(void) {
+    setup();
+    test_routes();
+    test_dtypes();
+    test_parse_json();
+    test_parse_binary();
+    test_errors();
+    test_encode();
+    test_metadata();
+    printf("%d checks, %d failures\n", tb_test_checks, tb_test_failures);
+    return tb_test_failures != 0;
+}
