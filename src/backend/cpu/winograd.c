@@ -10,9 +10,7 @@
  * tile row per vector (F(4x4) has only that form: without AVX-512 it runs as
  * F(2x2), whose scalar transforms serve the other ISAs).
  * This form runs in three phases over whole images (transform, 36 GEMMs,
- * transform), each split between the threads, or, where the products are
- * too small to split (batch 1), each thread runs its share of the output
- * channels through all three phases on its own; the second form of F(4x4),
+ * transform), each split between the threads; the second form of F(4x4),
  * at the end of the file, runs blocks of 32 tiles start to end on one
  * thread each (tb_cpu_conv_winograd4_fused). Build-time timing picks
  * between them (nn_tune.c).
@@ -416,6 +414,11 @@ static void gemm_one(const wino_job *j, int xi, tb_pool *pool) {
                  pool);
 }
 
+static void gemm_run(void *arg, int ith, int nth) {
+    wino_job *j = arg;
+    for (int xi = j->nxi * ith / nth; xi < j->nxi * (ith + 1) / nth; xi++) gemm_one(j, xi, NULL);
+}
+
 /* the job of image b of the chunk: its input, output, residual and tile columns */
 static wino_job image_job(const wino_job *j, int64_t b, tb_cpu_sgemm_epi *e) {
     const tb_nn_conv_geom *g = j->g;
@@ -433,9 +436,10 @@ static wino_job image_job(const wino_job *j, int64_t b, tb_cpu_sgemm_epi *e) {
     return o;
 }
 
-/* V of input channels [c0, c1) of the chunk's images; pad: the thread's
- * padded plane */
-static void input_part(const wino_job *j, int64_t c0, int64_t c1, float *pad) {
+static void input_run(void *arg, int ith, int nth) {
+    wino_job *j = arg;
+    int64_t c0 = j->g->c * ith / nth, c1 = j->g->c * (ith + 1) / nth;
+    float *pad = j->pad + (size_t)(j->hp * j->wp) * (size_t)ith;
     for (int64_t b = 0; b < j->nb; b++) {
         tb_cpu_sgemm_epi e;
         wino_job ib = image_job(j, b, &e);
@@ -445,14 +449,9 @@ static void input_part(const wino_job *j, int64_t c0, int64_t c1, float *pad) {
     }
 }
 
-static void input_run(void *arg, int ith, int nth) {
+static void output_run(void *arg, int ith, int nth) {
     wino_job *j = arg;
-    int64_t c0 = j->g->c * ith / nth, c1 = j->g->c * (ith + 1) / nth;
-    input_part(j, c0, c1, j->pad + (size_t)(j->hp * j->wp) * (size_t)ith);
-}
-
-/* y of output channels [m0, m1) of the chunk's images, with the epilogue */
-static void output_part(const wino_job *j, int64_t m0, int64_t m1) {
+    int64_t m0 = j->g->m * ith / nth, m1 = j->g->m * (ith + 1) / nth;
     for (int64_t b = 0; b < j->nb; b++) {
         tb_cpu_sgemm_epi e;
         wino_job ib = image_job(j, b, &e);
@@ -473,36 +472,6 @@ static void output_part(const wino_job *j, int64_t m0, int64_t m1) {
             tb_cpu_nn_epilogue(ib.y + m0 * ohw, ohw, m1 - m0, ohw, &e2);
         }
     }
-}
-
-static void output_run(void *arg, int ith, int nth) {
-    wino_job *j = arg;
-    output_part(j, j->g->m * ith / nth, j->g->m * (ith + 1) / nth);
-}
-
-/* The products too small to split one GEMM between threads (batch 1 on the
- * 56x56 to 14x14 maps): each thread owns the output channels [m0, m1) from
- * start to end in one pool run, with no barrier between the phases and
- * nothing handed between cores: it transforms the whole input into its own
- * V (the input transform is ~1/M of the products' work, so doing it twice
- * costs little), runs the nxi products of its rows of U (each thread reads
- * only its half of the weights, which at batch 1 come from memory) into its
- * rows of M, and transforms those back. The share boundary is a multiple of
- * 16 channels so the GEMM's row panels stay whole. */
-static void local_run(void *arg, int ith, int nth) {
-    wino_job j = *(wino_job *)arg;
-    const tb_nn_conv_geom *g = j.g;
-    int64_t groups = (g->m + 15) / 16;
-    int64_t m0 = 16 * (groups * ith / nth), m1 = 16 * (groups * (ith + 1) / nth);
-    if (m1 > g->m) m1 = g->m;
-    if (m0 >= m1) return;
-    j.v += (size_t)(j.nxi * g->c * j.ld) * (size_t)ith; /* this thread's V */
-    input_part(&j, 0, g->c, j.pad + (size_t)(j.hp * j.wp) * (size_t)ith);
-    for (int xi = 0; xi < j.nxi; xi++)
-        tb_cpu_sgemm(0, 0, m1 - m0, j.nb * j.T, g->c, 1.0f, j.u + ((size_t)xi * g->m + m0) * g->c, g->c,
-                     j.v + (size_t)xi * g->c * j.ld, j.ld, 0.0f,
-                     (float *)j.mx + ((size_t)xi * g->m + m0) * j.ld, j.ld, NULL);
-    output_part(&j, m0, m1);
 }
 
 tb_status tb_cpu_conv_winograd(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn_conv_geom *g, int f4,
@@ -538,11 +507,6 @@ tb_status tb_cpu_conv_winograd(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn
     j.ld = chunk * j.T;
     size_t vn = (size_t)(j.nxi * g->c * j.ld), mn = (size_t)(j.nxi * g->m * j.ld);
     size_t pn = j.wide ? (size_t)(j.hp * j.wp) * (size_t)nth : 0;
-    /* products too small to split one GEMM: each thread runs its output
-     * channels start to end (local_run), with a V of its own; at least 16
-     * channels a thread */
-    int local = nth > 1 && (double)g->m * (double)(j.ld) * (double)g->c < 4e6 && g->m >= 16 * (int64_t)nth;
-    if (local) vn *= (size_t)nth;
     float *buf = tb_cpu_nn_scratch(ctx, sizeof(float) * (vn + mn + pn));
     if (!buf) {
         tb_free_aligned(own);
@@ -566,14 +530,16 @@ tb_status tb_cpu_conv_winograd(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_nn
         j.y = y + b * g->m * ohw;
         e.res = res ? res + b * g->m * ohw : NULL;
         j.e = e.bias || e.res || e.act ? &e : NULL;
-        j.u = u;
-        if (local) {
-            tb_pool_run(ctx->pool, local_run, &j);
-            continue;
-        }
         if (nth > 1) tb_pool_run(ctx->pool, input_run, &j);
         else input_run(&j, 0, 1);
-        for (int xi = 0; xi < j.nxi; xi++) gemm_one(&j, xi, ctx->pool);
+        j.u = u;
+        /* the products: whole ones per thread (one sync, and no split of a
+         * small N between threads), unless they are big enough to split */
+        if (nth > 1 && (double)g->m * (double)(j.nb * j.T) * (double)g->c < 4e6) {
+            tb_pool_run(ctx->pool, gemm_run, &j);
+        } else {
+            for (int xi = 0; xi < j.nxi; xi++) gemm_one(&j, xi, ctx->pool);
+        }
         if (nth > 1) tb_pool_run(ctx->pool, output_run, &j);
         else output_run(&j, 0, 1);
     }
