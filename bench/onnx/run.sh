@@ -9,7 +9,7 @@
 #   TURBINE=build/turbine bash bench/onnx/run.sh # and turbine
 #   INT8=1 TURBINE=build/turbine bash bench/onnx/run.sh  # and turbine's INT8 engines
 #
-# Environment: THREADS (2), BATCHES ("1 8"), WARMUP (3), ITERS (20),
+# Environment: THREADS (2), BATCHES ("1 8"), MODELS ("resnet18 bert"), WARMUP (3), ITERS (20),
 # MIN_SECONDS (5: each ONNX Runtime point runs at least ITERS iterations and
 # this long), TURBINE_WARMUP and TURBINE_ITERS (turbine bench's --warmup and
 # --iterations; default WARMUP and ITERS),
@@ -23,6 +23,7 @@ HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 THREADS="${THREADS:-2}"
 BATCHES="${BATCHES:-1 8}"
+MODELS="${MODELS:-resnet18 bert}"
 WARMUP="${WARMUP:-3}"
 ITERS="${ITERS:-20}"
 MIN_SECONDS="${MIN_SECONDS:-5}"
@@ -37,7 +38,7 @@ if [ ! -d "$HERE/node_modules/onnxruntime-node" ]; then
 fi
 
 # export (once; delete OUT to export again)
-for m in resnet18 bert; do
+for m in $MODELS; do
   if [ ! -f "$OUT/${m}_opset17/model.onnx" ]; then
     "$PY" "$ROOT/tests/onnx/make_models.py" "$OUT" --models "$m" --opsets 17 --no-data
   fi
@@ -64,7 +65,7 @@ fi
 maxb=1; for b in $BATCHES; do [ "$b" -gt "$maxb" ] && maxb=$b; done
 minb=$maxb; for b in $BATCHES; do [ "$b" -lt "$minb" ] && minb=$b; done
 
-for m in resnet18 bert; do
+for m in $MODELS; do
   model="$OUT/${m}_opset17/model.onnx"
   for b in $BATCHES; do
     args=()

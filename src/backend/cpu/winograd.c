@@ -193,6 +193,27 @@ static void output_transform(const wino_job *j, int64_t m0, int64_t m1) {
 
 #define W512 __attribute__((target("avx512f,avx2,fma")))
 
+/* P = the plane xc with its pads. Only the image's own rows and columns
+ * are written: the pads around them are the same positions for every
+ * plane, zeroed once per call by input_run (a memset of the whole padded
+ * plane per channel, and a libc memcpy per 14- to 56-float row, cost more
+ * than the transform itself on the 28x28 and 14x14 maps). */
+static W512 void pad_plane(const wino_job *j, const float *xc, float *P) {
+    const tb_nn_conv_geom *g = j->g;
+    int64_t n = g->w;
+    if (g->pl + n > j->wp) n = j->wp - g->pl;
+    for (int64_t yy = 0; yy < g->h; yy++) {
+        int64_t py = yy + g->pt;
+        if (py >= j->hp) break;
+        float *d = P + py * j->wp + g->pl;
+        const float *s = xc + yy * g->w;
+        for (int64_t i = 0; i < n; i += 16) {
+            __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+            _mm512_mask_storeu_ps(d + i, m, _mm512_maskz_loadu_ps(m, s + i));
+        }
+    }
+}
+
 static W512 void input_transform512(const wino_job *j, int64_t c0, int64_t c1, float *P) {
     const tb_nn_conv_geom *g = j->g;
     size_t plane = (size_t)(g->c * j->ld);
@@ -201,14 +222,7 @@ static W512 void input_transform512(const wino_job *j, int64_t c0, int64_t c1, f
     for (int64_t c = c0; c < c1; c++) {
         /* the plane with its pads, zero outside the image */
         const float *xc = j->x + c * g->h * g->w;
-        memset(P, 0, sizeof(float) * (size_t)(j->hp * j->wp));
-        for (int64_t yy = 0; yy < g->h; yy++) {
-            int64_t py = yy + g->pt;
-            if (py >= j->hp) break;
-            int64_t n = g->w;
-            if (g->pl + n > j->wp) n = j->wp - g->pl;
-            memcpy(P + py * j->wp + g->pl, xc + yy * g->w, sizeof(float) * (size_t)n);
-        }
+        pad_plane(j, xc, P);
         for (int64_t ty = 0; ty < j->th; ty++) {
             const float *r0 = P + 2 * ty * j->wp;
             for (int64_t tx = 0; tx < j->tw; tx += 16) {
@@ -316,14 +330,7 @@ static W512 void input_transform4_512(const wino_job *j, int64_t c0, int64_t c1,
     size_t plane = (size_t)(g->c * j->ld);
     for (int64_t c = c0; c < c1; c++) {
         const float *xc = j->x + c * g->h * g->w;
-        memset(P, 0, sizeof(float) * (size_t)(j->hp * j->wp));
-        for (int64_t yy = 0; yy < g->h; yy++) {
-            int64_t py = yy + g->pt;
-            if (py >= j->hp) break;
-            int64_t n = g->w;
-            if (g->pl + n > j->wp) n = j->wp - g->pl;
-            memcpy(P + py * j->wp + g->pl, xc + yy * g->w, sizeof(float) * (size_t)n);
-        }
+        pad_plane(j, xc, P);
         for (int64_t ty = 0; ty < j->th; ty++)
             for (int64_t tx = 0; tx < j->tw; tx += 16) {
                 __m512 t[6][6]; /* rows of B^T d, by columns k */
@@ -440,6 +447,7 @@ static void input_run(void *arg, int ith, int nth) {
     wino_job *j = arg;
     int64_t c0 = j->g->c * ith / nth, c1 = j->g->c * (ith + 1) / nth;
     float *pad = j->pad + (size_t)(j->hp * j->wp) * (size_t)ith;
+    if (j->wide && c0 < c1) memset(pad, 0, sizeof(float) * (size_t)(j->hp * j->wp)); /* the pads, for every plane */
     for (int64_t b = 0; b < j->nb; b++) {
         tb_cpu_sgemm_epi e;
         wino_job ib = image_job(j, b, &e);
