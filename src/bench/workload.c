@@ -271,10 +271,13 @@ static tb_status load_kserve(const tb_workload_options *o, tb_workload *w, int c
         return st;
     }
     int n = cap < TB_KS_POOL ? cap : TB_KS_POOL;
-    for (int i = 0; i < n && st == TB_OK; i++) {
+    size_t bytes = 0;
+    /* large tensors: fewer bodies, at most about 64 MiB of them (the HTTP
+     * client keeps its own formatted copy of each) */
+    for (int i = 0; i < n && st == TB_OK && bytes < ((size_t)64 << 20); i++) {
         size_t hl;
         st = tb_ks_build_body(s, NULL, &seed, &w->reqs[i].body, &w->reqs[i].body_len, &hl);
-        if (st == TB_OK) { w->n++; w->ks_header_len = hl; }
+        if (st == TB_OK) { w->n++; w->ks_header_len = hl; bytes += w->reqs[i].body_len; }
     }
     return st;
 }
