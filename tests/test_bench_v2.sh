@@ -59,7 +59,7 @@ fi
 # ---- JSON tensors from the metadata, closed loop, batch 3
 N=24
 if bench "$URL" --endpoint kserve --model "$MODEL" --batch-size 3 -c 3 -n $N --seed 7 \
-     --json "$D/json.json" >"$D/json.out" 2>&1; then ok "json run exits 0"; else bad "json run failed: $(tail -5 "$D/json.out")"; fi
+     --json "$D/json.json" --html "$D/json.html" >"$D/json.out" 2>&1; then ok "json run exits 0"; else bad "json run failed: $(tail -5 "$D/json.out")"; fi
 [ "$(q "$D/json.json" 'r["points"][0]["requests_ok"]')" = "$N" ] && ok "json: $N requests ok" || bad "json: requests_ok $(q "$D/json.json" 'r["points"][0]["requests_ok"]')"
 found=$(q "$D/json.json" 'r["points"][0]["server"]["found"]')
 if [ "$found" = True ]; then
@@ -72,6 +72,7 @@ if [ "$found" = True ]; then
     [ "$qm" = "0.3" ] && ok "json: server queue mean 0.3 ms" || bad "json: queue mean $qm ms, want 0.3"
     q50=$(q "$D/json.json" 'round(r["points"][0]["server"]["queue_ms"]["p50"], 6)')
     [ "$q50" = "0.3" ] && ok "json: server queue p50 0.3 ms (bucket interpolation)" || bad "json: queue p50 $q50"
+    grep -q "<h2>Server" "$D/json.html" && grep -q "<td>3.00</td>" "$D/json.html" && ok "json: the HTML report's server table has the mean" || bad "json: no server table in the HTML report"
     grep -q "batch size mean 3.00" "$D/json.out" && ok "json: text report shows the batch-size mean" || bad "json: no batch-size mean in the text report"
     grep -q "batch sizes: <=4: $N" "$D/json.out" && ok "json: text report shows the batch-size distribution" || bad "json: no distribution: $(grep 'batch sizes' "$D/json.out")"
     st=$(fstats "$URL")

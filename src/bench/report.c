@@ -473,6 +473,43 @@ static const char k_js[] =
     "var off=k.classList.toggle('off');g.style.display=off?'none':'';});});});"
     "document.body.setAttribute('data-rendered',String(document.querySelectorAll('figure.chart').length));})();";
 
+/* kserve: the server's per-model figures per point, when it exported them. */
+static void html_server(FILE *f, const tb_bench_report *r) {
+    int any = 0;
+    for (int i = 0; i < r->n_points; i++)
+        if (r->points[i].server && r->points[i].server->seen && r->points[i].server->valid) any = 1;
+    if (!any) return;
+    fprintf(f, "<h2>Server (its /metrics over each point)</h2><table><tr><th>point</th><th>rejected (429)</th>"
+               "<th>server ok</th><th>server failed</th><th>executions</th><th>batch size mean</th>"
+               "<th>batch sizes</th><th>queue ms mean</th><th>p50</th><th>p99</th><th>compute ms mean</th>"
+               "<th>p50</th><th>p99</th></tr>\n");
+    for (int i = 0; i < r->n_points; i++) {
+        const tb_bench_result *p = &r->points[i];
+        const tb_ks_metrics *m = p->server;
+        char nm[64];
+        if (!m || !m->seen || !m->valid) continue;
+        fprintf(f, "<tr><td>%s</td><td>%ld</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>%.2f</td><td>",
+                point_name(p, nm, sizeof nm), status_count(p, 429), m->success, m->failure, m->executions,
+                tb_prom_mean(&m->batch));
+        for (int k = 0; k < m->batch.n; k++) {
+            double c = m->batch.cum[k] - (k ? m->batch.cum[k - 1] : 0);
+            if (c <= 0) continue;
+            if (isinf(m->batch.le[k])) fprintf(f, "&gt;%g: %.0f ", k ? m->batch.le[k - 1] : 0, c);
+            else fprintf(f, "&le;%g: %.0f ", m->batch.le[k], c);
+        }
+        fprintf(f, "</td>");
+        const double v[6] = {tb_prom_mean(&m->queue_us), tb_prom_quantile(&m->queue_us, 0.5),
+                             tb_prom_quantile(&m->queue_us, 0.99), tb_prom_mean(&m->compute_us),
+                             tb_prom_quantile(&m->compute_us, 0.5), tb_prom_quantile(&m->compute_us, 0.99)};
+        for (int k = 0; k < 6; k++) {
+            if (isfinite(v[k])) fprintf(f, "<td>%.3f</td>", v[k] / 1e3);
+            else fprintf(f, "<td>\xe2\x80\x93</td>"); /* U+2013: not exported */
+        }
+        fprintf(f, "</tr>\n");
+    }
+    fprintf(f, "</table>\n");
+}
+
 tb_status tb_report_html(const char *path, const tb_bench_report *r) {
     FILE *f = fopen(path, "w");
     if (!f) return tb_errorf(TB_ERR_IO, "cannot write %s", path);
@@ -520,6 +557,7 @@ tb_status tb_report_html(const char *path, const tb_bench_report *r) {
         fprintf(f, "</td></tr>\n");
     }
     fprintf(f, "</table>\n");
+    html_server(f, r);
 
     /* latency-throughput across the sweep */
     double *qx = calloc((size_t)np + 1, sizeof *qx), *buf = calloc((size_t)np * 4 + 4, sizeof *buf);
