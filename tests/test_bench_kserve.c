@@ -86,8 +86,9 @@ static void test_json_body(void) {
     json_t *ad = json_object_get(a, "data"), *bd = json_object_get(b, "data");
     CHECK(json_array_size(ad) == 6 && json_array_size(bd) == 4);
     for (size_t i = 0; i < json_array_size(ad); i++) {
-        double v = json_number_value(json_array_get(ad, i));
-        CHECK(v >= -1 && v < 1 && v * 1024 == floor(v * 1024));
+        /* FP32 values: exact multiples of 1/1024 once read as a float */
+        float v = (float)json_number_value(json_array_get(ad, i));
+        CHECK(v >= -1 && v < 1 && v * 1024 == floorf(v * 1024));
     }
     for (size_t i = 0; i < json_array_size(bd); i++) {
         json_t *v = json_array_get(bd, i);
@@ -104,7 +105,7 @@ static void test_json_body(void) {
 
 static void test_binary_body(void) {
     tb_ks_spec s = small_spec(1);
-    float a[6] = {1, 2, 3, 4, 5, 6.5f};
+    float a[6] = {0.1f, 2, 3, 4, 5, 6.5f};
     int32_t bb[4] = {-1, 7, 8, 100000};
     uint16_t c[2] = {0x3c00, 0xc000};
     const void *data[3] = {a, bb, c};
@@ -133,11 +134,18 @@ static void test_binary_body(void) {
     j = json_loads(body, 0, &err);
     json_t *ins = json_object_get(j, "inputs");
     CHECK(json_real_value(json_array_get(json_object_get(json_array_get(ins, 0), "data"), 5)) == 6.5);
+    /* a float with no short decimal form reads back as the same float */
+    CHECK((float)json_real_value(json_array_get(json_object_get(json_array_get(ins, 0), "data"), 0)) == 0.1f);
+    CHECK(json_is_real(json_array_get(json_object_get(json_array_get(ins, 0), "data"), 1))); /* "2.0", not 2 */
     CHECK(json_integer_value(json_array_get(json_object_get(json_array_get(ins, 1), "data"), 0)) == -1);
     CHECK(json_integer_value(json_array_get(json_object_get(json_array_get(ins, 1), "data"), 3)) == 100000);
     CHECK(json_real_value(json_array_get(json_object_get(json_array_get(ins, 2), "data"), 1)) == -2.0);
     json_decref(j);
     free(body);
+    /* NaN has no JSON form: refused, not sent as garbage */
+    float nanv[6] = {0, NAN, 0, 0, 0, 0};
+    const void *nd[3] = {nanv, bb, c};
+    CHECK(tb_ks_build_body(&s, nd, NULL, &body, &n, &hl) != TB_OK);
 
     /* --input-data: a file of one batch item repeated along dim 0 */
     char dir[512], path[600];
