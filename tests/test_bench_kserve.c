@@ -166,6 +166,53 @@ static void test_binary_body(void) {
     rmdir(dir);
 }
 
+/* perf_analyzer's input-data JSON: steps, flat arrays or {"content": ...} */
+static void test_json_data(void) {
+    tb_ks_spec s = small_spec(0);
+    char path[600];
+    snprintf(path, sizeof path, "%s/kserve_data_%d.json", tb_test_tmp(), (int)getpid());
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (!f) return;
+    fputs("{\"data\": [{\"a\": [1, 2, 3, 4, 5, 6.5], \"b\": {\"content\": [-1, 2, 3, 4], \"shape\": [4]},"
+          " \"c\": [0.5, 1]}, {\"a\": [0, 0, 0, 0, 0, 0], \"b\": [9, 9, 9, 9], \"c\": [true, 0]}]}", f);
+    fclose(f);
+    void **bufs = NULL;
+    int ns = 0;
+    CHECK(tb_ks_read_json_data(path, &s, 1, 16, &bufs, &ns) == TB_OK && ns == 2);
+    if (ns == 2) {
+        const float *a = bufs[0];
+        const int32_t *b = bufs[1];
+        const uint16_t *c = bufs[2];
+        CHECK(a[0] == 1 && a[5] == 6.5f && b[0] == -1 && b[3] == 4 && c[0] == 0x3800 && c[1] == 0x3c00);
+        CHECK(((const int32_t *)bufs[4])[2] == 9 && ((const uint16_t *)bufs[5])[0] == 0x3c00);
+    }
+    for (int i = 0; i < ns * 3; i++) free(bufs[i]);
+    free(bufs);
+    CHECK(tb_ks_read_json_data(path, &s, 1, 1, &bufs, &ns) == TB_OK && ns == 1); /* max_steps */
+    for (int i = 0; i < ns * 3; i++) free(bufs[i]);
+    free(bufs);
+    /* batch 2 (a becomes 4x3): each array above is one batch item's share,
+     * repeated along dim 0 */
+    tb_ks_spec s2 = small_spec(0);
+    CHECK(tb_ks_apply_batch(&s2, 2) == TB_OK);
+    CHECK(tb_ks_read_json_data(path, &s2, 2, 16, &bufs, &ns) == TB_OK && ns == 2); /* every input one item's share */
+    if (ns == 2) {
+        const float *a = bufs[0];
+        CHECK(a[6] == 1 && a[11] == 6.5f); /* repeated along dim 0 */
+    }
+    for (int i = 0; i < ns * 3; i++) free(bufs[i]);
+    free(bufs);
+    f = fopen(path, "w");
+    if (f) { fputs("{\"data\": [{\"a\": [1, 2], \"b\": [1, 2, 3, 4], \"c\": [1, 2]}]}", f); fclose(f); }
+    CHECK(tb_ks_read_json_data(path, &s, 1, 16, &bufs, &ns) != TB_OK); /* a: 2 values for 6 */
+    f = fopen(path, "w");
+    if (f) { fputs("{\"data\": [{\"a\": [1, 2, 3, 4, 5, \"x\"], \"b\": [1, 2, 3, 4], \"c\": [1, 2]}]}", f); fclose(f); }
+    CHECK(tb_ks_read_json_data(path, &s, 1, 16, &bufs, &ns) != TB_OK); /* not a number */
+    CHECK(tb_ks_read_json_data("/nonexistent/x.json", &s, 1, 16, &bufs, &ns) != TB_OK);
+    remove(path);
+}
+
 static void test_response(void) {
     tb_ks_spec s = small_spec(0);
     char m[256];
@@ -264,6 +311,7 @@ int main(void) {
     test_inputs();
     test_json_body();
     test_binary_body();
+    test_json_data();
     test_response();
     test_metrics();
     printf("test_bench_kserve: %d checks, %d failures\n", tb_test_checks, tb_test_failures);

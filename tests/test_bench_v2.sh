@@ -11,7 +11,7 @@
 #  - binary tensors with --input, open loop: every request ok and (fake)
 #    every one arrived as binary, with binary outputs whose sizes the bench
 #    checked;
-#  - (fake) --input-data DIR: the file's values reach the server;
+#  - (fake) --input-data DIR and a perf_analyzer input-data JSON file;
 #  - (fake) 429s counted as rejected, a short binary output counted as an
 #    error with a failing exit status, /metrics without our series noted.
 # Every run is bounded in requests and time.
@@ -105,6 +105,10 @@ if [ $FAKE_RUN = 1 ]; then
   "$PY" -c 'import struct; open("'"$D"'/in/x.bin","wb").write(struct.pack("<4f",1,2,3,4)); open("'"$D"'/in/ids.bin","wb").write(struct.pack("<2i",5,6))'
   bench "$URL" --endpoint kserve --model tiny --input-data "$D/in" --batch-size 2 -n 4 --json "$D/file.json" >"$D/file.out" 2>&1 \
     && [ "$(q "$D/file.json" 'r["points"][0]["requests_ok"]')" = 4 ] && ok "--input-data: 4 requests ok" || bad "--input-data: $(tail -3 "$D/file.out")"
+  # perf_analyzer's input-data JSON: two steps, ids given as {"content": ...}
+  echo '{"data": [{"x": [1, 2, 3, 4], "ids": {"content": [1, 2], "shape": [2]}}, {"x": [0, 0, 0, 0], "ids": [7, 8]}]}' >"$D/steps.json"
+  bench "$URL" --endpoint kserve --model tiny --input-data "$D/steps.json" --tensor-format binary -n 6 --json "$D/steps.out.json" >"$D/steps.out" 2>&1 \
+    && [ "$(q "$D/steps.out.json" 'r["points"][0]["requests_ok"]')" = 6 ] && ok "--input-data FILE.json: 6 requests ok" || bad "--input-data FILE.json: $(tail -3 "$D/steps.out")"
   # the body the bench sends: checked through the fake's validation (400 on a wrong size)
   echo -n 'xx' >"$D/in/ids.bin"
   if bench "$URL" --endpoint kserve --model tiny --input-data "$D/in" -n 2 >"$D/file2.out" 2>&1; then

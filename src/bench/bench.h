@@ -90,7 +90,8 @@ typedef struct {
     const struct tb_ks_spec_ *kserve_spec; /* kserve: bodies built from this
                               * spec (tb_ks_build_body), a pool of up to
                               * TB_KS_POOL random ones, or one from files    */
-    const char *input_data_dir; /* kserve: NAME.bin per input                */
+    const char *input_data_dir; /* kserve: NAME.bin per input in a folder, or
+                              * a perf_analyzer input-data FILE.json        */
     int batch_size;          /* kserve: --batch-size (files repeat per item)  */
     int n_prompts;           /* distinct requests to prepare, all of them
                               * different (a file too short is cycled)       */
@@ -161,6 +162,13 @@ tb_status tb_ks_build_body(const tb_ks_spec *s, const void *const *data, uint64_
 /* Input i's bytes from DIR/NAME.bin (raw little-endian), either the whole
  * tensor or one batch item repeated along dim 0 (batch copies). Malloc'd. */
 tb_status tb_ks_read_input(const char *dir, const tb_ks_tensor *t, int batch, void **data);
+/* Triton perf_analyzer's input-data JSON: {"data": [{NAME: [v, ...] or
+ * {"content": [...], "shape": [...]}, ...}, ...]}, one step per body (at
+ * most max_steps), each input a flat array of the whole tensor or of one
+ * batch item (repeated). *out: n_steps * n_inputs malloc'd buffers, step
+ * major. */
+tb_status tb_ks_read_json_data(const char *path, const tb_ks_spec *s, int batch, int max_steps, void ***out,
+                               int *n_steps);
 /* Checks a 200 response body: JSON (a binary reply: its header) with an
  * "outputs" array naming every expected output, JSON data of the stated
  * shape's size, or binary_data_size that add up to the bytes after the

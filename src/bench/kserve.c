@@ -377,6 +377,78 @@ tb_status tb_ks_read_input(const char *dir, const tb_ks_tensor *t, int batch, vo
                      t->datatype, (long long)n, want, batch > 1 ? " (or one batch item's share)" : "");
 }
 
+/* One JSON value into element i of t's little-endian form; 0: not a number. */
+static int put_elem(const tb_ks_tensor *t, json_t *v, unsigned char *p, int64_t i) {
+    unsigned char *q = p + i * t->elem_size;
+    const char *dt = t->datatype;
+    if (!json_is_number(v) && !json_is_boolean(v)) return 0;
+    double d = json_is_boolean(v) ? json_is_true(v) : json_number_value(v);
+    if (!strcmp(dt, "FP32")) { float f = (float)d; memcpy(q, &f, 4); }
+    else if (!strcmp(dt, "FP64")) memcpy(q, &d, 8);
+    else if (!strcmp(dt, "FP16")) { uint16_t h = tb_f32_to_f16((float)d); memcpy(q, &h, 2); }
+    else if (!strcmp(dt, "BF16")) {
+        float f = (float)d;
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        uint16_t h = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16); /* nearest, ties to even */
+        memcpy(q, &h, 2);
+    } else if (!strcmp(dt, "BOOL")) q[0] = d != 0;
+    else {
+        int64_t x = json_is_integer(v) ? (int64_t)json_integer_value(v) : (int64_t)d;
+        memcpy(q, &x, (size_t)t->elem_size); /* little-endian: the low bytes */
+    }
+    return 1;
+}
+
+tb_status tb_ks_read_json_data(const char *path, const tb_ks_spec *s, int batch, int max_steps, void ***out,
+                               int *n_steps) {
+    *out = NULL;
+    *n_steps = 0;
+    json_error_t err;
+    json_t *root = json_load_file(path, 0, &err);
+    if (!root) return tb_errorf(TB_ERR_FORMAT, "%s:%d: %s", path, err.line, err.text);
+    json_t *steps = json_object_get(root, "data");
+    tb_status st = TB_OK;
+    size_t ns = json_array_size(steps);
+    if (!json_is_array(steps) || !ns) st = tb_errorf(TB_ERR_FORMAT, "%s: want {\"data\": [{NAME: [...], ...}, ...]}", path);
+    if (ns > (size_t)max_steps) ns = (size_t)max_steps;
+    void **bufs = st == TB_OK ? calloc(ns * (size_t)s->n_inputs, sizeof *bufs) : NULL;
+    if (st == TB_OK && !bufs) st = tb_errorf(TB_ERR_OOM, "kserve: out of memory");
+    for (size_t k = 0; st == TB_OK && k < ns; k++) {
+        json_t *step = json_array_get(steps, k);
+        for (int i = 0; st == TB_OK && i < s->n_inputs; i++) {
+            const tb_ks_tensor *t = &s->inputs[i];
+            json_t *v = json_object_get(step, t->name);
+            if (json_is_object(v)) v = json_object_get(v, "content"); /* {"content": [...], "shape": [...]} */
+            int64_t n = tb_ks_elems(t), b = batch > 0 ? batch : 1;
+            size_t got = json_array_size(v);
+            if (!json_is_array(v) || (got != (size_t)n && (b == 1 || n % b || got != (size_t)(n / b)))) {
+                st = tb_errorf(TB_ERR_FORMAT, "%s: step %zu: input %s wants a flat array of %lld values%s", path, k,
+                               t->name, (long long)n, b > 1 ? " (or one batch item's)" : "");
+                break;
+            }
+            unsigned char *p = malloc((size_t)n * (size_t)t->elem_size + 1);
+            bufs[k * (size_t)s->n_inputs + (size_t)i] = p;
+            if (!p) { st = tb_errorf(TB_ERR_OOM, "kserve: out of memory"); break; }
+            for (int64_t e = 0; e < n; e++)
+                if (!put_elem(t, json_array_get(v, (size_t)(e % (int64_t)got)), p, e)) {
+                    st = tb_errorf(TB_ERR_FORMAT, "%s: step %zu: input %s: value %lld is not a number", path, k,
+                                   t->name, (long long)(e % (int64_t)got));
+                    break;
+                }
+        }
+    }
+    json_decref(root);
+    if (st != TB_OK) {
+        for (size_t k = 0; bufs && k < ns * (size_t)s->n_inputs; k++) free(bufs[k]);
+        free(bufs);
+        return st;
+    }
+    *out = bufs;
+    *n_steps = (int)ns;
+    return TB_OK;
+}
+
 static const char *sval(json_t *j, const char *dflt) {
     const char *v = json_string_value(j);
     return v ? v : dflt;

@@ -259,6 +259,22 @@ static tb_status load_kserve(const tb_workload_options *o, tb_workload *w, int c
     const tb_ks_spec *s = o->kserve_spec;
     uint64_t seed = o->seed ? o->seed : 1;
     tb_status st = TB_OK;
+    size_t pl = o->input_data_dir ? strlen(o->input_data_dir) : 0;
+    if (pl > 5 && !strcmp(o->input_data_dir + pl - 5, ".json")) {
+        void **bufs;
+        int ns;
+        TB_TRY(tb_ks_read_json_data(o->input_data_dir, s, o->batch_size, cap < TB_KS_POOL ? cap : TB_KS_POOL,
+                                    &bufs, &ns));
+        for (int k = 0; k < ns && st == TB_OK; k++) {
+            size_t hl;
+            st = tb_ks_build_body(s, (const void *const *)(bufs + (size_t)k * (size_t)s->n_inputs), &seed,
+                                  &w->reqs[k].body, &w->reqs[k].body_len, &hl);
+            if (st == TB_OK) { w->n++; w->ks_header_len = hl; }
+        }
+        for (int k = 0; k < ns * s->n_inputs; k++) free(bufs[k]);
+        free(bufs);
+        return st;
+    }
     if (o->input_data_dir) {
         void *data[TB_KS_MAX_TENSORS] = {0};
         for (int i = 0; i < s->n_inputs && st == TB_OK; i++)
