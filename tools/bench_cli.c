@@ -538,6 +538,7 @@ int tb_cli_bench(int argc, char **argv) {
                         "point%s): prompts repeat, so a server's prefix cache may reuse earlier ones\n",
                 wo.jsonl_path ? wo.jsonl_path : wo.sharegpt_path, w->n_source, w->n, warm + per,
                 warm ? " with the warm-up" : "");
+    tb_bench_config scrape_c = c; /* /metrics GETs: without the infer-only header below */
     if (wo.kserve_spec && ks.binary) {
         if (c.n_headers >= TB_BENCH_MAX_HEADERS) { fprintf(stderr, "turbine bench: error: too many headers\n"); goto done; }
         snprintf(icl_header, sizeof icl_header, "Inference-Header-Content-Length: %zu", w->ks_header_len);
@@ -563,14 +564,14 @@ int tb_cli_bench(int argc, char **argv) {
         }
         tb_ks_metrics before;
         int scrape = wo.endpoint == TB_EP_KSERVE && c.scrape_metrics;
-        if (scrape) server_metrics(root, &c, wo.model, &before);
+        if (scrape) server_metrics(root, &scrape_c, wo.model, &before);
         if (tb_bench_run(&c, &view, &points[i]) != TB_OK) {
             fprintf(stderr, "turbine bench: error: %s\n", tb_last_error());
             goto done;
         }
         if (scrape) {
             tb_ks_metrics after;
-            server_metrics(root, &c, wo.model, &after);
+            server_metrics(root, &scrape_c, wo.model, &after);
             points[i].server = malloc(sizeof *points[i].server);
             if (points[i].server) {
                 tb_ks_metrics_delta(&after, &before, points[i].server);
