@@ -58,7 +58,19 @@ static void print_usage(FILE *f) {
         "  --prompts FILE.jsonl  one {\"prompt\": ..., \"output_len\": N} or string per line\n"
         "  --sharegpt FILE.json  ShareGPT conversations (first turn asks, the second's length,\n"
         "                        chars/4, is max_tokens unless --output-len is given)\n"
-        "  --body FILE.json      kserve: the request body\n"
+        "  --body FILE.json      kserve: the request body, sent as is\n"
+        "kserve (KServe v2 / Triton; without --body):\n"
+        "  --input NAME:DATATYPE:SHAPE  an input (repeatable), e.g. input:FP32:1x3x224x224;\n"
+        "                        default: the inputs of BASE_URL/v2/models/MODEL\n"
+        "  --shape NAME:DIMS     the shape of a metadata input with -1 dims (else they are 1)\n"
+        "  --batch-size N        multiplies dim 0 of every input (default 1)\n"
+        "  --input-data DIR|FILE.json  DIR/NAME.bin, raw little-endian per input (the whole\n"
+        "                        tensor or one batch item), or perf_analyzer's input-data JSON\n"
+        "                        ({\"data\": [{NAME: [...]}, ...]}, a body per step); default:\n"
+        "                        random values from --seed\n"
+        "  --tensor-format json|binary  (default json; binary: the binary tensor extension,\n"
+        "                        binary outputs asked for too)\n"
+        "  --request-rate R      the same as --rate\n"
         "  --num-prompts N       distinct prompts per point (default: min(requests, 1000));\n"
         "                        each point and warm-up gets prompts no earlier one sent\n"
         "  --no-stream           non-streaming requests (no TTFT/ITL); --no-ignore-eos; --seed N\n"
@@ -244,6 +256,76 @@ static void raise_fd_limit(void) {
     }
 }
 
+/* The server's turbine_model_* figures for `model` now (all zero, seen 0,
+ * when /metrics is missing or has none). */
+static void server_metrics(const char *root, const tb_bench_config *c, const char *model, tb_ks_metrics *m) {
+    char *u = join_url(root, "/metrics"), *text = NULL;
+    long code = 0;
+    memset(m, 0, sizeof *m);
+    if (u && tb_bench_http_get(u, c, 5, 16 << 20, &text, &code) == TB_OK && code == 200 && text)
+        tb_ks_metrics_parse(text, model, m);
+    free(text);
+    free(u);
+}
+
+/* kserve without --body: the inputs from --input or the model's metadata
+ * (GET /v2/models/MODEL, which also names the outputs responses must
+ * hold), --shape for dynamic dims, --batch-size. 0: ready; else the error
+ * is printed. */
+static int kserve_setup(const char *root, tb_bench_config *c, tb_workload_options *wo, tb_ks_spec *ks,
+                        const char *const *shapes, int n_shapes) {
+    char p[1200];
+    if (strlen(wo->model) > 1000) { fprintf(stderr, "turbine bench: error: model name too long\n"); return 1; }
+    snprintf(p, sizeof p, "%s/v2/models/%s", root, wo->model);
+    char *meta = NULL;
+    long code = 0;
+    if (tb_bench_http_get(p, c, 10, 1 << 20, &meta, &code) != TB_OK || code != 200) {
+        free(meta);
+        meta = NULL;
+    }
+    tb_ks_spec md;
+    int have_md = meta && tb_ks_spec_from_metadata(meta, &md) == TB_OK;
+    if (meta && !have_md && !ks->n_inputs)
+        fprintf(stderr, "turbine bench: error: %s: %s\n", p, tb_last_error());
+    int got = meta != NULL;
+    free(meta);
+    if (!ks->n_inputs) {
+        if (!have_md) {
+            if (!got) fprintf(stderr, "turbine bench: error: no --input given and %s answered no metadata (HTTP %ld)\n", p, code);
+            return 1;
+        }
+        int binary = ks->binary;
+        *ks = md;
+        ks->binary = binary;
+        for (int i = 0; i < n_shapes; i++)
+            if (tb_ks_apply_shape(ks, shapes[i]) != TB_OK) {
+                fprintf(stderr, "turbine bench: error: %s\n", tb_last_error());
+                return 1;
+            }
+        tb_ks_fix_dynamic(ks);
+    } else {
+        if (n_shapes) { fprintf(stderr, "turbine bench: error: --shape applies to inputs from the metadata; --input gives whole shapes\n"); return 1; }
+        if (have_md) { /* the outputs every response must hold */
+            memcpy(ks->outputs, md.outputs, sizeof md.outputs);
+            ks->n_outputs = md.n_outputs;
+        }
+    }
+    if (tb_ks_apply_batch(ks, wo->batch_size > 0 ? wo->batch_size : 1) != TB_OK) {
+        fprintf(stderr, "turbine bench: error: %s\n", tb_last_error());
+        return 1;
+    }
+    fprintf(stderr, "turbine bench: %s request:", ks->binary ? "binary" : "JSON");
+    for (int i = 0; i < ks->n_inputs; i++) {
+        const tb_ks_tensor *t = &ks->inputs[i];
+        fprintf(stderr, " %s:%s:", t->name, t->datatype);
+        for (int k = 0; k < t->n_dims; k++) fprintf(stderr, "%s%lld", k ? "x" : "", (long long)t->dims[k]);
+    }
+    fprintf(stderr, "%s\n", ks->n_outputs ? "" : " (outputs unknown: responses checked for any)");
+    wo->kserve_spec = ks;
+    c->kserve = ks;
+    return 0;
+}
+
 int tb_cli_bench(int argc, char **argv) {
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--engine")) return tb_bench_engine_main(argc, argv);
@@ -266,6 +348,11 @@ int tb_cli_bench(int argc, char **argv) {
     int in_explicit = 0, out_explicit = 0;
     double max_err_rate = 0.5;
     c.api_key = getenv("OPENAI_API_KEY");
+    static tb_ks_spec ks; /* large; one per process */
+    memset(&ks, 0, sizeof ks);
+    const char *shapes[TB_KS_MAX_TENSORS];
+    int n_shapes = 0, ks_format_given = 0;
+    char icl_header[96];
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -293,7 +380,7 @@ int tb_cli_bench(int argc, char **argv) {
             else return usage("--http-client is auto, builtin or curl, not '%s'", v);
         }
         else if (!strcmp(a, "-c") || !strcmp(a, "--concurrency")) { NEED(); if (!parse_list(v, 1, 100000, conc, &n_conc)) return usage("bad --concurrency '%s' (N or N,N,... in [1, 100000])", v); }
-        else if (!strcmp(a, "--rate")) { NEED(); if (!parse_list(v, 1e-3, 1e6, rates, &n_rates)) return usage("bad --rate '%s'", v); }
+        else if (!strcmp(a, "--rate") || !strcmp(a, "--request-rate")) { NEED(); if (!parse_list(v, 1e-3, 1e6, rates, &n_rates)) return usage("bad --rate '%s'", v); }
         else if (!strcmp(a, "--arrivals")) {
             NEED();
             if (!strcmp(v, "poisson")) c.poisson = 1;
@@ -312,6 +399,24 @@ int tb_cli_bench(int argc, char **argv) {
         else if (!strcmp(a, "--prompts")) { NEED(); wo.jsonl_path = v; }
         else if (!strcmp(a, "--sharegpt")) { NEED(); wo.sharegpt_path = v; }
         else if (!strcmp(a, "--body")) { NEED(); wo.body_path = v; }
+        else if (!strcmp(a, "--input")) {
+            NEED();
+            if (ks.n_inputs >= TB_KS_MAX_TENSORS) return usage("more than %s --input", "16");
+            if (tb_ks_parse_input(v, &ks.inputs[ks.n_inputs]) != TB_OK) return usage("%s", tb_last_error());
+            ks.n_inputs++;
+        } else if (!strcmp(a, "--shape")) {
+            NEED();
+            if (n_shapes >= TB_KS_MAX_TENSORS || !strchr(v, ':')) return usage("bad or too many --shape at '%s'", v);
+            shapes[n_shapes++] = v;
+        } else if (!strcmp(a, "--batch-size")) { NEED(); if (!parse_long(v, 1, 1 << 20, &l)) return usage("bad --batch-size '%s'", v); wo.batch_size = (int)l; }
+        else if (!strcmp(a, "--input-data")) { NEED(); wo.input_data_dir = v; }
+        else if (!strcmp(a, "--tensor-format")) {
+            NEED();
+            if (!strcmp(v, "json")) ks.binary = 0;
+            else if (!strcmp(v, "binary")) ks.binary = 1;
+            else return usage("--tensor-format is json or binary, not '%s'", v);
+            ks_format_given = 1;
+        }
         else if (!strcmp(a, "--num-prompts")) { NEED(); if (!parse_long(v, 1, 100000, &num_prompts)) return usage("bad --num-prompts '%s'", v); }
         else if (!strcmp(a, "--seed")) { NEED(); if (!parse_long(v, 0, 1L << 62, &l)) return usage("bad --seed '%s'", v); wo.seed = c.seed = (uint64_t)l; }
         else if (!strcmp(a, "--stream")) { wo.stream = c.stream = 1; }
@@ -344,6 +449,10 @@ int tb_cli_bench(int argc, char **argv) {
     if (wo.prefix_len && (wo.jsonl_path || wo.sharegpt_path))
         return usage("%s", "--prefix-len applies to synthetic prompts, not to --prompts or --sharegpt");
     if (c.requests == 0 && c.duration == 0) c.requests = 100;
+    int ks_opts = ks.n_inputs || n_shapes || wo.batch_size || wo.input_data_dir || ks_format_given;
+    if (ks_opts && wo.endpoint != TB_EP_KSERVE)
+        return usage("%s", "--input, --shape, --batch-size, --input-data and --tensor-format are for --endpoint kserve");
+    if (ks_opts && wo.body_path) return usage("%s", "--body is sent as is: it excludes --input, --shape, --batch-size, --input-data and --tensor-format");
     /* ShareGPT: each answer's own length, unless --output-len is given */
     if (wo.sharegpt_path && !out_explicit) wo.output_len = 0;
     c.endpoint = wo.endpoint;
@@ -387,6 +496,8 @@ int tb_cli_bench(int argc, char **argv) {
         if (max_len > 0 && synthetic)
             fit_lengths(&wo, max_len, tokens_per_word(root, &c, wo.model), in_explicit, out_explicit);
     }
+    if (wo.endpoint == TB_EP_KSERVE && !wo.body_path && kserve_setup(root, &c, &wo, &ks, shapes, n_shapes) != 0)
+        goto done;
     if (wo.endpoint == TB_EP_COMPLETIONS) url = join_url(root, "/v1/completions");
     else if (wo.endpoint == TB_EP_CHAT) url = join_url(root, "/v1/chat/completions");
     else if (wo.endpoint == TB_EP_KSERVE) {
@@ -427,6 +538,12 @@ int tb_cli_bench(int argc, char **argv) {
                         "point%s): prompts repeat, so a server's prefix cache may reuse earlier ones\n",
                 wo.jsonl_path ? wo.jsonl_path : wo.sharegpt_path, w->n_source, w->n, warm + per,
                 warm ? " with the warm-up" : "");
+    tb_bench_config scrape_c = c; /* /metrics GETs: without the infer-only header below */
+    if (wo.kserve_spec && ks.binary) {
+        if (c.n_headers >= TB_BENCH_MAX_HEADERS) { fprintf(stderr, "turbine bench: error: too many headers\n"); goto done; }
+        snprintf(icl_header, sizeof icl_header, "Inference-Header-Content-Length: %zu", w->ks_header_len);
+        c.headers[c.n_headers++] = icl_header;
+    }
     points = calloc((size_t)n_sweep, sizeof *points);
     if (!points) goto done;
     time_t now_t = time(NULL);
@@ -445,9 +562,21 @@ int tb_cli_bench(int argc, char **argv) {
             view.n = (int)(warm + per);
             view.n_warmup = (int)warm;
         }
+        tb_ks_metrics before;
+        int scrape = wo.endpoint == TB_EP_KSERVE && c.scrape_metrics;
+        if (scrape) server_metrics(root, &scrape_c, wo.model, &before);
         if (tb_bench_run(&c, &view, &points[i]) != TB_OK) {
             fprintf(stderr, "turbine bench: error: %s\n", tb_last_error());
             goto done;
+        }
+        if (scrape) {
+            tb_ks_metrics after;
+            server_metrics(root, &scrape_c, wo.model, &after);
+            points[i].server = malloc(sizeof *points[i].server);
+            if (points[i].server) {
+                tb_ks_metrics_delta(&after, &before, points[i].server);
+                points[i].server->seen = before.seen && after.seen;
+            }
         }
         const tb_bench_result *p = &points[i];
         fprintf(stderr, "%s: %ld ok, %ld failed in %.2fs, %.2f req/s, %.1f output tok/s\n", label,

@@ -87,6 +87,12 @@ typedef struct {
     const char *jsonl_path;  /* {"prompt": ..., "output_len": N} per line    */
     const char *sharegpt_path;
     const char *body_path;   /* kserve: the JSON body sent as is            */
+    const struct tb_ks_spec_ *kserve_spec; /* kserve: bodies built from this
+                              * spec (tb_ks_build_body), a pool of up to
+                              * TB_KS_POOL random ones, or one from files    */
+    const char *input_data_dir; /* kserve: NAME.bin per input in a folder, or
+                              * a perf_analyzer input-data FILE.json        */
+    int batch_size;          /* kserve: --batch-size (files repeat per item)  */
     int n_prompts;           /* distinct requests to prepare, all of them
                               * different (a file too short is cycled)       */
     uint64_t seed;
@@ -97,6 +103,8 @@ typedef struct {
     int n;
     int n_warmup;   /* tb_bench_run: the warm-up cycles over reqs[0, n_warmup),
                      * the measured phase over the rest (0: both over all)  */
+    size_t ks_header_len; /* kserve binary bodies: the JSON header's bytes
+                     * (the same for every body of the pool)                */
     int n_source;   /* distinct prompts the file held (synthetic: n); fewer
                      * than n means prompts repeat                          */
 } tb_workload;
@@ -106,6 +114,96 @@ tb_status tb_workload_load(const tb_workload_options *o, tb_workload **out);
  * server how many tokens they are); malloc'd. */
 char *tb_workload_sample_text(int n_words, uint64_t seed);
 void tb_workload_free(tb_workload *w);
+
+/* ---------------------------------------------------------------- KServe v2 */
+/* The tensors of a KServe v2 infer request (kserve.c): given on the command
+ * line (NAME:DATATYPE:SHAPE) or read from the model's metadata, filled with
+ * seeded random values or from files, encoded as JSON or with the binary
+ * tensor extension. The pool of bodies is built once, before the load. */
+#define TB_KS_MAX_TENSORS 16
+#define TB_KS_MAX_DIMS 8
+#define TB_KS_MAX_NAME 128
+#define TB_KS_MAX_ELEMS ((int64_t)1 << 28) /* elements per input tensor */
+
+typedef struct {
+    char name[TB_KS_MAX_NAME];
+    char datatype[16];      /* "FP32", "INT64", ... as the protocol spells it */
+    int elem_size;          /* bytes per element in binary form              */
+    int n_dims;
+    int64_t dims[TB_KS_MAX_DIMS]; /* -1: dynamic (metadata only)               */
+} tb_ks_tensor;
+
+typedef struct tb_ks_spec_ {
+    tb_ks_tensor inputs[TB_KS_MAX_TENSORS];
+    int n_inputs;
+    char outputs[TB_KS_MAX_TENSORS][TB_KS_MAX_NAME]; /* expected in responses */
+    int n_outputs;
+    int binary;             /* the binary tensor extension, both ways       */
+} tb_ks_spec;
+#define TB_KS_POOL 16
+
+/* "NAME:DATATYPE:D0xD1x..." (datatype case-insensitive; "" or "scalar" for
+ * rank 0). */
+tb_status tb_ks_parse_input(const char *arg, tb_ks_tensor *t);
+/* Inputs and outputs from a GET /v2/models/{name} document. */
+tb_status tb_ks_spec_from_metadata(const char *json, tb_ks_spec *s);
+/* "NAME:D0xD1x..." replaces the dynamic (-1) dims of input NAME; the other
+ * dims must agree. Afterwards every dim left dynamic becomes 1. */
+tb_status tb_ks_apply_shape(tb_ks_spec *s, const char *arg);
+void tb_ks_fix_dynamic(tb_ks_spec *s);
+/* Multiplies dim 0 of every input of rank >= 1 by batch. */
+tb_status tb_ks_apply_batch(tb_ks_spec *s, int batch);
+int64_t tb_ks_elems(const tb_ks_tensor *t);
+/* One body: data[i] holds input i in little-endian binary form (NULL:
+ * seeded random values from *seed). *header_len: the JSON header's bytes
+ * (binary form; the whole body in JSON form). Malloc'd into *body. */
+tb_status tb_ks_build_body(const tb_ks_spec *s, const void *const *data, uint64_t *seed, char **body,
+                           size_t *len, size_t *header_len);
+/* Input i's bytes from DIR/NAME.bin (raw little-endian), either the whole
+ * tensor or one batch item repeated along dim 0 (batch copies). Malloc'd. */
+tb_status tb_ks_read_input(const char *dir, const tb_ks_tensor *t, int batch, void **data);
+/* Triton perf_analyzer's input-data JSON: {"data": [{NAME: [v, ...] or
+ * {"content": [...], "shape": [...]}, ...}, ...]}, one step per body (at
+ * most max_steps), each input a flat array of the whole tensor or of one
+ * batch item (repeated). *out: n_steps * n_inputs malloc'd buffers, step
+ * major. */
+tb_status tb_ks_read_json_data(const char *path, const tb_ks_spec *s, int batch, int max_steps, void ***out,
+                               int *n_steps);
+/* Checks a 200 response body: JSON (a binary reply: its header) with an
+ * "outputs" array naming every expected output, JSON data of the stated
+ * shape's size, or binary_data_size that add up to the bytes after the
+ * header. 1: fine; 0: msg says why. */
+int tb_ks_check_response(const tb_ks_spec *s, const char *body, size_t n, char *msg, size_t cap);
+
+/* A Prometheus histogram summed over the series of one model (every
+ * version): cumulative counts per upper bound, ascending, +Inf last. */
+#define TB_PROM_MAX_BUCKETS 64
+typedef struct {
+    int n;
+    double le[TB_PROM_MAX_BUCKETS];
+    double cum[TB_PROM_MAX_BUCKETS];
+    double sum, count;
+    int seen;
+} tb_prom_hist;
+
+/* The server-side figures of one model: turbine_model_* from /metrics. */
+typedef struct {
+    tb_prom_hist batch, queue_us, compute_us;
+    double success, failure, inferences, executions;
+    int seen;               /* any of the names appeared for the model    */
+    int valid;              /* a delta: 0 when a counter went backwards     */
+} tb_ks_metrics;
+
+/* Reads the lines it knows from Prometheus text, others ignored; lines over
+ * 4 KiB are skipped. model NULL: every model. */
+void tb_ks_metrics_parse(const char *text, const char *model, tb_ks_metrics *m);
+/* d = after - before, bucket by bucket (matched by bound). */
+void tb_ks_metrics_delta(const tb_ks_metrics *after, const tb_ks_metrics *before, tb_ks_metrics *d);
+/* histogram_quantile as Prometheus computes it: linear within the bucket
+ * that holds rank q * count (the lower bound of the first bucket is 0; the
+ * +Inf bucket answers its lower bound). NaN when empty. */
+double tb_prom_quantile(const tb_prom_hist *h, double q);
+double tb_prom_mean(const tb_prom_hist *h);
 
 /* ---------------------------------------------------------------- run */
 /* Error kinds, each counted separately. */
@@ -162,6 +260,8 @@ typedef struct {
     int gpu;                 /* sample NVML when present                    */
     int progress;            /* draw a progress line on stderr              */
     const char *label;       /* e.g. "c=16", shown in the progress line      */
+    const tb_ks_spec *kserve; /* kserve: responses checked against it (NULL:
+                              * only the status is checked)                 */
 } tb_bench_config;
 
 void tb_bench_config_default(tb_bench_config *c);
@@ -202,6 +302,9 @@ typedef struct {
     tb_hist ttft, tpot, itl, e2e; /* nanoseconds */
     tb_bench_sample *samples;
     int n_samples, cap_samples;
+    tb_ks_metrics *server;  /* kserve: the server's per-model histograms
+                             * over the point (/metrics after - before);
+                             * NULL when not scraped; freed with the result */
 } tb_bench_result;
 
 tb_status tb_bench_result_init(tb_bench_result *r);

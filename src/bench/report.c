@@ -42,6 +42,45 @@ static void ms_col(FILE *f, int w, int prec, const tb_hist *h, double v) {
     else fprintf(f, " %*s", w, "-");
 }
 
+static long status_count(const tb_bench_result *p, int code) {
+    for (int i = 0; i < p->n_status; i++)
+        if (p->status_code[i] == code) return p->status_count[i];
+    return 0;
+}
+
+/* The server's own view of a kserve point (from its /metrics). */
+static void server_summary(FILE *f, const tb_bench_result *p) {
+    const tb_ks_metrics *m = p->server;
+    if (!m) return;
+    if (!m->seen) {
+        fprintf(f, "%12s server: /metrics has no turbine_model_* series for this model (skipped)\n", "");
+        return;
+    }
+    if (!m->valid) {
+        fprintf(f, "%12s server: its counters went backwards during the point (a restart?): skipped\n", "");
+        return;
+    }
+    fprintf(f, "%12s server: %.0f ok, %.0f failed, %.0f inferences in %.0f executions", "", m->success, m->failure,
+            m->inferences, m->executions);
+    if (m->batch.count > 0) fprintf(f, "; batch size mean %.2f", tb_prom_mean(&m->batch));
+    fprintf(f, "\n");
+    if (m->batch.count > 0) {
+        fprintf(f, "%12s batch sizes:", "");
+        for (int i = 0; i < m->batch.n; i++) {
+            double c = m->batch.cum[i] - (i ? m->batch.cum[i - 1] : 0);
+            if (c <= 0) continue;
+            if (isinf(m->batch.le[i])) fprintf(f, " >%g: %.0f", i ? m->batch.le[i - 1] : 0, c);
+            else fprintf(f, " <=%g: %.0f", m->batch.le[i], c);
+        }
+        fprintf(f, "\n");
+    }
+    if (m->queue_us.count > 0)
+        fprintf(f, "%12s queue ms mean/p50/p99: %.3f / %.3f / %.3f; compute ms mean/p50/p99: %.3f / %.3f / %.3f\n", "",
+                tb_prom_mean(&m->queue_us) / 1e3, tb_prom_quantile(&m->queue_us, 0.5) / 1e3,
+                tb_prom_quantile(&m->queue_us, 0.99) / 1e3, tb_prom_mean(&m->compute_us) / 1e3,
+                tb_prom_quantile(&m->compute_us, 0.5) / 1e3, tb_prom_quantile(&m->compute_us, 0.99) / 1e3);
+}
+
 void tb_report_summary(FILE *f, const tb_bench_report *r) {
     fprintf(f, "\nturbine bench: %s (%s%s%s)\n", r->target, r->endpoint,
             r->model && *r->model ? ", model " : "", r->model ? r->model : "");
@@ -70,6 +109,9 @@ void tb_report_summary(FILE *f, const tb_bench_report *r) {
         if (isfinite(p->prefix_hit_rate))
             fprintf(f, "%12s server prefix cache: %.1f%% of the prompt tokens looked up were reused\n", "",
                     100 * p->prefix_hit_rate);
+        server_summary(f, p);
+        if (status_count(p, 429))
+            fprintf(f, "%12s rejected (HTTP 429, the server's queue full): %ld\n", "", status_count(p, 429));
         if (p->n_err) {
             fprintf(f, "%12s errors:", "");
             for (int k = 0; k < TB_BERR_COUNT; k++)
@@ -99,6 +141,40 @@ static json_t *hist_json(const tb_hist *h) {
         snprintf(k, sizeof k, "%s_ms", k_qname[q]);
         json_object_set_new(o, k, num(none + MS(tb_hist_quantile(h, k_quant[q]))));
     }
+    return o;
+}
+
+static json_t *prom_json(const tb_prom_hist *h, double scale) {
+    json_t *o = json_object(), *b = json_array();
+    json_object_set_new(o, "count", num(h->count));
+    json_object_set_new(o, "sum", num(h->sum * scale));
+    json_object_set_new(o, "mean", num(tb_prom_mean(h) * scale));
+    json_object_set_new(o, "p50", num(tb_prom_quantile(h, 0.5) * scale));
+    json_object_set_new(o, "p99", num(tb_prom_quantile(h, 0.99) * scale));
+    for (int i = 0; i < h->n; i++) { /* per bucket, not cumulative */
+        json_t *x = json_object();
+        json_object_set_new(x, "le", isinf(h->le[i]) ? json_string("+Inf") : json_real(h->le[i] * scale));
+        json_object_set_new(x, "count", num(h->cum[i] - (i ? h->cum[i - 1] : 0)));
+        json_array_append_new(b, x);
+    }
+    json_object_set_new(o, "buckets", b);
+    return o;
+}
+
+/* The server's per-model figures over the point; null figures when its
+ * /metrics has none. Times in ms. */
+static json_t *server_json(const tb_ks_metrics *m) {
+    json_t *o = json_object();
+    json_object_set_new(o, "found", json_boolean(m->seen));
+    json_object_set_new(o, "valid", json_boolean(m->valid));
+    if (!m->seen || !m->valid) return o;
+    json_object_set_new(o, "request_success", num(m->success));
+    json_object_set_new(o, "request_failure", num(m->failure));
+    json_object_set_new(o, "inference_count", num(m->inferences));
+    json_object_set_new(o, "execution_count", num(m->executions));
+    json_object_set_new(o, "batch_size", prom_json(&m->batch, 1));
+    json_object_set_new(o, "queue_ms", prom_json(&m->queue_us, 1e-3));
+    json_object_set_new(o, "compute_ms", prom_json(&m->compute_us, 1e-3));
     return o;
 }
 
@@ -135,6 +211,8 @@ static json_t *point_json(const tb_bench_result *p) {
         json_object_set_new(sc, k, json_integer(p->status_count[i]));
     }
     json_object_set_new(o, "http_status", sc);
+    json_object_set_new(o, "rejected", json_integer(status_count(p, 429)));
+    if (p->server) json_object_set_new(o, "server", server_json(p->server));
     for (int m = 0; m < N_METRICS; m++) json_object_set_new(o, k_metrics[m].name, hist_json(k_metrics[m].get(p)));
     json_t *ts = json_array();
     for (int i = 0; i < p->n_samples; i++) {
@@ -395,6 +473,43 @@ static const char k_js[] =
     "var off=k.classList.toggle('off');g.style.display=off?'none':'';});});});"
     "document.body.setAttribute('data-rendered',String(document.querySelectorAll('figure.chart').length));})();";
 
+/* kserve: the server's per-model figures per point, when it exported them. */
+static void html_server(FILE *f, const tb_bench_report *r) {
+    int any = 0;
+    for (int i = 0; i < r->n_points; i++)
+        if (r->points[i].server && r->points[i].server->seen && r->points[i].server->valid) any = 1;
+    if (!any) return;
+    fprintf(f, "<h2>Server (its /metrics over each point)</h2><table><tr><th>point</th><th>rejected (429)</th>"
+               "<th>server ok</th><th>server failed</th><th>executions</th><th>batch size mean</th>"
+               "<th>batch sizes</th><th>queue ms mean</th><th>p50</th><th>p99</th><th>compute ms mean</th>"
+               "<th>p50</th><th>p99</th></tr>\n");
+    for (int i = 0; i < r->n_points; i++) {
+        const tb_bench_result *p = &r->points[i];
+        const tb_ks_metrics *m = p->server;
+        char nm[64];
+        if (!m || !m->seen || !m->valid) continue;
+        fprintf(f, "<tr><td>%s</td><td>%ld</td><td>%.0f</td><td>%.0f</td><td>%.0f</td><td>%.2f</td><td>",
+                point_name(p, nm, sizeof nm), status_count(p, 429), m->success, m->failure, m->executions,
+                tb_prom_mean(&m->batch));
+        for (int k = 0; k < m->batch.n; k++) {
+            double c = m->batch.cum[k] - (k ? m->batch.cum[k - 1] : 0);
+            if (c <= 0) continue;
+            if (isinf(m->batch.le[k])) fprintf(f, "&gt;%g: %.0f ", k ? m->batch.le[k - 1] : 0, c);
+            else fprintf(f, "&le;%g: %.0f ", m->batch.le[k], c);
+        }
+        fprintf(f, "</td>");
+        const double v[6] = {tb_prom_mean(&m->queue_us), tb_prom_quantile(&m->queue_us, 0.5),
+                             tb_prom_quantile(&m->queue_us, 0.99), tb_prom_mean(&m->compute_us),
+                             tb_prom_quantile(&m->compute_us, 0.5), tb_prom_quantile(&m->compute_us, 0.99)};
+        for (int k = 0; k < 6; k++) {
+            if (isfinite(v[k])) fprintf(f, "<td>%.3f</td>", v[k] / 1e3);
+            else fprintf(f, "<td>\xe2\x80\x93</td>"); /* U+2013: not exported */
+        }
+        fprintf(f, "</tr>\n");
+    }
+    fprintf(f, "</table>\n");
+}
+
 tb_status tb_report_html(const char *path, const tb_bench_report *r) {
     FILE *f = fopen(path, "w");
     if (!f) return tb_errorf(TB_ERR_IO, "cannot write %s", path);
@@ -442,6 +557,7 @@ tb_status tb_report_html(const char *path, const tb_bench_report *r) {
         fprintf(f, "</td></tr>\n");
     }
     fprintf(f, "</table>\n");
+    html_server(f, r);
 
     /* latency-throughput across the sweep */
     double *qx = calloc((size_t)np + 1, sizeof *qx), *buf = calloc((size_t)np * 4 + 4, sizeof *buf);

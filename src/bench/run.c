@@ -75,6 +75,8 @@ void tb_bench_result_free(tb_bench_result *r) {
     tb_hist_free(&r->e2e);
     free(r->samples);
     r->samples = NULL;
+    free(r->server);
+    r->server = NULL;
 }
 
 /* ---------------------------------------------------------------- slots */
@@ -265,7 +267,8 @@ static void body_data(slot *s, long code, const char *ptr, size_t n, double now)
             buf_append(s, ptr, n < TB_SLOT_ERR_BODY - s->len ? n : TB_SLOT_ERR_BODY - s->len);
         return;
     }
-    if (s->r->ep == TB_EP_GET || s->r->ep == TB_EP_KSERVE) return;
+    if (s->r->ep == TB_EP_GET || (s->r->ep == TB_EP_KSERVE && !s->r->c->kserve)) return;
+    if (s->r->ep == TB_EP_KSERVE) { buf_append(s, ptr, n); return; } /* checked in finish() */
     if (now < 0) now = tb_now();
     if (s->r->stream) sse_feed(s, ptr, n, now);
     else {
@@ -550,6 +553,14 @@ static void finish(run *r, slot *s, int err, const char *msg, long code, double 
             out_tok = co;
         }
         json_decref(j);
+    }
+    if (r->ep == TB_EP_KSERVE && c->kserve) {
+        char m[256];
+        if (s->overflow) { count_error(r, s, TB_BERR_STREAM, "response over the bytes kept per request"); return; }
+        if (!tb_ks_check_response(c->kserve, s->buf ? s->buf : "", s->len, m, sizeof m)) {
+            count_error(r, s, TB_BERR_STREAM, m);
+            return;
+        }
     }
     if (s->usage_in >= 0) in_tok = s->usage_in;
     r->done_ok++;

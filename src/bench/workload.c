@@ -253,6 +253,51 @@ static tb_status load_body(const tb_workload_options *o, tb_workload *w) {
     return TB_OK;
 }
 
+/* KServe v2 bodies from a spec: TB_KS_POOL (at most cap) random ones with
+ * successive seeds, or one from --input-data files. */
+static tb_status load_kserve(const tb_workload_options *o, tb_workload *w, int cap) {
+    const tb_ks_spec *s = o->kserve_spec;
+    uint64_t seed = o->seed ? o->seed : 1;
+    tb_status st = TB_OK;
+    size_t pl = o->input_data_dir ? strlen(o->input_data_dir) : 0;
+    if (pl > 5 && !strcmp(o->input_data_dir + pl - 5, ".json")) {
+        void **bufs;
+        int ns;
+        TB_TRY(tb_ks_read_json_data(o->input_data_dir, s, o->batch_size, cap < TB_KS_POOL ? cap : TB_KS_POOL,
+                                    &bufs, &ns));
+        for (int k = 0; k < ns && st == TB_OK; k++) {
+            size_t hl;
+            st = tb_ks_build_body(s, (const void *const *)(bufs + (size_t)k * (size_t)s->n_inputs), &seed,
+                                  &w->reqs[k].body, &w->reqs[k].body_len, &hl);
+            if (st == TB_OK) { w->n++; w->ks_header_len = hl; }
+        }
+        for (int k = 0; k < ns * s->n_inputs; k++) free(bufs[k]);
+        free(bufs);
+        return st;
+    }
+    if (o->input_data_dir) {
+        void *data[TB_KS_MAX_TENSORS] = {0};
+        for (int i = 0; i < s->n_inputs && st == TB_OK; i++)
+            st = tb_ks_read_input(o->input_data_dir, &s->inputs[i], o->batch_size > 0 ? o->batch_size : 1, &data[i]);
+        size_t hl;
+        if (st == TB_OK)
+            st = tb_ks_build_body(s, (const void *const *)data, &seed, &w->reqs[0].body, &w->reqs[0].body_len, &hl);
+        if (st == TB_OK) { w->n = 1; w->ks_header_len = hl; }
+        for (int i = 0; i < s->n_inputs; i++) free(data[i]);
+        return st;
+    }
+    int n = cap < TB_KS_POOL ? cap : TB_KS_POOL;
+    size_t bytes = 0;
+    /* large tensors: fewer bodies, at most about 64 MiB of them (the HTTP
+     * client keeps its own formatted copy of each) */
+    for (int i = 0; i < n && st == TB_OK && bytes < ((size_t)64 << 20); i++) {
+        size_t hl;
+        st = tb_ks_build_body(s, NULL, &seed, &w->reqs[i].body, &w->reqs[i].body_len, &hl);
+        if (st == TB_OK) { w->n++; w->ks_header_len = hl; bytes += w->reqs[i].body_len; }
+    }
+    return st;
+}
+
 tb_status tb_workload_load(const tb_workload_options *o, tb_workload **out) {
     *out = NULL;
     int cap = o->n_prompts > 0 ? o->n_prompts : 1000;
@@ -266,7 +311,8 @@ tb_status tb_workload_load(const tb_workload_options *o, tb_workload **out) {
         w->n = 1;
         st = TB_OK;
     } else if (o->endpoint == TB_EP_KSERVE) {
-        if (!o->body_path) st = tb_errorf(TB_ERR_INVALID_ARG, "kserve needs --body FILE.json");
+        if (o->kserve_spec) st = load_kserve(o, w, cap);
+        else if (!o->body_path) st = tb_errorf(TB_ERR_INVALID_ARG, "kserve needs --input, the model's metadata or --body FILE.json");
         else st = load_body(o, w);
     } else if (o->jsonl_path) {
         st = load_jsonl(o, w, cap);
