@@ -19,14 +19,19 @@
  *                    packed and the Split goes.
  *
  * The CUDA backend runs both layouts through strides (nn_backend.c
- * run_sdpa_heads); the CPU sdpa kernel reads the (B, H, S, D) layout only,
- * so both passes change the graph only for o->device "cuda" (the reference
- * kernel, which the pass tests compare, reads every layout). */
+ * run_sdpa_heads), the CPU kernel too (backend/cpu/nn_conv.c sdpa_kernel:
+ * its two products take the layout's row strides, so at BERT-base's N 2304
+ * the fused projection is one GEMM of three times the width and the four
+ * head Transposes a layer go); the passes change the graph for o->device
+ * "cuda" and "cpu" (a graph for another backend, or a test's with no
+ * device, keeps the (B, H, S, D) layout; the reference kernel, which the
+ * pass tests compare, reads every layout). */
 #include <string.h>
 
 #include "opt/opt.h"
 
-static int for_cuda(const tb_opt_options *o) { return o && !strcmp(o->device, "cuda"); }
+/* whether the backend's sdpa reads the heads and packed layouts */
+static int for_backend(const tb_opt_options *o) { return o && (!strcmp(o->device, "cuda") || !strcmp(o->device, "cpu")); }
 
 /* Whether dims a and b are the same (equal known numbers or symbols, or
  * symbols fixed by the profile to equal numbers). */
@@ -283,7 +288,7 @@ static tb_status run_at(tb_graph *g, at_fn fn, int *count) {
 }
 
 tb_status tb_opt_attention_heads(tb_graph *g, const tb_opt_options *o, tb_pass_report *r) {
-    if (!for_cuda(o)) {
+    if (!for_backend(o)) {
         snprintf(r->what, sizeof r->what, "not for this backend");
         return TB_OK;
     }
@@ -294,7 +299,7 @@ tb_status tb_opt_attention_heads(tb_graph *g, const tb_opt_options *o, tb_pass_r
 }
 
 tb_status tb_opt_merge_qkv(tb_graph *g, const tb_opt_options *o, tb_pass_report *r) {
-    if (!for_cuda(o)) {
+    if (!for_backend(o)) {
         snprintf(r->what, sizeof r->what, "not for this backend");
         return TB_OK;
     }
