@@ -736,19 +736,18 @@ static void test_bert_layer(void) {
     tb_graph_free(g);
 }
 
-/* The pipeline for the cuda and cpu backends: attention-heads folds the
- * head split / merge Reshapes and Transposes into sdpa's heads layout,
- * merge-qkv the three projections into one MatMul read packed; with v
- * projected from another input only the first applies. Outputs compared as
- * for every pass. */
-static void test_bert_layer_cuda(const char *device) {
-    opt_device = device;
+/* The pipeline for the cuda backend: attention-heads folds the head split /
+ * merge Reshapes and Transposes into sdpa's heads layout, merge-qkv the
+ * three projections into one MatMul read packed; with v projected from
+ * another input only the first applies. Outputs compared as for every pass. */
+static void test_bert_layer_cuda(void) {
+    opt_device = "cuda";
     int n;
     const tb_pass *passes = tb_opt_nn_pipeline(&n);
     for (int cross = 0; cross < 2; cross++) {
         tb_graph *g = bert_layer(cross);
         CHECK(check_passes(g, passes, n, cross ? "bert-layer-cuda-cross" : "bert-layer-cuda") > 0);
-        printf("bert layer for %s%s: %d nodes\n", device, cross ? " (v from another input)" : "", g->n_nodes);
+        printf("bert layer for cuda%s: %d nodes\n", cross ? " (v from another input)" : "", g->n_nodes);
         const tb_node *a = find_op(g, TB_OP_SDPA, 0);
         CHECK(a && count_op(g, TB_OP_SDPA) == 1 && a->i[3] == 2 && a->i[1] == 0 && a->i[4] == !cross);
         CHECK(count_op(g, TB_OP_TRANSPOSE) == 0 && count_op(g, TB_OP_RESHAPE) == 0);
@@ -929,8 +928,7 @@ int main(void) {
     test_attention();
     test_transpose();
     test_bert_layer();
-    test_bert_layer_cuda("cuda");
-    test_bert_layer_cuda("cpu");
+    test_bert_layer_cuda();
     test_gpt2_attention_cuda();
     test_resnet_block();
     test_memory_plan();

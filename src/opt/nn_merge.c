@@ -19,19 +19,21 @@
  *                    packed and the Split goes.
  *
  * The CUDA backend runs both layouts through strides (nn_backend.c
- * run_sdpa_heads), the CPU kernel too (backend/cpu/nn_conv.c sdpa_kernel:
- * its two products take the layout's row strides, so at BERT-base's N 2304
- * the fused projection is one GEMM of three times the width and the four
- * head Transposes a layer go); the passes change the graph for o->device
- * "cuda" and "cpu" (a graph for another backend, or a test's with no
- * device, keeps the (B, H, S, D) layout; the reference kernel, which the
- * pass tests compare, reads every layout). */
+ * run_sdpa_heads), and so does the CPU kernel (backend/cpu/nn_conv.c
+ * sdpa_kernel: its two products take the layout's row strides), but the
+ * passes change the graph for o->device "cuda" only: on the CPU, BERT-base
+ * with both passes (one N 2304 projection GEMM a layer, no head
+ * Transposes) took as much CPU time as without them on one thread, and on
+ * two ran 5-29% behind main at batch 1 in all six rounds of two
+ * alternating runs on a loaded machine (docs/PERFORMANCE.md, 2026-12-02
+ * 04:00); a quiet-machine A/B decides whether "cpu" joins for_backend. The reference kernel, which the pass tests
+ * compare, reads every layout. */
 #include <string.h>
 
 #include "opt/opt.h"
 
-/* whether the backend's sdpa reads the heads and packed layouts */
-static int for_backend(const tb_opt_options *o) { return o && (!strcmp(o->device, "cuda") || !strcmp(o->device, "cpu")); }
+/* the backends the layouts are made for (see above) */
+static int for_backend(const tb_opt_options *o) { return o && !strcmp(o->device, "cuda"); }
 
 /* Whether dims a and b are the same (equal known numbers or symbols, or
  * symbols fixed by the profile to equal numbers). */
