@@ -26,7 +26,9 @@
  * Transposes) took as much CPU time as without them on one thread, and on
  * two ran 5-29% behind main at batch 1 in all six rounds of two
  * alternating runs on a loaded machine (docs/PERFORMANCE.md, 2026-12-02
- * 04:00); a quiet-machine A/B decides whether "cpu" joins for_backend. The reference kernel, which the pass tests
+ * 04:00; later runs there put the gap on the noise of that load, not on
+ * the passes); a quiet-machine A/B decides whether "cpu" joins
+ * for_backend. The reference kernel, which the pass tests
  * compare, reads every layout. */
 #include <string.h>
 
