@@ -19,14 +19,23 @@
  *                    packed and the Split goes.
  *
  * The CUDA backend runs both layouts through strides (nn_backend.c
- * run_sdpa_heads); the CPU sdpa kernel reads the (B, H, S, D) layout only,
- * so both passes change the graph only for o->device "cuda" (the reference
- * kernel, which the pass tests compare, reads every layout). */
+ * run_sdpa_heads), and so does the CPU kernel (backend/cpu/nn_conv.c
+ * sdpa_kernel: its two products take the layout's row strides), but the
+ * passes change the graph for o->device "cuda" only: on the CPU, BERT-base
+ * with both passes (one N 2304 projection GEMM a layer, no head
+ * Transposes) took as much CPU time as without them on one thread, and on
+ * two ran 5-29% behind main at batch 1 in all six rounds of two
+ * alternating runs on a loaded machine (docs/PERFORMANCE.md, 2026-12-02
+ * 04:00; later runs there put the gap on the noise of that load, not on
+ * the passes); a quiet-machine A/B decides whether "cpu" joins
+ * for_backend. The reference kernel, which the pass tests
+ * compare, reads every layout. */
 #include <string.h>
 
 #include "opt/opt.h"
 
-static int for_cuda(const tb_opt_options *o) { return o && !strcmp(o->device, "cuda"); }
+/* the backends the layouts are made for (see above) */
+static int for_backend(const tb_opt_options *o) { return o && !strcmp(o->device, "cuda"); }
 
 /* Whether dims a and b are the same (equal known numbers or symbols, or
  * symbols fixed by the profile to equal numbers). */
@@ -283,7 +292,7 @@ static tb_status run_at(tb_graph *g, at_fn fn, int *count) {
 }
 
 tb_status tb_opt_attention_heads(tb_graph *g, const tb_opt_options *o, tb_pass_report *r) {
-    if (!for_cuda(o)) {
+    if (!for_backend(o)) {
         snprintf(r->what, sizeof r->what, "not for this backend");
         return TB_OK;
     }
@@ -294,7 +303,7 @@ tb_status tb_opt_attention_heads(tb_graph *g, const tb_opt_options *o, tb_pass_r
 }
 
 tb_status tb_opt_merge_qkv(tb_graph *g, const tb_opt_options *o, tb_pass_report *r) {
-    if (!for_cuda(o)) {
+    if (!for_backend(o)) {
         snprintf(r->what, sizeof r->what, "not for this backend");
         return TB_OK;
     }

@@ -545,6 +545,7 @@ typedef struct {
     const float *q, *k, *v, *mask;
     const uint8_t *bmask;
     float *y, *scratch;
+    tb_nn_sdpa_geom g; /* every layout's strides: (B, H, S, D), or (B, S, H*D) and packed q | k | v */
     int64_t B, H, S, T, D, Dv, mst[4];
     int kt, causal, mk;
     int wide; /* AVX-512 */
@@ -564,39 +565,63 @@ __attribute__((target("avx512f"))) static void add_row512(float *x, const float 
     }
 }
 
+/* rows of `len` floats, `rs` floats apart, as cache lines to prefetch */
+typedef struct {
+    const char *base;
+    int64_t lpr, rs, lines; /* lines per row, row stride in bytes, lines in all */
+} sdpa_span;
+
+static sdpa_span span_of(const float *p, int64_t rows, int64_t len, int64_t rs) {
+    sdpa_span s = {(const char *)p, (len * (int64_t)sizeof(float) + 63) / 64, rs * (int64_t)sizeof(float), 0};
+    s.lines = rows * s.lpr;
+    return s;
+}
+
+static const char *span_line(const sdpa_span *s, int64_t l) { return s->base + l / s->lpr * s->rs + l % s->lpr * 64; }
+
 static void sdpa_block(const sdpa_job *j, int64_t blk, float *sc) {
     int64_t bh = blk / j->blocks_per_head, s0 = blk % j->blocks_per_head * SDPA_SB;
     int64_t b = bh / j->H, h = bh % j->H, T = j->T;
     int sb = (int)(j->S - s0 < SDPA_SB ? j->S - s0 : SDPA_SB);
-    const float *q = j->q + (bh * j->S + s0) * j->D, *k = j->k + bh * T * j->D, *v = j->v + bh * T * j->Dv;
-    /* scores (sb, T) = scale q k^T */
-    tb_cpu_sgemm_ex(0, !j->kt, sb, T, j->D, j->scale, q, j->D, k, j->kt ? T : j->D, 0.0f, sc, T, NULL, NULL);
+    const int64_t(*st)[4] = j->g.st;
+    const int64_t *off = j->g.off;
+    /* the head's q rows, k, v and output rows through the layout's strides:
+     * in the (B, S, H*D) layouts of opt/nn_merge.c a head is a column block,
+     * rows a whole width apart (no Transposes around the op, and q | k | v
+     * may be column blocks of one merged projection) */
+    const float *q = j->q + off[0] + b * st[0][0] + h * st[0][1] + s0 * st[0][2];
+    const float *k = j->k + off[1] + b * st[1][0] + h * st[1][1];
+    const float *v = j->v + off[2] + b * st[2][0] + h * st[2][1];
+    float *y = j->y + off[3] + b * st[3][0] + h * st[3][1] + s0 * st[3][2];
+    /* scores (sb, T) = scale q k^T (k rows = keys; with kt, k is (D, T)) */
+    tb_cpu_sgemm_ex(0, !j->kt, sb, T, j->D, j->scale, q, st[0][2], k, j->kt ? st[1][3] : st[1][2], 0.0f, sc, T, NULL,
+                    NULL);
     /* the next block's q, k and v (at batch 8 BERT-base's are 9 MB, out of
      * the caches) are prefetched into L2 a share per score row, so its
      * products and the gathers that pack k^T do not wait on memory: one
      * thread's sdpa at batch 8 went from 3.40-3.44 to 2.76-2.89 ms
      * (nn_bench -t 1 -c); at batch 1 (1.2 MB, in cache) it is not done */
-    const char *nq = NULL, *nk = NULL, *nv = NULL;
-    int64_t lq = 0, lk = 0, lv = 0;
+    sdpa_span sp[3] = {{0}, {0}, {0}};
     if (j->prefetch && blk + 1 < j->total) {
         int64_t bh1 = (blk + 1) / j->blocks_per_head, s1 = (blk + 1) % j->blocks_per_head * SDPA_SB;
+        int64_t b1 = bh1 / j->H, h1 = bh1 % j->H;
         int sb1 = (int)(j->S - s1 < SDPA_SB ? j->S - s1 : SDPA_SB);
-        nq = (const char *)(j->q + (bh1 * j->S + s1) * j->D);
-        lq = (int64_t)sb1 * j->D * (int64_t)sizeof(float) / 64;
+        sp[0] = span_of(j->q + off[0] + b1 * st[0][0] + h1 * st[0][1] + s1 * st[0][2], sb1, j->D, st[0][2]);
         if (bh1 != bh) {
-            nk = (const char *)(j->k + bh1 * T * j->D);
-            nv = (const char *)(j->v + bh1 * T * j->Dv);
-            lk = T * j->D * (int64_t)sizeof(float) / 64;
-            lv = T * j->Dv * (int64_t)sizeof(float) / 64;
+            const float *k1 = j->k + off[1] + b1 * st[1][0] + h1 * st[1][1];
+            sp[1] = j->kt ? span_of(k1, j->D, T, st[1][3]) : span_of(k1, T, j->D, st[1][2]);
+            sp[2] = span_of(j->v + off[2] + b1 * st[2][0] + h1 * st[2][1], T, j->Dv, st[2][2]);
         }
     }
-    int64_t lines = lq + lk + lv, per = (lines + sb - 1) / sb;
+    int64_t lines = sp[0].lines + sp[1].lines + sp[2].lines, per = (lines + sb - 1) / sb;
     for (int i = 0; i < sb; i++) {
         float *row = sc + (int64_t)i * T;
         int64_t s = s0 + i;
         for (int64_t l = i * per; l < (i + 1) * per && l < lines; l++) {
-            const char *a = l < lq ? nq + l * 64 : l < lq + lk ? nk + (l - lq) * 64 : nv + (l - lq - lk) * 64;
-            _mm_prefetch(a, _MM_HINT_T1);
+            int64_t m = l;
+            int w = 0;
+            while (m >= sp[w].lines) m -= sp[w++].lines;
+            _mm_prefetch(span_line(&sp[w], m), _MM_HINT_T1);
         }
         if (j->mk) {
             int64_t mo = b * j->mst[0] + h * j->mst[1] + s * j->mst[2];
@@ -613,8 +638,7 @@ static void sdpa_block(const sdpa_job *j, int64_t blk, float *sc) {
         tb_cpu_nn_softmax_row(row, T);
     }
     /* out (sb, Dv) = P V */
-    tb_cpu_sgemm_ex(0, 0, sb, j->Dv, T, 1.0f, sc, T, v, j->Dv, 0.0f, j->y + (bh * j->S + s0) * j->Dv, j->Dv, NULL,
-                    NULL);
+    tb_cpu_sgemm_ex(0, 0, sb, j->Dv, T, 1.0f, sc, T, v, st[2][2], 0.0f, y, st[3][2], NULL, NULL);
 }
 
 static void sdpa_run(void *arg, int ith, int nth) {
@@ -626,36 +650,38 @@ static void sdpa_run(void *arg, int ith, int nth) {
 static tb_status sdpa_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view *in, int n_in, const tb_view *out,
                              int n_out) {
     int r = in[0].rank;
-    /* the (B, S, H*D) "heads" and "packed" layouts of the cuda passes
-     * (opt/nn_merge.c): the reference kernel reads them, so a graph built
-     * for the GPU still runs here (the f16 build's accuracy check runs the
-     * f32 graph on the CPU) */
-    if (n->i[3] > 0) return tb_op_get_def(n->op)->ref(n, in, n_in, out, n_out);
     sdpa_job j;
     memset(&j, 0, sizeof j);
+    /* every layout of ops_nn.h: (B, H, S, D), and the (B, S, H*D) "heads"
+     * and "packed" layouts of opt/nn_merge.c, whose columns the kernel reads
+     * in place */
+    if (!tb_nn_sdpa_geometry(n, r, in[0].dims, in[1].dims, in[2].dims, &j.g))
+        return tb_errorf(TB_ERR_FORMAT, "sdpa: operands do not fit the layout");
     j.n = n;
     j.q = in[0].data;
     j.k = in[1].data;
     j.v = in[2].data;
     j.y = out[0].data;
-    j.B = r == 4 ? in[0].dims[0] : 1;
-    j.H = in[0].dims[r - 3];
-    j.S = in[0].dims[r - 2];
-    j.D = in[0].dims[r - 1];
-    j.T = in[2].dims[r - 2];
-    j.Dv = in[2].dims[r - 1];
+    j.B = j.g.B;
+    j.H = j.g.H;
+    j.S = j.g.S;
+    j.D = j.g.D;
+    j.T = j.g.T;
+    j.Dv = j.g.Dv;
     j.kt = n->i[1];
     j.causal = n->i[0];
     j.mk = n->i[2];
     j.wide = (tb_cpu_features() & TB_CPU_AVX512F) != 0;
     j.scale = n->f[0] != 0.0f ? n->f[0] : (float)(1.0 / sqrt((double)j.D));
     if (j.mk) {
-        tb_nn_sdpa_mask_strides(&in[3], r, j.mst + (4 - r));
+        /* the mask broadcasts to the logical (B, H, S, T) in every layout */
+        int mr = n->i[3] > 0 ? 4 : r;
+        tb_nn_sdpa_mask_strides(&in[3], mr, j.mst + (4 - mr));
         if (j.mk == 1) j.mask = in[3].data;
         else j.bmask = in[3].data;
     }
     if (j.S == 0 || j.Dv == 0 || j.B * j.H == 0) return TB_OK;
-    if (j.T == 0) {
+    if (j.T == 0) { /* every layout's output is B H S Dv floats without gaps */
         memset(j.y, 0, sizeof(float) * (size_t)(j.B * j.H * j.S * j.Dv));
         return TB_OK;
     }
@@ -668,6 +694,8 @@ static tb_status sdpa_kernel(tb_cpu_nn_ctx *ctx, const tb_node *n, const tb_view
     if (!j.scratch) return tb_errorf(TB_ERR_OOM, "sdpa: out of memory for scores");
     if (nth > 1 && j.total > 1) tb_pool_run(ctx->pool, sdpa_run, &j);
     else sdpa_run(&j, 0, 1);
+    (void)n_in;
+    (void)n_out;
     return TB_OK;
 }
 
