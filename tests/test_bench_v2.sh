@@ -81,7 +81,7 @@ if [ "$found" = True ]; then
     "$PY" -c 'import sys; sys.exit(0 if float(sys.argv[1]) >= 3 else 1)' "$bm" && ok "json: batch-size mean $bm >= 3" || bad "json: batch-size mean $bm"
   fi
 else
-  [ $FAKE_RUN = 1 ] && bad "json: the fake's metrics were not found" || echo "note: $URL/metrics has no turbine_model_* series for $MODEL"
+  [ $FAKE_RUN = 1 ] && bad "json: the fake's metrics were not found" || echo "note: $URL/metrics has no turbine_inference_* series for $MODEL"
 fi
 
 # ---- binary tensors with --input given, open loop
@@ -136,7 +136,7 @@ if [ $FAKE_RUN = 1 ]; then
   start nomet --no-metrics
   bench "$URL_nomet" --endpoint kserve --model tiny -n 5 --json "$D/nomet.json" >"$D/nomet.out" 2>&1 \
     && [ "$(q "$D/nomet.json" 'r["points"][0]["server"]["found"], r["points"][0]["requests_ok"]')" = "(False, 5)" ] \
-    && grep -q "no turbine_model_\* series" "$D/nomet.out" && ok "no metrics: noted, 5 ok" || bad "no metrics: $(tail -3 "$D/nomet.out")"
+    && grep -q "no turbine_inference_\* series" "$D/nomet.out" && ok "no metrics: noted, 5 ok" || bad "no metrics: $(tail -3 "$D/nomet.out")"
 
   # ---- usage errors
   bench "$URL" --endpoint kserve --model tiny --input x:FP32 -n 1 >"$D/u1.out" 2>&1; [ $? = 2 ] && ok "bad --input: usage error" || bad "bad --input accepted"

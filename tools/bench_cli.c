@@ -256,7 +256,7 @@ static void raise_fd_limit(void) {
     }
 }
 
-/* The server's turbine_model_* figures for `model` now (all zero, seen 0,
+/* The server's turbine_inference_* figures for `model` now (all zero, seen 0,
  * when /metrics is missing or has none). */
 static void server_metrics(const char *root, const tb_bench_config *c, const char *model, tb_ks_metrics *m) {
     char *u = join_url(root, "/metrics"), *text = NULL;

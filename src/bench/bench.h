@@ -186,7 +186,7 @@ typedef struct {
     int seen;
 } tb_prom_hist;
 
-/* The server-side figures of one model: turbine_model_* from /metrics. */
+/* The server-side figures of one model: turbine_inference_* from /metrics. */
 typedef struct {
     tb_prom_hist batch, queue_us, compute_us;
     double success, failure, inferences, executions;

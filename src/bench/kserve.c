@@ -551,7 +551,7 @@ static void hist_add_bucket(tb_prom_hist *h, double le, double v) {
 }
 
 static void parse_line(const char *line, size_t n, const char *model, tb_ks_metrics *m) {
-    static const char pre[] = "turbine_model_";
+    static const char pre[] = "turbine_inference_";
     if (n < sizeof pre || memcmp(line, pre, sizeof pre - 1)) return;
     size_t i = 0;
     while (i < n && line[i] != '{' && line[i] != ' ' && line[i] != '\t') i++;
@@ -610,8 +610,8 @@ static void parse_line(const char *line, size_t n, const char *model, tb_ks_metr
     }
     if (IS("request_success_total")) m->success += v;
     else if (IS("request_failure_total")) m->failure += v;
-    else if (IS("inference_count_total")) m->inferences += v;
-    else if (IS("execution_count_total")) m->executions += v;
+    else if (IS("count_total")) m->inferences += v;
+    else if (IS("exec_count_total")) m->executions += v;
     else return;
     m->seen = 1;
 #undef IS

@@ -53,7 +53,7 @@ static void server_summary(FILE *f, const tb_bench_result *p) {
     const tb_ks_metrics *m = p->server;
     if (!m) return;
     if (!m->seen) {
-        fprintf(f, "%12s server: /metrics has no turbine_model_* series for this model (skipped)\n", "");
+        fprintf(f, "%12s server: /metrics has no turbine_inference_* series for this model (skipped)\n", "");
         return;
     }
     if (!m->valid) {

@@ -6,7 +6,7 @@ outputs y FP32 [b, 4] (2 * x) and n INT64 [b] (the sum of each row of ids).
 It answers GET /v2/models/tiny (metadata), POST /v2/models/tiny/infer with
 JSON tensors or the binary tensor extension (Inference-Header-Content-Length,
 binary_data_size; binary outputs when asked), checks every shape, datatype
-and size (400 otherwise), and exports /metrics with the turbine_model_*
+and size (400 otherwise), and exports /metrics with the turbine_inference_*
 series a Turbine server exports: each request is one execution of batch b
 (dim 0 of x), queued a fixed 300 us and computed 2 ms, so the load tester's
 figures are known exactly. Counters start non-zero (the bench reports
@@ -75,19 +75,19 @@ ARGS = None
 def metrics_text():
     lab = 'model="tiny",version="1"'
     with ST.lock:
-        lines = ["# HELP turbine_model_batch_size requests per engine call",
-                 "# TYPE turbine_model_batch_size histogram"]
-        lines += ST.batch.lines("turbine_model_batch_size", lab)
-        lines += ["# TYPE turbine_model_queue_duration_us histogram"]
-        lines += ST.queue.lines("turbine_model_queue_duration_us", lab)
-        lines += ST.compute.lines("turbine_model_compute_duration_us", lab)
-        lines += ["turbine_model_request_success_total{%s} %d" % (lab, ST.success),
-                  'turbine_model_request_failure_total{%s,reason="rejected"} %d' % (lab, ST.failure),
-                  "turbine_model_inference_count_total{%s} %d" % (lab, ST.inferences),
-                  "turbine_model_execution_count_total{%s} %d" % (lab, ST.executions)]
+        lines = ["# HELP turbine_inference_batch_size requests per engine call",
+                 "# TYPE turbine_inference_batch_size histogram"]
+        lines += ST.batch.lines("turbine_inference_batch_size", lab)
+        lines += ["# TYPE turbine_inference_queue_duration_us histogram"]
+        lines += ST.queue.lines("turbine_inference_queue_duration_us", lab)
+        lines += ST.compute.lines("turbine_inference_compute_duration_us", lab)
+        lines += ["turbine_inference_request_success_total{%s} %d" % (lab, ST.success),
+                  'turbine_inference_request_failure_total{%s,reason="rejected"} %d' % (lab, ST.failure),
+                  "turbine_inference_count_total{%s} %d" % (lab, ST.inferences),
+                  "turbine_inference_exec_count_total{%s} %d" % (lab, ST.executions)]
     other = Hist(BATCH_LE)
     other.observe(32, 1000)
-    lines += other.lines("turbine_model_batch_size", 'model="other",version="3"')
+    lines += other.lines("turbine_inference_batch_size", 'model="other",version="3"')
     lines += ["turbine_requests_running 0", "process_cpu_seconds_total 1.5"]
     return "\n".join(lines) + "\n"
 
