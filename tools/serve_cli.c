@@ -43,6 +43,9 @@ static void serve_defaults(void *p) {
 static const tb_cli_opt serve_opts[] = {
     {"--engine", NULL, TB_OPT_STR, "FILE.engine", 0, 0, TB_OPT_SEE_ALSO, 0, 0, S(engine_path), NULL,
      TB_CLI_HELP_ENGINE},
+    {"--model-repository", NULL, TB_OPT_STR, "DIR", 0, 0, 0, 0, 0, S(model_repository), NULL,
+     "serve every model of a Triton-layout repository over KServe v2 (DIR/NAME/VERSION/model.engine or "
+     "model.onnx, DIR/NAME/config.json; docs/SERVING.md); instead of FILE.engine"},
     {"--host", NULL, TB_OPT_STR, "ADDR", 0, 0, 0, 0, 0, S(host), "127.0.0.1",
      "the address to listen on: an IPv4 or IPv6 address or a host name (0.0.0.0 or :: for all)"},
     {"--port", NULL, TB_OPT_INT, "N", 1, 65535, 0, 0, 0, S(port), "8000", "the TCP port"},
@@ -257,7 +260,11 @@ int tb_cli_serve(int argc, char **argv) {
     tb_serve_options o = a.o;
     if (!o.api_key) o.api_key = getenv("TURBINE_API_KEY");
     char demo[PATH_MAX];
-    if (!o.engine_path) {
+    if (o.model_repository && o.engine_path) {
+        fprintf(stderr, "turbine: error: give FILE.engine or --model-repository DIR, not both\n");
+        return 2;
+    }
+    if (!o.engine_path && !o.model_repository) {
         o.engine_path = demo_engine(demo, sizeof demo);
         if (!o.engine_path) return 1;
         if (!o.model_name) o.model_name = "shakespeare-demo";

@@ -31,6 +31,7 @@
 #include "serve/chat.h"
 #include "serve/kserve.h"
 #include "serve/metrics.h"
+#include "serve/model_repo.h"
 #include "serve/scheduler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -70,6 +71,12 @@ typedef struct {
     tb_engine *e;          /* owned when b is set; else the server's LLM engine */
     tb_batcher *b;         /* NULL: an LLM engine */
     _Atomic int ready;
+    int is_llm;            /* the server's LLM engine (OpenAI API) */
+    /* Repository state as /v2/repository/index shows it; reason: why not
+     * READY. Written under the server's load_mu. */
+    const char *state;     /* "READY", "UNAVAILABLE", "LOADING" */
+    char reason[512];
+    _Atomic int users;     /* infer requests inside the batcher: unload waits for 0 */
     int timeout_override;  /* a request's parameters.timeout is honoured */
     int n_in, n_out;
     tb_io_info in[TB_KS_MAX_IO], out[TB_KS_MAX_IO];
@@ -96,7 +103,8 @@ typedef struct {
     tb_chat_format chat;
     char bos_text[64];
     model *models[MAX_MODELS];
-    int n_models;
+    _Atomic int n_models;  /* grows under load_mu; entries are never removed */
+    pthread_mutex_t load_mu; /* loads, unloads, and readers of a model's batcher pointer */
 } server;
 
 typedef struct {
@@ -1265,18 +1273,25 @@ static enum MHD_Result reply_owned(struct MHD_Connection *c, int status, const c
 }
 
 /* The model a v2 path names: 404's message in `msg` when none (an unknown
- * name, or a version the model does not have). */
+ * name, or a version the model does not have). Without a version: the
+ * highest ready version, else the highest one (its requests get 503). */
 static model *find_model(server *s, const char *name, const char *version, char *msg, size_t cap) {
-    for (int i = 0; i < s->n_models; i++) {
+    model *best = NULL;
+    int n = atomic_load(&s->n_models), named = 0;
+    for (int i = 0; i < n; i++) {
         model *m = s->models[i];
-        if (strcmp(m->name, name) != 0) continue;
-        if (version[0] && strcmp(m->version, version) != 0) {
-            snprintf(msg, cap, "model '%s' has no version '%s' (it has '%s')", name, version, m->version);
-            return NULL;
+        if (strcmp(m->name, name) != 0 || !m->version[0]) { named |= !strcmp(m->name, name); continue; }
+        named = 1;
+        if (version[0]) {
+            if (!strcmp(m->version, version)) return m;
+            continue;
         }
-        return m;
+        int r = atomic_load(&m->ready), br = best ? atomic_load(&best->ready) : 0;
+        if (!best || r > br || (r == br && atoll(m->version) > atoll(best->version))) best = m;
     }
-    snprintf(msg, cap, "unknown model '%s'", name);
+    if (best) return best;
+    if (named && version[0]) snprintf(msg, cap, "model '%s' has no version '%s'", name, version);
+    else snprintf(msg, cap, "unknown model '%s'", name);
     return NULL;
 }
 
@@ -1288,7 +1303,9 @@ static model *model_add(server *s, const char *name, const char *version, tb_eng
     snprintf(m->name, sizeof m->name, "%s", name);
     snprintf(m->version, sizeof m->version, "%s", version);
     m->e = e;
-    s->models[s->n_models++] = m;
+    m->state = "LOADING";
+    s->models[s->n_models] = m;
+    atomic_fetch_add(&s->n_models, 1);
     return m;
 }
 
@@ -1337,6 +1354,7 @@ static tb_status model_load_batcher(model *m, const tb_batcher_config *c) {
     /* engines without a dynamic dim 0 cannot merge: no batching unless asked */
     TB_TRY(tb_batcher_create(m->e, &bc, &m->b));
     m->n_in = tb_batcher_n_inputs(m->b);
+    m->timeout_override = 1;
     m->n_out = tb_batcher_n_outputs(m->b);
     tb_status st = TB_OK;
     if (m->n_in > TB_KS_MAX_IO || m->n_out > TB_KS_MAX_IO)
@@ -1395,7 +1413,7 @@ static long long header_length(struct MHD_Connection *c) {
 
 static enum MHD_Result v2_infer(server *s, struct MHD_Connection *c, model *m, conn_state *cs) {
     uint64_t t0 = mono_ns();
-    if (!m->b)
+    if (m->is_llm)
         return v2_error(s, c, 400, "model '%s' is a language model: it is served by the OpenAI API (/v1/completions, "
                         "/v1/chat/completions)", m->name);
     tb_ks_request rq;
@@ -1454,10 +1472,12 @@ static enum MHD_Result v2_infer(server *s, struct MHD_Connection *c, model *m, c
 }
 
 /* Triton's statistics extension, for one model. */
-static enum MHD_Result v2_stats(struct MHD_Connection *c, model *m) {
+static enum MHD_Result v2_stats(server *s, struct MHD_Connection *c, model *m) {
     tb_batcher_stats bs;
     memset(&bs, 0, sizeof bs);
+    pthread_mutex_lock(&s->load_mu);
     if (m->b) tb_batcher_get_stats(m->b, &bs);
+    pthread_mutex_unlock(&s->load_mu);
     json_t *j = json_pack(
         "{s:[{s:s, s:s, s:I, s:I, s:I, s:{s:{s:I, s:I}, s:{s:I, s:I}, s:{s:I, s:I}, s:{s:I, s:I}}}]}", "model_stats",
         "name", m->name, "version", m->version, "last_inference", (json_int_t)atomic_load(&m->last_ms),
@@ -1546,23 +1566,26 @@ static void v2_metrics(server *s, char **text) {
          "(merge, run, split).", "histogram"},
     };
     enum { N_FAM = sizeof fam / sizeof fam[0] };
-    size_t n = strlen(*text), cap = n + 1 + 8192 + (size_t)s->n_models * 64 * 256;
+    int nm = atomic_load(&s->n_models);
+    size_t n = strlen(*text), cap = n + 1 + 8192 + (size_t)nm * 64 * 256;
     char *p = realloc(*text, cap);
     if (!p) return;
     *text = p;
     text_buf t = {p, n, cap - 1};
-    tb_batcher_stats *bs = calloc((size_t)s->n_models + 1, sizeof *bs);
+    tb_batcher_stats *bs = calloc((size_t)nm + 1, sizeof *bs);
     if (!bs) return;
-    for (int i = 0; i < s->n_models; i++)
+    pthread_mutex_lock(&s->load_mu);
+    for (int i = 0; i < nm; i++)
         if (s->models[i]->b) tb_batcher_get_stats(s->models[i]->b, &bs[i]);
+    pthread_mutex_unlock(&s->load_mu);
     static const double batch_le[N_BATCH_LE - 1] = {1, 2, 4, 8, 16, 32, 64};
     double us_le[TB_BATCHER_US_BUCKETS - 1];
     for (int k = 0; k < TB_BATCHER_US_BUCKETS - 1; k++) us_le[k] = (double)TB_BATCHER_US_BOUNDS[k];
     for (int f = 0; f < N_FAM; f++) {
         tput(&t, "# HELP %s %s\n# TYPE %s %s\n", fam[f].name, fam[f].help, fam[f].name, fam[f].type);
-        for (int i = 0; i < s->n_models; i++) {
+        for (int i = 0; i < nm; i++) {
             model *m = s->models[i];
-            if (!m->b) continue;
+            if (m->is_llm || !m->version[0]) continue; /* unloaded ones keep their counts (zeros once freed) */
             const tb_batcher_stats *st = &bs[i];
             char ln[2 * TB_KS_MAX_NAME], lv[2 * TB_KS_MAX_NAME];
             label_escape(ln, sizeof ln, m->name);
@@ -1608,6 +1631,221 @@ static void v2_metrics(server *s, char **text) {
     p[t.n < cap ? t.n : cap - 1] = 0;
 }
 
+/* ================================================================ repository */
+
+/* Stops a model version: new requests get 503 from now on; the batcher
+ * runs every request already accepted (their callers get their answers),
+ * then it and the engine are freed. Under load_mu. */
+static void model_unload(model *m, const char *reason) {
+    atomic_store(&m->ready, 0);
+    m->state = "UNAVAILABLE";
+    snprintf(m->reason, sizeof m->reason, "%s", reason);
+    while (atomic_load(&m->users) > 0) usleep(1000);
+    tb_batcher_free(m->b);
+    m->b = NULL;
+    tb_engine_free(m->e);
+    m->e = NULL;
+}
+
+/* The engine of one version: model.engine loaded, model.onnx built first
+ * with the config's build options by the same tb_build as `turbine build`,
+ * into a temporary file removed once loaded. */
+static tb_status repo_engine(const tb_model_version *v, const tb_repo_config *cfg, const char *device,
+                             tb_engine **out) {
+    const char *dev = cfg->device[0] ? cfg->device : device;
+    if (!v->is_onnx) return tb_engine_load_for(v->path, dev, out);
+    char tmp[PATH_MAX];
+    const char *td = getenv("TMPDIR");
+    snprintf(tmp, sizeof tmp, "%s/turbine-repo-%ld-%p.engine", td && *td ? td : "/tmp", (long)getpid(), (void *)v);
+    tb_build_options o;
+    tb_build_options_default(&o);
+    o.weight_dtype = cfg->dtype;
+    o.device = dev;
+    o.shapes = cfg->shapes[0] ? cfg->shapes : NULL;
+    o.min_shapes = cfg->min_shapes[0] ? cfg->min_shapes : NULL;
+    o.opt_shapes = cfg->opt_shapes[0] ? cfg->opt_shapes : NULL;
+    o.max_shapes = cfg->max_shapes[0] ? cfg->max_shapes : NULL;
+    o.calib_data = cfg->calib_data[0] ? cfg->calib_data : NULL;
+    tb_status st = tb_build(v->path, tmp, &o, NULL);
+    if (st == TB_OK) st = tb_engine_load_for(tmp, dev, out);
+    unlink(tmp);
+    return st;
+}
+
+/* Loads one version into m (a table entry in state LOADING). */
+static tb_status model_load_version(server *s, model *m, const tb_model_version *v, const tb_repo_config *cfg) {
+    tb_engine *e = NULL;
+    TB_TRY(repo_engine(v, cfg, s->o.device, &e));
+    if (tb_engine_is_llm(e)) {
+        tb_engine_free(e);
+        return tb_errorf(TB_ERR_UNSUPPORTED, "an LLM engine: a model repository serves general (ONNX-built) "
+                         "engines; serve an LLM alone with `turbine serve FILE.engine` (OpenAI API)");
+    }
+    tb_batcher_config bc;
+    tb_repo_config_batcher(cfg, &bc);
+    if (!bc.threads_per_instance && s->o.threads > 0)
+        bc.threads_per_instance = s->o.threads / bc.instance_count > 0 ? s->o.threads / bc.instance_count : 1;
+    m->e = e;
+    tb_status st = model_load_batcher(m, &bc);
+    if (st != TB_OK) {
+        tb_engine_free(e);
+        m->e = NULL;
+        return st;
+    }
+    m->timeout_override = cfg->allow_timeout_override;
+    return TB_OK;
+}
+
+/* The table entry of name/version ("" version: the model's own error row),
+ * added when missing; NULL when the table is full. Under load_mu. */
+static model *entry_for(server *s, const char *name, const char *version) {
+    int n = atomic_load(&s->n_models);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(s->models[i]->name, name) && !strcmp(s->models[i]->version, version)) return s->models[i];
+    return model_add(s, name, version, NULL);
+}
+
+/* (Re)loads a scanned model: every loaded version of it unloaded first,
+ * then each chosen version loaded; a failure is kept in the entry's state
+ * and reason and logged. Returns how many versions are READY; *why gets
+ * the first failure. Under load_mu. */
+static int repo_load_entry(server *s, const tb_model_entry *me, char *why, size_t cap) {
+    why[0] = 0;
+    int n = atomic_load(&s->n_models);
+    for (int i = 0; i < n; i++) {
+        model *m = s->models[i];
+        if (strcmp(m->name, me->name) != 0) continue;
+        if (m->b) model_unload(m, "unloaded");
+        if (!m->version[0]) m->state = "UNAVAILABLE"; /* an earlier error row: superseded below */
+    }
+    if (me->status != TB_OK) {
+        model *m = entry_for(s, me->name, "");
+        if (m) {
+            m->state = "UNAVAILABLE";
+            snprintf(m->reason, sizeof m->reason, "%s", me->error);
+        }
+        snprintf(why, cap, "%s", me->error);
+        fprintf(stderr, "turbine: model '%s' cannot be served: %s\n", me->name, me->error);
+        return 0;
+    }
+    int ready = 0;
+    for (int k = 0; k < me->n_versions; k++) {
+        char ver[32];
+        snprintf(ver, sizeof ver, "%lld", (long long)me->versions[k].version);
+        model *m = entry_for(s, me->name, ver);
+        if (!m) {
+            if (!why[0]) snprintf(why, cap, "the server holds at most %d model versions", MAX_MODELS);
+            fprintf(stderr, "turbine: model '%s' version %s: the server holds at most %d model versions\n",
+                    me->name, ver, MAX_MODELS);
+            continue;
+        }
+        m->state = "LOADING";
+        m->reason[0] = 0;
+        double t0 = tb_now();
+        if (model_load_version(s, m, &me->versions[k], &me->config) != TB_OK) {
+            m->state = "UNAVAILABLE";
+            snprintf(m->reason, sizeof m->reason, "%s", tb_last_error());
+            if (!why[0]) snprintf(why, cap, "version %s: %s", ver, m->reason);
+            fprintf(stderr, "turbine: model '%s' version %s cannot be served: %s\n", me->name, ver, m->reason);
+            continue;
+        }
+        m->state = "READY";
+        atomic_store(&m->ready, 1);
+        ready++;
+        fprintf(stderr, "turbine: model '%s' version %s ready (%s, %d inputs, %d outputs, max batch %d) in %.2f s\n",
+                me->name, ver, me->versions[k].is_onnx ? "built from model.onnx" : "model.engine", m->n_in,
+                m->n_out, tb_batcher_max_batch_size(m->b), tb_now() - t0);
+    }
+    /* the model's error row, if any, is gone once a version serves */
+    model *err = NULL;
+    n = atomic_load(&s->n_models);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(s->models[i]->name, me->name) && !s->models[i]->version[0]) err = s->models[i];
+    if (err) {
+        err->state = ready ? "READY" : "UNAVAILABLE";
+        snprintf(err->reason, sizeof err->reason, "%s", ready ? "" : why);
+    }
+    return ready;
+}
+
+/* Every model of --model-repository at start; fails only when the folder
+ * cannot be read (each model's own failure is in the index). */
+static tb_status load_repository(server *s) {
+    tb_model_repo r;
+    TB_TRY(tb_model_repo_scan(s->o.model_repository, &r));
+    pthread_mutex_lock(&s->load_mu);
+    int ready = 0;
+    for (int i = 0; i < r.n_models; i++) {
+        char why[512];
+        ready += repo_load_entry(s, &r.models[i], why, sizeof why);
+    }
+    pthread_mutex_unlock(&s->load_mu);
+    tb_model_repo_free(&r);
+    fprintf(stderr, "turbine: model repository %s: %d models, %d versions ready\n", s->o.model_repository,
+            r.n_models, ready);
+    return TB_OK;
+}
+
+/* GET|POST /v2/repository/index, POST /v2/repository/models/NAME/load|unload. */
+static enum MHD_Result handle_repository(server *s, struct MHD_Connection *c, const char *url, const char *method) {
+    int is_post = !strcmp(method, "POST");
+    if (!authorized(s, c)) return v2_error(s, c, 401, "a valid API key is required (Authorization: Bearer KEY)");
+    if (!strcmp(url, "/v2/repository/index")) {
+        if (!is_post && strcmp(method, "GET") != 0) return v2_error(s, c, 405, "use GET or POST");
+        json_t *a = json_array();
+        pthread_mutex_lock(&s->load_mu);
+        int n = atomic_load(&s->n_models);
+        for (int i = 0; a && i < n; i++) {
+            model *m = s->models[i];
+            if (m->is_llm) continue;
+            if (!m->version[0] && !strcmp(m->state, "READY")) continue; /* a cleared error row */
+            json_array_append_new(a, json_pack("{s:s, s:s, s:s, s:s}", "name", m->name, "version", m->version,
+                                               "state", m->state, "reason", m->reason));
+        }
+        pthread_mutex_unlock(&s->load_mu);
+        if (!a) return v2_error(s, c, 500, "out of memory");
+        return reply_json(c, 200, a);
+    }
+    const char *p = url + strlen("/v2/repository/models/");
+    const char *slash = strncmp(url, "/v2/repository/models/", 22) ? NULL : strchr(p, '/');
+    int load = slash && !strcmp(slash, "/load"), unload = slash && !strcmp(slash, "/unload");
+    if (!load && !unload) return reply_error(s, c, 404, NULL, "no route for %s %s", method, url);
+    if (!is_post) return v2_error(s, c, 405, "use POST");
+    char name[TB_MODEL_NAME_MAX];
+    size_t nl = (size_t)(slash - p);
+    if (nl == 0 || nl >= sizeof name) return v2_error(s, c, 400, "a model name of 1 to %d bytes", TB_MODEL_NAME_MAX - 1);
+    memcpy(name, p, nl);
+    name[nl] = 0;
+    if (!s->o.model_repository) return v2_error(s, c, 400, "the server has no --model-repository");
+    if (atomic_load(&s->stopping)) return v2_error(s, c, 503, "the server is shutting down");
+    pthread_mutex_lock(&s->load_mu);
+    if (unload) {
+        int found = 0, n = atomic_load(&s->n_models);
+        for (int i = 0; i < n; i++) {
+            model *m = s->models[i];
+            if (strcmp(m->name, name) != 0 || m->is_llm) continue;
+            found = 1;
+            if (m->b) model_unload(m, "unloaded");
+        }
+        pthread_mutex_unlock(&s->load_mu);
+        if (!found) return v2_error(s, c, 404, "unknown model '%s'", name);
+        fprintf(stderr, "turbine: model '%s' unloaded\n", name);
+        return reply_text(c, 200, "application/json", "{}");
+    }
+    tb_model_entry me;
+    tb_status st = tb_model_repo_scan_model(s->o.model_repository, name, &me);
+    if (st != TB_OK) {
+        pthread_mutex_unlock(&s->load_mu);
+        return v2_error(s, c, 404, "no model '%s' in the repository: %s", name, tb_last_error());
+    }
+    char why[512];
+    int ready = repo_load_entry(s, &me, why, sizeof why);
+    pthread_mutex_unlock(&s->load_mu);
+    tb_model_entry_free(&me);
+    if (!ready) return v2_error(s, c, 400, "failed to load '%s': %s", name, why);
+    return reply_text(c, 200, "application/json", "{}");
+}
+
 /* The /v2 routes. `r` is the parsed route; name and version from the path. */
 static enum MHD_Result handle_v2(server *s, struct MHD_Connection *c, const char *url, tb_ks_route r,
                                  const char *name, const char *version, const char *method, conn_state *cs) {
@@ -1637,10 +1875,18 @@ static enum MHD_Result handle_v2(server *s, struct MHD_Connection *c, const char
         if (!j) return v2_error(s, c, 500, "out of memory");
         return reply_owned(c, 200, "application/json", j, strlen(j), 0);
     }
-    if (r == TB_KS_ROUTE_STATS) return v2_stats(c, m);
-    if (!atomic_load(&m->ready) || atomic_load(&s->stopping))
-        return v2_error(s, c, 503, "model '%s' is not ready", m->name);
-    return v2_infer(s, c, m, cs);
+    if (r == TB_KS_ROUTE_STATS) return v2_stats(s, c, m);
+    /* counted in before ready is read: an unload that clears ready waits
+     * for every request counted in, so the batcher outlives them */
+    atomic_fetch_add(&m->users, 1);
+    if (!atomic_load(&m->ready) || atomic_load(&s->stopping)) {
+        atomic_fetch_sub(&m->users, 1);
+        return v2_error(s, c, 503, "model '%s' version %s is not ready%s%s", m->name, m->version,
+                        m->reason[0] ? ": " : "", m->reason);
+    }
+    enum MHD_Result res = v2_infer(s, c, m, cs);
+    atomic_fetch_sub(&m->users, 1);
+    return res;
 }
 
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -1682,6 +1928,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         enum MHD_Result r = reply_text(c, 200, "text/plain; version=0.0.4", m);
         free(m);
         return r;
+    }
+    if (!strncmp(url, "/v2/repository/", 15)) {
+        if (!atomic_load(&s->ready)) return v2_error(s, c, 503, "the server is still loading its models");
+        return handle_repository(s, c, url, method);
     }
     char mname[TB_KS_MAX_NAME], mver[TB_KS_MAX_NAME];
     tb_ks_route vr = tb_ks_parse_route(url, mname, mver);
@@ -1749,7 +1999,7 @@ static tb_status load_engine(server *s) {
             tb_engine_free(e);
             return st;
         }
-        m->timeout_override = 1;
+        m->state = "READY";
         atomic_store(&m->ready, 1);
         return TB_OK;
     }
@@ -1790,6 +2040,8 @@ static tb_status load_engine(server *s) {
     TB_TRY(tb_sched_start(s->ctx, &so, &obs, &s->sched));
     model *m = model_add(s, s->model, "1", s->e);
     if (!m) return tb_errorf(TB_ERR_OOM, "out of memory");
+    m->is_llm = 1;
+    m->state = "READY";
     atomic_store(&m->ready, 1);
     return TB_OK;
 }
@@ -1850,12 +2102,16 @@ int tb_serve_run(const tb_serve_options *opt) {
     if (s->o.stream_buffer <= 0) s->o.stream_buffer = 1024;
     if (s->o.model_name && *s->o.model_name) {
         snprintf(s->model, sizeof s->model, "%s", s->o.model_name);
+    } else if (s->o.model_repository) {
+        snprintf(s->model, sizeof s->model, "repository");
+        s->o.engine_path = s->o.model_repository; /* for the start-up log */
     } else {
         const char *b = strrchr(s->o.engine_path, '/');
         snprintf(s->model, sizeof s->model, "%s", b ? b + 1 : s->o.engine_path);
         char *dot = strstr(s->model, ".engine");
         if (dot) *dot = 0;
     }
+    pthread_mutex_init(&s->load_mu, NULL);
     s->metrics = tb_metrics_new();
     if (!s->metrics) {
         fprintf(stderr, "turbine: error: out of memory\n");
@@ -1896,7 +2152,7 @@ int tb_serve_run(const tb_serve_options *opt) {
         fprintf(stderr, "turbine: listening on http://%s:%d (%s; loading %s)\n", shown, s->o.port, bound,
                 s->o.engine_path);
     double t0 = tb_now();
-    if (load_engine(s) != TB_OK) {
+    if ((s->o.model_repository ? load_repository(s) : load_engine(s)) != TB_OK) {
         fprintf(stderr, "turbine: error: %s\n", tb_last_error());
         MHD_stop_daemon(s->d);
         for (int i = 0; i < s->n_models; i++) model_free(s->models[i]);
@@ -1908,7 +2164,10 @@ int tb_serve_run(const tb_serve_options *opt) {
         return 1;
     }
     atomic_store(&s->ready, 1);
-    if (!s->ctx) {
+    if (s->o.model_repository) {
+        fprintf(stderr, "turbine: serving the model repository %s over KServe v2, ready in %.2f s\n",
+                s->o.model_repository, tb_now() - t0);
+    } else if (!s->ctx) {
         const model *m = s->models[0];
         fprintf(stderr,
                 "turbine: serving '%s' version %s over KServe v2 (%d inputs, %d outputs, max batch %d) ready in "

@@ -17,7 +17,8 @@
 #include "turbine/turbine.h"
 
 typedef struct {
-    const char *engine_path;    /* required */
+    const char *engine_path;    /* required unless model_repository */
+    const char *model_repository; /* a Triton-layout folder of general models (docs/SERVING.md) */
     const char *model_name;     /* NULL: the engine file's base name */
     const char *host;           /* default 127.0.0.1 */
     int port;                   /* default 8000 */
