@@ -111,7 +111,7 @@ class Server:
         last = ""
         for _attempt in range(5):  # a port taken between probe and bind: retry with another
             self.port = free_port()
-            cmd = [BIN, "serve", self.engine, "--port", str(self.port)] + self.args
+            cmd = [BIN, "serve"] + ([self.engine] if self.engine else []) + ["--port", str(self.port)] + self.args
             if self.api_key:
                 cmd += ["--api-key", self.api_key]
             self.logf = open(self.log_path, "ab")
