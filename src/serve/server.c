@@ -1574,9 +1574,13 @@ static void v2_metrics(server *s, char **text) {
     text_buf t = {p, n, cap - 1};
     tb_batcher_stats *bs = calloc((size_t)nm + 1, sizeof *bs);
     if (!bs) return;
+    char bs_valid[MAX_MODELS] = {0};
     pthread_mutex_lock(&s->load_mu);
     for (int i = 0; i < nm; i++)
-        if (s->models[i]->b) tb_batcher_get_stats(s->models[i]->b, &bs[i]);
+        if (s->models[i]->b) {
+            tb_batcher_get_stats(s->models[i]->b, &bs[i]);
+            bs_valid[i] = 1;
+        }
     pthread_mutex_unlock(&s->load_mu);
     static const double batch_le[N_BATCH_LE - 1] = {1, 2, 4, 8, 16, 32, 64};
     double us_le[TB_BATCHER_US_BUCKETS - 1];
@@ -1585,7 +1589,9 @@ static void v2_metrics(server *s, char **text) {
         tput(&t, "# HELP %s %s\n# TYPE %s %s\n", fam[f].name, fam[f].help, fam[f].name, fam[f].type);
         for (int i = 0; i < nm; i++) {
             model *m = s->models[i];
-            if (m->is_llm || !m->version[0]) continue; /* unloaded ones keep their counts (zeros once freed) */
+            /* LLM entries have the scheduler's metrics; an unloaded or failed
+             * version has no batcher: its series go until it is loaded again */
+            if (m->is_llm || !bs_valid[i]) continue;
             const tb_batcher_stats *st = &bs[i];
             char ln[2 * TB_KS_MAX_NAME], lv[2 * TB_KS_MAX_NAME];
             label_escape(ln, sizeof ln, m->name);

@@ -17,7 +17,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_util import BIN, Server, TestFailure, check, ok, run_tests, workdir  # noqa: E402
+from serve_util import (BIN, Server, TestFailure, check, metric, ok, parse_metrics,  # noqa: E402
+                        promtool_only_mandated_units, run_tests, workdir)
 
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
@@ -140,8 +141,25 @@ def test_unload_load_while_serving():
     ok("unload while 6 requests waited: all 6 answered 200, then 503; load serves again; bad loads 400/404")
 
 
+def test_metrics():
+    st, _, data = S.get("/metrics")
+    check(st == 200, "/metrics -> %s" % st)
+    if os.path.exists("/usr/bin/promtool"):
+        r = subprocess.run(["promtool", "check", "metrics"], input=data, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=60)
+        check(r.returncode == 0 or promtool_only_mandated_units(r.stdout.decode()), "promtool: %s" % r.stdout.decode())
+    ms = parse_metrics(data.decode())
+    for m, v in (("mlp_engine", "1"), ("mlp_onnx", "2")):
+        n = metric(ms, "turbine_inference_batch_size_count", model=m, version=v)
+        check(n >= 1, "%s: batch-size histogram count %s" % (m, n))
+        check(metric(ms, "turbine_inference_pending_requests", model=m, version=v) == 0, "%s pending" % m)
+    check(not any('model="broken"' in k for k in ms), "an unavailable model has no batcher series")
+    ok("/metrics: both models' histograms and gauges, none for the broken one, promtool-clean but the _us lint")
+
+
 run_tests([
     ("index", test_index),
     ("both_answer", test_both_answer),
     ("unload_load_while_serving", test_unload_load_while_serving),
+    ("metrics", test_metrics),
 ])

@@ -25,7 +25,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serve_util import (BIN, Server, TestFailure, build_stories, check, metric, ok, parse_metrics,  # noqa: E402
-                        request, run_tests, workdir)
+                        promtool_only_mandated_units, request, run_tests, workdir)
 
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
@@ -395,18 +395,6 @@ def test_metrics_and_stats():
           "stats %s" % s0)
     check(s0["inference_stats"]["success"]["count"] == COUNT["ok"], "stats success %s" % s0["inference_stats"])
     ok("metrics (promtool-clean) and statistics count %d answered and %d refused requests" % (COUNT["ok"], COUNT["fail"]))
-
-
-# The histograms named turbine_inference_{queue,compute}_duration_us are
-# what Triton users' dashboards and `turbine bench` scrape; promtool's lint
-# (no switch to turn it off in Debian's 2.42) flags their "_us" suffix. That
-# lint line, for those two names only, is the one complaint accepted.
-MANDATED_US = ("turbine_inference_queue_duration_us", "turbine_inference_compute_duration_us")
-
-
-def promtool_only_mandated_units(out):
-    lines = [ln for ln in out.splitlines() if ln.strip()]
-    return bool(lines) and all(ln.split(" ")[0] in MANDATED_US and "abbreviated units" in ln for ln in lines)
 
 
 def test_openai_routes_on_general_engine():
