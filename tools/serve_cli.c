@@ -43,6 +43,9 @@ static void serve_defaults(void *p) {
 static const tb_cli_opt serve_opts[] = {
     {"--engine", NULL, TB_OPT_STR, "FILE.engine", 0, 0, TB_OPT_SEE_ALSO, 0, 0, S(engine_path), NULL,
      TB_CLI_HELP_ENGINE},
+    {"--model-repository", NULL, TB_OPT_STR, "DIR", 0, 0, 0, 0, 0, S(model_repository), NULL,
+     "serve every model of a Triton-layout repository over KServe v2 (DIR/NAME/VERSION/model.engine or "
+     "model.onnx, DIR/NAME/config.json; docs/SERVING.md); instead of FILE.engine"},
     {"--host", NULL, TB_OPT_STR, "ADDR", 0, 0, 0, 0, 0, S(host), "127.0.0.1",
      "the address to listen on: an IPv4 or IPv6 address or a host name (0.0.0.0 or :: for all)"},
     {"--port", NULL, TB_OPT_INT, "N", 1, 65535, 0, 0, 0, S(port), "8000", "the TCP port"},
@@ -79,6 +82,20 @@ static const tb_cli_opt serve_opts[] = {
      TB_CLI_HELP_KV_DTYPE},
     {"--no-prefix-caching", "--no-enable-prefix-caching", TB_OPT_FLAG, NULL, 0, 0, 0, 0, 1, S(no_prefix_cache),
      NULL, "do not reuse the KV cache of a prompt prefix another request computed"},
+    {"--max-batch-size", NULL, TB_OPT_INT, "N", 0, 4096, 0, 0, 0, S(max_batch_size),
+     "8 when the engine's dim 0 is dynamic, else 1",
+     "KServe v2: rows the dynamic batcher merges into one engine call (0 or 1: no merging; lowered to the "
+     "engine profile's largest dim 0)"},
+    {"--preferred-batch-size", NULL, TB_OPT_STR, "N[,N...]", 0, 0, 0, 0, 0, S(preferred_batch_size), "none",
+     "KServe v2: batch sizes sent at once without waiting for --max-queue-delay-us"},
+    {"--max-queue-delay-us", NULL, TB_OPT_INT, "US", 0, 60000000, 0, 0, 0, S(max_queue_delay_us), "0",
+     "KServe v2: how long the oldest queued request waits for others to join its batch"},
+    {"--max-queue-size", NULL, TB_OPT_INT, "N", 0, 1 << 20, 0, 0, 0, S(max_queue_size), "1024",
+     "KServe v2: requests waiting in the batcher's queue; more get 429 (0: no limit)"},
+    {"--instance-count", NULL, TB_OPT_INT, "N", 1, 64, 0, 0, 0, S(instance_count), "1",
+     "KServe v2: engine instances (an executor and a worker thread each; --threads divided among them)"},
+    {"--request-timeout-us", NULL, TB_OPT_INT, "US", 0, 2000000000, 0, 0, 0, S(request_timeout_us), "0 (none)",
+     "KServe v2: a request not started within this gets 504; a request's parameters.timeout overrides it"},
     {"--enable-prefix-caching", NULL, TB_OPT_FLAG, NULL, 0, 0, 0, 0, 0, S(no_prefix_cache), "on",
      "reuse cached prompt prefixes"},
 };
@@ -243,7 +260,11 @@ int tb_cli_serve(int argc, char **argv) {
     tb_serve_options o = a.o;
     if (!o.api_key) o.api_key = getenv("TURBINE_API_KEY");
     char demo[PATH_MAX];
-    if (!o.engine_path) {
+    if (o.model_repository && o.engine_path) {
+        fprintf(stderr, "turbine: error: give FILE.engine or --model-repository DIR, not both\n");
+        return 2;
+    }
+    if (!o.engine_path && !o.model_repository) {
         o.engine_path = demo_engine(demo, sizeof demo);
         if (!o.engine_path) return 1;
         if (!o.model_name) o.model_name = "shakespeare-demo";

@@ -474,6 +474,15 @@ int tb_ks_parse_infer(const char *body, size_t n, long long header_len, const tb
             if (!json_is_boolean(b)) { st = fail(e, 400, "binary_data_output must be true or false"); goto done; }
             r->binary_all = json_is_true(b);
         }
+        /* Triton's per-request timeout, in microseconds */
+        json_t *t = json_object_get(params, "timeout");
+        if (t) {
+            if (!json_is_integer(t) || json_integer_value(t) < 0) {
+                st = fail(e, 400, "parameters.timeout must be a non-negative integer (microseconds)");
+                goto done;
+            }
+            r->timeout_us = (long long)json_integer_value(t);
+        }
     }
     json_t *ins = json_object_get(root, "inputs");
     if (!json_is_array(ins)) { st = fail(e, 400, "the request needs an 'inputs' array"); goto done; }

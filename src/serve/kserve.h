@@ -71,6 +71,7 @@ typedef struct {
     int outputs[TB_KS_MAX_IO];      /* the model's output index of each */
     int binary[TB_KS_MAX_IO];       /* 1: that output as binary data */
     int binary_all;                 /* parameters.binary_data_output */
+    long long timeout_us;           /* parameters.timeout (microseconds), 0 when absent */
     size_t in_bytes;                /* bytes of all input data */
     void *buf;                      /* owns the inputs' data (64-byte aligned) */
 } tb_ks_request;

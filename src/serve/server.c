@@ -27,9 +27,11 @@
 #include "backend/backend.h"
 #include "plan/engine.h"
 #include "runtime/runtime.h"
+#include "serve/batcher.h"
 #include "serve/chat.h"
 #include "serve/kserve.h"
 #include "serve/metrics.h"
+#include "serve/model_repo.h"
 #include "serve/scheduler.h"
 #include "tokenizer/tokenizer.h"
 
@@ -49,27 +51,39 @@ void tb_serve_options_default(tb_serve_options *o) {
     o->connection_timeout_s = 60;
     o->stream_interval = 1;
     o->stream_buffer = 1024;
+    o->max_batch_size = -1;
+    o->max_queue_delay_us = -1;
+    o->max_queue_size = -1;
+    o->instance_count = -1;
+    o->request_timeout_us = -1;
 }
 
 /* ================================================================ state */
 
 #define MAX_MODELS 16
 
-/* A model the v2 routes serve: a general engine with its executor, or the
- * server's LLM engine (exec NULL), which answers the health and metadata
- * routes while its requests go through the OpenAI API. */
+/* A model the v2 routes serve: a general engine behind its dynamic batcher
+ * (which owns the executors), or the server's LLM engine (b NULL), which
+ * answers the health and metadata routes while its requests go through the
+ * OpenAI API. */
 typedef struct {
     char name[TB_KS_MAX_NAME], version[TB_KS_MAX_NAME];
-    tb_engine *e;          /* owned when exec is set; else the server's LLM engine */
-    tb_exec *exec;         /* NULL: an LLM engine */
+    tb_engine *e;          /* owned when b is set; else the server's LLM engine */
+    tb_batcher *b;         /* NULL: an LLM engine */
     _Atomic int ready;
-    pthread_mutex_t mu;    /* one run of exec at a time */
+    int is_llm;            /* the server's LLM engine (OpenAI API) */
+    /* Repository state as /v2/repository/index shows it; reason: why not
+     * READY. Written under the server's load_mu. */
+    const char *state;     /* "READY", "UNAVAILABLE", "LOADING" */
+    char reason[512];
+    _Atomic int users;     /* infer requests inside the batcher: unload waits for 0 */
+    int timeout_override;  /* a request's parameters.timeout is honoured */
     int n_in, n_out;
     tb_io_info in[TB_KS_MAX_IO], out[TB_KS_MAX_IO];
-    int batch_dim;         /* 1: the first input's dim 0 varies: it counts inferences */
-    /* Triton's per-model statistics (nv_inference_*) */
-    _Atomic unsigned long long n_success, n_fail, n_inferences, n_execs;
-    _Atomic unsigned long long ns_success, ns_fail, ns_queue, ns_compute;
+    /* Triton's per-model request statistics (nv_inference_request_*); the
+     * inference, execution, queue and compute figures come from the batcher */
+    _Atomic unsigned long long n_success, n_fail;
+    _Atomic unsigned long long ns_success, ns_fail;
     _Atomic unsigned long long last_ms; /* wall clock of the last inference, ms since the epoch */
 } model;
 
@@ -89,7 +103,8 @@ typedef struct {
     tb_chat_format chat;
     char bos_text[64];
     model *models[MAX_MODELS];
-    int n_models;
+    _Atomic int n_models;  /* grows under load_mu; entries are never removed */
+    pthread_mutex_t load_mu; /* loads, unloads, and readers of a model's batcher pointer */
 } server;
 
 typedef struct {
@@ -1258,18 +1273,25 @@ static enum MHD_Result reply_owned(struct MHD_Connection *c, int status, const c
 }
 
 /* The model a v2 path names: 404's message in `msg` when none (an unknown
- * name, or a version the model does not have). */
+ * name, or a version the model does not have). Without a version: the
+ * highest ready version, else the highest one (its requests get 503). */
 static model *find_model(server *s, const char *name, const char *version, char *msg, size_t cap) {
-    for (int i = 0; i < s->n_models; i++) {
+    model *best = NULL;
+    int n = atomic_load(&s->n_models), named = 0;
+    for (int i = 0; i < n; i++) {
         model *m = s->models[i];
-        if (strcmp(m->name, name) != 0) continue;
-        if (version[0] && strcmp(m->version, version) != 0) {
-            snprintf(msg, cap, "model '%s' has no version '%s' (it has '%s')", name, version, m->version);
-            return NULL;
+        if (strcmp(m->name, name) != 0 || !m->version[0]) { named |= !strcmp(m->name, name); continue; }
+        named = 1;
+        if (version[0]) {
+            if (!strcmp(m->version, version)) return m;
+            continue;
         }
-        return m;
+        int r = atomic_load(&m->ready), br = best ? atomic_load(&best->ready) : 0;
+        if (!best || r > br || (r == br && atoll(m->version) > atoll(best->version))) best = m;
     }
-    snprintf(msg, cap, "unknown model '%s'", name);
+    if (best) return best;
+    if (named && version[0]) snprintf(msg, cap, "model '%s' has no version '%s'", name, version);
+    else snprintf(msg, cap, "unknown model '%s'", name);
     return NULL;
 }
 
@@ -1281,79 +1303,96 @@ static model *model_add(server *s, const char *name, const char *version, tb_eng
     snprintf(m->name, sizeof m->name, "%s", name);
     snprintf(m->version, sizeof m->version, "%s", version);
     m->e = e;
-    pthread_mutex_init(&m->mu, NULL);
-    s->models[s->n_models++] = m;
+    m->state = "LOADING";
+    s->models[s->n_models] = m;
+    atomic_fetch_add(&s->n_models, 1);
     return m;
 }
 
-/* A general engine's executor and its inputs' and outputs' descriptions. */
-static tb_status model_load_exec(model *m, const tb_serve_options *o) {
-    tb_exec_options xo;
-    tb_exec_options_default(&xo);
-    xo.n_threads = o->threads;
-    xo.device = o->device;
-    TB_TRY(tb_exec_create(m->e, &xo, &m->exec));
-    m->n_in = tb_exec_n_inputs(m->exec);
-    m->n_out = tb_exec_n_outputs(m->exec);
+/* "4,8" into c->preferred_batch_size. */
+static tb_status parse_preferred(const char *text, tb_batcher_config *c) {
+    c->n_preferred = 0;
+    const char *p = text;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 1 || v > TB_BATCHER_MAX_BATCH || (*end && *end != ','))
+            return tb_errorf(TB_ERR_INVALID_ARG, "--preferred-batch-size '%s': expected sizes like 4,8", text);
+        if (c->n_preferred == TB_BATCHER_MAX_PREFERRED)
+            return tb_errorf(TB_ERR_INVALID_ARG, "--preferred-batch-size: at most %d sizes", TB_BATCHER_MAX_PREFERRED);
+        c->preferred_batch_size[c->n_preferred++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    return TB_OK;
+}
+
+/* The batcher settings of `turbine serve FILE.engine`: the serve flags over
+ * the defaults. Merging is on (max batch 8, lowered by the batcher to the
+ * profile's largest dim 0) only when dim 0 of the engine's first input
+ * varies in its profile; the delay defaults to 0, so requests merge only
+ * when they arrive while the engine is busy and an idle server adds no
+ * latency (Triton's default too). */
+static tb_status serve_batcher_config(const tb_serve_options *o, const tb_engine *e, tb_batcher_config *c) {
+    tb_batcher_config_default(c);
+    (void)e;
+    if (o->max_batch_size >= 0) c->max_batch_size = o->max_batch_size;
+    if (o->preferred_batch_size && *o->preferred_batch_size) TB_TRY(parse_preferred(o->preferred_batch_size, c));
+    if (o->max_queue_delay_us >= 0) c->max_queue_delay_us = o->max_queue_delay_us;
+    if (o->max_queue_size >= 0) c->max_queue_size = o->max_queue_size;
+    if (o->instance_count > 0) c->instance_count = o->instance_count;
+    if (o->request_timeout_us >= 0) c->default_timeout_us = o->request_timeout_us;
+    if (o->threads > 0) c->threads_per_instance = o->threads / c->instance_count > 0 ? o->threads / c->instance_count : 1;
+    c->device = o->device;
+    return TB_OK;
+}
+
+/* A general engine's batcher and its inputs' and outputs' descriptions.
+ * On failure m->b is NULL and the engine is still the caller's. */
+static tb_status model_load_batcher(model *m, const tb_batcher_config *c) {
+    tb_batcher_config bc = *c;
+    /* engines without a dynamic dim 0 cannot merge: no batching unless asked */
+    TB_TRY(tb_batcher_create(m->e, &bc, &m->b));
+    m->n_in = tb_batcher_n_inputs(m->b);
+    m->timeout_override = 1;
+    m->n_out = tb_batcher_n_outputs(m->b);
+    tb_status st = TB_OK;
     if (m->n_in > TB_KS_MAX_IO || m->n_out > TB_KS_MAX_IO)
-        return tb_errorf(TB_ERR_UNSUPPORTED, "the engine has %d inputs and %d outputs; the server takes at most %d",
-                         m->n_in, m->n_out, TB_KS_MAX_IO);
-    for (int i = 0; i < m->n_in; i++) TB_TRY(tb_exec_input_info(m->exec, i, &m->in[i]));
-    for (int i = 0; i < m->n_out; i++) TB_TRY(tb_exec_output_info(m->exec, i, &m->out[i]));
-    m->batch_dim = m->n_in > 0 && m->in[0].rank > 0 && m->in[0].min[0] != m->in[0].max[0];
+        st = tb_errorf(TB_ERR_UNSUPPORTED, "the engine has %d inputs and %d outputs; the server takes at most %d",
+                       m->n_in, m->n_out, TB_KS_MAX_IO);
+    for (int i = 0; st == TB_OK && i < m->n_in; i++) st = tb_batcher_input_info(m->b, i, &m->in[i]);
+    for (int i = 0; st == TB_OK && i < m->n_out; i++) st = tb_batcher_output_info(m->b, i, &m->out[i]);
+    if (st != TB_OK) {
+        tb_batcher_free(m->b);
+        m->b = NULL;
+        return st;
+    }
+    const char *note = tb_batcher_note(m->b);
+    if (note[0]) fprintf(stderr, "turbine: warning: model '%s': %s\n", m->name, note);
     return TB_OK;
 }
 
 static void model_free(model *m) {
     if (!m) return;
-    if (m->exec) {
-        tb_exec_free(m->exec);
+    if (m->b) {
+        tb_batcher_free(m->b); /* runs what is queued first */
         tb_engine_free(m->e);
     }
-    pthread_mutex_destroy(&m->mu);
     free(m);
 }
 
-/* The engine call of one infer request: inputs in the model's order; the
- * outputs are copied out of the executor (whose memory the next run
- * reuses) into *owned, one buffer the caller frees. Waiting for the model
- * counts as queue time, the run as compute time. This is the one place a
- * request meets the engine. */
-static tb_status model_infer(model *m, const tb_tensor *in, int n_in, tb_tensor *out, int n_out, void **owned) {
+/* The engine call of one infer request, through the model's dynamic
+ * batcher: inputs in the model's order; out[] points into *owned, one
+ * buffer the caller frees. timeout_us as tb_batcher_infer takes it. This
+ * is the one place a request meets the engine. */
+static tb_status model_infer(model *m, const tb_tensor *in, int n_in, int64_t timeout_us, tb_tensor *out, int n_out,
+                             void **owned) {
     *owned = NULL;
-    uint64_t t0 = mono_ns();
-    pthread_mutex_lock(&m->mu);
-    uint64_t t1 = mono_ns();
-    tb_status st = tb_exec_run(m->exec, in, n_in, out, n_out);
-    uint64_t t2 = mono_ns();
-    if (st == TB_OK) {
-        size_t total = 0, off[TB_KS_MAX_IO], bytes[TB_KS_MAX_IO];
-        for (int k = 0; k < n_out; k++) {
-            int64_t el = 1;
-            for (int d = 0; d < out[k].rank; d++) el *= out[k].dims[d];
-            bytes[k] = (size_t)el * tb_ks_dtype_size(out[k].dtype);
-            off[k] = total;
-            total += (bytes[k] + 63) / 64 * 64;
-        }
-        char *buf = aligned_alloc(64, total ? total : 64);
-        if (!buf) {
-            st = tb_errorf(TB_ERR_OOM, "out of memory for %zu bytes of outputs", total);
-        } else {
-            for (int k = 0; k < n_out; k++) {
-                if (bytes[k]) memcpy(buf + off[k], out[k].data, bytes[k]);
-                out[k].data = buf + off[k];
-            }
-            *owned = buf;
-        }
-    }
-    pthread_mutex_unlock(&m->mu);
-    atomic_fetch_add(&m->ns_queue, t1 - t0);
-    atomic_fetch_add(&m->ns_compute, t2 - t1);
-    if (st == TB_OK) {
-        atomic_fetch_add(&m->n_execs, 1);
-        atomic_fetch_add(&m->n_inferences, m->batch_dim ? (unsigned long long)in[0].dims[0] : 1ull);
-    }
-    return st;
+    tb_batcher_result r;
+    TB_TRY(tb_batcher_infer(m->b, in, n_in, timeout_us, &r));
+    for (int k = 0; k < n_out && k < r.n_outputs; k++) out[k] = r.outputs[k];
+    *owned = r.block_; /* the outputs' one allocation (tb_batcher_result_free frees just this) */
+    return TB_OK;
 }
 
 /* The value of Inference-Header-Content-Length: -1 when absent, -2 when
@@ -1374,7 +1413,7 @@ static long long header_length(struct MHD_Connection *c) {
 
 static enum MHD_Result v2_infer(server *s, struct MHD_Connection *c, model *m, conn_state *cs) {
     uint64_t t0 = mono_ns();
-    if (!m->exec)
+    if (m->is_llm)
         return v2_error(s, c, 400, "model '%s' is a language model: it is served by the OpenAI API (/v1/completions, "
                         "/v1/chat/completions)", m->name);
     tb_ks_request rq;
@@ -1398,19 +1437,28 @@ static enum MHD_Result v2_infer(server *s, struct MHD_Connection *c, model *m, c
     tb_tensor outs[TB_KS_MAX_IO];
     memset(outs, 0, sizeof outs);
     void *owned = NULL;
-    tb_status ts = model_infer(m, rq.inputs, rq.n_inputs, outs, m->n_out, &owned);
-    tb_ks_request_free(&rq);
+    /* parameters.timeout when the model allows it; 0: the model's default */
+    int64_t timeout_us = m->timeout_override && rq.timeout_us > 0 ? (int64_t)rq.timeout_us : 0;
+    tb_status ts = model_infer(m, rq.inputs, rq.n_inputs, timeout_us, outs, m->n_out, &owned);
     if (ts != TB_OK) {
+        tb_ks_request_free(&rq);
         atomic_fetch_add(&m->n_fail, 1);
         atomic_fetch_add(&m->ns_fail, mono_ns() - t0);
         /* a shape outside the profile that the per-dim check could not see
-         * (dims that must agree) is the request's fault */
-        int code = ts == TB_ERR_RANGE || ts == TB_ERR_INVALID_ARG ? 400 : 500;
+         * (dims that must agree) or rows above max_batch_size are the
+         * request's fault; a full queue is 429 and a request that waited
+         * past its deadline 504 (Triton answers both with 400 over HTTP;
+         * these say what happened and that a retry may succeed) */
+        int code = ts == TB_ERR_RANGE || ts == TB_ERR_INVALID_ARG ? 400
+                   : ts == TB_ERR_QUEUE_FULL                      ? 429
+                   : ts == TB_ERR_TIMEOUT                         ? 504
+                                                                  : 500;
         return v2_error(s, c, code, "inference failed: %s", tb_last_error());
     }
     char *body = NULL;
     size_t n = 0, hlen = 0;
     st = tb_ks_encode_response(m->name, m->version, &rq, m->out, outs, m->n_out, &body, &n, &hlen, &err);
+    tb_ks_request_free(&rq);
     free(owned);
     if (st != 200) {
         atomic_fetch_add(&m->n_fail, 1);
@@ -1424,16 +1472,21 @@ static enum MHD_Result v2_infer(server *s, struct MHD_Connection *c, model *m, c
 }
 
 /* Triton's statistics extension, for one model. */
-static enum MHD_Result v2_stats(struct MHD_Connection *c, model *m) {
+static enum MHD_Result v2_stats(server *s, struct MHD_Connection *c, model *m) {
+    tb_batcher_stats bs;
+    memset(&bs, 0, sizeof bs);
+    pthread_mutex_lock(&s->load_mu);
+    if (m->b) tb_batcher_get_stats(m->b, &bs);
+    pthread_mutex_unlock(&s->load_mu);
     json_t *j = json_pack(
         "{s:[{s:s, s:s, s:I, s:I, s:I, s:{s:{s:I, s:I}, s:{s:I, s:I}, s:{s:I, s:I}, s:{s:I, s:I}}}]}", "model_stats",
         "name", m->name, "version", m->version, "last_inference", (json_int_t)atomic_load(&m->last_ms),
-        "inference_count", (json_int_t)atomic_load(&m->n_inferences), "execution_count",
-        (json_int_t)atomic_load(&m->n_execs), "inference_stats", "success", "count",
-        (json_int_t)atomic_load(&m->n_success), "ns", (json_int_t)atomic_load(&m->ns_success), "fail", "count",
-        (json_int_t)atomic_load(&m->n_fail), "ns", (json_int_t)atomic_load(&m->ns_fail), "queue", "count",
-        (json_int_t)atomic_load(&m->n_execs), "ns", (json_int_t)atomic_load(&m->ns_queue), "compute_infer", "count",
-        (json_int_t)atomic_load(&m->n_execs), "ns", (json_int_t)atomic_load(&m->ns_compute));
+        "inference_count", (json_int_t)bs.inferences, "execution_count", (json_int_t)bs.executions,
+        "inference_stats", "success", "count", (json_int_t)atomic_load(&m->n_success), "ns",
+        (json_int_t)atomic_load(&m->ns_success), "fail", "count", (json_int_t)atomic_load(&m->n_fail), "ns",
+        (json_int_t)atomic_load(&m->ns_fail), "queue", "count", (json_int_t)bs.success, "ns",
+        (json_int_t)(bs.queue_us_sum * 1000), "compute_infer", "count", (json_int_t)bs.success, "ns",
+        (json_int_t)(bs.compute_us_sum * 1000));
     if (!j) return reply_text(c, 500, "application/json", "{\"error\":\"out of memory\"}");
     return reply_json(c, 200, j);
 }
@@ -1449,7 +1502,45 @@ static void label_escape(char *dst, size_t cap, const char *src) {
     dst[k] = 0;
 }
 
-/* The per-model counters in the Prometheus text format, after the rest. */
+/* Appends to the metrics text; false once it would not fit (cap bounds it). */
+typedef struct {
+    char *p;
+    size_t n, cap;
+} text_buf;
+
+static void tput(text_buf *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void tput(text_buf *t, const char *fmt, ...) {
+    if (t->n >= t->cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(t->p + t->n, t->cap - t->n, fmt, ap);
+    va_end(ap);
+    t->n = k < 0 || (size_t)k >= t->cap - t->n ? t->cap : t->n + (size_t)k;
+}
+
+/* One histogram family of one model: `counts` per bucket (not cumulative),
+ * `bounds` the upper bounds of all but the last (+Inf) bucket. */
+static void put_hist(text_buf *t, const char *name, const char *ln, const char *lv, const double *bounds,
+                     const uint64_t *counts, int n_buckets, double sum) {
+    uint64_t cum = 0;
+    for (int i = 0; i < n_buckets; i++) {
+        cum += counts[i];
+        if (i < n_buckets - 1)
+            tput(t, "%s_bucket{model=\"%s\",version=\"%s\",le=\"%.9g\"} %llu\n", name, ln, lv, bounds[i],
+                 (unsigned long long)cum);
+        else
+            tput(t, "%s_bucket{model=\"%s\",version=\"%s\",le=\"+Inf\"} %llu\n", name, ln, lv,
+                 (unsigned long long)cum);
+    }
+    tput(t, "%s_sum{model=\"%s\",version=\"%s\"} %.17g\n", name, ln, lv, sum);
+    tput(t, "%s_count{model=\"%s\",version=\"%s\"} %llu\n", name, ln, lv, (unsigned long long)cum);
+}
+
+#define N_BATCH_LE 8 /* le 1 2 4 8 16 32 64 +Inf */
+
+/* The per-model counters, histograms and gauge in the Prometheus text
+ * format, after the rest; every figure but the requests' own comes from
+ * the model's batcher (one snapshot per model, so they agree). */
 static void v2_metrics(server *s, char **text) {
     static const struct {
         const char *name, *help, *type;
@@ -1458,42 +1549,307 @@ static void v2_metrics(server *s, char **text) {
          "counter"},
         {"turbine_inference_request_failure_total", "KServe v2 infer requests refused or failed "
          "(nv_inference_request_failure).", "counter"},
-        {"turbine_inference_count_total", "Inferences: batch elements of the requests run (nv_inference_count).",
-         "counter"},
-        {"turbine_inference_exec_count_total", "Engine runs (nv_inference_exec_count).", "counter"},
+        {"turbine_inference_count_total", "Inferences: batch rows computed (nv_inference_count).", "counter"},
+        {"turbine_inference_exec_count_total", "Engine calls (nv_inference_exec_count).", "counter"},
         {"turbine_inference_request_duration_seconds_total", "Time of successful infer requests from parse to "
          "encoded response (nv_inference_request_duration_us).", "counter"},
-        {"turbine_inference_queue_duration_seconds_total", "Time infer requests waited for the model "
+        {"turbine_inference_queue_duration_seconds_total", "Time successful requests waited in the batcher's queue "
          "(nv_inference_queue_duration_us).", "counter"},
-        {"turbine_inference_compute_duration_seconds_total", "Time of engine runs (nv_inference_compute_infer_duration_us).",
-         "counter"},
+        {"turbine_inference_compute_duration_seconds_total", "Time of the engine calls of successful requests "
+         "(nv_inference_compute_infer_duration_us).", "counter"},
+        {"turbine_inference_pending_requests", "Requests waiting in the batcher's queue now "
+         "(nv_inference_pending_request_count).", "gauge"},
+        {"turbine_inference_batch_size", "Rows of each engine call the dynamic batcher made.", "histogram"},
+        {"turbine_inference_queue_duration_us", "Microseconds each successful request waited in the queue.",
+         "histogram"},
+        {"turbine_inference_compute_duration_us", "Microseconds of the engine call of each successful request "
+         "(merge, run, split).", "histogram"},
     };
-    size_t n = strlen(*text), cap = n + 1 + 4096 + (size_t)s->n_models * 7 * 320;
+    enum { N_FAM = sizeof fam / sizeof fam[0] };
+    int nm = atomic_load(&s->n_models);
+    size_t n = strlen(*text), cap = n + 1 + 8192 + (size_t)nm * 64 * 256;
     char *p = realloc(*text, cap);
     if (!p) return;
     *text = p;
-    for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
-        n += (size_t)snprintf(p + n, cap - n, "# HELP %s %s\n# TYPE %s %s\n", fam[f].name, fam[f].help, fam[f].name,
-                              fam[f].type);
-        for (int i = 0; i < s->n_models; i++) {
+    text_buf t = {p, n, cap - 1};
+    tb_batcher_stats *bs = calloc((size_t)nm + 1, sizeof *bs);
+    if (!bs) return;
+    char bs_valid[MAX_MODELS] = {0};
+    pthread_mutex_lock(&s->load_mu);
+    for (int i = 0; i < nm; i++)
+        if (s->models[i]->b) {
+            tb_batcher_get_stats(s->models[i]->b, &bs[i]);
+            bs_valid[i] = 1;
+        }
+    pthread_mutex_unlock(&s->load_mu);
+    static const double batch_le[N_BATCH_LE - 1] = {1, 2, 4, 8, 16, 32, 64};
+    double us_le[TB_BATCHER_US_BUCKETS - 1];
+    for (int k = 0; k < TB_BATCHER_US_BUCKETS - 1; k++) us_le[k] = (double)TB_BATCHER_US_BOUNDS[k];
+    for (int f = 0; f < N_FAM; f++) {
+        tput(&t, "# HELP %s %s\n# TYPE %s %s\n", fam[f].name, fam[f].help, fam[f].name, fam[f].type);
+        for (int i = 0; i < nm; i++) {
             model *m = s->models[i];
-            if (!m->exec) continue;
+            /* LLM entries have the scheduler's metrics; an unloaded or failed
+             * version has no batcher: its series go until it is loaded again */
+            if (m->is_llm || !bs_valid[i]) continue;
+            const tb_batcher_stats *st = &bs[i];
+            char ln[2 * TB_KS_MAX_NAME], lv[2 * TB_KS_MAX_NAME];
+            label_escape(ln, sizeof ln, m->name);
+            label_escape(lv, sizeof lv, m->version);
+            if (f == 8) {
+                /* batch_hist[r]: calls of exactly r rows (the last: more than 63) */
+                uint64_t c[N_BATCH_LE] = {0};
+                double sum = 0;
+                for (int r = 0; r < TB_BATCHER_BATCH_BUCKETS; r++) {
+                    int k = 0;
+                    while (k < N_BATCH_LE - 1 && r > batch_le[k]) k++;
+                    if (r == TB_BATCHER_BATCH_BUCKETS - 1) k = N_BATCH_LE - 1;
+                    c[k] += st->batch_hist[r];
+                    if (r < TB_BATCHER_BATCH_BUCKETS - 1) sum += (double)r * (double)st->batch_hist[r];
+                }
+                /* the rows of calls above 63 are not kept one by one: every
+                 * row computed, less those of the smaller calls */
+                if (st->batch_hist[TB_BATCHER_BATCH_BUCKETS - 1] && (double)st->inferences > sum)
+                    sum = (double)st->inferences;
+                put_hist(&t, fam[f].name, ln, lv, batch_le, c, N_BATCH_LE, sum);
+                continue;
+            }
+            if (f == 9 || f == 10) {
+                put_hist(&t, fam[f].name, ln, lv, us_le, f == 9 ? st->queue_us_hist : st->compute_us_hist,
+                         TB_BATCHER_US_BUCKETS, (double)(f == 9 ? st->queue_us_sum : st->compute_us_sum));
+                continue;
+            }
             double v;
             switch (f) {
             case 0: v = (double)atomic_load(&m->n_success); break;
             case 1: v = (double)atomic_load(&m->n_fail); break;
-            case 2: v = (double)atomic_load(&m->n_inferences); break;
-            case 3: v = (double)atomic_load(&m->n_execs); break;
+            case 2: v = (double)st->inferences; break;
+            case 3: v = (double)st->executions; break;
             case 4: v = (double)atomic_load(&m->ns_success) * 1e-9; break;
-            case 5: v = (double)atomic_load(&m->ns_queue) * 1e-9; break;
-            default: v = (double)atomic_load(&m->ns_compute) * 1e-9; break;
+            case 5: v = (double)st->queue_us_sum * 1e-6; break;
+            case 6: v = (double)st->compute_us_sum * 1e-6; break;
+            default: v = (double)st->pending; break;
             }
-            char ln[2 * TB_KS_MAX_NAME], lv[2 * TB_KS_MAX_NAME];
-            label_escape(ln, sizeof ln, m->name);
-            label_escape(lv, sizeof lv, m->version);
-            n += (size_t)snprintf(p + n, cap - n, "%s{model=\"%s\",version=\"%s\"} %.9g\n", fam[f].name, ln, lv, v);
+            tput(&t, "%s{model=\"%s\",version=\"%s\"} %.9g\n", fam[f].name, ln, lv, v);
         }
     }
+    free(bs);
+    p[t.n < cap ? t.n : cap - 1] = 0;
+}
+
+/* ================================================================ repository */
+
+/* Stops a model version: new requests get 503 from now on; the batcher
+ * runs every request already accepted (their callers get their answers),
+ * then it and the engine are freed. Under load_mu. */
+static void model_unload(model *m, const char *reason) {
+    atomic_store(&m->ready, 0);
+    m->state = "UNAVAILABLE";
+    snprintf(m->reason, sizeof m->reason, "%s", reason);
+    while (atomic_load(&m->users) > 0) usleep(1000);
+    tb_batcher_free(m->b);
+    m->b = NULL;
+    tb_engine_free(m->e);
+    m->e = NULL;
+}
+
+/* The engine of one version: model.engine loaded, model.onnx built first
+ * with the config's build options by the same tb_build as `turbine build`,
+ * into a temporary file removed once loaded. */
+static tb_status repo_engine(const tb_model_version *v, const tb_repo_config *cfg, const char *device,
+                             tb_engine **out) {
+    const char *dev = cfg->device[0] ? cfg->device : device;
+    if (!v->is_onnx) return tb_engine_load_for(v->path, dev, out);
+    char tmp[PATH_MAX];
+    const char *td = getenv("TMPDIR");
+    snprintf(tmp, sizeof tmp, "%s/turbine-repo-%ld-%p.engine", td && *td ? td : "/tmp", (long)getpid(), (void *)v);
+    tb_build_options o;
+    tb_build_options_default(&o);
+    o.weight_dtype = cfg->dtype;
+    o.device = dev;
+    o.shapes = cfg->shapes[0] ? cfg->shapes : NULL;
+    o.min_shapes = cfg->min_shapes[0] ? cfg->min_shapes : NULL;
+    o.opt_shapes = cfg->opt_shapes[0] ? cfg->opt_shapes : NULL;
+    o.max_shapes = cfg->max_shapes[0] ? cfg->max_shapes : NULL;
+    o.calib_data = cfg->calib_data[0] ? cfg->calib_data : NULL;
+    tb_status st = tb_build(v->path, tmp, &o, NULL);
+    if (st == TB_OK) st = tb_engine_load_for(tmp, dev, out);
+    unlink(tmp);
+    return st;
+}
+
+/* Loads one version into m (a table entry in state LOADING). */
+static tb_status model_load_version(server *s, model *m, const tb_model_version *v, const tb_repo_config *cfg) {
+    tb_engine *e = NULL;
+    TB_TRY(repo_engine(v, cfg, s->o.device, &e));
+    if (tb_engine_is_llm(e)) {
+        tb_engine_free(e);
+        return tb_errorf(TB_ERR_UNSUPPORTED, "an LLM engine: a model repository serves general (ONNX-built) "
+                         "engines; serve an LLM alone with `turbine serve FILE.engine` (OpenAI API)");
+    }
+    tb_batcher_config bc;
+    tb_repo_config_batcher(cfg, &bc);
+    if (!bc.threads_per_instance && s->o.threads > 0)
+        bc.threads_per_instance = s->o.threads / bc.instance_count > 0 ? s->o.threads / bc.instance_count : 1;
+    m->e = e;
+    tb_status st = model_load_batcher(m, &bc);
+    if (st != TB_OK) {
+        tb_engine_free(e);
+        m->e = NULL;
+        return st;
+    }
+    m->timeout_override = cfg->allow_timeout_override;
+    return TB_OK;
+}
+
+/* The table entry of name/version ("" version: the model's own error row),
+ * added when missing; NULL when the table is full. Under load_mu. */
+static model *entry_for(server *s, const char *name, const char *version) {
+    int n = atomic_load(&s->n_models);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(s->models[i]->name, name) && !strcmp(s->models[i]->version, version)) return s->models[i];
+    return model_add(s, name, version, NULL);
+}
+
+/* (Re)loads a scanned model: every loaded version of it unloaded first,
+ * then each chosen version loaded; a failure is kept in the entry's state
+ * and reason and logged. Returns how many versions are READY; *why gets
+ * the first failure. Under load_mu. */
+static int repo_load_entry(server *s, const tb_model_entry *me, char *why, size_t cap) {
+    why[0] = 0;
+    int n = atomic_load(&s->n_models);
+    for (int i = 0; i < n; i++) {
+        model *m = s->models[i];
+        if (strcmp(m->name, me->name) != 0) continue;
+        if (m->b) model_unload(m, "unloaded");
+        if (!m->version[0]) m->state = "UNAVAILABLE"; /* an earlier error row: superseded below */
+    }
+    if (me->status != TB_OK) {
+        model *m = entry_for(s, me->name, "");
+        if (m) {
+            m->state = "UNAVAILABLE";
+            snprintf(m->reason, sizeof m->reason, "%s", me->error);
+        }
+        snprintf(why, cap, "%s", me->error);
+        fprintf(stderr, "turbine: model '%s' cannot be served: %s\n", me->name, me->error);
+        return 0;
+    }
+    int ready = 0;
+    for (int k = 0; k < me->n_versions; k++) {
+        char ver[32];
+        snprintf(ver, sizeof ver, "%lld", (long long)me->versions[k].version);
+        model *m = entry_for(s, me->name, ver);
+        if (!m) {
+            if (!why[0]) snprintf(why, cap, "the server holds at most %d model versions", MAX_MODELS);
+            fprintf(stderr, "turbine: model '%s' version %s: the server holds at most %d model versions\n",
+                    me->name, ver, MAX_MODELS);
+            continue;
+        }
+        m->state = "LOADING";
+        m->reason[0] = 0;
+        double t0 = tb_now();
+        if (model_load_version(s, m, &me->versions[k], &me->config) != TB_OK) {
+            m->state = "UNAVAILABLE";
+            snprintf(m->reason, sizeof m->reason, "%s", tb_last_error());
+            if (!why[0]) snprintf(why, cap, "version %s: %s", ver, m->reason);
+            fprintf(stderr, "turbine: model '%s' version %s cannot be served: %s\n", me->name, ver, m->reason);
+            continue;
+        }
+        m->state = "READY";
+        atomic_store(&m->ready, 1);
+        ready++;
+        fprintf(stderr, "turbine: model '%s' version %s ready (%s, %d inputs, %d outputs, max batch %d) in %.2f s\n",
+                me->name, ver, me->versions[k].is_onnx ? "built from model.onnx" : "model.engine", m->n_in,
+                m->n_out, tb_batcher_max_batch_size(m->b), tb_now() - t0);
+    }
+    /* the model's error row, if any, is gone once a version serves */
+    model *err = NULL;
+    n = atomic_load(&s->n_models);
+    for (int i = 0; i < n; i++)
+        if (!strcmp(s->models[i]->name, me->name) && !s->models[i]->version[0]) err = s->models[i];
+    if (err) {
+        err->state = ready ? "READY" : "UNAVAILABLE";
+        snprintf(err->reason, sizeof err->reason, "%s", ready ? "" : why);
+    }
+    return ready;
+}
+
+/* Every model of --model-repository at start; fails only when the folder
+ * cannot be read (each model's own failure is in the index). */
+static tb_status load_repository(server *s) {
+    tb_model_repo r;
+    TB_TRY(tb_model_repo_scan(s->o.model_repository, &r));
+    pthread_mutex_lock(&s->load_mu);
+    int ready = 0;
+    for (int i = 0; i < r.n_models; i++) {
+        char why[512];
+        ready += repo_load_entry(s, &r.models[i], why, sizeof why);
+    }
+    pthread_mutex_unlock(&s->load_mu);
+    tb_model_repo_free(&r);
+    fprintf(stderr, "turbine: model repository %s: %d models, %d versions ready\n", s->o.model_repository,
+            r.n_models, ready);
+    return TB_OK;
+}
+
+/* GET|POST /v2/repository/index, POST /v2/repository/models/NAME/load|unload. */
+static enum MHD_Result handle_repository(server *s, struct MHD_Connection *c, const char *url, const char *method) {
+    int is_post = !strcmp(method, "POST");
+    if (!authorized(s, c)) return v2_error(s, c, 401, "a valid API key is required (Authorization: Bearer KEY)");
+    if (!strcmp(url, "/v2/repository/index")) {
+        if (!is_post && strcmp(method, "GET") != 0) return v2_error(s, c, 405, "use GET or POST");
+        json_t *a = json_array();
+        pthread_mutex_lock(&s->load_mu);
+        int n = atomic_load(&s->n_models);
+        for (int i = 0; a && i < n; i++) {
+            model *m = s->models[i];
+            if (m->is_llm) continue;
+            if (!m->version[0] && !strcmp(m->state, "READY")) continue; /* a cleared error row */
+            json_array_append_new(a, json_pack("{s:s, s:s, s:s, s:s}", "name", m->name, "version", m->version,
+                                               "state", m->state, "reason", m->reason));
+        }
+        pthread_mutex_unlock(&s->load_mu);
+        if (!a) return v2_error(s, c, 500, "out of memory");
+        return reply_json(c, 200, a);
+    }
+    const char *p = url + strlen("/v2/repository/models/");
+    const char *slash = strncmp(url, "/v2/repository/models/", 22) ? NULL : strchr(p, '/');
+    int load = slash && !strcmp(slash, "/load"), unload = slash && !strcmp(slash, "/unload");
+    if (!load && !unload) return reply_error(s, c, 404, NULL, "no route for %s %s", method, url);
+    if (!is_post) return v2_error(s, c, 405, "use POST");
+    char name[TB_MODEL_NAME_MAX];
+    size_t nl = (size_t)(slash - p);
+    if (nl == 0 || nl >= sizeof name) return v2_error(s, c, 400, "a model name of 1 to %d bytes", TB_MODEL_NAME_MAX - 1);
+    memcpy(name, p, nl);
+    name[nl] = 0;
+    if (!s->o.model_repository) return v2_error(s, c, 400, "the server has no --model-repository");
+    if (atomic_load(&s->stopping)) return v2_error(s, c, 503, "the server is shutting down");
+    pthread_mutex_lock(&s->load_mu);
+    if (unload) {
+        int found = 0, n = atomic_load(&s->n_models);
+        for (int i = 0; i < n; i++) {
+            model *m = s->models[i];
+            if (strcmp(m->name, name) != 0 || m->is_llm) continue;
+            found = 1;
+            if (m->b) model_unload(m, "unloaded");
+        }
+        pthread_mutex_unlock(&s->load_mu);
+        if (!found) return v2_error(s, c, 404, "unknown model '%s'", name);
+        fprintf(stderr, "turbine: model '%s' unloaded\n", name);
+        return reply_text(c, 200, "application/json", "{}");
+    }
+    tb_model_entry me;
+    tb_status st = tb_model_repo_scan_model(s->o.model_repository, name, &me);
+    if (st != TB_OK) {
+        pthread_mutex_unlock(&s->load_mu);
+        return v2_error(s, c, 404, "no model '%s' in the repository: %s", name, tb_last_error());
+    }
+    char why[512];
+    int ready = repo_load_entry(s, &me, why, sizeof why);
+    pthread_mutex_unlock(&s->load_mu);
+    tb_model_entry_free(&me);
+    if (!ready) return v2_error(s, c, 400, "failed to load '%s': %s", name, why);
+    return reply_text(c, 200, "application/json", "{}");
 }
 
 /* The /v2 routes. `r` is the parsed route; name and version from the path. */
@@ -1525,10 +1881,18 @@ static enum MHD_Result handle_v2(server *s, struct MHD_Connection *c, const char
         if (!j) return v2_error(s, c, 500, "out of memory");
         return reply_owned(c, 200, "application/json", j, strlen(j), 0);
     }
-    if (r == TB_KS_ROUTE_STATS) return v2_stats(c, m);
-    if (!atomic_load(&m->ready) || atomic_load(&s->stopping))
-        return v2_error(s, c, 503, "model '%s' is not ready", m->name);
-    return v2_infer(s, c, m, cs);
+    if (r == TB_KS_ROUTE_STATS) return v2_stats(s, c, m);
+    /* counted in before ready is read: an unload that clears ready waits
+     * for every request counted in, so the batcher outlives them */
+    atomic_fetch_add(&m->users, 1);
+    if (!atomic_load(&m->ready) || atomic_load(&s->stopping)) {
+        atomic_fetch_sub(&m->users, 1);
+        return v2_error(s, c, 503, "model '%s' version %s is not ready%s%s", m->name, m->version,
+                        m->reason[0] ? ": " : "", m->reason);
+    }
+    enum MHD_Result res = v2_infer(s, c, m, cs);
+    atomic_fetch_sub(&m->users, 1);
+    return res;
 }
 
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
@@ -1570,6 +1934,10 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         enum MHD_Result r = reply_text(c, 200, "text/plain; version=0.0.4", m);
         free(m);
         return r;
+    }
+    if (!strncmp(url, "/v2/repository/", 15)) {
+        if (!atomic_load(&s->ready)) return v2_error(s, c, 503, "the server is still loading its models");
+        return handle_repository(s, c, url, method);
     }
     char mname[TB_KS_MAX_NAME], mver[TB_KS_MAX_NAME];
     tb_ks_route vr = tb_ks_parse_route(url, mname, mver);
@@ -1628,18 +1996,16 @@ static tb_status load_engine(server *s) {
     tb_engine *e = NULL;
     TB_TRY(tb_engine_load_for(s->o.engine_path, s->o.device, &e));
     if (!tb_engine_is_llm(e)) {
-        model *m = model_add(s, s->model, "1", e);
-        if (!m) {
+        tb_batcher_config bc;
+        tb_status st = serve_batcher_config(&s->o, e, &bc);
+        model *m = st == TB_OK ? model_add(s, s->model, "1", e) : NULL;
+        if (st == TB_OK && !m) st = tb_errorf(TB_ERR_OOM, "out of memory");
+        if (st == TB_OK) st = model_load_batcher(m, &bc);
+        if (st != TB_OK) { /* model_free frees the engine only with its batcher */
             tb_engine_free(e);
-            return tb_errorf(TB_ERR_OOM, "out of memory");
+            return st;
         }
-        m->exec = NULL;
-        tb_status st = model_load_exec(m, &s->o);
-        if (st != TB_OK && !m->exec) { /* model_free frees the engine only with its exec */
-            tb_engine_free(e);
-            m->e = NULL;
-        }
-        TB_TRY(st);
+        m->state = "READY";
         atomic_store(&m->ready, 1);
         return TB_OK;
     }
@@ -1680,6 +2046,8 @@ static tb_status load_engine(server *s) {
     TB_TRY(tb_sched_start(s->ctx, &so, &obs, &s->sched));
     model *m = model_add(s, s->model, "1", s->e);
     if (!m) return tb_errorf(TB_ERR_OOM, "out of memory");
+    m->is_llm = 1;
+    m->state = "READY";
     atomic_store(&m->ready, 1);
     return TB_OK;
 }
@@ -1740,12 +2108,16 @@ int tb_serve_run(const tb_serve_options *opt) {
     if (s->o.stream_buffer <= 0) s->o.stream_buffer = 1024;
     if (s->o.model_name && *s->o.model_name) {
         snprintf(s->model, sizeof s->model, "%s", s->o.model_name);
+    } else if (s->o.model_repository) {
+        snprintf(s->model, sizeof s->model, "repository");
+        s->o.engine_path = s->o.model_repository; /* for the start-up log */
     } else {
         const char *b = strrchr(s->o.engine_path, '/');
         snprintf(s->model, sizeof s->model, "%s", b ? b + 1 : s->o.engine_path);
         char *dot = strstr(s->model, ".engine");
         if (dot) *dot = 0;
     }
+    pthread_mutex_init(&s->load_mu, NULL);
     s->metrics = tb_metrics_new();
     if (!s->metrics) {
         fprintf(stderr, "turbine: error: out of memory\n");
@@ -1786,7 +2158,7 @@ int tb_serve_run(const tb_serve_options *opt) {
         fprintf(stderr, "turbine: listening on http://%s:%d (%s; loading %s)\n", shown, s->o.port, bound,
                 s->o.engine_path);
     double t0 = tb_now();
-    if (load_engine(s) != TB_OK) {
+    if ((s->o.model_repository ? load_repository(s) : load_engine(s)) != TB_OK) {
         fprintf(stderr, "turbine: error: %s\n", tb_last_error());
         MHD_stop_daemon(s->d);
         for (int i = 0; i < s->n_models; i++) model_free(s->models[i]);
@@ -1798,10 +2170,15 @@ int tb_serve_run(const tb_serve_options *opt) {
         return 1;
     }
     atomic_store(&s->ready, 1);
-    if (!s->ctx) {
+    if (s->o.model_repository) {
+        fprintf(stderr, "turbine: serving the model repository %s over KServe v2, ready in %.2f s\n",
+                s->o.model_repository, tb_now() - t0);
+    } else if (!s->ctx) {
         const model *m = s->models[0];
-        fprintf(stderr, "turbine: serving '%s' version %s over KServe v2 (%d inputs, %d outputs) ready in %.2f s\n",
-                m->name, m->version, m->n_in, m->n_out, tb_now() - t0);
+        fprintf(stderr,
+                "turbine: serving '%s' version %s over KServe v2 (%d inputs, %d outputs, max batch %d) ready in "
+                "%.2f s\n",
+                m->name, m->version, m->n_in, m->n_out, tb_batcher_max_batch_size(m->b), tb_now() - t0);
     } else
     fprintf(stderr,
             "turbine: serving '%s' (%s, context %d, %d sequences, %d KV blocks of %d tokens = %ld tokens of %s KV "

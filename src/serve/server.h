@@ -17,7 +17,8 @@
 #include "turbine/turbine.h"
 
 typedef struct {
-    const char *engine_path;    /* required */
+    const char *engine_path;    /* required unless model_repository */
+    const char *model_repository; /* a Triton-layout folder of general models (docs/SERVING.md) */
     const char *model_name;     /* NULL: the engine file's base name */
     const char *host;           /* default 127.0.0.1 */
     int port;                   /* default 8000 */
@@ -40,6 +41,14 @@ typedef struct {
     int stream_buffer;          /* tokens a stream holds for a client that is not
                                  * reading; past it the request is cancelled.
                                  * Default 1024 */
+    /* The dynamic batcher of a general engine (Triton's dynamic_batching;
+     * docs/SERVING.md gives the defaults). -1: unset, the default applies. */
+    int max_batch_size;         /* rows per engine call; 0 or 1: no merging */
+    const char *preferred_batch_size; /* "4,8": sizes sent without waiting */
+    int max_queue_delay_us;     /* wait of the oldest request for others */
+    int max_queue_size;         /* waiting requests; more get 429; 0: no limit */
+    int instance_count;         /* workers, an executor each */
+    int request_timeout_us;     /* a request's deadline before it runs; 0: none */
 } tb_serve_options;
 
 void tb_serve_options_default(tb_serve_options *o);
