@@ -1337,6 +1337,149 @@ static AVX2_FN void avx2_attn_rows(const tb_attn_args *a, const tb_attn_item *it
     }
 }
 
+/* ---- decode of one token over a range of positions, every q head at once
+ * (tb_cpu_kernel_table.attn_decode; kernels.c attn_split_run). attn_rows
+ * takes a few heads per call and reads their slices of every cache row (128
+ * B of a 1.5 KB f16 row at 134M, 64 B of an int8 one) at a stride of the
+ * whole row; here a chunk of TB_ATTN_DECODE_CHUNK consecutive positions is
+ * scored for all heads, so its K rows are read whole, then its V rows, and
+ * the softmax runs online (flash-attention): per head a running max m, sum
+ * l and output o (in memory: the caller's (n_heads, hd) partial), o and l
+ * rescaled by exp(m_old - m_new) when a chunk raises the max. The next
+ * chunk's rows are prefetched whole while this one is computed.
+ * hd % 64 == 0: each head's V slice is accumulated 64 columns at a time in
+ * 8 registers. */
+#define ATTN_DEC_CH TB_ATTN_DECODE_CHUNK
+AVX2_INLINE void kv_prefetch_rows(const uint8_t *base, const size_t *roff, int c, size_t rb) {
+    for (int i = 0; i < c; i++)
+        for (size_t o = 0; o < rb; o += 64) _mm_prefetch((const char *)(base + roff[i] + o), _MM_HINT_T0);
+}
+
+/* roff[i]: the byte offset in a cache of position p0 + i's row (i < c;
+ * later entries repeat the last row); the scales' offsets (int8 / fp8) in
+ * soff (floats from the cache's start, kv head 0). */
+AVX2_INLINE void attn_dec_rows(const tb_attn_args *a, const int32_t *bt, int p0, int c, size_t *roff, size_t *soff,
+                               tb_dtype dt) {
+    int bs = a->block_size;
+    size_t esz = tb_kv_elem_bytes(dt), rb = (size_t)a->n_kv * a->hd * esz;
+    size_t blkb = tb_kv_block_bytes(dt, bs, a->n_kv, a->hd), cb = tb_kv_codes_bytes(dt, bs, a->n_kv, a->hd);
+    for (int i = 0; i < ATTN_DEC_CH; i++) {
+        int p = p0 + (i < c ? i : c - 1), r = p % bs;
+        size_t b = (size_t)bt[p / bs] * blkb;
+        roff[i] = b + (size_t)r * rb;
+        soff[i] = (b + cb) / sizeof(float) + (size_t)r * a->n_kv;
+    }
+}
+
+AVX2_INLINE void attn_decode_dt(const tb_attn_args *a, const float *q, const int32_t *bt, int n, float *o, float *m,
+                                float *l, float *scratch, tb_dtype dt) {
+    int H = a->n_heads, hd = a->hd, group = H / a->n_kv, quant = tb_kv_quantized(dt);
+    size_t esz = tb_kv_elem_bytes(dt), rb = (size_t)a->n_kv * hd * esz;
+    const uint8_t *kc = a->k_cache, *vc = a->v_cache;
+    const float *ksc = a->k_cache, *vsc = a->v_cache; /* row scales, addressed by soff */
+    float mul = kv_scale_mul(dt), *s = scratch /* (H, CH) */, *fac = scratch + (size_t)H * ATTN_DEC_CH /* (H) */;
+    const __m256 scale = _mm256_set1_ps(a->scale);
+    size_t roff[ATTN_DEC_CH], soff[ATTN_DEC_CH], nroff[ATTN_DEC_CH], nsoff[ATTN_DEC_CH];
+    for (int h = 0; h < H; h++) { m[h] = -INFINITY; l[h] = 0.0f; }
+    memset(o, 0, sizeof(float) * (size_t)H * hd);
+    attn_dec_rows(a, bt, 0, n < ATTN_DEC_CH ? n : ATTN_DEC_CH, roff, soff, dt);
+    for (int j0 = 0; j0 < n; j0 += ATTN_DEC_CH) {
+        int c = n - j0 < ATTN_DEC_CH ? n - j0 : ATTN_DEC_CH, j1 = j0 + ATTN_DEC_CH;
+        int cn = j1 < n ? (n - j1 < ATTN_DEC_CH ? n - j1 : ATTN_DEC_CH) : 0;
+        if (cn) {
+            attn_dec_rows(a, bt, j1, cn, nroff, nsoff, dt);
+            kv_prefetch_rows(kc, nroff, cn, rb);
+        }
+        /* scores of the chunk, 8 positions of a head at a time */
+        for (int h = 0; h < H; h++) {
+            size_t ko = (size_t)(h / group) * hd * esz;
+            const float *qh = q + (size_t)h * hd;
+            for (int i0 = 0; i0 < c; i0 += 8) {
+                __m256 p[8];
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++) p[i] = _mm256_setzero_ps();
+                for (int d = 0; d < hd; d += 8) {
+                    __m256 qv = _mm256_loadu_ps(qh + d);
+#pragma GCC unroll 8
+                    for (int i = 0; i < 8; i++) p[i] = _mm256_fmadd_ps(qv, kv8(kc + roff[i0 + i] + ko, (size_t)d, dt), p[i]);
+                }
+                _mm256_storeu_ps(s + (size_t)h * ATTN_DEC_CH + i0, _mm256_mul_ps(hsum8x8(p), scale));
+            }
+        }
+        /* online softmax per head: probabilities in s, o's factor in fac */
+        for (int h = 0; h < H; h++) {
+            float *sh = s + (size_t)h * ATTN_DEC_CH, mx = m[h];
+            int kvh = h / group;
+            if (quant)
+                for (int i = 0; i < c; i++) sh[i] *= ksc[soff[i] + (size_t)kvh] * mul;
+            for (int i = 0; i < c; i++) mx = sh[i] > mx ? sh[i] : mx;
+            float f = m[h] == -INFINITY ? 0.0f : expf(m[h] - mx);
+            __m256 vmx = _mm256_set1_ps(mx);
+#pragma GCC unroll 2
+            for (int i = 0; i < ATTN_DEC_CH; i += 8)
+                _mm256_storeu_ps(sh + i, exp8(_mm256_sub_ps(_mm256_loadu_ps(sh + i), vmx)));
+            float sum = 0.0f;
+            for (int i = 0; i < c; i++) sum += sh[i];
+            for (int i = c; i < ATTN_DEC_CH; i++) sh[i] = 0.0f;
+            if (quant)
+                for (int i = 0; i < c; i++) sh[i] *= vsc[soff[i] + (size_t)kvh] * mul;
+            l[h] = l[h] * f + sum;
+            m[h] = mx;
+            fac[h] = f;
+        }
+        if (cn) kv_prefetch_rows(vc, nroff, cn, rb);
+        /* o[h] = o[h] * fac[h] + sum_i p_h[i] v_i[h], 64 columns at a time */
+        for (int h = 0; h < H; h++) {
+            size_t vo = (size_t)(h / group) * hd * esz;
+            const float *ph = s + (size_t)h * ATTN_DEC_CH;
+            __m256 f = _mm256_set1_ps(fac[h]);
+            for (int d0 = 0; d0 < hd; d0 += 64) {
+                float *oh = o + (size_t)h * hd + d0;
+                __m256 acc[8];
+#pragma GCC unroll 8
+                for (int k = 0; k < 8; k++) acc[k] = _mm256_mul_ps(_mm256_loadu_ps(oh + 8 * k), f);
+                for (int i = 0; i < c; i++) {
+                    const uint8_t *vr = vc + roff[i] + vo + (size_t)d0 * esz;
+                    __m256 pv = _mm256_broadcast_ss(ph + i);
+#pragma GCC unroll 8
+                    for (int k = 0; k < 8; k++) acc[k] = _mm256_fmadd_ps(pv, kv8(vr, (size_t)k * 8, dt), acc[k]);
+                }
+#pragma GCC unroll 8
+                for (int k = 0; k < 8; k++) _mm256_storeu_ps(oh + 8 * k, acc[k]);
+            }
+        }
+        memcpy(roff, nroff, sizeof roff);
+        memcpy(soff, nsoff, sizeof soff);
+    }
+    for (int h = 0; h < H; h++) {
+        __m256 inv = _mm256_set1_ps(1.0f / l[h]);
+        float *oh = o + (size_t)h * hd;
+        for (int d = 0; d < hd; d += 8) _mm256_storeu_ps(oh + d, _mm256_mul_ps(_mm256_loadu_ps(oh + d), inv));
+    }
+}
+
+#define ATTN_DECODE_FN(DT, SUF)                                                                              \
+    static AVX2_FN void attn_decode_##SUF(const tb_attn_args *a, const float *q, const int32_t *bt, int n, \
+                                          float *o, float *m, float *l, float *scratch) {                 \
+        attn_decode_dt(a, q, bt, n, o, m, l, scratch, DT);                                                   \
+    }
+ATTN_DECODE_FN(TB_F32, f32)
+ATTN_DECODE_FN(TB_F16, f16)
+ATTN_DECODE_FN(TB_BF16, bf16)
+ATTN_DECODE_FN(TB_I8, i8)
+ATTN_DECODE_FN(TB_FP8_E4M3, fp8)
+
+static AVX2_FN void avx2_attn_decode(const tb_attn_args *a, const float *q, const int32_t *bt, int n, float *o,
+                                     float *m, float *l, float *scratch) {
+    switch (a->kv_dtype) {
+    case TB_F16: attn_decode_f16(a, q, bt, n, o, m, l, scratch); break;
+    case TB_BF16: attn_decode_bf16(a, q, bt, n, o, m, l, scratch); break;
+    case TB_I8: attn_decode_i8(a, q, bt, n, o, m, l, scratch); break;
+    case TB_FP8_E4M3: attn_decode_fp8(a, q, bt, n, o, m, l, scratch); break;
+    default: attn_decode_f32(a, q, bt, n, o, m, l, scratch); break;
+    }
+}
+
 /* ---------------------------------------------------------------- table */
 const tb_cpu_kernel_table tb_cpu_kernels_avx2 = {
     .name = "avx2",
@@ -1349,4 +1492,5 @@ const tb_cpu_kernel_table tb_cpu_kernels_avx2 = {
     .add = avx2_add,
     .rope = avx2_rope,
     .attn_rows = avx2_attn_rows,
+    .attn_decode = avx2_attn_decode,
 };
