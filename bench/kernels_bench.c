@@ -335,9 +335,7 @@ static void attn8_model(double secs) {
  * KB_CTX, default and at most 1024, the positions attended;
  * KB_NOFLUSH=1 keeps whatever of the cache stays in L3). With KB_BATCH=1
  * each round runs every dtype twice, positions split between the threads
- * and heads split (tb_cpu_attention_force_split), in alternating order;
- * KB_ALT=rows puts the positions split through attn_rows per run of heads
- * (the kernel before attn_decode) in the heads split's place. */
+ * and heads split (tb_cpu_attention_force_split), in alternating order. */
 static void attnkv_model(void) {
     enum { L = 12, H = 12, KV = 12, HD = 64, BS = 16, CTX = 1024, MAXB = CTX / BS, ND = 4, N = 15 };
     int S = getenv("KB_BATCH") ? atoi(getenv("KB_BATCH")) : 1;
@@ -385,15 +383,10 @@ static void attnkv_model(void) {
     volatile uint32_t sink = 0;
     int no_flush = getenv("KB_NOFLUSH") && atoi(getenv("KB_NOFLUSH"));
     int modes = S == 1 ? 2 : 1;
-    /* KB_ALT=rows: the alternative is the positions split through attn_rows
-     * per run of heads (force_split mode 2), not the heads split */
-    int alt = getenv("KB_ALT") && !strcmp(getenv("KB_ALT"), "rows") ? 2 : 0;
-    const char *alt_name = alt ? "split, attn_rows" : "split by heads";
     for (int it = 0; it < N; it++)
         for (int d = 0; d < ND; d++)
             for (int mi = 0; mi < modes; mi++) {
             int split = modes == 1 ? -1 : (mi + it) % 2; /* which goes first alternates */
-            if (split == 0) split = alt;
             tb_cpu_attention_force_split(split);
             uint32_t acc = 0;
             for (size_t i = 0; i < flush_n && !no_flush; i += 64) acc += flush[i];
@@ -404,7 +397,7 @@ static void attnkv_model(void) {
                                   kc[d] + l * layer_bytes[d], vc[d] + l * layer_bytes[d], dts[d]};
                 tb_cpu_attention(p, &a, qkv, out, scratch, CTX);
             }
-            (split == alt ? ms_heads : ms)[d][it] = (tb_now() - t0) * 1e3;
+            (split == 0 ? ms_heads : ms)[d][it] = (tb_now() - t0) * 1e3;
             tb_cpu_attention_force_split(-1);
         }
     printf("134M decode attention, batch %d, ctx %d, 2 threads, path %s (median of %d interleaved rounds):\n", S, ctx,
@@ -416,8 +409,8 @@ static void attnkv_model(void) {
                tb_kv_dtype_label(dts[d]), ms[d][N / 2], ms[d][0], mb, mb / ms[d][N / 2], ms[0][N / 2] / ms[d][N / 2]);
         if (modes == 2) {
             qsort(ms_heads[d], N, sizeof(double), cmp_d);
-            printf("  %-5s %7.3f ms per step %s (min %.3f; %5.1f GB/s; default / that %.2f)\n",
-                   tb_kv_dtype_label(dts[d]), ms_heads[d][N / 2], alt_name, ms_heads[d][0], mb / ms_heads[d][N / 2],
+            printf("  %-5s %7.3f ms per step split by heads (min %.3f; %5.1f GB/s; positions split / heads split %.2f)\n",
+                   tb_kv_dtype_label(dts[d]), ms_heads[d][N / 2], ms_heads[d][0], mb / ms_heads[d][N / 2],
                    ms[d][N / 2] / ms_heads[d][N / 2]);
         }
     }

@@ -13,11 +13,8 @@
  *     and 600 positions (a thread with no blocks; ranges ending inside a
  *     block), block sizes 1, 5 and 16, GQA groups 1, 3, 4 and 8, head sizes
  *     8, 36 (the per-head path), 64 and 128;
- * with hd % 64 == 0 on the SIMD paths the split runs attn_decode (every
- * head in one pass over whole rows, online softmax over chunks of
- * positions), and mode 2 the former attn_rows per run of heads: both are
- * checked; and with the split forced off, the same cases still agree (the
- * heads split). In the automatic mode, a 134M-shaped decode at position 599 on 2
+ * and with the split forced off, the same cases still agree (the heads
+ * split). In the automatic mode, a 134M-shaped decode at position 599 on 2
  * threads takes the split, and one at position 20 does not.
  */
 #include "backend/cpu/kernels.h"
@@ -78,10 +75,7 @@ static void test_case(tb_pool *p, int ctx, int n_heads, int n_kv, int hd, int bs
     a.v_cache = vc;
     tb_cpu_attention_force_split(split);
     int taken = tb_cpu_attention_split(&a, nth, max_ctx);
-    /* the whole-row kernel (attn_decode) on the SIMD paths for hd % 64 ==
-     * 0 unless mode 2 asks for attn_rows */
-    int whole = split == 1 && hd % 64 == 0 && strcmp(cur_path, "scalar") != 0;
-    int want = split && nth > 1 && ctx > bs ? 1 + whole : 0;
+    int want = split && nth > 1 && ctx > bs;
     CHECK_MSG(taken == want, "[%s, %d threads] split forced %d, ctx %d bs %d: split %d, expected %d", cur_path, nth,
               split, ctx, bs, taken, want);
     tb_cpu_attention(p, &a, qkv, out, scratch, max_ctx);
@@ -115,7 +109,7 @@ static void test_pool(tb_pool *p) {
     for (int d = 0; d < 5; d++)
         for (int s = 0; s < 5; s++)
             for (int c = 0; c < 5; c++)
-                for (int split = 2; split >= 0; split--)
+                for (int split = 1; split >= 0; split--)
                     test_case(p, ctxs[c], shapes[s][0], shapes[s][1], shapes[s][2], shapes[s][3], shapes[s][4], dts[d],
                               split);
 }
@@ -144,8 +138,7 @@ static void test_auto(void) {
     for (int i = 0; i < 40; i++) tables[i] = i;
     tb_attn_args a = {1, 12, 12, 64, 0.125f, &pos, seq, tables, 40, 16, NULL, NULL, TB_F16};
     tb_cpu_attention_force_split(-1);
-    CHECK_MSG(tb_cpu_attention_split(&a, 2, 640) == (strcmp(tb_cpu_kernel_path(), "scalar") ? 2 : 1),
-              "auto: 134M decode at 599 on 2 threads not split (or not by the path's whole-row kernel)");
+    CHECK_MSG(tb_cpu_attention_split(&a, 2, 640) == 1, "auto: 134M decode at 599 on 2 threads not split");
     CHECK_MSG(tb_cpu_attention_split(&a, 1, 640) == 0, "auto: split on 1 thread");
     pos = 20;
     CHECK_MSG(tb_cpu_attention_split(&a, 2, 640) == 0, "auto: 134M decode at 20 split");

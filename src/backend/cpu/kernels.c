@@ -188,7 +188,7 @@ static const tb_cpu_kernel_table *path_table(const char *name) {
 #define TB_OVERRIDE(f) if (o->f) kt_avx512.f = o->f
         TB_OVERRIDE(matmul); TB_OVERRIDE(to_f32); TB_OVERRIDE(from_f32);
         TB_OVERRIDE(rmsnorm); TB_OVERRIDE(add_rmsnorm); TB_OVERRIDE(silu_mul);
-        TB_OVERRIDE(add); TB_OVERRIDE(rope); TB_OVERRIDE(attn_rows); TB_OVERRIDE(attn_decode);
+        TB_OVERRIDE(add); TB_OVERRIDE(rope); TB_OVERRIDE(attn_rows);
 #undef TB_OVERRIDE
         return &kt_avx512;
     }
@@ -664,7 +664,7 @@ static void attn_run(void *arg, int ith, int nth) {
  * TB_ATTN_GROUP_MAX rows of max_ctx scores); otherwise the heads split. */
 static int attn_split_mode = -1; /* tb_cpu_attention_force_split */
 
-void tb_cpu_attention_force_split(int mode) { attn_split_mode = mode < 0 ? -1 : mode > 2 ? 2 : mode; }
+void tb_cpu_attention_force_split(int mode) { attn_split_mode = mode < 0 ? -1 : mode > 0; }
 
 typedef struct {
     const tb_cpu_kernel_table *k;
@@ -673,7 +673,6 @@ typedef struct {
     float *scratch;
     size_t scratch_per_thread, part_floats;
     int nblk, per; /* blocks of the context; heads per attn_rows call */
-    int whole;     /* the path's attn_decode: all heads in one pass */
 } attn_split_job;
 
 static size_t attn_part_floats(const tb_attn_args *a) {
@@ -700,10 +699,6 @@ static void attn_split_run(void *arg, int ith, int nth) {
     sa.pos = &pos;
     sa.seq = &seq;
     sa.block_tables = a->block_tables + (size_t)a->seq[0] * a->max_blocks + b0;
-    if (j->whole) {
-        j->k->attn_decode(&sa, j->qkv, sa.block_tables, p1 - b0 * bs, part, m, l, scores);
-        return;
-    }
     for (int h0 = 0; h0 < a->n_heads; h0 += j->per) {
         int ng = a->n_heads - h0 < j->per ? a->n_heads - h0 : j->per;
         tb_attn_item it;
@@ -763,16 +758,6 @@ static int attn_split_heads_per_call(const tb_attn_args *a) {
     return (a->n_heads + runs - 1) / runs;
 }
 
-/* Whether the split runs the path's attn_decode (every head in one pass
- * over whole K and V rows) rather than attn_rows per run of heads:
- * kernels_bench attnkv, docs/PERFORMANCE.md "2026-12-02: decode attention
- * over whole cache rows". Mode 2 of tb_cpu_attention_force_split keeps
- * attn_rows (tests, benchmarks). */
-static int attn_split_whole(const tb_attn_args *a, size_t spt) {
-    return attn_split_mode != 2 && kt()->attn_decode && a->hd % 64 == 0 &&
-           attn_part_floats(a) + TB_ATTN_DECODE_SCRATCH(a->n_heads) <= spt;
-}
-
 /* Whether a step on nth threads with spt scratch floats per thread takes
  * the position split (see above). */
 static int attn_split_ok(const tb_attn_args *a, int nth, size_t spt) {
@@ -788,9 +773,7 @@ static int attn_split_ok(const tb_attn_args *a, int nth, size_t spt) {
 }
 
 int tb_cpu_attention_split(const tb_attn_args *a, int n_threads, int max_ctx) {
-    size_t spt = tb_attention_scratch_floats(1, max_ctx);
-    if (!attn_split_ok(a, n_threads, spt)) return 0;
-    return attn_split_whole(a, spt) ? 2 : 1;
+    return attn_split_ok(a, n_threads, tb_attention_scratch_floats(1, max_ctx));
 }
 
 void tb_cpu_attention(tb_pool *p, const tb_attn_args *a, const float *qkv, float *out,
@@ -809,7 +792,7 @@ void tb_cpu_attention(tb_pool *p, const tb_attn_args *a, const float *qkv, float
     if (attn_split_ok(a, nth, j.scratch_per_thread)) {
         int nblk = (a->pos[0] + a->block_size) / a->block_size;
         attn_split_job sj = {j.k, a, qkv, scratch, j.scratch_per_thread, attn_part_floats(a), nblk,
-                             attn_split_heads_per_call(a), attn_split_whole(a, j.scratch_per_thread)};
+                             attn_split_heads_per_call(a)};
         tb_pool_run(p, attn_split_run, &sj);
         attn_split_merge(&sj, nth, out);
         return;

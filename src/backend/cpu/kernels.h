@@ -208,14 +208,11 @@ void tb_cpu_attention(tb_pool *p, const tb_attn_args *a, const float *qkv,
  * context's positions between the threads (flash-decoding: partial softmax
  * per thread, merged per head; kernels.c) when it is long enough and the
  * scratch holds the partial results. Tests and benchmarks: mode 1 takes
- * that split whenever it can (any context of 2 cache blocks or more), 2
- * too but with the path's attn_rows per run of heads instead of its
- * attn_decode (every head in one pass), 0 never, -1 goes back to the
- * automatic choice. */
+ * that split whenever it can (any context of 2 cache blocks or more), 0
+ * never, -1 goes back to the automatic choice. */
 void tb_cpu_attention_force_split(int mode);
 /* Whether tb_cpu_attention would take that split for a (on n_threads,
- * scratch for max_ctx): 0 no, 1 with attn_rows per run of heads, 2 with
- * the path's attn_decode. */
+ * scratch for max_ctx). */
 int tb_cpu_attention_split(const tb_attn_args *a, int n_threads, int max_ctx);
 
 /* ---- gather rows: y[r,:] = x[rows[r],:]; x (T, D), rows (R), y (R, D). */
@@ -313,21 +310,7 @@ typedef struct {
      * tb_attention_scratch_floats(1, max ctx of the rows) floats. */
     void (*attn_rows)(const tb_attn_args *a, const struct tb_attn_item *it,
                       float *scores);
-    /* One decode token's attention over positions [0, n) of a range that
-     * starts at a cache block boundary (bt: the range's block table), every
-     * q head at once: each K and V row is read whole, once, in order.
-     * q (n_heads, hd); o (n_heads, hd) the normalised output over the range,
-     * m and l (n_heads) its max score and exp-sum; scratch at least
-     * TB_ATTN_DECODE_SCRATCH(n_heads) floats. NULL where the path has none
-     * (then attn_rows serves); only called for hd % 64 == 0. */
-    void (*attn_decode)(const tb_attn_args *a, const float *q,
-                        const int32_t *bt, int n, float *o, float *m,
-                        float *l, float *scratch);
 } tb_cpu_kernel_table;
-
-/* Positions an attn_decode kernel scores at once, and its scratch. */
-#define TB_ATTN_DECODE_CHUNK 16
-#define TB_ATTN_DECODE_SCRATCH(n_heads) ((size_t)(n_heads) * (TB_ATTN_DECODE_CHUNK + 1))
 
 extern const tb_cpu_kernel_table tb_cpu_kernels_avx2;
 /* Entries left NULL are taken from the AVX2 table. */
