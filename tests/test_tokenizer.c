@@ -420,6 +420,36 @@ static void test_json_fixtures(void) {
     tb_tokenizer_free(t);
 }
 
+/* A normalizer with nothing to do (a Replace of the empty string) between
+ * two that write: the one after it must not grow the buffer its input is in
+ * (a use after free found by fuzz_tokenizer_json). 200 words make the last
+ * Replace reallocate. */
+static void test_normalizer_skipped(void) {
+    const char *path = write_tmp("tok_norm_skip.json",
+        "{\"normalizer\":{\"type\":\"Sequence\",\"normalizers\":["
+        "{\"type\":\"Prepend\",\"prepend\":\"\xE2\x96\x81\"},"
+        "{\"type\":\"Replace\",\"pattern\":{\"String\":\"\"},\"content\":\"x\"},"
+        "{\"type\":\"Replace\",\"pattern\":{\"String\":\" \"},\"content\":\"\xE2\x96\x81\"}]},"
+        "\"pre_tokenizer\":null,"
+        "\"model\":{\"type\":\"BPE\",\"unk_token\":\"<unk>\","
+        "\"vocab\":{\"<unk>\":0,\"\xE2\x96\x81\":1,\"a\":2,\"\xE2\x96\x81" "a\":3},"
+        "\"merges\":[\"\xE2\x96\x81 a\"]}}");
+    tb_tokenizer *t = NULL;
+    tb_status s = tb_tokenizer_load(path, NULL, &t);
+    CHECK_MSG(s == TB_OK, "%s", tb_last_error());
+    if (!t) return;
+    char txt[400];
+    int len = 0;
+    for (int i = 0; i < 200; i++) len += snprintf(txt + len, sizeof txt - (size_t)len, i ? " a" : "a");
+    int32_t ids[256];
+    int n = 0;
+    s = tb_tokenizer_encode(t, txt, (size_t)len, 0, ids, 256, &n);
+    int all3 = n == 200;
+    for (int i = 0; i < n && i < 256; i++) all3 &= ids[i] == 3;
+    CHECK_MSG(s == TB_OK && all3, "200 x \"a\": %d ids (want 200 x 3)", n);
+    tb_tokenizer_free(t);
+}
+
 /* ---------------------------------------------------------------- --ref mode */
 
 static int run_ref_dir(const char *dir) {
@@ -550,5 +580,6 @@ int main(int argc, char **argv) {
     static const int32_t llama2_once[] = {1, 9038, 2501, 263, 931};
     test_llama2c(p3, NULL, llama2_once, 5, "Once upon a time");
     test_json_fixtures();
+    test_normalizer_skipped();
     return tb_test_finish("test_tokenizer");
 }

@@ -379,9 +379,14 @@ static void run_pre(tok_work *w, const char *s, size_t n, int step, int at_start
 
 static void run_segment(tok_work *w, const char *s, size_t n, int at_start) {
     const tb_tokenizer *t = w->t;
+    /* s is the caller's text (cur -1) or nbuf[cur]: each normalizer writes
+     * into the other buffer, so that a skipped one (nothing to do) never
+     * leaves s in the buffer the next one grows */
+    int cur = -1;
     for (int i = 0; i < t->n_norm && w->err == TB_OK; i++) {
         const tok_norm *nm = &t->norm[i];
-        tok_vec *b = &w->nbuf[i & 1];
+        int next = cur == 0 ? 1 : 0;
+        tok_vec *b = &w->nbuf[next];
         if (nm->type == TOK_NORM_PREPEND) {
             if (n == 0) continue;
             size_t al = strlen(nm->a);
@@ -390,6 +395,7 @@ static void run_segment(tok_work *w, const char *s, size_t n, int at_start) {
             memcpy((char *)b->p + al, s, n);
             s = b->p;
             n += al;
+            cur = next;
         } else if (nm->type == TOK_NORM_REPLACE) {
             size_t al = strlen(nm->a), bl = strlen(nm->b);
             if (al == 0) continue;
@@ -407,6 +413,7 @@ static void run_segment(tok_work *w, const char *s, size_t n, int at_start) {
             }
             s = d;
             n = m;
+            cur = next;
         }
     }
     run_pre(w, s, n, 0, at_start);
