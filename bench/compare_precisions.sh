@@ -112,7 +112,7 @@ for dt in f32 f16 int8; do
   url="http://127.0.0.1:$port"
   echo "== $dt: serve on $url" >&2
   "$TURBINE" serve "$eng" --port "$port" --model-name "$name" --max-batch-size "$MAXB" \
-    --max-queue-delay-us "$DELAY" "${thr[@]}" >"$d/serve.txt" 2>&1 &
+    --max-queue-delay-us "$DELAY" --max-body 256MiB "${thr[@]}" >"$d/serve.txt" 2>&1 &
   spid=$!
   ready=0
   for _ in $(seq 300); do

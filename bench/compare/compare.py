@@ -23,6 +23,7 @@ import random
 import socket
 import struct
 import sys
+import urllib.error
 import urllib.request
 
 DTYPES = ["f32", "f16", "int8"]
@@ -96,7 +97,10 @@ def accuracy(url, model, n, seed, out):
         req = urllib.request.Request("%s/v2/models/%s/infer" % (url, model),
                                      data=json.dumps({"inputs": inputs}).encode(),
                                      headers={"Content-Type": "application/json"})
-        r = json.loads(urllib.request.urlopen(req, timeout=60).read().decode())
+        try:
+            r = json.loads(urllib.request.urlopen(req, timeout=120).read().decode())
+        except urllib.error.HTTPError as e:
+            sys.exit("compare.py: %s answered %d: %s" % (url, e.code, e.read().decode(errors="replace")[:300]))
         o = r["outputs"][0]
         vals = [float(v) for v in o["data"]]
         rows.append({"top1": max(range(len(vals)), key=vals.__getitem__), "values": vals})
