@@ -12,7 +12,7 @@
 #        [--slo-ms MS] [-c 1,2,4,8] [--rate R,R...] [-n N] [--duration S]
 #        [--max-batch-size N] [--max-queue-delay-us US] [--threads N]
 #        [--accuracy-n N] [--seed N] [--tensor-format binary|json]
-#        [--llm CHECKPOINT --llm-text FILE [--llm-max-tokens N]]
+#        [--llm CHECKPOINT --llm-text FILE [--llm-tokenizer FILE] [--llm-max-tokens N]]
 #
 # TURBINE (default build/turbine) is the binary. The default model is the
 # ResNet-18 export of bench/onnx/run.sh ($BIG/resnet18_opset17/model.onnx,
@@ -28,7 +28,7 @@ HELP="$HERE/compare/compare.py"
 TURBINE="${TURBINE:-$ROOT/build/turbine}"
 BIG="${BIG:-/tmp/big}"
 MODEL="" CALIB="" OUT="" SLO=50 CONC="1,2,4,8" RATES="" NREQ=200 DUR="" MAXB=8 DELAY=2000
-THREADS="" ACC_N=64 SEED=1 FMT=binary LLM="" LLM_TEXT="" LLM_MAXTOK=256
+THREADS="" ACC_N=64 SEED=1 FMT=binary LLM="" LLM_TOK="" LLM_TEXT="" LLM_MAXTOK=256
 
 die() { echo "compare_precisions.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
@@ -49,6 +49,7 @@ while [ $# -gt 0 ]; do
     --tensor-format) FMT=$2; shift ;;
     --llm) LLM=$2; shift ;;
     --llm-text) LLM_TEXT=$2; shift ;;
+    --llm-tokenizer) LLM_TOK=$2; shift ;;
     --llm-max-tokens) LLM_MAXTOK=$2; shift ;;
     -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
@@ -136,10 +137,12 @@ done
 if [ -n "$LLM" ]; then
   # the LLM: accuracy only (the OpenAI sweep is `turbine bench`'s own, docs/BENCH.md)
   L="$OUT/llm"; mkdir -p "$L"
+  tok=()
+  [ -n "$LLM_TOK" ] && tok=(--tokenizer "$LLM_TOK")
   for dt in f32 f16 int8; do
     echo "== llm $dt: build" >&2
     t0=$(date +%s.%N)
-    "$TURBINE" build "$LLM" -o "$L/$dt.engine" --dtype "$dt" >"$L/$dt.build.txt" 2>&1 \
+    "$TURBINE" build "$LLM" "${tok[@]}" -o "$L/$dt.engine" --dtype "$dt" >"$L/$dt.build.txt" 2>&1 \
       || { cat "$L/$dt.build.txt" >&2; die "LLM $dt build failed"; }
     echo "$(echo "$(date +%s.%N) - $t0" | bc)" >"$L/$dt.build_s"
     if [ "$dt" != f32 ]; then
@@ -154,9 +157,20 @@ L = sys.argv[2]
 e = []
 for dt in ("f32", "f16", "int8"):
     c = os.path.join(L, dt + ".compare.txt")
-    e.append({"dtype": dt, "engine_bytes": os.path.getsize(os.path.join(L, dt + ".engine")),
-              "build_s": float(open(os.path.join(L, dt + ".build_s")).read()),
-              "compare": open(c).read().strip() if os.path.exists(c) else "(the reference)"})
+    x = {"dtype": dt, "engine_bytes": os.path.getsize(os.path.join(L, dt + ".engine")),
+         "build_s": float(open(os.path.join(L, dt + ".build_s")).read()),
+         "compare": open(c).read().strip() if os.path.exists(c) else "(the reference)"}
+    # turbine compare's lines: "A perplexity P nll N FILE", "B perplexity ...", "kl mean K p99 ...",
+    # "top1 agreement F (n of m)"
+    for line in x["compare"].splitlines():
+        w = line.split()
+        if len(w) >= 3 and w[1] == "perplexity":
+            x["perplexity_f32" if w[0] == "A" else "perplexity"] = float(w[2])
+        elif len(w) >= 3 and w[:2] == ["kl", "mean"]:
+            x["kl_mean"] = float(w[2])
+        elif len(w) >= 3 and w[:2] == ["top1", "agreement"]:
+            x["top1_agreement"] = float(w[2])
+    e.append(x)
 json.dump({"checkpoint": sys.argv[3], "text": sys.argv[4], "engines": e}, open(sys.argv[1], "w"))
 PYEOF
 fi

@@ -7,6 +7,9 @@
 # agreement in [0, 1] over the rows sent; f32 agrees with itself exactly; the
 # HTML is self-contained, has a summary row and a curve per precision, and
 # (when chromium is installed) renders with its script run and no console error.
+# With the shared stories260K checkpoint: --llm builds its three engines and the
+# report carries turbine compare's perplexity, KL and top-1 agreement of f16
+# and int8 against f32.
 set -uo pipefail
 : "${TURBINE_BIN:?}" "${TURBINE_SRC:?}" "${TURBINE_TMP:?}"
 D="$TURBINE_TMP/compare_precisions"
@@ -19,9 +22,17 @@ bad() { echo "FAIL: $1"; fails=$((fails + 1)); }
 if ! "$PY" -c 'import onnx, numpy' 2>/dev/null; then echo "skip: $PY has no onnx/numpy"; exit 0; fi
 "$PY" "$TURBINE_SRC/bench/compare/tiny_cnn.py" "$D/tiny.onnx" "$D/calib" || { echo "FAIL: tiny_cnn.py"; exit 1; }
 
+M="${TURBINE_SHARED:-$TURBINE_SRC/../shared}/models/stories260K"
+llm=()
+if [ -f "$M/stories260K.bin" ]; then
+  head -c 6000 "${TURBINE_SHARED:-$TURBINE_SRC/../shared}/data/tinyshakespeare.txt" >"$D/text.txt"
+  llm=(--llm "$M/stories260K.bin" --llm-tokenizer "$M/tok512.bin" --llm-text "$D/text.txt" --llm-max-tokens 200)
+else
+  echo "skip: the LLM leg (no stories260K under TURBINE_SHARED)"
+fi
 if TURBINE="$TURBINE_BIN" timeout 120 bash "$TURBINE_SRC/bench/compare_precisions.sh" --model "$D/tiny.onnx" \
      --calib-data "$D/calib" --out "$D/out" -c 1,2 -n 12 --accuracy-n 8 --threads 1 --max-batch-size 4 \
-     --max-queue-delay-us 500 --slo-ms 1000 >"$D/run.out" 2>&1; then ok "command exits 0"
+     --max-queue-delay-us 500 --slo-ms 1000 "${llm[@]}" >"$D/run.out" 2>&1; then ok "command exits 0"
 else bad "command failed: $(tail -5 "$D/run.out")"; fi
 
 if "$PY" - "$D/out/report.json" <<'PYEOF'
@@ -48,6 +59,21 @@ print("qps at SLO:", {d: round(p["qps_at_slo"], 1) for d, p in ps.items()},
       "top-1:", {d: p["accuracy"]["top1_agreement"] for d, p in ps.items()})
 PYEOF
 then ok "report.json: three precisions with their figures"; else bad "report.json figures"; fi
+
+if [ ${#llm[@]} -gt 0 ]; then
+  "$PY" - "$D/out/report.json" <<'PYEOF' && ok "LLM: three engines, f16 and int8 compared with f32" || bad "LLM figures"
+import json, sys
+e = {x["dtype"]: x for x in json.load(open(sys.argv[1]))["llm"]["engines"]}
+assert sorted(e) == ["f16", "f32", "int8"], sorted(e)
+assert e["int8"]["engine_bytes"] < e["f16"]["engine_bytes"] < e["f32"]["engine_bytes"], e
+for dt in ("f16", "int8"):
+    x = e[dt]
+    assert x["perplexity"] > 1 and x["perplexity_f32"] > 1, x
+    assert 0 <= x["kl_mean"] < 0.1 and 0.5 < x["top1_agreement"] <= 1.0, x
+print({dt: (e[dt]["perplexity"], e[dt]["top1_agreement"]) for dt in ("f16", "int8")})
+PYEOF
+  [ "$(grep -c '<tr data-llm=' "$D/out/report.html")" = 3 ] && ok "HTML has the LLM table" || bad "HTML LLM rows"
+fi
 
 H="$D/out/report.html"
 [ "$(grep -c '<tr data-dtype=' "$H")" = 3 ] && ok "HTML summary has three rows" || bad "HTML summary rows"

@@ -222,11 +222,16 @@ def report(d, slo):
                 fmt(p["p50_ms"]), fmt(p["p95_ms"]), fmt(p["p99_ms"]), fmt(p["batch_mean"])))
     llm_html = ""
     if llm:
-        lr = "".join("<tr><td>%s</td><td>%s</td><td>%s</td><td><pre>%s</pre></td></tr>" % (
-            e(x["dtype"]), fmt(x["engine_bytes"] / 2**20, 1), fmt(x.get("build_s"), 1), e(x.get("compare", "")))
+        # f32 is the reference: its perplexity is the "A" line of any compare
+        ref_ppl = next((x["perplexity_f32"] for x in llm["engines"] if "perplexity_f32" in x), None)
+        lr = "\n".join("<tr data-llm=\"%s\"><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td><pre>%s</pre></td></tr>" % (
+            e(x["dtype"]), e(x["dtype"]), fmt(x["engine_bytes"] / 2**20, 2), fmt(x.get("build_s"), 1),
+            fmt(x.get("perplexity", ref_ppl), 4),
+            fmt(x.get("kl_mean"), 6), fmt(x.get("top1_agreement"), 4), e(x.get("compare", "")))
             for x in llm["engines"])
         llm_html = ("<h2>LLM: %s</h2><p><code>turbine compare</code> of each engine against f32 on %s.</p>"
-                    "<table><tr><th>dtype</th><th>engine MiB</th><th>build s</th><th>turbine compare</th></tr>%s</table>"
+                    "<table><tr><th>dtype</th><th>engine MiB</th><th>build s</th><th>perplexity</th><th>KL mean (nats)</th>"
+                    "<th>top-1 agreement with f32</th><th>turbine compare</th></tr>%s</table>"
                     % (e(llm["checkpoint"]), e(llm["text"]), lr))
     page = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>turbine: f32 / f16 / int8 compared</title>
