@@ -27,7 +27,7 @@ PY=/usr/bin/python3
 HELP="$HERE/compare/compare.py"
 TURBINE="${TURBINE:-$ROOT/build/turbine}"
 BIG="${BIG:-/tmp/big}"
-MODEL="" CALIB="" OUT="" SLO=50 CONC="1,2,4,8" RATES="" NREQ=200 DUR="" MAXB=8 DELAY=2000
+MODEL="" CALIB="" OUT="" SLO=50 CONC="" RATES="" NREQ=200 DUR="" MAXB=8 DELAY=2000
 THREADS="" ACC_N=64 SEED=1 FMT=binary LLM="" LLM_TOK="" LLM_TEXT="" LLM_MAXTOK=256
 
 die() { echo "compare_precisions.sh: $*" >&2; exit 2; }
@@ -63,7 +63,7 @@ if [ -z "$MODEL" ]; then
 fi
 [ -f "$MODEL" ] || die "no model $MODEL (--model, or export it: bench/onnx/run.sh)"
 [ -n "$LLM" ] && [ ! -f "$LLM_TEXT" ] && die "--llm needs --llm-text FILE (the text turbine compare scores)"
-[ -n "$CONC$RATES" ] || die "give -c and/or --rate"
+[ -n "$CONC$RATES" ] || CONC="1,2,4,8"
 OUT="${OUT:-$ROOT/build/compare_precisions}"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
@@ -78,11 +78,13 @@ if [ -z "$CALIB" ]; then
   "$PY" "$HELP" calib "$MODEL" "$CALIB" 8 "$SEED"
 fi
 
-load=()
-[ -n "$CONC" ] && load+=(-c "$CONC")
-[ -n "$RATES" ] && load+=(--rate "$RATES")
-load+=(-n "$NREQ")
-[ -n "$DUR" ] && load+=(--duration "$DUR")
+# turbine bench runs one kind of sweep at a time: closed loop, then open loop
+bound=(-n "$NREQ")
+[ -n "$DUR" ] && bound+=(--duration "$DUR")
+sweeps=()
+[ -n "$CONC" ] && sweeps+=("-c $CONC")
+[ -n "$RATES" ] && sweeps+=("--rate $RATES")
+load=("${sweeps[@]}" "${bound[@]}")
 thr=()
 [ -n "$THREADS" ] && thr=(--threads "$THREADS")
 serve_args="--max-batch-size $MAXB --max-queue-delay-us $DELAY${THREADS:+ --threads $THREADS}"
@@ -125,8 +127,15 @@ for dt in f32 f16 int8; do
   echo "== $dt: accuracy ($ACC_N rows)" >&2
   "$PY" "$HELP" accuracy "$url" "$name" "$ACC_N" "$SEED" "$d/accuracy.json"
   echo "== $dt: load ${load[*]}" >&2
-  "$TURBINE" bench "$url" --endpoint kserve --model "$name" --tensor-format "$FMT" "${load[@]}" --seed "$SEED" \
-    --no-progress --json "$d/bench.json" >"$d/bench.txt" 2>&1 || { cat "$d/bench.txt" >&2; die "bench of $dt failed"; }
+  k=0
+  for sw in "${sweeps[@]}"; do
+    # shellcheck disable=SC2086 # $sw is "-c LIST" or "--rate LIST"
+    "$TURBINE" bench "$url" --endpoint kserve --model "$name" --tensor-format "$FMT" $sw "${bound[@]}" --seed "$SEED" \
+      --no-progress --json "$d/bench_$k.json" >"$d/bench_$k.txt" 2>&1 || { cat "$d/bench_$k.txt" >&2; die "bench of $dt failed"; }
+    k=$((k + 1))
+  done
+  "$PY" -c 'import json,sys; r=[json.load(open(f)) for f in sys.argv[2:]]; a=r[0]; a["points"]=[p for x in r for p in x["points"]]
+json.dump(a, open(sys.argv[1], "w"))' "$d/bench.json" "$d"/bench_[0-9]*.json
   rss=$(awk '/VmHWM/ {print $2 / 1024}' "/proc/$spid/status" 2>/dev/null || echo null)
   stop_server
   "$PY" -c 'import json,os,sys; json.dump({"engine_bytes": os.path.getsize(sys.argv[2]), "build_s": float(sys.argv[3]),
