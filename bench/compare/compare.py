@@ -160,9 +160,11 @@ def svg_plot(figs, slo):
     """Throughput (x) against p99 latency (y), one polyline per precision; the SLO dashed."""
     W, H, L, R, T, B = 640, 360, 60, 110, 20, 45
     xs = [p["qps"] for f in figs for p in f["points"]]
-    ys = [p["p99_ms"] for f in figs for p in f["points"] if p["p99_ms"] is not None] + [slo]
+    ys = [p["p99_ms"] for f in figs for p in f["points"] if p["p99_ms"] is not None]
     xmax = max(xs + [1e-9]) * 1.05
     ymax = max(ys + [1e-9]) * 1.1
+    if slo <= 2 * ymax:  # a far SLO would flatten the curves: then it is only named, at the top
+        ymax = max(ymax, slo * 1.1)
     sx = lambda v: L + (W - L - R) * v / xmax
     sy = lambda v: H - B - (H - T - B) * v / ymax
     colors = {"f32": "#1f77b4", "f16": "#ff7f0e", "int8": "#2ca02c"}
@@ -176,8 +178,11 @@ def svg_plot(figs, slo):
     o.append('<text x="%d" y="%d" font-size="12" text-anchor="middle">throughput (requests/s)</text>' % ((L + W - R) // 2, H - 8))
     o.append('<text x="14" y="%d" font-size="12" text-anchor="middle" transform="rotate(-90 14 %d)">p99 latency (ms)</text>'
              % ((T + H - B) // 2, (T + H - B) // 2))
-    o.append('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#c00" stroke-dasharray="5,4"/>' % (L, sy(slo), W - R, sy(slo)))
-    o.append('<text x="%d" y="%.1f" font-size="11" fill="#c00">SLO %s ms</text>' % (W - R + 4, sy(slo) + 4, fmt(slo, 1)))
+    if slo <= ymax:
+        o.append('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#c00" stroke-dasharray="5,4"/>' % (L, sy(slo), W - R, sy(slo)))
+        o.append('<text x="%d" y="%.1f" font-size="11" fill="#c00">SLO %s ms</text>' % (W - R + 4, sy(slo) + 4, fmt(slo, 1)))
+    else:
+        o.append('<text x="%d" y="%d" font-size="11" fill="#c00">SLO %s ms (above)</text>' % (W - R + 4, T + 4, fmt(slo, 1)))
     for i, f in enumerate(figs):
         c = colors.get(f["dtype"], "#000")
         pts = sorted((p for p in f["points"] if p["p99_ms"] is not None), key=lambda p: p["qps"])
@@ -186,7 +191,7 @@ def svg_plot(figs, slo):
         for p in pts:
             o.append('<circle cx="%.1f" cy="%.1f" r="3" fill="%s"><title>%s %s: %s req/s, p99 %s ms</title></circle>'
                      % (sx(p["qps"]), sy(p["p99_ms"]), c, f["dtype"], html.escape(p["label"]), fmt(p["qps"], 1), fmt(p["p99_ms"], 2)))
-        o.append('<text x="%d" y="%d" font-size="12" fill="%s">%s</text>' % (W - R + 4, T + 14 + 16 * i, c, f["dtype"]))
+        o.append('<text x="%d" y="%d" font-size="12" fill="%s">%s</text>' % (W - R + 4, H - B - 16 * (len(figs) - 1 - i), c, f["dtype"]))
     o.append("</svg>")
     return "\n".join(o)
 
