@@ -140,7 +140,7 @@ json.dump(a, open(sys.argv[1], "w"))' "$d/bench.json" "$d"/bench_[0-9]*.json
   stop_server
   "$PY" -c 'import json,os,sys; json.dump({"engine_bytes": os.path.getsize(sys.argv[2]), "build_s": float(sys.argv[3]),
     "server_peak_rss_mib": float(sys.argv[4]) if sys.argv[4] not in ("", "null") else None}, open(sys.argv[1], "w"))' \
-    "$d/meta.json" "$eng" "$(echo "$t1 - $t0" | bc)" "${rss:-null}"
+    "$d/meta.json" "$eng" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "${rss:-null}"
 done
 
 if [ -n "$LLM" ]; then
@@ -153,7 +153,7 @@ if [ -n "$LLM" ]; then
     t0=$(date +%s.%N)
     "$TURBINE" build "$LLM" "${tok[@]}" -o "$L/$dt.engine" --dtype "$dt" >"$L/$dt.build.txt" 2>&1 \
       || { cat "$L/$dt.build.txt" >&2; die "LLM $dt build failed"; }
-    echo "$(echo "$(date +%s.%N) - $t0" | bc)" >"$L/$dt.build_s"
+    awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }' >"$L/$dt.build_s"
     if [ "$dt" != f32 ]; then
       echo "== llm $dt: turbine compare against f32" >&2
       "$TURBINE" compare "$L/f32.engine" "$L/$dt.engine" --text "$LLM_TEXT" --max-tokens "$LLM_MAXTOK" \
