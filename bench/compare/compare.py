@@ -211,12 +211,12 @@ def report(d, slo):
     for f in figs:
         a = f.get("accuracy") or {}
         rows.append("<tr data-dtype=\"%s\"><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td>"
-                    "<td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>" % (
+                    "<td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>" % (
                         f["dtype"], f["dtype"], fmt(f["qps_at_slo"], 1), fmt(f["max_qps"], 1),
                         fmt(f["p50_ms"]), fmt(f["p95_ms"]), fmt(f["p99_ms"]), e(f["latency_point"]),
                         fmt(f["gpu_util_pct"], 0) + ("" if f["gpu_util_pct"] is None else " %"),
                         fmt(f["gpu_mem_gib"]) + ("" if f["gpu_mem_gib"] is None else " GiB"),
-                        fmt(f["server_peak_rss_mib"], 1), fmt(f["engine_bytes"] / 2**20, 2),
+                        fmt(f["server_peak_rss_mib"], 1), fmt(f["engine_bytes"] / 2**20, 2), fmt(f["build_s"], 1),
                         ("%.1f %% of %d (max abs err %.3g)" % (100 * a["top1_agreement"], a["rows"], a["max_abs_err"])
                          if a.get("rows") else "n/a")))
     pts = []
@@ -248,7 +248,7 @@ td,th{border:1px solid #bbb;padding:3px 8px;text-align:right}th{background:#eee}
 SLO: p99 end-to-end latency &le; %s ms. Started %s on %s.</p>
 <h2>Summary</h2>
 <table id="summary"><tr><th>precision</th><th>QPS at SLO</th><th>max QPS</th><th>P50 ms</th><th>P95 ms</th><th>P99 ms</th><th>at point</th>
-<th>GPU util</th><th>GPU mem</th><th>server peak RSS MiB</th><th>engine MiB</th><th>top-1 agreement with f32</th></tr>
+<th>GPU util</th><th>GPU mem</th><th>server peak RSS MiB</th><th>engine MiB</th><th>build s</th><th>top-1 agreement with f32</th></tr>
 %s</table>
 <p>QPS at SLO: the highest throughput of a sweep point whose p99 meets the SLO with no failed request (n/a: none does).
 P50/P95/P99 are that point's (or, when none meets the SLO, the highest-throughput point's).</p>
