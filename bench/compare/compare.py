@@ -165,24 +165,34 @@ def svg_plot(figs, slo):
     ymax = max(ys + [1e-9]) * 1.1
     if slo <= 2 * ymax:  # a far SLO would flatten the curves: then it is only named, at the top
         ymax = max(ymax, slo * 1.1)
+    # latencies two decades apart (a slow precision beside fast ones): a log axis keeps both readable
+    ymin = min(ys + [slo]) / 1.5 if ys else 1.0
+    logy = ymin > 0 and ymax / ymin > 100
     sx = lambda v: L + (W - L - R) * v / xmax
-    sy = lambda v: H - B - (H - T - B) * v / ymax
+    if logy:
+        ly0, ly1 = math.log10(ymin), math.log10(ymax)
+        sy = lambda v: H - B - (H - T - B) * (math.log10(max(v, ymin)) - ly0) / (ly1 - ly0)
+    else:
+        sy = lambda v: H - B - (H - T - B) * v / ymax
     colors = {"f32": "#1f77b4", "f16": "#ff7f0e", "int8": "#2ca02c"}
     o = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" role="img" '
          'aria-label="p99 latency against throughput">' % (W, H, W, H),
          '<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#888"/>' % (L, T, W - L - R, H - T - B)]
     for k in range(6):
-        xv, yv = xmax * k / 5, ymax * k / 5
+        xv = xmax * k / 5
+        yv = 10 ** (ly0 + (ly1 - ly0) * k / 5) if logy else ymax * k / 5
         o.append('<text x="%.1f" y="%d" font-size="11" text-anchor="middle">%s</text>' % (sx(xv), H - B + 15, fmt(xv, 0)))
-        o.append('<text x="%d" y="%.1f" font-size="11" text-anchor="end">%s</text>' % (L - 5, sy(yv) + 4, fmt(yv, 1)))
+        o.append('<text x="%d" y="%.1f" font-size="11" text-anchor="end">%s</text>' % (L - 5, sy(yv) + 4, ("%.0f" if yv >= 100 else "%.3g") % yv))
     o.append('<text x="%d" y="%d" font-size="12" text-anchor="middle">throughput (requests/s)</text>' % ((L + W - R) // 2, H - 8))
-    o.append('<text x="14" y="%d" font-size="12" text-anchor="middle" transform="rotate(-90 14 %d)">p99 latency (ms)</text>'
-             % ((T + H - B) // 2, (T + H - B) // 2))
+    o.append('<text x="14" y="%d" font-size="12" text-anchor="middle" transform="rotate(-90 14 %d)">p99 latency (ms%s)</text>'
+             % ((T + H - B) // 2, (T + H - B) // 2, ", log scale" if logy else ""))
     if slo <= ymax:
         o.append('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#c00" stroke-dasharray="5,4"/>' % (L, sy(slo), W - R, sy(slo)))
         o.append('<text x="%d" y="%.1f" font-size="11" fill="#c00">SLO %s ms</text>' % (W - R + 4, sy(slo) + 4, fmt(slo, 1)))
     else:
         o.append('<text x="%d" y="%d" font-size="11" fill="#c00">SLO %s ms (above)</text>' % (W - R + 4, T + 4, fmt(slo, 1)))
+    # the legend in the right margin, at the top unless the SLO label is there
+    legend_low = slo <= ymax and sy(slo) < T + 16 * len(figs) + 10
     for i, f in enumerate(figs):
         c = colors.get(f["dtype"], "#000")
         pts = sorted((p for p in f["points"] if p["p99_ms"] is not None), key=lambda p: p["qps"])
@@ -191,7 +201,8 @@ def svg_plot(figs, slo):
         for p in pts:
             o.append('<circle cx="%.1f" cy="%.1f" r="3" fill="%s"><title>%s %s: %s req/s, p99 %s ms</title></circle>'
                      % (sx(p["qps"]), sy(p["p99_ms"]), c, f["dtype"], html.escape(p["label"]), fmt(p["qps"], 1), fmt(p["p99_ms"], 2)))
-        o.append('<text x="%d" y="%d" font-size="12" fill="%s">%s</text>' % (W - R + 4, H - B - 16 * (len(figs) - 1 - i), c, f["dtype"]))
+        ly = (H - B - 16 * (len(figs) - 1 - i)) if legend_low else (T + 14 + 16 * i)
+        o.append('<text x="%d" y="%d" font-size="12" fill="%s">%s</text>' % (W - R + 4, ly, c, f["dtype"]))
     o.append("</svg>")
     return "\n".join(o)
 
