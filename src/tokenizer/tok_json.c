@@ -186,9 +186,10 @@ static tb_status merge_ids(tb_tokenizer *t, const char *a, size_t na, const char
         *buf = q;
         *bcap = c;
     }
-    memcpy(*buf, a, na);
-    memcpy(*buf + na, b, nb);
-    m[2] = tok_lookup(t, *buf, na + nb);
+    /* both halves may be empty (a merge of " "): then *buf may still be NULL */
+    if (na) memcpy(*buf, a, na);
+    if (nb) memcpy(*buf + na, b, nb);
+    m[2] = tok_lookup(t, na + nb ? *buf : a, na + nb);
     return (m[0] < 0 || m[1] < 0 || m[2] < 0) ? TB_ERR_FORMAT : TB_OK;
 }
 
