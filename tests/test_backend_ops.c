@@ -106,7 +106,7 @@ static void *dupmem(const void *p, size_t n) {
 }
 
 static const char *dt_name(tb_dtype t) {
-    return t == TB_F32 ? "f32" : t == TB_F16 ? "f16" : t == TB_BF16 ? "bf16" : "?";
+    return t == TB_F32 ? "f32" : t == TB_F16 ? "f16" : t == TB_BF16 ? "bf16" : t == TB_I8 ? "i8" : t == TB_I4 ? "i4" : t == TB_FP8_E4M3 ? "fp8" : "?";
 }
 
 /* n f32 values stored in dtype dt (malloc'd). */
@@ -423,7 +423,8 @@ static void op_qmatmul(tb_dtype qdt, int T, int K, int N, int group, int bias, i
     if (case_run(&c, &rv, &n, 1, o) == 1) {
         tb_qweight qw = {.dtype = qdt, .codes = codes, .scales = sc, .zeros = asym ? z : NULL, .group = group};
         tb_ref_qmatmul(x, &qw, bias ? bv : NULL, yr, T, K, N);
-        report(&c, TB_OP_QMATMUL, TB_F32, NULL, rel_err(y, yr, n), bound_of(1e-5, 1e-5));
+        /* cuda: x rounded to f16 (and int4's code * scale) as for f16 weights */
+        report(&c, TB_OP_QMATMUL, TB_F32, NULL, rel_err(y, yr, n), bound_of(1e-5, 3e-3));
     }
     free(x); free(w); free(bv); free(sc); free(z); free(codes); free(y); free(yr);
     tb_graph_free(c.g);
@@ -707,55 +708,117 @@ static void op_gather_rows(int T, int D, int R) {
  * rounded to the weight type). */
 typedef enum { PAT_MM_SILU, PAT_SILU_MM, PAT_NORM_MM, PAT_MM_ADDNORM_MM } pat_kind;
 
+/* A pattern's matmul weight: a float dtype (a matmul node) or codes of
+ * core/quant.h (a qmatmul node; the GPU multiplies x by the norm weight in
+ * the GEMV instead of folding it into the codes). */
+typedef struct {
+    tb_dtype dt;
+    void *wq;                /* float dtypes: the weight in dt      */
+    uint8_t *codes;          /* quantized: codes, scales, zeros     */
+    float *sc, *z;
+    int group;
+    size_t cb;
+} pat_w;
+
+static void pat_w_make(pat_w *m, const float *w, int N, int K, tb_dtype dt, int group, int asym) {
+    memset(m, 0, sizeof *m);
+    m->dt = dt;
+    if (dt != TB_I8 && dt != TB_I4 && dt != TB_FP8_E4M3) {
+        m->wq = to_dtype(w, (size_t)N * K, dt);
+        return;
+    }
+    m->group = dt == TB_I4 ? group : K;
+    int G = K / m->group;
+    m->cb = (size_t)tb_quant_codes_bytes(dt, N, K);
+    m->codes = xmalloc(m->cb);
+    m->sc = xmalloc(sizeof(float) * (size_t)N * G);
+    m->z = asym ? xmalloc(sizeof(float) * (size_t)N * G) : NULL;
+    TB_ASSERT(tb_quantize_rows(dt, w, N, K, m->group, asym, m->codes, m->sc, m->z) == TB_OK);
+}
+
+/* Adds the matmul (qmatmul) of x value xv by m (N, K); returns the node. */
+static int pat_w_node(tcase *c, int xv, const char *name, const pat_w *m, int N, int K) {
+    int64_t wd[2] = {N, K}, sd[2] = {N, m->codes ? K / m->group : 0};
+    if (!m->codes) {
+        int a[2] = {xv, add_w(c, name, m->dt, 2, wd, m->wq)};
+        return add_node(c, TB_OP_MATMUL, a, 2, NULL, NULL);
+    }
+    char nm[32];
+    int in[4], n_in = 0;
+    in[n_in++] = xv;
+    in[n_in++] = tb_graph_add_weight(c->g, name, m->dt, 2, wd, dupmem(m->codes, m->cb), 1);
+    snprintf(nm, sizeof nm, "%s.scales", name);
+    in[n_in++] = add_w(c, nm, TB_F32, 2, sd, m->sc);
+    if (m->z) {
+        snprintf(nm, sizeof nm, "%s.zeros", name);
+        in[n_in++] = add_w(c, nm, TB_F32, 2, sd, m->z);
+    }
+    int32_t ia[4] = {0};
+    tb_attr_set_i(TB_OP_QMATMUL, TB_QMM_HAS_ZEROS, ia, m->z != NULL);
+    return add_node(c, TB_OP_QMATMUL, in, n_in, ia, NULL);
+}
+
+static void pat_w_ref(const pat_w *m, const float *x, float *y, int T, int K, int N) {
+    if (!m->codes) {
+        tb_ref_matmul(x, m->wq, m->dt, NULL, y, T, K, N);
+        return;
+    }
+    tb_qweight qw = {.dtype = m->dt, .codes = m->codes, .scales = m->sc, .zeros = m->z, .group = m->group};
+    tb_ref_qmatmul(x, &qw, NULL, y, T, K, N);
+}
+
+static void pat_w_free(pat_w *m) {
+    free(m->wq); free(m->codes); free(m->sc); free(m->z);
+}
+
 static double pattern_bound(tb_dtype wdt) {
-    return bound_of(3e-5, wdt == TB_F32 ? 1e-4 : wdt == TB_F16 ? 5e-3 : 3e-2);
+    /* quantized weights on the GPU: x (times the norm weight) rounded to
+     * f16, int4's code * scale rounded to f16: the f16 bound */
+    return bound_of(3e-5, wdt == TB_F32 ? 1e-4 : wdt == TB_BF16 ? 3e-2 : 5e-3);
 }
 
 /* x (T, K); the first matmul's weight (N1, K) where there is one; the last
  * output (T, N). */
-static void pattern(pat_kind pk, tb_dtype wdt, int T, int K, int N) {
+static void pattern_q(pat_kind pk, tb_dtype wdt, int group, int asym, int T, int K, int N) {
     static const char *names[] = {"matmul>silu_mul", "silu_mul>matmul", "rmsnorm>matmul",
                                   "matmul>add_rmsnorm>matmul"};
     tcase c;
     case_init(&c, T);
-    snprintf(c.desc, sizeof c.desc, "%s T %d K %d N %d", names[pk], T, K, N);
+    snprintf(c.desc, sizeof c.desc, "%s T %d K %d N %d%s", names[pk], T, K, N, asym ? " +zeros" : "");
     float eps = 1e-5f, fa[4] = {eps};
     int xw = pk == PAT_SILU_MM ? 2 * K : K; /* width of the input */
     int N1 = pk == PAT_MM_SILU ? 2 * N : K;  /* the first matmul's outputs */
     float *x = frandn((size_t)T * xw, 2.0f), *w1 = frandn((size_t)N1 * K, 2.0f / sqrtf((float)K));
     float *w2 = frandn((size_t)N * K, 2.0f / sqrtf((float)K)), *wn = frandn((size_t)K, 1.5f);
     float *res = frandn((size_t)T * K, 1.0f);
-    void *w1q = to_dtype(w1, (size_t)N1 * K, wdt), *w2q = to_dtype(w2, (size_t)N * K, wdt);
-    int64_t xd[2] = {T, xw}, w1d[2] = {N1, K}, w2d[2] = {N, K}, nd[1] = {K}, rd[2] = {T, K};
+    pat_w m1, m2;
+    pat_w_make(&m1, w1, N1, K, wdt, group, asym);
+    pat_w_make(&m2, w2, N, K, wdt, group, asym);
+    int64_t xd[2] = {T, xw}, nd[1] = {K}, rd[2] = {T, K};
     int xv = add_w(&c, "x", TB_F32, 2, xd, x), last = -1, rv = -1;
     switch (pk) {
     case PAT_MM_SILU: {
-        int a[2] = {xv, add_w(&c, "w1", wdt, 2, w1d, w1q)};
-        int gu = node_out(&c, add_node(&c, TB_OP_MATMUL, a, 2, NULL, NULL), 0);
+        int gu = node_out(&c, pat_w_node(&c, xv, "w1", &m1, N1, K), 0);
         last = add_node(&c, TB_OP_SILU_MUL, &gu, 1, NULL, NULL);
         break;
     }
     case PAT_SILU_MM: {
         int h = node_out(&c, add_node(&c, TB_OP_SILU_MUL, &xv, 1, NULL, NULL), 0);
-        int a[2] = {h, add_w(&c, "w2", wdt, 2, w2d, w2q)};
-        last = add_node(&c, TB_OP_MATMUL, a, 2, NULL, NULL);
+        last = pat_w_node(&c, h, "w2", &m2, N, K);
         break;
     }
     case PAT_NORM_MM: {
         int a[2] = {xv, add_w(&c, "wn", TB_F32, 1, nd, wn)};
         int h = node_out(&c, add_node(&c, TB_OP_RMSNORM, a, 2, NULL, fa), 0);
-        int b[2] = {h, add_w(&c, "w2", wdt, 2, w2d, w2q)};
-        last = add_node(&c, TB_OP_MATMUL, b, 2, NULL, NULL);
+        last = pat_w_node(&c, h, "w2", &m2, N, K);
         break;
     }
     case PAT_MM_ADDNORM_MM: {
-        int a[2] = {xv, add_w(&c, "w1", wdt, 2, w1d, w1q)};
-        int d = node_out(&c, add_node(&c, TB_OP_MATMUL, a, 2, NULL, NULL), 0);
+        int d = node_out(&c, pat_w_node(&c, xv, "w1", &m1, N1, K), 0);
         int b[3] = {add_w(&c, "res", TB_F32, 2, rd, res), d, add_w(&c, "wn", TB_F32, 1, nd, wn)};
         int an = add_node(&c, TB_OP_ADD_RMSNORM, b, 3, NULL, fa);
         rv = node_out(&c, an, 0);
-        int e[2] = {node_out(&c, an, 1), add_w(&c, "w2", wdt, 2, w2d, w2q)};
-        last = add_node(&c, TB_OP_MATMUL, e, 2, NULL, NULL);
+        last = pat_w_node(&c, node_out(&c, an, 1), "w2", &m2, N, K);
         break;
     }
     }
@@ -771,31 +834,35 @@ static void pattern(pat_kind pk, tb_dtype wdt, int T, int K, int N) {
     if (case_run(&c, rvs, rns, n_read, o) == 1) {
         switch (pk) {
         case PAT_MM_SILU:
-            tb_ref_matmul(x, w1q, wdt, NULL, h, T, K, N1);
+            pat_w_ref(&m1, x, h, T, K, N1);
             tb_ref_silu_mul(h, yr, T, N);
             break;
         case PAT_SILU_MM:
             tb_ref_silu_mul(x, h2, T, K);
-            tb_ref_matmul(h2, w2q, wdt, NULL, yr, T, K, N);
+            pat_w_ref(&m2, h2, yr, T, K, N);
             break;
         case PAT_NORM_MM:
             tb_ref_rmsnorm(x, wn, h2, T, K, eps);
-            tb_ref_matmul(h2, w2q, wdt, NULL, yr, T, K, N);
+            pat_w_ref(&m2, h2, yr, T, K, N);
             break;
         case PAT_MM_ADDNORM_MM:
-            tb_ref_matmul(x, w1q, wdt, NULL, h, T, K, K);
+            pat_w_ref(&m1, x, h, T, K, K);
             tb_ref_add_rmsnorm(res, h, wn, rr, h2, T, K, eps);
-            tb_ref_matmul(h2, w2q, wdt, NULL, yr, T, K, N);
+            pat_w_ref(&m2, h2, yr, T, K, N);
             break;
         }
         tb_op_kind lk = c.g->nodes[last].op;
         report(&c, lk, wdt, "chain", rel_err(y, yr, n), pattern_bound(wdt));
         if (n_read == 2) report(&c, TB_OP_ADD_RMSNORM, wdt, "chain r", rel_err(r, rr, nk), pattern_bound(wdt));
     }
-    free(x); free(w1); free(w2); free(wn); free(res); free(w1q); free(w2q);
+    free(x); free(w1); free(w2); free(wn); free(res);
+    pat_w_free(&m1);
+    pat_w_free(&m2);
     free(y); free(yr); free(r); free(rr); free(h); free(h2);
     tb_graph_free(c.g);
 }
+
+static void pattern(pat_kind pk, tb_dtype wdt, int T, int K, int N) { pattern_q(pk, wdt, 0, 0, T, K, N); }
 
 /* ---------------------------------------------------------------- all */
 static const int Ts[] = {1, 3, 17};
@@ -887,6 +954,26 @@ static void run_all(void) {
         op_silu_emul(TB_OP_SILU, Ts[i], (int[]){7, 64, 129}[i]);
         op_silu_emul(TB_OP_EMUL, Ts[i], (int[]){7, 64, 129}[i]);
     }
+    /* quantized weights on the GPU's GEMV shapes (K a multiple of 64, int4
+     * of 128; T <= 8) and in the chains it fuses (the norm weight read by
+     * the GEMV); after the cases above so that their inputs stay the same */
+    op_qmatmul(TB_I8, 1, 256, 70, 256, 1, 0);
+    op_qmatmul(TB_I8, 8, 512, 40, 512, 0, 0);
+    op_qmatmul(TB_FP8_E4M3, 2, 192, 33, 192, 0, 0);
+    op_qmatmul(TB_FP8_E4M3, 5, 256, 64, 256, 1, 0);
+    op_qmatmul(TB_I4, 1, 256, 40, 32, 0, 0);
+    op_qmatmul(TB_I4, 4, 512, 24, 128, 0, 1);
+    op_qmatmul(TB_I4, 8, 384, 48, 64, 1, 1);
+    static const tb_dtype qdts[] = {TB_I8, TB_FP8_E4M3, TB_I4};
+    for (int qi = 0; qi < 3; qi++)
+        for (int i = 0; i < 4; i++) {
+            int T = pTs[i], asym = qdts[qi] == TB_I4 && (i & 1);
+            pattern_q(PAT_MM_SILU, qdts[qi], 32, asym, T, 128, 48);
+            pattern_q(PAT_SILU_MM, qdts[qi], 64, asym, T, 256, 40);
+            pattern_q(PAT_NORM_MM, qdts[qi], 128, asym, T, 256, 56);
+            pattern_q(PAT_MM_ADDNORM_MM, qdts[qi], 128, asym, T, 128, 96);
+            pattern_q(PAT_MM_ADDNORM_MM, qdts[qi], 32, asym, T, 64, 24); /* K 64: int4 takes the dequantised path */
+        }
 }
 
 int main(void) {

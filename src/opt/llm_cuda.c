@@ -12,12 +12,20 @@
  * and g becomes ones. The graph computes the same function (up to that
  * rounding) on any backend; the CUDA GEMV then only scales its dot
  * products by 1 / rms(x). Only weights read by that one node are folded.
+ *
+ * Quantized builds (--dtype int8|int4|fp8): the pass runs after the
+ * quantize pass (which merges q|k|v and gate|up itself), on qmatmul nodes
+ * as on matmuls. Their norm weights are not folded (one scale per row or
+ * group cannot carry a factor per input channel): the GEMV multiplies x by
+ * the norm weight as it reads it, so the engine's weights stay exactly what
+ * the quantizer wrote, the same as a CPU build's.
  */
 #include "opt/opt.h"
 #include "ir/ops.h"
 #include "tune/tactic.h"
 
 static int is_float(tb_dtype t) { return t == TB_F32 || t == TB_F16 || t == TB_BF16; }
+static int is_mm(const tb_node *n) { return n->op == TB_OP_MATMUL || n->op == TB_OP_QMATMUL; }
 
 /* Folds the f32 norm weight nw (K) into w (N, K) and sets nw to ones. The
  * values are owned by the graph (the builder's buffers). */
@@ -38,8 +46,7 @@ static void fold(tb_value *nw, tb_value *w) {
     for (int64_t k = 0; k < K; k++) g[k] = 1.0f;
 }
 
-tb_status tb_opt_cuda_fuse(tb_graph *g, const tb_opt_options *o, tb_pass_report *r) {
-    if (!o || strcmp(o->device, "cuda")) return TB_OK;
+static tb_status cuda_fuse(tb_graph *g, int o_quant, tb_pass_report *r) {
     int *uses = calloc((size_t)g->n_values + 1, sizeof(int));
     uint8_t *kind = calloc((size_t)g->n_nodes + 1, 1);
     if (!uses || !kind) { free(uses); free(kind); return tb_errorf(TB_ERR_OOM, "out of memory"); }
@@ -52,16 +59,17 @@ tb_status tb_opt_cuda_fuse(tb_graph *g, const tb_opt_options *o, tb_pass_report 
         int act = m->op == TB_OP_RMSNORM || m->op == TB_OP_SILU_MUL ? m->out[0]
                   : m->op == TB_OP_ADD_RMSNORM                       ? m->out[1]
                                                                      : -1;
-        if (act >= 0 && nx->op == TB_OP_MATMUL && nx->in[0] == act && uses[act] == 1 && act != g->output &&
-            (g->values[nx->in[1]].dtype == TB_F16 || g->values[nx->in[1]].dtype == TB_BF16))
+        if (act >= 0 && is_mm(nx) && nx->in[0] == act && uses[act] == 1 && act != g->output &&
+            (nx->op == TB_OP_QMATMUL || g->values[nx->in[1]].dtype == TB_F16 ||
+             g->values[nx->in[1]].dtype == TB_BF16))
             kind[k] |= TB_FUSE_X16;
-        if (m->op == TB_OP_RMSNORM && nx->op == TB_OP_MATMUL && nx->in[0] == m->out[0] && uses[m->out[0]] == 1 &&
+        if (m->op == TB_OP_RMSNORM && is_mm(nx) && nx->in[0] == m->out[0] && uses[m->out[0]] == 1 &&
             m->out[0] != g->output)
             kind[k] |= TB_FUSE_NORM;
-        if (m->op != TB_OP_MATMUL || uses[m->out[0]] != 1 || m->out[0] == g->output) continue;
+        if (!is_mm(m) || uses[m->out[0]] != 1 || m->out[0] == g->output) continue;
         if (nx->op == TB_OP_ADD_RMSNORM && nx->in[1] == m->out[0] && nx->in[0] != m->out[0] && k + 2 < g->n_nodes) {
             const tb_node *m2 = &g->nodes[k + 2];
-            if (m2->op == TB_OP_MATMUL && m2->in[0] == nx->out[1] && uses[nx->out[1]] == 1 &&
+            if (is_mm(m2) && m2->in[0] == nx->out[1] && uses[nx->out[1]] == 1 &&
                 nx->out[1] != g->output && nx->out[0] != g->output)
                 kind[k] |= TB_FUSE_ADDNORM;
             continue;
@@ -86,9 +94,14 @@ tb_status tb_opt_cuda_fuse(tb_graph *g, const tb_opt_options *o, tb_pass_report 
         if (nk < 0) continue;
         const tb_node *nn = &g->nodes[nk], *mm = &g->nodes[mk];
         tb_value *nwv = &g->values[nn->in[wi]], *wv = &g->values[mm->in[1]];
+        if (mm->op == TB_OP_QMATMUL) { /* the GEMV reads the norm weight itself */
+            if (nwv->dtype != TB_F32 || nwv->dims[0] != wv->dims[1]) kind[k] &= (uint8_t)~(TB_FUSE_NORM | TB_FUSE_ADDNORM);
+            continue;
+        }
         int ok = nwv->kind == TB_VAL_WEIGHT && wv->kind == TB_VAL_WEIGHT && nwv->dtype == TB_F32 &&
                  uses[nn->in[wi]] == 1 && uses[mm->in[1]] == 1 && is_float(wv->dtype) && wv->rank == 2 &&
-                 nwv->dims[0] == wv->dims[1] && nwv->data && wv->data;
+                 nwv->dims[0] == wv->dims[1] && nwv->data && wv->data &&
+                 (nwv->owned || !o_quant) && (wv->owned || !o_quant); /* not a mapped source tensor */
         if (ok) {
             fold(nwv, wv);
             folded++;
@@ -112,4 +125,16 @@ tb_status tb_opt_cuda_fuse(tb_graph *g, const tb_opt_options *o, tb_pass_report 
     snprintf(r->what, sizeof r->what, "%d nodes fused with their neighbours, %d RMSNorm weights folded", pairs,
              folded);
     return TB_OK;
+}
+
+/* A float build fuses before quantize (which only converts its weights); a
+ * quantized one after it, on the merged qmatmuls. */
+tb_status tb_opt_cuda_fuse(tb_graph *g, const tb_opt_options *o, tb_pass_report *r) {
+    if (!o || strcmp(o->device, "cuda") || o->quant) return TB_OK;
+    return cuda_fuse(g, 0, r);
+}
+
+tb_status tb_opt_cuda_fuse_quant(tb_graph *g, const tb_opt_options *o, tb_pass_report *r) {
+    if (!o || strcmp(o->device, "cuda") || !o->quant) return TB_OK;
+    return cuda_fuse(g, 1, r);
 }

@@ -295,6 +295,9 @@ static const tb_pass llm_passes[] = {
      "--device cuda: marks the pairs the CUDA backend fuses and folds RMSNorm weights into the next matmul"},
     {"quantize", tb_opt_quantize,
      "--dtype int8|int4|fp8 (and --override): each weight gets its dtype; quantized matmuls become qmatmul"},
+    {"cuda_fuse_quant", tb_opt_cuda_fuse_quant,
+     "--device cuda with --dtype int8|int4|fp8 (or --override): cuda_fuse on the quantized graph, norm weights "
+     "read by the GEMVs rather than folded"},
 };
 
 const tb_pass *tb_opt_llm_pipeline(int *n) {

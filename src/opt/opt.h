@@ -139,6 +139,7 @@ const tb_pass *tb_opt_llm_pipeline(int *n);
  * node(s), and folds the RMSNorm weights of the norm fusions into the
  * following matmul's weight (the norm weight becomes ones). */
 tb_status tb_opt_cuda_fuse(tb_graph *g, const tb_opt_options *o, tb_pass_report *r);
+tb_status tb_opt_cuda_fuse_quant(tb_graph *g, const tb_opt_options *o, tb_pass_report *r);
 /* concat_cols of matmuls (or of qmatmuls with equal encodings) of one input
  * becomes one matmul (qmatmul) over the stacked weights (codes, scales,
  * biases, zeros): the llm_concat_matmul pass, which in a quantized build

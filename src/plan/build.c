@@ -146,9 +146,9 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
         return tb_errorf(TB_ERR_INVALID_ARG, "qmm_tactics %d: want auto (0), exact (1) or q8 (2)", o.qmm_tactics);
     int retype = quant || o.n_overrides > 0; /* the quantize pass gives the weights their dtypes */
     int cpu = !(o.device && *o.device) || !strncmp(o.device, "cpu", 3);
-    if (retype && !cpu)
-        return tb_errorf(TB_ERR_UNSUPPORTED, "--device %s with --dtype %s%s: GPU kernels for quantized engines are "
-                         "not built yet (build for the CPU)", o.device, tb_dtype_name(o.weight_dtype),
+    if (retype && !cpu && strncmp(o.device, "cuda", 4))
+        return tb_errorf(TB_ERR_UNSUPPORTED, "--device %s with --dtype %s%s: quantized engines are built for the CPU "
+                         "and cuda backends only", o.device, tb_dtype_name(o.weight_dtype),
                          o.n_overrides ? " / --override" : "");
     if (o.max_batch <= 0 || o.max_batch > 1024) return tb_errorf(TB_ERR_INVALID_ARG, "--max-batch must be in [1, 1024]");
     if (o.max_seq_len < 0) return tb_errorf(TB_ERR_INVALID_ARG, "--max-seq-len must be positive");

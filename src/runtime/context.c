@@ -190,11 +190,11 @@ tb_status tb_context_create(tb_engine *e, const tb_context_options *opt, tb_cont
     /* A quantized engine on the CPU: f16. Its weights are a third or less
      * of an f32 engine's, so an f32 cache is a large share of what a decode
      * step reads (134M int4 at 576 positions: 42.5 of 112 MB); f16 halves
-     * it at +0.00% perplexity on the demo model (docs/PERFORMANCE.md). Other
-     * devices keep f32 (their quantized paths choose for themselves). */
-    const char *dev = o.device && *o.device ? o.device : e->backend;
+     * it at +0.00% perplexity on the demo model (docs/PERFORMANCE.md). On
+     * the GPU too: its quantized matmuls compute in f16 (x rounded to f16),
+     * and f16 is the cache its flash prefill reads. */
     tb_dtype wd = e->info.weight_dtype;
-    if ((wd == TB_I8 || wd == TB_I4 || wd == TB_FP8_E4M3) && dev && !strcmp(dev, "cpu")) c->kv_dtype = TB_F16;
+    if (wd == TB_I8 || wd == TB_I4 || wd == TB_FP8_E4M3) c->kv_dtype = TB_F16;
     if (o.kv_dtype && *o.kv_dtype && strcmp(o.kv_dtype, "auto") != 0) {
         tb_dtype kd;
         if (!strcmp(o.kv_dtype, "int8")) kd = TB_I8;

@@ -158,7 +158,13 @@ typedef struct {
     int x16;                  /* FUSE_X16 on (TB_CUDA_X16)                     */
     int x16_node;             /* matmul whose x the last node wrote to xconv   */
     const float *norm_x;
+    const float *norm_w;      /* its norm weight (quantized matmuls read it) */
     float norm_eps;
+    /* quantized matmuls that the GEMV kernels do not take (steps of more
+     * than TBC_GEMV_MAX_T tokens, other shapes): the weights dequantised to
+     * f16 here (the largest such matrix), then the f16 paths */
+    void *wdq;
+    size_t wdq_bytes;
     /* prefill attention: a run of >= prefill_min tokens of one sequence in
      * a step (TB_CUDA_PREFILL_GEMM=n; 0 turns it off) takes the flash kernel
      * (flash.cu) or, where it does not apply, GEMMs. Scratch of the GEMMs,
@@ -258,8 +264,10 @@ static int cuda_supports_op(tb_backend *b, const tb_graph *g, const tb_node *n) 
     case TB_OP_ADD:
     case TB_OP_GATHER_ROWS:
         return 1;
-    case TB_OP_QMATMUL:
-        return 1; /* passed on so that load_weights refuses the engine with the reason */
+    case TB_OP_QMATMUL: {
+        tb_dtype d = g->values[n->in[1]].dtype;
+        return (d == TB_I8 || d == TB_I4 || d == TB_FP8_E4M3) && g->values[n->in[1]].rank == 2;
+    }
     default:
         return tb_op_is_nn(n->op) ? tbn_supports(g, n) : 0;
     }
@@ -406,6 +414,8 @@ done:
 
 /* Node k's stored fusion `kind` (TB_FUSE_*) names nodes after it that do
  * what the fused kernels assume (a stored choice is checked, not remade). */
+static int is_mm(const tb_node *n) { return n->op == TB_OP_MATMUL || n->op == TB_OP_QMATMUL; }
+
 static int fusion_fits(const tb_graph *g, int k, int kind) {
     const tb_node *m = &g->nodes[k], *nx = k + 1 < g->n_nodes ? &g->nodes[k + 1] : NULL;
     if (!nx || (kind & ~TB_FUSE_MASK)) return 0;
@@ -413,11 +423,11 @@ static int fusion_fits(const tb_graph *g, int k, int kind) {
         int act = m->op == TB_OP_RMSNORM || m->op == TB_OP_SILU_MUL ? m->out[0]
                   : m->op == TB_OP_ADD_RMSNORM                       ? m->out[1]
                                                                      : -1;
-        if (act < 0 || nx->op != TB_OP_MATMUL || nx->in[0] != act) return 0;
+        if (act < 0 || !is_mm(nx) || nx->in[0] != act) return 0;
         if ((kind & TB_FUSE_NORM) && m->op != TB_OP_RMSNORM) return 0;
     }
     if (kind & (TB_FUSE_ROPE | TB_FUSE_GLU | TB_FUSE_ADDNORM)) {
-        if (m->op != TB_OP_MATMUL) return 0;
+        if (!is_mm(m)) return 0;
         const tb_value *w = &g->values[m->in[1]];
         if ((kind & TB_FUSE_ROPE) &&
             (nx->op != TB_OP_ATTENTION || nx->in[0] != m->out[0] ||
@@ -426,7 +436,7 @@ static int fusion_fits(const tb_graph *g, int k, int kind) {
         if ((kind & TB_FUSE_GLU) && (nx->op != TB_OP_SILU_MUL || nx->in[0] != m->out[0] || w->dims[0] % 2)) return 0;
         if (kind & TB_FUSE_ADDNORM) {
             const tb_node *m2 = k + 2 < g->n_nodes ? &g->nodes[k + 2] : NULL;
-            if (nx->op != TB_OP_ADD_RMSNORM || nx->in[1] != m->out[0] || !m2 || m2->op != TB_OP_MATMUL ||
+            if (nx->op != TB_OP_ADD_RMSNORM || nx->in[1] != m->out[0] || !m2 || !is_mm(m2) ||
                 m2->in[0] != nx->out[1])
                 return 0;
         }
@@ -437,14 +447,6 @@ static int fusion_fits(const tb_graph *g, int k, int kind) {
 /* Uploads the weights and sizes every buffer whose size the graph sets. */
 static tb_status cuda_load_weights(tb_backend *b, const tb_graph *g, void **bufs) {
     cuda_ctx *c = b->ctx;
-    for (int i = 0; i < g->n_values; i++) {
-        tb_dtype d = g->values[i].dtype;
-        if (g->values[i].kind == TB_VAL_WEIGHT && (d == TB_I8 || d == TB_I4 || d == TB_FP8_E4M3))
-            return tb_errorf(TB_ERR_UNSUPPORTED,
-                             "cuda: this engine's %s weights (%s) need quantized matmul kernels; GPU kernels for "
-                             "quantized engines are not built yet (run it on the CPU, or build with --dtype f16)",
-                             tb_dtype_name(d), g->values[i].name);
-    }
     CU_TRY(cudaSetDevice(c->device), "cudaSetDevice");
     tbn_cudnn_weights_reset(&c->nn); /* channels-last copies of the old weights */
     size_t total = 0;
@@ -476,14 +478,16 @@ static tb_status cuda_load_weights(tb_backend *b, const tb_graph *g, void **bufs
     int64_t max_tokens = 1;
     for (int i = 0; i < g->n_syms; i++) if (g->syms[i].max > max_tokens) max_tokens = g->syms[i].max;
     c->max_tokens = (int)max_tokens;
-    size_t xconv = 0, part = 0;
+    size_t xconv = 0, part = 0, wdq = 0;
     int attn_sm = c->attn_blocks > 2 ? c->attn_blocks : 2;
     for (int k = 0; k < g->n_nodes; k++) {
         const tb_node *n = &g->nodes[k];
-        if (n->op == TB_OP_MATMUL) {
+        if (n->op == TB_OP_MATMUL || n->op == TB_OP_QMATMUL) {
             const tb_value *w = &g->values[n->in[1]];
             size_t need = (size_t)sym_max(g, g->values[n->in[0]].dims[0]) * (size_t)w->dims[1] * 2;
             if (w->dtype != TB_F32 && need > xconv) xconv = need;
+            if (n->op == TB_OP_QMATMUL && (size_t)w->dims[0] * (size_t)w->dims[1] * 2 > wdq)
+                wdq = (size_t)w->dims[0] * (size_t)w->dims[1] * 2;
         } else if (n->op == TB_OP_ATTENTION) {
             int H = n->i[1], hd = n->i[3] & 0xffff;
             /* splits are used only while H * T < attn_blocks * n_sm */
@@ -494,6 +498,13 @@ static tb_status cuda_load_weights(tb_backend *b, const tb_graph *g, void **bufs
     if (xconv && !c->xconv) {
         CU_TRY(cudaMalloc(&c->xconv, xconv), "allocating matmul scratch");
         c->xconv_bytes = xconv;
+    }
+    if (wdq > c->wdq_bytes) {
+        if (c->wdq) cudaFree(c->wdq);
+        c->wdq = NULL;
+        c->wdq_bytes = 0;
+        CU_TRY(cudaMalloc(&c->wdq, wdq), "allocating dequantised weight scratch");
+        c->wdq_bytes = wdq;
     }
     if (part && !c->partial) {
         CU_TRY(cudaMalloc((void **)&c->partial, part * sizeof(float)), "allocating attention scratch");
@@ -708,18 +719,40 @@ static int overlaps(const void *a, size_t na, const void *b, size_t nb) {
     return x < y + nb && y < x + na;
 }
 
-/* The matmul at `mm` can norm x (T, K) = xb in its prologue (SIMT GEMV, x
- * and the norm weight aligned, x not overlapping the matmul's output). */
+/* qmatmul node n's weight (codes, scales, zeros) and bias, as bound now. */
+static void qweight_of(const tb_graph *g, const tb_node *n, void *const *bufs, tbc_qweight *w, const float **bias) {
+    const tb_value *cv = &g->values[n->in[1]], *sv = &g->values[n->in[2]];
+    /* inputs x, codes, scales, [bias (N)], [zeros (N, K/group)] (ir/ops.c
+     * checks them against has_bias / has_zeros) */
+    int has_bias = n->n_in > 3 && g->values[n->in[3]].rank == 1;
+    int has_zeros = n->n_in > 3 + has_bias;
+    w->type = cv->dtype == TB_I8 ? TBC_Q_I8 : cv->dtype == TB_I4 ? TBC_Q_I4 : TBC_Q_FP8;
+    w->codes = bufs[n->in[1]];
+    w->scales = bufs[n->in[2]];
+    w->zeros = has_zeros ? bufs[n->in[3 + has_bias]] : NULL;
+    w->group = sv->dims[1] > 0 ? (int)(cv->dims[1] / sv->dims[1]) : 0;
+    if (bias) *bias = has_bias ? bufs[n->in[3]] : NULL;
+}
+
+/* The matmul at `mm` can norm x (T, K) = xb in its prologue (GEMV, x and the
+ * weights aligned, x not overlapping the matmul's output). A quantized
+ * matmul multiplies x by the norm weight nw itself; a float one has it
+ * folded into its weights by the build. */
 static int norm_into_ok(cuda_ctx *c, const tb_graph *g, int mm, void *const *bufs, int T, const void *xb,
                         const void *nw) {
     const tb_node *m = &g->nodes[mm];
     const tb_value *wv = &g->values[m->in[1]];
     tbc_dtype wdt;
     int K = (int)wv->dims[1], N = (int)wv->dims[0];
-    (void)nw; /* folded into the matmul's weights at load */
-    if (!c->fuse || !c->fuse_norm || !tbc_of(wv->dtype, &wdt) || K % 8 ||
-        !tbc_gemv_fuses_norm(wdt, T, K, &c->gemv) || (((uintptr_t)xb | (uintptr_t)bufs[m->in[1]]) & 15))
+    if (!c->fuse || !c->fuse_norm) return 0;
+    if (m->op == TB_OP_QMATMUL) {
+        tbc_qweight qw;
+        qweight_of(g, m, bufs, &qw, NULL);
+        if (!tbc_qgemv_supports(&qw, xb, T, K) || ((uintptr_t)nw & 15)) return 0;
+    } else if (!tbc_of(wv->dtype, &wdt) || K % 8 || !tbc_gemv_fuses_norm(wdt, T, K, &c->gemv) ||
+               (((uintptr_t)xb | (uintptr_t)bufs[m->in[1]]) & 15)) {
         return 0;
+    }
     return !overlaps(bufs[m->out[0]], sizeof(float) * (size_t)T * (size_t)N, xb, sizeof(float) * (size_t)T * K);
 }
 
@@ -729,9 +762,15 @@ static int addnorm_ok(cuda_ctx *c, const tb_graph *g, int k, void *const *bufs, 
     const tb_value *wv = &g->values[m->in[1]];
     tbc_dtype wdt;
     int K = (int)wv->dims[1], N = (int)wv->dims[0];
-    if (!tbc_of(wv->dtype, &wdt) || !tbc_gemv_fuses_norm(wdt, T, K, &c->gemv) ||
-        g->values[an->in[0]].dims[1] != N || (((uintptr_t)bufs[m->in[0]] | (uintptr_t)bufs[m->in[1]]) & 15))
+    if (g->values[an->in[0]].dims[1] != N) return 0;
+    if (m->op == TB_OP_QMATMUL) {
+        tbc_qweight qw;
+        qweight_of(g, m, bufs, &qw, NULL);
+        if (!tbc_qgemv_supports(&qw, bufs[m->in[0]], T, K)) return 0;
+    } else if (!tbc_of(wv->dtype, &wdt) || !tbc_gemv_fuses_norm(wdt, T, K, &c->gemv) ||
+               (((uintptr_t)bufs[m->in[0]] | (uintptr_t)bufs[m->in[1]]) & 15)) {
         return 0;
+    }
     size_t rb = sizeof(float) * (size_t)T * (size_t)N;
     /* res_out is written while other blocks read x */
     if (overlaps(bufs[an->out[0]], rb, bufs[m->in[0]], sizeof(float) * (size_t)T * (size_t)K)) return 0;
@@ -746,17 +785,33 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
     const float *x = bufs[n->in[0]], *bias = n->n_in > 2 ? bufs[n->in[2]] : NULL;
     const void *w = bufs[n->in[1]];
     float *y = bufs[n->out[0]];
-    tbc_dtype wdt;
-    if (!tbc_of(wv->dtype, &wdt)) return tb_errorf(TB_ERR_UNSUPPORTED, "cuda: matmul weight dtype");
+    tbc_dtype wdt = TBC_F16;
+    const int quant = n->op == TB_OP_QMATMUL;
+    tbc_qweight qw;
+    memset(&qw, 0, sizeof qw);
+    if (quant) qweight_of(g, n, bufs, &qw, &bias);
+    else if (!tbc_of(wv->dtype, &wdt)) return tb_errorf(TB_ERR_UNSUPPORTED, "cuda: matmul weight dtype");
+    const int k = (int)(n - g->nodes);
+    const float *xq = c->norm_node == k ? c->norm_x : x;
+    if (quant && !(T <= TBC_GEMV_MAX_T && tbc_qgemv_supports(&qw, xq, T, K))) {
+        /* not for the quantized GEMV: the weights dequantised to f16, then
+         * the f16 paths (the norm fusion was not chosen for this shape) */
+        if ((size_t)N * (size_t)K * 2 > c->wdq_bytes)
+            return tb_errorf(TB_ERR_INTERNAL, "cuda: dequantised weight scratch of %zu bytes is short of %zu",
+                             c->wdq_bytes, (size_t)N * (size_t)K * 2);
+        CU_TRY(tbc_dequant_f16(&qw, K, N, c->wdq, c->stream), "dequantise launch");
+        w = c->wdq;
+    }
     if (T <= TBC_GEMV_MAX_T) {
         tbc_gemv_epi epi;
         memset(&epi, 0, sizeof epi);
-        int k = (int)(n - g->nodes), kind = c->fuse ? c->fuse_kind[k] & 3 : FUSE_NONE;
+        int kind = c->fuse ? c->fuse_kind[k] & 3 : FUSE_NONE;
         if (c->norm_node == k) {
             /* the skipped (add_)rmsnorm: norm x in the prologue */
             x = c->norm_x;
             epi.norm = 1;
             epi.norm_eps = c->norm_eps;
+            epi.norm_w = quant ? c->norm_w : NULL;
             c->norm_node = -1;
         }
         const tb_node *nx = kind ? &g->nodes[k + 1] : NULL;
@@ -779,13 +834,19 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
             c->skip_node = k + 1;
             c->norm_node = k + 2;
             c->norm_x = bufs[an->out[0]];
+            c->norm_w = bufs[an->in[2]];
             c->norm_eps = an->f[0];
+        }
+        if (quant && w != c->wdq) {
+            CU_TRY(tbc_qgemv(x, &qw, bias, y, T, K, N, &epi, c->stream), "quantized gemv launch");
+            if (epi.mode == TBC_EPI_GLU || epi.mode == TBC_EPI_ROPE) c->fused_node = k + 1;
+            return TB_OK;
         }
         tbc_gemv_opts o = c->gemv;
         /* the kernel `turbine build --device cuda` timed fastest for this
          * weight (none stored: the default) */
         int rk = tb_tactic_gemv(n->tactic);
-        if (c->tune && c->gemv.simt_kind == TBC_SIMT_ROW && rk) o.simt_kind = rk - 1;
+        if (c->tune && c->gemv.simt_kind == TBC_SIMT_ROW && rk && !quant) o.simt_kind = rk - 1;
         CU_TRY(tbc_gemv_ex(x, w, wdt, bias, y, T, K, N, &epi, &o, c->stream), "gemv launch");
         if (epi.mode == TBC_EPI_GLU || epi.mode == TBC_EPI_ROPE) c->fused_node = k + 1;
         return TB_OK;
@@ -988,10 +1049,11 @@ static tb_status run_node_eager(cuda_ctx *c, const tb_graph *g, const tb_node *n
         norm_into_ok(c, g, k + 1, bufs, T, bufs[n->in[0]], bufs[n->in[1]])) {
         c->norm_node = k + 1;
         c->norm_x = bufs[n->in[0]];
+        c->norm_w = bufs[n->in[1]];
         c->norm_eps = n->f[0];
         return TB_OK;
     }
-    int ours = n->op != TB_OP_ROPE && !(n->op == TB_OP_MATMUL && T > TBC_GEMV_MAX_T);
+    int ours = n->op != TB_OP_ROPE && !(is_mm(n) && T > TBC_GEMV_MAX_T);
     tbc_set_pdl(c->pdl_step && ours && c->prev_kernel && c->mode == RUN_CAPTURE);
     tb_status r = run_node_op(c, g, n, bufs, st, fused);
     tbc_set_pdl(0);
@@ -1004,8 +1066,11 @@ static tb_status run_node_eager(cuda_ctx *c, const tb_graph *g, const tb_node *n
 static void *x16_target(cuda_ctx *c, const tb_graph *g, const tb_node *n, int T, tbc_dtype *dt) {
     int k = (int)(n - g->nodes);
     if (!c->x16 || !(c->fuse_kind[k] & FUSE_X16) || T <= TBC_GEMV_MAX_T) return NULL;
-    const tb_value *wv = &g->values[g->nodes[k + 1].in[1]];
-    if (!tbc_of(wv->dtype, dt) || *dt == TBC_F32 || (size_t)T * (size_t)wv->dims[1] * 2 > c->xconv_bytes) return NULL;
+    const tb_node *mm = &g->nodes[k + 1];
+    const tb_value *wv = &g->values[mm->in[1]];
+    if (mm->op == TB_OP_QMATMUL) *dt = TBC_F16; /* dequantised to f16 for cuBLAS */
+    else if (!tbc_of(wv->dtype, dt)) return NULL;
+    if (*dt == TBC_F32 || (size_t)T * (size_t)wv->dims[1] * 2 > c->xconv_bytes) return NULL;
     c->x16_node = k + 1;
     return c->xconv;
 }
@@ -1041,6 +1106,7 @@ static tb_status run_node_op(cuda_ctx *c, const tb_graph *g, const tb_node *n, v
         return TB_OK;
     }
     case TB_OP_MATMUL:
+    case TB_OP_QMATMUL:
         return run_matmul(c, g, n, bufs, st, T);
     case TB_OP_ROPE: {
         /* positions: the step's (the runtime binds no other position input) */
@@ -1263,6 +1329,7 @@ static void cuda_destroy(tb_backend *b) {
     if (c->blas) cublasDestroy(c->blas);
     cudaFree(c->weights);
     cudaFree(c->xconv);
+    cudaFree(c->wdq);
     cudaFree(c->partial);
     cudaFree(c->counters);
     cudaFree(c->pf_q);

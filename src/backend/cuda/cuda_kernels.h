@@ -144,6 +144,10 @@ typedef struct {
     float *res_out;
     int norm;
     float norm_eps;
+    /* with norm, quantized weights only (tbc_qgemv): the RMSNorm weight (K),
+     * multiplied into x as it is read (a norm weight cannot be folded into
+     * codes with one scale per row or group); NULL: folded into w */
+    const float *norm_w;
 } tbc_gemv_epi;
 
 /* SIMT kernel for f16/bf16 steps of T <= 2 tokens:
@@ -167,6 +171,33 @@ cudaError_t tbc_gemv_ex(const float *x, const void *w, tbc_dtype wdt,
 /* 1 when tbc_gemv_ex with these arguments implements TBC_EPI_ADD and norm
  * (SIMT steps of T <= 2, tensor-core steps up to TBC_GEMV_MAX_T). */
 int tbc_gemv_fuses_norm(tbc_dtype wdt, int T, int K, const tbc_gemv_opts *opts);
+
+/* ---- quantized decode matmul: qmatmul's y = x dq(W)^T (+ bias) for T <=
+ * TBC_GEMV_MAX_T, with the encodings of core/quant.h (row-major codes, f32
+ * scales per output row (int8, fp8) or per row and group of K (int4), int4
+ * with optional additive zeros). Tensor cores (mma.sync m16n8k16, f16 in,
+ * f32 accumulate) at every T: the codes are widened to f16 in registers
+ * (int8 and e4m3 exactly, the row scale applied to the f32 sums; int4 as
+ * code * scale (+ zero) rounded to f16) and x is rounded to f16, so the
+ * result equals x dq(W)^T up to those roundings and the summation order.
+ * The epilogues and the inline RMSNorm of tbc_gemv_ex apply (epi->norm_w:
+ * the norm weight). Needs K % 64 == 0 (int8, fp8) or K % 128 == 0 (int4)
+ * and 16-byte aligned codes and x (tbc_qgemv_supports); other shapes take
+ * tbc_dequant_f16 and the f16 kernels. */
+typedef enum { TBC_Q_I8 = 0, TBC_Q_FP8 = 1, TBC_Q_I4 = 2 } tbc_qtype;
+typedef struct {
+    tbc_qtype type;
+    const void *codes;    /* (N, K) bytes; int4: (N, K/2), element k in the
+                           * low nibble of byte k/2 when k is even        */
+    const float *scales;  /* (N, K / group)                              */
+    const float *zeros;   /* (N, K / group) or NULL (int4 only)          */
+    int group;            /* K (int8, fp8); 32, 64 or 128 (int4)         */
+} tbc_qweight;
+int tbc_qgemv_supports(const tbc_qweight *w, const float *x, int T, int K);
+cudaError_t tbc_qgemv(const float *x, const tbc_qweight *w, const float *bias, float *y, int T, int K, int N,
+                      const tbc_gemv_epi *epi, cudaStream_t s);
+/* out (N, K) f16 = dq(W) rounded to f16 (any K). */
+cudaError_t tbc_dequant_f16(const tbc_qweight *w, int K, int N, void *out, cudaStream_t s);
 
 /* Programmatic dependent launch (compute capability 9.0+): while on, the
  * launchers above mark their kernels as allowed to start before the previous

@@ -22,6 +22,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_util.cuh"
@@ -409,6 +410,69 @@ __device__ __forceinline__ void mma_step(float *c, const uint4 &wa, const uint4 
     mma16816<WDT>(c, wa.z, wb.z, wa.w, wb.w, x.z, x.w);
 }
 
+/* The end of the tensor-core GEMVs: the warps' partial sums (c, and ss
+ * with NORM) meet in shared memory, warp 0 adds them in a fixed order,
+ * multiplies rows ra and rb by sa and sb (quantized rows' scales; 1
+ * otherwise) and by 1 / rms(x), adds the bias and runs the epilogue. */
+template <int MODE, bool NORM>
+__device__ __forceinline__ void mma_finish(float (*red)[32][4], float (*red_ss)[8], float *c, float ss, int warp,
+                                           int lane, int ra, int rb, int P, bool pair_ok, int T, int K, int N,
+                                           const float *__restrict__ bias, float *__restrict__ y,
+                                           const tbc_gemv_epi &e, float sa, float sb) {
+    const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int i = 0; i < 4; i++) red[warp][lane][i] = c[i];
+    if (NORM) {
+        ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+        ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+        if (t == 0) red_ss[warp][g] = ss;
+    }
+    __syncthreads();
+    if (warp != 0) return;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float v = 0.0f;
+#pragma unroll
+        for (int k = 0; k < GEMV_MMA_WARPS; k++) v += red[k][lane][i];
+        c[i] = v;
+    }
+    c[0] *= sa;
+    c[1] *= sa;
+    c[2] *= sb;
+    c[3] *= sb;
+    /* c0, c1: row ra, tokens 2t, 2t + 1; c2, c3: row rb */
+    const int t0 = 2 * t, t1 = 2 * t + 1;
+    if (NORM) {
+        float s0 = 0.0f, s1 = 0.0f;
+#pragma unroll
+        for (int k = 0; k < GEMV_MMA_WARPS; k++) {
+            s0 += red_ss[k][t0];
+            s1 += red_ss[k][t1];
+        }
+        float f0 = rsqrtf(s0 / (float)K + e.norm_eps), f1 = rsqrtf(s1 / (float)K + e.norm_eps);
+        c[0] *= f0;
+        c[1] *= f1;
+        c[2] *= f0;
+        c[3] *= f1;
+    }
+    if (MODE == TBC_EPI_PLAIN) {
+        if (ra < N) {
+            float bb = bias ? bias[ra] : 0.0f;
+            if (t0 < T) y[(size_t)t0 * N + ra] = c[0] + bb;
+            if (t1 < T) y[(size_t)t1 * N + ra] = c[1] + bb;
+        }
+        if (rb < N) {
+            float bb = bias ? bias[rb] : 0.0f;
+            if (t0 < T) y[(size_t)t0 * N + rb] = c[2] + bb;
+            if (t1 < T) y[(size_t)t1 * N + rb] = c[3] + bb;
+        }
+    } else if (pair_ok) {
+        float ba = bias ? bias[ra] : 0.0f, bb = bias && rb < N ? bias[rb] : 0.0f;
+        if (t0 < T) epi_store<MODE>(e, y, N, t0, P, ra, rb, rb < N, c[0] + ba, c[2] + bb);
+        if (t1 < T) epi_store<MODE>(e, y, N, t1, P, ra, rb, rb < N, c[1] + ba, c[3] + bb);
+    }
+}
+
 /* NORM: the inline RMSNorm (each thread sums the squares of the x it
  * loads for its token g; quads and then warps add them up). */
 template <int WDT, int MODE, bool NORM>
@@ -468,52 +532,228 @@ gemv_mma_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
         mma_step<WDT>(c, a0, b0, x0);
     }
     tbc_pdl_trigger();
-#pragma unroll
-    for (int i = 0; i < 4; i++) red[warp][lane][i] = c[i];
-    if (NORM) {
-        ss += __shfl_xor_sync(0xffffffffu, ss, 1);
-        ss += __shfl_xor_sync(0xffffffffu, ss, 2);
-        if (t == 0) red_ss[warp][g] = ss;
+    mma_finish<MODE, NORM>(red, red_ss, c, ss, warp, lane, ra, rb, P, pair_ok, T, K, N, bias, y, e, 1.0f, 1.0f);
+}
+
+/* ---------------------------------------------------------------- quantized weights
+ * qmatmul (core/quant.h encodings) on the tensor cores at every T <= 8: the
+ * block layout of gemv_mma_kernel (16 rows, GEMV_MMA_WARPS warps taking
+ * turns over K), but each thread's 16-byte load of a row holds 16 codes
+ * (int8, e4m3) or 32 (int4), so a quad covers 64 or 128 values of K per
+ * step and feeds 4 or 8 mmas. The codes are widened to f16 in registers:
+ *   int8  byte b -> f16(1024 + (b ^ 0x80)) - 1152 = b exactly (byte_perm
+ *         puts the byte under the exponent of 1024), pairs (e0,e1),(e2,e3)
+ *   e4m3  the hardware's e4m3x2 -> f16x2 conversion (exact), same pairs
+ *   int4  nibble u -> f16(1024 + (u ^ 8)) - 1032 = the signed code, pairs
+ *         (e0,e4),(e1,e5),(e2,e6),(e3,e7) of a 32-bit word (one mask
+ *         takes nibble 0 and nibble 4 at once); then code * scale (+ zero)
+ *         in f16 (each thread's 32 codes lie in one group: G >= 32)
+ * x is paired the same way, so the k slots of A and B still match without
+ * shuffles. int8 and e4m3 sums are of the raw codes; the row's scale
+ * multiplies the f32 result. */
+#define QT_I8 0
+#define QT_FP8 1
+#define QT_I4 2
+
+__device__ __forceinline__ uint32_t h2u(__half2 h) { return *reinterpret_cast<uint32_t *>(&h); }
+__device__ __forceinline__ __half2 u2h(uint32_t u) { return *reinterpret_cast<__half2 *>(&u); }
+
+/* One 32-bit word of int8 / e4m3 codes -> two f16x2: (e0, e1), (e2, e3). */
+template <int QT>
+__device__ __forceinline__ void widen_word8(uint32_t w, uint32_t &h0, uint32_t &h1) {
+    if (QT == QT_I8) {
+        const uint32_t u = w ^ 0x80808080u;
+        const __half2 off = u2h(0x64806480u); /* 1152, 1152 */
+        h0 = h2u(__hsub2(u2h(__byte_perm(u, 0x64646464u, 0x5140)), off));
+        h1 = h2u(__hsub2(u2h(__byte_perm(u, 0x64646464u, 0x5342)), off));
+    } else {
+        __half2_raw a = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w & 0xffffu), __NV_E4M3);
+        __half2_raw b = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w >> 16), __NV_E4M3);
+        h0 = (uint32_t)a.x | ((uint32_t)a.y << 16);
+        h1 = (uint32_t)b.x | ((uint32_t)b.y << 16);
     }
-    __syncthreads();
-    if (warp != 0) return;
+}
+
+/* One 32-bit word of int4 codes -> four f16x2 of code * s + z:
+ * (e0, e4), (e1, e5), (e2, e6), (e3, e7). */
+__device__ __forceinline__ void widen_word4(uint32_t w, __half2 s, __half2 z, uint32_t *h) {
+    const uint32_t u = w ^ 0x88888888u;
+    const __half2 off = u2h(0x64086408u); /* 1032, 1032 */
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        float v = 0.0f;
-#pragma unroll
-        for (int k = 0; k < GEMV_MMA_WARPS; k++) v += red[k][lane][i];
-        c[i] = v;
+        uint32_t m = ((u >> (4 * i)) & 0x000f000fu) | 0x64006400u;
+        h[i] = h2u(__hfma2(__hsub2(u2h(m), off), s, z));
     }
-    /* c0, c1: row ra, tokens 2t, 2t + 1; c2, c3: row rb */
-    const int t0 = 2 * t, t1 = 2 * t + 1;
+}
+
+/* The f16x2 of x pairs matching the codes of one step: VPL floats of x from
+ * p (16-byte aligned); with G (norm weight) multiplied in; ss += x^2. */
+template <int QT, bool NORM>
+__device__ __forceinline__ void load_xq(const float *__restrict__ p, const float *__restrict__ gw, uint32_t *xb,
+                                        float &ss) {
+    constexpr int VPL = QT == QT_I4 ? 32 : 16;
+    float f[VPL];
+#pragma unroll
+    for (int q = 0; q < VPL / 4; q++) {
+        float4 a = __ldg(reinterpret_cast<const float4 *>(p) + q);
+        f[4 * q] = a.x; f[4 * q + 1] = a.y; f[4 * q + 2] = a.z; f[4 * q + 3] = a.w;
+    }
     if (NORM) {
-        float s0 = 0.0f, s1 = 0.0f;
 #pragma unroll
-        for (int k = 0; k < GEMV_MMA_WARPS; k++) {
-            s0 += red_ss[k][t0];
-            s1 += red_ss[k][t1];
+        for (int q = 0; q < VPL; q++) ss = fmaf(f[q], f[q], ss);
+        if (gw) {
+#pragma unroll
+            for (int q = 0; q < VPL / 4; q++) {
+                float4 gv = __ldg(reinterpret_cast<const float4 *>(gw) + q);
+                f[4 * q] *= gv.x; f[4 * q + 1] *= gv.y; f[4 * q + 2] *= gv.z; f[4 * q + 3] *= gv.w;
+            }
         }
-        float f0 = rsqrtf(s0 / (float)K + e.norm_eps), f1 = rsqrtf(s1 / (float)K + e.norm_eps);
-        c[0] *= f0;
-        c[1] *= f1;
-        c[2] *= f0;
-        c[3] *= f1;
     }
+    if (QT == QT_I4) {
+        /* word j holds x[8j .. 8j+7]: pairs (0,4), (1,5), (2,6), (3,7) */
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) xb[4 * j + i] = h2u(__floats2half2_rn(f[8 * j + i], f[8 * j + i + 4]));
+    } else {
+#pragma unroll
+        for (int q = 0; q < VPL / 2; q++) xb[q] = h2u(__floats2half2_rn(f[2 * q], f[2 * q + 1]));
+    }
+}
+
+/* One step of a thread: 16 bytes of rows ra (ua) and rb (ub) times x. */
+template <int QT>
+__device__ __forceinline__ void qmma_step(float *c, const uint4 &ua, const uint4 &ub, const uint32_t *xb, __half2 sa,
+                                          __half2 za, __half2 sb, __half2 zb) {
+    const uint32_t wa[4] = {ua.x, ua.y, ua.z, ua.w}, wb[4] = {ub.x, ub.y, ub.z, ub.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        if (QT == QT_I4) {
+            uint32_t ha[4], hb[4];
+            widen_word4(wa[j], sa, za, ha);
+            widen_word4(wb[j], sb, zb, hb);
+            mma16816<TBC_F16>(c, ha[0], hb[0], ha[1], hb[1], xb[4 * j], xb[4 * j + 1]);
+            mma16816<TBC_F16>(c, ha[2], hb[2], ha[3], hb[3], xb[4 * j + 2], xb[4 * j + 3]);
+        } else {
+            uint32_t a0, a1, b0, b1;
+            widen_word8<QT>(wa[j], a0, a1);
+            widen_word8<QT>(wb[j], b0, b1);
+            mma16816<TBC_F16>(c, a0, b0, a1, b1, xb[2 * j], xb[2 * j + 1]);
+        }
+    }
+}
+
+/* The scale and zero of row r for the group of element k, as f16x2 (int4). */
+__device__ __forceinline__ void group_sz(const tbc_qweight &w, int r, int K, int k, __half2 &s, __half2 &z) {
+    const int ng = K / w.group;
+    const size_t i = (size_t)r * ng + (size_t)(k / w.group);
+    s = __float2half2_rn(__ldg(w.scales + i));
+    z = w.zeros ? __float2half2_rn(__ldg(w.zeros + i)) : __float2half2_rn(0.0f);
+}
+
+template <int QT, int MODE, bool NORM>
+__global__ void __launch_bounds__(GEMV_MMA_WARPS * 32)
+qgemv_mma_kernel(const float *__restrict__ x, tbc_qweight w, const float *__restrict__ bias, float *__restrict__ y,
+                 int T, int K, int N, tbc_gemv_epi e) {
+    constexpr int VPL = QT == QT_I4 ? 32 : 16; /* values per 16-byte load */
+    constexpr int KSTEP = 4 * VPL;             /* values of K per step (a quad) */
+    __shared__ float red[GEMV_MMA_WARPS][32][4];
+    __shared__ float red_ss[GEMV_MMA_WARPS][8];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    int ra, rb, P = blockIdx.x * 8 + g;
+    bool pair_ok = true;
     if (MODE == TBC_EPI_PLAIN) {
-        if (ra < N) {
-            float bb = bias ? bias[ra] : 0.0f;
-            if (t0 < T) y[(size_t)t0 * N + ra] = c[0] + bb;
-            if (t1 < T) y[(size_t)t1 * N + ra] = c[1] + bb;
+        ra = blockIdx.x * 16 + g;
+        rb = ra + 8;
+    } else {
+        pair_ok = P < pair_count<MODE>(e, N);
+        if (pair_ok) pair_rows<MODE>(e, N, P, ra, rb);
+        else ra = rb = 0;
+    }
+    const int rla = min(ra, N - 1), rlb = min(rb, N - 1); /* rows past N: read, never written */
+    const size_t row_bytes = QT == QT_I4 ? (size_t)K / 2 : (size_t)K;
+    const char *cb = static_cast<const char *>(w.codes);
+    const uint4 *pa = reinterpret_cast<const uint4 *>(cb + (size_t)rla * row_bytes) + t;
+    const uint4 *pb = reinterpret_cast<const uint4 *>(cb + (size_t)rlb * row_bytes) + t;
+    if (warp < 4) {
+        tbc_prefetch_l2(pa + (size_t)warp * 4);
+        tbc_prefetch_l2(pb + (size_t)warp * 4);
+    }
+    tbc_pdl_wait();
+    const bool has_x = g < T;
+    const float *px = x + (size_t)(has_x ? g : 0) * K + t * VPL;
+    const float *gw = NORM && e.norm_w ? e.norm_w + t * VPL : nullptr;
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float ss = 0.0f;
+    __half2 sa = __float2half2_rn(1.0f), sb = sa, za = __float2half2_rn(0.0f), zb = za;
+    const int steps = K / KSTEP;
+    int s = warp;
+    for (; s + GEMV_MMA_WARPS < steps; s += 2 * GEMV_MMA_WARPS) {
+        const int s1 = s + GEMV_MMA_WARPS;
+        uint4 a0 = __ldg(pa + (size_t)s * 4), b0 = __ldg(pb + (size_t)s * 4);
+        uint4 a1 = __ldg(pa + (size_t)s1 * 4), b1 = __ldg(pb + (size_t)s1 * 4);
+        uint32_t x0[VPL / 2], x1[VPL / 2];
+        if (has_x) {
+            load_xq<QT, NORM>(px + (size_t)s * KSTEP, gw ? gw + (size_t)s * KSTEP : nullptr, x0, ss);
+            load_xq<QT, NORM>(px + (size_t)s1 * KSTEP, gw ? gw + (size_t)s1 * KSTEP : nullptr, x1, ss);
+        } else {
+#pragma unroll
+            for (int i = 0; i < VPL / 2; i++) x0[i] = x1[i] = 0u;
         }
-        if (rb < N) {
-            float bb = bias ? bias[rb] : 0.0f;
-            if (t0 < T) y[(size_t)t0 * N + rb] = c[2] + bb;
-            if (t1 < T) y[(size_t)t1 * N + rb] = c[3] + bb;
+        if (QT == QT_I4) {
+            group_sz(w, rla, K, s * KSTEP + t * VPL, sa, za);
+            group_sz(w, rlb, K, s * KSTEP + t * VPL, sb, zb);
         }
-    } else if (pair_ok) {
-        float ba = bias ? bias[ra] : 0.0f, bb = bias && rb < N ? bias[rb] : 0.0f;
-        if (t0 < T) epi_store<MODE>(e, y, N, t0, P, ra, rb, rb < N, c[0] + ba, c[2] + bb);
-        if (t1 < T) epi_store<MODE>(e, y, N, t1, P, ra, rb, rb < N, c[1] + ba, c[3] + bb);
+        qmma_step<QT>(c, a0, b0, x0, sa, za, sb, zb);
+        if (QT == QT_I4) {
+            group_sz(w, rla, K, s1 * KSTEP + t * VPL, sa, za);
+            group_sz(w, rlb, K, s1 * KSTEP + t * VPL, sb, zb);
+        }
+        qmma_step<QT>(c, a1, b1, x1, sa, za, sb, zb);
+    }
+    for (; s < steps; s += GEMV_MMA_WARPS) {
+        uint4 a0 = __ldg(pa + (size_t)s * 4), b0 = __ldg(pb + (size_t)s * 4);
+        uint32_t x0[VPL / 2];
+        if (has_x) {
+            load_xq<QT, NORM>(px + (size_t)s * KSTEP, gw ? gw + (size_t)s * KSTEP : nullptr, x0, ss);
+        } else {
+#pragma unroll
+            for (int i = 0; i < VPL / 2; i++) x0[i] = 0u;
+        }
+        if (QT == QT_I4) {
+            group_sz(w, rla, K, s * KSTEP + t * VPL, sa, za);
+            group_sz(w, rlb, K, s * KSTEP + t * VPL, sb, zb);
+        }
+        qmma_step<QT>(c, a0, b0, x0, sa, za, sb, zb);
+    }
+    tbc_pdl_trigger();
+    const float fa = QT == QT_I4 ? 1.0f : __ldg(w.scales + rla), fb = QT == QT_I4 ? 1.0f : __ldg(w.scales + rlb);
+    mma_finish<MODE, NORM>(red, red_ss, c, ss, warp, lane, ra, rb, P, pair_ok, T, K, N, bias, y, e, fa, fb);
+}
+
+/* out (N, K) f16 = dq(W): one thread per pair of elements (K even) or per
+ * element. */
+__global__ void dequant_f16_kernel(tbc_qweight w, int K, int N, __half *__restrict__ out) {
+    tbc_pdl_wait(); /* out may still be read by the previous matmul */
+    const size_t n_el = (size_t)N * K;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n_el; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t r = i / (size_t)K;
+        const int k = (int)(i - r * (size_t)K);
+        const unsigned char *cb = static_cast<const unsigned char *>(w.codes);
+        float v;
+        if (w.type == TBC_Q_I4) {
+            unsigned char byte = cb[r * (size_t)(K / 2) + (size_t)(k / 2)];
+            int u = (k & 1) ? byte >> 4 : byte & 15;
+            int code = u >= 8 ? u - 16 : u;
+            size_t gi = r * (size_t)(K / w.group) + (size_t)(k / w.group);
+            v = (float)code * w.scales[gi] + (w.zeros ? w.zeros[gi] : 0.0f);
+        } else if (w.type == TBC_Q_I8) {
+            v = (float)(signed char)cb[i] * w.scales[r];
+        } else {
+            __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)cb[i], __NV_E4M3);
+            v = __half2float(__half(h)) * w.scales[r];
+        }
+        out[i] = __float2half_rn(v);
     }
 }
 
@@ -653,4 +893,65 @@ extern "C" cudaError_t tbc_gemv_ex(const float *x, const void *w, tbc_dtype wdt,
 extern "C" cudaError_t tbc_gemv(const float *x, const void *w, tbc_dtype wdt, const float *bias, float *y, int T,
                                 int K, int N, cudaStream_t s) {
     return tbc_gemv_ex(x, w, wdt, bias, y, T, K, N, NULL, NULL, s);
+}
+
+/* ---------------------------------------------------------------- quantized launchers */
+static int qstep_of(tbc_qtype t) { return t == TBC_Q_I4 ? 128 : 64; }
+
+extern "C" int tbc_qgemv_supports(const tbc_qweight *w, const float *x, int T, int K) {
+    if (T < 1 || T > TBC_GEMV_MAX_T || K < 1 || K % qstep_of(w->type)) return 0;
+    if (((uintptr_t)w->codes | (uintptr_t)x) & 15) return 0;
+    if (w->type == TBC_Q_I4) return w->group >= 32 && w->group % 32 == 0 && K % w->group == 0;
+    return w->group == K && !w->zeros;
+}
+
+template <int QT, int MODE>
+static cudaError_t qgemv_launch(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K, int N,
+                                const tbc_gemv_epi &e, cudaStream_t s) {
+    int pairs = MODE == TBC_EPI_PLAIN ? 0 : MODE == TBC_EPI_ADD ? (N + 1) / 2 : N / 2;
+    int blocks = MODE == TBC_EPI_PLAIN ? (N + 15) / 16 : (pairs + 7) / 8;
+    if (e.norm)
+        return tbc_launch(qgemv_mma_kernel<QT, MODE, true>, dim3(blocks), dim3(GEMV_MMA_WARPS * 32), 0, s, x, w, bias,
+                          y, T, K, N, e);
+    return tbc_launch(qgemv_mma_kernel<QT, MODE, false>, dim3(blocks), dim3(GEMV_MMA_WARPS * 32), 0, s, x, w, bias, y,
+                      T, K, N, e);
+}
+
+template <int QT>
+static cudaError_t qgemv_dispatch(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K,
+                                  int N, const tbc_gemv_epi &e, cudaStream_t s) {
+    switch (e.mode) {
+    case TBC_EPI_PLAIN: return qgemv_launch<QT, TBC_EPI_PLAIN>(x, w, bias, y, T, K, N, e, s);
+    case TBC_EPI_GLU: return qgemv_launch<QT, TBC_EPI_GLU>(x, w, bias, y, T, K, N, e, s);
+    case TBC_EPI_ROPE: return qgemv_launch<QT, TBC_EPI_ROPE>(x, w, bias, y, T, K, N, e, s);
+    case TBC_EPI_ADD: return qgemv_launch<QT, TBC_EPI_ADD>(x, w, bias, y, T, K, N, e, s);
+    }
+    return cudaErrorInvalidValue;
+}
+
+extern "C" cudaError_t tbc_qgemv(const float *x, const tbc_qweight *w, const float *bias, float *y, int T, int K, int N,
+                                 const tbc_gemv_epi *epi, cudaStream_t s) {
+    if (!tbc_qgemv_supports(w, x, T, K) || N < 1) return cudaErrorInvalidValue;
+    tbc_gemv_epi e{};
+    if (epi) e = *epi;
+    if (e.mode == TBC_EPI_GLU && N % 2) return cudaErrorInvalidValue;
+    if (e.mode == TBC_EPI_ADD && (!e.res || !e.res_out)) return cudaErrorInvalidValue;
+    if (e.mode == TBC_EPI_ROPE && (e.attn.hd < 2 || e.attn.hd % 2 || N != (e.attn.n_heads + 2 * e.attn.n_kv) * e.attn.hd))
+        return cudaErrorInvalidValue;
+    if (e.norm && e.norm_w && ((uintptr_t)e.norm_w & 15)) return cudaErrorInvalidValue;
+    switch (w->type) {
+    case TBC_Q_I8: return qgemv_dispatch<QT_I8>(x, *w, bias, y, T, K, N, e, s);
+    case TBC_Q_FP8: return qgemv_dispatch<QT_FP8>(x, *w, bias, y, T, K, N, e, s);
+    case TBC_Q_I4: return qgemv_dispatch<QT_I4>(x, *w, bias, y, T, K, N, e, s);
+    }
+    return cudaErrorInvalidValue;
+}
+
+extern "C" cudaError_t tbc_dequant_f16(const tbc_qweight *w, int K, int N, void *out, cudaStream_t s) {
+    if (K < 1 || N < 1 || (w->type == TBC_Q_I4 && (K % 2 || w->group < 1 || K % w->group))) return cudaErrorInvalidValue;
+    size_t n = (size_t)N * K;
+    size_t blocks = (n + 255) / 256;
+    if (blocks > 65536) blocks = 65536;
+    return tbc_launch(dequant_f16_kernel, dim3((unsigned)blocks), dim3(256), 0, s, *w, K, N,
+                      static_cast<__half *>(out));
 }
