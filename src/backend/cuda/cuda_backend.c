@@ -46,6 +46,7 @@
 #include "backend/cuda/nn_backend.h"
 #include "tune/tactic.h"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <jansson.h>
@@ -165,6 +166,13 @@ typedef struct {
      * f16 here (the largest such matrix), then the f16 paths */
     void *wdq;
     size_t wdq_bytes;
+    /* e4m3 weights in those steps: the FP8 tensor cores through cuBLASLt
+     * (fp8_gemm; TB_CUDA_FP8_GEMM=0 takes the dequantised path), x
+     * quantised per token into xconv with its scales in fp8_sx */
+    int fp8_gemm;
+    cublasLtHandle_t lt;
+    void *lt_ws;
+    float *fp8_sx;
     /* prefill attention: a run of >= prefill_min tokens of one sequence in
      * a step (TB_CUDA_PREFILL_GEMM=n; 0 turns it off) takes the flash kernel
      * (flash.cu) or, where it does not apply, GEMMs. Scratch of the GEMMs,
@@ -242,6 +250,9 @@ static int tbc_of(tb_dtype d, tbc_dtype *out) {
     default: return 0;
     }
 }
+
+/* cuBLASLt workspace of the FP8 matmuls */
+#define FP8_LT_WS ((size_t)32 << 20)
 
 /* ---------------------------------------------------------------- vtable */
 
@@ -498,6 +509,18 @@ static tb_status cuda_load_weights(tb_backend *b, const tb_graph *g, void **bufs
     if (xconv && !c->xconv) {
         CU_TRY(cudaMalloc(&c->xconv, xconv), "allocating matmul scratch");
         c->xconv_bytes = xconv;
+    }
+    int any_fp8 = 0;
+    for (int k = 0; k < g->n_nodes; k++)
+        if (g->nodes[k].op == TB_OP_QMATMUL && g->values[g->nodes[k].in[1]].dtype == TB_FP8_E4M3) any_fp8 = 1;
+    if (any_fp8 && c->fp8_gemm && !c->lt) {
+        if (cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS) {
+            c->lt = NULL;
+            c->fp8_gemm = 0;
+        } else {
+            CU_TRY(cudaMalloc(&c->lt_ws, FP8_LT_WS), "allocating cuBLASLt workspace");
+            CU_TRY(cudaMalloc((void **)&c->fp8_sx, sizeof(float) * (size_t)max_tokens), "allocating fp8 scales");
+        }
     }
     if (wdq > c->wdq_bytes) {
         if (c->wdq) cudaFree(c->wdq);
@@ -778,6 +801,64 @@ static int addnorm_ok(cuda_ctx *c, const tb_graph *g, int k, void *const *bufs, 
     return norm_into_ok(c, g, k + 2, bufs, T, bufs[an->out[0]], bufs[an->in[2]]);
 }
 
+/* Whether a step of T tokens of qmatmul weights qw (N, K) takes the FP8
+ * tensor cores (fp8_gemm_run). */
+static int fp8_gemm_ok(const cuda_ctx *c, const tbc_qweight *qw, int T, int K, int N) {
+    return c->fp8_gemm && c->lt && qw->type == TBC_Q_FP8 && T > TBC_GEMV_MAX_T && K % 16 == 0 && N % 16 == 0 &&
+           !(((uintptr_t)qw->codes) & 15) && (size_t)T * (size_t)K <= c->xconv_bytes && T <= c->max_tokens;
+}
+
+/* y (T, N) = x dq(w)^T (+ bias) on the FP8 tensor cores: x quantised per
+ * token to e4m3, cuBLASLt's product of the codes in f32 (TN: both operands
+ * K-contiguous, as FP8 needs), then both scales and the bias. A shape
+ * cuBLASLt refuses returns TB_ERR_UNSUPPORTED before anything is launched
+ * past the quantisation, and fp8_gemm turns off (logged once). */
+static tb_status fp8_gemm_run(cuda_ctx *c, const float *x, const tbc_qweight *qw, const float *bias, float *y, int T,
+                              int K, int N) {
+    cublasLtMatmulDesc_t op = NULL;
+    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t h;
+    int found = 0;
+    tb_status st = TB_ERR_UNSUPPORTED;
+    const cublasOperation_t opa = CUBLAS_OP_T, opb = CUBLAS_OP_N;
+    const size_t ws = FP8_LT_WS;
+    memset(&h, 0, sizeof h);
+    if (cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa) ||
+        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb) ||
+        cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)N, K) ||
+        cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)T, K) ||
+        cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, (uint64_t)N, (uint64_t)T, N) ||
+        cublasLtMatmulPreferenceCreate(&pref) ||
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) ||
+        cublasLtMatmulAlgoGetHeuristic(c->lt, op, la, lb, lc, lc, pref, 1, &h, &found) || found < 1)
+        goto out;
+    const float one = 1.0f, zero = 0.0f;
+    cudaError_t e = tbc_quant_x_fp8(x, T, K, c->xconv, c->fp8_sx, c->stream);
+    if (e != cudaSuccess) { st = cuda_fail(e, "fp8 quantise launch"); goto out; }
+    cublasStatus_t bs = cublasLtMatmul(c->lt, op, &one, qw->codes, la, c->xconv, lb, &zero, y, lc, y, lc, &h.algo,
+                                       c->lt_ws, ws, c->stream);
+    if (bs != CUBLAS_STATUS_SUCCESS) {
+        st = tb_errorf(TB_ERR_INTERNAL, "cublasLt: fp8 matmul (%d x %d x %d): %s", T, K, N, blas_status_name(bs));
+        goto out;
+    }
+    e = tbc_scale_out(y, T, N, c->fp8_sx, qw->scales, bias, c->stream);
+    st = e == cudaSuccess ? TB_OK : cuda_fail(e, "fp8 scale launch");
+out:
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (lc) cublasLtMatrixLayoutDestroy(lc);
+    if (lb) cublasLtMatrixLayoutDestroy(lb);
+    if (la) cublasLtMatrixLayoutDestroy(la);
+    if (op) cublasLtMatmulDescDestroy(op);
+    if (st == TB_ERR_UNSUPPORTED) {
+        tb_log(TB_LOG_WARN, "cuda: cuBLASLt has no fp8 matmul for %d x %d x %d; e4m3 weights take the dequantised "
+               "f16 path from now on", T, K, N);
+        c->fp8_gemm = 0;
+    }
+    return st;
+}
+
 static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs, const tb_step *st,
                             int T) {
     const tb_value *wv = &g->values[n->in[1]];
@@ -793,6 +874,10 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
     else if (!tbc_of(wv->dtype, &wdt)) return tb_errorf(TB_ERR_UNSUPPORTED, "cuda: matmul weight dtype");
     const int k = (int)(n - g->nodes);
     const float *xq = c->norm_node == k ? c->norm_x : x;
+    if (quant && fp8_gemm_ok(c, &qw, T, K, N)) {
+        tb_status fs = fp8_gemm_run(c, x, &qw, bias, y, T, K, N);
+        if (fs != TB_ERR_UNSUPPORTED) return fs;
+    }
     if (quant && !(T <= TBC_GEMV_MAX_T && tbc_qgemv_supports(&qw, xq, T, K))) {
         /* not for the quantized GEMV: the weights dequantised to f16, then
          * the f16 paths (the norm fusion was not chosen for this shape) */
@@ -1068,8 +1153,13 @@ static void *x16_target(cuda_ctx *c, const tb_graph *g, const tb_node *n, int T,
     if (!c->x16 || !(c->fuse_kind[k] & FUSE_X16) || T <= TBC_GEMV_MAX_T) return NULL;
     const tb_node *mm = &g->nodes[k + 1];
     const tb_value *wv = &g->values[mm->in[1]];
-    if (mm->op == TB_OP_QMATMUL) *dt = TBC_F16; /* dequantised to f16 for cuBLAS */
-    else if (!tbc_of(wv->dtype, dt)) return NULL;
+    if (mm->op == TB_OP_QMATMUL) {
+        /* dequantised to f16 for cuBLAS; e4m3 on the FP8 path reads f32 x */
+        if (wv->dtype == TB_FP8_E4M3 && c->fp8_gemm && c->lt) return NULL;
+        *dt = TBC_F16;
+    } else if (!tbc_of(wv->dtype, dt)) {
+        return NULL;
+    }
     if (*dt == TBC_F32 || (size_t)T * (size_t)wv->dims[1] * 2 > c->xconv_bytes) return NULL;
     c->x16_node = k + 1;
     return c->xconv;
@@ -1330,6 +1420,9 @@ static void cuda_destroy(tb_backend *b) {
     cudaFree(c->weights);
     cudaFree(c->xconv);
     cudaFree(c->wdq);
+    cudaFree(c->lt_ws);
+    cudaFree(c->fp8_sx);
+    if (c->lt) cublasLtDestroy(c->lt);
     cudaFree(c->partial);
     cudaFree(c->counters);
     cudaFree(c->pf_q);
@@ -1509,6 +1602,8 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     if (gtimes && !strcmp(gtimes, "1") && cudaEventCreate(&c->gt0) == cudaSuccess && cudaEventCreate(&c->gt1) == cudaSuccess)
         c->gt_on = 1;
     cudaGetLastError();
+    const char *f8e = getenv("TB_CUDA_FP8_GEMM");
+    c->fp8_gemm = !(f8e && !strcmp(f8e, "0"));
     const char *xe = getenv("TB_CUDA_X16");
     c->x16 = !(xe && !strcmp(xe, "0"));
     const char *gte = getenv("TB_CUDA_GRAPH_MAX_T");

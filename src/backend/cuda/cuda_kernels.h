@@ -198,6 +198,13 @@ cudaError_t tbc_qgemv(const float *x, const tbc_qweight *w, const float *bias, f
                       const tbc_gemv_epi *epi, cudaStream_t s);
 /* out (N, K) f16 = dq(W) rounded to f16 (any K). */
 cudaError_t tbc_dequant_f16(const tbc_qweight *w, int K, int N, void *out, cudaStream_t s);
+/* The FP8 tensor-core path of e4m3 weights for larger steps:
+ * tbc_quant_x_fp8: q (T, K) e4m3 = x / sx[t], sx[t] = absmax(x[t]) / 448 (0
+ * for a zero row); after the product y = q w^T of the codes (f32),
+ * tbc_scale_out: y[t][n] = y[t][n] * sx[t] * sw[n] (+ bias[n]). */
+cudaError_t tbc_quant_x_fp8(const float *x, int T, int K, void *q, float *sx, cudaStream_t s);
+cudaError_t tbc_scale_out(float *y, int T, int N, const float *sx, const float *sw, const float *bias,
+                          cudaStream_t s);
 
 /* Programmatic dependent launch (compute capability 9.0+): while on, the
  * launchers above mark their kernels as allowed to start before the previous

@@ -955,3 +955,54 @@ extern "C" cudaError_t tbc_dequant_f16(const tbc_qweight *w, int K, int N, void 
     return tbc_launch(dequant_f16_kernel, dim3((unsigned)blocks), dim3(256), 0, s, *w, K, N,
                       static_cast<__half *>(out));
 }
+
+/* ---------------------------------------------------------------- fp8 GEMM helpers
+ * Steps of more than TBC_GEMV_MAX_T tokens with e4m3 weights run on the FP8
+ * tensor cores (cuBLASLt, in cuda_backend.c): x is quantised to e4m3 with one
+ * scale per token (absmax / 448, dynamic: no calibration needed and no
+ * token's range clipped by another's), and the f32 product of the codes is
+ * then scaled by both scales. */
+__global__ void quant_x_fp8_kernel(const float *__restrict__ x, int K, unsigned char *__restrict__ q,
+                                   float *__restrict__ sx) {
+    __shared__ float wmax[32];
+    tbc_pdl_wait();
+    const int t = blockIdx.x;
+    const float *r = x + (size_t)t * K;
+    float m = 0.0f;
+    for (int k = threadIdx.x; k < K; k += blockDim.x) m = fmaxf(m, fabsf(r[k]));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if ((threadIdx.x & 31) == 0) wmax[threadIdx.x >> 5] = m;
+    __syncthreads();
+    m = 0.0f;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++) m = fmaxf(m, wmax[i]);
+    const float s = m > 0.0f ? m / 448.0f : 1.0f, inv = 1.0f / s;
+    if (threadIdx.x == 0) sx[t] = m > 0.0f ? s : 0.0f;
+    unsigned char *qr = q + (size_t)t * K;
+    for (int k = threadIdx.x; k < K; k += blockDim.x)
+        qr[k] = (unsigned char)__nv_cvt_float_to_fp8(r[k] * inv, __NV_SATFINITE, __NV_E4M3);
+}
+
+__global__ void scale_out_kernel(float *__restrict__ y, int T, int N, const float *__restrict__ sx,
+                                 const float *__restrict__ sw, const float *__restrict__ bias) {
+    tbc_pdl_wait();
+    const size_t n_el = (size_t)T * N;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n_el; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t t = i / (size_t)N;
+        const int n = (int)(i - t * (size_t)N);
+        y[i] = y[i] * (sx[t] * sw[n]) + (bias ? bias[n] : 0.0f);
+    }
+}
+
+extern "C" cudaError_t tbc_quant_x_fp8(const float *x, int T, int K, void *q, float *sx, cudaStream_t s) {
+    if (T < 1 || K < 1) return cudaErrorInvalidValue;
+    return tbc_launch(quant_x_fp8_kernel, dim3(T), dim3(256), 0, s, x, K, static_cast<unsigned char *>(q), sx);
+}
+
+extern "C" cudaError_t tbc_scale_out(float *y, int T, int N, const float *sx, const float *sw, const float *bias,
+                                     cudaStream_t s) {
+    if (T < 1 || N < 1) return cudaErrorInvalidValue;
+    size_t n = (size_t)T * N, blocks = (n + 255) / 256;
+    if (blocks > 65536) blocks = 65536;
+    return tbc_launch(scale_out_kernel, dim3((unsigned)blocks), dim3(256), 0, s, y, T, N, sx, sw, bias);
+}
