@@ -18,17 +18,61 @@
  *                    fewer splits (one per split_min keys) and the blocks
  *                    of the unused splits return at once.
  * With rope_done the qkv GEMV's epilogue has done rope_kv's work.
+ *
+ * int8 and fp8 (e4m3) caches (core/kv_layout.h): rope_kv quantises each
+ * (token, kv head) row with one warp (absmax, scale, codes: the bytes of
+ * tb_ref_kv_quantize), attn_kernel reads one-byte codes with one vector load
+ * per lane and applies the row's f32 scale once per key (to the dot product,
+ * and to the probability that weights the value row), and the prefill
+ * gather dequantises into f16 for the GEMMs.
  */
 #include <math.h>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_util.cuh"
 
 #define ATTN_WARPS 4
 #define ATTN_MAX_HD 256
+
+/* ---------------------------------------------------------------- int8 / fp8 rows
+ * A row is the hd values of one (token, kv head): hd one-byte codes and an
+ * f32 scale (kv_layout.h). Writing gives the bytes tb_ref_kv_quantize gives
+ * for the same f32 row: scale = absmax / qmax and codes of x * (qmax /
+ * absmax) (0 for a row of zeros), IEEE round-to-nearest throughout (the
+ * explicit _rn intrinsics keep it so whatever the compile flags); int8
+ * rounds half to even (rintf) and clamps to +-127; e4m3 is the hardware's
+ * cvt.rn.satfinite: round to nearest even, saturating at +-448, as
+ * dtype.c's f32_to_fp8_e4m3 (a NaN becomes 0x7f, where dtype.c keeps its
+ * sign). */
+
+/* The e4m3 or int8 code of v (in code units). */
+__device__ __forceinline__ uint8_t kv_encode(float v, int kv_q) {
+    if (kv_q == TBC_KVQ_I8) return (uint8_t)(int8_t)__float2int_rn(fminf(fmaxf(rintf(v), -127.0f), 127.0f));
+    return (uint8_t)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+}
+
+/* The value of code c (without the row's scale); exact in f32. */
+__device__ __forceinline__ float kv_decode(uint8_t c, int kv_q) {
+    if (kv_q == TBC_KVQ_I8) return (float)((int)c - ((int)(c & 0x80u) << 1)); /* sign-extended byte */
+    return __half2float(__half(__nv_cvt_fp8_to_halfraw(c, __NV_E4M3)));
+}
+
+/* Quantises the row x (hd f32) into codes (hd bytes) and *scale. Called by
+ * all 32 lanes of a warp together (shuffles). */
+__device__ void kv_quantize_row_warp(const float *x, int hd, int kv_q, uint8_t *codes, float *scale) {
+    const int lane = threadIdx.x & 31;
+    float amax = 0.0f; /* fmaxf skips a NaN, as the reference's comparison does */
+    for (int d = lane; d < hd; d += 32) amax = fmaxf(amax, fabsf(x[d]));
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float qmax = kv_q == TBC_KVQ_I8 ? 127.0f : 448.0f;
+    const float inv = amax > 0.0f ? __fdiv_rn(qmax, amax) : 0.0f;
+    for (int d = lane; d < hd; d += 32) codes[d] = kv_encode(__fmul_rn(x[d], inv), kv_q);
+    if (lane == 0) *scale = __fdiv_rn(amax, qmax);
+}
 
 /* ---------------------------------------------------------------- rope + kv write */
 
@@ -43,8 +87,20 @@ __global__ void rope_kv_kernel(tbc_attn_args a, float *qkv) {
     }
     __syncthreads();
     int blk = a.block_tables[(size_t)a.seq[t] * a.max_blocks + p / a.block_size];
-    size_t base = ((size_t)blk * a.block_size + (size_t)(p % a.block_size)) * (size_t)KV * hd;
     const float *k = row + (size_t)H * hd, *v = row + (size_t)(H + KV) * hd;
+    if (a.kv_q) {
+        /* one warp per row: rows 0..KV-1 are k's heads, KV..2KV-1 v's */
+        const int warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+        const size_t r0 = (size_t)(p % a.block_size) * KV; /* (row, head 0) of the block */
+        for (int r = warp; r < 2 * KV; r += nw) {
+            const int h = r % KV;
+            uint8_t *b = (uint8_t *)(r < KV ? a.k_cache : a.v_cache) + (size_t)blk * a.kv_block_bytes;
+            kv_quantize_row_warp((r < KV ? k : v) + (size_t)h * hd, hd, a.kv_q, b + (r0 + h) * hd,
+                                 (float *)(b + a.kv_scale_off) + r0 + h);
+        }
+        return;
+    }
+    size_t base = ((size_t)blk * a.block_size + (size_t)(p % a.block_size)) * (size_t)KV * hd;
     for (int e = threadIdx.x; e < KV * hd; e += blockDim.x) {
         if (a.kv_f16) {
             ((__half *)a.k_cache)[base + e] = __float2half_rn(k[e]);
@@ -65,6 +121,8 @@ __global__ void rope_kv_kernel(tbc_attn_args a, float *qkv) {
 #define KVT_F32 0
 #define KVT_F16 1
 #define KVT_BF16 2
+#define KVT_I8 3  /* int8 codes and per-row f32 scales (kv_layout.h) */
+#define KVT_FP8 4 /* e4m3 codes likewise */
 
 /* EPL consecutive cache values from element offset off, as f32. */
 template <int EPL, int KVT>
@@ -114,6 +172,57 @@ __device__ __forceinline__ void load_kv(const void *base, size_t off, float *f) 
 #pragma unroll
             for (int i = 0; i < EPL; i++) f[i] = p[i];
         }
+    }
+}
+
+/* EPL consecutive int8 / e4m3 codes from p as f32 code values (the row's
+ * scale is the caller's): one 16-, 8-, 4- or 2-byte load per 16, 8, 4 or 2
+ * codes. p is aligned to that: a row of hd codes starts at a multiple of hd
+ * bytes in a block of a multiple of 64 bytes, and a lane reads at li * EPL
+ * where hd = S * EPL. */
+template <int EPL, int KVT>
+__device__ __forceinline__ void load_codes(const uint8_t *p, float *f) {
+    constexpr int NW = (EPL + 3) / 4;
+    uint32_t w[NW]; /* the codes, 4 a word, first code in the low byte */
+    if (EPL % 16 == 0) {
+#pragma unroll
+        for (int i = 0; i < EPL / 16; i++) {
+            uint4 u = ((const uint4 *)p)[i];
+            w[4 * i] = u.x; w[4 * i + 1] = u.y; w[4 * i + 2] = u.z; w[4 * i + 3] = u.w;
+        }
+    } else if (EPL % 8 == 0) {
+#pragma unroll
+        for (int i = 0; i < EPL / 8; i++) {
+            uint2 u = ((const uint2 *)p)[i];
+            w[2 * i] = u.x; w[2 * i + 1] = u.y;
+        }
+    } else if (EPL % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < EPL / 4; i++) w[i] = ((const uint32_t *)p)[i];
+    } else if (EPL % 2 == 0) {
+#pragma unroll
+        for (int i = 0; i < NW; i++) w[i] = 0;
+#pragma unroll
+        for (int i = 0; i < EPL / 2; i++) w[i / 2] |= (uint32_t)((const uint16_t *)p)[i] << (16 * (i % 2));
+    } else {
+#pragma unroll
+        for (int i = 0; i < NW; i++) w[i] = 0;
+#pragma unroll
+        for (int i = 0; i < EPL; i++) w[i / 4] |= (uint32_t)p[i] << (8 * (i % 4));
+    }
+    if (KVT == KVT_I8) {
+#pragma unroll
+        for (int i = 0; i < EPL; i++) f[i] = kv_decode((uint8_t)(w[i / 4] >> (8 * (i % 4))), TBC_KVQ_I8);
+    } else {
+        /* pairs: cvt.rn.f16x2.e4m3x2 (exact: every e4m3 value is an f16) */
+#pragma unroll
+        for (int i = 0; i < EPL / 2; i++) {
+            __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w[i / 2] >> (16 * (i % 2))), __NV_E4M3);
+            float2 v = __half22float2(__half2(hr));
+            f[2 * i] = v.x;
+            f[2 * i + 1] = v.y;
+        }
+        if (EPL % 2) f[EPL - 1] = kv_decode((uint8_t)(w[(EPL - 1) / 4] >> (8 * ((EPL - 1) % 4))), TBC_KVQ_FP8);
     }
 }
 
@@ -194,22 +303,39 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) attn_kernel(tbc_attn_args a, 
         int j = base + slot;
         bool valid = j < hi;
         float kf[EPL], vf[EPL];
-        float dot = 0.0f;
+        float dot = 0.0f, vsc = 1.0f;
         if (valid) {
             int blk = bt[j / bs];
-            size_t off = (((size_t)blk * bs + (size_t)(j % bs)) * KV + kvh) * (size_t)hd + (size_t)li * EPL;
-            load_kv<EPL, KVT>(a.k_cache, off, kf);
-            load_kv<EPL, KVT>(a.v_cache, off, vf);
+            if (KVT == KVT_I8 || KVT == KVT_FP8) {
+                /* codes of (row j % bs, head kvh), then the rows' scales (the
+                 * S lanes of a group read the same word: one request) */
+                const size_t r = (size_t)(j % bs) * KV + kvh;
+                const uint8_t *kb = (const uint8_t *)a.k_cache + (size_t)blk * a.kv_block_bytes;
+                const uint8_t *vb = (const uint8_t *)a.v_cache + (size_t)blk * a.kv_block_bytes;
+                load_codes<EPL, KVT>(kb + r * hd + (size_t)li * EPL, kf);
+                load_codes<EPL, KVT>(vb + r * hd + (size_t)li * EPL, vf);
+                const float ksc = ((const float *)(kb + a.kv_scale_off))[r];
+                vsc = ((const float *)(vb + a.kv_scale_off))[r];
 #pragma unroll
-            for (int e = 0; e < EPL; e++) dot = fmaf(q[e], kf[e], dot);
+                for (int e = 0; e < EPL; e++) dot = fmaf(q[e], kf[e], dot);
+                dot *= ksc;
+            } else {
+                size_t off = (((size_t)blk * bs + (size_t)(j % bs)) * KV + kvh) * (size_t)hd + (size_t)li * EPL;
+                load_kv<EPL, KVT>(a.k_cache, off, kf);
+                load_kv<EPL, KVT>(a.v_cache, off, vf);
+#pragma unroll
+                for (int e = 0; e < EPL; e++) dot = fmaf(q[e], kf[e], dot);
+            }
         }
         for (int o = S >> 1; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
         if (valid) {
             float mn = fmaxf(m, dot);
             float corr = __expf(m - mn), p = __expf(dot - mn);
             l = l * corr + p;
+            /* a quantised V row: its scale applied once, to p */
+            const float pv = (KVT == KVT_I8 || KVT == KVT_FP8) ? p * vsc : p;
 #pragma unroll
-            for (int e = 0; e < EPL; e++) acc[e] = fmaf(p, vf[e], acc[e] * corr);
+            for (int e = 0; e < EPL; e++) acc[e] = fmaf(pv, vf[e], acc[e] * corr);
             m = mn;
         }
     }
@@ -305,9 +431,21 @@ static cudaError_t attn_launch(int epl, dim3 grid, const tbc_attn_args &a, const
     return cudaErrorInvalidValue;
 }
 
+/* 1 when a's cache fields are consistent: at most one of f16, bf16 and a
+ * quantised type; for int8 / fp8, blocks laid out as kv_layout.h says
+ * (scales after the codes, both 64-byte aligned, as the vector loads need). */
+static int kv_args_ok(const tbc_attn_args *a) {
+    if (a->kv_f16 + a->kv_bf16 + (a->kv_q != TBC_KVQ_NONE) > 1) return 0;
+    if (a->kv_q == TBC_KVQ_NONE) return 1;
+    size_t codes = (size_t)a->block_size * (size_t)a->n_kv * (size_t)a->hd;
+    size_t scales = (size_t)a->block_size * (size_t)a->n_kv * sizeof(float);
+    return (a->kv_q == TBC_KVQ_I8 || a->kv_q == TBC_KVQ_FP8) && a->kv_scale_off % 64 == 0 &&
+           a->kv_block_bytes % 64 == 0 && a->kv_scale_off >= codes && a->kv_block_bytes >= a->kv_scale_off + scales;
+}
+
 extern "C" cudaError_t tbc_attention(const tbc_attn_args *a, float *qkv, float *out, cudaStream_t s) {
     if (!tbc_attention_supports(a->hd) || a->n_splits < 1 || a->n_kv < 1 || a->n_heads % a->n_kv ||
-        (a->n_splits > 1 && !a->counters))
+        (a->n_splits > 1 && !a->counters) || !kv_args_ok(a))
         return cudaErrorInvalidValue;
     cudaError_t e;
     if (!a->rope_done) {
@@ -319,6 +457,8 @@ extern "C" cudaError_t tbc_attention(const tbc_attn_args *a, float *qkv, float *
     if (a->lanes > 0 && a->lanes < S && S % a->lanes == 0 && a->hd / a->lanes == 16) S = a->lanes;
     int epl = a->hd / S;
     dim3 grid(a->n_heads, a->T, a->n_splits);
+    if (a->kv_q == TBC_KVQ_I8) return attn_launch<KVT_I8>(epl, grid, *a, qkv, out, s);
+    if (a->kv_q == TBC_KVQ_FP8) return attn_launch<KVT_FP8>(epl, grid, *a, qkv, out, s);
     if (a->kv_bf16) return attn_launch<KVT_BF16>(epl, grid, *a, qkv, out, s);
     return a->kv_f16 ? attn_launch<KVT_F16>(epl, grid, *a, qkv, out, s) : attn_launch<KVT_F32>(epl, grid, *a, qkv, out, s);
 }
@@ -329,12 +469,27 @@ extern "C" cudaError_t tbc_attention(const tbc_attn_args *a, float *qkv, float *
  * S = scale * Q K^T per head, a causal softmax of S into P, O = P V. The
  * kernels here gather the sequence's keys and values out of the paged
  * cache into contiguous per-query-head matrices (GQA heads repeated), round
- * q to the cache type, and do the softmax. */
+ * q to the cache type, and do the softmax. An int8 / fp8 cache is gathered
+ * dequantised (code * scale, in f32, rounded to f16) and q rounded to f16:
+ * the f16 GEMMs, as for an f16 cache. */
 
 __global__ void attn_gather_kv_kernel(tbc_attn_args a, int seq_slot, int L, int ld_l, void *kx, void *vx) {
     const int j = blockIdx.x, hd = a.hd, H = a.n_heads, KV = a.n_kv, G = H / KV;
     if (j >= L) return;
     int blk = a.block_tables[(size_t)seq_slot * a.max_blocks + j / a.block_size];
+    if (a.kv_q) {
+        const size_t r0 = (size_t)(j % a.block_size) * KV; /* (row, head 0) of the block */
+        const uint8_t *kb = (const uint8_t *)a.k_cache + (size_t)blk * a.kv_block_bytes;
+        const uint8_t *vb = (const uint8_t *)a.v_cache + (size_t)blk * a.kv_block_bytes;
+        const float *ks = (const float *)(kb + a.kv_scale_off) + r0, *vs = (const float *)(vb + a.kv_scale_off) + r0;
+        for (int e = threadIdx.x; e < H * hd; e += blockDim.x) {
+            int h = e / hd, d = e % hd, kvh = h / G;
+            size_t s = (r0 + kvh) * hd + d, dst = ((size_t)h * ld_l + j) * hd + d;
+            ((__half *)kx)[dst] = __float2half_rn(kv_decode(kb[s], a.kv_q) * ks[kvh]);
+            ((__half *)vx)[dst] = __float2half_rn(kv_decode(vb[s], a.kv_q) * vs[kvh]);
+        }
+        return;
+    }
     size_t src = ((size_t)blk * a.block_size + (size_t)(j % a.block_size)) * (size_t)KV * hd;
     for (int e = threadIdx.x; e < H * hd; e += blockDim.x) {
         int h = e / hd, d = e % hd;
@@ -354,7 +509,7 @@ __global__ void attn_gather_q_kernel(tbc_attn_args a, const float *qkv, int t0, 
     const float *q = qkv + (size_t)(t0 + i) * (size_t)(H + 2 * KV) * hd;
     for (int e = threadIdx.x; e < H * hd; e += blockDim.x) {
         size_t dst = (size_t)i * H * hd + e;
-        if (a.kv_f16) ((__half *)qx)[dst] = __float2half_rn(q[e]);
+        if (a.kv_f16 || a.kv_q) ((__half *)qx)[dst] = __float2half_rn(q[e]);
         else ((float *)qx)[dst] = q[e];
     }
 }
@@ -392,12 +547,13 @@ __global__ void attn_softmax_kernel(const float *S, void *P, int p16, const int3
 }
 
 extern "C" cudaError_t tbc_rope_kv(const tbc_attn_args *a, float *qkv, cudaStream_t s) {
+    if (!kv_args_ok(a)) return cudaErrorInvalidValue;
     return tbc_launch(rope_kv_kernel, dim3(a->T), dim3(128), 0, s, *a, qkv);
 }
 
 extern "C" cudaError_t tbc_attn_gather(const tbc_attn_args *a, const float *qkv, int seq_slot, int t0, int n,
                                        int L, int ld_l, void *qx, void *kx, void *vx, cudaStream_t s) {
-    if (L > ld_l || L < 1 || n < 1) return cudaErrorInvalidValue;
+    if (L > ld_l || L < 1 || n < 1 || !kv_args_ok(a) || a->kv_bf16) return cudaErrorInvalidValue;
     cudaError_t e = tbc_launch(attn_gather_kv_kernel, dim3(L), dim3(256), 0, s, *a, seq_slot, L, ld_l, kx, vx);
     if (e != cudaSuccess) return e;
     return tbc_launch(attn_gather_q_kernel, dim3(n), dim3(256), 0, s, *a, qkv, t0, qx);

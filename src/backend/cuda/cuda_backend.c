@@ -44,6 +44,7 @@
 #include "backend/cuda/cuda_module.h"
 #include "backend/cuda/flash_kernels.h"
 #include "backend/cuda/nn_backend.h"
+#include "core/kv_layout.h"
 #include "tune/tactic.h"
 
 #include <cublasLt.h>
@@ -730,7 +731,10 @@ static tbc_attn_args attn_args_of(cuda_ctx *c, const tb_node *n, void *const *bu
         .T = T, .n_heads = H, .n_kv = KV, .hd = hd, .interleaved = (n->i[3] >> 16) & 1, .scale = n->f[0],
         .pos = st->pos, .seq = st->seq, .block_tables = st->block_tables, .max_blocks = st->max_blocks,
         .block_size = st->block_size, .k_cache = st->k_cache[n->i[0]], .v_cache = st->v_cache[n->i[0]],
-        .kv_f16 = st->kv_dtype == TB_F16, .kv_bf16 = st->kv_dtype == TB_BF16, .inv_freq = bufs[n->in[1]],
+        .kv_f16 = st->kv_dtype == TB_F16, .kv_bf16 = st->kv_dtype == TB_BF16,
+        .kv_q = st->kv_dtype == TB_I8 ? TBC_KVQ_I8 : st->kv_dtype == TB_FP8_E4M3 ? TBC_KVQ_FP8 : TBC_KVQ_NONE,
+        .kv_block_bytes = tb_kv_block_bytes(st->kv_dtype, st->block_size, KV, hd),
+        .kv_scale_off = tb_kv_codes_bytes(st->kv_dtype, st->block_size, KV, hd), .inv_freq = bufs[n->in[1]],
         .n_splits = 1, .partial = c->partial,
         .counters = c->counters, .rope_done = 0, .split_min = c->attn_split_min, .lanes = c->attn_lanes,
     };
@@ -1008,7 +1012,9 @@ static tb_status attention_gemm_run(cuda_ctx *c, const tbc_attn_args *a, float *
     const int32_t *hp = c->h_stage + c->max_tokens;
     int H = a->n_heads, hd = a->hd, L = 0;
     for (int t = t0; t < t0 + n; t++) if (hp[t] + 1 > L) L = hp[t] + 1;
-    size_t esz = a->kv_f16 ? 2 : 4;
+    /* f16 GEMMs for an f16 cache and for int8 / fp8 (gathered dequantised) */
+    int h16 = a->kv_f16 || a->kv_q != TBC_KVQ_NONE;
+    size_t esz = h16 ? 2 : 4;
     size_t ld = c->pf_k_bytes / ((size_t)H * hd * esz); /* keys the scratch has room for */
     if ((size_t)L > ld) {
         ld = ((size_t)L + 255) / 256 * 256;
@@ -1025,7 +1031,7 @@ static tb_status attention_gemm_run(cuda_ctx *c, const tbc_attn_args *a, float *
     TB_TRY(grow(&c->pf_p, &c->pf_p_bytes, (size_t)H * nq * L * esz, "allocating prefill attention scratch"));
     CU_TRY(tbc_attn_gather(a, qkv, slot, t0, n, L, (int)ld, c->pf_q, c->pf_k, c->pf_v, c->stream),
            "prefill attention gather");
-    cudaDataType_t ty = a->kv_f16 ? CUDA_R_16F : CUDA_R_32F;
+    cudaDataType_t ty = h16 ? CUDA_R_16F : CUDA_R_32F;
     const float one = 1.0f, zero = 0.0f, scale = a->scale;
     for (int i0 = 0; i0 < n; i0 += nq) {
         int ni = n - i0 < nq ? n - i0 : nq, Lc = 0;
@@ -1038,7 +1044,7 @@ static tb_status attention_gemm_run(cuda_ctx *c, const tbc_attn_args *a, float *
             CUBLAS_GEMM_DEFAULT);
         if (bs != CUBLAS_STATUS_SUCCESS)
             return tb_errorf(TB_ERR_INTERNAL, "cublas: prefill attention scores: %s", blas_status_name(bs));
-        CU_TRY(tbc_attn_softmax(c->pf_s, c->pf_p, a->kv_f16, a->pos + t0 + i0, H, ni, Lc, c->stream),
+        CU_TRY(tbc_attn_softmax(c->pf_s, c->pf_p, h16, a->pos + t0 + i0, H, ni, Lc, c->stream),
                "prefill attention softmax");
         /* O^T (hd, ni) = V^T (hd, Lc) P^T (Lc, ni), written into out's rows */
         bs = cublasGemmStridedBatchedEx(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, hd, ni, Lc, &one, c->pf_v, ty, hd,
@@ -1055,12 +1061,13 @@ static tb_status run_attention(cuda_ctx *c, const tb_node *n, void *const *bufs,
                                int rope_done) {
     tbc_attn_args a = attn_args_of(c, n, bufs, st, T);
     a.rope_done = rope_done;
-    if (st->kv_dtype != TB_F16 && st->kv_dtype != TB_BF16 && st->kv_dtype != TB_F32)
+    if (st->kv_dtype != TB_F16 && st->kv_dtype != TB_BF16 && st->kv_dtype != TB_F32 && !tb_kv_quantized(st->kv_dtype))
         return tb_errorf(TB_ERR_UNSUPPORTED, "cuda: KV cache dtype %s", tb_dtype_name(st->kv_dtype));
     float *qkv = bufs[n->in[0]], *out = bufs[n->out[0]];
     /* a bf16 cache takes the attention kernel also for long prefills: the
      * GEMM path rounds q and P to the cache type for cuBLAS and the flash
-     * kernel's mma is f16 only */
+     * kernel's mma is f16 only. An int8 / fp8 cache takes the GEMMs (its
+     * rows gathered dequantised to f16); the flash kernel reads f16 only */
     if (c->prefill_min > 0 && c->mode == RUN_EAGER && T >= c->prefill_min && !a.kv_bf16) {
         /* runs of one sequence long enough for GEMMs; the other tokens take
          * the attention kernel */
@@ -1511,15 +1518,14 @@ static tb_status cuda_sample(tb_backend *b, void *logits, int n_rows, int vocab,
     return TB_OK;
 }
 
-/* The attention kernels read f32, f16 and bf16 caches; int8 and fp8 KV
- * blocks (core/kv_layout.h) have CPU kernels only so far. */
+/* The attention kernels read f32, f16 and bf16 caches and int8 / fp8 KV
+ * blocks (core/kv_layout.h; the runtime sizes the pool by
+ * tb_kv_block_bytes). */
 static tb_status cuda_check_kv_dtype(tb_backend *b, tb_dtype kv) {
     (void)b;
-    if (kv == TB_F32 || kv == TB_F16 || kv == TB_BF16) return TB_OK;
-    return tb_errorf(TB_ERR_UNSUPPORTED,
-                     "the cuda backend has no %s KV cache kernels yet (int8 and fp8 KV run on --device cpu); use "
-                     "--kv-dtype f16, bf16 or f32",
-                     kv == TB_I8 ? "int8" : tb_dtype_name(kv));
+    if (kv == TB_F32 || kv == TB_F16 || kv == TB_BF16 || tb_kv_quantized(kv)) return TB_OK;
+    return tb_errorf(TB_ERR_UNSUPPORTED, "the cuda backend has no %s KV cache kernels; use --kv-dtype f16, bf16, f32, "
+                     "int8 or fp8", tb_kv_dtype_label(kv));
 }
 
 static const tb_backend_i cuda_iface = {

@@ -7,7 +7,8 @@
  * CPU reference (backend/cpu/kernels.h); pointers are device pointers.
  *
  * Activations are f32. Weights are f32, f16 or bf16 (tbc_dtype), converted
- * on load with f32 accumulation. The KV cache is f32, f16 or bf16.
+ * on load with f32 accumulation. The KV cache is f32, f16, bf16, or int8 /
+ * fp8 (e4m3) codes with per-row f32 scales (core/kv_layout.h).
  *
  * Included from C (cuda_backend.c) and from the .cu files; only this folder
  * includes CUDA headers.
@@ -75,6 +76,8 @@ cudaError_t tbc_rope(float *x, int row_stride, const int32_t *pos,
 /* ---- paged attention of one layer (see tb_attn_args in cpu/kernels.h).
  * qkv (T, (H + 2 KV) hd) before RoPE; rotates q and k in place, writes k and
  * v into the cache at (seq[t], pos[t]), then attends causally. */
+/* Quantised KV caches (tbc_attn_args.kv_q). */
+enum { TBC_KVQ_NONE = 0, TBC_KVQ_I8 = 1, TBC_KVQ_FP8 = 2 };
 typedef struct {
     int T, n_heads, n_kv, hd, interleaved;
     float scale;
@@ -86,7 +89,15 @@ typedef struct {
     int kv_bf16;                   /* 1: bf16 cache (the attention and
                                     * rope_kv kernels, the GEMV's ROPE
                                     * epilogue; not the GEMM or flash
-                                    * prefill); both 0: f32              */
+                                    * prefill); all three 0: f32         */
+    /* TBC_KVQ_I8 / TBC_KVQ_FP8: blocks of kv_block_bytes, each codes
+     * (block_size, n_kv, hd) one byte each then, from byte kv_scale_off,
+     * scales (block_size, n_kv) f32 (core/kv_layout.h: tb_kv_block_bytes,
+     * tb_kv_codes_bytes; both multiples of 64). Written and read by the
+     * rope_kv and attention kernels and the GEMM prefill's gather; not by
+     * the GEMV's ROPE epilogue or the flash prefill. */
+    int kv_q;
+    size_t kv_block_bytes, kv_scale_off;
     const float *inv_freq;         /* (hd/2)                              */
     /* split-K: each (token, head) is cut into n_splits ranges of keys whose
      * partial results (n_splits * (hd + 2) floats per (t, h)) go to
@@ -227,7 +238,9 @@ cudaError_t tbc_rope_kv(const tbc_attn_args *a, float *qkv, cudaStream_t s);
  * The host runs S = scale * Q K^T and O = P V as batched GEMMs over heads.
  * tbc_attn_gather: qx (n, H, hd) = q of the run's tokens, rounded to the
  * cache type; kx, vx (H, ld_l, hd) = keys/values 0..L-1 of the sequence,
- * each KV head repeated for its H / KV query heads, in the cache type.
+ * each KV head repeated for its H / KV query heads, in the cache type
+ * (f32 or f16; an int8 / fp8 cache gives f16: code * scale rounded, and q
+ * in f16). A bf16 cache is refused.
  * tbc_attn_softmax: S (H, nq, L) f32 -> P (H, nq, L) (f16 when p16, else
  * f32), row (h, i) normalised over keys j <= pos[i] and zero after. */
 cudaError_t tbc_attn_gather(const tbc_attn_args *a, const float *qkv,
