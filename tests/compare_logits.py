@@ -12,6 +12,17 @@ took even where near-ties could flip a greedy choice.
 
 Prints max|a-b| / max|b| per row and overall; exits 1 above --tol, 2 when the
 inputs are unusable.
+
+Against another engine instead of reference.py (a GPU engine against the
+CPU engine of the same checkpoint and dtype, say), with the same token path:
+
+    compare_logits.py --logits A.bin --prompt-ids IDS --vocab V --print-ids
+        prints the path A took (the prompt, then its greedy tokens) as ids;
+    run the reference engine on that path as its prompt (--logits-out B.bin),
+    then
+    compare_logits.py --logits A.bin --prompt-ids IDS --vocab V --ref-logits B.bin
+        compares A's rows with B's first rows (B may hold more: the row of the
+        token it generated after the path); --model is not needed then.
 """
 import argparse
 import os
@@ -25,15 +36,23 @@ import reference  # noqa: E402
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--model", required=True)
+    ap.add_argument("--model", help="the checkpoint reference.py runs (not with --ref-logits)")
     ap.add_argument("--logits", required=True)
     ap.add_argument("--prompt-ids", required=True)
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--vocab", type=int, help="row length (default: the model's)")
     ap.add_argument("--quiet", action="store_true", help="only the summary line")
+    ap.add_argument("--ref-logits", help="the reference rows: another engine's logits over the same token path")
+    ap.add_argument("--print-ids", action="store_true", help="print the token path of --logits and exit")
     a = ap.parse_args()
 
-    cfg, w = reference.load_model(a.model)
+    cfg, w = None, None
+    if a.model and not a.ref_logits and not a.print_ids:
+        cfg, w = reference.load_model(a.model)
+    elif a.model and not a.vocab:
+        cfg, _ = reference.load_model(a.model)
+    elif not a.vocab or not (a.ref_logits or a.print_ids):
+        ap.error("--model, or --vocab with --ref-logits or --print-ids")
     V = a.vocab or cfg["vocab"]
     prompt = reference.parse_ids(a.prompt_ids)
     P = len(prompt)
@@ -54,7 +73,21 @@ def main():
         return 1
     gen = [int(t) for t in np.argmax(got[P - 1:], axis=1)]
     seq = prompt + gen[:R - P]
-    ref = reference.forward(cfg, w, seq)
+    if a.print_ids:
+        print(",".join(str(t) for t in seq))
+        return 0
+    if a.ref_logits:
+        rraw = np.fromfile(a.ref_logits, dtype="<f4")
+        if rraw.size % V or rraw.size // V < R:
+            print("FAIL: %s holds %d floats, not %d or more rows of %d (run the reference on the "
+                  "%d-token path of --print-ids)" % (a.ref_logits, rraw.size, R, V, R))
+            return 2
+        ref = rraw.reshape(-1, V)[:R].astype(np.float64)
+        if not np.all(np.isfinite(ref)):
+            print("FAIL: the reference rows hold NaN or Inf")
+            return 2
+    else:
+        ref = reference.forward(cfg, w, seq)
 
     worst, worst_row, flips = 0.0, 0, 0
     for r in range(R):

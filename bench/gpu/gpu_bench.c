@@ -5,6 +5,7 @@
  *
  *   gpu_bench ENGINE [--device cuda] [--prefill 512] [--decode 128]
  *             [--ctx 16] [--batch 1,8] [--variants "base;A=1 B=0;..."]
+ *             [--kv-dtype auto|f32|f16|bf16|int8|fp8]
  *
  * Prints one line per measurement: "prefill P: X ms" (median of 5) and
  * "decode bB: X ms/step (median), Y ms mean" after a prompt of --ctx tokens.
@@ -15,19 +16,22 @@
  *
  * Also printed: "load: X ms" (tb_engine_load_for: map, verify, upload) and
  * "first token: Y ms" (context create and a one-token step after the load),
- * and with --streams N (--stream-in P, --stream-out G: default 128 / 128)
+ * and with --streams N[,N2...] (--stream-in P, --stream-out G: default 128 / 128)
  * "streams N: X gen tok/s": N sequences that start together, their prompts
  * prefilled in steps of up to --step-tokens (default 512) tokens, then
  * decoded together for G tokens each (greedy ids are not needed: the next
  * input ids are fixed), wall time from the first prefill step to the last
- * decode step.
+ * decode step (one such run per N of the list).
+ * --kv-dtype: the KV cache's element type in every context (default: the
+ * engine's own), printed as "kv dtype: X" after the first token.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "plan/engine.h" /* tb_engine_load_for */
+#include "core/kv_layout.h" /* tb_kv_dtype_label */
+#include "plan/engine.h"    /* tb_engine_load_for */
 #include "turbine/turbine.h"
 
 static double now_ms(void) {
@@ -54,6 +58,7 @@ static tb_sampler *greedy;
 static int host_logits; /* TB_BENCH_LOGITS=1, read when each variant starts */
 static tb_row_sampling g_rows[MAX_ROWS];
 static tb_sample_result g_res[MAX_ROWS];
+static const char *g_kv_dtype; /* --kv-dtype, NULL: the engine's default */
 
 static int step(tb_context *c, const tb_seq_chunk *ch, int n) {
     const float *lg = NULL;
@@ -84,6 +89,7 @@ static void run_streams(tb_engine *e, const char *device, const tb_engine_info *
     o.max_seqs = streams;
     o.device = device;
     o.max_step_tokens = step_tokens;
+    o.kv_dtype = g_kv_dtype;
     tb_context *c = NULL;
     tb_seq_chunk *ch = malloc(sizeof(tb_seq_chunk) * (size_t)streams);
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)(s_in + s_out));
@@ -128,7 +134,8 @@ streams_done:
 int main(int argc, char **argv) {
     const char *engine = NULL, *device = NULL, *batches = "1", *variants = "base";
     int prefill = 512, decode = 128, ctx_len = 16;
-    int streams = 0, s_in = 128, s_out = 128, step_tokens = 512;
+    const char *streams = "";
+    int s_in = 128, s_out = 128, step_tokens = 512;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--device") && v) { device = v; i++; }
@@ -137,12 +144,14 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--ctx") && v) { ctx_len = atoi(v); i++; }
         else if (!strcmp(a, "--batch") && v) { batches = v; i++; }
         else if (!strcmp(a, "--variants") && v) { variants = v; i++; }
-        else if (!strcmp(a, "--streams") && v) { streams = atoi(v); i++; }
+        else if (!strcmp(a, "--streams") && v) { streams = v; i++; }
         else if (!strcmp(a, "--stream-in") && v) { s_in = atoi(v); i++; }
         else if (!strcmp(a, "--stream-out") && v) { s_out = atoi(v); i++; }
         else if (!strcmp(a, "--step-tokens") && v) { step_tokens = atoi(v); i++; }
+        else if (!strcmp(a, "--kv-dtype") && v) { g_kv_dtype = v; i++; }
         else if (!engine) engine = a;
-        else { fprintf(stderr, "usage: gpu_bench ENGINE [--device D] [--prefill N] [--decode N] [--ctx N] [--batch 1,8]\n"); return 2; }
+        else { fprintf(stderr, "usage: gpu_bench ENGINE [--device D] [--prefill N] [--decode N] [--ctx N] [--batch 1,8] "
+                                "[--kv-dtype D]\n"); return 2; }
     }
     if (!engine || ctx_len < 1 || decode < 1) { fprintf(stderr, "gpu_bench: need ENGINE\n"); return 2; }
     tb_engine *e = NULL;
@@ -159,6 +168,7 @@ int main(int argc, char **argv) {
         tb_context_options_default(&o);
         o.max_seqs = 1;
         o.device = device;
+        o.kv_dtype = g_kv_dtype;
         tb_context *c = NULL;
         int32_t tok = 1;
         tb_seq_chunk ch = {0, 1, &tok, 1};
@@ -167,7 +177,8 @@ int main(int argc, char **argv) {
             return 1;
         }
         double tl2 = now_ms();
-        printf("load: %.1f ms\nfirst token: %.1f ms after the load, %.1f ms in all\n", tl1 - tl0, tl2 - tl1, tl2 - tl0);
+        printf("load: %.1f ms\nfirst token: %.1f ms after the load, %.1f ms in all\nkv dtype: %s\n", tl1 - tl0, tl2 - tl1,
+               tl2 - tl0, tb_kv_dtype_label(tb_context_kv_dtype(c)));
         fflush(stdout);
         tb_context_free(c);
     }
@@ -200,12 +211,18 @@ int main(int argc, char **argv) {
         }
         const char *hl = getenv("TB_BENCH_LOGITS");
         host_logits = hl && *hl == '1';
-        if (streams > 0 && streams <= 1024 && s_in > 0 && s_out > 0)
-            run_streams(e, device, &info, streams, s_in, s_out, step_tokens, tag);
+        for (const char *p = streams; *p;) { /* "64,256": one run each */
+            int n = atoi(p);
+            if (n > 0 && n <= 1024 && s_in > 0 && s_out > 0) run_streams(e, device, &info, n, s_in, s_out, step_tokens, tag);
+            p = strchr(p, ',');
+            if (!p) break;
+            p++;
+        }
         tb_context_options o;
         tb_context_options_default(&o);
         o.max_seqs = max_b;
         o.device = device;
+        o.kv_dtype = g_kv_dtype;
         tb_context *c = NULL;
         if (tb_context_create(e, &o, &c) != TB_OK) { fprintf(stderr, "gpu_bench: %s\n", tb_last_error()); return 1; }
         int max_step = 512;

@@ -16,23 +16,38 @@
 #             long run (300 tokens) that takes the split-K decode path; the
 #             same logits against transformers' own model of each checkpoint
 #             (bench/gpu/hf_logits.py); then re-runs of a few engines with
-#             tuning switches flipped
+#             tuning switches flipped;
+#             quantized engines (2b): int8, int4 (group 128; group 32 with
+#             --zero-point), fp8, one with an fp8 and one with an int8 KV
+#             cache, one long int4 run (300 tokens), built for $DEV, against
+#             the CPU engine of the same checkpoint and dtype (--qmm-tactics
+#             exact, f32 or the same quantized KV cache) over the same token
+#             path (tests/compare_logits.py --print-ids / --ref-logits), 2e-2
 # 3. text   : stories260K f32 on the GPU, -n 200 greedy, byte for byte; the
 #            demo model's perplexity on tinyshakespeare's held-out split
 #            (f32, f16) against the PyTorch figure (needs
-#            $DATA/data/tinyshakespeare.txt)
+#            $DATA/data/tinyshakespeare.txt); int8, int4, fp8 engines on
+#            $DEV against the CPU engine of the same dtype (--device cpu,
+#            exact tactics) within 1e-3 relative
 # 4. batch  : tests/test_backend_ops.c, tests/test_nn_cuda.c, tests/test_batch.c
 #             and tests/test_sample_step.c with TURBINE_TEST_DEVICE=$DEV (every
 #             op x dtype against its reference kernel with the bounds of
 #             docs/TESTING.md; every general op (ONNX engines) f32/f16 against
 #             its reference, eager, captured and replayed as a CUDA graph;
-#             batched == unbatched; sampling on the device)
+#             batched == unbatched, f32/f16 and int8/int4/fp8 engines
+#             apart; sampling on the device)
 # 5. timing : Llama-2-7B and TinyLlama-1.1B shapes, f16 random weights:
 #             64 streams, prefill 512, decode b1/b8 ms/step, then the same
 #             with each variant's switches (one process, one engine load:
 #             gpu_bench --variants); transformers eager FP16 on the same
-#             weights (unless TB_SKIP_HF); copy bandwidth
-# 6. memchk : compute-sanitizer memcheck on short runs (greedy and sampled)
+#             weights (unless TB_SKIP_HF); copy bandwidth; for the 7B
+#             shape (TB_QUANT_SHAPES) also int8, int4 (group 128) and fp8
+#             engines from the same weights (build time, b1, b8, prefill,
+#             64 streams, load / first token; decode against the bandwidth
+#             floor: the engine's matmul bytes / copy bandwidth), and the
+#             fp8 engine with an fp8 KV cache (also 256 streams)
+# 6. memchk : compute-sanitizer memcheck on short runs (greedy and sampled;
+#             int4 and fp8 engines greedy)
 # 7. serve  : turbine serve on the GPU: greedy and sampled completions, a
 #             4-stream turbine bench, the NVML gauges (every stage bounded)
 # Steps run in this order so that a run cut short by a time limit still has
@@ -43,7 +58,17 @@
 # transformers baseline), TB_SHAPES (default "llama7b tinyllama"),
 # TB_SKIP_TIMING, TB_VARIANTS (";"-separated switch sets timed after the
 # default), TB_BENCH_ARGS (gpu_bench's workload flags), TB_TIMING_ONLY, TB_QUICK (f32 checkpoints only, no long runs, re-runs,
-# timing or sanitizer: ~40 s).
+# timing or sanitizer: ~40 s); TB_QUANT=0 (no quantized engine anywhere),
+# TB_QUANT_ONLY=1 (only the quantized stages, with the 7B f16 timing as
+# their baseline: no float logits, transformers, stories, float perplexity,
+# op tests, variants or serve), TB_QUANT_SHAPES (shapes whose quantized
+# engines are timed; default llama7b), TB_QUANT_DTYPES (those timed; default
+# "int8 int4 fp8"), TB_QBENCH_STREAMS (the fp8-KV run's stream counts;
+# default 64,256).
+# A dry run on a machine without a GPU: TB_DEVICE=cpu TB_GPU_DATA=../shared
+# makes the timing shapes' checkpoints with tests/gen_checkpoints.py
+# (TB_SHAPE_LAYERS layers, default 2) instead of torch on the GPU; give it
+# small TB_BENCH_ARGS (and TB_COPY_BW, TB/s, for the floor ratios).
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 OUT=${OUT:-$SRC/bench/out/gpu}
@@ -51,6 +76,9 @@ DATA=${TB_GPU_DATA:-$SRC/.devdata/gpu}
 W=${TB_WORK:-/tmp/tb-gpu}
 PY=${TB_PYTHON:-python3}
 DEV=${TB_DEVICE:-cuda}   # cpu: a dry run of this script on a machine without a GPU
+QUANT=1; [ "${TB_QUANT:-1}" = 0 ] && QUANT=""
+QONLY=""; [ "${TB_QUANT_ONLY:-0}" = 1 ] && QONLY=1
+if [ -n "$QONLY" ] && [ -z "$QUANT" ]; then echo "run.sh: TB_QUANT_ONLY=1 with TB_QUANT=0 leaves nothing to run" >&2; exit 2; fi
 T_START=$(date +%s)
 mkdir -p "$OUT" "$W"
 LOG=$OUT/log.txt
@@ -149,16 +177,18 @@ case_rerun() {
 }
 : > "$W/hf_cases.txt"
 CDTS="f32 bf16"
-[ -n "${TB_QUICK:-}" ] && CDTS=f32   # TB_QUICK: f32 checkpoints only, no long runs, reruns, timing, sanitizer
+[ -n "${TB_QUICK:-}${QONLY}" ] && CDTS=f32   # TB_QUICK: f32 checkpoints only, no long runs, reruns, timing, sanitizer
 for p in llama-gqa qwen2 mistral llama3-rope; do
     for cdt in $CDTS; do
         d=$W/ckpt/$p-$cdt
         "$PY" "$SRC/tests/gen_checkpoints.py" --preset $p --dtype $cdt --out "$d" > /dev/null 2>> "$LOG" || { say "FAIL gen $p $cdt"; continue; }
+        [ -n "$QONLY" ] && continue   # the checkpoints only: the quantized cases below use the f32 ones
         case_run "$p-$cdt-f32" "$d" f32 1e-4
         if [ $cdt = f32 ]; then case_run "$p-$cdt-f16" "$d" f16 2e-2
         else case_run "$p-$cdt-bf16" "$d" bf16 2e-2; fi
     done
 done
+if [ -z "$QONLY" ]; then
 # long sequences: the split-K decode path (contexts >= 128)
 if [ -z "${TB_QUICK:-}" ]; then
 case_run "llama3-rope-f32-f32-long" "$W/ckpt/llama3-rope-f32" f32 1e-4 300
@@ -178,8 +208,91 @@ pass=0; fail=0
     case_rerun llama3-rope-f32-f16-long $v
 done
 row "logits, switches off" "$pass passed, $fail failed"
+fi # QONLY
+
+# ---------------------------------------------------------------- 2b. quantized logits
+# Quantized engines built for $DEV against the CPU engine of the same
+# checkpoint and dtype built with --qmm-tactics exact (kernels that
+# dequantise the weights and sum in f32: tests/test_quant_engines.sh holds
+# that engine to the dequantised f32 model within 1e-4) and run with an f32
+# KV cache (or the quantized cache of the case), fed the token path the
+# engine under test took (compare_logits.py --print-ids), so a near-tie
+# that flips a greedy pick does not part the two sequences; rows within 2e-2
+# of their largest logit, the f16 engines' bound. The small presets have
+# 64-wide rows: int4 group 128 would fall back to int8 there, so group 128
+# runs on two layers of the 134M preset (rows of 768 and 2048).
+# In a dry run (TB_DEVICE=cpu) the engine under test is a CPU engine: built
+# with exact tactics too, as the Q8 tactic (activations rounded to int8)
+# alone moves the 134M preset's logits by ~2e-2.
+# CPUDEV: --device cpu for `turbine run` where the CLI has --device
+DRYQ=()
+[ "$DEV" = cpu ] && DRYQ=(--qmm-tactics exact)
+CPUDEV=()
+[ ${#RUNDEV[@]} -gt 0 ] && CPUDEV=(--device cpu)
+qpass=0; qfail=0; qworst=0
+# qcase NAME MODEL TOKENIZER N KV BUILD-ARGS...: KV "" is the engine's default
+# cache (f32 for the CPU reference), else both run with --kv-dtype KV
+qcase() {
+    local name=$1 model=$2 tokf=$3 n=$4 kv=$5
+    shift 5
+    local eng=$W/$name.engine ceng=$W/$name.cpu.engine lg=$W/$name.logits.bin clg=$W/$name.cpu.logits.bin
+    local ids path r out rc e v kva=() rkv=(--kv-dtype f32)
+    if [ -n "$kv" ]; then kva=(--kv-dtype "$kv"); rkv=(--kv-dtype "$kv"); fi
+    ids=$(prompt_ids "$name")
+    v=$("$PY" -c "import json, sys; print(json.load(open(sys.argv[1] + '/config.json'))['vocab_size'])" "$model" 2>> "$LOG")
+    if [ -z "$v" ]; then say "FAIL $name: no checkpoint $model"; qfail=$((qfail + 1)); return; fi
+    if ! tb "$TB" build "$model" -o "$eng" --tokenizer "$tokf" "$@" --device $DEV "${DRYQ[@]}" >> "$LOG" 2>&1; then
+        say "FAIL $name: build ($*)"; qfail=$((qfail + 1)); return
+    fi
+    if ! tb "$TB" run "$eng" "${RUNDEV[@]}" "${kva[@]}" --prompt-ids "$ids" -n "$n" --temperature 0 --logits-out "$lg" \
+         > /dev/null 2>> "$LOG"; then
+        say "FAIL $name: run"; qfail=$((qfail + 1)); return
+    fi
+    if ! tb "$TB" build "$model" -o "$ceng" --tokenizer "$tokf" "$@" --device cpu --qmm-tactics exact >> "$LOG" 2>&1; then
+        say "FAIL $name: CPU reference build"; qfail=$((qfail + 1)); return
+    fi
+    if ! path=$("$PY" "$SRC/tests/compare_logits.py" --logits "$lg" --prompt-ids "$ids" --vocab "$v" --print-ids 2>> "$LOG"); then
+        say "FAIL $name: $(tail -n 1 <<<"$path")"; qfail=$((qfail + 1)); return
+    fi
+    r=$(( $(tr -cd , <<<"$path" | wc -c) + 1 ))
+    # -n counts the prompt: the path as the prompt, one token after it
+    if ! tb "$TB" run "$ceng" "${CPUDEV[@]}" "${rkv[@]}" --prompt-ids "$path" -n "$r" --temperature 0 --logits-out "$clg" \
+         > /dev/null 2>> "$LOG"; then
+        say "FAIL $name: CPU reference run"; qfail=$((qfail + 1)); return
+    fi
+    rm -f "$ceng"
+    out=$("$PY" "$SRC/tests/compare_logits.py" --logits "$lg" --prompt-ids "$ids" --vocab "$v" --ref-logits "$clg" \
+        --tol 2e-2 --quiet 2>&1)
+    rc=$?
+    e=$(sed -n 's/.*max rel err \([0-9.e+-]*\).*/\1/p' <<<"$out" | tail -n 1)
+    qworst=$(awk -v a="$qworst" -v b="${e:-0}" 'BEGIN { print (b + 0 > a + 0) ? b : a }')
+    if [ $rc -eq 0 ]; then qpass=$((qpass + 1)); say "PASS $name ($* kv ${kv:-default}): $(tail -n 1 <<<"$out")"
+    else qfail=$((qfail + 1)); say "FAIL $name ($* kv ${kv:-default}): $(tail -n 2 <<<"$out" | tr '\n' ' ')"; fi
+}
+if [ -n "$QUANT" ]; then
+    say "== quantized engines' logits vs the CPU engine ($(elapsed) s elapsed)"
+    C=$W/ckpt
+    "$PY" "$SRC/tests/gen_checkpoints.py" --preset llama134m --layers 2 --dtype f32 --out "$C/llama134m-l2-f32" \
+        > /dev/null 2>> "$LOG" || say "FAIL gen llama134m (2 layers)"
+    qcase q-llama-gqa-int8 "$C/llama-gqa-f32" "$TOK512" 48 "" --dtype int8
+    qcase q-llama-gqa-fp8 "$C/llama-gqa-f32" "$TOK512" 48 "" --dtype fp8
+    qcase q-qwen2-int8 "$C/qwen2-f32" "$TOK512" 48 "" --dtype int8
+    qcase q-qwen2-int4-g32-zp "$C/qwen2-f32" "$TOK512" 48 "" --dtype int4 --group-size 32 --zero-point
+    qcase q-qwen2-fp8 "$C/qwen2-f32" "$TOK512" 48 "" --dtype fp8
+    qcase q-qwen2-int8-kvfp8 "$C/qwen2-f32" "$TOK512" 48 fp8 --dtype int8
+    qcase q-mistral-int4-g32 "$C/mistral-f32" "$TOK512" 48 "" --dtype int4 --group-size 32
+    qcase q-llama3-rope-fp8 "$C/llama3-rope-f32" "$TOK512" 48 "" --dtype fp8
+    qcase q-llama134m-int8 "$C/llama134m-l2-f32" "$LTOK" 48 "" --dtype int8
+    qcase q-llama134m-int4 "$C/llama134m-l2-f32" "$LTOK" 48 "" --dtype int4 --group-size 128
+    qcase q-llama134m-fp8 "$C/llama134m-l2-f32" "$LTOK" 48 "" --dtype fp8
+    qcase q-llama134m-int4-kvint8 "$C/llama134m-l2-f32" "$LTOK" 48 int8 --dtype int4 --group-size 128
+    # 300 tokens: the split-K decode path
+    [ -n "${TB_QUICK:-}" ] || qcase q-llama134m-int4-long "$C/llama134m-l2-f32" "$LTOK" 300 "" --dtype int4 --group-size 128
+    row "quantized logits vs CPU engine" "$qpass passed, $qfail failed (worst $qworst, tol 2e-2)"
+fi
 
 # ---------------------------------------------------------------- 3. stories260K
+if [ -z "$QONLY" ]; then
 say "== stories260K greedy text"
 if tb "$TB" build "$STORIES" --tokenizer "$TOK512" -o "$W/s.engine" --device $DEV >> "$LOG" 2>&1 &&
    tb "$TB" run "$W/s.engine" "${RUNDEV[@]}" -n 200 --temperature 0 -p "Once upon a time" > "$W/s.txt" 2>> "$LOG" &&
@@ -193,6 +306,7 @@ fi
 tb "$BIN/gpu_bench" "$W/s.engine" --device cpu --decode 1 > /dev/null 2> "$W/cpu_err.txt"
 say "cpu load of a cuda engine: $(tail -n 1 "$W/cpu_err.txt")"
 tb "$TB" inspect "$W/s.engine" 2>&1 | grep -i -m3 "cuda\|gpu\|cc" | tee -a "$LOG"
+fi # QONLY
 
 # ---------------------------------------------------------------- 3b. perplexity
 # The demo model on the held-out last 10% of tinyshakespeare ($DATA/data/tinyshakespeare.txt,
@@ -203,7 +317,7 @@ if [ -f "$DATA/data/tinyshakespeare.txt" ]; then
     "$PY" -c "import sys; t = open(sys.argv[1]).read(); open(sys.argv[2], 'w').write(t[int(len(t) * 0.9):])" \
         "$DATA/data/tinyshakespeare.txt" "$W/ts_test.txt"
     ppl_res=""
-    for dt in f32 f16; do
+    [ -z "$QONLY" ] && for dt in f32 f16; do
         out=""
         tb "$TB" build "$SRC/models/demo/shakespeare" --dtype $dt -o "$W/demo_$dt.engine" --device $DEV >> "$LOG" 2>&1 &&
             out=$(tb "$TB" perplexity "$W/demo_$dt.engine" "${RUNDEV[@]}" --text "$W/ts_test.txt" --ctx 512 2>> "$LOG")
@@ -212,24 +326,52 @@ if [ -f "$DATA/data/tinyshakespeare.txt" ]; then
         ok=$("$PY" -c "import sys; print('yes' if abs(float('${nll:-nan}') - 3.8547) <= 5e-4 else 'no')")
         ppl_res="$ppl_res $dt=${nll:-none}($ok)"
     done
-    case "$ppl_res" in
-        *"(no)"*) row "demo perplexity (PyTorch 3.8547)" "FAIL$ppl_res" ;;
-        *) row "demo perplexity (PyTorch 3.8547)" "PASS$ppl_res" ;;
-    esac
+    if [ -z "$QONLY" ]; then
+        case "$ppl_res" in
+            *"(no)"*) row "demo perplexity (PyTorch 3.8547)" "FAIL$ppl_res" ;;
+            *) row "demo perplexity (PyTorch 3.8547)" "PASS$ppl_res" ;;
+        esac
+    fi
+    # quantized engines: on $DEV against the CPU engine of the same dtype
+    # (exact tactics), both nll per token, within 1e-3 relative
+    ppl_res=""
+    [ -n "$QUANT" ] && for dt in int8 int4 fp8; do
+        out=""; cout=""
+        tb "$TB" build "$SRC/models/demo/shakespeare" --dtype $dt -o "$W/demo_$dt.engine" --device $DEV >> "$LOG" 2>&1 &&
+            out=$(tb "$TB" perplexity "$W/demo_$dt.engine" "${RUNDEV[@]}" --text "$W/ts_test.txt" --ctx 512 2>> "$LOG")
+        tb "$TB" build "$SRC/models/demo/shakespeare" --dtype $dt -o "$W/demo_${dt}_cpu.engine" --device cpu \
+            --qmm-tactics exact >> "$LOG" 2>&1 &&
+            cout=$(tb "$TB" perplexity "$W/demo_${dt}_cpu.engine" "${CPUDEV[@]}" --text "$W/ts_test.txt" --ctx 512 2>> "$LOG")
+        say "demo $dt: ${out:-failed}; CPU engine: ${cout:-failed}"
+        nll=$(awk '{print $4}' <<<"$out")
+        cnll=$(awk '{print $4}' <<<"$cout")
+        ok=$("$PY" -c "import sys; a, b = float('${nll:-nan}'), float('${cnll:-nan}'); print('yes' if abs(a - b) <= 1e-3 * abs(b) else 'no')" 2>> "$LOG")
+        ppl_res="$ppl_res $dt=${nll:-none}/${cnll:-none}(${ok:-no})"
+        rm -f "$W/demo_${dt}_cpu.engine"
+    done
+    if [ -n "$QUANT" ]; then
+        case "$ppl_res" in
+            *"(no)"*) row "demo perplexity quantized vs CPU" "FAIL$ppl_res" ;;
+            *) row "demo perplexity quantized vs CPU" "PASS$ppl_res" ;;
+        esac
+    fi
 else
     say "perplexity: $DATA/data/tinyshakespeare.txt missing (copy ../shared/data/tinyshakespeare.txt there)"
 fi
 
 # ---------------------------------------------------------------- 4. batch
-# device_test PROGRAM NAME: tests/PROGRAM.c on $DEV, its output in $W/NAME.txt
+# device_test PROGRAM NAME [VAR=VALUE...]: tests/PROGRAM.c on $DEV, its output in $W/NAME.txt
 device_test() {
-    mkdir -p "$W/t$2"
-    tb env TURBINE_TEST_DEVICE=$DEV TURBINE_SHARED="$DATA" TURBINE_SRC="$SRC" TURBINE_TMP="$W/t$2" \
-        TURBINE_PYTHON="$(command -v "$PY")" "$BIN/$1" > "$W/$2.txt" 2>&1
+    local prog=$1 name=$2
+    shift 2
+    mkdir -p "$W/t$name"
+    tb env TURBINE_TEST_DEVICE=$DEV TURBINE_SHARED="$DATA" TURBINE_SRC="$SRC" TURBINE_TMP="$W/t$name" \
+        TURBINE_PYTHON="$(command -v "$PY")" "$@" "$BIN/$prog" > "$W/$name.txt" 2>&1
     local rc=$?
-    cat "$W/$2.txt" >> "$LOG"
+    cat "$W/$name.txt" >> "$LOG"
     return $rc
 }
+if [ -z "$QONLY" ]; then
 say "== every op against its reference kernel (tests/test_backend_ops.c on cpu and $DEV)"
 if device_test test_backend_ops ops; then
     row "ops vs reference kernels" "PASS ($(grep -c ' bound .* ok$' "$W/ops.txt") comparisons; $(grep -o 'cuda: worst.*' "$W/ops.txt"))"
@@ -246,37 +388,127 @@ else
     row "general ops vs reference kernels" "FAIL ($(grep -c 'FAIL' "$W/nn.txt") failed:$(grep 'FAIL' "$W/nn.txt" |
         awk '{printf " %s/%s", $1, $2}' | head -c 300); $(tail -n 1 "$W/nn.txt"))"
 fi
-say "== batched vs unbatched (tests/test_batch.c on cuda)"
-if device_test test_batch batch; then
+say "== batched vs unbatched (tests/test_batch.c on $DEV)"
+if device_test test_batch batch TURBINE_TEST_BATCH_ENGINES=float; then
     row "batched == unbatched" "PASS $(grep -o 'max rel err [0-9.e+-]*' "$W/batch.txt" | awk '{print $4}' | tr '\n' ' ')"
 else
     row "batched == unbatched" "FAIL"
 fi
+fi # QONLY
+if [ -n "$QUANT" ]; then
+    say "== batched vs unbatched, quantized engines (tests/test_batch.c on $DEV)"
+    if device_test test_batch qbatch TURBINE_TEST_BATCH_ENGINES=quant; then
+        row "batched == unbatched int8/int4/fp8" "PASS $(grep -o 'max rel err [0-9.e+-]*' "$W/qbatch.txt" | awk '{print $4}' | tr '\n' ' ')"
+    else
+        row "batched == unbatched int8/int4/fp8" "FAIL ($(grep -m 2 -i 'fail\|error' "$W/qbatch.txt" | tr '\n' ' ' | head -c 300))"
+    fi
+fi
+if [ -z "$QONLY" ]; then
 say "== sampling in the step (tests/test_sample_step.c on cuda)"
 if device_test test_sample_step sample; then
     row "sampling on the device" "PASS ($(tail -n 1 "$W/sample.txt"))"
 else
     row "sampling on the device" "FAIL ($(tail -n 1 "$W/sample.txt"))"
 fi
+fi # QONLY
 
 fi # TB_TIMING_ONLY
 
 # ---------------------------------------------------------------- 6. timing
+# make_shape_ckpt SHAPE DIR EXTRA...: the timing checkpoint (f16 random
+# weights): torch on the GPU (bench/gpu/torch_ckpt.py, with the transformers
+# baseline and copy bandwidth as EXTRA asks), or in a dry run on the CPU
+# (TB_DEVICE=cpu) tests/gen_checkpoints.py's big presets cut to
+# TB_SHAPE_LAYERS layers
+make_shape_ckpt() {
+    local shape=$1 d=$2
+    shift 2
+    if [ "$DEV" = cpu ]; then
+        local preset=llama2-7b
+        [ "$shape" = tinyllama ] && preset=llama-1b
+        "$PY" "$SRC/tests/gen_checkpoints.py" --preset $preset --dtype f16 --layers "${TB_SHAPE_LAYERS:-2}" --out "$d" \
+            > "$W/$shape.torch.txt" 2>> "$LOG"
+    else
+        "$PY" "$SRC/bench/gpu/torch_ckpt.py" --shape "$shape" --out "$d" "$@" > "$W/$shape.torch.txt" 2>> "$LOG"
+    fi
+}
+# matmul_bytes ENGINE: the bytes of the matmul weights (codes, scales, zeros;
+# the LM head included), which a decode step reads once (`turbine inspect`)
+matmul_bytes() {
+    tb "$TB" inspect "$1" 2>/dev/null | sed -n 's/^bits per weight: .* over the matmul weights ([0-9]* weights, \([0-9]*\) bytes).*/\1/p'
+}
+# floor_note MS BYTES: "(N.NNx the floor F ms)" against the copy bandwidth $COPY_BW (TB/s)
+floor_note() {
+    [ -n "${COPY_BW:-}" ] && [ -n "$2" ] && [ -n "$1" ] || return 0
+    awk -v ms="$1" -v b="$2" -v bw="$COPY_BW" 'BEGIN { f = b / (bw * 1e12) * 1e3; if (f > 0 && ms + 0 > 0) printf "(%.2fx the floor %.3f ms)", ms / f, f }'
+}
+# qrows LABEL BENCH_FILE BYTES: the rows of one gpu_bench run of a quantized engine
+qrows() {
+    local l=$1 f=$2 b=$3 d1 d8
+    d1=$(awk '/^decode b1:/{print $3}' "$f")
+    d8=$(awk '/^decode b8:/{print $3}' "$f")
+    row "$l decode b1 ms" "${d1:-?} $(floor_note "$d1" "$b")"
+    row "$l decode b8 ms" "${d8:-?} $(floor_note "$d8" "$b")"
+    row "$l prefill 512 ms" "$(awk '/^prefill/{print $3}' "$f")"
+    row "$l load / first token ms" "$(awk '/^load:/{a=$2} /^first token:/{b=$3; c=$(NF-3)} END{print a " / " b " (" c " in all)"}' "$f")"
+    # "streams N (I in, O out): T gen tok/s; ... decode M ms/step"
+    awk '/^streams/{n = $2; i = substr($3, 2); o = $5; for (k = 1; k <= NF; k++) if ($k == "gen") t = $(k - 1); print n, i "/" o, t, $(NF - 1)}' "$f" |
+        while read -r n io t m; do row "$l $n streams $io" "$t gen tok/s; decode $m ms/step"; done
+}
+# bench_quant SHAPE DIR: int8, int4 (group 128) and fp8 engines of the
+# shape's checkpoint in DIR, built once each, timed as the f16 engine (no
+# variants), the fp8 one again with an fp8 KV cache and TB_QBENCH_STREAMS
+# streams; each engine is deleted after its runs (disk)
+bench_quant() {
+    local shape=$1 d=$2 lab=$1 q eng t0 b args
+    case $shape in llama7b) lab=7B ;; tinyllama) lab=1.1B ;; esac
+    for q in ${TB_QUANT_DTYPES:-int8 int4 fp8}; do
+        args=(--dtype "$q")
+        [ $q = int4 ] && args=(--dtype int4 --group-size 128)
+        eng=$W/$shape-$q.engine
+        say "== timing $shape $q ($(elapsed) s elapsed)"
+        t0=$(date +%s)
+        if ! tb "$TB" build "$d" -o "$eng" --tokenizer "$LTOK" "${args[@]}" --device $DEV --max-seq-len 1024 --max-batch 64 \
+             >> "$LOG" 2>&1; then
+            row "$lab $q" "build FAIL"; continue
+        fi
+        b=$(matmul_bytes "$eng")
+        row "$lab $q build s" "$(( $(date +%s) - t0 )) ($(awk -v b="${b:-0}" 'BEGIN { printf "%.2f", b / 1e9 }') GB of matmul weights)"
+        tb "$BIN/gpu_bench" "$eng" --device $DEV ${TB_BENCH_ARGS:---prefill 512 --decode 128 --ctx 16 --batch 1,8 --streams 64} \
+            > "$W/$shape-$q.bench.txt" 2>> "$LOG"
+        cat "$W/$shape-$q.bench.txt" | tee -a "$LOG"
+        qrows "$lab $q" "$W/$shape-$q.bench.txt" "$b"
+        if [ $q = fp8 ]; then
+            say "== timing $shape fp8, fp8 KV cache ($(elapsed) s elapsed)"
+            tb "$BIN/gpu_bench" "$eng" --device $DEV ${TB_BENCH_ARGS:---prefill 512 --decode 128 --ctx 16 --batch 1,8} \
+                --streams "${TB_QBENCH_STREAMS:-64,256}" --kv-dtype fp8 > "$W/$shape-fp8kv.bench.txt" 2>> "$LOG"
+            cat "$W/$shape-fp8kv.bench.txt" | tee -a "$LOG"
+            grep -q '^kv dtype: fp8' "$W/$shape-fp8kv.bench.txt" || say "fp8 KV run: $(grep '^kv dtype' "$W/$shape-fp8kv.bench.txt")"
+            qrows "$lab fp8+fp8 KV" "$W/$shape-fp8kv.bench.txt" "$b"
+        fi
+        rm -f "$eng"
+    done
+}
 bench_shape() {
-    local shape=$1 d=$W/$1
+    local shape=$1 d=$W/$1 qs=""
     say "== timing $shape ($(elapsed) s elapsed)"
-    local extra=""
-    [ "$shape" = tinyllama ] && extra="--copy-bw"
-    local hfb=--hf-bench
-    [ -n "${TB_SKIP_HF:-}" ] && hfb=""
-    "$PY" "$SRC/bench/gpu/torch_ckpt.py" --shape "$shape" --out "$d" $hfb $extra > "$W/$shape.torch.txt" 2>> "$LOG"
+    case " ${TB_QUANT_SHAPES:-llama7b} " in *" $shape "*) [ -n "$QUANT" ] && qs=1 ;; esac
+    local extra=()
+    # the copy bandwidth: for the floors of the quantized rows, and TinyLlama's row
+    [ "$shape" = tinyllama ] || [ -n "$qs" ] && extra=(--copy-bw)
+    [ -n "${TB_SKIP_HF:-}${QONLY}" ] || extra+=(--hf-bench)
+    make_shape_ckpt "$shape" "$d" "${extra[@]}"
     cat "$W/$shape.torch.txt" | tee -a "$LOG"
-    local t0=$(date +%s)
+    COPY_BW=$(awk '/^copy_bw_TBps/{print $2}' "$W/$shape.torch.txt")
+    [ -n "$COPY_BW" ] || COPY_BW=${TB_COPY_BW:-}   # TB_COPY_BW (TB/s): where none was measured (a dry run)
+    local t0
+    t0=$(date +%s)
     if ! tb "$TB" build "$d" -o "$W/$shape.engine" --tokenizer "$LTOK" --dtype f16 --device $DEV --max-seq-len 1024 --max-batch 64 \
          >> "$LOG" 2>&1; then
-        row "$shape" "build FAIL"; return
+        row "$shape" "build FAIL"; rm -f "$d"/*.safetensors; return
     fi
-    rm -f "$d/model.safetensors"
+    # the quantized engines are built from the checkpoint later
+    [ -n "$qs" ] || rm -f "$d"/*.safetensors
     say "engine build: $(( $(date +%s) - t0 )) s"
     local vs="base" v
     for v in "${VARIANTS[@]}"; do vs="$vs;$v"; done
@@ -299,13 +531,15 @@ bench_shape() {
     for v in "${VARIANTS[@]}"; do
         row "$shape b1/b8 ms, streams ($v)" "$(awk -v t="[$v]" 'index($0, t " decode b1:") == 1 {a=$(NF-8)} index($0, t " decode b8:") == 1 {b=$(NF-8)} index($0, t " streams") == 1 {for (i = 1; i <= NF; i++) if ($i == "gen") c = $(i - 1)} END{print a " / " b " / " c " tok/s"}' "$W/$shape.bench.txt")"
     done
-    local dec hf pf hfpf bw
+    local dec d8 hf pf hfpf bw mb
+    mb=$(matmul_bytes "$W/$shape.engine")
     dec=$(awk '/^decode b1:/{print $3}' "$W/$shape.bench.txt")
+    d8=$(awk '/^decode b8:/{print $3}' "$W/$shape.bench.txt")
     pf=$(awk '/^prefill/{print $3}' "$W/$shape.bench.txt")
     hf=$(awk '/^hf_decode_ms/{print $2}' "$W/$shape.torch.txt")
     hfpf=$(awk '/^hf_prefill512_ms/{print $2}' "$W/$shape.torch.txt")
-    row "$shape f16 decode b1 ms/token" "${dec:-?} (transformers eager ${hf:-?})"
-    row "$shape f16 decode b8 ms/step" "$(awk '/^decode b8:/{print $3}' "$W/$shape.bench.txt")"
+    row "$shape f16 decode b1 ms/token" "${dec:-?} (transformers eager ${hf:-?}) $(floor_note "$dec" "$mb")"
+    row "$shape f16 decode b8 ms/step" "${d8:-?} $(floor_note "$d8" "$mb")"
     row "$shape f16 prefill 512 ms" "${pf:-?} (transformers eager ${hfpf:-?})"
     for v in "${VARIANTS[@]}"; do
         case $v in *PREFILL*) row "$shape prefill 512 ($v)" "$(awk -v t="[$v]" 'index($0, t " prefill") == 1 {print $(NF-3)}' "$W/$shape.bench.txt")" ;; esac
@@ -315,6 +549,10 @@ bench_shape() {
     bw=$(awk '/^copy_bw_TBps/{print $2}' "$W/$shape.torch.txt")
     [ -n "$bw" ] && row "copy bandwidth TB/s" "$bw"
     rm -f "$W/$shape.engine"
+    if [ -n "$qs" ]; then
+        bench_quant "$shape" "$d"
+        rm -f "$d"/*.safetensors
+    fi
 }
 # Variants (the SIMT kernels, fusion, split sizes, PDL, TB_BENCH_LOGITS=1
 # (logits to the host instead of sampling on the device) and
@@ -324,9 +562,13 @@ bench_shape() {
 # TB_CUDA_PREFILL=gemm: prefill attention as GEMMs, not the flash kernel
 VARIANTS=("TB_CUDA_TUNE=0" "TB_CUDA_PREFILL=gemm")
 # TB_VARIANTS="A=1;B=2 C=3": these variants instead
-if [ -n "${TB_VARIANTS:-}" ]; then IFS=';' read -r -a VARIANTS <<< "$TB_VARIANTS"; fi
+if [ -n "${TB_VARIANTS:-}" ]; then IFS=';' read -r -a VARIANTS <<< "$TB_VARIANTS"
+elif [ -n "$QONLY" ]; then VARIANTS=()   # TB_QUANT_ONLY: the f16 7B baseline alone
+fi
+SHAPES=${TB_SHAPES:-llama7b tinyllama}
+[ -n "$QONLY" ] && SHAPES=${TB_SHAPES:-${TB_QUANT_SHAPES:-llama7b}}
 if [ -n "${TB_SKIP_TIMING:-}${TB_QUICK:-}" ]; then row timing skipped; else
-for shape in ${TB_SHAPES:-llama7b tinyllama}; do bench_shape "$shape"; done
+for shape in $SHAPES; do bench_shape "$shape"; done
 fi
 
 if [ -z "${TB_TIMING_ONLY:-}" ]; then
@@ -337,6 +579,7 @@ if [ -n "${TB_QUICK:-}" ]; then
     row "compute-sanitizer memcheck" "skipped (TB_QUICK)"
 elif [ -n "$CS" ]; then
     ids=$(prompt_ids san)
+    if [ -z "$QONLY" ]; then
     tb "$TB" build "$W/ckpt/qwen2-f32" -o "$W/san16.engine" --tokenizer "$TOK512" --dtype f16 --device $DEV >> "$LOG" 2>&1
     tb "$CS" --tool memcheck --error-exitcode 9 "$TB" run "$W/s.engine" "${RUNDEV[@]}" -n 150 --temperature 0 \
         -p "Once upon a time" > "$W/san1.txt" 2>&1; r1=$?
@@ -344,11 +587,28 @@ elif [ -n "$CS" ]; then
         --temperature 0.8 --top-k 50 --top-p 0.9 --min-p 0.01 --repeat-penalty 1.1 > "$W/san2.txt" 2>&1; r2=$?
     tail -n 3 "$W/san1.txt" "$W/san2.txt" >> "$LOG"
     row "compute-sanitizer memcheck" "rc $r1 (stories f32 n=150), $r2 (qwen2 f16 32+16 sampled): $(grep -h 'ERROR SUMMARY' "$W/san1.txt" "$W/san2.txt" | tr '\n' ' ')"
+    fi
+    # quantized engines of step 2b (two layers of the 134M preset): int4
+    # group 128 and fp8, 32 prompt ids (the prefill path) + 16 greedy steps
+    # (the decode kernels)
+    if [ -n "$QUANT" ]; then
+        qs=""
+        for q in q-llama134m-int4 q-llama134m-fp8; do
+            if [ ! -f "$W/$q.engine" ]; then qs="$qs $q: no engine (step 2b failed);"; continue; fi
+            tb "$CS" --tool memcheck --error-exitcode 9 "$TB" run "$W/$q.engine" "${RUNDEV[@]}" --prompt-ids "$ids" -n 48 \
+                --temperature 0 > "$W/san_$q.txt" 2>&1
+            r=$?
+            tail -n 3 "$W/san_$q.txt" >> "$LOG"
+            qs="$qs rc $r ($q 32+16 greedy): $(grep -h 'ERROR SUMMARY' "$W/san_$q.txt");"
+        done
+        row "compute-sanitizer memcheck, quantized" "${qs# }"
+    fi
 else
     row "compute-sanitizer memcheck" "not found"
 fi
 
 
+if [ -z "$QONLY" ]; then
 # ---------------------------------------------------------------- 7. serve
 # `turbine serve` on the GPU engine: a greedy completion gives the expected
 # text, a repeated prompt comes from the prefix cache with the same text, n = 2
@@ -408,6 +668,7 @@ if [ -z "$stall" ] && head -c 60 "$DATA/models/stories260K/expected_once_upon_a_
 else
     row "serve on the GPU" "FAIL ${stall:+(no answer: $stall)}"
 fi
+fi # QONLY
 
 fi # TB_TIMING_ONLY
 
