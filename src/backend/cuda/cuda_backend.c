@@ -167,9 +167,11 @@ typedef struct {
      * f16 here (the largest such matrix), then the f16 paths */
     void *wdq;
     size_t wdq_bytes;
-    /* e4m3 weights in those steps: the FP8 tensor cores through cuBLASLt
-     * (fp8_gemm; TB_CUDA_FP8_GEMM=0 takes the dequantised path), x
-     * quantised per token into xconv with its scales in fp8_sx */
+    /* e4m3 weights in steps of at least fp8_gemm tokens: the FP8 tensor
+     * cores through cuBLASLt, x quantised per token into xconv with its
+     * scales in fp8_sx (TB_CUDA_FP8_GEMM=n sets the least step, default
+     * 16; 0 takes the dequantised path always). Smaller steps keep x in
+     * f16 like the GEMV, so batches of a few sequences decode as one does. */
     int fp8_gemm;
     cublasLtHandle_t lt;
     void *lt_ws;
@@ -514,7 +516,7 @@ static tb_status cuda_load_weights(tb_backend *b, const tb_graph *g, void **bufs
     int any_fp8 = 0;
     for (int k = 0; k < g->n_nodes; k++)
         if (g->nodes[k].op == TB_OP_QMATMUL && g->values[g->nodes[k].in[1]].dtype == TB_FP8_E4M3) any_fp8 = 1;
-    if (any_fp8 && c->fp8_gemm && !c->lt) {
+    if (any_fp8 && c->fp8_gemm > 0 && !c->lt) {
         if (cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS) {
             c->lt = NULL;
             c->fp8_gemm = 0;
@@ -808,7 +810,8 @@ static int addnorm_ok(cuda_ctx *c, const tb_graph *g, int k, void *const *bufs, 
 /* Whether a step of T tokens of qmatmul weights qw (N, K) takes the FP8
  * tensor cores (fp8_gemm_run). */
 static int fp8_gemm_ok(const cuda_ctx *c, const tbc_qweight *qw, int T, int K, int N) {
-    return c->fp8_gemm && c->lt && qw->type == TBC_Q_FP8 && T > TBC_GEMV_MAX_T && K % 16 == 0 && N % 16 == 0 &&
+    return c->fp8_gemm > 0 && c->lt && qw->type == TBC_Q_FP8 && T > TBC_GEMV_MAX_T && T >= c->fp8_gemm &&
+           K % 16 == 0 && N % 16 == 0 &&
            !(((uintptr_t)qw->codes) & 15) && (size_t)T * (size_t)K <= c->xconv_bytes && T <= c->max_tokens;
 }
 
@@ -1162,7 +1165,7 @@ static void *x16_target(cuda_ctx *c, const tb_graph *g, const tb_node *n, int T,
     const tb_value *wv = &g->values[mm->in[1]];
     if (mm->op == TB_OP_QMATMUL) {
         /* dequantised to f16 for cuBLAS; e4m3 on the FP8 path reads f32 x */
-        if (wv->dtype == TB_FP8_E4M3 && c->fp8_gemm && c->lt) return NULL;
+        if (wv->dtype == TB_FP8_E4M3 && c->fp8_gemm > 0 && T >= c->fp8_gemm && c->lt) return NULL;
         *dt = TBC_F16;
     } else if (!tbc_of(wv->dtype, dt)) {
         return NULL;
@@ -1609,7 +1612,8 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
         c->gt_on = 1;
     cudaGetLastError();
     const char *f8e = getenv("TB_CUDA_FP8_GEMM");
-    c->fp8_gemm = !(f8e && !strcmp(f8e, "0"));
+    c->fp8_gemm = f8e && *f8e ? atoi(f8e) : 16;
+    if (c->fp8_gemm < 0) c->fp8_gemm = 0;
     const char *xe = getenv("TB_CUDA_X16");
     c->x16 = !(xe && !strcmp(xe, "0"));
     const char *gte = getenv("TB_CUDA_GRAPH_MAX_T");
