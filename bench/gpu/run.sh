@@ -244,7 +244,7 @@ qcase() {
     if ! tb "$TB" build "$model" -o "$eng" --tokenizer "$tokf" "$@" --device $DEV "${DRYQ[@]}" >> "$LOG" 2>&1; then
         say "FAIL $name: build ($*)"; qfail=$((qfail + 1)); return
     fi
-    if ! tb "$TB" run "$eng" "${RUNDEV[@]}" "${kva[@]}" --prompt-ids "$ids" -n "$n" --temperature 0 --logits-out "$lg" \
+    if ! tb env ${QENV:-} "$TB" run "$eng" "${RUNDEV[@]}" "${kva[@]}" --prompt-ids "$ids" -n "$n" --temperature 0 --logits-out "$lg" \
          > /dev/null 2>> "$LOG"; then
         say "FAIL $name: run"; qfail=$((qfail + 1)); return
     fi
@@ -262,29 +262,36 @@ qcase() {
     fi
     rm -f "$ceng"
     out=$("$PY" "$SRC/tests/compare_logits.py" --logits "$lg" --prompt-ids "$ids" --vocab "$v" --ref-logits "$clg" \
-        --tol 2e-2 --quiet 2>&1)
+        --tol "${QTOL:-2e-2}" --quiet 2>&1)
     rc=$?
     e=$(sed -n 's/.*max rel err \([0-9.e+-]*\).*/\1/p' <<<"$out" | tail -n 1)
     qworst=$(awk -v a="$qworst" -v b="${e:-0}" 'BEGIN { print (b + 0 > a + 0) ? b : a }')
-    if [ $rc -eq 0 ]; then qpass=$((qpass + 1)); say "PASS $name ($* kv ${kv:-default}): $(tail -n 1 <<<"$out")"
-    else qfail=$((qfail + 1)); say "FAIL $name ($* kv ${kv:-default}): $(tail -n 2 <<<"$out" | tr '\n' ' ')"; fi
+    if [ $rc -eq 0 ]; then qpass=$((qpass + 1)); say "PASS $name ($* kv ${kv:-default} ${QENV:-}): $(tail -n 1 <<<"$out")"
+    else qfail=$((qfail + 1)); say "FAIL $name ($* kv ${kv:-default} ${QENV:-}): $(tail -n 2 <<<"$out" | tr '\n' ' ')"; fi
 }
+# e4m3 engines: prompts of >= 16 tokens take the FP8 tensor cores with x
+# rounded to e4m3 (docs/GPU.md); the f16-tolerance comparison runs with
+# that path off (QENV), one case on it with a tolerance for 3-bit
+# mantissas in x (measured on the H200: 4.6e-2 to 7.7e-2 on these
+# random-weight checkpoints)
+F8=TB_CUDA_FP8_GEMM=0
 if [ -n "$QUANT" ]; then
     say "== quantized engines' logits vs the CPU engine ($(elapsed) s elapsed)"
     C=$W/ckpt
     "$PY" "$SRC/tests/gen_checkpoints.py" --preset llama134m --layers 2 --dtype f32 --out "$C/llama134m-l2-f32" \
         > /dev/null 2>> "$LOG" || say "FAIL gen llama134m (2 layers)"
     qcase q-llama-gqa-int8 "$C/llama-gqa-f32" "$TOK512" 48 "" --dtype int8
-    qcase q-llama-gqa-fp8 "$C/llama-gqa-f32" "$TOK512" 48 "" --dtype fp8
+    QENV=$F8 qcase q-llama-gqa-fp8 "$C/llama-gqa-f32" "$TOK512" 48 "" --dtype fp8
     qcase q-qwen2-int8 "$C/qwen2-f32" "$TOK512" 48 "" --dtype int8
     qcase q-qwen2-int4-g32-zp "$C/qwen2-f32" "$TOK512" 48 "" --dtype int4 --group-size 32 --zero-point
-    qcase q-qwen2-fp8 "$C/qwen2-f32" "$TOK512" 48 "" --dtype fp8
+    QENV=$F8 qcase q-qwen2-fp8 "$C/qwen2-f32" "$TOK512" 48 "" --dtype fp8
     qcase q-qwen2-int8-kvfp8 "$C/qwen2-f32" "$TOK512" 48 fp8 --dtype int8
     qcase q-mistral-int4-g32 "$C/mistral-f32" "$TOK512" 48 "" --dtype int4 --group-size 32
-    qcase q-llama3-rope-fp8 "$C/llama3-rope-f32" "$TOK512" 48 "" --dtype fp8
+    QENV=$F8 qcase q-llama3-rope-fp8 "$C/llama3-rope-f32" "$TOK512" 48 "" --dtype fp8
     qcase q-llama134m-int8 "$C/llama134m-l2-f32" "$LTOK" 48 "" --dtype int8
     qcase q-llama134m-int4 "$C/llama134m-l2-f32" "$LTOK" 48 "" --dtype int4 --group-size 128
-    qcase q-llama134m-fp8 "$C/llama134m-l2-f32" "$LTOK" 48 "" --dtype fp8
+    QENV=$F8 qcase q-llama134m-fp8 "$C/llama134m-l2-f32" "$LTOK" 48 "" --dtype fp8
+    QTOL=1.5e-1 qcase q-llama134m-fp8-tc "$C/llama134m-l2-f32" "$LTOK" 48 "" --dtype fp8
     qcase q-llama134m-int4-kvint8 "$C/llama134m-l2-f32" "$LTOK" 48 int8 --dtype int4 --group-size 128
     # 300 tokens: the split-K decode path
     [ -n "${TB_QUICK:-}" ] || qcase q-llama134m-int4-long "$C/llama134m-l2-f32" "$LTOK" 300 "" --dtype int4 --group-size 128
@@ -397,7 +404,9 @@ fi
 fi # QONLY
 if [ -n "$QUANT" ]; then
     say "== batched vs unbatched, quantized engines (tests/test_batch.c on $DEV)"
-    if device_test test_batch qbatch TURBINE_TEST_BATCH_ENGINES=quant; then
+    # (the FP8 tensor-core path rounds x to e4m3 in steps of >= 16 tokens,
+    # batched prompts included: batched == unbatched is checked without it)
+    if device_test test_batch qbatch TURBINE_TEST_BATCH_ENGINES=quant TB_CUDA_FP8_GEMM=0; then
         row "batched == unbatched int8/int4/fp8" "PASS $(grep -o 'max rel err [0-9.e+-]*' "$W/qbatch.txt" | awk '{print $4}' | tr '\n' ' ')"
     else
         row "batched == unbatched int8/int4/fp8" "FAIL ($(grep -m 2 -i 'fail\|error' "$W/qbatch.txt" | tr '\n' ' ' | head -c 300))"

@@ -207,6 +207,16 @@ typedef struct {
 int tbc_qgemv_supports(const tbc_qweight *w, const float *x, int T, int K);
 cudaError_t tbc_qgemv(const float *x, const tbc_qweight *w, const float *bias, float *y, int T, int K, int N,
                       const tbc_gemv_epi *epi, cudaStream_t s);
+/* Steps of K each warp of tbc_qgemv loads at once: 1, 2 (default), 4 or 8
+ * (8 without pipe); pipe (default 0): the next steps' loads in flight
+ * while the current ones are multiplied (2-6% slower on the H200's 7B
+ * step). Process-wide; the backend sets them from TB_CUDA_QGEMV_U and
+ * TB_CUDA_QGEMV_PIPE. */
+void tbc_set_qgemv_unroll(int u, int pipe);
+/* int8 / e4m3 steps of up to max_t (0..2, default 0) tokens on the SIMT row kernel
+ * (x in f32), u 16-byte loads per lane in flight (1, 2, 4); the backend
+ * sets them from TB_CUDA_QGEMV_SIMT and TB_CUDA_QGEMV_SIMT_U. */
+void tbc_set_qgemv_simt(int max_t, int u);
 /* out (N, K) f16 = dq(W) rounded to f16 (any K). */
 cudaError_t tbc_dequant_f16(const tbc_qweight *w, int K, int N, void *out, cudaStream_t s);
 /* The FP8 tensor-core path of e4m3 weights for larger steps:

@@ -574,15 +574,17 @@ __device__ __forceinline__ void widen_word8(uint32_t w, uint32_t &h0, uint32_t &
     }
 }
 
-/* One 32-bit word of int4 codes -> four f16x2 of code * s + z:
- * (e0, e4), (e1, e5), (e2, e6), (e3, e7). */
+/* One 32-bit word of int4 codes -> four f16x2 of code * s + z (RAW: the
+ * codes): (e0, e4), (e1, e5), (e2, e6), (e3, e7). */
+template <bool RAW>
 __device__ __forceinline__ void widen_word4(uint32_t w, __half2 s, __half2 z, uint32_t *h) {
     const uint32_t u = w ^ 0x88888888u;
     const __half2 off = u2h(0x64086408u); /* 1032, 1032 */
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         uint32_t m = ((u >> (4 * i)) & 0x000f000fu) | 0x64006400u;
-        h[i] = h2u(__hfma2(__hsub2(u2h(m), off), s, z));
+        __half2 c = __hsub2(u2h(m), off);
+        h[i] = h2u(RAW ? c : __hfma2(c, s, z));
     }
 }
 
@@ -621,8 +623,9 @@ __device__ __forceinline__ void load_xq(const float *__restrict__ p, const float
     }
 }
 
-/* One step of a thread: 16 bytes of rows ra (ua) and rb (ub) times x. */
-template <int QT>
+/* One step of a thread: 16 bytes of rows ra (ua) and rb (ub) times x
+ * (int4, RAW: the codes without scale and zero). */
+template <int QT, bool RAW = false>
 __device__ __forceinline__ void qmma_step(float *c, const uint4 &ua, const uint4 &ub, const uint32_t *xb, __half2 sa,
                                           __half2 za, __half2 sb, __half2 zb) {
     const uint32_t wa[4] = {ua.x, ua.y, ua.z, ua.w}, wb[4] = {ub.x, ub.y, ub.z, ub.w};
@@ -630,8 +633,8 @@ __device__ __forceinline__ void qmma_step(float *c, const uint4 &ua, const uint4
     for (int j = 0; j < 4; j++) {
         if (QT == QT_I4) {
             uint32_t ha[4], hb[4];
-            widen_word4(wa[j], sa, za, ha);
-            widen_word4(wb[j], sb, zb, hb);
+            widen_word4<RAW>(wa[j], sa, za, ha);
+            widen_word4<RAW>(wb[j], sb, zb, hb);
             mma16816<TBC_F16>(c, ha[0], hb[0], ha[1], hb[1], xb[4 * j], xb[4 * j + 1]);
             mma16816<TBC_F16>(c, ha[2], hb[2], ha[3], hb[3], xb[4 * j + 2], xb[4 * j + 3]);
         } else {
@@ -651,8 +654,14 @@ __device__ __forceinline__ void group_sz(const tbc_qweight &w, int r, int K, int
     z = w.zeros ? __float2half2_rn(__ldg(w.zeros + i)) : __float2half2_rn(0.0f);
 }
 
-template <int QT, int MODE, bool NORM>
-__global__ void __launch_bounds__(GEMV_MMA_WARPS * 32)
+/* U steps of a warp have their weight loads (and int4 scales) in flight
+ * before the first is multiplied; each warp takes a contiguous range of
+ * steps, so a row's U steps are U * 64 contiguous bytes. GS (int4 with
+ * groups of a multiple of 128, no zeros): a step is one group of every
+ * row, so its mmas run on the raw codes and the f32 sums are scaled per
+ * step (no f16 product with the scale). */
+template <int QT, int MODE, bool NORM, int U, bool GS, bool PIPE>
+__global__ void __launch_bounds__(GEMV_MMA_WARPS * 32, 2)
 qgemv_mma_kernel(const float *__restrict__ x, tbc_qweight w, const float *__restrict__ bias, float *__restrict__ y,
                  int T, int K, int N, tbc_gemv_epi e) {
     constexpr int VPL = QT == QT_I4 ? 32 : 16; /* values per 16-byte load */
@@ -675,85 +684,271 @@ qgemv_mma_kernel(const float *__restrict__ x, tbc_qweight w, const float *__rest
     const char *cb = static_cast<const char *>(w.codes);
     const uint4 *pa = reinterpret_cast<const uint4 *>(cb + (size_t)rla * row_bytes) + t;
     const uint4 *pb = reinterpret_cast<const uint4 *>(cb + (size_t)rlb * row_bytes) + t;
-    if (warp < 4) {
-        tbc_prefetch_l2(pa + (size_t)warp * 4);
-        tbc_prefetch_l2(pb + (size_t)warp * 4);
+    const int steps = K / KSTEP, per = (steps + GEMV_MMA_WARPS - 1) / GEMV_MMA_WARPS;
+    const int s0 = warp * per, s1 = min(steps, s0 + per);
+    if (s0 < s1) {
+        tbc_prefetch_l2(pa + (size_t)s0 * 4);
+        tbc_prefetch_l2(pb + (size_t)s0 * 4);
     }
     tbc_pdl_wait();
     const bool has_x = g < T;
     const float *px = x + (size_t)(has_x ? g : 0) * K + t * VPL;
     const float *gw = NORM && e.norm_w ? e.norm_w + t * VPL : nullptr;
+    const int ng = QT == QT_I4 ? K / w.group : 1;
+    const float *sca = w.scales + (size_t)rla * ng, *scb = w.scales + (size_t)rlb * ng;
+    const float *zra = w.zeros ? w.zeros + (size_t)rla * ng : nullptr, *zrb = w.zeros ? w.zeros + (size_t)rlb * ng : nullptr;
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     float ss = 0.0f;
-    __half2 sa = __float2half2_rn(1.0f), sb = sa, za = __float2half2_rn(0.0f), zb = za;
-    const int steps = K / KSTEP;
-    int s = warp;
-    for (; s + GEMV_MMA_WARPS < steps; s += 2 * GEMV_MMA_WARPS) {
-        const int s1 = s + GEMV_MMA_WARPS;
-        uint4 a0 = __ldg(pa + (size_t)s * 4), b0 = __ldg(pb + (size_t)s * 4);
-        uint4 a1 = __ldg(pa + (size_t)s1 * 4), b1 = __ldg(pb + (size_t)s1 * 4);
-        uint32_t x0[VPL / 2], x1[VPL / 2];
-        if (has_x) {
-            load_xq<QT, NORM>(px + (size_t)s * KSTEP, gw ? gw + (size_t)s * KSTEP : nullptr, x0, ss);
-            load_xq<QT, NORM>(px + (size_t)s1 * KSTEP, gw ? gw + (size_t)s1 * KSTEP : nullptr, x1, ss);
-        } else {
+    const __half2 one2 = __float2half2_rn(1.0f), zero2 = __float2half2_rn(0.0f);
+    /* the loads of U steps (weights, int4 scales and zeros) from step sb */
+    auto load = [&](int sb, uint4 *ua, uint4 *ub, float *fsa, float *fsb, float *fza, float *fzb) {
 #pragma unroll
-            for (int i = 0; i < VPL / 2; i++) x0[i] = x1[i] = 0u;
+        for (int i = 0; i < U; i++) {
+            const int st = sb + i < s1 ? sb + i : sb;
+            const size_t o = (size_t)st * 4;
+            ua[i] = __ldg(pa + o);
+            ub[i] = __ldg(pb + o);
+            if (QT == QT_I4) {
+                const int gi = (st * KSTEP + t * VPL) / w.group;
+                fsa[i] = __ldg(sca + gi);
+                fsb[i] = __ldg(scb + gi);
+                fza[i] = zra ? __ldg(zra + gi) : 0.0f;
+                fzb[i] = zrb ? __ldg(zrb + gi) : 0.0f;
+            }
         }
-        if (QT == QT_I4) {
-            group_sz(w, rla, K, s * KSTEP + t * VPL, sa, za);
-            group_sz(w, rlb, K, s * KSTEP + t * VPL, sb, zb);
-        }
-        qmma_step<QT>(c, a0, b0, x0, sa, za, sb, zb);
-        if (QT == QT_I4) {
-            group_sz(w, rla, K, s1 * KSTEP + t * VPL, sa, za);
-            group_sz(w, rlb, K, s1 * KSTEP + t * VPL, sb, zb);
-        }
-        qmma_step<QT>(c, a1, b1, x1, sa, za, sb, zb);
-    }
-    for (; s < steps; s += GEMV_MMA_WARPS) {
-        uint4 a0 = __ldg(pa + (size_t)s * 4), b0 = __ldg(pb + (size_t)s * 4);
-        uint32_t x0[VPL / 2];
-        if (has_x) {
-            load_xq<QT, NORM>(px + (size_t)s * KSTEP, gw ? gw + (size_t)s * KSTEP : nullptr, x0, ss);
-        } else {
+    };
+    auto compute = [&](int sb, const uint4 *ua, const uint4 *ub, const float *fsa, const float *fsb, const float *fza,
+                       const float *fzb) {
 #pragma unroll
-            for (int i = 0; i < VPL / 2; i++) x0[i] = 0u;
+        for (int i = 0; i < U; i++) {
+            if (sb + i >= s1) break;
+            const int st = sb + i;
+            uint32_t xb[VPL / 2];
+            if (has_x) {
+                load_xq<QT, NORM>(px + (size_t)st * KSTEP, gw ? gw + (size_t)st * KSTEP : nullptr, xb, ss);
+            } else {
+#pragma unroll
+                for (int q = 0; q < VPL / 2; q++) xb[q] = 0u;
+            }
+            if (GS) {
+                float ct[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                qmma_step<QT, true>(ct, ua[i], ub[i], xb, one2, zero2, one2, zero2);
+                c[0] = fmaf(ct[0], fsa[i], c[0]);
+                c[1] = fmaf(ct[1], fsa[i], c[1]);
+                c[2] = fmaf(ct[2], fsb[i], c[2]);
+                c[3] = fmaf(ct[3], fsb[i], c[3]);
+            } else if (QT == QT_I4) {
+                qmma_step<QT>(c, ua[i], ub[i], xb, __float2half2_rn(fsa[i]), __float2half2_rn(fza[i]),
+                              __float2half2_rn(fsb[i]), __float2half2_rn(fzb[i]));
+            } else {
+                qmma_step<QT, true>(c, ua[i], ub[i], xb, one2, zero2, one2, zero2);
+            }
         }
-        if (QT == QT_I4) {
-            group_sz(w, rla, K, s * KSTEP + t * VPL, sa, za);
-            group_sz(w, rlb, K, s * KSTEP + t * VPL, sb, zb);
+    };
+    /* two register sets: the loads of the next U steps are in flight while
+     * the current ones are multiplied (PIPE) */
+    uint4 ua0[U], ub0[U], ua1[U], ub1[U];
+    float fsa0[U], fsb0[U], fza0[U], fzb0[U], fsa1[U], fsb1[U], fza1[U], fzb1[U];
+    if (!PIPE) {
+        for (int sb = s0; sb < s1; sb += U) {
+            load(sb, ua0, ub0, fsa0, fsb0, fza0, fzb0);
+            compute(sb, ua0, ub0, fsa0, fsb0, fza0, fzb0);
         }
-        qmma_step<QT>(c, a0, b0, x0, sa, za, sb, zb);
+    } else if (s0 < s1) {
+        load(s0, ua0, ub0, fsa0, fsb0, fza0, fzb0);
+        for (int sb = s0; sb < s1; sb += 2 * U) {
+            if (sb + U < s1) load(sb + U, ua1, ub1, fsa1, fsb1, fza1, fzb1);
+            compute(sb, ua0, ub0, fsa0, fsb0, fza0, fzb0);
+            if (sb + U >= s1) break;
+            if (sb + 2 * U < s1) load(sb + 2 * U, ua0, ub0, fsa0, fsb0, fza0, fzb0);
+            compute(sb + U, ua1, ub1, fsa1, fsb1, fza1, fzb1);
+        }
     }
     tbc_pdl_trigger();
     const float fa = QT == QT_I4 ? 1.0f : __ldg(w.scales + rla), fb = QT == QT_I4 ? 1.0f : __ldg(w.scales + rlb);
     mma_finish<MODE, NORM>(red, red_ss, c, ss, warp, lane, ra, rb, P, pair_ok, T, K, N, bias, y, e, fa, fb);
 }
 
-/* out (N, K) f16 = dq(W): one thread per pair of elements (K even) or per
- * element. */
-__global__ void dequant_f16_kernel(tbc_qweight w, int K, int N, __half *__restrict__ out) {
-    tbc_pdl_wait(); /* out may still be read by the previous matmul */
-    const size_t n_el = (size_t)N * K;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n_el; i += (size_t)gridDim.x * blockDim.x) {
-        const size_t r = i / (size_t)K;
-        const int k = (int)(i - r * (size_t)K);
-        const unsigned char *cb = static_cast<const unsigned char *>(w.codes);
-        float v;
-        if (w.type == TBC_Q_I4) {
-            unsigned char byte = cb[r * (size_t)(K / 2) + (size_t)(k / 2)];
-            int u = (k & 1) ? byte >> 4 : byte & 15;
-            int code = u >= 8 ? u - 16 : u;
-            size_t gi = r * (size_t)(K / w.group) + (size_t)(k / w.group);
-            v = (float)code * w.scales[gi] + (w.zeros ? w.zeros[gi] : 0.0f);
-        } else if (w.type == TBC_Q_I8) {
-            v = (float)(signed char)cb[i] * w.scales[r];
+/* ---------------------------------------------------------------- quantized, SIMT rows
+ * int8 / e4m3 weights, T <= 2 (batch-1 decode): the f16 row kernel's layout
+ * (one warp per row, 8 warps = 4 row pairs a block, U 16-byte loads per lane
+ * in flight), each load 16 codes widened to f32 in registers (int8: the
+ * byte under the exponent of 2^23, one add; e4m3: the hardware's pairwise
+ * conversion to f16, exact) and multiplied with x in f32 (x is not
+ * rounded: the f32 sums of codes times x, scaled by the row's scale). */
+template <int QT>
+__device__ __forceinline__ void widen16(const uint4 &u, float *f) {
+    const uint32_t w4[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        if (QT == QT_I8) {
+            const uint32_t v = w4[i] ^ 0x80808080u;
+            f[4 * i] = __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7540)) - 8388736.0f;
+            f[4 * i + 1] = __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7541)) - 8388736.0f;
+            f[4 * i + 2] = __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7542)) - 8388736.0f;
+            f[4 * i + 3] = __uint_as_float(__byte_perm(v, 0x4B000000u, 0x7543)) - 8388736.0f;
         } else {
-            __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)cb[i], __NV_E4M3);
-            v = __half2float(__half(h)) * w.scales[r];
+            uint32_t h0, h1;
+            widen_word8<QT_FP8>(w4[i], h0, h1);
+            float2 a = __half22float2(u2h(h0)), b = __half22float2(u2h(h1));
+            f[4 * i] = a.x; f[4 * i + 1] = a.y; f[4 * i + 2] = b.x; f[4 * i + 3] = b.y;
         }
-        out[i] = __float2half_rn(v);
+    }
+}
+
+template <int QT, int TT, int MODE, bool NORM, int U>
+__global__ void __launch_bounds__(256)
+qgemv_row_kernel(const float *__restrict__ x, tbc_qweight w, const float *__restrict__ bias, float *__restrict__ y,
+                 int K, int N, tbc_gemv_epi e) {
+    constexpr int RW = 8;
+    __shared__ float sums[RW][TT], ssum[RW][TT];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, side = warp & 1;
+    const int P = blockIdx.x * (RW / 2) + (warp >> 1);
+    const bool valid = P < pair_count<MODE>(e, N);
+    int ra = 0, rb = 0;
+    if (valid) pair_rows<MODE>(e, N, P, ra, rb);
+    const bool okb = rb < N;
+    const bool active = valid && (side == 0 || okb);
+    const int row = active && side ? rb : ra;
+    const uint4 *wr = reinterpret_cast<const uint4 *>(static_cast<const char *>(w.codes) + (size_t)row * K);
+    const int nv = K / 16;
+    tbc_pdl_wait();
+    float acc[TT], ss[TT];
+#pragma unroll
+    for (int t = 0; t < TT; t++) acc[t] = ss[t] = 0.0f;
+    if (active) {
+        for (int v0 = lane; v0 < nv; v0 += 32 * U) {
+            uint4 u[U];
+#pragma unroll
+            for (int i = 0; i < U; i++) u[i] = v0 + 32 * i < nv ? __ldg(wr + v0 + 32 * i) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int i = 0; i < U; i++) {
+                const int v = v0 + 32 * i;
+                if (v >= nv) break;
+                float wf[16], gf[16];
+                widen16<QT>(u[i], wf);
+                if (NORM && e.norm_w) {
+#pragma unroll
+                    for (int q = 0; q < 4; q++) {
+                        float4 gv = __ldg(reinterpret_cast<const float4 *>(e.norm_w + (size_t)v * 16) + q);
+                        gf[4 * q] = gv.x; gf[4 * q + 1] = gv.y; gf[4 * q + 2] = gv.z; gf[4 * q + 3] = gv.w;
+                    }
+                }
+#pragma unroll
+                for (int t = 0; t < TT; t++) {
+                    const float4 *xp = reinterpret_cast<const float4 *>(x + (size_t)t * K + (size_t)v * 16);
+                    float s = acc[t], q = ss[t];
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        float4 a = __ldg(xp + j);
+                        float xv[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+                        for (int l = 0; l < 4; l++) {
+                            float xe = xv[l];
+                            if (NORM) {
+                                q = fmaf(xe, xe, q);
+                                if (e.norm_w) xe *= gf[4 * j + l];
+                            }
+                            s = fmaf(xe, wf[4 * j + l], s);
+                        }
+                    }
+                    acc[t] = s;
+                    ss[t] = q;
+                }
+            }
+        }
+    }
+    tbc_pdl_trigger();
+    const float rs = active ? __ldg(w.scales + row) : 0.0f;
+#pragma unroll
+    for (int t = 0; t < TT; t++) {
+        float sv = tbc_warp_sum(acc[t]) * rs, q = NORM ? tbc_warp_sum(ss[t]) : 0.0f;
+        if (lane == 0) {
+            sums[warp][t] = sv;
+            ssum[warp][t] = q;
+        }
+    }
+    __syncthreads();
+    if (valid && side == 0 && lane == 0) {
+        float bia = bias ? bias[ra] : 0.0f, bib = bias && okb ? bias[rb] : 0.0f;
+#pragma unroll
+        for (int t = 0; t < TT; t++) {
+            float va = sums[warp][t], vb = sums[warp + 1][t];
+            if (NORM) {
+                float f = rsqrtf(ssum[warp][t] / (float)K + e.norm_eps);
+                va *= f;
+                vb *= f;
+            }
+            epi_store<MODE>(e, y, N, t, P, ra, rb, okb, va + bia, vb + bib);
+        }
+    }
+}
+
+/* out (N, K) f16 = dq(W) (computed in f32, rounded once). K % 8 == 0: one
+ * thread per 8 elements of a row (one 4-byte load of int4 codes or 8 bytes
+ * of int8 / e4m3, one 16-byte store); otherwise one per element. */
+__device__ __forceinline__ float dq_one(const tbc_qweight &w, const unsigned char *cb, size_t r, int K, int k) {
+    if (w.type == TBC_Q_I4) {
+        unsigned char byte = cb[r * (size_t)(K / 2) + (size_t)(k / 2)];
+        int u = (k & 1) ? byte >> 4 : byte & 15;
+        size_t gi = r * (size_t)(K / w.group) + (size_t)(k / w.group);
+        return (float)(u >= 8 ? u - 16 : u) * w.scales[gi] + (w.zeros ? w.zeros[gi] : 0.0f);
+    }
+    unsigned char b = cb[r * (size_t)K + (size_t)k];
+    if (w.type == TBC_Q_I8) return (float)(signed char)b * w.scales[r];
+    __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)b, __NV_E4M3);
+    return __half2float(__half(h)) * w.scales[r];
+}
+
+__global__ void dequant_f16_kernel(tbc_qweight w, int K, int N, int vec, __half *__restrict__ out) {
+    tbc_pdl_wait(); /* out may still be read by the previous matmul */
+    const unsigned char *cb = static_cast<const unsigned char *>(w.codes);
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    if (vec) {
+        const size_t per_row = (size_t)K / 8, total = (size_t)N * per_row;
+        for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += stride) {
+            const size_t r = i / per_row;
+            const int k0 = (int)(i - r * per_row) * 8;
+            float v[8];
+            if (w.type == TBC_Q_I4) {
+                uint32_t word = *reinterpret_cast<const uint32_t *>(cb + r * (size_t)(K / 2) + (size_t)(k0 / 2));
+                size_t gi = r * (size_t)(K / w.group) + (size_t)(k0 / w.group); /* 8 | group */
+                float sc = w.scales[gi], z = w.zeros ? w.zeros[gi] : 0.0f;
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    int u = (word >> (4 * e)) & 15;
+                    v[e] = (float)(u >= 8 ? u - 16 : u) * sc + z;
+                }
+            } else {
+                uint2 q = *reinterpret_cast<const uint2 *>(cb + r * (size_t)K + (size_t)k0);
+                const uint32_t wd[2] = {q.x, q.y};
+                const float sc = w.scales[r];
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    if (w.type == TBC_Q_I8) {
+#pragma unroll
+                        for (int e = 0; e < 4; e++) v[4 * j + e] = (float)(signed char)(wd[j] >> (8 * e)) * sc;
+                    } else {
+                        uint32_t h0, h1;
+                        widen_word8<QT_FP8>(wd[j], h0, h1);
+                        float2 a = __half22float2(u2h(h0)), b = __half22float2(u2h(h1));
+                        v[4 * j] = a.x * sc; v[4 * j + 1] = a.y * sc; v[4 * j + 2] = b.x * sc; v[4 * j + 3] = b.y * sc;
+                    }
+                }
+            }
+            uint4 o;
+            o.x = h2u(__floats2half2_rn(v[0], v[1]));
+            o.y = h2u(__floats2half2_rn(v[2], v[3]));
+            o.z = h2u(__floats2half2_rn(v[4], v[5]));
+            o.w = h2u(__floats2half2_rn(v[6], v[7]));
+            *reinterpret_cast<uint4 *>(out + r * (size_t)K + (size_t)k0) = o;
+        }
+        return;
+    }
+    const size_t n_el = (size_t)N * K;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n_el; i += stride) {
+        const size_t r = i / (size_t)K;
+        out[i] = __float2half_rn(dq_one(w, cb, r, K, (int)(i - r * (size_t)K)));
     }
 }
 
@@ -905,16 +1100,78 @@ extern "C" int tbc_qgemv_supports(const tbc_qweight *w, const float *x, int T, i
     return w->group == K && !w->zeros;
 }
 
+/* Steps in flight per warp (TB_CUDA_QGEMV_U: 1, 2, 4 or 8; default 4),
+ * set by the backend at create. */
+static int qgemv_unroll = 2, qgemv_pipe = 0;
+extern "C" void tbc_set_qgemv_unroll(int u, int pipe) {
+    qgemv_unroll = u == 1 || u == 4 || u == 8 ? u : 2;
+    qgemv_pipe = pipe != 0;
+}
+
+template <int QT, int MODE, bool NORM, bool GS>
+static cudaError_t qgemv_launch_u(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K,
+                                  int N, const tbc_gemv_epi &e, int blocks, cudaStream_t s) {
+    dim3 grid(blocks), block(GEMV_MMA_WARPS * 32);
+    if (qgemv_pipe) {
+        switch (qgemv_unroll) {
+        case 1: return tbc_launch(qgemv_mma_kernel<QT, MODE, NORM, 1, GS, true>, grid, block, 0, s, x, w, bias, y, T, K, N, e);
+        case 4: return tbc_launch(qgemv_mma_kernel<QT, MODE, NORM, 4, GS, true>, grid, block, 0, s, x, w, bias, y, T, K, N, e);
+        default: return tbc_launch(qgemv_mma_kernel<QT, MODE, NORM, 2, GS, true>, grid, block, 0, s, x, w, bias, y, T, K, N, e);
+        }
+    }
+    switch (qgemv_unroll) {
+    case 1: return tbc_launch(qgemv_mma_kernel<QT, MODE, NORM, 1, GS, false>, grid, block, 0, s, x, w, bias, y, T, K, N, e);
+    case 4: return tbc_launch(qgemv_mma_kernel<QT, MODE, NORM, 4, GS, false>, grid, block, 0, s, x, w, bias, y, T, K, N, e);
+    case 8: return tbc_launch(qgemv_mma_kernel<QT, MODE, NORM, 8, GS, false>, grid, block, 0, s, x, w, bias, y, T, K, N, e);
+    default: return tbc_launch(qgemv_mma_kernel<QT, MODE, NORM, 2, GS, false>, grid, block, 0, s, x, w, bias, y, T, K, N, e);
+    }
+}
+
+/* int8 / e4m3 steps of at most qgemv_simt_t tokens take the SIMT row
+ * kernel (TB_CUDA_QGEMV_SIMT: 0, 1 or 2; default 0: on the H200 it ran
+ * the 7B int8 step in 6.8 ms against the tensor-core kernel's 3.4, its x
+ * reads (64 bytes of f32 per 16 bytes of codes) and conversions being the
+ * limit), with qgemv_simt_u loads per lane in flight (1, 2 or 4). */
+static int qgemv_simt_t = 0, qgemv_simt_u = 1;
+extern "C" void tbc_set_qgemv_simt(int max_t, int u) {
+    qgemv_simt_t = max_t >= 0 && max_t <= 2 ? max_t : 0;
+    qgemv_simt_u = u == 2 || u == 4 ? u : 1;
+}
+
+template <int QT, int TT, int MODE, bool NORM>
+static cudaError_t qrow_launch_t(const float *x, const tbc_qweight &w, const float *bias, float *y, int K, int N,
+                                 const tbc_gemv_epi &e, cudaStream_t s) {
+    int pairs = MODE == TBC_EPI_PLAIN || MODE == TBC_EPI_ADD ? (N + 1) / 2 : N / 2;
+    dim3 grid((pairs + 3) / 4), block(256);
+    switch (qgemv_simt_u) {
+    case 2: return tbc_launch(qgemv_row_kernel<QT, TT, MODE, NORM, 2>, grid, block, 0, s, x, w, bias, y, K, N, e);
+    case 4: return tbc_launch(qgemv_row_kernel<QT, TT, MODE, NORM, 4>, grid, block, 0, s, x, w, bias, y, K, N, e);
+    default: return tbc_launch(qgemv_row_kernel<QT, TT, MODE, NORM, 1>, grid, block, 0, s, x, w, bias, y, K, N, e);
+    }
+}
+
 template <int QT, int MODE>
 static cudaError_t qgemv_launch(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K, int N,
                                 const tbc_gemv_epi &e, cudaStream_t s) {
+    if constexpr (QT != QT_I4) {
+        if (T <= qgemv_simt_t) {
+            if (T == 1)
+                return e.norm ? qrow_launch_t<QT, 1, MODE, true>(x, w, bias, y, K, N, e, s)
+                              : qrow_launch_t<QT, 1, MODE, false>(x, w, bias, y, K, N, e, s);
+            return e.norm ? qrow_launch_t<QT, 2, MODE, true>(x, w, bias, y, K, N, e, s)
+                          : qrow_launch_t<QT, 2, MODE, false>(x, w, bias, y, K, N, e, s);
+        }
+    }
     int pairs = MODE == TBC_EPI_PLAIN ? 0 : MODE == TBC_EPI_ADD ? (N + 1) / 2 : N / 2;
     int blocks = MODE == TBC_EPI_PLAIN ? (N + 15) / 16 : (pairs + 7) / 8;
-    if (e.norm)
-        return tbc_launch(qgemv_mma_kernel<QT, MODE, true>, dim3(blocks), dim3(GEMV_MMA_WARPS * 32), 0, s, x, w, bias,
-                          y, T, K, N, e);
-    return tbc_launch(qgemv_mma_kernel<QT, MODE, false>, dim3(blocks), dim3(GEMV_MMA_WARPS * 32), 0, s, x, w, bias, y,
-                      T, K, N, e);
+    if constexpr (QT == QT_I4) {
+        if (w.group % 128 == 0 && !w.zeros) {
+            if (e.norm) return qgemv_launch_u<QT, MODE, true, true>(x, w, bias, y, T, K, N, e, blocks, s);
+            return qgemv_launch_u<QT, MODE, false, true>(x, w, bias, y, T, K, N, e, blocks, s);
+        }
+    }
+    if (e.norm) return qgemv_launch_u<QT, MODE, true, false>(x, w, bias, y, T, K, N, e, blocks, s);
+    return qgemv_launch_u<QT, MODE, false, false>(x, w, bias, y, T, K, N, e, blocks, s);
 }
 
 template <int QT>
@@ -949,10 +1206,13 @@ extern "C" cudaError_t tbc_qgemv(const float *x, const tbc_qweight *w, const flo
 
 extern "C" cudaError_t tbc_dequant_f16(const tbc_qweight *w, int K, int N, void *out, cudaStream_t s) {
     if (K < 1 || N < 1 || (w->type == TBC_Q_I4 && (K % 2 || w->group < 1 || K % w->group))) return cudaErrorInvalidValue;
-    size_t n = (size_t)N * K;
+    /* the vector path reads 4 or 8 bytes of codes and writes 16 bytes */
+    const int vec = K % 8 == 0 && !(((uintptr_t)w->codes | (uintptr_t)out) & 15) &&
+                    (w->type != TBC_Q_I4 || w->group % 8 == 0);
+    size_t n = vec ? (size_t)N * K / 8 : (size_t)N * K;
     size_t blocks = (n + 255) / 256;
     if (blocks > 65536) blocks = 65536;
-    return tbc_launch(dequant_f16_kernel, dim3((unsigned)blocks), dim3(256), 0, s, *w, K, N,
+    return tbc_launch(dequant_f16_kernel, dim3((unsigned)blocks), dim3(256), 0, s, *w, K, N, vec,
                       static_cast<__half *>(out));
 }
 
