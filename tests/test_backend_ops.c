@@ -1053,6 +1053,29 @@ static void pattern_q(pat_kind pk, tb_dtype wdt, int group, int asym, int T, int
 
 static void pattern(pat_kind pk, tb_dtype wdt, int T, int K, int N) { pattern_q(pk, wdt, 0, 0, T, K, N); }
 
+/* The attention cases of one KV dtype; with more: hd 256 (8 codes a lane
+ * on the GPU for int8 / fp8) and an 8/2-head run of 40. */
+static void attention_shapes(tb_dtype kv, int more) {
+    run_spec decode1[] = {{0, 0, 1}};
+    run_spec decode3[] = {{2, 40, 1}, {0, 0, 1}, {1, 17, 1}};
+    run_spec prefill[] = {{0, 0, 17}};
+    run_spec mixed[] = {{0, 9, 5}, {3, 130, 1}, {1, 0, 3}};
+    run_spec longrun[] = {{1, 7, 40}, {0, 200, 1}};
+    op_attention(kv, 4, 4, 64, 0, decode1, 1, "T 1 pos 0");
+    op_attention(kv, 8, 2, 64, 0, decode3, 3, "3 seqs decode pos 40,0,17");
+    op_attention(kv, 8, 2, 128, 1, decode3, 3, "3 seqs decode pos 40,0,17");
+    if (more) op_attention(kv, 2, 1, 256, 0, decode3, 3, "3 seqs decode pos 40,0,17");
+    op_attention(kv, 4, 2, 64, 0, prefill, 1, "prefill T 17");
+    op_attention(kv, 6, 3, 128, 0, mixed, 3, "chunk 9..13, 130, 0..2");
+    op_attention(kv, 4, 1, 32, 1, mixed, 3, "chunk 9..13, 130, 0..2");
+    /* head_dim no multiple of 8: the CPU's scalar-tail attention */
+    op_attention(kv, 4, 2, 20, 0, mixed, 3, "chunk 9..13, 130, 0..2");
+    op_attention(kv, 2, 1, 6, 1, prefill, 1, "prefill T 17");
+    op_attention(kv, 4, 2, 128, 0, longrun, 2, "run of 40 at 7, 1 at 200");
+    op_attention(kv, 2, 2, 64, 1, longrun, 2, "run of 40 at 7, 1 at 200");
+    if (more) op_attention(kv, 8, 2, 128, 0, longrun, 2, "run of 40 at 7, 1 at 200");
+}
+
 /* ---------------------------------------------------------------- all */
 static const int Ts[] = {1, 3, 17};
 
@@ -1092,25 +1115,7 @@ static void run_all(void) {
     op_rope(5, 4, 6, 4 * 6 + 3, 0, 37);
     op_rope(5, 4, 6, 4 * 6 + 3, 1, 37);
     static const tb_dtype kvdts[] = {TB_F32, TB_F16, TB_BF16};
-    for (int di = 0; di < 3; di++) {
-        tb_dtype kv = kvdts[di];
-        run_spec decode1[] = {{0, 0, 1}};
-        run_spec decode3[] = {{2, 40, 1}, {0, 0, 1}, {1, 17, 1}};
-        run_spec prefill[] = {{0, 0, 17}};
-        run_spec mixed[] = {{0, 9, 5}, {3, 130, 1}, {1, 0, 3}};
-        run_spec longrun[] = {{1, 7, 40}, {0, 200, 1}};
-        op_attention(kv, 4, 4, 64, 0, decode1, 1, "T 1 pos 0");
-        op_attention(kv, 8, 2, 64, 0, decode3, 3, "3 seqs decode pos 40,0,17");
-        op_attention(kv, 8, 2, 128, 1, decode3, 3, "3 seqs decode pos 40,0,17");
-        op_attention(kv, 4, 2, 64, 0, prefill, 1, "prefill T 17");
-        op_attention(kv, 6, 3, 128, 0, mixed, 3, "chunk 9..13, 130, 0..2");
-        op_attention(kv, 4, 1, 32, 1, mixed, 3, "chunk 9..13, 130, 0..2");
-        /* head_dim no multiple of 8: the CPU's scalar-tail attention */
-        op_attention(kv, 4, 2, 20, 0, mixed, 3, "chunk 9..13, 130, 0..2");
-        op_attention(kv, 2, 1, 6, 1, prefill, 1, "prefill T 17");
-        op_attention(kv, 4, 2, 128, 0, longrun, 2, "run of 40 at 7, 1 at 200");
-        op_attention(kv, 2, 2, 64, 1, longrun, 2, "run of 40 at 7, 1 at 200");
-    }
+    for (int di = 0; di < 3; di++) attention_shapes(kvdts[di], 0);
     for (int i = 0; i < 3; i++) op_silu_mul(Ts[i], (int[]){5, 64, 300}[i]);
     op_silu_mul(100, 35);
     for (int i = 0; i < 3; i++) op_add(Ts[i], (int[]){7, 64, 129}[i]);
@@ -1149,26 +1154,7 @@ static void run_all(void) {
      * 6), and the chains (the GPU does not fuse the RoPE and the KV write
      * into the qkv GEMV for these caches: the attention writes them) */
     static const tb_dtype kvqdts[] = {TB_I8, TB_FP8_E4M3};
-    for (int di = 0; di < 2; di++) {
-        tb_dtype kv = kvqdts[di];
-        run_spec decode1[] = {{0, 0, 1}};
-        run_spec decode3[] = {{2, 40, 1}, {0, 0, 1}, {1, 17, 1}};
-        run_spec prefill[] = {{0, 0, 17}};
-        run_spec mixed[] = {{0, 9, 5}, {3, 130, 1}, {1, 0, 3}};
-        run_spec longrun[] = {{1, 7, 40}, {0, 200, 1}};
-        op_attention(kv, 4, 4, 64, 0, decode1, 1, "T 1 pos 0");
-        op_attention(kv, 8, 2, 64, 0, decode3, 3, "3 seqs decode pos 40,0,17");
-        op_attention(kv, 8, 2, 128, 1, decode3, 3, "3 seqs decode pos 40,0,17");
-        op_attention(kv, 2, 1, 256, 0, decode3, 3, "3 seqs decode pos 40,0,17");
-        op_attention(kv, 4, 2, 64, 0, prefill, 1, "prefill T 17");
-        op_attention(kv, 6, 3, 128, 0, mixed, 3, "chunk 9..13, 130, 0..2");
-        op_attention(kv, 4, 1, 32, 1, mixed, 3, "chunk 9..13, 130, 0..2");
-        op_attention(kv, 4, 2, 20, 0, mixed, 3, "chunk 9..13, 130, 0..2");
-        op_attention(kv, 2, 1, 6, 1, prefill, 1, "prefill T 17");
-        op_attention(kv, 4, 2, 128, 0, longrun, 2, "run of 40 at 7, 1 at 200");
-        op_attention(kv, 2, 2, 64, 1, longrun, 2, "run of 40 at 7, 1 at 200");
-        op_attention(kv, 8, 2, 128, 0, longrun, 2, "run of 40 at 7, 1 at 200");
-    }
+    for (int di = 0; di < 2; di++) attention_shapes(kvqdts[di], 1);
     for (int di = 0; di < 3; di++)
         for (int kv = 0; kv < 2; kv++) {
             run_spec dec[] = {{2, 40, 1}, {0, 0, 1}, {1, 17, 1}};

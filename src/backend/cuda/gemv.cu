@@ -410,6 +410,25 @@ __device__ __forceinline__ void mma_step(float *c, const uint4 &wa, const uint4 
     mma16816<WDT>(c, wa.z, wb.z, wa.w, wb.w, x.z, x.w);
 }
 
+/* The rows of thread group g of a tensor-core GEMV block: PLAIN, rows
+ * 16 * block + g and + 8; other epilogues, pair P = 8 * block + g is rows
+ * (ra, rb). Returns whether the pair exists (rows 0 when not). */
+template <int MODE>
+__device__ __forceinline__ bool mma_rows(const tbc_gemv_epi &e, int N, int g, int &ra, int &rb, int &P) {
+    P = blockIdx.x * 8 + g;
+    if (MODE == TBC_EPI_PLAIN) {
+        ra = blockIdx.x * 16 + g;
+        rb = ra + 8;
+        return true;
+    }
+    if (P < pair_count<MODE>(e, N)) {
+        pair_rows<MODE>(e, N, P, ra, rb);
+        return true;
+    }
+    ra = rb = 0;
+    return false;
+}
+
 /* The end of the tensor-core GEMVs: the warps' partial sums (c, and ss
  * with NORM) meet in shared memory, warp 0 adds them in a fixed order,
  * multiplies rows ra and rb by sa and sb (quantized rows' scales; 1
@@ -484,16 +503,8 @@ gemv_mma_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     /* PLAIN: the block's 16 rows are r0 .. r0 + 15 (rows g and g + 8 per
      * thread); other epilogues: pair P = 8 * block + g is rows (ra, rb) */
-    int ra, rb, P = blockIdx.x * 8 + g;
-    bool pair_ok = true;
-    if (MODE == TBC_EPI_PLAIN) {
-        ra = blockIdx.x * 16 + g;
-        rb = ra + 8;
-    } else {
-        pair_ok = P < pair_count<MODE>(e, N);
-        if (pair_ok) pair_rows<MODE>(e, N, P, ra, rb);
-        else ra = rb = 0;
-    }
+    int ra, rb, P;
+    const bool pair_ok = mma_rows<MODE>(e, N, g, ra, rb, P);
     const uint16_t *wbase = static_cast<const uint16_t *>(w);
     /* rows past N are read from row N - 1 and never written */
     const uint4 *pa = reinterpret_cast<const uint4 *>(wbase + (size_t)min(ra, N - 1) * K) + t;
@@ -669,16 +680,8 @@ qgemv_mma_kernel(const float *__restrict__ x, tbc_qweight w, const float *__rest
     __shared__ float red[GEMV_MMA_WARPS][32][4];
     __shared__ float red_ss[GEMV_MMA_WARPS][8];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    int ra, rb, P = blockIdx.x * 8 + g;
-    bool pair_ok = true;
-    if (MODE == TBC_EPI_PLAIN) {
-        ra = blockIdx.x * 16 + g;
-        rb = ra + 8;
-    } else {
-        pair_ok = P < pair_count<MODE>(e, N);
-        if (pair_ok) pair_rows<MODE>(e, N, P, ra, rb);
-        else ra = rb = 0;
-    }
+    int ra, rb, P;
+    const bool pair_ok = mma_rows<MODE>(e, N, g, ra, rb, P);
     const int rla = min(ra, N - 1), rlb = min(rb, N - 1); /* rows past N: read, never written */
     const size_t row_bytes = QT == QT_I4 ? (size_t)K / 2 : (size_t)K;
     const char *cb = static_cast<const char *>(w.codes);
