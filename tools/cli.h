@@ -139,7 +139,7 @@ int tb_cli_parse_ids(const char *opt, const char *s, int vocab, int32_t *ids, in
 #define TB_CLI_HELP_DEVICE "where to run; must match what the engine was built for"
 #define TB_CLI_HELP_KV_DTYPE                                                                                    \
     "the KV cache's element type; auto: the engine's activation dtype (f32, f16 or bf16), and f16 for an " \
-    "int8, int4 or fp8 engine on the CPU; int8, fp8: one-byte codes with a scale per token and head (CPU), " \
+    "int8, int4 or fp8 engine; int8, fp8: one-byte codes with a scale per token and head (CPU and GPU), " \
     "about twice the tokens of f16 in the same memory"
 
 #endif

@@ -207,12 +207,13 @@ typedef struct {
 int tbc_qgemv_supports(const tbc_qweight *w, const float *x, int T, int K);
 cudaError_t tbc_qgemv(const float *x, const tbc_qweight *w, const float *bias, float *y, int T, int K, int N,
                       const tbc_gemv_epi *epi, cudaStream_t s);
-/* Steps of K each warp of tbc_qgemv loads at once: 1, 2 (default), 4 or 8
- * (8 without pipe); pipe (default 0): the next steps' loads in flight
- * while the current ones are multiplied (2-6% slower on the H200's 7B
- * step). Process-wide; the backend sets them from TB_CUDA_QGEMV_U and
- * TB_CUDA_QGEMV_PIPE. */
-void tbc_set_qgemv_unroll(int u, int pipe);
+/* Steps of K each warp of tbc_qgemv loads at once: 1 or 2 (default).
+ * Process-wide; the backend sets it from TB_CUDA_QGEMV_U. */
+void tbc_set_qgemv_unroll(int u);
+/* The quantized GEMV's block shape (process-wide; TB_CUDA_QGEMV_V): -1
+ * (default) by weight type and step size, 0..3 one of the shapes listed
+ * at qgemv_launch_u in gemv.cu (for comparisons). */
+void tbc_set_qgemv_variant(int v);
 /* int8 / e4m3 steps of up to max_t (0..2, default 0) tokens on the SIMT row kernel
  * (x in f32), u 16-byte loads per lane in flight (1, 2, 4); the backend
  * sets them from TB_CUDA_QGEMV_SIMT and TB_CUDA_QGEMV_SIMT_U. */

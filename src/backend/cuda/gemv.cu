@@ -410,14 +410,14 @@ __device__ __forceinline__ void mma_step(float *c, const uint4 &wa, const uint4 
     mma16816<WDT>(c, wa.z, wb.z, wa.w, wb.w, x.z, x.w);
 }
 
-/* The rows of thread group g of a tensor-core GEMV block: PLAIN, rows
- * 16 * block + g and + 8; other epilogues, pair P = 8 * block + g is rows
- * (ra, rb). Returns whether the pair exists (rows 0 when not). */
+/* The rows of thread group g in 16-row tile `tile` of a tensor-core GEMV:
+ * PLAIN, rows 16 * tile + g and + 8; other epilogues, pair P = 8 * tile + g
+ * is rows (ra, rb). Returns whether the pair exists (rows 0 when not). */
 template <int MODE>
-__device__ __forceinline__ bool mma_rows(const tbc_gemv_epi &e, int N, int g, int &ra, int &rb, int &P) {
-    P = blockIdx.x * 8 + g;
+__device__ __forceinline__ bool mma_rows(const tbc_gemv_epi &e, int N, int g, int &ra, int &rb, int &P, int tile) {
+    P = tile * 8 + g;
     if (MODE == TBC_EPI_PLAIN) {
-        ra = blockIdx.x * 16 + g;
+        ra = tile * 16 + g;
         rb = ra + 8;
         return true;
     }
@@ -432,16 +432,18 @@ __device__ __forceinline__ bool mma_rows(const tbc_gemv_epi &e, int N, int g, in
 /* The end of the tensor-core GEMVs: the warps' partial sums (c, and ss
  * with NORM) meet in shared memory, warp 0 adds them in a fixed order,
  * multiplies rows ra and rb by sa and sb (quantized rows' scales; 1
- * otherwise) and by 1 / rms(x), adds the bias and runs the epilogue. */
+ * otherwise) and by 1 / rms(x), adds the bias and runs the epilogue.
+ * ss_in: the squares go to red_ss (a second tile of the same block finds
+ * them there already). */
 template <int MODE, bool NORM>
 __device__ __forceinline__ void mma_finish(float (*red)[32][4], float (*red_ss)[8], float *c, float ss, int warp,
                                            int lane, int ra, int rb, int P, bool pair_ok, int T, int K, int N,
                                            const float *__restrict__ bias, float *__restrict__ y,
-                                           const tbc_gemv_epi &e, float sa, float sb) {
+                                           const tbc_gemv_epi &e, float sa, float sb, bool ss_in = true) {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int i = 0; i < 4; i++) red[warp][lane][i] = c[i];
-    if (NORM) {
+    if (NORM && ss_in) {
         ss += __shfl_xor_sync(0xffffffffu, ss, 1);
         ss += __shfl_xor_sync(0xffffffffu, ss, 2);
         if (t == 0) red_ss[warp][g] = ss;
@@ -504,7 +506,7 @@ gemv_mma_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
     /* PLAIN: the block's 16 rows are r0 .. r0 + 15 (rows g and g + 8 per
      * thread); other epilogues: pair P = 8 * block + g is rows (ra, rb) */
     int ra, rb, P;
-    const bool pair_ok = mma_rows<MODE>(e, N, g, ra, rb, P);
+    const bool pair_ok = mma_rows<MODE>(e, N, g, ra, rb, P, blockIdx.x);
     const uint16_t *wbase = static_cast<const uint16_t *>(w);
     /* rows past N are read from row N - 1 and never written */
     const uint4 *pa = reinterpret_cast<const uint4 *>(wbase + (size_t)min(ra, N - 1) * K) + t;
@@ -670,62 +672,85 @@ __device__ __forceinline__ void group_sz(const tbc_qweight &w, int r, int K, int
  * steps, so a row's U steps are U * 64 contiguous bytes. GS (int4 with
  * groups of a multiple of 128, no zeros): a step is one group of every
  * row, so its mmas run on the raw codes and the f32 sums are scaled per
- * step (no f16 product with the scale). */
-template <int QT, int MODE, bool NORM, int U, bool GS, bool PIPE>
-__global__ void __launch_bounds__(GEMV_MMA_WARPS * 32, 2)
+ * step (no f16 product with the scale). MINB: blocks an SM must hold (the
+ * register budget). PRE: the first U steps' weights are loaded before the
+ * kernel waits for the previous one (they do not depend on it), so their
+ * latency overlaps that kernel's end. RT: 16-row tiles a block computes
+ * (each thread holds 2 * RT rows), sharing each step's x. */
+template <int QT, int MODE, bool NORM, int U, bool GS, int MINB, bool PRE, int RT>
+__global__ void __launch_bounds__(GEMV_MMA_WARPS * 32, MINB)
 qgemv_mma_kernel(const float *__restrict__ x, tbc_qweight w, const float *__restrict__ bias, float *__restrict__ y,
                  int T, int K, int N, tbc_gemv_epi e) {
     constexpr int VPL = QT == QT_I4 ? 32 : 16; /* values per 16-byte load */
     constexpr int KSTEP = 4 * VPL;             /* values of K per step (a quad) */
-    __shared__ float red[GEMV_MMA_WARPS][32][4];
+    __shared__ float red[RT][GEMV_MMA_WARPS][32][4];
     __shared__ float red_ss[GEMV_MMA_WARPS][8];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    int ra, rb, P;
-    const bool pair_ok = mma_rows<MODE>(e, N, g, ra, rb, P);
-    const int rla = min(ra, N - 1), rlb = min(rb, N - 1); /* rows past N: read, never written */
+    /* the block's RT tiles of 16 rows (8 pairs): per tile, this thread's rows
+     * ra, rb (read from row N - 1 when past N, never written) */
+    int ra[RT], rb[RT], P[RT], rla[RT], rlb[RT];
+    bool pair_ok[RT];
     const size_t row_bytes = QT == QT_I4 ? (size_t)K / 2 : (size_t)K;
     const char *cb = static_cast<const char *>(w.codes);
-    const uint4 *pa = reinterpret_cast<const uint4 *>(cb + (size_t)rla * row_bytes) + t;
-    const uint4 *pb = reinterpret_cast<const uint4 *>(cb + (size_t)rlb * row_bytes) + t;
-    const int steps = K / KSTEP, per = (steps + GEMV_MMA_WARPS - 1) / GEMV_MMA_WARPS;
-    const int s0 = warp * per, s1 = min(steps, s0 + per);
-    if (s0 < s1) {
-        tbc_prefetch_l2(pa + (size_t)s0 * 4);
-        tbc_prefetch_l2(pb + (size_t)s0 * 4);
+    const uint4 *pa[RT], *pb[RT];
+#pragma unroll
+    for (int r = 0; r < RT; r++) {
+        pair_ok[r] = mma_rows<MODE>(e, N, g, ra[r], rb[r], P[r], blockIdx.x * RT + r);
+        rla[r] = min(ra[r], N - 1);
+        rlb[r] = min(rb[r], N - 1);
+        pa[r] = reinterpret_cast<const uint4 *>(cb + (size_t)rla[r] * row_bytes) + t;
+        pb[r] = reinterpret_cast<const uint4 *>(cb + (size_t)rlb[r] * row_bytes) + t;
     }
-    tbc_pdl_wait();
+    /* the warp's steps st(j), j = 0 .. nj - 1: a contiguous range (a warp
+     * that took turns with the others over the steps measured no faster) */
+    const int steps = K / KSTEP, per = (steps + GEMV_MMA_WARPS - 1) / GEMV_MMA_WARPS;
+    const int s0 = warp * per, nj = max(0, min(steps, s0 + per) - s0);
+    auto st_of = [&](int j) { return s0 + j; };
+    if (!PRE && nj > 0) {
+#pragma unroll
+        for (int r = 0; r < RT; r++) {
+            tbc_prefetch_l2(pa[r] + (size_t)st_of(0) * 4);
+            tbc_prefetch_l2(pb[r] + (size_t)st_of(0) * 4);
+        }
+    }
+    if (!PRE) tbc_pdl_wait();
     const bool has_x = g < T;
     const float *px = x + (size_t)(has_x ? g : 0) * K + t * VPL;
     const float *gw = NORM && e.norm_w ? e.norm_w + t * VPL : nullptr;
     const int ng = QT == QT_I4 ? K / w.group : 1;
-    const float *sca = w.scales + (size_t)rla * ng, *scb = w.scales + (size_t)rlb * ng;
-    const float *zra = w.zeros ? w.zeros + (size_t)rla * ng : nullptr, *zrb = w.zeros ? w.zeros + (size_t)rlb * ng : nullptr;
-    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float c[RT][4];
+#pragma unroll
+    for (int r = 0; r < RT; r++) c[r][0] = c[r][1] = c[r][2] = c[r][3] = 0.0f;
     float ss = 0.0f;
     const __half2 one2 = __float2half2_rn(1.0f), zero2 = __float2half2_rn(0.0f);
     /* the loads of U steps (weights, int4 scales and zeros) from step sb */
-    auto load = [&](int sb, uint4 *ua, uint4 *ub, float *fsa, float *fsb, float *fza, float *fzb) {
+    uint4 ua[U][RT], ub[U][RT];
+    float fsa[U][RT], fsb[U][RT], fza[U][RT], fzb[U][RT];
+    auto load = [&](int sb) {
 #pragma unroll
         for (int i = 0; i < U; i++) {
-            const int st = sb + i < s1 ? sb + i : sb;
+            const int st = st_of(sb + i < nj ? sb + i : sb);
             const size_t o = (size_t)st * 4;
-            ua[i] = __ldg(pa + o);
-            ub[i] = __ldg(pb + o);
-            if (QT == QT_I4) {
-                const int gi = (st * KSTEP + t * VPL) / w.group;
-                fsa[i] = __ldg(sca + gi);
-                fsb[i] = __ldg(scb + gi);
-                fza[i] = zra ? __ldg(zra + gi) : 0.0f;
-                fzb[i] = zrb ? __ldg(zrb + gi) : 0.0f;
+#pragma unroll
+            for (int r = 0; r < RT; r++) {
+                ua[i][r] = __ldg(pa[r] + o);
+                ub[i][r] = __ldg(pb[r] + o);
+                if (QT == QT_I4) {
+                    const size_t gi = (size_t)(st * KSTEP + t * VPL) / w.group;
+                    fsa[i][r] = __ldg(w.scales + (size_t)rla[r] * ng + gi);
+                    fsb[i][r] = __ldg(w.scales + (size_t)rlb[r] * ng + gi);
+                    fza[i][r] = w.zeros ? __ldg(w.zeros + (size_t)rla[r] * ng + gi) : 0.0f;
+                    fzb[i][r] = w.zeros ? __ldg(w.zeros + (size_t)rlb[r] * ng + gi) : 0.0f;
+                }
             }
         }
     };
-    auto compute = [&](int sb, const uint4 *ua, const uint4 *ub, const float *fsa, const float *fsb, const float *fza,
-                       const float *fzb) {
+    auto compute = [&](int sb) {
 #pragma unroll
         for (int i = 0; i < U; i++) {
-            if (sb + i >= s1) break;
-            const int st = sb + i;
+            if (sb + i >= nj) break;
+            const int st = st_of(sb + i);
+            /* x once per step, shared by the RT tiles */
             uint32_t xb[VPL / 2];
             if (has_x) {
                 load_xq<QT, NORM>(px + (size_t)st * KSTEP, gw ? gw + (size_t)st * KSTEP : nullptr, xb, ss);
@@ -733,43 +758,41 @@ qgemv_mma_kernel(const float *__restrict__ x, tbc_qweight w, const float *__rest
 #pragma unroll
                 for (int q = 0; q < VPL / 2; q++) xb[q] = 0u;
             }
-            if (GS) {
-                float ct[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                qmma_step<QT, true>(ct, ua[i], ub[i], xb, one2, zero2, one2, zero2);
-                c[0] = fmaf(ct[0], fsa[i], c[0]);
-                c[1] = fmaf(ct[1], fsa[i], c[1]);
-                c[2] = fmaf(ct[2], fsb[i], c[2]);
-                c[3] = fmaf(ct[3], fsb[i], c[3]);
-            } else if (QT == QT_I4) {
-                qmma_step<QT>(c, ua[i], ub[i], xb, __float2half2_rn(fsa[i]), __float2half2_rn(fza[i]),
-                              __float2half2_rn(fsb[i]), __float2half2_rn(fzb[i]));
-            } else {
-                qmma_step<QT, true>(c, ua[i], ub[i], xb, one2, zero2, one2, zero2);
+#pragma unroll
+            for (int r = 0; r < RT; r++) {
+                if (GS) {
+                    float ct[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    qmma_step<QT, true>(ct, ua[i][r], ub[i][r], xb, one2, zero2, one2, zero2);
+                    c[r][0] = fmaf(ct[0], fsa[i][r], c[r][0]);
+                    c[r][1] = fmaf(ct[1], fsa[i][r], c[r][1]);
+                    c[r][2] = fmaf(ct[2], fsb[i][r], c[r][2]);
+                    c[r][3] = fmaf(ct[3], fsb[i][r], c[r][3]);
+                } else if (QT == QT_I4) {
+                    qmma_step<QT>(c[r], ua[i][r], ub[i][r], xb, __float2half2_rn(fsa[i][r]),
+                                  __float2half2_rn(fza[i][r]), __float2half2_rn(fsb[i][r]),
+                                  __float2half2_rn(fzb[i][r]));
+                } else {
+                    qmma_step<QT, true>(c[r], ua[i][r], ub[i][r], xb, one2, zero2, one2, zero2);
+                }
             }
         }
     };
-    /* two register sets: the loads of the next U steps are in flight while
-     * the current ones are multiplied (PIPE) */
-    uint4 ua0[U], ub0[U], ua1[U], ub1[U];
-    float fsa0[U], fsb0[U], fza0[U], fzb0[U], fsa1[U], fsb1[U], fza1[U], fzb1[U];
-    if (!PIPE) {
-        for (int sb = s0; sb < s1; sb += U) {
-            load(sb, ua0, ub0, fsa0, fsb0, fza0, fzb0);
-            compute(sb, ua0, ub0, fsa0, fsb0, fza0, fzb0);
-        }
-    } else if (s0 < s1) {
-        load(s0, ua0, ub0, fsa0, fsb0, fza0, fzb0);
-        for (int sb = s0; sb < s1; sb += 2 * U) {
-            if (sb + U < s1) load(sb + U, ua1, ub1, fsa1, fsb1, fza1, fzb1);
-            compute(sb, ua0, ub0, fsa0, fsb0, fza0, fzb0);
-            if (sb + U >= s1) break;
-            if (sb + 2 * U < s1) load(sb + 2 * U, ua0, ub0, fsa0, fsb0, fza0, fzb0);
-            compute(sb + U, ua1, ub1, fsa1, fsb1, fza1, fzb1);
-        }
+    if (PRE) {
+        if (nj > 0) load(0);
+        tbc_pdl_wait();
+    }
+    for (int sb = 0; sb < nj; sb += U) {
+        if (!PRE || sb > 0) load(sb);
+        compute(sb);
     }
     tbc_pdl_trigger();
-    const float fa = QT == QT_I4 ? 1.0f : __ldg(w.scales + rla), fb = QT == QT_I4 ? 1.0f : __ldg(w.scales + rlb);
-    mma_finish<MODE, NORM>(red, red_ss, c, ss, warp, lane, ra, rb, P, pair_ok, T, K, N, bias, y, e, fa, fb);
+#pragma unroll
+    for (int r = 0; r < RT; r++) {
+        const float fa = QT == QT_I4 ? 1.0f : __ldg(w.scales + rla[r]);
+        const float fb = QT == QT_I4 ? 1.0f : __ldg(w.scales + rlb[r]);
+        mma_finish<MODE, NORM>(red[r], red_ss, c[r], ss, warp, lane, ra[r], rb[r], P[r], pair_ok[r], T, K, N, bias,
+                               y, e, fa, fb, r == 0);
+    }
 }
 
 /* ---------------------------------------------------------------- quantized, SIMT rows
@@ -1103,30 +1126,43 @@ extern "C" int tbc_qgemv_supports(const tbc_qweight *w, const float *x, int T, i
     return w->group == K && !w->zeros;
 }
 
-/* Steps in flight per warp (TB_CUDA_QGEMV_U: 1, 2, 4 or 8; default 4),
- * set by the backend at create. */
-static int qgemv_unroll = 2, qgemv_pipe = 0;
-extern "C" void tbc_set_qgemv_unroll(int u, int pipe) {
-    qgemv_unroll = u == 1 || u == 4 || u == 8 ? u : 2;
-    qgemv_pipe = pipe != 0;
+/* Steps in flight per warp (TB_CUDA_QGEMV_U: 1 or 2; default 2) and the
+ * kernel variant (TB_CUDA_QGEMV_V; -1: by type and step), set by the
+ * backend at create. */
+static int qgemv_unroll = 2, qgemv_variant = -1;
+extern "C" void tbc_set_qgemv_unroll(int u) { qgemv_unroll = u == 1 ? 1 : 2; }
+extern "C" void tbc_set_qgemv_variant(int v) { qgemv_variant = v >= 0 && v <= 3 ? v : -1; }
+
+template <int QT, int MODE, bool NORM, bool GS, int MINB, bool PRE, int RT>
+static cudaError_t qgemv_launch_v(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K,
+                                  int N, const tbc_gemv_epi &e, int tiles, cudaStream_t s) {
+    dim3 grid((tiles + RT - 1) / RT), block(GEMV_MMA_WARPS * 32);
+    if (qgemv_unroll == 1)
+        return tbc_launch(qgemv_mma_kernel<QT, MODE, NORM, 1, GS, MINB, PRE, RT>, grid, block, 0, s, x, w, bias, y, T, K, N, e);
+    return tbc_launch(qgemv_mma_kernel<QT, MODE, NORM, 2, GS, MINB, PRE, RT>, grid, block, 0, s, x, w, bias, y, T, K, N, e);
 }
 
+/* The block shapes, chosen on the H200's 7B decode step (docs/GPU.md):
+ *   int4, one token      one 16-row tile a block, 2 blocks an SM (variant 0)
+ *   int8 / e4m3, one     one tile, 4 blocks an SM (64 registers), the first
+ *                        steps' weights loaded before the wait (variant 1)
+ *   int4, 2..8 tokens    two tiles a block sharing each step's x, 2 blocks
+ *                        an SM, first loads before the wait (variant 2)
+ *   int8 / e4m3, 2..8    as int4's with 3 blocks an SM (variant 3)
+ * The register budget decides: int4's widening needs more registers, and
+ * at 3 or 4 blocks an SM it spills. `tiles` counts 16-row tiles. */
 template <int QT, int MODE, bool NORM, bool GS>
 static cudaError_t qgemv_launch_u(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K,
-                                  int N, const tbc_gemv_epi &e, int blocks, cudaStream_t s) {
-    dim3 grid(blocks), block(GEMV_MMA_WARPS * 32);
-    if (qgemv_pipe) {
-        switch (qgemv_unroll) {
-        case 1: return tbc_launch(qgemv_mma_kernel<QT, MODE, NORM, 1, GS, true>, grid, block, 0, s, x, w, bias, y, T, K, N, e);
-        case 4: return tbc_launch(qgemv_mma_kernel<QT, MODE, NORM, 4, GS, true>, grid, block, 0, s, x, w, bias, y, T, K, N, e);
-        default: return tbc_launch(qgemv_mma_kernel<QT, MODE, NORM, 2, GS, true>, grid, block, 0, s, x, w, bias, y, T, K, N, e);
-        }
-    }
-    switch (qgemv_unroll) {
-    case 1: return tbc_launch(qgemv_mma_kernel<QT, MODE, NORM, 1, GS, false>, grid, block, 0, s, x, w, bias, y, T, K, N, e);
-    case 4: return tbc_launch(qgemv_mma_kernel<QT, MODE, NORM, 4, GS, false>, grid, block, 0, s, x, w, bias, y, T, K, N, e);
-    case 8: return tbc_launch(qgemv_mma_kernel<QT, MODE, NORM, 8, GS, false>, grid, block, 0, s, x, w, bias, y, T, K, N, e);
-    default: return tbc_launch(qgemv_mma_kernel<QT, MODE, NORM, 2, GS, false>, grid, block, 0, s, x, w, bias, y, T, K, N, e);
+                                  int N, const tbc_gemv_epi &e, int tiles, cudaStream_t s) {
+    const int v = qgemv_variant >= 0 ? qgemv_variant : QT == QT_I4 ? (T == 1 ? 0 : 2) : (T == 1 ? 1 : 3);
+    /* int4 builds variants 0 and 2 only, int8 / e4m3 1 and 3 (compile time);
+     * a variant asked of the other kind takes its single- or two-tile one */
+    if constexpr (QT == QT_I4) {
+        if (v == 0 || v == 1) return qgemv_launch_v<QT, MODE, NORM, GS, 2, false, 1>(x, w, bias, y, T, K, N, e, tiles, s);
+        return qgemv_launch_v<QT, MODE, NORM, GS, 2, true, 2>(x, w, bias, y, T, K, N, e, tiles, s);
+    } else {
+        if (v == 0 || v == 1) return qgemv_launch_v<QT, MODE, NORM, GS, 4, true, 1>(x, w, bias, y, T, K, N, e, tiles, s);
+        return qgemv_launch_v<QT, MODE, NORM, GS, 3, true, 2>(x, w, bias, y, T, K, N, e, tiles, s);
     }
 }
 

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# serve_batching.sh — what the dynamic batcher buys for one KServe v2 engine:
+# served QPS at saturation with batch-1 serving against the batcher, and the
+# P99 latency at half the batcher's saturation against an unloaded request.
+#
+#   bash bench/serve_batching.sh ENGINE [--device cpu|cuda] [--threads N]
+#        [--max-batch-size 8] [--delay-us 2000] [-c 16] [--duration 8] [--rounds 2]
+#        [--out DIR]
+#
+# Per round, for each of two servers started in turn on a loopback port
+# (`--max-batch-size 1`, then `--max-batch-size B --max-queue-delay-us D`):
+#   unloaded   one client, one request at a time (-c 1), --duration seconds:
+#              E2E p50 is "an unloaded request"
+#   saturated  -c C clients, closed loop, --duration seconds: the QPS
+# then, on the batcher's server, an open loop (Poisson) at half its saturated
+# QPS for --duration seconds: its P99 against the unloaded p50. Binary tensors,
+# random inputs of the engine's metadata shapes (batch dim 1). Prints one table
+# (and writes DIR/batching.md and the turbine bench JSON files); every load
+# point is bounded by time and by count (-n 100000).
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+ROOT="$(cd "$HERE/.." && pwd)"
+TURBINE="${TURBINE:-$ROOT/build/turbine}"
+PY=/usr/bin/python3
+ENGINE="" DEVICE=cpu THREADS="" MAXB=8 DELAY=2000 CONC=16 DUR=8 ROUNDS=2 OUT=""
+die() { echo "serve_batching.sh: $*" >&2; exit 2; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --device) DEVICE=$2; shift ;;
+    --threads) THREADS=$2; shift ;;
+    --max-batch-size) MAXB=$2; shift ;;
+    --delay-us) DELAY=$2; shift ;;
+    -c) CONC=$2; shift ;;
+    --duration) DUR=$2; shift ;;
+    --rounds) ROUNDS=$2; shift ;;
+    --out) OUT=$2; shift ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -*) die "unknown option $1 (see --help)" ;;
+    *) [ -z "$ENGINE" ] || die "one engine only"; ENGINE=$1 ;;
+  esac
+  shift
+done
+[ -n "$ENGINE" ] && [ -f "$ENGINE" ] || die "usage: serve_batching.sh ENGINE [options] (no engine file '$ENGINE')"
+[ -x "$TURBINE" ] || die "no turbine binary at $TURBINE (set TURBINE)"
+OUT=${OUT:-$(mktemp -d /tmp/serve_batching.XXXXXX)}
+mkdir -p "$OUT"
+MODEL=$(basename "$ENGINE" .engine)
+SRV_PID=""
+stop() { [ -n "$SRV_PID" ] && kill "$SRV_PID" 2>/dev/null && wait "$SRV_PID" 2>/dev/null; SRV_PID=""; }
+trap stop EXIT
+port_of() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+start() { # start MAXB [DELAY]
+  local port; port=$(port_of)
+  local args=(serve "$ENGINE" --host 127.0.0.1 --port "$port" --device "$DEVICE" --max-batch-size "$1")
+  [ -n "${2:-}" ] && args+=(--max-queue-delay-us "$2")
+  [ -n "$THREADS" ] && args+=(--threads "$THREADS")
+  "$TURBINE" "${args[@]}" > "$OUT/server_b$1.log" 2>&1 &
+  SRV_PID=$!
+  URL=http://127.0.0.1:$port
+  for _ in $(seq 1 600); do
+    curl -sf "$URL/v2/models/$MODEL/ready" > /dev/null 2>&1 && return 0
+    kill -0 "$SRV_PID" 2>/dev/null || { cat "$OUT/server_b$1.log" >&2; die "the server exited"; }
+    sleep 0.1
+  done
+  die "the server did not become ready in 60 s"
+}
+load() { # load NAME ARGS... -> $OUT/NAME.json
+  local name=$1; shift
+  "$TURBINE" bench "$URL" --endpoint kserve --model "$MODEL" --tensor-format binary -n 100000 --duration "$DUR" \
+      --warmup 8 --no-progress --json "$OUT/$name.json" "$@" > "$OUT/$name.txt" 2>&1 ||
+      { tail -5 "$OUT/$name.txt" >&2; die "turbine bench failed ($name)"; }
+}
+field() { # field FILE EXPR: a figure of the first point of a turbine bench JSON
+  "$PY" -c 'import json, sys; p = json.load(open(sys.argv[1]))["points"][0]; print(eval(sys.argv[2]))' "$1" "$2"
+}
+ROWS=()
+for r in $(seq 1 "$ROUNDS"); do
+  start 1
+  load "r${r}_b1_unloaded" -c 1
+  load "r${r}_b1_saturated" -c "$CONC"
+  stop
+  start "$MAXB" "$DELAY"
+  load "r${r}_bN_unloaded" -c 1
+  load "r${r}_bN_saturated" -c "$CONC"
+  half=$("$PY" -c "print(round($(field "$OUT/r${r}_bN_saturated.json" 'p["request_throughput"]') / 2, 2))")
+  load "r${r}_bN_half" --rate "$half"
+  stop
+  q1=$(field "$OUT/r${r}_b1_saturated.json" 'round(p["request_throughput"], 2)')
+  qn=$(field "$OUT/r${r}_bN_saturated.json" 'round(p["request_throughput"], 2)')
+  u1=$(field "$OUT/r${r}_b1_unloaded.json" 'round(p["e2e"]["p50_ms"], 3)')
+  un=$(field "$OUT/r${r}_bN_unloaded.json" 'round(p["e2e"]["p50_ms"], 3)')
+  hq=$(field "$OUT/r${r}_bN_half.json" 'round(p["request_throughput"], 2)')
+  h99=$(field "$OUT/r${r}_bN_half.json" 'round(p["e2e"]["p99_ms"], 3)')
+  mb=$(field "$OUT/r${r}_bN_saturated.json" 'round(p["server"]["batch_size"]["mean"], 2) if p.get("server") and p["server"].get("batch_size") else "-"')
+  ROWS+=("| $r | $q1 | $qn | $("$PY" -c "print(f'{$qn / $q1:.2f}x')") | $mb | $u1 / $un | $hq | $h99 | $("$PY" -c "print(f'{$h99 / $un:.2f}x')") |")
+done
+{
+  echo "engine $ENGINE, device $DEVICE, batcher $MAXB rows / $DELAY us, -c $CONC, $DUR s a point ($(date -u '+%Y-%m-%d %H:%M UTC'))"
+  echo
+  echo "| round | QPS batch 1 | QPS batcher | batcher / batch 1 | mean batch | unloaded E2E p50 ms (b1 / batcher) | half-load req/s | half-load P99 ms | P99 / unloaded |"
+  echo "|---|---|---|---|---|---|---|---|---|"
+  printf '%s\n' "${ROWS[@]}"
+} | tee "$OUT/batching.md"
