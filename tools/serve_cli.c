@@ -49,6 +49,8 @@ static const tb_cli_opt serve_opts[] = {
     {"--host", NULL, TB_OPT_STR, "ADDR", 0, 0, 0, 0, 0, S(host), "127.0.0.1",
      "the address to listen on: an IPv4 or IPv6 address or a host name (0.0.0.0 or :: for all)"},
     {"--port", NULL, TB_OPT_INT, "N", 1, 65535, 0, 0, 0, S(port), "8000", "the TCP port"},
+    {"--grpc-port", NULL, TB_OPT_INT, "N", 1, 65535, 0, 0, 0, S(grpc_port), "none",
+     "KServe v2: also serve the gRPC API (inference.GRPCInferenceService, as Triton's) on this port of --host"},
     {"--max-num-seqs", NULL, TB_OPT_INT, "N", 1, 4096, 0, 0, 0, S(max_num_seqs), "the engine's max batch",
      "requests decoded together"},
     {"--max-batched-tokens", NULL, TB_OPT_INT, "N", 1, 1 << 20, 0, 0, 0, S(max_batched_tokens),
