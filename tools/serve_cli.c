@@ -108,7 +108,8 @@ const tb_cli_cmd tb_cmd_serve = {
     "Serves an engine over HTTP: an LLM engine over an OpenAI-compatible API (/v1/completions, "
     "/v1/chat/completions, /v1/models), batching the requests continuously; a general engine (built from ONNX) "
     "over KServe v2, the Open Inference Protocol Triton speaks (POST /v2/models/NAME/infer with JSON or binary "
-    "tensors). Both answer /v2, /v2/health/live|ready, /v2/models/NAME[/ready], /health and /metrics.",
+    "tensors). Both answer /v2, /v2/health/live|ready, /v2/models/NAME[/ready], /health and /metrics; with --grpc-port the KServe v2 calls "
+    "are served over gRPC too.",
     {"FILE.engine"}, {offsetof(serve_args, o.engine_path)}, 1, 0,
     serve_opts, sizeof serve_opts / sizeof serve_opts[0],
     "With no engine it serves the bundled Shakespeare demo model as 'shakespeare-demo', built on first use into "
