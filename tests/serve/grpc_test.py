@@ -226,8 +226,14 @@ def test_infer_typed_and_raw():
     o1 = decode_outputs(C.stub.ModelInfer(pb.ModelInferRequest(model_name="ints", inputs=[t]), timeout=30))
     o2 = decode_outputs(C.stub.ModelInfer(raw_request("ints", [("a", a)], dts={"a": "INT64"}), timeout=30))
     check(np.array_equal(o1["s"], a + a) and np.array_equal(o2["s"], a + a), "INT64 a + a")
+    # a gzip-compressed request, and 40 calls in flight on one channel (more than the server's 16 workers)
+    req = raw_request("ints", [("a", a)], dts={"a": "INT64"})
+    o3 = decode_outputs(C.stub.ModelInfer(req, timeout=30, compression=grpc.Compression.Gzip))
+    check(np.array_equal(o3["s"], a + a), "gzip request")
+    futs = [C.stub.ModelInfer.future(req, timeout=60) for _ in range(40)]
+    check(all(np.array_equal(decode_outputs(f.result())["s"], a + a) for f in futs), "40 calls in flight")
     ok("ModelInfer: typed contents and raw_input_contents (batch 1, 3, 8; FP32, INT64; BOOL output) equal to "
-       "numpy and bit-equal to the HTTP endpoint")
+       "numpy and bit-equal to the HTTP endpoint; a gzip request; 40 calls in flight")
 
 
 def test_errors():
