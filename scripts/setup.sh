@@ -6,9 +6,11 @@ cd "$(dirname "$0")/.."
 
 PKGS=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libxxhash-dev
       libopenblas-dev libmicrohttpd-dev python3-numpy libcurl4-openssl-dev
-      protobuf-c-compiler libprotobuf-c-dev python3-onnx)
+      protobuf-c-compiler libprotobuf-c-dev python3-onnx
+      libgrpc-dev) # serve --grpc-port: gRPC's headers at build time, libgrpc29 loaded when used
 if [ "${TURBINE_TEST_DEPS:-0}" = 1 ]; then
   PKGS+=(wrk chromium prometheus clang libclang-rt-dev) # clang: the fuzz harnesses (tests/fuzz)
+  PKGS+=(python3-grpcio python3-grpc-tools) # the gRPC client of tests/test_kserve_grpc.sh
   # the ONNX tests (tests/onnx): models exported with PyTorch, ONNX's node tests
   PKGS+=(python3-onnx libonnx-testdata python3-torch python3-torchvision)
   # Node.js may come from elsewhere with its own npm: only ask Debian when absent.

@@ -49,6 +49,8 @@ static const tb_cli_opt serve_opts[] = {
     {"--host", NULL, TB_OPT_STR, "ADDR", 0, 0, 0, 0, 0, S(host), "127.0.0.1",
      "the address to listen on: an IPv4 or IPv6 address or a host name (0.0.0.0 or :: for all)"},
     {"--port", NULL, TB_OPT_INT, "N", 1, 65535, 0, 0, 0, S(port), "8000", "the TCP port"},
+    {"--grpc-port", NULL, TB_OPT_INT, "N", 1, 65535, 0, 0, 0, S(grpc_port), "none",
+     "KServe v2: also serve the gRPC API (inference.GRPCInferenceService, as Triton's) on this port of --host"},
     {"--max-num-seqs", NULL, TB_OPT_INT, "N", 1, 4096, 0, 0, 0, S(max_num_seqs), "the engine's max batch",
      "requests decoded together"},
     {"--max-batched-tokens", NULL, TB_OPT_INT, "N", 1, 1 << 20, 0, 0, 0, S(max_batched_tokens),
@@ -106,7 +108,8 @@ const tb_cli_cmd tb_cmd_serve = {
     "Serves an engine over HTTP: an LLM engine over an OpenAI-compatible API (/v1/completions, "
     "/v1/chat/completions, /v1/models), batching the requests continuously; a general engine (built from ONNX) "
     "over KServe v2, the Open Inference Protocol Triton speaks (POST /v2/models/NAME/infer with JSON or binary "
-    "tensors). Both answer /v2, /v2/health/live|ready, /v2/models/NAME[/ready], /health and /metrics.",
+    "tensors). Both answer /v2, /v2/health/live|ready, /v2/models/NAME[/ready], /health and /metrics; with --grpc-port the KServe v2 calls "
+    "are served over gRPC too.",
     {"FILE.engine"}, {offsetof(serve_args, o.engine_path)}, 1, 0,
     serve_opts, sizeof serve_opts / sizeof serve_opts[0],
     "With no engine it serves the bundled Shakespeare demo model as 'shakespeare-demo', built on first use into "

@@ -30,6 +30,7 @@
 #include "serve/batcher.h"
 #include "serve/chat.h"
 #include "serve/kserve.h"
+#include "serve/kserve_grpc.h"
 #include "serve/metrics.h"
 #include "serve/model_repo.h"
 #include "serve/scheduler.h"
@@ -105,6 +106,8 @@ typedef struct {
     model *models[MAX_MODELS];
     _Atomic int n_models;  /* grows under load_mu; entries are never removed */
     pthread_mutex_t load_mu; /* loads, unloads, and readers of a model's batcher pointer */
+    tb_ks_grpc *grpc;        /* --grpc-port's service, NULL without it */
+    tb_ks_grpc_host grpc_host;
 } server;
 
 typedef struct {
@@ -1637,6 +1640,60 @@ static void v2_metrics(server *s, char **text) {
     p[t.n < cap ? t.n : cap - 1] = 0;
 }
 
+/* ================================================================ gRPC */
+
+/* The gRPC service's view of the model table (kserve_grpc.h): the same
+ * lookup, readiness rules, batcher and counters as the v2 HTTP routes. */
+static int grpc_server_ready(void *ctx) {
+    server *s = ctx;
+    return atomic_load(&s->ready) && !atomic_load(&s->stopping);
+}
+
+static int grpc_model_find(void *ctx, const char *name, const char *version, int pin, tb_ks_model_view *v,
+                           tb_ks_error *err) {
+    server *s = ctx;
+    err->status = 200;
+    err->msg[0] = 0;
+    if (!atomic_load(&s->ready)) {
+        snprintf(err->msg, sizeof err->msg, "the server is still loading its models");
+        return err->status = 503;
+    }
+    model *m = find_model(s, name, version, err->msg, sizeof err->msg);
+    if (!m) return err->status = 404;
+    *v = (tb_ks_model_view){.name = m->name, .version = m->version, .ready = atomic_load(&m->ready),
+                            .is_llm = m->is_llm, .n_in = m->n_in, .n_out = m->n_out, .in = m->in, .out = m->out,
+                            .timeout_override = m->timeout_override, .handle = m};
+    if (!pin) return 200;
+    if (m->is_llm) {
+        snprintf(err->msg, sizeof err->msg, "model '%s' is a language model: it is served by the OpenAI API", m->name);
+        return err->status = 400;
+    }
+    /* counted in before ready is read, as handle_v2 does */
+    atomic_fetch_add(&m->users, 1);
+    if (!atomic_load(&m->ready) || atomic_load(&s->stopping)) {
+        atomic_fetch_sub(&m->users, 1);
+        snprintf(err->msg, sizeof err->msg, "model '%s' version %s is not ready%s%.300s", m->name, m->version,
+                 m->reason[0] ? ": " : "", m->reason);
+        return err->status = 503;
+    }
+    return 200;
+}
+
+static tb_status grpc_model_infer(void *ctx, const tb_ks_model_view *v, const tb_tensor *in, int n_in,
+                                  int64_t timeout_us, tb_tensor *out, int n_out, void **owned) {
+    (void)ctx;
+    return model_infer(v->handle, in, n_in, timeout_us, out, n_out, owned);
+}
+
+static void grpc_model_done(void *ctx, const tb_ks_model_view *v, int ok, uint64_t ns) {
+    (void)ctx;
+    model *m = v->handle;
+    atomic_fetch_add(ok ? &m->n_success : &m->n_fail, 1);
+    atomic_fetch_add(ok ? &m->ns_success : &m->ns_fail, ns);
+    if (ok) atomic_store(&m->last_ms, (unsigned long long)time(NULL) * 1000ull);
+    atomic_fetch_sub(&m->users, 1);
+}
+
 /* ================================================================ repository */
 
 /* Stops a model version: new requests get 503 from now on; the batcher
@@ -2152,6 +2209,20 @@ int tb_serve_run(const tb_serve_options *opt) {
         free(s);
         return 1;
     }
+    if (s->o.grpc_port > 0) {
+        s->grpc_host = (tb_ks_grpc_host){.ctx = s, .server_ready = grpc_server_ready, .model_find = grpc_model_find,
+                                         .model_infer = grpc_model_infer, .model_done = grpc_model_done};
+        tb_ks_grpc_options go = {.host = s->o.host, .port = s->o.grpc_port, .max_message_bytes = s->o.max_body_bytes,
+                                 .api_key = s->o.api_key, .version = TB_SERVE_VERSION};
+        if (tb_ks_grpc_start(&go, &s->grpc_host, &s->grpc) != TB_OK) {
+            fprintf(stderr, "turbine: error: %s\n", tb_last_error());
+            MHD_stop_daemon(s->d);
+            tb_metrics_free(s->metrics);
+            free(s);
+            return 1;
+        }
+        fprintf(stderr, "turbine: KServe v2 gRPC on %s:%d\n", shown, s->o.grpc_port);
+    }
     if (!strcmp(s->o.host, bound))
         fprintf(stderr, "turbine: listening on http://%s:%d (loading %s)\n", shown, s->o.port, s->o.engine_path);
     else
@@ -2160,6 +2231,7 @@ int tb_serve_run(const tb_serve_options *opt) {
     double t0 = tb_now();
     if ((s->o.model_repository ? load_repository(s) : load_engine(s)) != TB_OK) {
         fprintf(stderr, "turbine: error: %s\n", tb_last_error());
+        tb_ks_grpc_stop(s->grpc, 0);
         MHD_stop_daemon(s->d);
         for (int i = 0; i < s->n_models; i++) model_free(s->models[i]);
         tb_sched_free(s->sched);
@@ -2196,6 +2268,8 @@ int tb_serve_run(const tb_serve_options *opt) {
     /* no new connections; stop listening too, else the kernel queues them unanswered */
     MHD_socket lfd = MHD_quiesce_daemon(s->d);
     if (lfd != MHD_INVALID_SOCKET) shutdown(lfd, SHUT_RDWR);
+    /* gRPC calls in progress finish (their models are still loaded); new ones are refused */
+    tb_ks_grpc_stop(s->grpc, s->o.grace_seconds);
     tb_sched_stop(s->sched, 1, s->o.grace_seconds);
     /* let streams flush their last chunks */
     const union MHD_DaemonInfo *di;

@@ -22,6 +22,7 @@ typedef struct {
     const char *model_name;     /* NULL: the engine file's base name */
     const char *host;           /* default 127.0.0.1 */
     int port;                   /* default 8000 */
+    int grpc_port;              /* > 0: the KServe v2 gRPC service on this port too */
     int max_num_seqs;           /* 0: the engine's max batch */
     int max_batched_tokens;     /* 0: the engine's step profile */
     size_t kv_cache_bytes;      /* 0: room for max_num_seqs full contexts */

@@ -363,6 +363,51 @@ def seeds_fuzz_kserve(out, work):
     put(out, "route", b"\0\0\0/v2/models/m/versions/1/infer")
 
 
+def _pb_varint(v):
+    v &= (1 << 64) - 1
+    out = b""
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out += bytes([b | 0x80])
+        else:
+            return out + bytes([b])
+
+
+def _pb(num, value):
+    """One protobuf field: an int as a varint, bytes/str/list-of-fields as length-delimited."""
+    if isinstance(value, int):
+        return _pb_varint(num << 3) + _pb_varint(value)
+    if isinstance(value, str):
+        value = value.encode()
+    return _pb_varint(num << 3 | 2) + _pb_varint(len(value)) + value
+
+
+def seeds_fuzz_kserve_grpc(out, work):
+    """KServe v2 gRPC ModelInferRequest messages (src/serve/kserve_grpc.proto, encoded by hand): typed
+    contents of each field, raw_input_contents, requested outputs, the timeout parameter."""
+    def tensor(name, dt, shape, contents=b""):
+        t = _pb(1, name) + _pb(2, dt) + _pb(3, b"".join(_pb_varint(d) for d in shape))
+        return t + (_pb(5, contents) if contents else b"")
+
+    fp32 = _pb(6, struct.pack("<6f", 1, 2, 3, 4.5, -1e-3, 0))
+    int64 = _pb(3, _pb_varint(1) + _pb_varint(-2))
+    bools = _pb(1, bytes([1, 0]))
+    timeout = _pb(4, _pb(1, "timeout") + _pb(2, _pb(2, 5000)))
+    typed = (_pb(1, "m") + _pb(3, "id-1") + timeout + _pb(5, tensor("x", "FP32", [2, 3], fp32)) +
+             _pb(5, tensor("ids", "INT64", [2], int64)) + _pb(5, tensor("b", "BOOL", [1, 2], bools)) +
+             _pb(5, tensor("h", "FP16", [1])))
+    put(out, "typed_h_missing_raw", typed)
+    raw = (_pb(1, "m") + _pb(2, "1") + _pb(5, tensor("x", "FP32", [2, 3])) + _pb(5, tensor("ids", "INT64", [2])) +
+           _pb(5, tensor("b", "BOOL", [0, 2])) + _pb(5, tensor("h", "FP16", [1])) +
+           _pb(6, _pb(1, "h")) + _pb(6, _pb(1, "x")) +
+           _pb(7, struct.pack("<6f", 1, 2, 3, 4, 5, 6)) + _pb(7, struct.pack("<2q", 7, -8)) + _pb(7, b"") +
+           _pb(7, b"\x00\x3c"))
+    put(out, "raw", raw)
+    put(out, "empty", b"")
+
+
 SEEDS = {
     "fuzz_safetensors": seeds_fuzz_safetensors,
     "fuzz_llama2c": seeds_fuzz_llama2c,
@@ -377,6 +422,7 @@ SEEDS = {
     "fuzz_onnx": seeds_fuzz_onnx,
     "fuzz_repo_config": seeds_fuzz_repo_config,
     "fuzz_kserve": seeds_fuzz_kserve,
+    "fuzz_kserve_grpc": seeds_fuzz_kserve_grpc,
 }
 
 

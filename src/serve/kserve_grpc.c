@@ -1,0 +1,839 @@
+/* kserve_grpc.c — the KServe v2 gRPC service (see kserve_grpc.h): the
+ * ModelInfer messages (protobuf-c code generated from kserve_grpc.proto)
+ * checked into the same tb_ks_request the HTTP side builds, then the gRPC C
+ * core loaded with dlopen, a pool of workers that each take one call at a
+ * time from their own completion queue, and the six calls. */
+#define _GNU_SOURCE
+#include "serve/kserve_grpc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/core.h"
+
+int tb_ks_grpc_code(int http) {
+    switch (http) {
+    case 200: return 0;  /* OK */
+    case 400: return 3;  /* INVALID_ARGUMENT */
+    case 401: return 16; /* UNAUTHENTICATED */
+    case 404: return 5;  /* NOT_FOUND */
+    case 413:            /* a message over the bound, as gRPC itself answers it */
+    case 429: return 8;  /* RESOURCE_EXHAUSTED */
+    case 501: return 12; /* UNIMPLEMENTED */
+    case 503: return 14; /* UNAVAILABLE */
+    case 504: return 4;  /* DEADLINE_EXCEEDED */
+    default: return 13;  /* INTERNAL */
+    }
+}
+
+#ifndef TB_HAVE_GRPC
+
+#define MISSING "turbine was built without the gRPC service (it needs libgrpc-dev, libprotobuf-c-dev and protoc-c)"
+
+int tb_ks_grpc_compiled(void) { return 0; }
+tb_status tb_ks_grpc_start(const tb_ks_grpc_options *o, const tb_ks_grpc_host *h, tb_ks_grpc **out) {
+    (void)o; (void)h;
+    *out = NULL;
+    return tb_errorf(TB_ERR_UNSUPPORTED, "--grpc-port: %s", MISSING);
+}
+void tb_ks_grpc_stop(tb_ks_grpc *g, double grace_s) { (void)g; (void)grace_s; }
+static int missing(tb_ks_error *e) {
+    e->status = 500;
+    snprintf(e->msg, sizeof e->msg, "%s", MISSING);
+    return 500;
+}
+int tb_ks_grpc_decode_infer(const void *msg, size_t n, tb_ks_grpc_request **out, tb_ks_error *err) {
+    (void)msg; (void)n;
+    *out = NULL;
+    return missing(err);
+}
+const char *tb_ks_grpc_request_model(const tb_ks_grpc_request *q) { (void)q; return ""; }
+const char *tb_ks_grpc_request_version(const tb_ks_grpc_request *q) { (void)q; return ""; }
+void tb_ks_grpc_request_free(tb_ks_grpc_request *q) { (void)q; }
+int tb_ks_grpc_request_check(const tb_ks_grpc_request *q, const tb_io_info *in, int n_in, const tb_io_info *out,
+                             int n_out, size_t max_elems, tb_ks_request *r, tb_ks_error *err) {
+    (void)q; (void)in; (void)n_in; (void)out; (void)n_out; (void)max_elems;
+    memset(r, 0, sizeof *r);
+    return missing(err);
+}
+int tb_ks_grpc_encode_infer(const char *model, const char *version, const tb_ks_request *r, const tb_io_info *out,
+                            const tb_tensor *outputs, int n_out, void **msg, size_t *n, tb_ks_error *err) {
+    (void)model; (void)version; (void)r; (void)out; (void)outputs; (void)n_out;
+    *msg = NULL;
+    *n = 0;
+    return missing(err);
+}
+
+#else /* TB_HAVE_GRPC */
+
+#include <dlfcn.h>
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/time.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <time.h>
+
+#include "kserve_grpc.pb-c.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "raw tensor contents are little-endian; this host is not"
+#endif
+
+#define ALIGN 64
+
+int tb_ks_grpc_compiled(void) { return 1; }
+
+static int fail(tb_ks_error *e, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(tb_ks_error *e, int status, const char *fmt, ...) {
+    e->status = status;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+/* ================================================================ ModelInfer messages */
+
+struct tb_ks_grpc_request {
+    Inference__ModelInferRequest *m;
+};
+
+int tb_ks_grpc_decode_infer(const void *msg, size_t n, tb_ks_grpc_request **out, tb_ks_error *e) {
+    *out = NULL;
+    e->status = 200;
+    e->msg[0] = 0;
+    tb_ks_grpc_request *q = calloc(1, sizeof *q);
+    if (!q) return fail(e, 500, "out of memory");
+    q->m = inference__model_infer_request__unpack(NULL, n, msg);
+    if (!q->m) {
+        free(q);
+        return fail(e, 400, "the message is not a ModelInferRequest (%zu bytes that do not decode)", n);
+    }
+    *out = q;
+    return 200;
+}
+
+const char *tb_ks_grpc_request_model(const tb_ks_grpc_request *q) { return q->m->model_name; }
+const char *tb_ks_grpc_request_version(const tb_ks_grpc_request *q) { return q->m->model_version; }
+
+void tb_ks_grpc_request_free(tb_ks_grpc_request *q) {
+    if (!q) return;
+    inference__model_infer_request__free_unpacked(q->m, NULL);
+    free(q);
+}
+
+static int find_io(const tb_io_info *io, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(io[i].name, name)) return i;
+    return -1;
+}
+
+/* The profile's range of an input as [1..8,4] for messages. */
+static void range_str(char *buf, size_t cap, const tb_io_info *io) {
+    size_t k = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < io->rank && k < cap; i++) {
+        if (io->min[i] == io->max[i])
+            k += (size_t)snprintf(buf + k, cap - k, "%s%lld", i ? "," : "", (long long)io->min[i]);
+        else
+            k += (size_t)snprintf(buf + k, cap - k, "%s%lld..%lld", i ? "," : "", (long long)io->min[i],
+                                  (long long)io->max[i]);
+    }
+    if (k < cap) snprintf(buf + k, cap - k, "]");
+}
+
+/* Values of each typed field of contents, and which field a datatype uses
+ * (-1: none, FP16 and BF16 travel raw). */
+enum { F_BOOL, F_INT, F_INT64, F_UINT, F_UINT64, F_FP32, F_FP64, F_BYTES, N_FIELDS };
+static const char *const k_field_names[N_FIELDS] = {"bool_contents",   "int_contents",  "int64_contents",
+                                                    "uint_contents",   "uint64_contents", "fp32_contents",
+                                                    "fp64_contents",   "bytes_contents"};
+
+static int field_of(tb_dtype t) {
+    switch (t) {
+    case TB_BOOL: return F_BOOL;
+    case TB_I8:
+    case TB_I32: return F_INT;
+    case TB_I64: return F_INT64;
+    case TB_U8: return F_UINT;
+    case TB_F32: return F_FP32;
+    case TB_F64: return F_FP64;
+    default: return -1;
+    }
+}
+
+static void field_counts(const Inference__InferTensorContents *c, size_t n[N_FIELDS]) {
+    memset(n, 0, N_FIELDS * sizeof n[0]);
+    if (!c) return;
+    n[F_BOOL] = c->n_bool_contents;
+    n[F_INT] = c->n_int_contents;
+    n[F_INT64] = c->n_int64_contents;
+    n[F_UINT] = c->n_uint_contents;
+    n[F_UINT64] = c->n_uint64_contents;
+    n[F_FP32] = c->n_fp32_contents;
+    n[F_FP64] = c->n_fp64_contents;
+    n[F_BYTES] = c->n_bytes_contents;
+}
+
+/* Typed contents of input `name` (el values, checked by the caller) into dst. */
+static int copy_contents(const char *name, tb_dtype t, const Inference__InferTensorContents *c, int64_t el,
+                         void *dst, tb_ks_error *e) {
+    for (int64_t i = 0; i < el; i++) {
+        switch (t) {
+        case TB_BOOL: ((uint8_t *)dst)[i] = c->bool_contents[i] ? 1 : 0; break;
+        case TB_U8:
+            if (c->uint_contents[i] > 255) return fail(e, 400, "input '%s': %u is out of range for UINT8", name,
+                                                       c->uint_contents[i]);
+            ((uint8_t *)dst)[i] = (uint8_t)c->uint_contents[i];
+            break;
+        case TB_I8:
+            if (c->int_contents[i] < -128 || c->int_contents[i] > 127)
+                return fail(e, 400, "input '%s': %d is out of range for INT8", name, c->int_contents[i]);
+            ((int8_t *)dst)[i] = (int8_t)c->int_contents[i];
+            break;
+        case TB_I32: ((int32_t *)dst)[i] = c->int_contents[i]; break;
+        case TB_I64: ((int64_t *)dst)[i] = c->int64_contents[i]; break;
+        case TB_F32: ((float *)dst)[i] = c->fp32_contents[i]; break;
+        case TB_F64: ((double *)dst)[i] = c->fp64_contents[i]; break;
+        default: return fail(e, 400, "input '%s': its datatype has no typed contents", name);
+        }
+    }
+    return 200;
+}
+
+int tb_ks_grpc_request_check(const tb_ks_grpc_request *q, const tb_io_info *in, int n_in, const tb_io_info *out,
+                             int n_out, size_t max_elems, tb_ks_request *r, tb_ks_error *e) {
+    memset(r, 0, sizeof *r);
+    e->status = 200;
+    e->msg[0] = 0;
+    if (n_in > TB_KS_MAX_IO || n_out > TB_KS_MAX_IO) return fail(e, 500, "the model has too many inputs or outputs");
+    const Inference__ModelInferRequest *m = q->m;
+    if (strlen(m->id) >= sizeof r->id) return fail(e, 400, "'id' is longer than %d bytes", TB_KS_MAX_ID - 1);
+    snprintf(r->id, sizeof r->id, "%s", m->id);
+    for (size_t i = 0; i < m->n_parameters; i++) {
+        const Inference__ModelInferRequest__ParametersEntry *p = m->parameters[i];
+        if (strcmp(p->key, "timeout") != 0) continue; /* others (priority, ...) are not acted on */
+        const Inference__InferParameter *v = p->value;
+        if (v && v->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM &&
+            v->int64_param >= 0)
+            r->timeout_us = v->int64_param;
+        else if (v && v->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM &&
+                 v->uint64_param <= (uint64_t)INT64_MAX)
+            r->timeout_us = (long long)v->uint64_param;
+        else
+            return fail(e, 400, "parameters[\"timeout\"] must be a non-negative int64_param (microseconds)");
+    }
+    int raw = m->n_raw_input_contents > 0;
+    if (raw && m->n_raw_input_contents != m->n_inputs)
+        return fail(e, 400, "raw_input_contents has %zu entries; the request has %zu inputs (one each, in order)",
+                    m->n_raw_input_contents, m->n_inputs);
+    int seen[TB_KS_MAX_IO] = {0};
+    int src[TB_KS_MAX_IO];    /* request index of each model input */
+    size_t bytes[TB_KS_MAX_IO];
+    int64_t elems[TB_KS_MAX_IO];
+    /* more inputs than the model's: one is unknown or given twice, and the
+     * loop stops there, naming it */
+    for (size_t j = 0; j < m->n_inputs; j++) {
+        const Inference__ModelInferRequest__InferInputTensor *it = m->inputs[j];
+        const char *nm = it->name;
+        int k = find_io(in, n_in, nm);
+        if (k < 0) return fail(e, 400, "unknown input '%s'", nm);
+        if (seen[k]) return fail(e, 400, "input '%s' is given twice", nm);
+        seen[k] = 1;
+        src[k] = (int)j;
+        const tb_io_info *io = &in[k];
+        tb_dtype t;
+        if (!tb_ks_dtype_parse(it->datatype, &t))
+            return fail(e, 400, "input '%s': unsupported datatype '%s'", nm, it->datatype);
+        if (t != io->dtype)
+            return fail(e, 400, "input '%s' has datatype %s; the model takes %s", nm, it->datatype,
+                        tb_ks_dtype_name(io->dtype) ? tb_ks_dtype_name(io->dtype) : tb_dtype_name(io->dtype));
+        char want[256];
+        range_str(want, sizeof want, io);
+        if (it->n_shape != (size_t)io->rank)
+            return fail(e, 400, "input '%s' has rank %zu; the model takes shape %s", nm, it->n_shape, want);
+        tb_tensor *x = &r->inputs[k];
+        x->dtype = t;
+        x->rank = io->rank;
+        int64_t el = 1;
+        for (int d = 0; d < io->rank; d++) {
+            int64_t v = it->shape[d];
+            if (v < io->min[d] || v > io->max[d])
+                return fail(e, 400, "input '%s': dim %d is %lld; the model takes shape %s", nm, d, (long long)v, want);
+            x->dims[d] = v;
+            if (v > 0 && el > INT64_MAX / v) return fail(e, 400, "input '%s' has too many elements", nm);
+            el *= v;
+        }
+        size_t es = tb_ks_dtype_size(t);
+        if ((uint64_t)el > SIZE_MAX / 2 / es || (max_elems && (uint64_t)el > max_elems))
+            return fail(e, 400, "input '%s' has too many elements", nm);
+        elems[k] = el;
+        bytes[k] = (size_t)el * es;
+        size_t cnt[N_FIELDS], total = 0;
+        field_counts(it->contents, cnt);
+        for (int f = 0; f < N_FIELDS; f++) total += cnt[f];
+        if (raw) {
+            if (total) return fail(e, 400, "input '%s' has contents, but the request sends raw_input_contents", nm);
+            if (m->raw_input_contents[j].len != bytes[k])
+                return fail(e, 400, "input '%s': raw_input_contents[%zu] has %zu bytes; its shape and %s need %zu", nm,
+                            j, m->raw_input_contents[j].len, it->datatype, bytes[k]);
+            continue;
+        }
+        int f = field_of(t);
+        if (f < 0 && el > 0)
+            return fail(e, 400, "input '%s': %s data has no typed contents; send it in raw_input_contents", nm,
+                        it->datatype);
+        if (f >= 0 && total != cnt[f])
+            return fail(e, 400, "input '%s': %s data goes in contents.%s", nm, it->datatype, k_field_names[f]);
+        if (total != (size_t)el)
+            return fail(e, 400, "input '%s' has %zu values; its shape needs %lld", nm, total, (long long)el);
+    }
+    for (int k = 0; k < n_in; k++)
+        if (!seen[k]) return fail(e, 400, "input '%s' is missing", in[k].name);
+    if (m->n_outputs > TB_KS_MAX_IO || (int)m->n_outputs > n_out)
+        return fail(e, 400, "'outputs' lists %zu tensors; the model has %d outputs", m->n_outputs, n_out);
+    for (size_t j = 0; j < m->n_outputs; j++) {
+        const char *nm = m->outputs[j]->name;
+        int k = find_io(out, n_out, nm);
+        if (k < 0) return fail(e, 400, "unknown output '%s'", nm);
+        for (int i = 0; i < r->n_outputs; i++)
+            if (r->outputs[i] == k) return fail(e, 400, "output '%s' is requested twice", nm);
+        r->outputs[r->n_outputs] = k;
+        r->binary[r->n_outputs++] = 1;
+    }
+    /* one buffer for all inputs, each at a 64-byte boundary */
+    size_t off[TB_KS_MAX_IO], total = 0;
+    for (int k = 0; k < n_in; k++) {
+        off[k] = total;
+        if (bytes[k] > SIZE_MAX / 4 - total) return fail(e, 400, "the inputs are too large");
+        total += (bytes[k] + ALIGN - 1) / ALIGN * ALIGN;
+    }
+    r->in_bytes = total;
+    r->buf = aligned_alloc(ALIGN, total ? total : ALIGN);
+    if (!r->buf) return fail(e, 500, "out of memory for %zu bytes of inputs", total);
+    r->n_inputs = n_in;
+    for (int k = 0; k < n_in; k++) {
+        tb_tensor *x = &r->inputs[k];
+        x->data = (char *)r->buf + off[k];
+        const Inference__ModelInferRequest__InferInputTensor *it = m->inputs[src[k]];
+        int st = 200;
+        if (raw) {
+            if (bytes[k]) memcpy(x->data, m->raw_input_contents[src[k]].data, bytes[k]);
+            if (x->dtype == TB_BOOL)
+                for (size_t i = 0; i < bytes[k] && st == 200; i++)
+                    if (((uint8_t *)x->data)[i] > 1) st = fail(e, 400, "input '%s': BOOL bytes must be 0 or 1", it->name);
+        } else if (elems[k] > 0) {
+            st = copy_contents(it->name, x->dtype, it->contents, elems[k], x->data, e);
+        }
+        if (st != 200) {
+            tb_ks_request_free(r);
+            return st;
+        }
+    }
+    return 200;
+}
+
+static int pack(const ProtobufCMessage *msg, void **out, size_t *n, tb_ks_error *e) {
+    size_t sz = protobuf_c_message_get_packed_size(msg);
+    void *p = malloc(sz ? sz : 1);
+    if (!p) return fail(e, 500, "out of memory for a %zu-byte response", sz);
+    *n = protobuf_c_message_pack(msg, p);
+    *out = p;
+    return 200;
+}
+
+int tb_ks_grpc_encode_infer(const char *model, const char *version, const tb_ks_request *r, const tb_io_info *out,
+                            const tb_tensor *outputs, int n_out, void **msg, size_t *n, tb_ks_error *e) {
+    *msg = NULL;
+    *n = 0;
+    e->status = 200;
+    e->msg[0] = 0;
+    if (n_out > TB_KS_MAX_IO) return fail(e, 500, "the model has too many outputs");
+    int sel[TB_KS_MAX_IO], ns = 0;
+    if (r->n_outputs == 0)
+        for (int k = 0; k < n_out; k++) sel[ns++] = k;
+    else
+        for (int i = 0; i < r->n_outputs; i++) sel[ns++] = r->outputs[i];
+    Inference__ModelInferResponse__InferOutputTensor ot[TB_KS_MAX_IO], *otp[TB_KS_MAX_IO];
+    ProtobufCBinaryData raw[TB_KS_MAX_IO];
+    for (int i = 0; i < ns; i++) {
+        const tb_tensor *t = &outputs[sel[i]];
+        const char *dt = tb_ks_dtype_name(t->dtype);
+        int64_t el = 1;
+        for (int d = 0; d < t->rank; d++) el *= t->dims[d];
+        if (!dt) return fail(e, 500, "output '%s' cannot be sent (datatype %s)", out[sel[i]].name, tb_dtype_name(t->dtype));
+        inference__model_infer_response__infer_output_tensor__init(&ot[i]);
+        ot[i].name = (char *)out[sel[i]].name;
+        ot[i].datatype = (char *)dt;
+        ot[i].n_shape = (size_t)t->rank;
+        ot[i].shape = (int64_t *)t->dims;
+        otp[i] = &ot[i];
+        raw[i].len = (size_t)el * tb_ks_dtype_size(t->dtype);
+        raw[i].data = t->data;
+    }
+    Inference__ModelInferResponse resp;
+    inference__model_infer_response__init(&resp);
+    resp.model_name = (char *)model;
+    resp.model_version = (char *)version;
+    resp.id = (char *)r->id;
+    resp.n_outputs = (size_t)ns;
+    resp.outputs = otp;
+    resp.n_raw_output_contents = (size_t)ns;
+    resp.raw_output_contents = raw;
+    return pack(&resp.base, msg, n, e);
+}
+
+/* ================================================================ the gRPC library */
+
+/* X(name, return type, parameters): every function of libgrpc (and libgpr
+ * behind it) the service calls */
+#define TB_GRPC_FUNCS(X)                                                                                       \
+    X(grpc_init, void, (void))                                                                                 \
+    X(grpc_shutdown, void, (void))                                                                             \
+    X(grpc_server_create, grpc_server *, (const grpc_channel_args *, void *))                                  \
+    X(grpc_server_register_completion_queue, void, (grpc_server *, grpc_completion_queue *, void *))           \
+    X(grpc_insecure_server_credentials_create, grpc_server_credentials *, (void))                              \
+    X(grpc_server_credentials_release, void, (grpc_server_credentials *))                                      \
+    X(grpc_server_add_http2_port, int, (grpc_server *, const char *, grpc_server_credentials *))               \
+    X(grpc_server_start, void, (grpc_server *))                                                                \
+    X(grpc_server_shutdown_and_notify, void, (grpc_server *, grpc_completion_queue *, void *))                 \
+    X(grpc_server_cancel_all_calls, void, (grpc_server *))                                                     \
+    X(grpc_server_destroy, void, (grpc_server *))                                                              \
+    X(grpc_server_request_call, grpc_call_error,                                                               \
+      (grpc_server *, grpc_call **, grpc_call_details *, grpc_metadata_array *, grpc_completion_queue *,       \
+       grpc_completion_queue *, void *))                                                                       \
+    X(grpc_completion_queue_create_for_next, grpc_completion_queue *, (void *))                                \
+    X(grpc_completion_queue_next, grpc_event, (grpc_completion_queue *, gpr_timespec, void *))                 \
+    X(grpc_completion_queue_shutdown, void, (grpc_completion_queue *))                                         \
+    X(grpc_completion_queue_destroy, void, (grpc_completion_queue *))                                          \
+    X(grpc_call_start_batch, grpc_call_error, (grpc_call *, const grpc_op *, size_t, void *, void *))          \
+    X(grpc_call_unref, void, (grpc_call *))                                                                    \
+    X(grpc_call_details_init, void, (grpc_call_details *))                                                     \
+    X(grpc_call_details_destroy, void, (grpc_call_details *))                                                  \
+    X(grpc_metadata_array_init, void, (grpc_metadata_array *))                                                 \
+    X(grpc_metadata_array_destroy, void, (grpc_metadata_array *))                                              \
+    X(grpc_byte_buffer_reader_init, int, (grpc_byte_buffer_reader *, grpc_byte_buffer *))                      \
+    X(grpc_byte_buffer_reader_readall, grpc_slice, (grpc_byte_buffer_reader *))                                \
+    X(grpc_byte_buffer_reader_destroy, void, (grpc_byte_buffer_reader *))                                      \
+    X(grpc_byte_buffer_destroy, void, (grpc_byte_buffer *))                                                    \
+    X(grpc_raw_byte_buffer_create, grpc_byte_buffer *, (grpc_slice *, size_t))                                 \
+    X(grpc_slice_new, grpc_slice, (void *, size_t, void (*)(void *)))                                          \
+    X(grpc_slice_from_copied_string, grpc_slice, (const char *))                                               \
+    X(grpc_slice_unref, void, (grpc_slice))                                                                    \
+    X(gpr_now, gpr_timespec, (gpr_clock_type))                                                                 \
+    X(gpr_inf_future, gpr_timespec, (gpr_clock_type))                                                          \
+    X(gpr_convert_clock_type, gpr_timespec, (gpr_timespec, gpr_clock_type))
+
+static struct {
+    pthread_once_t once;
+    int ok;
+    char err[512];
+#define X(name, ret, params) ret(*name) params;
+    TB_GRPC_FUNCS(X)
+#undef X
+} G = {.once = PTHREAD_ONCE_INIT};
+
+static void grpc_lib_load(void) {
+    const char *names[] = {"libgrpc.so.29", "libgrpc.so", NULL};
+    char why[400];
+    void *h = tb_dl_open_first(names, why, sizeof why);
+    if (!h) {
+        snprintf(G.err, sizeof G.err, "the gRPC library cannot be loaded (Debian: libgrpc29): %s", why);
+        return;
+    }
+#define X(name, ret, params)                                                                                   \
+    if (!(*(void **)&G.name = dlsym(h, #name))) {                                                              \
+        snprintf(G.err, sizeof G.err, "the gRPC library found lacks %s: it is not the one turbine was built with", \
+                 #name);                                                                                       \
+        return;                                                                                                \
+    }
+    TB_GRPC_FUNCS(X)
+#undef X
+    G.ok = 1;
+}
+
+/* ================================================================ the service */
+
+typedef struct {
+    struct tb_ks_grpc *g;
+    grpc_completion_queue *cq;
+    pthread_t th;
+    int started;
+} worker;
+
+struct tb_ks_grpc {
+    tb_ks_grpc_options o;
+    tb_ks_grpc_host h;
+    char api_key[256];
+    char version[64];
+    grpc_server *server;
+    grpc_completion_queue *shut_cq; /* gets the shutdown notification */
+    worker w[TB_KS_GRPC_WORKERS];
+};
+
+#define METHOD_PREFIX "/inference.GRPCInferenceService/"
+
+static int slice_is(grpc_slice s, const char *lit) {
+    size_t n = strlen(lit);
+    return GRPC_SLICE_LENGTH(s) == n && !memcmp(GRPC_SLICE_START_PTR(s), lit, n);
+}
+
+/* 'authorization: Bearer KEY' among the call's metadata, compared in time
+ * that does not depend on where the key differs (as the HTTP side). */
+static int authorized(const struct tb_ks_grpc *g, const grpc_metadata_array *md) {
+    if (!g->api_key[0]) return 1;
+    for (size_t i = 0; i < md->count; i++) {
+        if (!slice_is(md->metadata[i].key, "authorization")) continue;
+        const char *v = (const char *)GRPC_SLICE_START_PTR(md->metadata[i].value);
+        size_t n = GRPC_SLICE_LENGTH(md->metadata[i].value);
+        if (n < 7 || strncasecmp(v, "Bearer ", 7) != 0) return 0;
+        v += 7;
+        n -= 7;
+        size_t b = strlen(g->api_key);
+        unsigned diff = (unsigned)(n ^ b);
+        for (size_t k = 0; k < n && k < b; k++) diff |= (unsigned)(v[k] ^ g->api_key[k]);
+        return diff == 0;
+    }
+    return 0;
+}
+
+/* Microseconds until the call's deadline; -1 when it has none. */
+static int64_t deadline_us(gpr_timespec d) {
+    if (d.tv_sec >= INT64_MAX / 4) return -1;
+    gpr_timespec m = G.gpr_convert_clock_type(d, GPR_CLOCK_MONOTONIC), now = G.gpr_now(GPR_CLOCK_MONOTONIC);
+    int64_t us = (m.tv_sec - now.tv_sec) * 1000000 + (m.tv_nsec - now.tv_nsec) / 1000;
+    return us > 0 ? us : 1;
+}
+
+static uint64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* The answer to one call: status, and the message when OK. */
+typedef struct {
+    int http;            /* 200: OK */
+    tb_ks_error err;
+    void *msg;           /* malloc'd response message */
+    size_t n;
+} answer;
+
+static void answer_pack(answer *a, const ProtobufCMessage *m) { a->http = pack(m, &a->msg, &a->n, &a->err); }
+
+static void do_model_infer(struct tb_ks_grpc *g, const void *in, size_t n, int64_t deadline, answer *a) {
+    uint64_t t0 = mono_ns();
+    tb_ks_grpc_request *q = NULL;
+    a->http = tb_ks_grpc_decode_infer(in, n, &q, &a->err);
+    if (a->http != 200) return;
+    tb_ks_model_view m;
+    a->http = g->h.model_find(g->h.ctx, q->m->model_name, q->m->model_version, 1, &m, &a->err);
+    if (a->http != 200) {
+        tb_ks_grpc_request_free(q);
+        return;
+    }
+    tb_ks_request rq;
+    a->http = tb_ks_grpc_request_check(q, m.in, m.n_in, m.out, m.n_out, 0, &rq, &a->err);
+    tb_ks_grpc_request_free(q);
+    if (a->http != 200) {
+        g->h.model_done(g->h.ctx, &m, 0, mono_ns() - t0);
+        return;
+    }
+    /* parameters["timeout"] when the model allows it, else the model's
+     * default; the call's own deadline when sooner (past it gRPC has
+     * cancelled the call: the engine need not run) */
+    int64_t timeout_us = m.timeout_override && rq.timeout_us > 0 ? (int64_t)rq.timeout_us : 0;
+    if (deadline > 0 && (timeout_us == 0 || deadline < timeout_us)) timeout_us = deadline;
+    tb_tensor outs[TB_KS_MAX_IO];
+    memset(outs, 0, sizeof outs);
+    void *owned = NULL;
+    tb_status ts = g->h.model_infer(g->h.ctx, &m, rq.inputs, rq.n_inputs, timeout_us, outs, m.n_out, &owned);
+    if (ts != TB_OK) {
+        tb_ks_request_free(&rq);
+        g->h.model_done(g->h.ctx, &m, 0, mono_ns() - t0);
+        /* as the HTTP side decides (server.c, v2_infer) */
+        a->http = ts == TB_ERR_RANGE || ts == TB_ERR_INVALID_ARG ? 400
+                  : ts == TB_ERR_QUEUE_FULL                      ? 429
+                  : ts == TB_ERR_TIMEOUT                         ? 504
+                                                                 : 500;
+        snprintf(a->err.msg, sizeof a->err.msg, "inference failed: %s", tb_last_error());
+        return;
+    }
+    a->http = tb_ks_grpc_encode_infer(m.name, m.version, &rq, m.out, outs, m.n_out, &a->msg, &a->n, &a->err);
+    tb_ks_request_free(&rq);
+    free(owned);
+    g->h.model_done(g->h.ctx, &m, a->http == 200, mono_ns() - t0);
+}
+
+static void tensor_meta(Inference__ModelMetadataResponse__TensorMetadata *t, int64_t *shape, const tb_io_info *io) {
+    inference__model_metadata_response__tensor_metadata__init(t);
+    t->name = (char *)io->name;
+    const char *dt = tb_ks_dtype_name(io->dtype);
+    t->datatype = (char *)(dt ? dt : tb_dtype_name(io->dtype));
+    for (int d = 0; d < io->rank; d++) shape[d] = io->min[d] == io->max[d] && io->min[d] >= 0 ? io->min[d] : -1;
+    t->n_shape = (size_t)io->rank;
+    t->shape = shape;
+}
+
+/* One call's request message `in` (n bytes) to its answer. */
+static void dispatch(struct tb_ks_grpc *g, grpc_slice method, const grpc_metadata_array *md, int64_t deadline,
+                     const void *in, size_t n, answer *a) {
+    size_t pl = strlen(METHOD_PREFIX);
+    const char *mp = (const char *)GRPC_SLICE_START_PTR(method);
+    size_t ml = GRPC_SLICE_LENGTH(method);
+    char name[64] = "";
+    if (ml > pl && ml - pl < sizeof name && !memcmp(mp, METHOD_PREFIX, pl)) {
+        memcpy(name, mp + pl, ml - pl);
+        name[ml - pl] = 0;
+    }
+    if (!strcmp(name, "ServerLive") || !strcmp(name, "ServerReady")) {
+        /* the request is empty; anything it holds is skipped as unknown fields */
+        int live = !strcmp(name, "ServerLive");
+        if (live) {
+            Inference__ServerLiveResponse r;
+            inference__server_live_response__init(&r);
+            r.live = 1;
+            answer_pack(a, &r.base);
+        } else {
+            Inference__ServerReadyResponse r;
+            inference__server_ready_response__init(&r);
+            r.ready = g->h.server_ready(g->h.ctx) ? 1 : 0;
+            answer_pack(a, &r.base);
+        }
+        return;
+    }
+    int known = !strcmp(name, "ModelReady") || !strcmp(name, "ServerMetadata") || !strcmp(name, "ModelMetadata") ||
+                !strcmp(name, "ModelInfer");
+    if (!known) {
+        a->http = fail(&a->err, 501, "this server has no method %.*s", (int)(ml < 200 ? ml : 200), mp);
+        return;
+    }
+    if (!authorized(g, md)) {
+        a->http = fail(&a->err, 401, "a valid API key is required (metadata 'authorization: Bearer KEY')");
+        return;
+    }
+    if (!strcmp(name, "ModelInfer")) {
+        do_model_infer(g, in, n, deadline, a);
+        return;
+    }
+    if (!strcmp(name, "ServerMetadata")) {
+        Inference__ServerMetadataResponse r;
+        inference__server_metadata_response__init(&r);
+        char *ext[] = {"binary_tensor_data", "statistics"}; /* as GET /v2 lists them */
+        r.name = "turbine";
+        r.version = g->version;
+        r.n_extensions = 2;
+        r.extensions = ext;
+        answer_pack(a, &r.base);
+        return;
+    }
+    /* ModelReady and ModelMetadata: {name, version} */
+    Inference__ModelReadyRequest *q = inference__model_ready_request__unpack(NULL, n, in);
+    if (!q) {
+        a->http = fail(&a->err, 400, "the message is not a %sRequest", name);
+        return;
+    }
+    tb_ks_model_view m;
+    a->http = g->h.model_find(g->h.ctx, q->name, q->version, 0, &m, &a->err);
+    inference__model_ready_request__free_unpacked(q, NULL);
+    if (a->http != 200) return;
+    if (!strcmp(name, "ModelReady")) {
+        Inference__ModelReadyResponse r;
+        inference__model_ready_response__init(&r);
+        r.ready = m.ready && g->h.server_ready(g->h.ctx);
+        answer_pack(a, &r.base);
+        return;
+    }
+    Inference__ModelMetadataResponse r;
+    inference__model_metadata_response__init(&r);
+    Inference__ModelMetadataResponse__TensorMetadata ti[TB_KS_MAX_IO], to[TB_KS_MAX_IO], *tip[TB_KS_MAX_IO],
+        *top[TB_KS_MAX_IO];
+    int64_t si[TB_KS_MAX_IO][TB_TENSOR_MAX_RANK], so[TB_KS_MAX_IO][TB_TENSOR_MAX_RANK];
+    int ni = m.n_in < TB_KS_MAX_IO ? m.n_in : TB_KS_MAX_IO, no = m.n_out < TB_KS_MAX_IO ? m.n_out : TB_KS_MAX_IO;
+    for (int i = 0; i < ni; i++) tensor_meta(&ti[i], si[i], &m.in[i]), tip[i] = &ti[i];
+    for (int i = 0; i < no; i++) tensor_meta(&to[i], so[i], &m.out[i]), top[i] = &to[i];
+    char *versions[1] = {(char *)m.version};
+    r.name = (char *)m.name;
+    r.n_versions = 1;
+    r.versions = versions;
+    r.platform = "turbine";
+    r.n_inputs = (size_t)ni;
+    r.inputs = tip;
+    r.n_outputs = (size_t)no;
+    r.outputs = top;
+    answer_pack(a, &r.base);
+}
+
+/* Waits for the one operation a worker has in flight on its queue. */
+static int wait_op(grpc_completion_queue *cq) {
+    grpc_event ev = G.grpc_completion_queue_next(cq, G.gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    return ev.type == GRPC_OP_COMPLETE && ev.success;
+}
+
+/* Serves one call: reads its message, answers it, and waits for the client
+ * to have it (or to be gone). */
+static void serve_call(struct tb_ks_grpc *g, grpc_completion_queue *cq, grpc_call *call, const grpc_call_details *d,
+                       const grpc_metadata_array *md) {
+    grpc_byte_buffer *payload = NULL;
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_MESSAGE;
+    op.data.recv_message.recv_message = &payload;
+    if (G.grpc_call_start_batch(call, &op, 1, &op, NULL) != GRPC_CALL_OK || !wait_op(cq)) {
+        if (payload) G.grpc_byte_buffer_destroy(payload);
+        return;
+    }
+    answer a;
+    memset(&a, 0, sizeof a);
+    if (!payload) {
+        a.http = fail(&a.err, 400, "the call sent no request message");
+    } else {
+        grpc_byte_buffer_reader rd;
+        if (!G.grpc_byte_buffer_reader_init(&rd, payload)) {
+            a.http = fail(&a.err, 400, "the request message cannot be read (compression?)");
+        } else {
+            grpc_slice s = G.grpc_byte_buffer_reader_readall(&rd);
+            G.grpc_byte_buffer_reader_destroy(&rd);
+            dispatch(g, d->method, md, deadline_us(d->deadline), GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), &a);
+            G.grpc_slice_unref(s);
+        }
+        G.grpc_byte_buffer_destroy(payload);
+    }
+    grpc_byte_buffer *reply = NULL;
+    if (a.http == 200) {
+        grpc_slice rs = G.grpc_slice_new(a.msg, a.n, free); /* the slice frees the message */
+        reply = G.grpc_raw_byte_buffer_create(&rs, 1);
+        G.grpc_slice_unref(rs);
+        a.msg = NULL;
+    }
+    free(a.msg);
+    grpc_slice details = G.grpc_slice_from_copied_string(a.http == 200 ? "" : a.err.msg);
+    int cancelled = 0;
+    grpc_op ops[4];
+    memset(ops, 0, sizeof ops);
+    size_t k = 0;
+    ops[k++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (reply) {
+        ops[k].op = GRPC_OP_SEND_MESSAGE;
+        ops[k++].data.send_message.send_message = reply;
+    }
+    ops[k].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[k].data.send_status_from_server.status = (grpc_status_code)tb_ks_grpc_code(a.http);
+    ops[k++].data.send_status_from_server.status_details = &details;
+    ops[k].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[k++].data.recv_close_on_server.cancelled = &cancelled;
+    if (G.grpc_call_start_batch(call, ops, k, ops, NULL) == GRPC_CALL_OK) wait_op(cq);
+    G.grpc_slice_unref(details);
+    if (reply) G.grpc_byte_buffer_destroy(reply);
+}
+
+static void *worker_main(void *p) {
+    worker *w = p;
+    for (;;) {
+        grpc_call *call = NULL;
+        grpc_call_details d;
+        grpc_metadata_array md;
+        G.grpc_call_details_init(&d);
+        G.grpc_metadata_array_init(&md);
+        int got = G.grpc_server_request_call(w->g->server, &call, &d, &md, w->cq, w->cq, w) == GRPC_CALL_OK &&
+                  wait_op(w->cq);
+        if (got) serve_call(w->g, w->cq, call, &d, &md);
+        if (call) G.grpc_call_unref(call);
+        G.grpc_call_details_destroy(&d);
+        G.grpc_metadata_array_destroy(&md);
+        if (!got) break; /* the server is shutting down */
+    }
+    return NULL;
+}
+
+static void drain_destroy(grpc_completion_queue *cq) {
+    if (!cq) return;
+    G.grpc_completion_queue_shutdown(cq);
+    while (G.grpc_completion_queue_next(cq, G.gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type != GRPC_QUEUE_SHUTDOWN) {
+    }
+    G.grpc_completion_queue_destroy(cq);
+}
+
+tb_status tb_ks_grpc_start(const tb_ks_grpc_options *o, const tb_ks_grpc_host *h, tb_ks_grpc **out) {
+    *out = NULL;
+    pthread_once(&G.once, grpc_lib_load);
+    if (!G.ok) return tb_errorf(TB_ERR_UNSUPPORTED, "--grpc-port: %s", G.err);
+    if (o->api_key && strlen(o->api_key) >= 256) return tb_errorf(TB_ERR_INVALID_ARG, "the API key is too long");
+    struct tb_ks_grpc *g = calloc(1, sizeof *g);
+    if (!g) return tb_errorf(TB_ERR_OOM, "out of memory");
+    g->o = *o;
+    g->h = *h;
+    snprintf(g->api_key, sizeof g->api_key, "%s", o->api_key ? o->api_key : "");
+    snprintf(g->version, sizeof g->version, "%s", o->version ? o->version : "");
+    G.grpc_init();
+    /* the request bound; and no SO_REUSEPORT, so that a port another
+     * process holds is an error rather than a shared listener */
+    grpc_arg args[2];
+    memset(args, 0, sizeof args);
+    args[0].type = GRPC_ARG_INTEGER;
+    args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    args[0].value.integer = o->max_message_bytes > INT_MAX ? INT_MAX : (int)o->max_message_bytes;
+    args[1].type = GRPC_ARG_INTEGER;
+    args[1].key = GRPC_ARG_ALLOW_REUSEPORT;
+    args[1].value.integer = 0;
+    grpc_channel_args ca = {2, args};
+    g->server = G.grpc_server_create(&ca, NULL);
+    g->shut_cq = G.grpc_completion_queue_create_for_next(NULL);
+    G.grpc_server_register_completion_queue(g->server, g->shut_cq, NULL);
+    for (int i = 0; i < TB_KS_GRPC_WORKERS; i++) {
+        g->w[i].g = g;
+        g->w[i].cq = G.grpc_completion_queue_create_for_next(NULL);
+        G.grpc_server_register_completion_queue(g->server, g->w[i].cq, NULL);
+    }
+    char addr[320];
+    const char *host = o->host && *o->host ? o->host : "127.0.0.1";
+    snprintf(addr, sizeof addr, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, o->port);
+    grpc_server_credentials *cr = G.grpc_insecure_server_credentials_create();
+    int bound = G.grpc_server_add_http2_port(g->server, addr, cr);
+    G.grpc_server_credentials_release(cr);
+    if (bound <= 0) {
+        G.grpc_server_destroy(g->server);
+        drain_destroy(g->shut_cq);
+        for (int i = 0; i < TB_KS_GRPC_WORKERS; i++) drain_destroy(g->w[i].cq);
+        G.grpc_shutdown();
+        free(g);
+        return tb_errorf(TB_ERR_IO, "cannot listen on %s for gRPC (the port is taken or the address is not this "
+                         "machine's)", addr);
+    }
+    G.grpc_server_start(g->server);
+    for (int i = 0; i < TB_KS_GRPC_WORKERS; i++)
+        g->w[i].started = pthread_create(&g->w[i].th, NULL, worker_main, &g->w[i]) == 0;
+    *out = g;
+    return TB_OK;
+}
+
+void tb_ks_grpc_stop(tb_ks_grpc *g, double grace_s) {
+    if (!g) return;
+    int tag;
+    G.grpc_server_shutdown_and_notify(g->server, g->shut_cq, &tag);
+    long long ms = grace_s > 0 ? (long long)(grace_s * 1000) : 0;
+    gpr_timespec until = G.gpr_now(GPR_CLOCK_REALTIME);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (int32_t)((ms % 1000) * 1000000);
+    if (until.tv_nsec >= 1000000000) { until.tv_sec++; until.tv_nsec -= 1000000000; }
+    grpc_event ev = G.grpc_completion_queue_next(g->shut_cq, until, NULL);
+    if (ev.type != GRPC_OP_COMPLETE) {
+        G.grpc_server_cancel_all_calls(g->server); /* the calls still running past the grace */
+        G.grpc_completion_queue_next(g->shut_cq, G.gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    }
+    for (int i = 0; i < TB_KS_GRPC_WORKERS; i++)
+        if (g->w[i].started) pthread_join(g->w[i].th, NULL);
+    G.grpc_server_destroy(g->server);
+    drain_destroy(g->shut_cq);
+    for (int i = 0; i < TB_KS_GRPC_WORKERS; i++) drain_destroy(g->w[i].cq);
+    G.grpc_shutdown();
+    free(g);
+}
+
+#endif /* TB_HAVE_GRPC */
