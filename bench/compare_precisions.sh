@@ -12,7 +12,7 @@
 # SLO, TTFT / TPOT / E2E percentiles).
 #
 #   bash bench/compare_precisions.sh [--model M.onnx] [--calib-data DIR] [--out DIR]
-#        [--device cpu|cuda[:N]] [--slo-ms MS] [-c 1,2,4,8] [--rate R,R...] [-n N]
+#        [--device cpu|cuda[:N]] [--dtypes f32,f16,int8] [--slo-ms MS] [-c 1,2,4,8] [--rate R,R...] [-n N]
 #        [--duration S] [--max-batch-size N] [--max-queue-delay-us US] [--threads N]
 #        [--accuracy-n N] [--seed N] [--tensor-format binary|json] [--min-shapes S --max-shapes S]
 #        [--llm CHECKPOINT --llm-text FILE [--llm-tokenizer FILE] [--llm-max-tokens N]
@@ -42,7 +42,7 @@ BIG="${BIG:-/tmp/big}"
 MODEL="" CALIB="" OUT="" SLO=50 CONC="" RATES="" NREQ=200 DUR="" MAXB=8 DELAY=2000
 THREADS="" ACC_N=64 SEED=1 FMT=binary LLM="" LLM_TOK="" LLM_TEXT="" LLM_MAXTOK=256 DEV=cpu ONNX=1
 LLM_DTYPES="" LLM_CONC="" LLM_RATES="" LLM_N=32 LLM_DUR="" LLM_IN=64 LLM_OUTLEN=32 LLM_SLO=1000
-LLM_MAXB="" LLM_MAXSEQ="" LLM_SERVE=1 S1="" SB=""
+LLM_MAXB="" LLM_MAXSEQ="" LLM_SERVE=1 S1="" SB="" ONNX_DTYPES=f32,f16,int8
 SCRAPE_S="${SCRAPE_S:-0.25}"
 
 die() { echo "compare_precisions.sh: $*" >&2; exit 2; }
@@ -70,6 +70,7 @@ while [ $# -gt 0 ]; do
     --min-shapes) S1=$2; shift ;;
     --max-shapes) SB=$2; shift ;;
     --no-onnx) ONNX="" ;;
+    --dtypes) ONNX_DTYPES=$2; shift ;;
     --llm-dtypes) LLM_DTYPES=$2; shift ;;
     --llm-c) LLM_CONC=$2; shift ;;
     --llm-rate) LLM_RATES=$2; shift ;;
@@ -81,7 +82,7 @@ while [ $# -gt 0 ]; do
     --llm-max-batch) LLM_MAXB=$2; shift ;;
     --llm-max-seq-len) LLM_MAXSEQ=$2; shift ;;
     --no-llm-serve) LLM_SERVE="" ;;
-    -h|--help) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option $1 (see --help)" ;;
   esac
   shift
@@ -119,6 +120,7 @@ scpid=""
 stop_scrape() { if [ -n "$scpid" ]; then kill "$scpid" 2>/dev/null || true; wait "$scpid" 2>/dev/null || true; scpid=""; fi; }
 stop_server() { stop_scrape; if [ -n "$spid" ]; then kill "$spid" 2>/dev/null || true; wait "$spid" 2>/dev/null || true; spid=""; fi; }
 trap stop_server EXIT
+trap 'exit 143' TERM INT # a timeout's SIGTERM still stops the server (the EXIT trap)
 
 # wait_ready URL PATH LOG WHAT: until URL/PATH answers 200 (30 s), or the server exits
 wait_ready() {
@@ -193,7 +195,9 @@ if [ -n "$ONNX" ]; then
     rm -rf "$CALIB"
     "$PY" "$HELP" calib "$MODEL" "$CALIB" 8 "$SEED"
   fi
-  for dt in f32 f16 int8; do
+  case ",$ONNX_DTYPES," in *,f32,*) ;; *) ONNX_DTYPES="f32,$ONNX_DTYPES" ;; esac # the accuracy reference
+  for dt in ${ONNX_DTYPES//,/ }; do
+    case $dt in f32|f16|int8) ;; *) die "--dtypes: f32, f16, int8 (not $dt)" ;; esac
     d="$OUT/$dt"
     rm -rf "$d"; mkdir -p "$d"
     eng="$d/model.engine"
