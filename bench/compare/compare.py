@@ -438,13 +438,9 @@ def report(d, slo, llm_slo=None):
                     "<table><tr><th>dtype</th><th>engine MiB</th><th>build s</th><th>perplexity</th><th>KL mean (nats)</th>"
                     "<th>top-1 agreement with f32</th><th>turbine compare</th></tr>%s</table>"
                     % (e(llm["checkpoint"]), serve_html, e(llm["text"]), lr))
-    page = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>turbine: f32 / f16 / int8 compared</title>
-<style>body{font-family:sans-serif;margin:2em;max-width:70em}table{border-collapse:collapse;margin:1em 0}
-td,th{border:1px solid #bbb;padding:3px 8px;text-align:right}th{background:#eee}pre{text-align:left;margin:0}</style>
-</head><body>
-<h1>f32 / f16 / int8 engines of one model under the same load</h1>
-<p>Model <code>%s</code>, served by <code>turbine serve</code> on 127.0.0.1 (%s), loaded by <code>turbine bench --endpoint kserve</code> (%s).
+    onnx_html = "<p>No ONNX model in this run (<code>--no-onnx</code>).</p>"
+    if figs:
+        onnx_html = """<p>Model <code>%s</code>, served by <code>turbine serve</code> on 127.0.0.1 (%s), loaded by <code>turbine bench --endpoint kserve</code> (%s).
 SLO: p99 end-to-end latency &le; %s ms. Started %s on %s.</p>
 <h2>Summary</h2>
 <table id="summary"><tr><th>precision</th><th>QPS at SLO</th><th>max QPS</th><th>P50 ms</th><th>P95 ms</th><th>P99 ms</th><th>at point</th>
@@ -460,13 +456,22 @@ GPU util: the highest over the sweep of a point's mean <code>turbine_gpu_utiliza
 %s
 <h2>Every point</h2>
 <table id="points"><tr><th>precision</th><th>point</th><th>ok</th><th>failed</th><th>req/s</th><th>P50 ms</th><th>P95 ms</th><th>P99 ms</th><th>server batch mean</th></tr>
-%s</table>
+%s</table>""" % (e(cfg["model"]), e(cfg["serve_args"]), e(cfg["load"]), fmt(slo, 1), e(cfg["started_at"]), e(cfg["machine"]),
+                 "\n".join(rows), svg_plot(figs, slo), "\n".join(pts))
+    else:
+        onnx_html += "<p>Started %s on %s.</p>" % (e(cfg["started_at"]), e(cfg["machine"]))
+    page = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><title>turbine: precisions compared</title>
+<style>body{font-family:sans-serif;margin:2em;max-width:70em}table{border-collapse:collapse;margin:1em 0}
+td,th{border:1px solid #bbb;padding:3px 8px;text-align:right}th{background:#eee}pre{text-align:left;margin:0}</style>
+</head><body>
+<h1>Engines of one model in each precision under the same load</h1>
+%s
 %s
 <script>document.body.setAttribute("data-rendered", String(document.querySelectorAll("polyline.curve").length));
 document.body.setAttribute("data-rendered-llm", String(document.querySelectorAll("polyline.llm-curve").length));</script>
 </body></html>
-""" % (e(cfg["model"]), e(cfg["serve_args"]), e(cfg["load"]), fmt(slo, 1), e(cfg["started_at"]), e(cfg["machine"]),
-       "\n".join(rows), svg_plot(figs, slo), "\n".join(pts), llm_html)
+""" % (onnx_html, llm_html)
     open(os.path.join(d, "report.html"), "w").write(page)
     for f in figs:
         a = f.get("accuracy") or {}
