@@ -158,8 +158,10 @@ sweep() {
       k=$((k + 1))
     done
   done
+  local files=() j
+  for ((j = 0; j < k; j++)); do files+=("$d/bench_$j.json"); done
   "$PY" -c 'import json,sys; r=[json.load(open(f)) for f in sys.argv[2:]]; a=r[0]; a["points"]=[p for x in r for p in x["points"]]
-json.dump(a, open(sys.argv[1], "w"))' "$d/bench.json" $(for j in $(seq 0 $((k - 1))); do echo "$d/bench_$j.json"; done)
+json.dump(a, open(sys.argv[1], "w"))' "$d/bench.json" "${files[@]}"
 }
 
 # meta DIR ENGINE T0 T1 DEVICE: engine size, build time, the server's peak RSS (read before it stops)

@@ -31,7 +31,7 @@ llm=()
 if [ -f "$M/stories260K.bin" ]; then
   head -c 6000 "${TURBINE_SHARED:-$TURBINE_SRC/../shared}/data/tinyshakespeare.txt" >"$D/text.txt"
   llm=(--llm "$M/stories260K.bin" --llm-tokenizer "$M/tok512.bin" --llm-text "$D/text.txt" --llm-max-tokens 200
-       --llm-c 1,2 --llm-n 6 --llm-input-len 16 --llm-output-len 8 --llm-slo-ms 10000)
+       --llm-c "1,2" --llm-n 6 --llm-input-len 16 --llm-output-len 8 --llm-slo-ms 10000)
 else
   echo "skip: the LLM leg (no stories260K under TURBINE_SHARED)"
 fi

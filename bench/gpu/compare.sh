@@ -17,7 +17,7 @@
 # TB_GPU_DATA/models/llama2_tokenizer.bin); engines f32 (the accuracy
 # reference) f16 int8 int4 fp8 (TB_LLM_DTYPES), each compared with f32 by
 # turbine compare on the first 512 tokens of tinyshakespeare
-# (TB_GPU_DATA/data/tinyshakespeare.txt), served over the OpenAI API and loaded
+# (TB_GPU_DATA/data/tinyshakespeare.txt; without it, of docs/*.md), served over the OpenAI API and loaded
 # at TB_LLM_C (default 1,4,16,32) with 128-token prompts and 64 output tokens,
 # each point bounded by 64 requests and 4 s; SLO: TTFT p99 <= 200 ms.
 # Random weights make perplexity meaningless (it is about the vocabulary
@@ -28,6 +28,15 @@
 # TB_WORK, not $OUT). The whole experiment runs under `timeout` (TB_BUDGET_S,
 # default 330 s); on a timeout the report is written from the precisions
 # that finished.
+#
+# Env: OUT, TB_PREBUILT, TB_GPU_DATA (default .devdata/gpu), TB_WORK (default
+# /tmp/tb-gpu-compare), TB_DEVICE (cuda), TB_BUDGET_S, TB_ONNX_DTYPES
+# (f32,f16,int8), TB_ONNX_C, TB_ONNX_MAXB (32), TB_LLM, TB_LLM_TOKENIZER,
+# TB_LLM_DTYPES, TB_LLM_C, TB_PYTHON (python3; numpy only, no onnx module).
+# What .devdata/gpu needs besides prebuilt.tar.xz: resnet18/model.onnx (45 MiB)
+# or resnet18/model.onnx.xz (41 MiB, `xz -6`), models/llama2_tokenizer.bin;
+# optionally resnet18/calib/ (bench/onnx/run.sh's calib_resnet18) and
+# data/tinyshakespeare.txt.
 #
 # Dry run on a machine without a GPU: TB_DEVICE=cpu bash bench/gpu/compare.sh
 # (build/turbine unless TB_PREBUILT; the stories260K checkpoint of
@@ -95,7 +104,12 @@ fi
 TEXT=$W/text.txt
 SHAKES=$DATA/data/tinyshakespeare.txt
 [ -f "$SHAKES" ] || SHAKES=$SRC/../shared/data/tinyshakespeare.txt
-head -c 20000 "$SHAKES" > "$TEXT" 2>/dev/null || { say "compare.sh: no tinyshakespeare.txt in $DATA/data"; exit 1; }
+# without tinyshakespeare, the project's own prose (turbine compare needs some text, not this one)
+if [ ! -f "$SHAKES" ]; then
+    SHAKES=$W/docs.txt
+    cat "$SRC"/docs/*.md > "$SHAKES"
+fi
+head -c 20000 "$SHAKES" > "$TEXT"
 LLM=${TB_LLM:-} LTOK=${TB_LLM_TOKENIZER:-}
 if [ -z "$LLM" ]; then
     if [ "$DEV" = cpu ]; then
