@@ -10,16 +10,18 @@
 # int8 on the CPU (turbine's int8 ONNX engines are CPU-only; the report says
 # so), calibrated on TB_GPU_DATA/resnet18/calib/input_K.npy when carried, else
 # on 8 seeded random inputs made with numpy. KServe v2 load: closed loop
-# at TB_ONNX_C (default 1,4,16,64), each point bounded by 400 requests and
-# 4 s.
+# at TB_ONNX_C (default 1,8,32), each point bounded by 400 requests and
+# 3 s.
 # LLM: TB_LLM (a checkpoint; default: the 134M Llama-shape preset of
 # tests/gen_checkpoints.py in f16, random weights, made here with numpy, with
 # TB_GPU_DATA/models/llama2_tokenizer.bin); engines f32 (the accuracy
 # reference) f16 int8 int4 fp8 (TB_LLM_DTYPES), each compared with f32 by
 # turbine compare on the first 512 tokens of tinyshakespeare
 # (TB_GPU_DATA/data/tinyshakespeare.txt; without it, of docs/*.md), served over the OpenAI API and loaded
-# at TB_LLM_C (default 1,4,16,32) with 128-token prompts and 64 output tokens,
-# each point bounded by 64 requests and 4 s; SLO: TTFT p99 <= 200 ms.
+# at TB_LLM_C (default 1,8,32) with 128-token prompts and 64 output tokens,
+# each point bounded by 64 requests and 3 s; SLO: TTFT p99 <= 200 ms.
+# Estimated: ~2 min ONNX, ~3 min LLM (5 engines: build, compare, serve, 3
+# points each) on an H200 host with 16 cores.
 # Random weights make perplexity meaningless (it is about the vocabulary
 # size); top-1 agreement and KL against f32 still measure the precision.
 #
@@ -134,9 +136,9 @@ if [ "$DEV" = cpu ]; then
     llm=(--llm-c "${TB_LLM_C:-1,2}" --llm-n 6 --llm-input-len 32 --llm-output-len 16 --llm-max-tokens 256
          --llm-slo-ms 2000)
 else
-    onnx=(-c "${TB_ONNX_C:-1,4,16,64}" -n 400 --duration 4 --max-batch-size 32 --max-queue-delay-us 500
+    onnx=(-c "${TB_ONNX_C:-1,8,32}" -n 400 --duration 3 --max-batch-size 32 --max-queue-delay-us 500
           --accuracy-n 32 --slo-ms 20 --dtypes "${TB_ONNX_DTYPES:-f32,f16,int8}")
-    llm=(--llm-c "${TB_LLM_C:-1,4,16,32}" --llm-n 64 --llm-duration 4 --llm-input-len 128 --llm-output-len 64
+    llm=(--llm-c "${TB_LLM_C:-1,8,32}" --llm-n 64 --llm-duration 3 --llm-input-len 128 --llm-output-len 64
          --llm-max-tokens 512 --llm-slo-ms 200 --llm-max-batch 32 --llm-max-seq-len 512)
 fi
 [ -n "${TB_LLM_DTYPES:-}" ] && llm+=(--llm-dtypes "$TB_LLM_DTYPES")
