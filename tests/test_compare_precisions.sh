@@ -7,9 +7,13 @@
 # agreement in [0, 1] over the rows sent; f32 agrees with itself exactly; the
 # HTML is self-contained, has a summary row and a curve per precision, and
 # (when chromium is installed) renders with its script run and no console error.
-# With the shared stories260K checkpoint: --llm builds its three engines and the
-# report carries turbine compare's perplexity, KL and top-1 agreement of f16
-# and int8 against f32.
+# Every sweep point has at least one /metrics sample, and the CPU models'
+# turbine_model_gpu_memory_bytes is 0. With the shared stories260K checkpoint:
+# --llm builds its three engines, the report carries turbine compare's
+# perplexity, KL and top-1 agreement of f16 and int8 against f32, and each
+# engine is served over the OpenAI API and loaded at two concurrencies: every
+# request answered with its 8 output tokens, finite ordered TTFT / TPOT
+# percentiles, an LLM summary row and curve per precision in the HTML.
 set -uo pipefail
 : "${TURBINE_BIN:?}" "${TURBINE_SRC:?}" "${TURBINE_TMP:?}"
 D="$TURBINE_TMP/compare_precisions"
@@ -26,11 +30,12 @@ M="${TURBINE_SHARED:-$TURBINE_SRC/../shared}/models/stories260K"
 llm=()
 if [ -f "$M/stories260K.bin" ]; then
   head -c 6000 "${TURBINE_SHARED:-$TURBINE_SRC/../shared}/data/tinyshakespeare.txt" >"$D/text.txt"
-  llm=(--llm "$M/stories260K.bin" --llm-tokenizer "$M/tok512.bin" --llm-text "$D/text.txt" --llm-max-tokens 200)
+  llm=(--llm "$M/stories260K.bin" --llm-tokenizer "$M/tok512.bin" --llm-text "$D/text.txt" --llm-max-tokens 200
+       --llm-c "1,2" --llm-n 6 --llm-input-len 16 --llm-output-len 8 --llm-slo-ms 10000)
 else
   echo "skip: the LLM leg (no stories260K under TURBINE_SHARED)"
 fi
-if TURBINE="$TURBINE_BIN" timeout 120 bash "$TURBINE_SRC/bench/compare_precisions.sh" --model "$D/tiny.onnx" \
+if TURBINE="$TURBINE_BIN" timeout 240 bash "$TURBINE_SRC/bench/compare_precisions.sh" --model "$D/tiny.onnx" \
      --calib-data "$D/calib" --out "$D/out" -c 1,2 -n 12 --accuracy-n 8 --threads 1 --max-batch-size 4 \
      --max-queue-delay-us 500 --slo-ms 1000 "${llm[@]}" >"$D/run.out" 2>&1; then ok "command exits 0"
 else bad "command failed: $(tail -5 "$D/run.out")"; fi
@@ -51,6 +56,9 @@ for dt, p in ps.items():
     assert p["qps_at_slo"] == max(q["qps"] for q in p["points"]), (dt, p["qps_at_slo"])
     a = p["accuracy"]
     assert a["rows"] == 8 and 0.0 <= a["top1_agreement"] <= 1.0, (dt, a)
+    # /metrics scraped during every point: the model's device memory is 0 on the CPU, no NVML there
+    for q in p["points"]:
+        assert q["gpu_samples"] >= 1 and q["model_gpu_mem_gib"] == 0.0, (dt, q)
 assert ps["f32"]["accuracy"]["top1_agreement"] == 1.0 and ps["f32"]["accuracy"]["max_abs_err"] == 0.0
 # int8 is a different engine: its outputs differ from f32's somewhere
 assert ps["int8"]["accuracy"]["max_abs_err"] > 0.0, ps["int8"]["accuracy"]
@@ -73,6 +81,27 @@ for dt in ("f16", "int8"):
 print({dt: (e[dt]["perplexity"], e[dt]["top1_agreement"]) for dt in ("f16", "int8")})
 PYEOF
   [ "$(grep -c '<tr data-llm=' "$D/out/report.html")" = 3 ] && ok "HTML has the LLM table" || bad "HTML LLM rows"
+  "$PY" - "$D/out/report.json" <<'PYEOF' && ok "LLM served: two points per engine, every request answered" || bad "LLM serving figures"
+import json, math, sys
+e = {x["dtype"]: x for x in json.load(open(sys.argv[1]))["llm"]["engines"]}
+for dt, x in e.items():
+    assert len(x["points"]) == 2 and [p["concurrency"] for p in x["points"]] == [1, 2], (dt, x["points"])
+    for p in x["points"]:
+        assert p["requests_ok"] == 6 and p["requests_failed"] == 0, (dt, p)
+        assert p["output_tokens"] == 6 * 8, (dt, p["output_tokens"])
+        assert math.isfinite(p["qps"]) and p["qps"] > 0 and p["out_tps"] > 0, (dt, p)
+        # TPOT may be 0: a model this small can finish all 8 tokens before the first chunk is sent
+        for m in ("ttft", "tpot", "e2e"):
+            assert (0 if m == "tpot" else 1e-9) <= p[m + "_p50_ms"] <= p[m + "_p95_ms"] <= p[m + "_p99_ms"], (dt, m, p)
+        assert p["ttft_p99_ms"] <= p["e2e_p99_ms"], (dt, p)
+        assert p["gpu_samples"] >= 1 and p["model_gpu_mem_gib"] == 0.0, (dt, p)
+    # SLO TTFT p99 10 s: every point meets it
+    assert x["qps_at_slo"] == max(p["qps"] for p in x["points"]), (dt, x["qps_at_slo"])
+    assert x["out_tps_at_slo"] > 0 and x["engine_bytes"] > 0, (dt, x)
+print({dt: (round(x["qps_at_slo"], 1), round(x["out_tps_at_slo"], 1)) for dt, x in e.items()})
+PYEOF
+  [ "$(grep -c '<tr data-llm-served=' "$D/out/report.html")" = 3 ] && ok "HTML has the LLM serving summary" || bad "HTML LLM serving rows"
+  [ "$(grep -c '<polyline class="llm-curve"' "$D/out/report.html")" = 3 ] && ok "HTML LLM plot has three curves" || bad "HTML LLM curves"
 fi
 
 H="$D/out/report.html"
@@ -103,9 +132,13 @@ if [ -n "$CHROME" ]; then
   console_errors() { grep -E "CONSOLE|Uncaught|Failed to load" "$1" | grep -viE "dbus|gcm|fontconfig" || true; }
   chrome "$H" >"$D/dom.html" 2>"$D/chrome.err"
   n=$(grep -o 'data-rendered="[0-9]*"' "$D/dom.html" | grep -o '[0-9]*')
+  nl=$(grep -o 'data-rendered-llm="[0-9]*"' "$D/dom.html" | grep -o '[0-9]*')
+  want_llm=0
+  [ ${#llm[@]} -gt 0 ] && want_llm=3
   errs=$(console_errors "$D/chrome.err")
-  if [ "${n:-0}" = 3 ] && [ -z "$errs" ]; then ok "Chromium renders the page (3 curves), no console errors"
-  else bad "Chromium: rendered='${n:-}' console: $errs"; fi
+  if [ "${n:-0}" = 3 ] && [ "${nl:-x}" = $want_llm ] && [ -z "$errs" ]; then
+    ok "Chromium renders the page (3 curves, $want_llm LLM curves), no console errors"
+  else bad "Chromium: rendered='${n:-}' llm='${nl:-}' console: $errs"; fi
 else
   echo "skip: chromium not installed (apt-get install chromium)"
 fi

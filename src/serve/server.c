@@ -86,6 +86,11 @@ typedef struct {
     _Atomic unsigned long long n_success, n_fail;
     _Atomic unsigned long long ns_success, ns_fail;
     _Atomic unsigned long long last_ms; /* wall clock of the last inference, ms since the epoch */
+    /* Device memory the model's load took (turbine_model_gpu_memory_bytes):
+     * the device's used bytes after its executors or context were made less
+     * those before, so weights, KV pool, workspaces and library handles
+     * created at load; 0 on the CPU */
+    _Atomic unsigned long long gpu_bytes;
 } model;
 
 typedef struct {
@@ -1352,6 +1357,31 @@ static tb_status serve_batcher_config(const tb_serve_options *o, const tb_engine
 
 /* A general engine's batcher and its inputs' and outputs' descriptions.
  * On failure m->b is NULL and the engine is still the caller's. */
+/* Bytes in use on `device` (total less free, the driver's figure), or 0
+ * when it is not a GPU or cannot say. `device` NULL or a bare kind ("cuda")
+ * means its first device. */
+static uint64_t device_used_bytes(const char *device) {
+    char kind[16];
+    int idx;
+    if (!device || tb_device_parse(device, kind, &idx) != TB_OK || strcmp(kind, "cuda") != 0) return 0;
+    uint64_t total = 0, avail = 0;
+    if (tb_backend_memory(device, &total, &avail) != TB_OK || avail > total) return 0;
+    return total - avail;
+}
+
+/* The device a model's executors or context run on: the option, else the
+ * backend its engine was built for. */
+static const char *model_device(const char *option, const tb_engine *e) {
+    return option && *option ? option : e->backend;
+}
+
+/* The gauge's value: what the device lost between `before` and now (0 when
+ * it gained: another process freed memory meanwhile). */
+static uint64_t used_since(const char *device, uint64_t before) {
+    uint64_t now = device_used_bytes(device);
+    return now > before ? now - before : 0;
+}
+
 static tb_status model_load_batcher(model *m, const tb_batcher_config *c) {
     tb_batcher_config bc = *c;
     /* engines without a dynamic dim 0 cannot merge: no batching unless asked */
@@ -1567,6 +1597,8 @@ static void v2_metrics(server *s, char **text) {
          "histogram"},
         {"turbine_inference_compute_duration_us", "Microseconds of the engine call of each successful request "
          "(merge, run, split).", "histogram"},
+        {"turbine_model_gpu_memory_bytes", "Device memory the model's load took: weights, KV pool, workspaces "
+         "(driver's used bytes after less before; 0 on the CPU).", "gauge"},
     };
     enum { N_FAM = sizeof fam / sizeof fam[0] };
     int nm = atomic_load(&s->n_models);
@@ -1594,6 +1626,16 @@ static void v2_metrics(server *s, char **text) {
             model *m = s->models[i];
             /* LLM entries have the scheduler's metrics; an unloaded or failed
              * version has no batcher: its series go until it is loaded again */
+            if (f == 11) {
+                /* every loaded model, the LLM too: LLM entries are always loaded */
+                if (!m->is_llm && !bs_valid[i]) continue;
+                char ln[2 * TB_KS_MAX_NAME], lv[2 * TB_KS_MAX_NAME];
+                label_escape(ln, sizeof ln, m->name);
+                label_escape(lv, sizeof lv, m->version);
+                tput(&t, "%s{model=\"%s\",version=\"%s\"} %llu\n", fam[f].name, ln, lv,
+                     (unsigned long long)atomic_load(&m->gpu_bytes));
+                continue;
+            }
             if (m->is_llm || !bs_valid[i]) continue;
             const tb_batcher_stats *st = &bs[i];
             char ln[2 * TB_KS_MAX_NAME], lv[2 * TB_KS_MAX_NAME];
@@ -1749,12 +1791,15 @@ static tb_status model_load_version(server *s, model *m, const tb_model_version 
     if (!bc.threads_per_instance && s->o.threads > 0)
         bc.threads_per_instance = s->o.threads / bc.instance_count > 0 ? s->o.threads / bc.instance_count : 1;
     m->e = e;
+    const char *dev = model_device(cfg->device[0] ? cfg->device : s->o.device, e);
+    uint64_t before = device_used_bytes(dev);
     tb_status st = model_load_batcher(m, &bc);
     if (st != TB_OK) {
         tb_engine_free(e);
         m->e = NULL;
         return st;
     }
+    atomic_store(&m->gpu_bytes, used_since(dev, before));
     m->timeout_override = cfg->allow_timeout_override;
     return TB_OK;
 }
@@ -2057,7 +2102,10 @@ static tb_status load_engine(server *s) {
         tb_status st = serve_batcher_config(&s->o, e, &bc);
         model *m = st == TB_OK ? model_add(s, s->model, "1", e) : NULL;
         if (st == TB_OK && !m) st = tb_errorf(TB_ERR_OOM, "out of memory");
+        const char *dev = model_device(s->o.device, e);
+        uint64_t before = device_used_bytes(dev);
         if (st == TB_OK) st = model_load_batcher(m, &bc);
+        if (st == TB_OK) atomic_store(&m->gpu_bytes, used_since(dev, before));
         if (st != TB_OK) { /* model_free frees the engine only with its batcher */
             tb_engine_free(e);
             return st;
@@ -2093,6 +2141,8 @@ static tb_status load_engine(server *s) {
                              weights / 1073741824.0);
         co.kv_cache_bytes = (size_t)budget;
     }
+    const char *dev = model_device(s->o.device, s->e);
+    uint64_t before = device_used_bytes(dev);
     TB_TRY(tb_context_create(s->e, &co, &s->ctx));
     s->tok = tb_engine_tokenizer(s->e);
     s->chat = tb_chat_detect(tb_tokenizer_chat_template(s->tok));
@@ -2104,6 +2154,7 @@ static tb_status load_engine(server *s) {
     model *m = model_add(s, s->model, "1", s->e);
     if (!m) return tb_errorf(TB_ERR_OOM, "out of memory");
     m->is_llm = 1;
+    atomic_store(&m->gpu_bytes, used_since(dev, before));
     m->state = "READY";
     atomic_store(&m->ready, 1);
     return TB_OK;

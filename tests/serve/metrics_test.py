@@ -36,6 +36,10 @@ def t_promtool_fresh():
     ms = S.metrics()
     check(metric(ms, "turbine_prompt_tokens_total") == 0 and metric(ms, "turbine_generation_tokens_total") == 0,
           "a fresh server counts tokens")
+    # the model's own device memory: one gauge series, 0 for an engine on the CPU
+    check("# TYPE turbine_model_gpu_memory_bytes gauge" in text, "/metrics lacks turbine_model_gpu_memory_bytes")
+    check(metric(ms, "turbine_model_gpu_memory_bytes") == 0, "a CPU model holds GPU memory: %s"
+          % metric(ms, "turbine_model_gpu_memory_bytes"))
     ok("a fresh server's /metrics passes promtool check metrics")
 
 

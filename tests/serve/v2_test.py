@@ -388,6 +388,8 @@ def test_metrics_and_stats():
     check(metric(ms, "turbine_inference_batch_size_sum", model="mlp") == infs, "batch-size histogram sum")
     check(infs > execs, "inference count %s counts batch elements (> %s runs)" % (infs, execs))
     check(metric(ms, "turbine_inference_compute_duration_seconds_total", model="mlp") > 0, "compute time")
+    check(metric(ms, "turbine_model_gpu_memory_bytes", model="mlp", version="1") == 0,
+          "the CPU model's GPU memory gauge")
     st, _, j = get("/v2/models/mlp/stats")
     check(st == 200, "stats -> %s" % st)
     s0 = j["model_stats"][0]
