@@ -83,7 +83,8 @@ static void test_dtypes(void) {
         CHECK(tb_ks_dtype_size(t) > 0);
     }
     tb_dtype t;
-    CHECK(!tb_ks_dtype_parse("BYTES", &t));
+    CHECK(tb_ks_dtype_parse("BYTES", &t) && t == TB_KS_BYTES && tb_ks_dtype_size(t) == 0);
+    CHECK(!strcmp(tb_ks_dtype_name(TB_KS_BYTES), "BYTES"));
     CHECK(!tb_ks_dtype_parse("fp32", &t));
     CHECK(tb_ks_dtype_name(TB_I4) == NULL);
     CHECK(tb_ks_dtype_size(TB_F16) == 2 && tb_ks_dtype_size(TB_I64) == 8 && tb_ks_dtype_size(TB_BOOL) == 1);
@@ -184,7 +185,7 @@ static void test_errors(void) {
          "[1],\"datatype\":\"INT64\",\"data\":[1]}]}", "twice"},
         {"{\"inputs\":[{\"name\":\"ids\",\"shape\":[1],\"datatype\":\"INT64\",\"data\":[1]}]}", "'x' is missing"},
         {"{\"inputs\":[{\"name\":\"ids\",\"shape\":[1],\"data\":[1]}]}", "'datatype'"},
-        {"{\"inputs\":[{\"name\":\"ids\",\"shape\":[1],\"datatype\":\"BYTES\",\"data\":[1]}]}", "unsupported datatype"},
+        {"{\"inputs\":[{\"name\":\"ids\",\"shape\":[1],\"datatype\":\"FP8\",\"data\":[1]}]}", "unsupported datatype"},
         {"{\"inputs\":[{\"name\":\"ids\",\"shape\":[1],\"datatype\":\"INT32\",\"data\":[1]}]}", "takes INT64"},
         {"{\"inputs\":[{\"name\":\"ids\",\"datatype\":\"INT64\",\"data\":[1]}]}", "'shape'"},
         {"{\"inputs\":[{\"name\":\"ids\",\"shape\":[1,1],\"datatype\":\"INT64\",\"data\":[1]}]}", "rank 2"},
@@ -435,6 +436,109 @@ static void test_metadata(void) {
     free(err);
 }
 
+/* BYTES: a model of text [1..4] BYTES and an optional n INT32 [1], output
+ * out BYTES [-1]. JSON strings and the binary form (4-byte length + bytes
+ * per element) parse to the same serialized tensor; the encoder writes it
+ * back as JSON strings (NUL and quotes escaped) and as the same bytes. */
+static void test_bytes(void) {
+    tb_io_info in[2], out[1];
+    memset(in, 0, sizeof in);
+    memset(out, 0, sizeof out);
+    snprintf(in[0].name, sizeof in[0].name, "text");
+    in[0].dtype = TB_KS_BYTES;
+    in[0].rank = 1;
+    in[0].min[0] = 1, in[0].opt[0] = in[0].max[0] = 4;
+    snprintf(in[1].name, sizeof in[1].name, "n");
+    in[1].dtype = TB_I32;
+    in[1].rank = 1;
+    in[1].min[0] = in[1].opt[0] = in[1].max[0] = 1;
+    snprintf(out[0].name, sizeof out[0].name, "out");
+    out[0].dtype = TB_KS_BYTES;
+    out[0].rank = 1;
+    out[0].min[0] = out[0].max[0] = -1;
+    /* the serialized form of "héllo", "", "a\"b\0c" */
+    static const char want[] = "\x06\0\0\0h\xc3\xa9llo" "\0\0\0\0" "\x05\0\0\0a\"b\0c";
+    const size_t want_n = sizeof want - 1;
+    const char *js = "{\"inputs\":[{\"name\":\"text\",\"shape\":[3],\"datatype\":\"BYTES\",\"data\":[\"h\u00e9llo\",\"\","
+                     "\"a\\\"b\\u0000c\"]}],\"parameters\":{\"temperature\":0.5}}";
+    tb_ks_request r;
+    tb_ks_error e;
+    int st = tb_ks_parse_infer_opt(js, strlen(js), -1, in, 2, 2, out, 1, 0, &r, &e);
+    CHECK_MSG(st == 200, "%d %s", st, e.msg);
+    if (st == 200) {
+        CHECK(r.given[0] == 1 && r.given[1] == 0 && r.inputs[1].data == NULL);
+        CHECK_MSG(r.in_size[0] == want_n && !memcmp(r.inputs[0].data, want, want_n), "size %zu", r.in_size[0]);
+        const char *p;
+        size_t len;
+        CHECK(tb_ks_bytes_get(r.inputs[0].data, r.in_size[0], 2, &p, &len) && len == 5 && !memcmp(p, "a\"b\0c", 5));
+        CHECK(!tb_ks_bytes_get(r.inputs[0].data, r.in_size[0], 3, &p, &len));
+        CHECK_MSG(r.params && !strcmp(r.params, "{\"temperature\":0.5}"), "%s", r.params ? r.params : "(null)");
+        /* encoded back: JSON strings, then binary bytes */
+        tb_tensor o = r.inputs[0];
+        char *body;
+        size_t n, hl;
+        CHECK(tb_ks_encode_response("m", "1", &r, out, &o, 1, &body, &n, &hl, &e) == 200);
+        json_error_t je;
+        json_t *j = json_loadb(body, n, JSON_ALLOW_NUL, &je);
+        json_t *d = j ? json_object_get(json_array_get(json_object_get(j, "outputs"), 0), "data") : NULL;
+        CHECK_MSG(json_array_size(d) == 3, "%s", body);
+        if (json_array_size(d) == 3) {
+            CHECK(!strcmp(json_string_value(json_array_get(d, 0)), "h\xc3\xa9llo"));
+            CHECK(json_string_length(json_array_get(d, 1)) == 0);
+            CHECK(json_string_length(json_array_get(d, 2)) == 5 && !memcmp(json_string_value(json_array_get(d, 2)), "a\"b\0c", 5));
+            CHECK(!strcmp(json_string_value(json_object_get(json_array_get(json_object_get(j, "outputs"), 0), "datatype")), "BYTES"));
+        }
+        json_decref(j);
+        free(body);
+        r.binary_all = 1;
+        CHECK(tb_ks_encode_response("m", "1", &r, out, &o, 1, &body, &n, &hl, &e) == 200);
+        CHECK(hl > 0 && n == hl + want_n && !memcmp(body + hl, want, want_n));
+        char bds[64];
+        snprintf(bds, sizeof bds, "\"binary_data_size\":%zu}", want_n);
+        CHECK(strstr(body, bds) != NULL);
+        free(body);
+        tb_ks_request_free(&r);
+    }
+    /* the same tensor as binary data, with n given as JSON */
+    char hdr[256], body[512];
+    snprintf(hdr, sizeof hdr, "{\"inputs\":[{\"name\":\"n\",\"shape\":[1],\"datatype\":\"INT32\",\"data\":[7]},{\"name\":"
+             "\"text\",\"shape\":[3],\"datatype\":\"BYTES\",\"parameters\":{\"binary_data_size\":%zu}}]}", want_n);
+    size_t hl = strlen(hdr);
+    memcpy(body, hdr, hl);
+    memcpy(body + hl, want, want_n);
+    st = tb_ks_parse_infer_opt(body, hl + want_n, (long long)hl, in, 2, 2, out, 1, 0, &r, &e);
+    CHECK_MSG(st == 200, "%s", e.msg);
+    if (st == 200) {
+        CHECK(r.given[1] && *(const int32_t *)r.inputs[1].data == 7 && r.params == NULL);
+        CHECK(r.in_size[0] == want_n && !memcmp(r.inputs[0].data, want, want_n));
+        tb_ks_request_free(&r);
+    }
+    /* a length that runs past the data, and one that leaves bytes over */
+    char bad[512];
+    memcpy(bad, body, hl + want_n);
+    bad[hl + 14] = 9; /* the third element's length: 9 bytes where 5 are left */
+    CHECK(tb_ks_parse_infer_opt(bad, hl + want_n, (long long)hl, in, 2, 2, out, 1, 0, &r, &e) == 400 &&
+          strstr(e.msg, "BYTES elements"));
+    memcpy(bad, body, hl + want_n);
+    bad[hl + 14] = 1; /* leaves 4 of the last element's bytes over */
+    CHECK(tb_ks_parse_infer_opt(bad, hl + want_n, (long long)hl, in, 2, 2, out, 1, 0, &r, &e) == 400 &&
+          strstr(e.msg, "BYTES elements"));
+    bad[hl + 14] = 5;
+    CHECK(tb_ks_parse_infer_opt(bad, hl + want_n, (long long)hl, in, 2, 2, out, 1, 0, &r, &e) == 200);
+    tb_ks_request_free(&r);
+    /* JSON refusals: a number as BYTES, a missing required input, an element count off the shape */
+    const char *b1 = "{\"inputs\":[{\"name\":\"text\",\"shape\":[1],\"datatype\":\"BYTES\",\"data\":[3]}]}";
+    CHECK(tb_ks_parse_infer_opt(b1, strlen(b1), -1, in, 2, 2, out, 1, 0, &r, &e) == 400 && strstr(e.msg, "strings"));
+    const char *b2 = "{\"inputs\":[{\"name\":\"n\",\"shape\":[1],\"datatype\":\"INT32\",\"data\":[3]}]}";
+    CHECK(tb_ks_parse_infer_opt(b2, strlen(b2), -1, in, 2, 2, out, 1, 0, &r, &e) == 400 && strstr(e.msg, "missing"));
+    const char *b3 = "{\"inputs\":[{\"name\":\"text\",\"shape\":[2],\"datatype\":\"BYTES\",\"data\":[\"x\"]}]}";
+    CHECK(tb_ks_parse_infer_opt(b3, strlen(b3), -1, in, 2, 2, out, 1, 0, &r, &e) == 400 && strstr(e.msg, "values"));
+    /* BYTES sent to a numeric input */
+    const char *b4 = "{\"inputs\":[{\"name\":\"x\",\"shape\":[1,3],\"datatype\":\"BYTES\",\"data\":[\"a\",\"b\",\"c\"]},"
+                     "{\"name\":\"ids\",\"shape\":[1],\"datatype\":\"INT64\",\"data\":[1]}]}";
+    CHECK(parse(b4, &r, &e) == 400 && strstr(e.msg, "the model takes FP32"));
+}
+
 int main(void) {
     setup();
     test_routes();
@@ -444,6 +548,7 @@ int main(void) {
     test_errors();
     test_encode();
     test_metadata();
+    test_bytes();
     printf("%d checks, %d failures\n", tb_test_checks, tb_test_failures);
     return tb_test_failures != 0;
 }
