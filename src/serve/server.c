@@ -1970,6 +1970,9 @@ static tb_status model_load_llm(server *s, model *m, tb_engine *e, const tb_mode
     atomic_store(&ls->ready, 1);
     snprintf(ls->model, sizeof ls->model, "%s", m->name);
     tb_status st = llm_open(ls, e, v->path);
+    /* both point into the scanned entry, which is freed after the load */
+    ls->o.device = s->o.device;
+    ls->o.engine_path = NULL;
     if (st != TB_OK) {
         llm_close(ls);
         return st;
