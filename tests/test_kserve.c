@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <math.h>
 
+#include "core/core.h" /* tb_f32_to_f16, tb_f32_to_bf16 */
 #include "serve/kserve.h"
 #include "tb_test.h"
 
@@ -539,6 +540,181 @@ static void test_bytes(void) {
     CHECK(parse(b4, &r, &e) == 400 && strstr(e.msg, "the model takes FP32"));
 }
 
+/* A one-input model of type t, shape [1..max]. */
+static tb_io_info one_input(tb_dtype t, int64_t max) {
+    tb_io_info io;
+    memset(&io, 0, sizeof io);
+    snprintf(io.name, sizeof io.name, "v");
+    io.dtype = t;
+    io.rank = 1;
+    io.min[0] = 1, io.opt[0] = io.max[0] = max;
+    return io;
+}
+
+/* The data arrays read without jansson (kserve_data.c) give the values
+ * jansson gives: each token of `vals` parsed in a request and compared bit
+ * for bit with json_number_value of the same token converted as put_value
+ * converts it; an escaped "data" key (read by jansson) gives the same
+ * tensor; malformed arrays are refused. */
+static void test_fast_data(void) {
+    static const char *vals[] = {"0", "-0", "-0.0", "1", "-1", "0.1", "1.5", "3.4028235e38", "3.4028236e38",
+                                 "1e-45", "1.4e-45", "7e-46", "1.17549435e-38", "123456.789", "0.30000000000000004",
+                                 "2.2250738585072014e-308", "9007199254740993", "-9223372036854775808",
+                                 "9223372036854775807", "1E22", "1e23", "1.23456789012345678901234567890e29",
+                                 "0.000001234567890123456789", "6.02214076e23", "-1.0000000000000002", "65504",
+                                 "65520", "1e-7", "4.9e-324", "1.7976931348623157e308"};
+    const int nv = (int)(sizeof vals / sizeof vals[0]);
+    static const tb_dtype types[] = {TB_F32, TB_F64, TB_F16, TB_BF16};
+    char body[4096], arr[2048];
+    size_t k = 0;
+    k += (size_t)snprintf(arr + k, sizeof arr - k, "[");
+    for (int i = 0; i < nv; i++) k += (size_t)snprintf(arr + k, sizeof arr - k, "%s%s", i ? ", " : "", vals[i]);
+    snprintf(arr + k, sizeof arr - k, "]");
+    json_error_t je;
+    json_t *ref = json_loads(arr, 0, &je);
+    CHECK_MSG(ref && (int)json_array_size(ref) == nv, "%s", je.text);
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0] && ref; ti++) {
+        tb_dtype t = types[ti];
+        tb_io_info io = one_input(t, 64);
+        snprintf(body, sizeof body, "{\"inputs\":[{\"name\":\"v\",\"shape\":[%d],\"datatype\":\"%s\",\"data\":%s}]}", nv,
+                 tb_ks_dtype_name(t), arr);
+        tb_ks_request r;
+        tb_ks_error e;
+        int st = tb_ks_parse_infer(body, strlen(body), -1, &io, 1, g_out, 2, 0, &r, &e);
+        CHECK_MSG(st == 200, "%s: %s", tb_ks_dtype_name(t), e.msg);
+        if (st != 200) continue;
+        for (int i = 0; i < nv; i++) {
+            double x = json_number_value(json_array_get(ref, (size_t)i));
+            int same;
+            switch (t) {
+            case TB_F32: { float f = (float)x; same = !memcmp(&f, (float *)r.inputs[0].data + i, 4); break; }
+            case TB_F64: same = !memcmp(&x, (double *)r.inputs[0].data + i, 8); break;
+            case TB_F16: same = tb_f32_to_f16((float)x) == ((uint16_t *)r.inputs[0].data)[i]; break;
+            default: same = tb_f32_to_bf16((float)x) == ((uint16_t *)r.inputs[0].data)[i]; break;
+            }
+            CHECK_MSG(same, "%s value %s differs from jansson's", tb_ks_dtype_name(t), vals[i]);
+        }
+        tb_ks_request_free(&r);
+    }
+    json_decref(ref);
+    /* integers: exact, range-checked */
+    tb_io_info i64 = one_input(TB_I64, 8), i8 = one_input(TB_I8, 8), b1 = one_input(TB_BOOL, 8);
+    tb_ks_request r;
+    tb_ks_error e;
+    const char *bi = "{\"inputs\":[{\"name\":\"v\",\"shape\":[4],\"datatype\":\"INT64\",\"data\":[-9223372036854775808,"
+                     "9223372036854775807, 0 ,\n-0 ]}]}";
+    CHECK(tb_ks_parse_infer(bi, strlen(bi), -1, &i64, 1, g_out, 2, 0, &r, &e) == 200);
+    if (r.buf) {
+        const int64_t *v = r.inputs[0].data;
+        CHECK(v[0] == INT64_MIN && v[1] == INT64_MAX && v[2] == 0 && v[3] == 0);
+        tb_ks_request_free(&r);
+    }
+    const char *bb = "{\"inputs\":[{\"name\":\"v\",\"shape\":[3],\"datatype\":\"BOOL\",\"data\":[true,false,true]}]}";
+    CHECK(tb_ks_parse_infer(bb, strlen(bb), -1, &b1, 1, g_out, 2, 0, &r, &e) == 200);
+    if (r.buf) {
+        const uint8_t *v = r.inputs[0].data;
+        CHECK(v[0] == 1 && v[1] == 0 && v[2] == 1);
+        tb_ks_request_free(&r);
+    }
+    const struct {
+        const tb_io_info *io;
+        const char *data;
+        int n; /* the shape sent */
+        const char *word;
+    } bad[] = {
+        {&i8, "[128]", 1, "out of range"},   {&i8, "[-129]", 1, "out of range"},
+        {&i8, "[1.0]", 1, "integers"},       {&i8, "[true]", 1, "integers"},
+        {&i64, "[9223372036854775808]", 1, "out of range"},
+        {&b1, "[1]", 1, "true or false"},    {&b1, "[null]", 1, "true or false"},
+        {&i8, "[1,,2]", 2, "not valid JSON"}, {&i8, "[1 2]", 2, "not valid JSON"},
+        {&i8, "[01]", 1, "not valid JSON"},  {&i8, "[1,]", 1, "not valid JSON"},
+        {&i8, "[+1]", 1, "not valid JSON"},  {&i8, "[1.]", 1, "not valid JSON"},
+        {&i8, "[tru]", 1, "not valid JSON"}, {&i8, "[[1],[[2]]]", 2, "deeper"},
+        {&i8, "[{\"a\":1}]", 1, "integers"}, {&i8, "[1,2,3]", 2, "has 3 values"},
+        {&i8, "[\"1\"]", 1, "integers"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(body, sizeof body, "{\"inputs\":[{\"name\":\"v\",\"shape\":[%d],\"datatype\":\"%s\",\"data\":%s}]}",
+                 bad[i].n, tb_ks_dtype_name(bad[i].io->dtype), bad[i].data);
+        int st = tb_ks_parse_infer(body, strlen(body), -1, bad[i].io, 1, g_out, 2, 0, &r, &e);
+        CHECK_MSG(st == 400 && strstr(e.msg, bad[i].word), "bad[%zu] %s: %d %s", i, bad[i].data, st, e.msg);
+    }
+    /* FP32 overflow, as jansson refuses a real it cannot hold */
+    tb_io_info f32 = one_input(TB_F32, 8);
+    const char *bo = "{\"inputs\":[{\"name\":\"v\",\"shape\":[1],\"datatype\":\"FP32\",\"data\":[1e400]}]}";
+    CHECK(tb_ks_parse_infer(bo, strlen(bo), -1, &f32, 1, g_out, 2, 0, &r, &e) == 400);
+    /* an escaped key and a repeated one: jansson reads everything, same result */
+    const char *ba = "{\"inputs\":[{\"name\":\"v\",\"shape\":[2],\"datatype\":\"FP32\",\"d\\u0061ta\":[0.1,-2.5]}]}";
+    const char *bf = "{\"inputs\":[{\"name\":\"v\",\"shape\":[2],\"datatype\":\"FP32\",\"data\":[0.1,-2.5]}]}";
+    const char *bd = "{\"inputs\":[{\"name\":\"v\",\"shape\":[2],\"datatype\":\"FP32\",\"data\":[7,7],\"data\":[0.1,-2.5]}]}";
+    float want[2] = {0.1f, -2.5f};
+    const char *three[3] = {ba, bf, bd};
+    for (int i = 0; i < 3; i++) {
+        int st = tb_ks_parse_infer(three[i], strlen(three[i]), -1, &f32, 1, g_out, 2, 0, &r, &e);
+        CHECK_MSG(st == 200 && !memcmp(r.inputs[0].data, want, 8), "variant %d: %d %s", i, st, e.msg);
+        if (st == 200) tb_ks_request_free(&r);
+    }
+}
+
+/* An image-sized FP32 input as JSON (each float printed with 17 digits, as
+ * Python prints a numpy float32 converted to float, and with 9 digits) and
+ * as binary data: the parsed tensors are identical, bit for bit. */
+static void test_json_equals_binary(void) {
+    const int64_t n = 3 * 224 * 224;
+    tb_io_info io;
+    memset(&io, 0, sizeof io);
+    snprintf(io.name, sizeof io.name, "x");
+    io.dtype = TB_F32;
+    io.rank = 4;
+    int64_t dims[4] = {1, 3, 224, 224};
+    for (int d = 0; d < 4; d++) io.min[d] = io.opt[d] = io.max[d] = dims[d];
+    float *v = malloc((size_t)n * 4);
+    char *body = malloc((size_t)n * 32 + 512);
+    CHECK(v && body);
+    if (!v || !body) { free(v); free(body); return; }
+    uint64_t seed = 42;
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        int32_t bits = (int32_t)(seed >> 33);
+        v[i] = (float)bits / 1073741824.0f * ((i % 7) ? 1.0f : 1e-30f) * ((i % 11) ? 1.0f : 1e30f);
+    }
+    v[0] = -0.0f;
+    v[1] = 3.4028235e38f;
+    v[2] = 1.4e-45f;
+    for (int fmt = 0; fmt < 2; fmt++) {
+        size_t k = (size_t)sprintf(body, "{\"inputs\":[{\"name\":\"x\",\"shape\":[1,3,224,224],\"datatype\":\"FP32\","
+                                         "\"data\":[");
+        for (int64_t i = 0; i < n; i++) {
+            if (v[i] == 0 && signbit(v[i])) k += (size_t)sprintf(body + k, "%s-0.0", i ? "," : "");
+            else k += (size_t)sprintf(body + k, fmt ? "%s%.9g" : "%s%.17g", i ? "," : "", (double)v[i]);
+        }
+        k += (size_t)sprintf(body + k, "]}]}");
+        tb_ks_request r;
+        tb_ks_error e;
+        int st = tb_ks_parse_infer(body, k, -1, &io, 1, g_out, 2, 0, &r, &e);
+        CHECK_MSG(st == 200, "%s", e.msg);
+        if (st == 200) {
+            CHECK_MSG(!memcmp(r.inputs[0].data, v, (size_t)n * 4), "%s digits: JSON and binary differ",
+                      fmt ? "9" : "17");
+            tb_ks_request_free(&r);
+        }
+    }
+    const char *hdr = "{\"inputs\":[{\"name\":\"x\",\"shape\":[1,3,224,224],\"datatype\":\"FP32\",\"parameters\":"
+                      "{\"binary_data_size\":602112}}]}";
+    size_t hl = strlen(hdr);
+    memcpy(body, hdr, hl);
+    memcpy(body + hl, v, (size_t)n * 4);
+    tb_ks_request r;
+    tb_ks_error e;
+    CHECK(tb_ks_parse_infer(body, hl + (size_t)n * 4, (long long)hl, &io, 1, g_out, 2, 0, &r, &e) == 200);
+    if (r.buf) {
+        CHECK(!memcmp(r.inputs[0].data, v, (size_t)n * 4));
+        tb_ks_request_free(&r);
+    }
+    free(v);
+    free(body);
+}
+
 int main(void) {
     setup();
     test_routes();
@@ -549,6 +725,8 @@ int main(void) {
     test_encode();
     test_metadata();
     test_bytes();
+    test_fast_data();
+    test_json_equals_binary();
     printf("%d checks, %d failures\n", tb_test_checks, tb_test_failures);
     return tb_test_failures != 0;
 }

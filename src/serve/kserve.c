@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "serve/kserve_data.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the binary tensor extension is little-endian; this host is not"
@@ -275,7 +276,10 @@ static void range_str(char *buf, size_t cap, const tb_io_info *io) {
 
 /* What pass one learned of each input before the buffer exists. */
 typedef struct {
-    json_t *data;       /* NULL: binary */
+    json_t *data;       /* NULL: binary, or the span below */
+    const char *span;   /* the data array's text, read by kserve_data.c */
+    size_t span_len;
+    json_t *owned;      /* a span jansson read after all (BYTES): freed at the end */
     size_t bin_off;     /* binary: offset in the body's binary part */
     size_t off;         /* offset in the request's buffer */
     size_t bytes;
@@ -432,7 +436,7 @@ static void put_bytes_json(json_t *v, char *dst, size_t *at) {
 
 /* Pass one over one input: its name, datatype, shape and where its data is. */
 static int plan_input(json_t *it, size_t j, const tb_io_info *in, int n_in, long long header_len, size_t max_elems,
-                      const char *bin, size_t bin_n, size_t *bin_used, tb_ks_request *r, in_plan *plan, int *seen, tb_ks_error *e) {
+                      const char *span, size_t span_len, const char *bin, size_t bin_n, size_t *bin_used, tb_ks_request *r, in_plan *plan, int *seen, tb_ks_error *e) {
     if (!json_is_object(it)) return fail(e, 400, "inputs[%zu] must be an object", j);
     json_t *nmv = json_object_get(it, "name");
     const char *nm = json_string_value(nmv);
@@ -513,6 +517,27 @@ static int plan_input(json_t *it, size_t j, const tb_io_info *in, int n_in, long
     } else {
         if (!data) return fail(e, 400, "input '%s' has no 'data'", nm);
         if (!json_is_array(data)) return fail(e, 400, "input '%s': data must be an array", nm);
+        /* the array was taken out of the text jansson read: [] stands for it */
+        if (span && json_array_size(data) == 0) {
+            if (is_bytes) { /* strings: jansson reads them after all */
+                json_error_t je;
+                data = plan[k].owned = json_loadb(span, span_len, JSON_ALLOW_NUL, &je);
+                if (!data) return fail(e, 400, "the body is not valid JSON: input '%s': %s", nm, je.text);
+            } else {
+                int64_t got = 0;
+                int st = tb_ks_data_count(span, span_len, io->rank > 0 ? io->rank : 1, nm, t, &got, e);
+                if (st != 200) return st;
+                if (got != el) {
+                    char s[256];
+                    shape_str(s, sizeof s, x->dims, x->rank);
+                    return fail(e, 400, "input '%s' has %lld values; shape %s needs %lld", nm, (long long)got, s,
+                                (long long)el);
+                }
+                plan[k].span = span;
+                plan[k].span_len = span_len;
+                return 200;
+            }
+        }
         /* counted before anything is allocated: a shape the profile allows
          * must not reserve memory the body's data does not back */
         int64_t got = 0;
@@ -555,22 +580,54 @@ int tb_ks_parse_infer_opt(const char *body, size_t n, long long header_len, cons
     const char *bin = body + jn;
     size_t bin_n = n - jn;
     json_error_t je;
+    /* the inputs' data arrays are read by kserve_data.c, the rest by
+     * jansson, from a copy of the text with each array replaced by [] */
+    tb_ks_span spans[TB_KS_MAX_IO];
+    int n_spans = body ? tb_ks_data_scan(body, jn, spans, TB_KS_MAX_IO) : -1;
+    const char *jtext = body;
+    size_t jlen = jn;
+    char *reduced = NULL;
+    if (n_spans > 0) {
+        size_t cut = 0;
+        for (int i = 0; i < n_spans; i++) cut += spans[i].len - 2;
+        reduced = malloc(jn - cut + 1);
+        if (!reduced) return fail(e, 500, "out of memory");
+        size_t at = 0, from = 0;
+        for (int i = 0; i < n_spans; i++) {
+            memcpy(reduced + at, body + from, spans[i].off - from);
+            at += spans[i].off - from;
+            memcpy(reduced + at, "[]", 2);
+            at += 2;
+            from = spans[i].off + spans[i].len;
+        }
+        memcpy(reduced + at, body + from, jn - from);
+        at += jn - from;
+        reduced[at] = 0;
+        jtext = reduced;
+        jlen = at;
+    }
     /* without the header, bytes after the JSON are most likely binary data
      * sent without it: say so rather than "not valid JSON" */
     /* JSON_ALLOW_NUL: a BYTES element may hold NUL bytes ("\u0000"); names
      * holding one are refused where they are read */
-    json_t *root = body ? json_loadb(body, jn, (header_len < 0 ? JSON_DISABLE_EOF_CHECK : 0) | JSON_ALLOW_NUL, &je)
+    json_t *root = body ? json_loadb(jtext, jlen, (header_len < 0 ? JSON_DISABLE_EOF_CHECK : 0) | JSON_ALLOW_NUL, &je)
                         : NULL;
-    if (!root) return fail(e, 400, "the body is not valid JSON%s%s", body ? ": " : "", body ? je.text : "");
+    if (!root) {
+        free(reduced);
+        return fail(e, 400, "the body is not valid JSON%s%s", body ? ": " : "", body ? je.text : "");
+    }
     if (header_len < 0) {
         size_t used = (size_t)je.position;
-        while (used < jn && (body[used] == ' ' || body[used] == '\t' || body[used] == '\n' || body[used] == '\r')) used++;
-        if (used < jn) {
+        while (used < jlen && (jtext[used] == ' ' || jtext[used] == '\t' || jtext[used] == '\n' || jtext[used] == '\r'))
+            used++;
+        if (used < jlen) {
             json_decref(root);
+            free(reduced);
             return fail(e, 400, "the body has %zu bytes after its JSON; binary tensor data needs the "
-                                "Inference-Header-Content-Length header", jn - used);
+                                "Inference-Header-Content-Length header", jlen - used);
         }
     }
+    free(reduced);
     int st = 200;
     in_plan plan[TB_KS_MAX_IO];
     int seen[TB_KS_MAX_IO] = {0};
@@ -610,8 +667,11 @@ int tb_ks_parse_infer_opt(const char *body, size_t n, long long header_len, cons
     size_t ni = json_array_size(ins);
     size_t bin_used = 0;
     for (size_t j = 0; j < ni; j++) {
-        st = plan_input(json_array_get(ins, j), j, in, n_in, header_len, max_elems, bin, bin_n, &bin_used, r, plan,
-                        seen, e);
+        const tb_ks_span *sp = NULL;
+        for (int i = 0; i < n_spans; i++)
+            if ((size_t)spans[i].input == j) sp = &spans[i];
+        st = plan_input(json_array_get(ins, j), j, in, n_in, header_len, max_elems, sp ? body + sp->off : NULL,
+                        sp ? sp->len : 0, bin, bin_n, &bin_used, r, plan, seen, e);
         if (st != 200) goto done;
     }
     for (int k = 0; k < n_in; k++) {
@@ -641,6 +701,11 @@ int tb_ks_parse_infer_opt(const char *body, size_t n, long long header_len, cons
         tb_tensor *x = &r->inputs[k];
         if (!seen[k]) continue; /* an optional input left out: zeroed */
         x->data = (char *)r->buf + plan[k].off;
+        if (plan[k].span) {
+            st = tb_ks_data_fill(plan[k].span, plan[k].span_len, in[k].name, x->dtype, x->data, plan[k].elems, e);
+            if (st != 200) goto done;
+            continue;
+        }
         if (plan[k].data && x->dtype == TB_KS_BYTES) {
             size_t at = 0;
             put_bytes_json(plan[k].data, x->data, &at);
@@ -669,6 +734,7 @@ int tb_ks_parse_infer_opt(const char *body, size_t n, long long header_len, cons
     }
 done:
     json_decref(root);
+    for (int k = 0; k < TB_KS_MAX_IO; k++) json_decref(plan[k].owned);
     if (st != 200) tb_ks_request_free(r);
     return st;
 }
