@@ -656,6 +656,58 @@ static void test_fast_data(void) {
     }
 }
 
+/* Many doubles printed with 15 to 19 significant digits (every path of
+ * the decimal conversion: exact, extended precision, strtod) read as FP64
+ * equal jansson's values bit for bit. */
+static void test_fast_doubles(void) {
+    const int n = 20000;
+    char *body = malloc((size_t)n * 40 + 256), *arr = malloc((size_t)n * 40 + 8);
+    double *want = malloc((size_t)n * sizeof *want);
+    CHECK(body && arr && want);
+    if (!body || !arr || !want) { free(body); free(arr); free(want); return; }
+    uint64_t seed = 7;
+    size_t k = 0;
+    arr[k++] = '[';
+    for (int i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        double mant = (double)(seed >> 11) / 9007199254740992.0;            /* [0, 1) */
+        int ex = (int)((seed >> 3) % 80) - 40;                             /* 1e-40 .. 1e39 */
+        double x = (mant + 0.1) * pow(10.0, ex) * ((seed & 1) ? -1 : 1);
+        int digits = 15 + (int)((seed >> 7) % 5);
+        k += (size_t)sprintf(arr + k, "%s%.*g", i ? "," : "", digits, x);
+    }
+    arr[k++] = ']';
+    arr[k] = 0;
+    json_error_t je;
+    json_t *ref = json_loadb(arr, k, 0, &je);
+    CHECK_MSG(ref != NULL, "%s", je.text);
+    for (int i = 0; ref && i < n; i++) want[i] = json_number_value(json_array_get(ref, (size_t)i));
+    json_decref(ref);
+    tb_io_info io;
+    memset(&io, 0, sizeof io);
+    snprintf(io.name, sizeof io.name, "v");
+    io.dtype = TB_F64;
+    io.rank = 1;
+    io.min[0] = io.opt[0] = io.max[0] = n;
+    size_t bl = (size_t)sprintf(body, "{\"inputs\":[{\"name\":\"v\",\"shape\":[%d],\"datatype\":\"FP64\",\"data\":", n);
+    memcpy(body + bl, arr, k);
+    bl += k;
+    bl += (size_t)sprintf(body + bl, "}]}");
+    tb_ks_request r;
+    tb_ks_error e;
+    int st = tb_ks_parse_infer(body, bl, -1, &io, 1, g_out, 2, 0, &r, &e);
+    CHECK_MSG(st == 200, "%s", e.msg);
+    if (st == 200) {
+        int diff = 0;
+        for (int i = 0; i < n; i++) diff += memcmp(&want[i], (double *)r.inputs[0].data + i, 8) != 0;
+        CHECK_MSG(diff == 0, "%d of %d doubles differ from jansson's", diff, n);
+        tb_ks_request_free(&r);
+    }
+    free(body);
+    free(arr);
+    free(want);
+}
+
 /* An image-sized FP32 input as JSON (each float printed with 17 digits, as
  * Python prints a numpy float32 converted to float, and with 9 digits) and
  * as binary data: the parsed tensors are identical, bit for bit. */
@@ -727,6 +779,7 @@ int main(void) {
     test_bytes();
     test_fast_data();
     test_json_equals_binary();
+    test_fast_doubles();
     printf("%d checks, %d failures\n", tb_test_checks, tb_test_failures);
     return tb_test_failures != 0;
 }

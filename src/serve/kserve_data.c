@@ -5,6 +5,7 @@
 #include "serve/kserve_data.h"
 
 #include <errno.h>
+#include <float.h>
 #include <locale.h>
 #include <math.h>
 #include <pthread.h>
@@ -290,6 +291,11 @@ static locale_t g_c_locale;
 static pthread_once_t g_c_locale_once = PTHREAD_ONCE_INIT;
 static void c_locale_init(void) { g_c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0); }
 
+#if LDBL_MANT_DIG == 64 && defined(__x86_64__)
+static const long double k_pow10l[28] = {1e0L,  1e1L,  1e2L,  1e3L,  1e4L,  1e5L,  1e6L,  1e7L,  1e8L,  1e9L,
+                                         1e10L, 1e11L, 1e12L, 1e13L, 1e14L, 1e15L, 1e16L, 1e17L, 1e18L, 1e19L,
+                                         1e20L, 1e21L, 1e22L, 1e23L, 1e24L, 1e25L, 1e26L, 1e27L};
+#endif
 static const double k_pow10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
                                    1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
@@ -310,9 +316,9 @@ static int real_value(const char *p, size_t len, double *out) {
         for (q++; q < end && is_digit(*q); q++) {
             if (m || *q != '0') m = m * 10 + (uint64_t)(*q - '0'), sig++;
             exp10--;
-            if (sig > 15) break;
+            if (sig > 19) break;
         }
-    if (sig <= 15 && q < end && (*q == 'e' || *q == 'E')) {
+    if (sig <= 19 && q < end && (*q == 'e' || *q == 'E')) {
         q++;
         int es = 1, ev = 0;
         if (*q == '+' || *q == '-') es = *q++ == '-' ? -1 : 1;
@@ -325,6 +331,25 @@ static int real_value(const char *p, size_t len, double *out) {
         *out = neg ? -d : d;
         return 1;
     }
+#if LDBL_MANT_DIG == 64 && defined(__x86_64__)
+    /* 16 to 19 digits (what %.17g and Python print): the digits and the
+     * power of ten are exact in the x87's 64-bit significand, the product or
+     * quotient rounds once there; rounding that to 53 bits is the correct
+     * rounding of the decimal unless the 64-bit result sits exactly on a
+     * halfway point of doubles (its low 11 bits 0x400), where the true value
+     * might lie on either side: strtod decides those. */
+    if (sig <= 19 && q == end && exp10 >= -27 && exp10 <= 27) {
+        long double ld = (long double)m;
+        ld = exp10 < 0 ? ld / k_pow10l[-exp10] : ld * k_pow10l[exp10];
+        uint64_t mant;
+        memcpy(&mant, &ld, sizeof mant); /* x87 extended: the significand's 64 bits first */
+        if ((mant & 0x7ff) != 0x400) {
+            double d = (double)ld;
+            *out = neg ? -d : d;
+            return 1;
+        }
+    }
+#endif
     char small[128], *buf = len < sizeof small ? small : malloc(len + 1);
     if (!buf) return 0;
     memcpy(buf, p, len);
