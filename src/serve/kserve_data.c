@@ -71,6 +71,30 @@ static int sc_string(scanner *s, const char **raw, size_t *len) {
 
 static int sc_value(scanner *s, int ctx, int idx);
 
+/* A data array at s->p ('['): to its matching ']' by brackets alone,
+ * strings skipped. Whether what lies between is valid is for
+ * tb_ks_data_count; when it is and the rest is valid for jansson, the
+ * whole text was valid JSON and this is the array's end. */
+static int sc_skip_array(scanner *s) {
+    int depth = 0;
+    while (s->p < s->end) {
+        char c = *s->p;
+        if (c == '"') {
+            const char *r;
+            size_t l;
+            if (!sc_string(s, &r, &l)) return 0;
+            continue;
+        }
+        s->p++;
+        if (c == '[') {
+            if (++depth > TB_KS_MAX_DEPTH) return 0;
+        } else if (c == ']' && --depth == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static int sc_object(scanner *s, int ctx, int idx) {
     if (++s->depth > TB_KS_MAX_DEPTH) return 0;
     s->p++;
@@ -100,7 +124,7 @@ static int sc_object(scanner *s, int ctx, int idx) {
         if (is_data && s->p < s->end && *s->p == '[') {
             if (s->n == s->cap) return 0;
             const char *b = s->p;
-            if (!sc_value(s, CTX_ANY, 0)) return 0;
+            if (!sc_skip_array(s)) return 0;
             s->spans[s->n++] = (tb_ks_span){(size_t)(b - s->base), (size_t)(s->p - b), idx};
         } else if (!sc_value(s, is_inputs ? CTX_INPUTS : CTX_ANY, 0)) {
             return 0;
@@ -299,12 +323,17 @@ static const long double k_pow10l[28] = {1e0L,  1e1L,  1e2L,  1e3L,  1e4L,  1e5L
 static const double k_pow10[23] = {1e0,  1e1,  1e2,  1e3,  1e4,  1e5,  1e6,  1e7,  1e8,  1e9,  1e10, 1e11,
                                    1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
 
-/* A JSON real (a valid token of len bytes) as the nearest double, as
- * strtod gives it: exactly when the digits fit 2^53 and the power of ten is
- * itself exact (Clinger's fast path: one correctly rounded multiply or
- * divide), else strtod on a copy. 0 when it overflows (jansson refuses
- * those too). */
-static int real_value(const char *p, size_t len, double *out) {
+static int int_value(const char *p, size_t len, int64_t *out);
+
+/* A JSON number (a valid token of len bytes) as jansson gives it as a
+ * double. An integer (no fraction, no exponent) is an int64 first, then
+ * converted ("-0" is +0.0); 0 beyond int64 (jansson refuses it). A real is
+ * the nearest double, as strtod gives it: exactly when the digits fit 2^53
+ * and the power of ten is itself exact (Clinger's fast path: one correctly
+ * rounded multiply or divide), through x87 extended precision for up to 19
+ * digits, else strtod on a copy; 0 when it overflows (jansson refuses those
+ * too). */
+static int number_value(const char *p, size_t len, double *out) {
     const char *q = p, *end = p + len;
     int neg = *q == '-';
     q += neg;
@@ -312,6 +341,13 @@ static int real_value(const char *p, size_t len, double *out) {
     int sig = 0, exp10 = 0;
     for (; q < end && is_digit(*q); q++)
         if (m || *q != '0') m = m * 10 + (uint64_t)(*q - '0'), sig++;
+    if (q == end) { /* an integer */
+        int64_t iv;
+        if (sig <= 18) iv = neg ? -(int64_t)m : (int64_t)m;
+        else if (!int_value(p, len, &iv)) return 0;
+        *out = (double)iv;
+        return 1;
+    }
     if (q < end && *q == '.')
         for (q++; q < end && is_digit(*q); q++) {
             if (m || *q != '0') m = m * 10 + (uint64_t)(*q - '0'), sig++;
@@ -393,8 +429,16 @@ int tb_ks_data_fill(const char *p, size_t n, const char *name, tb_dtype t, void 
         int is_int = 0;
         size_t len;
         int is_bool = c == 't' || c == 'f';
-        if (is_bool) len = c == 't' ? 4 : 5;
-        else len = num_token(q, end, &is_int);
+        int fp = t == TB_F32 || t == TB_F64 || t == TB_F16 || t == TB_BF16;
+        if (is_bool) {
+            len = c == 't' ? 4 : 5;
+        } else if (fp) { /* a number (tb_ks_data_count checked it): up to its delimiter */
+            const char *z = q;
+            while (z < end && *z != ',' && *z != ']' && !is_ws(*z)) z++;
+            len = (size_t)(z - q);
+        } else {
+            len = num_token(q, end, &is_int);
+        }
         if (!len) return fail(e, 400, "input '%s': data is not valid JSON", name);
         if (t == TB_BOOL) {
             if (!is_bool) return fail(e, 400, "input '%s': %s", name, type_words(t));
@@ -417,12 +461,9 @@ int tb_ks_data_fill(const char *p, size_t n, const char *name, tb_dtype t, void 
             }
         } else {
             double x;
-            int64_t iv;
-            /* an integer token is an int64 to jansson, then a double */
-            if (is_int ? !int_value(q, len, &iv) : !real_value(q, len, &x))
+            if (!number_value(q, len, &x))
                 return fail(e, 400, "input '%s': %.*s is out of range for %s", name, (int)(len < 40 ? len : 40), q,
                             tn);
-            if (is_int) x = (double)iv;
             switch (t) {
             case TB_F32: ((float *)dst)[k] = (float)x; break;
             case TB_F64: ((double *)dst)[k] = x; break;
