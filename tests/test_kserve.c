@@ -767,6 +767,80 @@ static void test_json_equals_binary(void) {
     free(body);
 }
 
+/* Differential: requests mutated at random (bytes replaced, flipped,
+ * inserted, the text cut) are parsed twice, as sent and with every "data"
+ * key escaped ("d\u0061ta"), which makes jansson read the whole request.
+ * Both must accept or refuse alike and give the same tensors. */
+static void test_fast_data_differential(void) {
+    static const char *seeds[] = {
+        "{\"id\":\"a\",\"inputs\":[{\"name\":\"x\",\"shape\":[2,3],\"datatype\":\"FP32\",\"data\":[[1,2.5,-3e2],[0.1,2,"
+        "7]]},{\"name\":\"t\",\"shape\":[2],\"datatype\":\"BYTES\",\"data\":[\"ab\\u0000\",\"c\"]}],\"parameters\":{\"k\":"
+        "[1,{\"a\":\"]\"}]},\"outputs\":[{\"name\":\"y\"}]}",
+        "{\"inputs\":[{\"data\":[true,false,true],\"name\":\"b\",\"shape\":[3],\"datatype\":\"BOOL\"},{\"name\":\"x\","
+        "\"shape\":[1,3],\"datatype\":\"FP32\",\"data\":[1.000000000000000055511,-0.0,123456789012345678]}]}",
+    };
+    tb_io_info in[3], out[1];
+    memset(in, 0, sizeof in);
+    memset(out, 0, sizeof out);
+    snprintf(in[0].name, sizeof in[0].name, "x");
+    in[0].dtype = TB_F32, in[0].rank = 2;
+    in[0].min[0] = 1, in[0].max[0] = 4, in[0].min[1] = in[0].max[1] = 3;
+    snprintf(in[1].name, sizeof in[1].name, "t");
+    in[1].dtype = TB_KS_BYTES, in[1].rank = 1, in[1].min[0] = 1, in[1].max[0] = 4;
+    snprintf(in[2].name, sizeof in[2].name, "b");
+    in[2].dtype = TB_BOOL, in[2].rank = 1, in[2].min[0] = 1, in[2].max[0] = 4;
+    snprintf(out[0].name, sizeof out[0].name, "y");
+    out[0].dtype = TB_F32, out[0].rank = 1;
+    static const char alphabet[] = "[]{}\",:\\0-e.1 t";
+    uint64_t seed = 99;
+    int accepted = 0, diffs = 0;
+    for (int it = 0; it < 40000; it++) {
+        const char *s = seeds[it & 1];
+        size_t n = strlen(s);
+        char *b = malloc(n + 8), *b2 = malloc(n * 6 + 8);
+        if (!b || !b2) { free(b); free(b2); break; }
+        memcpy(b, s, n);
+        for (int m = 0; m < 3 && n > 0; m++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            size_t p = (size_t)(seed >> 20) % n;
+            switch ((seed >> 8) & 3) {
+            case 0: b[p] = alphabet[(seed >> 40) % (sizeof alphabet - 1)]; break;
+            case 1: b[p] ^= (char)(1 << ((seed >> 40) & 7)); break;
+            case 2: if ((seed >> 40) % 4 == 0) n = p; break;
+            default: memmove(b + p + 1, b + p, n - p); b[p] = alphabet[(seed >> 40) % (sizeof alphabet - 1)]; n++;
+            }
+        }
+        size_t n2 = 0;
+        for (size_t i = 0; i < n;) {
+            if (i + 6 <= n && !memcmp(b + i, "\"data\"", 6)) {
+                memcpy(b2 + n2, "\"d\\u0061ta\"", 11);
+                n2 += 11, i += 6;
+            } else {
+                b2[n2++] = b[i++];
+            }
+        }
+        tb_ks_request r, r2;
+        tb_ks_error e, e2;
+        int st = tb_ks_parse_infer_opt(b, n, -1, in, 3, 6, out, 1, 0, &r, &e);
+        int st2 = tb_ks_parse_infer_opt(b2, n2, -1, in, 3, 6, out, 1, 0, &r2, &e2);
+        if ((st == 200) != (st2 == 200)) {
+            if (diffs++ < 3) fprintf(stderr, "differ (%d: %s / %d: %s): %.*s\n", st, e.msg, st2, e2.msg, (int)n, b);
+        } else if (st == 200) {
+            accepted++;
+            for (int k = 0; k < 3; k++)
+                if (r.given[k] != r2.given[k] || r.in_size[k] != r2.in_size[k] ||
+                    (r.given[k] && memcmp(r.inputs[k].data, r2.inputs[k].data, r.in_size[k])))
+                    if (diffs++ < 3) fprintf(stderr, "tensor %d differs: %.*s\n", k, (int)n, b);
+        }
+        if (st == 200) tb_ks_request_free(&r);
+        if (st2 == 200) tb_ks_request_free(&r2);
+        free(b);
+        free(b2);
+    }
+    CHECK_MSG(diffs == 0, "%d of 40000 mutated requests read differently with and without jansson", diffs);
+    CHECK_MSG(accepted > 100, "only %d mutated requests accepted: the mutations test too little", accepted);
+}
+
 int main(void) {
     setup();
     test_routes();
@@ -780,6 +854,7 @@ int main(void) {
     test_fast_data();
     test_json_equals_binary();
     test_fast_doubles();
+    test_fast_data_differential();
     printf("%d checks, %d failures\n", tb_test_checks, tb_test_failures);
     return tb_test_failures != 0;
 }
