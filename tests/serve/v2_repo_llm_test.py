@@ -216,6 +216,31 @@ def test_bytes_round_trips():
     ok("JSON and binary BYTES agree for %d prompts; bad lengths and parameters refused" % len(prompts))
 
 
+def test_json_equals_binary_onnx():
+    """The ONNX model given the same float32 values as JSON (Python's
+    17-digit floats and nested lists) and as binary data answers with the
+    same output bytes (outputs binary in both)."""
+    x = (rng.standard_normal((8, 6)) * np.array([1e-30, 1e-3, 1, 1e3, 1e30, 0.1])).astype(np.float32)
+    x[0, 0] = -0.0
+    outs = []
+    for form in ("flat", "nested", "binary"):
+        inp = {"name": "x", "shape": list(x.shape), "datatype": "FP32"}
+        if form == "binary":
+            raw = x.astype("<f4").tobytes()
+            inp["parameters"] = {"binary_data_size": len(raw)}
+        else:
+            inp["data"] = x.ravel().tolist() if form == "flat" else x.tolist()
+        hdr = json.dumps({"inputs": [inp], "parameters": {"binary_data_output": True}}).encode()
+        h = {"Inference-Header-Content-Length": str(len(hdr))} if form == "binary" else {}
+        st, hd, data = S.post("/v2/models/mlp/infer", hdr + (raw if form == "binary" else b""), headers=h)
+        check(st == 200, "%s -> %s %r" % (form, st, data[:200]))
+        outs.append(data[int(hd["inference-header-content-length"]):])
+    check(outs[0] == outs[1] == outs[2], "JSON and binary inputs gave different outputs")
+    ref = (x @ W + B).astype("<f4")
+    check(np.allclose(np.frombuffer(outs[2], "<f4").reshape(8, 4), ref, rtol=1e-5, atol=1e-5), "differs from numpy")
+    ok("flat JSON, nested JSON and binary inputs: the same %d output bytes" % len(outs[0]))
+
+
 def test_unload_load_llm_while_onnx_serves():
     """While a thread keeps sending v2 requests to the ONNX model, the LLM is
     unloaded (a generation in flight finishes 200; then v2 and OpenAI get
@@ -271,4 +296,5 @@ def test_unload_load_llm_while_onnx_serves():
 
 run_tests([("index_and_metadata", test_index_and_metadata), ("v2_infer_both", test_v2_infer_both),
            ("openai_same_model", test_openai_same_model), ("bytes_round_trips", test_bytes_round_trips),
+           ("json_equals_binary_onnx", test_json_equals_binary_onnx),
            ("unload_load_llm_while_onnx_serves", test_unload_load_llm_while_onnx_serves)])
