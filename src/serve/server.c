@@ -1454,7 +1454,7 @@ static const char *const k_llm_params[] = {"temperature", "top_p", "top_k", "min
  * the same parse_gen and scheduler as the OpenAI API. */
 static enum MHD_Result v2_llm_infer(server *s, struct MHD_Connection *c, model *m, conn_state *cs) {
     uint64_t t0 = mono_ns();
-    server *ls = m->llm;
+    server *ls = m->llm ? m->llm : s; /* a repository LLM, or the server's own */
     tb_ks_request rq;
     tb_ks_error err;
     int st;
@@ -1595,10 +1595,7 @@ fail:
 
 static enum MHD_Result v2_infer(server *s, struct MHD_Connection *c, model *m, conn_state *cs) {
     uint64_t t0 = mono_ns();
-    if (m->llm) return v2_llm_infer(s, c, m, cs);
-    if (m->is_llm)
-        return v2_error(s, c, 400, "model '%s' is a language model: it is served by the OpenAI API (/v1/completions, "
-                        "/v1/chat/completions)", m->name);
+    if (m->llm || m->is_llm) return v2_llm_infer(s, c, m, cs);
     tb_ks_request rq;
     tb_ks_error err;
     int st;
@@ -2403,6 +2400,7 @@ static tb_status load_engine(server *s) {
     model *m = model_add(s, s->model, "1", s->e);
     if (!m) return tb_errorf(TB_ERR_OOM, "out of memory");
     m->is_llm = 1;
+    llm_v2_io(m);
     m->state = "READY";
     atomic_store(&m->ready, 1);
     return TB_OK;
