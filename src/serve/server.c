@@ -1447,11 +1447,13 @@ static const char *const k_llm_params[] = {"temperature", "top_p", "top_k", "min
                                            "min_tokens", "stop", "ignore_eos", "repetition_penalty",
                                            "presence_penalty", "frequency_penalty", NULL};
 
-/* v2 infer of a repository LLM: text_input's one string is the prompt (as
- * /v1/completions takes it), generated greedily unless parameters.temperature
- * says otherwise, max_tokens from the input, else parameters.max_tokens,
- * else 16; text_output is the generated text alone. The request goes through
- * the same parse_gen and scheduler as the OpenAI API. */
+/* v2 infer of an LLM (a repository's or the server's own engine), as
+ * Triton's vLLM and TensorRT-LLM backends take it: text_input's one string
+ * is the prompt (as /v1/completions takes it), generated greedily unless
+ * parameters.temperature says otherwise, max_tokens from the input, else
+ * parameters.max_tokens, else 16; text_output is the generated text alone.
+ * The request goes through the same parse_gen and scheduler as the OpenAI
+ * API. */
 static enum MHD_Result v2_llm_infer(server *s, struct MHD_Connection *c, model *m, conn_state *cs) {
     uint64_t t0 = mono_ns();
     server *ls = m->llm ? m->llm : s; /* a repository LLM, or the server's own */
@@ -1482,7 +1484,11 @@ static enum MHD_Result v2_llm_infer(server *s, struct MHD_Connection *c, model *
     }
     const char *text;
     size_t tlen;
-    tb_ks_bytes_get(rq.inputs[0].data, rq.in_size[0], 0, &text, &tlen); /* shape [1]: checked by the parse */
+    if (!tb_ks_bytes_get(rq.inputs[0].data, rq.in_size[0], 0, &text, &tlen)) { /* shape [1]: the parse saw one */
+        st = 400;
+        snprintf(msg, sizeof msg, "text_input holds no element");
+        goto fail;
+    }
     root = json_object();
     if (!root || json_object_set_new(root, "prompt", json_stringn(text, tlen)) ||
         json_object_set_new(root, "temperature", json_integer(0)) ||
