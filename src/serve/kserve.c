@@ -365,7 +365,8 @@ static int parse_outputs(json_t *outs, const tb_io_info *out, int n_out, tb_ks_r
         json_t *o = json_array_get(outs, j);
         json_t *nmv = json_is_object(o) ? json_object_get(o, "name") : NULL;
         const char *nm = json_string_value(nmv);
-        if (!nm || strlen(nm) != json_string_length(nmv)) return fail(e, 400, "outputs[%zu] must be an object with a string 'name'", j);
+        if (!nm || strlen(nm) != json_string_length(nmv))
+            return fail(e, 400, "outputs[%zu] must be an object with a string 'name'", j);
         int k = find_io(out, n_out, nm);
         if (k < 0) return fail(e, 400, "unknown output '%s'", nm);
         for (int i = 0; i < r->n_outputs; i++)
@@ -436,7 +437,8 @@ static void put_bytes_json(json_t *v, char *dst, size_t *at) {
 
 /* Pass one over one input: its name, datatype, shape and where its data is. */
 static int plan_input(json_t *it, size_t j, const tb_io_info *in, int n_in, long long header_len, size_t max_elems,
-                      const char *span, size_t span_len, const char *bin, size_t bin_n, size_t *bin_used, tb_ks_request *r, in_plan *plan, int *seen, tb_ks_error *e) {
+                      const char *span, size_t span_len, const char *bin, size_t bin_n, size_t *bin_used,
+                      tb_ks_request *r, in_plan *plan, int *seen, tb_ks_error *e) {
     if (!json_is_object(it)) return fail(e, 400, "inputs[%zu] must be an object", j);
     json_t *nmv = json_object_get(it, "name");
     const char *nm = json_string_value(nmv);
@@ -675,7 +677,10 @@ int tb_ks_parse_infer_opt(const char *body, size_t n, long long header_len, cons
         if (st != 200) goto done;
     }
     for (int k = 0; k < n_in; k++) {
-        if (!seen[k] && !(k < 64 && (optional >> k & 1))) { st = fail(e, 400, "input '%s' is missing", in[k].name); goto done; }
+        if (!seen[k] && !(k < 64 && (optional >> k & 1))) {
+            st = fail(e, 400, "input '%s' is missing", in[k].name);
+            goto done;
+        }
         r->given[k] = seen[k];
         r->in_size[k] = plan[k].bytes;
     }
