@@ -141,8 +141,9 @@ def test_v2_infer_both():
 
 
 def test_openai_same_model():
-    """The same LLM answers /v1/completions and /v1/chat/completions by its
-    name with the plain server's greedy text; /v1/models lists only it; the
+    """The same LLM answers /v1/completions (also streamed) and
+    /v1/chat/completions by its name with the plain server's greedy text,
+    and /tokenize; /v1/models lists only it; the
     ONNX model named there is a 400, an unknown name a 404."""
     j = S.completion({"model": "story", "prompt": PROMPT, "max_tokens": 40, "temperature": 0})
     text = j["choices"][0]["text"]
@@ -152,6 +153,13 @@ def test_openai_same_model():
     c1 = S.chat({"model": "story", "messages": msgs, "max_tokens": 12, "temperature": 0})
     c2 = PLAIN.chat({"messages": msgs, "max_tokens": 12, "temperature": 0})
     check(c1["choices"][0]["message"]["content"] == c2["choices"][0]["message"]["content"], "chat differs")
+    st, _, ev = S.stream("/v1/completions", {"model": "story", "prompt": PROMPT, "max_tokens": 40, "temperature": 0,
+                                             "stream": True})
+    check(st == 200 and ev[-1] == "[DONE]", "stream -> %s" % st)
+    streamed = "".join(json.loads(x)["choices"][0]["text"] for x in ev[:-1])
+    check(streamed == text, "streamed %r != %r" % (streamed, text))
+    st, _, data = S.post("/tokenize", {"model": "story", "prompt": PROMPT})
+    check(st == 200 and json.loads(data)["count"] > 0, "tokenize -> %s %r" % (st, data[:200]))
     st, _, data = S.get("/v1/models")
     ids = [m["id"] for m in json.loads(data)["data"]]
     check(st == 200 and ids == ["story"], "/v1/models -> %s %s" % (st, ids))
