@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <math.h>
 
+#include "core/core.h" /* tb_f32_to_f16, tb_f32_to_bf16 */
 #include "serve/kserve.h"
 #include "tb_test.h"
 
@@ -83,7 +84,8 @@ static void test_dtypes(void) {
         CHECK(tb_ks_dtype_size(t) > 0);
     }
     tb_dtype t;
-    CHECK(!tb_ks_dtype_parse("BYTES", &t));
+    CHECK(tb_ks_dtype_parse("BYTES", &t) && t == TB_KS_BYTES && tb_ks_dtype_size(t) == 0);
+    CHECK(!strcmp(tb_ks_dtype_name(TB_KS_BYTES), "BYTES"));
     CHECK(!tb_ks_dtype_parse("fp32", &t));
     CHECK(tb_ks_dtype_name(TB_I4) == NULL);
     CHECK(tb_ks_dtype_size(TB_F16) == 2 && tb_ks_dtype_size(TB_I64) == 8 && tb_ks_dtype_size(TB_BOOL) == 1);
@@ -184,7 +186,7 @@ static void test_errors(void) {
          "[1],\"datatype\":\"INT64\",\"data\":[1]}]}", "twice"},
         {"{\"inputs\":[{\"name\":\"ids\",\"shape\":[1],\"datatype\":\"INT64\",\"data\":[1]}]}", "'x' is missing"},
         {"{\"inputs\":[{\"name\":\"ids\",\"shape\":[1],\"data\":[1]}]}", "'datatype'"},
-        {"{\"inputs\":[{\"name\":\"ids\",\"shape\":[1],\"datatype\":\"BYTES\",\"data\":[1]}]}", "unsupported datatype"},
+        {"{\"inputs\":[{\"name\":\"ids\",\"shape\":[1],\"datatype\":\"FP8\",\"data\":[1]}]}", "unsupported datatype"},
         {"{\"inputs\":[{\"name\":\"ids\",\"shape\":[1],\"datatype\":\"INT32\",\"data\":[1]}]}", "takes INT64"},
         {"{\"inputs\":[{\"name\":\"ids\",\"datatype\":\"INT64\",\"data\":[1]}]}", "'shape'"},
         {"{\"inputs\":[{\"name\":\"ids\",\"shape\":[1,1],\"datatype\":\"INT64\",\"data\":[1]}]}", "rank 2"},
@@ -435,6 +437,410 @@ static void test_metadata(void) {
     free(err);
 }
 
+/* BYTES: a model of text [1..4] BYTES and an optional n INT32 [1], output
+ * out BYTES [-1]. JSON strings and the binary form (4-byte length + bytes
+ * per element) parse to the same serialized tensor; the encoder writes it
+ * back as JSON strings (NUL and quotes escaped) and as the same bytes. */
+static void test_bytes(void) {
+    tb_io_info in[2], out[1];
+    memset(in, 0, sizeof in);
+    memset(out, 0, sizeof out);
+    snprintf(in[0].name, sizeof in[0].name, "text");
+    in[0].dtype = TB_KS_BYTES;
+    in[0].rank = 1;
+    in[0].min[0] = 1, in[0].opt[0] = in[0].max[0] = 4;
+    snprintf(in[1].name, sizeof in[1].name, "n");
+    in[1].dtype = TB_I32;
+    in[1].rank = 1;
+    in[1].min[0] = in[1].opt[0] = in[1].max[0] = 1;
+    snprintf(out[0].name, sizeof out[0].name, "out");
+    out[0].dtype = TB_KS_BYTES;
+    out[0].rank = 1;
+    out[0].min[0] = out[0].max[0] = -1;
+    /* the serialized form of "héllo", "", "a\"b\0c" */
+    static const char want[] = "\x06\0\0\0h\xc3\xa9llo" "\0\0\0\0" "\x05\0\0\0a\"b\0c";
+    const size_t want_n = sizeof want - 1;
+    const char *js = "{\"inputs\":[{\"name\":\"text\",\"shape\":[3],\"datatype\":\"BYTES\",\"data\":[\"h\u00e9llo\",\"\","
+                     "\"a\\\"b\\u0000c\"]}],\"parameters\":{\"temperature\":0.5}}";
+    tb_ks_request r;
+    tb_ks_error e;
+    int st = tb_ks_parse_infer_opt(js, strlen(js), -1, in, 2, 2, out, 1, 0, &r, &e);
+    CHECK_MSG(st == 200, "%d %s", st, e.msg);
+    if (st == 200) {
+        CHECK(r.given[0] == 1 && r.given[1] == 0 && r.inputs[1].data == NULL);
+        CHECK_MSG(r.in_size[0] == want_n && !memcmp(r.inputs[0].data, want, want_n), "size %zu", r.in_size[0]);
+        const char *p;
+        size_t len;
+        CHECK(tb_ks_bytes_get(r.inputs[0].data, r.in_size[0], 2, &p, &len) && len == 5 && !memcmp(p, "a\"b\0c", 5));
+        CHECK(!tb_ks_bytes_get(r.inputs[0].data, r.in_size[0], 3, &p, &len));
+        CHECK_MSG(r.params && !strcmp(r.params, "{\"temperature\":0.5}"), "%s", r.params ? r.params : "(null)");
+        /* encoded back: JSON strings, then binary bytes */
+        tb_tensor o = r.inputs[0];
+        char *body;
+        size_t n, hl;
+        CHECK(tb_ks_encode_response("m", "1", &r, out, &o, 1, &body, &n, &hl, &e) == 200);
+        json_error_t je;
+        json_t *j = json_loadb(body, n, JSON_ALLOW_NUL, &je);
+        json_t *d = j ? json_object_get(json_array_get(json_object_get(j, "outputs"), 0), "data") : NULL;
+        CHECK_MSG(json_array_size(d) == 3, "%s", body);
+        if (json_array_size(d) == 3) {
+            CHECK(!strcmp(json_string_value(json_array_get(d, 0)), "h\xc3\xa9llo"));
+            CHECK(json_string_length(json_array_get(d, 1)) == 0);
+            CHECK(json_string_length(json_array_get(d, 2)) == 5 && !memcmp(json_string_value(json_array_get(d, 2)), "a\"b\0c", 5));
+            CHECK(!strcmp(json_string_value(json_object_get(json_array_get(json_object_get(j, "outputs"), 0), "datatype")), "BYTES"));
+        }
+        json_decref(j);
+        free(body);
+        r.binary_all = 1;
+        CHECK(tb_ks_encode_response("m", "1", &r, out, &o, 1, &body, &n, &hl, &e) == 200);
+        CHECK(hl > 0 && n == hl + want_n && !memcmp(body + hl, want, want_n));
+        char bds[64];
+        snprintf(bds, sizeof bds, "\"binary_data_size\":%zu}", want_n);
+        CHECK(strstr(body, bds) != NULL);
+        free(body);
+        tb_ks_request_free(&r);
+    }
+    /* the same tensor as binary data, with n given as JSON */
+    char hdr[256], body[512];
+    snprintf(hdr, sizeof hdr, "{\"inputs\":[{\"name\":\"n\",\"shape\":[1],\"datatype\":\"INT32\",\"data\":[7]},{\"name\":"
+             "\"text\",\"shape\":[3],\"datatype\":\"BYTES\",\"parameters\":{\"binary_data_size\":%zu}}]}", want_n);
+    size_t hl = strlen(hdr);
+    memcpy(body, hdr, hl);
+    memcpy(body + hl, want, want_n);
+    st = tb_ks_parse_infer_opt(body, hl + want_n, (long long)hl, in, 2, 2, out, 1, 0, &r, &e);
+    CHECK_MSG(st == 200, "%s", e.msg);
+    if (st == 200) {
+        CHECK(r.given[1] && *(const int32_t *)r.inputs[1].data == 7 && r.params == NULL);
+        CHECK(r.in_size[0] == want_n && !memcmp(r.inputs[0].data, want, want_n));
+        tb_ks_request_free(&r);
+    }
+    /* a length that runs past the data, and one that leaves bytes over */
+    char bad[512];
+    memcpy(bad, body, hl + want_n);
+    bad[hl + 14] = 9; /* the third element's length: 9 bytes where 5 are left */
+    CHECK(tb_ks_parse_infer_opt(bad, hl + want_n, (long long)hl, in, 2, 2, out, 1, 0, &r, &e) == 400 &&
+          strstr(e.msg, "BYTES elements"));
+    memcpy(bad, body, hl + want_n);
+    bad[hl + 14] = 1; /* leaves 4 of the last element's bytes over */
+    CHECK(tb_ks_parse_infer_opt(bad, hl + want_n, (long long)hl, in, 2, 2, out, 1, 0, &r, &e) == 400 &&
+          strstr(e.msg, "BYTES elements"));
+    bad[hl + 14] = 5;
+    CHECK(tb_ks_parse_infer_opt(bad, hl + want_n, (long long)hl, in, 2, 2, out, 1, 0, &r, &e) == 200);
+    tb_ks_request_free(&r);
+    /* JSON refusals: a number as BYTES, a missing required input, an element count off the shape */
+    const char *b1 = "{\"inputs\":[{\"name\":\"text\",\"shape\":[1],\"datatype\":\"BYTES\",\"data\":[3]}]}";
+    CHECK(tb_ks_parse_infer_opt(b1, strlen(b1), -1, in, 2, 2, out, 1, 0, &r, &e) == 400 && strstr(e.msg, "strings"));
+    const char *b2 = "{\"inputs\":[{\"name\":\"n\",\"shape\":[1],\"datatype\":\"INT32\",\"data\":[3]}]}";
+    CHECK(tb_ks_parse_infer_opt(b2, strlen(b2), -1, in, 2, 2, out, 1, 0, &r, &e) == 400 && strstr(e.msg, "missing"));
+    const char *b3 = "{\"inputs\":[{\"name\":\"text\",\"shape\":[2],\"datatype\":\"BYTES\",\"data\":[\"x\"]}]}";
+    CHECK(tb_ks_parse_infer_opt(b3, strlen(b3), -1, in, 2, 2, out, 1, 0, &r, &e) == 400 && strstr(e.msg, "values"));
+    /* BYTES sent to a numeric input */
+    const char *b4 = "{\"inputs\":[{\"name\":\"x\",\"shape\":[1,3],\"datatype\":\"BYTES\",\"data\":[\"a\",\"b\",\"c\"]},"
+                     "{\"name\":\"ids\",\"shape\":[1],\"datatype\":\"INT64\",\"data\":[1]}]}";
+    CHECK(parse(b4, &r, &e) == 400 && strstr(e.msg, "the model takes FP32"));
+}
+
+/* A one-input model of type t, shape [1..max]. */
+static tb_io_info one_input(tb_dtype t, int64_t max) {
+    tb_io_info io;
+    memset(&io, 0, sizeof io);
+    snprintf(io.name, sizeof io.name, "v");
+    io.dtype = t;
+    io.rank = 1;
+    io.min[0] = 1, io.opt[0] = io.max[0] = max;
+    return io;
+}
+
+/* The data arrays read without jansson (kserve_data.c) give the values
+ * jansson gives: each token of `vals` parsed in a request and compared bit
+ * for bit with json_number_value of the same token converted as put_value
+ * converts it; an escaped "data" key (read by jansson) gives the same
+ * tensor; malformed arrays are refused. */
+static void test_fast_data(void) {
+    static const char *vals[] = {"0", "-0", "-0.0", "1", "-1", "0.1", "1.5", "3.4028235e38", "3.4028236e38",
+                                 "1e-45", "1.4e-45", "7e-46", "1.17549435e-38", "123456.789", "0.30000000000000004",
+                                 "2.2250738585072014e-308", "9007199254740993", "-9223372036854775808",
+                                 "9223372036854775807", "1E22", "1e23", "1.23456789012345678901234567890e29",
+                                 "0.000001234567890123456789", "6.02214076e23", "-1.0000000000000002", "65504",
+                                 "65520", "1e-7", "4.9e-324", "1.7976931348623157e308"};
+    const int nv = (int)(sizeof vals / sizeof vals[0]);
+    static const tb_dtype types[] = {TB_F32, TB_F64, TB_F16, TB_BF16};
+    char body[4096], arr[2048];
+    size_t k = 0;
+    k += (size_t)snprintf(arr + k, sizeof arr - k, "[");
+    for (int i = 0; i < nv; i++) k += (size_t)snprintf(arr + k, sizeof arr - k, "%s%s", i ? ", " : "", vals[i]);
+    snprintf(arr + k, sizeof arr - k, "]");
+    json_error_t je;
+    json_t *ref = json_loads(arr, 0, &je);
+    CHECK_MSG(ref && (int)json_array_size(ref) == nv, "%s", je.text);
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0] && ref; ti++) {
+        tb_dtype t = types[ti];
+        tb_io_info io = one_input(t, 64);
+        snprintf(body, sizeof body, "{\"inputs\":[{\"name\":\"v\",\"shape\":[%d],\"datatype\":\"%s\",\"data\":%s}]}", nv,
+                 tb_ks_dtype_name(t), arr);
+        tb_ks_request r;
+        tb_ks_error e;
+        int st = tb_ks_parse_infer(body, strlen(body), -1, &io, 1, g_out, 2, 0, &r, &e);
+        CHECK_MSG(st == 200, "%s: %s", tb_ks_dtype_name(t), e.msg);
+        if (st != 200) continue;
+        for (int i = 0; i < nv; i++) {
+            double x = json_number_value(json_array_get(ref, (size_t)i));
+            int same;
+            switch (t) {
+            case TB_F32: { float f = (float)x; same = !memcmp(&f, (float *)r.inputs[0].data + i, 4); break; }
+            case TB_F64: same = !memcmp(&x, (double *)r.inputs[0].data + i, 8); break;
+            case TB_F16: same = tb_f32_to_f16((float)x) == ((uint16_t *)r.inputs[0].data)[i]; break;
+            default: same = tb_f32_to_bf16((float)x) == ((uint16_t *)r.inputs[0].data)[i]; break;
+            }
+            CHECK_MSG(same, "%s value %s differs from jansson's", tb_ks_dtype_name(t), vals[i]);
+        }
+        tb_ks_request_free(&r);
+    }
+    json_decref(ref);
+    /* integers: exact, range-checked */
+    tb_io_info i64 = one_input(TB_I64, 8), i8 = one_input(TB_I8, 8), b1 = one_input(TB_BOOL, 8);
+    tb_ks_request r;
+    tb_ks_error e;
+    const char *bi = "{\"inputs\":[{\"name\":\"v\",\"shape\":[4],\"datatype\":\"INT64\",\"data\":[-9223372036854775808,"
+                     "9223372036854775807, 0 ,\n-0 ]}]}";
+    CHECK(tb_ks_parse_infer(bi, strlen(bi), -1, &i64, 1, g_out, 2, 0, &r, &e) == 200);
+    if (r.buf) {
+        const int64_t *v = r.inputs[0].data;
+        CHECK(v[0] == INT64_MIN && v[1] == INT64_MAX && v[2] == 0 && v[3] == 0);
+        tb_ks_request_free(&r);
+    }
+    const char *bb = "{\"inputs\":[{\"name\":\"v\",\"shape\":[3],\"datatype\":\"BOOL\",\"data\":[true,false,true]}]}";
+    CHECK(tb_ks_parse_infer(bb, strlen(bb), -1, &b1, 1, g_out, 2, 0, &r, &e) == 200);
+    if (r.buf) {
+        const uint8_t *v = r.inputs[0].data;
+        CHECK(v[0] == 1 && v[1] == 0 && v[2] == 1);
+        tb_ks_request_free(&r);
+    }
+    const struct {
+        const tb_io_info *io;
+        const char *data;
+        int n; /* the shape sent */
+        const char *word;
+    } bad[] = {
+        {&i8, "[128]", 1, "out of range"},   {&i8, "[-129]", 1, "out of range"},
+        {&i8, "[1.0]", 1, "integers"},       {&i8, "[true]", 1, "integers"},
+        {&i64, "[9223372036854775808]", 1, "out of range"},
+        {&b1, "[1]", 1, "true or false"},    {&b1, "[null]", 1, "true or false"},
+        {&i8, "[1,,2]", 2, "not valid JSON"}, {&i8, "[1 2]", 2, "not valid JSON"},
+        {&i8, "[01]", 1, "not valid JSON"},  {&i8, "[1,]", 1, "not valid JSON"},
+        {&i8, "[+1]", 1, "not valid JSON"},  {&i8, "[1.]", 1, "not valid JSON"},
+        {&i8, "[tru]", 1, "not valid JSON"}, {&i8, "[[1],[[2]]]", 2, "deeper"},
+        {&i8, "[{\"a\":1}]", 1, "integers"}, {&i8, "[1,2,3]", 2, "has 3 values"},
+        {&i8, "[\"1\"]", 1, "integers"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(body, sizeof body, "{\"inputs\":[{\"name\":\"v\",\"shape\":[%d],\"datatype\":\"%s\",\"data\":%s}]}",
+                 bad[i].n, tb_ks_dtype_name(bad[i].io->dtype), bad[i].data);
+        int st = tb_ks_parse_infer(body, strlen(body), -1, bad[i].io, 1, g_out, 2, 0, &r, &e);
+        CHECK_MSG(st == 400 && strstr(e.msg, bad[i].word), "bad[%zu] %s: %d %s", i, bad[i].data, st, e.msg);
+    }
+    /* FP32 overflow, as jansson refuses a real it cannot hold */
+    tb_io_info f32 = one_input(TB_F32, 8);
+    const char *bo = "{\"inputs\":[{\"name\":\"v\",\"shape\":[1],\"datatype\":\"FP32\",\"data\":[1e400]}]}";
+    CHECK(tb_ks_parse_infer(bo, strlen(bo), -1, &f32, 1, g_out, 2, 0, &r, &e) == 400);
+    /* an escaped key and a repeated one: jansson reads everything, same result */
+    const char *ba = "{\"inputs\":[{\"name\":\"v\",\"shape\":[2],\"datatype\":\"FP32\",\"d\\u0061ta\":[0.1,-2.5]}]}";
+    const char *bf = "{\"inputs\":[{\"name\":\"v\",\"shape\":[2],\"datatype\":\"FP32\",\"data\":[0.1,-2.5]}]}";
+    const char *bd = "{\"inputs\":[{\"name\":\"v\",\"shape\":[2],\"datatype\":\"FP32\",\"data\":[7,7],\"data\":[0.1,-2.5]}]}";
+    float want[2] = {0.1f, -2.5f};
+    const char *three[3] = {ba, bf, bd};
+    for (int i = 0; i < 3; i++) {
+        int st = tb_ks_parse_infer(three[i], strlen(three[i]), -1, &f32, 1, g_out, 2, 0, &r, &e);
+        CHECK_MSG(st == 200 && !memcmp(r.inputs[0].data, want, 8), "variant %d: %d %s", i, st, e.msg);
+        if (st == 200) tb_ks_request_free(&r);
+    }
+}
+
+/* Many doubles printed with 15 to 19 significant digits (every path of
+ * the decimal conversion: exact, extended precision, strtod) read as FP64
+ * equal jansson's values bit for bit. */
+static void test_fast_doubles(void) {
+    const int n = 20000;
+    char *body = malloc((size_t)n * 40 + 256), *arr = malloc((size_t)n * 40 + 8);
+    double *want = malloc((size_t)n * sizeof *want);
+    CHECK(body && arr && want);
+    if (!body || !arr || !want) { free(body); free(arr); free(want); return; }
+    uint64_t seed = 7;
+    size_t k = 0;
+    arr[k++] = '[';
+    for (int i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        double mant = (double)(seed >> 11) / 9007199254740992.0;            /* [0, 1) */
+        int ex = (int)((seed >> 3) % 80) - 40;                             /* 1e-40 .. 1e39 */
+        double x = (mant + 0.1) * pow(10.0, ex) * ((seed & 1) ? -1 : 1);
+        int digits = 15 + (int)((seed >> 7) % 5);
+        k += (size_t)sprintf(arr + k, "%s%.*g", i ? "," : "", digits, x);
+    }
+    arr[k++] = ']';
+    arr[k] = 0;
+    json_error_t je;
+    json_t *ref = json_loadb(arr, k, 0, &je);
+    CHECK_MSG(ref != NULL, "%s", je.text);
+    for (int i = 0; ref && i < n; i++) want[i] = json_number_value(json_array_get(ref, (size_t)i));
+    json_decref(ref);
+    tb_io_info io;
+    memset(&io, 0, sizeof io);
+    snprintf(io.name, sizeof io.name, "v");
+    io.dtype = TB_F64;
+    io.rank = 1;
+    io.min[0] = io.opt[0] = io.max[0] = n;
+    size_t bl = (size_t)sprintf(body, "{\"inputs\":[{\"name\":\"v\",\"shape\":[%d],\"datatype\":\"FP64\",\"data\":", n);
+    memcpy(body + bl, arr, k);
+    bl += k;
+    bl += (size_t)sprintf(body + bl, "}]}");
+    tb_ks_request r;
+    tb_ks_error e;
+    int st = tb_ks_parse_infer(body, bl, -1, &io, 1, g_out, 2, 0, &r, &e);
+    CHECK_MSG(st == 200, "%s", e.msg);
+    if (st == 200) {
+        int diff = 0;
+        for (int i = 0; i < n; i++) diff += memcmp(&want[i], (double *)r.inputs[0].data + i, 8) != 0;
+        CHECK_MSG(diff == 0, "%d of %d doubles differ from jansson's", diff, n);
+        tb_ks_request_free(&r);
+    }
+    free(body);
+    free(arr);
+    free(want);
+}
+
+/* An image-sized FP32 input as JSON (each float printed with 17 digits, as
+ * Python prints a numpy float32 converted to float, and with 9 digits) and
+ * as binary data: the parsed tensors are identical, bit for bit. */
+static void test_json_equals_binary(void) {
+    const int64_t n = 3 * 224 * 224;
+    tb_io_info io;
+    memset(&io, 0, sizeof io);
+    snprintf(io.name, sizeof io.name, "x");
+    io.dtype = TB_F32;
+    io.rank = 4;
+    int64_t dims[4] = {1, 3, 224, 224};
+    for (int d = 0; d < 4; d++) io.min[d] = io.opt[d] = io.max[d] = dims[d];
+    float *v = malloc((size_t)n * 4);
+    char *body = malloc((size_t)n * 32 + 512);
+    CHECK(v && body);
+    if (!v || !body) { free(v); free(body); return; }
+    uint64_t seed = 42;
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        int32_t bits = (int32_t)(seed >> 33);
+        v[i] = (float)bits / 1073741824.0f * ((i % 7) ? 1.0f : 1e-30f) * ((i % 11) ? 1.0f : 1e30f);
+    }
+    v[0] = -0.0f;
+    v[1] = 3.4028235e38f;
+    v[2] = 1.4e-45f;
+    for (int fmt = 0; fmt < 2; fmt++) {
+        size_t k = (size_t)sprintf(body, "{\"inputs\":[{\"name\":\"x\",\"shape\":[1,3,224,224],\"datatype\":\"FP32\","
+                                         "\"data\":[");
+        for (int64_t i = 0; i < n; i++) {
+            if (v[i] == 0 && signbit(v[i])) k += (size_t)sprintf(body + k, "%s-0.0", i ? "," : "");
+            else k += (size_t)sprintf(body + k, fmt ? "%s%.9g" : "%s%.17g", i ? "," : "", (double)v[i]);
+        }
+        k += (size_t)sprintf(body + k, "]}]}");
+        tb_ks_request r;
+        tb_ks_error e;
+        int st = tb_ks_parse_infer(body, k, -1, &io, 1, g_out, 2, 0, &r, &e);
+        CHECK_MSG(st == 200, "%s", e.msg);
+        if (st == 200) {
+            CHECK_MSG(!memcmp(r.inputs[0].data, v, (size_t)n * 4), "%s digits: JSON and binary differ",
+                      fmt ? "9" : "17");
+            tb_ks_request_free(&r);
+        }
+    }
+    const char *hdr = "{\"inputs\":[{\"name\":\"x\",\"shape\":[1,3,224,224],\"datatype\":\"FP32\",\"parameters\":"
+                      "{\"binary_data_size\":602112}}]}";
+    size_t hl = strlen(hdr);
+    memcpy(body, hdr, hl);
+    memcpy(body + hl, v, (size_t)n * 4);
+    tb_ks_request r;
+    tb_ks_error e;
+    CHECK(tb_ks_parse_infer(body, hl + (size_t)n * 4, (long long)hl, &io, 1, g_out, 2, 0, &r, &e) == 200);
+    if (r.buf) {
+        CHECK(!memcmp(r.inputs[0].data, v, (size_t)n * 4));
+        tb_ks_request_free(&r);
+    }
+    free(v);
+    free(body);
+}
+
+/* Differential: requests mutated at random (bytes replaced, flipped,
+ * inserted, the text cut) are parsed twice, as sent and with every "data"
+ * key escaped ("d\u0061ta"), which makes jansson read the whole request.
+ * Both must accept or refuse alike and give the same tensors. */
+static void test_fast_data_differential(void) {
+    static const char *seeds[] = {
+        "{\"id\":\"a\",\"inputs\":[{\"name\":\"x\",\"shape\":[2,3],\"datatype\":\"FP32\",\"data\":[[1,2.5,-3e2],[0.1,2,"
+        "7]]},{\"name\":\"t\",\"shape\":[2],\"datatype\":\"BYTES\",\"data\":[\"ab\\u0000\",\"c\"]}],\"parameters\":{\"k\":"
+        "[1,{\"a\":\"]\"}]},\"outputs\":[{\"name\":\"y\"}]}",
+        "{\"inputs\":[{\"data\":[true,false,true],\"name\":\"b\",\"shape\":[3],\"datatype\":\"BOOL\"},{\"name\":\"x\","
+        "\"shape\":[1,3],\"datatype\":\"FP32\",\"data\":[1.000000000000000055511,-0.0,123456789012345678]}]}",
+    };
+    tb_io_info in[3], out[1];
+    memset(in, 0, sizeof in);
+    memset(out, 0, sizeof out);
+    snprintf(in[0].name, sizeof in[0].name, "x");
+    in[0].dtype = TB_F32, in[0].rank = 2;
+    in[0].min[0] = 1, in[0].max[0] = 4, in[0].min[1] = in[0].max[1] = 3;
+    snprintf(in[1].name, sizeof in[1].name, "t");
+    in[1].dtype = TB_KS_BYTES, in[1].rank = 1, in[1].min[0] = 1, in[1].max[0] = 4;
+    snprintf(in[2].name, sizeof in[2].name, "b");
+    in[2].dtype = TB_BOOL, in[2].rank = 1, in[2].min[0] = 1, in[2].max[0] = 4;
+    snprintf(out[0].name, sizeof out[0].name, "y");
+    out[0].dtype = TB_F32, out[0].rank = 1;
+    static const char alphabet[] = "[]{}\",:\\0-e.1 t";
+    uint64_t seed = 99;
+    int accepted = 0, diffs = 0;
+    for (int it = 0; it < 40000; it++) {
+        const char *s = seeds[it & 1];
+        size_t n = strlen(s);
+        char *b = malloc(n + 8), *b2 = malloc(n * 6 + 8);
+        if (!b || !b2) { free(b); free(b2); break; }
+        memcpy(b, s, n);
+        for (int m = 0; m < 3 && n > 0; m++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            size_t p = (size_t)(seed >> 20) % n;
+            switch ((seed >> 8) & 3) {
+            case 0: b[p] = alphabet[(seed >> 40) % (sizeof alphabet - 1)]; break;
+            case 1: b[p] ^= (char)(1 << ((seed >> 40) & 7)); break;
+            case 2: if ((seed >> 40) % 4 == 0) n = p; break;
+            default: memmove(b + p + 1, b + p, n - p); b[p] = alphabet[(seed >> 40) % (sizeof alphabet - 1)]; n++;
+            }
+        }
+        size_t n2 = 0;
+        for (size_t i = 0; i < n;) {
+            if (i + 6 <= n && !memcmp(b + i, "\"data\"", 6)) {
+                memcpy(b2 + n2, "\"d\\u0061ta\"", 11);
+                n2 += 11, i += 6;
+            } else {
+                b2[n2++] = b[i++];
+            }
+        }
+        tb_ks_request r, r2;
+        tb_ks_error e, e2;
+        int st = tb_ks_parse_infer_opt(b, n, -1, in, 3, 6, out, 1, 0, &r, &e);
+        int st2 = tb_ks_parse_infer_opt(b2, n2, -1, in, 3, 6, out, 1, 0, &r2, &e2);
+        if ((st == 200) != (st2 == 200)) {
+            if (diffs++ < 3) fprintf(stderr, "differ (%d: %s / %d: %s): %.*s\n", st, e.msg, st2, e2.msg, (int)n, b);
+        } else if (st == 200) {
+            accepted++;
+            for (int k = 0; k < 3; k++)
+                if (r.given[k] != r2.given[k] || r.in_size[k] != r2.in_size[k] ||
+                    (r.given[k] && memcmp(r.inputs[k].data, r2.inputs[k].data, r.in_size[k])))
+                    if (diffs++ < 3) fprintf(stderr, "tensor %d differs: %.*s\n", k, (int)n, b);
+        }
+        if (st == 200) tb_ks_request_free(&r);
+        if (st2 == 200) tb_ks_request_free(&r2);
+        free(b);
+        free(b2);
+    }
+    CHECK_MSG(diffs == 0, "%d of 40000 mutated requests read differently with and without jansson", diffs);
+    CHECK_MSG(accepted > 100, "only %d mutated requests accepted: the mutations test too little", accepted);
+}
+
 int main(void) {
     setup();
     test_routes();
@@ -444,6 +850,11 @@ int main(void) {
     test_errors();
     test_encode();
     test_metadata();
+    test_bytes();
+    test_fast_data();
+    test_json_equals_binary();
+    test_fast_doubles();
+    test_fast_data_differential();
     printf("%d checks, %d failures\n", tb_test_checks, tb_test_failures);
     return tb_test_failures != 0;
 }

@@ -44,8 +44,9 @@ static const tb_cli_opt serve_opts[] = {
     {"--engine", NULL, TB_OPT_STR, "FILE.engine", 0, 0, TB_OPT_SEE_ALSO, 0, 0, S(engine_path), NULL,
      TB_CLI_HELP_ENGINE},
     {"--model-repository", NULL, TB_OPT_STR, "DIR", 0, 0, 0, 0, 0, S(model_repository), NULL,
-     "serve every model of a Triton-layout repository over KServe v2 (DIR/NAME/VERSION/model.engine or "
-     "model.onnx, DIR/NAME/config.json; docs/SERVING.md); instead of FILE.engine"},
+     "serve every model of a Triton-layout repository (DIR/NAME/VERSION/model.engine or model.onnx, "
+     "DIR/NAME/config.json; docs/SERVING.md): general engines over KServe v2, LLM engines over KServe v2 and the "
+     "OpenAI API (the LLM flags apply to each); instead of FILE.engine"},
     {"--host", NULL, TB_OPT_STR, "ADDR", 0, 0, 0, 0, 0, S(host), "127.0.0.1",
      "the address to listen on: an IPv4 or IPv6 address or a host name (0.0.0.0 or :: for all)"},
     {"--port", NULL, TB_OPT_INT, "N", 1, 65535, 0, 0, 0, S(port), "8000", "the TCP port"},

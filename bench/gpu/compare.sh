@@ -6,7 +6,8 @@
 #     TB_PREBUILT=/tmp/pb OUT=$OUT bash bench/gpu/compare.sh
 #
 # ONNX: ResNet-18 (TB_GPU_DATA/resnet18/model.onnx, or model.onnx.xz, which is
-# unpacked into TB_WORK), f32 and f16 engines built and served on the GPU,
+# unpacked into TB_WORK, or else exported there by tests/onnx/make_models.py
+# when python has torch, torchvision and onnx), f32 and f16 engines built and served on the GPU,
 # int8 on the CPU (turbine's int8 ONNX engines are CPU-only; the report says
 # so), calibrated on TB_GPU_DATA/resnet18/calib/input_K.npy when carried, else
 # on 8 seeded random inputs made with numpy. KServe v2 load: closed loop
@@ -84,6 +85,12 @@ M=""
 for f in "$DATA/resnet18/model.onnx" "$DATA/resnet18/model.onnx.xz" /tmp/big/resnet18_opset17/model.onnx; do
     [ -f "$f" ] && M=$f && break
 done
+# none carried: exported here when this machine's python has torch, torchvision and onnx
+if [ -z "$M" ] && "$PY" -c 'import torch, torchvision, onnx' > /dev/null 2>&1; then
+    say "exporting ResNet-18 (tests/onnx/make_models.py, random weights, opset 17)"
+    "$PY" "$SRC/tests/onnx/make_models.py" "$W/onnx" --models resnet18 --opsets 17 --no-data >> "$LOG" 2>&1 &&
+        M=$W/onnx/resnet18_opset17/model.onnx
+fi
 [ -n "$M" ] || { say "compare.sh: no ResNet-18 ONNX (copy /tmp/big/resnet18_opset17/model.onnx to $DATA/resnet18/)"; exit 1; }
 if [ "${M%.xz}" != "$M" ]; then
     xz -dc "$M" > "$W/resnet18.onnx" || { say "compare.sh: cannot unpack $M"; exit 1; }

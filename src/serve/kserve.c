@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "serve/kserve_data.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the binary tensor extension is little-endian; this host is not"
@@ -86,7 +87,7 @@ static const struct {
 } k_types[] = {
     {TB_BOOL, "BOOL", 1}, {TB_U8, "UINT8", 1}, {TB_I8, "INT8", 1},   {TB_I32, "INT32", 4},
     {TB_I64, "INT64", 8}, {TB_F16, "FP16", 2}, {TB_BF16, "BF16", 2}, {TB_F32, "FP32", 4},
-    {TB_F64, "FP64", 8},
+    {TB_F64, "FP64", 8}, {TB_KS_BYTES, "BYTES", 0},
 };
 #define N_TYPES (sizeof k_types / sizeof k_types[0])
 
@@ -109,6 +110,52 @@ size_t tb_ks_dtype_size(tb_dtype t) {
     for (size_t i = 0; i < N_TYPES; i++)
         if (k_types[i].t == t) return k_types[i].size;
     return 0;
+}
+
+/* ================================================================ BYTES */
+
+static uint32_t get_le32(const void *p) {
+    const unsigned char *b = p;
+    return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+}
+
+static void put_le32(void *p, uint32_t v) {
+    unsigned char *b = p;
+    b[0] = (unsigned char)v;
+    b[1] = (unsigned char)(v >> 8);
+    b[2] = (unsigned char)(v >> 16);
+    b[3] = (unsigned char)(v >> 24);
+}
+
+int tb_ks_bytes_size(const void *p, size_t n, int64_t elems, size_t *size) {
+    const char *c = p;
+    size_t at = 0;
+    for (int64_t i = 0; i < elems; i++) {
+        if (n - at < 4) return 0;
+        uint32_t len = get_le32(c + at);
+        at += 4;
+        if (len > n - at) return 0;
+        at += len;
+    }
+    *size = at;
+    return 1;
+}
+
+int tb_ks_bytes_get(const void *p, size_t size, int64_t i, const char **s, size_t *len) {
+    const char *c = p;
+    size_t at = 0;
+    for (int64_t k = 0;; k++) {
+        if (size - at < 4) return 0;
+        uint32_t l = get_le32(c + at);
+        at += 4;
+        if (l > size - at) return 0;
+        if (k == i) {
+            *s = c + at;
+            *len = l;
+            return 1;
+        }
+        at += l;
+    }
 }
 
 /* ================================================================ writer */
@@ -163,13 +210,19 @@ static int utf8_len(const unsigned char *s) {
     return n;
 }
 
-/* A JSON string: quotes, backslashes and control bytes escaped; a byte
- * that is not valid UTF-8 (a model name or a path quoted in a message may
- * hold one) becomes U+FFFD, so the body stays valid JSON. */
-static void wb_jstr(wbuf *w, const char *s) {
+/* A JSON string of the n bytes at s: quotes, backslashes and control
+ * bytes (NUL too) escaped; a byte that is not valid UTF-8 (a model name or
+ * a path quoted in a message may hold one) becomes U+FFFD, so the body
+ * stays valid JSON. */
+static void wb_jstrn(wbuf *w, const char *s, size_t len) {
     wb_put(w, "\"", 1);
-    for (const unsigned char *c = (const unsigned char *)s; *c;) {
-        int n = utf8_len(c);
+    const unsigned char *c = (const unsigned char *)s, *end = c + len;
+    while (c < end) {
+        /* utf8_len reads up to 4 bytes: a sequence cut by the end is invalid */
+        unsigned char tmp[4] = {0};
+        size_t avail = (size_t)(end - c) < 4 ? (size_t)(end - c) : 4;
+        memcpy(tmp, c, avail);
+        int n = *c ? utf8_len(tmp) : 1;
         if (n == 0) {
             wb_str(w, "\\ufffd");
             c++;
@@ -187,6 +240,8 @@ static void wb_jstr(wbuf *w, const char *s) {
     }
     wb_put(w, "\"", 1);
 }
+
+static void wb_jstr(wbuf *w, const char *s) { wb_jstrn(w, s, strlen(s)); }
 
 /* ================================================================ infer request */
 
@@ -221,7 +276,10 @@ static void range_str(char *buf, size_t cap, const tb_io_info *io) {
 
 /* What pass one learned of each input before the buffer exists. */
 typedef struct {
-    json_t *data;       /* NULL: binary */
+    json_t *data;       /* NULL: binary, or the span below */
+    const char *span;   /* the data array's text, read by kserve_data.c */
+    size_t span_len;
+    json_t *owned;      /* a span jansson read after all (BYTES): freed at the end */
     size_t bin_off;     /* binary: offset in the body's binary part */
     size_t off;         /* offset in the request's buffer */
     size_t bytes;
@@ -286,6 +344,8 @@ void tb_ks_request_free(tb_ks_request *r) {
     if (!r) return;
     free(r->buf);
     r->buf = NULL;
+    free(r->params);
+    r->params = NULL;
 }
 
 static int find_io(const tb_io_info *io, int n, const char *name) {
@@ -303,8 +363,10 @@ static int parse_outputs(json_t *outs, const tb_io_info *out, int n_out, tb_ks_r
         return fail(e, 400, "'outputs' lists %zu tensors; the model has %d outputs", n, n_out);
     for (size_t j = 0; j < n; j++) {
         json_t *o = json_array_get(outs, j);
-        const char *nm = json_is_object(o) ? json_string_value(json_object_get(o, "name")) : NULL;
-        if (!nm) return fail(e, 400, "outputs[%zu] must be an object with a string 'name'", j);
+        json_t *nmv = json_is_object(o) ? json_object_get(o, "name") : NULL;
+        const char *nm = json_string_value(nmv);
+        if (!nm || strlen(nm) != json_string_length(nmv))
+            return fail(e, 400, "outputs[%zu] must be an object with a string 'name'", j);
         int k = find_io(out, n_out, nm);
         if (k < 0) return fail(e, 400, "unknown output '%s'", nm);
         for (int i = 0; i < r->n_outputs; i++)
@@ -339,12 +401,48 @@ static int count_leaves(json_t *v, int depth, int64_t *n) {
     return 1;
 }
 
+/* The serialized size of a BYTES input's JSON data (nesting already
+ * checked by count_leaves): every value a string of at most
+ * TB_KS_MAX_ELEM_BYTES, each counted with its 4-byte length. */
+static int bytes_json_size(const char *name, json_t *v, size_t *size, tb_ks_error *e) {
+    if (json_is_array(v)) {
+        size_t n = json_array_size(v);
+        for (size_t j = 0; j < n; j++) {
+            int st = bytes_json_size(name, json_array_get(v, j), size, e);
+            if (st != 200) return st;
+        }
+        return 200;
+    }
+    if (!json_is_string(v)) return fail(e, 400, "input '%s': BYTES data must be strings", name);
+    size_t len = json_string_length(v);
+    if (len > TB_KS_MAX_ELEM_BYTES)
+        return fail(e, 400, "input '%s': a BYTES element is longer than %u bytes", name, TB_KS_MAX_ELEM_BYTES);
+    if (*size > SIZE_MAX / 4 - len - 4) return fail(e, 400, "input '%s' is too large", name);
+    *size += 4 + len;
+    return 200;
+}
+
+/* Writes a BYTES input's JSON strings in the serialized form at *at. */
+static void put_bytes_json(json_t *v, char *dst, size_t *at) {
+    if (json_is_array(v)) {
+        size_t n = json_array_size(v);
+        for (size_t j = 0; j < n; j++) put_bytes_json(json_array_get(v, j), dst, at);
+        return;
+    }
+    size_t len = json_string_length(v);
+    put_le32(dst + *at, (uint32_t)len);
+    if (len) memcpy(dst + *at + 4, json_string_value(v), len);
+    *at += 4 + len;
+}
+
 /* Pass one over one input: its name, datatype, shape and where its data is. */
 static int plan_input(json_t *it, size_t j, const tb_io_info *in, int n_in, long long header_len, size_t max_elems,
-                      size_t bin_n, size_t *bin_used, tb_ks_request *r, in_plan *plan, int *seen, tb_ks_error *e) {
+                      const char *span, size_t span_len, const char *bin, size_t bin_n, size_t *bin_used,
+                      tb_ks_request *r, in_plan *plan, int *seen, tb_ks_error *e) {
     if (!json_is_object(it)) return fail(e, 400, "inputs[%zu] must be an object", j);
-    const char *nm = json_string_value(json_object_get(it, "name"));
-    if (!nm) return fail(e, 400, "inputs[%zu] needs a string 'name'", j);
+    json_t *nmv = json_object_get(it, "name");
+    const char *nm = json_string_value(nmv);
+    if (!nm || strlen(nm) != json_string_length(nmv)) return fail(e, 400, "inputs[%zu] needs a string 'name'", j);
     int k = find_io(in, n_in, nm);
     if (k < 0) return fail(e, 400, "unknown input '%s'", nm);
     if (seen[k]) return fail(e, 400, "input '%s' is given twice", nm);
@@ -380,7 +478,8 @@ static int plan_input(json_t *it, size_t j, const tb_io_info *in, int n_in, long
             return fail(e, 400, "input '%s' has shape %s; the model takes %s", nm, got, want);
         }
     int64_t el = shape_elems(x->dims, x->rank);
-    size_t es = tb_ks_dtype_size(t);
+    int is_bytes = t == TB_KS_BYTES;
+    size_t es = is_bytes ? 4 : tb_ks_dtype_size(t); /* BYTES: at least its length */
     if (el < 0 || (uint64_t)el > SIZE_MAX / 2 / es || (max_elems && (uint64_t)el > max_elems))
         return fail(e, 400, "input '%s' has too many elements", nm);
     plan[k].elems = el;
@@ -400,6 +499,15 @@ static int plan_input(json_t *it, size_t j, const tb_io_info *in, int n_in, long
                         nm);
         if (data) return fail(e, 400, "input '%s' has both binary_data_size and data", nm);
         unsigned long long b = (unsigned long long)json_integer_value(bs);
+        if (is_bytes) {
+            size_t sz = 0;
+            if (b > bin_n - *bin_used)
+                return fail(e, 400, "input '%s': the body ends before its %llu bytes of binary data", nm, b);
+            if (!tb_ks_bytes_size(bin + *bin_used, (size_t)b, el, &sz) || sz != b)
+                return fail(e, 400, "input '%s': its %llu bytes of binary data are not %lld BYTES elements (each a "
+                            "4-byte little-endian length, then that many bytes)", nm, b, (long long)el);
+            plan[k].bytes = (size_t)b;
+        }
         if (b != plan[k].bytes)
             return fail(e, 400, "input '%s': binary_data_size is %llu bytes; shape and %s need %zu", nm, b, dt,
                         plan[k].bytes);
@@ -411,6 +519,27 @@ static int plan_input(json_t *it, size_t j, const tb_io_info *in, int n_in, long
     } else {
         if (!data) return fail(e, 400, "input '%s' has no 'data'", nm);
         if (!json_is_array(data)) return fail(e, 400, "input '%s': data must be an array", nm);
+        /* the array was taken out of the text jansson read: [] stands for it */
+        if (span && json_array_size(data) == 0) {
+            if (is_bytes) { /* strings: jansson reads them after all */
+                json_error_t je;
+                data = plan[k].owned = json_loadb(span, span_len, JSON_ALLOW_NUL, &je);
+                if (!data) return fail(e, 400, "the body is not valid JSON: input '%s': %s", nm, je.text);
+            } else {
+                int64_t got = 0;
+                int st = tb_ks_data_count(span, span_len, io->rank > 0 ? io->rank : 1, nm, t, &got, e);
+                if (st != 200) return st;
+                if (got != el) {
+                    char s[256];
+                    shape_str(s, sizeof s, x->dims, x->rank);
+                    return fail(e, 400, "input '%s' has %lld values; shape %s needs %lld", nm, (long long)got, s,
+                                (long long)el);
+                }
+                plan[k].span = span;
+                plan[k].span_len = span_len;
+                return 200;
+            }
+        }
         /* counted before anything is allocated: a shape the profile allows
          * must not reserve memory the body's data does not back */
         int64_t got = 0;
@@ -421,6 +550,12 @@ static int plan_input(json_t *it, size_t j, const tb_io_info *in, int n_in, long
             shape_str(s, sizeof s, x->dims, x->rank);
             return fail(e, 400, "input '%s' has %lld values; shape %s needs %lld", nm, (long long)got, s, (long long)el);
         }
+        if (is_bytes) {
+            size_t sz = 0;
+            int st = bytes_json_size(nm, data, &sz, e);
+            if (st != 200) return st;
+            plan[k].bytes = sz;
+        }
         plan[k].data = data;
     }
     return 200;
@@ -428,6 +563,12 @@ static int plan_input(json_t *it, size_t j, const tb_io_info *in, int n_in, long
 
 int tb_ks_parse_infer(const char *body, size_t n, long long header_len, const tb_io_info *in, int n_in,
                       const tb_io_info *out, int n_out, size_t max_elems, tb_ks_request *r, tb_ks_error *e) {
+    return tb_ks_parse_infer_opt(body, n, header_len, in, n_in, 0, out, n_out, max_elems, r, e);
+}
+
+int tb_ks_parse_infer_opt(const char *body, size_t n, long long header_len, const tb_io_info *in, int n_in,
+                          uint64_t optional, const tb_io_info *out, int n_out, size_t max_elems, tb_ks_request *r,
+                          tb_ks_error *e) {
     memset(r, 0, sizeof *r);
     e->status = 200;
     e->msg[0] = 0;
@@ -441,19 +582,54 @@ int tb_ks_parse_infer(const char *body, size_t n, long long header_len, const tb
     const char *bin = body + jn;
     size_t bin_n = n - jn;
     json_error_t je;
+    /* the inputs' data arrays are read by kserve_data.c, the rest by
+     * jansson, from a copy of the text with each array replaced by [] */
+    tb_ks_span spans[TB_KS_MAX_IO];
+    int n_spans = body ? tb_ks_data_scan(body, jn, spans, TB_KS_MAX_IO) : -1;
+    const char *jtext = body;
+    size_t jlen = jn;
+    char *reduced = NULL;
+    if (n_spans > 0) {
+        size_t cut = 0;
+        for (int i = 0; i < n_spans; i++) cut += spans[i].len - 2;
+        reduced = malloc(jn - cut + 1);
+        if (!reduced) return fail(e, 500, "out of memory");
+        size_t at = 0, from = 0;
+        for (int i = 0; i < n_spans; i++) {
+            memcpy(reduced + at, body + from, spans[i].off - from);
+            at += spans[i].off - from;
+            memcpy(reduced + at, "[]", 2);
+            at += 2;
+            from = spans[i].off + spans[i].len;
+        }
+        memcpy(reduced + at, body + from, jn - from);
+        at += jn - from;
+        reduced[at] = 0;
+        jtext = reduced;
+        jlen = at;
+    }
     /* without the header, bytes after the JSON are most likely binary data
      * sent without it: say so rather than "not valid JSON" */
-    json_t *root = body ? json_loadb(body, jn, header_len < 0 ? JSON_DISABLE_EOF_CHECK : 0, &je) : NULL;
-    if (!root) return fail(e, 400, "the body is not valid JSON%s%s", body ? ": " : "", body ? je.text : "");
+    /* JSON_ALLOW_NUL: a BYTES element may hold NUL bytes ("\u0000"); names
+     * holding one are refused where they are read */
+    json_t *root = body ? json_loadb(jtext, jlen, (header_len < 0 ? JSON_DISABLE_EOF_CHECK : 0) | JSON_ALLOW_NUL, &je)
+                        : NULL;
+    if (!root) {
+        free(reduced);
+        return fail(e, 400, "the body is not valid JSON%s%s", body ? ": " : "", body ? je.text : "");
+    }
     if (header_len < 0) {
         size_t used = (size_t)je.position;
-        while (used < jn && (body[used] == ' ' || body[used] == '\t' || body[used] == '\n' || body[used] == '\r')) used++;
-        if (used < jn) {
+        while (used < jlen && (jtext[used] == ' ' || jtext[used] == '\t' || jtext[used] == '\n' || jtext[used] == '\r'))
+            used++;
+        if (used < jlen) {
             json_decref(root);
+            free(reduced);
             return fail(e, 400, "the body has %zu bytes after its JSON; binary tensor data needs the "
-                                "Inference-Header-Content-Length header", jn - used);
+                                "Inference-Header-Content-Length header", jlen - used);
         }
     }
+    free(reduced);
     int st = 200;
     in_plan plan[TB_KS_MAX_IO];
     int seen[TB_KS_MAX_IO] = {0};
@@ -483,6 +659,8 @@ int tb_ks_parse_infer(const char *body, size_t n, long long header_len, const tb
             }
             r->timeout_us = (long long)json_integer_value(t);
         }
+        r->params = json_dumps(params, JSON_COMPACT);
+        if (!r->params) { st = fail(e, 500, "out of memory"); goto done; }
     }
     json_t *ins = json_object_get(root, "inputs");
     if (!json_is_array(ins)) { st = fail(e, 400, "the request needs an 'inputs' array"); goto done; }
@@ -491,11 +669,21 @@ int tb_ks_parse_infer(const char *body, size_t n, long long header_len, const tb
     size_t ni = json_array_size(ins);
     size_t bin_used = 0;
     for (size_t j = 0; j < ni; j++) {
-        st = plan_input(json_array_get(ins, j), j, in, n_in, header_len, max_elems, bin_n, &bin_used, r, plan, seen, e);
+        const tb_ks_span *sp = NULL;
+        for (int i = 0; i < n_spans; i++)
+            if ((size_t)spans[i].input == j) sp = &spans[i];
+        st = plan_input(json_array_get(ins, j), j, in, n_in, header_len, max_elems, sp ? body + sp->off : NULL,
+                        sp ? sp->len : 0, bin, bin_n, &bin_used, r, plan, seen, e);
         if (st != 200) goto done;
     }
-    for (int k = 0; k < n_in; k++)
-        if (!seen[k]) { st = fail(e, 400, "input '%s' is missing", in[k].name); goto done; }
+    for (int k = 0; k < n_in; k++) {
+        if (!seen[k] && !(k < 64 && (optional >> k & 1))) {
+            st = fail(e, 400, "input '%s' is missing", in[k].name);
+            goto done;
+        }
+        r->given[k] = seen[k];
+        r->in_size[k] = plan[k].bytes;
+    }
     if (bin_used != bin_n) {
         st = fail(e, 400, "the body has %zu bytes after the JSON header; the inputs' binary_data_size sum to %zu", bin_n,
                   bin_used);
@@ -516,7 +704,18 @@ int tb_ks_parse_infer(const char *body, size_t n, long long header_len, const tb
     r->n_inputs = n_in;
     for (int k = 0; k < n_in; k++) {
         tb_tensor *x = &r->inputs[k];
+        if (!seen[k]) continue; /* an optional input left out: zeroed */
         x->data = (char *)r->buf + plan[k].off;
+        if (plan[k].span) {
+            st = tb_ks_data_fill(plan[k].span, plan[k].span_len, in[k].name, x->dtype, x->data, plan[k].elems, e);
+            if (st != 200) goto done;
+            continue;
+        }
+        if (plan[k].data && x->dtype == TB_KS_BYTES) {
+            size_t at = 0;
+            put_bytes_json(plan[k].data, x->data, &at);
+            continue;
+        }
         if (!plan[k].data) {
             if (plan[k].bytes) memcpy(x->data, bin + plan[k].bin_off, plan[k].bytes);
             if (x->dtype == TB_BOOL)
@@ -540,6 +739,7 @@ int tb_ks_parse_infer(const char *body, size_t n, long long header_len, const tb
     }
 done:
     json_decref(root);
+    for (int k = 0; k < TB_KS_MAX_IO; k++) json_decref(plan[k].owned);
     if (st != 200) tb_ks_request_free(r);
     return st;
 }
@@ -547,6 +747,18 @@ done:
 /* ================================================================ response */
 
 static int write_data(wbuf *w, const tb_tensor *t, int64_t el, const char *name, tb_ks_error *e) {
+    if (t->dtype == TB_KS_BYTES) { /* strings: bytes that are not UTF-8 become U+FFFD (binary keeps them) */
+        wb_put(w, "[", 1);
+        const char *p = t->data;
+        for (int64_t i = 0; i < el; i++) {
+            uint32_t len = get_le32(p);
+            if (i) wb_put(w, ",", 1);
+            wb_jstrn(w, p + 4, len);
+            p += 4 + (size_t)len;
+        }
+        wb_put(w, "]", 1);
+        return 200;
+    }
     wb_put(w, "[", 1);
     for (int64_t i = 0; i < el; i++) {
         if (i) wb_put(w, ",", 1);
@@ -618,6 +830,8 @@ int tb_ks_encode_response(const char *model, const char *version, const tb_ks_re
         wb_str(&w, "]");
         if (bin[i]) {
             bin_bytes[i] = (size_t)el * tb_ks_dtype_size(t->dtype);
+            /* the server made it: its lengths are trusted to be within it */
+            if (t->dtype == TB_KS_BYTES) tb_ks_bytes_size(t->data, SIZE_MAX / 2, el, &bin_bytes[i]);
             wb_fmt(&w, ",\"parameters\":{\"binary_data_size\":%zu}}", bin_bytes[i]);
             any_bin = 1;
             continue;

@@ -57,8 +57,26 @@ tb_ks_route tb_ks_parse_route(const char *url, char *name, char *version);
  * BOOL UINT8 INT8 INT32 INT64 FP16 BF16 FP32 FP64). */
 const char *tb_ks_dtype_name(tb_dtype t);
 int tb_ks_dtype_parse(const char *name, tb_dtype *out);
-/* Bytes of one element of a type the protocol carries. */
+/* Bytes of one element of a type the protocol carries (0 for BYTES, whose
+ * elements vary in length). */
 size_t tb_ks_dtype_size(tb_dtype t);
+
+/* BYTES, the protocol's type of strings and raw byte sequences. No engine
+ * holds it (it is no tb_dtype): the server's own models use it (an LLM's
+ * text_input and text_output). A tb_tensor of it holds Triton's serialized
+ * form, which is also its binary wire form: per element a 4-byte
+ * little-endian length, then that many bytes. In JSON an element is a
+ * string. */
+#define TB_KS_BYTES ((tb_dtype)(TB_DTYPE_COUNT + 32))
+#define TB_KS_MAX_ELEM_BYTES (1u << 30) /* bytes of one BYTES element */
+
+/* The serialized size of the `elems` BYTES elements at p into *size; 0
+ * when they do not fit in the n bytes there (a length runs past the end),
+ * else 1. */
+int tb_ks_bytes_size(const void *p, size_t n, int64_t elems, size_t *size);
+/* Element i of a serialized BYTES tensor of `size` bytes (its data and its
+ * length); 0 when there is none. */
+int tb_ks_bytes_get(const void *p, size_t size, int64_t i, const char **s, size_t *len);
 
 /* ---------------------------------------------------------------- infer */
 
@@ -72,6 +90,15 @@ typedef struct {
     int binary[TB_KS_MAX_IO];       /* 1: that output as binary data */
     int binary_all;                 /* parameters.binary_data_output */
     long long timeout_us;           /* parameters.timeout (microseconds), 0 when absent */
+    int given[TB_KS_MAX_IO];        /* 1: the input is in the request (an
+                                     * optional one may be absent: its
+                                     * tensor is zeroed, data NULL) */
+    size_t in_size[TB_KS_MAX_IO];   /* bytes of each input's data (BYTES:
+                                     * its serialized size) */
+    char *params;                   /* the request's "parameters" object as
+                                     * compact JSON (malloc'd), NULL when
+                                     * absent; for parameters a model reads
+                                     * itself (an LLM's sampling) */
     size_t in_bytes;                /* bytes of all input data */
     void *buf;                      /* owns the inputs' data (64-byte aligned) */
 } tb_ks_request;
@@ -91,6 +118,11 @@ typedef struct {
 int tb_ks_parse_infer(const char *body, size_t n, long long header_len, const tb_io_info *in, int n_in,
                       const tb_io_info *out, int n_out, size_t max_elems, tb_ks_request *r, tb_ks_error *err);
 void tb_ks_request_free(tb_ks_request *r); /* accepts a zeroed or freed request */
+/* As tb_ks_parse_infer; input k may be left out of the request when bit k
+ * of `optional` is set (r->given[k] says whether it came). */
+int tb_ks_parse_infer_opt(const char *body, size_t n, long long header_len, const tb_io_info *in, int n_in,
+                          uint64_t optional, const tb_io_info *out, int n_out, size_t max_elems, tb_ks_request *r,
+                          tb_ks_error *err);
 
 /* The response of a request: outputs[k] is the model's output k as the run
  * gave it (all n_out of them). The body goes to *body (malloc'd, *n bytes):

@@ -63,16 +63,24 @@ void tb_serve_options_default(tb_serve_options *o) {
 
 #define MAX_MODELS 16
 
+struct server;
+
 /* A model the v2 routes serve: a general engine behind its dynamic batcher
  * (which owns the executors), or the server's LLM engine (b NULL), which
  * answers the health and metadata routes while its requests go through the
- * OpenAI API. */
+ * OpenAI API, or an LLM engine of the model repository (llm set), which
+ * answers both APIs through its own scheduler. */
 typedef struct {
     char name[TB_KS_MAX_NAME], version[TB_KS_MAX_NAME];
     tb_engine *e;          /* owned when b is set; else the server's LLM engine */
     tb_batcher *b;         /* NULL: an LLM engine */
     _Atomic int ready;
     int is_llm;            /* the server's LLM engine (OpenAI API) */
+    struct server *llm;    /* a repository LLM: its engine, context, scheduler
+                            * and tokenizer as the OpenAI code reads them
+                            * (a server of its own sharing the options and
+                            * metrics); kept across unloads, its engine
+                            * NULL while unloaded */
     /* Repository state as /v2/repository/index shows it; reason: why not
      * READY. Written under the server's load_mu. */
     const char *state;     /* "READY", "UNAVAILABLE", "LOADING" */
@@ -93,7 +101,7 @@ typedef struct {
     _Atomic unsigned long long gpu_bytes;
 } model;
 
-typedef struct {
+typedef struct server {
     tb_serve_options o;
     char model[128];
     struct MHD_Daemon *d;
@@ -113,6 +121,8 @@ typedef struct {
     pthread_mutex_t load_mu; /* loads, unloads, and readers of a model's batcher pointer */
     tb_ks_grpc *grpc;        /* --grpc-port's service, NULL without it */
     tb_ks_grpc_host grpc_host;
+    _Atomic int gen_users; /* generation streams alive (they read tok and sched):
+                            * a repository LLM is freed once they are 0 */
 } server;
 
 typedef struct {
@@ -1037,6 +1047,7 @@ static void gen_stream_free(gen_stream *g) {
     free(g->g.prompt);
     free(g->g.echo_text);
     free(g->out);
+    if (g->s) atomic_fetch_sub(&g->s->gen_users, 1);
     free(g);
 }
 
@@ -1047,32 +1058,11 @@ static int connection_fd(struct MHD_Connection *c) {
     return ci ? ci->connect_fd : -1;
 }
 
-static enum MHD_Result handle_generate(server *s, struct MHD_Connection *c, json_t *root, int chat, int http11) {
-    parse_err pe = {0};
-    gen_stream *g = calloc(1, sizeof *g);
-    if (!g) return reply_error(s, c, 500, NULL, "out of memory");
-    g->s = s;
-    g->fd = connection_fd(c);
-    g->http11 = http11;
-    tb_metrics_request(s->metrics, chat ? "chat" : "completions");
-    if (!parse_gen(s, root, chat, &g->g, &pe)) {
-        gen_stream_free(g);
-        return reply_error_as(s, c, pe.status, pe.type, pe.code, pe.param, pe.msg);
-    }
-    if (g->g.n > tb_sched_queue_capacity(s->sched)) {
-        int n = g->g.n;
-        gen_stream_free(g);
-        return reply_error(s, c, 400, "n", "n = %d choices exceed the %d requests this server queues (--max-queue)", n,
-                           tb_sched_queue_capacity(s->sched));
-    }
-    g->ch = calloc((size_t)g->g.n, sizeof(gen_choice));
-    if (!g->ch) { gen_stream_free(g); return reply_error(s, c, 500, NULL, "out of memory"); }
-    g->n = g->g.n;
-    g->interval = s->o.stream_interval > 0 ? s->o.stream_interval : 1;
-    snprintf(g->id, sizeof g->id, "%s-%ld", chat ? "chatcmpl" : "cmpl", atomic_fetch_add(&s->next_id, 1));
-    g->created = (long)time(NULL);
-    /* each choice is a request of its own: another seed, the same prompt (the prefix cache shares it once
-     * its blocks are written) */
+/* Makes g's choices (g->n of them, g->ch allocated) into scheduler requests
+ * and submits them: each choice is a request of its own, with another seed
+ * and the same prompt (the prefix cache shares it once its blocks are
+ * written). 0 with the refusal in *e; the caller frees g either way. */
+static int gen_start(server *s, gen_stream *g, parse_err *e) {
     for (int i = 0; i < g->n; i++) {
         gen_choice *ch = &g->ch[i];
         tb_request_params rp = {.max_tokens = g->g.max_tokens, .ignore_eos = g->g.ignore_eos, .min_tokens = g->g.min_tokens,
@@ -1092,21 +1082,50 @@ static enum MHD_Result handle_generate(server *s, struct MHD_Connection *c, json
             go.stops[k] = g->g.stops[k];
             go.stop_len[k] = g->g.stop_len[k];
         }
-        if (tb_gen_init(&ch->gen, &s->info, s->tok, ch->prev, &go) != TB_OK) {
-            gen_stream_free(g);
-            return reply_error(s, c, 400, "stop", "%s", tb_last_error());
-        }
+        if (tb_gen_init(&ch->gen, &s->info, s->tok, ch->prev, &go) != TB_OK) PERR(400, "stop", "%s", tb_last_error());
         ch->req = tb_request_new(g->g.prompt, g->g.n_prompt, &rp, &s->info);
-        if (!ch->req || !ch->lp_items) { gen_stream_free(g); return reply_error(s, c, 500, NULL, "out of memory"); }
+        if (!ch->req || !ch->lp_items) PERR(500, NULL, "out of memory");
     }
     for (int i = 0; i < g->n; i++) {
         tb_status st = tb_sched_submit(s->sched, g->ch[i].req);
         if (st == TB_OK) continue;
         for (int k = i; k < g->n; k++) g->ch[k].finished = 1; /* never submitted; earlier ones are cancelled */
+        if (st == TB_ERR_RANGE) PERR(429, NULL, "%s; retry later", tb_last_error());
+        if (atomic_load(&s->stopping)) PERR(503, NULL, "the server is shutting down");
+        PERR(400, "prompt", "%s", tb_last_error());
+    }
+    return 1;
+}
+
+static enum MHD_Result handle_generate(server *s, struct MHD_Connection *c, json_t *root, int chat, int http11) {
+    parse_err pe = {0};
+    gen_stream *g = calloc(1, sizeof *g);
+    if (!g) return reply_error(s, c, 500, NULL, "out of memory");
+    g->s = s;
+    atomic_fetch_add(&s->gen_users, 1);
+    g->fd = connection_fd(c);
+    g->http11 = http11;
+    tb_metrics_request(s->metrics, chat ? "chat" : "completions");
+    if (!parse_gen(s, root, chat, &g->g, &pe)) {
         gen_stream_free(g);
-        if (st == TB_ERR_RANGE) return reply_error(s, c, 429, NULL, "%s; retry later", tb_last_error());
-        if (atomic_load(&s->stopping)) return reply_error(s, c, 503, NULL, "the server is shutting down");
-        return reply_error(s, c, 400, "prompt", "%s", tb_last_error());
+        return reply_error_as(s, c, pe.status, pe.type, pe.code, pe.param, pe.msg);
+    }
+    if (g->g.n > tb_sched_queue_capacity(s->sched)) {
+        int n = g->g.n;
+        gen_stream_free(g);
+        return reply_error(s, c, 400, "n", "n = %d choices exceed the %d requests this server queues (--max-queue)", n,
+                           tb_sched_queue_capacity(s->sched));
+    }
+    g->ch = calloc((size_t)g->g.n, sizeof(gen_choice));
+    if (!g->ch) { gen_stream_free(g); return reply_error(s, c, 500, NULL, "out of memory"); }
+    g->n = g->g.n;
+    g->interval = s->o.stream_interval > 0 ? s->o.stream_interval : 1;
+    snprintf(g->id, sizeof g->id, "%s-%ld", chat ? "chatcmpl" : "cmpl", atomic_fetch_add(&s->next_id, 1));
+    g->created = (long)time(NULL);
+    parse_err se = {0};
+    if (!gen_start(s, g, &se)) {
+        gen_stream_free(g);
+        return reply_error_as(s, c, se.status, se.type, se.code, se.param, se.msg);
     }
     if (g->g.stream) {
         g->last_write = tb_now();
@@ -1405,14 +1424,24 @@ static tb_status model_load_batcher(model *m, const tb_batcher_config *c) {
     return TB_OK;
 }
 
+static void llm_close(struct server *s);
+
 static void model_free(model *m) {
     if (!m) return;
     if (m->b) {
         tb_batcher_free(m->b); /* runs what is queued first */
         tb_engine_free(m->e);
     }
+    if (m->llm) {
+        llm_close(m->llm); /* the engine is the LLM's own */
+        free(m->llm);
+    }
     free(m);
 }
+
+/* Whether a model version holds an engine (a batcher or a repository LLM's
+ * scheduler) that an unload would free. */
+static int model_loaded(const model *m) { return m->b || (m->llm && m->llm->sched); }
 
 /* The engine call of one infer request, through the model's dynamic
  * batcher: inputs in the model's order; out[] points into *owned, one
@@ -1444,11 +1473,168 @@ static long long header_length(struct MHD_Connection *c) {
     return *h ? -2 : v;
 }
 
+/* Sampling parameters a v2 request of an LLM may give in its "parameters"
+ * (the names of the OpenAI API, which checks their ranges); others are
+ * refused by name, but for the protocol's own. */
+static const char *const k_llm_params[] = {"temperature", "top_p", "top_k", "min_p", "seed", "max_tokens",
+                                           "min_tokens", "stop", "ignore_eos", "repetition_penalty",
+                                           "presence_penalty", "frequency_penalty", NULL};
+
+/* v2 infer of an LLM (a repository's or the server's own engine), as
+ * Triton's vLLM and TensorRT-LLM backends take it: text_input's one string
+ * is the prompt (as /v1/completions takes it), generated greedily unless
+ * parameters.temperature says otherwise, max_tokens from the input, else
+ * parameters.max_tokens, else 16; text_output is the generated text alone.
+ * The request goes through the same parse_gen and scheduler as the OpenAI
+ * API. */
+static enum MHD_Result v2_llm_infer(server *s, struct MHD_Connection *c, model *m, conn_state *cs) {
+    uint64_t t0 = mono_ns();
+    server *ls = m->llm ? m->llm : s; /* a repository LLM, or the server's own */
+    tb_ks_request rq;
+    tb_ks_error err;
+    int st;
+    char msg[1024] = "";
+    long long hl = header_length(c);
+    json_t *root = NULL, *params = NULL;
+    gen_stream *g = NULL;
+    char *body = NULL;
+    memset(&rq, 0, sizeof rq);
+    if (cs->too_large) {
+        st = 413;
+        snprintf(msg, sizeof msg, "the request body exceeds %zu bytes", s->o.max_body_bytes);
+        goto fail;
+    }
+    if (hl == -2) {
+        st = 400;
+        snprintf(msg, sizeof msg, "Inference-Header-Content-Length must be a decimal byte count");
+        goto fail;
+    }
+    st = tb_ks_parse_infer_opt(cs->body, cs->n, hl, m->in, m->n_in, 2 /* max_tokens */, m->out, m->n_out, 0, &rq,
+                               &err);
+    if (st != 200) {
+        snprintf(msg, sizeof msg, "%s", err.msg);
+        goto fail;
+    }
+    const char *text;
+    size_t tlen;
+    if (!tb_ks_bytes_get(rq.inputs[0].data, rq.in_size[0], 0, &text, &tlen)) { /* shape [1]: the parse saw one */
+        st = 400;
+        snprintf(msg, sizeof msg, "text_input holds no element");
+        goto fail;
+    }
+    root = json_object();
+    if (!root || json_object_set_new(root, "prompt", json_stringn(text, tlen)) ||
+        json_object_set_new(root, "temperature", json_integer(0)) ||
+        json_object_set_new(root, "max_tokens", json_integer(16))) {
+        st = 500;
+        snprintf(msg, sizeof msg, "out of memory");
+        goto fail;
+    }
+    if (rq.params) {
+        json_error_t je;
+        params = json_loads(rq.params, JSON_ALLOW_NUL, &je);
+        if (!params) {
+            st = 500;
+            snprintf(msg, sizeof msg, "out of memory");
+            goto fail;
+        }
+        const char *k;
+        json_t *v;
+        json_object_foreach(params, k, v) {
+            if (!strcmp(k, "binary_data_output") || !strcmp(k, "timeout")) continue;
+            int known = 0;
+            for (int i = 0; k_llm_params[i]; i++) known |= !strcmp(k, k_llm_params[i]);
+            if (!known) {
+                st = 400;
+                snprintf(msg, sizeof msg, "parameters.%s is not a parameter of this model (it takes temperature, "
+                         "top_p, top_k, min_p, seed, max_tokens, min_tokens, stop, ignore_eos, repetition_penalty, "
+                         "presence_penalty, frequency_penalty)", k);
+                goto fail;
+            }
+            json_object_set(root, k, v);
+        }
+    }
+    if (rq.given[1]) json_object_set_new(root, "max_tokens", json_integer(*(const int32_t *)rq.inputs[1].data));
+    g = calloc(1, sizeof *g);
+    gen_choice *ch = g ? calloc(1, sizeof *ch) : NULL;
+    if (!ch) {
+        free(g);
+        g = NULL;
+        st = 500;
+        snprintf(msg, sizeof msg, "out of memory");
+        goto fail;
+    }
+    g->s = ls;
+    atomic_fetch_add(&ls->gen_users, 1);
+    g->ch = ch;
+    g->fd = connection_fd(c); /* a client that leaves cancels its generation */
+    parse_err pe = {0};
+    if (!parse_gen(ls, root, 0, &g->g, &pe)) {
+        st = pe.status;
+        snprintf(msg, sizeof msg, "%s", pe.msg);
+        goto fail;
+    }
+    g->n = 1;
+    g->interval = 1;
+    snprintf(g->id, sizeof g->id, "v2-%ld", atomic_fetch_add(&ls->next_id, 1));
+    if (!gen_start(ls, g, &pe)) {
+        st = pe.status;
+        snprintf(msg, sizeof msg, "%s", pe.msg);
+        goto fail;
+    }
+    while (!pump_all(g, 0.25)) {}
+    if (ch->reason == TB_FINISH_CANCELLED) { /* the client is gone */
+        tb_ks_request_free(&rq);
+        json_decref(root);
+        json_decref(params);
+        gen_stream_free(g);
+        return MHD_NO;
+    }
+    if (ch->reason == TB_FINISH_ERROR) {
+        st = 500;
+        snprintf(msg, sizeof msg, "generation failed");
+        goto fail;
+    }
+    /* text_output: one BYTES element, the generated text */
+    if (ch->tn > TB_KS_MAX_ELEM_BYTES) ch->tn = TB_KS_MAX_ELEM_BYTES;
+    char *ser = malloc(4 + ch->tn);
+    if (!ser) {
+        st = 500;
+        snprintf(msg, sizeof msg, "out of memory");
+        goto fail;
+    }
+    uint32_t len = (uint32_t)ch->tn;
+    memcpy(ser, &len, 4); /* little-endian host (kserve.c checks) */
+    if (ch->tn) memcpy(ser + 4, ch->text, ch->tn);
+    tb_tensor out = {.dtype = TB_KS_BYTES, .rank = 1, .dims = {1}, .data = ser};
+    size_t n = 0, hlen = 0;
+    st = tb_ks_encode_response(m->name, m->version, &rq, m->out, &out, 1, &body, &n, &hlen, &err);
+    free(ser);
+    if (st != 200) {
+        snprintf(msg, sizeof msg, "%s", err.msg);
+        goto fail;
+    }
+    tb_ks_request_free(&rq);
+    json_decref(root);
+    json_decref(params);
+    gen_stream_free(g);
+    atomic_fetch_add(&m->n_success, 1);
+    atomic_fetch_add(&m->ns_success, mono_ns() - t0);
+    atomic_store(&m->last_ms, (unsigned long long)time(NULL) * 1000ull);
+    return reply_owned(c, 200, hlen ? "application/octet-stream" : "application/json", body, n, hlen);
+fail:
+    tb_ks_request_free(&rq);
+    json_decref(root);
+    json_decref(params);
+    gen_stream_free(g);
+    atomic_fetch_add(&m->n_fail, 1);
+    atomic_fetch_add(&m->ns_fail, mono_ns() - t0);
+    return v2_error(s, c, st, "%s", msg);
+}
+
 static enum MHD_Result v2_infer(server *s, struct MHD_Connection *c, model *m, conn_state *cs) {
     uint64_t t0 = mono_ns();
-    if (m->is_llm)
-        return v2_error(s, c, 400, "model '%s' is a language model: it is served by the OpenAI API (/v1/completions, "
-                        "/v1/chat/completions)", m->name);
+    if (m->llm || m->is_llm) return v2_llm_infer(s, c, m, cs);
     tb_ks_request rq;
     tb_ks_error err;
     int st;
@@ -1736,6 +1922,67 @@ static void grpc_model_done(void *ctx, const tb_ks_model_view *v, int ok, uint64
     atomic_fetch_sub(&m->users, 1);
 }
 
+/* An LLM engine's serving state in s: its info, a context (KV cache sized
+ * by the serve options), its tokenizer and chat format, and a scheduler
+ * thread. s takes the engine (s->e) even on failure, where the caller
+ * frees what is set (llm_close). `path`: the engine file, for
+ * --gpu-memory-fraction's weight size. Used for `turbine serve FILE.engine`
+ * and for each LLM model of a repository. */
+static tb_status llm_open(server *s, tb_engine *e, const char *path) {
+    s->e = e;
+    tb_engine_get_info(s->e, &s->info);
+    tb_context_options co;
+    tb_context_options_default(&co);
+    co.n_threads = s->o.threads;
+    co.max_seqs = s->o.max_num_seqs > 0 ? s->o.max_num_seqs : s->info.max_batch;
+    co.kv_cache_bytes = s->o.kv_cache_bytes;
+    co.device = s->o.device;
+    co.no_prefix_cache = s->o.no_prefix_cache;
+    co.kv_dtype = s->o.kv_dtype;
+    if (s->o.gpu_memory_fraction > 0 && !s->o.kv_cache_bytes) {
+        const char *dev = s->o.device ? s->o.device : s->e->backend;
+        uint64_t total = 0, avail = 0;
+        TB_TRY(tb_backend_memory(dev, &total, &avail));
+        struct stat est;
+        uint64_t weights = stat(path, &est) == 0 ? (uint64_t)est.st_size : 0;
+        /* activations, cuBLAS and graphs: a fixed allowance */
+        double budget = s->o.gpu_memory_fraction * (double)total - (double)(total - avail) - (double)weights -
+                        (double)(1ull << 30);
+        if (budget < (double)(16ull << 20))
+            return tb_errorf(TB_ERR_INVALID_ARG,
+                             "--gpu-memory-fraction %.2f leaves no room for the KV cache on %s (%.1f GiB total, %.1f "
+                             "GiB in use, %.1f GiB of weights)",
+                             s->o.gpu_memory_fraction, dev, total / 1073741824.0, (total - avail) / 1073741824.0,
+                             weights / 1073741824.0);
+        co.kv_cache_bytes = (size_t)budget;
+    }
+    TB_TRY(tb_context_create(s->e, &co, &s->ctx));
+    s->tok = tb_engine_tokenizer(s->e);
+    s->chat = tb_chat_detect(tb_tokenizer_chat_template(s->tok));
+    set_bos_text(s);
+    tb_sched_options so = {.max_num_seqs = co.max_seqs, .max_batched_tokens = s->o.max_batched_tokens,
+                           .max_queue = s->o.max_queue};
+    tb_sched_observer obs = tb_metrics_observer(s->metrics);
+    TB_TRY(tb_sched_start(s->ctx, &so, &obs, &s->sched));
+    return TB_OK;
+}
+
+/* Frees an LLM's scheduler (draining it within the grace time), context
+ * and engine; s stays, ready for llm_open again. */
+static void llm_close(server *s) {
+    tb_sched_stop(s->sched, 1, s->o.grace_seconds);
+    /* streams still sending their last events read the tokenizer; a client
+     * that reads nothing is cut off by the connection timeout */
+    while (atomic_load(&s->gen_users) > 0) usleep(1000);
+    tb_sched_free(s->sched);
+    s->sched = NULL;
+    tb_context_free(s->ctx);
+    s->ctx = NULL;
+    tb_engine_free(s->e);
+    s->e = NULL;
+    s->tok = NULL;
+}
+
 /* ================================================================ repository */
 
 /* Stops a model version: new requests get 503 from now on; the batcher
@@ -1746,6 +1993,11 @@ static void model_unload(model *m, const char *reason) {
     m->state = "UNAVAILABLE";
     snprintf(m->reason, sizeof m->reason, "%s", reason);
     while (atomic_load(&m->users) > 0) usleep(1000);
+    if (m->llm) { /* its accepted generations finish (within --grace), then it goes */
+        llm_close(m->llm);
+        m->e = NULL;
+        return;
+    }
     tb_batcher_free(m->b);
     m->b = NULL;
     tb_engine_free(m->e);
@@ -1777,15 +2029,71 @@ static tb_status repo_engine(const tb_model_version *v, const tb_repo_config *cf
     return st;
 }
 
+/* The v2 face of a repository LLM, as Triton's vLLM and TensorRT-LLM
+ * backends name it: text_input BYTES [1], max_tokens INT32 [1] (optional),
+ * text_output BYTES [1]. */
+static void llm_v2_io(model *m) {
+    memset(m->in, 0, sizeof m->in[0] * 2);
+    memset(m->out, 0, sizeof m->out[0]);
+    snprintf(m->in[0].name, sizeof m->in[0].name, "text_input");
+    m->in[0].dtype = TB_KS_BYTES;
+    snprintf(m->in[1].name, sizeof m->in[1].name, "max_tokens");
+    m->in[1].dtype = TB_I32;
+    snprintf(m->out[0].name, sizeof m->out[0].name, "text_output");
+    m->out[0].dtype = TB_KS_BYTES;
+    tb_io_info *all[3] = {&m->in[0], &m->in[1], &m->out[0]};
+    for (int i = 0; i < 3; i++) {
+        all[i]->rank = 1;
+        all[i]->min[0] = all[i]->opt[0] = all[i]->max[0] = 1;
+    }
+    m->n_in = 2;
+    m->n_out = 1;
+}
+
+/* A repository LLM: its own context and scheduler (the serve options'
+ * --max-num-seqs, --kv-cache and so on, applied per model), answering the
+ * OpenAI API under the model's name and v2 infer on text_input. Takes e. */
+static tb_status model_load_llm(server *s, model *m, tb_engine *e, const tb_model_version *v,
+                                const tb_repo_config *cfg) {
+    if (!m->llm) {
+        m->llm = calloc(1, sizeof *m->llm);
+        if (!m->llm) {
+            tb_engine_free(e);
+            return tb_errorf(TB_ERR_OOM, "out of memory");
+        }
+    }
+    server *ls = m->llm;
+    ls->o = s->o;
+    if (cfg->device[0]) ls->o.device = cfg->device;
+    ls->o.engine_path = v->path;
+    ls->o.model_repository = NULL;
+    ls->metrics = s->metrics;
+    atomic_store(&ls->stopping, 0);
+    atomic_store(&ls->ready, 1);
+    snprintf(ls->model, sizeof ls->model, "%s", m->name);
+    const char *dev = model_device(cfg->device[0] ? cfg->device : s->o.device, e);
+    uint64_t before = device_used_bytes(dev);
+    tb_status st = llm_open(ls, e, v->path);
+    /* both point into the scanned entry, which is freed after the load */
+    ls->o.device = s->o.device;
+    ls->o.engine_path = NULL;
+    if (st != TB_OK) {
+        llm_close(ls);
+        return st;
+    }
+    m->e = ls->e;
+    llm_v2_io(m);
+    atomic_store(&m->gpu_bytes, used_since(dev, before));
+    return TB_OK;
+}
+
 /* Loads one version into m (a table entry in state LOADING). */
 static tb_status model_load_version(server *s, model *m, const tb_model_version *v, const tb_repo_config *cfg) {
     tb_engine *e = NULL;
     TB_TRY(repo_engine(v, cfg, s->o.device, &e));
-    if (tb_engine_is_llm(e)) {
-        tb_engine_free(e);
-        return tb_errorf(TB_ERR_UNSUPPORTED, "an LLM engine: a model repository serves general (ONNX-built) "
-                         "engines; serve an LLM alone with `turbine serve FILE.engine` (OpenAI API)");
-    }
+    if (tb_engine_is_llm(e)) return model_load_llm(s, m, e, v, cfg);
+    free(m->llm); /* was an LLM before this load (closed by its unload) */
+    m->llm = NULL;
     tb_batcher_config bc;
     tb_repo_config_batcher(cfg, &bc);
     if (!bc.threads_per_instance && s->o.threads > 0)
@@ -1823,7 +2131,7 @@ static int repo_load_entry(server *s, const tb_model_entry *me, char *why, size_
     for (int i = 0; i < n; i++) {
         model *m = s->models[i];
         if (strcmp(m->name, me->name) != 0) continue;
-        if (m->b) model_unload(m, "unloaded");
+        if (model_loaded(m)) model_unload(m, "unloaded");
         if (!m->version[0]) m->state = "UNAVAILABLE"; /* an earlier error row: superseded below */
     }
     if (me->status != TB_OK) {
@@ -1860,9 +2168,14 @@ static int repo_load_entry(server *s, const tb_model_entry *me, char *why, size_
         m->state = "READY";
         atomic_store(&m->ready, 1);
         ready++;
-        fprintf(stderr, "turbine: model '%s' version %s ready (%s, %d inputs, %d outputs, max batch %d) in %.2f s\n",
-                me->name, ver, me->versions[k].is_onnx ? "built from model.onnx" : "model.engine", m->n_in,
-                m->n_out, tb_batcher_max_batch_size(m->b), tb_now() - t0);
+        if (m->llm && m->llm->sched)
+            fprintf(stderr, "turbine: model '%s' version %s ready (LLM %s, context %d, %d sequences; OpenAI API and "
+                    "v2 text_input) in %.2f s\n", me->name, ver, m->llm->info.arch, m->llm->info.max_seq_len,
+                    tb_context_max_seqs(m->llm->ctx), tb_now() - t0);
+        else
+            fprintf(stderr, "turbine: model '%s' version %s ready (%s, %d inputs, %d outputs, max batch %d) in %.2f s\n",
+                    me->name, ver, me->versions[k].is_onnx ? "built from model.onnx" : "model.engine", m->n_in,
+                    m->n_out, tb_batcher_max_batch_size(m->b), tb_now() - t0);
     }
     /* the model's error row, if any, is gone once a version serves */
     model *err = NULL;
@@ -1888,9 +2201,10 @@ static tb_status load_repository(server *s) {
         ready += repo_load_entry(s, &r.models[i], why, sizeof why);
     }
     pthread_mutex_unlock(&s->load_mu);
+    int n_models = r.n_models; /* tb_model_repo_free zeroes it */
     tb_model_repo_free(&r);
     fprintf(stderr, "turbine: model repository %s: %d models, %d versions ready\n", s->o.model_repository,
-            r.n_models, ready);
+            n_models, ready);
     return TB_OK;
 }
 
@@ -1933,7 +2247,7 @@ static enum MHD_Result handle_repository(server *s, struct MHD_Connection *c, co
             model *m = s->models[i];
             if (strcmp(m->name, name) != 0 || m->is_llm) continue;
             found = 1;
-            if (m->b) model_unload(m, "unloaded");
+            if (model_loaded(m)) model_unload(m, "unloaded");
         }
         pthread_mutex_unlock(&s->load_mu);
         if (!found) return v2_error(s, c, 404, "unknown model '%s'", name);
@@ -1997,6 +2311,87 @@ static enum MHD_Result handle_v2(server *s, struct MHD_Connection *c, const char
     return res;
 }
 
+/* The OpenAI routes of a model repository: /v1/models lists its ready LLMs;
+ * the others go to the LLM the body's "model" names (it may be left out
+ * when the repository serves one), through that model's scheduler. */
+static enum MHD_Result handle_repo_openai(server *s, struct MHD_Connection *c, const char *url, const char *method,
+                                          const char *version, conn_state *cs) {
+    if (!strcmp(url, "/v1/models")) {
+        if (strcmp(method, "GET") != 0) return reply_error(s, c, 405, NULL, "use GET");
+        json_t *data = json_array();
+        int n = atomic_load(&s->n_models);
+        for (int i = 0; data && i < n; i++) {
+            model *m = s->models[i];
+            char msg[64];
+            /* once per name: the version find_model picks */
+            if (!m->llm || !atomic_load(&m->ready) || find_model(s, m->name, "", msg, sizeof msg) != m) continue;
+            json_array_append_new(data, json_pack("{s:s, s:s, s:I, s:s, s:i}", "id", m->name, "object", "model",
+                                                  "created", (json_int_t)time(NULL), "owned_by", "turbine",
+                                                  "max_model_len", m->llm->info.max_seq_len));
+        }
+        if (!data) return reply_error(s, c, 500, NULL, "out of memory");
+        return reply_json(c, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
+    }
+    if (strcmp(method, "POST") != 0) return reply_error(s, c, 405, NULL, "use POST");
+    if (cs->too_large) return reply_error(s, c, 413, NULL, "the request body exceeds %zu bytes", s->o.max_body_bytes);
+    if (atomic_load(&s->stopping)) return reply_error(s, c, 503, NULL, "the server is shutting down");
+    char jmsg[256];
+    json_t *root = body_json(cs->body, cs->n, jmsg, sizeof jmsg);
+    if (!root) return reply_error(s, c, 400, NULL, "%s", jmsg);
+    json_t *mv = json_object_get(root, "model");
+    model *m = NULL;
+    char msg[512] = "";
+    if (mv && !json_is_null(mv)) {
+        if (!json_is_string(mv) || strlen(json_string_value(mv)) != json_string_length(mv)) {
+            json_decref(root);
+            return reply_error(s, c, 400, "model", "'model' must be a string");
+        }
+        m = find_model(s, json_string_value(mv), "", msg, sizeof msg);
+    } else { /* no name: the one LLM of the repository, if there is one */
+        int n = atomic_load(&s->n_models), names = 0;
+        for (int i = 0; i < n; i++) {
+            model *x = s->models[i];
+            if (!x->llm || (m && !strcmp(m->name, x->name))) continue;
+            names++;
+            m = find_model(s, x->name, "", msg, sizeof msg);
+        }
+        if (names != 1) {
+            json_decref(root);
+            return reply_error(s, c, 400, "model", "'model' is required: the repository serves %d language models",
+                               names);
+        }
+    }
+    if (!m) {
+        json_decref(root);
+        return reply_error_as(s, c, 404, "NotFoundError", "model_not_found", "model", msg);
+    }
+    if (!m->llm) {
+        json_decref(root);
+        return reply_error(s, c, 400, "model",
+                           "'%s' is not a language model: it is served by the KServe v2 API (POST /v2/models/%s/infer)",
+                           m->name, m->name);
+    }
+    /* counted in before ready is read, as v2 infer: an unload waits for it */
+    atomic_fetch_add(&m->users, 1);
+    enum MHD_Result r;
+    if (!atomic_load(&m->ready) || !m->llm->sched) {
+        r = reply_error(s, c, 503, NULL, "model '%s' version %s is not ready%s%s", m->name, m->version,
+                        m->reason[0] ? ": " : "", m->reason);
+    } else {
+        server *ls = m->llm;
+        /* "model" names the model; parse_gen compares it with ls->model */
+        if (!mv || json_is_null(mv)) json_object_set_new(root, "model", json_string(m->name));
+        int http11 = !strcmp(version, MHD_HTTP_VERSION_1_1);
+        if (!strcmp(url, "/v1/completions")) r = handle_generate(ls, c, root, 0, http11);
+        else if (!strcmp(url, "/v1/chat/completions")) r = handle_generate(ls, c, root, 1, http11);
+        else if (!strcmp(url, "/tokenize")) r = handle_tokenize(ls, c, root);
+        else r = handle_detokenize(ls, c, root);
+    }
+    atomic_fetch_sub(&m->users, 1);
+    json_decref(root);
+    return r;
+}
+
 static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     server *s = cls;
@@ -2049,6 +2444,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (!known) return reply_error(s, c, 404, NULL, "no route for %s %s", method, url);
     if (!authorized(s, c)) return reply_error(s, c, 401, NULL, "a valid API key is required (Authorization: Bearer KEY)");
     if (!atomic_load(&s->ready)) return reply_error(s, c, 503, NULL, "the model is still loading");
+    if (s->o.model_repository) return handle_repo_openai(s, c, url, method, version, cs);
     if (!s->sched) { /* a general engine: no language model to list or run */
         if (!strcmp(url, "/v1/models")) {
             if (!is_get) return reply_error(s, c, 405, NULL, "use GET");
@@ -2114,46 +2510,13 @@ static tb_status load_engine(server *s) {
         atomic_store(&m->ready, 1);
         return TB_OK;
     }
-    s->e = e;
-    tb_engine_get_info(s->e, &s->info);
-    tb_context_options co;
-    tb_context_options_default(&co);
-    co.n_threads = s->o.threads;
-    co.max_seqs = s->o.max_num_seqs > 0 ? s->o.max_num_seqs : s->info.max_batch;
-    co.kv_cache_bytes = s->o.kv_cache_bytes;
-    co.device = s->o.device;
-    co.no_prefix_cache = s->o.no_prefix_cache;
-    co.kv_dtype = s->o.kv_dtype;
-    if (s->o.gpu_memory_fraction > 0 && !s->o.kv_cache_bytes) {
-        const char *dev = s->o.device ? s->o.device : s->e->backend;
-        uint64_t total = 0, avail = 0;
-        TB_TRY(tb_backend_memory(dev, &total, &avail));
-        struct stat est;
-        uint64_t weights = stat(s->o.engine_path, &est) == 0 ? (uint64_t)est.st_size : 0;
-        /* activations, cuBLAS and graphs: a fixed allowance */
-        double budget = s->o.gpu_memory_fraction * (double)total - (double)(total - avail) - (double)weights -
-                        (double)(1ull << 30);
-        if (budget < (double)(16ull << 20))
-            return tb_errorf(TB_ERR_INVALID_ARG,
-                             "--gpu-memory-fraction %.2f leaves no room for the KV cache on %s (%.1f GiB total, %.1f "
-                             "GiB in use, %.1f GiB of weights)",
-                             s->o.gpu_memory_fraction, dev, total / 1073741824.0, (total - avail) / 1073741824.0,
-                             weights / 1073741824.0);
-        co.kv_cache_bytes = (size_t)budget;
-    }
-    const char *dev = model_device(s->o.device, s->e);
+    const char *dev = model_device(s->o.device, e);
     uint64_t before = device_used_bytes(dev);
-    TB_TRY(tb_context_create(s->e, &co, &s->ctx));
-    s->tok = tb_engine_tokenizer(s->e);
-    s->chat = tb_chat_detect(tb_tokenizer_chat_template(s->tok));
-    set_bos_text(s);
-    tb_sched_options so = {.max_num_seqs = co.max_seqs, .max_batched_tokens = s->o.max_batched_tokens,
-                           .max_queue = s->o.max_queue};
-    tb_sched_observer obs = tb_metrics_observer(s->metrics);
-    TB_TRY(tb_sched_start(s->ctx, &so, &obs, &s->sched));
+    TB_TRY(llm_open(s, e, s->o.engine_path));
     model *m = model_add(s, s->model, "1", s->e);
     if (!m) return tb_errorf(TB_ERR_OOM, "out of memory");
     m->is_llm = 1;
+    llm_v2_io(m);
     atomic_store(&m->gpu_bytes, used_since(dev, before));
     m->state = "READY";
     atomic_store(&m->ready, 1);
@@ -2322,6 +2685,12 @@ int tb_serve_run(const tb_serve_options *opt) {
     /* gRPC calls in progress finish (their models are still loaded); new ones are refused */
     tb_ks_grpc_stop(s->grpc, s->o.grace_seconds);
     tb_sched_stop(s->sched, 1, s->o.grace_seconds);
+    for (int i = 0; i < atomic_load(&s->n_models); i++) { /* the repository's LLMs drain alike */
+        server *ls = s->models[i]->llm;
+        if (!ls) continue;
+        atomic_store(&ls->stopping, 1);
+        tb_sched_stop(ls->sched, 1, s->o.grace_seconds);
+    }
     /* let streams flush their last chunks */
     const union MHD_DaemonInfo *di;
     double until = tb_now() + 5;

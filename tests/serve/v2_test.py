@@ -417,13 +417,22 @@ def test_llm_engine():
         st, _, data = L.get("/v2/models/stories")
         j = json.loads(data)
         check(st == 200 and j["name"] == "stories" and j["platform"] == "turbine", "LLM metadata %s" % j)
+        check([i["name"] for i in j["inputs"]] == ["text_input", "max_tokens"] and
+              j["outputs"][0]["name"] == "text_output", "LLM metadata tensors %s" % j)
         st, _, data = L.post("/v2/models/stories/infer", {"inputs": []})
-        check(st == 400 and b"OpenAI" in data, "LLM v2 infer -> %s %r" % (st, data[:200]))
-        st, _, data = L.post("/v1/completions", {"model": "stories", "prompt": "Once", "max_tokens": 4})
+        check(st == 400 and b"text_input" in data, "LLM v2 infer without text_input -> %s %r" % (st, data[:200]))
+        st, _, data = L.post("/v1/completions", {"model": "stories", "prompt": "Once", "max_tokens": 4,
+                                                 "temperature": 0})
         check(st == 200 and json.loads(data)["choices"][0]["text"] is not None, "LLM completions -> %s" % st)
+        text = json.loads(data)["choices"][0]["text"]
+        st, _, data = L.post("/v2/models/stories/infer", {"inputs": [
+            {"name": "text_input", "shape": [1], "datatype": "BYTES", "data": ["Once"]},
+            {"name": "max_tokens", "shape": [1], "datatype": "INT32", "data": [4]}]})
+        out = json.loads(data)["outputs"][0]["data"][0] if st == 200 else data[:200]
+        check(st == 200 and out == text, "LLM v2 infer -> %s %r (OpenAI greedy: %r)" % (st, out, text))
     finally:
         L.kill()
-    ok("an LLM engine keeps the OpenAI API and answers the v2 health and metadata routes")
+    ok("an LLM engine answers the OpenAI API and v2 infer (text_input -> text_output, the same greedy text)")
 
 
 def test_not_ready_while_stopping():
