@@ -1142,22 +1142,20 @@ static cudaError_t qgemv_launch_v(const float *x, const tbc_qweight &w, const fl
     return tbc_launch(qgemv_mma_kernel<QT, MODE, NORM, 2, GS, MINB, PRE, RT>, grid, block, 0, s, x, w, bias, y, T, K, N, e);
 }
 
-/* The block shapes, measured on the H200's 7B decode step (docs/GPU.md):
- *   variant 0  one 16-row tile a block, 2 blocks an SM (int4's default)
+/* The block shapes, chosen on the H200's 7B decode step (docs/GPU.md):
+ *   variant 0  one 16-row tile a block, 2 blocks an SM (int4, one token)
  *   variant 1  one tile, 4 blocks an SM (64 registers), the first steps'
- *              weights loaded before the wait (int8 / e4m3 default)
+ *              weights loaded before the wait (int8 / e4m3, one token)
  *   variant 2  two tiles a block sharing each step's x, 2 blocks an SM,
- *              first loads before the wait (int4, 2..8 tokens: faster)
- *   variant 3  as 2 with 3 blocks an SM (int8 / e4m3, 2..8 tokens: faster)
+ *              first loads before the wait (int4, 2..8 tokens)
+ *   variant 3  as 2 with 3 blocks an SM (int8 / e4m3, 2..8 tokens)
  * The register budget decides: int4's widening needs more registers, and
  * at 3 or 4 blocks an SM it spills. `tiles` counts 16-row tiles. */
 template <int QT, int MODE, bool NORM, bool GS>
 static cudaError_t qgemv_launch_u(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K,
                                   int N, const tbc_gemv_epi &e, int tiles, cudaStream_t s) {
-    /* the two-tile shapes (2, 3) measured faster for 2..8 tokens (int8 b8 -15%, int4 -25%) but have not
-     * passed the GPU's test_backend_ops yet: opt-in (TB_CUDA_QGEMV_V=2|3) until they have */
-    (void)T;
-    const int v = qgemv_variant >= 0 ? qgemv_variant : QT == QT_I4 ? 0 : 1;
+    /* one token: one tile; 2..8 tokens: two tiles (int8 b8 -15%, int4 -25% on the 7B step) */
+    const int v = qgemv_variant >= 0 ? qgemv_variant : QT == QT_I4 ? (T == 1 ? 0 : 2) : (T == 1 ? 1 : 3);
     /* int4 builds variants 0 and 2 only, int8 / e4m3 1 and 3 (compile time);
      * a variant asked of the other kind takes its single- or two-tile one */
     if constexpr (QT == QT_I4) {
