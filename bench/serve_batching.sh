@@ -58,7 +58,8 @@ start() { # start MAXB [DELAY]
   SRV_PID=$!
   URL=http://127.0.0.1:$port
   for _ in $(seq 1 600); do
-    curl -sf "$URL/v2/models/$MODEL/ready" > /dev/null 2>&1 && return 0
+    "$PY" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' "$URL/v2/models/$MODEL/ready" \
+        > /dev/null 2>&1 && return 0
     kill -0 "$SRV_PID" 2>/dev/null || { cat "$OUT/server_b$1.log" >&2; die "the server exited"; }
     sleep 0.1
   done
