@@ -285,6 +285,45 @@ static void test_concurrent(tb_engine *e, tb_exec *ref, int instances) {
     tb_batcher_free(b);
 }
 
+/* No delay: a request alone in the queue runs on its caller's thread
+ * (stats.direct), one after another from one thread all do; under 8
+ * threads x 25 requests on `instances` instances, callers and workers share
+ * the instances and every result equals the request run alone. */
+static void test_caller_runs(tb_engine *e, tb_exec *ref, int instances) {
+    tb_batcher *b = make_batcher(e, 8, 0, NULL, 0, 0, instances);
+    if (!b) return;
+    enum { T = 8, N = 25, SEQ = 12 };
+    req *q = calloc(T * N, sizeof *q);
+    for (int i = 0; i < T * N; i++) req_make(&q[i], 1 + i % 3, i < SEQ ? 1 + (i % 5 == 0) : 4, 5000 + (uint64_t)i, ref);
+    submitter one = {.b = b, .reqs = q, .n = SEQ, .start_at = 0};
+    submit_all(&one);
+    tb_batcher_stats st;
+    tb_batcher_get_stats(b, &st);
+    CHECK_MSG(st.direct == SEQ && st.executions == SEQ, "sequential: %llu of %d run by the caller, %llu calls",
+              (unsigned long long)st.direct, SEQ, (unsigned long long)st.executions);
+    for (int i = 0; i < SEQ; i++) CHECK_MSG(req_matches(&q[i]), "sequential request %d", i);
+    pthread_t th[T];
+    submitter s[T];
+    double at = now_s() + 0.02;
+    for (int t = 0; t < T; t++) {
+        s[t] = (submitter){.b = b, .reqs = &q[t * N], .n = N, .start_at = at};
+        if (t == 0) s[t].reqs += SEQ, s[t].n -= SEQ;
+        pthread_create(&th[t], NULL, submit_all, &s[t]);
+    }
+    for (int t = 0; t < T; t++) pthread_join(th[t], NULL);
+    int bad = 0;
+    for (int i = 0; i < T * N; i++) bad += !req_matches(&q[i]);
+    tb_batcher_get_stats(b, &st);
+    CHECK_MSG(bad == 0, "%d of %d results differ from the request run alone (%d instances, no delay)", bad, T * N,
+              instances);
+    CHECK(st.success == T * N && st.pending == 0 && st.running == 0 && st.direct <= st.executions);
+    printf("no delay, %d instance(s): %d requests in %llu calls, %llu on the caller's thread\n", instances, T * N,
+           (unsigned long long)st.executions, (unsigned long long)st.direct);
+    for (int i = 0; i < T * N; i++) req_free(&q[i]);
+    free(q);
+    tb_batcher_free(b);
+}
+
 /* Preferred size 4 with a 1 s delay: four 1-row requests go at once as
  * one call of 4 (batch_hist[4]); then three 1-row requests form no
  * preferred size and wait for the delay, one call of 3 (batch_hist[3]). */
@@ -298,6 +337,7 @@ static void test_preferred_and_delay(tb_engine *e, tb_exec *ref) {
     submit_parallel(b, q, 4);
     tb_batcher_stats st;
     tb_batcher_get_stats(b, &st);
+    CHECK_MSG(st.direct == 0, "%llu requests skipped the delay", (unsigned long long)st.direct);
     CHECK_MSG(st.batch_hist[4] == 1 && st.executions == 1, "preferred: %llu calls, hist[4] %llu",
               (unsigned long long)st.executions, (unsigned long long)st.batch_hist[4]);
     for (int i = 0; i < 4; i++) {
@@ -597,6 +637,8 @@ int main(void) {
         test_merged_equals_alone(e, ref);
         test_concurrent(e, ref, 1);
         test_concurrent(e, ref, 2);
+        test_caller_runs(e, ref, 1);
+        test_caller_runs(e, ref, 2);
         test_preferred_and_delay(e, ref);
         test_queue_full_timeout_drain(e, ref);
         test_shapes_not_merged(e, ref);

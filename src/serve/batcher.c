@@ -16,6 +16,11 @@
  * size goes at once; else everything gathered goes when the oldest request
  * has waited max_queue_delay_us (or the batcher drains). Requests of other
  * shapes stay queued for a later call.
+ *
+ * A request that finds the queue empty, is due at once (no delay, a full or
+ * preferred size, or no merging) and an instance idle runs on its caller's
+ * thread (the instance marked busy, so its worker leaves it alone): the
+ * hand-offs to a worker and back cost more than a tiny model's call.
  */
 #include "serve/batcher.h"
 
@@ -53,6 +58,7 @@ typedef struct {
     tb_exec *x;
     pthread_t th;
     int started;
+    int busy;                     /* running a batch: its worker or a caller */
     /* (max rows seen, row bytes) per input: merged inputs, grown on demand
      * to the largest batch and kept, so a steady load allocates nothing. */
     void *stage[TB_BATCHER_MAX_IO];
@@ -72,6 +78,9 @@ struct tb_batcher {
     pthread_cond_t idle;          /* a caller left tb_batcher_infer          */
     tb_breq *head, *tail;
     int stopping, callers;
+    int n_claimed;                /* instances callers run requests on now   */
+    int direct;                   /* callers may run their requests (env
+                                     TURBINE_BATCHER_DIRECT=0: never)        */
     tb_batcher_stats st;
 
     int n_inst;
@@ -304,6 +313,33 @@ static void run_batch(tb_binst *in, tb_breq **batch, int n, int rows, int *sizes
     for (int k = 0; k < n; k++) batch[k]->r->compute_us = (int64_t)((t1 - t0) * 1e6);
 }
 
+/* Under the mutex after run_batch: counts the batch, marks its requests
+ * done (waking their callers) and frees the instance. */
+static void finish(tb_binst *in, tb_breq **batch, int n, const int *sizes, int n_calls) {
+    tb_batcher *b = in->b;
+    b->st.running -= n;
+    b->st.executions += (uint64_t)n_calls;
+    for (int k = 0; k < n_calls; k++) {
+        b->st.inferences += (uint64_t)sizes[k];
+        b->st.batch_hist[sizes[k] < TB_BATCHER_BATCH_BUCKETS - 1 ? sizes[k] : TB_BATCHER_BATCH_BUCKETS - 1]++;
+    }
+    for (int k = 0; k < n; k++) {
+        tb_breq *q = batch[k];
+        if (q->status == TB_OK) {
+            b->st.success++;
+            b->st.queue_us_hist[us_bucket(q->r->queue_us)]++;
+            b->st.compute_us_hist[us_bucket(q->r->compute_us)]++;
+            b->st.queue_us_sum += (uint64_t)q->r->queue_us;
+            b->st.compute_us_sum += (uint64_t)q->r->compute_us;
+        } else {
+            b->st.failures++;
+        }
+        q->state = REQ_DONE;
+        pthread_cond_signal(&q->done);
+    }
+    in->busy = 0;
+}
+
 static void *worker(void *arg) {
     tb_binst *in = arg;
     tb_batcher *b = in->b;
@@ -313,8 +349,9 @@ static void *worker(void *arg) {
     for (;;) {
         double now = mono_now();
         expire(b, now);
-        if (!b->head) {
-            if (b->stopping) break;
+        if (!b->head || in->busy) {
+            /* in->busy here: a caller runs its request on this instance */
+            if (!b->head && b->stopping) break;
             pthread_cond_wait(&b->work, &b->mu);
             continue;
         }
@@ -330,6 +367,7 @@ static void *worker(void *arg) {
             batch[k]->state = REQ_RUNNING;
         }
         b->st.running += n;
+        in->busy = 1;
         /* Another worker may be able to start on what is left. */
         if (b->head) pthread_cond_signal(&b->work);
         pthread_mutex_unlock(&b->mu);
@@ -338,26 +376,7 @@ static void *worker(void *arg) {
         run_batch(in, batch, n, rows, sizes, &n_calls);
 
         pthread_mutex_lock(&b->mu);
-        b->st.running -= n;
-        b->st.executions += (uint64_t)n_calls;
-        for (int k = 0; k < n_calls; k++) {
-            b->st.inferences += (uint64_t)sizes[k];
-            b->st.batch_hist[sizes[k] < TB_BATCHER_BATCH_BUCKETS - 1 ? sizes[k] : TB_BATCHER_BATCH_BUCKETS - 1]++;
-        }
-        for (int k = 0; k < n; k++) {
-            tb_breq *q = batch[k];
-            if (q->status == TB_OK) {
-                b->st.success++;
-                b->st.queue_us_hist[us_bucket(q->r->queue_us)]++;
-                b->st.compute_us_hist[us_bucket(q->r->compute_us)]++;
-                b->st.queue_us_sum += (uint64_t)q->r->queue_us;
-                b->st.compute_us_sum += (uint64_t)q->r->compute_us;
-            } else {
-                b->st.failures++;
-            }
-            q->state = REQ_DONE;
-            pthread_cond_signal(&q->done);
-        }
+        finish(in, batch, n, sizes, n_calls);
     }
     pthread_mutex_unlock(&b->mu);
     return NULL;
@@ -427,6 +446,8 @@ tb_status tb_batcher_create(tb_engine *e, const tb_batcher_config *c, tb_batcher
     tb_batcher *b = calloc(1, sizeof *b);
     if (!b) return tb_errorf(TB_ERR_OOM, "batcher: out of memory");
     b->c = *c;
+    const char *dv = getenv("TURBINE_BATCHER_DIRECT");
+    b->direct = !(dv && !strcmp(dv, "0"));
     pthread_mutex_init(&b->mu, NULL);
     cond_init_mono(&b->work);
     cond_init_mono(&b->idle);
@@ -561,6 +582,28 @@ static tb_status check_request(const tb_batcher *b, const tb_tensor *in, int n_i
     return TB_OK;
 }
 
+/* Under the mutex, q just queued: when q is the whole queue, would be sent
+ * at once (pick) and an instance is idle, takes q out of the queue, marks
+ * it running and returns the instance, claimed; else NULL. */
+static tb_binst *caller_claims(tb_batcher *b, tb_breq *q) {
+    if (!b->direct || b->head != q || b->tail != q || b->stopping) return NULL;
+    tb_binst *in = NULL;
+    for (int i = 0; i < b->n_inst && !in; i++)
+        if (!b->inst[i].busy) in = &b->inst[i];
+    if (!in) return NULL;
+    tb_breq *one[1];
+    int n = 0, rows = 0;
+    double wake = 0;
+    if (!pick(b, one, &n, &rows, q->t_enqueue, &wake) || n != 1) return NULL;
+    q_unlink(b, q);
+    q->state = REQ_RUNNING;
+    b->st.running++;
+    b->st.direct++;
+    in->busy = 1;
+    b->n_claimed++;
+    return in;
+}
+
 tb_status tb_batcher_infer(tb_batcher *b, const tb_tensor *in, int n_in, int64_t timeout_us,
                            tb_batcher_result *r) {
     if (!b || !r) return tb_errorf(TB_ERR_INVALID_ARG, "batcher: no batcher or result");
@@ -600,7 +643,25 @@ tb_status tb_batcher_infer(tb_batcher *b, const tb_tensor *in, int n_in, int64_t
     b->st.pending++;
     b->st.requests++;
     b->callers++;
-    pthread_cond_signal(&b->work);
+    tb_binst *own = caller_claims(b, &q);
+    if (own) {
+        /* Alone in the queue, due now and an instance idle: the caller runs
+         * it itself, sparing the two thread hand-offs of the worker path. */
+        tb_breq *one = &q;
+        int sizes[2], n_calls = 0;
+        pthread_mutex_unlock(&b->mu);
+        run_batch(own, &one, 1, q.rows, sizes, &n_calls);
+        pthread_mutex_lock(&b->mu);
+        finish(own, &one, 1, sizes, n_calls);
+        b->n_claimed--;
+        /* Requests that came meanwhile: any worker, this instance's too. */
+        if (b->head) pthread_cond_broadcast(&b->work);
+    } else if (b->n_claimed > 0) {
+        /* a worker whose instance a caller holds must not swallow the wake-up */
+        pthread_cond_broadcast(&b->work);
+    } else {
+        pthread_cond_signal(&b->work);
+    }
     while (q.state != REQ_DONE) {
         if (q.state == REQ_QUEUED && q.deadline > 0) {
             struct timespec ts = to_timespec(q.deadline);

@@ -121,6 +121,8 @@ typedef struct {
     uint64_t invalid;          /* refused before queueing (bad inputs)        */
     uint64_t inferences;       /* rows computed (Triton's inference count)    */
     uint64_t executions;       /* engine calls (Triton's execution count)     */
+    uint64_t direct;           /* run on their caller's thread: alone in the
+                                  queue, due at once, an instance idle        */
     int pending;               /* waiting in the queue now                    */
     int running;               /* in an engine call now                       */
     uint64_t queue_us_hist[TB_BATCHER_US_BUCKETS];

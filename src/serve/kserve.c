@@ -22,8 +22,7 @@
 
 #define ALIGN 64
 
-static int fail(tb_ks_error *e, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(tb_ks_error *e, int status, const char *fmt, ...) {
+int tb_ks_fail(tb_ks_error *e, int status, const char *fmt, ...) {
     e->status = status;
     va_list ap;
     va_start(ap, fmt);
@@ -262,7 +261,7 @@ static void shape_str(char *buf, size_t cap, const int64_t *d, int rank) {
 }
 
 /* The profile's range of an input as [1..8,4] for messages. */
-static void range_str(char *buf, size_t cap, const tb_io_info *io) {
+void tb_ks_range_str(char *buf, size_t cap, const tb_io_info *io) {
     size_t k = (size_t)snprintf(buf, cap, "[");
     for (int i = 0; i < io->rank && k < cap; i++) {
         if (io->min[i] == io->max[i])
@@ -289,18 +288,18 @@ typedef struct {
 /* Stores one JSON value as element `i` of a tensor of type t. */
 static int put_value(const char *name, tb_dtype t, json_t *v, void *dst, int64_t i, tb_ks_error *e) {
     if (t == TB_BOOL) {
-        if (!json_is_boolean(v)) return fail(e, 400, "input '%s': BOOL data must be true or false", name);
+        if (!json_is_boolean(v)) return tb_ks_fail(e, 400, "input '%s': BOOL data must be true or false", name);
         ((uint8_t *)dst)[i] = json_is_true(v);
         return 200;
     }
     if (t == TB_U8 || t == TB_I8 || t == TB_I32 || t == TB_I64) {
         if (!json_is_integer(v))
-            return fail(e, 400, "input '%s': %s data must be integers", name, tb_ks_dtype_name(t));
+            return tb_ks_fail(e, 400, "input '%s': %s data must be integers", name, tb_ks_dtype_name(t));
         json_int_t x = json_integer_value(v);
         long long lo = t == TB_U8 ? 0 : t == TB_I8 ? -128 : t == TB_I32 ? INT32_MIN : INT64_MIN;
         long long hi = t == TB_U8 ? 255 : t == TB_I8 ? 127 : t == TB_I32 ? INT32_MAX : INT64_MAX;
         if (x < lo || x > hi)
-            return fail(e, 400, "input '%s': %lld is out of range for %s", name, (long long)x, tb_ks_dtype_name(t));
+            return tb_ks_fail(e, 400, "input '%s': %lld is out of range for %s", name, (long long)x, tb_ks_dtype_name(t));
         switch (t) {
         case TB_U8: ((uint8_t *)dst)[i] = (uint8_t)x; break;
         case TB_I8: ((int8_t *)dst)[i] = (int8_t)x; break;
@@ -309,14 +308,14 @@ static int put_value(const char *name, tb_dtype t, json_t *v, void *dst, int64_t
         }
         return 200;
     }
-    if (!json_is_number(v)) return fail(e, 400, "input '%s': %s data must be numbers", name, tb_ks_dtype_name(t));
+    if (!json_is_number(v)) return tb_ks_fail(e, 400, "input '%s': %s data must be numbers", name, tb_ks_dtype_name(t));
     double x = json_number_value(v);
     switch (t) {
     case TB_F32: ((float *)dst)[i] = (float)x; break;
     case TB_F64: ((double *)dst)[i] = x; break;
     case TB_F16: ((uint16_t *)dst)[i] = tb_f32_to_f16((float)x); break;
     case TB_BF16: ((uint16_t *)dst)[i] = tb_f32_to_bf16((float)x); break;
-    default: return fail(e, 400, "input '%s': unsupported datatype", name);
+    default: return tb_ks_fail(e, 400, "input '%s': unsupported datatype", name);
     }
     return 200;
 }
@@ -326,7 +325,7 @@ static int put_value(const char *name, tb_dtype t, json_t *v, void *dst, int64_t
 static int put_data(const char *name, tb_dtype t, json_t *v, int depth, void *dst, int64_t *k, int64_t want,
                     tb_ks_error *e) {
     if (json_is_array(v)) {
-        if (depth <= 0) return fail(e, 400, "input '%s': data is nested deeper than its shape", name);
+        if (depth <= 0) return tb_ks_fail(e, 400, "input '%s': data is nested deeper than its shape", name);
         size_t n = json_array_size(v);
         for (size_t j = 0; j < n; j++) {
             int st = put_data(name, t, json_array_get(v, j), depth - 1, dst, k, want, e);
@@ -334,7 +333,7 @@ static int put_data(const char *name, tb_dtype t, json_t *v, int depth, void *ds
         }
         return 200;
     }
-    if (*k >= want) return fail(e, 400, "input '%s': data has more than the shape's %lld elements", name, (long long)want);
+    if (*k >= want) return tb_ks_fail(e, 400, "input '%s': data has more than the shape's %lld elements", name, (long long)want);
     int st = put_value(name, t, v, dst, *k, e);
     if (st == 200) (*k)++;
     return st;
@@ -357,27 +356,27 @@ static int find_io(const tb_io_info *io, int n, const char *name) {
 /* Parses the "outputs" list into r. */
 static int parse_outputs(json_t *outs, const tb_io_info *out, int n_out, tb_ks_request *r, tb_ks_error *e) {
     if (!outs || json_is_null(outs)) return 200;
-    if (!json_is_array(outs)) return fail(e, 400, "'outputs' must be an array");
+    if (!json_is_array(outs)) return tb_ks_fail(e, 400, "'outputs' must be an array");
     size_t n = json_array_size(outs);
     if (n > TB_KS_MAX_IO || (int)n > n_out)
-        return fail(e, 400, "'outputs' lists %zu tensors; the model has %d outputs", n, n_out);
+        return tb_ks_fail(e, 400, "'outputs' lists %zu tensors; the model has %d outputs", n, n_out);
     for (size_t j = 0; j < n; j++) {
         json_t *o = json_array_get(outs, j);
         json_t *nmv = json_is_object(o) ? json_object_get(o, "name") : NULL;
         const char *nm = json_string_value(nmv);
         if (!nm || strlen(nm) != json_string_length(nmv))
-            return fail(e, 400, "outputs[%zu] must be an object with a string 'name'", j);
+            return tb_ks_fail(e, 400, "outputs[%zu] must be an object with a string 'name'", j);
         int k = find_io(out, n_out, nm);
-        if (k < 0) return fail(e, 400, "unknown output '%s'", nm);
+        if (k < 0) return tb_ks_fail(e, 400, "unknown output '%s'", nm);
         for (int i = 0; i < r->n_outputs; i++)
-            if (r->outputs[i] == k) return fail(e, 400, "output '%s' is requested twice", nm);
+            if (r->outputs[i] == k) return tb_ks_fail(e, 400, "output '%s' is requested twice", nm);
         int bin = r->binary_all;
         json_t *p = json_object_get(o, "parameters");
         if (p && !json_is_null(p)) {
-            if (!json_is_object(p)) return fail(e, 400, "outputs[%zu].parameters must be an object", j);
+            if (!json_is_object(p)) return tb_ks_fail(e, 400, "outputs[%zu].parameters must be an object", j);
             json_t *b = json_object_get(p, "binary_data");
             if (b) {
-                if (!json_is_boolean(b)) return fail(e, 400, "output '%s': binary_data must be true or false", nm);
+                if (!json_is_boolean(b)) return tb_ks_fail(e, 400, "output '%s': binary_data must be true or false", nm);
                 bin = json_is_true(b);
             }
         }
@@ -413,11 +412,11 @@ static int bytes_json_size(const char *name, json_t *v, size_t *size, tb_ks_erro
         }
         return 200;
     }
-    if (!json_is_string(v)) return fail(e, 400, "input '%s': BYTES data must be strings", name);
+    if (!json_is_string(v)) return tb_ks_fail(e, 400, "input '%s': BYTES data must be strings", name);
     size_t len = json_string_length(v);
     if (len > TB_KS_MAX_ELEM_BYTES)
-        return fail(e, 400, "input '%s': a BYTES element is longer than %u bytes", name, TB_KS_MAX_ELEM_BYTES);
-    if (*size > SIZE_MAX / 4 - len - 4) return fail(e, 400, "input '%s' is too large", name);
+        return tb_ks_fail(e, 400, "input '%s': a BYTES element is longer than %u bytes", name, TB_KS_MAX_ELEM_BYTES);
+    if (*size > SIZE_MAX / 4 - len - 4) return tb_ks_fail(e, 400, "input '%s' is too large", name);
     *size += 4 + len;
     return 200;
 }
@@ -439,92 +438,92 @@ static void put_bytes_json(json_t *v, char *dst, size_t *at) {
 static int plan_input(json_t *it, size_t j, const tb_io_info *in, int n_in, long long header_len, size_t max_elems,
                       const char *span, size_t span_len, const char *bin, size_t bin_n, size_t *bin_used,
                       tb_ks_request *r, in_plan *plan, int *seen, tb_ks_error *e) {
-    if (!json_is_object(it)) return fail(e, 400, "inputs[%zu] must be an object", j);
+    if (!json_is_object(it)) return tb_ks_fail(e, 400, "inputs[%zu] must be an object", j);
     json_t *nmv = json_object_get(it, "name");
     const char *nm = json_string_value(nmv);
-    if (!nm || strlen(nm) != json_string_length(nmv)) return fail(e, 400, "inputs[%zu] needs a string 'name'", j);
+    if (!nm || strlen(nm) != json_string_length(nmv)) return tb_ks_fail(e, 400, "inputs[%zu] needs a string 'name'", j);
     int k = find_io(in, n_in, nm);
-    if (k < 0) return fail(e, 400, "unknown input '%s'", nm);
-    if (seen[k]) return fail(e, 400, "input '%s' is given twice", nm);
+    if (k < 0) return tb_ks_fail(e, 400, "unknown input '%s'", nm);
+    if (seen[k]) return tb_ks_fail(e, 400, "input '%s' is given twice", nm);
     seen[k] = 1;
     const tb_io_info *io = &in[k];
     const char *dt = json_string_value(json_object_get(it, "datatype"));
-    if (!dt) return fail(e, 400, "input '%s' needs a string 'datatype'", nm);
+    if (!dt) return tb_ks_fail(e, 400, "input '%s' needs a string 'datatype'", nm);
     tb_dtype t;
-    if (!tb_ks_dtype_parse(dt, &t)) return fail(e, 400, "input '%s': unsupported datatype '%s'", nm, dt);
+    if (!tb_ks_dtype_parse(dt, &t)) return tb_ks_fail(e, 400, "input '%s': unsupported datatype '%s'", nm, dt);
     if (t != io->dtype)
-        return fail(e, 400, "input '%s' has datatype %s; the model takes %s", nm, dt,
+        return tb_ks_fail(e, 400, "input '%s' has datatype %s; the model takes %s", nm, dt,
                     tb_ks_dtype_name(io->dtype) ? tb_ks_dtype_name(io->dtype) : tb_dtype_name(io->dtype));
     json_t *sh = json_object_get(it, "shape");
-    if (!json_is_array(sh)) return fail(e, 400, "input '%s' needs a 'shape' array", nm);
+    if (!json_is_array(sh)) return tb_ks_fail(e, 400, "input '%s' needs a 'shape' array", nm);
     size_t rank = json_array_size(sh);
     char want[256];
-    range_str(want, sizeof want, io);
+    tb_ks_range_str(want, sizeof want, io);
     if (rank != (size_t)io->rank)
-        return fail(e, 400, "input '%s' has rank %zu; the model takes shape %s", nm, rank, want);
+        return tb_ks_fail(e, 400, "input '%s' has rank %zu; the model takes shape %s", nm, rank, want);
     tb_tensor *x = &r->inputs[k];
     x->dtype = t;
     x->rank = io->rank;
     for (size_t d = 0; d < rank; d++) {
         json_t *v = json_array_get(sh, d);
         if (!json_is_integer(v) || json_integer_value(v) < 0)
-            return fail(e, 400, "input '%s': shape must be non-negative integers", nm);
+            return tb_ks_fail(e, 400, "input '%s': shape must be non-negative integers", nm);
         x->dims[d] = json_integer_value(v);
     }
     for (size_t d = 0; d < rank; d++)
         if (x->dims[d] < io->min[d] || x->dims[d] > io->max[d]) {
             char got[256];
             shape_str(got, sizeof got, x->dims, x->rank);
-            return fail(e, 400, "input '%s' has shape %s; the model takes %s", nm, got, want);
+            return tb_ks_fail(e, 400, "input '%s' has shape %s; the model takes %s", nm, got, want);
         }
     int64_t el = shape_elems(x->dims, x->rank);
     int is_bytes = t == TB_KS_BYTES;
     size_t es = is_bytes ? 4 : tb_ks_dtype_size(t); /* BYTES: at least its length */
     if (el < 0 || (uint64_t)el > SIZE_MAX / 2 / es || (max_elems && (uint64_t)el > max_elems))
-        return fail(e, 400, "input '%s' has too many elements", nm);
+        return tb_ks_fail(e, 400, "input '%s' has too many elements", nm);
     plan[k].elems = el;
     plan[k].bytes = (size_t)el * es;
     json_t *p = json_object_get(it, "parameters");
     json_t *bs = NULL;
     if (p && !json_is_null(p)) {
-        if (!json_is_object(p)) return fail(e, 400, "input '%s': parameters must be an object", nm);
+        if (!json_is_object(p)) return tb_ks_fail(e, 400, "input '%s': parameters must be an object", nm);
         bs = json_object_get(p, "binary_data_size");
     }
     json_t *data = json_object_get(it, "data");
     if (bs) {
         if (!json_is_integer(bs) || json_integer_value(bs) < 0)
-            return fail(e, 400, "input '%s': binary_data_size must be a non-negative integer", nm);
+            return tb_ks_fail(e, 400, "input '%s': binary_data_size must be a non-negative integer", nm);
         if (header_len < 0)
-            return fail(e, 400, "input '%s' has binary_data_size but the request has no Inference-Header-Content-Length",
+            return tb_ks_fail(e, 400, "input '%s' has binary_data_size but the request has no Inference-Header-Content-Length",
                         nm);
-        if (data) return fail(e, 400, "input '%s' has both binary_data_size and data", nm);
+        if (data) return tb_ks_fail(e, 400, "input '%s' has both binary_data_size and data", nm);
         unsigned long long b = (unsigned long long)json_integer_value(bs);
         if (is_bytes) {
             size_t sz = 0;
             if (b > bin_n - *bin_used)
-                return fail(e, 400, "input '%s': the body ends before its %llu bytes of binary data", nm, b);
+                return tb_ks_fail(e, 400, "input '%s': the body ends before its %llu bytes of binary data", nm, b);
             if (!tb_ks_bytes_size(bin + *bin_used, (size_t)b, el, &sz) || sz != b)
-                return fail(e, 400, "input '%s': its %llu bytes of binary data are not %lld BYTES elements (each a "
+                return tb_ks_fail(e, 400, "input '%s': its %llu bytes of binary data are not %lld BYTES elements (each a "
                             "4-byte little-endian length, then that many bytes)", nm, b, (long long)el);
             plan[k].bytes = (size_t)b;
         }
         if (b != plan[k].bytes)
-            return fail(e, 400, "input '%s': binary_data_size is %llu bytes; shape and %s need %zu", nm, b, dt,
+            return tb_ks_fail(e, 400, "input '%s': binary_data_size is %llu bytes; shape and %s need %zu", nm, b, dt,
                         plan[k].bytes);
         if (b > bin_n - *bin_used)
-            return fail(e, 400, "input '%s': the body ends before its %llu bytes of binary data", nm, b);
+            return tb_ks_fail(e, 400, "input '%s': the body ends before its %llu bytes of binary data", nm, b);
         plan[k].bin_off = *bin_used;
         *bin_used += (size_t)b;
         plan[k].data = NULL;
     } else {
-        if (!data) return fail(e, 400, "input '%s' has no 'data'", nm);
-        if (!json_is_array(data)) return fail(e, 400, "input '%s': data must be an array", nm);
+        if (!data) return tb_ks_fail(e, 400, "input '%s' has no 'data'", nm);
+        if (!json_is_array(data)) return tb_ks_fail(e, 400, "input '%s': data must be an array", nm);
         /* the array was taken out of the text jansson read: [] stands for it */
         if (span && json_array_size(data) == 0) {
             if (is_bytes) { /* strings: jansson reads them after all */
                 json_error_t je;
                 data = plan[k].owned = json_loadb(span, span_len, JSON_ALLOW_NUL, &je);
-                if (!data) return fail(e, 400, "the body is not valid JSON: input '%s': %s", nm, je.text);
+                if (!data) return tb_ks_fail(e, 400, "the body is not valid JSON: input '%s': %s", nm, je.text);
             } else {
                 int64_t got = 0;
                 int st = tb_ks_data_count(span, span_len, io->rank > 0 ? io->rank : 1, nm, t, &got, e);
@@ -532,7 +531,7 @@ static int plan_input(json_t *it, size_t j, const tb_io_info *in, int n_in, long
                 if (got != el) {
                     char s[256];
                     shape_str(s, sizeof s, x->dims, x->rank);
-                    return fail(e, 400, "input '%s' has %lld values; shape %s needs %lld", nm, (long long)got, s,
+                    return tb_ks_fail(e, 400, "input '%s' has %lld values; shape %s needs %lld", nm, (long long)got, s,
                                 (long long)el);
                 }
                 plan[k].span = span;
@@ -544,11 +543,11 @@ static int plan_input(json_t *it, size_t j, const tb_io_info *in, int n_in, long
          * must not reserve memory the body's data does not back */
         int64_t got = 0;
         if (!count_leaves(data, io->rank > 0 ? io->rank : 1, &got))
-            return fail(e, 400, "input '%s': data is nested deeper than its shape", nm);
+            return tb_ks_fail(e, 400, "input '%s': data is nested deeper than its shape", nm);
         if (got != el) {
             char s[256];
             shape_str(s, sizeof s, x->dims, x->rank);
-            return fail(e, 400, "input '%s' has %lld values; shape %s needs %lld", nm, (long long)got, s, (long long)el);
+            return tb_ks_fail(e, 400, "input '%s' has %lld values; shape %s needs %lld", nm, (long long)got, s, (long long)el);
         }
         if (is_bytes) {
             size_t sz = 0;
@@ -572,11 +571,11 @@ int tb_ks_parse_infer_opt(const char *body, size_t n, long long header_len, cons
     memset(r, 0, sizeof *r);
     e->status = 200;
     e->msg[0] = 0;
-    if (n_in > TB_KS_MAX_IO || n_out > TB_KS_MAX_IO) return fail(e, 500, "the model has too many inputs or outputs");
+    if (n_in > TB_KS_MAX_IO || n_out > TB_KS_MAX_IO) return tb_ks_fail(e, 500, "the model has too many inputs or outputs");
     size_t jn = n;
     if (header_len >= 0) {
         if ((unsigned long long)header_len > n)
-            return fail(e, 400, "Inference-Header-Content-Length %lld exceeds the body's %zu bytes", header_len, n);
+            return tb_ks_fail(e, 400, "Inference-Header-Content-Length %lld exceeds the body's %zu bytes", header_len, n);
         jn = (size_t)header_len;
     }
     const char *bin = body + jn;
@@ -593,7 +592,7 @@ int tb_ks_parse_infer_opt(const char *body, size_t n, long long header_len, cons
         size_t cut = 0;
         for (int i = 0; i < n_spans; i++) cut += spans[i].len - 2;
         reduced = malloc(jn - cut + 1);
-        if (!reduced) return fail(e, 500, "out of memory");
+        if (!reduced) return tb_ks_fail(e, 500, "out of memory");
         size_t at = 0, from = 0;
         for (int i = 0; i < n_spans; i++) {
             memcpy(reduced + at, body + from, spans[i].off - from);
@@ -616,7 +615,7 @@ int tb_ks_parse_infer_opt(const char *body, size_t n, long long header_len, cons
                         : NULL;
     if (!root) {
         free(reduced);
-        return fail(e, 400, "the body is not valid JSON%s%s", body ? ": " : "", body ? je.text : "");
+        return tb_ks_fail(e, 400, "the body is not valid JSON%s%s", body ? ": " : "", body ? je.text : "");
     }
     if (header_len < 0) {
         size_t used = (size_t)je.position;
@@ -625,7 +624,7 @@ int tb_ks_parse_infer_opt(const char *body, size_t n, long long header_len, cons
         if (used < jlen) {
             json_decref(root);
             free(reduced);
-            return fail(e, 400, "the body has %zu bytes after its JSON; binary tensor data needs the "
+            return tb_ks_fail(e, 400, "the body has %zu bytes after its JSON; binary tensor data needs the "
                                 "Inference-Header-Content-Length header", jlen - used);
         }
     }
@@ -634,36 +633,36 @@ int tb_ks_parse_infer_opt(const char *body, size_t n, long long header_len, cons
     in_plan plan[TB_KS_MAX_IO];
     int seen[TB_KS_MAX_IO] = {0};
     memset(plan, 0, sizeof plan);
-    if (!json_is_object(root)) { st = fail(e, 400, "the body must be a JSON object"); goto done; }
+    if (!json_is_object(root)) { st = tb_ks_fail(e, 400, "the body must be a JSON object"); goto done; }
     json_t *id = json_object_get(root, "id");
     if (id && !json_is_null(id)) {
         const char *s = json_string_value(id);
-        if (!s) { st = fail(e, 400, "'id' must be a string"); goto done; }
-        if (strlen(s) >= sizeof r->id) { st = fail(e, 400, "'id' is longer than %d bytes", TB_KS_MAX_ID - 1); goto done; }
+        if (!s) { st = tb_ks_fail(e, 400, "'id' must be a string"); goto done; }
+        if (strlen(s) >= sizeof r->id) { st = tb_ks_fail(e, 400, "'id' is longer than %d bytes", TB_KS_MAX_ID - 1); goto done; }
         snprintf(r->id, sizeof r->id, "%s", s);
     }
     json_t *params = json_object_get(root, "parameters");
     if (params && !json_is_null(params)) {
-        if (!json_is_object(params)) { st = fail(e, 400, "'parameters' must be an object"); goto done; }
+        if (!json_is_object(params)) { st = tb_ks_fail(e, 400, "'parameters' must be an object"); goto done; }
         json_t *b = json_object_get(params, "binary_data_output");
         if (b) {
-            if (!json_is_boolean(b)) { st = fail(e, 400, "binary_data_output must be true or false"); goto done; }
+            if (!json_is_boolean(b)) { st = tb_ks_fail(e, 400, "binary_data_output must be true or false"); goto done; }
             r->binary_all = json_is_true(b);
         }
         /* Triton's per-request timeout, in microseconds */
         json_t *t = json_object_get(params, "timeout");
         if (t) {
             if (!json_is_integer(t) || json_integer_value(t) < 0) {
-                st = fail(e, 400, "parameters.timeout must be a non-negative integer (microseconds)");
+                st = tb_ks_fail(e, 400, "parameters.timeout must be a non-negative integer (microseconds)");
                 goto done;
             }
             r->timeout_us = (long long)json_integer_value(t);
         }
         r->params = json_dumps(params, JSON_COMPACT);
-        if (!r->params) { st = fail(e, 500, "out of memory"); goto done; }
+        if (!r->params) { st = tb_ks_fail(e, 500, "out of memory"); goto done; }
     }
     json_t *ins = json_object_get(root, "inputs");
-    if (!json_is_array(ins)) { st = fail(e, 400, "the request needs an 'inputs' array"); goto done; }
+    if (!json_is_array(ins)) { st = tb_ks_fail(e, 400, "the request needs an 'inputs' array"); goto done; }
     /* more inputs than the model's: one is unknown or given twice, and
      * the loop stops there, naming it */
     size_t ni = json_array_size(ins);
@@ -678,14 +677,14 @@ int tb_ks_parse_infer_opt(const char *body, size_t n, long long header_len, cons
     }
     for (int k = 0; k < n_in; k++) {
         if (!seen[k] && !(k < 64 && (optional >> k & 1))) {
-            st = fail(e, 400, "input '%s' is missing", in[k].name);
+            st = tb_ks_fail(e, 400, "input '%s' is missing", in[k].name);
             goto done;
         }
         r->given[k] = seen[k];
         r->in_size[k] = plan[k].bytes;
     }
     if (bin_used != bin_n) {
-        st = fail(e, 400, "the body has %zu bytes after the JSON header; the inputs' binary_data_size sum to %zu", bin_n,
+        st = tb_ks_fail(e, 400, "the body has %zu bytes after the JSON header; the inputs' binary_data_size sum to %zu", bin_n,
                   bin_used);
         goto done;
     }
@@ -695,12 +694,12 @@ int tb_ks_parse_infer_opt(const char *body, size_t n, long long header_len, cons
     size_t total = 0;
     for (int k = 0; k < n_in; k++) {
         plan[k].off = total;
-        if (plan[k].bytes > SIZE_MAX / 4 - total) { st = fail(e, 400, "the inputs are too large"); goto done; }
+        if (plan[k].bytes > SIZE_MAX / 4 - total) { st = tb_ks_fail(e, 400, "the inputs are too large"); goto done; }
         total += (plan[k].bytes + ALIGN - 1) / ALIGN * ALIGN;
     }
     r->in_bytes = total;
     r->buf = aligned_alloc(ALIGN, total ? total : ALIGN);
-    if (!r->buf) { st = fail(e, 500, "out of memory for %zu bytes of inputs", total); goto done; }
+    if (!r->buf) { st = tb_ks_fail(e, 500, "out of memory for %zu bytes of inputs", total); goto done; }
     r->n_inputs = n_in;
     for (int k = 0; k < n_in; k++) {
         tb_tensor *x = &r->inputs[k];
@@ -721,7 +720,7 @@ int tb_ks_parse_infer_opt(const char *body, size_t n, long long header_len, cons
             if (x->dtype == TB_BOOL)
                 for (size_t i = 0; i < plan[k].bytes; i++)
                     if (((uint8_t *)x->data)[i] > 1) {
-                        st = fail(e, 400, "input '%s': BOOL bytes must be 0 or 1", in[k].name);
+                        st = tb_ks_fail(e, 400, "input '%s': BOOL bytes must be 0 or 1", in[k].name);
                         goto done;
                     }
             continue;
@@ -732,7 +731,7 @@ int tb_ks_parse_infer_opt(const char *body, size_t n, long long header_len, cons
         if (got != plan[k].elems) {
             char s[256];
             shape_str(s, sizeof s, x->dims, x->rank);
-            st = fail(e, 400, "input '%s' has %lld values; shape %s needs %lld", in[k].name, (long long)got, s,
+            st = tb_ks_fail(e, 400, "input '%s' has %lld values; shape %s needs %lld", in[k].name, (long long)got, s,
                       (long long)plan[k].elems);
             goto done;
         }
@@ -773,10 +772,10 @@ static int write_data(wbuf *w, const tb_tensor *t, int64_t el, const char *name,
         case TB_F64: f = ((const double *)t->data)[i]; break;
         case TB_F16: f = tb_f16_to_f32(((const uint16_t *)t->data)[i]); break;
         case TB_BF16: f = tb_bf16_to_f32(((const uint16_t *)t->data)[i]); break;
-        default: return fail(e, 500, "output '%s' has a datatype the protocol cannot carry", name);
+        default: return tb_ks_fail(e, 500, "output '%s' has a datatype the protocol cannot carry", name);
         }
         if (!isfinite(f))
-            return fail(e, 500, "output '%s' holds a non-finite value, which JSON cannot carry; ask for it with "
+            return tb_ks_fail(e, 500, "output '%s' holds a non-finite value, which JSON cannot carry; ask for it with "
                                 "binary_data", name);
         /* %.9g reads back as the same float, %.17g as the same double; "-0"
          * would read back as the integer 0 */
@@ -795,7 +794,7 @@ int tb_ks_encode_response(const char *model, const char *version, const tb_ks_re
     e->status = 200;
     e->msg[0] = 0;
     int sel[TB_KS_MAX_IO], bin[TB_KS_MAX_IO], ns = 0;
-    if (n_out > TB_KS_MAX_IO) return fail(e, 500, "the model has too many outputs");
+    if (n_out > TB_KS_MAX_IO) return tb_ks_fail(e, 500, "the model has too many outputs");
     if (r->n_outputs == 0)
         for (int k = 0; k < n_out; k++) { sel[ns] = k; bin[ns++] = r->binary_all; }
     else
@@ -819,7 +818,7 @@ int tb_ks_encode_response(const char *model, const char *version, const tb_ks_re
         int64_t el = shape_elems(t->dims, t->rank);
         if (!dt || el < 0 || (uint64_t)el > SIZE_MAX / 8) {
             free(w.p);
-            return fail(e, 500, "output '%s' cannot be sent (datatype %s)", out[k].name, tb_dtype_name(t->dtype));
+            return tb_ks_fail(e, 500, "output '%s' cannot be sent (datatype %s)", out[k].name, tb_dtype_name(t->dtype));
         }
         wb_str(&w, i ? ",{\"name\":" : "{\"name\":");
         wb_jstr(&w, out[k].name);
@@ -849,7 +848,7 @@ int tb_ks_encode_response(const char *model, const char *version, const tb_ks_re
         if (bin[i]) wb_put(&w, outputs[sel[i]].data, bin_bytes[i]);
     if (w.oom) {
         free(w.p);
-        return fail(e, 500, "out of memory encoding the response");
+        return tb_ks_fail(e, 500, "out of memory encoding the response");
     }
     *body = w.p;
     *n = w.n;

@@ -50,6 +50,12 @@ typedef enum {
  * version longer than that, empty, or with a '/' makes the route UNKNOWN. */
 tb_ks_route tb_ks_parse_route(const char *url, char *name, char *version);
 
+/* Fills e (status, printf-formatted message) and returns status: the one
+ * way the parsers here report an error. */
+int tb_ks_fail(tb_ks_error *e, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* An input's profile range as "[1..8,4]" for error messages. */
+void tb_ks_range_str(char *buf, size_t cap, const tb_io_info *io);
+
 /* ---------------------------------------------------------------- dtypes */
 
 /* The protocol's datatype name of a tb_dtype ("FP32", ...; NULL for types

@@ -16,15 +16,6 @@
 
 #include "core/core.h"
 
-static int fail(tb_ks_error *e, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(tb_ks_error *e, int status, const char *fmt, ...) {
-    e->status = status;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
-    va_end(ap);
-    return status;
-}
 
 static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 static int is_digit(char c) { return c >= '0' && c <= '9'; }
@@ -303,9 +294,9 @@ int tb_ks_data_count(const char *p, size_t n, int depth, const char *name, tb_dt
         if (r.p != r.end) why = 'n', st = 400;
     }
     if (st == 200) return 200;
-    if (why == 'd') return fail(e, 400, "input '%s': data is nested deeper than its shape", name);
-    if (why == 't') return fail(e, 400, "input '%s': %s", name, type_words(t));
-    return fail(e, 400, "the body is not valid JSON: input '%s': data, at byte %zu of the array", name,
+    if (why == 'd') return tb_ks_fail(e, 400, "input '%s': data is nested deeper than its shape", name);
+    if (why == 't') return tb_ks_fail(e, 400, "input '%s': %s", name, type_words(t));
+    return tb_ks_fail(e, 400, "the body is not valid JSON: input '%s': data, at byte %zu of the array", name,
                 (size_t)(r.p - r.begin));
 }
 
@@ -425,7 +416,7 @@ int tb_ks_data_fill(const char *p, size_t n, const char *name, tb_dtype t, void 
             continue;
         }
         if (k >= want)
-            return fail(e, 400, "input '%s': data has more than the shape's %lld elements", name, (long long)want);
+            return tb_ks_fail(e, 400, "input '%s': data has more than the shape's %lld elements", name, (long long)want);
         int is_int = 0;
         size_t len;
         int is_bool = c == 't' || c == 'f';
@@ -439,20 +430,20 @@ int tb_ks_data_fill(const char *p, size_t n, const char *name, tb_dtype t, void 
         } else {
             len = num_token(q, end, &is_int);
         }
-        if (!len) return fail(e, 400, "input '%s': data is not valid JSON", name);
+        if (!len) return tb_ks_fail(e, 400, "input '%s': data is not valid JSON", name);
         if (t == TB_BOOL) {
-            if (!is_bool) return fail(e, 400, "input '%s': %s", name, type_words(t));
+            if (!is_bool) return tb_ks_fail(e, 400, "input '%s': %s", name, type_words(t));
             ((uint8_t *)dst)[k] = c == 't';
         } else if (is_bool || (!is_int && (t == TB_U8 || t == TB_I8 || t == TB_I32 || t == TB_I64))) {
-            return fail(e, 400, "input '%s': %s", name, type_words(t));
+            return tb_ks_fail(e, 400, "input '%s': %s", name, type_words(t));
         } else if (t == TB_U8 || t == TB_I8 || t == TB_I32 || t == TB_I64) {
             int64_t x;
             long long lo = t == TB_U8 ? 0 : t == TB_I8 ? -128 : t == TB_I32 ? INT32_MIN : INT64_MIN;
             long long hi = t == TB_U8 ? 255 : t == TB_I8 ? 127 : t == TB_I32 ? INT32_MAX : INT64_MAX;
             if (!int_value(q, len, &x))
-                return fail(e, 400, "input '%s': %.*s is out of range for %s", name, (int)(len < 40 ? len : 40), q, tn);
+                return tb_ks_fail(e, 400, "input '%s': %.*s is out of range for %s", name, (int)(len < 40 ? len : 40), q, tn);
             if (x < lo || x > hi)
-                return fail(e, 400, "input '%s': %lld is out of range for %s", name, (long long)x, tn);
+                return tb_ks_fail(e, 400, "input '%s': %lld is out of range for %s", name, (long long)x, tn);
             switch (t) {
             case TB_U8: ((uint8_t *)dst)[k] = (uint8_t)x; break;
             case TB_I8: ((int8_t *)dst)[k] = (int8_t)x; break;
@@ -462,20 +453,20 @@ int tb_ks_data_fill(const char *p, size_t n, const char *name, tb_dtype t, void 
         } else {
             double x;
             if (!number_value(q, len, &x))
-                return fail(e, 400, "input '%s': %.*s is out of range for %s", name, (int)(len < 40 ? len : 40), q,
+                return tb_ks_fail(e, 400, "input '%s': %.*s is out of range for %s", name, (int)(len < 40 ? len : 40), q,
                             tn);
             switch (t) {
             case TB_F32: ((float *)dst)[k] = (float)x; break;
             case TB_F64: ((double *)dst)[k] = x; break;
             case TB_F16: ((uint16_t *)dst)[k] = tb_f32_to_f16((float)x); break;
             case TB_BF16: ((uint16_t *)dst)[k] = tb_f32_to_bf16((float)x); break;
-            default: return fail(e, 400, "input '%s': unsupported datatype", name);
+            default: return tb_ks_fail(e, 400, "input '%s': unsupported datatype", name);
             }
         }
         q += len;
         k++;
     }
     if (k != want)
-        return fail(e, 400, "input '%s' has %lld values; the shape needs %lld", name, (long long)k, (long long)want);
+        return tb_ks_fail(e, 400, "input '%s' has %lld values; the shape needs %lld", name, (long long)k, (long long)want);
     return 200;
 }

@@ -89,15 +89,6 @@ int tb_ks_grpc_encode_infer(const char *model, const char *version, const tb_ks_
 
 int tb_ks_grpc_compiled(void) { return 1; }
 
-static int fail(tb_ks_error *e, int status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(tb_ks_error *e, int status, const char *fmt, ...) {
-    e->status = status;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
-    va_end(ap);
-    return status;
-}
 
 /* ================================================================ ModelInfer messages */
 
@@ -110,11 +101,11 @@ int tb_ks_grpc_decode_infer(const void *msg, size_t n, tb_ks_grpc_request **out,
     e->status = 200;
     e->msg[0] = 0;
     tb_ks_grpc_request *q = calloc(1, sizeof *q);
-    if (!q) return fail(e, 500, "out of memory");
+    if (!q) return tb_ks_fail(e, 500, "out of memory");
     q->m = inference__model_infer_request__unpack(NULL, n, msg);
     if (!q->m) {
         free(q);
-        return fail(e, 400, "the message is not a ModelInferRequest (%zu bytes that do not decode)", n);
+        return tb_ks_fail(e, 400, "the message is not a ModelInferRequest (%zu bytes that do not decode)", n);
     }
     *out = q;
     return 200;
@@ -135,18 +126,6 @@ static int find_io(const tb_io_info *io, int n, const char *name) {
     return -1;
 }
 
-/* The profile's range of an input as [1..8,4] for messages. */
-static void range_str(char *buf, size_t cap, const tb_io_info *io) {
-    size_t k = (size_t)snprintf(buf, cap, "[");
-    for (int i = 0; i < io->rank && k < cap; i++) {
-        if (io->min[i] == io->max[i])
-            k += (size_t)snprintf(buf + k, cap - k, "%s%lld", i ? "," : "", (long long)io->min[i]);
-        else
-            k += (size_t)snprintf(buf + k, cap - k, "%s%lld..%lld", i ? "," : "", (long long)io->min[i],
-                                  (long long)io->max[i]);
-    }
-    if (k < cap) snprintf(buf + k, cap - k, "]");
-}
 
 /* Values of each typed field of contents, and which field a datatype uses
  * (-1: none, FP16 and BF16 travel raw). */
@@ -188,20 +167,20 @@ static int copy_contents(const char *name, tb_dtype t, const Inference__InferTen
         switch (t) {
         case TB_BOOL: ((uint8_t *)dst)[i] = c->bool_contents[i] ? 1 : 0; break;
         case TB_U8:
-            if (c->uint_contents[i] > 255) return fail(e, 400, "input '%s': %u is out of range for UINT8", name,
+            if (c->uint_contents[i] > 255) return tb_ks_fail(e, 400, "input '%s': %u is out of range for UINT8", name,
                                                        c->uint_contents[i]);
             ((uint8_t *)dst)[i] = (uint8_t)c->uint_contents[i];
             break;
         case TB_I8:
             if (c->int_contents[i] < -128 || c->int_contents[i] > 127)
-                return fail(e, 400, "input '%s': %d is out of range for INT8", name, c->int_contents[i]);
+                return tb_ks_fail(e, 400, "input '%s': %d is out of range for INT8", name, c->int_contents[i]);
             ((int8_t *)dst)[i] = (int8_t)c->int_contents[i];
             break;
         case TB_I32: ((int32_t *)dst)[i] = c->int_contents[i]; break;
         case TB_I64: ((int64_t *)dst)[i] = c->int64_contents[i]; break;
         case TB_F32: ((float *)dst)[i] = c->fp32_contents[i]; break;
         case TB_F64: ((double *)dst)[i] = c->fp64_contents[i]; break;
-        default: return fail(e, 400, "input '%s': its datatype has no typed contents", name);
+        default: return tb_ks_fail(e, 400, "input '%s': its datatype has no typed contents", name);
         }
     }
     return 200;
@@ -212,9 +191,9 @@ int tb_ks_grpc_request_check(const tb_ks_grpc_request *q, const tb_io_info *in, 
     memset(r, 0, sizeof *r);
     e->status = 200;
     e->msg[0] = 0;
-    if (n_in > TB_KS_MAX_IO || n_out > TB_KS_MAX_IO) return fail(e, 500, "the model has too many inputs or outputs");
+    if (n_in > TB_KS_MAX_IO || n_out > TB_KS_MAX_IO) return tb_ks_fail(e, 500, "the model has too many inputs or outputs");
     const Inference__ModelInferRequest *m = q->m;
-    if (strlen(m->id) >= sizeof r->id) return fail(e, 400, "'id' is longer than %d bytes", TB_KS_MAX_ID - 1);
+    if (strlen(m->id) >= sizeof r->id) return tb_ks_fail(e, 400, "'id' is longer than %d bytes", TB_KS_MAX_ID - 1);
     snprintf(r->id, sizeof r->id, "%s", m->id);
     for (size_t i = 0; i < m->n_parameters; i++) {
         const Inference__ModelInferRequest__ParametersEntry *p = m->parameters[i];
@@ -227,11 +206,11 @@ int tb_ks_grpc_request_check(const tb_ks_grpc_request *q, const tb_io_info *in, 
                  v->uint64_param <= (uint64_t)INT64_MAX)
             r->timeout_us = (long long)v->uint64_param;
         else
-            return fail(e, 400, "parameters[\"timeout\"] must be a non-negative int64_param (microseconds)");
+            return tb_ks_fail(e, 400, "parameters[\"timeout\"] must be a non-negative int64_param (microseconds)");
     }
     int raw = m->n_raw_input_contents > 0;
     if (raw && m->n_raw_input_contents != m->n_inputs)
-        return fail(e, 400, "raw_input_contents has %zu entries; the request has %zu inputs (one each, in order)",
+        return tb_ks_fail(e, 400, "raw_input_contents has %zu entries; the request has %zu inputs (one each, in order)",
                     m->n_raw_input_contents, m->n_inputs);
     int seen[TB_KS_MAX_IO] = {0};
     int src[TB_KS_MAX_IO];    /* request index of each model input */
@@ -243,21 +222,21 @@ int tb_ks_grpc_request_check(const tb_ks_grpc_request *q, const tb_io_info *in, 
         const Inference__ModelInferRequest__InferInputTensor *it = m->inputs[j];
         const char *nm = it->name;
         int k = find_io(in, n_in, nm);
-        if (k < 0) return fail(e, 400, "unknown input '%s'", nm);
-        if (seen[k]) return fail(e, 400, "input '%s' is given twice", nm);
+        if (k < 0) return tb_ks_fail(e, 400, "unknown input '%s'", nm);
+        if (seen[k]) return tb_ks_fail(e, 400, "input '%s' is given twice", nm);
         seen[k] = 1;
         src[k] = (int)j;
         const tb_io_info *io = &in[k];
         tb_dtype t;
         if (!tb_ks_dtype_parse(it->datatype, &t))
-            return fail(e, 400, "input '%s': unsupported datatype '%s'", nm, it->datatype);
+            return tb_ks_fail(e, 400, "input '%s': unsupported datatype '%s'", nm, it->datatype);
         if (t != io->dtype)
-            return fail(e, 400, "input '%s' has datatype %s; the model takes %s", nm, it->datatype,
+            return tb_ks_fail(e, 400, "input '%s' has datatype %s; the model takes %s", nm, it->datatype,
                         tb_ks_dtype_name(io->dtype) ? tb_ks_dtype_name(io->dtype) : tb_dtype_name(io->dtype));
         char want[256];
-        range_str(want, sizeof want, io);
+        tb_ks_range_str(want, sizeof want, io);
         if (it->n_shape != (size_t)io->rank)
-            return fail(e, 400, "input '%s' has rank %zu; the model takes shape %s", nm, it->n_shape, want);
+            return tb_ks_fail(e, 400, "input '%s' has rank %zu; the model takes shape %s", nm, it->n_shape, want);
         tb_tensor *x = &r->inputs[k];
         x->dtype = t;
         x->rank = io->rank;
@@ -265,45 +244,45 @@ int tb_ks_grpc_request_check(const tb_ks_grpc_request *q, const tb_io_info *in, 
         for (int d = 0; d < io->rank; d++) {
             int64_t v = it->shape[d];
             if (v < io->min[d] || v > io->max[d])
-                return fail(e, 400, "input '%s': dim %d is %lld; the model takes shape %s", nm, d, (long long)v, want);
+                return tb_ks_fail(e, 400, "input '%s': dim %d is %lld; the model takes shape %s", nm, d, (long long)v, want);
             x->dims[d] = v;
-            if (v > 0 && el > INT64_MAX / v) return fail(e, 400, "input '%s' has too many elements", nm);
+            if (v > 0 && el > INT64_MAX / v) return tb_ks_fail(e, 400, "input '%s' has too many elements", nm);
             el *= v;
         }
         size_t es = tb_ks_dtype_size(t);
         if ((uint64_t)el > SIZE_MAX / 2 / es || (max_elems && (uint64_t)el > max_elems))
-            return fail(e, 400, "input '%s' has too many elements", nm);
+            return tb_ks_fail(e, 400, "input '%s' has too many elements", nm);
         elems[k] = el;
         bytes[k] = (size_t)el * es;
         size_t cnt[N_FIELDS], total = 0;
         field_counts(it->contents, cnt);
         for (int f = 0; f < N_FIELDS; f++) total += cnt[f];
         if (raw) {
-            if (total) return fail(e, 400, "input '%s' has contents, but the request sends raw_input_contents", nm);
+            if (total) return tb_ks_fail(e, 400, "input '%s' has contents, but the request sends raw_input_contents", nm);
             if (m->raw_input_contents[j].len != bytes[k])
-                return fail(e, 400, "input '%s': raw_input_contents[%zu] has %zu bytes; its shape and %s need %zu", nm,
+                return tb_ks_fail(e, 400, "input '%s': raw_input_contents[%zu] has %zu bytes; its shape and %s need %zu", nm,
                             j, m->raw_input_contents[j].len, it->datatype, bytes[k]);
             continue;
         }
         int f = field_of(t);
         if (f < 0 && el > 0)
-            return fail(e, 400, "input '%s': %s data has no typed contents; send it in raw_input_contents", nm,
+            return tb_ks_fail(e, 400, "input '%s': %s data has no typed contents; send it in raw_input_contents", nm,
                         it->datatype);
         if (f >= 0 && total != cnt[f])
-            return fail(e, 400, "input '%s': %s data goes in contents.%s", nm, it->datatype, k_field_names[f]);
+            return tb_ks_fail(e, 400, "input '%s': %s data goes in contents.%s", nm, it->datatype, k_field_names[f]);
         if (total != (size_t)el)
-            return fail(e, 400, "input '%s' has %zu values; its shape needs %lld", nm, total, (long long)el);
+            return tb_ks_fail(e, 400, "input '%s' has %zu values; its shape needs %lld", nm, total, (long long)el);
     }
     for (int k = 0; k < n_in; k++)
-        if (!seen[k]) return fail(e, 400, "input '%s' is missing", in[k].name);
+        if (!seen[k]) return tb_ks_fail(e, 400, "input '%s' is missing", in[k].name);
     if (m->n_outputs > TB_KS_MAX_IO || (int)m->n_outputs > n_out)
-        return fail(e, 400, "'outputs' lists %zu tensors; the model has %d outputs", m->n_outputs, n_out);
+        return tb_ks_fail(e, 400, "'outputs' lists %zu tensors; the model has %d outputs", m->n_outputs, n_out);
     for (size_t j = 0; j < m->n_outputs; j++) {
         const char *nm = m->outputs[j]->name;
         int k = find_io(out, n_out, nm);
-        if (k < 0) return fail(e, 400, "unknown output '%s'", nm);
+        if (k < 0) return tb_ks_fail(e, 400, "unknown output '%s'", nm);
         for (int i = 0; i < r->n_outputs; i++)
-            if (r->outputs[i] == k) return fail(e, 400, "output '%s' is requested twice", nm);
+            if (r->outputs[i] == k) return tb_ks_fail(e, 400, "output '%s' is requested twice", nm);
         r->outputs[r->n_outputs] = k;
         r->binary[r->n_outputs++] = 1;
     }
@@ -311,12 +290,12 @@ int tb_ks_grpc_request_check(const tb_ks_grpc_request *q, const tb_io_info *in, 
     size_t off[TB_KS_MAX_IO], total = 0;
     for (int k = 0; k < n_in; k++) {
         off[k] = total;
-        if (bytes[k] > SIZE_MAX / 4 - total) return fail(e, 400, "the inputs are too large");
+        if (bytes[k] > SIZE_MAX / 4 - total) return tb_ks_fail(e, 400, "the inputs are too large");
         total += (bytes[k] + ALIGN - 1) / ALIGN * ALIGN;
     }
     r->in_bytes = total;
     r->buf = aligned_alloc(ALIGN, total ? total : ALIGN);
-    if (!r->buf) return fail(e, 500, "out of memory for %zu bytes of inputs", total);
+    if (!r->buf) return tb_ks_fail(e, 500, "out of memory for %zu bytes of inputs", total);
     r->n_inputs = n_in;
     for (int k = 0; k < n_in; k++) {
         tb_tensor *x = &r->inputs[k];
@@ -327,7 +306,7 @@ int tb_ks_grpc_request_check(const tb_ks_grpc_request *q, const tb_io_info *in, 
             if (bytes[k]) memcpy(x->data, m->raw_input_contents[src[k]].data, bytes[k]);
             if (x->dtype == TB_BOOL)
                 for (size_t i = 0; i < bytes[k] && st == 200; i++)
-                    if (((uint8_t *)x->data)[i] > 1) st = fail(e, 400, "input '%s': BOOL bytes must be 0 or 1", it->name);
+                    if (((uint8_t *)x->data)[i] > 1) st = tb_ks_fail(e, 400, "input '%s': BOOL bytes must be 0 or 1", it->name);
         } else if (elems[k] > 0) {
             st = copy_contents(it->name, x->dtype, it->contents, elems[k], x->data, e);
         }
@@ -342,7 +321,7 @@ int tb_ks_grpc_request_check(const tb_ks_grpc_request *q, const tb_io_info *in, 
 static int pack(const ProtobufCMessage *msg, void **out, size_t *n, tb_ks_error *e) {
     size_t sz = protobuf_c_message_get_packed_size(msg);
     void *p = malloc(sz ? sz : 1);
-    if (!p) return fail(e, 500, "out of memory for a %zu-byte response", sz);
+    if (!p) return tb_ks_fail(e, 500, "out of memory for a %zu-byte response", sz);
     *n = protobuf_c_message_pack(msg, p);
     *out = p;
     return 200;
@@ -354,7 +333,7 @@ int tb_ks_grpc_encode_infer(const char *model, const char *version, const tb_ks_
     *n = 0;
     e->status = 200;
     e->msg[0] = 0;
-    if (n_out > TB_KS_MAX_IO) return fail(e, 500, "the model has too many outputs");
+    if (n_out > TB_KS_MAX_IO) return tb_ks_fail(e, 500, "the model has too many outputs");
     int sel[TB_KS_MAX_IO], ns = 0;
     if (r->n_outputs == 0)
         for (int k = 0; k < n_out; k++) sel[ns++] = k;
@@ -367,7 +346,7 @@ int tb_ks_grpc_encode_infer(const char *model, const char *version, const tb_ks_
         const char *dt = tb_ks_dtype_name(t->dtype);
         int64_t el = 1;
         for (int d = 0; d < t->rank; d++) el *= t->dims[d];
-        if (!dt) return fail(e, 500, "output '%s' cannot be sent (datatype %s)", out[sel[i]].name, tb_dtype_name(t->dtype));
+        if (!dt) return tb_ks_fail(e, 500, "output '%s' cannot be sent (datatype %s)", out[sel[i]].name, tb_dtype_name(t->dtype));
         inference__model_infer_response__infer_output_tensor__init(&ot[i]);
         ot[i].name = (char *)out[sel[i]].name;
         ot[i].datatype = (char *)dt;
@@ -611,11 +590,11 @@ static void dispatch(struct tb_ks_grpc *g, grpc_slice method, const grpc_metadat
     int known = !strcmp(name, "ModelReady") || !strcmp(name, "ServerMetadata") || !strcmp(name, "ModelMetadata") ||
                 !strcmp(name, "ModelInfer");
     if (!known) {
-        a->http = fail(&a->err, 501, "this server has no method %.*s", (int)(ml < 200 ? ml : 200), mp);
+        a->http = tb_ks_fail(&a->err, 501, "this server has no method %.*s", (int)(ml < 200 ? ml : 200), mp);
         return;
     }
     if (!authorized(g, md)) {
-        a->http = fail(&a->err, 401, "a valid API key is required (metadata 'authorization: Bearer KEY')");
+        a->http = tb_ks_fail(&a->err, 401, "a valid API key is required (metadata 'authorization: Bearer KEY')");
         return;
     }
     if (!strcmp(name, "ModelInfer")) {
@@ -636,7 +615,7 @@ static void dispatch(struct tb_ks_grpc *g, grpc_slice method, const grpc_metadat
     /* ModelReady and ModelMetadata: {name, version} */
     Inference__ModelReadyRequest *q = inference__model_ready_request__unpack(NULL, n, in);
     if (!q) {
-        a->http = fail(&a->err, 400, "the message is not a %sRequest", name);
+        a->http = tb_ks_fail(&a->err, 400, "the message is not a %sRequest", name);
         return;
     }
     tb_ks_model_view m;
@@ -692,11 +671,11 @@ static void serve_call(struct tb_ks_grpc *g, grpc_completion_queue *cq, grpc_cal
     answer a;
     memset(&a, 0, sizeof a);
     if (!payload) {
-        a.http = fail(&a.err, 400, "the call sent no request message");
+        a.http = tb_ks_fail(&a.err, 400, "the call sent no request message");
     } else {
         grpc_byte_buffer_reader rd;
         if (!G.grpc_byte_buffer_reader_init(&rd, payload)) {
-            a.http = fail(&a.err, 400, "the request message cannot be read (compression?)");
+            a.http = tb_ks_fail(&a.err, 400, "the request message cannot be read (compression?)");
         } else {
             grpc_slice s = G.grpc_byte_buffer_reader_readall(&rd);
             G.grpc_byte_buffer_reader_destroy(&rd);

@@ -701,16 +701,15 @@ qgemv_mma_kernel(const float *__restrict__ x, tbc_qweight w, const float *__rest
         pa[r] = reinterpret_cast<const uint4 *>(cb + (size_t)rla[r] * row_bytes) + t;
         pb[r] = reinterpret_cast<const uint4 *>(cb + (size_t)rlb[r] * row_bytes) + t;
     }
-    /* the warp's steps st(j), j = 0 .. nj - 1: a contiguous range (a warp
+    /* the warp's steps s0 + j, j = 0 .. nj - 1: a contiguous range (a warp
      * that took turns with the others over the steps measured no faster) */
     const int steps = K / KSTEP, per = (steps + GEMV_MMA_WARPS - 1) / GEMV_MMA_WARPS;
     const int s0 = warp * per, nj = max(0, min(steps, s0 + per) - s0);
-    auto st_of = [&](int j) { return s0 + j; };
     if (!PRE && nj > 0) {
 #pragma unroll
         for (int r = 0; r < RT; r++) {
-            tbc_prefetch_l2(pa[r] + (size_t)st_of(0) * 4);
-            tbc_prefetch_l2(pb[r] + (size_t)st_of(0) * 4);
+            tbc_prefetch_l2(pa[r] + (size_t)s0 * 4);
+            tbc_prefetch_l2(pb[r] + (size_t)s0 * 4);
         }
     }
     if (!PRE) tbc_pdl_wait();
@@ -729,7 +728,7 @@ qgemv_mma_kernel(const float *__restrict__ x, tbc_qweight w, const float *__rest
     auto load = [&](int sb) {
 #pragma unroll
         for (int i = 0; i < U; i++) {
-            const int st = st_of(sb + i < nj ? sb + i : sb);
+            const int st = s0 + (sb + i < nj ? sb + i : sb);
             const size_t o = (size_t)st * 4;
 #pragma unroll
             for (int r = 0; r < RT; r++) {
@@ -749,7 +748,7 @@ qgemv_mma_kernel(const float *__restrict__ x, tbc_qweight w, const float *__rest
 #pragma unroll
         for (int i = 0; i < U; i++) {
             if (sb + i >= nj) break;
-            const int st = st_of(sb + i);
+            const int st = s0 + sb + i;
             /* x once per step, shared by the RT tiles */
             uint32_t xb[VPL / 2];
             if (has_x) {
