@@ -261,6 +261,7 @@ function exportedSet(text, recorded) {
         }
         fail(`${name} (${at}) is not a metric the server exports`);
       }
+      console.log("metric names used: " + [...used.keys()].sort().join(" "));
       ok(`${used.size} metric names checked against the live server's /metrics (${samples.size} series names)`);
     },
   };
@@ -286,7 +287,10 @@ async function get(port, p) {
 async function liveServer() {
   const port = await freePort();
   const log = fs.openSync(path.join(TMP, "deploy_serve.log"), "w");
-  const proc = spawn(BIN, ["serve", ENGINE, "--host", "127.0.0.1", "--port", String(port), "--threads", "1"],
+  // with an API key, as the Deployment may set one: the probes and the scrape send none
+  const key = "deploy-check-key";
+  const proc = spawn(BIN, ["serve", ENGINE, "--host", "127.0.0.1", "--port", String(port), "--threads", "1",
+    "--api-key", key],
     { stdio: ["ignore", log, log] });
   const stop = () => { try { proc.kill("SIGKILL"); } catch { /* gone */ } };
   process.on("exit", stop);
@@ -304,14 +308,17 @@ async function liveServer() {
   }
   // one request so that every series has been touched
   await fetch(`http://127.0.0.1:${port}/v1/completions`, {
-    method: "POST", headers: { "content-type": "application/json" },
+    method: "POST", headers: { "content-type": "application/json", authorization: "Bearer " + key },
     body: JSON.stringify({ prompt: "Once upon a time", max_tokens: 4, temperature: 0 }),
     signal: AbortSignal.timeout(20000),
   }).then((r) => r.text());
   const live = await get(port, "/v2/health/live");
   const metrics = await get(port, "/metrics");
-  check(live.status === 200, "/v2/health/live (the liveness probe) -> " + live.status);
-  check(metrics.status === 200, "/metrics -> " + metrics.status);
+  check(health.status === 200, "/health (the readiness probe) without the API key -> " + health.status);
+  check(live.status === 200, "/v2/health/live (the liveness probe) without the API key -> " + live.status);
+  check(metrics.status === 200, "/metrics without the API key -> " + metrics.status);
+  check(/turbine_requests_finished_total\{[^}]*\} [1-9]/.test(metrics.text), "the request sent is not counted in /metrics");
+  ok("the probes' routes and /metrics answer 200 without the API key");
   proc.kill("SIGTERM");
   const exited = await new Promise((res) => {
     const t = setTimeout(() => res(false), 15000);
