@@ -319,6 +319,7 @@ async function liveServer() {
   check(metrics.status === 200, "/metrics without the API key -> " + metrics.status);
   check(/turbine_requests_finished_total\{[^}]*\} [1-9]/.test(metrics.text), "the request sent is not counted in /metrics");
   ok("the probes' routes and /metrics answer 200 without the API key");
+  await livePrometheus(port, key);
   proc.kill("SIGTERM");
   const exited = await new Promise((res) => {
     const t = setTimeout(() => res(false), 15000);
@@ -327,6 +328,58 @@ async function liveServer() {
   });
   check(exited, "turbine serve did not exit within 15 s of SIGTERM");
   return metrics.text;
+}
+
+// Debian's prometheus (the package promtool comes with) runs prometheus.yml
+// and both rule files against the live replica, scraping every second: the
+// target is up and the recording rules give values.
+async function livePrometheus(port, key) {
+  const bin = process.env.PROMETHEUS || "/usr/bin/prometheus";
+  if (!fs.existsSync(bin)) {
+    console.log(`note: ${bin} absent, the live scrape not tried`);
+    return;
+  }
+  const dir = path.join(TMP, "prometheus");
+  fs.rmSync(dir, { recursive: true, force: true });
+  fs.mkdirSync(dir, { recursive: true });
+  const cfg = YAML.parse(fs.readFileSync(path.join(DEPLOY, "prometheus", "prometheus.yml"), "utf8"));
+  cfg.global.scrape_interval = cfg.global.evaluation_interval = "1s";
+  cfg.rule_files = cfg.rule_files.map((f) => path.join(DEPLOY, "prometheus", f));
+  const job = cfg.scrape_configs.find((j) => j.job_name === "turbine");
+  if (!check(job, "prometheus.yml has no job turbine")) return;
+  job.scrape_timeout = "1s";
+  job.static_configs = [{ targets: [`127.0.0.1:${port}`] }];
+  fs.writeFileSync(path.join(dir, "prometheus.yml"), YAML.stringify(cfg));
+  const pport = await freePort();
+  const log = fs.openSync(path.join(dir, "prometheus.log"), "w");
+  const prom = spawn(bin, [`--config.file=${path.join(dir, "prometheus.yml")}`, `--storage.tsdb.path=${path.join(dir, "data")}`,
+    `--web.listen-address=127.0.0.1:${pport}`], { stdio: ["ignore", log, log] });
+  const stop = () => { try { prom.kill("SIGKILL"); } catch { /* gone */ } };
+  process.on("exit", stop);
+  const query = async (q) => {
+    const r = await get(pport, "/api/v1/query?query=" + encodeURIComponent(q));
+    return r.status === 200 ? JSON.parse(r.text).data.result : [];
+  };
+  const want = ["instance:turbine_requests:rate1m > 0", "job:turbine_time_to_first_token_seconds:p50_5m > 0",
+    "job:turbine_e2e_request_latency_seconds:p99_5m > 0", "job:turbine_inter_token_latency_seconds:p95_5m > 0",
+    "job:turbine_kv_cache_usage:max >= 0", "job:turbine_replicas_up:sum == 1"];
+  const got = {};
+  const deadline = Date.now() + 20000;
+  while (Date.now() < deadline && prom.exitCode === null) {
+    // a request now and then, so that the counters grow between scrapes
+    await fetch(`http://127.0.0.1:${port}/v1/completions`, {
+      method: "POST", headers: { "content-type": "application/json", authorization: "Bearer " + key },
+      body: JSON.stringify({ prompt: "Lily", max_tokens: 8, temperature: 0 }), signal: AbortSignal.timeout(20000),
+    }).then((r) => r.text());
+    for (const q of want) if (!got[q]) got[q] = (await query(q).catch(() => []))[0]?.value?.[1];
+    if (want.every((q) => got[q] !== undefined)) break;
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  stop();
+  const missing = want.filter((q) => got[q] === undefined);
+  if (check(missing.length === 0, `a live Prometheus on prometheus.yml found no value for: ${missing.join("; ")}\n` +
+    fs.readFileSync(path.join(dir, "prometheus.log"), "utf8").slice(-1500)))
+    ok("a live Prometheus scraped the replica and recorded " + want.map((q) => `${q.split(" ")[0]} ${Number(got[q]).toPrecision(3)}`).join(", "));
 }
 
 // ------------------------------------------------------------------- the rest
@@ -352,6 +405,22 @@ async function main() {
         ruleExprs.push({ expr: r.expr, where: `${f} ${r.record || r.alert}` });
       }
   }
+  // every recording rule has a value test, every alert a firing test
+  const tested = new Set(), fired = new Set();
+  const alerts = ruleExprs.filter((r) => r.where.startsWith("alert_rules.yml")).map((r) => r.where.split(" ")[1]);
+  for (const f of fs.readdirSync(path.join(DEPLOY, "prometheus", "tests"))) {
+    const t = YAML.parse(fs.readFileSync(path.join(DEPLOY, "prometheus", "tests", f), "utf8"));
+    for (const c of t.tests || []) {
+      for (const e of c.promql_expr_test || []) if ((e.exp_samples || []).length) tested.add(e.expr.trim());
+      for (const a of c.alert_rule_test || []) if ((a.exp_alerts || []).length) fired.add(a.alertname);
+    }
+  }
+  const untested = [...recorded].filter((r) => !tested.has(r));
+  const unfired = alerts.filter((a) => !fired.has(a));
+  check(untested.length === 0, "recording rules without a value in deploy/prometheus/tests: " + untested.join(", "));
+  check(unfired.length === 0, "alerts never firing in deploy/prometheus/tests: " + unfired.join(", "));
+  ok(`deploy/prometheus/tests: all ${recorded.size} recording rules valued, all ${alerts.length} alerts fired`);
+
   const metricsText = await liveServer();
   const exported = exportedSet(metricsText, recorded);
   for (const { expr, where } of ruleExprs) for (const n of promqlMetrics(expr)) exported.use(n, where);
