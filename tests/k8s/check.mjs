@@ -14,6 +14,7 @@
 // usage: node check.mjs SRC_DIR TURBINE_BIN ENGINE TMP_DIR
 import { spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
+import http from "node:http";
 import net from "node:net";
 import path from "node:path";
 import YAML from "yaml";
@@ -279,10 +280,26 @@ function freePort() {
   });
 }
 
-async function get(port, p) {
-  const r = await fetch(`http://127.0.0.1:${port}${p}`, { signal: AbortSignal.timeout(5000) });
-  return { status: r.status, text: await r.text() };
+// one HTTP request on its own connection (none left open to slow the drain)
+function request(port, p, { method = "GET", headers = {}, body = null, timeout = 5000 } = {}) {
+  return new Promise((res, rej) => {
+    const req = http.request({ host: "127.0.0.1", port, path: p, method, headers, agent: false, timeout }, (r) => {
+      let text = "";
+      r.setEncoding("utf8");
+      r.on("data", (d) => (text += d));
+      r.on("end", () => res({ status: r.statusCode, text }));
+    });
+    req.on("timeout", () => req.destroy(new Error(`${method} ${p}: timed out`)));
+    req.on("error", rej);
+    req.end(body);
+  });
 }
+const get = (port, p) => request(port, p);
+const complete = (port, key, prompt, n) => request(port, "/v1/completions", {
+  method: "POST", timeout: 20000,
+  headers: { "content-type": "application/json", authorization: "Bearer " + key },
+  body: JSON.stringify({ prompt, max_tokens: n, temperature: 0 }),
+});
 
 async function liveServer() {
   const port = await freePort();
@@ -307,11 +324,8 @@ async function liveServer() {
     throw new Error("turbine serve did not become ready:\n" + fs.readFileSync(path.join(TMP, "deploy_serve.log"), "utf8"));
   }
   // one request so that every series has been touched
-  await fetch(`http://127.0.0.1:${port}/v1/completions`, {
-    method: "POST", headers: { "content-type": "application/json", authorization: "Bearer " + key },
-    body: JSON.stringify({ prompt: "Once upon a time", max_tokens: 4, temperature: 0 }),
-    signal: AbortSignal.timeout(20000),
-  }).then((r) => r.text());
+  const done = await complete(port, key, "Once upon a time", 4);
+  check(done.status === 200, "POST /v1/completions with the key -> " + done.status);
   const live = await get(port, "/v2/health/live");
   const metrics = await get(port, "/metrics");
   check(health.status === 200, "/health (the readiness probe) without the API key -> " + health.status);
@@ -367,10 +381,7 @@ async function livePrometheus(port, key) {
   const deadline = Date.now() + 20000;
   while (Date.now() < deadline && prom.exitCode === null) {
     // a request now and then, so that the counters grow between scrapes
-    await fetch(`http://127.0.0.1:${port}/v1/completions`, {
-      method: "POST", headers: { "content-type": "application/json", authorization: "Bearer " + key },
-      body: JSON.stringify({ prompt: "Lily", max_tokens: 8, temperature: 0 }), signal: AbortSignal.timeout(20000),
-    }).then((r) => r.text());
+    await complete(port, key, "Lily", 8);
     for (const q of want) if (!got[q]) got[q] = (await query(q).catch(() => []))[0]?.value?.[1];
     if (want.every((q) => got[q] !== undefined)) break;
     await new Promise((r) => setTimeout(r, 250));
