@@ -34,7 +34,7 @@ if [ ! -f "$K/node_modules/kubernetes-models/package.json" ] || [ ! -f "$K/node_
 fi
 if ! [ -f "$K/node_modules/kubernetes-models/package.json" ]; then
     fail "tests/k8s/node_modules lacks kubernetes-models (npm ci there)"
-elif out=$(PROMTOOL="$PROMTOOL" timeout 60 node "$K/check.mjs" "$TURBINE_SRC" "$TURBINE_BIN" "$D/s.engine" "$D" 2>&1); then
+elif out=$(PROMTOOL="$PROMTOOL" timeout 120 node "$K/check.mjs" "$TURBINE_SRC" "$TURBINE_BIN" "$D/s.engine" "$D" 2>&1); then
     echo "$out"
 else
     echo "$out"

@@ -28,6 +28,8 @@ if (!TMP) {
   process.exit(2);
 }
 const DEPLOY = path.join(SRC, "deploy");
+// killed (timeout, ctest): exit through the handlers that stop the server and Prometheus
+for (const sig of ["SIGTERM", "SIGINT", "SIGHUP"]) process.on(sig, () => process.exit(128 + 15));
 const PROMTOOL = process.env.PROMTOOL || "promtool";
 let failures = 0;
 const fail = (msg) => {
@@ -378,7 +380,7 @@ async function livePrometheus(port, key) {
     "job:turbine_e2e_request_latency_seconds:p99_5m > 0", "job:turbine_inter_token_latency_seconds:p95_5m > 0",
     "job:turbine_kv_cache_usage:max >= 0", "job:turbine_replicas_up:sum == 1"];
   const got = {};
-  const deadline = Date.now() + 20000;
+  const deadline = Date.now() + 30000;
   while (Date.now() < deadline && prom.exitCode === null) {
     // a request now and then, so that the counters grow between scrapes
     await complete(port, key, "Lily", 8);
