@@ -10,6 +10,10 @@
 //               template variable or the adapter's rules is one a live
 //               `turbine serve` exports (histograms by _bucket/_sum/_count),
 //               or a recording rule's name, or `up`
+//   prometheus  every recording rule and alert has a promtool test; the
+//               commented jobs of prometheus.yml pass promtool; Debian's
+//               prometheus, run on prometheus.yml against the live server,
+//               scrapes it and records the rules
 //
 // usage: node check.mjs SRC_DIR TURBINE_BIN ENGINE TMP_DIR
 import { spawn, spawnSync } from "node:child_process";
