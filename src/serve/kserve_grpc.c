@@ -51,9 +51,10 @@ int tb_ks_grpc_decode_infer(const void *msg, size_t n, tb_ks_grpc_request **out,
 const char *tb_ks_grpc_request_model(const tb_ks_grpc_request *q) { (void)q; return ""; }
 const char *tb_ks_grpc_request_version(const tb_ks_grpc_request *q) { (void)q; return ""; }
 void tb_ks_grpc_request_free(tb_ks_grpc_request *q) { (void)q; }
-int tb_ks_grpc_request_check(const tb_ks_grpc_request *q, const tb_io_info *in, int n_in, const tb_io_info *out,
-                             int n_out, size_t max_elems, tb_ks_request *r, tb_ks_error *err) {
-    (void)q; (void)in; (void)n_in; (void)out; (void)n_out; (void)max_elems;
+int tb_ks_grpc_request_check_opt(const tb_ks_grpc_request *q, const tb_io_info *in, int n_in, uint64_t optional,
+                                 const tb_io_info *out, int n_out, size_t max_elems, tb_ks_request *r,
+                                 tb_ks_error *err) {
+    (void)q; (void)in; (void)n_in; (void)optional; (void)out; (void)n_out; (void)max_elems;
     memset(r, 0, sizeof *r);
     return missing(err);
 }
@@ -69,6 +70,7 @@ int tb_ks_grpc_encode_infer(const char *model, const char *version, const tb_ks_
 
 #include <dlfcn.h>
 #include <grpc/byte_buffer.h>
+#include <jansson.h>
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
@@ -135,6 +137,7 @@ static const char *const k_field_names[N_FIELDS] = {"bool_contents",   "int_cont
                                                     "fp64_contents",   "bytes_contents"};
 
 static int field_of(tb_dtype t) {
+    if (t == TB_KS_BYTES) return F_BYTES; /* no tb_dtype */
     switch (t) {
     case TB_BOOL: return F_BOOL;
     case TB_I8:
@@ -186,8 +189,49 @@ static int copy_contents(const char *name, tb_dtype t, const Inference__InferTen
     return 200;
 }
 
-int tb_ks_grpc_request_check(const tb_ks_grpc_request *q, const tb_io_info *in, int n_in, const tb_io_info *out,
-                             int n_out, size_t max_elems, tb_ks_request *r, tb_ks_error *e) {
+/* The request's parameters but "timeout" as a compact JSON object into
+ * r->params (left NULL when there are none). */
+static int params_json(const Inference__ModelInferRequest *m, tb_ks_request *r, tb_ks_error *e) {
+    json_t *o = json_object();
+    if (!o) return tb_ks_fail(e, 500, "out of memory");
+    for (size_t i = 0; i < m->n_parameters; i++) {
+        const Inference__ModelInferRequest__ParametersEntry *p = m->parameters[i];
+        const Inference__InferParameter *v = p->value;
+        if (!strcmp(p->key, "timeout") || !v) continue;
+        json_t *j = NULL;
+        switch (v->parameter_choice_case) {
+        case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM: j = json_boolean(v->bool_param); break;
+        case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM: j = json_integer(v->int64_param); break;
+        case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM:
+            if (v->uint64_param > (uint64_t)INT64_MAX) {
+                json_decref(o);
+                return tb_ks_fail(e, 400, "parameters[\"%.64s\"] is out of range", p->key);
+            }
+            j = json_integer((json_int_t)v->uint64_param);
+            break;
+        case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_DOUBLE_PARAM: j = json_real(v->double_param); break;
+        case INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM: j = json_string(v->string_param); break;
+        default: continue; /* no value set */
+        }
+        if (!j || json_object_set_new(o, p->key, j)) {
+            json_decref(o);
+            return tb_ks_fail(e, 400, "parameters[\"%.64s\"]: a key or string that is not UTF-8", p->key);
+        }
+    }
+    if (json_object_size(o) > 0) {
+        r->params = json_dumps(o, JSON_COMPACT);
+        if (!r->params) {
+            json_decref(o);
+            return tb_ks_fail(e, 500, "out of memory");
+        }
+    }
+    json_decref(o);
+    return 200;
+}
+
+int tb_ks_grpc_request_check_opt(const tb_ks_grpc_request *q, const tb_io_info *in, int n_in, uint64_t optional,
+                                 const tb_io_info *out, int n_out, size_t max_elems, tb_ks_request *r,
+                                 tb_ks_error *e) {
     memset(r, 0, sizeof *r);
     e->status = 200;
     e->msg[0] = 0;
@@ -214,8 +258,8 @@ int tb_ks_grpc_request_check(const tb_ks_grpc_request *q, const tb_io_info *in, 
                     m->n_raw_input_contents, m->n_inputs);
     int seen[TB_KS_MAX_IO] = {0};
     int src[TB_KS_MAX_IO];    /* request index of each model input */
-    size_t bytes[TB_KS_MAX_IO];
-    int64_t elems[TB_KS_MAX_IO];
+    size_t bytes[TB_KS_MAX_IO] = {0};
+    int64_t elems[TB_KS_MAX_IO] = {0};
     /* more inputs than the model's: one is unknown or given twice, and the
      * loop stops there, naming it */
     for (size_t j = 0; j < m->n_inputs; j++) {
@@ -249,7 +293,8 @@ int tb_ks_grpc_request_check(const tb_ks_grpc_request *q, const tb_io_info *in, 
             if (v > 0 && el > INT64_MAX / v) return tb_ks_fail(e, 400, "input '%s' has too many elements", nm);
             el *= v;
         }
-        size_t es = tb_ks_dtype_size(t);
+        const int is_bytes = t == TB_KS_BYTES;
+        size_t es = is_bytes ? 4 : tb_ks_dtype_size(t); /* BYTES: at least its length */
         if ((uint64_t)el > SIZE_MAX / 2 / es || (max_elems && (uint64_t)el > max_elems))
             return tb_ks_fail(e, 400, "input '%s' has too many elements", nm);
         elems[k] = el;
@@ -257,6 +302,16 @@ int tb_ks_grpc_request_check(const tb_ks_grpc_request *q, const tb_io_info *in, 
         size_t cnt[N_FIELDS], total = 0;
         field_counts(it->contents, cnt);
         for (int f = 0; f < N_FIELDS; f++) total += cnt[f];
+        if (raw && is_bytes) {
+            if (total) return tb_ks_fail(e, 400, "input '%s' has contents, but the request sends raw_input_contents", nm);
+            const ProtobufCBinaryData *rb = &m->raw_input_contents[j];
+            size_t sz = 0;
+            if (!tb_ks_bytes_size(rb->data, rb->len, el, &sz) || sz != rb->len)
+                return tb_ks_fail(e, 400, "input '%s': raw_input_contents[%zu] (%zu bytes) is not %lld BYTES elements "
+                                  "(each a 4-byte little-endian length, then its bytes)", nm, j, rb->len, (long long)el);
+            bytes[k] = rb->len;
+            continue;
+        }
         if (raw) {
             if (total) return tb_ks_fail(e, 400, "input '%s' has contents, but the request sends raw_input_contents", nm);
             if (m->raw_input_contents[j].len != bytes[k])
@@ -272,9 +327,21 @@ int tb_ks_grpc_request_check(const tb_ks_grpc_request *q, const tb_io_info *in, 
             return tb_ks_fail(e, 400, "input '%s': %s data goes in contents.%s", nm, it->datatype, k_field_names[f]);
         if (total != (size_t)el)
             return tb_ks_fail(e, 400, "input '%s' has %zu values; its shape needs %lld", nm, total, (long long)el);
+        if (is_bytes) {
+            size_t sz = 0;
+            for (int64_t i = 0; i < el; i++) {
+                size_t l = it->contents->bytes_contents[i].len;
+                if (l > TB_KS_MAX_ELEM_BYTES)
+                    return tb_ks_fail(e, 400, "input '%s': a BYTES element is longer than %u bytes", nm,
+                                      TB_KS_MAX_ELEM_BYTES);
+                if (l > SIZE_MAX / 4 - sz - 4) return tb_ks_fail(e, 400, "input '%s' is too large", nm);
+                sz += 4 + l;
+            }
+            bytes[k] = sz;
+        }
     }
     for (int k = 0; k < n_in; k++)
-        if (!seen[k]) return tb_ks_fail(e, 400, "input '%s' is missing", in[k].name);
+        if (!seen[k] && !(k < 64 && (optional >> k & 1))) return tb_ks_fail(e, 400, "input '%s' is missing", in[k].name);
     if (m->n_outputs > TB_KS_MAX_IO || (int)m->n_outputs > n_out)
         return tb_ks_fail(e, 400, "'outputs' lists %zu tensors; the model has %d outputs", m->n_outputs, n_out);
     for (size_t j = 0; j < m->n_outputs; j++) {
@@ -299,10 +366,25 @@ int tb_ks_grpc_request_check(const tb_ks_grpc_request *q, const tb_io_info *in, 
     r->n_inputs = n_in;
     for (int k = 0; k < n_in; k++) {
         tb_tensor *x = &r->inputs[k];
+        r->given[k] = seen[k];
+        r->in_size[k] = bytes[k];
+        if (!seen[k]) { /* an optional input left out: zeroed, data NULL */
+            memset(x, 0, sizeof *x);
+            continue;
+        }
         x->data = (char *)r->buf + off[k];
         const Inference__ModelInferRequest__InferInputTensor *it = m->inputs[src[k]];
         int st = 200;
-        if (raw) {
+        if (!raw && x->dtype == TB_KS_BYTES) {
+            char *at = x->data;
+            for (int64_t i = 0; i < elems[k]; i++) {
+                const ProtobufCBinaryData *bd = &it->contents->bytes_contents[i];
+                uint32_t l = (uint32_t)bd->len;
+                memcpy(at, &l, 4); /* little-endian host (checked above) */
+                if (l) memcpy(at + 4, bd->data, l);
+                at += 4 + l;
+            }
+        } else if (raw) {
             if (bytes[k]) memcpy(x->data, m->raw_input_contents[src[k]].data, bytes[k]);
             if (x->dtype == TB_BOOL)
                 for (size_t i = 0; i < bytes[k] && st == 200; i++)
@@ -315,7 +397,9 @@ int tb_ks_grpc_request_check(const tb_ks_grpc_request *q, const tb_io_info *in, 
             return st;
         }
     }
-    return 200;
+    int st = params_json(m, r, e);
+    if (st != 200) tb_ks_request_free(r);
+    return st;
 }
 
 static int pack(const ProtobufCMessage *msg, void **out, size_t *n, tb_ks_error *e) {
@@ -354,6 +438,8 @@ int tb_ks_grpc_encode_infer(const char *model, const char *version, const tb_ks_
         ot[i].shape = (int64_t *)t->dims;
         otp[i] = &ot[i];
         raw[i].len = (size_t)el * tb_ks_dtype_size(t->dtype);
+        if (t->dtype == TB_KS_BYTES && !tb_ks_bytes_size(t->data, SIZE_MAX / 2, el, &raw[i].len))
+            return tb_ks_fail(e, 500, "output '%s' is not serialized BYTES", out[sel[i]].name);
         raw[i].data = t->data;
     }
     Inference__ModelInferResponse resp;
@@ -518,10 +604,23 @@ static void do_model_infer(struct tb_ks_grpc *g, const void *in, size_t n, int64
         return;
     }
     tb_ks_request rq;
-    a->http = tb_ks_grpc_request_check(q, m.in, m.n_in, m.out, m.n_out, 0, &rq, &a->err);
+    a->http = tb_ks_grpc_request_check_opt(q, m.in, m.n_in, m.optional, m.out, m.n_out, 0, &rq, &a->err);
     tb_ks_grpc_request_free(q);
     if (a->http != 200) {
         g->h.model_done(g->h.ctx, &m, 0, mono_ns() - t0);
+        return;
+    }
+    if (m.is_llm) {
+        tb_tensor o;
+        void *owned = NULL;
+        a->http = g->h.llm_infer ? g->h.llm_infer(g->h.ctx, &m, &rq, &o, &owned, &a->err)
+                                 : tb_ks_fail(&a->err, 400, "model '%s' is served by the OpenAI API", m.name);
+        if (a->http == 0) a->http = tb_ks_fail(&a->err, 500, "the generation was cancelled");
+        if (a->http == 200)
+            a->http = tb_ks_grpc_encode_infer(m.name, m.version, &rq, m.out, &o, 1, &a->msg, &a->n, &a->err);
+        tb_ks_request_free(&rq);
+        free(owned);
+        g->h.model_done(g->h.ctx, &m, a->http == 200, mono_ns() - t0);
         return;
     }
     /* parameters["timeout"] when the model allows it, else the model's
@@ -816,3 +915,8 @@ void tb_ks_grpc_stop(tb_ks_grpc *g, double grace_s) {
 }
 
 #endif /* TB_HAVE_GRPC */
+
+int tb_ks_grpc_request_check(const tb_ks_grpc_request *q, const tb_io_info *in, int n_in, const tb_io_info *out,
+                             int n_out, size_t max_elems, tb_ks_request *r, tb_ks_error *err) {
+    return tb_ks_grpc_request_check_opt(q, in, n_in, 0, out, n_out, max_elems, r, err);
+}

@@ -2,7 +2,9 @@
  * kserve_grpc.h — the KServe v2 gRPC service (package inference, service
  * GRPCInferenceService, the messages of src/serve/kserve_grpc.proto):
  * ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata and
- * ModelInfer, on `turbine serve --grpc-port`.
+ * ModelInfer, on `turbine serve --grpc-port`. ModelInfer serves engines
+ * through their batcher and LLM engines as the HTTP v2 route does
+ * (text_input / max_tokens / text_output, BYTES).
  *
  * The service knows no engines: the server hands it a tb_ks_grpc_host, a
  * few callbacks that find a model and run a request through that model's
@@ -39,7 +41,8 @@
 typedef struct {
     const char *name, *version;
     int ready;             /* the model serves requests now */
-    int is_llm;            /* an LLM engine: metadata only, no ModelInfer */
+    int is_llm;            /* an LLM engine: ModelInfer through llm_infer */
+    uint64_t optional;     /* bit k: input k may be left out of a request */
     int n_in, n_out;
     const tb_io_info *in, *out;
     int timeout_override;  /* parameters["timeout"] is honoured */
@@ -62,6 +65,12 @@ typedef struct {
      * outputs point into *owned, which the caller frees. */
     tb_status (*model_infer)(void *ctx, const tb_ks_model_view *m, const tb_tensor *in, int n_in, int64_t timeout_us,
                              tb_tensor *out, int n_out, void **owned);
+    /* An LLM's request (text_input, optional max_tokens, sampling in
+     * rq->params): 200 with *out its one output (text_output, BYTES),
+     * whose data *owned holds (the caller frees it), else an HTTP status
+     * and err. */
+    int (*llm_infer)(void *ctx, const tb_ks_model_view *m, const tb_ks_request *rq, tb_tensor *out, void **owned,
+                     tb_ks_error *err);
     /* A pinned request ended (ok: answered with outputs) after ns. */
     void (*model_done)(void *ctx, const tb_ks_model_view *m, int ok, uint64_t ns);
 } tb_ks_grpc_host;
@@ -116,6 +125,15 @@ void tb_ks_grpc_request_free(tb_ks_grpc_request *q); /* NULL is fine */
  * to r->timeout_us. max_elems bounds one input (0: none). */
 int tb_ks_grpc_request_check(const tb_ks_grpc_request *q, const tb_io_info *in, int n_in, const tb_io_info *out,
                              int n_out, size_t max_elems, tb_ks_request *r, tb_ks_error *err);
+/* As tb_ks_grpc_request_check; input k may be left out when bit k of
+ * `optional` is set (r->given[k] says whether it came). BYTES inputs come
+ * in contents.bytes_contents or raw_input_contents (each element a 4-byte
+ * little-endian length and its bytes); r->in_size[k] holds each input's
+ * bytes. Parameters other than "timeout" go to r->params as a JSON object
+ * (bool, int64, uint64, double and string values). */
+int tb_ks_grpc_request_check_opt(const tb_ks_grpc_request *q, const tb_io_info *in, int n_in, uint64_t optional,
+                                 const tb_io_info *out, int n_out, size_t max_elems, tb_ks_request *r,
+                                 tb_ks_error *err);
 
 /* The ModelInferResponse of a run: every output the request asked for
  * (all when it named none) with its datatype and shape, and its bytes in

@@ -1487,17 +1487,132 @@ static const char *const k_llm_params[] = {"temperature", "top_p", "top_k", "min
  * parameters.max_tokens, else 16; text_output is the generated text alone.
  * The request goes through the same parse_gen and scheduler as the OpenAI
  * API. */
+/* The generation of a parsed v2 request rq of LLM model m (text_input,
+ * optional max_tokens, rq->params): 200 with *ser (malloc'd) text_output's
+ * one BYTES element serialized (*ser_n bytes), else an HTTP status and msg.
+ * fd: the client's socket, whose closing cancels the generation (-1: none);
+ * returns 0 then. Shared by the HTTP and gRPC v2 routes. */
+static int llm_text_infer(server *s, model *m, const tb_ks_request *rq, int fd, char **ser_out, size_t *ser_n,
+                          char *msg, size_t cap) {
+    server *ls = m->llm ? m->llm : s; /* a repository LLM, or the server's own */
+    json_t *root = NULL, *params = NULL;
+    gen_stream *g = NULL;
+    int st = 200;
+    *ser_out = NULL;
+    *ser_n = 0;
+    const char *text;
+    size_t tlen;
+    if (!tb_ks_bytes_get(rq->inputs[0].data, rq->in_size[0], 0, &text, &tlen)) { /* shape [1]: the parse saw one */
+        st = 400;
+        snprintf(msg, cap, "text_input holds no element");
+        goto done;
+    }
+    root = json_object();
+    if (!root || json_object_set_new(root, "prompt", json_stringn(text, tlen)) ||
+        json_object_set_new(root, "temperature", json_integer(0)) ||
+        json_object_set_new(root, "max_tokens", json_integer(16))) {
+        st = 500;
+        snprintf(msg, cap, "out of memory");
+        goto done;
+    }
+    if (rq->params) {
+        json_error_t je;
+        params = json_loads(rq->params, JSON_ALLOW_NUL, &je);
+        if (!params) {
+            st = 500;
+            snprintf(msg, cap, "out of memory");
+            goto done;
+        }
+        const char *k;
+        json_t *v;
+        json_object_foreach(params, k, v) {
+            if (!strcmp(k, "binary_data_output") || !strcmp(k, "timeout")) continue;
+            int known = 0;
+            for (int i = 0; k_llm_params[i]; i++) known |= !strcmp(k, k_llm_params[i]);
+            if (!known) {
+                st = 400;
+                snprintf(msg, cap, "parameters.%s is not a parameter of this model (it takes temperature, "
+                         "top_p, top_k, min_p, seed, max_tokens, min_tokens, stop, ignore_eos, repetition_penalty, "
+                         "presence_penalty, frequency_penalty)", k);
+                goto done;
+            }
+            json_object_set(root, k, v);
+        }
+    }
+    if (rq->given[1]) json_object_set_new(root, "max_tokens", json_integer(*(const int32_t *)rq->inputs[1].data));
+    g = calloc(1, sizeof *g);
+    gen_choice *ch = g ? calloc(1, sizeof *ch) : NULL;
+    if (!ch) {
+        free(g);
+        g = NULL;
+        st = 500;
+        snprintf(msg, cap, "out of memory");
+        goto done;
+    }
+    g->s = ls;
+    atomic_fetch_add(&ls->gen_users, 1);
+    g->ch = ch;
+    g->fd = fd; /* a client that leaves cancels its generation */
+    parse_err pe = {0};
+    if (!parse_gen(ls, root, 0, &g->g, &pe)) {
+        st = pe.status;
+        snprintf(msg, cap, "%s", pe.msg);
+        goto done;
+    }
+    g->n = 1;
+    g->interval = 1;
+    snprintf(g->id, sizeof g->id, "v2-%ld", atomic_fetch_add(&ls->next_id, 1));
+    if (!gen_start(ls, g, &pe)) {
+        st = pe.status;
+        snprintf(msg, cap, "%s", pe.msg);
+        goto done;
+    }
+    while (!pump_all(g, 0.25)) {}
+    if (ch->reason == TB_FINISH_CANCELLED) { /* the client is gone */
+        st = 0;
+        goto done;
+    }
+    if (ch->reason == TB_FINISH_ERROR) {
+        st = 500;
+        snprintf(msg, cap, "generation failed");
+        goto done;
+    }
+    /* text_output: one BYTES element, the generated text */
+    if (ch->tn > TB_KS_MAX_ELEM_BYTES) ch->tn = TB_KS_MAX_ELEM_BYTES;
+    char *ser = malloc(4 + ch->tn);
+    if (!ser) {
+        st = 500;
+        snprintf(msg, cap, "out of memory");
+        goto done;
+    }
+    uint32_t len = (uint32_t)ch->tn;
+    memcpy(ser, &len, 4); /* little-endian host (kserve.c checks) */
+    if (ch->tn) memcpy(ser + 4, ch->text, ch->tn);
+    *ser_out = ser;
+    *ser_n = 4 + ch->tn;
+done:
+    json_decref(root);
+    json_decref(params);
+    gen_stream_free(g);
+    return st;
+}
+
+/* v2 infer of an LLM (a repository's or the server's own engine), as
+ * Triton's vLLM and TensorRT-LLM backends take it: text_input's one string
+ * is the prompt (as /v1/completions takes it), generated greedily unless
+ * parameters.temperature says otherwise, max_tokens from the input, else
+ * parameters.max_tokens, else 16; text_output is the generated text alone.
+ * The request goes through the same parse_gen and scheduler as the OpenAI
+ * API. */
 static enum MHD_Result v2_llm_infer(server *s, struct MHD_Connection *c, model *m, conn_state *cs) {
     uint64_t t0 = mono_ns();
-    server *ls = m->llm ? m->llm : s; /* a repository LLM, or the server's own */
     tb_ks_request rq;
     tb_ks_error err;
     int st;
     char msg[1024] = "";
     long long hl = header_length(c);
-    json_t *root = NULL, *params = NULL;
-    gen_stream *g = NULL;
-    char *body = NULL;
+    char *body = NULL, *ser = NULL;
+    size_t ser_n = 0;
     memset(&rq, 0, sizeof rq);
     if (cs->too_large) {
         st = 413;
@@ -1515,97 +1630,12 @@ static enum MHD_Result v2_llm_infer(server *s, struct MHD_Connection *c, model *
         snprintf(msg, sizeof msg, "%s", err.msg);
         goto fail;
     }
-    const char *text;
-    size_t tlen;
-    if (!tb_ks_bytes_get(rq.inputs[0].data, rq.in_size[0], 0, &text, &tlen)) { /* shape [1]: the parse saw one */
-        st = 400;
-        snprintf(msg, sizeof msg, "text_input holds no element");
-        goto fail;
-    }
-    root = json_object();
-    if (!root || json_object_set_new(root, "prompt", json_stringn(text, tlen)) ||
-        json_object_set_new(root, "temperature", json_integer(0)) ||
-        json_object_set_new(root, "max_tokens", json_integer(16))) {
-        st = 500;
-        snprintf(msg, sizeof msg, "out of memory");
-        goto fail;
-    }
-    if (rq.params) {
-        json_error_t je;
-        params = json_loads(rq.params, JSON_ALLOW_NUL, &je);
-        if (!params) {
-            st = 500;
-            snprintf(msg, sizeof msg, "out of memory");
-            goto fail;
-        }
-        const char *k;
-        json_t *v;
-        json_object_foreach(params, k, v) {
-            if (!strcmp(k, "binary_data_output") || !strcmp(k, "timeout")) continue;
-            int known = 0;
-            for (int i = 0; k_llm_params[i]; i++) known |= !strcmp(k, k_llm_params[i]);
-            if (!known) {
-                st = 400;
-                snprintf(msg, sizeof msg, "parameters.%s is not a parameter of this model (it takes temperature, "
-                         "top_p, top_k, min_p, seed, max_tokens, min_tokens, stop, ignore_eos, repetition_penalty, "
-                         "presence_penalty, frequency_penalty)", k);
-                goto fail;
-            }
-            json_object_set(root, k, v);
-        }
-    }
-    if (rq.given[1]) json_object_set_new(root, "max_tokens", json_integer(*(const int32_t *)rq.inputs[1].data));
-    g = calloc(1, sizeof *g);
-    gen_choice *ch = g ? calloc(1, sizeof *ch) : NULL;
-    if (!ch) {
-        free(g);
-        g = NULL;
-        st = 500;
-        snprintf(msg, sizeof msg, "out of memory");
-        goto fail;
-    }
-    g->s = ls;
-    atomic_fetch_add(&ls->gen_users, 1);
-    g->ch = ch;
-    g->fd = connection_fd(c); /* a client that leaves cancels its generation */
-    parse_err pe = {0};
-    if (!parse_gen(ls, root, 0, &g->g, &pe)) {
-        st = pe.status;
-        snprintf(msg, sizeof msg, "%s", pe.msg);
-        goto fail;
-    }
-    g->n = 1;
-    g->interval = 1;
-    snprintf(g->id, sizeof g->id, "v2-%ld", atomic_fetch_add(&ls->next_id, 1));
-    if (!gen_start(ls, g, &pe)) {
-        st = pe.status;
-        snprintf(msg, sizeof msg, "%s", pe.msg);
-        goto fail;
-    }
-    while (!pump_all(g, 0.25)) {}
-    if (ch->reason == TB_FINISH_CANCELLED) { /* the client is gone */
+    st = llm_text_infer(s, m, &rq, connection_fd(c), &ser, &ser_n, msg, sizeof msg);
+    if (st == 0) { /* the client is gone */
         tb_ks_request_free(&rq);
-        json_decref(root);
-        json_decref(params);
-        gen_stream_free(g);
         return MHD_NO;
     }
-    if (ch->reason == TB_FINISH_ERROR) {
-        st = 500;
-        snprintf(msg, sizeof msg, "generation failed");
-        goto fail;
-    }
-    /* text_output: one BYTES element, the generated text */
-    if (ch->tn > TB_KS_MAX_ELEM_BYTES) ch->tn = TB_KS_MAX_ELEM_BYTES;
-    char *ser = malloc(4 + ch->tn);
-    if (!ser) {
-        st = 500;
-        snprintf(msg, sizeof msg, "out of memory");
-        goto fail;
-    }
-    uint32_t len = (uint32_t)ch->tn;
-    memcpy(ser, &len, 4); /* little-endian host (kserve.c checks) */
-    if (ch->tn) memcpy(ser + 4, ch->text, ch->tn);
+    if (st != 200) goto fail;
     tb_tensor out = {.dtype = TB_KS_BYTES, .rank = 1, .dims = {1}, .data = ser};
     size_t n = 0, hlen = 0;
     st = tb_ks_encode_response(m->name, m->version, &rq, m->out, &out, 1, &body, &n, &hlen, &err);
@@ -1615,18 +1645,12 @@ static enum MHD_Result v2_llm_infer(server *s, struct MHD_Connection *c, model *
         goto fail;
     }
     tb_ks_request_free(&rq);
-    json_decref(root);
-    json_decref(params);
-    gen_stream_free(g);
     atomic_fetch_add(&m->n_success, 1);
     atomic_fetch_add(&m->ns_success, mono_ns() - t0);
     atomic_store(&m->last_ms, (unsigned long long)time(NULL) * 1000ull);
     return reply_owned(c, 200, hlen ? "application/octet-stream" : "application/json", body, n, hlen);
 fail:
     tb_ks_request_free(&rq);
-    json_decref(root);
-    json_decref(params);
-    gen_stream_free(g);
     atomic_fetch_add(&m->n_fail, 1);
     atomic_fetch_add(&m->ns_fail, mono_ns() - t0);
     return v2_error(s, c, st, "%s", msg);
@@ -1891,11 +1915,8 @@ static int grpc_model_find(void *ctx, const char *name, const char *version, int
     *v = (tb_ks_model_view){.name = m->name, .version = m->version, .ready = atomic_load(&m->ready),
                             .is_llm = m->is_llm, .n_in = m->n_in, .n_out = m->n_out, .in = m->in, .out = m->out,
                             .timeout_override = m->timeout_override, .handle = m};
+    if (m->is_llm) v->optional = 2; /* max_tokens */
     if (!pin) return 200;
-    if (m->is_llm) {
-        snprintf(err->msg, sizeof err->msg, "model '%s' is a language model: it is served by the OpenAI API", m->name);
-        return err->status = 400;
-    }
     /* counted in before ready is read, as handle_v2 does */
     atomic_fetch_add(&m->users, 1);
     if (!atomic_load(&m->ready) || atomic_load(&s->stopping)) {
@@ -1911,6 +1932,18 @@ static tb_status grpc_model_infer(void *ctx, const tb_ks_model_view *v, const tb
                                   int64_t timeout_us, tb_tensor *out, int n_out, void **owned) {
     (void)ctx;
     return model_infer(v->handle, in, n_in, timeout_us, out, n_out, owned);
+}
+
+static int grpc_llm_infer(void *ctx, const tb_ks_model_view *v, const tb_ks_request *rq, tb_tensor *out,
+                          void **owned, tb_ks_error *err) {
+    char *ser = NULL;
+    size_t n = 0;
+    int st = llm_text_infer(ctx, v->handle, rq, -1, &ser, &n, err->msg, sizeof err->msg);
+    err->status = st;
+    if (st != 200) return st;
+    *out = (tb_tensor){.dtype = TB_KS_BYTES, .rank = 1, .dims = {1}, .data = ser};
+    *owned = ser;
+    return 200;
 }
 
 static void grpc_model_done(void *ctx, const tb_ks_model_view *v, int ok, uint64_t ns) {
@@ -2625,7 +2658,8 @@ int tb_serve_run(const tb_serve_options *opt) {
     }
     if (s->o.grpc_port > 0) {
         s->grpc_host = (tb_ks_grpc_host){.ctx = s, .server_ready = grpc_server_ready, .model_find = grpc_model_find,
-                                         .model_infer = grpc_model_infer, .model_done = grpc_model_done};
+                                         .model_infer = grpc_model_infer, .llm_infer = grpc_llm_infer,
+                                         .model_done = grpc_model_done};
         tb_ks_grpc_options go = {.host = s->o.host, .port = s->o.grpc_port, .max_message_bytes = s->o.max_body_bytes,
                                  .api_key = s->o.api_key, .version = TB_SERVE_VERSION};
         if (tb_ks_grpc_start(&go, &s->grpc_host, &s->grpc) != TB_OK) {

@@ -6,9 +6,60 @@
  * the ModelInferResponse encoded from the parsed inputs (an identity model:
  * output k is input k). The whole input is the message. Without the gRPC
  * service compiled in, every call answers 500 and the harness checks that. */
+#include <jansson.h>
+
 #include "fuzz_common.h"
 #include "fuzz_kserve_io.h"
 #include "serve/kserve_grpc.h"
+
+/* An LLM's profile: text_input BYTES [1..2], max_tokens INT32 [1] (may be
+ * left out) -> text_output BYTES [1..2]; parameters become JSON. */
+static int llm_request(tb_ks_grpc_request *q) {
+    static tb_io_info io[2];
+    if (!io[0].rank) {
+        snprintf(io[0].name, sizeof io[0].name, "text_input");
+        io[0].dtype = TB_KS_BYTES;
+        io[0].rank = 1, io[0].min[0] = 1, io[0].opt[0] = 1, io[0].max[0] = 2;
+        snprintf(io[1].name, sizeof io[1].name, "max_tokens");
+        io[1].dtype = TB_I32;
+        io[1].rank = 1, io[1].min[0] = io[1].opt[0] = io[1].max[0] = 1;
+    }
+    tb_ks_request r;
+    tb_ks_error e;
+    int st = tb_ks_grpc_request_check_opt(q, io, 2, 2, io, 1, 1 << 16, &r, &e);
+    tb_ks_grpc_request_free(q);
+    FUZZ_ASSERT(st == 200 || st == 400 || st == 500);
+    FUZZ_ASSERT(memchr(e.msg, 0, sizeof e.msg) != NULL);
+    if (st != 200) {
+        FUZZ_ASSERT(r.buf == NULL && r.params == NULL);
+        return 0;
+    }
+    FUZZ_ASSERT(r.given[0] == 1 && r.inputs[0].dtype == TB_KS_BYTES);
+    size_t sz = 0;
+    FUZZ_ASSERT(tb_ks_bytes_size(r.inputs[0].data, r.in_size[0], r.inputs[0].dims[0], &sz) && sz == r.in_size[0]);
+    for (int64_t i = 0; i < r.inputs[0].dims[0]; i++) {
+        const char *p;
+        size_t n;
+        FUZZ_ASSERT(tb_ks_bytes_get(r.inputs[0].data, r.in_size[0], i, &p, &n));
+        volatile uint8_t sink = 0;
+        for (size_t k = 0; k < n; k++) sink ^= (uint8_t)p[k];
+        (void)sink;
+    }
+    if (r.given[1]) FUZZ_ASSERT(r.inputs[1].dtype == TB_I32 && r.inputs[1].dims[0] == 1 && r.in_size[1] == 4);
+    else FUZZ_ASSERT(r.inputs[1].data == NULL);
+    if (r.params) {
+        json_t *j = json_loads(r.params, JSON_ALLOW_NUL, NULL);
+        FUZZ_ASSERT(j && json_is_object(j) && !json_object_get(j, "timeout"));
+        json_decref(j);
+    }
+    void *out = NULL;
+    size_t on = 0;
+    st = tb_ks_grpc_encode_infer("l", "1", &r, io, r.inputs, 1, &out, &on, &e);
+    FUZZ_ASSERT(st == 200 && out != NULL && on >= sz);
+    free(out);
+    tb_ks_request_free(&r);
+    return 0;
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_quiet();
@@ -27,6 +78,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     FUZZ_ASSERT(tb_ks_grpc_request_model(q) != NULL && tb_ks_grpc_request_version(q) != NULL);
+    if (tb_ks_grpc_request_model(q)[0] == 'l') return llm_request(q);
     tb_ks_request r;
     st = tb_ks_grpc_request_check(q, g_io, 4, g_io, 4, 1 << 16, &r, &e);
     tb_ks_grpc_request_free(q);

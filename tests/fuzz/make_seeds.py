@@ -406,6 +406,13 @@ def seeds_fuzz_kserve_grpc(out, work):
            _pb(7, b"\x00\x3c"))
     put(out, "raw", raw)
     put(out, "empty", b"")
+    # model names starting with "l": the LLM profile (text_input BYTES, optional max_tokens, parameters)
+    par = (_pb(4, _pb(1, "temperature") + _pb(2, _pb(4, struct.pack("<d", 0.5)))) +
+           _pb(4, _pb(1, "stop") + _pb(2, _pb(3, "\n"))) + _pb(4, _pb(1, "ignore_eos") + _pb(2, _pb(1, 1))))
+    put(out, "llm_typed", _pb(1, "llm") + par + _pb(5, tensor("text_input", "BYTES", [2], _pb(8, "Once") + _pb(8, ""))) +
+        _pb(5, tensor("max_tokens", "INT32", [1], _pb(2, _pb_varint(7)))))
+    put(out, "llm_raw", _pb(1, "llm") + _pb(5, tensor("text_input", "BYTES", [1])) +
+        _pb(7, struct.pack("<I", 3) + b"abc"))
 
 
 SEEDS = {

@@ -22,7 +22,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_util import BIN, SRC, Server, TestFailure, check, free_port, ok, run_tests, workdir  # noqa: E402
+from serve_util import (BIN, SRC, Server, TestFailure, build_stories, check, free_port, ok, run_tests,  # noqa: E402
+                        workdir)
 
 import grpc  # noqa: E402
 import numpy as np  # noqa: E402
@@ -397,6 +398,92 @@ def test_queue_timeout_auth():
        "DEADLINE_EXCEEDED past parameters.timeout; SIGTERM: clean exit" % codes.count(grpc.StatusCode.RESOURCE_EXHAUSTED))
 
 
+def bytes_raw(*items):
+    """BYTES elements in their serialized form: a 4-byte little-endian length, then the bytes."""
+    return b"".join(len(b).to_bytes(4, "little") + b for b in items)
+
+
+def test_llm_bytes():
+    """An LLM engine over gRPC: text_input BYTES (typed bytes_contents or
+    raw serialized), max_tokens INT32 (optional) and sampling parameters
+    give text_output BYTES equal to the HTTP v2 route's greedy text; bad
+    BYTES and unknown parameters are INVALID_ARGUMENT; BYTES for an FP32
+    input is refused by datatype."""
+    gp = free_port()
+    eng = build_stories(D, max_batch=4)
+    s = Server(eng, "--served-model-name", "story", "--threads", "1", "--grpc-port", gp,
+               log=os.path.join(D, "llm.log")).start()
+    c = Client(gp)
+    try:
+        prompt = "Once upon a time"
+        md = c.stub.ModelMetadata(pb.ModelMetadataRequest(name="story"), timeout=10)
+        check([(t.name, t.datatype) for t in md.inputs] == [("text_input", "BYTES"), ("max_tokens", "INT32")] and
+              [(t.name, t.datatype) for t in md.outputs] == [("text_output", "BYTES")], "metadata %s" % md)
+        st, _, data = s.post("/v2/models/story/infer", {"inputs": [
+            {"name": "text_input", "shape": [1], "datatype": "BYTES", "data": [prompt]},
+            {"name": "max_tokens", "shape": [1], "datatype": "INT32", "data": [20]}]})
+        check(st == 200, "HTTP v2 -> %s %r" % (st, data[:300]))
+        http_text = json.loads(data)["outputs"][0]["data"][0]
+
+        def text_of(resp):
+            check(len(resp.outputs) == 1 and resp.outputs[0].name == "text_output" and
+                  resp.outputs[0].datatype == "BYTES" and list(resp.outputs[0].shape) == [1], "outputs %s" % resp)
+            raw = resp.raw_output_contents[0]
+            n = int.from_bytes(raw[:4], "little")
+            check(len(raw) == 4 + n, "text_output is not one serialized element: %d bytes, length %d" % (len(raw), n))
+            return raw[4:].decode()
+
+        req = pb.ModelInferRequest(model_name="story", id="t1")
+        t = req.inputs.add(name="text_input", datatype="BYTES", shape=[1])
+        t.contents.bytes_contents.append(prompt.encode())
+        m = req.inputs.add(name="max_tokens", datatype="INT32", shape=[1])
+        m.contents.int_contents.append(20)
+        resp = c.stub.ModelInfer(req, timeout=60)
+        typed = text_of(resp)
+        check(resp.id == "t1" and typed == http_text, "typed %r != HTTP %r" % (typed, http_text))
+        rreq = pb.ModelInferRequest(model_name="story")
+        rreq.inputs.add(name="text_input", datatype="BYTES", shape=[1])
+        rreq.inputs.add(name="max_tokens", datatype="INT32", shape=[1])
+        rreq.raw_input_contents.extend([bytes_raw(prompt.encode()), np.array([20], np.int32).tobytes()])
+        check(text_of(c.stub.ModelInfer(rreq, timeout=60)) == http_text, "raw BYTES differ")
+        # max_tokens left out: parameters, then the default
+        preq = pb.ModelInferRequest(model_name="story")
+        pt = preq.inputs.add(name="text_input", datatype="BYTES", shape=[1])
+        pt.contents.bytes_contents.append(prompt.encode())
+        preq.parameters["max_tokens"].int64_param = 20
+        preq.parameters["temperature"].double_param = 0.0
+        check(text_of(c.stub.ModelInfer(preq, timeout=60)) == http_text, "parameters.max_tokens differ")
+        # errors: the server keeps answering after each
+        bad = pb.ModelInferRequest(model_name="story")
+        bad.inputs.add(name="text_input", datatype="BYTES", shape=[1])
+        bad.raw_input_contents.append((100).to_bytes(4, "little") + b"short")
+        expect_error(grpc.StatusCode.INVALID_ARGUMENT, "BYTES", c.stub.ModelInfer, bad, timeout=30)
+        two = pb.ModelInferRequest(model_name="story")
+        tt = two.inputs.add(name="text_input", datatype="BYTES", shape=[1])
+        tt.contents.bytes_contents.extend([b"a", b"b"])
+        expect_error(grpc.StatusCode.INVALID_ARGUMENT, "values", c.stub.ModelInfer, two, timeout=30)
+        unk = pb.ModelInferRequest(model_name="story")
+        ut = unk.inputs.add(name="text_input", datatype="BYTES", shape=[1])
+        ut.contents.bytes_contents.append(b"x")
+        unk.parameters["beam_width"].int64_param = 2
+        expect_error(grpc.StatusCode.INVALID_ARGUMENT, "beam_width", c.stub.ModelInfer, unk, timeout=30)
+        wrong = pb.ModelInferRequest(model_name="story")
+        wt = wrong.inputs.add(name="text_input", datatype="BYTES", shape=[1])
+        wt.contents.fp32_contents.append(1.0)
+        expect_error(grpc.StatusCode.INVALID_ARGUMENT, "bytes_contents", c.stub.ModelInfer, wrong, timeout=30)
+        check(text_of(c.stub.ModelInfer(req, timeout=60)) == http_text, "the server answers after the errors")
+    finally:
+        c.ch.close()
+        s.kill()
+    # BYTES for an engine's FP32 input: refused by datatype
+    breq = pb.ModelInferRequest(model_name="mlp")
+    bx = breq.inputs.add(name="x", datatype="BYTES", shape=[1, 4])
+    bx.contents.bytes_contents.extend([b"1", b"2", b"3", b"4"])
+    expect_error(grpc.StatusCode.INVALID_ARGUMENT, "datatype", C.stub.ModelInfer, breq, timeout=30)
+    ok("LLM over gRPC: typed and raw BYTES, max_tokens as input or parameter equal HTTP v2 (%r); "
+       "bad BYTES, 2 elements, unknown parameter, wrong field, BYTES to FP32: INVALID_ARGUMENT" % http_text[:40])
+
+
 def test_port_taken():
     # the gRPC port another server holds: a clear error at start, not a shared port
     log = os.path.join(D, "taken.log")
@@ -422,4 +509,5 @@ run_tests([
     ("unavailable_after_unload", test_unavailable_after_unload),
     ("queue_timeout_auth", test_queue_timeout_auth),
     ("port_taken", test_port_taken),
+    ("llm_bytes", test_llm_bytes),
 ])
