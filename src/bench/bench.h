@@ -369,6 +369,7 @@ typedef struct {
     tb_bench_turn *turns;   /* [n_turns] (sessions) or NULL                 */
     int n_turns;
     int n_sessions;         /* conversations run                           */
+    int system_len;         /* words of their shared system prompt         */
     int sessions_cut;       /* conversations ended early by a failed turn   */
 } tb_bench_result;
 

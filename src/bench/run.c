@@ -999,6 +999,7 @@ static tb_status sessions_setup(run *r, const tb_sessions *ss) {
     r->ready_len = ss->n;
     r->conv_open = ss->n;
     r->out->n_sessions = ss->n;
+    r->out->system_len = ss->system_len;
     return TB_OK;
 }
 
