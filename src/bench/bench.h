@@ -294,8 +294,9 @@ typedef struct {
                               * only the status is checked)                 */
     /* multi-turn chat (NULL: independent requests from the workload): the
      * run sends every turn of every conversation, a conversation's turns one
-     * after another, up to `concurrency` conversations at once (closed loop
-     * only); requests and warmup do not apply */
+     * after another, `concurrency` conversations in progress at once (a new
+     * one starts when one ends; closed loop only); requests and warmup do not
+     * apply */
     const tb_sessions *sessions;
     const char *session_header; /* the header carrying a conversation's id
                               * (default X-Session-ID)                       */

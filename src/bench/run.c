@@ -152,7 +152,8 @@ struct run {
     int *conv_turn;      /* [n]: the next turn to send                      */
     char **replies;      /* [n * turns]: the assistant's text of each turn  */
     size_t *reply_len;
-    int *ready;          /* FIFO of conversations whose next turn can go    */
+    int *ready;          /* conversations whose next turn can go: those
+                          * under way at the front, new ones behind        */
     int ready_head, ready_len;
     int conv_open;       /* conversations not finished                      */
     /* current phase */
@@ -668,7 +669,7 @@ static void curl_release(run *r, slot *s, CURLcode rc, double now) {
     release(r, s, rc == CURLE_OK ? -1 : (int)curl_kind(rc), curl_easy_strerror(rc), code, now);
 }
 
-/* A conversation's turn ended: keep the reply and queue its next turn, or
+/* A conversation's turn ended: keep the reply and queue its next turn first, or
  * end it (its last turn, or a failed one: the next turn would lack the
  * reply it continues). */
 static void session_done(run *r, slot *s, int ok) {
@@ -685,7 +686,11 @@ static void session_done(run *r, slot *s, int ok) {
             free(r->replies[k]);
             r->replies[k] = copy;
             r->reply_len[k] = s->reply_len;
-            r->ready[(r->ready_head + r->ready_len++) % ss->n] = c;
+            /* at the front: a conversation under way goes on before a new
+             * one starts, so at most -c conversations are in progress */
+            r->ready_head = (r->ready_head + ss->n - 1) % ss->n;
+            r->ready[r->ready_head] = c;
+            r->ready_len++;
             return;
         }
     }
