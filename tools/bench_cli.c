@@ -75,6 +75,17 @@ static void print_usage(FILE *f) {
         "                        each point and warm-up gets prompts no earlier one sent\n"
         "  --no-stream           non-streaming requests (no TTFT/ITL); --no-ignore-eos; --seed N\n"
         "  --slo ttft=200ms,tpot=50ms,e2e=2s   goodput counts requests meeting all of them\n"
+        "multi-turn chat (--endpoint chat, closed loop):\n"
+        "  --sessions N          N conversations per point, -c of them at once; each turn sends\n"
+        "                        the conversation so far (the server's replies included) and a\n"
+        "                        new user message of --input-len words; no -n, --rate, --warmup\n"
+        "  --turns K             turns per conversation (default 4)\n"
+        "  --system-prompt-len L  words of the system prompt every conversation shares (default 64)\n"
+        "  --session-header NAME  the header carrying the conversation's id (default X-Session-ID),\n"
+        "                        for a load balancer's affinity\n"
+        "replicas:\n"
+        "  --replica-metrics URL[,URL...]  each replica's /metrics, read before and after each\n"
+        "                        point: requests served, share, prefix-cache hit rate per replica\n"
         "output:\n"
         "  --json FILE --csv FILE --html FILE\n"
         "  --sample-interval S (0.5)  --no-metrics (skip BASE_URL/metrics)  --no-gpu (skip NVML)\n"
@@ -248,6 +259,39 @@ static void fit_lengths(tb_workload_options *wo, int max_len, double tpw, int in
     wo->output_len = out;
 }
 
+/* Sessions: the last turn holds the system prompt, every user message and
+ * every reply; fits the lengths not given so that it stays within max_len
+ * (a chat template's few tokens per message in the margin). */
+static void fit_sessions(tb_workload_options *wo, int max_len, double tpw, int turns, int system_len,
+                         int in_explicit, int out_explicit) {
+    double t = tpw > 0 ? tpw : 1.0;
+    long margin = 8 + max_len / 16 + 8L * (2 * turns + 1);
+#define TB_NEED(in, out) ((long)ceil((system_len + (double)turns * ((in) + 3 * wo->input_stddev)) * t) + \
+                          (long)turns * ((out) + (long)ceil(3 * wo->output_stddev)) + margin)
+    int in = wo->input_len, out = wo->output_len;
+    long before = TB_NEED(in, out);
+    if (before > max_len) {
+        if (!out_explicit && out > max_len / (4 * turns)) out = max_len / (4 * turns) > 0 ? max_len / (4 * turns) : 1;
+        if (!in_explicit) {
+            double room = (double)(max_len - margin) - (double)turns * (out + ceil(3 * wo->output_stddev));
+            long words = (long)floor((room / t - system_len) / turns - 3 * wo->input_stddev);
+            in = words < 1 ? 1 : words > in ? in : (int)words;
+        }
+        if (in != wo->input_len || out != wo->output_len)
+            fprintf(stderr, "turbine bench: note: the model's max_model_len is %d; %d turns of --input-len %d "
+                            "--output-len %d after a %d-word system prompt would need about %ld tokens, so this "
+                            "run uses --input-len %d --output-len %d (give them to override)\n", max_len, turns,
+                    wo->input_len, wo->output_len, system_len, before, in, out);
+        if (TB_NEED(in, out) > max_len)
+            fprintf(stderr, "turbine bench: warning: the last turn of a conversation needs about %ld tokens, more "
+                            "than the model's max_model_len %d: later turns will likely fail\n", TB_NEED(in, out),
+                    max_len);
+    }
+#undef TB_NEED
+    wo->input_len = in;
+    wo->output_len = out;
+}
+
 static void raise_fd_limit(void) {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
@@ -353,6 +397,9 @@ int tb_cli_bench(int argc, char **argv) {
     const char *shapes[TB_KS_MAX_TENSORS];
     int n_shapes = 0, ks_format_given = 0;
     char icl_header[96];
+    long n_sessions = 0, n_turns = 0, system_len = -1;
+    const char *session_header = NULL, *replica_arg = NULL;
+    int requests_given = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -387,7 +434,18 @@ int tb_cli_bench(int argc, char **argv) {
             else if (!strcmp(v, "constant")) c.poisson = 0;
             else return usage("--arrivals is poisson or constant, not '%s'", v);
         } else if (!strcmp(a, "--max-inflight")) { NEED(); if (!parse_long(v, 1, 100000, &l)) return usage("bad --max-inflight '%s'", v); c.max_inflight = (int)l; }
-        else if (!strcmp(a, "-n") || !strcmp(a, "--requests")) { NEED(); if (!parse_long(v, 1, 100000000, &c.requests)) return usage("bad --requests '%s'", v); }
+        else if (!strcmp(a, "-n") || !strcmp(a, "--requests")) { NEED(); if (!parse_long(v, 1, 100000000, &c.requests)) return usage("bad --requests '%s'", v); requests_given = 1; }
+        else if (!strcmp(a, "--sessions")) { NEED(); if (!parse_long(v, 1, 100000, &n_sessions)) return usage("bad --sessions '%s' (conversations, in [1, 100000])", v); }
+        else if (!strcmp(a, "--turns")) { NEED(); if (!parse_long(v, 1, 1000, &n_turns)) return usage("bad --turns '%s' (turns per conversation, in [1, 1000])", v); }
+        else if (!strcmp(a, "--system-prompt-len")) { NEED(); if (!parse_long(v, 0, 1000000, &system_len)) return usage("bad --system-prompt-len '%s' (words, in [0, 1000000])", v); }
+        else if (!strcmp(a, "--session-header")) {
+            NEED();
+            size_t hl = strlen(v);
+            if (!hl || hl > 100 || strspn(v, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_") != hl)
+                return usage("bad --session-header '%s' (a header name: letters, digits, '-' or '_', at most 100)", v);
+            session_header = v;
+        }
+        else if (!strcmp(a, "--replica-metrics")) { NEED(); replica_arg = v; }
         else if (!strcmp(a, "-d") || !strcmp(a, "--duration")) { NEED(); if (!parse_time(v, 1, &c.duration) || c.duration <= 0 || c.duration > 7 * 86400) return usage("bad --duration '%s'", v); }
         else if (!strcmp(a, "--max-error-rate")) { NEED(); if (!parse_double(v, 0, 1, &max_err_rate)) return usage("bad --max-error-rate '%s' (a fraction in [0, 1])", v); }
         else if (!strcmp(a, "--warmup")) { NEED(); if (!parse_long(v, 0, 1000000, &c.warmup)) return usage("bad --warmup '%s'", v); }
@@ -448,7 +506,43 @@ int tb_cli_bench(int argc, char **argv) {
     if (wo.jsonl_path && wo.sharegpt_path) return usage("%s", "--prompts and --sharegpt exclude each other");
     if (wo.prefix_len && (wo.jsonl_path || wo.sharegpt_path))
         return usage("%s", "--prefix-len applies to synthetic prompts, not to --prompts or --sharegpt");
-    if (c.requests == 0 && c.duration == 0) c.requests = 100;
+    if (n_sessions) {
+        if (wo.endpoint != TB_EP_CHAT) return usage("%s", "--sessions are chat conversations: give --endpoint chat");
+        if (n_rates) return usage("%s", "--rate does not apply to --sessions: a conversation's next turn waits for "
+                                        "the reply; -c sets how many conversations are in flight");
+        if (requests_given) return usage("%s", "-n does not apply to --sessions: a point sends --sessions x --turns requests");
+        if (c.warmup) return usage("%s", "--warmup does not apply to --sessions");
+        if (wo.jsonl_path || wo.sharegpt_path || wo.prefix_len)
+            return usage("%s", "--sessions make their own prompts: no --prompts, --sharegpt or --prefix-len "
+                               "(--system-prompt-len gives the shared start)");
+        if (!n_turns) n_turns = 4;
+        if (system_len < 0) system_len = 64;
+        if (n_sessions * n_turns > 100000) return usage("%s", "--sessions x --turns is at most 100000 requests");
+    } else if (n_turns || system_len >= 0 || session_header) {
+        return usage("%s", "--turns, --system-prompt-len and --session-header need --sessions N");
+    }
+    static char replica_buf[TB_BENCH_MAX_REPLICAS][600];
+    static const char *replica_urls[TB_BENCH_MAX_REPLICAS];
+    if (replica_arg) {
+        char tmp[TB_BENCH_MAX_REPLICAS * 520];
+        if (strlen(replica_arg) >= sizeof tmp) return usage("%s", "--replica-metrics is too long");
+        strcpy(tmp, replica_arg);
+        for (char *save = NULL, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+            if (c.n_replicas >= TB_BENCH_MAX_REPLICAS) return usage("more than %s --replica-metrics URLs", "64");
+            if ((strncmp(t, "http://", 7) && strncmp(t, "https://", 8)) || strlen(t) > 500)
+                return usage("bad --replica-metrics URL '%s' (http:// or https://, at most 500 characters)", t);
+            /* a bare http://host:port means its /metrics */
+            const char *path = strchr(t + (t[4] == 's' ? 8 : 7), '/');
+            snprintf(replica_buf[c.n_replicas], sizeof replica_buf[0], "%s%s", t,
+                     !path || !strcmp(path, "/") ? (path ? "metrics" : "/metrics") : "");
+            replica_urls[c.n_replicas] = replica_buf[c.n_replicas];
+            c.n_replicas++;
+        }
+        if (!c.n_replicas) return usage("%s", "--replica-metrics needs at least one URL");
+        c.replica_urls = replica_urls;
+    }
+    c.session_header = session_header;
+    if (c.requests == 0 && c.duration == 0 && !n_sessions) c.requests = 100;
     int ks_opts = ks.n_inputs || n_shapes || wo.batch_size || wo.input_data_dir || ks_format_given;
     if (ks_opts && wo.endpoint != TB_EP_KSERVE)
         return usage("%s", "--input, --shape, --batch-size, --input-data and --tensor-format are for --endpoint kserve");
@@ -493,7 +587,10 @@ int tb_cli_bench(int argc, char **argv) {
         int max_len = tb_bench_max_model_len(models_json, wo.model);
         int synthetic = !wo.jsonl_path && !wo.sharegpt_path &&
                         (wo.endpoint == TB_EP_COMPLETIONS || wo.endpoint == TB_EP_CHAT);
-        if (max_len > 0 && synthetic)
+        if (max_len > 0 && synthetic && n_sessions)
+            fit_sessions(&wo, max_len, tokens_per_word(root, &c, wo.model), (int)n_turns, (int)system_len,
+                         in_explicit, out_explicit);
+        else if (max_len > 0 && synthetic)
             fit_lengths(&wo, max_len, tokens_per_word(root, &c, wo.model), in_explicit, out_explicit);
     }
     if (wo.endpoint == TB_EP_KSERVE && !wo.body_path && kserve_setup(root, &c, &wo, &ks, shapes, n_shapes) != 0)
@@ -524,7 +621,8 @@ int tb_cli_bench(int argc, char **argv) {
         per = p2;
     }
     wo.n_prompts = (int)(sliced ? n_sweep * (warm + per) : per);
-    if (tb_workload_load(&wo, &w) != TB_OK) {
+    if (n_sessions) sliced = 0;
+    if (!n_sessions && tb_workload_load(&wo, &w) != TB_OK) {
         fprintf(stderr, "turbine bench: error: %s\n", tb_last_error());
         goto done;
     }
@@ -533,7 +631,7 @@ int tb_cli_bench(int argc, char **argv) {
                 (long)n_sweep * (warm + per));
         goto done;
     }
-    if (sliced && w->n_source < w->n)
+    if (sliced && w && w->n_source < w->n)
         fprintf(stderr, "turbine bench: note: %s holds %d prompts and the run sends %d different ones (%ld per "
                         "point%s): prompts repeat, so a server's prefix cache may reuse earlier ones\n",
                 wo.jsonl_path ? wo.jsonl_path : wo.sharegpt_path, w->n_source, w->n, warm + per,
@@ -556,7 +654,14 @@ int tb_cli_bench(int argc, char **argv) {
         c.label = label;
         if (tb_bench_result_init(&points[i]) != TB_OK) { fprintf(stderr, "turbine bench: error: %s\n", tb_last_error()); goto done; }
         n_points++;
-        tb_workload view = *w;
+        tb_workload view = {0};
+        if (w) view = *w;
+        tb_sessions *sess = NULL;
+        if (n_sessions && tb_sessions_create(&wo, (int)n_sessions, (int)n_turns, (int)system_len, i, &sess) != TB_OK) {
+            fprintf(stderr, "turbine bench: error: %s\n", tb_last_error());
+            goto done;
+        }
+        c.sessions = sess;
         if (sliced) {
             view.reqs = w->reqs + (size_t)i * (size_t)(warm + per);
             view.n = (int)(warm + per);
@@ -565,7 +670,10 @@ int tb_cli_bench(int argc, char **argv) {
         tb_ks_metrics before;
         int scrape = wo.endpoint == TB_EP_KSERVE && c.scrape_metrics;
         if (scrape) server_metrics(root, &scrape_c, wo.model, &before);
-        if (tb_bench_run(&c, &view, &points[i]) != TB_OK) {
+        tb_status rs = tb_bench_run(&c, w ? &view : NULL, &points[i]);
+        c.sessions = NULL;
+        tb_sessions_free(sess);
+        if (rs != TB_OK) {
             fprintf(stderr, "turbine bench: error: %s\n", tb_last_error());
             goto done;
         }

@@ -110,6 +110,36 @@ typedef struct {
 } tb_workload;
 
 tb_status tb_workload_load(const tb_workload_options *o, tb_workload **out);
+
+/* Multi-turn chat sessions: n conversations of `turns` turns each, all
+ * starting with one system prompt of system_len words (the same for every
+ * conversation of a run). Turn t of a conversation sends the system prompt,
+ * every earlier user message with the assistant's reply the server returned,
+ * and the new user message (input_len words, drawn as synthetic prompts are);
+ * its id goes out in a header so that a load balancer can keep the
+ * conversation on one replica. */
+typedef struct {
+    int n, turns;
+    int system_len;
+    char *system;            /* the shared system prompt                    */
+    char **user;             /* [n * turns]: conversation c's turn t at c * turns + t */
+    int *user_words;         /* [n * turns]                                  */
+    int *out_len;            /* [n * turns]: max_tokens                      */
+    char (*id)[40];          /* [n]: each conversation's id                  */
+    const char *model;
+    int stream, ignore_eos;
+} tb_sessions;
+
+/* o: model, stream, ignore_eos, input/output lengths and stddevs, seed (the
+ * system prompt's words come from the seed alone, the rest also from
+ * `point`, so each sweep point talks in new conversations). */
+tb_status tb_sessions_create(const tb_workload_options *o, int n, int turns, int system_len, int point,
+                             tb_sessions **out);
+void tb_sessions_free(tb_sessions *s);
+/* The body of turn `turn` of conversation `conv`: replies[k] (reply_len[k]
+ * bytes) is the assistant's answer to turn k < turn. Malloc'd into *body. */
+tb_status tb_sessions_body(const tb_sessions *s, int conv, int turn, const char *const *replies,
+                           const size_t *reply_len, char **body, size_t *len);
 /* A synthetic prompt of n_words words as the workload makes them (to ask a
  * server how many tokens they are); malloc'd. */
 char *tb_workload_sample_text(int n_words, uint64_t seed);
@@ -262,6 +292,17 @@ typedef struct {
     const char *label;       /* e.g. "c=16", shown in the progress line      */
     const tb_ks_spec *kserve; /* kserve: responses checked against it (NULL:
                               * only the status is checked)                 */
+    /* multi-turn chat (NULL: independent requests from the workload): the
+     * run sends every turn of every conversation, a conversation's turns one
+     * after another, `concurrency` conversations in progress at once (a new
+     * one starts when one ends; closed loop only); requests and warmup do not
+     * apply */
+    const tb_sessions *sessions;
+    const char *session_header; /* the header carrying a conversation's id
+                              * (default X-Session-ID)                       */
+    /* each replica's /metrics URL: read before and after the measured phase */
+    const char *const *replica_urls;
+    int n_replicas;
 } tb_bench_config;
 
 void tb_bench_config_default(tb_bench_config *c);
@@ -279,6 +320,25 @@ typedef struct {
     double gpu_mem_gib;
     double gpu_power_w;
 } tb_bench_sample;
+
+/* One replica over a point: counter deltas of its /metrics (NaN: not
+ * exported or not read both times). */
+#define TB_BENCH_MAX_REPLICAS 64
+typedef struct {
+    char url[512];
+    int scraped;            /* 1: read before and after                     */
+    char error[160];        /* why not, when not                            */
+    double requests;        /* generation requests it counted               */
+    double prompt_tokens;
+    double prefix_hits, prefix_queries; /* tokens                           */
+} tb_bench_replica;
+
+/* Figures of turn index t (0-based) over every conversation of a point. */
+typedef struct {
+    long n_ok, n_err;
+    long in_tokens;         /* prompt tokens (the server's usage when given)  */
+    tb_hist ttft, e2e;      /* nanoseconds                                  */
+} tb_bench_turn;
 
 typedef struct {
     char label[64];
@@ -305,6 +365,13 @@ typedef struct {
     tb_ks_metrics *server;  /* kserve: the server's per-model histograms
                              * over the point (/metrics after - before);
                              * NULL when not scraped; freed with the result */
+    tb_bench_replica *replicas; /* [n_replicas] (--replica-metrics) or NULL */
+    int n_replicas;
+    tb_bench_turn *turns;   /* [n_turns] (sessions) or NULL                 */
+    int n_turns;
+    int n_sessions;         /* conversations run                           */
+    int system_len;         /* words of their shared system prompt         */
+    int sessions_cut;       /* conversations ended early by a failed turn   */
 } tb_bench_result;
 
 tb_status tb_bench_result_init(tb_bench_result *r);
@@ -351,6 +418,11 @@ typedef void (*tb_h1_body_fn)(void *ud, int status, const char *p, size_t n, dou
  * message; status is the HTTP status (0 when none arrived). */
 typedef void (*tb_h1_done_fn)(void *ud, int err, const char *msg, int status, double now);
 
+/* Sends a body made for this request (not one of the workload's) on
+ * connection `idx`, with one more header line `extra` (NULL: none); body and
+ * extra are copied. */
+tb_status tb_h1_start_body(tb_h1_client *cl, int idx, const char *body, size_t len, const char *extra,
+                           void *ud, double now);
 /* 1 when the built-in client can take this URL (http://host[:port]/path). */
 int tb_h1_supports(const char *url);
 /* For c->url, c->endpoint, headers, api key, timeouts; requests from w. */
@@ -374,6 +446,8 @@ typedef struct {
     double running, waiting;     /* requests                                   */
     double kv;                   /* KV-cache use, 0..1                          */
     double prefix_hits, prefix_queries; /* prefix-cache counters, in tokens     */
+    double requests;             /* generation requests received (counter)      */
+    double prompt_tokens;        /* prompt tokens processed (counter)           */
 } tb_server_metrics;
 void tb_bench_parse_prometheus(const char *text, tb_server_metrics *m);
 

@@ -90,6 +90,8 @@ typedef struct h1_conn {
     void *ud;               /* the caller's request (NULL: none)               */
     const char *req;
     size_t req_len, sent;
+    char *own;              /* tb_h1_start_body: this request's own bytes      */
+    size_t own_cap;
     double deadline[L_COUNT];
     struct h1_conn *prev[L_COUNT], *next[L_COUNT];
     int listed[L_COUNT];
@@ -122,6 +124,9 @@ struct tb_h1_client {
     int n_addrs;
     h1_bytes *reqs;
     int n_reqs;
+    char *rq_head;          /* request line and headers, for tb_h1_start_body */
+    size_t head_len;
+    int own_len;            /* add Content-Length                             */
     h1_conn *conns;
     int n_conns;
     h1_conn *head[L_COUNT], *tail[L_COUNT];
@@ -291,7 +296,9 @@ static tb_status format_requests(tb_h1_client *cl, const tb_bench_config *c, con
         cl->reqs[i].p = b.p;
         cl->reqs[i].n = b.n;
     }
-    free(head.p);
+    cl->rq_head = head.p;
+    cl->head_len = head.n;
+    cl->own_len = own_len;
     return TB_OK;
 }
 
@@ -347,7 +354,9 @@ void tb_h1_free(tb_h1_client *cl) {
     for (int i = 0; i < cl->n_conns; i++) {
         if (cl->conns[i].fd >= 0) close(cl->conns[i].fd);
         free(cl->conns[i].hbuf);
+        free(cl->conns[i].own);
     }
+    free(cl->rq_head);
     for (int i = 0; i < cl->n_reqs; i++) free(cl->reqs ? cl->reqs[i].p : NULL);
     free(cl->reqs);
     free(cl->conns);
@@ -820,13 +829,50 @@ static void on_readable(tb_h1_client *cl, h1_conn *c) {
 
 /* ---------------------------------------------------------------- the caller's side */
 
+static void start_bytes(tb_h1_client *cl, h1_conn *c, const char *p, size_t n, void *ud, double now);
+
 void tb_h1_start(tb_h1_client *cl, int idx, long req, void *ud, double now) {
-    h1_conn *c = &cl->conns[idx];
     const h1_bytes *rq = &cl->reqs[req % cl->n_reqs];
+    start_bytes(cl, &cl->conns[idx], rq->p, rq->n, ud, now);
+}
+
+tb_status tb_h1_start_body(tb_h1_client *cl, int idx, const char *body, size_t len, const char *extra,
+                           void *ud, double now) {
+    h1_conn *c = &cl->conns[idx];
+    char cl_line[64] = "";
+    if (cl->own_len) snprintf(cl_line, sizeof cl_line, "Content-Length: %zu\r\n", len);
+    size_t el = extra ? strlen(extra) : 0;
+    size_t need = cl->head_len + el + 2 + strlen(cl_line) + 2 + len + 1;
+    if (need > c->own_cap) {
+        char *np = realloc(c->own, need);
+        if (!np) return tb_errorf(TB_ERR_OOM, "bench: out of memory");
+        c->own = np;
+        c->own_cap = need;
+    }
+    size_t k = 0;
+    memcpy(c->own, cl->rq_head, cl->head_len);
+    k += cl->head_len;
+    if (el) {
+        memcpy(c->own + k, extra, el);
+        k += el;
+        memcpy(c->own + k, "\r\n", 2);
+        k += 2;
+    }
+    memcpy(c->own + k, cl_line, strlen(cl_line));
+    k += strlen(cl_line);
+    memcpy(c->own + k, "\r\n", 2);
+    k += 2;
+    memcpy(c->own + k, body, len);
+    k += len;
+    start_bytes(cl, c, c->own, k, ud, now);
+    return TB_OK;
+}
+
+static void start_bytes(tb_h1_client *cl, h1_conn *c, const char *p, size_t n, void *ud, double now) {
     cl->starting = 1;
     c->ud = ud;
-    c->req = rq->p;
-    c->req_len = rq->n;
+    c->req = p;
+    c->req_len = n;
     c->sent = 0;
     c->got_any = 0;
     c->retries = 0;

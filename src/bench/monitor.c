@@ -26,6 +26,13 @@ static const char *const k_prefix_hits[] = {"turbine_prefix_cache_hits_total", "
 static const char *const k_prefix_queries[] = {"turbine_prefix_cache_queries_total", "vllm:prefix_cache_queries_total",
                                                NULL};
 
+/* generation requests received and prompt tokens processed (counters) */
+static const char *const k_requests[] = {"turbine_http_requests_total", "vllm:request_success_total",
+                                         "llamacpp:requests_processed_total", "tgi_request_count",
+                                         "sglang:num_requests_total", NULL};
+static const char *const k_prompt_tokens[] = {"turbine_prompt_tokens_total", "vllm:prompt_tokens_total",
+                                              "llamacpp:prompt_tokens_total", "sglang:prompt_tokens_total", NULL};
+
 static int name_in(const char *name, size_t len, const char *const *list) {
     for (int i = 0; list[i]; i++)
         if (strlen(list[i]) == len && !memcmp(list[i], name, len)) return 1;
@@ -33,7 +40,7 @@ static int name_in(const char *name, size_t len, const char *const *list) {
 }
 
 void tb_bench_parse_prometheus(const char *text, tb_server_metrics *m) {
-    m->running = m->waiting = m->kv = m->prefix_hits = m->prefix_queries = NAN;
+    m->running = m->waiting = m->kv = m->prefix_hits = m->prefix_queries = m->requests = m->prompt_tokens = NAN;
     const char *p = text;
     int lines = 0;
     while (p && *p && lines++ < 200000) {
@@ -56,6 +63,8 @@ void tb_bench_parse_prometheus(const char *text, tb_server_metrics *m) {
                               : name_in(p, nlen, k_kv)             ? &m->kv
                               : name_in(p, nlen, k_prefix_hits)    ? &m->prefix_hits
                               : name_in(p, nlen, k_prefix_queries) ? &m->prefix_queries
+                              : name_in(p, nlen, k_requests)       ? &m->requests
+                              : name_in(p, nlen, k_prompt_tokens)  ? &m->prompt_tokens
                                                                    : NULL;
                 if (dst) *dst = isnan(*dst) ? val : *dst + val;
             }

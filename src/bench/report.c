@@ -81,6 +81,84 @@ static void server_summary(FILE *f, const tb_bench_result *p) {
                 tb_prom_quantile(&m->compute_us, 0.5) / 1e3, tb_prom_quantile(&m->compute_us, 0.99) / 1e3);
 }
 
+/* ---------------------------------------------------------------- sessions, replicas */
+
+static double hit_rate(double hits, double queries) {
+    return isfinite(hits) && isfinite(queries) && queries > 0 ? hits / queries : NAN;
+}
+
+/* Sums over the replicas read both times; *n: how many. */
+static tb_bench_replica replica_total(const tb_bench_result *p, int *n) {
+    tb_bench_replica t;
+    memset(&t, 0, sizeof t);
+    snprintf(t.url, sizeof t.url, "all");
+    int k = 0, hq = 0;
+    for (int i = 0; i < p->n_replicas; i++) {
+        const tb_bench_replica *x = &p->replicas[i];
+        if (!x->scraped) continue;
+        k++;
+        t.requests += x->requests;
+        if (isfinite(x->prompt_tokens)) t.prompt_tokens += x->prompt_tokens;
+        if (isfinite(x->prefix_hits) && isfinite(x->prefix_queries)) {
+            t.prefix_hits += x->prefix_hits;
+            t.prefix_queries += x->prefix_queries;
+            hq++;
+        }
+    }
+    if (!hq) t.prefix_hits = t.prefix_queries = NAN;
+    t.scraped = k > 0;
+    *n = k;
+    return t;
+}
+
+static double share_of(const tb_bench_replica *x, const tb_bench_replica *all) {
+    return x->scraped && all->requests > 0 ? x->requests / all->requests : NAN;
+}
+
+static void pct(FILE *f, double v) {
+    if (isfinite(v)) fprintf(f, "%5.1f%%", 100 * v);
+    else fprintf(f, "%6s", "-");
+}
+
+static void sessions_summary(FILE *f, const tb_bench_result *p) {
+    if (!p->n_turns) return;
+    fprintf(f, "%12s sessions: %d conversations x %d turns, %d-word system prompt", "", p->n_sessions, p->n_turns,
+            p->system_len);
+    if (p->sessions_cut) fprintf(f, "; %d cut short by a failed turn", p->sessions_cut);
+    fprintf(f, "\n%12s %-5s %6s %6s %12s %12s %12s\n", "", "turn", "ok", "err", "TTFT p50 ms", "E2E p50 ms",
+            "prompt tok");
+    for (int t = 0; t < p->n_turns; t++) {
+        const tb_bench_turn *x = &p->turns[t];
+        fprintf(f, "%12s %-5d %6ld %6ld", "", t + 1, x->n_ok, x->n_err);
+        if (x->ttft.count) fprintf(f, " %12.2f", tb_hist_quantile(&x->ttft, 0.5) / 1e6);
+        else fprintf(f, " %12s", "-");
+        if (x->e2e.count) fprintf(f, " %12.2f", tb_hist_quantile(&x->e2e, 0.5) / 1e6);
+        else fprintf(f, " %12s", "-");
+        if (x->n_ok) fprintf(f, " %12.1f\n", (double)x->in_tokens / (double)x->n_ok);
+        else fprintf(f, " %12s\n", "-");
+    }
+}
+
+static void replicas_summary(FILE *f, const tb_bench_result *p) {
+    if (!p->n_replicas) return;
+    int n;
+    tb_bench_replica all = replica_total(p, &n);
+    fprintf(f, "%12s replicas (their /metrics before and after the point):\n", "");
+    fprintf(f, "%12s %-40s %9s %7s %10s %12s\n", "", "replica", "requests", "share", "prefix hit", "prompt tok");
+    for (int i = 0; i <= p->n_replicas; i++) {
+        const tb_bench_replica *x = i < p->n_replicas ? &p->replicas[i] : &all;
+        if (i == p->n_replicas && n == 0) break;
+        fprintf(f, "%12s %-40.40s", "", i < p->n_replicas ? x->url : "all");
+        if (!x->scraped) { fprintf(f, " not read: %s\n", x->error); continue; }
+        fprintf(f, " %9.0f ", x->requests);
+        pct(f, i < p->n_replicas ? share_of(x, &all) : (n ? 1.0 : NAN));
+        fprintf(f, "     ");
+        pct(f, hit_rate(x->prefix_hits, x->prefix_queries));
+        if (isfinite(x->prompt_tokens)) fprintf(f, " %12.0f\n", x->prompt_tokens);
+        else fprintf(f, " %12s\n", "-");
+    }
+}
+
 void tb_report_summary(FILE *f, const tb_bench_report *r) {
     fprintf(f, "\nturbine bench: %s (%s%s%s)\n", r->target, r->endpoint,
             r->model && *r->model ? ", model " : "", r->model ? r->model : "");
@@ -110,6 +188,8 @@ void tb_report_summary(FILE *f, const tb_bench_report *r) {
             fprintf(f, "%12s server prefix cache: %.1f%% of the prompt tokens looked up were reused\n", "",
                     100 * p->prefix_hit_rate);
         server_summary(f, p);
+        sessions_summary(f, p);
+        replicas_summary(f, p);
         if (status_count(p, 429))
             fprintf(f, "%12s rejected (HTTP 429, the server's queue full): %ld\n", "", status_count(p, 429));
         if (p->n_err) {
@@ -178,6 +258,56 @@ static json_t *server_json(const tb_ks_metrics *m) {
     return o;
 }
 
+static json_t *replica_json(const tb_bench_replica *x, double share) {
+    json_t *o = json_object();
+    json_object_set_new(o, "url", json_string(x->url));
+    json_object_set_new(o, "scraped", json_boolean(x->scraped));
+    if (!x->scraped) {
+        json_object_set_new(o, "error", json_string(x->error));
+        return o;
+    }
+    json_object_set_new(o, "requests", num(x->requests));
+    json_object_set_new(o, "share", num(share));
+    json_object_set_new(o, "prompt_tokens", num(x->prompt_tokens));
+    json_object_set_new(o, "prefix_cache_hits", num(x->prefix_hits));
+    json_object_set_new(o, "prefix_cache_queries", num(x->prefix_queries));
+    json_object_set_new(o, "prefix_cache_hit_rate", num(hit_rate(x->prefix_hits, x->prefix_queries)));
+    return o;
+}
+
+static void sessions_replicas_json(json_t *o, const tb_bench_result *p) {
+    if (p->n_turns) {
+        json_t *s = json_object(), *bt = json_array();
+        json_object_set_new(s, "conversations", json_integer(p->n_sessions));
+        json_object_set_new(s, "turns", json_integer(p->n_turns));
+        json_object_set_new(s, "system_prompt_len", json_integer(p->system_len));
+        json_object_set_new(s, "cut_short", json_integer(p->sessions_cut));
+        for (int t = 0; t < p->n_turns; t++) {
+            const tb_bench_turn *x = &p->turns[t];
+            json_t *j = json_object();
+            json_object_set_new(j, "turn", json_integer(t + 1));
+            json_object_set_new(j, "requests_ok", json_integer(x->n_ok));
+            json_object_set_new(j, "requests_failed", json_integer(x->n_err));
+            json_object_set_new(j, "prompt_tokens_mean", num(x->n_ok ? (double)x->in_tokens / (double)x->n_ok : NAN));
+            json_object_set_new(j, "ttft_p50_ms", num(x->ttft.count ? tb_hist_quantile(&x->ttft, 0.5) / 1e6 : NAN));
+            json_object_set_new(j, "ttft_p99_ms", num(x->ttft.count ? tb_hist_quantile(&x->ttft, 0.99) / 1e6 : NAN));
+            json_object_set_new(j, "e2e_p50_ms", num(x->e2e.count ? tb_hist_quantile(&x->e2e, 0.5) / 1e6 : NAN));
+            json_array_append_new(bt, j);
+        }
+        json_object_set_new(s, "by_turn", bt);
+        json_object_set_new(o, "sessions", s);
+    }
+    if (p->n_replicas) {
+        int n;
+        tb_bench_replica all = replica_total(p, &n);
+        json_t *a = json_array();
+        for (int i = 0; i < p->n_replicas; i++)
+            json_array_append_new(a, replica_json(&p->replicas[i], share_of(&p->replicas[i], &all)));
+        json_object_set_new(o, "replicas", a);
+        json_object_set_new(o, "replicas_total", n ? replica_json(&all, 1.0) : json_null());
+    }
+}
+
 static json_t *point_json(const tb_bench_result *p) {
     json_t *o = json_object();
     char nm[64];
@@ -213,6 +343,7 @@ static json_t *point_json(const tb_bench_result *p) {
     json_object_set_new(o, "http_status", sc);
     json_object_set_new(o, "rejected", json_integer(status_count(p, 429)));
     if (p->server) json_object_set_new(o, "server", server_json(p->server));
+    sessions_replicas_json(o, p);
     for (int m = 0; m < N_METRICS; m++) json_object_set_new(o, k_metrics[m].name, hist_json(k_metrics[m].get(p)));
     json_t *ts = json_array();
     for (int i = 0; i < p->n_samples; i++) {
@@ -256,6 +387,17 @@ tb_status tb_report_json(const char *path, const tb_bench_report *r) {
     json_object_set_new(cfg, "timeout_s", num(c->timeout));
     json_object_set_new(cfg, "stream", json_boolean(c->stream));
     json_object_set_new(cfg, "http_client", json_string(tb_http_client_name(tb_bench_client_for(c))));
+    if (r->n_points && r->points[0].n_turns) {
+        json_object_set_new(cfg, "sessions", json_integer(r->points[0].n_sessions));
+        json_object_set_new(cfg, "turns", json_integer(r->points[0].n_turns));
+        json_object_set_new(cfg, "system_prompt_len", json_integer(r->points[0].system_len));
+        json_object_set_new(cfg, "session_header", json_string(c->session_header ? c->session_header : "X-Session-ID"));
+    }
+    if (c->n_replicas) {
+        json_t *ru = json_array();
+        for (int i = 0; i < c->n_replicas; i++) json_array_append_new(ru, json_string(c->replica_urls[i]));
+        json_object_set_new(cfg, "replica_metrics", ru);
+    }
     if (w) {
         json_object_set_new(cfg, "input_len", json_integer(w->input_len));
         json_object_set_new(cfg, "input_len_stddev", num(w->input_stddev));
@@ -510,6 +652,72 @@ static void html_server(FILE *f, const tb_bench_report *r) {
     fprintf(f, "</table>\n");
 }
 
+static void html_num(FILE *f, double v, const char *fmt, double scale) {
+    if (isfinite(v)) { fprintf(f, "<td>"); fprintf(f, fmt, v * scale); fprintf(f, "</td>"); }
+    else fprintf(f, "<td>\xe2\x80\x93</td>");
+}
+
+static void html_sessions_replicas(FILE *f, const tb_bench_report *r) {
+    char nm[64];
+    int any_s = 0, any_r = 0;
+    for (int i = 0; i < r->n_points; i++) {
+        any_s |= r->points[i].n_turns > 0;
+        any_r |= r->points[i].n_replicas > 0;
+    }
+    if (any_s) {
+        fprintf(f, "<h2>Sessions by turn</h2><p class=\"meta\">Turn 1 shares only the system prompt with "
+                   "earlier requests; later turns resend the whole conversation, which a replica's prefix cache "
+                   "can reuse.</p><table><tr><th>point</th><th>turn</th><th>ok</th><th>failed</th>"
+                   "<th>TTFT p50 ms</th><th>TTFT p99 ms</th><th>E2E p50 ms</th><th>prompt tokens mean</th></tr>\n");
+        for (int i = 0; i < r->n_points; i++) {
+            const tb_bench_result *p = &r->points[i];
+            for (int t = 0; t < p->n_turns; t++) {
+                const tb_bench_turn *x = &p->turns[t];
+                fprintf(f, "<tr><td>");
+                html_escape(f, point_name(p, nm, sizeof nm));
+                fprintf(f, "</td><td>%d</td><td>%ld</td><td>%ld</td>", t + 1, x->n_ok, x->n_err);
+                html_num(f, x->ttft.count ? tb_hist_quantile(&x->ttft, 0.5) : NAN, "%.2f", 1e-6);
+                html_num(f, x->ttft.count ? tb_hist_quantile(&x->ttft, 0.99) : NAN, "%.2f", 1e-6);
+                html_num(f, x->e2e.count ? tb_hist_quantile(&x->e2e, 0.5) : NAN, "%.2f", 1e-6);
+                html_num(f, x->n_ok ? (double)x->in_tokens / (double)x->n_ok : NAN, "%.1f", 1);
+                fprintf(f, "</tr>\n");
+            }
+        }
+        fprintf(f, "</table>\n");
+    }
+    if (any_r) {
+        fprintf(f, "<h2>Replicas (their /metrics before and after each point)</h2><table><tr><th>point</th>"
+                   "<th>replica</th><th>requests</th><th>share</th><th>prefix-cache hit rate</th>"
+                   "<th>prompt tokens</th></tr>\n");
+        for (int i = 0; i < r->n_points; i++) {
+            const tb_bench_result *p = &r->points[i];
+            int n;
+            tb_bench_replica all = replica_total(p, &n);
+            for (int k = 0; k <= p->n_replicas; k++) {
+                const tb_bench_replica *x = k < p->n_replicas ? &p->replicas[k] : &all;
+                if (k == p->n_replicas && !n) break;
+                fprintf(f, "<tr><td>");
+                html_escape(f, point_name(p, nm, sizeof nm));
+                fprintf(f, "</td><td>");
+                html_escape(f, x->url);
+                fprintf(f, "</td>");
+                if (!x->scraped) {
+                    fprintf(f, "<td colspan=\"4\">not read: ");
+                    html_escape(f, x->error);
+                    fprintf(f, "</td></tr>\n");
+                    continue;
+                }
+                html_num(f, x->requests, "%.0f", 1);
+                html_num(f, k < p->n_replicas ? share_of(x, &all) : 1.0, "%.1f%%", 100);
+                html_num(f, hit_rate(x->prefix_hits, x->prefix_queries), "%.1f%%", 100);
+                html_num(f, x->prompt_tokens, "%.0f", 1);
+                fprintf(f, "</tr>\n");
+            }
+        }
+        fprintf(f, "</table>\n");
+    }
+}
+
 tb_status tb_report_html(const char *path, const tb_bench_report *r) {
     FILE *f = fopen(path, "w");
     if (!f) return tb_errorf(TB_ERR_IO, "cannot write %s", path);
@@ -558,6 +766,7 @@ tb_status tb_report_html(const char *path, const tb_bench_report *r) {
     }
     fprintf(f, "</table>\n");
     html_server(f, r);
+    html_sessions_replicas(f, r);
 
     /* latency-throughput across the sweep */
     double *qx = calloc((size_t)np + 1, sizeof *qx), *buf = calloc((size_t)np * 4 + 4, sizeof *buf);

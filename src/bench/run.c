@@ -77,6 +77,16 @@ void tb_bench_result_free(tb_bench_result *r) {
     r->samples = NULL;
     free(r->server);
     r->server = NULL;
+    for (int i = 0; i < r->n_turns; i++) {
+        tb_hist_free(&r->turns[i].ttft);
+        tb_hist_free(&r->turns[i].e2e);
+    }
+    free(r->turns);
+    r->turns = NULL;
+    r->n_turns = 0;
+    free(r->replicas);
+    r->replicas = NULL;
+    r->n_replicas = 0;
 }
 
 /* ---------------------------------------------------------------- slots */
@@ -105,6 +115,14 @@ typedef struct slot {
     size_t len, cap;
     uint64_t *gaps;
     int n_gaps, cap_gaps;
+    /* sessions: this turn's conversation, its body and the reply's text */
+    int conv, turn;
+    char *body;
+    size_t body_len;
+    char *reply;
+    size_t reply_len, reply_cap;
+    int reply_over;
+    struct curl_slist *own_hdrs; /* libcurl: the shared headers + the id   */
 } slot;
 
 struct run {
@@ -129,6 +147,15 @@ struct run {
     int inflight;
     long next_req;
     int slice0, slice_n; /* the phase's requests: w->reqs[slice0, slice0 + slice_n) */
+    /* sessions */
+    const tb_sessions *sess;
+    int *conv_turn;      /* [n]: the next turn to send                      */
+    char **replies;      /* [n * turns]: the assistant's text of each turn  */
+    size_t *reply_len;
+    int *ready;          /* conversations whose next turn can go: those
+                          * under way at the front, new ones behind        */
+    int ready_head, ready_len;
+    int conv_open;       /* conversations not finished                      */
     /* current phase */
     int counted;
     long done_ok, done_all, tok_done;
@@ -155,6 +182,9 @@ static void slot_reset(slot *s) {
     s->msg[0] = 0;
     s->len = 0;
     s->n_gaps = 0;
+    s->reply_len = 0;
+    s->reply_over = 0;
+    s->conv = s->turn = -1;
 }
 
 static int buf_append(slot *s, const char *p, size_t n) {
@@ -184,6 +214,23 @@ static void add_gap(slot *s, double gap) {
         s->cap_gaps = nc;
     }
     s->gaps[s->n_gaps++] = (uint64_t)(gap > 0 ? gap * 1e9 : 0);
+}
+
+/* sessions: the assistant's text, to send back in the next turn */
+static void reply_append(slot *s, const char *p, size_t n) {
+    if (s->reply_over) return;
+    if (s->reply_len + n + 1 > s->reply_cap) {
+        if (s->reply_len + n + 1 > TB_SLOT_MAX_BUF) { s->reply_over = 1; return; }
+        size_t nc = s->reply_cap ? s->reply_cap : 1024;
+        while (nc < s->reply_len + n + 1) nc *= 2;
+        char *nb = realloc(s->reply, nc);
+        if (!nb) { s->reply_over = 1; return; }
+        s->reply = nb;
+        s->reply_cap = nc;
+    }
+    memcpy(s->reply + s->reply_len, p, n);
+    s->reply_len += n;
+    s->reply[s->reply_len] = 0;
 }
 
 static void set_msg(slot *s, const char *fmt, const char *a) {
@@ -225,6 +272,7 @@ static void sse_event(slot *s, const char *data, size_t n, double now) {
         if (!json_is_string(text)) text = json_object_get(json_object_get(c0, "delta"), "content");
     }
     if (json_is_string(text) && json_string_length(text) > 0) {
+        if (s->r->sess) reply_append(s, json_string_value(text), json_string_length(text));
         if (s->n_tokens == 0) s->t_first = now;
         else add_gap(s, now - s->t_last);
         s->t_last = now;
@@ -398,8 +446,17 @@ static void run_free(run *r) {
         }
         free(s->buf);
         free(s->gaps);
+        free(s->body);
+        free(s->reply);
+        curl_slist_free_all(s->own_hdrs);
     }
     free(r->slots);
+    if (r->replies && r->sess)
+        for (size_t k = 0; k < (size_t)r->sess->n * (size_t)r->sess->turns; k++) free(r->replies[k]);
+    free(r->replies);
+    free(r->reply_len);
+    free(r->conv_turn);
+    free(r->ready);
     tb_h1_free(r->h1);
     r->h1 = NULL;
     if (r->mon.easy) {
@@ -544,14 +601,12 @@ static void finish(run *r, slot *s, int err, const char *msg, long code, double 
         long co = json_long(u, "completion_tokens"), pr = json_long(u, "prompt_tokens");
         if (co >= 0) s->usage_out = co;
         if (pr >= 0) s->usage_in = pr;
-        if (co < 0) {
-            json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
-            json_t *t = json_object_get(c0, "text");
-            if (!json_is_string(t)) t = json_object_get(json_object_get(c0, "message"), "content");
-            out_tok = json_is_string(t) ? (long)(json_string_length(t) + 3) / 4 : 0;
-        } else {
-            out_tok = co;
-        }
+        json_t *c0 = json_array_get(json_object_get(j, "choices"), 0);
+        json_t *t = json_object_get(c0, "text");
+        if (!json_is_string(t)) t = json_object_get(json_object_get(c0, "message"), "content");
+        if (r->sess && json_is_string(t)) reply_append(s, json_string_value(t), json_string_length(t));
+        if (co < 0) out_tok = json_is_string(t) ? (long)(json_string_length(t) + 3) / 4 : 0;
+        else out_tok = co;
         json_decref(j);
     }
     if (r->ep == TB_EP_KSERVE && c->kserve) {
@@ -571,6 +626,12 @@ static void finish(run *r, slot *s, int err, const char *msg, long code, double 
     o->out_tokens += out_tok;
     double e2e = now - s->t_intended;
     tb_hist_add(&o->e2e, (uint64_t)(e2e * 1e9));
+    tb_bench_turn *tt = s->turn >= 0 && s->turn < o->n_turns ? &o->turns[s->turn] : NULL;
+    if (tt) {
+        tt->in_tokens += in_tok;
+        tb_hist_add(&tt->e2e, (uint64_t)(e2e * 1e9));
+        if (llm && r->stream) tb_hist_add(&tt->ttft, (uint64_t)((s->t_first - s->t_intended) * 1e9));
+    }
     int good = !(c->slo_e2e > 0 && e2e > c->slo_e2e);
     if (llm && r->stream) {
         double ttft = s->t_first - s->t_intended;
@@ -589,9 +650,13 @@ static void finish(run *r, slot *s, int err, const char *msg, long code, double 
 /* ---------------------------------------------------------------- the loop */
 
 /* A request slot's transfer ended: record it and free the slot. */
+static void session_done(run *r, slot *s, int ok);
+
 static void release(run *r, slot *s, int err, const char *msg, long code, double now) {
     s->busy = 0;
+    long ok_before = r->done_ok;
     finish(r, s, err, msg, code, now);
+    if (r->sess && s->conv >= 0) session_done(r, s, r->done_ok > ok_before);
     r->inflight--;
     s->next_free = r->free_list;
     r->free_list = s;
@@ -604,6 +669,79 @@ static void curl_release(run *r, slot *s, CURLcode rc, double now) {
     release(r, s, rc == CURLE_OK ? -1 : (int)curl_kind(rc), curl_easy_strerror(rc), code, now);
 }
 
+/* A conversation's turn ended: keep the reply and queue its next turn first, or
+ * end it (its last turn, or a failed one: the next turn would lack the
+ * reply it continues). */
+static void session_done(run *r, slot *s, int ok) {
+    const tb_sessions *ss = r->sess;
+    int c = s->conv;
+    tb_bench_turn *tt = s->counted && s->turn < r->out->n_turns ? &r->out->turns[s->turn] : NULL;
+    if (tt) { if (ok) tt->n_ok++; else tt->n_err++; }
+    if (ok && !s->reply_over && r->conv_turn[c] < ss->turns) {
+        size_t k = (size_t)c * (size_t)ss->turns + (size_t)s->turn;
+        char *copy = malloc(s->reply_len + 1);
+        if (copy) {
+            memcpy(copy, s->reply ? s->reply : "", s->reply_len);
+            copy[s->reply_len] = 0;
+            free(r->replies[k]);
+            r->replies[k] = copy;
+            r->reply_len[k] = s->reply_len;
+            /* at the front: a conversation under way goes on before a new
+             * one starts, so at most -c conversations are in progress */
+            r->ready_head = (r->ready_head + ss->n - 1) % ss->n;
+            r->ready[r->ready_head] = c;
+            r->ready_len++;
+            return;
+        }
+    }
+    if (r->conv_turn[c] < ss->turns && s->counted) r->out->sessions_cut++;
+    r->conv_turn[c] = ss->turns;
+    r->conv_open--;
+}
+
+/* Sends the next turn of the conversation at the head of the ready queue. */
+static void launch_session(run *r, slot *s, double now) {
+    const tb_sessions *ss = r->sess;
+    int c = r->ready[r->ready_head];
+    r->ready_head = (r->ready_head + 1) % ss->n;
+    r->ready_len--;
+    int t = r->conv_turn[c]++;
+    s->conv = c;
+    s->turn = t;
+    size_t k0 = (size_t)c * (size_t)ss->turns;
+    free(s->body);
+    s->body = NULL;
+    char hdr[512];
+    snprintf(hdr, sizeof hdr, "%s: %s", r->c->session_header ? r->c->session_header : "X-Session-ID", ss->id[c]);
+    tb_status st = tb_sessions_body(ss, c, t, (const char *const *)(r->replies + k0), r->reply_len + k0, &s->body,
+                                    &s->body_len);
+    if (st == TB_OK && r->h1) {
+        st = tb_h1_start_body(r->h1, (int)(s - r->slots), s->body, s->body_len, hdr, s, now);
+        if (st != TB_OK) release(r, s, TB_BERR_OTHER, tb_last_error(), 0, now);
+        return;
+    }
+    if (st == TB_OK) {
+        curl_slist_free_all(s->own_hdrs);
+        s->own_hdrs = NULL;
+        for (struct curl_slist *h = r->hdrs; h; h = h->next) {
+            struct curl_slist *n = curl_slist_append(s->own_hdrs, h->data);
+            if (!n) { st = tb_errorf(TB_ERR_OOM, "bench: out of memory"); break; }
+            s->own_hdrs = n;
+        }
+        struct curl_slist *n = st == TB_OK ? curl_slist_append(s->own_hdrs, hdr) : NULL;
+        if (n) s->own_hdrs = n;
+        else if (st == TB_OK) st = tb_errorf(TB_ERR_OOM, "bench: out of memory");
+    }
+    if (st != TB_OK) {
+        release(r, s, TB_BERR_OTHER, tb_last_error(), 0, now);
+        return;
+    }
+    curl_easy_setopt(s->easy, CURLOPT_HTTPHEADER, s->own_hdrs);
+    curl_easy_setopt(s->easy, CURLOPT_POSTFIELDSIZE, (long)s->body_len);
+    curl_easy_setopt(s->easy, CURLOPT_POSTFIELDS, s->body);
+    curl_multi_add_handle(r->multi, s->easy);
+}
+
 static void launch(run *r, double intended, double now) {
     slot *s = r->free_list;
     r->free_list = s->next_free;
@@ -611,6 +749,13 @@ static void launch(run *r, double intended, double now) {
     s->busy = 1;
     s->counted = r->counted;
     s->t_intended = intended;
+    if (r->sess) {
+        r->next_req++;
+        r->inflight++;
+        if (s->counted) r->out->n_sent++;
+        launch_session(r, s, now);
+        return;
+    }
     long idx = r->slice0 + r->next_req % r->slice_n;
     s->req = r->ep != TB_EP_GET ? &r->w->reqs[idx] : NULL;
     if (s->req && !r->h1) {
@@ -713,8 +858,8 @@ static tb_status phase(run *r, long n, double duration, int counted) {
     for (long iter = 0;; iter++) {
         double now = tb_now();
         /* issue what is due */
-        int more = (n == 0 || issued < n) && now < issue_end;
-        while (more && r->inflight < cap && r->free_list) {
+        int more = (r->sess ? r->conv_open > 0 : n == 0 || issued < n) && now < issue_end;
+        while (more && r->inflight < cap && r->free_list && (!r->sess || r->ready_len > 0)) {
             double intended;
             if (open) {
                 if (next_arrival > now) break;
@@ -728,7 +873,7 @@ static tb_status phase(run *r, long n, double duration, int counted) {
             }
             launch(r, intended, now);
             issued++;
-            more = (n == 0 || issued < n) && now < issue_end;
+            more = (r->sess ? r->conv_open > 0 : n == 0 || issued < n) && now < issue_end;
         }
         if (!more && hard_end == INFINITY) hard_end = now + drain_limit;
         if (!more && r->inflight == 0) break;
@@ -756,7 +901,8 @@ static tb_status phase(run *r, long n, double duration, int counted) {
         /* wait */
         double wake = fmin(next_tick, hard_end);
         if (c->progress) wake = fmin(wake, next_progress);
-        if (more && r->inflight < cap && r->free_list) wake = fmin(wake, open ? next_arrival : now);
+        if (more && r->inflight < cap && r->free_list && (!r->sess || r->ready_len > 0))
+            wake = fmin(wake, open ? next_arrival : now);
         if (more) wake = fmin(wake, issue_end);
         wake = fmin(wake, r->curl_timer_at);
         if (r->h1) wake = fmin(wake, tb_h1_next_deadline(r->h1));
@@ -809,15 +955,75 @@ static int scrape_now(run *r, tb_server_metrics *m) {
     return 1;
 }
 
+/* Reads each --replica-metrics URL now (blocking); NaN where unread. */
+static void scrape_replicas(const tb_bench_config *c, tb_server_metrics *m, char (*err)[160]) {
+    for (int i = 0; i < c->n_replicas; i++) {
+        char *body = NULL;
+        long code = 0;
+        m[i].requests = NAN;
+        err[i][0] = 0;
+        if (tb_bench_http_get(c->replica_urls[i], c, 5, 16 << 20, &body, &code) != TB_OK)
+            snprintf(err[i], sizeof err[i], "%s", tb_last_error());
+        else if (code != 200)
+            snprintf(err[i], sizeof err[i], "HTTP %ld", code);
+        else
+            tb_bench_parse_prometheus(body, &m[i]);
+        if (!err[i][0] && !isfinite(m[i].requests))
+            snprintf(err[i], sizeof err[i], "no request counter (turbine_http_requests_total) in its /metrics");
+        free(body);
+    }
+}
+
+/* Counter deltas; NaN when either side lacks it or it went backwards (a
+ * restarted replica). */
+static double delta(double after, double before) {
+    return isfinite(after) && isfinite(before) && after >= before ? after - before : NAN;
+}
+
+static tb_status sessions_setup(run *r, const tb_sessions *ss) {
+    size_t m = (size_t)ss->n * (size_t)ss->turns;
+    r->sess = ss;
+    r->conv_turn = calloc((size_t)ss->n, sizeof *r->conv_turn);
+    r->ready = calloc((size_t)ss->n, sizeof *r->ready);
+    r->replies = calloc(m, sizeof *r->replies);
+    r->reply_len = calloc(m, sizeof *r->reply_len);
+    r->out->turns = calloc((size_t)ss->turns, sizeof *r->out->turns);
+    if (!r->conv_turn || !r->ready || !r->replies || !r->reply_len || !r->out->turns)
+        return tb_errorf(TB_ERR_OOM, "bench: out of memory");
+    for (int t = 0; t < ss->turns; t++) {
+        TB_TRY(tb_hist_init(&r->out->turns[t].ttft));
+        r->out->n_turns = t + 1;
+        if (tb_hist_init(&r->out->turns[t].e2e) != TB_OK) {
+            tb_hist_free(&r->out->turns[t].ttft);
+            r->out->n_turns = t;
+            return tb_errorf(TB_ERR_OOM, "bench: out of memory");
+        }
+    }
+    for (int c = 0; c < ss->n; c++) r->ready[c] = c;
+    r->ready_head = 0;
+    r->ready_len = ss->n;
+    r->conv_open = ss->n;
+    r->out->n_sessions = ss->n;
+    r->out->system_len = ss->system_len;
+    return TB_OK;
+}
+
 tb_status tb_bench_run(const tb_bench_config *c, const tb_workload *w, tb_bench_result *out) {
     if (!c->url) return tb_errorf(TB_ERR_INVALID_ARG, "bench: no URL");
+    if (c->sessions && c->rate > 0)
+        return tb_errorf(TB_ERR_INVALID_ARG, "sessions run in a closed loop: a conversation's next turn waits for "
+                         "the reply, so -c sets how many conversations are in flight; --rate does not apply");
+    if (c->sessions && c->endpoint != TB_EP_CHAT)
+        return tb_errorf(TB_ERR_INVALID_ARG, "sessions are chat conversations: --endpoint chat");
+    if (c->n_replicas < 0 || c->n_replicas > TB_BENCH_MAX_REPLICAS)
+        return tb_errorf(TB_ERR_INVALID_ARG, "at most %d replica /metrics URLs", TB_BENCH_MAX_REPLICAS);
     if (c->rate <= 0 && (c->concurrency < 1 || c->concurrency > TB_MAX_SLOTS))
         return tb_errorf(TB_ERR_INVALID_ARG, "concurrency must be in [1, %d]", TB_MAX_SLOTS);
     if (c->rate > 0 && (c->max_inflight < 1 || c->max_inflight > TB_MAX_SLOTS))
         return tb_errorf(TB_ERR_INVALID_ARG, "--max-inflight must be in [1, %d]", TB_MAX_SLOTS);
-    if (c->requests <= 0 && c->duration <= 0)
+    if (c->requests <= 0 && c->duration <= 0 && !c->sessions)
         return tb_errorf(TB_ERR_INVALID_ARG, "a run needs --requests or --duration");
-    if (!w || w->n < 1) return tb_errorf(TB_ERR_INVALID_ARG, "bench: empty workload");
+    if (!c->sessions && (!w || w->n < 1)) return tb_errorf(TB_ERR_INVALID_ARG, "bench: empty workload");
     TB_TRY(tb_curl_load());
     run r;
     memset(&r, 0, sizeof r);
@@ -831,7 +1037,7 @@ tb_status tb_bench_run(const tb_bench_config *c, const tb_workload *w, tb_bench_
     out->prefix_hit_rate = NAN;
     r.ep = c->endpoint;
     r.stream = c->stream && (r.ep == TB_EP_COMPLETIONS || r.ep == TB_EP_CHAT);
-    if (r.ep != TB_EP_GET && !w->reqs[0].body) {
+    if (!c->sessions && r.ep != TB_EP_GET && !w->reqs[0].body) {
         run_free(&r);
         return tb_errorf(TB_ERR_INVALID_ARG, "bench: the workload has no request bodies");
     }
@@ -854,7 +1060,16 @@ tb_status tb_bench_run(const tb_bench_config *c, const tb_workload *w, tb_bench_
     r.slots = calloc((size_t)r.n_slots, sizeof *r.slots);
     if (!r.slots) { run_free(&r); return tb_errorf(TB_ERR_OOM, "bench: out of memory"); }
     tb_http_client client = tb_bench_client_for(c);
-    if (client == TB_HTTP_CLIENT_BUILTIN)
+    tb_workload none = {0}; /* sessions make their bodies as they go */
+    tb_bench_request one = {0};
+    if (c->sessions) {
+        none.reqs = &one;
+        none.n = 1;
+        one.body = "";
+        st = sessions_setup(&r, c->sessions);
+    }
+    if (c->sessions) w = &none;
+    if (st == TB_OK && client == TB_HTTP_CLIENT_BUILTIN)
         st = tb_h1_create(c, w, r.epfd, r.n_slots, h1_body, h1_done, &r.h1);
     for (int i = r.n_slots - 1; i >= 0 && st == TB_OK; i--) {
         slot *s = &r.slots[i];
@@ -882,17 +1097,48 @@ tb_status tb_bench_run(const tb_bench_config *c, const tb_workload *w, tb_bench_
     int nw = w->n_warmup > 0 && w->n_warmup < w->n ? w->n_warmup : 0;
     r.slice0 = 0;
     r.slice_n = nw ? nw : w->n;
-    if (st == TB_OK && c->warmup > 0) st = phase(&r, c->warmup, 0, 0);
+    if (st == TB_OK && c->warmup > 0 && !c->sessions) st = phase(&r, c->warmup, 0, 0);
     tb_server_metrics before, after;
     int prefix = st == TB_OK && r.metrics_url && scrape_now(&r, &before) && isfinite(before.prefix_queries);
+    tb_server_metrics rb[TB_BENCH_MAX_REPLICAS], ra[TB_BENCH_MAX_REPLICAS];
+    char rerr_b[TB_BENCH_MAX_REPLICAS][160], rerr_a[TB_BENCH_MAX_REPLICAS][160];
+    if (st == TB_OK && c->n_replicas > 0) {
+        out->replicas = calloc((size_t)c->n_replicas, sizeof *out->replicas);
+        if (!out->replicas) st = tb_errorf(TB_ERR_OOM, "bench: out of memory");
+        else {
+            out->n_replicas = c->n_replicas;
+            scrape_replicas(c, rb, rerr_b);
+        }
+    }
     if (st == TB_OK) {
         r.next_req = 0;
         r.slice0 = nw;
         r.slice_n = w->n - nw;
-        st = phase(&r, c->requests, c->duration, 1);
+        long n = c->sessions ? (long)c->sessions->n * c->sessions->turns : c->requests;
+        st = phase(&r, n, c->duration, 1);
     }
     if (st == TB_OK && prefix && scrape_now(&r, &after) && after.prefix_queries > before.prefix_queries)
         out->prefix_hit_rate = (after.prefix_hits - before.prefix_hits) / (after.prefix_queries - before.prefix_queries);
+    if (st == TB_OK && out->replicas) {
+        scrape_replicas(c, ra, rerr_a);
+        for (int i = 0; i < c->n_replicas; i++) {
+            tb_bench_replica *p = &out->replicas[i];
+            snprintf(p->url, sizeof p->url, "%s", c->replica_urls[i]);
+            const char *e = rerr_b[i][0] ? rerr_b[i] : rerr_a[i];
+            p->scraped = !e[0];
+            snprintf(p->error, sizeof p->error, "%s", e);
+            p->requests = p->prompt_tokens = p->prefix_hits = p->prefix_queries = NAN;
+            if (!p->scraped) continue;
+            p->requests = delta(ra[i].requests, rb[i].requests);
+            p->prompt_tokens = delta(ra[i].prompt_tokens, rb[i].prompt_tokens);
+            p->prefix_hits = delta(ra[i].prefix_hits, rb[i].prefix_hits);
+            p->prefix_queries = delta(ra[i].prefix_queries, rb[i].prefix_queries);
+            if (!isfinite(p->requests)) {
+                p->scraped = 0;
+                snprintf(p->error, sizeof p->error, "its request counter went backwards (restarted?)");
+            }
+        }
+    }
     run_free(&r);
     if (st != TB_OK) return st;
     double d = out->duration > 1e-9 ? out->duration : 1e-9;

@@ -351,3 +351,118 @@ void tb_workload_free(tb_workload *w) {
     free(w->reqs);
     free(w);
 }
+
+/* ---------------------------------------------------------------- sessions */
+
+void tb_sessions_free(tb_sessions *s) {
+    if (!s) return;
+    if (s->user)
+        for (int i = 0; i < s->n * s->turns; i++) free(s->user[i]);
+    free(s->user);
+    free(s->user_words);
+    free(s->out_len);
+    free(s->id);
+    free(s->system);
+    free(s);
+}
+
+tb_status tb_sessions_create(const tb_workload_options *o, int n, int turns, int system_len, int point,
+                             tb_sessions **out) {
+    *out = NULL;
+    if (n < 1 || n > TB_WL_MAX_PROMPTS || turns < 1 || turns > 1000 || (long)n * turns > TB_WL_MAX_PROMPTS)
+        return tb_errorf(TB_ERR_INVALID_ARG, "sessions: conversations in [1, %d], turns in [1, 1000], and at most "
+                         "%d requests in all", TB_WL_MAX_PROMPTS, TB_WL_MAX_PROMPTS);
+    if (system_len < 0 || system_len > TB_WL_MAX_TOKENS || o->input_len < 1 || o->input_len > TB_WL_MAX_TOKENS ||
+        o->output_len < 1 || o->output_len > TB_WL_MAX_TOKENS)
+        return tb_errorf(TB_ERR_INVALID_ARG, "sessions: lengths must be in [1, %d] (system prompt [0, %d])",
+                         TB_WL_MAX_TOKENS, TB_WL_MAX_TOKENS);
+    tb_sessions *s = calloc(1, sizeof *s);
+    if (!s) return tb_errorf(TB_ERR_OOM, "workload: out of memory");
+    s->n = n;
+    s->turns = turns;
+    s->system_len = system_len;
+    s->model = o->model ? o->model : "";
+    s->stream = o->stream;
+    s->ignore_eos = o->ignore_eos;
+    size_t m = (size_t)n * (size_t)turns;
+    s->user = calloc(m, sizeof *s->user);
+    s->user_words = calloc(m, sizeof *s->user_words);
+    s->out_len = calloc(m, sizeof *s->out_len);
+    s->id = calloc((size_t)n, sizeof *s->id);
+    uint64_t seed = o->seed ? o->seed : 1;
+    if (s->user && s->user_words && s->out_len && s->id && system_len > 0)
+        s->system = tb_workload_sample_text(system_len, seed ^ 0x5bd1e995ull);
+    if (!s->user || !s->user_words || !s->out_len || !s->id || (system_len > 0 && !s->system)) {
+        tb_sessions_free(s);
+        return tb_errorf(TB_ERR_OOM, "workload: out of memory");
+    }
+    uint64_t r = seed * 0x9E3779B97F4A7C15ull + (uint64_t)point * 0xD1B54A32D192ED03ull + 17;
+    /* an id unique to the run: a hash of the seed, the point and the clock
+     * (two runs against one server must not continue each other's ids) */
+    uint64_t tag = rng_next(&r) ^ (uint64_t)(tb_now() * 1e9);
+    for (int c = 0; c < n; c++) {
+        snprintf(s->id[c], sizeof s->id[c], "conv-%08llx-%d", (unsigned long long)(tag & 0xffffffffull), c);
+        for (int t = 0; t < turns; t++) {
+            size_t k = (size_t)c * (size_t)turns + (size_t)t;
+            int in = draw_len(&r, o->input_len, o->input_stddev);
+            s->out_len[k] = draw_len(&r, o->output_len, o->output_stddev);
+            char *buf = malloc((size_t)in * 8 + 16);
+            if (!buf) { tb_sessions_free(s); return tb_errorf(TB_ERR_OOM, "workload: out of memory"); }
+            size_t len = 0;
+            /* a different first word per message: nothing after the system
+             * prompt is shared between conversations by chance */
+            put_words(buf, &len, in, (long)(k * 7 + (size_t)point), &r);
+            buf[len] = 0;
+            s->user[k] = buf;
+            s->user_words[k] = in;
+        }
+    }
+    *out = s;
+    return TB_OK;
+}
+
+static json_t *chat_msg(const char *role, const char *text, size_t len) {
+    json_t *m = json_object();
+    if (!m) return NULL;
+    json_object_set_new(m, "role", json_string(role));
+    json_object_set_new(m, "content", json_stringn(text, len));
+    return m;
+}
+
+tb_status tb_sessions_body(const tb_sessions *s, int conv, int turn, const char *const *replies,
+                           const size_t *reply_len, char **body, size_t *len) {
+    *body = NULL;
+    *len = 0;
+    if (conv < 0 || conv >= s->n || turn < 0 || turn >= s->turns)
+        return tb_errorf(TB_ERR_INVALID_ARG, "sessions: no turn %d of conversation %d", turn, conv);
+    json_t *b = json_object(), *msgs = json_array();
+    if (!b || !msgs) { json_decref(b); json_decref(msgs); return tb_errorf(TB_ERR_OOM, "workload: out of memory"); }
+    json_object_set_new(b, "model", json_string(s->model));
+    if (s->system) json_array_append_new(msgs, chat_msg("system", s->system, strlen(s->system)));
+    for (int t = 0; t <= turn; t++) {
+        const char *u = s->user[(size_t)conv * (size_t)s->turns + (size_t)t];
+        json_array_append_new(msgs, chat_msg("user", u, strlen(u)));
+        if (t < turn)
+            json_array_append_new(msgs, chat_msg("assistant", replies[t] ? replies[t] : "", replies[t] ? reply_len[t] : 0));
+    }
+    json_object_set_new(b, "messages", msgs);
+    int out_len = s->out_len[(size_t)conv * (size_t)s->turns + (size_t)turn];
+    json_object_set_new(b, "max_tokens", json_integer(out_len));
+    json_object_set_new(b, "temperature", json_real(0.0));
+    if (s->ignore_eos) {
+        json_object_set_new(b, "ignore_eos", json_true());
+        json_object_set_new(b, "min_tokens", json_integer(out_len));
+    }
+    json_object_set_new(b, "stream", json_boolean(s->stream));
+    if (s->stream) {
+        json_t *so = json_object();
+        json_object_set_new(so, "include_usage", json_true());
+        json_object_set_new(b, "stream_options", so);
+    }
+    char *txt = json_dumps(b, JSON_COMPACT);
+    json_decref(b);
+    if (!txt) return tb_errorf(TB_ERR_OOM, "workload: cannot encode a request");
+    *body = txt;
+    *len = strlen(txt);
+    return TB_OK;
+}
