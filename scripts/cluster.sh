@@ -62,7 +62,12 @@ EOF
 is_uint() { [[ "$1" =~ ^[0-9]+$ ]]; }
 need_uint() { is_uint "$2" || die "$1 needs a whole number, got '$2'"; }
 
-alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
+# a process that runs (a zombie, killed but not yet reaped by its parent, does not)
+alive() {
+  [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null || return 1
+  local st; st=$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null) || return 1
+  [ "$st" != Z ]
+}
 
 # http_code PORT PATH -> the status (000 when nothing answers)
 http_code() {
@@ -81,6 +86,7 @@ save_state() {
     printf 'EDGE_KEY=%q\nMAX_BODY=%q\nRATE=%q\nBURST=%q\nMAX_FAILS=%q\nFAIL_TIMEOUT=%q\n' \
       "$EDGE_KEY" "$MAX_BODY" "$RATE" "$BURST" "$MAX_FAILS" "$FAIL_TIMEOUT"
     printf 'READ_TIMEOUT=%q\nWORKERS=%q\nSTART_TIMEOUT=%q\n' "$READ_TIMEOUT" "$WORKERS" "$START_TIMEOUT"
+    printf 'CLUSTER_TURBINE=%q\n' "$TURBINE"
     printf 'EXTRA=('; for a in "${EXTRA[@]+"${EXTRA[@]}"}"; do printf ' %q' "$a"; done; printf ' )\n'
   } > "$DIR/cluster.env.tmp"
   mv "$DIR/cluster.env.tmp" "$DIR/cluster.env"
@@ -93,6 +99,8 @@ load_state() {
   EXTRA=()
   # shellcheck disable=SC1090
   . "$DIR/cluster.env"
+  # the binary the cluster started with, unless TURBINE_BIN names another
+  [ -n "${TURBINE_BIN:-}" ] || TURBINE="${CLUSTER_TURBINE:-$TURBINE}"
 }
 
 edge_port() { echo "${LISTEN##*:}"; } # nginx's port (its /health is asked on 127.0.0.1)
@@ -159,8 +167,9 @@ render_conf() {
 live_workers() {
   local c
   for c in $(ps -o pid= --ppid "$1" 2>/dev/null); do
-    tr '\0' ' ' < "/proc/$c/cmdline" 2>/dev/null | grep -q 'worker process *$' && echo "$c"
+    if tr '\0' ' ' 2>/dev/null < "/proc/$c/cmdline" | grep -q 'worker process *$'; then echo "$c"; fi
   done
+  return 0
 }
 
 # nginx -s reload, then wait until the new workers run and the old ones stopped taking
@@ -268,7 +277,8 @@ cmd_start() {
   fi
   [ -z "$ENGINE" ] || [ "$ENGINE" = demo ] || [ -f "$ENGINE" ] || die "no engine file '$ENGINE'"
   [ -z "$ENGINE" ] || [ "$ENGINE" = demo ] || ENGINE="$(cd "$(dirname "$ENGINE")" && pwd)/$(basename "$ENGINE")"
-  command -v "$TURBINE" >/dev/null || die "no turbine binary: set TURBINE_BIN or put turbine on PATH"
+  TURBINE="$(command -v "$TURBINE")" || die "no turbine binary: set TURBINE_BIN or put turbine on PATH"
+  case "$TURBINE" in /*) ;; *) TURBINE="$PWD/$TURBINE" ;; esac
   command -v "$NGINX" >/dev/null || die "no nginx: install Debian's nginx (apt-get install nginx) or set NGINX_BIN"
   [ -n "$LISTEN" ] || LISTEN="127.0.0.1:$PORT"
   if [ -z "$THREADS" ]; then
@@ -324,7 +334,7 @@ cmd_stop_all() {
   local i pid mp killed=0 workers="" pids=()
   mp=$(nginx_pid)
   if alive "$mp"; then
-    workers=$(ps -o pid= --ppid "$mp" 2>/dev/null | tr '\n' ' ')
+    workers=$(ps -o pid= --ppid "$mp" 2>/dev/null | tr '\n' ' ' || true)
     kill -QUIT "$mp" 2>/dev/null || true # graceful: finishes the requests it holds
   fi
   for ((i = 1; i <= REPLICAS; i++)); do
@@ -426,6 +436,7 @@ cmd_stop_replica() {
   load_state
   is_uint "$i" && [ "$i" -ge 1 ] && [ "$i" -le "$REPLICAS" ] || die "stop-replica: --replica 1..$REPLICAS"
   local pid; pid=$(replica_pid "$i")
+  alive "$pid" && echo "=== $(date -u +%FT%TZ) stop: SIGTERM at $(date +%s.%N) to pid $pid" >> "$DIR/logs/replica-$i.log"
   if stop_pid "$pid" "$STOP_TIMEOUT"; then
     rm -f "$DIR/replica-$i.pid"; say "replica $i stopped (drained)"
   else
