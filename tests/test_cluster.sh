@@ -197,7 +197,26 @@ read -r n ns nbad ndrained < "$D/load.sum"
 
 # --- kill -9 of a replica: retries -------------------------------------------------------
 "$CL" status --dir "$C" > /dev/null 2>&1 || fail "status not healthy before kill -9"
+# a plain (not streamed) request running on replica 2 when it dies: nginx has sent nothing
+# to the client yet, so it sends the request to replica 1 and the client gets its 200
+curl -s -m 60 -D "$D/long.h" -o "$D/long.json" -w '%{http_code}' -H "X-Session-ID: $SESS2" \
+  "http://127.0.0.1:$P/v1/completions" -d '{"prompt":"ROMEO:","max_tokens":480,"ignore_eos":true}' > "$D/long.code" &
+LONG=$!
+running=0
+for _ in $(seq 1 100); do
+  running=$(curl -s -m 5 "http://127.0.0.1:$((P + 2))/metrics" | awk '/^turbine_requests_running/ { print $NF }')
+  [ "${running%.*}" = 1 ] && break
+  sleep 0.05
+done
 kill -9 "$(cat "$C/replica-2.pid")"
+wait "$LONG"
+ups=$(tr -d '\r' < "$D/long.h" | sed -n 's/^X-Turbine-Upstream: //Ip')
+if [ "${running%.*}" = 1 ] && [ "$(cat "$D/long.code")" = 200 ] && [ "$ups" = "127.0.0.1:$((P + 2)), 127.0.0.1:$((P + 1))" ] \
+   && grep -q '"completion_tokens":480' "$D/long.json"; then
+  ok "a plain request running on replica 2 at its kill -9: answered 200 by replica 1 (upstreams '$ups')"
+else
+  fail "plain request across the kill: running $running, status $(cat "$D/long.code"), upstreams '$ups'"
+fi
 sleep 0.2
 allok=1; ups=""
 for s in 1 2 3 4 5 6 7 8; do
