@@ -2,7 +2,8 @@
 # cluster.sh — two replicas of the demo model behind nginx (scripts/cluster.sh), measured:
 #
 #   (a) nginx's overhead: TTFT P50 through nginx and at a replica directly, `turbine bench`
-#       closed loop with one client, interleaved rounds in one run; and the P50 latency of
+#       closed loop with one client (8-word prompts, 4 tokens: a short prefill, so that the
+#       proxy's share is visible), interleaved rounds in one run; and the P50 latency of
 #       GET /health both ways (the proxy alone, no model work).
 #   (b) a replica killed: a closed-loop load (streamed and plain requests, each on a new
 #       connection) over both replicas for --fail-duration seconds; replica 2 gets kill -9
@@ -13,16 +14,18 @@
 #       at its SIGTERM.
 #
 #   bench/cluster.sh [--fail-duration S] [--rolling-duration S] [--rounds N] [--port P]
+#                    [--overhead-only]
 # Writes bench/out/cluster/*.json and the logs there; prints a summary last.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-FAIL_S=45 ROLL_S=30 ROUNDS=5 PORT=18600 CONC=4
+FAIL_S=45 ROLL_S=30 ROUNDS=15 PORT=18600 CONC=4 ONLY_A=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --fail-duration) FAIL_S="$2"; shift 2 ;;
     --rolling-duration) ROLL_S="$2"; shift 2 ;;
     --rounds) ROUNDS="$2"; shift 2 ;;
     --port) PORT="$2"; shift 2 ;;
+    --overhead-only) ONLY_A=1; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -37,7 +40,7 @@ trap 'scripts/cluster.sh stop --dir "$C" --timeout 20 > /dev/null 2>&1 || true' 
 
 start() {
   scripts/cluster.sh start --engine "$O/demo.engine" --replicas 2 --port "$PORT" --dir "$C" \
-    --threads-per-replica 1 "$@" 2>&1 | tail -1 >&2
+    --threads-per-replica 1 2>&1 | tail -1 >&2
 }
 
 # ---------- (a) overhead ----------------------------------------------------------------
@@ -48,12 +51,12 @@ H="X-Session-ID: overhead"
 REP=$(curl -s -o /dev/null -D - -H "$H" "http://127.0.0.1:$PORT/v1/completions" -d '{"prompt":"a","max_tokens":1}' |
   tr -d '\r' | sed -n 's/^X-Turbine-Upstream: //Ip')
 echo "nginx sends session 'overhead' to $REP" >&2
-N=100
+N=200
 for r in $(seq 1 "$ROUNDS"); do
   for via in direct nginx; do
     url="http://127.0.0.1:$PORT"; [ "$via" = direct ] && url="http://$REP"
     # a new --seed per run: cold prefix caches, the same lengths
-    "$B" bench "$url" -c 1 -n "$N" --warmup 5 --input-len 32 --output-len 8 --seed "$((r * 10 + ${#via}))" \
+    "$B" bench "$url" -c 1 -n "$N" --warmup 5 --input-len 8 --output-len 4 --seed "$((r * 10 + ${#via}))" \
       -H "$H" --no-progress --no-gpu --no-metrics --json "$O/ttft-$via-$r.json" > /dev/null 2>> "$O/bench.err"
     "$B" bench "$url/health" --endpoint get -c 1 -n 2000 -H "$H" --no-progress --no-gpu --no-metrics \
       --json "$O/health-$via-$r.json" > /dev/null 2>> "$O/bench.err"
@@ -75,6 +78,11 @@ for kind, fig in (("ttft", "ttft"), ("health", "e2e")):
         " ".join("%.3f" % x for x in n), " ".join("%+.3f" % x for x in diff), statistics.median(diff)))
 EOF
 cat "$O/overhead.txt" >&2
+if [ "$ONLY_A" = 1 ]; then
+  echo "== bench/cluster.sh $(date -u +%F) $(nproc) cores, 2 replicas x 1 thread, demo model"
+  echo "-- (a) nginx overhead, $ROUNDS interleaved rounds"; cat "$O/overhead.txt"
+  exit 0
+fi
 
 # ---------- the load client of (b) and (c) ----------------------------------------------------
 cat > "$O/load.py" <<'EOF'

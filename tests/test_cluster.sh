@@ -18,15 +18,15 @@ export TURBINE_BIN
 "$TURBINE_BIN" build "$TURBINE_SRC/models/demo/shakespeare" -o "$D/demo.engine" >"$D/build.log" 2>&1 \
   || { cat "$D/build.log"; fail "demo engine build"; tb_test_finish test_cluster; }
 
-# three free consecutive ports: nginx P, replicas P+1, P+2
+# five free consecutive ports: nginx P, replicas P+1, P+2; the edge-key cluster P+3, P+4
 P=$($PY - <<'EOF'
 import socket
 for _ in range(200):
     s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close()
-    if p + 2 > 65535: continue
+    if p + 4 > 65535: continue
+    held = []
     try:
-        held = []
-        for q in (p, p + 1, p + 2):
+        for q in range(p, p + 5):
             t = socket.socket(); t.bind(("127.0.0.1", q)); held.append(t)
         for t in held: t.close()
         print(p); break
@@ -34,7 +34,7 @@ for _ in range(200):
         for t in held: t.close()
 EOF
 )
-[ -n "$P" ] || { fail "no three free ports"; tb_test_finish test_cluster; }
+[ -n "$P" ] || { fail "no five free consecutive ports"; tb_test_finish test_cluster; }
 
 cleanup() { [ -f "$C/cluster.env" ] && "$CL" stop --dir "$C" --timeout 10 >/dev/null 2>&1; [ -f "$D/k/cluster.env" ] && "$CL" stop --dir "$D/k" --timeout 10 >/dev/null 2>&1; true; }
 trap cleanup EXIT
