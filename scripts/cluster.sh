@@ -29,7 +29,7 @@ die() { echo "cluster.sh: $*" >&2; exit 2; }
 say() { echo "cluster.sh: $*" >&2; }
 
 usage() {
-  sed -n '2,21p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,20p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
   cat <<'EOF'
 
 start options:
@@ -245,6 +245,7 @@ cmd_start() {
   EDGE_KEY=""; MAX_BODY=1m; RATE=1000; BURST=2000; MAX_FAILS=3; FAIL_TIMEOUT=10; READ_TIMEOUT=3600
   WORKERS=1; START_TIMEOUT=120; EXTRA=()
   while [ $# -gt 0 ]; do
+    case "$1" in --) ;; --*) [ $# -ge 2 ] || die "$1 needs a value" ;; esac
     case "$1" in
       --engine) ENGINE="${2:?--engine needs a file}"; shift 2 ;;
       --replicas) need_uint "$1" "${2:-}"; REPLICAS=$2; shift 2 ;;
@@ -352,6 +353,7 @@ cmd_stop_all() {
 
 cmd_stop() {
   while [ $# -gt 0 ]; do
+    case "$1" in --) ;; --*) [ $# -ge 2 ] || die "$1 needs a value" ;; esac
     case "$1" in
       --dir) DIR="${2:-}"; shift 2 ;;
       --timeout) need_uint "$1" "${2:-}"; STOP_TIMEOUT=$2; shift 2 ;;
@@ -364,6 +366,7 @@ cmd_stop() {
 
 cmd_status() {
   while [ $# -gt 0 ]; do
+    case "$1" in --) ;; --*) [ $# -ge 2 ] || die "$1 needs a value" ;; esac
     case "$1" in
       --dir) DIR="${2:-}"; shift 2 ;;
       *) die "status: unknown option '$1'" ;;
@@ -392,6 +395,7 @@ cmd_status() {
 cmd_mark() {
   local i="" what=""
   while [ $# -gt 0 ]; do
+    case "$1" in --) ;; --*) [ $# -ge 2 ] || die "$1 needs a value" ;; esac
     case "$1" in
       --dir) DIR="${2:-}"; shift 2 ;;
       --replica) i="${2:-}"; shift 2 ;;
@@ -413,6 +417,7 @@ cmd_mark() {
 
 cmd_reload() {
   while [ $# -gt 0 ]; do
+    case "$1" in --) ;; --*) [ $# -ge 2 ] || die "$1 needs a value" ;; esac
     case "$1" in
       --dir) DIR="${2:-}"; shift 2 ;;
       *) die "reload: unknown option '$1'" ;;
@@ -426,6 +431,7 @@ cmd_reload() {
 cmd_stop_replica() {
   local i=""
   while [ $# -gt 0 ]; do
+    case "$1" in --) ;; --*) [ $# -ge 2 ] || die "$1 needs a value" ;; esac
     case "$1" in
       --dir) DIR="${2:-}"; shift 2 ;;
       --replica) i="${2:-}"; shift 2 ;;
@@ -447,6 +453,7 @@ cmd_stop_replica() {
 cmd_start_replica() {
   local i="" eng=""
   while [ $# -gt 0 ]; do
+    case "$1" in --) ;; --*) [ $# -ge 2 ] || die "$1 needs a value" ;; esac
     case "$1" in
       --dir) DIR="${2:-}"; shift 2 ;;
       --replica) i="${2:-}"; shift 2 ;;

@@ -21,6 +21,7 @@ die() { echo "rolling_restart.sh: $*" >&2; exit 2; }
 say() { echo "rolling_restart.sh: $(date -u +%T) $*" >&2; }
 
 while [ $# -gt 0 ]; do
+  case "$1" in -h|--help) ;; --*) [ $# -ge 2 ] || die "$1 needs a value" ;; esac
   case "$1" in
     --dir) DIR="${2:-}"; shift 2 ;;
     --engine) ENGINE_NEW="${2:?--engine needs a file}"; shift 2 ;;
