@@ -133,6 +133,11 @@ render_conf() {
   # owner of the cluster (a system install uses its own user and /var paths instead).
   [ "$(id -u)" = 0 ] && user="user $(id -un) $(id -gn);"
   pool=turbine_least_conn; [ "$AFFINITY" = header ] && pool=turbine_affinity
+  # nginx may raise its open-file limit up to the hard limit (any user): 8192 at most,
+  # half of them connections (a proxied request holds two)
+  local nofile; nofile=$(ulimit -Hn)
+  { [ "$nofile" = unlimited ] || [ "$nofile" -gt 8192 ]; } && nofile=8192
+  [ "$nofile" -ge 64 ] || nofile=64
   local line
   : > "$out.tmp"
   while IFS= read -r line || [ -n "$line" ]; do
@@ -144,6 +149,8 @@ render_conf() {
     line="${line//@@DIR@@/$DIR}"
     line="${line//@@USER@@/$user}"
     line="${line//@@WORKERS@@/$WORKERS}"
+    line="${line//@@NOFILE@@/$nofile}"
+    line="${line//@@CONNECTIONS@@/$((nofile / 2))}"
     line="${line//@@LISTEN@@/$LISTEN}"
     line="${line//@@SESSION_POOL@@/$pool}"
     line="${line//@@AFFINITY@@/$AFFINITY}"

@@ -232,23 +232,39 @@ if "$CL" status --dir "$C" > "$D/status2.txt" 2>&1; then fail "status exit 0 wit
   grep -q "replica 2 .*not running" "$D/status2.txt" && ok "status reports replica 2 not running (exit 3)" || fail "status: $(cat "$D/status2.txt")"
 fi
 "$CL" start-replica --dir "$C" --replica 2 > "$D/rejoin.log" 2>&1 || { cat "$D/rejoin.log"; fail "start-replica 2"; }
-sleep 2.2 # --fail-timeout 2: nginx tries the replica again
+sleep 3.1 # --fail-timeout 2 (nginx counts whole seconds: 2 to 3 s): then nginx tries the replica again
 back=0
 for _ in 1 2 3 4 5 6; do
   [ "$(up /v1/completions -H "X-Session-ID: $SESS2" -d "$BODY")" = "127.0.0.1:$((P + 2))" ] && back=$((back + 1))
 done
 [ "$back" -ge 5 ] && ok "replica 2 restarted: session '$SESS2' reaches it again ($back of 6)" || fail "replica 2 did not rejoin ($back of 6)"
 
-# --- the API key at the edge ----------------------------------------------------------------
+# --- the edge: API key, body size, rate limit ------------------------------------------------
 PK=$((P + 3))
 if "$CL" start --engine "$D/demo.engine" --replicas 1 --port "$PK" --dir "$D/k" --threads-per-replica 1 \
-     --edge-api-key sk-test.123 > "$D/k.log" 2>&1; then
+     --edge-api-key sk-test.123 --max-body 64k --rate-limit 2 --burst 1 > "$D/k.log" 2>&1; then
+  KEY='Authorization: Bearer sk-test.123'
   a=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PK/v1/completions" -d "$BODY")
   b=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PK/v1/completions" -H 'Authorization: Bearer wrong' -d "$BODY")
-  c=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PK/v1/completions" -H 'Authorization: Bearer sk-test.123' -d "$BODY")
+  c=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PK/v1/completions" -H "$KEY" -d "$BODY")
   h=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PK/health")
   [ "$a$b$c$h" = 401401200200 ] && ok "--edge-api-key: no key 401, wrong key 401, right key 200, /health 200 without a key" \
     || fail "edge key: no key $a, wrong $b, right $c, /health $h"
+  head -c 100000 /dev/zero | tr '\0' 'a' > "$D/big.txt"
+  big=$(curl -s -o "$D/big.json" -w '%{http_code}' "http://127.0.0.1:$PK/v1/completions" -H "$KEY" --data-binary @"$D/big.txt")
+  [ "$big" = 413 ] && grep -q '"code":413' "$D/big.json" && ok "--max-body 64k: a 100 kB body gets 413 from nginx (the error shape)" \
+    || fail "100 kB body with --max-body 64k: $big $(head -c 200 "$D/big.json")"
+  n200=0 n429=0
+  for _ in $(seq 1 10); do
+    st=$(curl -s -D "$D/rl.h" -o "$D/rl.json" -w '%{http_code}' "http://127.0.0.1:$PK/v1/completions" -H "$KEY" -d "$BODY")
+    case "$st" in 200) n200=$((n200 + 1)) ;; 429) n429=$((n429 + 1)); cp "$D/rl.h" "$D/rl429.h"; cp "$D/rl.json" "$D/rl429.json" ;; esac
+  done
+  if [ "$n429" -ge 5 ] && [ $((n200 + n429)) = 10 ] && grep -qi '^Retry-After: 1' "$D/rl429.h" \
+     && grep -q '"type":"rate_limit_error"' "$D/rl429.json"; then
+    ok "--rate-limit 2 --burst 1: 10 requests at once, $n200 passed, $n429 got 429 (Retry-After, the error shape)"
+  else
+    fail "rate limit: $n200 x 200, $n429 x 429 of 10"
+  fi
   "$CL" stop --dir "$D/k" > /dev/null 2>&1 || fail "stop of the edge-key cluster"
 else
   cat "$D/k.log"; fail "start with --edge-api-key (ports $PK, $((PK + 1)) taken?)"
