@@ -17,13 +17,15 @@
 #   cluster.sh start-replica --dir D --replica I [--engine E]   start, wait for /health
 #   cluster.sh reload --dir D                     render nginx.conf again, reload nginx
 #
-# The binary: $TURBINE_BIN, else `turbine` on PATH. nginx: $NGINX_BIN, else `nginx`.
+# The binary: $TURBINE_BIN, else `turbine` on PATH. nginx: $NGINX_BIN, else `nginx` on PATH,
+# else /usr/sbin/nginx.
 set -euo pipefail
 
 SRC_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TEMPLATE="$SRC_DIR/deploy/nginx/turbine.conf.template"
 TURBINE="${TURBINE_BIN:-turbine}"
-NGINX="${NGINX_BIN:-nginx}"
+# Debian installs nginx in /usr/sbin, which a user's PATH may lack
+NGINX="${NGINX_BIN:-$(command -v nginx || echo /usr/sbin/nginx)}"
 
 die() { echo "cluster.sh: $*" >&2; exit 2; }
 say() { echo "cluster.sh: $*" >&2; }
@@ -287,7 +289,7 @@ cmd_start() {
   [ -z "$ENGINE" ] || [ "$ENGINE" = demo ] || ENGINE="$(cd "$(dirname "$ENGINE")" && pwd)/$(basename "$ENGINE")"
   TURBINE="$(command -v "$TURBINE")" || die "no turbine binary: set TURBINE_BIN or put turbine on PATH"
   case "$TURBINE" in /*) ;; *) TURBINE="$PWD/$TURBINE" ;; esac
-  command -v "$NGINX" >/dev/null || die "no nginx: install Debian's nginx (apt-get install nginx) or set NGINX_BIN"
+  [ -x "$NGINX" ] || command -v "$NGINX" >/dev/null || die "no nginx: install Debian's nginx (apt-get install nginx) or set NGINX_BIN"
   [ -n "$LISTEN" ] || LISTEN="127.0.0.1:$PORT"
   if [ -z "$THREADS" ]; then
     THREADS=$(( $(nproc) / REPLICAS )); [ "$THREADS" -ge 1 ] || THREADS=1

@@ -7,7 +7,8 @@
 # SIGTERM included; kill -9 of a replica: every later request still succeeds through
 # nginx, and the replica rejoins; stop: every pid gone, every port closed.
 . "$(dirname "$0")/tb_test.sh"
-command -v nginx >/dev/null 2>&1 || { echo "SKIP: nginx is not installed (Debian package nginx)"; exit 77; }
+# (Debian's nginx is /usr/sbin/nginx, outside a user's PATH; scripts/cluster.sh looks there too)
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || { echo "SKIP: nginx is not installed (Debian package nginx)"; exit 77; }
 command -v curl >/dev/null 2>&1 || { echo "SKIP: curl is not installed"; exit 77; }
 tb_test_dir cluster
 CL="$TURBINE_SRC/scripts/cluster.sh"
