@@ -10,6 +10,7 @@ PKGS=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libxxhash-dev
       libgrpc-dev) # serve --grpc-port: gRPC's headers at build time, libgrpc29 loaded when used
 if [ "${TURBINE_TEST_DEPS:-0}" = 1 ]; then
   PKGS+=(wrk chromium prometheus clang libclang-rt-dev) # clang: the fuzz harnesses (tests/fuzz)
+  PKGS+=(nginx curl) # tests/test_cluster.sh: replicas behind nginx (scripts/cluster.sh)
   PKGS+=(python3-grpcio python3-grpc-tools) # the gRPC client of tests/test_kserve_grpc.sh
   # the ONNX tests (tests/onnx): models exported with PyTorch, ONNX's node tests
   PKGS+=(python3-onnx libonnx-testdata python3-torch python3-torchvision)
