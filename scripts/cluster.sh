@@ -41,7 +41,10 @@ start options:
   --dir D                  the cluster's folder (default ./turbine-cluster)
   --threads-per-replica T  each replica's --threads (default: cores / N, at least 1)
   --affinity header|none   header (default): X-Session-ID picks the replica by a
-                           consistent hash; none: least connections for all
+                           consistent hash; none: the --balance policy for all
+  --balance least_conn|round_robin
+                           requests without a session (all with --affinity none):
+                           fewest connections (default) or in turn
   --listen ADDR:PORT       nginx's address (default 127.0.0.1:P)
   --edge-api-key KEY       nginx checks 'Authorization: Bearer KEY' (else pass-through:
                            give the replicas -- --api-key KEY)
@@ -83,8 +86,8 @@ state_file() { echo "$DIR/cluster.env"; }
 save_state() {
   {
     echo "# cluster.sh state: sourced by cluster.sh and rolling_restart.sh"
-    printf 'ENGINE=%q\nREPLICAS=%q\nPORT=%q\nTHREADS=%q\nAFFINITY=%q\nLISTEN=%q\n' \
-      "$ENGINE" "$REPLICAS" "$PORT" "$THREADS" "$AFFINITY" "$LISTEN"
+    printf 'ENGINE=%q\nREPLICAS=%q\nPORT=%q\nTHREADS=%q\nAFFINITY=%q\nBALANCE=%q\nLISTEN=%q\n' \
+      "$ENGINE" "$REPLICAS" "$PORT" "$THREADS" "$AFFINITY" "$BALANCE" "$LISTEN"
     printf 'EDGE_KEY=%q\nMAX_BODY=%q\nRATE=%q\nBURST=%q\nMAX_FAILS=%q\nFAIL_TIMEOUT=%q\n' \
       "$EDGE_KEY" "$MAX_BODY" "$RATE" "$BURST" "$MAX_FAILS" "$FAIL_TIMEOUT"
     printf 'READ_TIMEOUT=%q\nWORKERS=%q\nSTART_TIMEOUT=%q\n' "$READ_TIMEOUT" "$WORKERS" "$START_TIMEOUT"
@@ -135,6 +138,8 @@ render_conf() {
   # owner of the cluster (a system install uses its own user and /var paths instead).
   [ "$(id -u)" = 0 ] && user="user $(id -un) $(id -gn);"
   pool=turbine_least_conn; [ "$AFFINITY" = header ] && pool=turbine_affinity
+  # requests without a session: least connections, or nginx's default round robin
+  balance="least_conn;"; [ "${BALANCE:-least_conn}" = round_robin ] && balance="# round robin (nginx's default)"
   # nginx may raise its open-file limit up to the hard limit (any user): 8192 at most,
   # half of them connections (a proxied request holds two)
   local nofile; nofile=$(ulimit -Hn)
@@ -156,6 +161,7 @@ render_conf() {
     line="${line//@@LISTEN@@/$LISTEN}"
     line="${line//@@SESSION_POOL@@/$pool}"
     line="${line//@@AFFINITY@@/$AFFINITY}"
+    line="${line//@@BALANCE@@/$balance}"
     line="${line//@@RATE@@/$RATE}"
     line="${line//@@BURST@@/$BURST}"
     line="${line//@@MAX_BODY@@/$MAX_BODY}"
@@ -250,7 +256,7 @@ stop_pid() {
 # --- commands --------------------------------------------------------------------------
 
 cmd_start() {
-  ENGINE=""; REPLICAS=2; PORT=8000; DIR=./turbine-cluster; THREADS=""; AFFINITY=header; LISTEN=""
+  ENGINE=""; REPLICAS=2; PORT=8000; DIR=./turbine-cluster; THREADS=""; AFFINITY=header; BALANCE=least_conn; LISTEN=""
   EDGE_KEY=""; MAX_BODY=1m; RATE=1000; BURST=2000; MAX_FAILS=3; FAIL_TIMEOUT=10; READ_TIMEOUT=3600
   WORKERS=1; START_TIMEOUT=120; EXTRA=()
   while [ $# -gt 0 ]; do
@@ -262,6 +268,7 @@ cmd_start() {
       --dir) DIR="${2:?--dir needs a folder}"; shift 2 ;;
       --threads-per-replica) need_uint "$1" "${2:-}"; THREADS=$2; shift 2 ;;
       --affinity) AFFINITY="${2:-}"; shift 2 ;;
+      --balance) BALANCE="${2:-}"; shift 2 ;;
       --listen) LISTEN="${2:?--listen needs ADDR:PORT}"; shift 2 ;;
       --edge-api-key) EDGE_KEY="${2:?--edge-api-key needs a key}"; shift 2 ;;
       --max-body) MAX_BODY="${2:-}"; shift 2 ;;
@@ -277,6 +284,7 @@ cmd_start() {
     esac
   done
   case "$AFFINITY" in header|none) ;; *) die "--affinity is header or none, not '$AFFINITY'" ;; esac
+  case "$BALANCE" in least_conn|round_robin) ;; *) die "--balance is least_conn or round_robin, not '$BALANCE'" ;; esac
   [ "$REPLICAS" -ge 1 ] && [ "$REPLICAS" -le 64 ] || die "--replicas must be 1..64"
   [ "$PORT" -ge 1 ] && [ $((PORT + REPLICAS)) -le 65535 ] || die "--port $PORT leaves no room for $REPLICAS replicas"
   [[ "$MAX_BODY" =~ ^[0-9]+[kKmMgG]?$ ]] || die "--max-body is a size as nginx writes it (512k, 1m), not '$MAX_BODY'"
