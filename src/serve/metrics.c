@@ -179,6 +179,17 @@ static void nvml_init(void) { nvml_gpus = tb_nvml_open(); }
 char *tb_metrics_render(tb_metrics *m, tb_sched *s, const char *model) {
     tb_sched_stats st = {0};
     if (s) tb_sched_get_stats(s, &st);
+    char label[320];
+    snprintf(label, sizeof label, "model=\"%s\"", model ? model : "");
+    const char *lp = label;
+    return tb_metrics_render_n(m, &st, &lp, 1, model);
+}
+
+char *tb_metrics_render_n(tb_metrics *m, const tb_sched_stats *sts, const char *const *labels, int n,
+                          const char *model) {
+    static const tb_sched_stats none;
+    static const char *const no_label = "model=\"\"";
+    if (n < 1) sts = &none, labels = &no_label, n = 1;
     sbuf b = {malloc(8192), 0, 8192};
     if (!b.p) return NULL;
     b.p[0] = 0;
@@ -186,22 +197,33 @@ char *tb_metrics_render(tb_metrics *m, tb_sched *s, const char *model) {
     metrics_values c = m->v; /* a consistent copy */
     pthread_mutex_unlock(&m->mu);
     const char *lb = model ? model : "";
-    sb(&b, "# HELP turbine_requests_running Requests in the running batch.\n# TYPE turbine_requests_running gauge\n"
-           "turbine_requests_running{model=\"%s\"} %d\n", lb, st.running);
-    sb(&b, "# HELP turbine_requests_waiting Requests waiting to be admitted.\n# TYPE turbine_requests_waiting gauge\n"
-           "turbine_requests_waiting{model=\"%s\"} %d\n", lb, st.waiting);
-    sb(&b, "# HELP turbine_kv_cache_usage_ratio Fraction of KV-cache blocks in use.\n# TYPE turbine_kv_cache_usage_ratio gauge\n"
-           "turbine_kv_cache_usage_ratio{model=\"%s\"} %.6f\n", lb, st.kv_usage);
-    if (st.kv_dtype) {
+    /* the scheduler's gauges: one series per language model */
+    sb(&b, "# HELP turbine_requests_running Requests in the running batch.\n# TYPE turbine_requests_running gauge\n");
+    for (int i = 0; i < n; i++) sb(&b, "turbine_requests_running{%s} %d\n", labels[i], sts[i].running);
+    sb(&b, "# HELP turbine_requests_waiting Requests waiting to be admitted.\n# TYPE turbine_requests_waiting gauge\n");
+    for (int i = 0; i < n; i++) sb(&b, "turbine_requests_waiting{%s} %d\n", labels[i], sts[i].waiting);
+    sb(&b, "# HELP turbine_kv_cache_usage_ratio Fraction of KV-cache blocks in use.\n"
+           "# TYPE turbine_kv_cache_usage_ratio gauge\n");
+    for (int i = 0; i < n; i++) sb(&b, "turbine_kv_cache_usage_ratio{%s} %.6f\n", labels[i], sts[i].kv_usage);
+    int any_kv = 0;
+    for (int i = 0; i < n; i++) any_kv |= sts[i].kv_dtype != NULL;
+    if (any_kv) {
         sb(&b, "# HELP turbine_kv_cache_capacity_tokens Tokens the KV cache holds in all (blocks x block size), by "
-               "KV dtype.\n# TYPE turbine_kv_cache_capacity_tokens gauge\n"
-               "turbine_kv_cache_capacity_tokens{model=\"%s\",kv_dtype=\"%s\"} %ld\n",
-           lb, st.kv_dtype, st.kv_capacity_tokens);
+               "KV dtype.\n# TYPE turbine_kv_cache_capacity_tokens gauge\n");
+        for (int i = 0; i < n; i++)
+            if (sts[i].kv_dtype)
+                sb(&b, "turbine_kv_cache_capacity_tokens{%s,kv_dtype=\"%s\"} %ld\n", labels[i],
+                   sts[i].kv_dtype, sts[i].kv_capacity_tokens);
         sb(&b, "# HELP turbine_kv_cache_bytes_per_token KV-cache bytes per token (all layers, keys and values, "
-               "int8/fp8 scales included).\n# TYPE turbine_kv_cache_bytes_per_token gauge\n"
-               "turbine_kv_cache_bytes_per_token{model=\"%s\",kv_dtype=\"%s\"} %.1f\n",
-           lb, st.kv_dtype, st.kv_bytes_per_token);
+               "int8/fp8 scales included).\n# TYPE turbine_kv_cache_bytes_per_token gauge\n");
+        for (int i = 0; i < n; i++)
+            if (sts[i].kv_dtype)
+                sb(&b, "turbine_kv_cache_bytes_per_token{%s,kv_dtype=\"%s\"} %.1f\n", labels[i],
+                   sts[i].kv_dtype, sts[i].kv_bytes_per_token);
     }
+    sb(&b, "# HELP turbine_batch_size_current Sequences in the last engine step.\n"
+           "# TYPE turbine_batch_size_current gauge\n");
+    for (int i = 0; i < n; i++) sb(&b, "turbine_batch_size_current{%s} %d\n", labels[i], sts[i].batch_size);
     /* GPUs of this machine, through NVML when the driver has it (nothing on
      * a machine without NVIDIA GPUs) */
     pthread_once(&nvml_once, nvml_init);
@@ -209,18 +231,16 @@ char *tb_metrics_render(tb_metrics *m, tb_sched *s, const char *model) {
     if (nvml_gpus > 0 && tb_nvml_sample(&gu, &gm, &gp) > 0) {
         if (gu == gu)
             sb(&b, "# HELP turbine_gpu_utilization_ratio GPU busy time fraction (NVML, mean over the machine's GPUs).\n"
-                   "# TYPE turbine_gpu_utilization_ratio gauge\nturbine_gpu_utilization_ratio{model=\"%s\"} %.4f\n",
+                   "# TYPE turbine_gpu_utilization_ratio gauge\nturbine_gpu_utilization_ratio{%s} %.4f\n",
                    lb, gu / 100.0);
         if (gm == gm)
             sb(&b, "# HELP turbine_gpu_memory_used_bytes GPU memory in use (NVML, all the machine's GPUs).\n"
-                   "# TYPE turbine_gpu_memory_used_bytes gauge\nturbine_gpu_memory_used_bytes{model=\"%s\"} %.0f\n",
+                   "# TYPE turbine_gpu_memory_used_bytes gauge\nturbine_gpu_memory_used_bytes{%s} %.0f\n",
                    lb, gm * 1073741824.0);
         if (gp == gp)
             sb(&b, "# HELP turbine_gpu_power_watts GPU power draw (NVML, all the machine's GPUs).\n"
-                   "# TYPE turbine_gpu_power_watts gauge\nturbine_gpu_power_watts{model=\"%s\"} %.1f\n", lb, gp);
+                   "# TYPE turbine_gpu_power_watts gauge\nturbine_gpu_power_watts{%s} %.1f\n", lb, gp);
     }
-    sb(&b, "# HELP turbine_batch_size_current Sequences in the last engine step.\n# TYPE turbine_batch_size_current gauge\n"
-           "turbine_batch_size_current{model=\"%s\"} %d\n", lb, st.batch_size);
     sb(&b, "# HELP turbine_prompt_tokens_total Prompt tokens processed.\n# TYPE turbine_prompt_tokens_total counter\n"
            "turbine_prompt_tokens_total{model=\"%s\"} %llu\n", lb, (unsigned long long)c.prompt_tokens);
     sb(&b, "# HELP turbine_generation_tokens_total Tokens generated.\n# TYPE turbine_generation_tokens_total counter\n"

@@ -21,5 +21,12 @@ void tb_metrics_request(tb_metrics *m, const char *endpoint);
 /* Renders everything (gauges read from the scheduler). Returns a malloc'd
  * NUL-terminated string. */
 char *tb_metrics_render(tb_metrics *m, tb_sched *s, const char *model_name);
+/* The same with the scheduler gauges (running, waiting, KV cache, batch
+ * size) of n language models: stats sts[i] under labels[i], the label
+ * pairs as written inside the braces (model="a",version="1", values
+ * escaped); n 0: one zero series with model="". model_name labels the
+ * server-wide series (tokens, latencies, GPU). */
+char *tb_metrics_render_n(tb_metrics *m, const tb_sched_stats *sts, const char *const *labels, int n,
+                          const char *model_name);
 
 #endif

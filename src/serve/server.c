@@ -1784,6 +1784,34 @@ static void put_hist(text_buf *t, const char *name, const char *ln, const char *
 /* The per-model counters, histograms and gauge in the Prometheus text
  * format, after the rest; every figure but the requests' own comes from
  * the model's batcher (one snapshot per model, so they agree). */
+/* A repository's metrics: the scheduler gauges of each loaded language
+ * model under its name and version (read under the load lock, as
+ * v2_metrics reads the batchers), then the shared token and latency series. */
+static char *repo_metrics(server *s) {
+    enum { MAX_LLM = 64 };
+    tb_sched_stats st[MAX_LLM];
+    char names[MAX_LLM][4 * TB_KS_MAX_NAME + 32];
+    const char *np[MAX_LLM];
+    int n = 0;
+    if (atomic_load(&s->ready)) {
+        pthread_mutex_lock(&s->load_mu);
+        int nm = atomic_load(&s->n_models);
+        for (int i = 0; i < nm && n < MAX_LLM; i++) {
+            model *m = s->models[i];
+            if (!m->llm || !m->llm->sched || !atomic_load(&m->ready)) continue;
+            tb_sched_get_stats(m->llm->sched, &st[n]);
+            char ln[2 * TB_KS_MAX_NAME], lv[2 * TB_KS_MAX_NAME];
+            label_escape(ln, sizeof ln, m->name);
+            label_escape(lv, sizeof lv, m->version);
+            snprintf(names[n], sizeof names[n], "model=\"%s\",version=\"%s\"", ln, lv);
+            np[n] = names[n];
+            n++;
+        }
+        pthread_mutex_unlock(&s->load_mu);
+    }
+    return tb_metrics_render_n(s->metrics, st, np, n, s->model);
+}
+
 static void v2_metrics(server *s, char **text) {
     static const struct {
         const char *name, *help, *type;
@@ -2458,7 +2486,9 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return reply_text(c, 200, "application/json", "{\"status\":\"ok\"}");
     }
     if (!strcmp(url, "/metrics")) {
-        char *m = tb_metrics_render(s->metrics, atomic_load(&s->ready) ? s->sched : NULL, s->model);
+        char *m = s->o.model_repository ? repo_metrics(s)
+                                         : tb_metrics_render(s->metrics, atomic_load(&s->ready) ? s->sched : NULL,
+                                                             s->model);
         if (!m) return reply_error(s, c, 500, NULL, "out of memory");
         if (atomic_load(&s->ready)) v2_metrics(s, &m);
         enum MHD_Result r = reply_text(c, 200, "text/plain; version=0.0.4", m);

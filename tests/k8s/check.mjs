@@ -242,7 +242,8 @@ function exportedSet(text, recorded) {
   }
   const src = fs.readFileSync(path.join(SRC, "src/serve/metrics.c"), "utf8");
   // NVML's gauges: emitted only where NVML finds NVIDIA GPUs
-  const nvmlBlock = src.slice(src.indexOf("nvml_gpus > 0"), src.indexOf("turbine_batch_size_current"));
+  const nvmlAt = src.indexOf("nvml_gpus > 0");
+  const nvmlBlock = nvmlAt < 0 ? "" : src.slice(nvmlAt, src.indexOf("\n    }\n", nvmlAt)); // the if's body
   const gpuOnly = new Set([...nvmlBlock.matchAll(/# TYPE (turbine_[a-z0-9_]+) gauge/g)].map((m) => m[1]));
   const used = new Map();
   return {

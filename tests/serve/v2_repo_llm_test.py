@@ -17,8 +17,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_util import (BIN, STORIES, Server, TestFailure, build_stories, check, ok, run_tests,  # noqa: E402
-                        workdir)
+from serve_util import (BIN, STORIES, Server, TestFailure, build_stories, check, metric, ok,  # noqa: E402
+                        run_tests, wait_until, workdir)
 
 import numpy as np  # noqa: E402
 import onnx  # noqa: E402
@@ -249,6 +249,40 @@ def test_json_equals_binary_onnx():
     ok("flat JSON, nested JSON and binary inputs: the same %d output bytes" % len(outs[0]))
 
 
+def test_scheduler_gauges_per_llm():
+    """/metrics carries the scheduler gauges (running, waiting, KV cache,
+    batch size) of each loaded LLM under its model and version: the running
+    count of "story" reads 1 during a generation and 0 after; the broken
+    LLM has none; promtool accepts the text when it is installed."""
+    ms = S.metrics()
+    for name in ("turbine_requests_running", "turbine_requests_waiting"):
+        check(metric(ms, name, model="story", version="1") == 0, "%s of the idle story" % name)
+    for name in ("turbine_kv_cache_usage_ratio", "turbine_batch_size_current"):
+        metric(ms, name, model="story", version="1")  # present
+    check(not any("broken_llm" in k for k in ms), "a series of the broken LLM")
+    res = {}
+    g = threading.Thread(target=lambda: res.update(r=S.post("/v1/completions", {
+        "model": "story", "prompt": PROMPT, "max_tokens": 300, "ignore_eos": True, "temperature": 0}, timeout=120)))
+    g.start()
+    seen = wait_until(lambda: metric(S.metrics(), "turbine_requests_running", model="story", version="1") == 1, 30,
+                      step=0.01)
+    kv = metric(S.metrics(), "turbine_kv_cache_usage_ratio", model="story", version="1")
+    g.join(120)
+    check(seen, "running never read 1 during a generation")
+    check(res["r"][0] == 200, "the generation -> %s" % res["r"][0])
+    check(wait_until(lambda: metric(S.metrics(), "turbine_requests_running", model="story", version="1") == 0, 10),
+          "running after the generation")
+    promtool = shutil.which("promtool")
+    if promtool:
+        st, _, data = S.get("/metrics")
+        r = subprocess.run([promtool, "check", "metrics"], input=data, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, timeout=60)
+        out = r.stdout.decode(errors="replace")
+        check("error" not in out.lower() and "duplicate" not in out.lower(), "promtool check metrics: %s" % out[:600])
+    ok("story's scheduler gauges by model and version: running 1 during a generation (KV usage %.3f), 0 after%s"
+       % (kv, "; promtool clean" if promtool else ""))
+
+
 def test_unload_load_llm_while_onnx_serves():
     """While a thread keeps sending v2 requests to the ONNX model, the LLM is
     unloaded (a generation in flight finishes 200; then v2 and OpenAI get
@@ -305,4 +339,5 @@ def test_unload_load_llm_while_onnx_serves():
 run_tests([("index_and_metadata", test_index_and_metadata), ("v2_infer_both", test_v2_infer_both),
            ("openai_same_model", test_openai_same_model), ("bytes_round_trips", test_bytes_round_trips),
            ("json_equals_binary_onnx", test_json_equals_binary_onnx),
+           ("scheduler_gauges_per_llm", test_scheduler_gauges_per_llm),
            ("unload_load_llm_while_onnx_serves", test_unload_load_llm_while_onnx_serves)])
