@@ -659,6 +659,64 @@ static void tensor_meta(Inference__ModelMetadataResponse__TensorMetadata *t, int
     t->shape = shape;
 }
 
+static void duration(Inference__StatisticDuration *d, uint64_t count, uint64_t ns) {
+    inference__statistic_duration__init(d);
+    d->count = count;
+    d->ns = ns;
+}
+
+/* ModelStatistics: every version of the name asked for (every model when
+ * the name is empty) with the counters of GET .../stats. */
+static void do_model_stats(struct tb_ks_grpc *g, const void *in, size_t n, answer *a) {
+    enum { CAP = 64 };
+    Inference__ModelStatisticsRequest *q = inference__model_statistics_request__unpack(NULL, n, in);
+    if (!q) {
+        a->http = tb_ks_fail(&a->err, 400, "the message is not a ModelStatisticsRequest");
+        return;
+    }
+    tb_ks_model_stats *st = calloc(CAP, sizeof *st);
+    int k = st ? g->h.model_stats(g->h.ctx, q->name, q->version, st, CAP, &a->err)
+               : -tb_ks_fail(&a->err, 500, "out of memory");
+    inference__model_statistics_request__free_unpacked(q, NULL);
+    if (k < 0) {
+        a->http = -k;
+        free(st);
+        return;
+    }
+    Inference__ModelStatistics ms[CAP], *msp[CAP];
+    Inference__InferStatistics is[CAP];
+    Inference__StatisticDuration d[CAP][6];
+    for (int i = 0; i < k; i++) {
+        inference__model_statistics__init(&ms[i]);
+        inference__infer_statistics__init(&is[i]);
+        ms[i].name = st[i].name;
+        ms[i].version = st[i].version;
+        ms[i].last_inference = st[i].last_ms;
+        ms[i].inference_count = st[i].inference_count;
+        ms[i].execution_count = st[i].execution_count;
+        duration(&d[i][0], st[i].success_n, st[i].success_ns);
+        duration(&d[i][1], st[i].fail_n, st[i].fail_ns);
+        duration(&d[i][2], st[i].queue_n, st[i].queue_ns);
+        duration(&d[i][3], 0, 0); /* input staging is part of compute_infer here */
+        duration(&d[i][4], st[i].compute_n, st[i].compute_ns);
+        duration(&d[i][5], 0, 0); /* output copies likewise */
+        is[i].success = &d[i][0];
+        is[i].fail = &d[i][1];
+        is[i].queue = &d[i][2];
+        is[i].compute_input = &d[i][3];
+        is[i].compute_infer = &d[i][4];
+        is[i].compute_output = &d[i][5];
+        ms[i].inference_stats = &is[i];
+        msp[i] = &ms[i];
+    }
+    Inference__ModelStatisticsResponse r;
+    inference__model_statistics_response__init(&r);
+    r.n_model_stats = (size_t)k;
+    r.model_stats = msp;
+    answer_pack(a, &r.base);
+    free(st);
+}
+
 /* One call's request message `in` (n bytes) to its answer. */
 static void dispatch(struct tb_ks_grpc *g, grpc_slice method, const grpc_metadata_array *md, int64_t deadline,
                      const void *in, size_t n, answer *a) {
@@ -687,7 +745,7 @@ static void dispatch(struct tb_ks_grpc *g, grpc_slice method, const grpc_metadat
         return;
     }
     int known = !strcmp(name, "ModelReady") || !strcmp(name, "ServerMetadata") || !strcmp(name, "ModelMetadata") ||
-                !strcmp(name, "ModelInfer");
+                !strcmp(name, "ModelInfer") || !strcmp(name, "ModelStatistics");
     if (!known) {
         a->http = tb_ks_fail(&a->err, 501, "this server has no method %.*s", (int)(ml < 200 ? ml : 200), mp);
         return;
@@ -698,6 +756,10 @@ static void dispatch(struct tb_ks_grpc *g, grpc_slice method, const grpc_metadat
     }
     if (!strcmp(name, "ModelInfer")) {
         do_model_infer(g, in, n, deadline, a);
+        return;
+    }
+    if (!strcmp(name, "ModelStatistics")) {
+        do_model_stats(g, in, n, a);
         return;
     }
     if (!strcmp(name, "ServerMetadata")) {

@@ -2,7 +2,7 @@
  * kserve_grpc.h — the KServe v2 gRPC service (package inference, service
  * GRPCInferenceService, the messages of src/serve/kserve_grpc.proto):
  * ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata and
- * ModelInfer, on `turbine serve --grpc-port`. ModelInfer serves engines
+ * ModelInfer and ModelStatistics, on `turbine serve --grpc-port`. ModelInfer serves engines
  * through their batcher and LLM engines as the HTTP v2 route does
  * (text_input / max_tokens / text_output, BYTES).
  *
@@ -49,6 +49,16 @@ typedef struct {
     void *handle;          /* the server's; passed back to it */
 } tb_ks_model_view;
 
+/* One model version's counters for ModelStatistics, as the HTTP
+ * statistics extension reports them. */
+typedef struct {
+    char name[TB_KS_MAX_NAME], version[TB_KS_MAX_NAME];
+    uint64_t last_ms;                      /* last inference, ms since the epoch */
+    uint64_t inference_count, execution_count;
+    uint64_t success_n, success_ns, fail_n, fail_ns;
+    uint64_t queue_n, queue_ns, compute_n, compute_ns;
+} tb_ks_model_stats;
+
 /* What the service asks of the server. Every function may be called from
  * any worker thread at once. */
 typedef struct {
@@ -71,6 +81,10 @@ typedef struct {
      * and err. */
     int (*llm_infer)(void *ctx, const tb_ks_model_view *m, const tb_ks_request *rq, tb_tensor *out, void **owned,
                      tb_ks_error *err);
+    /* The counters of model name/version ("" for either: all of them) into
+     * out[0..cap): the count, or minus an HTTP status (404) with err. */
+    int (*model_stats)(void *ctx, const char *name, const char *version, tb_ks_model_stats *out, int cap,
+                       tb_ks_error *err);
     /* A pinned request ended (ok: answered with outputs) after ns. */
     void (*model_done)(void *ctx, const tb_ks_model_view *m, int ok, uint64_t ns);
 } tb_ks_grpc_host;

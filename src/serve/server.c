@@ -1714,22 +1714,40 @@ static enum MHD_Result v2_infer(server *s, struct MHD_Connection *c, model *m, c
     return reply_owned(c, 200, hlen ? "application/octet-stream" : "application/json", body, n, hlen);
 }
 
-/* Triton's statistics extension, for one model. */
-static enum MHD_Result v2_stats(server *s, struct MHD_Connection *c, model *m) {
+/* A model version's counters for the statistics extension (HTTP and
+ * gRPC). The caller holds s->load_mu (the batcher may be unloaded). */
+static void model_stats_of(model *m, tb_ks_model_stats *o) {
     tb_batcher_stats bs;
     memset(&bs, 0, sizeof bs);
-    pthread_mutex_lock(&s->load_mu);
     if (m->b) tb_batcher_get_stats(m->b, &bs);
+    memset(o, 0, sizeof *o);
+    snprintf(o->name, sizeof o->name, "%s", m->name);
+    snprintf(o->version, sizeof o->version, "%s", m->version);
+    o->last_ms = atomic_load(&m->last_ms);
+    o->inference_count = bs.inferences;
+    o->execution_count = bs.executions;
+    o->success_n = atomic_load(&m->n_success);
+    o->success_ns = atomic_load(&m->ns_success);
+    o->fail_n = atomic_load(&m->n_fail);
+    o->fail_ns = atomic_load(&m->ns_fail);
+    o->queue_n = o->compute_n = bs.success;
+    o->queue_ns = bs.queue_us_sum * 1000;
+    o->compute_ns = bs.compute_us_sum * 1000;
+}
+
+/* Triton's statistics extension, for one model. */
+static enum MHD_Result v2_stats(server *s, struct MHD_Connection *c, model *m) {
+    tb_ks_model_stats o;
+    pthread_mutex_lock(&s->load_mu);
+    model_stats_of(m, &o);
     pthread_mutex_unlock(&s->load_mu);
     json_t *j = json_pack(
         "{s:[{s:s, s:s, s:I, s:I, s:I, s:{s:{s:I, s:I}, s:{s:I, s:I}, s:{s:I, s:I}, s:{s:I, s:I}}}]}", "model_stats",
-        "name", m->name, "version", m->version, "last_inference", (json_int_t)atomic_load(&m->last_ms),
-        "inference_count", (json_int_t)bs.inferences, "execution_count", (json_int_t)bs.executions,
-        "inference_stats", "success", "count", (json_int_t)atomic_load(&m->n_success), "ns",
-        (json_int_t)atomic_load(&m->ns_success), "fail", "count", (json_int_t)atomic_load(&m->n_fail), "ns",
-        (json_int_t)atomic_load(&m->ns_fail), "queue", "count", (json_int_t)bs.success, "ns",
-        (json_int_t)(bs.queue_us_sum * 1000), "compute_infer", "count", (json_int_t)bs.success, "ns",
-        (json_int_t)(bs.compute_us_sum * 1000));
+        "name", o.name, "version", o.version, "last_inference", (json_int_t)o.last_ms,
+        "inference_count", (json_int_t)o.inference_count, "execution_count", (json_int_t)o.execution_count,
+        "inference_stats", "success", "count", (json_int_t)o.success_n, "ns", (json_int_t)o.success_ns, "fail",
+        "count", (json_int_t)o.fail_n, "ns", (json_int_t)o.fail_ns, "queue", "count", (json_int_t)o.queue_n, "ns",
+        (json_int_t)o.queue_ns, "compute_infer", "count", (json_int_t)o.compute_n, "ns", (json_int_t)o.compute_ns);
     if (!j) return reply_text(c, 500, "application/json", "{\"error\":\"out of memory\"}");
     return reply_json(c, 200, j);
 }
@@ -1972,6 +1990,37 @@ static int grpc_llm_infer(void *ctx, const tb_ks_model_view *v, const tb_ks_requ
     *out = (tb_tensor){.dtype = TB_KS_BYTES, .rank = 1, .dims = {1}, .data = ser};
     *owned = ser;
     return 200;
+}
+
+static int grpc_model_stats(void *ctx, const char *name, const char *version, tb_ks_model_stats *out, int cap,
+                            tb_ks_error *err) {
+    server *s = ctx;
+    err->status = 200;
+    err->msg[0] = 0;
+    if (!atomic_load(&s->ready)) {
+        snprintf(err->msg, sizeof err->msg, "the server is still loading its models");
+        return -(err->status = 503);
+    }
+    int k = 0;
+    pthread_mutex_lock(&s->load_mu);
+    if (name[0] && version[0]) { /* one version, as /v2/models/{name}/versions/{v}/stats */
+        model *m = find_model(s, name, version, err->msg, sizeof err->msg);
+        if (m) model_stats_of(m, &out[k++]);
+    } else { /* every ready version of the name, or of every model */
+        int nm = atomic_load(&s->n_models);
+        for (int i = 0; i < nm && k < cap; i++) {
+            model *m = s->models[i];
+            if (!m->version[0] || !atomic_load(&m->ready) || (name[0] && strcmp(m->name, name) != 0)) continue;
+            model_stats_of(m, &out[k++]);
+        }
+        if (name[0] && k == 0) find_model(s, name, version, err->msg, sizeof err->msg);
+    }
+    pthread_mutex_unlock(&s->load_mu);
+    if (name[0] && k == 0) {
+        if (!err->msg[0]) snprintf(err->msg, sizeof err->msg, "model '%s' has no version loaded", name);
+        return -(err->status = 404);
+    }
+    return k;
 }
 
 static void grpc_model_done(void *ctx, const tb_ks_model_view *v, int ok, uint64_t ns) {
@@ -2689,6 +2738,7 @@ int tb_serve_run(const tb_serve_options *opt) {
     if (s->o.grpc_port > 0) {
         s->grpc_host = (tb_ks_grpc_host){.ctx = s, .server_ready = grpc_server_ready, .model_find = grpc_model_find,
                                          .model_infer = grpc_model_infer, .llm_infer = grpc_llm_infer,
+                                         .model_stats = grpc_model_stats,
                                          .model_done = grpc_model_done};
         tb_ks_grpc_options go = {.host = s->o.host, .port = s->o.grpc_port, .max_message_bytes = s->o.max_body_bytes,
                                  .api_key = s->o.api_key, .version = TB_SERVE_VERSION};

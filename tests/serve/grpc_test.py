@@ -285,7 +285,7 @@ def test_errors():
     for junk in (b"\xff\xff\xff", b"\x0a\x05ab", b"\x2a\x80"):
         expect_error(INV, "not a ModelInferRequest", C.raw, "ModelInfer", junk)
     expect_error(INV, "not a ModelReadyRequest", C.raw, "ModelReady", b"\x0a\x7f")
-    expect_error(grpc.StatusCode.UNIMPLEMENTED, "no method", C.raw, "ModelStatistics", b"")
+    expect_error(grpc.StatusCode.UNIMPLEMENTED, "no method", C.raw, "RepositoryIndex", b"")
     # a message beyond --max-body (64 KiB): refused by gRPC itself
     big = raw_request("mlp", [("x", np.zeros((8, 4), np.float32)), ("z", np.zeros((8, 3), np.float32))])
     big.id = "p" * 10
@@ -335,7 +335,27 @@ def test_counters_and_concurrency():
     fail_n = after["inference_stats"]["fail"]["count"] - before["inference_stats"]["fail"]["count"]
     check(ok_n == 40 and fail_n == 1, "gRPC requests in the model's statistics: %d ok, %d failed" % (ok_n, fail_n))
     check(after["inference_count"] - before["inference_count"] == 80, "inference count (rows)")
-    ok("8 concurrent clients x 5 requests correct; counted in /v2/models/ints/stats (40 ok, 1 failed, 80 rows)")
+    # ModelStatistics: the same counters as the HTTP statistics extension
+    g = C.stub.ModelStatistics(pb.ModelStatisticsRequest(name="ints"), timeout=10)
+    check(len(g.model_stats) == 1, "ModelStatistics(ints): %d entries" % len(g.model_stats))
+    ms = g.model_stats[0]
+    st = ms.inference_stats
+    got = {"name": ms.name, "version": ms.version, "last_inference": ms.last_inference,
+           "inference_count": ms.inference_count, "execution_count": ms.execution_count,
+           "inference_stats": {k: {"count": getattr(st, k).count, "ns": getattr(st, k).ns}
+                               for k in ("success", "fail", "queue", "compute_infer")}}
+    check(got == after, "ModelStatistics %s != HTTP stats %s" % (got, after))
+    names = sorted((m.name, m.version) for m in
+                   C.stub.ModelStatistics(pb.ModelStatisticsRequest(), timeout=10).model_stats)
+    check(names == [("ints", "1"), ("mlp", "1")], "ModelStatistics of every model: %s" % names)
+    one = C.stub.ModelStatistics(pb.ModelStatisticsRequest(name="ints", version="1"), timeout=10).model_stats
+    check(len(one) == 1 and one[0].execution_count == after["execution_count"], "ModelStatistics(ints, 1)")
+    expect_error(grpc.StatusCode.NOT_FOUND, "nosuch", C.stub.ModelStatistics,
+                 pb.ModelStatisticsRequest(name="nosuch"), timeout=10)
+    expect_error(grpc.StatusCode.NOT_FOUND, "version", C.stub.ModelStatistics,
+                 pb.ModelStatisticsRequest(name="ints", version="9"), timeout=10)
+    ok("8 concurrent clients x 5 requests correct; counted in /v2/models/ints/stats (40 ok, 1 failed, 80 rows); "
+       "ModelStatistics equal to it, of every model, NOT_FOUND for unknown ones")
 
 
 def test_unavailable_after_unload():
