@@ -381,14 +381,20 @@ cmd_stop() {
   if cmd_stop_all; then say "stopped ($DIR)"; else say "stopped ($DIR), some processes only by SIGKILL"; return 1; fi
 }
 
-cmd_status() {
+# The options of a command that takes only --dir.
+dir_only() {
+  local cmd=$1; shift
   while [ $# -gt 0 ]; do
     case "$1" in --) ;; --*) [ $# -ge 2 ] || die "$1 needs a value" ;; esac
     case "$1" in
       --dir) DIR="${2:-}"; shift 2 ;;
-      *) die "status: unknown option '$1'" ;;
+      *) die "$cmd: unknown option '$1'" ;;
     esac
   done
+}
+
+cmd_status() {
+  dir_only status "$@"
   load_state
   local i p pid st code bad=0 mp
   mp=$(nginx_pid)
@@ -433,13 +439,7 @@ cmd_mark() {
 }
 
 cmd_reload() {
-  while [ $# -gt 0 ]; do
-    case "$1" in --) ;; --*) [ $# -ge 2 ] || die "$1 needs a value" ;; esac
-    case "$1" in
-      --dir) DIR="${2:-}"; shift 2 ;;
-      *) die "reload: unknown option '$1'" ;;
-    esac
-  done
+  dir_only reload "$@"
   load_state
   render_conf
   nginx_reload

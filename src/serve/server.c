@@ -1947,15 +1947,19 @@ static int grpc_server_ready(void *ctx) {
     return atomic_load(&s->ready) && !atomic_load(&s->stopping);
 }
 
+/* 503 with err while the server loads its models, else 0 (err cleared). */
+static int grpc_loading(server *s, tb_ks_error *err) {
+    err->status = 200;
+    err->msg[0] = 0;
+    if (atomic_load(&s->ready)) return 0;
+    snprintf(err->msg, sizeof err->msg, "the server is still loading its models");
+    return err->status = 503;
+}
+
 static int grpc_model_find(void *ctx, const char *name, const char *version, int pin, tb_ks_model_view *v,
                            tb_ks_error *err) {
     server *s = ctx;
-    err->status = 200;
-    err->msg[0] = 0;
-    if (!atomic_load(&s->ready)) {
-        snprintf(err->msg, sizeof err->msg, "the server is still loading its models");
-        return err->status = 503;
-    }
+    if (grpc_loading(s, err)) return 503;
     model *m = find_model(s, name, version, err->msg, sizeof err->msg);
     if (!m) return err->status = 404;
     *v = (tb_ks_model_view){.name = m->name, .version = m->version, .ready = atomic_load(&m->ready),
@@ -1995,12 +1999,7 @@ static int grpc_llm_infer(void *ctx, const tb_ks_model_view *v, const tb_ks_requ
 static int grpc_model_stats(void *ctx, const char *name, const char *version, tb_ks_model_stats *out, int cap,
                             tb_ks_error *err) {
     server *s = ctx;
-    err->status = 200;
-    err->msg[0] = 0;
-    if (!atomic_load(&s->ready)) {
-        snprintf(err->msg, sizeof err->msg, "the server is still loading its models");
-        return -(err->status = 503);
-    }
+    if (grpc_loading(s, err)) return -503;
     int k = 0;
     pthread_mutex_lock(&s->load_mu);
     if (name[0] && version[0]) { /* one version, as /v2/models/{name}/versions/{v}/stats */
