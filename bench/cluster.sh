@@ -14,11 +14,13 @@
 #       at its SIGTERM.
 #
 #   bench/cluster.sh [--fail-duration S] [--rolling-duration S] [--rounds N] [--port P]
-#                    [--overhead-only]
+#                    [--overhead-only] [--pin]
+# --pin: the replicas run on the last core (taskset), apart from the load generator, so that
+# on a 2-core machine the client, nginx and the replica do not queue for one core.
 # Writes bench/out/cluster/*.json and the logs there; prints a summary last.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-FAIL_S=45 ROLL_S=30 ROUNDS=15 PORT=18600 CONC=4 ONLY_A=0
+FAIL_S=45 ROLL_S=30 ROUNDS=15 PORT=18600 CONC=4 ONLY_A=0 PIN=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --fail-duration) FAIL_S="$2"; shift 2 ;;
@@ -26,6 +28,7 @@ while [ $# -gt 0 ]; do
     --rounds) ROUNDS="$2"; shift 2 ;;
     --port) PORT="$2"; shift 2 ;;
     --overhead-only) ONLY_A=1; shift ;;
+    --pin) PIN=1; shift ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -39,7 +42,15 @@ C="$O/c"
 trap 'scripts/cluster.sh stop --dir "$C" --timeout 20 > /dev/null 2>&1 || true' EXIT
 
 start() {
-  scripts/cluster.sh start --engine "$O/demo.engine" --replicas 2 --port "$PORT" --dir "$C" \
+  local t="$TURBINE_BIN"
+  if [ "$PIN" = 1 ]; then
+    # the replicas on the last core, the load generator (and so mostly nginx) on the others
+    local last=$(($(nproc) - 1))
+    printf '#!/bin/sh\nexec taskset -c %s %q "$@"\n' "$last" "$TURBINE_BIN" > "$O/pinned-turbine"
+    chmod +x "$O/pinned-turbine"
+    t="$O/pinned-turbine"
+  fi
+  TURBINE_BIN="$t" scripts/cluster.sh start --engine "$O/demo.engine" --replicas 2 --port "$PORT" --dir "$C" \
     --threads-per-replica 1 2>&1 | tail -1 >&2
 }
 
