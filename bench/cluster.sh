@@ -95,48 +95,13 @@ if [ "$ONLY_A" = 1 ]; then
   exit 0
 fi
 
-# ---------- the load client of (b) and (c) ----------------------------------------------------
-cat > "$O/load.py" <<'EOF'
-"""Closed loop through nginx for DURATION s: THREADS clients, each request on a new
-connection; even clients stream 300 tokens, odd ones alternate (every third request a
-stream, else 24 tokens plain). One JSON line per request."""
-import http.client, json, sys, threading, time
-port, nthreads, duration = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
-t0 = time.time(); t_end = t0 + duration
-lock = threading.Lock(); out = []; n = [0]
-def one(stream, i):
-    body = {"prompt": "ROMEO: %d" % i, "max_tokens": 300 if stream else 24, "ignore_eos": True, "stream": stream}
-    rec = {"stream": stream, "status": None, "upstream": "", "start": time.time(), "ok": False, "why": ""}
-    try:
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-        c.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
-        r = c.getresponse()
-        rec["status"] = r.status; rec["upstream"] = r.getheader("X-Turbine-Upstream", "")
-        data = r.read().decode(errors="replace"); c.close()
-        if r.status != 200: rec["why"] = "status %d" % r.status
-        elif stream:
-            ev = [l[6:] for l in data.split("\n") if l.startswith("data: ")]
-            rec["ok"] = bool(ev) and ev[-1] == "[DONE]"
-            if not rec["ok"]: rec["why"] = "stream without [DONE]"
-        else: rec["ok"] = len(json.loads(data)["choices"]) == 1
-    except Exception as e:  # noqa: BLE001
-        rec["why"] = type(e).__name__ + ": " + str(e)[:80]
-    rec["end"] = time.time(); return rec
-def worker(k):
-    while time.time() < t_end:
-        with lock: n[0] += 1; i = n[0]
-        rec = one(k % 2 == 0 or i % 3 == 0, i)
-        with lock: out.append(rec)
-ts = [threading.Thread(target=worker, args=(k,)) for k in range(nthreads)]
-for t in ts: t.start()
-for t in ts: t.join()
-for r in out: print(json.dumps(r))
-EOF
+# ---------- the load client of (b) and (c): tests/serve/cluster_load.py -------------------
+LOAD_PY="$PWD/tests/serve/cluster_load.py"
 
 # ---------- (b) kill -9 --------------------------------------------------------------------
 scripts/cluster.sh stop --dir "$C" > /dev/null 2>&1
 start
-/usr/bin/python3 "$O/load.py" "$PORT" "$CONC" "$FAIL_S" > "$O/fail.jsonl" &
+/usr/bin/python3 "$LOAD_PY" "$PORT" --threads "$CONC" --duration "$FAIL_S" > "$O/fail.jsonl" &
 LOAD=$!
 sleep "$(awk -v s="$FAIL_S" 'BEGIN { print s / 3 }')"
 KILL_T=$(date +%s.%N); kill -9 "$(cat "$C/replica-2.pid")"
@@ -167,7 +132,7 @@ EOF
 cat "$O/fail.txt" >&2
 
 # ---------- (c) rolling restart ---------------------------------------------------------------
-/usr/bin/python3 "$O/load.py" "$PORT" "$CONC" "$ROLL_S" > "$O/rolling.jsonl" &
+/usr/bin/python3 "$LOAD_PY" "$PORT" --threads "$CONC" --duration "$ROLL_S" > "$O/rolling.jsonl" &
 LOAD=$!
 sleep 3
 RR_T0=$(date +%s.%N)

@@ -116,56 +116,10 @@ done
 [ -n "$SESS2" ] || fail "none of 16 sessions hashed to replica 2"
 
 # --- rolling restart under load -----------------------------------------------------------
-cat > "$D/load.py" <<'EOF'
-"""Closed-loop load through nginx until STOP_FILE appears (bounded: MAX requests, DEADLINE s).
-Threads alternate streamed (long) and plain requests, each on a new connection. Prints one
-JSON line per request: stream, status, upstream, start, end, ok, why."""
-import http.client, json, os, sys, threading, time
-port, stop_file, nthreads, max_req, deadline = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
-t_end = time.time() + deadline
-lock = threading.Lock(); count = [0]; out = []
-
-def one(stream, i):
-    body = {"prompt": "ROMEO: %d" % i, "max_tokens": 440 if stream else 24, "ignore_eos": True, "stream": stream}
-    rec = {"stream": stream, "status": None, "upstream": "", "start": time.time(), "ok": False, "why": ""}
-    try:
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        c.request("POST", "/v1/completions", body=json.dumps(body), headers={"Content-Type": "application/json"})
-        r = c.getresponse()
-        rec["status"] = r.status; rec["upstream"] = r.getheader("X-Turbine-Upstream", "")
-        data = r.read().decode(errors="replace")
-        c.close()
-        if r.status != 200:
-            rec["why"] = "status %d: %s" % (r.status, data[:200])
-        elif stream:
-            ev = [l[6:] for l in data.split("\n") if l.startswith("data: ")]
-            toks = sum(1 for e in ev[:-1] if json.loads(e).get("choices"))
-            rec["ok"] = bool(ev) and ev[-1] == "[DONE]"
-            rec["why"] = "" if rec["ok"] else "stream cut after %d events: %r" % (len(ev), data[-120:])
-            rec["events"] = toks
-        else:
-            rec["ok"] = len(json.loads(data)["choices"]) == 1
-    except Exception as e:  # noqa: BLE001
-        rec["why"] = repr(e)
-    rec["end"] = time.time()
-    return rec
-
-def worker(k):
-    while time.time() < t_end and not os.path.exists(stop_file):
-        with lock:
-            if count[0] >= max_req: return
-            count[0] += 1; i = count[0]
-        rec = one(k % 2 == 0 or i % 3 == 0, i)
-        with lock: out.append(rec)
-
-ts = [threading.Thread(target=worker, args=(k,)) for k in range(nthreads)]
-for t in ts: t.start()
-for t in ts: t.join()
-for r in out: print(json.dumps(r))
-EOF
 old1=$(cat "$C/replica-1.pid"); old2=$(cat "$C/replica-2.pid")
 rm -f "$D/stop"
-$PY "$D/load.py" "$P" "$D/stop" 6 1500 40 > "$D/load.jsonl" 2> "$D/load.err" &
+$PY "$TURBINE_SRC/tests/serve/cluster_load.py" "$P" --stop-file "$D/stop" --threads 6 --max-requests 1500 \
+  --duration 40 --stream-tokens 440 --timeout 60 > "$D/load.jsonl" 2> "$D/load.err" &
 LOAD=$!
 sleep 1
 if "$RR" --dir "$C" --timeout 30 > "$D/rolling.log" 2>&1; then rr=0; else rr=$?; fi
