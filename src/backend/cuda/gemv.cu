@@ -909,6 +909,130 @@ qgemv_row_kernel(const float *__restrict__ x, tbc_qweight w, const float *__rest
     }
 }
 
+/* ---------------------------------------------------------------- quantized, SIMT row groups
+ * int8 / e4m3 weights, T <= 2: each warp owns PW row pairs (2 PW rows) and
+ * streams them side by side, so each 16 floats of x (and of the norm
+ * weight) it reads through L1 serve 2 PW rows: x costs 4 / (2 PW) bytes per
+ * byte of codes (the one-row kernel above: 4, its limit). Loads are double
+ * buffered: the next U 16-byte vectors of every row are in flight while the
+ * current ones are multiplied (codes widened to f32, x unrounded, the row
+ * scale applied to the f32 sum). The first loads are issued before the
+ * wait for the previous kernel (the weights do not depend on it). 8 warps a
+ * block, no shared memory; lane 0 of each warp runs its pairs' epilogues. */
+template <int QT, int TT, int MODE, bool NORM, int PW, int U>
+__global__ void __launch_bounds__(256)
+qgemv_rows_kernel(const float *__restrict__ x, tbc_qweight w, const float *__restrict__ bias, float *__restrict__ y,
+                  int K, int N, tbc_gemv_epi e) {
+    constexpr int R = 2 * PW;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int np = pair_count<MODE>(e, N);
+    const int P0 = (blockIdx.x * 8 + warp) * PW;
+    if (P0 >= np) return;
+    int ra[PW], rb[PW];
+    bool val[PW], okb[PW];
+    const uint4 *wp[R];
+    const char *cb = static_cast<const char *>(w.codes);
+#pragma unroll
+    for (int p = 0; p < PW; p++) {
+        val[p] = P0 + p < np;
+        ra[p] = rb[p] = 0;
+        if (val[p]) pair_rows<MODE>(e, N, P0 + p, ra[p], rb[p]);
+        okb[p] = val[p] && rb[p] < N;
+        wp[2 * p] = reinterpret_cast<const uint4 *>(cb + (size_t)ra[p] * K);
+        wp[2 * p + 1] = reinterpret_cast<const uint4 *>(cb + (size_t)(okb[p] ? rb[p] : ra[p]) * K);
+    }
+    const int nv = K / 16;
+    uint4 cur[U][R], nxt[U][R];
+    auto load = [&](uint4 (*u)[R], int v0) {
+#pragma unroll
+        for (int i = 0; i < U; i++) {
+            const int v = v0 + 32 * i;
+#pragma unroll
+            for (int r = 0; r < R; r++) u[i][r] = v < nv ? __ldg(wp[r] + v) : make_uint4(0, 0, 0, 0);
+        }
+    };
+    load(cur, lane);
+    tbc_pdl_wait();
+    float acc[TT][R], ss[TT];
+#pragma unroll
+    for (int t = 0; t < TT; t++) {
+        ss[t] = 0.0f;
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[t][r] = 0.0f;
+    }
+    for (int v0 = lane; v0 < nv; v0 += 32 * U) {
+        const bool more = v0 + 32 * U < nv;
+        if (more) load(nxt, v0 + 32 * U);
+#pragma unroll
+        for (int i = 0; i < U; i++) {
+            const int v = v0 + 32 * i;
+            if (v >= nv) break;
+            float xf[TT][16];
+            float gf[16];
+            if (NORM && e.norm_w) {
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    float4 gv = __ldg(reinterpret_cast<const float4 *>(e.norm_w + (size_t)v * 16) + q);
+                    gf[4 * q] = gv.x; gf[4 * q + 1] = gv.y; gf[4 * q + 2] = gv.z; gf[4 * q + 3] = gv.w;
+                }
+            }
+#pragma unroll
+            for (int t = 0; t < TT; t++) {
+                const float4 *xp = reinterpret_cast<const float4 *>(x + (size_t)t * K + (size_t)v * 16);
+#pragma unroll
+                for (int q = 0; q < 4; q++) {
+                    float4 a = __ldg(xp + q);
+                    xf[t][4 * q] = a.x; xf[t][4 * q + 1] = a.y; xf[t][4 * q + 2] = a.z; xf[t][4 * q + 3] = a.w;
+                }
+                if (NORM) {
+#pragma unroll
+                    for (int l = 0; l < 16; l++) {
+                        ss[t] = fmaf(xf[t][l], xf[t][l], ss[t]);
+                        if (e.norm_w) xf[t][l] *= gf[l];
+                    }
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                float wf[16];
+                widen16<QT>(cur[i][r], wf);
+#pragma unroll
+                for (int t = 0; t < TT; t++) {
+                    float s = acc[t][r];
+#pragma unroll
+                    for (int l = 0; l < 16; l++) s = fmaf(xf[t][l], wf[l], s);
+                    acc[t][r] = s;
+                }
+            }
+        }
+        if (more) {
+#pragma unroll
+            for (int i = 0; i < U; i++)
+#pragma unroll
+                for (int r = 0; r < R; r++) cur[i][r] = nxt[i][r];
+        }
+    }
+    tbc_pdl_trigger();
+#pragma unroll
+    for (int t = 0; t < TT; t++) {
+        const float f = NORM ? inv_rms(ss[t], K, e.norm_eps) : 1.0f;
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[t][r] = tbc_warp_sum(acc[t][r]) * f;
+    }
+    if (lane == 0) {
+#pragma unroll
+        for (int p = 0; p < PW; p++) {
+            if (!val[p]) continue;
+            const float sa = __ldg(w.scales + ra[p]), sb = okb[p] ? __ldg(w.scales + rb[p]) : 0.0f;
+            const float bia = bias ? bias[ra[p]] : 0.0f, bib = bias && okb[p] ? bias[rb[p]] : 0.0f;
+#pragma unroll
+            for (int t = 0; t < TT; t++)
+                epi_store<MODE>(e, y, N, t, P0 + p, ra[p], rb[p], okb[p], acc[t][2 * p] * sa + bia,
+                                acc[t][2 * p + 1] * sb + bib);
+        }
+    }
+}
+
 /* out (N, K) f16 = dq(W) (computed in f32, rounded once). K % 8 == 0: one
  * thread per 8 elements of a row (one 4-byte load of int4 codes or 8 bytes
  * of int8 / e4m3, one 16-byte store); otherwise one per element. */
@@ -1130,7 +1254,7 @@ extern "C" int tbc_qgemv_supports(const tbc_qweight *w, const float *x, int T, i
  * backend at create. */
 static int qgemv_unroll = 2, qgemv_variant = -1;
 extern "C" void tbc_set_qgemv_unroll(int u) { qgemv_unroll = u == 1 ? 1 : 2; }
-extern "C" void tbc_set_qgemv_variant(int v) { qgemv_variant = v >= 0 && v <= 3 ? v : -1; }
+extern "C" void tbc_set_qgemv_variant(int v) { qgemv_variant = v >= 0 && v <= 5 ? v : -1; }
 
 template <int QT, int MODE, bool NORM, bool GS, int MINB, bool PRE, int RT>
 static cudaError_t qgemv_launch_v(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K,
@@ -1154,7 +1278,8 @@ template <int QT, int MODE, bool NORM, bool GS>
 static cudaError_t qgemv_launch_u(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K,
                                   int N, const tbc_gemv_epi &e, int tiles, cudaStream_t s) {
     /* one token: one tile; 2..8 tokens: two tiles (int8 b8 -15%, int4 -25% on the 7B step) */
-    const int v = qgemv_variant >= 0 ? qgemv_variant : QT == QT_I4 ? (T == 1 ? 0 : 2) : (T == 1 ? 1 : 3);
+    const int v = qgemv_variant >= 0 && qgemv_variant <= 3 ? qgemv_variant
+                  : QT == QT_I4 ? (T == 1 ? 0 : 2) : (T == 1 ? 1 : 3);
     /* int4 builds variants 0 and 2 only, int8 / e4m3 1 and 3 (compile time);
      * a variant asked of the other kind takes its single- or two-tile one */
     if constexpr (QT == QT_I4) {
@@ -1189,10 +1314,37 @@ static cudaError_t qrow_launch_t(const float *x, const tbc_qweight &w, const flo
     }
 }
 
+/* Variants 4 and 5 (int8 / e4m3, T <= 2): qgemv_rows_kernel with 1 or 2
+ * row pairs a warp, qgemv_unroll vectors per row and lane a stage. */
+template <int QT, int TT, int MODE, bool NORM, int PW>
+static cudaError_t qrows_launch_t(const float *x, const tbc_qweight &w, const float *bias, float *y, int K, int N,
+                                  const tbc_gemv_epi &e, cudaStream_t s) {
+    const int pairs = MODE == TBC_EPI_PLAIN || MODE == TBC_EPI_ADD ? (N + 1) / 2 : N / 2;
+    dim3 grid((pairs + 8 * PW - 1) / (8 * PW)), block(256);
+    if (qgemv_unroll == 1)
+        return tbc_launch(qgemv_rows_kernel<QT, TT, MODE, NORM, PW, 1>, grid, block, 0, s, x, w, bias, y, K, N, e);
+    return tbc_launch(qgemv_rows_kernel<QT, TT, MODE, NORM, PW, 2>, grid, block, 0, s, x, w, bias, y, K, N, e);
+}
+
+template <int QT, int MODE, bool NORM>
+static cudaError_t qrows_launch(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K, int N,
+                                const tbc_gemv_epi &e, int pw, cudaStream_t s) {
+    if (T == 1)
+        return pw == 1 ? qrows_launch_t<QT, 1, MODE, NORM, 1>(x, w, bias, y, K, N, e, s)
+                       : qrows_launch_t<QT, 1, MODE, NORM, 2>(x, w, bias, y, K, N, e, s);
+    return pw == 1 ? qrows_launch_t<QT, 2, MODE, NORM, 1>(x, w, bias, y, K, N, e, s)
+                   : qrows_launch_t<QT, 2, MODE, NORM, 2>(x, w, bias, y, K, N, e, s);
+}
+
 template <int QT, int MODE>
 static cudaError_t qgemv_launch(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K, int N,
                                 const tbc_gemv_epi &e, cudaStream_t s) {
     if constexpr (QT != QT_I4) {
+        if (T <= 2 && qgemv_variant >= 4) {
+            const int pw = qgemv_variant == 4 ? 1 : 2;
+            return e.norm ? qrows_launch<QT, MODE, true>(x, w, bias, y, T, K, N, e, pw, s)
+                          : qrows_launch<QT, MODE, false>(x, w, bias, y, T, K, N, e, pw, s);
+        }
         if (T <= qgemv_simt_t) {
             if (T == 1)
                 return e.norm ? qrow_launch_t<QT, 1, MODE, true>(x, w, bias, y, K, N, e, s)
