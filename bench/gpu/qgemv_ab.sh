@@ -10,8 +10,9 @@
 # Env: TB_PREBUILT (default /tmp/pb: binaries from bench/gpu/pack.sh), OUT
 # (results, default ./qgemv_ab), AB_VARIANTS (TB_CUDA_QGEMV_V values, default
 # "-1 0 1 2 3": -1 the default choice), AB_U (TB_CUDA_QGEMV_U values for
-# qgemv_bench, default "1,2"),
-# AB_DTYPES (7B engines to time, default "int8 int4"), AB_SKIP_7B=1 (no 7B
+# qgemv_bench, default "1,2"), AB_T (token counts for qgemv_bench, default "1,8"),
+# AB_DTYPES (7B engines to time, default "int8 int4"), AB_EXTRA (more gpu_bench variants for the 7B
+# steps, e.g. "TB_CUDA_QGEMV_V=4 TB_CUDA_QGEMV_U=1;..."), AB_SKIP_7B=1 (no 7B
 # engines), TB_GPU_DATA (folder with models/llama2_tokenizer.bin, default
 # .devdata/gpu).
 set -u
@@ -30,7 +31,7 @@ for v in $VARS; do
     grep -E "FAIL" "$OUT/ops_v$v.txt" | head -5; grep -E 'worst error per op' "$OUT/ops_v$v.txt" | cut -c1-200 | head -3
 done
 vlist=$(echo $VARS | tr ' ' ',')
-timeout 200 "$PB/qgemv_bench" --t 1,8 --kinds int8,fp8,int4 --u "${AB_U:-1,2}" --variant "$vlist" > "$OUT/qgemv.txt" 2>&1
+timeout 200 "$PB/qgemv_bench" --t "${AB_T:-1,8}" --kinds int8,fp8,int4 --u "${AB_U:-1,2}" --variant "$vlist" > "$OUT/qgemv.txt" 2>&1
 echo "qgemv_bench rc $? ($(el) s)"
 grep -E "device|sum" "$OUT/qgemv.txt"
 [ "${AB_SKIP_7B:-0}" = 1 ] && exit 0
@@ -39,6 +40,7 @@ python3 "$SRC/bench/gpu/torch_ckpt.py" --shape llama7b --out $CK > "$OUT/ckpt.tx
 echo "7B checkpoint ($(el) s)"
 vs="base"
 for v in $VARS; do vs="$vs;TB_CUDA_QGEMV_V=$v"; done
+[ -n "${AB_EXTRA:-}" ] && vs="$vs;$AB_EXTRA"
 for q in ${AB_DTYPES:-int8 int4}; do
     args=(--dtype "$q")
     [ "$q" = int4 ] && args=(--dtype int4 --group-size 128)

@@ -1033,6 +1033,155 @@ qgemv_rows_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
     }
 }
 
+/* int4 weights, T <= 2: the row-group layout above with 32 codes a 16-byte
+ * vector (one group of scale and zero: G >= 32). x (times the norm weight)
+ * is converted once a vector to f16 pairs in the nibbles' order (see
+ * widen_word4), scaled by 1/16 (exact) to keep the f16 products and their
+ * short sums far from overflow; each row's codes become exact f16 values
+ * and meet x in hfma2, two words (8 products a half) summed in f16, then in
+ * f32 times the group's scale (and the zero times the vector's sum of x). */
+template <int TT, int MODE, bool NORM, int PW, int U>
+__global__ void __launch_bounds__(256)
+qgemv_rows4_kernel(const float *__restrict__ x, tbc_qweight w, const float *__restrict__ bias,
+                   float *__restrict__ y, int K, int N, tbc_gemv_epi e) {
+    constexpr int R = 2 * PW;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int np = pair_count<MODE>(e, N);
+    const int P0 = (blockIdx.x * 8 + warp) * PW;
+    if (P0 >= np) return;
+    int ra[PW], rb[PW], row[R];
+    bool val[PW], okb[PW];
+    const char *cb = static_cast<const char *>(w.codes);
+    const size_t rbytes = (size_t)K / 2;
+#pragma unroll
+    for (int p = 0; p < PW; p++) {
+        val[p] = P0 + p < np;
+        ra[p] = rb[p] = 0;
+        if (val[p]) pair_rows<MODE>(e, N, P0 + p, ra[p], rb[p]);
+        okb[p] = val[p] && rb[p] < N;
+        row[2 * p] = ra[p];
+        row[2 * p + 1] = okb[p] ? rb[p] : ra[p];
+    }
+    const int nv = K / 32, ng = K / w.group, vpg = w.group / 32;
+    uint4 cur[U][R], nxt[U][R];
+    float cs[U][R], ns[U][R], cz[U][R], nz[U][R];
+    auto load = [&](uint4 (*u)[R], float (*sc)[R], float (*zr)[R], int v0) {
+#pragma unroll
+        for (int i = 0; i < U; i++) {
+            const int v = v0 + 32 * i;
+            const bool in = v < nv;
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const size_t gi = (size_t)row[r] * ng + (size_t)(in ? v / vpg : 0);
+                u[i][r] = in ? __ldg(reinterpret_cast<const uint4 *>(cb + (size_t)row[r] * rbytes) + v)
+                             : make_uint4(0, 0, 0, 0);
+                sc[i][r] = in ? __ldg(w.scales + gi) : 0.0f;
+                zr[i][r] = in && w.zeros ? __ldg(w.zeros + gi) : 0.0f;
+            }
+        }
+    };
+    load(cur, cs, cz, lane);
+    tbc_pdl_wait();
+    float acc[TT][R], ss[TT];
+#pragma unroll
+    for (int t = 0; t < TT; t++) {
+        ss[t] = 0.0f;
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[t][r] = 0.0f;
+    }
+    const bool has_z = w.zeros != nullptr;
+    for (int v0 = lane; v0 < nv; v0 += 32 * U) {
+        const bool more = v0 + 32 * U < nv;
+        if (more) load(nxt, ns, nz, v0 + 32 * U);
+#pragma unroll
+        for (int i = 0; i < U; i++) {
+            const int v = v0 + 32 * i;
+            if (v >= nv) break;
+            uint32_t xb[TT][16];
+            float xs[TT];
+#pragma unroll
+            for (int t = 0; t < TT; t++) {
+                const float4 *xp = reinterpret_cast<const float4 *>(x + (size_t)t * K + (size_t)v * 32);
+                const float4 *gp = NORM && e.norm_w ? reinterpret_cast<const float4 *>(e.norm_w + (size_t)v * 32)
+                                                    : nullptr;
+                xs[t] = 0.0f;
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    float f[8];
+                    float4 a = __ldg(xp + 2 * j), b = __ldg(xp + 2 * j + 1);
+                    f[0] = a.x; f[1] = a.y; f[2] = a.z; f[3] = a.w; f[4] = b.x; f[5] = b.y; f[6] = b.z; f[7] = b.w;
+                    if (NORM) {
+#pragma unroll
+                        for (int l = 0; l < 8; l++) ss[t] = fmaf(f[l], f[l], ss[t]);
+                        if (gp) {
+                            float4 ga = __ldg(gp + 2 * j), gb = __ldg(gp + 2 * j + 1);
+                            f[0] *= ga.x; f[1] *= ga.y; f[2] *= ga.z; f[3] *= ga.w;
+                            f[4] *= gb.x; f[5] *= gb.y; f[6] *= gb.z; f[7] *= gb.w;
+                        }
+                    }
+                    if (has_z) {
+#pragma unroll
+                        for (int l = 0; l < 8; l++) xs[t] += f[l];
+                    }
+#pragma unroll
+                    for (int l = 0; l < 4; l++)
+                        xb[t][4 * j + l] = h2u(__floats2half2_rn(f[l] * 0.0625f, f[l + 4] * 0.0625f));
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const uint32_t wd[4] = {cur[i][r].x, cur[i][r].y, cur[i][r].z, cur[i][r].w};
+                uint32_t hc[4][4];
+#pragma unroll
+                for (int j = 0; j < 4; j++) widen_word4<true>(wd[j], __half2(), __half2(), hc[j]);
+#pragma unroll
+                for (int t = 0; t < TT; t++) {
+                    float d = 0.0f;
+#pragma unroll
+                    for (int jp = 0; jp < 2; jp++) {
+                        __half2 h = __float2half2_rn(0.0f);
+#pragma unroll
+                        for (int j = 2 * jp; j < 2 * jp + 2; j++)
+#pragma unroll
+                            for (int l = 0; l < 4; l++) h = __hfma2(u2h(hc[j][l]), u2h(xb[t][4 * j + l]), h);
+                        const float2 hf = __half22float2(h);
+                        d += hf.x + hf.y;
+                    }
+                    acc[t][r] = fmaf(d * 16.0f, cs[i][r], acc[t][r]);
+                    if (has_z) acc[t][r] = fmaf(xs[t], cz[i][r], acc[t][r]);
+                }
+            }
+        }
+        if (more) {
+#pragma unroll
+            for (int i = 0; i < U; i++)
+#pragma unroll
+                for (int r = 0; r < R; r++) {
+                    cur[i][r] = nxt[i][r];
+                    cs[i][r] = ns[i][r];
+                    cz[i][r] = nz[i][r];
+                }
+        }
+    }
+    tbc_pdl_trigger();
+#pragma unroll
+    for (int t = 0; t < TT; t++) {
+        const float f = NORM ? inv_rms(ss[t], K, e.norm_eps) : 1.0f;
+#pragma unroll
+        for (int r = 0; r < R; r++) acc[t][r] = tbc_warp_sum(acc[t][r]) * f;
+    }
+    if (lane == 0) {
+#pragma unroll
+        for (int p = 0; p < PW; p++) {
+            if (!val[p]) continue;
+            const float bia = bias ? bias[ra[p]] : 0.0f, bib = bias && okb[p] ? bias[rb[p]] : 0.0f;
+#pragma unroll
+            for (int t = 0; t < TT; t++)
+                epi_store<MODE>(e, y, N, t, P0 + p, ra[p], rb[p], okb[p], acc[t][2 * p] + bia, acc[t][2 * p + 1] + bib);
+        }
+    }
+}
+
 /* out (N, K) f16 = dq(W) (computed in f32, rounded once). K % 8 == 0: one
  * thread per 8 elements of a row (one 4-byte load of int4 codes or 8 bytes
  * of int8 / e4m3, one 16-byte store); otherwise one per element. */
@@ -1314,16 +1463,23 @@ static cudaError_t qrow_launch_t(const float *x, const tbc_qweight &w, const flo
     }
 }
 
-/* Variants 4 and 5 (int8 / e4m3, T <= 2): qgemv_rows_kernel with 1 or 2
- * row pairs a warp, qgemv_unroll vectors per row and lane a stage. */
+/* Variants 4 and 5 (T <= 2): qgemv_rows_kernel (int8 / e4m3) or
+ * qgemv_rows4_kernel (int4) with 1 or 2 row pairs a warp, qgemv_unroll
+ * vectors per row and lane a stage. */
 template <int QT, int TT, int MODE, bool NORM, int PW>
 static cudaError_t qrows_launch_t(const float *x, const tbc_qweight &w, const float *bias, float *y, int K, int N,
                                   const tbc_gemv_epi &e, cudaStream_t s) {
     const int pairs = MODE == TBC_EPI_PLAIN || MODE == TBC_EPI_ADD ? (N + 1) / 2 : N / 2;
     dim3 grid((pairs + 8 * PW - 1) / (8 * PW)), block(256);
-    if (qgemv_unroll == 1)
-        return tbc_launch(qgemv_rows_kernel<QT, TT, MODE, NORM, PW, 1>, grid, block, 0, s, x, w, bias, y, K, N, e);
-    return tbc_launch(qgemv_rows_kernel<QT, TT, MODE, NORM, PW, 2>, grid, block, 0, s, x, w, bias, y, K, N, e);
+    if constexpr (QT == QT_I4) {
+        if (qgemv_unroll == 1)
+            return tbc_launch(qgemv_rows4_kernel<TT, MODE, NORM, PW, 1>, grid, block, 0, s, x, w, bias, y, K, N, e);
+        return tbc_launch(qgemv_rows4_kernel<TT, MODE, NORM, PW, 2>, grid, block, 0, s, x, w, bias, y, K, N, e);
+    } else {
+        if (qgemv_unroll == 1)
+            return tbc_launch(qgemv_rows_kernel<QT, TT, MODE, NORM, PW, 1>, grid, block, 0, s, x, w, bias, y, K, N, e);
+        return tbc_launch(qgemv_rows_kernel<QT, TT, MODE, NORM, PW, 2>, grid, block, 0, s, x, w, bias, y, K, N, e);
+    }
 }
 
 template <int QT, int MODE, bool NORM>
@@ -1339,12 +1495,12 @@ static cudaError_t qrows_launch(const float *x, const tbc_qweight &w, const floa
 template <int QT, int MODE>
 static cudaError_t qgemv_launch(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K, int N,
                                 const tbc_gemv_epi &e, cudaStream_t s) {
+    if (T <= 2 && qgemv_variant >= 4) {
+        const int pw = qgemv_variant == 4 ? 1 : 2;
+        return e.norm ? qrows_launch<QT, MODE, true>(x, w, bias, y, T, K, N, e, pw, s)
+                      : qrows_launch<QT, MODE, false>(x, w, bias, y, T, K, N, e, pw, s);
+    }
     if constexpr (QT != QT_I4) {
-        if (T <= 2 && qgemv_variant >= 4) {
-            const int pw = qgemv_variant == 4 ? 1 : 2;
-            return e.norm ? qrows_launch<QT, MODE, true>(x, w, bias, y, T, K, N, e, pw, s)
-                          : qrows_launch<QT, MODE, false>(x, w, bias, y, T, K, N, e, pw, s);
-        }
         if (T <= qgemv_simt_t) {
             if (T == 1)
                 return e.norm ? qrow_launch_t<QT, 1, MODE, true>(x, w, bias, y, K, N, e, s)
