@@ -5,7 +5,7 @@
 #
 #   bash bench/serve_batching.sh ENGINE [--device cpu|cuda] [--threads N]
 #        [--max-batch-size 8] [--delay-us 2000] [-c 16] [--duration 8] [--rounds 2]
-#        [--out DIR]
+#        [--instance-count N] [--out DIR]
 #
 # Per round, for each of two servers started in turn on a loopback port
 # (`--max-batch-size 1`, then `--max-batch-size B --max-queue-delay-us D`):
@@ -15,19 +15,23 @@
 # then, on the batcher's server, an open loop (Poisson) at half its saturated
 # QPS for --duration seconds: its P99 against the unloaded p50. Binary tensors,
 # random inputs of the engine's metadata shapes (batch dim 1). Prints one table
-# (and writes DIR/batching.md and the turbine bench JSON files); every load
+# (and writes DIR/batching.md and the turbine bench JSON files), then the
+# server's own view of the half-load point (mean batch, queue and compute
+# ms per request from its /metrics histograms); --instance-count N gives the
+# batcher's server N instances (contexts) of the engine. Every load
 # point is bounded by time and by count (-n 100000).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
 TURBINE="${TURBINE:-$ROOT/build/turbine}"
 PY=/usr/bin/python3
-ENGINE="" DEVICE=cpu THREADS="" MAXB=8 DELAY=2000 CONC=16 DUR=8 ROUNDS=2 OUT=""
+ENGINE="" DEVICE=cpu THREADS="" INST="" MAXB=8 DELAY=2000 CONC=16 DUR=8 ROUNDS=2 OUT=""
 die() { echo "serve_batching.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) DEVICE=$2; shift ;;
     --threads) THREADS=$2; shift ;;
+    --instance-count) INST=$2; shift ;;
     --max-batch-size) MAXB=$2; shift ;;
     --delay-us) DELAY=$2; shift ;;
     -c) CONC=$2; shift ;;
@@ -53,6 +57,7 @@ start() { # start MAXB [DELAY]
   local port; port=$(port_of)
   local args=(serve "$ENGINE" --host 127.0.0.1 --port "$port" --device "$DEVICE" --max-batch-size "$1")
   [ -n "${2:-}" ] && args+=(--max-queue-delay-us "$2")
+  [ -n "${2:-}" ] && [ -n "$INST" ] && args+=(--instance-count "$INST")
   [ -n "$THREADS" ] && args+=(--threads "$THREADS")
   "$TURBINE" "${args[@]}" > "$OUT/server_b$1.log" 2>&1 &
   SRV_PID=$!
@@ -74,7 +79,10 @@ load() { # load NAME ARGS... -> $OUT/NAME.json
 field() { # field FILE EXPR: a figure of the first point of a turbine bench JSON
   "$PY" -c 'import json, sys; p = json.load(open(sys.argv[1]))["points"][0]; print(eval(sys.argv[2]))' "$1" "$2"
 }
-ROWS=()
+ROWS=() SROWS=()
+srv() { # srv FILE: the half-load point's server histograms, or "-"
+  field "$1" '"%.2f | %.3f | %.3f | %.3f" % (p["server"]["batch_size"]["mean"], p["server"]["queue_ms"]["mean"], p["server"]["queue_ms"].get("p99", float("nan")), p["server"]["compute_ms"]["mean"]) if p.get("server") and p["server"].get("valid") else "- | - | - | -"' 2>/dev/null || echo "- | - | - | -"
+}
 for r in $(seq 1 "$ROUNDS"); do
   start 1
   load "r${r}_b1_unloaded" -c 1
@@ -93,12 +101,17 @@ for r in $(seq 1 "$ROUNDS"); do
   hq=$(field "$OUT/r${r}_bN_half.json" 'round(p["request_throughput"], 2)')
   h99=$(field "$OUT/r${r}_bN_half.json" 'round(p["e2e"]["p99_ms"], 3)')
   mb=$(field "$OUT/r${r}_bN_saturated.json" 'round(p["server"]["batch_size"]["mean"], 2) if p.get("server") and p["server"].get("batch_size") else "-"')
+  SROWS+=("| $r | $hq | $(field "$OUT/r${r}_bN_half.json" 'round(p["e2e"]["p50_ms"], 3)') | $h99 | $(srv "$OUT/r${r}_bN_half.json") |")
   ROWS+=("| $r | $q1 | $qn | $("$PY" -c "print(f'{$qn / $q1:.2f}x')") | $mb | $u1 / $un | $hq | $h99 | $("$PY" -c "print(f'{$h99 / $un:.2f}x')") |")
 done
 {
-  echo "engine $ENGINE, device $DEVICE, batcher $MAXB rows / $DELAY us, -c $CONC, $DUR s a point ($(date -u '+%Y-%m-%d %H:%M UTC'))"
+  echo "engine $ENGINE, device $DEVICE, batcher $MAXB rows / $DELAY us${INST:+, $INST instances}, -c $CONC, $DUR s a point ($(date -u '+%Y-%m-%d %H:%M UTC'))"
   echo
   echo "| round | QPS batch 1 | QPS batcher | batcher / batch 1 | mean batch | unloaded E2E p50 ms (b1 / batcher) | half-load req/s | half-load P99 ms | P99 / unloaded |"
   echo "|---|---|---|---|---|---|---|---|---|"
   printf '%s\n' "${ROWS[@]}"
+  echo
+  echo "| round | half-load req/s | E2E p50 ms | E2E p99 ms | server: mean batch | queue mean ms | queue p99 ms | compute mean ms |"
+  echo "|---|---|---|---|---|---|---|---|"
+  printf '%s\n' "${SROWS[@]}"
 } | tee "$OUT/batching.md"

@@ -26,9 +26,11 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/core.h"
 #include "ir/ir.h"
@@ -82,6 +84,9 @@ struct tb_batcher {
     int direct;                   /* callers may run their requests (env
                                      TURBINE_BATCHER_DIRECT=0: never)        */
     tb_batcher_stats st;
+    FILE *trace;                  /* env TURBINE_BATCHER_TRACE: a line per
+                                     engine call (see trace_batch)           */
+    double t_origin;              /* the trace's time zero                   */
 
     int n_inst;
     tb_binst inst[TB_BATCHER_MAX_INSTANCES];
@@ -217,6 +222,21 @@ static int pick(tb_batcher *b, tb_breq **batch, int *n_out, int *rows_out, doubl
 }
 
 /* ---------------------------------------------------------------- running */
+
+/* One line of the trace per batch, written unlocked after its run (stdio
+ * locks the stream): "<start> <end> <instance> <requests> <rows> <worker|
+ * caller> <enqueue times...>", seconds since the batcher was made, so the
+ * arrivals' spacing, the queue and the gaps between runs can be read
+ * back. */
+static void trace_batch(const tb_binst *in, tb_breq *const *batch, int n, int rows, double t0, double t1, int caller) {
+    tb_batcher *b = in->b;
+    char line[64 + TB_BATCHER_MAX_BATCH * 16];
+    int at = snprintf(line, sizeof line, "%.6f %.6f %d %d %d %s", t0 - b->t_origin, t1 - b->t_origin,
+                      (int)(in - b->inst), n, rows, caller ? "caller" : "worker");
+    for (int k = 0; k < n && at < (int)sizeof line - 16; k++)
+        at += snprintf(line + at, sizeof line - (size_t)at, " %.6f", batch[k]->t_enqueue - b->t_origin);
+    fprintf(b->trace, "%s\n", line);
+}
 
 static void fail(tb_breq *q, tb_status s, const char *msg) {
     q->status = s;
@@ -373,7 +393,9 @@ static void *worker(void *arg) {
         pthread_mutex_unlock(&b->mu);
 
         int n_calls = 0;
+        double t0 = b->trace ? mono_now() : 0;
         run_batch(in, batch, n, rows, sizes, &n_calls);
+        if (b->trace) trace_batch(in, batch, n, rows, t0, mono_now(), 0);
 
         pthread_mutex_lock(&b->mu);
         finish(in, batch, n, sizes, n_calls);
@@ -404,6 +426,7 @@ void tb_batcher_free(tb_batcher *b) {
         tb_exec_free(b->inst[i].x);
         for (int k = 0; k < TB_BATCHER_MAX_IO; k++) free(b->inst[i].stage[k]);
     }
+    if (b->trace) fclose(b->trace);
     pthread_cond_destroy(&b->work);
     pthread_cond_destroy(&b->idle);
     pthread_mutex_destroy(&b->mu);
@@ -448,6 +471,16 @@ tb_status tb_batcher_create(tb_engine *e, const tb_batcher_config *c, tb_batcher
     b->c = *c;
     const char *dv = getenv("TURBINE_BATCHER_DIRECT");
     b->direct = !(dv && !strcmp(dv, "0"));
+    const char *tp = getenv("TURBINE_BATCHER_TRACE");
+    b->t_origin = mono_now();
+    if (tp && *tp) {
+        /* one file per batcher: PREFIX.<pid>.<n>, n counting the process's batchers */
+        static int n_made;
+        char path[4096];
+        snprintf(path, sizeof path, "%s.%d.%d", tp, (int)getpid(), __atomic_fetch_add(&n_made, 1, __ATOMIC_RELAXED));
+        if (!(b->trace = fopen(path, "w")))
+            tb_log(TB_LOG_WARN, "batcher: cannot open the trace file %s: %s", path, strerror(errno));
+    }
     pthread_mutex_init(&b->mu, NULL);
     cond_init_mono(&b->work);
     cond_init_mono(&b->idle);
@@ -650,7 +683,9 @@ tb_status tb_batcher_infer(tb_batcher *b, const tb_tensor *in, int n_in, int64_t
         tb_breq *one = &q;
         int sizes[2], n_calls = 0;
         pthread_mutex_unlock(&b->mu);
+        double t0 = b->trace ? mono_now() : 0;
         run_batch(own, &one, 1, q.rows, sizes, &n_calls);
+        if (b->trace) trace_batch(own, &one, 1, q.rows, t0, mono_now(), 1);
         pthread_mutex_lock(&b->mu);
         finish(own, &one, 1, sizes, n_calls);
         b->n_claimed--;

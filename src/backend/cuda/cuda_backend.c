@@ -231,6 +231,12 @@ static void nn_graphs_clear(cuda_ctx *c);
         if (cu_e_ != cudaSuccess) return cuda_fail(cu_e_, what);             \
     } while (0)
 
+/* The context's device made current on the calling thread: the runtime
+ * enters a backend from whichever thread runs the engine (the scheduler,
+ * the batcher's workers, a caller running its own request), and a thread's
+ * current device is its own, device 0 until set. Cheap when already set. */
+#define CU_ON_DEVICE(c) CU_TRY(cudaSetDevice((c)->device), "cudaSetDevice")
+
 static const char *blas_status_name(cublasStatus_t s) {
     switch (s) {
     case CUBLAS_STATUS_SUCCESS: return "success";
@@ -606,6 +612,7 @@ static tb_status cuda_step_begin(tb_backend *b, const tb_graph *g, void **bufs, 
                                  tb_step *st) {
     (void)g;
     cuda_ctx *c = b->ctx;
+    CU_ON_DEVICE(c);
     int T = st->n_tokens, R = st->n_rows, mb = st->max_blocks;
     if (T < 1 || T > c->max_tokens || R < 0 || R > c->max_tokens)
         return tb_errorf(TB_ERR_RANGE, "cuda: a step of %d tokens (%d rows) exceeds the %d the backend was sized for",
@@ -1246,6 +1253,7 @@ static tb_status run_node_op(cuda_ctx *c, const tb_graph *g, const tb_node *n, v
 static tb_status cuda_upload(tb_backend *b, void *dst, const void *src, size_t bytes) {
     cuda_ctx *c = b->ctx;
     if (!bytes) return TB_OK;
+    CU_ON_DEVICE(c);
     CU_TRY(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream), "copying to the device");
     CU_TRY(cudaStreamSynchronize(c->stream), "copying to the device");
     return TB_OK;
@@ -1253,6 +1261,7 @@ static tb_status cuda_upload(tb_backend *b, void *dst, const void *src, size_t b
 
 static tb_status cuda_download(tb_backend *b, void *dst, const void *src, size_t bytes) {
     cuda_ctx *c = b->ctx;
+    CU_ON_DEVICE(c);
     /* a copy of nothing still waits for the stream: the executor's per-node
      * profile (--dump-profile) relies on it */
     if (!bytes) {
@@ -1326,6 +1335,7 @@ static void nn_capture_abort(cuda_ctx *c) {
 
 static tb_status cuda_run_begin(tb_backend *b, const tb_graph *g, void *const *bufs, const tb_step *st) {
     cuda_ctx *c = b->ctx;
+    CU_ON_DEVICE(c);
     if (c->nn_mode == RUN_CAPTURE) nn_capture_abort(c); /* a run that never ended */
     c->nn_mode = RUN_EAGER;
     c->nn_cur = NULL;

@@ -211,9 +211,8 @@ cudaError_t tbc_qgemv(const float *x, const tbc_qweight *w, const float *bias, f
  * Process-wide; the backend sets it from TB_CUDA_QGEMV_U. */
 void tbc_set_qgemv_unroll(int u);
 /* The quantized GEMV's block shape (process-wide; TB_CUDA_QGEMV_V): -1
- * (default) by weight type and step size, 0..3 one of the tensor-core
- * shapes listed at qgemv_launch_u in gemv.cu, 4 / 5 (T <= 2) the SIMT
- * row-group kernels with 1 / 2 row pairs a warp (for comparisons). */
+ * (default) by weight type and step size, 0..3 one of the shapes listed
+ * at qgemv_launch_u in gemv.cu (for comparisons). */
 void tbc_set_qgemv_variant(int v);
 /* int8 / e4m3 steps of up to max_t (0..2, default 0) tokens on the SIMT row kernel
  * (x in f32), u 16-byte loads per lane in flight (1, 2, 4); the backend
