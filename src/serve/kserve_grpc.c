@@ -80,6 +80,7 @@ int tb_ks_grpc_encode_infer(const char *model, const char *version, const tb_ks_
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <time.h>
 
 #include "kserve_grpc.pb-c.h"
@@ -548,6 +549,7 @@ struct tb_ks_grpc {
     grpc_server *server;
     grpc_completion_queue *shut_cq; /* gets the shutdown notification */
     worker w[TB_KS_GRPC_WORKERS];
+    atomic_int stopping;            /* tb_ks_grpc_stop has begun: idle streams end */
     void *stream_method;            /* ModelStreamInfer, registered */
     worker sw[TB_KS_GRPC_STREAMS];  /* its threads */
 };
@@ -1242,7 +1244,12 @@ static void serve_stream(struct tb_ks_grpc *g, grpc_completion_queue *cq, grpc_c
             continue;
         }
         if (s.half_closed && !s.next && !s.send_busy) break; /* every request answered */
-        stream_poll(&s, -1);
+        if (atomic_load(&g->stopping) && !s.next && !s.send_busy) { /* idle while the server stops */
+            code = tb_ks_grpc_code(503);
+            details = "the server is stopping";
+            break;
+        }
+        stream_poll(&s, 0.25);
     }
     if (s.next) G.grpc_byte_buffer_destroy(s.next);
     s.next = NULL;
@@ -1378,6 +1385,7 @@ tb_status tb_ks_grpc_start(const tb_ks_grpc_options *o, const tb_ks_grpc_host *h
 void tb_ks_grpc_stop(tb_ks_grpc *g, double grace_s) {
     if (!g) return;
     int tag;
+    atomic_store(&g->stopping, 1);
     G.grpc_server_shutdown_and_notify(g->server, g->shut_cq, &tag);
     long long ms = grace_s > 0 ? (long long)(grace_s * 1000) : 0;
     gpr_timespec until = G.gpr_now(GPR_CLOCK_REALTIME);

@@ -2070,7 +2070,11 @@ static int llm_text_start(server *s, model *m, const tb_ks_request *rq, gen_stre
         const char *k;
         json_t *v;
         json_object_foreach(params, k, v) {
-            if (!strcmp(k, "binary_data_output") || !strcmp(k, "timeout") || !strcmp(k, "stream")) continue;
+            /* stream: the service's; triton_enable_empty_final_response: met already, the last
+             * response always saying triton_final_response */
+            if (!strcmp(k, "binary_data_output") || !strcmp(k, "timeout") || !strcmp(k, "stream") ||
+                !strcmp(k, "triton_enable_empty_final_response"))
+                continue;
             int known = 0;
             for (int i = 0; k_llm_params[i]; i++) known |= !strcmp(k, k_llm_params[i]);
             if (!known) {

@@ -689,12 +689,26 @@ def test_llm_stream():
         check(whole(12) == w12, "ModelInfer after the cancel")
         rs = list(c.stub.ModelStreamInfer(iter([llm_req("after", 12, True)]), timeout=60))
         check(b"".join(pieces_of(rs, "after")) == w12, "a stream after the cancel")
+        # SIGTERM with a stream open and idle: it ends at once (UNAVAILABLE), not after --grace (30 s)
+        feed = Feed()
+        it = c.stub.ModelStreamInfer(iter(feed), timeout=60)
+        feed.put(llm_req("idle", 12, True))
+        while not piece(next(it))[1]:
+            pass
+        t0 = time.time()
+        s.proc.send_signal(signal.SIGTERM)
+        rc = s.proc.wait(timeout=20)
+        stop_s = time.time() - t0
+        check(rc == 0 and stop_s < 10, "exit after SIGTERM with an idle stream: rc %s in %.1f s" % (rc, stop_s))
+        c0, d0 = code_of(lambda: list(it))
+        check(c0 == grpc.StatusCode.UNAVAILABLE and "stopping" in d0, "the idle stream ended with %s %r" % (c0, d0))
     finally:
         c.ch.close()
         s.kill()
     ok("LLM streams: 40 tokens in %d pieces equal to ModelInfer's text, the last with triton_final_response; "
        "stream=false one response; errors between requests; cancel after 2 pieces ended the generation in %.2f s "
-       "(%d of 400 tokens made), the server serving after" % (n_pieces, dt, made))
+       "(%d of 400 tokens made), the server serving after; SIGTERM with an idle stream open: UNAVAILABLE, exit in "
+       "%.1f s" % (n_pieces, dt, made, stop_s))
 
 def test_port_taken():
     # the gRPC port another server holds: a clear error at start, not a shared port
