@@ -1141,8 +1141,11 @@ static void stream_request(stream *s, grpc_byte_buffer *bb) {
         return;
     }
     void *gen = NULL;
+    if (!s->text && (s->text = malloc(256))) s->tcap = 256; /* the stream's text buffer, kept for its life */
     if (chunked < 0)
         a.http = tb_ks_fail(&a.err, 400, "parameters[\"stream\"] must be a bool_param");
+    else if (!s->text)
+        a.http = tb_ks_fail(&a.err, 500, "out of memory");
     else if (!g->h.llm_stream_start)
         a.http = tb_ks_fail(&a.err, 400, "model '%s' is served by the OpenAI API", m.name);
     else
@@ -1174,7 +1177,7 @@ static void stream_gen_step(stream *s, double wait) {
         int st = g->h.llm_stream_next(g->h.ctx, s->gen, wait, &t, &n, &s->gen_err);
         if (n && s->tn - 4 < TB_KS_MAX_ELEM_BYTES) {
             if (s->tn + n > s->tcap) {
-                size_t cap = s->tcap ? s->tcap : 256;
+                size_t cap = s->tcap;
                 while (cap < s->tn + n) cap *= 2;
                 char *p = realloc(s->text, cap);
                 if (!p) {

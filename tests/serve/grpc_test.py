@@ -668,6 +668,15 @@ def test_llm_stream():
         errs = {r.infer_response.id: r.error_message for r in rs if r.error_message}
         check(set(errs) == {"e2", "e4"} and "beam_width" in errs["e2"] and "bool_param" in errs["e4"],
               "error_message: %s" % errs)
+        # a stop string at the very start: empty text, a final response all the same
+        first = w40.decode("utf-8", errors="replace")[:1]
+        if first and first != "\ufffd":
+            e1, e2 = llm_req("z1", 40, False), llm_req("z2", 40, True)
+            for q in (e1, e2):
+                q.parameters["stop"].string_param = first
+            rs = list(c.stub.ModelStreamInfer(iter([e1, e2]), timeout=60))
+            check(pieces_of(rs, "z1") == [b""] and b"".join(pieces_of(rs, "z2")) == b"",
+                  "a stop at the first character: %s" % [r.infer_response.raw_output_contents[:1] for r in rs])
         # cancel mid-stream: the generation ends, the server goes on
         ms = s.metrics()
         c0 = metric(ms, "turbine_requests_finished_total", finished_reason="cancelled")
