@@ -502,6 +502,7 @@ int tb_ks_grpc_encode_infer(const char *model, const char *version, const tb_ks_
     X(grpc_slice_unref, void, (grpc_slice))                                                                    \
     X(gpr_now, gpr_timespec, (gpr_clock_type))                                                                 \
     X(gpr_inf_future, gpr_timespec, (gpr_clock_type))                                                          \
+    X(gpr_inf_past, gpr_timespec, (gpr_clock_type))                                                            \
     X(gpr_convert_clock_type, gpr_timespec, (gpr_timespec, gpr_clock_type))
 
 static struct {
@@ -966,10 +967,12 @@ static void stream_event(stream *s, const grpc_event *ev) {
 }
 
 /* Takes the events of s's queue: waits up to `wait` seconds for the first
- * (< 0: until one comes), then takes those already there. */
+ * (< 0: until one comes; 0: not at all), then takes those already there.
+ * Not waiting is gpr_inf_past: gRPC rounds any other deadline up to its
+ * next millisecond, which would cost each look at the queue up to 1 ms. */
 static void stream_poll(stream *s, double wait) {
-    gpr_timespec until = G.gpr_inf_future(GPR_CLOCK_MONOTONIC);
-    if (wait >= 0) {
+    gpr_timespec until = wait < 0 ? G.gpr_inf_future(GPR_CLOCK_MONOTONIC) : G.gpr_inf_past(GPR_CLOCK_MONOTONIC);
+    if (wait > 0) {
         until = G.gpr_now(GPR_CLOCK_MONOTONIC);
         int64_t ns = until.tv_nsec + (int64_t)(wait * 1e9);
         until.tv_sec += ns / 1000000000;
@@ -979,7 +982,7 @@ static void stream_poll(stream *s, double wait) {
         grpc_event ev = G.grpc_completion_queue_next(s->cq, until, NULL);
         if (ev.type != GRPC_OP_COMPLETE) return; /* timeout (the queue is shut down only after the threads end) */
         stream_event(s, &ev);
-        until = G.gpr_now(GPR_CLOCK_MONOTONIC);
+        until = G.gpr_inf_past(GPR_CLOCK_MONOTONIC);
     }
 }
 
