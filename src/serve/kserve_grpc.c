@@ -2,7 +2,8 @@
  * ModelInfer messages (protobuf-c code generated from kserve_grpc.proto)
  * checked into the same tb_ks_request the HTTP side builds, then the gRPC C
  * core loaded with dlopen, a pool of workers that each take one call at a
- * time from their own completion queue, and the six calls. */
+ * time from their own completion queue, the unary calls, and
+ * ModelStreamInfer on threads of its own. */
 #define _GNU_SOURCE
 #include "serve/kserve_grpc.h"
 
@@ -79,6 +80,7 @@ int tb_ks_grpc_encode_infer(const char *model, const char *version, const tb_ks_
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <time.h>
 
 #include "kserve_grpc.pb-c.h"
@@ -479,6 +481,13 @@ int tb_ks_grpc_encode_infer(const char *model, const char *version, const tb_ks_
     X(grpc_completion_queue_destroy, void, (grpc_completion_queue *))                                          \
     X(grpc_call_start_batch, grpc_call_error, (grpc_call *, const grpc_op *, size_t, void *, void *))          \
     X(grpc_call_unref, void, (grpc_call *))                                                                    \
+    X(grpc_call_cancel, grpc_call_error, (grpc_call *, void *))                                                \
+    X(grpc_server_register_method, void *,                                                                     \
+      (grpc_server *, const char *, const char *, grpc_server_register_method_payload_handling, uint32_t))    \
+    X(grpc_server_request_registered_call, grpc_call_error,                                                    \
+      (grpc_server *, void *, grpc_call **, gpr_timespec *, grpc_metadata_array *, grpc_byte_buffer **,        \
+       grpc_completion_queue *, grpc_completion_queue *, void *))                                              \
+    X(grpc_slice_from_copied_buffer, grpc_slice, (const char *, size_t))                                       \
     X(grpc_call_details_init, void, (grpc_call_details *))                                                     \
     X(grpc_call_details_destroy, void, (grpc_call_details *))                                                  \
     X(grpc_metadata_array_init, void, (grpc_metadata_array *))                                                 \
@@ -493,6 +502,7 @@ int tb_ks_grpc_encode_infer(const char *model, const char *version, const tb_ks_
     X(grpc_slice_unref, void, (grpc_slice))                                                                    \
     X(gpr_now, gpr_timespec, (gpr_clock_type))                                                                 \
     X(gpr_inf_future, gpr_timespec, (gpr_clock_type))                                                          \
+    X(gpr_inf_past, gpr_timespec, (gpr_clock_type))                                                            \
     X(gpr_convert_clock_type, gpr_timespec, (gpr_timespec, gpr_clock_type))
 
 static struct {
@@ -540,6 +550,9 @@ struct tb_ks_grpc {
     grpc_server *server;
     grpc_completion_queue *shut_cq; /* gets the shutdown notification */
     worker w[TB_KS_GRPC_WORKERS];
+    atomic_int stopping;            /* tb_ks_grpc_stop has begun: idle streams end */
+    void *stream_method;            /* ModelStreamInfer, registered */
+    worker sw[TB_KS_GRPC_STREAMS];  /* its threads */
 };
 
 #define METHOD_PREFIX "/inference.GRPCInferenceService/"
@@ -592,49 +605,38 @@ typedef struct {
 
 static void answer_pack(answer *a, const ProtobufCMessage *m) { a->http = pack(m, &a->msg, &a->n, &a->err); }
 
-static void do_model_infer(struct tb_ks_grpc *g, const void *in, size_t n, int64_t deadline, answer *a) {
-    uint64_t t0 = mono_ns();
-    tb_ks_grpc_request *q = NULL;
-    a->http = tb_ks_grpc_decode_infer(in, n, &q, &a->err);
-    if (a->http != 200) return;
-    tb_ks_model_view m;
-    a->http = g->h.model_find(g->h.ctx, q->m->model_name, q->m->model_version, 1, &m, &a->err);
-    if (a->http != 200) {
-        tb_ks_grpc_request_free(q);
-        return;
-    }
-    tb_ks_request rq;
-    a->http = tb_ks_grpc_request_check_opt(q, m.in, m.n_in, m.optional, m.out, m.n_out, 0, &rq, &a->err);
-    tb_ks_grpc_request_free(q);
-    if (a->http != 200) {
-        g->h.model_done(g->h.ctx, &m, 0, mono_ns() - t0);
-        return;
-    }
-    if (m.is_llm) {
-        tb_tensor o;
-        void *owned = NULL;
-        a->http = g->h.llm_infer ? g->h.llm_infer(g->h.ctx, &m, &rq, &o, &owned, &a->err)
-                                 : tb_ks_fail(&a->err, 400, "model '%s' is served by the OpenAI API", m.name);
-        if (a->http == 0) a->http = tb_ks_fail(&a->err, 500, "the generation was cancelled");
-        if (a->http == 200)
-            a->http = tb_ks_grpc_encode_infer(m.name, m.version, &rq, m.out, &o, 1, &a->msg, &a->n, &a->err);
-        tb_ks_request_free(&rq);
-        free(owned);
-        g->h.model_done(g->h.ctx, &m, a->http == 200, mono_ns() - t0);
-        return;
-    }
+/* A ModelInferRequest's first steps: decoded into *q, its model found and
+ * pinned into *m, its inputs checked into *rq. 200 (the caller ends with
+ * model_done and tb_ks_request_free), else a->http and a->err set and
+ * nothing held but *q (NULL when it did not decode; the caller frees it). */
+static int infer_begin(struct tb_ks_grpc *g, const void *in, size_t n, uint64_t t0, tb_ks_grpc_request **q,
+                       tb_ks_model_view *m, tb_ks_request *rq, answer *a) {
+    memset(rq, 0, sizeof *rq);
+    a->http = tb_ks_grpc_decode_infer(in, n, q, &a->err);
+    if (a->http != 200) return a->http;
+    a->http = g->h.model_find(g->h.ctx, (*q)->m->model_name, (*q)->m->model_version, 1, m, &a->err);
+    if (a->http != 200) return a->http;
+    a->http = tb_ks_grpc_request_check_opt(*q, m->in, m->n_in, m->optional, m->out, m->n_out, 0, rq, &a->err);
+    if (a->http != 200) g->h.model_done(g->h.ctx, m, 0, mono_ns() - t0);
+    return a->http;
+}
+
+/* A checked request of an engine (not an LLM) through its batcher: the
+ * packed ModelInferResponse in a; releases rq and the model's pin. */
+static void infer_run(struct tb_ks_grpc *g, const tb_ks_model_view *m, tb_ks_request *rq, int64_t deadline,
+                      uint64_t t0, answer *a) {
     /* parameters["timeout"] when the model allows it, else the model's
      * default; the call's own deadline when sooner (past it gRPC has
      * cancelled the call: the engine need not run) */
-    int64_t timeout_us = m.timeout_override && rq.timeout_us > 0 ? (int64_t)rq.timeout_us : 0;
+    int64_t timeout_us = m->timeout_override && rq->timeout_us > 0 ? (int64_t)rq->timeout_us : 0;
     if (deadline > 0 && (timeout_us == 0 || deadline < timeout_us)) timeout_us = deadline;
     tb_tensor outs[TB_KS_MAX_IO];
     memset(outs, 0, sizeof outs);
     void *owned = NULL;
-    tb_status ts = g->h.model_infer(g->h.ctx, &m, rq.inputs, rq.n_inputs, timeout_us, outs, m.n_out, &owned);
+    tb_status ts = g->h.model_infer(g->h.ctx, m, rq->inputs, rq->n_inputs, timeout_us, outs, m->n_out, &owned);
     if (ts != TB_OK) {
-        tb_ks_request_free(&rq);
-        g->h.model_done(g->h.ctx, &m, 0, mono_ns() - t0);
+        tb_ks_request_free(rq);
+        g->h.model_done(g->h.ctx, m, 0, mono_ns() - t0);
         /* as the HTTP side decides (server.c, v2_infer) */
         a->http = ts == TB_ERR_RANGE || ts == TB_ERR_INVALID_ARG ? 400
                   : ts == TB_ERR_QUEUE_FULL                      ? 429
@@ -643,7 +645,31 @@ static void do_model_infer(struct tb_ks_grpc *g, const void *in, size_t n, int64
         snprintf(a->err.msg, sizeof a->err.msg, "inference failed: %s", tb_last_error());
         return;
     }
-    a->http = tb_ks_grpc_encode_infer(m.name, m.version, &rq, m.out, outs, m.n_out, &a->msg, &a->n, &a->err);
+    a->http = tb_ks_grpc_encode_infer(m->name, m->version, rq, m->out, outs, m->n_out, &a->msg, &a->n, &a->err);
+    tb_ks_request_free(rq);
+    free(owned);
+    g->h.model_done(g->h.ctx, m, a->http == 200, mono_ns() - t0);
+}
+
+static void do_model_infer(struct tb_ks_grpc *g, const void *in, size_t n, int64_t deadline, answer *a) {
+    uint64_t t0 = mono_ns();
+    tb_ks_grpc_request *q = NULL;
+    tb_ks_model_view m;
+    tb_ks_request rq;
+    int st = infer_begin(g, in, n, t0, &q, &m, &rq, a);
+    tb_ks_grpc_request_free(q);
+    if (st != 200) return;
+    if (!m.is_llm) {
+        infer_run(g, &m, &rq, deadline, t0, a);
+        return;
+    }
+    tb_tensor o;
+    void *owned = NULL;
+    a->http = g->h.llm_infer ? g->h.llm_infer(g->h.ctx, &m, &rq, &o, &owned, &a->err)
+                             : tb_ks_fail(&a->err, 400, "model '%s' is served by the OpenAI API", m.name);
+    if (a->http == 0) a->http = tb_ks_fail(&a->err, 500, "the generation was cancelled");
+    if (a->http == 200)
+        a->http = tb_ks_grpc_encode_infer(m.name, m.version, &rq, m.out, &o, 1, &a->msg, &a->n, &a->err);
     tb_ks_request_free(&rq);
     free(owned);
     g->h.model_done(g->h.ctx, &m, a->http == 200, mono_ns() - t0);
@@ -873,6 +899,405 @@ static void serve_call(struct tb_ks_grpc *g, grpc_completion_queue *cq, grpc_cal
     if (reply) G.grpc_byte_buffer_destroy(reply);
 }
 
+/* ================================================================ ModelStreamInfer */
+
+/* A stream is a registered method with threads of its own (g->sw), one
+ * stream at a time each, for its whole life, so that streams held open
+ * never take the workers of the unary calls. Its thread runs a loop over
+ * the call's completion queue: a RECV_CLOSE_ON_SERVER outstanding from the
+ * start (it completes at once when the client cancels), one RECV_MESSAGE
+ * (one request read ahead of the one being answered), and one
+ * SEND_MESSAGE at a time. Requests are answered in order. An engine's
+ * request runs through the batcher on this thread; an LLM's generation is
+ * read between polls of the queue, its text gathered while a send is in
+ * flight and sent as one piece when it is done, so a slow reader gets
+ * fewer, longer pieces rather than a growing queue. */
+
+enum { TAG_RECV = 1, TAG_SEND, TAG_CLOSE, TAG_STATUS };
+#define TAG(k) ((void *)(intptr_t)(k))
+
+typedef struct {
+    struct tb_ks_grpc *g;
+    grpc_completion_queue *cq;
+    grpc_call *call;
+    gpr_timespec deadline;
+    grpc_byte_buffer *in;           /* RECV_MESSAGE's target */
+    grpc_byte_buffer *next;         /* a request read, waiting for the one before it to be answered */
+    grpc_byte_buffer *out;          /* the message being sent */
+    int recv_busy, send_busy, close_busy, status_busy;
+    int close_cancelled;            /* RECV_CLOSE_ON_SERVER's result */
+    int half_closed;                /* the client has sent its last request */
+    int cancelled;                  /* the client is gone (or the server cancelled the call) */
+    int md_sent;                    /* initial metadata went with the first message */
+    /* the LLM request in progress (gen non-NULL) */
+    void *gen;
+    int gen_done;                   /* its end read: gen_st, gen_err */
+    int gen_st;
+    tb_ks_error gen_err;
+    int chunked;                    /* parameters["stream"]: a response per piece */
+    tb_ks_model_view m;             /* pinned until the request ends */
+    char id[TB_KS_MAX_ID];
+    uint64_t t0;
+    char *text;                     /* 4-byte length, then the text not yet sent */
+    size_t tn, tcap;
+} stream;
+
+static void stream_event(stream *s, const grpc_event *ev) {
+    switch ((int)(intptr_t)ev->tag) {
+    case TAG_RECV:
+        s->recv_busy = 0;
+        if (!ev->success) s->cancelled = 1;
+        else if (!s->in) s->half_closed = 1;
+        else s->next = s->in;
+        s->in = NULL;
+        break;
+    case TAG_SEND:
+        s->send_busy = 0;
+        if (!ev->success) s->cancelled = 1;
+        G.grpc_byte_buffer_destroy(s->out);
+        s->out = NULL;
+        break;
+    case TAG_CLOSE:
+        s->close_busy = 0;
+        if (s->close_cancelled) s->cancelled = 1;
+        break;
+    case TAG_STATUS: s->status_busy = 0; break;
+    default: break;
+    }
+}
+
+/* Takes the events of s's queue: waits up to `wait` seconds for the first
+ * (< 0: until one comes; 0: not at all), then takes those already there.
+ * Not waiting is gpr_inf_past: gRPC rounds any other deadline up to its
+ * next millisecond, which would cost each look at the queue up to 1 ms. */
+static void stream_poll(stream *s, double wait) {
+    gpr_timespec until = wait < 0 ? G.gpr_inf_future(GPR_CLOCK_MONOTONIC) : G.gpr_inf_past(GPR_CLOCK_MONOTONIC);
+    if (wait > 0) {
+        until = G.gpr_now(GPR_CLOCK_MONOTONIC);
+        int64_t ns = until.tv_nsec + (int64_t)(wait * 1e9);
+        until.tv_sec += ns / 1000000000;
+        until.tv_nsec = (int32_t)(ns % 1000000000);
+    }
+    for (;;) {
+        grpc_event ev = G.grpc_completion_queue_next(s->cq, until, NULL);
+        if (ev.type != GRPC_OP_COMPLETE) return; /* timeout (the queue is shut down only after the threads end) */
+        stream_event(s, &ev);
+        until = G.gpr_inf_past(GPR_CLOCK_MONOTONIC);
+    }
+}
+
+static void stream_recv(stream *s) {
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_MESSAGE;
+    op.data.recv_message.recv_message = &s->in;
+    if (G.grpc_call_start_batch(s->call, &op, 1, TAG(TAG_RECV), NULL) == GRPC_CALL_OK) s->recv_busy = 1;
+    else s->cancelled = 1;
+}
+
+/* Sends `pre` (np bytes, copied) then `msg` (n bytes, malloc'd: taken). */
+static void stream_send(stream *s, const void *pre, size_t np, void *msg, size_t n) {
+    grpc_slice sl[2];
+    size_t k = 0;
+    if (np) sl[k++] = G.grpc_slice_from_copied_buffer(pre, np);
+    sl[k++] = G.grpc_slice_new(msg, n, free); /* the slice frees the message */
+    s->out = G.grpc_raw_byte_buffer_create(sl, k);
+    for (size_t i = 0; i < k; i++) G.grpc_slice_unref(sl[i]);
+    grpc_op ops[2];
+    memset(ops, 0, sizeof ops);
+    size_t no = 0;
+    if (!s->md_sent) ops[no++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[no].op = GRPC_OP_SEND_MESSAGE;
+    ops[no++].data.send_message.send_message = s->out;
+    if (G.grpc_call_start_batch(s->call, ops, no, TAG(TAG_SEND), NULL) == GRPC_CALL_OK) {
+        s->send_busy = 1;
+        s->md_sent = 1;
+    } else {
+        G.grpc_byte_buffer_destroy(s->out);
+        s->out = NULL;
+        s->cancelled = 1;
+    }
+}
+
+/* A packed ModelInferResponse (taken) as the infer_response (field 2) of a
+ * ModelStreamInferResponse: its key and length, then the message as it is. */
+static void stream_send_infer(stream *s, void *msg, size_t n) {
+    unsigned char pre[12];
+    size_t np = 0;
+    pre[np++] = 2 << 3 | 2; /* field 2, length-delimited */
+    for (uint64_t v = n; ; v >>= 7) {
+        pre[np++] = (unsigned char)(v & 0x7f) | (v >= 0x80 ? 0x80 : 0);
+        if (v < 0x80) break;
+    }
+    stream_send(s, pre, np, msg, n);
+}
+
+/* An error_message for one request, with its model and id when known. */
+static void stream_send_error(stream *s, const char *model, const char *version, const char *id, const char *msg) {
+    Inference__ModelInferResponse ir;
+    inference__model_infer_response__init(&ir);
+    ir.model_name = (char *)model;
+    ir.model_version = (char *)version;
+    ir.id = (char *)id;
+    Inference__ModelStreamInferResponse r;
+    inference__model_stream_infer_response__init(&r);
+    r.error_message = (char *)(msg[0] ? msg : "the request failed");
+    r.infer_response = &ir;
+    void *p = NULL;
+    size_t n = 0;
+    tb_ks_error e;
+    if (pack(&r.base, &p, &n, &e) == 200) stream_send(s, NULL, 0, p, n);
+    else s->cancelled = 1; /* out of memory: the stream cannot go on as it should */
+}
+
+/* The text gathered (s->text) as a response of text_output, one BYTES
+ * element, with parameters["triton_final_response"]. */
+static void stream_send_text(stream *s, int final) {
+    uint32_t len = (uint32_t)(s->tn - 4);
+    memcpy(s->text, &len, 4); /* little-endian host (checked above) */
+    Inference__ModelInferResponse__InferOutputTensor ot, *otp = &ot;
+    inference__model_infer_response__infer_output_tensor__init(&ot);
+    int64_t shape[1] = {1};
+    ot.name = (char *)(s->m.n_out > 0 ? s->m.out[0].name : "text_output");
+    ot.datatype = "BYTES";
+    ot.n_shape = 1;
+    ot.shape = shape;
+    ProtobufCBinaryData raw = {.len = s->tn, .data = (uint8_t *)s->text};
+    Inference__InferParameter fin;
+    inference__infer_parameter__init(&fin);
+    fin.parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
+    fin.bool_param = final ? 1 : 0;
+    Inference__ModelInferResponse__ParametersEntry pe, *pep = &pe;
+    inference__model_infer_response__parameters_entry__init(&pe);
+    pe.key = "triton_final_response";
+    pe.value = &fin;
+    Inference__ModelInferResponse r;
+    inference__model_infer_response__init(&r);
+    r.model_name = (char *)s->m.name;
+    r.model_version = (char *)s->m.version;
+    r.id = s->id;
+    r.n_parameters = 1;
+    r.parameters = &pep;
+    r.n_outputs = 1;
+    r.outputs = &otp;
+    r.n_raw_output_contents = 1;
+    r.raw_output_contents = &raw;
+    void *p = NULL;
+    size_t n = 0;
+    tb_ks_error e;
+    if (pack(&r.base, &p, &n, &e) == 200) stream_send_infer(s, p, n);
+    else s->cancelled = 1;
+    s->tn = 4;
+}
+
+/* parameters["stream"]: 1 / 0, or -1 when it is not a bool_param. */
+static int stream_param(const Inference__ModelInferRequest *m) {
+    for (size_t i = 0; i < m->n_parameters; i++) {
+        const Inference__ModelInferRequest__ParametersEntry *p = m->parameters[i];
+        if (strcmp(p->key, "stream") != 0) continue;
+        if (!p->value || p->value->parameter_choice_case != INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM)
+            return -1;
+        return p->value->bool_param ? 1 : 0;
+    }
+    return 0;
+}
+
+static void stream_gen_end(stream *s, int ok) {
+    s->g->h.llm_stream_end(s->g->h.ctx, s->gen);
+    s->gen = NULL;
+    s->g->h.model_done(s->g->h.ctx, &s->m, ok, mono_ns() - s->t0);
+}
+
+/* Answers one request message: an engine's at once, an LLM's started. */
+static void stream_request(stream *s, grpc_byte_buffer *bb) {
+    struct tb_ks_grpc *g = s->g;
+    uint64_t t0 = mono_ns();
+    answer a;
+    memset(&a, 0, sizeof a);
+    grpc_byte_buffer_reader rd;
+    if (!G.grpc_byte_buffer_reader_init(&rd, bb)) {
+        G.grpc_byte_buffer_destroy(bb);
+        stream_send_error(s, "", "", "", "the request message cannot be read (compression?)");
+        return;
+    }
+    grpc_slice sl = G.grpc_byte_buffer_reader_readall(&rd);
+    G.grpc_byte_buffer_reader_destroy(&rd);
+    G.grpc_byte_buffer_destroy(bb);
+    tb_ks_grpc_request *q = NULL;
+    tb_ks_model_view m;
+    tb_ks_request rq;
+    int st = infer_begin(g, GRPC_SLICE_START_PTR(sl), GRPC_SLICE_LENGTH(sl), t0, &q, &m, &rq, &a);
+    G.grpc_slice_unref(sl);
+    char id[TB_KS_MAX_ID] = "";
+    if (q) snprintf(id, sizeof id, "%s", q->m->id);
+    if (st != 200) {
+        stream_send_error(s, q ? q->m->model_name : "", q ? q->m->model_version : "", id, a.err.msg);
+        tb_ks_grpc_request_free(q);
+        return;
+    }
+    int chunked = stream_param(q->m);
+    tb_ks_grpc_request_free(q);
+    if (!m.is_llm) {
+        infer_run(g, &m, &rq, deadline_us(s->deadline), t0, &a);
+        if (a.http == 200) stream_send_infer(s, a.msg, a.n);
+        else stream_send_error(s, m.name, m.version, id, a.err.msg);
+        return;
+    }
+    void *gen = NULL;
+    if (!s->text && (s->text = malloc(256))) s->tcap = 256; /* the stream's text buffer, kept for its life */
+    if (chunked < 0)
+        a.http = tb_ks_fail(&a.err, 400, "parameters[\"stream\"] must be a bool_param");
+    else if (!s->text)
+        a.http = tb_ks_fail(&a.err, 500, "out of memory");
+    else if (!g->h.llm_stream_start)
+        a.http = tb_ks_fail(&a.err, 400, "model '%s' is served by the OpenAI API", m.name);
+    else
+        a.http = g->h.llm_stream_start(g->h.ctx, &m, &rq, &gen, &a.err);
+    tb_ks_request_free(&rq);
+    if (a.http != 200) {
+        g->h.model_done(g->h.ctx, &m, 0, mono_ns() - t0);
+        stream_send_error(s, m.name, m.version, id, a.err.msg);
+        return;
+    }
+    s->gen = gen;
+    s->gen_done = 0;
+    s->chunked = chunked;
+    s->m = m;
+    s->t0 = t0;
+    s->tn = 4;
+    memcpy(s->id, id, sizeof id);
+}
+
+/* Reads what the generation has (waiting up to `wait` s) and sends what is
+ * due: a piece when chunked and no send is in flight, the rest (or the
+ * error) at its end, which also ends the request. */
+static void stream_gen_step(stream *s, double wait) {
+    struct tb_ks_grpc *g = s->g;
+    if (!s->gen_done) {
+        const char *t = NULL;
+        size_t n = 0;
+        s->gen_err.msg[0] = 0;
+        int st = g->h.llm_stream_next(g->h.ctx, s->gen, wait, &t, &n, &s->gen_err);
+        if (n && s->tn - 4 < TB_KS_MAX_ELEM_BYTES) {
+            if (s->tn + n > s->tcap) {
+                size_t cap = s->tcap;
+                while (cap < s->tn + n) cap *= 2;
+                char *p = realloc(s->text, cap);
+                if (!p) {
+                    st = tb_ks_fail(&s->gen_err, 500, "out of memory for the generated text");
+                } else {
+                    s->text = p;
+                    s->tcap = cap;
+                }
+            }
+            if (s->tn + n <= s->tcap) {
+                memcpy(s->text + s->tn, t, n);
+                s->tn += n;
+            }
+        }
+        if (st != 0) {
+            s->gen_done = 1;
+            s->gen_st = st;
+        }
+    }
+    if (s->send_busy) return;
+    if (s->gen_done) {
+        if (s->gen_st == 200) stream_send_text(s, 1);
+        else stream_send_error(s, s->m.name, s->m.version, s->id, s->gen_err.msg);
+        stream_gen_end(s, s->gen_st == 200);
+    } else if (s->chunked && s->tn > 4) {
+        stream_send_text(s, 0);
+    }
+}
+
+static void serve_stream(struct tb_ks_grpc *g, grpc_completion_queue *cq, grpc_call *call, gpr_timespec deadline,
+                         const grpc_metadata_array *md) {
+    stream s;
+    memset(&s, 0, sizeof s);
+    s.g = g;
+    s.cq = cq;
+    s.call = call;
+    s.deadline = deadline;
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    op.data.recv_close_on_server.cancelled = &s.close_cancelled;
+    if (G.grpc_call_start_batch(call, &op, 1, TAG(TAG_CLOSE), NULL) == GRPC_CALL_OK) s.close_busy = 1;
+    else s.cancelled = 1;
+    int code = 0;
+    const char *details = "";
+    if (!authorized(g, md)) {
+        code = tb_ks_grpc_code(401);
+        details = "a valid API key is required (metadata 'authorization: Bearer KEY')";
+        s.half_closed = 1; /* no request is read */
+    }
+    for (;;) {
+        if (s.cancelled) {
+            if (s.gen) stream_gen_end(&s, 0);
+            break;
+        }
+        if (!s.half_closed && !s.recv_busy && !s.next) stream_recv(&s);
+        if (s.gen) {
+            /* short waits while a send is in flight: its end is seen on the queue */
+            stream_gen_step(&s, s.send_busy ? 0.002 : 0.02);
+            stream_poll(&s, s.gen && s.gen_done ? -1 : 0);
+            continue;
+        }
+        if (s.next && !s.send_busy) {
+            grpc_byte_buffer *bb = s.next;
+            s.next = NULL;
+            stream_request(&s, bb);
+            continue;
+        }
+        if (s.half_closed && !s.next && !s.send_busy) break; /* every request answered */
+        if (atomic_load(&g->stopping) && !s.next && !s.send_busy) { /* idle while the server stops */
+            code = tb_ks_grpc_code(503);
+            details = "the server is stopping";
+            break;
+        }
+        stream_poll(&s, 0.25);
+    }
+    if (s.next) G.grpc_byte_buffer_destroy(s.next);
+    s.next = NULL;
+    grpc_slice det = G.grpc_slice_from_copied_string(details);
+    grpc_op ops[2];
+    memset(ops, 0, sizeof ops);
+    size_t k = 0;
+    if (!s.md_sent) ops[k++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    ops[k].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[k].data.send_status_from_server.status = (grpc_status_code)code;
+    ops[k++].data.send_status_from_server.status_details = &det;
+    /* a call that cannot end with a status (the client gone, out of memory)
+     * is cancelled: that completes what it has outstanding */
+    if (!s.cancelled && G.grpc_call_start_batch(call, ops, k, TAG(TAG_STATUS), NULL) == GRPC_CALL_OK)
+        s.status_busy = 1;
+    else
+        G.grpc_call_cancel(call, NULL);
+    /* every operation started must complete before the queue serves another call */
+    while (s.recv_busy || s.send_busy || s.close_busy || s.status_busy) stream_poll(&s, -1);
+    G.grpc_slice_unref(det);
+    if (s.next) G.grpc_byte_buffer_destroy(s.next);
+    free(s.text);
+}
+
+static void *stream_main(void *p) {
+    worker *w = p;
+    for (;;) {
+        grpc_call *call = NULL;
+        gpr_timespec deadline;
+        grpc_metadata_array md;
+        G.grpc_metadata_array_init(&md);
+        int got = G.grpc_server_request_registered_call(w->g->server, w->g->stream_method, &call, &deadline, &md,
+                                                         NULL, w->cq, w->cq, w) == GRPC_CALL_OK &&
+                  wait_op(w->cq);
+        if (got) serve_stream(w->g, w->cq, call, deadline, &md);
+        if (call) G.grpc_call_unref(call);
+        G.grpc_metadata_array_destroy(&md);
+        if (!got) break; /* the server is shutting down */
+    }
+    return NULL;
+}
+
 static void *worker_main(void *p) {
     worker *w = p;
     for (;;) {
@@ -931,6 +1356,13 @@ tb_status tb_ks_grpc_start(const tb_ks_grpc_options *o, const tb_ks_grpc_host *h
         g->w[i].cq = G.grpc_completion_queue_create_for_next(NULL);
         G.grpc_server_register_completion_queue(g->server, g->w[i].cq, NULL);
     }
+    for (int i = 0; i < TB_KS_GRPC_STREAMS; i++) {
+        g->sw[i].g = g;
+        g->sw[i].cq = G.grpc_completion_queue_create_for_next(NULL);
+        G.grpc_server_register_completion_queue(g->server, g->sw[i].cq, NULL);
+    }
+    g->stream_method = G.grpc_server_register_method(g->server, METHOD_PREFIX "ModelStreamInfer", NULL,
+                                                     GRPC_SRM_PAYLOAD_NONE, 0);
     char addr[320];
     const char *host = o->host && *o->host ? o->host : "127.0.0.1";
     snprintf(addr, sizeof addr, strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, o->port);
@@ -941,6 +1373,7 @@ tb_status tb_ks_grpc_start(const tb_ks_grpc_options *o, const tb_ks_grpc_host *h
         G.grpc_server_destroy(g->server);
         drain_destroy(g->shut_cq);
         for (int i = 0; i < TB_KS_GRPC_WORKERS; i++) drain_destroy(g->w[i].cq);
+        for (int i = 0; i < TB_KS_GRPC_STREAMS; i++) drain_destroy(g->sw[i].cq);
         G.grpc_shutdown();
         free(g);
         return tb_errorf(TB_ERR_IO, "cannot listen on %s for gRPC (the port is taken or the address is not this "
@@ -949,6 +1382,8 @@ tb_status tb_ks_grpc_start(const tb_ks_grpc_options *o, const tb_ks_grpc_host *h
     G.grpc_server_start(g->server);
     for (int i = 0; i < TB_KS_GRPC_WORKERS; i++)
         g->w[i].started = pthread_create(&g->w[i].th, NULL, worker_main, &g->w[i]) == 0;
+    for (int i = 0; i < TB_KS_GRPC_STREAMS; i++)
+        g->sw[i].started = pthread_create(&g->sw[i].th, NULL, stream_main, &g->sw[i]) == 0;
     *out = g;
     return TB_OK;
 }
@@ -956,6 +1391,7 @@ tb_status tb_ks_grpc_start(const tb_ks_grpc_options *o, const tb_ks_grpc_host *h
 void tb_ks_grpc_stop(tb_ks_grpc *g, double grace_s) {
     if (!g) return;
     int tag;
+    atomic_store(&g->stopping, 1);
     G.grpc_server_shutdown_and_notify(g->server, g->shut_cq, &tag);
     long long ms = grace_s > 0 ? (long long)(grace_s * 1000) : 0;
     gpr_timespec until = G.gpr_now(GPR_CLOCK_REALTIME);
@@ -969,9 +1405,12 @@ void tb_ks_grpc_stop(tb_ks_grpc *g, double grace_s) {
     }
     for (int i = 0; i < TB_KS_GRPC_WORKERS; i++)
         if (g->w[i].started) pthread_join(g->w[i].th, NULL);
+    for (int i = 0; i < TB_KS_GRPC_STREAMS; i++)
+        if (g->sw[i].started) pthread_join(g->sw[i].th, NULL);
     G.grpc_server_destroy(g->server);
     drain_destroy(g->shut_cq);
     for (int i = 0; i < TB_KS_GRPC_WORKERS; i++) drain_destroy(g->w[i].cq);
+    for (int i = 0; i < TB_KS_GRPC_STREAMS; i++) drain_destroy(g->sw[i].cq);
     G.grpc_shutdown();
     free(g);
 }

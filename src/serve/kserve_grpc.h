@@ -1,10 +1,15 @@
 /*
  * kserve_grpc.h — the KServe v2 gRPC service (package inference, service
  * GRPCInferenceService, the messages of src/serve/kserve_grpc.proto):
- * ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata and
- * ModelInfer and ModelStatistics, on `turbine serve --grpc-port`. ModelInfer serves engines
- * through their batcher and LLM engines as the HTTP v2 route does
- * (text_input / max_tokens / text_output, BYTES).
+ * ServerLive, ServerReady, ModelReady, ServerMetadata, ModelMetadata,
+ * ModelInfer, ModelStatistics and ModelStreamInfer, on `turbine serve
+ * --grpc-port`. ModelInfer serves engines through their batcher and LLM
+ * engines as the HTTP v2 route does (text_input / max_tokens / text_output,
+ * BYTES). ModelStreamInfer answers each request of a bidirectional stream
+ * in order, as Triton does: one response of an engine's outputs, or an
+ * error_message for that request alone; an LLM request with
+ * parameters["stream"] true gets a response per piece of generated text,
+ * the last marked with parameters["triton_final_response"] true.
  *
  * The service knows no engines: the server hands it a tb_ks_grpc_host, a
  * few callbacks that find a model and run a request through that model's
@@ -20,8 +25,11 @@
  * shared libraries cost every other command nothing. Calls are served by
  * TB_KS_GRPC_WORKERS threads, each with its own completion queue and one
  * call at a time, since a request blocks in the batcher until its result;
- * more calls wait in gRPC's queue. A request message is bounded by
- * max_message_bytes (larger: RESOURCE_EXHAUSTED, by gRPC itself).
+ * more calls wait in gRPC's queue. ModelStreamInfer is a registered method
+ * with threads of its own (TB_KS_GRPC_STREAMS, one stream each for its
+ * whole life), so open streams never hold the workers of the other calls.
+ * A request message is bounded by max_message_bytes (larger:
+ * RESOURCE_EXHAUSTED, by gRPC itself).
  *
  * Without TB_HAVE_GRPC (no grpc headers or protobuf-c when built) every
  * function here reports TB_ERR_UNSUPPORTED / 500 with what is missing.
@@ -36,6 +44,7 @@
 #include "turbine/turbine.h"
 
 #define TB_KS_GRPC_WORKERS 16 /* calls served at once */
+#define TB_KS_GRPC_STREAMS 16 /* ModelStreamInfer streams served at once */
 
 /* One model as the server's table holds it, for the length of one call. */
 typedef struct {
@@ -87,6 +96,18 @@ typedef struct {
                        tb_ks_error *err);
     /* A pinned request ended (ok: answered with outputs) after ns. */
     void (*model_done)(void *ctx, const tb_ks_model_view *m, int ok, uint64_t ns);
+    /* ModelStreamInfer of an LLM. llm_stream_start submits rq (as
+     * llm_infer takes it; parameters["stream"] is the service's) and
+     * returns 200 with *gen, else an HTTP status and err. llm_stream_next
+     * waits up to timeout_s for more of gen's text: *text / *n the text
+     * released since the previous call (valid until the next call), and
+     * 0 while it runs, 200 once it has ended (its last text given), else
+     * an HTTP status and err. llm_stream_end cancels gen when it still
+     * runs and frees it. One thread reads a gen at a time. */
+    int (*llm_stream_start)(void *ctx, const tb_ks_model_view *m, const tb_ks_request *rq, void **gen,
+                            tb_ks_error *err);
+    int (*llm_stream_next)(void *ctx, void *gen, double timeout_s, const char **text, size_t *n, tb_ks_error *err);
+    void (*llm_stream_end)(void *ctx, void *gen);
 } tb_ks_grpc_host;
 
 typedef struct {

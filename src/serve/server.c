@@ -2031,6 +2031,135 @@ static void grpc_model_done(void *ctx, const tb_ks_model_view *v, int ok, uint64
     atomic_fetch_sub(&m->users, 1);
 }
 
+/* ================================================================ gRPC ModelStreamInfer */
+
+/* The generation of a parsed v2 request rq of LLM model m, submitted and
+ * left running for the caller to read piece by piece
+ * (grpc_llm_stream_next): the prompt, max_tokens and sampling parameters
+ * taken as llm_text_infer takes them, parameters["stream"] (the streaming
+ * call's own, acted on by the service) passed over. 200 with *out (free it
+ * with gen_stream_free), else an HTTP status and msg. */
+static int llm_text_start(server *s, model *m, const tb_ks_request *rq, gen_stream **out, char *msg, size_t cap) {
+    server *ls = m->llm ? m->llm : s; /* a repository LLM, or the server's own */
+    json_t *root = NULL, *params = NULL;
+    gen_stream *g = NULL;
+    int st = 200;
+    *out = NULL;
+    const char *text;
+    size_t tlen;
+    if (!tb_ks_bytes_get(rq->inputs[0].data, rq->in_size[0], 0, &text, &tlen)) {
+        snprintf(msg, cap, "text_input holds no element");
+        return 400;
+    }
+    root = json_object();
+    if (!root || json_object_set_new(root, "prompt", json_stringn(text, tlen)) ||
+        json_object_set_new(root, "temperature", json_integer(0)) ||
+        json_object_set_new(root, "max_tokens", json_integer(16))) {
+        st = 500;
+        snprintf(msg, cap, "out of memory");
+        goto done;
+    }
+    if (rq->params) {
+        json_error_t je;
+        params = json_loads(rq->params, JSON_ALLOW_NUL, &je);
+        if (!params) {
+            st = 500;
+            snprintf(msg, cap, "out of memory");
+            goto done;
+        }
+        const char *k;
+        json_t *v;
+        json_object_foreach(params, k, v) {
+            /* stream: the service's; triton_enable_empty_final_response: met already, the last
+             * response always saying triton_final_response */
+            if (!strcmp(k, "binary_data_output") || !strcmp(k, "timeout") || !strcmp(k, "stream") ||
+                !strcmp(k, "triton_enable_empty_final_response"))
+                continue;
+            int known = 0;
+            for (int i = 0; k_llm_params[i]; i++) known |= !strcmp(k, k_llm_params[i]);
+            if (!known) {
+                st = 400;
+                snprintf(msg, cap, "parameters.%s is not a parameter of this model (it takes stream, temperature, "
+                         "top_p, top_k, min_p, seed, max_tokens, min_tokens, stop, ignore_eos, repetition_penalty, "
+                         "presence_penalty, frequency_penalty)", k);
+                goto done;
+            }
+            json_object_set(root, k, v);
+        }
+    }
+    if (rq->given[1]) json_object_set_new(root, "max_tokens", json_integer(*(const int32_t *)rq->inputs[1].data));
+    g = calloc(1, sizeof *g);
+    gen_choice *ch = g ? calloc(1, sizeof *ch) : NULL;
+    if (!ch) {
+        free(g);
+        g = NULL;
+        st = 500;
+        snprintf(msg, cap, "out of memory");
+        goto done;
+    }
+    g->s = ls;
+    atomic_fetch_add(&ls->gen_users, 1);
+    g->ch = ch;
+    g->fd = -1; /* the service sees the client leave and ends the generation itself */
+    parse_err pe = {0};
+    if (!parse_gen(ls, root, 0, &g->g, &pe)) {
+        st = pe.status;
+        snprintf(msg, cap, "%s", pe.msg);
+        goto done;
+    }
+    g->n = 1;
+    g->interval = 1;
+    snprintf(g->id, sizeof g->id, "v2-%ld", atomic_fetch_add(&ls->next_id, 1));
+    if (!gen_start(ls, g, &pe)) {
+        st = pe.status;
+        snprintf(msg, cap, "%s", pe.msg);
+        goto done;
+    }
+    *out = g;
+    g = NULL;
+done:
+    json_decref(root);
+    json_decref(params);
+    gen_stream_free(g);
+    return st;
+}
+
+static int grpc_llm_stream_start(void *ctx, const tb_ks_model_view *v, const tb_ks_request *rq, void **gen,
+                                 tb_ks_error *err) {
+    gen_stream *g = NULL;
+    err->msg[0] = 0;
+    int st = llm_text_start(ctx, v->handle, rq, &g, err->msg, sizeof err->msg);
+    err->status = st;
+    *gen = g;
+    return st;
+}
+
+/* The text released since the last call (the stop strings and split
+ * characters held back as for any generation); the buffer is the choice's
+ * own, reused from call to call. */
+static int grpc_llm_stream_next(void *ctx, void *gen, double timeout_s, const char **text, size_t *n,
+                                tb_ks_error *err) {
+    (void)ctx;
+    gen_stream *g = gen;
+    gen_choice *ch = &g->ch[0];
+    ch->tn = 0; /* the caller has taken the previous piece */
+    int over = pump_all(g, timeout_s);
+    *text = ch->text;
+    *n = ch->tn;
+    if (!over) return 0;
+    if (ch->reason == TB_FINISH_ERROR || ch->reason == TB_FINISH_CANCELLED) {
+        snprintf(err->msg, sizeof err->msg, "%s", ch->reason == TB_FINISH_ERROR ? "generation failed"
+                                                                                 : "the generation was cancelled");
+        return err->status = 500;
+    }
+    return 200;
+}
+
+static void grpc_llm_stream_end(void *ctx, void *gen) {
+    (void)ctx;
+    gen_stream_free(gen); /* cancels a generation still running */
+}
+
 /* An LLM engine's serving state in s: its info, a context (KV cache sized
  * by the serve options), its tokenizer and chat format, and a scheduler
  * thread. s takes the engine (s->e) even on failure, where the caller
@@ -2738,7 +2867,10 @@ int tb_serve_run(const tb_serve_options *opt) {
         s->grpc_host = (tb_ks_grpc_host){.ctx = s, .server_ready = grpc_server_ready, .model_find = grpc_model_find,
                                          .model_infer = grpc_model_infer, .llm_infer = grpc_llm_infer,
                                          .model_stats = grpc_model_stats,
-                                         .model_done = grpc_model_done};
+                                         .model_done = grpc_model_done,
+                                         .llm_stream_start = grpc_llm_stream_start,
+                                         .llm_stream_next = grpc_llm_stream_next,
+                                         .llm_stream_end = grpc_llm_stream_end};
         tb_ks_grpc_options go = {.host = s->o.host, .port = s->o.grpc_port, .max_message_bytes = s->o.max_body_bytes,
                                  .api_key = s->o.api_key, .version = TB_SERVE_VERSION};
         if (tb_ks_grpc_start(&go, &s->grpc_host, &s->grpc) != TB_OK) {

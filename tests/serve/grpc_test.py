@@ -10,10 +10,14 @@ Models (a repository, so that one can be unloaded while the server runs):
 Outputs are compared with numpy and, bit for bit, with the HTTP endpoint's
 for the same input. Every call and every error code is exercised; the
 server must keep answering after each bad request, count gRPC requests in
-the model's statistics, and stop cleanly on SIGTERM.
+the model's statistics, and stop cleanly on SIGTERM. ModelStreamInfer:
+several requests on one stream (bad ones answered with error_message, the
+stream going on), an LLM's text a piece a response with parameters.stream,
+half-close and cancel.
 """
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
@@ -22,8 +26,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_util import (BIN, SRC, Server, TestFailure, build_stories, check, free_port, ok, run_tests,  # noqa: E402
-                        workdir)
+from serve_util import (BIN, SRC, Server, TestFailure, build_slow, build_stories, check, free_port, metric,  # noqa: E402
+                        ok, run_tests, wait_until, workdir)
 
 import grpc  # noqa: E402
 import numpy as np  # noqa: E402
@@ -358,6 +362,96 @@ def test_counters_and_concurrency():
        "ModelStatistics equal to it, of every model, NOT_FOUND for unknown ones")
 
 
+def stream_raw(ch, msgs, timeout=60):
+    """ModelStreamInfer with messages as bytes (undecodable ones too): the responses, in order."""
+    f = ch.stream_stream(SVC + "ModelStreamInfer", request_serializer=lambda b: b,
+                         response_deserializer=pb.ModelStreamInferResponse.FromString)
+    return list(f(iter(msgs), timeout=timeout))
+
+
+class Feed:
+    """A request iterator the test feeds one message at a time; close() half-closes the stream."""
+
+    def __init__(self):
+        self.q = queue.Queue()
+
+    def __iter__(self):
+        while True:
+            m = self.q.get()
+            if m is None:
+                return
+            yield m
+
+    def put(self, m):
+        self.q.put(m)
+
+    def close(self):
+        self.q.put(None)
+
+
+def test_stream_infer():
+    x, z = inputs(3)
+    good = pb.ModelInferRequest(model_name="mlp", id="g1", inputs=[fp32_input("x", x), fp32_input("z", z)])
+    unary = decode_outputs(C.stub.ModelInfer(good, timeout=30))
+    bad = pb.ModelInferRequest(model_name="mlp", id="b2", inputs=[fp32_input("x", np.zeros((2, 5), np.float32)),
+                                                                   fp32_input("z", z)])
+    unknown = pb.ModelInferRequest(model_name="other", id="u4", inputs=[fp32_input("x", x), fp32_input("z", z)])
+    a = rng.integers(-2**40, 2**40, (2, 3), dtype=np.int64)
+    ints = raw_request("ints", [("a", a)], dts={"a": "INT64"})
+    ints.id = "i5"
+    # a message over --max-body ends the stream as gRPC refuses it; the server goes on
+    big = raw_request("ints", [("a", a)], dts={"a": "INT64"})
+    big.parameters["pad"].string_param = "a" * 70000
+    c, _ = code_of(lambda: stream_raw(C.ch, [ints.SerializeToString(), big.SerializeToString()]))
+    check(c == grpc.StatusCode.RESOURCE_EXHAUSTED, "a 70 KB message on a stream -> %s" % c)
+    check(S.alive() and C.stub.ServerLive(pb.ServerLiveRequest(), timeout=10).live, "the server died")
+    before = stats("ints")
+    rs = stream_raw(C.ch, [good.SerializeToString(), bad.SerializeToString(), b"\xff\xff\xff",
+                           unknown.SerializeToString(), ints.SerializeToString()])
+    check(len(rs) == 5, "5 requests, %d responses" % len(rs))
+    check(rs[0].error_message == "" and rs[0].infer_response.id == "g1" and rs[0].infer_response.model_name == "mlp",
+          "response 1: %r" % rs[0].error_message)
+    o = decode_outputs(rs[0].infer_response)
+    check(np.array_equal(o["y"].view(np.uint32), unary["y"].view(np.uint32)) and np.array_equal(o["pos"], unary["pos"]),
+          "the stream's outputs differ from ModelInfer's")
+    check("shape" in rs[1].error_message and rs[1].infer_response.id == "b2", "response 2: %r" % rs[1])
+    check("not a ModelInferRequest" in rs[2].error_message, "response 3: %r" % rs[2].error_message)
+    check("unknown model" in rs[3].error_message and rs[3].infer_response.id == "u4", "response 4: %r" % rs[3])
+    check(rs[4].error_message == "" and rs[4].infer_response.id == "i5" and
+          np.array_equal(decode_outputs(rs[4].infer_response)["s"], a + a), "response 5 after the errors")
+    # one request at a time, each answered before the next is sent; half-close ends the stream
+    feed = Feed()
+    it = C.stub.ModelStreamInfer(iter(feed), timeout=60)
+    for k in range(3):
+        rq = raw_request("ints", [("a", a + k)], dts={"a": "INT64"})
+        rq.id = "k%d" % k
+        feed.put(rq)
+        r = next(it)
+        check(r.infer_response.id == "k%d" % k and np.array_equal(decode_outputs(r.infer_response)["s"], 2 * (a + k)),
+              "interactive request %d" % k)
+    feed.close()
+    check(list(it) == [] and it.code() == grpc.StatusCode.OK, "after half-close: status %s" % it.code())
+    after = stats("ints")
+    check(after["inference_stats"]["success"]["count"] - before["inference_stats"]["success"]["count"] == 4,
+          "stream requests in the model's statistics")
+    # 20 streams held open (more than the stream threads) do not hold up the unary calls
+    feeds = [Feed() for _ in range(20)]
+    its = [C.stub.ModelStreamInfer(iter(f), timeout=60) for f in feeds]
+    time.sleep(0.2)
+    futs = [C.stub.ModelInfer.future(ints, timeout=30) for _ in range(40)]
+    check(all(np.array_equal(decode_outputs(f.result())["s"], a + a) for f in futs), "40 calls with 20 streams open")
+    for f in feeds:
+        f.put(ints)
+        f.close()
+    for i in its:
+        rs = list(i)
+        check(len(rs) == 1 and rs[0].infer_response.id == "i5" and i.code() == grpc.StatusCode.OK,
+              "a queued stream: %d responses, %s" % (len(rs), i.code()))
+    ok("ModelStreamInfer: 5 requests on one stream (a bad shape, undecodable bytes, an unknown model answered with "
+       "error_message in order, the stream going on), outputs bit-equal to ModelInfer; a message over --max-body: "
+       "RESOURCE_EXHAUSTED; request/response one at a time then half-close; 40 unary calls answered with 20 streams open; all 20 answered after")
+
+
 def test_unavailable_after_unload():
     st, _, data = S.post("/v2/repository/models/ints/unload", {})
     check(st == 200, "unload -> %s %r" % (st, data))
@@ -390,6 +484,8 @@ def test_queue_timeout_auth():
           "ModelMetadata with the key")
     x, z = inputs(1)
     req = raw_request("mlp", [("x", x), ("z", z)])
+    expect_error(grpc.StatusCode.UNAUTHENTICATED, "API key",
+                 lambda: list(c.stub.ModelStreamInfer(iter([req]), timeout=10)))
     first = c.stub.ModelInfer.future(req, timeout=30, metadata=md)
     time.sleep(0.3)
     futs = [c.stub.ModelInfer.future(req, timeout=30, metadata=md) for _ in range(6)]
@@ -504,6 +600,131 @@ def test_llm_bytes():
        "bad BYTES, 2 elements, unknown parameter, wrong field, BYTES to FP32: INVALID_ARGUMENT" % http_text[:40])
 
 
+def test_llm_stream():
+    """ModelStreamInfer of an LLM: parameters.stream true gives a response a
+    piece of text (the last with triton_final_response true) whose
+    concatenation is ModelInfer's greedy text; false gives one response;
+    errors for one request leave the stream going; a client that
+    half-closes gets every answer; one that cancels ends its generation
+    while the server goes on serving."""
+    gp = free_port()
+    s = Server(build_slow(D), "--served-model-name", "slow", "--threads", "1", "--grpc-port", gp, "--grace", "60",
+               log=os.path.join(D, "llm_stream.log")).start()
+    c = Client(gp)
+    prompt = b"Once upon a time"
+
+    def llm_req(rid, n, stream=None):
+        req = pb.ModelInferRequest(model_name="slow", id=rid)
+        req.inputs.add(name="text_input", datatype="BYTES", shape=[1]).contents.bytes_contents.append(prompt)
+        req.inputs.add(name="max_tokens", datatype="INT32", shape=[1]).contents.int_contents.append(n)
+        req.parameters["ignore_eos"].bool_param = True
+        if stream is not None:
+            req.parameters["stream"].bool_param = stream
+        return req
+
+    def piece(r):
+        """(text, final) of one response."""
+        ir = r.infer_response
+        check(r.error_message == "" and len(ir.outputs) == 1 and ir.outputs[0].name == "text_output" and
+              ir.outputs[0].datatype == "BYTES" and list(ir.outputs[0].shape) == [1], "a piece: %s" % r)
+        raw = ir.raw_output_contents[0]
+        check(len(raw) == 4 + int.from_bytes(raw[:4], "little"), "text_output is not one serialized element")
+        check("triton_final_response" in ir.parameters, "no triton_final_response")
+        return raw[4:], ir.parameters["triton_final_response"].bool_param
+
+    def whole(n):
+        r = c.stub.ModelInfer(llm_req("w", n), timeout=60)
+        raw = r.raw_output_contents[0]
+        return raw[4:]
+
+    def pieces_of(rs, rid):
+        ps = [piece(r) for r in rs if r.infer_response.id == rid]
+        check(ps and ps[-1][1] and not any(f for _, f in ps[:-1]),
+              "%s: triton_final_response on the last piece alone: %s" % (rid, [f for _, f in ps]))
+        return [t for t, _ in ps]
+
+    try:
+        w40, w12 = whole(40), whole(12)
+        check(len(w40) > 0, "ModelInfer gave no text")
+        # stream=true, then half-close at once: every piece still comes
+        rs = list(c.stub.ModelStreamInfer(iter([llm_req("s1", 40, True)]), timeout=60))
+        ps = pieces_of(rs, "s1")
+        check(len(ps) >= 3, "40 tokens in %d pieces" % len(ps))
+        check(b"".join(ps) == w40, "pieces %r != ModelInfer's %r" % (b"".join(ps)[:80], w40[:80]))
+        n_pieces = len(ps)
+        # several requests on one stream, errors between them
+        bad = llm_req("e2", 5)
+        bad.parameters["beam_width"].int64_param = 2
+        badtype = llm_req("e4", 5, True)
+        badtype.parameters["stream"].string_param = "yes"
+        rs = list(c.stub.ModelStreamInfer(iter([llm_req("a1", 40, True), bad, llm_req("a3", 40, False), badtype,
+                                                llm_req("a5", 12, True)]), timeout=60))
+        ids = [r.infer_response.id for r in rs]
+        order = [k for i, k in enumerate(ids) if i == 0 or ids[i - 1] != k]
+        check(order == ["a1", "e2", "a3", "e4", "a5"], "responses out of order: %s" % ids)
+        check(b"".join(pieces_of(rs, "a1")) == w40 and b"".join(pieces_of(rs, "a5")) == w12, "streamed text")
+        one = pieces_of(rs, "a3")
+        check(len(one) == 1 and one[0] == w40, "stream=false: %d responses" % len(one))
+        errs = {r.infer_response.id: r.error_message for r in rs if r.error_message}
+        check(set(errs) == {"e2", "e4"} and "beam_width" in errs["e2"] and "bool_param" in errs["e4"],
+              "error_message: %s" % errs)
+        # a stop string at the very start: empty text, a final response all the same
+        first = w40.decode("utf-8", errors="replace")[:1]
+        if first and first != "\ufffd":
+            e1, e2 = llm_req("z1", 40, False), llm_req("z2", 40, True)
+            for q in (e1, e2):
+                q.parameters["stop"].string_param = first
+            rs = list(c.stub.ModelStreamInfer(iter([e1, e2]), timeout=60))
+            check(pieces_of(rs, "z1") == [b""] and b"".join(pieces_of(rs, "z2")) == b"",
+                  "a stop at the first character: %s" % [r.infer_response.raw_output_contents[:1] for r in rs])
+        # cancel mid-stream: the generation ends, the server goes on
+        ms = s.metrics()
+        c0 = metric(ms, "turbine_requests_finished_total", finished_reason="cancelled")
+        g0 = metric(ms, "turbine_generation_tokens_total")
+        feed = Feed()
+        it = c.stub.ModelStreamInfer(iter(feed), timeout=60)
+        feed.put(llm_req("long", 400, True))
+        got = [piece(next(it)) for _ in range(2)]
+        check(not any(f for _, f in got), "the 400-token request ended before the cancel: the engine is too fast")
+        check(c.stub.ServerLive(pb.ServerLiveRequest(), timeout=10).live, "ServerLive during a stream")
+        it.cancel()
+        t0 = time.time()
+        st = {}
+
+        def idle():
+            st["ms"] = s.metrics()
+            return (metric(st["ms"], "turbine_requests_running") == 0 and
+                    metric(st["ms"], "turbine_requests_finished_total", finished_reason="cancelled") == c0 + 1)
+        check(wait_until(idle, 5), "5 s after the cancel: running %s, cancelled %s (was %s)" % (
+            metric(st["ms"], "turbine_requests_running"),
+            metric(st["ms"], "turbine_requests_finished_total", finished_reason="cancelled"), c0))
+        dt = time.time() - t0
+        made = metric(st["ms"], "turbine_generation_tokens_total") - g0
+        check(made < 400, "the cancelled request still generated all 400 tokens")
+        check(whole(12) == w12, "ModelInfer after the cancel")
+        rs = list(c.stub.ModelStreamInfer(iter([llm_req("after", 12, True)]), timeout=60))
+        check(b"".join(pieces_of(rs, "after")) == w12, "a stream after the cancel")
+        # SIGTERM with a stream open and idle: it ends at once (UNAVAILABLE), not after --grace (60 s)
+        feed = Feed()
+        it = c.stub.ModelStreamInfer(iter(feed), timeout=60)
+        feed.put(llm_req("idle", 12, True))
+        while not piece(next(it))[1]:
+            pass
+        t0 = time.time()
+        s.proc.send_signal(signal.SIGTERM)
+        rc = s.proc.wait(timeout=50)
+        stop_s = time.time() - t0
+        check(rc == 0 and stop_s < 30, "exit after SIGTERM with an idle stream: rc %s in %.1f s" % (rc, stop_s))
+        c0, d0 = code_of(lambda: list(it))
+        check(c0 == grpc.StatusCode.UNAVAILABLE and "stopping" in d0, "the idle stream ended with %s %r" % (c0, d0))
+    finally:
+        c.ch.close()
+        s.kill()
+    ok("LLM streams: 40 tokens in %d pieces equal to ModelInfer's text, the last with triton_final_response; "
+       "stream=false one response; errors between requests; cancel after 2 pieces ended the generation in %.2f s "
+       "(%d of 400 tokens made), the server serving after; SIGTERM with an idle stream open: UNAVAILABLE, exit in "
+       "%.1f s" % (n_pieces, dt, made, stop_s))
+
 def test_port_taken():
     # the gRPC port another server holds: a clear error at start, not a shared port
     log = os.path.join(D, "taken.log")
@@ -530,4 +751,6 @@ run_tests([
     ("queue_timeout_auth", test_queue_timeout_auth),
     ("port_taken", test_port_taken),
     ("llm_bytes", test_llm_bytes),
+    ("stream_infer", test_stream_infer),
+    ("llm_stream", test_llm_stream),
 ])
