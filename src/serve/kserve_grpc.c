@@ -194,6 +194,7 @@ static int copy_contents(const char *name, tb_dtype t, const Inference__InferTen
 /* The request's parameters but "timeout" as a compact JSON object into
  * r->params (left NULL when there are none). */
 static int params_json(const Inference__ModelInferRequest *m, tb_ks_request *r, tb_ks_error *e) {
+    if (m->n_parameters == 0) return 200; /* the common case: no JSON object to build */
     json_t *o = json_object();
     if (!o) return tb_ks_fail(e, 500, "out of memory");
     for (size_t i = 0; i < m->n_parameters; i++) {

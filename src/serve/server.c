@@ -1480,32 +1480,27 @@ static const char *const k_llm_params[] = {"temperature", "top_p", "top_k", "min
                                            "min_tokens", "stop", "ignore_eos", "repetition_penalty",
                                            "presence_penalty", "frequency_penalty", NULL};
 
-/* v2 infer of an LLM (a repository's or the server's own engine), as
- * Triton's vLLM and TensorRT-LLM backends take it: text_input's one string
- * is the prompt (as /v1/completions takes it), generated greedily unless
- * parameters.temperature says otherwise, max_tokens from the input, else
- * parameters.max_tokens, else 16; text_output is the generated text alone.
- * The request goes through the same parse_gen and scheduler as the OpenAI
- * API. */
 /* The generation of a parsed v2 request rq of LLM model m (text_input,
- * optional max_tokens, rq->params): 200 with *ser (malloc'd) text_output's
- * one BYTES element serialized (*ser_n bytes), else an HTTP status and msg.
- * fd: the client's socket, whose closing cancels the generation (-1: none);
- * returns 0 then. Shared by the HTTP and gRPC v2 routes. */
-static int llm_text_infer(server *s, model *m, const tb_ks_request *rq, int fd, char **ser_out, size_t *ser_n,
+ * optional max_tokens, rq->params), submitted and left running: the prompt
+ * as /v1/completions takes it, greedy unless parameters.temperature says
+ * otherwise, max_tokens from the input, else parameters.max_tokens, else 16.
+ * fd: the client's socket, whose closing cancels the generation (-1: none).
+ * streaming (gRPC ModelStreamInfer): parameters "stream" and
+ * "triton_enable_empty_final_response" are the streaming call's own, acted
+ * on by the service, and passed over. 200 with *out (free it with
+ * gen_stream_free), else an HTTP status and msg. */
+static int llm_text_start(server *s, model *m, const tb_ks_request *rq, int fd, int streaming, gen_stream **out,
                           char *msg, size_t cap) {
     server *ls = m->llm ? m->llm : s; /* a repository LLM, or the server's own */
     json_t *root = NULL, *params = NULL;
     gen_stream *g = NULL;
     int st = 200;
-    *ser_out = NULL;
-    *ser_n = 0;
+    *out = NULL;
     const char *text;
     size_t tlen;
-    if (!tb_ks_bytes_get(rq->inputs[0].data, rq->in_size[0], 0, &text, &tlen)) { /* shape [1]: the parse saw one */
-        st = 400;
+    if (!tb_ks_bytes_get(rq->inputs[0].data, rq->in_size[0], 0, &text, &tlen)) {
         snprintf(msg, cap, "text_input holds no element");
-        goto done;
+        return 400;
     }
     root = json_object();
     if (!root || json_object_set_new(root, "prompt", json_stringn(text, tlen)) ||
@@ -1526,14 +1521,18 @@ static int llm_text_infer(server *s, model *m, const tb_ks_request *rq, int fd, 
         const char *k;
         json_t *v;
         json_object_foreach(params, k, v) {
-            if (!strcmp(k, "binary_data_output") || !strcmp(k, "timeout")) continue;
+            /* stream: the service's; triton_enable_empty_final_response: met already, the last
+             * response always saying triton_final_response */
+            if (!strcmp(k, "binary_data_output") || !strcmp(k, "timeout") ||
+                (streaming && (!strcmp(k, "stream") || !strcmp(k, "triton_enable_empty_final_response"))))
+                continue;
             int known = 0;
             for (int i = 0; k_llm_params[i]; i++) known |= !strcmp(k, k_llm_params[i]);
             if (!known) {
                 st = 400;
-                snprintf(msg, cap, "parameters.%s is not a parameter of this model (it takes temperature, "
+                snprintf(msg, cap, "parameters.%s is not a parameter of this model (it takes %stemperature, "
                          "top_p, top_k, min_p, seed, max_tokens, min_tokens, stop, ignore_eos, repetition_penalty, "
-                         "presence_penalty, frequency_penalty)", k);
+                         "presence_penalty, frequency_penalty)", k, streaming ? "stream, " : "");
                 goto done;
             }
             json_object_set(root, k, v);
@@ -1552,7 +1551,7 @@ static int llm_text_infer(server *s, model *m, const tb_ks_request *rq, int fd, 
     g->s = ls;
     atomic_fetch_add(&ls->gen_users, 1);
     g->ch = ch;
-    g->fd = fd; /* a client that leaves cancels its generation */
+    g->fd = fd; /* a client that leaves cancels its generation (-1: the caller sees to it) */
     parse_err pe = {0};
     if (!parse_gen(ls, root, 0, &g->g, &pe)) {
         st = pe.status;
@@ -1567,6 +1566,31 @@ static int llm_text_infer(server *s, model *m, const tb_ks_request *rq, int fd, 
         snprintf(msg, cap, "%s", pe.msg);
         goto done;
     }
+    *out = g;
+    g = NULL;
+done:
+    json_decref(root);
+    json_decref(params);
+    gen_stream_free(g);
+    return st;
+}
+
+
+/* v2 infer of an LLM (a repository's or the server's own engine), as
+ * Triton's vLLM and TensorRT-LLM backends take it (see llm_text_start);
+ * text_output is the generated text alone. The request goes through the
+ * same parse_gen and scheduler as the OpenAI API. 200 with *ser (malloc'd)
+ * text_output's one BYTES element serialized (*ser_n bytes), else an HTTP
+ * status and msg; 0 when the client left (fd closed) and the generation was
+ * cancelled. Shared by the HTTP and gRPC v2 routes. */
+static int llm_text_infer(server *s, model *m, const tb_ks_request *rq, int fd, char **ser_out, size_t *ser_n,
+                          char *msg, size_t cap) {
+    *ser_out = NULL;
+    *ser_n = 0;
+    gen_stream *g = NULL;
+    int st = llm_text_start(s, m, rq, fd, 0, &g, msg, cap);
+    if (st != 200) return st;
+    gen_choice *ch = g->ch;
     while (!pump_all(g, 0.25)) {}
     if (ch->reason == TB_FINISH_CANCELLED) { /* the client is gone */
         st = 0;
@@ -1591,8 +1615,6 @@ static int llm_text_infer(server *s, model *m, const tb_ks_request *rq, int fd, 
     *ser_out = ser;
     *ser_n = 4 + ch->tn;
 done:
-    json_decref(root);
-    json_decref(params);
     gen_stream_free(g);
     return st;
 }
@@ -2033,102 +2055,11 @@ static void grpc_model_done(void *ctx, const tb_ks_model_view *v, int ok, uint64
 
 /* ================================================================ gRPC ModelStreamInfer */
 
-/* The generation of a parsed v2 request rq of LLM model m, submitted and
- * left running for the caller to read piece by piece
- * (grpc_llm_stream_next): the prompt, max_tokens and sampling parameters
- * taken as llm_text_infer takes them, parameters["stream"] (the streaming
- * call's own, acted on by the service) passed over. 200 with *out (free it
- * with gen_stream_free), else an HTTP status and msg. */
-static int llm_text_start(server *s, model *m, const tb_ks_request *rq, gen_stream **out, char *msg, size_t cap) {
-    server *ls = m->llm ? m->llm : s; /* a repository LLM, or the server's own */
-    json_t *root = NULL, *params = NULL;
-    gen_stream *g = NULL;
-    int st = 200;
-    *out = NULL;
-    const char *text;
-    size_t tlen;
-    if (!tb_ks_bytes_get(rq->inputs[0].data, rq->in_size[0], 0, &text, &tlen)) {
-        snprintf(msg, cap, "text_input holds no element");
-        return 400;
-    }
-    root = json_object();
-    if (!root || json_object_set_new(root, "prompt", json_stringn(text, tlen)) ||
-        json_object_set_new(root, "temperature", json_integer(0)) ||
-        json_object_set_new(root, "max_tokens", json_integer(16))) {
-        st = 500;
-        snprintf(msg, cap, "out of memory");
-        goto done;
-    }
-    if (rq->params) {
-        json_error_t je;
-        params = json_loads(rq->params, JSON_ALLOW_NUL, &je);
-        if (!params) {
-            st = 500;
-            snprintf(msg, cap, "out of memory");
-            goto done;
-        }
-        const char *k;
-        json_t *v;
-        json_object_foreach(params, k, v) {
-            /* stream: the service's; triton_enable_empty_final_response: met already, the last
-             * response always saying triton_final_response */
-            if (!strcmp(k, "binary_data_output") || !strcmp(k, "timeout") || !strcmp(k, "stream") ||
-                !strcmp(k, "triton_enable_empty_final_response"))
-                continue;
-            int known = 0;
-            for (int i = 0; k_llm_params[i]; i++) known |= !strcmp(k, k_llm_params[i]);
-            if (!known) {
-                st = 400;
-                snprintf(msg, cap, "parameters.%s is not a parameter of this model (it takes stream, temperature, "
-                         "top_p, top_k, min_p, seed, max_tokens, min_tokens, stop, ignore_eos, repetition_penalty, "
-                         "presence_penalty, frequency_penalty)", k);
-                goto done;
-            }
-            json_object_set(root, k, v);
-        }
-    }
-    if (rq->given[1]) json_object_set_new(root, "max_tokens", json_integer(*(const int32_t *)rq->inputs[1].data));
-    g = calloc(1, sizeof *g);
-    gen_choice *ch = g ? calloc(1, sizeof *ch) : NULL;
-    if (!ch) {
-        free(g);
-        g = NULL;
-        st = 500;
-        snprintf(msg, cap, "out of memory");
-        goto done;
-    }
-    g->s = ls;
-    atomic_fetch_add(&ls->gen_users, 1);
-    g->ch = ch;
-    g->fd = -1; /* the service sees the client leave and ends the generation itself */
-    parse_err pe = {0};
-    if (!parse_gen(ls, root, 0, &g->g, &pe)) {
-        st = pe.status;
-        snprintf(msg, cap, "%s", pe.msg);
-        goto done;
-    }
-    g->n = 1;
-    g->interval = 1;
-    snprintf(g->id, sizeof g->id, "v2-%ld", atomic_fetch_add(&ls->next_id, 1));
-    if (!gen_start(ls, g, &pe)) {
-        st = pe.status;
-        snprintf(msg, cap, "%s", pe.msg);
-        goto done;
-    }
-    *out = g;
-    g = NULL;
-done:
-    json_decref(root);
-    json_decref(params);
-    gen_stream_free(g);
-    return st;
-}
-
 static int grpc_llm_stream_start(void *ctx, const tb_ks_model_view *v, const tb_ks_request *rq, void **gen,
                                  tb_ks_error *err) {
     gen_stream *g = NULL;
     err->msg[0] = 0;
-    int st = llm_text_start(ctx, v->handle, rq, &g, err->msg, sizeof err->msg);
+    int st = llm_text_start(ctx, v->handle, rq, -1, 1, &g, err->msg, sizeof err->msg);
     err->status = st;
     *gen = g;
     return st;
