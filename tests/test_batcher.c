@@ -245,6 +245,37 @@ static void test_merged_equals_alone(tb_engine *e, tb_exec *ref) {
     tb_batcher_free(b);
 }
 
+/* Warm-up: on, every batch size 1..4 twice per instance before the workers
+ * start, results unchanged after it; off and auto (a CPU: off) run none. */
+static void test_warmup(tb_engine *e, tb_exec *ref) {
+    const int modes[3] = {1, 0, -1};
+    for (int k = 0; k < 3; k++) {
+        tb_batcher_config c;
+        tb_batcher_config_default(&c);
+        CHECK(c.warmup == -1);
+        c.max_batch_size = 4;
+        c.instance_count = 2;
+        c.threads_per_instance = 1;
+        c.warmup = modes[k];
+        tb_batcher *b = NULL;
+        CHECK_MSG(tb_batcher_create(e, &c, &b) == TB_OK, "create: %s", tb_last_error());
+        if (!b) continue;
+        tb_batcher_stats st;
+        tb_batcher_get_stats(b, &st);
+        CHECK_MSG(st.warmup_runs == (modes[k] == 1 ? 16u : 0u), "warmup %d: %llu runs", modes[k],
+                  (unsigned long long)st.warmup_runs);
+        CHECK(st.executions == 0 && st.requests == 0);
+        req q[3];
+        for (int i = 0; i < 3; i++) req_make(&q[i], 1 + i % 2, 4, 1500 + (uint64_t)i, ref);
+        submit_parallel(b, q, 3);
+        for (int i = 0; i < 3; i++) {
+            CHECK_MSG(req_matches(&q[i]), "warmup %d, request %d: %s", modes[k], i, tb_status_str(q[i].status));
+            req_free(&q[i]);
+        }
+        tb_batcher_free(b);
+    }
+}
+
 /* 8 threads x 25 requests of random rows and sequence lengths at no delay. */
 static void test_concurrent(tb_engine *e, tb_exec *ref, int instances) {
     tb_batcher *b = make_batcher(e, 8, 500, NULL, 0, 0, instances);
@@ -635,6 +666,7 @@ int main(void) {
     CHECK_MSG(tb_exec_create(e, &xo, &ref) == TB_OK, "%s", tb_last_error());
     if (ref) {
         test_merged_equals_alone(e, ref);
+        test_warmup(e, ref);
         test_concurrent(e, ref, 1);
         test_concurrent(e, ref, 2);
         test_caller_runs(e, ref, 1);

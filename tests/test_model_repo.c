@@ -260,6 +260,18 @@ static void test_parse(void) {
     t[big - 1] = '}';
     CHECK(tb_repo_config_parse(t, big, NULL, &c) == TB_ERR_FORMAT && strstr(tb_last_error(), "larger"));
     free(t);
+    /* warmup: auto by default, on / off / booleans, nothing else */
+    CHECK(tb_repo_config_parse("{}", 2, NULL, &c) == TB_OK && c.warmup == -1);
+    const char *wk[] = {"{\"warmup\": \"on\"}", "{\"warmup\": false}", "{\"warmup\": \"auto\"}", "{\"warmup\": true}"};
+    const int wv[] = {1, 0, -1, 1};
+    for (int i = 0; i < 4; i++) {
+        CHECK_MSG(tb_repo_config_parse(wk[i], strlen(wk[i]), NULL, &c) == TB_OK && c.warmup == wv[i], "%s", wk[i]);
+        tb_batcher_config bc;
+        tb_repo_config_batcher(&c, &bc);
+        CHECK(bc.warmup == wv[i]);
+    }
+    const char *wbad = "{\"warmup\": 2}";
+    CHECK(tb_repo_config_parse(wbad, strlen(wbad), NULL, &c) == TB_ERR_FORMAT && strstr(tb_last_error(), "warmup"));
     /* limits: 64 instances, 16 preferred sizes, 60 s delay */
     const char *d = "{\"instance_group\": [{\"count\": 65}]}";
     CHECK(tb_repo_config_parse(d, strlen(d), NULL, &c) == TB_ERR_FORMAT);

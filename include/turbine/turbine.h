@@ -265,6 +265,9 @@ tb_status tb_exec_create(tb_engine *e, const tb_exec_options *o, tb_exec **out);
 void tb_exec_free(tb_exec *x);
 int tb_exec_n_inputs(const tb_exec *x);
 int tb_exec_n_outputs(const tb_exec *x);
+/* The backend the context runs on: "cuda" for a GPU, a CPU kernel set's name
+ * ("avx512", "avx2", "scalar", "cpu") otherwise. */
+const char *tb_exec_backend(const tb_exec *x);
 /* Name, dtype and the profile's range of input / output i (output ranges:
  * -1 where a dim is known only when it runs). */
 tb_status tb_exec_input_info(const tb_exec *x, int i, tb_io_info *out);

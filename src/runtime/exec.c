@@ -61,6 +61,7 @@ int tb_engine_is_llm(const tb_engine *e) { return e->graph && e->graph->n_output
 
 int tb_exec_n_inputs(const tb_exec *x) { return x->g->n_inputs; }
 int tb_exec_n_outputs(const tb_exec *x) { return x->g->n_outputs; }
+const char *tb_exec_backend(const tb_exec *x) { return x->b->iface->name; }
 
 static void io_info(const tb_graph *g, int v, tb_io_info *out) {
     const tb_value *x = &g->values[v];

@@ -97,6 +97,7 @@ void tb_batcher_config_default(tb_batcher_config *c) {
     c->max_batch_size = 8;
     c->max_queue_size = 1024;
     c->instance_count = 1;
+    c->warmup = -1;
 }
 
 /* ---------------------------------------------------------------- helpers */
@@ -459,6 +460,49 @@ static tb_status check_config(const tb_batcher_config *c) {
     return TB_OK;
 }
 
+/* The warm-up of instance in (see tb_batcher_config.warmup): batch sizes
+ * 1..max_batch (the largest first, so the memory plan grows once), each run
+ * twice with zero inputs. A run that fails (inputs whose zeros the model
+ * refuses) ends the warm-up of that instance quietly: requests then pay as
+ * without it. Returns the runs made. */
+static int warm_instance(tb_batcher *b, tb_binst *in) {
+    size_t bytes = 0;
+    for (int i = 0; i < b->n_in; i++) {
+        const tb_io_info *ii = &b->in_info[i];
+        size_t n = (size_t)tb_dtype_size(ii->dtype);
+        for (int d = 0; d < ii->rank; d++) n *= (size_t)(d == 0 && b->max_batch > 1 ? b->max_batch : ii->opt[d]);
+        if (n > bytes) bytes = n;
+    }
+    void *zeros = calloc(1, bytes ? bytes : 1);
+    if (!zeros) return 0;
+    int sizes = b->max_batch < TB_BATCHER_WARMUP_MAX ? b->max_batch : TB_BATCHER_WARMUP_MAX, runs = 0;
+    for (int k = 0; k < sizes; k++) {
+        /* max_batch, then 1, 2, ...: the largest plan first */
+        int rows = k == 0 ? b->max_batch : k;
+        if (b->max_batch <= 1) rows = 0; /* dim 0 as the profile's opt */
+        tb_tensor args[TB_BATCHER_MAX_IO], outs[TB_BATCHER_MAX_IO];
+        for (int i = 0; i < b->n_in; i++) {
+            const tb_io_info *ii = &b->in_info[i];
+            memset(&args[i], 0, sizeof args[i]);
+            args[i].dtype = ii->dtype;
+            args[i].rank = ii->rank;
+            for (int d = 0; d < ii->rank; d++) args[i].dims[d] = d == 0 && rows ? rows : ii->opt[d];
+            args[i].data = zeros;
+        }
+        for (int r = 0; r < 2; r++) {
+            if (tb_exec_run(in->x, args, b->n_in, outs, b->n_out) != TB_OK) {
+                tb_log(TB_LOG_DEBUG, "batcher: warm-up stopped at batch %d: %s", rows, tb_last_error());
+                free(zeros);
+                return runs;
+            }
+            runs++;
+        }
+        if (!rows) break;
+    }
+    free(zeros);
+    return runs;
+}
+
 tb_status tb_batcher_create(tb_engine *e, const tb_batcher_config *c, tb_batcher **out) {
     *out = NULL;
     if (!e || !c) return tb_errorf(TB_ERR_INVALID_ARG, "batcher: no engine or config");
@@ -546,6 +590,19 @@ tb_status tb_batcher_create(tb_engine *e, const tb_batcher_config *c, tb_batcher
     for (int i = 0; i < b->c.n_preferred; i++)
         if (b->c.preferred_batch_size[i] <= b->max_batch) b->c.preferred_batch_size[np++] = b->c.preferred_batch_size[i];
     b->c.n_preferred = b->max_batch > 1 ? np : 0;
+
+    int warm = c->warmup;
+    if (warm < 0) {
+        const char *be = tb_exec_backend(x);
+        warm = be && !strncmp(be, "cuda", 4);
+    }
+    if (warm) {
+        double t0 = mono_now();
+        int runs = 0;
+        for (int i = 0; i < b->n_inst; i++) runs += warm_instance(b, &b->inst[i]);
+        b->st.warmup_runs = (uint64_t)runs;
+        tb_log(TB_LOG_INFO, "batcher: warm-up of %d instance(s), %d runs, %.2f s", b->n_inst, runs, mono_now() - t0);
+    }
 
     for (int i = 0; i < b->n_inst; i++) {
         if (pthread_create(&b->inst[i].th, NULL, worker, &b->inst[i]) != 0) {

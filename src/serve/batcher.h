@@ -31,6 +31,7 @@
 #define TB_BATCHER_MAX_PREFERRED 16    /* entries of preferred_batch_size    */
 #define TB_BATCHER_MAX_BATCH 4096      /* max_batch_size bound               */
 #define TB_BATCHER_MAX_INSTANCES 64
+#define TB_BATCHER_WARMUP_MAX 64       /* batch sizes warm-up runs at most   */
 
 typedef struct {
     /* Rows (dim 0, summed over merged requests) of one engine call; 0 or 1:
@@ -53,10 +54,18 @@ typedef struct {
     int instance_count;        /* workers, a tb_exec each; default 1          */
     int threads_per_instance;  /* 0: the cores divided among the instances    */
     const char *device;        /* NULL: the backend the engine was built for  */
+    /* Before the workers start, each instance runs every batch size a merged
+     * call can have (1..max_batch_size, at most TB_BATCHER_WARMUP_MAX of
+     * them) twice with zero inputs (non-batch dims: the profile's opt), so
+     * that no request pays for a shape's first run (a GPU captures each
+     * shape's CUDA graph, on its second run). -1 (default): on for GPU
+     * instances, off on the CPU; 0 off; 1 on. */
+    int warmup;
 } tb_batcher_config;
 
 /* max_batch_size 8, no preferred sizes, 0 delay, queue 1024, no timeout,
- * one instance, threads and device from the machine and the engine. */
+ * one instance, threads and device from the machine and the engine, warm-up
+ * on GPUs. */
 void tb_batcher_config_default(tb_batcher_config *c);
 
 typedef struct tb_batcher tb_batcher;
@@ -129,6 +138,7 @@ typedef struct {
     uint64_t compute_us_hist[TB_BATCHER_US_BUCKETS];
     uint64_t queue_us_sum, compute_us_sum; /* over successful requests        */
     uint64_t batch_hist[TB_BATCHER_BATCH_BUCKETS]; /* per engine call         */
+    uint64_t warmup_runs;      /* engine calls of the warm-up (not above)     */
 } tb_batcher_stats;
 
 /* A consistent snapshot of the counters since create. */

@@ -21,6 +21,7 @@
 void tb_repo_config_default(tb_repo_config *c) {
     memset(c, 0, sizeof *c);
     c->instance_count = 1;
+    c->warmup = -1;
     c->policy = TB_VERSIONS_LATEST;
     c->latest_n = 1;
     c->dtype = TB_F32;
@@ -37,6 +38,7 @@ void tb_repo_config_batcher(const tb_repo_config *c, tb_batcher_config *out) {
     out->instance_count = c->instance_count;
     out->threads_per_instance = c->threads_per_instance;
     out->device = c->device[0] ? c->device : NULL;
+    out->warmup = c->warmup;
 }
 
 /* ---------------------------------------------------------------- config */
@@ -237,7 +239,7 @@ static tb_status parse_build(json_t *b, tb_repo_config *c) {
 
 static tb_status parse_root(json_t *root, const char *model_name, tb_repo_config *c) {
     static const char *const keys[] = {"name", "max_batch_size", "dynamic_batching", "instance_group",
-                                       "version_policy", "build", NULL};
+                                       "version_policy", "build", "warmup", NULL};
     tb_status s;
     if (!json_is_object(root)) return tb_errorf(TB_ERR_FORMAT, "the config is not a JSON object");
     if ((s = only_keys(root, "config", keys)) != TB_OK) return s;
@@ -256,6 +258,15 @@ static tb_status parse_root(json_t *root, const char *model_name, tb_repo_config
     if (o && (s = parse_policy(o, c)) != TB_OK) return s;
     if ((s = get_obj(root, "build", &o)) != TB_OK) return s;
     if (o && (s = parse_build(o, c)) != TB_OK) return s;
+    /* Turbine's own: "auto" (GPU instances), "on" / true, "off" / false */
+    if ((o = json_object_get(root, "warmup"))) {
+        const char *w = json_is_string(o) ? json_string_value(o) : NULL;
+        if (json_is_boolean(o)) c->warmup = json_is_true(o);
+        else if (w && !strcmp(w, "auto")) c->warmup = -1;
+        else if (w && !strcmp(w, "on")) c->warmup = 1;
+        else if (w && !strcmp(w, "off")) c->warmup = 0;
+        else return tb_errorf(TB_ERR_FORMAT, "'warmup' is \"auto\", \"on\", \"off\" or a boolean");
+    }
     return TB_OK;
 }
 

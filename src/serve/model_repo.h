@@ -44,6 +44,7 @@ typedef struct {
     int instance_count;                  /* default 1                         */
     int threads_per_instance;            /* 0: the cores divided among them   */
     char device[32];                     /* "": the engine's own; "cpu"; "cuda:N" */
+    int warmup;                          /* "warmup": -1 auto (GPUs), 0 off, 1 on */
     tb_version_policy policy;
     int latest_n;                        /* TB_VERSIONS_LATEST: default 1     */
     int64_t versions[TB_MODEL_MAX_VERSIONS]; /* TB_VERSIONS_SPECIFIC          */

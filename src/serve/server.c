@@ -1354,6 +1354,13 @@ static tb_status parse_preferred(const char *text, tb_batcher_config *c) {
     return TB_OK;
 }
 
+/* --model-warmup as tb_batcher_config.warmup: -1 auto (unset too), 1 on, 0
+ * off, -2 not a value. */
+static int warmup_flag(const char *w) {
+    if (!w || !*w || !strcmp(w, "auto")) return -1;
+    return !strcmp(w, "on") ? 1 : !strcmp(w, "off") ? 0 : -2;
+}
+
 /* The batcher settings of `turbine serve FILE.engine`: the serve flags over
  * the defaults. Merging is on (max batch 8, lowered by the batcher to the
  * profile's largest dim 0) only when dim 0 of the engine's first input
@@ -1371,6 +1378,8 @@ static tb_status serve_batcher_config(const tb_serve_options *o, const tb_engine
     if (o->request_timeout_us >= 0) c->default_timeout_us = o->request_timeout_us;
     if (o->threads > 0) c->threads_per_instance = o->threads / c->instance_count > 0 ? o->threads / c->instance_count : 1;
     c->device = o->device;
+    if ((c->warmup = warmup_flag(o->model_warmup)) < -1)
+        return tb_errorf(TB_ERR_INVALID_ARG, "--model-warmup '%s': auto, on or off", o->model_warmup);
     return TB_OK;
 }
 
@@ -2265,6 +2274,7 @@ static tb_status model_load_version(server *s, model *m, const tb_model_version 
     m->llm = NULL;
     tb_batcher_config bc;
     tb_repo_config_batcher(cfg, &bc);
+    if (bc.warmup < 0 && warmup_flag(s->o.model_warmup) >= 0) bc.warmup = warmup_flag(s->o.model_warmup);
     if (!bc.threads_per_instance && s->o.threads > 0)
         bc.threads_per_instance = s->o.threads / bc.instance_count > 0 ? s->o.threads / bc.instance_count : 1;
     m->e = e;
@@ -2738,6 +2748,10 @@ static volatile sig_atomic_t g_signal = 0;
 static void on_signal(int sig) { g_signal = sig; }
 
 int tb_serve_run(const tb_serve_options *opt) {
+    if (warmup_flag(opt->model_warmup) < -1) {
+        fprintf(stderr, "turbine: error: --model-warmup '%s': auto, on or off\n", opt->model_warmup);
+        return 1;
+    }
     server *s = calloc(1, sizeof *s);
     if (!s) return 1;
     s->o = *opt;

@@ -50,6 +50,7 @@ typedef struct {
     int max_queue_size;         /* waiting requests; more get 429; 0: no limit */
     int instance_count;         /* workers, an executor each */
     int request_timeout_us;     /* a request's deadline before it runs; 0: none */
+    const char *model_warmup;   /* "auto" (NULL), "on", "off": see tb_batcher_config.warmup */
 } tb_serve_options;
 
 void tb_serve_options_default(tb_serve_options *o);

@@ -76,8 +76,10 @@ typedef struct {
 
 enum { RUN_EAGER = 0, RUN_CAPTURE, RUN_REPLAY };
 
-/* A general engine's run recorded as a CUDA graph. */
-#define MAX_NN_GRAPHS 16
+/* A general engine's run recorded as a CUDA graph, one per shape (run key);
+ * 64 of them, so a batcher's batch sizes 1..max_batch_size (its warm-up
+ * captures each) stay captured rather than replacing one another. */
+#define MAX_NN_GRAPHS 64
 typedef struct {
     uint64_t key;
     int runs;                 /* eager runs of this key so far                  */
