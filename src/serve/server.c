@@ -2851,10 +2851,14 @@ int tb_serve_run(const tb_serve_options *opt) {
                 s->o.model_repository, tb_now() - t0);
     } else if (!s->ctx) {
         const model *m = s->models[0];
+        tb_batcher_stats bst;
+        tb_batcher_get_stats(m->b, &bst);
+        char warm[64] = "";
+        if (bst.warmup_runs) snprintf(warm, sizeof warm, ", %llu warm-up runs", (unsigned long long)bst.warmup_runs);
         fprintf(stderr,
-                "turbine: serving '%s' version %s over KServe v2 (%d inputs, %d outputs, max batch %d) ready in "
+                "turbine: serving '%s' version %s over KServe v2 (%d inputs, %d outputs, max batch %d%s) ready in "
                 "%.2f s\n",
-                m->name, m->version, m->n_in, m->n_out, tb_batcher_max_batch_size(m->b), tb_now() - t0);
+                m->name, m->version, m->n_in, m->n_out, tb_batcher_max_batch_size(m->b), warm, tb_now() - t0);
     } else
     fprintf(stderr,
             "turbine: serving '%s' (%s, context %d, %d sequences, %d KV blocks of %d tokens = %ld tokens of %s KV "

@@ -188,10 +188,35 @@ def test_timeout_504():
     ok("504 {\"error\": ...} past parameters.timeout and past --request-timeout-us")
 
 
+def test_model_warmup():
+    # on: every batch size 1..16 runs twice at load (the CPU's default is off);
+    # answers and the request counters are those of a server without it
+    s = Server(ENGINE, "--threads", "1", "--max-batch-size", "16", "--model-warmup", "on",
+               log=os.path.join(D, "warm.log")).start()
+    x = rng.standard_normal((3, 16)).astype(np.float32)
+    st, y = infer(s, x)
+    check(st == 200 and y.shape == (3, 8), "infer after the warm-up -> %s" % st)
+    ref = np.maximum(x @ W1 + B1, 0) @ W2 + B2
+    check(np.allclose(y, ref, rtol=1e-4, atol=1e-4), "warm server's answer off by %g" % float(np.max(np.abs(y - ref))))
+    m = s.metrics()
+    n = metric(m, "turbine_inference_request_success_total", model="mlp")
+    check(n == 1, "request counter after one request: %s (the warm-up's runs are not requests)" % n)
+    s.kill()
+    with open(os.path.join(D, "warm.log")) as f:
+        log = f.read()
+    check("max batch 16, 32 warm-up runs)" in log, "the start-up line does not report 16 sizes run twice:\n" + log)
+    r = subprocess.run([BIN, "serve", ENGINE, "--port", "1", "--model-warmup", "sometimes"], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=60)
+    out = r.stdout.decode(errors="replace")
+    check(r.returncode != 0 and "--model-warmup" in out, "--model-warmup sometimes -> rc %d: %s" % (r.returncode, out))
+    ok("--model-warmup on: exact answers, counters untouched; a bad value refused by name")
+
+
 build()
 run_tests([
     ("batched_equals_unbatched", test_batched_equals_unbatched),
     ("batch_sizes_and_preferred", test_batch_sizes_and_preferred),
     ("queue_full_429", test_queue_full_429),
     ("timeout_504", test_timeout_504),
+    ("model_warmup", test_model_warmup),
 ])
