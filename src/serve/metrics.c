@@ -182,21 +182,75 @@ char *tb_metrics_render(tb_metrics *m, tb_sched *s, const char *model) {
     char label[320];
     snprintf(label, sizeof label, "model=\"%s\"", model ? model : "");
     const char *lp = label;
-    return tb_metrics_render_n(m, &st, &lp, 1, model);
+    return tb_metrics_render_n(m, NULL, &st, &lp, 1, model);
 }
 
-char *tb_metrics_render_n(tb_metrics *m, const tb_sched_stats *sts, const char *const *labels, int n,
-                          const char *model) {
+/* The per-model families (tokens, finish reasons, latency histograms) of
+ * the values c under the label pairs lb (HELP / TYPE lines by the caller). */
+enum { F_PROMPT, F_GEN, F_PREEMPT, F_PQUERY, F_PHIT, F_OVERFLOW, F_FINISH, F_COUNT };
+static const struct {
+    const char *name, *help;
+} fam_info[F_COUNT] = {
+    {"turbine_prompt_tokens_total", "Prompt tokens processed."},
+    {"turbine_generation_tokens_total", "Tokens generated."},
+    {"turbine_preemptions_total", "Sequences preempted for lack of KV-cache blocks."},
+    {"turbine_prefix_cache_queries_total", "Tokens looked up in the prefix cache at admission."},
+    {"turbine_prefix_cache_hits_total", "Tokens whose KV came from the prefix cache."},
+    {"turbine_stream_overflows_total", "Streams cancelled because their client left --stream-buffer tokens unread."},
+    {"turbine_requests_finished_total", "Finished requests by finish reason."},
+};
+
+static void put_family(sbuf *b, int f, const metrics_values *c, const char *lb) {
+    const uint64_t v[F_FINISH] = {c->prompt_tokens, c->gen_tokens, c->preemptions, c->prefix_queries,
+                                  c->prefix_hits, c->overflows};
+    if (f < F_FINISH) {
+        sb(b, "%s{%s} %llu\n", fam_info[f].name, lb, (unsigned long long)v[f]);
+        return;
+    }
+    for (int r = TB_FINISH_STOP; r <= TB_FINISH_ERROR; r++)
+        sb(b, "%s{%s,finished_reason=\"%s\"} %llu\n", fam_info[f].name, lb, tb_finish_reason_str((tb_finish_reason)r),
+           (unsigned long long)c->finish[r]);
+}
+
+static void put_histo(sbuf *b, const histo *h, const char *lb) {
+    uint64_t cum = 0;
+    for (int i = 0; i < h->n; i++) {
+        cum += h->count[i];
+        sb(b, "%s_bucket{%s,le=\"%g\"} %llu\n", h->name, lb, h->le[i], (unsigned long long)cum);
+    }
+    cum += h->count[h->n];
+    sb(b, "%s_bucket{%s,le=\"+Inf\"} %llu\n%s_sum{%s} %.9g\n%s_count{%s} %llu\n", h->name, lb,
+       (unsigned long long)cum, h->name, lb, h->sum, h->name, lb, (unsigned long long)h->total);
+}
+
+char *tb_metrics_render_n(tb_metrics *m, tb_metrics *const *per, const tb_sched_stats *sts,
+                          const char *const *labels, int n, const char *model) {
     static const tb_sched_stats none;
     static const char *const no_label = "model=\"\"";
-    if (n < 1) sts = &none, labels = &no_label, n = 1;
+    if (n < 1) sts = &none, labels = &no_label, n = 1, per = NULL;
     sbuf b = {malloc(8192), 0, 8192};
-    if (!b.p) return NULL;
+    metrics_values *cs = per ? malloc(sizeof *cs * (size_t)n) : NULL;
+    if (!b.p || (per && !cs)) {
+        free(b.p);
+        free(cs);
+        return NULL;
+    }
     b.p[0] = 0;
     pthread_mutex_lock(&m->mu);
     metrics_values c = m->v; /* a consistent copy */
     pthread_mutex_unlock(&m->mu);
+    for (int i = 0; per && i < n; i++) {
+        pthread_mutex_lock(&per[i]->mu);
+        cs[i] = per[i]->v;
+        pthread_mutex_unlock(&per[i]->mu);
+    }
     const char *lb = model ? model : "";
+    char own[320];
+    snprintf(own, sizeof own, "model=\"%s\"", lb);
+    /* the model families: m's under model=..., or each model's under its labels */
+    const metrics_values *src = per ? cs : &c;
+    const char *const *lab = per ? labels : (const char *const[]){own};
+    int ns = per ? n : 1;
     /* the scheduler's gauges: one series per language model */
     sb(&b, "# HELP turbine_requests_running Requests in the running batch.\n# TYPE turbine_requests_running gauge\n");
     for (int i = 0; i < n; i++) sb(&b, "turbine_requests_running{%s} %d\n", labels[i], sts[i].running);
@@ -241,44 +295,29 @@ char *tb_metrics_render_n(tb_metrics *m, const tb_sched_stats *sts, const char *
             sb(&b, "# HELP turbine_gpu_power_watts GPU power draw (NVML, all the machine's GPUs).\n"
                    "# TYPE turbine_gpu_power_watts gauge\nturbine_gpu_power_watts{%s} %.1f\n", lb, gp);
     }
-    sb(&b, "# HELP turbine_prompt_tokens_total Prompt tokens processed.\n# TYPE turbine_prompt_tokens_total counter\n"
-           "turbine_prompt_tokens_total{model=\"%s\"} %llu\n", lb, (unsigned long long)c.prompt_tokens);
-    sb(&b, "# HELP turbine_generation_tokens_total Tokens generated.\n# TYPE turbine_generation_tokens_total counter\n"
-           "turbine_generation_tokens_total{model=\"%s\"} %llu\n", lb, (unsigned long long)c.gen_tokens);
-    sb(&b, "# HELP turbine_preemptions_total Sequences preempted for lack of KV-cache blocks.\n"
-           "# TYPE turbine_preemptions_total counter\nturbine_preemptions_total{model=\"%s\"} %llu\n", lb,
-       (unsigned long long)c.preemptions);
-    sb(&b, "# HELP turbine_prefix_cache_queries_total Tokens looked up in the prefix cache at admission.\n"
-           "# TYPE turbine_prefix_cache_queries_total counter\nturbine_prefix_cache_queries_total{model=\"%s\"} %llu\n",
-       lb, (unsigned long long)c.prefix_queries);
-    sb(&b, "# HELP turbine_prefix_cache_hits_total Tokens whose KV came from the prefix cache.\n"
-           "# TYPE turbine_prefix_cache_hits_total counter\nturbine_prefix_cache_hits_total{model=\"%s\"} %llu\n",
-       lb, (unsigned long long)c.prefix_hits);
-    sb(&b, "# HELP turbine_stream_overflows_total Streams cancelled because their client left --stream-buffer tokens "
-           "unread.\n# TYPE turbine_stream_overflows_total counter\nturbine_stream_overflows_total{model=\"%s\"} %llu\n",
-       lb, (unsigned long long)c.overflows);
-    sb(&b, "# HELP turbine_requests_finished_total Finished requests by finish reason.\n"
-           "# TYPE turbine_requests_finished_total counter\n");
-    for (int r = TB_FINISH_STOP; r <= TB_FINISH_ERROR; r++)
-        sb(&b, "turbine_requests_finished_total{model=\"%s\",finished_reason=\"%s\"} %llu\n", lb,
-           tb_finish_reason_str((tb_finish_reason)r), (unsigned long long)c.finish[r]);
+    for (int f = 0; f < F_COUNT; f++) {
+        sb(&b, "# HELP %s %s\n# TYPE %s counter\n", fam_info[f].name, fam_info[f].help, fam_info[f].name);
+        for (int i = 0; i < ns; i++) put_family(&b, f, &src[i], lab[i]);
+    }
+    /* the HTTP counters: the server's and, in a repository, its LLMs' */
+    uint64_t errs[N_STATUS], rq_comp = c.req_completions, rq_chat = c.req_chat;
+    memcpy(errs, c.errors, sizeof errs);
+    for (int i = 0; per && i < n; i++) {
+        for (int k = 0; k < N_STATUS; k++) errs[k] += cs[i].errors[k];
+        rq_comp += cs[i].req_completions;
+        rq_chat += cs[i].req_chat;
+    }
     sb(&b, "# HELP turbine_http_errors_total HTTP error responses by status.\n# TYPE turbine_http_errors_total counter\n");
     for (int i = 0; i < N_STATUS; i++)
-        sb(&b, "turbine_http_errors_total{status=\"%d\"} %llu\n", status_codes[i], (unsigned long long)c.errors[i]);
+        sb(&b, "turbine_http_errors_total{status=\"%d\"} %llu\n", status_codes[i], (unsigned long long)errs[i]);
     sb(&b, "# HELP turbine_http_requests_total Generation requests by endpoint.\n# TYPE turbine_http_requests_total counter\n"
            "turbine_http_requests_total{endpoint=\"completions\"} %llu\nturbine_http_requests_total{endpoint=\"chat\"} %llu\n",
-       (unsigned long long)c.req_completions, (unsigned long long)c.req_chat);
+       (unsigned long long)rq_comp, (unsigned long long)rq_chat);
     for (int k = 0; k < H_COUNT; k++) {
-        histo *h = &c.h[k];
+        const histo *h = &c.h[k];
         sb(&b, "# HELP %s %s\n# TYPE %s histogram\n", h->name, h->help, h->name);
-        uint64_t cum = 0;
-        for (int i = 0; i < h->n; i++) {
-            cum += h->count[i];
-            sb(&b, "%s_bucket{model=\"%s\",le=\"%g\"} %llu\n", h->name, lb, h->le[i], (unsigned long long)cum);
-        }
-        cum += h->count[h->n];
-        sb(&b, "%s_bucket{model=\"%s\",le=\"+Inf\"} %llu\n%s_sum{model=\"%s\"} %.9g\n%s_count{model=\"%s\"} %llu\n",
-           h->name, lb, (unsigned long long)cum, h->name, lb, h->sum, h->name, lb, (unsigned long long)h->total);
+        for (int i = 0; i < ns; i++) put_histo(&b, &src[i].h[k], lab[i]);
     }
+    free(cs);
     return b.p;
 }

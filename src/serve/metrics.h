@@ -24,9 +24,12 @@ char *tb_metrics_render(tb_metrics *m, tb_sched *s, const char *model_name);
 /* The same with the scheduler gauges (running, waiting, KV cache, batch
  * size) of n language models: stats sts[i] under labels[i], the label
  * pairs as written inside the braces (model="a",version="1", values
- * escaped); n 0: one zero series with model="". model_name labels the
- * server-wide series (tokens, latencies, GPU). */
-char *tb_metrics_render_n(tb_metrics *m, const tb_sched_stats *sts, const char *const *labels, int n,
-                          const char *model_name);
+ * escaped); n 0: one zero series with model="". per NULL: the token
+ * counters and latency histograms are m's, labelled model=model_name; else
+ * per[i] holds model i's, each under labels[i] (a model repository's LLMs),
+ * and m only the server's own HTTP counters, which are summed with
+ * theirs. model_name labels the GPU gauges. */
+char *tb_metrics_render_n(tb_metrics *m, tb_metrics *const *per, const tb_sched_stats *sts,
+                          const char *const *labels, int n, const char *model_name);
 
 #endif

@@ -1443,6 +1443,7 @@ static void model_free(model *m) {
     }
     if (m->llm) {
         llm_close(m->llm); /* the engine is the LLM's own */
+        tb_metrics_free(m->llm->metrics);
         free(m->llm);
     }
     free(m);
@@ -1839,16 +1840,19 @@ static void put_hist(text_buf *t, const char *name, const char *ln, const char *
 static char *repo_metrics(server *s) {
     enum { MAX_LLM = 64 };
     tb_sched_stats st[MAX_LLM];
+    tb_metrics *per[MAX_LLM];
     char names[MAX_LLM][4 * TB_KS_MAX_NAME + 32];
     const char *np[MAX_LLM];
     int n = 0;
+    /* under load_mu: an unload may not free a model's metrics meanwhile */
+    pthread_mutex_lock(&s->load_mu);
     if (atomic_load(&s->ready)) {
-        pthread_mutex_lock(&s->load_mu);
         int nm = atomic_load(&s->n_models);
         for (int i = 0; i < nm && n < MAX_LLM; i++) {
             model *m = s->models[i];
-            if (!m->llm || !m->llm->sched || !atomic_load(&m->ready)) continue;
+            if (!m->llm || !m->llm->sched || !atomic_load(&m->ready) || !m->llm->metrics) continue;
             tb_sched_get_stats(m->llm->sched, &st[n]);
+            per[n] = m->llm->metrics;
             char ln[2 * TB_KS_MAX_NAME], lv[2 * TB_KS_MAX_NAME];
             label_escape(ln, sizeof ln, m->name);
             label_escape(lv, sizeof lv, m->version);
@@ -1856,9 +1860,10 @@ static char *repo_metrics(server *s) {
             np[n] = names[n];
             n++;
         }
-        pthread_mutex_unlock(&s->load_mu);
     }
-    return tb_metrics_render_n(s->metrics, st, np, n, s->model);
+    char *text = tb_metrics_render_n(s->metrics, n ? per : NULL, st, np, n, s->model);
+    pthread_mutex_unlock(&s->load_mu);
+    return text;
 }
 
 static void v2_metrics(server *s, char **text) {
@@ -2245,7 +2250,12 @@ static tb_status model_load_llm(server *s, model *m, tb_engine *e, const tb_mode
     if (cfg->device[0]) ls->o.device = cfg->device;
     ls->o.engine_path = v->path;
     ls->o.model_repository = NULL;
-    ls->metrics = s->metrics;
+    /* its own token counters and latency histograms (labelled by model and
+     * version in /metrics), kept across its unloads and loads */
+    if (!ls->metrics && !(ls->metrics = tb_metrics_new())) {
+        tb_engine_free(e);
+        return tb_errorf(TB_ERR_OOM, "out of memory");
+    }
     atomic_store(&ls->stopping, 0);
     atomic_store(&ls->ready, 1);
     snprintf(ls->model, sizeof ls->model, "%s", m->name);
@@ -2270,6 +2280,7 @@ static tb_status model_load_version(server *s, model *m, const tb_model_version 
     tb_engine *e = NULL;
     TB_TRY(repo_engine(v, cfg, s->o.device, &e));
     if (tb_engine_is_llm(e)) return model_load_llm(s, m, e, v, cfg);
+    if (m->llm) tb_metrics_free(m->llm->metrics);
     free(m->llm); /* was an LLM before this load (closed by its unload) */
     m->llm = NULL;
     tb_batcher_config bc;

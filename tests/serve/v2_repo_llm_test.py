@@ -283,6 +283,39 @@ def test_scheduler_gauges_per_llm():
        % (kv, "; promtool clean" if promtool else ""))
 
 
+def test_token_metrics_per_llm():
+    """Two LLMs of one repository keep their own token counters and latency
+    histograms, under their model and version: a generation of "story"
+    moves story's and leaves story2's where they were. story2 is added to
+    the repository and loaded here, and unloaded at the end."""
+    os.makedirs(os.path.join(REPO, "story2/1"), exist_ok=True)
+    shutil.copy(ENGINE, os.path.join(REPO, "story2/1/model.engine"))
+    st, _, data = S.post("/v2/repository/models/story2/load", {}, timeout=120)
+    check(st == 200, "load story2 -> %s %r" % (st, data[:300]))
+    def read(model, name):
+        return metric(S.metrics(), name, model=model, version="1")
+    names = ("turbine_generation_tokens_total", "turbine_prompt_tokens_total", "turbine_time_to_first_token_seconds_count",
+             "turbine_e2e_request_latency_seconds_count")
+    b1 = {n: read("story", n) for n in names}
+    b2 = {n: read("story2", n) for n in names}
+    j = S.completion({"model": "story", "prompt": PROMPT, "max_tokens": 12, "ignore_eos": True, "temperature": 0})
+    check(j["usage"]["completion_tokens"] == 12, "usage %s" % j["usage"])
+    a1 = {n: read("story", n) for n in names}
+    a2 = {n: read("story2", n) for n in names}
+    check(a1["turbine_generation_tokens_total"] - b1["turbine_generation_tokens_total"] == 12,
+          "story's generated tokens %s -> %s" % (b1, a1))
+    check(a1["turbine_time_to_first_token_seconds_count"] - b1["turbine_time_to_first_token_seconds_count"] == 1,
+          "story's TTFT count %s -> %s" % (b1, a1))
+    check(a2 == b2, "story2's series moved with story's request: %s -> %s" % (b2, a2))
+    st, _, data = S.get("/metrics")
+    text = data.decode()
+    check('turbine_requests_finished_total{model="story2",version="1",finished_reason="length"}' in text,
+          "story2's finish reasons are not labelled by model and version")
+    st, _, data = S.post("/v2/repository/models/story2/unload", {}, timeout=120)
+    check(st == 200, "unload story2 -> %s %r" % (st, data[:300]))
+    ok("story +12 generated tokens and one TTFT sample under model=story; story2's series unchanged")
+
+
 def test_unload_load_llm_while_onnx_serves():
     """While a thread keeps sending v2 requests to the ONNX model, the LLM is
     unloaded (a generation in flight finishes 200; then v2 and OpenAI get
@@ -340,4 +373,5 @@ run_tests([("index_and_metadata", test_index_and_metadata), ("v2_infer_both", te
            ("openai_same_model", test_openai_same_model), ("bytes_round_trips", test_bytes_round_trips),
            ("json_equals_binary_onnx", test_json_equals_binary_onnx),
            ("scheduler_gauges_per_llm", test_scheduler_gauges_per_llm),
+           ("token_metrics_per_llm", test_token_metrics_per_llm),
            ("unload_load_llm_while_onnx_serves", test_unload_load_llm_while_onnx_serves)])
