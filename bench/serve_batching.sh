@@ -5,7 +5,7 @@
 #
 #   bash bench/serve_batching.sh ENGINE [--device cpu|cuda] [--threads N]
 #        [--max-batch-size 8] [--delay-us 2000] [-c 16] [--duration 8] [--rounds 2]
-#        [--instance-count N] [--out DIR]
+#        [--instance-count N] [--model-warmup auto|on|off] [--out DIR]
 #
 # Per round, for each of two servers started in turn on a loopback port
 # (`--max-batch-size 1`, then `--max-batch-size B --max-queue-delay-us D`):
@@ -18,20 +18,22 @@
 # (and writes DIR/batching.md and the turbine bench JSON files), then the
 # server's own view of the half-load point (mean batch, queue and compute
 # ms per request from its /metrics histograms); --instance-count N gives the
-# batcher's server N instances (contexts) of the engine. Every load
+# batcher's server N instances (contexts) of the engine; --model-warmup is
+# passed to both servers. Every load
 # point is bounded by time and by count (-n 100000).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
 TURBINE="${TURBINE:-$ROOT/build/turbine}"
 PY=/usr/bin/python3
-ENGINE="" DEVICE=cpu THREADS="" INST="" MAXB=8 DELAY=2000 CONC=16 DUR=8 ROUNDS=2 OUT=""
+ENGINE="" DEVICE=cpu THREADS="" INST="" WARM="" MAXB=8 DELAY=2000 CONC=16 DUR=8 ROUNDS=2 OUT=""
 die() { echo "serve_batching.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --device) DEVICE=$2; shift ;;
     --threads) THREADS=$2; shift ;;
     --instance-count) INST=$2; shift ;;
+    --model-warmup) WARM=$2; shift ;;
     --max-batch-size) MAXB=$2; shift ;;
     --delay-us) DELAY=$2; shift ;;
     -c) CONC=$2; shift ;;
@@ -58,6 +60,7 @@ start() { # start MAXB [DELAY]
   local args=(serve "$ENGINE" --host 127.0.0.1 --port "$port" --device "$DEVICE" --max-batch-size "$1")
   [ -n "${2:-}" ] && args+=(--max-queue-delay-us "$2")
   [ -n "${2:-}" ] && [ -n "$INST" ] && args+=(--instance-count "$INST")
+  [ -n "$WARM" ] && args+=(--model-warmup "$WARM")
   [ -n "$THREADS" ] && args+=(--threads "$THREADS")
   "$TURBINE" "${args[@]}" > "$OUT/server_b$1.log" 2>&1 &
   SRV_PID=$!
