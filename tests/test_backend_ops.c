@@ -80,9 +80,11 @@
  * int8 / fp8 caches are blocks of core/kv_layout.h held in U8 weights.
  */
 #include <math.h>
+#include <pthread.h>
 
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
+#include "core/comm.h"
 #include "core/kv_layout.h"
 #include "core/quant.h"
 #include "ir/ops.h"
@@ -182,6 +184,8 @@ typedef struct {
     int32_t tok[TMAX], pos[TMAX], seq[TMAX], rows[TMAX];
     int32_t bt[MAX_SEQS * MAX_BLOCKS];
     char desc[96];
+    int tp_rank, tp_size;        /* collectives: this case's rank of tp_size */
+    tb_comm *comm;
 } tcase;
 
 static void case_init(tcase *c, int T) {
@@ -282,6 +286,7 @@ static int case_run(tcase *c, const int *read_v, const size_t *read_n, int n_rea
         .n_tokens = c->T, .n_rows = c->R, .pos = c->pos, .seq = c->seq, .rows = c->rows,
         .block_tables = c->bt, .max_blocks = MAX_BLOCKS, .block_size = BLOCK_SIZE, .max_ctx = MAX_CTX,
         .k_cache = &kp, .v_cache = &vp, .kv_dtype = c->kv_dtype,
+        .tp_rank = c->tp_rank, .tp_size = c->tp_size, .comm = c->comm,
     };
     if (s == TB_OK) s = b->iface->step_begin(b, g, bufs, c->ids, c->tok, &st);
     for (int k = 0; s == TB_OK && k < g->n_nodes; k++) s = b->iface->run_node(b, g, &g->nodes[k], bufs, &st);
@@ -326,27 +331,104 @@ static void report(const tcase *c, tb_op_kind op, tb_dtype dt, const char *what,
 static double bound_of(double cpu, double cuda) { return cur_bk->cuda ? cuda : cpu; }
 
 /* ---------------------------------------------------------------- ops */
-static void op_embedding(tb_dtype wdt, int V, int D, int T) {
+/* lo > 0: the table is a vocabulary shard holding ids [lo, lo + V); the
+ * ids are drawn from [0, 2 lo + V), so some fall on either side of it. */
+static void op_embedding(tb_dtype wdt, int V, int D, int T, int lo) {
     tcase c;
     case_init(&c, T);
-    snprintf(c.desc, sizeof c.desc, "V %d D %d T %d", V, D, T);
+    snprintf(c.desc, sizeof c.desc, "V %d D %d T %d%s", V, D, T, lo ? " shard" : "");
     float *tab = frandn((size_t)V * D, 2.0f);
     void *tw = to_dtype(tab, (size_t)V * D, wdt);
-    for (int t = 0; t < T; t++) c.tok[t] = irand(V);
-    c.tok[T - 1] = V - 1; /* the last row of the table */
+    for (int t = 0; t < T; t++) c.tok[t] = irand(V + 2 * lo);
+    c.tok[T - 1] = lo + V - 1; /* the last row of the table */
+    if (lo && T > 2) c.tok[0] = lo - 1, c.tok[1] = lo + V; /* just outside it */
     int64_t d[2] = {V, D};
     int in[2] = {c.ids, add_w(&c, "table", wdt, 2, d, tw)};
-    int k = add_node(&c, TB_OP_EMBEDDING, in, 2, NULL, NULL);
+    int32_t ia[4] = {0};
+    tb_attr_set_i(TB_OP_EMBEDDING, TB_EMB_VOCAB_OFFSET, ia, lo);
+    int k = add_node(&c, TB_OP_EMBEDDING, in, 2, ia, NULL);
     float *y = xmalloc(sizeof(float) * (size_t)T * D), *ref = xmalloc(sizeof(float) * (size_t)T * D);
     int rv = c.g->nodes[k].out[0];
     size_t rn = (size_t)T * D;
     void *o[1] = {y};
     if (case_run(&c, &rv, &rn, 1, o) == 1) {
-        tb_ref_embedding(c.tok, tw, wdt, ref, T, D);
+        tb_ref_embedding_range(c.tok, tw, wdt, ref, T, D, lo, V);
         report(&c, TB_OP_EMBEDDING, wdt, NULL, rel_err(y, ref, rn), 0);
     }
     free(tab); free(tw); free(y); free(ref);
     tb_graph_free(c.g);
+}
+
+/* ---------------------------------------------------------------- collectives
+ * all_reduce and all_gather_cols over `ranks` ranks, each a case of its own
+ * (its own backend) run on a thread of its own, the ranks joined by one
+ * communicator; against the reference: the sum in rank order (exact) and the
+ * columns side by side. */
+typedef struct {
+    tcase *c;
+    int rv;
+    size_t n;
+    float *y;
+    int rc;
+} rank_job;
+
+static void *rank_job_main(void *arg) {
+    rank_job *j = arg;
+    void *o[1] = {j->y};
+    j->rc = case_run(j->c, &j->rv, &j->n, 1, o);
+    return NULL;
+}
+
+static void op_collective(tb_op_kind op, int ranks, int T, int C) {
+    enum { MAXR = 8 };
+    tcase c[MAXR];
+    rank_job job[MAXR];
+    pthread_t th[MAXR];
+    float *x[MAXR];
+    tb_comm *comm = NULL;
+    TB_ASSERT(ranks <= MAXR && tb_comm_create(ranks, &comm) == TB_OK);
+    int W = op == TB_OP_ALL_GATHER_COLS ? C * ranks : C;
+    size_t n = (size_t)T * (size_t)W;
+    for (int r = 0; r < ranks; r++) {
+        case_init(&c[r], T);
+        snprintf(c[r].desc, sizeof c[r].desc, "ranks %d T %d C %d", ranks, T, C);
+        c[r].tp_rank = r;
+        c[r].tp_size = ranks;
+        c[r].comm = comm;
+        x[r] = frandn((size_t)T * C, 1.0f);
+        int64_t d[2] = {T, C};
+        int in[1] = {add_w(&c[r], "x", TB_F32, 2, d, x[r])};
+        int32_t ia[4] = {0};
+        if (op == TB_OP_ALL_GATHER_COLS) tb_attr_set_i(op, TB_GATHER_RANKS, ia, ranks);
+        int k = add_node(&c[r], op, in, 1, ia, NULL);
+        job[r] = (rank_job){&c[r], node_out(&c[r], k, 0), n, xmalloc(sizeof(float) * n), -1};
+    }
+    for (int r = 0; r < ranks; r++) TB_ASSERT(pthread_create(&th[r], NULL, rank_job_main, &job[r]) == 0);
+    for (int r = 0; r < ranks; r++) pthread_join(th[r], NULL);
+    float *ref = xmalloc(sizeof(float) * n);
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j < W; j++) {
+            size_t i = (size_t)t * W + j;
+            if (op == TB_OP_ALL_REDUCE) {
+                float sum = x[0][i];
+                for (int r = 1; r < ranks; r++) sum += x[r][i];
+                ref[i] = sum;
+            } else {
+                ref[i] = x[j / C][(size_t)t * C + j % C];
+            }
+        }
+    for (int r = 0; r < ranks; r++) {
+        if (job[r].rc == 1) {
+            char what[16];
+            snprintf(what, sizeof what, "rank%d", r);
+            report(&c[r], op, TB_F32, what, rel_err(job[r].y, ref, n), 0);
+        }
+        free(job[r].y);
+        free(x[r]);
+        tb_graph_free(c[r].g);
+    }
+    free(ref);
+    tb_comm_free(comm);
 }
 
 static void op_rmsnorm(int fused, int T, int D) {
@@ -1082,9 +1164,16 @@ static const int Ts[] = {1, 3, 17};
 static void run_all(void) {
     static const tb_dtype wdts[] = {TB_F32, TB_F16, TB_BF16};
     for (int di = 0; di < 3; di++) {
-        op_embedding(wdts[di], 37, 67, 1);
-        op_embedding(wdts[di], 100, 256, 3);
-        op_embedding(wdts[di], 11, 5, 17);
+        op_embedding(wdts[di], 37, 67, 1, 0);
+        op_embedding(wdts[di], 100, 256, 3, 0);
+        op_embedding(wdts[di], 11, 5, 17, 0);
+        op_embedding(wdts[di], 16, 33, 17, 20);
+    }
+    for (int r = 1; r <= 4; r *= 2) {
+        op_collective(TB_OP_ALL_REDUCE, r, 1, 64);
+        op_collective(TB_OP_ALL_REDUCE, r, 7, 1000);
+        op_collective(TB_OP_ALL_GATHER_COLS, r, 1, 37);
+        op_collective(TB_OP_ALL_GATHER_COLS, r, 5, 64);
     }
     for (int fused = 0; fused < 2; fused++) {
         op_rmsnorm(fused, 1, 64);

@@ -53,6 +53,7 @@ typedef struct {
     tb_cli_strs overrides;
     int group_size, zero_point, awq;
     const char *qmm_tactics;
+    int tp;
 } build_args;
 
 static void build_defaults(void *p) {
@@ -104,6 +105,11 @@ static const tb_cli_opt build_opts[] = {
      "sequences decoded together (serve's --max-num-seqs is at most this)"},
     {"--device", NULL, TB_OPT_STR, "cpu|cuda[:N]", 0, 0, 0, 0, 0, B(device), "cpu",
      "the backend the engine is built and tuned for"},
+    {"--tp", NULL, TB_OPT_INT, "1|2|4|8", 1, 8, 0, 0, 0, B(tp), "1",
+     "tensor parallelism: the model split over this many ranks (Megatron-style: attention heads and the MLP's "
+     "columns divided, an all-reduce after o_proj and down, embedding and LM head split by vocabulary), each "
+     "rank's shard a section of the engine. The ranks run as threads of one process on the CPU (their threads "
+     "share the cores); heads, KV heads, MLP size and vocabulary must divide by it"},
     {"--shapes", NULL, TB_OPT_STR, "IN:1x3x224x224,...", 0, 0, 0, 0, 0, B(shapes), "the model's fixed dims",
      "ONNX: fixed input shapes (min = opt = max)"},
     {"--min-shapes", NULL, TB_OPT_STR, "IN:1x3x224x224,...", 0, 0, 0, 0, 0, B(min_shapes), NULL,
@@ -193,6 +199,11 @@ static int cmd_build(int argc, char **argv) {
     o.max_seq_len = a.max_seq_len;
     o.max_batch = a.max_batch;
     o.device = a.device;
+    if (a.tp && (a.tp & (a.tp - 1)))
+        return tb_cli_usage_error("build", "--tp %d: tensor parallelism takes 1, 2, 4 or 8 ranks", a.tp);
+    if (a.tp > 1 && tb_is_onnx_path(a.model))
+        return tb_cli_usage_error("build", "--tp is for LLM checkpoints (ONNX engines run on one device)");
+    o.tp = a.tp;
     o.progress = isatty(2);
     o.shapes = a.shapes;
     o.min_shapes = a.min_shapes;
@@ -232,6 +243,7 @@ static int cmd_build(int argc, char **argv) {
             tb_dtype_name(o.weight_dtype),
             o.weight_dtype == TB_I4 ? (o.zero_point ? " (asymmetric groups)" : " (symmetric groups)") : "",
             r.max_batch, r.max_seq_len);
+    if (o.tp > 1) fprintf(stderr, "  tensor par.   %d ranks\n", o.tp);
     return 0;
 }
 

@@ -118,6 +118,10 @@ typedef struct {
      * up to summation order); TB_QMM_TACTICS_Q8 takes Q8 wherever it
      * applies (i8 and i4 weights on AVX2 or AVX-512). */
     int qmm_tactics;
+    /* Tensor parallelism: the model split over this many ranks (1, 2, 4
+     * or 8; 0: 1), each rank's shard a section of the engine (models.h
+     * says how the heads, the MLP and the vocabulary are split). */
+    int tp;
 } tb_build_options;
 
 enum { TB_QMM_TACTICS_AUTO = 0, TB_QMM_TACTICS_EXACT = 1, TB_QMM_TACTICS_Q8 = 2 };
@@ -163,6 +167,7 @@ typedef struct {
     int add_bos;    /* 1 when prompts start with BOS */
     tb_dtype weight_dtype;
     char arch[32];
+    int tensor_parallel; /* ranks the model is split over (1: none) */
 } tb_engine_info;
 
 void tb_engine_get_info(const tb_engine *e, tb_engine_info *out);

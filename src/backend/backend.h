@@ -36,6 +36,11 @@ typedef struct {
      * NULL for LLM graphs (dims from the graph with `tokens` / `rows` bound
      * as above). */
     const tb_view *views;
+    /* Tensor parallelism: this rank of the engine's tp_size (0 / 0 or 1:
+     * none) and the communicator of the CPU path's collectives
+     * (core/comm.h; NULL with one rank). */
+    int tp_rank, tp_size;
+    struct tb_comm *comm;
 } tb_step;
 
 /* The first dim of value v in this step: `tokens` or `rows` bound. */

@@ -50,6 +50,12 @@ typedef enum {
                             [, bias (N)] [, zeros (N, K/G)] -> (n, N): a matmul
                             over quantized weights (core/quant.h encodings);
                             has_bias, has_zeros, act_scale                        */
+    /* Tensor parallelism: collectives over the ranks of one engine (each
+     * rank runs its own shard of the graph; tb_step carries the rank and
+     * the communicator). One rank: a copy.                                */
+    TB_OP_ALL_REDUCE,    /* x (n, C) -> (n, C): the sum over the ranks              */
+    TB_OP_ALL_GATHER_COLS, /* x (n, C) -> (n, C * ranks): the ranks' columns side
+                              by side, rank 0 first; ranks                         */
     /* General ops (ONNX semantics, any rank up to TB_MAX_RANK, broadcasting
      * where ONNX broadcasts). Their definitions, attribute layouts, shape
      * rules and reference kernels are in ops_nn.h / nn_*.c.               */

@@ -29,6 +29,22 @@ static tb_status shape_embedding(const tb_graph *g, const tb_node *n, const tb_v
     return TB_OK;
 }
 
+/* all_reduce: the shape of its input (a rank's partial sums of the whole). */
+static tb_status shape_all_reduce(const tb_graph *g, const tb_node *n, const tb_value *const *in, tb_op_shape *out) {
+    NEED(in[0]->rank == 2 && in[0]->dtype == TB_F32, "all_reduce: want x (n, C) f32");
+    same_2d(out, 0, in[0]);
+    return TB_OK;
+}
+
+static tb_status shape_all_gather_cols(const tb_graph *g, const tb_node *n, const tb_value *const *in,
+                                       tb_op_shape *out) {
+    int ranks = tb_node_attr_i(n, TB_GATHER_RANKS);
+    NEED(in[0]->rank == 2 && in[0]->dtype == TB_F32 && in[0]->dims[1] > 0 && in[0]->dims[1] <= INT32_MAX / ranks,
+         "all_gather_cols: want x (n, C) f32 with C * ranks in range");
+    out->rank[0] = 2; out->dims[0][0] = in[0]->dims[0]; out->dims[0][1] = in[0]->dims[1] * ranks;
+    return TB_OK;
+}
+
 static tb_status shape_rmsnorm(const tb_graph *g, const tb_node *n, const tb_value *const *in, tb_op_shape *out) {
     NEED(in[0]->rank == 2 && in[1]->rank == 1 && in[1]->dims[0] == in[0]->dims[1] && in[1]->dtype == TB_F32,
          "rmsnorm: want x (n, D), w (D) f32");
@@ -159,7 +175,12 @@ static tb_status shape_mul(const tb_graph *g, const tb_node *n, const tb_value *
 #define DIM_MAX 65535.0 /* head_dim and head counts: attention packs head_dim in 16 bits */
 
 static const tb_op_def ops[TB_OP_COUNT] = {
-    [TB_OP_EMBEDDING] = {"embedding", 2, 2, 1, "ids (tokens) i32, table (V, D) -> (tokens, D)", 0, {{0}},
+    [TB_OP_EMBEDDING] = {"embedding", 2, 2, 1,
+                         "ids (tokens) i32, table (V, D) -> (tokens, D); ids outside [vocab_offset, "
+                         "vocab_offset + V) give zero rows",
+                         1,
+                         {{"vocab_offset", TB_ATTR_INT, 0, 0, 32, 0, INT32_MAX,
+                           "the id of the table's first row (a tensor-parallel rank's vocabulary shard)"}},
                          shape_embedding},
     [TB_OP_RMSNORM] = {"rmsnorm", 2, 2, 1, "x (n, D), w (D) -> (n, D)", 1, {EPS_ATTR}, shape_rmsnorm},
     [TB_OP_ADD_RMSNORM] = {"add_rmsnorm", 3, 3, 2, "x, d (n, D), w (D) -> r = x + d, y = rmsnorm(r) (n, D)", 1,
@@ -198,6 +219,12 @@ static const tb_op_def ops[TB_OP_COUNT] = {
                         {"act_scale", TB_ATTR_FLOAT, 0, 0, 32, 0.0, FLT_MAX,
                          "static per-tensor activation scale from calibration (fp8 on the GPU); 0: none"}},
                        shape_qmatmul},
+    [TB_OP_ALL_REDUCE] = {"all_reduce", 1, 1, 1, "x (n, C) -> (n, C), summed over the tensor-parallel ranks", 0,
+                          {{0}}, shape_all_reduce},
+    [TB_OP_ALL_GATHER_COLS] = {"all_gather_cols", 1, 1, 1,
+                               "x (n, C) -> (n, C * ranks): every rank's columns side by side, rank 0 first", 1,
+                               {{"ranks", TB_ATTR_INT, 0, 0, 32, 1, 64, "tensor-parallel ranks"}},
+                               shape_all_gather_cols},
 };
 
 const tb_op_def *tb_op_get_def(tb_op_kind k) {

@@ -92,6 +92,8 @@ enum {                                                             /* attention 
 };
 
 enum { TB_QMM_HAS_BIAS = 0, TB_QMM_HAS_ZEROS, TB_QMM_ACT_SCALE }; /* qmatmul      */
+enum { TB_EMB_VOCAB_OFFSET = 0 };                                  /* embedding    */
+enum { TB_GATHER_RANKS = 0 };                                      /* all_gather_cols */
 
 /* The definition of op k; NULL outside the enum. */
 const tb_op_def *tb_op_get_def(tb_op_kind k);

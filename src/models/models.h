@@ -27,6 +27,15 @@ typedef struct {
      * never holds the whole model converted. The source must outlive the
      * graph. weight_dtype is then ignored. */
     int source_weights;
+    /* Tensor parallelism (Megatron-style): the graph of rank tp_rank of
+     * tp_size (0 or 1: the whole model). Each rank holds the heads
+     * [r H/n, (r+1) H/n) (q, k, v rows: column-parallel) and the matching
+     * columns of o_proj (row-parallel, an all_reduce after it), the rows
+     * [r F/n, ...) of gate and up and the columns of down (an all_reduce
+     * after it), and the vocabulary rows [r V/n, ...) of the embedding
+     * (vocab_offset, then an all_reduce) and of the LM head (an
+     * all_gather_cols of the logits). H, KV, F and V must divide by n. */
+    int tp_size, tp_rank;
 } tb_model_build_opts;
 
 /* Supported families: llama, mistral, qwen2 (one wiring, differing in

@@ -622,6 +622,8 @@ tb_status tb_opt_quantize(tb_graph *g, const tb_opt_options *o, tb_pass_report *
     tb_dtype head_default = q->dtype == TB_I4 ? TB_I8 : embed_default;
     /* the LM head: the matmul writing the logits */
     int head = g->output >= 0 ? tb_opt_producer(g, g->output) : -1;
+    if (head >= 0 && g->nodes[head].op == TB_OP_ALL_GATHER_COLS) /* a rank's vocabulary shard */
+        head = tb_opt_producer(g, g->nodes[head].in[0]);
     /* the embedding's dtype first: a head tied to it shares the table when
      * it wants the same dtype */
     int emb_v = -1;

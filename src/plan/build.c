@@ -151,11 +151,26 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
                          "and cuda backends only", o.device, tb_dtype_name(o.weight_dtype),
                          o.n_overrides ? " / --override" : "");
     if (o.max_batch <= 0 || o.max_batch > 1024) return tb_errorf(TB_ERR_INVALID_ARG, "--max-batch must be in [1, 1024]");
+    int tp = o.tp > 1 ? o.tp : 1;
+    if (o.tp < 0 || tp > TB_MAX_TP || (tp & (tp - 1)))
+        return tb_errorf(TB_ERR_INVALID_ARG, "--tp %d: tensor parallelism takes 1, 2, 4 or 8 ranks", o.tp);
+    if (tp > 1 && !cpu)
+        return tb_errorf(TB_ERR_UNSUPPORTED, "--tp %d --device %s: tensor-parallel engines are built for the CPU "
+                         "backend only so far (ranks as threads); the GPU path over NCCL is not built yet", tp,
+                         o.device);
+    if (tp > 1 && o.awq)
+        return tb_errorf(TB_ERR_UNSUPPORTED, "--awq with --tp %d: AWQ's per-channel search is not split across "
+                         "ranks yet (int4 round-to-nearest, int8 and fp8 are)", tp);
     if (o.max_seq_len < 0) return tb_errorf(TB_ERR_INVALID_ARG, "--max-seq-len must be positive");
     tb_model_source *src = NULL;
     tb_tokenizer *tok = NULL;
     tb_graph *g = NULL;
     uint8_t *tok_buf = NULL, *graph_buf = NULL, *weights = NULL;
+    /* ranks past 0 of a tensor-parallel engine: graph and weight sections */
+    uint8_t *rank_graph[TB_MAX_TP] = {0}, *rank_weights[TB_MAX_TP] = {0};
+    size_t rank_graph_n[TB_MAX_TP] = {0};
+    uint64_t rank_weights_n[TB_MAX_TP] = {0};
+    tb_quant_calib *qc = NULL;
     char *meta = NULL, *hw = NULL;
     tb_calib_table *calib = NULL; /* activation statistics for the quantization pass */
     size_t tok_n = 0, graph_n = 0;
@@ -213,9 +228,8 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
         }
     }
     tb_model_build_opts mo = {.weight_dtype = o.weight_dtype, .max_seq_len = max_seq, .max_step_tokens = max_step,
-                              .progress = o.progress ? progress_bar : NULL, .source_weights = retype || cpu};
-    if ((s = tb_model_build_graph(src, &mo, &g)) != TB_OK) goto done;
-    /* the builder's plain graph, fused by the pass pipeline for the target */
+                              .progress = o.progress ? progress_bar : NULL, .source_weights = retype || cpu,
+                              .tp_size = tp};
     tb_opt_options oo;
     memset(&oo, 0, sizeof oo);
     int dev_index, n_passes;
@@ -227,7 +241,6 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
     /* calibration: each matmul's static activation scale (int8, fp8: 0 for
      * other dtypes; a --override'd weight keeps the engine dtype's scale,
      * which its kernel ignores) and, with --awq, the AWQ search hook */
-    tb_quant_calib *qc = NULL;
     awq_ctx actx = {calib, o.verbose};
     if (calib && calib->n > 0) {
         if (!(qc = calloc((size_t)calib->n, sizeof *qc))) { s = tb_errorf(TB_ERR_OOM, "out of memory"); goto done; }
@@ -246,21 +259,30 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
      * weights (its passes run on them). */
     if (retype || cpu) oo.quant = &qo;
     const tb_pass *passes = tb_opt_llm_pipeline(&n_passes);
-    s = tb_opt_run(g, passes, n_passes, &oo);
-    free(qc);
-    if (s != TB_OK) goto done;
-
     tb_tune_report tr;
-    int prefill = max_step < 128 ? max_step : 128;
-    if ((s = tb_tune_graph(g, 0, prefill, o.qmm_tactics, &tr)) != TB_OK) goto done;
-    /* the target's own tactics (the CUDA GEMV kernels), timed on it */
-    if ((s = tb_tune_device(g, o.device, max_seq, &tr)) != TB_OK) goto done;
-    /* the profile's opt point: decode */
+    /* One graph per tensor-parallel rank (rank 0 last: its graph stays for
+     * the metadata), each through the same passes and tuning. */
+    for (int r = tp - 1; r >= 0; r--) {
+        tb_graph_free(g);
+        g = NULL;
+        mo.tp_rank = r;
+        mo.progress = o.progress && r == 0 ? progress_bar : NULL;
+        if ((s = tb_model_build_graph(src, &mo, &g)) != TB_OK) goto done;
+        /* the builder's plain graph, fused by the pass pipeline for the target */
+        if ((s = tb_opt_run(g, passes, n_passes, &oo)) != TB_OK) goto done;
+        int prefill = max_step < 128 ? max_step : 128;
+        if ((s = tb_tune_graph(g, 0, prefill, o.qmm_tactics, &tr)) != TB_OK) goto done;
+        /* the target's own tactics (the CUDA GEMV kernels), timed on it */
+        if ((s = tb_tune_device(g, o.device, max_seq, &tr)) != TB_OK) goto done;
+        /* the graph's weights are not read after packing: each is released
+         * once copied, so a build holds the model about once */
+        uint8_t **wb = r ? &rank_weights[r] : &weights, **gb = r ? &rank_graph[r] : &graph_buf;
+        uint64_t *wn = r ? &rank_weights_n[r] : &weights_n;
+        size_t *gn = r ? &rank_graph_n[r] : &graph_n;
+        if ((s = pack_weights(g, 1, wb, wn)) != TB_OK) goto done;
+        if ((s = tb_graph_serialize(g, gb, gn)) != TB_OK) goto done;
+    }
     if ((s = tb_tokenizer_serialize(tok, &tok_buf, &tok_n)) != TB_OK) goto done;
-    /* the graph's weights are not read after packing: each is released once
-     * copied, so a build holds the model about once */
-    if ((s = pack_weights(g, 1, &weights, &weights_n)) != TB_OK) goto done;
-    if ((s = tb_graph_serialize(g, &graph_buf, &graph_n)) != TB_OK) goto done;
 
     char when[64];
     time_t now = time(NULL);
@@ -291,6 +313,7 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
         tr.n_blas_large, "tuning_seconds", tr.seconds);
     if (!m) { s = tb_errorf(TB_ERR_INTERNAL, "cannot encode engine metadata"); goto done; }
     json_object_set_new(json_object_get(m, "build"), "build_seconds", json_real(tb_now() - t0));
+    if (tp > 1) json_object_set_new(json_object_get(m, "build"), "tensor_parallel", json_integer(tp));
     if (retype) { /* how the weights were quantized (inspect shows each tensor's dtype) */
         json_t *ovs = json_array();
         for (int i = 0; i < o.n_overrides; i++) json_array_append_new(ovs, json_string(o.overrides[i]));
@@ -326,10 +349,27 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
     hw = tb_backend_fingerprint(o.device);
     if (!hw) { s = TB_ERR_HARDWARE; goto done; }
     if (!meta) { s = tb_errorf(TB_ERR_OOM, "out of memory"); goto done; }
-    tb_section_src secs[5] = {
+    if (tp > 1) { /* the fingerprint names the devices the ranks take */
+        json_t *h = json_loads(hw, 0, NULL);
+        free(hw);
+        hw = NULL;
+        if (h) json_object_set_new(h, "devices", json_integer(tp));
+        if (h) hw = json_dumps(h, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        json_decref(h);
+        if (!hw) { s = tb_errorf(TB_ERR_OOM, "out of memory"); goto done; }
+    }
+    tb_section_src secs[5 + 2 * TB_MAX_TP] = {
         {"meta", meta, strlen(meta)}, {"hardware", hw, strlen(hw)}, {"tokenizer", tok_buf, tok_n},
         {"graph", graph_buf, graph_n}, {"weights", weights, weights_n}};
-    if ((s = tb_engine_write(engine_path, secs, 5)) != TB_OK) goto done;
+    char sec_names[TB_MAX_TP][2][24];
+    int n_secs = 5;
+    for (int r = 1; r < tp; r++) {
+        snprintf(sec_names[r][0], sizeof sec_names[r][0], "graph.%d", r);
+        snprintf(sec_names[r][1], sizeof sec_names[r][1], "weights.%d", r);
+        secs[n_secs++] = (tb_section_src){sec_names[r][0], rank_graph[r], rank_graph_n[r]};
+        secs[n_secs++] = (tb_section_src){sec_names[r][1], rank_weights[r], rank_weights_n[r]};
+    }
+    if ((s = tb_engine_write(engine_path, secs, n_secs)) != TB_OK) goto done;
     if (report) {
         report->seconds = tb_now() - t0;
         report->max_batch = o.max_batch;
@@ -339,6 +379,11 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
         if (f) { fseek(f, 0, SEEK_END); report->engine_bytes = (uint64_t)ftell(f); fclose(f); }
     }
 done:
+    free(qc);
+    for (int r = 1; r < TB_MAX_TP; r++) {
+        free(rank_graph[r]);
+        tb_free_aligned(rank_weights[r]);
+    }
     tb_calib_table_free(calib);
     free(meta);
     free(hw);

@@ -148,6 +148,7 @@ static tb_status parse_meta(tb_engine *e) {
         tb_engine_info *in = &e->info;
         memset(in, 0, sizeof *in);
         snprintf(in->arch, sizeof in->arch, "onnx");
+        in->tensor_parallel = 1;
         in->bos_id = -1;
         for (int i = 0; i < 4; i++) in->eos_ids[i] = -1;
         const char *dt = json_is_object(build) ? json_string_value(json_object_get(build, "dtype")) : NULL;
@@ -172,6 +173,8 @@ static tb_status parse_meta(tb_engine *e) {
     e->rope_interleaved = jint(model, "rope_interleaved", 0);
     in->max_seq_len = jint(build, "max_seq_len", 0);
     in->max_batch = jint(build, "max_batch", 1);
+    in->tensor_parallel = jint(build, "tensor_parallel", 1);
+    e->tp = in->tensor_parallel;
     e->max_step_tokens = jint(build, "max_step_tokens", 512);
     const char *dt = json_string_value(json_object_get(build, "dtype"));
     tb_status s = dt ? tb_dtype_parse(dt, &in->weight_dtype) : TB_ERR_FORMAT;
@@ -185,6 +188,10 @@ static tb_status parse_meta(tb_engine *e) {
     if (s != TB_OK || in->vocab_size <= 0 || in->n_layers <= 0 || in->max_seq_len <= 0 || in->n_heads <= 0 ||
         in->n_kv_heads <= 0 || in->head_dim <= 0)
         return tb_errorf(TB_ERR_FORMAT, "engine meta section has invalid model sizes");
+    if (e->tp < 1 || e->tp > TB_MAX_TP || in->n_kv_heads % e->tp || in->n_heads % e->tp || in->vocab_size % e->tp)
+        return tb_errorf(TB_ERR_FORMAT, "engine meta section: tensor_parallel %d does not split the model's heads "
+                         "%d/%d and vocabulary %d (1..%d ranks)", e->tp, in->n_heads, in->n_kv_heads, in->vocab_size,
+                         TB_MAX_TP);
     return TB_OK;
 }
 
@@ -263,19 +270,36 @@ static tb_status load_sections(tb_engine *e, const char *path, const char *devic
     int llm = strcmp(e->info.arch, "onnx") != 0;
     if (llm && !sec[2]) return tb_errorf(TB_ERR_FORMAT, "%s: section 'tokenizer' is missing", path);
     if (llm) TB_TRY(tb_tokenizer_deserialize(e->map.data + sec[2]->offset, sec[2]->size, &e->tok));
-    TB_TRY(tb_graph_deserialize(e->map.data + sec[3]->offset, sec[3]->size, &e->graph));
-    if (llm != (e->graph->n_outputs == 0))
-        return tb_errorf(TB_ERR_FORMAT, "%s: the graph does not match the engine kind", path);
-    const uint8_t *w = e->map.data + sec[4]->offset;
-    for (int i = 0; i < e->graph->n_values; i++) {
-        tb_value *v = &e->graph->values[i];
-        if (v->kind != TB_VAL_WEIGHT) continue;
-        uint64_t want;
-        tb_status s = tb_value_bytes(e->graph, v, NULL, &want);
-        if (s != TB_OK) return tb_error_prefix(s, "%s", path);
-        if (v->nbytes != want || v->offset > sec[4]->size || v->nbytes > sec[4]->size - v->offset)
-            return tb_errorf(TB_ERR_FORMAT, "%s: weight '%s' lies outside the weight section", path, v->name);
-        v->data = w + v->offset;
+    if (!llm) e->tp = 1;
+    for (int r = 0; r < e->tp; r++) {
+        const entry *gs = sec[3], *ws = sec[4];
+        char gname[24], wname[24];
+        if (r > 0) {
+            snprintf(gname, sizeof gname, "graph.%d", r);
+            snprintf(wname, sizeof wname, "weights.%d", r);
+            gs = find_section(tab, n, gname);
+            ws = find_section(tab, n, wname);
+            if (!gs || !ws)
+                return tb_errorf(TB_ERR_FORMAT, "%s: section '%s' of tensor-parallel rank %d (of %d) is missing", path,
+                                 gs ? wname : gname, r, e->tp);
+        }
+        tb_graph *g;
+        TB_TRY(tb_graph_deserialize(e->map.data + gs->offset, gs->size, &g));
+        e->rank_graph[r] = g;
+        if (r == 0) e->graph = g;
+        if (llm != (g->n_outputs == 0))
+            return tb_errorf(TB_ERR_FORMAT, "%s: the graph does not match the engine kind", path);
+        const uint8_t *w = e->map.data + ws->offset;
+        for (int i = 0; i < g->n_values; i++) {
+            tb_value *v = &g->values[i];
+            if (v->kind != TB_VAL_WEIGHT) continue;
+            uint64_t want;
+            tb_status s = tb_value_bytes(g, v, NULL, &want);
+            if (s != TB_OK) return tb_error_prefix(s, "%s", path);
+            if (v->nbytes != want || v->offset > ws->size || v->nbytes > ws->size - v->offset)
+                return tb_errorf(TB_ERR_FORMAT, "%s: weight '%s' lies outside the weight section", path, v->name);
+            v->data = w + v->offset;
+        }
     }
     if (llm && tb_tokenizer_vocab_size(e->tok) > e->info.vocab_size)
         tb_log(TB_LOG_WARN, "tokenizer has %d tokens, model %d", tb_tokenizer_vocab_size(e->tok), e->info.vocab_size);
@@ -322,6 +346,7 @@ tb_status tb_engine_load_mem(const void *data, size_t size, const char *name, co
 
 void tb_engine_free(tb_engine *e) {
     if (!e) return;
+    for (int r = 1; r < TB_MAX_TP; r++) tb_graph_free(e->rank_graph[r]);
     tb_graph_free(e->graph);
     tb_tokenizer_free(e->tok);
     free(e->meta_json);
@@ -433,7 +458,10 @@ tb_status tb_engine_describe(const char *path, char *buf, size_t cap) {
         if (tb_graph_deserialize(map.data + graph->offset, graph->size, &g) == TB_OK) {
             int counts[TB_OP_COUNT] = {0};
             for (int i = 0; i < g->n_nodes; i++) counts[g->nodes[i].op]++;
-            OUT("graph: %d nodes, %d values\n  ops:", g->n_nodes, g->n_values);
+            OUT("graph: %d nodes, %d values%s\n  ops:", g->n_nodes, g->n_values,
+                find_section(tab, n, "graph.1") ? " (tensor-parallel rank 0; graph.R and weights.R hold rank R's "
+                                                  "shard, the same ops over its slices)"
+                                                : "");
             for (int i = 0; i < TB_OP_COUNT; i++)
                 if (counts[i]) OUT(" %s x%d", tb_op_name((tb_op_kind)i), counts[i]);
             OUT("\n  profiles:");

@@ -15,6 +15,8 @@
  *     "weights"   every weight, 64-byte aligned, read in place through mmap
  *                 (quantized matmul weights: codes, scales and zeros as
  *                 separate weights; docs/ARCHITECTURE.md has the encodings)
+ *     "graph.R", "weights.R"  a tensor-parallel engine's rank R > 0 (meta
+ *                 build.tensor_parallel ranks; "graph" / "weights" are rank 0)
  * A section checksum is XXH3-64 over the XXH3-64s of its 64 MiB chunks, so
  * big sections verify in parallel. Loading verifies every byte and every
  * field and names what does not match; it never re-optimises.
@@ -26,12 +28,18 @@
 #include "tokenizer/tokenizer.h"
 
 #define TB_ENGINE_MAGIC "TBENGINE"
-#define TB_ENGINE_VERSION 3u /* 2: general ops, rank 8, 16 int attribute slots; 3: qmatmul and
-                              * quantized weights (the general ops numbered one up) */
+#define TB_ENGINE_VERSION 4u /* 2: general ops, rank 8, 16 int attribute slots; 3: qmatmul and
+                              * quantized weights (the general ops numbered one up); 4: tensor
+                              * parallelism (all_reduce, all_gather_cols: general ops two up;
+                              * sections "graph.R" / "weights.R" per rank R > 0) */
+
+#define TB_MAX_TP 8 /* tensor-parallel ranks of one engine */
 
 struct tb_engine {
     tb_mapped_file map;
-    tb_graph *graph;        /* weight data points into map */
+    tb_graph *graph;        /* weight data points into map; rank 0's with tensor parallelism */
+    int tp;                 /* tensor-parallel ranks (1: none)                             */
+    tb_graph *rank_graph[TB_MAX_TP]; /* rank r's graph ([0] = graph)                       */
     tb_tokenizer *tok;
     tb_engine_info info;
     char *meta_json;        /* NUL-terminated copy */

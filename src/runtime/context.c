@@ -12,6 +12,9 @@
 #include "core/kv_layout.h"
 #include "runtime/runtime.h"
 #include "tune/tactic.h"
+#include "core/comm.h"
+
+#include <pthread.h>
 
 void tb_context_options_default(tb_context_options *o) { memset(o, 0, sizeof *o); }
 
@@ -88,19 +91,57 @@ static tb_status plan_memory(const tb_graph *g, uint64_t *offsets, uint64_t *tot
 
 /* ---------------------------------------------------------------- create */
 
-struct tb_context {
-    tb_engine *e;
+typedef struct rank_arg rank_arg;
+
+/* Whether two graphs have the same symbols (a rank's against rank 0's). */
+static int same_syms(const tb_graph *a, const tb_graph *b) {
+    if (a->n_syms != b->n_syms) return 0;
+    for (int i = 0; i < a->n_syms; i++)
+        if (strcmp(a->syms[i].name, b->syms[i].name) || a->syms[i].min != b->syms[i].min ||
+            a->syms[i].max != b->syms[i].max)
+            return 0;
+    return 1;
+}
+static void *rank_main(void *arg);
+
+/* What each tensor-parallel rank holds (one rank without tensor
+ * parallelism): its graph, backend, activations and its heads' KV cache. */
+typedef struct {
+    const tb_graph *g;
     tb_backend *be;
-    int max_seqs, max_step, max_ctx, vocab, n_layers;
-    void **bufs;              /* one per value */
+    void **bufs;              /* one per value of g */
     uint8_t *arena;
     uint64_t arena_bytes;
+    uint8_t *kv;              /* all layers, k then v */
+    void **k_cache, **v_cache;/* (n_layers) */
+    int ids_value;
+    /* the last step's outcome on a rank's own thread (ranks > 0) */
+    tb_status status;
+    int primary;              /* the failure was this rank's own, not another's abort */
+    char msg[512];
+} ctx_rank;
+
+struct tb_context {
+    tb_engine *e;
+    tb_backend *be;           /* rank 0's */
+    int max_seqs, max_step, max_ctx, vocab, n_layers;
+    void **bufs;              /* rank 0's: one per value */
+    int tp;                   /* tensor-parallel ranks (1: none) */
+    ctx_rank rk[TB_MAX_TP];
+    /* ranks > 0 run on threads of their own, started for each step */
+    tb_comm *comm;
+    pthread_t threads[TB_MAX_TP];
+    int n_threads_started;
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    unsigned go_gen;
+    int n_done, quit;
+    tb_step cur;              /* the step every rank runs */
+    struct rank_arg { struct tb_context *c; int rank; } rank_args[TB_MAX_TP];
     int32_t *ids, *pos, *seq, *rows;  /* (max_step) */
     /* paged KV cache */
     int block_size, n_blocks, max_blocks;
     tb_dtype kv_dtype;
-    uint8_t *kv;              /* all layers, k then v */
-    void **k_cache, **v_cache;/* (n_layers) */
     int32_t *block_tables;    /* (max_seqs, max_blocks) */
     int32_t *seq_len;         /* (max_seqs) */
     int32_t *seq_blocks;      /* (max_seqs) blocks held */
@@ -207,50 +248,80 @@ tb_status tb_context_create(tb_engine *e, const tb_context_options *opt, tb_cont
         }
         c->kv_dtype = kd;
     }
-    int ids_v = tb_graph_find_value(g, "token_ids");
-    if (ids_v < 0) { free(c); return tb_errorf(TB_ERR_FORMAT, "engine graph has no token_ids input"); }
-    c->ids_value = ids_v;
+    if (tb_graph_find_value(g, "token_ids") < 0) {
+        free(c);
+        return tb_errorf(TB_ERR_FORMAT, "engine graph has no token_ids input");
+    }
+    c->tp = e->tp > 1 ? e->tp : 1;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->go, NULL);
+    pthread_cond_init(&c->done, NULL);
 
     const char *device = o.device && *o.device ? o.device : e->backend;
-    if ((s = tb_backend_check(e->hw_json, device)) != TB_OK) { free(c); return s; }
-    if ((s = tb_backend_create(device, o.n_threads, c->max_ctx, &c->be)) != TB_OK) { free(c); return s; }
-    /* a backend without the hook reads f32, f16 and bf16 caches only */
-    if (c->be->iface->check_kv_dtype) {
-        if ((s = c->be->iface->check_kv_dtype(c->be, c->kv_dtype)) != TB_OK) goto fail;
-    } else if (tb_kv_quantized(c->kv_dtype)) {
-        s = tb_errorf(TB_ERR_UNSUPPORTED, "backend %s has no %s KV cache", c->be->iface->name,
-                      tb_dtype_name(c->kv_dtype));
+    if ((s = tb_backend_check(e->hw_json, device)) != TB_OK) goto fail;
+    if (c->tp > 1 && strncmp(device, "cpu", 3) != 0) {
+        s = tb_errorf(TB_ERR_UNSUPPORTED, "this engine is split over %d tensor-parallel ranks, which run on the CPU "
+                      "backend only so far (not on %s)", c->tp, device);
         goto fail;
     }
-    /* attention nodes index the KV cache: their attributes must match it */
-    for (int k = 0; k < g->n_nodes; k++) {
-        const tb_node *n = &g->nodes[k];
-        if (n->op != TB_OP_ATTENTION) continue;
-        if (n->i[0] < 0 || n->i[0] >= c->n_layers || n->i[2] != e->info.n_kv_heads ||
-            (n->i[3] & 0xffff) != e->info.head_dim) {
-            s = tb_errorf(TB_ERR_FORMAT, "engine graph: attention node %d does not match the model (layer %d of %d)", k,
-                          n->i[0], c->n_layers);
-            goto fail;
-        }
+    /* the CPU's threads shared among the ranks */
+    int rank_threads = o.n_threads;
+    if (c->tp > 1) {
+        int total = o.n_threads > 0 ? o.n_threads : tb_default_threads();
+        rank_threads = total / c->tp > 0 ? total / c->tp : 1;
     }
-    for (int k = 0; k < g->n_nodes; k++)
-        if (!c->be->iface->supports_op(c->be, g, &g->nodes[k])) {
-            s = tb_errorf(TB_ERR_UNSUPPORTED, "backend %s does not support op %s (node %d)", c->be->iface->name,
-                          tb_op_name(g->nodes[k].op), k);
+    int KV = e->info.n_kv_heads / c->tp, hd = e->info.head_dim;
+    for (int r = 0; r < c->tp; r++) {
+        ctx_rank *k = &c->rk[r];
+        const tb_graph *rg = k->g = e->rank_graph[r] ? e->rank_graph[r] : g;
+        k->ids_value = tb_graph_find_value(rg, "token_ids");
+        if (k->ids_value < 0 || !same_syms(rg, g)) {
+            s = tb_errorf(TB_ERR_FORMAT, "engine graph of rank %d does not match rank 0's inputs and profile", r);
             goto fail;
         }
-    /* symbols at their maxima, bounded by this context */
-    uint64_t *offsets = calloc((size_t)g->n_values, sizeof *offsets);
-    c->bufs = calloc((size_t)g->n_values, sizeof(void *));
-    if (!offsets || !c->bufs) { free(offsets); s = tb_errorf(TB_ERR_OOM, "out of memory"); goto fail; }
-    if ((s = plan_memory(g, offsets, &c->arena_bytes)) != TB_OK) { free(offsets); goto fail; }
-    c->arena = c->be->iface->alloc(c->be, c->arena_bytes);
-    if (!c->arena) { free(offsets); s = tb_errorf(TB_ERR_OOM, "cannot allocate %llu bytes of activations",
-                                                  (unsigned long long)c->arena_bytes); goto fail; }
-    for (int i = 0; i < g->n_values; i++)
-        if (g->values[i].kind == TB_VAL_ACT) c->bufs[i] = c->arena + offsets[i];
-    free(offsets);
-    if ((s = c->be->iface->load_weights(c->be, g, c->bufs)) != TB_OK) goto fail;
+        if ((s = tb_backend_create(device, rank_threads, c->max_ctx, &k->be)) != TB_OK) goto fail;
+        /* a backend without the hook reads f32, f16 and bf16 caches only */
+        if (k->be->iface->check_kv_dtype) {
+            if ((s = k->be->iface->check_kv_dtype(k->be, c->kv_dtype)) != TB_OK) goto fail;
+        } else if (tb_kv_quantized(c->kv_dtype)) {
+            s = tb_errorf(TB_ERR_UNSUPPORTED, "backend %s has no %s KV cache", k->be->iface->name,
+                          tb_dtype_name(c->kv_dtype));
+            goto fail;
+        }
+        /* attention nodes index the KV cache: their attributes must match it */
+        for (int j = 0; j < rg->n_nodes; j++) {
+            const tb_node *n = &rg->nodes[j];
+            if (n->op != TB_OP_ATTENTION) continue;
+            if (n->i[0] < 0 || n->i[0] >= c->n_layers || n->i[2] != KV || (n->i[3] & 0xffff) != hd) {
+                s = tb_errorf(TB_ERR_FORMAT, "engine graph: attention node %d does not match the model (layer %d of "
+                              "%d)", j, n->i[0], c->n_layers);
+                goto fail;
+            }
+        }
+        for (int j = 0; j < rg->n_nodes; j++)
+            if (!k->be->iface->supports_op(k->be, rg, &rg->nodes[j])) {
+                s = tb_errorf(TB_ERR_UNSUPPORTED, "backend %s does not support op %s (node %d)", k->be->iface->name,
+                              tb_op_name(rg->nodes[j].op), j);
+                goto fail;
+            }
+        /* symbols at their maxima, bounded by this context */
+        uint64_t *offsets = calloc((size_t)rg->n_values, sizeof *offsets);
+        k->bufs = calloc((size_t)rg->n_values, sizeof(void *));
+        if (!offsets || !k->bufs) { free(offsets); s = tb_errorf(TB_ERR_OOM, "out of memory"); goto fail; }
+        if ((s = plan_memory(rg, offsets, &k->arena_bytes)) != TB_OK) { free(offsets); goto fail; }
+        k->arena = k->be->iface->alloc(k->be, k->arena_bytes);
+        if (!k->arena) {
+            free(offsets);
+            s = tb_errorf(TB_ERR_OOM, "cannot allocate %llu bytes of activations", (unsigned long long)k->arena_bytes);
+            goto fail;
+        }
+        for (int i = 0; i < rg->n_values; i++)
+            if (rg->values[i].kind == TB_VAL_ACT) k->bufs[i] = k->arena + offsets[i];
+        free(offsets);
+        if ((s = k->be->iface->load_weights(k->be, rg, k->bufs)) != TB_OK) goto fail;
+    }
+    c->be = c->rk[0].be;
+    c->bufs = c->rk[0].bufs;
     size_t ms = (size_t)g->syms[0].max;
     for (int i = 0; i < g->n_syms; i++) if ((size_t)g->syms[i].max > ms) ms = (size_t)g->syms[i].max;
     c->ids = calloc(ms, sizeof(int32_t));
@@ -264,12 +335,12 @@ tb_status tb_context_create(tb_engine *e, const tb_context_options *opt, tb_cont
         goto fail;
     }
 
-    /* KV cache */
-    int KV = e->info.n_kv_heads, hd = e->info.head_dim;
+    /* KV cache: each rank holds its KV heads of every block (the block
+     * tables are shared) */
     /* int8 / fp8: one byte a code plus an f32 scale per (token, kv head), so
      * the same bytes hold about twice the tokens of f16 (kv_layout.h) */
     size_t block_bytes = tb_kv_block_bytes(c->kv_dtype, c->block_size, KV, hd);
-    size_t per_block_all_layers = block_bytes * 2 * (size_t)c->n_layers;
+    size_t per_block_all_layers = block_bytes * 2 * (size_t)c->n_layers * (size_t)c->tp;
     if (o.kv_cache_bytes > 0) c->n_blocks = (int)(o.kv_cache_bytes / per_block_all_layers);
     else c->n_blocks = c->max_seqs * c->max_blocks;
     if (c->n_blocks < 1) {
@@ -278,24 +349,43 @@ tb_status tb_context_create(tb_engine *e, const tb_context_options *opt, tb_cont
         goto fail;
     }
     size_t layer_bytes = block_bytes * (size_t)c->n_blocks;
-    c->kv = c->be->iface->alloc(c->be, layer_bytes * 2 * (size_t)c->n_layers);
-    c->k_cache = calloc((size_t)c->n_layers, sizeof(void *));
-    c->v_cache = calloc((size_t)c->n_layers, sizeof(void *));
     c->block_tables = calloc((size_t)c->max_seqs * (size_t)c->max_blocks, sizeof(int32_t));
     c->seq_len = calloc((size_t)c->max_seqs, sizeof(int32_t));
     c->seq_blocks = calloc((size_t)c->max_seqs, sizeof(int32_t));
     c->seq_key = calloc((size_t)c->max_seqs, sizeof(uint64_t));
     c->seq_part = calloc((size_t)c->max_seqs * (size_t)c->block_size, sizeof(int32_t));
     if ((s = tb_kv_pool_create(c->n_blocks, c->block_size, !o.no_prefix_cache, &c->pool)) != TB_OK) goto fail;
-    if (!c->kv || !c->k_cache || !c->v_cache || !c->block_tables || !c->seq_len || !c->seq_blocks || !c->seq_key ||
-        !c->seq_part) {
-        s = tb_errorf(TB_ERR_OOM, "cannot allocate the KV cache (%d blocks of %zu bytes)", c->n_blocks,
-                      per_block_all_layers);
+    if (!c->block_tables || !c->seq_len || !c->seq_blocks || !c->seq_key || !c->seq_part) {
+        s = tb_errorf(TB_ERR_OOM, "out of memory");
         goto fail;
     }
-    for (int l = 0; l < c->n_layers; l++) {
-        c->k_cache[l] = c->kv + layer_bytes * (size_t)(2 * l);
-        c->v_cache[l] = c->kv + layer_bytes * (size_t)(2 * l + 1);
+    for (int r = 0; r < c->tp; r++) {
+        ctx_rank *k = &c->rk[r];
+        k->kv = k->be->iface->alloc(k->be, layer_bytes * 2 * (size_t)c->n_layers);
+        k->k_cache = calloc((size_t)c->n_layers, sizeof(void *));
+        k->v_cache = calloc((size_t)c->n_layers, sizeof(void *));
+        if (!k->kv || !k->k_cache || !k->v_cache) {
+            s = tb_errorf(TB_ERR_OOM, "cannot allocate the KV cache (%d blocks of %zu bytes)", c->n_blocks,
+                          per_block_all_layers);
+            goto fail;
+        }
+        for (int l = 0; l < c->n_layers; l++) {
+            k->k_cache[l] = k->kv + layer_bytes * (size_t)(2 * l);
+            k->v_cache[l] = k->kv + layer_bytes * (size_t)(2 * l + 1);
+        }
+    }
+    if (c->tp > 1) {
+        if ((s = tb_comm_create(c->tp, &c->comm)) != TB_OK) goto fail;
+        for (int r = 1; r < c->tp; r++) {
+            rank_arg *a = &c->rank_args[r];
+            a->c = c;
+            a->rank = r;
+            if (pthread_create(&c->threads[r], NULL, rank_main, a) != 0) {
+                s = tb_errorf(TB_ERR_INTERNAL, "cannot start the thread of tensor-parallel rank %d", r);
+                goto fail;
+            }
+            c->n_threads_started = r;
+        }
     }
     *out = c;
     return TB_OK;
@@ -306,15 +396,30 @@ fail:
 
 void tb_context_free(tb_context *c) {
     if (!c) return;
-    if (c->be) {
-        if (c->arena) c->be->iface->free(c->be, c->arena);
-        if (c->kv) c->be->iface->free(c->be, c->kv);
+    if (c->n_threads_started) {
+        pthread_mutex_lock(&c->mu);
+        c->quit = 1;
+        pthread_cond_broadcast(&c->go);
+        pthread_mutex_unlock(&c->mu);
+        for (int r = 1; r <= c->n_threads_started; r++) pthread_join(c->threads[r], NULL);
     }
-    tb_backend_free(c->be);
-    free(c->bufs);
+    tb_comm_free(c->comm);
+    for (int r = 0; r < TB_MAX_TP; r++) {
+        ctx_rank *k = &c->rk[r];
+        if (k->be) {
+            if (k->arena) k->be->iface->free(k->be, k->arena);
+            if (k->kv) k->be->iface->free(k->be, k->kv);
+        }
+        tb_backend_free(k->be);
+        free(k->bufs);
+        free(k->k_cache);
+        free(k->v_cache);
+    }
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->go);
+    pthread_cond_destroy(&c->done);
     free(c->ids); free(c->pos); free(c->seq); free(c->rows);
     free(c->srow); free(c->srows); free(c->pen_tok); free(c->pen_cnt);
-    free(c->k_cache); free(c->v_cache);
     free(c->block_tables); free(c->seq_len); free(c->seq_blocks); free(c->seq_key); free(c->seq_part);
     tb_kv_pool_free(c->pool);
     free(c);
@@ -368,11 +473,61 @@ int tb_kv_block_size(const tb_context *c) { return c->block_size; }
 int tb_context_max_seqs(const tb_context *c) { return c->max_seqs; }
 int tb_context_max_step(const tb_context *c) { return c->max_step; }
 tb_dtype tb_context_kv_dtype(const tb_context *c) { return c->kv_dtype; }
-int tb_context_threads(const tb_context *c) { return c->be->n_threads; }
+int tb_context_threads(const tb_context *c) { return c->be->n_threads * c->tp; }
+int tb_context_tp(const tb_context *c) { return c->tp; }
 tb_engine *tb_context_engine(const tb_context *c) { return c->e; }
 int tb_context_prefix_caching(const tb_context *c) { return tb_kv_pool_caching(c->pool); }
 
 /* ---------------------------------------------------------------- step */
+
+/* Runs rank r's graph over step st (its KV cache and rank set here). On a
+ * failure the communicator is aborted, so that no other rank waits in a
+ * collective for this one. */
+static tb_status run_rank(tb_context *c, int r, const tb_step *st0) {
+    ctx_rank *k = &c->rk[r];
+    tb_step st = *st0;
+    st.k_cache = k->k_cache;
+    st.v_cache = k->v_cache;
+    st.tp_rank = r;
+    const tb_graph *g = k->g;
+    k->primary = 0;
+    tb_status s = k->be->iface->step_begin(k->be, g, k->bufs, k->ids_value, c->ids, &st);
+    int prof = c->profiling && r == 0;
+    for (int j = 0; j < g->n_nodes && s == TB_OK; j++) {
+        double tn = prof ? tb_now() : 0;
+        s = k->be->iface->run_node(k->be, g, &g->nodes[j], k->bufs, &st);
+        if (s != TB_OK) {
+            tb_error_prefix(s, "node %d (%s)", j, tb_op_name(g->nodes[j].op));
+            break;
+        }
+        if (prof) c->prof_seconds[g->nodes[j].op] += tb_now() - tn;
+        if (c->observer && r == 0) c->observer(c->observer_user, g, j, k->bufs, &st);
+    }
+    if (s != TB_OK && c->comm) k->primary = tb_comm_abort(c->comm);
+    return s;
+}
+
+/* The thread of rank r > 0: waits for a step, runs it, reports. */
+static void *rank_main(void *arg) {
+    rank_arg *a = arg;
+    tb_context *c = a->c;
+    ctx_rank *k = &c->rk[a->rank];
+    unsigned seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&c->mu);
+        while (!c->quit && c->go_gen == seen) pthread_cond_wait(&c->go, &c->mu);
+        if (c->quit) { pthread_mutex_unlock(&c->mu); break; }
+        seen = c->go_gen;
+        tb_step st = c->cur;
+        pthread_mutex_unlock(&c->mu);
+        k->status = run_rank(c, a->rank, &st);
+        if (k->status != TB_OK) snprintf(k->msg, sizeof k->msg, "%s", tb_last_error());
+        pthread_mutex_lock(&c->mu);
+        if (++c->n_done == c->tp - 1) pthread_cond_signal(&c->done);
+        pthread_mutex_unlock(&c->mu);
+    }
+    return NULL;
+}
 
 tb_status tb_context_step(tb_context *c, const tb_seq_chunk *ch, int n_chunks, const float **logits, int *n_rows) {
     if (logits) *logits = NULL;
@@ -421,20 +576,38 @@ tb_status tb_context_step(tb_context *c, const tb_seq_chunk *ch, int n_chunks, c
     tb_step st = {
         .n_tokens = total, .n_rows = r, .pos = c->pos, .seq = c->seq, .rows = c->rows,
         .block_tables = c->block_tables, .max_blocks = c->max_blocks, .block_size = c->block_size,
-        .max_ctx = c->max_ctx, .k_cache = c->k_cache, .v_cache = c->v_cache, .kv_dtype = c->kv_dtype,
+        .max_ctx = c->max_ctx, .kv_dtype = c->kv_dtype, .tp_size = c->tp, .comm = c->comm,
     };
     const tb_graph *g = c->e->graph;
     double t0 = tb_now();
-    tb_status bs = c->be->iface->step_begin(c->be, g, c->bufs, c->ids_value, c->ids, &st);
-    if (bs != TB_OK) return bs;
-    int prof = c->profiling;
-    for (int k = 0; k < g->n_nodes; k++) {
-        double tn = prof ? tb_now() : 0;
-        tb_status s = c->be->iface->run_node(c->be, g, &g->nodes[k], c->bufs, &st);
-        if (s != TB_OK) return tb_error_prefix(s, "node %d (%s)", k, tb_op_name(g->nodes[k].op));
-        if (prof) c->prof_seconds[g->nodes[k].op] += tb_now() - tn;
-        if (c->observer) c->observer(c->observer_user, g, k, c->bufs, &st);
+    if (c->tp > 1) { /* the other ranks start on their threads */
+        tb_comm_reset(c->comm);
+        pthread_mutex_lock(&c->mu);
+        c->cur = st;
+        c->n_done = 0;
+        c->go_gen++;
+        pthread_cond_broadcast(&c->go);
+        pthread_mutex_unlock(&c->mu);
     }
+    tb_status rs0 = run_rank(c, 0, &st);
+    int primary0 = c->rk[0].primary;
+    if (c->tp > 1) {
+        char msg0[512];
+        snprintf(msg0, sizeof msg0, "%s", rs0 != TB_OK ? tb_last_error() : "");
+        pthread_mutex_lock(&c->mu);
+        while (c->n_done < c->tp - 1) pthread_cond_wait(&c->done, &c->mu);
+        pthread_mutex_unlock(&c->mu);
+        /* the first rank that failed on its own names the error */
+        if (rs0 != TB_OK && !primary0)
+            for (int k = 1; k < c->tp; k++)
+                if (c->rk[k].status != TB_OK && c->rk[k].primary)
+                    return tb_errorf(c->rk[k].status, "tensor-parallel rank %d: %s", k, c->rk[k].msg);
+        if (rs0 != TB_OK) return tb_errorf(rs0, "%s", msg0);
+        for (int k = 1; k < c->tp; k++)
+            if (c->rk[k].status != TB_OK)
+                return tb_errorf(c->rk[k].status, "tensor-parallel rank %d: %s", k, c->rk[k].msg);
+    }
+    if (rs0 != TB_OK) return rs0;
     c->t_step += tb_now() - t0;
     for (int i = 0; i < n_chunks; i++) {
         if (tb_kv_pool_caching(c->pool)) publish_blocks(c, &ch[i]);

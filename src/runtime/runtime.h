@@ -12,6 +12,8 @@
 int tb_context_max_seqs(const tb_context *c);
 int tb_context_max_step(const tb_context *c);
 int tb_context_threads(const tb_context *c);
+/* Tensor-parallel ranks of the context's engine (1: none). */
+int tb_context_tp(const tb_context *c);
 tb_engine *tb_context_engine(const tb_context *c);
 /* 1 when the context keeps full KV blocks for reuse (prefix caching). */
 int tb_context_prefix_caching(const tb_context *c);

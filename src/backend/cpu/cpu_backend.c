@@ -3,6 +3,7 @@
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/nn.h"
 #include "ir/ops.h"
+#include "core/comm.h"
 
 #include <jansson.h>
 
@@ -35,6 +36,8 @@ static const uint32_t cpu_in_dtypes[TB_OP_COUNT][TB_MAX_INPUTS] = {
     [TB_OP_EMUL] = {F32, F32},
     /* x, codes, scales, then bias and/or zeros (the flags say which) */
     [TB_OP_QMATMUL] = {F32, DT(TB_I8) | DT(TB_I4) | DT(TB_FP8_E4M3), F32, F32, F32},
+    [TB_OP_ALL_REDUCE] = {F32},
+    [TB_OP_ALL_GATHER_COLS] = {F32},
 };
 
 static int cpu_supports_op(tb_backend *b, const tb_graph *g, const tb_node *n) {
@@ -125,8 +128,29 @@ static tb_status cpu_run_node(tb_backend *b, const tb_graph *g, const tb_node *n
     switch (n->op) {
     case TB_OP_EMBEDDING: {
         const tb_value *tab = &g->values[n->in[1]];
-        tb_cpu_embedding(p, bufs[n->in[0]], bufs[n->in[1]], tab->dtype, bufs[n->out[0]], T, (int)tab->dims[1]);
+        tb_cpu_embedding_range(p, bufs[n->in[0]], bufs[n->in[1]], tab->dtype, bufs[n->out[0]], T, (int)tab->dims[1],
+                               tb_node_attr_i(n, TB_EMB_VOCAB_OFFSET), (int32_t)tab->dims[0]);
         return TB_OK;
+    }
+    case TB_OP_ALL_REDUCE: {
+        size_t cnt = (size_t)T * (size_t)v0->dims[1];
+        float *y = bufs[n->out[0]];
+        if (y != bufs[n->in[0]]) memcpy(y, bufs[n->in[0]], sizeof(float) * cnt);
+        if (st->tp_size <= 1) return TB_OK;
+        if (!st->comm) return tb_errorf(TB_ERR_INTERNAL, "all_reduce: %d ranks but no communicator", st->tp_size);
+        return tb_comm_all_reduce(st->comm, st->tp_rank, y, cnt);
+    }
+    case TB_OP_ALL_GATHER_COLS: {
+        int ranks = tb_node_attr_i(n, TB_GATHER_RANKS);
+        if (ranks != (st->tp_size > 1 ? st->tp_size : 1) || (ranks > 1 && tb_comm_size(st->comm) != ranks))
+            return tb_errorf(TB_ERR_INVALID_ARG, "all_gather_cols over %d ranks in a step of %d", ranks,
+                             st->tp_size > 1 ? st->tp_size : 1);
+        if (ranks == 1) {
+            memcpy(bufs[n->out[0]], bufs[n->in[0]], sizeof(float) * (size_t)T * (size_t)v0->dims[1]);
+            return TB_OK;
+        }
+        return tb_comm_all_gather_cols(st->comm, st->tp_rank, bufs[n->in[0]], bufs[n->out[0]], (size_t)T,
+                                       (size_t)v0->dims[1]);
     }
     case TB_OP_RMSNORM:
         tb_cpu_rmsnorm(p, bufs[n->in[0]], bufs[n->in[1]], bufs[n->out[0]], T, (int)v0->dims[1],

@@ -244,6 +244,7 @@ typedef struct {
     tb_dtype wdt;
     float *y;
     int T, D;
+    int32_t lo, V; /* ids in [lo, lo + V) index the table; others give zeros */
 } emb_job;
 
 static void emb_run(void *arg, int ith, int nth) {
@@ -251,14 +252,25 @@ static void emb_run(void *arg, int ith, int nth) {
     int t0, t1;
     split_range(j->T, ith, nth, 1, &t0, &t1);
     size_t esz = tb_dtype_size(j->wdt);
-    for (int t = t0; t < t1; t++)
-        j->k->to_f32((const uint8_t *)j->table + (size_t)j->ids[t] * j->D * esz, j->wdt,
-                     j->y + (size_t)t * j->D, (size_t)j->D);
+    for (int t = t0; t < t1; t++) {
+        int64_t id = (int64_t)j->ids[t] - j->lo;
+        if (id < 0 || id >= j->V) {
+            memset(j->y + (size_t)t * j->D, 0, sizeof(float) * (size_t)j->D);
+            continue;
+        }
+        j->k->to_f32((const uint8_t *)j->table + (size_t)id * j->D * esz, j->wdt, j->y + (size_t)t * j->D,
+                     (size_t)j->D);
+    }
 }
 
 void tb_cpu_embedding(tb_pool *p, const int32_t *ids, const void *table, tb_dtype wdt, float *y,
                       int T, int D) {
-    emb_job j = {kt(), ids, table, wdt, y, T, D};
+    tb_cpu_embedding_range(p, ids, table, wdt, y, T, D, 0, INT32_MAX);
+}
+
+void tb_cpu_embedding_range(tb_pool *p, const int32_t *ids, const void *table, tb_dtype wdt, float *y, int T, int D,
+                            int32_t lo, int32_t V) {
+    emb_job j = {kt(), ids, table, wdt, y, T, D, lo, V};
     if ((size_t)T * D < TB_PAR_MIN_ELEMS || T < 2) emb_run(&j, 0, 1);
     else tb_pool_run(p, emb_run, &j);
 }

@@ -26,6 +26,12 @@ void tb_ref_embedding(const int32_t *ids, const void *table, tb_dtype wdt,
                       float *y, int T, int D);
 void tb_cpu_embedding(tb_pool *p, const int32_t *ids, const void *table,
                       tb_dtype wdt, float *y, int T, int D);
+/* A vocabulary shard (tensor parallelism): table (V, D) holds the rows of
+ * ids [lo, lo + V); other ids give zero rows. */
+void tb_ref_embedding_range(const int32_t *ids, const void *table, tb_dtype wdt, float *y, int T, int D, int32_t lo,
+                            int32_t V);
+void tb_cpu_embedding_range(tb_pool *p, const int32_t *ids, const void *table, tb_dtype wdt, float *y, int T, int D,
+                            int32_t lo, int32_t V);
 
 /* ---- rmsnorm: y[t,:] = x[t,:] / sqrt(mean(x[t,:]^2) + eps) * w
  * x (T, D), w (D) f32, y (T, D). */

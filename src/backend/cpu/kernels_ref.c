@@ -37,6 +37,15 @@ void tb_ref_embedding(const int32_t *ids, const void *table, tb_dtype wdt,
             y[(size_t)t * D + d] = ref_load(table, wdt, (size_t)ids[t] * D + d);
 }
 
+void tb_ref_embedding_range(const int32_t *ids, const void *table, tb_dtype wdt, float *y, int T, int D, int32_t lo,
+                            int32_t V) {
+    for (int t = 0; t < T; t++) {
+        int64_t id = (int64_t)ids[t] - lo;
+        for (int d = 0; d < D; d++)
+            y[(size_t)t * D + d] = id >= 0 && id < V ? ref_load(table, wdt, (size_t)id * D + d) : 0.0f;
+    }
+}
+
 /* ---------------------------------------------------------------- rmsnorm */
 void tb_ref_rmsnorm(const float *x, const float *w, float *y, int T, int D,
                     float eps) {

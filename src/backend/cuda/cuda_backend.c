@@ -271,8 +271,9 @@ static int cuda_supports_op(tb_backend *b, const tb_graph *g, const tb_node *n) 
     (void)b;
     tbc_dtype dt;
     switch (n->op) {
+    case TB_OP_EMBEDDING: /* a whole table (no vocabulary shard) */
+        return n->i[0] == 0 && tbc_of(g->values[n->in[1]].dtype, &dt);
     case TB_OP_MATMUL:
-    case TB_OP_EMBEDDING:
         return tbc_of(g->values[n->in[1]].dtype, &dt);
     case TB_OP_ATTENTION: {
         int H = n->i[1], KV = n->i[2], hd = n->i[3] & 0xffff;
