@@ -69,6 +69,15 @@ static int write_with(const char *path, const char *name, const void *data, uint
     return tb_engine_write(path, src, n_sec) == TB_OK;
 }
 
+/* Writes the sections without the one named `drop`. */
+static int write_without(const char *path, const char *drop) {
+    tb_section_src src[MAX_SEC];
+    int n = 0;
+    for (int i = 0; i < n_sec; i++)
+        if (strcmp(secs[i].name, drop)) src[n++] = (tb_section_src){secs[i].name, secs[i].data, secs[i].size};
+    return tb_engine_write(path, src, n) == TB_OK;
+}
+
 /* Loads and creates a context; returns 1 when both succeed. */
 static int loads(const char *path, char *msg, size_t cap) {
     tb_engine *e = NULL;
@@ -83,18 +92,20 @@ static int loads(const char *path, char *msg, size_t cap) {
 }
 
 /* A graph section changed by `edit`, written to `path`. */
-static int write_graph_edit(const char *path, void (*edit)(tb_graph *)) {
-    section *gs = find("graph");
+static int write_graph_edit_of(const char *path, const char *sec, void (*edit)(tb_graph *)) {
+    section *gs = find(sec);
     tb_graph *g = NULL;
     if (!gs || tb_graph_deserialize(gs->data, gs->size, &g) != TB_OK) return 0;
     edit(g);
     uint8_t *buf = NULL;
     size_t n = 0;
-    int ok = tb_graph_serialize(g, &buf, &n) == TB_OK && write_with(path, "graph", buf, n);
+    int ok = tb_graph_serialize(g, &buf, &n) == TB_OK && write_with(path, sec, buf, n);
     free(buf);
     tb_graph_free(g);
     return ok;
 }
+
+static int write_graph_edit(const char *path, void (*edit)(tb_graph *)) { return write_graph_edit_of(path, "graph", edit); }
 
 /* The first node whose output the next node reads: swapping them puts a read
  * before its write. */
@@ -123,6 +134,11 @@ static void write_weight(tb_graph *g) {
 }
 
 static void zero_profile(tb_graph *g) { g->syms[0].max = 0; }
+/* a rank's attention over all KV heads instead of its share */
+static void whole_kv_heads(tb_graph *g) {
+    for (int k = 0; k < g->n_nodes; k++)
+        if (g->nodes[k].op == TB_OP_ATTENTION) g->nodes[k].i[2] *= 2;
+}
 static void inverted_profile(tb_graph *g) { g->syms[0].min = g->syms[0].max + 1; }
 
 int main(void) {
@@ -201,6 +217,34 @@ int main(void) {
     CHECK(tb_graph_add_weight(g, "w", TB_F32, TB_MAX_RANK + 1, dims, malloc(64), 1) < 0);
     CHECK_MSG(tb_last_status() == TB_ERR_INVALID_ARG, "status %d: %s", (int)tb_last_status(), tb_last_error());
     tb_graph_free(g);
+    for (int i = 0; i < n_sec; i++) free(secs[i].data);
+
+    /* a tensor-parallel engine: a rank's sections and its share are checked */
+    o.tp = 2;
+    CHECK(tb_build(model, good, &o, NULL) == TB_OK);
+    CHECK(read_sections(good));
+    CHECK(find("graph.1") && find("weights.1"));
+    CHECK(write_with(bad, NULL, NULL, 0));
+    CHECK_MSG(loads(bad, msg, sizeof msg), "rewritten tp 2 engine: %s", msg);
+    CHECK(write_without(bad, "weights.1"));
+    CHECK_MSG(!loads(bad, msg, sizeof msg) && strstr(msg, "'weights.1' of tensor-parallel rank 1"),
+              "tp 2 engine without weights.1: %s", msg);
+    printf("tp 2 without weights.1: %s\n", msg);
+    CHECK(write_graph_edit_of(bad, "graph.1", whole_kv_heads));
+    CHECK_MSG(!loads(bad, msg, sizeof msg) && strstr(msg, "attention"),
+              "rank 1 attending over every KV head: %s", msg);
+    printf("rank 1 over every KV head: %s\n", msg);
+    meta = find("meta");
+    m = (char *)meta->data;
+    m[meta->size] = 0;
+    at = strstr(m, "\"tensor_parallel\":2");
+    CHECK(at != NULL);
+    if (at) {
+        at[strlen("\"tensor_parallel\":")] = '3';
+        CHECK(write_with(bad, NULL, NULL, 0));
+        CHECK_MSG(!loads(bad, msg, sizeof msg) && strstr(msg, "tensor_parallel 3"), "tensor_parallel 3: %s", msg);
+        printf("meta tensor_parallel 3: %s\n", msg);
+    }
     for (int i = 0; i < n_sec; i++) free(secs[i].data);
     return tb_test_finish("test_engine_crafted");
 }

@@ -1,4 +1,4 @@
-"""Tensor parallelism on the CPU (ranks as threads, docs/TENSOR_PARALLEL.md):
+"""Tensor parallelism on the CPU (ranks as threads; docs/ARCHITECTURE.md, "Tensor parallelism"):
 an engine built with --tp N gives the logits of the --tp 1 engine of the same
 model within 1e-5 of their scale, the same greedy text (stories260K: the
 reference text byte for byte), and works unchanged behind `turbine serve`
