@@ -240,7 +240,8 @@ static int case_run(tcase *c, const int *read_v, const size_t *read_n, int n_rea
         size_t b = read_n[i] * tb_dtype_size(g->values[read_v[i]].dtype);
         if (b > most) { most = b; g->output = read_v[i]; }
     }
-    if (bd->path) TB_ASSERT(tb_cpu_kernel_force_path(bd->path) == 0);
+    /* a collective's ranks run on threads: the path is forced before they start */
+    if (bd->path && !c->tp_size) TB_ASSERT(tb_cpu_kernel_force_path(bd->path) == 0);
     /* the GPU fuses what a `--device cuda` build marks (the cuda_fuse pass
      * stores its choices in the tactic words and folds norm weights) */
     if (bd->cuda) {
@@ -256,7 +257,7 @@ static int case_run(tcase *c, const int *read_v, const size_t *read_n, int n_rea
         CHECK_MSG(0, "%s: creating the backend: %s", bd->label, tb_last_error());
         return -1;
     }
-    if (bd->path) CHECK_MSG(strcmp(tb_cpu_kernel_path(), bd->path) == 0, "runs %s, not %s", tb_cpu_kernel_path(),
+    if (bd->path && !c->tp_size) CHECK_MSG(strcmp(tb_cpu_kernel_path(), bd->path) == 0, "runs %s, not %s", tb_cpu_kernel_path(),
                             bd->path);
     for (int k = 0; k < g->n_nodes; k++)
         if (!b->iface->supports_op(b, g, &g->nodes[k])) {
@@ -403,6 +404,7 @@ static void op_collective(tb_op_kind op, int ranks, int T, int C) {
         int k = add_node(&c[r], op, in, 1, ia, NULL);
         job[r] = (rank_job){&c[r], node_out(&c[r], k, 0), n, xmalloc(sizeof(float) * n), -1};
     }
+    if (cur_bk->path) TB_ASSERT(tb_cpu_kernel_force_path(cur_bk->path) == 0);
     for (int r = 0; r < ranks; r++) TB_ASSERT(pthread_create(&th[r], NULL, rank_job_main, &job[r]) == 0);
     for (int r = 0; r < ranks; r++) pthread_join(th[r], NULL);
     float *ref = xmalloc(sizeof(float) * n);

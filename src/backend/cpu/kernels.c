@@ -180,16 +180,24 @@ static int path_supported(const char *name) {
     return 0;
 }
 
+/* The AVX-512 table: AVX2's with AVX-512's kernels where it has them, made
+ * once (threads of several contexts or tensor-parallel ranks may ask for it
+ * at the same time). */
+static pthread_once_t kt_avx512_once = PTHREAD_ONCE_INIT;
+static void make_kt_avx512(void) {
+    kt_avx512 = tb_cpu_kernels_avx2;
+    const tb_cpu_kernel_table *o = &tb_cpu_kernels_avx512;
+    kt_avx512.name = o->name;
+#define TB_OVERRIDE(f) if (o->f) kt_avx512.f = o->f
+    TB_OVERRIDE(matmul); TB_OVERRIDE(to_f32); TB_OVERRIDE(from_f32);
+    TB_OVERRIDE(rmsnorm); TB_OVERRIDE(add_rmsnorm); TB_OVERRIDE(silu_mul);
+    TB_OVERRIDE(add); TB_OVERRIDE(rope); TB_OVERRIDE(attn_rows);
+#undef TB_OVERRIDE
+}
+
 static const tb_cpu_kernel_table *path_table(const char *name) {
     if (!strcmp(name, "avx512")) {
-        kt_avx512 = tb_cpu_kernels_avx2;
-        const tb_cpu_kernel_table *o = &tb_cpu_kernels_avx512;
-        kt_avx512.name = o->name;
-#define TB_OVERRIDE(f) if (o->f) kt_avx512.f = o->f
-        TB_OVERRIDE(matmul); TB_OVERRIDE(to_f32); TB_OVERRIDE(from_f32);
-        TB_OVERRIDE(rmsnorm); TB_OVERRIDE(add_rmsnorm); TB_OVERRIDE(silu_mul);
-        TB_OVERRIDE(add); TB_OVERRIDE(rope); TB_OVERRIDE(attn_rows);
-#undef TB_OVERRIDE
+        pthread_once(&kt_avx512_once, make_kt_avx512);
         return &kt_avx512;
     }
     if (!strcmp(name, "avx2")) return &tb_cpu_kernels_avx2;
