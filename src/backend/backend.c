@@ -3,6 +3,7 @@
  * backend is a module (cuda/cuda_module.h) loaded here on first use. */
 #define _GNU_SOURCE
 #include "backend/backend.h"
+#include "core/comm.h"
 
 #include <dlfcn.h>
 #include <jansson.h>
@@ -84,6 +85,8 @@ static void cuda_module_load(void) {
             .dtype_name = tb_dtype_name,
             .value_numel = tb_value_numel,
             .step_rows = tb_step_rows,
+            .comm_exchange = tb_comm_exchange,
+            .comm_barrier = tb_comm_barrier,
             .backend_free = tb_backend_free,
             .nn_transpose_perm = tb_nn_transpose_perm,
             .nn_slice_plan = tb_nn_slice_plan,

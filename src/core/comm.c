@@ -21,6 +21,7 @@ struct tb_comm {
     atomic_int aborted;
     float *bufs[TB_COMM_MAX];       /* all-reduce: each rank's buffer */
     const float *src[TB_COMM_MAX];  /* all-gather: each rank's part   */
+    void *ptr[TB_COMM_MAX];         /* exchange: each rank's pointer  */
 };
 
 tb_status tb_comm_create(int n_ranks, tb_comm **out) {
@@ -139,4 +140,19 @@ tb_status tb_comm_all_gather_cols(tb_comm *c, int rank, const float *x, float *o
         for (size_t k = 0; k < n; k++) memcpy(out + r * w + k * cols, c->src[k] + r * cols, sizeof(float) * cols);
     if (barrier(c)) return aborted(rank);
     return TB_OK;
+}
+
+tb_status tb_comm_exchange(tb_comm *c, int rank, void *mine, void **all) {
+    TB_TRY(check_rank(c, rank));
+    c->ptr[rank] = mine;
+    if (barrier(c)) return aborted(rank);
+    for (int k = 0; k < c->n; k++) all[k] = c->ptr[k];
+    /* nobody publishes again before everyone has read */
+    if (barrier(c)) return aborted(rank);
+    return TB_OK;
+}
+
+tb_status tb_comm_barrier(tb_comm *c, int rank) {
+    TB_TRY(check_rank(c, rank));
+    return barrier(c) ? aborted(rank) : TB_OK;
 }

@@ -32,6 +32,12 @@ tb_status tb_comm_all_reduce(tb_comm *c, int rank, float *buf, size_t n);
 tb_status tb_comm_all_gather_cols(tb_comm *c, int rank, const float *x, float *out, size_t rows, size_t cols);
 
 /* Returns 1 when this call aborted it, 0 when it already was. */
+/* For collectives a backend does itself (device memory): every rank's
+ * `mine` into all[0..n) of every rank, once all ranks arrived; and a bare
+ * barrier. */
+tb_status tb_comm_exchange(tb_comm *c, int rank, void *mine, void **all);
+tb_status tb_comm_barrier(tb_comm *c, int rank);
+
 int tb_comm_abort(tb_comm *c);
 void tb_comm_reset(tb_comm *c);
 

@@ -154,10 +154,6 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
     int tp = o.tp > 1 ? o.tp : 1;
     if (o.tp < 0 || tp > TB_MAX_TP || (tp & (tp - 1)))
         return tb_errorf(TB_ERR_INVALID_ARG, "--tp %d: tensor parallelism takes 1, 2, 4 or 8 ranks", o.tp);
-    if (tp > 1 && !cpu)
-        return tb_errorf(TB_ERR_UNSUPPORTED, "--tp %d --device %s: tensor-parallel engines are built for the CPU "
-                         "backend only so far (ranks as threads); the GPU path over NCCL is not built yet", tp,
-                         o.device);
     if (tp > 1 && o.awq)
         return tb_errorf(TB_ERR_UNSUPPORTED, "--awq with --tp %d: AWQ's per-channel search is not split across "
                          "ranks yet (int4 round-to-nearest, int8 and fp8 are)", tp);

@@ -40,6 +40,7 @@
  * docs/GPU.md), TB_CUDA_PDL=1 for every step, 0 for none.
  */
 #include "backend/backend.h"
+#include "core/comm.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_module.h"
 #include "backend/cuda/flash_kernels.h"
@@ -271,8 +272,11 @@ static int cuda_supports_op(tb_backend *b, const tb_graph *g, const tb_node *n) 
     (void)b;
     tbc_dtype dt;
     switch (n->op) {
-    case TB_OP_EMBEDDING: /* a whole table (no vocabulary shard) */
-        return n->i[0] == 0 && tbc_of(g->values[n->in[1]].dtype, &dt);
+    case TB_OP_EMBEDDING:
+        return tbc_of(g->values[n->in[1]].dtype, &dt);
+    case TB_OP_ALL_REDUCE:
+    case TB_OP_ALL_GATHER_COLS:
+        return n->i[0] <= TBC_MAX_RANKS;
     case TB_OP_MATMUL:
         return tbc_of(g->values[n->in[1]].dtype, &dt);
     case TB_OP_ATTENTION: {
@@ -669,7 +673,7 @@ static tb_status cuda_step_begin(tb_backend *b, const tb_graph *g, void **bufs, 
     /* steps with a run long enough for the prefill attention kernels stay
      * eager (a capture takes the decode attention kernel for every token) */
     int prefill_run = c->prefill_min > 0 && longest >= c->prefill_min;
-    if (c->use_graphs && T <= c->graph_max_t && (T <= TBC_GEMV_MAX_T || !prefill_run)) {
+    if (c->use_graphs && st->tp_size <= 1 && T <= c->graph_max_t && (T <= TBC_GEMV_MAX_T || !prefill_run)) {
         step_graph *sg = NULL;
         for (int i = 0; i < c->n_graphs && !sg; i++)
             if (c->graphs[i].T == T && c->graphs[i].R == R) sg = &c->graphs[i];
@@ -1138,6 +1142,44 @@ static tb_status cuda_run_node(tb_backend *b, const tb_graph *g, const tb_node *
 static tb_status run_node_op(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs,
                              const tb_step *st, int fused);
 
+/* The tensor-parallel collectives between ranks whose buffers this device
+ * reaches (ranks on one GPU; the NCCL path for several GPUs is not built):
+ * the ranks meet on the host through the step's communicator (core/comm.h)
+ * after their streams drained, exchange buffer pointers, and each sums (or
+ * copies) its share on its own stream. Eager only: a step with ranks is
+ * never captured (the host meetings would not replay). */
+static tb_status run_collective(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs,
+                                const tb_step *st, int T) {
+    const tb_value *x = &g->values[n->in[0]];
+    int C = (int)x->dims[1], ranks = st->tp_size > 1 ? st->tp_size : 1;
+    size_t count = (size_t)T * (size_t)C;
+    cudaStream_t s = c->stream;
+    if (n->op == TB_OP_ALL_GATHER_COLS && n->i[0] /* ranks */ != ranks)
+        return tb_errorf(TB_ERR_INVALID_ARG, "all_gather_cols over %d ranks in a step of %d", n->i[0], ranks);
+    if (ranks == 1 || n->op == TB_OP_ALL_REDUCE)
+        if (bufs[n->out[0]] != bufs[n->in[0]])
+            CU_TRY(cudaMemcpyAsync(bufs[n->out[0]], bufs[n->in[0]], sizeof(float) * count, cudaMemcpyDeviceToDevice,
+                                   s),
+                   "collective copy");
+    if (ranks == 1) return TB_OK;
+    if (!st->comm || ranks > TBC_MAX_RANKS || c->mode != RUN_EAGER)
+        return tb_errorf(TB_ERR_INTERNAL, "cuda: %s over %d ranks needs the step's communicator and an eager step",
+                         tb_op_name(n->op), ranks);
+    void *all[TBC_MAX_RANKS];
+    tbc_rank_ptrs p;
+    memset(&p, 0, sizeof p);
+    CU_TRY(cudaStreamSynchronize(s), "collective: this rank's work");
+    void *mine = n->op == TB_OP_ALL_REDUCE ? bufs[n->out[0]] : bufs[n->in[0]];
+    TB_TRY(tb_comm_exchange(st->comm, st->tp_rank, mine, all));
+    for (int k = 0; k < ranks; k++) p.p[k] = all[k];
+    if (n->op == TB_OP_ALL_REDUCE)
+        CU_TRY(tbc_allreduce_slice(p, ranks, count, st->tp_rank, s), "all_reduce launch");
+    else
+        CU_TRY(tbc_gather_cols(p, ranks, bufs[n->out[0]], T, C, s), "all_gather_cols launch");
+    CU_TRY(cudaStreamSynchronize(s), "collective");
+    return tb_comm_barrier(st->comm, st->tp_rank);
+}
+
 /* Runs node n's kernels. Programmatic dependent launch only inside a capture
  * and only after another of our kernels (not after a copy or cuBLAS). */
 static tb_status run_node_eager(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs,
@@ -1195,10 +1237,14 @@ static tb_status run_node_op(cuda_ctx *c, const tb_graph *g, const tb_node *n, v
         const tb_value *tab = &g->values[n->in[1]];
         tbc_dtype dt;
         if (!tbc_of(tab->dtype, &dt)) return tb_errorf(TB_ERR_UNSUPPORTED, "cuda: embedding dtype");
-        CU_TRY(tbc_embedding(bufs[n->in[0]], bufs[n->in[1]], dt, bufs[n->out[0]], T, (int)tab->dims[1], s),
+        CU_TRY(tbc_embedding(bufs[n->in[0]], bufs[n->in[1]], dt, bufs[n->out[0]], T, (int)tab->dims[1],
+                             n->i[0] /* vocab_offset */, (int)tab->dims[0], s),
                "embedding launch");
         return TB_OK;
     }
+    case TB_OP_ALL_REDUCE:
+    case TB_OP_ALL_GATHER_COLS:
+        return run_collective(c, g, n, bufs, st, T);
     case TB_OP_RMSNORM: {
         tbc_dtype dt16 = TBC_F16;
         void *y16 = x16_target(c, g, n, T, &dt16);

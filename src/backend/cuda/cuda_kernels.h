@@ -28,9 +28,21 @@ extern "C" {
 /* Element types as the kernels see them (the host maps tb_dtype onto these). */
 typedef enum { TBC_F32 = 0, TBC_F16 = 1, TBC_BF16 = 2 } tbc_dtype;
 
-/* y[t,:] = table[ids[t],:]; ids (T), table (V, D) wdt, y (T, D). */
+/* y[t,:] = table[ids[t] - lo,:] for ids in [lo, lo + V), else zeros (a
+ * tensor-parallel rank's vocabulary shard; lo 0, V INT32_MAX: the whole
+ * table); ids (T), table (V, D) wdt, y (T, D). */
 cudaError_t tbc_embedding(const int32_t *ids, const void *table, tbc_dtype wdt,
-                          float *y, int T, int D, cudaStream_t s);
+                          float *y, int T, int D, int lo, int V, cudaStream_t s);
+
+/* Tensor parallelism without NCCL (ranks whose buffers one device reaches):
+ * bufs[0..n) each (count), of every rank; this rank sums its slice
+ * [rank, rank + 1) * ceil(count / n) over the n buffers in rank order and
+ * writes the sum into all of them. */
+#define TBC_MAX_RANKS 8
+typedef struct { float *p[TBC_MAX_RANKS]; } tbc_rank_ptrs;
+cudaError_t tbc_allreduce_slice(tbc_rank_ptrs bufs, int n, size_t count, int rank, cudaStream_t s);
+/* y (rows, n C) = every rank's x (rows, C) side by side, rank 0 first. */
+cudaError_t tbc_gather_cols(tbc_rank_ptrs xs, int n, float *y, int rows, int C, cudaStream_t s);
 
 /* Activations that feed a cuBLAS matmul may be written for it directly: with
  * y16 set, the kernels below write their output rounded to dt16 (f16 or

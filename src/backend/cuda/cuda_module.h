@@ -37,7 +37,7 @@
 #define TB_CUDA_MODULE_FILE "libturbine_cuda.so"
 #define TB_CUDA_MODULE_ENTRY "tb_cuda_module_init"
 /* bump when a function of either table changes meaning */
-#define TB_CUDA_MODULE_VERSION 2
+#define TB_CUDA_MODULE_VERSION 3
 
 /* The core functions the module calls, as the host has them. */
 typedef struct {
@@ -56,6 +56,9 @@ typedef struct {
     tb_status (*nn_slice_plan)(const tb_view *in, int n_in, const tb_view *out, int64_t *base, int64_t *strides);
     void (*nn_broadcast_strides)(const tb_view *x, const tb_view *out, int64_t *strides);
     tb_status (*nn_pool_geom)(const tb_node *n, const tb_view *x, tb_nn_conv_geom *g);
+    /* tensor-parallel ranks meeting on the host (core/comm.h) */
+    tb_status (*comm_exchange)(struct tb_comm *c, int rank, void *mine, void **all);
+    tb_status (*comm_barrier)(struct tb_comm *c, int rank);
 } tb_cuda_host_api;
 
 /* What the module offers: backend.c's four CUDA entry points. */

@@ -13,17 +13,56 @@ extern "C" void tbc_set_pdl(int on) { tbc_pdl_on = on; }
 
 /* ---------------------------------------------------------------- embedding */
 
-__global__ void embedding_kernel(const int32_t *ids, const void *table, int wdt, float *y, int D) {
+__global__ void embedding_kernel(const int32_t *ids, const void *table, int wdt, float *y, int D, int lo, int V) {
     tbc_pdl_wait();
     int t = blockIdx.x;
-    size_t base = (size_t)ids[t] * (size_t)D;
+    long long id = (long long)ids[t] - lo;
     float *yr = y + (size_t)t * D;
+    if (id < 0 || id >= V) {
+        for (int d = threadIdx.x; d < D; d += blockDim.x) yr[d] = 0.0f;
+        return;
+    }
+    size_t base = (size_t)id * (size_t)D;
     for (int d = threadIdx.x; d < D; d += blockDim.x) yr[d] = tbc_load(table, wdt, base + d);
 }
 
 extern "C" cudaError_t tbc_embedding(const int32_t *ids, const void *table, tbc_dtype wdt, float *y, int T, int D,
-                                     cudaStream_t s) {
-    return tbc_launch(embedding_kernel, dim3(T), dim3(256), 0, s, ids, table, (int)wdt, y, D);
+                                     int lo, int V, cudaStream_t s) {
+    return tbc_launch(embedding_kernel, dim3(T), dim3(256), 0, s, ids, table, (int)wdt, y, D, lo, V);
+}
+
+/* ---------------------------------------------------------------- tensor-parallel collectives */
+
+__global__ void allreduce_slice_kernel(tbc_rank_ptrs b, int n, size_t lo, size_t hi) {
+    for (size_t i = lo + (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < hi; i += (size_t)gridDim.x * blockDim.x) {
+        float sum = b.p[0][i];
+        for (int k = 1; k < n; k++) sum += b.p[k][i];
+        for (int k = 0; k < n; k++) b.p[k][i] = sum;
+    }
+}
+
+extern "C" cudaError_t tbc_allreduce_slice(tbc_rank_ptrs bufs, int n, size_t count, int rank, cudaStream_t s) {
+    size_t per = (count + (size_t)n - 1) / (size_t)n, lo = per * (size_t)rank, hi = lo + per;
+    if (lo > count) lo = count;
+    if (hi > count) hi = count;
+    if (hi <= lo) return cudaSuccess;
+    size_t blocks = (hi - lo + 255) / 256;
+    if (blocks > 1024) blocks = 1024;
+    allreduce_slice_kernel<<<(unsigned)blocks, 256, 0, s>>>(bufs, n, lo, hi);
+    return cudaGetLastError();
+}
+
+__global__ void gather_cols_kernel(tbc_rank_ptrs xs, int n, float *y, int C) {
+    int r = blockIdx.x;
+    size_t W = (size_t)C * n;
+    for (size_t j = threadIdx.x; j < W; j += blockDim.x)
+        y[(size_t)r * W + j] = xs.p[j / C][(size_t)r * C + j % C];
+}
+
+extern "C" cudaError_t tbc_gather_cols(tbc_rank_ptrs xs, int n, float *y, int rows, int C, cudaStream_t s) {
+    if (rows <= 0) return cudaSuccess;
+    gather_cols_kernel<<<rows, 256, 0, s>>>(xs, n, y, C);
+    return cudaGetLastError();
 }
 
 /* ---------------------------------------------------------------- rmsnorm */

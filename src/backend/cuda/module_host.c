@@ -8,6 +8,7 @@
  * interpose on the host's functions of the same names.
  */
 #include "backend/cuda/cuda_module.h"
+#include "core/comm.h"
 
 static tb_cuda_host_api host;
 
@@ -41,6 +42,10 @@ int64_t tb_value_numel(const tb_graph *g, const tb_value *v, const int64_t *symv
 }
 int64_t tb_step_rows(const tb_graph *g, int v, const tb_step *st) { return host.step_rows(g, v, st); }
 void tb_backend_free(tb_backend *b) { host.backend_free(b); }
+tb_status tb_comm_exchange(tb_comm *c, int rank, void *mine, void **all) {
+    return host.comm_exchange(c, rank, mine, all);
+}
+tb_status tb_comm_barrier(tb_comm *c, int rank) { return host.comm_barrier(c, rank); }
 tb_status tb_nn_transpose_perm(const tb_node *n, int rank, int *perm) { return host.nn_transpose_perm(n, rank, perm); }
 tb_status tb_nn_slice_plan(const tb_view *in, int n_in, const tb_view *out, int64_t *base, int64_t *strides) {
     return host.nn_slice_plan(in, n_in, out, base, strides);

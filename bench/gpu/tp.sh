@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Tensor parallelism on one GPU: every rank of a --tp 2 engine on the same
+# device (TURBINE_TP_ONE_DEVICE=1: the collectives meet on the host and sum
+# on the device, no NCCL), against the --tp 1 engine of the same model:
+# logits within f16 tolerance, greedy text identical; test_backend_ops'
+# collective cases on the GPU; compute-sanitizer on a tp 2 run.
+#   OUT=DIR TB_PREBUILT=/tmp/pb bash bench/gpu/tp.sh
+# Models: .devdata/gpu/models/stories260K (stories260K.bin, tok512.bin) and
+# random-weight checkpoints made here by tests/gen_checkpoints.py.
+set -uo pipefail
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+PB=${TB_PREBUILT:-/tmp/pb}
+T=$PB/turbine
+OUT=${OUT:-/tmp/tp}
+mkdir -p "$OUT"
+S="$SRC/.devdata/gpu/models/stories260K"
+W=$(mktemp -d)
+PY=${PY:-python3}
+fails=0
+echo "== test_backend_ops on the GPU (collectives, vocabulary-shard embedding)"
+TURBINE_TEST_DEVICE=cuda "$PB/test_backend_ops" > "$OUT/backend_ops.txt" 2>&1 || fails=$((fails + 1))
+grep -E "cuda +(all_reduce|all_gather|embedding .*shard)" "$OUT/backend_ops.txt" | head -12
+grep -E "^cuda: worst|checks," "$OUT/backend_ops.txt"
+"$PY" "$SRC/tests/gen_checkpoints.py" --preset llama-gqa --dtype f32 --out "$W/gqa" > /dev/null
+"$PY" "$SRC/tests/gen_checkpoints.py" --preset qwen2 --dtype f32 --out "$W/qwen2" > /dev/null
+export TURBINE_TP_ONE_DEVICE=1
+IDS=1,403,407,261,378,100
+for m in stories:"$S/stories260K.bin" gqa:"$W/gqa" qwen2:"$W/qwen2"; do
+  name=${m%%:*}; path=${m#*:}
+  for dt in f16 f32; do
+    for tp in 1 2; do
+      e="$W/$name.$dt.tp$tp.engine"
+      "$T" build "$path" --tokenizer "$S/tok512.bin" --device cuda --dtype "$dt" --tp "$tp" -o "$e" > "$W/b.log" 2>&1 ||
+        { echo "FAIL: build $name $dt tp $tp: $(tail -3 "$W/b.log")"; fails=$((fails + 1)); continue; }
+      "$T" run "$e" --device cuda --prompt-ids $IDS -n 60 --temperature 0 --logits-out "$W/$name.$dt.tp$tp.logits" \
+        > "$W/$name.$dt.tp$tp.txt" 2> "$W/r.log" ||
+        { echo "FAIL: run $name $dt tp $tp: $(tail -3 "$W/r.log")"; fails=$((fails + 1)); }
+      [ "$tp" = 2 ] && grep -o "gen_tok_s=[0-9.]*" "$W/r.log" | sed "s/^/  $name $dt tp 2 on one GPU (eager, host-met collectives): /"
+    done
+    "$PY" - "$W/$name.$dt.tp1.logits" "$W/$name.$dt.tp2.logits" "$name $dt" "$dt" <<'PYEOF' || fails=$((fails + 1))
+import sys
+import numpy as np
+a = np.fromfile(sys.argv[1], dtype=np.float32); b = np.fromfile(sys.argv[2], dtype=np.float32)
+tol = 2e-2 if sys.argv[4] == "f16" else 1e-4
+scale = max(1.0, float(np.abs(a).max()))
+rel = float(np.abs(a - b).max()) / scale if a.size == b.size and a.size else float("inf")
+print("  %-12s tp 2 vs tp 1 logits: %d values, max diff %.3g of scale %.2f (bound %.0e) %s"
+      % (sys.argv[3], a.size, rel, scale, tol, "ok" if rel <= tol else "FAIL"))
+sys.exit(0 if rel <= tol else 1)
+PYEOF
+    if cmp -s "$W/$name.$dt.tp1.txt" "$W/$name.$dt.tp2.txt"; then echo "  $name $dt: greedy tokens identical"
+    else echo "FAIL: $name $dt greedy tokens differ"; fails=$((fails + 1)); fi
+  done
+done
+echo "== compute-sanitizer memcheck, tp 2 f16 run"
+if command -v compute-sanitizer > /dev/null; then
+  compute-sanitizer --tool memcheck "$T" run "$W/gqa.f16.tp2.engine" --device cuda --prompt-ids $IDS -n 20 \
+    --temperature 0 > "$OUT/sanitizer.txt" 2>&1
+  grep -E "ERROR SUMMARY" "$OUT/sanitizer.txt" || { tail -5 "$OUT/sanitizer.txt"; fails=$((fails + 1)); }
+  grep -q "ERROR SUMMARY: 0 errors" "$OUT/sanitizer.txt" || fails=$((fails + 1))
+fi
+rm -rf "$W"
+echo "tp.sh: $fails failures"
+[ "$fails" = 0 ]
