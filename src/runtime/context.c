@@ -259,21 +259,16 @@ tb_status tb_context_create(tb_engine *e, const tb_context_options *opt, tb_cont
 
     const char *device = o.device && *o.device ? o.device : e->backend;
     if ((s = tb_backend_check(e->hw_json, device)) != TB_OK) goto fail;
-    /* GPU ranks: rank r on device index + r; with TURBINE_TP_ONE_DEVICE=1
-     * every rank on the device given (one GPU holding all ranks: the
-     * collectives then run without NCCL, tested on a single GPU) */
+    /* GPU ranks: rank r on device index + r (NCCL between them); with
+     * TURBINE_TP_ONE_DEVICE=1 every rank on the device given (one GPU
+     * holding all ranks: the collectives meet on the host, no NCCL) */
     char kind[16];
     int dev_index = 0;
     if ((s = tb_device_parse(device, kind, &dev_index)) != TB_OK) goto fail;
     int gpu = strcmp(kind, "cpu") != 0;
     const char *one = getenv("TURBINE_TP_ONE_DEVICE");
     int one_device = one && !strcmp(one, "1");
-    if (c->tp > 1 && gpu && !one_device) {
-        s = tb_errorf(TB_ERR_UNSUPPORTED, "this engine is split over %d tensor-parallel ranks: on GPUs they need one "
-                      "device each and NCCL, which is not built yet (TURBINE_TP_ONE_DEVICE=1 runs every rank on %s, "
-                      "for testing)", c->tp, device);
-        goto fail;
-    }
+    (void)gpu;
     /* the CPU's threads shared among the ranks */
     int rank_threads = o.n_threads;
     if (c->tp > 1) {
@@ -289,7 +284,13 @@ tb_status tb_context_create(tb_engine *e, const tb_context_options *opt, tb_cont
             s = tb_errorf(TB_ERR_FORMAT, "engine graph of rank %d does not match rank 0's inputs and profile", r);
             goto fail;
         }
-        if ((s = tb_backend_create(device, rank_threads, c->max_ctx, &k->be)) != TB_OK) goto fail;
+        char rank_dev[32];
+        if (gpu && !one_device) snprintf(rank_dev, sizeof rank_dev, "%s:%d", kind, dev_index + r);
+        else snprintf(rank_dev, sizeof rank_dev, "%s", device);
+        if ((s = tb_backend_create(rank_dev, rank_threads, c->max_ctx, &k->be)) != TB_OK) {
+            if (c->tp > 1) tb_error_prefix(s, "tensor-parallel rank %d of %d", r, c->tp);
+            goto fail;
+        }
         /* a backend without the hook reads f32, f16 and bf16 caches only */
         if (k->be->iface->check_kv_dtype) {
             if ((s = k->be->iface->check_kv_dtype(k->be, c->kv_dtype)) != TB_OK) goto fail;

@@ -49,6 +49,9 @@
 #include "tune/tactic.h"
 
 #include <cublasLt.h>
+#include <dlfcn.h>
+#include <nccl.h>
+#include <pthread.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <jansson.h>
@@ -208,7 +211,62 @@ typedef struct {
     void *pf_q, *pf_k, *pf_v, *pf_p;
     float *pf_s;
     size_t pf_q_bytes, pf_k_bytes, pf_v_bytes, pf_s_bytes, pf_p_bytes;
+    /* tensor parallelism (set up at the first step with ranks): TP_HOST,
+     * ranks sharing this device, meet on the host; TP_NCCL, one device per
+     * rank, run NCCL collectives on the stream (capturable in graphs) */
+    int tp_mode;
+    ncclComm_t nccl;
+    ncclUniqueId nccl_id;     /* rank 0's, read by the others at set-up */
+    float *gather;            /* all_gather's (ranks, rows, C) before its transpose */
+    size_t gather_bytes;
 } cuda_ctx;
+
+enum { TP_NONE = 0, TP_HOST, TP_NCCL };
+
+/* ---------------------------------------------------------------- NCCL
+ * Loaded with dlopen on the first multi-GPU step (the system's
+ * libnccl.so.2): a single-GPU run never needs it. */
+typedef struct {
+    ncclResult_t (*get_unique_id)(ncclUniqueId *id);
+    ncclResult_t (*comm_init_rank)(ncclComm_t *comm, int n, ncclUniqueId id, int rank);
+    ncclResult_t (*all_reduce)(const void *x, void *y, size_t n, ncclDataType_t t, ncclRedOp_t op, ncclComm_t c,
+                               cudaStream_t s);
+    ncclResult_t (*all_gather)(const void *x, void *y, size_t n, ncclDataType_t t, ncclComm_t c, cudaStream_t s);
+    ncclResult_t (*comm_destroy)(ncclComm_t c);
+    const char *(*error_string)(ncclResult_t r);
+} nccl_api;
+
+static nccl_api nccl;
+static pthread_once_t nccl_once = PTHREAD_ONCE_INIT;
+static char nccl_error[256];
+
+static void nccl_load(void) {
+    void *h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (!h) h = dlopen("libnccl.so", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(nccl_error, sizeof nccl_error, "cannot load NCCL (libnccl.so.2): %s", dlerror());
+        return;
+    }
+#define NCCL_SYM(f, name) *(void **)&nccl.f = dlsym(h, name)
+    NCCL_SYM(get_unique_id, "ncclGetUniqueId");
+    NCCL_SYM(comm_init_rank, "ncclCommInitRank");
+    NCCL_SYM(all_reduce, "ncclAllReduce");
+    NCCL_SYM(all_gather, "ncclAllGather");
+    NCCL_SYM(comm_destroy, "ncclCommDestroy");
+    NCCL_SYM(error_string, "ncclGetErrorString");
+#undef NCCL_SYM
+    if (!nccl.get_unique_id || !nccl.comm_init_rank || !nccl.all_reduce || !nccl.all_gather || !nccl.comm_destroy ||
+        !nccl.error_string) {
+        snprintf(nccl_error, sizeof nccl_error, "libnccl.so.2 lacks an NCCL entry point");
+        memset(&nccl, 0, sizeof nccl);
+    }
+}
+
+#define NCCL_TRY(call, what)                                                                                         \
+    do {                                                                                                             \
+        ncclResult_t r_ = (call);                                                                                    \
+        if (r_ != ncclSuccess) return tb_errorf(TB_ERR_HARDWARE, "cuda: %s: NCCL: %s", (what), nccl.error_string(r_)); \
+    } while (0)
 
 /* The fusions are chosen at build time (opt/llm_cuda.c) and stored in the
  * nodes' tactic words; these are tune/tactic.h's TB_FUSE_* values. */
@@ -615,6 +673,42 @@ static tb_status stage_reserve(cuda_ctx *c, int mb) {
 /* Copies the step's ids, positions, sequences, rows and the block-table rows
  * of the step's sequences (renumbered 0.. in order of appearance) to the
  * device in one transfer, and points *st at the device copies. */
+/* The first step with ranks: ranks learn each other's devices through the
+ * step's communicator; on distinct devices rank 0 makes an NCCL id, the
+ * others read it, and all join one NCCL communicator (every rank's thread
+ * is here at once: ncclCommInitRank waits for all of them). */
+static tb_status tp_setup(cuda_ctx *c, const tb_step *st) {
+    if (!st->comm || st->tp_size > TBC_MAX_RANKS)
+        return tb_errorf(TB_ERR_INTERNAL, "cuda: a step over %d ranks without a communicator", st->tp_size);
+    void *all[TBC_MAX_RANKS];
+    TB_TRY(tb_comm_exchange(st->comm, st->tp_rank, &c->device, all));
+    int distinct = 1;
+    for (int k = 0; k < st->tp_size; k++)
+        for (int j = 0; j < k; j++)
+            if (*(int *)all[j] == *(int *)all[k]) distinct = 0;
+    if (!distinct) {
+        c->tp_mode = TP_HOST;
+        return TB_OK;
+    }
+    pthread_once(&nccl_once, nccl_load);
+    int have = nccl.comm_init_rank != NULL;
+    if (st->tp_rank == 0 && have && nccl.get_unique_id(&c->nccl_id) != ncclSuccess) have = 0;
+    /* every rank learns whether rank 0 has an id (and NCCL) before any waits in NCCL */
+    TB_TRY(tb_comm_exchange(st->comm, st->tp_rank, have ? (void *)&c->nccl_id : NULL, all));
+    for (int k = 0; k < st->tp_size; k++)
+        if (!all[k])
+            return tb_errorf(TB_ERR_HARDWARE, "cuda: tensor parallelism over %d GPUs needs NCCL on every rank (rank %d: "
+                             "%s)", st->tp_size, k, nccl_error[0] ? nccl_error : "no NCCL id");
+    ncclUniqueId id = *(ncclUniqueId *)all[0];
+    CU_ON_DEVICE(c);
+    NCCL_TRY(nccl.comm_init_rank(&c->nccl, st->tp_size, id, st->tp_rank), "joining the ranks' communicator");
+    /* the gathered logits before their transpose: at most the output's size */
+    CU_TRY(cudaMalloc((void **)&c->gather, c->out_bytes ? c->out_bytes : 64), "all_gather_cols scratch");
+    c->gather_bytes = c->out_bytes;
+    c->tp_mode = TP_NCCL;
+    return TB_OK;
+}
+
 static tb_status cuda_step_begin(tb_backend *b, const tb_graph *g, void **bufs, int ids_value, const int32_t *ids,
                                  tb_step *st) {
     (void)g;
@@ -667,13 +761,15 @@ static tb_status cuda_step_begin(tb_backend *b, const tb_graph *g, void **bufs, 
     c->norm_node = -1;
     c->x16_node = -1;
 
+    if (st->tp_size > 1 && c->tp_mode == TP_NONE) TB_TRY(tp_setup(c, st));
+
     /* decode buckets (and steps without a long prefill run) run as graphs */
     c->mode = RUN_EAGER;
     c->cur = NULL;
     /* steps with a run long enough for the prefill attention kernels stay
      * eager (a capture takes the decode attention kernel for every token) */
     int prefill_run = c->prefill_min > 0 && longest >= c->prefill_min;
-    if (c->use_graphs && st->tp_size <= 1 && T <= c->graph_max_t && (T <= TBC_GEMV_MAX_T || !prefill_run)) {
+    if (c->use_graphs && (st->tp_size <= 1 || c->tp_mode == TP_NCCL) && T <= c->graph_max_t && (T <= TBC_GEMV_MAX_T || !prefill_run)) {
         step_graph *sg = NULL;
         for (int i = 0; i < c->n_graphs && !sg; i++)
             if (c->graphs[i].T == T && c->graphs[i].R == R) sg = &c->graphs[i];
@@ -1156,13 +1252,30 @@ static tb_status run_collective(cuda_ctx *c, const tb_graph *g, const tb_node *n
     cudaStream_t s = c->stream;
     if (n->op == TB_OP_ALL_GATHER_COLS && n->i[0] /* ranks */ != ranks)
         return tb_errorf(TB_ERR_INVALID_ARG, "all_gather_cols over %d ranks in a step of %d", n->i[0], ranks);
+    if (ranks > 1 && c->tp_mode == TP_NCCL) {
+        if (n->op == TB_OP_ALL_REDUCE) {
+            NCCL_TRY(nccl.all_reduce(bufs[n->in[0]], bufs[n->out[0]], count, ncclFloat32, ncclSum, c->nccl, s),
+                     "all_reduce");
+            return TB_OK;
+        }
+        size_t need = sizeof(float) * count * (size_t)ranks;
+        if (need > c->gather_bytes) /* sized at set-up for the largest output (captures point at it) */
+            return tb_errorf(TB_ERR_INTERNAL, "cuda: all_gather_cols of %zu bytes exceeds the %zu sized at load",
+                             need, c->gather_bytes);
+        NCCL_TRY(nccl.all_gather(bufs[n->in[0]], c->gather, count, ncclFloat32, c->nccl, s), "all_gather");
+        tbc_rank_ptrs p;
+        memset(&p, 0, sizeof p);
+        for (int k = 0; k < ranks; k++) p.p[k] = c->gather + count * (size_t)k;
+        CU_TRY(tbc_gather_cols(p, ranks, bufs[n->out[0]], T, C, s), "all_gather_cols launch");
+        return TB_OK;
+    }
     if (ranks == 1 || n->op == TB_OP_ALL_REDUCE)
         if (bufs[n->out[0]] != bufs[n->in[0]])
             CU_TRY(cudaMemcpyAsync(bufs[n->out[0]], bufs[n->in[0]], sizeof(float) * count, cudaMemcpyDeviceToDevice,
                                    s),
                    "collective copy");
     if (ranks == 1) return TB_OK;
-    if (!st->comm || ranks > TBC_MAX_RANKS || c->mode != RUN_EAGER)
+    if (!st->comm || ranks > TBC_MAX_RANKS || c->mode != RUN_EAGER || c->tp_mode != TP_HOST)
         return tb_errorf(TB_ERR_INTERNAL, "cuda: %s over %d ranks needs the step's communicator and an eager step",
                          tb_op_name(n->op), ranks);
     void *all[TBC_MAX_RANKS];
@@ -1484,6 +1597,8 @@ static void cuda_destroy(tb_backend *b) {
     if (c->gt1) cudaEventDestroy(c->gt1);
     graphs_clear(c);
     nn_graphs_clear(c);
+    if (c->nccl) nccl.comm_destroy(c->nccl);
+    cudaFree(c->gather);
     tbn_ctx_free(&c->nn);
     if (c->blas) cublasDestroy(c->blas);
     cudaFree(c->weights);
