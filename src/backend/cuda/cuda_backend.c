@@ -241,6 +241,10 @@ static pthread_once_t nccl_once = PTHREAD_ONCE_INIT;
 static char nccl_error[256];
 
 static void nccl_load(void) {
+    /* NVLink multicast (NVLS) off unless asked for: it helps large
+     * all-reduces, not a decode step's few KiB, and on shared hosts a
+     * program using it can take GPUs others use out of service */
+    setenv("NCCL_NVLS_ENABLE", "0", 0);
     void *h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
     if (!h) h = dlopen("libnccl.so", RTLD_NOW | RTLD_LOCAL);
     if (!h) {
