@@ -362,10 +362,13 @@ static int cuda_supports_op(tb_backend *b, const tb_graph *g, const tb_node *n) 
     }
 }
 
+/* alloc, free, read_output and sample make the backend's device current
+ * first: a context of several GPU ranks calls them on one thread for every
+ * rank's backend in turn. */
 static void *cuda_alloc(tb_backend *b, size_t bytes) {
     void *p = NULL;
-    (void)b;
-    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 256);
+    cudaError_t e = cudaSetDevice(((cuda_ctx *)b->ctx)->device);
+    if (e == cudaSuccess) e = cudaMalloc(&p, bytes ? bytes : 256);
     if (e != cudaSuccess) {
         tb_errorf(TB_ERR_OOM, "cuda: cannot allocate %zu bytes of device memory: %s", bytes, cudaGetErrorString(e));
         return NULL;
@@ -374,8 +377,9 @@ static void *cuda_alloc(tb_backend *b, size_t bytes) {
 }
 
 static void cuda_free(tb_backend *b, void *p) {
-    (void)b;
-    if (p) cudaFree(p);
+    if (!p) return;
+    cudaSetDevice(((cuda_ctx *)b->ctx)->device);
+    cudaFree(p);
 }
 
 static int64_t sym_max(const tb_graph *g, int64_t d) {
@@ -829,6 +833,7 @@ static tb_status graph_finish(cuda_ctx *c) {
 static tb_status cuda_read_output(tb_backend *b, const void *src, size_t bytes, const float **out) {
     cuda_ctx *c = b->ctx;
     *out = NULL;
+    CU_ON_DEVICE(c);
     if (bytes > c->out_bytes)
         return tb_errorf(TB_ERR_INTERNAL, "cuda: output of %zu bytes exceeds the %zu sized at load", bytes,
                          c->out_bytes);
@@ -1673,6 +1678,7 @@ static tb_status samp_reserve(cuda_ctx *c, size_t pairs) {
 static tb_status cuda_sample(tb_backend *b, void *logits, int n_rows, int vocab, const tb_sample_row *rows,
                              const int32_t *pen_tok, const int32_t *pen_cnt, int n_pen, tb_sample_result *out) {
     cuda_ctx *c = b->ctx;
+    CU_ON_DEVICE(c);
     if (n_rows < 1 || n_rows > c->max_tokens)
         return tb_errorf(TB_ERR_RANGE, "cuda: sampling %d rows (at most %d)", n_rows, c->max_tokens);
     TB_TRY(samp_reserve(c, (size_t)(n_pen > 0 ? n_pen : 0)));
