@@ -2128,6 +2128,24 @@ static tb_status llm_open(server *s, tb_engine *e, const char *path) {
         TB_TRY(tb_backend_memory(dev, &total, &avail));
         struct stat est;
         uint64_t weights = stat(path, &est) == 0 ? (uint64_t)est.st_size : 0;
+        /* tensor-parallel ranks on GPUs of their own (tb_context_create:
+         * rank r on cuda:(I + r)) each hold 1/N of the weights and of the
+         * cache: the budget is the tightest device's, times N */
+        int tp = s->info.tensor_parallel > 1 ? s->info.tensor_parallel : 1;
+        const char *one = getenv("TURBINE_TP_ONE_DEVICE");
+        int spread = tp > 1 && !(one && !strcmp(one, "1")), dev_index = 0;
+        char kind[16];
+        if (spread && tb_device_parse(dev, kind, &dev_index) == TB_OK)
+            for (int r = 1; r < tp; r++) {
+                char rd[32];
+                uint64_t t2 = 0, a2 = 0;
+                snprintf(rd, sizeof rd, "%s:%d", kind, dev_index + r);
+                TB_TRY(tb_backend_memory(rd, &t2, &a2));
+                if ((double)a2 - (1 - s->o.gpu_memory_fraction) * (double)t2 <
+                    (double)avail - (1 - s->o.gpu_memory_fraction) * (double)total)
+                    total = t2, avail = a2;
+            }
+        if (spread) weights /= (uint64_t)tp;
         /* activations, cuBLAS and graphs: a fixed allowance */
         double budget = s->o.gpu_memory_fraction * (double)total - (double)(total - avail) - (double)weights -
                         (double)(1ull << 30);
@@ -2137,7 +2155,7 @@ static tb_status llm_open(server *s, tb_engine *e, const char *path) {
                              "GiB in use, %.1f GiB of weights)",
                              s->o.gpu_memory_fraction, dev, total / 1073741824.0, (total - avail) / 1073741824.0,
                              weights / 1073741824.0);
-        co.kv_cache_bytes = (size_t)budget;
+        co.kv_cache_bytes = (size_t)budget * (size_t)(spread ? tp : 1);
     }
     TB_TRY(tb_context_create(s->e, &co, &s->ctx));
     s->tok = tb_engine_tokenizer(s->e);
