@@ -52,6 +52,31 @@ PYEOF
     else echo "FAIL: $name $dt greedy tokens differ"; fails=$((fails + 1)); fi
   done
 done
+echo "== turbine serve: the tp 2 f16 engine (all ranks on this GPU) against tp 1, greedy completions"
+for tp in 1 2; do
+  port=$((18230 + tp))
+  "$T" serve "$W/gqa.f16.tp$tp.engine" --device cuda --port "$port" --gpu-memory-fraction 0.5 > "$W/serve$tp.log" 2>&1 &
+  spid=$!
+  "$PY" - "$port" "$W/serve$tp.json" <<'PYEOF' || { echo "FAIL: serve tp $tp: $(tail -3 "$W/serve$tp.log")"; fails=$((fails + 1)); }
+import json, sys, time, urllib.request
+port, out = int(sys.argv[1]), sys.argv[2]
+for _ in range(600):
+    try:
+        urllib.request.urlopen("http://127.0.0.1:%d/health" % port, timeout=2).read(); break
+    except Exception:
+        time.sleep(0.1)
+texts = []
+for p in ["Once upon a time", "The cat", "A big red ball"]:
+    body = json.dumps({"prompt": p, "max_tokens": 32, "temperature": 0}).encode()
+    r = urllib.request.Request("http://127.0.0.1:%d/v1/completions" % port, body, {"Content-Type": "application/json"})
+    texts.append(json.loads(urllib.request.urlopen(r, timeout=60).read())["choices"][0]["text"])
+json.dump(texts, open(out, "w"))
+PYEOF
+  grep -m1 -iE "kv cache|blocks" "$W/serve$tp.log" | sed "s/^/  tp $tp: /"
+  kill "$spid"; wait "$spid" 2> /dev/null
+done
+if cmp -s "$W/serve1.json" "$W/serve2.json"; then echo "  serve: tp 2 texts equal tp 1's ($(head -c 80 "$W/serve2.json")...)"
+else echo "FAIL: serve texts differ: $(head -c 200 "$W/serve1.json") / $(head -c 200 "$W/serve2.json")"; fails=$((fails + 1)); fi
 echo "== compute-sanitizer memcheck, tp 2 f16 run"
 if command -v compute-sanitizer > /dev/null; then
   compute-sanitizer --tool memcheck "$T" run "$W/gqa.f16.tp2.engine" --device cuda --prompt-ids $IDS -n 20 \
