@@ -108,8 +108,9 @@ static const tb_cli_opt build_opts[] = {
     {"--tp", NULL, TB_OPT_INT, "1|2|4|8", 1, 8, 0, 0, 0, B(tp), "1",
      "tensor parallelism: the model split over this many ranks (Megatron-style: attention heads and the MLP's "
      "columns divided, an all-reduce after o_proj and down, embedding and LM head split by vocabulary), each "
-     "rank's shard a section of the engine. The ranks run as threads of one process on the CPU (their threads "
-     "share the cores); heads, KV heads, MLP size and vocabulary must divide by it"},
+     "rank's shard a section of the engine; heads, KV heads, MLP size and vocabulary must divide by it. The ranks "
+     "run as threads of one process: on the CPU they share the cores; with --device cuda:I rank r runs on GPU "
+     "I + r, NCCL between them (TURBINE_TP_ONE_DEVICE=1 puts every rank on GPU I, for testing)"},
     {"--shapes", NULL, TB_OPT_STR, "IN:1x3x224x224,...", 0, 0, 0, 0, 0, B(shapes), "the model's fixed dims",
      "ONNX: fixed input shapes (min = opt = max)"},
     {"--min-shapes", NULL, TB_OPT_STR, "IN:1x3x224x224,...", 0, 0, 0, 0, 0, B(min_shapes), NULL,
