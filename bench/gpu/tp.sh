@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Tensor parallelism on one GPU: every rank of a --tp 2 engine on the same
-# device (TURBINE_TP_ONE_DEVICE=1: the collectives meet on the host and sum
-# on the device, no NCCL), against the --tp 1 engine of the same model:
+# Tensor parallelism on the GPU: a --tp 2 engine with every rank on one
+# device (TURBINE_TP_ONE_DEVICE=1, the default here: the collectives meet on
+# the host and sum on the device, no NCCL) or, with TURBINE_TP_ONE_DEVICE=0
+# on a 2-GPU machine, rank r on cuda:r over NCCL, against the --tp 1 engine
+# of the same model:
 # logits within f16 tolerance, greedy text identical; test_backend_ops'
 # collective cases on the GPU; compute-sanitizer on a tp 2 run.
 #   OUT=DIR TB_PREBUILT=/tmp/pb bash bench/gpu/tp.sh
@@ -23,7 +25,9 @@ grep -E "cuda +(all_reduce|all_gather|embedding .*shard)" "$OUT/backend_ops.txt"
 grep -E "^cuda: worst|checks," "$OUT/backend_ops.txt"
 "$PY" "$SRC/tests/gen_checkpoints.py" --preset llama-gqa --dtype f32 --out "$W/gqa" > /dev/null
 "$PY" "$SRC/tests/gen_checkpoints.py" --preset qwen2 --dtype f32 --out "$W/qwen2" > /dev/null
-export TURBINE_TP_ONE_DEVICE=1
+# one GPU: every rank on it (default); on a machine with 2+ GPUs,
+# TURBINE_TP_ONE_DEVICE=0 puts rank r on cuda:r with NCCL between them
+export TURBINE_TP_ONE_DEVICE=${TURBINE_TP_ONE_DEVICE:-1}
 IDS=1,403,407,261,378,100
 for m in stories:"$S/stories260K.bin" gqa:"$W/gqa" qwen2:"$W/qwen2"; do
   name=${m%%:*}; path=${m#*:}
@@ -35,7 +39,7 @@ for m in stories:"$S/stories260K.bin" gqa:"$W/gqa" qwen2:"$W/qwen2"; do
       "$T" run "$e" --device cuda --prompt-ids $IDS -n 60 --temperature 0 --logits-out "$W/$name.$dt.tp$tp.logits" \
         > "$W/$name.$dt.tp$tp.txt" 2> "$W/r.log" ||
         { echo "FAIL: run $name $dt tp $tp: $(tail -3 "$W/r.log")"; fails=$((fails + 1)); }
-      [ "$tp" = 2 ] && grep -o "gen_tok_s=[0-9.]*" "$W/r.log" | sed "s/^/  $name $dt tp 2 on one GPU (eager, host-met collectives): /"
+      [ "$tp" = 2 ] && grep -o "gen_tok_s=[0-9.]*" "$W/r.log" | sed "s/^/  $name $dt tp 2 (TURBINE_TP_ONE_DEVICE=$TURBINE_TP_ONE_DEVICE): /"
     done
     "$PY" - "$W/$name.$dt.tp1.logits" "$W/$name.$dt.tp2.logits" "$name $dt" "$dt" <<'PYEOF' || fails=$((fails + 1))
 import sys
