@@ -333,7 +333,8 @@ static void attn8_model(double secs) {
  * second. Rounds take the dtypes in turn so that load on this shared
  * machine hits each alike (`kernels_bench S attnkv`; KB_BATCH, default 1;
  * KB_CTX, default and at most 1024, the positions attended;
- * KB_NOFLUSH=1 keeps whatever of the cache stays in L3). With KB_BATCH=1
+ * KB_NOFLUSH=1 keeps whatever of the cache stays in L3; KB_THREADS, default
+ * 2, the pool's threads). With KB_BATCH=1
  * each round runs every dtype twice, positions split between the threads
  * and heads split (tb_cpu_attention_force_split), in alternating order. */
 static void attnkv_model(void) {
@@ -378,7 +379,7 @@ static void attnkv_model(void) {
         for (int b = 0; b < MAXB; b++) bt[s * MAXB + b] = b * S + s;
     }
     tb_pool *p = NULL;
-    if (tb_pool_create(2, &p) != TB_OK) exit(1);
+    if (tb_pool_create(getenv("KB_THREADS") ? atoi(getenv("KB_THREADS")) : 2, &p) != TB_OK) exit(1);
     double ms[ND][N], ms_heads[ND][N];
     volatile uint32_t sink = 0;
     int no_flush = getenv("KB_NOFLUSH") && atoi(getenv("KB_NOFLUSH"));
