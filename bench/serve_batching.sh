@@ -5,7 +5,7 @@
 #
 #   bash bench/serve_batching.sh ENGINE [--device cpu|cuda] [--threads N]
 #        [--max-batch-size 8] [--delay-us 2000] [-c 16] [--duration 8] [--rounds 2]
-#        [--instance-count N] [--model-warmup auto|on|off] [--out DIR]
+#        [--instance-count N] [--model-warmup auto|on|off] [--bound] [--out DIR]
 #
 # Per round, for each of two servers started in turn on a loopback port
 # (`--max-batch-size 1`, then `--max-batch-size B --max-queue-delay-us D`):
@@ -19,14 +19,18 @@
 # server's own view of the half-load point (mean batch, queue and compute
 # ms per request from its /metrics histograms); --instance-count N gives the
 # batcher's server N instances (contexts) of the engine; --model-warmup is
-# passed to both servers. Every load
+# passed to both servers. --bound (one instance only) also times the
+# engine's calls at batch 1..B after each round and prints, beside the
+# measured figures, what no server can beat on this machine
+# (bench/batch_bound.py: the engine's own batching gain, and the half-load
+# P99 of a queue with those call times). Every load
 # point is bounded by time and by count (-n 100000).
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/.." && pwd)"
 TURBINE="${TURBINE:-$ROOT/build/turbine}"
 PY=/usr/bin/python3
-ENGINE="" DEVICE=cpu THREADS="" INST="" WARM="" MAXB=8 DELAY=2000 CONC=16 DUR=8 ROUNDS=2 OUT=""
+ENGINE="" DEVICE=cpu THREADS="" INST="" WARM="" BOUND=0 MAXB=8 DELAY=2000 CONC=16 DUR=8 ROUNDS=2 OUT=""
 die() { echo "serve_batching.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -34,6 +38,7 @@ while [ $# -gt 0 ]; do
     --threads) THREADS=$2; shift ;;
     --instance-count) INST=$2; shift ;;
     --model-warmup) WARM=$2; shift ;;
+    --bound) BOUND=1 ;;
     --max-batch-size) MAXB=$2; shift ;;
     --delay-us) DELAY=$2; shift ;;
     -c) CONC=$2; shift ;;
@@ -79,10 +84,15 @@ load() { # load NAME ARGS... -> $OUT/NAME.json
       --warmup 8 --no-progress --json "$OUT/$name.json" "$@" > "$OUT/$name.txt" 2>&1 ||
       { tail -5 "$OUT/$name.txt" >&2; die "turbine bench failed ($name)"; }
 }
+field_json() { # field_json FILE EXPR: EXPR over the JSON object j of FILE
+  "$PY" -c 'import json, sys; j = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"
+}
 field() { # field FILE EXPR: a figure of the first point of a turbine bench JSON
   "$PY" -c 'import json, sys; p = json.load(open(sys.argv[1]))["points"][0]; print(eval(sys.argv[2]))' "$1" "$2"
 }
-ROWS=() SROWS=()
+ROWS=() SROWS=() BROWS=()
+[ "$BOUND" = 1 ] && [ -n "$INST" ] && [ "$INST" != 1 ] && die "--bound models one instance"
+ngt() { "$PY" -c "print(f'{$1:.2f}')"; }
 srv() { # srv FILE: the half-load point's server histograms, or "-"
   field "$1" '"%.2f | %.3f | %.3f | %.3f" % (p["server"]["batch_size"]["mean"], p["server"]["queue_ms"]["mean"], p["server"]["queue_ms"].get("p99", float("nan")), p["server"]["compute_ms"]["mean"]) if p.get("server") and p["server"].get("valid") else "- | - | - | -"' 2>/dev/null || echo "- | - | - | -"
 }
@@ -106,6 +116,16 @@ for r in $(seq 1 "$ROUNDS"); do
   mb=$(field "$OUT/r${r}_bN_saturated.json" 'round(p["server"]["batch_size"]["mean"], 2) if p.get("server") and p["server"].get("batch_size") else "-"')
   SROWS+=("| $r | $hq | $(field "$OUT/r${r}_bN_half.json" 'round(p["e2e"]["p50_ms"], 3)') | $h99 | $(srv "$OUT/r${r}_bN_half.json") |")
   ROWS+=("| $r | $q1 | $qn | $("$PY" -c "print(f'{$qn / $q1:.2f}x')") | $mb | $u1 / $un | $hq | $h99 | $("$PY" -c "print(f'{$h99 / $un:.2f}x')") |")
+  if [ "$BOUND" = 1 ]; then
+    bargs=(--engine "$ENGINE" --turbine "$TURBINE" --max-batch "$MAXB" --delay-us "$DELAY" --json "$OUT/r${r}_bound.json")
+    [ -n "$THREADS" ] && bargs+=(--threads "$THREADS")
+    [ "$DEVICE" != cpu ] && bargs+=(--device "$DEVICE")
+    "$PY" "$HERE/batch_bound.py" "${bargs[@]}" > "$OUT/r${r}_bound.txt" 2>&1 ||
+        { cat "$OUT/r${r}_bound.txt" >&2; die "batch_bound.py failed"; }
+    bf() { field_json "$OUT/r${r}_bound.json" "$1"; }
+    lim=$(bf 'j["batching_limit"]'); p99f=$(bf 'j["batcher_p99_over_unloaded"]'); fifo=$(bf '"%.2fx" % j["fifo_p99_over_unloaded"] if j["fifo_p99_over_unloaded"] else "none (load above batch-1 capacity)"')
+    BROWS+=("| $r | $(ngt "$lim")x | $(ngt "$qn / $q1")x | $(ngt "$qn / $q1 / $lim") | $(ngt "$p99f")x | $fifo | $(ngt "$h99 / $un")x | $(ngt "$h99 / $un / $p99f") |")
+  fi
 done
 {
   echo "engine $ENGINE, device $DEVICE, batcher $MAXB rows / $DELAY us${INST:+, $INST instances}, -c $CONC, $DUR s a point ($(date -u '+%Y-%m-%d %H:%M UTC'))"
@@ -117,4 +137,13 @@ done
   echo "| round | half-load req/s | E2E p50 ms | E2E p99 ms | server: mean batch | queue mean ms | queue p99 ms | compute mean ms |"
   echo "|---|---|---|---|---|---|---|---|"
   printf '%s\n' "${SROWS[@]}"
+  if [ "$BOUND" = 1 ]; then
+    echo
+    echo "What no server can beat on this machine (bench/batch_bound.py after each round: the engine's calls timed at"
+    echo "batch 1..$MAXB; the P99 floors from a simulated queue of those call times at half the batched saturation):"
+    echo
+    echo "| round | batching limit | served batcher / batch 1 | served / limit | half-load P99 floor, batcher | floor, FIFO batch 1 | measured P99 / unloaded | measured / floor |"
+    echo "|---|---|---|---|---|---|---|---|"
+    printf '%s\n' "${BROWS[@]}"
+  fi
 } | tee "$OUT/batching.md"
