@@ -537,6 +537,122 @@ static int fusion_fits(const tb_graph *g, int k, int kind) {
     return 1;
 }
 
+/* ---- the weight upload: host memory (the engine's mapped file) to the
+ * device through pinned staging buffers. A cudaMemcpy from pageable memory
+ * stages through the driver's own small buffers on one thread; here
+ * UP_THREADS host threads copy each UP_CHUNK piece into one of UP_BUFS pinned
+ * buffers while the copy engine moves the ones filled before. Small weights
+ * share a buffer (one cudaMemcpyAsync each). Engines under UP_CHUNK of
+ * weights, TB_CUDA_UPLOAD=0, or pinned memory that cannot be had take the
+ * plain cudaMemcpy per weight; TB_CUDA_UPLOAD=1 stages every engine. */
+#define UP_BUFS 3
+#define UP_CHUNK ((size_t)64 << 20)
+#define UP_THREADS 8
+typedef struct {
+    int on;                 /* staging in use */
+    uint8_t *pin[UP_BUFS];  /* pinned, UP_CHUNK each */
+    cudaEvent_t done[UP_BUFS];
+    int cur;                /* the buffer being filled */
+    size_t used;            /* bytes of it filled */
+} up_stage;
+
+typedef struct {
+    uint8_t *dst;
+    const uint8_t *src;
+    size_t n;
+} up_slice;
+
+static void *up_memcpy_thread(void *arg) {
+    up_slice *sl = arg;
+    memcpy(sl->dst, sl->src, sl->n);
+    return NULL;
+}
+
+/* memcpy of n bytes on up to UP_THREADS threads (one below 4 MiB). */
+static void up_memcpy(uint8_t *dst, const uint8_t *src, size_t n) {
+    int nt = n >= ((size_t)4 << 20) ? UP_THREADS : 1;
+    pthread_t tid[UP_THREADS];
+    up_slice sl[UP_THREADS];
+    int started = 0;
+    size_t per = (n / (size_t)nt + 4095) & ~(size_t)4095;
+    for (int t = 0; t < nt; t++) {
+        size_t a = per * (size_t)t, b = a + per < n ? a + per : n;
+        if (a >= n) break;
+        sl[t] = (up_slice){dst + a, src + a, b - a};
+        if (t == 0 || pthread_create(&tid[t], NULL, up_memcpy_thread, &sl[t]) != 0) {
+            if (t > 0) memcpy(sl[t].dst, sl[t].src, sl[t].n);
+            continue;
+        }
+        started |= 1 << t;
+    }
+    memcpy(sl[0].dst, sl[0].src, sl[0].n);
+    for (int t = 1; t < nt; t++)
+        if (started & (1 << t)) pthread_join(tid[t], NULL);
+}
+
+static void up_begin(up_stage *st, size_t total) {
+    memset(st, 0, sizeof(*st));
+    const char *e = getenv("TB_CUDA_UPLOAD");
+    if (e && !strcmp(e, "0")) return;
+    if (total < UP_CHUNK && !(e && !strcmp(e, "1"))) return; /* small engines: the plain copy */
+    for (int i = 0; i < UP_BUFS; i++) {
+        if (cudaMallocHost((void **)&st->pin[i], UP_CHUNK) != cudaSuccess ||
+            cudaEventCreateWithFlags(&st->done[i], cudaEventDisableTiming) != cudaSuccess) {
+            cudaGetLastError();
+            for (int k = 0; k <= i; k++) {
+                if (st->pin[k]) cudaFreeHost(st->pin[k]);
+                if (st->done[k]) cudaEventDestroy(st->done[k]);
+            }
+            memset(st, 0, sizeof(*st));
+            return;
+        }
+    }
+    st->on = 1;
+}
+
+/* Moves to the next staging buffer, waiting until its last copy is done. */
+static tb_status up_next(up_stage *st) {
+    st->cur = (st->cur + 1) % UP_BUFS;
+    st->used = 0;
+    CU_TRY(cudaEventSynchronize(st->done[st->cur]), "uploading weights");
+    return TB_OK;
+}
+
+static tb_status up_copy(up_stage *st, cudaStream_t s, uint8_t *dst, const void *src, size_t n) {
+    if (!st->on) {
+        CU_TRY(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice), "uploading weights");
+        return TB_OK;
+    }
+    const uint8_t *p = src;
+    while (n) {
+        if (st->used == UP_CHUNK) {
+            tb_status e = up_next(st);
+            if (e != TB_OK) return e;
+        }
+        size_t k = UP_CHUNK - st->used < n ? UP_CHUNK - st->used : n;
+        uint8_t *b = st->pin[st->cur] + st->used;
+        up_memcpy(b, p, k);
+        CU_TRY(cudaMemcpyAsync(dst, b, k, cudaMemcpyHostToDevice, s), "uploading weights");
+        CU_TRY(cudaEventRecord(st->done[st->cur], s), "uploading weights");
+        st->used += k;
+        p += k;
+        dst += k;
+        n -= k;
+    }
+    return TB_OK;
+}
+
+static tb_status up_end(up_stage *st, cudaStream_t s) {
+    if (!st->on) return TB_OK;
+    cudaError_t e = cudaStreamSynchronize(s);
+    for (int i = 0; i < UP_BUFS; i++) {
+        cudaFreeHost(st->pin[i]);
+        cudaEventDestroy(st->done[i]);
+    }
+    st->on = 0;
+    return e == cudaSuccess ? TB_OK : cuda_fail(e, "uploading weights");
+}
+
 /* Uploads the weights and sizes every buffer whose size the graph sets. */
 static tb_status cuda_load_weights(tb_backend *b, const tb_graph *g, void **bufs) {
     cuda_ctx *c = b->ctx;
@@ -551,14 +667,20 @@ static tb_status cuda_load_weights(tb_backend *b, const tb_graph *g, void **bufs
         return tb_errorf(TB_ERR_OOM, "cuda: cannot allocate %.2f GiB of device memory for the weights on %s: %s",
                          (double)total / (1 << 30), c->name, cudaGetErrorString(e));
     size_t off = 0;
+    up_stage st;
+    up_begin(&st, total);
     for (int i = 0; i < g->n_values; i++) {
         const tb_value *v = &g->values[i];
         if (v->kind != TB_VAL_WEIGHT) continue;
         uint8_t *dst = (uint8_t *)c->weights + off;
-        if (v->nbytes) CU_TRY(cudaMemcpy(dst, v->data, v->nbytes, cudaMemcpyHostToDevice), "uploading weights");
+        if (v->nbytes) {
+            tb_status s = up_copy(&st, c->stream, dst, v->data, v->nbytes);
+            if (s != TB_OK) { up_end(&st, c->stream); return s; }
+        }
         bufs[i] = dst;
         off += (v->nbytes + 255) / 256 * 256;
     }
+    { tb_status s = up_end(&st, c->stream); if (s != TB_OK) return s; }
     if (g->n_outputs > 0) { /* a general engine: no step bindings, no LLM fusions */
         c->general = 1;
         nn_graphs_clear(c);
