@@ -57,6 +57,7 @@
 #include <jansson.h>
 
 #define MAX_SPLITS 32
+#define FP8_PLANS 64 /* cached cuBLASLt fp8 plans (shapes) a context keeps */
 /* defaults of the tuning switches TB_CUDA_SIMT and TB_CUDA_ATTN_SPLIT_MIN */
 #define TB_CUDA_DEFAULT_SIMT TBC_SIMT_ROW
 #define TB_CUDA_DEFAULT_SPLIT_MIN 0
@@ -182,6 +183,16 @@ typedef struct {
     cublasLtHandle_t lt;
     void *lt_ws;
     float *fp8_sx;
+    /* cuBLASLt's plan per fp8 shape (T, K, N): descriptors and the
+     * heuristic's algorithm, made at a shape's first use (the heuristic
+     * query alone costs tens of microseconds of host time a call) */
+    struct fp8_plan {
+        int T, K, N;
+        cublasLtMatmulDesc_t op;
+        cublasLtMatrixLayout_t la, lb, lc;
+        cublasLtMatmulAlgo_t algo;
+    } fp8_plan[FP8_PLANS];
+    int n_fp8_plan, fp8_plan_next;
     /* prefill attention: a run of >= prefill_min tokens of one sequence in
      * a step (TB_CUDA_PREFILL_GEMM=n; 0 turns it off) takes the flash kernel
      * (flash.cu) or, where it does not apply, GEMMs. Scratch of the GEMMs,
@@ -1061,50 +1072,74 @@ static int fp8_gemm_ok(const cuda_ctx *c, const tbc_qweight *qw, int T, int K, i
  * K-contiguous, as FP8 needs), then both scales and the bias. A shape
  * cuBLASLt refuses returns TB_ERR_UNSUPPORTED before anything is launched
  * past the quantisation, and fp8_gemm turns off (logged once). */
-static tb_status fp8_gemm_run(cuda_ctx *c, const float *x, const tbc_qweight *qw, const float *bias, float *y, int T,
-                              int K, int N) {
-    cublasLtMatmulDesc_t op = NULL;
-    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL;
+static void fp8_plan_free(struct fp8_plan *p) {
+    if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
+    if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+    if (p->op) cublasLtMatmulDescDestroy(p->op);
+    memset(p, 0, sizeof *p);
+}
+
+/* The plan of shape (T, K, N): cached, or made now (the oldest entry gives
+ * way when all FP8_PLANS are taken). NULL when cuBLASLt has no algorithm. */
+static const struct fp8_plan *fp8_plan_of(cuda_ctx *c, int T, int K, int N) {
+    for (int i = 0; i < c->n_fp8_plan; i++)
+        if (c->fp8_plan[i].T == T && c->fp8_plan[i].K == K && c->fp8_plan[i].N == N) return &c->fp8_plan[i];
+    struct fp8_plan p;
+    memset(&p, 0, sizeof p);
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t h;
     int found = 0;
-    tb_status st = TB_ERR_UNSUPPORTED;
     const cublasOperation_t opa = CUBLAS_OP_T, opb = CUBLAS_OP_N;
     const size_t ws = FP8_LT_WS;
     memset(&h, 0, sizeof h);
-    if (cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
-        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa) ||
-        cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb) ||
-        cublasLtMatrixLayoutCreate(&la, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)N, K) ||
-        cublasLtMatrixLayoutCreate(&lb, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)T, K) ||
-        cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, (uint64_t)N, (uint64_t)T, N) ||
-        cublasLtMatmulPreferenceCreate(&pref) ||
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) ||
-        cublasLtMatmulAlgoGetHeuristic(c->lt, op, la, lb, lc, lc, pref, 1, &h, &found) || found < 1)
-        goto out;
-    const float one = 1.0f, zero = 0.0f;
-    cudaError_t e = tbc_quant_x_fp8(x, T, K, c->xconv, c->fp8_sx, c->stream);
-    if (e != cudaSuccess) { st = cuda_fail(e, "fp8 quantise launch"); goto out; }
-    cublasStatus_t bs = cublasLtMatmul(c->lt, op, &one, qw->codes, la, c->xconv, lb, &zero, y, lc, y, lc, &h.algo,
-                                       c->lt_ws, ws, c->stream);
-    if (bs != CUBLAS_STATUS_SUCCESS) {
-        st = tb_errorf(TB_ERR_INTERNAL, "cublasLt: fp8 matmul (%d x %d x %d): %s", T, K, N, blas_status_name(bs));
-        goto out;
-    }
-    e = tbc_scale_out(y, T, N, c->fp8_sx, qw->scales, bias, c->stream);
-    st = e == cudaSuccess ? TB_OK : cuda_fail(e, "fp8 scale launch");
-out:
+    int bad = cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
+              cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa) ||
+              cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb) ||
+              cublasLtMatrixLayoutCreate(&p.la, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)N, K) ||
+              cublasLtMatrixLayoutCreate(&p.lb, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)T, K) ||
+              cublasLtMatrixLayoutCreate(&p.lc, CUDA_R_32F, (uint64_t)N, (uint64_t)T, N) ||
+              cublasLtMatmulPreferenceCreate(&pref) ||
+              cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) ||
+              cublasLtMatmulAlgoGetHeuristic(c->lt, p.op, p.la, p.lb, p.lc, p.lc, pref, 1, &h, &found) || found < 1;
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (lc) cublasLtMatrixLayoutDestroy(lc);
-    if (lb) cublasLtMatrixLayoutDestroy(lb);
-    if (la) cublasLtMatrixLayoutDestroy(la);
-    if (op) cublasLtMatmulDescDestroy(op);
-    if (st == TB_ERR_UNSUPPORTED) {
+    if (bad) {
+        fp8_plan_free(&p);
+        return NULL;
+    }
+    p.T = T;
+    p.K = K;
+    p.N = N;
+    p.algo = h.algo;
+    int slot = c->n_fp8_plan < FP8_PLANS ? c->n_fp8_plan++ : c->fp8_plan_next++ % FP8_PLANS;
+    fp8_plan_free(&c->fp8_plan[slot]);
+    c->fp8_plan[slot] = p;
+    return &c->fp8_plan[slot];
+}
+
+/* y (T, N) = x dq(w)^T (+ bias) on the FP8 tensor cores: x quantised per
+ * token to e4m3, cuBLASLt's product of the codes in f32 (TN: both operands
+ * K-contiguous, as FP8 needs), then both scales and the bias. A shape
+ * cuBLASLt refuses returns TB_ERR_UNSUPPORTED before anything is launched,
+ * and fp8_gemm turns off (logged once). */
+static tb_status fp8_gemm_run(cuda_ctx *c, const float *x, const tbc_qweight *qw, const float *bias, float *y, int T,
+                              int K, int N) {
+    const struct fp8_plan *p = fp8_plan_of(c, T, K, N);
+    if (!p) {
         tb_log(TB_LOG_WARN, "cuda: cuBLASLt has no fp8 matmul for %d x %d x %d; e4m3 weights take the dequantised "
                "f16 path from now on", T, K, N);
         c->fp8_gemm = 0;
+        return TB_ERR_UNSUPPORTED;
     }
-    return st;
+    const float one = 1.0f, zero = 0.0f;
+    cudaError_t e = tbc_quant_x_fp8(x, T, K, c->xconv, c->fp8_sx, c->stream);
+    if (e != cudaSuccess) return cuda_fail(e, "fp8 quantise launch");
+    cublasStatus_t bs = cublasLtMatmul(c->lt, p->op, &one, qw->codes, p->la, c->xconv, p->lb, &zero, y, p->lc, y, p->lc,
+                                       &p->algo, c->lt_ws, FP8_LT_WS, c->stream);
+    if (bs != CUBLAS_STATUS_SUCCESS)
+        return tb_errorf(TB_ERR_INTERNAL, "cublasLt: fp8 matmul (%d x %d x %d): %s", T, K, N, blas_status_name(bs));
+    e = tbc_scale_out(y, T, N, c->fp8_sx, qw->scales, bias, c->stream);
+    return e == cudaSuccess ? TB_OK : cuda_fail(e, "fp8 scale launch");
 }
 
 static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs, const tb_step *st,
@@ -1737,6 +1772,7 @@ static void cuda_destroy(tb_backend *b) {
     cudaFree(c->wdq);
     cudaFree(c->lt_ws);
     cudaFree(c->fp8_sx);
+    for (int i = 0; i < c->n_fp8_plan; i++) fp8_plan_free(&c->fp8_plan[i]);
     if (c->lt) cublasLtDestroy(c->lt);
     cudaFree(c->partial);
     cudaFree(c->counters);
