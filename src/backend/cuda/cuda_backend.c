@@ -1061,17 +1061,14 @@ static int addnorm_ok(cuda_ctx *c, const tb_graph *g, int k, void *const *bufs, 
 
 /* Whether a step of T tokens of qmatmul weights qw (N, K) takes the FP8
  * tensor cores (fp8_gemm_run). */
-static int fp8_gemm_ok(const cuda_ctx *c, const tbc_qweight *qw, int T, int K, int N) {
+static int fp8_gemm_ok(const cuda_ctx *c, const tbc_qweight *qw, const float *x, const float *bias, const float *y,
+                       int T, int K, int N) {
     return c->fp8_gemm > 0 && c->lt && qw->type == TBC_Q_FP8 && T > TBC_GEMV_MAX_T && T >= c->fp8_gemm &&
-           K % 16 == 0 && N % 16 == 0 &&
-           !(((uintptr_t)qw->codes) & 15) && (size_t)T * (size_t)K <= c->xconv_bytes && T <= c->max_tokens;
+           K % 16 == 0 && N % 16 == 0 && T <= 65535 &&
+           !(((uintptr_t)qw->codes | (uintptr_t)qw->scales | (uintptr_t)x | (uintptr_t)y | (uintptr_t)bias) & 15) &&
+           (size_t)T * (size_t)K <= c->xconv_bytes && T <= c->max_tokens;
 }
 
-/* y (T, N) = x dq(w)^T (+ bias) on the FP8 tensor cores: x quantised per
- * token to e4m3, cuBLASLt's product of the codes in f32 (TN: both operands
- * K-contiguous, as FP8 needs), then both scales and the bias. A shape
- * cuBLASLt refuses returns TB_ERR_UNSUPPORTED before anything is launched
- * past the quantisation, and fp8_gemm turns off (logged once). */
 static void fp8_plan_free(struct fp8_plan *p) {
     if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
     if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
@@ -1080,37 +1077,48 @@ static void fp8_plan_free(struct fp8_plan *p) {
     memset(p, 0, sizeof *p);
 }
 
-/* The plan of shape (T, K, N): cached, or made now (the oldest entry gives
- * way when all FP8_PLANS are taken). NULL when cuBLASLt has no algorithm. */
-static const struct fp8_plan *fp8_plan_of(cuda_ctx *c, int T, int K, int N) {
-    for (int i = 0; i < c->n_fp8_plan; i++)
-        if (c->fp8_plan[i].T == T && c->fp8_plan[i].K == K && c->fp8_plan[i].N == N) return &c->fp8_plan[i];
-    struct fp8_plan p;
-    memset(&p, 0, sizeof p);
+/* Makes p's descriptors and algorithm for shape (T, K, N). 0 when cuBLASLt
+ * has no algorithm for it. (Asking for the two scales as cuBLASLt's
+ * outer-vector scale modes, which would drop scale_out, was tried: cuBLAS
+ * 13.1 on the H200 gave no plan for these f32 outputs at any 7B shape.) */
+static int fp8_plan_make(cuda_ctx *c, struct fp8_plan *p, int T, int K, int N) {
+    memset(p, 0, sizeof *p);
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t h;
     int found = 0;
     const cublasOperation_t opa = CUBLAS_OP_T, opb = CUBLAS_OP_N;
     const size_t ws = FP8_LT_WS;
     memset(&h, 0, sizeof h);
-    int bad = cublasLtMatmulDescCreate(&p.op, CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
-              cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa) ||
-              cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb) ||
-              cublasLtMatrixLayoutCreate(&p.la, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)N, K) ||
-              cublasLtMatrixLayoutCreate(&p.lb, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)T, K) ||
-              cublasLtMatrixLayoutCreate(&p.lc, CUDA_R_32F, (uint64_t)N, (uint64_t)T, N) ||
-              cublasLtMatmulPreferenceCreate(&pref) ||
-              cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) ||
-              cublasLtMatmulAlgoGetHeuristic(c->lt, p.op, p.la, p.lb, p.lc, p.lc, pref, 1, &h, &found) || found < 1;
+    int bad = cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
+              cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa) ||
+              cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
+    bad = bad || cublasLtMatrixLayoutCreate(&p->la, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)N, K) ||
+          cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)T, K) ||
+          cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, (uint64_t)N, (uint64_t)T, N) ||
+          cublasLtMatmulPreferenceCreate(&pref) ||
+          cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) ||
+          cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &h, &found) || found < 1;
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     if (bad) {
-        fp8_plan_free(&p);
-        return NULL;
+        fp8_plan_free(p);
+        return 0;
     }
-    p.T = T;
-    p.K = K;
-    p.N = N;
-    p.algo = h.algo;
+    p->T = T;
+    p->K = K;
+    p->N = N;
+    p->algo = h.algo;
+    return 1;
+}
+
+/* The plan of shape (T, K, N): cached, or made now (the oldest entry gives
+ * way when all FP8_PLANS are taken). NULL when cuBLASLt has no algorithm. */
+static struct fp8_plan *fp8_plan_of(cuda_ctx *c, int T, int K, int N) {
+    for (int i = 0; i < c->n_fp8_plan; i++) {
+        struct fp8_plan *q = &c->fp8_plan[i];
+        if (q->T == T && q->K == K && q->N == N) return q;
+    }
+    struct fp8_plan p;
+    if (!fp8_plan_make(c, &p, T, K, N)) return NULL;
     int slot = c->n_fp8_plan < FP8_PLANS ? c->n_fp8_plan++ : c->fp8_plan_next++ % FP8_PLANS;
     fp8_plan_free(&c->fp8_plan[slot]);
     c->fp8_plan[slot] = p;
@@ -1124,7 +1132,7 @@ static const struct fp8_plan *fp8_plan_of(cuda_ctx *c, int T, int K, int N) {
  * and fp8_gemm turns off (logged once). */
 static tb_status fp8_gemm_run(cuda_ctx *c, const float *x, const tbc_qweight *qw, const float *bias, float *y, int T,
                               int K, int N) {
-    const struct fp8_plan *p = fp8_plan_of(c, T, K, N);
+    struct fp8_plan *p = fp8_plan_of(c, T, K, N);
     if (!p) {
         tb_log(TB_LOG_WARN, "cuda: cuBLASLt has no fp8 matmul for %d x %d x %d; e4m3 weights take the dequantised "
                "f16 path from now on", T, K, N);
@@ -1157,7 +1165,7 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
     else if (!tbc_of(wv->dtype, &wdt)) return tb_errorf(TB_ERR_UNSUPPORTED, "cuda: matmul weight dtype");
     const int k = (int)(n - g->nodes);
     const float *xq = c->norm_node == k ? c->norm_x : x;
-    if (quant && fp8_gemm_ok(c, &qw, T, K, N)) {
+    if (quant && fp8_gemm_ok(c, &qw, x, bias, y, T, K, N)) {
         tb_status fs = fp8_gemm_run(c, x, &qw, bias, y, T, K, N);
         if (fs != TB_ERR_UNSUPPORTED) return fs;
     }
