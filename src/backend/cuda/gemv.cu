@@ -794,6 +794,252 @@ qgemv_mma_kernel(const float *__restrict__ x, tbc_qweight w, const float *__rest
     }
 }
 
+
+/* ---------------------------------------------------------------- quantized, one token, pipelined
+ * Batch-1 decode (T = 1) of int8 / e4m3 / int4 weights. The tensor-core
+ * layout of qgemv_mma_kernel (16-row tiles, 8 warps splitting K, a thread's
+ * 16-byte loads of rows g and g + 8), but the weights go through a ring of
+ * NS steps per warp in shared memory filled by cp.async: NS - 1 steps of
+ * every warp are in flight without holding registers, and the first ones
+ * are issued before the kernel waits for the previous one (the weights do
+ * not depend on it). Each thread reads back only the slots it filled, so the
+ * ring needs no barrier; a slot is refilled one step after it was read.
+ * x (token 0, times the norm weight) is converted to f16 pairs in the mma's
+ * k order once per block into shared memory (K * 2 bytes), and every lane
+ * takes token 0's fragment: columns 1..7 of the product are discarded, so
+ * the other tokens' slots need not be zero. int4 scales (and zeros) go
+ * through the ring with their codes. */
+__device__ __forceinline__ uint32_t qp_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void qp_cp16(void *dst, const void *src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(qp_smem(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void qp_cp4(void *dst, const void *src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(qp_smem(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void qp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void qp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* Shared memory of qgemv_pipe_kernel beyond its static arrays: the rings
+ * (codes; int4 also scales and zeros) and x in f16. */
+template <int QT, int NS, int RT>
+static size_t qpipe_smem(int K) {
+    size_t ring = (size_t)GEMV_MMA_WARPS * NS * RT * 64 * 16;
+    size_t scr = QT == QT_I4 ? (size_t)GEMV_MMA_WARPS * NS * RT * 128 * 4 : 0;
+    return ring + scr + (size_t)K * 2;
+}
+
+/* qmma_step with two accumulators (alternate mmas), halving the chain of
+ * dependent mmas a step waits on. */
+template <int QT, bool RAW = false>
+__device__ __forceinline__ void qmma_step2(float *c0, float *c1, const uint4 &ua, const uint4 &ub, const uint32_t *xb,
+                                           __half2 sa, __half2 za, __half2 sb, __half2 zb) {
+    const uint32_t wa[4] = {ua.x, ua.y, ua.z, ua.w}, wb[4] = {ub.x, ub.y, ub.z, ub.w};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        if (QT == QT_I4) {
+            uint32_t ha[4], hb[4];
+            widen_word4<RAW>(wa[j], sa, za, ha);
+            widen_word4<RAW>(wb[j], sb, zb, hb);
+            mma16816<TBC_F16>(c0, ha[0], hb[0], ha[1], hb[1], xb[4 * j], xb[4 * j + 1]);
+            mma16816<TBC_F16>(c1, ha[2], hb[2], ha[3], hb[3], xb[4 * j + 2], xb[4 * j + 3]);
+        } else {
+            uint32_t a0, a1, b0, b1;
+            widen_word8<QT>(wa[j], a0, a1);
+            widen_word8<QT>(wb[j], b0, b1);
+            mma16816<TBC_F16>(j & 1 ? c1 : c0, a0, b0, a1, b1, xb[2 * j], xb[2 * j + 1]);
+        }
+    }
+}
+
+/* The block takes block tiles (RT 16-row tiles each) blockIdx.x,
+ * blockIdx.x + gridDim.x, ...: a grid of one block per block tile runs one
+ * each; a smaller (persistent) grid runs several, x staged once and each
+ * warp's ring running on from one tile's steps into the next's. */
+template <int QT, int MODE, bool NORM, bool GS, int NS, int RT, int MINB>
+__global__ void __launch_bounds__(GEMV_MMA_WARPS * 32, MINB)
+qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__restrict__ bias, float *__restrict__ y,
+                  int K, int N, int tiles, tbc_gemv_epi e) {
+    constexpr int VPL = QT == QT_I4 ? 32 : 16; /* values per 16-byte load */
+    constexpr int KSTEP = 4 * VPL;
+    constexpr int NW = GEMV_MMA_WARPS;
+    static_assert(NS >= 2, "the ring needs two slots");
+    __shared__ float red[2][RT][NW][32][4]; /* by tile parity: warp 0 may still read the last tile's */
+    __shared__ float red_ss[NW][8];
+    extern __shared__ uint4 qp_dyn[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    /* this warp's ring: [NS][RT][2 rows][32 lanes] of 16 bytes; int4:
+     * [NS][RT][scale a, scale b, zero a, zero b][32] floats */
+    uint4 *ring = qp_dyn + (size_t)warp * NS * RT * 64;
+    float *scr = reinterpret_cast<float *>(qp_dyn + (size_t)NW * NS * RT * 64) + (size_t)warp * NS * RT * 128;
+    uint4 *xs = QT == QT_I4 ? reinterpret_cast<uint4 *>(reinterpret_cast<float *>(qp_dyn + (size_t)NW * NS * RT * 64) +
+                                                        (size_t)NW * NS * RT * 128)
+                            : qp_dyn + (size_t)NW * NS * RT * 64;
+    const size_t row_bytes = QT == QT_I4 ? (size_t)K / 2 : (size_t)K;
+    const char *cb = static_cast<const char *>(w.codes);
+    const int nbt_all = (tiles + RT - 1) / RT;
+    const int nbt = (nbt_all - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
+    const int steps = K / KSTEP, per = (steps + NW - 1) / NW;
+    const int s0 = warp * per, nj = max(0, min(steps, s0 + per) - s0);
+    const int ng = QT == QT_I4 ? K / w.group : 1;
+    /* the issue cursor: block tile ci, step cj, ring slot cs */
+    int ci = 0, cj = 0, cs = 0;
+    int qla[RT], qlb[RT];
+    auto set_rows = [&](int i) {
+#pragma unroll
+        for (int r = 0; r < RT; r++) {
+            int a, b, pp;
+            mma_rows<MODE>(e, N, g, a, b, pp, ((int)blockIdx.x + i * (int)gridDim.x) * RT + r);
+            qla[r] = min(a, N - 1);
+            qlb[r] = min(b, N - 1);
+        }
+    };
+    set_rows(0);
+    auto issue_next = [&]() {
+        if (ci >= nbt || nj == 0) return;
+        const int st = s0 + cj;
+        const size_t o = (size_t)st * 64 + (size_t)t * 16; /* byte offset in the row */
+#pragma unroll
+        for (int r = 0; r < RT; r++) {
+            uint4 *d = ring + (size_t)(cs * RT + r) * 64;
+            qp_cp16(d + lane, cb + (size_t)qla[r] * row_bytes + o);
+            qp_cp16(d + 32 + lane, cb + (size_t)qlb[r] * row_bytes + o);
+            if (QT == QT_I4) {
+                const size_t gi = (size_t)(st * KSTEP + t * VPL) / w.group;
+                float *f = scr + (size_t)(cs * RT + r) * 128;
+                qp_cp4(f + lane, w.scales + (size_t)qla[r] * ng + gi);
+                qp_cp4(f + 32 + lane, w.scales + (size_t)qlb[r] * ng + gi);
+                if (!GS && w.zeros) {
+                    qp_cp4(f + 64 + lane, w.zeros + (size_t)qla[r] * ng + gi);
+                    qp_cp4(f + 96 + lane, w.zeros + (size_t)qlb[r] * ng + gi);
+                }
+            }
+        }
+        cs = cs + 1 == NS ? 0 : cs + 1;
+        if (++cj == nj) {
+            cj = 0;
+            if (++ci < nbt) set_rows(ci);
+        }
+    };
+    /* NS - 1 steps in flight before the wait for the previous kernel */
+#pragma unroll
+    for (int j = 0; j < NS - 1; j++) {
+        issue_next();
+        qp_commit();
+    }
+    tbc_pdl_wait();
+    /* x (token 0) in f16 pairs, the k order of load_xq: int8 / e4m3 pairs
+     * (2i, 2i + 1), int4 (i, i + 4) within each 8 values */
+    float ss = 0.0f;
+    for (int m = threadIdx.x; m < K / 8; m += NW * 32) {
+        float4 a = __ldg(reinterpret_cast<const float4 *>(x) + 2 * m);
+        float4 b = __ldg(reinterpret_cast<const float4 *>(x) + 2 * m + 1);
+        float f0 = a.x, f1 = a.y, f2 = a.z, f3 = a.w, f4 = b.x, f5 = b.y, f6 = b.z, f7 = b.w;
+        if (NORM) {
+            ss = fmaf(f0, f0, ss); ss = fmaf(f1, f1, ss); ss = fmaf(f2, f2, ss); ss = fmaf(f3, f3, ss);
+            ss = fmaf(f4, f4, ss); ss = fmaf(f5, f5, ss); ss = fmaf(f6, f6, ss); ss = fmaf(f7, f7, ss);
+            if (e.norm_w) {
+                float4 ga = __ldg(reinterpret_cast<const float4 *>(e.norm_w) + 2 * m);
+                float4 gb = __ldg(reinterpret_cast<const float4 *>(e.norm_w) + 2 * m + 1);
+                f0 *= ga.x; f1 *= ga.y; f2 *= ga.z; f3 *= ga.w;
+                f4 *= gb.x; f5 *= gb.y; f6 *= gb.z; f7 *= gb.w;
+            }
+        }
+        uint4 o;
+        if (QT == QT_I4) {
+            o.x = h2u(__floats2half2_rn(f0, f4));
+            o.y = h2u(__floats2half2_rn(f1, f5));
+            o.z = h2u(__floats2half2_rn(f2, f6));
+            o.w = h2u(__floats2half2_rn(f3, f7));
+        } else {
+            o.x = h2u(__floats2half2_rn(f0, f1));
+            o.y = h2u(__floats2half2_rn(f2, f3));
+            o.z = h2u(__floats2half2_rn(f4, f5));
+            o.w = h2u(__floats2half2_rn(f6, f7));
+        }
+        xs[m] = o;
+    }
+    if (NORM) {
+        /* the block's sum of squares reaches mma_finish as token 0's: each
+         * warp's total on its lane 0 (g = 0), every other lane 0 */
+        ss = tbc_warp_sum(ss);
+        if (lane != 0) ss = 0.0f;
+    }
+    __syncthreads();
+    const __half2 one2 = __float2half2_rn(1.0f), zero2 = __float2half2_rn(0.0f);
+    int rs = 0; /* the slot read next */
+    for (int i = 0; i < nbt; i++) {
+        float c[RT][4], c1[RT][4];
+#pragma unroll
+        for (int r = 0; r < RT; r++)
+#pragma unroll
+            for (int q = 0; q < 4; q++) c[r][q] = c1[r][q] = 0.0f;
+        for (int j = 0; j < nj; j++) {
+            qp_wait<NS - 2>(); /* this step has landed */
+            uint4 ua[RT], ub[RT];
+            float fsa[RT], fsb[RT], fza[RT], fzb[RT];
+#pragma unroll
+            for (int r = 0; r < RT; r++) {
+                const uint4 *d = ring + (size_t)(rs * RT + r) * 64;
+                ua[r] = d[lane];
+                ub[r] = d[32 + lane];
+                if (QT == QT_I4) {
+                    const float *f = scr + (size_t)(rs * RT + r) * 128;
+                    fsa[r] = f[lane];
+                    fsb[r] = f[32 + lane];
+                    fza[r] = !GS && w.zeros ? f[64 + lane] : 0.0f;
+                    fzb[r] = !GS && w.zeros ? f[96 + lane] : 0.0f;
+                }
+            }
+            rs = rs + 1 == NS ? 0 : rs + 1;
+            /* refill the slot read one step ago */
+            issue_next();
+            qp_commit();
+            const int st = s0 + j;
+            uint32_t xb[VPL / 2];
+            const uint4 *xp = xs + (size_t)(st * KSTEP + t * VPL) / 8;
+#pragma unroll
+            for (int q = 0; q < VPL / 8; q++) {
+                uint4 v = xp[q];
+                xb[4 * q] = v.x; xb[4 * q + 1] = v.y; xb[4 * q + 2] = v.z; xb[4 * q + 3] = v.w;
+            }
+#pragma unroll
+            for (int r = 0; r < RT; r++) {
+                if (GS) {
+                    float ct[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cu[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    qmma_step2<QT, true>(ct, cu, ua[r], ub[r], xb, one2, zero2, one2, zero2);
+                    c[r][0] = fmaf(ct[0] + cu[0], fsa[r], c[r][0]);
+                    c[r][1] = fmaf(ct[1] + cu[1], fsa[r], c[r][1]);
+                    c[r][2] = fmaf(ct[2] + cu[2], fsb[r], c[r][2]);
+                    c[r][3] = fmaf(ct[3] + cu[3], fsb[r], c[r][3]);
+                } else if (QT == QT_I4) {
+                    qmma_step2<QT>(c[r], c1[r], ua[r], ub[r], xb, __float2half2_rn(fsa[r]), __float2half2_rn(fza[r]),
+                                   __float2half2_rn(fsb[r]), __float2half2_rn(fzb[r]));
+                } else {
+                    qmma_step2<QT, true>(c[r], c1[r], ua[r], ub[r], xb, one2, zero2, one2, zero2);
+                }
+            }
+        }
+        if (i == nbt - 1) {
+            qp_wait<0>();
+            tbc_pdl_trigger();
+        }
+        const int bt = (int)blockIdx.x + i * (int)gridDim.x;
+#pragma unroll
+        for (int r = 0; r < RT; r++) {
+            int ra, rb, P;
+            const bool pair_ok = mma_rows<MODE>(e, N, g, ra, rb, P, bt * RT + r);
+            const float fa = QT == QT_I4 ? 1.0f : __ldg(w.scales + min(ra, N - 1));
+            const float fb = QT == QT_I4 ? 1.0f : __ldg(w.scales + min(rb, N - 1));
+            float cc[4] = {c[r][0] + c1[r][0], c[r][1] + c1[r][1], c[r][2] + c1[r][2], c[r][3] + c1[r][3]};
+            mma_finish<MODE, NORM>(red[i & 1][r], red_ss, cc, ss, warp, lane, ra, rb, P, pair_ok, 1, K, N, bias, y,
+                                   e, fa, fb, i == 0 && r == 0);
+        }
+    }
+}
+
 /* ---------------------------------------------------------------- quantized, SIMT rows
  * int8 / e4m3 weights, T <= 2 (batch-1 decode): the f16 row kernel's layout
  * (one warp per row, 8 warps = 4 row pairs a block, U 16-byte loads per lane
@@ -1130,7 +1376,7 @@ extern "C" int tbc_qgemv_supports(const tbc_qweight *w, const float *x, int T, i
  * backend at create. */
 static int qgemv_unroll = 2, qgemv_variant = -1;
 extern "C" void tbc_set_qgemv_unroll(int u) { qgemv_unroll = u == 1 ? 1 : 2; }
-extern "C" void tbc_set_qgemv_variant(int v) { qgemv_variant = v >= 0 && v <= 3 ? v : -1; }
+extern "C" void tbc_set_qgemv_variant(int v) { qgemv_variant = v >= 0 && v <= 6 ? v : -1; }
 
 template <int QT, int MODE, bool NORM, bool GS, int MINB, bool PRE, int RT>
 static cudaError_t qgemv_launch_v(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K,
@@ -1154,7 +1400,7 @@ template <int QT, int MODE, bool NORM, bool GS>
 static cudaError_t qgemv_launch_u(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K,
                                   int N, const tbc_gemv_epi &e, int tiles, cudaStream_t s) {
     /* one token: one tile; 2..8 tokens: two tiles (int8 b8 -15%, int4 -25% on the 7B step) */
-    const int v = qgemv_variant >= 0 ? qgemv_variant : QT == QT_I4 ? (T == 1 ? 0 : 2) : (T == 1 ? 1 : 3);
+    const int v = qgemv_variant >= 0 && qgemv_variant <= 3 ? qgemv_variant : QT == QT_I4 ? (T == 1 ? 0 : 2) : (T == 1 ? 1 : 3);
     /* int4 builds variants 0 and 2 only, int8 / e4m3 1 and 3 (compile time);
      * a variant asked of the other kind takes its single- or two-tile one */
     if constexpr (QT == QT_I4) {
@@ -1189,6 +1435,56 @@ static cudaError_t qrow_launch_t(const float *x, const tbc_qweight &w, const flo
     }
 }
 
+/* One token on qgemv_pipe_kernel: NS steps a warp's ring, RT tiles a block.
+ * Returns cudaErrorNotSupported when its shared memory would not fit (the
+ * caller takes the register-loading kernel). */
+#define QPIPE_MAX_SMEM (200 * 1024)
+template <int QT, int MODE, bool NORM, bool GS, int NS, int RT, bool PT>
+static cudaError_t qpipe_launch(const float *x, const tbc_qweight &w, const float *bias, float *y, int K, int N,
+                                const tbc_gemv_epi &e, int tiles, cudaStream_t s) {
+    const size_t smem = qpipe_smem<QT, NS, RT>(K);
+    if (smem > QPIPE_MAX_SMEM) return cudaErrorNotSupported;
+    constexpr int MINB = QT == QT_I4 ? 2 : 3;
+    auto kern = qgemv_pipe_kernel<QT, MODE, NORM, GS, NS, RT, MINB>;
+    static int attr_done = 0; /* once per instantiation, before any capture needs it */
+    if (!attr_done) {
+        cudaError_t r = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, QPIPE_MAX_SMEM);
+        if (r != cudaSuccess) return r;
+        attr_done = 1;
+    }
+    const int nbt = (tiles + RT - 1) / RT;
+    int grid_n = nbt;
+    if (PT) {
+        /* persistent: as many blocks as fit on the device at once */
+        static int occ_smem = -1, occ_blocks = 0, sms = 0;
+        if (occ_smem != (int)smem) {
+            int dev = 0, nb = 0;
+            cudaError_t r = cudaGetDevice(&dev);
+            if (r == cudaSuccess) r = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+            if (r == cudaSuccess) r = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, kern, GEMV_MMA_WARPS * 32, smem);
+            if (r != cudaSuccess) return r;
+            occ_blocks = nb > 0 ? nb : 1;
+            occ_smem = (int)smem;
+        }
+        /* (another thread filling the cache meanwhile may leave a zero: all tiles then) */
+        if (occ_blocks > 0 && sms > 0) grid_n = min(nbt, occ_blocks * sms);
+    }
+    dim3 grid(grid_n), block(GEMV_MMA_WARPS * 32);
+    return tbc_launch(kern, grid, block, smem, s, x, w, bias, y, K, N, tiles, e);
+}
+
+/* The pipelined shapes (variants 4..6): rings of 4 steps; 4 one tile a
+ * block, a block per tile; 5 one tile a block, persistent blocks (as many
+ * as fit at once, each taking tiles in turn); 6 as 5 with two tiles a
+ * block. */
+template <int QT, int MODE, bool NORM, bool GS>
+static cudaError_t qpipe_launch_v(int v, const float *x, const tbc_qweight &w, const float *bias, float *y, int K,
+                                  int N, const tbc_gemv_epi &e, int tiles, cudaStream_t s) {
+    if (v == 5) return qpipe_launch<QT, MODE, NORM, GS, 4, 1, true>(x, w, bias, y, K, N, e, tiles, s);
+    if (v == 6) return qpipe_launch<QT, MODE, NORM, GS, 4, 2, true>(x, w, bias, y, K, N, e, tiles, s);
+    return qpipe_launch<QT, MODE, NORM, GS, 4, 1, false>(x, w, bias, y, K, N, e, tiles, s);
+}
+
 template <int QT, int MODE>
 static cudaError_t qgemv_launch(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K, int N,
                                 const tbc_gemv_epi &e, cudaStream_t s) {
@@ -1203,6 +1499,25 @@ static cudaError_t qgemv_launch(const float *x, const tbc_qweight &w, const floa
     }
     int pairs = MODE == TBC_EPI_PLAIN ? 0 : MODE == TBC_EPI_ADD ? (N + 1) / 2 : N / 2;
     int blocks = MODE == TBC_EPI_PLAIN ? (N + 15) / 16 : (pairs + 7) / 8;
+    /* one token: the pipelined kernel unless an older shape is forced
+     * (7B b1 on the H200: int8 / e4m3 3.27 -> 2.68 ms with variant 4, int4
+     * 3.10 -> 2.68 with 5; docs/PERFORMANCE.md) */
+    const int pv = qgemv_variant >= 4 ? qgemv_variant : qgemv_variant < 0 ? (QT == QT_I4 ? 5 : 4) : 0;
+    if (T == 1 && pv) {
+        cudaError_t r = cudaErrorNotSupported;
+        bool done = false;
+        if constexpr (QT == QT_I4) {
+            if (w.group % 128 == 0 && !w.zeros) {
+                r = e.norm ? qpipe_launch_v<QT, MODE, true, true>(pv, x, w, bias, y, K, N, e, blocks, s)
+                           : qpipe_launch_v<QT, MODE, false, true>(pv, x, w, bias, y, K, N, e, blocks, s);
+                done = true;
+            }
+        }
+        if (!done)
+            r = e.norm ? qpipe_launch_v<QT, MODE, true, false>(pv, x, w, bias, y, K, N, e, blocks, s)
+                       : qpipe_launch_v<QT, MODE, false, false>(pv, x, w, bias, y, K, N, e, blocks, s);
+        if (r != cudaErrorNotSupported) return r;
+    }
     if constexpr (QT == QT_I4) {
         if (w.group % 128 == 0 && !w.zeros) {
             if (e.norm) return qgemv_launch_u<QT, MODE, true, true>(x, w, bias, y, T, K, N, e, blocks, s);
