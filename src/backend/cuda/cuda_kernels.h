@@ -223,11 +223,11 @@ cudaError_t tbc_qgemv(const float *x, const tbc_qweight *w, const float *bias, f
  * Process-wide; the backend sets it from TB_CUDA_QGEMV_U. */
 void tbc_set_qgemv_unroll(int u);
 /* The quantized GEMV's block shape (process-wide; TB_CUDA_QGEMV_V): -1
- * (default) by weight type and step size (one token: the pipelined
- * kernel, 4 for int8 / e4m3, 5 for int4), 0..3 one of the register-loading
- * shapes listed at qgemv_launch_u in gemv.cu (for one token too), 4..6 the
- * pipelined one-token kernel's shapes (qpipe_launch_v; steps of more
- * tokens take the default). */
+ * (default) the pipelined kernel (qpipe_launch_v in gemv.cu: one token 4
+ * for int8 / e4m3, 5 for int4; 2..8 tokens 5 / 6), 0..3 one of the
+ * register-loading shapes listed at qgemv_launch_u, 4..6 one pipelined
+ * shape (for comparisons; shapes whose x does not fit in shared memory
+ * take the register-loading kernel). */
 void tbc_set_qgemv_variant(int v);
 /* int8 / e4m3 steps of up to max_t (0..2, default 0) tokens on the SIMT row kernel
  * (x in f32), u 16-byte loads per lane in flight (1, 2, 4); the backend

@@ -795,8 +795,8 @@ qgemv_mma_kernel(const float *__restrict__ x, tbc_qweight w, const float *__rest
 }
 
 
-/* ---------------------------------------------------------------- quantized, one token, pipelined
- * Batch-1 decode (T = 1) of int8 / e4m3 / int4 weights. The tensor-core
+/* ---------------------------------------------------------------- quantized, pipelined
+ * Decode steps (T = 1..8) of int8 / e4m3 / int4 weights. The tensor-core
  * layout of qgemv_mma_kernel (16-row tiles, 8 warps splitting K, a thread's
  * 16-byte loads of rows g and g + 8), but the weights go through a ring of
  * NS steps per warp in shared memory filled by cp.async: NS - 1 steps of
@@ -804,11 +804,11 @@ qgemv_mma_kernel(const float *__restrict__ x, tbc_qweight w, const float *__rest
  * are issued before the kernel waits for the previous one (the weights do
  * not depend on it). Each thread reads back only the slots it filled, so the
  * ring needs no barrier; a slot is refilled one step after it was read.
- * x (token 0, times the norm weight) is converted to f16 pairs in the mma's
- * k order once per block into shared memory (K * 2 bytes), and every lane
- * takes token 0's fragment: columns 1..7 of the product are discarded, so
- * the other tokens' slots need not be zero. int4 scales (and zeros) go
- * through the ring with their codes. */
+ * x (T tokens, times the norm weight) is converted to f16 pairs in the
+ * mma's k order once per block into shared memory (T * K * 2 bytes); lanes
+ * of tokens >= T take token T - 1's fragment: those columns of the product
+ * are discarded, so their slots need not be zero. int4 scales (and zeros)
+ * go through the ring with their codes. */
 __device__ __forceinline__ uint32_t qp_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void qp_cp16(void *dst, const void *src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(qp_smem(dst)), "l"(src) : "memory");
@@ -825,10 +825,10 @@ __device__ __forceinline__ void qp_wait() {
 /* Shared memory of qgemv_pipe_kernel beyond its static arrays: the rings
  * (codes; int4 also scales and zeros) and x in f16. */
 template <int QT, int NS, int RT>
-static size_t qpipe_smem(int K) {
+static size_t qpipe_smem(int T, int K) {
     size_t ring = (size_t)GEMV_MMA_WARPS * NS * RT * 64 * 16;
     size_t scr = QT == QT_I4 ? (size_t)GEMV_MMA_WARPS * NS * RT * 128 * 4 : 0;
-    return ring + scr + (size_t)K * 2;
+    return ring + scr + (size_t)T * K * 2;
 }
 
 /* qmma_step with two accumulators (alternate mmas), halving the chain of
@@ -861,13 +861,14 @@ __device__ __forceinline__ void qmma_step2(float *c0, float *c1, const uint4 &ua
 template <int QT, int MODE, bool NORM, bool GS, int NS, int RT, int MINB>
 __global__ void __launch_bounds__(GEMV_MMA_WARPS * 32, MINB)
 qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__restrict__ bias, float *__restrict__ y,
-                  int K, int N, int tiles, tbc_gemv_epi e) {
+                  int T, int K, int N, int tiles, tbc_gemv_epi e) {
     constexpr int VPL = QT == QT_I4 ? 32 : 16; /* values per 16-byte load */
     constexpr int KSTEP = 4 * VPL;
     constexpr int NW = GEMV_MMA_WARPS;
     static_assert(NS >= 2, "the ring needs two slots");
     __shared__ float red[2][RT][NW][32][4]; /* by tile parity: warp 0 may still read the last tile's */
     __shared__ float red_ss[NW][8];
+    __shared__ float wss[NW][8]; /* each warp's sum of squares per token */
     extern __shared__ uint4 qp_dyn[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     /* this warp's ring: [NS][RT][2 rows][32 lanes] of 16 bytes; int4:
@@ -930,44 +931,54 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
         qp_commit();
     }
     tbc_pdl_wait();
-    /* x (token 0) in f16 pairs, the k order of load_xq: int8 / e4m3 pairs
-     * (2i, 2i + 1), int4 (i, i + 4) within each 8 values */
-    float ss = 0.0f;
-    for (int m = threadIdx.x; m < K / 8; m += NW * 32) {
-        float4 a = __ldg(reinterpret_cast<const float4 *>(x) + 2 * m);
-        float4 b = __ldg(reinterpret_cast<const float4 *>(x) + 2 * m + 1);
-        float f0 = a.x, f1 = a.y, f2 = a.z, f3 = a.w, f4 = b.x, f5 = b.y, f6 = b.z, f7 = b.w;
-        if (NORM) {
-            ss = fmaf(f0, f0, ss); ss = fmaf(f1, f1, ss); ss = fmaf(f2, f2, ss); ss = fmaf(f3, f3, ss);
-            ss = fmaf(f4, f4, ss); ss = fmaf(f5, f5, ss); ss = fmaf(f6, f6, ss); ss = fmaf(f7, f7, ss);
-            if (e.norm_w) {
-                float4 ga = __ldg(reinterpret_cast<const float4 *>(e.norm_w) + 2 * m);
-                float4 gb = __ldg(reinterpret_cast<const float4 *>(e.norm_w) + 2 * m + 1);
-                f0 *= ga.x; f1 *= ga.y; f2 *= ga.z; f3 *= ga.w;
-                f4 *= gb.x; f5 *= gb.y; f6 *= gb.z; f7 *= gb.w;
+    /* x (T tokens) in f16 pairs, the k order of load_xq: int8 / e4m3 pairs
+     * (2i, 2i + 1), int4 (i, i + 4) within each 8 values; token k's at
+     * xs + k * K / 8 */
+    for (int tk = 0; tk < T; tk++) {
+        float ss = 0.0f;
+        const float *xt = x + (size_t)tk * K;
+        uint4 *xst = xs + (size_t)tk * (K / 8);
+        for (int m = threadIdx.x; m < K / 8; m += NW * 32) {
+            float4 a = __ldg(reinterpret_cast<const float4 *>(xt) + 2 * m);
+            float4 b = __ldg(reinterpret_cast<const float4 *>(xt) + 2 * m + 1);
+            float f0 = a.x, f1 = a.y, f2 = a.z, f3 = a.w, f4 = b.x, f5 = b.y, f6 = b.z, f7 = b.w;
+            if (NORM) {
+                ss = fmaf(f0, f0, ss); ss = fmaf(f1, f1, ss); ss = fmaf(f2, f2, ss); ss = fmaf(f3, f3, ss);
+                ss = fmaf(f4, f4, ss); ss = fmaf(f5, f5, ss); ss = fmaf(f6, f6, ss); ss = fmaf(f7, f7, ss);
+                if (e.norm_w) {
+                    float4 ga = __ldg(reinterpret_cast<const float4 *>(e.norm_w) + 2 * m);
+                    float4 gb = __ldg(reinterpret_cast<const float4 *>(e.norm_w) + 2 * m + 1);
+                    f0 *= ga.x; f1 *= ga.y; f2 *= ga.z; f3 *= ga.w;
+                    f4 *= gb.x; f5 *= gb.y; f6 *= gb.z; f7 *= gb.w;
+                }
             }
+            uint4 o;
+            if (QT == QT_I4) {
+                o.x = h2u(__floats2half2_rn(f0, f4));
+                o.y = h2u(__floats2half2_rn(f1, f5));
+                o.z = h2u(__floats2half2_rn(f2, f6));
+                o.w = h2u(__floats2half2_rn(f3, f7));
+            } else {
+                o.x = h2u(__floats2half2_rn(f0, f1));
+                o.y = h2u(__floats2half2_rn(f2, f3));
+                o.z = h2u(__floats2half2_rn(f4, f5));
+                o.w = h2u(__floats2half2_rn(f6, f7));
+            }
+            xst[m] = o;
         }
-        uint4 o;
-        if (QT == QT_I4) {
-            o.x = h2u(__floats2half2_rn(f0, f4));
-            o.y = h2u(__floats2half2_rn(f1, f5));
-            o.z = h2u(__floats2half2_rn(f2, f6));
-            o.w = h2u(__floats2half2_rn(f3, f7));
-        } else {
-            o.x = h2u(__floats2half2_rn(f0, f1));
-            o.y = h2u(__floats2half2_rn(f2, f3));
-            o.z = h2u(__floats2half2_rn(f4, f5));
-            o.w = h2u(__floats2half2_rn(f6, f7));
+        if (NORM) {
+            ss = tbc_warp_sum(ss);
+            if (lane == 0) wss[warp][tk] = ss;
         }
-        xs[m] = o;
-    }
-    if (NORM) {
-        /* the block's sum of squares reaches mma_finish as token 0's: each
-         * warp's total on its lane 0 (g = 0), every other lane 0 */
-        ss = tbc_warp_sum(ss);
-        if (lane != 0) ss = 0.0f;
     }
     __syncthreads();
+    /* the block's sums of squares reach mma_finish as token g's: warp w's
+     * on its lane (g, t = 0), every other lane 0 (summed over quads, then
+     * warps there) */
+    const float ss = NORM && t == 0 && g < T ? wss[warp][g] : 0.0f;
+    /* lanes of tokens >= T read token T - 1's x: their product columns are
+     * not stored */
+    const uint4 *xg = xs + (size_t)min(g, T - 1) * (K / 8);
     const __half2 one2 = __float2half2_rn(1.0f), zero2 = __float2half2_rn(0.0f);
     int rs = 0; /* the slot read next */
     for (int i = 0; i < nbt; i++) {
@@ -999,7 +1010,7 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
             qp_commit();
             const int st = s0 + j;
             uint32_t xb[VPL / 2];
-            const uint4 *xp = xs + (size_t)(st * KSTEP + t * VPL) / 8;
+            const uint4 *xp = xg + (size_t)(st * KSTEP + t * VPL) / 8;
 #pragma unroll
             for (int q = 0; q < VPL / 8; q++) {
                 uint4 v = xp[q];
@@ -1034,7 +1045,7 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
             const float fa = QT == QT_I4 ? 1.0f : __ldg(w.scales + min(ra, N - 1));
             const float fb = QT == QT_I4 ? 1.0f : __ldg(w.scales + min(rb, N - 1));
             float cc[4] = {c[r][0] + c1[r][0], c[r][1] + c1[r][1], c[r][2] + c1[r][2], c[r][3] + c1[r][3]};
-            mma_finish<MODE, NORM>(red[i & 1][r], red_ss, cc, ss, warp, lane, ra, rb, P, pair_ok, 1, K, N, bias, y,
+            mma_finish<MODE, NORM>(red[i & 1][r], red_ss, cc, ss, warp, lane, ra, rb, P, pair_ok, T, K, N, bias, y,
                                    e, fa, fb, i == 0 && r == 0);
         }
     }
@@ -1438,12 +1449,13 @@ static cudaError_t qrow_launch_t(const float *x, const tbc_qweight &w, const flo
 /* One token on qgemv_pipe_kernel: NS steps a warp's ring, RT tiles a block.
  * Returns cudaErrorNotSupported when its shared memory would not fit (the
  * caller takes the register-loading kernel). */
-#define QPIPE_MAX_SMEM (200 * 1024)
 template <int QT, int MODE, bool NORM, bool GS, int NS, int RT, bool PT>
-static cudaError_t qpipe_launch(const float *x, const tbc_qweight &w, const float *bias, float *y, int K, int N,
-                                const tbc_gemv_epi &e, int tiles, cudaStream_t s) {
-    const size_t smem = qpipe_smem<QT, NS, RT>(K);
-    if (smem > QPIPE_MAX_SMEM) return cudaErrorNotSupported;
+static cudaError_t qpipe_launch(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K,
+                                int N, const tbc_gemv_epi &e, int tiles, cudaStream_t s) {
+    /* sm_90's 227 KiB a block less the static arrays (red, red_ss, wss) */
+    constexpr int QPIPE_MAX_SMEM = 232448 - RT * 8192 - 1024;
+    const size_t smem = qpipe_smem<QT, NS, RT>(T, K);
+    if (smem > (size_t)QPIPE_MAX_SMEM) return cudaErrorNotSupported;
     constexpr int MINB = QT == QT_I4 ? 2 : 3;
     auto kern = qgemv_pipe_kernel<QT, MODE, NORM, GS, NS, RT, MINB>;
     static int attr_done = 0; /* once per instantiation, before any capture needs it */
@@ -1470,19 +1482,20 @@ static cudaError_t qpipe_launch(const float *x, const tbc_qweight &w, const floa
         if (occ_blocks > 0 && sms > 0) grid_n = min(nbt, occ_blocks * sms);
     }
     dim3 grid(grid_n), block(GEMV_MMA_WARPS * 32);
-    return tbc_launch(kern, grid, block, smem, s, x, w, bias, y, K, N, tiles, e);
+    return tbc_launch(kern, grid, block, smem, s, x, w, bias, y, T, K, N, tiles, e);
 }
 
 /* The pipelined shapes (variants 4..6): rings of 4 steps; 4 one tile a
  * block, a block per tile; 5 one tile a block, persistent blocks (as many
  * as fit at once, each taking tiles in turn); 6 as 5 with two tiles a
- * block. */
+ * block. x takes T * K * 2 bytes of shared memory: shapes where it does not
+ * fit take the register-loading kernel. */
 template <int QT, int MODE, bool NORM, bool GS>
-static cudaError_t qpipe_launch_v(int v, const float *x, const tbc_qweight &w, const float *bias, float *y, int K,
-                                  int N, const tbc_gemv_epi &e, int tiles, cudaStream_t s) {
-    if (v == 5) return qpipe_launch<QT, MODE, NORM, GS, 4, 1, true>(x, w, bias, y, K, N, e, tiles, s);
-    if (v == 6) return qpipe_launch<QT, MODE, NORM, GS, 4, 2, true>(x, w, bias, y, K, N, e, tiles, s);
-    return qpipe_launch<QT, MODE, NORM, GS, 4, 1, false>(x, w, bias, y, K, N, e, tiles, s);
+static cudaError_t qpipe_launch_v(int v, const float *x, const tbc_qweight &w, const float *bias, float *y, int T,
+                                  int K, int N, const tbc_gemv_epi &e, int tiles, cudaStream_t s) {
+    if (v == 5) return qpipe_launch<QT, MODE, NORM, GS, 4, 1, true>(x, w, bias, y, T, K, N, e, tiles, s);
+    if (v == 6) return qpipe_launch<QT, MODE, NORM, GS, 4, 2, true>(x, w, bias, y, T, K, N, e, tiles, s);
+    return qpipe_launch<QT, MODE, NORM, GS, 4, 1, false>(x, w, bias, y, T, K, N, e, tiles, s);
 }
 
 template <int QT, int MODE>
@@ -1499,23 +1512,28 @@ static cudaError_t qgemv_launch(const float *x, const tbc_qweight &w, const floa
     }
     int pairs = MODE == TBC_EPI_PLAIN ? 0 : MODE == TBC_EPI_ADD ? (N + 1) / 2 : N / 2;
     int blocks = MODE == TBC_EPI_PLAIN ? (N + 15) / 16 : (pairs + 7) / 8;
-    /* one token: the pipelined kernel unless an older shape is forced
-     * (7B b1 on the H200: int8 / e4m3 3.27 -> 2.68 ms with variant 4, int4
-     * 3.10 -> 2.68 with 5; docs/PERFORMANCE.md) */
-    const int pv = qgemv_variant >= 4 ? qgemv_variant : qgemv_variant < 0 ? (QT == QT_I4 ? 5 : 4) : 0;
-    if (T == 1 && pv) {
+    /* the pipelined kernel unless an older shape is forced (7B on the
+     * H200, docs/PERFORMANCE.md: b1 int8 / e4m3 3.27 -> 2.68 ms with
+     * variant 4, int4 3.10 -> 2.68 with 5; 2..8 tokens persistent, x staged
+     * once a block serving many tiles: b8 int8 3.96 -> 3.71 with 5, int4
+     * 5.18 -> 3.98 with 6) */
+    const int pv = qgemv_variant >= 4 ? qgemv_variant
+                   : qgemv_variant >= 0 ? 0
+                   : T > 1 ? (QT == QT_I4 ? 6 : 5)
+                   : QT == QT_I4 ? 5 : 4;
+    if (pv) {
         cudaError_t r = cudaErrorNotSupported;
         bool done = false;
         if constexpr (QT == QT_I4) {
             if (w.group % 128 == 0 && !w.zeros) {
-                r = e.norm ? qpipe_launch_v<QT, MODE, true, true>(pv, x, w, bias, y, K, N, e, blocks, s)
-                           : qpipe_launch_v<QT, MODE, false, true>(pv, x, w, bias, y, K, N, e, blocks, s);
+                r = e.norm ? qpipe_launch_v<QT, MODE, true, true>(pv, x, w, bias, y, T, K, N, e, blocks, s)
+                           : qpipe_launch_v<QT, MODE, false, true>(pv, x, w, bias, y, T, K, N, e, blocks, s);
                 done = true;
             }
         }
         if (!done)
-            r = e.norm ? qpipe_launch_v<QT, MODE, true, false>(pv, x, w, bias, y, K, N, e, blocks, s)
-                       : qpipe_launch_v<QT, MODE, false, false>(pv, x, w, bias, y, K, N, e, blocks, s);
+            r = e.norm ? qpipe_launch_v<QT, MODE, true, false>(pv, x, w, bias, y, T, K, N, e, blocks, s)
+                       : qpipe_launch_v<QT, MODE, false, false>(pv, x, w, bias, y, T, K, N, e, blocks, s);
         if (r != cudaErrorNotSupported) return r;
     }
     if constexpr (QT == QT_I4) {
