@@ -637,10 +637,12 @@ __device__ __forceinline__ void load_xq(const float *__restrict__ p, const float
 }
 
 /* One step of a thread: 16 bytes of rows ra (ua) and rb (ub) times x
- * (int4, RAW: the codes without scale and zero). */
+ * (int4, RAW: the codes without scale and zero), the mmas alternating
+ * between accumulators c0 and c1 (two halve the chain of dependent mmas a
+ * step waits on; c0 == c1 accumulates them all in order). */
 template <int QT, bool RAW = false>
-__device__ __forceinline__ void qmma_step(float *c, const uint4 &ua, const uint4 &ub, const uint32_t *xb, __half2 sa,
-                                          __half2 za, __half2 sb, __half2 zb) {
+__device__ __forceinline__ void qmma_step(float *c0, float *c1, const uint4 &ua, const uint4 &ub, const uint32_t *xb,
+                                          __half2 sa, __half2 za, __half2 sb, __half2 zb) {
     const uint32_t wa[4] = {ua.x, ua.y, ua.z, ua.w}, wb[4] = {ub.x, ub.y, ub.z, ub.w};
 #pragma unroll
     for (int j = 0; j < 4; j++) {
@@ -648,13 +650,13 @@ __device__ __forceinline__ void qmma_step(float *c, const uint4 &ua, const uint4
             uint32_t ha[4], hb[4];
             widen_word4<RAW>(wa[j], sa, za, ha);
             widen_word4<RAW>(wb[j], sb, zb, hb);
-            mma16816<TBC_F16>(c, ha[0], hb[0], ha[1], hb[1], xb[4 * j], xb[4 * j + 1]);
-            mma16816<TBC_F16>(c, ha[2], hb[2], ha[3], hb[3], xb[4 * j + 2], xb[4 * j + 3]);
+            mma16816<TBC_F16>(c0, ha[0], hb[0], ha[1], hb[1], xb[4 * j], xb[4 * j + 1]);
+            mma16816<TBC_F16>(c1, ha[2], hb[2], ha[3], hb[3], xb[4 * j + 2], xb[4 * j + 3]);
         } else {
             uint32_t a0, a1, b0, b1;
             widen_word8<QT>(wa[j], a0, a1);
             widen_word8<QT>(wb[j], b0, b1);
-            mma16816<TBC_F16>(c, a0, b0, a1, b1, xb[2 * j], xb[2 * j + 1]);
+            mma16816<TBC_F16>(j & 1 ? c1 : c0, a0, b0, a1, b1, xb[2 * j], xb[2 * j + 1]);
         }
     }
 }
@@ -761,17 +763,17 @@ qgemv_mma_kernel(const float *__restrict__ x, tbc_qweight w, const float *__rest
             for (int r = 0; r < RT; r++) {
                 if (GS) {
                     float ct[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    qmma_step<QT, true>(ct, ua[i][r], ub[i][r], xb, one2, zero2, one2, zero2);
+                    qmma_step<QT, true>(ct, ct, ua[i][r], ub[i][r], xb, one2, zero2, one2, zero2);
                     c[r][0] = fmaf(ct[0], fsa[i][r], c[r][0]);
                     c[r][1] = fmaf(ct[1], fsa[i][r], c[r][1]);
                     c[r][2] = fmaf(ct[2], fsb[i][r], c[r][2]);
                     c[r][3] = fmaf(ct[3], fsb[i][r], c[r][3]);
                 } else if (QT == QT_I4) {
-                    qmma_step<QT>(c[r], ua[i][r], ub[i][r], xb, __float2half2_rn(fsa[i][r]),
+                    qmma_step<QT>(c[r], c[r], ua[i][r], ub[i][r], xb, __float2half2_rn(fsa[i][r]),
                                   __float2half2_rn(fza[i][r]), __float2half2_rn(fsb[i][r]),
                                   __float2half2_rn(fzb[i][r]));
                 } else {
-                    qmma_step<QT, true>(c[r], ua[i][r], ub[i][r], xb, one2, zero2, one2, zero2);
+                    qmma_step<QT, true>(c[r], c[r], ua[i][r], ub[i][r], xb, one2, zero2, one2, zero2);
                 }
             }
         }
@@ -829,29 +831,6 @@ static size_t qpipe_smem(int T, int K) {
     size_t ring = (size_t)GEMV_MMA_WARPS * NS * RT * 64 * 16;
     size_t scr = QT == QT_I4 ? (size_t)GEMV_MMA_WARPS * NS * RT * 128 * 4 : 0;
     return ring + scr + (size_t)T * K * 2;
-}
-
-/* qmma_step with two accumulators (alternate mmas), halving the chain of
- * dependent mmas a step waits on. */
-template <int QT, bool RAW = false>
-__device__ __forceinline__ void qmma_step2(float *c0, float *c1, const uint4 &ua, const uint4 &ub, const uint32_t *xb,
-                                           __half2 sa, __half2 za, __half2 sb, __half2 zb) {
-    const uint32_t wa[4] = {ua.x, ua.y, ua.z, ua.w}, wb[4] = {ub.x, ub.y, ub.z, ub.w};
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        if (QT == QT_I4) {
-            uint32_t ha[4], hb[4];
-            widen_word4<RAW>(wa[j], sa, za, ha);
-            widen_word4<RAW>(wb[j], sb, zb, hb);
-            mma16816<TBC_F16>(c0, ha[0], hb[0], ha[1], hb[1], xb[4 * j], xb[4 * j + 1]);
-            mma16816<TBC_F16>(c1, ha[2], hb[2], ha[3], hb[3], xb[4 * j + 2], xb[4 * j + 3]);
-        } else {
-            uint32_t a0, a1, b0, b1;
-            widen_word8<QT>(wa[j], a0, a1);
-            widen_word8<QT>(wb[j], b0, b1);
-            mma16816<TBC_F16>(j & 1 ? c1 : c0, a0, b0, a1, b1, xb[2 * j], xb[2 * j + 1]);
-        }
-    }
 }
 
 /* The block takes block tiles (RT 16-row tiles each) blockIdx.x,
@@ -1020,16 +999,16 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
             for (int r = 0; r < RT; r++) {
                 if (GS) {
                     float ct[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cu[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    qmma_step2<QT, true>(ct, cu, ua[r], ub[r], xb, one2, zero2, one2, zero2);
+                    qmma_step<QT, true>(ct, cu, ua[r], ub[r], xb, one2, zero2, one2, zero2);
                     c[r][0] = fmaf(ct[0] + cu[0], fsa[r], c[r][0]);
                     c[r][1] = fmaf(ct[1] + cu[1], fsa[r], c[r][1]);
                     c[r][2] = fmaf(ct[2] + cu[2], fsb[r], c[r][2]);
                     c[r][3] = fmaf(ct[3] + cu[3], fsb[r], c[r][3]);
                 } else if (QT == QT_I4) {
-                    qmma_step2<QT>(c[r], c1[r], ua[r], ub[r], xb, __float2half2_rn(fsa[r]), __float2half2_rn(fza[r]),
+                    qmma_step<QT>(c[r], c1[r], ua[r], ub[r], xb, __float2half2_rn(fsa[r]), __float2half2_rn(fza[r]),
                                    __float2half2_rn(fsb[r]), __float2half2_rn(fzb[r]));
                 } else {
-                    qmma_step2<QT, true>(c[r], c1[r], ua[r], ub[r], xb, one2, zero2, one2, zero2);
+                    qmma_step<QT, true>(c[r], c1[r], ua[r], ub[r], xb, one2, zero2, one2, zero2);
                 }
             }
         }
