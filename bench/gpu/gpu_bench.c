@@ -15,8 +15,9 @@
  * decode timings with lines prefixed "[entry] ", and unsets them again.
  *
  * Also printed: "load: X ms" (tb_engine_load_for: map, verify, upload) and
- * "first token: Y ms" (context create and a one-token step after the load),
- * and with --streams N[,N2...] (--stream-in P, --stream-out G: default 128 / 128)
+ * "first token: Y ms" (context create and a one-token step after the load).
+ * The decode batches' prompts are prefilled in steps of up to --step-tokens
+ * tokens (whole prompts; default 512). With --streams N[,N2...] (--stream-in P, --stream-out G: default 128 / 128)
  * "streams N: X gen tok/s": N sequences that start together, their prompts
  * prefilled in steps of up to --step-tokens (default 512) tokens, then
  * decoded together for G tokens each (greedy ids are not needed: the next
@@ -261,7 +262,13 @@ int main(int argc, char **argv) {
                 tb_seq_reset(c, s);
                 ch[s] = (tb_seq_chunk){s, ctx_len, toks + (size_t)s * (need + 1), 1};
             }
-            if (!step(c, ch, B)) return 1;
+            /* the prompts in steps of at most --step-tokens tokens (whole prompts) */
+            for (int s0 = 0; s0 < B;) {
+                int n = 0, used = 0;
+                while (s0 + n < B && (n == 0 || used + ctx_len <= step_tokens)) used += ctx_len, n++;
+                if (!step(c, ch + s0, n)) return 1;
+                s0 += n;
+            }
             double *t = malloc(sizeof(double) * (size_t)decode), sum = 0;
             for (int k = 0; k < decode; k++) {
                 for (int s = 0; s < B; s++) ch[s] = (tb_seq_chunk){s, 1, toks + (size_t)s * (need + 1) + ctx_len + k, 1};

@@ -10,7 +10,7 @@
  * to fill 512 MiB, so every launch reads its matrix from device memory and
  * not from L2; the best of --reps replays counts. Bytes per launch are the
  * codes plus the scales (and zeros) plus x; the figure is bytes / time.
- * --variant picks tbc_set_qgemv_variant's kernel (see cuda_kernels.h; 4..6 the
+ * --variant picks tbc_set_qgemv_variant's kernel (see cuda_kernels.h; 4..9 the
  * pipelined one-token kernels).
  * Built with the CUDA backend (target qgemv_bench) and packed by
  * bench/gpu/pack.sh beside the other GPU binaries. */
@@ -120,6 +120,17 @@ static double read_bw(cudaStream_t s, int reps) {
 enum { K_F16 = 0, K_I8, K_FP8, K_I4 };
 static const char *kind_name[] = {"f16", "int8", "fp8", "int4-g128"};
 
+/* One launch of kind's matmul (N, K) over T tokens of x into y. */
+static cudaError_t launch_one(int kind, void *codes, float *scales, int group, const float *x, float *y, int T, int K,
+                              int N, int simt, cudaStream_t s) {
+    if (kind == K_F16) {
+        tbc_gemv_opts o = {simt, TBC_SIMT_ROW};
+        return tbc_gemv_ex(x, codes, TBC_F16, NULL, y, T, K, N, NULL, &o, s);
+    }
+    tbc_qweight w = {kind == K_I8 ? TBC_Q_I8 : kind == K_FP8 ? TBC_Q_FP8 : TBC_Q_I4, codes, scales, NULL, group};
+    return tbc_qgemv(x, &w, NULL, y, T, K, N, NULL, s);
+}
+
 /* One case: kind at (N, K) with T tokens; returns GB/s (0 when refused). */
 static double run_case(int kind, int N, int K, int T, int simt, cudaStream_t s, int reps, double *us) {
     size_t code_bytes = kind == K_F16 ? (size_t)N * K * 2 : kind == K_I4 ? (size_t)N * K / 2 : (size_t)N * K;
@@ -150,11 +161,7 @@ static double run_case(int kind, int N, int K, int T, int simt, cudaStream_t s, 
     /* one launch outside the capture: a kernel's first launch may set its
      * attributes (shared memory size) */
     {
-        tbc_qweight w0 = {kind == K_I8 ? TBC_Q_I8 : kind == K_FP8 ? TBC_Q_FP8 : TBC_Q_I4, codes[0], scales[0], NULL,
-                          group};
-        tbc_gemv_opts o0 = {simt, TBC_SIMT_ROW};
-        cudaError_t e0 = kind == K_F16 ? tbc_gemv_ex(x, codes[0], TBC_F16, NULL, y, T, K, N, NULL, &o0, s)
-                                       : tbc_qgemv(x, &w0, NULL, y, T, K, N, NULL, s);
+        cudaError_t e0 = launch_one(kind, codes[0], scales[0], group, x, y, T, K, N, simt, s);
         if (e0 == cudaSuccess) e0 = cudaStreamSynchronize(s);
         if (e0 != cudaSuccess) {
             fprintf(stderr, "qgemv_bench: %s %dx%d T=%d: %s\n", kind_name[kind], N, K, T, cudaGetErrorString(e0));
@@ -165,17 +172,8 @@ static double run_case(int kind, int N, int K, int T, int simt, cudaStream_t s, 
     cudaGraphExec_t ge;
     cudaError_t err = cudaSuccess;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-    for (int i = 0; i < launches && err == cudaSuccess; i++) {
-        int c = i % copies;
-        if (kind == K_F16) {
-            tbc_gemv_opts o = {simt, TBC_SIMT_ROW};
-            err = tbc_gemv_ex(x, codes[c], TBC_F16, NULL, y, T, K, N, NULL, &o, s);
-        } else {
-            tbc_qweight w = {kind == K_I8 ? TBC_Q_I8 : kind == K_FP8 ? TBC_Q_FP8 : TBC_Q_I4, codes[c], scales[c], NULL,
-                             group};
-            err = tbc_qgemv(x, &w, NULL, y, T, K, N, NULL, s);
-        }
-    }
+    for (int i = 0; i < launches && err == cudaSuccess; i++)
+        err = launch_one(kind, codes[i % copies], scales[i % copies], group, x, y, T, K, N, simt, s);
     CK(cudaStreamEndCapture(s, &g));
     double gbs = 0.0;
     if (err == cudaSuccess) {

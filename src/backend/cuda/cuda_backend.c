@@ -166,6 +166,8 @@ typedef struct {
     int norm_node;            /* matmul that norms its x in the prologue (-1)   */
     int x16;                  /* FUSE_X16 on (TB_CUDA_X16)                     */
     int x16_node;             /* matmul whose x the last node wrote to xconv   */
+    int x8;                   /* RMSNorm quantises x for the FP8 GEMM (TB_CUDA_FP8_NORMQ) */
+    int x8_node;              /* fp8 matmul whose codes and scales the norm wrote */
     const float *norm_x;
     const float *norm_w;      /* its norm weight (quantized matmuls read it) */
     float norm_eps;
@@ -901,6 +903,7 @@ static tb_status cuda_step_begin(tb_backend *b, const tb_graph *g, void **bufs, 
     c->skip_node = -1;
     c->norm_node = -1;
     c->x16_node = -1;
+    c->x8_node = -1;
 
     if (st->tp_size > 1 && c->tp_mode == TP_NONE) TB_TRY(tp_setup(c, st));
 
@@ -1131,7 +1134,7 @@ static struct fp8_plan *fp8_plan_of(cuda_ctx *c, int T, int K, int N) {
  * cuBLASLt refuses returns TB_ERR_UNSUPPORTED before anything is launched,
  * and fp8_gemm turns off (logged once). */
 static tb_status fp8_gemm_run(cuda_ctx *c, const float *x, const tbc_qweight *qw, const float *bias, float *y, int T,
-                              int K, int N) {
+                              int K, int N, int x_done) {
     struct fp8_plan *p = fp8_plan_of(c, T, K, N);
     if (!p) {
         tb_log(TB_LOG_WARN, "cuda: cuBLASLt has no fp8 matmul for %d x %d x %d; e4m3 weights take the dequantised "
@@ -1140,8 +1143,11 @@ static tb_status fp8_gemm_run(cuda_ctx *c, const float *x, const tbc_qweight *qw
         return TB_ERR_UNSUPPORTED;
     }
     const float one = 1.0f, zero = 0.0f;
-    cudaError_t e = tbc_quant_x_fp8(x, T, K, c->xconv, c->fp8_sx, c->stream);
-    if (e != cudaSuccess) return cuda_fail(e, "fp8 quantise launch");
+    cudaError_t e = cudaSuccess;
+    if (!x_done) { /* else the RMSNorm before wrote xconv and fp8_sx (x8_target) */
+        e = tbc_quant_x_fp8(x, T, K, c->xconv, c->fp8_sx, c->stream);
+        if (e != cudaSuccess) return cuda_fail(e, "fp8 quantise launch");
+    }
     cublasStatus_t bs = cublasLtMatmul(c->lt, p->op, &one, qw->codes, p->la, c->xconv, p->lb, &zero, y, p->lc, y, p->lc,
                                        &p->algo, c->lt_ws, FP8_LT_WS, c->stream);
     if (bs != CUBLAS_STATUS_SUCCESS)
@@ -1165,10 +1171,16 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
     else if (!tbc_of(wv->dtype, &wdt)) return tb_errorf(TB_ERR_UNSUPPORTED, "cuda: matmul weight dtype");
     const int k = (int)(n - g->nodes);
     const float *xq = c->norm_node == k ? c->norm_x : x;
+    const int x8 = c->x8_node == k;
+    c->x8_node = -1;
     if (quant && fp8_gemm_ok(c, &qw, x, bias, y, T, K, N)) {
-        tb_status fs = fp8_gemm_run(c, x, &qw, bias, y, T, K, N);
+        tb_status fs = fp8_gemm_run(c, x, &qw, bias, y, T, K, N, x8);
         if (fs != TB_ERR_UNSUPPORTED) return fs;
     }
+    /* x8_target checked that this matmul takes the FP8 path: its f32 x was never written */
+    if (x8)
+        return tb_errorf(TB_ERR_INTERNAL, "cuda: fp8 matmul %d x %d x %d left the FP8 path after its x was quantised",
+                         T, K, N);
     if (quant && !(T <= TBC_GEMV_MAX_T && tbc_qgemv_supports(&qw, xq, T, K))) {
         /* not for the quantized GEMV: the weights dequantised to f16, then
          * the f16 paths (the norm fusion was not chosen for this shape) */
@@ -1495,6 +1507,30 @@ static tb_status run_node_eager(cuda_ctx *c, const tb_graph *g, const tb_node *n
     return r;
 }
 
+/* Where (add_)rmsnorm node n writes its output when the next node is an
+ * e4m3 matmul that will take the FP8 GEMM (every condition of fp8_gemm_ok and
+ * a cuBLASLt plan for the shape, checked now): e4m3 codes into xconv and the
+ * token scales into fp8_sx, so the matmul skips tbc_quant_x_fp8 (the same
+ * bytes). NULL: the usual output. Only under FUSE_X16's condition (the
+ * norm's output feeds that matmul alone). */
+static void *x8_target(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs, int T) {
+    int k = (int)(n - g->nodes);
+    if (!c->x8 || !c->x16 || !(c->fuse_kind[k] & FUSE_X16) || T <= TBC_GEMV_MAX_T || !c->lt || !c->fp8_sx) return NULL;
+    const tb_node *mm = &g->nodes[k + 1];
+    if (mm->op != TB_OP_QMATMUL || g->values[mm->in[1]].dtype != TB_FP8_E4M3) return NULL;
+    if (bufs[mm->in[0]] != bufs[n->out[n->op == TB_OP_ADD_RMSNORM ? 1 : 0]]) return NULL;
+    const tb_value *wv = &g->values[mm->in[1]];
+    const int K = (int)wv->dims[1], N = (int)wv->dims[0];
+    tbc_qweight qw;
+    const float *bias = mm->n_in > 2 ? bufs[mm->in[2]] : NULL;
+    memset(&qw, 0, sizeof qw);
+    qweight_of(g, mm, bufs, &qw, &bias);
+    if (!fp8_gemm_ok(c, &qw, bufs[mm->in[0]], bias, bufs[mm->out[0]], T, K, N) || !fp8_plan_of(c, T, K, N))
+        return NULL;
+    c->x8_node = k + 1;
+    return c->xconv;
+}
+
 /* Where node n writes its output for the next node, a cuBLAS matmul, in the
  * matmul's weight type (FUSE_X16); NULL: in f32 as usual. */
 static void *x16_target(cuda_ctx *c, const tb_graph *g, const tb_node *n, int T, tbc_dtype *dt) {
@@ -1533,6 +1569,13 @@ static tb_status run_node_op(cuda_ctx *c, const tb_graph *g, const tb_node *n, v
     case TB_OP_ALL_GATHER_COLS:
         return run_collective(c, g, n, bufs, st, T);
     case TB_OP_RMSNORM: {
+        void *q8 = x8_target(c, g, n, bufs, T);
+        if (q8) {
+            CU_TRY(tbc_rmsnorm_fp8(bufs[n->in[0]], NULL, bufs[n->in[1]], NULL, T, (int)v0->dims[1], n->f[0], q8,
+                                   c->fp8_sx, s),
+                   "rmsnorm launch");
+            return TB_OK;
+        }
         tbc_dtype dt16 = TBC_F16;
         void *y16 = x16_target(c, g, n, T, &dt16);
         CU_TRY(tbc_rmsnorm(bufs[n->in[0]], bufs[n->in[1]], bufs[n->out[0]], T, (int)v0->dims[1], n->f[0], y16, dt16,
@@ -1541,6 +1584,13 @@ static tb_status run_node_op(cuda_ctx *c, const tb_graph *g, const tb_node *n, v
         return TB_OK;
     }
     case TB_OP_ADD_RMSNORM: {
+        void *q8 = x8_target(c, g, n, bufs, T);
+        if (q8) {
+            CU_TRY(tbc_rmsnorm_fp8(bufs[n->in[0]], bufs[n->in[1]], bufs[n->in[2]], bufs[n->out[0]], T,
+                                   (int)v0->dims[1], n->f[0], q8, c->fp8_sx, s),
+                   "add_rmsnorm launch");
+            return TB_OK;
+        }
         tbc_dtype dt16 = TBC_F16;
         void *y16 = x16_target(c, g, n, T, &dt16);
         CU_TRY(tbc_add_rmsnorm(bufs[n->in[0]], bufs[n->in[1]], bufs[n->in[2]], bufs[n->out[0]], bufs[n->out[1]], T,
@@ -1972,6 +2022,8 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     if (c->fp8_gemm < 0) c->fp8_gemm = 0;
     const char *xe = getenv("TB_CUDA_X16");
     c->x16 = !(xe && !strcmp(xe, "0"));
+    const char *x8e = getenv("TB_CUDA_FP8_NORMQ");
+    c->x8 = x8e && !strcmp(x8e, "1");
     const char *gte = getenv("TB_CUDA_GRAPH_MAX_T");
     c->graph_max_t = gte && *gte ? atoi(gte) : TB_CUDA_DEFAULT_GRAPH_MAX_T;
     const char *pe = getenv("TB_CUDA_PDL"), *fe = getenv("TB_CUDA_FUSE"), *me = getenv("TB_CUDA_GEMV"),
@@ -2008,7 +2060,7 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     const char *pfe = getenv("TB_CUDA_PREFILL");
     c->prefill_flash = !(pfe && !strcmp(pfe, "gemm"));
     if (c->prefill_min > 0 && c->prefill_min <= TBC_GEMV_MAX_T) c->prefill_min = TBC_GEMV_MAX_T + 1;
-    c->fused_node = c->skip_node = c->norm_node = -1;
+    c->fused_node = c->skip_node = c->norm_node = c->x8_node = -1;
     *out = b;
     return TB_OK;
 }

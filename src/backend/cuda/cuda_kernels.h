@@ -224,9 +224,10 @@ cudaError_t tbc_qgemv(const float *x, const tbc_qweight *w, const float *bias, f
 void tbc_set_qgemv_unroll(int u);
 /* The quantized GEMV's block shape (process-wide; TB_CUDA_QGEMV_V): -1
  * (default) the pipelined kernel (qpipe_launch_v in gemv.cu: one token 4
- * for int8 / e4m3, 5 for int4; 2..8 tokens 5 / 6), 0..3 one of the
- * register-loading shapes listed at qgemv_launch_u, 4..6 one pipelined
- * shape (for comparisons; shapes whose x does not fit in shared memory
+ * for int8 / e4m3 (9 for rows of >= 8192 in few tiles), 5 for int4; 2..8
+ * tokens 5 / 6), 0..3 one of the
+ * register-loading shapes listed at qgemv_launch_u, else one pipelined
+ * shape (4..11; for comparisons; shapes whose x does not fit in shared memory
  * take the register-loading kernel). */
 void tbc_set_qgemv_variant(int v);
 /* int8 / e4m3 steps of up to max_t (0..2, default 0) tokens on the SIMT row kernel
@@ -240,6 +241,12 @@ cudaError_t tbc_dequant_f16(const tbc_qweight *w, int K, int N, void *out, cudaS
  * for a zero row); after the product y = q w^T of the codes (f32),
  * tbc_scale_out: y[t][n] = y[t][n] * sx[t] * sw[n] (+ bias[n]). */
 cudaError_t tbc_quant_x_fp8(const float *x, int T, int K, void *q, float *sx, cudaStream_t s);
+/* tbc_rmsnorm (d NULL) or tbc_add_rmsnorm (r = x + d written) whose normed
+ * rows go straight into tbc_quant_x_fp8's q and sx (the same arithmetic on
+ * the same f32 values: the bytes the two kernels in turn give), not into an
+ * f32 y. */
+cudaError_t tbc_rmsnorm_fp8(const float *x, const float *d, const float *w, float *r, int T, int D, float eps,
+                            void *q, float *sx, cudaStream_t s);
 cudaError_t tbc_scale_out(float *y, int T, int N, const float *sx, const float *sw, const float *bias,
                           cudaStream_t s);
 

@@ -837,7 +837,7 @@ static size_t qpipe_smem(int T, int K) {
  * blockIdx.x + gridDim.x, ...: a grid of one block per block tile runs one
  * each; a smaller (persistent) grid runs several, x staged once and each
  * warp's ring running on from one tile's steps into the next's. */
-template <int QT, int MODE, bool NORM, bool GS, int NS, int RT, int MINB>
+template <int QT, int MODE, bool NORM, bool GS, int NS, int RT, int MINB, bool ET>
 __global__ void __launch_bounds__(GEMV_MMA_WARPS * 32, MINB)
 qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__restrict__ bias, float *__restrict__ y,
                   int T, int K, int N, int tiles, tbc_gemv_epi e) {
@@ -910,6 +910,9 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
         qp_commit();
     }
     tbc_pdl_wait();
+    /* ET: the next kernel's blocks may start now (this grid is resident:
+     * one persistent block an SM), their rings filling beside this one's */
+    if (ET) tbc_pdl_trigger();
     /* x (T tokens) in f16 pairs, the k order of load_xq: int8 / e4m3 pairs
      * (2i, 2i + 1), int4 (i, i + 4) within each 8 values; token k's at
      * xs + k * K / 8 */
@@ -1014,7 +1017,7 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
         }
         if (i == nbt - 1) {
             qp_wait<0>();
-            tbc_pdl_trigger();
+            if (!ET) tbc_pdl_trigger();
         }
         const int bt = (int)blockIdx.x + i * (int)gridDim.x;
 #pragma unroll
@@ -1366,7 +1369,7 @@ extern "C" int tbc_qgemv_supports(const tbc_qweight *w, const float *x, int T, i
  * backend at create. */
 static int qgemv_unroll = 2, qgemv_variant = -1;
 extern "C" void tbc_set_qgemv_unroll(int u) { qgemv_unroll = u == 1 ? 1 : 2; }
-extern "C" void tbc_set_qgemv_variant(int v) { qgemv_variant = v >= 0 && v <= 6 ? v : -1; }
+extern "C" void tbc_set_qgemv_variant(int v) { qgemv_variant = v >= 0 && v <= 11 ? v : -1; }
 
 template <int QT, int MODE, bool NORM, bool GS, int MINB, bool PRE, int RT>
 static cudaError_t qgemv_launch_v(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K,
@@ -1425,10 +1428,12 @@ static cudaError_t qrow_launch_t(const float *x, const tbc_qweight &w, const flo
     }
 }
 
-/* One token on qgemv_pipe_kernel: NS steps a warp's ring, RT tiles a block.
- * Returns cudaErrorNotSupported when its shared memory would not fit (the
- * caller takes the register-loading kernel). */
-template <int QT, int MODE, bool NORM, bool GS, int NS, int RT, bool PT>
+/* One token on qgemv_pipe_kernel: NS steps a warp's ring, RT tiles a block;
+ * PT 0 a block per block tile, 1 persistent blocks (as many as fit), 2 one
+ * persistent block an SM that lets the next kernel start at once (early
+ * trigger). Returns cudaErrorNotSupported when its shared memory would not
+ * fit (the caller takes the register-loading kernel). */
+template <int QT, int MODE, bool NORM, bool GS, int NS, int RT, int PT>
 static cudaError_t qpipe_launch(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K,
                                 int N, const tbc_gemv_epi &e, int tiles, cudaStream_t s) {
     /* sm_90's 227 KiB a block less the static arrays (red, red_ss, wss) */
@@ -1436,7 +1441,7 @@ static cudaError_t qpipe_launch(const float *x, const tbc_qweight &w, const floa
     const size_t smem = qpipe_smem<QT, NS, RT>(T, K);
     if (smem > (size_t)QPIPE_MAX_SMEM) return cudaErrorNotSupported;
     constexpr int MINB = QT == QT_I4 ? 2 : 3;
-    auto kern = qgemv_pipe_kernel<QT, MODE, NORM, GS, NS, RT, MINB>;
+    auto kern = qgemv_pipe_kernel<QT, MODE, NORM, GS, NS, RT, MINB, PT == 2>;
     static int attr_done = 0; /* once per instantiation, before any capture needs it */
     if (!attr_done) {
         cudaError_t r = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, QPIPE_MAX_SMEM);
@@ -1445,36 +1450,61 @@ static cudaError_t qpipe_launch(const float *x, const tbc_qweight &w, const floa
     }
     const int nbt = (tiles + RT - 1) / RT;
     int grid_n = nbt;
-    if (PT) {
-        /* persistent: as many blocks as fit on the device at once */
-        static int occ_smem = -1, occ_blocks = 0, sms = 0;
-        if (occ_smem != (int)smem) {
+    if (PT == 2) {
+        static int sms2 = 0;
+        if (!sms2) {
+            int dev = 0;
+            cudaError_t r = cudaGetDevice(&dev);
+            if (r == cudaSuccess) r = cudaDeviceGetAttribute(&sms2, cudaDevAttrMultiProcessorCount, dev);
+            if (r != cudaSuccess) return r;
+        }
+        grid_n = min(nbt, sms2);
+    } else if (PT) {
+        /* persistent: as many blocks as fit on the device at once, by
+         * shared-memory size (x's bytes vary with T and K): a few sizes
+         * cached per instantiation, the oldest giving way */
+        static int occ_smem[4] = {-1, -1, -1, -1}, occ_blocks[4], occ_next, sms = 0;
+        int hit = -1;
+        for (int i = 0; i < 4; i++)
+            if (occ_smem[i] == (int)smem) hit = i;
+        if (hit < 0) {
             int dev = 0, nb = 0;
             cudaError_t r = cudaGetDevice(&dev);
             if (r == cudaSuccess) r = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
             if (r == cudaSuccess) r = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, kern, GEMV_MMA_WARPS * 32, smem);
             if (r != cudaSuccess) return r;
-            occ_blocks = nb > 0 ? nb : 1;
-            occ_smem = (int)smem;
+            hit = occ_next++ & 3;
+            occ_blocks[hit] = nb > 0 ? nb : 1;
+            occ_smem[hit] = (int)smem;
         }
-        /* (another thread filling the cache meanwhile may leave a zero: all tiles then) */
-        if (occ_blocks > 0 && sms > 0) grid_n = min(nbt, occ_blocks * sms);
+        /* (another thread filling the cache meanwhile may leave a stale
+         * count: a grid of another size, still correct) */
+        const int nb = occ_blocks[hit];
+        if (nb > 0 && sms > 0) grid_n = min(nbt, nb * sms);
     }
     dim3 grid(grid_n), block(GEMV_MMA_WARPS * 32);
     return tbc_launch(kern, grid, block, smem, s, x, w, bias, y, T, K, N, tiles, e);
 }
 
-/* The pipelined shapes (variants 4..6): rings of 4 steps; 4 one tile a
+/* The pipelined shapes (variants 4..9): rings of 4 steps; 4 one tile a
  * block, a block per tile; 5 one tile a block, persistent blocks (as many
  * as fit at once, each taking tiles in turn); 6 as 5 with two tiles a
- * block. x takes T * K * 2 bytes of shared memory: shapes where it does not
+ * block; 7 and 8 as 4 and 5 with rings of 8 steps, 9 as 4 with 12 (deeper
+ * rings for matrices of few tiles, where the blocks an SM are few); 10 and
+ * 11 one persistent block an SM with rings of 8 and 12 steps that lets the
+ * next kernel's blocks start (and fill their rings) at once. x takes T * K * 2 bytes of shared memory: shapes where it does not
  * fit take the register-loading kernel. */
 template <int QT, int MODE, bool NORM, bool GS>
 static cudaError_t qpipe_launch_v(int v, const float *x, const tbc_qweight &w, const float *bias, float *y, int T,
                                   int K, int N, const tbc_gemv_epi &e, int tiles, cudaStream_t s) {
-    if (v == 5) return qpipe_launch<QT, MODE, NORM, GS, 4, 1, true>(x, w, bias, y, T, K, N, e, tiles, s);
-    if (v == 6) return qpipe_launch<QT, MODE, NORM, GS, 4, 2, true>(x, w, bias, y, T, K, N, e, tiles, s);
-    return qpipe_launch<QT, MODE, NORM, GS, 4, 1, false>(x, w, bias, y, T, K, N, e, tiles, s);
+    if (v == 5) return qpipe_launch<QT, MODE, NORM, GS, 4, 1, 1>(x, w, bias, y, T, K, N, e, tiles, s);
+    if (v == 6) return qpipe_launch<QT, MODE, NORM, GS, 4, 2, 1>(x, w, bias, y, T, K, N, e, tiles, s);
+    if (v == 7) return qpipe_launch<QT, MODE, NORM, GS, 8, 1, 0>(x, w, bias, y, T, K, N, e, tiles, s);
+    if (v == 8) return qpipe_launch<QT, MODE, NORM, GS, 8, 1, 1>(x, w, bias, y, T, K, N, e, tiles, s);
+    if (v == 9) return qpipe_launch<QT, MODE, NORM, GS, 12, 1, 0>(x, w, bias, y, T, K, N, e, tiles, s);
+    if (v == 10) return qpipe_launch<QT, MODE, NORM, GS, 8, 1, 2>(x, w, bias, y, T, K, N, e, tiles, s);
+    if (v == 11) return qpipe_launch<QT, MODE, NORM, GS, 12, 1, 2>(x, w, bias, y, T, K, N, e, tiles, s);
+    return qpipe_launch<QT, MODE, NORM, GS, 4, 1, 0>(x, w, bias, y, T, K, N, e, tiles, s);
 }
 
 template <int QT, int MODE>
@@ -1495,11 +1525,14 @@ static cudaError_t qgemv_launch(const float *x, const tbc_qweight &w, const floa
      * H200, docs/PERFORMANCE.md: b1 int8 / e4m3 3.27 -> 2.68 ms with
      * variant 4, int4 3.10 -> 2.68 with 5; 2..8 tokens persistent, x staged
      * once a block serving many tiles: b8 int8 3.96 -> 3.71 with 5, int4
-     * 5.18 -> 3.98 with 6) */
+     * 5.18 -> 3.98 with 6); one token of a long-row matrix with few
+     * tiles (7B down_proj: 4096 x 11008, 256 tiles) on a 12-step ring:
+     * 17.5 -> 15.5 us, where o_proj's short rows (K 4096) gain nothing) */
     const int pv = qgemv_variant >= 4 ? qgemv_variant
                    : qgemv_variant >= 0 ? 0
                    : T > 1 ? (QT == QT_I4 ? 6 : 5)
-                   : QT == QT_I4 ? 5 : 4;
+                   : QT == QT_I4 ? 5
+                   : K >= 8192 && blocks <= 512 ? 9 : 4;
     if (pv) {
         cudaError_t r = cudaErrorNotSupported;
         bool done = false;

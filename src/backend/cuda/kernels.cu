@@ -3,6 +3,7 @@
  * RoPE. Each section: kernel, then its launcher (grid and stream). */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_util.cuh"
@@ -75,9 +76,13 @@ __device__ __forceinline__ void store_act(float *y, void *y16, int dt16, size_t 
     else ((__half *)y16)[i] = __float2half(v);
 }
 
-/* One block per row. With `d` set, r = x + d is written first and normed. */
+/* One block per row. With `d` set, r = x + d is written first and normed.
+ * Q8: the normed row v is not stored but quantised for the FP8 GEMM, the
+ * arithmetic of quant_x_fp8_kernel (gemv.cu) on it: y16 gets the e4m3
+ * codes of v / s and sx[row] = s = absmax(v) / 448 (0 for a zero row). */
+template <bool Q8>
 __global__ void rmsnorm_kernel(const float *x, const float *dl, const float *w, float *r, float *y, int D,
-                               float eps, void *y16, int dt16) {
+                               float eps, void *y16, int dt16, float *sx) {
     tbc_pdl_wait();
     tbc_pdl_trigger();
     __shared__ float red[32];
@@ -98,7 +103,24 @@ __global__ void rmsnorm_kernel(const float *x, const float *dl, const float *w, 
     }
     ss = tbc_block_sum(ss, red);
     float inv = 1.0f / sqrtf(ss / (float)D + eps);
-    for (int i = threadIdx.x; i < D; i += blockDim.x) store_act(y, y16, dt16, off + i, xr[i] * inv * w[i]);
+    if (!Q8) {
+        for (int i = threadIdx.x; i < D; i += blockDim.x) store_act(y, y16, dt16, off + i, xr[i] * inv * w[i]);
+        return;
+    }
+    float m = 0.0f;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) m = fmaxf(m, fabsf(xr[i] * inv * w[i]));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    __syncthreads(); /* red is free again (tbc_block_sum's readers are done) */
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
+    __syncthreads();
+    m = 0.0f;
+    for (int i = 0; i < (int)(blockDim.x >> 5); i++) m = fmaxf(m, red[i]);
+    const float sc = m > 0.0f ? m / 448.0f : 1.0f, isc = 1.0f / sc;
+    if (threadIdx.x == 0) sx[blockIdx.x] = m > 0.0f ? sc : 0.0f;
+    unsigned char *q = static_cast<unsigned char *>(y16) + off;
+    for (int i = threadIdx.x; i < D; i += blockDim.x)
+        q[i] = (unsigned char)__nv_cvt_float_to_fp8(xr[i] * inv * w[i] * isc, __NV_SATFINITE, __NV_E4M3);
 }
 
 static int norm_threads(int D) {
@@ -109,14 +131,21 @@ static int norm_threads(int D) {
 
 extern "C" cudaError_t tbc_rmsnorm(const float *x, const float *w, float *y, int T, int D, float eps, void *y16,
                                    tbc_dtype dt16, cudaStream_t s) {
-    return tbc_launch(rmsnorm_kernel, dim3(T), dim3(norm_threads(D / 4 > 32 ? D / 4 : 32)), 0, s, x,
-                      (const float *)NULL, w, (float *)NULL, y, D, eps, y16, (int)dt16);
+    return tbc_launch(rmsnorm_kernel<false>, dim3(T), dim3(norm_threads(D / 4 > 32 ? D / 4 : 32)), 0, s, x,
+                      (const float *)NULL, w, (float *)NULL, y, D, eps, y16, (int)dt16, (float *)NULL);
 }
 
 extern "C" cudaError_t tbc_add_rmsnorm(const float *x, const float *d, const float *w, float *r, float *y, int T,
                                        int D, float eps, void *y16, tbc_dtype dt16, cudaStream_t s) {
-    return tbc_launch(rmsnorm_kernel, dim3(T), dim3(norm_threads(D / 4 > 32 ? D / 4 : 32)), 0, s, x, d, w, r, y, D,
-                      eps, y16, (int)dt16);
+    return tbc_launch(rmsnorm_kernel<false>, dim3(T), dim3(norm_threads(D / 4 > 32 ? D / 4 : 32)), 0, s, x, d, w, r,
+                      y, D, eps, y16, (int)dt16, (float *)NULL);
+}
+
+extern "C" cudaError_t tbc_rmsnorm_fp8(const float *x, const float *d, const float *w, float *r, int T, int D,
+                                       float eps, void *q, float *sx, cudaStream_t s) {
+    if (T < 1 || D < 1 || !q || !sx || (d && !r)) return cudaErrorInvalidValue;
+    return tbc_launch(rmsnorm_kernel<true>, dim3(T), dim3(norm_threads(D / 4 > 32 ? D / 4 : 32)), 0, s, x, d, w, r,
+                      (float *)NULL, D, eps, q, 0, sx);
 }
 
 /* ---------------------------------------------------------------- elementwise */
