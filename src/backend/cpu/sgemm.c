@@ -664,6 +664,23 @@ typedef struct {
 
 static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
+/* Whether MR rows of A, lda floats apart, read in place by the kernel (a
+ * line of each row every 16 k steps), fall on so few of L1's 64 sets that
+ * they evict each other: a stride of a multiple of 4 KB (lda 1024, 2048,
+ * 3072: BERT-base's second FFN matmul reads its (T, 3072) input) puts all 12
+ * rows in one set of an 8-way L1. Those A panels are packed instead (a copy
+ * per K block, reused across the block's column panels): on a 32 KB L1 that
+ * product's twelve layers went from 408-435 to 324-349 ms at batch 8 and
+ * from 49-53 to 40-42 ms at batch 1 (2 threads, docs/PERFORMANCE.md). */
+static int rows_alias(int64_t lda, int mr) {
+    int cnt[64] = {0}, worst = 0;
+    for (int r = 0; r < mr; r++) {
+        int set = (int)(((uint64_t)r * (uint64_t)lda / 16) & 63);
+        if (++cnt[set] > worst) worst = cnt[set];
+    }
+    return worst > 4;
+}
+
 /* C rows [m0, m1) x columns [n0, n1), one thread. */
 static void sgemm_block(const sgemm_job *j, int64_t m0, int64_t m1, int64_t n0, int64_t n1) {
     const sgemm_isa *s = j->isa;
@@ -688,7 +705,7 @@ static void sgemm_block(const sgemm_job *j, int64_t m0, int64_t m1, int64_t n0, 
     int reg_epi = s->micro_epi && j->epi &&
                   (j->epi->act == TB_NN_ACT_NONE || j->epi->act == TB_NN_ACT_RELU || j->epi->act == TB_NN_ACT_CLIP ||
                    j->epi->act == TB_NN_ACT_GELU_ERF);
-    int direct_a = ROW_PANELS(s) && !j->ta;
+    int direct_a = ROW_PANELS(s) && !j->ta && !rows_alias(j->lda, s->mr);
     /* this thread's C block is larger than half of L2: the kernel prefetches its tiles */
     int pfc = (double)(m1 - m0) * (double)(n1 - n0) * sizeof(float) > 512.0 * 1024;
     /* a pre-packed B needs no B buffer: its blocks are read in place */
