@@ -386,6 +386,13 @@ else
     row "ops vs reference kernels" "FAIL ($(grep -c ' FAIL$' "$W/ops.txt") failed:$(grep ' FAIL$' "$W/ops.txt" |
         awk '{printf " %s/%s/%s", $1, $2, $3}' | head -c 300); $(tail -n 1 "$W/ops.txt"))"
 fi
+say "== the same with the RMSNorm writing the FP8 GEMM's codes (TB_CUDA_FP8_NORMQ=1: the e4m3 chains of 17 tokens)"
+if device_test test_backend_ops opsq TB_CUDA_FP8_NORMQ=1; then
+    row "ops vs reference kernels, FP8_NORMQ" "PASS ($(grep -c ' bound .* ok$' "$W/opsq.txt") comparisons)"
+else
+    row "ops vs reference kernels, FP8_NORMQ" "FAIL ($(grep -c ' FAIL$' "$W/opsq.txt") failed:$(grep ' FAIL$' "$W/opsq.txt" |
+        awk '{printf " %s/%s/%s", $1, $2, $3}' | head -c 300); $(tail -n 1 "$W/opsq.txt"))"
+fi
 say "== general ops against their reference kernels (tests/test_nn_cuda.c on $DEV)"
 if [ ! -x "$BIN/test_nn_cuda" ]; then
     row "general ops vs reference kernels" "SKIP (no test_nn_cuda in $BIN)"
