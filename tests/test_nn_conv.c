@@ -563,12 +563,13 @@ static void test_sgemm(tb_pool *pool, int packed) {
     /* the small-M kernel of a packed B: M <= 4, several K blocks, N over a thread's share; the AVX-512
      * kernel's tail instances (last row panel of 1-4, 5-8, 9-12 rows by last column panel of 1-16 or
      * 17-32 columns): 13 x 1, 14 x 50, 65 x 129, 200 x 150, 129 x 33, 24 x 32; a C of 520 x 700 (1.4 MB,
-     * over half of L2 per thread too), whose kernel calls prefetch the C and residual tiles; 37 x 70 x 1021
-     * (lda 1024 when A is not transposed: rows 4 KB apart, whose panels are packed, not read in place) */
+     * over half of L2 per thread too), whose kernel calls prefetch the C and residual tiles; 37 x 600 x 1021
+     * (lda 1024 when A is not transposed: rows 4 KB apart, whose panels are packed, not read in place,
+     * when a thread's columns span 8 panels or more) */
     static const int64_t sizes[][3] = {{1, 1, 1},   {7, 17, 63},    {17, 7, 65},    {63, 65, 1},   {65, 129, 17},
                                        {129, 33, 300}, {13, 1, 129}, {1, 97, 31},   {200, 150, 520}, {31, 45, 0},
                                        {2, 1000, 513}, {3, 70, 300}, {4, 2049, 257}, {1, 1000, 512}, {5, 33, 260},
-                                       {14, 50, 40},   {24, 32, 70},   {520, 700, 70}, {37, 70, 1021}};
+                                       {14, 50, 40},   {24, 32, 70},   {520, 700, 70}, {37, 600, 1021}};
     int idx = 0;
     for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
         for (int ta = 0; ta < 2; ta++)

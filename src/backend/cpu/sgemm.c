@@ -671,7 +671,10 @@ static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
  * rows in one set of an 8-way L1. Those A panels are packed instead (a copy
  * per K block, reused across the block's column panels): on a 32 KB L1 that
  * product's twelve layers went from 408-435 to 324-349 ms at batch 8 and
- * from 49-53 to 40-42 ms at batch 1 (2 threads, docs/PERFORMANCE.md). */
+ * from 49-53 to 40-42 ms at batch 1 (2 threads, docs/PERFORMANCE.md).
+ * Only where the thread's columns span 8 panels or more: a copy of A made
+ * for fewer is not paid back (the products of a conv on a 7x7 map, whose A
+ * is the weights and N the 49 pixels, lost 20-50% with it). */
 static int rows_alias(int64_t lda, int mr) {
     int cnt[64] = {0}, worst = 0;
     for (int r = 0; r < mr; r++) {
@@ -705,7 +708,7 @@ static void sgemm_block(const sgemm_job *j, int64_t m0, int64_t m1, int64_t n0, 
     int reg_epi = s->micro_epi && j->epi &&
                   (j->epi->act == TB_NN_ACT_NONE || j->epi->act == TB_NN_ACT_RELU || j->epi->act == TB_NN_ACT_CLIP ||
                    j->epi->act == TB_NN_ACT_GELU_ERF);
-    int direct_a = ROW_PANELS(s) && !j->ta && !rows_alias(j->lda, s->mr);
+    int direct_a = ROW_PANELS(s) && !j->ta && !(n1 - n0 >= 8 * s->nr && rows_alias(j->lda, s->mr));
     /* this thread's C block is larger than half of L2: the kernel prefetches its tiles */
     int pfc = (double)(m1 - m0) * (double)(n1 - n0) * sizeof(float) > 512.0 * 1024;
     /* a pre-packed B needs no B buffer: its blocks are read in place */
