@@ -20,22 +20,20 @@
  *
  * The CUDA backend runs both layouts through strides (nn_backend.c
  * run_sdpa_heads), and so does the CPU kernel (backend/cpu/nn_conv.c
- * sdpa_kernel: its two products take the layout's row strides), but the
- * passes change the graph for o->device "cuda" only: on the CPU, BERT-base
- * with both passes (one N 2304 projection GEMM a layer, no head
- * Transposes) took as much CPU time as without them on one thread, and on
- * two ran 5-29% behind main at batch 1 in all six rounds of two
- * alternating runs on a loaded machine (docs/PERFORMANCE.md, 2026-12-02
- * 04:00; later runs there put the gap on the noise of that load, not on
- * the passes); a quiet-machine A/B decides whether "cpu" joins
- * for_backend. The reference kernel, which the pass tests
+ * sdpa_kernel: its two products take the layout's row strides). Both
+ * backends take the passes: on the CPU (2 threads, a Zen 4 host,
+ * docs/PERFORMANCE.md 2026-12-03 16:14) BERT-base with them (one N 2304
+ * projection GEMM a layer, no head Transposes) beat the engine without them
+ * in 5 of 6 alternating rounds at batch 1 and 3 of 4 at batch 8, ~1-3% in
+ * the medians (an earlier A/B on a loaded machine, 2026-12-02 04:00, could
+ * not tell them apart). The reference kernel, which the pass tests
  * compare, reads every layout. */
 #include <string.h>
 
 #include "opt/opt.h"
 
 /* the backends the layouts are made for (see above) */
-static int for_backend(const tb_opt_options *o) { return o && !strcmp(o->device, "cuda"); }
+static int for_backend(const tb_opt_options *o) { return o && (!strcmp(o->device, "cuda") || !strcmp(o->device, "cpu")); }
 
 /* Whether dims a and b are the same (equal known numbers or symbols, or
  * symbols fixed by the profile to equal numbers). */

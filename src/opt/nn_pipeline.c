@@ -27,9 +27,9 @@ static const tb_pass nn_passes[] = {
     {"quantize-int8", tb_opt_quantize_nn,
      "Q/DQ around Conv / Gemm / MatMul folded into int8 QConv / QGemm; with --dtype int8 the calibrated ones"},
     {"attention-heads", tb_opt_attention_heads,
-     "(cuda) head split / merge Reshape + Transpose around sdpa folded: sdpa reads and writes (B, S, H*D)"},
+     "head split / merge Reshape + Transpose around sdpa folded: sdpa reads and writes (B, S, H*D)"},
     {"merge-qkv", tb_opt_merge_qkv,
-     "(cuda) the q / k / v MatMuls [+ bias] of one input as one MatMul over concatenated weights, read packed by sdpa"},
+     "the q / k / v MatMuls [+ bias] of one input as one MatMul over concatenated weights, read packed by sdpa"},
     {"plan-memory", tb_opt_plan_memory_pass, "activation bytes without reuse vs. the planned arena"},
 };
 

@@ -181,7 +181,7 @@ tb_status tb_opt_fuse_attention(tb_graph *g, const tb_opt_options *o, tb_pass_re
 tb_status tb_opt_fold_batchnorm(tb_graph *g, const tb_opt_options *o, tb_pass_report *r);
 tb_status tb_opt_fold_transpose_matmul(tb_graph *g, const tb_opt_options *o, tb_pass_report *r);
 tb_status tb_opt_fuse_epilogue(tb_graph *g, const tb_opt_options *o, tb_pass_report *r);
-/* nn_merge.c, for o->device "cuda" only (no change otherwise): sdpa in the
+/* nn_merge.c, for o->device "cuda" or "cpu" (no change otherwise): sdpa in the
  * heads layout without the head split / merge Transposes, then its q / k /
  * v projections merged into one MatMul read packed (ops_nn.h sdpa). */
 tb_status tb_opt_attention_heads(tb_graph *g, const tb_opt_options *o, tb_pass_report *r);

@@ -6,6 +6,8 @@
 #include "core/comm.h"
 
 #include <jansson.h>
+#include <stdlib.h>
+#include <sys/mman.h>
 
 typedef struct {
     tb_pool *pool;
@@ -59,7 +61,21 @@ static int cpu_supports_op(tb_backend *b, const tb_graph *g, const tb_node *n) {
 }
 #undef F32
 
-static void *cpu_alloc(tb_backend *b, size_t bytes) { (void)b; return tb_alloc_aligned(bytes, 64); }
+/* Arenas of 2 MB and more (activations, KV caches) are asked for in huge
+ * pages: the GEMMs read A's rows and write C's rows in place, a row a 4 KB
+ * page apart at BERT's widths, so with 4 KB pages every micro-kernel call
+ * touches 24 pages and the TLB misses show in the products' speed. */
+static void *cpu_alloc(tb_backend *b, size_t bytes) {
+    (void)b;
+    const size_t huge = (size_t)2 << 20;
+    if (getenv("TB_NOHUGE") || bytes < huge) return tb_alloc_aligned(bytes, 64);
+    size_t sz = (bytes + huge - 1) / huge * huge;
+    void *p = tb_alloc_aligned(sz, huge);
+#ifdef MADV_HUGEPAGE
+    if (p) madvise(p, sz, MADV_HUGEPAGE); /* advice only: 4 KB pages where refused */
+#endif
+    return p;
+}
 static void cpu_free(tb_backend *b, void *p) { (void)b; tb_free_aligned(p); }
 
 /* Weights are read in place from the mapped engine. OpenBLAS is loaded here
