@@ -6,7 +6,6 @@
 #include "core/comm.h"
 
 #include <jansson.h>
-#include <stdlib.h>
 #include <sys/mman.h>
 
 typedef struct {
@@ -68,7 +67,7 @@ static int cpu_supports_op(tb_backend *b, const tb_graph *g, const tb_node *n) {
 static void *cpu_alloc(tb_backend *b, size_t bytes) {
     (void)b;
     const size_t huge = (size_t)2 << 20;
-    if (getenv("TB_NOHUGE") || bytes < huge) return tb_alloc_aligned(bytes, 64);
+    if (bytes < huge) return tb_alloc_aligned(bytes, 64);
     size_t sz = (bytes + huge - 1) / huge * huge;
     void *p = tb_alloc_aligned(sz, huge);
 #ifdef MADV_HUGEPAGE
