@@ -563,7 +563,8 @@ static void test_sgemm(tb_pool *pool, int packed) {
     /* the small-M kernel of a packed B: M <= 4, several K blocks, N over a thread's share; the AVX-512
      * kernel's tail instances (last row panel of 1-4, 5-8, 9-12 rows by last column panel of 1-16 or
      * 17-32 columns): 13 x 1, 14 x 50, 65 x 129, 200 x 150, 129 x 33, 24 x 32; a C of 520 x 700 (1.4 MB,
-     * over half of L2 per thread too), whose kernel calls prefetch the C and residual tiles; 37 x 600 x 1021
+     * over half of L2 per thread too), whose kernel calls prefetch the C and residual tiles (with B packed and
+     * M >= 512 its threads split the rows, not the columns); 37 x 600 x 1021
      * (lda 1024 when A is not transposed: rows 4 KB apart, whose panels are packed, not read in place,
      * when a thread's columns span 8 panels or more) */
     static const int64_t sizes[][3] = {{1, 1, 1},   {7, 17, 63},    {17, 7, 65},    {63, 65, 1},   {65, 129, 17},

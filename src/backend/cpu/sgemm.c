@@ -800,6 +800,8 @@ static void sgemm_run(void *arg, int ith, int nth) {
     }
 }
 
+#define SPLIT_M_ROWS 512 /* sgemm_go: rows from which a weight's product splits M */
+
 /* useful share of a split of n (tiles of r) over nth threads: the busiest
  * thread's padded tiles set the time */
 static double split_eff(int64_t n, int64_t r, int nth) {
@@ -903,6 +905,15 @@ static void sgemm_go(sgemm_job *j, tb_pool *pool) {
     }
     int64_t tm = (M + isa->mr - 1) / isa->mr, tn = (N + isa->nr - 1) / isa->nr;
     j->split_n = split_eff(N, isa->nr, nth) >= split_eff(M, isa->mr, nth);
+    /* A weight's product over many rows (a transformer's linear layers at
+     * batch x sequence >= 512) splits rows instead: each thread then writes
+     * whole rows of C, which the next op (LayerNorm, the next linear layer,
+     * attention by sequence) reads on the same core, where with columns
+     * split half of every row came from the other core's cache. Each thread
+     * reads all of B (a weight, from memory either way). BERT-base batch 8,
+     * 2 threads: 931 -> 897 ms median, LayerNorms 12-16 -> 5-6 ms
+     * (docs/PERFORMANCE.md, 2026-12-03 16:35). */
+    if (j->Bp && M >= SPLIT_M_ROWS && split_eff(M, isa->mr, nth) >= 0.97) j->split_n = 0;
     j->tiles = j->split_n ? tn : tm;
     if (nth <= 1) sgemm_block(j, 0, M, 0, N);
     else tb_pool_run(pool, sgemm_run, j);
