@@ -837,7 +837,7 @@ static size_t qpipe_smem(int T, int K) {
  * blockIdx.x + gridDim.x, ...: a grid of one block per block tile runs one
  * each; a smaller (persistent) grid runs several, x staged once and each
  * warp's ring running on from one tile's steps into the next's. */
-template <int QT, int MODE, bool NORM, bool GS, int NS, int RT, int MINB, bool ET>
+template <int QT, int MODE, bool NORM, bool GS, int NS, int RT, int MINB>
 __global__ void __launch_bounds__(GEMV_MMA_WARPS * 32, MINB)
 qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__restrict__ bias, float *__restrict__ y,
                   int T, int K, int N, int tiles, tbc_gemv_epi e) {
@@ -910,9 +910,6 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
         qp_commit();
     }
     tbc_pdl_wait();
-    /* ET: the next kernel's blocks may start now (this grid is resident:
-     * one persistent block an SM), their rings filling beside this one's */
-    if (ET) tbc_pdl_trigger();
     /* x (T tokens) in f16 pairs, the k order of load_xq: int8 / e4m3 pairs
      * (2i, 2i + 1), int4 (i, i + 4) within each 8 values; token k's at
      * xs + k * K / 8 */
@@ -1017,7 +1014,7 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
         }
         if (i == nbt - 1) {
             qp_wait<0>();
-            if (!ET) tbc_pdl_trigger();
+            tbc_pdl_trigger();
         }
         const int bt = (int)blockIdx.x + i * (int)gridDim.x;
 #pragma unroll
@@ -1369,7 +1366,7 @@ extern "C" int tbc_qgemv_supports(const tbc_qweight *w, const float *x, int T, i
  * backend at create. */
 static int qgemv_unroll = 2, qgemv_variant = -1;
 extern "C" void tbc_set_qgemv_unroll(int u) { qgemv_unroll = u == 1 ? 1 : 2; }
-extern "C" void tbc_set_qgemv_variant(int v) { qgemv_variant = v >= 0 && v <= 11 ? v : -1; }
+extern "C" void tbc_set_qgemv_variant(int v) { qgemv_variant = v >= 0 && v <= 9 ? v : -1; }
 
 template <int QT, int MODE, bool NORM, bool GS, int MINB, bool PRE, int RT>
 static cudaError_t qgemv_launch_v(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K,
@@ -1429,9 +1426,7 @@ static cudaError_t qrow_launch_t(const float *x, const tbc_qweight &w, const flo
 }
 
 /* One token on qgemv_pipe_kernel: NS steps a warp's ring, RT tiles a block;
- * PT 0 a block per block tile, 1 persistent blocks (as many as fit), 2 one
- * persistent block an SM that lets the next kernel start at once (early
- * trigger). Returns cudaErrorNotSupported when its shared memory would not
+ * PT 0 a block per block tile, 1 persistent blocks (as many as fit). Returns cudaErrorNotSupported when its shared memory would not
  * fit (the caller takes the register-loading kernel). */
 template <int QT, int MODE, bool NORM, bool GS, int NS, int RT, int PT>
 static cudaError_t qpipe_launch(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K,
@@ -1441,7 +1436,7 @@ static cudaError_t qpipe_launch(const float *x, const tbc_qweight &w, const floa
     const size_t smem = qpipe_smem<QT, NS, RT>(T, K);
     if (smem > (size_t)QPIPE_MAX_SMEM) return cudaErrorNotSupported;
     constexpr int MINB = QT == QT_I4 ? 2 : 3;
-    auto kern = qgemv_pipe_kernel<QT, MODE, NORM, GS, NS, RT, MINB, PT == 2>;
+    auto kern = qgemv_pipe_kernel<QT, MODE, NORM, GS, NS, RT, MINB>;
     static int attr_done = 0; /* once per instantiation, before any capture needs it */
     if (!attr_done) {
         cudaError_t r = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, QPIPE_MAX_SMEM);
@@ -1450,16 +1445,7 @@ static cudaError_t qpipe_launch(const float *x, const tbc_qweight &w, const floa
     }
     const int nbt = (tiles + RT - 1) / RT;
     int grid_n = nbt;
-    if (PT == 2) {
-        static int sms2 = 0;
-        if (!sms2) {
-            int dev = 0;
-            cudaError_t r = cudaGetDevice(&dev);
-            if (r == cudaSuccess) r = cudaDeviceGetAttribute(&sms2, cudaDevAttrMultiProcessorCount, dev);
-            if (r != cudaSuccess) return r;
-        }
-        grid_n = min(nbt, sms2);
-    } else if (PT) {
+    if (PT) {
         /* persistent: as many blocks as fit on the device at once, by
          * shared-memory size (x's bytes vary with T and K): a few sizes
          * cached per instantiation, the oldest giving way */
@@ -1489,21 +1475,20 @@ static cudaError_t qpipe_launch(const float *x, const tbc_qweight &w, const floa
 /* The pipelined shapes (variants 4..9): rings of 4 steps; 4 one tile a
  * block, a block per tile; 5 one tile a block, persistent blocks (as many
  * as fit at once, each taking tiles in turn); 6 as 5 with two tiles a
- * block; 7 and 8 as 4 and 5 with rings of 8 steps, 9 as 4 with 12 (deeper
- * rings for matrices of few tiles, where the blocks an SM are few); 10 and
- * 11 one persistent block an SM with rings of 8 and 12 steps that lets the
- * next kernel's blocks start (and fill their rings) at once. x takes T * K * 2 bytes of shared memory: shapes where it does not
- * fit take the register-loading kernel. */
+ * block; 9 as 4 with a ring of 12 steps (for matrices of few tiles, where
+ * the blocks an SM are few). Rings of 8 steps (a block per tile or
+ * persistent) and one persistent block an SM with an early PDL trigger
+ * (rings of 8 or 12) were measured too and dropped: no faster alone, 10-13%
+ * slower in the 7B step (docs/PERFORMANCE.md, "Deeper rings for few-tile
+ * matrices"); variants 7, 8, 10 and 11 now take variant 4. x takes
+ * T * K * 2 bytes of shared memory: shapes where it does not fit take the
+ * register-loading kernel. */
 template <int QT, int MODE, bool NORM, bool GS>
 static cudaError_t qpipe_launch_v(int v, const float *x, const tbc_qweight &w, const float *bias, float *y, int T,
                                   int K, int N, const tbc_gemv_epi &e, int tiles, cudaStream_t s) {
     if (v == 5) return qpipe_launch<QT, MODE, NORM, GS, 4, 1, 1>(x, w, bias, y, T, K, N, e, tiles, s);
     if (v == 6) return qpipe_launch<QT, MODE, NORM, GS, 4, 2, 1>(x, w, bias, y, T, K, N, e, tiles, s);
-    if (v == 7) return qpipe_launch<QT, MODE, NORM, GS, 8, 1, 0>(x, w, bias, y, T, K, N, e, tiles, s);
-    if (v == 8) return qpipe_launch<QT, MODE, NORM, GS, 8, 1, 1>(x, w, bias, y, T, K, N, e, tiles, s);
     if (v == 9) return qpipe_launch<QT, MODE, NORM, GS, 12, 1, 0>(x, w, bias, y, T, K, N, e, tiles, s);
-    if (v == 10) return qpipe_launch<QT, MODE, NORM, GS, 8, 1, 2>(x, w, bias, y, T, K, N, e, tiles, s);
-    if (v == 11) return qpipe_launch<QT, MODE, NORM, GS, 12, 1, 2>(x, w, bias, y, T, K, N, e, tiles, s);
     return qpipe_launch<QT, MODE, NORM, GS, 4, 1, 0>(x, w, bias, y, T, K, N, e, tiles, s);
 }
 
