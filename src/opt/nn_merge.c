@@ -24,7 +24,7 @@
  * backends take the passes: on the CPU (2 threads, a Zen 4 host,
  * docs/PERFORMANCE.md 2026-12-03 16:14) BERT-base with them (one N 2304
  * projection GEMM a layer, no head Transposes) beat the engine without them
- * in 5 of 6 alternating rounds at batch 1 and 3 of 4 at batch 8, ~1-3% in
+ * in 9 of 12 alternating rounds at batch 1 and 3 of 4 at batch 8, ~1-3% in
  * the medians (an earlier A/B on a loaded machine, 2026-12-02 04:00, could
  * not tell them apart). The reference kernel, which the pass tests
  * compare, reads every layout. */

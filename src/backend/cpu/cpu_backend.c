@@ -61,9 +61,11 @@ static int cpu_supports_op(tb_backend *b, const tb_graph *g, const tb_node *n) {
 #undef F32
 
 /* Arenas of 2 MB and more (activations, KV caches) are asked for in huge
- * pages: the GEMMs read A's rows and write C's rows in place, a row a 4 KB
- * page apart at BERT's widths, so with 4 KB pages every micro-kernel call
- * touches 24 pages and the TLB misses show in the products' speed. */
+ * pages, as the packed weights are: the GEMMs read A's rows and write C's
+ * rows in place, rows 3-12 KB apart at BERT's widths, so with 4 KB pages
+ * each micro-kernel call touches ~24 pages. The gain measured on BERT-base
+ * was small, within the host's noise (docs/PERFORMANCE.md, 2026-12-03
+ * 16:04). */
 static void *cpu_alloc(tb_backend *b, size_t bytes) {
     (void)b;
     const size_t huge = (size_t)2 << 20;
