@@ -295,7 +295,7 @@ if [ -n "$QUANT" ]; then
     qcase q-llama134m-int4-kvint8 "$C/llama134m-l2-f32" "$LTOK" 48 int8 --dtype int4 --group-size 128
     # 300 tokens: the split-K decode path
     [ -n "${TB_QUICK:-}" ] || qcase q-llama134m-int4-long "$C/llama134m-l2-f32" "$LTOK" 300 "" --dtype int4 --group-size 128
-    row "quantized logits vs CPU engine" "$qpass passed, $qfail failed (worst $qworst, tol 2e-2)"
+    row "quantized logits vs CPU engine" "$qpass passed, $qfail failed (worst $qworst; tol 2e-2, 1.5e-1 for the fp8 tensor-core case)"
 fi
 
 # ---------------------------------------------------------------- 3. stories260K
