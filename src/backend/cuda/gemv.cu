@@ -1426,8 +1426,9 @@ static cudaError_t qrow_launch_t(const float *x, const tbc_qweight &w, const flo
 }
 
 /* One token on qgemv_pipe_kernel: NS steps a warp's ring, RT tiles a block;
- * PT 0 a block per block tile, 1 persistent blocks (as many as fit). Returns cudaErrorNotSupported when its shared memory would not
- * fit (the caller takes the register-loading kernel). */
+ * PT 0 a block per block tile, 1 persistent blocks (as many as fit).
+ * Returns cudaErrorNotSupported when its shared memory would not fit (the
+ * caller takes the register-loading kernel). */
 template <int QT, int MODE, bool NORM, bool GS, int NS, int RT, int PT>
 static cudaError_t qpipe_launch(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K,
                                 int N, const tbc_gemv_epi &e, int tiles, cudaStream_t s) {
@@ -1480,7 +1481,7 @@ static cudaError_t qpipe_launch(const float *x, const tbc_qweight &w, const floa
  * persistent) and one persistent block an SM with an early PDL trigger
  * (rings of 8 or 12) were measured too and dropped: no faster alone, 10-13%
  * slower in the 7B step (docs/PERFORMANCE.md, "Deeper rings for few-tile
- * matrices"); variants 7, 8, 10 and 11 now take variant 4. x takes
+ * matrices"); variants 7 and 8 now take 4, 10 and 11 the default. x takes
  * T * K * 2 bytes of shared memory: shapes where it does not fit take the
  * register-loading kernel. */
 template <int QT, int MODE, bool NORM, bool GS>
