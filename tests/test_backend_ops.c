@@ -1263,6 +1263,11 @@ static void run_all(void) {
     op_qmatmul(TB_I4, 1, 256, 40, 32, 0, 0);
     op_qmatmul(TB_I4, 4, 512, 24, 128, 0, 1);
     op_qmatmul(TB_I4, 8, 384, 48, 64, 1, 1);
+    /* int4 with groups of 128 and no zeros (the GPU's per-step scales):
+     * long rows (each warp's steps wrap its ring), several tiles a block */
+    op_qmatmul(TB_I4, 1, 8192, 40, 128, 1, 0);
+    op_qmatmul(TB_I4, 3, 4096, 72, 128, 0, 0);
+    op_qmatmul(TB_I4, 8, 2048, 24, 128, 1, 0);
     static const tb_dtype qdts[] = {TB_I8, TB_FP8_E4M3, TB_I4};
     for (int qi = 0; qi < 3; qi++)
         for (int i = 0; i < 4; i++) {

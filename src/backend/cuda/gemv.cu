@@ -587,18 +587,53 @@ __device__ __forceinline__ void widen_word8(uint32_t w, uint32_t &h0, uint32_t &
     }
 }
 
+/* (a & 0x000f000f) | 0x64006400 and (a & 0x00f000f0) | 0x64006400 in one
+ * lop3 each (written out: the compiler splits the and and the or, two
+ * immediates being more than one instruction takes) */
+__device__ __forceinline__ uint32_t lop3_lo4(uint32_t a) {
+    uint32_t d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(d) : "r"(a), "r"(0x000f000fu), "r"(0x64006400u));
+    return d;
+}
+__device__ __forceinline__ uint32_t lop3_hi4(uint32_t a) {
+    uint32_t d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(d) : "r"(a), "r"(0x00f000f0u), "r"(0x64006400u));
+    return d;
+}
+
 /* One 32-bit word of int4 codes -> four f16x2 of code * s + z (RAW: the
- * codes): (e0, e4), (e1, e5), (e2, e6), (e3, e7). */
-template <bool RAW>
+ * codes): (e0, e4), (e1, e5), (e2, e6), (e3, e7). LOP: the low nibble of a
+ * byte lands under the exponent of 1024 (1024 + u, less 1032), the high one
+ * at 16 times that (1024 + 16 u, times 1/16 less 72): both exact, one lop3
+ * and one f16x2 op a pair, one shift for the word's upper bytes (the
+ * pipelined kernel; with its x layout and scale copies the one-token int4
+ * GEMVs of a 7B layer went 111 -> 70 us on the H200). Without
+ * LOP each pair is shifted down, masked and offset apiece: the
+ * register-loading kernel keeps that form (3 registers of constants fewer;
+ * with LOP its 8-token down_proj took 23.3 -> 27.6 us). */
+template <bool RAW, bool LOP = true>
 __device__ __forceinline__ void widen_word4(uint32_t w, __half2 s, __half2 z, uint32_t *h) {
-    const uint32_t u = w ^ 0x88888888u;
-    const __half2 off = u2h(0x64086408u); /* 1032, 1032 */
+    if (!LOP) {
+        const uint32_t u = w ^ 0x88888888u;
+        const __half2 off = u2h(0x64086408u); /* 1032, 1032 */
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        uint32_t m = ((u >> (4 * i)) & 0x000f000fu) | 0x64006400u;
-        __half2 c = __hsub2(u2h(m), off);
-        h[i] = h2u(RAW ? c : __hfma2(c, s, z));
+        for (int i = 0; i < 4; i++) {
+            uint32_t m = ((u >> (4 * i)) & 0x000f000fu) | 0x64006400u;
+            __half2 c = __hsub2(u2h(m), off);
+            h[i] = h2u(RAW ? c : __hfma2(c, s, z));
+        }
+        return;
     }
+    const uint32_t u = w ^ 0x88888888u, v = u >> 8;
+    const __half2 off = u2h(0x64086408u);   /* 1032, 1032 */
+    const __half2 sixt = u2h(0x2c002c00u);  /* 1/16 */
+    const __half2 off16 = u2h(0xd480d480u); /* -72 */
+    const __half2 c0 = __hsub2(u2h(lop3_lo4(u)), off), c1 = __hfma2(u2h(lop3_hi4(u)), sixt, off16);
+    const __half2 c2 = __hsub2(u2h(lop3_lo4(v)), off), c3 = __hfma2(u2h(lop3_hi4(v)), sixt, off16);
+    h[0] = h2u(RAW ? c0 : __hfma2(c0, s, z));
+    h[1] = h2u(RAW ? c1 : __hfma2(c1, s, z));
+    h[2] = h2u(RAW ? c2 : __hfma2(c2, s, z));
+    h[3] = h2u(RAW ? c3 : __hfma2(c3, s, z));
 }
 
 /* The f16x2 of x pairs matching the codes of one step: VPL floats of x from
@@ -640,7 +675,7 @@ __device__ __forceinline__ void load_xq(const float *__restrict__ p, const float
  * (int4, RAW: the codes without scale and zero), the mmas alternating
  * between accumulators c0 and c1 (two halve the chain of dependent mmas a
  * step waits on; c0 == c1 accumulates them all in order). */
-template <int QT, bool RAW = false>
+template <int QT, bool RAW = false, bool LOP = true>
 __device__ __forceinline__ void qmma_step(float *c0, float *c1, const uint4 &ua, const uint4 &ub, const uint32_t *xb,
                                           __half2 sa, __half2 za, __half2 sb, __half2 zb) {
     const uint32_t wa[4] = {ua.x, ua.y, ua.z, ua.w}, wb[4] = {ub.x, ub.y, ub.z, ub.w};
@@ -648,8 +683,8 @@ __device__ __forceinline__ void qmma_step(float *c0, float *c1, const uint4 &ua,
     for (int j = 0; j < 4; j++) {
         if (QT == QT_I4) {
             uint32_t ha[4], hb[4];
-            widen_word4<RAW>(wa[j], sa, za, ha);
-            widen_word4<RAW>(wb[j], sb, zb, hb);
+            widen_word4<RAW, LOP>(wa[j], sa, za, ha);
+            widen_word4<RAW, LOP>(wb[j], sb, zb, hb);
             mma16816<TBC_F16>(c0, ha[0], hb[0], ha[1], hb[1], xb[4 * j], xb[4 * j + 1]);
             mma16816<TBC_F16>(c1, ha[2], hb[2], ha[3], hb[3], xb[4 * j + 2], xb[4 * j + 3]);
         } else {
@@ -763,13 +798,13 @@ qgemv_mma_kernel(const float *__restrict__ x, tbc_qweight w, const float *__rest
             for (int r = 0; r < RT; r++) {
                 if (GS) {
                     float ct[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    qmma_step<QT, true>(ct, ct, ua[i][r], ub[i][r], xb, one2, zero2, one2, zero2);
+                    qmma_step<QT, true, false>(ct, ct, ua[i][r], ub[i][r], xb, one2, zero2, one2, zero2);
                     c[r][0] = fmaf(ct[0], fsa[i][r], c[r][0]);
                     c[r][1] = fmaf(ct[1], fsa[i][r], c[r][1]);
                     c[r][2] = fmaf(ct[2], fsb[i][r], c[r][2]);
                     c[r][3] = fmaf(ct[3], fsb[i][r], c[r][3]);
                 } else if (QT == QT_I4) {
-                    qmma_step<QT>(c[r], c[r], ua[i][r], ub[i][r], xb, __float2half2_rn(fsa[i][r]),
+                    qmma_step<QT, false, false>(c[r], c[r], ua[i][r], ub[i][r], xb, __float2half2_rn(fsa[i][r]),
                                   __float2half2_rn(fza[i][r]), __float2half2_rn(fsb[i][r]),
                                   __float2half2_rn(fzb[i][r]));
                 } else {
@@ -804,10 +839,11 @@ qgemv_mma_kernel(const float *__restrict__ x, tbc_qweight w, const float *__rest
  * NS steps per warp in shared memory filled by cp.async: NS - 1 steps of
  * every warp are in flight without holding registers, and the first ones
  * are issued before the kernel waits for the previous one (the weights do
- * not depend on it). Each thread reads back only the slots it filled, so the
- * ring needs no barrier; a slot is refilled one step after it was read.
+ * not depend on it). Each thread reads back only the codes it copied, so the
+ * ring needs no barrier (int4 with a group a step: a __syncwarp a step, the
+ * quad's scale copied once); a slot is refilled one step after it was read.
  * x (T tokens, times the norm weight) is converted to f16 pairs in the
- * mma's k order once per block into shared memory (T * K * 2 bytes); lanes
+ * mma's k order once per block into shared memory (qpipe_xstride); lanes
  * of tokens >= T take token T - 1's fragment: those columns of the product
  * are discarded, so their slots need not be zero. int4 scales (and zeros)
  * go through the ring with their codes. */
@@ -824,13 +860,30 @@ __device__ __forceinline__ void qp_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+/* x in shared memory, 16-byte units of 8 values (f16 pairs in the mma's k
+ * order): int8 / e4m3 a token's K / 8 in order (a quad's 4 lanes read 4
+ * units 32 bytes apart: 4 banks each, none shared). int4 lanes read 4 units
+ * each, unit m = 16 st + 4 t + q of step st, so in order the quad's loads
+ * of one q would be 64 bytes apart, two to a bank: unit m is stored at
+ * 16 st + 4 q + t (the quad's 4 units of one q side by side), and a token
+ * takes K / 8 + 4 units, so tokens g and g + 1 (in one phase of a 16-byte
+ * load) lie in different halves of the 32 banks. */
+template <int QT>
+__host__ __device__ __forceinline__ int qpipe_xstride(int K) {
+    return QT == QT_I4 ? K / 8 + 4 : K / 8;
+}
+template <int QT>
+__device__ __forceinline__ int qpipe_xpos(int m) {
+    return QT == QT_I4 ? (m & ~15) | ((m & 3) << 2) | ((m >> 2) & 3) : m;
+}
+
 /* Shared memory of qgemv_pipe_kernel beyond its static arrays: the rings
  * (codes; int4 also scales and zeros) and x in f16. */
 template <int QT, int NS, int RT>
 static size_t qpipe_smem(int T, int K) {
     size_t ring = (size_t)GEMV_MMA_WARPS * NS * RT * 64 * 16;
     size_t scr = QT == QT_I4 ? (size_t)GEMV_MMA_WARPS * NS * RT * 128 * 4 : 0;
-    return ring + scr + (size_t)T * K * 2;
+    return ring + scr + (size_t)T * qpipe_xstride<QT>(K) * 16;
 }
 
 /* The block takes block tiles (RT 16-row tiles each) blockIdx.x,
@@ -851,7 +904,11 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
     extern __shared__ uint4 qp_dyn[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     /* this warp's ring: [NS][RT][2 rows][32 lanes] of 16 bytes; int4:
-     * [NS][RT][scale a, scale b, zero a, zero b][32] floats */
+     * [NS][RT][scale a, scale b, zero a, zero b][32 lanes] floats; GS
+     * (a step in one group) only the quad's lane t = 0 copies its rows'
+     * scales, to slot g: a 4-byte cp.async costs a shared-memory wavefront
+     * a lane, and all 32 lanes copying them made half the kernel's
+     * shared-memory traffic */
     uint4 *ring = qp_dyn + (size_t)warp * NS * RT * 64;
     float *scr = reinterpret_cast<float *>(qp_dyn + (size_t)NW * NS * RT * 64) + (size_t)warp * NS * RT * 128;
     uint4 *xs = QT == QT_I4 ? reinterpret_cast<uint4 *>(reinterpret_cast<float *>(qp_dyn + (size_t)NW * NS * RT * 64) +
@@ -877,6 +934,8 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
         }
     };
     set_rows(0);
+    /* GS: a step lies in one group, that of step st being st / spg */
+    const int spg = GS ? w.group / KSTEP : 1;
     auto issue_next = [&]() {
         if (ci >= nbt || nj == 0) return;
         const int st = s0 + cj;
@@ -887,13 +946,21 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
             qp_cp16(d + lane, cb + (size_t)qla[r] * row_bytes + o);
             qp_cp16(d + 32 + lane, cb + (size_t)qlb[r] * row_bytes + o);
             if (QT == QT_I4) {
-                const size_t gi = (size_t)(st * KSTEP + t * VPL) / w.group;
                 float *f = scr + (size_t)(cs * RT + r) * 128;
-                qp_cp4(f + lane, w.scales + (size_t)qla[r] * ng + gi);
-                qp_cp4(f + 32 + lane, w.scales + (size_t)qlb[r] * ng + gi);
-                if (!GS && w.zeros) {
-                    qp_cp4(f + 64 + lane, w.zeros + (size_t)qla[r] * ng + gi);
-                    qp_cp4(f + 96 + lane, w.zeros + (size_t)qlb[r] * ng + gi);
+                if (GS) {
+                    const int gi = spg == 1 ? st : st / spg;
+                    if (t == 0) {
+                        qp_cp4(f + g, w.scales + (size_t)qla[r] * ng + gi);
+                        qp_cp4(f + 32 + g, w.scales + (size_t)qlb[r] * ng + gi);
+                    }
+                } else {
+                    const size_t gi = (size_t)(st * KSTEP + t * VPL) / w.group;
+                    qp_cp4(f + lane, w.scales + (size_t)qla[r] * ng + gi);
+                    qp_cp4(f + 32 + lane, w.scales + (size_t)qlb[r] * ng + gi);
+                    if (w.zeros) {
+                        qp_cp4(f + 64 + lane, w.zeros + (size_t)qla[r] * ng + gi);
+                        qp_cp4(f + 96 + lane, w.zeros + (size_t)qlb[r] * ng + gi);
+                    }
                 }
             }
         }
@@ -912,11 +979,11 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
     tbc_pdl_wait();
     /* x (T tokens) in f16 pairs, the k order of load_xq: int8 / e4m3 pairs
      * (2i, 2i + 1), int4 (i, i + 4) within each 8 values; token k's at
-     * xs + k * K / 8 */
+     * xs + k * qpipe_xstride(K), placed by qpipe_xpos */
     for (int tk = 0; tk < T; tk++) {
         float ss = 0.0f;
         const float *xt = x + (size_t)tk * K;
-        uint4 *xst = xs + (size_t)tk * (K / 8);
+        uint4 *xst = xs + (size_t)tk * qpipe_xstride<QT>(K);
         for (int m = threadIdx.x; m < K / 8; m += NW * 32) {
             float4 a = __ldg(reinterpret_cast<const float4 *>(xt) + 2 * m);
             float4 b = __ldg(reinterpret_cast<const float4 *>(xt) + 2 * m + 1);
@@ -943,7 +1010,7 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
                 o.z = h2u(__floats2half2_rn(f4, f5));
                 o.w = h2u(__floats2half2_rn(f6, f7));
             }
-            xst[m] = o;
+            xst[qpipe_xpos<QT>(m)] = o;
         }
         if (NORM) {
             ss = tbc_warp_sum(ss);
@@ -957,7 +1024,7 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
     const float ss = NORM && t == 0 && g < T ? wss[warp][g] : 0.0f;
     /* lanes of tokens >= T read token T - 1's x: their product columns are
      * not stored */
-    const uint4 *xg = xs + (size_t)min(g, T - 1) * (K / 8);
+    const uint4 *xg = xs + (size_t)min(g, T - 1) * qpipe_xstride<QT>(K);
     const __half2 one2 = __float2half2_rn(1.0f), zero2 = __float2half2_rn(0.0f);
     int rs = 0; /* the slot read next */
     for (int i = 0; i < nbt; i++) {
@@ -968,6 +1035,10 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
             for (int q = 0; q < 4; q++) c[r][q] = c1[r][q] = 0.0f;
         for (int j = 0; j < nj; j++) {
             qp_wait<NS - 2>(); /* this step has landed */
+            /* GS: the scales came by lane t = 0's copies (the wait covers a
+             * thread's own); this also orders the last reads of the slot
+             * refilled below before its refill */
+            if (QT == QT_I4 && GS) __syncwarp();
             uint4 ua[RT], ub[RT];
             float fsa[RT], fsb[RT], fza[RT], fzb[RT];
 #pragma unroll
@@ -977,8 +1048,8 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
                 ub[r] = d[32 + lane];
                 if (QT == QT_I4) {
                     const float *f = scr + (size_t)(rs * RT + r) * 128;
-                    fsa[r] = f[lane];
-                    fsb[r] = f[32 + lane];
+                    fsa[r] = f[GS ? g : lane];
+                    fsb[r] = f[32 + (GS ? g : lane)];
                     fza[r] = !GS && w.zeros ? f[64 + lane] : 0.0f;
                     fzb[r] = !GS && w.zeros ? f[96 + lane] : 0.0f;
                 }
@@ -989,10 +1060,11 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
             qp_commit();
             const int st = s0 + j;
             uint32_t xb[VPL / 2];
-            const uint4 *xp = xg + (size_t)(st * KSTEP + t * VPL) / 8;
+            /* int4: unit 16 st + 4 t + q at 16 st + 4 q + t (qpipe_xpos) */
+            const uint4 *xp = QT == QT_I4 ? xg + (size_t)st * 16 + t : xg + (size_t)(st * KSTEP + t * VPL) / 8;
 #pragma unroll
             for (int q = 0; q < VPL / 8; q++) {
-                uint4 v = xp[q];
+                uint4 v = xp[QT == QT_I4 ? 4 * q : q];
                 xb[4 * q] = v.x; xb[4 * q + 1] = v.y; xb[4 * q + 2] = v.z; xb[4 * q + 3] = v.w;
             }
 #pragma unroll
