@@ -924,6 +924,11 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
     /* the issue cursor: block tile ci, step cj, ring slot cs */
     int ci = 0, cj = 0, cs = 0;
     int qla[RT], qlb[RT];
+    /* int4 with a group a step: the rows' code and scale pointers at step 0
+     * (fewer integer ops a step than from the row numbers; int8 / e4m3 keep
+     * the row numbers: the pointers' registers cost them 4% alone) */
+    const char *pca[RT], *pcb[RT];
+    const float *psa[RT], *psb[RT];
     auto set_rows = [&](int i) {
 #pragma unroll
         for (int r = 0; r < RT; r++) {
@@ -931,6 +936,12 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
             mma_rows<MODE>(e, N, g, a, b, pp, ((int)blockIdx.x + i * (int)gridDim.x) * RT + r);
             qla[r] = min(a, N - 1);
             qlb[r] = min(b, N - 1);
+            if (QT == QT_I4 && GS) {
+                pca[r] = cb + (size_t)qla[r] * row_bytes + (size_t)t * 16;
+                pcb[r] = cb + (size_t)qlb[r] * row_bytes + (size_t)t * 16;
+                psa[r] = w.scales + (size_t)qla[r] * ng;
+                psb[r] = w.scales + (size_t)qlb[r] * ng;
+            }
         }
     };
     set_rows(0);
@@ -943,15 +954,20 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
 #pragma unroll
         for (int r = 0; r < RT; r++) {
             uint4 *d = ring + (size_t)(cs * RT + r) * 64;
-            qp_cp16(d + lane, cb + (size_t)qla[r] * row_bytes + o);
-            qp_cp16(d + 32 + lane, cb + (size_t)qlb[r] * row_bytes + o);
+            if (QT == QT_I4 && GS) {
+                qp_cp16(d + lane, pca[r] + (size_t)st * 64);
+                qp_cp16(d + 32 + lane, pcb[r] + (size_t)st * 64);
+            } else {
+                qp_cp16(d + lane, cb + (size_t)qla[r] * row_bytes + o);
+                qp_cp16(d + 32 + lane, cb + (size_t)qlb[r] * row_bytes + o);
+            }
             if (QT == QT_I4) {
                 float *f = scr + (size_t)(cs * RT + r) * 128;
                 if (GS) {
                     const int gi = spg == 1 ? st : st / spg;
                     if (t == 0) {
-                        qp_cp4(f + g, w.scales + (size_t)qla[r] * ng + gi);
-                        qp_cp4(f + 32 + g, w.scales + (size_t)qlb[r] * ng + gi);
+                        qp_cp4(f + g, psa[r] + gi);
+                        qp_cp4(f + 32 + g, psb[r] + gi);
                     }
                 } else {
                     const size_t gi = (size_t)(st * KSTEP + t * VPL) / w.group;
