@@ -587,25 +587,29 @@ __device__ __forceinline__ void widen_word8(uint32_t w, uint32_t &h0, uint32_t &
     }
 }
 
-/* (a & 0x000f000f) | 0x64006400 and (a & 0x00f000f0) | 0x64006400 in one
- * lop3 each (written out: the compiler splits the and and the or, two
- * immediates being more than one instruction takes) */
+/* ((a ^ 0x88888888) & M) | 0x64006400 in one lop3 for the masks M of the
+ * low (0x000f000f) and high (0x00f000f0) nibbles of bytes 0 and 2: with b =
+ * M and c = (0x88888888 & M) | 0x64006400 it is b ? a ^ c : c (lut 0x6a),
+ * since the xor's bits lie inside M and the exponent's outside it. Written
+ * out: the compiler splits such an expression into an xor, an and and an
+ * or. */
 __device__ __forceinline__ uint32_t lop3_lo4(uint32_t a) {
     uint32_t d;
-    asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(d) : "r"(a), "r"(0x000f000fu), "r"(0x64006400u));
+    asm("lop3.b32 %0, %1, %2, %3, 0x6a;\n" : "=r"(d) : "r"(a), "r"(0x000f000fu), "r"(0x64086408u));
     return d;
 }
 __device__ __forceinline__ uint32_t lop3_hi4(uint32_t a) {
     uint32_t d;
-    asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(d) : "r"(a), "r"(0x00f000f0u), "r"(0x64006400u));
+    asm("lop3.b32 %0, %1, %2, %3, 0x6a;\n" : "=r"(d) : "r"(a), "r"(0x00f000f0u), "r"(0x64806480u));
     return d;
 }
 
 /* One 32-bit word of int4 codes -> four f16x2 of code * s + z (RAW: the
  * codes): (e0, e4), (e1, e5), (e2, e6), (e3, e7). LOP: the low nibble of a
- * byte lands under the exponent of 1024 (1024 + u, less 1032), the high one
- * at 16 times that (1024 + 16 u, times 1/16 less 72): both exact, one lop3
- * and one f16x2 op a pair, one shift for the word's upper bytes (the
+ * byte (sign-flipped: u = code + 8) lands under the exponent of 1024
+ * (1024 + u, less 1032), the high one at 16 times that (1024 + 16 u, times
+ * 1/16 less 72): both exact, one lop3 and one f16x2 op a pair, one shift
+ * for the word's upper bytes (the
  * pipelined kernel; with its x layout and scale copies the one-token int4
  * GEMVs of a 7B layer went 111 -> 70 us on the H200). Without
  * LOP each pair is shifted down, masked and offset apiece: the
@@ -624,7 +628,7 @@ __device__ __forceinline__ void widen_word4(uint32_t w, __half2 s, __half2 z, ui
         }
         return;
     }
-    const uint32_t u = w ^ 0x88888888u, v = u >> 8;
+    const uint32_t u = w, v = w >> 8; /* the sign flip (^ 8 a nibble) is in lop3_lo4 / lop3_hi4 */
     const __half2 off = u2h(0x64086408u);   /* 1032, 1032 */
     const __half2 sixt = u2h(0x2c002c00u);  /* 1/16 */
     const __half2 off16 = u2h(0xd480d480u); /* -72 */
