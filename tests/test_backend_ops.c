@@ -1268,6 +1268,7 @@ static void run_all(void) {
     op_qmatmul(TB_I4, 1, 8192, 40, 128, 1, 0);
     op_qmatmul(TB_I4, 3, 4096, 72, 128, 0, 0);
     op_qmatmul(TB_I4, 8, 2048, 24, 128, 1, 0);
+    op_qmatmul(TB_I4, 8, 11008, 24, 128, 0, 0); /* x of 8 tokens beside a one-tile ring only */
     static const tb_dtype qdts[] = {TB_I8, TB_FP8_E4M3, TB_I4};
     for (int qi = 0; qi < 3; qi++)
         for (int i = 0; i < 4; i++) {

@@ -881,12 +881,19 @@ __device__ __forceinline__ int qpipe_xpos(int m) {
     return QT == QT_I4 ? (m & ~15) | ((m & 3) << 2) | ((m >> 2) & 3) : m;
 }
 
+/* Floats a ring slot of int4 scales takes: a group a step (GS) 8 rows a and
+ * 8 rows b, else scale a, scale b, zero a, zero b for each of 32 lanes. */
+template <int QT, bool GS>
+__host__ __device__ constexpr int qpipe_scr() {
+    return QT != QT_I4 ? 0 : GS ? 16 : 128;
+}
+
 /* Shared memory of qgemv_pipe_kernel beyond its static arrays: the rings
  * (codes; int4 also scales and zeros) and x in f16. */
-template <int QT, int NS, int RT>
+template <int QT, bool GS, int NS, int RT>
 static size_t qpipe_smem(int T, int K) {
     size_t ring = (size_t)GEMV_MMA_WARPS * NS * RT * 64 * 16;
-    size_t scr = QT == QT_I4 ? (size_t)GEMV_MMA_WARPS * NS * RT * 128 * 4 : 0;
+    size_t scr = (size_t)GEMV_MMA_WARPS * NS * RT * qpipe_scr<QT, GS>() * 4;
     return ring + scr + (size_t)T * qpipe_xstride<QT>(K) * 16;
 }
 
@@ -908,16 +915,17 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
     extern __shared__ uint4 qp_dyn[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     /* this warp's ring: [NS][RT][2 rows][32 lanes] of 16 bytes; int4:
-     * [NS][RT][scale a, scale b, zero a, zero b][32 lanes] floats; GS
-     * (a step in one group) only the quad's lane t = 0 copies its rows'
-     * scales, to slot g: a 4-byte cp.async costs a shared-memory wavefront
-     * a lane, and all 32 lanes copying them made half the kernel's
-     * shared-memory traffic */
+     * [NS][RT][scale a, scale b, zero a, zero b][32 lanes] floats, or with
+     * GS (a step in one group) [NS][RT][scale a, scale b][8 row pairs g],
+     * copied by the quad's lane t = 0: a 4-byte cp.async costs a
+     * shared-memory wavefront a lane, and all 32 lanes copying them made
+     * half the kernel's shared-memory traffic (the smaller slots also let
+     * 8 tokens of K 11008 fit beside a one-tile ring) */
+    constexpr int SCR = qpipe_scr<QT, GS>();
     uint4 *ring = qp_dyn + (size_t)warp * NS * RT * 64;
-    float *scr = reinterpret_cast<float *>(qp_dyn + (size_t)NW * NS * RT * 64) + (size_t)warp * NS * RT * 128;
-    uint4 *xs = QT == QT_I4 ? reinterpret_cast<uint4 *>(reinterpret_cast<float *>(qp_dyn + (size_t)NW * NS * RT * 64) +
-                                                        (size_t)NW * NS * RT * 128)
-                            : qp_dyn + (size_t)NW * NS * RT * 64;
+    float *scr = reinterpret_cast<float *>(qp_dyn + (size_t)NW * NS * RT * 64) + (size_t)warp * NS * RT * SCR;
+    uint4 *xs = reinterpret_cast<uint4 *>(reinterpret_cast<float *>(qp_dyn + (size_t)NW * NS * RT * 64) +
+                                          (size_t)NW * NS * RT * SCR);
     const size_t row_bytes = QT == QT_I4 ? (size_t)K / 2 : (size_t)K;
     const char *cb = static_cast<const char *>(w.codes);
     const int nbt_all = (tiles + RT - 1) / RT;
@@ -966,12 +974,12 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
                 qp_cp16(d + 32 + lane, cb + (size_t)qlb[r] * row_bytes + o);
             }
             if (QT == QT_I4) {
-                float *f = scr + (size_t)(cs * RT + r) * 128;
+                float *f = scr + (size_t)(cs * RT + r) * SCR;
                 if (GS) {
                     const int gi = spg == 1 ? st : st / spg;
                     if (t == 0) {
                         qp_cp4(f + g, psa[r] + gi);
-                        qp_cp4(f + 32 + g, psb[r] + gi);
+                        qp_cp4(f + 8 + g, psb[r] + gi);
                     }
                 } else {
                     const size_t gi = (size_t)(st * KSTEP + t * VPL) / w.group;
@@ -1098,9 +1106,9 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
                 ua[r] = d[lane];
                 ub[r] = d[32 + lane];
                 if (QT == QT_I4) {
-                    const float *f = scr + (size_t)(rs * RT + r) * 128;
+                    const float *f = scr + (size_t)(rs * RT + r) * SCR;
                     fsa[r] = f[GS ? g : lane];
-                    fsb[r] = f[32 + (GS ? g : lane)];
+                    fsb[r] = GS ? f[8 + g] : f[32 + lane];
                     fza[r] = !GS && w.zeros ? f[64 + lane] : 0.0f;
                     fzb[r] = !GS && w.zeros ? f[96 + lane] : 0.0f;
                 }
@@ -1557,7 +1565,7 @@ static cudaError_t qpipe_launch(const float *x, const tbc_qweight &w, const floa
                                 int N, const tbc_gemv_epi &e, int tiles, cudaStream_t s) {
     /* sm_90's 227 KiB a block less the static arrays (red, red_ss, wss) */
     constexpr int QPIPE_MAX_SMEM = 232448 - RT * 8192 - 1024;
-    const size_t smem = qpipe_smem<QT, NS, RT>(T, K);
+    const size_t smem = qpipe_smem<QT, GS, NS, RT>(T, K);
     if (smem > (size_t)QPIPE_MAX_SMEM) return cudaErrorNotSupported;
     constexpr int MINB = QT == QT_I4 ? 2 : 3;
     auto kern = qgemv_pipe_kernel<QT, MODE, NORM, GS, NS, RT, MINB>;
@@ -1642,20 +1650,26 @@ static cudaError_t qgemv_launch(const float *x, const tbc_qweight &w, const floa
                    : T > 1 ? (QT == QT_I4 ? 6 : 5)
                    : QT == QT_I4 ? 5
                    : K >= 8192 && blocks <= 512 ? 9 : 4;
-    if (pv) {
+    /* a pipelined shape whose shared memory does not fit returns
+     * cudaErrorNotSupported: two tiles a block (6) then falls back to one
+     * (5; int4's 8-token down_proj, x 176 KiB: 23.3 -> 17.6 us on the
+     * H200, the 7B int4 b8 step 3.25 -> 3.07 ms), and that to the
+     * register-loading kernel */
+    for (int v = pv; v;) {
         cudaError_t r = cudaErrorNotSupported;
         bool done = false;
         if constexpr (QT == QT_I4) {
             if (w.group % 128 == 0 && !w.zeros) {
-                r = e.norm ? qpipe_launch_v<QT, MODE, true, true>(pv, x, w, bias, y, T, K, N, e, blocks, s)
-                           : qpipe_launch_v<QT, MODE, false, true>(pv, x, w, bias, y, T, K, N, e, blocks, s);
+                r = e.norm ? qpipe_launch_v<QT, MODE, true, true>(v, x, w, bias, y, T, K, N, e, blocks, s)
+                           : qpipe_launch_v<QT, MODE, false, true>(v, x, w, bias, y, T, K, N, e, blocks, s);
                 done = true;
             }
         }
         if (!done)
-            r = e.norm ? qpipe_launch_v<QT, MODE, true, false>(pv, x, w, bias, y, T, K, N, e, blocks, s)
-                       : qpipe_launch_v<QT, MODE, false, false>(pv, x, w, bias, y, T, K, N, e, blocks, s);
+            r = e.norm ? qpipe_launch_v<QT, MODE, true, false>(v, x, w, bias, y, T, K, N, e, blocks, s)
+                       : qpipe_launch_v<QT, MODE, false, false>(v, x, w, bias, y, T, K, N, e, blocks, s);
         if (r != cudaErrorNotSupported) return r;
+        v = v == 6 ? 5 : 0;
     }
     if constexpr (QT == QT_I4) {
         if (w.group % 128 == 0 && !w.zeros) {
