@@ -613,8 +613,9 @@ __device__ __forceinline__ uint32_t lop3_hi4(uint32_t a) {
  * pipelined kernel; with its x layout and scale copies the one-token int4
  * GEMVs of a 7B layer went 111 -> 70 us on the H200). Without
  * LOP each pair is shifted down, masked and offset apiece: the
- * register-loading kernel keeps that form (3 registers of constants fewer;
- * with LOP its 8-token down_proj took 23.3 -> 27.6 us). */
+ * register-loading kernel keeps that form (with LOP the 8-token down_proj,
+ * then on that kernel, took 23.3 -> 27.6 us on the H200; its register
+ * budget is the likely cause, not looked into further). */
 template <bool RAW, bool LOP = true>
 __device__ __forceinline__ void widen_word4(uint32_t w, __half2 s, __half2 z, uint32_t *h) {
     if (!LOP) {
