@@ -605,14 +605,14 @@ __device__ __forceinline__ uint32_t lop3_hi4(uint32_t a) {
 }
 
 /* One 32-bit word of int4 codes -> four f16x2 of code * s + z (RAW: the
- * codes): (e0, e4), (e1, e5), (e2, e6), (e3, e7). LOP: the low nibble of a
- * byte (sign-flipped: u = code + 8) lands under the exponent of 1024
- * (1024 + u, less 1032), the high one at 16 times that (1024 + 16 u, times
- * 1/16 less 72): both exact, one lop3 and one f16x2 op a pair, one shift
- * for the word's upper bytes (the
- * pipelined kernel; with its x layout and scale copies the one-token int4
- * GEMVs of a 7B layer went 111 -> 70 us on the H200). Without
- * LOP each pair is shifted down, masked and offset apiece: the
+ * codes): (e0, e4), (e1, e5), (e2, e6), (e3, e7).
+ * LOP (the pipelined kernel): the low nibble of a byte (sign-flipped:
+ * u = code + 8) lands under the exponent of 1024 (1024 + u, less 1032), the
+ * high one at 16 times that (1024 + 16 u, times 1/16 less 72): both exact,
+ * one lop3 and one f16x2 op a pair, one shift for the word's upper bytes
+ * (with its x layout and scale copies the one-token int4 GEMVs of a 7B
+ * layer went 111 -> 70 us on the H200).
+ * Without LOP each pair is shifted down, masked and offset apiece: the
  * register-loading kernel keeps that form (with LOP the 8-token down_proj,
  * then on that kernel, took 23.3 -> 27.6 us on the H200; its register
  * budget is the likely cause, not looked into further). */
