@@ -58,9 +58,11 @@
  *   gather_rows  f32         0       0       a copy
  *   chains       f32         3e-5    1e-4    matmul>silu_mul, silu_mul>matmul,
  *                f16         3e-5    5e-3    rmsnorm>matmul,
- *                bf16        3e-5    3e-2    matmul>add_rmsnorm>matmul: the
+ *                bf16        3e-5    3e-2    matmul>add_rmsnorm>matmul,
+ *                                            matmul>silu_mul>matmul: the
  *                                            GPU fuses them; x or the folded
  *                                            norm weight in the weight type
+ *                e4m3, T>=16 3e-5    8e-2    x rounded to e4m3 (FP8 GEMM)
  *   matmul>attention: the attention bounds, at least 2e-3 with an f16 cache
  *    (a key one f16 ulp off), the chain bound for f16/bf16 weights on cuda,
  *    never below the bf16 cache's bounds
@@ -976,7 +978,7 @@ static void op_gather_rows(int T, int D, int R) {
  * chain of references. Bounds: cpu 3e-5 (f32 ops in a row); cuda f32 1e-4,
  * f16 5e-3, bf16 3e-2 (x, or the RMSNorm weight folded into the matmul's,
  * rounded to the weight type). */
-typedef enum { PAT_MM_SILU, PAT_SILU_MM, PAT_NORM_MM, PAT_MM_ADDNORM_MM } pat_kind;
+typedef enum { PAT_MM_SILU, PAT_SILU_MM, PAT_NORM_MM, PAT_MM_ADDNORM_MM, PAT_MM_SILU_MM } pat_kind;
 
 /* A pattern's matmul weight: a float dtype (a matmul node) or codes of
  * core/quant.h (a qmatmul node; the GPU multiplies x by the norm weight in
@@ -1054,13 +1056,13 @@ static double pattern_bound(tb_dtype wdt, int T) {
  * output (T, N). */
 static void pattern_q(pat_kind pk, tb_dtype wdt, int group, int asym, int T, int K, int N) {
     static const char *names[] = {"matmul>silu_mul", "silu_mul>matmul", "rmsnorm>matmul",
-                                  "matmul>add_rmsnorm>matmul"};
+                                  "matmul>add_rmsnorm>matmul", "matmul>silu_mul>matmul"};
     tcase c;
     case_init(&c, T);
     snprintf(c.desc, sizeof c.desc, "%s T %d K %d N %d%s", names[pk], T, K, N, asym ? " +zeros" : "");
     float eps = 1e-5f, fa[4] = {eps};
     int xw = pk == PAT_SILU_MM ? 2 * K : K; /* width of the input */
-    int N1 = pk == PAT_MM_SILU ? 2 * N : K;  /* the first matmul's outputs */
+    int N1 = pk == PAT_MM_SILU ? 2 * N : pk == PAT_MM_SILU_MM ? 2 * K : K; /* the first matmul's outputs */
     float *x = frandn((size_t)T * xw, 2.0f), *w1 = frandn((size_t)N1 * K, 2.0f / sqrtf((float)K));
     float *w2 = frandn((size_t)N * K, 2.0f / sqrtf((float)K)), *wn = frandn((size_t)K, 1.5f);
     float *res = frandn((size_t)T * K, 1.0f);
@@ -1077,6 +1079,12 @@ static void pattern_q(pat_kind pk, tb_dtype wdt, int group, int asym, int T, int
     }
     case PAT_SILU_MM: {
         int h = node_out(&c, add_node(&c, TB_OP_SILU_MUL, &xv, 1, NULL, NULL), 0);
+        last = pat_w_node(&c, h, "w2", &m2, N, K);
+        break;
+    }
+    case PAT_MM_SILU_MM: { /* gate|up (2K, K), SiLU·mul, down (N, K) */
+        int gu = node_out(&c, pat_w_node(&c, xv, "w1", &m1, N1, K), 0);
+        int h = node_out(&c, add_node(&c, TB_OP_SILU_MUL, &gu, 1, NULL, NULL), 0);
         last = pat_w_node(&c, h, "w2", &m2, N, K);
         break;
     }
@@ -1112,6 +1120,11 @@ static void pattern_q(pat_kind pk, tb_dtype wdt, int group, int asym, int T, int
             break;
         case PAT_SILU_MM:
             tb_ref_silu_mul(x, h2, T, K);
+            pat_w_ref(&m2, h2, yr, T, K, N);
+            break;
+        case PAT_MM_SILU_MM:
+            pat_w_ref(&m1, x, h, T, K, N1);
+            tb_ref_silu_mul(h, h2, T, K);
             pat_w_ref(&m2, h2, yr, T, K, N);
             break;
         case PAT_NORM_MM:
@@ -1279,6 +1292,14 @@ static void run_all(void) {
             pattern_q(PAT_MM_ADDNORM_MM, qdts[qi], 128, asym, T, 128, 96);
             pattern_q(PAT_MM_ADDNORM_MM, qdts[qi], 32, asym, T, 64, 24); /* K 64: int4 takes the dequantised path */
         }
+    /* gate|up > SiLU·mul > down in every quantized dtype; e4m3 at 17 and 40
+     * tokens takes the FP8 GEMM twice, the SiLU·mul applying the first
+     * product's scales and writing the second's codes. Then e4m3 rows of
+     * 12,800 (the GPU keeps a 50 KiB row in shared memory to write codes) */
+    for (int qi = 0; qi < 3; qi++)
+        for (int i = 0; i < 3; i++) pattern_q(PAT_MM_SILU_MM, qdts[qi], 64, 0, (int[]){8, 17, 40}[i], 256, 48);
+    pattern_q(PAT_SILU_MM, TB_FP8_E4M3, 64, 0, 17, 12800, 16);
+    pattern_q(PAT_NORM_MM, TB_FP8_E4M3, 64, 0, 20, 12800, 16);
 }
 
 int main(void) {

@@ -7,7 +7,9 @@
 #
 #   bash bench/gpu/prof_prefill.sh   # binaries: /tmp/pb (new), /tmp/pb_old (old, optional)
 #
-# Env: OUT (results), PP_DTYPES ("fp8 f16"), PP_NCU (1: the ncu stage).
+# Env: OUT (results), PP_DTYPES ("fp8 f16"), PP_NCU (1: the ncu stage),
+# PP_OLD_ENV (e.g. "TB_CUDA_FP8_FUSE=0": "old" is the new build under these
+# settings instead of /tmp/pb_old), PP_BENCH_EXTRA (more gpu_bench options).
 set -u
 PB=/tmp/pb; OLD=/tmp/pb_old
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64
@@ -22,13 +24,13 @@ for q in ${PP_DTYPES:-fp8 f16}; do
      > $O/build_$q.txt 2>&1 || { echo "build $q FAIL"; tail -3 $O/build_$q.txt; continue; }
   echo "built $q ($(el) s)"
   for b in new old; do
-    d=$PB; [ $b = old ] && d=$OLD
+    d=$PB; e=; [ $b = old ] && { if [ -n "${PP_OLD_ENV:-}" ]; then e=$PP_OLD_ENV; else d=$OLD; fi; }
     [ -x $d/turbine ] || continue
-    LD_LIBRARY_PATH=$d/lib:/usr/local/cuda/lib64 $d/turbine run /tmp/pp_$q.engine --device cuda --prompt-ids $IDS -n 8 \
+    env $e LD_LIBRARY_PATH=$d/lib:/usr/local/cuda/lib64 $d/turbine run /tmp/pp_$q.engine --device cuda --prompt-ids $IDS -n 8 \
        --temperature 0 --logits-out $O/logits_${q}_$b.bin > $O/run_${q}_$b.txt 2> $O/run_${q}_$b.err ||
        { echo "run $q $b FAIL: $(tail -2 $O/run_${q}_$b.err)"; fails=$((fails + 1)); }
   done
-  if [ -x $OLD/turbine ]; then
+  if [ -x $OLD/turbine ] || [ -n "${PP_OLD_ENV:-}" ]; then
     if cmp -s $O/run_${q}_new.txt $O/run_${q}_old.txt && python3 -c "
 import numpy as np, sys
 a=np.fromfile('$O/logits_${q}_new.bin',np.float32); b=np.fromfile('$O/logits_${q}_old.bin',np.float32)
@@ -43,10 +45,11 @@ sys.exit(0 if ok and d / sc <= 1e-3 else 1)"; then
   fi
   for r in 1 2; do
     for b in old new; do
-      d=$PB; [ $b = old ] && d=$OLD
+      d=$PB; e=; [ $b = old ] && { if [ -n "${PP_OLD_ENV:-}" ]; then e=$PP_OLD_ENV; else d=$OLD; fi; }
       [ -x $d/gpu_bench ] || continue
-      LD_LIBRARY_PATH=$d/lib:/usr/local/cuda/lib64 timeout 120 $d/gpu_bench /tmp/pp_$q.engine \
-         --device cuda --prefill 512 --decode 32 --ctx 16 --batch 1,8 --streams 64 > $O/bench_${q}_${r}_$b.txt 2>&1
+      env $e LD_LIBRARY_PATH=$d/lib:/usr/local/cuda/lib64 timeout 120 $d/gpu_bench /tmp/pp_$q.engine \
+         --device cuda --prefill 512 --decode 32 --ctx 16 --batch 1,8 --streams 64 ${PP_BENCH_EXTRA:-} \
+         > $O/bench_${q}_${r}_$b.txt 2>&1
       echo "$q round $r $b: $(grep -E '^prefill|^decode|^streams' $O/bench_${q}_${r}_$b.txt | tr '\n' ' ')"
     done
   done

@@ -386,11 +386,11 @@ else
     row "ops vs reference kernels" "FAIL ($(grep -c ' FAIL$' "$W/ops.txt") failed:$(grep ' FAIL$' "$W/ops.txt" |
         awk '{printf " %s/%s/%s", $1, $2, $3}' | head -c 300); $(tail -n 1 "$W/ops.txt"))"
 fi
-say "== the same with the RMSNorm writing the FP8 GEMM's codes (TB_CUDA_FP8_NORMQ=1: the e4m3 chains of 17 tokens)"
-if device_test test_backend_ops opsq TB_CUDA_FP8_NORMQ=1; then
-    row "ops vs reference kernels, FP8_NORMQ" "PASS ($(grep -c ' bound .* ok$' "$W/opsq.txt") comparisons)"
+say "== the same with the FP8 GEMM's producers unfused (TB_CUDA_FP8_FUSE=0: scales and codes in kernels of their own)"
+if device_test test_backend_ops opsq TB_CUDA_FP8_FUSE=0; then
+    row "ops vs reference kernels, FP8_FUSE=0" "PASS ($(grep -c ' bound .* ok$' "$W/opsq.txt") comparisons)"
 else
-    row "ops vs reference kernels, FP8_NORMQ" "FAIL ($(grep -c ' FAIL$' "$W/opsq.txt") failed:$(grep ' FAIL$' "$W/opsq.txt" |
+    row "ops vs reference kernels, FP8_FUSE=0" "FAIL ($(grep -c ' FAIL$' "$W/opsq.txt") failed:$(grep ' FAIL$' "$W/opsq.txt" |
         awk '{printf " %s/%s/%s", $1, $2, $3}' | head -c 300); $(tail -n 1 "$W/opsq.txt"))"
 fi
 say "== general ops against their reference kernels (tests/test_nn_cuda.c on $DEV)"

@@ -166,8 +166,13 @@ typedef struct {
     int norm_node;            /* matmul that norms its x in the prologue (-1)   */
     int x16;                  /* FUSE_X16 on (TB_CUDA_X16)                     */
     int x16_node;             /* matmul whose x the last node wrote to xconv   */
-    int x8;                   /* RMSNorm quantises x for the FP8 GEMM (TB_CUDA_FP8_NORMQ) */
-    int x8_node;              /* fp8 matmul whose codes and scales the norm wrote */
+    int x8;                   /* FP8 GEMM x written by its producer (TB_CUDA_FP8_FUSE) */
+    int x8_node;              /* fp8 matmul whose codes and scales the producer wrote */
+    /* an FP8 GEMM's output left as the raw product of the codes: node ys_node
+     * (its one reader, an add_rmsnorm or silu_mul) applies sx[t] * ys_sw[n]
+     * + ys_bias[n] as it reads it (-1: none pending) */
+    int ys_node;
+    const float *ys_sw, *ys_bias;
     const float *norm_x;
     const float *norm_w;      /* its norm weight (quantized matmuls read it) */
     float norm_eps;
@@ -904,6 +909,7 @@ static tb_status cuda_step_begin(tb_backend *b, const tb_graph *g, void **bufs, 
     c->norm_node = -1;
     c->x16_node = -1;
     c->x8_node = -1;
+    c->ys_node = -1;
 
     if (st->tp_size > 1 && c->tp_mode == TP_NONE) TB_TRY(tp_setup(c, st));
 
@@ -1134,7 +1140,7 @@ static struct fp8_plan *fp8_plan_of(cuda_ctx *c, int T, int K, int N) {
  * cuBLASLt refuses returns TB_ERR_UNSUPPORTED before anything is launched,
  * and fp8_gemm turns off (logged once). */
 static tb_status fp8_gemm_run(cuda_ctx *c, const float *x, const tbc_qweight *qw, const float *bias, float *y, int T,
-                              int K, int N, int x_done) {
+                              int K, int N, int x_done, int ys_to) {
     struct fp8_plan *p = fp8_plan_of(c, T, K, N);
     if (!p) {
         tb_log(TB_LOG_WARN, "cuda: cuBLASLt has no fp8 matmul for %d x %d x %d; e4m3 weights take the dequantised "
@@ -1152,9 +1158,17 @@ static tb_status fp8_gemm_run(cuda_ctx *c, const float *x, const tbc_qweight *qw
                                        &p->algo, c->lt_ws, FP8_LT_WS, c->stream);
     if (bs != CUBLAS_STATUS_SUCCESS)
         return tb_errorf(TB_ERR_INTERNAL, "cublasLt: fp8 matmul (%d x %d x %d): %s", T, K, N, blas_status_name(bs));
+    if (ys_to >= 0) { /* node ys_to scales y as it reads it (ys_target) */
+        c->ys_node = ys_to;
+        c->ys_sw = qw->scales;
+        c->ys_bias = bias;
+        return TB_OK;
+    }
     e = tbc_scale_out(y, T, N, c->fp8_sx, qw->scales, bias, c->stream);
     return e == cudaSuccess ? TB_OK : cuda_fail(e, "fp8 scale launch");
 }
+
+static int ys_target(cuda_ctx *c, const tb_graph *g, int k, void *const *bufs, int T);
 
 static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs, const tb_step *st,
                             int T) {
@@ -1174,7 +1188,7 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
     const int x8 = c->x8_node == k;
     c->x8_node = -1;
     if (quant && fp8_gemm_ok(c, &qw, x, bias, y, T, K, N)) {
-        tb_status fs = fp8_gemm_run(c, x, &qw, bias, y, T, K, N, x8);
+        tb_status fs = fp8_gemm_run(c, x, &qw, bias, y, T, K, N, x8, ys_target(c, g, k, bufs, T));
         if (fs != TB_ERR_UNSUPPORTED) return fs;
     }
     /* x8_target checked that this matmul takes the FP8 path: its f32 x was never written */
@@ -1485,6 +1499,9 @@ static tb_status run_node_eager(cuda_ctx *c, const tb_graph *g, const tb_node *n
                                 const tb_step *st) {
     int k = (int)(n - g->nodes), fused = c->fused_node == k;
     c->fused_node = -1;
+    if (c->ys_node >= 0 && c->ys_node != k) /* its reader never ran: y would stay unscaled */
+        return tb_errorf(TB_ERR_INTERNAL, "cuda: the deferred fp8 scales of node %d's input were not applied",
+                         c->ys_node);
     if (fused && n->op == TB_OP_SILU_MUL) return TB_OK; /* the GEMV wrote its output */
     if (c->skip_node == k) { /* add_rmsnorm: the GEMVs around it do its work */
         c->skip_node = -1;
@@ -1507,28 +1524,52 @@ static tb_status run_node_eager(cuda_ctx *c, const tb_graph *g, const tb_node *n
     return r;
 }
 
-/* Where (add_)rmsnorm node n writes its output when the next node is an
- * e4m3 matmul that will take the FP8 GEMM (every condition of fp8_gemm_ok and
- * a cuBLASLt plan for the shape, checked now): e4m3 codes into xconv and the
- * token scales into fp8_sx, so the matmul skips tbc_quant_x_fp8 (the same
- * bytes). NULL: the usual output. Only under FUSE_X16's condition (the
- * norm's output feeds that matmul alone). */
-static void *x8_target(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs, int T) {
-    int k = (int)(n - g->nodes);
-    if (!c->x8 || !c->x16 || !(c->fuse_kind[k] & FUSE_X16) || T <= TBC_GEMV_MAX_T || !c->lt || !c->fp8_sx) return NULL;
+/* Whether node k, an rmsnorm, add_rmsnorm or silu_mul, writes the next
+ * node's x as e4m3 codes and token scales (tbc_act_fp8) for the FP8 GEMM:
+ * the next node is an e4m3 matmul that will take that path (every condition
+ * of fp8_gemm_ok and a cuBLASLt plan for the shape, checked now) and reads
+ * only k's output (FUSE_X16's condition). */
+static int x8_ok(cuda_ctx *c, const tb_graph *g, int k, void *const *bufs, int T) {
+    const tb_node *n = &g->nodes[k];
+    if (!c->x8 || !c->x16 || !(c->fuse_kind[k] & FUSE_X16) || T <= TBC_GEMV_MAX_T || !c->lt || !c->fp8_sx ||
+        k + 1 >= g->n_nodes)
+        return 0;
+    if (n->op != TB_OP_RMSNORM && n->op != TB_OP_ADD_RMSNORM && n->op != TB_OP_SILU_MUL) return 0;
     const tb_node *mm = &g->nodes[k + 1];
-    if (mm->op != TB_OP_QMATMUL || g->values[mm->in[1]].dtype != TB_FP8_E4M3) return NULL;
-    if (bufs[mm->in[0]] != bufs[n->out[n->op == TB_OP_ADD_RMSNORM ? 1 : 0]]) return NULL;
+    if (mm->op != TB_OP_QMATMUL || g->values[mm->in[1]].dtype != TB_FP8_E4M3) return 0;
+    if (bufs[mm->in[0]] != bufs[n->out[n->op == TB_OP_ADD_RMSNORM ? 1 : 0]]) return 0;
     const tb_value *wv = &g->values[mm->in[1]];
     const int K = (int)wv->dims[1], N = (int)wv->dims[0];
+    if (K > TBC_ACT_FP8_MAX_D) return 0;
     tbc_qweight qw;
     const float *bias = mm->n_in > 2 ? bufs[mm->in[2]] : NULL;
     memset(&qw, 0, sizeof qw);
     qweight_of(g, mm, bufs, &qw, &bias);
-    if (!fp8_gemm_ok(c, &qw, bufs[mm->in[0]], bias, bufs[mm->out[0]], T, K, N) || !fp8_plan_of(c, T, K, N))
-        return NULL;
+    return fp8_gemm_ok(c, &qw, bufs[mm->in[0]], bias, bufs[mm->out[0]], T, K, N) && fp8_plan_of(c, T, K, N);
+}
+
+/* Where node n (x8_ok) writes its output: the codes into xconv, the scales
+ * into fp8_sx, and the matmul after it skips tbc_quant_x_fp8. NULL: the
+ * usual output. */
+static void *x8_target(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs, int T) {
+    int k = (int)(n - g->nodes);
+    if (!x8_ok(c, g, k, bufs, T)) return NULL;
     c->x8_node = k + 1;
     return c->xconv;
+}
+
+/* The node that applies FP8 matmul k's scales as it reads its output (its
+ * tbc_scale_out skipped), or -1: the next node is k's output's only reader
+ * (FUSE_GLU: a silu_mul; FUSE_ADDNORM: an add_rmsnorm's d, its normed output
+ * read by a matmul alone) and writes the FP8 GEMM's codes after it (x8_ok). */
+static int ys_target(cuda_ctx *c, const tb_graph *g, int k, void *const *bufs, int T) {
+    const tb_node *m = &g->nodes[k], *nx = k + 1 < g->n_nodes ? &g->nodes[k + 1] : NULL;
+    const int kind = c->fuse ? c->fuse_kind[k] : 0;
+    if (!nx || !c->x8) return -1;
+    if (!((kind & FUSE_GLU) && nx->op == TB_OP_SILU_MUL && nx->in[0] == m->out[0]) &&
+        !((kind & FUSE_ADDNORM) && nx->op == TB_OP_ADD_RMSNORM && nx->in[1] == m->out[0] && nx->in[0] != m->out[0]))
+        return -1;
+    return x8_ok(c, g, k + 1, bufs, T) ? k + 1 : -1;
 }
 
 /* Where node n writes its output for the next node, a cuBLAS matmul, in the
@@ -1548,6 +1589,26 @@ static void *x16_target(cuda_ctx *c, const tb_graph *g, const tb_node *n, int T,
     if (*dt == TBC_F32 || (size_t)T * (size_t)wv->dims[1] * 2 > c->xconv_bytes) return NULL;
     c->x16_node = k + 1;
     return c->xconv;
+}
+
+/* The deferred scales of node n's input (ys_target), or NULLs: taken (the
+ * pending state cleared). */
+static void ys_take(cuda_ctx *c, const tb_graph *g, const tb_node *n, const float **sw, const float **bias) {
+    *sw = *bias = NULL;
+    if (c->ys_node != (int)(n - g->nodes)) return;
+    c->ys_node = -1;
+    *sw = c->ys_sw;
+    *bias = c->ys_bias;
+}
+
+/* Node n did not take the fused kernel after all: its input `in` gets the
+ * skipped tbc_scale_out now (never expected: ys_target checked x8_ok). */
+static tb_status ys_apply(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs, int T, int in,
+                          const float *sw, const float *bias) {
+    if (!sw) return TB_OK;
+    const tb_value *v = &g->values[n->in[in]];
+    CU_TRY(tbc_scale_out(bufs[n->in[in]], T, (int)v->dims[1], c->fp8_sx, sw, bias, c->stream), "fp8 scale launch");
+    return TB_OK;
 }
 
 static tb_status run_node_op(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs,
@@ -1571,8 +1632,8 @@ static tb_status run_node_op(cuda_ctx *c, const tb_graph *g, const tb_node *n, v
     case TB_OP_RMSNORM: {
         void *q8 = x8_target(c, g, n, bufs, T);
         if (q8) {
-            CU_TRY(tbc_rmsnorm_fp8(bufs[n->in[0]], NULL, bufs[n->in[1]], NULL, T, (int)v0->dims[1], n->f[0], q8,
-                                   c->fp8_sx, s),
+            CU_TRY(tbc_act_fp8(TBC_ACT_NORM, bufs[n->in[0]], NULL, bufs[n->in[1]], NULL, T, (int)v0->dims[1], n->f[0],
+                               NULL, NULL, q8, c->fp8_sx, s),
                    "rmsnorm launch");
             return TB_OK;
         }
@@ -1584,13 +1645,16 @@ static tb_status run_node_op(cuda_ctx *c, const tb_graph *g, const tb_node *n, v
         return TB_OK;
     }
     case TB_OP_ADD_RMSNORM: {
+        const float *sw = NULL, *sb = NULL;
+        ys_take(c, g, n, &sw, &sb);
         void *q8 = x8_target(c, g, n, bufs, T);
         if (q8) {
-            CU_TRY(tbc_rmsnorm_fp8(bufs[n->in[0]], bufs[n->in[1]], bufs[n->in[2]], bufs[n->out[0]], T,
-                                   (int)v0->dims[1], n->f[0], q8, c->fp8_sx, s),
+            CU_TRY(tbc_act_fp8(TBC_ACT_ADDNORM, bufs[n->in[0]], bufs[n->in[1]], bufs[n->in[2]], bufs[n->out[0]], T,
+                               (int)v0->dims[1], n->f[0], sw, sb, q8, c->fp8_sx, s),
                    "add_rmsnorm launch");
             return TB_OK;
         }
+        TB_TRY(ys_apply(c, g, n, bufs, T, 1, sw, sb));
         tbc_dtype dt16 = TBC_F16;
         void *y16 = x16_target(c, g, n, T, &dt16);
         CU_TRY(tbc_add_rmsnorm(bufs[n->in[0]], bufs[n->in[1]], bufs[n->in[2]], bufs[n->out[0]], bufs[n->out[1]], T,
@@ -1614,6 +1678,16 @@ static tb_status run_node_op(cuda_ctx *c, const tb_graph *g, const tb_node *n, v
     case TB_OP_ATTENTION:
         return run_attention(c, n, bufs, st, T, fused);
     case TB_OP_SILU_MUL: {
+        const float *sw = NULL, *sb = NULL;
+        ys_take(c, g, n, &sw, &sb);
+        void *q8 = x8_target(c, g, n, bufs, T);
+        if (q8) {
+            CU_TRY(tbc_act_fp8(TBC_ACT_SILU, bufs[n->in[0]], NULL, NULL, NULL, T, (int)v0->dims[1] / 2, 0.0f, sw, sb,
+                               q8, c->fp8_sx, s),
+                   "silu_mul launch");
+            return TB_OK;
+        }
+        TB_TRY(ys_apply(c, g, n, bufs, T, 0, sw, sb));
         tbc_dtype dt16 = TBC_F16;
         void *y16 = x16_target(c, g, n, T, &dt16);
         CU_TRY(tbc_silu_mul(bufs[n->in[0]], bufs[n->out[0]], T, (int)v0->dims[1] / 2, y16, dt16, s),
@@ -2022,8 +2096,8 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     if (c->fp8_gemm < 0) c->fp8_gemm = 0;
     const char *xe = getenv("TB_CUDA_X16");
     c->x16 = !(xe && !strcmp(xe, "0"));
-    const char *x8e = getenv("TB_CUDA_FP8_NORMQ");
-    c->x8 = x8e && !strcmp(x8e, "1");
+    const char *x8e = getenv("TB_CUDA_FP8_FUSE");
+    c->x8 = !(x8e && !strcmp(x8e, "0"));
     const char *gte = getenv("TB_CUDA_GRAPH_MAX_T");
     c->graph_max_t = gte && *gte ? atoi(gte) : TB_CUDA_DEFAULT_GRAPH_MAX_T;
     const char *pe = getenv("TB_CUDA_PDL"), *fe = getenv("TB_CUDA_FUSE"), *me = getenv("TB_CUDA_GEMV"),
@@ -2060,7 +2134,7 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     const char *pfe = getenv("TB_CUDA_PREFILL");
     c->prefill_flash = !(pfe && !strcmp(pfe, "gemm"));
     if (c->prefill_min > 0 && c->prefill_min <= TBC_GEMV_MAX_T) c->prefill_min = TBC_GEMV_MAX_T + 1;
-    c->fused_node = c->skip_node = c->norm_node = c->x8_node = -1;
+    c->fused_node = c->skip_node = c->norm_node = c->x8_node = c->ys_node = -1;
     *out = b;
     return TB_OK;
 }

@@ -241,12 +241,20 @@ cudaError_t tbc_dequant_f16(const tbc_qweight *w, int K, int N, void *out, cudaS
  * for a zero row); after the product y = q w^T of the codes (f32),
  * tbc_scale_out: y[t][n] = y[t][n] * sx[t] * sw[n] (+ bias[n]). */
 cudaError_t tbc_quant_x_fp8(const float *x, int T, int K, void *q, float *sx, cudaStream_t s);
-/* tbc_rmsnorm (d NULL) or tbc_add_rmsnorm (r = x + d written) whose normed
- * rows go straight into tbc_quant_x_fp8's q and sx (the same arithmetic on
- * the same f32 values: the bytes the two kernels in turn give), not into an
- * f32 y. */
-cudaError_t tbc_rmsnorm_fp8(const float *x, const float *d, const float *w, float *r, int T, int D, float eps,
-                            void *q, float *sx, cudaStream_t s);
+/* The FP8 GEMM's x written by its producer, one block a token: codes q
+ * (T, D) and scales sx (T) of v, as tbc_quant_x_fp8 gives them, where v is
+ *   TBC_ACT_NORM     rmsnorm(x) * w                       x (T, D)
+ *   TBC_ACT_ADDNORM  rmsnorm(r) * w, r = x + d written    x, d, r (T, D)
+ *   TBC_ACT_SILU     silu(g) * u of x = [g | u]           x (T, 2D)
+ * With sw set the input d (for SiLU·mul: x) is a raw FP8 product whose
+ * tbc_scale_out was skipped: it is read as d * (sx[t] * sw[n]) + bias[n]
+ * (sw, bias: D, or 2D for SiLU·mul; bias may be NULL), sx[t] then
+ * overwritten. D % 4 == 0, D <= TBC_ACT_FP8_MAX_D (the row is kept in shared
+ * memory), every pointer 16-byte aligned. */
+typedef enum { TBC_ACT_NORM, TBC_ACT_ADDNORM, TBC_ACT_SILU } tbc_act_kind;
+#define TBC_ACT_FP8_MAX_D 49152
+cudaError_t tbc_act_fp8(tbc_act_kind kind, const float *x, const float *d, const float *w, float *r, int T, int D,
+                        float eps, const float *sw, const float *bias, void *q, float *sx, cudaStream_t s);
 cudaError_t tbc_scale_out(float *y, int T, int N, const float *sx, const float *sw, const float *bias,
                           cudaStream_t s);
 

@@ -76,13 +76,9 @@ __device__ __forceinline__ void store_act(float *y, void *y16, int dt16, size_t 
     else ((__half *)y16)[i] = __float2half(v);
 }
 
-/* One block per row. With `d` set, r = x + d is written first and normed.
- * Q8: the normed row v is not stored but quantised for the FP8 GEMM, the
- * arithmetic of quant_x_fp8_kernel (gemv.cu) on it: y16 gets the e4m3
- * codes of v / s and sx[row] = s = absmax(v) / 448 (0 for a zero row). */
-template <bool Q8>
-__global__ void rmsnorm_kernel(const float *x, const float *dl, const float *w, float *r, float *y, int D,
-                               float eps, void *y16, int dt16, float *sx) {
+/* One block per row. With `d` set, r = x + d is written first and normed. */
+__global__ void rmsnorm_kernel(const float *x, const float *dl, const float *w, float *r, float *y, int D, float eps,
+                               void *y16, int dt16) {
     tbc_pdl_wait();
     tbc_pdl_trigger();
     __shared__ float red[32];
@@ -103,24 +99,7 @@ __global__ void rmsnorm_kernel(const float *x, const float *dl, const float *w, 
     }
     ss = tbc_block_sum(ss, red);
     float inv = 1.0f / sqrtf(ss / (float)D + eps);
-    if (!Q8) {
-        for (int i = threadIdx.x; i < D; i += blockDim.x) store_act(y, y16, dt16, off + i, xr[i] * inv * w[i]);
-        return;
-    }
-    float m = 0.0f;
-    for (int i = threadIdx.x; i < D; i += blockDim.x) m = fmaxf(m, fabsf(xr[i] * inv * w[i]));
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    __syncthreads(); /* red is free again (tbc_block_sum's readers are done) */
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = m;
-    __syncthreads();
-    m = 0.0f;
-    for (int i = 0; i < (int)(blockDim.x >> 5); i++) m = fmaxf(m, red[i]);
-    const float sc = m > 0.0f ? m / 448.0f : 1.0f, isc = 1.0f / sc;
-    if (threadIdx.x == 0) sx[blockIdx.x] = m > 0.0f ? sc : 0.0f;
-    unsigned char *q = static_cast<unsigned char *>(y16) + off;
-    for (int i = threadIdx.x; i < D; i += blockDim.x)
-        q[i] = (unsigned char)__nv_cvt_float_to_fp8(xr[i] * inv * w[i] * isc, __NV_SATFINITE, __NV_E4M3);
+    for (int i = threadIdx.x; i < D; i += blockDim.x) store_act(y, y16, dt16, off + i, xr[i] * inv * w[i]);
 }
 
 static int norm_threads(int D) {
@@ -131,21 +110,166 @@ static int norm_threads(int D) {
 
 extern "C" cudaError_t tbc_rmsnorm(const float *x, const float *w, float *y, int T, int D, float eps, void *y16,
                                    tbc_dtype dt16, cudaStream_t s) {
-    return tbc_launch(rmsnorm_kernel<false>, dim3(T), dim3(norm_threads(D / 4 > 32 ? D / 4 : 32)), 0, s, x,
-                      (const float *)NULL, w, (float *)NULL, y, D, eps, y16, (int)dt16, (float *)NULL);
+    return tbc_launch(rmsnorm_kernel, dim3(T), dim3(norm_threads(D / 4 > 32 ? D / 4 : 32)), 0, s, x,
+                      (const float *)NULL, w, (float *)NULL, y, D, eps, y16, (int)dt16);
 }
 
 extern "C" cudaError_t tbc_add_rmsnorm(const float *x, const float *d, const float *w, float *r, float *y, int T,
                                        int D, float eps, void *y16, tbc_dtype dt16, cudaStream_t s) {
-    return tbc_launch(rmsnorm_kernel<false>, dim3(T), dim3(norm_threads(D / 4 > 32 ? D / 4 : 32)), 0, s, x, d, w, r,
-                      y, D, eps, y16, (int)dt16, (float *)NULL);
+    return tbc_launch(rmsnorm_kernel, dim3(T), dim3(norm_threads(D / 4 > 32 ? D / 4 : 32)), 0, s, x, d, w, r, y, D,
+                      eps, y16, (int)dt16);
 }
 
-extern "C" cudaError_t tbc_rmsnorm_fp8(const float *x, const float *d, const float *w, float *r, int T, int D,
-                                       float eps, void *q, float *sx, cudaStream_t s) {
-    if (T < 1 || D < 1 || !q || !sx || (d && !r)) return cudaErrorInvalidValue;
-    return tbc_launch(rmsnorm_kernel<true>, dim3(T), dim3(norm_threads(D / 4 > 32 ? D / 4 : 32)), 0, s, x, d, w, r,
-                      (float *)NULL, D, eps, q, 0, sx);
+/* ---------------------------------------------------------------- the FP8 GEMM's input
+ * An e4m3 matmul on the FP8 tensor cores reads x as codes and one scale a
+ * token (quant_x_fp8_kernel in gemv.cu: s = absmax / 448). Its producer, an
+ * RMSNorm (with the residual add) or SiLU·mul, writes them itself here: one
+ * block a token keeps the row's f32 values in shared memory between its
+ * passes (the sum of squares, the absmax, the codes), so each input is read
+ * once from memory and only codes are written. An input that is itself a
+ * raw FP8 product (the GEMM before skipped tbc_scale_out) is scaled as it
+ * is read: d * (sx[t] * sw[n]) + bias[n], with the sx[t] this kernel then
+ * overwrites with its own scale. */
+
+__device__ __forceinline__ float4 scale4(float4 v, float st, float4 w, const float4 *b) {
+    v.x *= st * w.x;
+    v.y *= st * w.y;
+    v.z *= st * w.z;
+    v.w *= st * w.w;
+    if (b) {
+        v.x += b->x;
+        v.y += b->y;
+        v.z += b->z;
+        v.w += b->w;
+    }
+    return v;
+}
+
+__device__ __forceinline__ float amax4(float m, float4 v) {
+    return fmaxf(m, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
+}
+
+__device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+/* the block's max of m (every thread gets it); red free on entry */
+__device__ __forceinline__ float block_max(float m, float *red) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    __syncthreads();
+    if (lane == 0) red[warp] = m;
+    __syncthreads();
+    m = lane < nw ? red[lane] : 0.0f;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    return m;
+}
+
+/* Row t of x (T, D), or (T, 2D) of [g | u] for SiLU·mul; d, r (T, D); w (D);
+ * sw, bias (D, or 2D for SiLU·mul) with sw NULL: the input is not scaled. */
+template <int KIND>
+__global__ void act_fp8_kernel(const float *x, const float *d, const float *__restrict__ w, float *r, int D,
+                               float eps, const float *__restrict__ sw, const float *__restrict__ bias,
+                               unsigned char *__restrict__ q, float *sx) {
+    extern __shared__ float4 act_row[]; /* (D / 4): the row's values */
+    __shared__ float red[32];
+    tbc_pdl_wait();
+    tbc_pdl_trigger();
+    const int t = blockIdx.x, D4 = D >> 2;
+    const float st = sw ? sx[t] : 0.0f; /* read by every thread before the first barrier */
+    const float4 *sw4 = reinterpret_cast<const float4 *>(sw), *b4 = reinterpret_cast<const float4 *>(bias);
+    float m = 0.0f;
+    if (KIND == TBC_ACT_SILU) {
+        const float4 *g4 = reinterpret_cast<const float4 *>(x + (size_t)t * 2 * D), *u4 = g4 + D4;
+        for (int i = threadIdx.x; i < D4; i += blockDim.x) {
+            float4 g = g4[i], u = u4[i], h;
+            if (sw) {
+                g = scale4(g, st, sw4[i], b4 ? b4 + i : NULL);
+                u = scale4(u, st, sw4[D4 + i], b4 ? b4 + D4 + i : NULL);
+            }
+            h.x = silu_times(g.x, u.x);
+            h.y = silu_times(g.y, u.y);
+            h.z = silu_times(g.z, u.z);
+            h.w = silu_times(g.w, u.w);
+            act_row[i] = h;
+            m = amax4(m, h);
+        }
+    } else {
+        const float4 *x4 = reinterpret_cast<const float4 *>(x + (size_t)t * D);
+        const float4 *d4 = KIND == TBC_ACT_ADDNORM ? reinterpret_cast<const float4 *>(d + (size_t)t * D) : NULL;
+        float4 *r4 = KIND == TBC_ACT_ADDNORM ? reinterpret_cast<float4 *>(r + (size_t)t * D) : NULL;
+        float ss = 0.0f;
+        for (int i = threadIdx.x; i < D4; i += blockDim.x) {
+            float4 v = x4[i];
+            if (KIND == TBC_ACT_ADDNORM) {
+                float4 e = d4[i];
+                if (sw) e = scale4(e, st, sw4[i], b4 ? b4 + i : NULL);
+                v.x += e.x;
+                v.y += e.y;
+                v.z += e.z;
+                v.w += e.w;
+                r4[i] = v;
+            }
+            act_row[i] = v;
+            ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+        }
+        const float inv = 1.0f / sqrtf(tbc_block_sum(ss, red) / (float)D + eps);
+        const float4 *w4 = reinterpret_cast<const float4 *>(w);
+        for (int i = threadIdx.x; i < D4; i += blockDim.x) { /* a thread's own elements: no barrier */
+            float4 v = act_row[i];
+            const float4 g = w4[i];
+            v.x = v.x * inv * g.x;
+            v.y = v.y * inv * g.y;
+            v.z = v.z * inv * g.z;
+            v.w = v.w * inv * g.w;
+            act_row[i] = v;
+            m = amax4(m, v);
+        }
+    }
+    m = block_max(m, red);
+    const float sc = m > 0.0f ? m / 448.0f : 1.0f, isc = 1.0f / sc;
+    if (threadIdx.x == 0) sx[t] = m > 0.0f ? sc : 0.0f;
+    unsigned int *qr = reinterpret_cast<unsigned int *>(q + (size_t)t * D);
+    for (int i = threadIdx.x; i < D4; i += blockDim.x) {
+        const float4 v = act_row[i];
+        const unsigned int b0 = __nv_cvt_float_to_fp8(v.x * isc, __NV_SATFINITE, __NV_E4M3);
+        const unsigned int b1 = __nv_cvt_float_to_fp8(v.y * isc, __NV_SATFINITE, __NV_E4M3);
+        const unsigned int b2 = __nv_cvt_float_to_fp8(v.z * isc, __NV_SATFINITE, __NV_E4M3);
+        const unsigned int b3 = __nv_cvt_float_to_fp8(v.w * isc, __NV_SATFINITE, __NV_E4M3);
+        qr[i] = (b0 & 0xffu) | ((b1 & 0xffu) << 8) | ((b2 & 0xffu) << 16) | ((b3 & 0xffu) << 24);
+    }
+}
+
+template <int KIND>
+static cudaError_t act_fp8_launch(const float *x, const float *d, const float *w, float *r, int T, int D, float eps,
+                                  const float *sw, const float *bias, void *q, float *sx, cudaStream_t s) {
+    const size_t smem = sizeof(float) * (size_t)D;
+    static unsigned big = 0; /* the opt-in above 48 KiB, once a kind and device (a benign race) */
+    int dev = 0;
+    if (smem > 48 * 1024 && (cudaGetDevice(&dev) != cudaSuccess || dev >= 32 || !(big >> dev & 1u))) {
+        cudaError_t e = cudaFuncSetAttribute(act_fp8_kernel<KIND>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             (int)(sizeof(float) * TBC_ACT_FP8_MAX_D));
+        if (e != cudaSuccess) return e;
+        if (dev < 32) big |= 1u << dev;
+    }
+    return tbc_launch(act_fp8_kernel<KIND>, dim3(T), dim3(norm_threads(D / 4 > 32 ? D / 4 : 32)), smem, s, x, d, w, r,
+                      D, eps, sw, bias, static_cast<unsigned char *>(q), sx);
+}
+
+extern "C" cudaError_t tbc_act_fp8(tbc_act_kind kind, const float *x, const float *d, const float *w, float *r, int T,
+                                   int D, float eps, const float *sw, const float *bias, void *q, float *sx,
+                                   cudaStream_t s) {
+    if (T < 1 || D < 4 || D % 4 || D > TBC_ACT_FP8_MAX_D || !q || !sx ||
+        (kind != TBC_ACT_SILU && !w) || (kind == TBC_ACT_ADDNORM && (!d || !r)) ||
+        (((uintptr_t)x | (uintptr_t)d | (uintptr_t)w | (uintptr_t)r | (uintptr_t)sw | (uintptr_t)bias |
+          (uintptr_t)q) & 15))
+        return cudaErrorInvalidValue;
+    switch (kind) {
+    case TBC_ACT_NORM: return act_fp8_launch<TBC_ACT_NORM>(x, d, w, r, T, D, eps, sw, bias, q, sx, s);
+    case TBC_ACT_ADDNORM: return act_fp8_launch<TBC_ACT_ADDNORM>(x, d, w, r, T, D, eps, sw, bias, q, sx, s);
+    case TBC_ACT_SILU: return act_fp8_launch<TBC_ACT_SILU>(x, d, w, r, T, D, eps, sw, bias, q, sx, s);
+    }
+    return cudaErrorInvalidValue;
 }
 
 /* ---------------------------------------------------------------- elementwise */
