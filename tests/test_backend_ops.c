@@ -758,8 +758,73 @@ static void check_quantized(const tcase *c, int H, int KV, int hd, const float *
     free(gf); free(wf); free(mine); free(q_g); free(kw); free(vw); free(yr); free(scratch);
 }
 
+/* A pattern's matmul weight: a float dtype (a matmul node) or codes of
+ * core/quant.h (a qmatmul node; the GPU multiplies x by the norm weight in
+ * the GEMV instead of folding it into the codes). */
+typedef struct {
+    tb_dtype dt;
+    void *wq;                /* float dtypes: the weight in dt      */
+    uint8_t *codes;          /* quantized: codes, scales, zeros     */
+    float *sc, *z;
+    int group;
+    size_t cb;
+} pat_w;
+
+static void pat_w_make(pat_w *m, const float *w, int N, int K, tb_dtype dt, int group, int asym) {
+    memset(m, 0, sizeof *m);
+    m->dt = dt;
+    if (dt != TB_I8 && dt != TB_I4 && dt != TB_FP8_E4M3) {
+        m->wq = to_dtype(w, (size_t)N * K, dt);
+        return;
+    }
+    m->group = dt == TB_I4 ? group : K;
+    int G = K / m->group;
+    m->cb = (size_t)tb_quant_codes_bytes(dt, N, K);
+    m->codes = xmalloc(m->cb);
+    m->sc = xmalloc(sizeof(float) * (size_t)N * G);
+    m->z = asym ? xmalloc(sizeof(float) * (size_t)N * G) : NULL;
+    TB_ASSERT(tb_quantize_rows(dt, w, N, K, m->group, asym, m->codes, m->sc, m->z) == TB_OK);
+}
+
+/* Adds the matmul (qmatmul) of x value xv by m (N, K); returns the node. */
+static int pat_w_node(tcase *c, int xv, const char *name, const pat_w *m, int N, int K) {
+    int64_t wd[2] = {N, K}, sd[2] = {N, m->codes ? K / m->group : 0};
+    if (!m->codes) {
+        int a[2] = {xv, add_w(c, name, m->dt, 2, wd, m->wq)};
+        return add_node(c, TB_OP_MATMUL, a, 2, NULL, NULL);
+    }
+    char nm[32];
+    int in[4], n_in = 0;
+    in[n_in++] = xv;
+    in[n_in++] = tb_graph_add_weight(c->g, name, m->dt, 2, wd, dupmem(m->codes, m->cb), 1);
+    snprintf(nm, sizeof nm, "%s.scales", name);
+    in[n_in++] = add_w(c, nm, TB_F32, 2, sd, m->sc);
+    if (m->z) {
+        snprintf(nm, sizeof nm, "%s.zeros", name);
+        in[n_in++] = add_w(c, nm, TB_F32, 2, sd, m->z);
+    }
+    int32_t ia[4] = {0};
+    tb_attr_set_i(TB_OP_QMATMUL, TB_QMM_HAS_ZEROS, ia, m->z != NULL);
+    return add_node(c, TB_OP_QMATMUL, in, n_in, ia, NULL);
+}
+
+static void pat_w_ref(const pat_w *m, const float *x, float *y, int T, int K, int N) {
+    if (!m->codes) {
+        tb_ref_matmul(x, m->wq, m->dt, NULL, y, T, K, N);
+        return;
+    }
+    tb_qweight qw = {.dtype = m->dt, .codes = m->codes, .scales = m->sc, .zeros = m->z, .group = m->group};
+    tb_ref_qmatmul(x, &qw, NULL, y, T, K, N);
+}
+
+static void pat_w_free(pat_w *m) {
+    free(m->wq); free(m->codes); free(m->sc); free(m->z);
+}
+
 /* qkv is a weight, or with mm_K > 0 the output of a matmul x (T, mm_K) by
- * w ((H + 2 KV) hd, mm_K) of dtype mm_dt (the pattern the GPU fuses). */
+ * w ((H + 2 KV) hd, mm_K) of dtype mm_dt (the pattern the GPU fuses; e4m3:
+ * a qmatmul, which the GPU runs on the FP8 GEMM from 16 tokens, the
+ * attention's RoPE kernel applying its scales). */
 static void attention_case(tb_dtype kvdt, int H, int KV, int hd, int inter, const run_spec *runs, int n_runs,
                            const char *label, int mm_K, tb_dtype mm_dt) {
     tcase c;
@@ -799,14 +864,23 @@ static void attention_case(tb_dtype kvdt, int H, int KV, int hd, int inter, cons
     int64_t qcd[2] = {n_blocks, (int64_t)ql.block_bytes};
     float *mx = NULL, *mw = NULL;
     void *mwq = NULL;
+    const int mq = mm_dt == TB_FP8_E4M3;
+    pat_w pm;
+    memset(&pm, 0, sizeof pm);
     int in[2] = {-1, add_w(&c, "inv_freq", TB_F32, 1, fd, f)};
     if (mm_K) {
         mx = frandn((size_t)T * mm_K, 1.0f);
         mw = frandn((size_t)W * mm_K, 2.0f / sqrtf((float)mm_K));
-        mwq = to_dtype(mw, (size_t)W * mm_K, mm_dt);
         int64_t xd[2] = {T, mm_K}, wd[2] = {W, mm_K};
-        int mi[2] = {add_w(&c, "x", TB_F32, 2, xd, mx), add_w(&c, "w_qkv", mm_dt, 2, wd, mwq)};
-        in[0] = node_out(&c, add_node(&c, TB_OP_MATMUL, mi, 2, NULL, NULL), 0);
+        int xv = add_w(&c, "x", TB_F32, 2, xd, mx);
+        if (mq) {
+            pat_w_make(&pm, mw, W, mm_K, mm_dt, 0, 0);
+            in[0] = node_out(&c, pat_w_node(&c, xv, "w_qkv", &pm, W, mm_K), 0);
+        } else {
+            mwq = to_dtype(mw, (size_t)W * mm_K, mm_dt);
+            int mi[2] = {xv, add_w(&c, "w_qkv", mm_dt, 2, wd, mwq)};
+            in[0] = node_out(&c, add_node(&c, TB_OP_MATMUL, mi, 2, NULL, NULL), 0);
+        }
     } else {
         in[0] = add_w(&c, "qkv", TB_F32, 2, qd, qkv);
     }
@@ -830,13 +904,23 @@ static void attention_case(tb_dtype kvdt, int H, int KV, int hd, int inter, cons
              * amplifies that rounding (one draw of inputs moved the error
              * 100-fold before) */
             float *xr = mx;
-            if (cur_bk->cuda && mm_dt != TB_F32 && T > 2) {
+            if (mq && cur_bk->cuda && T >= 16) {
+                /* the FP8 GEMM's x: e4m3 codes with one scale a token */
+                uint8_t *xc = xmalloc((size_t)T * mm_K);
+                float *xs = xmalloc(sizeof(float) * (size_t)T);
+                xr = xmalloc((size_t)T * mm_K * 4);
+                TB_ASSERT(tb_quantize_rows(TB_FP8_E4M3, mx, T, mm_K, mm_K, 0, xc, xs, NULL) == TB_OK);
+                tb_dequantize_rows(TB_FP8_E4M3, xc, xs, NULL, T, mm_K, mm_K, xr);
+                free(xc);
+                free(xs);
+            } else if (!mq && cur_bk->cuda && mm_dt != TB_F32 && T > 2) {
                 void *xq = to_dtype(mx, (size_t)T * mm_K, mm_dt);
                 xr = xmalloc((size_t)T * mm_K * 4);
                 from_dtype(xq, (size_t)T * mm_K, mm_dt, xr);
                 free(xq);
             }
-            tb_ref_matmul(xr, mwq, mm_dt, NULL, q_r, T, mm_K, W);
+            if (mq) pat_w_ref(&pm, xr, q_r, T, mm_K, W);
+            else tb_ref_matmul(xr, mwq, mm_dt, NULL, q_r, T, mm_K, W);
             if (xr != mx) free(xr);
         }
         tb_ref_rope(q_r, W, c.pos, f, T, H + KV, hd, inter);
@@ -846,6 +930,7 @@ static void attention_case(tb_dtype kvdt, int H, int KV, int hd, int inter, cons
     }
     free(qkv); free(f); free(k0); free(v0); free(kq); free(vq); free(y); free(kg); free(vg);
     free(mx); free(mw); free(mwq);
+    pat_w_free(&pm);
     tb_graph_free(c.g);
 }
 
@@ -979,69 +1064,6 @@ static void op_gather_rows(int T, int D, int R) {
  * f16 5e-3, bf16 3e-2 (x, or the RMSNorm weight folded into the matmul's,
  * rounded to the weight type). */
 typedef enum { PAT_MM_SILU, PAT_SILU_MM, PAT_NORM_MM, PAT_MM_ADDNORM_MM, PAT_MM_SILU_MM } pat_kind;
-
-/* A pattern's matmul weight: a float dtype (a matmul node) or codes of
- * core/quant.h (a qmatmul node; the GPU multiplies x by the norm weight in
- * the GEMV instead of folding it into the codes). */
-typedef struct {
-    tb_dtype dt;
-    void *wq;                /* float dtypes: the weight in dt      */
-    uint8_t *codes;          /* quantized: codes, scales, zeros     */
-    float *sc, *z;
-    int group;
-    size_t cb;
-} pat_w;
-
-static void pat_w_make(pat_w *m, const float *w, int N, int K, tb_dtype dt, int group, int asym) {
-    memset(m, 0, sizeof *m);
-    m->dt = dt;
-    if (dt != TB_I8 && dt != TB_I4 && dt != TB_FP8_E4M3) {
-        m->wq = to_dtype(w, (size_t)N * K, dt);
-        return;
-    }
-    m->group = dt == TB_I4 ? group : K;
-    int G = K / m->group;
-    m->cb = (size_t)tb_quant_codes_bytes(dt, N, K);
-    m->codes = xmalloc(m->cb);
-    m->sc = xmalloc(sizeof(float) * (size_t)N * G);
-    m->z = asym ? xmalloc(sizeof(float) * (size_t)N * G) : NULL;
-    TB_ASSERT(tb_quantize_rows(dt, w, N, K, m->group, asym, m->codes, m->sc, m->z) == TB_OK);
-}
-
-/* Adds the matmul (qmatmul) of x value xv by m (N, K); returns the node. */
-static int pat_w_node(tcase *c, int xv, const char *name, const pat_w *m, int N, int K) {
-    int64_t wd[2] = {N, K}, sd[2] = {N, m->codes ? K / m->group : 0};
-    if (!m->codes) {
-        int a[2] = {xv, add_w(c, name, m->dt, 2, wd, m->wq)};
-        return add_node(c, TB_OP_MATMUL, a, 2, NULL, NULL);
-    }
-    char nm[32];
-    int in[4], n_in = 0;
-    in[n_in++] = xv;
-    in[n_in++] = tb_graph_add_weight(c->g, name, m->dt, 2, wd, dupmem(m->codes, m->cb), 1);
-    snprintf(nm, sizeof nm, "%s.scales", name);
-    in[n_in++] = add_w(c, nm, TB_F32, 2, sd, m->sc);
-    if (m->z) {
-        snprintf(nm, sizeof nm, "%s.zeros", name);
-        in[n_in++] = add_w(c, nm, TB_F32, 2, sd, m->z);
-    }
-    int32_t ia[4] = {0};
-    tb_attr_set_i(TB_OP_QMATMUL, TB_QMM_HAS_ZEROS, ia, m->z != NULL);
-    return add_node(c, TB_OP_QMATMUL, in, n_in, ia, NULL);
-}
-
-static void pat_w_ref(const pat_w *m, const float *x, float *y, int T, int K, int N) {
-    if (!m->codes) {
-        tb_ref_matmul(x, m->wq, m->dt, NULL, y, T, K, N);
-        return;
-    }
-    tb_qweight qw = {.dtype = m->dt, .codes = m->codes, .scales = m->sc, .zeros = m->z, .group = m->group};
-    tb_ref_qmatmul(x, &qw, NULL, y, T, K, N);
-}
-
-static void pat_w_free(pat_w *m) {
-    free(m->wq); free(m->codes); free(m->sc); free(m->z);
-}
 
 static double pattern_bound(tb_dtype wdt, int T) {
     /* quantized weights on the GPU: x (times the norm weight) rounded to
@@ -1300,6 +1322,18 @@ static void run_all(void) {
         for (int i = 0; i < 3; i++) pattern_q(PAT_MM_SILU_MM, qdts[qi], 64, 0, (int[]){8, 17, 40}[i], 256, 48);
     pattern_q(PAT_SILU_MM, TB_FP8_E4M3, 64, 0, 17, 12800, 16);
     pattern_q(PAT_NORM_MM, TB_FP8_E4M3, 64, 0, 20, 12800, 16);
+    /* an e4m3 qkv > attention: at 17 tokens (the attention kernel, RoPE in
+     * front) and a 40-token run (the prefill path) the GPU's qkv takes the
+     * FP8 GEMM and the RoPE kernel applies its scales */
+    {
+        run_spec pre17[] = {{0, 5, 17}}, pre40[] = {{1, 3, 40}}, dec3[] = {{2, 40, 1}, {0, 0, 1}, {1, 17, 1}};
+        static const tb_dtype kvs[] = {TB_F16, TB_FP8_E4M3};
+        for (int kv = 0; kv < 2; kv++) {
+            attention_case(kvs[kv], 4, 2, 128, 1, pre17, 1, "prefill 17 at 5", 64, TB_FP8_E4M3);
+            attention_case(kvs[kv], 4, 2, 128, 0, pre40, 1, "prefill 40 at 3", 64, TB_FP8_E4M3);
+            attention_case(kvs[kv], 8, 2, 64, 0, dec3, 3, "3 seqs decode", 96, TB_FP8_E4M3);
+        }
+    }
 }
 
 int main(void) {

@@ -2,14 +2,16 @@
 """torch_ckpt.py — random-weight Llama checkpoints of real model shapes, made
 on the GPU, and the transformers eager FP16 baseline on the same weights.
 
-    torch_ckpt.py --shape tinyllama|llama7b --out DIR [--hf-bench] [--copy-bw]
+    torch_ckpt.py --shape tinyllama|llama7b --out DIR [--layers N] [--hf-bench] [--copy-bw]
 
 Writes DIR/config.json and DIR/model.safetensors (f16; Linear and embedding
 weights N(0, 0.02) as transformers initialises them, norms 1). With
 --hf-bench, times batch-1 greedy decode (ms/token, median, after a 16-token
 prompt) and a 512-token prefill with LlamaForCausalLM in eager attention.
 With --copy-bw, measures the device-to-device copy bandwidth (bytes read +
-written). Results are printed as 'key: value' lines.
+written). --layers N keeps the shape's widths with N layers (a quick check
+of one layer's arithmetic without the depth's amplification). Results are
+printed as 'key: value' lines.
 """
 import argparse
 import json
@@ -136,10 +138,13 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--hf-bench", action="store_true")
     ap.add_argument("--copy-bw", action="store_true")
+    ap.add_argument("--layers", type=int, default=0)
     a = ap.parse_args()
     if a.copy_bw:
         copy_bw()
     cfg = config_for(a.shape)
+    if a.layers > 0:
+        cfg["num_hidden_layers"] = a.layers
     gen = torch.Generator(device="cuda").manual_seed(0)
     t0 = time.time()
     w = make_weights(cfg, gen)

@@ -88,6 +88,18 @@ __global__ void rope_kv_kernel(tbc_attn_args a, float *qkv) {
     const int G = H / KV;
     float *row = qkv + (size_t)t * (size_t)(H + 2 * KV) * hd;
     const int p = a.pos[t];
+    if (a.ys_sw) { /* the FP8 GEMM's scales on this block's G + 2 heads: the row's part it owns */
+        const float st = a.ys_sx[t];
+        for (int i = threadIdx.x; i < (G + 2) * hd; i += blockDim.x) {
+            const int gh = i / hd;
+            const int n = (gh < G ? h * G + gh : gh == G ? H + h : H + KV + h) * hd + i % hd;
+            float v = row[n];
+            v *= st * a.ys_sw[n];
+            if (a.ys_bias) v += a.ys_bias[n];
+            row[n] = v;
+        }
+        __syncthreads();
+    }
     /* pairs of the group's query heads, then of k's head h */
     for (int i = threadIdx.x; i < (G + 1) * half; i += blockDim.x) {
         const int gh = i / half, j = i % half;
@@ -450,7 +462,7 @@ static int kv_args_ok(const tbc_attn_args *a) {
 
 extern "C" cudaError_t tbc_attention(const tbc_attn_args *a, float *qkv, float *out, cudaStream_t s) {
     if (!tbc_attention_supports(a->hd) || a->n_splits < 1 || a->n_kv < 1 || a->n_heads % a->n_kv ||
-        (a->n_splits > 1 && !a->counters) || !kv_args_ok(a))
+        (a->n_splits > 1 && !a->counters) || !kv_args_ok(a) || (a->ys_sw && (a->rope_done || !a->ys_sx)))
         return cudaErrorInvalidValue;
     cudaError_t e;
     if (!a->rope_done) {
@@ -552,7 +564,7 @@ __global__ void attn_softmax_kernel(const float *S, void *P, int p16, const int3
 }
 
 extern "C" cudaError_t tbc_rope_kv(const tbc_attn_args *a, float *qkv, cudaStream_t s) {
-    if (!kv_args_ok(a)) return cudaErrorInvalidValue;
+    if (!kv_args_ok(a) || (a->ys_sw && !a->ys_sx)) return cudaErrorInvalidValue;
     return tbc_launch(rope_kv_kernel, dim3(a->T, a->n_kv), dim3(128), 0, s, *a, qkv);
 }
 

@@ -1370,10 +1370,14 @@ static tb_status attention_gemm_run(cuda_ctx *c, const tbc_attn_args *a, float *
     return TB_OK;
 }
 
-static tb_status run_attention(cuda_ctx *c, const tb_node *n, void *const *bufs, const tb_step *st, int T,
-                               int rope_done) {
+static void ys_take(cuda_ctx *c, const tb_graph *g, const tb_node *n, const float **sw, const float **bias);
+
+static tb_status run_attention(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs,
+                               const tb_step *st, int T, int rope_done) {
     tbc_attn_args a = attn_args_of(c, n, bufs, st, T);
     a.rope_done = rope_done;
+    ys_take(c, g, n, &a.ys_sw, &a.ys_bias); /* rope_kv applies the qkv GEMM's scales */
+    if (a.ys_sw) a.ys_sx = c->fp8_sx;
     if (st->kv_dtype != TB_F16 && st->kv_dtype != TB_BF16 && st->kv_dtype != TB_F32 && !tb_kv_quantized(st->kv_dtype))
         return tb_errorf(TB_ERR_UNSUPPORTED, "cuda: KV cache dtype %s", tb_dtype_name(st->kv_dtype));
     float *qkv = bufs[n->in[0]], *out = bufs[n->out[0]];
@@ -1387,6 +1391,7 @@ static tb_status run_attention(cuda_ctx *c, const tb_node *n, void *const *bufs,
         const int32_t *hs = c->h_stage + 2 * c->max_tokens;
         if (!a.rope_done) CU_TRY(tbc_rope_kv(&a, qkv, c->stream), "rope/kv launch");
         a.rope_done = 1;
+        a.ys_sx = a.ys_sw = a.ys_bias = NULL; /* qkv is scaled now */
         int t = 0, small = -1;
         while (t < T) {
             int u = t + 1;
@@ -1560,12 +1565,16 @@ static void *x8_target(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *c
 
 /* The node that applies FP8 matmul k's scales as it reads its output (its
  * tbc_scale_out skipped), or -1: the next node is k's output's only reader
- * (FUSE_GLU: a silu_mul; FUSE_ADDNORM: an add_rmsnorm's d, its normed output
- * read by a matmul alone) and writes the FP8 GEMM's codes after it (x8_ok). */
+ * and either the attention (FUSE_ROPE: its rope_kv kernel scales the row
+ * first, each block the heads it owns) or writes the FP8 GEMM's codes after
+ * it (x8_ok; FUSE_GLU: a silu_mul; FUSE_ADDNORM: an add_rmsnorm's d, its
+ * normed output read by a matmul alone). */
 static int ys_target(cuda_ctx *c, const tb_graph *g, int k, void *const *bufs, int T) {
     const tb_node *m = &g->nodes[k], *nx = k + 1 < g->n_nodes ? &g->nodes[k + 1] : NULL;
     const int kind = c->fuse ? c->fuse_kind[k] : 0;
     if (!nx || !c->x8) return -1;
+    if ((kind & FUSE_ROPE) && nx->op == TB_OP_ATTENTION && nx->in[0] == m->out[0] && c->fused_node != k + 1)
+        return k + 1;
     if (!((kind & FUSE_GLU) && nx->op == TB_OP_SILU_MUL && nx->in[0] == m->out[0]) &&
         !((kind & FUSE_ADDNORM) && nx->op == TB_OP_ADD_RMSNORM && nx->in[1] == m->out[0] && nx->in[0] != m->out[0]))
         return -1;
@@ -1676,7 +1685,7 @@ static tb_status run_node_op(cuda_ctx *c, const tb_graph *g, const tb_node *n, v
         return TB_OK;
     }
     case TB_OP_ATTENTION:
-        return run_attention(c, n, bufs, st, T, fused);
+        return run_attention(c, g, n, bufs, st, T, fused);
     case TB_OP_SILU_MUL: {
         const float *sw = NULL, *sb = NULL;
         ys_take(c, g, n, &sw, &sb);
@@ -2096,8 +2105,9 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     if (c->fp8_gemm < 0) c->fp8_gemm = 0;
     const char *xe = getenv("TB_CUDA_X16");
     c->x16 = !(xe && !strcmp(xe, "0"));
-    const char *x8e = getenv("TB_CUDA_FP8_FUSE");
+    const char *x8e = getenv("TB_CUDA_FP8_FUSE"), *acte = getenv("TB_CUDA_ACT_THREADS");
     c->x8 = !(x8e && !strcmp(x8e, "0"));
+    tbc_set_act_threads(acte && *acte ? atoi(acte) : 0);
     const char *gte = getenv("TB_CUDA_GRAPH_MAX_T");
     c->graph_max_t = gte && *gte ? atoi(gte) : TB_CUDA_DEFAULT_GRAPH_MAX_T;
     const char *pe = getenv("TB_CUDA_PDL"), *fe = getenv("TB_CUDA_FUSE"), *me = getenv("TB_CUDA_GEMV"),

@@ -130,6 +130,11 @@ typedef struct {
      * at most 32 (one key per warp for hd >= 32); a smaller power of two
      * with hd / lanes == 16 makes each warp score 32 / lanes keys at once */
     int lanes;
+    /* with ys_sw set, qkv is the raw product of an FP8 GEMM whose
+     * tbc_scale_out was skipped: rope_kv first scales each (token, kv head)'s
+     * part of the row in place, qkv[t][n] * (ys_sx[t] * ys_sw[n]) +
+     * ys_bias[n] (ys_bias may be NULL); needs rope_done = 0 */
+    const float *ys_sx, *ys_sw, *ys_bias;
 } tbc_attn_args;
 
 /* ---- decode matmul: y[t,n] = sum_k x[t,k] w[n,k] (+ bias[n]) for T <= 8.
@@ -255,6 +260,9 @@ typedef enum { TBC_ACT_NORM, TBC_ACT_ADDNORM, TBC_ACT_SILU } tbc_act_kind;
 #define TBC_ACT_FP8_MAX_D 49152
 cudaError_t tbc_act_fp8(tbc_act_kind kind, const float *x, const float *d, const float *w, float *r, int T, int D,
                         float eps, const float *sw, const float *bias, void *q, float *sx, cudaStream_t s);
+/* Threads a block of tbc_act_fp8 (a power of two, 32..1024; 0: the
+ * default, one float4 a thread up to 1024). Process-wide. */
+void tbc_set_act_threads(int n);
 cudaError_t tbc_scale_out(float *y, int T, int N, const float *sx, const float *sw, const float *bias,
                           cudaStream_t s);
 

@@ -240,6 +240,10 @@ __global__ void act_fp8_kernel(const float *x, const float *d, const float *__re
     }
 }
 
+static int act_threads = 0; /* tbc_set_act_threads */
+
+extern "C" void tbc_set_act_threads(int n) { act_threads = n >= 32 && n <= 1024 && !(n & (n - 1)) ? n : 0; }
+
 template <int KIND>
 static cudaError_t act_fp8_launch(const float *x, const float *d, const float *w, float *r, int T, int D, float eps,
                                   const float *sw, const float *bias, void *q, float *sx, cudaStream_t s) {
@@ -252,8 +256,9 @@ static cudaError_t act_fp8_launch(const float *x, const float *d, const float *w
         if (e != cudaSuccess) return e;
         if (dev < 32) big |= 1u << dev;
     }
-    return tbc_launch(act_fp8_kernel<KIND>, dim3(T), dim3(norm_threads(D / 4 > 32 ? D / 4 : 32)), smem, s, x, d, w, r,
-                      D, eps, sw, bias, static_cast<unsigned char *>(q), sx);
+    const int nt = act_threads ? act_threads : norm_threads(D / 4 > 32 ? D / 4 : 32);
+    return tbc_launch(act_fp8_kernel<KIND>, dim3(T), dim3(nt), smem, s, x, d, w, r, D, eps, sw, bias,
+                      static_cast<unsigned char *>(q), sx);
 }
 
 extern "C" cudaError_t tbc_act_fp8(tbc_act_kind kind, const float *x, const float *d, const float *w, float *r, int T,
