@@ -166,8 +166,13 @@ typedef struct {
     int norm_node;            /* matmul that norms its x in the prologue (-1)   */
     int x16;                  /* FUSE_X16 on (TB_CUDA_X16)                     */
     int x16_node;             /* matmul whose x the last node wrote to xconv   */
-    int x8;                   /* FP8 GEMM x written by its producer (TB_CUDA_FP8_FUSE) */
+    int x8;                   /* FP8 GEMM x written by its producer (TB_CUDA_FP8_FUSE:
+                               * 1, the default, also the product's scales applied by
+                               * its reader; 2 only the producers; 0 neither) */
     int x8_node;              /* fp8 matmul whose codes and scales the producer wrote */
+    int x8_mask;              /* TB_CUDA_FP8_FUSE_MASK (default 15): 1 rmsnorm, 2
+                               * add_rmsnorm, 4 silu_mul as producers, 8 the
+                               * deferred scales (for locating a difference) */
     /* an FP8 GEMM's output left as the raw product of the codes: node ys_node
      * (its one reader, an add_rmsnorm or silu_mul) applies sx[t] * ys_sw[n]
      * + ys_bias[n] as it reads it (-1: none pending) */
@@ -1539,7 +1544,8 @@ static int x8_ok(cuda_ctx *c, const tb_graph *g, int k, void *const *bufs, int T
     if (!c->x8 || !c->x16 || !(c->fuse_kind[k] & FUSE_X16) || T <= TBC_GEMV_MAX_T || !c->lt || !c->fp8_sx ||
         k + 1 >= g->n_nodes)
         return 0;
-    if (n->op != TB_OP_RMSNORM && n->op != TB_OP_ADD_RMSNORM && n->op != TB_OP_SILU_MUL) return 0;
+    const int bit = n->op == TB_OP_RMSNORM ? 1 : n->op == TB_OP_ADD_RMSNORM ? 2 : n->op == TB_OP_SILU_MUL ? 4 : 0;
+    if (!(c->x8_mask & bit)) return 0;
     const tb_node *mm = &g->nodes[k + 1];
     if (mm->op != TB_OP_QMATMUL || g->values[mm->in[1]].dtype != TB_FP8_E4M3) return 0;
     if (bufs[mm->in[0]] != bufs[n->out[n->op == TB_OP_ADD_RMSNORM ? 1 : 0]]) return 0;
@@ -1572,7 +1578,7 @@ static void *x8_target(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *c
 static int ys_target(cuda_ctx *c, const tb_graph *g, int k, void *const *bufs, int T) {
     const tb_node *m = &g->nodes[k], *nx = k + 1 < g->n_nodes ? &g->nodes[k + 1] : NULL;
     const int kind = c->fuse ? c->fuse_kind[k] : 0;
-    if (!nx || !c->x8) return -1;
+    if (!nx || c->x8 != 1 || !(c->x8_mask & 8)) return -1;
     if ((kind & FUSE_ROPE) && nx->op == TB_OP_ATTENTION && nx->in[0] == m->out[0] && c->fused_node != k + 1)
         return k + 1;
     if (!((kind & FUSE_GLU) && nx->op == TB_OP_SILU_MUL && nx->in[0] == m->out[0]) &&
@@ -2106,7 +2112,9 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     const char *xe = getenv("TB_CUDA_X16");
     c->x16 = !(xe && !strcmp(xe, "0"));
     const char *x8e = getenv("TB_CUDA_FP8_FUSE"), *acte = getenv("TB_CUDA_ACT_THREADS");
-    c->x8 = !(x8e && !strcmp(x8e, "0"));
+    c->x8 = x8e && *x8e ? atoi(x8e) : 1;
+    const char *x8m = getenv("TB_CUDA_FP8_FUSE_MASK");
+    c->x8_mask = x8m && *x8m ? atoi(x8m) : 15;
     tbc_set_act_threads(acte && *acte ? atoi(acte) : 0);
     const char *gte = getenv("TB_CUDA_GRAPH_MAX_T");
     c->graph_max_t = gte && *gte ? atoi(gte) : TB_CUDA_DEFAULT_GRAPH_MAX_T;
