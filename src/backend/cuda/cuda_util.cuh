@@ -5,6 +5,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include "backend/cuda/cuda_kernels.h"
 
@@ -31,6 +32,16 @@ __device__ __forceinline__ float tbc_block_sum(float v, float *red) {
     __syncthreads();
     v = lane < nw ? red[lane] : 0.0f;
     return tbc_warp_sum(v);
+}
+
+/* Four e4m3 codes of v * inv (round to nearest even, saturating at +-448),
+ * packed low byte first: the FP8 GEMM's x, four codes a 32-bit store. */
+__device__ __forceinline__ unsigned int tbc_e4m3x4(float4 v, float inv) {
+    const unsigned int b0 = __nv_cvt_float_to_fp8(v.x * inv, __NV_SATFINITE, __NV_E4M3);
+    const unsigned int b1 = __nv_cvt_float_to_fp8(v.y * inv, __NV_SATFINITE, __NV_E4M3);
+    const unsigned int b2 = __nv_cvt_float_to_fp8(v.z * inv, __NV_SATFINITE, __NV_E4M3);
+    const unsigned int b3 = __nv_cvt_float_to_fp8(v.w * inv, __NV_SATFINITE, __NV_E4M3);
+    return (b0 & 0xffu) | ((b1 & 0xffu) << 8) | ((b2 & 0xffu) << 16) | ((b3 & 0xffu) << 24);
 }
 
 /* Rotates pair j of one head by `angle` (the reference's layouts:

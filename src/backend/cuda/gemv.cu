@@ -1753,14 +1753,7 @@ __global__ void quant_x_fp8_kernel(const float *__restrict__ x, int K, unsigned 
     const float s = m > 0.0f ? m / 448.0f : 1.0f, inv = 1.0f / s;
     if (threadIdx.x == 0) sx[t] = m > 0.0f ? s : 0.0f;
     unsigned int *qr = reinterpret_cast<unsigned int *>(q + (size_t)t * K);
-    for (int k = threadIdx.x; k < K4; k += blockDim.x) {
-        const float4 v = r4[k];
-        const unsigned int b0 = __nv_cvt_float_to_fp8(v.x * inv, __NV_SATFINITE, __NV_E4M3);
-        const unsigned int b1 = __nv_cvt_float_to_fp8(v.y * inv, __NV_SATFINITE, __NV_E4M3);
-        const unsigned int b2 = __nv_cvt_float_to_fp8(v.z * inv, __NV_SATFINITE, __NV_E4M3);
-        const unsigned int b3 = __nv_cvt_float_to_fp8(v.w * inv, __NV_SATFINITE, __NV_E4M3);
-        qr[k] = (b0 & 0xffu) | ((b1 & 0xffu) << 8) | ((b2 & 0xffu) << 16) | ((b3 & 0xffu) << 24);
-    }
+    for (int k = threadIdx.x; k < K4; k += blockDim.x) qr[k] = tbc_e4m3x4(r4[k], inv);
 }
 
 /* y (T, N) *= sx[t] * sw[n], + bias[n]: one block row per token, N % 16 == 0

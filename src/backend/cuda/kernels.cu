@@ -230,14 +230,7 @@ __global__ void act_fp8_kernel(const float *x, const float *d, const float *__re
     const float sc = m > 0.0f ? m / 448.0f : 1.0f, isc = 1.0f / sc;
     if (threadIdx.x == 0) sx[t] = m > 0.0f ? sc : 0.0f;
     unsigned int *qr = reinterpret_cast<unsigned int *>(q + (size_t)t * D);
-    for (int i = threadIdx.x; i < D4; i += blockDim.x) {
-        const float4 v = act_row[i];
-        const unsigned int b0 = __nv_cvt_float_to_fp8(v.x * isc, __NV_SATFINITE, __NV_E4M3);
-        const unsigned int b1 = __nv_cvt_float_to_fp8(v.y * isc, __NV_SATFINITE, __NV_E4M3);
-        const unsigned int b2 = __nv_cvt_float_to_fp8(v.z * isc, __NV_SATFINITE, __NV_E4M3);
-        const unsigned int b3 = __nv_cvt_float_to_fp8(v.w * isc, __NV_SATFINITE, __NV_E4M3);
-        qr[i] = (b0 & 0xffu) | ((b1 & 0xffu) << 8) | ((b2 & 0xffu) << 16) | ((b3 & 0xffu) << 24);
-    }
+    for (int i = threadIdx.x; i < D4; i += blockDim.x) qr[i] = tbc_e4m3x4(act_row[i], isc);
 }
 
 static int act_threads = 0; /* tbc_set_act_threads */
