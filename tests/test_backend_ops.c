@@ -1075,22 +1075,30 @@ static double pattern_bound(tb_dtype wdt, int T) {
 }
 
 /* x (T, K); the first matmul's weight (N1, K) where there is one; the last
- * output (T, N). */
+ * output (T, N). asym 1: int4 with zero points; 2 ("flat"): x all 1 and the
+ * first weight constant, so every e4m3 code of both is 448 and the first
+ * product of codes is its largest, K 448^2 (the GPU's f16 product must
+ * still hold it). */
 static void pattern_q(pat_kind pk, tb_dtype wdt, int group, int asym, int T, int K, int N) {
     static const char *names[] = {"matmul>silu_mul", "silu_mul>matmul", "rmsnorm>matmul",
                                   "matmul>add_rmsnorm>matmul", "matmul>silu_mul>matmul"};
     tcase c;
     case_init(&c, T);
-    snprintf(c.desc, sizeof c.desc, "%s T %d K %d N %d%s", names[pk], T, K, N, asym ? " +zeros" : "");
+    snprintf(c.desc, sizeof c.desc, "%s T %d K %d N %d%s", names[pk], T, K, N,
+             asym == 2 ? " +flat" : asym ? " +zeros" : "");
     float eps = 1e-5f, fa[4] = {eps};
     int xw = pk == PAT_SILU_MM ? 2 * K : K; /* width of the input */
     int N1 = pk == PAT_MM_SILU ? 2 * N : pk == PAT_MM_SILU_MM ? 2 * K : K; /* the first matmul's outputs */
     float *x = frandn((size_t)T * xw, 2.0f), *w1 = frandn((size_t)N1 * K, 2.0f / sqrtf((float)K));
     float *w2 = frandn((size_t)N * K, 2.0f / sqrtf((float)K)), *wn = frandn((size_t)K, 1.5f);
     float *res = frandn((size_t)T * K, 1.0f);
+    if (asym == 2) {
+        for (size_t i = 0; i < (size_t)T * xw; i++) x[i] = 1.0f;
+        for (size_t i = 0; i < (size_t)N1 * K; i++) w1[i] = 2.0f / sqrtf((float)K);
+    }
     pat_w m1, m2;
-    pat_w_make(&m1, w1, N1, K, wdt, group, asym);
-    pat_w_make(&m2, w2, N, K, wdt, group, asym);
+    pat_w_make(&m1, w1, N1, K, wdt, group, asym == 1);
+    pat_w_make(&m2, w2, N, K, wdt, group, asym == 1);
     int64_t xd[2] = {T, xw}, nd[1] = {K}, rd[2] = {T, K};
     int xv = add_w(&c, "x", TB_F32, 2, xd, x), last = -1, rv = -1;
     switch (pk) {
@@ -1321,6 +1329,9 @@ static void run_all(void) {
     for (int qi = 0; qi < 3; qi++)
         for (int i = 0; i < 3; i++) pattern_q(PAT_MM_SILU_MM, qdts[qi], 64, 0, (int[]){8, 17, 40}[i], 256, 48);
     pattern_q(PAT_SILU_MM, TB_FP8_E4M3, 64, 0, 17, 12800, 16);
+    /* the largest product of codes there is, into the next kernel */
+    pattern_q(PAT_MM_ADDNORM_MM, TB_FP8_E4M3, 64, 2, 17, 2048, 32);
+    pattern_q(PAT_MM_SILU_MM, TB_FP8_E4M3, 64, 2, 24, 256, 32);
     pattern_q(PAT_NORM_MM, TB_FP8_E4M3, 64, 0, 20, 12800, 16);
     /* an e4m3 qkv > attention: at 17 tokens (the attention kernel, RoPE in
      * front) and a 40-token run (the prefill path) the GPU's qkv takes the

@@ -1,10 +1,10 @@
 /* attention.cu — paged causal GQA attention of one layer, with RoPE and the
  * KV-cache write in front of it.
  *
- *   rope_kv_kernel   one block per (token, kv head): rotates the token's q and
- *                    k heads of that group in place (qkv is consumed only by
- *                    this op) and stores k and v at (seq[t], pos[t]) in the
- *                    paged cache.
+ *   rope_kv_kernel   one block per (token, kv head): rotates the token's q
+ *                    heads of that group in place (qkv is consumed only by
+ *                    this op) and stores k rotated and v at (seq[t],
+ *                    pos[t]) in the paged cache (not back into qkv).
  *   attn_kernel      one block per (head, token, split): online softmax over
  *                    the split's range of the sequence's keys. The head of hd
  *                    values is spread over a group of S lanes (S the largest
@@ -77,59 +77,138 @@ __device__ void kv_quantize_row_warp(const float *x, int hd, int kv_q, uint8_t *
 
 /* ---------------------------------------------------------------- rope + kv write */
 
-/* One block per (token t, kv head h): rotates the G = H / KV query heads of
- * h's group and k's head h, then stores k's and v's head h at (seq[t],
- * pos[t]); with an int8 / fp8 cache warp 0 quantises k's row and warp 1
- * v's. (One block per token serialised the whole token's rows: 26 us a 7B
- * layer with an fp8 cache at batch 1.) */
+/* One block per (token t, kv head h), one warp per head of the G = H / KV
+ * query heads of h's group, k's head h and v's head h (blockDim 32 (G + 2),
+ * rope_kv_threads). A lane holds the rotation pairs (j, j + half) (or (2j,
+ * 2j + 1) interleaved) for j = lane, lane + 32, ... in registers: all its
+ * loads (the row's values, the FP8 GEMM's scales, the position and the
+ * cache block) are issued before any store, then the scales and the
+ * rotation, then one write. q heads are written back rotated (f16 when the
+ * input is the f16 raw product, ys_raw16: the attention kernels then read
+ * q16); k and v only go to the cache at (seq[t], pos[t]), quantised by
+ * their warp for an int8 / fp8 cache (absmax by shuffles; the bytes of
+ * kv_quantize_row_warp). (One block per token serialised the whole token's
+ * rows: 26 us a 7B layer with an fp8 cache at batch 1; separate passes for
+ * the scales, the rotation and the cache, each through global memory, made
+ * the 512-token prefill's kernel 25-32 us a layer.) */
+#define ROPE_PAIRS (ATTN_MAX_HD / 64) /* pairs per lane */
 __global__ void rope_kv_kernel(tbc_attn_args a, float *qkv) {
     tbc_pdl_wait();
     const int t = blockIdx.x, h = blockIdx.y, hd = a.hd, half = hd / 2, H = a.n_heads, KV = a.n_kv;
-    const int G = H / KV;
-    float *row = qkv + (size_t)t * (size_t)(H + 2 * KV) * hd;
+    const int G = H / KV, lane = threadIdx.x & 31;
+    const size_t row0 = (size_t)t * (size_t)(H + 2 * KV) * hd; /* element offset of token t's row */
     const int p = a.pos[t];
-    if (a.ys_sw) { /* the FP8 GEMM's scales on this block's G + 2 heads: the row's part it owns */
-        const float st = a.ys_sx[t];
-        for (int i = threadIdx.x; i < (G + 2) * hd; i += blockDim.x) {
-            const int gh = i / hd;
-            const int n = (gh < G ? h * G + gh : gh == G ? H + h : H + KV + h) * hd + i % hd;
-            float v = row[n];
-            v *= st * a.ys_sw[n];
-            if (a.ys_bias) v += a.ys_bias[n];
-            row[n] = v;
-        }
-        __syncthreads();
-    }
-    /* pairs of the group's query heads, then of k's head h */
-    for (int i = threadIdx.x; i < (G + 1) * half; i += blockDim.x) {
-        const int gh = i / half, j = i % half;
-        const int head = gh < G ? h * G + gh : H + h;
-        tbc_rotate_pair(row + (size_t)head * hd, j, half, a.interleaved, (float)p * a.inv_freq[j]);
-    }
-    __syncthreads();
     const int blk = a.block_tables[(size_t)a.seq[t] * a.max_blocks + p / a.block_size];
-    const float *k = row + (size_t)(H + h) * hd, *v = row + (size_t)(H + KV + h) * hd;
-    if (a.kv_q) {
-        const int warp = threadIdx.x >> 5;
-        if (warp > 1) return;
-        const size_t r = (size_t)(p % a.block_size) * KV + h; /* (row, head h) of the block */
-        uint8_t *b = (uint8_t *)(warp == 0 ? a.k_cache : a.v_cache) + (size_t)blk * a.kv_block_bytes;
-        kv_quantize_row_warp(warp == 0 ? k : v, hd, a.kv_q, b + r * hd, (float *)(b + a.kv_scale_off) + r);
-        return;
-    }
-    const size_t base = (((size_t)blk * a.block_size + (size_t)(p % a.block_size)) * (size_t)KV + h) * (size_t)hd;
-    for (int e = threadIdx.x; e < hd; e += blockDim.x) {
-        if (a.kv_f16) {
-            ((__half *)a.k_cache)[base + e] = __float2half_rn(k[e]);
-            ((__half *)a.v_cache)[base + e] = __float2half_rn(v[e]);
-        } else if (a.kv_bf16) {
-            ((__nv_bfloat16 *)a.k_cache)[base + e] = __float2bfloat16_rn(k[e]);
-            ((__nv_bfloat16 *)a.v_cache)[base + e] = __float2bfloat16_rn(v[e]);
-        } else {
-            ((float *)a.k_cache)[base + e] = k[e];
-            ((float *)a.v_cache)[base + e] = v[e];
+    const float st = a.ys_sw ? a.ys_sx[t] * (a.ys_raw16 ? a.ys_mul : 1.0f) : 1.0f;
+    for (int gh = threadIdx.x >> 5; gh < G + 2; gh += blockDim.x >> 5) {
+        const int head = gh < G ? h * G + gh : gh == G ? H + h : H + KV + h;
+        const size_t hr = row0 + (size_t)head * hd;
+        float x0[ROPE_PAIRS], x1[ROPE_PAIRS], w0[ROPE_PAIRS], w1[ROPE_PAIRS], b0[ROPE_PAIRS], b1[ROPE_PAIRS];
+        float ang[ROPE_PAIRS];
+#pragma unroll
+        for (int u = 0; u < ROPE_PAIRS; u++) { /* loads */
+            const int j = lane + 32 * u;
+            if (j >= half) break;
+            const int i0 = a.interleaved ? 2 * j : j, i1 = a.interleaved ? 2 * j + 1 : j + half;
+            if (a.ys_raw16) {
+                x0[u] = __half2float(((const __half *)qkv)[hr + i0]);
+                x1[u] = __half2float(((const __half *)qkv)[hr + i1]);
+            } else {
+                x0[u] = qkv[hr + i0];
+                x1[u] = qkv[hr + i1];
+            }
+            if (a.ys_sw) {
+                w0[u] = a.ys_sw[head * hd + i0];
+                w1[u] = a.ys_sw[head * hd + i1];
+                b0[u] = a.ys_bias ? a.ys_bias[head * hd + i0] : 0.0f;
+                b1[u] = a.ys_bias ? a.ys_bias[head * hd + i1] : 0.0f;
+            }
+            ang[u] = a.inv_freq[j];
+        }
+        float amax = 0.0f; /* fmaxf skips a NaN, as the reference's comparison does */
+#pragma unroll
+        for (int u = 0; u < ROPE_PAIRS; u++) { /* the scales, the rotation */
+            const int j = lane + 32 * u;
+            if (j >= half) break;
+            float v0 = x0[u], v1 = x1[u];
+            if (a.ys_sw) { /* the FP8 GEMM's scales (and bias) first */
+                v0 *= st * w0[u];
+                v1 *= st * w1[u];
+                if (a.ys_bias) {
+                    v0 += b0[u];
+                    v1 += b1[u];
+                }
+            }
+            if (gh <= G) { /* q heads and k: rotated */
+                float sn, cs;
+                sincosf((float)p * ang[u], &sn, &cs);
+                const float r0 = v0 * cs - v1 * sn, r1 = v0 * sn + v1 * cs;
+                v0 = r0;
+                v1 = r1;
+            }
+            x0[u] = v0;
+            x1[u] = v1;
+            amax = fmaxf(amax, fmaxf(fabsf(v0), fabsf(v1)));
+        }
+        if (gh < G) { /* q: back into qkv */
+#pragma unroll
+            for (int u = 0; u < ROPE_PAIRS; u++) {
+                const int j = lane + 32 * u;
+                if (j >= half) break;
+                const size_t e0 = hr + (a.interleaved ? 2 * j : j), e1 = hr + (a.interleaved ? 2 * j + 1 : j + half);
+                if (a.ys_raw16) {
+                    ((__half *)qkv)[e0] = __float2half_rn(x0[u]);
+                    ((__half *)qkv)[e1] = __float2half_rn(x1[u]);
+                } else {
+                    qkv[e0] = x0[u];
+                    qkv[e1] = x1[u];
+                }
+            }
+            continue;
+        }
+        /* k (gh == G) or v: into the cache */
+        void *cache = gh == G ? a.k_cache : a.v_cache;
+        if (a.kv_q) {
+            for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+            const size_t r = (size_t)(p % a.block_size) * KV + h; /* (row, head h) of the block */
+            uint8_t *b = (uint8_t *)cache + (size_t)blk * a.kv_block_bytes, *codes = b + r * hd;
+            const float qmax = a.kv_q == TBC_KVQ_I8 ? 127.0f : 448.0f;
+            const float inv = amax > 0.0f ? __fdiv_rn(qmax, amax) : 0.0f;
+#pragma unroll
+            for (int u = 0; u < ROPE_PAIRS; u++) {
+                const int j = lane + 32 * u;
+                if (j >= half) break;
+                const int i0 = a.interleaved ? 2 * j : j, i1 = a.interleaved ? 2 * j + 1 : j + half;
+                codes[i0] = kv_encode(__fmul_rn(x0[u], inv), a.kv_q);
+                codes[i1] = kv_encode(__fmul_rn(x1[u], inv), a.kv_q);
+            }
+            if (lane == 0) ((float *)(b + a.kv_scale_off))[r] = __fdiv_rn(amax, qmax);
+            continue;
+        }
+        const size_t base = (((size_t)blk * a.block_size + (size_t)(p % a.block_size)) * (size_t)KV + h) * (size_t)hd;
+#pragma unroll
+        for (int u = 0; u < ROPE_PAIRS; u++) {
+            const int j = lane + 32 * u;
+            if (j >= half) break;
+            const size_t e0 = base + (a.interleaved ? 2 * j : j), e1 = base + (a.interleaved ? 2 * j + 1 : j + half);
+            if (a.kv_f16) {
+                ((__half *)cache)[e0] = __float2half_rn(x0[u]);
+                ((__half *)cache)[e1] = __float2half_rn(x1[u]);
+            } else if (a.kv_bf16) {
+                ((__nv_bfloat16 *)cache)[e0] = __float2bfloat16_rn(x0[u]);
+                ((__nv_bfloat16 *)cache)[e1] = __float2bfloat16_rn(x1[u]);
+            } else {
+                ((float *)cache)[e0] = x0[u];
+                ((float *)cache)[e1] = x1[u];
+            }
         }
     }
+}
+
+/* Threads of rope_kv_kernel's block: a warp per head of the group's G + 2. */
+static unsigned rope_kv_threads(const tbc_attn_args *a) {
+    int heads = a->n_heads / a->n_kv + 2;
+    return 32u * (unsigned)(heads < 32 ? heads : 32);
 }
 
 /* ---------------------------------------------------------------- attention */
@@ -306,7 +385,7 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) attn_kernel(tbc_attn_args a, 
     const float *qp = qkv + (size_t)t * (size_t)(H + 2 * KV) * hd + (size_t)h * hd + li * EPL;
 #pragma unroll
     for (int e = 0; e < EPL; e++) {
-        q[e] = qp[e] * a.scale;
+        q[e] = (a.q16 ? __half2float(((const __half *)qkv)[qp - qkv + e]) : qp[e]) * a.scale;
         acc[e] = 0.0f;
     }
     float m = -INFINITY, l = 0.0f;
@@ -460,14 +539,17 @@ static int kv_args_ok(const tbc_attn_args *a) {
            a->kv_block_bytes % 64 == 0 && a->kv_scale_off >= codes && a->kv_block_bytes >= a->kv_scale_off + scales;
 }
 
-extern "C" cudaError_t tbc_attention(const tbc_attn_args *a, float *qkv, float *out, cudaStream_t s) {
-    if (!tbc_attention_supports(a->hd) || a->n_splits < 1 || a->n_kv < 1 || a->n_heads % a->n_kv ||
-        (a->n_splits > 1 && !a->counters) || !kv_args_ok(a) || (a->ys_sw && (a->rope_done || !a->ys_sx)))
+extern "C" cudaError_t tbc_attention(const tbc_attn_args *args, float *qkv, float *out, cudaStream_t s) {
+    if (!tbc_attention_supports(args->hd) || args->n_splits < 1 || args->n_kv < 1 || args->n_heads % args->n_kv ||
+        (args->n_splits > 1 && !args->counters) || !kv_args_ok(args) ||
+        (args->ys_sw && (args->rope_done || !args->ys_sx)) || (args->ys_raw16 && !args->ys_sw))
         return cudaErrorInvalidValue;
     cudaError_t e;
+    tbc_attn_args b = *args, *a = &b;
     if (!a->rope_done) {
-        e = tbc_launch(rope_kv_kernel, dim3(a->T, a->n_kv), dim3(128), 0, s, *a, qkv);
+        e = tbc_launch(rope_kv_kernel, dim3(a->T, a->n_kv), dim3(rope_kv_threads(a)), 0, s, *a, qkv);
         if (e != cudaSuccess) return e;
+        if (a->ys_raw16) a->q16 = 1; /* rope_kv wrote q as f16 */
     }
     int S = group_lanes(a->hd);
     /* fewer lanes per key (more keys in flight per warp) on request */
@@ -526,8 +608,9 @@ __global__ void attn_gather_q_kernel(tbc_attn_args a, const float *qkv, int t0, 
     const float *q = qkv + (size_t)(t0 + i) * (size_t)(H + 2 * KV) * hd;
     for (int e = threadIdx.x; e < H * hd; e += blockDim.x) {
         size_t dst = (size_t)i * H * hd + e;
-        if (a.kv_f16 || a.kv_q) ((__half *)qx)[dst] = __float2half_rn(q[e]);
-        else ((float *)qx)[dst] = q[e];
+        const float qv = a.q16 ? __half2float(((const __half *)qkv)[(q - qkv) + e]) : q[e];
+        if (a.kv_f16 || a.kv_q) ((__half *)qx)[dst] = __float2half_rn(qv);
+        else ((float *)qx)[dst] = qv;
     }
 }
 
@@ -564,8 +647,8 @@ __global__ void attn_softmax_kernel(const float *S, void *P, int p16, const int3
 }
 
 extern "C" cudaError_t tbc_rope_kv(const tbc_attn_args *a, float *qkv, cudaStream_t s) {
-    if (!kv_args_ok(a) || (a->ys_sw && !a->ys_sx)) return cudaErrorInvalidValue;
-    return tbc_launch(rope_kv_kernel, dim3(a->T, a->n_kv), dim3(128), 0, s, *a, qkv);
+    if (!kv_args_ok(a) || (a->ys_sw && !a->ys_sx) || (a->ys_raw16 && !a->ys_sw)) return cudaErrorInvalidValue;
+    return tbc_launch(rope_kv_kernel, dim3(a->T, a->n_kv), dim3(rope_kv_threads(a)), 0, s, *a, qkv);
 }
 
 extern "C" cudaError_t tbc_attn_gather(const tbc_attn_args *a, const float *qkv, int seq_slot, int t0, int n,

@@ -170,14 +170,20 @@ typedef struct {
                                * 1, the default, also the product's scales applied by
                                * its reader; 2 only the producers; 0 neither) */
     int x8_node;              /* fp8 matmul whose codes and scales the producer wrote */
-    int x8_mask;              /* TB_CUDA_FP8_FUSE_MASK (default 15): 1 rmsnorm, 2
+    int x8_mask;              /* TB_CUDA_FP8_FUSE_MASK (default 31): 1 rmsnorm, 2
                                * add_rmsnorm, 4 silu_mul as producers, 8 the
-                               * deferred scales (for locating a difference) */
+                               * deferred scales, 16 the deferred product in f16
+                               * (for locating a difference) */
     /* an FP8 GEMM's output left as the raw product of the codes: node ys_node
-     * (its one reader, an add_rmsnorm or silu_mul) applies sx[t] * ys_sw[n]
-     * + ys_bias[n] as it reads it (-1: none pending) */
+     * (its one reader: the attention, an add_rmsnorm or silu_mul) applies
+     * sx[t] * ys_sw[n] + ys_bias[n] as it reads it (-1: none pending). With
+     * ys_raw16 the product is f16, written with alpha 1 / ys_mul (a power of
+     * two that keeps any product of K codes inside f16's range), and the
+     * reader's token scale is sx[t] * ys_mul */
     int ys_node;
     const float *ys_sw, *ys_bias;
+    int ys_raw16;
+    float ys_mul;
     const float *norm_x;
     const float *norm_w;      /* its norm weight (quantized matmuls read it) */
     float norm_eps;
@@ -199,7 +205,7 @@ typedef struct {
      * heuristic's algorithm, made at a shape's first use (the heuristic
      * query alone costs tens of microseconds of host time a call) */
     struct fp8_plan {
-        int T, K, N;
+        int T, K, N, d16; /* d16: the product in f16 (else f32) */
         cublasLtMatmulDesc_t op;
         cublasLtMatrixLayout_t la, lb, lc;
         cublasLtMatmulAlgo_t algo;
@@ -1095,7 +1101,7 @@ static void fp8_plan_free(struct fp8_plan *p) {
  * has no algorithm for it. (Asking for the two scales as cuBLASLt's
  * outer-vector scale modes, which would drop scale_out, was tried: cuBLAS
  * 13.1 on the H200 gave no plan for these f32 outputs at any 7B shape.) */
-static int fp8_plan_make(cuda_ctx *c, struct fp8_plan *p, int T, int K, int N) {
+static int fp8_plan_make(cuda_ctx *c, struct fp8_plan *p, int T, int K, int N, int d16) {
     memset(p, 0, sizeof *p);
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t h;
@@ -1108,7 +1114,7 @@ static int fp8_plan_make(cuda_ctx *c, struct fp8_plan *p, int T, int K, int N) {
               cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
     bad = bad || cublasLtMatrixLayoutCreate(&p->la, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)N, K) ||
           cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)T, K) ||
-          cublasLtMatrixLayoutCreate(&p->lc, CUDA_R_32F, (uint64_t)N, (uint64_t)T, N) ||
+          cublasLtMatrixLayoutCreate(&p->lc, d16 ? CUDA_R_16F : CUDA_R_32F, (uint64_t)N, (uint64_t)T, N) ||
           cublasLtMatmulPreferenceCreate(&pref) ||
           cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) ||
           cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &h, &found) || found < 1;
@@ -1120,19 +1126,20 @@ static int fp8_plan_make(cuda_ctx *c, struct fp8_plan *p, int T, int K, int N) {
     p->T = T;
     p->K = K;
     p->N = N;
+    p->d16 = d16;
     p->algo = h.algo;
     return 1;
 }
 
 /* The plan of shape (T, K, N): cached, or made now (the oldest entry gives
  * way when all FP8_PLANS are taken). NULL when cuBLASLt has no algorithm. */
-static struct fp8_plan *fp8_plan_of(cuda_ctx *c, int T, int K, int N) {
+static struct fp8_plan *fp8_plan_of(cuda_ctx *c, int T, int K, int N, int d16) {
     for (int i = 0; i < c->n_fp8_plan; i++) {
         struct fp8_plan *q = &c->fp8_plan[i];
-        if (q->T == T && q->K == K && q->N == N) return q;
+        if (q->T == T && q->K == K && q->N == N && q->d16 == d16) return q;
     }
     struct fp8_plan p;
-    if (!fp8_plan_make(c, &p, T, K, N)) return NULL;
+    if (!fp8_plan_make(c, &p, T, K, N, d16)) return NULL;
     int slot = c->n_fp8_plan < FP8_PLANS ? c->n_fp8_plan++ : c->fp8_plan_next++ % FP8_PLANS;
     fp8_plan_free(&c->fp8_plan[slot]);
     c->fp8_plan[slot] = p;
@@ -1146,14 +1153,24 @@ static struct fp8_plan *fp8_plan_of(cuda_ctx *c, int T, int K, int N) {
  * and fp8_gemm turns off (logged once). */
 static tb_status fp8_gemm_run(cuda_ctx *c, const float *x, const tbc_qweight *qw, const float *bias, float *y, int T,
                               int K, int N, int x_done, int ys_to) {
-    struct fp8_plan *p = fp8_plan_of(c, T, K, N);
+    /* a reader that takes the scales takes an f16 product (half the bytes
+     * written and read) where cuBLASLt has a plan for it */
+    struct fp8_plan *p = ys_to >= 0 && (c->x8_mask & 16) ? fp8_plan_of(c, T, K, N, 1) : NULL;
+    if (!p) p = fp8_plan_of(c, T, K, N, 0);
     if (!p) {
         tb_log(TB_LOG_WARN, "cuda: cuBLASLt has no fp8 matmul for %d x %d x %d; e4m3 weights take the dequantised "
                "f16 path from now on", T, K, N);
         c->fp8_gemm = 0;
         return TB_ERR_UNSUPPORTED;
     }
-    const float one = 1.0f, zero = 0.0f;
+    /* f16: |sum of K products of codes| <= K 448^2 < 4 K 2^16, so alpha =
+     * 2^-e with 2^e >= 4 K keeps it below 65504 */
+    float one = 1.0f, mul = 1.0f;
+    const float zero = 0.0f;
+    if (p->d16) {
+        while (mul < 4.0f * (float)K) mul *= 2.0f;
+        one = 1.0f / mul;
+    }
     cudaError_t e = cudaSuccess;
     if (!x_done) { /* else the RMSNorm before wrote xconv and fp8_sx (x8_target) */
         e = tbc_quant_x_fp8(x, T, K, c->xconv, c->fp8_sx, c->stream);
@@ -1167,6 +1184,8 @@ static tb_status fp8_gemm_run(cuda_ctx *c, const float *x, const tbc_qweight *qw
         c->ys_node = ys_to;
         c->ys_sw = qw->scales;
         c->ys_bias = bias;
+        c->ys_raw16 = p->d16;
+        c->ys_mul = mul;
         return TB_OK;
     }
     e = tbc_scale_out(y, T, N, c->fp8_sx, qw->scales, bias, c->stream);
@@ -1375,13 +1394,14 @@ static tb_status attention_gemm_run(cuda_ctx *c, const tbc_attn_args *a, float *
     return TB_OK;
 }
 
-static void ys_take(cuda_ctx *c, const tb_graph *g, const tb_node *n, const float **sw, const float **bias);
+static void ys_take(cuda_ctx *c, const tb_graph *g, const tb_node *n, const float **sw, const float **bias,
+                    int *raw16, float *mul);
 
 static tb_status run_attention(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs,
                                const tb_step *st, int T, int rope_done) {
     tbc_attn_args a = attn_args_of(c, n, bufs, st, T);
     a.rope_done = rope_done;
-    ys_take(c, g, n, &a.ys_sw, &a.ys_bias); /* rope_kv applies the qkv GEMM's scales */
+    ys_take(c, g, n, &a.ys_sw, &a.ys_bias, &a.ys_raw16, &a.ys_mul); /* rope_kv applies the qkv GEMM's scales */
     if (a.ys_sw) a.ys_sx = c->fp8_sx;
     if (st->kv_dtype != TB_F16 && st->kv_dtype != TB_BF16 && st->kv_dtype != TB_F32 && !tb_kv_quantized(st->kv_dtype))
         return tb_errorf(TB_ERR_UNSUPPORTED, "cuda: KV cache dtype %s", tb_dtype_name(st->kv_dtype));
@@ -1397,6 +1417,8 @@ static tb_status run_attention(cuda_ctx *c, const tb_graph *g, const tb_node *n,
         if (!a.rope_done) CU_TRY(tbc_rope_kv(&a, qkv, c->stream), "rope/kv launch");
         a.rope_done = 1;
         a.ys_sx = a.ys_sw = a.ys_bias = NULL; /* qkv is scaled now */
+        a.q16 = a.ys_raw16;                   /* and q f16 if the product was */
+        a.ys_raw16 = 0;
         int t = 0, small = -1;
         while (t < T) {
             int u = t + 1;
@@ -1556,7 +1578,7 @@ static int x8_ok(cuda_ctx *c, const tb_graph *g, int k, void *const *bufs, int T
     const float *bias = mm->n_in > 2 ? bufs[mm->in[2]] : NULL;
     memset(&qw, 0, sizeof qw);
     qweight_of(g, mm, bufs, &qw, &bias);
-    return fp8_gemm_ok(c, &qw, bufs[mm->in[0]], bias, bufs[mm->out[0]], T, K, N) && fp8_plan_of(c, T, K, N);
+    return fp8_gemm_ok(c, &qw, bufs[mm->in[0]], bias, bufs[mm->out[0]], T, K, N) && fp8_plan_of(c, T, K, N, 0);
 }
 
 /* Where node n (x8_ok) writes its output: the codes into xconv, the scales
@@ -1607,20 +1629,30 @@ static void *x16_target(cuda_ctx *c, const tb_graph *g, const tb_node *n, int T,
 }
 
 /* The deferred scales of node n's input (ys_target), or NULLs: taken (the
- * pending state cleared). */
-static void ys_take(cuda_ctx *c, const tb_graph *g, const tb_node *n, const float **sw, const float **bias) {
+ * pending state cleared); *raw16 and *mul as c->ys_raw16, ys_mul (0 and 1
+ * when none). */
+static void ys_take(cuda_ctx *c, const tb_graph *g, const tb_node *n, const float **sw, const float **bias,
+                    int *raw16, float *mul) {
     *sw = *bias = NULL;
+    *raw16 = 0;
+    *mul = 1.0f;
     if (c->ys_node != (int)(n - g->nodes)) return;
     c->ys_node = -1;
     *sw = c->ys_sw;
     *bias = c->ys_bias;
+    *raw16 = c->ys_raw16;
+    *mul = c->ys_mul;
 }
 
 /* Node n did not take the fused kernel after all: its input `in` gets the
- * skipped tbc_scale_out now (never expected: ys_target checked x8_ok). */
+ * skipped tbc_scale_out now (never expected: ys_target checked x8_ok; an
+ * f16 product cannot be scaled in place into f32 and fails the step). */
 static tb_status ys_apply(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs, int T, int in,
-                          const float *sw, const float *bias) {
+                          const float *sw, const float *bias, int raw16) {
     if (!sw) return TB_OK;
+    if (raw16)
+        return tb_errorf(TB_ERR_INTERNAL, "cuda: node %d left the fused kernel after its input came as an f16 product",
+                         (int)(n - g->nodes));
     const tb_value *v = &g->values[n->in[in]];
     CU_TRY(tbc_scale_out(bufs[n->in[in]], T, (int)v->dims[1], c->fp8_sx, sw, bias, c->stream), "fp8 scale launch");
     return TB_OK;
@@ -1648,7 +1680,7 @@ static tb_status run_node_op(cuda_ctx *c, const tb_graph *g, const tb_node *n, v
         void *q8 = x8_target(c, g, n, bufs, T);
         if (q8) {
             CU_TRY(tbc_act_fp8(TBC_ACT_NORM, bufs[n->in[0]], NULL, bufs[n->in[1]], NULL, T, (int)v0->dims[1], n->f[0],
-                               NULL, NULL, q8, c->fp8_sx, s),
+                               NULL, NULL, 0, 1.0f, q8, c->fp8_sx, s),
                    "rmsnorm launch");
             return TB_OK;
         }
@@ -1661,15 +1693,17 @@ static tb_status run_node_op(cuda_ctx *c, const tb_graph *g, const tb_node *n, v
     }
     case TB_OP_ADD_RMSNORM: {
         const float *sw = NULL, *sb = NULL;
-        ys_take(c, g, n, &sw, &sb);
+        int r16;
+        float mul;
+        ys_take(c, g, n, &sw, &sb, &r16, &mul);
         void *q8 = x8_target(c, g, n, bufs, T);
         if (q8) {
             CU_TRY(tbc_act_fp8(TBC_ACT_ADDNORM, bufs[n->in[0]], bufs[n->in[1]], bufs[n->in[2]], bufs[n->out[0]], T,
-                               (int)v0->dims[1], n->f[0], sw, sb, q8, c->fp8_sx, s),
+                               (int)v0->dims[1], n->f[0], sw, sb, r16, mul, q8, c->fp8_sx, s),
                    "add_rmsnorm launch");
             return TB_OK;
         }
-        TB_TRY(ys_apply(c, g, n, bufs, T, 1, sw, sb));
+        TB_TRY(ys_apply(c, g, n, bufs, T, 1, sw, sb, r16));
         tbc_dtype dt16 = TBC_F16;
         void *y16 = x16_target(c, g, n, T, &dt16);
         CU_TRY(tbc_add_rmsnorm(bufs[n->in[0]], bufs[n->in[1]], bufs[n->in[2]], bufs[n->out[0]], bufs[n->out[1]], T,
@@ -1694,15 +1728,17 @@ static tb_status run_node_op(cuda_ctx *c, const tb_graph *g, const tb_node *n, v
         return run_attention(c, g, n, bufs, st, T, fused);
     case TB_OP_SILU_MUL: {
         const float *sw = NULL, *sb = NULL;
-        ys_take(c, g, n, &sw, &sb);
+        int r16;
+        float mul;
+        ys_take(c, g, n, &sw, &sb, &r16, &mul);
         void *q8 = x8_target(c, g, n, bufs, T);
         if (q8) {
             CU_TRY(tbc_act_fp8(TBC_ACT_SILU, bufs[n->in[0]], NULL, NULL, NULL, T, (int)v0->dims[1] / 2, 0.0f, sw, sb,
-                               q8, c->fp8_sx, s),
+                               r16, mul, q8, c->fp8_sx, s),
                    "silu_mul launch");
             return TB_OK;
         }
-        TB_TRY(ys_apply(c, g, n, bufs, T, 0, sw, sb));
+        TB_TRY(ys_apply(c, g, n, bufs, T, 0, sw, sb, r16));
         tbc_dtype dt16 = TBC_F16;
         void *y16 = x16_target(c, g, n, T, &dt16);
         CU_TRY(tbc_silu_mul(bufs[n->in[0]], bufs[n->out[0]], T, (int)v0->dims[1] / 2, y16, dt16, s),
@@ -2114,7 +2150,7 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     const char *x8e = getenv("TB_CUDA_FP8_FUSE"), *acte = getenv("TB_CUDA_ACT_THREADS");
     c->x8 = x8e && *x8e ? atoi(x8e) : 1;
     const char *x8m = getenv("TB_CUDA_FP8_FUSE_MASK");
-    c->x8_mask = x8m && *x8m ? atoi(x8m) : 15;
+    c->x8_mask = x8m && *x8m ? atoi(x8m) : 31;
     tbc_set_act_threads(acte && *acte ? atoi(acte) : 0);
     const char *gte = getenv("TB_CUDA_GRAPH_MAX_T");
     c->graph_max_t = gte && *gte ? atoi(gte) : TB_CUDA_DEFAULT_GRAPH_MAX_T;

@@ -131,10 +131,22 @@ typedef struct {
      * with hd / lanes == 16 makes each warp score 32 / lanes keys at once */
     int lanes;
     /* with ys_sw set, qkv is the raw product of an FP8 GEMM whose
-     * tbc_scale_out was skipped: rope_kv first scales each (token, kv head)'s
-     * part of the row in place, qkv[t][n] * (ys_sx[t] * ys_sw[n]) +
-     * ys_bias[n] (ys_bias may be NULL); needs rope_done = 0 */
+     * tbc_scale_out was skipped: rope_kv scales each value it reads,
+     * qkv[t][n] * (ys_sx[t] * ys_sw[n]) + ys_bias[n] (ys_bias may be NULL),
+     * before the rotation; q is written back scaled and rotated, k and v go
+     * to the cache only (qkv's k and v parts are left as they were: no
+     * reader after rope_kv takes them); needs rope_done = 0.
+     * ys_raw16 set: that product is f16 (the GEMM's alpha 1 / ys_mul, so
+     * read as qkv16[t][n] * (ys_sx[t] * ys_mul * ys_sw[n]) + ys_bias[n],
+     * qkv16 the buffer as f16 with the same row stride in elements), and
+     * rope_kv writes q back as f16 in place: the attention kernels after
+     * it then take q16 = 1 */
     const float *ys_sx, *ys_sw, *ys_bias;
+    int ys_raw16;
+    float ys_mul;
+    /* 1: q in qkv is f16 (rope_kv wrote it so from an f16 product); the
+     * attention, flash and GEMM prefill kernels read it so */
+    int q16;
 } tbc_attn_args;
 
 /* ---- decode matmul: y[t,n] = sum_k x[t,k] w[n,k] (+ bias[n]) for T <= 8.
@@ -254,12 +266,14 @@ cudaError_t tbc_quant_x_fp8(const float *x, int T, int K, void *q, float *sx, cu
  * With sw set the input d (for SiLU·mul: x) is a raw FP8 product whose
  * tbc_scale_out was skipped: it is read as d * (sx[t] * sw[n]) + bias[n]
  * (sw, bias: D, or 2D for SiLU·mul; bias may be NULL), sx[t] then
- * overwritten. D % 4 == 0, D <= TBC_ACT_FP8_MAX_D (the row is kept in shared
- * memory), every pointer 16-byte aligned. */
+ * overwritten; with raw16 that input is f16 (the GEMM's alpha 1 / mul: read
+ * as d16 * (sx[t] * mul * sw[n]) + bias[n]). D % 4 == 0, D <= TBC_ACT_FP8_MAX_D
+ * (the row is kept in shared memory), every pointer 16-byte aligned. */
 typedef enum { TBC_ACT_NORM, TBC_ACT_ADDNORM, TBC_ACT_SILU } tbc_act_kind;
 #define TBC_ACT_FP8_MAX_D 49152
 cudaError_t tbc_act_fp8(tbc_act_kind kind, const float *x, const float *d, const float *w, float *r, int T, int D,
-                        float eps, const float *sw, const float *bias, void *q, float *sx, cudaStream_t s);
+                        float eps, const float *sw, const float *bias, int raw16, float mul, void *q, float *sx,
+                        cudaStream_t s);
 /* Threads a block of tbc_act_fp8 (a power of two, 32..1024; 0: the
  * default, one float4 a thread up to 1024). Process-wide. */
 void tbc_set_act_threads(int n);
@@ -278,8 +292,8 @@ void tbc_set_pdl(int on);
 int tbc_attention_supports(int hd);
 cudaError_t tbc_attention(const tbc_attn_args *a, float *qkv, float *out,
                           cudaStream_t s);
-/* tbc_attention's first kernel alone: rotate q, k of the T tokens of `a` and
- * store k, v in the cache. */
+/* tbc_attention's first kernel alone: rotate q of the T tokens of `a` in
+ * qkv and store k (rotated) and v in the cache. */
 cudaError_t tbc_rope_kv(const tbc_attn_args *a, float *qkv, cudaStream_t s);
 
 /* ---- prefill attention through GEMMs, for a run of n query tokens t0.. of

@@ -391,11 +391,15 @@ __global__ void __launch_bounds__(FL_THREADS, 2)
             const int r = i / CPR, ch = i % CPR, rg = row0 + r;
             uint4 u = make_uint4(0u, 0u, 0u, 0u);
             if (rg < R) {
-                const float4 *src =
-                    (const float4 *)(qkv + (size_t)(t0 + rg / G) * qstride + (size_t)(kvh * G + rg % G) * HD + ch * 8);
-                const float4 x0 = src[0], x1 = src[1];
-                u = make_uint4(flash_pack(x0.x, x0.y), flash_pack(x0.z, x0.w), flash_pack(x1.x, x1.y),
-                               flash_pack(x1.z, x1.w));
+                const size_t off = (size_t)(t0 + rg / G) * qstride + (size_t)(kvh * G + rg % G) * HD + ch * 8;
+                if (a.q16) { /* rope_kv wrote q as f16 (tbc_attn_args.q16) */
+                    u = *(const uint4 *)((const __half *)qkv + off);
+                } else {
+                    const float4 *src = (const float4 *)(qkv + off);
+                    const float4 x0 = src[0], x1 = src[1];
+                    u = make_uint4(flash_pack(x0.x, x0.y), flash_pack(x0.z, x0.w), flash_pack(x1.x, x1.y),
+                                   flash_pack(x1.z, x1.w));
+                }
             }
             *(uint4 *)(flash_smem + flash_swz<HD>(r, ch)) = u;
         }

@@ -165,24 +165,38 @@ __device__ __forceinline__ float block_max(float m, float *red) {
     return m;
 }
 
+/* Four values of the raw product at p[i] (f32, or f16 with R16). */
+template <bool R16>
+__device__ __forceinline__ float4 raw4(const void *p, int i) {
+    if (!R16) return reinterpret_cast<const float4 *>(p)[i];
+    const uint2 u = reinterpret_cast<const uint2 *>(p)[i];
+    const float2 a = __half22float2(*reinterpret_cast<const __half2 *>(&u.x));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2 *>(&u.y));
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+
 /* Row t of x (T, D), or (T, 2D) of [g | u] for SiLU·mul; d, r (T, D); w (D);
- * sw, bias (D, or 2D for SiLU·mul) with sw NULL: the input is not scaled. */
-template <int KIND>
+ * sw, bias (D, or 2D for SiLU·mul) with sw NULL: the input is not scaled.
+ * R16: the scaled input (d, or x for SiLU·mul) is an f16 raw product, its
+ * scale sx[t] * mul. */
+template <int KIND, bool R16>
 __global__ void act_fp8_kernel(const float *x, const float *d, const float *__restrict__ w, float *r, int D,
-                               float eps, const float *__restrict__ sw, const float *__restrict__ bias,
+                               float eps, const float *__restrict__ sw, const float *__restrict__ bias, float mul,
                                unsigned char *__restrict__ q, float *sx) {
     extern __shared__ float4 act_row[]; /* (D / 4): the row's values */
     __shared__ float red[32];
     tbc_pdl_wait();
     tbc_pdl_trigger();
     const int t = blockIdx.x, D4 = D >> 2;
-    const float st = sw ? sx[t] : 0.0f; /* read by every thread before the first barrier */
+    const float st = sw ? (R16 ? sx[t] * mul : sx[t]) : 0.0f; /* read by every thread before the first barrier */
     const float4 *sw4 = reinterpret_cast<const float4 *>(sw), *b4 = reinterpret_cast<const float4 *>(bias);
     float m = 0.0f;
     if (KIND == TBC_ACT_SILU) {
-        const float4 *g4 = reinterpret_cast<const float4 *>(x + (size_t)t * 2 * D), *u4 = g4 + D4;
+        const size_t row = (size_t)t * 2 * D; /* element offset of [g | u] */
+        const void *gp = R16 ? (const void *)(reinterpret_cast<const __half *>(x) + row) : (const void *)(x + row);
+        const void *up = R16 ? (const void *)(reinterpret_cast<const __half *>(x) + row + D) : (const void *)(x + row + D);
         for (int i = threadIdx.x; i < D4; i += blockDim.x) {
-            float4 g = g4[i], u = u4[i], h;
+            float4 g = raw4<R16>(gp, i), u = raw4<R16>(up, i), h;
             if (sw) {
                 g = scale4(g, st, sw4[i], b4 ? b4 + i : NULL);
                 u = scale4(u, st, sw4[D4 + i], b4 ? b4 + D4 + i : NULL);
@@ -196,13 +210,15 @@ __global__ void act_fp8_kernel(const float *x, const float *d, const float *__re
         }
     } else {
         const float4 *x4 = reinterpret_cast<const float4 *>(x + (size_t)t * D);
-        const float4 *d4 = KIND == TBC_ACT_ADDNORM ? reinterpret_cast<const float4 *>(d + (size_t)t * D) : NULL;
+        const void *dp = KIND != TBC_ACT_ADDNORM ? NULL
+                         : R16 ? (const void *)(reinterpret_cast<const __half *>(d) + (size_t)t * D)
+                               : (const void *)(d + (size_t)t * D);
         float4 *r4 = KIND == TBC_ACT_ADDNORM ? reinterpret_cast<float4 *>(r + (size_t)t * D) : NULL;
         float ss = 0.0f;
         for (int i = threadIdx.x; i < D4; i += blockDim.x) {
             float4 v = x4[i];
             if (KIND == TBC_ACT_ADDNORM) {
-                float4 e = d4[i];
+                float4 e = raw4<R16>(dp, i);
                 if (sw) e = scale4(e, st, sw4[i], b4 ? b4 + i : NULL);
                 v.x += e.x;
                 v.y += e.y;
@@ -237,35 +253,39 @@ static int act_threads = 0; /* tbc_set_act_threads */
 
 extern "C" void tbc_set_act_threads(int n) { act_threads = n >= 32 && n <= 1024 && !(n & (n - 1)) ? n : 0; }
 
-template <int KIND>
+template <int KIND, bool R16>
 static cudaError_t act_fp8_launch(const float *x, const float *d, const float *w, float *r, int T, int D, float eps,
-                                  const float *sw, const float *bias, void *q, float *sx, cudaStream_t s) {
+                                  const float *sw, const float *bias, float mul, void *q, float *sx, cudaStream_t s) {
     const size_t smem = sizeof(float) * (size_t)D;
-    static unsigned big = 0; /* the opt-in above 48 KiB, once a kind and device (a benign race) */
+    static unsigned big = 0; /* the opt-in above 48 KiB, once a kernel and device (a benign race) */
     int dev = 0;
     if (smem > 48 * 1024 && (cudaGetDevice(&dev) != cudaSuccess || dev >= 32 || !(big >> dev & 1u))) {
-        cudaError_t e = cudaFuncSetAttribute(act_fp8_kernel<KIND>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaError_t e = cudaFuncSetAttribute(act_fp8_kernel<KIND, R16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              (int)(sizeof(float) * TBC_ACT_FP8_MAX_D));
         if (e != cudaSuccess) return e;
         if (dev < 32) big |= 1u << dev;
     }
     const int nt = act_threads ? act_threads : norm_threads(D / 4 > 32 ? D / 4 : 32);
-    return tbc_launch(act_fp8_kernel<KIND>, dim3(T), dim3(nt), smem, s, x, d, w, r, D, eps, sw, bias,
+    return tbc_launch(act_fp8_kernel<KIND, R16>, dim3(T), dim3(nt), smem, s, x, d, w, r, D, eps, sw, bias, mul,
                       static_cast<unsigned char *>(q), sx);
 }
 
 extern "C" cudaError_t tbc_act_fp8(tbc_act_kind kind, const float *x, const float *d, const float *w, float *r, int T,
-                                   int D, float eps, const float *sw, const float *bias, void *q, float *sx,
-                                   cudaStream_t s) {
+                                   int D, float eps, const float *sw, const float *bias, int raw16, float mul, void *q,
+                                   float *sx, cudaStream_t s) {
     if (T < 1 || D < 4 || D % 4 || D > TBC_ACT_FP8_MAX_D || !q || !sx ||
-        (kind != TBC_ACT_SILU && !w) || (kind == TBC_ACT_ADDNORM && (!d || !r)) ||
+        (kind != TBC_ACT_SILU && !w) || (kind == TBC_ACT_ADDNORM && (!d || !r)) || (raw16 && (!sw || kind == TBC_ACT_NORM)) ||
         (((uintptr_t)x | (uintptr_t)d | (uintptr_t)w | (uintptr_t)r | (uintptr_t)sw | (uintptr_t)bias |
           (uintptr_t)q) & 15))
         return cudaErrorInvalidValue;
     switch (kind) {
-    case TBC_ACT_NORM: return act_fp8_launch<TBC_ACT_NORM>(x, d, w, r, T, D, eps, sw, bias, q, sx, s);
-    case TBC_ACT_ADDNORM: return act_fp8_launch<TBC_ACT_ADDNORM>(x, d, w, r, T, D, eps, sw, bias, q, sx, s);
-    case TBC_ACT_SILU: return act_fp8_launch<TBC_ACT_SILU>(x, d, w, r, T, D, eps, sw, bias, q, sx, s);
+    case TBC_ACT_NORM: return act_fp8_launch<TBC_ACT_NORM, false>(x, d, w, r, T, D, eps, sw, bias, mul, q, sx, s);
+    case TBC_ACT_ADDNORM:
+        return raw16 ? act_fp8_launch<TBC_ACT_ADDNORM, true>(x, d, w, r, T, D, eps, sw, bias, mul, q, sx, s)
+                     : act_fp8_launch<TBC_ACT_ADDNORM, false>(x, d, w, r, T, D, eps, sw, bias, mul, q, sx, s);
+    case TBC_ACT_SILU:
+        return raw16 ? act_fp8_launch<TBC_ACT_SILU, true>(x, d, w, r, T, D, eps, sw, bias, mul, q, sx, s)
+                     : act_fp8_launch<TBC_ACT_SILU, false>(x, d, w, r, T, D, eps, sw, bias, mul, q, sx, s);
     }
     return cudaErrorInvalidValue;
 }
