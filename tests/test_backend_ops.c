@@ -1201,6 +1201,14 @@ static void attention_shapes(tb_dtype kv, int more) {
     op_attention(kv, 4, 2, 128, 0, longrun, 2, "run of 40 at 7, 1 at 200");
     op_attention(kv, 2, 2, 64, 1, longrun, 2, "run of 40 at 7, 1 at 200");
     if (more) op_attention(kv, 8, 2, 128, 0, longrun, 2, "run of 40 at 7, 1 at 200");
+    /* 71 tokens of two sequences: from 64 tokens the GPU's RoPE kernel
+     * takes one block a token, a warp two heads at a time (the last pass
+     * one head where the count is odd); hd 64, 128, 256 (one, two and four
+     * rotation pairs a lane) */
+    run_spec long2[] = {{0, 9, 50}, {1, 0, 21}};
+    op_attention(kv, 3, 1, 64, 1, long2, 2, "runs of 50 at 9, 21 at 0");
+    op_attention(kv, 6, 3, 128, 0, long2, 2, "runs of 50 at 9, 21 at 0");
+    if (more) op_attention(kv, 2, 1, 256, 0, long2, 2, "runs of 50 at 9, 21 at 0");
 }
 
 /* ---------------------------------------------------------------- all */
@@ -1334,14 +1342,17 @@ static void run_all(void) {
     pattern_q(PAT_MM_SILU_MM, TB_FP8_E4M3, 64, 2, 24, 256, 32);
     pattern_q(PAT_NORM_MM, TB_FP8_E4M3, 64, 0, 20, 12800, 16);
     /* an e4m3 qkv > attention: at 17 tokens (the attention kernel, RoPE in
-     * front) and a 40-token run (the prefill path) the GPU's qkv takes the
-     * FP8 GEMM and the RoPE kernel applies its scales */
+     * front) and 40- and 70-token runs (the prefill path; from 64 tokens a
+     * RoPE block a token) the GPU's qkv takes the FP8 GEMM and the RoPE
+     * kernel applies its scales */
     {
         run_spec pre17[] = {{0, 5, 17}}, pre40[] = {{1, 3, 40}}, dec3[] = {{2, 40, 1}, {0, 0, 1}, {1, 17, 1}};
+        run_spec pre70[] = {{1, 3, 70}};
         static const tb_dtype kvs[] = {TB_F16, TB_FP8_E4M3};
         for (int kv = 0; kv < 2; kv++) {
             attention_case(kvs[kv], 4, 2, 128, 1, pre17, 1, "prefill 17 at 5", 64, TB_FP8_E4M3);
             attention_case(kvs[kv], 4, 2, 128, 0, pre40, 1, "prefill 40 at 3", 64, TB_FP8_E4M3);
+            attention_case(kvs[kv], 4, 2, 128, 1, pre70, 1, "prefill 70 at 3", 64, TB_FP8_E4M3);
             attention_case(kvs[kv], 8, 2, 64, 0, dec3, 3, "3 seqs decode", 96, TB_FP8_E4M3);
         }
     }

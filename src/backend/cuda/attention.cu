@@ -1,7 +1,8 @@
 /* attention.cu — paged causal GQA attention of one layer, with RoPE and the
  * KV-cache write in front of it.
  *
- *   rope_kv_kernel   one block per (token, kv head): rotates the token's q
+ *   rope_kv_kernel   one block per (token, kv head) (one per token in long
+ *                    steps, rope_kv_tok_kernel): rotates the token's q
  *                    heads of that group in place (qkv is consumed only by
  *                    this op) and stores k rotated and v at (seq[t],
  *                    pos[t]) in the paged cache (not back into qkv).
@@ -80,18 +81,78 @@ __device__ void kv_quantize_row_warp(const float *x, int hd, int kv_q, uint8_t *
 /* One block per (token t, kv head h), one warp per head of the G = H / KV
  * query heads of h's group, k's head h and v's head h (blockDim 32 (G + 2),
  * rope_kv_threads). A lane holds the rotation pairs (j, j + half) (or (2j,
- * 2j + 1) interleaved) for j = lane, lane + 32, ... in registers: all its
- * loads (the row's values, the FP8 GEMM's scales, the position and the
- * cache block) are issued before any store, then the scales and the
- * rotation, then one write. q heads are written back rotated (f16 when the
- * input is the f16 raw product, ys_raw16: the attention kernels then read
- * q16); k and v only go to the cache at (seq[t], pos[t]), quantised by
- * their warp for an int8 / fp8 cache (absmax by shuffles; the bytes of
- * kv_quantize_row_warp). (One block per token serialised the whole token's
- * rows: 26 us a 7B layer with an fp8 cache at batch 1; separate passes for
- * the scales, the rotation and the cache, each through global memory, made
- * the 512-token prefill's kernel 25-32 us a layer.) */
-#define ROPE_PAIRS (ATTN_MAX_HD / 64) /* pairs per lane */
+ * 2j + 1) interleaved) for j = lane, lane + 32, ... (PAIRS of them: hd <=
+ * 64 PAIRS) in registers: all its loads (the row's values, the FP8 GEMM's
+ * scales and bias, the frequencies, the position and the cache block) are
+ * issued before any store, then the scales and the rotation, then one
+ * write a value (rope_store_row). q heads are written back rotated (f16
+ * when the input is the f16 raw product, ys_raw16: the attention kernels
+ * then read q16); k and v only go to the cache at (seq[t], pos[t]),
+ * quantised by their warp for an int8 / fp8 cache (absmax by shuffles; the
+ * bytes of kv_quantize_row_warp). (One block per token serialised the whole
+ * token's rows: 26 us a 7B layer with an fp8 cache at batch 1; separate
+ * passes for the scales, the rotation and the cache, each through global
+ * memory, made the 512-token prefill's kernel 25-32 us a layer; blocks of
+ * 2-8 tokens changed nothing there.) Long steps take rope_kv_tok_kernel. */
+template <int PAIRS>
+__device__ __forceinline__ void rope_store_row(const tbc_attn_args &a, float *qkv, const float *x0, const float *x1,
+                                               float amax, int gh, int G, int h, size_t hr, int p, int blk) {
+    const int lane = threadIdx.x & 31, half = a.hd / 2, hd = a.hd, KV = a.n_kv;
+    if (gh < G) { /* q: back into qkv */
+#pragma unroll
+        for (int u = 0; u < PAIRS; u++) {
+            const int j = lane + 32 * u;
+            if (j >= half) break;
+            const size_t e0 = hr + (a.interleaved ? 2 * j : j), e1 = hr + (a.interleaved ? 2 * j + 1 : j + half);
+            if (a.ys_raw16) {
+                ((__half *)qkv)[e0] = __float2half_rn(x0[u]);
+                ((__half *)qkv)[e1] = __float2half_rn(x1[u]);
+            } else {
+                qkv[e0] = x0[u];
+                qkv[e1] = x1[u];
+            }
+        }
+        return;
+    }
+    /* k (gh == G) or v: into the cache */
+    void *cache = gh == G ? a.k_cache : a.v_cache;
+    if (a.kv_q) {
+        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const size_t r = (size_t)(p % a.block_size) * KV + h; /* (row, head h) of the block */
+        uint8_t *b = (uint8_t *)cache + (size_t)blk * a.kv_block_bytes, *codes = b + r * hd;
+        const float qmax = a.kv_q == TBC_KVQ_I8 ? 127.0f : 448.0f;
+        const float inv = amax > 0.0f ? __fdiv_rn(qmax, amax) : 0.0f;
+#pragma unroll
+        for (int u = 0; u < PAIRS; u++) {
+            const int j = lane + 32 * u;
+            if (j >= half) break;
+            const int i0 = a.interleaved ? 2 * j : j, i1 = a.interleaved ? 2 * j + 1 : j + half;
+            codes[i0] = kv_encode(__fmul_rn(x0[u], inv), a.kv_q);
+            codes[i1] = kv_encode(__fmul_rn(x1[u], inv), a.kv_q);
+        }
+        if (lane == 0) ((float *)(b + a.kv_scale_off))[r] = __fdiv_rn(amax, qmax);
+        return;
+    }
+    const size_t base = (((size_t)blk * a.block_size + (size_t)(p % a.block_size)) * (size_t)KV + h) * (size_t)hd;
+#pragma unroll
+    for (int u = 0; u < PAIRS; u++) {
+        const int j = lane + 32 * u;
+        if (j >= half) break;
+        const size_t e0 = base + (a.interleaved ? 2 * j : j), e1 = base + (a.interleaved ? 2 * j + 1 : j + half);
+        if (a.kv_f16) {
+            ((__half *)cache)[e0] = __float2half_rn(x0[u]);
+            ((__half *)cache)[e1] = __float2half_rn(x1[u]);
+        } else if (a.kv_bf16) {
+            ((__nv_bfloat16 *)cache)[e0] = __float2bfloat16_rn(x0[u]);
+            ((__nv_bfloat16 *)cache)[e1] = __float2bfloat16_rn(x1[u]);
+        } else {
+            ((float *)cache)[e0] = x0[u];
+            ((float *)cache)[e1] = x1[u];
+        }
+    }
+}
+
+template <int PAIRS>
 __global__ void rope_kv_kernel(tbc_attn_args a, float *qkv) {
     tbc_pdl_wait();
     const int t = blockIdx.x, h = blockIdx.y, hd = a.hd, half = hd / 2, H = a.n_heads, KV = a.n_kv;
@@ -103,10 +164,9 @@ __global__ void rope_kv_kernel(tbc_attn_args a, float *qkv) {
     for (int gh = threadIdx.x >> 5; gh < G + 2; gh += blockDim.x >> 5) {
         const int head = gh < G ? h * G + gh : gh == G ? H + h : H + KV + h;
         const size_t hr = row0 + (size_t)head * hd;
-        float x0[ROPE_PAIRS], x1[ROPE_PAIRS], w0[ROPE_PAIRS], w1[ROPE_PAIRS], b0[ROPE_PAIRS], b1[ROPE_PAIRS];
-        float ang[ROPE_PAIRS];
+        float x0[PAIRS], x1[PAIRS], w0[PAIRS], w1[PAIRS], b0[PAIRS], b1[PAIRS], ang[PAIRS];
 #pragma unroll
-        for (int u = 0; u < ROPE_PAIRS; u++) { /* loads */
+        for (int u = 0; u < PAIRS; u++) { /* loads */
             const int j = lane + 32 * u;
             if (j >= half) break;
             const int i0 = a.interleaved ? 2 * j : j, i1 = a.interleaved ? 2 * j + 1 : j + half;
@@ -127,7 +187,7 @@ __global__ void rope_kv_kernel(tbc_attn_args a, float *qkv) {
         }
         float amax = 0.0f; /* fmaxf skips a NaN, as the reference's comparison does */
 #pragma unroll
-        for (int u = 0; u < ROPE_PAIRS; u++) { /* the scales, the rotation */
+        for (int u = 0; u < PAIRS; u++) { /* the scales, the rotation */
             const int j = lane + 32 * u;
             if (j >= half) break;
             float v0 = x0[u], v1 = x1[u];
@@ -150,58 +210,7 @@ __global__ void rope_kv_kernel(tbc_attn_args a, float *qkv) {
             x1[u] = v1;
             amax = fmaxf(amax, fmaxf(fabsf(v0), fabsf(v1)));
         }
-        if (gh < G) { /* q: back into qkv */
-#pragma unroll
-            for (int u = 0; u < ROPE_PAIRS; u++) {
-                const int j = lane + 32 * u;
-                if (j >= half) break;
-                const size_t e0 = hr + (a.interleaved ? 2 * j : j), e1 = hr + (a.interleaved ? 2 * j + 1 : j + half);
-                if (a.ys_raw16) {
-                    ((__half *)qkv)[e0] = __float2half_rn(x0[u]);
-                    ((__half *)qkv)[e1] = __float2half_rn(x1[u]);
-                } else {
-                    qkv[e0] = x0[u];
-                    qkv[e1] = x1[u];
-                }
-            }
-            continue;
-        }
-        /* k (gh == G) or v: into the cache */
-        void *cache = gh == G ? a.k_cache : a.v_cache;
-        if (a.kv_q) {
-            for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-            const size_t r = (size_t)(p % a.block_size) * KV + h; /* (row, head h) of the block */
-            uint8_t *b = (uint8_t *)cache + (size_t)blk * a.kv_block_bytes, *codes = b + r * hd;
-            const float qmax = a.kv_q == TBC_KVQ_I8 ? 127.0f : 448.0f;
-            const float inv = amax > 0.0f ? __fdiv_rn(qmax, amax) : 0.0f;
-#pragma unroll
-            for (int u = 0; u < ROPE_PAIRS; u++) {
-                const int j = lane + 32 * u;
-                if (j >= half) break;
-                const int i0 = a.interleaved ? 2 * j : j, i1 = a.interleaved ? 2 * j + 1 : j + half;
-                codes[i0] = kv_encode(__fmul_rn(x0[u], inv), a.kv_q);
-                codes[i1] = kv_encode(__fmul_rn(x1[u], inv), a.kv_q);
-            }
-            if (lane == 0) ((float *)(b + a.kv_scale_off))[r] = __fdiv_rn(amax, qmax);
-            continue;
-        }
-        const size_t base = (((size_t)blk * a.block_size + (size_t)(p % a.block_size)) * (size_t)KV + h) * (size_t)hd;
-#pragma unroll
-        for (int u = 0; u < ROPE_PAIRS; u++) {
-            const int j = lane + 32 * u;
-            if (j >= half) break;
-            const size_t e0 = base + (a.interleaved ? 2 * j : j), e1 = base + (a.interleaved ? 2 * j + 1 : j + half);
-            if (a.kv_f16) {
-                ((__half *)cache)[e0] = __float2half_rn(x0[u]);
-                ((__half *)cache)[e1] = __float2half_rn(x1[u]);
-            } else if (a.kv_bf16) {
-                ((__nv_bfloat16 *)cache)[e0] = __float2bfloat16_rn(x0[u]);
-                ((__nv_bfloat16 *)cache)[e1] = __float2bfloat16_rn(x1[u]);
-            } else {
-                ((float *)cache)[e0] = x0[u];
-                ((float *)cache)[e1] = x1[u];
-            }
-        }
+        rope_store_row<PAIRS>(a, qkv, x0, x1, amax, gh, G, h, hr, p, blk);
     }
 }
 
@@ -209,6 +218,177 @@ __global__ void rope_kv_kernel(tbc_attn_args a, float *qkv) {
 static unsigned rope_kv_threads(const tbc_attn_args *a) {
     int heads = a->n_heads / a->n_kv + 2;
     return 32u * (unsigned)(heads < 32 ? heads : 32);
+}
+
+/* Long steps: one block of ROPE_TOK_THREADS per token, a warp taking two
+ * of the token's H + 2 KV heads at a time (their loads issued together).
+ * A lane takes two neighbouring rotation pairs j0 = 2 lane + 64 u and j0 +
+ * 1 (U = hd / 128 rounded up), so that every access is a pair of adjacent
+ * elements: (j0, j0 + 1) and (j0 + half, ...) in the halves layout, (2 j0,
+ * 2 j0 + 1) and (2 j0 + 2, ...) interleaved; its sin and cos are computed
+ * once for all the heads it rotates. hd % 4 == 0. The arithmetic and the
+ * bytes written are rope_kv_kernel's. (A lane a pair and a 2-byte access
+ * each, and sin / cos per head, kept the SM's issue 54-65% busy at 0.5 TB/s:
+ * 26-31 us a 7B layer at 512 tokens.) */
+#define ROPE_TOK_THREADS 256
+__device__ __forceinline__ float2 rope_ld2(const void *p, size_t i, int f16) {
+    if (f16) return __half22float2(*(const __half2 *)((const __half *)p + i));
+    return *(const float2 *)((const float *)p + i);
+}
+__device__ __forceinline__ void rope_st2(void *p, size_t i, float2 v, int kind) { /* 0 f32, 1 f16, 2 bf16 */
+    if (kind == 1) *(__half2 *)((__half *)p + i) = __floats2half2_rn(v.x, v.y);
+    else if (kind == 2) *(__nv_bfloat162 *)((__nv_bfloat16 *)p + i) = __floats2bfloat162_rn(v.x, v.y);
+    else *(float2 *)((float *)p + i) = v;
+}
+
+template <int U>
+__global__ void __launch_bounds__(ROPE_TOK_THREADS) rope_kv_tok_kernel(tbc_attn_args a, float *qkv) {
+    tbc_pdl_wait();
+    const int t = blockIdx.x, hd = a.hd, half = hd / 2, H = a.n_heads, KV = a.n_kv, nh = H + 2 * KV;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5, il = a.interleaved;
+    const int f16 = a.ys_raw16;
+    const size_t row0 = (size_t)t * (size_t)nh * hd;
+    const int p = a.pos[t];
+    const int blk = a.block_tables[(size_t)a.seq[t] * a.max_blocks + p / a.block_size];
+    const float st = a.ys_sw ? a.ys_sx[t] * (a.ys_raw16 ? a.ys_mul : 1.0f) : 1.0f;
+    /* element offsets of a lane's two accesses within a head */
+    int o0[U], o1[U];
+    float cs[U][2], sn[U][2];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+        const int j0 = 2 * lane + 64 * u;
+        o0[u] = il ? 2 * j0 : j0;
+        o1[u] = il ? 2 * j0 + 2 : j0 + half;
+        cs[u][0] = cs[u][1] = 1.0f;
+        sn[u][0] = sn[u][1] = 0.0f;
+        if (j0 < half) {
+            sincosf((float)p * a.inv_freq[j0], &sn[u][0], &cs[u][0]);
+            sincosf((float)p * a.inv_freq[j0 + 1], &sn[u][1], &cs[u][1]);
+        }
+    }
+    const size_t kvrow = ((size_t)blk * a.block_size + (size_t)(p % a.block_size)) * (size_t)KV; /* cache row of head 0 */
+    for (int hb = 2 * warp; hb < nh; hb += 2 * nw) {
+        float2 va[2][U], vb[2][U], wa[2][U], wb[2][U], ba[2][U], bb[2][U];
+#pragma unroll
+        for (int c = 0; c < 2; c++) { /* loads of both heads */
+            const int head = hb + c;
+            if (head >= nh) break;
+            const size_t hr = row0 + (size_t)head * hd;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (2 * lane + 64 * u >= half) break;
+                va[c][u] = rope_ld2(qkv, hr + o0[u], f16);
+                vb[c][u] = rope_ld2(qkv, hr + o1[u], f16);
+                if (a.ys_sw) {
+                    wa[c][u] = *(const float2 *)(a.ys_sw + head * hd + o0[u]);
+                    wb[c][u] = *(const float2 *)(a.ys_sw + head * hd + o1[u]);
+                    ba[c][u] = bb[c][u] = make_float2(0.0f, 0.0f);
+                    if (a.ys_bias) {
+                        ba[c][u] = *(const float2 *)(a.ys_bias + head * hd + o0[u]);
+                        bb[c][u] = *(const float2 *)(a.ys_bias + head * hd + o1[u]);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+            const int head = hb + c;
+            if (head >= nh) break;
+            const int kind = head < H ? 0 : head < H + KV ? 1 : 2; /* q, k, v */
+            float amax = 0.0f; /* fmaxf skips a NaN, as the reference's comparison does */
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (2 * lane + 64 * u >= half) break;
+                float2 A = va[c][u], B = vb[c][u];
+                if (a.ys_sw) { /* the FP8 GEMM's scales (and bias) first */
+                    A.x *= st * wa[c][u].x;
+                    A.y *= st * wa[c][u].y;
+                    B.x *= st * wb[c][u].x;
+                    B.y *= st * wb[c][u].y;
+                    if (a.ys_bias) {
+                        A.x += ba[c][u].x;
+                        A.y += ba[c][u].y;
+                        B.x += bb[c][u].x;
+                        B.y += bb[c][u].y;
+                    }
+                }
+                /* the pairs (v0, v1) of j0 and j0 + 1 */
+                float v00 = A.x, v01 = il ? A.y : B.x; /* pair j0 */
+                float v10 = il ? B.x : A.y, v11 = B.y;  /* pair j0 + 1 */
+                if (kind < 2) {
+                    const float r00 = v00 * cs[u][0] - v01 * sn[u][0], r01 = v00 * sn[u][0] + v01 * cs[u][0];
+                    const float r10 = v10 * cs[u][1] - v11 * sn[u][1], r11 = v10 * sn[u][1] + v11 * cs[u][1];
+                    v00 = r00;
+                    v01 = r01;
+                    v10 = r10;
+                    v11 = r11;
+                }
+                amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v00), fabsf(v01)), fmaxf(fabsf(v10), fabsf(v11))));
+                va[c][u] = il ? make_float2(v00, v01) : make_float2(v00, v10);
+                vb[c][u] = il ? make_float2(v10, v11) : make_float2(v01, v11);
+            }
+            if (kind == 0) { /* q: back into qkv */
+                const size_t hr = row0 + (size_t)head * hd;
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    if (2 * lane + 64 * u >= half) break;
+                    rope_st2(qkv, hr + o0[u], va[c][u], f16);
+                    rope_st2(qkv, hr + o1[u], vb[c][u], f16);
+                }
+                continue;
+            }
+            const int h = kind == 1 ? head - H : head - H - KV;
+            void *cache = kind == 1 ? a.k_cache : a.v_cache;
+            if (a.kv_q) {
+                for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+                const size_t r = (size_t)(p % a.block_size) * KV + h; /* (row, head h) of the block */
+                uint8_t *bp = (uint8_t *)cache + (size_t)blk * a.kv_block_bytes, *codes = bp + r * hd;
+                const float qmax = a.kv_q == TBC_KVQ_I8 ? 127.0f : 448.0f;
+                const float inv = amax > 0.0f ? __fdiv_rn(qmax, amax) : 0.0f;
+#pragma unroll
+                for (int u = 0; u < U; u++) {
+                    if (2 * lane + 64 * u >= half) break;
+                    uchar2 ca, cb;
+                    ca.x = kv_encode(__fmul_rn(va[c][u].x, inv), a.kv_q);
+                    ca.y = kv_encode(__fmul_rn(va[c][u].y, inv), a.kv_q);
+                    cb.x = kv_encode(__fmul_rn(vb[c][u].x, inv), a.kv_q);
+                    cb.y = kv_encode(__fmul_rn(vb[c][u].y, inv), a.kv_q);
+                    *(uchar2 *)(codes + o0[u]) = ca;
+                    *(uchar2 *)(codes + o1[u]) = cb;
+                }
+                if (lane == 0) ((float *)(bp + a.kv_scale_off))[r] = __fdiv_rn(amax, qmax);
+                continue;
+            }
+            const size_t base = (kvrow + (size_t)h) * (size_t)hd;
+            const int ck = a.kv_f16 ? 1 : a.kv_bf16 ? 2 : 0;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                if (2 * lane + 64 * u >= half) break;
+                rope_st2(cache, base + o0[u], va[c][u], ck);
+                rope_st2(cache, base + o1[u], vb[c][u], ck);
+            }
+        }
+    }
+}
+
+/* Steps of at least rope_tok_min tokens take rope_kv_tok_kernel
+ * (TB_CUDA_ROPE_TOK=n sets it, 0: never; default 64). */
+static int rope_tok_min = 64;
+extern "C" void tbc_set_rope_tok(int n) { rope_tok_min = n >= 0 ? n : 64; }
+
+template <int PAIRS>
+static cudaError_t rope_kv_launch_p(const tbc_attn_args *a, float *qkv, cudaStream_t s) {
+    return tbc_launch(rope_kv_kernel<PAIRS>, dim3(a->T, a->n_kv), dim3(rope_kv_threads(a)), 0, s, *a, qkv);
+}
+
+static cudaError_t rope_kv_launch(const tbc_attn_args *a, float *qkv, cudaStream_t s) {
+    if (rope_tok_min > 0 && a->T >= rope_tok_min && a->hd % 4 == 0) {
+        if (a->hd <= 128) return tbc_launch(rope_kv_tok_kernel<1>, dim3(a->T), dim3(ROPE_TOK_THREADS), 0, s, *a, qkv);
+        return tbc_launch(rope_kv_tok_kernel<ATTN_MAX_HD / 128>, dim3(a->T), dim3(ROPE_TOK_THREADS), 0, s, *a, qkv);
+    }
+    if (a->hd <= 64) return rope_kv_launch_p<1>(a, qkv, s);
+    if (a->hd <= 128) return rope_kv_launch_p<2>(a, qkv, s);
+    return rope_kv_launch_p<ATTN_MAX_HD / 64>(a, qkv, s);
 }
 
 /* ---------------------------------------------------------------- attention */
@@ -547,7 +727,7 @@ extern "C" cudaError_t tbc_attention(const tbc_attn_args *args, float *qkv, floa
     cudaError_t e;
     tbc_attn_args b = *args, *a = &b;
     if (!a->rope_done) {
-        e = tbc_launch(rope_kv_kernel, dim3(a->T, a->n_kv), dim3(rope_kv_threads(a)), 0, s, *a, qkv);
+        e = rope_kv_launch(a, qkv, s);
         if (e != cudaSuccess) return e;
         if (a->ys_raw16) a->q16 = 1; /* rope_kv wrote q as f16 */
     }
@@ -648,7 +828,7 @@ __global__ void attn_softmax_kernel(const float *S, void *P, int p16, const int3
 
 extern "C" cudaError_t tbc_rope_kv(const tbc_attn_args *a, float *qkv, cudaStream_t s) {
     if (!kv_args_ok(a) || (a->ys_sw && !a->ys_sx) || (a->ys_raw16 && !a->ys_sw)) return cudaErrorInvalidValue;
-    return tbc_launch(rope_kv_kernel, dim3(a->T, a->n_kv), dim3(rope_kv_threads(a)), 0, s, *a, qkv);
+    return rope_kv_launch(a, qkv, s);
 }
 
 extern "C" cudaError_t tbc_attn_gather(const tbc_attn_args *a, const float *qkv, int seq_slot, int t0, int n,
