@@ -275,8 +275,8 @@ cudaError_t tbc_act_fp8(tbc_act_kind kind, const float *x, const float *d, const
                         float eps, const float *sw, const float *bias, int raw16, float mul, void *q, float *sx,
                         cudaStream_t s);
 /* Threads a block of tbc_act_fp8 (a power of two, 32..1024; 0: the
- * default, 256, or one float4 a thread for rows of fewer than 1024
- * values). Process-wide. */
+ * default, 256 in steps of at least 256 tokens, else one float4 a thread
+ * up to 1024). Process-wide. */
 void tbc_set_act_threads(int n);
 /* Steps of at least n tokens run the RoPE + KV write as one block a token
  * (0: never; default 64). Process-wide. */

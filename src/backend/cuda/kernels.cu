@@ -188,8 +188,8 @@ __device__ __forceinline__ float4 raw4(const void *p, int i) { return raw_widen(
  * scale sx[t] * mul. A thread takes float4 i = threadIdx.x + k blockDim.x
  * in chunks of ACT_U: the chunk's loads (predicated) are all issued before
  * its arithmetic, so a block has ACT_U loads a thread in flight; at most
- * 64 registers, so that 1024 threads fit one SM and 256 (the default)
- * four blocks. (One load at a time with 1024-thread blocks of 35
+ * 64 registers, so that 1024 threads fit one SM and 256 (steps of 256
+ * tokens or more) four blocks. (One load at a time with 1024-thread blocks of 35
  * registers, one block an SM, made SiLU·mul 25 us a 7B layer at 512
  * tokens.) */
 #define ACT_U 4
@@ -317,7 +317,12 @@ static cudaError_t act_fp8_launch(const float *x, const float *d, const float *w
         if (e != cudaSuccess) return e;
         if (dev < 32) big |= 1u << dev;
     }
-    const int nt = act_threads ? act_threads : D / 4 >= 256 ? 256 : norm_threads(D / 4 > 32 ? D / 4 : 32);
+    /* long steps: 256 threads (four blocks an SM, every token of a
+     * 512-token step at once); short ones (T < 256, fewer blocks than the
+     * SMs hold) a float4 a thread up to 1024, the least latency a token */
+    const int nt = act_threads ? act_threads
+                   : T >= 256 && D / 4 >= 256 ? 256
+                                              : norm_threads(D / 4 > 32 ? D / 4 : 32);
     return tbc_launch(act_fp8_kernel<KIND, R16>, dim3(T), dim3(nt), smem, s, x, d, w, r, D, eps, sw, bias, mul,
                       static_cast<unsigned char *>(q), sx);
 }
