@@ -220,17 +220,24 @@ static unsigned rope_kv_threads(const tbc_attn_args *a) {
     return 32u * (unsigned)(heads < 32 ? heads : 32);
 }
 
-/* Long steps: one block of ROPE_TOK_THREADS per token, a warp taking two
- * of the token's H + 2 KV heads at a time (their loads issued together).
- * A lane takes two neighbouring rotation pairs j0 = 2 lane + 64 u and j0 +
- * 1 (U = hd / 128 rounded up), so that every access is a pair of adjacent
- * elements: (j0, j0 + 1) and (j0 + half, ...) in the halves layout, (2 j0,
- * 2 j0 + 1) and (2 j0 + 2, ...) interleaved; its sin and cos are computed
- * once for all the heads it rotates. hd % 4 == 0. The arithmetic and the
- * bytes written are rope_kv_kernel's. (A lane a pair and a 2-byte access
- * each, and sin / cos per head, kept the SM's issue 54-65% busy at 0.5 TB/s:
- * 26-31 us a 7B layer at 512 tokens.) */
+/* Long steps: blocks of ROPE_TOK_THREADS, grid (group of nt <= TT tokens,
+ * group of 2 nw heads). A warp takes two of the H + 2 KV heads for the
+ * block's nt tokens: the heads' FP8 GEMM scales once, every token's values
+ * all issued before anything else (raw: an f16 pair a 32-bit register), so
+ * that a warp holds 2 nt rows' loads in flight and makes one round trip to
+ * memory. A lane takes two neighbouring rotation pairs j0 = 2 lane + 64 u
+ * and j0 + 1 (U = hd / 128 rounded up), so that every access is a pair of
+ * adjacent elements: (j0, j0 + 1) and (j0 + half, ...) in the halves
+ * layout, (2 j0, 2 j0 + 1) and (2 j0 + 2, ...) interleaved; the block
+ * computes each (token, pair)'s sin and cos once (sincosf into shared
+ * memory while the loads are in flight). hd % 4 == 0. The arithmetic and
+ * the bytes written are rope_kv_kernel's. (A lane a pair and a 2-byte
+ * access each, and sin / cos per head, kept the SM's issue 54-65% busy at
+ * 0.5 TB/s: 26-31 us a 7B layer at 512 tokens; a block a token whose warps
+ * looped over the heads (six rounds of load, rotate, store) 17.3 us; a
+ * block a (token, 16 heads), 4 KB of loads in flight a warp, 17.8 us.) */
 #define ROPE_TOK_THREADS 256
+#define ROPE_TT 8
 __device__ __forceinline__ float2 rope_ld2(const void *p, size_t i, int f16) {
     if (f16) return __half22float2(*(const __half2 *)((const __half *)p + i));
     return *(const float2 *)((const float *)p + i);
@@ -240,54 +247,82 @@ __device__ __forceinline__ void rope_st2(void *p, size_t i, float2 v, int kind) 
     else if (kind == 2) *(__nv_bfloat162 *)((__nv_bfloat16 *)p + i) = __floats2bfloat162_rn(v.x, v.y);
     else *(float2 *)((float *)p + i) = v;
 }
+/* two adjacent values as loaded: an f16 pair (F16) or two f32 */
+template <bool F16> struct rope_raw { typedef float2 type; };
+template <> struct rope_raw<true> { typedef __half2 type; };
+__device__ __forceinline__ float2 rope_widen(float2 v) { return v; }
+__device__ __forceinline__ float2 rope_widen(__half2 v) { return __half22float2(v); }
 
-template <int U>
-__global__ void __launch_bounds__(ROPE_TOK_THREADS) rope_kv_tok_kernel(tbc_attn_args a, float *qkv) {
+template <int U, bool F16> struct rope_tt_of { enum { n = ROPE_TT / (U * (F16 ? 1 : 2)) }; }; /* 32 registers of values */
+
+template <int U, bool F16>
+__global__ void __launch_bounds__(ROPE_TOK_THREADS, 3) rope_kv_tok_kernel(tbc_attn_args a, float *qkv, int ntt) {
+    typedef typename rope_raw<F16>::type raw_t;
+    enum { TT = rope_tt_of<U, F16>::n };
+    __shared__ __align__(16) float2 rope_cs[TT][ATTN_MAX_HD / 2]; /* (cos, sin) of a token's pairs */
     tbc_pdl_wait();
-    const int t = blockIdx.x, hd = a.hd, half = hd / 2, H = a.n_heads, KV = a.n_kv, nh = H + 2 * KV;
+    const int hd = a.hd, half = hd / 2, H = a.n_heads, KV = a.n_kv, nh = H + 2 * KV;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5, il = a.interleaved;
-    const int f16 = a.ys_raw16;
-    const size_t row0 = (size_t)t * (size_t)nh * hd;
-    const int p = a.pos[t];
-    const int blk = a.block_tables[(size_t)a.seq[t] * a.max_blocks + p / a.block_size];
-    const float st = a.ys_sw ? a.ys_sx[t] * (a.ys_raw16 ? a.ys_mul : 1.0f) : 1.0f;
+    const int t0 = (int)blockIdx.x * ntt, nt = min(ntt, a.T - t0);
     /* element offsets of a lane's two accesses within a head */
     int o0[U], o1[U];
-    float cs[U][2], sn[U][2];
 #pragma unroll
     for (int u = 0; u < U; u++) {
         const int j0 = 2 * lane + 64 * u;
         o0[u] = il ? 2 * j0 : j0;
         o1[u] = il ? 2 * j0 + 2 : j0 + half;
-        cs[u][0] = cs[u][1] = 1.0f;
-        sn[u][0] = sn[u][1] = 0.0f;
-        if (j0 < half) {
-            sincosf((float)p * a.inv_freq[j0], &sn[u][0], &cs[u][0]);
-            sincosf((float)p * a.inv_freq[j0 + 1], &sn[u][1], &cs[u][1]);
+    }
+    const int hb = (int)blockIdx.y * 2 * nw + 2 * warp; /* the warp's two heads hb, hb + 1 */
+    raw_t va[TT][2][U], vb[TT][2][U];
+    float2 wa[2][U], wb[2][U];
+#pragma unroll
+    for (int c = 0; c < 2; c++) { /* loads of both heads, before the barrier */
+        const int head = hb + c;
+        if (head >= nh) break;
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (2 * lane + 64 * u >= half) break;
+            if (a.ys_sw) {
+                wa[c][u] = *(const float2 *)(a.ys_sw + head * hd + o0[u]);
+                wb[c][u] = *(const float2 *)(a.ys_sw + head * hd + o1[u]);
+            }
+#pragma unroll
+            for (int tt = 0; tt < TT; tt++) {
+                if (tt >= nt) break;
+                const size_t hr = ((size_t)(t0 + tt) * nh + head) * hd;
+                va[tt][c][u] = reinterpret_cast<const raw_t *>(qkv)[(hr + o0[u]) >> 1];
+                vb[tt][c][u] = reinterpret_cast<const raw_t *>(qkv)[(hr + o1[u]) >> 1];
+            }
         }
     }
-    const size_t kvrow = ((size_t)blk * a.block_size + (size_t)(p % a.block_size)) * (size_t)KV; /* cache row of head 0 */
-    for (int hb = 2 * warp; hb < nh; hb += 2 * nw) {
-        float2 va[2][U], vb[2][U], wa[2][U], wb[2][U], ba[2][U], bb[2][U];
+    for (int i = threadIdx.x; i < nt * half; i += blockDim.x) { /* one sincosf a (token, pair) for the block */
+        const int tt = i / half, j = i - tt * half;
+        float sn, cs;
+        sincosf((float)a.pos[t0 + tt] * a.inv_freq[j], &sn, &cs);
+        rope_cs[tt][j] = make_float2(cs, sn);
+    }
+    __syncthreads();
+    if (hb >= nh) return;
 #pragma unroll
-        for (int c = 0; c < 2; c++) { /* loads of both heads */
-            const int head = hb + c;
-            if (head >= nh) break;
-            const size_t hr = row0 + (size_t)head * hd;
+    for (int tt = 0; tt < TT; tt++) {
+        if (tt >= nt) break;
+        const int t = t0 + tt, p = a.pos[t];
+        const int blk = a.block_tables[(size_t)a.seq[t] * a.max_blocks + p / a.block_size];
+        const float st = a.ys_sw ? a.ys_sx[t] * (F16 ? a.ys_mul : 1.0f) : 1.0f;
+        const size_t row0 = (size_t)t * (size_t)nh * hd;
+        const size_t kvrow = ((size_t)blk * a.block_size + (size_t)(p % a.block_size)) * (size_t)KV; /* cache row of head 0 */
+        float cs[U][2], sn[U][2];
 #pragma unroll
-            for (int u = 0; u < U; u++) {
-                if (2 * lane + 64 * u >= half) break;
-                va[c][u] = rope_ld2(qkv, hr + o0[u], f16);
-                vb[c][u] = rope_ld2(qkv, hr + o1[u], f16);
-                if (a.ys_sw) {
-                    wa[c][u] = *(const float2 *)(a.ys_sw + head * hd + o0[u]);
-                    wb[c][u] = *(const float2 *)(a.ys_sw + head * hd + o1[u]);
-                    ba[c][u] = bb[c][u] = make_float2(0.0f, 0.0f);
-                    if (a.ys_bias) {
-                        ba[c][u] = *(const float2 *)(a.ys_bias + head * hd + o0[u]);
-                        bb[c][u] = *(const float2 *)(a.ys_bias + head * hd + o1[u]);
-                    }
-                }
+        for (int u = 0; u < U; u++) {
+            const int j0 = 2 * lane + 64 * u;
+            cs[u][0] = cs[u][1] = 1.0f;
+            sn[u][0] = sn[u][1] = 0.0f;
+            if (j0 < half) {
+                const float4 r = *(const float4 *)&rope_cs[tt][j0]; /* pairs j0, j0 + 1 (j0 even) */
+                cs[u][0] = r.x;
+                sn[u][0] = r.y;
+                cs[u][1] = r.z;
+                sn[u][1] = r.w;
             }
         }
 #pragma unroll
@@ -296,20 +331,23 @@ __global__ void __launch_bounds__(ROPE_TOK_THREADS) rope_kv_tok_kernel(tbc_attn_
             if (head >= nh) break;
             const int kind = head < H ? 0 : head < H + KV ? 1 : 2; /* q, k, v */
             float amax = 0.0f; /* fmaxf skips a NaN, as the reference's comparison does */
+            float2 ra[U], rb[U];
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 if (2 * lane + 64 * u >= half) break;
-                float2 A = va[c][u], B = vb[c][u];
+                float2 A = rope_widen(va[tt][c][u]), B = rope_widen(vb[tt][c][u]);
                 if (a.ys_sw) { /* the FP8 GEMM's scales (and bias) first */
                     A.x *= st * wa[c][u].x;
                     A.y *= st * wa[c][u].y;
                     B.x *= st * wb[c][u].x;
                     B.y *= st * wb[c][u].y;
                     if (a.ys_bias) {
-                        A.x += ba[c][u].x;
-                        A.y += ba[c][u].y;
-                        B.x += bb[c][u].x;
-                        B.y += bb[c][u].y;
+                        const float2 ba = *(const float2 *)(a.ys_bias + head * hd + o0[u]);
+                        const float2 bb = *(const float2 *)(a.ys_bias + head * hd + o1[u]);
+                        A.x += ba.x;
+                        A.y += ba.y;
+                        B.x += bb.x;
+                        B.y += bb.y;
                     }
                 }
                 /* the pairs (v0, v1) of j0 and j0 + 1 */
@@ -324,16 +362,16 @@ __global__ void __launch_bounds__(ROPE_TOK_THREADS) rope_kv_tok_kernel(tbc_attn_
                     v11 = r11;
                 }
                 amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v00), fabsf(v01)), fmaxf(fabsf(v10), fabsf(v11))));
-                va[c][u] = il ? make_float2(v00, v01) : make_float2(v00, v10);
-                vb[c][u] = il ? make_float2(v10, v11) : make_float2(v01, v11);
+                ra[u] = il ? make_float2(v00, v01) : make_float2(v00, v10);
+                rb[u] = il ? make_float2(v10, v11) : make_float2(v01, v11);
             }
             if (kind == 0) { /* q: back into qkv */
                 const size_t hr = row0 + (size_t)head * hd;
 #pragma unroll
                 for (int u = 0; u < U; u++) {
                     if (2 * lane + 64 * u >= half) break;
-                    rope_st2(qkv, hr + o0[u], va[c][u], f16);
-                    rope_st2(qkv, hr + o1[u], vb[c][u], f16);
+                    rope_st2(qkv, hr + o0[u], ra[u], F16);
+                    rope_st2(qkv, hr + o1[u], rb[u], F16);
                 }
                 continue;
             }
@@ -349,10 +387,10 @@ __global__ void __launch_bounds__(ROPE_TOK_THREADS) rope_kv_tok_kernel(tbc_attn_
                 for (int u = 0; u < U; u++) {
                     if (2 * lane + 64 * u >= half) break;
                     uchar2 ca, cb;
-                    ca.x = kv_encode(__fmul_rn(va[c][u].x, inv), a.kv_q);
-                    ca.y = kv_encode(__fmul_rn(va[c][u].y, inv), a.kv_q);
-                    cb.x = kv_encode(__fmul_rn(vb[c][u].x, inv), a.kv_q);
-                    cb.y = kv_encode(__fmul_rn(vb[c][u].y, inv), a.kv_q);
+                    ca.x = kv_encode(__fmul_rn(ra[u].x, inv), a.kv_q);
+                    ca.y = kv_encode(__fmul_rn(ra[u].y, inv), a.kv_q);
+                    cb.x = kv_encode(__fmul_rn(rb[u].x, inv), a.kv_q);
+                    cb.y = kv_encode(__fmul_rn(rb[u].y, inv), a.kv_q);
                     *(uchar2 *)(codes + o0[u]) = ca;
                     *(uchar2 *)(codes + o1[u]) = cb;
                 }
@@ -364,17 +402,31 @@ __global__ void __launch_bounds__(ROPE_TOK_THREADS) rope_kv_tok_kernel(tbc_attn_
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 if (2 * lane + 64 * u >= half) break;
-                rope_st2(cache, base + o0[u], va[c][u], ck);
-                rope_st2(cache, base + o1[u], vb[c][u], ck);
+                rope_st2(cache, base + o0[u], ra[u], ck);
+                rope_st2(cache, base + o1[u], rb[u], ck);
             }
         }
     }
 }
 
 /* Steps of at least rope_tok_min tokens take rope_kv_tok_kernel
- * (TB_CUDA_ROPE_TOK=n sets it, 0: never; default 64). */
-static int rope_tok_min = 64;
-extern "C" void tbc_set_rope_tok(int n) { rope_tok_min = n >= 0 ? n : 64; }
+ * (TB_CUDA_ROPE_TOK=n sets it, 0: never; default 64), its blocks
+ * rope_tt tokens each (TB_CUDA_ROPE_TT, 1..ROPE_TT; 0: T / 32 of them),
+ * at least one and at most the kernel's TT. */
+static int rope_tok_min = 64, rope_tt = 0;
+extern "C" void tbc_set_rope_tok(int n, int tt) {
+    rope_tok_min = n >= 0 ? n : 64;
+    rope_tt = tt >= 1 && tt <= ROPE_TT ? tt : 0;
+}
+
+template <int U, bool F16>
+static cudaError_t rope_kv_tok_launch(const tbc_attn_args *a, float *qkv, cudaStream_t s) {
+    const int per = 2 * (ROPE_TOK_THREADS / 32), nh = a->n_heads + 2 * a->n_kv; /* heads a block */
+    const int tm = rope_tt_of<U, F16>::n, want = rope_tt ? rope_tt : a->T / 32;
+    const int ntt = want < 1 ? 1 : want > tm ? tm : want;
+    const dim3 g((a->T + ntt - 1) / ntt, (nh + per - 1) / per);
+    return tbc_launch(rope_kv_tok_kernel<U, F16>, g, dim3(ROPE_TOK_THREADS), 0, s, *a, qkv, ntt);
+}
 
 template <int PAIRS>
 static cudaError_t rope_kv_launch_p(const tbc_attn_args *a, float *qkv, cudaStream_t s) {
@@ -383,8 +435,9 @@ static cudaError_t rope_kv_launch_p(const tbc_attn_args *a, float *qkv, cudaStre
 
 static cudaError_t rope_kv_launch(const tbc_attn_args *a, float *qkv, cudaStream_t s) {
     if (rope_tok_min > 0 && a->T >= rope_tok_min && a->hd % 4 == 0) {
-        if (a->hd <= 128) return tbc_launch(rope_kv_tok_kernel<1>, dim3(a->T), dim3(ROPE_TOK_THREADS), 0, s, *a, qkv);
-        return tbc_launch(rope_kv_tok_kernel<ATTN_MAX_HD / 128>, dim3(a->T), dim3(ROPE_TOK_THREADS), 0, s, *a, qkv);
+        const int U2 = ATTN_MAX_HD / 128;
+        if (a->hd <= 128) return a->ys_raw16 ? rope_kv_tok_launch<1, true>(a, qkv, s) : rope_kv_tok_launch<1, false>(a, qkv, s);
+        return a->ys_raw16 ? rope_kv_tok_launch<U2, true>(a, qkv, s) : rope_kv_tok_launch<U2, false>(a, qkv, s);
     }
     if (a->hd <= 64) return rope_kv_launch_p<1>(a, qkv, s);
     if (a->hd <= 128) return rope_kv_launch_p<2>(a, qkv, s);

@@ -2152,8 +2152,8 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     const char *x8m = getenv("TB_CUDA_FP8_FUSE_MASK");
     c->x8_mask = x8m && *x8m ? atoi(x8m) : 31;
     tbc_set_act_threads(acte && *acte ? atoi(acte) : 0);
-    const char *rte = getenv("TB_CUDA_ROPE_TOK");
-    tbc_set_rope_tok(rte && *rte ? atoi(rte) : 64);
+    const char *rte = getenv("TB_CUDA_ROPE_TOK"), *rtt = getenv("TB_CUDA_ROPE_TT");
+    tbc_set_rope_tok(rte && *rte ? atoi(rte) : 64, rtt && *rtt ? atoi(rtt) : 0);
     const char *gte = getenv("TB_CUDA_GRAPH_MAX_T");
     c->graph_max_t = gte && *gte ? atoi(gte) : TB_CUDA_DEFAULT_GRAPH_MAX_T;
     const char *pe = getenv("TB_CUDA_PDL"), *fe = getenv("TB_CUDA_FUSE"), *me = getenv("TB_CUDA_GEMV"),

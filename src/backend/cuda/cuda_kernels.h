@@ -278,9 +278,10 @@ cudaError_t tbc_act_fp8(tbc_act_kind kind, const float *x, const float *d, const
  * default, 256 in steps of at least 256 tokens, else one float4 a thread
  * up to 1024). Process-wide. */
 void tbc_set_act_threads(int n);
-/* Steps of at least n tokens run the RoPE + KV write as one block a token
- * (0: never; default 64). Process-wide. */
-void tbc_set_rope_tok(int n);
+/* Steps of at least n tokens run the RoPE + KV write with blocks of
+ * (tokens, heads) (0: never; default 64), tt tokens a block (1..8; 0: by
+ * the step's length). Process-wide. */
+void tbc_set_rope_tok(int n, int tt);
 cudaError_t tbc_scale_out(float *y, int T, int N, const float *sx, const float *sw, const float *bias,
                           cudaStream_t s);
 

@@ -149,7 +149,11 @@ __device__ __forceinline__ float amax4(float m, float4 v) {
     return fmaxf(m, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
 }
 
-__device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+/* g sigmoid(g) u with the fast exp and division: the FP8 producer rounds
+ * the result to e4m3 (3 mantissa bits) just after; expf and an IEEE
+ * division had the SiLU·mul producer issue-bound. For g < -88, __expf(-g)
+ * is inf and the result -0, as the exact form underflows to. */
+__device__ __forceinline__ float silu_times_fast(float g, float u) { return __fdividef(g, 1.0f + __expf(-g)) * u; }
 
 /* the block's max of m (every thread gets it); red free on entry */
 __device__ __forceinline__ float block_max(float m, float *red) {
@@ -229,10 +233,10 @@ __global__ void __launch_bounds__(1024) act_fp8_kernel(const float *x, const flo
                     gk = scale4(gk, st, sw4[i], b4 ? b4 + i : NULL);
                     uk = scale4(uk, st, sw4[D4 + i], b4 ? b4 + D4 + i : NULL);
                 }
-                h.x = silu_times(gk.x, uk.x);
-                h.y = silu_times(gk.y, uk.y);
-                h.z = silu_times(gk.z, uk.z);
-                h.w = silu_times(gk.w, uk.w);
+                h.x = silu_times_fast(gk.x, uk.x);
+                h.y = silu_times_fast(gk.y, uk.y);
+                h.z = silu_times_fast(gk.z, uk.z);
+                h.w = silu_times_fast(gk.w, uk.w);
                 act_row[i] = h;
                 m = amax4(m, h);
             }
@@ -245,14 +249,15 @@ __global__ void __launch_bounds__(1024) act_fp8_kernel(const float *x, const flo
         float4 *r4 = KIND == TBC_ACT_ADDNORM ? reinterpret_cast<float4 *>(r + (size_t)t * D) : NULL;
         float ss = 0.0f;
         for (int i0 = threadIdx.x; i0 < D4; i0 += ACT_U * nt) {
-            float4 v[ACT_U];
+            float4 v[ACT_U], ws[ACT_U];
             typename raw_of<R16>::type e[ACT_U];
 #pragma unroll
-            for (int k = 0; k < ACT_U; k++) { /* loads (the scales, L2's, as they are used) */
+            for (int k = 0; k < ACT_U; k++) { /* loads, with an f16 input its scales' too (f32: L2's at use) */
                 const int i = i0 + k * nt;
                 if (i < D4) {
                     v[k] = x4[i];
                     if (KIND == TBC_ACT_ADDNORM) e[k] = raw_load<R16>(dp, i);
+                    if (KIND == TBC_ACT_ADDNORM && R16 && sw) ws[k] = sw4[i];
                 }
             }
 #pragma unroll
@@ -262,7 +267,7 @@ __global__ void __launch_bounds__(1024) act_fp8_kernel(const float *x, const flo
                 float4 vk = v[k];
                 if (KIND == TBC_ACT_ADDNORM) {
                     float4 ek = raw_widen(e[k]);
-                    if (sw) ek = scale4(ek, st, sw4[i], b4 ? b4 + i : NULL);
+                    if (sw) ek = scale4(ek, st, R16 ? ws[k] : sw4[i], b4 ? b4 + i : NULL);
                     vk.x += ek.x;
                     vk.y += ek.y;
                     vk.z += ek.z;
@@ -273,13 +278,18 @@ __global__ void __launch_bounds__(1024) act_fp8_kernel(const float *x, const flo
                 ss += vk.x * vk.x + vk.y * vk.y + vk.z * vk.z + vk.w * vk.w;
             }
         }
-        const float inv = 1.0f / sqrtf(tbc_block_sum(ss, red) / (float)D + eps);
         const float4 *w4 = reinterpret_cast<const float4 *>(w);
-        for (int i0 = threadIdx.x; i0 < D4; i0 += ACT_U * nt) { /* a thread's own elements: no barrier */
-            float4 g[ACT_U];
+        float4 g[ACT_U]; /* the first chunk's norm weights, loaded across the reduction */
 #pragma unroll
-            for (int k = 0; k < ACT_U; k++)
-                if (i0 + k * nt < D4) g[k] = w4[i0 + k * nt];
+        for (int k = 0; k < ACT_U; k++)
+            if (threadIdx.x + k * nt < D4) g[k] = w4[threadIdx.x + k * nt];
+        const float inv = 1.0f / sqrtf(tbc_block_sum(ss, red) / (float)D + eps);
+        for (int i0 = threadIdx.x; i0 < D4; i0 += ACT_U * nt) { /* a thread's own elements: no barrier */
+            if (i0 != (int)threadIdx.x) {
+#pragma unroll
+                for (int k = 0; k < ACT_U; k++)
+                    if (i0 + k * nt < D4) g[k] = w4[i0 + k * nt];
+            }
 #pragma unroll
             for (int k = 0; k < ACT_U; k++) {
                 const int i = i0 + k * nt;
