@@ -44,7 +44,7 @@
  *                                            k and v: it quantises them back to
  *                                            the same codes); cuda: q, the
  *                                            dequantised k, v and P in f16 in
- *                                            the GEMM prefill (4e-3 of an f16
+ *                                            the flash prefill (4e-3 of an f16
  *                                            cache plus k and v rounded to f16)
  *   (kv cache written by attention: f32 2e-5 / 1e-4, f16 1e-3 / 1e-3, bf16
  *    8e-3 / 8e-3: rope error, plus one f16 or bf16 ulp; int8 / fp8: the

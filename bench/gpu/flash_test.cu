@@ -15,7 +15,11 @@
  * non-finite value, if a row outside the run was touched (out is poisoned
  * first), or if a second launch does not give bit-identical output.
  * Every case runs both kernel variants (warps of 16 and of 32 query rows,
- * tbc_flash_force_rows), whichever the launcher would choose.
+ * tbc_flash_force_rows), whichever the launcher would choose, and again
+ * over an fp8 (e4m3) and an int8 cache (core/kv_layout.h blocks: random
+ * codes and per-row scales, NaN codes / scales on the rows that are no key
+ * of the sequence), the reference over the codes dequantised as the GEMM
+ * prefill's gather does (code x scale in f32, rounded to f16).
  * --quick: block size 16 only, pos0 in {0, 200}. --no-check: timing only;
  * --only NAME: only the timing cases whose name contains NAME.
  *
@@ -46,6 +50,9 @@
 
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/flash_kernels.h"
+#include "core/kv_layout.h"
+
+#include <cuda_fp8.h>
 
 #define CK(x)                                                                                          \
     do {                                                                                               \
@@ -92,17 +99,34 @@ struct Problem {
     std::vector<float> qkv;      /* (T, (H + 2 KV) hd) */
     std::vector<int32_t> pos;    /* (T) */
     std::vector<int32_t> bt;     /* (n_seqs, max_blocks) */
+    int kvq = 0;                 /* TBC_KVQ_*: the cache's codes */
     std::vector<__half> kc, vc;  /* (n_phys, bs, KV, hd) */
+    std::vector<uint8_t> kq, vq; /* kvq: (n_phys) blocks of codes and scales */
     std::vector<float> kref, vref; /* (L, KV, hd): the sequence's keys, as stored */
     /* device */
     float *d_qkv = nullptr, *d_out = nullptr;
     int32_t *d_pos = nullptr, *d_bt = nullptr, *d_seq = nullptr;
-    __half *d_kc = nullptr, *d_vc = nullptr;
+    void *d_kc = nullptr, *d_vc = nullptr;
     tbc_attn_args args;
 };
 
-static void problem_build(Problem &p, int H, int KV, int hd, int n, int pos0, int bs, int t0, int after, float q_amp) {
-    p.H = H; p.KV = KV; p.hd = hd; p.n = n; p.pos0 = pos0; p.bs = bs; p.t0 = t0;
+/* A random code of the cache type (no NaN) and its value. */
+static uint8_t rand_code(int kvq) {
+    for (;;) {
+        const uint8_t c = (uint8_t)rng_int(256);
+        if (kvq == TBC_KVQ_I8 ? c != 0x80 : (c & 0x7f) != 0x7f) return c;
+    }
+}
+static float code_value(uint8_t c, int kvq) {
+    if (kvq == TBC_KVQ_I8) return (float)(int8_t)c;
+    __nv_fp8_e4m3 f;
+    f.__x = c;
+    return (float)f;
+}
+
+static void problem_build(Problem &p, int H, int KV, int hd, int n, int pos0, int bs, int t0, int after, float q_amp,
+                          int kvq = 0) {
+    p.H = H; p.KV = KV; p.hd = hd; p.n = n; p.pos0 = pos0; p.bs = bs; p.t0 = t0; p.kvq = kvq;
     p.T = t0 + n + after;
     p.q_amp = q_amp;
     p.L = pos0 + n;
@@ -140,7 +164,33 @@ static void problem_build(Problem &p, int H, int KV, int hd, int n, int pos0, in
     p.vc.assign((size_t)p.n_phys * blk_elems, hnan);
     p.kref.resize((size_t)p.L * KV * hd);
     p.vref.resize((size_t)p.L * KV * hd);
-    for (int j = 0; j < p.L; j++) {
+    const tb_dtype qdt = kvq == TBC_KVQ_I8 ? TB_I8 : TB_FP8_E4M3;
+    const size_t qbb = kvq ? tb_kv_block_bytes(qdt, bs, KV, hd) : 0, qso = kvq ? tb_kv_codes_bytes(qdt, bs, KV, hd) : 0;
+    if (kvq) { /* NaN codes (e4m3) and NaN scales everywhere, then the keys */
+        p.kq.assign((size_t)p.n_phys * qbb, 0x7f); /* e4m3 NaN; int8 127 (its scale NaN) */
+        for (int b = 0; b < p.n_phys; b++)
+            for (int r = 0; r < bs * KV; r++) {
+                const float nanf_ = NAN;
+                memcpy(&p.kq[(size_t)b * qbb + qso + 4 * (size_t)r], &nanf_, 4);
+            }
+        p.vq = p.kq;
+        for (int j = 0; j < p.L; j++)
+            for (int h = 0; h < KV; h++) {
+                const size_t blk = (size_t)perm[j / bs] * qbb, r = (size_t)(j % bs) * KV + h;
+                for (int c = 0; c < 2; c++) {
+                    std::vector<uint8_t> &buf = c ? p.vq : p.kq;
+                    std::vector<float> &ref = c ? p.vref : p.kref;
+                    const float sc = 0.002f + 0.01f * (rng_uniform() + 1.0f);
+                    memcpy(&buf[blk + qso + 4 * r], &sc, 4);
+                    for (int d = 0; d < hd; d++) {
+                        const uint8_t code = rand_code(kvq);
+                        buf[blk + r * hd + d] = code;
+                        ref[((size_t)j * KV + h) * hd + d] = round16(code_value(code, kvq) * sc);
+                    }
+                }
+            }
+    }
+    for (int j = 0; j < p.L && !kvq; j++) {
         const size_t base = ((size_t)perm[j / bs] * bs + j % bs) * KV * hd;
         for (int e = 0; e < KV * hd; e++) {
             __half k = __float2half_rn(rng_uniform()), v = __float2half_rn(rng_uniform());
@@ -156,16 +206,27 @@ static void problem_build(Problem &p, int H, int KV, int hd, int n, int pos0, in
     CK(cudaMalloc(&p.d_pos, p.T * sizeof(int32_t)));
     CK(cudaMalloc(&p.d_seq, p.T * sizeof(int32_t)));
     CK(cudaMalloc(&p.d_bt, p.bt.size() * sizeof(int32_t)));
-    CK(cudaMalloc(&p.d_kc, p.kc.size() * sizeof(__half)));
-    CK(cudaMalloc(&p.d_vc, p.vc.size() * sizeof(__half)));
+    if (kvq) {
+        p.kc.clear();
+        p.vc.clear();
+        CK(cudaMalloc(&p.d_kc, p.kq.size()));
+        CK(cudaMalloc(&p.d_vc, p.vq.size()));
+        CK(cudaMemcpy(p.d_kc, p.kq.data(), p.kq.size(), cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(p.d_vc, p.vq.data(), p.vq.size(), cudaMemcpyHostToDevice));
+    } else {
+        CK(cudaMalloc(&p.d_kc, p.kc.size() * sizeof(__half)));
+        CK(cudaMalloc(&p.d_vc, p.vc.size() * sizeof(__half)));
+    }
     CK(cudaMemcpy(p.d_qkv, p.qkv.data(), p.qkv.size() * sizeof(float), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(p.d_pos, p.pos.data(), p.T * sizeof(int32_t), cudaMemcpyHostToDevice));
     std::vector<int32_t> seq(p.T);
     for (int t = 0; t < p.T; t++) seq[t] = (t >= t0 && t < t0 + n) ? p.slot : (t % 2 ? 0 : 2);
     CK(cudaMemcpy(p.d_seq, seq.data(), p.T * sizeof(int32_t), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(p.d_bt, p.bt.data(), p.bt.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(p.d_kc, p.kc.data(), p.kc.size() * sizeof(__half), cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(p.d_vc, p.vc.data(), p.vc.size() * sizeof(__half), cudaMemcpyHostToDevice));
+    if (!kvq) {
+        CK(cudaMemcpy(p.d_kc, p.kc.data(), p.kc.size() * sizeof(__half), cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(p.d_vc, p.vc.data(), p.vc.size() * sizeof(__half), cudaMemcpyHostToDevice));
+    }
 
     tbc_attn_args &a = p.args;
     memset(&a, 0, sizeof a);
@@ -181,7 +242,10 @@ static void problem_build(Problem &p, int H, int KV, int hd, int n, int pos0, in
     a.block_size = bs;
     a.k_cache = p.d_kc;
     a.v_cache = p.d_vc;
-    a.kv_f16 = 1;
+    a.kv_f16 = !kvq;
+    a.kv_q = kvq;
+    a.kv_block_bytes = qbb;
+    a.kv_scale_off = qso;
     a.n_splits = 1;
     a.rope_done = 1;
 }
@@ -434,8 +498,10 @@ int main(int argc, char **argv) {
         tbc_attn_args a;
         memset(&a, 0, sizeof a);
         a.n_heads = 4; a.n_kv = 4; a.hd = 96; a.kv_f16 = 1; a.block_size = 16;
-        const bool refuse = tbc_flash_supports(96, 1) == 0 && tbc_flash_supports(128, 0) == 0 &&
-                            tbc_flash_supports(64, 1) == 1 && tbc_flash_supports(128, 1) == 1 &&
+        const bool refuse = tbc_flash_supports(96, 1, 0) == 0 && tbc_flash_supports(128, 0, 0) == 0 &&
+                            tbc_flash_supports(64, 1, 0) == 1 && tbc_flash_supports(128, 1, 0) == 1 &&
+                            tbc_flash_supports(128, 0, TBC_KVQ_FP8) == 1 && tbc_flash_supports(64, 0, TBC_KVQ_I8) == 1 &&
+                            tbc_flash_supports(96, 0, TBC_KVQ_FP8) == 0 &&
                             tbc_flash_prefill(&a, nullptr, nullptr, 0, 0, 1, s) == cudaErrorInvalidValue;
         cudaGetLastError();
         printf("supports / refusals: %s\n", refuse ? "ok" : "WRONG");
@@ -453,6 +519,7 @@ int main(int argc, char **argv) {
     int n_cases = 0, n_fail = 0;
     double worst_rel = 0;
     const int n_shapes = check ? (int)(sizeof shapes / sizeof shapes[0]) : 0;
+    for (int kvq : {0, (int)TBC_KVQ_FP8, (int)TBC_KVQ_I8})
     for (int si = 0; si < n_shapes; si++)
         for (int n : ns)
             for (int pos0 : pos0s)
@@ -461,11 +528,12 @@ int main(int argc, char **argv) {
                     Problem p;
                     const int t0 = 1 + rng_int(5), after = rng_int(3);
                     const float amp = (n_cases % 3 == 2) ? 8.0f : 2.0f; /* some peaked softmaxes */
-                    problem_build(p, sh.H, sh.KV, sh.hd, n, pos0, bs, t0, after, amp);
+                    problem_build(p, sh.H, sh.KV, sh.hd, n, pos0, bs, t0, after, amp, kvq);
                     std::vector<double> ref;
                     reference(p, ref);
                     char tag[32];
-                    snprintf(tag, sizeof tag, "%d/%d/%d", sh.H, sh.KV, sh.hd);
+                    snprintf(tag, sizeof tag, "%d/%d/%d%s", sh.H, sh.KV, sh.hd,
+                             kvq == TBC_KVQ_FP8 ? " fp8" : kvq == TBC_KVQ_I8 ? " i8" : "");
                     /* both kernel variants: warps of 16 and of 32 query rows */
                     for (int rows : {16, 32}) {
                         tbc_flash_force_rows(rows);
@@ -503,7 +571,7 @@ int main(int argc, char **argv) {
 
     /* ---- timing */
     if (bench) {
-        struct Bench { const char *name; int H, KV, hd, n, pos0; bool main; };
+        struct Bench { const char *name; int H, KV, hd, n, pos0; bool main; int kvq; };
         const Bench benches[] = {
             {"7B n=512 pos0=0", 32, 32, 128, 512, 0, true},
             {"TinyLlama n=512 pos0=0", 32, 4, 64, 512, 0, true},
@@ -512,6 +580,8 @@ int main(int argc, char **argv) {
             {"TinyLlama n=2048 pos0=0", 32, 4, 64, 2048, 0, false},
             {"TinyLlama n=512 pos0=1536", 32, 4, 64, 512, 1536, false},
             {"7B n=128 pos0=0", 32, 32, 128, 128, 0, false},
+            {"7B n=512 pos0=0 fp8", 32, 32, 128, 512, 0, false, TBC_KVQ_FP8},
+            {"7B n=128 pos0=0 fp8", 32, 32, 128, 128, 0, false, TBC_KVQ_FP8},
         };
         printf("\ntiming, block size 16, microseconds per call, TFLOP/s of causal FLOPs:\n"
                "  flash    tbc_flash_prefill as chosen per launch, in a graph of %d launches (median of 5)\n"
@@ -525,7 +595,7 @@ int main(int argc, char **argv) {
         for (const Bench &b : benches) {
             if (only && !strstr(b.name, only)) continue;
             Problem p;
-            problem_build(p, b.H, b.KV, b.hd, b.n, b.pos0, 16, 0, 0, 2.0f);
+            problem_build(p, b.H, b.KV, b.hd, b.n, b.pos0, 16, 0, 0, 2.0f, b.kvq);
             const double fl = causal_flops(p);
             /* flash: plain launches on the stream, then a graph of `reps` launches */
             auto flash = [&]() { CK(tbc_flash_prefill(&p.args, p.d_qkv, p.d_out, p.slot, p.t0, p.n, s)); };

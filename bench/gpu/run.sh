@@ -7,7 +7,7 @@
 #             use DIR/turbine, DIR/test_batch, DIR/test_sample_step,
 #             DIR/test_backend_ops, DIR/test_nn_cuda, the CUDA backend module
 #             DIR/libturbine_cuda.so (loaded from the binaries' folder),
-#             DIR/gpu_bench and DIR/lib/*.so: bench/gpu/pack.sh builds and
+#             DIR/gpu_bench, DIR/flash_test and DIR/lib/*.so: bench/gpu/pack.sh builds and
 #             packs them on a machine without a GPU)
 # 2. logits : random checkpoints (tests/gen_checkpoints.py) llama-gqa, qwen2,
 #             mistral, llama3-rope in f32 and bf16; engines f32/f16/bf16 built
@@ -35,7 +35,8 @@
 #             docs/TESTING.md; every general op (ONNX engines) f32/f16 against
 #             its reference, eager, captured and replayed as a CUDA graph;
 #             batched == unbatched, f32/f16 and int8/int4/fp8 engines
-#             apart; sampling on the device)
+#             apart; sampling on the device); bench/gpu/flash_test.cu
+#             --quick: the flash prefill over f16, fp8 and int8 caches
 # 5. timing : Llama-2-7B and TinyLlama-1.1B shapes, f16 random weights:
 #             64 streams, prefill 512, decode b1/b8 ms/step, then the same
 #             with each variant's switches (one process, one engine load:
@@ -108,7 +109,7 @@ else
     say "== build (Release, CUDA)"
     BIN=$SRC/build-gpu
     if ! (cmake -S "$SRC" -B "$BIN" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >> "$LOG" 2>&1 &&
-          make -C "$BIN" -j"$(nproc)" turbine test_batch test_sample_step test_backend_ops test_nn_cuda gpu_bench >> "$LOG" 2>&1); then
+          make -C "$BIN" -j"$(nproc)" turbine test_batch test_sample_step test_backend_ops test_nn_cuda gpu_bench flash_test >> "$LOG" 2>&1); then
         say "build failed"; row build FAIL; cat "$SUM"; exit 1
     fi
 fi
@@ -393,6 +394,15 @@ else
     row "ops vs reference kernels, FP8_FUSE=0" "FAIL ($(grep -c ' FAIL$' "$W/opsq.txt") failed:$(grep ' FAIL$' "$W/opsq.txt" |
         awk '{printf " %s/%s/%s", $1, $2, $3}' | head -c 300); $(tail -n 1 "$W/opsq.txt"))"
 fi
+say "== the flash prefill kernel against a double-precision reference, f16 / fp8 / int8 caches (bench/gpu/flash_test.cu)"
+if [ ! -x "$BIN/flash_test" ]; then
+    row "flash prefill vs reference" "SKIP (no flash_test in $BIN)"
+elif tb "$BIN/flash_test" --quick --no-bench > "$W/flash.txt" 2>&1; then
+    row "flash prefill vs reference" "PASS ($(grep -o 'correctness: .*' "$W/flash.txt"))"
+else
+    row "flash prefill vs reference" "FAIL ($(grep -c 'FAIL' "$W/flash.txt") failed: $(grep 'FAIL' "$W/flash.txt" | head -3 | tr '\n' ';' | head -c 300))"
+fi
+cat "$W/flash.txt" >> "$LOG" 2>/dev/null
 say "== general ops against their reference kernels (tests/test_nn_cuda.c on $DEV)"
 if [ ! -x "$BIN/test_nn_cuda" ]; then
     row "general ops vs reference kernels" "SKIP (no test_nn_cuda in $BIN)"

@@ -1408,8 +1408,9 @@ static tb_status run_attention(cuda_ctx *c, const tb_graph *g, const tb_node *n,
     float *qkv = bufs[n->in[0]], *out = bufs[n->out[0]];
     /* a bf16 cache takes the attention kernel also for long prefills: the
      * GEMM path rounds q and P to the cache type for cuBLAS and the flash
-     * kernel's mma is f16 only. An int8 / fp8 cache takes the GEMMs (its
-     * rows gathered dequantised to f16); the flash kernel reads f16 only */
+     * kernel's mma is f16 only. An int8 / fp8 cache takes the flash kernel
+     * too (its tiles dequantised to f16 as they are staged; the GEMMs with
+     * TB_CUDA_PREFILL=gemm: rows gathered dequantised to f16) */
     if (c->prefill_min > 0 && c->mode == RUN_EAGER && T >= c->prefill_min && !a.kv_bf16) {
         /* runs of one sequence long enough for GEMMs; the other tokens take
          * the attention kernel */
@@ -1426,7 +1427,7 @@ static tb_status run_attention(cuda_ctx *c, const tb_graph *g, const tb_node *n,
             if (u - t >= c->prefill_min) {
                 if (small >= 0) TB_TRY(attn_kernel_range(c, &a, qkv, out, small, t));
                 small = -1;
-                if (c->prefill_flash && tbc_flash_supports(a.hd, a.kv_f16))
+                if (c->prefill_flash && tbc_flash_supports(a.hd, a.kv_f16, a.kv_q))
                     CU_TRY(tbc_flash_prefill(&a, qkv, out, hs[t], t, u - t, c->stream), "flash prefill launch");
                 else
                     TB_TRY(attention_gemm_run(c, &a, qkv, out, hs[t], t, u - t));

@@ -106,8 +106,8 @@ typedef struct {
      * (block_size, n_kv, hd) one byte each then, from byte kv_scale_off,
      * scales (block_size, n_kv) f32 (core/kv_layout.h: tb_kv_block_bytes,
      * tb_kv_codes_bytes; both multiples of 64). Written and read by the
-     * rope_kv and attention kernels and the GEMM prefill's gather; not by
-     * the GEMV's ROPE epilogue or the flash prefill. */
+     * rope_kv and attention kernels, the flash prefill and the GEMM
+     * prefill's gather; not by the GEMV's ROPE epilogue. */
     int kv_q;
     size_t kv_block_bytes, kv_scale_off;
     const float *inv_freq;         /* (hd/2)                              */

@@ -23,8 +23,8 @@ extern "C" {
 #endif
 
 /* 1 when tbc_flash_prefill handles this head size and cache type
- * (hd 64 or 128, f16 cache). */
-int tbc_flash_supports(int hd, int kv_f16);
+ * (hd 64 or 128; an f16 cache, or int8 / fp8 codes, kv_q). */
+int tbc_flash_supports(int hd, int kv_f16, int kv_q);
 
 /* Causal attention of the n query tokens t0..t0+n-1 of the step, all of one
  * sequence whose compact block-table row is `seq_slot`; their k and v are
@@ -33,7 +33,9 @@ int tbc_flash_supports(int hd, int kv_f16);
  *   out  (T, H hd) f32; only rows t0..t0+n-1 are written
  *   a    n_heads, n_kv, hd, scale, pos (T, device), block_tables,
  *        max_blocks, block_size (a power of two), k_cache / v_cache
- *        (n_blocks, block_size, KV, hd) f16; the other fields are unused
+ *        (n_blocks, block_size, KV, hd) f16, or with kv_q int8 / fp8
+ *        blocks (kv_block_bytes, kv_scale_off: core/kv_layout.h) read
+ *        dequantised to f16; the other fields are unused
  * The positions are read on the device: token t attends keys 0..pos[t]
  * (pos[t0 + i] = pos[t0] + i for a run; pos[t0] > 0 is a chunk whose
  * earlier keys are already in the cache). No host synchronisation; with
