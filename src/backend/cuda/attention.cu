@@ -509,10 +509,9 @@ __device__ __forceinline__ void load_kv(const void *base, size_t off, float *f) 
  * codes. p is aligned to that: a row of hd codes starts at a multiple of hd
  * bytes in a block of a multiple of 64 bytes, and a lane reads at li * EPL
  * where hd = S * EPL. */
-template <int EPL, int KVT>
-__device__ __forceinline__ void load_codes(const uint8_t *p, float *f) {
+template <int EPL>
+__device__ __forceinline__ void load_code_words(const uint8_t *p, uint32_t *w) { /* (EPL + 3) / 4 words */
     constexpr int NW = (EPL + 3) / 4;
-    uint32_t w[NW]; /* the codes, 4 a word, first code in the low byte */
     if (EPL % 16 == 0) {
 #pragma unroll
         for (int i = 0; i < EPL / 16; i++) {
@@ -539,6 +538,12 @@ __device__ __forceinline__ void load_codes(const uint8_t *p, float *f) {
 #pragma unroll
         for (int i = 0; i < EPL; i++) w[i / 4] |= (uint32_t)p[i] << (8 * (i % 4));
     }
+}
+
+/* The EPL codes of w (4 a word, first code in the low byte) as f32 code
+ * values. */
+template <int EPL, int KVT>
+__device__ __forceinline__ void decode_code_words(const uint32_t *w, float *f) {
     if (KVT == KVT_I8) {
 #pragma unroll
         for (int i = 0; i < EPL; i++) f[i] = kv_decode((uint8_t)(w[i / 4] >> (8 * (i % 4))), TBC_KVQ_I8);
@@ -627,44 +632,73 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) attn_kernel(tbc_attn_args a, 
     const int lo = sp * chunk, hi = min(len, lo + chunk);
     const int32_t *bt = a.block_tables + (size_t)a.seq[t] * a.max_blocks;
     const int bs = a.block_size;
-    /* every lane runs the same number of iterations (shuffles need them all) */
-    for (int base = lo; base < hi; base += nslots) {
-        int j = base + slot;
-        bool valid = j < hi;
-        float kf[EPL], vf[EPL];
-        float dot = 0.0f, vsc = 1.0f;
-        if (valid) {
-            int blk = bt[j / bs];
-            if (KVT == KVT_I8 || KVT == KVT_FP8) {
+    /* every lane runs the same number of iterations (shuffles need them all).
+     * int8 / fp8 caches: a group takes KU = 2 keys a pass (j and j + nslots),
+     * both keys' block-table entries, codes and scales loaded before either
+     * is used, the codes held as loaded (a 16-byte word set a row at EPL 16)
+     * until decoded; the keys' updates in the same order as one a pass. */
+    constexpr bool QK = KVT == KVT_I8 || KVT == KVT_FP8;
+    constexpr int KU = QK ? 2 : 1, NW = QK ? (EPL + 3) / 4 : 1;
+    for (int base = lo; base < hi; base += KU * nslots) {
+        float kf[EPL], vf[KU][QK ? 1 : EPL];
+        uint32_t kw[KU][NW], vw[KU][NW];
+        float dot[KU], ksc[KU], vsc[KU];
+        bool valid[KU];
+#pragma unroll
+        for (int u = 0; u < KU; u++) { /* loads */
+            const int j = base + u * nslots + slot;
+            valid[u] = j < hi;
+            dot[u] = 0.0f;
+            ksc[u] = vsc[u] = 1.0f;
+            if (!valid[u]) continue;
+            const int blk = bt[j / bs];
+            if (QK) {
                 /* codes of (row j % bs, head kvh), then the rows' scales (the
                  * S lanes of a group read the same word: one request) */
                 const size_t r = (size_t)(j % bs) * KV + kvh;
                 const uint8_t *kb = (const uint8_t *)a.k_cache + (size_t)blk * a.kv_block_bytes;
                 const uint8_t *vb = (const uint8_t *)a.v_cache + (size_t)blk * a.kv_block_bytes;
-                load_codes<EPL, KVT>(kb + r * hd + (size_t)li * EPL, kf);
-                load_codes<EPL, KVT>(vb + r * hd + (size_t)li * EPL, vf);
-                const float ksc = ((const float *)(kb + a.kv_scale_off))[r];
-                vsc = ((const float *)(vb + a.kv_scale_off))[r];
-#pragma unroll
-                for (int e = 0; e < EPL; e++) dot = fmaf(q[e], kf[e], dot);
-                dot *= ksc;
+                load_code_words<EPL>(kb + r * hd + (size_t)li * EPL, kw[u]);
+                load_code_words<EPL>(vb + r * hd + (size_t)li * EPL, vw[u]);
+                ksc[u] = ((const float *)(kb + a.kv_scale_off))[r];
+                vsc[u] = ((const float *)(vb + a.kv_scale_off))[r];
             } else {
                 size_t off = (((size_t)blk * bs + (size_t)(j % bs)) * KV + kvh) * (size_t)hd + (size_t)li * EPL;
                 load_kv<EPL, KVT>(a.k_cache, off, kf);
-                load_kv<EPL, KVT>(a.v_cache, off, vf);
+                load_kv<EPL, KVT>(a.v_cache, off, vf[u]);
 #pragma unroll
-                for (int e = 0; e < EPL; e++) dot = fmaf(q[e], kf[e], dot);
+                for (int e = 0; e < EPL; e++) dot[u] = fmaf(q[e], kf[e], dot[u]);
             }
         }
-        for (int o = S >> 1; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-        if (valid) {
-            float mn = fmaxf(m, dot);
-            float corr = __expf(m - mn), p = __expf(dot - mn);
-            l = l * corr + p;
-            /* a quantised V row: its scale applied once, to p */
-            const float pv = (KVT == KVT_I8 || KVT == KVT_FP8) ? p * vsc : p;
+        if (QK) {
 #pragma unroll
-            for (int e = 0; e < EPL; e++) acc[e] = fmaf(pv, vf[e], acc[e] * corr);
+            for (int u = 0; u < KU; u++) {
+                if (!valid[u]) continue;
+                decode_code_words<EPL, KVT>(kw[u], kf);
+#pragma unroll
+                for (int e = 0; e < EPL; e++) dot[u] = fmaf(q[e], kf[e], dot[u]);
+                dot[u] *= ksc[u];
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < KU; u++)
+            for (int o = S >> 1; o > 0; o >>= 1) dot[u] += __shfl_xor_sync(0xffffffffu, dot[u], o);
+#pragma unroll
+        for (int u = 0; u < KU; u++) {
+            if (!valid[u]) continue;
+            float mn = fmaxf(m, dot[u]);
+            float corr = __expf(m - mn), p = __expf(dot[u] - mn);
+            l = l * corr + p;
+            if (QK) { /* a quantised V row: its scale applied once, to p */
+                float vq[EPL];
+                decode_code_words<EPL, KVT>(vw[u], vq);
+                const float pv = p * vsc[u];
+#pragma unroll
+                for (int e = 0; e < EPL; e++) acc[e] = fmaf(pv, vq[e], acc[e] * corr);
+            } else {
+#pragma unroll
+                for (int e = 0; e < EPL; e++) acc[e] = fmaf(p, vf[u][e], acc[e] * corr);
+            }
             m = mn;
         }
     }
