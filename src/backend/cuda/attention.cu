@@ -24,9 +24,10 @@
  * int8 and fp8 (e4m3) caches (core/kv_layout.h): rope_kv quantises each
  * (token, kv head) row with one warp (absmax, scale, codes: the bytes of
  * tb_ref_kv_quantize), attn_kernel reads one-byte codes with one vector load
- * per lane and applies the row's f32 scale once per key (to the dot product,
- * and to the probability that weights the value row), and the prefill
- * gather dequantises into f16 for the GEMMs.
+ * per lane, two keys a group a pass (both keys' loads in flight together),
+ * and applies the row's f32 scale once per key (to the dot product, and to
+ * the probability that weights the value row); the flash prefill and the
+ * GEMM prefill's gather dequantise into f16.
  */
 #include <math.h>
 
