@@ -12,7 +12,9 @@
  *                    power of two dividing hd, at most 32; EPL = hd / S values
  *                    per lane), so a warp scores 32 / S keys at once and tiny
  *                    heads (hd = 8) still use whole warps. Groups, then warps,
- *                    merge their (max, sum, output) triples.
+ *                    merge their (max, sum, output) triples. f16 / bf16
+ *                    caches are read 16 bytes a load and rescale the running
+ *                    output only at a new running max.
  *   combine          with n_splits > 1 (decode "flash-decoding"): the last
  *                    block of a (token, head) to finish (an atomic counter
  *                    per pair) merges the splits' partial triples. With
@@ -64,17 +66,25 @@ __device__ __forceinline__ float kv_decode(uint8_t c, int kv_q) {
     return __half2float(__half(__nv_cvt_fp8_to_halfraw(c, __NV_E4M3)));
 }
 
+/* A quantised row's scale from the lanes' partial absmax values: the
+ * warp's absmax by shuffles, lane 0 stores absmax / qmax at *scale, and
+ * every lane gets qmax / absmax (0 for a row of zeros) to code its values
+ * with. Called by all 32 lanes of a warp together. */
+__device__ __forceinline__ float kv_warp_inv(float amax, int kv_q, float *scale) {
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float qmax = kv_q == TBC_KVQ_I8 ? 127.0f : 448.0f;
+    if ((threadIdx.x & 31) == 0) *scale = __fdiv_rn(amax, qmax);
+    return amax > 0.0f ? __fdiv_rn(qmax, amax) : 0.0f;
+}
+
 /* Quantises the row x (hd f32) into codes (hd bytes) and *scale. Called by
  * all 32 lanes of a warp together (shuffles). */
 __device__ void kv_quantize_row_warp(const float *x, int hd, int kv_q, uint8_t *codes, float *scale) {
     const int lane = threadIdx.x & 31;
     float amax = 0.0f; /* fmaxf skips a NaN, as the reference's comparison does */
     for (int d = lane; d < hd; d += 32) amax = fmaxf(amax, fabsf(x[d]));
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float qmax = kv_q == TBC_KVQ_I8 ? 127.0f : 448.0f;
-    const float inv = amax > 0.0f ? __fdiv_rn(qmax, amax) : 0.0f;
+    const float inv = kv_warp_inv(amax, kv_q, scale);
     for (int d = lane; d < hd; d += 32) codes[d] = kv_encode(__fmul_rn(x[d], inv), kv_q);
-    if (lane == 0) *scale = __fdiv_rn(amax, qmax);
 }
 
 /* ---------------------------------------------------------------- rope + kv write */
@@ -118,11 +128,9 @@ __device__ __forceinline__ void rope_store_row(const tbc_attn_args &a, float *qk
     /* k (gh == G) or v: into the cache */
     void *cache = gh == G ? a.k_cache : a.v_cache;
     if (a.kv_q) {
-        for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
         const size_t r = (size_t)(p % a.block_size) * KV + h; /* (row, head h) of the block */
         uint8_t *b = (uint8_t *)cache + (size_t)blk * a.kv_block_bytes, *codes = b + r * hd;
-        const float qmax = a.kv_q == TBC_KVQ_I8 ? 127.0f : 448.0f;
-        const float inv = amax > 0.0f ? __fdiv_rn(qmax, amax) : 0.0f;
+        const float inv = kv_warp_inv(amax, a.kv_q, (float *)(b + a.kv_scale_off) + r);
 #pragma unroll
         for (int u = 0; u < PAIRS; u++) {
             const int j = lane + 32 * u;
@@ -131,7 +139,6 @@ __device__ __forceinline__ void rope_store_row(const tbc_attn_args &a, float *qk
             codes[i0] = kv_encode(__fmul_rn(x0[u], inv), a.kv_q);
             codes[i1] = kv_encode(__fmul_rn(x1[u], inv), a.kv_q);
         }
-        if (lane == 0) ((float *)(b + a.kv_scale_off))[r] = __fdiv_rn(amax, qmax);
         return;
     }
     const size_t base = (((size_t)blk * a.block_size + (size_t)(p % a.block_size)) * (size_t)KV + h) * (size_t)hd;
@@ -379,11 +386,9 @@ __global__ void __launch_bounds__(ROPE_TOK_THREADS, 3) rope_kv_tok_kernel(tbc_at
             const int h = kind == 1 ? head - H : head - H - KV;
             void *cache = kind == 1 ? a.k_cache : a.v_cache;
             if (a.kv_q) {
-                for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
                 const size_t r = (size_t)(p % a.block_size) * KV + h; /* (row, head h) of the block */
                 uint8_t *bp = (uint8_t *)cache + (size_t)blk * a.kv_block_bytes, *codes = bp + r * hd;
-                const float qmax = a.kv_q == TBC_KVQ_I8 ? 127.0f : 448.0f;
-                const float inv = amax > 0.0f ? __fdiv_rn(qmax, amax) : 0.0f;
+                const float inv = kv_warp_inv(amax, a.kv_q, (float *)(bp + a.kv_scale_off) + r);
 #pragma unroll
                 for (int u = 0; u < U; u++) {
                     if (2 * lane + 64 * u >= half) break;
@@ -395,7 +400,6 @@ __global__ void __launch_bounds__(ROPE_TOK_THREADS, 3) rope_kv_tok_kernel(tbc_at
                     *(uchar2 *)(codes + o0[u]) = ca;
                     *(uchar2 *)(codes + o1[u]) = cb;
                 }
-                if (lane == 0) ((float *)(bp + a.kv_scale_off))[r] = __fdiv_rn(amax, qmax);
                 continue;
             }
             const size_t base = (kvrow + (size_t)h) * (size_t)hd;
@@ -545,20 +549,18 @@ __device__ __forceinline__ void load_code_words(const uint8_t *p, uint32_t *w) {
  * values. */
 template <int EPL, int KVT>
 __device__ __forceinline__ void decode_code_words(const uint32_t *w, float *f) {
-    if (KVT == KVT_I8) {
+    if (KVT == KVT_I8) { /* byte by byte (as pairs: 8 bytes of stack at EPL 16) */
 #pragma unroll
         for (int i = 0; i < EPL; i++) f[i] = kv_decode((uint8_t)(w[i / 4] >> (8 * (i % 4))), TBC_KVQ_I8);
-    } else {
-        /* pairs: cvt.rn.f16x2.e4m3x2 (exact: every e4m3 value is an f16) */
-#pragma unroll
-        for (int i = 0; i < EPL / 2; i++) {
-            __half2_raw hr = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w[i / 2] >> (16 * (i % 2))), __NV_E4M3);
-            float2 v = __half22float2(__half2(hr));
-            f[2 * i] = v.x;
-            f[2 * i + 1] = v.y;
-        }
-        if (EPL % 2) f[EPL - 1] = kv_decode((uint8_t)(w[(EPL - 1) / 4] >> (8 * ((EPL - 1) % 4))), TBC_KVQ_FP8);
+        return;
     }
+#pragma unroll
+    for (int i = 0; i < EPL / 2; i++) {
+        const float2 v = tbc_kv_codes2<TBC_KVQ_FP8>(w[i / 2] >> (16 * (i % 2)));
+        f[2 * i] = v.x;
+        f[2 * i + 1] = v.y;
+    }
+    if (EPL % 2) f[EPL - 1] = kv_decode((uint8_t)(w[(EPL - 1) / 4] >> (8 * ((EPL - 1) % 4))), TBC_KVQ_FP8);
 }
 
 /* (m, l, acc) <- merge of two softmax partials. */
@@ -598,6 +600,84 @@ __device__ void combine(const tbc_attn_args &a, int t, int h, int ns, float *out
     }
 }
 
+/* EPL 16-bit values from p (aligned to 4 * (EPL / 2 words) bytes up to 16:
+ * a row of hd values starts at a multiple of hd elements, the lane at li *
+ * EPL) as EPL / 2 words, first value in the low half. */
+template <int EPL>
+__device__ __forceinline__ void load_half_words(const uint16_t *p, uint32_t *w) {
+    if (EPL % 8 == 0) {
+#pragma unroll
+        for (int i = 0; i < EPL / 8; i++) {
+            uint4 u = ((const uint4 *)p)[i];
+            w[4 * i] = u.x; w[4 * i + 1] = u.y; w[4 * i + 2] = u.z; w[4 * i + 3] = u.w;
+        }
+    } else if (EPL % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < EPL / 4; i++) {
+            uint2 u = ((const uint2 *)p)[i];
+            w[2 * i] = u.x; w[2 * i + 1] = u.y;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < EPL / 2; i++) w[i] = ((const uint32_t *)p)[i];
+    }
+}
+
+/* The EPL / 2 words of f16 (or bf16) pairs w as EPL f32 values. */
+template <int EPL, int KVT>
+__device__ __forceinline__ void decode_half_words(const uint32_t *w, float *f) {
+#pragma unroll
+    for (int i = 0; i < EPL / 2; i++) {
+        float2 v;
+        if constexpr (KVT == KVT_BF16) v = __bfloat1622float2(*(const __nv_bfloat162 *)&w[i]);
+        else v = __half22float2(*(const __half2 *)&w[i]);
+        f[2 * i] = v.x;
+        f[2 * i + 1] = v.y;
+    }
+}
+
+/* The lane's EPL values of k and v of cache row `row` of block blk, head
+ * kvh (f16 / bf16 caches). */
+template <int EPL>
+__device__ __forceinline__ void attn_h16_load(const tbc_attn_args &a, int blk, int row, int kvh, int li, uint32_t *kw,
+                                              uint32_t *vw) {
+    const size_t off = (((size_t)blk * a.block_size + (size_t)row) * a.n_kv + kvh) * (size_t)a.hd + (size_t)li * EPL;
+    load_half_words<EPL>((const uint16_t *)a.k_cache + off, kw);
+    load_half_words<EPL>((const uint16_t *)a.v_cache + off, vw);
+}
+
+/* Scores one key of the group (its words kw, vw; valid false past the
+ * range: the lanes still take part in the shuffles) and folds it into the
+ * group's running (m, l, acc): a new running max rescales (l, acc) first,
+ * other keys skip the EPL multiplies (the values of multiplying by exp(0) =
+ * 1). */
+template <int EPL, int KVT>
+__device__ __forceinline__ void attn_h16_score(bool valid, int S, const float *q, const uint32_t *kw,
+                                               const uint32_t *vw, float &m, float &l, float *acc) {
+    float dot = 0.0f;
+    if (valid) {
+        float kf[EPL];
+        decode_half_words<EPL, KVT>(kw, kf);
+#pragma unroll
+        for (int e = 0; e < EPL; e++) dot = fmaf(q[e], kf[e], dot);
+    }
+    for (int o = S >> 1; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+    if (!valid) return;
+    if (dot > m) {
+        const float corr = __expf(m - dot);
+        l *= corr;
+#pragma unroll
+        for (int e = 0; e < EPL; e++) acc[e] *= corr;
+        m = dot;
+    }
+    const float p = __expf(dot - m);
+    l += p;
+    float vf[EPL];
+    decode_half_words<EPL, KVT>(vw, vf);
+#pragma unroll
+    for (int e = 0; e < EPL; e++) acc[e] = fmaf(p, vf[e], acc[e]);
+}
+
 template <int EPL, int KVT>
 __global__ void __launch_bounds__(ATTN_WARPS * 32) attn_kernel(tbc_attn_args a, const float *qkv, float *out) {
     __shared__ float sm_m[ATTN_WARPS], sm_l[ATTN_WARPS];
@@ -634,73 +714,90 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) attn_kernel(tbc_attn_args a, 
     const int32_t *bt = a.block_tables + (size_t)a.seq[t] * a.max_blocks;
     const int bs = a.block_size;
     /* every lane runs the same number of iterations (shuffles need them all).
+     * f16 / bf16 caches at even EPL: a group loads a key's values as words
+     * (16 bytes a load at EPL >= 8) and scores it (attn_h16_*), rescaling
+     * (l, acc) only at a new running max.
      * int8 / fp8 caches: a group takes KU = 2 keys a pass (j and j + nslots),
      * both keys' block-table entries, codes and scales loaded before either
      * is used, the codes held as loaded (a 16-byte word set a row at EPL 16)
-     * until decoded; the keys' updates in the same order as one a pass. */
-    constexpr bool QK = KVT == KVT_I8 || KVT == KVT_FP8;
-    constexpr int KU = QK ? 2 : 1, NW = QK ? (EPL + 3) / 4 : 1;
-    for (int base = lo; base < hi; base += KU * nslots) {
-        float kf[EPL], vf[KU][QK ? 1 : EPL];
-        uint32_t kw[KU][NW], vw[KU][NW];
-        float dot[KU], ksc[KU], vsc[KU];
-        bool valid[KU];
-#pragma unroll
-        for (int u = 0; u < KU; u++) { /* loads */
-            const int j = base + u * nslots + slot;
-            valid[u] = j < hi;
-            dot[u] = 0.0f;
-            ksc[u] = vsc[u] = 1.0f;
-            if (!valid[u]) continue;
-            const int blk = bt[j / bs];
-            if (QK) {
-                /* codes of (row j % bs, head kvh), then the rows' scales (the
-                 * S lanes of a group read the same word: one request) */
-                const size_t r = (size_t)(j % bs) * KV + kvh;
-                const uint8_t *kb = (const uint8_t *)a.k_cache + (size_t)blk * a.kv_block_bytes;
-                const uint8_t *vb = (const uint8_t *)a.v_cache + (size_t)blk * a.kv_block_bytes;
-                load_code_words<EPL>(kb + r * hd + (size_t)li * EPL, kw[u]);
-                load_code_words<EPL>(vb + r * hd + (size_t)li * EPL, vw[u]);
-                ksc[u] = ((const float *)(kb + a.kv_scale_off))[r];
-                vsc[u] = ((const float *)(vb + a.kv_scale_off))[r];
-            } else {
-                size_t off = (((size_t)blk * bs + (size_t)(j % bs)) * KV + kvh) * (size_t)hd + (size_t)li * EPL;
-                load_kv<EPL, KVT>(a.k_cache, off, kf);
-                load_kv<EPL, KVT>(a.v_cache, off, vf[u]);
-#pragma unroll
-                for (int e = 0; e < EPL; e++) dot[u] = fmaf(q[e], kf[e], dot[u]);
-            }
+     * until decoded; the keys' updates in the same order as one a pass.
+     * (The same rescale-at-a-new-max branch made the fp8 kernel ~10% slower
+     * at batch 64: its four groups a warp diverge. Loading the next pass's
+     * codes while this one is scored took 96 registers against 79, five
+     * blocks an SM against six, and the 7B batch-64 step 5% longer.) */
+    constexpr bool H16 = (KVT == KVT_F16 || KVT == KVT_BF16) && EPL % 2 == 0;
+    if constexpr (H16) {
+        for (int base = lo; base < hi; base += nslots) {
+            uint32_t kw[EPL / 2], vw[EPL / 2];
+            const int j = base + slot;
+            if (j < hi) attn_h16_load<EPL>(a, bt[j / bs], j % bs, kvh, li, kw, vw);
+            attn_h16_score<EPL, KVT>(j < hi, S, q, kw, vw, m, l, acc);
         }
-        if (QK) {
+    } else {
+        constexpr bool QK = KVT == KVT_I8 || KVT == KVT_FP8;
+        constexpr int KU = QK ? 2 : 1, NW = QK ? (EPL + 3) / 4 : 1;
+        for (int base = lo; base < hi; base += KU * nslots) {
+            float kf[EPL], vf[KU][QK ? 1 : EPL];
+            uint32_t kw[KU][NW], vw[KU][NW];
+            float dot[KU], ksc[KU], vsc[KU];
+            bool valid[KU];
+#pragma unroll
+            for (int u = 0; u < KU; u++) { /* loads */
+                const int j = base + u * nslots + slot;
+                valid[u] = j < hi;
+                dot[u] = 0.0f;
+                ksc[u] = vsc[u] = 1.0f;
+                if (!valid[u]) continue;
+                const int blk = bt[j / bs];
+                if (QK) {
+                    /* codes of (row j % bs, head kvh), then the rows' scales (the
+                     * S lanes of a group read the same word: one request) */
+                    const size_t r = (size_t)(j % bs) * KV + kvh;
+                    const uint8_t *kb = (const uint8_t *)a.k_cache + (size_t)blk * a.kv_block_bytes;
+                    const uint8_t *vb = (const uint8_t *)a.v_cache + (size_t)blk * a.kv_block_bytes;
+                    load_code_words<EPL>(kb + r * hd + (size_t)li * EPL, kw[u]);
+                    load_code_words<EPL>(vb + r * hd + (size_t)li * EPL, vw[u]);
+                    ksc[u] = ((const float *)(kb + a.kv_scale_off))[r];
+                    vsc[u] = ((const float *)(vb + a.kv_scale_off))[r];
+                } else {
+                    size_t off = (((size_t)blk * bs + (size_t)(j % bs)) * KV + kvh) * (size_t)hd + (size_t)li * EPL;
+                    load_kv<EPL, KVT>(a.k_cache, off, kf);
+                    load_kv<EPL, KVT>(a.v_cache, off, vf[u]);
+#pragma unroll
+                    for (int e = 0; e < EPL; e++) dot[u] = fmaf(q[e], kf[e], dot[u]);
+                }
+            }
+            if (QK) {
+#pragma unroll
+                for (int u = 0; u < KU; u++) {
+                    if (!valid[u]) continue;
+                    decode_code_words<EPL, KVT>(kw[u], kf);
+#pragma unroll
+                    for (int e = 0; e < EPL; e++) dot[u] = fmaf(q[e], kf[e], dot[u]);
+                    dot[u] *= ksc[u];
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < KU; u++)
+                for (int o = S >> 1; o > 0; o >>= 1) dot[u] += __shfl_xor_sync(0xffffffffu, dot[u], o);
 #pragma unroll
             for (int u = 0; u < KU; u++) {
                 if (!valid[u]) continue;
-                decode_code_words<EPL, KVT>(kw[u], kf);
+                float mn = fmaxf(m, dot[u]);
+                float corr = __expf(m - mn), p = __expf(dot[u] - mn);
+                l = l * corr + p;
+                if (QK) { /* a quantised V row: its scale applied once, to p */
+                    float vq[EPL];
+                    decode_code_words<EPL, KVT>(vw[u], vq);
+                    const float pv = p * vsc[u];
 #pragma unroll
-                for (int e = 0; e < EPL; e++) dot[u] = fmaf(q[e], kf[e], dot[u]);
-                dot[u] *= ksc[u];
+                    for (int e = 0; e < EPL; e++) acc[e] = fmaf(pv, vq[e], acc[e] * corr);
+                } else {
+#pragma unroll
+                    for (int e = 0; e < EPL; e++) acc[e] = fmaf(p, vf[u][e], acc[e] * corr);
+                }
+                m = mn;
             }
-        }
-#pragma unroll
-        for (int u = 0; u < KU; u++)
-            for (int o = S >> 1; o > 0; o >>= 1) dot[u] += __shfl_xor_sync(0xffffffffu, dot[u], o);
-#pragma unroll
-        for (int u = 0; u < KU; u++) {
-            if (!valid[u]) continue;
-            float mn = fmaxf(m, dot[u]);
-            float corr = __expf(m - mn), p = __expf(dot[u] - mn);
-            l = l * corr + p;
-            if (QK) { /* a quantised V row: its scale applied once, to p */
-                float vq[EPL];
-                decode_code_words<EPL, KVT>(vw[u], vq);
-                const float pv = p * vsc[u];
-#pragma unroll
-                for (int e = 0; e < EPL; e++) acc[e] = fmaf(pv, vq[e], acc[e] * corr);
-            } else {
-#pragma unroll
-                for (int e = 0; e < EPL; e++) acc[e] = fmaf(p, vf[u][e], acc[e] * corr);
-            }
-            m = mn;
         }
     }
     /* groups of a warp: partners sit S, 2S, ... lanes apart */

@@ -44,6 +44,17 @@ __device__ __forceinline__ unsigned int tbc_e4m3x4(float4 v, float inv) {
     return (b0 & 0xffu) | ((b1 & 0xffu) << 8) | ((b2 & 0xffu) << 16) | ((b3 & 0xffu) << 24);
 }
 
+/* Two int8 / e4m3 KV-cache codes (the low 16 bits of w, first code in the
+ * low byte; kv_q TBC_KVQ_I8 or TBC_KVQ_FP8) as f32 code values, exact (every
+ * e4m3 value is an f16: one cvt.rn.f16x2.e4m3x2 for the pair). The decode
+ * attention and the flash prefill's tile loads both read codes this way. */
+template <int KVQ>
+__device__ __forceinline__ float2 tbc_kv_codes2(uint32_t w) {
+    if (KVQ == TBC_KVQ_FP8)
+        return __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w & 0xffffu), __NV_E4M3)));
+    return make_float2((float)(int8_t)(w & 0xffu), (float)(int8_t)((w >> 8) & 0xffu));
+}
+
 /* Rotates pair j of one head by `angle` (the reference's layouts:
  * interleaved = 0 pairs (j, j + half), 1 pairs (2j, 2j + 1)). Accurate
  * sin/cos: positions reach thousands of radians. */

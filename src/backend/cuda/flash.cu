@@ -204,12 +204,7 @@ static __device__ __forceinline__ void flash_qload_tile(flash_qregs<HD> &q, cons
 }
 template <int KQ>
 static __device__ __forceinline__ uint32_t flash_deq2(uint32_t codes2, float sc) { /* two codes in the low 16 bits */
-    float2 f;
-    if (KQ == TBC_KVQ_FP8) {
-        f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(codes2 & 0xffffu), __NV_E4M3)));
-    } else {
-        f = make_float2((float)(int8_t)(codes2 & 0xffu), (float)(int8_t)((codes2 >> 8) & 0xffu));
-    }
+    const float2 f = tbc_kv_codes2<KQ>(codes2);
     return flash_pack(f.x * sc, f.y * sc);
 }
 template <int HD, int KQ>
