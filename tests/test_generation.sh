@@ -49,4 +49,23 @@ grep -q "gen_tokens=1 " "$D/err5" && ok "-n counts the prompt" || bad "-n 5: $(c
 # bad sampling values are refused with a message
 "$TURBINE_BIN" run "$D/s.engine" -p "x" --top-p 1.5 >/dev/null 2>"$D/e" && bad "--top-p 1.5 accepted" || { grep -q "top-p" "$D/e" && ok "--top-p out of range refused"; }
 "$TURBINE_BIN" run "$D/s.engine" -p "x" --temperature -1 >/dev/null 2>"$D/e" && bad "negative temperature accepted" || ok "negative temperature refused"
+
+# --max-step-tokens: a 16-token step profile is recorded in the engine and
+# prefills a 25-token prompt in two chunks to the same greedy text; serve's
+# step cap cannot exceed it; values outside 16..65536 are refused
+"$TURBINE_BIN" build "$M/stories260K.bin" --tokenizer "$M/tok512.bin" -o "$D/s16.engine" --max-step-tokens 16 \
+  2>/dev/null || bad "build --max-step-tokens 16"
+i16=$("$TURBINE_BIN" inspect "$D/s16.engine" 2>/dev/null); idef=$("$TURBINE_BIN" inspect "$D/s.engine" 2>/dev/null)
+grep -q '"max_step_tokens": 16,' <<<"$i16" \
+  && ok "engine records a 16-token step" || bad "inspect does not show max_step_tokens 16"
+grep -q '"max_step_tokens": 512,' <<<"$idef" \
+  && ok "default step is 512 tokens" || bad "default engine's step is not 512"
+long="Once upon a time, there was a little girl named Lily who loved to play in the park with her dog"
+l1=$("$TURBINE_BIN" run "$D/s.engine" -p "$long" -n 60 --temperature 0 2>/dev/null)
+l2=$("$TURBINE_BIN" run "$D/s16.engine" -p "$long" -n 60 --temperature 0 2>/dev/null)
+[ -n "$l1" ] && [ "$l1" = "$l2" ] && ok "chunked prefill in 16-token steps gives the same greedy text" \
+  || bad "16-token steps changed the greedy text: [$l2] vs [$l1]"
+"$TURBINE_BIN" build "$M/stories260K.bin" --tokenizer "$M/tok512.bin" -o "$D/x.engine" --max-step-tokens 8 \
+  >/dev/null 2>"$D/e" && bad "--max-step-tokens 8 accepted" \
+  || { grep -q "max-step-tokens must be between 16 and 65536" "$D/e" && ok "--max-step-tokens 8 refused"; }
 [ "$fails" = 0 ] && echo "all generation checks ok" || { echo "$fails failures"; exit 1; }

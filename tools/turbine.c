@@ -45,7 +45,7 @@ typedef struct {
     const char *model, *out, *tokenizer, *dtype, *device;
     const char *shapes, *min_shapes, *opt_shapes, *max_shapes, *calib_data;
     tb_cli_strs profiles;
-    int max_seq_len, max_batch, verbose;
+    int max_seq_len, max_batch, max_step_tokens, verbose;
     /* calibration (quantized engines) */
     const char *calib, *calibrator, *calib_cache;
     int calib_tokens, calib_threads;
@@ -103,6 +103,9 @@ static const tb_cli_opt build_opts[] = {
      "the engine's context length in tokens"},
     {"--max-batch", NULL, TB_OPT_INT, "N", 1, 1024, 0, 0, 0, B(max_batch), "8",
      "sequences decoded together (serve's --max-num-seqs is at most this)"},
+    {"--max-step-tokens", NULL, TB_OPT_INT, "N", 16, 1 << 16, 0, 0, 0, B(max_step_tokens), "512",
+     "the most tokens one engine step carries, prompt chunks and decodes together (serve's --max-batched-tokens "
+     "is at most this; larger steps prefill many prompts faster on a GPU and take more activation memory)"},
     {"--device", NULL, TB_OPT_STR, "cpu|cuda[:N]", 0, 0, 0, 0, 0, B(device), "cpu",
      "the backend the engine is built and tuned for"},
     {"--tp", NULL, TB_OPT_INT, "1|2|4|8", 1, 8, 0, 0, 0, B(tp), "1",
@@ -199,6 +202,7 @@ static int cmd_build(int argc, char **argv) {
     o.n_overrides = a.overrides.n;
     o.max_seq_len = a.max_seq_len;
     o.max_batch = a.max_batch;
+    o.max_step_tokens = a.max_step_tokens;
     o.device = a.device;
     if (a.tp && (a.tp & (a.tp - 1)))
         return tb_cli_usage_error("build", "--tp %d: tensor parallelism takes 1, 2, 4 or 8 ranks", a.tp);
