@@ -22,10 +22,15 @@
  * prefilled in steps of up to --step-tokens (default 512) tokens, then
  * decoded together for G tokens each (greedy ids are not needed: the next
  * input ids are fixed), wall time from the first prefill step to the last
- * decode step (one such run per N of the list).
+ * decode step (one such run per N of the list). Each stream has its own
+ * prompt; "picks" is a digest of every stream's first token and of the last
+ * step's picks (equal across variants that should compute the same thing).
+ * A variant's TB_BENCH_STEP_TOKENS=N replaces --step-tokens for its streams
+ * (at most the engine's step profile, `turbine build --max-step-tokens`).
  * --kv-dtype: the KV cache's element type in every context (default: the
  * engine's own), printed as "kv dtype: X" after the first token.
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +38,7 @@
 
 #include "core/kv_layout.h" /* tb_kv_dtype_label */
 #include "plan/engine.h"    /* tb_engine_load_for */
+#include "runtime/runtime.h" /* tb_context_max_step */
 #include "turbine/turbine.h"
 
 static double now_ms(void) {
@@ -85,6 +91,8 @@ static int step(tb_context *c, const tb_seq_chunk *ch, int n) {
 static void run_streams(tb_engine *e, const char *device, const tb_engine_info *in, int streams, int s_in, int s_out,
                         int step_tokens, const char *tag) {
     tb_engine_info info = *in;
+    const char *st = getenv("TB_BENCH_STEP_TOKENS"); /* a variant's own step size */
+    if (st && atoi(st) > 0) step_tokens = atoi(st);
     tb_context_options o;
     tb_context_options_default(&o);
     o.max_seqs = streams;
@@ -92,36 +100,49 @@ static void run_streams(tb_engine *e, const char *device, const tb_engine_info *
     o.max_step_tokens = step_tokens;
     o.kv_dtype = g_kv_dtype;
     tb_context *c = NULL;
+    const int per = s_in + s_out;
     tb_seq_chunk *ch = malloc(sizeof(tb_seq_chunk) * (size_t)streams);
-    int32_t *ids = malloc(sizeof(int32_t) * (size_t)(s_in + s_out));
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)per * (size_t)streams);
     if (!ch || !ids || tb_context_create(e, &o, &c) != TB_OK) {
         fprintf(stderr, "gpu_bench: streams: %s\n", tb_last_error());
         free(ch);
         free(ids);
         return;
     }
-    for (int i = 0; i < s_in + s_out; i++) ids[i] = 3 + (i * 7919) % (info.vocab_size - 3);
+    if (tb_context_max_step(c) < step_tokens) step_tokens = tb_context_max_step(c);
+    /* every stream its own prompt (and fixed next inputs) */
+    for (int q = 0; q < streams; q++)
+        for (int i = 0; i < per; i++) ids[(size_t)q * per + i] = 3 + (i * 7919 + q * 104729) % (info.vocab_size - 3);
     for (int rep = 0; rep < 2; rep++) { /* the first run warms up (allocations, graphs) */
         for (int q = 0; q < streams; q++) tb_seq_reset(c, q);
+        /* digest of the greedy picks: every stream's first token (its
+         * prompt's last logits) and every pick of the last decode step */
+        uint64_t dig = 1469598103934665603ull;
         double t0 = now_ms(), tp = 0;
         for (int q = 0; q < streams;) { /* prompts, as many per step as fit */
             int n = 0, used = 0;
             while (q < streams && used + s_in <= step_tokens) {
-                ch[n++] = (tb_seq_chunk){q++, s_in, ids, 1};
+                ch[n++] = (tb_seq_chunk){q, s_in, ids + (size_t)q * per, 1};
+                q++;
                 used += s_in;
             }
             if (n == 0) { fprintf(stderr, "gpu_bench: --stream-in exceeds --step-tokens\n"); goto streams_done; }
             if (!step(c, ch, n)) goto streams_done;
+            for (int i = 0; i < n && !host_logits; i++) dig = (dig ^ (uint32_t)g_res[i].token) * 1099511628211ull;
         }
         tp = now_ms() - t0;
         for (int k = 0; k < s_out - 1; k++) { /* the prefill step gave each stream its first token */
-            for (int q = 0; q < streams; q++) ch[q] = (tb_seq_chunk){q, 1, ids + s_in + k, 1};
+            for (int q = 0; q < streams; q++) ch[q] = (tb_seq_chunk){q, 1, ids + (size_t)q * per + s_in + k, 1};
             if (!step(c, ch, streams)) goto streams_done;
         }
+        for (int i = 0; i < streams && !host_logits && streams <= MAX_ROWS; i++)
+            dig = (dig ^ (uint32_t)g_res[i].token) * 1099511628211ull;
         double tt = now_ms() - t0;
         if (rep == 1) {
-            printf("%s%sstreams %d (%d in, %d out): %.0f gen tok/s; %.1f ms in all, prefill %.1f ms, decode %.3f ms/step\n",
-                   tag, *tag ? " " : "", streams, s_in, s_out, (double)streams * s_out / tt * 1e3, tt, tp, (tt - tp) / (s_out - 1));
+            printf("%s%sstreams %d (%d in, %d out, steps of %d): %.0f gen tok/s; %.1f ms in all, prefill %.1f ms, "
+                   "decode %.3f ms/step; picks %016llx\n",
+                   tag, *tag ? " " : "", streams, s_in, s_out, step_tokens, (double)streams * s_out / tt * 1e3, tt, tp,
+                   (tt - tp) / (s_out - 1), (unsigned long long)dig);
             fflush(stdout);
         }
     }
