@@ -509,29 +509,40 @@ __device__ __forceinline__ void load_kv(const void *base, size_t off, float *f) 
     }
 }
 
-/* EPL consecutive int8 / e4m3 codes from p as f32 code values (the row's
- * scale is the caller's): one 16-, 8-, 4- or 2-byte load per 16, 8, 4 or 2
+/* NB bytes (a multiple of 4) from p, aligned to min(NB, 16) or to the
+ * largest of 16, 8, 4 dividing NB, as NB / 4 words: 16-byte loads where
+ * NB allows, else 8- or 4-byte ones. */
+template <int NB>
+__device__ __forceinline__ void load_words(const void *p, uint32_t *w) {
+    static_assert(NB % 4 == 0, "whole words");
+    if (NB % 16 == 0) {
+#pragma unroll
+        for (int i = 0; i < NB / 16; i++) {
+            uint4 u = ((const uint4 *)p)[i];
+            w[4 * i] = u.x; w[4 * i + 1] = u.y; w[4 * i + 2] = u.z; w[4 * i + 3] = u.w;
+        }
+    } else if (NB % 8 == 0) {
+#pragma unroll
+        for (int i = 0; i < NB / 8; i++) {
+            uint2 u = ((const uint2 *)p)[i];
+            w[2 * i] = u.x; w[2 * i + 1] = u.y;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < NB / 4; i++) w[i] = ((const uint32_t *)p)[i];
+    }
+}
+
+/* EPL consecutive int8 / e4m3 codes from p as (EPL + 3) / 4 words (first
+ * code in the low byte; the row's scale is the caller's): one 16-, 8-, 4- or 2-byte load per 16, 8, 4 or 2
  * codes. p is aligned to that: a row of hd codes starts at a multiple of hd
  * bytes in a block of a multiple of 64 bytes, and a lane reads at li * EPL
  * where hd = S * EPL. */
 template <int EPL>
 __device__ __forceinline__ void load_code_words(const uint8_t *p, uint32_t *w) { /* (EPL + 3) / 4 words */
     constexpr int NW = (EPL + 3) / 4;
-    if (EPL % 16 == 0) {
-#pragma unroll
-        for (int i = 0; i < EPL / 16; i++) {
-            uint4 u = ((const uint4 *)p)[i];
-            w[4 * i] = u.x; w[4 * i + 1] = u.y; w[4 * i + 2] = u.z; w[4 * i + 3] = u.w;
-        }
-    } else if (EPL % 8 == 0) {
-#pragma unroll
-        for (int i = 0; i < EPL / 8; i++) {
-            uint2 u = ((const uint2 *)p)[i];
-            w[2 * i] = u.x; w[2 * i + 1] = u.y;
-        }
-    } else if (EPL % 4 == 0) {
-#pragma unroll
-        for (int i = 0; i < EPL / 4; i++) w[i] = ((const uint32_t *)p)[i];
+    if constexpr (EPL % 4 == 0) {
+        load_words<EPL>(p, w);
     } else if (EPL % 2 == 0) {
 #pragma unroll
         for (int i = 0; i < NW; i++) w[i] = 0;
@@ -605,22 +616,7 @@ __device__ void combine(const tbc_attn_args &a, int t, int h, int ns, float *out
  * EPL) as EPL / 2 words, first value in the low half. */
 template <int EPL>
 __device__ __forceinline__ void load_half_words(const uint16_t *p, uint32_t *w) {
-    if (EPL % 8 == 0) {
-#pragma unroll
-        for (int i = 0; i < EPL / 8; i++) {
-            uint4 u = ((const uint4 *)p)[i];
-            w[4 * i] = u.x; w[4 * i + 1] = u.y; w[4 * i + 2] = u.z; w[4 * i + 3] = u.w;
-        }
-    } else if (EPL % 4 == 0) {
-#pragma unroll
-        for (int i = 0; i < EPL / 4; i++) {
-            uint2 u = ((const uint2 *)p)[i];
-            w[2 * i] = u.x; w[2 * i + 1] = u.y;
-        }
-    } else {
-#pragma unroll
-        for (int i = 0; i < EPL / 2; i++) w[i] = ((const uint32_t *)p)[i];
-    }
+    load_words<2 * EPL>(p, w);
 }
 
 /* The EPL / 2 words of f16 (or bf16) pairs w as EPL f32 values. */
@@ -676,6 +672,58 @@ __device__ __forceinline__ void attn_h16_score(bool valid, int S, const float *q
     decode_half_words<EPL, KVT>(vw, vf);
 #pragma unroll
     for (int e = 0; e < EPL; e++) acc[e] = fmaf(p, vf[e], acc[e]);
+}
+
+/* The block's output of (t, h, split sp) once each warp has put its (max,
+ * sum, hd outputs) in sm_m[w], sm_l[w], sm_o[w * ld ..] (and the block has
+ * synchronised): merged over the warps into out (one split) or into the
+ * split's partial, the last split of (t, h) to finish merging them all. */
+__device__ __forceinline__ void attn_block_out(const tbc_attn_args &a, int t, int h, int sp, int ns, const float *sm_m,
+                                               const float *sm_l, const float *sm_o, int ld, int *sm_last,
+                                               float *out) {
+    const int hd = a.hd, H = a.n_heads;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < ATTN_WARPS; w++) M = fmaxf(M, sm_m[w]);
+    float c[ATTN_WARPS], L = 0.0f;
+#pragma unroll
+    for (int w = 0; w < ATTN_WARPS; w++) {
+        c[w] = M == -INFINITY ? 0.0f : __expf(sm_m[w] - M);
+        L += sm_l[w] * c[w];
+    }
+    if (ns == 1) {
+        float *o = out + ((size_t)t * H + h) * hd;
+        for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+            float s = 0.0f;
+#pragma unroll
+            for (int w = 0; w < ATTN_WARPS; w++) s += sm_o[w * ld + e] * c[w];
+            o[e] = s / L;
+        }
+    } else {
+        float *o = a.partial + (((size_t)t * H + h) * a.n_splits + sp) * (size_t)(hd + 2);
+        for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+            float s = 0.0f;
+#pragma unroll
+            for (int w = 0; w < ATTN_WARPS; w++) s += sm_o[w * ld + e] * c[w];
+            o[e] = s;
+        }
+        if (threadIdx.x == 0) {
+            o[hd] = M;
+            o[hd + 1] = L;
+        }
+        /* the last of the (t, h) blocks to finish merges the splits */
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int done = atomicAdd(a.counters + (size_t)t * H + h, 1);
+            *sm_last = done == ns - 1;
+        }
+        __syncthreads();
+        if (!*sm_last) return;
+        __threadfence();
+        if (threadIdx.x == 0) a.counters[(size_t)t * H + h] = 0;
+        combine(a, t, h, ns, out);
+    }
 }
 
 template <int EPL, int KVT>
@@ -817,48 +865,268 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) attn_kernel(tbc_attn_args a, 
         }
     }
     __syncthreads();
-    float M = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < ATTN_WARPS; w++) M = fmaxf(M, sm_m[w]);
-    float c[ATTN_WARPS], L = 0.0f;
-#pragma unroll
-    for (int w = 0; w < ATTN_WARPS; w++) {
-        c[w] = M == -INFINITY ? 0.0f : __expf(sm_m[w] - M);
-        L += sm_l[w] * c[w];
+    attn_block_out(a, t, h, sp, ns, sm_m, sm_l, &sm_o[0][0], ATTN_MAX_HD, &sm_last, out);
+}
+
+/* ---------------------------------------------------------------- tensor-core decode
+ * attn_mma_kernel: the same blocks (head, token, split) and epilogue as
+ * attn_kernel, for hd = 128 over f16 or e4m3 caches whose blocks hold a
+ * multiple of 16 rows. A warp takes tiles of 16 keys (tile w, w + 4, ...
+ * of the split, the split's range rounded to 16 keys so that a tile lies in
+ * one cache block) and scores and sums them with mma.sync m16n8k16 (f16 in,
+ * f32 accumulate); the 16 rows of the mma's M side are copies of the one
+ * query (the wasted rows cost nothing that matters here: the kernel is
+ * bound by instruction issue, and a tile takes 16 + 8 mmas against ~30
+ * scalar instructions a key a lane before).
+ *   S (16 x 8 keys) = Q (16 x 16 dims) K^T: lane (g, c) (g = lane / 4,
+ *     c = lane % 4) supplies keys g and g + 8 at dims [32c, 32c + 32): the
+ *     k index of step st maps to dims 32c + 4st + {0..3}, and q (f16, the
+ *     softmax scale applied) is held in the same order, so both fragments
+ *     come straight from contiguous loads (e4m3: one cvt a pair).
+ *   The lane's scores are its keys 2c, 2c + 1, 2c + 8, 2c + 9 (the C layout),
+ *     the same keys as the B fragment of P^T below: one online-softmax
+ *     update a tile (max over the quad by two shuffles).
+ *   O^T (16 dims x 8) = V^T (16 dims x 16 keys) P^T: m-tile mt's rows g and
+ *     g + 8 are dims 16g + 2mt and 16g + 2mt + 1, so the lane reads dims
+ *     [16g, 16g + 16) of its four keys (one 16-byte load a key for e4m3) and
+ *     pairs keys with one byte_perm a register. e4m3 rows' V scales go into
+ *     P (p * vscale / u, u the tile's largest V scale: P stays in f16's normal
+ *     range) and the running output is kept in units of u, rescaled with the
+ *     softmax correction once a tile. */
+#define AMMA_HD 128
+
+__device__ __forceinline__ void amma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                     uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* Two e4m3 codes (the low 16 bits, first code low) as an f16 pair, exact. */
+__device__ __forceinline__ uint32_t amma_e4m3x2(uint32_t w) {
+    const __half2_raw r = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w & 0xffffu), __NV_E4M3);
+    return (uint32_t)r.x | ((uint32_t)r.y << 16);
+}
+
+__device__ __forceinline__ uint32_t amma_pack(float x, float y) {
+    __half2 v = __floats2half2_rn(x, y);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+template <int KVT, int QS>
+__global__ void __launch_bounds__(ATTN_WARPS * 32, QS ? 4 : 1)
+    attn_mma_kernel(tbc_attn_args a, const float *qkv, float *out) {
+    constexpr bool FP8 = KVT == KVT_FP8;
+    constexpr int KWORDS = FP8 ? 8 : 16, VWORDS = FP8 ? 4 : 8; /* 32-bit words a lane loads of a k / v row */
+    __shared__ float sm_m[ATTN_WARPS], sm_l[ATTN_WARPS];
+    __shared__ float sm_o[ATTN_WARPS][AMMA_HD];
+    __shared__ uint32_t sm_q[QS ? 4 * 18 : 1]; /* QS: q's pairs, lane c's 16 at 18c (no bank conflicts) */
+    __shared__ int sm_last;
+    tbc_pdl_wait();
+    tbc_pdl_trigger();
+    const int h = blockIdx.x, t = blockIdx.y, sp = blockIdx.z;
+    const int len = a.pos[t] + 1;
+    int ns = a.n_splits;
+    if (a.split_min > 0) {
+        int cap = (len + a.split_min - 1) / a.split_min;
+        if (cap < ns) ns = cap < 1 ? 1 : cap;
     }
-    if (ns == 1) {
-        float *o = out + ((size_t)t * H + h) * hd;
-        for (int e = threadIdx.x; e < hd; e += blockDim.x) {
-            float s = 0.0f;
+    if (sp >= ns) return;
+    const int H = a.n_heads, KV = a.n_kv, kvh = h / (H / KV);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+
+    /* q at dims [32c, 32c + 32), scaled, as 16 f16 pairs */
+    uint32_t qh[16];
+    {
+        const size_t qo = (size_t)t * (size_t)(H + 2 * KV) * AMMA_HD + (size_t)h * AMMA_HD + 32 * c;
+        if (a.q16) {
+            const uint4 *p = (const uint4 *)((const __half *)qkv + qo);
 #pragma unroll
-            for (int w = 0; w < ATTN_WARPS; w++) s += sm_o[w][e] * c[w];
-            o[e] = s / L;
-        }
-    } else {
-        float *o = a.partial + (((size_t)t * H + h) * a.n_splits + sp) * (size_t)(hd + 2);
-        for (int e = threadIdx.x; e < hd; e += blockDim.x) {
-            float s = 0.0f;
+            for (int i = 0; i < 4; i++) {
+                const uint4 w = p[i];
+                const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
-            for (int w = 0; w < ATTN_WARPS; w++) s += sm_o[w][e] * c[w];
-            o[e] = s;
+                for (int j = 0; j < 4; j++) {
+                    const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&ws[j]));
+                    qh[4 * i + j] = amma_pack(f.x * a.scale, f.y * a.scale);
+                }
+            }
+        } else {
+            const float4 *p = (const float4 *)(qkv + qo);
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const float4 f = p[i];
+                qh[2 * i] = amma_pack(f.x * a.scale, f.y * a.scale);
+                qh[2 * i + 1] = amma_pack(f.z * a.scale, f.w * a.scale);
+            }
         }
-        if (threadIdx.x == 0) {
-            o[hd] = M;
-            o[hd + 1] = L;
-        }
-        /* the last of the (t, h) blocks to finish merges the splits */
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            int done = atomicAdd(a.counters + (size_t)t * H + h, 1);
-            sm_last = done == ns - 1;
-        }
-        __syncthreads();
-        if (!sm_last) return;
-        __threadfence();
-        if (threadIdx.x == 0) a.counters[(size_t)t * H + h] = 0;
-        combine(a, t, h, ns, out);
     }
+    if constexpr (QS != 0) { /* q from shared memory in the loop: 16 registers fewer */
+        if (warp == 0 && g == 0) {
+#pragma unroll
+            for (int i = 0; i < 16; i++) sm_q[18 * c + i] = qh[i];
+        }
+        __syncthreads();
+    }
+    float acc[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    float m = -INFINITY, l = 0.0f, unit = 1.0f;
+
+    int chunk = (len + ns - 1) / ns;
+    chunk = (chunk + 15) & ~15;
+    const int lo = sp * chunk, hi = min(len, lo + chunk);
+    const int32_t *bt = a.block_tables + (size_t)a.seq[t] * a.max_blocks;
+    const int bs = a.block_size;
+    const int own[4] = {2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9}; /* the lane's keys of a tile (scores, V, P) */
+    for (int base = lo + 16 * warp; base < hi; base += 16 * ATTN_WARPS) {
+        const int blk = bt[base / bs], r0 = base % bs, nk = hi - base;
+        uint32_t kw[2][KWORDS], vw[4][VWORDS];
+        float ksc[4], vsc[4];
+        if constexpr (FP8) {
+            const uint8_t *kb = (const uint8_t *)a.k_cache + (size_t)blk * a.kv_block_bytes;
+            const uint8_t *vb = (const uint8_t *)a.v_cache + (size_t)blk * a.kv_block_bytes;
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const int key = g + 8 * u;
+                uint4 w0 = make_uint4(0, 0, 0, 0), w1 = w0;
+                if (key < nk) {
+                    const uint4 *p = (const uint4 *)(kb + ((size_t)(r0 + key) * KV + kvh) * AMMA_HD + 32 * c);
+                    w0 = p[0];
+                    w1 = p[1];
+                }
+                kw[u][0] = w0.x, kw[u][1] = w0.y, kw[u][2] = w0.z, kw[u][3] = w0.w;
+                kw[u][4] = w1.x, kw[u][5] = w1.y, kw[u][6] = w1.z, kw[u][7] = w1.w;
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int key = own[i];
+                uint4 w = make_uint4(0, 0, 0, 0);
+                ksc[i] = vsc[i] = 0.0f;
+                if (key < nk) {
+                    const size_t r = (size_t)(r0 + key) * KV + kvh;
+                    w = *(const uint4 *)(vb + r * AMMA_HD + 16 * g);
+                    ksc[i] = ((const float *)(kb + a.kv_scale_off))[r];
+                    vsc[i] = ((const float *)(vb + a.kv_scale_off))[r];
+                }
+                vw[i][0] = w.x, vw[i][1] = w.y, vw[i][2] = w.z, vw[i][3] = w.w;
+            }
+        } else {
+            const __half *kc = (const __half *)a.k_cache, *vc = (const __half *)a.v_cache;
+            const size_t row0 = (size_t)blk * bs + r0;
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const int key = g + 8 * u;
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    uint4 w = make_uint4(0, 0, 0, 0);
+                    if (key < nk) w = ((const uint4 *)(kc + ((row0 + key) * KV + kvh) * AMMA_HD + 32 * c))[i];
+                    kw[u][4 * i] = w.x, kw[u][4 * i + 1] = w.y, kw[u][4 * i + 2] = w.z, kw[u][4 * i + 3] = w.w;
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const int key = own[i];
+                ksc[i] = vsc[i] = 1.0f;
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    uint4 w = make_uint4(0, 0, 0, 0);
+                    if (key < nk) w = ((const uint4 *)(vc + ((row0 + key) * KV + kvh) * AMMA_HD + 16 * g))[j];
+                    vw[i][4 * j] = w.x, vw[i][4 * j + 1] = w.y, vw[i][4 * j + 2] = w.z, vw[i][4 * j + 3] = w.w;
+                }
+            }
+        }
+        /* scores: n-tile u holds keys 8u .. 8u + 7 */
+        float s[2][4];
+#pragma unroll
+        for (int u = 0; u < 2; u++) s[u][0] = s[u][1] = s[u][2] = s[u][3] = 0.0f;
+#pragma unroll
+        for (int st = 0; st < 8; st++) {
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                uint32_t b0, b1;
+                if constexpr (FP8) {
+                    b0 = amma_e4m3x2(kw[u][st]);
+                    b1 = amma_e4m3x2(kw[u][st] >> 16);
+                } else {
+                    b0 = kw[u][2 * st];
+                    b1 = kw[u][2 * st + 1];
+                }
+                uint32_t q0 = qh[2 * st], q1 = qh[2 * st + 1];
+                if constexpr (QS != 0) {
+                    const uint2 qq = *(const uint2 *)&sm_q[18 * c + 2 * st];
+                    q0 = qq.x, q1 = qq.y;
+                }
+                amma(s[u], q0, q0, q1, q1, b0, b1);
+            }
+        }
+        float sc[4] = {s[0][0], s[0][1], s[1][0], s[1][1]}, mt = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            sc[i] = own[i] < nk ? sc[i] * ksc[i] : -INFINITY;
+            mt = fmaxf(mt, sc[i]);
+        }
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+        const float mn = fmaxf(m, mt), corr = __expf(m - mn);
+        float p[4], ps = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            p[i] = __expf(sc[i] - mn);
+            ps += p[i];
+        }
+        l = l * corr + ps;
+        m = mn;
+        float ratio = corr;
+        if constexpr (FP8) { /* P in units of the tile's largest V scale */
+            float vm = fmaxf(fmaxf(vsc[0], vsc[1]), fmaxf(vsc[2], vsc[3]));
+            vm = fmaxf(vm, __shfl_xor_sync(0xffffffffu, vm, 1));
+            vm = fmaxf(vm, __shfl_xor_sync(0xffffffffu, vm, 2));
+            const float nu = vm > 0.0f ? vm : unit, inv = 1.0f / nu;
+            ratio = corr * (unit * inv);
+            unit = nu;
+#pragma unroll
+            for (int i = 0; i < 4; i++) p[i] *= vsc[i] * inv;
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++) acc[i][0] *= ratio, acc[i][1] *= ratio, acc[i][2] *= ratio, acc[i][3] *= ratio;
+        const uint32_t pb0 = amma_pack(p[0], p[1]), pb1 = amma_pack(p[2], p[3]);
+#pragma unroll
+        for (int mi = 0; mi < 8; mi++) {
+            uint32_t a0, a1, a2, a3;
+            if constexpr (FP8) { /* dims 16g + 2mi, + 1: bytes (2mi) % 4 and + 1 of word mi / 2 */
+                const uint32_t sel = (mi & 1) ? 0x7362u : 0x5140u;
+                const uint32_t x = __byte_perm(vw[0][mi >> 1], vw[1][mi >> 1], sel);
+                const uint32_t y = __byte_perm(vw[2][mi >> 1], vw[3][mi >> 1], sel);
+                a0 = amma_e4m3x2(x);
+                a1 = amma_e4m3x2(x >> 16);
+                a2 = amma_e4m3x2(y);
+                a3 = amma_e4m3x2(y >> 16);
+            } else { /* word mi of each key: dims 16g + 2mi, + 1 */
+                a0 = __byte_perm(vw[0][mi], vw[1][mi], 0x5410u);
+                a1 = __byte_perm(vw[0][mi], vw[1][mi], 0x7632u);
+                a2 = __byte_perm(vw[2][mi], vw[3][mi], 0x5410u);
+                a3 = __byte_perm(vw[2][mi], vw[3][mi], 0x7632u);
+            }
+            amma(acc[mi], a0, a1, a2, a3, pb0, pb1);
+        }
+    }
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (c == 0) {
+#pragma unroll
+        for (int mi = 0; mi < 8; mi++) {
+            sm_o[warp][16 * g + 2 * mi] = acc[mi][0] * unit;
+            sm_o[warp][16 * g + 2 * mi + 1] = acc[mi][2] * unit;
+        }
+    }
+    if (lane == 0) {
+        sm_m[warp] = m;
+        sm_l[warp] = l;
+    }
+    __syncthreads();
+    attn_block_out(a, t, h, sp, ns, sm_m, sm_l, &sm_o[0][0], AMMA_HD, &sm_last, out);
 }
 
 /* ---------------------------------------------------------------- launcher */
@@ -921,6 +1189,14 @@ extern "C" cudaError_t tbc_attention(const tbc_attn_args *args, float *qkv, floa
     if (a->lanes > 0 && a->lanes < S && S % a->lanes == 0 && a->hd / a->lanes == 16) S = a->lanes;
     int epl = a->hd / S;
     dim3 grid(a->n_heads, a->T, a->n_splits);
+    if (a->mma && a->hd == AMMA_HD && a->block_size % 16 == 0 && (a->kv_q == TBC_KVQ_FP8 || (a->kv_f16 && !a->kv_q))) {
+        const dim3 block(ATTN_WARPS * 32);
+        if (a->mma == 2)
+            return a->kv_f16 ? tbc_launch(attn_mma_kernel<KVT_F16, 1>, grid, block, 0, s, *a, qkv, out)
+                             : tbc_launch(attn_mma_kernel<KVT_FP8, 1>, grid, block, 0, s, *a, qkv, out);
+        return a->kv_f16 ? tbc_launch(attn_mma_kernel<KVT_F16, 0>, grid, block, 0, s, *a, qkv, out)
+                         : tbc_launch(attn_mma_kernel<KVT_FP8, 0>, grid, block, 0, s, *a, qkv, out);
+    }
     if (a->kv_q == TBC_KVQ_I8) return attn_launch<KVT_I8>(epl, grid, *a, qkv, out, s);
     if (a->kv_q == TBC_KVQ_FP8) return attn_launch<KVT_FP8>(epl, grid, *a, qkv, out, s);
     if (a->kv_bf16) return attn_launch<KVT_BF16>(epl, grid, *a, qkv, out, s);

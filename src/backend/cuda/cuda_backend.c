@@ -69,6 +69,9 @@
 /* 8 lanes per key (4 keys per warp at once) where hd = 128: measured faster
  * than one key per warp on the 7B decode (docs/GPU.md) */
 #define TB_CUDA_DEFAULT_ATTN_LANES 8
+/* decode attention on the tensor cores where it applies (hd 128, f16 or
+ * e4m3 caches; docs/GPU.md) */
+#define TB_CUDA_DEFAULT_ATTN_MMA 1
 /* scores of one pass of prefill attention (H x query rows x keys, f32) */
 #define PREFILL_S_BYTES ((size_t)64 << 20)
 
@@ -145,6 +148,7 @@ typedef struct {
     int fuse_norm;            /* RMSNorm / residual add into the GEMVs          */
     int attn_split_min;       /* keys per attention split at least (0: off)     */
     int attn_lanes;           /* lanes per key in decode attention (0: default) */
+    int attn_mma;             /* TB_CUDA_ATTN_MMA: tensor-core decode attention */
     int tune;                 /* GEMV tactics (TB_CUDA_TUNE): at build, 0 does
                                * not time them, 2 prints the timings; at run,
                                * 0 ignores the engine's choices              */
@@ -1011,6 +1015,7 @@ static tbc_attn_args attn_args_of(cuda_ctx *c, const tb_node *n, void *const *bu
         .kv_scale_off = tb_kv_codes_bytes(st->kv_dtype, st->block_size, KV, hd), .inv_freq = bufs[n->in[1]],
         .n_splits = 1, .partial = c->partial,
         .counters = c->counters, .rope_done = 0, .split_min = c->attn_split_min, .lanes = c->attn_lanes,
+        .mma = c->attn_mma,
     };
     return a;
 }
@@ -2186,6 +2191,8 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     c->attn_split_min = se && *se ? atoi(se) : TB_CUDA_DEFAULT_SPLIT_MIN;
     const char *ale = getenv("TB_CUDA_ATTN_LANES");
     c->attn_lanes = ale && *ale ? atoi(ale) : TB_CUDA_DEFAULT_ATTN_LANES;
+    const char *ame = getenv("TB_CUDA_ATTN_MMA");
+    c->attn_mma = ame && *ame ? atoi(ame) : TB_CUDA_DEFAULT_ATTN_MMA;
     const char *pge = getenv("TB_CUDA_PREFILL_GEMM");
     c->prefill_min = pge && *pge ? atoi(pge) : TB_CUDA_DEFAULT_PREFILL_MIN;
     const char *pfe = getenv("TB_CUDA_PREFILL");

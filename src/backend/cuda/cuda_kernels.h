@@ -130,6 +130,9 @@ typedef struct {
      * at most 32 (one key per warp for hd >= 32); a smaller power of two
      * with hd / lanes == 16 makes each warp score 32 / lanes keys at once */
     int lanes;
+    /* 1: decode on the tensor cores (attn_mma_kernel) where it applies:
+     * hd 128, f16 or e4m3 caches, block_size a multiple of 16 */
+    int mma;
     /* with ys_sw set, qkv is the raw product of an FP8 GEMM whose
      * tbc_scale_out was skipped: rope_kv scales each value it reads,
      * qkv[t][n] * (ys_sx[t] * ys_sw[n]) + ys_bias[n] (ys_bias may be NULL),
