@@ -103,7 +103,7 @@ static const tb_cli_opt build_opts[] = {
      "the engine's context length in tokens"},
     {"--max-batch", NULL, TB_OPT_INT, "N", 1, 1024, 0, 0, 0, B(max_batch), "8",
      "sequences decoded together (serve's --max-num-seqs is at most this)"},
-    {"--max-step-tokens", NULL, TB_OPT_INT, "N", 16, 1 << 16, 0, 0, 0, B(max_step_tokens), "512",
+    {"--max-step-tokens", NULL, TB_OPT_INT, "N", 16, 1 << 16, 0, 0, 0, B(max_step_tokens), "2048 for --device cuda, else 512",
      "the most tokens one engine step carries, prompt chunks and decodes together (serve's --max-batched-tokens "
      "is at most this; larger steps prefill many prompts faster on a GPU and take more activation memory)"},
     {"--device", NULL, TB_OPT_STR, "cpu|cuda[:N]", 0, 0, 0, 0, 0, B(device), "cpu",

@@ -71,8 +71,8 @@ typedef struct {
     int max_seq_len;            /* 0: the model's context length              */
     int max_batch;              /* sequences decoded together, default 8      */
     int max_step_tokens;        /* tokens one step carries (prompt chunks and
-                                 * decodes together); 0: 512, or max_seq_len
-                                 * when shorter                               */
+                                 * decodes together); 0: 2048 for a cuda
+                                 * device, else 512, at most max_seq_len      */
     int progress;               /* 1: draw a progress bar on stderr           */
     const char *device;         /* "cpu" (NULL) or "cuda[:N]": the target     */
     /* ONNX models: optimisation profile as "input:1x3x224x224,mask:1x128"

@@ -588,7 +588,7 @@ __device__ __forceinline__ void merge(float &m, float &l, float *acc, float m2, 
 
 /* Merges the ns partial triples of (t, h) into out (L2 reads: other
  * blocks wrote them). */
-__device__ void combine(const tbc_attn_args &a, int t, int h, int ns, float *out) {
+__device__ void combine(const tbc_attn_args &a, int t, int h, int ns, float *out, int tid, int nt) {
     const int hd = a.hd, H = a.n_heads;
     const float *p = a.partial + ((size_t)t * H + h) * a.n_splits * (size_t)(hd + 2);
     float M = -INFINITY;
@@ -600,7 +600,7 @@ __device__ void combine(const tbc_attn_args &a, int t, int h, int ns, float *out
         if (ms != -INFINITY) L += __ldcg(ps + hd + 1) * __expf(ms - M);
     }
     float *o = out + ((size_t)t * H + h) * hd;
-    for (int e = threadIdx.x; e < hd; e += blockDim.x) {
+    for (int e = tid; e < hd; e += nt) {
         float acc = 0.0f;
         for (int s = 0; s < ns; s++) {
             const float *ps = p + (size_t)s * (hd + 2);
@@ -722,7 +722,7 @@ __device__ __forceinline__ void attn_block_out(const tbc_attn_args &a, int t, in
         if (!*sm_last) return;
         __threadfence();
         if (threadIdx.x == 0) a.counters[(size_t)t * H + h] = 0;
-        combine(a, t, h, ns, out);
+        combine(a, t, h, ns, out, threadIdx.x, blockDim.x);
     }
 }
 
@@ -869,15 +869,13 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) attn_kernel(tbc_attn_args a, 
 }
 
 /* ---------------------------------------------------------------- tensor-core decode
- * attn_mma_kernel: the same blocks (head, token, split) and epilogue as
- * attn_kernel, for hd = 128 over f16 or e4m3 caches whose blocks hold a
- * multiple of 16 rows. A warp takes tiles of 16 keys (tile w, w + 4, ...
- * of the split, the split's range rounded to 16 keys so that a tile lies in
- * one cache block) and scores and sums them with mma.sync m16n8k16 (f16 in,
- * f32 accumulate); the 16 rows of the mma's M side are copies of the one
- * query (the wasted rows cost nothing that matters here: the kernel is
- * bound by instruction issue, and a tile takes 16 + 8 mmas against ~30
- * scalar instructions a key a lane before).
+ * For hd = 128 over f16 or e4m3 caches whose blocks hold a multiple of 16
+ * rows, a warp takes tiles of 16 keys (the split's range rounded to 16 keys,
+ * so that a tile lies in one cache block) and scores and sums them with
+ * mma.sync m16n8k16 (f16 in, f32 accumulate); the 16 rows of the mma's M
+ * side are copies of the one query (the scalar kernel above is bound by
+ * instruction issue; a tile here is 16 + 8 mmas against ~30 instructions a
+ * key a lane there).
  *   S (16 x 8 keys) = Q (16 x 16 dims) K^T: lane (g, c) (g = lane / 4,
  *     c = lane % 4) supplies keys g and g + 8 at dims [32c, 32c + 32): the
  *     k index of step st maps to dims 32c + 4st + {0..3}, and q (f16, the
@@ -886,13 +884,18 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) attn_kernel(tbc_attn_args a, 
  *   The lane's scores are its keys 2c, 2c + 1, 2c + 8, 2c + 9 (the C layout),
  *     the same keys as the B fragment of P^T below: one online-softmax
  *     update a tile (max over the quad by two shuffles).
- *   O^T (16 dims x 8) = V^T (16 dims x 16 keys) P^T: m-tile mt's rows g and
- *     g + 8 are dims 16g + 2mt and 16g + 2mt + 1, so the lane reads dims
+ *   O^T (16 dims x 8) = V^T (16 dims x 16 keys) P^T: m-tile mi's rows g and
+ *     g + 8 are dims 16g + 2mi and 16g + 2mi + 1, so the lane reads dims
  *     [16g, 16g + 16) of its four keys (one 16-byte load a key for e4m3) and
  *     pairs keys with one byte_perm a register. e4m3 rows' V scales go into
  *     P (p * vscale / u, u the tile's largest V scale: P stays in f16's normal
  *     range) and the running output is kept in units of u, rescaled with the
- *     softmax correction once a tile. */
+ *     softmax correction once a tile.
+ * Two kernels share the tile code: attn_mma_kernel (TB_CUDA_ATTN_MMA=1) keeps
+ * attn_kernel's blocks (4 warps a (head, token, split), tiles w, w + 4, ...,
+ * merged through shared memory); attn_mma_warp_kernel (=2) gives each warp a
+ * (head, token, split) of its own (4 heads a block), loads the next tile
+ * while the current one is scored, and needs no block barrier. */
 #define AMMA_HD 128
 
 __device__ __forceinline__ void amma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
@@ -914,203 +917,216 @@ __device__ __forceinline__ uint32_t amma_pack(float x, float y) {
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
-template <int KVT, int QS>
-__global__ void __launch_bounds__(ATTN_WARPS * 32, QS ? 4 : 1)
-    attn_mma_kernel(tbc_attn_args a, const float *qkv, float *out) {
+/* One tile's loads, as a lane holds them: k of keys g, g + 8 (dims [32c,
+ * 32c + 32)), v of its keys 2c, 2c + 1, 2c + 8, 2c + 9 (dims [16g, 16g +
+ * 16)) and (e4m3) both rows' scales of those four keys; zeros past the
+ * range. */
+template <int KVT> struct amma_tile {
+    static constexpr int KW = KVT == KVT_FP8 ? 8 : 16, VW = KVT == KVT_FP8 ? 4 : 8;
+    uint32_t kw[2][KW], vw[4][VW];
+    float ksc[4], vsc[4];
+};
+
+/* The lane's q pairs (dims [32c, 32c + 32) of head h, token t, scaled) into
+ * sq (16 words at sq[0 .. 15]). */
+__device__ __forceinline__ void amma_q(const tbc_attn_args &a, const float *qkv, int t, int h, int c, uint32_t *sq) {
+    const size_t qo = (size_t)t * (size_t)(a.n_heads + 2 * a.n_kv) * AMMA_HD + (size_t)h * AMMA_HD + 32 * c;
+    if (a.q16) {
+        const uint4 *p = (const uint4 *)((const __half *)qkv + qo);
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const uint4 w = p[i];
+            const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&ws[j]));
+                sq[4 * i + j] = amma_pack(f.x * a.scale, f.y * a.scale);
+            }
+        }
+    } else {
+        const float4 *p = (const float4 *)(qkv + qo);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const float4 f = p[i];
+            sq[2 * i] = amma_pack(f.x * a.scale, f.y * a.scale);
+            sq[2 * i + 1] = amma_pack(f.z * a.scale, f.w * a.scale);
+        }
+    }
+}
+
+template <int KVT>
+__device__ __forceinline__ void amma_load(const tbc_attn_args &a, const int32_t *bt, int base, int hi, int kvh, int g,
+                                          int c, amma_tile<KVT> &x) {
+    const int bs = a.block_size, blk = bt[base / bs], r0 = base % bs, nk = hi - base, KV = a.n_kv;
+    const int own[4] = {2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9};
+    if constexpr (KVT == KVT_FP8) {
+        const uint8_t *kb = (const uint8_t *)a.k_cache + (size_t)blk * a.kv_block_bytes;
+        const uint8_t *vb = (const uint8_t *)a.v_cache + (size_t)blk * a.kv_block_bytes;
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int key = g + 8 * u;
+            if (key < nk) load_words<32>(kb + ((size_t)(r0 + key) * KV + kvh) * AMMA_HD + 32 * c, x.kw[u]);
+            else
+#pragma unroll
+                for (int i = 0; i < 8; i++) x.kw[u][i] = 0;
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int key = own[i];
+            x.ksc[i] = x.vsc[i] = 0.0f;
+            if (key < nk) {
+                const size_t r = (size_t)(r0 + key) * KV + kvh;
+                load_words<16>(vb + r * AMMA_HD + 16 * g, x.vw[i]);
+                x.ksc[i] = ((const float *)(kb + a.kv_scale_off))[r];
+                x.vsc[i] = ((const float *)(vb + a.kv_scale_off))[r];
+            } else {
+#pragma unroll
+                for (int j = 0; j < 4; j++) x.vw[i][j] = 0;
+            }
+        }
+    } else {
+        const __half *kc = (const __half *)a.k_cache, *vc = (const __half *)a.v_cache;
+        const size_t row0 = (size_t)blk * bs + r0;
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            const int key = g + 8 * u;
+            if (key < nk) load_words<64>(kc + ((row0 + key) * KV + kvh) * AMMA_HD + 32 * c, x.kw[u]);
+            else
+#pragma unroll
+                for (int i = 0; i < 16; i++) x.kw[u][i] = 0;
+        }
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int key = own[i];
+            x.ksc[i] = x.vsc[i] = 1.0f;
+            if (key < nk) load_words<32>(vc + ((row0 + key) * KV + kvh) * AMMA_HD + 16 * g, x.vw[i]);
+            else
+#pragma unroll
+                for (int j = 0; j < 8; j++) x.vw[i][j] = 0;
+        }
+    }
+}
+
+/* Scores tile x (keys base .. , nk = hi - base of them valid) against q
+ * (the lane's 16 pairs at sq) and folds it into (m, l, unit, acc). */
+template <int KVT>
+__device__ __forceinline__ void amma_step(const amma_tile<KVT> &x, const uint32_t *sq, int nk, int c, float &m,
+                                          float &l, float &unit, float (&acc)[8][4]) {
     constexpr bool FP8 = KVT == KVT_FP8;
-    constexpr int KWORDS = FP8 ? 8 : 16, VWORDS = FP8 ? 4 : 8; /* 32-bit words a lane loads of a k / v row */
-    __shared__ float sm_m[ATTN_WARPS], sm_l[ATTN_WARPS];
-    __shared__ float sm_o[ATTN_WARPS][AMMA_HD];
-    __shared__ uint32_t sm_q[QS ? 4 * 18 : 1]; /* QS: q's pairs, lane c's 16 at 18c (no bank conflicts) */
-    __shared__ int sm_last;
-    tbc_pdl_wait();
-    tbc_pdl_trigger();
-    const int h = blockIdx.x, t = blockIdx.y, sp = blockIdx.z;
+    const int own[4] = {2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9};
+    float s[2][4];
+#pragma unroll
+    for (int u = 0; u < 2; u++) s[u][0] = s[u][1] = s[u][2] = s[u][3] = 0.0f;
+#pragma unroll
+    for (int st = 0; st < 8; st++) {
+        const uint2 q = *(const uint2 *)&sq[2 * st];
+#pragma unroll
+        for (int u = 0; u < 2; u++) {
+            uint32_t b0, b1;
+            if constexpr (FP8) {
+                b0 = amma_e4m3x2(x.kw[u][st]);
+                b1 = amma_e4m3x2(x.kw[u][st] >> 16);
+            } else {
+                b0 = x.kw[u][2 * st];
+                b1 = x.kw[u][2 * st + 1];
+            }
+            amma(s[u], q.x, q.x, q.y, q.y, b0, b1);
+        }
+    }
+    float sc[4] = {s[0][0], s[0][1], s[1][0], s[1][1]}, mt = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        sc[i] = own[i] < nk ? sc[i] * x.ksc[i] : -INFINITY;
+        mt = fmaxf(mt, sc[i]);
+    }
+    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+    mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+    const float mn = fmaxf(m, mt), corr = __expf(m - mn);
+    float p[4], ps = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        p[i] = __expf(sc[i] - mn);
+        ps += p[i];
+    }
+    l = l * corr + ps;
+    m = mn;
+    float ratio = corr;
+    if constexpr (FP8) { /* P in units of the tile's largest V scale */
+        float vm = fmaxf(fmaxf(x.vsc[0], x.vsc[1]), fmaxf(x.vsc[2], x.vsc[3]));
+        vm = fmaxf(vm, __shfl_xor_sync(0xffffffffu, vm, 1));
+        vm = fmaxf(vm, __shfl_xor_sync(0xffffffffu, vm, 2));
+        const float nu = vm > 0.0f ? vm : unit, inv = 1.0f / nu;
+        ratio = corr * (unit * inv);
+        unit = nu;
+#pragma unroll
+        for (int i = 0; i < 4; i++) p[i] *= x.vsc[i] * inv;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; i++) acc[i][0] *= ratio, acc[i][1] *= ratio, acc[i][2] *= ratio, acc[i][3] *= ratio;
+    const uint32_t pb0 = amma_pack(p[0], p[1]), pb1 = amma_pack(p[2], p[3]);
+#pragma unroll
+    for (int mi = 0; mi < 8; mi++) {
+        uint32_t a0, a1, a2, a3;
+        if constexpr (FP8) { /* dims 16g + 2mi, + 1: bytes (2mi) % 4 and + 1 of word mi / 2 */
+            const uint32_t sel = (mi & 1) ? 0x7362u : 0x5140u;
+            const uint32_t u = __byte_perm(x.vw[0][mi >> 1], x.vw[1][mi >> 1], sel);
+            const uint32_t v = __byte_perm(x.vw[2][mi >> 1], x.vw[3][mi >> 1], sel);
+            a0 = amma_e4m3x2(u);
+            a1 = amma_e4m3x2(u >> 16);
+            a2 = amma_e4m3x2(v);
+            a3 = amma_e4m3x2(v >> 16);
+        } else { /* word mi of each key: dims 16g + 2mi, + 1 */
+            a0 = __byte_perm(x.vw[0][mi], x.vw[1][mi], 0x5410u);
+            a1 = __byte_perm(x.vw[0][mi], x.vw[1][mi], 0x7632u);
+            a2 = __byte_perm(x.vw[2][mi], x.vw[3][mi], 0x5410u);
+            a3 = __byte_perm(x.vw[2][mi], x.vw[3][mi], 0x7632u);
+        }
+        amma(acc[mi], a0, a1, a2, a3, pb0, pb1);
+    }
+}
+
+/* Splits of (t, h) in use and split sp's key range [lo, hi), rounded to
+ * 16 keys. Returns 0 when split sp is not in use. */
+__device__ __forceinline__ int amma_range(const tbc_attn_args &a, int t, int sp, int *ns_out, int *lo, int *hi) {
     const int len = a.pos[t] + 1;
     int ns = a.n_splits;
     if (a.split_min > 0) {
         int cap = (len + a.split_min - 1) / a.split_min;
         if (cap < ns) ns = cap < 1 ? 1 : cap;
     }
-    if (sp >= ns) return;
-    const int H = a.n_heads, KV = a.n_kv, kvh = h / (H / KV);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    *ns_out = ns;
+    if (sp >= ns) return 0;
+    int chunk = (len + ns - 1) / ns;
+    chunk = (chunk + 15) & ~15;
+    *lo = sp * chunk;
+    *hi = min(len, *lo + chunk);
+    return 1;
+}
 
-    /* q at dims [32c, 32c + 32), scaled, as 16 f16 pairs */
-    uint32_t qh[16];
-    {
-        const size_t qo = (size_t)t * (size_t)(H + 2 * KV) * AMMA_HD + (size_t)h * AMMA_HD + 32 * c;
-        if (a.q16) {
-            const uint4 *p = (const uint4 *)((const __half *)qkv + qo);
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const uint4 w = p[i];
-                const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&ws[j]));
-                    qh[4 * i + j] = amma_pack(f.x * a.scale, f.y * a.scale);
-                }
-            }
-        } else {
-            const float4 *p = (const float4 *)(qkv + qo);
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                const float4 f = p[i];
-                qh[2 * i] = amma_pack(f.x * a.scale, f.y * a.scale);
-                qh[2 * i + 1] = amma_pack(f.z * a.scale, f.w * a.scale);
-            }
-        }
-    }
-    if constexpr (QS != 0) { /* q from shared memory in the loop: 16 registers fewer */
-        if (warp == 0 && g == 0) {
-#pragma unroll
-            for (int i = 0; i < 16; i++) sm_q[18 * c + i] = qh[i];
-        }
-        __syncthreads();
-    }
+template <int KVT>
+__global__ void __launch_bounds__(ATTN_WARPS * 32, 4) attn_mma_kernel(tbc_attn_args a, const float *qkv, float *out) {
+    __shared__ float sm_m[ATTN_WARPS], sm_l[ATTN_WARPS];
+    __shared__ float sm_o[ATTN_WARPS][AMMA_HD];
+    __shared__ uint32_t sm_q[4 * 18]; /* q's pairs, lane c's 16 at 18c (no bank conflicts) */
+    __shared__ int sm_last;
+    tbc_pdl_wait();
+    tbc_pdl_trigger();
+    const int h = blockIdx.x, t = blockIdx.y, sp = blockIdx.z;
+    int ns, lo, hi;
+    if (!amma_range(a, t, sp, &ns, &lo, &hi)) return;
+    const int kvh = h / (a.n_heads / a.n_kv);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    if (warp == 0 && g == 0) amma_q(a, qkv, t, h, c, &sm_q[18 * c]);
+    __syncthreads();
     float acc[8][4];
 #pragma unroll
     for (int i = 0; i < 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
     float m = -INFINITY, l = 0.0f, unit = 1.0f;
-
-    int chunk = (len + ns - 1) / ns;
-    chunk = (chunk + 15) & ~15;
-    const int lo = sp * chunk, hi = min(len, lo + chunk);
     const int32_t *bt = a.block_tables + (size_t)a.seq[t] * a.max_blocks;
-    const int bs = a.block_size;
-    const int own[4] = {2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9}; /* the lane's keys of a tile (scores, V, P) */
     for (int base = lo + 16 * warp; base < hi; base += 16 * ATTN_WARPS) {
-        const int blk = bt[base / bs], r0 = base % bs, nk = hi - base;
-        uint32_t kw[2][KWORDS], vw[4][VWORDS];
-        float ksc[4], vsc[4];
-        if constexpr (FP8) {
-            const uint8_t *kb = (const uint8_t *)a.k_cache + (size_t)blk * a.kv_block_bytes;
-            const uint8_t *vb = (const uint8_t *)a.v_cache + (size_t)blk * a.kv_block_bytes;
-#pragma unroll
-            for (int u = 0; u < 2; u++) {
-                const int key = g + 8 * u;
-                uint4 w0 = make_uint4(0, 0, 0, 0), w1 = w0;
-                if (key < nk) {
-                    const uint4 *p = (const uint4 *)(kb + ((size_t)(r0 + key) * KV + kvh) * AMMA_HD + 32 * c);
-                    w0 = p[0];
-                    w1 = p[1];
-                }
-                kw[u][0] = w0.x, kw[u][1] = w0.y, kw[u][2] = w0.z, kw[u][3] = w0.w;
-                kw[u][4] = w1.x, kw[u][5] = w1.y, kw[u][6] = w1.z, kw[u][7] = w1.w;
-            }
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int key = own[i];
-                uint4 w = make_uint4(0, 0, 0, 0);
-                ksc[i] = vsc[i] = 0.0f;
-                if (key < nk) {
-                    const size_t r = (size_t)(r0 + key) * KV + kvh;
-                    w = *(const uint4 *)(vb + r * AMMA_HD + 16 * g);
-                    ksc[i] = ((const float *)(kb + a.kv_scale_off))[r];
-                    vsc[i] = ((const float *)(vb + a.kv_scale_off))[r];
-                }
-                vw[i][0] = w.x, vw[i][1] = w.y, vw[i][2] = w.z, vw[i][3] = w.w;
-            }
-        } else {
-            const __half *kc = (const __half *)a.k_cache, *vc = (const __half *)a.v_cache;
-            const size_t row0 = (size_t)blk * bs + r0;
-#pragma unroll
-            for (int u = 0; u < 2; u++) {
-                const int key = g + 8 * u;
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    uint4 w = make_uint4(0, 0, 0, 0);
-                    if (key < nk) w = ((const uint4 *)(kc + ((row0 + key) * KV + kvh) * AMMA_HD + 32 * c))[i];
-                    kw[u][4 * i] = w.x, kw[u][4 * i + 1] = w.y, kw[u][4 * i + 2] = w.z, kw[u][4 * i + 3] = w.w;
-                }
-            }
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                const int key = own[i];
-                ksc[i] = vsc[i] = 1.0f;
-#pragma unroll
-                for (int j = 0; j < 2; j++) {
-                    uint4 w = make_uint4(0, 0, 0, 0);
-                    if (key < nk) w = ((const uint4 *)(vc + ((row0 + key) * KV + kvh) * AMMA_HD + 16 * g))[j];
-                    vw[i][4 * j] = w.x, vw[i][4 * j + 1] = w.y, vw[i][4 * j + 2] = w.z, vw[i][4 * j + 3] = w.w;
-                }
-            }
-        }
-        /* scores: n-tile u holds keys 8u .. 8u + 7 */
-        float s[2][4];
-#pragma unroll
-        for (int u = 0; u < 2; u++) s[u][0] = s[u][1] = s[u][2] = s[u][3] = 0.0f;
-#pragma unroll
-        for (int st = 0; st < 8; st++) {
-#pragma unroll
-            for (int u = 0; u < 2; u++) {
-                uint32_t b0, b1;
-                if constexpr (FP8) {
-                    b0 = amma_e4m3x2(kw[u][st]);
-                    b1 = amma_e4m3x2(kw[u][st] >> 16);
-                } else {
-                    b0 = kw[u][2 * st];
-                    b1 = kw[u][2 * st + 1];
-                }
-                uint32_t q0 = qh[2 * st], q1 = qh[2 * st + 1];
-                if constexpr (QS != 0) {
-                    const uint2 qq = *(const uint2 *)&sm_q[18 * c + 2 * st];
-                    q0 = qq.x, q1 = qq.y;
-                }
-                amma(s[u], q0, q0, q1, q1, b0, b1);
-            }
-        }
-        float sc[4] = {s[0][0], s[0][1], s[1][0], s[1][1]}, mt = -INFINITY;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            sc[i] = own[i] < nk ? sc[i] * ksc[i] : -INFINITY;
-            mt = fmaxf(mt, sc[i]);
-        }
-        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
-        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
-        const float mn = fmaxf(m, mt), corr = __expf(m - mn);
-        float p[4], ps = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            p[i] = __expf(sc[i] - mn);
-            ps += p[i];
-        }
-        l = l * corr + ps;
-        m = mn;
-        float ratio = corr;
-        if constexpr (FP8) { /* P in units of the tile's largest V scale */
-            float vm = fmaxf(fmaxf(vsc[0], vsc[1]), fmaxf(vsc[2], vsc[3]));
-            vm = fmaxf(vm, __shfl_xor_sync(0xffffffffu, vm, 1));
-            vm = fmaxf(vm, __shfl_xor_sync(0xffffffffu, vm, 2));
-            const float nu = vm > 0.0f ? vm : unit, inv = 1.0f / nu;
-            ratio = corr * (unit * inv);
-            unit = nu;
-#pragma unroll
-            for (int i = 0; i < 4; i++) p[i] *= vsc[i] * inv;
-        }
-#pragma unroll
-        for (int i = 0; i < 8; i++) acc[i][0] *= ratio, acc[i][1] *= ratio, acc[i][2] *= ratio, acc[i][3] *= ratio;
-        const uint32_t pb0 = amma_pack(p[0], p[1]), pb1 = amma_pack(p[2], p[3]);
-#pragma unroll
-        for (int mi = 0; mi < 8; mi++) {
-            uint32_t a0, a1, a2, a3;
-            if constexpr (FP8) { /* dims 16g + 2mi, + 1: bytes (2mi) % 4 and + 1 of word mi / 2 */
-                const uint32_t sel = (mi & 1) ? 0x7362u : 0x5140u;
-                const uint32_t x = __byte_perm(vw[0][mi >> 1], vw[1][mi >> 1], sel);
-                const uint32_t y = __byte_perm(vw[2][mi >> 1], vw[3][mi >> 1], sel);
-                a0 = amma_e4m3x2(x);
-                a1 = amma_e4m3x2(x >> 16);
-                a2 = amma_e4m3x2(y);
-                a3 = amma_e4m3x2(y >> 16);
-            } else { /* word mi of each key: dims 16g + 2mi, + 1 */
-                a0 = __byte_perm(vw[0][mi], vw[1][mi], 0x5410u);
-                a1 = __byte_perm(vw[0][mi], vw[1][mi], 0x7632u);
-                a2 = __byte_perm(vw[2][mi], vw[3][mi], 0x5410u);
-                a3 = __byte_perm(vw[2][mi], vw[3][mi], 0x7632u);
-            }
-            amma(acc[mi], a0, a1, a2, a3, pb0, pb1);
-        }
+        amma_tile<KVT> x;
+        amma_load<KVT>(a, bt, base, hi, kvh, g, c, x);
+        amma_step<KVT>(x, &sm_q[18 * c], hi - base, c, m, l, unit, acc);
     }
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
@@ -1127,6 +1143,66 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32, QS ? 4 : 1)
     }
     __syncthreads();
     attn_block_out(a, t, h, sp, ns, sm_m, sm_l, &sm_o[0][0], AMMA_HD, &sm_last, out);
+}
+
+template <int KVT>
+__global__ void __launch_bounds__(ATTN_WARPS * 32) attn_mma_warp_kernel(tbc_attn_args a, const float *qkv,
+                                                                         float *out) {
+    __shared__ uint32_t sm_q[ATTN_WARPS][4 * 18];
+    tbc_pdl_wait();
+    tbc_pdl_trigger();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    const int h = blockIdx.x * ATTN_WARPS + warp, t = blockIdx.y, sp = blockIdx.z, H = a.n_heads;
+    int ns, lo, hi;
+    if (h >= H || !amma_range(a, t, sp, &ns, &lo, &hi)) return;
+    const int kvh = h / (H / a.n_kv);
+    uint32_t *sq = &sm_q[warp][18 * c];
+    if (g == 0) amma_q(a, qkv, t, h, c, sq);
+    __syncwarp();
+    float acc[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    float m = -INFINITY, l = 0.0f, unit = 1.0f;
+    const int32_t *bt = a.block_tables + (size_t)a.seq[t] * a.max_blocks;
+    amma_tile<KVT> x, y; /* the tile being scored and the next one, loading */
+    if (lo < hi) amma_load<KVT>(a, bt, lo, hi, kvh, g, c, x);
+    for (int base = lo; base < hi; base += 32) {
+        if (base + 16 < hi) amma_load<KVT>(a, bt, base + 16, hi, kvh, g, c, y);
+        amma_step<KVT>(x, sq, hi - base, c, m, l, unit, acc);
+        if (base + 16 >= hi) break;
+        if (base + 32 < hi) amma_load<KVT>(a, bt, base + 32, hi, kvh, g, c, x);
+        amma_step<KVT>(y, sq, hi - base - 16, c, m, l, unit, acc);
+    }
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    /* lane (g, 0) holds dims 16g + 2mi, + 1 */
+    if (ns == 1) {
+        const float inv = l > 0.0f ? unit / l : 0.0f;
+        float *o = out + ((size_t)t * H + h) * AMMA_HD + 16 * g;
+        if (c == 0)
+#pragma unroll
+            for (int mi = 0; mi < 8; mi++) *(float2 *)(o + 2 * mi) = make_float2(acc[mi][0] * inv, acc[mi][2] * inv);
+        return;
+    }
+    float *o = a.partial + (((size_t)t * H + h) * a.n_splits + sp) * (size_t)(AMMA_HD + 2);
+    if (c == 0)
+#pragma unroll
+        for (int mi = 0; mi < 8; mi++)
+            *(float2 *)(o + 16 * g + 2 * mi) = make_float2(acc[mi][0] * unit, acc[mi][2] * unit);
+    if (lane == 0) {
+        o[AMMA_HD] = m;
+        o[AMMA_HD + 1] = l;
+    }
+    /* the last of the (t, h) splits to finish merges them */
+    __threadfence();
+    __syncwarp();
+    int last = 0;
+    if (lane == 0) last = atomicAdd(a.counters + (size_t)t * H + h, 1) == ns - 1;
+    last = __shfl_sync(0xffffffffu, last, 0);
+    if (!last) return;
+    __threadfence();
+    if (lane == 0) a.counters[(size_t)t * H + h] = 0;
+    combine(a, t, h, ns, out, lane, 32);
 }
 
 /* ---------------------------------------------------------------- launcher */
@@ -1191,11 +1267,13 @@ extern "C" cudaError_t tbc_attention(const tbc_attn_args *args, float *qkv, floa
     dim3 grid(a->n_heads, a->T, a->n_splits);
     if (a->mma && a->hd == AMMA_HD && a->block_size % 16 == 0 && (a->kv_q == TBC_KVQ_FP8 || (a->kv_f16 && !a->kv_q))) {
         const dim3 block(ATTN_WARPS * 32);
-        if (a->mma == 2)
-            return a->kv_f16 ? tbc_launch(attn_mma_kernel<KVT_F16, 1>, grid, block, 0, s, *a, qkv, out)
-                             : tbc_launch(attn_mma_kernel<KVT_FP8, 1>, grid, block, 0, s, *a, qkv, out);
-        return a->kv_f16 ? tbc_launch(attn_mma_kernel<KVT_F16, 0>, grid, block, 0, s, *a, qkv, out)
-                         : tbc_launch(attn_mma_kernel<KVT_FP8, 0>, grid, block, 0, s, *a, qkv, out);
+        if (a->mma == 2) {
+            const dim3 wgrid((a->n_heads + ATTN_WARPS - 1) / ATTN_WARPS, a->T, a->n_splits);
+            return a->kv_f16 ? tbc_launch(attn_mma_warp_kernel<KVT_F16>, wgrid, block, 0, s, *a, qkv, out)
+                             : tbc_launch(attn_mma_warp_kernel<KVT_FP8>, wgrid, block, 0, s, *a, qkv, out);
+        }
+        return a->kv_f16 ? tbc_launch(attn_mma_kernel<KVT_F16>, grid, block, 0, s, *a, qkv, out)
+                         : tbc_launch(attn_mma_kernel<KVT_FP8>, grid, block, 0, s, *a, qkv, out);
     }
     if (a->kv_q == TBC_KVQ_I8) return attn_launch<KVT_I8>(epl, grid, *a, qkv, out, s);
     if (a->kv_q == TBC_KVQ_FP8) return attn_launch<KVT_FP8>(epl, grid, *a, qkv, out, s);
