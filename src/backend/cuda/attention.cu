@@ -674,6 +674,16 @@ __device__ __forceinline__ void attn_h16_score(bool valid, int S, const float *q
     for (int e = 0; e < EPL; e++) acc[e] = fmaf(p, vf[e], acc[e]);
 }
 
+/* Splits in use for a (t, h) of len keys: at most one per split_min keys. */
+__device__ __forceinline__ int attn_splits_used(const tbc_attn_args &a, int len) {
+    int ns = a.n_splits;
+    if (a.split_min > 0) {
+        int cap = (len + a.split_min - 1) / a.split_min;
+        if (cap < ns) ns = cap < 1 ? 1 : cap;
+    }
+    return ns;
+}
+
 /* The block's output of (t, h, split sp) once each warp has put its (max,
  * sum, hd outputs) in sm_m[w], sm_l[w], sm_o[w * ld ..] (and the block has
  * synchronised): merged over the warps into out (one split) or into the
@@ -734,13 +744,7 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) attn_kernel(tbc_attn_args a, 
     tbc_pdl_wait();
     tbc_pdl_trigger();
     const int h = blockIdx.x, t = blockIdx.y, sp = blockIdx.z;
-    const int len = a.pos[t] + 1;
-    /* splits in use for this (t, h): at most one per split_min keys */
-    int ns = a.n_splits;
-    if (a.split_min > 0) {
-        int cap = (len + a.split_min - 1) / a.split_min;
-        if (cap < ns) ns = cap < 1 ? 1 : cap;
-    }
+    const int len = a.pos[t] + 1, ns = attn_splits_used(a, len);
     if (sp >= ns) return;
     const int hd = a.hd, S = hd / EPL, H = a.n_heads, KV = a.n_kv;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -891,11 +895,12 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) attn_kernel(tbc_attn_args a, 
  *     P (p * vscale / u, u the tile's largest V scale: P stays in f16's normal
  *     range) and the running output is kept in units of u, rescaled with the
  *     softmax correction once a tile.
- * Two kernels share the tile code: attn_mma_kernel (TB_CUDA_ATTN_MMA=1) keeps
- * attn_kernel's blocks (4 warps a (head, token, split), tiles w, w + 4, ...,
- * merged through shared memory); attn_mma_warp_kernel (=2) gives each warp a
- * (head, token, split) of its own (4 heads a block), loads the next tile
- * while the current one is scored, and needs no block barrier. */
+ * attn_mma_kernel keeps attn_kernel's blocks: 4 warps a (head, token, split),
+ * warp w taking tiles w, w + 4, ..., merged through shared memory; q is read
+ * from shared memory in the loop (16 registers fewer: 115, four blocks an
+ * SM; TB_CUDA_ATTN_MMA=2 compiles it for five, 96 registers). A warp per
+ * (head, token) with the next tile loaded while one is scored (150
+ * registers) was slower on long contexts (docs/GPU.md). */
 #define AMMA_HD 128
 
 __device__ __forceinline__ void amma(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
@@ -1088,12 +1093,7 @@ __device__ __forceinline__ void amma_step(const amma_tile<KVT> &x, const uint32_
 /* Splits of (t, h) in use and split sp's key range [lo, hi), rounded to
  * 16 keys. Returns 0 when split sp is not in use. */
 __device__ __forceinline__ int amma_range(const tbc_attn_args &a, int t, int sp, int *ns_out, int *lo, int *hi) {
-    const int len = a.pos[t] + 1;
-    int ns = a.n_splits;
-    if (a.split_min > 0) {
-        int cap = (len + a.split_min - 1) / a.split_min;
-        if (cap < ns) ns = cap < 1 ? 1 : cap;
-    }
+    const int len = a.pos[t] + 1, ns = attn_splits_used(a, len);
     *ns_out = ns;
     if (sp >= ns) return 0;
     int chunk = (len + ns - 1) / ns;
@@ -1103,8 +1103,8 @@ __device__ __forceinline__ int amma_range(const tbc_attn_args &a, int t, int sp,
     return 1;
 }
 
-template <int KVT>
-__global__ void __launch_bounds__(ATTN_WARPS * 32, 4) attn_mma_kernel(tbc_attn_args a, const float *qkv, float *out) {
+template <int KVT, int MINB>
+__global__ void __launch_bounds__(ATTN_WARPS * 32, MINB) attn_mma_kernel(tbc_attn_args a, const float *qkv, float *out) {
     __shared__ float sm_m[ATTN_WARPS], sm_l[ATTN_WARPS];
     __shared__ float sm_o[ATTN_WARPS][AMMA_HD];
     __shared__ uint32_t sm_q[4 * 18]; /* q's pairs, lane c's 16 at 18c (no bank conflicts) */
@@ -1143,66 +1143,6 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32, 4) attn_mma_kernel(tbc_attn_a
     }
     __syncthreads();
     attn_block_out(a, t, h, sp, ns, sm_m, sm_l, &sm_o[0][0], AMMA_HD, &sm_last, out);
-}
-
-template <int KVT>
-__global__ void __launch_bounds__(ATTN_WARPS * 32) attn_mma_warp_kernel(tbc_attn_args a, const float *qkv,
-                                                                         float *out) {
-    __shared__ uint32_t sm_q[ATTN_WARPS][4 * 18];
-    tbc_pdl_wait();
-    tbc_pdl_trigger();
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-    const int h = blockIdx.x * ATTN_WARPS + warp, t = blockIdx.y, sp = blockIdx.z, H = a.n_heads;
-    int ns, lo, hi;
-    if (h >= H || !amma_range(a, t, sp, &ns, &lo, &hi)) return;
-    const int kvh = h / (H / a.n_kv);
-    uint32_t *sq = &sm_q[warp][18 * c];
-    if (g == 0) amma_q(a, qkv, t, h, c, sq);
-    __syncwarp();
-    float acc[8][4];
-#pragma unroll
-    for (int i = 0; i < 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-    float m = -INFINITY, l = 0.0f, unit = 1.0f;
-    const int32_t *bt = a.block_tables + (size_t)a.seq[t] * a.max_blocks;
-    amma_tile<KVT> x, y; /* the tile being scored and the next one, loading */
-    if (lo < hi) amma_load<KVT>(a, bt, lo, hi, kvh, g, c, x);
-    for (int base = lo; base < hi; base += 32) {
-        if (base + 16 < hi) amma_load<KVT>(a, bt, base + 16, hi, kvh, g, c, y);
-        amma_step<KVT>(x, sq, hi - base, c, m, l, unit, acc);
-        if (base + 16 >= hi) break;
-        if (base + 32 < hi) amma_load<KVT>(a, bt, base + 32, hi, kvh, g, c, x);
-        amma_step<KVT>(y, sq, hi - base - 16, c, m, l, unit, acc);
-    }
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    /* lane (g, 0) holds dims 16g + 2mi, + 1 */
-    if (ns == 1) {
-        const float inv = l > 0.0f ? unit / l : 0.0f;
-        float *o = out + ((size_t)t * H + h) * AMMA_HD + 16 * g;
-        if (c == 0)
-#pragma unroll
-            for (int mi = 0; mi < 8; mi++) *(float2 *)(o + 2 * mi) = make_float2(acc[mi][0] * inv, acc[mi][2] * inv);
-        return;
-    }
-    float *o = a.partial + (((size_t)t * H + h) * a.n_splits + sp) * (size_t)(AMMA_HD + 2);
-    if (c == 0)
-#pragma unroll
-        for (int mi = 0; mi < 8; mi++)
-            *(float2 *)(o + 16 * g + 2 * mi) = make_float2(acc[mi][0] * unit, acc[mi][2] * unit);
-    if (lane == 0) {
-        o[AMMA_HD] = m;
-        o[AMMA_HD + 1] = l;
-    }
-    /* the last of the (t, h) splits to finish merges them */
-    __threadfence();
-    __syncwarp();
-    int last = 0;
-    if (lane == 0) last = atomicAdd(a.counters + (size_t)t * H + h, 1) == ns - 1;
-    last = __shfl_sync(0xffffffffu, last, 0);
-    if (!last) return;
-    __threadfence();
-    if (lane == 0) a.counters[(size_t)t * H + h] = 0;
-    combine(a, t, h, ns, out, lane, 32);
 }
 
 /* ---------------------------------------------------------------- launcher */
@@ -1267,13 +1207,11 @@ extern "C" cudaError_t tbc_attention(const tbc_attn_args *args, float *qkv, floa
     dim3 grid(a->n_heads, a->T, a->n_splits);
     if (a->mma && a->hd == AMMA_HD && a->block_size % 16 == 0 && (a->kv_q == TBC_KVQ_FP8 || (a->kv_f16 && !a->kv_q))) {
         const dim3 block(ATTN_WARPS * 32);
-        if (a->mma == 2) {
-            const dim3 wgrid((a->n_heads + ATTN_WARPS - 1) / ATTN_WARPS, a->T, a->n_splits);
-            return a->kv_f16 ? tbc_launch(attn_mma_warp_kernel<KVT_F16>, wgrid, block, 0, s, *a, qkv, out)
-                             : tbc_launch(attn_mma_warp_kernel<KVT_FP8>, wgrid, block, 0, s, *a, qkv, out);
-        }
-        return a->kv_f16 ? tbc_launch(attn_mma_kernel<KVT_F16>, grid, block, 0, s, *a, qkv, out)
-                         : tbc_launch(attn_mma_kernel<KVT_FP8>, grid, block, 0, s, *a, qkv, out);
+        if (a->mma == 2) /* 96 registers (24 bytes spilled): five blocks an SM */
+            return a->kv_f16 ? tbc_launch(attn_mma_kernel<KVT_F16, 5>, grid, block, 0, s, *a, qkv, out)
+                             : tbc_launch(attn_mma_kernel<KVT_FP8, 5>, grid, block, 0, s, *a, qkv, out);
+        return a->kv_f16 ? tbc_launch(attn_mma_kernel<KVT_F16, 4>, grid, block, 0, s, *a, qkv, out)
+                         : tbc_launch(attn_mma_kernel<KVT_FP8, 4>, grid, block, 0, s, *a, qkv, out);
     }
     if (a->kv_q == TBC_KVQ_I8) return attn_launch<KVT_I8>(epl, grid, *a, qkv, out, s);
     if (a->kv_q == TBC_KVQ_FP8) return attn_launch<KVT_FP8>(epl, grid, *a, qkv, out, s);

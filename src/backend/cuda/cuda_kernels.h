@@ -131,7 +131,8 @@ typedef struct {
      * with hd / lanes == 16 makes each warp score 32 / lanes keys at once */
     int lanes;
     /* 1: decode on the tensor cores (attn_mma_kernel) where it applies:
-     * hd 128, f16 or e4m3 caches, block_size a multiple of 16 */
+     * hd 128, f16 or e4m3 caches, block_size a multiple of 16; 2: the same
+     * kernel built for five blocks an SM (96 registers); 0: attn_kernel */
     int mma;
     /* with ys_sw set, qkv is the raw product of an FP8 GEMM whose
      * tbc_scale_out was skipped: rope_kv scales each value it reads,
