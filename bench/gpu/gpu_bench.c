@@ -283,10 +283,12 @@ int main(int argc, char **argv) {
                 tb_seq_reset(c, s);
                 ch[s] = (tb_seq_chunk){s, ctx_len, toks + (size_t)s * (need + 1), 1};
             }
-            /* the prompts in steps of at most --step-tokens tokens (whole prompts) */
+            /* the prompts in steps of at most --step-tokens tokens (whole
+             * prompts; at most the context's step) */
+            const int cap = step_tokens < tb_context_max_step(c) ? step_tokens : tb_context_max_step(c);
             for (int s0 = 0; s0 < B;) {
                 int n = 0, used = 0;
-                while (s0 + n < B && (n == 0 || used + ctx_len <= step_tokens)) used += ctx_len, n++;
+                while (s0 + n < B && (n == 0 || used + ctx_len <= cap)) used += ctx_len, n++;
                 if (!step(c, ch + s0, n)) return 1;
                 s0 += n;
             }

@@ -213,12 +213,13 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
     if (max_seq <= 0) max_seq = 2048;
     if (c->max_seq_len > 0 && max_seq > c->max_seq_len)
         tb_log(TB_LOG_WARN, "--max-seq-len %d exceeds the model's %d positions", max_seq, c->max_seq_len);
-    /* tokens a step carries: GPU engines take 2048 (prompts prefilled four
-     * 512-token chunks a step: the 256-stream prefill of docs/GPU.md 10%
-     * faster), CPU ones 512 */
+    /* tokens a step carries: GPU engines take 2048 (several prompts a step:
+     * the 256-stream prefill of docs/GPU.md 10% faster), at most the whole
+     * contexts of max_batch sequences; CPU ones 512, at most one context */
     const int gpu_target = o.device && !strncmp(o.device, "cuda", 4);
-    int max_step = o.max_step_tokens > 0 ? o.max_step_tokens : gpu_target ? 2048 : 512;
-    if (max_step > max_seq && o.max_step_tokens <= 0) max_step = max_seq;
+    const int64_t all_ctx = (int64_t)max_seq * (o.max_batch > 0 ? o.max_batch : 1);
+    int max_step = o.max_step_tokens;
+    if (max_step <= 0) max_step = gpu_target ? (all_ctx < 2048 ? (int)all_ctx : 2048) : (max_seq < 512 ? max_seq : 512);
     if (max_step < 16) max_step = 16;
     /* ---- calibration (plan/calib_run.h): an f32 engine of this model runs
      * in memory over --calib, or the --calib-cache is read */
