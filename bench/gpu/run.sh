@@ -643,6 +643,10 @@ if [ -z "$QONLY" ]; then
 # Every stage is bounded; a stage that times out leaves the server's log and
 # its threads' stacks (gdb, where there is one) in the log.
 say "== serve on the GPU"
+# the system's curl, whatever LD_LIBRARY_PATH the caller exported (the packed
+# libraries hold a libcurl of the build machine that the device's curl binary
+# cannot use: every request below would fail as "no answer")
+curl() { env -u LD_LIBRARY_PATH curl "$@"; }
 SPORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 # env execs the server, so $! is its pid (a shell function in the background
 # would be a subshell that keeps SIGINT from it)
