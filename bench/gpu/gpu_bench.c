@@ -86,13 +86,17 @@ static int step(tb_context *c, const tb_seq_chunk *ch, int n) {
     return 1;
 }
 
+/* FNV-1a step over one token id */
+static uint64_t fnv1a(uint64_t h, int32_t tok) { return (h ^ (uint32_t)tok) * 1099511628211ull; }
+
 /* 64 streams (say) of s_in prompt and s_out generated tokens: prompts as
  * many per step as fit in step_tokens, then every stream decodes together. */
 static void run_streams(tb_engine *e, const char *device, const tb_engine_info *in, int streams, int s_in, int s_out,
                         int step_tokens, const char *tag) {
     tb_engine_info info = *in;
     const char *st = getenv("TB_BENCH_STEP_TOKENS"); /* a variant's own step size */
-    if (st && atoi(st) > 0) step_tokens = atoi(st);
+    const int st_n = st ? atoi(st) : 0;
+    if (st_n > 0) step_tokens = st_n;
     tb_context_options o;
     tb_context_options_default(&o);
     o.max_seqs = streams;
@@ -128,7 +132,7 @@ static void run_streams(tb_engine *e, const char *device, const tb_engine_info *
             }
             if (n == 0) { fprintf(stderr, "gpu_bench: --stream-in exceeds --step-tokens\n"); goto streams_done; }
             if (!step(c, ch, n)) goto streams_done;
-            for (int i = 0; i < n && !host_logits; i++) dig = (dig ^ (uint32_t)g_res[i].token) * 1099511628211ull;
+            for (int i = 0; i < n && !host_logits; i++) dig = fnv1a(dig, g_res[i].token);
         }
         tp = now_ms() - t0;
         for (int k = 0; k < s_out - 1; k++) { /* the prefill step gave each stream its first token */
@@ -136,7 +140,7 @@ static void run_streams(tb_engine *e, const char *device, const tb_engine_info *
             if (!step(c, ch, streams)) goto streams_done;
         }
         for (int i = 0; i < streams && !host_logits && streams <= MAX_ROWS; i++)
-            dig = (dig ^ (uint32_t)g_res[i].token) * 1099511628211ull;
+            dig = fnv1a(dig, g_res[i].token);
         double tt = now_ms() - t0;
         if (rep == 1) {
             printf("%s%sstreams %d (%d in, %d out, steps of %d): %.0f gen tok/s; %.1f ms in all, prefill %.1f ms, "

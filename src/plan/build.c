@@ -219,7 +219,8 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
     const int gpu_target = o.device && !strncmp(o.device, "cuda", 4);
     const int64_t all_ctx = (int64_t)max_seq * (o.max_batch > 0 ? o.max_batch : 1);
     int max_step = o.max_step_tokens;
-    if (max_step <= 0) max_step = gpu_target ? (all_ctx < 2048 ? (int)all_ctx : 2048) : (max_seq < 512 ? max_seq : 512);
+    if (max_step <= 0 && gpu_target) max_step = all_ctx < 2048 ? (int)all_ctx : 2048;
+    else if (max_step <= 0) max_step = max_seq < 512 ? max_seq : 512;
     if (max_step < 16) max_step = 16;
     /* ---- calibration (plan/calib_run.h): an f32 engine of this model runs
      * in memory over --calib, or the --calib-cache is read */

@@ -611,14 +611,6 @@ __device__ void combine(const tbc_attn_args &a, int t, int h, int ns, float *out
     }
 }
 
-/* EPL 16-bit values from p (aligned to 4 * (EPL / 2 words) bytes up to 16:
- * a row of hd values starts at a multiple of hd elements, the lane at li *
- * EPL) as EPL / 2 words, first value in the low half. */
-template <int EPL>
-__device__ __forceinline__ void load_half_words(const uint16_t *p, uint32_t *w) {
-    load_words<2 * EPL>(p, w);
-}
-
 /* The EPL / 2 words of f16 (or bf16) pairs w as EPL f32 values. */
 template <int EPL, int KVT>
 __device__ __forceinline__ void decode_half_words(const uint32_t *w, float *f) {
@@ -638,8 +630,8 @@ template <int EPL>
 __device__ __forceinline__ void attn_h16_load(const tbc_attn_args &a, int blk, int row, int kvh, int li, uint32_t *kw,
                                               uint32_t *vw) {
     const size_t off = (((size_t)blk * a.block_size + (size_t)row) * a.n_kv + kvh) * (size_t)a.hd + (size_t)li * EPL;
-    load_half_words<EPL>((const uint16_t *)a.k_cache + off, kw);
-    load_half_words<EPL>((const uint16_t *)a.v_cache + off, vw);
+    load_words<2 * EPL>((const uint16_t *)a.k_cache + off, kw); /* 16-bit values: 4 * (EPL / 2 words) bytes aligned */
+    load_words<2 * EPL>((const uint16_t *)a.v_cache + off, vw);
 }
 
 /* Scores one key of the group (its words kw, vw; valid false past the
