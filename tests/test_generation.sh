@@ -67,5 +67,14 @@ l2=$("$TURBINE_BIN" run "$D/s16.engine" -p "$long" -n 60 --temperature 0 2>/dev/
   || bad "16-token steps changed the greedy text: [$l2] vs [$l1]"
 "$TURBINE_BIN" build "$M/stories260K.bin" --tokenizer "$M/tok512.bin" -o "$D/x.engine" --max-step-tokens 8 \
   >/dev/null 2>"$D/e" && bad "--max-step-tokens 8 accepted" \
-  || { grep -q "max-step-tokens must be between 16 and 65536" "$D/e" && ok "--max-step-tokens 8 refused"; }
+  || { grep -q "max-step-tokens must be between 16 and 65536" "$D/e" && ok "--max-step-tokens 8 refused" \
+         || bad "--max-step-tokens 8: unexpected error $(cat "$D/e")"; }
+# the target device is parsed before anything is built: an unknown kind or a
+# bad index is refused with the accepted forms
+for dev in gpu cpux cuda:x; do
+  "$TURBINE_BIN" build "$M/stories260K.bin" --tokenizer "$M/tok512.bin" -o "$D/x.engine" --device "$dev" \
+    --dtype int8 >/dev/null 2>"$D/e" && bad "--device $dev accepted" \
+    || { grep -q "device '$dev'\|device index in '$dev'" "$D/e" && ok "--device $dev refused" \
+           || bad "--device $dev: unexpected error $(cat "$D/e")"; }
+done
 [ "$fails" = 0 ] && echo "all generation checks ok" || { echo "$fails failures"; exit 1; }

@@ -145,11 +145,12 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
     if (o.qmm_tactics < TB_QMM_TACTICS_AUTO || o.qmm_tactics > TB_QMM_TACTICS_Q8)
         return tb_errorf(TB_ERR_INVALID_ARG, "qmm_tactics %d: want auto (0), exact (1) or q8 (2)", o.qmm_tactics);
     int retype = quant || o.n_overrides > 0; /* the quantize pass gives the weights their dtypes */
-    int cpu = !(o.device && *o.device) || !strncmp(o.device, "cpu", 3);
-    if (retype && !cpu && strncmp(o.device, "cuda", 4))
-        return tb_errorf(TB_ERR_UNSUPPORTED, "--device %s with --dtype %s%s: quantized engines are built for the CPU "
-                         "and cuda backends only", o.device, tb_dtype_name(o.weight_dtype),
-                         o.n_overrides ? " / --override" : "");
+    /* the target device, parsed once: "cpu" or "cuda" (both build every dtype) */
+    char dev_kind[16];
+    int dev_index;
+    tb_status ds = tb_device_parse(o.device, dev_kind, &dev_index);
+    if (ds != TB_OK) return ds;
+    const int cpu = !strcmp(dev_kind, "cpu");
     if (o.max_batch <= 0 || o.max_batch > 1024) return tb_errorf(TB_ERR_INVALID_ARG, "--max-batch must be in [1, 1024]");
     int tp = o.tp > 1 ? o.tp : 1;
     if (o.tp < 0 || tp > TB_MAX_TP || (tp & (tp - 1)))
@@ -216,7 +217,7 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
     /* tokens a step carries: GPU engines take 2048 (several prompts a step:
      * the 256-stream prefill of docs/GPU.md 10% faster), at most the whole
      * contexts of max_batch sequences; CPU ones 512, at most one context */
-    const int gpu_target = o.device && !strncmp(o.device, "cuda", 4);
+    const int gpu_target = !cpu;
     const int64_t all_ctx = (int64_t)max_seq * (o.max_batch > 0 ? o.max_batch : 1);
     int max_step = o.max_step_tokens;
     if (max_step <= 0 && gpu_target) max_step = all_ctx < 2048 ? (int)all_ctx : 2048;
@@ -235,8 +236,8 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
                               .tp_size = tp};
     tb_opt_options oo;
     memset(&oo, 0, sizeof oo);
-    int dev_index, n_passes;
-    if ((s = tb_device_parse(o.device && *o.device ? o.device : "cpu", oo.device, &dev_index)) != TB_OK) goto done;
+    int n_passes;
+    memcpy(oo.device, dev_kind, sizeof oo.device);
     oo.dtype = o.weight_dtype;
     oo.verbose = o.verbose;
     tb_quant_options qo = {.dtype = o.weight_dtype, .group = o.group_size, .asym = o.zero_point,
