@@ -15,6 +15,10 @@
  * must work) or when the CUDA module loads and finds a GPU (else skipped).
  * A case whose op or dtype the backend does not support (supports_op, or
  * TB_ERR_UNSUPPORTED from run_node) is printed as skipped.
+ * TURBINE_TEST_ONLY=attention runs the attention cases alone (every KV
+ * dtype's shapes and the e4m3 qkv > attention chains), for checking the
+ * GPU's decode attention variants (TB_CUDA_ATTN_MMA, TB_CUDA_ATTN_BLOCKS)
+ * quickly; the other ops' coverage is not checked then.
  *
  * Error: err = max |out - ref| / max |ref| over the output (the relative
  * error against the output's scale). Every case prints its bound and its
@@ -1213,9 +1217,43 @@ static void attention_shapes(tb_dtype kv, int more) {
 
 /* ---------------------------------------------------------------- all */
 static const int Ts[] = {1, 3, 17};
+static int only_attention; /* TURBINE_TEST_ONLY=attention */
+
+/* The e4m3 qkv > attention chains: at 17 tokens (the attention kernel, RoPE
+ * in front) and 40- and 70-token runs (the prefill path; from 64 tokens a
+ * RoPE block a token) the GPU's qkv takes the FP8 GEMM and the RoPE kernel
+ * applies its scales. */
+static void fp8_qkv_attention_chains(void) {
+    run_spec pre17[] = {{0, 5, 17}}, pre40[] = {{1, 3, 40}}, dec3[] = {{2, 40, 1}, {0, 0, 1}, {1, 17, 1}};
+    run_spec pre70[] = {{1, 3, 70}};
+    static const tb_dtype kvs[] = {TB_F16, TB_FP8_E4M3};
+    for (int kv = 0; kv < 2; kv++) {
+        attention_case(kvs[kv], 4, 2, 128, 1, pre17, 1, "prefill 17 at 5", 64, TB_FP8_E4M3);
+        attention_case(kvs[kv], 4, 2, 128, 0, pre40, 1, "prefill 40 at 3", 64, TB_FP8_E4M3);
+        attention_case(kvs[kv], 4, 2, 128, 1, pre70, 1, "prefill 70 at 3", 64, TB_FP8_E4M3);
+        attention_case(kvs[kv], 8, 2, 64, 0, dec3, 3, "3 seqs decode", 96, TB_FP8_E4M3);
+    }
+}
+
+/* TURBINE_TEST_ONLY=attention: the attention cases alone, every KV dtype
+ * with the larger shapes, and a decode of 251 keys (more tiles a warp than
+ * the pipelined kernel's ring holds when the keys are not split) */
+static void run_attention_only(void) {
+    static const tb_dtype kvs[] = {TB_F32, TB_F16, TB_BF16, TB_I8, TB_FP8_E4M3};
+    run_spec long1[] = {{0, 250, 1}, {1, 77, 1}};
+    for (int i = 0; i < 5; i++) {
+        attention_shapes(kvs[i], 1);
+        op_attention(kvs[i], 4, 2, 128, 0, long1, 2, "decode at 250, 77");
+    }
+    fp8_qkv_attention_chains();
+}
 
 static void run_all(void) {
     static const tb_dtype wdts[] = {TB_F32, TB_F16, TB_BF16};
+    if (only_attention) {
+        run_attention_only();
+        return;
+    }
     for (int di = 0; di < 3; di++) {
         op_embedding(wdts[di], 37, 67, 1, 0);
         op_embedding(wdts[di], 100, 256, 3, 0);
@@ -1341,25 +1379,17 @@ static void run_all(void) {
     pattern_q(PAT_MM_ADDNORM_MM, TB_FP8_E4M3, 64, 2, 17, 2048, 32);
     pattern_q(PAT_MM_SILU_MM, TB_FP8_E4M3, 64, 2, 24, 256, 32);
     pattern_q(PAT_NORM_MM, TB_FP8_E4M3, 64, 0, 20, 12800, 16);
-    /* an e4m3 qkv > attention: at 17 tokens (the attention kernel, RoPE in
-     * front) and 40- and 70-token runs (the prefill path; from 64 tokens a
-     * RoPE block a token) the GPU's qkv takes the FP8 GEMM and the RoPE
-     * kernel applies its scales */
-    {
-        run_spec pre17[] = {{0, 5, 17}}, pre40[] = {{1, 3, 40}}, dec3[] = {{2, 40, 1}, {0, 0, 1}, {1, 17, 1}};
-        run_spec pre70[] = {{1, 3, 70}};
-        static const tb_dtype kvs[] = {TB_F16, TB_FP8_E4M3};
-        for (int kv = 0; kv < 2; kv++) {
-            attention_case(kvs[kv], 4, 2, 128, 1, pre17, 1, "prefill 17 at 5", 64, TB_FP8_E4M3);
-            attention_case(kvs[kv], 4, 2, 128, 0, pre40, 1, "prefill 40 at 3", 64, TB_FP8_E4M3);
-            attention_case(kvs[kv], 4, 2, 128, 1, pre70, 1, "prefill 70 at 3", 64, TB_FP8_E4M3);
-            attention_case(kvs[kv], 8, 2, 64, 0, dec3, 3, "3 seqs decode", 96, TB_FP8_E4M3);
-        }
-    }
+    fp8_qkv_attention_chains();
 }
 
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* the log up to a crash */
+    const char *only = getenv("TURBINE_TEST_ONLY");
+    if (only && *only) {
+        CHECK_MSG(!strcmp(only, "attention"), "TURBINE_TEST_ONLY=%s: only 'attention' is known", only);
+        if (strcmp(only, "attention")) return tb_test_finish("test_backend_ops");
+        only_attention = 1;
+    }
     /* the CPU, once per SIMD path it runs */
     static const char *paths[] = {"avx512", "avx2", "scalar"};
     for (int i = 0; i < 3; i++) {
@@ -1402,7 +1432,7 @@ int main(void) {
         /* an LLM op added to the IR fails here until it has a case (the
          * general ops of ops_nn.def: test_nn_*.c, every kernel against its
          * reference) */
-        for (int k = 0; k < TB_OP_NN_FIRST; k++)
+        for (int k = 0; k < TB_OP_NN_FIRST && !only_attention; k++)
             CHECK_MSG(covered[k], "%s: op %s has no case in test_backend_ops", cur_bk->label,
                       tb_op_name((tb_op_kind)k));
         printf(" -> %s\n", tb_test_failures == fails ? "ok" : "FAILED");

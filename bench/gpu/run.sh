@@ -394,6 +394,18 @@ else
     row "ops vs reference kernels, FP8_FUSE=0" "FAIL ($(grep -c ' FAIL$' "$W/opsq.txt") failed:$(grep ' FAIL$' "$W/opsq.txt" |
         awk '{printf " %s/%s/%s", $1, $2, $3}' | head -c 300); $(tail -n 1 "$W/opsq.txt"))"
 fi
+say "== the decode attention's variants, attention cases alone (TURBINE_TEST_ONLY=attention; ATTN_BLOCKS=0: no key splits)"
+for v in "TB_CUDA_ATTN_MMA=0" "TB_CUDA_ATTN_MMA=2" "TB_CUDA_ATTN_MMA=3" "TB_CUDA_ATTN_MMA=3 TB_CUDA_ATTN_BLOCKS=0" \
+         "TB_CUDA_ATTN_MMA=1 TB_CUDA_ATTN_BLOCKS=0"; do
+    n="attn$(echo "$v" | tr -cd '0-9')"
+    # shellcheck disable=SC2086 # v is a list of VAR=VALUE words
+    if device_test test_backend_ops "$n" TURBINE_TEST_ONLY=attention $v; then
+        row "attention, $v" "PASS ($(grep -c ' bound .* ok$' "$W/$n.txt") comparisons)"
+    else
+        row "attention, $v" "FAIL ($(grep -c ' FAIL$' "$W/$n.txt") failed:$(grep ' FAIL$' "$W/$n.txt" |
+            awk '{printf " %s/%s/%s", $1, $2, $3}' | head -c 300); $(tail -n 1 "$W/$n.txt"))"
+    fi
+done
 say "== the flash prefill kernel against a double-precision reference, f16 / fp8 / int8 caches (bench/gpu/flash_test.cu)"
 if [ ! -x "$BIN/flash_test" ]; then
     row "flash prefill vs reference" "SKIP (no flash_test in $BIN)"

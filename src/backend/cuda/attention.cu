@@ -21,6 +21,10 @@
  *                    split_min, a (token, head) whose context is short uses
  *                    fewer splits (one per split_min keys) and the blocks
  *                    of the unused splits return at once.
+ *   attn_mma_kernel  (hd 128, f16 / e4m3 caches) the same blocks with 16-key
+ *                    tiles scored and summed on the tensor cores;
+ *                    attn_mma_pipe_kernel the same with each warp's tiles
+ *                    copied ahead into shared memory (cp.async).
  * With rope_done the qkv GEMV's epilogue has done rope_kv's work.
  *
  * int8 and fp8 (e4m3) caches (core/kv_layout.h): rope_kv quantises each
@@ -924,15 +928,19 @@ template <int KVT> struct amma_tile {
     float ksc[4], vsc[4];
 };
 
-/* The lane's q pairs (dims [32c, 32c + 32) of head h, token t, scaled) into
- * sq (16 words at sq[0 .. 15]). */
+/* The lane's q pairs (head h, token t, scaled) into sq (16 words at sq[0 ..
+ * 15]): dims [32c, 32c + 32), or with IL the 8-dim chunks c, c + 4, c + 8,
+ * c + 12 (words 4i .. 4i + 3 the chunk's 8 dims), as the lane's keys are
+ * laid out. */
+template <bool IL = false>
 __device__ __forceinline__ void amma_q(const tbc_attn_args &a, const float *qkv, int t, int h, int c, uint32_t *sq) {
     const size_t qo = (size_t)t * (size_t)(a.n_heads + 2 * a.n_kv) * AMMA_HD + (size_t)h * AMMA_HD + 32 * c;
+    /* words 4i .. 4i + 3 are the 8 dims from qb(i) + 8i: 8(c + 4i) (IL), 32c + 8i */
+    const auto qb = [&](int i) -> size_t { return IL ? qo - 24 * c + 24 * i : qo; };
     if (a.q16) {
-        const uint4 *p = (const uint4 *)((const __half *)qkv + qo);
 #pragma unroll
         for (int i = 0; i < 4; i++) {
-            const uint4 w = p[i];
+            const uint4 w = ((const uint4 *)((const __half *)qkv + qb(i)))[i];
             const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
             for (int j = 0; j < 4; j++) {
@@ -941,10 +949,9 @@ __device__ __forceinline__ void amma_q(const tbc_attn_args &a, const float *qkv,
             }
         }
     } else {
-        const float4 *p = (const float4 *)(qkv + qo);
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            const float4 f = p[i];
+            const float4 f = ((const float4 *)(qkv + qb(i / 2)))[i];
             sq[2 * i] = amma_pack(f.x * a.scale, f.y * a.scale);
             sq[2 * i + 1] = amma_pack(f.z * a.scale, f.w * a.scale);
         }
@@ -1095,6 +1102,29 @@ __device__ __forceinline__ int amma_range(const tbc_attn_args &a, int t, int sp,
     return 1;
 }
 
+/* A warp's (m, l, unit, acc) into the block's shared triples, then the
+ * block's output (attn_block_out). */
+__device__ __forceinline__ void amma_finish(const tbc_attn_args &a, int t, int h, int sp, int ns, float m, float l,
+                                            float unit, const float (&acc)[8][4], float *sm_m, float *sm_l,
+                                            float (*sm_o)[AMMA_HD], int *sm_last, float *out) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (c == 0) {
+#pragma unroll
+        for (int mi = 0; mi < 8; mi++) {
+            sm_o[warp][16 * g + 2 * mi] = acc[mi][0] * unit;
+            sm_o[warp][16 * g + 2 * mi + 1] = acc[mi][2] * unit;
+        }
+    }
+    if (lane == 0) {
+        sm_m[warp] = m;
+        sm_l[warp] = l;
+    }
+    __syncthreads();
+    attn_block_out(a, t, h, sp, ns, sm_m, sm_l, &sm_o[0][0], AMMA_HD, sm_last, out);
+}
+
 template <int KVT, int MINB>
 __global__ void __launch_bounds__(ATTN_WARPS * 32, MINB) attn_mma_kernel(tbc_attn_args a, const float *qkv, float *out) {
     __shared__ float sm_m[ATTN_WARPS], sm_l[ATTN_WARPS];
@@ -1120,21 +1150,208 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32, MINB) attn_mma_kernel(tbc_att
         amma_load<KVT>(a, bt, base, hi, kvh, g, c, x);
         amma_step<KVT>(x, &sm_q[18 * c], hi - base, c, m, l, unit, acc);
     }
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
-    if (c == 0) {
+    amma_finish(a, t, h, sp, ns, m, l, unit, acc, sm_m, sm_l, sm_o, &sm_last, out);
+}
+
+/* ---------------------------------------------------------------- decode attention, pipelined tiles
+ * attn_mma_pipe_kernel (TB_CUDA_ATTN_MMA=3): attn_mma_kernel's blocks and
+ * mma steps, but each warp copies its tiles into a ring of S stages in
+ * shared memory with cp.async (no registers held for loads in flight) and
+ * issues the first S tiles' copies before q is even read: a block's
+ * dependent chain is pos, the block-table entries, one round of copies,
+ * where attn_mma_kernel waits on one tile's loads per pass. A stage is a
+ * tile's 16 k rows, 16 v rows (zeros past the range: cp.async's zero fill)
+ * and, for e4m3, their 32 scales.
+ * Rows are stored whole with their 16-byte chunks permuted by a key-
+ * dependent xor so that the fragment reads hit 32 distinct banks a
+ * quarter-warp:
+ *   e4m3 (8 chunks a row): a lane reads chunks 2c, 2c + 1 of keys g, g + 8
+ *     (k: xor key & 1) and chunk g of keys 2c, 2c + 1, 2c + 8, 2c + 9 (v:
+ *     xor key & 6);
+ *   f16 (16 chunks): k's lane holds chunks c, c + 4, c + 8, c + 12 of its
+ *     keys (q taken in the same order, amma_q<true>; xor (key & 1) << 2),
+ *     v's chunks 2g, 2g + 1 (xor of bits 1 and 2 of the key moved to bits
+ *     0 and 2).
+ * S: 3 stages for e4m3 (4,224 bytes a stage, 50.7 KiB a block: four blocks
+ * an SM), 2 for f16 (8 KiB a stage, 64 KiB a block: three). */
+template <int KVT> struct apipe {
+    static constexpr bool FP8 = KVT == KVT_FP8;
+    static constexpr int ROWB = FP8 ? AMMA_HD : 2 * AMMA_HD; /* bytes of a row */
+    static constexpr int ROWC = ROWB / 16;                   /* its 16-byte chunks */
+    static constexpr int VOFF = 16 * ROWB, SOFF = 32 * ROWB; /* v rows, scales (k 16, v 16) */
+    static constexpr int STAGE = SOFF + (FP8 ? 32 * 4 : 0);
+    static constexpr int S = FP8 ? 3 : 2;
+    static constexpr int MINB = FP8 ? 4 : 3;
+    static constexpr int SMEM = ATTN_WARPS * S * STAGE;
+    __device__ static __forceinline__ int swk(int key) { return FP8 ? key & 1 : (key & 1) << 2; }
+    __device__ static __forceinline__ int swv(int key) { return FP8 ? key & 6 : ((key >> 1) & 1) | (key & 4); }
+};
+
+__device__ __forceinline__ uint32_t apipe_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+/* 16 (or 4) bytes global -> shared; n = 0: zeros instead */
+__device__ __forceinline__ void apipe_cp16(uint32_t dst, const void *src, int n) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void apipe_cp4(uint32_t dst, const void *src, int n) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void apipe_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void apipe_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* The warp's copies of the tile at in-block row r0 of cache block blk (nk
+ * of its 16 keys in range) into stage st. */
+template <int KVT>
+__device__ __forceinline__ void apipe_issue(const tbc_attn_args &a, int blk, int r0, int nk, int kvh, int lane,
+                                            unsigned char *st) {
+    typedef apipe<KVT> P;
+    const int KV = a.n_kv;
+    const unsigned char *kb, *vb;
+    size_t row0; /* the cache row (token, head 0) of key 0, counted from kb / vb */
+    if constexpr (P::FP8) {
+        kb = (const unsigned char *)a.k_cache + (size_t)blk * a.kv_block_bytes;
+        vb = (const unsigned char *)a.v_cache + (size_t)blk * a.kv_block_bytes;
+        row0 = (size_t)r0 * KV;
+    } else {
+        kb = (const unsigned char *)a.k_cache;
+        vb = (const unsigned char *)a.v_cache;
+        row0 = ((size_t)blk * a.block_size + r0) * KV;
+    }
+    const uint32_t s0 = apipe_smem(st);
 #pragma unroll
-        for (int mi = 0; mi < 8; mi++) {
-            sm_o[warp][16 * g + 2 * mi] = acc[mi][0] * unit;
-            sm_o[warp][16 * g + 2 * mi + 1] = acc[mi][2] * unit;
+    for (int i = 0; i < P::ROWC / 2; i++) {
+        const int q = lane + 32 * i, key = q / P::ROWC, ch = q % P::ROWC, n = key < nk ? 16 : 0;
+        const size_t src = (row0 + (size_t)key * KV + kvh) * P::ROWB + 16 * ch;
+        apipe_cp16(s0 + key * P::ROWB + 16 * (ch ^ P::swk(key)), kb + src, n);
+        apipe_cp16(s0 + P::VOFF + key * P::ROWB + 16 * (ch ^ P::swv(key)), vb + src, n);
+    }
+    if constexpr (P::FP8) { /* lanes 0-15 the k scales, 16-31 the v scales */
+        const int key = lane & 15;
+        const unsigned char *sb = (lane < 16 ? kb : vb) + a.kv_scale_off;
+        apipe_cp4(s0 + P::SOFF + 4 * lane, sb + 4 * (row0 + (size_t)key * KV + kvh), key < nk ? 4 : 0);
+    }
+}
+
+/* The lane's fragments of the tile in stage st, as amma_load gives them
+ * (f16: k's words in amma_q<true>'s order). */
+template <int KVT>
+__device__ __forceinline__ void apipe_read(const unsigned char *st, int g, int c, amma_tile<KVT> &x) {
+    typedef apipe<KVT> P;
+    const int own[4] = {2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9};
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+        const int key = g + 8 * u;
+#pragma unroll
+        for (int j = 0; j < P::ROWC / 4; j++) {
+            const int ch = P::FP8 ? 2 * c + j : c + 4 * j;
+            const uint4 w = *(const uint4 *)(st + key * P::ROWB + 16 * (ch ^ P::swk(key)));
+            x.kw[u][4 * j] = w.x, x.kw[u][4 * j + 1] = w.y, x.kw[u][4 * j + 2] = w.z, x.kw[u][4 * j + 3] = w.w;
         }
     }
-    if (lane == 0) {
-        sm_m[warp] = m;
-        sm_l[warp] = l;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int key = own[i];
+#pragma unroll
+        for (int j = 0; j < P::ROWC / 8; j++) {
+            const int ch = (P::ROWC / 8) * g + j;
+            const uint4 w = *(const uint4 *)(st + P::VOFF + key * P::ROWB + 16 * (ch ^ P::swv(key)));
+            x.vw[i][4 * j] = w.x, x.vw[i][4 * j + 1] = w.y, x.vw[i][4 * j + 2] = w.z, x.vw[i][4 * j + 3] = w.w;
+        }
+        if constexpr (P::FP8) {
+            x.ksc[i] = ((const float *)(st + P::SOFF))[key];
+            x.vsc[i] = ((const float *)(st + P::SOFF))[16 + key];
+        } else {
+            x.ksc[i] = x.vsc[i] = 1.0f;
+        }
     }
+}
+
+template <int KVT>
+__global__ void __launch_bounds__(ATTN_WARPS * 32, apipe<KVT>::MINB)
+    attn_mma_pipe_kernel(tbc_attn_args a, const float *qkv, float *out) {
+    typedef apipe<KVT> P;
+    extern __shared__ __align__(16) unsigned char apipe_ring[];
+    __shared__ float sm_m[ATTN_WARPS], sm_l[ATTN_WARPS];
+    __shared__ float sm_o[ATTN_WARPS][AMMA_HD];
+    __shared__ uint32_t sm_q[4 * 18];
+    __shared__ int sm_last;
+    tbc_pdl_wait();
+    tbc_pdl_trigger();
+    const int h = blockIdx.x, t = blockIdx.y, sp = blockIdx.z;
+    int ns, lo, hi;
+    if (!amma_range(a, t, sp, &ns, &lo, &hi)) return;
+    const int kvh = h / (a.n_heads / a.n_kv), bs = a.block_size;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    unsigned char *ring = apipe_ring + warp * (P::S * P::STAGE);
+    const int32_t *bt = a.block_tables + (size_t)a.seq[t] * a.max_blocks;
+    const int step = 16 * ATTN_WARPS, first = lo + 16 * warp;
+    const int nt = first < hi ? (hi - first + step - 1) / step : 0; /* the warp's tiles */
+    /* the first S tiles: their block-table entries, then their copies */
+    int blk[P::S];
+#pragma unroll
+    for (int s = 0; s < P::S; s++) blk[s] = s < nt ? bt[(first + s * step) / bs] : 0;
+#pragma unroll
+    for (int s = 0; s < P::S; s++) {
+        if (s < nt) {
+            const int base = first + s * step;
+            apipe_issue<KVT>(a, blk[s], base % bs, hi - base, kvh, lane, ring + s * P::STAGE);
+        }
+        apipe_commit();
+    }
+    int nblk = P::S < nt ? bt[(first + P::S * step) / bs] : 0;
+    if (warp == 0 && g == 0) amma_q<!P::FP8>(a, qkv, t, h, c, &sm_q[18 * c]);
     __syncthreads();
-    attn_block_out(a, t, h, sp, ns, sm_m, sm_l, &sm_o[0][0], AMMA_HD, &sm_last, out);
+    float acc[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    float m = -INFINITY, l = 0.0f, unit = 1.0f;
+    int slot = 0;
+    for (int i = 0; i < nt; i++) {
+        apipe_wait<P::S - 1>(); /* tile i's group (one committed a tile, S ahead) */
+        __syncwarp();
+        unsigned char *stg = ring + slot * P::STAGE;
+        const int base = first + i * step;
+        {
+            amma_tile<KVT> x;
+            apipe_read<KVT>(stg, g, c, x);
+            amma_step<KVT>(x, &sm_q[18 * c], hi - base, c, m, l, unit, acc);
+        }
+        __syncwarp(); /* every lane has read the stage */
+        const int nx = i + P::S;
+        if (nx < nt) {
+            const int nb = first + nx * step;
+            apipe_issue<KVT>(a, nblk, nb % bs, hi - nb, kvh, lane, stg);
+            nblk = nx + 1 < nt ? bt[(first + (nx + 1) * step) / bs] : 0;
+        }
+        apipe_commit();
+        slot = slot + 1 == P::S ? 0 : slot + 1;
+    }
+    amma_finish(a, t, h, sp, ns, m, l, unit, acc, sm_m, sm_l, sm_o, &sm_last, out);
+}
+
+/* Launches the pipelined kernel, raising its dynamic shared-memory limit
+ * once per device first (a benign race: two threads may both set it). */
+template <int KVT>
+static cudaError_t apipe_launch(const tbc_attn_args &a, dim3 grid, const float *qkv, float *out, cudaStream_t s) {
+    static unsigned done = 0;
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess) return e;
+    if (!(dev < 32 && (done >> dev & 1u))) {
+        e = cudaFuncSetAttribute(attn_mma_pipe_kernel<KVT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 apipe<KVT>::SMEM);
+        if (e != cudaSuccess) return e;
+        /* the whole unified L1 as shared memory: the rings decide the blocks an SM */
+        e = cudaFuncSetAttribute(attn_mma_pipe_kernel<KVT>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                 (int)cudaSharedmemCarveoutMaxShared);
+        if (e != cudaSuccess) return e;
+        if (dev < 32) done |= 1u << dev;
+    }
+    return tbc_launch(attn_mma_pipe_kernel<KVT>, grid, dim3(ATTN_WARPS * 32), (size_t)apipe<KVT>::SMEM, s, a, qkv,
+                      out);
 }
 
 /* ---------------------------------------------------------------- launcher */
@@ -1199,6 +1416,8 @@ extern "C" cudaError_t tbc_attention(const tbc_attn_args *args, float *qkv, floa
     dim3 grid(a->n_heads, a->T, a->n_splits);
     if (a->mma && a->hd == AMMA_HD && a->block_size % 16 == 0 && (a->kv_q == TBC_KVQ_FP8 || (a->kv_f16 && !a->kv_q))) {
         const dim3 block(ATTN_WARPS * 32);
+        if (a->mma == 3) return a->kv_f16 ? apipe_launch<KVT_F16>(*a, grid, qkv, out, s)
+                                          : apipe_launch<KVT_FP8>(*a, grid, qkv, out, s);
         if (a->mma == 2) /* 96 registers (24 bytes spilled): five blocks an SM */
             return a->kv_f16 ? tbc_launch(attn_mma_kernel<KVT_F16, 5>, grid, block, 0, s, *a, qkv, out)
                              : tbc_launch(attn_mma_kernel<KVT_FP8, 5>, grid, block, 0, s, *a, qkv, out);

@@ -1,0 +1,103 @@
+#!/bin/bash
+# bench/gpu/attn_ab.sh — the decode attention's variants (TB_CUDA_ATTN_MMA)
+# checked, then timed against each other in one process, on the GPU machine:
+#
+#   tar -C /tmp -xJf .devdata/gpu/prebuilt.tar.xz && OUT=/tmp/out bash bench/gpu/attn_ab.sh
+#
+# 1. test_backend_ops's attention cases (TURBINE_TEST_ONLY=attention) under
+#    every variant of AB_VARIANTS, with and without key splits
+#    (TB_CUDA_ATTN_BLOCKS=0: none, so a warp's tiles wrap the pipelined
+#    kernel's ring); a variant that fails is not timed. Then the pipelined
+#    kernel (3) under compute-sanitizer's memcheck and racecheck.
+# 2. a 4-layer 7B-shape fp8 engine (torch_ckpt.py --shape llama7b --layers 4,
+#    turbine build --dtype fp8 --device cuda): gpu_bench decode steps at
+#    batch 1 / 64 over ctx 128 and batch 1 / 16 over ctx 1000, fp8 and f16 KV
+#    caches, the variants interleaved (ROUNDS rounds) in one process.
+# 3. with FULL=1, the 32-layer engine: streams 64 and 256 of 128 / 128, fp8
+#    KV, the same variants (~150 s for the build, ~60 s a round).
+#
+# Env: TB_PREBUILT (default /tmp/pb), OUT (default ./attn_ab), AB_VARIANTS
+# (TB_CUDA_ATTN_MMA values, default "1 3": 1 the default kernel, 3 the
+# pipelined one), AB_EXTRA (more gpu_bench variants, ';'-separated, timed
+# after them each round, e.g. "TB_CUDA_ATTN_MMA=3 TB_CUDA_ATTN_SPLIT_MIN=64":
+# not checked in step 1), ROUNDS (default 2), FULL, TB_GPU_DATA (folder holding
+# models/llama2_tokenizer.bin, default .devdata/gpu), PY (python3 with torch).
+set -u
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+PB=${TB_PREBUILT:-/tmp/pb}
+OUT=${OUT:-$PWD/attn_ab}
+DATA=${TB_GPU_DATA:-$SRC/.devdata/gpu}
+VARS=${AB_VARIANTS:-1 3}
+ROUNDS=${ROUNDS:-2}
+PY=${PY:-python3}
+W=${TB_WORK:-/tmp/tb-attn-ab}
+mkdir -p "$OUT" "$W"
+export LD_LIBRARY_PATH=$PB/lib:${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64
+t0=$(date +%s)
+el() { echo $(( $(date +%s) - t0 )); }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
+
+echo "== 1. attention cases under each variant"
+good=""
+for v in $VARS; do
+    ok=1
+    for blocks in "" 0; do
+        n="ops_mma${v}${blocks:+_b$blocks}"
+        env TURBINE_TEST_DEVICE=cuda TURBINE_TEST_ONLY=attention TB_CUDA_ATTN_MMA="$v" \
+            ${blocks:+TB_CUDA_ATTN_BLOCKS=$blocks} timeout 120 "$PB/test_backend_ops" > "$OUT/$n.txt" 2>&1
+        rc=$?
+        echo "TB_CUDA_ATTN_MMA=$v${blocks:+ TB_CUDA_ATTN_BLOCKS=$blocks}: rc $rc, $(grep -c ' bound .* ok$' "$OUT/$n.txt") ok," \
+             "$(grep -c ' FAIL$' "$OUT/$n.txt") FAIL; $(grep -o 'cuda: worst.*attention [^ ]*' "$OUT/$n.txt") ($(el) s)"
+        grep ' FAIL$' "$OUT/$n.txt" | head -5
+        [ $rc = 0 ] || ok=0
+    done
+    [ $ok = 1 ] && good="$good $v"
+done
+[ -n "$good" ] || { echo "no variant passed: nothing timed"; exit 1; }
+# the pipelined kernel's shared-memory ring under compute-sanitizer: out-of-range
+# accesses (memcheck) and hazards between its lanes' copies and reads (racecheck)
+CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+if [ -n "$CS" ] && [[ " $VARS " == *" 3 "* ]]; then
+    for tool in memcheck racecheck; do
+        TURBINE_TEST_DEVICE=cuda TURBINE_TEST_ONLY=attention TB_CUDA_ATTN_MMA=3 TB_CUDA_ATTN_BLOCKS=0 \
+            timeout 300 "$CS" --tool $tool --kernel-regex kns=attn_mma_pipe "$PB/test_backend_ops" \
+            > "$OUT/san_$tool.txt" 2>&1
+        echo "compute-sanitizer $tool, TB_CUDA_ATTN_MMA=3: rc $?, $(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' "$OUT/san_$tool.txt" | tail -1) ($(el) s)"
+    done
+fi
+vlist="base" # gpu_bench's first variant is the environment as given (the default kernel)
+for _ in $(seq 1 "$ROUNDS"); do
+    for v in $good; do vlist="$vlist;TB_CUDA_ATTN_MMA=$v"; done
+    [ -n "${AB_EXTRA:-}" ] && vlist="$vlist;$AB_EXTRA"
+done
+echo "timed variants: $vlist"
+
+echo "== 2. 4-layer 7B-shape fp8 engine"
+CK=$W/ck4
+[ -f "$CK/config.json" ] || "$PY" "$SRC/bench/gpu/torch_ckpt.py" --shape llama7b --layers 4 --out "$CK" > "$OUT/ck4.txt" 2>&1
+E4=$W/l4_fp8.engine
+[ -f "$E4" ] || "$PB/turbine" build "$CK" -o "$E4" --tokenizer "$DATA/models/llama2_tokenizer.bin" --dtype fp8 \
+    --device cuda --max-seq-len 1024 --max-batch 64 > "$OUT/build4.txt" 2>&1 || { echo "build failed"; tail -5 "$OUT/build4.txt"; exit 1; }
+for kv in fp8 f16; do
+    for shape in "--ctx 128 --batch 1,64" "--ctx 1000 --batch 1,16"; do
+        # shellcheck disable=SC2086 # shape is a list of words
+        timeout 240 "$PB/gpu_bench" "$E4" --device cuda --prefill 0 --decode 16 $shape --kv-dtype $kv \
+            --variants "$vlist" > "$OUT/l4_${kv}_${shape//[^0-9]/_}.txt" 2>&1
+        echo "kv $kv, $shape: rc $? ($(el) s)"
+        grep -E "decode b" "$OUT/l4_${kv}_${shape//[^0-9]/_}.txt" | head -20
+    done
+done
+
+if [ -n "${FULL:-}" ]; then
+    echo "== 3. 32-layer 7B-shape fp8 engine, streams"
+    CK32=$W/ck32
+    [ -f "$CK32/config.json" ] || "$PY" "$SRC/bench/gpu/torch_ckpt.py" --shape llama7b --out "$CK32" > "$OUT/ck32.txt" 2>&1
+    E32=$W/l32_fp8.engine
+    [ -f "$E32" ] || "$PB/turbine" build "$CK32" -o "$E32" --tokenizer "$DATA/models/llama2_tokenizer.bin" --dtype fp8 \
+        --device cuda --max-seq-len 1024 --max-batch 64 > "$OUT/build32.txt" 2>&1 || { echo "build failed"; exit 1; }
+    timeout 400 "$PB/gpu_bench" "$E32" --device cuda --prefill 0 --decode 16 --ctx 128 --batch 1,64 \
+        --streams 64,256 --kv-dtype fp8 --variants "$vlist" > "$OUT/l32_streams.txt" 2>&1
+    echo "streams: rc $? ($(el) s)"
+    grep -E "decode b|streams|picks" "$OUT/l32_streams.txt" | head -30
+fi
+echo "done ($(el) s)"
