@@ -11,8 +11,8 @@
 #    kernel (3) under compute-sanitizer's memcheck and racecheck.
 # 2. a 4-layer 7B-shape fp8 engine (torch_ckpt.py --shape llama7b --layers 4,
 #    turbine build --dtype fp8 --device cuda): gpu_bench decode steps at
-#    batch 1 / 64 over ctx 128 and batch 1 / 16 over ctx 1000, fp8 and f16 KV
-#    caches, the variants interleaved (ROUNDS rounds) in one process.
+#    batch 1 / 64 over ctx 128 and batch 1 / 16 over ctx 1000, fp8, f16 and
+#    int8 KV caches, the variants interleaved (ROUNDS rounds) in one process.
 # 3. with FULL=1, the 32-layer engine: streams 64 and 256 of 128 / 128, fp8
 #    KV, the same variants (~150 s for the build, ~60 s a round).
 #
@@ -78,7 +78,7 @@ CK=$W/ck4
 E4=$W/l4_fp8.engine
 [ -f "$E4" ] || "$PB/turbine" build "$CK" -o "$E4" --tokenizer "$DATA/models/llama2_tokenizer.bin" --dtype fp8 \
     --device cuda --max-seq-len 1024 --max-batch 64 > "$OUT/build4.txt" 2>&1 || { echo "build failed"; tail -5 "$OUT/build4.txt"; exit 1; }
-for kv in fp8 f16; do
+for kv in fp8 f16 int8; do
     for shape in "--ctx 128 --batch 1,64" "--ctx 1000 --batch 1,16"; do
         # shellcheck disable=SC2086 # shape is a list of words
         timeout 240 "$PB/gpu_bench" "$E4" --device cuda --prefill 0 --decode 16 $shape --kv-dtype $kv \

@@ -913,6 +913,21 @@ __device__ __forceinline__ uint32_t amma_e4m3x2(uint32_t w) {
     return (uint32_t)r.x | ((uint32_t)r.y << 16);
 }
 
+/* Two int8 codes likewise, exact: code + 128 as the low byte of the f16
+ * 0x64xx (1024 + code + 128), minus 1152. */
+__device__ __forceinline__ uint32_t amma_i8x2(uint32_t w) {
+    const uint32_t u = __byte_perm(w ^ 0x8080u, 0x64646464u, 0x4140u);
+    const __half2 h = __hsub2(*reinterpret_cast<const __half2 *>(&u), __float2half2_rn(1152.0f));
+    return *reinterpret_cast<const uint32_t *>(&h);
+}
+
+/* Two codes of a quantised cache (e4m3 or int8) as an f16 pair. */
+template <int KVT>
+__device__ __forceinline__ uint32_t amma_codes2(uint32_t w) {
+    if constexpr (KVT == KVT_I8) return amma_i8x2(w);
+    else return amma_e4m3x2(w);
+}
+
 __device__ __forceinline__ uint32_t amma_pack(float x, float y) {
     __half2 v = __floats2half2_rn(x, y);
     return *reinterpret_cast<uint32_t *>(&v);
@@ -923,7 +938,8 @@ __device__ __forceinline__ uint32_t amma_pack(float x, float y) {
  * 16)) and (e4m3) both rows' scales of those four keys; zeros past the
  * range. */
 template <int KVT> struct amma_tile {
-    static constexpr int KW = KVT == KVT_FP8 ? 8 : 16, VW = KVT == KVT_FP8 ? 4 : 8;
+    static constexpr bool Q = KVT == KVT_FP8 || KVT == KVT_I8; /* one-byte codes and row scales */
+    static constexpr int KW = Q ? 8 : 16, VW = Q ? 4 : 8;
     uint32_t kw[2][KW], vw[4][VW];
     float ksc[4], vsc[4];
 };
@@ -1016,7 +1032,7 @@ __device__ __forceinline__ void amma_load(const tbc_attn_args &a, const int32_t 
 template <int KVT>
 __device__ __forceinline__ void amma_step(const amma_tile<KVT> &x, const uint32_t *sq, int nk, int c, float &m,
                                           float &l, float &unit, float (&acc)[8][4]) {
-    constexpr bool FP8 = KVT == KVT_FP8;
+    constexpr bool FP8 = amma_tile<KVT>::Q; /* e4m3 or int8 codes */
     const int own[4] = {2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9};
     float s[2][4];
 #pragma unroll
@@ -1028,8 +1044,8 @@ __device__ __forceinline__ void amma_step(const amma_tile<KVT> &x, const uint32_
         for (int u = 0; u < 2; u++) {
             uint32_t b0, b1;
             if constexpr (FP8) {
-                b0 = amma_e4m3x2(x.kw[u][st]);
-                b1 = amma_e4m3x2(x.kw[u][st] >> 16);
+                b0 = amma_codes2<KVT>(x.kw[u][st]);
+                b1 = amma_codes2<KVT>(x.kw[u][st] >> 16);
             } else {
                 b0 = x.kw[u][2 * st];
                 b1 = x.kw[u][2 * st + 1];
@@ -1075,10 +1091,10 @@ __device__ __forceinline__ void amma_step(const amma_tile<KVT> &x, const uint32_
             const uint32_t sel = (mi & 1) ? 0x7362u : 0x5140u;
             const uint32_t u = __byte_perm(x.vw[0][mi >> 1], x.vw[1][mi >> 1], sel);
             const uint32_t v = __byte_perm(x.vw[2][mi >> 1], x.vw[3][mi >> 1], sel);
-            a0 = amma_e4m3x2(u);
-            a1 = amma_e4m3x2(u >> 16);
-            a2 = amma_e4m3x2(v);
-            a3 = amma_e4m3x2(v >> 16);
+            a0 = amma_codes2<KVT>(u);
+            a1 = amma_codes2<KVT>(u >> 16);
+            a2 = amma_codes2<KVT>(v);
+            a3 = amma_codes2<KVT>(v >> 16);
         } else { /* word mi of each key: dims 16g + 2mi, + 1 */
             a0 = __byte_perm(x.vw[0][mi], x.vw[1][mi], 0x5410u);
             a1 = __byte_perm(x.vw[0][mi], x.vw[1][mi], 0x7632u);
@@ -1173,9 +1189,11 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32, MINB) attn_mma_kernel(tbc_att
  *     v's chunks 2g, 2g + 1 (xor of bits 1 and 2 of the key moved to bits
  *     0 and 2).
  * S: 3 stages for e4m3 (4,224 bytes a stage, 50.7 KiB a block: four blocks
- * an SM), 2 for f16 (8 KiB a stage, 64 KiB a block: three). */
+ * an SM), 2 for f16 (8 KiB a stage, 64 KiB a block: three). int8 caches
+ * take e4m3's layout and steps, their codes widened to f16 by amma_i8x2
+ * (attn_mma_kernel does not take them). */
 template <int KVT> struct apipe {
-    static constexpr bool FP8 = KVT == KVT_FP8;
+    static constexpr bool FP8 = amma_tile<KVT>::Q;           /* e4m3 or int8 codes and row scales */
     static constexpr int ROWB = FP8 ? AMMA_HD : 2 * AMMA_HD; /* bytes of a row */
     static constexpr int ROWC = ROWB / 16;                   /* its 16-byte chunks */
     static constexpr int VOFF = 16 * ROWB, SOFF = 32 * ROWB; /* v rows, scales (k 16, v 16) */
@@ -1414,10 +1432,13 @@ extern "C" cudaError_t tbc_attention(const tbc_attn_args *args, float *qkv, floa
     if (a->lanes > 0 && a->lanes < S && S % a->lanes == 0 && a->hd / a->lanes == 16) S = a->lanes;
     int epl = a->hd / S;
     dim3 grid(a->n_heads, a->T, a->n_splits);
-    if (a->mma && a->hd == AMMA_HD && a->block_size % 16 == 0 && (a->kv_q == TBC_KVQ_FP8 || (a->kv_f16 && !a->kv_q))) {
+    const bool mma_shape = a->hd == AMMA_HD && a->block_size % 16 == 0;
+    if (a->mma == 3 && mma_shape && (a->kv_q || a->kv_f16)) /* int8 caches too */
+        return a->kv_f16 ? apipe_launch<KVT_F16>(*a, grid, qkv, out, s)
+               : a->kv_q == TBC_KVQ_I8 ? apipe_launch<KVT_I8>(*a, grid, qkv, out, s)
+                                       : apipe_launch<KVT_FP8>(*a, grid, qkv, out, s);
+    if (a->mma && mma_shape && (a->kv_q == TBC_KVQ_FP8 || (a->kv_f16 && !a->kv_q))) {
         const dim3 block(ATTN_WARPS * 32);
-        if (a->mma == 3) return a->kv_f16 ? apipe_launch<KVT_F16>(*a, grid, qkv, out, s)
-                                          : apipe_launch<KVT_FP8>(*a, grid, qkv, out, s);
         if (a->mma == 2) /* 96 registers (24 bytes spilled): five blocks an SM */
             return a->kv_f16 ? tbc_launch(attn_mma_kernel<KVT_F16, 5>, grid, block, 0, s, *a, qkv, out)
                              : tbc_launch(attn_mma_kernel<KVT_FP8, 5>, grid, block, 0, s, *a, qkv, out);

@@ -134,7 +134,7 @@ typedef struct {
      * hd 128, f16 or e4m3 caches, block_size a multiple of 16; 2: the same
      * kernel built for five blocks an SM (96 registers); 3: the same steps
      * with each warp's tiles copied ahead into shared memory
-     * (attn_mma_pipe_kernel); 0: attn_kernel */
+     * (attn_mma_pipe_kernel), int8 caches too; 0: attn_kernel */
     int mma;
     /* with ys_sw set, qkv is the raw product of an FP8 GEMM whose
      * tbc_scale_out was skipped: rope_kv scales each value it reads,
