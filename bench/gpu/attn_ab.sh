@@ -16,7 +16,8 @@
 # 3. with FULL=1, the 32-layer engine: streams 64 and 256 of 128 / 128, fp8
 #    KV, the same variants (~150 s for the build, ~60 s a round).
 #
-# Env: TB_PREBUILT (default /tmp/pb), OUT (default ./attn_ab), AB_VARIANTS
+# Env: TB_PREBUILT (default /tmp/pb), OUT (default ./attn_ab), AB_SKIP_CHECK=1
+# (no step 1: an earlier run checked the variants), AB_SKIP_L4=1 (no step 2), AB_VARIANTS
 # (TB_CUDA_ATTN_MMA values, default "1 3": 1 the default kernel, 3 the
 # pipelined one), AB_EXTRA (more gpu_bench variants, ';'-separated, timed
 # after them each round, e.g. "TB_CUDA_ATTN_MMA=3 TB_CUDA_ATTN_SPLIT_MIN=64":
@@ -39,7 +40,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 
 echo "== 1. attention cases under each variant"
 good=""
-for v in $VARS; do
+checks=$VARS
+[ -n "${AB_SKIP_CHECK:-}" ] && { good=" $VARS"; checks=""; echo "skipped (AB_SKIP_CHECK: a run before checked them)"; }
+for v in $checks; do
     ok=1
     for blocks in "" 0; do
         n="ops_mma${v}${blocks:+_b$blocks}"
@@ -57,7 +60,7 @@ done
 # the pipelined kernel's shared-memory ring under compute-sanitizer: out-of-range
 # accesses (memcheck) and hazards between its lanes' copies and reads (racecheck)
 CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-if [ -n "$CS" ] && [[ " $VARS " == *" 3 "* ]]; then
+if [ -n "$CS" ] && [ -z "${AB_SKIP_CHECK:-}" ] && [[ " $VARS " == *" 3 "* ]]; then
     for tool in memcheck racecheck; do
         TURBINE_TEST_DEVICE=cuda TURBINE_TEST_ONLY=attention TB_CUDA_ATTN_MMA=3 TB_CUDA_ATTN_BLOCKS=0 \
             timeout 300 "$CS" --tool $tool --kernel-regex kns=attn_mma_pipe "$PB/test_backend_ops" \
@@ -72,6 +75,7 @@ for _ in $(seq 1 "$ROUNDS"); do
 done
 echo "timed variants: $vlist"
 
+if [ -z "${AB_SKIP_L4:-}" ]; then
 echo "== 2. 4-layer 7B-shape fp8 engine"
 CK=$W/ck4
 [ -f "$CK/config.json" ] || "$PY" "$SRC/bench/gpu/torch_ckpt.py" --shape llama7b --layers 4 --out "$CK" > "$OUT/ck4.txt" 2>&1
@@ -87,6 +91,7 @@ for kv in fp8 f16 int8; do
         grep -E "decode b" "$OUT/l4_${kv}_${shape//[^0-9]/_}.txt" | head -20
     done
 done
+fi
 
 if [ -n "${FULL:-}" ]; then
     echo "== 3. 32-layer 7B-shape fp8 engine, streams"
