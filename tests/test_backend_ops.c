@@ -1237,13 +1237,15 @@ static void fp8_qkv_attention_chains(void) {
 
 /* TURBINE_TEST_ONLY=attention: the attention cases alone, every KV dtype
  * with the larger shapes, and a decode of 251 keys (more tiles a warp than
- * the pipelined kernel's ring holds when the keys are not split) */
+ * the pipelined kernel's ring holds when the keys are not split), also with
+ * 8 q heads a kv head (the most TB_CUDA_ATTN_MMA=4 puts in one block) */
 static void run_attention_only(void) {
     static const tb_dtype kvs[] = {TB_F32, TB_F16, TB_BF16, TB_I8, TB_FP8_E4M3};
     run_spec long1[] = {{0, 250, 1}, {1, 77, 1}};
     for (int i = 0; i < 5; i++) {
         attention_shapes(kvs[i], 1);
         op_attention(kvs[i], 4, 2, 128, 0, long1, 2, "decode at 250, 77");
+        op_attention(kvs[i], 8, 1, 128, 1, long1, 2, "8 q heads a kv head, decode at 250, 77");
     }
     fp8_qkv_attention_chains();
 }

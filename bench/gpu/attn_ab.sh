@@ -8,18 +8,21 @@
 #    every variant of AB_VARIANTS, with and without key splits
 #    (TB_CUDA_ATTN_BLOCKS=0: none, so a warp's tiles wrap the pipelined
 #    kernel's ring); a variant that fails is not timed. Then the pipelined
-#    kernel (3) under compute-sanitizer's memcheck and racecheck.
-# 2. a 4-layer 7B-shape fp8 engine (torch_ckpt.py --shape llama7b --layers 4,
-#    turbine build --dtype fp8 --device cuda): gpu_bench decode steps at
-#    batch 1 / 64 over ctx 128 and batch 1 / 16 over ctx 1000, fp8, f16 and
-#    int8 KV caches, the variants interleaved (ROUNDS rounds) in one process.
+#    kernels (4: with and without GQA rows) under compute-sanitizer's
+#    memcheck and racecheck.
+# 2. 4-layer fp8 engines (torch_ckpt.py --layers 4, turbine build --dtype fp8
+#    --device cuda) of the 7B shape (32 kv heads: fp8, f16 and int8 caches)
+#    and of Llama-3-8B's layers (8 kv heads, groups of 4: fp8 and f16 caches;
+#    AB_SKIP_GQA=1: not): gpu_bench decode steps at batch 1 / 64 over ctx 128
+#    and batch 1 / 16 over ctx 1000, the variants interleaved (ROUNDS rounds)
+#    in one process.
 # 3. with FULL=1, the 32-layer engine: streams 64 and 256 of 128 / 128, fp8
 #    KV, the same variants (~150 s for the build, ~60 s a round).
 #
 # Env: TB_PREBUILT (default /tmp/pb), OUT (default ./attn_ab), AB_SKIP_CHECK=1
 # (no step 1: an earlier run checked the variants), AB_SKIP_L4=1 (no step 2), AB_VARIANTS
-# (TB_CUDA_ATTN_MMA values, default "1 3": 1 the default kernel, 3 the
-# pipelined one), AB_EXTRA (more gpu_bench variants, ';'-separated, timed
+# (TB_CUDA_ATTN_MMA values, default "1 3 4": 1 the default kernel, 3 the
+# pipelined one, 4 that with a kv head's q heads in one block), AB_EXTRA (more gpu_bench variants, ';'-separated, timed
 # after them each round, e.g. "TB_CUDA_ATTN_MMA=3 TB_CUDA_ATTN_SPLIT_MIN=64":
 # not checked in step 1), ROUNDS (default 2), FULL, TB_GPU_DATA (folder holding
 # models/llama2_tokenizer.bin, default .devdata/gpu), PY (python3 with torch).
@@ -28,7 +31,7 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 PB=${TB_PREBUILT:-/tmp/pb}
 OUT=${OUT:-$PWD/attn_ab}
 DATA=${TB_GPU_DATA:-$SRC/.devdata/gpu}
-VARS=${AB_VARIANTS:-1 3}
+VARS=${AB_VARIANTS:-1 3 4}
 ROUNDS=${ROUNDS:-2}
 PY=${PY:-python3}
 W=${TB_WORK:-/tmp/tb-attn-ab}
@@ -60,12 +63,12 @@ done
 # the pipelined kernel's shared-memory ring under compute-sanitizer: out-of-range
 # accesses (memcheck) and hazards between its lanes' copies and reads (racecheck)
 CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-if [ -n "$CS" ] && [ -z "${AB_SKIP_CHECK:-}" ] && [[ " $VARS " == *" 3 "* ]]; then
+if [ -n "$CS" ] && [ -z "${AB_SKIP_CHECK:-}" ] && [[ " $VARS " == *" 4 "* ]]; then
     for tool in memcheck racecheck; do
-        TURBINE_TEST_DEVICE=cuda TURBINE_TEST_ONLY=attention TB_CUDA_ATTN_MMA=3 TB_CUDA_ATTN_BLOCKS=0 \
+        TURBINE_TEST_DEVICE=cuda TURBINE_TEST_ONLY=attention TB_CUDA_ATTN_MMA=4 TB_CUDA_ATTN_BLOCKS=0 \
             timeout 300 "$CS" --tool $tool --kernel-regex kns=attn_mma_pipe "$PB/test_backend_ops" \
             > "$OUT/san_$tool.txt" 2>&1
-        echo "compute-sanitizer $tool, TB_CUDA_ATTN_MMA=3: rc $?, $(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' "$OUT/san_$tool.txt" | tail -1) ($(el) s)"
+        echo "compute-sanitizer $tool, TB_CUDA_ATTN_MMA=4: rc $?, $(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' "$OUT/san_$tool.txt" | tail -1) ($(el) s)"
     done
 fi
 vlist="base" # gpu_bench's first variant is the environment as given (the default kernel)
@@ -75,22 +78,30 @@ for _ in $(seq 1 "$ROUNDS"); do
 done
 echo "timed variants: $vlist"
 
-if [ -z "${AB_SKIP_L4:-}" ]; then
-echo "== 2. 4-layer 7B-shape fp8 engine"
-CK=$W/ck4
-[ -f "$CK/config.json" ] || "$PY" "$SRC/bench/gpu/torch_ckpt.py" --shape llama7b --layers 4 --out "$CK" > "$OUT/ck4.txt" 2>&1
-E4=$W/l4_fp8.engine
-[ -f "$E4" ] || "$PB/turbine" build "$CK" -o "$E4" --tokenizer "$DATA/models/llama2_tokenizer.bin" --dtype fp8 \
-    --device cuda --max-seq-len 1024 --max-batch 64 > "$OUT/build4.txt" 2>&1 || { echo "build failed"; tail -5 "$OUT/build4.txt"; exit 1; }
-for kv in fp8 f16 int8; do
-    for shape in "--ctx 128 --batch 1,64" "--ctx 1000 --batch 1,16"; do
-        # shellcheck disable=SC2086 # shape is a list of words
-        timeout 240 "$PB/gpu_bench" "$E4" --device cuda --prefill 0 --decode 16 $shape --kv-dtype $kv \
-            --variants "$vlist" > "$OUT/l4_${kv}_${shape//[^0-9]/_}.txt" 2>&1
-        echo "kv $kv, $shape: rc $? ($(el) s)"
-        grep -E "decode b" "$OUT/l4_${kv}_${shape//[^0-9]/_}.txt" | head -20
+# l4 SHAPE KVS: a 4-layer fp8 engine of torch_ckpt.py's SHAPE, decode steps over
+# each KV dtype of KVS at ctx 128 (b1, b64) and ctx 1000 (b1, b16)
+l4() {
+    local shape=$1 kvs=$2 ck=$W/ck4_$1 e=$W/l4_$1_fp8.engine
+    [ -f "$ck/config.json" ] || "$PY" "$SRC/bench/gpu/torch_ckpt.py" --shape "$shape" --layers 4 --out "$ck" \
+        > "$OUT/ck4_$shape.txt" 2>&1
+    [ -f "$e" ] || "$PB/turbine" build "$ck" -o "$e" --tokenizer "$DATA/models/llama2_tokenizer.bin" --dtype fp8 \
+        --device cuda --max-seq-len 1024 --max-batch 64 > "$OUT/build4_$shape.txt" 2>&1 ||
+        { echo "build failed"; tail -5 "$OUT/build4_$shape.txt"; return 1; }
+    for kv in $kvs; do
+        for run in "--ctx 128 --batch 1,64" "--ctx 1000 --batch 1,16"; do
+            local f="$OUT/l4_${shape}_${kv}_${run//[^0-9]/_}.txt"
+            # shellcheck disable=SC2086 # run is a list of words
+            timeout 240 "$PB/gpu_bench" "$e" --device cuda --prefill 0 --decode 16 $run --kv-dtype "$kv" \
+                --variants "$vlist" > "$f" 2>&1
+            echo "$shape, kv $kv, $run: rc $? ($(el) s)"
+            grep -E "decode b" "$f" | head -24
+        done
     done
-done
+}
+if [ -z "${AB_SKIP_L4:-}" ]; then
+    echo "== 2. 4-layer fp8 engines: the 7B shape (32 kv heads), Llama-3-8B's layers (8 kv heads)"
+    l4 llama7b "fp8 f16 int8"
+    [ -z "${AB_SKIP_GQA:-}" ] && l4 llama3_8b_v32k "fp8 f16"
 fi
 
 if [ -n "${FULL:-}" ]; then

@@ -2,7 +2,7 @@
 """torch_ckpt.py — random-weight Llama checkpoints of real model shapes, made
 on the GPU, and the transformers eager FP16 baseline on the same weights.
 
-    torch_ckpt.py --shape tinyllama|llama7b --out DIR [--layers N] [--hf-bench] [--copy-bw]
+    torch_ckpt.py --shape tinyllama|llama7b|llama3_8b_v32k --out DIR [--layers N] [--hf-bench] [--copy-bw]
 
 Writes DIR/config.json and DIR/model.safetensors (f16; Linear and embedding
 weights N(0, 0.02) as transformers initialises them, norms 1). With
@@ -27,6 +27,11 @@ SHAPES = {
     "llama7b": dict(hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                     num_attention_heads=32, num_key_value_heads=32, vocab_size=32000,
                     max_position_embeddings=4096),
+    # Llama-3-8B's layers (8 KV heads: GQA groups of 4) with Llama 2's 32,000-token vocabulary, so that the
+    # llama2 tokenizer serves it
+    "llama3_8b_v32k": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                           num_attention_heads=32, num_key_value_heads=8, vocab_size=32000,
+                           max_position_embeddings=8192),
 }
 
 

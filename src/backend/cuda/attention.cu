@@ -1028,8 +1028,12 @@ __device__ __forceinline__ void amma_load(const tbc_attn_args &a, const int32_t 
 }
 
 /* Scores tile x (keys base .. , nk = hi - base of them valid) against q
- * (the lane's 16 pairs at sq) and folds it into (m, l, unit, acc). */
-template <int KVT>
+ * (the lane's 16 pairs at sq) and folds it into (m, l, unit, acc). GQ:
+ * row g of the mma is q head g (sq that head's pairs; rows g + 8 zero), so
+ * the lane's (m, l) are head g's and O^T's columns 2c, 2c + 1 in acc are
+ * heads 2c, 2c + 1 (rescaled by those heads' corrections, from lanes 8c and
+ * 8c + 4); else every row is the one q and acc's columns are equal. */
+template <int KVT, bool GQ = false>
 __device__ __forceinline__ void amma_step(const amma_tile<KVT> &x, const uint32_t *sq, int nk, int c, float &m,
                                           float &l, float &unit, float (&acc)[8][4]) {
     constexpr bool FP8 = amma_tile<KVT>::Q; /* e4m3 or int8 codes */
@@ -1050,7 +1054,8 @@ __device__ __forceinline__ void amma_step(const amma_tile<KVT> &x, const uint32_
                 b0 = x.kw[u][2 * st];
                 b1 = x.kw[u][2 * st + 1];
             }
-            amma(s[u], q.x, q.x, q.y, q.y, b0, b1);
+            if constexpr (GQ) amma(s[u], q.x, 0u, q.y, 0u, b0, b1);
+            else amma(s[u], q.x, q.x, q.y, q.y, b0, b1);
         }
     }
     float sc[4] = {s[0][0], s[0][1], s[1][0], s[1][1]}, mt = -INFINITY;
@@ -1081,8 +1086,14 @@ __device__ __forceinline__ void amma_step(const amma_tile<KVT> &x, const uint32_
 #pragma unroll
         for (int i = 0; i < 4; i++) p[i] *= x.vsc[i] * inv;
     }
+    if constexpr (GQ) {
+        const float ra = __shfl_sync(0xffffffffu, ratio, 8 * c), rb = __shfl_sync(0xffffffffu, ratio, 8 * c + 4);
 #pragma unroll
-    for (int i = 0; i < 8; i++) acc[i][0] *= ratio, acc[i][1] *= ratio, acc[i][2] *= ratio, acc[i][3] *= ratio;
+        for (int i = 0; i < 8; i++) acc[i][0] *= ra, acc[i][1] *= rb, acc[i][2] *= ra, acc[i][3] *= rb;
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; i++) acc[i][0] *= ratio, acc[i][1] *= ratio, acc[i][2] *= ratio, acc[i][3] *= ratio;
+    }
     const uint32_t pb0 = amma_pack(p[0], p[1]), pb1 = amma_pack(p[2], p[3]);
 #pragma unroll
     for (int mi = 0; mi < 8; mi++) {
@@ -1287,21 +1298,62 @@ __device__ __forceinline__ void apipe_read(const unsigned char *st, int g, int c
     }
 }
 
+/* GQ: a warp's per-head (m, l) into sm_m / sm_l ([head][warp]) and its
+ * outputs into its own ring ([head][dim]: the ring is free once its tiles
+ * are read, no copies in flight), then the block's output head by head. */
 template <int KVT>
+__device__ __forceinline__ void amma_finish_gq(const tbc_attn_args &a, int t, int kvh, int G, int sp, int ns, float m,
+                                               float l, float unit, const float (&acc)[8][4], float *sm_m, float *sm_l,
+                                               unsigned char *rings, int *sm_last, float *out) {
+    constexpr int RING = apipe<KVT>::S * apipe<KVT>::STAGE;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    float *o = reinterpret_cast<float *>(rings + warp * RING);
+#pragma unroll
+    for (int mi = 0; mi < 8; mi++) { /* columns 2c, 2c + 1: heads 2c, 2c + 1; rows: dims d, d + 1 */
+        const int d = 16 * g + 2 * mi;
+        if (2 * c < G) {
+            o[2 * c * AMMA_HD + d] = acc[mi][0] * unit;
+            o[2 * c * AMMA_HD + d + 1] = acc[mi][2] * unit;
+        }
+        if (2 * c + 1 < G) {
+            o[(2 * c + 1) * AMMA_HD + d] = acc[mi][1] * unit;
+            o[(2 * c + 1) * AMMA_HD + d + 1] = acc[mi][3] * unit;
+        }
+    }
+    if (c == 0 && g < G) {
+        sm_m[g * ATTN_WARPS + warp] = m;
+        sm_l[g * ATTN_WARPS + warp] = l;
+    }
+    __syncthreads();
+    for (int r = 0; r < G; r++)
+        attn_block_out(a, t, kvh * G + r, sp, ns, sm_m + r * ATTN_WARPS, sm_l + r * ATTN_WARPS,
+                       reinterpret_cast<const float *>(rings) + r * AMMA_HD, RING / 4, sm_last, out);
+}
+
+/* GQ (TB_CUDA_ATTN_MMA=4, 2 <= G <= AMMA_GQ q heads a kv head): a block a
+ * (kv head, token, split) scores its G q heads in the mma's rows (amma_step
+ * GQ) over one read of the kv head's keys; else a block a (q head, token,
+ * split) as attn_mma_kernel. */
+#define AMMA_GQ 8
+template <int KVT, bool GQ>
 __global__ void __launch_bounds__(ATTN_WARPS * 32, apipe<KVT>::MINB)
     attn_mma_pipe_kernel(tbc_attn_args a, const float *qkv, float *out) {
     typedef apipe<KVT> P;
+    constexpr int QH = GQ ? AMMA_GQ : 1;
     extern __shared__ __align__(16) unsigned char apipe_ring[];
-    __shared__ float sm_m[ATTN_WARPS], sm_l[ATTN_WARPS];
-    __shared__ float sm_o[ATTN_WARPS][AMMA_HD];
-    __shared__ uint32_t sm_q[4 * 18];
+    __shared__ float sm_m[QH * ATTN_WARPS], sm_l[QH * ATTN_WARPS];
+    __shared__ float sm_o[GQ ? 1 : ATTN_WARPS][AMMA_HD]; /* GQ: in the rings */
+    __shared__ uint32_t sm_q[QH * 4 * 18];             /* (head,) lane c's 16 pairs at 18 (4 head + c) */
     __shared__ int sm_last;
     tbc_pdl_wait();
     tbc_pdl_trigger();
-    const int h = blockIdx.x, t = blockIdx.y, sp = blockIdx.z;
+    const int t = blockIdx.y, sp = blockIdx.z, G = a.n_heads / a.n_kv;
+    const int h = blockIdx.x, kvh = GQ ? blockIdx.x : h / G; /* h: the q head (not GQ) */
     int ns, lo, hi;
     if (!amma_range(a, t, sp, &ns, &lo, &hi)) return;
-    const int kvh = h / (a.n_heads / a.n_kv), bs = a.block_size;
+    const int bs = a.block_size;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
     unsigned char *ring = apipe_ring + warp * (P::S * P::STAGE);
     const int32_t *bt = a.block_tables + (size_t)a.seq[t] * a.max_blocks;
@@ -1320,8 +1372,19 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32, apipe<KVT>::MINB)
         apipe_commit();
     }
     int nblk = P::S < nt ? bt[(first + P::S * step) / bs] : 0;
-    if (warp == 0 && g == 0) amma_q<!P::FP8>(a, qkv, t, h, c, &sm_q[18 * c]);
+    if constexpr (GQ) { /* head g's q in row g; rows >= G zero */
+        if (warp == 0) {
+            uint32_t *sq = &sm_q[18 * (4 * g + c)];
+            if (g < G) amma_q<!P::FP8>(a, qkv, t, kvh * G + g, c, sq);
+            else
+#pragma unroll
+                for (int j = 0; j < 16; j++) sq[j] = 0;
+        }
+    } else if (warp == 0 && g == 0) {
+        amma_q<!P::FP8>(a, qkv, t, h, c, &sm_q[18 * c]);
+    }
     __syncthreads();
+    const uint32_t *sq = &sm_q[18 * (GQ ? 4 * g + c : c)];
     float acc[8][4];
 #pragma unroll
     for (int i = 0; i < 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
@@ -1335,7 +1398,7 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32, apipe<KVT>::MINB)
         {
             amma_tile<KVT> x;
             apipe_read<KVT>(stg, g, c, x);
-            amma_step<KVT>(x, &sm_q[18 * c], hi - base, c, m, l, unit, acc);
+            amma_step<KVT, GQ>(x, sq, hi - base, c, m, l, unit, acc);
         }
         __syncwarp(); /* every lane has read the stage */
         const int nx = i + P::S;
@@ -1347,29 +1410,39 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32, apipe<KVT>::MINB)
         apipe_commit();
         slot = slot + 1 == P::S ? 0 : slot + 1;
     }
-    amma_finish(a, t, h, sp, ns, m, l, unit, acc, sm_m, sm_l, sm_o, &sm_last, out);
+    if constexpr (GQ)
+        amma_finish_gq<KVT>(a, t, kvh, G, sp, ns, m, l, unit, acc, sm_m, sm_l, apipe_ring, &sm_last, out);
+    else
+        amma_finish(a, t, h, sp, ns, m, l, unit, acc, sm_m, sm_l, sm_o, &sm_last, out);
 }
 
 /* Launches the pipelined kernel, raising its dynamic shared-memory limit
  * once per device first (a benign race: two threads may both set it). */
-template <int KVT>
+template <int KVT, bool GQ>
 static cudaError_t apipe_launch(const tbc_attn_args &a, dim3 grid, const float *qkv, float *out, cudaStream_t s) {
     static unsigned done = 0;
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
     if (e != cudaSuccess) return e;
     if (!(dev < 32 && (done >> dev & 1u))) {
-        e = cudaFuncSetAttribute(attn_mma_pipe_kernel<KVT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        e = cudaFuncSetAttribute(attn_mma_pipe_kernel<KVT, GQ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                  apipe<KVT>::SMEM);
         if (e != cudaSuccess) return e;
         /* the whole unified L1 as shared memory: the rings decide the blocks an SM */
-        e = cudaFuncSetAttribute(attn_mma_pipe_kernel<KVT>, cudaFuncAttributePreferredSharedMemoryCarveout,
+        e = cudaFuncSetAttribute(attn_mma_pipe_kernel<KVT, GQ>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                  (int)cudaSharedmemCarveoutMaxShared);
         if (e != cudaSuccess) return e;
         if (dev < 32) done |= 1u << dev;
     }
-    return tbc_launch(attn_mma_pipe_kernel<KVT>, grid, dim3(ATTN_WARPS * 32), (size_t)apipe<KVT>::SMEM, s, a, qkv,
-                      out);
+    return tbc_launch(attn_mma_pipe_kernel<KVT, GQ>, grid, dim3(ATTN_WARPS * 32), (size_t)apipe<KVT>::SMEM, s, a,
+                      qkv, out);
+}
+
+template <bool GQ>
+static cudaError_t apipe_launch_kv(const tbc_attn_args &a, dim3 grid, const float *qkv, float *out, cudaStream_t s) {
+    if (a.kv_f16) return apipe_launch<KVT_F16, GQ>(a, grid, qkv, out, s);
+    if (a.kv_q == TBC_KVQ_I8) return apipe_launch<KVT_I8, GQ>(a, grid, qkv, out, s);
+    return apipe_launch<KVT_FP8, GQ>(a, grid, qkv, out, s);
 }
 
 /* ---------------------------------------------------------------- launcher */
@@ -1415,6 +1488,14 @@ static int kv_args_ok(const tbc_attn_args *a) {
            a->kv_block_bytes % 64 == 0 && a->kv_scale_off >= codes && a->kv_block_bytes >= a->kv_scale_off + scales;
 }
 
+extern "C" int tbc_attention_q_heads_per_block(const tbc_attn_args *a) {
+    const int G = a->n_kv > 0 ? a->n_heads / a->n_kv : 1;
+    return a->mma == 4 && a->hd == AMMA_HD && a->block_size % 16 == 0 && (a->kv_q || a->kv_f16) && G >= 2 &&
+                   G <= AMMA_GQ
+               ? G
+               : 1;
+}
+
 extern "C" cudaError_t tbc_attention(const tbc_attn_args *args, float *qkv, float *out, cudaStream_t s) {
     if (!tbc_attention_supports(args->hd) || args->n_splits < 1 || args->n_kv < 1 || args->n_heads % args->n_kv ||
         (args->n_splits > 1 && !args->counters) || !kv_args_ok(args) ||
@@ -1433,10 +1514,10 @@ extern "C" cudaError_t tbc_attention(const tbc_attn_args *args, float *qkv, floa
     int epl = a->hd / S;
     dim3 grid(a->n_heads, a->T, a->n_splits);
     const bool mma_shape = a->hd == AMMA_HD && a->block_size % 16 == 0;
-    if (a->mma == 3 && mma_shape && (a->kv_q || a->kv_f16)) /* int8 caches too */
-        return a->kv_f16 ? apipe_launch<KVT_F16>(*a, grid, qkv, out, s)
-               : a->kv_q == TBC_KVQ_I8 ? apipe_launch<KVT_I8>(*a, grid, qkv, out, s)
-                                       : apipe_launch<KVT_FP8>(*a, grid, qkv, out, s);
+    if (tbc_attention_q_heads_per_block(a) > 1) /* GQA heads in the mma's rows */
+        return apipe_launch_kv<true>(*a, dim3(a->n_kv, a->T, a->n_splits), qkv, out, s);
+    if ((a->mma == 3 || a->mma == 4) && mma_shape && (a->kv_q || a->kv_f16)) /* int8 caches too */
+        return apipe_launch_kv<false>(*a, grid, qkv, out, s);
     if (a->mma && mma_shape && (a->kv_q == TBC_KVQ_FP8 || (a->kv_f16 && !a->kv_q))) {
         const dim3 block(ATTN_WARPS * 32);
         if (a->mma == 2) /* 96 registers (24 bytes spilled): five blocks an SM */

@@ -1305,17 +1305,19 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
     return TB_OK;
 }
 
-/* Splits the keys of a (token, head) when (heads x tokens) leaves the SMs
- * idle. */
+/* Splits the keys of a (token, head) when the blocks of (heads x tokens)
+ * leave the SMs idle (a block takes one q head, or a kv head's q heads with
+ * TB_CUDA_ATTN_MMA=4). */
 static void attn_splits(cuda_ctx *c, tbc_attn_args *a) {
-    int blocks = a->n_heads * a->T, target = c->attn_blocks * c->n_sm;
+    const int pairs = a->n_heads * a->T; /* (token, q head)s: a partial and a counter each */
+    int blocks = pairs / tbc_attention_q_heads_per_block(a), target = c->attn_blocks * c->n_sm;
     int graphed = c->mode == RUN_CAPTURE; /* the split count is baked into the graph */
     if (blocks < target && (graphed || c->step_max_len >= 128)) {
         int sp = (target + blocks - 1) / blocks, by_len = c->step_max_len / 64;
         if (!graphed && sp > by_len) sp = by_len;
         if (sp > MAX_SPLITS) sp = MAX_SPLITS;
-        if (sp > 1 && (size_t)blocks * (size_t)sp * (size_t)(a->hd + 2) <= c->partial_floats &&
-            (size_t)blocks <= c->n_counters)
+        if (sp > 1 && (size_t)pairs * (size_t)sp * (size_t)(a->hd + 2) <= c->partial_floats &&
+            (size_t)pairs <= c->n_counters)
             a->n_splits = sp;
     }
 }

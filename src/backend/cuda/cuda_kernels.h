@@ -134,7 +134,9 @@ typedef struct {
      * hd 128, f16 or e4m3 caches, block_size a multiple of 16; 2: the same
      * kernel built for five blocks an SM (96 registers); 3: the same steps
      * with each warp's tiles copied ahead into shared memory
-     * (attn_mma_pipe_kernel), int8 caches too; 0: attn_kernel */
+     * (attn_mma_pipe_kernel), int8 caches too; 4: as 3, and with 2..8 q
+     * heads a kv head one block takes them all, a head a row of the mma
+     * (tbc_attention_q_heads_per_block); 0: attn_kernel */
     int mma;
     /* with ys_sw set, qkv is the raw product of an FP8 GEMM whose
      * tbc_scale_out was skipped: rope_kv scales each value it reads,
@@ -301,6 +303,10 @@ void tbc_set_pdl(int on);
 
 /* 1 when the attention kernel handles head size hd. */
 int tbc_attention_supports(int hd);
+/* q heads one decode-attention block takes for these arguments (1, or
+ * n_heads / n_kv with mma 4): the grid has n_heads / that blocks a token
+ * and split. */
+int tbc_attention_q_heads_per_block(const tbc_attn_args *a);
 cudaError_t tbc_attention(const tbc_attn_args *a, float *qkv, float *out,
                           cudaStream_t s);
 /* tbc_attention's first kernel alone: rotate q of the T tokens of `a` in
