@@ -72,7 +72,7 @@ expect 1 "override 'lm_hed'.*no weight is named so" -- "${QB[@]}" --dtype int8 -
 expect 1 "NAME_GLOB=DTYPE" -- "${QB[@]}" --dtype int8 --override lm_head
 expect 1 "unknown weight dtype 'int3'" -- "${QB[@]}" --dtype int8 --override 'l0.*=int3'
 expect 1 "embedding table embed stays a float dtype" -- "${QB[@]}" --dtype int8 --override embed=int8
-expect 1 "quantized engines are built for the CPU and cuda backends only" -- "${QB[@]}" --dtype int8 --device metal
+expect 1 "unknown device 'metal' .use cpu or cuda" -- "${QB[@]}" --dtype int8 --device metal
 expect 1 "pass --tokenizer" -- "$TURBINE_BIN" build "$M/stories260K.bin" -o "$D/x.engine"
 expect 1 "cannot open|no such|not found" -- "$TURBINE_BIN" build "$D/missing-model" -o "$D/x.engine"
 expect 1 "context|too long|tokens" -- "$TURBINE_BIN" run "$D/good.engine" --prompt-ids "$(seq -s, 1 600 | sed 's/[0-9]\+/5/g')" -n 700
