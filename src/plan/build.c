@@ -217,10 +217,9 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
     /* tokens a step carries: GPU engines take 2048 (several prompts a step:
      * the 256-stream prefill of docs/GPU.md 10% faster), at most the whole
      * contexts of max_batch sequences; CPU ones 512, at most one context */
-    const int gpu_target = !cpu;
     const int64_t all_ctx = (int64_t)max_seq * (o.max_batch > 0 ? o.max_batch : 1);
     int max_step = o.max_step_tokens;
-    if (max_step <= 0 && gpu_target) max_step = all_ctx < 2048 ? (int)all_ctx : 2048;
+    if (max_step <= 0 && !cpu) max_step = all_ctx < 2048 ? (int)all_ctx : 2048;
     else if (max_step <= 0) max_step = max_seq < 512 ? max_seq : 512;
     if (max_step < 16) max_step = 16;
     /* ---- calibration (plan/calib_run.h): an f32 engine of this model runs

@@ -1417,23 +1417,15 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32, apipe<KVT>::MINB)
 }
 
 /* Launches the pipelined kernel, raising its dynamic shared-memory limit
- * once per device first (a benign race: two threads may both set it). */
+ * once per device first (with the whole L1 as shared memory: the rings
+ * decide the blocks an SM). */
 template <int KVT, bool GQ>
 static cudaError_t apipe_launch(const tbc_attn_args &a, dim3 grid, const float *qkv, float *out, cudaStream_t s) {
     static unsigned done = 0;
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess) e = tbc_smem_optin(attn_mma_pipe_kernel<KVT, GQ>, apipe<KVT>::SMEM, dev, &done, true);
     if (e != cudaSuccess) return e;
-    if (!(dev < 32 && (done >> dev & 1u))) {
-        e = cudaFuncSetAttribute(attn_mma_pipe_kernel<KVT, GQ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                 apipe<KVT>::SMEM);
-        if (e != cudaSuccess) return e;
-        /* the whole unified L1 as shared memory: the rings decide the blocks an SM */
-        e = cudaFuncSetAttribute(attn_mma_pipe_kernel<KVT, GQ>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                 (int)cudaSharedmemCarveoutMaxShared);
-        if (e != cudaSuccess) return e;
-        if (dev < 32) done |= 1u << dev;
-    }
     return tbc_launch(attn_mma_pipe_kernel<KVT, GQ>, grid, dim3(ATTN_WARPS * 32), (size_t)apipe<KVT>::SMEM, s, a,
                       qkv, out);
 }

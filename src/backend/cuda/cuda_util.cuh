@@ -93,6 +93,21 @@ __device__ __forceinline__ void tbc_prefetch_l2(const void *p) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
+/* Raises kern's dynamic shared-memory limit to bytes on device dev once
+ * (*done: one bit a device, the caller's static for that kernel; a benign
+ * race: two threads may both set it); carveout: also ask for the whole
+ * unified L1 as shared memory (when that decides the blocks an SM). */
+template <typename... KArgs>
+static cudaError_t tbc_smem_optin(void (*kern)(KArgs...), int bytes, int dev, unsigned *done, bool carveout = false) {
+    if (dev < 32 && (*done >> dev & 1u)) return cudaSuccess;
+    cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (e == cudaSuccess && carveout)
+        e = cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                 (int)cudaSharedmemCarveoutMaxShared);
+    if (e == cudaSuccess && dev < 32) *done |= 1u << dev;
+    return e;
+}
+
 /* kern<<<grid, block, smem, s>>>(args...), with the programmatic-serialization
  * attribute while tbc_pdl_on; returns the launch status. */
 template <typename... KArgs, typename... Args>

@@ -577,16 +577,11 @@ extern "C" void tbc_flash_force_rows(int rows_per_warp) {
     flash_force_rows = rows_per_warp == 16 || rows_per_warp == 32 ? rows_per_warp : 0;
 }
 
-/* Raises the kernel's dynamic shared-memory limit once per device (a
- * benign race: two threads may both set it). */
+/* Raises the kernel's dynamic shared-memory limit once per device. */
 template <int HD, int MT, int KQ>
 static cudaError_t flash_smem_attr(int dev) {
     static unsigned done = 0;
-    if (dev < 32 && (done >> dev & 1u)) return cudaSuccess;
-    cudaError_t e = cudaFuncSetAttribute(flash_prefill_kernel<HD, MT, KQ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)flash_cfg<HD, MT>::SMEM);
-    if (e == cudaSuccess && dev < 32) done |= 1u << dev;
-    return e;
+    return tbc_smem_optin(flash_prefill_kernel<HD, MT, KQ>, (int)flash_cfg<HD, MT>::SMEM, dev, &done);
 }
 
 template <int HD, int MT, int KQ>
