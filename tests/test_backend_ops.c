@@ -1213,6 +1213,10 @@ static void attention_shapes(tb_dtype kv, int more) {
     op_attention(kv, 3, 1, 64, 1, long2, 2, "runs of 50 at 9, 21 at 0");
     op_attention(kv, 6, 3, 128, 0, long2, 2, "runs of 50 at 9, 21 at 0");
     if (more) op_attention(kv, 2, 1, 256, 0, long2, 2, "runs of 50 at 9, 21 at 0");
+    /* 16 tokens of 8 kv heads (128 token x kv-head pairs): the GPU's
+     * default decode attention takes its GQA blocks (4 q heads a block) */
+    run_spec wide[] = {{0, 200, 4}, {1, 3, 4}, {2, 77, 4}, {3, 0, 4}};
+    op_attention(kv, 32, 8, 128, 1, wide, 4, "4 runs of 4 at 200, 3, 77, 0");
 }
 
 /* ---------------------------------------------------------------- all */

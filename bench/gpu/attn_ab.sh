@@ -12,7 +12,7 @@
 #    memcheck and racecheck.
 # 2. 4-layer fp8 engines (torch_ckpt.py --layers 4, turbine build --dtype fp8
 #    --device cuda) of the 7B shape (32 kv heads: fp8, f16 and int8 caches)
-#    and of Llama-3-8B's layers (8 kv heads, groups of 4: fp8 and f16 caches;
+#    and of Llama-3-8B's layers (8 kv heads, groups of 4: fp8, f16 and int8 caches;
 #    AB_SKIP_GQA=1: not): gpu_bench decode steps at batch 1 / 64 over ctx 128
 #    and batch 1 / 16 over ctx 1000, the variants interleaved (ROUNDS rounds)
 #    in one process.
@@ -21,8 +21,9 @@
 #
 # Env: TB_PREBUILT (default /tmp/pb), OUT (default ./attn_ab), AB_SKIP_CHECK=1
 # (no step 1: an earlier run checked the variants), AB_SKIP_L4=1 (no step 2), AB_VARIANTS
-# (TB_CUDA_ATTN_MMA values, default "1 3 4": 1 the default kernel, 3 the
-# pipelined one, 4 that with a kv head's q heads in one block), AB_EXTRA (more gpu_bench variants, ';'-separated, timed
+# (TB_CUDA_ATTN_MMA values, default "1 3 4": 1 the tensor-core kernel, 3 the
+# pipelined one, 4 that with a kv head's q heads in one block; the module's
+# default, 5, picks among them and is checked too and timed as "base"), AB_EXTRA (more gpu_bench variants, ';'-separated, timed
 # after them each round, e.g. "TB_CUDA_ATTN_MMA=3 TB_CUDA_ATTN_SPLIT_MIN=64":
 # not checked in step 1), ROUNDS (default 2), FULL, TB_GPU_DATA (folder holding
 # models/llama2_tokenizer.bin, default .devdata/gpu), PY (python3 with torch).
@@ -43,32 +44,44 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader
 
 echo "== 1. attention cases under each variant"
 good=""
-checks=$VARS
+checks="default $VARS" # default: the module's own choice (no TB_CUDA_ATTN_MMA)
 [ -n "${AB_SKIP_CHECK:-}" ] && { good=" $VARS"; checks=""; echo "skipped (AB_SKIP_CHECK: a run before checked them)"; }
 for v in $checks; do
     ok=1
     for blocks in "" 0; do
         n="ops_mma${v}${blocks:+_b$blocks}"
-        env TURBINE_TEST_DEVICE=cuda TURBINE_TEST_ONLY=attention TB_CUDA_ATTN_MMA="$v" \
+        mv=(TB_CUDA_ATTN_MMA="$v")
+        [ "$v" = default ] && mv=(-u TB_CUDA_ATTN_MMA)
+        env "${mv[@]}" TURBINE_TEST_DEVICE=cuda TURBINE_TEST_ONLY=attention \
             ${blocks:+TB_CUDA_ATTN_BLOCKS=$blocks} timeout 120 "$PB/test_backend_ops" > "$OUT/$n.txt" 2>&1
         rc=$?
-        echo "TB_CUDA_ATTN_MMA=$v${blocks:+ TB_CUDA_ATTN_BLOCKS=$blocks}: rc $rc, $(grep -c ' bound .* ok$' "$OUT/$n.txt") ok," \
+        echo "${mv[*]}${blocks:+ TB_CUDA_ATTN_BLOCKS=$blocks}: rc $rc, $(grep -c ' bound .* ok$' "$OUT/$n.txt") ok," \
              "$(grep -c ' FAIL$' "$OUT/$n.txt") FAIL; $(grep -o 'cuda: worst.*attention [^ ]*' "$OUT/$n.txt") ($(el) s)"
         grep ' FAIL$' "$OUT/$n.txt" | head -5
         [ $rc = 0 ] || ok=0
     done
-    [ $ok = 1 ] && good="$good $v"
+    [ $ok = 1 ] && [ "$v" != default ] && good="$good $v"
 done
 [ -n "$good" ] || { echo "no variant passed: nothing timed"; exit 1; }
 # the pipelined kernel's shared-memory ring under compute-sanitizer: out-of-range
 # accesses (memcheck) and hazards between its lanes' copies and reads (racecheck)
 CS=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+# (racecheck also without its cp.async tracking where the tool has that
+# switch: its internal errors on the ring's copies are then told apart from
+# hazards of the plain shared-memory accesses)
 if [ -n "$CS" ] && [ -z "${AB_SKIP_CHECK:-}" ] && [[ " $VARS " == *" 4 "* ]]; then
-    for tool in memcheck racecheck; do
-        TURBINE_TEST_DEVICE=cuda TURBINE_TEST_ONLY=attention TB_CUDA_ATTN_MMA=4 TB_CUDA_ATTN_BLOCKS=0 \
-            timeout 300 "$CS" --tool $tool --kernel-regex kns=attn_mma_pipe "$PB/test_backend_ops" \
-            > "$OUT/san_$tool.txt" 2>&1
-        echo "compute-sanitizer $tool, TB_CUDA_ATTN_MMA=4: rc $?, $(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' "$OUT/san_$tool.txt" | tail -1) ($(el) s)"
+    runs="memcheck:4 racecheck:3 racecheck:4"
+    "$CS" --help 2>&1 | grep -q racecheck-memcpy-async && runs="$runs racecheck-noasync:4"
+    for r in $runs; do
+        tool=${r%%:*} v=${r##*:} extra=""
+        [ "$tool" = racecheck-noasync ] && { tool=racecheck; extra="--racecheck-memcpy-async no"; }
+        f="$OUT/san_${r//:/_}.txt"
+        # shellcheck disable=SC2086 # extra is a list of words
+        TURBINE_TEST_DEVICE=cuda TURBINE_TEST_ONLY=attention TB_CUDA_ATTN_MMA=$v TB_CUDA_ATTN_BLOCKS=0 \
+            timeout 300 "$CS" --tool $tool $extra --kernel-name kns=attn_mma_pipe "$PB/test_backend_ops" > "$f" 2>&1
+        echo "compute-sanitizer $r${extra:+ ($extra)}: rc $?, $(grep -h 'ERROR SUMMARY\|RACECHECK SUMMARY' "$f" | tail -1)," \
+             "$(grep -c ' ok$' "$f") ok, $(grep -c ' FAIL$\|CHECK failed' "$f") failed ($(el) s)"
+        grep -m3 -A4 'Internal\|Race reported\|Error:' "$f" | cut -c1-200
     done
 fi
 vlist="base" # gpu_bench's first variant is the environment as given (the default kernel)
@@ -101,7 +114,7 @@ l4() {
 if [ -z "${AB_SKIP_L4:-}" ]; then
     echo "== 2. 4-layer fp8 engines: the 7B shape (32 kv heads), Llama-3-8B's layers (8 kv heads)"
     l4 llama7b "fp8 f16 int8"
-    [ -z "${AB_SKIP_GQA:-}" ] && l4 llama3_8b_v32k "fp8 f16"
+    [ -z "${AB_SKIP_GQA:-}" ] && l4 llama3_8b_v32k "fp8 f16 int8"
 fi
 
 if [ -n "${FULL:-}" ]; then

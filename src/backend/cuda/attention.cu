@@ -1480,12 +1480,17 @@ static int kv_args_ok(const tbc_attn_args *a) {
            a->kv_block_bytes % 64 == 0 && a->kv_scale_off >= codes && a->kv_block_bytes >= a->kv_scale_off + scales;
 }
 
+/* mma 5 (auto) takes the GQA kernel from this many (token, kv head) blocks
+ * (before splits) on: measured faster at 128 and 512 (batch 16 and 64 of 8 kv
+ * heads), slower at 8 (batch 1: a block's G outputs are merged one after
+ * another; docs/GPU.md) */
+#define AMMA_GQ_MIN_BLOCKS 128
+
 extern "C" int tbc_attention_q_heads_per_block(const tbc_attn_args *a) {
     const int G = a->n_kv > 0 ? a->n_heads / a->n_kv : 1;
-    return a->mma == 4 && a->hd == AMMA_HD && a->block_size % 16 == 0 && (a->kv_q || a->kv_f16) && G >= 2 &&
-                   G <= AMMA_GQ
-               ? G
-               : 1;
+    const int on = a->mma == 4 || (a->mma == 5 && a->T * a->n_kv >= AMMA_GQ_MIN_BLOCKS);
+    return on && a->hd == AMMA_HD && a->block_size % 16 == 0 && (a->kv_q || a->kv_f16) && G >= 2 && G <= AMMA_GQ ? G
+                                                                                                               : 1;
 }
 
 extern "C" cudaError_t tbc_attention(const tbc_attn_args *args, float *qkv, float *out, cudaStream_t s) {
@@ -1509,6 +1514,8 @@ extern "C" cudaError_t tbc_attention(const tbc_attn_args *args, float *qkv, floa
     if (tbc_attention_q_heads_per_block(a) > 1) /* GQA heads in the mma's rows */
         return apipe_launch_kv<true>(*a, dim3(a->n_kv, a->T, a->n_splits), qkv, out, s);
     if ((a->mma == 3 || a->mma == 4) && mma_shape && (a->kv_q || a->kv_f16)) /* int8 caches too */
+        return apipe_launch_kv<false>(*a, grid, qkv, out, s);
+    if (a->mma == 5 && mma_shape && a->kv_q == TBC_KVQ_I8) /* int8: the pipelined kernel (else scalar) */
         return apipe_launch_kv<false>(*a, grid, qkv, out, s);
     if (a->mma && mma_shape && (a->kv_q == TBC_KVQ_FP8 || (a->kv_f16 && !a->kv_q))) {
         const dim3 block(ATTN_WARPS * 32);

@@ -69,9 +69,10 @@
 /* 8 lanes per key (4 keys per warp at once) where hd = 128: measured faster
  * than one key per warp on the 7B decode (docs/GPU.md) */
 #define TB_CUDA_DEFAULT_ATTN_LANES 8
-/* decode attention on the tensor cores where it applies (hd 128, f16 or
- * e4m3 caches; docs/GPU.md) */
-#define TB_CUDA_DEFAULT_ATTN_MMA 1
+/* decode attention on the tensor cores where it applies (hd 128, f16, e4m3
+ * or int8 caches), GQA heads in the mma's rows at large batches (mode 5,
+ * "auto"; docs/GPU.md) */
+#define TB_CUDA_DEFAULT_ATTN_MMA 5
 /* scores of one pass of prefill attention (H x query rows x keys, f32) */
 #define PREFILL_S_BYTES ((size_t)64 << 20)
 
@@ -1307,7 +1308,7 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
 
 /* Splits the keys of a (token, head) when the blocks of (heads x tokens)
  * leave the SMs idle (a block takes one q head, or a kv head's q heads with
- * TB_CUDA_ATTN_MMA=4). */
+ * TB_CUDA_ATTN_MMA=4, and 5 at large batches). */
 static void attn_splits(cuda_ctx *c, tbc_attn_args *a) {
     const int pairs = a->n_heads * a->T; /* (token, q head)s: a partial and a counter each */
     int blocks = pairs / tbc_attention_q_heads_per_block(a), target = c->attn_blocks * c->n_sm;

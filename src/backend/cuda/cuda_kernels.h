@@ -136,7 +136,9 @@ typedef struct {
      * with each warp's tiles copied ahead into shared memory
      * (attn_mma_pipe_kernel), int8 caches too; 4: as 3, and with 2..8 q
      * heads a kv head one block takes them all, a head a row of the mma
-     * (tbc_attention_q_heads_per_block); 0: attn_kernel */
+     * (tbc_attention_q_heads_per_block); 5 (auto): 4's GQA blocks where a
+     * step has many (token, kv head) pairs, 3's kernel for int8 caches, else
+     * 1; 0: attn_kernel */
     int mma;
     /* with ys_sw set, qkv is the raw product of an FP8 GEMM whose
      * tbc_scale_out was skipped: rope_kv scales each value it reads,
@@ -304,7 +306,7 @@ void tbc_set_pdl(int on);
 /* 1 when the attention kernel handles head size hd. */
 int tbc_attention_supports(int hd);
 /* q heads one decode-attention block takes for these arguments (1, or
- * n_heads / n_kv with mma 4): the grid has n_heads / that blocks a token
+ * n_heads / n_kv with mma 4, and with mma 5 at enough tokens): the grid has n_heads / that blocks a token
  * and split. */
 int tbc_attention_q_heads_per_block(const tbc_attn_args *a);
 cudaError_t tbc_attention(const tbc_attn_args *a, float *qkv, float *out,
