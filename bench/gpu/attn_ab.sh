@@ -16,8 +16,9 @@
 #    AB_SKIP_GQA=1: not): gpu_bench decode steps at batch 1 / 64 over ctx 128
 #    and batch 1 / 16 over ctx 1000, the variants interleaved (ROUNDS rounds)
 #    in one process.
-# 3. with FULL=1, the 32-layer engine: streams 64 and 256 of 128 / 128, fp8
-#    KV, the same variants (~150 s for the build, ~60 s a round).
+# 3. with FULL=1, the 32-layer engine (AB_FULL_SHAPE, default llama7b):
+#    streams 64 and 256 of 128 / 128, fp8 KV, the same variants (~150 s for
+#    the build, ~60 s a round).
 #
 # Env: TB_PREBUILT (default /tmp/pb), OUT (default ./attn_ab), AB_SKIP_CHECK=1
 # (no step 1: an earlier run checked the variants), AB_SKIP_L4=1 (no step 2), AB_VARIANTS
@@ -118,10 +119,11 @@ if [ -z "${AB_SKIP_L4:-}" ]; then
 fi
 
 if [ -n "${FULL:-}" ]; then
-    echo "== 3. 32-layer 7B-shape fp8 engine, streams"
-    CK32=$W/ck32
-    [ -f "$CK32/config.json" ] || "$PY" "$SRC/bench/gpu/torch_ckpt.py" --shape llama7b --out "$CK32" > "$OUT/ck32.txt" 2>&1
-    E32=$W/l32_fp8.engine
+    echo "== 3. 32-layer fp8 engine (${AB_FULL_SHAPE:-llama7b}), streams"
+    FS=${AB_FULL_SHAPE:-llama7b}
+    CK32=$W/ck32_$FS
+    [ -f "$CK32/config.json" ] || "$PY" "$SRC/bench/gpu/torch_ckpt.py" --shape "$FS" --out "$CK32" > "$OUT/ck32.txt" 2>&1
+    E32=$W/l32_${FS}_fp8.engine
     [ -f "$E32" ] || "$PB/turbine" build "$CK32" -o "$E32" --tokenizer "$DATA/models/llama2_tokenizer.bin" --dtype fp8 \
         --device cuda --max-seq-len 1024 --max-batch 64 > "$OUT/build32.txt" 2>&1 || { echo "build failed"; exit 1; }
     timeout 400 "$PB/gpu_bench" "$E32" --device cuda --prefill 0 --decode 16 --ctx 128 --batch 1,64 \
