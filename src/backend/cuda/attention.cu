@@ -1513,10 +1513,9 @@ extern "C" cudaError_t tbc_attention(const tbc_attn_args *args, float *qkv, floa
     const bool mma_shape = a->hd == AMMA_HD && a->block_size % 16 == 0;
     if (tbc_attention_q_heads_per_block(a) > 1) /* GQA heads in the mma's rows */
         return apipe_launch_kv<true>(*a, dim3(a->n_kv, a->T, a->n_splits), qkv, out, s);
-    if ((a->mma == 3 || a->mma == 4) && mma_shape && (a->kv_q || a->kv_f16)) /* int8 caches too */
-        return apipe_launch_kv<false>(*a, grid, qkv, out, s);
-    if (a->mma == 5 && mma_shape && a->kv_q == TBC_KVQ_I8) /* int8: the pipelined kernel (else scalar) */
-        return apipe_launch_kv<false>(*a, grid, qkv, out, s);
+    /* the pipelined kernel: f16 / e4m3 / int8 caches under 3 and 4, int8 (else scalar) under 5 */
+    const bool pipe = a->mma == 5 ? a->kv_q == TBC_KVQ_I8 : (a->mma == 3 || a->mma == 4) && (a->kv_q || a->kv_f16);
+    if (pipe && mma_shape) return apipe_launch_kv<false>(*a, grid, qkv, out, s);
     if (a->mma && mma_shape && (a->kv_q == TBC_KVQ_FP8 || (a->kv_f16 && !a->kv_q))) {
         const dim3 block(ATTN_WARPS * 32);
         if (a->mma == 2) /* 96 registers (24 bytes spilled): five blocks an SM */

@@ -306,8 +306,8 @@ void tbc_set_pdl(int on);
 /* 1 when the attention kernel handles head size hd. */
 int tbc_attention_supports(int hd);
 /* q heads one decode-attention block takes for these arguments (1, or
- * n_heads / n_kv with mma 4, and with mma 5 at enough tokens): the grid has n_heads / that blocks a token
- * and split. */
+ * n_heads / n_kv with mma 4, and with mma 5 at enough tokens): the grid
+ * has n_heads / that blocks a token and split. */
 int tbc_attention_q_heads_per_block(const tbc_attn_args *a);
 cudaError_t tbc_attention(const tbc_attn_args *a, float *qkv, float *out,
                           cudaStream_t s);
