@@ -20,7 +20,8 @@
  *                    per pair) merges the splits' partial triples. With
  *                    split_min, a (token, head) whose context is short uses
  *                    fewer splits (one per split_min keys) and the blocks
- *                    of the unused splits return at once.
+ *                    of the unused splits return at once (attn_split.h:
+ *                    the ranges, and only splits that have keys in use).
  *   attn_mma_kernel  (hd 128, f16 / e4m3 caches) the same blocks with 16-key
  *                    tiles scored and summed on the tensor cores;
  *                    attn_mma_pipe_kernel the same with each warp's tiles
@@ -41,6 +42,7 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include "backend/cuda/attn_split.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_util.cuh"
 
@@ -670,16 +672,6 @@ __device__ __forceinline__ void attn_h16_score(bool valid, int S, const float *q
     for (int e = 0; e < EPL; e++) acc[e] = fmaf(p, vf[e], acc[e]);
 }
 
-/* Splits in use for a (t, h) of len keys: at most one per split_min keys. */
-__device__ __forceinline__ int attn_splits_used(const tbc_attn_args &a, int len) {
-    int ns = a.n_splits;
-    if (a.split_min > 0) {
-        int cap = (len + a.split_min - 1) / a.split_min;
-        if (cap < ns) ns = cap < 1 ? 1 : cap;
-    }
-    return ns;
-}
-
 /* The block's output of (t, h, split sp) once each warp has put its (max,
  * sum, hd outputs) in sm_m[w], sm_l[w], sm_o[w * ld ..] (and the block has
  * synchronised): merged over the warps into out (one split) or into the
@@ -740,7 +732,8 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) attn_kernel(tbc_attn_args a, 
     tbc_pdl_wait();
     tbc_pdl_trigger();
     const int h = blockIdx.x, t = blockIdx.y, sp = blockIdx.z;
-    const int len = a.pos[t] + 1, ns = attn_splits_used(a, len);
+    int chunk;
+    const int len = a.pos[t] + 1, ns = tbc_split_plan(a.n_splits, a.split_min, len, 1, &chunk);
     if (sp >= ns) return;
     const int hd = a.hd, S = hd / EPL, H = a.n_heads, KV = a.n_kv;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -757,7 +750,6 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) attn_kernel(tbc_attn_args a, 
     }
     float m = -INFINITY, l = 0.0f;
 
-    const int chunk = (len + ns - 1) / ns;
     const int lo = sp * chunk, hi = min(len, lo + chunk);
     const int32_t *bt = a.block_tables + (size_t)a.seq[t] * a.max_blocks;
     const int bs = a.block_size;
@@ -1116,14 +1108,15 @@ __device__ __forceinline__ void amma_step(const amma_tile<KVT> &x, const uint32_
     }
 }
 
-/* Splits of (t, h) in use and split sp's key range [lo, hi), rounded to
- * 16 keys. Returns 0 when split sp is not in use. */
+/* Splits of (t, h) in use (*ns_out, what the merge counts) and split sp's
+ * key range [lo, hi), the splits rounded to 16 keys (attn_split.h: 144 keys
+ * launched as 32 splits use 9 of 16 keys). Returns 0 when split sp is not
+ * in use. */
 __device__ __forceinline__ int amma_range(const tbc_attn_args &a, int t, int sp, int *ns_out, int *lo, int *hi) {
-    const int len = a.pos[t] + 1, ns = attn_splits_used(a, len);
+    int chunk;
+    const int len = a.pos[t] + 1, ns = tbc_split_plan(a.n_splits, a.split_min, len, 16, &chunk);
     *ns_out = ns;
     if (sp >= ns) return 0;
-    int chunk = (len + ns - 1) / ns;
-    chunk = (chunk + 15) & ~15;
     *lo = sp * chunk;
     *hi = min(len, *lo + chunk);
     return 1;
