@@ -23,7 +23,8 @@
 # Env: TB_PREBUILT (default /tmp/pb), OUT (default ./attn_ab), AB_SKIP_CHECK=1
 # (no step 1: an earlier run checked the variants), AB_SKIP_L4=1 (no step 2), AB_VARIANTS
 # (TB_CUDA_ATTN_MMA values, default "1 3 4": 1 the tensor-core kernel, 3 the
-# pipelined one, 4 that with a kv head's q heads in one block; the module's
+# pipelined one, 4 that with a kv head's q heads in one block, 6 / 7 a warp a
+# (token, head) where a step has no key splits; the module's
 # default, 5, picks among them and is checked too and timed as "base"), AB_EXTRA (more gpu_bench variants, ';'-separated, timed
 # after them each round, e.g. "TB_CUDA_ATTN_MMA=3 TB_CUDA_ATTN_SPLIT_MIN=64":
 # not checked in step 1), ROUNDS (default 2), FULL, TB_GPU_DATA (folder holding

@@ -1173,6 +1173,57 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32, MINB) attn_mma_kernel(tbc_att
     amma_finish(a, t, h, sp, ns, m, l, unit, acc, sm_m, sm_l, sm_o, &sm_last, out);
 }
 
+/* ---------------------------------------------------------------- decode attention, a warp a (token, head)
+ * attn_mma_warp_kernel (TB_CUDA_ATTN_MMA=6; 7: U = 2 tiles' loads in flight
+ * a warp): attn_mma_kernel's tensor-core steps, but a warp takes a whole
+ * (token, q head), ATTN_WARPS of them a block: no key splits, no merge
+ * across warps (no barrier; shared memory only for q). Meant for steps of
+ * many (token, head) pairs, where attn_mma_kernel's blocks run 2-3 tiles a
+ * warp and then merge (batch 64 at contexts ~150). Launched with n_splits
+ * 1 only (tbc_attention takes attn_mma_kernel otherwise). Registers (sm_90,
+ * CUDA 13): U 1 114 (e4m3) / 126 (f16), four blocks an SM; U 2 148 (e4m3,
+ * three blocks) / f16 built for two blocks (it spills at three). */
+template <int KVT, int U, int MINB>
+__global__ void __launch_bounds__(ATTN_WARPS * 32, MINB)
+    attn_mma_warp_kernel(tbc_attn_args a, const float *qkv, float *out) {
+    __shared__ uint32_t sm_q[ATTN_WARPS][4 * 18]; /* a warp's q pairs, lane c's 16 at 18c */
+    tbc_pdl_wait();
+    tbc_pdl_trigger();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    const int H = a.n_heads, pair = (int)blockIdx.x * ATTN_WARPS + warp;
+    if (pair >= a.T * H) return; /* warp-uniform; no block barrier follows */
+    const int t = pair / H, h = pair - t * H, kvh = h / (H / a.n_kv), len = a.pos[t] + 1;
+    uint32_t *sq = &sm_q[warp][18 * c];
+    if (g == 0) amma_q(a, qkv, t, h, c, sq);
+    __syncwarp();
+    float acc[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    float m = -INFINITY, l = 0.0f, unit = 1.0f;
+    const int32_t *bt = a.block_tables + (size_t)a.seq[t] * a.max_blocks;
+    for (int base = 0; base < len; base += 16 * U) {
+        amma_tile<KVT> x[U];
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (base + 16 * u < len) amma_load<KVT>(a, bt, base + 16 * u, len, kvh, g, c, x[u]);
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (base + 16 * u < len) amma_step<KVT>(x[u], sq, len - base - 16 * u, c, m, l, unit, acc);
+    }
+    /* the warp's (m, l, acc) are the head's: out = acc * unit / l (every
+     * column of acc holds the same q's sums; lane (g, 0) has dims 16g + 2mi
+     * and 16g + 2mi + 1 in acc[mi][0], acc[mi][2], as amma_finish reads) */
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if (c == 0) {
+        const float f = unit / l;
+        float *o = out + ((size_t)t * H + h) * AMMA_HD + 16 * g;
+#pragma unroll
+        for (int mi = 0; mi < 8; mi++)
+            *reinterpret_cast<float2 *>(o + 2 * mi) = make_float2(acc[mi][0] * f, acc[mi][2] * f);
+    }
+}
+
 /* ---------------------------------------------------------------- decode attention, pipelined tiles
  * attn_mma_pipe_kernel (TB_CUDA_ATTN_MMA=3): attn_mma_kernel's blocks and
  * mma steps, but each warp copies its tiles into a ring of S stages in
@@ -1511,6 +1562,14 @@ extern "C" cudaError_t tbc_attention(const tbc_attn_args *args, float *qkv, floa
     if (pipe && mma_shape) return apipe_launch_kv<false>(*a, grid, qkv, out, s);
     if (a->mma && mma_shape && (a->kv_q == TBC_KVQ_FP8 || (a->kv_f16 && !a->kv_q))) {
         const dim3 block(ATTN_WARPS * 32);
+        if ((a->mma == 6 || a->mma == 7) && a->n_splits == 1) { /* a warp a (token, head) */
+            const dim3 wg((unsigned)((a->T * a->n_heads + ATTN_WARPS - 1) / ATTN_WARPS));
+            if (a->mma == 7)
+                return a->kv_f16 ? tbc_launch(attn_mma_warp_kernel<KVT_F16, 2, 2>, wg, block, 0, s, *a, qkv, out)
+                                 : tbc_launch(attn_mma_warp_kernel<KVT_FP8, 2, 3>, wg, block, 0, s, *a, qkv, out);
+            return a->kv_f16 ? tbc_launch(attn_mma_warp_kernel<KVT_F16, 1, 4>, wg, block, 0, s, *a, qkv, out)
+                             : tbc_launch(attn_mma_warp_kernel<KVT_FP8, 1, 4>, wg, block, 0, s, *a, qkv, out);
+        }
         if (a->mma == 2) /* 96 registers (24 bytes spilled): five blocks an SM */
             return a->kv_f16 ? tbc_launch(attn_mma_kernel<KVT_F16, 5>, grid, block, 0, s, *a, qkv, out)
                              : tbc_launch(attn_mma_kernel<KVT_FP8, 5>, grid, block, 0, s, *a, qkv, out);

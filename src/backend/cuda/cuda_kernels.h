@@ -138,7 +138,9 @@ typedef struct {
      * heads a kv head one block takes them all, a head a row of the mma
      * (tbc_attention_q_heads_per_block); 5 (auto): 4's GQA blocks where a
      * step has many (token, kv head) pairs, 3's kernel for int8 caches, else
-     * 1; 0: attn_kernel */
+     * 1; 6: as 1, but a warp takes a whole (token, head) where the step has
+     * no key splits (attn_mma_warp_kernel; 7: two tiles in flight a warp);
+     * 0: attn_kernel */
     int mma;
     /* with ys_sw set, qkv is the raw product of an FP8 GEMM whose
      * tbc_scale_out was skipped: rope_kv scales each value it reads,
