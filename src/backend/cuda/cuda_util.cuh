@@ -128,4 +128,68 @@ static cudaError_t tbc_launch(void (*kern)(KArgs...), dim3 grid, dim3 block, siz
     return e != cudaSuccess ? e : e2;
 }
 
+/* tbc_launch in clusters of cluster_x blocks along x (grid.x a multiple of
+ * it; compute capability 9.0+), the blocks of a cluster co-scheduled on one
+ * GPC and able to reach each other's shared memory. */
+template <typename... KArgs, typename... Args>
+static cudaError_t tbc_launch_cluster(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                                      unsigned cluster_x, Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute attr[2] = {};
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = cluster_x;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = tbc_pdl_on ? 2 : 1;
+    cudaError_t e = cudaLaunchKernelEx(&cfg, kern, static_cast<KArgs>(args)...);
+    cudaError_t e2 = cudaGetLastError();
+    return e != cudaSuccess ? e : e2;
+}
+
+/* Cluster barrier halves (sm_90): arrive (release; relaxed: orders
+ * nothing, for "every block has started") and wait (acquire). Every thread
+ * of every block of the cluster takes part. */
+__device__ __forceinline__ void tbc_cluster_arrive_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void tbc_cluster_arrive() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void tbc_cluster_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+/* This block's rank in its cluster, and the generic address of the same
+ * shared-memory location p in the block of rank r. */
+__device__ __forceinline__ unsigned tbc_cluster_rank() {
+    unsigned r = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+#endif
+    return r;
+}
+template <typename T>
+__device__ __forceinline__ T *tbc_cluster_map(T *p, unsigned r) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    uint64_t q;
+    asm volatile("mapa.u64 %0, %1, %2;\n" : "=l"(q) : "l"(reinterpret_cast<uint64_t>(p)), "r"(r));
+    return reinterpret_cast<T *>(q);
+#else
+    (void)r;
+    return p;
+#endif
+}
+
 #endif /* TB_CUDA_UTIL_CUH */

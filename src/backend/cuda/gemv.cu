@@ -902,7 +902,7 @@ static size_t qpipe_smem(int T, int K) {
  * blockIdx.x + gridDim.x, ...: a grid of one block per block tile runs one
  * each; a smaller (persistent) grid runs several, x staged once and each
  * warp's ring running on from one tile's steps into the next's. */
-template <int QT, int MODE, bool NORM, bool GS, int NS, int RT, int MINB>
+template <int QT, int MODE, bool NORM, bool GS, int NS, int RT, int MINB, int CL>
 __global__ void __launch_bounds__(GEMV_MMA_WARPS * 32, MINB)
 qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__restrict__ bias, float *__restrict__ y,
                   int T, int K, int N, int tiles, tbc_gemv_epi e) {
@@ -913,7 +913,9 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
     __shared__ float red[2][RT][NW][32][4]; /* by tile parity: warp 0 may still read the last tile's */
     __shared__ float red_ss[NW][8];
     __shared__ float wss[NW][8]; /* each warp's sum of squares per token */
+    __shared__ float wss_o[CL > 1 ? NW : 1][8]; /* CL 2: the other block's warps' */
     extern __shared__ uint4 qp_dyn[];
+    if (CL > 1) tbc_cluster_arrive_relaxed(); /* "started": waited for before the first store into the other block */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     /* this warp's ring: [NS][RT][2 rows][32 lanes] of 16 bytes; int4:
      * [NS][RT][scale a, scale b, zero a, zero b][32 lanes] floats, or with
@@ -1020,7 +1022,13 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
         float ssr[TBC_GEMV_MAX_T];
 #pragma unroll
         for (int k = 0; k < TBC_GEMV_MAX_T; k++) ssr[k] = 0.0f;
-        for (int i0 = threadIdx.x; i0 < nit; i0 += XU * BT) {
+        /* CL 2: the two blocks of a cluster take turns over chunks of XU * BT
+         * units and store each unit into both blocks' xs (and their sums of
+         * squares into the other's wss_o): half the L2 reads a block */
+        const unsigned crank = CL > 1 ? tbc_cluster_rank() : 0u;
+        uint4 *xs_o = CL > 1 ? tbc_cluster_map(xs, crank ^ 1u) : nullptr;
+        if (CL > 1) tbc_cluster_wait();
+        for (int i0 = threadIdx.x + (int)crank * XU * BT; i0 < nit; i0 += CL * XU * BT) {
             float4 a[XU], b[XU];
 #pragma unroll
             for (int u = 0; u < XU; u++) {
@@ -1065,23 +1073,34 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
                     o.z = h2u(__floats2half2_rn(f4, f5));
                     o.w = h2u(__floats2half2_rn(f6, f7));
                 }
-                xs[(size_t)tk * qpipe_xstride<QT>(K) + qpipe_xpos<QT>(m)] = o;
+                const size_t xi = (size_t)tk * qpipe_xstride<QT>(K) + qpipe_xpos<QT>(m);
+                xs[xi] = o;
+                if (CL > 1) xs_o[xi] = o;
             }
         }
         if (NORM) {
+            float *wo = CL > 1 ? tbc_cluster_map(&wss_o[0][0], crank ^ 1u) : nullptr;
 #pragma unroll
             for (int k = 0; k < TBC_GEMV_MAX_T; k++) {
                 if (k >= T) break;
                 const float ss = tbc_warp_sum(ssr[k]);
-                if (lane == 0) wss[warp][k] = ss;
+                if (lane == 0) {
+                    wss[warp][k] = ss;
+                    if (CL > 1) wo[warp * 8 + k] = ss;
+                }
             }
         }
     }
-    __syncthreads();
+    if (CL > 1) { /* both blocks' stores done and seen; none after this */
+        tbc_cluster_arrive();
+        tbc_cluster_wait();
+    } else {
+        __syncthreads();
+    }
     /* the block's sums of squares reach mma_finish as token g's: warp w's
      * on its lane (g, t = 0), every other lane 0 (summed over quads, then
      * warps there) */
-    const float ss = NORM && t == 0 && g < T ? wss[warp][g] : 0.0f;
+    const float ss = NORM && t == 0 && g < T ? wss[warp][g] + (CL > 1 ? wss_o[CL > 1 ? warp : 0][g] : 0.0f) : 0.0f;
     /* lanes of tokens >= T read token T - 1's x: their product columns are
      * not stored */
     const uint4 *xg = xs + (size_t)min(g, T - 1) * qpipe_xstride<QT>(K);
@@ -1561,7 +1580,7 @@ static cudaError_t qrow_launch_t(const float *x, const tbc_qweight &w, const flo
  * PT 0 a block per block tile, 1 persistent blocks (as many as fit).
  * Returns cudaErrorNotSupported when its shared memory would not fit (the
  * caller takes the register-loading kernel). */
-template <int QT, int MODE, bool NORM, bool GS, int NS, int RT, int PT>
+template <int QT, int MODE, bool NORM, bool GS, int NS, int RT, int PT, int CL = 1>
 static cudaError_t qpipe_launch(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K,
                                 int N, const tbc_gemv_epi &e, int tiles, cudaStream_t s) {
     /* sm_90's 227 KiB a block less the static arrays (red, red_ss, wss) */
@@ -1569,7 +1588,7 @@ static cudaError_t qpipe_launch(const float *x, const tbc_qweight &w, const floa
     const size_t smem = qpipe_smem<QT, GS, NS, RT>(T, K);
     if (smem > (size_t)QPIPE_MAX_SMEM) return cudaErrorNotSupported;
     constexpr int MINB = QT == QT_I4 ? 2 : 3;
-    auto kern = qgemv_pipe_kernel<QT, MODE, NORM, GS, NS, RT, MINB>;
+    auto kern = qgemv_pipe_kernel<QT, MODE, NORM, GS, NS, RT, MINB, CL>;
     static int attr_done = 0; /* once per instantiation, before any capture needs it */
     if (!attr_done) {
         cudaError_t r = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, QPIPE_MAX_SMEM);
@@ -1602,14 +1621,21 @@ static cudaError_t qpipe_launch(const float *x, const tbc_qweight &w, const floa
         if (nb > 0 && sms > 0) grid_n = min(nbt, nb * sms);
     }
     dim3 grid(grid_n), block(GEMV_MMA_WARPS * 32);
+    if (CL > 1) { /* whole clusters (a block past the tiles still stages its share of x) */
+        grid.x = (unsigned)((grid_n + CL - 1) / CL * CL);
+        return tbc_launch_cluster(kern, grid, block, smem, s, CL, x, w, bias, y, T, K, N, tiles, e);
+    }
     return tbc_launch(kern, grid, block, smem, s, x, w, bias, y, T, K, N, tiles, e);
 }
 
-/* The pipelined shapes (variants 4..9): rings of 4 steps; 4 one tile a
+/* The pipelined shapes (variants 4..9, 12): rings of 4 steps; 4 one tile a
  * block, a block per tile; 5 one tile a block, persistent blocks (as many
  * as fit at once, each taking tiles in turn); 6 as 5 with two tiles a
  * block; 9 as 4 with a ring of 12 steps (for matrices of few tiles, where
- * the blocks an SM are few). Rings of 8 steps (a block per tile or
+ * the blocks an SM are few); 12 as 5 in clusters of two blocks that stage
+ * x together (each reads half of it from L2 and stores it into both:
+ * 8-token steps read ~34 MB of x a K-4096 GEMV before their first mma;
+ * experimental, not yet timed). Rings of 8 steps (a block per tile or
  * persistent) and one persistent block an SM with an early PDL trigger
  * (rings of 8 or 12) were measured too and dropped: no faster alone, 10-13%
  * slower in the 7B step (docs/PERFORMANCE.md, "Deeper rings for few-tile
@@ -1622,6 +1648,7 @@ static cudaError_t qpipe_launch_v(int v, const float *x, const tbc_qweight &w, c
     if (v == 5) return qpipe_launch<QT, MODE, NORM, GS, 4, 1, 1>(x, w, bias, y, T, K, N, e, tiles, s);
     if (v == 6) return qpipe_launch<QT, MODE, NORM, GS, 4, 2, 1>(x, w, bias, y, T, K, N, e, tiles, s);
     if (v == 9) return qpipe_launch<QT, MODE, NORM, GS, 12, 1, 0>(x, w, bias, y, T, K, N, e, tiles, s);
+    if (v == 12) return qpipe_launch<QT, MODE, NORM, GS, 4, 1, 1, 2>(x, w, bias, y, T, K, N, e, tiles, s);
     return qpipe_launch<QT, MODE, NORM, GS, 4, 1, 0>(x, w, bias, y, T, K, N, e, tiles, s);
 }
 
