@@ -9,10 +9,10 @@
  *     at len (every key attended once);
  *   - the splits not in use are exactly those that would start past the
  *     last key, so none of them would have had a key.
- * And two cases by hand: 144 keys in 32 splits of 16-key tiles use 9 splits
- * of 16 (the launch of a 7B-shape batch-1 step at ctx 144 launched 17 and
- * the tensor-core kernels merged 8 empty partials before), and 5 keys in 4
- * splits of the scalar kernel use 3 of 2 keys.
+ * And cases by hand: 144 keys in 32 splits of 16-key tiles use 9 splits of
+ * 16 (a batch-1 step of 8 kv heads in GQA blocks is launched with 32 splits:
+ * the tensor-core kernels merged 23 empty partials before), 50 keys in 9
+ * splits use 4, and 5 keys in 4 splits of the scalar kernel use 3 of 2 keys.
  */
 #include "backend/cuda/attn_split.h"
 #include "tb_test.h"
@@ -51,6 +51,7 @@ int main(void) {
     int chunk = 0;
     CHECK(tbc_split_plan(32, 0, 144, 16, &chunk) == 9 && chunk == 16);
     CHECK(tbc_split_plan(17, 0, 144, 16, &chunk) == 9 && chunk == 16);
+    CHECK(tbc_split_plan(9, 0, 50, 16, &chunk) == 4 && chunk == 16);
     CHECK(tbc_split_plan(4, 0, 5, 1, &chunk) == 3 && chunk == 2);
     CHECK(tbc_split_plan(8, 0, 1000, 16, &chunk) == 8 && chunk == 128);
     CHECK(tbc_split_plan(32, 64, 144, 16, &chunk) == 3 && chunk == 48);
