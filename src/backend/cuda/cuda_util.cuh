@@ -153,22 +153,23 @@ static cudaError_t tbc_launch_cluster(void (*kern)(KArgs...), dim3 grid, dim3 bl
     return e != cudaSuccess ? e : e2;
 }
 
-/* Cluster barrier halves (sm_90): arrive (release; relaxed: orders
+/* Cluster barrier halves (sm_90; the forms without .aligned, safe where a
+ * warp has diverged before them): arrive (release; relaxed: orders
  * nothing, for "every block has started") and wait (acquire). Every thread
  * of every block of the cluster takes part. */
 __device__ __forceinline__ void tbc_cluster_arrive_relaxed() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+    asm volatile("barrier.cluster.arrive.relaxed;\n" ::: "memory");
 #endif
 }
 __device__ __forceinline__ void tbc_cluster_arrive() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+    asm volatile("barrier.cluster.arrive.release;\n" ::: "memory");
 #endif
 }
 __device__ __forceinline__ void tbc_cluster_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+    asm volatile("barrier.cluster.wait.acquire;\n" ::: "memory");
 #endif
 }
 /* This block's rank in its cluster, and the generic address of the same
