@@ -1122,6 +1122,16 @@ __device__ __forceinline__ int amma_range(const tbc_attn_args &a, int t, int sp,
     return 1;
 }
 
+/* The online softmax's start: no keys seen (running max, sum, V-scale unit,
+ * output sums). */
+__device__ __forceinline__ void amma_zero(float (&acc)[8][4], float &m, float &l, float &unit) {
+#pragma unroll
+    for (int i = 0; i < 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    m = -INFINITY;
+    l = 0.0f;
+    unit = 1.0f;
+}
+
 /* A warp's (m, l, unit, acc) into the block's shared triples, then the
  * block's output (attn_block_out). */
 __device__ __forceinline__ void amma_finish(const tbc_attn_args &a, int t, int h, int sp, int ns, float m, float l,
@@ -1161,9 +1171,8 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32, MINB) attn_mma_kernel(tbc_att
     if (warp == 0 && g == 0) amma_q(a, qkv, t, h, c, &sm_q[18 * c]);
     __syncthreads();
     float acc[8][4];
-#pragma unroll
-    for (int i = 0; i < 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-    float m = -INFINITY, l = 0.0f, unit = 1.0f;
+    float m, l, unit;
+    amma_zero(acc, m, l, unit);
     const int32_t *bt = a.block_tables + (size_t)a.seq[t] * a.max_blocks;
     for (int base = lo + 16 * warp; base < hi; base += 16 * ATTN_WARPS) {
         amma_tile<KVT> x;
@@ -1197,9 +1206,8 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32, MINB)
     if (g == 0) amma_q(a, qkv, t, h, c, sq);
     __syncwarp();
     float acc[8][4];
-#pragma unroll
-    for (int i = 0; i < 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-    float m = -INFINITY, l = 0.0f, unit = 1.0f;
+    float m, l, unit;
+    amma_zero(acc, m, l, unit);
     const int32_t *bt = a.block_tables + (size_t)a.seq[t] * a.max_blocks;
     for (int base = 0; base < len; base += 16 * U) {
         amma_tile<KVT> x[U];
@@ -1430,9 +1438,8 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32, apipe<KVT>::MINB)
     __syncthreads();
     const uint32_t *sq = &sm_q[18 * (GQ ? 4 * g + c : c)];
     float acc[8][4];
-#pragma unroll
-    for (int i = 0; i < 8; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
-    float m = -INFINITY, l = 0.0f, unit = 1.0f;
+    float m, l, unit;
+    amma_zero(acc, m, l, unit);
     int slot = 0;
     for (int i = 0; i < nt; i++) {
         apipe_wait<P::S - 1>(); /* tile i's group (one committed a tile, S ahead) */

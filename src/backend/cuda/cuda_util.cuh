@@ -109,28 +109,10 @@ static cudaError_t tbc_smem_optin(void (*kern)(KArgs...), int bytes, int dev, un
 }
 
 /* kern<<<grid, block, smem, s>>>(args...), with the programmatic-serialization
- * attribute while tbc_pdl_on; returns the launch status. */
-template <typename... KArgs, typename... Args>
-static cudaError_t tbc_launch(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
-                              Args... args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cudaLaunchAttribute attr[1] = {};
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = tbc_pdl_on ? 1 : 0;
-    cudaError_t e = cudaLaunchKernelEx(&cfg, kern, static_cast<KArgs>(args)...);
-    cudaError_t e2 = cudaGetLastError();
-    return e != cudaSuccess ? e : e2;
-}
-
-/* tbc_launch in clusters of cluster_x blocks along x (grid.x a multiple of
- * it; compute capability 9.0+), the blocks of a cluster co-scheduled on one
- * GPC and able to reach each other's shared memory. */
+ * attribute while tbc_pdl_on, in clusters of cluster_x blocks along x when
+ * cluster_x > 1 (grid.x a multiple of it; compute capability 9.0+: the
+ * blocks of a cluster co-scheduled on one GPC, each able to reach the
+ * others' shared memory); returns the launch status. */
 template <typename... KArgs, typename... Args>
 static cudaError_t tbc_launch_cluster(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
                                       unsigned cluster_x, Args... args) {
@@ -140,17 +122,29 @@ static cudaError_t tbc_launch_cluster(void (*kern)(KArgs...), dim3 grid, dim3 bl
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cudaLaunchAttribute attr[2] = {};
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = cluster_x;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[1].val.programmaticStreamSerializationAllowed = 1;
+    unsigned n = 0;
+    if (tbc_pdl_on) {
+        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster_x > 1) {
+        attr[n].id = cudaLaunchAttributeClusterDimension;
+        attr[n].val.clusterDim.x = cluster_x;
+        attr[n].val.clusterDim.y = 1;
+        attr[n++].val.clusterDim.z = 1;
+    }
     cfg.attrs = attr;
-    cfg.numAttrs = tbc_pdl_on ? 2 : 1;
+    cfg.numAttrs = n;
     cudaError_t e = cudaLaunchKernelEx(&cfg, kern, static_cast<KArgs>(args)...);
     cudaError_t e2 = cudaGetLastError();
     return e != cudaSuccess ? e : e2;
+}
+
+/* tbc_launch_cluster without clusters. */
+template <typename... KArgs, typename... Args>
+static cudaError_t tbc_launch(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                              Args... args) {
+    return tbc_launch_cluster(kern, grid, block, smem, s, 1u, args...);
 }
 
 /* Cluster barrier halves (sm_90; the forms without .aligned, safe where a
