@@ -1517,7 +1517,7 @@ extern "C" int tbc_qgemv_supports(const tbc_qweight *w, const float *x, int T, i
  * backend at create. */
 static int qgemv_unroll = 2, qgemv_variant = -1;
 extern "C" void tbc_set_qgemv_unroll(int u) { qgemv_unroll = u == 1 ? 1 : 2; }
-extern "C" void tbc_set_qgemv_variant(int v) { qgemv_variant = v >= 0 && v <= 9 ? v : -1; }
+extern "C" void tbc_set_qgemv_variant(int v) { qgemv_variant = v >= 0 && v <= 12 ? v : -1; }
 
 template <int QT, int MODE, bool NORM, bool GS, int MINB, bool PRE, int RT>
 static cudaError_t qgemv_launch_v(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K,
