@@ -10,7 +10,7 @@
  * to fill 512 MiB, so every launch reads its matrix from device memory and
  * not from L2; the best of --reps replays counts. Bytes per launch are the
  * codes plus the scales (and zeros) plus x; the figure is bytes / time.
- * --variant picks tbc_set_qgemv_variant's kernel (see cuda_kernels.h; 4..9 the
+ * --variant picks tbc_set_qgemv_variant's kernel (see cuda_kernels.h; 4..9, 12, 13 the
  * pipelined one-token kernels).
  * Built with the CUDA backend (target qgemv_bench) and packed by
  * bench/gpu/pack.sh beside the other GPU binaries. */

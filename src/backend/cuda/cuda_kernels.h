@@ -256,10 +256,10 @@ void tbc_set_qgemv_unroll(int u);
  * for int8 / e4m3 (9 for rows of >= 8192 in few tiles), 5 for int4; 2..8
  * tokens 5 / 6), 0..3 one of the
  * register-loading shapes listed at qgemv_launch_u, else one pipelined
- * shape (4, 5, 6, 9, 12; 7 and 8 take 4; for comparisons; shapes whose x
- * does not fit in shared memory take the register-loading kernel; 12, 5 in
- * clusters of two blocks sharing x's staging, needs compute capability
- * 9.0). */
+ * shape (4, 5, 6, 9, 12, 13; 7, 8, 10 and 11 take 4; for comparisons;
+ * shapes whose x does not fit in shared memory take the register-loading
+ * kernel; 12 and 13, 5 and 6 in clusters of two blocks sharing x's
+ * staging, need compute capability 9.0). */
 void tbc_set_qgemv_variant(int v);
 /* int8 / e4m3 steps of up to max_t (0..2, default 0) tokens on the SIMT row kernel
  * (x in f32), u 16-byte loads per lane in flight (1, 2, 4); the backend

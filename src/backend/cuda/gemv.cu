@@ -1517,7 +1517,7 @@ extern "C" int tbc_qgemv_supports(const tbc_qweight *w, const float *x, int T, i
  * backend at create. */
 static int qgemv_unroll = 2, qgemv_variant = -1;
 extern "C" void tbc_set_qgemv_unroll(int u) { qgemv_unroll = u == 1 ? 1 : 2; }
-extern "C" void tbc_set_qgemv_variant(int v) { qgemv_variant = v >= 0 && v <= 12 ? v : -1; }
+extern "C" void tbc_set_qgemv_variant(int v) { qgemv_variant = v >= 0 && v <= 13 ? v : -1; }
 
 template <int QT, int MODE, bool NORM, bool GS, int MINB, bool PRE, int RT>
 static cudaError_t qgemv_launch_v(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K,
@@ -1628,18 +1628,19 @@ static cudaError_t qpipe_launch(const float *x, const tbc_qweight &w, const floa
     return tbc_launch(kern, grid, block, smem, s, x, w, bias, y, T, K, N, tiles, e);
 }
 
-/* The pipelined shapes (variants 4..9, 12): rings of 4 steps; 4 one tile a
+/* The pipelined shapes (variants 4..9, 12, 13): rings of 4 steps; 4 one tile a
  * block, a block per tile; 5 one tile a block, persistent blocks (as many
  * as fit at once, each taking tiles in turn); 6 as 5 with two tiles a
  * block; 9 as 4 with a ring of 12 steps (for matrices of few tiles, where
  * the blocks an SM are few); 12 as 5 in clusters of two blocks that stage
  * x together (each reads half of it from L2 and stores it into both:
  * 8-token steps read ~34 MB of x a K-4096 GEMV before their first mma;
- * experimental, not yet timed). Rings of 8 steps (a block per tile or
+ * experimental, not yet timed), 13 as 6 in such clusters (12 where its
+ * shared memory does not fit). Rings of 8 steps (a block per tile or
  * persistent) and one persistent block an SM with an early PDL trigger
  * (rings of 8 or 12) were measured too and dropped: no faster alone, 10-13%
  * slower in the 7B step (docs/PERFORMANCE.md, "Deeper rings for few-tile
- * matrices"); variants 7 and 8 now take 4, 10 and 11 the default. x takes
+ * matrices"); variants 7, 8, 10 and 11 take 4. x takes
  * T * K * 2 bytes of shared memory: shapes where it does not fit take the
  * register-loading kernel. */
 template <int QT, int MODE, bool NORM, bool GS>
@@ -1649,6 +1650,7 @@ static cudaError_t qpipe_launch_v(int v, const float *x, const tbc_qweight &w, c
     if (v == 6) return qpipe_launch<QT, MODE, NORM, GS, 4, 2, 1>(x, w, bias, y, T, K, N, e, tiles, s);
     if (v == 9) return qpipe_launch<QT, MODE, NORM, GS, 12, 1, 0>(x, w, bias, y, T, K, N, e, tiles, s);
     if (v == 12) return qpipe_launch<QT, MODE, NORM, GS, 4, 1, 1, 2>(x, w, bias, y, T, K, N, e, tiles, s);
+    if (v == 13) return qpipe_launch<QT, MODE, NORM, GS, 4, 2, 1, 2>(x, w, bias, y, T, K, N, e, tiles, s);
     return qpipe_launch<QT, MODE, NORM, GS, 4, 1, 0>(x, w, bias, y, T, K, N, e, tiles, s);
 }
 
@@ -1697,7 +1699,7 @@ static cudaError_t qgemv_launch(const float *x, const tbc_qweight &w, const floa
             r = e.norm ? qpipe_launch_v<QT, MODE, true, false>(v, x, w, bias, y, T, K, N, e, blocks, s)
                        : qpipe_launch_v<QT, MODE, false, false>(v, x, w, bias, y, T, K, N, e, blocks, s);
         if (r != cudaErrorNotSupported) return r;
-        v = v == 6 ? 5 : 0;
+        v = v == 6 ? 5 : v == 13 ? 12 : 0;
     }
     if constexpr (QT == QT_I4) {
         if (w.group % 128 == 0 && !w.zeros) {
