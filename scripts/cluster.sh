@@ -434,6 +434,9 @@ cmd_mark() {
   [ "$what" = down ] && echo "$i" >> "$DIR/down.tmp"
   mv "$DIR/down.tmp" "$DIR/down"
   render_conf
+  # (the time nginx is told: requests it routed to the replica before it go on in
+  # its old workers, which the reload waits out; tests/test_cluster.sh reads it)
+  echo "=== $(date -u +%FT%TZ) mark: $what at $(date +%s.%N)" >> "$DIR/logs/replica-$i.log"
   nginx_reload
   say "replica $i marked $what"
 }

@@ -3,8 +3,8 @@
 # replicas of the demo model behind nginx. Start and status; X-Session-ID affinity (the
 # replicas' own request counters); least connections without it; the API key at the edge;
 # a rolling restart under a bounded concurrent load (streamed and plain requests) with no
-# failed request and every stream ending with [DONE], streams in flight through each
-# SIGTERM included; kill -9 of a replica: every later request still succeeds through
+# failed request and every stream ending with [DONE], streams in flight on a replica
+# when nginx takes it out of rotation included; kill -9 of a replica: every later request still succeeds through
 # nginx, and the replica rejoins; stop: every pid gone, every port closed.
 . "$(dirname "$0")/tb_test.sh"
 # (Debian's nginx is /usr/sbin/nginx, outside a user's PATH; scripts/cluster.sh looks there too)
@@ -19,23 +19,28 @@ export TURBINE_BIN
 "$TURBINE_BIN" build "$TURBINE_SRC/models/demo/shakespeare" -o "$D/demo.engine" >"$D/build.log" 2>&1 \
   || { cat "$D/build.log"; fail "demo engine build"; tb_test_finish test_cluster; }
 
-# five free consecutive ports: nginx P, replicas P+1, P+2; the edge-key cluster P+3, P+4
-P=$($PY - <<'EOF'
-import socket
+# free_ports N: the first of N free consecutive ports (taken just before each
+# cluster starts: a port free now may be a client socket's source port later)
+free_ports() {
+  $PY - "$1" <<'EOF'
+import socket, sys
+n = int(sys.argv[1])
 for _ in range(200):
     s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; s.close()
-    if p + 4 > 65535: continue
+    if p + n - 1 > 65535: continue
     held = []
     try:
-        for q in range(p, p + 5):
+        for q in range(p, p + n):
             t = socket.socket(); t.bind(("127.0.0.1", q)); held.append(t)
         for t in held: t.close()
         print(p); break
     except OSError:
         for t in held: t.close()
 EOF
-)
-[ -n "$P" ] || { fail "no five free consecutive ports"; tb_test_finish test_cluster; }
+}
+# nginx P, replicas P+1, P+2
+P=$(free_ports 3)
+[ -n "$P" ] || { fail "no three free consecutive ports"; tb_test_finish test_cluster; }
 
 cleanup() { [ -f "$C/cluster.env" ] && "$CL" stop --dir "$C" --timeout 10 >/dev/null 2>&1; [ -f "$D/k/cluster.env" ] && "$CL" stop --dir "$D/k" --timeout 10 >/dev/null 2>&1; true; }
 trap cleanup EXIT
@@ -128,9 +133,11 @@ sleep 1; touch "$D/stop"; wait "$LOAD"
 new1=$(cat "$C/replica-1.pid" 2>/dev/null); new2=$(cat "$C/replica-2.pid" 2>/dev/null)
 [ -n "$new1" ] && [ -n "$new2" ] && [ "$new1" != "$old1" ] && [ "$new2" != "$old2" ] && kill -0 "$new1" "$new2" 2>/dev/null \
   && ok "both replicas are new processes ($old1 -> $new1, $old2 -> $new2)" || fail "replica pids after the restart: $new1 $new2"
-# SIGTERM times, from the replicas' logs (cluster.sh stop-replica writes them)
-T1=$(sed -n 's/.*stop: SIGTERM at \([0-9.]*\).*/\1/p' "$C/logs/replica-1.log" | tail -1)
-T2=$(sed -n 's/.*stop: SIGTERM at \([0-9.]*\).*/\1/p' "$C/logs/replica-2.log" | tail -1)
+# the times nginx took each replica out of rotation (cluster.sh mark writes them into the
+# replica's log; its SIGTERM follows once nginx's old workers finished what they held, so
+# the replica's own drain of a stream at SIGTERM is tests/test_serve_shutdown.sh's)
+T1=$(sed -n 's/.*mark: down at \([0-9.]*\).*/\1/p' "$C/logs/replica-1.log" | tail -1)
+T2=$(sed -n 's/.*mark: down at \([0-9.]*\).*/\1/p' "$C/logs/replica-2.log" | tail -1)
 $PY - "$D/load.jsonl" "$P" "$T1" "$T2" > "$D/load.sum" <<'EOF'
 import json, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
@@ -145,8 +152,8 @@ read -r n ns nbad ndrained < "$D/load.sum"
 [ "${n:-0}" -ge 20 ] && [ "${nbad:-1}" = 0 ] \
   && ok "rolling restart under load: $n requests ($ns streamed), 0 failed, every stream ended with [DONE]" \
   || { cat "$D/load.sum" "$D/load.err"; fail "rolling restart under load: $n requests, $nbad failed"; }
-[ "${ndrained:-0}" -ge 1 ] && ok "$ndrained streams were in flight on their replica at its SIGTERM and completed" \
-  || fail "no stream was in flight on a replica at its SIGTERM (the drain went untested)"
+[ "${ndrained:-0}" -ge 1 ] && ok "$ndrained streams were in flight on their replica when it was marked down and completed" \
+  || fail "no stream was in flight on a replica when it was marked down (the drain went untested; marks at '$T1' '$T2')"
 [ -z "$(cat "$C/down" 2>/dev/null)" ] && ! grep -q ' down;' "$C/nginx.conf" \
   && ok "both replicas marked up in nginx.conf again" || fail "nginx.conf still marks a replica down"
 
@@ -195,9 +202,19 @@ done
 [ "$back" -ge 5 ] && ok "replica 2 restarted: session '$SESS2' reaches it again ($back of 6)" || fail "replica 2 did not rejoin ($back of 6)"
 
 # --- the edge: API key, body size, rate limit ------------------------------------------------
-PK=$((P + 3))
-if "$CL" start --engine "$D/demo.engine" --replicas 1 --port "$PK" --dir "$D/k" --threads-per-replica 1 \
-     --edge-api-key sk-test.123 --max-body 64k --rate-limit 2 --burst 1 > "$D/k.log" 2>&1; then
+# (two free ports taken now; a bind that still loses a race to another
+# socket is retried on new ones, at most three times)
+kstart=1
+for _ in 1 2 3; do
+  PK=$(free_ports 2)
+  [ -n "$PK" ] || break
+  if "$CL" start --engine "$D/demo.engine" --replicas 1 --port "$PK" --dir "$D/k" --threads-per-replica 1 \
+       --edge-api-key sk-test.123 --max-body 64k --rate-limit 2 --burst 1 > "$D/k.log" 2>&1; then
+    kstart=0; break
+  fi
+  grep -q 'Address already in use' "$D/k.log" || break
+done
+if [ "$kstart" = 0 ]; then
   KEY='Authorization: Bearer sk-test.123'
   a=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PK/v1/completions" -d "$BODY")
   b=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PK/v1/completions" -H 'Authorization: Bearer wrong' -d "$BODY")
