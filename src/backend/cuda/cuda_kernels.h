@@ -254,7 +254,7 @@ void tbc_set_qgemv_unroll(int u);
 /* The quantized GEMV's block shape (process-wide; TB_CUDA_QGEMV_V): -1
  * (default) the pipelined kernel (qpipe_launch_v in gemv.cu: one token 4
  * for int8 / e4m3 (9 for rows of >= 8192 in few tiles), 5 for int4; 2..8
- * tokens 5 / 6), 0..3 one of the
+ * tokens 12 on compute capability 9.0, else 5 / 6), 0..3 one of the
  * register-loading shapes listed at qgemv_launch_u, else one pipelined
  * shape (4, 5, 6, 9, 12, 13; 7, 8, 10 and 11 take 4; for comparisons;
  * shapes whose x does not fit in shared memory take the register-loading

@@ -1675,9 +1675,19 @@ static cudaError_t qgemv_launch(const float *x, const tbc_qweight &w, const floa
      * 5.18 -> 3.98 with 6); one token of a long-row matrix with few
      * tiles (7B down_proj: 4096 x 11008, 256 tiles) on a 12-step ring:
      * 17.5 -> 15.5 us, where o_proj's short rows (K 4096) gain nothing) */
+    /* 2..8 tokens on compute capability 9.0: clusters of two sharing x's
+     * staging (12; H200, qgemv_bench --t 8, a 7B layer's four GEMVs and the
+     * logits: int8 127.3 -> 122.7 us, e4m3 127.0 -> 122.0, int4 91.0 (6) ->
+     * 78.7, its down_proj 17.8 -> 14.2) */
+    static int clusters = -1;
+    if (clusters < 0) {
+        int dev = 0, major = 0;
+        clusters = cudaGetDevice(&dev) == cudaSuccess &&
+                   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
+    }
     const int pv = qgemv_variant >= 4 ? qgemv_variant
                    : qgemv_variant >= 0 ? 0
-                   : T > 1 ? (QT == QT_I4 ? 6 : 5)
+                   : T > 1 ? (clusters ? 12 : QT == QT_I4 ? 6 : 5)
                    : QT == QT_I4 ? 5
                    : K >= 8192 && blocks <= 512 ? 9 : 4;
     /* a pipelined shape whose shared memory does not fit returns
