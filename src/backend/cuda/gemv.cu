@@ -1635,8 +1635,8 @@ static cudaError_t qpipe_launch(const float *x, const tbc_qweight &w, const floa
  * the blocks an SM are few); 12 as 5 in clusters of two blocks that stage
  * x together (each reads half of it from L2 and stores it into both:
  * 8-token steps read ~34 MB of x a K-4096 GEMV before their first mma;
- * experimental, not yet timed), 13 as 6 in such clusters (12 where its
- * shared memory does not fit). Rings of 8 steps (a block per tile or
+ * the 2..8-token default on sm_90, see qgemv_launch), 13 as 6 in such
+ * clusters (12 where its shared memory does not fit). Rings of 8 steps (a block per tile or
  * persistent) and one persistent block an SM with an early PDL trigger
  * (rings of 8 or 12) were measured too and dropped: no faster alone, 10-13%
  * slower in the 7B step (docs/PERFORMANCE.md, "Deeper rings for few-tile
@@ -1652,6 +1652,18 @@ static cudaError_t qpipe_launch_v(int v, const float *x, const tbc_qweight &w, c
     if (v == 12) return qpipe_launch<QT, MODE, NORM, GS, 4, 1, 1, 2>(x, w, bias, y, T, K, N, e, tiles, s);
     if (v == 13) return qpipe_launch<QT, MODE, NORM, GS, 4, 2, 1, 2>(x, w, bias, y, T, K, N, e, tiles, s);
     return qpipe_launch<QT, MODE, NORM, GS, 4, 1, 0>(x, w, bias, y, T, K, N, e, tiles, s);
+}
+
+/* Whether the device launches thread-block clusters (compute capability
+ * 9.0 and up): read once for every instantiation of qgemv_launch. */
+static int qgemv_clusters_ok(void) {
+    static int ok = -1;
+    if (ok < 0) {
+        int dev = 0, major = 0;
+        ok = cudaGetDevice(&dev) == cudaSuccess &&
+             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
+    }
+    return ok;
 }
 
 template <int QT, int MODE>
@@ -1679,12 +1691,7 @@ static cudaError_t qgemv_launch(const float *x, const tbc_qweight &w, const floa
      * staging (12; H200, qgemv_bench --t 8, a 7B layer's four GEMVs and the
      * logits: int8 127.3 -> 122.7 us, e4m3 127.0 -> 122.0, int4 91.0 (6) ->
      * 78.7, its down_proj 17.8 -> 14.2) */
-    static int clusters = -1;
-    if (clusters < 0) {
-        int dev = 0, major = 0;
-        clusters = cudaGetDevice(&dev) == cudaSuccess &&
-                   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
-    }
+    const int clusters = qgemv_clusters_ok();
     const int pv = qgemv_variant >= 4 ? qgemv_variant
                    : qgemv_variant >= 0 ? 0
                    : T > 1 ? (clusters ? 12 : QT == QT_I4 ? 6 : 5)
