@@ -2,7 +2,8 @@
 """torch_ckpt.py — random-weight Llama checkpoints of real model shapes, made
 on the GPU, and the transformers eager FP16 baseline on the same weights.
 
-    torch_ckpt.py --shape tinyllama|llama7b|llama3_8b_v32k --out DIR [--layers N] [--hf-bench] [--copy-bw]
+    torch_ckpt.py --shape tinyllama|llama7b|llama3_8b_v32k|llama70b --out DIR [--layers N] [--hf-bench] [--copy-bw]
+    torch_ckpt.py --shape llama70b --out DIR --empty
 
 Writes DIR/config.json and DIR/model.safetensors (f16; Linear and embedding
 weights N(0, 0.02) as transformers initialises them, norms 1). With
@@ -10,15 +11,19 @@ weights N(0, 0.02) as transformers initialises them, norms 1). With
 prompt) and a 512-token prefill with LlamaForCausalLM in eager attention.
 With --copy-bw, measures the device-to-device copy bandwidth (bytes read +
 written). --layers N keeps the shape's widths with N layers (a quick check
-of one layer's arithmetic without the depth's amplification). Results are
-printed as 'key: value' lines.
+of one layer's arithmetic without the depth's amplification). With --empty
+(no torch needed), the weights are all zero and model.safetensors is a
+sparse file: its header, then a hole as long as the tensors (no disk blocks),
+so a shape larger than the disk (llama70b: ~138 GB of f16) can be built and
+timed; `turbine build` skips its zero chunks and writes the engine's weights
+as holes too. Zero weights give zero logits: use it for timing only. Results
+are printed as 'key: value' lines.
 """
 import argparse
 import json
 import os
+import struct
 import time
-
-import torch
 
 SHAPES = {
     "tinyllama": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
@@ -32,6 +37,11 @@ SHAPES = {
     "llama3_8b_v32k": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                            num_attention_heads=32, num_key_value_heads=8, vocab_size=32000,
                            max_position_embeddings=8192),
+    # Llama-2-70B (GQA, 8 KV heads): 68.7 G parameters, ~138 GB in f16: more than one H200 holds beside a KV
+    # cache (issue 18's two-GPU shape; --empty, the device disk cannot hold it either)
+    "llama70b": dict(hidden_size=8192, intermediate_size=28672, num_hidden_layers=80,
+                     num_attention_heads=64, num_key_value_heads=8, vocab_size=32000,
+                     max_position_embeddings=4096),
 }
 
 
@@ -44,7 +54,41 @@ def config_for(shape):
     return cfg
 
 
+def tensor_shapes(cfg):
+    """(name, shape) of every tensor of the checkpoint, in make_weights' order."""
+    D, F, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
+    H, KV, V = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["vocab_size"]
+    hd = D // H
+    t = [("model.embed_tokens.weight", (V, D))]
+    for i in range(L):
+        p = "model.layers.%d." % i
+        t += [(p + "input_layernorm.weight", (D,)), (p + "self_attn.q_proj.weight", (H * hd, D)),
+              (p + "self_attn.k_proj.weight", (KV * hd, D)), (p + "self_attn.v_proj.weight", (KV * hd, D)),
+              (p + "self_attn.o_proj.weight", (D, H * hd)), (p + "post_attention_layernorm.weight", (D,)),
+              (p + "mlp.gate_proj.weight", (F, D)), (p + "mlp.up_proj.weight", (F, D)),
+              (p + "mlp.down_proj.weight", (D, F))]
+    return t + [("model.norm.weight", (D,)), ("lm_head.weight", (V, D))]
+
+
+def write_empty(cfg, path):
+    """model.safetensors of zero f16 tensors: the header, then a hole to the end (ftruncate)."""
+    hdr, off = {}, 0
+    for name, shape in tensor_shapes(cfg):
+        n = 2
+        for d in shape:
+            n *= d
+        hdr[name] = {"dtype": "F16", "shape": list(shape), "data_offsets": [off, off + n]}
+        off += n
+    h = json.dumps(hdr, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        f.truncate(8 + len(h) + off)
+    return off
+
+
 def make_weights(cfg, gen):
+    import torch
     D, F, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
     H, KV, V = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["vocab_size"]
     hd = D // H
@@ -71,6 +115,7 @@ def make_weights(cfg, gen):
 
 
 def copy_bw():
+    import torch
     n = 2 << 30
     a = torch.empty(n, dtype=torch.uint8, device="cuda")
     b = torch.empty_like(a)
@@ -93,6 +138,7 @@ def copy_bw():
 
 
 def hf_bench(cfg, weights):
+    import torch
     from transformers import LlamaConfig, LlamaForCausalLM
     c = {k: v for k, v in cfg.items() if k not in ("architectures", "model_type", "torch_dtype")}
     hc = LlamaConfig(**c)
@@ -144,18 +190,27 @@ def main():
     ap.add_argument("--hf-bench", action="store_true")
     ap.add_argument("--copy-bw", action="store_true")
     ap.add_argument("--layers", type=int, default=0)
+    ap.add_argument("--empty", action="store_true", help="zero weights in a sparse file (timing only)")
     a = ap.parse_args()
+    if a.empty and a.hf_bench:
+        ap.error("--hf-bench needs real weights (not --empty)")
     if a.copy_bw:
         copy_bw()
     cfg = config_for(a.shape)
     if a.layers > 0:
         cfg["num_hidden_layers"] = a.layers
-    gen = torch.Generator(device="cuda").manual_seed(0)
     t0 = time.time()
-    w = make_weights(cfg, gen)
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
+    if a.empty:
+        n = write_empty(cfg, os.path.join(a.out, "model.safetensors"))
+        print("ckpt_bytes: %d (zero, sparse)" % n)
+        print("ckpt_seconds: %.1f" % (time.time() - t0))
+        return
+    import torch
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    w = make_weights(cfg, gen)
     from safetensors.torch import save_file
     save_file({k: v.cpu() for k, v in w.items()}, os.path.join(a.out, "model.safetensors"))
     print("ckpt_seconds: %.1f" % (time.time() - t0))

@@ -9,6 +9,15 @@
 #   tar -C /tmp -xJf .devdata/gpu/prebuilt.tar.xz
 #   TURBINE_TP_ONE_DEVICE=0 OUT=DIR bash bench/gpu/tp_bench.sh   # 2 GPUs: rank r on cuda:r, NCCL
 #   OUT=DIR bash bench/gpu/tp_bench.sh                           # 1 GPU: both ranks on it (a check, not a speed-up)
+#   TP_SHAPE=llama70b TURBINE_TP_ONE_DEVICE=0 OUT=DIR bash bench/gpu/tp_bench.sh   # the 70B shape on 2 GPUs
+#
+# TP_SHAPE=llama70b (~138 GB of f16: neither one H200 nor the device disk
+# holds it) takes a zero-weight checkpoint (torch_ckpt.py --empty: a sparse
+# file; the engine's weights are holes too), builds --tp 2 only, skips the
+# correctness stage (zero logits prove nothing: correctness is the 7B run's)
+# and reports batch-1 decode against the 2-GPU bandwidth floor (each rank
+# reads half the weights a token: half the f16 parameter bytes / the copy
+# bandwidth measured in the same run).
 #
 # Env: TB_PREBUILT (default /tmp/pb), TB_GPU_DATA (models/llama2_tokenizer.bin,
 # default .devdata/gpu), TP_SHAPE (torch_ckpt.py shape, default llama7b),
@@ -23,15 +32,48 @@ export LD_LIBRARY_PATH=$PB/lib:${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64
 export TURBINE_TP_ONE_DEVICE=${TURBINE_TP_ONE_DEVICE:-1}
 export NCCL_NVLS_ENABLE=0
 PY=${PY:-python3}
-ARGS=${TP_BENCH_ARGS:---prefill 512 --decode 64 --ctx 16 --batch 1,8 --streams 64}
+BIG=""; [ "${TP_SHAPE:-llama7b}" = llama70b ] && BIG=1
+if [ -n "$BIG" ]; then
+    ARGS=${TP_BENCH_ARGS:---prefill 128 --decode 32 --ctx 16 --batch 1,8}
+else
+    ARGS=${TP_BENCH_ARGS:---prefill 512 --decode 64 --ctx 16 --batch 1,8 --streams 64}
+fi
 t0=$(date +%s)
 el() { echo $(( $(date +%s) - t0 )); }
 fails=0
 nvidia-smi --query-gpu=index,name,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/gpu /'
 CK=/tmp/tpb_ck
-"$PY" "$SRC/bench/gpu/torch_ckpt.py" --shape "${TP_SHAPE:-llama7b}" --out $CK > "$OUT/ckpt.txt" 2>&1 ||
+"$PY" "$SRC/bench/gpu/torch_ckpt.py" --shape "${TP_SHAPE:-llama7b}" --out $CK ${BIG:+--empty} > "$OUT/ckpt.txt" 2>&1 ||
     { echo "checkpoint FAIL"; tail -5 "$OUT/ckpt.txt"; exit 1; }
 echo "checkpoint ($(el) s)"
+if [ -n "$BIG" ]; then
+    bw=$("$PY" "$SRC/bench/gpu/torch_ckpt.py" --shape llama7b --layers 1 --out /tmp/tpb_bw --copy-bw 2>/dev/null |
+         sed -n 's/^copy_bw_TBps: //p'); rm -rf /tmp/tpb_bw
+    wbytes=$(sed -n 's/^ckpt_bytes: \([0-9]*\).*/\1/p' "$OUT/ckpt.txt")
+    echo "copy bandwidth ${bw:-?} TB/s (GPU 0); f16 weights $wbytes bytes"
+    "$PB/turbine" build $CK -o /tmp/tpb_2.engine --tokenizer "$DATA/models/llama2_tokenizer.bin" --dtype f16 \
+        --device cuda --tp 2 --max-seq-len 1024 --max-batch 8 > "$OUT/build_2.txt" 2>&1 ||
+        { echo "build tp 2 FAIL: $(tail -3 "$OUT/build_2.txt")"; rm -rf $CK /tmp/tpb_2.engine; exit 1; }
+    echo "built tp 2 ($(el) s): $(ls -ls /tmp/tpb_2.engine | awk '{print $6 " bytes, " $1 " KiB on disk"}')"
+    # shellcheck disable=SC2086
+    timeout 500 "$PB/gpu_bench" /tmp/tpb_2.engine --device cuda $ARGS > "$OUT/bench_2.txt" 2>&1
+    echo "gpu_bench tp 2 rc $? ($(el) s)"
+    grep -E "^(load|first token|decode b|prefill)" "$OUT/bench_2.txt" | sed "s/^/  tp 2: /"
+    "$PY" - "$OUT/bench_2.txt" "${bw:-0}" "${wbytes:-0}" <<'PYEOF'
+import re, sys
+t = open(sys.argv[1]).read()
+bw, wb = float(sys.argv[2]), float(sys.argv[3])
+m = re.search(r"decode b1: ([0-9.]+) ms/step median", t)
+if m and bw > 0 and wb > 0:
+    floor = wb / 2 / (bw * 1e12) * 1e3
+    print("70B tp 2 decode b1 %.3f ms, 2-GPU floor %.3f ms (half the weights a GPU at %.2f TB/s): %.1f%% of the "
+          "floor (target >= 80%%)" % (float(m.group(1)), floor, bw, 100 * floor / float(m.group(1))))
+else:
+    print("70B tp 2: no decode b1 figure or bandwidth")
+PYEOF
+    rm -rf $CK /tmp/tpb_2.engine
+    exit 0
+fi
 for tp in 1 2; do
     "$PB/turbine" build $CK -o /tmp/tpb_$tp.engine --tokenizer "$DATA/models/llama2_tokenizer.bin" --dtype f16 \
         --device cuda --tp $tp --max-seq-len 1024 --max-batch 64 > "$OUT/build_$tp.txt" 2>&1 ||

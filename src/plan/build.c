@@ -86,7 +86,11 @@ static tb_status awq_clip_hook(void *user, const char *weight, const char *part,
  * With `release`, each owned weight is freed as soon as it is copied (its
  * data then NULL) and a borrowed one's mapped pages are given back: the
  * buffer's pages are touched only as they are filled, so the peak is the
- * weights once, not twice. */
+ * weights once, not twice. The buffer starts zeroed (calloc: fresh pages
+ * for large sizes) and whole zero chunks of a weight are not copied, so the
+ * zero weights of a shape-only checkpoint (torch_ckpt.py --empty) are never
+ * made resident; the engine writer leaves them as holes. */
+#define PACK_CHUNK ((size_t)1 << 20)
 static tb_status pack_weights(tb_graph *g, int release, uint8_t **out, uint64_t *size) {
     uint64_t off = 0;
     for (int i = 0; i < g->n_values; i++) {
@@ -95,15 +99,16 @@ static tb_status pack_weights(tb_graph *g, int release, uint8_t **out, uint64_t 
         v->offset = off;
         off = (off + v->nbytes + 63) / 64 * 64;
     }
-    uint8_t *buf = tb_alloc_aligned(off ? off : 64, 4096);
+    uint8_t *buf = calloc(off ? (size_t)off : 64, 1);
     if (!buf) return tb_errorf(TB_ERR_OOM, "out of memory packing %llu bytes of weights", (unsigned long long)off);
     for (int i = 0; i < g->n_values; i++) {
         tb_value *v = &g->values[i];
         if (v->kind != TB_VAL_WEIGHT) continue;
-        uint64_t end = (v->offset + v->nbytes + 63) / 64 * 64;
-        if (end > off) end = off;
-        memcpy(buf + v->offset, v->data, v->nbytes);
-        memset(buf + v->offset + v->nbytes, 0, end - v->offset - v->nbytes); /* the padding */
+        const uint8_t *src = v->data;
+        for (uint64_t d = 0; d < v->nbytes; d += PACK_CHUNK) {
+            size_t len = v->nbytes - d < PACK_CHUNK ? (size_t)(v->nbytes - d) : PACK_CHUNK;
+            if (!(src[d] == 0 && memcmp(src + d, src + d + 1, len - 1) == 0)) memcpy(buf + v->offset + d, src + d, len);
+        }
         if (release && v->owned) {
             free((void *)v->data);
             v->data = NULL;
@@ -385,14 +390,14 @@ done:
     free(qc);
     for (int r = 1; r < TB_MAX_TP; r++) {
         free(rank_graph[r]);
-        tb_free_aligned(rank_weights[r]);
+        free(rank_weights[r]);
     }
     tb_calib_table_free(calib);
     free(meta);
     free(hw);
     free(tok_buf);
     free(graph_buf);
-    tb_free_aligned(weights);
+    free(weights);
     tb_graph_free(g);
     tb_tokenizer_free(tok);
     tb_source_free(src);

@@ -307,7 +307,7 @@ done:
     free(meta);
     free(hw);
     free(graph_buf);
-    tb_free_aligned(weights);
+    free(weights);
     return s;
 }
 

@@ -18,7 +18,9 @@
  *     "graph.R", "weights.R"  a tensor-parallel engine's rank R > 0 (meta
  *                 build.tensor_parallel ranks; "graph" / "weights" are rank 0)
  * A section checksum is XXH3-64 over the XXH3-64s of its 64 MiB chunks, so
- * big sections verify in parallel. Loading verifies every byte and every
+ * big sections verify in parallel. Whole zero MiB chunks of a section (at
+ * MiB-aligned file offsets) and the padding are written as holes: the
+ * zero weights of a shape-only checkpoint take no disk space. Loading verifies every byte and every
  * field and names what does not match; it never re-optimises.
  */
 #ifndef TB_ENGINE_H
@@ -76,7 +78,8 @@ tb_status tb_engine_load_mem(const void *data, size_t size, const char *name,
  * table cannot be allocated (never reported as a corrupt file). */
 tb_status tb_section_hash(const uint8_t *p, uint64_t n, uint64_t *out);
 
-/* Lays every weight of g out 64-byte aligned in one buffer (offsets set). */
+/* Lays every weight of g out 64-byte aligned in one zero-padded buffer
+ * (offsets set; free() it). */
 tb_status tb_pack_weights(tb_graph *g, uint8_t **out, uint64_t *size);
 
 /* ONNX models (build_onnx.c): a path ending in .onnx; the build behind
