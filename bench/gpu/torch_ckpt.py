@@ -23,7 +23,11 @@ import argparse
 import json
 import os
 import struct
+import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests"))
+from gen_checkpoints import big_shapes  # noqa: E402  (name, shape) of a Llama checkpoint's tensors, in order
 
 SHAPES = {
     "tinyllama": dict(hidden_size=2048, intermediate_size=5632, num_hidden_layers=22,
@@ -54,26 +58,10 @@ def config_for(shape):
     return cfg
 
 
-def tensor_shapes(cfg):
-    """(name, shape) of every tensor of the checkpoint, in make_weights' order."""
-    D, F, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
-    H, KV, V = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["vocab_size"]
-    hd = D // H
-    t = [("model.embed_tokens.weight", (V, D))]
-    for i in range(L):
-        p = "model.layers.%d." % i
-        t += [(p + "input_layernorm.weight", (D,)), (p + "self_attn.q_proj.weight", (H * hd, D)),
-              (p + "self_attn.k_proj.weight", (KV * hd, D)), (p + "self_attn.v_proj.weight", (KV * hd, D)),
-              (p + "self_attn.o_proj.weight", (D, H * hd)), (p + "post_attention_layernorm.weight", (D,)),
-              (p + "mlp.gate_proj.weight", (F, D)), (p + "mlp.up_proj.weight", (F, D)),
-              (p + "mlp.down_proj.weight", (D, F))]
-    return t + [("model.norm.weight", (D,)), ("lm_head.weight", (V, D))]
-
-
 def write_empty(cfg, path):
     """model.safetensors of zero f16 tensors: the header, then a hole to the end (ftruncate)."""
     hdr, off = {}, 0
-    for name, shape in tensor_shapes(cfg):
+    for name, shape in big_shapes(cfg):
         n = 2
         for d in shape:
             n *= d
@@ -88,29 +76,15 @@ def write_empty(cfg, path):
 
 
 def make_weights(cfg, gen):
+    """Linear and embedding weights N(0, 0.02) drawn in big_shapes' order, norms 1."""
     import torch
-    D, F, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
-    H, KV, V = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["vocab_size"]
-    hd = D // H
     dev, dt = "cuda", torch.float16
-
-    def rnd(*shape):
-        return (torch.randn(*shape, generator=gen, device=dev, dtype=torch.float32) * 0.02).to(dt)
-
-    w = {"model.embed_tokens.weight": rnd(V, D)}
-    for i in range(L):
-        p = "model.layers.%d." % i
-        w[p + "input_layernorm.weight"] = torch.ones(D, device=dev, dtype=dt)
-        w[p + "self_attn.q_proj.weight"] = rnd(H * hd, D)
-        w[p + "self_attn.k_proj.weight"] = rnd(KV * hd, D)
-        w[p + "self_attn.v_proj.weight"] = rnd(KV * hd, D)
-        w[p + "self_attn.o_proj.weight"] = rnd(D, H * hd)
-        w[p + "post_attention_layernorm.weight"] = torch.ones(D, device=dev, dtype=dt)
-        w[p + "mlp.gate_proj.weight"] = rnd(F, D)
-        w[p + "mlp.up_proj.weight"] = rnd(F, D)
-        w[p + "mlp.down_proj.weight"] = rnd(D, F)
-    w["model.norm.weight"] = torch.ones(D, device=dev, dtype=dt)
-    w["lm_head.weight"] = rnd(V, D)
+    w = {}
+    for name, shape in big_shapes(cfg):
+        if len(shape) == 1:
+            w[name] = torch.ones(*shape, device=dev, dtype=dt)
+        else:
+            w[name] = (torch.randn(*shape, generator=gen, device=dev, dtype=torch.float32) * 0.02).to(dt)
     return w
 
 
