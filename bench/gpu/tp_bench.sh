@@ -47,7 +47,7 @@ CK=/tmp/tpb_ck
     { echo "checkpoint FAIL"; tail -5 "$OUT/ckpt.txt"; exit 1; }
 echo "checkpoint ($(el) s)"
 if [ -n "$BIG" ]; then
-    bw=$("$PY" "$SRC/bench/gpu/torch_ckpt.py" --shape llama7b --layers 1 --out /tmp/tpb_bw --copy-bw 2>/dev/null |
+    bw=$("$PY" "$SRC/bench/gpu/torch_ckpt.py" --shape llama7b --layers 1 --empty --out /tmp/tpb_bw --copy-bw 2>/dev/null |
          sed -n 's/^copy_bw_TBps: //p'); rm -rf /tmp/tpb_bw
     wbytes=$(sed -n 's/^ckpt_bytes: \([0-9]*\).*/\1/p' "$OUT/ckpt.txt")
     echo "copy bandwidth ${bw:-?} TB/s (GPU 0); f16 weights $wbytes bytes"

@@ -140,6 +140,9 @@ void tb_file_unmap(tb_mapped_file *m);
  * (whole pages only): read for the last time, they leave the process's
  * resident set; a later read faults them in from the file again. */
 void tb_file_release_pages(const void *p, size_t n);
+/* Whether the n bytes at p are all zero (n == 0: yes); the engine writer
+ * and the weight packer skip whole zero chunks with it. */
+int tb_all_zero(const void *p, size_t n);
 /* Reads a whole (small) file into a NUL-terminated malloc'd buffer. */
 tb_status tb_file_read_all(const char *path, char **out, size_t *size,
                            size_t max_size);

@@ -92,6 +92,11 @@ void *tb_dl_open_first(const char *const *names, char *err, size_t cap) {
     return h;
 }
 
+int tb_all_zero(const void *p, size_t n) {
+    const uint8_t *b = p;
+    return n == 0 || (b[0] == 0 && memcmp(b, b + 1, n - 1) == 0);
+}
+
 void tb_file_release_pages(const void *p, size_t n) {
     if (!p || !n) return;
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p, b = a + n;

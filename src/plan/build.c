@@ -107,7 +107,7 @@ static tb_status pack_weights(tb_graph *g, int release, uint8_t **out, uint64_t 
         const uint8_t *src = v->data;
         for (uint64_t d = 0; d < v->nbytes; d += PACK_CHUNK) {
             size_t len = v->nbytes - d < PACK_CHUNK ? (size_t)(v->nbytes - d) : PACK_CHUNK;
-            if (!(src[d] == 0 && memcmp(src + d, src + d + 1, len - 1) == 0)) memcpy(buf + v->offset + d, src + d, len);
+            if (!tb_all_zero(src + d, len)) memcpy(buf + v->offset + d, src + d, len);
         }
         if (release && v->owned) {
             free((void *)v->data);

@@ -76,9 +76,6 @@ tb_status tb_section_hash(const uint8_t *p, uint64_t n, uint64_t *out) {
 
 static uint64_t align_up(uint64_t x) { return (x + ALIGN - 1) / ALIGN * ALIGN; }
 
-/* Whether the n bytes at p are all zero. */
-static int all_zero(const uint8_t *p, size_t n) { return n == 0 || (p[0] == 0 && memcmp(p, p + 1, n - 1) == 0); }
-
 /* Writes n bytes of a section; runs of zero bytes a whole HOLE_CHUNK long
  * (at HOLE_CHUNK-aligned file offsets) are skipped with a seek, so the file
  * system leaves holes there: an engine of zero weights (a checkpoint made
@@ -90,7 +87,7 @@ static int write_sparse(FILE *f, const uint8_t *p, uint64_t pos, uint64_t n) {
     while (done < n) {
         uint64_t at = pos + done, next = (at / HOLE_CHUNK + 1) * HOLE_CHUNK, len = next - at;
         if (len > n - done) len = n - done;
-        if (len == HOLE_CHUNK && all_zero(p + done, (size_t)len)) {
+        if (len == HOLE_CHUNK && tb_all_zero(p + done, (size_t)len)) {
             if (fseeko(f, (off_t)len, SEEK_CUR) != 0) return 0;
         } else if (fwrite(p + done, 1, (size_t)len, f) != len) {
             return 0;
