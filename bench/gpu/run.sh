@@ -397,8 +397,9 @@ fi
 say "== the decode attention's variants, attention cases alone (TURBINE_TEST_ONLY=attention; ATTN_BLOCKS=0: no key splits)"
 for v in "TB_CUDA_ATTN_MMA=0" "TB_CUDA_ATTN_MMA=2" "TB_CUDA_ATTN_MMA=3" "TB_CUDA_ATTN_MMA=3 TB_CUDA_ATTN_BLOCKS=0" \
          "TB_CUDA_ATTN_MMA=1 TB_CUDA_ATTN_BLOCKS=0" "TB_CUDA_ATTN_MMA=4" "TB_CUDA_ATTN_MMA=4 TB_CUDA_ATTN_BLOCKS=0" \
-         "TB_CUDA_ATTN_MMA=6 TB_CUDA_ATTN_BLOCKS=0" "TB_CUDA_ATTN_MMA=7 TB_CUDA_ATTN_BLOCKS=0"; do
-    n="attn$(echo "$v" | tr -cd '0-9')"
+         "TB_CUDA_ATTN_MMA=6 TB_CUDA_ATTN_BLOCKS=0" "TB_CUDA_ATTN_MMA=7 TB_CUDA_ATTN_BLOCKS=0" \
+         "TB_CUDA_ATTN_WARP_MIN=1 TB_CUDA_ATTN_BLOCKS=0"; do
+    n="attn$(echo "$v" | sed 's/TB_CUDA_ATTN_//g' | tr -cd 'A-Z0-9')"
     # shellcheck disable=SC2086 # v is a list of VAR=VALUE words
     if device_test test_backend_ops "$n" TURBINE_TEST_ONLY=attention $v; then
         row "attention, $v" "PASS ($(grep -c ' bound .* ok$' "$W/$n.txt") comparisons)"

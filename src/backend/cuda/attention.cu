@@ -1569,7 +1569,8 @@ extern "C" cudaError_t tbc_attention(const tbc_attn_args *args, float *qkv, floa
     if (pipe && mma_shape) return apipe_launch_kv<false>(*a, grid, qkv, out, s);
     if (a->mma && mma_shape && (a->kv_q == TBC_KVQ_FP8 || (a->kv_f16 && !a->kv_q))) {
         const dim3 block(ATTN_WARPS * 32);
-        if ((a->mma == 6 || a->mma == 7) && a->n_splits == 1) { /* a warp a (token, head) */
+        const bool warp = a->mma == 6 || a->mma == 7 || (a->mma == 5 && a->warp_min > 0 && a->T * a->n_heads >= a->warp_min);
+        if (warp && a->n_splits == 1) { /* a warp a (token, head) */
             const dim3 wg((unsigned)((a->T * a->n_heads + ATTN_WARPS - 1) / ATTN_WARPS));
             if (a->mma == 7)
                 return a->kv_f16 ? tbc_launch(attn_mma_warp_kernel<KVT_F16, 2, 2>, wg, block, 0, s, *a, qkv, out)

@@ -73,6 +73,12 @@
  * or int8 caches), GQA heads in the mma's rows at large batches (mode 5,
  * "auto"; docs/GPU.md) */
 #define TB_CUDA_DEFAULT_ATTN_MMA 5
+/* mode 5 takes the warp-a-(token, head) kernel of f16 / e4m3 caches from
+ * this many (token, q head) pairs of a step without key splits: a 7B step
+ * of 64 tokens (32 heads) and up (H100, 2026-12-05: batch-64 fp8 step
+ * -4..-6% at contexts ~140, -2% at ~400, even at ~900; 64 / 256 streams
+ * +2% / +3%; batch 32 at ~900 keys, 1024 pairs, was 10% slower) */
+#define TB_CUDA_DEFAULT_ATTN_WARP_MIN 2048
 /* scores of one pass of prefill attention (H x query rows x keys, f32) */
 #define PREFILL_S_BYTES ((size_t)64 << 20)
 
@@ -150,6 +156,7 @@ typedef struct {
     int attn_split_min;       /* keys per attention split at least (0: off)     */
     int attn_lanes;           /* lanes per key in decode attention (0: default) */
     int attn_mma;             /* TB_CUDA_ATTN_MMA: tensor-core decode attention */
+    int attn_warp_min;        /* TB_CUDA_ATTN_WARP_MIN: mode 5's warp kernel from */
     int tune;                 /* GEMV tactics (TB_CUDA_TUNE): at build, 0 does
                                * not time them, 2 prints the timings; at run,
                                * 0 ignores the engine's choices              */
@@ -1016,7 +1023,7 @@ static tbc_attn_args attn_args_of(cuda_ctx *c, const tb_node *n, void *const *bu
         .kv_scale_off = tb_kv_codes_bytes(st->kv_dtype, st->block_size, KV, hd), .inv_freq = bufs[n->in[1]],
         .n_splits = 1, .partial = c->partial,
         .counters = c->counters, .rope_done = 0, .split_min = c->attn_split_min, .lanes = c->attn_lanes,
-        .mma = c->attn_mma,
+        .mma = c->attn_mma, .warp_min = c->attn_warp_min,
     };
     return a;
 }
@@ -2196,6 +2203,8 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     c->attn_lanes = ale && *ale ? atoi(ale) : TB_CUDA_DEFAULT_ATTN_LANES;
     const char *ame = getenv("TB_CUDA_ATTN_MMA");
     c->attn_mma = ame && *ame ? atoi(ame) : TB_CUDA_DEFAULT_ATTN_MMA;
+    const char *awe = getenv("TB_CUDA_ATTN_WARP_MIN");
+    c->attn_warp_min = awe && *awe ? atoi(awe) : TB_CUDA_DEFAULT_ATTN_WARP_MIN;
     const char *pge = getenv("TB_CUDA_PREFILL_GEMM");
     c->prefill_min = pge && *pge ? atoi(pge) : TB_CUDA_DEFAULT_PREFILL_MIN;
     const char *pfe = getenv("TB_CUDA_PREFILL");

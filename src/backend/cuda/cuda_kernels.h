@@ -138,10 +138,13 @@ typedef struct {
      * heads a kv head one block takes them all, a head a row of the mma
      * (tbc_attention_q_heads_per_block); 5 (auto): 4's GQA blocks where a
      * step has many (token, kv head) pairs, 3's kernel for int8 caches, else
-     * 1; 6: as 1, but a warp takes a whole (token, head) where the step has
-     * no key splits (attn_mma_warp_kernel; 7: two tiles in flight a warp);
-     * 0: attn_kernel */
+     * 1, and 6's kernel for f16 / e4m3 caches where a step has no key splits
+     * and at least warp_min (token, q head) pairs; 6: as 1, but a warp takes
+     * a whole (token, head) where the step has no key splits
+     * (attn_mma_warp_kernel; 7: two tiles in flight a warp); 0: attn_kernel */
     int mma;
+    /* mode 5's least (token, q head) pairs for the warp kernel (0: never) */
+    int warp_min;
     /* with ys_sw set, qkv is the raw product of an FP8 GEMM whose
      * tbc_scale_out was skipped: rope_kv scales each value it reads,
      * qkv[t][n] * (ys_sx[t] * ys_sw[n]) + ys_bias[n] (ys_bias may be NULL),
