@@ -13,6 +13,13 @@
  * /usr/bin/python3) runs gen_checkpoints.py; TURBINE_TEST_BATCH_ENGINES
  * "float" runs only the f32/f16 engines, "quant" only the quantized ones
  * (bench/gpu/run.sh reports them apart), anything else all of them.
+ * TURBINE_TEST_FP8_TOL replaces the fp8 engine's bound: on a GPU its steps
+ * of >= 16 tokens take the FP8 tensor cores with x rounded to e4m3 (the
+ * batched prompts among them, the lone short ones not), so run.sh checks
+ * it at the f16 bound with that path off and again on it at the bound for
+ * e4m3 activations. The first batched step has a 32-token prompt between
+ * short ones: on a GPU the long run takes the prefill kernel and the short
+ * runs after it the decode kernel at a token offset.
  */
 #include <math.h>
 
@@ -152,7 +159,8 @@ int main(void) {
             bo.group_size = q[i].group;
             snprintf(engine, sizeof engine, "%s/batch_qwen2_%s.engine", tmp, q[i].name);
             CHECK_MSG(tb_build(model, engine, &bo, NULL) == TB_OK, "%s: %s", q[i].name, tb_last_error());
-            check_engine(engine, 2e-3f);
+            const char *ft = getenv("TURBINE_TEST_FP8_TOL");
+            check_engine(engine, q[i].dt == TB_FP8_E4M3 && ft && *ft ? (float)atof(ft) : 2e-3f);
         }
     }
     return tb_test_finish("test_batch");

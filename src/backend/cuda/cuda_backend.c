@@ -1331,7 +1331,9 @@ static void attn_splits(cuda_ctx *c, tbc_attn_args *a) {
 }
 
 /* The attention kernel for tokens t0 .. t1-1 of the step (q, k, v rotated
- * and stored). */
+ * and stored). With a->q16 the rows of qkv hold f16 (rope_kv wrote q so
+ * after an FP8 GEMM's f16 product): token t0's row starts t0 rows of
+ * halves in, not of floats. */
 static tb_status attn_kernel_range(cuda_ctx *c, const tbc_attn_args *a, float *qkv, float *out, int t0, int t1) {
     tbc_attn_args r = *a;
     r.T = t1 - t0;
@@ -1341,8 +1343,8 @@ static tb_status attn_kernel_range(cuda_ctx *c, const tbc_attn_args *a, float *q
     r.n_splits = 1;
     attn_splits(c, &r);
     size_t row = (size_t)(a->n_heads + 2 * a->n_kv) * (size_t)a->hd;
-    CU_TRY(tbc_attention(&r, qkv + (size_t)t0 * row, out + (size_t)t0 * (size_t)a->n_heads * a->hd, c->stream),
-           "attention launch");
+    float *q0 = a->q16 ? (float *)((uint16_t *)qkv + (size_t)t0 * row) : qkv + (size_t)t0 * row;
+    CU_TRY(tbc_attention(&r, q0, out + (size_t)t0 * (size_t)a->n_heads * a->hd, c->stream), "attention launch");
     return TB_OK;
 }
 
