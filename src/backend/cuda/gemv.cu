@@ -571,20 +571,14 @@ gemv_mma_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
 __device__ __forceinline__ uint32_t h2u(__half2 h) { return *reinterpret_cast<uint32_t *>(&h); }
 __device__ __forceinline__ __half2 u2h(uint32_t u) { return *reinterpret_cast<__half2 *>(&u); }
 
-/* One 32-bit word of int8 / e4m3 codes -> two f16x2: (e0, e1), (e2, e3).
- * OFS (int8): 1152 + code, the offset left in (qgemv_pipe_kernel takes
- * 1152 times the sum of x off the product instead). */
-template <int QT, bool OFS = false>
+/* One 32-bit word of int8 / e4m3 codes -> two f16x2: (e0, e1), (e2, e3). */
+template <int QT>
 __device__ __forceinline__ void widen_word8(uint32_t w, uint32_t &h0, uint32_t &h1) {
     if (QT == QT_I8) {
         const uint32_t u = w ^ 0x80808080u;
         const __half2 off = u2h(0x64806480u); /* 1152, 1152 */
-        h0 = __byte_perm(u, 0x64646464u, 0x5140);
-        h1 = __byte_perm(u, 0x64646464u, 0x5342);
-        if (!OFS) {
-            h0 = h2u(__hsub2(u2h(h0), off));
-            h1 = h2u(__hsub2(u2h(h1), off));
-        }
+        h0 = h2u(__hsub2(u2h(__byte_perm(u, 0x64646464u, 0x5140)), off));
+        h1 = h2u(__hsub2(u2h(__byte_perm(u, 0x64646464u, 0x5342)), off));
     } else {
         __half2_raw a = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w & 0xffffu), __NV_E4M3);
         __half2_raw b = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(w >> 16), __NV_E4M3);
@@ -622,16 +616,8 @@ __device__ __forceinline__ uint32_t lop3_hi4(uint32_t a) {
  * register-loading kernel keeps that form (with LOP the 8-token down_proj,
  * then on that kernel, took 23.3 -> 27.6 us on the H200; its register
  * budget is the likely cause, not looked into further). */
-template <bool RAW, bool LOP = true, bool OFS = false>
+template <bool RAW, bool LOP = true>
 __device__ __forceinline__ void widen_word4(uint32_t w, __half2 s, __half2 z, uint32_t *h) {
-    if (OFS) { /* the offsets left in: 1032 + code (low), 1152 + 16 code (high) */
-        const uint32_t v = w >> 8;
-        h[0] = lop3_lo4(w);
-        h[1] = lop3_hi4(w);
-        h[2] = lop3_lo4(v);
-        h[3] = lop3_hi4(v);
-        return;
-    }
     if (!LOP) {
         const uint32_t u = w ^ 0x88888888u;
         const __half2 off = u2h(0x64086408u); /* 1032, 1032 */
@@ -694,7 +680,7 @@ __device__ __forceinline__ void load_xq(const float *__restrict__ p, const float
  * (int4, RAW: the codes without scale and zero), the mmas alternating
  * between accumulators c0 and c1 (two halve the chain of dependent mmas a
  * step waits on; c0 == c1 accumulates them all in order). */
-template <int QT, bool RAW = false, bool LOP = true, bool OFS = false>
+template <int QT, bool RAW = false, bool LOP = true>
 __device__ __forceinline__ void qmma_step(float *c0, float *c1, const uint4 &ua, const uint4 &ub, const uint32_t *xb,
                                           __half2 sa, __half2 za, __half2 sb, __half2 zb) {
     const uint32_t wa[4] = {ua.x, ua.y, ua.z, ua.w}, wb[4] = {ub.x, ub.y, ub.z, ub.w};
@@ -702,14 +688,14 @@ __device__ __forceinline__ void qmma_step(float *c0, float *c1, const uint4 &ua,
     for (int j = 0; j < 4; j++) {
         if (QT == QT_I4) {
             uint32_t ha[4], hb[4];
-            widen_word4<RAW, LOP, OFS>(wa[j], sa, za, ha);
-            widen_word4<RAW, LOP, OFS>(wb[j], sb, zb, hb);
+            widen_word4<RAW, LOP>(wa[j], sa, za, ha);
+            widen_word4<RAW, LOP>(wb[j], sb, zb, hb);
             mma16816<TBC_F16>(c0, ha[0], hb[0], ha[1], hb[1], xb[4 * j], xb[4 * j + 1]);
             mma16816<TBC_F16>(c1, ha[2], hb[2], ha[3], hb[3], xb[4 * j + 2], xb[4 * j + 3]);
         } else {
             uint32_t a0, a1, b0, b1;
-            widen_word8<QT, OFS>(wa[j], a0, a1);
-            widen_word8<QT, OFS>(wb[j], b0, b1);
+            widen_word8<QT>(wa[j], a0, a1);
+            widen_word8<QT>(wb[j], b0, b1);
             mma16816<TBC_F16>(j & 1 ? c1 : c0, a0, b0, a1, b1, xb[2 * j], xb[2 * j + 1]);
         }
     }
@@ -903,29 +889,13 @@ __host__ __device__ constexpr int qpipe_scr() {
     return QT != QT_I4 ? 0 : GS ? 16 : 128;
 }
 
-/* Whether qgemv_pipe_kernel leaves the codes' offsets in the mma's
- * operand (int8, and int4 with a group a step): the widening is then the
- * integer ops alone (int8 a byte_perm, int4 a lop3 per f16x2; the f16x2
- * subtractions and multiply-adds go), and the offset times the sum of x
- * over the step, computed once as x is staged (x's units of int4's high
- * nibbles staged as x / 16), is taken off the product: int8 seeds the
- * accumulators of a tile with minus the warp's sum of them, int4 each
- * step's. The products of the offsets are exact in the mma's f32 sums;
- * what cancels costs ~8 of its 24 bits, against f16's 11 of x. */
-template <int QT, bool GS>
-__host__ __device__ constexpr bool qpipe_ofs() {
-    return QT == QT_I8 || (QT == QT_I4 && GS);
-}
-
 /* Shared memory of qgemv_pipe_kernel beyond its static arrays: the rings
- * (codes; int4 also scales and zeros), x in f16 and, with qpipe_ofs, the
- * offsets' sums ([T][steps] floats). */
+ * (codes; int4 also scales and zeros) and x in f16. */
 template <int QT, bool GS, int NS, int RT>
 static size_t qpipe_smem(int T, int K) {
     size_t ring = (size_t)GEMV_MMA_WARPS * NS * RT * 64 * 16;
     size_t scr = (size_t)GEMV_MMA_WARPS * NS * RT * qpipe_scr<QT, GS>() * 4;
-    size_t ofs = qpipe_ofs<QT, GS>() ? (size_t)T * (K / (QT == QT_I4 ? 128 : 64)) * 4 : 0;
-    return ring + scr + (size_t)T * qpipe_xstride<QT>(K) * 16 + ofs;
+    return ring + scr + (size_t)T * qpipe_xstride<QT>(K) * 16;
 }
 
 /* The block takes block tiles (RT 16-row tiles each) blockIdx.x,
@@ -939,7 +909,6 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
     constexpr int VPL = QT == QT_I4 ? 32 : 16; /* values per 16-byte load */
     constexpr int KSTEP = 4 * VPL;
     constexpr int NW = GEMV_MMA_WARPS;
-    constexpr bool OFS = qpipe_ofs<QT, GS>();
     static_assert(NS >= 2, "the ring needs two slots");
     __shared__ float red[2][RT][NW][32][4]; /* by tile parity: warp 0 may still read the last tile's */
     __shared__ float red_ss[NW][8];
@@ -960,8 +929,6 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
     float *scr = reinterpret_cast<float *>(qp_dyn + (size_t)NW * NS * RT * 64) + (size_t)warp * NS * RT * SCR;
     uint4 *xs = reinterpret_cast<uint4 *>(reinterpret_cast<float *>(qp_dyn + (size_t)NW * NS * RT * 64) +
                                           (size_t)NW * NS * RT * SCR);
-    /* OFS: the offsets' sum of token k, step st at xo[k * steps + st] */
-    float *xo = reinterpret_cast<float *>(xs + (size_t)T * qpipe_xstride<QT>(K));
     const size_t row_bytes = QT == QT_I4 ? (size_t)K / 2 : (size_t)K;
     const char *cb = static_cast<const char *>(w.codes);
     const int nbt_all = (tiles + RT - 1) / RT;
@@ -1060,13 +1027,8 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
          * squares into the other's wss_o): half the L2 reads a block */
         const unsigned crank = CL > 1 ? tbc_cluster_rank() : 0u;
         uint4 *xs_o = CL > 1 ? tbc_cluster_map(xs, crank ^ 1u) : nullptr;
-        float *xo_o = CL > 1 && OFS ? tbc_cluster_map(xo, crank ^ 1u) : nullptr;
         if (CL > 1) tbc_cluster_wait();
-        /* the loop runs whole warps (OFS sums a step's units across lanes:
-         * a step's UPS units are UPS aligned lanes, all in or all out) */
-        constexpr int UPS = KSTEP / 8;
-        for (int ib = warp * 32 + (int)crank * XU * BT; ib < nit; ib += CL * XU * BT) {
-            const int i0 = ib + lane;
+        for (int i0 = threadIdx.x + (int)crank * XU * BT; i0 < nit; i0 += CL * XU * BT) {
             float4 a[XU], b[XU];
 #pragma unroll
             for (int u = 0; u < XU; u++) {
@@ -1081,10 +1043,8 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
 #pragma unroll
             for (int u = 0; u < XU; u++) {
                 const int i = i0 + u * BT;
-                if (ib + u * BT >= nit) break; /* warp-uniform */
-                const bool live = i < nit;
+                if (i >= nit) break;
                 const int tk = i / ku, m = i - tk * ku;
-                if (!live) a[u] = b[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 float f0 = a[u].x, f1 = a[u].y, f2 = a[u].z, f3 = a[u].w;
                 float f4 = b[u].x, f5 = b[u].y, f6 = b[u].z, f7 = b[u].w;
                 if (NORM) {
@@ -1103,41 +1063,19 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
                 }
                 uint4 o;
                 if (QT == QT_I4) {
-                    /* OFS: the high nibbles' x (pairs 1 and 3) over 16, exact */
-                    const float hs = OFS ? 0.0625f : 1.0f;
                     o.x = h2u(__floats2half2_rn(f0, f4));
-                    o.y = h2u(__floats2half2_rn(f1 * hs, f5 * hs));
+                    o.y = h2u(__floats2half2_rn(f1, f5));
                     o.z = h2u(__floats2half2_rn(f2, f6));
-                    o.w = h2u(__floats2half2_rn(f3 * hs, f7 * hs));
+                    o.w = h2u(__floats2half2_rn(f3, f7));
                 } else {
                     o.x = h2u(__floats2half2_rn(f0, f1));
                     o.y = h2u(__floats2half2_rn(f2, f3));
                     o.z = h2u(__floats2half2_rn(f4, f5));
                     o.w = h2u(__floats2half2_rn(f6, f7));
                 }
-                if (OFS) {
-                    /* the offsets times x as staged (f16), summed over the
-                     * step's UPS lanes in a fixed order */
-                    const float2 p0 = __half22float2(u2h(o.x)), p1 = __half22float2(u2h(o.y));
-                    const float2 p2 = __half22float2(u2h(o.z)), p3 = __half22float2(u2h(o.w));
-                    float v;
-                    if (QT == QT_I4)
-                        v = 1032.0f * ((p0.x + p0.y) + (p2.x + p2.y)) + 1152.0f * ((p1.x + p1.y) + (p3.x + p3.y));
-                    else
-                        v = 1152.0f * (((p0.x + p0.y) + (p1.x + p1.y)) + ((p2.x + p2.y) + (p3.x + p3.y)));
-#pragma unroll
-                    for (int d = UPS / 2; d >= 1; d >>= 1) v += __shfl_xor_sync(0xffffffffu, v, d);
-                    if (live && (lane & (UPS - 1)) == 0) {
-                        const int xoi = tk * (K / KSTEP) + m / UPS;
-                        xo[xoi] = v;
-                        if (CL > 1) xo_o[xoi] = v;
-                    }
-                }
-                if (live) {
-                    const size_t xi = (size_t)tk * qpipe_xstride<QT>(K) + qpipe_xpos<QT>(m);
-                    xs[xi] = o;
-                    if (CL > 1) xs_o[xi] = o;
-                }
+                const size_t xi = (size_t)tk * qpipe_xstride<QT>(K) + qpipe_xpos<QT>(m);
+                xs[xi] = o;
+                if (CL > 1) xs_o[xi] = o;
             }
         }
         if (NORM) {
@@ -1167,26 +1105,13 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
      * not stored */
     const uint4 *xg = xs + (size_t)min(g, T - 1) * qpipe_xstride<QT>(K);
     const __half2 one2 = __float2half2_rn(1.0f), zero2 = __float2half2_rn(0.0f);
-    /* OFS: this thread's product columns are tokens 2t and 2t + 1 (those
-     * past T take T - 1's: not stored); int8 seeds every tile with minus
-     * the offsets' sums over the warp's steps */
-    const float *xo0 = xo + (size_t)min(2 * t, T - 1) * steps, *xo1 = xo + (size_t)min(2 * t + 1, T - 1) * steps;
-    float seed0 = 0.0f, seed1 = 0.0f;
-    if (OFS && !GS)
-        for (int j = 0; j < nj; j++) {
-            seed0 -= xo0[s0 + j];
-            seed1 -= xo1[s0 + j];
-        }
     int rs = 0; /* the slot read next */
     for (int i = 0; i < nbt; i++) {
         float c[RT][4], c1[RT][4];
 #pragma unroll
-        for (int r = 0; r < RT; r++) {
-            c[r][0] = c[r][2] = seed0;
-            c[r][1] = c[r][3] = seed1;
+        for (int r = 0; r < RT; r++)
 #pragma unroll
-            for (int q = 0; q < 4; q++) c1[r][q] = 0.0f;
-        }
+            for (int q = 0; q < 4; q++) c[r][q] = c1[r][q] = 0.0f;
         for (int j = 0; j < nj; j++) {
             qp_wait<NS - 2>(); /* this step has landed */
             /* GS: the scales came by lane t = 0's copies (the wait covers a
@@ -1221,13 +1146,11 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
                 uint4 v = xp[QT == QT_I4 ? 4 * q : q];
                 xb[4 * q] = v.x; xb[4 * q + 1] = v.y; xb[4 * q + 2] = v.z; xb[4 * q + 3] = v.w;
             }
-            /* OFS, a group a step: minus the step's offsets' sums seed its sums */
-            const float so0 = OFS && GS ? -xo0[st] : 0.0f, so1 = OFS && GS ? -xo1[st] : 0.0f;
 #pragma unroll
             for (int r = 0; r < RT; r++) {
                 if (GS) {
-                    float ct[4] = {so0, so1, so0, so1}, cu[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    qmma_step<QT, true, true, OFS>(ct, cu, ua[r], ub[r], xb, one2, zero2, one2, zero2);
+                    float ct[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cu[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    qmma_step<QT, true>(ct, cu, ua[r], ub[r], xb, one2, zero2, one2, zero2);
                     c[r][0] = fmaf(ct[0] + cu[0], fsa[r], c[r][0]);
                     c[r][1] = fmaf(ct[1] + cu[1], fsa[r], c[r][1]);
                     c[r][2] = fmaf(ct[2] + cu[2], fsb[r], c[r][2]);
@@ -1236,7 +1159,7 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
                     qmma_step<QT>(c[r], c1[r], ua[r], ub[r], xb, __float2half2_rn(fsa[r]), __float2half2_rn(fza[r]),
                                    __float2half2_rn(fsb[r]), __float2half2_rn(fzb[r]));
                 } else {
-                    qmma_step<QT, true, true, OFS>(c[r], c1[r], ua[r], ub[r], xb, one2, zero2, one2, zero2);
+                    qmma_step<QT, true>(c[r], c1[r], ua[r], ub[r], xb, one2, zero2, one2, zero2);
                 }
             }
         }
