@@ -11,7 +11,7 @@
  * not from L2; the best of --reps replays counts. Bytes per launch are the
  * codes plus the scales (and zeros) plus x; the figure is bytes / time.
  * --variant picks tbc_set_qgemv_variant's kernel (see cuda_kernels.h; 4..9, 12, 13 the
- * pipelined kernels).
+ * pipelined kernels); TB_CUDA_QGEMV_XW=1 stages x per warp (tbc_set_qgemv_xw).
  * Built with the CUDA backend (target qgemv_bench) and packed by
  * bench/gpu/pack.sh beside the other GPU binaries. */
 #include <stdio.h>
@@ -246,6 +246,8 @@ int main(int argc, char **argv) {
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
+    const char *xwe = getenv("TB_CUDA_QGEMV_XW"); /* x staged per warp (see tbc_set_qgemv_xw) */
+    tbc_set_qgemv_xw(xwe && *xwe ? atoi(xwe) : 0);
     double rb = read_bw(s, reps);
     printf("device %s, %d SMs; streaming read %.0f GB/s\n", prop.name, prop.multiProcessorCount, rb);
     printf("%-10s %-3s %-2s %-2s %-12s %9s %8s %7s\n", "kind", "T", "u", "v", "N x K", "us", "GB/s", "of read");

@@ -264,6 +264,11 @@ void tbc_set_qgemv_unroll(int u);
  * kernel; 12 and 13, 5 and 6 in clusters of two blocks sharing x's
  * staging, need compute capability 9.0). */
 void tbc_set_qgemv_variant(int v);
+/* The pipelined quantized GEMV's staging of x when its blocks are not in
+ * clusters: 0 (default) the block's threads take turns over all of x and
+ * meet at a block barrier; 1 each warp stages only its own K range and
+ * waits for its own lanes (TB_CUDA_QGEMV_XW; for comparisons). */
+void tbc_set_qgemv_xw(int on);
 /* int8 / e4m3 steps of up to max_t (0..2, default 0) tokens on the SIMT row kernel
  * (x in f32), u 16-byte loads per lane in flight (1, 2, 4); the backend
  * sets them from TB_CUDA_QGEMV_SIMT and TB_CUDA_QGEMV_SIMT_U. */

@@ -905,7 +905,7 @@ static size_t qpipe_smem(int T, int K) {
 template <int QT, int MODE, bool NORM, bool GS, int NS, int RT, int MINB, int CL>
 __global__ void __launch_bounds__(GEMV_MMA_WARPS * 32, MINB)
 qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__restrict__ bias, float *__restrict__ y,
-                  int T, int K, int N, int tiles, tbc_gemv_epi e) {
+                  int T, int K, int N, int tiles, tbc_gemv_epi e, int xw) {
     constexpr int VPL = QT == QT_I4 ? 32 : 16; /* values per 16-byte load */
     constexpr int KSTEP = 4 * VPL;
     constexpr int NW = GEMV_MMA_WARPS;
@@ -1016,9 +1016,18 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
      * in flight waited out the load's latency T * K / 2048 times; on the
      * H200 the 8-token int8 GEMVs of a 7B layer alone went 139 -> 124 us,
      * the one-token ones 98 -> 94, the whole int8 b1 step 2.72 -> 2.60 ms) */
+    /* xw (TB_CUDA_QGEMV_XW, blocks not in clusters): each warp stages only
+     * its own steps' units of x (its K range is the same for every tile)
+     * and waits for its own lanes alone, no block barrier before the first
+     * mma; the sums of squares are the warp's own either way (mma_finish
+     * adds the warps') */
+    const bool xwarp = CL == 1 && xw;
     {
         constexpr int XU = 4, BT = NW * 32;
         const int ku = K / 8, nit = T * ku;
+        /* xwarp: the warp's units, token-major: mb + (i % mn) of token i / mn */
+        constexpr int UPS = KSTEP / 8;
+        const int mb = s0 * UPS, mn = nj * UPS;
         float ssr[TBC_GEMV_MAX_T];
 #pragma unroll
         for (int k = 0; k < TBC_GEMV_MAX_T; k++) ssr[k] = 0.0f;
@@ -1028,13 +1037,22 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
         const unsigned crank = CL > 1 ? tbc_cluster_rank() : 0u;
         uint4 *xs_o = CL > 1 ? tbc_cluster_map(xs, crank ^ 1u) : nullptr;
         if (CL > 1) tbc_cluster_wait();
-        for (int i0 = threadIdx.x + (int)crank * XU * BT; i0 < nit; i0 += CL * XU * BT) {
+        /* xwarp: the loop runs over the warp's T * mn units, 32 lanes a round */
+        const int lim = xwarp ? T * mn : nit, bt = xwarp ? 32 : BT;
+        for (int i0 = xwarp ? lane : threadIdx.x + (int)crank * XU * BT; i0 < lim; i0 += CL * XU * bt) {
             float4 a[XU], b[XU];
 #pragma unroll
             for (int u = 0; u < XU; u++) {
-                const int i = i0 + u * BT;
-                if (i < nit) {
-                    const int tk = i / ku, m = i - tk * ku;
+                const int i = i0 + u * bt;
+                if (i < lim) {
+                    int tk, m;
+                    if (xwarp) {
+                        tk = i / mn;
+                        m = mb + (i - tk * mn);
+                    } else {
+                        tk = i / ku;
+                        m = i - tk * ku;
+                    }
                     const float4 *p = reinterpret_cast<const float4 *>(x + (size_t)tk * K) + 2 * m;
                     a[u] = __ldg(p);
                     b[u] = __ldg(p + 1);
@@ -1042,9 +1060,16 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
             }
 #pragma unroll
             for (int u = 0; u < XU; u++) {
-                const int i = i0 + u * BT;
-                if (i >= nit) break;
-                const int tk = i / ku, m = i - tk * ku;
+                const int i = i0 + u * bt;
+                if (i >= lim) break;
+                int tk, m;
+                if (xwarp) {
+                    tk = i / mn;
+                    m = mb + (i - tk * mn);
+                } else {
+                    tk = i / ku;
+                    m = i - tk * ku;
+                }
                 float f0 = a[u].x, f1 = a[u].y, f2 = a[u].z, f3 = a[u].w;
                 float f4 = b[u].x, f5 = b[u].y, f6 = b[u].z, f7 = b[u].w;
                 if (NORM) {
@@ -1094,6 +1119,8 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
     if (CL > 1) { /* both blocks' stores done and seen; none after this */
         tbc_cluster_arrive();
         tbc_cluster_wait();
+    } else if (xwarp) {
+        __syncwarp();
     } else {
         __syncthreads();
     }
@@ -1515,8 +1542,9 @@ extern "C" int tbc_qgemv_supports(const tbc_qweight *w, const float *x, int T, i
 /* Steps in flight per warp (TB_CUDA_QGEMV_U: 1 or 2; default 2) and the
  * kernel variant (TB_CUDA_QGEMV_V; -1: by type and step), set by the
  * backend at create. */
-static int qgemv_unroll = 2, qgemv_variant = -1;
+static int qgemv_unroll = 2, qgemv_variant = -1, qgemv_xw = 0;
 extern "C" void tbc_set_qgemv_unroll(int u) { qgemv_unroll = u == 1 ? 1 : 2; }
+extern "C" void tbc_set_qgemv_xw(int on) { qgemv_xw = on ? 1 : 0; }
 extern "C" void tbc_set_qgemv_variant(int v) { qgemv_variant = v >= 0 && v <= 13 ? v : -1; }
 
 template <int QT, int MODE, bool NORM, bool GS, int MINB, bool PRE, int RT>
@@ -1623,9 +1651,9 @@ static cudaError_t qpipe_launch(const float *x, const tbc_qweight &w, const floa
     dim3 grid(grid_n), block(GEMV_MMA_WARPS * 32);
     if (CL > 1) { /* whole clusters (a block past the tiles still stages its share of x) */
         grid.x = (unsigned)((grid_n + CL - 1) / CL * CL);
-        return tbc_launch_cluster(kern, grid, block, smem, s, CL, x, w, bias, y, T, K, N, tiles, e);
+        return tbc_launch_cluster(kern, grid, block, smem, s, CL, x, w, bias, y, T, K, N, tiles, e, 0);
     }
-    return tbc_launch(kern, grid, block, smem, s, x, w, bias, y, T, K, N, tiles, e);
+    return tbc_launch(kern, grid, block, smem, s, x, w, bias, y, T, K, N, tiles, e, qgemv_xw);
 }
 
 /* The pipelined shapes (variants 4..9, 12, 13): rings of 4 steps; 4 one tile a
