@@ -247,7 +247,7 @@ int main(int argc, char **argv) {
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     const char *xwe = getenv("TB_CUDA_QGEMV_XW"); /* x staged per warp (see tbc_set_qgemv_xw) */
-    tbc_set_qgemv_xw(xwe && *xwe ? atoi(xwe) : 0);
+    tbc_set_qgemv_xw(xwe && *xwe ? atoi(xwe) : -1);
     double rb = read_bw(s, reps);
     printf("device %s, %d SMs; streaming read %.0f GB/s\n", prop.name, prop.multiProcessorCount, rb);
     printf("%-10s %-3s %-2s %-2s %-12s %9s %8s %7s\n", "kind", "T", "u", "v", "N x K", "us", "GB/s", "of read");

@@ -265,10 +265,11 @@ void tbc_set_qgemv_unroll(int u);
  * staging, need compute capability 9.0). */
 void tbc_set_qgemv_variant(int v);
 /* The pipelined quantized GEMV's staging of x when its blocks are not in
- * clusters: 0 (default) the block's threads take turns over all of x and
- * meet at a block barrier; 1 each warp stages only its own K range and
- * waits for its own lanes (TB_CUDA_QGEMV_XW; for comparisons). */
-void tbc_set_qgemv_xw(int on);
+ * clusters (TB_CUDA_QGEMV_XW): 0 the block's threads take turns over all
+ * of x and meet at a block barrier; 1 each warp stages only its own K
+ * range and waits for its own lanes; -1 (default) 1 for int4 steps of one
+ * token, else 0. */
+void tbc_set_qgemv_xw(int v);
 /* int8 / e4m3 steps of up to max_t (0..2, default 0) tokens on the SIMT row kernel
  * (x in f32), u 16-byte loads per lane in flight (1, 2, 4); the backend
  * sets them from TB_CUDA_QGEMV_SIMT and TB_CUDA_QGEMV_SIMT_U. */

@@ -1542,9 +1542,9 @@ extern "C" int tbc_qgemv_supports(const tbc_qweight *w, const float *x, int T, i
 /* Steps in flight per warp (TB_CUDA_QGEMV_U: 1 or 2; default 2) and the
  * kernel variant (TB_CUDA_QGEMV_V; -1: by type and step), set by the
  * backend at create. */
-static int qgemv_unroll = 2, qgemv_variant = -1, qgemv_xw = 0;
+static int qgemv_unroll = 2, qgemv_variant = -1, qgemv_xw = -1;
 extern "C" void tbc_set_qgemv_unroll(int u) { qgemv_unroll = u == 1 ? 1 : 2; }
-extern "C" void tbc_set_qgemv_xw(int on) { qgemv_xw = on ? 1 : 0; }
+extern "C" void tbc_set_qgemv_xw(int v) { qgemv_xw = v == 0 || v == 1 ? v : -1; }
 extern "C" void tbc_set_qgemv_variant(int v) { qgemv_variant = v >= 0 && v <= 13 ? v : -1; }
 
 template <int QT, int MODE, bool NORM, bool GS, int MINB, bool PRE, int RT>
@@ -1653,7 +1653,12 @@ static cudaError_t qpipe_launch(const float *x, const tbc_qweight &w, const floa
         grid.x = (unsigned)((grid_n + CL - 1) / CL * CL);
         return tbc_launch_cluster(kern, grid, block, smem, s, CL, x, w, bias, y, T, K, N, tiles, e, 0);
     }
-    return tbc_launch(kern, grid, block, smem, s, x, w, bias, y, T, K, N, tiles, e, qgemv_xw);
+    /* x staged per warp: by default int4's one-token steps (H100, 7B
+     * shapes: qgemv_bench's int4 sum 78.3 -> 77.4 us, an 8-layer int4 b1
+     * step 0.616 -> 0.606 ms; int8 / e4m3 even at one token, int8 2% slower
+     * at 8 on variant 5) */
+    const int xw = qgemv_xw >= 0 ? qgemv_xw : QT == QT_I4 && T == 1;
+    return tbc_launch(kern, grid, block, smem, s, x, w, bias, y, T, K, N, tiles, e, xw);
 }
 
 /* The pipelined shapes (variants 4..9, 12, 13): rings of 4 steps; 4 one tile a
