@@ -1654,9 +1654,9 @@ static cudaError_t qpipe_launch(const float *x, const tbc_qweight &w, const floa
         return tbc_launch_cluster(kern, grid, block, smem, s, CL, x, w, bias, y, T, K, N, tiles, e, 0);
     }
     /* x staged per warp: by default int4's one-token steps (H100, 7B
-     * shapes: qgemv_bench's int4 sum 78.3 -> 77.4 us, an 8-layer int4 b1
-     * step 0.616 -> 0.606 ms; int8 / e4m3 even at one token, int8 2% slower
-     * at 8 on variant 5) */
+     * shapes: qgemv_bench's int4 sum 78.3 -> 77.4 us; an 8-layer int4 b1
+     * step within noise, ~0.5%; int8 / e4m3 even at one token, int8 2%
+     * slower at 8 on variant 5) */
     const int xw = qgemv_xw >= 0 ? qgemv_xw : QT == QT_I4 && T == 1;
     return tbc_launch(kern, grid, block, smem, s, x, w, bias, y, T, K, N, tiles, e, xw);
 }
