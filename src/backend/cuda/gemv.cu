@@ -1039,20 +1039,15 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
         if (CL > 1) tbc_cluster_wait();
         /* xwarp: the loop runs over the warp's T * mn units, 32 lanes a round */
         const int lim = xwarp ? T * mn : nit, bt = xwarp ? 32 : BT;
+        /* unit i is token i / span's unit m0 + i % span */
+        const int span = xwarp ? mn : ku, m0 = xwarp ? mb : 0;
         for (int i0 = xwarp ? lane : threadIdx.x + (int)crank * XU * BT; i0 < lim; i0 += CL * XU * bt) {
             float4 a[XU], b[XU];
 #pragma unroll
             for (int u = 0; u < XU; u++) {
                 const int i = i0 + u * bt;
                 if (i < lim) {
-                    int tk, m;
-                    if (xwarp) {
-                        tk = i / mn;
-                        m = mb + (i - tk * mn);
-                    } else {
-                        tk = i / ku;
-                        m = i - tk * ku;
-                    }
+                    const int tk = i / span, m = m0 + (i - tk * span);
                     const float4 *p = reinterpret_cast<const float4 *>(x + (size_t)tk * K) + 2 * m;
                     a[u] = __ldg(p);
                     b[u] = __ldg(p + 1);
@@ -1062,14 +1057,7 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
             for (int u = 0; u < XU; u++) {
                 const int i = i0 + u * bt;
                 if (i >= lim) break;
-                int tk, m;
-                if (xwarp) {
-                    tk = i / mn;
-                    m = mb + (i - tk * mn);
-                } else {
-                    tk = i / ku;
-                    m = i - tk * ku;
-                }
+                const int tk = i / span, m = m0 + (i - tk * span);
                 float f0 = a[u].x, f1 = a[u].y, f2 = a[u].z, f3 = a[u].w;
                 float f4 = b[u].x, f5 = b[u].y, f6 = b[u].z, f7 = b[u].w;
                 if (NORM) {
