@@ -387,13 +387,20 @@ else
     row "ops vs reference kernels" "FAIL ($(grep -c ' FAIL$' "$W/ops.txt") failed:$(grep ' FAIL$' "$W/ops.txt" |
         awk '{printf " %s/%s/%s", $1, $2, $3}' | head -c 300); $(tail -n 1 "$W/ops.txt"))"
 fi
-say "== the same with the FP8 GEMM's producers unfused (TB_CUDA_FP8_FUSE=0: scales and codes in kernels of their own)"
-if device_test test_backend_ops opsq TB_CUDA_FP8_FUSE=0; then
-    row "ops vs reference kernels, FP8_FUSE=0" "PASS ($(grep -c ' bound .* ok$' "$W/opsq.txt") comparisons)"
-else
-    row "ops vs reference kernels, FP8_FUSE=0" "FAIL ($(grep -c ' FAIL$' "$W/opsq.txt") failed:$(grep ' FAIL$' "$W/opsq.txt" |
-        awk '{printf " %s/%s/%s", $1, $2, $3}' | head -c 300); $(tail -n 1 "$W/opsq.txt"))"
-fi
+# the same with the FP8 GEMM's producers unfused (TB_CUDA_FP8_FUSE=0: scales
+# and codes in kernels of their own), and with every pipelined quantized
+# GEMV outside clusters staging x per warp (TB_CUDA_QGEMV_XW=1; the default
+# does so for int4 one-token steps only)
+for sw in "opsq TB_CUDA_FP8_FUSE=0" "opsx TB_CUDA_QGEMV_XW=1"; do
+    n=${sw%% *}; v=${sw#* }
+    say "== the op cases with $v"
+    if device_test test_backend_ops "$n" "$v"; then
+        row "ops vs reference kernels, ${v#TB_CUDA_}" "PASS ($(grep -c ' bound .* ok$' "$W/$n.txt") comparisons)"
+    else
+        row "ops vs reference kernels, ${v#TB_CUDA_}" "FAIL ($(grep -c ' FAIL$' "$W/$n.txt") failed:$(grep ' FAIL$' "$W/$n.txt" |
+            awk '{printf " %s/%s/%s", $1, $2, $3}' | head -c 300); $(tail -n 1 "$W/$n.txt"))"
+    fi
+done
 say "== the decode attention's variants, attention cases alone (TURBINE_TEST_ONLY=attention; ATTN_BLOCKS=0: no key splits)"
 for v in "TB_CUDA_ATTN_MMA=0" "TB_CUDA_ATTN_MMA=2" "TB_CUDA_ATTN_MMA=3" "TB_CUDA_ATTN_MMA=3 TB_CUDA_ATTN_BLOCKS=0" \
          "TB_CUDA_ATTN_MMA=1 TB_CUDA_ATTN_BLOCKS=0" "TB_CUDA_ATTN_MMA=4" "TB_CUDA_ATTN_MMA=4 TB_CUDA_ATTN_BLOCKS=0" \
