@@ -1115,7 +1115,7 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
             for (int u = 0; u < XM; u++) {
                 const int i = i0 + u * bt;
                 if (u < xu && i < lim) {
-                    const int tk = T == 1 ? 0 : i / span, m = m0 + (i - tk * span);
+                    const int tk = i / span, m = m0 + (i - tk * span);
                     const float4 *p = reinterpret_cast<const float4 *>(x + (size_t)tk * K) + 2 * m;
                     a[u] = __ldg(p);
                     b[u] = __ldg(p + 1);
@@ -1125,7 +1125,7 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
             for (int u = 0; u < XM; u++) {
                 const int i = i0 + u * bt;
                 if (u >= xu || i >= lim) break;
-                const int tk = T == 1 ? 0 : i / span, m = m0 + (i - tk * span);
+                const int tk = i / span, m = m0 + (i - tk * span);
                 float f0 = a[u].x, f1 = a[u].y, f2 = a[u].z, f3 = a[u].w;
                 float f4 = b[u].x, f5 = b[u].y, f6 = b[u].z, f7 = b[u].w;
                 if (NORM) {
