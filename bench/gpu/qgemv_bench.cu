@@ -11,8 +11,7 @@
  * not from L2; the best of --reps replays counts. Bytes per launch are the
  * codes plus the scales (and zeros) plus x; the figure is bytes / time.
  * --variant picks tbc_set_qgemv_variant's kernel (see cuda_kernels.h; 4..9, 12, 13 the
- * pipelined kernels; 14 is 5 at 3 blocks an SM); TB_CUDA_QGEMV_XW=1 stages x per warp (tbc_set_qgemv_xw),
- * TB_CUDA_QGEMV_NB / _XU set tbc_set_qgemv_pipe.
+ * pipelined kernels); TB_CUDA_QGEMV_XW=1 stages x per warp (tbc_set_qgemv_xw).
  * Built with the CUDA backend (target qgemv_bench) and packed by
  * bench/gpu/pack.sh beside the other GPU binaries. */
 #include <stdio.h>
@@ -249,8 +248,6 @@ int main(int argc, char **argv) {
     CK(cudaGetDeviceProperties(&prop, 0));
     const char *xwe = getenv("TB_CUDA_QGEMV_XW"); /* x staged per warp (see tbc_set_qgemv_xw) */
     tbc_set_qgemv_xw(xwe && *xwe ? atoi(xwe) : -1);
-    const char *nbe = getenv("TB_CUDA_QGEMV_NB"), *xue = getenv("TB_CUDA_QGEMV_XU"); /* see tbc_set_qgemv_pipe */
-    tbc_set_qgemv_pipe(nbe && *nbe ? atoi(nbe) : 0, xue && *xue ? atoi(xue) : 4);
     double rb = read_bw(s, reps);
     printf("device %s, %d SMs; streaming read %.0f GB/s\n", prop.name, prop.multiProcessorCount, rb);
     printf("%-10s %-3s %-2s %-2s %-12s %9s %8s %7s\n", "kind", "T", "u", "v", "N x K", "us", "GB/s", "of read");

@@ -2160,8 +2160,6 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     tbc_set_qgemv_variant(qve && *qve ? atoi(qve) : -1);
     const char *qxw = getenv("TB_CUDA_QGEMV_XW");
     tbc_set_qgemv_xw(qxw && *qxw ? atoi(qxw) : -1);
-    const char *qnb = getenv("TB_CUDA_QGEMV_NB"), *qxu = getenv("TB_CUDA_QGEMV_XU");
-    tbc_set_qgemv_pipe(qnb && *qnb ? atoi(qnb) : 0, qxu && *qxu ? atoi(qxu) : 4);
     const char *qse = getenv("TB_CUDA_QGEMV_SIMT"), *qsu = getenv("TB_CUDA_QGEMV_SIMT_U");
     tbc_set_qgemv_simt(qse && *qse ? atoi(qse) : 0, qsu && *qsu ? atoi(qsu) : 1);
     const char *f8e = getenv("TB_CUDA_FP8_GEMM");

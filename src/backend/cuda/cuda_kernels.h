@@ -259,7 +259,7 @@ void tbc_set_qgemv_unroll(int u);
  * for int8 / e4m3 (9 for rows of >= 8192 in few tiles), 5 for int4; 2..8
  * tokens 12 on compute capability 9.0, else 5 / 6), 0..3 one of the
  * register-loading shapes listed at qgemv_launch_u, else one pipelined
- * shape (4, 5, 6, 9, 12, 13, 14 = 5 at three blocks an SM; 7, 8, 10 and 11 take 4; for comparisons;
+ * shape (4, 5, 6, 9, 12, 13; 7, 8, 10 and 11 take 4; for comparisons;
  * shapes whose x does not fit in shared memory take the register-loading
  * kernel; 12 and 13, 5 and 6 in clusters of two blocks sharing x's
  * staging, need compute capability 9.0). */
@@ -270,13 +270,6 @@ void tbc_set_qgemv_variant(int v);
  * range and waits for its own lanes; -1 (default) 1 for int4 steps of one
  * token, else 0. */
 void tbc_set_qgemv_xw(int v);
-/* The pipelined quantized GEMV's tile ends and staging of x: nb 1
- * (TB_CUDA_QGEMV_NB) the warps of a block do not meet at a barrier after
- * each tile, the last to finish its part adds the parts up and stores the
- * rows (0, default: a block barrier, warp 0 adds); xu (TB_CUDA_QGEMV_XU, 4
- * or 8, default 4) units of x a thread has in flight while staging x
- * (8: int4 only). */
-void tbc_set_qgemv_pipe(int nb, int xu);
 /* int8 / e4m3 steps of up to max_t (0..2, default 0) tokens on the SIMT row kernel
  * (x in f32), u 16-byte loads per lane in flight (1, 2, 4); the backend
  * sets them from TB_CUDA_QGEMV_SIMT and TB_CUDA_QGEMV_SIMT_U. */

@@ -435,9 +435,11 @@ __device__ __forceinline__ bool mma_rows(const tbc_gemv_epi &e, int N, int g, in
  * otherwise) and by 1 / rms(x), adds the bias and runs the epilogue.
  * ss_in: the squares go to red_ss (a second tile of the same block finds
  * them there already). */
-template <bool NORM>
-__device__ __forceinline__ void mma_part(float (*red)[32][4], float (*red_ss)[8], const float *c, float ss, int warp,
-                                         int lane, bool ss_in) {
+template <int MODE, bool NORM>
+__device__ __forceinline__ void mma_finish(float (*red)[32][4], float (*red_ss)[8], float *c, float ss, int warp,
+                                           int lane, int ra, int rb, int P, bool pair_ok, int T, int K, int N,
+                                           const float *__restrict__ bias, float *__restrict__ y,
+                                           const tbc_gemv_epi &e, float sa, float sb, bool ss_in = true) {
     const int g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int i = 0; i < 4; i++) red[warp][lane][i] = c[i];
@@ -446,16 +448,8 @@ __device__ __forceinline__ void mma_part(float (*red)[32][4], float (*red_ss)[8]
         ss += __shfl_xor_sync(0xffffffffu, ss, 2);
         if (t == 0) red_ss[warp][g] = ss;
     }
-}
-
-/* The second half of mma_finish, run by one warp once every warp's part is
- * in red (and red_ss). */
-template <int MODE, bool NORM>
-__device__ __forceinline__ void mma_sum_store(float (*red)[32][4], float (*red_ss)[8], float *c, int lane, int ra,
-                                              int rb, int P, bool pair_ok, int T, int K, int N,
-                                              const float *__restrict__ bias, float *__restrict__ y,
-                                              const tbc_gemv_epi &e, float sa, float sb) {
-    const int t = lane & 3;
+    __syncthreads();
+    if (warp != 0) return;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         float v = 0.0f;
@@ -497,56 +491,6 @@ __device__ __forceinline__ void mma_sum_store(float (*red)[32][4], float (*red_s
         float ba = bias ? bias[ra] : 0.0f, bb = bias && rb < N ? bias[rb] : 0.0f;
         if (t0 < T) epi_store<MODE>(e, y, N, t0, P, ra, rb, rb < N, c[0] + ba, c[2] + bb);
         if (t1 < T) epi_store<MODE>(e, y, N, t1, P, ra, rb, rb < N, c[1] + ba, c[3] + bb);
-    }
-}
-
-template <int MODE, bool NORM>
-__device__ __forceinline__ void mma_finish(float (*red)[32][4], float (*red_ss)[8], float *c, float ss, int warp,
-                                           int lane, int ra, int rb, int P, bool pair_ok, int T, int K, int N,
-                                           const float *__restrict__ bias, float *__restrict__ y,
-                                           const tbc_gemv_epi &e, float sa, float sb, bool ss_in = true) {
-    mma_part<NORM>(red, red_ss, c, ss, warp, lane, ss_in);
-    __syncthreads();
-    if (warp != 0) return;
-    mma_sum_store<MODE, NORM>(red, red_ss, c, lane, ra, rb, P, pair_ok, T, K, N, bias, y, e, sa, sb);
-}
-
-/* mma_finish without the block barrier (the pipelined kernel's
- * TB_CUDA_QGEMV_NB): each warp stores its part into red (buffer b of two,
- * by block-tile parity), counts itself in at cnt, and the warp that
- * arrives last adds the parts up and stores the rows; the others go on to
- * their next tile at once. done counts the reductions finished, so a warp
- * two tiles ahead (seq >= 2) waits until buffer b's last reader is done
- * with it. */
-template <int MODE, bool NORM>
-__device__ __forceinline__ void mma_finish_nb(float (*red)[32][4], float (*red_ss)[8], unsigned *cnt, unsigned *done,
-                                              int seq, float *c, float ss, int warp, int lane, int ra, int rb, int P,
-                                              bool pair_ok, int T, int K, int N, const float *__restrict__ bias,
-                                              float *__restrict__ y, const tbc_gemv_epi &e, float sa, float sb,
-                                              bool ss_in) {
-    if (seq >= 2) {
-        if (lane == 0)
-            while (*reinterpret_cast<volatile unsigned *>(done) < (unsigned)(seq - 1)) {
-            }
-        __syncwarp();
-    }
-    mma_part<NORM>(red, red_ss, c, ss, warp, lane, ss_in);
-    __threadfence_block();
-    __syncwarp();
-    unsigned last = 0;
-    if (lane == 0) {
-        last = atomicAdd(cnt, 1u) == GEMV_MMA_WARPS - 1;
-        __threadfence_block();
-    }
-    last = __shfl_sync(0xffffffffu, last, 0);
-    if (!last) return;
-    __syncwarp();
-    mma_sum_store<MODE, NORM>(red, red_ss, c, lane, ra, rb, P, pair_ok, T, K, N, bias, y, e, sa, sb);
-    __syncwarp();
-    if (lane == 0) {
-        *cnt = 0;
-        __threadfence_block();
-        atomicAdd(done, 1u);
     }
 }
 
@@ -961,7 +905,7 @@ static size_t qpipe_smem(int T, int K) {
 template <int QT, int MODE, bool NORM, bool GS, int NS, int RT, int MINB, int CL>
 __global__ void __launch_bounds__(GEMV_MMA_WARPS * 32, MINB)
 qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__restrict__ bias, float *__restrict__ y,
-                  int T, int K, int N, int tiles, tbc_gemv_epi e, int fl) {
+                  int T, int K, int N, int tiles, tbc_gemv_epi e, int xw) {
     constexpr int VPL = QT == QT_I4 ? 32 : 16; /* values per 16-byte load */
     constexpr int KSTEP = 4 * VPL;
     constexpr int NW = GEMV_MMA_WARPS;
@@ -970,18 +914,8 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
     __shared__ float red_ss[NW][8];
     __shared__ float wss[NW][8]; /* each warp's sum of squares per token */
     __shared__ float wss_o[CL > 1 ? NW : 1][8]; /* CL 2: the other block's warps' */
-    __shared__ unsigned nb_cnt[2][RT], nb_done[RT]; /* nb: arrivals per red buffer, reductions done */
     extern __shared__ uint4 qp_dyn[];
     if (CL > 1) tbc_cluster_arrive_relaxed(); /* "started": waited for before the first store into the other block */
-    /* fl (qpipe_flags): bit 0 x staged per warp, bit 1 the tiles' ends
-     * without a block barrier (mma_finish_nb), bit 2 8 units of x a thread
-     * in flight while staging (else 4; int4 at <= 2 blocks an SM only) */
-    const bool nb = (fl & 2) != 0;
-    if (nb) {
-        if (threadIdx.x < 2 * RT) nb_cnt[threadIdx.x / RT][threadIdx.x % RT] = 0;
-        if (threadIdx.x < RT) nb_done[threadIdx.x] = 0;
-        __syncthreads();
-    }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     /* this warp's ring: [NS][RT][2 rows][32 lanes] of 16 bytes; int4:
      * [NS][RT][scale a, scale b, zero a, zero b][32 lanes] floats, or with
@@ -1087,11 +1021,9 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
      * and waits for its own lanes alone, no block barrier before the first
      * mma; the sums of squares are the warp's own either way (mma_finish
      * adds the warps') */
-    const bool xwarp = CL == 1 && (fl & 1);
+    const bool xwarp = CL == 1 && xw;
     {
-        /* XM units a thread at most in flight, xu of them used */
-        constexpr int XM = QT == QT_I4 && MINB <= 2 ? 8 : 4, BT = NW * 32;
-        const int xu = XM == 8 && (fl & 4) ? 8 : 4;
+        constexpr int XU = 4, BT = NW * 32;
         const int ku = K / 8, nit = T * ku;
         /* xwarp: the warp's units, token-major: mb + (i % mn) of token i / mn */
         constexpr int UPS = KSTEP / 8;
@@ -1109,12 +1041,12 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
         const int lim = xwarp ? T * mn : nit, bt = xwarp ? 32 : BT;
         /* unit i is token i / span's unit m0 + i % span */
         const int span = xwarp ? mn : ku, m0 = xwarp ? mb : 0;
-        for (int i0 = xwarp ? lane : threadIdx.x + (int)crank * xu * BT; i0 < lim; i0 += CL * xu * bt) {
-            float4 a[XM], b[XM];
+        for (int i0 = xwarp ? lane : threadIdx.x + (int)crank * XU * BT; i0 < lim; i0 += CL * XU * bt) {
+            float4 a[XU], b[XU];
 #pragma unroll
-            for (int u = 0; u < XM; u++) {
+            for (int u = 0; u < XU; u++) {
                 const int i = i0 + u * bt;
-                if (u < xu && i < lim) {
+                if (i < lim) {
                     const int tk = i / span, m = m0 + (i - tk * span);
                     const float4 *p = reinterpret_cast<const float4 *>(x + (size_t)tk * K) + 2 * m;
                     a[u] = __ldg(p);
@@ -1122,9 +1054,9 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
                 }
             }
 #pragma unroll
-            for (int u = 0; u < XM; u++) {
+            for (int u = 0; u < XU; u++) {
                 const int i = i0 + u * bt;
-                if (u >= xu || i >= lim) break;
+                if (i >= lim) break;
                 const int tk = i / span, m = m0 + (i - tk * span);
                 float f0 = a[u].x, f1 = a[u].y, f2 = a[u].z, f3 = a[u].w;
                 float f4 = b[u].x, f5 = b[u].y, f6 = b[u].z, f7 = b[u].w;
@@ -1258,12 +1190,8 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
             const float fa = QT == QT_I4 ? 1.0f : __ldg(w.scales + min(ra, N - 1));
             const float fb = QT == QT_I4 ? 1.0f : __ldg(w.scales + min(rb, N - 1));
             float cc[4] = {c[r][0] + c1[r][0], c[r][1] + c1[r][1], c[r][2] + c1[r][2], c[r][3] + c1[r][3]};
-            if (nb)
-                mma_finish_nb<MODE, NORM>(red[i & 1][r], red_ss, &nb_cnt[i & 1][r], &nb_done[r], i, cc, ss, warp,
-                                          lane, ra, rb, P, pair_ok, T, K, N, bias, y, e, fa, fb, i == 0 && r == 0);
-            else
-                mma_finish<MODE, NORM>(red[i & 1][r], red_ss, cc, ss, warp, lane, ra, rb, P, pair_ok, T, K, N, bias,
-                                       y, e, fa, fb, i == 0 && r == 0);
+            mma_finish<MODE, NORM>(red[i & 1][r], red_ss, cc, ss, warp, lane, ra, rb, P, pair_ok, T, K, N, bias, y,
+                                   e, fa, fb, i == 0 && r == 0);
         }
     }
 }
@@ -1602,16 +1530,10 @@ extern "C" int tbc_qgemv_supports(const tbc_qweight *w, const float *x, int T, i
 /* Steps in flight per warp (TB_CUDA_QGEMV_U: 1 or 2; default 2) and the
  * kernel variant (TB_CUDA_QGEMV_V; -1: by type and step), set by the
  * backend at create. */
-static int qgemv_unroll = 2, qgemv_variant = -1, qgemv_xw = -1, qgemv_nb = 0, qgemv_xu = 4;
+static int qgemv_unroll = 2, qgemv_variant = -1, qgemv_xw = -1;
 extern "C" void tbc_set_qgemv_unroll(int u) { qgemv_unroll = u == 1 ? 1 : 2; }
 extern "C" void tbc_set_qgemv_xw(int v) { qgemv_xw = v == 0 || v == 1 ? v : -1; }
-extern "C" void tbc_set_qgemv_variant(int v) { qgemv_variant = v >= 0 && v <= 14 ? v : -1; }
-extern "C" void tbc_set_qgemv_pipe(int nb, int xu) {
-    qgemv_nb = nb == 1;
-    qgemv_xu = xu == 8 ? 8 : 4;
-}
-/* qgemv_pipe_kernel's fl: xw (bit 0) and the settings of tbc_set_qgemv_pipe */
-static int qpipe_flags(int xw) { return (xw ? 1 : 0) | (qgemv_nb ? 2 : 0) | (qgemv_xu == 8 ? 4 : 0); }
+extern "C" void tbc_set_qgemv_variant(int v) { qgemv_variant = v >= 0 && v <= 13 ? v : -1; }
 
 template <int QT, int MODE, bool NORM, bool GS, int MINB, bool PRE, int RT>
 static cudaError_t qgemv_launch_v(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K,
@@ -1674,14 +1596,14 @@ static cudaError_t qrow_launch_t(const float *x, const tbc_qweight &w, const flo
  * PT 0 a block per block tile, 1 persistent blocks (as many as fit).
  * Returns cudaErrorNotSupported when its shared memory would not fit (the
  * caller takes the register-loading kernel). */
-template <int QT, int MODE, bool NORM, bool GS, int NS, int RT, int PT, int CL = 1, int MB = 0>
+template <int QT, int MODE, bool NORM, bool GS, int NS, int RT, int PT, int CL = 1>
 static cudaError_t qpipe_launch(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K,
                                 int N, const tbc_gemv_epi &e, int tiles, cudaStream_t s) {
     /* sm_90's 227 KiB a block less the static arrays (red, red_ss, wss) */
     constexpr int QPIPE_MAX_SMEM = 232448 - RT * 8192 - 1024;
     const size_t smem = qpipe_smem<QT, GS, NS, RT>(T, K);
     if (smem > (size_t)QPIPE_MAX_SMEM) return cudaErrorNotSupported;
-    constexpr int MINB = MB ? MB : QT == QT_I4 ? 2 : 3;
+    constexpr int MINB = QT == QT_I4 ? 2 : 3;
     auto kern = qgemv_pipe_kernel<QT, MODE, NORM, GS, NS, RT, MINB, CL>;
     static int attr_done = 0; /* once per instantiation, before any capture needs it */
     if (!attr_done) {
@@ -1717,15 +1639,14 @@ static cudaError_t qpipe_launch(const float *x, const tbc_qweight &w, const floa
     dim3 grid(grid_n), block(GEMV_MMA_WARPS * 32);
     if (CL > 1) { /* whole clusters (a block past the tiles still stages its share of x) */
         grid.x = (unsigned)((grid_n + CL - 1) / CL * CL);
-        return tbc_launch_cluster(kern, grid, block, smem, s, CL, x, w, bias, y, T, K, N, tiles, e,
-                                  qpipe_flags(0));
+        return tbc_launch_cluster(kern, grid, block, smem, s, CL, x, w, bias, y, T, K, N, tiles, e, 0);
     }
     /* x staged per warp: by default int4's one-token steps (H100, 7B
      * shapes: qgemv_bench's int4 sum 78.3 -> 77.4 us; an 8-layer int4 b1
      * step within noise, ~0.5%; int8 / e4m3 even at one token, int8 2%
      * slower at 8 on variant 5) */
     const int xw = qgemv_xw >= 0 ? qgemv_xw : QT == QT_I4 && T == 1;
-    return tbc_launch(kern, grid, block, smem, s, x, w, bias, y, T, K, N, tiles, e, qpipe_flags(xw));
+    return tbc_launch(kern, grid, block, smem, s, x, w, bias, y, T, K, N, tiles, e, xw);
 }
 
 /* The pipelined shapes (variants 4..9, 12, 13): rings of 4 steps; 4 one tile a
@@ -1736,8 +1657,7 @@ static cudaError_t qpipe_launch(const float *x, const tbc_qweight &w, const floa
  * x together (each reads half of it from L2 and stores it into both:
  * 8-token steps read ~34 MB of x a K-4096 GEMV before their first mma;
  * the 2..8-token default on sm_90, see qgemv_launch), 13 as 6 in such
- * clusters (12 where its shared memory does not fit), 14 as 5 with registers for three blocks an SM
- * (int4's default allows two). Rings of 8 steps (a block per tile or
+ * clusters (12 where its shared memory does not fit). Rings of 8 steps (a block per tile or
  * persistent) and one persistent block an SM with an early PDL trigger
  * (rings of 8 or 12) were measured too and dropped: no faster alone, 10-13%
  * slower in the 7B step (docs/PERFORMANCE.md, "Deeper rings for few-tile
@@ -1752,7 +1672,6 @@ static cudaError_t qpipe_launch_v(int v, const float *x, const tbc_qweight &w, c
     if (v == 9) return qpipe_launch<QT, MODE, NORM, GS, 12, 1, 0>(x, w, bias, y, T, K, N, e, tiles, s);
     if (v == 12) return qpipe_launch<QT, MODE, NORM, GS, 4, 1, 1, 2>(x, w, bias, y, T, K, N, e, tiles, s);
     if (v == 13) return qpipe_launch<QT, MODE, NORM, GS, 4, 2, 1, 2>(x, w, bias, y, T, K, N, e, tiles, s);
-    if (v == 14) return qpipe_launch<QT, MODE, NORM, GS, 4, 1, 1, 1, 3>(x, w, bias, y, T, K, N, e, tiles, s);
     return qpipe_launch<QT, MODE, NORM, GS, 4, 1, 0>(x, w, bias, y, T, K, N, e, tiles, s);
 }
 
