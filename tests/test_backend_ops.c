@@ -497,6 +497,22 @@ static void op_matmul(tb_dtype wdt, int T, int K, int N, int bias) {
     tb_graph_free(c.g);
 }
 
+/* Whether the CUDA backend runs a one-token int8 / int4 qmatmul with x
+ * rounded to int8 per block of 32 (TB_CUDA_QGEMV_V=15, the Q8 GEMV): its
+ * reference is then tb_ref_qmatmul_q8 (on the shapes of tbc_qgemv: K a
+ * multiple of 64, int4 of 128). */
+static int cuda_q8(tb_dtype dt, int T, int K) {
+    const char *v = getenv("TB_CUDA_QGEMV_V");
+    return cur_bk->cuda && T == 1 && (dt == TB_I8 ? K % 64 == 0 : dt == TB_I4 && K % 128 == 0) && v && atoi(v) == 15;
+}
+
+static void ref_qmm(const float *x, const tb_qweight *w, const float *bias, float *y, int T, int K, int N) {
+    if (cuda_q8(w->dtype, T, K))
+        tb_ref_qmatmul_q8(x, w, bias, y, T, K, N);
+    else
+        tb_ref_qmatmul(x, w, bias, y, T, K, N);
+}
+
 /* qmatmul over weights quantized by core/quant.h, against tb_ref_qmatmul
  * (the kernels' own tests cover the kernels; this is the backend's wiring:
  * the inputs the flags select and the group taken from the scales' shape). */
@@ -528,7 +544,7 @@ static void op_qmatmul(tb_dtype qdt, int T, int K, int N, int group, int bias, i
     void *o[1] = {y};
     if (case_run(&c, &rv, &n, 1, o) == 1) {
         tb_qweight qw = {.dtype = qdt, .codes = codes, .scales = sc, .zeros = asym ? z : NULL, .group = group};
-        tb_ref_qmatmul(x, &qw, bias ? bv : NULL, yr, T, K, N);
+        ref_qmm(x, &qw, bias ? bv : NULL, yr, T, K, N);
         /* cuda: x rounded to f16 (and int4's code * scale) as for f16 weights */
         report(&c, TB_OP_QMATMUL, TB_F32, NULL, rel_err(y, yr, n), bound_of(1e-5, 3e-3));
     }
@@ -818,7 +834,7 @@ static void pat_w_ref(const pat_w *m, const float *x, float *y, int T, int K, in
         return;
     }
     tb_qweight qw = {.dtype = m->dt, .codes = m->codes, .scales = m->sc, .zeros = m->z, .group = m->group};
-    tb_ref_qmatmul(x, &qw, NULL, y, T, K, N);
+    ref_qmm(x, &qw, NULL, y, T, K, N);
 }
 
 static void pat_w_free(pat_w *m) {

@@ -1196,6 +1196,245 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
     }
 }
 
+/* ---------------------------------------------------------------- quantized, one token, Q8
+ * One-token steps of int8 / int4 weights with x rounded to int8 per block of
+ * 32 values (tb_ref_qmatmul_q8's activations: d = absmax / 127, q =
+ * rint(x * 127 / absmax), clamped to +-127), the codes multiplied by dp4a in
+ * integers: no widening, four products an instruction (int4: two masks and
+ * one shift a 32-bit word of eight codes, the sign flip folded into the
+ * mask's lop3 as code + 8, the 8 * sum(q) taken off once a block). Each
+ * block stages x once in shared memory (one Q8 block of 32 values per 8
+ * threads: absmax and sum of codes by shuffles), arranged so a lane's
+ * 16-byte words of x match its codes: int8 word j = q[4j .. 4j+3]; int4 the
+ * pairs of word j of codes (k 8j .. 8j+7) as (q[8j], q[8j+2], q[8j+4],
+ * q[8j+6]) and (q[8j+1], ..., q[8j+7]), the low and high nibbles of its
+ * bytes. Then one warp a row pair (the epilogues of pair_rows), lanes taking
+ * Q8 blocks lane, lane + 32, ... of both rows, 8 16-byte loads a lane in
+ * flight (int4: 16 bytes a block a row, 4 blocks; int8 32, 2 blocks); f32 sums d_b * s_g * isum (int4,
+ * + d_b * z_g * sum(q) with zeros), int8's row scale at the end. With NORM
+ * the squares are those of x before the norm weight, q of x * norm_w. */
+#define Q8_WARPS 8
+template <int QT, int MODE, bool NORM>
+__global__ void __launch_bounds__(Q8_WARPS * 32, 3)
+qgemv_q8_kernel(const float *__restrict__ x, tbc_qweight w, const float *__restrict__ bias, float *__restrict__ y,
+                int K, int N, tbc_gemv_epi e) {
+    constexpr int CW = QT == QT_I4 ? 1 : 2;   /* 16-byte loads a Q8 block a row */
+    constexpr int Q8_CU = QT == QT_I4 ? 4 : 2; /* Q8 blocks a lane in flight: 8 loads */
+    __shared__ float wss[Q8_WARPS];
+    extern __shared__ uint4 q8_dyn[];
+    const int NB = K >> 5; /* Q8 blocks a row */
+    uint4 *xa = q8_dyn, *xb = q8_dyn + NB;
+    float2 *xm = reinterpret_cast<float2 *>(q8_dyn + 2 * NB); /* (d, sum of codes) */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int pairs = pair_count<MODE>(e, N);
+    const int tw = (int)gridDim.x * Q8_WARPS, p0 = (int)blockIdx.x * Q8_WARPS + warp;
+    const char *cb = static_cast<const char *>(w.codes);
+    const size_t row_bytes = QT == QT_I4 ? (size_t)K / 2 : (size_t)K;
+    /* the first pair's first blocks into L2 while the previous kernel ends */
+    if (p0 < pairs) {
+        int ra, rb;
+        pair_rows<MODE>(e, N, p0, ra, rb);
+        rb = min(rb, N - 1);
+#pragma unroll
+        for (int u = 0; u < Q8_CU; u++) {
+            const int b = lane + 32 * u;
+            if (b < NB) {
+                tbc_prefetch_l2(cb + (size_t)ra * row_bytes + (size_t)b * 16 * CW);
+                tbc_prefetch_l2(cb + (size_t)rb * row_bytes + (size_t)b * 16 * CW);
+            }
+        }
+    }
+    tbc_pdl_wait();
+    /* stage x: unit u (4 values) is value 4 (u % 8) .. of Q8 block u / 8 */
+    float ssq = 0.0f;
+    {
+        const int NU = K >> 2, BT = Q8_WARPS * 32, s8 = threadIdx.x & 7;
+        const float4 *x4 = reinterpret_cast<const float4 *>(x);
+        const float4 *g4 = reinterpret_cast<const float4 *>(e.norm_w);
+        for (int u0 = 0; u0 < NU; u0 += 2 * BT) {
+            float4 v[2], gv[2];
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const int u = u0 + i * BT + (int)threadIdx.x;
+                v[i] = u < NU ? __ldg(x4 + u) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                if (NORM && g4) gv[i] = u < NU ? __ldg(g4 + u) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const int u = u0 + i * BT + (int)threadIdx.x; /* a group of 8 lanes: all below NU or none */
+                float4 f = v[i];
+                if (NORM) {
+                    ssq = fmaf(f.x, f.x, ssq); ssq = fmaf(f.y, f.y, ssq);
+                    ssq = fmaf(f.z, f.z, ssq); ssq = fmaf(f.w, f.w, ssq);
+                    if (g4) { f.x *= gv[i].x; f.y *= gv[i].y; f.z *= gv[i].z; f.w *= gv[i].w; }
+                }
+                float am = fmaxf(fmaxf(fabsf(f.x), fabsf(f.y)), fmaxf(fabsf(f.z), fabsf(f.w)));
+                am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 1));
+                am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 2));
+                am = fmaxf(am, __shfl_xor_sync(0xffffffffu, am, 4));
+                const float id = am > 0.0f ? __fdiv_rn(127.0f, am) : 0.0f;
+                int q0 = __float2int_rn(__fmul_rn(f.x, id)), q1 = __float2int_rn(__fmul_rn(f.y, id));
+                int q2 = __float2int_rn(__fmul_rn(f.z, id)), q3 = __float2int_rn(__fmul_rn(f.w, id));
+                q0 = max(-127, min(127, q0)); q1 = max(-127, min(127, q1));
+                q2 = max(-127, min(127, q2)); q3 = max(-127, min(127, q3));
+                int qs = q0 + q1 + q2 + q3;
+                qs += __shfl_xor_sync(0xffffffffu, qs, 1);
+                qs += __shfl_xor_sync(0xffffffffu, qs, 2);
+                qs += __shfl_xor_sync(0xffffffffu, qs, 4);
+                if (u < NU) {
+                    const int b = u >> 3;
+                    uint32_t *ra = reinterpret_cast<uint32_t *>(xa + b), *rb = reinterpret_cast<uint32_t *>(xb + b);
+                    if (QT == QT_I4) {
+                        /* words 2j (low nibbles) and 2j + 1 (high) of code word j = s8 / 2, this lane's half */
+                        const int j = s8 >> 1, hf = s8 & 1;
+                        const uint16_t lo = (uint16_t)((q0 & 0xff) | (q2 & 0xff) << 8);
+                        const uint16_t hi = (uint16_t)((q1 & 0xff) | (q3 & 0xff) << 8);
+                        uint16_t *wl = reinterpret_cast<uint16_t *>(j < 2 ? ra + 2 * j : rb + 2 * j - 4);
+                        wl[hf] = lo;
+                        wl[2 + hf] = hi;
+                    } else {
+                        const uint32_t word = (uint32_t)(q0 & 0xff) | (uint32_t)(q1 & 0xff) << 8 |
+                                              (uint32_t)(q2 & 0xff) << 16 | (uint32_t)(q3 & 0xff) << 24;
+                        (s8 < 4 ? ra : rb)[s8 & 3] = word;
+                    }
+                    if (s8 == 0) xm[b] = make_float2(__fdiv_rn(am, 127.0f), (float)qs);
+                }
+            }
+        }
+        if (NORM) {
+            ssq = tbc_warp_sum(ssq);
+            if (lane == 0) wss[warp] = ssq;
+        }
+    }
+    __syncthreads();
+    float rinv = 1.0f;
+    if (NORM) {
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < Q8_WARPS; i++) s += wss[i];
+        rinv = rsqrtf(s / (float)K + e.norm_eps);
+    }
+    const int ng = QT == QT_I4 ? K / w.group : 1;
+    for (int P = p0; P < pairs; P += tw) {
+        int ra, rb;
+        pair_rows<MODE>(e, N, P, ra, rb);
+        const bool okb = rb < N;
+        const int rbl = okb ? rb : ra;
+        const char *pa = cb + (size_t)ra * row_bytes, *pb = cb + (size_t)rbl * row_bytes;
+        float acca = 0.0f, accb = 0.0f;
+        for (int c0 = 0; c0 < NB; c0 += 32 * Q8_CU) {
+            uint4 wa[Q8_CU][CW], wb[Q8_CU][CW];
+            float sa[Q8_CU], sb[Q8_CU], za[Q8_CU], zb[Q8_CU];
+#pragma unroll
+            for (int u = 0; u < Q8_CU; u++) {
+                const int b = c0 + lane + 32 * u;
+                if (b < NB) {
+#pragma unroll
+                    for (int c = 0; c < CW; c++) {
+                        wa[u][c] = __ldg(reinterpret_cast<const uint4 *>(pa) + (size_t)b * CW + c);
+                        wb[u][c] = __ldg(reinterpret_cast<const uint4 *>(pb) + (size_t)b * CW + c);
+                    }
+                    if (QT == QT_I4) {
+                        const int gi = (b << 5) / w.group;
+                        sa[u] = __ldg(w.scales + (size_t)ra * ng + gi);
+                        sb[u] = __ldg(w.scales + (size_t)rbl * ng + gi);
+                        za[u] = w.zeros ? __ldg(w.zeros + (size_t)ra * ng + gi) : 0.0f;
+                        zb[u] = w.zeros ? __ldg(w.zeros + (size_t)rbl * ng + gi) : 0.0f;
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < Q8_CU; u++) {
+                const int b = c0 + lane + 32 * u;
+                if (b >= NB) break;
+                const uint4 x0 = xa[b], x1 = xb[b];
+                const float2 m = xm[b];
+                const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+                const int qs = (int)m.y;
+                int ia = QT == QT_I4 ? -8 * qs : 0, ib = ia;
+                if (QT == QT_I4) {
+                    const uint32_t ca[4] = {wa[u][0].x, wa[u][0].y, wa[u][0].z, wa[u][0].w};
+                    const uint32_t cbw[4] = {wb[u][0].x, wb[u][0].y, wb[u][0].z, wb[u][0].w};
+#pragma unroll
+                    for (int j = 0; j < 4; j++) {
+                        uint32_t la, ha, lb, hb;
+                        /* (a & 0x0f0f0f0f) ^ 0x08080808: lut 0x6a as in lop3_lo4 */
+                        asm("lop3.b32 %0, %1, %2, %3, 0x6a;" : "=r"(la) : "r"(ca[j]), "r"(0x0f0f0f0fu), "r"(0x08080808u));
+                        asm("lop3.b32 %0, %1, %2, %3, 0x6a;" : "=r"(ha) : "r"(ca[j] >> 4), "r"(0x0f0f0f0fu), "r"(0x08080808u));
+                        asm("lop3.b32 %0, %1, %2, %3, 0x6a;" : "=r"(lb) : "r"(cbw[j]), "r"(0x0f0f0f0fu), "r"(0x08080808u));
+                        asm("lop3.b32 %0, %1, %2, %3, 0x6a;" : "=r"(hb) : "r"(cbw[j] >> 4), "r"(0x0f0f0f0fu), "r"(0x08080808u));
+                        ia = __dp4a((int)la, (int)xw[2 * j], ia);
+                        ia = __dp4a((int)ha, (int)xw[2 * j + 1], ia);
+                        ib = __dp4a((int)lb, (int)xw[2 * j], ib);
+                        ib = __dp4a((int)hb, (int)xw[2 * j + 1], ib);
+                    }
+                    float fa = (float)ia * sa[u], fb = (float)ib * sb[u];
+                    if (w.zeros) {
+                        fa = fmaf((float)qs, za[u], fa);
+                        fb = fmaf((float)qs, zb[u], fb);
+                    }
+                    acca = fmaf(fa, m.x, acca);
+                    accb = fmaf(fb, m.x, accb);
+                } else {
+                    const uint32_t ca[8] = {wa[u][0].x, wa[u][0].y, wa[u][0].z, wa[u][0].w,
+                                            wa[u][1].x, wa[u][1].y, wa[u][1].z, wa[u][1].w};
+                    const uint32_t cbw[8] = {wb[u][0].x, wb[u][0].y, wb[u][0].z, wb[u][0].w,
+                                             wb[u][1].x, wb[u][1].y, wb[u][1].z, wb[u][1].w};
+#pragma unroll
+                    for (int j = 0; j < 8; j++) {
+                        ia = __dp4a((int)ca[j], (int)xw[j], ia);
+                        ib = __dp4a((int)cbw[j], (int)xw[j], ib);
+                    }
+                    acca = fmaf((float)ia, m.x, acca);
+                    accb = fmaf((float)ib, m.x, accb);
+                }
+            }
+        }
+        if (P + tw >= pairs) tbc_pdl_trigger();
+        acca = tbc_warp_sum(acca);
+        accb = tbc_warp_sum(accb);
+        if (lane == 0) {
+            if (QT != QT_I4) {
+                acca *= __ldg(w.scales + ra);
+                accb *= __ldg(w.scales + rbl);
+            }
+            acca *= rinv;
+            accb *= rinv;
+            const float ba = bias ? bias[ra] : 0.0f, bbv = bias && okb ? bias[rb] : 0.0f;
+            epi_store<MODE>(e, y, N, 0, P, ra, rb, okb, acca + ba, accb + bbv);
+        }
+    }
+}
+
+/* One token on qgemv_q8_kernel (variant 15): as many blocks as fit at once,
+ * fewer where that evens the pairs a warp takes. */
+template <int QT, int MODE, bool NORM>
+static cudaError_t q8_launch(const float *x, const tbc_qweight &w, const float *bias, float *y, int K, int N,
+                             const tbc_gemv_epi &e, cudaStream_t s) {
+    auto kern = qgemv_q8_kernel<QT, MODE, NORM>;
+    const size_t smem = (size_t)(K >> 5) * 40;
+    static unsigned optin = 0;
+    static int sms = 0, per_sm = 0;
+    int dev = 0;
+    cudaError_t r = cudaGetDevice(&dev);
+    if (r == cudaSuccess) r = tbc_smem_optin(kern, 64 * 1024, dev, &optin);
+    if (r != cudaSuccess) return r;
+    if (smem > 64 * 1024) return cudaErrorNotSupported;
+    if (!per_sm) {
+        int nb = 0;
+        r = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+        if (r == cudaSuccess) r = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, kern, Q8_WARPS * 32, 16384);
+        if (r != cudaSuccess) return r;
+        per_sm = nb > 0 ? nb : 1;
+    }
+    const int pairs = MODE == TBC_EPI_PLAIN || MODE == TBC_EPI_ADD ? (N + 1) / 2 : N / 2;
+    const int maxb = per_sm * sms, need = (pairs + Q8_WARPS - 1) / Q8_WARPS;
+    int grid = need < maxb ? need : maxb;
+    const int per_warp = (pairs + grid * Q8_WARPS - 1) / (grid * Q8_WARPS);
+    grid = (pairs + per_warp * Q8_WARPS - 1) / (per_warp * Q8_WARPS);
+    return tbc_launch(kern, dim3(grid), dim3(Q8_WARPS * 32), smem, s, x, w, bias, y, K, N, e);
+}
+
 /* ---------------------------------------------------------------- quantized, SIMT rows
  * int8 / e4m3 weights, T <= 2 (batch-1 decode): the f16 row kernel's layout
  * (one warp per row, 8 warps = 4 row pairs a block, U 16-byte loads per lane
@@ -1533,7 +1772,7 @@ extern "C" int tbc_qgemv_supports(const tbc_qweight *w, const float *x, int T, i
 static int qgemv_unroll = 2, qgemv_variant = -1, qgemv_xw = -1;
 extern "C" void tbc_set_qgemv_unroll(int u) { qgemv_unroll = u == 1 ? 1 : 2; }
 extern "C" void tbc_set_qgemv_xw(int v) { qgemv_xw = v == 0 || v == 1 ? v : -1; }
-extern "C" void tbc_set_qgemv_variant(int v) { qgemv_variant = v >= 0 && v <= 13 ? v : -1; }
+extern "C" void tbc_set_qgemv_variant(int v) { qgemv_variant = v >= 0 && v <= 15 ? v : -1; }
 
 template <int QT, int MODE, bool NORM, bool GS, int MINB, bool PRE, int RT>
 static cudaError_t qgemv_launch_v(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K,
@@ -1699,6 +1938,14 @@ static cudaError_t qgemv_launch(const float *x, const tbc_qweight &w, const floa
                           : qrow_launch_t<QT, 2, MODE, false>(x, w, bias, y, K, N, e, s);
         }
     }
+    if constexpr (QT != QT_FP8) {
+        /* x rounded to int8 per block of 32 (variant 15, one token) */
+        if (T == 1 && qgemv_variant == 15 && (QT != QT_I4 || w.group % 32 == 0)) {
+            cudaError_t r = e.norm ? q8_launch<QT, MODE, true>(x, w, bias, y, K, N, e, s)
+                                   : q8_launch<QT, MODE, false>(x, w, bias, y, K, N, e, s);
+            if (r != cudaErrorNotSupported) return r;
+        }
+    }
     int pairs = MODE == TBC_EPI_PLAIN ? 0 : MODE == TBC_EPI_ADD ? (N + 1) / 2 : N / 2;
     int blocks = MODE == TBC_EPI_PLAIN ? (N + 15) / 16 : (pairs + 7) / 8;
     /* the pipelined kernel unless an older shape is forced (7B on the
@@ -1713,8 +1960,9 @@ static cudaError_t qgemv_launch(const float *x, const tbc_qweight &w, const floa
      * logits: int8 127.3 -> 122.7 us, e4m3 127.0 -> 122.0, int4 91.0 (6) ->
      * 78.7, its down_proj 17.8 -> 14.2) */
     const int clusters = qgemv_clusters_ok();
-    const int pv = qgemv_variant >= 4 ? qgemv_variant
-                   : qgemv_variant >= 0 ? 0
+    const int qv = qgemv_variant == 15 ? -1 : qgemv_variant; /* 15 above: one token, int8 / int4 */
+    const int pv = qv >= 4 ? qv
+                   : qv >= 0 ? 0
                    : T > 1 ? (clusters ? 12 : QT == QT_I4 ? 6 : 5)
                    : QT == QT_I4 ? 5
                    : K >= 8192 && blocks <= 512 ? 9 : 4;
