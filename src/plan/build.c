@@ -9,6 +9,7 @@
 #include "opt/opt.h"
 #include "plan/calib_run.h"
 #include "plan/engine.h"
+#include "tune/tactic.h"
 #include "tune/tune.h"
 
 void tb_build_options_default(tb_build_options *o) {
@@ -282,6 +283,14 @@ tb_status tb_build(const char *model_path, const char *engine_path, const tb_bui
         if ((s = tb_tune_graph(g, 0, prefill, o.qmm_tactics, &tr)) != TB_OK) goto done;
         /* the target's own tactics (the CUDA GEMV kernels), timed on it */
         if ((s = tb_tune_device(g, o.device, max_seq, &tr)) != TB_OK) goto done;
+        /* q8 on the GPU: int8 / int4 one-token GEMVs on int8 activations */
+        if (o.qmm_tactics == TB_QMM_TACTICS_Q8 && !strcmp(oo.device, "cuda"))
+            for (int k = 0; k < g->n_nodes; k++) {
+                tb_node *n = &g->nodes[k];
+                tb_dtype wd = n->op == TB_OP_QMATMUL ? g->values[n->in[1]].dtype : TB_F32;
+                if (wd == TB_I8 || wd == TB_I4)
+                    n->tactic = (n->tactic & ~(0xff << TB_TACTIC_GEMV_SHIFT)) | TB_GEMV_Q8 << TB_TACTIC_GEMV_SHIFT;
+            }
         /* the graph's weights are not read after packing: each is released
          * once copied, so a build holds the model about once */
         uint8_t **wb = r ? &rank_weights[r] : &weights, **gb = r ? &rank_graph[r] : &graph_buf;

@@ -8,7 +8,9 @@
  *                (tb_mm_tactic; 0: the own kernels)
  *   bits  8..15  CPU matmul kernel for larger steps
  *   bits 16..23  CUDA decode GEMV kernel (TBC_SIMT_* + 1; 0: the default),
- *                timed by `turbine build --device cuda`
+ *                timed by `turbine build --device cuda`; on int8 / int4
+ *                qmatmuls TB_GEMV_Q8 (`--qmm-tactics q8`): one-token steps
+ *                with x rounded to int8 per block of 32
  *   bits 24..28  CUDA fusion with the following node(s) (TB_FUSE_*), set by
  *                the cuda_fuse pass of `--device cuda` builds
  *   bit  29      the node runs together with the next one: the memory
@@ -22,6 +24,7 @@
 #define TB_TACTIC_GEMV_SHIFT 16
 #define TB_TACTIC_FUSE_SHIFT 24
 #define TB_TACTIC_WITH_NEXT (1 << 29)
+#define TB_GEMV_Q8 0x40
 
 /* Fusion of node k with the nodes after it, as the CUDA backend runs it. */
 enum {

@@ -1277,6 +1277,7 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
             c->norm_eps = an->f[0];
         }
         if (quant && w != c->wdq) {
+            epi.q8 = tb_tactic_gemv(n->tactic) == TB_GEMV_Q8;
             CU_TRY(tbc_qgemv(x, &qw, bias, y, T, K, N, &epi, c->stream), "quantized gemv launch");
             if (epi.mode == TBC_EPI_GLU || epi.mode == TBC_EPI_ROPE) c->fused_node = k + 1;
             return TB_OK;

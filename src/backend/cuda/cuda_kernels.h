@@ -203,6 +203,10 @@ typedef struct {
      * multiplied into x as it is read (a norm weight cannot be folded into
      * codes with one scale per row or group); NULL: folded into w */
     const float *norm_w;
+    /* quantized int8 / int4 weights, T = 1: x rounded to int8 per block of
+     * 32 (tb_ref_qmatmul_q8), the products in integers (the engine's
+     * TB_GEMV_Q8 tactic; TB_CUDA_QGEMV_V=15 takes it everywhere) */
+    int q8;
 } tbc_gemv_epi;
 
 /* SIMT kernel for f16/bf16 steps of T <= 2 tokens:

@@ -1939,8 +1939,9 @@ static cudaError_t qgemv_launch(const float *x, const tbc_qweight &w, const floa
         }
     }
     if constexpr (QT != QT_FP8) {
-        /* x rounded to int8 per block of 32 (variant 15, one token) */
-        if (T == 1 && qgemv_variant == 15 && (QT != QT_I4 || w.group % 32 == 0)) {
+        /* x rounded to int8 per block of 32 (the engine's q8 tactic, or
+         * variant 15 everywhere; one token) */
+        if (T == 1 && (qgemv_variant == 15 || (e.q8 && qgemv_variant < 0)) && (QT != QT_I4 || w.group % 32 == 0)) {
             cudaError_t r = e.norm ? q8_launch<QT, MODE, true>(x, w, bias, y, K, N, e, s)
                                    : q8_launch<QT, MODE, false>(x, w, bias, y, K, N, e, s);
             if (r != cudaErrorNotSupported) return r;
