@@ -11,7 +11,7 @@
  * not from L2; the best of --reps replays counts. Bytes per launch are the
  * codes plus the scales (and zeros) plus x; the figure is bytes / time.
  * --variant picks tbc_set_qgemv_variant's kernel (see cuda_kernels.h; 4..9, 12, 13 the
- * pipelined kernels); TB_CUDA_QGEMV_XW=1 stages x per warp (tbc_set_qgemv_xw).
+ * pipelined kernels, 15 the one-token Q8 kernel of int8 / int4); TB_CUDA_QGEMV_XW=1 stages x per warp (tbc_set_qgemv_xw).
  * Built with the CUDA backend (target qgemv_bench) and packed by
  * bench/gpu/pack.sh beside the other GPU binaries. */
 #include <stdio.h>

@@ -266,7 +266,9 @@ void tbc_set_qgemv_unroll(int u);
  * shape (4, 5, 6, 9, 12, 13; 7, 8, 10 and 11 take 4; for comparisons;
  * shapes whose x does not fit in shared memory take the register-loading
  * kernel; 12 and 13, 5 and 6 in clusters of two blocks sharing x's
- * staging, need compute capability 9.0). */
+ * staging, need compute capability 9.0); 15: every one-token int8 / int4
+ * step on the Q8 kernel (x rounded to int8 per block of 32, as an engine's
+ * TB_GEMV_Q8 tactic does; other steps the default). */
 void tbc_set_qgemv_variant(int v);
 /* The pipelined quantized GEMV's staging of x when its blocks are not in
  * clusters (TB_CUDA_QGEMV_XW): 0 the block's threads take turns over all
