@@ -79,6 +79,11 @@
  * -4..-6% at contexts ~140, -2% at ~400, even at ~900; 64 / 256 streams
  * +2% / +3%; batch 32 at ~900 keys, 1024 pairs, was 10% slower) */
 #define TB_CUDA_DEFAULT_ATTN_WARP_MIN 2048
+/* the largest steps of quantized matmuls run as chunks of TBC_GEMV_MAX_T
+ * tokens on the GEMV (qchunk_ok; int8, e4m3 below the FP8 GEMM's 16, int4) */
+#define TB_CUDA_DEFAULT_QCHUNK_I8 16
+#define TB_CUDA_DEFAULT_QCHUNK_FP8 16
+#define TB_CUDA_DEFAULT_QCHUNK_I4 24
 /* scores of one pass of prefill attention (H x query rows x keys, f32) */
 #define PREFILL_S_BYTES ((size_t)64 << 20)
 
@@ -210,6 +215,11 @@ typedef struct {
      * 16; 0 takes the dequantised path always). Smaller steps keep x in
      * f16 like the GEMV, so batches of a few sequences decode as one does. */
     int fp8_gemm;
+    /* quantized matmuls in steps of TBC_GEMV_MAX_T < T <= qchunk[tbc_qtype]
+     * tokens (not taken by the FP8 GEMM): the tensor-core GEMV over chunks
+     * of TBC_GEMV_MAX_T tokens, one read of the codes a chunk, instead of
+     * the dequantised f16 weights (TB_CUDA_QCHUNK=n sets all three; 0 off) */
+    int qchunk[3];
     cublasLtHandle_t lt;
     void *lt_ws;
     float *fp8_sx;
@@ -1102,6 +1112,22 @@ static int fp8_gemm_ok(const cuda_ctx *c, const tbc_qweight *qw, const float *x,
            (size_t)T * (size_t)K <= c->xconv_bytes && T <= c->max_tokens;
 }
 
+/* Whether quantized matmul n takes the GEMV over chunks of TBC_GEMV_MAX_T
+ * tokens in a step of T (qchunk): ceil(T / 8) reads of the codes (int4: 0.5
+ * bytes a weight each) against the dequantised path's write and read of
+ * f16 weights (4 bytes a weight beside the codes) and its unfused GEMM. */
+static int qchunk_ok(const cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs, int T) {
+    if (n->op != TB_OP_QMATMUL || T <= TBC_GEMV_MAX_T) return 0;
+    const tb_value *wv = &g->values[n->in[1]];
+    const int K = (int)wv->dims[1], N = (int)wv->dims[0];
+    const float *bias = n->n_in > 2 ? bufs[n->in[2]] : NULL;
+    tbc_qweight qw;
+    qweight_of(g, n, bufs, &qw, &bias);
+    if ((unsigned)qw.type > 2 || T > c->qchunk[qw.type]) return 0;
+    if (fp8_gemm_ok(c, &qw, bufs[n->in[0]], bias, bufs[n->out[0]], T, K, N)) return 0;
+    return tbc_qgemv_supports(&qw, bufs[n->in[0]], TBC_GEMV_MAX_T, K);
+}
+
 static void fp8_plan_free(struct fp8_plan *p) {
     if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
     if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
@@ -1232,6 +1258,18 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
     if (x8)
         return tb_errorf(TB_ERR_INTERNAL, "cuda: fp8 matmul %d x %d x %d left the FP8 path after its x was quantised",
                          T, K, N);
+    if (quant && T > TBC_GEMV_MAX_T && c->x16_node != k && qchunk_ok(c, g, n, bufs, T)) {
+        /* chunks of TBC_GEMV_MAX_T tokens on the quantized GEMV, no epilogue
+         * (the nodes after the matmul run on their own at this T) */
+        tbc_gemv_epi epi;
+        memset(&epi, 0, sizeof epi);
+        for (int t0 = 0; t0 < T; t0 += TBC_GEMV_MAX_T) {
+            const int tc = T - t0 < TBC_GEMV_MAX_T ? T - t0 : TBC_GEMV_MAX_T;
+            CU_TRY(tbc_qgemv(x + (size_t)t0 * K, &qw, bias, y + (size_t)t0 * N, tc, K, N, &epi, c->stream),
+                   "quantized gemv launch");
+        }
+        return TB_OK;
+    }
     if (quant && !(T <= TBC_GEMV_MAX_T && tbc_qgemv_supports(&qw, xq, T, K))) {
         /* not for the quantized GEMV: the weights dequantised to f16, then
          * the f16 paths (the norm fusion was not chosen for this shape) */
@@ -1567,7 +1605,7 @@ static tb_status run_node_eager(cuda_ctx *c, const tb_graph *g, const tb_node *n
         c->norm_eps = n->f[0];
         return TB_OK;
     }
-    int ours = n->op != TB_OP_ROPE && !(is_mm(n) && T > TBC_GEMV_MAX_T);
+    int ours = n->op != TB_OP_ROPE && !(is_mm(n) && T > TBC_GEMV_MAX_T && !qchunk_ok(c, g, n, bufs, T));
     tbc_set_pdl(c->pdl_step && ours && c->prev_kernel && c->mode == RUN_CAPTURE);
     tb_status r = run_node_op(c, g, n, bufs, st, fused);
     tbc_set_pdl(0);
@@ -1630,14 +1668,16 @@ static int ys_target(cuda_ctx *c, const tb_graph *g, int k, void *const *bufs, i
 
 /* Where node n writes its output for the next node, a cuBLAS matmul, in the
  * matmul's weight type (FUSE_X16); NULL: in f32 as usual. */
-static void *x16_target(cuda_ctx *c, const tb_graph *g, const tb_node *n, int T, tbc_dtype *dt) {
+static void *x16_target(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs, int T, tbc_dtype *dt) {
     int k = (int)(n - g->nodes);
     if (!c->x16 || !(c->fuse_kind[k] & FUSE_X16) || T <= TBC_GEMV_MAX_T) return NULL;
     const tb_node *mm = &g->nodes[k + 1];
     const tb_value *wv = &g->values[mm->in[1]];
     if (mm->op == TB_OP_QMATMUL) {
-        /* dequantised to f16 for cuBLAS; e4m3 on the FP8 path reads f32 x */
+        /* dequantised to f16 for cuBLAS; e4m3 on the FP8 path and the
+         * chunked GEMV read f32 x */
         if (wv->dtype == TB_FP8_E4M3 && c->fp8_gemm > 0 && T >= c->fp8_gemm && c->lt) return NULL;
+        if (qchunk_ok(c, g, mm, bufs, T)) return NULL;
         *dt = TBC_F16;
     } else if (!tbc_of(wv->dtype, dt)) {
         return NULL;
@@ -1704,7 +1744,7 @@ static tb_status run_node_op(cuda_ctx *c, const tb_graph *g, const tb_node *n, v
             return TB_OK;
         }
         tbc_dtype dt16 = TBC_F16;
-        void *y16 = x16_target(c, g, n, T, &dt16);
+        void *y16 = x16_target(c, g, n, bufs, T, &dt16);
         CU_TRY(tbc_rmsnorm(bufs[n->in[0]], bufs[n->in[1]], bufs[n->out[0]], T, (int)v0->dims[1], n->f[0], y16, dt16,
                            s),
                "rmsnorm launch");
@@ -1724,7 +1764,7 @@ static tb_status run_node_op(cuda_ctx *c, const tb_graph *g, const tb_node *n, v
         }
         TB_TRY(ys_apply(c, g, n, bufs, T, 1, sw, sb, r16));
         tbc_dtype dt16 = TBC_F16;
-        void *y16 = x16_target(c, g, n, T, &dt16);
+        void *y16 = x16_target(c, g, n, bufs, T, &dt16);
         CU_TRY(tbc_add_rmsnorm(bufs[n->in[0]], bufs[n->in[1]], bufs[n->in[2]], bufs[n->out[0]], bufs[n->out[1]], T,
                                (int)v0->dims[1], n->f[0], y16, dt16, s),
                "add_rmsnorm launch");
@@ -1759,7 +1799,7 @@ static tb_status run_node_op(cuda_ctx *c, const tb_graph *g, const tb_node *n, v
         }
         TB_TRY(ys_apply(c, g, n, bufs, T, 0, sw, sb, r16));
         tbc_dtype dt16 = TBC_F16;
-        void *y16 = x16_target(c, g, n, T, &dt16);
+        void *y16 = x16_target(c, g, n, bufs, T, &dt16);
         CU_TRY(tbc_silu_mul(bufs[n->in[0]], bufs[n->out[0]], T, (int)v0->dims[1] / 2, y16, dt16, s),
                "silu_mul launch");
         return TB_OK;
@@ -2166,6 +2206,11 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     const char *f8e = getenv("TB_CUDA_FP8_GEMM");
     c->fp8_gemm = f8e && *f8e ? atoi(f8e) : 16;
     if (c->fp8_gemm < 0) c->fp8_gemm = 0;
+    const char *qce = getenv("TB_CUDA_QCHUNK");
+    c->qchunk[TBC_Q_I8] = TB_CUDA_DEFAULT_QCHUNK_I8;
+    c->qchunk[TBC_Q_FP8] = TB_CUDA_DEFAULT_QCHUNK_FP8;
+    c->qchunk[TBC_Q_I4] = TB_CUDA_DEFAULT_QCHUNK_I4;
+    if (qce && *qce) c->qchunk[TBC_Q_I8] = c->qchunk[TBC_Q_FP8] = c->qchunk[TBC_Q_I4] = atoi(qce);
     const char *xe = getenv("TB_CUDA_X16");
     c->x16 = !(xe && !strcmp(xe, "0"));
     const char *x8e = getenv("TB_CUDA_FP8_FUSE"), *acte = getenv("TB_CUDA_ACT_THREADS");
