@@ -1268,20 +1268,6 @@ static void run_attention_only(void) {
         op_attention(kvs[i], 8, 1, 128, 1, long1, 2, "8 q heads a kv head, decode at 250, 77");
     }
     fp8_qkv_attention_chains();
-    /* steps of 9..24 tokens, which the GPU runs as chunks of 8 tokens on
-     * the quantized GEMV (a remainder of 1..7 on the one-token or smaller
-     * kernels), the chains around them unfused (x in f32, not the f16 copy
-     * of the dequantised path); and one token of int4 with zeros */
-    op_qmatmul(TB_I8, 12, 256, 70, 256, 1, 0);
-    op_qmatmul(TB_I8, 16, 512, 40, 512, 0, 0);
-    op_qmatmul(TB_FP8_E4M3, 13, 256, 33, 256, 1, 0);
-    op_qmatmul(TB_I4, 17, 256, 40, 64, 1, 1);
-    op_qmatmul(TB_I4, 24, 4096, 24, 128, 0, 0);
-    op_qmatmul(TB_I4, 1, 256, 40, 64, 1, 1);
-    for (int qi = 0; qi < 3; qi++) {
-        pattern_q(PAT_MM_SILU_MM, qdts[qi], 64, 0, 12, 256, 48);
-        pattern_q(PAT_NORM_MM, qdts[qi], 128, qdts[qi] == TB_I4, 20, 256, 56);
-    }
 }
 
 static void run_all(void) {
@@ -1416,6 +1402,20 @@ static void run_all(void) {
     pattern_q(PAT_MM_SILU_MM, TB_FP8_E4M3, 64, 2, 24, 256, 32);
     pattern_q(PAT_NORM_MM, TB_FP8_E4M3, 64, 0, 20, 12800, 16);
     fp8_qkv_attention_chains();
+    /* steps of 9..24 tokens, which the GPU runs as chunks of 8 tokens on
+     * the quantized GEMV (a remainder of 1..7 on the one-token or smaller
+     * kernels), the chains around them unfused (x in f32, not the f16 copy
+     * of the dequantised path); and one token of int4 with zeros */
+    op_qmatmul(TB_I8, 12, 256, 70, 256, 1, 0);
+    op_qmatmul(TB_I8, 16, 512, 40, 512, 0, 0);
+    op_qmatmul(TB_FP8_E4M3, 13, 256, 33, 256, 1, 0);
+    op_qmatmul(TB_I4, 17, 256, 40, 64, 1, 1);
+    op_qmatmul(TB_I4, 24, 4096, 24, 128, 0, 0);
+    op_qmatmul(TB_I4, 1, 256, 40, 64, 1, 1);
+    for (int qi = 0; qi < 3; qi++) {
+        pattern_q(PAT_MM_SILU_MM, qdts[qi], 64, 0, 12, 256, 48);
+        pattern_q(PAT_NORM_MM, qdts[qi], 128, qdts[qi] == TB_I4, 20, 256, 56);
+    }
 }
 
 int main(void) {
