@@ -79,11 +79,15 @@
  * -4..-6% at contexts ~140, -2% at ~400, even at ~900; 64 / 256 streams
  * +2% / +3%; batch 32 at ~900 keys, 1024 pairs, was 10% slower) */
 #define TB_CUDA_DEFAULT_ATTN_WARP_MIN 2048
+/* e4m3 matmuls in steps of at least this many tokens take the FP8 tensor
+ * cores (cuBLASLt; x rounded to e4m3 a token): H100, 8-layer 7B, a 16-token
+ * step 1.05 ms there against 1.92 for 15 tokens on the chunked GEMV */
+#define TB_CUDA_DEFAULT_FP8_GEMM 9
 /* the largest steps of quantized matmuls run as chunks of TBC_GEMV_MAX_T
  * tokens on the GEMV (qchunk_ok; int8, e4m3 below the FP8 GEMM's 16, int4) */
-#define TB_CUDA_DEFAULT_QCHUNK_I8 16
+#define TB_CUDA_DEFAULT_QCHUNK_I8 24
 #define TB_CUDA_DEFAULT_QCHUNK_FP8 16
-#define TB_CUDA_DEFAULT_QCHUNK_I4 24
+#define TB_CUDA_DEFAULT_QCHUNK_I4 40
 /* scores of one pass of prefill attention (H x query rows x keys, f32) */
 #define PREFILL_S_BYTES ((size_t)64 << 20)
 
@@ -212,8 +216,8 @@ typedef struct {
     /* e4m3 weights in steps of at least fp8_gemm tokens: the FP8 tensor
      * cores through cuBLASLt, x quantised per token into xconv with its
      * scales in fp8_sx (TB_CUDA_FP8_GEMM=n sets the least step, default
-     * 16; 0 takes the dequantised path always). Smaller steps keep x in
-     * f16 like the GEMV, so batches of a few sequences decode as one does. */
+     * TB_CUDA_DEFAULT_FP8_GEMM; 0 never). Smaller steps keep x in f16 on
+     * the GEMV, so a few sequences decode as one does. */
     int fp8_gemm;
     /* quantized matmuls in steps of TBC_GEMV_MAX_T < T <= qchunk[tbc_qtype]
      * tokens (not taken by the FP8 GEMM): the tensor-core GEMV over chunks
@@ -1058,6 +1062,9 @@ static void qweight_of(const tb_graph *g, const tb_node *n, void *const *bufs, t
     if (bias) *bias = has_bias ? bufs[n->in[3]] : NULL;
 }
 
+static int fp8_gemm_ok(const cuda_ctx *c, const tbc_qweight *qw, const float *x, const float *bias, const float *y,
+                       int T, int K, int N);
+
 /* The matmul at `mm` can norm x (T, K) = xb in its prologue (GEMV, x and the
  * weights aligned, x not overlapping the matmul's output). A quantized
  * matmul multiplies x by the norm weight nw itself; a float one has it
@@ -1071,8 +1078,11 @@ static int norm_into_ok(cuda_ctx *c, const tb_graph *g, int mm, void *const *buf
     if (!c->fuse || !c->fuse_norm) return 0;
     if (m->op == TB_OP_QMATMUL) {
         tbc_qweight qw;
-        qweight_of(g, m, bufs, &qw, NULL);
+        const float *bias = m->n_in > 2 ? bufs[m->in[2]] : NULL;
+        qweight_of(g, m, bufs, &qw, &bias);
         if (!tbc_qgemv_supports(&qw, xb, T, K) || ((uintptr_t)nw & 15)) return 0;
+        /* a step that takes the FP8 GEMM (TB_CUDA_FP8_GEMM <= 8) reads a normed x */
+        if (fp8_gemm_ok(c, &qw, bufs[m->in[0]], bias, bufs[m->out[0]], T, K, N)) return 0;
     } else if (!tbc_of(wv->dtype, &wdt) || K % 8 || !tbc_gemv_fuses_norm(wdt, T, K, &c->gemv) ||
                (((uintptr_t)xb | (uintptr_t)bufs[m->in[1]]) & 15)) {
         return 0;
@@ -1106,10 +1116,20 @@ static int addnorm_ok(cuda_ctx *c, const tb_graph *g, int k, void *const *bufs, 
  * tensor cores (fp8_gemm_run). */
 static int fp8_gemm_ok(const cuda_ctx *c, const tbc_qweight *qw, const float *x, const float *bias, const float *y,
                        int T, int K, int N) {
-    return c->fp8_gemm > 0 && c->lt && qw->type == TBC_Q_FP8 && T > TBC_GEMV_MAX_T && T >= c->fp8_gemm &&
+    return c->fp8_gemm > 0 && c->lt && qw->type == TBC_Q_FP8 && T >= c->fp8_gemm &&
            K % 16 == 0 && N % 16 == 0 && T <= 65535 &&
            !(((uintptr_t)qw->codes | (uintptr_t)qw->scales | (uintptr_t)x | (uintptr_t)y | (uintptr_t)bias) & 15) &&
            (size_t)T * (size_t)K <= c->xconv_bytes && T <= c->max_tokens;
+}
+
+/* Whether node n is an e4m3 matmul that takes the FP8 GEMM in a step of T. */
+static int fp8_node(const cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs, int T) {
+    if (n->op != TB_OP_QMATMUL || c->fp8_gemm <= 0 || T < c->fp8_gemm) return 0;
+    const tb_value *wv = &g->values[n->in[1]];
+    const float *bias = n->n_in > 2 ? bufs[n->in[2]] : NULL;
+    tbc_qweight qw;
+    qweight_of(g, n, bufs, &qw, &bias);
+    return fp8_gemm_ok(c, &qw, bufs[n->in[0]], bias, bufs[n->out[0]], T, (int)wv->dims[1], (int)wv->dims[0]);
 }
 
 /* Whether quantized matmul n takes the GEMV over chunks of TBC_GEMV_MAX_T
@@ -1605,7 +1625,8 @@ static tb_status run_node_eager(cuda_ctx *c, const tb_graph *g, const tb_node *n
         c->norm_eps = n->f[0];
         return TB_OK;
     }
-    int ours = n->op != TB_OP_ROPE && !(is_mm(n) && T > TBC_GEMV_MAX_T && !qchunk_ok(c, g, n, bufs, T));
+    int ours = n->op != TB_OP_ROPE && !(is_mm(n) && T > TBC_GEMV_MAX_T && !qchunk_ok(c, g, n, bufs, T)) &&
+               !fp8_node(c, g, n, bufs, T);
     tbc_set_pdl(c->pdl_step && ours && c->prev_kernel && c->mode == RUN_CAPTURE);
     tb_status r = run_node_op(c, g, n, bufs, st, fused);
     tbc_set_pdl(0);
@@ -1620,7 +1641,7 @@ static tb_status run_node_eager(cuda_ctx *c, const tb_graph *g, const tb_node *n
  * only k's output (FUSE_X16's condition). */
 static int x8_ok(cuda_ctx *c, const tb_graph *g, int k, void *const *bufs, int T) {
     const tb_node *n = &g->nodes[k];
-    if (!c->x8 || !c->x16 || !(c->fuse_kind[k] & FUSE_X16) || T <= TBC_GEMV_MAX_T || !c->lt || !c->fp8_sx ||
+    if (!c->x8 || !c->x16 || !(c->fuse_kind[k] & FUSE_X16) || !c->lt || !c->fp8_sx ||
         k + 1 >= g->n_nodes)
         return 0;
     const int bit = n->op == TB_OP_RMSNORM ? 1 : n->op == TB_OP_ADD_RMSNORM ? 2 : n->op == TB_OP_SILU_MUL ? 4 : 0;
@@ -2204,7 +2225,7 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     const char *qse = getenv("TB_CUDA_QGEMV_SIMT"), *qsu = getenv("TB_CUDA_QGEMV_SIMT_U");
     tbc_set_qgemv_simt(qse && *qse ? atoi(qse) : 0, qsu && *qsu ? atoi(qsu) : 1);
     const char *f8e = getenv("TB_CUDA_FP8_GEMM");
-    c->fp8_gemm = f8e && *f8e ? atoi(f8e) : 16;
+    c->fp8_gemm = f8e && *f8e ? atoi(f8e) : TB_CUDA_DEFAULT_FP8_GEMM;
     if (c->fp8_gemm < 0) c->fp8_gemm = 0;
     const char *qce = getenv("TB_CUDA_QCHUNK");
     c->qchunk[TBC_Q_I8] = TB_CUDA_DEFAULT_QCHUNK_I8;
