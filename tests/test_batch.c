@@ -14,7 +14,7 @@
  * "float" runs only the f32/f16 engines, "quant" only the quantized ones
  * (bench/gpu/run.sh reports them apart), anything else all of them.
  * TURBINE_TEST_FP8_TOL replaces the fp8 engine's bound: on a GPU its steps
- * of >= 16 tokens take the FP8 tensor cores with x rounded to e4m3 (the
+ * of >= 9 tokens take the FP8 tensor cores with x rounded to e4m3 (the
  * batched prompts among them, the lone short ones not), so run.sh checks
  * it at the f16 bound with that path off and again on it at the bound for
  * e4m3 activations. The first batched step has a 32-token prompt between

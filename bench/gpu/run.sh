@@ -270,7 +270,7 @@ qcase() {
     if [ $rc -eq 0 ]; then qpass=$((qpass + 1)); say "PASS $name ($* kv ${kv:-default} ${QENV:-}): $(tail -n 1 <<<"$out")"
     else qfail=$((qfail + 1)); say "FAIL $name ($* kv ${kv:-default} ${QENV:-}): $(tail -n 2 <<<"$out" | tr '\n' ' ')"; fi
 }
-# e4m3 engines: prompts of >= 16 tokens take the FP8 tensor cores with x
+# e4m3 engines: steps of >= 9 tokens take the FP8 tensor cores with x
 # rounded to e4m3 (docs/GPU.md); the f16-tolerance comparison runs with
 # that path off (QENV), one case on it with a tolerance for 3-bit
 # mantissas in x (measured on the H200: 4.6e-2 to 7.7e-2 on these
@@ -444,7 +444,7 @@ fi
 fi # QONLY
 if [ -n "$QUANT" ]; then
     say "== batched vs unbatched, quantized engines (tests/test_batch.c on $DEV)"
-    # (the FP8 tensor-core path rounds x to e4m3 in steps of >= 16 tokens,
+    # (the FP8 tensor-core path rounds x to e4m3 in steps of >= 9 tokens,
     # batched prompts included: batched == unbatched is checked without it)
     if device_test test_batch qbatch TURBINE_TEST_BATCH_ENGINES=quant TB_CUDA_FP8_GEMM=0; then
         row "batched == unbatched int8/int4/fp8" "PASS $(grep -o 'max rel err [0-9.e+-]*' "$W/qbatch.txt" | awk '{print $4}' | tr '\n' ' ')"
