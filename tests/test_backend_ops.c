@@ -347,6 +347,17 @@ static int fp8_gemm_min(void) {
     return v > 0 ? v : 1 << 30;
 }
 
+/* The least step of int8 weights that the CUDA backend runs on int8
+ * activations (the int8 GEMM) in these cases: only with
+ * TB_CUDA_I8_GEMM_ALL=1 (the cases carry no q8 tactic), from
+ * TB_CUDA_I8_GEMM tokens (default 9, never below 9; 0: never). */
+static int i8_gemm_min(void) {
+    const char *a = getenv("TB_CUDA_I8_GEMM_ALL"), *e = getenv("TB_CUDA_I8_GEMM");
+    if (!(a && !strcmp(a, "1"))) return 1 << 30;
+    int v = e && *e ? atoi(e) : 9;
+    return v <= 0 ? 1 << 30 : v < 9 ? 9 : v;
+}
+
 /* ---------------------------------------------------------------- ops */
 /* lo > 0: the table is a vocabulary shard holding ids [lo, lo + V); the
  * ids are drawn from [0, 2 lo + V), so some fall on either side of it. */
@@ -554,11 +565,25 @@ static void op_qmatmul(tb_dtype qdt, int T, int K, int N, int group, int bias, i
     void *o[1] = {y};
     if (case_run(&c, &rv, &n, 1, o) == 1) {
         tb_qweight qw = {.dtype = qdt, .codes = codes, .scales = sc, .zeros = asym ? z : NULL, .group = group};
+        const int i8g = qdt == TB_I8 && cur_bk->cuda && T >= i8_gemm_min();
+        if (i8g) {
+            /* the int8 GEMM's x: rint(x * (127 / absmax)) a token, times absmax / 127 */
+            for (int t = 0; t < T; t++) {
+                float *r = x + (size_t)t * K, am = 0.0f;
+                for (int k = 0; k < K; k++) am = fmaxf(am, fabsf(r[k]));
+                const float id = am > 0.0f ? 127.0f / am : 0.0f, d = am / 127.0f;
+                for (int k = 0; k < K; k++) {
+                    float q = rintf(r[k] * id);
+                    r[k] = (q > 127.0f ? 127.0f : q < -127.0f ? -127.0f : q) * d;
+                }
+            }
+        }
         ref_qmm(x, &qw, bias ? bv : NULL, yr, T, K, N);
         /* cuda: x rounded to f16 (and int4's code * scale) as for f16
          * weights; e4m3 on the FP8 GEMM to e4m3 (pattern_bound) */
         double b = qdt == TB_FP8_E4M3 && cur_bk->cuda && T >= fp8_gemm_min() ? bound_of(1e-5, 8e-2)
-                                                                                : bound_of(1e-5, 3e-3);
+                   : i8g ? bound_of(1e-5, 1e-4) /* against the same rounded x */
+                         : bound_of(1e-5, 3e-3);
         report(&c, TB_OP_QMATMUL, TB_F32, NULL, rel_err(y, yr, n), b);
     }
     free(x); free(w); free(bv); free(sc); free(z); free(codes); free(y); free(yr);
@@ -1104,6 +1129,8 @@ static double pattern_bound(tb_dtype wdt, int T) {
      * in steps of >= fp8_gemm_min() tokens run on the FP8 tensor cores
      * with x rounded to e4m3 (3 mantissa bits: up to 1/16 of an element) */
     if (wdt == TB_FP8_E4M3 && cur_bk->cuda && T >= fp8_gemm_min()) return bound_of(3e-5, 8e-2);
+    /* int8 on int8 activations (7 bits a token, TB_CUDA_I8_GEMM_ALL) */
+    if (wdt == TB_I8 && cur_bk->cuda && T >= i8_gemm_min()) return bound_of(3e-5, 3e-2);
     return bound_of(3e-5, wdt == TB_F32 ? 1e-4 : wdt == TB_BF16 ? 3e-2 : 5e-3);
 }
 

@@ -44,6 +44,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_module.h"
 #include "backend/cuda/flash_kernels.h"
+#include "backend/cuda/i8gemm.h"
 #include "backend/cuda/nn_backend.h"
 #include "core/kv_layout.h"
 #include "tune/tactic.h"
@@ -224,6 +225,12 @@ typedef struct {
      * of TBC_GEMV_MAX_T tokens, one read of the codes a chunk, instead of
      * the dequantised f16 weights (TB_CUDA_QCHUNK=n sets all three; 0 off) */
     int qchunk[3];
+    /* int8 matmuls on int8 activations (W8A8: x rounded per token, cuBLASLt's
+     * int8 tensor-core GEMM, i8gemm.h) in steps of at least i8_gemm tokens
+     * (TB_CUDA_I8_GEMM, default 9, never below 9): only matmuls whose
+     * engine asked for int8 activations (the q8 tactic), every int8 matmul
+     * with i8_all (TB_CUDA_I8_GEMM_ALL=1); 0 never */
+    int i8_gemm, i8_all;
     cublasLtHandle_t lt;
     void *lt_ws;
     float *fp8_sx;
@@ -232,6 +239,7 @@ typedef struct {
      * query alone costs tens of microseconds of host time a call) */
     struct fp8_plan {
         int T, K, N, d16; /* d16: the product in f16 (else f32) */
+        int i8;           /* int8 x int8 -> int32 (the int8 GEMM), else e4m3 */
         cublasLtMatmulDesc_t op;
         cublasLtMatrixLayout_t la, lb, lc;
         cublasLtMatmulAlgo_t algo;
@@ -769,13 +777,19 @@ static tb_status cuda_load_weights(tb_backend *b, const tb_graph *g, void **bufs
         CU_TRY(cudaMalloc(&c->xconv, xconv), "allocating matmul scratch");
         c->xconv_bytes = xconv;
     }
-    int any_fp8 = 0;
-    for (int k = 0; k < g->n_nodes; k++)
-        if (g->nodes[k].op == TB_OP_QMATMUL && g->values[g->nodes[k].in[1]].dtype == TB_FP8_E4M3) any_fp8 = 1;
-    if (any_fp8 && c->fp8_gemm > 0 && !c->lt) {
+    int any_fp8 = 0, any_i8 = 0;
+    for (int k = 0; k < g->n_nodes; k++) {
+        const tb_node *qn = &g->nodes[k];
+        if (qn->op != TB_OP_QMATMUL) continue;
+        const tb_dtype qd = g->values[qn->in[1]].dtype;
+        if (qd == TB_FP8_E4M3) any_fp8 = 1;
+        if (qd == TB_I8 && (c->i8_all || tb_tactic_gemv(qn->tactic) == TB_GEMV_Q8)) any_i8 = 1;
+    }
+    if (((any_fp8 && c->fp8_gemm > 0) || (any_i8 && c->i8_gemm > 0)) && !c->lt) {
         if (cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS) {
             c->lt = NULL;
             c->fp8_gemm = 0;
+            c->i8_gemm = 0;
         } else {
             CU_TRY(cudaMalloc(&c->lt_ws, FP8_LT_WS), "allocating cuBLASLt workspace");
             CU_TRY(cudaMalloc((void **)&c->fp8_sx, sizeof(float) * (size_t)max_tokens), "allocating fp8 scales");
@@ -1122,6 +1136,27 @@ static int fp8_gemm_ok(const cuda_ctx *c, const tbc_qweight *qw, const float *x,
            (size_t)T * (size_t)K <= c->xconv_bytes && T <= c->max_tokens;
 }
 
+/* Whether a step of T tokens of int8 weights qw (node tactic `tactic`)
+ * takes the int8 GEMM (i8_gemm_run). */
+static int i8_gemm_ok(const cuda_ctx *c, const tbc_qweight *qw, const float *x, const float *bias, const float *y,
+                      int T, int K, int N, uint32_t tactic) {
+    return c->i8_gemm > 0 && c->lt && c->fp8_sx && qw->type == TBC_Q_I8 && T >= c->i8_gemm &&
+           (c->i8_all || tb_tactic_gemv(tactic) == TB_GEMV_Q8) && K % 16 == 0 && N % 16 == 0 && T <= 65535 &&
+           !(((uintptr_t)qw->codes | (uintptr_t)qw->scales | (uintptr_t)x | (uintptr_t)y | (uintptr_t)bias) & 15) &&
+           (size_t)T * (size_t)K <= c->xconv_bytes && T <= c->max_tokens;
+}
+
+/* Whether node n is an int8 matmul that takes the int8 GEMM in a step of T. */
+static int i8_node(const cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs, int T) {
+    if (n->op != TB_OP_QMATMUL || c->i8_gemm <= 0 || T < c->i8_gemm) return 0;
+    const tb_value *wv = &g->values[n->in[1]];
+    const float *bias = n->n_in > 2 ? bufs[n->in[2]] : NULL;
+    tbc_qweight qw;
+    qweight_of(g, n, bufs, &qw, &bias);
+    return i8_gemm_ok(c, &qw, bufs[n->in[0]], bias, bufs[n->out[0]], T, (int)wv->dims[1], (int)wv->dims[0],
+                      n->tactic);
+}
+
 /* Whether node n is an e4m3 matmul that takes the FP8 GEMM in a step of T. */
 static int fp8_node(const cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs, int T) {
     if (n->op != TB_OP_QMATMUL || c->fp8_gemm <= 0 || T < c->fp8_gemm) return 0;
@@ -1145,6 +1180,7 @@ static int qchunk_ok(const cuda_ctx *c, const tb_graph *g, const tb_node *n, voi
     qweight_of(g, n, bufs, &qw, &bias);
     if ((unsigned)qw.type > 2 || T > c->qchunk[qw.type]) return 0;
     if (fp8_gemm_ok(c, &qw, bufs[n->in[0]], bias, bufs[n->out[0]], T, K, N)) return 0;
+    if (i8_gemm_ok(c, &qw, bufs[n->in[0]], bias, bufs[n->out[0]], T, K, N, n->tactic)) return 0;
     return tbc_qgemv_supports(&qw, bufs[n->in[0]], TBC_GEMV_MAX_T, K);
 }
 
@@ -1160,7 +1196,7 @@ static void fp8_plan_free(struct fp8_plan *p) {
  * has no algorithm for it. (Asking for the two scales as cuBLASLt's
  * outer-vector scale modes, which would drop scale_out, was tried: cuBLAS
  * 13.1 on the H200 gave no plan for these f32 outputs at any 7B shape.) */
-static int fp8_plan_make(cuda_ctx *c, struct fp8_plan *p, int T, int K, int N, int d16) {
+static int fp8_plan_make(cuda_ctx *c, struct fp8_plan *p, int T, int K, int N, int d16, int i8) {
     memset(p, 0, sizeof *p);
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t h;
@@ -1168,12 +1204,15 @@ static int fp8_plan_make(cuda_ctx *c, struct fp8_plan *p, int T, int K, int N, i
     const cublasOperation_t opa = CUBLAS_OP_T, opb = CUBLAS_OP_N;
     const size_t ws = FP8_LT_WS;
     memset(&h, 0, sizeof h);
-    int bad = cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
+    const cudaDataType_t ab = i8 ? CUDA_R_8I : CUDA_R_8F_E4M3;
+    const cudaDataType_t cd = i8 ? CUDA_R_32I : d16 ? CUDA_R_16F : CUDA_R_32F;
+    int bad = cublasLtMatmulDescCreate(&p->op, i8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F,
+                                       i8 ? CUDA_R_32I : CUDA_R_32F) ||
               cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa) ||
               cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb);
-    bad = bad || cublasLtMatrixLayoutCreate(&p->la, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)N, K) ||
-          cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_8F_E4M3, (uint64_t)K, (uint64_t)T, K) ||
-          cublasLtMatrixLayoutCreate(&p->lc, d16 ? CUDA_R_16F : CUDA_R_32F, (uint64_t)N, (uint64_t)T, N) ||
+    bad = bad || cublasLtMatrixLayoutCreate(&p->la, ab, (uint64_t)K, (uint64_t)N, K) ||
+          cublasLtMatrixLayoutCreate(&p->lb, ab, (uint64_t)K, (uint64_t)T, K) ||
+          cublasLtMatrixLayoutCreate(&p->lc, cd, (uint64_t)N, (uint64_t)T, N) ||
           cublasLtMatmulPreferenceCreate(&pref) ||
           cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) ||
           cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &h, &found) || found < 1;
@@ -1186,19 +1225,20 @@ static int fp8_plan_make(cuda_ctx *c, struct fp8_plan *p, int T, int K, int N, i
     p->K = K;
     p->N = N;
     p->d16 = d16;
+    p->i8 = i8;
     p->algo = h.algo;
     return 1;
 }
 
 /* The plan of shape (T, K, N): cached, or made now (the oldest entry gives
  * way when all FP8_PLANS are taken). NULL when cuBLASLt has no algorithm. */
-static struct fp8_plan *fp8_plan_of(cuda_ctx *c, int T, int K, int N, int d16) {
+static struct fp8_plan *fp8_plan_of(cuda_ctx *c, int T, int K, int N, int d16, int i8) {
     for (int i = 0; i < c->n_fp8_plan; i++) {
         struct fp8_plan *q = &c->fp8_plan[i];
-        if (q->T == T && q->K == K && q->N == N && q->d16 == d16) return q;
+        if (q->T == T && q->K == K && q->N == N && q->d16 == d16 && q->i8 == i8) return q;
     }
     struct fp8_plan p;
-    if (!fp8_plan_make(c, &p, T, K, N, d16)) return NULL;
+    if (!fp8_plan_make(c, &p, T, K, N, d16, i8)) return NULL;
     int slot = c->n_fp8_plan < FP8_PLANS ? c->n_fp8_plan++ : c->fp8_plan_next++ % FP8_PLANS;
     fp8_plan_free(&c->fp8_plan[slot]);
     c->fp8_plan[slot] = p;
@@ -1214,8 +1254,8 @@ static tb_status fp8_gemm_run(cuda_ctx *c, const float *x, const tbc_qweight *qw
                               int K, int N, int x_done, int ys_to) {
     /* a reader that takes the scales takes an f16 product (half the bytes
      * written and read) where cuBLASLt has a plan for it */
-    struct fp8_plan *p = ys_to >= 0 && (c->x8_mask & 16) ? fp8_plan_of(c, T, K, N, 1) : NULL;
-    if (!p) p = fp8_plan_of(c, T, K, N, 0);
+    struct fp8_plan *p = ys_to >= 0 && (c->x8_mask & 16) ? fp8_plan_of(c, T, K, N, 1, 0) : NULL;
+    if (!p) p = fp8_plan_of(c, T, K, N, 0, 0);
     if (!p) {
         tb_log(TB_LOG_WARN, "cuda: cuBLASLt has no fp8 matmul for %d x %d x %d; e4m3 weights take the dequantised "
                "f16 path from now on", T, K, N);
@@ -1251,6 +1291,31 @@ static tb_status fp8_gemm_run(cuda_ctx *c, const float *x, const tbc_qweight *qw
     return e == cudaSuccess ? TB_OK : cuda_fail(e, "fp8 scale launch");
 }
 
+/* y (T, N) = x dq(w)^T (+ bias) for int8 weights on the int8 tensor cores
+ * (W8A8): x rounded per token to int8 (tbc_quant_x_i8), cuBLASLt's int32
+ * product of the codes (TN), then both scales and the bias in place. A
+ * shape cuBLASLt refuses returns TB_ERR_UNSUPPORTED before any launch, and
+ * i8_gemm turns off (logged once). */
+static tb_status i8_gemm_run(cuda_ctx *c, const float *x, const tbc_qweight *qw, const float *bias, float *y, int T,
+                             int K, int N) {
+    struct fp8_plan *p = fp8_plan_of(c, T, K, N, 0, 1);
+    if (!p) {
+        tb_log(TB_LOG_WARN, "cuda: cuBLASLt has no int8 matmul for %d x %d x %d; int8 weights keep f16 activations "
+               "from now on", T, K, N);
+        c->i8_gemm = 0;
+        return TB_ERR_UNSUPPORTED;
+    }
+    const int32_t one = 1, zero = 0;
+    cudaError_t e = tbc_quant_x_i8(x, T, K, c->xconv, c->fp8_sx, c->stream);
+    if (e != cudaSuccess) return cuda_fail(e, "int8 quantise launch");
+    cublasStatus_t bs = cublasLtMatmul(c->lt, p->op, &one, qw->codes, p->la, c->xconv, p->lb, &zero, y, p->lc, y, p->lc,
+                                       &p->algo, c->lt_ws, FP8_LT_WS, c->stream);
+    if (bs != CUBLAS_STATUS_SUCCESS)
+        return tb_errorf(TB_ERR_INTERNAL, "cublasLt: int8 matmul (%d x %d x %d): %s", T, K, N, blas_status_name(bs));
+    e = tbc_scale_out_i32(y, T, N, c->fp8_sx, qw->scales, bias, c->stream);
+    return e == cudaSuccess ? TB_OK : cuda_fail(e, "int8 scale launch");
+}
+
 static int ys_target(cuda_ctx *c, const tb_graph *g, int k, void *const *bufs, int T);
 
 static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs, const tb_step *st,
@@ -1270,6 +1335,10 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
     const float *xq = c->norm_node == k ? c->norm_x : x;
     const int x8 = c->x8_node == k;
     c->x8_node = -1;
+    if (quant && i8_gemm_ok(c, &qw, x, bias, y, T, K, N, n->tactic)) {
+        tb_status is = i8_gemm_run(c, x, &qw, bias, y, T, K, N);
+        if (is != TB_ERR_UNSUPPORTED) return is;
+    }
     if (quant && fp8_gemm_ok(c, &qw, x, bias, y, T, K, N)) {
         tb_status fs = fp8_gemm_run(c, x, &qw, bias, y, T, K, N, x8, ys_target(c, g, k, bufs, T));
         if (fs != TB_ERR_UNSUPPORTED) return fs;
@@ -1626,7 +1695,7 @@ static tb_status run_node_eager(cuda_ctx *c, const tb_graph *g, const tb_node *n
         return TB_OK;
     }
     int ours = n->op != TB_OP_ROPE && !(is_mm(n) && T > TBC_GEMV_MAX_T && !qchunk_ok(c, g, n, bufs, T)) &&
-               !fp8_node(c, g, n, bufs, T);
+               !fp8_node(c, g, n, bufs, T) && !i8_node(c, g, n, bufs, T);
     tbc_set_pdl(c->pdl_step && ours && c->prev_kernel && c->mode == RUN_CAPTURE);
     tb_status r = run_node_op(c, g, n, bufs, st, fused);
     tbc_set_pdl(0);
@@ -1656,7 +1725,7 @@ static int x8_ok(cuda_ctx *c, const tb_graph *g, int k, void *const *bufs, int T
     const float *bias = mm->n_in > 2 ? bufs[mm->in[2]] : NULL;
     memset(&qw, 0, sizeof qw);
     qweight_of(g, mm, bufs, &qw, &bias);
-    return fp8_gemm_ok(c, &qw, bufs[mm->in[0]], bias, bufs[mm->out[0]], T, K, N) && fp8_plan_of(c, T, K, N, 0);
+    return fp8_gemm_ok(c, &qw, bufs[mm->in[0]], bias, bufs[mm->out[0]], T, K, N) && fp8_plan_of(c, T, K, N, 0, 0);
 }
 
 /* Where node n (x8_ok) writes its output: the codes into xconv, the scales
@@ -1698,7 +1767,7 @@ static void *x16_target(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *
         /* dequantised to f16 for cuBLAS; e4m3 on the FP8 path and the
          * chunked GEMV read f32 x */
         if (wv->dtype == TB_FP8_E4M3 && c->fp8_gemm > 0 && T >= c->fp8_gemm && c->lt) return NULL;
-        if (qchunk_ok(c, g, mm, bufs, T)) return NULL;
+        if (qchunk_ok(c, g, mm, bufs, T) || i8_node(c, g, mm, bufs, T)) return NULL;
         *dt = TBC_F16;
     } else if (!tbc_of(wv->dtype, dt)) {
         return NULL;
@@ -2232,6 +2301,11 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     c->qchunk[TBC_Q_FP8] = TB_CUDA_DEFAULT_QCHUNK_FP8;
     c->qchunk[TBC_Q_I4] = TB_CUDA_DEFAULT_QCHUNK_I4;
     if (qce && *qce) c->qchunk[TBC_Q_I8] = c->qchunk[TBC_Q_FP8] = c->qchunk[TBC_Q_I4] = atoi(qce);
+    const char *i8e = getenv("TB_CUDA_I8_GEMM"), *i8a = getenv("TB_CUDA_I8_GEMM_ALL");
+    c->i8_gemm = i8e && *i8e ? atoi(i8e) : TBC_GEMV_MAX_T + 1;
+    if (c->i8_gemm < 0) c->i8_gemm = 0;
+    if (c->i8_gemm > 0 && c->i8_gemm <= TBC_GEMV_MAX_T) c->i8_gemm = TBC_GEMV_MAX_T + 1;
+    c->i8_all = i8a && !strcmp(i8a, "1");
     const char *xe = getenv("TB_CUDA_X16");
     c->x16 = !(xe && !strcmp(xe, "0"));
     const char *x8e = getenv("TB_CUDA_FP8_FUSE"), *acte = getenv("TB_CUDA_ACT_THREADS");
