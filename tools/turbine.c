@@ -93,7 +93,8 @@ static const tb_cli_opt build_opts[] = {
      "fastest, the one that rounds the activations to int8 per block of 32 (Q8, integer dot products) included; "
      "exact only those that dequantise the weights and sum in f32 (the logits then equal an f32 engine's of the "
      "dequantised weights); q8 takes Q8 wherever it applies (int8 and int4 weights; with --device cuda also the "
-     "GPU's one-token GEMVs). `turbine inspect` shows "
+     "GPU's one-token GEMVs, and int8 weights in steps of 9+ tokens on the int8 tensor cores with x rounded "
+     "to int8 a token). `turbine inspect` shows "
      "how many matmuls run Q8 (q8_decode_nodes, q8_prefill_nodes)"},
     {"--override", NULL, TB_OPT_STRS, "NAME_GLOB=DTYPE", 0, 0, 0, 0, 0, B(overrides), NULL,
      "a weight's dtype instead of the default, by its name in the engine (`turbine inspect` lists them: embed, "

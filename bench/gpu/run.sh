@@ -392,8 +392,9 @@ fi
 # GEMV outside clusters staging x per warp (TB_CUDA_QGEMV_XW=1; the default
 # does so for int4 one-token steps only), and with every one-token int8 /
 # int4 GEMV on the Q8 kernel (TB_CUDA_QGEMV_V=15; those cases then hold it to
-# tb_ref_qmatmul_q8)
-for sw in "opsq TB_CUDA_FP8_FUSE=0" "opsx TB_CUDA_QGEMV_XW=1" "ops15 TB_CUDA_QGEMV_V=15"; do
+# tb_ref_qmatmul_q8), and with every int8 step of 9+ tokens on the int8
+# GEMM (TB_CUDA_I8_GEMM_ALL=1; those cases against x rounded per token)
+for sw in "opsq TB_CUDA_FP8_FUSE=0" "opsx TB_CUDA_QGEMV_XW=1" "ops15 TB_CUDA_QGEMV_V=15" "opsi8 TB_CUDA_I8_GEMM_ALL=1"; do
     n=${sw%% *}; v=${sw#* }
     say "== the op cases with $v"
     if device_test test_backend_ops "$n" "$v"; then
