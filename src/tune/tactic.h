@@ -10,7 +10,8 @@
  *   bits 16..23  CUDA decode GEMV kernel (TBC_SIMT_* + 1; 0: the default),
  *                timed by `turbine build --device cuda`; on int8 / int4
  *                qmatmuls TB_GEMV_Q8 (`--qmm-tactics q8`): one-token steps
- *                with x rounded to int8 per block of 32
+ *                with x rounded to int8 per block of 32, and int8 steps of
+ *                9+ tokens on the int8 GEMM with x rounded to int8 a token
  *   bits 24..28  CUDA fusion with the following node(s) (TB_FUSE_*), set by
  *                the cuda_fuse pass of `--device cuda` builds
  *   bit  29      the node runs together with the next one: the memory
