@@ -565,7 +565,8 @@ static void op_qmatmul(tb_dtype qdt, int T, int K, int N, int group, int bias, i
     void *o[1] = {y};
     if (case_run(&c, &rv, &n, 1, o) == 1) {
         tb_qweight qw = {.dtype = qdt, .codes = codes, .scales = sc, .zeros = asym ? z : NULL, .group = group};
-        const int i8g = qdt == TB_I8 && cur_bk->cuda && T >= i8_gemm_min();
+        /* the backend's int8 GEMM takes K and N multiples of 16 (i8_gemm_ok) */
+        const int i8g = qdt == TB_I8 && cur_bk->cuda && T >= i8_gemm_min() && K % 16 == 0 && N % 16 == 0;
         if (i8g) {
             /* the int8 GEMM's x: rint(x * (127 / absmax)) a token, times absmax / 127 */
             for (int t = 0; t < T; t++) {
@@ -1456,6 +1457,10 @@ static void run_all(void) {
         pattern_q(PAT_MM_SILU_MM, qdts[qi], 64, 0, 12, 256, 48);
         pattern_q(PAT_NORM_MM, qdts[qi], 128, qdts[qi] == TB_I4, 20, 256, 56);
     }
+    /* int8 shapes the int8 GEMM takes (K, N multiples of 16) when asked
+     * for (TB_CUDA_I8_GEMM_ALL=1): against x rounded per token as it does */
+    op_qmatmul(TB_I8, 24, 256, 48, 256, 1, 0);
+    op_qmatmul(TB_I8, 64, 512, 32, 512, 0, 0);
 }
 
 int main(void) {
