@@ -1461,6 +1461,23 @@ static void run_all(void) {
      * for (TB_CUDA_I8_GEMM_ALL=1): against x rounded per token as it does */
     op_qmatmul(TB_I8, 24, 256, 48, 256, 1, 0);
     op_qmatmul(TB_I8, 64, 512, 32, 512, 0, 0);
+    /* steps past the chunks (int8 > 24, int4 > 40 tokens), which the GPU
+     * runs on the mixed-input GEMM (qgemm.cu): rows past a 128-row block,
+     * tokens past a 64-token tile, int4 groups of 32 / 64 / 128 with and
+     * without zeros, and shapes of few row blocks, whose K is split across
+     * blocks (partial sums added in order after); then chains whose
+     * producers write the GEMM's f16 x */
+    op_qmatmul(TB_I8, 25, 512, 200, 512, 1, 0);
+    op_qmatmul(TB_I8, 64, 4096, 136, 4096, 1, 0);
+    op_qmatmul(TB_I8, 100, 1024, 72, 1024, 0, 0);
+    op_qmatmul(TB_I4, 41, 1024, 96, 32, 1, 1);
+    op_qmatmul(TB_I4, 70, 2048, 300, 64, 0, 1);
+    op_qmatmul(TB_I4, 128, 4096, 64, 128, 1, 0);
+    op_qmatmul(TB_I4, 64, 11008, 256, 128, 0, 0);
+    for (int qi = 0; qi < 3; qi++) {
+        pattern_q(PAT_MM_SILU_MM, qdts[qi], 64, 0, 48, 256, 48);
+        pattern_q(PAT_NORM_MM, qdts[qi], 128, qdts[qi] == TB_I4, 66, 512, 136);
+    }
 }
 
 int main(void) {

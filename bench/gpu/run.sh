@@ -393,11 +393,16 @@ fi
 # does so for int4 one-token steps only), and with every one-token int8 /
 # int4 GEMV on the Q8 kernel (TB_CUDA_QGEMV_V=15; those cases then hold it to
 # tb_ref_qmatmul_q8), and with every int8 step of 9+ tokens on the int8
-# GEMM (TB_CUDA_I8_GEMM_ALL=1; those cases against x rounded per token)
-for sw in "opsq TB_CUDA_FP8_FUSE=0" "opsx TB_CUDA_QGEMV_XW=1" "ops15 TB_CUDA_QGEMV_V=15" "opsi8 TB_CUDA_I8_GEMM_ALL=1"; do
+# GEMM (TB_CUDA_I8_GEMM_ALL=1; those cases against x rounded per token),
+# with quantized steps of 9-24 tokens as chunks on the GEMV and e4m3 off the
+# FP8 GEMM (on the GEMV, the chunks and the mixed-input GEMM), and with steps
+# past 8 tokens on dequantised weights (TB_CUDA_QGEMM=0 TB_CUDA_QCHUNK=0)
+for sw in "opsq TB_CUDA_FP8_FUSE=0" "opsx TB_CUDA_QGEMV_XW=1" "ops15 TB_CUDA_QGEMV_V=15" "opsi8 TB_CUDA_I8_GEMM_ALL=1" \
+          "opsc TB_CUDA_QCHUNK=24 TB_CUDA_FP8_GEMM=0" "opsd TB_CUDA_QGEMM=0 TB_CUDA_QCHUNK=0"; do
     n=${sw%% *}; v=${sw#* }
     say "== the op cases with $v"
-    if device_test test_backend_ops "$n" "$v"; then
+    # shellcheck disable=SC2086
+    if device_test test_backend_ops "$n" $v; then
         row "ops vs reference kernels, ${v#TB_CUDA_}" "PASS ($(grep -c ' bound .* ok$' "$W/$n.txt") comparisons)"
     else
         row "ops vs reference kernels, ${v#TB_CUDA_}" "FAIL ($(grep -c ' FAIL$' "$W/$n.txt") failed:$(grep ' FAIL$' "$W/$n.txt" |

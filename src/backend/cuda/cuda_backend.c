@@ -45,6 +45,7 @@
 #include "backend/cuda/cuda_module.h"
 #include "backend/cuda/flash_kernels.h"
 #include "backend/cuda/i8gemm.h"
+#include "backend/cuda/qgemm.h"
 #include "backend/cuda/nn_backend.h"
 #include "core/kv_layout.h"
 #include "tune/tactic.h"
@@ -86,11 +87,16 @@
 #define TB_CUDA_DEFAULT_FP8_GEMM 9
 /* the largest steps of quantized matmuls run as chunks of TBC_GEMV_MAX_T
  * tokens on the GEMV (qchunk_ok; int8, e4m3 where the FP8 GEMM is off or set
- * above 9, int4; H100, 8-layer 7B: int8 24 tokens 2.80 against 3.35 ms
- * dequantised, 32 3.63 against 3.38; int4 40 3.0 against 3.55, 48 even) */
-#define TB_CUDA_DEFAULT_QCHUNK_I8 24
+ * above 9, int4); larger ones take the mixed-input GEMM (qgemm.h). H100,
+ * 8-layer 7B, chunks against the GEMM: int4 16 tokens 1.33 against 1.59 ms,
+ * 20 1.85 against 1.63; int8 12 1.89 against 1.53 (8: no int8 chunks) */
+#define TB_CUDA_DEFAULT_QCHUNK_I8 8
 #define TB_CUDA_DEFAULT_QCHUNK_FP8 16
-#define TB_CUDA_DEFAULT_QCHUNK_I4 40
+#define TB_CUDA_DEFAULT_QCHUNK_I4 16
+/* quantized steps of more tokens than the chunks take, up to this many: the
+ * mixed-input GEMM instead of the dequantised f16 weights (H100, 8-layer 7B,
+ * 64 tokens: int4 1.81 against 3.62 ms, int8 1.87 against 3.48) */
+#define TB_CUDA_DEFAULT_QGEMM 256
 /* scores of one pass of prefill attention (H x query rows x keys, f32) */
 #define PREFILL_S_BYTES ((size_t)64 << 20)
 
@@ -227,6 +233,11 @@ typedef struct {
      * of TBC_GEMV_MAX_T tokens, one read of the codes a chunk, instead of
      * the dequantised f16 weights (TB_CUDA_QCHUNK=n sets all three; 0 off) */
     int qchunk[3];
+    /* quantized matmuls in steps of more tokens than qchunk takes, up to
+     * qgemm (TB_CUDA_QGEMM=n, default TB_CUDA_DEFAULT_QGEMM; 0 never): the
+     * mixed-input GEMM (qgemm.h) on f16 x in xconv, K split across blocks
+     * into wdq where its row blocks leave SMs idle */
+    int qgemm;
     /* int8 matmuls on int8 activations (W8A8: x rounded per token, cuBLASLt's
      * int8 tensor-core GEMM, i8gemm.h) in steps of at least i8_gemm tokens
      * (TB_CUDA_I8_GEMM, default 9, never below 9): only matmuls whose
@@ -1148,42 +1159,47 @@ static int i8_gemm_ok(const cuda_ctx *c, const tbc_qweight *qw, const float *x, 
            (size_t)T * (size_t)K <= c->xconv_bytes && T <= c->max_tokens;
 }
 
-/* Whether node n is an int8 matmul that takes the int8 GEMM in a step of T. */
-static int i8_node(const cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs, int T) {
-    if (n->op != TB_OP_QMATMUL || c->i8_gemm <= 0 || T < c->i8_gemm) return 0;
+/* Whether a step of T tokens of quantized weights qw (N, K) can take the
+ * mixed-input GEMM (its x in f16 in xconv). */
+static int qgemm_ok(const cuda_ctx *c, const tbc_qweight *qw, int T, int K) {
+    return c->qgemm > 0 && T > TBC_GEMV_MAX_T && T <= c->qgemm && (size_t)T * (size_t)K * 2 <= c->xconv_bytes &&
+           tbc_qgemm_supports(qw, c->xconv, T, K);
+}
+
+/* The path a matmul takes in a step of T tokens (run_matmul's order). */
+enum { QP_NONE, QP_I8, QP_FP8, QP_GEMV, QP_CHUNK, QP_GEMM, QP_DEQUANT };
+static int qpath(const cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs, int T) {
+    if (n->op != TB_OP_QMATMUL) return QP_NONE;
     const tb_value *wv = &g->values[n->in[1]];
-    const float *bias = n->n_in > 2 ? bufs[n->in[2]] : NULL;
+    const int K = (int)wv->dims[1], N = (int)wv->dims[0];
+    const float *bias = NULL, *x = bufs[n->in[0]], *y = bufs[n->out[0]];
     tbc_qweight qw;
     qweight_of(g, n, bufs, &qw, &bias);
-    return i8_gemm_ok(c, &qw, bufs[n->in[0]], bias, bufs[n->out[0]], T, (int)wv->dims[1], (int)wv->dims[0],
-                      n->tactic);
+    if (i8_gemm_ok(c, &qw, x, bias, y, T, K, N, n->tactic)) return QP_I8;
+    if (fp8_gemm_ok(c, &qw, x, bias, y, T, K, N)) return QP_FP8;
+    if (T <= TBC_GEMV_MAX_T) return tbc_qgemv_supports(&qw, x, T, K) ? QP_GEMV : QP_DEQUANT;
+    /* chunks: ceil(T / 8) reads of the codes (int4: 0.5 bytes a weight
+     * each) against the GEMM's one read and its 64-token tiles */
+    if ((unsigned)qw.type <= 2 && T <= c->qchunk[qw.type] && tbc_qgemv_supports(&qw, x, TBC_GEMV_MAX_T, K))
+        return QP_CHUNK;
+    return qgemm_ok(c, &qw, T, K) ? QP_GEMM : QP_DEQUANT;
+}
+
+/* Whether node n is an int8 matmul that takes the int8 GEMM in a step of T. */
+static int i8_node(const cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs, int T) {
+    return n->op == TB_OP_QMATMUL && c->i8_gemm > 0 && T >= c->i8_gemm && qpath(c, g, n, bufs, T) == QP_I8;
 }
 
 /* Whether node n is an e4m3 matmul that takes the FP8 GEMM in a step of T. */
 static int fp8_node(const cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs, int T) {
-    if (n->op != TB_OP_QMATMUL || c->fp8_gemm <= 0 || T < c->fp8_gemm) return 0;
-    const tb_value *wv = &g->values[n->in[1]];
-    const float *bias = n->n_in > 2 ? bufs[n->in[2]] : NULL;
-    tbc_qweight qw;
-    qweight_of(g, n, bufs, &qw, &bias);
-    return fp8_gemm_ok(c, &qw, bufs[n->in[0]], bias, bufs[n->out[0]], T, (int)wv->dims[1], (int)wv->dims[0]);
+    return n->op == TB_OP_QMATMUL && c->fp8_gemm > 0 && T >= c->fp8_gemm && qpath(c, g, n, bufs, T) == QP_FP8;
 }
 
 /* Whether quantized matmul n takes the GEMV over chunks of TBC_GEMV_MAX_T
- * tokens in a step of T (qchunk): ceil(T / 8) reads of the codes (int4: 0.5
- * bytes a weight each) against the dequantised path's write and read of
- * f16 weights (4 bytes a weight beside the codes) and its unfused GEMM. */
+ * tokens in a step of T (qchunk): against the dequantised path's write and
+ * read of f16 weights (4 bytes a weight beside the codes) and the GEMM. */
 static int qchunk_ok(const cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs, int T) {
-    if (n->op != TB_OP_QMATMUL || T <= TBC_GEMV_MAX_T) return 0;
-    const tb_value *wv = &g->values[n->in[1]];
-    const int K = (int)wv->dims[1], N = (int)wv->dims[0];
-    const float *bias = n->n_in > 2 ? bufs[n->in[2]] : NULL;
-    tbc_qweight qw;
-    qweight_of(g, n, bufs, &qw, &bias);
-    if ((unsigned)qw.type > 2 || T > c->qchunk[qw.type]) return 0;
-    if (fp8_gemm_ok(c, &qw, bufs[n->in[0]], bias, bufs[n->out[0]], T, K, N)) return 0;
-    if (i8_gemm_ok(c, &qw, bufs[n->in[0]], bias, bufs[n->out[0]], T, K, N, n->tactic)) return 0;
-    return tbc_qgemv_supports(&qw, bufs[n->in[0]], TBC_GEMV_MAX_T, K);
+    return n->op == TB_OP_QMATMUL && T > TBC_GEMV_MAX_T && qpath(c, g, n, bufs, T) == QP_CHUNK;
 }
 
 static void fp8_plan_free(struct fp8_plan *p) {
@@ -1359,6 +1375,16 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
             CU_TRY(tbc_qgemv(x + (size_t)t0 * K, &qw, bias, y + (size_t)t0 * N, tc, K, N, &epi, c->stream),
                    "quantized gemv launch");
         }
+        return TB_OK;
+    }
+    if (quant && qgemm_ok(c, &qw, T, K)) {
+        /* the mixed-input GEMM on f16 x (written by the node before, or
+         * converted now); K splits' partials in the dequantisation scratch */
+        if (c->x16_node != k)
+            CU_TRY(tbc_convert_f32(x, c->xconv, TBC_F16, (size_t)T * K, c->stream), "convert launch");
+        c->x16_node = -1;
+        CU_TRY(tbc_qgemm(c->xconv, &qw, bias, y, T, K, N, (float *)c->wdq, c->wdq_bytes, c->stream),
+               "quantized gemm launch");
         return TB_OK;
     }
     if (quant && !(T <= TBC_GEMV_MAX_T && tbc_qgemv_supports(&qw, xq, T, K))) {
@@ -1696,8 +1722,9 @@ static tb_status run_node_eager(cuda_ctx *c, const tb_graph *g, const tb_node *n
         c->norm_eps = n->f[0];
         return TB_OK;
     }
-    int ours = n->op != TB_OP_ROPE && !(is_mm(n) && T > TBC_GEMV_MAX_T && !qchunk_ok(c, g, n, bufs, T)) &&
-               !fp8_node(c, g, n, bufs, T) && !i8_node(c, g, n, bufs, T);
+    const int qp = qpath(c, g, n, bufs, T);
+    int ours = n->op != TB_OP_ROPE && !(is_mm(n) && T > TBC_GEMV_MAX_T && qp != QP_CHUNK && qp != QP_GEMM) &&
+               qp != QP_FP8 && qp != QP_I8;
     tbc_set_pdl(c->pdl_step && ours && c->prev_kernel && c->mode == RUN_CAPTURE);
     tb_status r = run_node_op(c, g, n, bufs, st, fused);
     tbc_set_pdl(0);
@@ -1766,10 +1793,10 @@ static void *x16_target(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *
     const tb_node *mm = &g->nodes[k + 1];
     const tb_value *wv = &g->values[mm->in[1]];
     if (mm->op == TB_OP_QMATMUL) {
-        /* dequantised to f16 for cuBLAS; e4m3 on the FP8 path and the
-         * chunked GEMV read f32 x */
-        if (wv->dtype == TB_FP8_E4M3 && c->fp8_gemm > 0 && T >= c->fp8_gemm && c->lt) return NULL;
-        if (qchunk_ok(c, g, mm, bufs, T) || i8_node(c, g, mm, bufs, T)) return NULL;
+        /* f16 x for the mixed-input GEMM and for cuBLAS on dequantised
+         * weights; the FP8 and int8 GEMMs and the chunked GEMV read f32 x */
+        const int qp = qpath(c, g, mm, bufs, T);
+        if (qp == QP_FP8 || qp == QP_I8 || qp == QP_CHUNK) return NULL;
         *dt = TBC_F16;
     } else if (!tbc_of(wv->dtype, dt)) {
         return NULL;
@@ -2303,6 +2330,8 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     c->qchunk[TBC_Q_FP8] = TB_CUDA_DEFAULT_QCHUNK_FP8;
     c->qchunk[TBC_Q_I4] = TB_CUDA_DEFAULT_QCHUNK_I4;
     if (qce && *qce) c->qchunk[TBC_Q_I8] = c->qchunk[TBC_Q_FP8] = c->qchunk[TBC_Q_I4] = atoi(qce);
+    const char *qge = getenv("TB_CUDA_QGEMM");
+    c->qgemm = qge && *qge ? atoi(qge) : TB_CUDA_DEFAULT_QGEMM;
     const char *i8e = getenv("TB_CUDA_I8_GEMM"), *i8a = getenv("TB_CUDA_I8_GEMM_ALL");
     c->i8_gemm = i8e && *i8e ? atoi(i8e) : TBC_GEMV_MAX_T + 1;
     if (c->i8_gemm < 0) c->i8_gemm = 0;

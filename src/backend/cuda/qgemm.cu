@@ -1,0 +1,359 @@
+/* qgemm.cu — the mixed-input GEMM of quantized weights (qgemm.h).
+ *
+ * Block: 256 threads, 128 rows (weights) by 64 tokens; warp w takes rows
+ * 32 (w % 4) .. + 31 (two 16-row mma tiles) and tokens 32 (w / 4) .. + 31
+ * (four 8-token tiles): each widened A fragment feeds four mmas. A step is
+ * 64 bytes of every row (64 codes of int8 / e4m3, 128 of int4) and the x of
+ * the same k for the 64 tokens (f16); NS steps are in flight in a ring of
+ * shared memory (cp.async), int4 steps also carry the scales (and zeros) of
+ * their groups.
+ *
+ * k order: thread (g, q) of a warp (g = lane / 4, q = lane % 4) reads the
+ * 16 bytes q of a row's step (int8: k = 16 q .. 16 q + 15, int4: 32 q ..
+ * 32 q + 31) and the same k of x; each 32-bit word of codes widens to pairs
+ * of consecutive k, (e0, e1), (e2, e3), ..., as x's f16 pairs come in
+ * memory, so A and B agree without shuffles (the sum over k does not care
+ * which k sits in which mma slot). int4's natural pairs: byte b of the word
+ * copied to bytes 0 and 2 (prmt), its low nibble under the exponent of 1024
+ * in the low half and its high nibble at 16 times that in the high half (one
+ * lop3), then (1, 1/16) and (-1032, -72) in one f16x2 fma: both codes exact;
+ * then code * scale + zero in f16, what the GEMV computes.
+ *
+ * Shared memory of x: a token's row of 16-byte units, the row 16 bytes
+ * longer than the step (128 mod 16 bytes, so that the 8 lanes of a
+ * 16-byte load phase fall on 8 distinct bank groups); int4's unit of
+ * (q, j) sits at 4 q + (j ^ (q & 2)) for the same reason. */
+#include <stdint.h>
+
+#include <cuda_fp16.h>
+
+#include "backend/cuda/cuda_util.cuh"
+#include "backend/cuda/qgemm.h"
+#include "backend/cuda/qwiden.cuh"
+
+#define QG_BM 128
+#define QG_BN 64
+#define QG_THREADS 256
+#define QG_MAX_SPLITS 8
+
+template <int QT>
+struct qg_shape {
+    static constexpr int BK = QT == QT_I4 ? 128 : 64; /* k a step */
+    static constexpr int U = BK / 8;                  /* 16-byte units of x a token and step */
+    static constexpr int XROW = U * 16 + 16;          /* bytes of a token's row in shared memory */
+    static constexpr int WB = QG_BM * 64;             /* codes a step */
+    static constexpr int XB = QG_BN * XROW;
+    static constexpr int SB = QT == QT_I4 ? QG_BM * 4 * 4 * 2 : 0; /* scales and zeros: <= 4 groups a step */
+    static constexpr int STAGE = WB + XB + SB;
+    static constexpr int NS = QT == QT_I4 ? 3 : 4; /* steps in flight: two int4 / three int8 blocks an SM */
+    static constexpr int SMEM = NS * STAGE;
+};
+
+__device__ __forceinline__ void qg_cp16(void *dst, const void *src, bool full) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    const int n = full ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(n));
+}
+
+/* bytes (4, 8 or 16) from src to dst, both aligned to it */
+__device__ __forceinline__ void qg_cp_small(void *dst, const void *src, int bytes) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    if (bytes == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
+    else if (bytes == 8)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(d), "l"(src));
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(d), "l"(src));
+}
+
+__device__ __forceinline__ void qg_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+template <int N>
+__device__ __forceinline__ void qg_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/* One 32-bit word of int4 codes (element 2b in the low nibble of byte b,
+ * 2b + 1 in the high one) -> four f16x2 of code * s + z in natural pairs. */
+__device__ __forceinline__ void widen_word4_nat(uint32_t w, __half2 s, __half2 z, uint32_t *h) {
+    const __half2 mul = u2h(0x2c003c00u); /* (1, 1/16) */
+    const __half2 off = u2h(0xd480e408u); /* (-1032, -72) */
+#pragma unroll
+    for (int b = 0; b < 4; b++) {
+        const uint32_t v = __byte_perm(w, 0u, 0x1111u * (uint32_t)b);
+        uint32_t d;
+        asm("lop3.b32 %0, %1, %2, %3, 0x6a;\n" : "=r"(d) : "r"(v), "r"(0x00f0000fu), "r"(0x64806408u));
+        h[b] = h2u(__hfma2(__hfma2(u2h(d), mul, off), s, z));
+    }
+}
+
+/* Step `step` of the block into stage buffer st: codes of rows row0 .. +
+ * 127 (rows past N read row N - 1, never stored), x16 of tokens tok0 .. +
+ * 63 (past T: zeros), int4 scales and zeros of the step's groups. */
+template <int QT>
+__device__ __forceinline__ void qg_load_w(unsigned char *st, const tbc_qweight &w, int row0, int N, size_t row_bytes,
+                                          int step, int tid) {
+    using S = qg_shape<QT>;
+    const unsigned char *codes = (const unsigned char *)w.codes;
+#pragma unroll
+    for (int i = 0; i < QG_BM * 4 / QG_THREADS; i++) {
+        const int c = tid + QG_THREADS * i, r = c >> 2, part = c & 3;
+        const int gr = min(row0 + r, N - 1);
+        qg_cp16(st + r * 64 + part * 16, codes + (size_t)gr * row_bytes + (size_t)step * 64 + part * 16, true);
+    }
+    if (QT == QT_I4) {
+        const int gps = S::BK / w.group; /* groups a step: 1, 2 or 4 */
+        const int ng = (int)(row_bytes * 2) / w.group;
+        float *sc = reinterpret_cast<float *>(st + S::WB + S::XB);
+        const int r = tid & (QG_BM - 1), gr = min(row0 + r, N - 1);
+        const size_t src = (size_t)gr * ng + (size_t)step * gps;
+        if (tid < QG_BM)
+            qg_cp_small(sc + r * 4, w.scales + src, gps * 4);
+        else if (w.zeros)
+            qg_cp_small(sc + QG_BM * 4 + r * 4, w.zeros + src, gps * 4);
+    }
+}
+
+template <int QT>
+__device__ __forceinline__ void qg_load_x(unsigned char *st, const __half *x16, int tok0, int T, int K, int step,
+                                          int tid) {
+    using S = qg_shape<QT>;
+    unsigned char *xs = st + S::WB;
+#pragma unroll
+    for (int i = 0; i < QG_BN * S::U / QG_THREADS; i++) {
+        const int lin = tid + QG_THREADS * i, tok = lin / S::U, c = lin % S::U;
+        int slot = c;
+        if (QT == QT_I4) {
+            const int q = c >> 2, j = c & 3;
+            slot = 4 * q + (j ^ (q & 2));
+        }
+        const bool ok = tok0 + tok < T;
+        const __half *src = ok ? x16 + (size_t)(tok0 + tok) * K + (size_t)step * S::BK + 8 * c : x16;
+        qg_cp16(xs + tok * S::XROW + slot * 16, src, ok);
+    }
+}
+
+/* SPLIT: blockIdx.z takes steps [z * sps, (z + 1) * sps) and writes its
+ * partial sums (row scales applied, no bias) to ws[z] (T, N); else y. */
+template <int QT, bool SPLIT>
+__global__ void __launch_bounds__(QG_THREADS, QT == QT_I4 ? 2 : 3)
+    qgemm_kernel(const __half *__restrict__ x16, tbc_qweight w, const float *__restrict__ bias, float *__restrict__ y,
+                 float *__restrict__ ws, int T, int K, int N, int sps) {
+    using S = qg_shape<QT>;
+    extern __shared__ __align__(16) unsigned char qg_smem[];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = lane >> 2, q = lane & 3, wm = warp & 3, wn = warp >> 2;
+    const int row0 = blockIdx.x * QG_BM, tok0 = blockIdx.y * QG_BN;
+    const int steps = K / S::BK;
+    const int s0 = SPLIT ? blockIdx.z * sps : 0;
+    const int s1 = SPLIT ? min(steps, s0 + sps) : steps;
+    const int n = s1 - s0;
+    const size_t row_bytes = QT == QT_I4 ? (size_t)K / 2 : (size_t)K;
+
+    float acc[2][4][4];
+#pragma unroll
+    for (int a = 0; a < 2; a++)
+#pragma unroll
+        for (int b = 0; b < 4; b++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[a][b][c] = 0.0f;
+
+    /* the codes do not depend on the previous kernel: their first steps
+     * are on their way before waiting for it */
+#pragma unroll
+    for (int i = 0; i < S::NS - 1; i++)
+        if (i < n) qg_load_w<QT>(qg_smem + i * S::STAGE, w, row0, N, row_bytes, s0 + i, tid);
+    tbc_pdl_wait();
+#pragma unroll
+    for (int i = 0; i < S::NS - 1; i++) {
+        if (i < n) qg_load_x<QT>(qg_smem + i * S::STAGE, x16, tok0, T, K, s0 + i, tid);
+        qg_commit();
+    }
+
+    const int gi = QT == QT_I4 ? (32 * q) / w.group : 0; /* the thread's group within an int4 step */
+    for (int it = 0; it < n; it++) {
+        qg_wait<S::NS - 2>();
+        __syncthreads();
+        {
+            const int nx = it + S::NS - 1;
+            if (nx < n) {
+                unsigned char *st = qg_smem + (nx % S::NS) * S::STAGE;
+                qg_load_w<QT>(st, w, row0, N, row_bytes, s0 + nx, tid);
+                qg_load_x<QT>(st, x16, tok0, T, K, s0 + nx, tid);
+            }
+            qg_commit();
+        }
+        const unsigned char *st = qg_smem + (it % S::NS) * S::STAGE;
+        const unsigned char *xs = st + S::WB;
+        uint4 wa[2], wb[2];
+        __half2 sa[2], za[2], sb[2], zb[2];
+#pragma unroll
+        for (int mt = 0; mt < 2; mt++) {
+            const int r = 32 * wm + 16 * mt + g;
+            wa[mt] = *reinterpret_cast<const uint4 *>(st + r * 64 + q * 16);
+            wb[mt] = *reinterpret_cast<const uint4 *>(st + (r + 8) * 64 + q * 16);
+            if (QT == QT_I4) {
+                const float *sc = reinterpret_cast<const float *>(st + S::WB + S::XB);
+                sa[mt] = __float2half2_rn(sc[r * 4 + gi]);
+                sb[mt] = __float2half2_rn(sc[(r + 8) * 4 + gi]);
+                za[mt] = __float2half2_rn(w.zeros ? sc[QG_BM * 4 + r * 4 + gi] : 0.0f);
+                zb[mt] = __float2half2_rn(w.zeros ? sc[QG_BM * 4 + (r + 8) * 4 + gi] : 0.0f);
+            }
+        }
+        if (QT == QT_I4) {
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                uint4 xb[4];
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++) {
+                    const int tok = 32 * wn + 8 * nt + g;
+                    xb[nt] = *reinterpret_cast<const uint4 *>(xs + tok * S::XROW + 16 * (4 * q + (j ^ (q & 2))));
+                }
+#pragma unroll
+                for (int mt = 0; mt < 2; mt++) {
+                    const uint32_t ua = j == 0 ? wa[mt].x : j == 1 ? wa[mt].y : j == 2 ? wa[mt].z : wa[mt].w;
+                    const uint32_t ub = j == 0 ? wb[mt].x : j == 1 ? wb[mt].y : j == 2 ? wb[mt].z : wb[mt].w;
+                    uint32_t ha[4], hb[4];
+                    widen_word4_nat(ua, sa[mt], za[mt], ha);
+                    widen_word4_nat(ub, sb[mt], zb[mt], hb);
+#pragma unroll
+                    for (int nt = 0; nt < 4; nt++) {
+                        mma16816<TBC_F16>(acc[mt][nt], ha[0], hb[0], ha[1], hb[1], xb[nt].x, xb[nt].y);
+                        mma16816<TBC_F16>(acc[mt][nt], ha[2], hb[2], ha[3], hb[3], xb[nt].z, xb[nt].w);
+                    }
+                }
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                uint4 xb[4];
+#pragma unroll
+                for (int nt = 0; nt < 4; nt++) {
+                    const int tok = 32 * wn + 8 * nt + g;
+                    xb[nt] = *reinterpret_cast<const uint4 *>(xs + tok * S::XROW + 16 * (2 * q + j));
+                }
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const int wd = 2 * j + h; /* word of the thread's 16 bytes: k16 step wd */
+#pragma unroll
+                    for (int mt = 0; mt < 2; mt++) {
+                        const uint32_t ua = wd == 0 ? wa[mt].x : wd == 1 ? wa[mt].y : wd == 2 ? wa[mt].z : wa[mt].w;
+                        const uint32_t ub = wd == 0 ? wb[mt].x : wd == 1 ? wb[mt].y : wd == 2 ? wb[mt].z : wb[mt].w;
+                        uint32_t a0, a1, b0, b1;
+                        widen_word8<QT>(ua, a0, a1);
+                        widen_word8<QT>(ub, b0, b1);
+#pragma unroll
+                        for (int nt = 0; nt < 4; nt++)
+                            mma16816<TBC_F16>(acc[mt][nt], a0, b0, a1, b1, h ? xb[nt].z : xb[nt].x,
+                                              h ? xb[nt].w : xb[nt].y);
+                    }
+                }
+            }
+        }
+    }
+    qg_wait<0>();
+    tbc_pdl_trigger();
+
+    /* acc[mt][nt]: (row g, token 2q), (g, 2q + 1), (g + 8, 2q), (g + 8, 2q + 1) */
+    float *out = SPLIT ? ws + (size_t)blockIdx.z * (size_t)T * (size_t)N : y;
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++) {
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            const int r = row0 + 32 * wm + 16 * mt + g + 8 * hr;
+            if (r >= N) continue;
+            float mul = 1.0f, add = 0.0f;
+            if (QT != QT_I4) mul = __ldg(w.scales + r);
+            if (!SPLIT && bias) add = __ldg(bias + r);
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++) {
+                const int t = tok0 + 32 * wn + 8 * nt + 2 * q;
+                if (t < T) out[(size_t)t * N + r] = acc[mt][nt][2 * hr] * mul + add;
+                if (t + 1 < T) out[(size_t)(t + 1) * N + r] = acc[mt][nt][2 * hr + 1] * mul + add;
+            }
+        }
+    }
+}
+
+/* y (T, N) = the sum of the splits' partials in order (+ bias). */
+__global__ void qgemm_reduce_kernel(const float *__restrict__ ws, const float *__restrict__ bias, float *__restrict__ y,
+                                    int T, int N, int splits) {
+    tbc_pdl_wait();
+    const size_t total = (size_t)T * (size_t)N;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        float v = ws[i];
+        for (int z = 1; z < splits; z++) v += ws[(size_t)z * total + i];
+        y[i] = bias ? v + __ldg(bias + i % (size_t)N) : v;
+    }
+}
+
+static int qg_sms(void) {
+    static int sms[32];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 132;
+    if (dev < 32 && sms[dev]) return sms[dev];
+    int n = 0;
+    if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n < 1) n = 132;
+    if (dev < 32) sms[dev] = n;
+    return n;
+}
+
+extern "C" int tbc_qgemm_supports(const tbc_qweight *w, const void *x16, int T, int K) {
+    if (T < 1 || K < 1) return 0;
+    if (((uintptr_t)w->codes | (uintptr_t)x16 | (uintptr_t)w->scales | (uintptr_t)w->zeros) & 15) return 0;
+    if (w->type == TBC_Q_I4)
+        return K % 128 == 0 && (w->group == 32 || w->group == 64 || w->group == 128) && K % w->group == 0;
+    return (w->type == TBC_Q_I8 || w->type == TBC_Q_FP8) && K % 64 == 0 && w->group == K && !w->zeros;
+}
+
+extern "C" int tbc_qgemm_splits(const tbc_qweight *w, int T, int K, int N, size_t ws_bytes) {
+    const int bk = w->type == TBC_Q_I4 ? 128 : 64, steps = K / bk;
+    const int per_sm = w->type == TBC_Q_I4 ? 2 : 3;
+    const long blocks = (long)((N + QG_BM - 1) / QG_BM) * (long)((T + QG_BN - 1) / QG_BN);
+    const long target = (long)qg_sms() * per_sm;
+    if (blocks >= target) return 1;
+    int sp = (int)((target + blocks - 1) / blocks);
+    if (sp > QG_MAX_SPLITS) sp = QG_MAX_SPLITS;
+    while (sp > 1 && steps / sp < 8) sp--; /* at least 8 steps a split */
+    while (sp > 1 && (size_t)sp * (size_t)T * (size_t)N * sizeof(float) > ws_bytes) sp--;
+    return sp;
+}
+
+template <int QT>
+static cudaError_t qgemm_launch(const __half *x16, const tbc_qweight &w, const float *bias, float *y, int T, int K,
+                                int N, float *ws, int sp, cudaStream_t s) {
+    using S = qg_shape<QT>;
+    static unsigned done[2];
+    int dev = 0;
+    cudaGetDevice(&dev);
+    const int steps = K / S::BK, sps = (steps + sp - 1) / sp;
+    sp = (steps + sps - 1) / sps; /* no empty split */
+    dim3 grid((unsigned)((N + QG_BM - 1) / QG_BM), (unsigned)((T + QG_BN - 1) / QG_BN), (unsigned)sp);
+    cudaError_t e;
+    if (sp > 1) {
+        e = tbc_smem_optin(qgemm_kernel<QT, true>, S::SMEM, dev, &done[1]);
+        if (e == cudaSuccess)
+            e = tbc_launch(qgemm_kernel<QT, true>, grid, dim3(QG_THREADS), (size_t)S::SMEM, s, x16, w, bias, y, ws, T,
+                           K, N, sps);
+        if (e != cudaSuccess) return e;
+        const size_t total = (size_t)T * (size_t)N;
+        const unsigned blocks = (unsigned)((total + 255) / 256 < 4096 ? (total + 255) / 256 : 4096);
+        return tbc_launch(qgemm_reduce_kernel, dim3(blocks), dim3(256), 0, s, (const float *)ws, bias, y, T, N, sp);
+    }
+    e = tbc_smem_optin(qgemm_kernel<QT, false>, S::SMEM, dev, &done[0]);
+    if (e != cudaSuccess) return e;
+    return tbc_launch(qgemm_kernel<QT, false>, grid, dim3(QG_THREADS), (size_t)S::SMEM, s, x16, w, bias, y,
+                      (float *)nullptr, T, K, N, steps);
+}
+
+extern "C" cudaError_t tbc_qgemm(const void *x16, const tbc_qweight *w, const float *bias, float *y, int T, int K,
+                                 int N, float *ws, size_t ws_bytes, cudaStream_t s) {
+    if (!tbc_qgemm_supports(w, x16, T, K) || N < 1) return cudaErrorInvalidValue;
+    const int sp = ws ? tbc_qgemm_splits(w, T, K, N, ws_bytes) : 1;
+    const __half *xh = (const __half *)x16;
+    switch (w->type) {
+    case TBC_Q_I8: return qgemm_launch<QT_I8>(xh, *w, bias, y, T, K, N, ws, sp, s);
+    case TBC_Q_FP8: return qgemm_launch<QT_FP8>(xh, *w, bias, y, T, K, N, ws, sp, s);
+    default: return qgemm_launch<QT_I4>(xh, *w, bias, y, T, K, N, ws, sp, s);
+    }
+}
