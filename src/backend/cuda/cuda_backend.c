@@ -94,9 +94,10 @@
 #define TB_CUDA_DEFAULT_QCHUNK_FP8 16
 #define TB_CUDA_DEFAULT_QCHUNK_I4 16
 /* quantized steps of more tokens than the chunks take, up to this many: the
- * mixed-input GEMM instead of the dequantised f16 weights (H100, 8-layer 7B,
- * 64 tokens: int4 1.81 against 3.62 ms, int8 1.87 against 3.48) */
-#define TB_CUDA_DEFAULT_QGEMM 256
+ * mixed-input GEMM instead of the dequantised f16 weights and cuBLAS (H100,
+ * 8-layer 7B, 64 tokens: int4 1.81 against 3.62 ms, int8 1.87 against 3.48;
+ * prefill 128 int8 2.93 against 3.71, 256 4.63 against 4.08) */
+#define TB_CUDA_DEFAULT_QGEMM 192
 /* scores of one pass of prefill attention (H x query rows x keys, f32) */
 #define PREFILL_S_BYTES ((size_t)64 << 20)
 
