@@ -1443,10 +1443,11 @@ static void run_all(void) {
     pattern_q(PAT_MM_SILU_MM, TB_FP8_E4M3, 64, 2, 24, 256, 32);
     pattern_q(PAT_NORM_MM, TB_FP8_E4M3, 64, 0, 20, 12800, 16);
     fp8_qkv_attention_chains();
-    /* steps of 9..24 tokens, which the GPU runs as chunks of 8 tokens on
-     * the quantized GEMV (a remainder of 1..7 on the one-token or smaller
-     * kernels), the chains around them unfused (x in f32, not the f16 copy
-     * of the dequantised path); and one token of int4 with zeros */
+    /* steps of 9..24 tokens, which the GPU runs on the mixed-input GEMM
+     * (16- and 32-token tiles) or, with TB_CUDA_QCHUNK=24 (a row of
+     * bench/gpu/run.sh), as chunks of 8 tokens on the quantized GEMV (a
+     * remainder of 1..7 on the one-token or smaller kernels, x in f32); and
+     * one token of int4 with zeros */
     op_qmatmul(TB_I8, 12, 256, 70, 256, 1, 0);
     op_qmatmul(TB_I8, 16, 512, 40, 512, 0, 0);
     op_qmatmul(TB_FP8_E4M3, 13, 256, 33, 256, 1, 0);

@@ -92,7 +92,7 @@
  * 20 1.85 against 1.63; int8 12 1.89 against 1.53 (8: no int8 chunks) */
 #define TB_CUDA_DEFAULT_QCHUNK_I8 8
 #define TB_CUDA_DEFAULT_QCHUNK_FP8 16
-#define TB_CUDA_DEFAULT_QCHUNK_I4 16
+#define TB_CUDA_DEFAULT_QCHUNK_I4 8
 /* quantized steps of more tokens than the chunks take, up to this many: the
  * mixed-input GEMM instead of the dequantised f16 weights and cuBLAS (H100,
  * 8-layer 7B, 64 tokens: int4 1.81 against 3.62 ms, int8 1.87 against 3.48;
@@ -816,6 +816,7 @@ static tb_status cuda_load_weights(tb_backend *b, const tb_graph *g, void **bufs
         CU_TRY(cudaMalloc(&c->wdq, wdq), "allocating dequantised weight scratch");
         c->wdq_bytes = wdq;
     }
+
     if (part && !c->partial) {
         CU_TRY(cudaMalloc((void **)&c->partial, part * sizeof(float)), "allocating attention scratch");
         c->partial_floats = part;
@@ -2333,6 +2334,8 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     if (qce && *qce) c->qchunk[TBC_Q_I8] = c->qchunk[TBC_Q_FP8] = c->qchunk[TBC_Q_I4] = atoi(qce);
     const char *qge = getenv("TB_CUDA_QGEMM");
     c->qgemm = qge && *qge ? atoi(qge) : TB_CUDA_DEFAULT_QGEMM;
+    const char *qgb = getenv("TB_CUDA_QGEMM_BN");
+    tbc_set_qgemm_bn(qgb && *qgb ? atoi(qgb) : 0);
     const char *i8e = getenv("TB_CUDA_I8_GEMM"), *i8a = getenv("TB_CUDA_I8_GEMM_ALL");
     c->i8_gemm = i8e && *i8e ? atoi(i8e) : TBC_GEMV_MAX_T + 1;
     if (c->i8_gemm < 0) c->i8_gemm = 0;

@@ -32,17 +32,19 @@
 #include "backend/cuda/qwiden.cuh"
 
 #define QG_BM 128
-#define QG_BN 64
 #define QG_THREADS 256
 #define QG_MAX_SPLITS 8
 
-template <int QT>
+/* NT: 8-token mma tiles a warp takes (4, 2 or 1): the block holds 16 NT
+ * tokens. */
+template <int QT, int NT>
 struct qg_shape {
+    static constexpr int BN = 16 * NT;                /* tokens a block */
     static constexpr int BK = QT == QT_I4 ? 128 : 64; /* k a step */
     static constexpr int U = BK / 8;                  /* 16-byte units of x a token and step */
     static constexpr int XROW = U * 16 + 16;          /* bytes of a token's row in shared memory */
     static constexpr int WB = QG_BM * 64;             /* codes a step */
-    static constexpr int XB = QG_BN * XROW;
+    static constexpr int XB = BN * XROW;
     static constexpr int SB = QT == QT_I4 ? QG_BM * 4 * 4 * 2 : 0; /* scales and zeros: <= 4 groups a step */
     static constexpr int STAGE = WB + XB + SB;
     static constexpr int NS = QT == QT_I4 ? 3 : 4; /* steps in flight: two int4 / three int8 blocks an SM */
@@ -90,10 +92,10 @@ __device__ __forceinline__ void widen_word4_nat(uint32_t w, __half2 s, __half2 z
 /* Step `step` of the block into stage buffer st: codes of rows row0 .. +
  * 127 (rows past N read row N - 1, never stored), x16 of tokens tok0 .. +
  * 63 (past T: zeros), int4 scales and zeros of the step's groups. */
-template <int QT>
+template <int QT, int NT>
 __device__ __forceinline__ void qg_load_w(unsigned char *st, const tbc_qweight &w, int row0, int N, size_t row_bytes,
                                           int step, int tid) {
-    using S = qg_shape<QT>;
+    using S = qg_shape<QT, NT>;
     const unsigned char *codes = (const unsigned char *)w.codes;
 #pragma unroll
     for (int i = 0; i < QG_BM * 4 / QG_THREADS; i++) {
@@ -114,14 +116,15 @@ __device__ __forceinline__ void qg_load_w(unsigned char *st, const tbc_qweight &
     }
 }
 
-template <int QT>
+template <int QT, int NT>
 __device__ __forceinline__ void qg_load_x(unsigned char *st, const __half *x16, int tok0, int T, int K, int step,
                                           int tid) {
-    using S = qg_shape<QT>;
+    using S = qg_shape<QT, NT>;
     unsigned char *xs = st + S::WB;
 #pragma unroll
-    for (int i = 0; i < QG_BN * S::U / QG_THREADS; i++) {
+    for (int i = 0; i < (S::BN * S::U + QG_THREADS - 1) / QG_THREADS; i++) {
         const int lin = tid + QG_THREADS * i, tok = lin / S::U, c = lin % S::U;
+        if (S::BN * S::U % QG_THREADS && lin >= S::BN * S::U) break;
         int slot = c;
         if (QT == QT_I4) {
             const int q = c >> 2, j = c & 3;
@@ -134,27 +137,30 @@ __device__ __forceinline__ void qg_load_x(unsigned char *st, const __half *x16, 
 }
 
 /* SPLIT: blockIdx.z takes steps [z * sps, (z + 1) * sps) and writes its
- * partial sums (row scales applied, no bias) to ws[z] (T, N); else y. */
-template <int QT, bool SPLIT>
+ * partial sums (row scales applied, no bias) to ws[z] (T, N), which
+ * qgemm_reduce_kernel adds; else y. (The last split of a tile adding them,
+ * found by an atomic counter a tile, was tried: its one block's serial sum
+ * at the end of the launch made 8-layer 7B steps 7-27% slower on an H100.) */
+template <int QT, int NT, bool SPLIT>
 __global__ void __launch_bounds__(QG_THREADS, QT == QT_I4 ? 2 : 3)
     qgemm_kernel(const __half *__restrict__ x16, tbc_qweight w, const float *__restrict__ bias, float *__restrict__ y,
                  float *__restrict__ ws, int T, int K, int N, int sps) {
-    using S = qg_shape<QT>;
+    using S = qg_shape<QT, NT>;
     extern __shared__ __align__(16) unsigned char qg_smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, q = lane & 3, wm = warp & 3, wn = warp >> 2;
-    const int row0 = blockIdx.x * QG_BM, tok0 = blockIdx.y * QG_BN;
+    const int row0 = blockIdx.x * QG_BM, tok0 = blockIdx.y * S::BN;
     const int steps = K / S::BK;
     const int s0 = SPLIT ? blockIdx.z * sps : 0;
     const int s1 = SPLIT ? min(steps, s0 + sps) : steps;
     const int n = s1 - s0;
     const size_t row_bytes = QT == QT_I4 ? (size_t)K / 2 : (size_t)K;
 
-    float acc[2][4][4];
+    float acc[2][NT][4];
 #pragma unroll
     for (int a = 0; a < 2; a++)
 #pragma unroll
-        for (int b = 0; b < 4; b++)
+        for (int b = 0; b < NT; b++)
 #pragma unroll
             for (int c = 0; c < 4; c++) acc[a][b][c] = 0.0f;
 
@@ -162,11 +168,11 @@ __global__ void __launch_bounds__(QG_THREADS, QT == QT_I4 ? 2 : 3)
      * are on their way before waiting for it */
 #pragma unroll
     for (int i = 0; i < S::NS - 1; i++)
-        if (i < n) qg_load_w<QT>(qg_smem + i * S::STAGE, w, row0, N, row_bytes, s0 + i, tid);
+        if (i < n) qg_load_w<QT, NT>(qg_smem + i * S::STAGE, w, row0, N, row_bytes, s0 + i, tid);
     tbc_pdl_wait();
 #pragma unroll
     for (int i = 0; i < S::NS - 1; i++) {
-        if (i < n) qg_load_x<QT>(qg_smem + i * S::STAGE, x16, tok0, T, K, s0 + i, tid);
+        if (i < n) qg_load_x<QT, NT>(qg_smem + i * S::STAGE, x16, tok0, T, K, s0 + i, tid);
         qg_commit();
     }
 
@@ -178,8 +184,8 @@ __global__ void __launch_bounds__(QG_THREADS, QT == QT_I4 ? 2 : 3)
             const int nx = it + S::NS - 1;
             if (nx < n) {
                 unsigned char *st = qg_smem + (nx % S::NS) * S::STAGE;
-                qg_load_w<QT>(st, w, row0, N, row_bytes, s0 + nx, tid);
-                qg_load_x<QT>(st, x16, tok0, T, K, s0 + nx, tid);
+                qg_load_w<QT, NT>(st, w, row0, N, row_bytes, s0 + nx, tid);
+                qg_load_x<QT, NT>(st, x16, tok0, T, K, s0 + nx, tid);
             }
             qg_commit();
         }
@@ -203,10 +209,10 @@ __global__ void __launch_bounds__(QG_THREADS, QT == QT_I4 ? 2 : 3)
         if (QT == QT_I4) {
 #pragma unroll
             for (int j = 0; j < 4; j++) {
-                uint4 xb[4];
+                uint4 xb[NT];
 #pragma unroll
-                for (int nt = 0; nt < 4; nt++) {
-                    const int tok = 32 * wn + 8 * nt + g;
+                for (int nt = 0; nt < NT; nt++) {
+                    const int tok = 8 * NT * wn + 8 * nt + g;
                     xb[nt] = *reinterpret_cast<const uint4 *>(xs + tok * S::XROW + 16 * (4 * q + (j ^ (q & 2))));
                 }
 #pragma unroll
@@ -217,7 +223,7 @@ __global__ void __launch_bounds__(QG_THREADS, QT == QT_I4 ? 2 : 3)
                     widen_word4_nat(ua, sa[mt], za[mt], ha);
                     widen_word4_nat(ub, sb[mt], zb[mt], hb);
 #pragma unroll
-                    for (int nt = 0; nt < 4; nt++) {
+                    for (int nt = 0; nt < NT; nt++) {
                         mma16816<TBC_F16>(acc[mt][nt], ha[0], hb[0], ha[1], hb[1], xb[nt].x, xb[nt].y);
                         mma16816<TBC_F16>(acc[mt][nt], ha[2], hb[2], ha[3], hb[3], xb[nt].z, xb[nt].w);
                     }
@@ -226,10 +232,10 @@ __global__ void __launch_bounds__(QG_THREADS, QT == QT_I4 ? 2 : 3)
         } else {
 #pragma unroll
             for (int j = 0; j < 2; j++) {
-                uint4 xb[4];
+                uint4 xb[NT];
 #pragma unroll
-                for (int nt = 0; nt < 4; nt++) {
-                    const int tok = 32 * wn + 8 * nt + g;
+                for (int nt = 0; nt < NT; nt++) {
+                    const int tok = 8 * NT * wn + 8 * nt + g;
                     xb[nt] = *reinterpret_cast<const uint4 *>(xs + tok * S::XROW + 16 * (2 * q + j));
                 }
 #pragma unroll
@@ -243,7 +249,7 @@ __global__ void __launch_bounds__(QG_THREADS, QT == QT_I4 ? 2 : 3)
                         widen_word8<QT>(ua, a0, a1);
                         widen_word8<QT>(ub, b0, b1);
 #pragma unroll
-                        for (int nt = 0; nt < 4; nt++)
+                        for (int nt = 0; nt < NT; nt++)
                             mma16816<TBC_F16>(acc[mt][nt], a0, b0, a1, b1, h ? xb[nt].z : xb[nt].x,
                                               h ? xb[nt].w : xb[nt].y);
                     }
@@ -266,8 +272,8 @@ __global__ void __launch_bounds__(QG_THREADS, QT == QT_I4 ? 2 : 3)
             if (QT != QT_I4) mul = __ldg(w.scales + r);
             if (!SPLIT && bias) add = __ldg(bias + r);
 #pragma unroll
-            for (int nt = 0; nt < 4; nt++) {
-                const int t = tok0 + 32 * wn + 8 * nt + 2 * q;
+            for (int nt = 0; nt < NT; nt++) {
+                const int t = tok0 + 8 * NT * wn + 8 * nt + 2 * q;
                 if (t < T) out[(size_t)t * N + r] = acc[mt][nt][2 * hr] * mul + add;
                 if (t + 1 < T) out[(size_t)(t + 1) * N + r] = acc[mt][nt][2 * hr + 1] * mul + add;
             }
@@ -306,10 +312,19 @@ extern "C" int tbc_qgemm_supports(const tbc_qweight *w, const void *x16, int T, 
     return (w->type == TBC_Q_I8 || w->type == TBC_Q_FP8) && K % 64 == 0 && w->group == K && !w->zeros;
 }
 
+/* Tokens a block: 16 / 32 / 64 (tbc_set_qgemm_bn), 0: by T. */
+static int qgemm_bn = 0;
+extern "C" void tbc_set_qgemm_bn(int bn) { qgemm_bn = bn == 16 || bn == 32 || bn == 64 ? bn : 0; }
+
+static int qg_bn_of(int T) {
+    if (qgemm_bn) return qgemm_bn;
+    return T <= 16 ? 16 : T <= 32 ? 32 : 64;
+}
+
 extern "C" int tbc_qgemm_splits(const tbc_qweight *w, int T, int K, int N, size_t ws_bytes) {
-    const int bk = w->type == TBC_Q_I4 ? 128 : 64, steps = K / bk;
+    const int bk = w->type == TBC_Q_I4 ? 128 : 64, steps = K / bk, bn = qg_bn_of(T);
     const int per_sm = w->type == TBC_Q_I4 ? 2 : 3;
-    const long blocks = (long)((N + QG_BM - 1) / QG_BM) * (long)((T + QG_BN - 1) / QG_BN);
+    const long blocks = (long)((N + QG_BM - 1) / QG_BM) * (long)((T + bn - 1) / bn);
     const long target = (long)qg_sms() * per_sm;
     if (blocks >= target) return 1;
     int sp = (int)((target + blocks - 1) / blocks);
@@ -319,31 +334,41 @@ extern "C" int tbc_qgemm_splits(const tbc_qweight *w, int T, int K, int N, size_
     return sp;
 }
 
-template <int QT>
+template <int QT, int NT>
 static cudaError_t qgemm_launch(const __half *x16, const tbc_qweight &w, const float *bias, float *y, int T, int K,
                                 int N, float *ws, int sp, cudaStream_t s) {
-    using S = qg_shape<QT>;
+    using S = qg_shape<QT, NT>;
     static unsigned done[2];
     int dev = 0;
     cudaGetDevice(&dev);
     const int steps = K / S::BK, sps = (steps + sp - 1) / sp;
     sp = (steps + sps - 1) / sps; /* no empty split */
-    dim3 grid((unsigned)((N + QG_BM - 1) / QG_BM), (unsigned)((T + QG_BN - 1) / QG_BN), (unsigned)sp);
+    dim3 grid((unsigned)((N + QG_BM - 1) / QG_BM), (unsigned)((T + S::BN - 1) / S::BN), (unsigned)sp);
     cudaError_t e;
     if (sp > 1) {
-        e = tbc_smem_optin(qgemm_kernel<QT, true>, S::SMEM, dev, &done[1]);
+        e = tbc_smem_optin(qgemm_kernel<QT, NT, true>, S::SMEM, dev, &done[1]);
         if (e == cudaSuccess)
-            e = tbc_launch(qgemm_kernel<QT, true>, grid, dim3(QG_THREADS), (size_t)S::SMEM, s, x16, w, bias, y, ws, T,
-                           K, N, sps);
+            e = tbc_launch(qgemm_kernel<QT, NT, true>, grid, dim3(QG_THREADS), (size_t)S::SMEM, s, x16, w, bias, y,
+                           ws, T, K, N, sps);
         if (e != cudaSuccess) return e;
         const size_t total = (size_t)T * (size_t)N;
         const unsigned blocks = (unsigned)((total + 255) / 256 < 4096 ? (total + 255) / 256 : 4096);
         return tbc_launch(qgemm_reduce_kernel, dim3(blocks), dim3(256), 0, s, (const float *)ws, bias, y, T, N, sp);
     }
-    e = tbc_smem_optin(qgemm_kernel<QT, false>, S::SMEM, dev, &done[0]);
+    e = tbc_smem_optin(qgemm_kernel<QT, NT, false>, S::SMEM, dev, &done[0]);
     if (e != cudaSuccess) return e;
-    return tbc_launch(qgemm_kernel<QT, false>, grid, dim3(QG_THREADS), (size_t)S::SMEM, s, x16, w, bias, y,
+    return tbc_launch(qgemm_kernel<QT, NT, false>, grid, dim3(QG_THREADS), (size_t)S::SMEM, s, x16, w, bias, y,
                       (float *)nullptr, T, K, N, steps);
+}
+
+template <int QT>
+static cudaError_t qgemm_launch_bn(const __half *x16, const tbc_qweight &w, const float *bias, float *y, int T,
+                                   int K, int N, float *ws, int sp, cudaStream_t s) {
+    switch (qg_bn_of(T)) {
+    case 16: return qgemm_launch<QT, 1>(x16, w, bias, y, T, K, N, ws, sp, s);
+    case 32: return qgemm_launch<QT, 2>(x16, w, bias, y, T, K, N, ws, sp, s);
+    default: return qgemm_launch<QT, 4>(x16, w, bias, y, T, K, N, ws, sp, s);
+    }
 }
 
 extern "C" cudaError_t tbc_qgemm(const void *x16, const tbc_qweight *w, const float *bias, float *y, int T, int K,
@@ -352,8 +377,8 @@ extern "C" cudaError_t tbc_qgemm(const void *x16, const tbc_qweight *w, const fl
     const int sp = ws ? tbc_qgemm_splits(w, T, K, N, ws_bytes) : 1;
     const __half *xh = (const __half *)x16;
     switch (w->type) {
-    case TBC_Q_I8: return qgemm_launch<QT_I8>(xh, *w, bias, y, T, K, N, ws, sp, s);
-    case TBC_Q_FP8: return qgemm_launch<QT_FP8>(xh, *w, bias, y, T, K, N, ws, sp, s);
-    default: return qgemm_launch<QT_I4>(xh, *w, bias, y, T, K, N, ws, sp, s);
+    case TBC_Q_I8: return qgemm_launch_bn<QT_I8>(xh, *w, bias, y, T, K, N, ws, sp, s);
+    case TBC_Q_FP8: return qgemm_launch_bn<QT_FP8>(xh, *w, bias, y, T, K, N, ws, sp, s);
+    default: return qgemm_launch_bn<QT_I4>(xh, *w, bias, y, T, K, N, ws, sp, s);
     }
 }

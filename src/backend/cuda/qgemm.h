@@ -34,6 +34,10 @@ int tbc_qgemm_supports(const tbc_qweight *w, const void *x16, int T, int K);
  * of ws_bytes (1: none; each split needs T * N floats of it). */
 int tbc_qgemm_splits(const tbc_qweight *w, int T, int K, int N, size_t ws_bytes);
 
+/* Tokens a block takes (16, 32 or 64; else 0: 16 up to 16 tokens, 32 up
+ * to 32, 64 above). Process-wide; the backend sets it from TB_CUDA_QGEMM_BN. */
+void tbc_set_qgemm_bn(int bn);
+
 /* y (T, N) f32 = x16 . dq(w)^T (+ bias (N)); ws: the workspace of
  * tbc_qgemm_splits (may be NULL when ws_bytes is 0). Launched with the
  * programmatic-serialization attribute while tbc_pdl_on (the kernels wait
