@@ -86,18 +86,19 @@
  * step 1.05 ms there against 1.92 for 15 tokens on the chunked GEMV */
 #define TB_CUDA_DEFAULT_FP8_GEMM 9
 /* the largest steps of quantized matmuls run as chunks of TBC_GEMV_MAX_T
- * tokens on the GEMV (qchunk_ok; int8, e4m3 where the FP8 GEMM is off or set
- * above 9, int4); larger ones take the mixed-input GEMM (qgemm.h). H100,
- * 8-layer 7B, chunks against the GEMM: int4 16 tokens 1.33 against 1.59 ms,
- * 20 1.85 against 1.63; int8 12 1.89 against 1.53 (8: no int8 chunks) */
+ * tokens on the GEMV (qchunk_ok; 8: none); larger ones take the mixed-input
+ * GEMM (qgemm.h). 8-layer 7B, the GEMM against chunks: H200 int8 12 tokens
+ * 1.01 against 1.54 ms, int4 9 / 16 tokens 1.11 / 1.13 against 1.12 / 1.22;
+ * e4m3 (only where the FP8 GEMM is off) kept at 16, not measured */
 #define TB_CUDA_DEFAULT_QCHUNK_I8 8
 #define TB_CUDA_DEFAULT_QCHUNK_FP8 16
 #define TB_CUDA_DEFAULT_QCHUNK_I4 8
 /* quantized steps of more tokens than the chunks take, up to this many: the
- * mixed-input GEMM instead of the dequantised f16 weights and cuBLAS (H100,
- * 8-layer 7B, 64 tokens: int4 1.81 against 3.62 ms, int8 1.87 against 3.48;
- * prefill 128 int8 2.93 against 3.71, 256 4.63 against 4.08) */
-#define TB_CUDA_DEFAULT_QGEMM 192
+ * mixed-input GEMM instead of the dequantised f16 weights and cuBLAS (H200,
+ * 8-layer 7B, 64 tokens: int8 1.61 against 2.71 ms, int4 1.72 against 3.15;
+ * prefill of 128 tokens int8 2.84 against 2.95, int4 2.81 against 3.28, of
+ * 192 3.57 against 3.27 / 4.12 against 3.57) */
+#define TB_CUDA_DEFAULT_QGEMM 128
 /* scores of one pass of prefill attention (H x query rows x keys, f32) */
 #define PREFILL_S_BYTES ((size_t)64 << 20)
 
