@@ -1,12 +1,12 @@
 /* qgemm.cu — the mixed-input GEMM of quantized weights (qgemm.h).
  *
- * Block: 256 threads, 128 rows (weights) by 64 tokens; warp w takes rows
- * 32 (w % 4) .. + 31 (two 16-row mma tiles) and tokens 32 (w / 4) .. + 31
- * (four 8-token tiles): each widened A fragment feeds four mmas. A step is
- * 64 bytes of every row (64 codes of int8 / e4m3, 128 of int4) and the x of
- * the same k for the 64 tokens (f16); NS steps are in flight in a ring of
- * shared memory (cp.async), int4 steps also carry the scales (and zeros) of
- * their groups.
+ * Block: 256 threads, 128 rows (weights) by 16 NT tokens (NT = 1, 2 or 4
+ * by the step's size: 16, 32, 64); warp w takes rows 32 (w % 4) .. + 31
+ * (two 16-row mma tiles) and the NT 8-token tiles from 8 NT (w / 4): each
+ * widened A fragment feeds NT mmas. A step is 64 bytes of every row (64
+ * codes of int8 / e4m3, 128 of int4) and the x of the same k for the
+ * block's tokens (f16); NS steps are in flight in a ring of shared memory
+ * (cp.async), int4 steps also carry the scales (and zeros) of their groups.
  *
  * k order: thread (g, q) of a warp (g = lane / 4, q = lane % 4) reads the
  * 16 bytes q of a row's step (int8: k = 16 q .. 16 q + 15, int4: 32 q ..
@@ -20,7 +20,7 @@
  * then code * scale + zero in f16, what the GEMV computes.
  *
  * Shared memory of x: a token's row of 16-byte units, the row 16 bytes
- * longer than the step (128 mod 16 bytes, so that the 8 lanes of a
+ * longer than the step (16 mod 128 bytes, so that the 8 lanes of a
  * 16-byte load phase fall on 8 distinct bank groups); int4's unit of
  * (q, j) sits at 4 q + (j ^ (q & 2)) for the same reason. */
 #include <stdint.h>
