@@ -1279,6 +1279,7 @@ static void attention_shapes(tb_dtype kv, int more) {
 /* ---------------------------------------------------------------- all */
 static const int Ts[] = {1, 3, 17};
 static int only_attention; /* TURBINE_TEST_ONLY=attention */
+static int only_qgemm;     /* TURBINE_TEST_ONLY=qgemm */
 
 /* The e4m3 qkv > attention chains: at 17 tokens (the attention kernel, RoPE
  * in front) and 40- and 70-token runs (the prefill path; from 64 tokens a
@@ -1311,10 +1312,56 @@ static void run_attention_only(void) {
     fp8_qkv_attention_chains();
 }
 
+/* Quantized steps of 9+ tokens (also TURBINE_TEST_ONLY=qgemm, the GPU's
+ * block shapes through TB_CUDA_QGEMM_CFG / _SPLIT) */
+static void qgemm_cases(void) {
+    static const tb_dtype qdts[] = {TB_I8, TB_FP8_E4M3, TB_I4};
+    /* steps of 9..24 tokens, which the GPU runs on the mixed-input GEMM
+     * (16- and 32-token tiles) or, with TB_CUDA_QCHUNK=24 (a row of
+     * bench/gpu/run.sh), as chunks of 8 tokens on the quantized GEMV (a
+     * remainder of 1..7 on the one-token or smaller kernels, x in f32); and
+     * one token of int4 with zeros */
+    op_qmatmul(TB_I8, 12, 256, 70, 256, 1, 0);
+    op_qmatmul(TB_I8, 16, 512, 40, 512, 0, 0);
+    op_qmatmul(TB_FP8_E4M3, 13, 256, 33, 256, 1, 0);
+    op_qmatmul(TB_I4, 17, 256, 40, 64, 1, 1);
+    op_qmatmul(TB_I4, 24, 4096, 24, 128, 0, 0);
+    op_qmatmul(TB_I4, 1, 256, 40, 64, 1, 1);
+    for (int qi = 0; qi < 3; qi++) {
+        pattern_q(PAT_MM_SILU_MM, qdts[qi], 64, 0, 12, 256, 48);
+        pattern_q(PAT_NORM_MM, qdts[qi], 128, qdts[qi] == TB_I4, 20, 256, 56);
+    }
+    /* int8 shapes the int8 GEMM takes (K, N multiples of 16) when asked
+     * for (TB_CUDA_I8_GEMM_ALL=1): against x rounded per token as it does */
+    op_qmatmul(TB_I8, 24, 256, 48, 256, 1, 0);
+    op_qmatmul(TB_I8, 64, 512, 32, 512, 0, 0);
+    /* steps past the chunks (int8 > 24, int4 > 40 tokens), which the GPU
+     * runs on the mixed-input GEMM (qgemm.cu): rows past a 128-row block,
+     * tokens past a 64-token tile, int4 groups of 32 / 64 / 128 with and
+     * without zeros, and shapes of few row blocks, whose K is split across
+     * blocks (partial sums added in order after); then chains whose
+     * producers write the GEMM's f16 x */
+    op_qmatmul(TB_I8, 25, 512, 200, 512, 1, 0);
+    op_qmatmul(TB_I8, 64, 4096, 136, 4096, 1, 0);
+    op_qmatmul(TB_I8, 100, 1024, 72, 1024, 0, 0);
+    op_qmatmul(TB_I4, 41, 1024, 96, 32, 1, 1);
+    op_qmatmul(TB_I4, 70, 2048, 300, 64, 0, 1);
+    op_qmatmul(TB_I4, 128, 4096, 64, 128, 1, 0);
+    op_qmatmul(TB_I4, 64, 11008, 256, 128, 0, 0);
+    for (int qi = 0; qi < 3; qi++) {
+        pattern_q(PAT_MM_SILU_MM, qdts[qi], 64, 0, 48, 256, 48);
+        pattern_q(PAT_NORM_MM, qdts[qi], 128, qdts[qi] == TB_I4, 66, 512, 136);
+    }
+}
+
 static void run_all(void) {
     static const tb_dtype wdts[] = {TB_F32, TB_F16, TB_BF16};
     if (only_attention) {
         run_attention_only();
+        return;
+    }
+    if (only_qgemm) {
+        qgemm_cases();
         return;
     }
     for (int di = 0; di < 3; di++) {
@@ -1443,51 +1490,17 @@ static void run_all(void) {
     pattern_q(PAT_MM_SILU_MM, TB_FP8_E4M3, 64, 2, 24, 256, 32);
     pattern_q(PAT_NORM_MM, TB_FP8_E4M3, 64, 0, 20, 12800, 16);
     fp8_qkv_attention_chains();
-    /* steps of 9..24 tokens, which the GPU runs on the mixed-input GEMM
-     * (16- and 32-token tiles) or, with TB_CUDA_QCHUNK=24 (a row of
-     * bench/gpu/run.sh), as chunks of 8 tokens on the quantized GEMV (a
-     * remainder of 1..7 on the one-token or smaller kernels, x in f32); and
-     * one token of int4 with zeros */
-    op_qmatmul(TB_I8, 12, 256, 70, 256, 1, 0);
-    op_qmatmul(TB_I8, 16, 512, 40, 512, 0, 0);
-    op_qmatmul(TB_FP8_E4M3, 13, 256, 33, 256, 1, 0);
-    op_qmatmul(TB_I4, 17, 256, 40, 64, 1, 1);
-    op_qmatmul(TB_I4, 24, 4096, 24, 128, 0, 0);
-    op_qmatmul(TB_I4, 1, 256, 40, 64, 1, 1);
-    for (int qi = 0; qi < 3; qi++) {
-        pattern_q(PAT_MM_SILU_MM, qdts[qi], 64, 0, 12, 256, 48);
-        pattern_q(PAT_NORM_MM, qdts[qi], 128, qdts[qi] == TB_I4, 20, 256, 56);
-    }
-    /* int8 shapes the int8 GEMM takes (K, N multiples of 16) when asked
-     * for (TB_CUDA_I8_GEMM_ALL=1): against x rounded per token as it does */
-    op_qmatmul(TB_I8, 24, 256, 48, 256, 1, 0);
-    op_qmatmul(TB_I8, 64, 512, 32, 512, 0, 0);
-    /* steps past the chunks (int8 > 24, int4 > 40 tokens), which the GPU
-     * runs on the mixed-input GEMM (qgemm.cu): rows past a 128-row block,
-     * tokens past a 64-token tile, int4 groups of 32 / 64 / 128 with and
-     * without zeros, and shapes of few row blocks, whose K is split across
-     * blocks (partial sums added in order after); then chains whose
-     * producers write the GEMM's f16 x */
-    op_qmatmul(TB_I8, 25, 512, 200, 512, 1, 0);
-    op_qmatmul(TB_I8, 64, 4096, 136, 4096, 1, 0);
-    op_qmatmul(TB_I8, 100, 1024, 72, 1024, 0, 0);
-    op_qmatmul(TB_I4, 41, 1024, 96, 32, 1, 1);
-    op_qmatmul(TB_I4, 70, 2048, 300, 64, 0, 1);
-    op_qmatmul(TB_I4, 128, 4096, 64, 128, 1, 0);
-    op_qmatmul(TB_I4, 64, 11008, 256, 128, 0, 0);
-    for (int qi = 0; qi < 3; qi++) {
-        pattern_q(PAT_MM_SILU_MM, qdts[qi], 64, 0, 48, 256, 48);
-        pattern_q(PAT_NORM_MM, qdts[qi], 128, qdts[qi] == TB_I4, 66, 512, 136);
-    }
+    qgemm_cases();
 }
 
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0); /* the log up to a crash */
     const char *only = getenv("TURBINE_TEST_ONLY");
     if (only && *only) {
-        CHECK_MSG(!strcmp(only, "attention"), "TURBINE_TEST_ONLY=%s: only 'attention' is known", only);
-        if (strcmp(only, "attention")) return tb_test_finish("test_backend_ops");
-        only_attention = 1;
+        only_attention = !strcmp(only, "attention");
+        only_qgemm = !strcmp(only, "qgemm");
+        CHECK_MSG(only_attention || only_qgemm, "TURBINE_TEST_ONLY=%s: 'attention' or 'qgemm'", only);
+        if (!only_attention && !only_qgemm) return tb_test_finish("test_backend_ops");
     }
     /* the CPU, once per SIMD path it runs */
     static const char *paths[] = {"avx512", "avx2", "scalar"};
@@ -1531,7 +1544,7 @@ int main(void) {
         /* an LLM op added to the IR fails here until it has a case (the
          * general ops of ops_nn.def: test_nn_*.c, every kernel against its
          * reference) */
-        for (int k = 0; k < TB_OP_NN_FIRST && !only_attention; k++)
+        for (int k = 0; k < TB_OP_NN_FIRST && !only_attention && !only_qgemm; k++)
             CHECK_MSG(covered[k], "%s: op %s has no case in test_backend_ops", cur_bk->label,
                       tb_op_name((tb_op_kind)k));
         printf(" -> %s\n", tb_test_failures == fails ? "ok" : "FAILED");

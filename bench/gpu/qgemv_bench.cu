@@ -10,6 +10,9 @@
  * to fill 512 MiB, so every launch reads its matrix from device memory and
  * not from L2; the best of --reps replays counts. Bytes per launch are the
  * codes plus the scales (and zeros) plus x; the figure is bytes / time.
+ * --gemm 1,4,... times the mixed-input GEMM (qgemm.cu) instead, with
+ * tbc_set_qgemm_cfg's block shapes, on f16 x, K splits by its rule or
+ * --split 1,2,... (0: the rule); its workspace holds 8 splits.
  * --variant picks tbc_set_qgemv_variant's kernel (see cuda_kernels.h; 4..9, 12, 13 the
  * pipelined kernels, 15 the one-token Q8 kernel of int8 / int4); TB_CUDA_QGEMV_XW=1 stages x per warp (tbc_set_qgemv_xw).
  * Built with the CUDA backend (target qgemv_bench) and packed by
@@ -21,6 +24,7 @@
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/qgemm.h"
 
 #define CK(x)                                                                                                   \
     do {                                                                                                        \
@@ -120,19 +124,26 @@ static double read_bw(cudaStream_t s, int reps) {
 enum { K_F16 = 0, K_I8, K_FP8, K_I4 };
 static const char *kind_name[] = {"f16", "int8", "fp8", "int4-g128"};
 
-/* One launch of kind's matmul (N, K) over T tokens of x into y. */
+/* The mixed-input GEMM's f16 x and split workspace (gemm >= 0). */
+static const void *g_x16;
+static float *g_ws;
+static size_t g_ws_bytes;
+
+/* One launch of kind's matmul (N, K) over T tokens of x into y; gemm >= 0:
+ * the mixed-input GEMM on g_x16. */
 static cudaError_t launch_one(int kind, void *codes, float *scales, int group, const float *x, float *y, int T, int K,
-                              int N, int simt, cudaStream_t s) {
+                              int N, int simt, int gemm, cudaStream_t s) {
     if (kind == K_F16) {
         tbc_gemv_opts o = {simt, TBC_SIMT_ROW};
         return tbc_gemv_ex(x, codes, TBC_F16, NULL, y, T, K, N, NULL, &o, s);
     }
     tbc_qweight w = {kind == K_I8 ? TBC_Q_I8 : kind == K_FP8 ? TBC_Q_FP8 : TBC_Q_I4, codes, scales, NULL, group};
+    if (gemm >= 0) return tbc_qgemm(g_x16, &w, NULL, y, T, K, N, g_ws, g_ws_bytes, s);
     return tbc_qgemv(x, &w, NULL, y, T, K, N, NULL, s);
 }
 
 /* One case: kind at (N, K) with T tokens; returns GB/s (0 when refused). */
-static double run_case(int kind, int N, int K, int T, int simt, cudaStream_t s, int reps, double *us) {
+static double run_case(int kind, int N, int K, int T, int simt, int gemm, cudaStream_t s, int reps, double *us) {
     size_t code_bytes = kind == K_F16 ? (size_t)N * K * 2 : kind == K_I4 ? (size_t)N * K / 2 : (size_t)N * K;
     int group = kind == K_I4 ? 128 : K;
     size_t n_scales = kind == K_F16 ? 0 : (size_t)N * (K / group);
@@ -156,12 +167,20 @@ static double run_case(int kind, int N, int K, int T, int simt, cudaStream_t s, 
     CK(cudaMalloc(&x, (size_t)T * K * 4));
     CK(cudaMalloc(&y, (size_t)T * N * 4));
     fillf(x, (size_t)T * K, -1.0f, 1.0f, 5);
+    void *x16 = NULL;
+    if (gemm >= 0) {
+        CK(cudaMalloc(&x16, (size_t)T * K * 2));
+        CK(tbc_convert_f32(x, x16, TBC_F16, (size_t)T * K, s));
+        g_ws_bytes = (size_t)8 * T * N * sizeof(float);
+        CK(cudaMalloc(&g_ws, g_ws_bytes));
+        g_x16 = x16;
+    }
     CK(cudaDeviceSynchronize());
     int launches = copies < 16 ? 64 : copies * 2;
     /* one launch outside the capture: a kernel's first launch may set its
      * attributes (shared memory size) */
     {
-        cudaError_t e0 = launch_one(kind, codes[0], scales[0], group, x, y, T, K, N, simt, s);
+        cudaError_t e0 = launch_one(kind, codes[0], scales[0], group, x, y, T, K, N, simt, gemm, s);
         if (e0 == cudaSuccess) e0 = cudaStreamSynchronize(s);
         if (e0 != cudaSuccess) {
             fprintf(stderr, "qgemv_bench: %s %dx%d T=%d: %s\n", kind_name[kind], N, K, T, cudaGetErrorString(e0));
@@ -173,13 +192,13 @@ static double run_case(int kind, int N, int K, int T, int simt, cudaStream_t s, 
     cudaError_t err = cudaSuccess;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
     for (int i = 0; i < launches && err == cudaSuccess; i++)
-        err = launch_one(kind, codes[i % copies], scales[i % copies], group, x, y, T, K, N, simt, s);
+        err = launch_one(kind, codes[i % copies], scales[i % copies], group, x, y, T, K, N, simt, gemm, s);
     CK(cudaStreamEndCapture(s, &g));
     double gbs = 0.0;
     if (err == cudaSuccess) {
         CK(cudaGraphInstantiate(&ge, g, 0));
         double ms = time_graph(ge, s, reps);
-        size_t bytes = per + (size_t)T * K * 4;
+        size_t bytes = per + (size_t)T * K * (gemm >= 0 ? 2 : 4);
         gbs = (double)bytes * launches / (ms * 1e-3) / 1e9;
         *us = ms * 1e3 / launches;
         cudaGraphExecDestroy(ge);
@@ -196,6 +215,11 @@ static double run_case(int kind, int N, int K, int T, int simt, cudaStream_t s, 
     free(scales);
     cudaFree(x);
     cudaFree(y);
+    if (x16) {
+        cudaFree(x16);
+        cudaFree(g_ws);
+        g_ws = NULL;
+    }
     return gbs;
 }
 
@@ -211,7 +235,8 @@ static int parse_list(const char *s, int *out, int max) {
 
 
 int main(int argc, char **argv) {
-    const char *ts = "1,8", *kinds = "f16,int8,fp8,int4", *us = "2", *vs = "-1", *shapes = NULL;
+    const char *ts = "1,8", *kinds = "f16,int8,fp8,int4", *us = "2", *vs = "-1", *shapes = NULL, *gs = NULL,
+               *sps = "0";
     int reps = 5;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -221,14 +246,17 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--variant") && v) vs = v, i++;
         else if (!strcmp(a, "--shapes") && v) shapes = v, i++;
         else if (!strcmp(a, "--reps") && v) reps = atoi(v), i++;
+        else if (!strcmp(a, "--gemm") && v) gs = v, i++;
+        else if (!strcmp(a, "--split") && v) sps = v, i++;
         else {
             fprintf(stderr, "usage: qgemv_bench [--t 1,8] [--kinds f16,int8,fp8,int4] [--u 2] [--variant -1] "
-                            "[--shapes NxK,...] [--reps 5]\n");
+                            "[--shapes NxK,...] [--reps 5] [--gemm 1,4] [--split 0,2]\n");
             return 2;
         }
     }
-    int tl[8], ul[8], vl[8];
+    int tl[8], ul[8], vl[8], gl[16], spl[8];
     int nt = parse_list(ts, tl, 8), nu = parse_list(us, ul, 8), nv = parse_list(vs, vl, 8);
+    int ng = parse_list(gs, gl, 16), nsp = parse_list(sps, spl, 8);
     int sn[16], sk[16], ns = 0;
     if (shapes) {
         for (const char *p = shapes; p && *p && ns < 16;) {
@@ -254,14 +282,14 @@ int main(int argc, char **argv) {
     for (int ki = 0; ki < 4; ki++) {
         if (!strstr(kinds, ki == K_F16 ? "f16" : ki == K_I8 ? "int8" : ki == K_FP8 ? "fp8" : "int4")) continue;
         for (int ti = 0; ti < nt; ti++)
-            for (int vi = 0; vi < (ki == K_F16 ? 1 : nv); vi++)
+            for (int vi = 0; vi < (tl[ti] > TBC_GEMV_MAX_T ? 0 : ki == K_F16 ? 1 : nv); vi++)
                 for (int ui = 0; ui < (ki == K_F16 ? 1 : nu); ui++) {
                     tbc_set_qgemv_unroll(ul[ui]);
                     tbc_set_qgemv_variant(vl[vi]);
                     double tot_b = 0, tot_us = 0;
                     for (int si = 0; si < ns; si++) {
                         double t_us = 0;
-                        double gbs = run_case(ki, sn[si], sk[si], tl[ti], tl[ti] <= 2 ? 2 : 0, s, reps, &t_us);
+                        double gbs = run_case(ki, sn[si], sk[si], tl[ti], tl[ti] <= 2 ? 2 : 0, -1, s, reps, &t_us);
                         printf("%-10s %-3d %-2d %-2d %5dx%-6d %9.2f %8.0f %6.1f%%\n", kind_name[ki], tl[ti],
                                ki == K_F16 ? 0 : ul[ui], ki == K_F16 ? 0 : vl[vi], sn[si], sk[si], t_us, gbs,
                                100.0 * gbs / rb);
@@ -271,6 +299,27 @@ int main(int argc, char **argv) {
                     printf("%-10s %-3d %-2d %-2d %-12s %9.2f %8.0f %6.1f%%  (all shapes)\n", kind_name[ki], tl[ti],
                            ki == K_F16 ? 0 : ul[ui], ki == K_F16 ? 0 : vl[vi], "sum", tot_us, tot_b / tot_us,
                            100.0 * tot_b / tot_us / rb);
+                }
+    }
+    /* the mixed-input GEMM: column v is the block shape, u the forced splits */
+    for (int ki = K_I8; ki <= K_I4 && ng; ki++) {
+        if (!strstr(kinds, ki == K_I8 ? "int8" : ki == K_FP8 ? "fp8" : "int4")) continue;
+        for (int ti = 0; ti < nt; ti++)
+            for (int gi = 0; gi < ng; gi++)
+                for (int pi = 0; pi < nsp; pi++) {
+                    tbc_set_qgemm_cfg(gl[gi]);
+                    tbc_set_qgemm_split(spl[pi]);
+                    double tot_b = 0, tot_us = 0;
+                    for (int si = 0; si < ns; si++) {
+                        double t_us = 0;
+                        double gbs = run_case(ki, sn[si], sk[si], tl[ti], 0, gl[gi], s, reps, &t_us);
+                        printf("gemm-%-5s %-3d %-2d %-2d %5dx%-6d %9.2f %8.0f %6.1f%%\n", kind_name[ki], tl[ti], spl[pi],
+                               gl[gi], sn[si], sk[si], t_us, gbs, 100.0 * gbs / rb);
+                        tot_b += gbs * t_us;
+                        tot_us += t_us;
+                    }
+                    printf("gemm-%-5s %-3d %-2d %-2d %-12s %9.2f %8.0f %6.1f%%  (all shapes)\n", kind_name[ki], tl[ti],
+                           spl[pi], gl[gi], "sum", tot_us, tot_b / tot_us, 100.0 * tot_b / tot_us / rb);
                 }
     }
     return 0;

@@ -817,7 +817,6 @@ static tb_status cuda_load_weights(tb_backend *b, const tb_graph *g, void **bufs
         CU_TRY(cudaMalloc(&c->wdq, wdq), "allocating dequantised weight scratch");
         c->wdq_bytes = wdq;
     }
-
     if (part && !c->partial) {
         CU_TRY(cudaMalloc((void **)&c->partial, part * sizeof(float)), "allocating attention scratch");
         c->partial_floats = part;
@@ -1169,23 +1168,31 @@ static int qgemm_ok(const cuda_ctx *c, const tbc_qweight *qw, int T, int K) {
            tbc_qgemm_supports(qw, c->xconv, T, K);
 }
 
-/* The path a matmul takes in a step of T tokens (run_matmul's order). */
+/* The path a matmul of quantized weights qw (N, K) takes in a step of T
+ * tokens: the one place that decides (run_matmul switches on it; lt 0:
+ * the cuBLASLt GEMMs left out, after one declined the shape). */
 enum { QP_NONE, QP_I8, QP_FP8, QP_GEMV, QP_CHUNK, QP_GEMM, QP_DEQUANT };
+static int qpath_of(const cuda_ctx *c, const tbc_qweight *qw, const float *x, const float *bias, const float *y,
+                    int T, int K, int N, uint32_t tactic, int lt) {
+    if (lt && i8_gemm_ok(c, qw, x, bias, y, T, K, N, tactic)) return QP_I8;
+    if (lt && fp8_gemm_ok(c, qw, x, bias, y, T, K, N)) return QP_FP8;
+    if (T <= TBC_GEMV_MAX_T) return tbc_qgemv_supports(qw, x, T, K) ? QP_GEMV : QP_DEQUANT;
+    /* chunks: ceil(T / 8) reads of the codes (int4: 0.5 bytes a weight
+     * each) against the GEMM's one read and its 64-token tiles */
+    if ((unsigned)qw->type <= 2 && T <= c->qchunk[qw->type] && tbc_qgemv_supports(qw, x, TBC_GEMV_MAX_T, K))
+        return QP_CHUNK;
+    return qgemm_ok(c, qw, T, K) ? QP_GEMM : QP_DEQUANT;
+}
+
+/* qpath_of for node n (QP_NONE: not a quantized matmul). */
 static int qpath(const cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs, int T) {
     if (n->op != TB_OP_QMATMUL) return QP_NONE;
     const tb_value *wv = &g->values[n->in[1]];
     const int K = (int)wv->dims[1], N = (int)wv->dims[0];
-    const float *bias = NULL, *x = bufs[n->in[0]], *y = bufs[n->out[0]];
+    const float *bias = NULL;
     tbc_qweight qw;
     qweight_of(g, n, bufs, &qw, &bias);
-    if (i8_gemm_ok(c, &qw, x, bias, y, T, K, N, n->tactic)) return QP_I8;
-    if (fp8_gemm_ok(c, &qw, x, bias, y, T, K, N)) return QP_FP8;
-    if (T <= TBC_GEMV_MAX_T) return tbc_qgemv_supports(&qw, x, T, K) ? QP_GEMV : QP_DEQUANT;
-    /* chunks: ceil(T / 8) reads of the codes (int4: 0.5 bytes a weight
-     * each) against the GEMM's one read and its 64-token tiles */
-    if ((unsigned)qw.type <= 2 && T <= c->qchunk[qw.type] && tbc_qgemv_supports(&qw, x, TBC_GEMV_MAX_T, K))
-        return QP_CHUNK;
-    return qgemm_ok(c, &qw, T, K) ? QP_GEMM : QP_DEQUANT;
+    return qpath_of(c, &qw, bufs[n->in[0]], bias, bufs[n->out[0]], T, K, N, n->tactic, 1);
 }
 
 /* Whether node n is an int8 matmul that takes the int8 GEMM in a step of T. */
@@ -1356,19 +1363,18 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
     const float *xq = c->norm_node == k ? c->norm_x : x;
     const int x8 = c->x8_node == k;
     c->x8_node = -1;
-    if (quant && i8_gemm_ok(c, &qw, x, bias, y, T, K, N, n->tactic)) {
-        tb_status is = i8_gemm_run(c, x, &qw, bias, y, T, K, N);
-        if (is != TB_ERR_UNSUPPORTED) return is;
-    }
-    if (quant && fp8_gemm_ok(c, &qw, x, bias, y, T, K, N)) {
-        tb_status fs = fp8_gemm_run(c, x, &qw, bias, y, T, K, N, x8, ys_target(c, g, k, bufs, T));
-        if (fs != TB_ERR_UNSUPPORTED) return fs;
+    int qp = quant ? qpath_of(c, &qw, x, bias, y, T, K, N, n->tactic, 1) : QP_NONE;
+    if (qp == QP_I8 || qp == QP_FP8) {
+        tb_status ls = qp == QP_I8 ? i8_gemm_run(c, x, &qw, bias, y, T, K, N)
+                                   : fp8_gemm_run(c, x, &qw, bias, y, T, K, N, x8, ys_target(c, g, k, bufs, T));
+        if (ls != TB_ERR_UNSUPPORTED) return ls;
+        qp = qpath_of(c, &qw, x, bias, y, T, K, N, n->tactic, 0); /* declined: the next path */
     }
     /* x8_target checked that this matmul takes the FP8 path: its f32 x was never written */
     if (x8)
         return tb_errorf(TB_ERR_INTERNAL, "cuda: fp8 matmul %d x %d x %d left the FP8 path after its x was quantised",
                          T, K, N);
-    if (quant && T > TBC_GEMV_MAX_T && c->x16_node != k && qchunk_ok(c, g, n, bufs, T)) {
+    if (qp == QP_CHUNK && c->x16_node != k) {
         /* chunks of TBC_GEMV_MAX_T tokens on the quantized GEMV, no epilogue
          * (the nodes after the matmul run on their own at this T) */
         tbc_gemv_epi epi;
@@ -1380,7 +1386,7 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
         }
         return TB_OK;
     }
-    if (quant && qgemm_ok(c, &qw, T, K)) {
+    if (qp == QP_GEMM || (qp == QP_CHUNK && qgemm_ok(c, &qw, T, K))) {
         /* the mixed-input GEMM on f16 x (written by the node before, or
          * converted now); K splits' partials in the dequantisation scratch */
         if (c->x16_node != k)
@@ -2337,6 +2343,9 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     c->qgemm = qge && *qge ? atoi(qge) : TB_CUDA_DEFAULT_QGEMM;
     const char *qgb = getenv("TB_CUDA_QGEMM_BN");
     tbc_set_qgemm_bn(qgb && *qgb ? atoi(qgb) : 0);
+    const char *qgc = getenv("TB_CUDA_QGEMM_CFG"), *qgs = getenv("TB_CUDA_QGEMM_SPLIT");
+    if (qgc && *qgc) tbc_set_qgemm_cfg(atoi(qgc));
+    tbc_set_qgemm_split(qgs && *qgs ? atoi(qgs) : 0);
     const char *i8e = getenv("TB_CUDA_I8_GEMM"), *i8a = getenv("TB_CUDA_I8_GEMM_ALL");
     c->i8_gemm = i8e && *i8e ? atoi(i8e) : TBC_GEMV_MAX_T + 1;
     if (c->i8_gemm < 0) c->i8_gemm = 0;

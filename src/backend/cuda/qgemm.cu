@@ -1,9 +1,11 @@
 /* qgemm.cu — the mixed-input GEMM of quantized weights (qgemm.h).
  *
- * Block: 256 threads, 128 rows (weights) by 16 NT tokens (NT = 1, 2 or 4
- * by the step's size: 16, 32, 64); warp w takes rows 32 (w % 4) .. + 31
- * (two 16-row mma tiles) and the NT 8-token tiles from 8 NT (w / 4): each
- * widened A fragment feeds NT mmas. A step is 64 bytes of every row (64
+ * Block: 256 threads, 128 rows (weights) by 8 MT NT tokens. Warp w takes
+ * MT 16-row mma tiles (rows 16 MT (w % (8 / MT)) ..) and the NT 8-token
+ * tiles from 8 NT (w / (8 / MT)): each widened A fragment feeds NT mmas.
+ * MT = 1 (8 warps along the rows) widens each code once a block, MT = 2
+ * twice with half the x fragments a warp; qg_cfg_of picks the shape by
+ * step size and type. A step is 64 bytes of every row (64
  * codes of int8 / e4m3, 128 of int4) and the x of the same k for the
  * block's tokens (f16); NS steps are in flight in a ring of shared memory
  * (cp.async), int4 steps also carry the scales (and zeros) of their groups.
@@ -35,11 +37,14 @@
 #define QG_THREADS 256
 #define QG_MAX_SPLITS 8
 
-/* NT: 8-token mma tiles a warp takes (4, 2 or 1): the block holds 16 NT
- * tokens. */
-template <int QT, int NT>
+/* MT: 16-row mma tiles a warp takes (2 or 1): the 8 warps stand 8 / MT
+ * along the block's 128 rows and MT along its tokens; NT: 8-token mma tiles
+ * a warp takes (4, 2 or 1): the block holds 8 NT MT tokens. NSX: steps in
+ * flight (0: 3 for int4, 4 for int8 / e4m3). */
+template <int QT, int MT, int NT, int NSX = 0>
 struct qg_shape {
-    static constexpr int BN = 16 * NT;                /* tokens a block */
+    static constexpr int WM = 8 / MT;                 /* warps along the rows */
+    static constexpr int BN = 8 * NT * MT;            /* tokens a block */
     static constexpr int BK = QT == QT_I4 ? 128 : 64; /* k a step */
     static constexpr int U = BK / 8;                  /* 16-byte units of x a token and step */
     static constexpr int XROW = U * 16 + 16;          /* bytes of a token's row in shared memory */
@@ -47,7 +52,7 @@ struct qg_shape {
     static constexpr int XB = BN * XROW;
     static constexpr int SB = QT == QT_I4 ? QG_BM * 4 * 4 * 2 : 0; /* scales and zeros: <= 4 groups a step */
     static constexpr int STAGE = WB + XB + SB;
-    static constexpr int NS = QT == QT_I4 ? 3 : 4; /* steps in flight: two int4 / three int8 blocks an SM */
+    static constexpr int NS = NSX ? NSX : QT == QT_I4 ? 3 : 4; /* two int4 / three int8 blocks an SM */
     static constexpr int SMEM = NS * STAGE;
 };
 
@@ -92,10 +97,9 @@ __device__ __forceinline__ void widen_word4_nat(uint32_t w, __half2 s, __half2 z
 /* Step `step` of the block into stage buffer st: codes of rows row0 .. +
  * 127 (rows past N read row N - 1, never stored), x16 of tokens tok0 .. +
  * 63 (past T: zeros), int4 scales and zeros of the step's groups. */
-template <int QT, int NT>
+template <int QT, class S>
 __device__ __forceinline__ void qg_load_w(unsigned char *st, const tbc_qweight &w, int row0, int N, size_t row_bytes,
                                           int step, int tid) {
-    using S = qg_shape<QT, NT>;
     const unsigned char *codes = (const unsigned char *)w.codes;
 #pragma unroll
     for (int i = 0; i < QG_BM * 4 / QG_THREADS; i++) {
@@ -116,10 +120,9 @@ __device__ __forceinline__ void qg_load_w(unsigned char *st, const tbc_qweight &
     }
 }
 
-template <int QT, int NT>
+template <int QT, class S>
 __device__ __forceinline__ void qg_load_x(unsigned char *st, const __half *x16, int tok0, int T, int K, int step,
                                           int tid) {
-    using S = qg_shape<QT, NT>;
     unsigned char *xs = st + S::WB;
 #pragma unroll
     for (int i = 0; i < (S::BN * S::U + QG_THREADS - 1) / QG_THREADS; i++) {
@@ -136,19 +139,28 @@ __device__ __forceinline__ void qg_load_x(unsigned char *st, const __half *x16, 
     }
 }
 
+/* x's B fragments of the warp's NT token tiles: unit `slot` of tokens
+ * 8 NT wn + 8 nt + g (g = lane / 4) from the stage's x. */
+template <class S, int NT>
+__device__ __forceinline__ void qg_frag_x(uint4 *xb, const unsigned char *xs, int wn, int g, int slot) {
+#pragma unroll
+    for (int nt = 0; nt < NT; nt++)
+        xb[nt] = *reinterpret_cast<const uint4 *>(xs + (8 * NT * wn + 8 * nt + g) * S::XROW + 16 * slot);
+}
+
 /* SPLIT: blockIdx.z takes steps [z * sps, (z + 1) * sps) and writes its
  * partial sums (row scales applied, no bias) to ws[z] (T, N), which
  * qgemm_reduce_kernel adds; else y. (The last split of a tile adding them,
  * found by an atomic counter a tile, was tried: its one block's serial sum
  * at the end of the launch made 8-layer 7B steps 7-27% slower on an H100.) */
-template <int QT, int NT, bool SPLIT>
+template <int QT, int MT, int NT, int NSX, bool SPLIT>
 __global__ void __launch_bounds__(QG_THREADS, QT == QT_I4 ? 2 : 3)
     qgemm_kernel(const __half *__restrict__ x16, tbc_qweight w, const float *__restrict__ bias, float *__restrict__ y,
                  float *__restrict__ ws, int T, int K, int N, int sps) {
-    using S = qg_shape<QT, NT>;
+    using S = qg_shape<QT, MT, NT, NSX>;
     extern __shared__ __align__(16) unsigned char qg_smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int g = lane >> 2, q = lane & 3, wm = warp & 3, wn = warp >> 2;
+    const int g = lane >> 2, q = lane & 3, wm = warp % S::WM, wn = warp / S::WM;
     const int row0 = blockIdx.x * QG_BM, tok0 = blockIdx.y * S::BN;
     const int steps = K / S::BK;
     const int s0 = SPLIT ? blockIdx.z * sps : 0;
@@ -156,9 +168,9 @@ __global__ void __launch_bounds__(QG_THREADS, QT == QT_I4 ? 2 : 3)
     const int n = s1 - s0;
     const size_t row_bytes = QT == QT_I4 ? (size_t)K / 2 : (size_t)K;
 
-    float acc[2][NT][4];
+    float acc[MT][NT][4];
 #pragma unroll
-    for (int a = 0; a < 2; a++)
+    for (int a = 0; a < MT; a++)
 #pragma unroll
         for (int b = 0; b < NT; b++)
 #pragma unroll
@@ -168,11 +180,11 @@ __global__ void __launch_bounds__(QG_THREADS, QT == QT_I4 ? 2 : 3)
      * are on their way before waiting for it */
 #pragma unroll
     for (int i = 0; i < S::NS - 1; i++)
-        if (i < n) qg_load_w<QT, NT>(qg_smem + i * S::STAGE, w, row0, N, row_bytes, s0 + i, tid);
+        if (i < n) qg_load_w<QT, S>(qg_smem + i * S::STAGE, w, row0, N, row_bytes, s0 + i, tid);
     tbc_pdl_wait();
 #pragma unroll
     for (int i = 0; i < S::NS - 1; i++) {
-        if (i < n) qg_load_x<QT, NT>(qg_smem + i * S::STAGE, x16, tok0, T, K, s0 + i, tid);
+        if (i < n) qg_load_x<QT, S>(qg_smem + i * S::STAGE, x16, tok0, T, K, s0 + i, tid);
         qg_commit();
     }
 
@@ -184,18 +196,18 @@ __global__ void __launch_bounds__(QG_THREADS, QT == QT_I4 ? 2 : 3)
             const int nx = it + S::NS - 1;
             if (nx < n) {
                 unsigned char *st = qg_smem + (nx % S::NS) * S::STAGE;
-                qg_load_w<QT, NT>(st, w, row0, N, row_bytes, s0 + nx, tid);
-                qg_load_x<QT, NT>(st, x16, tok0, T, K, s0 + nx, tid);
+                qg_load_w<QT, S>(st, w, row0, N, row_bytes, s0 + nx, tid);
+                qg_load_x<QT, S>(st, x16, tok0, T, K, s0 + nx, tid);
             }
             qg_commit();
         }
         const unsigned char *st = qg_smem + (it % S::NS) * S::STAGE;
         const unsigned char *xs = st + S::WB;
-        uint4 wa[2], wb[2];
-        __half2 sa[2], za[2], sb[2], zb[2];
+        uint4 wa[MT], wb[MT];
+        __half2 sa[MT], za[MT], sb[MT], zb[MT];
 #pragma unroll
-        for (int mt = 0; mt < 2; mt++) {
-            const int r = 32 * wm + 16 * mt + g;
+        for (int mt = 0; mt < MT; mt++) {
+            const int r = 16 * MT * wm + 16 * mt + g;
             wa[mt] = *reinterpret_cast<const uint4 *>(st + r * 64 + q * 16);
             wb[mt] = *reinterpret_cast<const uint4 *>(st + (r + 8) * 64 + q * 16);
             if (QT == QT_I4) {
@@ -210,39 +222,34 @@ __global__ void __launch_bounds__(QG_THREADS, QT == QT_I4 ? 2 : 3)
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 uint4 xb[NT];
+                qg_frag_x<S, NT>(xb, xs, wn, g, 4 * q + (j ^ (q & 2)));
 #pragma unroll
-                for (int nt = 0; nt < NT; nt++) {
-                    const int tok = 8 * NT * wn + 8 * nt + g;
-                    xb[nt] = *reinterpret_cast<const uint4 *>(xs + tok * S::XROW + 16 * (4 * q + (j ^ (q & 2))));
-                }
-#pragma unroll
-                for (int mt = 0; mt < 2; mt++) {
+                for (int mt = 0; mt < MT; mt++) {
                     const uint32_t ua = j == 0 ? wa[mt].x : j == 1 ? wa[mt].y : j == 2 ? wa[mt].z : wa[mt].w;
                     const uint32_t ub = j == 0 ? wb[mt].x : j == 1 ? wb[mt].y : j == 2 ? wb[mt].z : wb[mt].w;
                     uint32_t ha[4], hb[4];
                     widen_word4_nat(ua, sa[mt], za[mt], ha);
                     widen_word4_nat(ub, sb[mt], zb[mt], hb);
+                    /* the first k16 half over every token tile, then the
+                     * second: no mma waits on the one just issued */
 #pragma unroll
-                    for (int nt = 0; nt < NT; nt++) {
+                    for (int nt = 0; nt < NT; nt++)
                         mma16816<TBC_F16>(acc[mt][nt], ha[0], hb[0], ha[1], hb[1], xb[nt].x, xb[nt].y);
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++)
                         mma16816<TBC_F16>(acc[mt][nt], ha[2], hb[2], ha[3], hb[3], xb[nt].z, xb[nt].w);
-                    }
                 }
             }
         } else {
 #pragma unroll
             for (int j = 0; j < 2; j++) {
                 uint4 xb[NT];
-#pragma unroll
-                for (int nt = 0; nt < NT; nt++) {
-                    const int tok = 8 * NT * wn + 8 * nt + g;
-                    xb[nt] = *reinterpret_cast<const uint4 *>(xs + tok * S::XROW + 16 * (2 * q + j));
-                }
+                qg_frag_x<S, NT>(xb, xs, wn, g, 2 * q + j);
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const int wd = 2 * j + h; /* word of the thread's 16 bytes: k16 step wd */
 #pragma unroll
-                    for (int mt = 0; mt < 2; mt++) {
+                    for (int mt = 0; mt < MT; mt++) {
                         const uint32_t ua = wd == 0 ? wa[mt].x : wd == 1 ? wa[mt].y : wd == 2 ? wa[mt].z : wa[mt].w;
                         const uint32_t ub = wd == 0 ? wb[mt].x : wd == 1 ? wb[mt].y : wd == 2 ? wb[mt].z : wb[mt].w;
                         uint32_t a0, a1, b0, b1;
@@ -263,10 +270,10 @@ __global__ void __launch_bounds__(QG_THREADS, QT == QT_I4 ? 2 : 3)
     /* acc[mt][nt]: (row g, token 2q), (g, 2q + 1), (g + 8, 2q), (g + 8, 2q + 1) */
     float *out = SPLIT ? ws + (size_t)blockIdx.z * (size_t)T * (size_t)N : y;
 #pragma unroll
-    for (int mt = 0; mt < 2; mt++) {
+    for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
         for (int hr = 0; hr < 2; hr++) {
-            const int r = row0 + 32 * wm + 16 * mt + g + 8 * hr;
+            const int r = row0 + 16 * MT * wm + 16 * mt + g + 8 * hr;
             if (r >= N) continue;
             float mul = 1.0f, add = 0.0f;
             if (QT != QT_I4) mul = __ldg(w.scales + r);
@@ -293,10 +300,12 @@ __global__ void qgemm_reduce_kernel(const float *__restrict__ ws, const float *_
     }
 }
 
-static int qg_sms(void) {
+/* Multiprocessors of the current device (looked up once a device). */
+static int qg_sms(int *devp) {
     static int sms[32];
     int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return 132;
+    if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
+    *devp = dev;
     if (dev < 32 && sms[dev]) return sms[dev];
     int n = 0;
     if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n < 1) n = 132;
@@ -312,62 +321,94 @@ extern "C" int tbc_qgemm_supports(const tbc_qweight *w, const void *x16, int T, 
     return (w->type == TBC_Q_I8 || w->type == TBC_Q_FP8) && K % 64 == 0 && w->group == K && !w->zeros;
 }
 
-/* Tokens a block: 16 / 32 / 64 (tbc_set_qgemm_bn), 0: by T. */
-static int qgemm_bn = 0;
-extern "C" void tbc_set_qgemm_bn(int bn) { qgemm_bn = bn == 16 || bn == 32 || bn == 64 ? bn : 0; }
+/* Block shapes (tbc_set_qgemm_cfg): MT, NT, steps in flight (0: the
+ * type's default); the block holds 8 NT MT tokens. */
+static const struct {
+    int mt, nt, ns;
+} qg_cfgs[] = {{0, 0, 0}, {2, 1, 0}, {2, 2, 0}, {2, 4, 0}, {1, 1, 0}, {1, 2, 0},
+               {1, 1, 6}, {1, 2, 6}, {1, 4, 0}, {1, 8, 0}};
+#define QG_NCFG ((int)(sizeof qg_cfgs / sizeof qg_cfgs[0]))
 
-static int qg_bn_of(int T) {
-    if (qgemm_bn) return qgemm_bn;
-    return T <= 16 ? 16 : T <= 32 ? 32 : 64;
+static int qgemm_cfg = 0, qgemm_split = 0;
+extern "C" void tbc_set_qgemm_bn(int bn) { qgemm_cfg = bn == 16 ? 1 : bn == 32 ? 2 : bn == 64 ? 3 : 0; }
+extern "C" void tbc_set_qgemm_cfg(int cfg) { qgemm_cfg = cfg > 0 && cfg < QG_NCFG ? cfg : 0; }
+extern "C" void tbc_set_qgemm_split(int sp) { qgemm_split = sp > 0 && sp <= QG_MAX_SPLITS ? sp : 0; }
+
+/* The block shape a step of T tokens of weights of type qt takes. One
+ * 16-row tile a warp (8 warps along the rows: each code widened once a
+ * block) up to 32 tokens, and for int4 above (its widening is dearer);
+ * qgemv_bench on an H100, a 7B layer's matrices and the logits against
+ * two tiles a warp: int4 16 / 32 / 64 tokens -20% / -13% / -9%, int8 -2% /
+ * -4% and +2% at 64 (hence two tiles there). */
+static int qg_cfg_of(int qt, int T) {
+    if (qgemm_cfg) return qgemm_cfg;
+    if (T <= 8) return 4;
+    if (T <= 16) return 5;
+    if (T <= 32) return 8;
+    return qt == TBC_Q_I4 ? 9 : 3;
 }
 
 extern "C" int tbc_qgemm_splits(const tbc_qweight *w, int T, int K, int N, size_t ws_bytes) {
-    const int bk = w->type == TBC_Q_I4 ? 128 : 64, steps = K / bk, bn = qg_bn_of(T);
+    const int bk = w->type == TBC_Q_I4 ? 128 : 64, steps = K / bk, cfg = qg_cfg_of(w->type, T);
+    const int bn = 8 * qg_cfgs[cfg].mt * qg_cfgs[cfg].nt;
     const int per_sm = w->type == TBC_Q_I4 ? 2 : 3;
     const long blocks = (long)((N + QG_BM - 1) / QG_BM) * (long)((T + bn - 1) / bn);
-    const long target = (long)qg_sms() * per_sm;
-    if (blocks >= target) return 1;
-    int sp = (int)((target + blocks - 1) / blocks);
-    if (sp > QG_MAX_SPLITS) sp = QG_MAX_SPLITS;
-    while (sp > 1 && steps / sp < 8) sp--; /* at least 8 steps a split */
+    int dev;
+    const long target = (long)qg_sms(&dev) * per_sm;
+    int sp;
+    if (qgemm_split)
+        sp = qgemm_split;
+    else {
+        if (blocks >= target) return 1;
+        sp = (int)((target + blocks - 1) / blocks);
+        if (sp > QG_MAX_SPLITS) sp = QG_MAX_SPLITS;
+        while (sp > 1 && steps / sp < 8) sp--; /* at least 8 steps a split */
+    }
+    if (sp > steps) sp = steps;
     while (sp > 1 && (size_t)sp * (size_t)T * (size_t)N * sizeof(float) > ws_bytes) sp--;
     return sp;
 }
 
-template <int QT, int NT>
+template <int QT, int MT, int NT, int NSX>
 static cudaError_t qgemm_launch(const __half *x16, const tbc_qweight &w, const float *bias, float *y, int T, int K,
                                 int N, float *ws, int sp, cudaStream_t s) {
-    using S = qg_shape<QT, NT>;
+    using S = qg_shape<QT, MT, NT, NSX>;
     static unsigned done[2];
-    int dev = 0;
-    cudaGetDevice(&dev);
+    int dev;
+    qg_sms(&dev);
     const int steps = K / S::BK, sps = (steps + sp - 1) / sp;
     sp = (steps + sps - 1) / sps; /* no empty split */
     dim3 grid((unsigned)((N + QG_BM - 1) / QG_BM), (unsigned)((T + S::BN - 1) / S::BN), (unsigned)sp);
     cudaError_t e;
     if (sp > 1) {
-        e = tbc_smem_optin(qgemm_kernel<QT, NT, true>, S::SMEM, dev, &done[1]);
+        e = tbc_smem_optin(qgemm_kernel<QT, MT, NT, NSX, true>, S::SMEM, dev, &done[1]);
         if (e == cudaSuccess)
-            e = tbc_launch(qgemm_kernel<QT, NT, true>, grid, dim3(QG_THREADS), (size_t)S::SMEM, s, x16, w, bias, y,
-                           ws, T, K, N, sps);
+            e = tbc_launch(qgemm_kernel<QT, MT, NT, NSX, true>, grid, dim3(QG_THREADS), (size_t)S::SMEM, s, x16, w,
+                           bias, y, ws, T, K, N, sps);
         if (e != cudaSuccess) return e;
         const size_t total = (size_t)T * (size_t)N;
         const unsigned blocks = (unsigned)((total + 255) / 256 < 4096 ? (total + 255) / 256 : 4096);
         return tbc_launch(qgemm_reduce_kernel, dim3(blocks), dim3(256), 0, s, (const float *)ws, bias, y, T, N, sp);
     }
-    e = tbc_smem_optin(qgemm_kernel<QT, NT, false>, S::SMEM, dev, &done[0]);
+    e = tbc_smem_optin(qgemm_kernel<QT, MT, NT, NSX, false>, S::SMEM, dev, &done[0]);
     if (e != cudaSuccess) return e;
-    return tbc_launch(qgemm_kernel<QT, NT, false>, grid, dim3(QG_THREADS), (size_t)S::SMEM, s, x16, w, bias, y,
-                      (float *)nullptr, T, K, N, steps);
+    return tbc_launch(qgemm_kernel<QT, MT, NT, NSX, false>, grid, dim3(QG_THREADS), (size_t)S::SMEM, s, x16, w, bias,
+                      y, (float *)nullptr, T, K, N, steps);
 }
 
 template <int QT>
-static cudaError_t qgemm_launch_bn(const __half *x16, const tbc_qweight &w, const float *bias, float *y, int T,
-                                   int K, int N, float *ws, int sp, cudaStream_t s) {
-    switch (qg_bn_of(T)) {
-    case 16: return qgemm_launch<QT, 1>(x16, w, bias, y, T, K, N, ws, sp, s);
-    case 32: return qgemm_launch<QT, 2>(x16, w, bias, y, T, K, N, ws, sp, s);
-    default: return qgemm_launch<QT, 4>(x16, w, bias, y, T, K, N, ws, sp, s);
+static cudaError_t qgemm_launch_cfg(const __half *x16, const tbc_qweight &w, const float *bias, float *y, int T,
+                                    int K, int N, float *ws, int sp, cudaStream_t s) {
+    switch (qg_cfg_of(w.type, T)) {
+    case 1: return qgemm_launch<QT, 2, 1, 0>(x16, w, bias, y, T, K, N, ws, sp, s);
+    case 2: return qgemm_launch<QT, 2, 2, 0>(x16, w, bias, y, T, K, N, ws, sp, s);
+    case 4: return qgemm_launch<QT, 1, 1, 0>(x16, w, bias, y, T, K, N, ws, sp, s);
+    case 5: return qgemm_launch<QT, 1, 2, 0>(x16, w, bias, y, T, K, N, ws, sp, s);
+    case 6: return qgemm_launch<QT, 1, 1, 6>(x16, w, bias, y, T, K, N, ws, sp, s);
+    case 7: return qgemm_launch<QT, 1, 2, 6>(x16, w, bias, y, T, K, N, ws, sp, s);
+    case 8: return qgemm_launch<QT, 1, 4, 0>(x16, w, bias, y, T, K, N, ws, sp, s);
+    case 9: return qgemm_launch<QT, 1, 8, 0>(x16, w, bias, y, T, K, N, ws, sp, s);
+    default: return qgemm_launch<QT, 2, 4, 0>(x16, w, bias, y, T, K, N, ws, sp, s);
     }
 }
 
@@ -377,8 +418,8 @@ extern "C" cudaError_t tbc_qgemm(const void *x16, const tbc_qweight *w, const fl
     const int sp = ws ? tbc_qgemm_splits(w, T, K, N, ws_bytes) : 1;
     const __half *xh = (const __half *)x16;
     switch (w->type) {
-    case TBC_Q_I8: return qgemm_launch_bn<QT_I8>(xh, *w, bias, y, T, K, N, ws, sp, s);
-    case TBC_Q_FP8: return qgemm_launch_bn<QT_FP8>(xh, *w, bias, y, T, K, N, ws, sp, s);
-    default: return qgemm_launch_bn<QT_I4>(xh, *w, bias, y, T, K, N, ws, sp, s);
+    case TBC_Q_I8: return qgemm_launch_cfg<QT_I8>(xh, *w, bias, y, T, K, N, ws, sp, s);
+    case TBC_Q_FP8: return qgemm_launch_cfg<QT_FP8>(xh, *w, bias, y, T, K, N, ws, sp, s);
+    default: return qgemm_launch_cfg<QT_I4>(xh, *w, bias, y, T, K, N, ws, sp, s);
     }
 }

@@ -7,7 +7,7 @@
  * are widened to f16 in registers (int8 / e4m3 exactly, the row scale on the
  * f32 sums; int4 as code * scale (+ zero) rounded to f16, as the GEMV does)
  * and multiplied on the tensor cores (mma.sync m16n8k16, f32 accumulate).
- * A block takes 128 rows by 64 tokens; K flows through a ring of shared
+ * A block takes 128 rows by 8 to 64 tokens; K flows through a ring of shared
  * memory filled with cp.async. Shapes with few row blocks split K across
  * blocks (partial sums in the caller's workspace, then one pass adds them in
  * a fixed order: the result does not depend on timing). Its own header, so
@@ -34,9 +34,21 @@ int tbc_qgemm_supports(const tbc_qweight *w, const void *x16, int T, int K);
  * of ws_bytes (1: none; each split needs T * N floats of it). */
 int tbc_qgemm_splits(const tbc_qweight *w, int T, int K, int N, size_t ws_bytes);
 
-/* Tokens a block takes (16, 32 or 64; else 0: 16 up to 16 tokens, 32 up
- * to 32, 64 above). Process-wide; the backend sets it from TB_CUDA_QGEMM_BN. */
+/* Tokens a block takes with two 16-row tiles a warp (16, 32 or 64: the
+ * shapes 1..3 of tbc_set_qgemm_cfg; else 0: by T and type).
+ * Process-wide; the backend sets it from TB_CUDA_QGEMM_BN. */
 void tbc_set_qgemm_bn(int bn);
+
+/* The block shape by number (0: by T and type, qgemm.cu's qg_cfg_of): 1..3 two
+ * 16-row tiles a warp over 16 / 32 / 64 tokens (what bn 16 / 32 / 64 set);
+ * 4, 5, 8, 9 one 16-row tile a warp (8 warps along the rows) over 8 / 16 /
+ * 32 / 64 tokens; 6, 7 as 4, 5 with 6 steps in flight. Process-wide (the last of
+ * this and tbc_set_qgemm_bn counts); TB_CUDA_QGEMM_CFG. */
+void tbc_set_qgemm_cfg(int cfg);
+
+/* K splits forced to sp (1..8; 0: by tbc_qgemm_splits' occupancy rule),
+ * still bounded by the steps and the workspace. TB_CUDA_QGEMM_SPLIT. */
+void tbc_set_qgemm_split(int sp);
 
 /* y (T, N) f32 = x16 . dq(w)^T (+ bias (N)); ws: the workspace of
  * tbc_qgemm_splits (may be NULL when ws_bytes is 0). Launched with the
