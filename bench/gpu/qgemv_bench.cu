@@ -12,7 +12,8 @@
  * codes plus the scales (and zeros) plus x; the figure is bytes / time.
  * --gemm 1,4,... times the mixed-input GEMM (qgemm.cu) instead, with
  * tbc_set_qgemm_cfg's block shapes, on f16 x, K splits by its rule or
- * --split 1,2,... (0: the rule); its workspace holds 8 splits.
+ * --split 1,2,... (0: the rule); its workspace holds 8 splits;
+ * TB_CUDA_QGEMM_CLUSTER=0 adds the splits through it (tbc_set_qgemm_cluster).
  * --variant picks tbc_set_qgemv_variant's kernel (see cuda_kernels.h; 4..9, 12, 13 the
  * pipelined kernels, 15 the one-token Q8 kernel of int8 / int4); TB_CUDA_QGEMV_XW=1 stages x per warp (tbc_set_qgemv_xw).
  * Built with the CUDA backend (target qgemv_bench) and packed by
@@ -276,6 +277,8 @@ int main(int argc, char **argv) {
     CK(cudaGetDeviceProperties(&prop, 0));
     const char *xwe = getenv("TB_CUDA_QGEMV_XW"); /* x staged per warp (see tbc_set_qgemv_xw) */
     tbc_set_qgemv_xw(xwe && *xwe ? atoi(xwe) : -1);
+    const char *qcl = getenv("TB_CUDA_QGEMM_CLUSTER"); /* splits added in a cluster (tbc_set_qgemm_cluster) */
+    tbc_set_qgemm_cluster(qcl && *qcl ? atoi(qcl) : -1);
     double rb = read_bw(s, reps);
     printf("device %s, %d SMs; streaming read %.0f GB/s\n", prop.name, prop.multiProcessorCount, rb);
     printf("%-10s %-3s %-2s %-2s %-12s %9s %8s %7s\n", "kind", "T", "u", "v", "N x K", "us", "GB/s", "of read");

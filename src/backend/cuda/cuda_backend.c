@@ -2346,6 +2346,8 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     const char *qgc = getenv("TB_CUDA_QGEMM_CFG"), *qgs = getenv("TB_CUDA_QGEMM_SPLIT");
     if (qgc && *qgc) tbc_set_qgemm_cfg(atoi(qgc));
     tbc_set_qgemm_split(qgs && *qgs ? atoi(qgs) : 0);
+    const char *qgl = getenv("TB_CUDA_QGEMM_CLUSTER");
+    tbc_set_qgemm_cluster(qgl && *qgl ? atoi(qgl) : -1);
     const char *i8e = getenv("TB_CUDA_I8_GEMM"), *i8a = getenv("TB_CUDA_I8_GEMM_ALL");
     c->i8_gemm = i8e && *i8e ? atoi(i8e) : TBC_GEMV_MAX_T + 1;
     if (c->i8_gemm < 0) c->i8_gemm = 0;

@@ -109,13 +109,13 @@ static cudaError_t tbc_smem_optin(void (*kern)(KArgs...), int bytes, int dev, un
 }
 
 /* kern<<<grid, block, smem, s>>>(args...), with the programmatic-serialization
- * attribute while tbc_pdl_on, in clusters of cluster_x blocks along x when
- * cluster_x > 1 (grid.x a multiple of it; compute capability 9.0+: the
- * blocks of a cluster co-scheduled on one GPC, each able to reach the
- * others' shared memory); returns the launch status. */
+ * attribute while tbc_pdl_on, in clusters of cluster blocks when it holds
+ * more than one (grid a multiple of it in each dimension; compute
+ * capability 9.0+: the blocks of a cluster co-scheduled on one GPC, each
+ * able to reach the others' shared memory); returns the launch status. */
 template <typename... KArgs, typename... Args>
-static cudaError_t tbc_launch_cluster(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
-                                      unsigned cluster_x, Args... args) {
+static cudaError_t tbc_launch_cluster_dim(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                          cudaStream_t s, dim3 cluster, Args... args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
@@ -127,17 +127,24 @@ static cudaError_t tbc_launch_cluster(void (*kern)(KArgs...), dim3 grid, dim3 bl
         attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
         attr[n++].val.programmaticStreamSerializationAllowed = 1;
     }
-    if (cluster_x > 1) {
+    if (cluster.x * cluster.y * cluster.z > 1) {
         attr[n].id = cudaLaunchAttributeClusterDimension;
-        attr[n].val.clusterDim.x = cluster_x;
-        attr[n].val.clusterDim.y = 1;
-        attr[n++].val.clusterDim.z = 1;
+        attr[n].val.clusterDim.x = cluster.x;
+        attr[n].val.clusterDim.y = cluster.y;
+        attr[n++].val.clusterDim.z = cluster.z;
     }
     cfg.attrs = attr;
     cfg.numAttrs = n;
     cudaError_t e = cudaLaunchKernelEx(&cfg, kern, static_cast<KArgs>(args)...);
     cudaError_t e2 = cudaGetLastError();
     return e != cudaSuccess ? e : e2;
+}
+
+/* tbc_launch_cluster_dim in clusters of cluster_x blocks along x. */
+template <typename... KArgs, typename... Args>
+static cudaError_t tbc_launch_cluster(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                                      unsigned cluster_x, Args... args) {
+    return tbc_launch_cluster_dim(kern, grid, block, smem, s, dim3(cluster_x, 1, 1), args...);
 }
 
 /* tbc_launch_cluster without clusters. */

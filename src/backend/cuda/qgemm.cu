@@ -39,9 +39,8 @@
 
 /* MT: 16-row mma tiles a warp takes (2 or 1): the 8 warps stand 8 / MT
  * along the block's 128 rows and MT along its tokens; NT: 8-token mma tiles
- * a warp takes (4, 2 or 1): the block holds 8 NT MT tokens. NSX: steps in
- * flight (0: 3 for int4, 4 for int8 / e4m3). */
-template <int QT, int MT, int NT, int NSX = 0>
+ * a warp takes (8, 4, 2 or 1): the block holds 8 NT MT tokens. */
+template <int QT, int MT, int NT>
 struct qg_shape {
     static constexpr int WM = 8 / MT;                 /* warps along the rows */
     static constexpr int BN = 8 * NT * MT;            /* tokens a block */
@@ -52,7 +51,8 @@ struct qg_shape {
     static constexpr int XB = BN * XROW;
     static constexpr int SB = QT == QT_I4 ? QG_BM * 4 * 4 * 2 : 0; /* scales and zeros: <= 4 groups a step */
     static constexpr int STAGE = WB + XB + SB;
-    static constexpr int NS = NSX ? NSX : QT == QT_I4 ? 3 : 4; /* two int4 / three int8 blocks an SM */
+    static constexpr int NS = QT == QT_I4 ? 3 : 4; /* steps in flight: two int4 / three int8 blocks an SM */
+    static constexpr int PST = QG_BM + 4;            /* floats a token's partial sums take (cluster reduction) */
     static constexpr int SMEM = NS * STAGE;
 };
 
@@ -148,16 +148,26 @@ __device__ __forceinline__ void qg_frag_x(uint4 *xb, const unsigned char *xs, in
         xb[nt] = *reinterpret_cast<const uint4 *>(xs + (8 * NT * wn + 8 * nt + g) * S::XROW + 16 * slot);
 }
 
-/* SPLIT: blockIdx.z takes steps [z * sps, (z + 1) * sps) and writes its
- * partial sums (row scales applied, no bias) to ws[z] (T, N), which
- * qgemm_reduce_kernel adds; else y. (The last split of a tile adding them,
- * found by an atomic counter a tile, was tried: its one block's serial sum
- * at the end of the launch made 8-layer 7B steps 7-27% slower on an H100.) */
-template <int QT, int MT, int NT, int NSX, bool SPLIT>
+/* RED 0: one block over K, y written. RED 1, 2: blockIdx.z takes steps
+ * [z * sps, (z + 1) * sps) and its partial sums (row scales applied, no
+ * bias) are added in the order of z: RED 1 writes them to ws[z] (T, N)
+ * and qgemm_reduce_kernel adds them; RED 2 runs the splits of a tile as one
+ * cluster (gridDim.z blocks): each block leaves its partials in its own
+ * shared memory (the ring, free by then), and after a cluster barrier
+ * block z adds slice z of the tile's partials from every block's shared
+ * memory (distributed shared memory, the same order, the same sums as RED
+ * 1) and writes y; a second barrier keeps every block's memory until all
+ * have read it. (The last split of a tile adding the partials from global
+ * memory, found by an atomic counter a tile, was tried: its one block's
+ * serial sum at the end of the launch made 8-layer 7B steps 7-27% slower
+ * on an H100.) */
+template <int QT, int MT, int NT, int RED>
 __global__ void __launch_bounds__(QG_THREADS, QT == QT_I4 ? 2 : 3)
     qgemm_kernel(const __half *__restrict__ x16, tbc_qweight w, const float *__restrict__ bias, float *__restrict__ y,
                  float *__restrict__ ws, int T, int K, int N, int sps) {
-    using S = qg_shape<QT, MT, NT, NSX>;
+    using S = qg_shape<QT, MT, NT>;
+    static_assert(S::BN * S::PST * 4 <= S::SMEM, "the partial sums fit in the ring");
+    constexpr bool SPLIT = RED > 0;
     extern __shared__ __align__(16) unsigned char qg_smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int g = lane >> 2, q = lane & 3, wm = warp % S::WM, wn = warp / S::WM;
@@ -268,6 +278,36 @@ __global__ void __launch_bounds__(QG_THREADS, QT == QT_I4 ? 2 : 3)
     tbc_pdl_trigger();
 
     /* acc[mt][nt]: (row g, token 2q), (g, 2q + 1), (g + 8, 2q), (g + 8, 2q + 1) */
+    if (RED == 2) {
+        __syncthreads(); /* every warp is done with the ring */
+        float *part = reinterpret_cast<float *>(qg_smem); /* (BN, PST): token-major, rows of the block */
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int hr = 0; hr < 2; hr++) {
+                const int rl = 16 * MT * wm + 16 * mt + g + 8 * hr;
+                const float mul = QT != QT_I4 ? __ldg(w.scales + min(row0 + rl, N - 1)) : 1.0f;
+#pragma unroll
+                for (int nt = 0; nt < NT; nt++) {
+                    const int tl = 8 * NT * wn + 8 * nt + 2 * q;
+                    part[tl * S::PST + rl] = acc[mt][nt][2 * hr] * mul;
+                    part[(tl + 1) * S::PST + rl] = acc[mt][nt][2 * hr + 1] * mul;
+                }
+            }
+        tbc_cluster_arrive();
+        tbc_cluster_wait();
+        const int sp = (int)gridDim.z, z = (int)blockIdx.z, tile = S::BN * QG_BM;
+        const int e0 = z * tile / sp, e1 = (z + 1) * tile / sp;
+        for (int e = e0 + tid; e < e1; e += QG_THREADS) {
+            const int tl = e / QG_BM, rl = e % QG_BM, t = tok0 + tl, r = row0 + rl;
+            float v = *tbc_cluster_map(part + tl * S::PST + rl, 0u);
+            for (int o = 1; o < sp; o++) v += *tbc_cluster_map(part + tl * S::PST + rl, (unsigned)o);
+            if (t < T && r < N) y[(size_t)t * N + r] = bias ? v + __ldg(bias + r) : v;
+        }
+        tbc_cluster_arrive();
+        tbc_cluster_wait();
+        return;
+    }
     float *out = SPLIT ? ws + (size_t)blockIdx.z * (size_t)T * (size_t)N : y;
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
@@ -300,16 +340,24 @@ __global__ void qgemm_reduce_kernel(const float *__restrict__ ws, const float *_
     }
 }
 
-/* Multiprocessors of the current device (looked up once a device). */
-static int qg_sms(int *devp) {
-    static int sms[32];
+/* Multiprocessors of the current device, its number (devp) and compute
+ * capability (ccp: 10 major + minor; may be NULL), looked up once a device. */
+static int qg_sms(int *devp, int *ccp) {
+    static int sms[32], ccs[32];
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) dev = 0;
     *devp = dev;
-    if (dev < 32 && sms[dev]) return sms[dev];
-    int n = 0;
+    if (dev < 32 && sms[dev]) {
+        if (ccp) *ccp = ccs[dev];
+        return sms[dev];
+    }
+    int n = 0, ma = 0, mi = 0;
     if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n < 1) n = 132;
-    if (dev < 32) sms[dev] = n;
+    if (cudaDeviceGetAttribute(&ma, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&mi, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+        ma = mi = 0;
+    if (dev < 32) sms[dev] = n, ccs[dev] = 10 * ma + mi;
+    if (ccp) *ccp = 10 * ma + mi;
     return n;
 }
 
@@ -321,18 +369,30 @@ extern "C" int tbc_qgemm_supports(const tbc_qweight *w, const void *x16, int T, 
     return (w->type == TBC_Q_I8 || w->type == TBC_Q_FP8) && K % 64 == 0 && w->group == K && !w->zeros;
 }
 
-/* Block shapes (tbc_set_qgemm_cfg): MT, NT, steps in flight (0: the
- * type's default); the block holds 8 NT MT tokens. */
+/* Block shapes (tbc_set_qgemm_cfg): MT, NT; the block holds 8 NT MT
+ * tokens. */
 static const struct {
-    int mt, nt, ns;
-} qg_cfgs[] = {{0, 0, 0}, {2, 1, 0}, {2, 2, 0}, {2, 4, 0}, {1, 1, 0}, {1, 2, 0},
-               {1, 1, 6}, {1, 2, 6}, {1, 4, 0}, {1, 8, 0}};
+    int mt, nt;
+} qg_cfgs[] = {{0, 0}, {2, 1}, {2, 2}, {2, 4}, {1, 1}, {1, 2}, {1, 4}, {1, 8}};
 #define QG_NCFG ((int)(sizeof qg_cfgs / sizeof qg_cfgs[0]))
 
-static int qgemm_cfg = 0, qgemm_split = 0;
+static int qgemm_cfg = 0, qgemm_split = 0, qgemm_cred = -1;
 extern "C" void tbc_set_qgemm_bn(int bn) { qgemm_cfg = bn == 16 ? 1 : bn == 32 ? 2 : bn == 64 ? 3 : 0; }
 extern "C" void tbc_set_qgemm_cfg(int cfg) { qgemm_cfg = cfg > 0 && cfg < QG_NCFG ? cfg : 0; }
 extern "C" void tbc_set_qgemm_split(int sp) { qgemm_split = sp > 0 && sp <= QG_MAX_SPLITS ? sp : 0; }
+extern "C" void tbc_set_qgemm_cluster(int on) { qgemm_cred = on < 0 ? -1 : on != 0; }
+
+/* Whether the K splits of a step of T tokens add up in a cluster: by
+ * default for int8 / e4m3 codes past 16 tokens, where the partials' round
+ * trip through memory is largest against the codes (qgemv_bench on an H100,
+ * a 7B layer and the logits: int8 32 / 64 tokens -4% / -10%, 16 tokens
+ * +2%; int4 +7% / +11% at 32 / 64: its clusters of two-blocks-an-SM
+ * blocks wait on each other longer; clusters of 8 splits (o_proj, down_proj) lose
+ * everywhere, of 2, 3 and 5 win at 64 int8 tokens). */
+static bool qg_cluster_of(int qt, int T, int sp, int cc) {
+    if (sp < 2 || sp > 8 || cc < 90 || qgemm_cred == 0) return false;
+    return qgemm_cred == 1 || (qt != TBC_Q_I4 && T > 16 && sp <= 5);
+}
 
 /* The block shape a step of T tokens of weights of type qt takes. One
  * 16-row tile a warp (8 warps along the rows: each code widened once a
@@ -344,17 +404,17 @@ static int qg_cfg_of(int qt, int T) {
     if (qgemm_cfg) return qgemm_cfg;
     if (T <= 8) return 4;
     if (T <= 16) return 5;
-    if (T <= 32) return 8;
-    return qt == TBC_Q_I4 ? 9 : 3;
+    if (T <= 32) return 6;
+    return qt == TBC_Q_I4 ? 7 : 3;
 }
 
-extern "C" int tbc_qgemm_splits(const tbc_qweight *w, int T, int K, int N, size_t ws_bytes) {
+/* tbc_qgemm_splits on a device of `sms` multiprocessors */
+static int qg_splits(const tbc_qweight *w, int T, int K, int N, size_t ws_bytes, int sms) {
     const int bk = w->type == TBC_Q_I4 ? 128 : 64, steps = K / bk, cfg = qg_cfg_of(w->type, T);
     const int bn = 8 * qg_cfgs[cfg].mt * qg_cfgs[cfg].nt;
     const int per_sm = w->type == TBC_Q_I4 ? 2 : 3;
     const long blocks = (long)((N + QG_BM - 1) / QG_BM) * (long)((T + bn - 1) / bn);
-    int dev;
-    const long target = (long)qg_sms(&dev) * per_sm;
+    const long target = (long)sms * per_sm;
     int sp;
     if (qgemm_split)
         sp = qgemm_split;
@@ -369,57 +429,66 @@ extern "C" int tbc_qgemm_splits(const tbc_qweight *w, int T, int K, int N, size_
     return sp;
 }
 
-template <int QT, int MT, int NT, int NSX>
-static cudaError_t qgemm_launch(const __half *x16, const tbc_qweight &w, const float *bias, float *y, int T, int K,
-                                int N, float *ws, int sp, cudaStream_t s) {
-    using S = qg_shape<QT, MT, NT, NSX>;
-    static unsigned done[2];
+extern "C" int tbc_qgemm_splits(const tbc_qweight *w, int T, int K, int N, size_t ws_bytes) {
     int dev;
-    qg_sms(&dev);
+    return qg_splits(w, T, K, N, ws_bytes, qg_sms(&dev, NULL));
+}
+
+template <int QT, int MT, int NT>
+static cudaError_t qgemm_launch(const __half *x16, const tbc_qweight &w, const float *bias, float *y, int T, int K,
+                                int N, float *ws, int sp, int dev, int cc, cudaStream_t s) {
+    using S = qg_shape<QT, MT, NT>;
+    static unsigned done[3];
     const int steps = K / S::BK, sps = (steps + sp - 1) / sp;
     sp = (steps + sps - 1) / sps; /* no empty split */
     dim3 grid((unsigned)((N + QG_BM - 1) / QG_BM), (unsigned)((T + S::BN - 1) / S::BN), (unsigned)sp);
     cudaError_t e;
+    if (qg_cluster_of(QT == QT_I4 ? TBC_Q_I4 : TBC_Q_I8, T, sp, cc)) {
+        e = tbc_smem_optin(qgemm_kernel<QT, MT, NT, 2>, S::SMEM, dev, &done[2]);
+        if (e != cudaSuccess) return e;
+        return tbc_launch_cluster_dim(qgemm_kernel<QT, MT, NT, 2>, grid, dim3(QG_THREADS), (size_t)S::SMEM, s,
+                                      dim3(1, 1, (unsigned)sp), x16, w, bias, y, (float *)nullptr, T, K, N, sps);
+    }
     if (sp > 1) {
-        e = tbc_smem_optin(qgemm_kernel<QT, MT, NT, NSX, true>, S::SMEM, dev, &done[1]);
+        e = tbc_smem_optin(qgemm_kernel<QT, MT, NT, 1>, S::SMEM, dev, &done[1]);
         if (e == cudaSuccess)
-            e = tbc_launch(qgemm_kernel<QT, MT, NT, NSX, true>, grid, dim3(QG_THREADS), (size_t)S::SMEM, s, x16, w,
-                           bias, y, ws, T, K, N, sps);
+            e = tbc_launch(qgemm_kernel<QT, MT, NT, 1>, grid, dim3(QG_THREADS), (size_t)S::SMEM, s, x16, w, bias, y,
+                           ws, T, K, N, sps);
         if (e != cudaSuccess) return e;
         const size_t total = (size_t)T * (size_t)N;
         const unsigned blocks = (unsigned)((total + 255) / 256 < 4096 ? (total + 255) / 256 : 4096);
         return tbc_launch(qgemm_reduce_kernel, dim3(blocks), dim3(256), 0, s, (const float *)ws, bias, y, T, N, sp);
     }
-    e = tbc_smem_optin(qgemm_kernel<QT, MT, NT, NSX, false>, S::SMEM, dev, &done[0]);
+    e = tbc_smem_optin(qgemm_kernel<QT, MT, NT, 0>, S::SMEM, dev, &done[0]);
     if (e != cudaSuccess) return e;
-    return tbc_launch(qgemm_kernel<QT, MT, NT, NSX, false>, grid, dim3(QG_THREADS), (size_t)S::SMEM, s, x16, w, bias,
-                      y, (float *)nullptr, T, K, N, steps);
+    return tbc_launch(qgemm_kernel<QT, MT, NT, 0>, grid, dim3(QG_THREADS), (size_t)S::SMEM, s, x16, w, bias, y,
+                      (float *)nullptr, T, K, N, steps);
 }
 
 template <int QT>
 static cudaError_t qgemm_launch_cfg(const __half *x16, const tbc_qweight &w, const float *bias, float *y, int T,
-                                    int K, int N, float *ws, int sp, cudaStream_t s) {
+                                    int K, int N, float *ws, int sp, int dev, int cc, cudaStream_t s) {
     switch (qg_cfg_of(w.type, T)) {
-    case 1: return qgemm_launch<QT, 2, 1, 0>(x16, w, bias, y, T, K, N, ws, sp, s);
-    case 2: return qgemm_launch<QT, 2, 2, 0>(x16, w, bias, y, T, K, N, ws, sp, s);
-    case 4: return qgemm_launch<QT, 1, 1, 0>(x16, w, bias, y, T, K, N, ws, sp, s);
-    case 5: return qgemm_launch<QT, 1, 2, 0>(x16, w, bias, y, T, K, N, ws, sp, s);
-    case 6: return qgemm_launch<QT, 1, 1, 6>(x16, w, bias, y, T, K, N, ws, sp, s);
-    case 7: return qgemm_launch<QT, 1, 2, 6>(x16, w, bias, y, T, K, N, ws, sp, s);
-    case 8: return qgemm_launch<QT, 1, 4, 0>(x16, w, bias, y, T, K, N, ws, sp, s);
-    case 9: return qgemm_launch<QT, 1, 8, 0>(x16, w, bias, y, T, K, N, ws, sp, s);
-    default: return qgemm_launch<QT, 2, 4, 0>(x16, w, bias, y, T, K, N, ws, sp, s);
+    case 1: return qgemm_launch<QT, 2, 1>(x16, w, bias, y, T, K, N, ws, sp, dev, cc, s);
+    case 2: return qgemm_launch<QT, 2, 2>(x16, w, bias, y, T, K, N, ws, sp, dev, cc, s);
+    case 4: return qgemm_launch<QT, 1, 1>(x16, w, bias, y, T, K, N, ws, sp, dev, cc, s);
+    case 5: return qgemm_launch<QT, 1, 2>(x16, w, bias, y, T, K, N, ws, sp, dev, cc, s);
+    case 6: return qgemm_launch<QT, 1, 4>(x16, w, bias, y, T, K, N, ws, sp, dev, cc, s);
+    case 7: return qgemm_launch<QT, 1, 8>(x16, w, bias, y, T, K, N, ws, sp, dev, cc, s);
+    default: return qgemm_launch<QT, 2, 4>(x16, w, bias, y, T, K, N, ws, sp, dev, cc, s);
     }
 }
 
 extern "C" cudaError_t tbc_qgemm(const void *x16, const tbc_qweight *w, const float *bias, float *y, int T, int K,
                                  int N, float *ws, size_t ws_bytes, cudaStream_t s) {
     if (!tbc_qgemm_supports(w, x16, T, K) || N < 1) return cudaErrorInvalidValue;
-    const int sp = ws ? tbc_qgemm_splits(w, T, K, N, ws_bytes) : 1;
+    int dev, cc;
+    const int sms = qg_sms(&dev, &cc); /* the device looked up once a launch */
+    const int sp = ws ? qg_splits(w, T, K, N, ws_bytes, sms) : 1;
     const __half *xh = (const __half *)x16;
     switch (w->type) {
-    case TBC_Q_I8: return qgemm_launch_cfg<QT_I8>(xh, *w, bias, y, T, K, N, ws, sp, s);
-    case TBC_Q_FP8: return qgemm_launch_cfg<QT_FP8>(xh, *w, bias, y, T, K, N, ws, sp, s);
-    default: return qgemm_launch_cfg<QT_I4>(xh, *w, bias, y, T, K, N, ws, sp, s);
+    case TBC_Q_I8: return qgemm_launch_cfg<QT_I8>(xh, *w, bias, y, T, K, N, ws, sp, dev, cc, s);
+    case TBC_Q_FP8: return qgemm_launch_cfg<QT_FP8>(xh, *w, bias, y, T, K, N, ws, sp, dev, cc, s);
+    default: return qgemm_launch_cfg<QT_I4>(xh, *w, bias, y, T, K, N, ws, sp, dev, cc, s);
     }
 }

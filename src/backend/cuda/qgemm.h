@@ -9,8 +9,9 @@
  * and multiplied on the tensor cores (mma.sync m16n8k16, f32 accumulate).
  * A block takes 128 rows by 8 to 64 tokens; K flows through a ring of shared
  * memory filled with cp.async. Shapes with few row blocks split K across
- * blocks (partial sums in the caller's workspace, then one pass adds them in
- * a fixed order: the result does not depend on timing). Its own header, so
+ * blocks (partial sums added in a fixed order, in a cluster's shared
+ * memory or through the caller's workspace: the result does not depend on
+ * timing). Its own header, so
  * that cuda_kernels.h (included by every kernel file) stays as it is. */
 #ifndef TB_BACKEND_CUDA_QGEMM_H
 #define TB_BACKEND_CUDA_QGEMM_H
@@ -41,10 +42,17 @@ void tbc_set_qgemm_bn(int bn);
 
 /* The block shape by number (0: by T and type, qgemm.cu's qg_cfg_of): 1..3 two
  * 16-row tiles a warp over 16 / 32 / 64 tokens (what bn 16 / 32 / 64 set);
- * 4, 5, 8, 9 one 16-row tile a warp (8 warps along the rows) over 8 / 16 /
- * 32 / 64 tokens; 6, 7 as 4, 5 with 6 steps in flight. Process-wide (the last of
- * this and tbc_set_qgemm_bn counts); TB_CUDA_QGEMM_CFG. */
+ * 4..7 one 16-row tile a warp (8 warps along the rows) over 8 / 16 / 32 /
+ * 64 tokens. Process-wide (the last of this and tbc_set_qgemm_bn counts);
+ * TB_CUDA_QGEMM_CFG. */
 void tbc_set_qgemm_cfg(int cfg);
+
+/* 1: on compute capability 9.0+ the K splits of a tile run as one cluster
+ * and add their partial sums through distributed shared memory; 0: through
+ * the workspace and a second kernel (the same sums in the same order either
+ * way); -1 (default): clusters for int8 / e4m3 steps of more than 16 tokens
+ * in 2..5 splits. TB_CUDA_QGEMM_CLUSTER. */
+void tbc_set_qgemm_cluster(int on);
 
 /* K splits forced to sp (1..8; 0: by tbc_qgemm_splits' occupancy rule),
  * still bounded by the steps and the workspace. TB_CUDA_QGEMM_SPLIT. */
