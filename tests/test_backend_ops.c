@@ -1317,7 +1317,7 @@ static void run_attention_only(void) {
 static void qgemm_cases(void) {
     static const tb_dtype qdts[] = {TB_I8, TB_FP8_E4M3, TB_I4};
     /* steps of 9..24 tokens, which the GPU runs on the mixed-input GEMM
-     * (16- and 32-token tiles) or, with TB_CUDA_QCHUNK=24 (a row of
+     * (16- and 32-token blocks, one 16-row tile a warp) or, with TB_CUDA_QCHUNK=24 (a row of
      * bench/gpu/run.sh), as chunks of 8 tokens on the quantized GEMV (a
      * remainder of 1..7 on the one-token or smaller kernels, x in f32); and
      * one token of int4 with zeros */
@@ -1339,11 +1339,14 @@ static void qgemm_cases(void) {
      * runs on the mixed-input GEMM (qgemm.cu): rows past a 128-row block,
      * tokens past a 64-token tile, int4 groups of 32 / 64 / 128 with and
      * without zeros, and shapes of few row blocks, whose K is split across
-     * blocks (partial sums added in order after); then chains whose
-     * producers write the GEMM's f16 x */
+     * blocks (partial sums added in order: int8 past 16 tokens in 2..5
+     * splits within a cluster, as 100 and 40 tokens here, else through
+     * memory and a second kernel); then chains whose producers write the
+     * GEMM's f16 x */
     op_qmatmul(TB_I8, 25, 512, 200, 512, 1, 0);
     op_qmatmul(TB_I8, 64, 4096, 136, 4096, 1, 0);
     op_qmatmul(TB_I8, 100, 1024, 72, 1024, 0, 0);
+    op_qmatmul(TB_I8, 40, 2048, 256, 2048, 1, 0);
     op_qmatmul(TB_I4, 41, 1024, 96, 32, 1, 1);
     op_qmatmul(TB_I4, 70, 2048, 300, 64, 0, 1);
     op_qmatmul(TB_I4, 128, 4096, 64, 128, 1, 0);
