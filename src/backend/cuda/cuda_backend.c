@@ -86,7 +86,7 @@
  * step 1.05 ms there against 1.92 for 15 tokens on the chunked GEMV */
 #define TB_CUDA_DEFAULT_FP8_GEMM 9
 /* the largest steps of quantized matmuls run as chunks of TBC_GEMV_MAX_T
- * tokens on the GEMV (qchunk_ok; 8: none); larger ones take the mixed-input
+ * tokens on the GEMV (qpath_of's QP_CHUNK; 8: none); larger ones take the mixed-input
  * GEMM (qgemm.h). 8-layer 7B, the GEMM against chunks: H200 int8 12 tokens
  * 1.01 against 1.54 ms, int4 9 / 16 tokens 1.11 / 1.13 against 1.12 / 1.22;
  * e4m3 (only where the FP8 GEMM is off) kept at 16, not measured */
@@ -1205,13 +1205,6 @@ static int fp8_node(const cuda_ctx *c, const tb_graph *g, const tb_node *n, void
     return n->op == TB_OP_QMATMUL && c->fp8_gemm > 0 && T >= c->fp8_gemm && qpath(c, g, n, bufs, T) == QP_FP8;
 }
 
-/* Whether quantized matmul n takes the GEMV over chunks of TBC_GEMV_MAX_T
- * tokens in a step of T (qchunk): against the dequantised path's write and
- * read of f16 weights (4 bytes a weight beside the codes) and the GEMM. */
-static int qchunk_ok(const cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs, int T) {
-    return n->op == TB_OP_QMATMUL && T > TBC_GEMV_MAX_T && qpath(c, g, n, bufs, T) == QP_CHUNK;
-}
-
 static void fp8_plan_free(struct fp8_plan *p) {
     if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
     if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
@@ -1388,7 +1381,8 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
     }
     if (qp == QP_GEMM || (qp == QP_CHUNK && qgemm_ok(c, &qw, T, K))) {
         /* the mixed-input GEMM on f16 x (written by the node before, or
-         * converted now); K splits' partials in the dequantisation scratch */
+         * converted now); K splits' partials added in a cluster or through
+         * the dequantisation scratch (qgemm.h) */
         if (c->x16_node != k)
             CU_TRY(tbc_convert_f32(x, c->xconv, TBC_F16, (size_t)T * K, c->stream), "convert launch");
         c->x16_node = -1;

@@ -443,7 +443,7 @@ static cudaError_t qgemm_launch(const __half *x16, const tbc_qweight &w, const f
     sp = (steps + sps - 1) / sps; /* no empty split */
     dim3 grid((unsigned)((N + QG_BM - 1) / QG_BM), (unsigned)((T + S::BN - 1) / S::BN), (unsigned)sp);
     cudaError_t e;
-    if (qg_cluster_of(QT == QT_I4 ? TBC_Q_I4 : TBC_Q_I8, T, sp, cc)) {
+    if (qg_cluster_of(w.type, T, sp, cc)) {
         e = tbc_smem_optin(qgemm_kernel<QT, MT, NT, 2>, S::SMEM, dev, &done[2]);
         if (e != cudaSuccess) return e;
         return tbc_launch_cluster_dim(qgemm_kernel<QT, MT, NT, 2>, grid, dim3(QG_THREADS), (size_t)S::SMEM, s,
