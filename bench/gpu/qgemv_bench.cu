@@ -135,7 +135,8 @@ static size_t g_ws_bytes;
 static cudaError_t launch_one(int kind, void *codes, float *scales, int group, const float *x, float *y, int T, int K,
                               int N, int simt, int gemm, cudaStream_t s) {
     if (kind == K_F16) {
-        tbc_gemv_opts o = {simt, TBC_SIMT_ROW};
+        const char *rt = getenv("TB_CUDA_GEMV_RT");
+        tbc_gemv_opts o = {simt, TBC_SIMT_ROW, rt && *rt ? atoi(rt) : 1};
         return tbc_gemv_ex(x, codes, TBC_F16, NULL, y, T, K, N, NULL, &o, s);
     }
     tbc_qweight w = {kind == K_I8 ? TBC_Q_I8 : kind == K_FP8 ? TBC_Q_FP8 : TBC_Q_I4, codes, scales, NULL, group};

@@ -222,6 +222,8 @@ enum { TBC_SIMT_PAIR = 0, TBC_SIMT_ROW = 1, TBC_SIMT_ROW2 = 2, TBC_SIMT_ROW1 = 3
 typedef struct {
     int simt_max_t; /* f16/bf16: SIMT up to this T, tensor cores above */
     int simt_kind;  /* TBC_SIMT_* */
+    int mma_rt;     /* tensor-core kernel: 16-row tiles a block, 1 (0), 2
+                     * or 4 (TB_CUDA_GEMV_RT) */
 } tbc_gemv_opts;
 cudaError_t tbc_gemv_ex(const float *x, const void *w, tbc_dtype wdt,
                         const float *bias, float *y, int T, int K, int N,
