@@ -127,6 +127,8 @@ static const char *kind_name[] = {"f16", "int8", "fp8", "int4-g128"};
 
 /* The mixed-input GEMM's f16 x and split workspace (gemm >= 0). */
 static const void *g_x16;
+/* TB_CUDA_GEMV_RT for the f16 kind (tbc_gemv_opts.mma_rt), read once in main */
+static int g_rt = 1;
 static float *g_ws;
 static size_t g_ws_bytes;
 
@@ -135,8 +137,7 @@ static size_t g_ws_bytes;
 static cudaError_t launch_one(int kind, void *codes, float *scales, int group, const float *x, float *y, int T, int K,
                               int N, int simt, int gemm, cudaStream_t s) {
     if (kind == K_F16) {
-        const char *rt = getenv("TB_CUDA_GEMV_RT");
-        tbc_gemv_opts o = {simt, TBC_SIMT_ROW, rt && *rt ? atoi(rt) : 1};
+        tbc_gemv_opts o = {simt, TBC_SIMT_ROW, g_rt};
         return tbc_gemv_ex(x, codes, TBC_F16, NULL, y, T, K, N, NULL, &o, s);
     }
     tbc_qweight w = {kind == K_I8 ? TBC_Q_I8 : kind == K_FP8 ? TBC_Q_FP8 : TBC_Q_I4, codes, scales, NULL, group};
@@ -237,6 +238,8 @@ static int parse_list(const char *s, int *out, int max) {
 
 
 int main(int argc, char **argv) {
+    const char *rte = getenv("TB_CUDA_GEMV_RT");
+    if (rte && *rte) g_rt = atoi(rte);
     const char *ts = "1,8", *kinds = "f16,int8,fp8,int4", *us = "2", *vs = "-1", *shapes = NULL, *gs = NULL,
                *sps = "0";
     int reps = 5;
