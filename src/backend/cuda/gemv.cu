@@ -481,75 +481,69 @@ __device__ __forceinline__ void mma_finish(float (*red)[32][4], float (*red_ss)[
 }
 
 /* NORM: the inline RMSNorm (each thread sums the squares of the x it
- * loads for its token g; quads and then warps add them up). RT: 16-row
- * tiles a block (each thread holds 2 * RT rows), sharing each step's x:
- * the f32 x of T tokens is read from L2 once a block, so more tiles a block
- * read it fewer times (at 8 tokens and RT 1 as many bytes of x as of
- * weights). Each thread keeps 8 16-byte weight loads in flight (U steps of
- * RT tiles, two rows each). */
-template <int WDT, int MODE, bool NORM, int RT>
+ * loads for its token g; quads and then warps add them up). A block owns
+ * one 16-row tile; its GEMV_MMA_WARPS warps take turns over K, each thread
+ * keeping U steps (2 * U 16-byte weight loads) in flight. D: x loaded
+ * without a branch (tokens >= T read token T - 1's x: their columns of the
+ * product are never stored), and the first mma of an iteration made to
+ * depend on every weight load of it (their words xor-ed, and-ed with the
+ * argument `zero`, which is 0, into one word of x): the compiler may not
+ * then sink loads below the mmas, which it does otherwise (cuobjdump,
+ * sm_90: loads and mmas alternate, a few loads in flight a warp whatever
+ * U is). 2 or 4 tiles a block sharing each step's x, and 16 warps a
+ * block, lost at every shape (H100, 2026-12-06). */
+template <int WDT, int MODE, bool NORM, int U, bool D>
 __global__ void __launch_bounds__(GEMV_MMA_WARPS * 32)
 gemv_mma_kernel(const float *__restrict__ x, const void *__restrict__ w, const float *__restrict__ bias,
-                float *__restrict__ y, int T, int K, int N, tbc_gemv_epi e) {
-    constexpr int U = RT >= 4 ? 1 : 4 / RT, W = GEMV_MMA_WARPS;
-    __shared__ float red[RT][W][32][4];
+                float *__restrict__ y, int T, int K, int N, tbc_gemv_epi e, uint32_t zero_arg) {
+    constexpr int W = GEMV_MMA_WARPS;
+    __shared__ float red[W][32][4];
     __shared__ float red_ss[W][8];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    /* per tile r (16 rows) of the block: PLAIN, rows 16 * tile + g and + 8;
-     * other epilogues, pair P = 8 * tile + g is rows (ra, rb) */
-    int ra[RT], rb[RT], P[RT];
-    bool pair_ok[RT];
+    /* PLAIN: rows 16 * tile + g and + 8; other epilogues, pair
+     * P = 8 * tile + g is rows (ra, rb) */
+    int ra, rb, P;
+    const bool pair_ok = mma_rows<MODE>(e, N, g, ra, rb, P, blockIdx.x);
     const uint16_t *wbase = static_cast<const uint16_t *>(w);
-    const uint4 *pa[RT], *pb[RT];
-#pragma unroll
-    for (int r = 0; r < RT; r++) {
-        pair_ok[r] = mma_rows<MODE>(e, N, g, ra[r], rb[r], P[r], blockIdx.x * RT + r);
-        /* rows past N are read from row N - 1 and never written */
-        pa[r] = reinterpret_cast<const uint4 *>(wbase + (size_t)min(ra[r], N - 1) * K) + t;
-        pb[r] = reinterpret_cast<const uint4 *>(wbase + (size_t)min(rb[r], N - 1) * K) + t;
-        if (warp < 4) {
-            tbc_prefetch_l2(pa[r] + (size_t)warp * 4);
-            tbc_prefetch_l2(pb[r] + (size_t)warp * 4);
-        }
+    /* rows past N are read from row N - 1 and never written */
+    const uint4 *pa = reinterpret_cast<const uint4 *>(wbase + (size_t)min(ra, N - 1) * K) + t;
+    const uint4 *pb = reinterpret_cast<const uint4 *>(wbase + (size_t)min(rb, N - 1) * K) + t;
+    if (warp < 4) {
+        tbc_prefetch_l2(pa + (size_t)warp * 4);
+        tbc_prefetch_l2(pb + (size_t)warp * 4);
     }
     tbc_pdl_wait();
-    const bool has_x = g < T;
-    const float *px = x + (size_t)(has_x ? g : 0) * K + t * 8;
+    const bool has_x = D || g < T;
+    const float *px = x + (size_t)(D ? min(g, T - 1) : has_x ? g : 0) * K + t * 8;
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-    float c[RT][4];
-#pragma unroll
-    for (int r = 0; r < RT; r++) c[r][0] = c[r][1] = c[r][2] = c[r][3] = 0.0f;
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     float ss = 0.0f;
     const int steps = K / 32;
     int s = warp;
     for (; s + (U - 1) * W < steps; s += U * W) {
-        uint4 a[U][RT], b[U][RT], xv[U];
+        uint4 a[U], b[U], xv[U];
 #pragma unroll
         for (int i = 0; i < U; i++) {
-#pragma unroll
-            for (int r = 0; r < RT; r++) {
-                a[i][r] = __ldg(pa[r] + (size_t)(s + i * W) * 4);
-                b[i][r] = __ldg(pb[r] + (size_t)(s + i * W) * 4);
-            }
+            a[i] = __ldg(pa + (size_t)(s + i * W) * 4);
+            b[i] = __ldg(pb + (size_t)(s + i * W) * 4);
         }
 #pragma unroll
         for (int i = 0; i < U; i++) xv[i] = has_x ? load_x8<WDT, NORM>(px + (size_t)(s + i * W) * 32, ss) : zero;
+        if (D) {
+            uint32_t dep = 0u;
 #pragma unroll
-        for (int i = 0; i < U; i++) {
-#pragma unroll
-            for (int r = 0; r < RT; r++) mma_step<WDT>(c[r], a[i][r], b[i][r], xv[i]);
+            for (int i = 0; i < U; i++) dep ^= a[i].x ^ b[i].x;
+            xv[0].x ^= dep & zero_arg;
         }
+#pragma unroll
+        for (int i = 0; i < U; i++) mma_step<WDT>(c, a[i], b[i], xv[i]);
     }
     for (; s < steps; s += W) {
         uint4 x0 = has_x ? load_x8<WDT, NORM>(px + (size_t)s * 32, ss) : zero;
-#pragma unroll
-        for (int r = 0; r < RT; r++) mma_step<WDT>(c[r], __ldg(pa[r] + (size_t)s * 4), __ldg(pb[r] + (size_t)s * 4), x0);
+        mma_step<WDT>(c, __ldg(pa + (size_t)s * 4), __ldg(pb + (size_t)s * 4), x0);
     }
     tbc_pdl_trigger();
-#pragma unroll
-    for (int r = 0; r < RT; r++)
-        mma_finish<MODE, NORM>(red[r], red_ss, c[r], ss, warp, lane, ra[r], rb[r], P[r], pair_ok[r], T, K, N, bias, y,
-                               e, 1.0f, 1.0f, r == 0);
+    mma_finish<MODE, NORM>(red, red_ss, c, ss, warp, lane, ra, rb, P, pair_ok, T, K, N, bias, y, e, 1.0f, 1.0f);
 }
 
 /* ---------------------------------------------------------------- quantized weights
@@ -1610,12 +1604,24 @@ static int takes_mma(tbc_dtype wdt, int T, int K, int aligned, int simt_max_t) {
     return wdt != TBC_F32 && aligned && K % 32 == 0 && T > simt_max_t;
 }
 
-template <int WDT, int MODE, int RT>
+template <int WDT, int MODE, int U, bool D>
+static cudaError_t mma_launch_t(const float *x, const void *w, const float *bias, float *y, int T, int K, int N,
+                                const tbc_gemv_epi &e, int tiles, bool norm, cudaStream_t s) {
+    dim3 grid(tiles), block(GEMV_MMA_WARPS * 32);
+    const uint32_t z = 0u;
+    if (norm) return tbc_launch(gemv_mma_kernel<WDT, MODE, true, U, D>, grid, block, 0, s, x, w, bias, y, T, K, N, e, z);
+    return tbc_launch(gemv_mma_kernel<WDT, MODE, false, U, D>, grid, block, 0, s, x, w, bias, y, T, K, N, e, z);
+}
+
+/* the loop by tile count (tbc_gemv_opts.mma_small / mma_large, TBC_MMA_*) */
+template <int WDT, int MODE>
 static cudaError_t mma_launch(const float *x, const void *w, const float *bias, float *y, int T, int K, int N,
-                              const tbc_gemv_epi &e, int tiles, bool norm, cudaStream_t s) {
-    dim3 grid((tiles + RT - 1) / RT), block(GEMV_MMA_WARPS * 32);
-    if (norm) return tbc_launch(gemv_mma_kernel<WDT, MODE, true, RT>, grid, block, 0, s, x, w, bias, y, T, K, N, e);
-    return tbc_launch(gemv_mma_kernel<WDT, MODE, false, RT>, grid, block, 0, s, x, w, bias, y, T, K, N, e);
+                              const tbc_gemv_epi &e, int tiles, bool norm, const tbc_gemv_opts &o, cudaStream_t s) {
+    switch (tiles < TBC_MMA_SMALL_TILES ? o.mma_small : o.mma_large) {
+    case TBC_MMA_U4D: return mma_launch_t<WDT, MODE, 4, true>(x, w, bias, y, T, K, N, e, tiles, norm, s);
+    case TBC_MMA_U8D: return mma_launch_t<WDT, MODE, 8, true>(x, w, bias, y, T, K, N, e, tiles, norm, s);
+    default: return mma_launch_t<WDT, MODE, 4, false>(x, w, bias, y, T, K, N, e, tiles, norm, s);
+    }
 }
 
 template <int WDT, int MODE>
@@ -1631,9 +1637,7 @@ static cudaError_t gemv_launch(const float *x, const void *w, const float *bias,
         if (mma) {
             int pairs = MODE == TBC_EPI_PLAIN ? 0 : MODE == TBC_EPI_ADD ? (N + 1) / 2 : N / 2;
             int tiles = MODE == TBC_EPI_PLAIN ? (N + 15) / 16 : (pairs + 7) / 8;
-            if (o.mma_rt == 4) return mma_launch<WDT, MODE, 4>(x, w, bias, y, T, K, N, e, tiles, norm, s);
-            if (o.mma_rt == 2) return mma_launch<WDT, MODE, 2>(x, w, bias, y, T, K, N, e, tiles, norm, s);
-            return mma_launch<WDT, MODE, 1>(x, w, bias, y, T, K, N, e, tiles, norm, s);
+            return mma_launch<WDT, MODE>(x, w, bias, y, T, K, N, e, tiles, norm, o, s);
         }
     }
     if constexpr (WDT != TBC_F32) {
