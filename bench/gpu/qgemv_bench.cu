@@ -127,9 +127,6 @@ static const char *kind_name[] = {"f16", "int8", "fp8", "int4-g128"};
 
 /* The mixed-input GEMM's f16 x and split workspace (gemm >= 0). */
 static const void *g_x16;
-/* TB_CUDA_GEMV_MMA=small,large for the f16 kind (tbc_gemv_opts.mma_small /
- * mma_large), read once in main */
-static int g_mma_small = TBC_MMA_U4, g_mma_large = TBC_MMA_U4;
 static float *g_ws;
 static size_t g_ws_bytes;
 
@@ -138,7 +135,7 @@ static size_t g_ws_bytes;
 static cudaError_t launch_one(int kind, void *codes, float *scales, int group, const float *x, float *y, int T, int K,
                               int N, int simt, int gemm, cudaStream_t s) {
     if (kind == K_F16) {
-        tbc_gemv_opts o = {simt, TBC_SIMT_ROW, g_mma_small, g_mma_large};
+        tbc_gemv_opts o = {simt, TBC_SIMT_ROW};
         return tbc_gemv_ex(x, codes, TBC_F16, NULL, y, T, K, N, NULL, &o, s);
     }
     tbc_qweight w = {kind == K_I8 ? TBC_Q_I8 : kind == K_FP8 ? TBC_Q_FP8 : TBC_Q_I4, codes, scales, NULL, group};
@@ -239,12 +236,6 @@ static int parse_list(const char *s, int *out, int max) {
 
 
 int main(int argc, char **argv) {
-    const char *mme = getenv("TB_CUDA_GEMV_MMA");
-    if (mme && *mme) {
-        int a = 0, b = 0, n = sscanf(mme, "%d,%d", &a, &b);
-        if (n >= 1) g_mma_small = g_mma_large = a;
-        if (n == 2) g_mma_large = b;
-    }
     const char *ts = "1,8", *kinds = "f16,int8,fp8,int4", *us = "2", *vs = "-1", *shapes = NULL, *gs = NULL,
                *sps = "0";
     int reps = 5;

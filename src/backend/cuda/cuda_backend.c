@@ -81,10 +81,6 @@
  * -4..-6% at contexts ~140, -2% at ~400, even at ~900; 64 / 256 streams
  * +2% / +3%; batch 32 at ~900 keys, 1024 pairs, was 10% slower) */
 #define TB_CUDA_DEFAULT_ATTN_WARP_MIN 2048
-/* TB_CUDA_GEMV_MMA=small,large: tbc_gemv_opts.mma_small / mma_large, the
- * f16 / bf16 tensor-core GEMV's block shape (TBC_MMA_*) */
-#define TB_CUDA_DEFAULT_GEMV_MMA_SMALL TBC_MMA_U4
-#define TB_CUDA_DEFAULT_GEMV_MMA_LARGE TBC_MMA_U4
 /* e4m3 matmuls in steps of at least this many tokens take the FP8 tensor
  * cores (cuBLASLt; x rounded to e4m3 a token): H100, 8-layer 7B, a 16-token
  * step 1.05 ms there against 1.92 for 15 tokens on the chunked GEMV */
@@ -2370,14 +2366,6 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     if (me && !strcmp(me, "simt")) c->gemv.simt_max_t = TBC_GEMV_MAX_T;
     if (me && !strcmp(me, "mma")) c->gemv.simt_max_t = 0;
     if (te && *te) c->gemv.simt_max_t = atoi(te);
-    c->gemv.mma_small = TB_CUDA_DEFAULT_GEMV_MMA_SMALL;
-    c->gemv.mma_large = TB_CUDA_DEFAULT_GEMV_MMA_LARGE;
-    const char *mme = getenv("TB_CUDA_GEMV_MMA"); /* "small,large" or one value for both */
-    if (mme && *mme) {
-        int a = 0, b = 0, n = sscanf(mme, "%d,%d", &a, &b);
-        if (n >= 1) c->gemv.mma_small = c->gemv.mma_large = a;
-        if (n == 2) c->gemv.mma_large = b;
-    }
     const char *ke = getenv("TB_CUDA_SIMT"), *ne = getenv("TB_CUDA_FUSE_NORM"), *se = getenv("TB_CUDA_ATTN_SPLIT_MIN");
     c->gemv.simt_kind = TB_CUDA_DEFAULT_SIMT;
     if (ke && !strcmp(ke, "pair")) c->gemv.simt_kind = TBC_SIMT_PAIR;

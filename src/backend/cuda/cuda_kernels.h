@@ -219,20 +219,9 @@ typedef struct {
  * f32 weights and T > 2 always take the pair kernel. */
 enum { TBC_SIMT_PAIR = 0, TBC_SIMT_ROW = 1, TBC_SIMT_ROW2 = 2, TBC_SIMT_ROW1 = 3, TBC_SIMT_ROW1S = 4,
        TBC_SIMT_ROW2S = 5 };
-/* The tensor-core kernel's loop (8 warps over one 16-row tile):
- * TBC_MMA_U4 4 steps of loads a thread, x of tokens >= T zero (a branch a
- * load); TBC_MMA_U4D 4 steps, x loaded without branches and every load of
- * an iteration issued before its first mma (gemv.cu's D); TBC_MMA_U8D 8
- * steps, likewise. mma_small applies to launches of fewer than
- * TBC_MMA_SMALL_TILES tiles (a few blocks an SM), mma_large to the others
- * (TB_CUDA_GEMV_MMA=small,large). */
-enum { TBC_MMA_U4 = 0, TBC_MMA_U4D = 1, TBC_MMA_U8D = 2 };
-#define TBC_MMA_SMALL_TILES 512
 typedef struct {
     int simt_max_t; /* f16/bf16: SIMT up to this T, tensor cores above */
     int simt_kind;  /* TBC_SIMT_* */
-    int mma_small;  /* TBC_MMA_*, launches of < TBC_MMA_SMALL_TILES tiles */
-    int mma_large;  /* TBC_MMA_*, the others */
 } tbc_gemv_opts;
 cudaError_t tbc_gemv_ex(const float *x, const void *w, tbc_dtype wdt,
                         const float *bias, float *y, int T, int K, int N,

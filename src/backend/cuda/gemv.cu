@@ -481,27 +481,19 @@ __device__ __forceinline__ void mma_finish(float (*red)[32][4], float (*red_ss)[
 }
 
 /* NORM: the inline RMSNorm (each thread sums the squares of the x it
- * loads for its token g; quads and then warps add them up). A block owns
- * one 16-row tile; its GEMV_MMA_WARPS warps take turns over K, each thread
- * keeping U steps (2 * U 16-byte weight loads) in flight. D: x loaded
- * without a branch (tokens >= T read token T - 1's x: their columns of the
- * product are never stored), and the first mma of an iteration made to
- * depend on every weight load of it (their words xor-ed, and-ed with the
- * argument `zero`, which is 0, into one word of x): the compiler may not
- * then sink loads below the mmas, which it does otherwise (cuobjdump,
- * sm_90: loads and mmas alternate, a few loads in flight a warp whatever
- * U is). 2 or 4 tiles a block sharing each step's x, and 16 warps a
- * block, lost at every shape (H100, 2026-12-06). */
-template <int WDT, int MODE, bool NORM, int U, bool D>
+ * loads for its token g; quads and then warps add them up). Measured no
+ * faster on the 7B step (H100, docs/GPU.md "The f16 tensor-core GEMV's
+ * loop"): 2 or 4 tiles a block sharing x, 16 warps a block, 8 steps of
+ * loads, x without the branch, and the loads forced ahead of the mmas. */
+template <int WDT, int MODE, bool NORM>
 __global__ void __launch_bounds__(GEMV_MMA_WARPS * 32)
 gemv_mma_kernel(const float *__restrict__ x, const void *__restrict__ w, const float *__restrict__ bias,
-                float *__restrict__ y, int T, int K, int N, tbc_gemv_epi e, uint32_t zero_arg) {
-    constexpr int W = GEMV_MMA_WARPS;
-    __shared__ float red[W][32][4];
-    __shared__ float red_ss[W][8];
+                float *__restrict__ y, int T, int K, int N, tbc_gemv_epi e) {
+    __shared__ float red[GEMV_MMA_WARPS][32][4];
+    __shared__ float red_ss[GEMV_MMA_WARPS][8];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    /* PLAIN: rows 16 * tile + g and + 8; other epilogues, pair
-     * P = 8 * tile + g is rows (ra, rb) */
+    /* PLAIN: the block's 16 rows are r0 .. r0 + 15 (rows g and g + 8 per
+     * thread); other epilogues: pair P = 8 * block + g is rows (ra, rb) */
     int ra, rb, P;
     const bool pair_ok = mma_rows<MODE>(e, N, g, ra, rb, P, blockIdx.x);
     const uint16_t *wbase = static_cast<const uint16_t *>(w);
@@ -513,34 +505,33 @@ gemv_mma_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
         tbc_prefetch_l2(pb + (size_t)warp * 4);
     }
     tbc_pdl_wait();
-    const bool has_x = D || g < T;
-    const float *px = x + (size_t)(D ? min(g, T - 1) : has_x ? g : 0) * K + t * 8;
+    const bool has_x = g < T;
+    const float *px = x + (size_t)(has_x ? g : 0) * K + t * 8;
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     float ss = 0.0f;
     const int steps = K / 32;
     int s = warp;
-    for (; s + (U - 1) * W < steps; s += U * W) {
-        uint4 a[U], b[U], xv[U];
-#pragma unroll
-        for (int i = 0; i < U; i++) {
-            a[i] = __ldg(pa + (size_t)(s + i * W) * 4);
-            b[i] = __ldg(pb + (size_t)(s + i * W) * 4);
-        }
-#pragma unroll
-        for (int i = 0; i < U; i++) xv[i] = has_x ? load_x8<WDT, NORM>(px + (size_t)(s + i * W) * 32, ss) : zero;
-        if (D) {
-            uint32_t dep = 0u;
-#pragma unroll
-            for (int i = 0; i < U; i++) dep ^= a[i].x ^ b[i].x;
-            xv[0].x ^= dep & zero_arg;
-        }
-#pragma unroll
-        for (int i = 0; i < U; i++) mma_step<WDT>(c, a[i], b[i], xv[i]);
-    }
-    for (; s < steps; s += W) {
+    for (; s + 3 * GEMV_MMA_WARPS < steps; s += 4 * GEMV_MMA_WARPS) {
+        uint4 a0 = __ldg(pa + (size_t)s * 4), b0 = __ldg(pb + (size_t)s * 4);
+        uint4 a1 = __ldg(pa + (size_t)(s + GEMV_MMA_WARPS) * 4), b1 = __ldg(pb + (size_t)(s + GEMV_MMA_WARPS) * 4);
+        uint4 a2 = __ldg(pa + (size_t)(s + 2 * GEMV_MMA_WARPS) * 4),
+              b2 = __ldg(pb + (size_t)(s + 2 * GEMV_MMA_WARPS) * 4);
+        uint4 a3 = __ldg(pa + (size_t)(s + 3 * GEMV_MMA_WARPS) * 4),
+              b3 = __ldg(pb + (size_t)(s + 3 * GEMV_MMA_WARPS) * 4);
         uint4 x0 = has_x ? load_x8<WDT, NORM>(px + (size_t)s * 32, ss) : zero;
-        mma_step<WDT>(c, __ldg(pa + (size_t)s * 4), __ldg(pb + (size_t)s * 4), x0);
+        uint4 x1 = has_x ? load_x8<WDT, NORM>(px + (size_t)(s + GEMV_MMA_WARPS) * 32, ss) : zero;
+        uint4 x2 = has_x ? load_x8<WDT, NORM>(px + (size_t)(s + 2 * GEMV_MMA_WARPS) * 32, ss) : zero;
+        uint4 x3 = has_x ? load_x8<WDT, NORM>(px + (size_t)(s + 3 * GEMV_MMA_WARPS) * 32, ss) : zero;
+        mma_step<WDT>(c, a0, b0, x0);
+        mma_step<WDT>(c, a1, b1, x1);
+        mma_step<WDT>(c, a2, b2, x2);
+        mma_step<WDT>(c, a3, b3, x3);
+    }
+    for (; s < steps; s += GEMV_MMA_WARPS) {
+        uint4 a0 = __ldg(pa + (size_t)s * 4), b0 = __ldg(pb + (size_t)s * 4);
+        uint4 x0 = has_x ? load_x8<WDT, NORM>(px + (size_t)s * 32, ss) : zero;
+        mma_step<WDT>(c, a0, b0, x0);
     }
     tbc_pdl_trigger();
     mma_finish<MODE, NORM>(red, red_ss, c, ss, warp, lane, ra, rb, P, pair_ok, T, K, N, bias, y, e, 1.0f, 1.0f);
@@ -1604,26 +1595,6 @@ static int takes_mma(tbc_dtype wdt, int T, int K, int aligned, int simt_max_t) {
     return wdt != TBC_F32 && aligned && K % 32 == 0 && T > simt_max_t;
 }
 
-template <int WDT, int MODE, int U, bool D>
-static cudaError_t mma_launch_t(const float *x, const void *w, const float *bias, float *y, int T, int K, int N,
-                                const tbc_gemv_epi &e, int tiles, bool norm, cudaStream_t s) {
-    dim3 grid(tiles), block(GEMV_MMA_WARPS * 32);
-    const uint32_t z = 0u;
-    if (norm) return tbc_launch(gemv_mma_kernel<WDT, MODE, true, U, D>, grid, block, 0, s, x, w, bias, y, T, K, N, e, z);
-    return tbc_launch(gemv_mma_kernel<WDT, MODE, false, U, D>, grid, block, 0, s, x, w, bias, y, T, K, N, e, z);
-}
-
-/* the loop by tile count (tbc_gemv_opts.mma_small / mma_large, TBC_MMA_*) */
-template <int WDT, int MODE>
-static cudaError_t mma_launch(const float *x, const void *w, const float *bias, float *y, int T, int K, int N,
-                              const tbc_gemv_epi &e, int tiles, bool norm, const tbc_gemv_opts &o, cudaStream_t s) {
-    switch (tiles < TBC_MMA_SMALL_TILES ? o.mma_small : o.mma_large) {
-    case TBC_MMA_U4D: return mma_launch_t<WDT, MODE, 4, true>(x, w, bias, y, T, K, N, e, tiles, norm, s);
-    case TBC_MMA_U8D: return mma_launch_t<WDT, MODE, 8, true>(x, w, bias, y, T, K, N, e, tiles, norm, s);
-    default: return mma_launch_t<WDT, MODE, 4, false>(x, w, bias, y, T, K, N, e, tiles, norm, s);
-    }
-}
-
 template <int WDT, int MODE>
 static cudaError_t gemv_launch(const float *x, const void *w, const float *bias, float *y, int T, int K, int N,
                                const tbc_gemv_epi &e, const tbc_gemv_opts &o, cudaStream_t s) {
@@ -1636,8 +1607,12 @@ static cudaError_t gemv_launch(const float *x, const void *w, const float *bias,
     if constexpr (WDT != TBC_F32) {
         if (mma) {
             int pairs = MODE == TBC_EPI_PLAIN ? 0 : MODE == TBC_EPI_ADD ? (N + 1) / 2 : N / 2;
-            int tiles = MODE == TBC_EPI_PLAIN ? (N + 15) / 16 : (pairs + 7) / 8;
-            return mma_launch<WDT, MODE>(x, w, bias, y, T, K, N, e, tiles, norm, o, s);
+            int blocks = MODE == TBC_EPI_PLAIN ? (N + 15) / 16 : (pairs + 7) / 8;
+            if (norm)
+                return tbc_launch(gemv_mma_kernel<WDT, MODE, true>, dim3(blocks), dim3(GEMV_MMA_WARPS * 32), 0, s, x,
+                                  w, bias, y, T, K, N, e);
+            return tbc_launch(gemv_mma_kernel<WDT, MODE, false>, dim3(blocks), dim3(GEMV_MMA_WARPS * 32), 0, s, x, w,
+                              bias, y, T, K, N, e);
         }
     }
     if constexpr (WDT != TBC_F32) {
