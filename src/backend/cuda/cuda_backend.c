@@ -81,6 +81,13 @@
  * -4..-6% at contexts ~140, -2% at ~400, even at ~900; 64 / 256 streams
  * +2% / +3%; batch 32 at ~900 keys, 1024 pairs, was 10% slower) */
 #define TB_CUDA_DEFAULT_ATTN_WARP_MIN 2048
+/* TB_CUDA_GEMV_ROT (tbc_set_gemv_rot): the f16 / bf16 GEMVs read each
+ * block's rows from a rotated start, so that the blocks of a wave do not
+ * all read the same columns at once; bit 0 the tensor-core kernel of 3..8
+ * tokens (H100, qgemv_bench --t 8 over a 7B layer's matrices: 271.3 ->
+ * 256.5 us, every shape faster, down_proj 42.5 -> 38.8; the 7B b4 / b8
+ * step ~1% faster, within the run's noise), bit 1 the SIMT row kernel */
+#define TB_CUDA_DEFAULT_GEMV_ROT 1
 /* e4m3 matmuls in steps of at least this many tokens take the FP8 tensor
  * cores (cuBLASLt; x rounded to e4m3 a token): H100, 8-layer 7B, a 16-token
  * step 1.05 ms there against 1.92 for 15 tokens on the chunked GEMV */
@@ -2317,6 +2324,8 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     if (gtimes && !strcmp(gtimes, "1") && cudaEventCreate(&c->gt0) == cudaSuccess && cudaEventCreate(&c->gt1) == cudaSuccess)
         c->gt_on = 1;
     cudaGetLastError();
+    const char *gre = getenv("TB_CUDA_GEMV_ROT");
+    tbc_set_gemv_rot(gre && *gre ? atoi(gre) : TB_CUDA_DEFAULT_GEMV_ROT);
     const char *que = getenv("TB_CUDA_QGEMV_U");
     const char *qve = getenv("TB_CUDA_QGEMV_V");
     tbc_set_qgemv_unroll(que && *que ? atoi(que) : 2);

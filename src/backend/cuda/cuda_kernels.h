@@ -258,6 +258,9 @@ cudaError_t tbc_qgemv(const float *x, const tbc_qweight *w, const float *bias, f
 /* Steps of K each warp of tbc_qgemv loads at once: 1 or 2 (default).
  * Process-wide; the backend sets it from TB_CUDA_QGEMV_U. */
 void tbc_set_qgemv_unroll(int u);
+/* the f16 / bf16 GEMVs' rotated row starts (TB_CUDA_GEMV_ROT: bit 0 the
+ * tensor-core kernel, bit 1 the SIMT row kernel) */
+void tbc_set_gemv_rot(int v);
 /* The quantized GEMV's block shape (process-wide; TB_CUDA_QGEMV_V): -1
  * (default) the pipelined kernel (qpipe_launch_v in gemv.cu: one token 4
  * for int8 / e4m3 (9 for rows of >= 8192 in few tiles), 5 for int4; 2..8

@@ -288,7 +288,7 @@ __device__ __forceinline__ void accum1(const float *__restrict__ x, int K, int k
 template <int WDT, int TT, int MODE, int RW, bool NORM, int U, int KS>
 __global__ void __launch_bounds__(RW * 32)
 gemv_row_kernel(const float *__restrict__ x, const void *__restrict__ w, const float *__restrict__ bias,
-                float *__restrict__ y, int K, int N, tbc_gemv_epi e) {
+                float *__restrict__ y, int K, int N, tbc_gemv_epi e, int rot_on) {
     /* KS warps per row: warp w is part w % KS of row-warp w / KS; the
      * parts take turns over the row in chunks of 32 U vectors */
     __shared__ float sums[RW][TT], ssum[RW][TT];
@@ -302,6 +302,10 @@ gemv_row_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
     const uint4 *wr = reinterpret_cast<const uint4 *>(static_cast<const uint16_t *>(w) +
                                                       (size_t)(active && side ? rb : ra) * K);
     const int nv = K / 8;
+    /* rot_on: pair P reads its rows from vector 32 ((97 P) mod (nv / 32))
+     * on, wrapping (the warps of one wave then read different columns) */
+    const int rot = rot_on && nv >= 32 ? (int)(((unsigned)P * 97u) % (unsigned)(nv / 32)) * 32 : 0;
+    auto ph = [&](int v) { return v + rot < nv ? v + rot : v + rot - nv; };
     tbc_pdl_wait();
     const float *xp = x;
     float acc[TT], ss[TT];
@@ -313,10 +317,10 @@ gemv_row_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
         for (int v0 = part * 32 * U + lane; v0 < nv; v0 += 32 * U * KS) {
             uint4 u[U];
 #pragma unroll
-            for (int i = 0; i < U; i++) u[i] = v0 + 32 * i < nv ? __ldg(wr + v0 + 32 * i) : make_uint4(0, 0, 0, 0);
+            for (int i = 0; i < U; i++) u[i] = v0 + 32 * i < nv ? __ldg(wr + ph(v0 + 32 * i)) : make_uint4(0, 0, 0, 0);
 #pragma unroll
             for (int i = 0; i < U; i++)
-                if (v0 + 32 * i < nv) accum1<WDT, TT, NORM>(xp, K, (v0 + 32 * i) * 8, u[i], acc, ss);
+                if (v0 + 32 * i < nv) accum1<WDT, TT, NORM>(xp, K, ph(v0 + 32 * i) * 8, u[i], acc, ss);
         }
     }
     tbc_pdl_trigger();
@@ -488,7 +492,7 @@ __device__ __forceinline__ void mma_finish(float (*red)[32][4], float (*red_ss)[
 template <int WDT, int MODE, bool NORM>
 __global__ void __launch_bounds__(GEMV_MMA_WARPS * 32)
 gemv_mma_kernel(const float *__restrict__ x, const void *__restrict__ w, const float *__restrict__ bias,
-                float *__restrict__ y, int T, int K, int N, tbc_gemv_epi e) {
+                float *__restrict__ y, int T, int K, int N, tbc_gemv_epi e, int rot_on) {
     __shared__ float red[GEMV_MMA_WARPS][32][4];
     __shared__ float red_ss[GEMV_MMA_WARPS][8];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -501,8 +505,10 @@ gemv_mma_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
     const uint4 *pa = reinterpret_cast<const uint4 *>(wbase + (size_t)min(ra, N - 1) * K) + t;
     const uint4 *pb = reinterpret_cast<const uint4 *>(wbase + (size_t)min(rb, N - 1) * K) + t;
     if (warp < 4) {
-        tbc_prefetch_l2(pa + (size_t)warp * 4);
-        tbc_prefetch_l2(pb + (size_t)warp * 4);
+        const int q = rot_on ? (int)(((unsigned)blockIdx.x * 97u) % (unsigned)(K / 32)) : 0;
+        const int pw = warp + q < K / 32 ? warp + q : warp + q - K / 32;
+        tbc_prefetch_l2(pa + (size_t)pw * 4);
+        tbc_prefetch_l2(pb + (size_t)pw * 4);
     }
     tbc_pdl_wait();
     const bool has_x = g < T;
@@ -511,26 +517,30 @@ gemv_mma_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     float ss = 0.0f;
     const int steps = K / 32;
+    /* rot_on: block b reads its rows from step (97 b) mod steps on,
+     * wrapping (the blocks of one wave then read different columns) */
+    const int rot = rot_on ? (int)(((unsigned)blockIdx.x * 97u) % (unsigned)steps) : 0;
+    auto ph = [&](int q) { return q + rot < steps ? q + rot : q + rot - steps; };
     int s = warp;
     for (; s + 3 * GEMV_MMA_WARPS < steps; s += 4 * GEMV_MMA_WARPS) {
-        uint4 a0 = __ldg(pa + (size_t)s * 4), b0 = __ldg(pb + (size_t)s * 4);
-        uint4 a1 = __ldg(pa + (size_t)(s + GEMV_MMA_WARPS) * 4), b1 = __ldg(pb + (size_t)(s + GEMV_MMA_WARPS) * 4);
-        uint4 a2 = __ldg(pa + (size_t)(s + 2 * GEMV_MMA_WARPS) * 4),
-              b2 = __ldg(pb + (size_t)(s + 2 * GEMV_MMA_WARPS) * 4);
-        uint4 a3 = __ldg(pa + (size_t)(s + 3 * GEMV_MMA_WARPS) * 4),
-              b3 = __ldg(pb + (size_t)(s + 3 * GEMV_MMA_WARPS) * 4);
-        uint4 x0 = has_x ? load_x8<WDT, NORM>(px + (size_t)s * 32, ss) : zero;
-        uint4 x1 = has_x ? load_x8<WDT, NORM>(px + (size_t)(s + GEMV_MMA_WARPS) * 32, ss) : zero;
-        uint4 x2 = has_x ? load_x8<WDT, NORM>(px + (size_t)(s + 2 * GEMV_MMA_WARPS) * 32, ss) : zero;
-        uint4 x3 = has_x ? load_x8<WDT, NORM>(px + (size_t)(s + 3 * GEMV_MMA_WARPS) * 32, ss) : zero;
+        uint4 a0 = __ldg(pa + (size_t)ph(s) * 4), b0 = __ldg(pb + (size_t)ph(s) * 4);
+        uint4 a1 = __ldg(pa + (size_t)ph(s + GEMV_MMA_WARPS) * 4), b1 = __ldg(pb + (size_t)ph(s + GEMV_MMA_WARPS) * 4);
+        uint4 a2 = __ldg(pa + (size_t)ph(s + 2 * GEMV_MMA_WARPS) * 4),
+              b2 = __ldg(pb + (size_t)ph(s + 2 * GEMV_MMA_WARPS) * 4);
+        uint4 a3 = __ldg(pa + (size_t)ph(s + 3 * GEMV_MMA_WARPS) * 4),
+              b3 = __ldg(pb + (size_t)ph(s + 3 * GEMV_MMA_WARPS) * 4);
+        uint4 x0 = has_x ? load_x8<WDT, NORM>(px + (size_t)ph(s) * 32, ss) : zero;
+        uint4 x1 = has_x ? load_x8<WDT, NORM>(px + (size_t)ph(s + GEMV_MMA_WARPS) * 32, ss) : zero;
+        uint4 x2 = has_x ? load_x8<WDT, NORM>(px + (size_t)ph(s + 2 * GEMV_MMA_WARPS) * 32, ss) : zero;
+        uint4 x3 = has_x ? load_x8<WDT, NORM>(px + (size_t)ph(s + 3 * GEMV_MMA_WARPS) * 32, ss) : zero;
         mma_step<WDT>(c, a0, b0, x0);
         mma_step<WDT>(c, a1, b1, x1);
         mma_step<WDT>(c, a2, b2, x2);
         mma_step<WDT>(c, a3, b3, x3);
     }
     for (; s < steps; s += GEMV_MMA_WARPS) {
-        uint4 a0 = __ldg(pa + (size_t)s * 4), b0 = __ldg(pb + (size_t)s * 4);
-        uint4 x0 = has_x ? load_x8<WDT, NORM>(px + (size_t)s * 32, ss) : zero;
+        uint4 a0 = __ldg(pa + (size_t)ph(s) * 4), b0 = __ldg(pb + (size_t)ph(s) * 4);
+        uint4 x0 = has_x ? load_x8<WDT, NORM>(px + (size_t)ph(s) * 32, ss) : zero;
         mma_step<WDT>(c, a0, b0, x0);
     }
     tbc_pdl_trigger();
@@ -1561,15 +1571,22 @@ static cudaError_t pair_launch(const float *x, const void *w, const float *bias,
     }
 }
 
+/* TB_CUDA_GEMV_ROT: the f16 / bf16 GEMVs' rows read from rotated starts
+ * (bit 0 the tensor-core kernel, bit 1 the SIMT row kernel) */
+static int gemv_rot = 0;
+extern "C" void tbc_set_gemv_rot(int v) { gemv_rot = v >= 0 && v <= 3 ? v : 0; }
+
 template <int WDT, int TT, int MODE, int U, int KS>
 static cudaError_t row_launch_t(const float *x, const void *w, const float *bias, float *y, int K, int N,
                                 const tbc_gemv_epi &e, cudaStream_t s) {
     constexpr int RW = 8;
     int pairs = MODE == TBC_EPI_PLAIN || MODE == TBC_EPI_ADD ? (N + 1) / 2 : N / 2;
     dim3 grid((pairs + RW / (2 * KS) - 1) / (RW / (2 * KS))), block(RW * 32);
+    const int rot = (gemv_rot & 2) != 0;
     if (e.norm)
-        return tbc_launch(gemv_row_kernel<WDT, TT, MODE, RW, true, U, KS>, grid, block, 0, s, x, w, bias, y, K, N, e);
-    return tbc_launch(gemv_row_kernel<WDT, TT, MODE, RW, false, U, KS>, grid, block, 0, s, x, w, bias, y, K, N, e);
+        return tbc_launch(gemv_row_kernel<WDT, TT, MODE, RW, true, U, KS>, grid, block, 0, s, x, w, bias, y, K, N, e,
+                          rot);
+    return tbc_launch(gemv_row_kernel<WDT, TT, MODE, RW, false, U, KS>, grid, block, 0, s, x, w, bias, y, K, N, e, rot);
 }
 
 template <int WDT, int TT, int MODE>
@@ -1608,11 +1625,12 @@ static cudaError_t gemv_launch(const float *x, const void *w, const float *bias,
         if (mma) {
             int pairs = MODE == TBC_EPI_PLAIN ? 0 : MODE == TBC_EPI_ADD ? (N + 1) / 2 : N / 2;
             int blocks = MODE == TBC_EPI_PLAIN ? (N + 15) / 16 : (pairs + 7) / 8;
+            const int rot = (gemv_rot & 1) != 0;
             if (norm)
                 return tbc_launch(gemv_mma_kernel<WDT, MODE, true>, dim3(blocks), dim3(GEMV_MMA_WARPS * 32), 0, s, x,
-                                  w, bias, y, T, K, N, e);
+                                  w, bias, y, T, K, N, e, rot);
             return tbc_launch(gemv_mma_kernel<WDT, MODE, false>, dim3(blocks), dim3(GEMV_MMA_WARPS * 32), 0, s, x, w,
-                              bias, y, T, K, N, e);
+                              bias, y, T, K, N, e, rot);
         }
     }
     if constexpr (WDT != TBC_F32) {
