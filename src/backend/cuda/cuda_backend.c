@@ -86,7 +86,8 @@
  * all read the same columns at once; bit 0 the tensor-core kernel of 3..8
  * tokens (H100, qgemv_bench --t 8 over a 7B layer's matrices: 271.3 ->
  * 256.5 us, every shape faster, down_proj 42.5 -> 38.8; the 7B b4 / b8
- * step ~1% faster, within the run's noise), bit 1 the SIMT row kernel */
+ * step ~1% faster, within the run's noise), bit 1 the SIMT row kernel,
+ * bit 2 the quantized cp.async ring kernel (each warp's steps) */
 #define TB_CUDA_DEFAULT_GEMV_ROT 1
 /* e4m3 matmuls in steps of at least this many tokens take the FP8 tensor
  * cores (cuBLASLt; x rounded to e4m3 a token): H100, 8-layer 7B, a 16-token

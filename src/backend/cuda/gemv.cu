@@ -504,11 +504,14 @@ gemv_mma_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
     /* rows past N are read from row N - 1 and never written */
     const uint4 *pa = reinterpret_cast<const uint4 *>(wbase + (size_t)min(ra, N - 1) * K) + t;
     const uint4 *pb = reinterpret_cast<const uint4 *>(wbase + (size_t)min(rb, N - 1) * K) + t;
+    const int steps = K / 32;
+    /* rot_on: block b reads its rows from step (97 b) mod steps on,
+     * wrapping (the blocks of one wave then read different columns) */
+    const int rot = rot_on ? (int)(((unsigned)blockIdx.x * 97u) % (unsigned)steps) : 0;
+    auto ph = [&](int q) { return q + rot < steps ? q + rot : q + rot - steps; };
     if (warp < 4) {
-        const int q = rot_on ? (int)(((unsigned)blockIdx.x * 97u) % (unsigned)(K / 32)) : 0;
-        const int pw = warp + q < K / 32 ? warp + q : warp + q - K / 32;
-        tbc_prefetch_l2(pa + (size_t)pw * 4);
-        tbc_prefetch_l2(pb + (size_t)pw * 4);
+        tbc_prefetch_l2(pa + (size_t)ph(warp) * 4);
+        tbc_prefetch_l2(pb + (size_t)ph(warp) * 4);
     }
     tbc_pdl_wait();
     const bool has_x = g < T;
@@ -516,11 +519,6 @@ gemv_mma_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
     const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     float ss = 0.0f;
-    const int steps = K / 32;
-    /* rot_on: block b reads its rows from step (97 b) mod steps on,
-     * wrapping (the blocks of one wave then read different columns) */
-    const int rot = rot_on ? (int)(((unsigned)blockIdx.x * 97u) % (unsigned)steps) : 0;
-    auto ph = [&](int q) { return q + rot < steps ? q + rot : q + rot - steps; };
     int s = warp;
     for (; s + 3 * GEMV_MMA_WARPS < steps; s += 4 * GEMV_MMA_WARPS) {
         uint4 a0 = __ldg(pa + (size_t)ph(s) * 4), b0 = __ldg(pb + (size_t)ph(s) * 4);
@@ -827,7 +825,7 @@ static size_t qpipe_smem(int T, int K) {
 template <int QT, int MODE, bool NORM, bool GS, int NS, int RT, int MINB, int CL>
 __global__ void __launch_bounds__(GEMV_MMA_WARPS * 32, MINB)
 qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__restrict__ bias, float *__restrict__ y,
-                  int T, int K, int N, int tiles, tbc_gemv_epi e, int xw) {
+                  int T, int K, int N, int tiles, tbc_gemv_epi e, int flags) {
     constexpr int VPL = QT == QT_I4 ? 32 : 16; /* values per 16-byte load */
     constexpr int KSTEP = 4 * VPL;
     constexpr int NW = GEMV_MMA_WARPS;
@@ -857,6 +855,11 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
     const int nbt = (nbt_all - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
     const int steps = K / KSTEP, per = (steps + NW - 1) / NW;
     const int s0 = warp * per, nj = max(0, min(steps, s0 + per) - s0);
+    /* flags bit 1 (TB_CUDA_GEMV_ROT bit 2): the warp walks its nj steps
+     * from (97 block) mod nj on, wrapping, so the blocks of a wave do not
+     * read the same columns in step; step j of a tile is s0 + rj(j) */
+    const int r0 = (flags & 2) && nj > 0 ? (int)(((unsigned)blockIdx.x * 97u) % (unsigned)nj) : 0;
+    auto rj = [&](int j) { return j + r0 < nj ? j + r0 : j + r0 - nj; };
     const int ng = QT == QT_I4 ? K / w.group : 1;
     /* the issue cursor: block tile ci, step cj, ring slot cs */
     int ci = 0, cj = 0, cs = 0;
@@ -886,7 +889,7 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
     const int spg = GS ? w.group / KSTEP : 1;
     auto issue_next = [&]() {
         if (ci >= nbt || nj == 0) return;
-        const int st = s0 + cj;
+        const int st = s0 + rj(cj);
         const size_t o = (size_t)st * 64 + (size_t)t * 16; /* byte offset in the row */
 #pragma unroll
         for (int r = 0; r < RT; r++) {
@@ -938,12 +941,12 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
      * in flight waited out the load's latency T * K / 2048 times; on the
      * H200 the 8-token int8 GEMVs of a 7B layer alone went 139 -> 124 us,
      * the one-token ones 98 -> 94, the whole int8 b1 step 2.72 -> 2.60 ms) */
-    /* xw (TB_CUDA_QGEMV_XW, blocks not in clusters): each warp stages only
+    /* flags bit 0, xw (TB_CUDA_QGEMV_XW, blocks not in clusters): each warp stages only
      * its own steps' units of x (its K range is the same for every tile)
      * and waits for its own lanes alone, no block barrier before the first
      * mma; the sums of squares are the warp's own either way (mma_finish
      * adds the warps') */
-    const bool xwarp = CL == 1 && xw;
+    const bool xwarp = CL == 1 && (flags & 1);
     {
         constexpr int XU = 4, BT = NW * 32;
         const int ku = K / 8, nit = T * ku;
@@ -1074,7 +1077,7 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
             /* refill the slot read one step ago */
             issue_next();
             qp_commit();
-            const int st = s0 + j;
+            const int st = s0 + rj(j);
             uint32_t xb[VPL / 2];
             /* int4: unit 16 st + 4 t + q at 16 st + 4 q + t (qpipe_xpos) */
             const uint4 *xp = QT == QT_I4 ? xg + (size_t)st * 16 + t : xg + (size_t)(st * KSTEP + t * VPL) / 8;
@@ -1571,10 +1574,11 @@ static cudaError_t pair_launch(const float *x, const void *w, const float *bias,
     }
 }
 
-/* TB_CUDA_GEMV_ROT: the f16 / bf16 GEMVs' rows read from rotated starts
- * (bit 0 the tensor-core kernel, bit 1 the SIMT row kernel) */
+/* TB_CUDA_GEMV_ROT: the GEMVs' rows read from rotated starts (bit 0 the
+ * f16 / bf16 tensor-core kernel, bit 1 the f16 / bf16 SIMT row kernel,
+ * bit 2 the quantized cp.async ring kernel) */
 static int gemv_rot = 0;
-extern "C" void tbc_set_gemv_rot(int v) { gemv_rot = v >= 0 && v <= 3 ? v : 0; }
+extern "C" void tbc_set_gemv_rot(int v) { gemv_rot = v >= 0 && v <= 7 ? v : 0; }
 
 template <int WDT, int TT, int MODE, int U, int KS>
 static cudaError_t row_launch_t(const float *x, const void *w, const float *bias, float *y, int K, int N,
@@ -1808,14 +1812,16 @@ static cudaError_t qpipe_launch(const float *x, const tbc_qweight &w, const floa
     dim3 grid(grid_n), block(GEMV_MMA_WARPS * 32);
     if (CL > 1) { /* whole clusters (a block past the tiles still stages its share of x) */
         grid.x = (unsigned)((grid_n + CL - 1) / CL * CL);
-        return tbc_launch_cluster(kern, grid, block, smem, s, CL, x, w, bias, y, T, K, N, tiles, e, 0);
+        return tbc_launch_cluster(kern, grid, block, smem, s, CL, x, w, bias, y, T, K, N, tiles, e,
+                                  (gemv_rot & 4) ? 2 : 0);
     }
     /* x staged per warp: by default int4's one-token steps (H100, 7B
      * shapes: qgemv_bench's int4 sum 78.3 -> 77.4 us; an 8-layer int4 b1
      * step within noise, ~0.5%; int8 / e4m3 even at one token, int8 2%
      * slower at 8 on variant 5) */
     const int xw = qgemv_xw >= 0 ? qgemv_xw : QT == QT_I4 && T == 1;
-    return tbc_launch(kern, grid, block, smem, s, x, w, bias, y, T, K, N, tiles, e, xw);
+    return tbc_launch(kern, grid, block, smem, s, x, w, bias, y, T, K, N, tiles, e,
+                      (xw ? 1 : 0) | ((gemv_rot & 4) ? 2 : 0));
 }
 
 /* The pipelined shapes (variants 4..9, 12, 13): rings of 4 steps; 4 one tile a
