@@ -825,7 +825,7 @@ static size_t qpipe_smem(int T, int K) {
 template <int QT, int MODE, bool NORM, bool GS, int NS, int RT, int MINB, int CL>
 __global__ void __launch_bounds__(GEMV_MMA_WARPS * 32, MINB)
 qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__restrict__ bias, float *__restrict__ y,
-                  int T, int K, int N, int tiles, tbc_gemv_epi e, int flags) {
+                  int T, int K, int N, int tiles, tbc_gemv_epi e, int xw) {
     constexpr int VPL = QT == QT_I4 ? 32 : 16; /* values per 16-byte load */
     constexpr int KSTEP = 4 * VPL;
     constexpr int NW = GEMV_MMA_WARPS;
@@ -855,11 +855,6 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
     const int nbt = (nbt_all - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
     const int steps = K / KSTEP, per = (steps + NW - 1) / NW;
     const int s0 = warp * per, nj = max(0, min(steps, s0 + per) - s0);
-    /* flags bit 1 (TB_CUDA_GEMV_ROT bit 2): the warp walks its nj steps
-     * from (97 block) mod nj on, wrapping, so the blocks of a wave do not
-     * read the same columns in step; step j of a tile is s0 + rj(j) */
-    const int r0 = (flags & 2) && nj > 0 ? (int)(((unsigned)blockIdx.x * 97u) % (unsigned)nj) : 0;
-    auto rj = [&](int j) { return j + r0 < nj ? j + r0 : j + r0 - nj; };
     const int ng = QT == QT_I4 ? K / w.group : 1;
     /* the issue cursor: block tile ci, step cj, ring slot cs */
     int ci = 0, cj = 0, cs = 0;
@@ -889,7 +884,7 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
     const int spg = GS ? w.group / KSTEP : 1;
     auto issue_next = [&]() {
         if (ci >= nbt || nj == 0) return;
-        const int st = s0 + rj(cj);
+        const int st = s0 + cj;
         const size_t o = (size_t)st * 64 + (size_t)t * 16; /* byte offset in the row */
 #pragma unroll
         for (int r = 0; r < RT; r++) {
@@ -941,12 +936,12 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
      * in flight waited out the load's latency T * K / 2048 times; on the
      * H200 the 8-token int8 GEMVs of a 7B layer alone went 139 -> 124 us,
      * the one-token ones 98 -> 94, the whole int8 b1 step 2.72 -> 2.60 ms) */
-    /* flags bit 0, xw (TB_CUDA_QGEMV_XW, blocks not in clusters): each warp stages only
+    /* xw (TB_CUDA_QGEMV_XW, blocks not in clusters): each warp stages only
      * its own steps' units of x (its K range is the same for every tile)
      * and waits for its own lanes alone, no block barrier before the first
      * mma; the sums of squares are the warp's own either way (mma_finish
      * adds the warps') */
-    const bool xwarp = CL == 1 && (flags & 1);
+    const bool xwarp = CL == 1 && xw;
     {
         constexpr int XU = 4, BT = NW * 32;
         const int ku = K / 8, nit = T * ku;
@@ -1077,7 +1072,7 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
             /* refill the slot read one step ago */
             issue_next();
             qp_commit();
-            const int st = s0 + rj(j);
+            const int st = s0 + j;
             uint32_t xb[VPL / 2];
             /* int4: unit 16 st + 4 t + q at 16 st + 4 q + t (qpipe_xpos) */
             const uint4 *xp = QT == QT_I4 ? xg + (size_t)st * 16 + t : xg + (size_t)(st * KSTEP + t * VPL) / 8;
@@ -1121,6 +1116,15 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
     }
 }
 
+/* TB_CUDA_GEMV_ROT: the GEMVs' rows read from rotated starts (bit 0 the
+ * f16 / bf16 tensor-core kernel, bit 1 the f16 / bf16 SIMT row kernel,
+ * bit 2 the one-token Q8 kernel of int8 / int4 weights). The same
+ * rotation of each warp's steps in the quantized ring kernel (qgemv_pipe:
+ * the warps already read 8 column ranges at once) was measured and dropped
+ * (H200, qgemv_bench --t 1,8: int8 / fp8 / int4 sums 0.3-0.8% slower). */
+static int gemv_rot = 0;
+extern "C" void tbc_set_gemv_rot(int v) { gemv_rot = v >= 0 && v <= 7 ? v : 0; }
+
 /* ---------------------------------------------------------------- quantized, one token, Q8
  * One-token steps of int8 / int4 weights with x rounded to int8 per block of
  * 32 values (tb_ref_qmatmul_q8's activations: d = absmax / 127, q =
@@ -1142,7 +1146,7 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
 template <int QT, int MODE, bool NORM>
 __global__ void __launch_bounds__(Q8_WARPS * 32, 3)
 qgemv_q8_kernel(const float *__restrict__ x, tbc_qweight w, const float *__restrict__ bias, float *__restrict__ y,
-                int K, int N, tbc_gemv_epi e) {
+                int K, int N, tbc_gemv_epi e, int rot_on) {
     constexpr int CW = QT == QT_I4 ? 1 : 2;   /* 16-byte loads a Q8 block a row */
     constexpr int Q8_CU = QT == QT_I4 ? 4 : 2; /* Q8 blocks a lane in flight: 8 loads */
     __shared__ float wss[Q8_WARPS];
@@ -1246,14 +1250,19 @@ qgemv_q8_kernel(const float *__restrict__ x, tbc_qweight w, const float *__restr
         const bool okb = rb < N;
         const int rbl = okb ? rb : ra;
         const char *pa = cb + (size_t)ra * row_bytes, *pb = cb + (size_t)rbl * row_bytes;
+        /* rot_on: the pair reads its Q8 blocks from 8 ((97 P) mod (NB / 8))
+         * on, wrapping (the warps of one wave then read different columns;
+         * the f16 row kernel's TB_CUDA_GEMV_ROT bit 1); block b is bp(b) */
+        const int rot = rot_on && NB >= 8 ? (int)(((unsigned)P * 97u) % (unsigned)(NB / 8)) * 8 : 0;
+        auto bp = [&](int v) { return v + rot < NB ? v + rot : v + rot - NB; };
         float acca = 0.0f, accb = 0.0f;
         for (int c0 = 0; c0 < NB; c0 += 32 * Q8_CU) {
             uint4 wa[Q8_CU][CW], wb[Q8_CU][CW];
             float sa[Q8_CU], sb[Q8_CU], za[Q8_CU], zb[Q8_CU];
 #pragma unroll
             for (int u = 0; u < Q8_CU; u++) {
-                const int b = c0 + lane + 32 * u;
-                if (b < NB) {
+                const int b = bp(c0 + lane + 32 * u);
+                if (c0 + lane + 32 * u < NB) {
 #pragma unroll
                     for (int c = 0; c < CW; c++) {
                         wa[u][c] = __ldg(reinterpret_cast<const uint4 *>(pa) + (size_t)b * CW + c);
@@ -1270,8 +1279,8 @@ qgemv_q8_kernel(const float *__restrict__ x, tbc_qweight w, const float *__restr
             }
 #pragma unroll
             for (int u = 0; u < Q8_CU; u++) {
-                const int b = c0 + lane + 32 * u;
-                if (b >= NB) break;
+                if (c0 + lane + 32 * u >= NB) break;
+                const int b = bp(c0 + lane + 32 * u);
                 const uint4 x0 = xa[b], x1 = xb[b];
                 const float2 m = xm[b];
                 const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
@@ -1357,7 +1366,7 @@ static cudaError_t q8_launch(const float *x, const tbc_qweight &w, const float *
     int grid = need < maxb ? need : maxb;
     const int per_warp = (pairs + grid * Q8_WARPS - 1) / (grid * Q8_WARPS);
     grid = (pairs + per_warp * Q8_WARPS - 1) / (per_warp * Q8_WARPS);
-    return tbc_launch(kern, dim3(grid), dim3(Q8_WARPS * 32), smem, s, x, w, bias, y, K, N, e);
+    return tbc_launch(kern, dim3(grid), dim3(Q8_WARPS * 32), smem, s, x, w, bias, y, K, N, e, (gemv_rot & 4) != 0);
 }
 
 /* ---------------------------------------------------------------- quantized, SIMT rows
@@ -1573,12 +1582,6 @@ static cudaError_t pair_launch(const float *x, const void *w, const float *bias,
     default: return cudaErrorInvalidValue;
     }
 }
-
-/* TB_CUDA_GEMV_ROT: the GEMVs' rows read from rotated starts (bit 0 the
- * f16 / bf16 tensor-core kernel, bit 1 the f16 / bf16 SIMT row kernel,
- * bit 2 the quantized cp.async ring kernel) */
-static int gemv_rot = 0;
-extern "C" void tbc_set_gemv_rot(int v) { gemv_rot = v >= 0 && v <= 7 ? v : 0; }
 
 template <int WDT, int TT, int MODE, int U, int KS>
 static cudaError_t row_launch_t(const float *x, const void *w, const float *bias, float *y, int K, int N,
@@ -1812,16 +1815,14 @@ static cudaError_t qpipe_launch(const float *x, const tbc_qweight &w, const floa
     dim3 grid(grid_n), block(GEMV_MMA_WARPS * 32);
     if (CL > 1) { /* whole clusters (a block past the tiles still stages its share of x) */
         grid.x = (unsigned)((grid_n + CL - 1) / CL * CL);
-        return tbc_launch_cluster(kern, grid, block, smem, s, CL, x, w, bias, y, T, K, N, tiles, e,
-                                  (gemv_rot & 4) ? 2 : 0);
+        return tbc_launch_cluster(kern, grid, block, smem, s, CL, x, w, bias, y, T, K, N, tiles, e, 0);
     }
     /* x staged per warp: by default int4's one-token steps (H100, 7B
      * shapes: qgemv_bench's int4 sum 78.3 -> 77.4 us; an 8-layer int4 b1
      * step within noise, ~0.5%; int8 / e4m3 even at one token, int8 2%
      * slower at 8 on variant 5) */
     const int xw = qgemv_xw >= 0 ? qgemv_xw : QT == QT_I4 && T == 1;
-    return tbc_launch(kern, grid, block, smem, s, x, w, bias, y, T, K, N, tiles, e,
-                      (xw ? 1 : 0) | ((gemv_rot & 4) ? 2 : 0));
+    return tbc_launch(kern, grid, block, smem, s, x, w, bias, y, T, K, N, tiles, e, xw);
 }
 
 /* The pipelined shapes (variants 4..9, 12, 13): rings of 4 steps; 4 one tile a
