@@ -1116,15 +1116,6 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
     }
 }
 
-/* TB_CUDA_GEMV_ROT: the GEMVs' rows read from rotated starts (bit 0 the
- * f16 / bf16 tensor-core kernel, bit 1 the f16 / bf16 SIMT row kernel,
- * bit 2 the one-token Q8 kernel of int8 / int4 weights). The same
- * rotation of each warp's steps in the quantized ring kernel (qgemv_pipe:
- * the warps already read 8 column ranges at once) was measured and dropped
- * (H200, qgemv_bench --t 1,8: int8 / fp8 / int4 sums 0.3-0.8% slower). */
-static int gemv_rot = 0;
-extern "C" void tbc_set_gemv_rot(int v) { gemv_rot = v >= 0 && v <= 7 ? v : 0; }
-
 /* ---------------------------------------------------------------- quantized, one token, Q8
  * One-token steps of int8 / int4 weights with x rounded to int8 per block of
  * 32 values (tb_ref_qmatmul_q8's activations: d = absmax / 127, q =
@@ -1146,7 +1137,7 @@ extern "C" void tbc_set_gemv_rot(int v) { gemv_rot = v >= 0 && v <= 7 ? v : 0; }
 template <int QT, int MODE, bool NORM>
 __global__ void __launch_bounds__(Q8_WARPS * 32, 3)
 qgemv_q8_kernel(const float *__restrict__ x, tbc_qweight w, const float *__restrict__ bias, float *__restrict__ y,
-                int K, int N, tbc_gemv_epi e, int rot_on) {
+                int K, int N, tbc_gemv_epi e) {
     constexpr int CW = QT == QT_I4 ? 1 : 2;   /* 16-byte loads a Q8 block a row */
     constexpr int Q8_CU = QT == QT_I4 ? 4 : 2; /* Q8 blocks a lane in flight: 8 loads */
     __shared__ float wss[Q8_WARPS];
@@ -1250,19 +1241,14 @@ qgemv_q8_kernel(const float *__restrict__ x, tbc_qweight w, const float *__restr
         const bool okb = rb < N;
         const int rbl = okb ? rb : ra;
         const char *pa = cb + (size_t)ra * row_bytes, *pb = cb + (size_t)rbl * row_bytes;
-        /* rot_on: the pair reads its Q8 blocks from 8 ((97 P) mod (NB / 8))
-         * on, wrapping (the warps of one wave then read different columns;
-         * the f16 row kernel's TB_CUDA_GEMV_ROT bit 1); block b is bp(b) */
-        const int rot = rot_on && NB >= 8 ? (int)(((unsigned)P * 97u) % (unsigned)(NB / 8)) * 8 : 0;
-        auto bp = [&](int v) { return v + rot < NB ? v + rot : v + rot - NB; };
         float acca = 0.0f, accb = 0.0f;
         for (int c0 = 0; c0 < NB; c0 += 32 * Q8_CU) {
             uint4 wa[Q8_CU][CW], wb[Q8_CU][CW];
             float sa[Q8_CU], sb[Q8_CU], za[Q8_CU], zb[Q8_CU];
 #pragma unroll
             for (int u = 0; u < Q8_CU; u++) {
-                const int b = bp(c0 + lane + 32 * u);
-                if (c0 + lane + 32 * u < NB) {
+                const int b = c0 + lane + 32 * u;
+                if (b < NB) {
 #pragma unroll
                     for (int c = 0; c < CW; c++) {
                         wa[u][c] = __ldg(reinterpret_cast<const uint4 *>(pa) + (size_t)b * CW + c);
@@ -1279,8 +1265,8 @@ qgemv_q8_kernel(const float *__restrict__ x, tbc_qweight w, const float *__restr
             }
 #pragma unroll
             for (int u = 0; u < Q8_CU; u++) {
-                if (c0 + lane + 32 * u >= NB) break;
-                const int b = bp(c0 + lane + 32 * u);
+                const int b = c0 + lane + 32 * u;
+                if (b >= NB) break;
                 const uint4 x0 = xa[b], x1 = xb[b];
                 const float2 m = xm[b];
                 const uint32_t xw[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
@@ -1366,7 +1352,7 @@ static cudaError_t q8_launch(const float *x, const tbc_qweight &w, const float *
     int grid = need < maxb ? need : maxb;
     const int per_warp = (pairs + grid * Q8_WARPS - 1) / (grid * Q8_WARPS);
     grid = (pairs + per_warp * Q8_WARPS - 1) / (per_warp * Q8_WARPS);
-    return tbc_launch(kern, dim3(grid), dim3(Q8_WARPS * 32), smem, s, x, w, bias, y, K, N, e, (gemv_rot & 4) != 0);
+    return tbc_launch(kern, dim3(grid), dim3(Q8_WARPS * 32), smem, s, x, w, bias, y, K, N, e);
 }
 
 /* ---------------------------------------------------------------- quantized, SIMT rows
@@ -1582,6 +1568,17 @@ static cudaError_t pair_launch(const float *x, const void *w, const float *bias,
     default: return cudaErrorInvalidValue;
     }
 }
+
+/* TB_CUDA_GEMV_ROT: the f16 / bf16 GEMVs' rows read from rotated starts
+ * (bit 0 the tensor-core kernel, bit 1 the SIMT row kernel). The same
+ * rotation was measured and dropped in two quantized kernels (H200 / H100,
+ * qgemv_bench; docs/GPU.md "Rotated row starts in the one-token kernels"):
+ * each warp's steps in the cp.async ring kernel (the warps already read 8
+ * column ranges at once; int8 / fp8 / int4 sums 0.3-0.8% slower) and the
+ * Q8 kernel's blocks of a row pair (sum 0.8% faster alone, the int8 b1
+ * step even). */
+static int gemv_rot = 0;
+extern "C" void tbc_set_gemv_rot(int v) { gemv_rot = v >= 0 && v <= 3 ? v : 0; }
 
 template <int WDT, int TT, int MODE, int U, int KS>
 static cudaError_t row_launch_t(const float *x, const void *w, const float *bias, float *y, int K, int N,
