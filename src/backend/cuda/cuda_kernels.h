@@ -261,6 +261,9 @@ void tbc_set_qgemv_unroll(int u);
 /* the f16 / bf16 GEMVs' rotated row starts (TB_CUDA_GEMV_ROT: bit 0 the
  * tensor-core kernel, bit 1 the SIMT row kernel) */
 void tbc_set_gemv_rot(int v);
+/* the f16 / bf16 GEMVs on the bulk-copy ring kernel (sm_90; TB_CUDA_GEMV_TMA:
+ * bit 0 steps of 3..8 tokens, bit 1 of 1..2; default 0) */
+void tbc_set_gemv_tma(int v);
 /* The quantized GEMV's block shape (process-wide; TB_CUDA_QGEMV_V): -1
  * (default) the pipelined kernel (qpipe_launch_v in gemv.cu: one token 4
  * for int8 / e4m3 (9 for rows of >= 8192 in few tiles), 5 for int4; 2..8

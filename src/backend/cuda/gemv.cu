@@ -545,6 +545,145 @@ gemv_mma_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
     mma_finish<MODE, NORM>(red, red_ss, c, ss, warp, lane, ra, rb, P, pair_ok, T, K, N, bias, y, e, 1.0f, 1.0f);
 }
 
+/* ---------------------------------------------------------------- f16 / bf16, bulk-copy ring
+ * The tensor-core GEMV of gemv_mma_kernel (16-row tiles, the same fragment
+ * order and epilogues), but the weights reach shared memory by the copy
+ * engine (sm_90 cp.async.bulk): a producer warp copies stages of 16 rows x
+ * TMA_CHB bytes (512 values a row) into a ring of TMA_NS slots, one bulk
+ * copy a row, completion counted in bytes on the slot's "full" mbarrier;
+ * the 8 consumer warps take turns over a stage's 16 steps of 32 values and
+ * each arrives on the slot's "empty" mbarrier, which the producer waits for
+ * before it refills the slot. The first TMA_NS stages are issued before the
+ * PDL wait (the weights do not depend on the previous kernel). Rows sit
+ * TMA_CHB + 64 bytes apart in a slot, so a quarter-warp's 16-byte reads of
+ * rows g, g + 1 fall on different banks. Stages are taken from (97 block)
+ * mod stages on, wrapping, as the rotated starts of gemv_mma_kernel. */
+#define TMA_CHB 1024
+#define TMA_RS (TMA_CHB + 64)
+#define TMA_NS 4
+static_assert(TMA_CHB / 64 == 2 * GEMV_MMA_WARPS, "a stage is two steps a consumer warp");
+__device__ __forceinline__ uint32_t tma_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void tma_fence_init() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void tma_mbar_init(uint64_t *b, unsigned count) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(tma_smem(b)), "r"(count) : "memory");
+#endif
+}
+__device__ __forceinline__ void tma_mbar_expect(uint64_t *b, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(tma_smem(b)), "r"(bytes) : "memory");
+#endif
+}
+__device__ __forceinline__ void tma_mbar_arrive(uint64_t *b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(tma_smem(b)) : "memory");
+#endif
+}
+__device__ __forceinline__ void tma_mbar_wait(uint64_t *b, unsigned parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "TMA_WAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra TMA_WAIT_%=;\n"
+                 "}\n" ::"r"(tma_smem(b)),
+                 "r"(parity)
+                 : "memory");
+#endif
+}
+__device__ __forceinline__ void tma_copy(void *dst, const void *src, unsigned bytes, uint64_t *b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     tma_smem(dst)),
+                 "l"(src), "r"(bytes), "r"(tma_smem(b))
+                 : "memory");
+#endif
+}
+
+template <int WDT, int MODE, bool NORM>
+__global__ void __launch_bounds__((GEMV_MMA_WARPS + 1) * 32)
+gemv_tma_kernel(const float *__restrict__ x, const void *__restrict__ w, const float *__restrict__ bias,
+                float *__restrict__ y, int T, int K, int N, tbc_gemv_epi e) {
+    __shared__ float red[GEMV_MMA_WARPS][32][4];
+    __shared__ float red_ss[GEMV_MMA_WARPS][8];
+    __shared__ __align__(8) uint64_t full[TMA_NS], empty[TMA_NS];
+    extern __shared__ uint4 tma_dyn[]; /* [TMA_NS][16 rows][TMA_RS bytes] */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const size_t row_bytes = (size_t)K * 2;
+    const int nst = (int)((row_bytes + TMA_CHB - 1) / TMA_CHB);
+    const int rot = (int)(((unsigned)blockIdx.x * 97u) % (unsigned)nst);
+    auto pst = [&](int q) { return q + rot < nst ? q + rot : q + rot - nst; };
+    char *ring = reinterpret_cast<char *>(tma_dyn);
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < TMA_NS; i++) {
+            tma_mbar_init(&full[i], 1);
+            tma_mbar_init(&empty[i], GEMV_MMA_WARPS);
+        }
+        tma_fence_init();
+    }
+    __syncthreads();
+    if (warp == GEMV_MMA_WARPS) {
+        /* the producer: lane r < 16 copies slot row r (rows ra / rb of
+         * thread group r & 7, as the consumers' mma_rows) */
+        int ra, rb, P;
+        mma_rows<MODE>(e, N, lane & 7, ra, rb, P, blockIdx.x);
+        const int row = min(lane < 8 ? ra : rb, N - 1);
+        const char *src = static_cast<const char *>(w) + (size_t)row * row_bytes;
+        for (int q = 0; q < nst; q++) {
+            const int slot = q % TMA_NS;
+            if (q >= TMA_NS) tma_mbar_wait(&empty[slot], (unsigned)((q / TMA_NS - 1) & 1));
+            const int ps = pst(q);
+            const unsigned bytes = (unsigned)min((size_t)TMA_CHB, row_bytes - (size_t)ps * TMA_CHB);
+            if (lane == 0) tma_mbar_expect(&full[slot], bytes * 16u);
+            __syncwarp();
+            if (lane < 16) tma_copy(ring + ((size_t)slot * 16 + lane) * TMA_RS, src + (size_t)ps * TMA_CHB, bytes,
+                                    &full[slot]);
+        }
+        __syncthreads(); /* mma_finish's */
+        return;
+    }
+    int ra, rb, P;
+    const bool pair_ok = mma_rows<MODE>(e, N, g, ra, rb, P, blockIdx.x);
+    tbc_pdl_wait();
+    const bool has_x = g < T;
+    const float *px = x + (size_t)(has_x ? g : 0) * K + t * 8;
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float ss = 0.0f;
+    for (int q = 0; q < nst; q++) {
+        const int slot = q % TMA_NS, ps = pst(q);
+        const int nsteps = (int)(min((size_t)TMA_CHB, row_bytes - (size_t)ps * TMA_CHB) / 64);
+        /* x of the warp's two steps (warp, warp + 8) before the wait */
+        const float *pxs = px + (size_t)ps * (TMA_CHB / 2);
+        const int j0 = warp, j1 = warp + GEMV_MMA_WARPS;
+        const uint4 x0 = has_x && j0 < nsteps ? load_x8<WDT, NORM>(pxs + (size_t)j0 * 32, ss) : zero;
+        const uint4 x1 = has_x && j1 < nsteps ? load_x8<WDT, NORM>(pxs + (size_t)j1 * 32, ss) : zero;
+        tma_mbar_wait(&full[slot], (unsigned)((q / TMA_NS) & 1));
+        const char *sa = ring + ((size_t)slot * 16 + g) * TMA_RS + t * 16;
+        const char *sb = sa + (size_t)8 * TMA_RS;
+        if (j1 < nsteps) {
+            const uint4 a0 = *reinterpret_cast<const uint4 *>(sa + j0 * 64);
+            const uint4 b0 = *reinterpret_cast<const uint4 *>(sb + j0 * 64);
+            const uint4 a1 = *reinterpret_cast<const uint4 *>(sa + j1 * 64);
+            const uint4 b1 = *reinterpret_cast<const uint4 *>(sb + j1 * 64);
+            mma_step<WDT>(c, a0, b0, x0);
+            mma_step<WDT>(c, a1, b1, x1);
+        } else if (j0 < nsteps) {
+            const uint4 a0 = *reinterpret_cast<const uint4 *>(sa + j0 * 64);
+            const uint4 b0 = *reinterpret_cast<const uint4 *>(sb + j0 * 64);
+            mma_step<WDT>(c, a0, b0, x0);
+        }
+        __syncwarp();
+        if (lane == 0) tma_mbar_arrive(&empty[slot]);
+    }
+    tbc_pdl_trigger();
+    mma_finish<MODE, NORM>(red, red_ss, c, ss, warp, lane, ra, rb, P, pair_ok, T, K, N, bias, y, e, 1.0f, 1.0f);
+}
+
 /* ---------------------------------------------------------------- quantized weights
  * qmatmul (core/quant.h encodings) on the tensor cores at every T <= 8: the
  * block layout of gemv_mma_kernel (16 rows, GEMV_MMA_WARPS warps taking
@@ -1616,6 +1755,42 @@ static int takes_mma(tbc_dtype wdt, int T, int K, int aligned, int simt_max_t) {
     return wdt != TBC_F32 && aligned && K % 32 == 0 && T > simt_max_t;
 }
 
+/* TB_CUDA_GEMV_TMA (tbc_set_gemv_tma): the bulk-copy ring kernel
+ * (gemv_tma_kernel) for the tensor-core kernel's steps of 3..8 tokens
+ * (bit 0) and for the row kernel's 1..2 (bit 1); sm_90 only */
+static int gemv_tma = 0;
+extern "C" void tbc_set_gemv_tma(int v) { gemv_tma = v >= 0 && v <= 3 ? v : 0; }
+static int tma_ok(void) {
+    static int ok = -1;
+    if (ok < 0) {
+        int dev = 0, major = 0;
+        ok = cudaGetDevice(&dev) == cudaSuccess &&
+             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
+    }
+    return ok;
+}
+template <int WDT, int MODE, bool NORM>
+static cudaError_t tma_launch_n(const float *x, const void *w, const float *bias, float *y, int T, int K, int N,
+                                const tbc_gemv_epi &e, cudaStream_t s) {
+    auto kern = gemv_tma_kernel<WDT, MODE, NORM>;
+    constexpr size_t smem = (size_t)TMA_NS * 16 * TMA_RS;
+    static int attr_done = 0; /* once per instantiation */
+    if (!attr_done) {
+        cudaError_t r = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (r != cudaSuccess) return r;
+        attr_done = 1;
+    }
+    int pairs = MODE == TBC_EPI_PLAIN ? 0 : MODE == TBC_EPI_ADD ? (N + 1) / 2 : N / 2;
+    int blocks = MODE == TBC_EPI_PLAIN ? (N + 15) / 16 : (pairs + 7) / 8;
+    return tbc_launch(kern, dim3(blocks), dim3((GEMV_MMA_WARPS + 1) * 32), smem, s, x, w, bias, y, T, K, N, e);
+}
+template <int WDT, int MODE>
+static cudaError_t tma_launch(const float *x, const void *w, const float *bias, float *y, int T, int K, int N,
+                              const tbc_gemv_epi &e, cudaStream_t s) {
+    if (e.norm) return tma_launch_n<WDT, MODE, true>(x, w, bias, y, T, K, N, e, s);
+    return tma_launch_n<WDT, MODE, false>(x, w, bias, y, T, K, N, e, s);
+}
+
 template <int WDT, int MODE>
 static cudaError_t gemv_launch(const float *x, const void *w, const float *bias, float *y, int T, int K, int N,
                                const tbc_gemv_epi &e, const tbc_gemv_opts &o, cudaStream_t s) {
@@ -1626,6 +1801,8 @@ static cudaError_t gemv_launch(const float *x, const void *w, const float *bias,
     if (norm && (!aligned || K % 8 || (T > 2 && !mma))) return cudaErrorInvalidValue;
     if (MODE == TBC_EPI_ADD && T > 2 && !mma) return cudaErrorInvalidValue;
     if constexpr (WDT != TBC_F32) {
+        if (gemv_tma && aligned && K % 32 == 0 && (mma ? (gemv_tma & 1) : T <= 2 && (gemv_tma & 2)) && tma_ok())
+            return tma_launch<WDT, MODE>(x, w, bias, y, T, K, N, e, s);
         if (mma) {
             int pairs = MODE == TBC_EPI_PLAIN ? 0 : MODE == TBC_EPI_ADD ? (N + 1) / 2 : N / 2;
             int blocks = MODE == TBC_EPI_PLAIN ? (N + 15) / 16 : (pairs + 7) / 8;
