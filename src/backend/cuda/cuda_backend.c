@@ -2330,8 +2330,8 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     cudaGetLastError();
     const char *gre = getenv("TB_CUDA_GEMV_ROT");
     tbc_set_gemv_rot(gre && *gre ? atoi(gre) : TB_CUDA_DEFAULT_GEMV_ROT);
-    const char *gte = getenv("TB_CUDA_GEMV_TMA");
-    tbc_set_gemv_tma(gte && *gte ? atoi(gte) : 0);
+    const char *gtm = getenv("TB_CUDA_GEMV_TMA");
+    tbc_set_gemv_tma(gtm && *gtm ? atoi(gtm) : 0);
     const char *que = getenv("TB_CUDA_QGEMV_U");
     const char *qve = getenv("TB_CUDA_QGEMV_V");
     tbc_set_qgemv_unroll(que && *que ? atoi(que) : 2);
