@@ -36,7 +36,7 @@ nf=$(grep -c 'FAIL' "$OUT/ops.txt")
 echo "TMA=3 ops: $(grep -c ' ok$' "$OUT/ops.txt") ok, $nf FAIL; batch: $(tail -1 "$OUT/batch.txt") ($(el) s)"
 grep 'FAIL' "$OUT/ops.txt" | head -5
 { [ "$nf" = 0 ] && grep -q ', 0 failed' "$OUT/batch.txt"; } || { echo "checks failed: no timings"; tail -5 "$OUT/ops.txt"; exit 1; }
-for r in 0 3 0 3; do
+for r in 0 7; do
     echo "== qgemv_bench f16, TB_CUDA_GEMV_TMA=$r"
     TB_CUDA_GEMV_TMA=$r timeout 60 "$PB/qgemv_bench" --t 1,2,8 --kinds f16 --reps 3 2>&1 | tee -a "$OUT/qgemv.txt" |
         grep -vE '^#|^kind'
@@ -44,6 +44,6 @@ done
 wait $eng || { echo "7B engine build FAIL"; tail -3 "$OUT/engine.txt"; exit 1; }
 echo "== 7B f16 ($(el) s)"
 timeout 200 "$PB/gpu_bench" /tmp/gt_f16.engine --device cuda --prefill 0 --decode 32 --ctx 128 --batch 1,8 \
-    --variants "base;base;TB_CUDA_GEMV_TMA=1;TB_CUDA_GEMV_TMA=3;base;TB_CUDA_GEMV_TMA=1;TB_CUDA_GEMV_TMA=3" \
+    --variants "base;base;TB_CUDA_GEMV_TMA=5;TB_CUDA_GEMV_TMA=7;base;TB_CUDA_GEMV_TMA=6;TB_CUDA_GEMV_TMA=7;base;TB_CUDA_GEMV_TMA=5;TB_CUDA_GEMV_TMA=6" \
     2>&1 | grep -E 'decode|error|fail'
 echo "done ($(el) s)"

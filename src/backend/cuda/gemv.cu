@@ -1757,9 +1757,10 @@ static int takes_mma(tbc_dtype wdt, int T, int K, int aligned, int simt_max_t) {
 
 /* TB_CUDA_GEMV_TMA (tbc_set_gemv_tma): the bulk-copy ring kernel
  * (gemv_tma_kernel) for the tensor-core kernel's steps of 3..8 tokens
- * (bit 0) and for the row kernel's 1..2 (bit 1); sm_90 only */
+ * (bit 0) and for the row kernel's 1..2 (bit 1); bit 2: only for rows of
+ * K >= 8192 (a 7B's down_proj); sm_90 only */
 static int gemv_tma = 0;
-extern "C" void tbc_set_gemv_tma(int v) { gemv_tma = v >= 0 && v <= 3 ? v : 0; }
+extern "C" void tbc_set_gemv_tma(int v) { gemv_tma = v >= 0 && v <= 7 ? v : 0; }
 static int tma_ok(void) {
     static int ok = -1;
     if (ok < 0) {
@@ -1801,7 +1802,8 @@ static cudaError_t gemv_launch(const float *x, const void *w, const float *bias,
     if (norm && (!aligned || K % 8 || (T > 2 && !mma))) return cudaErrorInvalidValue;
     if (MODE == TBC_EPI_ADD && T > 2 && !mma) return cudaErrorInvalidValue;
     if constexpr (WDT != TBC_F32) {
-        if (gemv_tma && aligned && K % 32 == 0 && (mma ? (gemv_tma & 1) : T <= 2 && (gemv_tma & 2)) && tma_ok())
+        if (gemv_tma && aligned && K % 32 == 0 && (mma ? (gemv_tma & 1) : T <= 2 && (gemv_tma & 2)) &&
+            (!(gemv_tma & 4) || K >= 8192) && tma_ok())
             return tma_launch<WDT, MODE>(x, w, bias, y, T, K, N, e, s);
         if (mma) {
             int pairs = MODE == TBC_EPI_PLAIN ? 0 : MODE == TBC_EPI_ADD ? (N + 1) / 2 : N / 2;
