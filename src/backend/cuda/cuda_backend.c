@@ -92,6 +92,14 @@
  * row tactics timed rotated at build, the 7B b1 step 5.075 -> 4.966 ms and
  * TinyLlama's 1.21 -> 1.18-1.20 on an H100) */
 #define TB_CUDA_DEFAULT_GEMV_ROT 3
+/* TB_CUDA_GEMV_TMA (tbc_set_gemv_tma): the f16 / bf16 GEMVs of 3..8 tokens
+ * over rows of K >= 8192 (a 7B's down_proj) on the bulk-copy ring kernel
+ * (bits 0 and 2). H100, 7B f16 (docs/GPU.md "The f16 GEMV on a bulk-copy
+ * ring"): b8 step 5.97-6.03 -> 5.83-5.87 ms; down_proj alone at 8 tokens
+ * 38.1 -> 32.8 us; on every matrix (1) the step was 0.5% slower, on the
+ * one-token steps too (3) 2.5% slower, down_proj's one-token steps alone
+ * (6) 0.5% slower */
+#define TB_CUDA_DEFAULT_GEMV_TMA 5
 /* e4m3 matmuls in steps of at least this many tokens take the FP8 tensor
  * cores (cuBLASLt; x rounded to e4m3 a token): H100, 8-layer 7B, a 16-token
  * step 1.05 ms there against 1.92 for 15 tokens on the chunked GEMV */
@@ -2331,7 +2339,7 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     const char *gre = getenv("TB_CUDA_GEMV_ROT");
     tbc_set_gemv_rot(gre && *gre ? atoi(gre) : TB_CUDA_DEFAULT_GEMV_ROT);
     const char *gtm = getenv("TB_CUDA_GEMV_TMA");
-    tbc_set_gemv_tma(gtm && *gtm ? atoi(gtm) : 0);
+    tbc_set_gemv_tma(gtm && *gtm ? atoi(gtm) : TB_CUDA_DEFAULT_GEMV_TMA);
     const char *que = getenv("TB_CUDA_QGEMV_U");
     const char *qve = getenv("TB_CUDA_QGEMV_V");
     tbc_set_qgemv_unroll(que && *que ? atoi(que) : 2);
