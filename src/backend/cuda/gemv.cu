@@ -549,18 +549,19 @@ gemv_mma_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
  * The tensor-core GEMV of gemv_mma_kernel (16-row tiles, the same fragment
  * order and epilogues), but the weights reach shared memory by the copy
  * engine (sm_90 cp.async.bulk): a producer warp copies stages of 16 rows x
- * TMA_CHB bytes (512 values a row) into a ring of TMA_NS slots, one bulk
+ * TMA_CHB bytes (512 values a row) into a ring of NS slots, one bulk
  * copy a row, completion counted in bytes on the slot's "full" mbarrier;
  * the 8 consumer warps take turns over a stage's 16 steps of 32 values and
  * each arrives on the slot's "empty" mbarrier, which the producer waits for
- * before it refills the slot. The first TMA_NS stages are issued before the
+ * before it refills the slot. The first NS stages are issued before the
  * PDL wait (the weights do not depend on the previous kernel). Rows sit
  * TMA_CHB + 64 bytes apart in a slot, so a quarter-warp's 16-byte reads of
  * rows g, g + 1 fall on different banks. Stages are taken from (97 block)
  * mod stages on, wrapping, as the rotated starts of gemv_mma_kernel. */
 #define TMA_CHB 1024
 #define TMA_RS (TMA_CHB + 64)
-#define TMA_NS 4
+#define TMA_NS 4       /* slots of the ring (the kernel's NS) */
+#define TMA_NS_SMALL 2 /* TB_CUDA_GEMV_TMA bit 3: rows of K < 8192 */
 static_assert(TMA_CHB / 64 == 2 * GEMV_MMA_WARPS, "a stage is two steps a consumer warp");
 __device__ __forceinline__ uint32_t tma_smem(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 __device__ __forceinline__ void tma_fence_init() {
@@ -604,14 +605,14 @@ __device__ __forceinline__ void tma_copy(void *dst, const void *src, unsigned by
 #endif
 }
 
-template <int WDT, int MODE, bool NORM>
+template <int WDT, int MODE, bool NORM, int NS>
 __global__ void __launch_bounds__((GEMV_MMA_WARPS + 1) * 32)
 gemv_tma_kernel(const float *__restrict__ x, const void *__restrict__ w, const float *__restrict__ bias,
                 float *__restrict__ y, int T, int K, int N, tbc_gemv_epi e) {
     __shared__ float red[GEMV_MMA_WARPS][32][4];
     __shared__ float red_ss[GEMV_MMA_WARPS][8];
-    __shared__ __align__(8) uint64_t full[TMA_NS], empty[TMA_NS];
-    extern __shared__ uint4 tma_dyn[]; /* [TMA_NS][16 rows][TMA_RS bytes] */
+    __shared__ __align__(8) uint64_t full[NS], empty[NS];
+    extern __shared__ uint4 tma_dyn[]; /* [NS slots][16 rows][TMA_RS bytes] */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const size_t row_bytes = (size_t)K * 2;
     const int nst = (int)((row_bytes + TMA_CHB - 1) / TMA_CHB);
@@ -619,7 +620,7 @@ gemv_tma_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
     auto pst = [&](int q) { return q + rot < nst ? q + rot : q + rot - nst; };
     char *ring = reinterpret_cast<char *>(tma_dyn);
     if (threadIdx.x == 0) {
-        for (int i = 0; i < TMA_NS; i++) {
+        for (int i = 0; i < NS; i++) {
             tma_mbar_init(&full[i], 1);
             tma_mbar_init(&empty[i], GEMV_MMA_WARPS);
         }
@@ -634,8 +635,8 @@ gemv_tma_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
         const int row = min(lane < 8 ? ra : rb, N - 1);
         const char *src = static_cast<const char *>(w) + (size_t)row * row_bytes;
         for (int q = 0; q < nst; q++) {
-            const int slot = q % TMA_NS;
-            if (q >= TMA_NS) tma_mbar_wait(&empty[slot], (unsigned)((q / TMA_NS - 1) & 1));
+            const int slot = q % NS;
+            if (q >= NS) tma_mbar_wait(&empty[slot], (unsigned)((q / NS - 1) & 1));
             const int ps = pst(q);
             const unsigned bytes = (unsigned)min((size_t)TMA_CHB, row_bytes - (size_t)ps * TMA_CHB);
             if (lane == 0) tma_mbar_expect(&full[slot], bytes * 16u);
@@ -655,14 +656,14 @@ gemv_tma_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
     float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     float ss = 0.0f;
     for (int q = 0; q < nst; q++) {
-        const int slot = q % TMA_NS, ps = pst(q);
+        const int slot = q % NS, ps = pst(q);
         const int nsteps = (int)(min((size_t)TMA_CHB, row_bytes - (size_t)ps * TMA_CHB) / 64);
         /* x of the warp's two steps (warp, warp + 8) before the wait */
         const float *pxs = px + (size_t)ps * (TMA_CHB / 2);
         const int j0 = warp, j1 = warp + GEMV_MMA_WARPS;
         const uint4 x0 = has_x && j0 < nsteps ? load_x8<WDT, NORM>(pxs + (size_t)j0 * 32, ss) : zero;
         const uint4 x1 = has_x && j1 < nsteps ? load_x8<WDT, NORM>(pxs + (size_t)j1 * 32, ss) : zero;
-        tma_mbar_wait(&full[slot], (unsigned)((q / TMA_NS) & 1));
+        tma_mbar_wait(&full[slot], (unsigned)((q / NS) & 1));
         const char *sa = ring + ((size_t)slot * 16 + g) * TMA_RS + t * 16;
         const char *sb = sa + (size_t)8 * TMA_RS;
         if (j1 < nsteps) {
@@ -1758,9 +1759,10 @@ static int takes_mma(tbc_dtype wdt, int T, int K, int aligned, int simt_max_t) {
 /* TB_CUDA_GEMV_TMA (tbc_set_gemv_tma): the bulk-copy ring kernel
  * (gemv_tma_kernel) for the tensor-core kernel's steps of 3..8 tokens
  * (bit 0) and for the row kernel's 1..2 (bit 1); bit 2: only for rows of
- * K >= 8192 (a 7B's down_proj); sm_90 only */
+ * K >= 8192 (a 7B's down_proj); bit 3: rows of K < 8192 on a ring of
+ * TMA_NS_SMALL slots (35 KB a block) rather than TMA_NS; sm_90 only */
 static int gemv_tma = 0;
-extern "C" void tbc_set_gemv_tma(int v) { gemv_tma = v >= 0 && v <= 7 ? v : 0; }
+extern "C" void tbc_set_gemv_tma(int v) { gemv_tma = v >= 0 && v <= 15 ? v : 0; }
 static int tma_ok(void) {
     static int ok = -1;
     if (ok < 0) {
@@ -1770,11 +1772,11 @@ static int tma_ok(void) {
     }
     return ok;
 }
-template <int WDT, int MODE, bool NORM>
+template <int WDT, int MODE, bool NORM, int NS>
 static cudaError_t tma_launch_n(const float *x, const void *w, const float *bias, float *y, int T, int K, int N,
                                 const tbc_gemv_epi &e, cudaStream_t s) {
-    auto kern = gemv_tma_kernel<WDT, MODE, NORM>;
-    constexpr size_t smem = (size_t)TMA_NS * 16 * TMA_RS;
+    auto kern = gemv_tma_kernel<WDT, MODE, NORM, NS>;
+    constexpr size_t smem = (size_t)NS * 16 * TMA_RS;
     static int attr_done = 0; /* once per instantiation */
     if (!attr_done) {
         cudaError_t r = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
@@ -1788,8 +1790,12 @@ static cudaError_t tma_launch_n(const float *x, const void *w, const float *bias
 template <int WDT, int MODE>
 static cudaError_t tma_launch(const float *x, const void *w, const float *bias, float *y, int T, int K, int N,
                               const tbc_gemv_epi &e, cudaStream_t s) {
-    if (e.norm) return tma_launch_n<WDT, MODE, true>(x, w, bias, y, T, K, N, e, s);
-    return tma_launch_n<WDT, MODE, false>(x, w, bias, y, T, K, N, e, s);
+    if ((gemv_tma & 8) && K < 8192) {
+        if (e.norm) return tma_launch_n<WDT, MODE, true, TMA_NS_SMALL>(x, w, bias, y, T, K, N, e, s);
+        return tma_launch_n<WDT, MODE, false, TMA_NS_SMALL>(x, w, bias, y, T, K, N, e, s);
+    }
+    if (e.norm) return tma_launch_n<WDT, MODE, true, TMA_NS>(x, w, bias, y, T, K, N, e, s);
+    return tma_launch_n<WDT, MODE, false, TMA_NS>(x, w, bias, y, T, K, N, e, s);
 }
 
 template <int WDT, int MODE>
