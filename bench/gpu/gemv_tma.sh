@@ -11,7 +11,8 @@
 #
 #   tar -C /tmp -xJf .devdata/gpu/prebuilt.tar.xz && bash bench/gpu/gemv_tma.sh
 #
-# Env: TB_PREBUILT (default /tmp/pb: binaries from bench/gpu/pack.sh), OUT
+# Env: GT_QGEMV (the qgemv_bench values of TB_CUDA_GEMV_TMA, default "0 3 11 5"),
+# TB_PREBUILT (default /tmp/pb: binaries from bench/gpu/pack.sh), OUT
 # (results, default ./gemv_tma), TB_GPU_DATA (folder with
 # models/llama2_tokenizer.bin and the demo model, default .devdata/gpu).
 set -u
@@ -41,7 +42,7 @@ echo "ops TMA=3: $(grep -c ' ok$' "$OUT/ops.txt") ok, TMA=11: $(grep -c ' ok$' "
     "batch (11): $(tail -1 "$OUT/batch.txt") ($(el) s)"
 grep 'FAIL' "$OUT/ops.txt" "$OUT/ops11.txt" | head -5
 { [ "$nf" = 0 ] && grep -q ', 0 failed' "$OUT/batch.txt"; } || { echo "checks failed: no timings"; tail -5 "$OUT/ops.txt"; exit 1; }
-for r in 0 3 11 5; do
+for r in ${GT_QGEMV:-0 3 11 5}; do
     echo "== qgemv_bench f16, TB_CUDA_GEMV_TMA=$r"
     TB_CUDA_GEMV_TMA=$r timeout 60 "$PB/qgemv_bench" --t 1,2,8 --kinds f16 --reps 3 2>&1 | tee -a "$OUT/qgemv.txt" |
         grep -E '^device| 4096x4096| 4096x11008|sum'
