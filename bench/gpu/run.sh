@@ -396,9 +396,12 @@ fi
 # GEMM (TB_CUDA_I8_GEMM_ALL=1; those cases against x rounded per token),
 # with quantized steps of 9-24 tokens as chunks on the GEMV and e4m3 off the
 # FP8 GEMM (on the GEMV, the chunks and the mixed-input GEMM), and with steps
-# past 8 tokens on dequantised weights (TB_CUDA_QGEMM=0 TB_CUDA_QCHUNK=0)
+# past 8 tokens on dequantised weights (TB_CUDA_QGEMM=0 TB_CUDA_QCHUNK=0),
+# and with every f16 / bf16 GEMV of 1..8 tokens on the bulk-copy ring
+# (TB_CUDA_GEMV_TMA=3; 11: rows of K < 8192 on its 2-slot ring)
 for sw in "opsq TB_CUDA_FP8_FUSE=0" "opsx TB_CUDA_QGEMV_XW=1" "ops15 TB_CUDA_QGEMV_V=15" "opsi8 TB_CUDA_I8_GEMM_ALL=1" \
-          "opsc TB_CUDA_QCHUNK=24 TB_CUDA_FP8_GEMM=0" "opsd TB_CUDA_QGEMM=0 TB_CUDA_QCHUNK=0"; do
+          "opsc TB_CUDA_QCHUNK=24 TB_CUDA_FP8_GEMM=0" "opsd TB_CUDA_QGEMM=0 TB_CUDA_QCHUNK=0" \
+          "opst TB_CUDA_GEMV_TMA=3" "opst2 TB_CUDA_GEMV_TMA=11"; do
     n=${sw%% *}; v=${sw#* }
     say "== the op cases with $v"
     # shellcheck disable=SC2086
