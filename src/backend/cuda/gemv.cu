@@ -1763,7 +1763,9 @@ static int takes_mma(tbc_dtype wdt, int T, int K, int aligned, int simt_max_t) {
  * TMA_NS_SMALL slots (35 KB a block) rather than TMA_NS; sm_90 only */
 static int gemv_tma = 0;
 extern "C" void tbc_set_gemv_tma(int v) { gemv_tma = v >= 0 && v <= 15 ? v : 0; }
-static int tma_ok(void) {
+/* Whether the device is compute capability 9.0 or later (thread-block
+ * clusters, bulk copies): read once, for every launcher that needs it. */
+static int sm90_ok(void) {
     static int ok = -1;
     if (ok < 0) {
         int dev = 0, major = 0;
@@ -1809,7 +1811,7 @@ static cudaError_t gemv_launch(const float *x, const void *w, const float *bias,
     if (MODE == TBC_EPI_ADD && T > 2 && !mma) return cudaErrorInvalidValue;
     if constexpr (WDT != TBC_F32) {
         if (gemv_tma && aligned && K % 32 == 0 && (mma ? (gemv_tma & 1) : T <= 2 && (gemv_tma & 2)) &&
-            (!(gemv_tma & 4) || K >= 8192) && tma_ok())
+            (!(gemv_tma & 4) || K >= 8192) && sm90_ok())
             return tma_launch<WDT, MODE>(x, w, bias, y, T, K, N, e, s);
         if (mma) {
             int pairs = MODE == TBC_EPI_PLAIN ? 0 : MODE == TBC_EPI_ADD ? (N + 1) / 2 : N / 2;
@@ -2033,17 +2035,6 @@ static cudaError_t qpipe_launch_v(int v, const float *x, const tbc_qweight &w, c
     return qpipe_launch<QT, MODE, NORM, GS, 4, 1, 0>(x, w, bias, y, T, K, N, e, tiles, s);
 }
 
-/* Whether the device launches thread-block clusters (compute capability
- * 9.0 and up): read once for every instantiation of qgemv_launch. */
-static int qgemv_clusters_ok(void) {
-    static int ok = -1;
-    if (ok < 0) {
-        int dev = 0, major = 0;
-        ok = cudaGetDevice(&dev) == cudaSuccess &&
-             cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9;
-    }
-    return ok;
-}
 
 template <int QT, int MODE>
 static cudaError_t qgemv_launch(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K, int N,
@@ -2079,7 +2070,7 @@ static cudaError_t qgemv_launch(const float *x, const tbc_qweight &w, const floa
      * staging (12; H200, qgemv_bench --t 8, a 7B layer's four GEMVs and the
      * logits: int8 127.3 -> 122.7 us, e4m3 127.0 -> 122.0, int4 91.0 (6) ->
      * 78.7, its down_proj 17.8 -> 14.2) */
-    const int clusters = qgemv_clusters_ok();
+    const int clusters = sm90_ok(); /* thread-block clusters */
     const int qv = qgemv_variant == 15 ? -1 : qgemv_variant; /* 15 above: one token, int8 / int4 */
     const int pv = qv >= 4 ? qv
                    : qv >= 0 ? 0
