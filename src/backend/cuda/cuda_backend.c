@@ -93,13 +93,13 @@
  * TinyLlama's 1.21 -> 1.18-1.20 on an H100) */
 #define TB_CUDA_DEFAULT_GEMV_ROT 3
 /* TB_CUDA_GEMV_TMA (tbc_set_gemv_tma): the f16 / bf16 GEMVs of 3..8 tokens
- * over rows of K >= 8192 (a 7B's down_proj) on the bulk-copy ring kernel
- * (bits 0 and 2). H100, 7B f16 (docs/GPU.md "The f16 GEMV on a bulk-copy
- * ring"): b8 step 5.97-6.03 -> 5.83-5.87 ms; down_proj alone at 8 tokens
- * 38.1 -> 32.8 us; on every matrix (1) the step was 0.5% slower, on the
- * one-token steps too (3) 2.5% slower, down_proj's one-token steps alone
- * (6) 0.5% slower */
-#define TB_CUDA_DEFAULT_GEMV_TMA 5
+ * on the bulk-copy ring kernel (bit 0), rows of K < 8192 on a ring of 2
+ * slots (bit 3). H100, 7B f16 (docs/GPU.md "The f16 GEMV on a bulk-copy
+ * ring"): b8 step 5.95 -> 5.69-5.73 ms against 5 (bits 0 and 2: only K >=
+ * 8192 on it, 4 slots), 6.12-6.16 with none; b1 even. The one-token steps
+ * on it too (11) were 4% slower at b1. Bits 4 and 5: the quantized GEMVs
+ * of one token / 2..8 tokens on its quantized form (off by default) */
+#define TB_CUDA_DEFAULT_GEMV_TMA 9
 /* e4m3 matmuls in steps of at least this many tokens take the FP8 tensor
  * cores (cuBLASLt; x rounded to e4m3 a token): H100, 8-layer 7B, a 16-token
  * step 1.05 ms there against 1.92 for 15 tokens on the chunked GEMV */

@@ -1256,6 +1256,194 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
     }
 }
 
+/* ---------------------------------------------------------------- quantized, bulk-copy ring
+ * Decode steps of int8 / e4m3 / int4 (a group a multiple of 128, no zeros)
+ * weights on the copy engine: the f16 bulk-copy ring of gemv_tma_kernel
+ * (a producer warp copying stages of 16 rows x TMA_CHB bytes with
+ * cp.async.bulk into a ring of NS slots, full / empty mbarriers, 8 consumer
+ * warps taking two 64-byte steps of a stage each, rotated stages), with
+ * the consumers of qgemv_pipe_kernel: x (T tokens, times the norm weight)
+ * staged once a block in f16 pairs of the mma's k order (qpipe_xstride /
+ * qpipe_xpos), the codes widened in registers (qmma_step), int4 sums scaled
+ * a step, int8 / e4m3 rows' scales in the epilogue. A consumer reads its
+ * two steps' codes, arrives on "empty" and only then multiplies, so the
+ * slot is refilled while it computes. The ring holds min(NS, stages)
+ * slots (int4 rows of K 4096 are two stages); x follows it. */
+template <int QT, int MODE, bool NORM, int NS>
+__global__ void __launch_bounds__((GEMV_MMA_WARPS + 1) * 32)
+qgemv_tma_kernel(const float *__restrict__ x, tbc_qweight w, const float *__restrict__ bias, float *__restrict__ y,
+                 int T, int K, int N, tbc_gemv_epi e) {
+    constexpr int VPL = QT == QT_I4 ? 32 : 16; /* values per 16-byte load */
+    constexpr int KSTEP = 4 * VPL;
+    constexpr int NW = GEMV_MMA_WARPS;
+    __shared__ float red[NW][32][4];
+    __shared__ float red_ss[NW][8];
+    __shared__ float wss[NW][8]; /* each warp's sum of squares per token */
+    __shared__ __align__(8) uint64_t full[NS], empty[NS];
+    extern __shared__ uint4 tma_dyn[]; /* [nsl slots][16 rows][TMA_RS bytes], then x */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const size_t row_bytes = QT == QT_I4 ? (size_t)K / 2 : (size_t)K;
+    const int nst = (int)((row_bytes + TMA_CHB - 1) / TMA_CHB);
+    const int nsl = min(NS, nst);
+    const int rot = (int)(((unsigned)blockIdx.x * 97u) % (unsigned)nst);
+    auto pst = [&](int q) { return q + rot < nst ? q + rot : q + rot - nst; };
+    char *ring = reinterpret_cast<char *>(tma_dyn);
+    uint4 *xs = reinterpret_cast<uint4 *>(ring + (size_t)nsl * 16 * TMA_RS);
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < NS; i++) {
+            tma_mbar_init(&full[i], 1);
+            tma_mbar_init(&empty[i], NW);
+        }
+        tma_fence_init();
+    }
+    __syncthreads();
+    if (warp == NW) {
+        /* the producer: lane r < 16 copies slot row r (rows ra / rb of
+         * thread group r & 7, as the consumers' mma_rows) */
+        int ra, rb, P;
+        mma_rows<MODE>(e, N, lane & 7, ra, rb, P, blockIdx.x);
+        const int row = min(lane < 8 ? ra : rb, N - 1);
+        const char *src = static_cast<const char *>(w.codes) + (size_t)row * row_bytes;
+        for (int q = 0; q < nst; q++) {
+            const int slot = q % NS;
+            if (q >= NS) tma_mbar_wait(&empty[slot], (unsigned)((q / NS - 1) & 1));
+            const int ps = pst(q);
+            const unsigned bytes = (unsigned)min((size_t)TMA_CHB, row_bytes - (size_t)ps * TMA_CHB);
+            if (lane == 0) tma_mbar_expect(&full[slot], bytes * 16u);
+            __syncwarp();
+            if (lane < 16)
+                tma_copy(ring + ((size_t)slot * 16 + lane) * TMA_RS, src + (size_t)ps * TMA_CHB, bytes, &full[slot]);
+        }
+        __syncthreads(); /* mma_finish's */
+        return;
+    }
+    int ra, rb, P;
+    const bool pair_ok = mma_rows<MODE>(e, N, g, ra, rb, P, blockIdx.x);
+    const int qa = min(ra, N - 1), qb = min(rb, N - 1);
+    tbc_pdl_wait();
+    /* x: the consumers' 256 threads take its T * K / 8 units, 4 a thread in
+     * flight (as qgemv_pipe_kernel's block staging) */
+    {
+        constexpr int XU = 4, BT = NW * 32;
+        const int ku = K / 8, nit = T * ku;
+        float ssr[TBC_GEMV_MAX_T];
+#pragma unroll
+        for (int k = 0; k < TBC_GEMV_MAX_T; k++) ssr[k] = 0.0f;
+        for (int i0 = threadIdx.x; i0 < nit; i0 += XU * BT) {
+            float4 a[XU], b[XU];
+#pragma unroll
+            for (int u = 0; u < XU; u++) {
+                const int i = i0 + u * BT;
+                if (i < nit) {
+                    const int tk = i / ku, m = i - tk * ku;
+                    const float4 *p = reinterpret_cast<const float4 *>(x + (size_t)tk * K) + 2 * m;
+                    a[u] = __ldg(p);
+                    b[u] = __ldg(p + 1);
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < XU; u++) {
+                const int i = i0 + u * BT;
+                if (i >= nit) break;
+                const int tk = i / ku, m = i - tk * ku;
+                float f0 = a[u].x, f1 = a[u].y, f2 = a[u].z, f3 = a[u].w;
+                float f4 = b[u].x, f5 = b[u].y, f6 = b[u].z, f7 = b[u].w;
+                if (NORM) {
+                    float ss = f0 * f0;
+                    ss = fmaf(f1, f1, ss); ss = fmaf(f2, f2, ss); ss = fmaf(f3, f3, ss);
+                    ss = fmaf(f4, f4, ss); ss = fmaf(f5, f5, ss); ss = fmaf(f6, f6, ss); ss = fmaf(f7, f7, ss);
+#pragma unroll
+                    for (int k = 0; k < TBC_GEMV_MAX_T; k++)
+                        if (k == tk) ssr[k] += ss;
+                    if (e.norm_w) {
+                        float4 ga = __ldg(reinterpret_cast<const float4 *>(e.norm_w) + 2 * m);
+                        float4 gb = __ldg(reinterpret_cast<const float4 *>(e.norm_w) + 2 * m + 1);
+                        f0 *= ga.x; f1 *= ga.y; f2 *= ga.z; f3 *= ga.w;
+                        f4 *= gb.x; f5 *= gb.y; f6 *= gb.z; f7 *= gb.w;
+                    }
+                }
+                uint4 o;
+                if (QT == QT_I4) {
+                    o.x = h2u(__floats2half2_rn(f0, f4));
+                    o.y = h2u(__floats2half2_rn(f1, f5));
+                    o.z = h2u(__floats2half2_rn(f2, f6));
+                    o.w = h2u(__floats2half2_rn(f3, f7));
+                } else {
+                    o.x = h2u(__floats2half2_rn(f0, f1));
+                    o.y = h2u(__floats2half2_rn(f2, f3));
+                    o.z = h2u(__floats2half2_rn(f4, f5));
+                    o.w = h2u(__floats2half2_rn(f6, f7));
+                }
+                xs[(size_t)tk * qpipe_xstride<QT>(K) + qpipe_xpos<QT>(m)] = o;
+            }
+        }
+        if (NORM) {
+#pragma unroll
+            for (int k = 0; k < TBC_GEMV_MAX_T; k++) {
+                if (k >= T) break;
+                const float ss = tbc_warp_sum(ssr[k]);
+                if (lane == 0) wss[warp][k] = ss;
+            }
+        }
+    }
+    /* the consumers only (the producer is not at this barrier) */
+    asm volatile("bar.sync 1, %0;\n" ::"n"(NW * 32) : "memory");
+    const float ss = NORM && t == 0 && g < T ? wss[warp][g] : 0.0f;
+    /* lanes of tokens >= T read token T - 1's x: their columns are not stored */
+    const uint4 *xg = xs + (size_t)min(g, T - 1) * qpipe_xstride<QT>(K);
+    const __half2 one2 = __float2half2_rn(1.0f), zero2 = __float2half2_rn(0.0f);
+    /* int4: a step lies in one group (the launcher takes groups of a
+     * multiple of 128 without zeros), that of step st being st / spg */
+    const int ng = QT == QT_I4 ? K / w.group : 1, spg = QT == QT_I4 ? w.group / KSTEP : 1;
+    const float *psa = w.scales + (size_t)qa * ng, *psb = w.scales + (size_t)qb * ng;
+    float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, c1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    auto step = [&](const uint4 &ua, const uint4 &ub, int st) {
+        uint32_t xb[VPL / 2];
+        /* int4: unit 16 st + 4 t + q at 16 st + 4 q + t (qpipe_xpos) */
+        const uint4 *xp = QT == QT_I4 ? xg + (size_t)st * 16 + t : xg + (size_t)(st * KSTEP + t * VPL) / 8;
+#pragma unroll
+        for (int q = 0; q < VPL / 8; q++) {
+            const uint4 v = xp[QT == QT_I4 ? 4 * q : q];
+            xb[4 * q] = v.x; xb[4 * q + 1] = v.y; xb[4 * q + 2] = v.z; xb[4 * q + 3] = v.w;
+        }
+        if (QT == QT_I4) {
+            const int gi = spg == 1 ? st : st / spg;
+            const float fa = __ldg(psa + gi), fb = __ldg(psb + gi);
+            float ct[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cu[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            qmma_step<QT, true>(ct, cu, ua, ub, xb, one2, zero2, one2, zero2);
+            c[0] = fmaf(ct[0] + cu[0], fa, c[0]);
+            c[1] = fmaf(ct[1] + cu[1], fa, c[1]);
+            c[2] = fmaf(ct[2] + cu[2], fb, c[2]);
+            c[3] = fmaf(ct[3] + cu[3], fb, c[3]);
+        } else {
+            qmma_step<QT, true>(c, c1, ua, ub, xb, one2, zero2, one2, zero2);
+        }
+    };
+    const int j0 = warp, j1 = warp + NW;
+    for (int q = 0; q < nst; q++) {
+        const int slot = q % NS, ps = pst(q);
+        const int nsteps = (int)(min((size_t)TMA_CHB, row_bytes - (size_t)ps * TMA_CHB) / 64);
+        tma_mbar_wait(&full[slot], (unsigned)((q / NS) & 1));
+        const char *sa = ring + ((size_t)slot * 16 + g) * TMA_RS + t * 16;
+        const char *sb = sa + (size_t)8 * TMA_RS;
+        const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+        const uint4 a0 = j0 < nsteps ? *reinterpret_cast<const uint4 *>(sa + j0 * 64) : zero;
+        const uint4 b0 = j0 < nsteps ? *reinterpret_cast<const uint4 *>(sb + j0 * 64) : zero;
+        const uint4 a1 = j1 < nsteps ? *reinterpret_cast<const uint4 *>(sa + j1 * 64) : zero;
+        const uint4 b1 = j1 < nsteps ? *reinterpret_cast<const uint4 *>(sb + j1 * 64) : zero;
+        __syncwarp();
+        if (lane == 0) tma_mbar_arrive(&empty[slot]);
+        const int st = ps * (TMA_CHB / 64);
+        if (j0 < nsteps) step(a0, b0, st + j0);
+        if (j1 < nsteps) step(a1, b1, st + j1);
+    }
+    tbc_pdl_trigger();
+    const float fa = QT == QT_I4 ? 1.0f : __ldg(w.scales + qa);
+    const float fb = QT == QT_I4 ? 1.0f : __ldg(w.scales + qb);
+    float cc[4] = {c[0] + c1[0], c[1] + c1[1], c[2] + c1[2], c[3] + c1[3]};
+    mma_finish<MODE, NORM>(red, red_ss, cc, ss, warp, lane, ra, rb, P, pair_ok, T, K, N, bias, y, e, fa, fb);
+}
+
 /* ---------------------------------------------------------------- quantized, one token, Q8
  * One-token steps of int8 / int4 weights with x rounded to int8 per block of
  * 32 values (tb_ref_qmatmul_q8's activations: d = absmax / 127, q =
@@ -1762,7 +1950,7 @@ static int takes_mma(tbc_dtype wdt, int T, int K, int aligned, int simt_max_t) {
  * K >= 8192 (a 7B's down_proj); bit 3: rows of K < 8192 on a ring of
  * TMA_NS_SMALL slots (35 KB a block) rather than TMA_NS; sm_90 only */
 static int gemv_tma = 0;
-extern "C" void tbc_set_gemv_tma(int v) { gemv_tma = v >= 0 && v <= 15 ? v : 0; }
+extern "C" void tbc_set_gemv_tma(int v) { gemv_tma = v >= 0 && v <= 63 ? v : 0; }
 /* Whether the device is compute capability 9.0 or later (thread-block
  * clusters, bulk copies): read once, for every launcher that needs it. */
 static int sm90_ok(void) {
@@ -2009,6 +2197,38 @@ static cudaError_t qpipe_launch(const float *x, const tbc_qweight &w, const floa
     return tbc_launch(kern, grid, block, smem, s, x, w, bias, y, T, K, N, tiles, e, xw);
 }
 
+/* qgemv_tma_kernel's launch (TB_CUDA_GEMV_TMA bits 4 and 5): a block per
+ * 16-row tile, NS slots (TMA_NS_SMALL with bit 3 and K < 8192). Returns
+ * cudaErrorNotSupported when x beside the ring would not fit. */
+template <int QT, int MODE, bool NORM, int NS>
+static cudaError_t qtma_launch_n(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K,
+                                 int N, const tbc_gemv_epi &e, int tiles, cudaStream_t s) {
+    /* sm_90's 227 KiB a block less the static arrays (red, red_ss, wss, the barriers) */
+    constexpr int QTMA_MAX_SMEM = 232448 - 6144;
+    const size_t row_bytes = QT == QT_I4 ? (size_t)K / 2 : (size_t)K;
+    const int nst = (int)((row_bytes + TMA_CHB - 1) / TMA_CHB);
+    const size_t smem = (size_t)min(NS, nst) * 16 * TMA_RS + (size_t)T * qpipe_xstride<QT>(K) * 16;
+    if (smem > (size_t)QTMA_MAX_SMEM) return cudaErrorNotSupported;
+    auto kern = qgemv_tma_kernel<QT, MODE, NORM, NS>;
+    static int attr_done = 0; /* once per instantiation */
+    if (!attr_done) {
+        cudaError_t r = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, QTMA_MAX_SMEM);
+        if (r != cudaSuccess) return r;
+        attr_done = 1;
+    }
+    return tbc_launch(kern, dim3(tiles), dim3((GEMV_MMA_WARPS + 1) * 32), smem, s, x, w, bias, y, T, K, N, e);
+}
+template <int QT, int MODE>
+static cudaError_t qtma_launch(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K, int N,
+                               const tbc_gemv_epi &e, int tiles, cudaStream_t s) {
+    if ((gemv_tma & 8) && K < 8192) {
+        if (e.norm) return qtma_launch_n<QT, MODE, true, TMA_NS_SMALL>(x, w, bias, y, T, K, N, e, tiles, s);
+        return qtma_launch_n<QT, MODE, false, TMA_NS_SMALL>(x, w, bias, y, T, K, N, e, tiles, s);
+    }
+    if (e.norm) return qtma_launch_n<QT, MODE, true, TMA_NS>(x, w, bias, y, T, K, N, e, tiles, s);
+    return qtma_launch_n<QT, MODE, false, TMA_NS>(x, w, bias, y, T, K, N, e, tiles, s);
+}
+
 /* The pipelined shapes (variants 4..9, 12, 13): rings of 4 steps; 4 one tile a
  * block, a block per tile; 5 one tile a block, persistent blocks (as many
  * as fit at once, each taking tiles in turn); 6 as 5 with two tiles a
@@ -2082,6 +2302,14 @@ static cudaError_t qgemv_launch(const float *x, const tbc_qweight &w, const floa
      * (5; int4's 8-token down_proj, x 176 KiB: 23.3 -> 17.6 us on the
      * H200, the 7B int4 b8 step 3.25 -> 3.07 ms), and that to the
      * register-loading kernel */
+    /* the bulk-copy ring (TB_CUDA_GEMV_TMA bit 4: one token, bit 5: 2..8
+     * tokens; int4 with groups of a multiple of 128 and no zeros; sm_90),
+     * unless a variant is forced; where x does not fit beside the ring, the
+     * pipelined kernel */
+    if ((gemv_tma & (T == 1 ? 16 : 32)) && qv < 0 && (QT != QT_I4 || (w.group % 128 == 0 && !w.zeros)) && sm90_ok()) {
+        cudaError_t r = qtma_launch<QT, MODE>(x, w, bias, y, T, K, N, e, blocks, s);
+        if (r != cudaErrorNotSupported) return r;
+    }
     for (int v = pv; v;) {
         cudaError_t r = cudaErrorNotSupported;
         bool done = false;

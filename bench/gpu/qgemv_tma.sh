@@ -1,0 +1,68 @@
+#!/bin/bash
+# bench/gpu/qgemv_tma.sh — the quantized decode GEMVs (int8, e4m3, int4 of
+# groups of 128) on the bulk-copy ring (TB_CUDA_GEMV_TMA bit 4: one token,
+# bit 5: 2..8 tokens; bit 3: rows of K < 8192 on 2 slots; 9 is the
+# default, the f16 ring alone), on the GPU machine in one run: correctness
+# first (test_backend_ops with both bits on, on 2 and on 4 slots;
+# test_batch, every engine, with both bits on), beside the 7B engines'
+# builds; then the matmuls alone at a 7B layer's shapes (qgemv_bench,
+# against the streaming read); then the 7B int8 / int4 / fp8 b1 and b8
+# steps (gpu_bench --variants).
+#
+#   tar -C /tmp -xJf .devdata/gpu/prebuilt.tar.xz && bash bench/gpu/qgemv_tma.sh
+#
+# Env: QT_VALUES (the TB_CUDA_GEMV_TMA values timed beside 9, default
+# "25 17 57"), TB_PREBUILT (default /tmp/pb: binaries from
+# bench/gpu/pack.sh), OUT (results, default ./qgemv_tma), TB_GPU_DATA
+# (folder with models/llama2_tokenizer.bin and the demo model, default
+# .devdata/gpu).
+set -u
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+PB=${TB_PREBUILT:-/tmp/pb}
+OUT=${OUT:-$PWD/qgemv_tma}
+DATA=${TB_GPU_DATA:-$SRC/.devdata/gpu}
+VALS=${QT_VALUES:-25 17 57}
+mkdir -p "$OUT/tb"
+export LD_LIBRARY_PATH=$PB/lib:${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64
+t0=$(date +%s)
+el() { echo $(( $(date +%s) - t0 )); }
+B=(--tokenizer "$DATA/models/llama2_tokenizer.bin" --device cuda --max-seq-len 1024 --max-batch 16)
+( set -e
+  python3 "$SRC/bench/gpu/torch_ckpt.py" --shape llama7b --out /tmp/qt_7b
+  for d in int8 int4 fp8; do
+      g=(); [ $d = int4 ] && g=(--group-size 128)
+      "$PB/turbine" build /tmp/qt_7b -o /tmp/qt_$d.engine --dtype $d "${g[@]}" "${B[@]}"
+      touch /tmp/qt_$d.ok
+  done
+) > "$OUT/engine.txt" 2>&1 &
+eng=$!
+TB_CUDA_GEMV_TMA=57 TURBINE_TEST_DEVICE=cuda timeout 300 "$PB/test_backend_ops" > "$OUT/ops57.txt" 2>&1 &
+p1=$!
+TB_CUDA_GEMV_TMA=49 TURBINE_TEST_DEVICE=cuda timeout 300 "$PB/test_backend_ops" > "$OUT/ops49.txt" 2>&1 &
+p3=$!
+TB_CUDA_GEMV_TMA=57 TURBINE_TEST_DEVICE=cuda TURBINE_SHARED="$DATA" TURBINE_SRC="$SRC" TURBINE_TMP="$OUT/tb" \
+    TURBINE_PYTHON="$(command -v python3)" TURBINE_TEST_FP8_TOL=0.15 timeout 300 "$PB/test_batch" \
+    > "$OUT/batch.txt" 2>&1 &
+p2=$!
+wait $p1 $p2 $p3
+nf=$(cat "$OUT/ops57.txt" "$OUT/ops49.txt" | grep -c 'FAIL')
+echo "ops TMA=57: $(grep -c ' ok$' "$OUT/ops57.txt") ok, TMA=49: $(grep -c ' ok$' "$OUT/ops49.txt") ok, $nf FAIL;" \
+    "batch (57): $(tail -1 "$OUT/batch.txt") ($(el) s)"
+grep 'FAIL' "$OUT/ops57.txt" "$OUT/ops49.txt" | head -5
+{ [ "$nf" = 0 ] && grep -q ', 0 failed' "$OUT/batch.txt"; } || { echo "checks failed: no timings"; tail -5 "$OUT/ops57.txt"; exit 1; }
+for r in 9 $VALS; do
+    echo "== qgemv_bench int8,fp8,int4, TB_CUDA_GEMV_TMA=$r"
+    TB_CUDA_GEMV_TMA=$r timeout 60 "$PB/qgemv_bench" --t 1,8 --kinds int8,fp8,int4 --reps 3 2>&1 |
+        tee -a "$OUT/qgemv.txt" | grep -E '^device| 4096x4096| 4096x11008|sum'
+done
+V="base;base"
+for r in $VALS; do V="$V;TB_CUDA_GEMV_TMA=$r"; done
+V="$V;base;TB_CUDA_GEMV_TMA=${VALS%% *}"
+for d in int8 int4 fp8; do
+    while kill -0 $eng 2>/dev/null && [ ! -f /tmp/qt_$d.ok ]; do sleep 2; done
+    [ -f /tmp/qt_$d.ok ] || { echo "$d engine build FAIL ($(el) s)"; tail -3 "$OUT/engine.txt"; exit 1; }
+    echo "== 7B $d ($(el) s)"
+    timeout 150 "$PB/gpu_bench" /tmp/qt_$d.engine --device cuda --prefill 0 --decode 32 --ctx 128 --batch 1,8 \
+        --variants "$V" 2>&1 | grep -E 'decode|error|fail'
+done
+echo "done ($(el) s)"
