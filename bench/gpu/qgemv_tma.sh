@@ -12,7 +12,8 @@
 #   tar -C /tmp -xJf .devdata/gpu/prebuilt.tar.xz && bash bench/gpu/qgemv_tma.sh
 #
 # Env: QT_VALUES (the TB_CUDA_GEMV_TMA values timed beside 9, default
-# "25 17 57"), TB_PREBUILT (default /tmp/pb: binaries from
+# "25 17 57"), QT_STEPS (0: checks and matmuls alone only, no engines or
+# steps; default 1), TB_PREBUILT (default /tmp/pb: binaries from
 # bench/gpu/pack.sh), OUT (results, default ./qgemv_tma), TB_GPU_DATA
 # (folder with models/llama2_tokenizer.bin and the demo model, default
 # .devdata/gpu).
@@ -27,7 +28,9 @@ export LD_LIBRARY_PATH=$PB/lib:${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64
 t0=$(date +%s)
 el() { echo $(( $(date +%s) - t0 )); }
 B=(--tokenizer "$DATA/models/llama2_tokenizer.bin" --device cuda --max-seq-len 1024 --max-batch 16)
+STEPS=${QT_STEPS:-1}
 ( set -e
+  [ "$STEPS" = 0 ] && exit 0
   python3 "$SRC/bench/gpu/torch_ckpt.py" --shape llama7b --out /tmp/qt_7b
   for d in int8 int4 fp8; do
       g=(); [ $d = int4 ] && g=(--group-size 128)
@@ -58,6 +61,7 @@ done
 V="base;base"
 for r in $VALS; do V="$V;TB_CUDA_GEMV_TMA=$r"; done
 V="$V;base;TB_CUDA_GEMV_TMA=${VALS%% *}"
+[ "$STEPS" = 0 ] && { echo "done ($(el) s)"; exit 0; }
 for d in int8 int4 fp8; do
     while kill -0 $eng 2>/dev/null && [ ! -f /tmp/qt_$d.ok ]; do sleep 2; done
     [ -f /tmp/qt_$d.ok ] || { echo "$d engine build FAIL ($(el) s)"; tail -3 "$OUT/engine.txt"; exit 1; }
