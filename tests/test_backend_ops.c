@@ -1494,6 +1494,19 @@ static void run_all(void) {
     pattern_q(PAT_NORM_MM, TB_FP8_E4M3, 64, 0, 20, 12800, 16);
     fp8_qkv_attention_chains();
     qgemm_cases();
+    /* rows of several bulk-copy stages (1 KiB of codes each) in every
+     * quantized dtype, odd counts among them, alone and in the fused
+     * chains: the GPU splits K over clusters of two blocks there
+     * (TB_CUDA_GEMV_TMA bit 6), the norm's squares summed over the pair */
+    op_qmatmul(TB_I8, 1, 3072, 40, 3072, 1, 0);
+    op_qmatmul(TB_FP8_E4M3, 8, 2048, 33, 2048, 0, 0);
+    op_qmatmul(TB_I4, 1, 6144, 24, 128, 1, 0);
+    op_qmatmul(TB_I4, 5, 11008, 40, 128, 0, 0);
+    for (int qi = 0; qi < 3; qi++) {
+        pattern_q(PAT_NORM_MM, qdts[qi], 128, 0, qi == 1 ? 8 : 1, 5120, 40);
+        pattern_q(PAT_MM_ADDNORM_MM, qdts[qi], 128, 0, qi == 2 ? 4 : 1, 3072, 24);
+        pattern_q(PAT_MM_SILU, qdts[qi], 128, 0, 1, 2048, 48);
+    }
 }
 
 int main(void) {

@@ -1,10 +1,11 @@
 #!/bin/bash
 # bench/gpu/qgemv_tma.sh — the quantized decode GEMVs (int8, e4m3, int4 of
 # groups of 128) on the bulk-copy ring (TB_CUDA_GEMV_TMA bit 4: one token,
-# bit 5: 2..8 tokens; bit 3: rows of K < 8192 on 2 slots; 9 is the
-# default, the f16 ring alone), on the GPU machine in one run: correctness
-# first (test_backend_ops with both bits on, on 2 and on 4 slots;
-# test_batch, every engine, with both bits on), beside the 7B engines'
+# bit 5: 2..8 tokens; bit 3: rows of K < 8192 on 2 slots; bit 6: matrices
+# of few tiles split in K over clusters of two; 9 is the default, the f16
+# ring alone), on the GPU machine in one run: correctness first
+# (test_backend_ops with both bits on, on 2 and on 4 slots; test_batch,
+# every engine, with both bits on), beside the 7B engines'
 # builds; then the matmuls alone at a 7B layer's shapes (qgemv_bench,
 # against the streaming read); then the 7B int8 / int4 / fp8 b1 and b8
 # steps (gpu_bench --variants).
@@ -12,8 +13,9 @@
 #   tar -C /tmp -xJf .devdata/gpu/prebuilt.tar.xz && bash bench/gpu/qgemv_tma.sh
 #
 # Env: QT_VALUES (the TB_CUDA_GEMV_TMA values timed beside 9, default
-# "25 17 57"), QT_STEPS (0: checks and matmuls alone only, no engines or
-# steps; default 1), TB_PREBUILT (default /tmp/pb: binaries from
+# "25 17 57"), QT_CHECK (the values test_backend_ops runs with, default
+# "57 49"; test_batch runs with the first), QT_STEPS (0: checks and
+# matmuls alone only, no engines or steps; default 1), TB_PREBUILT (default /tmp/pb: binaries from
 # bench/gpu/pack.sh), OUT (results, default ./qgemv_tma), TB_GPU_DATA
 # (folder with models/llama2_tokenizer.bin and the demo model, default
 # .devdata/gpu).
@@ -23,6 +25,7 @@ PB=${TB_PREBUILT:-/tmp/pb}
 OUT=${OUT:-$PWD/qgemv_tma}
 DATA=${TB_GPU_DATA:-$SRC/.devdata/gpu}
 VALS=${QT_VALUES:-25 17 57}
+CHK=${QT_CHECK:-57 49}
 mkdir -p "$OUT/tb"
 export LD_LIBRARY_PATH=$PB/lib:${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64
 t0=$(date +%s)
@@ -39,20 +42,30 @@ STEPS=${QT_STEPS:-1}
   done
 ) > "$OUT/engine.txt" 2>&1 &
 eng=$!
-TB_CUDA_GEMV_TMA=57 TURBINE_TEST_DEVICE=cuda timeout 300 "$PB/test_backend_ops" > "$OUT/ops57.txt" 2>&1 &
-p1=$!
-TB_CUDA_GEMV_TMA=49 TURBINE_TEST_DEVICE=cuda timeout 300 "$PB/test_backend_ops" > "$OUT/ops49.txt" 2>&1 &
-p3=$!
-TB_CUDA_GEMV_TMA=57 TURBINE_TEST_DEVICE=cuda TURBINE_SHARED="$DATA" TURBINE_SRC="$SRC" TURBINE_TMP="$OUT/tb" \
+pids=()
+for c in $CHK; do
+    TB_CUDA_GEMV_TMA=$c TURBINE_TEST_DEVICE=cuda timeout 300 "$PB/test_backend_ops" > "$OUT/ops$c.txt" 2>&1 &
+    pids+=($!)
+done
+TB_CUDA_GEMV_TMA=${CHK%% *} TURBINE_TEST_DEVICE=cuda TURBINE_SHARED="$DATA" TURBINE_SRC="$SRC" TURBINE_TMP="$OUT/tb" \
     TURBINE_PYTHON="$(command -v python3)" TURBINE_TEST_FP8_TOL=0.15 timeout 300 "$PB/test_batch" \
     > "$OUT/batch.txt" 2>&1 &
-p2=$!
-wait $p1 $p2 $p3
-nf=$(cat "$OUT/ops57.txt" "$OUT/ops49.txt" | grep -c 'FAIL')
-echo "ops TMA=57: $(grep -c ' ok$' "$OUT/ops57.txt") ok, TMA=49: $(grep -c ' ok$' "$OUT/ops49.txt") ok, $nf FAIL;" \
-    "batch (57): $(tail -1 "$OUT/batch.txt") ($(el) s)"
-grep 'FAIL' "$OUT/ops57.txt" "$OUT/ops49.txt" | head -5
-{ [ "$nf" = 0 ] && grep -q ', 0 failed' "$OUT/batch.txt"; } || { echo "checks failed: no timings"; tail -5 "$OUT/ops57.txt"; exit 1; }
+pids+=($!)
+wait "${pids[@]}"
+nf=0
+for c in $CHK; do
+    n=$(grep -c 'FAIL' "$OUT/ops$c.txt")
+    nf=$((nf + n))
+    echo "ops TMA=$c: $(grep -c ' ok$' "$OUT/ops$c.txt") ok, $n FAIL"
+    grep 'FAIL' "$OUT/ops$c.txt" | head -5
+done
+echo "batch (${CHK%% *}): $(tail -1 "$OUT/batch.txt") ($(el) s)"
+{ [ "$nf" = 0 ] && grep -q ', 0 failed' "$OUT/batch.txt"; } || {
+    echo "checks failed: no timings"
+    for c in $CHK; do tail -3 "$OUT/ops$c.txt"; done
+    tail -5 "$OUT/batch.txt"
+    exit 1
+}
 for r in 9 $VALS; do
     echo "== qgemv_bench int8,fp8,int4, TB_CUDA_GEMV_TMA=$r"
     TB_CUDA_GEMV_TMA=$r timeout 60 "$PB/qgemv_bench" --t 1,8 --kinds int8,fp8,int4 --reps 3 2>&1 |

@@ -424,8 +424,12 @@ __device__ __forceinline__ bool mma_rows(const tbc_gemv_epi &e, int N, int g, in
  * multiplies rows ra and rb by sa and sb (quantized rows' scales; 1
  * otherwise) and by 1 / rms(x), adds the bias and runs the epilogue.
  * ss_in: the squares go to red_ss (a second tile of the same block finds
- * them there already). */
-template <int MODE, bool NORM>
+ * them there already). KS > 1: the block is one of a cluster of KS that
+ * split the tile's K; rank 0's warp 0 adds the other blocks' red and
+ * red_ss (ranks in order) through distributed shared memory and stores,
+ * every thread of the cluster at both cluster barriers (a producer warp
+ * too: tma_split_done). */
+template <int MODE, bool NORM, int KS = 1>
 __device__ __forceinline__ void mma_finish(float (*red)[32][4], float (*red_ss)[8], float *c, float ss, int warp,
                                            int lane, int ra, int rb, int P, bool pair_ok, int T, int K, int N,
                                            const float *__restrict__ bias, float *__restrict__ y,
@@ -439,6 +443,15 @@ __device__ __forceinline__ void mma_finish(float (*red)[32][4], float (*red_ss)[
         if (t == 0) red_ss[warp][g] = ss;
     }
     __syncthreads();
+    if (KS > 1) {
+        tbc_cluster_arrive(); /* every block's red is written */
+        tbc_cluster_wait();
+        if (warp != 0 || tbc_cluster_rank() != 0) {
+            tbc_cluster_arrive(); /* rank 0 has read it */
+            tbc_cluster_wait();
+            return;
+        }
+    }
     if (warp != 0) return;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -447,14 +460,37 @@ __device__ __forceinline__ void mma_finish(float (*red)[32][4], float (*red_ss)[
         for (int k = 0; k < GEMV_MMA_WARPS; k++) v += red[k][lane][i];
         c[i] = v;
     }
+    const int t0 = 2 * t, t1 = 2 * t + 1;
+    float rs0 = 0.0f, rs1 = 0.0f; /* the other blocks' squares (KS > 1) */
+    if (KS > 1) {
+        for (unsigned r = 1; r < (unsigned)KS; r++) {
+            const float(*rr)[32][4] = tbc_cluster_map(red, r);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float v = 0.0f;
+#pragma unroll
+                for (int k = 0; k < GEMV_MMA_WARPS; k++) v += rr[k][lane][i];
+                c[i] += v;
+            }
+            if (NORM) {
+                const float(*rq)[8] = tbc_cluster_map(red_ss, r);
+#pragma unroll
+                for (int k = 0; k < GEMV_MMA_WARPS; k++) {
+                    rs0 += rq[k][t0];
+                    rs1 += rq[k][t1];
+                }
+            }
+        }
+        tbc_cluster_arrive();
+        tbc_cluster_wait();
+    }
     c[0] *= sa;
     c[1] *= sa;
     c[2] *= sb;
     c[3] *= sb;
     /* c0, c1: row ra, tokens 2t, 2t + 1; c2, c3: row rb */
-    const int t0 = 2 * t, t1 = 2 * t + 1;
     if (NORM) {
-        float s0 = 0.0f, s1 = 0.0f;
+        float s0 = rs0, s1 = rs1;
 #pragma unroll
         for (int k = 0; k < GEMV_MMA_WARPS; k++) {
             s0 += red_ss[k][t0];
@@ -618,14 +654,14 @@ __device__ __forceinline__ void tma_ring_init(uint64_t *full, uint64_t *empty) {
     }
 }
 /* The producer warp of the bulk-copy rings: lane r < 16 copies slot row r
- * (rows ra / rb of thread group r & 7 of the block's tile, as the consumers'
- * mma_rows; rows past N read row N - 1) for every stage q, TMA_CHB bytes of
- * each row from stage pst(q), after the slot's "empty" completed. */
+ * (rows ra / rb of thread group r & 7 of tile `tile`, as the consumers'
+ * mma_rows; rows past N read row N - 1) for stages q = 0 .. nst - 1, TMA_CHB
+ * bytes of each row from stage pst(q), after the slot's "empty" completed. */
 template <int MODE, int NS, class PST>
 __device__ __forceinline__ void tma_produce(const tbc_gemv_epi &e, int N, const void *w, size_t row_bytes, int nst,
-                                            PST pst, char *ring, uint64_t *full, uint64_t *empty, int lane) {
+                                            PST pst, char *ring, uint64_t *full, uint64_t *empty, int lane, int tile) {
     int ra, rb, P;
-    mma_rows<MODE>(e, N, lane & 7, ra, rb, P, blockIdx.x);
+    mma_rows<MODE>(e, N, lane & 7, ra, rb, P, tile);
     const int row = min(lane < 8 ? ra : rb, N - 1);
     const char *src = static_cast<const char *>(w) + (size_t)row * row_bytes;
     for (int q = 0; q < nst; q++) {
@@ -656,7 +692,7 @@ gemv_tma_kernel(const float *__restrict__ x, const void *__restrict__ w, const f
     tma_ring_init<NS>(full, empty);
     __syncthreads();
     if (warp == GEMV_MMA_WARPS) {
-        tma_produce<MODE, NS>(e, N, w, row_bytes, nst, pst, ring, full, empty, lane);
+        tma_produce<MODE, NS>(e, N, w, row_bytes, nst, pst, ring, full, empty, lane, blockIdx.x);
         __syncthreads(); /* mma_finish's */
         return;
     }
@@ -1322,8 +1358,12 @@ qgemv_pipe_kernel(const float *__restrict__ x, tbc_qweight w, const float *__res
  * a step, int8 / e4m3 rows' scales in the epilogue. A consumer reads its
  * two steps' codes, arrives on "empty" and only then multiplies, so the
  * slot is refilled while it computes. The ring holds min(NS, stages)
- * slots (int4 rows of K 4096 are two stages); x follows it. */
-template <int QT, int MODE, bool NORM, int NS>
+ * slots (int4 rows of K 4096 are two stages); x follows it. KS > 1
+ * (TB_CUDA_GEMV_TMA bit 6, matrices of few tiles): clusters of KS blocks
+ * a tile, block r of a cluster taking stages [r nst / KS, (r + 1) nst / KS)
+ * and staging only their x (and its squares); the partial sums meet in
+ * rank 0 (mma_finish). */
+template <int QT, int MODE, bool NORM, int NS, int KS = 1>
 __global__ void __launch_bounds__((GEMV_MMA_WARPS + 1) * 32)
 qgemv_tma_kernel(const float *__restrict__ x, tbc_qweight w, const float *__restrict__ bias, float *__restrict__ y,
                  int T, int K, int N, tbc_gemv_epi e) {
@@ -1337,28 +1377,39 @@ qgemv_tma_kernel(const float *__restrict__ x, tbc_qweight w, const float *__rest
     extern __shared__ uint4 tma_dyn[]; /* [nsl slots][16 rows][TMA_RS bytes], then x */
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const size_t row_bytes = QT == QT_I4 ? (size_t)K / 2 : (size_t)K;
-    const int nst = (int)((row_bytes + TMA_CHB - 1) / TMA_CHB);
+    const int tile = KS > 1 ? (int)blockIdx.x / KS : (int)blockIdx.x, kr = KS > 1 ? (int)blockIdx.x % KS : 0;
+    const int nall = (int)((row_bytes + TMA_CHB - 1) / TMA_CHB);
+    /* this block's stages s0 .. s0 + nst - 1 */
+    const int s0 = KS > 1 ? kr * nall / KS : 0, nst = KS > 1 ? (kr + 1) * nall / KS - s0 : nall;
     const int nsl = min(NS, nst);
-    const int rot = (int)(((unsigned)blockIdx.x * 97u) % (unsigned)nst);
-    auto pst = [&](int q) { return q + rot < nst ? q + rot : q + rot - nst; };
+    const int rot = (int)(((unsigned)tile * 97u) % (unsigned)nst);
+    auto pst = [&](int q) { return s0 + (q + rot < nst ? q + rot : q + rot - nst); };
     char *ring = reinterpret_cast<char *>(tma_dyn);
     uint4 *xs = reinterpret_cast<uint4 *>(ring + (size_t)nsl * 16 * TMA_RS);
     tma_ring_init<NS>(full, empty);
     __syncthreads();
     if (warp == NW) {
-        tma_produce<MODE, NS>(e, N, w.codes, row_bytes, nst, pst, ring, full, empty, lane);
+        tma_produce<MODE, NS>(e, N, w.codes, row_bytes, nst, pst, ring, full, empty, lane, tile);
         __syncthreads(); /* mma_finish's */
+        if (KS > 1) { /* and its two cluster barriers */
+            tbc_cluster_arrive();
+            tbc_cluster_wait();
+            tbc_cluster_arrive();
+            tbc_cluster_wait();
+        }
         return;
     }
     int ra, rb, P;
-    const bool pair_ok = mma_rows<MODE>(e, N, g, ra, rb, P, blockIdx.x);
+    const bool pair_ok = mma_rows<MODE>(e, N, g, ra, rb, P, tile);
     const int qa = min(ra, N - 1), qb = min(rb, N - 1);
     tbc_pdl_wait();
-    /* x: the consumers' 256 threads take its T * K / 8 units, 4 a thread in
-     * flight (as qgemv_pipe_kernel's block staging) */
+    /* x: the consumers' 256 threads take its T * K / 8 units (those of
+     * this block's stages: units m0 .. m0 + ku - 1), 4 a thread in flight
+     * (as qgemv_pipe_kernel's block staging) */
     {
-        constexpr int XU = 4, BT = NW * 32;
-        const int ku = K / 8, nit = T * ku;
+        constexpr int XU = 4, BT = NW * 32, UPS = TMA_CHB * (QT == QT_I4 ? 2 : 1) / 8; /* units a stage */
+        const int m0 = KS > 1 ? s0 * UPS : 0;
+        const int ku = KS > 1 ? min(K / 8, (s0 + nst) * UPS) - m0 : K / 8, nit = T * ku;
         float ssr[TBC_GEMV_MAX_T];
 #pragma unroll
         for (int k = 0; k < TBC_GEMV_MAX_T; k++) ssr[k] = 0.0f;
@@ -1368,7 +1419,7 @@ qgemv_tma_kernel(const float *__restrict__ x, tbc_qweight w, const float *__rest
             for (int u = 0; u < XU; u++) {
                 const int i = i0 + u * BT;
                 if (i < nit) {
-                    const int tk = i / ku, m = i - tk * ku;
+                    const int tk = i / ku, m = m0 + i - tk * ku;
                     const float4 *p = reinterpret_cast<const float4 *>(x + (size_t)tk * K) + 2 * m;
                     a[u] = __ldg(p);
                     b[u] = __ldg(p + 1);
@@ -1378,7 +1429,7 @@ qgemv_tma_kernel(const float *__restrict__ x, tbc_qweight w, const float *__rest
             for (int u = 0; u < XU; u++) {
                 const int i = i0 + u * BT;
                 if (i >= nit) break;
-                const int tk = i / ku, m = i - tk * ku;
+                const int tk = i / ku, m = m0 + i - tk * ku;
                 const uint4 o = qx_unit<QT, NORM>(a[u], b[u], e.norm_w, m, tk, ssr);
                 xs[(size_t)tk * qpipe_xstride<QT>(K) + qpipe_xpos<QT>(m)] = o;
             }
@@ -1447,7 +1498,7 @@ qgemv_tma_kernel(const float *__restrict__ x, tbc_qweight w, const float *__rest
     const float fa = QT == QT_I4 ? 1.0f : __ldg(w.scales + qa);
     const float fb = QT == QT_I4 ? 1.0f : __ldg(w.scales + qb);
     float cc[4] = {c[0] + c1[0], c[1] + c1[1], c[2] + c1[2], c[3] + c1[3]};
-    mma_finish<MODE, NORM>(red, red_ss, cc, ss, warp, lane, ra, rb, P, pair_ok, T, K, N, bias, y, e, fa, fb);
+    mma_finish<MODE, NORM, KS>(red, red_ss, cc, ss, warp, lane, ra, rb, P, pair_ok, T, K, N, bias, y, e, fa, fb);
 }
 
 /* ---------------------------------------------------------------- quantized, one token, Q8
@@ -1954,9 +2005,11 @@ static int takes_mma(tbc_dtype wdt, int T, int K, int aligned, int simt_max_t) {
  * (gemv_tma_kernel) for the tensor-core kernel's steps of 3..8 tokens
  * (bit 0) and for the row kernel's 1..2 (bit 1); bit 2: only for rows of
  * K >= 8192 (a 7B's down_proj); bit 3: rows of K < 8192 on a ring of
- * TMA_NS_SMALL slots (35 KB a block) rather than TMA_NS; sm_90 only */
+ * TMA_NS_SMALL slots (35 KB a block) rather than TMA_NS; bits 4 and 5: the
+ * quantized GEMVs of one token / 2..8 tokens on qgemv_tma_kernel, bit 6
+ * with matrices of few tiles split in K over clusters of two; sm_90 only */
 static int gemv_tma = 0;
-extern "C" void tbc_set_gemv_tma(int v) { gemv_tma = v >= 0 && v <= 63 ? v : 0; }
+extern "C" void tbc_set_gemv_tma(int v) { gemv_tma = v >= 0 && v <= 127 ? v : 0; }
 /* Whether the device is compute capability 9.0 or later (thread-block
  * clusters, bulk copies): read once, for every launcher that needs it. */
 static int sm90_ok(void) {
@@ -2204,35 +2257,47 @@ static cudaError_t qpipe_launch(const float *x, const tbc_qweight &w, const floa
 }
 
 /* qgemv_tma_kernel's launch (TB_CUDA_GEMV_TMA bits 4 and 5): a block per
- * 16-row tile, NS slots (TMA_NS_SMALL with bit 3 and K < 8192). Returns
+ * 16-row tile, NS slots (TMA_NS_SMALL with bit 3 and K < 8192); KS > 1:
+ * clusters of KS blocks a tile, each a KS-th of its stages. Returns
  * cudaErrorNotSupported when x beside the ring would not fit. */
-template <int QT, int MODE, bool NORM, int NS>
+template <int QT, int MODE, bool NORM, int NS, int KS>
 static cudaError_t qtma_launch_n(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K,
                                  int N, const tbc_gemv_epi &e, int tiles, cudaStream_t s) {
     /* sm_90's 227 KiB a block less the static arrays (red, red_ss, wss, the barriers) */
     constexpr int QTMA_MAX_SMEM = 232448 - 6144;
     const size_t row_bytes = QT == QT_I4 ? (size_t)K / 2 : (size_t)K;
     const int nst = (int)((row_bytes + TMA_CHB - 1) / TMA_CHB);
-    const size_t smem = (size_t)min(NS, nst) * 16 * TMA_RS + (size_t)T * qpipe_xstride<QT>(K) * 16;
+    const size_t smem = (size_t)min(NS, (nst + KS - 1) / KS) * 16 * TMA_RS + (size_t)T * qpipe_xstride<QT>(K) * 16;
     if (smem > (size_t)QTMA_MAX_SMEM) return cudaErrorNotSupported;
-    auto kern = qgemv_tma_kernel<QT, MODE, NORM, NS>;
+    auto kern = qgemv_tma_kernel<QT, MODE, NORM, NS, KS>;
     static int attr_done = 0; /* once per instantiation */
     if (!attr_done) {
         cudaError_t r = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, QTMA_MAX_SMEM);
         if (r != cudaSuccess) return r;
         attr_done = 1;
     }
-    return tbc_launch(kern, dim3(tiles), dim3((GEMV_MMA_WARPS + 1) * 32), smem, s, x, w, bias, y, T, K, N, e);
+    return tbc_launch_cluster(kern, dim3(tiles * KS), dim3((GEMV_MMA_WARPS + 1) * 32), smem, s, (unsigned)KS, x, w,
+                              bias, y, T, K, N, e);
+}
+/* Tiles up to which bit 6 splits K in two (7B: o_proj and down_proj, 256
+ * tiles, against qkv's 768 and gate|up's 1,376) */
+#define QTMA_SPLIT_TILES 512
+template <int QT, int MODE, int NS>
+static cudaError_t qtma_launch_s(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K,
+                                 int N, const tbc_gemv_epi &e, int tiles, cudaStream_t s) {
+    const size_t row_bytes = QT == QT_I4 ? (size_t)K / 2 : (size_t)K;
+    if ((gemv_tma & 64) && tiles <= QTMA_SPLIT_TILES && row_bytes > TMA_CHB) {
+        if (e.norm) return qtma_launch_n<QT, MODE, true, NS, 2>(x, w, bias, y, T, K, N, e, tiles, s);
+        return qtma_launch_n<QT, MODE, false, NS, 2>(x, w, bias, y, T, K, N, e, tiles, s);
+    }
+    if (e.norm) return qtma_launch_n<QT, MODE, true, NS, 1>(x, w, bias, y, T, K, N, e, tiles, s);
+    return qtma_launch_n<QT, MODE, false, NS, 1>(x, w, bias, y, T, K, N, e, tiles, s);
 }
 template <int QT, int MODE>
 static cudaError_t qtma_launch(const float *x, const tbc_qweight &w, const float *bias, float *y, int T, int K, int N,
                                const tbc_gemv_epi &e, int tiles, cudaStream_t s) {
-    if ((gemv_tma & 8) && K < 8192) {
-        if (e.norm) return qtma_launch_n<QT, MODE, true, TMA_NS_SMALL>(x, w, bias, y, T, K, N, e, tiles, s);
-        return qtma_launch_n<QT, MODE, false, TMA_NS_SMALL>(x, w, bias, y, T, K, N, e, tiles, s);
-    }
-    if (e.norm) return qtma_launch_n<QT, MODE, true, TMA_NS>(x, w, bias, y, T, K, N, e, tiles, s);
-    return qtma_launch_n<QT, MODE, false, TMA_NS>(x, w, bias, y, T, K, N, e, tiles, s);
+    if ((gemv_tma & 8) && K < 8192) return qtma_launch_s<QT, MODE, TMA_NS_SMALL>(x, w, bias, y, T, K, N, e, tiles, s);
+    return qtma_launch_s<QT, MODE, TMA_NS>(x, w, bias, y, T, K, N, e, tiles, s);
 }
 
 /* The pipelined shapes (variants 4..9, 12, 13): rings of 4 steps; 4 one tile a
