@@ -2,7 +2,7 @@
 # bench/gpu/gemv_tma.sh — the f16 decode GEMVs on the bulk-copy ring
 # kernel (TB_CUDA_GEMV_TMA: bit 0 steps of 3..8 tokens, bit 1 of 1..2, bit
 # 2 only rows of K >= 8192, bit 3 rows of K < 8192 on a 2-slot ring;
-# default 9) on the GPU machine in one run: correctness first
+# the default 25 has bits 0 and 3 of these) on the GPU machine in one run: correctness first
 # (test_backend_ops with it on every shape and step of 1..8 tokens, 4 slots
 # (3) and 2 slots (11), test_batch's float engines with 11, beside the 7B engine's
 # build), then the matmuls alone at a 7B layer's shapes (qgemv_bench

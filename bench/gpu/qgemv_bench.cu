@@ -278,7 +278,7 @@ int main(int argc, char **argv) {
     const char *gre = getenv("TB_CUDA_GEMV_ROT"); /* f16 rotated block starts (tbc_set_gemv_rot); */
     tbc_set_gemv_rot(gre && *gre ? atoi(gre) : 3); /* 3 as the engine's default */
     const char *gte = getenv("TB_CUDA_GEMV_TMA"); /* the bulk-copy ring kernel (tbc_set_gemv_tma) */
-    tbc_set_gemv_tma(gte && *gte ? atoi(gte) : 9); /* 9 as the engine's default */
+    tbc_set_gemv_tma(gte && *gte ? atoi(gte) : 25); /* 25 as the engine's default */
     const char *xwe = getenv("TB_CUDA_QGEMV_XW"); /* x staged per warp (see tbc_set_qgemv_xw) */
     tbc_set_qgemv_xw(xwe && *xwe ? atoi(xwe) : -1);
     const char *qcl = getenv("TB_CUDA_QGEMM_CLUSTER"); /* splits added in a cluster (tbc_set_qgemm_cluster) */

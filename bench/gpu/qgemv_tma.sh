@@ -1,9 +1,10 @@
 #!/bin/bash
 # bench/gpu/qgemv_tma.sh — the quantized decode GEMVs (int8, e4m3, int4 of
-# groups of 128) on the bulk-copy ring (TB_CUDA_GEMV_TMA bit 4: one token,
-# bit 5: 2..8 tokens; bit 3: rows of K < 8192 on 2 slots; bit 6: matrices
-# of few tiles split in K over clusters of two; 9 is the default, the f16
-# ring alone), on the GPU machine in one run: correctness first
+# groups of 128) on the bulk-copy ring (TB_CUDA_GEMV_TMA bit 4: one token
+# of int8 / e4m3, bit 7: of int4, bit 5: 2..8 tokens; bit 3: rows of K <
+# 8192 on 2 slots; bit 6: matrices of few tiles split in K over clusters of
+# two; the default is 25, 9 the f16 ring alone, the baseline here), on the
+# GPU machine in one run: correctness first
 # (test_backend_ops with both bits on, on 2 and on 4 slots; test_batch,
 # every engine, with both bits on), beside the 7B engines'
 # builds; then the matmuls alone at a 7B layer's shapes (qgemv_bench,
@@ -13,8 +14,9 @@
 #   tar -C /tmp -xJf .devdata/gpu/prebuilt.tar.xz && bash bench/gpu/qgemv_tma.sh
 #
 # Env: QT_VALUES (the TB_CUDA_GEMV_TMA values timed beside 9, default
-# "25 17 57"), QT_CHECK (the values test_backend_ops runs with, default
-# "57 49"; test_batch runs with the first), QT_STEPS (0: checks and
+# "25 153 57 89"), QT_CHECK (the values test_backend_ops runs with,
+# default "249 113": every bit, on 2 and on 4 slots; test_batch runs with
+# the first), QT_STEPS (0: checks and
 # matmuls alone only, no engines or steps; default 1), TB_PREBUILT (default /tmp/pb: binaries from
 # bench/gpu/pack.sh), OUT (results, default ./qgemv_tma), TB_GPU_DATA
 # (folder with models/llama2_tokenizer.bin and the demo model, default
@@ -24,8 +26,8 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 PB=${TB_PREBUILT:-/tmp/pb}
 OUT=${OUT:-$PWD/qgemv_tma}
 DATA=${TB_GPU_DATA:-$SRC/.devdata/gpu}
-VALS=${QT_VALUES:-25 17 57}
-CHK=${QT_CHECK:-57 49}
+VALS=${QT_VALUES:-25 153 57 89}
+CHK=${QT_CHECK:-249 113}
 mkdir -p "$OUT/tb"
 export LD_LIBRARY_PATH=$PB/lib:${LD_LIBRARY_PATH:-}:/usr/local/cuda/lib64
 t0=$(date +%s)

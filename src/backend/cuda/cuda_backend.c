@@ -97,9 +97,13 @@
  * slots (bit 3). H100, 7B f16 (docs/GPU.md "The f16 GEMV on a bulk-copy
  * ring"): b8 step 5.95 -> 5.69-5.73 ms against 5 (bits 0 and 2: only K >=
  * 8192 on it, 4 slots), 6.12-6.16 with none; b1 even. The one-token steps
- * on it too (11) were 4% slower at b1. Bits 4 and 5: the quantized GEMVs
- * of one token / 2..8 tokens on its quantized form (off by default) */
-#define TB_CUDA_DEFAULT_GEMV_TMA 9
+ * on it too (11) were 4% slower at b1. Bit 4 (on): the one-token int8 /
+ * e4m3 GEMVs on its quantized form (H100, 7B b1 step: fp8 3.35 -> 3.25 ms,
+ * int8 3.37 -> 3.29; b8 even; docs/GPU.md "The quantized GEMVs on the
+ * bulk-copy ring"). Off: bit 7 (one-token int4, 27% slower alone), bit 5
+ * (2..8 tokens, 22-77% slower alone), bit 6 (K split over clusters of two
+ * for matrices of few tiles: o_proj 7.7 -> 12.7 us) */
+#define TB_CUDA_DEFAULT_GEMV_TMA 25
 /* e4m3 matmuls in steps of at least this many tokens take the FP8 tensor
  * cores (cuBLASLt; x rounded to e4m3 a token): H100, 8-layer 7B, a 16-token
  * step 1.05 ms there against 1.92 for 15 tokens on the chunked GEMV */
@@ -715,9 +719,15 @@ static tb_status up_next(up_stage *st) {
     return TB_OK;
 }
 
+/* Without staging (small engines), a copy on the context's stream: a
+ * plain cudaMemcpy from pageable memory may return before its DMA lands,
+ * and the context's stream (non-blocking) would not wait for it — another
+ * rank's kernel, or this context's, could read the weight unwritten. The
+ * copy is staged before the call returns (the source may go), and up_end
+ * waits for the stream. */
 static tb_status up_copy(up_stage *st, cudaStream_t s, uint8_t *dst, const void *src, size_t n) {
     if (!st->on) {
-        CU_TRY(cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice), "uploading weights");
+        CU_TRY(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, s), "uploading weights");
         return TB_OK;
     }
     const uint8_t *p = src;
@@ -740,8 +750,8 @@ static tb_status up_copy(up_stage *st, cudaStream_t s, uint8_t *dst, const void 
 }
 
 static tb_status up_end(up_stage *st, cudaStream_t s) {
-    if (!st->on) return TB_OK;
     cudaError_t e = cudaStreamSynchronize(s);
+    if (!st->on) return e == cudaSuccess ? TB_OK : cuda_fail(e, "uploading weights");
     for (int i = 0; i < UP_BUFS; i++) {
         cudaFreeHost(st->pin[i]);
         cudaEventDestroy(st->done[i]);

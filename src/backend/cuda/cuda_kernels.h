@@ -263,10 +263,10 @@ void tbc_set_qgemv_unroll(int u);
 void tbc_set_gemv_rot(int v);
 /* the f16 / bf16 GEMVs on the bulk-copy ring kernel (sm_90; TB_CUDA_GEMV_TMA:
  * bit 0 steps of 3..8 tokens, bit 1 of 1..2, bit 2 only rows of K >= 8192,
- * bit 3 rows of K < 8192 on a 2-slot ring; bits 4 and 5 the quantized
- * GEMVs of one token / of 2..8 tokens on its quantized form, bit 6 those of
- * few tiles split in K over clusters of two blocks; 0 at load, the backend
- * sets its default 9) */
+ * bit 3 rows of K < 8192 on a 2-slot ring; bits 4, 7 and 5 the quantized
+ * GEMVs of one token (int8 / e4m3; int4) and of 2..8 tokens on its
+ * quantized form, bit 6 those of few tiles split in K over clusters of two
+ * blocks; 0 at load, the backend sets its default 25) */
 void tbc_set_gemv_tma(int v);
 /* The quantized GEMV's block shape (process-wide; TB_CUDA_QGEMV_V): -1
  * (default) the pipelined kernel (qpipe_launch_v in gemv.cu: one token 4

@@ -2005,11 +2005,12 @@ static int takes_mma(tbc_dtype wdt, int T, int K, int aligned, int simt_max_t) {
  * (gemv_tma_kernel) for the tensor-core kernel's steps of 3..8 tokens
  * (bit 0) and for the row kernel's 1..2 (bit 1); bit 2: only for rows of
  * K >= 8192 (a 7B's down_proj); bit 3: rows of K < 8192 on a ring of
- * TMA_NS_SMALL slots (35 KB a block) rather than TMA_NS; bits 4 and 5: the
- * quantized GEMVs of one token / 2..8 tokens on qgemv_tma_kernel, bit 6
- * with matrices of few tiles split in K over clusters of two; sm_90 only */
+ * TMA_NS_SMALL slots (35 KB a block) rather than TMA_NS; bits 4, 7 and 5:
+ * the quantized GEMVs of one token (int8 / e4m3; int4) and of 2..8 tokens
+ * on qgemv_tma_kernel, bit 6 with matrices of few tiles split in K over
+ * clusters of two; sm_90 only */
 static int gemv_tma = 0;
-extern "C" void tbc_set_gemv_tma(int v) { gemv_tma = v >= 0 && v <= 127 ? v : 0; }
+extern "C" void tbc_set_gemv_tma(int v) { gemv_tma = v >= 0 && v <= 255 ? v : 0; }
 /* Whether the device is compute capability 9.0 or later (thread-block
  * clusters, bulk copies): read once, for every launcher that needs it. */
 static int sm90_ok(void) {
@@ -2373,11 +2374,16 @@ static cudaError_t qgemv_launch(const float *x, const tbc_qweight &w, const floa
      * (5; int4's 8-token down_proj, x 176 KiB: 23.3 -> 17.6 us on the
      * H200, the 7B int4 b8 step 3.25 -> 3.07 ms), and that to the
      * register-loading kernel */
-    /* the bulk-copy ring (TB_CUDA_GEMV_TMA bit 4: one token, bit 5: 2..8
-     * tokens; int4 with groups of a multiple of 128 and no zeros; sm_90),
-     * unless a variant is forced; where x does not fit beside the ring, the
-     * pipelined kernel */
-    if ((gemv_tma & (T == 1 ? 16 : 32)) && qv < 0 && (QT != QT_I4 || (w.group % 128 == 0 && !w.zeros)) && sm90_ok()) {
+    /* the bulk-copy ring (TB_CUDA_GEMV_TMA bit 4: one token of int8 /
+     * e4m3, bit 7: of int4, bit 5: 2..8 tokens; int4 with groups of a
+     * multiple of 128 and no zeros; sm_90), unless a variant is forced;
+     * where x does not fit beside the ring, the pipelined kernel. H100,
+     * qgemv_bench --t 1 at a 7B layer's shapes and the logits: int8 132.5
+     * -> 127.1 us, e4m3 132.1 -> 125.7 (down_proj 20.8 -> 18.2); int4
+     * 78.0 -> 98.7, 8 tokens 156 -> 191 us (int8), so bits 4 and 3 only
+     * by default (docs/GPU.md) */
+    const int tma_bit = T > 1 ? 32 : QT == QT_I4 ? 128 : 16;
+    if ((gemv_tma & tma_bit) && qv < 0 && (QT != QT_I4 || (w.group % 128 == 0 && !w.zeros)) && sm90_ok()) {
         cudaError_t r = qtma_launch<QT, MODE>(x, w, bias, y, T, K, N, e, blocks, s);
         if (r != cudaErrorNotSupported) return r;
     }
