@@ -1496,8 +1496,10 @@ static void run_all(void) {
     qgemm_cases();
     /* rows of several bulk-copy stages (1 KiB of codes each) in every
      * quantized dtype, odd counts among them, alone and in the fused
-     * chains: the GPU splits K over clusters of two blocks there
-     * (TB_CUDA_GEMV_TMA bit 6), the norm's squares summed over the pair */
+     * chains: the GPU's one-token int8 / e4m3 GEMVs run on the bulk-copy
+     * ring there by default (TB_CUDA_GEMV_TMA bit 4), and with bit 6 split
+     * K over clusters of two blocks, the norm's squares summed over the
+     * pair */
     op_qmatmul(TB_I8, 1, 3072, 40, 3072, 1, 0);
     op_qmatmul(TB_FP8_E4M3, 8, 2048, 33, 2048, 0, 0);
     op_qmatmul(TB_I4, 1, 6144, 24, 128, 1, 0);

@@ -428,7 +428,7 @@ __device__ __forceinline__ bool mma_rows(const tbc_gemv_epi &e, int N, int g, in
  * split the tile's K; rank 0's warp 0 adds the other blocks' red and
  * red_ss (ranks in order) through distributed shared memory and stores,
  * every thread of the cluster at both cluster barriers (a producer warp
- * too: tma_split_done). */
+ * too: qgemv_tma_kernel's). */
 template <int MODE, bool NORM, int KS = 1>
 __device__ __forceinline__ void mma_finish(float (*red)[32][4], float (*red_ss)[8], float *c, float ss, int warp,
                                            int lane, int ra, int rb, int P, bool pair_ok, int T, int K, int N,
@@ -2257,7 +2257,7 @@ static cudaError_t qpipe_launch(const float *x, const tbc_qweight &w, const floa
     return tbc_launch(kern, grid, block, smem, s, x, w, bias, y, T, K, N, tiles, e, xw);
 }
 
-/* qgemv_tma_kernel's launch (TB_CUDA_GEMV_TMA bits 4 and 5): a block per
+/* qgemv_tma_kernel's launch (TB_CUDA_GEMV_TMA bits 4, 5 and 7): a block per
  * 16-row tile, NS slots (TMA_NS_SMALL with bit 3 and K < 8192); KS > 1:
  * clusters of KS blocks a tile, each a KS-th of its stages. Returns
  * cudaErrorNotSupported when x beside the ring would not fit. */
