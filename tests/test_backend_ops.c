@@ -1252,6 +1252,10 @@ static void attention_shapes(tb_dtype kv, int more) {
     op_attention(kv, 4, 4, 64, 0, decode1, 1, "T 1 pos 0");
     op_attention(kv, 8, 2, 64, 0, decode3, 3, "3 seqs decode pos 40,0,17");
     op_attention(kv, 8, 2, 128, 1, decode3, 3, "3 seqs decode pos 40,0,17");
+    /* one token a sequence past 64 keys: on the GPU a warp's second tile
+     * holds the step's key (attn_mma_kernel's early loads take it apart) */
+    run_spec decode2[] = {{0, 100, 1}, {1, 70, 1}};
+    op_attention(kv, 8, 2, 128, 0, decode2, 2, "2 seqs decode pos 100,70");
     if (more) op_attention(kv, 2, 1, 256, 0, decode3, 3, "3 seqs decode pos 40,0,17");
     op_attention(kv, 4, 2, 64, 0, prefill, 1, "prefill T 17");
     op_attention(kv, 6, 3, 128, 0, mixed, 3, "chunk 9..13, 130, 0..2");

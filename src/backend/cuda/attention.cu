@@ -517,25 +517,27 @@ __device__ __forceinline__ void load_kv(const void *base, size_t off, float *f) 
 
 /* NB bytes (a multiple of 4) from p, aligned to min(NB, 16) or to the
  * largest of 16, 8, 4 dividing NB, as NB / 4 words: 16-byte loads where
- * NB allows, else 8- or 4-byte ones. */
-template <int NB>
+ * NB allows, else 8- or 4-byte ones. CG: through L2 only (ld.global.cg),
+ * for bytes the previous kernel wrote after this one may have put their
+ * line in L1 (attn_mma_kernel's early loads). */
+template <int NB, bool CG = false>
 __device__ __forceinline__ void load_words(const void *p, uint32_t *w) {
     static_assert(NB % 4 == 0, "whole words");
     if (NB % 16 == 0) {
 #pragma unroll
         for (int i = 0; i < NB / 16; i++) {
-            uint4 u = ((const uint4 *)p)[i];
+            uint4 u = CG ? __ldcg((const uint4 *)p + i) : ((const uint4 *)p)[i];
             w[4 * i] = u.x; w[4 * i + 1] = u.y; w[4 * i + 2] = u.z; w[4 * i + 3] = u.w;
         }
     } else if (NB % 8 == 0) {
 #pragma unroll
         for (int i = 0; i < NB / 8; i++) {
-            uint2 u = ((const uint2 *)p)[i];
+            uint2 u = CG ? __ldcg((const uint2 *)p + i) : ((const uint2 *)p)[i];
             w[2 * i] = u.x; w[2 * i + 1] = u.y;
         }
     } else {
 #pragma unroll
-        for (int i = 0; i < NB / 4; i++) w[i] = ((const uint32_t *)p)[i];
+        for (int i = 0; i < NB / 4; i++) w[i] = CG ? __ldcg((const unsigned int *)p + i) : ((const uint32_t *)p)[i];
     }
 }
 
@@ -966,32 +968,41 @@ __device__ __forceinline__ void amma_q(const tbc_attn_args &a, const float *qkv,
     }
 }
 
-template <int KVT>
+/* The tile of keys base .. base + 15 of which nk = hi - base are valid
+ * (zeros past them): PART 1 its keys (and e4m3 key scales), 2 its values
+ * (and value scales), 3 both. ONE: only key `one` of the tile (< nk),
+ * through L2 (the key the previous kernel wrote; attn_mma_kernel's early
+ * loads), the lane's other words left as they are. */
+template <int KVT, bool ONE = false, int PART = 3>
 __device__ __forceinline__ void amma_load(const tbc_attn_args &a, const int32_t *bt, int base, int hi, int kvh, int g,
-                                          int c, amma_tile<KVT> &x) {
+                                          int c, amma_tile<KVT> &x, int one = -1) {
+    constexpr bool K = PART & 1, V = PART & 2;
     const int bs = a.block_size, blk = bt[base / bs], r0 = base % bs, nk = hi - base, KV = a.n_kv;
     const int own[4] = {2 * c, 2 * c + 1, 2 * c + 8, 2 * c + 9};
+    const auto take = [&](int key) { return ONE ? key == one : key < nk; };
     if constexpr (KVT == KVT_FP8) {
         const uint8_t *kb = (const uint8_t *)a.k_cache + (size_t)blk * a.kv_block_bytes;
         const uint8_t *vb = (const uint8_t *)a.v_cache + (size_t)blk * a.kv_block_bytes;
 #pragma unroll
-        for (int u = 0; u < 2; u++) {
+        for (int u = 0; u < 2 && K; u++) {
             const int key = g + 8 * u;
-            if (key < nk) load_words<32>(kb + ((size_t)(r0 + key) * KV + kvh) * AMMA_HD + 32 * c, x.kw[u]);
-            else
+            if (take(key)) load_words<32, ONE>(kb + ((size_t)(r0 + key) * KV + kvh) * AMMA_HD + 32 * c, x.kw[u]);
+            else if (!ONE)
 #pragma unroll
                 for (int i = 0; i < 8; i++) x.kw[u][i] = 0;
         }
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const int key = own[i];
-            x.ksc[i] = x.vsc[i] = 0.0f;
-            if (key < nk) {
-                const size_t r = (size_t)(r0 + key) * KV + kvh;
-                load_words<16>(vb + r * AMMA_HD + 16 * g, x.vw[i]);
-                x.ksc[i] = ((const float *)(kb + a.kv_scale_off))[r];
-                x.vsc[i] = ((const float *)(vb + a.kv_scale_off))[r];
-            } else {
+            const size_t r = (size_t)(r0 + key) * KV + kvh;
+            const float *ks = (const float *)(kb + a.kv_scale_off) + r, *vs = (const float *)(vb + a.kv_scale_off) + r;
+            if (K && !ONE) x.ksc[i] = 0.0f;
+            if (V && !ONE) x.vsc[i] = 0.0f;
+            if (take(key)) {
+                if (V) load_words<16, ONE>(vb + r * AMMA_HD + 16 * g, x.vw[i]);
+                if (K) x.ksc[i] = ONE ? __ldcg(ks) : *ks;
+                if (V) x.vsc[i] = ONE ? __ldcg(vs) : *vs;
+            } else if (V && !ONE) {
 #pragma unroll
                 for (int j = 0; j < 4; j++) x.vw[i][j] = 0;
             }
@@ -1000,19 +1011,19 @@ __device__ __forceinline__ void amma_load(const tbc_attn_args &a, const int32_t 
         const __half *kc = (const __half *)a.k_cache, *vc = (const __half *)a.v_cache;
         const size_t row0 = (size_t)blk * bs + r0;
 #pragma unroll
-        for (int u = 0; u < 2; u++) {
+        for (int u = 0; u < 2 && K; u++) {
             const int key = g + 8 * u;
-            if (key < nk) load_words<64>(kc + ((row0 + key) * KV + kvh) * AMMA_HD + 32 * c, x.kw[u]);
-            else
+            if (take(key)) load_words<64, ONE>(kc + ((row0 + key) * KV + kvh) * AMMA_HD + 32 * c, x.kw[u]);
+            else if (!ONE)
 #pragma unroll
                 for (int i = 0; i < 16; i++) x.kw[u][i] = 0;
         }
 #pragma unroll
         for (int i = 0; i < 4; i++) {
             const int key = own[i];
-            x.ksc[i] = x.vsc[i] = 1.0f;
-            if (key < nk) load_words<32>(vc + ((row0 + key) * KV + kvh) * AMMA_HD + 16 * g, x.vw[i]);
-            else
+            if (!ONE) x.ksc[i] = x.vsc[i] = 1.0f;
+            if (V && take(key)) load_words<32, ONE>(vc + ((row0 + key) * KV + kvh) * AMMA_HD + 16 * g, x.vw[i]);
+            else if (V && !ONE)
 #pragma unroll
                 for (int j = 0; j < 8; j++) x.vw[i][j] = 0;
         }
@@ -1155,28 +1166,60 @@ __device__ __forceinline__ void amma_finish(const tbc_attn_args &a, int t, int h
     attn_block_out(a, t, h, sp, ns, sm_m, sm_l, &sm_o[0][0], AMMA_HD, sm_last, out);
 }
 
-template <int KVT, int MINB>
+/* EARLY (a.early set, one token a sequence): the split's range, the block
+ * table and the keys of each warp's first tile (without key pos[t]) are
+ * read before the wait on the previous kernel (which writes q and key
+ * pos[t]); after it, q, that tile's values and key pos[t] (past L1: another
+ * block of this SM may have brought its line, e4m3 scales of neighbouring
+ * keys, into L1 before the wait) are loaded together. So the chain after
+ * the wait is one round of loads, not four (position, block table, keys,
+ * values). Not EARLY: everything after the wait. */
+template <int KVT, int MINB, bool EARLY>
 __global__ void __launch_bounds__(ATTN_WARPS * 32, MINB) attn_mma_kernel(tbc_attn_args a, const float *qkv, float *out) {
     __shared__ float sm_m[ATTN_WARPS], sm_l[ATTN_WARPS];
     __shared__ float sm_o[ATTN_WARPS][AMMA_HD];
     __shared__ uint32_t sm_q[4 * 18]; /* q's pairs, lane c's 16 at 18c (no bank conflicts) */
     __shared__ int sm_last;
-    tbc_pdl_wait();
-    tbc_pdl_trigger();
     const int h = blockIdx.x, t = blockIdx.y, sp = blockIdx.z;
-    int ns, lo, hi;
-    if (!amma_range(a, t, sp, &ns, &lo, &hi)) return;
     const int kvh = h / (a.n_heads / a.n_kv);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+    int ns = 0, lo = 0, hi = 0, use = 1, pw = 0;
+    amma_tile<KVT> x; /* the tile in hand */
+    const int32_t *bt = nullptr;
+    if (EARLY) {
+        use = amma_range(a, t, sp, &ns, &lo, &hi);
+        bt = a.block_tables + (size_t)a.seq[t] * a.max_blocks;
+        pw = a.pos[t];
+        if (use && lo + 16 * warp < hi) amma_load<KVT, false, 1>(a, bt, lo + 16 * warp, min(hi, pw), kvh, g, c, x);
+    }
+    tbc_pdl_wait();
+    tbc_pdl_trigger();
+    if (!EARLY) {
+        use = amma_range(a, t, sp, &ns, &lo, &hi);
+        bt = a.block_tables + (size_t)a.seq[t] * a.max_blocks;
+    }
+    if (!use) return;
+    const int b0 = lo + 16 * warp;
+    if (!EARLY) pw = hi;
+    /* EARLY: key pw of the tile at base, if it has it, past L1 */
+    const auto take_new = [&](int base) {
+        const int nw = pw - base;
+        if (EARLY && nw >= 0 && nw < 16 && nw < hi - base) amma_load<KVT, true>(a, bt, base, hi, kvh, g, c, x, nw);
+    };
+    if (EARLY && b0 < hi) {
+        amma_load<KVT, false, 2>(a, bt, b0, min(hi, pw), kvh, g, c, x);
+        take_new(b0);
+    }
     if (warp == 0 && g == 0) amma_q(a, qkv, t, h, c, &sm_q[18 * c]);
     __syncthreads();
     float acc[8][4];
     float m, l, unit;
     amma_zero(acc, m, l, unit);
-    const int32_t *bt = a.block_tables + (size_t)a.seq[t] * a.max_blocks;
-    for (int base = lo + 16 * warp; base < hi; base += 16 * ATTN_WARPS) {
-        amma_tile<KVT> x;
-        amma_load<KVT>(a, bt, base, hi, kvh, g, c, x);
+    for (int base = b0; base < hi; base += 16 * ATTN_WARPS) {
+        if (!EARLY || base != b0) {
+            amma_load<KVT>(a, bt, base, min(hi, pw), kvh, g, c, x);
+            take_new(base);
+        }
         amma_step<KVT>(x, &sm_q[18 * c], hi - base, c, m, l, unit, acc);
     }
     amma_finish(a, t, h, sp, ns, m, l, unit, acc, sm_m, sm_l, sm_o, &sm_last, out);
@@ -1579,10 +1622,13 @@ extern "C" cudaError_t tbc_attention(const tbc_attn_args *args, float *qkv, floa
                              : tbc_launch(attn_mma_warp_kernel<KVT_FP8, 1, 4>, wg, block, 0, s, *a, qkv, out);
         }
         if (a->mma == 2) /* 96 registers (24 bytes spilled): five blocks an SM */
-            return a->kv_f16 ? tbc_launch(attn_mma_kernel<KVT_F16, 5>, grid, block, 0, s, *a, qkv, out)
-                             : tbc_launch(attn_mma_kernel<KVT_FP8, 5>, grid, block, 0, s, *a, qkv, out);
-        return a->kv_f16 ? tbc_launch(attn_mma_kernel<KVT_F16, 4>, grid, block, 0, s, *a, qkv, out)
-                         : tbc_launch(attn_mma_kernel<KVT_FP8, 4>, grid, block, 0, s, *a, qkv, out);
+            return a->kv_f16 ? tbc_launch(attn_mma_kernel<KVT_F16, 5, false>, grid, block, 0, s, *a, qkv, out)
+                             : tbc_launch(attn_mma_kernel<KVT_FP8, 5, false>, grid, block, 0, s, *a, qkv, out);
+        if (a->early)
+            return a->kv_f16 ? tbc_launch(attn_mma_kernel<KVT_F16, 4, true>, grid, block, 0, s, *a, qkv, out)
+                             : tbc_launch(attn_mma_kernel<KVT_FP8, 4, true>, grid, block, 0, s, *a, qkv, out);
+        return a->kv_f16 ? tbc_launch(attn_mma_kernel<KVT_F16, 4, false>, grid, block, 0, s, *a, qkv, out)
+                         : tbc_launch(attn_mma_kernel<KVT_FP8, 4, false>, grid, block, 0, s, *a, qkv, out);
     }
     if (a->kv_q == TBC_KVQ_I8) return attn_launch<KVT_I8>(epl, grid, *a, qkv, out, s);
     if (a->kv_q == TBC_KVQ_FP8) return attn_launch<KVT_FP8>(epl, grid, *a, qkv, out, s);

@@ -127,7 +127,7 @@
 
 /* A captured decode step: every kernel of one step of T tokens and R rows. */
 typedef struct {
-    int T, R;
+    int T, R, one; /* one: every token its sequence's only one (attn early) */
     int failed;               /* capture failed once: run this shape eagerly  */
     cudaGraphExec_t exec;
 } step_graph;
@@ -200,6 +200,9 @@ typedef struct {
     int attn_lanes;           /* lanes per key in decode attention (0: default) */
     int attn_mma;             /* TB_CUDA_ATTN_MMA: tensor-core decode attention */
     int attn_warp_min;        /* TB_CUDA_ATTN_WARP_MIN: mode 5's warp kernel from */
+    int attn_early;           /* TB_CUDA_ATTN_EARLY (default 1): tbc_attn_args.early
+                               * in steps of one token a sequence           */
+    int step_one;             /* this step: every token its sequence's only one */
     int tune;                 /* GEMV tactics (TB_CUDA_TUNE): at build, 0 does
                                * not time them, 2 prints the timings; at run,
                                * 0 ignores the engine's choices              */
@@ -997,6 +1000,7 @@ static tb_status cuda_step_begin(tb_backend *b, const tb_graph *g, void **bufs, 
     st->rows = d + 3 * c->max_tokens;
     st->block_tables = d + 4 * c->max_tokens;
     c->step_max_len = max_len;
+    c->step_one = n_seq == T;
     c->pdl_step = c->pdl == 1 || (c->pdl < 0 && T <= TBC_GEMV_SIMT_MAX_T);
     c->prev_kernel = 0; /* the bindings copy comes first */
     c->fused_node = -1;
@@ -1017,12 +1021,13 @@ static tb_status cuda_step_begin(tb_backend *b, const tb_graph *g, void **bufs, 
     if (c->use_graphs && (st->tp_size <= 1 || c->tp_mode == TP_NCCL) && T <= c->graph_max_t && (T <= TBC_GEMV_MAX_T || !prefill_run)) {
         step_graph *sg = NULL;
         for (int i = 0; i < c->n_graphs && !sg; i++)
-            if (c->graphs[i].T == T && c->graphs[i].R == R) sg = &c->graphs[i];
+            if (c->graphs[i].T == T && c->graphs[i].R == R && c->graphs[i].one == c->step_one) sg = &c->graphs[i];
         if (!sg && c->n_graphs < MAX_GRAPHS) {
             sg = &c->graphs[c->n_graphs++];
             memset(sg, 0, sizeof *sg);
             sg->T = T;
             sg->R = R;
+            sg->one = c->step_one;
         }
         if (sg && !sg->failed) {
             c->cur = sg;
@@ -1095,7 +1100,7 @@ static tbc_attn_args attn_args_of(cuda_ctx *c, const tb_node *n, void *const *bu
         .kv_scale_off = tb_kv_codes_bytes(st->kv_dtype, st->block_size, KV, hd), .inv_freq = bufs[n->in[1]],
         .n_splits = 1, .partial = c->partial,
         .counters = c->counters, .rope_done = 0, .split_min = c->attn_split_min, .lanes = c->attn_lanes,
-        .mma = c->attn_mma, .warp_min = c->attn_warp_min,
+        .mma = c->attn_mma, .warp_min = c->attn_warp_min, .early = c->attn_early && c->step_one,
     };
     return a;
 }
@@ -2424,6 +2429,8 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     c->attn_mma = ame && *ame ? atoi(ame) : TB_CUDA_DEFAULT_ATTN_MMA;
     const char *awe = getenv("TB_CUDA_ATTN_WARP_MIN");
     c->attn_warp_min = awe && *awe ? atoi(awe) : TB_CUDA_DEFAULT_ATTN_WARP_MIN;
+    const char *aee = getenv("TB_CUDA_ATTN_EARLY");
+    c->attn_early = !(aee && !strcmp(aee, "0"));
     const char *pge = getenv("TB_CUDA_PREFILL_GEMM");
     c->prefill_min = pge && *pge ? atoi(pge) : TB_CUDA_DEFAULT_PREFILL_MIN;
     const char *pfe = getenv("TB_CUDA_PREFILL");

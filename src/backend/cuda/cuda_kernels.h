@@ -162,6 +162,13 @@ typedef struct {
     /* 1: q in qkv is f16 (rope_kv wrote it so from an f16 product); the
      * attention, flash and GEMM prefill kernels read it so */
     int q16;
+    /* 1: every token of the step is its sequence's only one, so the one
+     * key (and value) of (seq[t], ...) the step writes is that at pos[t]:
+     * attn_mma_kernel then reads the positions, the block table and the
+     * other keys of its first tile before it waits on the previous kernel
+     * (which writes q and that key), and the key at pos[t] after, past L1.
+     * 0: everything after the wait. */
+    int early;
 } tbc_attn_args;
 
 /* ---- decode matmul: y[t,n] = sum_k x[t,k] w[n,k] (+ bias[n]) for T <= 8.
