@@ -8,14 +8,18 @@
 # with early loads off and without key splits; test_batch, every engine),
 # beside the engines' builds (7B shape: f16, fp8, int4 of groups of 128;
 # TinyLlama f16); then their b1 / b8 decode steps with and without the
-# early loads, interleaved in one process (gpu_bench --variants).
+# early loads, interleaved in one process (gpu_bench --variants; by
+# default also TB_CUDA_SKIP_ATTN=1: the step without its attention, what
+# the attention costs in the captured step, and TB_CUDA_ATTN_BLOCKS=0: no
+# key splits).
 #
 #   tar -C /tmp -xJf .devdata/gpu/prebuilt.tar.xz && bash bench/gpu/attn_early.sh
 #
 # Env: TB_PREBUILT (default /tmp/pb: binaries from bench/gpu/pack.sh), OUT
 # (results, default ./attn_early), TB_GPU_DATA (folder with
 # models/llama2_tokenizer.bin and the demo model, default .devdata/gpu),
-# AE_ENGINES (default "f16 fp8 int4 tiny"), AE_CHECK (0: no checks).
+# AE_ENGINES (default "f16 fp8 int4 tiny"), AE_CHECK (0: no checks),
+# AE_VARIANTS (gpu_bench --variants).
 set -u
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 PB=${TB_PREBUILT:-/tmp/pb}
@@ -72,7 +76,7 @@ if [ "${AE_CHECK:-1}" != 0 ]; then
         exit 1
     }
 fi
-V="base;TB_CUDA_ATTN_EARLY=0;base;TB_CUDA_ATTN_EARLY=0"
+V=${AE_VARIANTS:-base;TB_CUDA_ATTN_EARLY=0;TB_CUDA_SKIP_ATTN=1;TB_CUDA_ATTN_BLOCKS=0;base;TB_CUDA_ATTN_EARLY=0}
 for e in $ENGS; do
     while kill -0 $eng 2>/dev/null && [ ! -f /tmp/ae_"$e".ok ]; do sleep 2; done
     [ -f /tmp/ae_"$e".ok ] || { echo "$e engine build FAIL ($(el) s)"; tail -3 "$OUT/engine.txt"; exit 1; }

@@ -203,6 +203,9 @@ typedef struct {
     int attn_early;           /* TB_CUDA_ATTN_EARLY (default 1): tbc_attn_args.early
                                * in steps of one token a sequence           */
     int step_one;             /* this step: every token its sequence's only one */
+    int skip_attn;            /* TB_CUDA_SKIP_ATTN=1: decode attention not run
+                               * (timing only: what it costs in a step;
+                               * the outputs are wrong)                      */
     int tune;                 /* GEMV tactics (TB_CUDA_TUNE): at build, 0 does
                                * not time them, 2 prints the timings; at run,
                                * 0 ignores the engine's choices              */
@@ -1650,6 +1653,7 @@ static tb_status run_attention(cuda_ctx *c, const tb_graph *g, const tb_node *n,
         return TB_OK;
     }
     attn_splits(c, &a);
+    if (c->skip_attn) return TB_OK;
     CU_TRY(tbc_attention(&a, qkv, out, c->stream), "attention launch");
     return TB_OK;
 }
@@ -2429,8 +2433,9 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     c->attn_mma = ame && *ame ? atoi(ame) : TB_CUDA_DEFAULT_ATTN_MMA;
     const char *awe = getenv("TB_CUDA_ATTN_WARP_MIN");
     c->attn_warp_min = awe && *awe ? atoi(awe) : TB_CUDA_DEFAULT_ATTN_WARP_MIN;
-    const char *aee = getenv("TB_CUDA_ATTN_EARLY");
+    const char *aee = getenv("TB_CUDA_ATTN_EARLY"), *sae = getenv("TB_CUDA_SKIP_ATTN");
     c->attn_early = !(aee && !strcmp(aee, "0"));
+    c->skip_attn = sae && !strcmp(sae, "1");
     const char *pge = getenv("TB_CUDA_PREFILL_GEMM");
     c->prefill_min = pge && *pge ? atoi(pge) : TB_CUDA_DEFAULT_PREFILL_MIN;
     const char *pfe = getenv("TB_CUDA_PREFILL");
