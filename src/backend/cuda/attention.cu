@@ -595,10 +595,47 @@ __device__ __forceinline__ void merge(float &m, float &l, float *acc, float m2, 
 }
 
 /* Merges the ns partial triples of (t, h) into out (L2 reads: other
- * blocks wrote them). */
+ * blocks wrote them). Called by whole warps (every thread of the block).
+ * Up to 32 splits: lane s of each warp loads split s's (max, sum) while
+ * every thread loads its first element's values of the first COMBINE_CH
+ * splits, all at once (one round of L2 latency, where a loop over the
+ * splits for the max, then the sum, then the values took several); the
+ * max and the sum by shuffles, each split's weight from its lane. */
+#define COMBINE_CH 12
 __device__ void combine(const tbc_attn_args &a, int t, int h, int ns, float *out, int tid, int nt) {
-    const int hd = a.hd, H = a.n_heads;
+    const int hd = a.hd, H = a.n_heads, lane = tid & 31;
     const float *p = a.partial + ((size_t)t * H + h) * a.n_splits * (size_t)(hd + 2);
+    float *o = out + ((size_t)t * H + h) * hd;
+    if (ns <= 32) {
+        float pv[COMBINE_CH];
+#pragma unroll
+        for (int i = 0; i < COMBINE_CH; i++) pv[i] = i < ns && tid < hd ? __ldcg(p + (size_t)i * (hd + 2) + tid) : 0.0f;
+        /* (max, sum) at hd, hd + 1: 8-byte aligned (hd even) */
+        const float2 ml = lane < ns ? __ldcg(reinterpret_cast<const float2 *>(p + (size_t)lane * (hd + 2) + hd))
+                                    : make_float2(-INFINITY, 0.0f);
+        float M = ml.x;
+#pragma unroll
+        for (int k = 16; k > 0; k >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, k));
+        const float w = ml.x == -INFINITY ? 0.0f : __expf(ml.x - M); /* lane s: split s's weight */
+        float L = ml.y * w;
+#pragma unroll
+        for (int k = 16; k > 0; k >>= 1) L += __shfl_xor_sync(0xffffffffu, L, k);
+        for (int e0 = tid - lane; e0 < hd; e0 += nt) { /* warp-uniform: the shuffles below */
+            const int e = e0 + lane;
+            float A = 0.0f;
+#pragma unroll
+            for (int i = 0; i < COMBINE_CH; i++) {
+                const float v = e == tid ? pv[i] : i < ns && e < hd ? __ldcg(p + (size_t)i * (hd + 2) + e) : 0.0f;
+                A += v * __shfl_sync(0xffffffffu, w, i);
+            }
+            for (int i = COMBINE_CH; i < ns; i++) { /* more splits: one at a time */
+                const float wi = __shfl_sync(0xffffffffu, w, i);
+                if (e < hd) A += __ldcg(p + (size_t)i * (hd + 2) + e) * wi;
+            }
+            if (e < hd) o[e] = A / L;
+        }
+        return;
+    }
     float M = -INFINITY;
     for (int s = 0; s < ns; s++) M = fmaxf(M, __ldcg(p + (size_t)s * (hd + 2) + hd));
     float L = 0.0f;
@@ -607,7 +644,6 @@ __device__ void combine(const tbc_attn_args &a, int t, int h, int ns, float *out
         float ms = __ldcg(ps + hd);
         if (ms != -INFINITY) L += __ldcg(ps + hd + 1) * __expf(ms - M);
     }
-    float *o = out + ((size_t)t * H + h) * hd;
     for (int e = tid; e < hd; e += nt) {
         float acc = 0.0f;
         for (int s = 0; s < ns; s++) {
