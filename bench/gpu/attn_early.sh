@@ -8,7 +8,8 @@
 # with early loads off and without key splits; test_batch, every engine),
 # beside the engines' builds (7B shape: f16, fp8, int4 of groups of 128;
 # TinyLlama f16); then their b1 / b8 decode steps with and without the
-# early loads, interleaved in one process (gpu_bench --variants; by
+# early loads and with the split merge's old loop (TB_CUDA_ATTN_MERGE=loop),
+# interleaved in one process (gpu_bench --variants; by
 # default also TB_CUDA_SKIP_ATTN=1: the step without its attention, what
 # the attention costs in the captured step, and TB_CUDA_ATTN_BLOCKS=0: no
 # key splits).
@@ -57,13 +58,16 @@ if [ "${AE_CHECK:-1}" != 0 ]; then
     TB_CUDA_ATTN_BLOCKS=0 TURBINE_TEST_DEVICE=cuda TURBINE_TEST_ONLY=attention timeout 200 "$PB/test_backend_ops" \
         > "$OUT/ops_blocks0.txt" 2>&1 &
     pids+=($!)
+    TB_CUDA_ATTN_MERGE=loop TURBINE_TEST_DEVICE=cuda TURBINE_TEST_ONLY=attention timeout 200 "$PB/test_backend_ops" \
+        > "$OUT/ops_mergeloop.txt" 2>&1 &
+    pids+=($!)
     TURBINE_TEST_DEVICE=cuda TURBINE_SHARED="$DATA" TURBINE_SRC="$SRC" TURBINE_TMP="$OUT/tb" \
         TURBINE_PYTHON="$(command -v python3)" TURBINE_TEST_FP8_TOL=0.15 timeout 300 "$PB/test_batch" \
         > "$OUT/batch.txt" 2>&1 &
     pids+=($!)
     wait "${pids[@]}"
     nf=0
-    for f in ops1 ops2 ops3 ops_early0 ops_blocks0; do
+    for f in ops1 ops2 ops3 ops_early0 ops_blocks0 ops_mergeloop; do
         n=$(grep -c 'FAIL' "$OUT/$f.txt")
         nf=$((nf + n))
         echo "$f: $(grep -c ' ok$' "$OUT/$f.txt") ok, $n FAIL; $(tail -1 "$OUT/$f.txt")"
@@ -76,7 +80,7 @@ if [ "${AE_CHECK:-1}" != 0 ]; then
         exit 1
     }
 fi
-V=${AE_VARIANTS:-base;TB_CUDA_ATTN_EARLY=0;TB_CUDA_SKIP_ATTN=1;TB_CUDA_ATTN_BLOCKS=0;base;TB_CUDA_ATTN_EARLY=0}
+V=${AE_VARIANTS:-base;TB_CUDA_ATTN_EARLY=0;TB_CUDA_ATTN_MERGE=loop;TB_CUDA_ATTN_EARLY=0 TB_CUDA_ATTN_MERGE=loop;TB_CUDA_SKIP_ATTN=1;TB_CUDA_ATTN_BLOCKS=0;base;TB_CUDA_ATTN_EARLY=0 TB_CUDA_ATTN_MERGE=loop}
 for e in $ENGS; do
     while kill -0 $eng 2>/dev/null && [ ! -f /tmp/ae_"$e".ok ]; do sleep 2; done
     [ -f /tmp/ae_"$e".ok ] || { echo "$e engine build FAIL ($(el) s)"; tail -3 "$OUT/engine.txt"; exit 1; }

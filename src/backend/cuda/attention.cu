@@ -606,7 +606,7 @@ __device__ void combine(const tbc_attn_args &a, int t, int h, int ns, float *out
     const int hd = a.hd, H = a.n_heads, lane = tid & 31;
     const float *p = a.partial + ((size_t)t * H + h) * a.n_splits * (size_t)(hd + 2);
     float *o = out + ((size_t)t * H + h) * hd;
-    if (ns <= 32) {
+    if (ns <= 32 && !a.merge_loop) {
         float pv[COMBINE_CH];
 #pragma unroll
         for (int i = 0; i < COMBINE_CH; i++) pv[i] = i < ns && tid < hd ? __ldcg(p + (size_t)i * (hd + 2) + tid) : 0.0f;

@@ -200,6 +200,7 @@ typedef struct {
     int attn_lanes;           /* lanes per key in decode attention (0: default) */
     int attn_mma;             /* TB_CUDA_ATTN_MMA: tensor-core decode attention */
     int attn_warp_min;        /* TB_CUDA_ATTN_WARP_MIN: mode 5's warp kernel from */
+    int attn_merge_loop;      /* TB_CUDA_ATTN_MERGE=loop: tbc_attn_args.merge_loop */
     int attn_early;           /* TB_CUDA_ATTN_EARLY (default 1): tbc_attn_args.early
                                * in steps of one token a sequence           */
     int step_one;             /* this step: every token its sequence's only one */
@@ -1104,6 +1105,7 @@ static tbc_attn_args attn_args_of(cuda_ctx *c, const tb_node *n, void *const *bu
         .n_splits = 1, .partial = c->partial,
         .counters = c->counters, .rope_done = 0, .split_min = c->attn_split_min, .lanes = c->attn_lanes,
         .mma = c->attn_mma, .warp_min = c->attn_warp_min, .early = c->attn_early && c->step_one,
+        .merge_loop = c->attn_merge_loop,
     };
     return a;
 }
@@ -2436,6 +2438,8 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     const char *aee = getenv("TB_CUDA_ATTN_EARLY"), *sae = getenv("TB_CUDA_SKIP_ATTN");
     c->attn_early = !(aee && !strcmp(aee, "0"));
     c->skip_attn = sae && !strcmp(sae, "1");
+    const char *ame2 = getenv("TB_CUDA_ATTN_MERGE");
+    c->attn_merge_loop = ame2 && !strcmp(ame2, "loop");
     const char *pge = getenv("TB_CUDA_PREFILL_GEMM");
     c->prefill_min = pge && *pge ? atoi(pge) : TB_CUDA_DEFAULT_PREFILL_MIN;
     const char *pfe = getenv("TB_CUDA_PREFILL");

@@ -169,6 +169,10 @@ typedef struct {
      * (which writes q and that key), and the key at pos[t] after, past L1.
      * 0: everything after the wait. */
     int early;
+    /* 1: the key splits' merge loops over the splits (TB_CUDA_ATTN_MERGE=loop,
+     * the form before 2026-12-07, for comparison); 0: every split's loads
+     * at once */
+    int merge_loop;
 } tbc_attn_args;
 
 /* ---- decode matmul: y[t,n] = sum_k x[t,k] w[n,k] (+ bias[n]) for T <= 8.
