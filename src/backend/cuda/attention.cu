@@ -670,12 +670,12 @@ __device__ __forceinline__ void decode_half_words(const uint32_t *w, float *f) {
 
 /* The lane's EPL values of k and v of cache row `row` of block blk, head
  * kvh (f16 / bf16 caches). */
-template <int EPL>
+template <int EPL, bool CG = false>
 __device__ __forceinline__ void attn_h16_load(const tbc_attn_args &a, int blk, int row, int kvh, int li, uint32_t *kw,
                                               uint32_t *vw) {
     const size_t off = (((size_t)blk * a.block_size + (size_t)row) * a.n_kv + kvh) * (size_t)a.hd + (size_t)li * EPL;
-    load_words<2 * EPL>((const uint16_t *)a.k_cache + off, kw); /* 16-bit values: 4 * (EPL / 2 words) bytes aligned */
-    load_words<2 * EPL>((const uint16_t *)a.v_cache + off, vw);
+    load_words<2 * EPL, CG>((const uint16_t *)a.k_cache + off, kw); /* 16-bit values: 4 * (EPL / 2 words) bytes aligned */
+    load_words<2 * EPL, CG>((const uint16_t *)a.v_cache + off, vw);
 }
 
 /* Scores one key of the group (its words kw, vw; valid false past the
@@ -762,22 +762,42 @@ __device__ __forceinline__ void attn_block_out(const tbc_attn_args &a, int t, in
     }
 }
 
-template <int EPL, int KVT>
+/* EARLY (a.early, f16 / bf16 caches at even EPL): the split's range, the
+ * block table and the first pass's key and value of each group (unless it
+ * is key pos[t], the one the previous kernel writes) are read before the
+ * wait on the previous kernel; q and key pos[t] (past L1) after it. */
+template <int EPL, int KVT, bool EARLY = false>
 __global__ void __launch_bounds__(ATTN_WARPS * 32) attn_kernel(tbc_attn_args a, const float *qkv, float *out) {
     __shared__ float sm_m[ATTN_WARPS], sm_l[ATTN_WARPS];
     __shared__ float sm_o[ATTN_WARPS][ATTN_MAX_HD];
     __shared__ int sm_last;
-    tbc_pdl_wait();
-    tbc_pdl_trigger();
+    constexpr bool H16 = (KVT == KVT_F16 || KVT == KVT_BF16) && EPL % 2 == 0;
+    static_assert(!EARLY || H16, "early loads: f16 / bf16 caches at even EPL");
     const int h = blockIdx.x, t = blockIdx.y, sp = blockIdx.z;
-    int chunk;
-    const int len = a.pos[t] + 1, ns = tbc_split_plan(a.n_splits, a.split_min, len, 1, &chunk);
-    if (sp >= ns) return;
     const int hd = a.hd, S = hd / EPL, H = a.n_heads, KV = a.n_kv;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int gi = lane / S, li = lane % S, gpw = 32 / S;
     const int slot = warp * gpw + gi, nslots = ATTN_WARPS * gpw;
     const int kvh = h / (H / KV);
+    int chunk = 0, len = 0, ns = 0;
+    const int32_t *bt = nullptr;
+    uint32_t kw0[H16 ? EPL / 2 : 1], vw0[H16 ? EPL / 2 : 1]; /* EARLY: the first pass's words */
+    if constexpr (EARLY) {
+        len = a.pos[t] + 1;
+        ns = tbc_split_plan(a.n_splits, a.split_min, len, 1, &chunk);
+        bt = a.block_tables + (size_t)a.seq[t] * a.max_blocks;
+        const int j = sp * chunk + slot;
+        if (sp < ns && j < min(len, sp * chunk + chunk) && j < len - 1)
+            attn_h16_load<EPL>(a, bt[j / a.block_size], j % a.block_size, kvh, li, kw0, vw0);
+    }
+    tbc_pdl_wait();
+    tbc_pdl_trigger();
+    if constexpr (!EARLY) {
+        len = a.pos[t] + 1;
+        ns = tbc_split_plan(a.n_splits, a.split_min, len, 1, &chunk);
+        bt = a.block_tables + (size_t)a.seq[t] * a.max_blocks;
+    }
+    if (sp >= ns) return;
 
     float q[EPL], acc[EPL];
     const float *qp = qkv + (size_t)t * (size_t)(H + 2 * KV) * hd + (size_t)h * hd + li * EPL;
@@ -789,7 +809,6 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) attn_kernel(tbc_attn_args a, 
     float m = -INFINITY, l = 0.0f;
 
     const int lo = sp * chunk, hi = min(len, lo + chunk);
-    const int32_t *bt = a.block_tables + (size_t)a.seq[t] * a.max_blocks;
     const int bs = a.block_size;
     /* every lane runs the same number of iterations (shuffles need them all).
      * f16 / bf16 caches at even EPL: a group loads a key's values as words
@@ -803,12 +822,17 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) attn_kernel(tbc_attn_args a, 
      * at batch 64: its four groups a warp diverge. Loading the next pass's
      * codes while this one is scored took 96 registers against 79, five
      * blocks an SM against six, and the 7B batch-64 step 5% longer.) */
-    constexpr bool H16 = (KVT == KVT_F16 || KVT == KVT_BF16) && EPL % 2 == 0;
     if constexpr (H16) {
         for (int base = lo; base < hi; base += nslots) {
             uint32_t kw[EPL / 2], vw[EPL / 2];
             const int j = base + slot;
-            if (j < hi) attn_h16_load<EPL>(a, bt[j / bs], j % bs, kvh, li, kw, vw);
+            if (EARLY && base == lo && j < len - 1) { /* read before the wait */
+#pragma unroll
+                for (int i = 0; i < EPL / 2; i++) kw[i] = kw0[i], vw[i] = vw0[i];
+            } else if (j < hi) {
+                if (EARLY && j == len - 1) attn_h16_load<EPL, true>(a, bt[j / bs], j % bs, kvh, li, kw, vw);
+                else attn_h16_load<EPL>(a, bt[j / bs], j % bs, kvh, li, kw, vw);
+            }
             attn_h16_score<EPL, KVT>(j < hi, S, q, kw, vw, m, l, acc);
         }
     } else {
@@ -1593,7 +1617,10 @@ static cudaError_t attn_launch(int epl, dim3 grid, const tbc_attn_args &a, const
     case 6: return tbc_launch(attn_kernel<6, KVT>, grid, block, 0, s, a, qkv, out);
     case 7: return tbc_launch(attn_kernel<7, KVT>, grid, block, 0, s, a, qkv, out);
     case 8: return tbc_launch(attn_kernel<8, KVT>, grid, block, 0, s, a, qkv, out);
-    case 16: return tbc_launch(attn_kernel<16, KVT>, grid, block, 0, s, a, qkv, out);
+    case 16:
+        if constexpr (KVT == KVT_F16 || KVT == KVT_BF16)
+            if (a.early) return tbc_launch(attn_kernel<16, KVT, true>, grid, block, 0, s, a, qkv, out);
+        return tbc_launch(attn_kernel<16, KVT>, grid, block, 0, s, a, qkv, out);
     }
     return cudaErrorInvalidValue;
 }
@@ -1636,8 +1663,9 @@ extern "C" cudaError_t tbc_attention(const tbc_attn_args *args, float *qkv, floa
         if (a->ys_raw16) a->q16 = 1; /* rope_kv wrote q as f16 */
     }
     int S = group_lanes(a->hd);
-    /* fewer lanes per key (more keys in flight per warp) on request */
-    if (a->lanes > 0 && a->lanes < S && S % a->lanes == 0 && a->hd / a->lanes == 16) S = a->lanes;
+    /* fewer lanes per key (more keys in flight per warp): hd / 16 (auto) or on request */
+    const int want = a->lanes < 0 ? a->hd / 16 : a->lanes;
+    if (want > 0 && want < S && S % want == 0 && a->hd / want == 16) S = want;
     int epl = a->hd / S;
     dim3 grid(a->n_heads, a->T, a->n_splits);
     const bool mma_shape = a->hd == AMMA_HD && a->block_size % 16 == 0;

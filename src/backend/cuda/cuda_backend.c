@@ -68,9 +68,10 @@
 /* steps of up to 64 tokens run as graphs (cuBLAS included): 64 streams of
  * 7B decode 6160 -> 6527 tok/s on an H200 (docs/GPU.md) */
 #define TB_CUDA_DEFAULT_GRAPH_MAX_T 64
-/* 8 lanes per key (4 keys per warp at once) where hd = 128: measured faster
- * than one key per warp on the 7B decode (docs/GPU.md) */
-#define TB_CUDA_DEFAULT_ATTN_LANES 8
+/* hd / 16 lanes per key (a lane holds 16 values): at hd = 128 8 lanes (4
+ * keys per warp at once), measured faster than one key per warp on the 7B
+ * decode; at hd = 64 (TinyLlama) 4 lanes, 8 keys a warp (docs/GPU.md) */
+#define TB_CUDA_DEFAULT_ATTN_LANES (-1)
 /* decode attention on the tensor cores where it applies (hd 128, f16, e4m3
  * or int8 caches), GQA heads in the mma's rows at large batches (mode 5,
  * "auto"; docs/GPU.md) */
@@ -197,7 +198,7 @@ typedef struct {
     tbc_gemv_opts gemv;       /* SIMT/mma cut and SIMT kernel (TB_CUDA_SIMT)    */
     int fuse_norm;            /* RMSNorm / residual add into the GEMVs          */
     int attn_split_min;       /* keys per attention split at least (0: off)     */
-    int attn_lanes;           /* lanes per key in decode attention (0: default) */
+    int attn_lanes;           /* lanes per key in decode attention (tbc_attn_args.lanes) */
     int attn_mma;             /* TB_CUDA_ATTN_MMA: tensor-core decode attention */
     int attn_warp_min;        /* TB_CUDA_ATTN_WARP_MIN: mode 5's warp kernel from */
     int attn_merge_loop;      /* TB_CUDA_ATTN_MERGE=loop: tbc_attn_args.merge_loop */

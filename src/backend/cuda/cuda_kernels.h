@@ -128,7 +128,9 @@ typedef struct {
     int split_min;
     /* lanes that share one key: 0 = the largest power of two dividing hd,
      * at most 32 (one key per warp for hd >= 32); a smaller power of two
-     * with hd / lanes == 16 makes each warp score 32 / lanes keys at once */
+     * with hd / lanes == 16 makes each warp score 32 / lanes keys at once;
+     * -1: hd / 16 lanes where that is such a power of two (8 at hd 128, 4
+     * at hd 64: a lane holds 16 values) */
     int lanes;
     /* 1: decode on the tensor cores (attn_mma_kernel) where it applies:
      * hd 128, f16 or e4m3 caches, block_size a multiple of 16; 2: the same
@@ -164,10 +166,11 @@ typedef struct {
     int q16;
     /* 1: every token of the step is its sequence's only one, so the one
      * key (and value) of (seq[t], ...) the step writes is that at pos[t]:
-     * attn_mma_kernel then reads the positions, the block table and the
-     * other keys of its first tile before it waits on the previous kernel
-     * (which writes q and that key), and the key at pos[t] after, past L1.
-     * 0: everything after the wait. */
+     * attn_mma_kernel (and attn_kernel with f16 / bf16 caches at 16
+     * values a lane) then reads the positions, the block table and the
+     * other keys of its first tile (pass) before it waits on the previous
+     * kernel (which writes q and that key), and the key at pos[t] after,
+     * past L1. 0: everything after the wait. */
     int early;
     /* 1: the key splits' merge loops over the splits (TB_CUDA_ATTN_MERGE=loop,
      * the form before 2026-12-07, for comparison); 0: every split's loads
