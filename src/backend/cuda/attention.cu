@@ -519,7 +519,7 @@ __device__ __forceinline__ void load_kv(const void *base, size_t off, float *f) 
  * largest of 16, 8, 4 dividing NB, as NB / 4 words: 16-byte loads where
  * NB allows, else 8- or 4-byte ones. CG: through L2 only (ld.global.cg),
  * for bytes the previous kernel wrote after this one may have put their
- * line in L1 (attn_mma_kernel's early loads). */
+ * line in L1 (the decode kernels' early loads). */
 template <int NB, bool CG = false>
 __device__ __forceinline__ void load_words(const void *p, uint32_t *w) {
     static_assert(NB % 4 == 0, "whole words");
