@@ -781,22 +781,21 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32) attn_kernel(tbc_attn_args a, 
     const int kvh = h / (H / KV);
     int chunk = 0, len = 0, ns = 0;
     const int32_t *bt = nullptr;
-    uint32_t kw0[H16 ? EPL / 2 : 1], vw0[H16 ? EPL / 2 : 1]; /* EARLY: the first pass's words */
-    if constexpr (EARLY) {
+    const auto bind = [&]() { /* the split's plan and the sequence's block table (EARLY: before the wait) */
         len = a.pos[t] + 1;
         ns = tbc_split_plan(a.n_splits, a.split_min, len, 1, &chunk);
         bt = a.block_tables + (size_t)a.seq[t] * a.max_blocks;
+    };
+    uint32_t kw0[H16 ? EPL / 2 : 1], vw0[H16 ? EPL / 2 : 1]; /* EARLY: the first pass's words */
+    if constexpr (EARLY) {
+        bind();
         const int j = sp * chunk + slot;
         if (sp < ns && j < min(len, sp * chunk + chunk) && j < len - 1)
             attn_h16_load<EPL>(a, bt[j / a.block_size], j % a.block_size, kvh, li, kw0, vw0);
     }
     tbc_pdl_wait();
     tbc_pdl_trigger();
-    if constexpr (!EARLY) {
-        len = a.pos[t] + 1;
-        ns = tbc_split_plan(a.n_splits, a.split_min, len, 1, &chunk);
-        bt = a.block_tables + (size_t)a.seq[t] * a.max_blocks;
-    }
+    if constexpr (!EARLY) bind();
     if (sp >= ns) return;
 
     float q[EPL], acc[EPL];
@@ -1243,24 +1242,23 @@ __global__ void __launch_bounds__(ATTN_WARPS * 32, MINB) attn_mma_kernel(tbc_att
     const int h = blockIdx.x, t = blockIdx.y, sp = blockIdx.z;
     const int kvh = h / (a.n_heads / a.n_kv);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
-    int ns = 0, lo = 0, hi = 0, use = 1, pw = 0;
+    int ns = 0, lo = 0, hi = 0, use = 1;
     amma_tile<KVT> x; /* the tile in hand */
     const int32_t *bt = nullptr;
-    if (EARLY) {
+    const auto bind = [&]() { /* the split's range and the sequence's block table (EARLY: before the wait) */
         use = amma_range(a, t, sp, &ns, &lo, &hi);
         bt = a.block_tables + (size_t)a.seq[t] * a.max_blocks;
-        pw = a.pos[t];
-        if (use && lo + 16 * warp < hi) amma_load<KVT, false, 1>(a, bt, lo + 16 * warp, min(hi, pw), kvh, g, c, x);
+    };
+    if (EARLY) {
+        bind();
+        if (use && lo + 16 * warp < hi)
+            amma_load<KVT, false, 1>(a, bt, lo + 16 * warp, min(hi, a.pos[t]), kvh, g, c, x);
     }
     tbc_pdl_wait();
     tbc_pdl_trigger();
-    if (!EARLY) {
-        use = amma_range(a, t, sp, &ns, &lo, &hi);
-        bt = a.block_tables + (size_t)a.seq[t] * a.max_blocks;
-    }
+    if (!EARLY) bind();
     if (!use) return;
-    const int b0 = lo + 16 * warp;
-    if (!EARLY) pw = hi;
+    const int b0 = lo + 16 * warp, pw = EARLY ? a.pos[t] : hi; /* keys from pw on: read past L1 */
     /* EARLY: key pw of the tile at base, if it has it, past L1 */
     const auto take_new = [&](int base) {
         const int nw = pw - base;
