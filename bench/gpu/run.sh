@@ -58,7 +58,7 @@
 # models/llama2_tokenizer.bin; default .devdata/gpu), TB_SKIP_HF (no
 # transformers baseline), TB_SHAPES (default "llama7b tinyllama"),
 # TB_SKIP_TIMING, TB_VARIANTS (";"-separated switch sets timed after the
-# default), TB_BENCH_ARGS (gpu_bench's workload flags), TB_TIMING_ONLY, TB_QUICK (f32 checkpoints only, no long runs, re-runs,
+# default; none: no others), TB_BENCH_ARGS (gpu_bench's workload flags), TB_TIMING_ONLY, TB_QUICK (f32 checkpoints only, no long runs, re-runs,
 # timing or sanitizer: ~40 s); TB_QUANT=0 (no quantized engine anywhere),
 # TB_QUANT_ONLY=1 (only the quantized stages, with the 7B f16 timing as
 # their baseline: no float logits, transformers, stories, float perplexity,
@@ -628,8 +628,9 @@ bench_shape() {
 # TB_CUDA_TUNE=0: the decode GEMV's default tactic for every matmul;
 # TB_CUDA_PREFILL=gemm: prefill attention as GEMMs, not the flash kernel
 VARIANTS=("TB_CUDA_TUNE=0" "TB_CUDA_PREFILL=gemm")
-# TB_VARIANTS="A=1;B=2 C=3": these variants instead
-if [ -n "${TB_VARIANTS:-}" ]; then IFS=';' read -r -a VARIANTS <<< "$TB_VARIANTS"
+# TB_VARIANTS="A=1;B=2 C=3": these variants instead; TB_VARIANTS=none: none
+if [ "${TB_VARIANTS:-}" = none ]; then VARIANTS=()
+elif [ -n "${TB_VARIANTS:-}" ]; then IFS=';' read -r -a VARIANTS <<< "$TB_VARIANTS"
 elif [ -n "$QONLY" ]; then VARIANTS=()   # TB_QUANT_ONLY: the f16 7B baseline alone
 fi
 SHAPES=${TB_SHAPES:-llama7b tinyllama}
