@@ -519,7 +519,7 @@ qrows() {
     row "$l prefill 512 ms" "$(awk '/^prefill/{print $3}' "$f")"
     row "$l load / first token ms" "$(awk '/^load:/{a=$2} /^first token:/{b=$3; c=$(NF-3)} END{print a " / " b " (" c " in all)"}' "$f")"
     # "streams N (I in, O out): T gen tok/s; ... decode M ms/step"
-    awk '/^streams/{n = $2; i = substr($3, 2); o = $5; for (k = 1; k <= NF; k++) if ($k == "gen") t = $(k - 1); print n, i "/" o, t, $(NF - 1)}' "$f" |
+    awk '/^streams/{n = $2; i = substr($3, 2); o = $5; for (k = 1; k <= NF; k++) { if ($k == "gen") t = $(k - 1); if ($k == "ms/step;" || $k == "ms/step") m = $(k - 1) }; print n, i "/" o, t, m}' "$f" |
         while read -r n io t m; do row "$l $n streams $io" "$t gen tok/s; decode $m ms/step"; done
 }
 # bench_quant SHAPE DIR: int8, int4 (group 128) and fp8 engines of the
@@ -612,7 +612,7 @@ bench_shape() {
         case $v in *PREFILL*) row "$shape prefill 512 ($v)" "$(awk -v t="[$v]" 'index($0, t " prefill") == 1 {print $(NF-3)}' "$W/$shape.bench.txt")" ;; esac
     done
     row "$shape load / first token ms" "$(awk '/^load:/{a=$2} /^first token:/{b=$3; c=$(NF-3)} END{print a " / " b " (" c " in all)"}' "$W/$shape.bench.txt")"
-    row "$shape 64 streams 128/128" "$(awk '/^streams/{for (i = 1; i <= NF; i++) if ($i == "gen") print $(i - 1), "gen tok/s; decode", $(NF - 1), "ms/step"}' "$W/$shape.bench.txt")"
+    row "$shape 64 streams 128/128" "$(awk '/^streams/{for (i = 1; i <= NF; i++) { if ($i == "gen") t = $(i - 1); if ($i == "ms/step;" || $i == "ms/step") m = $(i - 1) }; print t, "gen tok/s; decode", m, "ms/step"}' "$W/$shape.bench.txt")"
     bw=$(awk '/^copy_bw_TBps/{print $2}' "$W/$shape.torch.txt")
     [ -n "$bw" ] && row "copy bandwidth TB/s" "$bw"
     rm -f "$W/$shape.engine"
