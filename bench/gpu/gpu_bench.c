@@ -29,6 +29,7 @@
  * (at most the engine's step profile, `turbine build --max-step-tokens`).
  * --kv-dtype: the KV cache's element type in every context (default: the
  * engine's own), printed as "kv dtype: X" after the first token.
+ * TB_BENCH_LOG=info|debug: the library's log (stderr) at that level.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -36,6 +37,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/core.h"      /* tb_log_set_level */
 #include "core/kv_layout.h" /* tb_kv_dtype_label */
 #include "plan/engine.h"    /* tb_engine_load_for */
 #include "runtime/runtime.h" /* tb_context_max_step */
@@ -162,6 +164,9 @@ int main(int argc, char **argv) {
     int prefill = 512, decode = 128, ctx_len = 16;
     const char *streams = "";
     int s_in = 128, s_out = 128, step_tokens = 512;
+    const char *lv = getenv("TB_BENCH_LOG"); /* info / debug: the library's log at that level */
+    if (lv && !strcmp(lv, "debug")) tb_log_set_level(TB_LOG_DEBUG);
+    if (lv && !strcmp(lv, "info")) tb_log_set_level(TB_LOG_INFO);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--device") && v) { device = v; i++; }

@@ -59,7 +59,12 @@
 #include <jansson.h>
 
 #define MAX_SPLITS 32
-#define FP8_PLANS 64 /* cached cuBLASLt fp8 plans (shapes) a context keeps */
+#define FP8_PLANS 64 /* cached cuBLASLt plans (shapes) a context keeps */
+/* the operands of a cuBLASLt plan (struct fp8_plan) */
+enum { LT_E4M3 = 0, LT_I8, LT_F16, LT_BF16 };
+/* steps of up to this many tokens time cuBLASLt's candidates per shape
+ * (TB_CUDA_GEMM_TUNE_T; docs/GPU.md) */
+#define TB_CUDA_DEFAULT_GEMM_TUNE_T 256
 /* defaults of the tuning switches TB_CUDA_SIMT and TB_CUDA_ATTN_SPLIT_MIN */
 #define TB_CUDA_DEFAULT_SIMT TBC_SIMT_ROW
 #define TB_CUDA_DEFAULT_SPLIT_MIN 0
@@ -285,12 +290,32 @@ typedef struct {
      * query alone costs tens of microseconds of host time a call) */
     struct fp8_plan {
         int T, K, N, d16; /* d16: the product in f16 (else f32) */
-        int i8;           /* int8 x int8 -> int32 (the int8 GEMM), else e4m3 */
+        int wt;           /* the operands: LT_E4M3, LT_I8 (int8 x int8 -> int32), LT_F16, LT_BF16 */
         cublasLtMatmulDesc_t op;
         cublasLtMatrixLayout_t la, lb, lc;
         cublasLtMatmulAlgo_t algo;
     } fp8_plan[FP8_PLANS];
     int n_fp8_plan, fp8_plan_next;
+    /* Timed choice among cuBLASLt's candidates (lt_pick_time): steps of
+     * TBC_GEMV_MAX_T < T <= gemm_tune_t tokens (TB_CUDA_GEMM_TUNE_T,
+     * default TB_CUDA_DEFAULT_GEMM_TUNE_T; 0: the heuristic's first, as
+     * before) time a shape's first GEMM_TUNE_CAND candidates once, on
+     * tune_stream, and keep the fastest index per shape (gemm_picks, which
+     * outlive the plan cache's evictions). gemm_lt (TB_CUDA_GEMM_LT, default
+     * 1): f16 / bf16 weights in those steps take cuBLASLt plans too (0:
+     * cublasGemmEx's default algorithm at every T, as before). step_done:
+     * recorded before a step that may tune, waited for by a tuning inside
+     * that step's capture (the GPU must be idle while candidates run). */
+    int gemm_tune_t, gemm_lt;
+    void *tune_y; /* the tuning's output scratch: T x N floats of the largest tuned shape */
+    size_t tune_y_bytes;
+    cudaStream_t tune_stream;
+    cudaEvent_t tune_e0, tune_e1, step_done;
+    int step_done_set;
+    struct gemm_pick {
+        int T, K, N, d16, wt, idx;
+    } *gemm_picks;
+    int n_gemm_picks, cap_gemm_picks;
     /* prefill attention: a run of >= prefill_min tokens of one sequence in
      * a step (TB_CUDA_PREFILL_GEMM=n; 0 turns it off) takes the flash kernel
      * (flash.cu) or, where it does not apply, GEMMs. Scratch of the GEMMs,
@@ -829,15 +854,24 @@ static tb_status cuda_load_weights(tb_backend *b, const tb_graph *g, void **bufs
         CU_TRY(cudaMalloc(&c->xconv, xconv), "allocating matmul scratch");
         c->xconv_bytes = xconv;
     }
-    int any_fp8 = 0, any_i8 = 0;
+    int any_fp8 = 0, any_i8 = 0, any_16 = 0;
+    size_t tune_y = 0; /* T x N floats of the largest shape a step may tune */
+    const int tune_t = max_tokens < c->gemm_tune_t ? (int)max_tokens : c->gemm_tune_t;
     for (int k = 0; k < g->n_nodes; k++) {
         const tb_node *qn = &g->nodes[k];
+        if (qn->op == TB_OP_MATMUL || qn->op == TB_OP_QMATMUL) {
+            const tb_value *wv = &g->values[qn->in[1]];
+            if (qn->op == TB_OP_MATMUL && (wv->dtype == TB_F16 || wv->dtype == TB_BF16)) any_16 = 1;
+            if (tune_t > TBC_GEMV_MAX_T && (size_t)tune_t * (size_t)wv->dims[0] * 4 > tune_y)
+                tune_y = (size_t)tune_t * (size_t)wv->dims[0] * 4;
+        }
         if (qn->op != TB_OP_QMATMUL) continue;
         const tb_dtype qd = g->values[qn->in[1]].dtype;
         if (qd == TB_FP8_E4M3) any_fp8 = 1;
         if (qd == TB_I8 && (c->i8_all || tb_tactic_gemv(qn->tactic) == TB_GEMV_Q8)) any_i8 = 1;
     }
-    if (((any_fp8 && c->fp8_gemm > 0) || (any_i8 && c->i8_gemm > 0)) && !c->lt) {
+    if (((any_fp8 && c->fp8_gemm > 0) || (any_i8 && c->i8_gemm > 0) || (any_16 && c->gemm_lt && c->gemm_tune_t > 0)) &&
+        !c->lt) {
         if (cublasLtCreate(&c->lt) != CUBLAS_STATUS_SUCCESS) {
             c->lt = NULL;
             c->fp8_gemm = 0;
@@ -846,6 +880,13 @@ static tb_status cuda_load_weights(tb_backend *b, const tb_graph *g, void **bufs
             CU_TRY(cudaMalloc(&c->lt_ws, FP8_LT_WS), "allocating cuBLASLt workspace");
             CU_TRY(cudaMalloc((void **)&c->fp8_sx, sizeof(float) * (size_t)max_tokens), "allocating fp8 scales");
         }
+    }
+    if (c->lt && tune_y > c->tune_y_bytes) {
+        if (c->tune_y) cudaFree(c->tune_y);
+        c->tune_y = NULL;
+        c->tune_y_bytes = 0;
+        CU_TRY(cudaMalloc(&c->tune_y, tune_y), "allocating matmul tuning scratch");
+        c->tune_y_bytes = tune_y;
     }
     if (wdq > c->wdq_bytes) {
         if (c->wdq) cudaFree(c->wdq);
@@ -1039,6 +1080,13 @@ static tb_status cuda_step_begin(tb_backend *b, const tb_graph *g, void **bufs, 
             if (sg->exec) {
                 c->mode = RUN_REPLAY;
             } else {
+                /* a capture may time cuBLASLt's candidates (lt_pick_time):
+                 * the point where the GPU has done the earlier steps */
+                c->step_done_set = 0;
+                if (c->lt && T > TBC_GEMV_MAX_T && T <= c->gemm_tune_t &&
+                    (c->step_done || cudaEventCreateWithFlags(&c->step_done, cudaEventDisableTiming) == cudaSuccess))
+                    c->step_done_set = cudaEventRecord(c->step_done, c->stream) == cudaSuccess;
+                cudaGetLastError();
                 CU_TRY(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeRelaxed), "begin graph capture");
                 c->mode = RUN_CAPTURE;
             }
@@ -1253,20 +1301,124 @@ static void fp8_plan_free(struct fp8_plan *p) {
     memset(p, 0, sizeof *p);
 }
 
-/* Makes p's descriptors and algorithm for shape (T, K, N). 0 when cuBLASLt
- * has no algorithm for it. (Asking for the two scales as cuBLASLt's
- * outer-vector scale modes, which would drop scale_out, was tried: cuBLAS
- * 13.1 on the H200 gave no plan for these f32 outputs at any 7B shape.) */
-static int fp8_plan_make(cuda_ctx *c, struct fp8_plan *p, int T, int K, int N, int d16, int i8) {
+/* The weights a tuning times its candidates on: node n's and those of up
+ * to LT_TUNE_W - 1 other matmuls of the same op, shape and dtype (a 7B's
+ * layers), so that the products stream their weights from device memory as
+ * the step does, not from L2. */
+#define LT_TUNE_W 8
+#define GEMM_TUNE_CAND 16
+struct lt_io {
+    const void *w[LT_TUNE_W];
+    int nw;
+};
+static void lt_io_of(const tb_graph *g, const tb_node *n, void *const *bufs, struct lt_io *io) {
+    const tb_value *wv = &g->values[n->in[1]];
+    io->nw = 0;
+    for (int k = (int)(n - g->nodes), i = 0; i < g->n_nodes && io->nw < LT_TUNE_W; i++) {
+        const tb_node *m = &g->nodes[(k + i) % g->n_nodes]; /* n first */
+        if (m->op != n->op) continue;
+        const tb_value *mv = &g->values[m->in[1]];
+        if (mv->dtype != wv->dtype || mv->dims[0] != wv->dims[0] || mv->dims[1] != wv->dims[1]) continue;
+        if (m->op == TB_OP_QMATMUL) {
+            tbc_qweight q;
+            const float *b = NULL;
+            memset(&q, 0, sizeof q);
+            qweight_of(g, m, bufs, &q, &b);
+            io->w[io->nw++] = q.codes;
+        } else {
+            io->w[io->nw++] = bufs[m->in[1]];
+        }
+    }
+}
+
+/* The index of the fastest of cuBLASLt's candidates h[0, n) for plan p (0
+ * where nothing could be timed): each runs io's weights once (a candidate
+ * that refuses is skipped), then twice more between two events on
+ * tune_stream (x: xconv's contents, whatever they are; y: tune_y, the
+ * context's own scratch, as any buffer of the step's may still hold a live
+ * value; launched back to back, the GPU stays ahead of the host at these
+ * sizes), and must beat the best so far by 3%. The GPU is first drained of
+ * the step's earlier work: the stream (eager), or the step_done event
+ * recorded before a capture began. */
+static int lt_pick_time(cuda_ctx *c, const struct fp8_plan *p, const cublasLtMatmulHeuristicResult_t *h, int n,
+                        const struct lt_io *io) {
+    void *y = c->tune_y;
+    if (n < 2 || !io || io->nw < 1 || !y || (size_t)p->T * (size_t)p->N * 4 > c->tune_y_bytes) return 0;
+    if (c->mode == RUN_CAPTURE ? (c->step_done_set && cudaEventSynchronize(c->step_done) != cudaSuccess)
+                               : cudaStreamSynchronize(c->stream) != cudaSuccess)
+        return 0;
+    if (!c->tune_stream && cudaStreamCreateWithFlags(&c->tune_stream, cudaStreamNonBlocking) != cudaSuccess) {
+        c->tune_stream = NULL;
+        return 0;
+    }
+    if ((!c->tune_e0 && cudaEventCreate(&c->tune_e0) != cudaSuccess) ||
+        (!c->tune_e1 && cudaEventCreate(&c->tune_e1) != cudaSuccess)) {
+        cudaGetLastError();
+        return 0;
+    }
+    const int32_t one_i = 1, zero_i = 0;
+    const float one_f = p->d16 ? 1.0f / 65536.0f : 1.0f, zero_f = 0.0f;
+    const void *one = p->wt == LT_I8 ? (const void *)&one_i : (const void *)&one_f;
+    const void *zero = p->wt == LT_I8 ? (const void *)&zero_i : (const void *)&zero_f;
+    int best = 0;
+    float best_ms = -1.0f;
+    for (int i = 0; i < n; i++) {
+        if (h[i].state != CUBLAS_STATUS_SUCCESS || h[i].workspaceSize > FP8_LT_WS) continue;
+        int ok = 1;
+        for (int r = 0; r < 3 && ok; r++) {
+            if (r == 1) ok = cudaEventRecord(c->tune_e0, c->tune_stream) == cudaSuccess;
+            for (int j = 0; j < io->nw && ok; j++)
+                ok = cublasLtMatmul(c->lt, p->op, one, io->w[j], p->la, c->xconv, p->lb, zero, y, p->lc, y, p->lc,
+                                    &h[i].algo, c->lt_ws, FP8_LT_WS, c->tune_stream) == CUBLAS_STATUS_SUCCESS;
+        }
+        float ms = -1.0f;
+        if (ok && cudaEventRecord(c->tune_e1, c->tune_stream) == cudaSuccess &&
+            cudaEventSynchronize(c->tune_e1) == cudaSuccess &&
+            cudaEventElapsedTime(&ms, c->tune_e0, c->tune_e1) == cudaSuccess)
+            ms /= (float)(2 * io->nw);
+        else
+            ms = -1.0f;
+        cudaStreamSynchronize(c->tune_stream);
+        cudaGetLastError();
+        if (ms > 0.0f && (best_ms < 0.0f || ms < best_ms * 0.97f)) {
+            best = i;
+            best_ms = ms;
+        }
+    }
+    if (best_ms < 0.0f) best = 0;
+    tb_log(TB_LOG_DEBUG, "cuda: cuBLASLt %s matmul %d x %d x %d: candidate %d of %d timed fastest (%.2f us)",
+           p->wt == LT_E4M3 ? "e4m3" : p->wt == LT_I8 ? "int8" : p->wt == LT_F16 ? "f16" : "bf16", p->T, p->K, p->N,
+           best, n, best_ms * 1e3f);
+    return best;
+}
+
+/* Makes p's descriptors and algorithm for shape (T, K, N) of operands wt
+ * (the product in f32, f16 with d16, int32 for LT_I8). 0 when cuBLASLt has
+ * no algorithm for it. Steps of TBC_GEMV_MAX_T < T <= gemm_tune_t with io
+ * (the weights to time on) take the fastest of the heuristic's first
+ * GEMM_TUNE_CAND candidates (lt_pick_time; once per shape, gemm_picks),
+ * others its first. (Asking for the two scales as cuBLASLt's outer-vector
+ * scale modes, which would drop scale_out, was tried: cuBLAS 13.1 on the
+ * H200 gave no plan for these f32 outputs at any 7B shape.) */
+static int fp8_plan_make(cuda_ctx *c, struct fp8_plan *p, int T, int K, int N, int d16, int wt,
+                         const struct lt_io *io) {
     memset(p, 0, sizeof *p);
     cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t h;
+    cublasLtMatmulHeuristicResult_t h[GEMM_TUNE_CAND];
     int found = 0;
     const cublasOperation_t opa = CUBLAS_OP_T, opb = CUBLAS_OP_N;
     const size_t ws = FP8_LT_WS;
-    memset(&h, 0, sizeof h);
-    const cudaDataType_t ab = i8 ? CUDA_R_8I : CUDA_R_8F_E4M3;
+    memset(h, 0, sizeof h);
+    const int i8 = wt == LT_I8;
+    const cudaDataType_t ab = i8 ? CUDA_R_8I : wt == LT_F16 ? CUDA_R_16F : wt == LT_BF16 ? CUDA_R_16BF : CUDA_R_8F_E4M3;
     const cudaDataType_t cd = i8 ? CUDA_R_32I : d16 ? CUDA_R_16F : CUDA_R_32F;
+    const int tune = io && c->gemm_tune_t > 0 && T > TBC_GEMV_MAX_T && T <= c->gemm_tune_t;
+    int pick = -1;
+    for (int i = 0; tune && i < c->n_gemm_picks && pick < 0; i++) {
+        const struct gemm_pick *q = &c->gemm_picks[i];
+        if (q->T == T && q->K == K && q->N == N && q->d16 == d16 && q->wt == wt) pick = q->idx;
+    }
+    const int want = tune ? (pick >= 0 ? pick + 1 : GEMM_TUNE_CAND) : 1;
     int bad = cublasLtMatmulDescCreate(&p->op, i8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F,
                                        i8 ? CUDA_R_32I : CUDA_R_32F) ||
               cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa) ||
@@ -1276,7 +1428,8 @@ static int fp8_plan_make(cuda_ctx *c, struct fp8_plan *p, int T, int K, int N, i
           cublasLtMatrixLayoutCreate(&p->lc, cd, (uint64_t)N, (uint64_t)T, N) ||
           cublasLtMatmulPreferenceCreate(&pref) ||
           cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) ||
-          cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, 1, &h, &found) || found < 1;
+          cublasLtMatmulAlgoGetHeuristic(c->lt, p->op, p->la, p->lb, p->lc, p->lc, pref, want, h, &found) ||
+          found < 1;
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     if (bad) {
         fp8_plan_free(p);
@@ -1286,20 +1439,44 @@ static int fp8_plan_make(cuda_ctx *c, struct fp8_plan *p, int T, int K, int N, i
     p->K = K;
     p->N = N;
     p->d16 = d16;
-    p->i8 = i8;
-    p->algo = h.algo;
+    p->wt = wt;
+    int idx = 0;
+    if (pick >= 0) {
+        idx = pick < found ? pick : 0;
+    } else if (tune) {
+        idx = lt_pick_time(c, p, h, found, io);
+        if (c->n_gemm_picks == c->cap_gemm_picks) {
+            int nc = c->cap_gemm_picks ? 2 * c->cap_gemm_picks : 32;
+            void *q = realloc(c->gemm_picks, sizeof *c->gemm_picks * (size_t)nc);
+            if (q) {
+                c->gemm_picks = q;
+                c->cap_gemm_picks = nc;
+            }
+        }
+        if (c->n_gemm_picks < c->cap_gemm_picks) {
+            struct gemm_pick q = {T, K, N, d16, wt, idx};
+            c->gemm_picks[c->n_gemm_picks++] = q;
+        }
+    }
+    p->algo = h[idx].algo;
     return 1;
 }
 
 /* The plan of shape (T, K, N): cached, or made now (the oldest entry gives
- * way when all FP8_PLANS are taken). NULL when cuBLASLt has no algorithm. */
-static struct fp8_plan *fp8_plan_of(cuda_ctx *c, int T, int K, int N, int d16, int i8) {
+ * way when all FP8_PLANS are taken; a shape tuned once keeps its pick). NULL
+ * when cuBLASLt has no algorithm. g, n, bufs (NULL: no tuning) name the
+ * matmul, for the weights a tuning times on. */
+static struct fp8_plan *fp8_plan_of(cuda_ctx *c, int T, int K, int N, int d16, int wt, const tb_graph *g,
+                                    const tb_node *n, void *const *bufs) {
     for (int i = 0; i < c->n_fp8_plan; i++) {
         struct fp8_plan *q = &c->fp8_plan[i];
-        if (q->T == T && q->K == K && q->N == N && q->d16 == d16 && q->i8 == i8) return q;
+        if (q->T == T && q->K == K && q->N == N && q->d16 == d16 && q->wt == wt) return q;
     }
     struct fp8_plan p;
-    if (!fp8_plan_make(c, &p, T, K, N, d16, i8)) return NULL;
+    struct lt_io io;
+    io.nw = 0;
+    if (g && n && bufs) lt_io_of(g, n, bufs, &io);
+    if (!fp8_plan_make(c, &p, T, K, N, d16, wt, io.nw ? &io : NULL)) return NULL;
     int slot = c->n_fp8_plan < FP8_PLANS ? c->n_fp8_plan++ : c->fp8_plan_next++ % FP8_PLANS;
     fp8_plan_free(&c->fp8_plan[slot]);
     c->fp8_plan[slot] = p;
@@ -1311,12 +1488,13 @@ static struct fp8_plan *fp8_plan_of(cuda_ctx *c, int T, int K, int N, int d16, i
  * K-contiguous, as FP8 needs), then both scales and the bias. A shape
  * cuBLASLt refuses returns TB_ERR_UNSUPPORTED before anything is launched,
  * and fp8_gemm turns off (logged once). */
-static tb_status fp8_gemm_run(cuda_ctx *c, const float *x, const tbc_qweight *qw, const float *bias, float *y, int T,
-                              int K, int N, int x_done, int ys_to) {
+static tb_status fp8_gemm_run(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs, const float *x,
+                              const tbc_qweight *qw, const float *bias, float *y, int T, int K, int N, int x_done,
+                              int ys_to) {
     /* a reader that takes the scales takes an f16 product (half the bytes
      * written and read) where cuBLASLt has a plan for it */
-    struct fp8_plan *p = ys_to >= 0 && (c->x8_mask & 16) ? fp8_plan_of(c, T, K, N, 1, 0) : NULL;
-    if (!p) p = fp8_plan_of(c, T, K, N, 0, 0);
+    struct fp8_plan *p = ys_to >= 0 && (c->x8_mask & 16) ? fp8_plan_of(c, T, K, N, 1, LT_E4M3, g, n, bufs) : NULL;
+    if (!p) p = fp8_plan_of(c, T, K, N, 0, LT_E4M3, g, n, bufs);
     if (!p) {
         tb_log(TB_LOG_WARN, "cuda: cuBLASLt has no fp8 matmul for %d x %d x %d; e4m3 weights take the dequantised "
                "f16 path from now on", T, K, N);
@@ -1357,9 +1535,9 @@ static tb_status fp8_gemm_run(cuda_ctx *c, const float *x, const tbc_qweight *qw
  * product of the codes (TN), then both scales and the bias in place. A
  * shape cuBLASLt refuses returns TB_ERR_UNSUPPORTED before any launch, and
  * i8_gemm turns off (logged once). */
-static tb_status i8_gemm_run(cuda_ctx *c, const float *x, const tbc_qweight *qw, const float *bias, float *y, int T,
-                             int K, int N) {
-    struct fp8_plan *p = fp8_plan_of(c, T, K, N, 0, 1);
+static tb_status i8_gemm_run(cuda_ctx *c, const tb_graph *g, const tb_node *n, void *const *bufs, const float *x,
+                             const tbc_qweight *qw, const float *bias, float *y, int T, int K, int N) {
+    struct fp8_plan *p = fp8_plan_of(c, T, K, N, 0, LT_I8, g, n, bufs);
     if (!p) {
         tb_log(TB_LOG_WARN, "cuda: cuBLASLt has no int8 matmul for %d x %d x %d; int8 weights keep f16 activations "
                "from now on", T, K, N);
@@ -1398,8 +1576,9 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
     c->x8_node = -1;
     int qp = quant ? qpath_of(c, &qw, x, bias, y, T, K, N, n->tactic, 1) : QP_NONE;
     if (qp == QP_I8 || qp == QP_FP8) {
-        tb_status ls = qp == QP_I8 ? i8_gemm_run(c, x, &qw, bias, y, T, K, N)
-                                   : fp8_gemm_run(c, x, &qw, bias, y, T, K, N, x8, ys_target(c, g, k, bufs, T));
+        tb_status ls = qp == QP_I8 ? i8_gemm_run(c, g, n, bufs, x, &qw, bias, y, T, K, N)
+                                   : fp8_gemm_run(c, g, n, bufs, x, &qw, bias, y, T, K, N, x8,
+                                                  ys_target(c, g, k, bufs, T));
         if (ls != TB_ERR_UNSUPPORTED) return ls;
         qp = qpath_of(c, &qw, x, bias, y, T, K, N, n->tactic, 0); /* declined: the next path */
     }
@@ -1503,8 +1682,17 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
             CU_TRY(tbc_convert_f32(x, c->xconv, wdt, (size_t)T * K, c->stream), "convert launch");
         c->x16_node = -1;
         cudaDataType_t ab = wdt == TBC_F16 ? CUDA_R_16F : CUDA_R_16BF;
-        bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &one, w, ab, K, c->xconv, ab, K, &zero, y,
-                          CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        /* steps that time cuBLASLt's candidates: its plan (fp8_plan_make);
+         * others, or none made, cublasGemmEx's default */
+        struct fp8_plan *p = c->gemm_lt && c->lt && c->gemm_tune_t > 0 && T <= c->gemm_tune_t
+                                 ? fp8_plan_of(c, T, K, N, 0, wdt == TBC_F16 ? LT_F16 : LT_BF16, g, n, bufs)
+                                 : NULL;
+        if (p)
+            bs = cublasLtMatmul(c->lt, p->op, &one, w, p->la, c->xconv, p->lb, &zero, y, p->lc, y, p->lc, &p->algo,
+                                c->lt_ws, FP8_LT_WS, c->stream);
+        else
+            bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &one, w, ab, K, c->xconv, ab, K, &zero, y,
+                              CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     }
     if (bs != CUBLAS_STATUS_SUCCESS)
         return tb_errorf(TB_ERR_INTERNAL, "cublas: matmul (%d x %d x %d): %s", T, K, N, blas_status_name(bs));
@@ -1798,7 +1986,8 @@ static int x8_ok(cuda_ctx *c, const tb_graph *g, int k, void *const *bufs, int T
     const float *bias = mm->n_in > 2 ? bufs[mm->in[2]] : NULL;
     memset(&qw, 0, sizeof qw);
     qweight_of(g, mm, bufs, &qw, &bias);
-    return fp8_gemm_ok(c, &qw, bufs[mm->in[0]], bias, bufs[mm->out[0]], T, K, N) && fp8_plan_of(c, T, K, N, 0, 0);
+    return fp8_gemm_ok(c, &qw, bufs[mm->in[0]], bias, bufs[mm->out[0]], T, K, N) &&
+           fp8_plan_of(c, T, K, N, 0, LT_E4M3, g, mm, bufs);
 }
 
 /* Where node n (x8_ok) writes its output: the codes into xconv, the scales
@@ -2177,6 +2366,12 @@ static void cuda_destroy(tb_backend *b) {
     cudaFree(c->wdq);
     cudaFree(c->lt_ws);
     cudaFree(c->fp8_sx);
+    cudaFree(c->tune_y);
+    free(c->gemm_picks);
+    if (c->tune_e0) cudaEventDestroy(c->tune_e0);
+    if (c->tune_e1) cudaEventDestroy(c->tune_e1);
+    if (c->step_done) cudaEventDestroy(c->step_done);
+    if (c->tune_stream) cudaStreamDestroy(c->tune_stream);
     for (int i = 0; i < c->n_fp8_plan; i++) fp8_plan_free(&c->fp8_plan[i]);
     if (c->lt) cublasLtDestroy(c->lt);
     cudaFree(c->partial);
@@ -2401,6 +2596,9 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     tbc_set_act_threads(acte && *acte ? atoi(acte) : 0);
     const char *rte = getenv("TB_CUDA_ROPE_TOK"), *rtt = getenv("TB_CUDA_ROPE_TT");
     tbc_set_rope_tok(rte && *rte ? atoi(rte) : 64, rtt && *rtt ? atoi(rtt) : 0);
+    const char *gtt = getenv("TB_CUDA_GEMM_TUNE_T"), *gle = getenv("TB_CUDA_GEMM_LT");
+    c->gemm_tune_t = gtt && *gtt ? atoi(gtt) : TB_CUDA_DEFAULT_GEMM_TUNE_T;
+    c->gemm_lt = !(gle && !strcmp(gle, "0"));
     const char *gte = getenv("TB_CUDA_GRAPH_MAX_T");
     c->graph_max_t = gte && *gte ? atoi(gte) : TB_CUDA_DEFAULT_GRAPH_MAX_T;
     const char *pe = getenv("TB_CUDA_PDL"), *fe = getenv("TB_CUDA_FUSE"), *me = getenv("TB_CUDA_GEMV"),
