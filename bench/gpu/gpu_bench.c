@@ -17,9 +17,11 @@
  * Also printed: "load: X ms" (tb_engine_load_for: map, verify, upload) and
  * "first token: Y ms" (context create and a one-token step after the load).
  * The decode batches' prompts are prefilled in steps of up to --step-tokens
- * tokens (whole prompts; default 512). With --streams N[,N2...] (--stream-in P, --stream-out G: default 128 / 128)
+ * tokens (whole prompts; default 0: the engine's step, `turbine build
+ * --max-step-tokens`, which is also what `turbine serve` batches; 512 until
+ * 2026-12-07). With --streams N[,N2...] (--stream-in P, --stream-out G: default 128 / 128)
  * "streams N: X gen tok/s": N sequences that start together, their prompts
- * prefilled in steps of up to --step-tokens (default 512) tokens, then
+ * prefilled in steps of up to --step-tokens (the same default) tokens, then
  * decoded together for G tokens each (greedy ids are not needed: the next
  * input ids are fixed), wall time from the first prefill step to the last
  * decode step (one such run per N of the list). Each stream has its own
@@ -115,7 +117,7 @@ static void run_streams(tb_engine *e, const char *device, const tb_engine_info *
         free(ids);
         return;
     }
-    if (tb_context_max_step(c) < step_tokens) step_tokens = tb_context_max_step(c);
+    if (step_tokens <= 0 || tb_context_max_step(c) < step_tokens) step_tokens = tb_context_max_step(c);
     /* every stream its own prompt (and fixed next inputs) */
     for (int q = 0; q < streams; q++)
         for (int i = 0; i < per; i++) ids[(size_t)q * per + i] = 3 + (i * 7919 + q * 104729) % (info.vocab_size - 3);
@@ -163,7 +165,7 @@ int main(int argc, char **argv) {
     const char *engine = NULL, *device = NULL, *batches = "1", *variants = "base";
     int prefill = 512, decode = 128, ctx_len = 16;
     const char *streams = "";
-    int s_in = 128, s_out = 128, step_tokens = 512;
+    int s_in = 128, s_out = 128, step_tokens = 0; /* 0: the engine's step (as turbine serve batches) */
     const char *lv = getenv("TB_BENCH_LOG"); /* info / debug: the library's log at that level */
     if (lv && !strcmp(lv, "debug")) tb_log_set_level(TB_LOG_DEBUG);
     if (lv && !strcmp(lv, "info")) tb_log_set_level(TB_LOG_INFO);
@@ -294,7 +296,7 @@ int main(int argc, char **argv) {
             }
             /* the prompts in steps of at most --step-tokens tokens (whole
              * prompts; at most the context's step) */
-            const int cap = step_tokens < tb_context_max_step(c) ? step_tokens : tb_context_max_step(c);
+            const int cap = step_tokens > 0 && step_tokens < tb_context_max_step(c) ? step_tokens : tb_context_max_step(c);
             for (int s0 = 0; s0 < B;) {
                 int n = 0, used = 0;
                 while (s0 + n < B && (n == 0 || used + ctx_len <= cap)) used += ctx_len, n++;
