@@ -184,9 +184,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--kv-dtype") && v) { g_kv_dtype = v; i++; }
         else if (!engine) engine = a;
         else { fprintf(stderr, "usage: gpu_bench ENGINE [--device D] [--prefill N] [--decode N] [--ctx N] [--batch 1,8] "
-                                "[--kv-dtype D]\n"); return 2; }
+                                "[--variants V] [--streams N,...] [--stream-in N] [--stream-out N] [--step-tokens N] [--kv-dtype D]\n");
+              return 2; }
     }
-    if (!engine || ctx_len < 1 || decode < 1) { fprintf(stderr, "gpu_bench: need ENGINE\n"); return 2; }
+    if (!engine) { fprintf(stderr, "gpu_bench: need ENGINE\n"); return 2; }
+    if (ctx_len < 1 || decode < 1) { fprintf(stderr, "gpu_bench: --ctx and --decode must be at least 1\n"); return 2; }
     tb_engine *e = NULL;
     double tl0 = now_ms();
     if (tb_engine_load_for(engine, device, &e) != TB_OK) { fprintf(stderr, "gpu_bench: %s\n", tb_last_error()); return 1; }
