@@ -1683,8 +1683,9 @@ static tb_status run_matmul(cuda_ctx *c, const tb_graph *g, const tb_node *n, vo
         c->x16_node = -1;
         cudaDataType_t ab = wdt == TBC_F16 ? CUDA_R_16F : CUDA_R_16BF;
         /* steps that time cuBLASLt's candidates: its plan (fp8_plan_make);
-         * others, or none made, cublasGemmEx's default */
-        struct fp8_plan *p = c->gemm_lt && c->lt && c->gemm_tune_t > 0 && T <= c->gemm_tune_t
+         * others, dequantised weights (their node's codes are no f16
+         * matrix to time on) or none made, cublasGemmEx's default */
+        struct fp8_plan *p = !quant && c->gemm_lt && c->lt && c->gemm_tune_t > 0 && T <= c->gemm_tune_t
                                  ? fp8_plan_of(c, T, K, N, 0, wdt == TBC_F16 ? LT_F16 : LT_BF16, g, n, bufs)
                                  : NULL;
         if (p)
