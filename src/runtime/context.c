@@ -489,6 +489,54 @@ int tb_context_tp(const tb_context *c) { return c->tp; }
 tb_engine *tb_context_engine(const tb_context *c) { return c->e; }
 int tb_context_prefix_caching(const tb_context *c) { return tb_kv_pool_caching(c->pool); }
 
+const char *tb_context_backend(const tb_context *c) { return c->be->iface->name; }
+
+/* Decode steps of n = max, then 1, 2, ..., max - 1 sequences (the largest
+ * first: whatever a step size allocates grows once), each sequence one token
+ * at position 0, sampled greedily as the scheduler's steps are; every slot is
+ * reset after each step. A one-token sequence fills no KV block, so the
+ * prefix cache is untouched. */
+tb_status tb_context_warmup(tb_context *c, int max_n, int *steps) {
+    if (steps) *steps = 0;
+    int n = max_n > 0 && max_n < c->max_seqs ? max_n : c->max_seqs;
+    if (n > c->max_step) n = c->max_step;
+    int avail = tb_kv_pool_available(c->pool);
+    if (n > avail) n = avail;
+    for (int s = 0; s < n; s++)
+        if (c->seq_len[s] || c->seq_blocks[s])
+            return tb_errorf(TB_ERR_INVALID_ARG, "warm-up: sequence slot %d is in use", s);
+    if (n < 1) return TB_OK;
+    tb_seq_chunk *ch = calloc((size_t)n, sizeof *ch);
+    tb_row_sampling *rs = calloc((size_t)n, sizeof *rs);
+    tb_sample_result *out = calloc((size_t)n, sizeof *out);
+    tb_sampler *greedy = NULL;
+    tb_sampling_params sp;
+    tb_sampling_params_default(&sp);
+    sp.temperature = 0;
+    tb_status st = !ch || !rs || !out ? tb_errorf(TB_ERR_OOM, "warm-up: out of memory")
+                                      : tb_sampler_create(c->vocab, &sp, &greedy);
+    static const int32_t tok = 0;
+    for (int k = 0; st == TB_OK && k < n; k++) {
+        int m = k == 0 ? n : k, rows = 0;
+        for (int i = 0; i < m; i++) {
+            ch[i] = (tb_seq_chunk){.seq = i, .n_tokens = 1, .tokens = &tok, .logits = 1};
+            rs[i] = (tb_row_sampling){.sampler = greedy, .history = &tok, .n_history = 1, .top_logprobs = -1};
+        }
+        st = tb_context_step_sample(c, ch, m, rs, out, &rows);
+        for (int i = 0; i < m; i++) {
+            tb_status r = tb_seq_reset(c, i);
+            if (st == TB_OK) st = r;
+        }
+        if (st == TB_OK && steps) (*steps)++;
+    }
+    if (st != TB_OK) st = tb_error_prefix(st, "warm-up");
+    tb_sampler_free(greedy);
+    free(ch);
+    free(rs);
+    free(out);
+    return st;
+}
+
 /* ---------------------------------------------------------------- step */
 
 /* Runs rank r's graph over step st (its KV cache and rank set here). On a

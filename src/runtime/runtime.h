@@ -18,6 +18,18 @@ tb_engine *tb_context_engine(const tb_context *c);
 /* 1 when the context keeps full KV blocks for reuse (prefix caching). */
 int tb_context_prefix_caching(const tb_context *c);
 
+/* The backend the context's rank 0 runs on: "cuda", or a CPU kernel set's
+ * name ("avx512", "avx2", "scalar", "cpu"). */
+const char *tb_context_backend(const tb_context *c);
+/* Warm-up before the first request (`turbine serve --model-warmup`): one
+ * decode step of every batch size 1..max_n (0: the context's max_seqs;
+ * never above its step or free KV blocks), so that a GPU captures each
+ * decode size's CUDA graph and times its GEMMs' candidates now rather than
+ * inside some request's step. Every sequence slot must be empty; it is
+ * again afterwards, and nothing is added to the prefix cache. *steps: the
+ * steps run. */
+tb_status tb_context_warmup(tb_context *c, int max_n, int *steps);
+
 /* Per-op-kind timing for `turbine bench --engine --profile`: when on, every
  * step adds each node's wall time to its op kind's total. */
 tb_status tb_context_set_profiling(tb_context *c, int on);

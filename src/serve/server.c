@@ -110,6 +110,8 @@ typedef struct server {
     _Atomic long next_id;
     tb_engine *e;
     tb_context *ctx;
+    int warm_n, warm_steps;   /* the LLM warm-up: batch sizes 1..warm_n, steps run */
+    double warm_s;
     tb_sched *sched;
     tb_metrics *metrics;
     const tb_tokenizer *tok;
@@ -2105,6 +2107,31 @@ static void grpc_llm_stream_end(void *ctx, void *gen) {
     gen_stream_free(gen); /* cancels a generation still running */
 }
 
+/* Decode batches warmed at load: on the GPU, steps of up to 64 tokens are
+ * captured as CUDA graphs and those of 9..256 time their GEMMs' candidates,
+ * once per size; larger decode batches keep no per-size state. */
+#define TB_SERVE_WARMUP_MAX 256
+
+/* --model-warmup for an LLM (auto: on for GPUs): a decode step of every
+ * batch size the scheduler can form, up to TB_SERVE_WARMUP_MAX, before the
+ * first request, so that no request's step pays for a size's first run. A
+ * failed warm-up is logged and serving goes on (requests then pay as
+ * without it). */
+static void llm_warmup(server *s) {
+    int warm = warmup_flag(s->o.model_warmup);
+    if (warm < 0) warm = !strncmp(tb_context_backend(s->ctx), "cuda", 4);
+    if (!warm) return;
+    int n = tb_context_max_seqs(s->ctx), steps = 0;
+    if (n > TB_SERVE_WARMUP_MAX) n = TB_SERVE_WARMUP_MAX;
+    double t0 = tb_now();
+    if (tb_context_warmup(s->ctx, n, &steps) != TB_OK)
+        tb_log(TB_LOG_WARN, "serve: %s (after %d steps); requests pay for the first run of each batch size",
+               tb_last_error(), steps);
+    s->warm_n = n;
+    s->warm_steps = steps;
+    s->warm_s = tb_now() - t0;
+}
+
 /* An LLM engine's serving state in s: its info, a context (KV cache sized
  * by the serve options), its tokenizer and chat format, and a scheduler
  * thread. s takes the engine (s->e) even on failure, where the caller
@@ -2158,6 +2185,7 @@ static tb_status llm_open(server *s, tb_engine *e, const char *path) {
         co.kv_cache_bytes = (size_t)budget * (size_t)(spread ? tp : 1);
     }
     TB_TRY(tb_context_create(s->e, &co, &s->ctx));
+    llm_warmup(s);
     s->tok = tb_engine_tokenizer(s->e);
     s->chat = tb_chat_detect(tb_tokenizer_chat_template(s->tok));
     set_bos_text(s);
@@ -2266,6 +2294,7 @@ static tb_status model_load_llm(server *s, model *m, tb_engine *e, const tb_mode
     server *ls = m->llm;
     ls->o = s->o;
     if (cfg->device[0]) ls->o.device = cfg->device;
+    if (cfg->warmup >= 0) ls->o.model_warmup = cfg->warmup ? "on" : "off";
     ls->o.engine_path = v->path;
     ls->o.model_repository = NULL;
     /* its own token counters and latency histograms (labelled by model and
@@ -2888,16 +2917,21 @@ int tb_serve_run(const tb_serve_options *opt) {
                 "turbine: serving '%s' version %s over KServe v2 (%d inputs, %d outputs, max batch %d%s) ready in "
                 "%.2f s\n",
                 m->name, m->version, m->n_in, m->n_out, tb_batcher_max_batch_size(m->b), warm, tb_now() - t0);
-    } else
+    } else {
+    char warm[96] = "";
+    if (s->warm_steps)
+        snprintf(warm, sizeof warm, " (warm-up: decode batches of 1..%d sequences, %d steps, %.2f s)",
+                 s->warm_n, s->warm_steps, s->warm_s);
     fprintf(stderr,
             "turbine: serving '%s' (%s, context %d, %d sequences, %d KV blocks of %d tokens = %ld tokens of %s KV "
-            "at %.0f bytes each, chat format %s) ready in %.2f s\n",
+            "at %.0f bytes each, chat format %s) ready in %.2f s%s\n",
             s->model, s->info.arch, s->info.max_seq_len, tb_context_max_seqs(s->ctx), tb_kv_total_blocks(s->ctx),
             tb_kv_block_size(s->ctx), (long)tb_kv_total_blocks(s->ctx) * tb_kv_block_size(s->ctx),
             tb_kv_dtype_label(tb_context_kv_dtype(s->ctx)),
             tb_kv_bytes_per_token(tb_context_kv_dtype(s->ctx), tb_kv_block_size(s->ctx), s->info.n_kv_heads,
                                   s->info.head_dim, s->info.n_layers),
-            tb_chat_format_name(s->chat), tb_now() - t0);
+            tb_chat_format_name(s->chat), tb_now() - t0, warm);
+    }
     while (!g_signal) usleep(50 * 1000);
     fprintf(stderr, "turbine: %s received: draining (grace %.0f s)\n", g_signal == SIGINT ? "SIGINT" : "SIGTERM",
             s->o.grace_seconds);

@@ -121,13 +121,19 @@ def t_batching():
        "%d of %d steps batched more than 8 sequences" % (big, n))
     a.kill()
 
-    # chunked prefill: a step budget of 16 tokens splits the longer prompts
-    c = Server(eng, "--max-num-seqs", "16", "--max-batched-tokens", "16", log=os.path.join(d, "c.log")).start()
+    check("warm-up" not in a.log(), "a CPU server warmed up without --model-warmup on (auto is GPUs only)")
+
+    # chunked prefill: a step budget of 16 tokens splits the longer prompts;
+    # this server warms up first (decode batches of 1..16), which changes no text
+    c = Server(eng, "--max-num-seqs", "16", "--max-batched-tokens", "16", "--model-warmup", "on",
+               log=os.path.join(d, "c.log")).start()
+    check(re.search(r"warm-up: decode batches of 1\.\.16 sequences, 16 steps", c.log()),
+          "no warm-up line for --model-warmup on:\n" + c.log()[-2000:])
     conc = run_concurrent(c, idx, 64)
-    compare(solo, conc, "16 concurrent requests with --max-batched-tokens 16")
+    compare(solo, conc, "16 concurrent requests with --max-batched-tokens 16 after a warm-up")
     ms = c.metrics()
     check(metric(ms, "turbine_preemptions_total") == 0, "preemptions with a full KV pool")
-    ok("the same with chunked prefill (--max-batched-tokens 16)")
+    ok("the same with chunked prefill (--max-batched-tokens 16), after --model-warmup on's 16 steps")
     c.kill()
 
 
