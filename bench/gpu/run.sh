@@ -5,7 +5,8 @@
 #
 # 1. build  : cmake Release with CUDA into build-gpu/ (or, with TB_PREBUILT=DIR,
 #             use DIR/turbine, DIR/test_batch, DIR/test_sample_step,
-#             DIR/test_backend_ops, DIR/test_nn_cuda, the CUDA backend module
+#             DIR/test_backend_ops, DIR/test_nn_cuda, DIR/test_warmup,
+#             DIR/test_context_kv, the CUDA backend module
 #             DIR/libturbine_cuda.so (loaded from the binaries' folder),
 #             DIR/gpu_bench, DIR/flash_test and DIR/lib/*.so: bench/gpu/pack.sh builds and
 #             packs them on a machine without a GPU)
@@ -30,12 +31,15 @@
 #            $DEV against the CPU engine of the same dtype (--device cpu,
 #            exact tactics) within 1e-3 relative
 # 4. batch  : tests/test_backend_ops.c, tests/test_nn_cuda.c, tests/test_batch.c
-#             and tests/test_sample_step.c with TURBINE_TEST_DEVICE=$DEV (every
+#             tests/test_sample_step.c, tests/test_warmup.c and
+#             tests/test_context_kv.c with TURBINE_TEST_DEVICE=$DEV (every
 #             op x dtype against its reference kernel with the bounds of
 #             docs/TESTING.md; every general op (ONNX engines) f32/f16 against
 #             its reference, eager, captured and replayed as a CUDA graph;
 #             batched == unbatched, f32/f16 and int8/int4/fp8 engines
-#             apart; sampling on the device); bench/gpu/flash_test.cu
+#             apart; sampling on the device; a context after serve's
+#             warm-up computes what a cold one does; int8 / fp8 caches
+#             accepted); bench/gpu/flash_test.cu
 #             --quick: the flash prefill over f16, fp8 and int8 caches
 # 5. timing : Llama-2-7B and TinyLlama-1.1B shapes, f16 random weights:
 #             64 streams, prefill 512, decode b1/b8 ms/step, then the same
@@ -109,7 +113,7 @@ else
     say "== build (Release, CUDA)"
     BIN=$SRC/build-gpu
     if ! (cmake -S "$SRC" -B "$BIN" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >> "$LOG" 2>&1 &&
-          make -C "$BIN" -j"$(nproc)" turbine test_batch test_sample_step test_backend_ops test_nn_cuda gpu_bench flash_test >> "$LOG" 2>&1); then
+          make -C "$BIN" -j"$(nproc)" turbine test_batch test_sample_step test_backend_ops test_nn_cuda test_warmup test_context_kv gpu_bench flash_test >> "$LOG" 2>&1); then
         say "build failed"; row build FAIL; cat "$SUM"; exit 1
     fi
 fi
@@ -477,6 +481,16 @@ if device_test test_sample_step sample; then
 else
     row "sampling on the device" "FAIL ($(tail -n 1 "$W/sample.txt"))"
 fi
+say "== serve's warm-up and the KV dtypes of a context (tests/test_warmup.c, tests/test_context_kv.c on $DEV)"
+for t in warmup context_kv; do
+    if [ ! -x "$BIN/test_$t" ]; then
+        row "test_$t" "SKIP (no test_$t in $BIN)"
+    elif device_test "test_$t" "$t"; then
+        row "test_$t" "PASS ($(tail -n 1 "$W/$t.txt"))"
+    else
+        row "test_$t" "FAIL ($(grep -m 3 'CHECK failed' "$W/$t.txt" | tr '\n' ' ' | head -c 300); $(tail -n 1 "$W/$t.txt"))"
+    fi
+done
 fi # QONLY
 
 fi # TB_TIMING_ONLY

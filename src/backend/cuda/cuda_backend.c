@@ -1385,10 +1385,14 @@ static int lt_pick_time(cuda_ctx *c, const struct fp8_plan *p, const cublasLtMat
             best_ms = ms;
         }
     }
-    if (best_ms < 0.0f) best = 0;
-    tb_log(TB_LOG_DEBUG, "cuda: cuBLASLt %s matmul %d x %d x %d: candidate %d of %d timed fastest (%.2f us)",
-           p->wt == LT_E4M3 ? "e4m3" : p->wt == LT_I8 ? "int8" : p->wt == LT_F16 ? "f16" : "bf16", p->T, p->K, p->N,
-           best, n, best_ms * 1e3f);
+    const char *wn = p->wt == LT_E4M3 ? "e4m3" : p->wt == LT_I8 ? "int8" : p->wt == LT_F16 ? "f16" : "bf16";
+    if (best_ms < 0.0f) {
+        tb_log(TB_LOG_DEBUG, "cuda: cuBLASLt %s matmul %d x %d x %d: none of %d candidates could be timed; the "
+               "heuristic's first", wn, p->T, p->K, p->N, n);
+        return 0;
+    }
+    tb_log(TB_LOG_DEBUG, "cuda: cuBLASLt %s matmul %d x %d x %d: candidate %d of %d timed fastest (%.2f us)", wn,
+           p->T, p->K, p->N, best, n, best_ms * 1e3f);
     return best;
 }
 
