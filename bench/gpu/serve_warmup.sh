@@ -8,7 +8,8 @@
 #
 # The shape TB_SHAPE (default llama7b; tinyllama too) in f16 random weights:
 # the checkpoint of bench/gpu/run.sh's timing step when TB_WORK (default
-# /tmp/tb-gpu) still holds it, else made by tests/gen_checkpoints.py. One
+# /tmp/tb-gpu) still holds it, else made by bench/gpu/torch_ckpt.py (by
+# tests/gen_checkpoints.py's presets with TB_DEVICE=cpu). One
 # engine (--max-batch 64). For each of off, on: `turbine serve
 # --max-num-seqs 64`, seconds from start to /health answering and the ready
 # line; then `turbine bench` closed loop at 64 clients, TB_N requests (default
@@ -40,10 +41,13 @@ TOK=${TB_TOKENIZER:-$DATA/models/llama2_tokenizer.bin}
 curl() { env -u LD_LIBRARY_PATH curl "$@"; }
 
 d=$W/$SHAPE
-if [ ! -f "$d/config.json" ]; then
+if ! ls "$d"/*.safetensors > /dev/null 2>&1; then
     say "== making the $SHAPE checkpoint (f16, random weights)"
-    timeout 300 "$PY" "$SRC/tests/gen_checkpoints.py" --preset "$SHAPE" --dtype f16 --out "$d" > /dev/null 2>> "$LOG" ||
-        { say "FAIL gen $SHAPE"; exit 1; }
+    if [ "$DEV" = cpu ]; then
+        timeout 300 "$PY" "$SRC/tests/gen_checkpoints.py" --preset "$SHAPE" --dtype f16 --out "$d" > /dev/null 2>> "$LOG"
+    else # on the GPU, with torch (bench/gpu/torch_ckpt.py, as run.sh's timing step)
+        timeout 300 "$PY" "$SRC/bench/gpu/torch_ckpt.py" --shape "$SHAPE" --out "$d" > /dev/null 2>> "$LOG"
+    fi || { say "FAIL gen $SHAPE"; exit 1; }
 fi
 eng=$W/$SHAPE-warmup.engine
 t0=$(date +%s.%N)
