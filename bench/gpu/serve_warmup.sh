@@ -14,10 +14,12 @@
 # --max-num-seqs 64`, seconds from start to /health answering and the ready
 # line; then `turbine bench` closed loop at 64 clients, TB_N requests (default
 # 128) of 128 prompt / 128 output tokens twice: the first load after start
-# (a cold server pays each batch size's first step there) and again (warm).
+# (a cold server pays each batch size's first step there) and again (warm),
+# each round with prompts of its own seed (a repeated prompt would come from
+# the prefix cache). The off / on pair TB_REPEAT times (default 2).
 # Every stage is bounded (timeout).
 #
-# Env: OUT, TB_PREBUILT (default build-gpu), TB_WORK, TB_SHAPE, TB_N, TB_DEVICE
+# Env: OUT, TB_PREBUILT (default build-gpu), TB_WORK, TB_SHAPE, TB_N, TB_REPEAT, TB_DEVICE
 # (cuda; cpu for a dry run with a small preset: TB_SHAPE=llama-gqa and
 # TB_TOKENIZER=../shared/models/stories260K/tok512.bin), TB_TOKENIZER,
 # TB_PYTHON (python3 with numpy), TB_GPU_DATA (llama2_tokenizer.bin under
@@ -32,6 +34,7 @@ DATA=${TB_GPU_DATA:-$SRC/.devdata/gpu}
 SHAPE=${TB_SHAPE:-llama7b}
 DEV=${TB_DEVICE:-cuda}
 N=${TB_N:-128}
+REPEAT=${TB_REPEAT:-2}
 mkdir -p "$OUT" "$W"
 LOG=$OUT/serve_warmup.txt
 : > "$LOG"
@@ -56,7 +59,8 @@ timeout 300 "$TB" build "$d" -o "$eng" --tokenizer "$TOK" --dtype f16 --device "
 say "build: $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
 
 rc=0
-for warm in off on; do
+seed=0
+for warm in $(for _ in $(seq 1 "$REPEAT"); do echo off on; done); do
     port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     t0=$(date +%s.%N)
     "$TB" serve "$eng" --device "$DEV" --port "$port" --max-num-seqs 64 --model-warmup $warm > "$OUT/serve-$warm.log" 2>&1 &
@@ -74,8 +78,9 @@ for warm in off on; do
     fi
     say "--model-warmup $warm: healthy after $ready s; $(grep -o 'ready in.*' "$OUT/serve-$warm.log")"
     for round in first second; do
+        seed=$((seed + 1)) # prompts no earlier round sent (no prefix-cache hits)
         timeout 180 "$TB" bench "http://127.0.0.1:$port" -c 64 -n "$N" --input-len 128 --output-len 128 --timeout 60 \
-            --no-progress --json "$OUT/bench-$warm-$round.json" > "$OUT/bench-$warm-$round.txt" 2>&1 || rc=1
+            --seed $seed --no-progress --json "$OUT/bench-$warm-$round.json" > "$OUT/bench-$warm-$round.txt" 2>&1 || rc=1
         say "  $round load: $("$PY" - "$OUT/bench-$warm-$round.json" <<'EOF'
 import json, sys
 try:
