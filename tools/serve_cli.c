@@ -98,9 +98,9 @@ static const tb_cli_opt serve_opts[] = {
     {"--instance-count", NULL, TB_OPT_INT, "N", 1, 64, 0, 0, 0, S(instance_count), "1",
      "KServe v2: engine instances (an executor and a worker thread each; --threads divided among them)"},
     {"--model-warmup", NULL, TB_OPT_STR, "auto|on|off", 0, 0, 0, 0, 0, S(model_warmup), "auto (on for GPUs)",
-     "before the model is ready, run every batch size once, so that no request pays for a shape's first run (a GPU "
-     "captures each shape's CUDA graph and times its GEMMs): an LLM one decode step of 1..min(--max-num-seqs, 256) "
-     "sequences; KServe v2 every batch size the batcher can form, twice, with zero inputs"},
+     "before the model is ready, run the batch sizes it will meet, so that no request pays for a shape's first run "
+     "(a GPU captures each shape's CUDA graph and times its GEMMs): an LLM one decode step of each size "
+     "1..min(--max-num-seqs, 256); KServe v2 each batch size the batcher can form, twice, with zero inputs"},
     {"--request-timeout-us", NULL, TB_OPT_INT, "US", 0, 2000000000, 0, 0, 0, S(request_timeout_us), "0 (none)",
      "KServe v2: a request not started within this gets 504; a request's parameters.timeout overrides it"},
     {"--enable-prefix-caching", NULL, TB_OPT_FLAG, NULL, 0, 0, 0, 0, 0, S(no_prefix_cache), "on",

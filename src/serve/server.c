@@ -2405,11 +2405,13 @@ static int repo_load_entry(server *s, const tb_model_entry *me, char *why, size_
         m->state = "READY";
         atomic_store(&m->ready, 1);
         ready++;
-        if (m->llm && m->llm->sched)
-            fprintf(stderr, "turbine: model '%s' version %s ready (LLM %s, context %d, %d sequences; OpenAI API and "
+        if (m->llm && m->llm->sched) {
+            char warm[64] = "";
+            if (m->llm->warm_steps) snprintf(warm, sizeof warm, ", %d warm-up steps", m->llm->warm_steps);
+            fprintf(stderr, "turbine: model '%s' version %s ready (LLM %s, context %d, %d sequences%s; OpenAI API and "
                     "v2 text_input) in %.2f s\n", me->name, ver, m->llm->info.arch, m->llm->info.max_seq_len,
-                    tb_context_max_seqs(m->llm->ctx), tb_now() - t0);
-        else
+                    tb_context_max_seqs(m->llm->ctx), warm, tb_now() - t0);
+        } else
             fprintf(stderr, "turbine: model '%s' version %s ready (%s, %d inputs, %d outputs, max batch %d) in %.2f s\n",
                     me->name, ver, me->versions[k].is_onnx ? "built from model.onnx" : "model.engine", m->n_in,
                     m->n_out, tb_batcher_max_batch_size(m->b), tb_now() - t0);

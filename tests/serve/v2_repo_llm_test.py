@@ -8,6 +8,7 @@ What each test asserts is in its docstring. The greedy reference is a plain
 folder's expected text (greedy, 200 tokens).
 """
 import json
+import re
 import os
 import shutil
 import struct
@@ -51,6 +52,10 @@ def setup():
         raise TestFailure("build failed:\n" + r.stdout.decode(errors="replace"))
     eng = build_stories(D, max_batch=4)
     shutil.copy(eng, os.path.join(REPO, "story/1/model.engine"))
+    # the LLM warms up at load (on a CPU only when asked): its texts must
+    # still equal the plain server's, which does not
+    with open(os.path.join(REPO, "story/config.json"), "w") as f:
+        json.dump({"warmup": True}, f)
     with open(eng, "rb") as f:
         data = f.read()
     with open(os.path.join(REPO, "broken_llm/1/model.engine"), "wb") as f:
@@ -103,6 +108,8 @@ def test_index_and_metadata():
     br = ix.get(("broken_llm", "1"))
     check(br is not None and br["state"] == "UNAVAILABLE" and br["reason"], "broken_llm: %s" % ix)
     check("broken_llm" in S.log(), "the log names the broken model")
+    check(re.search(r"model 'story' version 1 ready \(LLM llama, context \d+, 4 sequences, 4 warm-up steps", S.log()),
+          "no warm-up in story's ready line (config.json \"warmup\": true):\n" + S.log()[-1500:])
     st, _, data = S.get("/v2/models/story")
     check(st == 200, "metadata -> %s" % st)
     md = json.loads(data)
