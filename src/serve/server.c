@@ -2118,6 +2118,8 @@ static void grpc_llm_stream_end(void *ctx, void *gen) {
  * failed warm-up is logged and serving goes on (requests then pay as
  * without it). */
 static void llm_warmup(server *s) {
+    s->warm_n = s->warm_steps = 0;
+    s->warm_s = 0;
     int warm = warmup_flag(s->o.model_warmup);
     if (warm < 0) warm = !strncmp(tb_context_backend(s->ctx), "cuda", 4);
     if (!warm) return;
@@ -2920,19 +2922,19 @@ int tb_serve_run(const tb_serve_options *opt) {
                 "%.2f s\n",
                 m->name, m->version, m->n_in, m->n_out, tb_batcher_max_batch_size(m->b), warm, tb_now() - t0);
     } else {
-    char warm[96] = "";
-    if (s->warm_steps)
-        snprintf(warm, sizeof warm, " (warm-up: decode batches of 1..%d sequences, %d steps, %.2f s)",
-                 s->warm_n, s->warm_steps, s->warm_s);
-    fprintf(stderr,
-            "turbine: serving '%s' (%s, context %d, %d sequences, %d KV blocks of %d tokens = %ld tokens of %s KV "
-            "at %.0f bytes each, chat format %s) ready in %.2f s%s\n",
-            s->model, s->info.arch, s->info.max_seq_len, tb_context_max_seqs(s->ctx), tb_kv_total_blocks(s->ctx),
-            tb_kv_block_size(s->ctx), (long)tb_kv_total_blocks(s->ctx) * tb_kv_block_size(s->ctx),
-            tb_kv_dtype_label(tb_context_kv_dtype(s->ctx)),
-            tb_kv_bytes_per_token(tb_context_kv_dtype(s->ctx), tb_kv_block_size(s->ctx), s->info.n_kv_heads,
-                                  s->info.head_dim, s->info.n_layers),
-            tb_chat_format_name(s->chat), tb_now() - t0, warm);
+        char warm[96] = "";
+        if (s->warm_steps)
+            snprintf(warm, sizeof warm, " (warm-up: decode batches of 1..%d sequences, %d steps, %.2f s)",
+                     s->warm_n, s->warm_steps, s->warm_s);
+        fprintf(stderr,
+                "turbine: serving '%s' (%s, context %d, %d sequences, %d KV blocks of %d tokens = %ld tokens of %s KV "
+                "at %.0f bytes each, chat format %s) ready in %.2f s%s\n",
+                s->model, s->info.arch, s->info.max_seq_len, tb_context_max_seqs(s->ctx), tb_kv_total_blocks(s->ctx),
+                tb_kv_block_size(s->ctx), (long)tb_kv_total_blocks(s->ctx) * tb_kv_block_size(s->ctx),
+                tb_kv_dtype_label(tb_context_kv_dtype(s->ctx)),
+                tb_kv_bytes_per_token(tb_context_kv_dtype(s->ctx), tb_kv_block_size(s->ctx), s->info.n_kv_heads,
+                                      s->info.head_dim, s->info.n_layers),
+                tb_chat_format_name(s->chat), tb_now() - t0, warm);
     }
     while (!g_signal) usleep(50 * 1000);
     fprintf(stderr, "turbine: %s received: draining (grace %.0f s)\n", g_signal == SIGINT ? "SIGINT" : "SIGTERM",
