@@ -108,8 +108,12 @@ def t_serve_and_bench():
     e2 = os.path.join(D, "stories.f32.tp2.engine")
     texts = []
     for e in (e1, e2):
-        s = Server(e, "--threads", "2").start()
+        # tp 2 warms up first (decode batches over both ranks): its texts must
+        # still be tp 1's
+        s = Server(e, "--threads", "2", *(("--model-warmup", "on") if e == e2 else ())).start()
         try:
+            if e == e2:
+                check("warm-up: decode batches of 1.." in s.log(), "no warm-up line:\n" + s.log()[-1500:])
             body = {"prompt": "Once upon a time", "max_tokens": 40, "temperature": 0}
             texts.append([s.completion(body)["choices"][0]["text"]])
             # four at once: continuous batching over the ranks
@@ -130,7 +134,8 @@ def t_serve_and_bench():
             "2"], timeout=300)
     out = r.stdout.decode() + r.stderr.decode()
     check(r.returncode == 0 and "decode t/s" in out, "bench --engine on a tp 2 engine failed: %s" % out[-600:])
-    ok("turbine serve: tp 2 answers 1 + 4 concurrent greedy requests with tp 1's texts; bench --engine runs it")
+    ok("turbine serve: tp 2 (warmed up first) answers 1 + 4 concurrent greedy requests with tp 1's texts; "
+       "bench --engine runs it")
 
 
 def t_refused():
