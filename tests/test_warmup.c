@@ -125,13 +125,11 @@ int main(void) {
     CHECK_MSG(st == TB_ERR_INVALID_ARG && steps == 0 && strstr(tb_last_error(), "in use"),
               "warm-up over a busy slot: %d, %d steps, '%s'", (int)st, steps, tb_last_error());
     CHECK(tb_seq_len(warm, 2) == len2);
+    tb_dtype kvd = tb_context_kv_dtype(cold);
     tb_context_free(cold);
     tb_context_free(warm);
 
     /* a KV pool of 3 blocks: the warm-up's batches stop at 3 sequences */
-    tb_context *warm1 = make_ctx(e, 0);
-    tb_dtype kvd = warm1 ? tb_context_kv_dtype(warm1) : TB_F32;
-    if (warm1) tb_context_free(warm1);
     size_t block = (size_t)(16 * tb_kv_bytes_per_token(kvd, 16, info.n_kv_heads, info.head_dim, info.n_layers) + 0.5);
     tb_context *small = make_ctx(e, 3 * block);
     if (small) {

@@ -110,7 +110,7 @@ typedef struct server {
     _Atomic long next_id;
     tb_engine *e;
     tb_context *ctx;
-    int warm_n, warm_steps;   /* the LLM warm-up: batch sizes 1..warm_n, steps run */
+    int warm_steps;           /* the LLM warm-up's steps (llm_warmup) */
     double warm_s;
     tb_sched *sched;
     tb_metrics *metrics;
@@ -2118,7 +2118,7 @@ static void grpc_llm_stream_end(void *ctx, void *gen) {
  * failed warm-up is logged and serving goes on (requests then pay as
  * without it). */
 static void llm_warmup(server *s) {
-    s->warm_n = s->warm_steps = 0;
+    s->warm_steps = 0;
     s->warm_s = 0;
     int warm = warmup_flag(s->o.model_warmup);
     if (warm < 0) warm = !strncmp(tb_context_backend(s->ctx), "cuda", 4);
@@ -2129,7 +2129,6 @@ static void llm_warmup(server *s) {
     if (tb_context_warmup(s->ctx, n, &steps) != TB_OK)
         tb_log(TB_LOG_WARN, "serve: %s (after %d steps); requests pay for the first run of each batch size",
                tb_last_error(), steps);
-    s->warm_n = n;
     s->warm_steps = steps;
     s->warm_s = tb_now() - t0;
 }
@@ -2925,7 +2924,9 @@ int tb_serve_run(const tb_serve_options *opt) {
         char warm[96] = "";
         if (s->warm_steps)
             snprintf(warm, sizeof warm, " (warm-up: decode batches of 1..%d sequences, %d steps, %.2f s)",
-                     s->warm_n, s->warm_steps, s->warm_s);
+                     tb_context_max_seqs(s->ctx) < TB_SERVE_WARMUP_MAX ? tb_context_max_seqs(s->ctx)
+                                                                       : TB_SERVE_WARMUP_MAX,
+                     s->warm_steps, s->warm_s);
         fprintf(stderr,
                 "turbine: serving '%s' (%s, context %d, %d sequences, %d KV blocks of %d tokens = %ld tokens of %s KV "
                 "at %.0f bytes each, chat format %s) ready in %.2f s%s\n",
