@@ -389,6 +389,11 @@ static void test_refusals(void) {
         }
         tb_graph_free(g);
     }
+    const char *fa[] = {"absent_inputs.onnx: 2 nodes are not supported",
+                        "node 'clip_no_x' (op Clip): its first input is left out (an empty name)",
+                        "node 'slice_no_starts' (op Slice): starts left out (an empty name)", NULL};
+    expect_error("absent_inputs.onnx", NULL, TB_ERR_UNSUPPORTED, fa);
+    CHECK(strstr(tb_last_error(), "'fine'") == NULL);
     const char *f2[] = {"opset11.onnx: opset 11 of the default ONNX domain is not supported (13 to 21)", NULL};
     expect_error("opset11.onnx", NULL, TB_ERR_UNSUPPORTED, f2);
     if (tb_op_get_def(TB_OP_RELU)) {

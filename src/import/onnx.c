@@ -1163,6 +1163,9 @@ static tb_status translate(imp *s, const Onnx__NodeProto *n, int k, const char *
     int t[TB_MAX_INPUTS + 8];
     int nt = 0;
     if (n_ids > TB_MAX_INPUTS && op != TB_OP_CONCAT) REFUSE("%d inputs (at most %d)", n_ids, TB_MAX_INPUTS);
+    /* every op this importer maps takes its first input; an empty name there
+     * leaves nothing to read a dtype or shape from */
+    if (n_ids > 0 && ids[0] < 0) REFUSE("its first input is left out (an empty name)");
     for (int j = 0; j < n_ids && j < TB_MAX_INPUTS; j++) t[nt++] = ids[j];
 
     switch (op) {
@@ -1364,6 +1367,7 @@ static tb_status translate(imp *s, const Onnx__NodeProto *n, int k, const char *
     }
     case TB_OP_SLICE:
         if (nt == 5 && t[3] < 0) { /* steps without axes: axes 0 .. len(starts) - 1 */
+            if (t[1] < 0) REFUSE("starts left out (an empty name)");
             const tb_value *st = val(s, t[1]);
             if (st->rank != 1 || st->dims[0] < 0 || st->dims[0] > TB_MAX_RANK) REFUSE("axes left out and starts of unknown length");
             int64_t ax[TB_MAX_RANK];

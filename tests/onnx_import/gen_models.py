@@ -217,6 +217,17 @@ save("dropout_mask.onnx", helper.make_graph(
     "drop", [helper.make_tensor_value_info("X", F, [2, 4])],
     [helper.make_tensor_value_info("Y", F, [2, 4]), helper.make_tensor_value_info("mask", TensorProto.BOOL, [2, 4])]))
 
+# Required inputs given as empty names: Clip with neither x nor min, Slice
+# with steps but neither starts nor axes
+save("absent_inputs.onnx", helper.make_graph(
+    [helper.make_node("Clip", ["", "", "X"], ["c"], name="clip_no_x"),
+     helper.make_node("Slice", ["X", "", "E", "", "E"], ["s"], name="slice_no_starts"),
+     helper.make_node("Add", ["X", "X"], ["Y"], name="fine")],
+    "absent", [helper.make_tensor_value_info("X", F, [2])],
+    [helper.make_tensor_value_info("Y", F, [2]), helper.make_tensor_value_info("c", F, [2]),
+     helper.make_tensor_value_info("s", F, [2])],
+    [numpy_helper.from_array(np.ones(1, np.int64), "E")]))
+
 # Opset outside 13..21
 relu = helper.make_graph([helper.make_node("Relu", ["X"], ["Y"], name="relu")], "relu",
                          [helper.make_tensor_value_info("X", F, [2])], [helper.make_tensor_value_info("Y", F, [2])])
