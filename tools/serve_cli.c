@@ -100,7 +100,9 @@ static const tb_cli_opt serve_opts[] = {
     {"--model-warmup", NULL, TB_OPT_STR, "auto|on|off", 0, 0, 0, 0, 0, S(model_warmup), "auto (on for GPUs)",
      "before the model is ready, run the batch sizes it will meet, so that no request pays for a shape's first run "
      "(a GPU captures each shape's CUDA graph and times its GEMMs): an LLM one decode step of each size "
-     "1..min(--max-num-seqs, 256); KServe v2 each batch size the batcher can form, twice, with zero inputs"},
+     "1..min(--max-num-seqs, 256); KServe v2 each batch size the batcher can form, twice, with zero inputs. "
+     "The GEMMs' timed picks are kept on disk (TURBINE_TUNE_CACHE: a folder, or off; default "
+     "$XDG_CACHE_HOME/turbine or ~/.cache/turbine), so a restart on the same GPU times only shapes not seen before"},
     {"--request-timeout-us", NULL, TB_OPT_INT, "US", 0, 2000000000, 0, 0, 0, S(request_timeout_us), "0 (none)",
      "KServe v2: a request not started within this gets 504; a request's parameters.timeout overrides it"},
     {"--enable-prefix-caching", NULL, TB_OPT_FLAG, NULL, 0, 0, 0, 0, 0, S(no_prefix_cache), "on",

@@ -39,7 +39,8 @@
 #             batched == unbatched, f32/f16 and int8/int4/fp8 engines
 #             apart; sampling on the device; a context after serve's
 #             warm-up computes what a cold one does; int8 / fp8 caches
-#             accepted); bench/gpu/flash_test.cu
+#             accepted; the tune cache: a second gpu_bench run reads every
+#             cuBLASLt pick the first kept on disk); bench/gpu/flash_test.cu
 #             --quick: the flash prefill over f16, fp8 and int8 caches
 # 5. timing : Llama-2-7B and TinyLlama-1.1B shapes, f16 random weights:
 #             64 streams, prefill 512, decode b1/b8 ms/step, then the same
@@ -491,6 +492,33 @@ for t in warmup context_kv; do
         row "test_$t" "FAIL ($(grep -m 3 'CHECK failed' "$W/$t.txt" | tr '\n' ' ' | head -c 300); $(tail -n 1 "$W/$t.txt"))"
     fi
 done
+# The tune cache (src/tune/tune_cache.h): a first run of an f16 engine's
+# 16- and 32-sequence steps times cuBLASLt's candidates of its 9..256-token
+# GEMMs and appends each pick to a fresh cache folder; a second run reads
+# every one of them and times none (the file's records unchanged)
+say "== the tune cache: cuBLASLt's timed picks kept on disk (src/tune/tune_cache.h)"
+tc=$W/tunecache
+rm -rf "$tc"
+if [ "$DEV" = cpu ]; then
+    row "tune cache" "SKIP (the CPU backend keeps no cuBLASLt picks)"
+elif tb "$TB" build "$STORIES" --tokenizer "$TOK512" --dtype f16 --max-batch 32 -o "$W/s16.engine" --device $DEV >> "$LOG" 2>&1; then
+    tc_n=()
+    for r in 1 2; do
+        tb env TURBINE_TUNE_CACHE="$tc" TB_BENCH_LOG=info "$BIN/gpu_bench" "$W/s16.engine" --device $DEV --prefill 0 \
+            --decode 2 --ctx 16 --batch 16,32 > "$W/tc$r.txt" 2>&1
+        cat "$W/tc$r.txt" >> "$LOG"
+        tc_n+=("$(cat "$tc"/tune-*.txt 2>/dev/null | grep -c '^lt ')")
+    done
+    tc_n1=${tc_n[0]} tc_n2=${tc_n[1]}
+    tc_read=$(grep -o '[0-9]* cuBLASLt picks read' "$W/tc2.txt" | awk '{print $1}')
+    if [ "${tc_n1:-0}" -gt 0 ] && [ "$tc_n2" = "$tc_n1" ] && [ "${tc_read:-0}" = "$tc_n1" ]; then
+        row "tune cache" "PASS ($tc_n1 picks timed and kept by the first run, all read and none timed by the second)"
+    else
+        row "tune cache" "FAIL (first run kept ${tc_n1:-0}, file after the second ${tc_n2:-0}, second read ${tc_read:-none})"
+    fi
+else
+    row "tune cache" "FAIL (the f16 stories260K engine did not build)"
+fi
 fi # QONLY
 
 fi # TB_TIMING_ONLY

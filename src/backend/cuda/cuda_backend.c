@@ -49,6 +49,7 @@
 #include "backend/cuda/nn_backend.h"
 #include "core/kv_layout.h"
 #include "tune/tactic.h"
+#include "tune/tune_cache.h"
 
 #include <cublasLt.h>
 #include <dlfcn.h>
@@ -316,6 +317,12 @@ typedef struct {
         int T, K, N, d16, wt, idx;
     } *gemm_picks;
     int n_gemm_picks, cap_gemm_picks;
+    /* gemm_picks kept on disk (tune/tune_cache.h; TURBINE_TUNE_CACHE):
+     * read at the first tuned plan, each new timed pick appended.
+     * tune_cache: 0 not opened yet, 1 on, -1 off */
+    int tune_cache;
+    char tune_ident[256];
+    char tune_path[1024];
     /* prefill attention: a run of >= prefill_min tokens of one sequence in
      * a step (TB_CUDA_PREFILL_GEMM=n; 0 turns it off) takes the flash kernel
      * (flash.cu) or, where it does not apply, GEMMs. Scratch of the GEMMs,
@@ -1331,8 +1338,8 @@ static void lt_io_of(const tb_graph *g, const tb_node *n, void *const *bufs, str
     }
 }
 
-/* The index of the fastest of cuBLASLt's candidates h[0, n) for plan p (0
- * where nothing could be timed): each runs io's weights once (a candidate
+/* The index of the fastest of cuBLASLt's candidates h[0, n) for plan p (-1
+ * where nothing could be timed: the caller takes the first): each runs io's weights once (a candidate
  * that refuses is skipped), then twice more between two events on
  * tune_stream (x: xconv's contents, whatever they are; y: tune_y, the
  * context's own scratch, as any buffer of the step's may still hold a live
@@ -1343,18 +1350,18 @@ static void lt_io_of(const tb_graph *g, const tb_node *n, void *const *bufs, str
 static int lt_pick_time(cuda_ctx *c, const struct fp8_plan *p, const cublasLtMatmulHeuristicResult_t *h, int n,
                         const struct lt_io *io) {
     void *y = c->tune_y;
-    if (n < 2 || !io || io->nw < 1 || !y || (size_t)p->T * (size_t)p->N * 4 > c->tune_y_bytes) return 0;
+    if (n < 2 || !io || io->nw < 1 || !y || (size_t)p->T * (size_t)p->N * 4 > c->tune_y_bytes) return -1;
     if (c->mode == RUN_CAPTURE ? (c->step_done_set && cudaEventSynchronize(c->step_done) != cudaSuccess)
                                : cudaStreamSynchronize(c->stream) != cudaSuccess)
-        return 0;
+        return -1;
     if (!c->tune_stream && cudaStreamCreateWithFlags(&c->tune_stream, cudaStreamNonBlocking) != cudaSuccess) {
         c->tune_stream = NULL;
-        return 0;
+        return -1;
     }
     if ((!c->tune_e0 && cudaEventCreate(&c->tune_e0) != cudaSuccess) ||
         (!c->tune_e1 && cudaEventCreate(&c->tune_e1) != cudaSuccess)) {
         cudaGetLastError();
-        return 0;
+        return -1;
     }
     const int32_t one_i = 1, zero_i = 0;
     const float one_f = p->d16 ? 1.0f / 65536.0f : 1.0f, zero_f = 0.0f;
@@ -1389,11 +1396,64 @@ static int lt_pick_time(cuda_ctx *c, const struct fp8_plan *p, const cublasLtMat
     if (best_ms < 0.0f) {
         tb_log(TB_LOG_DEBUG, "cuda: cuBLASLt %s matmul %d x %d x %d: none of %d candidates could be timed; the "
                "heuristic's first", wn, p->T, p->K, p->N, n);
-        return 0;
+        return -1;
     }
     tb_log(TB_LOG_DEBUG, "cuda: cuBLASLt %s matmul %d x %d x %d: candidate %d of %d timed fastest (%.2f us)", wn,
            p->T, p->K, p->N, best, n, best_ms * 1e3f);
     return best;
+}
+
+/* Keeps pick q in memory (gemm_picks); a shape already there keeps its first. */
+static void gemm_pick_keep(cuda_ctx *c, const struct gemm_pick *q) {
+    for (int i = 0; i < c->n_gemm_picks; i++) {
+        const struct gemm_pick *o = &c->gemm_picks[i];
+        if (o->T == q->T && o->K == q->K && o->N == q->N && o->d16 == q->d16 && o->wt == q->wt) return;
+    }
+    if (c->n_gemm_picks == c->cap_gemm_picks) {
+        int nc = c->cap_gemm_picks ? 2 * c->cap_gemm_picks : 32;
+        void *m = realloc(c->gemm_picks, sizeof *c->gemm_picks * (size_t)nc);
+        if (!m) return;
+        c->gemm_picks = m;
+        c->cap_gemm_picks = nc;
+    }
+    c->gemm_picks[c->n_gemm_picks++] = *q;
+}
+
+/* A record "lt T K N d16 wt idx" of the tune cache, checked before use. */
+static void tune_cache_record(void *user, const int *v) {
+    cuda_ctx *c = user;
+    const struct gemm_pick q = {v[0], v[1], v[2], v[3], v[4], v[5]};
+    if (q.T <= TBC_GEMV_MAX_T || q.T > (1 << 20) || q.K < 1 || q.K > (1 << 24) || q.N < 1 || q.N > (1 << 24) ||
+        (q.d16 != 0 && q.d16 != 1) || q.wt < LT_E4M3 || q.wt > LT_BF16 || q.idx < 0 || q.idx >= GEMM_TUNE_CAND)
+        return;
+    gemm_pick_keep(c, &q);
+}
+
+/* Opens the tune cache of this device (once): its identity names all that
+ * cuBLASLt's candidate list depends on (GPU, driver, cuBLASLt, the count of
+ * candidates and workspace asked for, TBC_LT_PLAN_VERSION for the plans'
+ * own attributes); the picks there join gemm_picks. */
+#define TBC_LT_PLAN_VERSION 1
+static void tune_cache_open(cuda_ctx *c) {
+    c->tune_cache = -1;
+    int drv = 0;
+    if (cudaDriverGetVersion(&drv) != cudaSuccess) {
+        cudaGetLastError();
+        return;
+    }
+    snprintf(c->tune_ident, sizeof c->tune_ident, "cuda gpu=%s cc=%d.%d sms=%d driver=%d cublasLt=%zu cand=%d ws=%zu plan=%d",
+             c->name, c->cc_major, c->cc_minor, c->n_sm, drv, cublasLtGetVersion(), GEMM_TUNE_CAND, FP8_LT_WS,
+             TBC_LT_PLAN_VERSION);
+    if (!tb_tune_cache_path(c->tune_ident, c->tune_path, sizeof c->tune_path)) return;
+    int bad = 0, before = c->n_gemm_picks;
+    int n = tb_tune_cache_read(c->tune_path, c->tune_ident, "lt", 6, tune_cache_record, c, &bad);
+    if (n < 0) {
+        tb_log(TB_LOG_WARN, "cuda: tune cache %s cannot be read; cuBLASLt's candidates are timed again", c->tune_path);
+    } else if (n > 0 || bad > 0) {
+        tb_log(TB_LOG_INFO, "cuda: %d cuBLASLt picks read from %s%s", c->n_gemm_picks - before, c->tune_path,
+               bad ? " (malformed lines skipped)" : "");
+    }
+    c->tune_cache = 1;
 }
 
 /* Makes p's descriptors and algorithm for shape (T, K, N) of operands wt
@@ -1417,6 +1477,7 @@ static int fp8_plan_make(cuda_ctx *c, struct fp8_plan *p, int T, int K, int N, i
     const cudaDataType_t ab = i8 ? CUDA_R_8I : wt == LT_F16 ? CUDA_R_16F : wt == LT_BF16 ? CUDA_R_16BF : CUDA_R_8F_E4M3;
     const cudaDataType_t cd = i8 ? CUDA_R_32I : d16 ? CUDA_R_16F : CUDA_R_32F;
     const int tune = io && c->gemm_tune_t > 0 && T > TBC_GEMV_MAX_T && T <= c->gemm_tune_t;
+    if (tune && c->tune_cache == 0) tune_cache_open(c);
     int pick = -1;
     for (int i = 0; tune && i < c->n_gemm_picks && pick < 0; i++) {
         const struct gemm_pick *q = &c->gemm_picks[i];
@@ -1448,18 +1509,13 @@ static int fp8_plan_make(cuda_ctx *c, struct fp8_plan *p, int T, int K, int N, i
     if (pick >= 0) {
         idx = pick < found ? pick : 0;
     } else if (tune) {
-        idx = lt_pick_time(c, p, h, found, io);
-        if (c->n_gemm_picks == c->cap_gemm_picks) {
-            int nc = c->cap_gemm_picks ? 2 * c->cap_gemm_picks : 32;
-            void *q = realloc(c->gemm_picks, sizeof *c->gemm_picks * (size_t)nc);
-            if (q) {
-                c->gemm_picks = q;
-                c->cap_gemm_picks = nc;
-            }
-        }
-        if (c->n_gemm_picks < c->cap_gemm_picks) {
-            struct gemm_pick q = {T, K, N, d16, wt, idx};
-            c->gemm_picks[c->n_gemm_picks++] = q;
+        const int timed = lt_pick_time(c, p, h, found, io);
+        idx = timed < 0 ? 0 : timed;
+        const struct gemm_pick q = {T, K, N, d16, wt, idx};
+        gemm_pick_keep(c, &q);
+        if (timed >= 0 && c->tune_cache > 0) { /* kept for the next run */
+            const int v[6] = {T, K, N, d16, wt, idx};
+            tb_tune_cache_append(c->tune_path, c->tune_ident, "lt", 6, v);
         }
     }
     p->algo = h[idx].algo;
