@@ -1,7 +1,8 @@
 #!/bin/bash
 # bench/gpu/serve_warmup.sh — `turbine serve`'s LLM warm-up on one GPU: how
 # long the server takes to report ready and what the first load after start
-# gets, with --model-warmup off and on.
+# gets, with --model-warmup off, on, and on with cuBLASLt's picks read from
+# the tune cache (a restart).
 #
 #   tar -C /tmp -xJf .devdata/gpu/prebuilt.tar.xz &&
 #     TB_PREBUILT=/tmp/pb OUT=$OUT bash bench/gpu/serve_warmup.sh
@@ -16,10 +17,14 @@
 # 128) of 128 prompt / 128 output tokens twice: the first load after start
 # (a cold server pays each batch size's first step there) and again (warm),
 # each round with prompts of its own seed (a repeated prompt would come from
-# the prefix cache). The off / on pair TB_REPEAT times (default 2).
+# the prefix cache). The modes TB_MODES (default "off on cached"), all of
+# them TB_REPEAT times (default 2): off, on (the tune cache off:
+# TURBINE_TUNE_CACHE=off, every cuBLASLt pick timed), cached (warm-up on
+# with a tune cache folder of its own, which the round's first cached start
+# fills and later ones read: "cached" twice or more shows the restart).
 # Every stage is bounded (timeout).
 #
-# Env: OUT, TB_PREBUILT (default build-gpu), TB_WORK, TB_SHAPE, TB_N, TB_REPEAT, TB_DEVICE
+# Env: OUT, TB_PREBUILT (default build-gpu), TB_WORK, TB_SHAPE, TB_N, TB_REPEAT, TB_MODES, TB_DEVICE
 # (cuda; cpu for a dry run with a small preset: TB_SHAPE=llama-gqa and
 # TB_TOKENIZER=../shared/models/stories260K/tok512.bin), TB_TOKENIZER,
 # TB_PYTHON (python3 with numpy), TB_GPU_DATA (llama2_tokenizer.bin under
@@ -35,6 +40,7 @@ SHAPE=${TB_SHAPE:-llama7b}
 DEV=${TB_DEVICE:-cuda}
 N=${TB_N:-128}
 REPEAT=${TB_REPEAT:-2}
+MODES=${TB_MODES:-off on cached}
 mkdir -p "$OUT" "$W"
 LOG=$OUT/serve_warmup.txt
 : > "$LOG"
@@ -60,10 +66,16 @@ say "build: $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a
 
 rc=0
 seed=0
-for warm in $(for _ in $(seq 1 "$REPEAT"); do echo off on; done); do
+tcache=$W/tune-cache
+rm -rf "$tcache"
+for mode in $(for _ in $(seq 1 "$REPEAT"); do echo "$MODES"; done); do
+    warm=on tc=off
+    [ "$mode" = off ] && warm=off
+    [ "$mode" = cached ] && tc=$tcache
     port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     t0=$(date +%s.%N)
-    "$TB" serve "$eng" --device "$DEV" --port "$port" --max-num-seqs 64 --model-warmup $warm > "$OUT/serve-$warm.log" 2>&1 &
+    TURBINE_TUNE_CACHE=$tc "$TB" serve "$eng" --device "$DEV" --port "$port" --max-num-seqs 64 --model-warmup $warm \
+        > "$OUT/serve-$mode.log" 2>&1 &
     pid=$!
     up=""
     for _ in $(seq 1 600); do
@@ -73,15 +85,15 @@ for warm in $(for _ in $(seq 1 "$REPEAT"); do echo off on; done); do
     done
     ready=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
     if [ -z "$up" ]; then
-        say "FAIL --model-warmup $warm: not healthy within 60 s"; tail -n 20 "$OUT/serve-$warm.log" | tee -a "$LOG"
+        say "FAIL $mode: not healthy within 60 s"; tail -n 20 "$OUT/serve-$mode.log" | tee -a "$LOG"
         kill -9 $pid 2> /dev/null; rc=1; continue
     fi
-    say "--model-warmup $warm: healthy after $ready s; $(grep -o 'ready in.*' "$OUT/serve-$warm.log")"
+    say "$mode (--model-warmup $warm, TURBINE_TUNE_CACHE $tc; $(cat "$tcache"/tune-*.txt 2> /dev/null | grep -c '^lt ') picks kept): healthy after $ready s; $(grep -o 'ready in.*' "$OUT/serve-$mode.log")"
     for round in first second; do
         seed=$((seed + 1)) # prompts no earlier round sent (no prefix-cache hits)
         timeout 180 "$TB" bench "http://127.0.0.1:$port" -c 64 -n "$N" --input-len 128 --output-len 128 --timeout 60 \
-            --seed $seed --no-progress --json "$OUT/bench-$warm-$round.json" > "$OUT/bench-$warm-$round.txt" 2>&1 || rc=1
-        say "  $round load: $("$PY" - "$OUT/bench-$warm-$round.json" <<'EOF'
+            --seed $seed --no-progress --json "$OUT/bench-$mode-$round.json" > "$OUT/bench-$mode-$round.txt" 2>&1 || rc=1
+        say "  $round load: $("$PY" - "$OUT/bench-$mode-$round.json" <<'EOF'
 import json, sys
 try:
     j = json.load(open(sys.argv[1]))
