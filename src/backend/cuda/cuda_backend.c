@@ -55,6 +55,7 @@
 #include <dlfcn.h>
 #include <nccl.h>
 #include <pthread.h>
+#include <time.h>
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <jansson.h>
@@ -137,6 +138,11 @@ typedef struct {
     int T, R, one; /* one: every token its sequence's only one (attn early) */
     int failed;               /* capture failed once: run this shape eagerly  */
     cudaGraphExec_t exec;
+    /* TB_CUDA_GRAPH_TIMES=1: the replays' GPU time (events around each) and
+     * the host's time from one replay's launch to the next of the same
+     * graph; their difference is what the host adds between steps */
+    double gt_sum, gt_min, gap_sum;
+    long gt_n, gap_n;
 } step_graph;
 
 enum { RUN_EAGER = 0, RUN_CAPTURE, RUN_REPLAY };
@@ -343,6 +349,8 @@ typedef struct {
      * the run's latency includes), reported when the backend is destroyed */
     int gt_on, gt_pending;
     cudaEvent_t gt0, gt1;
+    step_graph *gt_step, *gt_last; /* the replay timed last; the graph launched last */
+    double gt_last_ms;             /* when (host clock, ms) */
     double gt_sum, gt_min;
     long gt_n;
     int nn_mode;              /* RUN_* of the current general run             */
@@ -949,7 +957,43 @@ static void nn_graphs_clear(cuda_ctx *c) {
 }
 
 /* (Re)sizes the staging buffers for block tables of `mb` columns. */
+static double host_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* TB_CUDA_GRAPH_TIMES=1: adds the last timed step replay's GPU time to its
+ * graph (its events are done: the step's outputs were read since). */
+static void step_time_collect(cuda_ctx *c) {
+    step_graph *sg = c->gt_step;
+    c->gt_step = NULL;
+    if (!sg) return;
+    float ms = 0;
+    if (cudaEventSynchronize(c->gt1) == cudaSuccess && cudaEventElapsedTime(&ms, c->gt0, c->gt1) == cudaSuccess) {
+        sg->gt_min = sg->gt_n && sg->gt_min < ms ? sg->gt_min : ms;
+        sg->gt_sum += ms;
+        sg->gt_n++;
+    }
+    cudaGetLastError();
+}
+
+/* The step graphs' times, one line each (TB_CUDA_GRAPH_TIMES=1). */
+static void step_times_log(cuda_ctx *c) {
+    step_time_collect(c);
+    for (int i = 0; i < c->n_graphs; i++) {
+        const step_graph *sg = &c->graphs[i];
+        if (!sg->gt_n) continue;
+        const double gpu = sg->gt_sum / (double)sg->gt_n, gap = sg->gap_n ? sg->gap_sum / (double)sg->gap_n : 0.0;
+        tb_log(TB_LOG_WARN, "cuda: step graph of %d tokens (%d rows): %ld replays, GPU time mean %.4f ms, min %.4f ms; "
+               "launch to launch %.4f ms over %ld back-to-back replays (host gap %.4f ms)", sg->T, sg->R, sg->gt_n, gpu,
+               sg->gt_min, gap, sg->gap_n, sg->gap_n ? gap - gpu : 0.0);
+    }
+}
+
 static void graphs_clear(cuda_ctx *c) {
+    if (c->gt_on) step_times_log(c);
+    c->gt_step = c->gt_last = NULL;
     for (int i = 0; i < c->n_graphs; i++)
         if (c->graphs[i].exec) cudaGraphExecDestroy(c->graphs[i].exec);
     c->n_graphs = 0;
@@ -1019,6 +1063,7 @@ static tb_status cuda_step_begin(tb_backend *b, const tb_graph *g, void **bufs, 
                          T, R, c->max_tokens);
     /* the previous step's kernels (and its use of the staging) are done */
     CU_TRY(cudaStreamSynchronize(c->stream), "previous step");
+    if (c->gt_step) step_time_collect(c);
     TB_TRY(stage_reserve(c, mb));
     int32_t *h = c->h_stage, *h_ids = h, *h_pos = h + c->max_tokens, *h_seq = h_pos + c->max_tokens,
             *h_rows = h_seq + c->max_tokens, *h_bt = h_rows + c->max_tokens;
@@ -1127,8 +1172,22 @@ static tb_status graph_finish(cuda_ctx *c) {
             return cuda_fail(e, "capturing the decode step as a CUDA graph");
         }
     }
+    const int timed = c->gt_on && c->mode == RUN_REPLAY && c->gt0 && c->gt1;
     c->mode = RUN_EAGER;
+    if (timed) {
+        const double now = host_ms();
+        if (c->gt_last == sg) {
+            sg->gap_sum += now - c->gt_last_ms;
+            sg->gap_n++;
+        }
+        c->gt_last = sg;
+        c->gt_last_ms = now;
+        cudaEventRecord(c->gt0, c->stream);
+    } else {
+        c->gt_last = NULL;
+    }
     CU_TRY(cudaGraphLaunch(sg->exec, c->stream), "graph launch");
+    if (timed) c->gt_step = cudaEventRecord(c->gt1, c->stream) == cudaSuccess ? sg : NULL;
     return TB_OK;
 }
 
