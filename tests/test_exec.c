@@ -12,10 +12,12 @@
  * profiles taking inputs inside either and refusing the gap between them
  * with every profile's range in the message; and the f16 pass (Casts at the
  * f32 input and outputs, names kept) run through the executor within f16
- * error of the f32 interpreter.
+ * error of the f32 interpreter. And a run whose data-dependent shape needs
+ * more memory than the machine has free refused before it allocates.
  */
 #include <unistd.h>
 
+#include "core/core.h"
 #include "ir/interp.h"
 #include "opt/opt.h"
 #include "plan/engine.h"
@@ -333,6 +335,54 @@ static void test_f16(void) {
     tb_graph_free(g32);
 }
 
+/* ---------------------------------------------------------------- memory */
+
+/* y = ConstantOfShape(n) (f32 ones): the activation's size comes from the
+ * input's value. A run needing more than tb_mem_available() is refused
+ * with TB_ERR_OOM naming both sizes, before anything is allocated, and the
+ * executor keeps running smaller ones. */
+static void test_memory_cap(void) {
+    tb_graph *g = tb_graph_new();
+    int64_t nd[1] = {1};
+    int nv = tb_graph_add_value(g, "n", TB_VAL_INPUT, TB_I64, 1, nd);
+    g->inputs[g->n_inputs++] = nv;
+    float *one = malloc(sizeof *one);
+    *one = 1.0f;
+    int in[2] = {nv, tb_graph_add_weight(g, "value", TB_F32, 0, NULL, one, 1)};
+    const char *yn = "y";
+    int k = tb_graph_add_node_ex(g, TB_OP_CONSTANT_OF_SHAPE, in, 2, &yn, 1, NULL, NULL);
+    CHECK_MSG(k >= 0, "constant_of_shape: %s", tb_last_error());
+    if (k < 0) { tb_graph_free(g); return; }
+    g->outputs[g->n_outputs++] = g->nodes[k].out[0];
+    tb_engine *e = NULL;
+    tb_exec *x = NULL;
+    CHECK_MSG(tb_engine_from_graph(g, "cpu", &e) == TB_OK, "%s", tb_last_error());
+    if (e) CHECK_MSG(tb_exec_create(e, NULL, &x) == TB_OK, "%s", tb_last_error());
+    if (!x) { tb_engine_free(e); return; }
+    int64_t n = 1000;
+    tb_tensor t = {.dtype = TB_I64, .rank = 1, .dims = {1}, .data = &n};
+    tb_tensor out[1];
+    setenv("TURBINE_MEM_AVAILABLE", "1000", 1); /* 1,000 bytes: 4,000 of activations are too many */
+    CHECK(tb_mem_available() == 1000);
+    CHECK(tb_exec_run(x, &t, 1, out, 1) == TB_ERR_OOM);
+    CHECK_MSG(strstr(tb_last_error(), "need 0.00 GB of activations, more than the 0.00 GB of memory available"),
+              "%s", tb_last_error());
+    unsetenv("TURBINE_MEM_AVAILABLE");
+    uint64_t avail = tb_mem_available();
+    CHECK(avail > 0); /* /proc/meminfo */
+    CHECK(tb_exec_run(x, &t, 1, out, 1) == TB_OK && out[0].rank == 1 && out[0].dims[0] == 1000 &&
+          ((float *)out[0].data)[999] == 1.0f);
+    /* the machine's own figure: an eighth (at least 1 GB) more than it has free */
+    uint64_t extra = avail / 8 > (1ull << 30) ? avail / 8 : (1ull << 30);
+    n = (int64_t)((avail + extra) / 4);
+    CHECK(tb_exec_run(x, &t, 1, out, 1) == TB_ERR_OOM);
+    CHECK_MSG(strstr(tb_last_error(), "GB of memory available"), "%s", tb_last_error());
+    n = 7;
+    CHECK(tb_exec_run(x, &t, 1, out, 1) == TB_OK && out[0].dims[0] == 7);
+    tb_exec_free(x);
+    tb_engine_free(e);
+}
+
 int main(void) {
     tb_graph *g = make_graph();
     if (!g) return tb_test_finish("test_exec");
@@ -392,5 +442,6 @@ int main(void) {
     test_views();
     test_profiles();
     test_f16();
+    test_memory_cap();
     return tb_test_finish("test_exec");
 }

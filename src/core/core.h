@@ -65,6 +65,12 @@ typedef struct {
     size_t used;
 } tb_arena;
 
+/* Bytes of memory a new allocation can still take without the kernel
+ * having to reclaim it: /proc/meminfo's MemAvailable, or less when the
+ * process's cgroup (v2 memory.max, v1 limit_in_bytes) leaves less. 0 when
+ * neither can be read. TURBINE_MEM_AVAILABLE=N (bytes) replaces it. */
+uint64_t tb_mem_available(void);
+
 tb_status tb_arena_init(tb_arena *a, size_t cap);
 void *tb_arena_alloc(tb_arena *a, size_t n, size_t align); /* NULL when full */
 void tb_arena_reset(tb_arena *a);

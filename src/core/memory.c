@@ -2,6 +2,9 @@
 #define _POSIX_C_SOURCE 200809L
 #include "core.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+
 void *tb_alloc_aligned(size_t n, size_t align) {
     void *p = NULL;
     if (align < sizeof(void *)) align = sizeof(void *);
@@ -12,6 +15,45 @@ void *tb_alloc_aligned(size_t n, size_t align) {
 }
 
 void tb_free_aligned(void *p) { free(p); }
+
+/* The first unsigned number of file path (0 when unreadable or "max"). */
+static uint64_t file_u64(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    unsigned long long v = 0;
+    if (fscanf(f, "%llu", &v) != 1) v = 0;
+    fclose(f);
+    return (uint64_t)v;
+}
+
+uint64_t tb_mem_available(void) {
+    const char *env = getenv("TURBINE_MEM_AVAILABLE");
+    if (env && *env) return (uint64_t)strtoull(env, NULL, 10);
+    uint64_t avail = 0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kb;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+                avail = (uint64_t)kb * 1024;
+                break;
+            }
+        fclose(f);
+    }
+    /* the cgroup's limit less its use (v2, then v1; an unlimited v1 group
+     * reports a huge limit, which changes nothing) */
+    uint64_t lim = file_u64("/sys/fs/cgroup/memory.max"), used = file_u64("/sys/fs/cgroup/memory.current");
+    if (!lim) {
+        lim = file_u64("/sys/fs/cgroup/memory/memory.limit_in_bytes");
+        used = file_u64("/sys/fs/cgroup/memory/memory.usage_in_bytes");
+    }
+    if (lim) {
+        uint64_t left = lim > used ? lim - used : 0;
+        if (!avail || left < avail) avail = left;
+    }
+    return avail;
+}
 
 tb_status tb_arena_init(tb_arena *a, size_t cap) {
     a->base = tb_alloc_aligned(cap, 64);

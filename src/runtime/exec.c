@@ -464,6 +464,16 @@ static tb_status plan(tb_exec *x, const tb_tensor *in, int n_in) {
     }
     for (int i = 0; i < n_items; i++) x->offset[items[i].v] = items[i].off;
     if (top > x->arena_cap) {
+        /* the CPU's arena is host memory: a run whose shapes (data-dependent
+         * ones included: Expand, ConstantOfShape, Range) need more than the
+         * machine has free is refused here, before malloc's overcommit would
+         * let it fault the pages in until the kernel kills the process */
+        uint64_t avail = strcmp(x->b->iface->name, "cpu") ? 0 : tb_mem_available();
+        if (avail && top > avail) {
+            s = tb_errorf(TB_ERR_OOM, "these shapes need %.2f GB of activations, more than the %.2f GB of memory "
+                          "available", (double)top / 1e9, (double)avail / 1e9);
+            goto done;
+        }
         if (x->arena) x->b->iface->free(x->b, x->arena);
         x->arena = x->b->iface->alloc(x->b, (size_t)top);
         x->arena_cap = x->arena ? top : 0;
