@@ -1,9 +1,10 @@
-/* memory.c — aligned allocation and bump arenas. */
+/* memory.c — aligned allocation, bump arenas, the memory a run may still take. */
 #define _POSIX_C_SOURCE 200809L
 #include "core.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 void *tb_alloc_aligned(size_t n, size_t align) {
     void *p = NULL;
@@ -42,14 +43,32 @@ uint64_t tb_mem_available(void) {
         fclose(f);
     }
     /* the cgroup's limit less its use (v2, then v1; an unlimited v1 group
-     * reports a huge limit, which changes nothing) */
+     * reports a huge limit, which changes nothing); the use counts the
+     * group's file cache, which the kernel reclaims before it fails an
+     * allocation: that part is counted as free */
     uint64_t lim = file_u64("/sys/fs/cgroup/memory.max"), used = file_u64("/sys/fs/cgroup/memory.current");
+    const char *stat = "/sys/fs/cgroup/memory.stat", *key = "file";
     if (!lim) {
         lim = file_u64("/sys/fs/cgroup/memory/memory.limit_in_bytes");
         used = file_u64("/sys/fs/cgroup/memory/memory.usage_in_bytes");
+        stat = "/sys/fs/cgroup/memory/memory.stat";
+        key = "cache";
     }
     if (lim) {
-        uint64_t left = lim > used ? lim - used : 0;
+        uint64_t cache = 0;
+        FILE *sf = fopen(stat, "r");
+        if (sf) {
+            char name[64];
+            unsigned long long v;
+            while (fscanf(sf, "%63s %llu", name, &v) == 2)
+                if (!strcmp(name, key)) {
+                    cache = (uint64_t)v;
+                    break;
+                }
+            fclose(sf);
+        }
+        uint64_t busy = used > cache ? used - cache : 0;
+        uint64_t left = lim > busy ? lim - busy : 0;
         if (!avail || left < avail) avail = left;
     }
     return avail;
