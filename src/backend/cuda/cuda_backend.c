@@ -956,7 +956,6 @@ static void nn_graphs_clear(cuda_ctx *c) {
     c->nn_mode = RUN_EAGER;
 }
 
-/* (Re)sizes the staging buffers for block tables of `mb` columns. */
 static double host_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -999,6 +998,7 @@ static void graphs_clear(cuda_ctx *c) {
     c->n_graphs = 0;
 }
 
+/* (Re)sizes the staging buffers for block tables of `mb` columns. */
 static tb_status stage_reserve(cuda_ctx *c, int mb) {
     if (c->h_stage && mb <= c->bt_stride) return TB_OK;
     graphs_clear(c); /* captured kernels point into the old buffers */
@@ -1063,7 +1063,7 @@ static tb_status cuda_step_begin(tb_backend *b, const tb_graph *g, void **bufs, 
                          T, R, c->max_tokens);
     /* the previous step's kernels (and its use of the staging) are done */
     CU_TRY(cudaStreamSynchronize(c->stream), "previous step");
-    if (c->gt_step) step_time_collect(c);
+    step_time_collect(c);
     TB_TRY(stage_reserve(c, mb));
     int32_t *h = c->h_stage, *h_ids = h, *h_pos = h + c->max_tokens, *h_seq = h_pos + c->max_tokens,
             *h_rows = h_seq + c->max_tokens, *h_bt = h_rows + c->max_tokens;
@@ -1462,12 +1462,18 @@ static int lt_pick_time(cuda_ctx *c, const struct fp8_plan *p, const cublasLtMat
     return best;
 }
 
-/* Keeps pick q in memory (gemm_picks); a shape already there keeps its first. */
-static void gemm_pick_keep(cuda_ctx *c, const struct gemm_pick *q) {
+/* The kept pick of shape q's (T, K, N, d16, wt), or NULL. */
+static const struct gemm_pick *gemm_pick_find(const cuda_ctx *c, const struct gemm_pick *q) {
     for (int i = 0; i < c->n_gemm_picks; i++) {
         const struct gemm_pick *o = &c->gemm_picks[i];
-        if (o->T == q->T && o->K == q->K && o->N == q->N && o->d16 == q->d16 && o->wt == q->wt) return;
+        if (o->T == q->T && o->K == q->K && o->N == q->N && o->d16 == q->d16 && o->wt == q->wt) return o;
     }
+    return NULL;
+}
+
+/* Keeps pick q in memory (gemm_picks); a shape already there keeps its first. */
+static void gemm_pick_keep(cuda_ctx *c, const struct gemm_pick *q) {
+    if (gemm_pick_find(c, q)) return;
     if (c->n_gemm_picks == c->cap_gemm_picks) {
         int nc = c->cap_gemm_picks ? 2 * c->cap_gemm_picks : 32;
         void *m = realloc(c->gemm_picks, sizeof *c->gemm_picks * (size_t)nc);
@@ -1537,11 +1543,8 @@ static int fp8_plan_make(cuda_ctx *c, struct fp8_plan *p, int T, int K, int N, i
     const cudaDataType_t cd = i8 ? CUDA_R_32I : d16 ? CUDA_R_16F : CUDA_R_32F;
     const int tune = io && c->gemm_tune_t > 0 && T > TBC_GEMV_MAX_T && T <= c->gemm_tune_t;
     if (tune && c->tune_cache == 0) tune_cache_open(c);
-    int pick = -1;
-    for (int i = 0; tune && i < c->n_gemm_picks && pick < 0; i++) {
-        const struct gemm_pick *q = &c->gemm_picks[i];
-        if (q->T == T && q->K == K && q->N == N && q->d16 == d16 && q->wt == wt) pick = q->idx;
-    }
+    const struct gemm_pick key = {T, K, N, d16, wt, 0}, *kept = tune ? gemm_pick_find(c, &key) : NULL;
+    const int pick = kept ? kept->idx : -1;
     const int want = tune ? (pick >= 0 ? pick + 1 : GEMM_TUNE_CAND) : 1;
     int bad = cublasLtMatmulDescCreate(&p->op, i8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F,
                                        i8 ? CUDA_R_32I : CUDA_R_32F) ||
