@@ -19,7 +19,9 @@
  * over an fp8 (e4m3) and an int8 cache (core/kv_layout.h blocks: random
  * codes and per-row scales, NaN codes / scales on the rows that are no key
  * of the sequence), the reference over the codes dequantised as the GEMM
- * prefill's gather does (code x scale in f32, rounded to f16).
+ * prefill's gather does (code x scale in f32, rounded to f16), and over a
+ * bf16 cache (kv_bf16: q rounded to bf16 in the reference; every other case
+ * with values of up to 3e5, past f16's range).
  * --quick: block size 16 only, pos0 in {0, 200}. --no-check: timing only;
  * --only NAME: only the timing cases whose name contains NAME.
  *
@@ -45,6 +47,7 @@
 #include <vector>
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -75,6 +78,7 @@
     } while (0)
 
 static const float POISON = -7777.25f; /* out rows outside the run keep this */
+static const int KV_BF16 = 16;          /* the cases' cache kind: bf16 (beside 0 = f16 and TBC_KVQ_*) */
 static const double TOL_REL = 2e-2;
 
 /* ---------------------------------------------------------------- random numbers */
@@ -90,6 +94,9 @@ static float rng_uniform() { return (float)((rng_u64() >> 40) * (1.0 / 16777216.
 static int rng_int(int n) { return (int)(rng_u64() % (uint64_t)n); }
 
 static float round16(float x) { return __half2float(__float2half_rn(x)); }
+static float roundbf(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+/* a bf16 value's bits in the f16-typed cache arrays */
+static __half bf_bits(float x) { return __ushort_as_half(__bfloat16_as_ushort(__float2bfloat16_rn(x))); }
 
 /* ---------------------------------------------------------------- one problem */
 
@@ -100,6 +107,7 @@ struct Problem {
     std::vector<int32_t> pos;    /* (T) */
     std::vector<int32_t> bt;     /* (n_seqs, max_blocks) */
     int kvq = 0;                 /* TBC_KVQ_*: the cache's codes */
+    bool bf = false;             /* a bf16 cache (kc, vc hold bf16 bits) */
     std::vector<__half> kc, vc;  /* (n_phys, bs, KV, hd) */
     std::vector<uint8_t> kq, vq; /* kvq: (n_phys) blocks of codes and scales */
     std::vector<float> kref, vref; /* (L, KV, hd): the sequence's keys, as stored */
@@ -124,9 +132,13 @@ static float code_value(uint8_t c, int kvq) {
     return (float)f;
 }
 
+/* kind: 0 (f16 cache), TBC_KVQ_FP8 / _I8 (codes), KV_BF16 (bf16 cache, values
+ * scaled by v_amp) */
 static void problem_build(Problem &p, int H, int KV, int hd, int n, int pos0, int bs, int t0, int after, float q_amp,
-                          int kvq = 0) {
+                          int kind = 0, float v_amp = 1.0f) {
+    const int kvq = kind == KV_BF16 ? 0 : kind;
     p.H = H; p.KV = KV; p.hd = hd; p.n = n; p.pos0 = pos0; p.bs = bs; p.t0 = t0; p.kvq = kvq;
+    p.bf = kind == KV_BF16;
     p.T = t0 + n + after;
     p.q_amp = q_amp;
     p.L = pos0 + n;
@@ -159,7 +171,7 @@ static void problem_build(Problem &p, int H, int KV, int hd, int n, int pos0, in
     }
 
     /* everything NaN, then the sequence's keys random */
-    const __half hnan = __ushort_as_half((unsigned short)0x7e00);
+    const __half hnan = __ushort_as_half((unsigned short)(p.bf ? 0x7fc0 : 0x7e00)); /* a NaN of the cache type */
     p.kc.assign((size_t)p.n_phys * blk_elems, hnan);
     p.vc.assign((size_t)p.n_phys * blk_elems, hnan);
     p.kref.resize((size_t)p.L * KV * hd);
@@ -193,6 +205,14 @@ static void problem_build(Problem &p, int H, int KV, int hd, int n, int pos0, in
     for (int j = 0; j < p.L && !kvq; j++) {
         const size_t base = ((size_t)perm[j / bs] * bs + j % bs) * KV * hd;
         for (int e = 0; e < KV * hd; e++) {
+            if (p.bf) {
+                const float k = roundbf(rng_uniform()), v = roundbf(rng_uniform() * v_amp);
+                p.kc[base + e] = bf_bits(k);
+                p.vc[base + e] = bf_bits(v);
+                p.kref[(size_t)j * KV * hd + e] = k;
+                p.vref[(size_t)j * KV * hd + e] = v;
+                continue;
+            }
             __half k = __float2half_rn(rng_uniform()), v = __float2half_rn(rng_uniform());
             p.kc[base + e] = k;
             p.vc[base + e] = v;
@@ -242,7 +262,8 @@ static void problem_build(Problem &p, int H, int KV, int hd, int n, int pos0, in
     a.block_size = bs;
     a.k_cache = p.d_kc;
     a.v_cache = p.d_vc;
-    a.kv_f16 = !kvq;
+    a.kv_f16 = !kvq && !p.bf;
+    a.kv_bf16 = p.bf;
     a.kv_q = kvq;
     a.kv_block_bytes = qbb;
     a.kv_scale_off = qso;
@@ -260,7 +281,8 @@ static void poison_out(Problem &p) {
     CK(cudaMemcpy(p.d_out, o.data(), o.size() * sizeof(float), cudaMemcpyHostToDevice));
 }
 
-/* Reference rows (n, H, hd) in double, from f16-rounded q and the stored k, v. */
+/* Reference rows (n, H, hd) in double, from f16-rounded q (bf16-rounded over
+ * a bf16 cache) and the stored k, v. */
 static void reference(const Problem &p, std::vector<double> &ref) {
     const int H = p.H, KV = p.KV, hd = p.hd, G = H / KV, row = (H + 2 * KV) * hd;
     const double scale = (double)(1.0f / sqrtf((float)hd));
@@ -269,7 +291,10 @@ static void reference(const Problem &p, std::vector<double> &ref) {
         std::vector<double> q(hd), s, acc(hd);
         for (int job = w; job < p.n * H; job += nw) {
             const int i = job / H, h = job % H, kvh = h / G, t = p.t0 + i;
-            for (int d = 0; d < hd; d++) q[d] = round16(p.qkv[(size_t)t * row + h * hd + d]);
+            for (int d = 0; d < hd; d++) {
+                const float x = p.qkv[(size_t)t * row + h * hd + d];
+                q[d] = p.bf ? roundbf(x) : round16(x);
+            }
             const int len = p.pos[t] + 1;
             s.resize(len);
             double m = -INFINITY;
@@ -498,10 +523,13 @@ int main(int argc, char **argv) {
         tbc_attn_args a;
         memset(&a, 0, sizeof a);
         a.n_heads = 4; a.n_kv = 4; a.hd = 96; a.kv_f16 = 1; a.block_size = 16;
-        const bool refuse = tbc_flash_supports(96, 1, 0) == 0 && tbc_flash_supports(128, 0, 0) == 0 &&
-                            tbc_flash_supports(64, 1, 0) == 1 && tbc_flash_supports(128, 1, 0) == 1 &&
-                            tbc_flash_supports(128, 0, TBC_KVQ_FP8) == 1 && tbc_flash_supports(64, 0, TBC_KVQ_I8) == 1 &&
-                            tbc_flash_supports(96, 0, TBC_KVQ_FP8) == 0 &&
+        const bool refuse = tbc_flash_supports(96, 1, 0, 0) == 0 && tbc_flash_supports(128, 0, 0, 0) == 0 &&
+                            tbc_flash_supports(64, 1, 0, 0) == 1 && tbc_flash_supports(128, 1, 0, 0) == 1 &&
+                            tbc_flash_supports(128, 0, 0, TBC_KVQ_FP8) == 1 &&
+                            tbc_flash_supports(64, 0, 0, TBC_KVQ_I8) == 1 && tbc_flash_supports(96, 0, 0, TBC_KVQ_FP8) == 0 &&
+                            tbc_flash_supports(128, 0, 1, 0) == 1 && tbc_flash_supports(64, 0, 1, 0) == 1 &&
+                            tbc_flash_supports(96, 0, 1, 0) == 0 && tbc_flash_supports(128, 1, 1, 0) == 0 &&
+                            tbc_flash_supports(128, 0, 1, TBC_KVQ_FP8) == 0 &&
                             tbc_flash_prefill(&a, nullptr, nullptr, 0, 0, 1, s) == cudaErrorInvalidValue;
         cudaGetLastError();
         printf("supports / refusals: %s\n", refuse ? "ok" : "WRONG");
@@ -519,7 +547,7 @@ int main(int argc, char **argv) {
     int n_cases = 0, n_fail = 0;
     double worst_rel = 0;
     const int n_shapes = check ? (int)(sizeof shapes / sizeof shapes[0]) : 0;
-    for (int kvq : {0, (int)TBC_KVQ_FP8, (int)TBC_KVQ_I8})
+    for (int kind : {0, (int)TBC_KVQ_FP8, (int)TBC_KVQ_I8, KV_BF16})
     for (int si = 0; si < n_shapes; si++)
         for (int n : ns)
             for (int pos0 : pos0s)
@@ -528,12 +556,14 @@ int main(int argc, char **argv) {
                     Problem p;
                     const int t0 = 1 + rng_int(5), after = rng_int(3);
                     const float amp = (n_cases % 3 == 2) ? 8.0f : 2.0f; /* some peaked softmaxes */
-                    problem_build(p, sh.H, sh.KV, sh.hd, n, pos0, bs, t0, after, amp, kvq);
+                    const float v_amp = kind == KV_BF16 && n_cases % 4 >= 2 ? 3.0e5f : 1.0f; /* past f16's range */
+                    problem_build(p, sh.H, sh.KV, sh.hd, n, pos0, bs, t0, after, amp, kind, v_amp);
                     std::vector<double> ref;
                     reference(p, ref);
                     char tag[32];
                     snprintf(tag, sizeof tag, "%d/%d/%d%s", sh.H, sh.KV, sh.hd,
-                             kvq == TBC_KVQ_FP8 ? " fp8" : kvq == TBC_KVQ_I8 ? " i8" : "");
+                             kind == TBC_KVQ_FP8 ? " fp8" : kind == TBC_KVQ_I8 ? " i8"
+                             : kind == KV_BF16 ? (v_amp > 1.0f ? " bf16 3e5" : " bf16") : "");
                     /* both kernel variants: warps of 16 and of 32 query rows */
                     for (int rows : {16, 32}) {
                         tbc_flash_force_rows(rows);

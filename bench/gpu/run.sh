@@ -195,6 +195,16 @@ for p in llama-gqa qwen2 mistral llama3-rope; do
     done
 done
 if [ -z "$QONLY" ]; then
+# a bf16 cache through the flash prefill's bf16 form (TB_CUDA_FLASH_BF16=1):
+# head size 64 (the 134M preset, 2 layers), whose 32-token prompts are runs
+# long enough for the prefill kernels; the presets above have smaller heads
+d=$W/ckpt/llama134m-l2-bf16
+if "$PY" "$SRC/tests/gen_checkpoints.py" --preset llama134m --layers 2 --dtype bf16 --out "$d" > /dev/null 2>> "$LOG"; then
+    case_run "llama134m-l2-bf16-bf16" "$d" bf16 2e-2
+    case_rerun llama134m-l2-bf16-bf16 TB_CUDA_FLASH_BF16=1
+else
+    say "FAIL gen llama134m bf16"; fail=$((fail + 1))
+fi
 # long sequences: the split-K decode path (contexts >= 128)
 if [ -z "${TB_QUICK:-}" ]; then
 case_run "llama3-rope-f32-f32-long" "$W/ckpt/llama3-rope-f32" f32 1e-4 300
@@ -431,7 +441,7 @@ for v in "TB_CUDA_ATTN_MMA=0" "TB_CUDA_ATTN_MMA=2" "TB_CUDA_ATTN_MMA=3" "TB_CUDA
             awk '{printf " %s/%s/%s", $1, $2, $3}' | head -c 300); $(tail -n 1 "$W/$n.txt"))"
     fi
 done
-say "== the flash prefill kernel against a double-precision reference, f16 / fp8 / int8 caches (bench/gpu/flash_test.cu)"
+say "== the flash prefill kernel against a double-precision reference, f16 / fp8 / int8 / bf16 caches (bench/gpu/flash_test.cu)"
 if [ ! -x "$BIN/flash_test" ]; then
     row "flash prefill vs reference" "SKIP (no flash_test in $BIN)"
 elif tb "$BIN/flash_test" --quick --no-bench > "$W/flash.txt" 2>&1; then

@@ -1,7 +1,9 @@
 /* flash.cu — flash-attention prefill: causal GQA attention of a run of query
  * tokens of one sequence over the paged KV cache (f16, int8 or fp8), on
  * tensor cores, with an online softmax and no score matrix in device memory
- * (see flash_kernels.h for the semantics).
+ * (see flash_kernels.h for the semantics). A bf16 cache runs the same
+ * kernel with bf16 operands (BF: q and P rounded to bf16, mma.sync .bf16),
+ * so keys and values past f16's range stay as they are.
  *
  * Work split. The query rows of a kv head's group are (token, q head) pairs,
  * token-major with the G = H / KV heads of the group innermost:
@@ -41,7 +43,7 @@
  * j + 1 in flight while tile j is computed. Keys past the block's last
  * position are zero-filled, never read.
  *
- * Per warp and softmax step (mma.sync m16n8k16, f16 in, f32 accumulate):
+ * Per warp and softmax step (mma.sync m16n8k16, f16 (bf16) in, f32 accumulate):
  *   S (16 MT, 64)  = q k^T, k^T fragments by ldmatrix from K;
  *   mask        keys after the row's position -> -inf (only on steps that
  *                 reach past the warp's first position);
@@ -56,6 +58,7 @@
 #include <math.h>
 #include <stdint.h>
 
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
@@ -109,12 +112,19 @@ static __device__ __forceinline__ void flash_ldsm4_t(uint32_t addr, uint32_t (&r
                  : "r"(addr));
 }
 
-/* c (16x8 f32) += a (16x16 f16, row) b (16x8 f16, col) */
+/* c (16x8 f32) += a (16x16, row) b (16x8, col): f16 operands, or bf16 (BF) */
+template <bool BF>
 static __device__ __forceinline__ void flash_mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    if constexpr (BF)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 /* 2^x (results below 2^-126 flush to 0) */
@@ -124,10 +134,16 @@ static __device__ __forceinline__ float flash_exp2(float x) {
     return y;
 }
 
-/* (x, y) rounded to f16, x in the low half (the lower column). */
+/* (x, y) rounded to f16 (bf16 with BF), x in the low half (the lower column). */
+template <bool BF = false>
 static __device__ __forceinline__ uint32_t flash_pack(float x, float y) {
-    __half2 h = __floats2half2_rn(x, y);
-    return *reinterpret_cast<uint32_t *>(&h);
+    if constexpr (BF) {
+        __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+        return *reinterpret_cast<uint32_t *>(&h);
+    } else {
+        __half2 h = __floats2half2_rn(x, y);
+        return *reinterpret_cast<uint32_t *>(&h);
+    }
 }
 
 /* Byte offset of 16-byte chunk ch of row r in a swizzled (rows, hd) array. */
@@ -255,7 +271,7 @@ struct flash_lane {
 };
 
 /* s (16 MT, 16 NP) = q k^T */
-template <int HD, int MT, int NP>
+template <int HD, int MT, int NP, bool BF>
 static __device__ __forceinline__ void flash_qk(float (&s)[MT][flash_cfg<HD, MT>::SN][4], const flash_lane<HD, MT> &ln,
                                                 uint32_t koff,
                                                 const uint32_t (&qreg)[MT][flash_cfg<HD, MT>::QREG ? HD / 16 : 1][4]) {
@@ -277,8 +293,8 @@ static __device__ __forceinline__ void flash_qk(float (&s)[MT][flash_cfg<HD, MT>
             flash_ldsm4(ln.k[k & 3] + koff + (uint32_t)(16 * p * HD * 2 + 128 * (k >> 2)), b);
 #pragma unroll
             for (int m = 0; m < MT; m++) {
-                flash_mma(s[m][2 * p], qa[m], b[0], b[1]);
-                flash_mma(s[m][2 * p + 1], qa[m], b[2], b[3]);
+                flash_mma<BF>(s[m][2 * p], qa[m], b[0], b[1]);
+                flash_mma<BF>(s[m][2 * p + 1], qa[m], b[2], b[3]);
             }
         }
     }
@@ -286,7 +302,7 @@ static __device__ __forceinline__ void flash_qk(float (&s)[MT][flash_cfg<HD, MT>
 
 /* o (16 MT, hd) += P (16 MT, 16 NP) v; the S accumulators of n-tiles 2k, 2k + 1
  * (probabilities now) are the A fragment of k-step k */
-template <int HD, int MT, int NP>
+template <int HD, int MT, int NP, bool BF>
 static __device__ __forceinline__ void flash_pv(float (&o)[MT][HD / 8][4],
                                                 const float (&s)[MT][flash_cfg<HD, MT>::SN][4],
                                                 const flash_lane<HD, MT> &ln, uint32_t voff) {
@@ -295,10 +311,10 @@ static __device__ __forceinline__ void flash_pv(float (&o)[MT][HD / 8][4],
         uint32_t pa[MT][4];
 #pragma unroll
         for (int m = 0; m < MT; m++) {
-            pa[m][0] = flash_pack(s[m][2 * k][0], s[m][2 * k][1]);
-            pa[m][1] = flash_pack(s[m][2 * k][2], s[m][2 * k][3]);
-            pa[m][2] = flash_pack(s[m][2 * k + 1][0], s[m][2 * k + 1][1]);
-            pa[m][3] = flash_pack(s[m][2 * k + 1][2], s[m][2 * k + 1][3]);
+            pa[m][0] = flash_pack<BF>(s[m][2 * k][0], s[m][2 * k][1]);
+            pa[m][1] = flash_pack<BF>(s[m][2 * k][2], s[m][2 * k][3]);
+            pa[m][2] = flash_pack<BF>(s[m][2 * k + 1][0], s[m][2 * k + 1][1]);
+            pa[m][3] = flash_pack<BF>(s[m][2 * k + 1][2], s[m][2 * k + 1][3]);
         }
 #pragma unroll
         for (int q = 0; q < HD / 16; q++) {
@@ -306,8 +322,8 @@ static __device__ __forceinline__ void flash_pv(float (&o)[MT][HD / 8][4],
             flash_ldsm4_t(ln.v[q & 3] + voff + (uint32_t)(16 * k * HD * 2 + 128 * (q >> 2)), b);
 #pragma unroll
             for (int m = 0; m < MT; m++) {
-                flash_mma(o[m][2 * q], pa[m], b[0], b[1]);
-                flash_mma(o[m][2 * q + 1], pa[m], b[2], b[3]);
+                flash_mma<BF>(o[m][2 * q], pa[m], b[0], b[1]);
+                flash_mma<BF>(o[m][2 * q + 1], pa[m], b[2], b[3]);
             }
         }
     }
@@ -318,7 +334,7 @@ static __device__ __forceinline__ void flash_pv(float (&o)[MT][HD / 8][4],
  * past the run, which sees no key). m is the running max of the raw scores
  * q.k (scale > 0), l the running sum of this thread's probabilities (the
  * quad's are added at the end). */
-template <int HD, int MT>
+template <int HD, int MT, bool BF>
 static __device__ __forceinline__ void flash_tile(const flash_lane<HD, MT> &ln, uint32_t koff, uint32_t voff,
                                                   const uint32_t (&qreg)[MT][flash_cfg<HD, MT>::QREG ? HD / 16 : 1][4],
                                                   float (&o)[MT][HD / 8][4], float (&mr)[MT][2],
@@ -332,10 +348,10 @@ static __device__ __forceinline__ void flash_tile(const flash_lane<HD, MT> &ln, 
 #pragma unroll
         for (int t = 0; t < flash_cfg<HD, MT>::SN; t++) s[m][t][0] = s[m][t][1] = s[m][t][2] = s[m][t][3] = 0.0f;
     switch (np) {
-    case 1: flash_qk<HD, MT, 1>(s, ln, koff, qreg); break;
-    case 2: flash_qk<HD, MT, 2>(s, ln, koff, qreg); break;
-    case 3: flash_qk<HD, MT, KSUB / 16 >= 3 ? 3 : 1>(s, ln, koff, qreg); break;
-    default: flash_qk<HD, MT, KSUB / 16>(s, ln, koff, qreg); break;
+    case 1: flash_qk<HD, MT, 1, BF>(s, ln, koff, qreg); break;
+    case 2: flash_qk<HD, MT, 2, BF>(s, ln, koff, qreg); break;
+    case 3: flash_qk<HD, MT, KSUB / 16 >= 3 ? 3 : 1, BF>(s, ln, koff, qreg); break;
+    default: flash_qk<HD, MT, KSUB / 16, BF>(s, ln, koff, qreg); break;
     }
     /* causal mask, on steps that reach past the warp's first position (np < KSUB / 16 implies it) */
     if (kbase + KSUB - 1 > wmin) {
@@ -378,16 +394,16 @@ static __device__ __forceinline__ void flash_tile(const flash_lane<HD, MT> &ln, 
         }
     }
     switch (np) {
-    case 1: flash_pv<HD, MT, 1>(o, s, ln, voff); break;
-    case 2: flash_pv<HD, MT, 2>(o, s, ln, voff); break;
-    case 3: flash_pv<HD, MT, KSUB / 16 >= 3 ? 3 : 1>(o, s, ln, voff); break;
-    default: flash_pv<HD, MT, KSUB / 16>(o, s, ln, voff); break;
+    case 1: flash_pv<HD, MT, 1, BF>(o, s, ln, voff); break;
+    case 2: flash_pv<HD, MT, 2, BF>(o, s, ln, voff); break;
+    case 3: flash_pv<HD, MT, KSUB / 16 >= 3 ? 3 : 1, BF>(o, s, ln, voff); break;
+    default: flash_pv<HD, MT, KSUB / 16, BF>(o, s, ln, voff); break;
     }
 }
 
 /* ---------------------------------------------------------------- kernel */
 
-template <int HD, int MT, int KQ>
+template <int HD, int MT, int KQ, bool BF>
 __global__ void __launch_bounds__(FL_THREADS, 2)
     flash_prefill_kernel(tbc_attn_args a, const float *__restrict__ qkv, float *__restrict__ out, int seq_slot,
                          int t0, int n, int bs_log2, int pair_sms) {
@@ -454,7 +470,7 @@ __global__ void __launch_bounds__(FL_THREADS, 2)
         flash_cp_commit();
     }
 
-    /* q of the block's rows -> Q, f16 (zeros past the run) */
+    /* q of the block's rows -> Q, f16 or bf16 (BF) (zeros past the run) */
     {
         const size_t qstride = (size_t)(H + 2 * KV) * HD;
         for (int i = tid; i < cfg::BM * CPR; i += FL_THREADS) {
@@ -464,11 +480,20 @@ __global__ void __launch_bounds__(FL_THREADS, 2)
                 const size_t off = (size_t)(t0 + rg / G) * qstride + (size_t)(kvh * G + rg % G) * HD + ch * 8;
                 if (a.q16) { /* rope_kv wrote q as f16 (tbc_attn_args.q16) */
                     u = *(const uint4 *)((const __half *)qkv + off);
+                    if constexpr (BF) {
+                        uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+                        for (int i = 0; i < 4; i++) {
+                            const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&w[i]));
+                            w[i] = flash_pack<true>(f.x, f.y);
+                        }
+                        u = make_uint4(w[0], w[1], w[2], w[3]);
+                    }
                 } else {
                     const float4 *src = (const float4 *)(qkv + off);
                     const float4 x0 = src[0], x1 = src[1];
-                    u = make_uint4(flash_pack(x0.x, x0.y), flash_pack(x0.z, x0.w), flash_pack(x1.x, x1.y),
-                                   flash_pack(x1.z, x1.w));
+                    u = make_uint4(flash_pack<BF>(x0.x, x0.y), flash_pack<BF>(x0.z, x0.w), flash_pack<BF>(x1.x, x1.y),
+                                   flash_pack<BF>(x1.z, x1.w));
                 }
             }
             *(uint4 *)(flash_smem + flash_swz<HD>(r, ch)) = u;
@@ -529,7 +554,7 @@ __global__ void __launch_bounds__(FL_THREADS, 2)
         for (int sub = 0; sub < FL_BN / cfg::KSUB; sub++) {
             const int kbase = j * FL_BN + sub * cfg::KSUB;
             const uint32_t off = cur + (uint32_t)(sub * cfg::KSUB * HD * 2);
-            if (kbase <= wmax) flash_tile<HD, MT>(ln, off, off, qreg, o, mr, lr, prow, kbase, wmin, wmax, c, sl2);
+            if (kbase <= wmax) flash_tile<HD, MT, BF>(ln, off, off, qreg, o, mr, lr, prow, kbase, wmin, wmax, c, sl2);
         }
         if (KQ) {
             /* the other stage was last read in tile j - 1, which every thread
@@ -564,8 +589,9 @@ __global__ void __launch_bounds__(FL_THREADS, 2)
 
 /* ---------------------------------------------------------------- launcher */
 
-extern "C" int tbc_flash_supports(int hd, int kv_f16, int kv_q) {
-    return (kv_f16 || kv_q == TBC_KVQ_I8 || kv_q == TBC_KVQ_FP8) && (hd == 64 || hd == 128);
+extern "C" int tbc_flash_supports(int hd, int kv_f16, int kv_bf16, int kv_q) {
+    const int kinds = (kv_f16 != 0) + (kv_bf16 != 0) + (kv_q != TBC_KVQ_NONE); /* exactly one cache type */
+    return kinds == 1 && (kv_q == TBC_KVQ_NONE || kv_q == TBC_KVQ_I8 || kv_q == TBC_KVQ_FP8) && (hd == 64 || hd == 128);
 }
 
 static int flash_force_rows = 0; /* tbc_flash_force_rows */
@@ -578,32 +604,33 @@ extern "C" void tbc_flash_force_rows(int rows_per_warp) {
 }
 
 /* Raises the kernel's dynamic shared-memory limit once per device. */
-template <int HD, int MT, int KQ>
+template <int HD, int MT, int KQ, bool BF>
 static cudaError_t flash_smem_attr(int dev) {
     static unsigned done = 0;
-    return tbc_smem_optin(flash_prefill_kernel<HD, MT, KQ>, (int)flash_cfg<HD, MT>::SMEM, dev, &done);
+    return tbc_smem_optin(flash_prefill_kernel<HD, MT, KQ, BF>, (int)flash_cfg<HD, MT>::SMEM, dev, &done);
 }
 
-template <int HD, int MT, int KQ>
+template <int HD, int MT, int KQ, bool BF>
 static cudaError_t flash_launch_q(const tbc_attn_args *a, const float *qkv, float *out, int seq_slot, int t0, int n,
                                   int bs_log2, int dev, int nsm, cudaStream_t s) {
-    cudaError_t e = flash_smem_attr<HD, MT, KQ>(dev);
+    cudaError_t e = flash_smem_attr<HD, MT, KQ, BF>(dev);
     if (e != cudaSuccess) return e;
     const long long rows = (long long)n * (a->n_heads / a->n_kv);
     const long long tiles = (rows + flash_cfg<HD, MT>::BM - 1) / flash_cfg<HD, MT>::BM;
     if (tiles > 65535 || a->n_kv > 65535) return cudaErrorInvalidValue;
     dim3 grid(a->n_kv, (unsigned)tiles);
     const int pair = flash_pair_order && a->n_kv * tiles <= 2LL * nsm ? nsm : 0;
-    return tbc_launch(flash_prefill_kernel<HD, MT, KQ>, grid, dim3(FL_THREADS), flash_cfg<HD, MT>::SMEM, s, *a, qkv, out,
+    return tbc_launch(flash_prefill_kernel<HD, MT, KQ, BF>, grid, dim3(FL_THREADS), flash_cfg<HD, MT>::SMEM, s, *a, qkv, out,
                       seq_slot, t0, n, bs_log2, pair);
 }
 
 template <int HD, int MT>
 static cudaError_t flash_launch(const tbc_attn_args *a, const float *qkv, float *out, int seq_slot, int t0, int n,
                                 int bs_log2, int dev, int nsm, cudaStream_t s) {
-    if (a->kv_q == TBC_KVQ_FP8) return flash_launch_q<HD, MT, TBC_KVQ_FP8>(a, qkv, out, seq_slot, t0, n, bs_log2, dev, nsm, s);
-    if (a->kv_q == TBC_KVQ_I8) return flash_launch_q<HD, MT, TBC_KVQ_I8>(a, qkv, out, seq_slot, t0, n, bs_log2, dev, nsm, s);
-    return flash_launch_q<HD, MT, 0>(a, qkv, out, seq_slot, t0, n, bs_log2, dev, nsm, s);
+    if (a->kv_q == TBC_KVQ_FP8) return flash_launch_q<HD, MT, TBC_KVQ_FP8, false>(a, qkv, out, seq_slot, t0, n, bs_log2, dev, nsm, s);
+    if (a->kv_q == TBC_KVQ_I8) return flash_launch_q<HD, MT, TBC_KVQ_I8, false>(a, qkv, out, seq_slot, t0, n, bs_log2, dev, nsm, s);
+    if (a->kv_bf16) return flash_launch_q<HD, MT, 0, true>(a, qkv, out, seq_slot, t0, n, bs_log2, dev, nsm, s);
+    return flash_launch_q<HD, MT, 0, false>(a, qkv, out, seq_slot, t0, n, bs_log2, dev, nsm, s);
 }
 
 /* Multiprocessors of device dev (cached). */
@@ -618,7 +645,7 @@ static int flash_sm_count(int dev) {
 
 extern "C" cudaError_t tbc_flash_prefill(const tbc_attn_args *a, const float *qkv, float *out, int seq_slot, int t0,
                                          int n, cudaStream_t s) {
-    if (!tbc_flash_supports(a->hd, a->kv_f16, a->kv_q) || a->n_kv < 1 || a->n_heads < a->n_kv || a->n_heads % a->n_kv ||
+    if (!tbc_flash_supports(a->hd, a->kv_f16, a->kv_bf16, a->kv_q) || a->n_kv < 1 || a->n_heads < a->n_kv || a->n_heads % a->n_kv ||
         a->block_size < 1 || (a->block_size & (a->block_size - 1)) || !(a->scale > 0.0f) || n < 0 || t0 < 0 ||
         seq_slot < 0)
         return cudaErrorInvalidValue;

@@ -9,7 +9,8 @@
  *   out[t, h, :] = softmax_j<=pos[t](scale * q16[t, h] . k[j, h / (H / KV)])
  *                  . v[j, h / (H / KV)]
  * with q rounded to f16, probabilities rounded to f16 before the product
- * with v, and f32 accumulation.
+ * with v, and f32 accumulation. Over a bf16 cache (kv_bf16) q and the
+ * probabilities are rounded to bf16 instead and the products are bf16 ones.
  *
  * Included from C (cuda_backend.c) and from the .cu files.
  */
@@ -23,8 +24,9 @@ extern "C" {
 #endif
 
 /* 1 when tbc_flash_prefill handles this head size and cache type
- * (hd 64 or 128; an f16 cache, or int8 / fp8 codes, kv_q). */
-int tbc_flash_supports(int hd, int kv_f16, int kv_q);
+ * (hd 64 or 128; exactly one of an f16 cache, a bf16 cache, or int8 / fp8
+ * codes, kv_q). */
+int tbc_flash_supports(int hd, int kv_f16, int kv_bf16, int kv_q);
 
 /* Causal attention of the n query tokens t0..t0+n-1 of the step, all of one
  * sequence whose compact block-table row is `seq_slot`; their k and v are
@@ -33,7 +35,7 @@ int tbc_flash_supports(int hd, int kv_f16, int kv_q);
  *   out  (T, H hd) f32; only rows t0..t0+n-1 are written
  *   a    n_heads, n_kv, hd, scale, pos (T, device), block_tables,
  *        max_blocks, block_size (a power of two), k_cache / v_cache
- *        (n_blocks, block_size, KV, hd) f16, or with kv_q int8 / fp8
+ *        (n_blocks, block_size, KV, hd) f16 (bf16 with kv_bf16), or with kv_q int8 / fp8
  *        blocks (kv_block_bytes, kv_scale_off: core/kv_layout.h) read
  *        dequantised to f16; the other fields are unused
  * The positions are read on the device: token t attends keys 0..pos[t]
