@@ -75,8 +75,9 @@ static const tb_cli_opt build_opts[] = {
      "quantized, calibrated on --calib-data, CPU only); int8: symmetric, a "
      "scale per output channel; int4: a scale per --group-size weights of a row; fp8: E4M3 with a scale per "
      "output channel. Quantized engines keep the embedding f16, norms and biases f32, and the LM head f16 "
-     "(int8 in int4 engines: it is the largest matmul of a small model); --override changes that; CPU only "
-     "for now"},
+     "(int8 in int4 engines: it is the largest matmul of a small model); --override changes that. An engine runs "
+     "on the backend it is built for (--device): int8, int4 and fp8 engines built with --device cuda take the "
+     "GPU's quantized kernels"},
     {"--group-size", NULL, TB_OPT_INT, "32|64|128", 32, 128, 0, 0, 0, B(group_size), "128",
      "--dtype int4: weights of a row sharing one scale (smaller: more accurate, larger engine; 128 measured as "
      "accurate as 32 and 64 on the demo model, docs/PERFORMANCE.md). A matrix whose rows are not whole groups "
