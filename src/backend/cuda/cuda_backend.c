@@ -1549,7 +1549,9 @@ static int fp8_plan_make(cuda_ctx *c, struct fp8_plan *p, int T, int K, int N, i
     if (tune && c->tune_cache == 0) tune_cache_open(c);
     const struct gemm_pick key = {T, K, N, d16, wt, 0}, *kept = tune ? gemm_pick_find(c, &key) : NULL;
     const int pick = kept ? kept->idx : -1;
-    const int want = tune ? (pick >= 0 ? pick + 1 : GEMM_TUNE_CAND) : 1;
+    /* a kept index refers to the whole list (asked for in full: no
+     * assumption that a shorter list is its prefix) */
+    const int want = tune ? GEMM_TUNE_CAND : 1;
     int bad = cublasLtMatmulDescCreate(&p->op, i8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F,
                                        i8 ? CUDA_R_32I : CUDA_R_32F) ||
               cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa) ||
