@@ -8,6 +8,8 @@
 # 2. models  : every small model and data set through `turbine exec --device
 #              cuda` (in memory) and `turbine build --device cuda` + exec,
 #              against PyTorch (tests/onnx/run_models.py)
+#    2b      : the tune cache: the small BERT engine benched twice on one
+#              fresh TURBINE_TUNE_CACHE folder; the second run adds no pick
 # 3. nodes   : ONNX's node tests shipped with the onnx package there, opsets
 #              13-21, through `turbine exec --device cuda`
 # 4. timing  : BERT-base shape (seq 128) and ResNet-18 (224x224), batch 1 and
@@ -47,6 +49,29 @@ $PY "$SRC/tests/onnx/make_models.py" "$W/small" --small --opsets 17 >> "$LOG" 2>
 say "== 2. models on cuda"
 $PY "$SRC/tests/onnx/run_models.py" --turbine "$T" --dir "$W/small" --mode both \
     --exec-arg=--device --exec-arg=cuda --build-arg=--device --build-arg=cuda 2>&1 | tee -a "$LOG" | tail -12
+
+# 2b. the tune cache (src/tune/tune_cache.h): a first run of the small BERT
+# engine times cuBLASLt's candidates of its matmuls and keeps each pick
+# ("nn" records) in a fresh folder; a second run reads them and times none
+say "== 2b. tune cache: general engines' cuBLASLt picks kept on disk"
+TC=$W/tunecache
+rm -rf "$TC"
+if $T build "$W/small/bert_opset17/model.onnx" -o "$W/tc_bert.engine" --device cuda \
+        --shapes input_ids:2x16,attention_mask:2x16 >> "$LOG" 2>&1; then
+    tc_n=()
+    for _ in 1 2; do
+        TURBINE_TUNE_CACHE=$TC $T bench --engine "$W/tc_bert.engine" --device cuda --iterations 5 --duration 0 \
+            >> "$LOG" 2>&1
+        tc_n+=("$(cat "$TC"/tune-*.txt 2>/dev/null | grep -c '^nn ')")
+    done
+    if [ "${tc_n[0]}" -gt 0 ] && [ "${tc_n[1]}" = "${tc_n[0]}" ]; then
+        say "PASS tune cache: ${tc_n[0]} picks kept by the first run, none added by the second"
+    else
+        say "FAIL tune cache: the first run kept ${tc_n[0]}, the file after the second has ${tc_n[1]}"
+    fi
+else
+    say "FAIL tune cache: build of the small BERT engine"
+fi
 
 if [ -z "${TB_SKIP_NODES:-}" ]; then
     say "== 3. node tests on cuda"

@@ -18,9 +18,11 @@
  * rounds once.
  */
 #include <math.h>
+#include <stdio.h>
 
 #include "backend/cuda/nn_backend.h"
 #include "ir/nn_shape.h"
+#include "tune/tune_cache.h"
 
 #include <cublas_v2.h>
 
@@ -153,6 +155,10 @@ void tbn_ctx_free(tbn_ctx *x) {
     free(x->lt_picks);
     x->lt_picks = NULL;
     x->n_lt_picks = x->cap_lt_picks = 0;
+    free(x->lt_known);
+    x->lt_known = NULL;
+    x->n_lt_known = x->cap_lt_known = 0;
+    x->tune_cache = 0;
     x->acc_bytes = x->col_bytes = 0;
 }
 
@@ -431,7 +437,11 @@ typedef struct {
  * output (the real output may be the residual), and the fastest is kept for
  * that shape (lt_picks). Ties keep the heuristic's order. TB_CUDA_LT_TUNE=0:
  * the first candidate, untimed. A shape first seen while capturing takes the
- * first candidate and is not remembered. */
+ * first candidate and is not remembered. Each timed pick is also kept on
+ * disk (tune/tune_cache.h: the file of this GPU, driver and cuBLASLt, as
+ * the LLM's picks are), and a later process takes it from there untimed:
+ * records "nn K3 K2 K1 K0 IDX", the shape's 64-bit key in 16-bit pieces
+ * (most significant first) and the pick's index in the heuristic's list. */
 #define TBN_LT_CAND 24
 
 static uint64_t lt_key(int64_t M, int64_t N, int64_t K, int ta, int tb, tb_dtype dt, int64_t batch, int64_t sA,
@@ -455,6 +465,56 @@ static int lt_picks_grow(tbn_ctx *x) {
     return 1;
 }
 
+/* the key's pieces and index of a record, checked before use */
+static void lt_known_add(tbn_ctx *x, uint64_t key, int idx) {
+    for (int i = 0; i < x->n_lt_known; i++)
+        if (x->lt_known[i].key == key) return;
+    if (x->n_lt_known == x->cap_lt_known) {
+        int nc = x->cap_lt_known ? 2 * x->cap_lt_known : 32;
+        void *p = realloc(x->lt_known, sizeof *x->lt_known * (size_t)nc);
+        if (!p) return;
+        x->lt_known = p;
+        x->cap_lt_known = nc;
+    }
+    x->lt_known[x->n_lt_known].key = key;
+    x->lt_known[x->n_lt_known].idx = idx;
+    x->n_lt_known++;
+}
+
+static void lt_cache_record(void *user, const int *v) {
+    for (int i = 0; i < 4; i++)
+        if (v[i] < 0 || v[i] > 0xffff) return;
+    if (v[4] < 0 || v[4] >= TBN_LT_CAND) return;
+    lt_known_add(user, ((uint64_t)v[0] << 48) | ((uint64_t)v[1] << 32) | ((uint64_t)v[2] << 16) | (uint64_t)v[3], v[4]);
+}
+
+/* Bump when lt_key or the descriptors gemm_lt makes change. */
+#define TBN_LT_PLAN_VERSION 1
+
+/* Opens this device's file of general-engine picks (once). */
+static void lt_cache_open(tbn_ctx *x) {
+    x->tune_cache = -1;
+    int dev = 0, drv = 0;
+    struct cudaDeviceProp pr;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&pr, dev) != cudaSuccess ||
+        cudaDriverGetVersion(&drv) != cudaSuccess) {
+        cudaGetLastError();
+        return;
+    }
+    snprintf(x->tune_ident, sizeof x->tune_ident,
+             "cuda-nn gpu=%s cc=%d.%d sms=%d driver=%d cublasLt=%zu cand=%d ws=%zu plan=%d", pr.name, pr.major,
+             pr.minor, pr.multiProcessorCount, drv, cublasLtGetVersion(), TBN_LT_CAND, TBN_LT_WS, TBN_LT_PLAN_VERSION);
+    if (!tb_tune_cache_path(x->tune_ident, x->tune_path, sizeof x->tune_path)) return;
+    int bad = 0, before = x->n_lt_known;
+    int n = tb_tune_cache_read(x->tune_path, x->tune_ident, "nn", 5, lt_cache_record, x, &bad);
+    if (n < 0)
+        tb_log(TB_LOG_WARN, "cuda: tune cache %s cannot be read; cuBLASLt's candidates are timed again", x->tune_path);
+    else if (n > 0 || bad > 0)
+        tb_log(TB_LOG_INFO, "cuda: %d general-engine cuBLASLt picks read from %s%s", x->n_lt_known - before,
+               x->tune_path, bad ? " (malformed lines skipped)" : "");
+    x->tune_cache = 1;
+}
+
 static int lt_tune_on(void) {
     static int on = -1;
     if (on < 0) {
@@ -464,23 +524,24 @@ static int lt_tune_on(void) {
     return on;
 }
 
-/* the index of the fastest of h[0, n) (0 when untimed or on any failure) */
+/* the index of the fastest of h[0, n) (-1 when untimed or on any failure:
+ * the caller takes the first) */
 static int lt_time(tbn_ctx *x, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t la, cublasLtMatrixLayout_t lb,
                    cublasLtMatrixLayout_t lc, const cublasLtMatmulHeuristicResult_t *h, int n, float alpha,
                    float beta, const void *A, const void *B, const void *res, int64_t ybytes) {
-    if (n < 2 || !lt_tune_on()) return 0;
+    if (n < 2 || !lt_tune_on()) return -1;
     enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
     cudaStreamIsCapturing(x->stream, &cs);
-    if (cs != cudaStreamCaptureStatusNone) return 0;
+    if (cs != cudaStreamCaptureStatusNone) return -1;
     /* the scratch output: the f32 product scratch, grown eagerly here */
     if (grow(x, (void **)&x->acc, &x->acc_bytes, (size_t)ybytes + 256, "matmul scratch") != TB_OK) {
         cudaGetLastError();
-        return 0;
+        return -1;
     }
     void *D = x->acc;
     const void *C = res ? res : D;
     cudaEvent_t a = NULL, b = NULL;
-    int best = 0;
+    int best = -1;
     float best_ms = -1;
     if (cudaEventCreate(&a) != cudaSuccess || cudaEventCreate(&b) != cudaSuccess) goto done;
     for (int i = 0; i < n; i++) {
@@ -511,7 +572,7 @@ static int lt_time(tbn_ctx *x, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t l
         if (ge) cudaGraphExecDestroy(ge);
         if (gr) cudaGraphDestroy(gr);
         if (ms < 0) { /* the capture failed: keep the heuristic's choice */
-            best = 0;
+            best = -1;
             break;
         }
         if (best_ms < 0 || ms < best_ms * 0.97f) { best = i; best_ms = ms; }
@@ -594,7 +655,25 @@ static int gemm_lt(tbn_ctx *x, int64_t M, int64_t N, int64_t K, int ta, int tb, 
         if (cublasLtMatmulAlgoGetHeuristic(x->lt, op, la, lb, lc, lc, pref, TBN_LT_CAND, h, &nres) !=
                 CUBLAS_STATUS_SUCCESS || nres < 1)
             goto out;
-        int best = lt_time(x, op, la, lb, lc, h, nres, alpha, beta, A, B, e->res, M * N * batch * (dt == TB_F16 ? 2 : 4));
+        int best = -1;
+        if (nres > 1 && lt_tune_on()) { /* a pick kept on disk by an earlier process */
+            if (x->tune_cache == 0) lt_cache_open(x);
+            for (int i = 0; i < x->n_lt_known && best < 0; i++)
+                if (x->lt_known[i].key == key) best = x->lt_known[i].idx;
+            if (best >= nres || (best >= 0 && (h[best].state != CUBLAS_STATUS_SUCCESS ||
+                                               h[best].workspaceSize > TBN_LT_WS)))
+                best = -1;
+        }
+        if (best < 0) {
+            const int timed = lt_time(x, op, la, lb, lc, h, nres, alpha, beta, A, B, e->res,
+                                      M * N * batch * (dt == TB_F16 ? 2 : 4));
+            best = timed < 0 ? 0 : timed;
+            if (timed >= 0 && x->tune_cache > 0) {
+                const int v[5] = {(int)(key >> 48), (int)((key >> 32) & 0xffff), (int)((key >> 16) & 0xffff),
+                                  (int)(key & 0xffff), timed};
+                if (tb_tune_cache_append(x->tune_path, x->tune_ident, "nn", 5, v) == 0) lt_known_add(x, key, timed);
+            }
+        }
         algo = &h[best].algo;
         enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
         cudaStreamIsCapturing(x->stream, &cs);

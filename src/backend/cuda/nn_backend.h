@@ -34,6 +34,13 @@ typedef struct {
     int lt_off;              /* TB_CUDA_LT=0: the epilogue kernel always */
     struct { uint64_t key; cublasLtMatmulAlgo_t algo; } *lt_picks; /* timed algorithm per shape */
     int n_lt_picks, cap_lt_picks;
+    /* picks kept on disk (tune/tune_cache.h, TURBINE_TUNE_CACHE): a shape's
+     * index in the heuristic's list; tune_cache 0 not opened, 1 on, -1 off */
+    struct { uint64_t key; int idx; } *lt_known;
+    int n_lt_known, cap_lt_known;
+    int tune_cache;
+    char tune_ident[256];
+    char tune_path[1024];
     void *dnn;               /* cuDNN convolutions (nn_cudnn.c), or NULL */
     tbn_layout lay;          /* channels-last activations (nn_layout.c) */
     void *lx, *ly, *lr;      /* (N, C, H, W) copies for a channels-last conv on im2col */
