@@ -11,7 +11,9 @@
  *     line cut short at the end, a NUL byte) are skipped and counted, the
  *     good ones around them still read;
  *   - four processes appending 200 records each to one new file: one first
- *     line, all 800 records whole.
+ *     line, all 800 records whole;
+ *   - tb_tune_cache_open names the file and passes its records, and is 0
+ *     with the cache turned off.
  */
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -202,6 +204,17 @@ int main(void) {
     while (f && fgets(line, sizeof line, f)) headers += !strncmp(line, "turbine-tune-cache", 18);
     if (f) fclose(f);
     CHECK(headers == 1);
+
+    /* open: names the file and reads its records (as a backend does) */
+    char path4[1024];
+    memset(acc, 0, sizeof acc);
+    CHECK(tb_tune_cache_open(id3, path4, sizeof path4, "lt", 3, collect, acc, "test picks") == 1);
+    CHECK(!strcmp(path4, path3) && acc[0] == 800);
+    memset(acc, 0, sizeof acc);
+    CHECK(tb_tune_cache_open(id3, path4, sizeof path4, "lt", 4, collect, acc, "test picks") == 1 && acc[0] == 0);
+    setenv("TURBINE_TUNE_CACHE", "off", 1);
+    CHECK(tb_tune_cache_open(id3, path4, sizeof path4, "lt", 3, collect, acc, "test picks") == 0 && path4[0] == '\0' &&
+          acc[0] == 0);
 
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     CHECK(system(cmd) == 0);

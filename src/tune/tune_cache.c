@@ -129,6 +129,18 @@ int tb_tune_cache_read(const char *path, const char *ident, const char *tag, int
     return count;
 }
 
+int tb_tune_cache_open(const char *ident, char *path, size_t n, const char *tag, int n_int,
+                       void (*fn)(void *user, const int *v), void *user, const char *what) {
+    if (!tb_tune_cache_path(ident, path, n)) return 0;
+    int bad = 0;
+    int got = tb_tune_cache_read(path, ident, tag, n_int, fn, user, &bad);
+    if (got < 0)
+        tb_log(TB_LOG_WARN, "tune cache %s cannot be read; %s are timed again", path, what);
+    else if (got > 0 || bad > 0)
+        tb_log(TB_LOG_INFO, "%d %s read from %s%s", got, what, path, bad ? " (malformed lines skipped)" : "");
+    return 1;
+}
+
 /* mkdir -p of path's folder */
 static int make_dirs(const char *path) {
     char d[PATH_MAX];

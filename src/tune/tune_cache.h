@@ -43,6 +43,14 @@ int tb_tune_cache_path(const char *ident, char *buf, size_t n);
 int tb_tune_cache_read(const char *path, const char *ident, const char *tag, int n_int,
                        void (*fn)(void *user, const int *v), void *user, int *bad);
 
+/* Opens the cache of identity ident for a backend: names its file into path
+ * (tb_tune_cache_path) and passes its records tagged tag with n_int integers
+ * to fn (tb_tune_cache_read), logging what was read (INFO: "N WHAT read from
+ * PATH") or that it could not be (WARN). 1 when the file is named (records
+ * may then be appended to path), 0 when the cache is off or has no folder. */
+int tb_tune_cache_open(const char *ident, char *path, size_t n, const char *tag, int n_int,
+                       void (*fn)(void *user, const int *v), void *user, const char *what);
+
 /* Appends one record to path, creating the folders and the file with its
  * first line when they are missing. 0, or -1 (logged once a process) when it
  * cannot be written or path belongs to another identity. */

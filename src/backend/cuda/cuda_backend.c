@@ -1513,15 +1513,9 @@ static void tune_cache_open(cuda_ctx *c) {
     snprintf(c->tune_ident, sizeof c->tune_ident, "cuda gpu=%s cc=%d.%d sms=%d driver=%d cublasLt=%zu cand=%d ws=%zu plan=%d",
              c->name, c->cc_major, c->cc_minor, c->n_sm, drv, cublasLtGetVersion(), GEMM_TUNE_CAND, FP8_LT_WS,
              TBC_LT_PLAN_VERSION);
-    if (!tb_tune_cache_path(c->tune_ident, c->tune_path, sizeof c->tune_path)) return;
-    int bad = 0, before = c->n_gemm_picks;
-    int n = tb_tune_cache_read(c->tune_path, c->tune_ident, "lt", 6, tune_cache_record, c, &bad);
-    if (n < 0) {
-        tb_log(TB_LOG_WARN, "cuda: tune cache %s cannot be read; cuBLASLt's candidates are timed again", c->tune_path);
-    } else if (n > 0 || bad > 0) {
-        tb_log(TB_LOG_INFO, "cuda: %d cuBLASLt picks read from %s%s", c->n_gemm_picks - before, c->tune_path,
-               bad ? " (malformed lines skipped)" : "");
-    }
+    if (!tb_tune_cache_open(c->tune_ident, c->tune_path, sizeof c->tune_path, "lt", 6, tune_cache_record, c,
+                            "cuBLASLt picks"))
+        return;
     c->tune_cache = 1;
 }
 

@@ -504,14 +504,9 @@ static void lt_cache_open(tbn_ctx *x) {
     snprintf(x->tune_ident, sizeof x->tune_ident,
              "cuda-nn gpu=%s cc=%d.%d sms=%d driver=%d cublasLt=%zu cand=%d ws=%zu plan=%d", pr.name, pr.major,
              pr.minor, pr.multiProcessorCount, drv, cublasLtGetVersion(), TBN_LT_CAND, TBN_LT_WS, TBN_LT_PLAN_VERSION);
-    if (!tb_tune_cache_path(x->tune_ident, x->tune_path, sizeof x->tune_path)) return;
-    int bad = 0, before = x->n_lt_known;
-    int n = tb_tune_cache_read(x->tune_path, x->tune_ident, "nn", 5, lt_cache_record, x, &bad);
-    if (n < 0)
-        tb_log(TB_LOG_WARN, "cuda: tune cache %s cannot be read; cuBLASLt's candidates are timed again", x->tune_path);
-    else if (n > 0 || bad > 0)
-        tb_log(TB_LOG_INFO, "cuda: %d general-engine cuBLASLt picks read from %s%s", x->n_lt_known - before,
-               x->tune_path, bad ? " (malformed lines skipped)" : "");
+    if (!tb_tune_cache_open(x->tune_ident, x->tune_path, sizeof x->tune_path, "nn", 5, lt_cache_record, x,
+                            "general-engine cuBLASLt picks"))
+        return;
     x->tune_cache = 1;
 }
 
