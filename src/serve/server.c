@@ -38,6 +38,7 @@
 
 #define MAX_STOPS 4
 #define MAX_CHOICES 64 /* n: samples of one prompt */
+#define MAX_PROMPTS 64 /* completions: prompts of one request (a list of them) */
 #define MAX_STOP_LEN 256
 #define MAX_MESSAGES 256
 #define STREAM_SNDBUF (64 * 1024) /* kernel send buffer of a streaming response (Linux doubles it) */
@@ -228,6 +229,14 @@ static void append(char **p, size_t *n, size_t *cap, const char *src, size_t len
 }
 
 
+/* One prompt of a request: its token ids and, with echo, its text. */
+typedef struct {
+    int32_t *ids;          /* malloc'd */
+    int n;
+    char *echo;            /* malloc'd, echo_len bytes (and a NUL) */
+    size_t echo_len;
+} gen_prompt;
+
 typedef struct {
     int chat, stream, include_usage;
     int max_tokens;
@@ -238,13 +247,21 @@ typedef struct {
     char stops[MAX_STOPS][MAX_STOP_LEN]; /* may hold NULs: */
     size_t stop_len[MAX_STOPS];          /* their lengths */
     int n_stops;
-    int32_t *prompt;       /* malloc'd */
-    int n_prompt;
-    int n;                 /* choices: independent samples of one prompt */
+    gen_prompt *pr;        /* (n_pr) malloc'd: the prompts, one unless completions got a list */
+    int n_pr;
+    int n;                 /* choices: independent samples of each prompt */
     int echo;              /* completions: the prompt text before each choice's */
-    char *echo_text;       /* malloc'd, echo_len bytes (and a NUL) */
-    size_t echo_len;
 } gen_req;
+
+static void gen_req_free(gen_req *g) {
+    for (int i = 0; g->pr && i < g->n_pr; i++) {
+        free(g->pr[i].ids);
+        free(g->pr[i].echo);
+    }
+    free(g->pr);
+    g->pr = NULL;
+    g->n_pr = 0;
+}
 
 typedef struct {
     int status;
@@ -404,6 +421,45 @@ static int check_fields(json_t *root, int chat, parse_err *e) {
     return 1;
 }
 
+/* Whether a completions prompt p is a list of prompts (strings or arrays
+ * of token ids) rather than one prompt (a string or token ids). */
+static int prompt_is_list(json_t *p) {
+    return json_is_array(p) && json_array_size(p) > 0 && !json_is_integer(json_array_get(p, 0));
+}
+
+/* One prompt of a completions request into gp: a string (tokenized) or an
+ * array of token ids. idx: its place in a list of several (-1: the only
+ * one), named in the messages. */
+static int parse_prompt(server *s, json_t *p, int idx, gen_prompt *gp, parse_err *e) {
+    char at[32] = "";
+    if (idx >= 0) snprintf(at, sizeof at, " (prompt %d)", idx);
+    if (json_is_string(p)) {
+        if (json_string_length(p) == 0) PERR(400, "prompt", "the prompt is empty%s", at);
+        return tokenize(s, json_string_value(p), json_string_length(p), s->info.add_bos, &gp->ids, &gp->n, e);
+    }
+    if (!json_is_array(p))
+        PERR(400, "prompt", "'prompt' must be a string, an array of token ids, or a list of either%s", at);
+    size_t n = json_array_size(p);
+    if (n == 0) PERR(400, "prompt", "the prompt is empty%s", at);
+    if (n > (size_t)s->info.max_seq_len)
+        PERR(400, "prompt", "This model's maximum context length is %d tokens; the prompt%s has %zu",
+             s->info.max_seq_len, at, n);
+    gp->ids = malloc(sizeof(int32_t) * n);
+    if (!gp->ids) PERR(500, NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(p, i);
+        if (!json_is_integer(v))
+            PERR(400, "prompt", "'prompt' must be a string, an array of token ids, or a list of either%s", at);
+        json_int_t t = json_integer_value(v);
+        if (t < 0 || t >= s->info.vocab_size)
+            PERR(400, "prompt", "token id %lld is outside the vocabulary [0, %d)%s", (long long)t, s->info.vocab_size,
+                 at);
+        gp->ids[i] = (int32_t)t;
+    }
+    gp->n = (int)n;
+    return 1;
+}
+
 /* Parses the fields shared by completions and chat. */
 static int parse_gen(server *s, json_t *root, int chat, gen_req *g, parse_err *e) {
     memset(g, 0, sizeof *g);
@@ -475,36 +531,19 @@ static int parse_gen(server *s, json_t *root, int chat, gen_req *g, parse_err *e
             PERR(400, "stop", "'stop' must be a string or an array of strings");
         }
     }
-    /* the prompt */
+    /* the prompt: a string or token ids; completions also take a list of
+     * either (each prompt's choices in turn, as OpenAI orders them) */
     if (!chat) {
         json_t *p = json_object_get(root, "prompt");
         if (!p) PERR(400, "prompt", "'prompt' is required");
-        if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
-            p = json_array_get(p, 0);
-        if (json_is_string(p)) {
-            if (json_string_length(p) == 0) PERR(400, "prompt", "the prompt is empty");
-            if (!tokenize(s, json_string_value(p), json_string_length(p), s->info.add_bos, &g->prompt, &g->n_prompt, e))
-                return 0;
-        } else if (json_is_array(p)) {
-            size_t n = json_array_size(p);
-            if (n == 0) PERR(400, "prompt", "the prompt is empty");
-            if (n > (size_t)s->info.max_seq_len)
-                PERR(400, "prompt", "This model's maximum context length is %d tokens; the prompt has %zu",
-                     s->info.max_seq_len, n);
-            g->prompt = malloc(sizeof(int32_t) * n);
-            if (!g->prompt) PERR(500, NULL, "out of memory");
-            for (size_t i = 0; i < n; i++) {
-                json_t *v = json_array_get(p, i);
-                if (!json_is_integer(v)) PERR(400, "prompt", "'prompt' must be a string or an array of token ids");
-                json_int_t t = json_integer_value(v);
-                if (t < 0 || t >= s->info.vocab_size)
-                    PERR(400, "prompt", "token id %lld is outside the vocabulary [0, %d)", (long long)t, s->info.vocab_size);
-                g->prompt[i] = (int32_t)t;
-            }
-            g->n_prompt = (int)n;
-        } else {
-            PERR(400, "prompt", "'prompt' must be a string or an array of token ids");
-        }
+        const int list = prompt_is_list(p);
+        const size_t np = list ? json_array_size(p) : 1;
+        if (np > MAX_PROMPTS) PERR(400, "prompt", "at most %d prompts a request, got %zu", MAX_PROMPTS, np);
+        g->pr = calloc(np, sizeof *g->pr);
+        if (!g->pr) PERR(500, NULL, "out of memory");
+        g->n_pr = (int)np;
+        for (size_t k = 0; k < np; k++)
+            if (!parse_prompt(s, list ? json_array_get(p, k) : p, np > 1 ? (int)k : -1, &g->pr[k], e)) return 0;
     } else {
         json_t *msgs = json_object_get(root, "messages");
         if (!json_is_array(msgs) || json_array_size(msgs) == 0)
@@ -529,55 +568,67 @@ static int parse_gen(server *s, json_t *root, int chat, gen_req *g, parse_err *e
             if (!json_is_string(content)) PERR(400, "messages", "each message needs a string 'content'");
             m[i] = (tb_chat_message){r, json_string_value(content), json_string_length(content)};
         }
+        g->pr = calloc(1, sizeof *g->pr);
+        if (!g->pr) PERR(500, NULL, "out of memory");
+        g->n_pr = 1;
         size_t tlen = 0;
         char *text = tb_chat_render(s->chat, m, (int)json_array_size(msgs), s->bos_text, &tlen);
         if (!text) PERR(500, NULL, "out of memory");
         /* formats that spell BOS out need none added */
         int add_bos = s->info.add_bos && !(s->bos_text[0] && !strncmp(text, s->bos_text, strlen(s->bos_text)));
-        int ok = tokenize(s, text, tlen, add_bos, &g->prompt, &g->n_prompt, e);
+        int ok = tokenize(s, text, tlen, add_bos, &g->pr[0].ids, &g->pr[0].n, e);
         free(text);
         if (!ok) return 0;
     }
-    if (g->n_prompt == 0) PERR(400, "prompt", "the prompt is empty");
+    for (int k = 0; k < g->n_pr; k++)
+        if (g->pr[k].n == 0) PERR(400, "prompt", "the prompt is empty");
     if (!chat) {
         if (!get_bool(root, "echo", &g->echo, e)) return 0;
         if (g->echo && g->logprobs >= 0) /* would need the prompt tokens' log-probabilities */
             PERR(400, "echo", "'echo' with 'logprobs' (log-probabilities of the prompt) is not supported");
-        if (g->echo) { /* the prompt as given, or its token ids decoded */
-            json_t *p = json_object_get(root, "prompt");
-            if (json_is_array(p) && json_array_size(p) == 1 && json_is_string(json_array_get(p, 0)))
-                p = json_array_get(p, 0);
-            if (json_is_string(p)) {
-                g->echo_len = json_string_length(p);
-                g->echo_text = malloc(g->echo_len + 1);
-                if (!g->echo_text) PERR(500, NULL, "out of memory");
-                memcpy(g->echo_text, json_string_value(p), g->echo_len + 1);
+        json_t *p = json_object_get(root, "prompt");
+        const int list = prompt_is_list(p);
+        for (int k = 0; g->echo && k < g->n_pr; k++) { /* the prompt as given, or its token ids decoded */
+            gen_prompt *gp = &g->pr[k];
+            json_t *q = list ? json_array_get(p, (size_t)k) : p;
+            if (json_is_string(q)) {
+                gp->echo_len = json_string_length(q);
+                gp->echo = malloc(gp->echo_len + 1);
+                if (!gp->echo) PERR(500, NULL, "out of memory");
+                memcpy(gp->echo, json_string_value(q), gp->echo_len + 1);
             } else {
                 size_t cap = 0;
                 int prev = -1;
-                for (int i = 0; i < g->n_prompt; i++) {
+                for (int i = 0; i < gp->n; i++) {
                     char piece[256];
-                    size_t k = tb_tokenizer_piece(s->tok, prev, g->prompt[i], piece, sizeof piece);
-                    append(&g->echo_text, &g->echo_len, &cap, piece, k);
-                    prev = g->prompt[i];
+                    size_t n = tb_tokenizer_piece(s->tok, prev, gp->ids[i], piece, sizeof piece);
+                    append(&gp->echo, &gp->echo_len, &cap, piece, n);
+                    prev = gp->ids[i];
                 }
-                if (!g->echo_text) append(&g->echo_text, &g->echo_len, &cap, "", 0);
-                if (!g->echo_text) PERR(500, NULL, "out of memory");
+                if (!gp->echo) append(&gp->echo, &gp->echo_len, &cap, "", 0);
+                if (!gp->echo) PERR(500, NULL, "out of memory");
             }
         }
     }
     int ctx = s->info.max_seq_len;
-    l = chat ? ctx - g->n_prompt : 16;
+    int longest = 0; /* the prompt that leaves the least room */
+    for (int k = 1; k < g->n_pr; k++)
+        if (g->pr[k].n > g->pr[longest].n) longest = k;
+    const int np = g->pr[longest].n;
+    l = chat ? ctx - np : 16;
     const char *mt_key = json_object_get(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     if (!get_int(root, mt_key, 1, 1L << 30, &l, e)) return 0;
     g->max_tokens = (int)l;
     l = 0; if (!get_int(root, "min_tokens", 0, g->max_tokens, &l, e)) return 0;
     g->min_tokens = (int)l;
-    if (g->n_prompt >= ctx || (long)g->n_prompt + g->max_tokens > ctx)
+    if (np >= ctx || (long)np + g->max_tokens > ctx) {
+        char which[32] = "the prompt";
+        if (g->n_pr > 1) snprintf(which, sizeof which, "prompt %d", longest);
         PERR(400, "max_tokens",
-             "This model's maximum context length is %d tokens. However, you requested %ld tokens (%d in the prompt, "
+             "This model's maximum context length is %d tokens. However, you requested %ld tokens (%d in %s, "
              "%d in the completion). Please reduce the length of the prompt or the completion",
-             ctx, (long)g->n_prompt + g->max_tokens, g->n_prompt, g->max_tokens);
+             ctx, (long)np + g->max_tokens, np, which, g->max_tokens);
+    }
     return 1;
 }
 
@@ -628,8 +679,7 @@ int tb_serve_check_request(const char *body, size_t n, int chat, const char *mod
             status = pe.status;
             snprintf(msg, cap, "%s", pe.msg);
         }
-        free(g.prompt);
-        free(g.echo_text);
+        gen_req_free(&g);
         json_decref(root);
     }
     free(s);
@@ -848,17 +898,25 @@ static int pump_all(gen_stream *gs, double timeout) {
     return 1;
 }
 
-/* Prompt tokens once (as OpenAI counts them for n > 1), completion tokens of
- * every choice. */
+/* The prompt of choice i: choices are each prompt's n in turn. */
+static const gen_prompt *choice_prompt(const gen_stream *gs, int i) { return &gs->g.pr[i / gs->g.n]; }
+
+/* Each prompt's tokens once (as OpenAI counts them for n > 1), completion
+ * tokens of every choice; cached: each prompt's most among its choices. */
 static json_t *usage_json(const gen_stream *gs) {
-    int gen = 0, cached = 0;
-    for (int i = 0; i < gs->n; i++) {
-        gen += gs->ch[i].n_gen;
-        int c = tb_request_cached_tokens(gs->ch[i].req);
-        if (c > cached) cached = c;
+    int gen = 0, cached = 0, prompt = 0;
+    for (int k = 0; k < gs->g.n_pr; k++) {
+        prompt += gs->g.pr[k].n;
+        int most = 0;
+        for (int i = k * gs->g.n; i < (k + 1) * gs->g.n && i < gs->n; i++) {
+            gen += gs->ch[i].n_gen;
+            int c = tb_request_cached_tokens(gs->ch[i].req);
+            if (c > most) most = c;
+        }
+        cached += most;
     }
-    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", gs->g.n_prompt, "completion_tokens", gen,
-                     "total_tokens", gs->g.n_prompt + gen, "prompt_tokens_details", "cached_tokens", cached);
+    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", prompt, "completion_tokens", gen, "total_tokens",
+                     prompt + gen, "prompt_tokens_details", "cached_tokens", cached);
 }
 
 static const char *finish_str(tb_finish_reason r) {
@@ -995,7 +1053,7 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                 progressed = 1;
             }
             if (g->g.echo && !c->sent_echo) { /* completions: the prompt, as its own event */
-                emit_sse(g, chunk_json(g, i, g->g.echo_text, g->g.echo_len, NULL));
+                emit_sse(g, chunk_json(g, i, choice_prompt(g, i)->echo, choice_prompt(g, i)->echo_len, NULL));
                 c->sent_echo = 1;
                 progressed = 1;
             }
@@ -1046,8 +1104,7 @@ static void gen_stream_free(gen_stream *g) {
         json_decref(c->lp_items);
     }
     free(g->ch);
-    free(g->g.prompt);
-    free(g->g.echo_text);
+    gen_req_free(&g->g);
     free(g->out);
     if (g->s) atomic_fetch_sub(&g->s->gen_users, 1);
     free(g);
@@ -1060,10 +1117,12 @@ static int connection_fd(struct MHD_Connection *c) {
     return ci ? ci->connect_fd : -1;
 }
 
-/* Makes g's choices (g->n of them, g->ch allocated) into scheduler requests
- * and submits them: each choice is a request of its own, with another seed
- * and the same prompt (the prefix cache shares it once its blocks are
- * written). 0 with the refusal in *e; the caller frees g either way. */
+/* Makes g's choices (g->n of them, g->ch allocated: each prompt's g->g.n in
+ * turn) into scheduler requests and submits them: each choice is a request
+ * of its own, with its prompt and another seed (the j-th choice of every
+ * prompt the same, so a prompt of a list samples as it would alone; the
+ * prefix cache shares a prompt once its blocks are written). 0 with the
+ * refusal in *e; the caller frees g either way. */
 static int gen_start(server *s, gen_stream *g, parse_err *e) {
     for (int i = 0; i < g->n; i++) {
         gen_choice *ch = &g->ch[i];
@@ -1073,9 +1132,10 @@ static int gen_start(server *s, gen_stream *g, parse_err *e) {
                                 .max_buffered = g->g.stream ? s->o.stream_buffer : 0};
         if (g->n > 1) snprintf(rp.label, sizeof rp.label, "%s choice %d", g->id, i);
         else snprintf(rp.label, sizeof rp.label, "%s", g->id);
-        rp.sampling.seed += (uint64_t)i * 0x9E3779B97F4A7C15ull;
+        rp.sampling.seed += (uint64_t)(i % g->g.n) * 0x9E3779B97F4A7C15ull;
+        const gen_prompt *gp = choice_prompt(g, i);
         ch->lp_items = json_array();
-        ch->prev = g->g.prompt[g->g.n_prompt - 1];
+        ch->prev = gp->ids[gp->n - 1];
         tb_gen_options go;
         tb_gen_options_default(&go);
         go.ignore_eos = 1; /* every event is text: the scheduler withholds the end tokens */
@@ -1085,7 +1145,7 @@ static int gen_start(server *s, gen_stream *g, parse_err *e) {
             go.stop_len[k] = g->g.stop_len[k];
         }
         if (tb_gen_init(&ch->gen, &s->info, s->tok, ch->prev, &go) != TB_OK) PERR(400, "stop", "%s", tb_last_error());
-        ch->req = tb_request_new(g->g.prompt, g->g.n_prompt, &rp, &s->info);
+        ch->req = tb_request_new(gp->ids, gp->n, &rp, &s->info);
         if (!ch->req || !ch->lp_items) PERR(500, NULL, "out of memory");
     }
     for (int i = 0; i < g->n; i++) {
@@ -1112,15 +1172,19 @@ static enum MHD_Result handle_generate(server *s, struct MHD_Connection *c, json
         gen_stream_free(g);
         return reply_error_as(s, c, pe.status, pe.type, pe.code, pe.param, pe.msg);
     }
-    if (g->g.n > tb_sched_queue_capacity(s->sched)) {
-        int n = g->g.n;
+    const int total = g->g.n * g->g.n_pr; /* choices: n for each prompt */
+    if (total > tb_sched_queue_capacity(s->sched)) {
+        int n = g->g.n, np = g->g.n_pr;
         gen_stream_free(g);
+        if (np > 1)
+            return reply_error(s, c, 400, "n", "%d prompts x n = %d choices exceed the %d requests this server queues "
+                               "(--max-queue)", np, n, tb_sched_queue_capacity(s->sched));
         return reply_error(s, c, 400, "n", "n = %d choices exceed the %d requests this server queues (--max-queue)", n,
                            tb_sched_queue_capacity(s->sched));
     }
-    g->ch = calloc((size_t)g->g.n, sizeof(gen_choice));
+    g->ch = calloc((size_t)total, sizeof(gen_choice));
     if (!g->ch) { gen_stream_free(g); return reply_error(s, c, 500, NULL, "out of memory"); }
-    g->n = g->g.n;
+    g->n = total;
     g->interval = s->o.stream_interval > 0 ? s->o.stream_interval : 1;
     snprintf(g->id, sizeof g->id, "%s-%ld", chat ? "chatcmpl" : "cmpl", atomic_fetch_add(&s->next_id, 1));
     g->created = (long)time(NULL);
@@ -1160,12 +1224,13 @@ static enum MHD_Result handle_generate(server *s, struct MHD_Connection *c, json
         else {
             json_t *text = json_text(ch->text, ch->tn);
             if (g->g.echo) { /* the prompt, then the completion */
-                char *both = malloc(g->g.echo_len + ch->tn + 1);
+                const gen_prompt *gp = choice_prompt(g, i);
+                char *both = malloc(gp->echo_len + ch->tn + 1);
                 if (both) {
-                    memcpy(both, g->g.echo_text, g->g.echo_len);
-                    if (ch->tn) memcpy(both + g->g.echo_len, ch->text, ch->tn);
+                    memcpy(both, gp->echo, gp->echo_len);
+                    if (ch->tn) memcpy(both + gp->echo_len, ch->text, ch->tn);
                     json_decref(text);
-                    text = json_text(both, g->g.echo_len + ch->tn);
+                    text = json_text(both, gp->echo_len + ch->tn);
                     free(both);
                 }
             }

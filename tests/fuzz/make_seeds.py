@@ -282,6 +282,7 @@ def seeds_fuzz_serve_request(out, work):
         {"prompt": "x", "logprobs": 3, "repetition_penalty": 1.1, "presence_penalty": 0.5,
          "frequency_penalty": -0.5, "ignore_eos": True, "min_tokens": 2, "max_tokens": 4, "user": "u"},
         {"prompt": "a\u0000b", "stop": "b\u0000", "max_completion_tokens": 60, "logit_bias": {}, "best_of": 1},
+        {"prompt": ["one", [1, 300, 301], "two three"], "max_tokens": 5, "n": 2, "echo": True},
     ]
     chat = [
         {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 8},

@@ -1,5 +1,5 @@
 """OpenAI wire format of `turbine serve`: completions and chat, streaming and
-not, usage, token-id prompts, /v1/models, /health, /tokenize + /detokenize,
+not, usage, token-id prompts, lists of prompts, /v1/models, /health, /tokenize + /detokenize,
 logprobs. Run by tests/test_serve_api.sh."""
 import json
 import math
@@ -392,6 +392,58 @@ def t_n_choices():
     ok("n=3: three seeded samples (repeatable, choice 0 = n=1), greedy n=2 identical, streamed by index")
 
 
+def t_prompt_list():
+    st, _, d = S.post("/tokenize", {"prompt": "The dog"})
+    ids = json.loads(d)["tokens"]
+    prompts = [PROMPT, ids, "Lily and Tom"]
+    body = {"max_tokens": 10, "temperature": 0, "ignore_eos": True}
+    alone = [S.completion(dict(body, prompt=p)) for p in prompts]
+    j = S.completion(dict(body, prompt=prompts))
+    check_common(j, "text_completion", "prompt list")
+    ch = j["choices"]
+    check([c["index"] for c in ch] == [0, 1, 2], "prompt list: choice indexes %r" % [c.get("index") for c in ch])
+    want = [a["choices"][0]["text"] for a in alone]
+    check([c["text"] for c in ch] == want, "prompt list: texts differ from each prompt alone:\n%r\n%r"
+          % ([c["text"] for c in ch], want))
+    check_usage(j["usage"], sum(a["usage"]["prompt_tokens"] for a in alone), 30,
+                "prompt list usage (every prompt's tokens once, 3 x 10 completion)")
+    # n = 2 for each prompt: prompt k's choices are 2k and 2k + 1, each the choice it is alone (same seed)
+    sb = {"max_tokens": 8, "temperature": 1.5, "seed": 17, "n": 2, "ignore_eos": True}
+    alone = [[c["text"] for c in S.completion(dict(sb, prompt=p))["choices"]] for p in prompts[:2]]
+    j = S.completion(dict(sb, prompt=prompts[:2]))
+    got = [c["text"] for c in j["choices"]]
+    check([c["index"] for c in j["choices"]] == [0, 1, 2, 3], "prompt list, n=2: indexes %r" % j["choices"])
+    check(got == alone[0] + alone[1], "prompt list, n=2: %r, want each prompt's seeded choices %r" % (got, alone))
+    check(j["usage"]["completion_tokens"] == 32, "prompt list, n=2: usage %r" % j["usage"])
+    # echo: each choice after its own prompt's text
+    j = S.completion(dict(body, prompt=[PROMPT, ids], echo=True))
+    check([c["text"] for c in j["choices"]] == [PROMPT + want[0], "The dog" + want[1]],
+          "prompt list with echo: %r" % [c["text"] for c in j["choices"]])
+    # streamed: every index its own text and finish_reason, usage summed
+    chunks = stream_chunks("/v1/completions", dict(body, prompt=prompts, stream=True,
+                                                   stream_options={"include_usage": True}))
+    text, fin = {}, {}
+    for c in chunks[:-1]:
+        for x in c["choices"]:
+            text[x["index"]] = text.get(x["index"], "") + x["text"]
+            if x["finish_reason"] is not None:
+                fin[x["index"]] = x["finish_reason"]
+    check([text.get(i) for i in range(3)] == want, "streamed prompt list: %r, want %r" % (text, want))
+    check(fin == {0: "length", 1: "length", 2: "length"}, "streamed prompt list: finish reasons %r" % fin)
+    check(chunks[-1]["usage"]["completion_tokens"] == 30, "streamed prompt list usage %r" % chunks[-1])
+    # refusals name the prompt
+    for bad, frag in [([PROMPT, ""], "prompt 1"), ([PROMPT, [1, "x"]], "prompt 1"), ([[1, 2], [1, 99999]], "prompt 1"),
+                      ([PROMPT, 7], "prompt 1"), (["x"] * 65, "at most 64 prompts")]:
+        st, _, d = S.post("/v1/completions", {"prompt": bad, "max_tokens": 4})
+        msg = json.loads(d).get("error", {}).get("message", "") if st == 400 else d[:200]
+        check(st == 400 and frag in msg, "prompt %r: %s %r, want a 400 naming %r" % (bad[:3], st, msg, frag))
+    st, _, d = S.post("/v1/completions", {"prompt": ["a", "b " * 300], "max_tokens": 400})
+    msg = json.loads(d).get("error", {}).get("message", "")
+    check(st == 400 and "in prompt 1" in msg, "too long a prompt of a list: %s %r" % (st, msg))
+    ok("a list of prompts (text and token ids): each choice as its prompt alone (greedy, seeded n=2, echo, "
+       "streamed), usage summed, refusals name the prompt")
+
+
 def main():
     global S
     d = workdir("api")
@@ -402,7 +454,8 @@ def main():
                ("stream completion", t_stream_completion), ("stream chat", t_stream_chat),
                ("include_usage", t_include_usage), ("token-id prompt", t_token_ids),
                ("tokenize round trip", t_tokenize_roundtrip), ("logprobs completions", t_logprobs_completion),
-               ("logprobs chat", t_logprobs_chat), ("seeded sampling", t_sampling_seed), ("n choices", t_n_choices)])
+               ("logprobs chat", t_logprobs_chat), ("seeded sampling", t_sampling_seed), ("n choices", t_n_choices),
+               ("prompt list", t_prompt_list)])
 
 
 if __name__ == "__main__":

@@ -162,6 +162,18 @@ async function main() {
   check(typeof plain.usage.prompt_tokens_details?.cached_tokens === "number", `usage lacks cached_tokens: ${JSON.stringify(plain.usage)}`);
   ok(`n=2: the SDK's stream helper assembles both choices as the plain reply has them`);
 
+  // a list of prompts: one choice each, in order, each the text its prompt gives alone
+  const other = "The dog";
+  const alone = await client.completions.create({ model, prompt: other, max_tokens: 40, temperature: 0 });
+  const batch = await client.completions.create({ model, prompt: [prompt, other], max_tokens: 40, temperature: 0 });
+  check(batch.choices.length === 2 && batch.choices[0].index === 0 && batch.choices[1].index === 1,
+    `prompt list: ${JSON.stringify(batch.choices)}`);
+  check(batch.choices[0].text === compText && batch.choices[1].text === alone.choices[0].text,
+    `prompt list texts: ${JSON.stringify(batch.choices.map((c) => c.text))}`);
+  check(batch.usage.prompt_tokens === comp.usage.prompt_tokens + alone.usage.prompt_tokens,
+    `prompt list usage ${JSON.stringify(batch.usage)}`);
+  ok("completions with a list of prompts: one choice each, as each prompt alone");
+
   // still serving
   const again = await client.completions.create({ model, prompt, max_tokens: 40, temperature: 0 });
   check(again.choices[0].text === compText, "after the errors the text changed");
