@@ -7,7 +7,9 @@
  *   a seeded draw repeats with the same seed and stays inside the top-k /
  *   min-p / top-p set the host computes; 600 draws at top-k 4 follow the
  *   softmax of those 4 logits; a batch of prefill and decode chunks picks
- *   each row's argmax; bad rows are refused. And the host half of device
+ *   each row's argmax; rows that score a given token (a prompt's) give its
+ *   log-probability and alternatives and leave the generator alone; bad
+ *   rows are refused. And the host half of device
  *   sampling (tb_sampler_prepare): penalty pairs and the generator.
  *
  * TURBINE_TEST_DEVICE (default "cpu") picks the device, e.g. "cuda".
@@ -72,7 +74,7 @@ static tb_status pick(tb_context *c, const int32_t *prompt, tb_sampler *sm, cons
                       tb_sample_result *res) {
     tb_seq_reset(c, 0);
     tb_seq_chunk ch = {0, PLEN, prompt, 1};
-    tb_row_sampling rs = {sm, hist, n_hist, top};
+    tb_row_sampling rs = {sm, hist, n_hist, top, NULL};
     int rows = 0;
     tb_status s = tb_context_step_sample(c, &ch, 1, &rs, res, &rows);
     if (s == TB_OK && rows != 1) return TB_ERR_INTERNAL;
@@ -210,18 +212,59 @@ static void check_engine(const char *path) {
     tb_sample_result res[4];
     for (int s = 0; s < 3; s++) ch[s] = (tb_seq_chunk){s, PLEN, prompt[s + 1], 1};
     ch[3] = (tb_seq_chunk){3, PLEN - 3, prompt[0], 0};
-    for (int s = 0; s < 4; s++) rs[s] = (tb_row_sampling){g, NULL, 0, 0};
+    for (int s = 0; s < 4; s++) rs[s] = (tb_row_sampling){g, NULL, 0, 0, NULL};
     CHECK(tb_context_step_sample(c, ch, 4, rs, res, &rows) == TB_OK && rows == 3);
     for (int s = 0; s < 3; s++) CHECK_MSG(res[s].token == tb_test_argmax(ref[s + 1], V), "batch row %d", s);
     tb_seq_chunk rest = {3, 3, prompt[0] + PLEN - 3, 1};
     CHECK(tb_context_step_sample(c, &rest, 1, rs, res, &rows) == TB_OK && rows == 1);
     CHECK_MSG(res[0].token == am, "a prefill in two steps picks %d, want %d", res[0].token, am);
 
+    /* scored rows: a prompt of PLEN + 1 tokens with one row per token; rows
+     * 0 .. PLEN - 1 take the next prompt token (its log-probability and 3
+     * alternatives, the generator left alone), the last row is drawn */
+    static float all[PLEN + 1][VMAX];
+    tb_seq_reset(c, 0);
+    tb_seq_chunk full = {0, PLEN + 1, prompt[1], 2};
+    CHECK(tb_context_step(c, &full, 1, &lg, &rows) == TB_OK && rows == PLEN + 1);
+    for (int j = 0; j < rows && j <= PLEN; j++) memcpy(all[j], lg + (size_t)j * (size_t)V, sizeof(float) * (size_t)V);
+    tb_sampler *s1 = sampler(V, 1.0f, 0, 1, 0, 42), *s2 = sampler(V, 1.0f, 0, 1, 0, 42);
+    tb_row_sampling srs[PLEN + 1];
+    static tb_sample_result sres[PLEN + 1];
+    for (int j = 0; j < PLEN; j++) srs[j] = (tb_row_sampling){s1, prompt[1], j + 1, 3, &prompt[1][j + 1]};
+    srs[PLEN] = (tb_row_sampling){s1, prompt[1], PLEN + 1, -1, NULL};
+    tb_seq_reset(c, 0);
+    CHECK(tb_context_step_sample(c, &full, 1, srs, sres, &rows) == TB_OK && rows == PLEN + 1);
+    int scored_ok = 1;
+    for (int j = 0; j < PLEN; j++) {
+        const float *xr = all[j];
+        double l = lse_of(xr, V);
+        int t = prompt[1][j + 1];
+        allowed(xr, V, 1, 0, 0, 1, in, idx, prob);
+        scored_ok &= sres[j].token == t && fabs(sres[j].logprob - (xr[t] - l)) < 1e-3 && sres[j].n_top == 3;
+        for (int k = 0; k < 3 && k < sres[j].n_top; k++)
+            scored_ok &= sres[j].top_ids[k] == idx[k] && fabs(sres[j].top_logprobs[k] - (xr[idx[k]] - l)) < 1e-3;
+    }
+    CHECK_MSG(scored_ok, "scored rows: a token, log-probability or alternative differs from the plain step's logits");
+    /* the drawn row equals a draw of a fresh sampler of the same seed: scoring did not move the generator */
+    tb_seq_reset(c, 0);
+    tb_seq_chunk last = {0, PLEN + 1, prompt[1], 1};
+    tb_row_sampling one_rs = {s2, prompt[1], PLEN + 1, -1, NULL};
+    tb_sample_result r2;
+    CHECK(tb_context_step_sample(c, &last, 1, &one_rs, &r2, &rows) == TB_OK && rows == 1);
+    CHECK_MSG(sres[PLEN].token == r2.token, "the draw after scored rows %d, alone %d", sres[PLEN].token, r2.token);
+    int32_t out_of_range = V;
+    tb_row_sampling bad_score = {s1, NULL, 0, 0, &out_of_range};
+    tb_seq_chunk one_tok = {0, 1, prompt[0], 1};
+    tb_seq_reset(c, 0);
+    CHECK(tb_context_step_sample(c, &one_tok, 1, &bad_score, res, &rows) == TB_ERR_INVALID_ARG);
+    tb_sampler_free(s1);
+    tb_sampler_free(s2);
+
     /* refused: a row without a sampler, too many alternatives */
-    tb_row_sampling bad = {NULL, NULL, 0, -1};
+    tb_row_sampling bad = {NULL, NULL, 0, -1, NULL};
     tb_seq_chunk one = {0, 1, prompt[0], 1};
     CHECK(tb_context_step_sample(c, &one, 1, &bad, res, &rows) == TB_ERR_INVALID_ARG);
-    bad = (tb_row_sampling){g, NULL, 0, TB_TOP_LOGPROBS_MAX + 1};
+    bad = (tb_row_sampling){g, NULL, 0, TB_TOP_LOGPROBS_MAX + 1, NULL};
     CHECK(tb_context_step_sample(c, &one, 1, &bad, res, &rows) == TB_ERR_INVALID_ARG);
     tb_sampler_free(g);
     tb_context_free(c);

@@ -257,7 +257,7 @@ int tb_bench_engine_main(int argc, char **argv) {
             fprintf(stderr, "turbine bench: error: %s\n", tb_last_error());
             goto done;
         }
-        pk.rows[q] = (tb_row_sampling){gens[q].sampler, NULL, 0, -1};
+        pk.rows[q] = (tb_row_sampling){gens[q].sampler, NULL, 0, -1, NULL};
     }
     /* warm up: one short prefill and a few decode steps */
     if (tb_seq_reset(c, 0) != TB_OK || prefill(c, 1, in_len < 16 ? in_len : 16, prompt, max_step, chunks, next, &pk) != TB_OK) {

@@ -487,7 +487,7 @@ static int cmd_run(int argc, char **argv) {
      * a GPU engine: no logits cross to the host) */
     const float *lg = NULL;
     int n_rows = 0, max_step = tb_context_max_step(ctx), next = 0;
-    tb_row_sampling rsm = {gen.sampler, toks, 0, -1};
+    tb_row_sampling rsm = {gen.sampler, toks, 0, -1, NULL};
     tb_sample_result res;
     for (int at = 0; at < n_prompt; at += max_step) {
         int n = n_prompt - at < max_step ? n_prompt - at : max_step;

@@ -82,7 +82,7 @@ static int step(tb_context *c, const tb_seq_chunk *ch, int n) {
         }
         return 1;
     }
-    for (int r = 0; r < want; r++) g_rows[r] = (tb_row_sampling){greedy, NULL, 0, -1};
+    for (int r = 0; r < want; r++) g_rows[r] = (tb_row_sampling){greedy, NULL, 0, -1, NULL};
     if (tb_context_step_sample(c, ch, n, g_rows, g_res, &rows) != TB_OK) {
         fprintf(stderr, "gpu_bench: step failed: %s\n", tb_last_error());
         return 0;

@@ -318,6 +318,10 @@ typedef struct {
     int n_history;
     int top_logprobs;         /* -1: no log-probabilities; else the pick's
                                * and this many alternatives (<= 20)        */
+    const int32_t *score;     /* NULL: sample; else this token is taken and
+                               * only scored (its log-probability and
+                               * top_logprobs alternatives; the sampler's
+                               * generator does not move): a prompt's   */
 } tb_row_sampling;
 
 typedef struct {

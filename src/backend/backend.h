@@ -59,6 +59,7 @@ typedef struct {
     int top_k;
     int n_top;              /* alternatives wanted, 0..TB_TOP_LOGPROBS_MAX */
     int pen_off, pen_n;
+    int force;              /* -1: pick; else take this token (only scored) */
 } tb_sample_row;
 
 typedef struct {

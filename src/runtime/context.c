@@ -690,6 +690,9 @@ tb_status tb_context_step_sample(tb_context *c, const tb_seq_chunk *ch, int n_ch
     for (int i = 0; i < n_chunks; i++) want += ch[i].logits == 2 ? ch[i].n_tokens : ch[i].logits == 1 ? 1 : 0;
     for (int r = 0; r < want; r++) {
         if (!rs || !rs[r].sampler) return tb_errorf(TB_ERR_INVALID_ARG, "sampled step: row %d has no sampler", r);
+        if (rs[r].score && (*rs[r].score < 0 || *rs[r].score >= c->vocab))
+            return tb_errorf(TB_ERR_INVALID_ARG, "sampled step: row %d scores token %d, outside [0, %d)", r,
+                             (int)*rs[r].score, c->vocab);
         if (rs[r].top_logprobs > TB_TOP_LOGPROBS_MAX)
             return tb_errorf(TB_ERR_INVALID_ARG, "sampled step: %d alternatives asked, at most %d", rs[r].top_logprobs,
                              TB_TOP_LOGPROBS_MAX);
@@ -702,8 +705,13 @@ tb_status tb_context_step_sample(tb_context *c, const tb_seq_chunk *ch, int n_ch
         TB_TRY(tb_context_step(c, ch, n_chunks, &lg, &rows));
         for (int r = 0; r < rows; r++) {
             const float *row = lg + (size_t)r * (size_t)V;
-            memcpy(c->srow, row, sizeof(float) * (size_t)V);
             tb_sample_result *o = &out[r];
+            if (rs[r].score) { /* taken, not drawn: the generator stays where it is */
+                o->token = *rs[r].score;
+                tb_sample_logprobs(row, V, o->token, rs[r].top_logprobs > 0 ? rs[r].top_logprobs : 0, o);
+                continue;
+            }
+            memcpy(c->srow, row, sizeof(float) * (size_t)V);
             o->token = tb_sampler_sample(rs[r].sampler, c->srow, rs[r].history, rs[r].n_history);
             o->logprob = 0;
             o->n_top = 0;
@@ -715,7 +723,8 @@ tb_status tb_context_step_sample(tb_context *c, const tb_seq_chunk *ch, int n_ch
     TB_TRY(tb_context_step(c, ch, n_chunks, NULL, NULL));
     if (want == 0) return TB_OK;
     size_t need = 0;
-    for (int r = 0; r < want; r++) need += (size_t)tb_sampler_window(rs[r].sampler, rs[r].n_history);
+    for (int r = 0; r < want; r++)
+        if (!rs[r].score) need += (size_t)tb_sampler_window(rs[r].sampler, rs[r].n_history);
     if (need > c->pen_cap) {
         size_t cap = need + need / 2 + 1024;
         int32_t *t = realloc(c->pen_tok, cap * sizeof(int32_t));
@@ -728,10 +737,21 @@ tb_status tb_context_step_sample(tb_context *c, const tb_seq_chunk *ch, int n_ch
     int n_pen = 0;
     for (int r = 0; r < want; r++) {
         tb_sample_row *sr = &c->srows[r];
+        sr->n_top = rs[r].top_logprobs > 0 ? rs[r].top_logprobs : 0;
+        if (rs[r].score) { /* taken, not drawn: no penalties, the generator stays where it is */
+            int nt = sr->n_top;
+            memset(sr, 0, sizeof *sr);
+            sr->top_p = 1.0f;
+            sr->repeat_penalty = 1.0f;
+            sr->n_top = nt;
+            sr->pen_off = n_pen;
+            sr->force = *rs[r].score;
+            continue;
+        }
         tb_sampler_prepare(rs[r].sampler, rs[r].history, rs[r].n_history, sr, c->pen_tok + n_pen, c->pen_cnt + n_pen,
                            (int)(c->pen_cap - (size_t)n_pen));
         sr->pen_off = n_pen;
-        sr->n_top = rs[r].top_logprobs > 0 ? rs[r].top_logprobs : 0;
+        sr->force = -1;
         n_pen += sr->pen_n;
     }
     TB_TRY(c->be->iface->sample(c->be, c->bufs[g->output], want, V, c->srows, c->pen_tok, c->pen_cnt, n_pen, out));

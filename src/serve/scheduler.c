@@ -53,6 +53,8 @@ struct tb_request {
     double t_submit, t_admit, t_first, t_last;
     int preemptions;
     int cached;                  /* prompt tokens found in the prefix cache at first admission */
+    tb_token_event *plp;         /* (n_prompt) score_prompt: entry i scores prompt token i >= 1 */
+    int plp_done;                /* entries 1 .. plp_done written (guarded by mu) */
 };
 
 tb_request *tb_request_new(const int32_t *prompt, int n_prompt, const tb_request_params *p,
@@ -72,6 +74,7 @@ tb_request *tb_request_new(const int32_t *prompt, int n_prompt, const tb_request
     r->ev_cap = r->ev_limit < TB_EVENTS_INITIAL ? r->ev_limit : TB_EVENTS_INITIAL;
     r->p.label[sizeof r->p.label - 1] = 0;
     r->events = malloc(sizeof(tb_token_event) * (size_t)r->ev_cap);
+    if (p->score_prompt) r->plp = calloc((size_t)n_prompt, sizeof(tb_token_event));
     tb_gen_options go;
     tb_gen_options_default(&go);
     go.max_tokens = p->max_tokens;
@@ -80,10 +83,12 @@ tb_request *tb_request_new(const int32_t *prompt, int n_prompt, const tb_request
     go.min_tokens = p->min_tokens;
     go.ignore_eos = p->ignore_eos;
     go.sampling = &p->sampling;
-    if (!r->tokens || !r->events || tb_gen_init(&r->gen, info, NULL, prompt[n_prompt - 1], &go) != TB_OK) {
+    if (!r->tokens || !r->events || (p->score_prompt && !r->plp) ||
+        tb_gen_init(&r->gen, info, NULL, prompt[n_prompt - 1], &go) != TB_OK) {
         tb_gen_free(&r->gen);
         free(r->tokens);
         free(r->events);
+        free(r->plp);
         free(r);
         return NULL;
     }
@@ -107,6 +112,7 @@ void tb_request_release(tb_request *r) {
     pthread_cond_destroy(&r->cv);
     free(r->tokens);
     free(r->events);
+    free(r->plp);
     free(r);
 }
 
@@ -191,6 +197,13 @@ int tb_request_prompt_len(const tb_request *r) { return r->n_prompt; }
 int tb_request_generated(const tb_request *r) { return r->n_gen; }
 int tb_request_preemptions(const tb_request *r) { return r->preemptions; }
 int tb_request_cached_tokens(const tb_request *r) { return r->cached; }
+int tb_request_prompt_logprobs(tb_request *r, const tb_token_event **out) {
+    *out = r->plp ? r->plp + 1 : NULL;
+    pthread_mutex_lock(&r->mu);
+    int n = r->plp ? r->plp_done : 0;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
 
 /* ---------------------------------------------------------------- scheduler */
 
@@ -212,8 +225,8 @@ struct tb_sched {
     int n_running, n_waiting;
     tb_seq_chunk *chunks;
     tb_request **chunk_req;
-    tb_row_sampling *rsamp;      /* (max_num_seqs) how each row is sampled */
-    tb_sample_result *sres;      /* (max_num_seqs) */
+    tb_row_sampling *rsamp;      /* (max_batched_tokens) how each row is sampled */
+    tb_sample_result *sres;      /* (max_batched_tokens) */
     tb_sched_stats stats;
     int started;
     int share_prefill;           /* the context caches prefixes: defer requests that can share a running prefill */
@@ -266,11 +279,23 @@ static void end_request(tb_sched *s, tb_request *r, tb_finish_reason why) {
 
 static int blocks_for(int tokens, int bs) { return (tokens + bs - 1) / bs; }
 
+/* Whether r still scores its prompt: every prompt token must then be
+ * computed (nothing from the prefix cache), a logits row each. Once it has
+ * generated, the prompt is scored (a recomputation after a preemption
+ * scores nothing). */
+static int scoring(const tb_request *r) { return r->p.score_prompt && r->n_gen == 0; }
+
+/* The alternatives a row of r reports (-1: no log-probabilities). */
+static int row_top(const tb_request *r) {
+    return r->p.logprobs < 0 ? -1 : r->p.logprobs > TB_MAX_TOP_LOGPROBS ? TB_MAX_TOP_LOGPROBS : r->p.logprobs;
+}
+
 /* Whether r's tokens share at least one full KV block with a running
  * request that has not computed that block yet: admitted after it, r takes
  * the block from the prefix cache instead of computing it alongside (n > 1
  * choices of one prompt; clients with one system prompt arriving together). */
 static int wants_blocks_of_running(const tb_sched *s, const tb_request *r, int bs) {
+    if (scoring(r)) return 0; /* takes no cached blocks */
     int rn = r->n_prompt + r->n_gen - 1; /* the last token is always computed */
     if (rn < bs) return 0;
     for (int i = 0; i < s->o.max_num_seqs; i++) {
@@ -360,7 +385,7 @@ static void *loop_main(void *arg) {
             s->n_running++;
             /* blocks of the prefix cache need no computing (at least the last token is computed, for logits) */
             int known = r->n_prompt + r->n_gen;
-            int hit = tb_seq_reuse_prefix(s->ctx, slot, r->tokens, known);
+            int hit = scoring(r) ? 0 : tb_seq_reuse_prefix(s->ctx, slot, r->tokens, known);
             r->n_computed = hit > 0 ? hit : 0;
             if (s->obs.on_prefix_lookup) s->obs.on_prefix_lookup(s->obs.arg, known, r->n_computed);
             if (r->t_admit == 0) {
@@ -380,7 +405,9 @@ static void *loop_main(void *arg) {
                 int decoding = left == 1 && r->n_gen > 0;
                 if ((pass == 0) != decoding || left <= 0) continue;
                 int take = left < budget - used ? left : budget - used;
-                s->chunks[n] = (tb_seq_chunk){r->seq, take, r->tokens + r->n_computed, take == left ? 1 : 0};
+                /* a prompt being scored: a row per token (the last one's is drawn) */
+                int lg = scoring(r) && r->n_computed < r->n_prompt - 1 ? 2 : take == left ? 1 : 0;
+                s->chunks[n] = (tb_seq_chunk){r->seq, take, r->tokens + r->n_computed, lg};
                 s->chunk_req[n++] = r;
                 used += take;
             }
@@ -420,10 +447,16 @@ static void *loop_main(void *arg) {
         for (int k = 0; k < n; k++) {
             tb_request *r = s->chunk_req[k];
             if (!s->chunks[k].logits) continue;
-            s->rsamp[rows++] = (tb_row_sampling){r->gen.sampler, r->tokens, r->n_prompt + r->n_gen,
-                                                 r->p.logprobs < 0                     ? -1
-                                                 : r->p.logprobs > TB_MAX_TOP_LOGPROBS ? TB_MAX_TOP_LOGPROBS
-                                                                                       : r->p.logprobs};
+            if (s->chunks[k].logits == 2) { /* rows scoring prompt tokens n_computed + 1 .. */
+                int top = row_top(r) < 0 ? 0 : row_top(r);
+                for (int j = 0; j < s->chunks[k].n_tokens; j++) {
+                    int nx = r->n_computed + j + 1;
+                    if (nx >= r->n_prompt) break;
+                    s->rsamp[rows++] = (tb_row_sampling){r->gen.sampler, r->tokens, nx, top, &r->tokens[nx]};
+                }
+                if (r->n_computed + s->chunks[k].n_tokens < r->n_prompt) continue; /* no draw yet */
+            }
+            s->rsamp[rows++] = (tb_row_sampling){r->gen.sampler, r->tokens, r->n_prompt + r->n_gen, row_top(r), NULL};
         }
         double t0 = tb_now();
         tb_status st = tb_context_step_sample(s->ctx, s->chunks, n, s->rsamp, s->sres, &rows);
@@ -439,8 +472,25 @@ static void *loop_main(void *arg) {
         int row = 0;
         for (int k = 0; k < n; k++) {
             tb_request *r = s->chunk_req[k];
+            int c0 = r->n_computed;
             r->n_computed += s->chunks[k].n_tokens;
             if (!s->chunks[k].logits) continue;
+            if (s->chunks[k].logits == 2) { /* the prompt tokens' scores, then (final chunk) the draw */
+                int nx = c0 + 1;
+                for (; nx < r->n_prompt && nx <= r->n_computed; nx++) {
+                    const tb_sample_result *sr = &s->sres[row++];
+                    tb_token_event *pe = &r->plp[nx];
+                    pe->token = sr->token;
+                    pe->logprob = sr->logprob;
+                    pe->n_top = sr->n_top;
+                    memcpy(pe->top_ids, sr->top_ids, sizeof(int32_t) * (size_t)sr->n_top);
+                    memcpy(pe->top_logprobs, sr->top_logprobs, sizeof(float) * (size_t)sr->n_top);
+                }
+                pthread_mutex_lock(&r->mu);
+                if (nx - 1 > r->plp_done) r->plp_done = nx - 1;
+                pthread_mutex_unlock(&r->mu);
+                if (r->n_computed < r->n_prompt) continue;
+            }
             const tb_sample_result *res = &s->sres[row++];
             int total = r->n_prompt + r->n_gen, tok = res->token;
             tb_token_event ev = {.token = tok};
@@ -514,8 +564,9 @@ tb_status tb_sched_start(tb_context *ctx, const tb_sched_options *o, const tb_sc
     s->stats.kv_dtype = tb_kv_dtype_label(kvd);
     s->stats.kv_bytes_per_token =
         tb_kv_bytes_per_token(kvd, tb_kv_block_size(ctx), s->info.n_kv_heads, s->info.head_dim, s->info.n_layers);
-    s->rsamp = calloc((size_t)s->o.max_num_seqs, sizeof(tb_row_sampling));
-    s->sres = calloc((size_t)s->o.max_num_seqs, sizeof(tb_sample_result));
+    /* a row per token where prompts are scored */
+    s->rsamp = calloc((size_t)s->o.max_batched_tokens, sizeof(tb_row_sampling));
+    s->sres = calloc((size_t)s->o.max_batched_tokens, sizeof(tb_sample_result));
     s->running = calloc((size_t)s->o.max_num_seqs, sizeof(tb_request *));
     s->chunks = calloc((size_t)s->o.max_num_seqs, sizeof(tb_seq_chunk));
     s->chunk_req = calloc((size_t)s->o.max_num_seqs, sizeof(tb_request *));

@@ -49,6 +49,11 @@ typedef struct {
     int ignore_eos;
     int min_tokens;         /* EOS ends the request only after this many tokens */
     int logprobs;           /* -1: none; else top alternatives (0..20)    */
+    /* 1: the prompt's tokens are scored too (their log-probabilities and
+     * `logprobs` alternatives, tb_request_prompt_logprobs): its prefill
+     * computes a logits row per token and takes nothing from the prefix
+     * cache */
+    int score_prompt;
     tb_sampling_params sampling;
     /* Events held for a reader that has not taken them yet; when the
      * reader falls this far behind (a streaming client that stopped
@@ -85,6 +90,11 @@ int tb_request_generated(const tb_request *r);
 int tb_request_preemptions(const tb_request *r);
 /* Prompt tokens whose KV came from the prefix cache at first admission. */
 int tb_request_cached_tokens(const tb_request *r);
+/* score_prompt: the events of prompt tokens 1, 2, ... (each token's
+ * log-probability given those before it, and its alternatives) scored so
+ * far into *out (valid while r is held); their count, n_prompt - 1 once
+ * the prefill is over (before the first token's event is queued). */
+int tb_request_prompt_logprobs(tb_request *r, const tb_token_event **out);
 
 typedef struct {
     int max_num_seqs;       /* sequences decoded together      */

@@ -251,6 +251,7 @@ typedef struct {
     int n_pr;
     int n;                 /* choices: independent samples of each prompt */
     int echo;              /* completions: the prompt text before each choice's */
+    int score_prompt;      /* echo with logprobs: the prompt's tokens scored too */
 } gen_req;
 
 static void gen_req_free(gen_req *g) {
@@ -584,8 +585,8 @@ static int parse_gen(server *s, json_t *root, int chat, gen_req *g, parse_err *e
         if (g->pr[k].n == 0) PERR(400, "prompt", "the prompt is empty");
     if (!chat) {
         if (!get_bool(root, "echo", &g->echo, e)) return 0;
-        if (g->echo && g->logprobs >= 0) /* would need the prompt tokens' log-probabilities */
-            PERR(400, "echo", "'echo' with 'logprobs' (log-probabilities of the prompt) is not supported");
+        /* echo with logprobs: the prompt's tokens get theirs too (scoring a text) */
+        g->score_prompt = g->echo && g->logprobs >= 0;
         json_t *p = json_object_get(root, "prompt");
         const int list = prompt_is_list(p);
         for (int k = 0; g->echo && k < g->n_pr; k++) { /* the prompt as given, or its token ids decoded */
@@ -617,7 +618,8 @@ static int parse_gen(server *s, json_t *root, int chat, gen_req *g, parse_err *e
     const int np = g->pr[longest].n;
     l = chat ? ctx - np : 16;
     const char *mt_key = json_object_get(root, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-    if (!get_int(root, mt_key, 1, 1L << 30, &l, e)) return 0;
+    /* 0 with echo: the prompt alone (scored with logprobs), nothing generated */
+    if (!get_int(root, mt_key, !chat && g->echo ? 0 : 1, 1L << 30, &l, e)) return 0;
     g->max_tokens = (int)l;
     l = 0; if (!get_int(root, "min_tokens", 0, g->max_tokens, &l, e)) return 0;
     g->min_tokens = (int)l;
@@ -817,8 +819,10 @@ static int probe_client(gen_stream *gs) {
 }
 
 /* Decodes one generated token of choice g: its text into g->pending (and
- * what may be released into g->text), its log-probabilities into g->lp_items. */
-static void consume_event(gen_stream *gs, gen_choice *g, const tb_token_event *ev) {
+ * what may be released into g->text), its log-probabilities into g->lp_items.
+ * 0 when the token is dropped (max_tokens 0: the prompt alone). */
+static int consume_event(gen_stream *gs, gen_choice *g, const tb_token_event *ev) {
+    if (gs->g.max_tokens == 0) return 0;
     int prev = g->prev;
     g->prev = ev->token;
     g->n_gen++;
@@ -833,6 +837,7 @@ static void consume_event(gen_stream *gs, gen_choice *g, const tb_token_event *e
     size_t n;
     if (tb_gen_step(&g->gen, ev->token, &text, &n) == TB_GEN_STOP_STRING) g->stop_hit = 1;
     append(&g->text, &g->tn, &g->tcap, text, n);
+    return 1;
 }
 
 /* After taking events: a stop string ends the choice (and its request);
@@ -923,6 +928,40 @@ static const char *finish_str(tb_finish_reason r) {
     return r == TB_FINISH_LENGTH ? "length" : r == TB_FINISH_STOP ? "stop" : r == TB_FINISH_ERROR ? "error" : "stop";
 }
 
+/* The items (as consume_event's) of choice i's prompt tokens, scored by the
+ * scheduler (score_prompt): the first token has no log-probability (null),
+ * offsets count from the start of the echoed text. Those scored so far. */
+static json_t *prompt_lp_items(gen_stream *gs, int i) {
+    const gen_prompt *gp = choice_prompt(gs, i);
+    const tb_token_event *ev = NULL;
+    int scored = tb_request_prompt_logprobs(gs->ch[i].req, &ev);
+    json_t *items = json_array();
+    size_t off = 0;
+    for (int k = 0; k <= scored && k < gp->n; k++) {
+        char piece[256];
+        int prev = k > 0 ? gp->ids[k - 1] : -1;
+        size_t plen = tb_tokenizer_piece(gs->s->tok, prev, gp->ids[k], piece, sizeof piece);
+        json_t *item;
+        if (k == 0)
+            item = json_pack("{s:o, s:n, s:n}", "token", json_text(piece, plen), "logprob", "top");
+        else
+            item = token_lp_json(gs->s, 0, prev, ev[k - 1].logprob, &ev[k - 1], piece, plen);
+        json_object_set_new(item, "offset", json_integer((json_int_t)off));
+        json_array_append_new(items, item);
+        off += plen;
+    }
+    return items;
+}
+
+/* Whether choice i's prompt is scored (or its request over without it). */
+static int prompt_ready(gen_stream *gs, int i) {
+    const tb_token_event *ev;
+    if (tb_request_prompt_logprobs(gs->ch[i].req, &ev) >= choice_prompt(gs, i)->n - 1) return 1;
+    tb_finish_reason fr = TB_FINISH_NONE;
+    tb_request_wait(gs->ch[i].req, NULL, 0, &fr, 0);
+    return fr != TB_FINISH_NONE;
+}
+
 /* Completions' legacy logprobs object from the collected items. */
 static json_t *completion_logprobs(json_t *items) {
     json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
@@ -1008,7 +1047,7 @@ static int stream_tokens(gen_stream *gs, int i, int budget) {
         int n = tb_request_wait(c->req, ev, budget < 16 ? budget : 16, &fr, 0);
         budget -= n;
         for (int k = 0; k < n && !c->stop_hit; k++) {
-            consume_event(gs, c, &ev[k]);
+            if (!consume_event(gs, c, &ev[k])) continue;
             if (++c->in_chunk >= gs->interval) {
                 emit_tokens(gs, i);
                 emitted++;
@@ -1053,6 +1092,14 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
                 progressed = 1;
             }
             if (g->g.echo && !c->sent_echo) { /* completions: the prompt, as its own event */
+                if (g->g.score_prompt) { /* with its tokens' scores, once the prefill has made them */
+                    if (!prompt_ready(g, i)) {
+                        all_done = 0;
+                        continue;
+                    }
+                    json_decref(c->lp_items);
+                    c->lp_items = prompt_lp_items(g, i);
+                }
                 emit_sse(g, chunk_json(g, i, choice_prompt(g, i)->echo, choice_prompt(g, i)->echo_len, NULL));
                 c->sent_echo = 1;
                 progressed = 1;
@@ -1126,8 +1173,10 @@ static int connection_fd(struct MHD_Connection *c) {
 static int gen_start(server *s, gen_stream *g, parse_err *e) {
     for (int i = 0; i < g->n; i++) {
         gen_choice *ch = &g->ch[i];
-        tb_request_params rp = {.max_tokens = g->g.max_tokens, .ignore_eos = g->g.ignore_eos, .min_tokens = g->g.min_tokens,
-                                .logprobs = g->g.logprobs, .sampling = g->g.sp,
+        /* max_tokens 0 (echo): one token is made and dropped (the prefill computes its row anyway) */
+        tb_request_params rp = {.max_tokens = g->g.max_tokens > 0 ? g->g.max_tokens : 1, .ignore_eos = g->g.ignore_eos,
+                                .min_tokens = g->g.min_tokens, .logprobs = g->g.logprobs,
+                                .score_prompt = g->g.score_prompt, .sampling = g->g.sp,
                                 /* a stream's reader is the client: bounded; otherwise this thread */
                                 .max_buffered = g->g.stream ? s->o.stream_buffer : 0};
         if (g->n > 1) snprintf(rp.label, sizeof rp.label, "%s choice %d", g->id, i);
@@ -1136,6 +1185,7 @@ static int gen_start(server *s, gen_stream *g, parse_err *e) {
         const gen_prompt *gp = choice_prompt(g, i);
         ch->lp_items = json_array();
         ch->prev = gp->ids[gp->n - 1];
+        if (g->g.echo) ch->text_offset = gp->echo_len; /* offsets count the echoed prompt */
         tb_gen_options go;
         tb_gen_options_default(&go);
         go.ignore_eos = 1; /* every event is text: the scheduler withholds the end tokens */
@@ -1216,7 +1266,14 @@ static enum MHD_Result handle_generate(server *s, struct MHD_Connection *c, json
         if (ch->reason == TB_FINISH_CANCELLED) { json_decref(choices); gen_stream_free(g); return MHD_NO; }
         failed |= ch->reason == TB_FINISH_ERROR;
         json_t *lp = json_null();
-        if (g->g.logprobs >= 0) lp = chat ? chat_logprobs(ch->lp_items) : completion_logprobs(ch->lp_items);
+        if (g->g.score_prompt) { /* the prompt's tokens, then the completion's */
+            json_t *all = prompt_lp_items(g, i);
+            json_array_extend(all, ch->lp_items);
+            lp = completion_logprobs(all);
+            json_decref(all);
+        } else if (g->g.logprobs >= 0) {
+            lp = chat ? chat_logprobs(ch->lp_items) : completion_logprobs(ch->lp_items);
+        }
         if (chat)
             json_array_append_new(choices, json_pack("{s:i, s:{s:s, s:o}, s:o, s:s}", "index", i, "message", "role",
                                                      "assistant", "content", json_text(ch->text, ch->tn), "logprobs",

@@ -283,6 +283,7 @@ def seeds_fuzz_serve_request(out, work):
          "frequency_penalty": -0.5, "ignore_eos": True, "min_tokens": 2, "max_tokens": 4, "user": "u"},
         {"prompt": "a\u0000b", "stop": "b\u0000", "max_completion_tokens": 60, "logit_bias": {}, "best_of": 1},
         {"prompt": ["one", [1, 300, 301], "two three"], "max_tokens": 5, "n": 2, "echo": True},
+        {"prompt": [1, 300, 301, 302], "max_tokens": 0, "echo": True, "logprobs": 2},
     ]
     chat = [
         {"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 8},

@@ -1,5 +1,6 @@
 """OpenAI wire format of `turbine serve`: completions and chat, streaming and
-not, usage, token-id prompts, lists of prompts, /v1/models, /health, /tokenize + /detokenize,
+not, usage, token-id prompts, lists of prompts, prompt scoring (echo +
+logprobs), /v1/models, /health, /tokenize + /detokenize,
 logprobs. Run by tests/test_serve_api.sh."""
 import json
 import math
@@ -444,6 +445,76 @@ def t_prompt_list():
        "streamed), usage summed, refusals name the prompt")
 
 
+def t_prompt_scoring():
+    st, _, d = S.post("/tokenize", {"prompt": PROMPT})
+    ids = json.loads(d)["tokens"]
+    # the greedy continuation's own log-probabilities, as generated
+    gen = S.completion({"prompt": ids, "max_tokens": 8, "temperature": 0, "logprobs": 0})["choices"][0]["logprobs"]
+    st, _, d = S.post("/tokenize", {"prompt": PROMPT + "".join(gen["tokens"])})
+    full = ids + json.loads(d)["tokens"][len(ids):]
+    check(len(full) == len(ids) + 8, "the greedy text re-tokenizes differently: %r" % full)
+    # that text as a prompt, scored (max_tokens 0: nothing generated): each token's score is its log-probability
+    # given those before it, so the last 8 equal the generated ones (an off-by-one would shift them)
+    j = S.completion({"prompt": full, "max_tokens": 0, "echo": True, "logprobs": 2})
+    c = j["choices"][0]
+    lp = c["logprobs"]
+    check(len(lp["tokens"]) == len(full) and lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None,
+          "scored prompt: %d tokens (want %d), first %r" % (len(lp["tokens"]), len(full), lp["token_logprobs"][:1]))
+    got = lp["token_logprobs"][len(ids):]
+    check(all(close_to(a, b, 2e-3) for a, b in zip(got, gen["token_logprobs"])),
+          "scored continuation %r, generated %r" % (got, gen["token_logprobs"]))
+    check(all(v <= 0 for v in lp["token_logprobs"][1:]), "a positive log-probability: %r" % lp["token_logprobs"])
+    for k in range(1, len(full)):
+        top = lp["top_logprobs"][k]
+        check(isinstance(top, dict) and 1 <= len(top) <= 2 and max(top.values()) >= lp["token_logprobs"][k] - 1e-4,
+              "prompt token %d: alternatives %r, its own %r" % (k, top, lp["token_logprobs"][k]))
+    offs = lp["text_offset"]
+    check(offs[0] == 0 and all(a <= b for a, b in zip(offs, offs[1:])), "text_offset %r" % offs)
+    check(c["text"] == PROMPT + "".join(gen["tokens"]) and c["finish_reason"] == "length",
+          "max_tokens 0: text %r, finish %r" % (c["text"], c["finish_reason"]))
+    check(j["usage"]["completion_tokens"] == 0 and j["usage"]["prompt_tokens"] == len(full), "usage %r" % j["usage"])
+    # again (its blocks now in the prefix cache): the same scores, every token computed again
+    again = S.completion({"prompt": full, "max_tokens": 0, "echo": True, "logprobs": 2})["choices"][0]["logprobs"]
+    check(again["token_logprobs"] == lp["token_logprobs"], "a second scoring differs: %r" % again["token_logprobs"])
+    # with generation: the prompt's scores, then the completion's, offsets into the echoed text
+    j = S.completion({"prompt": PROMPT, "max_tokens": 5, "temperature": 0, "echo": True, "logprobs": 1})
+    c = j["choices"][0]
+    plain = S.completion({"prompt": PROMPT, "max_tokens": 5, "temperature": 0, "logprobs": 1})["choices"][0]
+    n = len(ids)
+    check(c["text"] == PROMPT + plain["text"], "echo + logprobs text %r" % c["text"])
+    check(len(c["logprobs"]["tokens"]) == n + 5 and c["logprobs"]["tokens"][n:] == plain["logprobs"]["tokens"],
+          "echo + logprobs tokens %r" % c["logprobs"]["tokens"])
+    check(c["logprobs"]["text_offset"][n] == len(PROMPT), "the completion's first offset %r, want %d"
+          % (c["logprobs"]["text_offset"][n], len(PROMPT)))
+    check(j["usage"]["completion_tokens"] == 5, "echo + logprobs usage %r" % j["usage"])
+    # streamed: the echo event carries the prompt's scores
+    chunks = stream_chunks("/v1/completions", {"prompt": PROMPT, "max_tokens": 5, "temperature": 0, "echo": True,
+                                               "logprobs": 1, "stream": True})
+    first = chunks[0]["choices"][0]
+    check(first["text"] == PROMPT and first["logprobs"]["tokens"] == c["logprobs"]["tokens"][:n] and
+          first["logprobs"]["token_logprobs"][1:] == c["logprobs"]["token_logprobs"][1:n],
+          "streamed echo event %r" % first)
+    check("".join(x["choices"][0]["text"] for x in chunks) == c["text"], "streamed text %r" % chunks)
+    # a prompt longer than a step's token budget: scored over several chunks, the same figures
+    small = Server(S.engine, "--max-batched-tokens", "4", "--max-num-seqs", "2", "--threads", "1",
+                   log=S.log_path + ".small").start()
+    try:
+        st, _, d = small.post("/v1/completions", {"prompt": full, "max_tokens": 0, "echo": True, "logprobs": 2})
+        check(st == 200, "chunked scoring -> %s %r" % (st, d[:200]))
+        ch = json.loads(d)["choices"][0]["logprobs"]
+        check(all(close_to(a, b, 2e-3) for a, b in zip(ch["token_logprobs"][1:], lp["token_logprobs"][1:])) and
+              ch["tokens"] == lp["tokens"], "scored in chunks of 4: %r, in one step %r"
+              % (ch["token_logprobs"], lp["token_logprobs"]))
+    finally:
+        small.kill()
+    ok("echo + logprobs scores the prompt (max_tokens 0 too): the greedy continuation scored as a prompt has its "
+       "generated log-probabilities, the same in chunks of 4 and from the prefix cache, streamed with the echo")
+
+
+def close_to(a, b, tol):
+    return a is not None and b is not None and abs(a - b) <= tol
+
+
 def main():
     global S
     d = workdir("api")
@@ -455,7 +526,7 @@ def main():
                ("include_usage", t_include_usage), ("token-id prompt", t_token_ids),
                ("tokenize round trip", t_tokenize_roundtrip), ("logprobs completions", t_logprobs_completion),
                ("logprobs chat", t_logprobs_chat), ("seeded sampling", t_sampling_seed), ("n choices", t_n_choices),
-               ("prompt list", t_prompt_list)])
+               ("prompt list", t_prompt_list), ("prompt scoring", t_prompt_scoring)])
 
 
 if __name__ == "__main__":

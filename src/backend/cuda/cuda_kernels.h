@@ -392,6 +392,7 @@ typedef struct {
     int top_k;               /* 0: off                                      */
     int n_top;               /* alternatives wanted, 0..TBC_TOP_MAX         */
     int pen_off, pen_n;
+    int force;               /* -1: pick; else take this token (scored only) */
 } tbc_sample_row;
 typedef struct {
     int32_t token;

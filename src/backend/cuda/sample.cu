@@ -287,8 +287,8 @@ __global__ void __launch_bounds__(SAMPLE_THREADS)
     }
 
     /* 3. the pick */
-    int tok = st.bi;
-    if (P.temperature > 0.0f && st.m > -INFINITY) {
+    int tok = P.force >= 0 && P.force < V ? P.force : st.bi;
+    if (P.force < 0 && P.temperature > 0.0f && st.m > -INFINITY) {
         float m = st.m, inv_t = 1.0f / P.temperature, minp = P.min_p;
         uint32_t kmin = 0;
         if (P.top_k > 0 && P.top_k < V)
