@@ -1,6 +1,6 @@
 #!/bin/bash
 # bench/gpu/flash_bf16.sh — the flash prefill's bf16 form (flash.cu with bf16
-# operands, TB_CUDA_FLASH_BF16=1) on the GPU machine: correctness first
+# operands, the default since 2026-12-07; TB_CUDA_FLASH_BF16=0 turns it off) on the GPU machine: correctness first
 # (flash_test's cases over f16 / fp8 / int8 / bf16 caches against its
 # double-precision reference; a bf16 134M 2-layer engine's logits against
 # tests/compare_logits.py's reference with the switch off and on; the same

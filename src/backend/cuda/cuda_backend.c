@@ -358,9 +358,10 @@ typedef struct {
                                * handles the shape (f16 cache, hd 64 / 128);
                                * TB_CUDA_PREFILL=gemm: the GEMMs always     */
     int flash_bf16;           /* 1: runs over a bf16 cache take the flash
-                               * kernel's bf16 form (TB_CUDA_FLASH_BF16=1;
-                               * else, and with TB_CUDA_PREFILL=gemm, the
-                               * attention kernel: the GEMMs are f16 only) */
+                               * kernel's bf16 form (the default;
+                               * TB_CUDA_FLASH_BF16=0, and TB_CUDA_PREFILL=
+                               * gemm: the attention kernel, as the GEMMs
+                               * are f16 only) */
     void *pf_q, *pf_k, *pf_v, *pf_p;
     float *pf_s;
     size_t pf_q_bytes, pf_k_bytes, pf_v_bytes, pf_s_bytes, pf_p_bytes;
@@ -1933,9 +1934,8 @@ static tb_status run_attention(cuda_ctx *c, const tb_graph *g, const tb_node *n,
     if (st->kv_dtype != TB_F16 && st->kv_dtype != TB_BF16 && st->kv_dtype != TB_F32 && !tb_kv_quantized(st->kv_dtype))
         return tb_errorf(TB_ERR_UNSUPPORTED, "cuda: KV cache dtype %s", tb_dtype_name(st->kv_dtype));
     float *qkv = bufs[n->in[0]], *out = bufs[n->out[0]];
-    /* a bf16 cache takes the flash kernel's bf16 form with
-     * TB_CUDA_FLASH_BF16=1, else the attention kernel also for long
-     * prefills: the GEMM path rounds q and P to f16 for cuBLAS, which a
+    /* a bf16 cache takes the flash kernel's bf16 form (TB_CUDA_FLASH_BF16=0:
+     * the attention kernel also for long prefills): the GEMM path rounds q and P to f16 for cuBLAS, which a
      * bf16 cache's values may exceed. An int8 / fp8 cache takes the flash
      * kernel too (its tiles dequantised to f16 as they are staged; the GEMMs
      * with TB_CUDA_PREFILL=gemm: rows gathered dequantised to f16) */
@@ -2769,7 +2769,7 @@ tb_status tb_backend_cuda_create(int device, int max_ctx, tb_backend **out) {
     const char *pfe = getenv("TB_CUDA_PREFILL");
     c->prefill_flash = !(pfe && !strcmp(pfe, "gemm"));
     const char *fbe = getenv("TB_CUDA_FLASH_BF16");
-    c->flash_bf16 = fbe && !strcmp(fbe, "1");
+    c->flash_bf16 = !(fbe && !strcmp(fbe, "0")); /* checked on an H100 on 2026-12-07 */
     if (c->prefill_min > 0 && c->prefill_min <= TBC_GEMV_MAX_T) c->prefill_min = TBC_GEMV_MAX_T + 1;
     c->fused_node = c->skip_node = c->norm_node = c->x8_node = c->ys_node = -1;
     *out = b;
