@@ -737,21 +737,18 @@ tb_status tb_context_step_sample(tb_context *c, const tb_seq_chunk *ch, int n_ch
     int n_pen = 0;
     for (int r = 0; r < want; r++) {
         tb_sample_row *sr = &c->srows[r];
-        sr->n_top = rs[r].top_logprobs > 0 ? rs[r].top_logprobs : 0;
         if (rs[r].score) { /* taken, not drawn: no penalties, the generator stays where it is */
-            int nt = sr->n_top;
             memset(sr, 0, sizeof *sr);
             sr->top_p = 1.0f;
             sr->repeat_penalty = 1.0f;
-            sr->n_top = nt;
-            sr->pen_off = n_pen;
-            sr->force = *rs[r].score;
-            continue;
+        } else {
+            tb_sampler_prepare(rs[r].sampler, rs[r].history, rs[r].n_history, sr, c->pen_tok + n_pen,
+                               c->pen_cnt + n_pen, (int)(c->pen_cap - (size_t)n_pen));
         }
-        tb_sampler_prepare(rs[r].sampler, rs[r].history, rs[r].n_history, sr, c->pen_tok + n_pen, c->pen_cnt + n_pen,
-                           (int)(c->pen_cap - (size_t)n_pen));
+        /* after prepare, which clears n_top */
+        sr->n_top = rs[r].top_logprobs > 0 ? rs[r].top_logprobs : 0;
         sr->pen_off = n_pen;
-        sr->force = -1;
+        sr->force = rs[r].score ? *rs[r].score : -1;
         n_pen += sr->pen_n;
     }
     TB_TRY(c->be->iface->sample(c->be, c->bufs[g->output], want, V, c->srows, c->pen_tok, c->pen_cnt, n_pen, out));
