@@ -9,7 +9,7 @@
 #   tar -C /tmp -xJf .devdata/gpu/prebuilt.tar.xz && TB_PREBUILT=/tmp/pb bash bench/gpu/run.sh
 #
 # Builds turbine, test_batch, test_sample_step, test_backend_ops, test_nn_cuda, test_warmup, test_context_kv,
-# gpu_bench, qgemv_bench, fp8_lt_bench and flash_test
+# gpu_bench, qgemv_bench, fp8_lt_bench, flash_test and wgmma_bench (sm_90a)
 # for sm_90 into build-gpu90/ (Release) with the CUDA backend module libturbine_cuda.so,
 # which goes beside them (the binaries look for it in their own folder),
 # strips them, and adds the shared libraries they load that a bare CUDA
@@ -22,7 +22,7 @@ SRC=$(cd "$(dirname "$0")/../.." && pwd)
 B=${TB_GPU_BUILD:-$SRC/build-gpu90}
 ARCH=${TB_CUDA_ARCH:-90}
 PACK=${TB_PACK:-$SRC/.devdata/gpu/prebuilt.tar.xz}
-BINS="turbine test_batch test_sample_step test_backend_ops test_nn_cuda test_warmup test_context_kv gpu_bench qgemv_bench fp8_lt_bench flash_test"
+BINS="turbine test_batch test_sample_step test_backend_ops test_nn_cuda test_warmup test_context_kv gpu_bench qgemv_bench fp8_lt_bench flash_test wgmma_bench"
 if [ ! -f "$B/CMakeCache.txt" ]; then
     cmake -S "$SRC" -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCH" > /dev/null
 fi

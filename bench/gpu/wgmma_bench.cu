@@ -220,6 +220,7 @@ wg_gemm_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__
         }
     }
     if (S == 1) return;
+    __syncwarp(); /* the producer's lane 0 rejoins its warp: the cluster barrier is warp-aligned */
     cluster_sync(); /* every block's partial is in its shared memory */
     const unsigned rank = cluster_rank();
     const int r0 = (int)rank * BM / S, r1 = ((int)rank + 1) * BM / S;
