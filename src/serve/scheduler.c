@@ -284,6 +284,12 @@ static int blocks_for(int tokens, int bs) { return (tokens + bs - 1) / bs; }
  * generated, the prompt is scored (a recomputation after a preemption
  * scores nothing). */
 static int scoring(const tb_request *r) { return r->p.score_prompt && r->n_gen == 0; }
+/* The prompt tokens a chunk of n_tokens from position c0 scores (each row
+ * scores the token after its own): c0 + 1 .. c0 + the result, all < n_prompt. */
+static int scored_rows(int n_prompt, int c0, int n_tokens) {
+    int m = n_prompt - 1 - c0;
+    return m <= 0 ? 0 : m < n_tokens ? m : n_tokens;
+}
 
 /* The alternatives a row of r reports (-1: no log-probabilities). */
 static int row_top(const tb_request *r) {
@@ -449,9 +455,9 @@ static void *loop_main(void *arg) {
             if (!s->chunks[k].logits) continue;
             if (s->chunks[k].logits == 2) { /* rows scoring prompt tokens n_computed + 1 .. */
                 int top = row_top(r) < 0 ? 0 : row_top(r);
-                for (int j = 0; j < s->chunks[k].n_tokens; j++) {
+                int nsc = scored_rows(r->n_prompt, r->n_computed, s->chunks[k].n_tokens);
+                for (int j = 0; j < nsc; j++) {
                     int nx = r->n_computed + j + 1;
-                    if (nx >= r->n_prompt) break;
                     s->rsamp[rows++] = (tb_row_sampling){r->gen.sampler, r->tokens, nx, top, &r->tokens[nx]};
                 }
                 if (r->n_computed + s->chunks[k].n_tokens < r->n_prompt) continue; /* no draw yet */
@@ -476,10 +482,10 @@ static void *loop_main(void *arg) {
             r->n_computed += s->chunks[k].n_tokens;
             if (!s->chunks[k].logits) continue;
             if (s->chunks[k].logits == 2) { /* the prompt tokens' scores, then (final chunk) the draw */
-                int nx = c0 + 1;
-                for (; nx < r->n_prompt && nx <= r->n_computed; nx++) {
+                int nsc = scored_rows(r->n_prompt, c0, s->chunks[k].n_tokens);
+                for (int j = 0; j < nsc; j++) {
                     const tb_sample_result *sr = &s->sres[row++];
-                    tb_token_event *pe = &r->plp[nx];
+                    tb_token_event *pe = &r->plp[c0 + 1 + j];
                     pe->token = sr->token;
                     pe->logprob = sr->logprob;
                     pe->n_top = sr->n_top;
@@ -487,7 +493,7 @@ static void *loop_main(void *arg) {
                     memcpy(pe->top_logprobs, sr->top_logprobs, sizeof(float) * (size_t)sr->n_top);
                 }
                 pthread_mutex_lock(&r->mu);
-                if (nx - 1 > r->plp_done) r->plp_done = nx - 1;
+                if (c0 + nsc > r->plp_done) r->plp_done = c0 + nsc;
                 pthread_mutex_unlock(&r->mu);
                 if (r->n_computed < r->n_prompt) continue;
             }
