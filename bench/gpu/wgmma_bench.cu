@@ -52,6 +52,7 @@
 #define BM 128      /* weight rows a block: two m64 halves */
 #define BK 64       /* values of K a stage: 128 bytes a row, the swizzle's span */
 #define A_BYTES (BM * BK * 2)
+#define WG_MAX_S 4 /* the most blocks a K split (a cluster) takes */
 
 __device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
 
@@ -144,14 +145,15 @@ template <> __device__ __forceinline__ void wg_mma<128>(float *d, uint64_t da, u
 /* grid (ceil(N / BM), S), clusters of (1, S); 160 threads: warps 0-3 the
  * consumer warpgroup, warp 4 the producer. Shared memory: NST slots of
  * [A: BM x BK][B: TN x BK] f16 (1024-byte aligned, as the swizzle needs),
- * after the loop the partial tile [BM][TN + 1] f32 in their place. */
+ * after the loop the partial tile [BM][TN + 4] f32 in their place (rows of
+ * 16-byte units, so the reduction reads float4s). */
 template <int TN, int NST>
-__global__ void __launch_bounds__(160, 1)
+__global__ void __launch_bounds__(160)
 wg_gemm_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__ CUtensorMap xmap, float *__restrict__ y,
                int T, int K, int N) {
     extern __shared__ uint8_t dyn[];
     __shared__ __align__(8) uint64_t full[NST], empty[NST];
-    constexpr int B_BYTES = TN * BK * 2, STAGE = A_BYTES + B_BYTES, PS = TN + 1;
+    constexpr int B_BYTES = TN * BK * 2, STAGE = A_BYTES + B_BYTES, PS = TN + 4;
     static_assert(STAGE % 1024 == 0, "stages stay 1024-byte aligned");
     static_assert(BM * PS * 4 <= NST * STAGE, "the partial tile fits in the ring");
     uint8_t *ring = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(dyn) + 1023) & ~(uintptr_t)1023);
@@ -212,10 +214,10 @@ wg_gemm_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__
         } else {
             asm volatile("bar.sync 1, 128;\n" ::: "memory"); /* the whole warpgroup is past its last wgmma */
 #pragma unroll
-            for (int j = 0; j < TN / 2; j++) {
-                const int r = 16 * warp + (lane >> 2) + 8 * ((j >> 1) & 1), c = 8 * (j >> 2) + 2 * (lane & 3) + (j & 1);
-                part[r * PS + c] = acc0[j];
-                part[(64 + r) * PS + c] = acc1[j];
+            for (int j = 0; j < TN / 2; j += 2) { /* d[j], d[j + 1]: columns c, c + 1 */
+                const int r = 16 * warp + (lane >> 2) + 8 * ((j >> 1) & 1), c = 8 * (j >> 2) + 2 * (lane & 3);
+                *reinterpret_cast<float2 *>(&part[r * PS + c]) = make_float2(acc0[j], acc0[j + 1]);
+                *reinterpret_cast<float2 *>(&part[(64 + r) * PS + c]) = make_float2(acc1[j], acc1[j + 1]);
             }
         }
     }
@@ -223,13 +225,33 @@ wg_gemm_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__
     __syncwarp(); /* the producer's lane 0 rejoins its warp: the cluster barrier is warp-aligned */
     cluster_sync(); /* every block's partial is in its shared memory */
     const unsigned rank = cluster_rank();
-    const int r0 = (int)rank * BM / S, r1 = ((int)rank + 1) * BM / S;
-    for (int e = tid; e < (r1 - r0) * TN; e += blockDim.x) {
-        const int r = r0 + e % (r1 - r0), c = e / (r1 - r0); /* rows fastest: y's stores coalesce */
+    const int r0 = (int)rank * BM / S, nr = ((int)rank + 1) * BM / S - r0;
+    const float *pp[WG_MAX_S];
+#pragma unroll
+    for (int q = 0; q < WG_MAX_S; q++) pp[q] = cluster_map(part, (unsigned)(q < S ? q : 0));
+    /* a unit: 4 tokens of one row; rows fastest, so y's stores coalesce;
+     * the S partials' loads are issued before they are added (in rank order) */
+    for (int u = tid; u < nr * (TN / 4); u += blockDim.x) {
+        const int r = r0 + u % nr, c = 4 * (u / nr);
         if (c >= T || row0 + r >= N) continue;
-        float v = 0.0f;
-        for (int q = 0; q < S; q++) v += cluster_map(part, (unsigned)q)[r * PS + c];
-        y[(size_t)c * N + row0 + r] = v;
+        float4 v[WG_MAX_S];
+#pragma unroll
+        for (int q = 0; q < WG_MAX_S; q++)
+            if (q < S) v[q] = *reinterpret_cast<const float4 *>(pp[q] + r * PS + c);
+        float4 a = v[0];
+#pragma unroll
+        for (int q = 1; q < WG_MAX_S; q++)
+            if (q < S) {
+                a.x += v[q].x;
+                a.y += v[q].y;
+                a.z += v[q].z;
+                a.w += v[q].w;
+            }
+        float *yo = y + (size_t)c * N + row0 + r;
+        yo[0] = a.x;
+        if (c + 1 < T) yo[N] = a.y;
+        if (c + 2 < T) yo[2 * (size_t)N] = a.z;
+        if (c + 3 < T) yo[3 * (size_t)N] = a.w;
     }
     cluster_sync(); /* the other blocks have read this one's partial */
 }
@@ -286,6 +308,10 @@ struct cfg_t {
 };
 static void launch(const cfg_t &c, const CUtensorMap &wm, const CUtensorMap &xm, float *y, int T, int K, int N,
                    cudaStream_t st) {
+    if (c.s < 1 || c.s > WG_MAX_S) {
+        fprintf(stderr, "K split %d out of 1..%d\n", c.s, WG_MAX_S);
+        exit(2);
+    }
 #define WG_CASE(TN_, NST_)                                                                                     \
     if (c.tn == TN_ && c.nst == NST_) return launch_t<TN_, NST_>(wm, xm, y, T, K, N, c.s, st);
     WG_CASE(16, 4) WG_CASE(16, 8) WG_CASE(32, 4) WG_CASE(32, 6) WG_CASE(64, 4) WG_CASE(64, 6) WG_CASE(128, 3)
@@ -382,9 +408,10 @@ int main(int argc, char **argv) {
         int N, K;
     } shapes[] = {{"qkv", 12288, 4096}, {"o", 4096, 4096}, {"gu", 22016, 4096}, {"down", 4096, 11008}};
     const cfg_t cfgs[] = {{16, 4, 1}, {16, 8, 1}, {16, 4, 2}, {16, 8, 2}, {16, 4, 4}, {16, 8, 4},
-                          {32, 4, 1}, {32, 6, 1}, {32, 4, 2}, {32, 6, 2}, {32, 6, 4},
+                          {32, 4, 1}, {32, 6, 1}, {32, 4, 2}, {32, 6, 2}, {32, 4, 4}, {32, 6, 4},
                           {64, 4, 1}, {64, 6, 1}, {64, 4, 2}, {64, 6, 2}, {64, 6, 4},
-                          {128, 3, 1}, {128, 4, 1}, {128, 3, 2}, {128, 4, 2}, {128, 4, 4}};
+                          {64, 4, 4},
+                          {128, 3, 1}, {128, 4, 1}, {128, 3, 2}, {128, 4, 2}, {128, 3, 4}, {128, 4, 4}};
     int fails = 0;
     for (const shape_t &sh : shapes) {
         if (only && strcmp(only, sh.name)) continue;
