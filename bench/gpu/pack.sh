@@ -25,6 +25,8 @@ PACK=${TB_PACK:-$SRC/.devdata/gpu/prebuilt.tar.xz}
 BINS="turbine test_batch test_sample_step test_backend_ops test_nn_cuda test_warmup test_context_kv gpu_bench qgemv_bench fp8_lt_bench flash_test wgmma_bench"
 if [ ! -f "$B/CMakeCache.txt" ]; then
     cmake -S "$SRC" -B "$B" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$ARCH" > /dev/null
+else
+    cmake "$B" > /dev/null # a target added since the folder was configured
 fi
 # shellcheck disable=SC2086
 make -C "$B" -j"$(nproc)" $BINS > /dev/null
