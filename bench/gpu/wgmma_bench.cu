@@ -256,6 +256,32 @@ __device__ __forceinline__ void wg_split_sum(float *part, float *__restrict__ y,
     cluster_sync(); /* the other blocks have read this one's partial */
 }
 
+/* The ring's barriers, by thread 0: "full" completes on the producer's
+ * arrival and a stage's bytes, "empty" on one arrival a consumer warp. */
+template <int NST> __device__ __forceinline__ void wg_ring_init(uint64_t *full, uint64_t *empty) {
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < NST; i++) {
+            mbar_init(&full[i], 1);
+            mbar_init(&empty[i], 4);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+}
+/* The producer (one thread): stages 0 .. n - 1 into slot i % NST once that
+ * slot's "empty" completed, `issue(slot memory, i, full barrier)` sending
+ * the stage's copies, `stage` bytes in all. */
+template <int NST, class Issue>
+__device__ __forceinline__ void wg_produce(int n, int stage, uint8_t *ring, uint64_t *full, uint64_t *empty,
+                                           Issue issue) {
+    for (int i = 0; i < n; i++) {
+        const int slot = i % NST;
+        if (i >= NST) mbar_wait(&empty[slot], (unsigned)((i / NST - 1) & 1));
+        mbar_expect(&full[slot], (unsigned)stage);
+        issue(ring + (size_t)slot * stage, i, &full[slot]);
+    }
+}
+
 /* grid (ceil(N / BM), S), clusters of (1, S); 160 threads: warps 0-3 the
  * consumer warpgroup, warp 4 the producer. Shared memory: NST slots of
  * [A: BM x BK][B: TN x BK] f16 (1024-byte aligned, as the swizzle needs),
@@ -275,25 +301,13 @@ wg_gemm_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int S = gridDim.y, s = blockIdx.y, row0 = blockIdx.x * BM;
     const int nk = (K + BK - 1) / BK, k0 = (int)((long)s * nk / S), k1 = (int)((long)(s + 1) * nk / S), n = k1 - k0;
-    if (tid == 0) {
-        for (int i = 0; i < NST; i++) {
-            mbar_init(&full[i], 1);
-            mbar_init(&empty[i], 4);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
+    wg_ring_init<NST>(full, empty);
     if (warp == 4) {
-        if (lane == 0) {
-            for (int i = 0; i < n; i++) {
-                const int slot = i % NST;
-                if (i >= NST) mbar_wait(&empty[slot], (unsigned)((i / NST - 1) & 1));
-                uint8_t *st = ring + (size_t)slot * STAGE;
-                mbar_expect(&full[slot], STAGE);
-                tma_2d(st, &wmap, (k0 + i) * BK, row0, &full[slot]);
-                tma_2d(st + A_BYTES, &xmap, (k0 + i) * BK, 0, &full[slot]);
-            }
-        }
+        if (lane == 0)
+            wg_produce<NST>(n, STAGE, ring, full, empty, [&](uint8_t *st, int i, uint64_t *bar) {
+                tma_2d(st, &wmap, (k0 + i) * BK, row0, bar);
+                tma_2d(st + A_BYTES, &xmap, (k0 + i) * BK, 0, bar);
+            });
     } else {
         float acc0[TN / 2], acc1[TN / 2];
 #pragma unroll
@@ -378,26 +392,14 @@ wg_qgemm_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant_
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
     const int S = gridDim.y, s = blockIdx.y, row0 = blockIdx.x * BM;
     const int nk = (K + BKQ - 1) / BKQ, k0 = (int)((long)s * nk / S), k1 = (int)((long)(s + 1) * nk / S), n = k1 - k0;
-    if (tid == 0) {
-        for (int i = 0; i < NST; i++) {
-            mbar_init(&full[i], 1);
-            mbar_init(&empty[i], 4);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
+    wg_ring_init<NST>(full, empty);
     if (warp == 4) {
-        if (lane == 0) {
-            for (int i = 0; i < n; i++) {
-                const int slot = i % NST;
-                if (i >= NST) mbar_wait(&empty[slot], (unsigned)((i / NST - 1) & 1));
-                uint8_t *st = ring + (size_t)slot * STAGE;
-                mbar_expect(&full[slot], STAGE);
-                tma_2d(st, &wmap, (k0 + i) * BKQ, row0, &full[slot]);
-                tma_2d(st + AQ_BYTES, &xmap, (k0 + i) * BKQ, 0, &full[slot]);
-                tma_2d(st + AQ_BYTES + XB, &xmap, (k0 + i) * BKQ + 64, 0, &full[slot]);
-            }
-        }
+        if (lane == 0)
+            wg_produce<NST>(n, STAGE, ring, full, empty, [&](uint8_t *st, int i, uint64_t *bar) {
+                tma_2d(st, &wmap, (k0 + i) * BKQ, row0, bar);
+                tma_2d(st + AQ_BYTES, &xmap, (k0 + i) * BKQ, 0, bar);
+                tma_2d(st + AQ_BYTES + XB, &xmap, (k0 + i) * BKQ + 64, 0, bar);
+            });
     } else {
         float acc0[TN / 2], acc1[TN / 2];
 #pragma unroll
