@@ -256,6 +256,27 @@ __device__ __forceinline__ void wg_split_sum(float *part, float *__restrict__ y,
     cluster_sync(); /* the other blocks have read this one's partial */
 }
 
+/* A block's place: its ring (the dynamic shared memory, 1024-byte aligned,
+ * as the swizzle needs), thread ids, its 128 rows and its share of the K
+ * steps of bk values (split S ways by grid y). */
+struct wg_block {
+    uint8_t *ring;
+    int tid, warp, lane, S, row0, k0, n;
+};
+__device__ __forceinline__ wg_block wg_block_of(uint8_t *dyn, int K, int bk) {
+    wg_block b;
+    b.ring = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(dyn) + 1023) & ~(uintptr_t)1023);
+    b.tid = threadIdx.x;
+    b.warp = b.tid >> 5;
+    b.lane = b.tid & 31;
+    b.S = gridDim.y;
+    b.row0 = blockIdx.x * BM;
+    const int nk = (K + bk - 1) / bk, s = blockIdx.y;
+    b.k0 = (int)((long)s * nk / b.S);
+    b.n = (int)((long)(s + 1) * nk / b.S) - b.k0;
+    return b;
+}
+
 /* The ring's barriers, by thread 0: "full" completes on the producer's
  * arrival and a stage's bytes, "empty" on one arrival a consumer warp. */
 template <int NST> __device__ __forceinline__ void wg_ring_init(uint64_t *full, uint64_t *empty) {
@@ -296,11 +317,10 @@ wg_gemm_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant__
     constexpr int B_BYTES = TN * BK * 2, STAGE = A_BYTES + B_BYTES;
     static_assert(STAGE % 1024 == 0, "stages stay 1024-byte aligned");
     static_assert(BM * (TN + 4) * 4 <= NST * STAGE, "the partial tile fits in the ring");
-    uint8_t *ring = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(dyn) + 1023) & ~(uintptr_t)1023);
+    const wg_block b = wg_block_of(dyn, K, BK);
+    uint8_t *ring = b.ring;
     float *part = reinterpret_cast<float *>(ring);
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int S = gridDim.y, s = blockIdx.y, row0 = blockIdx.x * BM;
-    const int nk = (K + BK - 1) / BK, k0 = (int)((long)s * nk / S), k1 = (int)((long)(s + 1) * nk / S), n = k1 - k0;
+    const int tid = b.tid, warp = b.warp, lane = b.lane, S = b.S, row0 = b.row0, k0 = b.k0, n = b.n;
     wg_ring_init<NST>(full, empty);
     if (warp == 4) {
         if (lane == 0)
@@ -387,11 +407,10 @@ wg_qgemm_kernel(const __grid_constant__ CUtensorMap wmap, const __grid_constant_
     constexpr int XB = TN * 64 * 2, STAGE = AQ_BYTES + 2 * XB;
     static_assert(STAGE % 1024 == 0, "stages stay 1024-byte aligned");
     static_assert(BM * (TN + 4) * 4 <= NST * STAGE, "the partial tile fits in the ring");
-    uint8_t *ring = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(dyn) + 1023) & ~(uintptr_t)1023);
+    const wg_block b = wg_block_of(dyn, K, BKQ);
+    uint8_t *ring = b.ring;
     float *part = reinterpret_cast<float *>(ring);
-    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-    const int S = gridDim.y, s = blockIdx.y, row0 = blockIdx.x * BM;
-    const int nk = (K + BKQ - 1) / BKQ, k0 = (int)((long)s * nk / S), k1 = (int)((long)(s + 1) * nk / S), n = k1 - k0;
+    const int tid = b.tid, warp = b.warp, lane = b.lane, S = b.S, row0 = b.row0, k0 = b.k0, n = b.n;
     wg_ring_init<NST>(full, empty);
     if (warp == 4) {
         if (lane == 0)
